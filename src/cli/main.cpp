@@ -1,2 +1,33 @@
 #include <cstdio>
-int main() { std::puts("gptoss"); return 0; }
+
+#include "cli/command.h"
+
+namespace gptoss::cli {
+
+std::vector<CommandSetup>& command_registry() {
+    static std::vector<CommandSetup> registry;
+    return registry;
+}
+
+int fail(const std::string& message) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    return 1;
+}
+
+}  // namespace gptoss::cli
+
+int main(int argc, char** argv) {
+    CLI::App app{"gptoss: inference engine and OpenAI-compatible server for gpt-oss-20b/120b"};
+    app.require_subcommand(1);
+    app.set_help_all_flag("--help-all", "Expand all help");
+    int exit_code = 0;
+    for (auto& setup : gptoss::cli::command_registry()) setup(app, exit_code);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) return app.exit(e);
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 2;
+    }
+    return exit_code;
+}
