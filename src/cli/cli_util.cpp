@@ -1,0 +1,37 @@
+#include "cli/cli_util.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace gptoss::cli {
+
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
+    std::vector<int32_t> ids;
+    size_t i = 0;
+    while (i <= text.size()) {
+        size_t j = text.find(',', i);
+        if (j == std::string::npos) j = text.size();
+        std::string item = text.substr(i, j - i);
+        size_t b = item.find_first_not_of(" \t");
+        size_t e = item.find_last_not_of(" \t");
+        if (b == std::string::npos) return invalid_argument("empty item in id list \"" + text + "\"");
+        item = item.substr(b, e - b + 1);
+        int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+        if (ec != std::errc() || ptr != item.data() + item.size() || v < 0 || v > INT32_MAX) {
+            return invalid_argument("not a token id: \"" + item + "\"");
+        }
+        ids.push_back(static_cast<int32_t>(v));
+        i = j + 1;
+    }
+    return ids;
+}
+
+std::string json_float(float v) {
+    if (!std::isfinite(v)) return "null";
+    char buf[32];
+    auto [ptr, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+    return std::string(buf, ptr);
+}
+
+}  // namespace gptoss::cli

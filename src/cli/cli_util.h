@@ -1,0 +1,18 @@
+// Small helpers shared by the CLI subcommands.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gptoss::cli {
+
+// "1,2, 3" -> {1, 2, 3}. Rejects empty items, non-digits and values outside int32.
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
+
+// Shortest round-trip text of a float, as JSON wants it (nan/inf become null).
+std::string json_float(float v);
+
+}  // namespace gptoss::cli

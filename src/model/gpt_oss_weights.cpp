@@ -1,0 +1,129 @@
+#include "model/gpt_oss_weights.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/progress.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace gptoss::model {
+namespace {
+
+constexpr std::initializer_list<DType> kFloatTypes = {DType::kBF16, DType::kF16, DType::kF32};
+
+class Loader {
+public:
+    Loader(const SafetensorsCheckpoint& ckpt, GptOssWeights& w) : ckpt_(ckpt), w_(w) {}
+
+    Status dense(const std::string& name, int64_t rows, int64_t cols, DenseWeight* out) {
+        ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, Shape{rows, cols}));
+        *out = DenseWeight{t->data, t->dtype, static_cast<int>(rows), static_cast<int>(cols)};
+        return ok_status();
+    }
+
+    // Any float tensor of `shape`, converted to fp32.
+    Status vec(const std::string& name, const Shape& shape, std::vector<float>* out) {
+        ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, shape));
+        out->resize(static_cast<size_t>(shape.numel()));
+        kernels::cpu::row_to_f32(t->data, t->dtype, static_cast<int>(shape.numel()), out->data());
+        return ok_status();
+    }
+
+    Status u8(const std::string& name, const Shape& shape, const uint8_t** out) {
+        ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name, DType::kU8, shape));
+        *out = t->data;
+        return ok_status();
+    }
+
+    // HF's dequantized layout stores experts as [E, in, out]; the kernels want [E, out, in].
+    Status transposed_experts(const std::string& name, int64_t e, int64_t in, int64_t out_f, const void** out,
+                              DType* dtype) {
+        ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, Shape{e, in, out_f}));
+        const size_t es = dtype_size(t->dtype);
+        std::vector<uint8_t> buf(t->nbytes);
+        for (int64_t x = 0; x < e; ++x) {
+            const uint8_t* src = t->data + static_cast<size_t>(x * in * out_f) * es;
+            uint8_t* dst = buf.data() + static_cast<size_t>(x * in * out_f) * es;
+            for (int64_t i = 0; i < in; ++i)
+                for (int64_t o = 0; o < out_f; ++o)
+                    std::memcpy(dst + static_cast<size_t>(o * in + i) * es,
+                                src + static_cast<size_t>(i * out_f + o) * es, es);
+        }
+        w_.owned.push_back(std::move(buf));
+        *out = w_.owned.back().data();
+        *dtype = t->dtype;
+        return ok_status();
+    }
+
+private:
+    const SafetensorsCheckpoint& ckpt_;
+    GptOssWeights& w_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& dir) {
+    auto w = std::make_unique<GptOssWeights>();
+    ASSIGN_OR_RETURN(w->config, GptOssConfig::from_file(dir + "/config.json"));
+    RETURN_IF_ERROR(w->config.validate().with_context(dir + "/config.json"));
+    ASSIGN_OR_RETURN(w->checkpoint, SafetensorsCheckpoint::open_dir(dir));
+    const GptOssConfig& c = w->config;
+    const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, V = c.vocab_size;
+    const int64_t qw = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+    const int64_t kvw = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
+    Loader ld(*w->checkpoint, *w);
+
+    RETURN_IF_ERROR(ld.dense("model.embed_tokens.weight", V, H, &w->embed_tokens));
+    if (w->checkpoint->find("lm_head.weight") != nullptr || !c.tie_word_embeddings) {
+        RETURN_IF_ERROR(ld.dense("lm_head.weight", V, H, &w->lm_head));
+    } else {
+        w->lm_head = w->embed_tokens;
+    }
+    RETURN_IF_ERROR(ld.vec("model.norm.weight", Shape{H}, &w->norm));
+
+    const bool mxfp4 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_blocks") != nullptr;
+    w->layers.resize(c.num_hidden_layers);
+    Progress progress("loading " + dir, static_cast<uint64_t>(c.num_hidden_layers));
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+        LayerWeights& L = w->layers[l];
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        RETURN_IF_ERROR(ld.vec(p + "input_layernorm.weight", Shape{H}, &L.input_layernorm));
+        RETURN_IF_ERROR(ld.dense(p + "self_attn.q_proj.weight", qw, H, &L.q_proj));
+        RETURN_IF_ERROR(ld.dense(p + "self_attn.k_proj.weight", kvw, H, &L.k_proj));
+        RETURN_IF_ERROR(ld.dense(p + "self_attn.v_proj.weight", kvw, H, &L.v_proj));
+        RETURN_IF_ERROR(ld.dense(p + "self_attn.o_proj.weight", H, qw, &L.o_proj));
+        RETURN_IF_ERROR(ld.vec(p + "self_attn.q_proj.bias", Shape{qw}, &L.q_bias));
+        RETURN_IF_ERROR(ld.vec(p + "self_attn.k_proj.bias", Shape{kvw}, &L.k_bias));
+        RETURN_IF_ERROR(ld.vec(p + "self_attn.v_proj.bias", Shape{kvw}, &L.v_bias));
+        RETURN_IF_ERROR(ld.vec(p + "self_attn.o_proj.bias", Shape{H}, &L.o_bias));
+        RETURN_IF_ERROR(ld.vec(p + "self_attn.sinks", Shape{c.num_attention_heads}, &L.sinks));
+        RETURN_IF_ERROR(ld.vec(p + "post_attention_layernorm.weight", Shape{H}, &L.post_attention_layernorm));
+        RETURN_IF_ERROR(ld.dense(p + "mlp.router.weight", E, H, &L.router));
+        RETURN_IF_ERROR(ld.vec(p + "mlp.router.bias", Shape{E}, &L.router_bias));
+        const std::string x = p + "mlp.experts.";
+        if (mxfp4) {
+            L.expert_format = kernels::ExpertFormat::kMxfp4;
+            RETURN_IF_ERROR(ld.u8(x + "gate_up_proj_blocks", Shape{E, 2 * I, H / 32, 16}, &L.gate_up_blocks));
+            RETURN_IF_ERROR(ld.u8(x + "gate_up_proj_scales", Shape{E, 2 * I, H / 32}, &L.gate_up_scales));
+            RETURN_IF_ERROR(ld.u8(x + "down_proj_blocks", Shape{E, H, I / 32, 16}, &L.down_blocks));
+            RETURN_IF_ERROR(ld.u8(x + "down_proj_scales", Shape{E, H, I / 32}, &L.down_scales));
+        } else {
+            L.expert_format = kernels::ExpertFormat::kDense;
+            DType gu_dtype, down_dtype;
+            RETURN_IF_ERROR(ld.transposed_experts(x + "gate_up_proj", E, H, 2 * I, &L.gate_up_dense, &gu_dtype));
+            RETURN_IF_ERROR(ld.transposed_experts(x + "down_proj", E, I, H, &L.down_dense, &down_dtype));
+            if (gu_dtype != down_dtype) {
+                return invalid_argument(x + "gate_up_proj and down_proj have different dtypes (" +
+                                        std::string(dtype_name(gu_dtype)) + " vs " +
+                                        std::string(dtype_name(down_dtype)) + ")");
+            }
+            L.dense_dtype = gu_dtype;
+        }
+        RETURN_IF_ERROR(ld.vec(x + "gate_up_proj_bias", Shape{E, 2 * I}, &L.gate_up_bias));
+        RETURN_IF_ERROR(ld.vec(x + "down_proj_bias", Shape{E, H}, &L.down_bias));
+        progress.advance(1);
+    }
+    return w;
+}
+
+}  // namespace gptoss::model

@@ -1,0 +1,66 @@
+// gpt-oss weights as the CPU reference uses them: large matrices stay where the checkpoint put them
+// (mmap'd bf16; MXFP4 experts packed), small vectors (norms, biases, sinks) are converted to fp32.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "kernels/args/moe_args.h"
+#include "model/gpt_oss_config.h"
+#include "model/safetensors_file.h"
+
+namespace gptoss::model {
+
+// A dense [rows, cols] matrix in [out, in] order (torch.nn.Linear), bf16, f16 or f32.
+struct DenseWeight {
+    const void* data = nullptr;
+    DType dtype = DType::kBF16;
+    int rows = 0;
+    int cols = 0;
+};
+
+struct LayerWeights {
+    std::vector<float> input_layernorm;           // [hidden_size]
+    DenseWeight q_proj;                           // [num_attention_heads * head_dim, hidden_size]
+    DenseWeight k_proj;                           // [num_key_value_heads * head_dim, hidden_size]
+    DenseWeight v_proj;                           // [num_key_value_heads * head_dim, hidden_size]
+    DenseWeight o_proj;                           // [hidden_size, num_attention_heads * head_dim]
+    std::vector<float> q_bias, k_bias, v_bias;    // [q width], [kv width], [kv width]
+    std::vector<float> o_bias;                    // [hidden_size]
+    std::vector<float> sinks;                     // [num_attention_heads]
+    std::vector<float> post_attention_layernorm;  // [hidden_size]
+    DenseWeight router;                           // [num_experts, hidden_size]
+    std::vector<float> router_bias;               // [num_experts]
+
+    kernels::ExpertFormat expert_format = kernels::ExpertFormat::kMxfp4;
+    const uint8_t* gate_up_blocks = nullptr;  // [E, 2I, H/32, 16]
+    const uint8_t* gate_up_scales = nullptr;  // [E, 2I, H/32]
+    const uint8_t* down_blocks = nullptr;     // [E, H, I/32, 16]
+    const uint8_t* down_scales = nullptr;     // [E, H, I/32]
+    const void* gate_up_dense = nullptr;      // [E, 2I, H] ([out, in]; transposed from HF's [E, H, 2I] at load)
+    const void* down_dense = nullptr;         // [E, H, I]
+    DType dense_dtype = DType::kBF16;
+    std::vector<float> gate_up_bias;  // [E, 2I], interleaved (even = gate)
+    std::vector<float> down_bias;     // [E, H]
+};
+
+struct GptOssWeights {
+    GptOssConfig config;
+    DenseWeight embed_tokens;  // [vocab_size, hidden_size]
+    DenseWeight lm_head;       // [vocab_size, hidden_size]
+    std::vector<float> norm;   // [hidden_size] final RMSNorm gain
+    std::vector<LayerWeights> layers;
+
+    std::unique_ptr<SafetensorsCheckpoint> checkpoint;  // owns the mappings the views point into
+    std::vector<std::vector<uint8_t>> owned;            // buffers made at load (transposed experts)
+
+    // Loads config.json and the safetensors of a Hugging Face gpt-oss directory, in the published
+    // layout (MXFP4 expert blocks/scales) or the dequantized layout transformers saves
+    // (gate_up_proj [E, H, 2I], down_proj [E, I, H]). Every tensor's dtype and shape is checked
+    // against the config; any mismatch or missing tensor is one clear error.
+    static StatusOr<std::unique_ptr<GptOssWeights>> load(const std::string& dir);
+};
+
+}  // namespace gptoss::model

@@ -1,0 +1,143 @@
+#include "model/random_checkpoint.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "core/progress.h"
+#include "core/thread_pool.h"
+#include "model/safetensors_file.h"
+
+namespace gptoss::model {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    return h;
+}
+
+// Counter-based normal deviates: element i of a tensor depends only on (seed, name, i).
+float normal_at(uint64_t key, uint64_t i) {
+    uint64_t r = splitmix64(key ^ splitmix64(i));
+    double u1 = (static_cast<double>(r >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+    double u2 = static_cast<double>(splitmix64(r) >> 11) * 0x1.0p-53;
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+}
+
+// bf16 tensor with values offset + scale·N(0,1).
+SafetensorsWriter::FillFn bf16_fill(uint64_t key, int64_t n, float offset, float scale) {
+    return [=](uint8_t* dst) {
+        auto* out = reinterpret_cast<uint16_t*>(dst);
+        ThreadPool::global().parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) out[i] = f32_to_bf16(offset + scale * normal_at(key, i));
+            },
+            1 << 16);
+    };
+}
+
+// Uniformly random e2m1 codes (both nibbles of every byte).
+SafetensorsWriter::FillFn code_fill(uint64_t key, int64_t n) {
+    return [=](uint8_t* dst) {
+        ThreadPool::global().parallel_for((n + 7) / 8,
+                                          [&](int64_t b, int64_t e) {
+                                              for (int64_t w = b; w < e; ++w) {
+                                                  uint64_t r = splitmix64(key ^ splitmix64(w));
+                                                  for (int j = 0; j < 8 && w * 8 + j < n; ++j)
+                                                      dst[w * 8 + j] = static_cast<uint8_t>(r >> (8 * j));
+                                              }
+                                          },
+                                          1 << 14);
+    };
+}
+
+// E8M0 scales around 2^center_exp (±1), so weights have std ≈ 1/√fan_in.
+SafetensorsWriter::FillFn scale_fill(uint64_t key, int64_t n, int center_exp) {
+    return [=](uint8_t* dst) {
+        ThreadPool::global().parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) {
+                    int jitter = static_cast<int>(splitmix64(key ^ splitmix64(i)) % 3) - 1;
+                    dst[i] = static_cast<uint8_t>(127 + center_exp + jitter);
+                }
+            },
+            1 << 16);
+    };
+}
+
+// Random e2m1 codes have RMS √(68.5/8) ≈ 2.93; choose 2^e ≈ 1/(2.93·√fan_in).
+int mxfp4_scale_exp(int64_t fan_in) {
+    return static_cast<int>(std::lround(std::log2(1.0 / (2.93 * std::sqrt(static_cast<double>(fan_in))))));
+}
+
+}  // namespace
+
+Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, const RandomCheckpointOptions& opt) {
+    RETURN_IF_ERROR(c.validate());
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return invalid_argument("cannot create directory " + dir + ": " + ec.message());
+
+    const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, V = c.vocab_size;
+    const int64_t qw = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
+    const int64_t kvw = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
+    SafetensorsWriter wr;
+    auto key = [&](const std::string& name) { return splitmix64(opt.seed) ^ hash_name(name); };
+    auto bf16 = [&](const std::string& name, Shape shape, float offset, float scale) {
+        wr.add_lazy(name, DType::kBF16, shape, bf16_fill(key(name), shape.numel(), offset, scale));
+    };
+    auto weight = [&](const std::string& name, int64_t out, int64_t in) {
+        bf16(name, Shape{out, in}, 0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
+    };
+
+    bf16("model.embed_tokens.weight", Shape{V, H}, 0.0f, 1.0f);
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        bf16(p + "input_layernorm.weight", Shape{H}, 1.0f, 0.2f);
+        weight(p + "self_attn.q_proj.weight", qw, H);
+        bf16(p + "self_attn.q_proj.bias", Shape{qw}, 0.0f, 0.1f);
+        weight(p + "self_attn.k_proj.weight", kvw, H);
+        bf16(p + "self_attn.k_proj.bias", Shape{kvw}, 0.0f, 0.1f);
+        weight(p + "self_attn.v_proj.weight", kvw, H);
+        bf16(p + "self_attn.v_proj.bias", Shape{kvw}, 0.0f, 0.1f);
+        weight(p + "self_attn.o_proj.weight", H, qw);
+        bf16(p + "self_attn.o_proj.bias", Shape{H}, 0.0f, 0.1f);
+        bf16(p + "self_attn.sinks", Shape{c.num_attention_heads}, 0.0f, 1.0f);
+        bf16(p + "post_attention_layernorm.weight", Shape{H}, 1.0f, 0.2f);
+        weight(p + "mlp.router.weight", E, H);
+        bf16(p + "mlp.router.bias", Shape{E}, 0.0f, 0.1f);
+        const std::string x = p + "mlp.experts.";
+        wr.add_lazy(x + "gate_up_proj_blocks", DType::kU8, Shape{E, 2 * I, H / 32, 16},
+                    code_fill(key(x + "gate_up_proj_blocks"), E * 2 * I * H / 2));
+        wr.add_lazy(x + "gate_up_proj_scales", DType::kU8, Shape{E, 2 * I, H / 32},
+                    scale_fill(key(x + "gate_up_proj_scales"), E * 2 * I * H / 32, mxfp4_scale_exp(H)));
+        bf16(x + "gate_up_proj_bias", Shape{E, 2 * I}, 0.0f, 0.1f);
+        wr.add_lazy(x + "down_proj_blocks", DType::kU8, Shape{E, H, I / 32, 16},
+                    code_fill(key(x + "down_proj_blocks"), E * H * I / 2));
+        wr.add_lazy(x + "down_proj_scales", DType::kU8, Shape{E, H, I / 32},
+                    scale_fill(key(x + "down_proj_scales"), E * H * I / 32, mxfp4_scale_exp(I)));
+        bf16(x + "down_proj_bias", Shape{E, H}, 0.0f, 0.1f);
+    }
+    bf16("model.norm.weight", Shape{H}, 1.0f, 0.2f);
+    weight("lm_head.weight", V, H);
+
+    {
+        std::ofstream f(dir + "/config.json");
+        f << c.to_hf_json().dump(2) << "\n";
+        if (!f) return invalid_argument("cannot write " + dir + "/config.json");
+    }
+    return wr.write(dir, {{"format", "pt"}}, opt.max_shard_bytes);
+}
+
+}  // namespace gptoss::model
