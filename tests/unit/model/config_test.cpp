@@ -1,0 +1,577 @@
+#include "model/gpt_oss_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+
+namespace gptoss::model {
+namespace {
+
+using json = nlohmann::json;
+
+std::string layer_types_json(int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i)
+        s += std::string(i ? "," : "") + (i % 2 == 0 ? "\"sliding_attention\"" : "\"full_attention\"");
+    return s + "]";
+}
+
+// The root config.json of openai/gpt-oss-20b / -120b (MODEL.md §1.1).
+std::string published_config(int layers, int experts) {
+    return R"({
+  "architectures": ["GptOssForCausalLM"],
+  "attention_bias": true,
+  "attention_dropout": 0.0,
+  "eos_token_id": 200002,
+  "experts_per_token": 4,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2880,
+  "initial_context_length": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 2880,
+  "layer_types": )" +
+           layer_types_json(layers) + R"(,
+  "max_position_embeddings": 131072,
+  "model_type": "gpt_oss",
+  "num_attention_heads": 64,
+  "num_experts_per_tok": 4,
+  "num_hidden_layers": )" +
+           std::to_string(layers) + R"(,
+  "num_key_value_heads": 8,
+  "num_local_experts": )" +
+           std::to_string(experts) + R"(,
+  "output_router_logits": false,
+  "pad_token_id": 199999,
+  "quantization_config": {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4"
+  },
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "factor": 32.0,
+    "original_max_position_embeddings": 4096,
+    "rope_type": "yarn",
+    "truncate": false
+  },
+  "rope_theta": 150000,
+  "router_aux_loss_coef": 0.9,
+  "sliding_window": 128,
+  "swiglu_limit": 7.0,
+  "tie_word_embeddings": false,
+  "transformers_version": "4.55.0.dev0",
+  "use_cache": true,
+  "vocab_size": 201088
+})";
+}
+
+// The same model as transformers >= 5 spells it: rope_parameters with rope_theta inside,
+// num_experts / experts_per_token, no layer_types (default alternation), eos as a list.
+std::string transformers5_config(int layers, int experts) {
+    return R"({
+  "architectures": ["GptOssForCausalLM"],
+  "attention_bias": true,
+  "attention_dropout": 0.0,
+  "eos_token_id": [200002],
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2880,
+  "initial_context_length": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 2880,
+  "max_position_embeddings": 131072,
+  "model_type": "gpt_oss",
+  "num_attention_heads": 64,
+  "experts_per_token": 4,
+  "num_hidden_layers": )" +
+           std::to_string(layers) + R"(,
+  "num_key_value_heads": 8,
+  "num_experts": )" +
+           std::to_string(experts) + R"(,
+  "output_router_logits": false,
+  "pad_token_id": 199999,
+  "quantization_config": {
+    "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"],
+    "quant_method": "mxfp4"
+  },
+  "rms_norm_eps": 1e-05,
+  "rope_parameters": {
+    "rope_type": "yarn",
+    "factor": 32.0,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "original_max_position_embeddings": 4096,
+    "truncate": false,
+    "rope_theta": 150000.0
+  },
+  "router_aux_loss_coef": 0.9,
+  "sliding_window": 128,
+  "swiglu_limit": 7.0,
+  "swiglu_alpha": 1.702,
+  "tie_word_embeddings": false,
+  "transformers_version": "4.55.0.dev0",
+  "use_cache": true,
+  "vocab_size": 201088
+})";
+}
+
+GptOssConfig parse_ok(const std::string& text) {
+    auto c = GptOssConfig::from_json_text(text);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? *c : GptOssConfig{};
+}
+
+GptOssConfig preset_ok(std::string_view name) {
+    auto c = GptOssConfig::preset(name);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    return c.ok() ? *c : GptOssConfig{};
+}
+
+void expect_parse_error(const std::string& text, const std::string& what) {
+    auto c = GptOssConfig::from_json_text(text);
+    ASSERT_FALSE(c.ok()) << "expected: " << what;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(what), std::string::npos) << c.status().message();
+}
+
+// Edits a copy of the published 20b config JSON and parses it.
+void expect_edit_error(const std::function<void(json&)>& edit, const std::string& what) {
+    json j = json::parse(published_config(24, 32));
+    edit(j);
+    expect_parse_error(j.dump(), what);
+}
+
+void expect_invalid(const GptOssConfig& c, const std::string& what) {
+    Status st = c.validate();
+    ASSERT_FALSE(st.ok()) << "expected: " << what;
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(st.message(), what);
+}
+
+// ---- parsing ------------------------------------------------------------------------------------
+
+TEST(GptOssConfig, Published20bParsesAndValidates) {
+    GptOssConfig c = parse_ok(published_config(24, 32));
+    EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+    EXPECT_EQ(c.hidden_size, 2880);
+    EXPECT_EQ(c.num_hidden_layers, 24);
+    EXPECT_EQ(c.num_attention_heads, 64);
+    EXPECT_EQ(c.num_key_value_heads, 8);
+    EXPECT_EQ(c.head_dim, 64);
+    EXPECT_EQ(c.num_experts, 32);
+    EXPECT_EQ(c.experts_per_token, 4);
+    EXPECT_EQ(c.intermediate_size, 2880);
+    EXPECT_EQ(c.sliding_window, 128);
+    EXPECT_EQ(c.vocab_size, 201088);
+    EXPECT_EQ(c.swiglu_limit, 7.0);
+    EXPECT_EQ(c.swiglu_alpha, 1.702);
+    EXPECT_EQ(c.rms_norm_eps, 1e-5);
+    EXPECT_EQ(c.rope_theta, 150000.0);
+    ASSERT_TRUE(c.rope_scaling.has_value());
+    EXPECT_EQ(c.rope_scaling->rope_type, "yarn");
+    EXPECT_EQ(c.rope_scaling->factor, 32.0);
+    EXPECT_EQ(c.rope_scaling->beta_fast, 32.0);
+    EXPECT_EQ(c.rope_scaling->beta_slow, 1.0);
+    EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 4096);
+    EXPECT_FALSE(c.rope_scaling->truncate);
+    EXPECT_EQ(c.max_position_embeddings, 131072);
+    EXPECT_TRUE(c.attention_bias);
+    EXPECT_FALSE(c.tie_word_embeddings);
+    ASSERT_EQ(c.layer_types.size(), 24u);
+    EXPECT_EQ(c.layer_types[0], LayerType::kSlidingAttention);
+    EXPECT_EQ(c.layer_types[1], LayerType::kFullAttention);
+    EXPECT_EQ(c.eos_token_ids, std::vector<int>{200002});
+    EXPECT_EQ(c.pad_token_id, 199999);
+    EXPECT_FALSE(c.bos_token_id.has_value());
+    ASSERT_TRUE(c.quantization.has_value());
+    EXPECT_EQ(c.quantization->quant_method, "mxfp4");
+    EXPECT_EQ(c.quantization->modules_to_not_convert.size(), 4u);
+    EXPECT_EQ(c.quantization->modules_to_not_convert[1], "model.layers.*.mlp.router");
+    // Unmapped keys land in extra; mapped ones (either spelling) do not.
+    EXPECT_EQ(c.extra["model_type"], "gpt_oss");
+    EXPECT_EQ(c.extra["initial_context_length"], 4096);
+    EXPECT_EQ(c.extra["router_aux_loss_coef"], 0.9);
+    EXPECT_FALSE(c.extra.contains("experts_per_token"));
+    EXPECT_FALSE(c.extra.contains("num_local_experts"));
+    EXPECT_FALSE(c.extra.contains("rope_scaling"));
+    EXPECT_FALSE(c.extra.contains("quantization_config"));
+    EXPECT_EQ(c.q_width(), 4096);
+    EXPECT_EQ(c.kv_width(), 512);
+}
+
+TEST(GptOssConfig, Published120bParsesAndValidates) {
+    GptOssConfig c = parse_ok(published_config(36, 128));
+    EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+    EXPECT_EQ(c.num_hidden_layers, 36);
+    EXPECT_EQ(c.num_experts, 128);
+    EXPECT_EQ(c.layer_types.size(), 36u);
+    EXPECT_TRUE(c.is_sliding(34));
+    EXPECT_FALSE(c.is_sliding(35));
+}
+
+TEST(GptOssConfig, BothSpellingsParseToTheSameConfig) {
+    for (auto [layers, experts] : {std::pair{24, 32}, std::pair{36, 128}}) {
+        GptOssConfig published = parse_ok(published_config(layers, experts));
+        GptOssConfig t5 = parse_ok(transformers5_config(layers, experts));
+        EXPECT_EQ(published, t5) << published.to_hf_json().dump() << "\n" << t5.to_hf_json().dump();
+    }
+}
+
+TEST(GptOssConfig, OriginalOpenAiConfigSpelling) {
+    // original/config.json (MODEL.md §1.2).
+    GptOssConfig c = parse_ok(R"({"num_hidden_layers": 24, "num_experts": 32, "experts_per_token": 4,
+        "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "swiglu_limit": 7.0,
+        "head_dim": 64, "num_attention_heads": 64, "num_key_value_heads": 8, "sliding_window": 128,
+        "initial_context_length": 4096, "rope_theta": 150000.0, "rope_scaling_factor": 32.0,
+        "rope_ntk_alpha": 1.0, "rope_ntk_beta": 32.0})");
+    EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+    GptOssConfig published = parse_ok(published_config(24, 32));
+    ASSERT_TRUE(c.rope_scaling.has_value());
+    EXPECT_EQ(*c.rope_scaling, *published.rope_scaling);
+    EXPECT_EQ(c.layer_types, published.layer_types);
+    EXPECT_EQ(c.num_experts, 32);
+    EXPECT_EQ(c.experts_per_token, 4);
+}
+
+TEST(GptOssConfig, DefaultLayerTypesAlternateStartingWithSliding) {
+    json j = json::parse(published_config(24, 32));
+    j.erase("layer_types");
+    auto c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_EQ(c->layer_types.size(), 24u);
+    for (int l = 0; l < 24; ++l) EXPECT_EQ(c->is_sliding(l), l % 2 == 0) << l;
+    EXPECT_FALSE(c->is_sliding(-1));
+    EXPECT_FALSE(c->is_sliding(24));
+}
+
+TEST(GptOssConfig, RopeScalingAbsentNullAndDefault) {
+    json j = json::parse(published_config(24, 32));
+    j.erase("rope_scaling");
+    auto absent = GptOssConfig::from_json(j);  // HF's default block
+    ASSERT_TRUE(absent.ok()) << absent.status().to_string();
+    EXPECT_EQ(absent->rope_scaling, RopeScaling{});
+    j["rope_scaling"] = nullptr;
+    auto null = GptOssConfig::from_json(j);
+    ASSERT_TRUE(null.ok()) << null.status().to_string();
+    EXPECT_FALSE(null->rope_scaling.has_value());
+    EXPECT_TRUE(null->validate().ok());
+    j.erase("rope_scaling");
+    j.erase("rope_theta");
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+    auto plain = GptOssConfig::from_json(j);
+    ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+    EXPECT_FALSE(plain->rope_scaling.has_value());
+    EXPECT_EQ(plain->rope_theta, 10000.0);
+}
+
+TEST(GptOssConfig, YarnTruncateDefaultsToTrueLikeTransformers) {
+    json j = json::parse(published_config(24, 32));
+    j["rope_scaling"].erase("truncate");
+    auto c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_TRUE(c->rope_scaling->truncate);
+}
+
+TEST(GptOssConfig, OriginalMaxPositionFallsBackToInitialContextLength) {
+    json j = json::parse(published_config(24, 32));
+    j["rope_scaling"].erase("original_max_position_embeddings");
+    j["initial_context_length"] = 2048;
+    auto c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 2048);
+    j.erase("initial_context_length");
+    expect_parse_error(j.dump(), "missing rope_scaling.original_max_position_embeddings");
+}
+
+TEST(GptOssConfig, EosListAndBos) {
+    json j = json::parse(published_config(24, 32));
+    j["eos_token_id"] = {200002, 199999, 200012};
+    j["bos_token_id"] = 199998;
+    auto c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->eos_token_ids, (std::vector<int>{200002, 199999, 200012}));
+    EXPECT_EQ(c->bos_token_id, 199998);
+    j["pad_token_id"] = nullptr;
+    auto no_pad = GptOssConfig::from_json(j);
+    ASSERT_TRUE(no_pad.ok());
+    EXPECT_FALSE(no_pad->pad_token_id.has_value());
+}
+
+TEST(GptOssConfig, QuantizationExtraKeysAreKept) {
+    json j = json::parse(published_config(24, 32));
+    j["quantization_config"]["dequantize"] = false;
+    auto c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->quantization->extra["dequantize"], false);
+    EXPECT_EQ(c->to_hf_json()["quantization_config"], j["quantization_config"]);
+    j.erase("quantization_config");
+    auto none = GptOssConfig::from_json(j);
+    ASSERT_TRUE(none.ok());
+    EXPECT_FALSE(none->quantization.has_value());
+}
+
+// ---- parse errors -------------------------------------------------------------------------------
+
+TEST(GptOssConfigParse, InvalidJson) {
+    expect_parse_error("{\"hidden_size\": ", "config is not valid JSON");
+    expect_parse_error("[1, 2]", "config must be a JSON object");
+}
+
+TEST(GptOssConfigParse, MissingRequiredKey) {
+    expect_edit_error([](json& j) { j.erase("hidden_size"); }, "missing hidden_size");
+    expect_edit_error([](json& j) { j.erase("num_local_experts"); }, "missing num_local_experts");
+    expect_edit_error(
+        [](json& j) {
+            j.erase("num_experts_per_tok");
+            j.erase("experts_per_token");
+        },
+        "missing num_experts_per_tok");
+}
+
+TEST(GptOssConfigParse, WrongJsonTypes) {
+    expect_edit_error([](json& j) { j["hidden_size"] = "2880"; }, "hidden_size must be an integer, got \"2880\"");
+    expect_edit_error([](json& j) { j["hidden_size"] = 2880.5; }, "hidden_size must be an integer, got 2880.5");
+    expect_edit_error([](json& j) { j["vocab_size"] = 1ll << 40; }, "vocab_size must be a 32-bit integer");
+    expect_edit_error([](json& j) { j["rms_norm_eps"] = "tiny"; }, "rms_norm_eps must be a number");
+    expect_edit_error([](json& j) { j["attention_bias"] = 1; }, "attention_bias must be true or false, got 1");
+    expect_edit_error([](json& j) { j["rope_scaling"] = 32; }, "rope_scaling must be an object, got 32");
+    expect_edit_error([](json& j) { j["rope_scaling"]["factor"] = "32"; }, "rope_scaling.factor must be a number");
+    expect_edit_error([](json& j) { j["layer_types"] = "sliding"; }, "layer_types must be an array of strings");
+    expect_edit_error([](json& j) { j["eos_token_id"] = {200002, "x"}; }, "eos_token_id[1] must be an integer");
+    expect_edit_error([](json& j) { j["quantization_config"]["modules_to_not_convert"] = {1}; },
+                      "quantization_config.modules_to_not_convert[] must be a string");
+}
+
+TEST(GptOssConfigParse, UnknownLayerType) {
+    expect_edit_error([](json& j) { j["layer_types"][3] = "local_attention"; },
+                      "layer_types[3] is \"local_attention\", expected \"sliding_attention\" or \"full_attention\"");
+}
+
+TEST(GptOssConfigParse, SpellingsThatDisagree) {
+    expect_edit_error([](json& j) { j["experts_per_token"] = 2; },
+                      "num_experts_per_tok (4) and experts_per_token (2) disagree");
+    expect_edit_error([](json& j) { j["num_experts"] = 64; }, "num_local_experts (32) and num_experts (64) disagree");
+    expect_edit_error(
+        [](json& j) {
+            j["rope_parameters"] = j["rope_scaling"];
+            j["rope_parameters"]["rope_theta"] = 10000.0;
+        },
+        "rope_theta (150000) and rope_parameters.rope_theta (10000.0) disagree");
+    expect_edit_error(
+        [](json& j) {
+            j["rope_parameters"] = j["rope_scaling"];
+            j["rope_parameters"]["factor"] = 16.0;
+        },
+        "rope_scaling and rope_parameters disagree");
+}
+
+TEST(GptOssConfigParse, UnsupportedRopeKey) {
+    expect_edit_error([](json& j) { j["rope_scaling"]["attention_factor"] = 1.5; },
+                      "rope_scaling: unsupported key 'attention_factor'");
+    expect_edit_error([](json& j) { j["rope_scaling"]["rope_theta"] = 150000; },
+                      "rope_scaling must not contain rope_theta");
+}
+
+TEST(GptOssConfigParse, FromFile) {
+    auto dir = std::filesystem::temp_directory_path() / ("gptoss_cfg_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / "config.json").string();
+    {
+        std::ofstream f(path);
+        f << published_config(24, 32);
+    }
+    auto c = GptOssConfig::from_file(path);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->num_experts, 32);
+    {
+        std::ofstream f(path);
+        f << "{\"hidden_size\": true}";
+    }
+    auto bad = GptOssConfig::from_file(path);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find(path + ": hidden_size must be an integer"), std::string::npos)
+        << bad.status().message();
+    auto missing = GptOssConfig::from_file((dir / "nope.json").string());
+    ASSERT_FALSE(missing.ok());
+    EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+    std::filesystem::remove_all(dir);
+}
+
+// ---- presets and round trips --------------------------------------------------------------------
+
+TEST(GptOssConfigPreset, PresetsMatchThePublishedConfigs) {
+    EXPECT_EQ(preset_ok("gpt-oss-20b"), parse_ok(published_config(24, 32)));
+    EXPECT_EQ(preset_ok("gpt-oss-120b"), parse_ok(published_config(36, 128)));
+    // to_hf_json writes the published file back, key for key.
+    EXPECT_EQ(preset_ok("gpt-oss-20b").to_hf_json(), json::parse(published_config(24, 32)));
+    EXPECT_EQ(preset_ok("gpt-oss-120b").to_hf_json(), json::parse(published_config(36, 128)));
+}
+
+TEST(GptOssConfigPreset, TinyIsValidAndSmall) {
+    GptOssConfig c = preset_ok("tiny");
+    EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+    EXPECT_EQ(c.hidden_size, 256);
+    EXPECT_EQ(c.num_hidden_layers, 4);
+    EXPECT_EQ(c.num_attention_heads, 8);
+    EXPECT_EQ(c.num_key_value_heads, 1);
+    EXPECT_EQ(c.head_dim, 64);
+    EXPECT_EQ(c.num_experts, 8);
+    EXPECT_EQ(c.experts_per_token, 4);
+    EXPECT_EQ(c.intermediate_size, 256);
+    EXPECT_EQ(c.sliding_window, 32);
+    EXPECT_EQ(c.vocab_size, 201088);
+    EXPECT_EQ(c.layer_types.size(), 4u);
+    EXPECT_TRUE(c.quantization.has_value());
+}
+
+TEST(GptOssConfigPreset, UnknownPresetIsAnError) {
+    auto c = GptOssConfig::preset("gpt-oss-7b");
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("unknown model preset 'gpt-oss-7b'"), std::string::npos);
+}
+
+TEST(GptOssConfig, RoundTripThroughHfJson) {
+    std::vector<GptOssConfig> configs = {preset_ok("gpt-oss-20b"), preset_ok("gpt-oss-120b"), preset_ok("tiny"),
+                                         parse_ok(transformers5_config(24, 32))};
+    GptOssConfig odd = preset_ok("tiny");
+    odd.rope_scaling.reset();
+    odd.swiglu_alpha = 1.5;
+    odd.rms_norm_eps = 1e-6;
+    odd.eos_token_ids = {200002, 200012};
+    odd.bos_token_id = 199998;
+    odd.pad_token_id.reset();
+    odd.quantization.reset();
+    odd.layer_types = {LayerType::kFullAttention, LayerType::kFullAttention, LayerType::kSlidingAttention,
+                       LayerType::kFullAttention};
+    odd.extra["custom_key"] = {{"nested", {1, 2, 3}}};
+    configs.push_back(odd);
+    for (const GptOssConfig& c : configs) {
+        // Through text too, as config.json is written and read.
+        std::string text = c.to_hf_json().dump(2);
+        auto back = GptOssConfig::from_json_text(text);
+        ASSERT_TRUE(back.ok()) << back.status().to_string();
+        EXPECT_EQ(*back, c) << text;
+    }
+}
+
+// ---- validation: one test per rule --------------------------------------------------------------
+
+GptOssConfig base() { return preset_ok("gpt-oss-20b"); }
+
+TEST(GptOssConfigValidate, HeadsMultipleOfKvHeads) {
+    GptOssConfig c = base();
+    c.num_key_value_heads = 7;
+    expect_invalid(c, "num_attention_heads (64) must be a multiple of num_key_value_heads (7)");
+}
+
+TEST(GptOssConfigValidate, HiddenSizeMultipleOf32) {
+    GptOssConfig c = base();
+    c.hidden_size = 2888;
+    expect_invalid(c, "hidden_size (2888) must be a multiple of 32 (the MXFP4 group size)");
+}
+
+TEST(GptOssConfigValidate, IntermediateSizeMultipleOf32) {
+    GptOssConfig c = base();
+    c.intermediate_size = 100;
+    expect_invalid(c, "intermediate_size (100) must be a multiple of 32 (the MXFP4 group size)");
+}
+
+TEST(GptOssConfigValidate, HeadDimEven) {
+    GptOssConfig c = base();
+    c.head_dim = 63;
+    expect_invalid(c, "head_dim (63) must be even (RoPE rotates pairs)");
+}
+
+TEST(GptOssConfigValidate, ExpertsPerTokenAtMostNumExperts) {
+    GptOssConfig c = base();
+    c.experts_per_token = 33;
+    expect_invalid(c, "experts_per_token (33) must be at most num_experts (32)");
+}
+
+TEST(GptOssConfigValidate, LayerTypesLength) {
+    GptOssConfig c = base();
+    c.layer_types.pop_back();
+    expect_invalid(c, "layer_types has 23 entries but num_hidden_layers is 24");
+}
+
+TEST(GptOssConfigValidate, PositiveSizes) {
+    GptOssConfig c = base();
+    c.hidden_size = 0;
+    expect_invalid(c, "hidden_size (0) must be positive");
+    c = base();
+    c.num_key_value_heads = -8;
+    expect_invalid(c, "num_key_value_heads (-8) must be positive");
+    c = base();
+    c.vocab_size = 1 << 30;
+    expect_invalid(c, "vocab_size (1073741824) is larger than 16777216");
+    c = base();
+    c.num_hidden_layers = 0;
+    c.layer_types.clear();
+    expect_invalid(c, "num_hidden_layers (0) must be positive");
+}
+
+TEST(GptOssConfigValidate, RopeTypeMustBeYarn) {
+    GptOssConfig c = base();
+    c.rope_scaling->rope_type = "linear";
+    expect_invalid(c, "rope_scaling.rope_type 'linear' is not supported (only \"yarn\")");
+    // The parser keeps the type so validate() can say which one.
+    json j = json::parse(published_config(24, 32));
+    j["rope_scaling"]["rope_type"] = "dynamic";
+    auto parsed = GptOssConfig::from_json(j);
+    ASSERT_TRUE(parsed.ok());
+    expect_invalid(*parsed, "rope_scaling.rope_type 'dynamic' is not supported (only \"yarn\")");
+}
+
+TEST(GptOssConfigValidate, RopeParameters) {
+    GptOssConfig c = base();
+    c.rope_scaling->factor = 0.5;
+    expect_invalid(c, "rope_scaling.factor (0.5) must be at least 1");
+    c = base();
+    c.rope_scaling->beta_fast = 1.0;
+    expect_invalid(c, "rope_scaling.beta_fast (1) must be greater than beta_slow (1) > 0");
+    c = base();
+    c.rope_scaling->original_max_position_embeddings = 0;
+    expect_invalid(c, "rope_scaling.original_max_position_embeddings (0) must be positive");
+    c = base();
+    c.rope_theta = -1;
+    expect_invalid(c, "rope_theta (-1) must be positive");
+}
+
+TEST(GptOssConfigValidate, SlidingWindowAtLeastOne) {
+    GptOssConfig c = base();
+    c.sliding_window = 0;
+    expect_invalid(c, "sliding_window (0) must be at least 1");
+}
+
+TEST(GptOssConfigValidate, PositiveFloats) {
+    GptOssConfig c = base();
+    c.rms_norm_eps = 0;
+    expect_invalid(c, "rms_norm_eps (0) must be positive");
+    c = base();
+    c.swiglu_limit = -7;
+    expect_invalid(c, "swiglu_limit (-7) must be positive");
+    c = base();
+    c.swiglu_alpha = std::numeric_limits<double>::quiet_NaN();
+    expect_invalid(c, "swiglu_alpha (nan) must be positive");
+}
+
+TEST(GptOssConfigValidate, TokenIdsInsideVocabulary) {
+    GptOssConfig c = base();
+    c.eos_token_ids.push_back(201088);
+    expect_invalid(c, "eos_token_id (201088) is outside the vocabulary [0, 201088)");
+    c = base();
+    c.pad_token_id = -1;
+    expect_invalid(c, "pad_token_id (-1) is outside the vocabulary [0, 201088)");
+    c = base();
+    c.bos_token_id = 300000;
+    expect_invalid(c, "bos_token_id (300000) is outside the vocabulary [0, 201088)");
+}
+
+}  // namespace
+}  // namespace gptoss::model
