@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+
+namespace gptoss::kernels {
+
+// Batched causal GQA attention with sinks over a paged bf16 KV cache, for the CUDA backend. Every
+// pointer is device memory; lengths and positions are read on the device, so a launch can be
+// captured in a CUDA graph once and replayed with new metadata.
+//
+// Sequence s owns new query tokens [query_start[s], query_start[s+1]) of q/out, at positions
+// seq_start_pos[s], seq_start_pos[s] + 1, …; its keys 0 .. (last position) are already in the cache
+// (the RoPE/KV-write kernel runs first), reached through block_tables[s · max_blocks_per_seq + b]
+// for logical block b (positions [b·block_size, (b+1)·block_size)). With sliding_window > 0 a
+// query at position i sees keys i − sliding_window < j ≤ i, and the table entries for older blocks
+// are never read (they may be −1).
+//
+// Softmax (MODEL.md §4.4): scores = q·k · scale; the sink logit sinks[h] (unscaled) joins the
+// denominator only: out = Σ_j e^{s_j − M} v_j / (Σ_j e^{s_j − M} + e^{sink − M}).
+struct PagedAttentionArgs {
+    const void* q = nullptr;        // [num_tokens, num_heads, head_dim] bf16, post-RoPE
+    void* out = nullptr;            // [num_tokens, num_heads, head_dim] bf16
+    const float* sinks = nullptr;   // [num_heads]
+    const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
+    const void* v_cache = nullptr;  // same
+    const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
+    const int32_t* seq_start_pos = nullptr;  // [num_seqs]
+    const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0
+    int max_blocks_per_seq = 0;
+    int num_seqs = 0;
+    int num_tokens = 0;      // query_start[num_seqs] (host copy, for grid sizing)
+    int max_query_len = 0;   // host upper bound on any sequence's new tokens (grid sizing)
+    int max_context_len = 0; // host upper bound on any sequence's last position + 1 (grid sizing)
+    int num_heads = 64;
+    int num_kv_heads = 8;
+    int head_dim = 64;
+    int block_size = 16;
+    int sliding_window = 0;  // 0 = full causal
+    float scale = 0.125f;
+    // Split-KV (flash-decoding) workspace, used by the decode kernel: at least
+    // num_seqs · num_heads · max_splits · (head_dim + 2) floats.
+    float* workspace = nullptr;
+    int max_splits = 1;
+};
+
+}  // namespace gptoss::kernels

@@ -1,0 +1,60 @@
+// Device helpers shared by the CUDA kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gptoss::kernels::cuda {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over a block of up to 1024 threads; every thread gets the result. `scratch` holds 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    const int nw = (blockDim.x + 31) >> 5;
+    v = lane < nw ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+// e2m1 code -> fp32 by building the bits (MODEL.md §3): bit 3 sign, bits 2..1 exponent (bias 1),
+// bit 0 mantissa. Exponent 0 is the subnormal pair {0, 0.5}. Branch-free, no table lookups.
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+    const uint32_t e = (code >> 1) & 3u, m = code & 1u;
+    const uint32_t normal = ((e + 126u) << 23) | (m << 22);
+    const uint32_t bits = (e == 0u ? (m ? 0x3f000000u : 0u) : normal) | ((code & 8u) << 28);
+    return __uint_as_float(bits);
+}
+
+// 2^(s-127) for an E8M0 byte s in 1..254 by building the float's exponent field directly; s = 0
+// (2^-127, subnormal) and 255 (NaN in OCP, inf in the reference) are handled by exp2f.
+__device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
+    return (s - 1u < 254u) ? __uint_as_float(s << 23) : exp2f(static_cast<float>(static_cast<int>(s) - 127));
+}
+
+// Counter-based uniform in [0, 1): the same splitmix64 construction as runtime::uniform_at.
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace gptoss::kernels::cuda

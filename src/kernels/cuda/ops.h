@@ -1,0 +1,55 @@
+// Host launchers of the CUDA backend (sm_90a). Every pointer is device memory unless noted; every
+// launcher runs on the given stream and checks the launch. Shapes use the model config's names.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gptoss::kernels::cuda {
+
+// x[t, :] = embed[ids[t], :] (bf16 table -> fp32).
+void embedding(const int32_t* ids, int num_tokens, const void* table_bf16, int hidden_size, float* x,
+               cudaStream_t stream);
+
+// Residual update fused with the next RMSNorm:
+//   x[t] += Σ_{k<num_add} add_weights[t, k] · add[t, k, :] + add_bias      (skipped when add == nullptr)
+//   out[t] = bf16(x[t] / sqrt(mean(x[t]²) + eps) · weight)                  (skipped when out == nullptr)
+// add_weights == nullptr means weight 1. add_bias may be nullptr.
+struct ResidualRmsNormArgs {
+    float* x = nullptr;                  // [num_tokens, hidden_size] residual stream, updated in place
+    const float* add = nullptr;          // [num_tokens, num_add, hidden_size]
+    const float* add_weights = nullptr;  // [num_tokens, num_add]
+    const float* add_bias = nullptr;     // [hidden_size]
+    int num_add = 1;
+    const float* weight = nullptr;       // [hidden_size] norm gain
+    void* out = nullptr;                 // [num_tokens, hidden_size] bf16
+    float* out_f32 = nullptr;            // optional fp32 copy of the normed rows (router input), may be null
+    int num_tokens = 0;
+    int hidden_size = 0;
+    float eps = 1e-5f;
+};
+void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
+
+// Bias add + YaRN RoPE (NeoX half-split) + KV-cache write, from the fused QKV projection output.
+struct QkvRopeArgs {
+    const float* qkv = nullptr;     // [num_tokens, (num_heads + 2·num_kv_heads) · head_dim] fp32, no bias
+    const float* bias = nullptr;    // [(num_heads + 2·num_kv_heads) · head_dim]
+    const int32_t* positions = nullptr;     // [num_tokens]
+    const int32_t* slot_mapping = nullptr;  // [num_tokens] block·block_size + offset; < 0: skip write
+    const float* inv_freq = nullptr;        // [head_dim / 2]
+    float attention_scaling = 1.0f;
+    void* q_out = nullptr;          // [num_tokens, num_heads, head_dim] bf16
+    void* k_cache = nullptr;        // [num_blocks, block_size, num_kv_heads, head_dim] bf16
+    void* v_cache = nullptr;
+    int num_tokens = 0;
+    int num_heads = 0;
+    int num_kv_heads = 0;
+    int head_dim = 64;
+};
+void qkv_bias_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
+
+// fp32 -> bf16, n elements.
+void f32_to_bf16(const float* in, void* out, int64_t n, cudaStream_t stream);
+
+}  // namespace gptoss::kernels::cuda
