@@ -1,0 +1,73 @@
+// MoE on the CUDA backend: router (fp32 logits, top-k, softmax over the k), routing plans, the
+// weight-only MXFP4 expert kernels for small batches (decode), and the pieces of the bf16 grouped
+// path for large batches (prefill: gather → per-expert GEMM → SwiGLU → GEMM → scatter).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gptoss::kernels::cuda {
+
+// logits = h · Wrᵀ + b in fp32 (h fp32 for decision stability near ties), then top-k (ties to the
+// lower index) and softmax over the k chosen.
+struct RouterTopkArgs {
+    const float* h = nullptr;       // [num_tokens, hidden_size] fp32
+    const void* weight = nullptr;   // [num_experts, hidden_size] bf16
+    const float* bias = nullptr;    // [num_experts]
+    int32_t* expert_ids = nullptr;  // [num_tokens, experts_per_token]
+    float* expert_weights = nullptr;  // [num_tokens, experts_per_token]
+    int num_tokens = 0;
+    int hidden_size = 0;
+    int num_experts = 0;
+    int experts_per_token = 0;
+};
+void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
+
+// Groups the num_assignments = num_tokens·k assignments (index t·k + slot) by expert:
+// expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments].
+// `stable` keeps assignment order inside an expert (deterministic; O(A²) work, for small batches).
+void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, bool stable, int32_t* expert_offsets,
+              int32_t* sorted_assignments, cudaStream_t stream);
+
+// Weight-only MXFP4 experts for small batches. Every expert's weights are read once per call,
+// whatever number of tokens chose it.
+struct MoeMxfp4Args {
+    const void* h = nullptr;                  // [num_tokens, hidden_size] bf16 (post-norm)
+    const int32_t* expert_offsets = nullptr;  // [num_experts + 1]
+    const int32_t* sorted_assignments = nullptr;  // [num_tokens · k]
+    const uint8_t* gate_up_blocks = nullptr;  // [E, 2I, H/32, 16]
+    const uint8_t* gate_up_scales = nullptr;  // [E, 2I, H/32]
+    const float* gate_up_bias = nullptr;      // [E, 2I]
+    const uint8_t* down_blocks = nullptr;     // [E, H, I/32, 16]
+    const uint8_t* down_scales = nullptr;     // [E, H, I/32]
+    const float* down_bias = nullptr;         // [E, H]
+    float* act = nullptr;                     // [num_tokens · k, I] scratch: SwiGLU output per assignment
+    float* y = nullptr;                       // [num_tokens · k, H] expert outputs (bias included)
+    int num_tokens = 0;
+    int hidden_size = 0;
+    int intermediate_size = 0;
+    int num_experts = 0;
+    int experts_per_token = 0;
+    float swiglu_limit = 7.0f;
+    float swiglu_alpha = 1.702f;
+};
+void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
+
+// Large-batch path helpers (the GEMMs run through GemmRunner between them).
+// xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).
+void moe_gather(const void* h, const int32_t* sorted_assignments, int num_assignments, int k, int hidden_size,
+                void* xg, cudaStream_t stream);
+// act[i, j] = bf16(SwiGLU(gu[i, 2j] + b[e_i, 2j], gu[i, 2j+1] + b[e_i, 2j+1])), e_i from expert_offsets.
+void moe_swiglu_sorted(const float* gu, const float* gate_up_bias, const int32_t* expert_offsets, int num_experts,
+                       int num_assignments, int intermediate_size, float limit, float alpha, void* act,
+                       cudaStream_t stream);
+// y[sorted_assignments[i], :] = yd[i, :] + down_bias[e_i, :].
+void moe_scatter(const float* yd, const float* down_bias, const int32_t* expert_offsets, int num_experts,
+                 const int32_t* sorted_assignments, int num_assignments, int hidden_size, float* y,
+                 cudaStream_t stream);
+// MXFP4 [rows, cols/32, 16] + [rows, cols/32] -> bf16 [rows, cols] (exact), for the bf16 path.
+void mxfp4_to_bf16(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int cols, void* out,
+                   cudaStream_t stream);
+
+}  // namespace gptoss::kernels::cuda

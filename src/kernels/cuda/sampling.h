@@ -1,0 +1,25 @@
+// Sampling on the GPU, one CTA per sequence: greedy (temperature 0), or temperature sampling
+// restricted by top-k and top-p, drawn with the Gumbel-max trick from counter-based noise, so a
+// draw depends only on (seed, draw_index, logits): reproducible whatever shares the batch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gptoss::kernels::cuda {
+
+struct SampleArgs {
+    const float* logits = nullptr;       // [num_seqs, vocab_size]
+    const float* temperature = nullptr;  // [num_seqs]; <= 0 means greedy
+    const float* top_p = nullptr;        // [num_seqs]; 1 disables
+    const int32_t* top_k = nullptr;      // [num_seqs]; 0 disables
+    const uint64_t* seed = nullptr;      // [num_seqs]
+    const uint64_t* draw_index = nullptr;  // [num_seqs]: position of this draw in the request's output
+    int32_t* out = nullptr;              // [num_seqs]
+    int num_seqs = 0;
+    int vocab_size = 0;
+};
+void sample(const SampleArgs& args, cudaStream_t stream);
+
+}  // namespace gptoss::kernels::cuda
