@@ -1,0 +1,126 @@
+// Parsed messages -> chat.completions: routing of each message kind, joining, truncation, tool
+// choice, and streamed deltas equal to the non-streamed result (HARMONY.md §6.5).
+#include "harmony/harmony_chat.h"
+
+#include <gtest/gtest.h>
+
+#include "harmony/harmony_json.h"
+#include "unit/harmony/toy_vocab.h"
+
+namespace gptoss::harmony {
+namespace {
+
+ParsedMessage msg(std::optional<std::string> channel, std::string content,
+                  std::optional<std::string> recipient = std::nullopt, Terminator t = Terminator::kEnd) {
+    ParsedMessage m;
+    m.header.channel = std::move(channel);
+    m.header.recipient = std::move(recipient);
+    m.content = std::move(content);
+    m.terminator = t;
+    return m;
+}
+
+TEST(HarmonyChatMapping, RoutesEveryMessageKind) {
+    ParsedMessage recovered = msg("final", "hidden");
+    recovered.header.recovered = true;
+    ParsedMessage tool_reply = msg("commentary", "reply");
+    tool_reply.header.role = Role::kTool;
+    std::vector<ParsedMessage> messages = {
+        msg("analysis", "think"),
+        msg("commentary", "Checking."),                  // preamble: user-visible
+        msg("analysis", "{\"q\":1}", "browser.search"),  // built-in: hidden
+        msg("commentary", " {\"a\":1}\n", "functions.f", Terminator::kCall),
+        msg(std::nullopt, "no channel"),
+        recovered,
+        tool_reply,
+        msg("final", "Done."),
+    };
+    ChatCompletion c = to_chat_completion(messages, {}, false);
+    EXPECT_EQ(c.content, "Checking.\nDone.");
+    EXPECT_EQ(c.reasoning_content, "think\n{\"q\":1}\nno channel\nhidden");
+    ASSERT_EQ(c.tool_calls.size(), 1u);
+    EXPECT_EQ(c.tool_calls[0].name, "f");
+    EXPECT_EQ(c.tool_calls[0].arguments, "{\"a\":1}");
+    EXPECT_EQ(c.tool_calls[0].id.rfind("call_", 0), 0u);
+    EXPECT_EQ(c.tool_calls[0].id.size(), 29u);
+    EXPECT_EQ(c.finish_reason, "tool_calls");
+}
+
+TEST(HarmonyChatMapping, EmptyCompletionHasNullFields) {
+    ChatCompletion c = to_chat_completion({}, {}, false);
+    EXPECT_FALSE(c.content.has_value());
+    EXPECT_FALSE(c.reasoning_content.has_value());
+    EXPECT_EQ(c.finish_reason, "stop");
+    Json j = chat_completion_to_json(c);
+    EXPECT_TRUE(j["message"]["content"].is_null());
+    EXPECT_FALSE(j["message"].contains("tool_calls"));
+}
+
+TEST(HarmonyChatMapping, BareRecipients) {
+    std::vector<ParsedMessage> m = {msg("analysis", "{}", "lookup_weather")};
+    ChatMappingOptions unknown;
+    EXPECT_EQ(to_chat_completion(m, unknown, false).tool_calls.size(), 1u);
+    ChatMappingOptions declared;
+    declared.declared_functions = std::vector<std::string>{"lookup_weather"};
+    EXPECT_EQ(to_chat_completion(m, declared, false).tool_calls.size(), 1u);
+    declared.declared_functions = std::vector<std::string>{"other"};
+    ChatCompletion c = to_chat_completion(m, declared, false);
+    EXPECT_TRUE(c.tool_calls.empty());
+    EXPECT_EQ(c.reasoning_content, "{}");
+    EXPECT_TRUE(to_chat_completion({msg("analysis", "x", "python")}, unknown, false).tool_calls.empty());
+}
+
+TEST(HarmonyChatMapping, LengthLimitDropsUnfinishedCall) {
+    std::vector<ParsedMessage> m = {msg("analysis", "t"),
+                                    msg("commentary", "{\"a\":", "functions.f", Terminator::kNone)};
+    ChatCompletion c = to_chat_completion(m, {}, true);
+    EXPECT_TRUE(c.tool_calls.empty());
+    EXPECT_EQ(c.finish_reason, "length");
+    EXPECT_EQ(c.reasoning_content, "t");
+    // Without the limit the same stream is a call (the fixture form: no stop token, parsed with EOS).
+    EXPECT_EQ(to_chat_completion(m, {}, false).finish_reason, "tool_calls");
+    // A call ended by <|end|> or <|return|> instead of <|call|> is still a call (X9).
+    m[1].terminator = Terminator::kReturn;
+    EXPECT_EQ(to_chat_completion(m, {}, true).finish_reason, "tool_calls");
+}
+
+TEST(HarmonyChatMapping, ToolChoiceNoneHidesCalls) {
+    ChatMappingOptions o;
+    o.function_calls_enabled = false;
+    ChatCompletion c = to_chat_completion({msg("commentary", "{}", "functions.f", Terminator::kCall)}, o, false);
+    EXPECT_TRUE(c.tool_calls.empty());
+    EXPECT_EQ(c.finish_reason, "stop");
+}
+
+TEST(HarmonyChatMapping, StreamedDeltasMatchResult) {
+    using testing::toy_encode;
+    ParserOptions po;
+    StreamParser parser(testing::toy_token_bytes, po);
+    ChatMappingOptions mo;
+    int next_id = 0;
+    mo.make_tool_call_id = [&] { return "call_" + std::to_string(next_id++); };
+    ChatMapper mapper(mo);
+    std::vector<ChatDelta> deltas;
+    for (int32_t id :
+         toy_encode("<|channel|>analysis<|message|>ab<|end|><|start|>assistant<|channel|>analysis<|message|>cd<|end|>"
+                    "<|start|>assistant<|channel|>commentary to=functions.f json<|message|>{}<|call|>")) {
+        std::vector<ChatDelta> d = mapper.on_events(parser.push(id));
+        deltas.insert(deltas.end(), d.begin(), d.end());
+    }
+    std::vector<ChatDelta> tail = mapper.on_events(parser.finish());
+    EXPECT_TRUE(tail.empty());
+    std::vector<ChatDelta> merged = coalesce_deltas(deltas);
+    ASSERT_EQ(merged.size(), 2u);
+    EXPECT_EQ(chat_delta_to_json(merged[0]).dump(), R"({"reasoning_content":"ab\ncd"})");
+    EXPECT_EQ(
+        chat_delta_to_json(merged[1]).dump(),
+        R"({"tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"f","arguments":"{}"}}]})");
+    ChatCompletion streamed = mapper.result(false);
+    EXPECT_EQ(streamed.reasoning_content, "ab\ncd");
+    ASSERT_EQ(streamed.tool_calls.size(), 1u);
+    EXPECT_EQ(streamed.tool_calls[0].id, "call_0");
+    EXPECT_EQ(streamed.finish_reason, "tool_calls");
+}
+
+}  // namespace
+}  // namespace gptoss::harmony

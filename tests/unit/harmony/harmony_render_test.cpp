@@ -1,0 +1,229 @@
+// Renderer and chat.completions adapter: schema -> TypeScript rules, CoT-drop policies, message
+// mapping details and request validation (no tokenizer needed: the prompt text is compared).
+#include "harmony/harmony_render.h"
+
+#include <gtest/gtest.h>
+
+#include "harmony/harmony_json.h"
+
+namespace gptoss::harmony {
+namespace {
+
+std::string ts(const char* schema) { return schema_to_typescript(Json::parse(schema), ""); }
+
+TEST(HarmonySchema, ScalarsArraysAndUnions) {
+    EXPECT_EQ(ts(R"({"type":"integer","enum":[1,2]})"), "number");
+    EXPECT_EQ(ts(R"({"type":"string","enum":["a",1,"b"]})"), "\"a\" | \"b\"");
+    EXPECT_EQ(ts(R"({"type":["integer","null"]})"), "number | null");
+    EXPECT_EQ(ts(R"({"type":"array","items":{"type":"boolean"}})"), "boolean[]");
+    EXPECT_EQ(ts(R"({"type":"array"})"), "Array<any>");
+    EXPECT_EQ(ts(R"({"type":"null"})"), "any");
+    EXPECT_EQ(ts(R"({"anyOf":[{"type":"string"}]})"), "any");
+    EXPECT_EQ(ts(R"("not a schema")"), "any");
+    EXPECT_EQ(ts(R"({"type":"object"})"), "{\n}");
+}
+
+TEST(HarmonySchema, ObjectPropertiesInDocumentOrder) {
+    EXPECT_EQ(ts(R"({"type":"object","properties":{"z":{"type":"string","default":"d"},"a":{"type":"number",
+                 "nullable":true,"default":1.5},"e":{"type":"string","enum":["x"],"default":"x"}},"required":["a"]})"),
+              "{\nz?: string, // default: \"d\"\na: number | null, // default: 1.5\ne?: \"x\", // default: x\n}");
+}
+
+TEST(HarmonySchema, NestedObjectsIndentFourSpaces) {
+    EXPECT_EQ(ts(R"({"type":"object","properties":{"p":{"type":"object","description":"inner",
+                 "properties":{"x":{"type":"number"}}}}})"),
+              "{\n// inner\np?:     // inner\n{\n    x?: number,\n    },\n}");
+}
+
+TEST(HarmonySchema, TopLevelOneOf) {
+    EXPECT_EQ(ts(R"({"oneOf":[{"type":"string","enum":["a"],"default":"a","description":"d"},{"type":"number",
+                 "nullable":true}]})"),
+              "\n | \"a\" // d default: \"a\"\n | number | null");
+}
+
+TEST(HarmonySchema, PropertyOneOfWithSharedDescription) {
+    EXPECT_EQ(ts(R"({"type":"object","properties":{"v":{"description":"same","oneOf":[{"type":"string",
+                 "description":"same"},{"type":"number","description":"num"}]}}})"),
+              "{\nv?:\n | string\n | number // num\n,\n}");
+}
+
+TEST(HarmonySchema, DeepNestingIsBounded) {
+    Json schema = {{"type", "string"}};
+    for (int i = 0; i < 500; ++i) schema = Json{{"type", "array"}, {"items", schema}};
+    std::string text = schema_to_typescript(schema, "");
+    EXPECT_EQ(text.rfind("any", 0), 0u);
+}
+
+TEST(HarmonyRender, ToolsSectionSortsNamespacesAndHandlesToollessOnes) {
+    std::vector<ToolNamespace> ns = {python_namespace(), browser_namespace()};
+    std::string text = render_tools_section(ns);
+    EXPECT_EQ(text.rfind("# Tools\n\n## browser\n\n// Tool for browsing.", 0), 0u);
+    EXPECT_NE(text.find("} // namespace browser\n\n## python\n\nUse this tool to execute Python code"),
+              std::string::npos);
+    EXPECT_EQ(text.find("namespace python"), std::string::npos);
+}
+
+Conversation history(std::initializer_list<std::pair<const char*, const char*>> items) {
+    Conversation c;
+    for (const auto& [channel, text] : items) {
+        if (std::string(channel) == "user") {
+            c.messages.push_back(Message::text(Role::kUser, text));
+        } else {
+            Message m = Message::text(Role::kAssistant, text);
+            m.channel = channel;
+            c.messages.push_back(m);
+        }
+    }
+    return c;
+}
+
+TEST(HarmonyRender, CotDropPolicies) {
+    Conversation c = history({{"user", "q1"},
+                              {"analysis", "t1"},
+                              {"final", "a1"},
+                              {"user", "q2"},
+                              {"analysis", "t2"},
+                              {"final", "a2"},
+                              {"user", "q3"},
+                              {"analysis", "t3"}});
+    auto kept = [&](CotDropPolicy p) {
+        std::vector<Message> m = c.messages;
+        apply_cot_drop(m, p);
+        std::string s;
+        for (const Message& x : m) s += x.content + " ";
+        return s;
+    };
+    EXPECT_EQ(kept(CotDropPolicy::kNone), "q1 t1 a1 q2 t2 a2 q3 t3 ");
+    EXPECT_EQ(kept(CotDropPolicy::kCompletedTurns), "q1 a1 q2 a2 q3 t3 ");
+    EXPECT_EQ(kept(CotDropPolicy::kHarmonyLibrary), "q1 t1 a1 q2 t2 a2 q3 t3 ");  // last assistant is analysis
+    c.messages.pop_back();
+    c.messages.pop_back();
+    EXPECT_EQ(kept(CotDropPolicy::kHarmonyLibrary), "q1 a1 q2 t2 a2 ");
+}
+
+TEST(HarmonyRender, TrainingModeEndsFinalAnswerWithReturn) {
+    Conversation c = history({{"user", "q"}, {"final", "a"}});
+    RenderOptions o;
+    o.mode = RenderMode::kTraining;
+    StatusOr<std::string> text = render_text(c, o);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(*text, "<|start|>user<|message|>q<|end|><|start|>assistant<|channel|>final<|message|>a<|return|>");
+}
+
+TEST(HarmonyRender, MessageHeaderDetails) {
+    Conversation c;
+    Message named = Message::text(Role::kUser, "hi");
+    named.name = "alice";
+    c.messages.push_back(named);
+    Message all = Message::text(Role::kAssistant, "x");
+    all.recipient = "all";
+    c.messages.push_back(all);
+    Message tool = Message::text(Role::kTool, "r");
+    c.messages.push_back(tool);
+    RenderOptions o;
+    o.mode = RenderMode::kConversation;
+    StatusOr<std::string> bad = render_text(c, o);
+    EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+    c.messages.back().name = "python";
+    StatusOr<std::string> text = render_text(c, o);
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    EXPECT_EQ(*text,
+              "<|start|>user:alice<|message|>hi<|end|><|start|>assistant<|message|>x<|call|>"
+              "<|start|>python<|message|>r<|end|>");
+}
+
+StatusOr<ChatRequest> chat(const char* request, const char* server_options = R"({"current_date":"2025-06-28"})") {
+    StatusOr<ServerOptions> so = server_options_from_json(Json::parse(server_options));
+    if (!so.ok()) return so.status();
+    return chat_request_from_json(Json::parse(request), *so);
+}
+
+std::string chat_text(const char* request, const char* server_options = R"({"current_date":"2025-06-28"})") {
+    StatusOr<ChatRequest> r = chat(request, server_options);
+    if (!r.ok()) return "ERROR " + r.status().to_string();
+    StatusOr<std::string> text = render_text(r->conversation, r->render_options);
+    return text.ok() ? *text : "ERROR " + text.status().to_string();
+}
+
+constexpr const char* kSystemPrefix =
+    "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\nKnowledge cutoff: "
+    "2024-06\nCurrent date: 2025-06-28\n\nReasoning: medium\n\n# Valid channels: analysis, commentary, final. "
+    "Channel must be included for every message.<|end|>";
+
+TEST(HarmonyChat, LaterSystemMessageBecomesDeveloperMessageInPlace) {
+    EXPECT_EQ(chat_text(R"({"messages":[{"role":"system","content":"A"},{"role":"developer","content":[{"type":"text",
+              "text":"B"}]},{"role":"user","content":"q"},{"role":"system","content":"C"}]})"),
+              std::string(kSystemPrefix) +
+                  "<|start|>developer<|message|># Instructions\n\nA\n\nB<|end|><|start|>user<|message|>q<|end|>"
+                  "<|start|>developer<|message|># Instructions\n\nC<|end|><|start|>assistant");
+}
+
+TEST(HarmonyChat, ToolResultNameLookupAndArgumentObjects) {
+    std::string text = chat_text(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[
+        {"id":"c1","type":"function","function":{"name":"f","arguments":{"a":1}}},
+        {"id":"c2","type":"function","function":{"name":"g","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c2","content":"G"},{"role":"tool","content":[{"type":"text","text":"F"}]}]})",
+                                 R"({"current_date":"2025-06-28","history_tool_call_content_type":null})");
+    EXPECT_NE(text.find("<|start|>assistant to=functions.f<|channel|>commentary<|message|>{\"a\":1}<|call|>"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("<|start|>functions.g to=assistant<|channel|>commentary<|message|>G<|end|>"
+                        "<|start|>functions.f to=assistant<|channel|>commentary<|message|>F<|end|>"),
+              std::string::npos)
+        << text;
+}
+
+TEST(HarmonyChat, ReasoningAliasesAndEffortClamping) {
+    StatusOr<ChatRequest> r = chat(R"({"reasoning_effort":"minimal","messages":[{"role":"user","content":"q"},
+        {"role":"assistant","thinking":"t"}]})");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->reasoning_effort, ReasoningEffort::kLow);
+    EXPECT_EQ(r->conversation.messages.back().channel, "analysis");
+    EXPECT_EQ(r->conversation.messages.back().content, "t");
+}
+
+TEST(HarmonyChat, ToolChoiceNoneRendersNoFunctions) {
+    StatusOr<ChatRequest> r = chat(R"({"tool_choice":"none","tools":[{"type":"function","function":{"name":"f"}}],
+        "messages":[{"role":"user","content":"q"}]})");
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->conversation.messages.size(), 2u);  // system + user: no developer message
+    EXPECT_FALSE(chat_mapping_options(*r).function_calls_enabled);
+}
+
+TEST(HarmonyChat, BuiltinToolsAndChannelOption) {
+    std::string text = chat_text(R"({"messages":[{"role":"user","content":"q"}]})",
+                                 R"({"current_date":"2025-06-28","builtin_tools":["python"],
+                                    "drop_commentary_without_tools":true})");
+    EXPECT_NE(text.find("# Tools\n\n## python\n\nUse this tool"), std::string::npos) << text;
+    EXPECT_NE(text.find("# Valid channels: analysis, final."), std::string::npos) << text;
+}
+
+TEST(HarmonyChat, InvalidRequestsAreInvalidArgument) {
+    for (
+        const char* bad : {
+            R"([])",
+            R"({"messages":[]})",
+            R"({"messages":[{"role":"wizard","content":"x"}]})",
+            R"({"messages":[{"content":"x"}]})",
+            R"({"messages":[{"role":"user","content":42}]})",
+            R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
+            R"({"messages":[{"role":"tool","content":"orphan"}]})",
+            R"({"reasoning_effort":"extreme","messages":[{"role":"user","content":"q"}]})",
+            R"({"tools":[{"type":"function","function":{"name":"bad name"}}],"messages":[{"role":"user","content":"q"}]})",
+            R"({"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}],
+                "messages":[{"role":"user","content":"q"}]})",
+            R"({"tools":{"x":1},"messages":[{"role":"user","content":"q"}]})",
+            R"({"tool_choice":{"type":"function","function":{"name":"g"}},"messages":[{"role":"user","content":"q"}]})",
+            R"({"messages":[{"role":"assistant","tool_calls":[{"function":"x"}]}]})",
+        }) {
+        StatusOr<ChatRequest> r = chat(bad);
+        EXPECT_FALSE(r.ok()) << bad;
+        EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
+    EXPECT_FALSE(server_options_from_json(Json::parse(R"({"current_date":"June 1"})")).ok());
+    EXPECT_FALSE(server_options_from_json(Json::parse(R"({"cot_drop_policy":"sometimes"})")).ok());
+    EXPECT_FALSE(conversation_from_json(Json::parse(R"([{"role":"user","system_content":3}])")).ok());
+}
+
+}  // namespace
+}  // namespace gptoss::harmony
