@@ -51,6 +51,9 @@ public:
     Status forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv, std::vector<float>* logits);
 
     const GptOssWeights& weights() const { return w_; }
+    // YaRN inverse frequencies [head_dim / 2] and the concentration that scales cos and sin.
+    const std::vector<float>& inv_freq() const { return inv_freq_; }
+    float attention_scaling() const { return attention_scaling_; }
 
 private:
     Status validate(std::span<const ForwardSequence> seqs, const CpuKvCache& kv) const;

@@ -108,7 +108,9 @@ TEST_P(GoldenTest, LogitsGreedyAndIncrementalMatchTransformers) {
         SingleSequence inc(**weights, T);
         std::vector<float> got_inc;
         const int half = T / 2;
-        if (half > 0) ASSERT_TRUE(inc.append(std::span(ids).first(half), true, &got_inc).ok());
+        if (half > 0) {
+            ASSERT_TRUE(inc.append(std::span(ids).first(half), true, &got_inc).ok());
+        }
         for (int t = half; t < T; ++t) ASSERT_TRUE(inc.append(std::span(ids).subspan(t, 1), true, &got_inc).ok());
         for (int t = 0; t < T; ++t) {
             Compare c =
@@ -135,7 +137,9 @@ TEST_P(GoldenTest, LogitsGreedyAndIncrementalMatchTransformers) {
             int32_t best = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
             got.push_back(best);
             logits.clear();
-            if (n + 1 < want.size()) ASSERT_TRUE(seq.append(std::span(&best, 1), false, &logits).ok());
+            if (n + 1 < want.size()) {
+                ASSERT_TRUE(seq.append(std::span(&best, 1), false, &logits).ok());
+            }
         }
         EXPECT_EQ(got, want) << dir << " greedy " << i;
     }

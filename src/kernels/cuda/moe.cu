@@ -44,8 +44,9 @@ __global__ void router_topk_kernel(const RouterTopkArgs a) {
         vals[s] = logits[best];
     }
     float sum = 0.0f;
+    const float mx = vals[0];
     for (int s = 0; s < k; ++s) {
-        vals[s] = __expf(vals[s] - vals[0]);
+        vals[s] = __expf(vals[s] - mx);
         sum += vals[s];
     }
     for (int s = 0; s < k; ++s) {
