@@ -1,0 +1,97 @@
+// Byte string -> rank (= token id) lookup for BPE: one arena holding every token's bytes and an
+// open-addressing hash table of ids. Read-only after build, so concurrent lookups are safe.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gptoss::tokenizer {
+
+inline constexpr uint32_t kNoRank = 0xFFFFFFFFu;
+
+// wyhash-style 64-bit hash: short keys (the common case) take a couple of multiplies.
+inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
+    constexpr uint64_t kP0 = 0xa0761d6478bd642full, kP1 = 0xe7037ed1a0b428dbull, kP2 = 0x8ebc6af09c88c6e3ull;
+    auto mix = [](uint64_t a, uint64_t b) {
+        __uint128_t r = static_cast<__uint128_t>(a) * b;
+        return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+    };
+    auto read8 = [](const uint8_t* q) {
+        uint64_t v;
+        std::memcpy(&v, q, 8);
+        return v;
+    };
+    auto read4 = [](const uint8_t* q) {
+        uint32_t v;
+        std::memcpy(&v, q, 4);
+        return static_cast<uint64_t>(v);
+    };
+    uint64_t seed = kP0;
+    uint64_t a, b;
+    if (n <= 16) {
+        if (n >= 4) {
+            size_t off = (n >> 3) << 2;
+            a = (read4(p) << 32) | read4(p + off);
+            b = (read4(p + n - 4) << 32) | read4(p + n - 4 - off);
+        } else if (n > 0) {
+            a = (static_cast<uint64_t>(p[0]) << 16) | (static_cast<uint64_t>(p[n >> 1]) << 8) | p[n - 1];
+            b = 0;
+        } else {
+            a = b = 0;
+        }
+    } else {
+        size_t i = n;
+        const uint8_t* q = p;
+        while (i > 16) {
+            seed = mix(read8(q) ^ kP1, read8(q + 8) ^ seed);
+            q += 16;
+            i -= 16;
+        }
+        a = read8(p + n - 16);
+        b = read8(p + n - 8);
+    }
+    return mix(kP1 ^ n, mix(a ^ kP1, b ^ seed ^ kP2));
+}
+
+class RankTable {
+public:
+    // Token bytes for ids 0..n-1 (empty = no such id). Fails (returns false) on a duplicate
+    // byte string, storing the two ids in *dup_a, *dup_b.
+    bool build(std::string arena, std::vector<uint32_t> offsets, uint32_t* dup_a, uint32_t* dup_b);
+
+    uint32_t find(const uint8_t* p, size_t n) const {
+        uint64_t h = hash_bytes(p, n);
+        uint32_t tag = static_cast<uint32_t>(h >> 32);
+        for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+            const Slot& s = slots_[i];
+            if (s.id == kNoRank) return kNoRank;
+            if (s.tag == tag) {
+                uint32_t off = offsets_[s.id];
+                if (offsets_[s.id + 1] - off == n && std::memcmp(arena_.data() + off, p, n) == 0) return s.id;
+            }
+        }
+    }
+    uint32_t find(std::string_view s) const { return find(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+
+    // Bytes of id (empty when the id has none).
+    std::string_view bytes(uint32_t id) const {
+        if (id + 1 >= offsets_.size()) return {};
+        return std::string_view(arena_).substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
+    }
+    uint32_t num_ids() const { return offsets_.empty() ? 0 : static_cast<uint32_t>(offsets_.size() - 1); }
+
+private:
+    struct Slot {
+        uint32_t id = kNoRank;
+        uint32_t tag = 0;  // high hash bits: most mismatching slots are skipped without a memcmp
+    };
+    std::string arena_;              // all token bytes, concatenated in id order
+    std::vector<uint32_t> offsets_;  // [num_ids + 1] start of each id's bytes in arena_
+    std::vector<Slot> slots_;        // power-of-two size, at most half full
+    size_t mask_ = 0;
+};
+
+}  // namespace gptoss::tokenizer
