@@ -259,7 +259,8 @@ SafetensorsFile::~SafetensorsFile() {
 StatusOr<SafetensorsHeader> SafetensorsFile::parse_header(const uint8_t* bytes, size_t file_size,
                                                           const std::string& name_for_errors) {
     const std::string& file = name_for_errors;
-    if (file_size < 8 || bytes == nullptr) {
+    if (bytes == nullptr && file_size > 0) return invalid_argument(file + ": no buffer to parse");
+    if (file_size < 8) {
         return data_loss(file + ": file is " + std::to_string(file_size) +
                          " bytes, shorter than the 8-byte header length");
     }
@@ -349,7 +350,8 @@ StatusOr<std::vector<TensorInfo>> SafetensorsFile::parse(const uint8_t* bytes, s
 }
 
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO planted in a model directory must not hang (no effect on files).
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int err = errno;
         std::string msg = path + ": cannot open: " + std::strerror(err);

@@ -35,9 +35,12 @@ struct TensorInfo {
     std::string name;
     DType dtype = DType::kU8;
     Shape shape;
-    const uint8_t* data = nullptr;  // points into the mapping; valid while the file object lives
-    size_t nbytes = 0;              // == shape.numel() * dtype_size(dtype)
-    std::string file;               // path of the file that holds it (for error messages)
+    // Points into the mapping; valid while the file object lives. Aligned to the element size when
+    // the header is padded to 8 bytes and tensors are packed by element size (our writer does both;
+    // foreign files may not, so copy with memcpy rather than casting if alignment matters).
+    const uint8_t* data = nullptr;
+    size_t nbytes = 0;  // == shape.numel() * dtype_size(dtype)
+    std::string file;   // path of the file that holds it (for error messages)
 
     TensorView view() const { return TensorView{data, dtype, shape}; }
 };

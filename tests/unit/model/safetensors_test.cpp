@@ -1,6 +1,7 @@
 #include "model/safetensors_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -107,7 +108,8 @@ TEST(SafetensorsParse, ValidFileGivesTensorsSortedByName) {
 TEST(SafetensorsParse, AcceptsUnpaddedHeader) {
     std::string h = R"({"x":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})";
     ASSERT_NE((8 + h.size()) % 8, 0u);
-    auto r = parse(make_file(h, 3, /*pad=*/false));
+    Bytes b = make_file(h, 3, /*pad=*/false);  // outlives r, whose tensors point into it
+    auto r = parse(b);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ((*r)[0].data[2], 2);
 }
@@ -354,6 +356,11 @@ TEST(SafetensorsFileOpen, EmptyAndDirectoryAreErrors) {
     auto d = SafetensorsFile::open(dir.str());
     ASSERT_FALSE(d.ok());
     EXPECT_NE(d.status().message().find("not a regular file"), std::string::npos) << d.status().message();
+    // A FIFO must not block the open.
+    ASSERT_EQ(::mkfifo(dir.file("fifo.safetensors").c_str(), 0600), 0);
+    auto p = SafetensorsFile::open(dir.file("fifo.safetensors"));
+    ASSERT_FALSE(p.ok());
+    EXPECT_NE(p.status().message().find("not a regular file"), std::string::npos) << p.status().message();
 }
 
 TEST(SafetensorsFileOpen, CorruptFileNamesThePath) {
