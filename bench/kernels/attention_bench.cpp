@@ -1,0 +1,309 @@
+// Times the CUDA paged attention kernels (one attention layer of gpt-oss: 64 query heads, 8 kv
+// heads, head_dim 64, block_size 16) and prints `case | µs | GB/s | TFLOP/s | % of measured peak`.
+//
+// Counting (the fewest a kernel must do; STYLE.md rule 17, METHOD.md "two numbers"):
+//   FLOPs  = 4 · 64 (head_dim) · 64 (heads) per visible (query, key) pair: q·k and p·v, 2 per MAC.
+//   bytes  = every visible K and V row once (256 B per key per kv head), q and out once; the
+//            split-KV workspace is extra traffic and is not counted.
+// Peaks measured on the H200: 4150 GB/s (device-to-device copy), 760 TFLOP/s (bf16 GEMM).
+//
+// Method: each case's launches are captured in a CUDA graph (decode: the decode + combine kernels
+// once per KV set, rotating over enough sets of distinct physical blocks to exceed the 60 MB L2
+// several times; prefill: one launch), warmed up, and replayed; the median over replays of event
+// time / launches is reported. Usage: attention_bench [substring filter]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels/args/paged_attention_args.h"
+#include "kernels/cuda/attention.h"
+
+namespace {
+
+using gptoss::kernels::PagedAttentionArgs;
+namespace cuda = gptoss::kernels::cuda;
+
+constexpr int kHeads = 64, kKvHeads = 8, kHeadDim = 64, kBlockSize = 16, kWindow = 128;
+constexpr double kPeakGBs = 4150.0, kPeakTflops = 760.0;
+constexpr size_t kRowBytes = kKvHeads * kHeadDim * 2;   // one slot of K (or V): 1 KB
+constexpr size_t kBlockBytes = kBlockSize * kRowBytes;  // 16 KB
+constexpr size_t kRotationBytes = size_t{512} << 20;    // ≥ 8× L2 of K+V per rotation
+
+#define CHECK_CUDA(expr)                                                                               \
+    do {                                                                                               \
+        cudaError_t e_ = (expr);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                              \
+        }                                                                                              \
+    } while (0)
+
+struct DevBuf {
+    void* p = nullptr;
+    DevBuf() = default;
+    explicit DevBuf(size_t bytes) { CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+    ~DevBuf() {
+        if (p) cudaFree(p);
+    }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
+    DevBuf(DevBuf&& o) noexcept : p(o.p) { o.p = nullptr; }
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(p);
+    }
+};
+
+uint64_t g_rng = 0x243f6a8885a308d3ull;
+uint64_t next_rand() {
+    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+// Random bf16 in (−2, 2) (never zeros: METHOD.md), written as bit patterns.
+std::vector<uint16_t> random_bf16(size_t n) {
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) {
+        const float f = static_cast<float>(static_cast<double>(next_rand() >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        x = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    return v;
+}
+
+// Fills `bytes` of device memory with copies of a 64 MB random pattern (one upload, then
+// device-to-device copies).
+void fill_random(void* dst, size_t bytes) {
+    static const std::vector<uint16_t> pattern = random_bf16(size_t{32} << 20);
+    const size_t chunk = pattern.size() * 2;
+    char* d = static_cast<char*>(dst);
+    CHECK_CUDA(cudaMemcpy(d, pattern.data(), std::min(chunk, bytes), cudaMemcpyHostToDevice));
+    for (size_t off = chunk; off < bytes; off += chunk)
+        CHECK_CUDA(cudaMemcpy(d + off, d, std::min(chunk, bytes - off), cudaMemcpyDeviceToDevice));
+}
+
+struct Result {
+    std::string name;
+    double us, gbs, tflops;
+};
+
+// Median of `reps` replays of `graph` (holding `launches` launches), in µs per launch.
+double time_graph(cudaGraphExec_t exec, cudaStream_t stream, int launches, int reps) {
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a));
+    CHECK_CUDA(cudaEventCreate(&b));
+    for (int i = 0; i < 2; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+        CHECK_CUDA(cudaEventRecord(a, stream));
+        CHECK_CUDA(cudaGraphLaunch(exec, stream));
+        CHECK_CUDA(cudaEventRecord(b, stream));
+        CHECK_CUDA(cudaEventSynchronize(b));
+        float ms = 0;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(1e3 * ms / launches);
+    }
+    CHECK_CUDA(cudaEventDestroy(a));
+    CHECK_CUDA(cudaEventDestroy(b));
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+struct Common {
+    DevBuf sinks{kHeads * 4};
+    DevBuf workspace;
+    int max_splits = 132;
+    Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
+        std::vector<float> s(kHeads);
+        for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
+        CHECK_CUDA(cudaMemcpy(sinks.p, s.data(), s.size() * 4, cudaMemcpyHostToDevice));
+    }
+};
+
+PagedAttentionArgs base_args(const Common& c) {
+    PagedAttentionArgs a;
+    a.sinks = c.sinks.as<float>();
+    a.num_heads = kHeads;
+    a.num_kv_heads = kKvHeads;
+    a.head_dim = kHeadDim;
+    a.block_size = kBlockSize;
+    a.scale = 0.125f;
+    a.workspace = c.workspace.as<float>();
+    a.max_splits = c.max_splits;
+    return a;
+}
+
+Result bench_decode(Common& common, int batch, int ctx, int window, cudaStream_t stream) {
+    const int blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
+    const size_t set_bytes = static_cast<size_t>(batch) * blocks_per_seq * kBlockBytes * 2;  // K + V
+    const int sets = static_cast<int>(std::clamp<size_t>(kRotationBytes / set_bytes, 1, 128));
+    const size_t pool_blocks = static_cast<size_t>(sets) * batch * blocks_per_seq;
+    DevBuf k(pool_blocks * kBlockBytes), v(pool_blocks * kBlockBytes);
+    fill_random(k.p, pool_blocks * kBlockBytes);
+    fill_random(v.p, pool_blocks * kBlockBytes);
+    // Each set: its own shuffled physical blocks.
+    std::vector<int32_t> perm(pool_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    for (size_t i = perm.size() - 1; i > 0; --i) std::swap(perm[i], perm[next_rand() % (i + 1)]);
+    DevBuf tables(pool_blocks * 4);
+    CHECK_CUDA(cudaMemcpy(tables.p, perm.data(), pool_blocks * 4, cudaMemcpyHostToDevice));
+    std::vector<int32_t> start(batch, ctx - 1), qstart(batch + 1);
+    std::iota(qstart.begin(), qstart.end(), 0);
+    DevBuf d_start(batch * 4), d_qstart((batch + 1) * 4);
+    CHECK_CUDA(cudaMemcpy(d_start.p, start.data(), batch * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_qstart.p, qstart.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+    const size_t q_elems = static_cast<size_t>(batch) * kHeads * kHeadDim;
+    DevBuf q(q_elems * 2), out(q_elems * 2);
+    fill_random(q.p, q_elems * 2);
+
+    PagedAttentionArgs a = base_args(common);
+    a.q = q.p;
+    a.out = out.p;
+    a.k_cache = k.p;
+    a.v_cache = v.p;
+    a.seq_start_pos = d_start.as<int32_t>();
+    a.query_start = d_qstart.as<int32_t>();
+    a.max_blocks_per_seq = blocks_per_seq;
+    a.num_seqs = batch;
+    a.num_tokens = batch;
+    a.max_query_len = 1;
+    a.max_context_len = ctx;
+    a.sliding_window = window;
+    int dev = 0, sms = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int splits = cuda::choose_decode_splits(batch, kKvHeads, ctx, window, a.max_splits, sms);
+
+    a.block_tables = tables.as<int32_t>();
+    cuda::paged_attention_decode(a, stream);  // warm-up outside capture
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    const int launches = std::max(sets, 8);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < launches; ++i) {
+        a.block_tables = tables.as<int32_t>() + static_cast<size_t>(i % sets) * batch * blocks_per_seq;
+        cuda::paged_attention_decode(a, stream);
+    }
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    const double us = time_graph(exec, stream, launches, 20);
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+
+    const double keys = window > 0 ? std::min(ctx, window) : ctx;
+    const double bytes = batch * keys * kKvHeads * kHeadDim * 2 * 2 + 2.0 * q_elems * 2;
+    const double flops = 4.0 * kHeadDim * kHeads * batch * keys;
+    char name[96];
+    std::snprintf(name, sizeof name, "decode B=%-3d ctx=%-5d %s (splits %d, %d sets)", batch, ctx,
+                  window > 0 ? "sliding" : "full   ", splits, sets);
+    return {name, us, bytes / us * 1e-3, flops / us * 1e-6};
+}
+
+Result bench_prefill(Common& common, int tokens, int window, cudaStream_t stream) {
+    const int blocks = (tokens + kBlockSize - 1) / kBlockSize;
+    DevBuf k(static_cast<size_t>(blocks) * kBlockBytes), v(static_cast<size_t>(blocks) * kBlockBytes);
+    fill_random(k.p, static_cast<size_t>(blocks) * kBlockBytes);
+    fill_random(v.p, static_cast<size_t>(blocks) * kBlockBytes);
+    std::vector<int32_t> perm(blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int i = blocks - 1; i > 0; --i) std::swap(perm[i], perm[next_rand() % (i + 1)]);
+    DevBuf tables(blocks * 4);
+    CHECK_CUDA(cudaMemcpy(tables.p, perm.data(), blocks * 4, cudaMemcpyHostToDevice));
+    const int32_t zero = 0, qs[2] = {0, tokens};
+    DevBuf d_start(4), d_qstart(8);
+    CHECK_CUDA(cudaMemcpy(d_start.p, &zero, 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(d_qstart.p, qs, 8, cudaMemcpyHostToDevice));
+    const size_t q_elems = static_cast<size_t>(tokens) * kHeads * kHeadDim;
+    DevBuf q(q_elems * 2), out(q_elems * 2);
+    fill_random(q.p, q_elems * 2);
+
+    PagedAttentionArgs a = base_args(common);
+    a.q = q.p;
+    a.out = out.p;
+    a.k_cache = k.p;
+    a.v_cache = v.p;
+    a.block_tables = tables.as<int32_t>();
+    a.seq_start_pos = d_start.as<int32_t>();
+    a.query_start = d_qstart.as<int32_t>();
+    a.max_blocks_per_seq = blocks;
+    a.num_seqs = 1;
+    a.num_tokens = tokens;
+    a.max_query_len = tokens;
+    a.max_context_len = tokens;
+    a.sliding_window = window;
+    cuda::paged_attention_prefill(a, stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    cuda::paged_attention_prefill(a, stream);
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    const double us = time_graph(exec, stream, 1, tokens >= 32768 ? 7 : 15);
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+
+    double pairs = 0;  // visible (query, key) pairs
+    for (int64_t i = 0; i < tokens; ++i) pairs += window > 0 ? std::min<int64_t>(i + 1, window) : i + 1;
+    const double flops = 4.0 * kHeadDim * kHeads * pairs;
+    const double bytes = 2.0 * q_elems * 2 + static_cast<double>(tokens) * kRowBytes * 2;
+    char name[96];
+    std::snprintf(name, sizeof name, "prefill T=%-5d %s", tokens, window > 0 ? "sliding" : "full   ");
+    return {name, us, bytes / us * 1e-3, flops / us * 1e-6};
+}
+
+void print(const Result& r) {
+    const double bw = r.gbs / kPeakGBs, fl = r.tflops / kPeakTflops;
+    std::printf("%-52s | %10.1f | %8.0f | %8.1f | %5.1f%% %s\n", r.name.c_str(), r.us, r.gbs, r.tflops,
+                100.0 * std::max(bw, fl), bw >= fl ? "bw" : "flop");
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string filter = argc > 1 ? argv[1] : "";
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        std::printf("attention_bench: no CUDA device\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, L2 %d MB; peaks used: %.0f GB/s, %.0f TFLOP/s\n", prop.name,
+                prop.multiProcessorCount, prop.l2CacheSize >> 20, kPeakGBs, kPeakTflops);
+    std::printf("%-52s | %10s | %8s | %8s | %s\n", "case", "us", "GB/s", "TFLOP/s", "% of measured peak");
+    cudaStream_t stream;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    Common common(128);
+    for (int batch : {1, 8, 32, 64, 128}) {
+        for (int ctx : {1024, 8192, 32768}) {
+            const std::string tag = "decode B=" + std::to_string(batch) + " ctx=" + std::to_string(ctx);
+            if (tag.find(filter) == std::string::npos && !filter.empty()) continue;
+            print(bench_decode(common, batch, ctx, 0, stream));
+        }
+    }
+    if (filter.empty() || std::string("decode sliding").find(filter) != std::string::npos)
+        print(bench_decode(common, 128, 32768, kWindow, stream));
+    for (int tokens : {1024, 8192, 32768}) {
+        for (int window : {0, kWindow}) {
+            const std::string tag = "prefill T=" + std::to_string(tokens);
+            if (tag.find(filter) == std::string::npos && !filter.empty()) continue;
+            print(bench_prefill(common, tokens, window, stream));
+        }
+    }
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    return 0;
+}

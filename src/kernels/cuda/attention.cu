@@ -1,0 +1,833 @@
+// Paged bf16 attention with sinks (MODEL.md §4.4) on the CUDA backend: a FlashAttention-2 style
+// prefill kernel on tensor cores, a split-KV decode kernel plus its combine step, and a simple
+// reference kernel (the second oracle of STYLE.md rule 3).
+//
+// Shapes are gpt-oss's (head_dim 64, 8 query heads per kv head). Every kernel gathers keys through
+// the block table one key row at a time (a row = the 64 bf16 of one kv head = 128 contiguous
+// bytes), so any power-of-two block_size works with the 64-key tiles, and table entries of keys
+// outside a query's visible range are never read (sliding layers may hold −1 there).
+//
+// Numerics. Scores s = q·k · scale are computed from bf16 operands with fp32 accumulation; the
+// softmax runs in base 2 (s·log2e) in fp32 with ex2.approx, which is the same function as
+// MODEL.md's e^{s − M}. The sink enters the denominator only, exactly as the CPU reference: the
+// prefill kernel starts each row's running max at the sink logit (sum 0) and adds e^{sink − m} at
+// the end; the decode splits keep sink-free partials (m, l, acc) and the sink is added once, by
+// whichever step finalises the row (the decode CTA itself when a sequence uses one split, the
+// combine kernel otherwise). Probabilities are rounded to bf16 for the P·V product (as in
+// FlashAttention); the denominator sums the fp32 values.
+#include "kernels/cuda/attention.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "core/check.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace gptoss::kernels::cuda {
+namespace {
+
+constexpr int kHeadDim = 64;
+constexpr int kGroup = 8;                        // query heads per kv head
+constexpr int kKvTile = 64;                      // keys per KV tile
+constexpr int kRowBytes = kHeadDim * 2;          // one key row of one kv head: 128 B = 8 chunks of 16 B
+constexpr int kTileBytes = kKvTile * kRowBytes;  // 8 KB: the K (or V) half of a KV tile
+constexpr float kLog2e = 1.4426950408889634f;
+// A finite stand-in for −inf as a running max: e^{kNegBig − x} is 0 for any real x, and
+// kNegBig − kNegBig = 0 gives factor 1 instead of the NaN that −inf − (−inf) would.
+constexpr float kNegBig = -1.0e30f;
+
+// ---- prefill configuration -----------------------------------------------------------------
+// A CTA owns 16 query tokens × the 8 query heads of one kv head = 128 rows (row r = token·8 +
+// head, which is also the memory order of q/out), 4 warps × 32 rows. Every K/V tile staged in
+// shared memory serves all 128 rows: GQA sharing for free, and 32 rows per warp give 32 FLOP per
+// byte of ldmatrix traffic (enough to keep the tensor cores ahead of shared memory).
+constexpr int kPrefillWarps = 4;
+constexpr int kPrefillThreads = kPrefillWarps * 32;
+constexpr int kPrefillTokens = 16;
+constexpr int kPrefillRows = kPrefillTokens * kGroup;  // 128
+constexpr int kPrefillStages = 2;
+constexpr int kPrefillSmem = kPrefillRows * kRowBytes + kPrefillStages * 2 * kTileBytes;  // 16 + 32 KB
+static_assert(kPrefillRows == kPrefillWarps * 32, "one warp = two m16 tiles of rows");
+
+// ---- decode configuration ------------------------------------------------------------------
+// A CTA owns (sequence, kv head, split): the 8 query heads of the kv head against the split's key
+// range, in one pass (each K/V byte is read once for all 8 heads). The 4 warps take 16 keys each
+// of every 64-key tile; tiles stream through a 4-stage cp.async ring (48 KB in flight per CTA).
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeThreads = kDecodeWarps * 32;
+constexpr int kDecodeStages = 4;
+constexpr int kDecodeSmem = kDecodeStages * 2 * kTileBytes;  // 64 KB → 3 CTAs per SM
+constexpr int kDecodeCtasPerSm = 3;
+constexpr int kMinTilesPerSplit = 2;          // ≥ 128 keys (32 KB of K/V) per split against 2 KB of partials
+constexpr int kRedStride = kHeadDim + 4;      // per (warp, head) row of the merge scratch: acc[64], m, l, pad
+constexpr int kCombineThreads = kGroup * 32;  // one warp per query head
+static_assert(kDecodeWarps * 16 == kKvTile, "each decode warp takes 16 keys of a tile");
+static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodeSmem, "merge scratch reuses the ring");
+
+constexpr int kRefWarps = 4;  // reference kernel: one warp per (token, head)
+
+// ---- small device helpers ------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in a [rows][64] bf16 tile. The XOR
+// swizzle puts the 8 rows that one ldmatrix phase reads (same logical chunk) in 8 different bank
+// groups; without it a 128-byte row pitch would make every ldmatrix an 8-way conflict.
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+    return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// 16-byte async copy global → shared; when !valid nothing is read and the 16 bytes are zeroed
+// (keys outside the visible range must be finite in shared memory: P = 0 times garbage could be
+// 0 · NaN).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// D += A·B, m16n8k16, bf16 operands, fp32 accumulators. Fragments (PTX ISA, g = lane/4,
+// t = lane%4): A a0 = (row g, k 2t..2t+1), a1 = (g+8, 2t), a2 = (g, 2t+8), a3 = (g+8, 2t+8);
+// B b0 = (k 2t..2t+1, col g), b1 = (k 2t+8.., col g); C c0,c1 = (row g, cols 2t, 2t+1),
+// c2,c3 = (row g+8, same cols).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 2^x; ex2.approx(−inf) = +0, which is how masked scores drop out.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ __forceinline__ float warp_max_all(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float warp_sum_all(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Where one sequence's keys for one kv head live.
+struct KvSource {
+    const __nv_bfloat16* k;
+    const __nv_bfloat16* v;
+    const int32_t* table;  // this sequence's row of block_tables
+    int64_t slot_stride;   // elements from one slot to the next: num_kv_heads · 64
+    int head_offset;       // kv_head · 64
+    int bs_shift;          // log2(block_size)
+    int bs_mask;           // block_size − 1
+};
+
+__device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, int seq, int kv_head) {
+    KvSource s;
+    s.k = static_cast<const __nv_bfloat16*>(a.k_cache);
+    s.v = static_cast<const __nv_bfloat16*>(a.v_cache);
+    s.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+    s.slot_stride = static_cast<int64_t>(a.num_kv_heads) * kHeadDim;
+    s.head_offset = kv_head * kHeadDim;
+    s.bs_shift = __ffs(a.block_size) - 1;
+    s.bs_mask = a.block_size - 1;
+    return s;
+}
+
+// Stages keys [tile·64, tile·64 + 64) of K and V into swizzled [64][64] bf16 tiles (128 threads:
+// 4 rows × one 16-byte chunk each, twice). Keys outside [lo, hi] are zero-filled without touching
+// the block table or the cache.
+__device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
+                                             uint32_t v_dst, int tid) {
+    const int chunk = tid & 7;
+#pragma unroll
+    for (int i = 0; i < kKvTile / 16; ++i) {
+        const int row = (tid >> 3) + i * 16;
+        const int j = tile * kKvTile + row;
+        const bool valid = j >= lo && j <= hi;
+        int64_t off = 0;
+        if (valid) {
+            const int64_t block = __ldg(src.table + (j >> src.bs_shift));
+            const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
+            off = slot * src.slot_stride + src.head_offset + chunk * 8;
+        }
+        const uint32_t s = swizzle(row, chunk);
+        cp_async_16(k_dst + s, src.k + off, valid);
+        cp_async_16(v_dst + s, src.v + off, valid);
+    }
+}
+
+// ================================================================================================
+// Prefill: FlashAttention-2 on mma.sync.
+//
+// Grid (num_kv_heads, query tiles counted from the END of the sequence so the longest causal rows
+// start first, num_seqs); a grid-stride loop over query tiles makes any grid height correct.
+// Per query tile: KV tiles from floor(kv_lo/64) to floor(p_last/64), where kv_lo = 0 (full) or
+// p0 − window + 1 (sliding), i.e. a sliding layer visits ⌈(window + 15)/64⌉ + 1 ≤ 4 tiles; only the
+// tiles that cross the causal diagonal or the window's lower edge evaluate the per-element mask.
+//
+// Work: 4·64 FLOP per visible (query head, key) pair (q·k and p·v, 2 FLOP per MAC); a full 8k
+// layer is 64 heads · 8192²/2 · 256 ≈ 0.55 TFLOP. Bytes: q, out and each cache row once from HBM
+// (a few MB); K/V tiles are re-read from L2 by every query tile (16 KB per 128 rows × 64 keys).
+// ================================================================================================
+__global__ void __launch_bounds__(kPrefillThreads)
+    bf16_paged_attention_prefill_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tig = lane & 3;
+    const int kv_head = blockIdx.x, seq = blockIdx.z;
+
+    const int q_begin = a.query_start[seq];
+    const int n_q = a.query_start[seq + 1] - q_begin;
+    const int n_qtiles = (n_q + kPrefillTokens - 1) / kPrefillTokens;
+    if (static_cast<int>(blockIdx.y) >= n_qtiles) return;
+    const int start_pos = a.seq_start_pos[seq];
+    const int window = a.sliding_window;
+    const KvSource src = make_kv_source(a, seq, kv_head);
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q);
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
+    // Every row this thread owns is query head kv_head·8 + g (rows g and g+8 of each m16 tile are
+    // tokens 2·(2·warp + mt) + {0,1}, head g): one sink per thread. Base-2 domain throughout.
+    const float sink = fmaxf(a.sinks[kv_head * kGroup + g] * kLog2e, kNegBig);
+    const float qk_scale = a.scale * kLog2e;
+
+    const uint32_t q_smem = smem_addr(smem);
+    const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
+
+    for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
+        const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;  // first token of this tile in the sequence
+        const int n_valid = min(kPrefillTokens, n_q - t0);
+        const int p0 = start_pos + t0;                               // position of the tile's first token
+        const int p_last = p0 + n_valid - 1;                         // position of its last valid token
+        const int kv_lo = window > 0 ? max(0, p0 - window + 1) : 0;  // oldest key any row sees
+        const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
+
+        __syncthreads();  // the previous query tile (grid-stride loop) is done with shared memory
+                          // Q tile: 128 rows × 8 chunks; rows of tokens past the sequence's end are zero-filled.
+#pragma unroll
+        for (int i = 0; i < kPrefillRows * 8 / kPrefillThreads; ++i) {
+            const int c = tid + i * kPrefillThreads;
+            const int r = c >> 3, chunk = c & 7;
+            const int tok = r >> 3;
+            const bool valid = tok < n_valid;
+            const int64_t off =
+                valid
+                    ? (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + (r & 7)) * kHeadDim +
+                          chunk * 8
+                    : 0;
+            cp_async_16(q_smem + swizzle(r, chunk), q + off, valid);
+        }
+        load_kv_tile(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
+        cp_async_commit();
+
+        uint32_t qa[2][4][4];  // Q A-fragments [m16 tile][16-wide k chunk]
+        float o[2][8][4];      // O accumulators [m16 tile][8-wide d tile]
+        float m[2][2], l[2][2];
+        int row_pos[2][2];  // [mt][half]: position of row g (half 0) / g+8 (half 1)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                m[mt][h] = sink;  // the running max starts at the sink logit (MODEL.md §4.4)
+                l[mt][h] = 0.0f;
+                // Rows past the end behave like the last valid token (finite, never stored).
+                row_pos[mt][h] = min(p0 + warp * 4 + mt * 2 + h, p_last);
+            }
+#pragma unroll
+            for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.0f;
+        }
+
+        for (int tile = tile_first; tile <= tile_last; ++tile) {
+            const int stage = (tile - tile_first) & 1;
+            cp_async_wait<0>();  // this thread's copies of `tile` (and Q) have landed
+            __syncthreads();     // everyone's have; everyone is done reading the other stage
+            if (tile == tile_first) {
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int kc = 0; kc < 4; ++kc)
+                        ldmatrix_x4(qa[mt][kc],
+                                    q_smem + swizzle(warp * 32 + mt * 16 + (lane & 15), kc * 2 + (lane >> 4)));
+            }
+            if (tile < tile_last) {
+                const uint32_t next = kv_smem + (stage ^ 1) * 2 * kTileBytes;
+                load_kv_tile(src, tile + 1, kv_lo, p_last, next, next + kTileBytes, tid);
+            }
+            cp_async_commit();
+            const uint32_t k_s = kv_smem + stage * 2 * kTileBytes;
+            const uint32_t v_s = k_s + kTileBytes;
+
+            // S = Q·Kᵀ: 32 rows × 64 keys per warp. B-fragments of K come straight from the [key][d]
+            // tile (non-transposed ldmatrix): lanes 0-7 address keys 0-7 at chunk 2kc (→ b0 of the
+            // even n-tile), 8-15 the same keys at 2kc+1 (b1), 16-31 keys 8-15 (the odd n-tile).
+            float s[2][8][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) {
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    uint32_t kb[4];
+                    ldmatrix_x4(kb,
+                                k_s + swizzle(np * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) {
+                        mma_bf16(s[mt][2 * np], qa[mt][kc], kb[0], kb[1]);
+                        mma_bf16(s[mt][2 * np + 1], qa[mt][kc], kb[2], kb[3]);
+                    }
+                }
+            }
+
+            // Mask (only tiles that cross the diagonal or the window's lower edge): key j is
+            // visible from position i iff j ≤ i and (no window or j > i − window). Zero-filled
+            // keys outside [kv_lo, p_last] fall under the same test.
+            const int key0 = tile * kKvTile;
+            const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+            if (need_mask) {
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                            const int pos = row_pos[mt][e >> 1];
+                            if (key > pos || (window > 0 && key <= pos - window)) s[mt][nt][e] = -INFINITY;
+                        }
+            }
+
+            // Online softmax in base 2 on raw scores: m is kept scaled (·scale·log2e), so
+            // p = 2^(s·qk_scale − m) is one FFMA + one MUFU per element. The l partial sums stay
+            // per thread (the quad's 4 threads share m and the correction) until the end.
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                    mx = quad_max(mx);
+                    const float m_new = fmaxf(m[mt][h], mx * qk_scale);  // ≥ sink: finite
+                    const float corr = fast_exp2(m[mt][h] - m_new);
+                    m[mt][h] = m_new;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            const float p = fast_exp2(fmaf(s[mt][nt][e], qk_scale, -m_new));
+                            s[mt][nt][e] = p;
+                            sum += p;
+                        }
+                    }
+                    l[mt][h] = l[mt][h] * corr + sum;
+#pragma unroll
+                    for (int dt = 0; dt < 8; ++dt) {
+                        o[mt][dt][2 * h] *= corr;
+                        o[mt][dt][2 * h + 1] *= corr;
+                    }
+                }
+            }
+
+            // O += P·V. The C-fragments of S for keys 16kc..16kc+15 (n-tiles 2kc, 2kc+1) are exactly
+            // the A-fragment of P for that k chunk. V's B-fragments need (key pair, d) per register:
+            // transposed ldmatrix of the [key][d] tile; lanes 0-7 keys 0-7 at d chunk 2dp (b0 of the
+            // even d-tile), 8-15 keys 8-15 (b1), 16-31 the same at chunk 2dp+1 (odd d-tile).
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) {
+                uint32_t pa[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    pa[mt][0] = pack_bf16x2(s[mt][2 * kc][0], s[mt][2 * kc][1]);
+                    pa[mt][1] = pack_bf16x2(s[mt][2 * kc][2], s[mt][2 * kc][3]);
+                    pa[mt][2] = pack_bf16x2(s[mt][2 * kc + 1][0], s[mt][2 * kc + 1][1]);
+                    pa[mt][3] = pack_bf16x2(s[mt][2 * kc + 1][2], s[mt][2 * kc + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < 4; ++dp) {
+                    uint32_t vb[4];
+                    ldmatrix_x4_trans(
+                        vb, v_s + swizzle(kc * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+#pragma unroll
+                    for (int mt = 0; mt < 2; ++mt) {
+                        mma_bf16(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+                        mma_bf16(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+                    }
+                }
+            }
+        }
+
+        // out = O / (Σ_j 2^(s_j − m) + 2^(sink − m)).
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float denom = quad_sum(l[mt][h]) + fast_exp2(sink - m[mt][h]);
+                const float inv = 1.0f / denom;
+                const int tok = warp * 4 + mt * 2 + h;
+                if (tok < n_valid) {
+                    __nv_bfloat16* dst =
+                        out +
+                        (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + g) * kHeadDim +
+                        tig * 2;
+#pragma unroll
+                    for (int dt = 0; dt < 8; ++dt)
+                        *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+                            pack_bf16x2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+                }
+            }
+        }
+    }
+}
+
+// ================================================================================================
+// Decode: split-KV flash-decoding.
+//
+// The split rule is a function of device-side data only (the sequence's position) and the grid's
+// split count, shared by the decode and combine kernels: the visible keys [kv_lo, pos] cover
+// 64-key tiles first..last (absolute tile indices, so tiles stay 64-aligned); each split takes
+// tiles_per_split = max(kMinTilesPerSplit, ⌈n_tiles / num_splits⌉) consecutive tiles and
+// num_active = ⌈n_tiles / tiles_per_split⌉ ≤ num_splits splits have work. CTAs with
+// split ≥ num_active exit without writing anything: the combine kernel derives num_active from the
+// same rule and reads only those partials, so no neutral partial is needed. Any host
+// max_context_len is therefore only a grid-size hint; correctness never depends on it.
+//
+// Work per sequence at context C: K and V rows read once (C · num_kv_heads · 256 B), 4·64 FLOP per
+// (query head, key); at 8 FLOP per byte this is bandwidth-bound by two orders of magnitude.
+// ================================================================================================
+struct DecodeSplit {
+    int kv_lo;       // oldest visible key
+    int tile_begin;  // this split's tiles [tile_begin, tile_end)
+    int tile_end;
+    int num_active;  // splits that have work for this sequence
+};
+
+__device__ __forceinline__ DecodeSplit decode_split(int pos, int window, int num_splits, int split) {
+    DecodeSplit d;
+    d.kv_lo = window > 0 ? max(0, pos - window + 1) : 0;
+    const int first = d.kv_lo / kKvTile, last = pos / kKvTile;
+    const int n_tiles = last - first + 1;
+    const int per_split = max(kMinTilesPerSplit, (n_tiles + num_splits - 1) / num_splits);
+    d.num_active = (n_tiles + per_split - 1) / per_split;
+    d.tile_begin = first + split * per_split;
+    d.tile_end = min(d.tile_begin + per_split, last + 1);
+    return d;
+}
+
+// Workspace layout for num_splits > 1: acc [num_seqs, num_heads, num_splits, 64] (unnormalised,
+// relative to the split's max m), then ml [num_seqs, num_heads, num_splits, 2] = (m, l), base 2.
+// Total num_seqs · num_heads · num_splits · 66 floats ≤ the documented workspace size.
+__device__ __forceinline__ int64_t ws_index(const PagedAttentionArgs& a, int seq, int head, int num_splits, int split) {
+    return (static_cast<int64_t>(seq) * a.num_heads + head) * num_splits + split;
+}
+__device__ __forceinline__ float* ws_ml(const PagedAttentionArgs& a, int num_splits) {
+    return a.workspace + static_cast<int64_t>(a.num_seqs) * a.num_heads * num_splits * kHeadDim;
+}
+
+__global__ void __launch_bounds__(kDecodeThreads)
+    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tig = lane & 3;
+    const int split = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z;
+    const int num_splits = gridDim.x;
+
+    const int q_row = a.query_start[seq];
+    if (a.query_start[seq + 1] - q_row != 1) return;  // padding sequence (or not a decode batch)
+    const int pos = a.seq_start_pos[seq];
+    const DecodeSplit sp = decode_split(pos, a.sliding_window, num_splits, split);
+    if (split >= sp.num_active) return;
+    const KvSource src = make_kv_source(a, seq, kv_head);
+    const float qk_scale = a.scale * kLog2e;
+
+    // Q as the A operand with the 8 heads in rows 0-7 (rows 8-15 zero: half of each MMA is
+    // wasted, irrelevant at 8 FLOP/byte). Thread (g, t) holds head g, dims 16kc + 2t (+8).
+    uint32_t qa[4][4];
+    {
+        const uint32_t* qh = reinterpret_cast<const uint32_t*>(
+            static_cast<const __nv_bfloat16*>(a.q) +
+            (static_cast<int64_t>(q_row) * a.num_heads + kv_head * kGroup + g) * kHeadDim);
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) {
+            qa[kc][0] = qh[kc * 8 + tig];
+            qa[kc][1] = 0u;
+            qa[kc][2] = qh[kc * 8 + 4 + tig];
+            qa[kc][3] = 0u;
+        }
+    }
+
+    float acc[8][4];  // [d tile][c]: c0, c1 = head g, dims 8dt + 2t, +1 (c2, c3 stay 0)
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[dt][e] = 0.0f;
+    float m = kNegBig, l = 0.0f;  // sink-free partial softmax state of head g (scaled, base 2)
+
+    const uint32_t ring = smem_addr(smem);
+    const int n_tiles = sp.tile_end - sp.tile_begin;
+#pragma unroll
+    for (int st = 0; st < kDecodeStages - 1; ++st) {
+        if (st < n_tiles) {
+            const uint32_t dst = ring + st * 2 * kTileBytes;
+            load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+        }
+        cp_async_commit();  // always commit so that group i is tile i
+    }
+
+    for (int i = 0; i < n_tiles; ++i) {
+        cp_async_wait<kDecodeStages - 2>();  // groups 0..i complete for this thread
+        __syncthreads();                     // for all threads; and stage (i−1) % 4 is free again
+        {
+            const int next = i + kDecodeStages - 1;
+            if (next < n_tiles) {
+                const uint32_t dst = ring + (next % kDecodeStages) * 2 * kTileBytes;
+                load_kv_tile(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+            }
+            cp_async_commit();
+        }
+        const uint32_t k_s = ring + (i % kDecodeStages) * 2 * kTileBytes;
+        const uint32_t v_s = k_s + kTileBytes;
+
+        // S (8 heads × this warp's 16 keys): n-tile 0 = keys 16w..16w+7, n-tile 1 = 16w+8..16w+15.
+        float s[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < 4; ++kc) {
+            uint32_t kb[4];
+            ldmatrix_x4(kb, k_s + swizzle(warp * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1)));
+            mma_bf16(s[0], qa[kc], kb[0], kb[1]);
+            mma_bf16(s[1], qa[kc], kb[2], kb[3]);
+        }
+        const int key0 = (sp.tile_begin + i) * kKvTile + warp * 16 + tig * 2;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int key = key0 + nt * 8 + e;
+                if (key < sp.kv_lo || key > pos) s[nt][e] = -INFINITY;
+                mx = fmaxf(mx, s[nt][e]);
+            }
+        mx = quad_max(mx);
+        const float m_new = fmaxf(m, mx * qk_scale);  // stays kNegBig while all keys are masked
+        const float corr = fast_exp2(m - m_new);
+        m = m_new;
+        float p[2][2], sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                p[nt][e] = fast_exp2(fmaf(s[nt][e], qk_scale, -m_new));
+                sum += p[nt][e];
+            }
+        l = l * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) {
+            acc[dt][0] *= corr;
+            acc[dt][1] *= corr;
+        }
+        // P as the A operand (rows 0-7 = heads, k = this warp's 16 keys), V via transposed ldmatrix.
+        const uint32_t pa[4] = {pack_bf16x2(p[0][0], p[0][1]), 0u, pack_bf16x2(p[1][0], p[1][1]), 0u};
+#pragma unroll
+        for (int dp = 0; dp < 4; ++dp) {
+            uint32_t vb[4];
+            ldmatrix_x4_trans(vb,
+                              v_s + swizzle(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+            mma_bf16(acc[2 * dp], pa, vb[0], vb[1]);
+            mma_bf16(acc[2 * dp + 1], pa, vb[2], vb[3]);
+        }
+    }
+
+    // Merge the 4 warps' partials through shared memory (the ring is free once every copy landed
+    // and every warp left the loop).
+    cp_async_wait<0>();
+    __syncthreads();
+    float* red = reinterpret_cast<float*>(smem);  // [warp][head][kRedStride]
+    l = quad_sum(l);
+    {
+        float* mine = red + (warp * kGroup + g) * kRedStride;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt)
+            *reinterpret_cast<float2*>(mine + dt * 8 + tig * 2) = make_float2(acc[dt][0], acc[dt][1]);
+        if (tig == 0) {
+            mine[kHeadDim] = m;
+            mine[kHeadDim + 1] = l;
+        }
+    }
+    __syncthreads();
+    const int h = tid >> 4;         // head within the group
+    const int d0 = (tid & 15) * 4;  // 4 output dims per thread
+    float mw = kNegBig;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mw = fmaxf(mw, red[(w * kGroup + h) * kRedStride + kHeadDim]);
+    float lw = 0.0f, o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+        const float* r = red + (w * kGroup + h) * kRedStride;
+        const float f = fast_exp2(r[kHeadDim] - mw);
+        lw += f * r[kHeadDim + 1];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) o4[k] += f * r[d0 + k];
+    }
+    const int head = kv_head * kGroup + h;
+    if (sp.num_active == 1) {
+        // The only split: finalise here, sink included (once).
+        const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
+        const float mx_all = fmaxf(mw, sink);
+        const float f = fast_exp2(mw - mx_all);
+        const float scale = f / (lw * f + fast_exp2(sink - mx_all));
+        __nv_bfloat16* dst =
+            static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim + d0;
+        *reinterpret_cast<uint2*>(dst) =
+            make_uint2(pack_bf16x2(o4[0] * scale, o4[1] * scale), pack_bf16x2(o4[2] * scale, o4[3] * scale));
+    } else {
+        const int64_t idx = ws_index(a, seq, head, num_splits, split);
+        *reinterpret_cast<float4*>(a.workspace + idx * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
+        if ((tid & 15) == 0) {
+            float* ml = ws_ml(a, num_splits) + idx * 2;
+            ml[0] = mw;
+            ml[1] = lw;
+        }
+    }
+}
+
+// Merges a sequence's active splits and adds the sink once:
+//   M = max(sink, max_s m_s);  out = Σ_s 2^(m_s − M) acc_s / (Σ_s 2^(m_s − M) l_s + 2^(sink − M)).
+// One warp per query head, 2 dims per lane. Reads num_active · 66 floats per head.
+__global__ void __launch_bounds__(kCombineThreads)
+    bf16_paged_attention_decode_combine_kernel(const __grid_constant__ PagedAttentionArgs a, int num_splits) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kv_head = blockIdx.x, seq = blockIdx.y;
+    const int q_row = a.query_start[seq];
+    if (a.query_start[seq + 1] - q_row != 1) return;
+    const int pos = a.seq_start_pos[seq];
+    const int active = decode_split(pos, a.sliding_window, num_splits, 0).num_active;
+    if (active <= 1) return;  // the decode CTA finalised this sequence itself
+    const int head = kv_head * kGroup + warp;
+    const int64_t idx0 = ws_index(a, seq, head, num_splits, 0);
+    const float* acc = a.workspace + idx0 * kHeadDim;
+    const float* ml = ws_ml(a, num_splits) + idx0 * 2;
+    const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
+
+    float mx = sink;
+    for (int s = lane; s < active; s += 32) mx = fmaxf(mx, ml[2 * s]);
+    mx = warp_max_all(mx);
+    float den = 0.0f;
+    for (int s = lane; s < active; s += 32) den += ml[2 * s + 1] * fast_exp2(ml[2 * s] - mx);
+    den = warp_sum_all(den) + fast_exp2(sink - mx);
+    float2 o = make_float2(0.0f, 0.0f);
+    for (int s = 0; s < active; ++s) {
+        const float f = fast_exp2(ml[2 * s] - mx);
+        const float2 v = *reinterpret_cast<const float2*>(acc + s * kHeadDim + lane * 2);
+        o.x += f * v.x;
+        o.y += f * v.y;
+    }
+    const float inv = 1.0f / den;
+    __nv_bfloat16* dst =
+        static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim;
+    *reinterpret_cast<uint32_t*>(dst + lane * 2) = pack_bf16x2(o.x * inv, o.y * inv);
+}
+
+// ================================================================================================
+// Reference: one warp per (token, query head), lane owns dims 2·lane and 2·lane + 1; the same two
+// passes as kernels::cpu::attention (max over sink and scores, then e^{s − M} sums with expf).
+// ================================================================================================
+__global__ void __launch_bounds__(kRefWarps * 32)
+    bf16_paged_attention_reference_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    const int t = blockIdx.x;
+    const int head = blockIdx.y * kRefWarps + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (head >= a.num_heads) return;
+    int s = 0;
+    while (s + 1 < a.num_seqs && a.query_start[s + 1] <= t) ++s;
+    const int pos = a.seq_start_pos[s] + (t - a.query_start[s]);
+    const int lo = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
+    const int kv_head = head / (a.num_heads / a.num_kv_heads);
+    const __nv_bfloat16* q =
+        static_cast<const __nv_bfloat16*>(a.q) + (static_cast<int64_t>(t) * a.num_heads + head) * kHeadDim;
+    const float q0 = __bfloat162float(q[2 * lane]), q1 = __bfloat162float(q[2 * lane + 1]);
+    const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
+    const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(a.k_cache);
+    const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(a.v_cache);
+    auto row = [&](int j) {
+        const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+        return (slot * a.num_kv_heads + kv_head) * kHeadDim + 2 * lane;
+    };
+    auto score = [&](int j) {
+        const int64_t r = row(j);
+        return warp_sum_all(q0 * __bfloat162float(kc[r]) + q1 * __bfloat162float(kc[r + 1])) * a.scale;
+    };
+    float mx = a.sinks[head];
+    for (int j = lo; j <= pos; ++j) mx = fmaxf(mx, score(j));
+    float den = expf(a.sinks[head] - mx), o0 = 0.0f, o1 = 0.0f;
+    for (int j = lo; j <= pos; ++j) {
+        const float p = expf(score(j) - mx);
+        den += p;
+        const int64_t r = row(j);
+        o0 += p * __bfloat162float(vc[r]);
+        o1 += p * __bfloat162float(vc[r + 1]);
+    }
+    __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(t) * a.num_heads + head) * kHeadDim;
+    dst[2 * lane] = __float2bfloat16(o0 / den);
+    dst[2 * lane + 1] = __float2bfloat16(o1 / den);
+}
+
+// ---- host side ---------------------------------------------------------------------------------
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+void validate(const PagedAttentionArgs& a, const char* who) {
+    ENGINE_CHECK(a.head_dim == kHeadDim, "%s: head_dim %d, only %d is supported", who, a.head_dim, kHeadDim);
+    ENGINE_CHECK(a.num_kv_heads > 0 && a.num_heads == kGroup * a.num_kv_heads,
+                 "%s: %d query heads / %d kv heads, need exactly %d query heads per kv head", who, a.num_heads,
+                 a.num_kv_heads, kGroup);
+    ENGINE_CHECK(a.block_size > 0 && (a.block_size & (a.block_size - 1)) == 0,
+                 "%s: block_size %d must be a power of two", who, a.block_size);
+    ENGINE_CHECK(a.num_seqs >= 0 && a.num_seqs <= 65535, "%s: num_seqs %d out of range", who, a.num_seqs);
+    ENGINE_CHECK(a.sliding_window >= 0 && a.scale > 0.0f, "%s: sliding_window %d, scale %g", who, a.sliding_window,
+                 static_cast<double>(a.scale));
+    ENGINE_CHECK(
+        a.q && a.out && a.sinks && a.k_cache && a.v_cache && a.block_tables && a.seq_start_pos && a.query_start,
+        "%s: null pointer argument", who);
+    ENGINE_CHECK(aligned16(a.q) && aligned16(a.out) && aligned16(a.k_cache) && aligned16(a.v_cache),
+                 "%s: q/out/k_cache/v_cache must be 16-byte aligned", who);
+}
+
+// Per-device facts cached on first use, so that launches inside a graph capture make no CUDA call
+// beyond cudaGetDevice and the launches themselves (the engine warms up before it captures).
+constexpr int kMaxDevices = 64;
+
+int current_device() {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    return dev;
+}
+
+int num_sms(int dev) {
+    static std::atomic<int> cache[kMaxDevices];
+    int n = dev < kMaxDevices ? cache[dev].load(std::memory_order_relaxed) : 0;
+    if (n == 0) {
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        if (dev < kMaxDevices) cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+// The decode kernel needs 64 KB of dynamic shared memory (over the 48 KB default).
+void ensure_decode_smem(int dev) {
+    static std::atomic<bool> done[kMaxDevices];
+    if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kDecodeSmem));
+    if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, int sliding_window, int max_splits,
+                         int sm_count) {
+    if (num_seqs <= 0 || num_kv_heads <= 0 || max_splits <= 1) return 1;
+    // Tiles the longest visible range can touch (a sliding range is not 64-aligned: one more).
+    const int keys =
+        sliding_window > 0 ? std::min(std::max(max_context_len, 1), sliding_window) : std::max(max_context_len, 1);
+    const int max_tiles = (keys + kKvTile - 1) / kKvTile + (sliding_window > 0 ? 1 : 0);
+    const int useful = (max_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit;
+    // One wave: as many CTAs as fit at once (3 per SM at 64 KB of shared memory each). Rounding
+    // down keeps long splits from spilling a small second wave; at large batch (≥ 50 sequences of
+    // 8 kv heads) the grid is several waves of whole sequences and one split suffices.
+    const int ctas_per_split = num_seqs * num_kv_heads;
+    const int slots = std::max(sm_count, 1) * kDecodeCtasPerSm;
+    const int splits = std::max(1, slots / ctas_per_split);
+    return std::max(1, std::min({splits, useful, max_splits}));
+}
+
+void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
+    validate(a, "paged_attention_prefill");
+    if (a.num_seqs == 0 || a.max_query_len <= 0) return;
+    const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
+    const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
+    bf16_paged_attention_prefill_kernel<<<grid, kPrefillThreads, kPrefillSmem, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
+    validate(a, "paged_attention_decode");
+    ENGINE_CHECK(num_splits >= 1 && num_splits <= std::max(a.max_splits, 1) && num_splits <= 65535,
+                 "paged_attention_decode: %d splits (max_splits %d)", num_splits, a.max_splits);
+    ENGINE_CHECK(num_splits == 1 || (a.workspace != nullptr && aligned16(a.workspace)),
+                 "paged_attention_decode: %d splits need a 16-byte aligned workspace", num_splits);
+    if (a.num_seqs == 0) return;
+    ensure_decode_smem(current_device());
+    const dim3 grid(num_splits, a.num_kv_heads, a.num_seqs);
+    bf16_paged_attention_decode_kernel<<<grid, kDecodeThreads, kDecodeSmem, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+    if (num_splits > 1) {
+        const dim3 cgrid(a.num_kv_heads, a.num_seqs);
+        bf16_paged_attention_decode_combine_kernel<<<cgrid, kCombineThreads, 0, stream>>>(a, num_splits);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
+    const int splits = choose_decode_splits(a.num_seqs, a.num_kv_heads, a.max_context_len, a.sliding_window,
+                                            a.max_splits, num_sms(current_device()));
+    paged_attention_decode_splits(a, splits, stream);
+}
+
+void paged_attention_reference_cuda(const PagedAttentionArgs& a, cudaStream_t stream) {
+    ENGINE_CHECK(a.head_dim == kHeadDim && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
+                     a.num_heads % kRefWarps == 0 && a.block_size > 0,
+                 "paged_attention_reference_cuda: unsupported shape");
+    if (a.num_seqs == 0 || a.num_tokens == 0) return;
+    const dim3 grid(a.num_tokens, a.num_heads / kRefWarps);
+    bf16_paged_attention_reference_kernel<<<grid, kRefWarps * 32, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gptoss::kernels::cuda
