@@ -1,0 +1,65 @@
+// Every call the server makes into harmony/ goes through this file: rendering a chat.completions
+// request (or a Responses request translated to one) into prompt ids, and following the generated
+// ids with harmony's streaming parser and chat mapper. The server adds only API shapes on top.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "harmony/harmony_chat.h"
+#include "harmony/harmony_json.h"
+#include "harmony/harmony_parser.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace gptoss::server {
+
+struct ChatPrompt {
+    std::vector<int32_t> ids;  // [num_prompt_tokens]: rendered conversation + "<|start|>assistant"
+    harmony::ChatMappingOptions mapping;
+    harmony::ParserOptions parser;
+};
+
+// Renders a chat.completions body (already checked by parse_chat_request). Errors name the field.
+StatusOr<ChatPrompt> render_chat_prompt(const harmony::Json& chat_body, const tokenizer::BpeTokenizer& tokenizer,
+                                        const harmony::ServerOptions& options);
+
+// Ids that end generation (HARMONY.md §2.4): <|return|>, <|call|>, <|endoftext|>.
+std::vector<int32_t> generation_stop_ids();
+bool is_generation_stop_id(int32_t id);
+
+// Follows one completion token by token.
+class HarmonyOutput {
+public:
+    HarmonyOutput(const tokenizer::BpeTokenizer& tokenizer, const ChatPrompt& prompt);
+
+    struct Step {
+        std::vector<harmony::Event> events;      // parser events of this token (or of finish())
+        std::vector<harmony::ChatDelta> deltas;  // chat.completions deltas of those events
+        bool reasoning = false;                  // the token belongs to hidden reasoning
+    };
+    Step push(int32_t id);
+    Step finish();  // end of generation
+
+    // Where a message with this header goes, and the function it calls (kToolCall only).
+    harmony::ChatRoute route(const harmony::MessageHeader& header) const;
+    std::string function_name(const harmony::MessageHeader& header) const;
+
+    // The whole result (same rules as the deltas). `hit_length_limit`: stopped by max_tokens.
+    harmony::ChatCompletion result(bool hit_length_limit) const { return mapper_.result(hit_length_limit); }
+
+private:
+    Step mapped(std::vector<harmony::Event> events, bool reasoning_before);
+
+    harmony::ChatMappingOptions mapping_;
+    harmony::StreamParser parser_;
+    harmony::ChatMapper mapper_;
+};
+
+// {"role":"assistant","content","reasoning_content","tool_calls"?} of a chat.completion.
+harmony::Json chat_message_json(const harmony::ChatCompletion& completion);
+// A chat.completion.chunk delta object.
+harmony::Json chat_delta_json(const harmony::ChatDelta& delta);
+
+}  // namespace gptoss::server

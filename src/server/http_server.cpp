@@ -1,0 +1,201 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <csignal>
+
+#include "core/logging.h"
+
+namespace gptoss::server {
+namespace {
+
+constexpr std::chrono::milliseconds kStreamPoll{100};
+
+// Endpoint label for the request counter: known routes by name, everything else "other" (a label
+// per unknown path would let clients grow the metrics without bound).
+std::string endpoint_label(const std::string& path) {
+    static const char* const kKnown[] = {"/v1/chat/completions", "/v1/responses", "/v1/completions",
+                                         "/v1/models",           "/health",       "/metrics"};
+    for (const char* k : kKnown) {
+        if (path == k) return k;
+    }
+    if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+    return "other";
+}
+
+void set_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.http_status;
+    res.set_content(error_body(e), "application/json");
+}
+
+// Writes a RouteResponse into httplib's response; SSE bodies are pulled from the producer by the
+// connection's worker thread as httplib writes the chunked body.
+void send(httplib::Response& res, RouteResponse r) {
+    res.status = r.status;
+    if (!r.stream) {
+        res.set_content(r.body, r.content_type);
+        return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    std::shared_ptr<SseProducer> producer(std::move(r.stream));
+    res.set_chunked_content_provider(r.content_type, [producer](size_t, httplib::DataSink& sink) {
+        std::string buf;
+        for (;;) {
+            buf.clear();
+            const bool more = producer->next(&buf, kStreamPoll);
+            // A failed write means the client is gone: returning false ends the exchange, and
+            // dropping the producer (with the response) cancels the request and frees its blocks.
+            if (!buf.empty() && !sink.write(buf.data(), buf.size())) return false;
+            if (!more) {
+                sink.done();
+                return true;
+            }
+        }
+    });
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+    httplib::Server svr;
+    int listen_fd = -1;
+};
+
+HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+    httplib::Server& svr = impl_->svr;
+    const int threads = std::max(options.threads, 4);
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    svr.set_payload_max_length(options.max_body_bytes);
+    svr.set_read_timeout(options.read_timeout);
+    svr.set_write_timeout(options.write_timeout);
+    svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
+    svr.set_keep_alive_max_count(1000);
+    svr.set_tcp_nodelay(true);
+    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let a second server
+    // silently share the port); remember the socket to widen its listen backlog after bind.
+    svr.set_socket_options([impl = impl_.get()](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        impl->listen_fd = sock;
+    });
+
+    auto post = [&svr](const char* path, std::function<RouteResponse(std::string_view)> handler) {
+        svr.Post(path,
+                 [handler](const httplib::Request& req, httplib::Response& res) { send(res, handler(req.body)); });
+    };
+    post("/v1/chat/completions", [&routes](std::string_view b) { return routes.chat_completions(b); });
+    post("/v1/responses", [&routes](std::string_view b) { return routes.responses(b); });
+    post("/v1/completions", [&routes](std::string_view b) { return routes.completions(b); });
+    svr.Get("/v1/models", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.models()); });
+    svr.Get("/v1/models/(.+)", [&routes](const httplib::Request& req, httplib::Response& res) {
+        send(res, routes.model(req.matches[1].str()));
+    });
+    svr.Get("/health", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.health()); });
+    svr.Get("/metrics", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.metrics()); });
+
+    // Known paths with the wrong method: 405 with Allow.
+    auto not_allowed = [](const char* allow) {
+        return [allow](const httplib::Request& req, httplib::Response& res) {
+            res.set_header("Allow", allow);
+            set_error(res, api_error(405, "method " + req.method + " is not allowed on " + req.path +
+                                              " (allowed: " + allow + ")"));
+        };
+    };
+    for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/completions"}) {
+        auto h = not_allowed("POST");
+        svr.Get(path, h);
+        svr.Put(path, h);
+        svr.Patch(path, h);
+        svr.Delete(path, h);
+        svr.Options(path, h);
+    }
+    for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics"}) {
+        auto h = not_allowed("GET, HEAD");
+        svr.Post(path, h);
+        svr.Put(path, h);
+        svr.Patch(path, h);
+        svr.Delete(path, h);
+        svr.Options(path, h);
+    }
+
+    // Errors httplib produces itself (unknown route, body too large, malformed HTTP) get an
+    // OpenAI error object too; responses that already have a body are left alone.
+    const size_t max_body = options.max_body_bytes;
+    svr.set_error_handler(
+        httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req, httplib::Response& res) {
+            if (!res.body.empty() || res.is_chunked_content_provider_)
+                return httplib::Server::HandlerResponse::Unhandled;
+            switch (res.status) {
+                case 404: set_error(res, api_error(404, "unknown route " + req.method + " " + req.path)); break;
+                case 413:
+                    set_error(res, api_error(413,
+                                             "the request body is larger than the limit of " +
+                                                 std::to_string(max_body) + " bytes",
+                                             "request_too_large"));
+                    break;
+                case 400: set_error(res, api_error(400, "malformed HTTP request")); break;
+                default: set_error(res, api_error(res.status, "HTTP error " + std::to_string(res.status))); break;
+            }
+            return httplib::Server::HandlerResponse::Handled;
+        }));
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        set_error(res, api_error(500, "internal error: " + what));
+    });
+    svr.set_logger([&metrics](const httplib::Request& req, const httplib::Response& res) {
+        metrics.count_request(endpoint_label(req.path), res.status);
+    });
+    options_ = std::move(options);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::bind() {
+    // A client that closes its socket must not kill the server with SIGPIPE on the next write.
+    std::signal(SIGPIPE, SIG_IGN);
+    httplib::Server& svr = impl_->svr;
+    if (options_.port == 0) {
+        port_ = svr.bind_to_any_port(options_.host);
+        if (port_ < 0) return failed_precondition("cannot bind " + options_.host + " to a free port");
+    } else {
+        if (!svr.bind_to_port(options_.host, options_.port)) {
+            return failed_precondition("cannot bind " + options_.host + ":" + std::to_string(options_.port) +
+                                       " (in use, or not a local address?)");
+        }
+        port_ = options_.port;
+    }
+    // httplib listens with a backlog of 5; a burst of connections would then wait for SYN retries.
+    if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, options_.listen_backlog);
+    return ok_status();
+}
+
+Status HttpServer::listen() {
+    if (!impl_->svr.listen_after_bind()) return internal_error("the HTTP server stopped with an error");
+    return ok_status();
+}
+
+Status HttpServer::start() {
+    RETURN_IF_ERROR(bind());
+    thread_ = std::thread([this] { (void)listen(); });
+    for (int i = 0; i < 10000 && !impl_->svr.is_running(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (!impl_->svr.is_running()) return internal_error("the HTTP server did not start");
+    return ok_status();
+}
+
+void HttpServer::stop() {
+    impl_->svr.stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gptoss::server

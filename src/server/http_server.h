@@ -1,0 +1,57 @@
+// The HTTP transport (cpp-httplib): routing to OpenAiRoutes, 404/405/413 as OpenAI error objects,
+// SSE bodies written from each connection's own worker thread (a slow reader blocks only its own
+// connection; the engine side is buffered per request), and a worker pool sized for hundreds of
+// concurrent streams. Binds loopback by default.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/status.h"
+#include "server/metrics.h"
+#include "server/openai_routes.h"
+
+namespace gptoss::server {
+
+struct HttpServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8000;                          // 0: any free port (see port())
+    size_t max_body_bytes = size_t{4} << 20;  // larger bodies get 413
+    // Worker threads = the most connections served at once (each stream holds one for its life).
+    int threads = 512;
+    int listen_backlog = 1024;
+    std::chrono::seconds read_timeout{30};   // for the request head and body
+    std::chrono::seconds write_timeout{30};  // a client that reads nothing for this long is dropped
+    int keep_alive_timeout_s = 5;
+};
+
+class HttpServer {
+public:
+    // `routes` and `metrics` must outlive the server.
+    HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerOptions options);
+    ~HttpServer();
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
+
+    // Binds the listening socket (port() is known afterwards).
+    Status bind();
+    int port() const { return port_; }
+    // Serves until stop(); call after bind().
+    Status listen();
+    // bind() + listen() on a background thread (tests).
+    Status start();
+    // Stops accepting and returns once every worker is done (streams end first: see
+    // RequestQueue::shutdown). Idempotent.
+    void stop();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+    HttpServerOptions options_;
+    int port_ = 0;
+    std::thread thread_;
+};
+
+}  // namespace gptoss::server

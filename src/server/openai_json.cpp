@@ -1,0 +1,773 @@
+#include "server/openai_json.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+#include "harmony/harmony_parser.h"
+
+namespace gptoss::server {
+namespace {
+
+Status field_error(const std::string& param, const std::string& message) {
+    return invalid_argument(param + ": " + message);
+}
+
+std::string type_name(const Json& j) {
+    switch (j.type()) {
+        case Json::value_t::null: return "null";
+        case Json::value_t::object: return "an object";
+        case Json::value_t::array: return "an array";
+        case Json::value_t::string: return "a string";
+        case Json::value_t::boolean: return "a boolean";
+        case Json::value_t::number_integer:
+        case Json::value_t::number_unsigned: return "an integer";
+        case Json::value_t::number_float: return "a number";
+        case Json::value_t::binary: return "binary";
+        case Json::value_t::discarded: return "invalid";
+    }
+    return "invalid";
+}
+
+// Reads optional fields of one JSON object, recording the first error. Explicit null counts as
+// absent (the OpenAI API treats it so).
+class Fields {
+public:
+    Fields(const Json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+    std::string param(const char* key) const { return prefix_.empty() ? key : prefix_ + "." + key; }
+    const Json* get(const char* key) const {
+        auto it = obj_.find(key);
+        if (it == obj_.end() || it->is_null()) return nullptr;
+        return &*it;
+    }
+    bool has(const char* key) const { return get(key) != nullptr; }
+
+    std::optional<double> number(const char* key, double lo, double hi) {
+        const Json* v = get(key);
+        if (!v || !ok()) return std::nullopt;
+        if (!v->is_number()) return fail(key, "must be a number, not " + type_name(*v));
+        double d = v->get<double>();
+        if (!(d >= lo && d <= hi)) {
+            return fail(key, "must be between " + format(lo) + " and " + format(hi) + ", got " + format(d));
+        }
+        return d;
+    }
+    std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) {
+        const Json* v = get(key);
+        if (!v || !ok()) return std::nullopt;
+        int64_t i;
+        if (v->is_number_unsigned()) {
+            uint64_t u = v->get<uint64_t>();
+            i = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+        } else if (v->is_number_integer()) {
+            i = v->get<int64_t>();
+        } else {
+            return fail(key, "must be an integer, not " + type_name(*v));
+        }
+        if (i < lo || i > hi) {
+            return fail(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
+                                 std::to_string(i));
+        }
+        return i;
+    }
+    std::optional<bool> boolean(const char* key) {
+        const Json* v = get(key);
+        if (!v || !ok()) return std::nullopt;
+        if (!v->is_boolean()) return fail(key, "must be a boolean, not " + type_name(*v));
+        return v->get<bool>();
+    }
+    std::optional<std::string> string(const char* key) {
+        const Json* v = get(key);
+        if (!v || !ok()) return std::nullopt;
+        if (!v->is_string()) return fail(key, "must be a string, not " + type_name(*v));
+        return v->get<std::string>();
+    }
+    const Json* object(const char* key) {
+        const Json* v = get(key);
+        if (!v || !ok()) return nullptr;
+        if (!v->is_object()) return fail(key, "must be an object, not " + type_name(*v)), nullptr;
+        return v;
+    }
+    const Json* array(const char* key) {
+        const Json* v = get(key);
+        if (!v || !ok()) return nullptr;
+        if (!v->is_array()) return fail(key, "must be an array, not " + type_name(*v)), nullptr;
+        return v;
+    }
+    std::optional<std::string> one_of(const char* key, std::initializer_list<const char*> allowed) {
+        std::optional<std::string> s = string(key);
+        if (!s) return s;
+        for (const char* a : allowed) {
+            if (*s == a) return s;
+        }
+        std::string list;
+        for (const char* a : allowed) list += (list.empty() ? "'" : ", '") + std::string(a) + "'";
+        return fail(key, "must be one of " + list + ", got '" + *s + "'");
+    }
+
+    std::nullopt_t fail(const char* key, const std::string& message) {
+        if (status_.ok()) status_ = field_error(param(key), message);
+        return std::nullopt;
+    }
+    void fail_status(Status s) {
+        if (status_.ok()) status_ = std::move(s);
+    }
+    bool ok() const { return status_.ok(); }
+    const Status& status() const { return status_; }
+
+private:
+    static std::string format(double d) {
+        char buf[32];
+        std::snprintf(buf, sizeof(buf), "%g", d);
+        return buf;
+    }
+    const Json& obj_;
+    std::string prefix_;
+    Status status_;
+};
+
+std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
+
+// Depth of nesting of `body` (brackets outside strings), stopping early past `limit`. Runs before
+// parsing so a body of a million '[' never reaches recursive code.
+bool nesting_within(std::string_view body, int limit) {
+    int depth = 0;
+    bool in_string = false, escape = false;
+    for (char c : body) {
+        if (in_string) {
+            if (escape) {
+                escape = false;
+            } else if (c == '\\') {
+                escape = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) return false;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return true;
+}
+
+// Sampling fields shared by the three endpoints.
+void read_sampling(Fields& f, SamplingRequest* out) {
+    if (auto t = f.number("temperature", 0.0, 2.0)) out->sampling.temperature = static_cast<float>(*t);
+    if (auto p = f.number("top_p", 0.0, 1.0)) {
+        if (*p <= 0.0) {
+            f.fail("top_p", "must be greater than 0");
+        } else {
+            out->sampling.top_p = static_cast<float>(*p);
+        }
+    }
+    if (auto s = f.integer("seed", INT64_MIN, INT64_MAX)) out->sampling.seed = static_cast<uint64_t>(*s);
+    // Accepted for compatibility; the engine does not apply penalties.
+    f.number("presence_penalty", -2.0, 2.0);
+    f.number("frequency_penalty", -2.0, 2.0);
+    if (const Json* stop = f.get("stop")) {
+        if (stop->is_string()) {
+            if (!stop->get<std::string>().empty()) out->stop.push_back(stop->get<std::string>());
+        } else if (stop->is_array()) {
+            if (stop->size() > kMaxStopStrings) {
+                f.fail("stop", "at most " + std::to_string(kMaxStopStrings) + " stop strings");
+                return;
+            }
+            for (size_t i = 0; i < stop->size(); ++i) {
+                const Json& s = (*stop)[i];
+                if (!s.is_string()) {
+                    f.fail_status(field_error(indexed(f.param("stop"), i), "must be a string"));
+                    return;
+                }
+                if (!s.get<std::string>().empty()) out->stop.push_back(s.get<std::string>());
+            }
+        } else {
+            f.fail("stop", "must be a string or an array of strings, not " + type_name(*stop));
+        }
+    }
+}
+
+void read_n(Fields& f) {
+    if (auto n = f.integer("n", 1, 128); n && *n != 1) f.fail("n", "only n=1 is supported");
+}
+
+void read_stream(Fields& f, bool* stream, bool* include_usage) {
+    *stream = f.boolean("stream").value_or(false);
+    if (const Json* so = f.object("stream_options")) {
+        Fields s(*so, f.param("stream_options"));
+        *include_usage = s.boolean("include_usage").value_or(false);
+        f.fail_status(s.status());
+    }
+}
+
+// A content value of a chat message: a string, an array of text parts, or null.
+Status check_chat_content(const Json& content, const std::string& param, bool null_ok) {
+    if (content.is_null()) return null_ok ? ok_status() : field_error(param, "is required");
+    if (content.is_string()) return ok_status();
+    if (!content.is_array()) return field_error(param, "must be a string or an array of content parts");
+    for (size_t i = 0; i < content.size(); ++i) {
+        const Json& part = content[i];
+        const std::string p = indexed(param, i);
+        if (!part.is_object()) return field_error(p, "must be an object");
+        auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) return field_error(p + ".type", "is required");
+        const std::string t = type->get<std::string>();
+        if (t != "text" && t != "input_text" && t != "output_text") {
+            return field_error(p + ".type", "content part type '" + t + "' is not supported (text only)");
+        }
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) return field_error(p + ".text", "must be a string");
+    }
+    return ok_status();
+}
+
+Status check_chat_message(const Json& m, const std::string& param) {
+    if (!m.is_object()) return field_error(param, "must be an object, not " + type_name(m));
+    auto role_it = m.find("role");
+    if (role_it == m.end() || role_it->is_null()) return field_error(param + ".role", "is required");
+    if (!role_it->is_string()) return field_error(param + ".role", "must be a string");
+    const std::string role = role_it->get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" && role != "tool") {
+        return field_error(param + ".role",
+                           "unknown role '" + role + "' (expected system, developer, user, assistant or tool)");
+    }
+    Fields f(m, param);
+    f.string("name");
+    if (role == "assistant") {
+        f.string("reasoning_content");
+        f.string("reasoning");
+        f.string("thinking");
+        const Json* calls = f.array("tool_calls");
+        RETURN_IF_ERROR(f.status());
+        if (calls) {
+            for (size_t i = 0; i < calls->size(); ++i) {
+                const std::string p = indexed(param + ".tool_calls", i);
+                const Json& c = (*calls)[i];
+                if (!c.is_object()) return field_error(p, "must be an object");
+                Fields cf(c, p);
+                cf.string("id");
+                cf.one_of("type", {"function"});
+                const Json* fn = cf.object("function");
+                RETURN_IF_ERROR(cf.status());
+                if (!fn) return field_error(p + ".function", "is required");
+                Fields ff(*fn, p + ".function");
+                if (!ff.string("name") && ff.ok()) return field_error(p + ".function.name", "is required");
+                if (const Json* a = ff.get("arguments"); a && !a->is_string() && !a->is_object()) {
+                    return field_error(p + ".function.arguments", "must be a string");
+                }
+                RETURN_IF_ERROR(ff.status());
+            }
+        }
+        auto content = m.find("content");
+        return check_chat_content(content == m.end() ? Json() : *content, param + ".content", true);
+    }
+    if (role == "tool") {
+        f.string("tool_call_id");
+        RETURN_IF_ERROR(f.status());
+    }
+    RETURN_IF_ERROR(f.status());
+    auto content = m.find("content");
+    return check_chat_content(content == m.end() ? Json() : *content, param + ".content", false);
+}
+
+Status check_chat_tools(const Json& body, std::vector<std::string>* names) {
+    auto tools = body.find("tools");
+    if (tools == body.end() || tools->is_null()) return ok_status();
+    if (!tools->is_array()) return field_error("tools", "must be an array");
+    for (size_t i = 0; i < tools->size(); ++i) {
+        const Json& t = (*tools)[i];
+        const std::string p = indexed("tools", i);
+        if (!t.is_object()) return field_error(p, "must be an object");
+        Fields f(t, p);
+        if (!f.one_of("type", {"function"})) {
+            RETURN_IF_ERROR(f.status());
+            return field_error(p + ".type", "is required");
+        }
+        const Json* fn = f.object("function");
+        RETURN_IF_ERROR(f.status());
+        if (!fn) return field_error(p + ".function", "is required");
+        Fields ff(*fn, p + ".function");
+        std::optional<std::string> name = ff.string("name");
+        ff.string("description");
+        ff.object("parameters");
+        ff.boolean("strict");
+        RETURN_IF_ERROR(ff.status());
+        if (!name || name->empty()) return field_error(p + ".function.name", "is required");
+        names->push_back(*name);
+    }
+    return ok_status();
+}
+
+// tool_choice of chat.completions: "auto" | "none" | "required" | {"type":"function","function":{"name"}}.
+Status check_tool_choice(const Json& body, const std::vector<std::string>& names) {
+    auto tc = body.find("tool_choice");
+    if (tc == body.end() || tc->is_null()) return ok_status();
+    if (tc->is_string()) {
+        const std::string s = tc->get<std::string>();
+        if (s == "auto" || s == "none") return ok_status();
+        if (s == "required") {
+            if (names.empty()) return field_error("tool_choice", "'required' needs at least one tool");
+            return ok_status();
+        }
+        return field_error("tool_choice", "must be 'auto', 'none', 'required' or a named function");
+    }
+    if (!tc->is_object()) return field_error("tool_choice", "must be a string or an object");
+    Fields f(*tc, "tool_choice");
+    f.one_of("type", {"function"});
+    const Json* fn = f.object("function");
+    RETURN_IF_ERROR(f.status());
+    if (!fn) return field_error("tool_choice.function", "is required");
+    Fields ff(*fn, "tool_choice.function");
+    std::optional<std::string> name = ff.string("name");
+    RETURN_IF_ERROR(ff.status());
+    if (!name) return field_error("tool_choice.function.name", "is required");
+    if (std::find(names.begin(), names.end(), *name) == names.end()) {
+        return field_error("tool_choice.function.name", "no tool named '" + *name + "' in tools");
+    }
+    return ok_status();
+}
+
+std::string random_alnum(size_t n) {
+    static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    std::string s;
+    for (size_t i = 0; i < n; ++i) s += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+    return s;
+}
+
+// Text of a Responses content value (string, or parts with "text").
+StatusOr<std::string> responses_text(const Json& content, const std::string& param) {
+    if (content.is_string()) return content.get<std::string>();
+    RETURN_IF_ERROR(check_chat_content(content, param, false));
+    std::string text;
+    for (const Json& part : content) text += part["text"].get<std::string>();
+    return text;
+}
+
+// Responses input items -> chat.completions messages (HARMONY.md §5.3).
+Status responses_input_to_messages(const Json& input, Json* messages) {
+    if (input.is_string()) {
+        messages->push_back({{"role", "user"}, {"content", input.get<std::string>()}});
+        return ok_status();
+    }
+    if (!input.is_array()) return field_error("input", "must be a string or an array of input items");
+    if (input.empty()) return field_error("input", "must contain at least one item");
+    for (size_t i = 0; i < input.size(); ++i) {
+        const Json& item = input[i];
+        const std::string p = indexed("input", i);
+        if (!item.is_object()) return field_error(p, "must be an object");
+        Fields f(item, p);
+        std::string type = f.string("type").value_or("message");
+        RETURN_IF_ERROR(f.status());
+        if (type == "message") {
+            std::optional<std::string> role = f.one_of("role", {"user", "assistant", "system", "developer"});
+            RETURN_IF_ERROR(f.status());
+            if (!role) return field_error(p + ".role", "is required");
+            auto content = item.find("content");
+            if (content == item.end()) return field_error(p + ".content", "is required");
+            ASSIGN_OR_RETURN(std::string text, responses_text(*content, p + ".content"));
+            messages->push_back({{"role", *role}, {"content", text}});
+        } else if (type == "function_call") {
+            std::optional<std::string> call_id = f.string("call_id");
+            std::optional<std::string> name = f.string("name");
+            std::optional<std::string> args = f.string("arguments");
+            RETURN_IF_ERROR(f.status());
+            if (!call_id) return field_error(p + ".call_id", "is required");
+            if (!name) return field_error(p + ".name", "is required");
+            Json call = {{"id", *call_id},
+                         {"type", "function"},
+                         {"function", {{"name", *name}, {"arguments", args.value_or("{}")}}}};
+            // Consecutive calls (and a reasoning item before them) form one assistant message.
+            Json& last = messages->empty() ? *messages : messages->back();
+            if (!messages->empty() && last["role"] == "assistant" && !last.contains("content")) {
+                if (!last.contains("tool_calls")) last["tool_calls"] = Json::array();
+                last["tool_calls"].push_back(call);
+            } else {
+                messages->push_back({{"role", "assistant"}, {"tool_calls", Json::array({call})}});
+            }
+        } else if (type == "function_call_output") {
+            std::optional<std::string> call_id = f.string("call_id");
+            RETURN_IF_ERROR(f.status());
+            if (!call_id) return field_error(p + ".call_id", "is required");
+            auto output = item.find("output");
+            if (output == item.end()) return field_error(p + ".output", "is required");
+            ASSIGN_OR_RETURN(std::string text, responses_text(*output, p + ".output"));
+            messages->push_back({{"role", "tool"}, {"tool_call_id", *call_id}, {"content", text}});
+        } else if (type == "reasoning") {
+            std::string text;
+            for (const char* key : {"content", "summary"}) {
+                const Json* parts = f.array(key);
+                RETURN_IF_ERROR(f.status());
+                if (!parts || !text.empty()) continue;
+                for (size_t k = 0; k < parts->size(); ++k) {
+                    const Json& part = (*parts)[k];
+                    if (!part.is_object() || !part.contains("text") || !part["text"].is_string()) {
+                        return field_error(indexed(p + "." + key, k) + ".text", "must be a string");
+                    }
+                    text += part["text"].get<std::string>();
+                }
+            }
+            messages->push_back({{"role", "assistant"}, {"reasoning_content", text}});
+        } else {
+            return field_error(p + ".type", "input item type '" + type + "' is not supported");
+        }
+    }
+    return ok_status();
+}
+
+}  // namespace
+
+// ---- errors -------------------------------------------------------------------------------------
+
+int http_status_for(StatusCode code) {
+    switch (code) {
+        case StatusCode::kOk: return 200;
+        case StatusCode::kInvalidArgument: return 400;
+        case StatusCode::kOutOfRange: return 400;  // prompt over the context: OpenAI answers 400
+        case StatusCode::kDataLoss: return 400;
+        case StatusCode::kUnimplemented: return 400;  // a valid request we do not support
+        case StatusCode::kNotFound: return 404;
+        case StatusCode::kResourceExhausted: return 413;
+        case StatusCode::kFailedPrecondition: return 503;  // not ready, shutting down, at capacity
+        case StatusCode::kCancelled: return 500;
+        case StatusCode::kInternal: return 500;
+    }
+    return 500;
+}
+
+ApiError api_error(int http_status, std::string message, std::optional<std::string> code) {
+    ApiError e;
+    e.http_status = http_status;
+    e.message = std::move(message);
+    e.code = std::move(code);
+    if (http_status == 404) {
+        e.type = "not_found_error";
+    } else if (http_status == 503) {
+        e.type = "service_unavailable_error";
+    } else if (http_status >= 500) {
+        e.type = "server_error";
+    } else {
+        e.type = "invalid_request_error";
+    }
+    return e;
+}
+
+ApiError api_error(const Status& status) {
+    std::optional<std::string> code;
+    if (status.code() == StatusCode::kOutOfRange) code = "context_length_exceeded";
+    if (status.code() == StatusCode::kUnimplemented) code = "unsupported_parameter";
+    ApiError e = api_error(http_status_for(status.code()), status.message(), code);
+    // "<param>: <text>" names the field (see the header).
+    const std::string& m = status.message();
+    const size_t colon = m.find(": ");
+    if (colon != std::string::npos && colon > 0) {
+        const std::string head = m.substr(0, colon);
+        const bool is_path = std::all_of(head.begin(), head.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']';
+        });
+        if (is_path) e.param = head;
+    }
+    return e;
+}
+
+Json error_json(const ApiError& error) {
+    Json inner;
+    inner["message"] = error.message;
+    inner["type"] = error.type;
+    inner["param"] = error.param ? Json(*error.param) : Json(nullptr);
+    inner["code"] = error.code ? Json(*error.code) : Json(nullptr);
+    return Json{{"error", inner}};
+}
+
+std::string error_body(const ApiError& error) { return dump_json(error_json(error)); }
+
+// ---- parsing ------------------------------------------------------------------------------------
+
+StatusOr<Json> parse_json_body(std::string_view body) {
+    if (body.empty()) return invalid_argument("the request body is empty (expected a JSON object)");
+    if (!nesting_within(body, kMaxJsonDepth)) {
+        return invalid_argument("the request body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    }
+    try {
+        Json j = Json::parse(body.begin(), body.end());
+        if (!j.is_object()) return invalid_argument("the request body must be a JSON object, not " + type_name(j));
+        return j;
+    } catch (const Json::exception& e) {
+        // nlohmann rejects invalid UTF-8 and lone surrogates here too.
+        return invalid_argument(std::string("the request body is not valid JSON: ") + e.what());
+    }
+}
+
+StatusOr<ChatParams> parse_chat_request(const Json& body) {
+    try {
+        ChatParams p;
+        Fields f(body, "");
+        f.string("model");
+        auto messages = body.find("messages");
+        if (messages == body.end() || messages->is_null()) return field_error("messages", "is required");
+        if (!messages->is_array()) return field_error("messages", "must be an array, not " + type_name(*messages));
+        if (messages->empty()) return field_error("messages", "must contain at least one message");
+        for (size_t i = 0; i < messages->size(); ++i) {
+            RETURN_IF_ERROR(check_chat_message((*messages)[i], indexed("messages", i)));
+        }
+        std::vector<std::string> tool_names;
+        RETURN_IF_ERROR(check_chat_tools(body, &tool_names));
+        RETURN_IF_ERROR(check_tool_choice(body, tool_names));
+        f.one_of("reasoning_effort", {"low", "medium", "high"});
+        f.boolean("parallel_tool_calls");
+        f.object("response_format");
+        f.object("metadata");
+        f.string("user");
+        read_sampling(f, &p.sampling);
+        read_n(f);
+        // max_completion_tokens is the current name; max_tokens the deprecated one. Both count.
+        std::optional<int64_t> mt = f.integer("max_tokens", INT64_MIN, INT64_MAX);
+        std::optional<int64_t> mct = f.integer("max_completion_tokens", INT64_MIN, INT64_MAX);
+        if (mt && *mt <= 0) f.fail("max_tokens", "must be at least 1");
+        if (mct && *mct <= 0) f.fail("max_completion_tokens", "must be at least 1");
+        p.sampling.max_tokens = mct ? mct : mt;
+        p.logprobs = f.boolean("logprobs").value_or(false);
+        if (auto k = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
+            if (!p.logprobs) f.fail("top_logprobs", "requires logprobs to be true");
+            p.top_logprobs = static_cast<int>(*k);
+        }
+        read_stream(f, &p.stream, &p.include_usage);
+        RETURN_IF_ERROR(f.status());
+        p.chat_body = body;
+        return p;
+    } catch (const Json::exception& e) {
+        return invalid_argument(std::string("malformed request: ") + e.what());
+    }
+}
+
+StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
+    try {
+        ResponsesParams r;
+        ChatParams& p = r.chat;
+        Fields f(body, "");
+        f.string("model");
+        if (f.has("previous_response_id")) {
+            return unimplemented("previous_response_id: this server keeps no responses; send the whole input");
+        }
+        auto input = body.find("input");
+        if (input == body.end() || input->is_null()) return field_error("input", "is required");
+        Json messages = Json::array();
+        std::optional<std::string> instructions = f.string("instructions");
+        RETURN_IF_ERROR(f.status());
+        if (instructions && !instructions->empty()) {
+            messages.push_back({{"role", "developer"}, {"content", *instructions}});
+        }
+        RETURN_IF_ERROR(responses_input_to_messages(*input, &messages));
+
+        Json chat = Json::object();
+        chat["messages"] = std::move(messages);
+        Json tools_echo = Json::array();
+        if (const Json* tools = f.array("tools")) {
+            Json chat_tools = Json::array();
+            for (size_t i = 0; i < tools->size(); ++i) {
+                const Json& t = (*tools)[i];
+                const std::string tp = indexed("tools", i);
+                if (!t.is_object()) return field_error(tp, "must be an object");
+                Fields tf(t, tp);
+                std::optional<std::string> type = tf.string("type");
+                RETURN_IF_ERROR(tf.status());
+                if (type != "function") {
+                    return field_error(tp + ".type",
+                                       "tool type '" + type.value_or("") + "' is not supported (function tools only)");
+                }
+                std::optional<std::string> name = tf.string("name");
+                std::optional<std::string> description = tf.string("description");
+                const Json* parameters = tf.object("parameters");
+                tf.boolean("strict");
+                RETURN_IF_ERROR(tf.status());
+                if (!name || name->empty()) return field_error(tp + ".name", "is required");
+                Json fn = {{"name", *name}};
+                if (description) fn["description"] = *description;
+                if (parameters) fn["parameters"] = *parameters;
+                chat_tools.push_back({{"type", "function"}, {"function", fn}});
+                tools_echo.push_back(t);
+            }
+            chat["tools"] = std::move(chat_tools);
+        }
+        RETURN_IF_ERROR(f.status());
+        Json tool_choice_echo = "auto";
+        if (const Json* tc = f.get("tool_choice")) {
+            if (tc->is_string()) {
+                chat["tool_choice"] = *tc;
+            } else if (tc->is_object()) {
+                Fields tcf(*tc, "tool_choice");
+                tcf.one_of("type", {"function"});
+                std::optional<std::string> name = tcf.string("name");
+                RETURN_IF_ERROR(tcf.status());
+                if (!name) return field_error("tool_choice.name", "is required");
+                chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", *name}}}};
+            } else {
+                return field_error("tool_choice", "must be a string or an object");
+            }
+            tool_choice_echo = *tc;
+        }
+        Json reasoning_echo = {{"effort", nullptr}, {"summary", nullptr}};
+        if (const Json* reasoning = f.object("reasoning")) {
+            Fields rf(*reasoning, "reasoning");
+            if (auto effort = rf.one_of("effort", {"low", "medium", "high"})) {
+                chat["reasoning_effort"] = *effort;
+                reasoning_echo["effort"] = *effort;
+            }
+            rf.string("summary");
+            RETURN_IF_ERROR(rf.status());
+        }
+        read_sampling(f, &p.sampling);
+        if (!p.sampling.stop.empty()) f.fail("stop", "is not a Responses API parameter");
+        if (auto mot = f.integer("max_output_tokens", INT64_MIN, INT64_MAX)) {
+            if (*mot <= 0) f.fail("max_output_tokens", "must be at least 1");
+            p.sampling.max_tokens = mot;
+        }
+        p.stream = f.boolean("stream").value_or(false);
+        f.boolean("store");
+        f.boolean("parallel_tool_calls");
+        f.object("metadata");
+        f.object("text");
+        f.string("user");
+        f.string("truncation");
+        RETURN_IF_ERROR(f.status());
+        if (chat.contains("tools") && chat.contains("tool_choice")) {
+            std::vector<std::string> names;
+            for (const Json& t : chat["tools"]) names.push_back(t["function"]["name"].get<std::string>());
+            RETURN_IF_ERROR(check_tool_choice(chat, names));
+        } else if (chat.contains("tool_choice")) {
+            RETURN_IF_ERROR(check_tool_choice(chat, {}));
+        }
+        p.chat_body = std::move(chat);
+
+        Json& echo = r.echo;
+        echo["instructions"] = instructions ? Json(*instructions) : Json(nullptr);
+        echo["max_output_tokens"] = p.sampling.max_tokens ? Json(*p.sampling.max_tokens) : Json(nullptr);
+        echo["metadata"] =
+            body.contains("metadata") && body["metadata"].is_object() ? body["metadata"] : Json::object();
+        echo["parallel_tool_calls"] = false;  // gpt-oss makes one call per turn (HARMONY.md §2.4)
+        echo["previous_response_id"] = nullptr;
+        echo["reasoning"] = reasoning_echo;
+        echo["store"] = false;
+        echo["temperature"] = p.sampling.sampling.temperature;
+        echo["text"] = {{"format", {{"type", "text"}}}};
+        echo["tool_choice"] = tool_choice_echo;
+        echo["tools"] = tools_echo;
+        echo["top_p"] = p.sampling.sampling.top_p;
+        echo["truncation"] = "disabled";
+        return r;
+    } catch (const Json::exception& e) {
+        return invalid_argument(std::string("malformed request: ") + e.what());
+    }
+}
+
+StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_size) {
+    try {
+        CompletionParams p;
+        Fields f(body, "");
+        f.string("model");
+        auto prompt = body.find("prompt");
+        if (prompt == body.end() || prompt->is_null()) return field_error("prompt", "is required");
+        const Json* pr = &*prompt;
+        // A batch of one prompt is the same as the prompt (n=1, one choice).
+        if (pr->is_array() && pr->size() == 1 && ((*pr)[0].is_string() || (*pr)[0].is_array())) pr = &(*pr)[0];
+        if (pr->is_string()) {
+            if (pr->get<std::string>().empty()) return field_error("prompt", "must not be empty");
+            p.prompt_text = pr->get<std::string>();
+        } else if (pr->is_array()) {
+            if (pr->empty()) return field_error("prompt", "must not be empty");
+            for (size_t i = 0; i < pr->size(); ++i) {
+                const Json& id = (*pr)[i];
+                if (!id.is_number_integer()) {
+                    return field_error(indexed("prompt", i),
+                                       "must be a token id (an integer); batches of several "
+                                       "prompts are not supported");
+                }
+                const int64_t v = id.get<int64_t>();
+                if (v < 0 || v >= vocab_size) {
+                    return field_error(indexed("prompt", i), "token id " + std::to_string(v) +
+                                                                 " is outside the vocabulary [0, " +
+                                                                 std::to_string(vocab_size) + ")");
+                }
+                p.prompt_ids.push_back(static_cast<int32_t>(v));
+            }
+        } else {
+            return field_error("prompt", "must be a string or an array of token ids, not " + type_name(*pr));
+        }
+        read_sampling(f, &p.sampling);
+        read_n(f);
+        if (auto mt = f.integer("max_tokens", INT64_MIN, INT64_MAX)) {
+            if (*mt <= 0) f.fail("max_tokens", "must be at least 1");
+            p.sampling.max_tokens = mt;
+        } else {
+            p.sampling.max_tokens = 16;  // the OpenAI default for completions
+        }
+        if (auto lp = f.integer("logprobs", 0, 5)) p.logprobs = static_cast<int>(*lp);
+        if (f.boolean("echo").value_or(false)) f.fail("echo", "is not supported");
+        if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.fail("best_of", "only best_of=1 is supported");
+        if (f.has("suffix")) f.fail("suffix", "is not supported");
+        f.string("user");
+        read_stream(f, &p.stream, &p.include_usage);
+        RETURN_IF_ERROR(f.status());
+        return p;
+    } catch (const Json::exception& e) {
+        return invalid_argument(std::string("malformed request: ") + e.what());
+    }
+}
+
+// ---- response shapes ----------------------------------------------------------------------------
+
+Json chat_usage_json(const Usage& u) {
+    return Json{{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", 0}}},
+                {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
+}
+
+Json responses_usage_json(const Usage& u) {
+    return Json{{"input_tokens", u.prompt_tokens},
+                {"input_tokens_details", {{"cached_tokens", 0}}},
+                {"output_tokens", u.completion_tokens},
+                {"output_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+std::string random_id(std::string_view prefix) { return std::string(prefix) + random_alnum(24); }
+
+int64_t unix_time_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string dump_json(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+std::string sse_event(const Json& data, std::string_view event_name) {
+    std::string out;
+    if (!event_name.empty()) {
+        out += "event: ";
+        out += event_name;
+        out += '\n';
+    }
+    out += "data: ";
+    out += dump_json(data);  // one line: dump() escapes every newline
+    out += "\n\n";
+    return out;
+}
+
+std::string lossy_utf8(std::string_view bytes) {
+    std::string b(bytes);
+    return harmony::decode_utf8_lossy(b, true);
+}
+
+Json token_bytes_json(std::string_view bytes) {
+    Json a = Json::array();
+    for (unsigned char c : bytes) a.push_back(static_cast<int>(c));
+    return a;
+}
+
+}  // namespace gptoss::server

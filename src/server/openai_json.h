@@ -1,0 +1,112 @@
+// The OpenAI wire format: request bodies -> validated internal structs, and the JSON shapes of
+// responses, stream chunks and errors. No I/O and no engine here; every nlohmann exception is
+// caught in this layer (bad input gives a Status, never a throw).
+//
+// Error convention: a Status about one request field has the message "<param>: <text>", e.g.
+// "messages[2].role: unknown role 'robot'"; api_error() turns that into the OpenAI error object
+// with "param" set. harmony/'s adapters name fields the same way.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "harmony/harmony_types.h"
+#include "runtime/sampler.h"
+
+namespace gptoss::server {
+
+using Json = harmony::Json;  // insertion-ordered: tool schemas keep their order
+
+inline constexpr int kMaxJsonDepth = 64;  // deeper request bodies are refused (bounded recursion)
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr int kMaxTopLogprobs = 20;
+
+// ---- errors -------------------------------------------------------------------------------------
+
+// The one place where Status codes become HTTP statuses.
+int http_status_for(StatusCode code);
+
+struct ApiError {
+    int http_status = 500;
+    std::string message;
+    std::string type;  // "invalid_request_error", "not_found_error", "server_error", ...
+    std::optional<std::string> param;
+    std::optional<std::string> code;
+};
+ApiError api_error(const Status& status);
+ApiError api_error(int http_status, std::string message, std::optional<std::string> code = std::nullopt);
+// {"error":{"message","type","param","code"}}
+Json error_json(const ApiError& error);
+std::string error_body(const ApiError& error);
+
+// ---- parsing ------------------------------------------------------------------------------------
+
+// Parses a request body: must be a JSON object of valid UTF-8, nested at most kMaxJsonDepth deep.
+StatusOr<Json> parse_json_body(std::string_view body);
+
+struct SamplingRequest {
+    runtime::SamplingParams sampling;
+    std::optional<int64_t> max_tokens;  // nullopt: up to the context
+    std::vector<std::string> stop;      // stop strings (matched on user-visible text)
+};
+
+struct ChatParams {
+    Json chat_body;  // the request, passed on to harmony's chat adapter (or built from a Responses body)
+    SamplingRequest sampling;
+    bool logprobs = false;
+    int top_logprobs = 0;
+    bool stream = false;
+    bool include_usage = false;
+};
+StatusOr<ChatParams> parse_chat_request(const Json& body);
+
+// A Responses request, translated into the chat.completions form that harmony's adapter takes
+// (HARMONY.md §5.3), plus what the response object echoes back.
+struct ResponsesParams {
+    ChatParams chat;
+    Json echo;  // instructions, tools, tool_choice, temperature, top_p, max_output_tokens, reasoning, ...
+};
+StatusOr<ResponsesParams> parse_responses_request(const Json& body);
+
+struct CompletionParams {
+    std::optional<std::string> prompt_text;  // exactly one of prompt_text / prompt_ids
+    std::vector<int32_t> prompt_ids;
+    SamplingRequest sampling;
+    int logprobs = -1;  // -1: none; k: logprob of each token + the k best
+    bool stream = false;
+    bool include_usage = false;
+};
+// Token ids must be < vocab_size.
+StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_size);
+
+// ---- response shapes ----------------------------------------------------------------------------
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;
+    int64_t reasoning_tokens = 0;
+};
+Json chat_usage_json(const Usage& usage);       // prompt/completion/total + completion_tokens_details
+Json responses_usage_json(const Usage& usage);  // input/output/total + details
+
+// "chatcmpl-…", "cmpl-…", "resp_…", "msg_…", "rs_…", "fc_…": prefix + 24 random alphanumerics.
+std::string random_id(std::string_view prefix);
+int64_t unix_time_now();
+
+// One SSE event: "data: <json>\n\n", or with an event name "event: <name>\ndata: <json>\n\n".
+std::string sse_event(const Json& data, std::string_view event_name = {});
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+// JSON text of generated output: invalid UTF-8 (which the engine's tokens can produce) is replaced,
+// never thrown on.
+std::string dump_json(const Json& j);
+
+// A token's text for logprob entries (lossy UTF-8) and its raw bytes.
+Json token_bytes_json(std::string_view bytes);
+std::string lossy_utf8(std::string_view bytes);
+
+}  // namespace gptoss::server

@@ -1,0 +1,276 @@
+#include "server/openai_routes.h"
+
+#include "server/harmony_bridge.h"
+
+namespace gptoss::server {
+namespace {
+
+constexpr std::chrono::milliseconds kPollInterval{100};
+
+RouteResponse json_response(int status, const Json& body) {
+    RouteResponse r;
+    r.status = status;
+    r.body = dump_json(body);
+    return r;
+}
+
+ApiError timeout_error() { return api_error(504, "the request took longer than the server's request timeout"); }
+ApiError shutdown_error() { return api_error(503, "the server is shutting down"); }
+ApiError engine_error(const std::string& message) {
+    return api_error(500, "the engine failed the request: " + (message.empty() ? "unknown error" : message));
+}
+
+// The SSE body of one generation: the session's events as the engine's tokens arrive.
+class SseStream final : public SseProducer {
+public:
+    SseStream(RequestQueue& queue, std::unique_ptr<GenerationStream> gen, std::unique_ptr<Session> session,
+              Clock::time_point deadline, std::chrono::milliseconds keepalive)
+        : queue_(queue),
+          gen_(std::move(gen)),
+          session_(std::move(session)),
+          deadline_(deadline),
+          keepalive_(keepalive) {}
+
+    bool next(std::string* out, std::chrono::milliseconds timeout) override {
+        if (done_) return false;
+        const size_t before = out->size();
+        if (!opened_) {
+            session_->open(out);
+            opened_ = true;
+        } else {
+            events_.clear();
+            if (gen_->next(&events_, timeout)) {
+                for (const EngineEvent& e : events_) {
+                    if (session_->on_event(e, out)) {
+                        gen_->stop();
+                        end(FinishReason::kStop, out);
+                        break;
+                    }
+                    if (e.finish == FinishReason::kError) {
+                        fail(engine_error(e.error), out);
+                    } else if (e.finish == FinishReason::kCancelled) {
+                        fail(shutdown_error(), out);
+                    } else if (e.finish != FinishReason::kNone) {
+                        end(e.finish, out);
+                    }
+                    if (done_) break;
+                }
+            } else if (queue_.shutting_down()) {
+                fail(shutdown_error(), out);
+            } else if (Clock::now() > deadline_) {
+                fail(timeout_error(), out);
+            } else if (Clock::now() - last_output_ > keepalive_) {
+                *out += ": keep-alive\n\n";  // an SSE comment; clients ignore it
+            }
+        }
+        if (out->size() > before) last_output_ = Clock::now();
+        return true;
+    }
+
+private:
+    void end(FinishReason reason, std::string* out) {
+        session_->close(reason, out);
+        if (session_->sends_done()) *out += kSseDone;
+        done_ = true;
+    }
+    void fail(const ApiError& error, std::string* out) {
+        session_->fail(error, out);
+        if (session_->sends_done()) *out += kSseDone;
+        done_ = true;
+    }
+
+    RequestQueue& queue_;
+    std::unique_ptr<GenerationStream> gen_;
+    std::unique_ptr<Session> session_;
+    const Clock::time_point deadline_;
+    const std::chrono::milliseconds keepalive_;
+    std::vector<EngineEvent> events_;
+    Clock::time_point last_output_ = Clock::now();
+    bool opened_ = false;
+    bool done_ = false;
+};
+
+}  // namespace
+
+OpenAiRoutes::OpenAiRoutes(RequestQueue& queue, const tokenizer::BpeTokenizer& tokenizer, RoutesOptions options)
+    : queue_(queue), tokenizer_(tokenizer), options_(std::move(options)), created_(unix_time_now()) {}
+
+RouteResponse OpenAiRoutes::error(const ApiError& error) {
+    RouteResponse r;
+    r.status = error.http_status;
+    r.body = error_body(error);
+    return r;
+}
+
+StatusOr<int64_t> OpenAiRoutes::max_tokens_for(int64_t prompt_tokens, const std::optional<int64_t>& requested,
+                                               const char* prompt_param, const char* max_tokens_param) const {
+    const int64_t context = queue_.engine().max_context_tokens();
+    if (prompt_tokens >= context) {
+        return out_of_range(std::string(prompt_param) + ": the prompt has " + std::to_string(prompt_tokens) +
+                            " tokens; this model's maximum context length is " + std::to_string(context) +
+                            " tokens, which leaves no room for a completion");
+    }
+    if (!requested) return context - prompt_tokens;
+    if (prompt_tokens + *requested > context) {
+        return out_of_range(std::string(max_tokens_param) + ": this model's maximum context length is " +
+                            std::to_string(context) + " tokens; you requested " +
+                            std::to_string(prompt_tokens + *requested) + " tokens (" + std::to_string(prompt_tokens) +
+                            " in the prompt, " + std::to_string(*requested) + " for the completion)");
+    }
+    return *requested;
+}
+
+RouteResponse OpenAiRoutes::generate(EngineRequest request,
+                                     const std::function<std::unique_ptr<Session>()>& make_session, bool stream,
+                                     Clock::time_point arrival) {
+    if (!queue_.engine().ready()) return error(api_error(503, "the engine is still warming up; retry shortly"));
+    StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(request), arrival);
+    if (!submitted.ok()) return error(api_error(submitted.status()));
+    std::unique_ptr<GenerationStream> gen = std::move(*submitted);
+    std::unique_ptr<Session> session = make_session();
+    const Clock::time_point deadline = arrival + options_.request_timeout;
+
+    if (stream) {
+        RouteResponse r;
+        r.content_type = "text/event-stream";
+        r.stream = std::make_unique<SseStream>(queue_, std::move(gen), std::move(session), deadline,
+                                               options_.keepalive_interval);
+        return r;
+    }
+
+    std::string unused;  // a non-streaming session writes no events
+    session->open(&unused);
+    std::vector<EngineEvent> events;
+    FinishReason finish = FinishReason::kNone;
+    while (finish == FinishReason::kNone) {
+        events.clear();
+        if (!gen->next(&events, kPollInterval)) {
+            if (queue_.shutting_down()) return error(shutdown_error());
+            if (Clock::now() > deadline) return error(timeout_error());
+            continue;
+        }
+        for (const EngineEvent& e : events) {
+            if (session->on_event(e, &unused)) {
+                gen->stop();
+                finish = FinishReason::kStop;
+                break;
+            }
+            if (e.finish == FinishReason::kError) return error(engine_error(e.error));
+            if (e.finish == FinishReason::kCancelled) return error(shutdown_error());
+            finish = e.finish;
+        }
+    }
+    session->close(finish, &unused);
+    return json_response(200, session->body());
+}
+
+RouteResponse OpenAiRoutes::chat_completions(std::string_view body) {
+    const Clock::time_point arrival = Clock::now();
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    StatusOr<ChatParams> params = parse_chat_request(*json);
+    if (!params.ok()) return error(api_error(params.status()));
+    StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
+    if (!prompt.ok()) return error(api_error(prompt.status()));
+    const int64_t n = static_cast<int64_t>(prompt->ids.size());
+    StatusOr<int64_t> max_tokens =
+        max_tokens_for(n, params->sampling.max_tokens, "messages",
+                       params->chat_body.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens");
+    if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
+
+    EngineRequest req;
+    req.prompt = prompt->ids;
+    req.sampling = params->sampling.sampling;
+    req.stop_ids = generation_stop_ids();
+    req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+    req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
+    SessionContext ctx{&tokenizer_, options_.model_id};
+    return generate(
+        std::move(req), [&] { return make_chat_session(ctx, *prompt, *params, n); }, params->stream, arrival);
+}
+
+RouteResponse OpenAiRoutes::responses(std::string_view body) {
+    const Clock::time_point arrival = Clock::now();
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    StatusOr<ResponsesParams> params = parse_responses_request(*json);
+    if (!params.ok()) return error(api_error(params.status()));
+    StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
+    if (!prompt.ok()) return error(api_error(prompt.status()));
+    const int64_t n = static_cast<int64_t>(prompt->ids.size());
+    StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
+    if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
+
+    EngineRequest req;
+    req.prompt = prompt->ids;
+    req.sampling = params->chat.sampling.sampling;
+    req.stop_ids = generation_stop_ids();
+    req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+    SessionContext ctx{&tokenizer_, options_.model_id};
+    return generate(
+        std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival);
+}
+
+RouteResponse OpenAiRoutes::completions(std::string_view body) {
+    const Clock::time_point arrival = Clock::now();
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    StatusOr<CompletionParams> params = parse_completion_request(*json, queue_.engine().vocab_size());
+    if (!params.ok()) return error(api_error(params.status()));
+    std::vector<int32_t> ids = params->prompt_ids;
+    if (params->prompt_text) {
+        // The raw interface: special-token text in the prompt is the special token (the whole
+        // prompt is the caller's, so there is no chat framing to protect).
+        ids = tokenizer_.encode(*params->prompt_text, {}, /*allow_all_special=*/true);
+        if (ids.empty()) return error(api_error(invalid_argument("prompt: encodes to no tokens")));
+    }
+    const int64_t n = static_cast<int64_t>(ids.size());
+    StatusOr<int64_t> max_tokens = max_tokens_for(n, params->sampling.max_tokens, "prompt", "max_tokens");
+    if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
+
+    EngineRequest req;
+    req.prompt = std::move(ids);
+    req.sampling = params->sampling.sampling;
+    req.stop_ids = generation_stop_ids();
+    req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+    req.top_logprobs = params->logprobs;
+    SessionContext ctx{&tokenizer_, options_.model_id};
+    return generate(
+        std::move(req), [&] { return make_completion_session(ctx, *params, n); }, params->stream, arrival);
+}
+
+RouteResponse OpenAiRoutes::models() const {
+    Json model = {{"id", options_.model_id},
+                  {"object", "model"},
+                  {"created", created_},
+                  {"owned_by", "gptoss"},
+                  {"max_model_len", queue_.engine().max_context_tokens()}};
+    return json_response(200, Json{{"object", "list"}, {"data", Json::array({model})}});
+}
+
+RouteResponse OpenAiRoutes::model(std::string_view id) const {
+    if (id != options_.model_id) {
+        return error(api_error(404, "the model '" + std::string(id) + "' does not exist", "model_not_found"));
+    }
+    return json_response(200, Json{{"id", options_.model_id},
+                                   {"object", "model"},
+                                   {"created", created_},
+                                   {"owned_by", "gptoss"},
+                                   {"max_model_len", queue_.engine().max_context_tokens()}});
+}
+
+RouteResponse OpenAiRoutes::health() const {
+    if (!queue_.engine().ready()) return error(api_error(503, "the engine is still warming up"));
+    if (queue_.shutting_down()) return error(shutdown_error());
+    return json_response(200, Json{{"status", "ok"}});
+}
+
+RouteResponse OpenAiRoutes::metrics() const {
+    RouteResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    const TokenEngine& engine = queue_.engine();
+    r.body = queue_.metrics().render(engine.stats(), queue_.in_flight(), engine.ready());
+    return r;
+}
+
+}  // namespace gptoss::server

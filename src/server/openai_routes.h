@@ -1,0 +1,77 @@
+// The OpenAI-compatible endpoints, independent of the HTTP library: each takes the request body
+// and answers with a whole body or an SSE stream that the transport pulls from. Validation errors
+// become OpenAI error objects here; generation goes through the RequestQueue.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "harmony/harmony_json.h"
+#include "server/openai_json.h"
+#include "server/request_queue.h"
+#include "server/sessions.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace gptoss::server {
+
+struct RoutesOptions {
+    std::string model_id = "gpt-oss";  // what /v1/models lists and responses name
+    harmony::ServerOptions harmony;
+    // A request (streaming or not) is ended after this long.
+    std::chrono::seconds request_timeout{600};
+    // A stream that has had nothing to send for this long gets an SSE comment, so a client that
+    // went away is noticed (the write fails) even while its request waits in the queue.
+    std::chrono::milliseconds keepalive_interval{2000};
+};
+
+// An SSE body pulled by the transport. Destroying it before it is complete cancels the request.
+class SseProducer {
+public:
+    virtual ~SseProducer() = default;
+    // Appends the next bytes to send (possibly none), waiting up to `timeout` for some. Returns
+    // false once the stream is complete and everything was handed out.
+    virtual bool next(std::string* out, std::chrono::milliseconds timeout) = 0;
+};
+
+struct RouteResponse {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+    std::unique_ptr<SseProducer> stream;  // set: a text/event-stream body instead of `body`
+};
+
+class OpenAiRoutes {
+public:
+    // `tokenizer` and `queue` must outlive the routes.
+    OpenAiRoutes(RequestQueue& queue, const tokenizer::BpeTokenizer& tokenizer, RoutesOptions options);
+
+    RouteResponse chat_completions(std::string_view body);
+    RouteResponse responses(std::string_view body);
+    RouteResponse completions(std::string_view body);
+    RouteResponse models() const;
+    RouteResponse model(std::string_view id) const;
+    RouteResponse health() const;
+    RouteResponse metrics() const;
+
+    static RouteResponse error(const ApiError& error);
+    const RoutesOptions& options() const { return options_; }
+
+private:
+    // Checks readiness and the context, submits, and runs `session` to the end or as a stream.
+    RouteResponse generate(EngineRequest request, const std::function<std::unique_ptr<Session>()>& make_session,
+                           bool stream, Clock::time_point arrival);
+    // max_tokens for the engine: the requested one if prompt + it fits the context, else an error
+    // (out_of_range); by default all the context left after the prompt.
+    StatusOr<int64_t> max_tokens_for(int64_t prompt_tokens, const std::optional<int64_t>& requested,
+                                     const char* prompt_param, const char* max_tokens_param) const;
+
+    RequestQueue& queue_;
+    const tokenizer::BpeTokenizer& tokenizer_;
+    const RoutesOptions options_;
+    const int64_t created_;
+};
+
+}  // namespace gptoss::server

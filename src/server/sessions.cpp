@@ -1,0 +1,551 @@
+#include "server/sessions.h"
+
+#include <algorithm>
+
+namespace gptoss::server {
+
+// ---- StopMatcher --------------------------------------------------------------------------------
+
+std::string StopMatcher::push(std::string_view text) {
+    if (matched_) return "";
+    if (stops_.empty()) return std::string(text);
+    held_ += text;
+    size_t first = std::string::npos;
+    for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+    if (first != std::string::npos) {
+        matched_ = true;
+        std::string out = held_.substr(0, first);
+        held_.clear();
+        return out;
+    }
+    // Hold back the longest tail that is a proper prefix of a stop string. A stop string starts on
+    // a character boundary, so the split never cuts a UTF-8 character.
+    size_t keep = 0;
+    for (const std::string& s : stops_) {
+        for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n) {
+            if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+                keep = n;
+                break;
+            }
+        }
+    }
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return out;
+}
+
+std::string StopMatcher::flush() {
+    if (matched_) return "";
+    std::string out = std::move(held_);
+    held_.clear();
+    return out;
+}
+
+namespace {
+
+std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
+    std::optional<std::string_view> b = tok.token_bytes(id);
+    return b ? std::string(*b) : std::string();
+}
+
+const char* finish_reason_name(FinishReason r, bool hit_stop_string) {
+    if (hit_stop_string) return "stop";
+    switch (r) {
+        case FinishReason::kLength: return "length";
+        case FinishReason::kNone:
+        case FinishReason::kStop:
+        case FinishReason::kCancelled:
+        case FinishReason::kError: return "stop";
+    }
+    return "stop";
+}
+
+// ---- chat.completions ---------------------------------------------------------------------------
+
+class ChatSession final : public Session {
+public:
+    ChatSession(const SessionContext& ctx, const ChatPrompt& prompt, const ChatParams& params, int64_t prompt_tokens)
+        : ctx_(ctx),
+          out_(*ctx.tokenizer, prompt),
+          stop_(params.sampling.stop),
+          stream_(params.stream),
+          include_usage_(params.include_usage),
+          logprobs_(params.logprobs),
+          top_logprobs_(params.top_logprobs),
+          id_(random_id("chatcmpl-")),
+          created_(unix_time_now()) {
+        usage_.prompt_tokens = prompt_tokens;
+    }
+
+    void open(std::string* sse) override {
+        if (stream_) emit(sse, Json{{"role", "assistant"}, {"content", ""}}, nullptr);
+    }
+
+    bool on_event(const EngineEvent& e, std::string* sse) override {
+        if (e.token_id >= 0 && !stop_.matched()) {
+            ++usage_.completion_tokens;
+            HarmonyOutput::Step step = out_.push(e.token_id);
+            if (step.reasoning) ++usage_.reasoning_tokens;
+            handle(step, &e, sse);
+        }
+        if (e.finish != FinishReason::kNone) {
+            hit_length_ = e.finish == FinishReason::kLength;
+            handle(out_.finish(), nullptr, sse);
+        }
+        return stop_.matched();
+    }
+
+    void close(FinishReason reason, std::string* sse) override {
+        if (reason == FinishReason::kLength) hit_length_ = true;
+        if (!stop_.matched()) {
+            std::string tail = stop_.flush();
+            if (!tail.empty()) emit_content(tail, sse);
+        }
+        result_ = out_.result(hit_length_ && !stop_.matched());
+        if (stop_.matched() && result_.tool_calls.empty()) result_.finish_reason = "stop";
+        if (stop_.active()) result_.content = has_content_ ? std::optional<std::string>(content_) : std::nullopt;
+        if (!stream_) return;
+        Json choice = {{"index", 0}, {"delta", Json::object()}, {"logprobs", nullptr}};
+        if (!pending_logprobs_.empty()) choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}};
+        choice["finish_reason"] = result_.finish_reason;
+        Json chunk = base_chunk();
+        chunk["choices"] = Json::array({choice});
+        *sse += sse_event(chunk);
+        if (include_usage_) {
+            Json u = base_chunk();
+            u["choices"] = Json::array();
+            u["usage"] = chat_usage_json(usage_);
+            *sse += sse_event(u);
+        }
+    }
+
+    void fail(const ApiError& error, std::string* sse) override {
+        if (stream_) *sse += sse_event(error_json(error));
+    }
+
+    Json body() const override {
+        Json choice = {{"index", 0}, {"message", chat_message_json(result_)}, {"logprobs", nullptr}};
+        if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}};
+        choice["finish_reason"] = result_.finish_reason;
+        Json j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", ctx_.model_id}};
+        j["choices"] = Json::array({choice});
+        j["usage"] = chat_usage_json(usage_);
+        j["system_fingerprint"] = nullptr;
+        return j;
+    }
+
+private:
+    Json base_chunk() const {
+        Json j = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", ctx_.model_id}};
+        j["system_fingerprint"] = nullptr;
+        if (include_usage_) j["usage"] = nullptr;
+        return j;
+    }
+
+    // One chunk for one delta; logprobs still waiting ride along with content.
+    void emit(std::string* sse, Json delta, const char* finish_reason) {
+        if (!stream_) return;
+        Json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
+        if (choice["delta"].contains("content") && !pending_logprobs_.empty()) {
+            choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}};
+        }
+        choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
+        Json chunk = base_chunk();
+        chunk["choices"] = Json::array({choice});
+        *sse += sse_event(chunk);
+    }
+
+    void emit_content(const std::string& text, std::string* sse) {
+        content_ += text;
+        has_content_ = true;
+        emit(sse, Json{{"content", text}}, nullptr);
+    }
+
+    void handle(const HarmonyOutput::Step& step, const EngineEvent* token, std::string* sse) {
+        bool token_has_content = false;
+        for (const harmony::ChatDelta& d : step.deltas) {
+            if (stop_.matched()) break;  // nothing after a stop string
+            if (d.content) {
+                token_has_content = true;
+                std::string text = stop_.push(*d.content);
+                if (!text.empty()) emit_content(text, sse);
+            } else {
+                emit(sse, chat_delta_json(d), nullptr);
+            }
+        }
+        if (token && logprobs_ && token_has_content) {
+            Json entry = logprob_entry(*token);
+            all_logprobs_.push_back(entry);
+            pending_logprobs_.push_back(std::move(entry));
+        }
+    }
+
+    Json logprob_entry(const EngineEvent& e) const {
+        auto one = [&](int32_t id, float lp) {
+            std::string bytes = token_text(*ctx_.tokenizer, id);
+            return Json{{"token", lossy_utf8(bytes)}, {"logprob", lp}, {"bytes", token_bytes_json(bytes)}};
+        };
+        Json entry = one(e.token_id, e.logprob);
+        Json top = Json::array();
+        for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < top_logprobs_; ++i) {
+            top.push_back(one(e.top_logprobs[i].id, e.top_logprobs[i].logprob));
+        }
+        entry["top_logprobs"] = std::move(top);
+        return entry;
+    }
+
+    const SessionContext ctx_;
+    HarmonyOutput out_;
+    StopMatcher stop_;
+    const bool stream_, include_usage_, logprobs_;
+    const int top_logprobs_;
+    const std::string id_;
+    const int64_t created_;
+    Usage usage_;
+    bool hit_length_ = false;
+    std::string content_;  // user-visible content as emitted (after stop strings)
+    bool has_content_ = false;
+    Json all_logprobs_ = Json::array();
+    Json pending_logprobs_ = Json::array();  // streaming: not yet sent with a content chunk
+    harmony::ChatCompletion result_;
+};
+
+// ---- Responses ----------------------------------------------------------------------------------
+
+class ResponsesSession final : public Session {
+public:
+    ResponsesSession(const SessionContext& ctx, const ChatPrompt& prompt, const ResponsesParams& params,
+                     int64_t prompt_tokens)
+        : ctx_(ctx),
+          out_(*ctx.tokenizer, prompt),
+          stream_(params.chat.stream),
+          echo_(params.echo),
+          id_(random_id("resp_")),
+          created_(unix_time_now()) {
+        usage_.prompt_tokens = prompt_tokens;
+    }
+
+    bool sends_done() const override { return false; }
+
+    void open(std::string* sse) override {
+        emit(sse, "response.created", Json{{"response", response_json("in_progress", false)}});
+        emit(sse, "response.in_progress", Json{{"response", response_json("in_progress", false)}});
+    }
+
+    bool on_event(const EngineEvent& e, std::string* sse) override {
+        if (e.token_id >= 0) {
+            ++usage_.completion_tokens;
+            HarmonyOutput::Step step = out_.push(e.token_id);
+            if (step.reasoning) ++usage_.reasoning_tokens;
+            for (const harmony::Event& h : step.events) handle(h, sse);
+        }
+        if (e.finish != FinishReason::kNone) {
+            if (e.finish == FinishReason::kLength) hit_length_ = true;
+            for (const harmony::Event& h : out_.finish().events) handle(h, sse);
+        }
+        return false;
+    }
+
+    void close(FinishReason reason, std::string* sse) override {
+        if (reason == FinishReason::kLength) hit_length_ = true;
+        const char* status = hit_length_ ? "incomplete" : "completed";
+        emit(sse, hit_length_ ? "response.incomplete" : "response.completed",
+             Json{{"response", response_json(status, true)}});
+        final_status_ = status;
+    }
+
+    void fail(const ApiError& error, std::string* sse) override {
+        Json e = {{"code", error.code ? Json(*error.code) : Json(error.type)}, {"message", error.message}};
+        e["param"] = error.param ? Json(*error.param) : Json(nullptr);
+        emit(sse, "error", e);
+        Json r = response_json("failed", true);
+        r["error"] = {{"code", "server_error"}, {"message", error.message}};
+        emit(sse, "response.failed", Json{{"response", r}});
+    }
+
+    Json body() const override { return response_json(final_status_, true); }
+
+private:
+    enum class Kind { kNone, kMessage, kReasoning, kFunctionCall };
+
+    void emit(std::string* sse, const char* type, Json fields) {
+        if (!stream_) return;
+        Json j = {{"type", type}, {"sequence_number", sequence_number_++}};
+        for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
+        *sse += sse_event(j, type);
+    }
+
+    Json response_json(const char* status, bool with_output) const {
+        Json r = {{"id", id_},           {"object", "response"}, {"created_at", created_},       {"status", status},
+                  {"background", false}, {"error", nullptr},     {"incomplete_details", nullptr}};
+        if (std::string(status) == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+        r["model"] = ctx_.model_id;
+        r["output"] = with_output ? output_ : Json::array();
+        for (auto it = echo_.begin(); it != echo_.end(); ++it) r[it.key()] = it.value();
+        r["usage"] = with_output ? responses_usage_json(usage_) : Json(nullptr);
+        return r;
+    }
+
+    Json part_json() const {
+        if (kind_ == Kind::kMessage) {
+            return Json{
+                {"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}, {"logprobs", Json::array()}};
+        }
+        return Json{{"type", "reasoning_text"}, {"text", text_}};
+    }
+
+    void handle(const harmony::Event& h, std::string* sse) {
+        switch (h.type) {
+            case harmony::EventType::kMessageStart: start_item(h.header, sse); break;
+            case harmony::EventType::kContentDelta:
+                if (kind_ == Kind::kNone) break;
+                text_ += h.delta;
+                if (kind_ == Kind::kMessage) {
+                    emit(sse, "response.output_text.delta",
+                         Json{{"item_id", item_["id"]},
+                              {"output_index", index_},
+                              {"content_index", 0},
+                              {"delta", h.delta},
+                              {"logprobs", Json::array()}});
+                } else if (kind_ == Kind::kReasoning) {
+                    emit(sse, "response.reasoning_text.delta",
+                         Json{{"item_id", item_["id"]},
+                              {"output_index", index_},
+                              {"content_index", 0},
+                              {"delta", h.delta}});
+                } else {
+                    emit(sse, "response.function_call_arguments.delta",
+                         Json{{"item_id", item_["id"]}, {"output_index", index_}, {"delta", h.delta}});
+                }
+                break;
+            case harmony::EventType::kMessageEnd: end_item(h.terminator, sse); break;
+        }
+    }
+
+    void start_item(const harmony::MessageHeader& header, std::string* sse) {
+        text_.clear();
+        index_ = static_cast<int64_t>(output_.size());
+        switch (out_.route(header)) {
+            case harmony::ChatRoute::kHidden: kind_ = Kind::kNone; return;
+            case harmony::ChatRoute::kContent:
+                kind_ = Kind::kMessage;
+                item_ = {{"id", random_id("msg_")},
+                         {"type", "message"},
+                         {"status", "in_progress"},
+                         {"role", "assistant"},
+                         {"content", Json::array()}};
+                break;
+            case harmony::ChatRoute::kReasoning:
+                kind_ = Kind::kReasoning;
+                item_ = {{"id", random_id("rs_")},
+                         {"type", "reasoning"},
+                         {"summary", Json::array()},
+                         {"content", Json::array()}};
+                break;
+            case harmony::ChatRoute::kToolCall:
+                kind_ = Kind::kFunctionCall;
+                item_ = {{"id", random_id("fc_")},
+                         {"type", "function_call"},
+                         {"status", "in_progress"},
+                         {"call_id", random_id("call_")},
+                         {"name", out_.function_name(header)},
+                         {"arguments", ""}};
+                break;
+        }
+        emit(sse, "response.output_item.added", Json{{"output_index", index_}, {"item", item_}});
+        if (kind_ != Kind::kFunctionCall) {
+            Json part = part_json();
+            emit(sse, "response.content_part.added",
+                 Json{{"item_id", item_["id"]}, {"output_index", index_}, {"content_index", 0}, {"part", part}});
+        }
+    }
+
+    void end_item(harmony::Terminator terminator, std::string* sse) {
+        if (kind_ == Kind::kNone) return;
+        const bool complete = terminator != harmony::Terminator::kNone;
+        const Json id = item_["id"];
+        if (kind_ == Kind::kFunctionCall) {
+            item_["arguments"] = text_;
+            item_["status"] = complete ? "completed" : "incomplete";
+            emit(sse, "response.function_call_arguments.done",
+                 Json{{"item_id", id}, {"output_index", index_}, {"name", item_["name"]}, {"arguments", text_}});
+        } else {
+            Json part = part_json();
+            emit(sse, kind_ == Kind::kMessage ? "response.output_text.done" : "response.reasoning_text.done",
+                 kind_ == Kind::kMessage
+                     ? Json{{"item_id", id},
+                            {"output_index", index_},
+                            {"content_index", 0},
+                            {"text", text_},
+                            {"logprobs", Json::array()}}
+                     : Json{{"item_id", id}, {"output_index", index_}, {"content_index", 0}, {"text", text_}});
+            emit(sse, "response.content_part.done",
+                 Json{{"item_id", id}, {"output_index", index_}, {"content_index", 0}, {"part", part}});
+            item_["content"] = Json::array({part});
+            if (kind_ == Kind::kMessage) item_["status"] = complete ? "completed" : "incomplete";
+        }
+        emit(sse, "response.output_item.done", Json{{"output_index", index_}, {"item", item_}});
+        output_.push_back(item_);
+        kind_ = Kind::kNone;
+    }
+
+    const SessionContext ctx_;
+    HarmonyOutput out_;
+    const bool stream_;
+    const Json echo_;
+    const std::string id_;
+    const int64_t created_;
+    Usage usage_;
+    bool hit_length_ = false;
+    int64_t sequence_number_ = 0;
+    Json output_ = Json::array();  // finished items
+    Kind kind_ = Kind::kNone;      // the item being streamed
+    Json item_;
+    int64_t index_ = 0;
+    std::string text_;
+    const char* final_status_ = "completed";
+};
+
+// ---- completions --------------------------------------------------------------------------------
+
+class CompletionSession final : public Session {
+public:
+    CompletionSession(const SessionContext& ctx, const CompletionParams& params, int64_t prompt_tokens)
+        : ctx_(ctx),
+          stop_(params.sampling.stop),
+          stream_(params.stream),
+          include_usage_(params.include_usage),
+          logprobs_(params.logprobs),
+          id_(random_id("cmpl-")),
+          created_(unix_time_now()) {
+        usage_.prompt_tokens = prompt_tokens;
+    }
+
+    void open(std::string*) override {}
+
+    bool on_event(const EngineEvent& e, std::string* sse) override {
+        std::string text;
+        Json lp = nullptr;
+        if (e.token_id >= 0 && !stop_.matched()) {
+            ++usage_.completion_tokens;
+            // The stop id that ended generation is counted but not shown (as other servers do).
+            const bool final_stop = e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id);
+            const std::string bytes = token_text(*ctx_.tokenizer, e.token_id);
+            if (!final_stop) pending_ += bytes;
+            text = take_text(e.finish != FinishReason::kNone);
+            if (logprobs_ >= 0) lp = add_logprobs(e, bytes);
+        } else if (e.finish != FinishReason::kNone) {
+            text = take_text(true);
+        }
+        if (stream_ && (!text.empty() || !lp.is_null())) *sse += sse_event(chunk(text, std::move(lp), nullptr));
+        return stop_.matched();
+    }
+
+    void close(FinishReason reason, std::string* sse) override {
+        std::string tail = take_text(true);
+        finish_reason_ = finish_reason_name(reason, stop_.matched());
+        if (!stream_) return;
+        *sse += sse_event(chunk(tail, nullptr, finish_reason_));
+        if (include_usage_) {
+            Json u = base();
+            u["choices"] = Json::array();
+            u["usage"] = usage_json();
+            *sse += sse_event(u);
+        }
+    }
+
+    void fail(const ApiError& error, std::string* sse) override {
+        if (stream_) *sse += sse_event(error_json(error));
+    }
+
+    Json body() const override {
+        Json choice = {{"index", 0}, {"text", text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
+        if (logprobs_ >= 0) choice["logprobs"] = all_logprobs_;
+        Json j = base();
+        j["choices"] = Json::array({choice});
+        j["usage"] = usage_json();
+        return j;
+    }
+
+private:
+    Json base() const {
+        Json j = {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", ctx_.model_id}};
+        j["system_fingerprint"] = nullptr;
+        return j;
+    }
+    Json usage_json() const {
+        return Json{{"prompt_tokens", usage_.prompt_tokens},
+                    {"completion_tokens", usage_.completion_tokens},
+                    {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
+    }
+    Json chunk(const std::string& text, Json logprobs, const char* finish_reason) const {
+        Json j = base();
+        Json choice = {{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}};
+        choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
+        j["choices"] = Json::array({choice});
+        if (include_usage_) j["usage"] = nullptr;
+        return j;
+    }
+
+    // Complete UTF-8 text decoded so far, through the stop matcher.
+    std::string take_text(bool final_chunk) {
+        std::string decoded = harmony::decode_utf8_lossy(pending_, final_chunk);
+        std::string text = stop_.push(decoded);
+        if (final_chunk) text += stop_.flush();
+        text_ += text;
+        return text;
+    }
+
+    // Logprobs of one token, in the legacy completions layout (also appended to the totals).
+    Json add_logprobs(const EngineEvent& e, const std::string& bytes) {
+        const std::string tok = lossy_utf8(bytes);
+        Json top = Json::object();
+        for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < logprobs_; ++i) {
+            top[lossy_utf8(token_text(*ctx_.tokenizer, e.top_logprobs[i].id))] = e.top_logprobs[i].logprob;
+        }
+        Json one = {{"tokens", Json::array({tok})},
+                    {"token_logprobs", Json::array({e.logprob})},
+                    {"top_logprobs", Json::array({top})},
+                    {"text_offset", Json::array({text_offset_})}};
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+            all_logprobs_[k].push_back(one[k][0]);
+        }
+        text_offset_ += static_cast<int64_t>(tok.size());
+        return one;
+    }
+
+    const SessionContext ctx_;
+    StopMatcher stop_;
+    const bool stream_, include_usage_;
+    const int logprobs_;
+    const std::string id_;
+    const int64_t created_;
+    Usage usage_;
+    std::string pending_;  // generated bytes not yet decoded (an incomplete UTF-8 character)
+    std::string text_;
+    int64_t text_offset_ = 0;
+    Json all_logprobs_ = {{"tokens", Json::array()},
+                          {"token_logprobs", Json::array()},
+                          {"top_logprobs", Json::array()},
+                          {"text_offset", Json::array()}};
+    const char* finish_reason_ = "stop";
+};
+
+}  // namespace
+
+std::unique_ptr<Session> make_chat_session(const SessionContext& ctx, const ChatPrompt& prompt,
+                                           const ChatParams& params, int64_t prompt_tokens) {
+    return std::make_unique<ChatSession>(ctx, prompt, params, prompt_tokens);
+}
+
+std::unique_ptr<Session> make_responses_session(const SessionContext& ctx, const ChatPrompt& prompt,
+                                                const ResponsesParams& params, int64_t prompt_tokens) {
+    return std::make_unique<ResponsesSession>(ctx, prompt, params, prompt_tokens);
+}
+
+std::unique_ptr<Session> make_completion_session(const SessionContext& ctx, const CompletionParams& params,
+                                                 int64_t prompt_tokens) {
+    return std::make_unique<CompletionSession>(ctx, params, prompt_tokens);
+}
+
+}  // namespace gptoss::server

@@ -1,0 +1,63 @@
+// One generation as each API presents it: a Session consumes the engine's token events and
+// produces the API's output, as SSE events while streaming and as one JSON body at the end. The same
+// code builds both, so a streamed result always equals the non-streamed one.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/harmony_bridge.h"
+#include "server/openai_json.h"
+#include "server/token_engine.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace gptoss::server {
+
+// Finds stop strings in streamed text. push() returns the text that may be shown now: up to the
+// first stop string once one matched (the rest is dropped), otherwise all but a held-back tail
+// that could still begin a stop string.
+class StopMatcher {
+public:
+    explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+    std::string push(std::string_view text);
+    std::string flush();  // the held-back tail, at the end of generation
+    bool matched() const { return matched_; }
+    bool active() const { return !stops_.empty(); }
+
+private:
+    std::vector<std::string> stops_;
+    std::string held_;
+    bool matched_ = false;
+};
+
+struct SessionContext {
+    const tokenizer::BpeTokenizer* tokenizer = nullptr;
+    std::string model_id;
+};
+
+class Session {
+public:
+    virtual ~Session() = default;
+    // Events that open the stream.
+    virtual void open(std::string* sse) = 0;
+    // One engine event. Returns true when generation should stop now (a stop string matched).
+    virtual bool on_event(const EngineEvent& event, std::string* sse) = 0;
+    // Generation is over (`reason`: the engine's, or kStop after a stop string): closing events.
+    virtual void close(FinishReason reason, std::string* sse) = 0;
+    // The request failed after it started: the API's in-stream error.
+    virtual void fail(const ApiError& error, std::string* sse) = 0;
+    // The non-streaming body, after close().
+    virtual Json body() const = 0;
+    // Ends of stream after close()/fail(): chat and completions send "data: [DONE]".
+    virtual bool sends_done() const { return true; }
+};
+
+std::unique_ptr<Session> make_chat_session(const SessionContext& ctx, const ChatPrompt& prompt,
+                                           const ChatParams& params, int64_t prompt_tokens);
+std::unique_ptr<Session> make_responses_session(const SessionContext& ctx, const ChatPrompt& prompt,
+                                                const ResponsesParams& params, int64_t prompt_tokens);
+std::unique_ptr<Session> make_completion_session(const SessionContext& ctx, const CompletionParams& params,
+                                                 int64_t prompt_tokens);
+
+}  // namespace gptoss::server

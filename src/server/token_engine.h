@@ -1,0 +1,89 @@
+// The engine as the server sees it: token ids in, a stream of token events out. The server is
+// written against this interface only; FakeEngine (scripted streams, for tests) and
+// RuntimeEngineAdapter (the real runtime::Engine) implement it.
+//
+// Threading contract: every method is called from HTTP worker threads, concurrently, and must be
+// thread-safe. submit() and cancel() never wait for generation; next_events() waits at most its
+// timeout. An implementation buffers each request's events itself, so a request whose reader is
+// slow never holds up the engine thread or another request.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/sampler.h"
+
+namespace gptoss::server {
+
+using RequestId = uint64_t;
+using Clock = std::chrono::steady_clock;
+
+struct EngineRequest {
+    std::vector<int32_t> prompt;  // [num_prompt_tokens] token ids, non-empty
+    runtime::SamplingParams sampling;
+    // Generation ends after emitting one of these ids (the id itself is the last event's token).
+    std::vector<int32_t> stop_ids;
+    int max_tokens = 16;    // tokens to generate at most, > 0
+    int top_logprobs = -1;  // -1: no logprobs; k >= 0: the sampled token's logprob + the k best
+};
+
+enum class FinishReason {
+    kNone,       // not finished (a token event in the middle of the stream)
+    kStop,       // a stop id was generated
+    kLength,     // max_tokens or the context limit
+    kCancelled,  // cancel() or engine shutdown
+    kError,      // the engine failed this request (message in EngineEvent::error)
+};
+
+struct TokenLogprob {
+    int32_t id = 0;
+    float logprob = 0.0f;
+};
+
+// One generated token, or the end of the request. The last event of every request has
+// finish != kNone; it carries a token (token_id >= 0) when a token ended it (stop id, length).
+struct EngineEvent {
+    int32_t token_id = -1;                   // -1: no token (an end without a token: cancelled, error)
+    float logprob = 0.0f;                    // of token_id, when logprobs were asked for
+    std::vector<TokenLogprob> top_logprobs;  // [top_logprobs] best first
+    FinishReason finish = FinishReason::kNone;
+    std::string error;       // kError only
+    Clock::time_point time;  // when the engine produced it (for the latency histograms)
+};
+
+// Gauges for /metrics and the load tests' leak checks.
+struct EngineStats {
+    int64_t waiting_requests = 0;   // submitted, not yet scheduled
+    int64_t running_sequences = 0;  // scheduled, holding KV blocks
+    int64_t kv_blocks_in_use = 0;
+    int64_t kv_blocks_total = 0;
+};
+
+class TokenEngine {
+public:
+    virtual ~TokenEngine() = default;
+
+    // Queues a request. Errors (nothing is queued): invalid_argument (bad ids, bad parameters),
+    // out_of_range (prompt + max_tokens past the context), failed_precondition (shutting down).
+    virtual StatusOr<RequestId> submit(EngineRequest request) = 0;
+    // Appends the request's buffered events to `out`, waiting up to `timeout` for at least one.
+    // Returns false when none came (or the id is unknown). After the event with finish != kNone
+    // there are no more events.
+    virtual bool next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) = 0;
+    // Ends the request: stops it if it is still generating, frees its KV blocks, forgets the id.
+    // The server calls it exactly once for every submitted id, finished or not.
+    virtual void cancel(RequestId id) = 0;
+
+    virtual EngineStats stats() const = 0;
+    // True once the engine is loaded and warmed up (/health answers 200 only then).
+    virtual bool ready() const = 0;
+    // Longest sequence (prompt + generated tokens) one request may reach.
+    virtual int max_context_tokens() const = 0;
+    // Token ids must be < vocab_size().
+    virtual int vocab_size() const = 0;
+};
+
+}  // namespace gptoss::server
