@@ -473,7 +473,7 @@ std::string today_utc() {
     return buf;
 }
 
-StatusOr<ServerOptions> server_options_from_json(const Json& j) {
+static StatusOr<ServerOptions> server_options_from_json_impl(const Json& j) {
     ServerOptions o;
     if (j.is_null()) return o;
     if (!j.is_object()) return must_be("server_options", "an object");
@@ -500,25 +500,36 @@ StatusOr<ServerOptions> server_options_from_json(const Json& j) {
             return must_be(w + ".cot_drop_policy", "\"completed_turns\", \"harmony\" or \"none\"");
     }
     if (const Json* b = field(j, "builtin_tools")) {
-        if (!b->is_array()) return must_be(w + ".builtin_tools", "an array");
-        for (const Json& t : *b) {
-            std::optional<std::string> name;
-            if (t.is_string()) {
-                name = t.get<std::string>();
-            } else if (t.is_object()) {
-                ASSIGN_OR_RETURN(name, opt_string(t, "type", w + ".builtin_tools[]"));
-                if (!name) {
-                    ASSIGN_OR_RETURN(name, opt_string(t, "name", w + ".builtin_tools[]"));
-                }
+        // ["browser", "python"], [{"type": "browser"}], or {"browser": true, "python": false}.
+        std::vector<std::string> names;
+        if (b->is_object()) {
+            for (const auto& [key, enabled] : b->items()) {
+                if (!enabled.is_boolean() || enabled.get<bool>()) names.push_back(key);
             }
-            if (!name) return must_be(w + ".builtin_tools[]", "a tool name");
-            if (*name == "browser" || *name == "browser_search" || *name == "web_search" ||
-                *name == "web_search_preview") {
+        } else if (b->is_array()) {
+            for (const Json& t : *b) {
+                std::optional<std::string> name;
+                if (t.is_string()) {
+                    name = t.get<std::string>();
+                } else if (t.is_object()) {
+                    ASSIGN_OR_RETURN(name, opt_string(t, "type", w + ".builtin_tools[]"));
+                    if (!name) {
+                        ASSIGN_OR_RETURN(name, opt_string(t, "name", w + ".builtin_tools[]"));
+                    }
+                }
+                if (!name) return must_be(w + ".builtin_tools[]", "a tool name");
+                names.push_back(*name);
+            }
+        } else {
+            return must_be(w + ".builtin_tools", "an array of tool names");
+        }
+        for (const std::string& name : names) {
+            if (name == "browser" || name == "browser_search" || name == "web_search" || name == "web_search_preview") {
                 o.browser_tool = true;
-            } else if (*name == "python" || *name == "code_interpreter") {
+            } else if (name == "python" || name == "code_interpreter") {
                 o.python_tool = true;
             } else {
-                return invalid_argument(w + ".builtin_tools: unknown built-in \"" + *name + "\" (browser, python)");
+                return invalid_argument(w + ".builtin_tools: unknown built-in \"" + name + "\" (browser, python)");
             }
         }
     }
@@ -582,7 +593,7 @@ Json conversation_to_json(const Conversation& conversation) {
     return out;
 }
 
-StatusOr<RenderOptions> render_options_from_json(const Json& render) {
+static StatusOr<RenderOptions> render_options_from_json_impl(const Json& render) {
     RenderOptions o;
     o.cot_drop = CotDropPolicy::kHarmonyLibrary;  // harmony's auto_drop_analysis default
     if (render.is_null()) return o;
@@ -609,7 +620,7 @@ StatusOr<RenderOptions> render_options_from_json(const Json& render) {
     return o;
 }
 
-StatusOr<ParserOptions> parser_options_from_json(const Json& parser) {
+static StatusOr<ParserOptions> parser_options_from_json_impl(const Json& parser) {
     ParserOptions o;
     if (parser.is_null()) return o;
     if (!parser.is_object()) return must_be("parser", "an object");
@@ -683,6 +694,30 @@ Json chat_delta_to_json(const ChatDelta& d) {
         j["tool_calls"] = Json::array({std::move(call)});
     }
     return j;
+}
+
+StatusOr<ServerOptions> server_options_from_json(const Json& j) {
+    try {
+        return server_options_from_json_impl(j);
+    } catch (const Json::exception& e) {
+        return invalid_argument(std::string("malformed server_options: ") + e.what());
+    }
+}
+
+StatusOr<RenderOptions> render_options_from_json(const Json& render) {
+    try {
+        return render_options_from_json_impl(render);
+    } catch (const Json::exception& e) {
+        return invalid_argument(std::string("malformed render_options: ") + e.what());
+    }
+}
+
+StatusOr<ParserOptions> parser_options_from_json(const Json& parser) {
+    try {
+        return parser_options_from_json_impl(parser);
+    } catch (const Json::exception& e) {
+        return invalid_argument(std::string("malformed parser_options: ") + e.what());
+    }
 }
 
 }  // namespace gptoss::harmony

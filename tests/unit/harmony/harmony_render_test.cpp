@@ -196,6 +196,11 @@ TEST(HarmonyChat, BuiltinToolsAndChannelOption) {
                                     "drop_commentary_without_tools":true})");
     EXPECT_NE(text.find("# Tools\n\n## python\n\nUse this tool"), std::string::npos) << text;
     EXPECT_NE(text.find("# Valid channels: analysis, final."), std::string::npos) << text;
+    std::string both = chat_text(R"({"messages":[{"role":"user","content":"q"}]})",
+                                 R"({"current_date":"2025-06-28","builtin_tools":{"browser":true,"python":false}})");
+    EXPECT_NE(both.find("## browser"), std::string::npos);
+    EXPECT_EQ(both.find("## python"), std::string::npos);
+    EXPECT_FALSE(server_options_from_json(Json::parse(R"({"builtin_tools":["shell"]})")).ok());
 }
 
 TEST(HarmonyChat, InvalidRequestsAreInvalidArgument) {
