@@ -1,9 +1,12 @@
 // gptoss logits --model DIR --ids 1,2,3 [--positions last|all] [--backend cpu]
+#include <filesystem>
 #include <iostream>
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "model/cuda_model.h"
 #include "model/gpt_oss_forward.h"
+#include "model/safetensors_file.h"
 
 namespace gptoss::cli {
 namespace {
@@ -13,21 +16,61 @@ struct LogitsOptions {
     std::string ids;
     std::string positions = "last";
     std::string backend = "cpu";
+    std::string out;  // write a safetensors file instead of JSON
 };
 
 int run_logits(const LogitsOptions& o) {
     auto ids = parse_id_list(o.ids);
     if (!ids.ok()) return fail(ids.status().message());
-    if (o.backend != "cpu") return fail("backend '" + o.backend + "' is not available in this build");
     auto weights = model::GptOssWeights::load(o.model);
     if (!weights.ok()) return fail(weights.status().message());
     const bool all = o.positions == "all";
-    model::SingleSequence seq(**weights, static_cast<int>(ids->size()));
     std::vector<float> logits;
-    if (Status st = seq.append(*ids, all, &logits); !st.ok()) return fail(st.message());
+    if (o.backend == "cpu") {
+        model::SingleSequence seq(**weights, static_cast<int>(ids->size()));
+        if (Status st = seq.append(*ids, all, &logits); !st.ok()) return fail(st.message());
+    } else if (o.backend == "cuda") {
+        model::CudaModelOptions opt;
+        opt.max_tokens = std::max<int>(static_cast<int>(ids->size()), 1024);
+        opt.max_seqs = 4;
+        auto m = model::CudaModel::create(**weights, opt);
+        if (!m.ok()) return fail(m.status().message());
+        const int bs = (*m)->block_size();
+        std::vector<int32_t> table((ids->size() + bs - 1) / bs);
+        for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+        if (static_cast<int>(table.size()) > (*m)->num_blocks(false) || static_cast<int>(table.size()) > (*m)->num_blocks(true)) {
+            // Sliding layers need only the window, but a one-shot prompt writes every position.
+            return fail("prompt too long for the KV cache");
+        }
+        model::ForwardSequence s{*ids, 0, table, table, all};
+        if (Status st = (*m)->forward(std::span(&s, 1), &logits); !st.ok()) return fail(st.message());
+    } else {
+        return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
+    }
     const int vocab = (*weights)->config.vocab_size;
     const int rows = static_cast<int>(logits.size() / vocab);
     const int first = static_cast<int>(ids->size()) - rows;
+    if (!o.out.empty()) {
+        model::SafetensorsWriter w;
+        std::vector<int32_t> pos(rows);
+        for (int r = 0; r < rows; ++r) pos[r] = first + r;
+        std::vector<uint8_t> pbytes(reinterpret_cast<uint8_t*>(pos.data()), reinterpret_cast<uint8_t*>(pos.data()) + rows * 4);
+        std::vector<uint8_t> lbytes(reinterpret_cast<uint8_t*>(logits.data()),
+                                    reinterpret_cast<uint8_t*>(logits.data()) + logits.size() * 4);
+        w.add("positions", DType::kI32, Shape{rows}, std::move(pbytes));
+        w.add("logits", DType::kF32, Shape{rows, vocab}, std::move(lbytes));
+        // The writer names its file model.safetensors: write into a private temporary directory
+        // beside the target, then move the file into place.
+        namespace fs = std::filesystem;
+        const fs::path out(o.out);
+        const fs::path tmp = fs::path(o.out + ".tmp-dir");
+        if (Status st = w.write(tmp.string(), {{"backend", o.backend}}); !st.ok()) return fail(st.message());
+        std::error_code ec;
+        fs::rename(tmp / "model.safetensors", out, ec);
+        fs::remove_all(tmp);
+        if (ec) return fail("cannot write " + o.out + ": " + ec.message());
+        return 0;
+    }
     std::string out = "{\"positions\":[";
     for (int r = 0; r < rows; ++r) out += (r ? "," : "") + std::to_string(first + r);
     out += "],\"logits\":[";
@@ -53,6 +96,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->check(CLI::IsMember({"last", "all"}))
         ->capture_default_str();
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
+    sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON");
     sub->callback([o, &exit_code] { exit_code = run_logits(*o); });
 });
 

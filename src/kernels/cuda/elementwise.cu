@@ -108,7 +108,21 @@ __global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t 
         out[i] = __float2bfloat16(in[i]);
 }
 
+__global__ void fill_random_bf16_kernel(__nv_bfloat16* out, int64_t n, uint64_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t r = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(i)));
+        out[i] = __float2bfloat16(static_cast<float>(r >> 40) * 0x1.0p-24f * 4.0f - 2.0f);
+    }
+}
+
 }  // namespace
+
+void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream) {
+    if (n == 0) return;
+    fill_random_bf16_kernel<<<4096, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(out), n, seed);
+    CUDA_CHECK_LAUNCH();
+}
 
 void embedding(const int32_t* ids, int num_tokens, const void* table, int hidden, float* x, cudaStream_t stream) {
     if (num_tokens == 0) return;

@@ -1,0 +1,224 @@
+// gptoss bench: prefill latency by input length and decode speed by batch size and context, as
+// fractions of the physical limit (bytes over measured bandwidth, FLOPs over measured peak) and as
+// cost per million tokens. Decode contexts are "pretended": the KV cache is filled with random
+// values and each sequence starts at the given position, which costs exactly what a real context of
+// that length costs (attention reads every cached key) without a prefill per configuration.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "cli/cli_util.h"
+#include "cli/command.h"
+#include "model/cuda_model.h"
+#include "model/gpt_oss_forward.h"
+
+namespace gptoss::cli {
+namespace {
+
+struct BenchOptions {
+    std::string model;
+    std::string backend = "cuda";
+    std::string prefill = "128,1024,2048,8192,32768";
+    std::string batch = "1,2,4,8,16,32,64,128";
+    std::string context = "1024,8192,32768";
+    int decode_steps = 16;
+    int repeats = 3;
+    double bandwidth = 4.15e12;   // measured device copy bandwidth, bytes/s
+    double peak_flops = 760e12;   // measured bf16 tensor-core rate, FLOP/s
+    double price = 3.0;           // $ per GPU-hour
+    std::string json_out;
+    std::string md_out;
+};
+
+using Clock = std::chrono::steady_clock;
+
+struct ModelCounts {
+    double dense_bytes_per_token;   // attention + router + lm_head bytes read per decode step (batch-independent)
+    double expert_bytes;            // one expert, as stored for decode (MXFP4: 4.25 bits/weight)
+    double flops_per_token;         // 2 × active weights (linear layers, lm_head excluded)
+    double lm_head_flops;           // 2 × vocab × hidden
+    int full_layers, sliding_layers;
+};
+
+ModelCounts count(const model::GptOssConfig& c) {
+    ModelCounts m{};
+    const double H = c.hidden_size, I = c.intermediate_size, E = c.num_experts;
+    const double qw = c.q_width(), kvw = c.kv_width();
+    const double attn = H * (qw + 2 * kvw) + qw * H;  // weights per layer
+    m.dense_bytes_per_token = c.num_hidden_layers * (attn * 2 + E * H * 2) + c.vocab_size * H * 2;
+    m.expert_bytes = (2 * I * H + H * I) * 4.25 / 8;
+    m.flops_per_token = 2.0 * c.num_hidden_layers * (attn + E * H + c.experts_per_token * (2 * I * H + H * I));
+    m.lm_head_flops = 2.0 * c.vocab_size * H;
+    m.sliding_layers = static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(),
+                                                   model::LayerType::kSlidingAttention));
+    m.full_layers = c.num_hidden_layers - m.sliding_layers;
+    return m;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+int run_bench(const BenchOptions& o) {
+    auto list = [](const std::string& s) { return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s); };
+    auto prefill = list(o.prefill);
+    auto batches = list(o.batch);
+    auto contexts = list(o.context);
+    if (!prefill.ok() || !batches.ok() || !contexts.ok()) return fail("bad --prefill/--batch/--context list");
+    if (o.backend != "cuda") return fail("gptoss bench measures the cuda backend (CPU throughput: see bench-cpu)");
+    auto weights = model::GptOssWeights::load(o.model);
+    if (!weights.ok()) return fail(weights.status().message());
+    const model::GptOssConfig& c = (*weights)->config;
+    const int max_prefill = prefill->empty() ? 0 : *std::max_element(prefill->begin(), prefill->end());
+    const int max_batch = batches->empty() ? 1 : *std::max_element(batches->begin(), batches->end());
+    model::CudaModelOptions opt;
+    opt.max_tokens = std::max({max_prefill, max_batch, 256});
+    opt.max_seqs = std::max(max_batch, 1);
+    auto created = model::CudaModel::create(**weights, opt);
+    if (!created.ok()) return fail(created.status().message());
+    model::CudaModel& m = **created;
+    const ModelCounts mc = count(c);
+    const int bs = m.block_size();
+    std::mt19937 rng(1);
+    auto random_ids = [&](int n) {
+        std::vector<int32_t> v(n);
+        for (auto& x : v) x = static_cast<int32_t>(rng() % c.vocab_size);
+        return v;
+    };
+    nlohmann::json report;
+    report["model"] = o.model;
+    report["config"] = {{"layers", c.num_hidden_layers}, {"experts", c.num_experts}, {"hidden", c.hidden_size}};
+    report["assumptions"] = {{"bandwidth_bytes_per_s", o.bandwidth}, {"peak_flops", o.peak_flops},
+                             {"price_per_gpu_hour", o.price}};
+    report["weight_bytes"] = m.weight_bytes();
+    report["kv_cache_bytes"] = m.kv_cache_bytes();
+    std::string md = "## Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok |\n|---:|---:|---:|---:|---:|---:|\n";
+
+    // ---- prefill ----
+    for (int L : *prefill) {
+        const int blocks = (L + bs - 1) / bs;
+        if (blocks > m.num_blocks(false) || blocks > m.num_blocks(true)) {
+            md += "| " + std::to_string(L) + " | KV does not fit | | | | |\n";
+            continue;
+        }
+        std::vector<int32_t> table(blocks);
+        for (int i = 0; i < blocks; ++i) table[i] = i;
+        auto ids = random_ids(L);
+        std::vector<double> times;
+        for (int r = 0; r < o.repeats + 1; ++r) {
+            std::vector<float> logits;
+            model::ForwardSequence s{ids, 0, table, table, false};
+            auto t0 = Clock::now();
+            Status st = m.forward(std::span(&s, 1), &logits);
+            auto t1 = Clock::now();
+            if (!st.ok()) return fail(st.message());
+            if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // first run warms up
+        }
+        const double t = median(times);
+        double attn_flops = 0;
+        for (int l = 0; l < c.num_hidden_layers; ++l) {
+            // QKᵀ and PV: 4·head_dim FLOPs per visible (query, key) pair per head.
+            const double pairs = c.is_sliding(l) ? static_cast<double>(L) * std::min(L, c.sliding_window)
+                                                 : static_cast<double>(L) * (L + 1) / 2;
+            attn_flops += 4.0 * c.head_dim * c.num_attention_heads * pairs;
+        }
+        const double flops = mc.flops_per_token * L + mc.lm_head_flops + attn_flops;
+        const double tflops = flops / t / 1e12;
+        const double cost = o.price / 3600.0 / (L / t) * 1e6;
+        report["prefill"].push_back({{"tokens", L}, {"latency_ms", t * 1e3}, {"tok_per_s", L / t},
+                                     {"tflops", tflops}, {"pct_of_peak", 100.0 * flops / o.peak_flops / t},
+                                     {"usd_per_m_tokens", cost}});
+        char line[256];
+        std::snprintf(line, sizeof line, "| %d | %.2f | %.0f | %.1f | %.1f%% | %.4f |\n", L, t * 1e3, L / t, tflops,
+                      100.0 * flops / o.peak_flops / t, cost);
+        md += line;
+        std::fprintf(stderr, "prefill %6d tokens: %8.2f ms\n", L, t * 1e3);
+    }
+
+    // ---- decode ----
+    md += "\n## Decode\n\n| context | batch | step ms | tok/s per seq | tok/s total | GB/step | % of bandwidth limit | $ / 1M output tok |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    m.fill_kv_random(7);
+    for (int C : *contexts) {
+        for (int B : *batches) {
+            const int steps = o.decode_steps;
+            const int blocks_per_seq = (C + steps + bs - 1) / bs;
+            // Sliding layers keep a window per sequence: the bench maps every sequence's sliding
+            // blocks onto a private ring of window-covering blocks.
+            const int ring = (c.sliding_window + bs - 1) / bs + 1;
+            if (static_cast<int64_t>(B) * blocks_per_seq > m.num_blocks(false) || B * ring > m.num_blocks(true)) {
+                md += "| " + std::to_string(C) + " | " + std::to_string(B) + " | KV does not fit | | | | | |\n";
+                report["decode"].push_back({{"context", C}, {"batch", B}, {"fits", false}});
+                continue;
+            }
+            std::vector<std::vector<int32_t>> tf(B), ts(B);
+            for (int s = 0; s < B; ++s) {
+                tf[s].resize(blocks_per_seq);
+                ts[s].assign(blocks_per_seq, -1);
+                for (int b = 0; b < blocks_per_seq; ++b) {
+                    tf[s][b] = s * blocks_per_seq + b;
+                    ts[s][b] = s * ring + b % ring;
+                }
+            }
+            std::vector<int32_t> tokens = random_ids(B);
+            std::vector<model::CudaModel::SampleParams> params(B);
+            std::vector<int32_t> next;
+            std::vector<double> times;
+            for (int step = 0; step < steps + 2; ++step) {
+                std::vector<model::ForwardSequence> seqs(B);
+                for (int s = 0; s < B; ++s)
+                    seqs[s] = {std::span(&tokens[s], 1), C + step, tf[s], ts[s], false};
+                auto t0 = Clock::now();
+                Status st = m.forward_sample(seqs, params, &next);
+                auto t1 = Clock::now();
+                if (!st.ok()) return fail(st.message());
+                tokens = next;
+                if (step >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+            }
+            const double t = median(times);
+            const double distinct = c.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(c.experts_per_token) / c.num_experts, B));
+            const double kv = static_cast<double>(B) * 2048.0 * (mc.full_layers * (C + 1.0) + mc.sliding_layers * std::min(C + 1, c.sliding_window));
+            const double bytes = mc.dense_bytes_per_token + c.num_hidden_layers * distinct * mc.expert_bytes + kv;
+            const double limit = bytes / o.bandwidth;
+            const double cost = o.price / 3600.0 / (B / t) * 1e6;
+            report["decode"].push_back({{"context", C}, {"batch", B}, {"fits", true}, {"step_ms", t * 1e3},
+                                        {"tok_per_s_per_seq", 1.0 / t}, {"tok_per_s_total", B / t},
+                                        {"bytes_per_step", bytes}, {"pct_of_bandwidth_limit", 100.0 * limit / t},
+                                        {"usd_per_m_tokens", cost}});
+            char line[256];
+            std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.1f | %.0f | %.2f | %.1f%% | %.4f |\n", C, B, t * 1e3,
+                          1.0 / t, B / t, bytes / 1e9, 100.0 * limit / t, cost);
+            md += line;
+            std::fprintf(stderr, "decode ctx %6d batch %4d: %8.3f ms/step\n", C, B, t * 1e3);
+        }
+    }
+    if (!o.json_out.empty()) std::ofstream(o.json_out) << report.dump(2) << "\n";
+    if (!o.md_out.empty()) std::ofstream(o.md_out) << md;
+    std::cout << md;
+    return 0;
+}
+
+CommandRegistrar reg([](CLI::App& app, int& exit_code) {
+    auto o = std::make_shared<BenchOptions>();
+    auto* sub = app.add_subcommand("bench", "Prefill latency and decode speed against the physical limits");
+    sub->add_option("--model", o->model, "Model directory")->required();
+    sub->add_option("--backend", o->backend, "cuda")->capture_default_str();
+    sub->add_option("--prefill", o->prefill, "Input lengths (comma-separated; empty: none)")->capture_default_str();
+    sub->add_option("--batch", o->batch, "Decode batch sizes")->capture_default_str();
+    sub->add_option("--context", o->context, "Decode context lengths")->capture_default_str();
+    sub->add_option("--decode-steps", o->decode_steps, "Timed decode steps per configuration")->capture_default_str();
+    sub->add_option("--repeats", o->repeats, "Timed prefill runs per length")->capture_default_str();
+    sub->add_option("--bandwidth", o->bandwidth, "Measured memory bandwidth, bytes/s")->capture_default_str();
+    sub->add_option("--peak-flops", o->peak_flops, "Measured tensor-core peak, FLOP/s")->capture_default_str();
+    sub->add_option("--price", o->price, "$ per GPU-hour")->capture_default_str();
+    sub->add_option("--json", o->json_out, "Write the report as JSON");
+    sub->add_option("--markdown", o->md_out, "Write the tables as Markdown");
+    sub->callback([o, &exit_code] { exit_code = run_bench(*o); });
+});
+
+}  // namespace
+}  // namespace gptoss::cli

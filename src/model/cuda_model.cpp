@@ -1,0 +1,580 @@
+#include "model/cuda_model.h"
+
+#if defined(GPTOSS_HAVE_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/ops.h"
+
+namespace gptoss::model {
+
+namespace kc = kernels::cuda;
+using kc::DeviceBuffer;
+
+namespace {
+
+// Host matrix (bf16/f16/f32) -> device bf16.
+DeviceBuffer upload_bf16(const void* data, DType dtype, int64_t n) {
+    if (dtype == DType::kBF16) return DeviceBuffer::from_host(data, static_cast<size_t>(n) * 2);
+    std::vector<float> f(static_cast<size_t>(n));
+    kernels::cpu::row_to_f32(data, dtype, static_cast<int>(n), f.data());
+    std::vector<uint16_t> b(f.size());
+    for (size_t i = 0; i < f.size(); ++i) b[i] = f32_to_bf16(f[i]);
+    return DeviceBuffer::from_host(b.data(), b.size() * 2);
+}
+
+DeviceBuffer upload_f32(const std::vector<float>& v) { return DeviceBuffer::from_host(v.data(), v.size() * 4); }
+
+struct DeviceLayer {
+    DeviceBuffer input_norm, post_norm;                           // [H] f32
+    DeviceBuffer qkv_w;                                           // [qw + 2·kvw, H] bf16 (q, k, v rows concatenated)
+    DeviceBuffer qkv_b;                                           // [qw + 2·kvw] f32
+    DeviceBuffer o_w;                                             // [H, qw] bf16
+    DeviceBuffer o_b;                                             // [H] f32
+    DeviceBuffer sinks;                                           // [nq] f32
+    DeviceBuffer router_w;                                        // [E, H] bf16
+    DeviceBuffer router_b;                                        // [E] f32
+    DeviceBuffer gu_blocks, gu_scales, down_blocks, down_scales;  // MXFP4 (published layout)
+    DeviceBuffer gu_bf16, down_bf16;                              // [E, 2I, H], [E, H, I] bf16 (large-batch path)
+    DeviceBuffer gu_b, down_b;                                    // [E, 2I], [E, H] f32
+    DeviceBuffer k_cache, v_cache;                                // [num_blocks, block_size, nkv, hd] bf16
+};
+
+}  // namespace
+
+struct CudaModel::Impl {
+    GptOssConfig c;
+    CudaModelOptions opt;
+    cudaStream_t stream = nullptr;
+    std::unique_ptr<kc::GemmRunner> gemm;
+    DeviceBuffer embed, lm_head, final_norm, inv_freq;
+    float attention_scaling = 1.0f;
+    std::vector<DeviceLayer> layers;
+    bool mxfp4 = false;
+    bool have_bf16_experts = false;
+    int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
+    size_t weight_bytes = 0, kv_bytes = 0;
+
+    // Activations and metadata, sized for opt.max_tokens / opt.max_seqs.
+    DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
+    DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
+    DeviceBuffer logit_rows, hsel, logits, attn_workspace;
+    static constexpr int kLogitChunk = 256;
+    static constexpr int kMaxSplits = 64;
+
+    Status init(const GptOssWeights& w);
+    Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
+                   std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled);
+    void moe(int T, int layer);
+    DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out;
+};
+
+Status CudaModel::Impl::init(const GptOssWeights& w) {
+    c = w.config;
+    int device_count = 0;
+    if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
+        return failed_precondition("no CUDA device is available");
+    if (c.head_dim != 64) return invalid_argument("the CUDA backend supports head_dim 64 only");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    gemm = std::make_unique<kc::GemmRunner>();
+    const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, V = c.vocab_size;
+    const int64_t qw = c.q_width(), kvw = c.kv_width(), qkvw = qw + 2 * kvw;
+
+    embed = upload_bf16(w.embed_tokens.data, w.embed_tokens.dtype, V * H);
+    lm_head = upload_bf16(w.lm_head.data, w.lm_head.dtype, V * H);
+    final_norm = upload_f32(w.norm);
+    {
+        const CpuForward cpu(w);  // one definition of the YaRN frequencies for both backends
+        inv_freq = upload_f32(cpu.inv_freq());
+        attention_scaling = cpu.attention_scaling();
+    }
+    mxfp4 = w.layers[0].expert_format == kernels::ExpertFormat::kMxfp4;
+    have_bf16_experts = !mxfp4 || opt.bf16_experts;
+    layers.resize(c.num_hidden_layers);
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+        const LayerWeights& L = w.layers[l];
+        DeviceLayer& D = layers[l];
+        D.input_norm = upload_f32(L.input_layernorm);
+        D.post_norm = upload_f32(L.post_attention_layernorm);
+        {
+            // Concatenate q, k, v rows into one [qkvw, H] bf16 matrix: one GEMM instead of three.
+            D.qkv_w = DeviceBuffer(static_cast<size_t>(qkvw * H) * 2);
+            DeviceBuffer parts[3] = {upload_bf16(L.q_proj.data, L.q_proj.dtype, qw * H),
+                                     upload_bf16(L.k_proj.data, L.k_proj.dtype, kvw * H),
+                                     upload_bf16(L.v_proj.data, L.v_proj.dtype, kvw * H)};
+            size_t off = 0;
+            for (auto& p : parts) {
+                CUDA_CHECK(cudaMemcpy(D.qkv_w.as<uint8_t>() + off, p.get(), p.bytes(), cudaMemcpyDeviceToDevice));
+                off += p.bytes();
+            }
+            std::vector<float> b;
+            b.insert(b.end(), L.q_bias.begin(), L.q_bias.end());
+            b.insert(b.end(), L.k_bias.begin(), L.k_bias.end());
+            b.insert(b.end(), L.v_bias.begin(), L.v_bias.end());
+            D.qkv_b = upload_f32(b);
+        }
+        D.o_w = upload_bf16(L.o_proj.data, L.o_proj.dtype, H * qw);
+        D.o_b = upload_f32(L.o_bias);
+        D.sinks = upload_f32(L.sinks);
+        D.router_w = upload_bf16(L.router.data, L.router.dtype, E * H);
+        D.router_b = upload_f32(L.router_bias);
+        D.gu_b = upload_f32(L.gate_up_bias);
+        D.down_b = upload_f32(L.down_bias);
+        if (mxfp4) {
+            D.gu_blocks = DeviceBuffer::from_host(L.gate_up_blocks, static_cast<size_t>(E * 2 * I * H / 2));
+            D.gu_scales = DeviceBuffer::from_host(L.gate_up_scales, static_cast<size_t>(E * 2 * I * H / 32));
+            D.down_blocks = DeviceBuffer::from_host(L.down_blocks, static_cast<size_t>(E * H * I / 2));
+            D.down_scales = DeviceBuffer::from_host(L.down_scales, static_cast<size_t>(E * H * I / 32));
+            if (have_bf16_experts) {
+                D.gu_bf16 = DeviceBuffer(static_cast<size_t>(E * 2 * I * H) * 2);
+                D.down_bf16 = DeviceBuffer(static_cast<size_t>(E * H * I) * 2);
+                kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>(), D.gu_scales.as<uint8_t>(), E * 2 * I, H, D.gu_bf16.get(),
+                                  stream);
+                kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), E * H, I, D.down_bf16.get(),
+                                  stream);
+            }
+        } else {
+            D.gu_bf16 = upload_bf16(L.gate_up_dense, L.dense_dtype, E * 2 * I * H);
+            D.down_bf16 = upload_bf16(L.down_dense, L.dense_dtype, E * H * I);
+        }
+        for (DeviceBuffer* b :
+             {&D.input_norm, &D.post_norm, &D.qkv_w, &D.qkv_b, &D.o_w, &D.o_b, &D.sinks, &D.router_w, &D.router_b,
+              &D.gu_b, &D.down_b, &D.gu_blocks, &D.gu_scales, &D.down_blocks, &D.down_scales, &D.gu_bf16, &D.down_bf16})
+            weight_bytes += b->bytes();
+    }
+    weight_bytes += embed.bytes() + lm_head.bytes();
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    // Activations.
+    const int64_t T = opt.max_tokens, S = opt.max_seqs, K = c.experts_per_token, A = T * K;
+    x = DeviceBuffer(T * H * 4);
+    h = DeviceBuffer(T * H * 2);
+    h32 = DeviceBuffer(T * H * 4);
+    qkv = DeviceBuffer(T * qkvw * 4);
+    q = DeviceBuffer(T * qw * 2);
+    attn = DeviceBuffer(T * qw * 2);
+    o = DeviceBuffer(T * H * 4);
+    expert_ids = DeviceBuffer(A * 4);
+    expert_w = DeviceBuffer(A * 4);
+    offsets = DeviceBuffer((E + 1) * 4);
+    sorted = DeviceBuffer(A * 4);
+    act = DeviceBuffer(static_cast<int64_t>(opt.mxfp4_max_tokens) * K * I * 4);
+    y = DeviceBuffer(A * H * 4);
+    if (have_bf16_experts) {
+        xg = DeviceBuffer(A * H * 2);
+        gu = DeviceBuffer(A * 2 * I * 4);
+        actb = DeviceBuffer(A * I * 2);
+        yd = DeviceBuffer(A * H * 4);
+    }
+    max_blocks_per_seq = (c.max_position_embeddings + opt.block_size - 1) / opt.block_size;
+    for (DeviceBuffer* b : {&ids, &positions, &slots_full, &slots_sliding, &logit_rows}) *b = DeviceBuffer(T * 4);
+    tables_full = DeviceBuffer(S * max_blocks_per_seq * 4);
+    tables_sliding = DeviceBuffer(S * max_blocks_per_seq * 4);
+    seq_start = DeviceBuffer(S * 4);
+    query_start = DeviceBuffer((S + 1) * 4);
+    hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
+    logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
+    attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
+    for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
+    s_seed = DeviceBuffer(S * 8);
+    s_draw = DeviceBuffer(S * 8);
+
+    // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
+    const int n_sliding_layers =
+        static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kSlidingAttention));
+    const int n_full_layers = c.num_hidden_layers - n_sliding_layers;
+    const size_t block_bytes = static_cast<size_t>(opt.block_size) * kvw * 2 * 2;  // K and V, bf16
+    num_blocks_sliding = opt.num_blocks_sliding > 0
+                             ? opt.num_blocks_sliding
+                             : static_cast<int>(S * ((c.sliding_window + opt.block_size - 1) / opt.block_size + 2));
+    num_blocks_full = opt.num_blocks_full;
+    if (num_blocks_full <= 0) {
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        const double budget = static_cast<double>(free_b) * opt.kv_cache_fraction -
+                              static_cast<double>(num_blocks_sliding) * block_bytes * n_sliding_layers;
+        num_blocks_full =
+            static_cast<int>(std::max(0.0, budget / (static_cast<double>(block_bytes) * std::max(1, n_full_layers))));
+        if (num_blocks_full < max_blocks_per_seq / 8)
+            return resource_exhausted("not enough device memory left for the KV cache");
+    }
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+        const size_t nb = c.is_sliding(l) ? num_blocks_sliding : num_blocks_full;
+        layers[l].k_cache = DeviceBuffer(nb * block_bytes / 2);
+        layers[l].v_cache = DeviceBuffer(nb * block_bytes / 2);
+        kv_bytes += nb * block_bytes;
+    }
+    return ok_status();
+}
+
+void CudaModel::Impl::moe(int T, int l) {
+    DeviceLayer& D = layers[l];
+    const int H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, K = c.experts_per_token;
+    const int A = T * K;
+    const bool small = mxfp4 && T <= opt.mxfp4_max_tokens;
+    kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+    if (small) {
+        kc::MoeMxfp4Args m;
+        m.h = h.get();
+        m.expert_offsets = offsets.as<int32_t>();
+        m.sorted_assignments = sorted.as<int32_t>();
+        m.gate_up_blocks = D.gu_blocks.as<uint8_t>();
+        m.gate_up_scales = D.gu_scales.as<uint8_t>();
+        m.gate_up_bias = D.gu_b.as<float>();
+        m.down_blocks = D.down_blocks.as<uint8_t>();
+        m.down_scales = D.down_scales.as<uint8_t>();
+        m.down_bias = D.down_b.as<float>();
+        m.act = act.as<float>();
+        m.y = y.as<float>();
+        m.num_tokens = T;
+        m.hidden_size = H;
+        m.intermediate_size = I;
+        m.num_experts = E;
+        m.experts_per_token = K;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        kc::moe_mxfp4(m, stream);
+        return;
+    }
+    // Large batch: per-expert bf16 GEMMs over the tokens grouped by expert. The group sizes are
+    // needed on the host to launch the GEMMs (prefill only; decode batches take the path above).
+    std::vector<int32_t> off(E + 1);
+    CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets.get(), (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    kc::moe_gather(h.get(), sorted.as<int32_t>(), A, K, H, xg.get(), stream);
+    for (int e = 0; e < E; ++e) {
+        const int n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        gemm->gemm(xg.as<uint16_t>() + static_cast<int64_t>(off[e]) * H,
+                   D.gu_bf16.as<uint16_t>() + static_cast<int64_t>(e) * 2 * I * H,
+                   gu.as<float>() + static_cast<int64_t>(off[e]) * 2 * I, kc::GemmOut::kF32, n, 2 * I, H, stream);
+    }
+    kc::moe_swiglu_sorted(gu.as<float>(), D.gu_b.as<float>(), offsets.as<int32_t>(), E, A, I,
+                          static_cast<float>(c.swiglu_limit), static_cast<float>(c.swiglu_alpha), actb.get(), stream);
+    for (int e = 0; e < E; ++e) {
+        const int n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        gemm->gemm(actb.as<uint16_t>() + static_cast<int64_t>(off[e]) * I,
+                   D.down_bf16.as<uint16_t>() + static_cast<int64_t>(e) * H * I,
+                   yd.as<float>() + static_cast<int64_t>(off[e]) * H, kc::GemmOut::kF32, n, H, I, stream);
+    }
+    kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), A, H,
+                    y.as<float>(), stream);
+}
+
+Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
+                                std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled) {
+    const int H = c.hidden_size, K = c.experts_per_token, V = c.vocab_size;
+    const int qw = c.q_width(), kvw = c.kv_width(), qkvw = qw + 2 * kvw;
+    const int bs = opt.block_size;
+    if (seqs.empty()) return ok_status();
+    if (static_cast<int>(seqs.size()) > opt.max_seqs)
+        return invalid_argument("batch of " + std::to_string(seqs.size()) + " sequences exceeds max_seqs " +
+                                std::to_string(opt.max_seqs));
+    // Host-side metadata (validated like the CPU path).
+    std::vector<int32_t> h_ids, h_pos, h_sf, h_ss, h_rows, h_seq_start, h_qstart = {0};
+    // Block tables go up with a row stride of this batch's longest table, not the model maximum.
+    int stride = 1;
+    for (const ForwardSequence& q : seqs)
+        stride = std::max<int>(stride, static_cast<int>((static_cast<int64_t>(q.start_pos) + q.tokens.size() + bs - 1) / bs));
+    if (stride > max_blocks_per_seq) return out_of_range("sequence longer than the model's context");
+    std::vector<int32_t> h_tf(seqs.size() * stride, -1), h_ts(h_tf.size(), -1);
+    int max_q = 0, max_ctx = 0;
+    bool decode = true;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        const ForwardSequence& q = seqs[s];
+        const int n = static_cast<int>(q.tokens.size());
+        if (n == 0) return invalid_argument("sequence " + std::to_string(s) + " has no new tokens");
+        const int64_t end = static_cast<int64_t>(q.start_pos) + n;
+        if (q.start_pos < 0 || end > c.max_position_embeddings)
+            return out_of_range("positions up to " + std::to_string(end) + " exceed the model's context of " +
+                                std::to_string(c.max_position_embeddings) + " tokens");
+        const int64_t nb = (end + bs - 1) / bs;
+        if (static_cast<int64_t>(q.block_table_full.size()) < nb ||
+            static_cast<int64_t>(q.block_table_sliding.size()) < nb)
+            return invalid_argument("block table too short for " + std::to_string(end) + " positions");
+        const int64_t first_sliding = std::max<int64_t>(0, q.start_pos - c.sliding_window + 1) / bs;
+        for (int64_t b = 0; b < nb; ++b) {
+            const int32_t f = q.block_table_full[b], sl = q.block_table_sliding[b];
+            if (f < 0 || f >= num_blocks_full)
+                return invalid_argument("block table entry " + std::to_string(b) + " = " + std::to_string(f) +
+                                        " is not a valid block");
+            if (b >= first_sliding && (sl < 0 || sl >= num_blocks_sliding))
+                return invalid_argument("sliding block table entry " + std::to_string(b) + " = " + std::to_string(sl) +
+                                        " is not a valid block");
+            h_tf[s * stride + b] = f;
+            h_ts[s * stride + b] = sl;
+        }
+        for (int i = 0; i < n; ++i) {
+            const int32_t id = q.tokens[i];
+            if (id < 0 || id >= V)
+                return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                        std::to_string(V) + ")");
+            const int pos = q.start_pos + i;
+            if (q.all_logits || i == n - 1) h_rows.push_back(static_cast<int32_t>(h_ids.size()));
+            h_ids.push_back(id);
+            h_pos.push_back(pos);
+            h_sf.push_back(q.block_table_full[pos / bs] * bs + pos % bs);
+            h_ss.push_back(q.block_table_sliding[pos / bs] * bs + pos % bs);
+        }
+        h_seq_start.push_back(q.start_pos);
+        h_qstart.push_back(static_cast<int32_t>(h_ids.size()));
+        max_q = std::max(max_q, n);
+        max_ctx = std::max<int>(max_ctx, static_cast<int>(end));
+        decode = decode && n == 1;
+    }
+    const int T = static_cast<int>(h_ids.size());
+    if (T > opt.max_tokens)
+        return invalid_argument("batch of " + std::to_string(T) + " tokens exceeds max_tokens " +
+                                std::to_string(opt.max_tokens));
+    const int S = static_cast<int>(seqs.size());
+    auto up = [&](DeviceBuffer& d, const std::vector<int32_t>& v) {
+        CUDA_CHECK(cudaMemcpyAsync(d.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream));
+    };
+    up(ids, h_ids);
+    up(positions, h_pos);
+    up(slots_full, h_sf);
+    up(slots_sliding, h_ss);
+    up(logit_rows, h_rows);
+    up(tables_full, h_tf);
+    up(tables_sliding, h_ts);
+    up(seq_start, h_seq_start);
+    up(query_start, h_qstart);
+
+    kc::embedding(ids.as<int32_t>(), T, embed.get(), H, x.as<float>(), stream);
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+        DeviceLayer& D = layers[l];
+        const bool sliding = c.is_sliding(l);
+        // x += Σ_k w_k · y_k (previous layer's MoE), then the attention norm.
+        kc::ResidualRmsNormArgs rn;
+        rn.x = x.as<float>();
+        rn.add = l > 0 ? y.as<float>() : nullptr;
+        rn.add_weights = expert_w.as<float>();
+        rn.num_add = K;
+        rn.weight = D.input_norm.as<float>();
+        rn.out = h.get();
+        rn.num_tokens = T;
+        rn.hidden_size = H;
+        rn.eps = static_cast<float>(c.rms_norm_eps);
+        kc::residual_rmsnorm(rn, stream);
+
+        gemm->gemm(h.get(), D.qkv_w.get(), qkv.get(), kc::GemmOut::kF32, T, qkvw, H, stream);
+        kc::QkvRopeArgs r;
+        r.qkv = qkv.as<float>();
+        r.bias = D.qkv_b.as<float>();
+        r.positions = positions.as<int32_t>();
+        r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
+        r.inv_freq = inv_freq.as<float>();
+        r.attention_scaling = attention_scaling;
+        r.q_out = q.get();
+        r.k_cache = D.k_cache.get();
+        r.v_cache = D.v_cache.get();
+        r.num_tokens = T;
+        r.num_heads = c.num_attention_heads;
+        r.num_kv_heads = c.num_key_value_heads;
+        r.head_dim = c.head_dim;
+        kc::qkv_bias_rope_kv_write(r, stream);
+
+        kernels::PagedAttentionArgs pa;
+        pa.q = q.get();
+        pa.out = attn.get();
+        pa.sinks = D.sinks.as<float>();
+        pa.k_cache = D.k_cache.get();
+        pa.v_cache = D.v_cache.get();
+        pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
+        pa.seq_start_pos = seq_start.as<int32_t>();
+        pa.query_start = query_start.as<int32_t>();
+        pa.max_blocks_per_seq = stride;
+        pa.num_seqs = S;
+        pa.num_tokens = T;
+        pa.max_query_len = max_q;
+        pa.max_context_len = max_ctx;
+        pa.num_heads = c.num_attention_heads;
+        pa.num_kv_heads = c.num_key_value_heads;
+        pa.head_dim = c.head_dim;
+        pa.block_size = bs;
+        pa.sliding_window = sliding ? c.sliding_window : 0;
+        pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+        pa.workspace = attn_workspace.as<float>();
+        pa.max_splits = kMaxSplits;
+        if (decode)
+            kc::paged_attention_decode(pa, stream);
+        else
+            kc::paged_attention_prefill(pa, stream);
+
+        gemm->gemm(attn.get(), D.o_w.get(), o.get(), kc::GemmOut::kF32, T, H, qw, stream);
+        kc::ResidualRmsNormArgs rn2;
+        rn2.x = x.as<float>();
+        rn2.add = o.as<float>();
+        rn2.add_bias = D.o_b.as<float>();
+        rn2.num_add = 1;
+        rn2.weight = D.post_norm.as<float>();
+        rn2.out = h.get();
+        rn2.out_f32 = h32.as<float>();
+        rn2.num_tokens = T;
+        rn2.hidden_size = H;
+        rn2.eps = static_cast<float>(c.rms_norm_eps);
+        kc::residual_rmsnorm(rn2, stream);
+
+        kc::RouterTopkArgs ra;
+        ra.h = h32.as<float>();
+        ra.weight = D.router_w.get();
+        ra.bias = D.router_b.as<float>();
+        ra.expert_ids = expert_ids.as<int32_t>();
+        ra.expert_weights = expert_w.as<float>();
+        ra.num_tokens = T;
+        ra.hidden_size = H;
+        ra.num_experts = c.num_experts;
+        ra.experts_per_token = K;
+        kc::router_topk(ra, stream);
+        moe(T, l);
+    }
+    // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
+    kc::ResidualRmsNormArgs rn;
+    rn.x = x.as<float>();
+    rn.add = y.as<float>();
+    rn.add_weights = expert_w.as<float>();
+    rn.num_add = K;
+    rn.weight = final_norm.as<float>();
+    rn.out = h.get();
+    rn.num_tokens = T;
+    rn.hidden_size = H;
+    rn.eps = static_cast<float>(c.rms_norm_eps);
+    kc::residual_rmsnorm(rn, stream);
+    const int R = static_cast<int>(h_rows.size());
+    if (sampled != nullptr) {
+        // One row per sequence; lm_head and sampling stay on the device, only ids come back.
+        if (R != S || static_cast<int>(sample_params.size()) != S)
+            return invalid_argument("forward_sample needs one logits row and one parameter set per sequence");
+        std::vector<float> temp(S), top_p(S);
+        std::vector<int32_t> top_k(S);
+        std::vector<uint64_t> seed(S), draw(S);
+        for (int s = 0; s < S; ++s) {
+            temp[s] = sample_params[s].temperature;
+            top_p[s] = sample_params[s].top_p;
+            top_k[s] = sample_params[s].top_k;
+            seed[s] = sample_params[s].seed;
+            draw[s] = sample_params[s].draw_index;
+        }
+        CUDA_CHECK(cudaMemcpyAsync(s_temp.get(), temp.data(), S * 4, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(s_top_p.get(), top_p.data(), S * 4, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(s_top_k.get(), top_k.data(), S * 4, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(s_seed.get(), seed.data(), S * 8, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(s_draw.get(), draw.data(), S * 8, cudaMemcpyHostToDevice, stream));
+        sampled->resize(S);
+        for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
+            const int n = std::min(kLogitChunk, R - r0);
+            kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
+            gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+            kc::SampleArgs sa;
+            sa.logits = logits.as<float>();
+            sa.temperature = s_temp.as<float>() + r0;
+            sa.top_p = s_top_p.as<float>() + r0;
+            sa.top_k = s_top_k.as<int32_t>() + r0;
+            sa.seed = s_seed.as<uint64_t>() + r0;
+            sa.draw_index = s_draw.as<uint64_t>() + r0;
+            sa.out = s_out.as<int32_t>() + r0;
+            sa.num_seqs = n;
+            sa.vocab_size = V;
+            kc::sample(sa, stream);
+        }
+        CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        return ok_status();
+    }
+    const size_t base = out->size();
+    out->resize(base + static_cast<size_t>(R) * V);
+    for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
+        const int n = std::min(kLogitChunk, R - r0);
+        kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
+        gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+        CUDA_CHECK(cudaMemcpyAsync(out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
+                                   static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return ok_status();
+}
+
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::create(const GptOssWeights& weights, const CudaModelOptions& options) {
+    auto impl = std::make_unique<Impl>();
+    impl->opt = options;
+    RETURN_IF_ERROR(impl->init(weights));
+    return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
+
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() {
+    if (impl_ && impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+Status CudaModel::forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits) {
+    return impl_->forward(seqs, logits, {}, nullptr);
+}
+Status CudaModel::forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
+                                 std::vector<int32_t>* ids) {
+    return impl_->forward(seqs, nullptr, params, ids);
+}
+void CudaModel::fill_kv_random(uint64_t seed) {
+    for (size_t l = 0; l < impl_->layers.size(); ++l) {
+        auto& L = impl_->layers[l];
+        kc::fill_random_bf16(L.k_cache.get(), static_cast<int64_t>(L.k_cache.bytes() / 2), seed + 2 * l, impl_->stream);
+        kc::fill_random_bf16(L.v_cache.get(), static_cast<int64_t>(L.v_cache.bytes() / 2), seed + 2 * l + 1,
+                             impl_->stream);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+const GptOssConfig& CudaModel::config() const { return impl_->c; }
+int CudaModel::block_size() const { return impl_->opt.block_size; }
+int CudaModel::num_blocks(bool sliding) const { return sliding ? impl_->num_blocks_sliding : impl_->num_blocks_full; }
+size_t CudaModel::weight_bytes() const { return impl_->weight_bytes; }
+size_t CudaModel::kv_cache_bytes() const { return impl_->kv_bytes; }
+
+bool cuda_available() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+}  // namespace gptoss::model
+
+#else  // no CUDA backend in this build
+
+namespace gptoss::model {
+
+struct CudaModel::Impl {};
+
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::create(const GptOssWeights&, const CudaModelOptions&) {
+    return unimplemented("this build has no CUDA backend (configure with a CUDA toolkit, GPTOSS_CUDA=ON)");
+}
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
+Status CudaModel::forward(std::span<const ForwardSequence>, std::vector<float>*) {
+    return unimplemented("no CUDA backend");
+}
+const GptOssConfig& CudaModel::config() const {
+    static GptOssConfig none;
+    return none;
+}
+int CudaModel::block_size() const { return 0; }
+int CudaModel::num_blocks(bool) const { return 0; }
+size_t CudaModel::weight_bytes() const { return 0; }
+size_t CudaModel::kv_cache_bytes() const { return 0; }
+Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<const SampleParams>,
+                                 std::vector<int32_t>*) {
+    return unimplemented("no CUDA backend");
+}
+void CudaModel::fill_kv_random(uint64_t) {}
+bool cuda_available() { return false; }
+
+}  // namespace gptoss::model
+
+#endif

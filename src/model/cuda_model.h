@@ -1,0 +1,68 @@
+// gpt-oss on the CUDA backend: device weights, a paged bf16 KV cache, preallocated activations, and
+// the forward pass over a batch (the same ForwardSequence batches as CpuForward). Built only when
+// the CUDA backend is (GPTOSS_HAVE_CUDA).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_oss_forward.h"
+#include "model/gpt_oss_weights.h"
+
+namespace gptoss::model {
+
+struct CudaModelOptions {
+    int max_tokens = 16384;   // most new tokens in one forward call
+    int max_seqs = 256;       // most sequences in one forward call
+    int block_size = 16;      // KV block size (tokens)
+    int num_blocks_full = 0;  // 0: size from kv_cache_fraction of free memory
+    int num_blocks_sliding = 0;
+    double kv_cache_fraction = 0.85;  // of the memory free after weights and activations
+    bool bf16_experts = true;         // keep a bf16 copy of the experts for large batches (needs ~2× expert memory)
+    int mxfp4_max_tokens = 32;        // batches up to this many tokens use the weight-only MXFP4 experts
+};
+
+class CudaModel {
+public:
+    static StatusOr<std::unique_ptr<CudaModel>> create(const GptOssWeights& weights, const CudaModelOptions& options);
+    ~CudaModel();
+
+    // Same contract as CpuForward::forward (block ids index this model's KV cache); logits are
+    // copied to host.
+    Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits);
+
+    // Per-sequence sampling parameters for forward_sample (see kernels/cuda/sampling.h).
+    struct SampleParams {
+        float temperature = 0.0f;  // 0: greedy
+        float top_p = 1.0f;
+        int top_k = 0;
+        uint64_t seed = 0;
+        uint64_t draw_index = 0;
+    };
+    // Runs the batch and samples one token per sequence on the device (only the ids come back).
+    // Every sequence's all_logits must be false.
+    Status forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
+                          std::vector<int32_t>* ids);
+    // Fills the KV cache with random bf16 values (benchmarks that pretend a context is cached).
+    void fill_kv_random(uint64_t seed);
+
+    const GptOssConfig& config() const;
+    int block_size() const;
+    int num_blocks(bool sliding) const;
+    // Device bytes held by weights, KV cache and activations.
+    size_t weight_bytes() const;
+    size_t kv_cache_bytes() const;
+
+    struct Impl;
+
+private:
+    explicit CudaModel(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+// True when this build has the CUDA backend and a device is visible.
+bool cuda_available();
+
+}  // namespace gptoss::model
