@@ -96,6 +96,19 @@ std::string parse_json_strict(std::string_view text, json* out) {
     return "";
 }
 
+// Runs `f`, turning an escaping exception (std::bad_alloc, or one thrown by a writer's fill
+// callback) into a Status: nothing escapes this file's public functions.
+template <typename F>
+auto guarded(const std::string& what, F&& f) -> decltype(f()) {
+    try {
+        return f();
+    } catch (const std::bad_alloc&) {
+        return resource_exhausted(what + ": out of memory");
+    } catch (const std::exception& e) {
+        return internal_error(what + ": unexpected exception: " + e.what());
+    }
+}
+
 uint64_t read_le64(const uint8_t* p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -258,89 +271,87 @@ SafetensorsFile::~SafetensorsFile() {
 
 StatusOr<SafetensorsHeader> SafetensorsFile::parse_header(const uint8_t* bytes, size_t file_size,
                                                           const std::string& name_for_errors) {
-    const std::string& file = name_for_errors;
-    if (bytes == nullptr && file_size > 0) return invalid_argument(file + ": no buffer to parse");
-    if (file_size < 8) {
-        return data_loss(file + ": file is " + std::to_string(file_size) +
-                         " bytes, shorter than the 8-byte header length");
-    }
-    const uint64_t header_len = read_le64(bytes);
-    if (header_len > kMaxSafetensorsHeaderBytes) {
-        return data_loss(file + ": header length " + std::to_string(header_len) + " exceeds the limit of " +
-                         std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
-    }
-    if (header_len > file_size - 8) {
-        return data_loss(file + ": header length " + std::to_string(header_len) + " runs past the end of the file (" +
-                         std::to_string(file_size) + " bytes)");
-    }
-    SafetensorsHeader header;
-    header.data_start = 8 + header_len;
-    const uint64_t data_size = file_size - header.data_start;
-    const uint8_t* data_base = bytes + header.data_start;
+    return guarded(name_for_errors, [&]() -> StatusOr<SafetensorsHeader> {
+        const std::string& file = name_for_errors;
+        if (bytes == nullptr && file_size > 0) return invalid_argument(file + ": no buffer to parse");
+        if (file_size < 8) {
+            return data_loss(file + ": file is " + std::to_string(file_size) +
+                             " bytes, shorter than the 8-byte header length");
+        }
+        const uint64_t header_len = read_le64(bytes);
+        if (header_len > kMaxSafetensorsHeaderBytes) {
+            return data_loss(file + ": header length " + std::to_string(header_len) + " exceeds the limit of " +
+                             std::to_string(kMaxSafetensorsHeaderBytes) + " bytes");
+        }
+        if (header_len > file_size - 8) {
+            return data_loss(file + ": header length " + std::to_string(header_len) +
+                             " runs past the end of the file (" + std::to_string(file_size) + " bytes)");
+        }
+        SafetensorsHeader header;
+        header.data_start = 8 + header_len;
+        const uint64_t data_size = file_size - header.data_start;
+        const uint8_t* data_base = bytes + header.data_start;
 
-    // The spec pads the header with spaces to a multiple of 8; JSON parsing skips them either way.
-    json root;
-    std::string problem =
-        parse_json_strict(std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len), &root);
-    if (!problem.empty()) return data_loss(file + ": header: " + problem);
-    if (!root.is_object()) {
-        return data_loss(file + ": header is a JSON " + std::string(json_type(root)) + ", expected an object");
-    }
+        // The spec pads the header with spaces to a multiple of 8; JSON parsing skips them either way.
+        json root;
+        std::string problem =
+            parse_json_strict(std::string_view(reinterpret_cast<const char*>(bytes + 8), header_len), &root);
+        if (!problem.empty()) return data_loss(file + ": header: " + problem);
+        if (!root.is_object()) {
+            return data_loss(file + ": header is a JSON " + std::string(json_type(root)) + ", expected an object");
+        }
 
-    try {
-        header.tensors.reserve(root.size());
-        for (const auto& [name, entry] : root.items()) {
-            if (name == "__metadata__") {
-                if (entry.is_null()) continue;
-                if (!entry.is_object()) {
-                    return data_loss(file + ": __metadata__ is a JSON " + std::string(json_type(entry)) +
-                                     ", expected an object of strings");
-                }
-                for (const auto& [k, v] : entry.items()) {
-                    if (!v.is_string()) {
-                        return data_loss(file + ": __metadata__ value for " + printable(k) + " is a JSON " +
-                                         json_type(v) + ", expected a string");
+        {
+            header.tensors.reserve(root.size());
+            for (const auto& [name, entry] : root.items()) {
+                if (name == "__metadata__") {
+                    if (entry.is_null()) continue;
+                    if (!entry.is_object()) {
+                        return data_loss(file + ": __metadata__ is a JSON " + std::string(json_type(entry)) +
+                                         ", expected an object of strings");
                     }
-                    header.metadata.emplace(k, v.get<std::string>());
+                    for (const auto& [k, v] : entry.items()) {
+                        if (!v.is_string()) {
+                            return data_loss(file + ": __metadata__ value for " + printable(k) + " is a JSON " +
+                                             json_type(v) + ", expected a string");
+                        }
+                        header.metadata.emplace(k, v.get<std::string>());
+                    }
+                    continue;
                 }
-                continue;
+                TensorInfo info;
+                RETURN_IF_ERROR(parse_entry(file, name, entry, data_size, data_base, &info));
+                header.tensors.push_back(std::move(info));
             }
-            TensorInfo info;
-            RETURN_IF_ERROR(parse_entry(file, name, entry, data_size, data_base, &info));
-            header.tensors.push_back(std::move(info));
         }
-    } catch (const std::bad_alloc&) {
-        return resource_exhausted(file + ": out of memory while reading the header");
-    } catch (const std::exception& e) {
-        return internal_error(file + ": unexpected error while reading the header: " + e.what());
-    }
 
-    // Overlap check over the non-empty ranges, sorted by start. Gaps are allowed.
-    std::vector<const TensorInfo*> by_offset;
-    by_offset.reserve(header.tensors.size());
-    for (const auto& t : header.tensors) {
-        if (t.nbytes > 0) by_offset.push_back(&t);
-    }
-    std::sort(by_offset.begin(), by_offset.end(),
-              [](const TensorInfo* a, const TensorInfo* b) { return a->data < b->data; });
-    for (size_t i = 1; i < by_offset.size(); ++i) {
-        const TensorInfo* prev = by_offset[i - 1];
-        const TensorInfo* cur = by_offset[i];
-        if (cur->data < prev->data + prev->nbytes) {
-            auto range = [&](const TensorInfo* t) {
-                uint64_t b = static_cast<uint64_t>(t->data - data_base);
-                std::string r = "[";
-                r += std::to_string(b);
-                r += ", ";
-                r += std::to_string(b + t->nbytes);
-                return r + ")";
-            };
-            return data_loss(file + ": tensors " + printable(prev->name) + " " + range(prev) + " and " +
-                             printable(cur->name) + " " + range(cur) + " overlap");
+        // Overlap check over the non-empty ranges, sorted by start. Gaps are allowed.
+        std::vector<const TensorInfo*> by_offset;
+        by_offset.reserve(header.tensors.size());
+        for (const auto& t : header.tensors) {
+            if (t.nbytes > 0) by_offset.push_back(&t);
         }
-    }
-    // root.items() iterates a std::map, so tensors are already sorted by name (find() relies on it).
-    return header;
+        std::sort(by_offset.begin(), by_offset.end(),
+                  [](const TensorInfo* a, const TensorInfo* b) { return a->data < b->data; });
+        for (size_t i = 1; i < by_offset.size(); ++i) {
+            const TensorInfo* prev = by_offset[i - 1];
+            const TensorInfo* cur = by_offset[i];
+            if (cur->data < prev->data + prev->nbytes) {
+                auto range = [&](const TensorInfo* t) {
+                    uint64_t b = static_cast<uint64_t>(t->data - data_base);
+                    std::string r = "[";
+                    r += std::to_string(b);
+                    r += ", ";
+                    r += std::to_string(b + t->nbytes);
+                    return r + ")";
+                };
+                return data_loss(file + ": tensors " + printable(prev->name) + " " + range(prev) + " and " +
+                                 printable(cur->name) + " " + range(cur) + " overlap");
+            }
+        }
+        // root.items() iterates a std::map, so tensors are already sorted by name (find() relies on it).
+        return header;
+    });
 }
 
 StatusOr<std::vector<TensorInfo>> SafetensorsFile::parse(const uint8_t* bytes, size_t file_size,
@@ -407,89 +418,92 @@ Status SafetensorsCheckpoint::add_file(std::unique_ptr<SafetensorsFile> file) {
 }
 
 StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir(const std::string& dir) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) return not_found("model directory " + dir + " does not exist");
-    std::unique_ptr<SafetensorsCheckpoint> ck(new SafetensorsCheckpoint());
-    ck->dir_ = dir;
-    const fs::path root(dir);
+    return guarded(dir, [&]() -> StatusOr<std::unique_ptr<SafetensorsCheckpoint>> {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec)) return not_found("model directory " + dir + " does not exist");
+        std::unique_ptr<SafetensorsCheckpoint> ck(new SafetensorsCheckpoint());
+        ck->dir_ = dir;
+        const fs::path root(dir);
 
-    const fs::path index_path = root / kSafetensorsIndexFile;
-    if (fs::exists(index_path, ec)) {
-        const std::string where = index_path.string();
-        std::error_code size_ec;
-        uintmax_t size = fs::file_size(index_path, size_ec);
-        if (size_ec) return invalid_argument(where + ": cannot read: " + size_ec.message());
-        if (size > kMaxSafetensorsHeaderBytes) {
-            return data_loss(where + ": " + std::to_string(size) + " bytes is larger than any plausible index");
-        }
-        std::ifstream in(index_path, std::ios::binary);
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (!in.good() && !in.eof()) return invalid_argument(where + ": read failed");
-        json index;
-        std::string problem = parse_json_strict(text, &index);
-        if (!problem.empty()) return data_loss(where + ": " + problem);
-        if (!index.is_object()) return data_loss(where + ": not a JSON object");
-        auto wm = index.find("weight_map");
-        if (wm == index.end() || !wm->is_object()) return data_loss(where + ": missing 'weight_map' object");
+        const fs::path index_path = root / kSafetensorsIndexFile;
+        if (fs::exists(index_path, ec)) {
+            const std::string where = index_path.string();
+            std::error_code size_ec;
+            uintmax_t size = fs::file_size(index_path, size_ec);
+            if (size_ec) return invalid_argument(where + ": cannot read: " + size_ec.message());
+            if (size > kMaxSafetensorsHeaderBytes) {
+                return data_loss(where + ": " + std::to_string(size) + " bytes is larger than any plausible index");
+            }
+            std::ifstream in(index_path, std::ios::binary);
+            std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+            if (!in.good() && !in.eof()) return invalid_argument(where + ": read failed");
+            json index;
+            std::string problem = parse_json_strict(text, &index);
+            if (!problem.empty()) return data_loss(where + ": " + problem);
+            if (!index.is_object()) return data_loss(where + ": not a JSON object");
+            auto wm = index.find("weight_map");
+            if (wm == index.end() || !wm->is_object()) return data_loss(where + ": missing 'weight_map' object");
 
-        std::set<std::string> shard_names;
-        for (const auto& [name, file] : wm->items()) {
-            if (!file.is_string()) {
-                return data_loss(where + ": weight_map entry for " + printable(name) + " is a JSON " + json_type(file) +
-                                 ", expected a file name");
+            std::set<std::string> shard_names;
+            for (const auto& [name, file] : wm->items()) {
+                if (!file.is_string()) {
+                    return data_loss(where + ": weight_map entry for " + printable(name) + " is a JSON " +
+                                     json_type(file) + ", expected a file name");
+                }
+                const auto& f = file.get_ref<const std::string&>();
+                if (!is_safe_relative_file(f)) {
+                    return data_loss(where + ": weight_map file " + printable(f) + " for tensor " + printable(name) +
+                                     " must be a relative path inside the model directory");
+                }
+                shard_names.insert(f);
             }
-            const auto& f = file.get_ref<const std::string&>();
-            if (!is_safe_relative_file(f)) {
-                return data_loss(where + ": weight_map file " + printable(f) + " for tensor " + printable(name) +
-                                 " must be a relative path inside the model directory");
+            for (const auto& shard : shard_names) {
+                const std::string shard_path = (root / shard).string();
+                if (!fs::exists(shard_path, ec)) {
+                    return not_found(where + ": lists " + shard + " but " + shard_path + " does not exist");
+                }
+                ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(shard_path));
+                RETURN_IF_ERROR(ck->add_file(std::move(file)));
             }
-            shard_names.insert(f);
+            for (const auto& [name, file] : wm->items()) {
+                const std::string shard_path = (root / file.get<std::string>()).string();
+                const TensorInfo* t = ck->find(name);
+                if (t == nullptr) {
+                    return data_loss(where + ": weight_map puts tensor " + printable(name) + " in " + shard_path +
+                                     ", which does not hold it");
+                }
+                if (t->file != shard_path) {
+                    return data_loss(where + ": weight_map puts tensor " + printable(name) + " in " + shard_path +
+                                     " but it is in " + t->file);
+                }
+            }
+            return ck;
         }
-        for (const auto& shard : shard_names) {
-            const std::string shard_path = (root / shard).string();
-            if (!fs::exists(shard_path, ec)) {
-                return not_found(where + ": lists " + shard + " but " + shard_path + " does not exist");
-            }
-            ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(shard_path));
+
+        const fs::path single = root / kSafetensorsSingleFile;
+        if (fs::exists(single, ec)) {
+            ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(single.string()));
+            RETURN_IF_ERROR(ck->add_file(std::move(file)));
+            return ck;
+        }
+
+        std::vector<std::string> paths;
+        for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+            if (it->path().extension() == ".safetensors" && it->is_regular_file(ec))
+                paths.push_back(it->path().string());
+        }
+        if (ec) return invalid_argument(dir + ": cannot list directory: " + ec.message());
+        if (paths.empty()) {
+            return not_found(dir + ": no " + kSafetensorsIndexFile + ", " + kSafetensorsSingleFile +
+                             " or *.safetensors files");
+        }
+        std::sort(paths.begin(), paths.end());
+        for (const auto& p : paths) {
+            ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(p));
             RETURN_IF_ERROR(ck->add_file(std::move(file)));
         }
-        for (const auto& [name, file] : wm->items()) {
-            const std::string shard_path = (root / file.get<std::string>()).string();
-            const TensorInfo* t = ck->find(name);
-            if (t == nullptr) {
-                return data_loss(where + ": weight_map puts tensor " + printable(name) + " in " + shard_path +
-                                 ", which does not hold it");
-            }
-            if (t->file != shard_path) {
-                return data_loss(where + ": weight_map puts tensor " + printable(name) + " in " + shard_path +
-                                 " but it is in " + t->file);
-            }
-        }
         return ck;
-    }
-
-    const fs::path single = root / kSafetensorsSingleFile;
-    if (fs::exists(single, ec)) {
-        ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(single.string()));
-        RETURN_IF_ERROR(ck->add_file(std::move(file)));
-        return ck;
-    }
-
-    std::vector<std::string> paths;
-    for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-        if (it->path().extension() == ".safetensors" && it->is_regular_file(ec)) paths.push_back(it->path().string());
-    }
-    if (ec) return invalid_argument(dir + ": cannot list directory: " + ec.message());
-    if (paths.empty()) {
-        return not_found(dir + ": no " + kSafetensorsIndexFile + ", " + kSafetensorsSingleFile +
-                         " or *.safetensors files");
-    }
-    std::sort(paths.begin(), paths.end());
-    for (const auto& p : paths) {
-        ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(p));
-        RETURN_IF_ERROR(ck->add_file(std::move(file)));
-    }
-    return ck;
+    });
 }
 
 const TensorInfo* SafetensorsCheckpoint::find(std::string_view name) const {
@@ -658,60 +672,62 @@ Status SafetensorsWriter::write_file(const std::string& path, const std::vector<
 
 Status SafetensorsWriter::write(const std::string& dir, const std::map<std::string, std::string>& metadata,
                                 uint64_t max_shard_bytes) {
-    RETURN_IF_ERROR(deferred_);
-    std::set<std::string_view> seen;
-    for (const auto& e : entries_) {
-        if (e.name.empty() || e.name == "__metadata__") {
-            return invalid_argument("tensor name " + printable(e.name) + " is not allowed");
+    return guarded(dir, [&]() -> Status {
+        RETURN_IF_ERROR(deferred_);
+        std::set<std::string_view> seen;
+        for (const auto& e : entries_) {
+            if (e.name.empty() || e.name == "__metadata__") {
+                return invalid_argument("tensor name " + printable(e.name) + " is not allowed");
+            }
+            if (!seen.insert(e.name).second) return invalid_argument("tensor " + printable(e.name) + " added twice");
         }
-        if (!seen.insert(e.name).second) return invalid_argument("tensor " + printable(e.name) + " added twice");
-    }
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) return invalid_argument(dir + ": cannot create directory: " + ec.message());
-    const fs::path root(dir);
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        if (ec) return invalid_argument(dir + ": cannot create directory: " + ec.message());
+        const fs::path root(dir);
 
-    std::vector<std::vector<const Entry*>> shards(1);
-    uint64_t shard_bytes = 0;
-    for (const auto& e : entries_) {
-        if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + e.nbytes > max_shard_bytes) {
-            shards.emplace_back();
-            shard_bytes = 0;
+        std::vector<std::vector<const Entry*>> shards(1);
+        uint64_t shard_bytes = 0;
+        for (const auto& e : entries_) {
+            if (max_shard_bytes > 0 && !shards.back().empty() && shard_bytes + e.nbytes > max_shard_bytes) {
+                shards.emplace_back();
+                shard_bytes = 0;
+            }
+            shards.back().push_back(&e);
+            shard_bytes += e.nbytes;
         }
-        shards.back().push_back(&e);
-        shard_bytes += e.nbytes;
-    }
 
-    std::vector<uint8_t> scratch;
-    const fs::path index_path = root / kSafetensorsIndexFile;
-    if (shards.size() == 1) {
-        RETURN_IF_ERROR(write_file((root / kSafetensorsSingleFile).string(), shards[0], metadata, scratch));
-        if (fs::exists(index_path, ec)) {
-            // A stale index would take precedence over the file just written when reading.
-            LOG_WARN("removing stale %s", index_path.c_str());
-            fs::remove(index_path, ec);
+        std::vector<uint8_t> scratch;
+        const fs::path index_path = root / kSafetensorsIndexFile;
+        if (shards.size() == 1) {
+            RETURN_IF_ERROR(write_file((root / kSafetensorsSingleFile).string(), shards[0], metadata, scratch));
+            if (fs::exists(index_path, ec)) {
+                // A stale index would take precedence over the file just written when reading.
+                LOG_WARN("removing stale %s", index_path.c_str());
+                fs::remove(index_path, ec);
+            }
+            return ok_status();
         }
-        return ok_status();
-    }
 
-    json weight_map = json::object();
-    for (size_t i = 0; i < shards.size(); ++i) {
-        const std::string name = shard_name(i, shards.size());
-        RETURN_IF_ERROR(write_file((root / name).string(), shards[i], metadata, scratch));
-        for (const Entry* e : shards[i]) weight_map[e->name] = name;
-    }
-    json index = {{"metadata", {{"total_size", total_bytes()}}}, {"weight_map", weight_map}};
-    const std::string tmp = index_path.string() + ".partial";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << index.dump(2) << "\n";
-        out.close();
-        if (!out) {
-            fs::remove(tmp, ec);
-            return resource_exhausted(tmp + ": write failed");
+        json weight_map = json::object();
+        for (size_t i = 0; i < shards.size(); ++i) {
+            const std::string name = shard_name(i, shards.size());
+            RETURN_IF_ERROR(write_file((root / name).string(), shards[i], metadata, scratch));
+            for (const Entry* e : shards[i]) weight_map[e->name] = name;
         }
-    }
-    return commit_file(tmp, index_path.string());
+        json index = {{"metadata", {{"total_size", total_bytes()}}}, {"weight_map", weight_map}};
+        const std::string tmp = index_path.string() + ".partial";
+        {
+            std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+            out << index.dump(2) << "\n";
+            out.close();
+            if (!out) {
+                fs::remove(tmp, ec);
+                return resource_exhausted(tmp + ": write failed");
+            }
+        }
+        return commit_file(tmp, index_path.string());
+    });
 }
 
 }  // namespace gptoss::model
