@@ -31,6 +31,7 @@ struct SpecialToken {
 
 struct BpeTokenizer::Impl {
     RankTable ranks;                         // ordinary tokens only: encode never yields a special id
+    PairTable pairs;                         // (left, right) -> merged id
     std::array<uint32_t, 256> byte_id{};     // id of each single-byte token
     std::string special_bytes;               // literal text of the added tokens, concatenated
     std::vector<SpecialToken> specials;      // sorted by id
@@ -46,9 +47,9 @@ struct BpeTokenizer::Impl {
             // The pre-tokenizer sees well-formed UTF-8 only; an ill-formed byte is a piece of its own.
             size_t valid = valid_utf8_prefix(text.data() + pos, n - pos);
             if (valid > 0) {
+                const BpeTables tables{ranks, pairs, byte_id.data()};
                 pre->split(text.substr(pos, valid), [&](std::string_view piece) {
-                    encode_piece(reinterpret_cast<const uint8_t*>(piece.data()), piece.size(), ranks, byte_id.data(),
-                                 out);
+                    encode_piece(reinterpret_cast<const uint8_t*>(piece.data()), piece.size(), tables, out);
                 });
                 pos += valid;
             }
@@ -131,23 +132,39 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_json(std::string_view
     }
 
     // tiktoken merges the adjacent pair whose concatenation has the lowest id; Hugging Face merges
-    // the pair that comes first in model.merges. They agree when merges are ordered by the id of
-    // their result, as in every tiktoken-converted file (checked here).
-    uint32_t previous = 0;
-    for (size_t i = 0; i < tj.merges.size(); ++i) {
-        const auto& m = tj.merges[i];
-        const auto* p = reinterpret_cast<const uint8_t*>(tj.merge_bytes.data()) + m.offset;
-        uint32_t left = impl->ranks.find(p, m.left_length);
-        uint32_t right = impl->ranks.find(p + m.left_length, m.right_length);
-        uint32_t merged = impl->ranks.find(p, m.left_length + m.right_length);
-        if (left == kNoRank || right == kNoRank || merged == kNoRank) {
-            return bad("model.merges entry " + std::to_string(i) + " uses or makes a token not in model.vocab");
+    // the listed pair that comes first in model.merges. They agree when the merges are ordered by
+    // the id they make (checked here) and list every split of a token into two tokens (true of
+    // every tiktoken-converted file; the unit tests check it for o200k_harmony). BPE then looks up
+    // the listed pairs; without merges, every two-token split of every token is a pair.
+    if (!tj.merges.empty()) {
+        impl->pairs.reserve(tj.merges.size());
+        uint32_t previous = 0;
+        for (size_t i = 0; i < tj.merges.size(); ++i) {
+            const auto& m = tj.merges[i];
+            const auto* p = reinterpret_cast<const uint8_t*>(tj.merge_bytes.data()) + m.offset;
+            uint32_t left = impl->ranks.find(p, m.left_length);
+            uint32_t right = impl->ranks.find(p + m.left_length, m.right_length);
+            uint32_t merged = impl->ranks.find(p, m.left_length + m.right_length);
+            if (left == kNoRank || right == kNoRank || merged == kNoRank) {
+                return bad("model.merges entry " + std::to_string(i) + " uses or makes a token not in model.vocab");
+            }
+            if (merged < previous) {
+                return unimplemented("tokenizer.json: model.merges is not ordered by token id (entry " +
+                                     std::to_string(i) + "), so tiktoken ranks would not reproduce it");
+            }
+            previous = merged;
+            impl->pairs.insert(left, right, merged);
         }
-        if (merged < previous) {
-            return unimplemented("tokenizer.json: model.merges is not ordered by token id (entry " + std::to_string(i) +
-                                 "), so tiktoken ranks would not reproduce it");
+    } else {
+        for (uint32_t id = 0; id < vocab_size; ++id) {
+            std::string_view bytes = impl->ranks.bytes(id);
+            const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+            for (size_t k = 1; k < bytes.size(); ++k) {
+                uint32_t left = impl->ranks.find(p, k);
+                uint32_t right = left == kNoRank ? kNoRank : impl->ranks.find(p + k, bytes.size() - k);
+                if (right != kNoRank) impl->pairs.insert(left, right, id);
+            }
         }
-        previous = merged;
     }
 
     auto pre = PreTokenizer::create(tj.split_pattern);

@@ -1,5 +1,7 @@
 #include "tokenizer/rank_table.h"
 
+#include <algorithm>
+
 namespace gptoss::tokenizer {
 
 bool RankTable::build(std::string arena, std::vector<uint32_t> offsets, uint32_t* dup_a, uint32_t* dup_b) {
@@ -25,6 +27,37 @@ bool RankTable::build(std::string arena, std::vector<uint32_t> offsets, uint32_t
         while (slots_[i].id != kNoRank) i = (i + 1) & mask_;
         slots_[i] = Slot{id, static_cast<uint32_t>(h >> 32)};
     }
+    return true;
+}
+
+void PairTable::reserve(size_t num_pairs) {
+    size_t capacity = 16;
+    int bits = 4;
+    while (capacity < 2 * num_pairs) {
+        capacity *= 2;
+        ++bits;
+    }
+    slots_.assign(capacity, Slot{});
+    mask_ = capacity - 1;
+    shift_ = 64 - bits;
+    size_ = 0;
+}
+
+bool PairTable::insert(uint32_t left, uint32_t right, uint32_t merged) {
+    if (2 * (size_ + 1) > slots_.size()) {  // grow: rehash into twice the room
+        std::vector<Slot> old = std::move(slots_);
+        reserve(std::max<size_t>(size_ + 1, old.size()));
+        for (const Slot& s : old) {
+            if (s.key != kEmpty) insert(static_cast<uint32_t>(s.key >> 32), static_cast<uint32_t>(s.key), s.merged);
+        }
+    }
+    uint64_t key = (uint64_t{left} << 32) | right;
+    size_t i = slot_of(key);
+    for (; slots_[i].key != kEmpty; i = (i + 1) & mask_) {
+        if (slots_[i].key == key) return false;
+    }
+    slots_[i] = Slot{key, merged};
+    ++size_;
     return true;
 }
 

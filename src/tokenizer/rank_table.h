@@ -94,4 +94,35 @@ private:
     size_t mask_ = 0;
 };
 
+// (left id, right id) -> id of the token that is their concatenation: the adjacent-pair lookup of
+// BPE. Ids instead of bytes: a probe compares one 64-bit key, with no memcmp into the arena.
+class PairTable {
+public:
+    void reserve(size_t num_pairs);
+    // False if the pair is already there (the first insert wins).
+    bool insert(uint32_t left, uint32_t right, uint32_t merged);
+
+    uint32_t find(uint32_t left, uint32_t right) const {
+        uint64_t key = (uint64_t{left} << 32) | right;
+        for (size_t i = slot_of(key);; i = (i + 1) & mask_) {
+            const Slot& s = slots_[i];
+            if (s.key == key) return s.merged;
+            if (s.key == kEmpty) return kNoRank;
+        }
+    }
+    size_t size() const { return size_; }
+
+private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    struct Slot {
+        uint64_t key = kEmpty;  // left << 32 | right
+        uint32_t merged = kNoRank;
+    };
+    size_t slot_of(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_) & mask_; }
+    std::vector<Slot> slots_;
+    size_t mask_ = 0;
+    int shift_ = 64;
+    size_t size_ = 0;
+};
+
 }  // namespace gptoss::tokenizer

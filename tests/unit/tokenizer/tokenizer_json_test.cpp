@@ -5,12 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
+#include <unordered_set>
 
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/o200k_splitter.h"
+#include "tokenizer/rank_table.h"
+#include "tokenizer_fixture.h"
 
 namespace gptoss::tokenizer {
 namespace {
@@ -49,6 +54,7 @@ struct MiniTokenizer {
     std::string pattern = std::string(kO200kPattern);
     Json added = Json::array();
     bool legacy_merges = false;
+    bool with_merges = true;
 
     Json vocab() const {
         Json v = Json::object();
@@ -161,10 +167,11 @@ TEST(MiniTokenizer, LegacyMergeStringsAndAddedTokens) {
 }
 
 // Random vocabularies over a 3-letter alphabet, long and short pieces: both merge paths (the
-// quadratic scan up to 64 bytes, the heap above) against the plain reference.
+// quadratic scan up to 64 bytes, the heap on the stack up to 256, the heap on the heap above)
+// against the plain reference.
 TEST(MiniTokenizer, MergesMatchReferenceOnRandomVocabularies) {
     std::mt19937 rng(7);
-    for (int round = 0; round < 20; ++round) {
+    for (int round = 0; round < 12; ++round) {
         std::vector<std::string> all;
         for (int len = 2; len <= 5; ++len) {
             for (int k = 0; k < 40; ++k) {
@@ -176,13 +183,14 @@ TEST(MiniTokenizer, MergesMatchReferenceOnRandomVocabularies) {
         std::shuffle(all.begin(), all.end(), rng);
         MiniTokenizer mini;
         mini.tokens = all;
+        mini.with_merges = round % 2 == 0;  // without merges, pairs come from splitting the vocab
         auto tok = load(mini.text());
         ASSERT_TRUE(tok);
         std::map<std::string, int> rank;
         for (int b = 0; b < 256; ++b) rank[std::string(1, static_cast<char>(b))] = b;
         for (size_t i = 0; i < all.size(); ++i) rank[all[i]] = 256 + static_cast<int>(i);
         for (int t = 0; t < 60; ++t) {
-            size_t len = 1 + rng() % (t % 2 ? 200 : 64);
+            size_t len = 1 + rng() % (t % 2 ? 400 : 64);
             std::string piece;
             for (size_t i = 0; i < len; ++i) piece += static_cast<char>('a' + rng() % 3);
             ASSERT_EQ(tok->encode_ordinary(piece), reference_bpe(piece, rank)) << piece;
@@ -343,6 +351,38 @@ TEST(ByteLevel, DecodesTheGpt2Alphabet) {
     EXPECT_FALSE(byte_level_decode("\xC5\x84", out));  // U+0144: one past the alphabet
     EXPECT_FALSE(byte_level_decode(" ", out));         // a raw space is spelled Ġ
     EXPECT_FALSE(byte_level_decode("\xFF", out));      // not UTF-8
+}
+
+// The pair lookups follow model.merges (Hugging Face); tiktoken joins any two adjacent tokens whose
+// concatenation is a token. Identical when merges list every two-token split of every token, in
+// the order of the id they make: check that for the real file.
+TEST(TokenizerJson, FixtureMergesAreEveryTwoTokenSplitInIdOrder) {
+    GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
+    std::ifstream in(*find_tokenizer_file(""), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto tj = parse_tokenizer_json(ss.str());
+    ASSERT_TRUE(tj.ok()) << tj.status().to_string();
+    std::unordered_set<std::string_view> vocab;
+    for (const auto& v : tj->vocab) vocab.insert(std::string_view(tj->vocab_bytes).substr(v.offset, v.length));
+    size_t splits = 0;
+    for (std::string_view t : vocab) {
+        for (size_t k = 1; k < t.size(); ++k) splits += vocab.count(t.substr(0, k)) && vocab.count(t.substr(k));
+    }
+    std::unordered_set<std::string> listed;
+    for (const auto& m : tj->merges) {
+        std::string_view bytes = std::string_view(tj->merge_bytes).substr(m.offset, m.left_length + m.right_length);
+        ASSERT_TRUE(vocab.count(bytes.substr(0, m.left_length)) && vocab.count(bytes.substr(m.left_length)) &&
+                    vocab.count(bytes));
+        std::string key(bytes);
+        key.insert(m.left_length, 1, '\0');  // distinguish the split point
+        listed.insert(key);
+    }
+    EXPECT_EQ(listed.size(), tj->merges.size()) << "duplicate merges";
+    EXPECT_EQ(splits, tj->merges.size()) << "merges are not every two-token split";
+    EXPECT_EQ(tj->vocab.size(), 199998u);
+    EXPECT_EQ(tj->added_tokens.size(), 21u);
+    EXPECT_EQ(tj->split_pattern, kO200kPattern);
 }
 
 }  // namespace
