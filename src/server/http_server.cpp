@@ -179,7 +179,14 @@ Status HttpServer::bind() {
 }
 
 Status HttpServer::listen() {
-    if (!impl_->svr.listen_after_bind()) return internal_error("the HTTP server stopped with an error");
+    listening_.store(true);
+    if (stop_requested_.load()) {
+        listening_.store(false);
+        return ok_status();
+    }
+    const bool ok = impl_->svr.listen_after_bind();
+    listening_.store(false);
+    if (!ok && !stop_requested_.load()) return internal_error("the HTTP server stopped with an error");
     return ok_status();
 }
 
@@ -194,6 +201,10 @@ Status HttpServer::start() {
 }
 
 void HttpServer::stop() {
+    stop_requested_.store(true);
+    // httplib's stop() does nothing before the accept loop runs: wait for it if listen() is on
+    // its way there.
+    while (listening_.load() && !impl_->svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     impl_->svr.stop();
     if (thread_.joinable()) thread_.join();
 }

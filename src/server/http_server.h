@@ -4,6 +4,7 @@
 // concurrent streams. Binds loopback by default.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -51,6 +52,8 @@ private:
     std::unique_ptr<Impl> impl_;
     HttpServerOptions options_;
     int port_ = 0;
+    std::atomic<bool> listening_{false};
+    std::atomic<bool> stop_requested_{false};
     std::thread thread_;
 };
 

@@ -1,5 +1,7 @@
 #include "server/openai_json.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -463,10 +465,15 @@ ApiError api_error(const Status& status) {
     if (status.code() == StatusCode::kUnimplemented) code = "unsupported_parameter";
     ApiError e = api_error(http_status_for(status.code()), status.message(), code);
     // "<param>: <text>" names the field (see the header).
+    // harmony/ words its errors "<param> must be ..." (both forms are accepted).
     const std::string& m = status.message();
-    const size_t colon = m.find(": ");
-    if (colon != std::string::npos && colon > 0) {
-        const std::string head = m.substr(0, colon);
+    size_t end = m.find(": ");
+    const size_t space = m.find(' ');
+    if (end == std::string::npos || (space != std::string::npos && space < end)) {
+        end = m.compare(space == std::string::npos ? 0 : space, 9, " must be ") == 0 ? space : std::string::npos;
+    }
+    if (end != std::string::npos && end > 0) {
+        const std::string head = m.substr(0, end);
         const bool is_path = std::all_of(head.begin(), head.end(), [](char c) {
             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']';
         });

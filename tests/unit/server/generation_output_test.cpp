@@ -1,0 +1,342 @@
+// What each API makes of Harmony-shaped model output (scripted by the FakeEngine): reasoning and
+// final content, tool calls (streamed and whole), tool results in history, malformed output,
+// stop strings, logprobs; the Responses event sequence; raw completions.
+#include "server_test_util.h"
+
+namespace gptoss::server::testing {
+namespace {
+
+class GenerationOutputTest : public ::testing::Test {
+protected:
+    void SetUp() override { REQUIRE_TOKENIZER(); }
+
+    void script(const std::string& harmony_text) {
+        std::vector<int32_t> ids = harmony_ids(harmony_text);
+        server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    }
+
+    Json post_json(const std::string& path, const std::string& body) {
+        auto r = server_.post(path, body);
+        EXPECT_TRUE(r);
+        if (!r) return Json();
+        EXPECT_EQ(r->status, 200) << r->body;
+        return parse(r->body);
+    }
+
+    std::vector<Json> post_stream(const std::string& path, const std::string& body, bool* done = nullptr,
+                                  std::vector<std::string>* names = nullptr) {
+        auto r = server_.post(path, body);
+        EXPECT_TRUE(r);
+        std::vector<Json> out;
+        if (!r) return out;
+        EXPECT_EQ(r->status, 200) << r->body;
+        std::string err;
+        for (const SseEvent& e : parse_sse(r->body, &err)) {
+            if (e.data == "[DONE]") {
+                if (done) *done = true;
+                continue;
+            }
+            out.push_back(parse(e.data));
+            if (names) names->push_back(e.event);
+        }
+        EXPECT_EQ(err, "");
+        return out;
+    }
+
+    TestServer server_;
+};
+
+const char* kTools = R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather",
+    "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+TEST_F(GenerationOutputTest, ChatToolCall) {
+    script(
+        "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+    Json j = post_json("/v1/chat/completions",
+                       std::string(R"({"messages":[{"role":"user","content":"Weather in Paris?"}],)") + kTools + "}");
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls");
+    EXPECT_TRUE(c["message"]["content"].is_null());
+    EXPECT_EQ(c["message"]["reasoning_content"], "Need weather.");
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+    const Json& call = c["message"]["tool_calls"][0];
+    EXPECT_EQ(call["type"], "function");
+    EXPECT_EQ(call["function"]["name"], "get_weather");
+    EXPECT_EQ(call["function"]["arguments"], "{\"city\":\"Paris\"}");
+    EXPECT_TRUE(call["id"].get<std::string>().rfind("call_", 0) == 0);
+    // The developer message declared the function.
+    std::string prompt = *test_tokenizer()->decode(server_.engine.last_request().prompt);
+    EXPECT_NE(prompt.find("type get_weather = (_: {"), std::string::npos) << prompt;
+}
+
+TEST_F(GenerationOutputTest, ChatToolCallStreamed) {
+    script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+    bool done = false;
+    std::vector<Json> chunks = post_stream(
+        "/v1/chat/completions",
+        std::string(R"({"messages":[{"role":"user","content":"Weather?"}],"stream":true,)") + kTools + "}", &done);
+    EXPECT_TRUE(done);
+    std::string args, name, id, finish;
+    for (const Json& ch : chunks) {
+        const Json& choice = ch["choices"][0];
+        if (choice["delta"].contains("tool_calls")) {
+            const Json& tc = choice["delta"]["tool_calls"][0];
+            EXPECT_EQ(tc["index"], 0);
+            if (tc.contains("id")) {
+                id = tc["id"];
+                name = tc["function"]["name"];
+                EXPECT_EQ(tc["type"], "function");
+            }
+            args += tc["function"]["arguments"].get<std::string>();
+        }
+        EXPECT_FALSE(choice["delta"].contains("reasoning_content"));
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_FALSE(id.empty());
+    EXPECT_EQ(args, "{\"city\":\"Paris\"}");
+    EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(GenerationOutputTest, ToolResultsInHistoryAreRendered) {
+    script("<|channel|>final<|message|>It is sunny.<|return|>");
+    Json j = post_json("/v1/chat/completions", std::string(R"({"messages":[
+        {"role":"system","content":"Be brief."},
+        {"role":"user","content":"Weather in Paris?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+            "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+        {"role":"tool","tool_call_id":"call_1","content":"{\"sky\":\"sunny\"}"}],)") +
+                                                   kTools + "}");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "It is sunny.");
+    std::string prompt = *test_tokenizer()->decode(server_.engine.last_request().prompt);
+    EXPECT_NE(prompt.find("<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json"
+                          "<|message|>{\"city\":\"Paris\"}<|call|>"),
+              std::string::npos)
+        << prompt;
+    EXPECT_NE(prompt.find("<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"
+                          "{\"sky\":\"sunny\"}<|end|>"),
+              std::string::npos)
+        << prompt;
+    EXPECT_NE(prompt.find("# Instructions\n\nBe brief."), std::string::npos);
+}
+
+TEST_F(GenerationOutputTest, ReasoningEffortAndToolChoiceNoneReachThePrompt) {
+    script("<|channel|>final<|message|>ok<|return|>");
+    post_json("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"x"}],
+        "reasoning_effort":"high","tool_choice":"none",)") +
+                                          kTools + "}");
+    std::string prompt = *test_tokenizer()->decode(server_.engine.last_request().prompt);
+    EXPECT_NE(prompt.find("Reasoning: high"), std::string::npos);
+    EXPECT_EQ(prompt.find("get_weather"), std::string::npos);  // tool_choice none: no tools rendered
+}
+
+TEST_F(GenerationOutputTest, MalformedOutputNeverFailsTheRequest) {
+    const char* outputs[] = {
+        "I must refuse<|end|>",                                      // header without <|message|>
+        "<|channel|>commentary?\?<|message|>text<|end|><|return|>",  // garbage channel, stray stop
+        "<|message|><|message|><|start|><|start|>",                  // nonsense
+        "<|channel|>final<|message|>\xf0\x9f",                       // truncated UTF-8
+        "",                                                          // nothing at all
+        "<|channel|>final<|message|>partial answer",                 // no terminator
+        "<|channel|>analysis to=functions.unknown_fn code<|message|>{}<|call|>",
+    };
+    for (const char* out : outputs) {
+        SCOPED_TRACE(out);
+        script(out);
+        Json j = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":50})");
+        ASSERT_TRUE(j.contains("choices"));
+        EXPECT_TRUE(j["choices"][0]["message"].is_object());
+        bool done = false;
+        post_stream("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"x"}],"max_tokens":50,"stream":true})", &done);
+        EXPECT_TRUE(done);
+        post_json("/v1/responses", R"({"input":"x","max_output_tokens":50})");
+    }
+    EXPECT_TRUE(server_.wait_engine_idle());
+}
+
+TEST_F(GenerationOutputTest, StreamedEqualsNonStreamed) {
+    script(
+        "<|channel|>analysis<|message|>Plan: greet.<|end|><|start|>assistant<|channel|>commentary<|message|>"
+        "Preamble.<|end|><|start|>assistant<|channel|>final<|message|>Hi! 💖 ünïcödé<|return|>");
+    Json whole = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})");
+    std::vector<Json> chunks =
+        post_stream("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true})");
+    std::string content, reasoning;
+    for (const Json& ch : chunks) {
+        const Json& d = ch["choices"][0]["delta"];
+        if (d.contains("content")) content += d["content"].get<std::string>();
+        if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    }
+    EXPECT_EQ(content, whole["choices"][0]["message"]["content"]);
+    EXPECT_EQ(reasoning, whole["choices"][0]["message"]["reasoning_content"]);
+    EXPECT_EQ(content, "Preamble.\nHi! 💖 ünïcödé");
+}
+
+TEST_F(GenerationOutputTest, StopStringsCutFinalContentOnly) {
+    script(
+        "<|channel|>analysis<|message|>I will say END soon.<|end|><|start|>assistant<|channel|>final<|message|>"
+        "Alpha beta END gamma delta<|return|>");
+    Json j = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stop":["END"]})");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Alpha beta ");
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "I will say END soon.");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    std::vector<Json> chunks = post_stream(
+        "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stop":"END","stream":true})");
+    std::string content;
+    for (const Json& ch : chunks) {
+        const Json& d = ch["choices"][0]["delta"];
+        if (d.contains("content")) content += d["content"].get<std::string>();
+    }
+    EXPECT_EQ(content, "Alpha beta ");
+    EXPECT_TRUE(server_.wait_engine_idle());
+}
+
+TEST_F(GenerationOutputTest, ChatLogprobsCoverContentTokens) {
+    script(
+        "<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Hello world<|return|>");
+    Json j = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":2})");
+    const Json& lp = j["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(lp.size(), harmony_ids("Hello world").size());
+    std::string text;
+    for (const Json& e : lp) {
+        text += e["token"].get<std::string>();
+        EXPECT_TRUE(e["logprob"].is_number());
+        EXPECT_TRUE(e["bytes"].is_array());
+        EXPECT_EQ(e["top_logprobs"].size(), 2u);
+    }
+    EXPECT_EQ(text, "Hello world");
+}
+
+TEST_F(GenerationOutputTest, ResponsesOutputItems) {
+    script("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>");
+    Json r = post_json("/v1/responses", R"({"input":"hi","instructions":"Be nice.","reasoning":{"effort":"low"}})");
+    EXPECT_EQ(r["object"], "response");
+    EXPECT_EQ(r["status"], "completed");
+    EXPECT_TRUE(r["id"].get<std::string>().rfind("resp_", 0) == 0);
+    ASSERT_EQ(r["output"].size(), 2u);
+    EXPECT_EQ(r["output"][0]["type"], "reasoning");
+    EXPECT_EQ(r["output"][0]["content"][0]["text"], "Think.");
+    EXPECT_EQ(r["output"][1]["type"], "message");
+    EXPECT_EQ(r["output"][1]["role"], "assistant");
+    EXPECT_EQ(r["output"][1]["content"][0]["type"], "output_text");
+    EXPECT_EQ(r["output"][1]["content"][0]["text"], "Done.");
+    EXPECT_GT(r["usage"]["output_tokens"].get<int>(), 0);
+    EXPECT_GT(r["usage"]["output_tokens_details"]["reasoning_tokens"].get<int>(), 0);
+    EXPECT_EQ(r["instructions"], "Be nice.");
+    std::string prompt = *test_tokenizer()->decode(server_.engine.last_request().prompt);
+    EXPECT_NE(prompt.find("Reasoning: low"), std::string::npos);
+    EXPECT_NE(prompt.find("# Instructions\n\nBe nice."), std::string::npos);
+}
+
+TEST_F(GenerationOutputTest, ResponsesFunctionCallAndOutputRoundTrip) {
+    script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>");
+    const char* tools = R"("tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])";
+    Json r = post_json("/v1/responses", std::string(R"({"input":"Weather in Oslo?",)") + tools + "}");
+    ASSERT_EQ(r["output"].size(), 1u);
+    const Json& fc = r["output"][0];
+    EXPECT_EQ(fc["type"], "function_call");
+    EXPECT_EQ(fc["name"], "get_weather");
+    EXPECT_EQ(fc["arguments"], "{\"city\":\"Oslo\"}");
+    EXPECT_EQ(fc["status"], "completed");
+
+    script("<|channel|>final<|message|>Cold.<|return|>");
+    Json input = Json::array({Json{{"role", "user"}, {"content", "Weather in Oslo?"}}, fc,
+                              Json{{"type", "function_call_output"}, {"call_id", fc["call_id"]}, {"output", "-5C"}}});
+    Json body = {{"input", input}};
+    body["tools"] = Json::parse(std::string("{") + tools + "}")["tools"];
+    Json r2 = post_json("/v1/responses", dump_json(body));
+    EXPECT_EQ(r2["output"].back()["content"][0]["text"], "Cold.");
+    std::string prompt = *test_tokenizer()->decode(server_.engine.last_request().prompt);
+    EXPECT_NE(prompt.find("<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>-5C<|end|>"),
+              std::string::npos)
+        << prompt;
+}
+
+TEST_F(GenerationOutputTest, ResponsesStreamEventSequence) {
+    script("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>");
+    std::vector<std::string> names;
+    bool done = false;
+    std::vector<Json> events = post_stream("/v1/responses", R"({"input":"hi","stream":true})", &done, &names);
+    EXPECT_FALSE(done);  // the Responses stream has no [DONE]
+    ASSERT_GE(events.size(), 12u);
+    for (size_t i = 0; i < events.size(); ++i) {
+        EXPECT_EQ(events[i]["type"], names[i]);  // "event:" line == type field
+        EXPECT_EQ(events[i]["sequence_number"], i);
+    }
+    EXPECT_EQ(names.front(), "response.created");
+    EXPECT_EQ(names[1], "response.in_progress");
+    EXPECT_EQ(names.back(), "response.completed");
+    const std::vector<std::string> expected_middle = {
+        "response.output_item.added",   "response.content_part.added", "response.reasoning_text.delta",
+        "response.reasoning_text.done", "response.content_part.done",  "response.output_item.done",
+        "response.output_item.added",   "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done",    "response.content_part.done",  "response.output_item.done"};
+    std::vector<std::string> collapsed;  // runs of deltas collapsed to one
+    for (size_t i = 2; i + 1 < names.size(); ++i) {
+        if (!collapsed.empty() && collapsed.back() == names[i] && names[i].find(".delta") != std::string::npos) {
+            continue;
+        }
+        collapsed.push_back(names[i]);
+    }
+    EXPECT_EQ(collapsed, expected_middle);
+    const Json& final_response = events.back()["response"];
+    EXPECT_EQ(final_response["status"], "completed");
+    ASSERT_EQ(final_response["output"].size(), 2u);
+    // Items in the final response are the ones streamed (same ids).
+    EXPECT_EQ(final_response["output"][1]["id"], events[events.size() - 2]["item"]["id"]);
+    std::string text;
+    for (const Json& e : events) {
+        if (e["type"] == "response.output_text.delta") text += e["delta"].get<std::string>();
+    }
+    EXPECT_EQ(text, "Done.");
+}
+
+TEST_F(GenerationOutputTest, ResponsesIncompleteAtMaxOutputTokens) {
+    script("<|channel|>final<|message|>one two three four five six<|return|>");
+    Json r = post_json("/v1/responses", R"({"input":"hi","max_output_tokens":5})");
+    EXPECT_EQ(r["status"], "incomplete");
+    EXPECT_EQ(r["incomplete_details"]["reason"], "max_output_tokens");
+    EXPECT_EQ(r["usage"]["output_tokens"], 5);
+}
+
+TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
+    std::vector<int32_t> answer = harmony_ids(" jumps over the lazy dog");
+    std::vector<int32_t> with_stop = answer;
+    with_stop.push_back(200002);
+    server_.engine.set_script([with_stop](const EngineRequest&) { return with_stop; });
+    Json j = post_json("/v1/completions", R"({"prompt":"The quick brown fox","logprobs":2,"max_tokens":50})");
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["choices"][0]["text"], " jumps over the lazy dog");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(j["usage"]["completion_tokens"], with_stop.size());
+    EXPECT_EQ(j["usage"]["prompt_tokens"], harmony_ids("The quick brown fox").size());
+    const Json& lp = j["choices"][0]["logprobs"];
+    EXPECT_EQ(lp["tokens"].size(), with_stop.size());
+    EXPECT_EQ(lp["token_logprobs"].size(), with_stop.size());
+    EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+    EXPECT_EQ(lp["text_offset"][0], 0);
+    EXPECT_EQ(server_.engine.last_request().prompt, harmony_ids("The quick brown fox"));
+
+    // Token-id prompt, streamed with usage: logprob entries == completion_tokens.
+    std::vector<Json> chunks = post_stream(
+        "/v1/completions",
+        R"({"prompt":[1,2,3],"logprobs":0,"stream":true,"stream_options":{"include_usage":true},"max_tokens":4})");
+    ASSERT_FALSE(chunks.empty());
+    size_t tokens = 0;
+    std::string text;
+    for (const Json& c : chunks) {
+        if (c["choices"].empty()) continue;
+        text += c["choices"][0]["text"].get<std::string>();
+        if (c["choices"][0]["logprobs"].is_object()) tokens += c["choices"][0]["logprobs"]["tokens"].size();
+    }
+    EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 4);
+    EXPECT_EQ(tokens, 4u);
+    EXPECT_EQ(text, *test_tokenizer()->decode(std::vector<int32_t>(answer.begin(), answer.begin() + 4)));
+    EXPECT_EQ(server_.engine.last_request().prompt, (std::vector<int32_t>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace gptoss::server::testing

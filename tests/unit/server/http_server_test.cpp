@@ -1,0 +1,414 @@
+// Every route over real HTTP (FakeEngine behind, httplib client on an ephemeral loopback port):
+// shapes, bad input with its status and error object, SSE framing, disconnect -> cancel, a slow
+// reader not stalling others, many concurrent streams.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "server_test_util.h"
+
+namespace gptoss::server::testing {
+namespace {
+
+const char* kChat = R"({"model":"test-model","messages":[{"role":"user","content":"hi"}],"max_tokens":8})";
+
+// The model answers "Hello" on the final channel.
+FakeScript hello_script() {
+    return [](const EngineRequest&) { return harmony_ids("<|channel|>final<|message|>Hello<|return|>"); };
+}
+
+class HttpServerTest : public ::testing::Test {
+protected:
+    void SetUp() override { REQUIRE_TOKENIZER(); }
+};
+
+TEST_F(HttpServerTest, HealthModelsMetrics) {
+    TestServerOptions o = default_test_options();
+    o.engine.ready = false;
+    TestServer s(o);
+    expect_error(s.get("/health"), 503);
+    expect_error(s.post("/v1/chat/completions", kChat), 503);  // not before warm-up
+    s.engine.set_ready(true);
+    auto h = s.get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+
+    auto m = s.get("/v1/models");
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->status, 200);
+    Json models = parse(m->body);
+    EXPECT_EQ(models["object"], "list");
+    EXPECT_EQ(models["data"][0]["id"], "test-model");
+    EXPECT_EQ(models["data"][0]["object"], "model");
+    auto one = s.get("/v1/models/test-model");
+    ASSERT_TRUE(one);
+    EXPECT_EQ(parse(one->body)["id"], "test-model");
+    expect_error(s.get("/v1/models/nope"), 404);
+
+    auto metrics = s.get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->status, 200);
+    EXPECT_NE(metrics->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+    for (const char* name : {"gptoss_http_requests_total{endpoint=\"/health\",status=\"503\"} 1",
+                             "gptoss_http_requests_total{endpoint=\"/health\",status=\"200\"} 1",
+                             "gptoss_prompt_tokens_total", "gptoss_generation_tokens_total",
+                             "gptoss_time_to_first_token_seconds_bucket", "gptoss_inter_token_latency_seconds_bucket",
+                             "gptoss_queue_depth 0", "gptoss_running_sequences 0", "gptoss_kv_blocks_in_use 0"}) {
+        EXPECT_NE(metrics->body.find(name), std::string::npos) << name;
+    }
+}
+
+TEST_F(HttpServerTest, ChatCompletionShapeAndUsage) {
+    TestServer s;
+    s.engine.set_script([](const EngineRequest&) {
+        return harmony_ids(
+            "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>"
+            "Hello there<|return|>");
+    });
+    auto r = s.post("/v1/chat/completions", R"({"model":"x","messages":[{"role":"user","content":"hi"}]})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    Json j = parse(r->body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["model"], "test-model");
+    EXPECT_TRUE(j["id"].get<std::string>().rfind("chatcmpl-", 0) == 0);
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["index"], 0);
+    EXPECT_EQ(c["message"]["role"], "assistant");
+    EXPECT_EQ(c["message"]["content"], "Hello there");
+    EXPECT_EQ(c["message"]["reasoning_content"], "Think.");
+    EXPECT_EQ(c["finish_reason"], "stop");
+    const size_t generated = harmony_ids(
+                                 "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>"
+                                 "final<|message|>Hello there<|return|>")
+                                 .size();
+    EXPECT_EQ(j["usage"]["completion_tokens"], generated);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], s.engine.last_request().prompt.size());
+    EXPECT_EQ(j["usage"]["total_tokens"],
+              j["usage"]["prompt_tokens"].get<int64_t>() + j["usage"]["completion_tokens"].get<int64_t>());
+    const int64_t reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
+    EXPECT_GT(reasoning, 0);
+    EXPECT_LT(reasoning, static_cast<int64_t>(generated));
+    // The engine got the Harmony stop ids and a max_tokens filling the context.
+    EngineRequest req = s.engine.last_request();
+    EXPECT_EQ(req.stop_ids, (std::vector<int32_t>{200002, 200012, 199999}));
+    EXPECT_EQ(req.max_tokens, 4096 - static_cast<int>(req.prompt.size()));
+    EXPECT_EQ(req.prompt.back(), 173781);  // ... <|start|>assistant
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(HttpServerTest, ChatStreamingSse) {
+    TestServer s;
+    s.engine.set_script([](const EngineRequest&) {
+        return harmony_ids(
+            "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>"
+            "Hello there<|return|>");
+    });
+    auto r = s.post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"hi"}],"stream":true,
+                        "stream_options":{"include_usage":true}})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+    std::string err;
+    std::vector<SseEvent> events = parse_sse(r->body, &err);
+    EXPECT_EQ(err, "");
+    ASSERT_GE(events.size(), 4u);
+    EXPECT_EQ(events.back().data, "[DONE]");
+    std::string content, reasoning, finish;
+    Json usage;
+    std::string id;
+    for (size_t i = 0; i + 1 < events.size(); ++i) {
+        Json chunk = parse(events[i].data);
+        EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+        if (id.empty()) id = chunk["id"];
+        EXPECT_EQ(chunk["id"], id);  // one id for the whole stream
+        ASSERT_TRUE(chunk.contains("usage"));
+        if (chunk["choices"].empty()) {
+            usage = chunk["usage"];
+            EXPECT_EQ(i, events.size() - 2) << "the usage chunk comes last";
+            continue;
+        }
+        const Json& ch = chunk["choices"][0];
+        if (i == 0) {
+            EXPECT_EQ(ch["delta"]["role"], "assistant");
+        }
+        if (ch["delta"].contains("content")) content += ch["delta"]["content"].get<std::string>();
+        if (ch["delta"].contains("reasoning_content")) reasoning += ch["delta"]["reasoning_content"].get<std::string>();
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(content, "Hello there");
+    EXPECT_EQ(reasoning, "Think.");
+    EXPECT_EQ(finish, "stop");
+    ASSERT_TRUE(usage.is_object());
+    EXPECT_GT(usage["completion_tokens"].get<int>(), 0);
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(HttpServerTest, ChatLengthFinish) {
+    TestServer s;
+    s.engine.set_script([](const EngineRequest&) {
+        return harmony_ids("<|channel|>final<|message|>one two three four five six seven<|return|>");
+    });
+    auto r = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":5})");
+    ASSERT_TRUE(r);
+    Json j = parse(r->body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+}
+
+TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
+    TestServerOptions o = default_test_options();
+    o.engine.max_context_tokens = 300;
+    TestServer s(o);
+    s.engine.set_script(hello_script());
+    struct Case {
+        const char* path;
+        std::string body;
+        int status;
+        const char* param;  // nullptr: no param
+    };
+    std::string words;
+    for (int i = 0; i < 400; ++i) words += std::to_string(i * 7) + " ";
+    const std::string long_prompt = R"({"messages":[{"role":"user","content":")" + words + R"("}]})";
+    const Case cases[] = {
+        {"/v1/chat/completions", "{not json", 400, nullptr},
+        {"/v1/chat/completions", "", 400, nullptr},
+        {"/v1/chat/completions", "[1,2]", 400, nullptr},
+        {"/v1/chat/completions", R"({"model":"m"})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages":[]})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages":{"role":"user"}})", 400, "messages"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", 400, "messages[0].role"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", 400, "max_tokens"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":-3})", 400, "max_tokens"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"warm"})", 400,
+         "temperature"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})", 400,
+         "max_tokens"},
+        {"/v1/chat/completions", long_prompt, 400, "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", 400, nullptr},
+        {"/v1/responses", R"({"model":"m"})", 400, "input"},
+        {"/v1/responses", R"({"input":"x","max_output_tokens":0})", 400, "max_output_tokens"},
+        {"/v1/completions", R"({"prompt":[1,2,300000]})", 400, "prompt[2]"},
+        {"/v1/completions", R"({"prompt":"x","max_tokens":0})", 400, "max_tokens"},
+        {"/v1/completions", "\xff", 400, nullptr},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.body.substr(0, 200));
+        Json e = expect_error(s.post(c.path, c.body), c.status);
+        if (c.param) {
+            EXPECT_EQ(e["param"], c.param);
+        } else {
+            EXPECT_TRUE(e["param"].is_null());
+        }
+        EXPECT_EQ(e["type"], "invalid_request_error");
+    }
+    Json ctx = expect_error(s.post("/v1/chat/completions", long_prompt), 400);
+    EXPECT_EQ(ctx["code"], "context_length_exceeded");
+
+    // Body over the limit: 413.
+    std::string big = R"({"messages":[{"role":"user","content":")" + std::string(70 * 1024, 'x') + R"("}]})";
+    Json too_big = expect_error(s.post("/v1/chat/completions", big), 413);
+    EXPECT_EQ(too_big["code"], "request_too_large");
+    // Unknown route: 404; wrong method: 405 with Allow.
+    expect_error(s.post("/v1/nothing", "{}"), 404);
+    expect_error(s.get("/v2/models"), 404);
+    auto get_chat = s.get("/v1/chat/completions");
+    expect_error(get_chat, 405);
+    EXPECT_EQ(get_chat->get_header_value("Allow"), "POST");
+    auto del = s.client().Delete("/v1/models");
+    expect_error(del, 405);
+    expect_error(s.post("/health", "{}"), 405);
+    // None of that reached the engine or disturbed the server.
+    EXPECT_EQ(s.engine.submitted(), 0);
+    auto ok = s.post("/v1/chat/completions", kChat);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(HttpServerTest, EngineErrorsBecome500) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    s.engine.fail_next_request("simulated failure");
+    Json e = expect_error(s.post("/v1/chat/completions", kChat), 500);
+    EXPECT_NE(e["message"].get<std::string>().find("simulated failure"), std::string::npos);
+    // In a stream the error arrives as an SSE error object, then [DONE].
+    s.engine.fail_next_request("again");
+    auto r = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true})");
+    ASSERT_TRUE(r);
+    std::vector<SseEvent> ev = parse_sse(r->body);
+    ASSERT_GE(ev.size(), 2u);
+    EXPECT_EQ(ev.back().data, "[DONE]");
+    EXPECT_TRUE(parse(ev[ev.size() - 2].data).contains("error"));
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
+    TestServerOptions o = default_test_options();
+    o.engine.step_interval = std::chrono::milliseconds(5);
+    TestServer s(o);
+    std::vector<int32_t> long_answer = harmony_ids("<|channel|>final<|message|>");
+    for (int i = 0; i < 2000; ++i) long_answer.push_back(1234);
+    s.engine.set_script([long_answer](const EngineRequest&) { return long_answer; });
+
+    httplib::Client c = s.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.body = R"({"messages":[{"role":"user","content":"x"}],"stream":true,"max_tokens":2000})";
+    req.set_header("Content-Type", "application/json");
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 3; };
+    auto res = c.send(req);  // the receiver hangs up after three chunks
+    EXPECT_GE(chunks, 3);
+    EXPECT_TRUE(s.wait_engine_idle()) << "running=" << s.engine.stats().running_sequences
+                                      << " kv=" << s.engine.stats().kv_blocks_in_use;
+    EXPECT_EQ(s.engine.cancelled_unfinished(), 1);
+    auto metrics = s.get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("gptoss_requests_cancelled_total 1\n"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, DisconnectWhileQueuedIsNoticed) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    s.engine.set_paused(true);  // nothing generates: the stream only sends keep-alive comments
+    {
+        httplib::Client c = s.client();
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/chat/completions";
+        req.body = R"({"messages":[{"role":"user","content":"x"}],"stream":true})";
+        int chunks = 0;
+        req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 2; };
+        c.send(req);
+    }
+    EXPECT_TRUE(s.wait_engine_idle());
+    EXPECT_EQ(s.engine.cancelled_unfinished(), 1);
+    s.engine.set_paused(false);
+}
+
+// A client that never reads its stream blocks only its own connection.
+TEST_F(HttpServerTest, SlowReaderDoesNotStallOthers) {
+    TestServerOptions o = default_test_options();
+    o.http.write_timeout = std::chrono::seconds(30);
+    o.engine.step_interval = std::chrono::microseconds(50);
+    TestServer s(o);
+    std::vector<int32_t> answer = harmony_ids("<|channel|>final<|message|>");
+    for (int i = 0; i < 6000; ++i) answer.push_back(1234);
+    s.engine.set_script([answer](const EngineRequest&) { return answer; });
+
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    int small = 4096;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(s.http.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"x"}],"stream":true,"logprobs":true,"top_logprobs":5,"max_tokens":6000})";
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+        "application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    ASSERT_EQ(::send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its socket buffers fill up
+
+    s.engine.set_script(hello_script());
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 5; ++i) {
+        auto r = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true})");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200);
+        EXPECT_EQ(parse_sse(r->body).back().data, "[DONE]");
+    }
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5.0);
+    ::close(fd);
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(HttpServerTest, ManyConcurrentStreamsSomeAbort) {
+    TestServerOptions o = default_test_options();
+    o.engine.max_running = 16;
+    o.engine.step_interval = std::chrono::milliseconds(1);
+    TestServer s(o);
+    std::vector<int32_t> answer = harmony_ids("<|channel|>final<|message|>");
+    for (int i = 0; i < 40; ++i) answer.push_back(1234);
+    answer.push_back(200002);
+    s.engine.set_script([answer](const EngineRequest&) { return answer; });
+
+    constexpr int kClients = 64;
+    std::atomic<int> complete{0}, aborted{0}, bad{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kClients; ++i) {
+        threads.emplace_back([&, i] {
+            httplib::Client c = s.client();
+            httplib::Request req;
+            req.method = "POST";
+            req.path = "/v1/chat/completions";
+            req.body = R"({"messages":[{"role":"user","content":"x"}],"stream":true,
+                           "stream_options":{"include_usage":true}})";
+            std::string body;
+            const bool abort_early = i % 4 == 0;
+            int chunks = 0;
+            req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+                body.append(d, n);
+                return !(abort_early && ++chunks >= 2);
+            };
+            c.send(req);
+            if (abort_early) {
+                ++aborted;
+                return;
+            }
+            std::vector<SseEvent> ev = parse_sse(body);
+            if (ev.size() < 3 || ev.back().data != "[DONE]") {
+                ++bad;
+                return;
+            }
+            Json usage = parse(ev[ev.size() - 2].data)["usage"];
+            if (!usage.is_object() || usage["completion_tokens"] != answer.size()) ++bad;
+            ++complete;
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(complete.load(), kClients - kClients / 4);
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(HttpServerTest, ShutdownEndsOpenStreams) {
+    auto s = std::make_unique<TestServer>();
+    s->engine.set_script(hello_script());
+    s->engine.set_paused(true);
+    std::string body;
+    std::thread client([&] {
+        httplib::Client c = s->client();
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/chat/completions";
+        req.body = R"({"messages":[{"role":"user","content":"x"}],"stream":true})";
+        req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+            body.append(d, n);
+            return true;
+        };
+        c.send(req);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto t0 = Clock::now();
+    s->queue.shutdown();
+    s->http.stop();
+    client.join();
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0);
+    EXPECT_NE(body.find("shutting down"), std::string::npos) << body;
+    EXPECT_NE(body.find("[DONE]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gptoss::server::testing

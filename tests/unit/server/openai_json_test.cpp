@@ -1,0 +1,249 @@
+// The JSON layer without sockets: validation of the three request bodies, the error mapping, the
+// stop-string matcher and the Prometheus text.
+#include <gtest/gtest.h>
+
+#include "server/metrics.h"
+#include "server/openai_json.h"
+#include "server/sessions.h"
+
+namespace gptoss::server {
+namespace {
+
+Json j(const char* text) { return Json::parse(text); }
+
+std::string param_of(const Status& st) { return api_error(st).param.value_or(""); }
+
+TEST(ParseJsonBody, RejectsNonObjectsInvalidUtf8AndDeepNesting) {
+    EXPECT_TRUE(parse_json_body(R"({"a":1})").ok());
+    EXPECT_EQ(parse_json_body("").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parse_json_body("{").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parse_json_body("[1,2]").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parse_json_body("\"s\"").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parse_json_body("{\"a\":\"\xff\xfe\"}").status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(parse_json_body(R"({"a":"\ud800"})").status().code(), StatusCode::kInvalidArgument);
+    std::string deep = "{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+    EXPECT_EQ(parse_json_body(deep).status().code(), StatusCode::kInvalidArgument);
+    // Brackets inside strings do not count as nesting.
+    std::string in_string = "{\"a\":\"" + std::string(1000, '[') + "\"}";
+    EXPECT_TRUE(parse_json_body(in_string).ok());
+}
+
+TEST(ParseChatRequest, AcceptsAFullRequest) {
+    auto p = parse_chat_request(j(R"({
+        "model": "m", "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": null, "reasoning_content": "r",
+             "tool_calls": [{"id": "call_1", "type": "function",
+                             "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "42"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+        "reasoning_effort": "high", "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+        "seed": 3, "stop": ["x", "y"], "n": 1, "logprobs": true, "top_logprobs": 2,
+        "stream": true, "stream_options": {"include_usage": true}})"));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(p->sampling.max_tokens, 7);
+    EXPECT_FLOAT_EQ(p->sampling.sampling.temperature, 0.5f);
+    EXPECT_EQ(p->sampling.sampling.seed, 3u);
+    EXPECT_EQ(p->sampling.stop.size(), 2u);
+    EXPECT_TRUE(p->logprobs);
+    EXPECT_EQ(p->top_logprobs, 2);
+    EXPECT_TRUE(p->stream);
+    EXPECT_TRUE(p->include_usage);
+}
+
+TEST(ParseChatRequest, NamesTheBadField) {
+    struct Case {
+        const char* body;
+        const char* param;
+    };
+    const Case cases[] = {
+        {R"({})", "messages"},
+        {R"({"messages": "hi"})", "messages"},
+        {R"({"messages": []})", "messages"},
+        {R"({"messages": [1]})", "messages[0]"},
+        {R"({"messages": [{"content": "x"}]})", "messages[0].role"},
+        {R"({"messages": [{"role": "robot", "content": "x"}]})", "messages[0].role"},
+        {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content"},
+        {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
+        {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5})", "max_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})", "max_completion_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "stop": 5})", "stop"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", "top_logprobs"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 50})", "top_logprobs"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "reasoning_effort": "extreme"})", "reasoning_effort"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", "tools[0].function"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "sometimes"})", "tool_choice"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
+        {R"({"messages": [{"role": "user", "content": "x"}],
+             "tools": [{"type": "function", "function": {"name": "f"}}],
+             "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+         "tool_choice.function.name"},
+        {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {}}]}]})",
+         "messages[0].tool_calls[0].function.name"},
+    };
+    for (const Case& c : cases) {
+        auto p = parse_chat_request(j(c.body));
+        ASSERT_FALSE(p.ok()) << c.body;
+        EXPECT_EQ(http_status_for(p.status().code()), 400) << c.body;
+        EXPECT_EQ(param_of(p.status()), c.param) << c.body << " -> " << p.status().message();
+    }
+}
+
+TEST(ParseResponsesRequest, TranslatesItemsToChatMessages) {
+    auto r = parse_responses_request(j(R"({
+        "model": "m", "instructions": "be brief", "reasoning": {"effort": "low"}, "max_output_tokens": 9,
+        "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}],
+        "input": [
+            {"role": "user", "content": "weather?"},
+            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "think"}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"a\":1}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}]})"));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    const Json& chat = r->chat.chat_body;
+    ASSERT_EQ(chat["messages"].size(), 5u);
+    EXPECT_EQ(chat["messages"][0]["role"], "developer");
+    EXPECT_EQ(chat["messages"][1]["content"], "weather?");
+    EXPECT_EQ(chat["messages"][2]["reasoning_content"], "think");
+    EXPECT_EQ(chat["messages"][2]["tool_calls"][0]["function"]["name"], "f");
+    EXPECT_EQ(chat["messages"][3]["role"], "tool");
+    EXPECT_EQ(chat["messages"][3]["tool_call_id"], "c1");
+    EXPECT_EQ(chat["messages"][4]["content"], "ok");
+    EXPECT_EQ(chat["tools"][0]["function"]["name"], "f");
+    EXPECT_EQ(chat["reasoning_effort"], "low");
+    EXPECT_EQ(r->chat.sampling.max_tokens, 9);
+    EXPECT_EQ(r->echo["instructions"], "be brief");
+}
+
+TEST(ParseResponsesRequest, Rejects) {
+    const std::pair<const char*, const char*> cases[] = {
+        {R"({})", "input"},
+        {R"({"input": 5})", "input"},
+        {R"({"input": []})", "input"},
+        {R"({"input": [{"type": "image", "role": "user"}]})", "input[0].type"},
+        {R"({"input": [{"role": "robot", "content": "x"}]})", "input[0].role"},
+        {R"({"input": [{"type": "function_call_output", "output": "x"}]})", "input[0].call_id"},
+        {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0].type"},
+        {R"({"input": "x", "max_output_tokens": 0})", "max_output_tokens"},
+        {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
+        {R"({"input": "x", "reasoning": {"effort": "max"}})", "reasoning.effort"},
+    };
+    for (const auto& [body, param] : cases) {
+        auto r = parse_responses_request(j(body));
+        ASSERT_FALSE(r.ok()) << body;
+        EXPECT_EQ(http_status_for(r.status().code()), 400) << body;
+        EXPECT_EQ(param_of(r.status()), param) << body << " -> " << r.status().message();
+    }
+}
+
+TEST(ParseCompletionRequest, PromptForms) {
+    auto text = parse_completion_request(j(R"({"prompt": "hello"})"), 100);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(text->prompt_text, "hello");
+    EXPECT_EQ(text->sampling.max_tokens, 16);  // OpenAI's default for completions
+    auto ids = parse_completion_request(j(R"({"prompt": [1, 2, 99], "logprobs": 2, "max_tokens": 4})"), 100);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 99}));
+    EXPECT_EQ(ids->logprobs, 2);
+    auto one_of_batch = parse_completion_request(j(R"({"prompt": ["a"]})"), 100);
+    ASSERT_TRUE(one_of_batch.ok());
+    EXPECT_EQ(one_of_batch->prompt_text, "a");
+
+    const std::pair<const char*, const char*> bad[] = {
+        {R"({})", "prompt"},
+        {R"({"prompt": ""})", "prompt"},
+        {R"({"prompt": []})", "prompt"},
+        {R"({"prompt": [1, 100]})", "prompt[1]"},
+        {R"({"prompt": [1, -1]})", "prompt[1]"},
+        {R"({"prompt": ["a", "b"]})", "prompt[0]"},
+        {R"({"prompt": {"x": 1}})", "prompt"},
+        {R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
+        {R"({"prompt": "a", "logprobs": 9})", "logprobs"},
+        {R"({"prompt": "a", "echo": true})", "echo"},
+        {R"({"prompt": "a", "n": 3})", "n"},
+    };
+    for (const auto& [body, param] : bad) {
+        auto r = parse_completion_request(j(body), 100);
+        ASSERT_FALSE(r.ok()) << body;
+        EXPECT_EQ(param_of(r.status()), param) << body << " -> " << r.status().message();
+    }
+}
+
+TEST(ApiError, MapsStatusCodesInOnePlace) {
+    EXPECT_EQ(api_error(invalid_argument("x")).http_status, 400);
+    EXPECT_EQ(api_error(out_of_range("messages: too long")).http_status, 400);
+    EXPECT_EQ(api_error(out_of_range("messages: too long")).code, "context_length_exceeded");
+    EXPECT_EQ(api_error(resource_exhausted("big")).http_status, 413);
+    EXPECT_EQ(api_error(failed_precondition("busy")).http_status, 503);
+    EXPECT_EQ(api_error(internal_error("bug")).http_status, 500);
+    EXPECT_EQ(api_error(not_found("x")).http_status, 404);
+    Json e = error_json(api_error(invalid_argument("messages[0].role: unknown role")));
+    EXPECT_EQ(e["error"]["param"], "messages[0].role");
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(e["error"]["code"].is_null());
+    // A message that does not start with a field path has no param.
+    EXPECT_FALSE(api_error(invalid_argument("the body is not JSON: x")).param.has_value());
+}
+
+TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
+    StopMatcher m({"STOP", "xy"});
+    EXPECT_EQ(m.push("hello S"), "hello ");
+    EXPECT_EQ(m.push("T"), "");
+    EXPECT_EQ(m.push("OOP"), "STOOP");
+    EXPECT_EQ(m.push("ab x"), "ab ");
+    EXPECT_EQ(m.push("yz and more"), "");
+    EXPECT_TRUE(m.matched());
+    EXPECT_EQ(m.push("later"), "");
+    EXPECT_EQ(m.flush(), "");
+
+    StopMatcher tail({"END"});
+    EXPECT_EQ(tail.push("the E"), "the ");
+    EXPECT_EQ(tail.flush(), "E");
+    EXPECT_FALSE(tail.matched());
+
+    StopMatcher none({});
+    EXPECT_EQ(none.push("anything"), "anything");
+}
+
+TEST(ServerMetrics, RendersPrometheusText) {
+    ServerMetrics m;
+    m.count_request("/v1/chat/completions", 200);
+    m.count_request("/v1/chat/completions", 200);
+    m.count_request("other", 404);
+    m.add_prompt_tokens(10);
+    m.add_generated_tokens(3);
+    m.observe_time_to_first_token(0.03);
+    m.observe_inter_token_latency(0.002);
+    EngineStats s;
+    s.waiting_requests = 2;
+    s.running_sequences = 1;
+    s.kv_blocks_in_use = 5;
+    s.kv_blocks_total = 100;
+    std::string text = m.render(s, 3, true);
+    EXPECT_NE(text.find("gptoss_http_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"} 2\n"),
+              std::string::npos);
+    EXPECT_NE(text.find("gptoss_http_requests_total{endpoint=\"other\",status=\"404\"} 1\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_prompt_tokens_total 10\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_generation_tokens_total 3\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_time_to_first_token_seconds_bucket{le=\"0.04\"} 1\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_time_to_first_token_seconds_bucket{le=\"0.02\"} 0\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_inter_token_latency_seconds_count 1\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_queue_depth 2\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_running_sequences 1\n"), std::string::npos);
+    EXPECT_NE(text.find("gptoss_kv_blocks_in_use 5\n"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE gptoss_time_to_first_token_seconds histogram\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gptoss::server
