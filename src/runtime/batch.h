@@ -1,0 +1,31 @@
+// What the scheduler hands the model runner for one step: every sequence's new tokens with their
+// positions and block tables (the explicit batch metadata of STYLE.md rule 7; no globals).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace gptoss::runtime {
+
+struct BatchSequence {
+    std::span<const int32_t> tokens;  // [num_new_tokens] a prefill chunk or one decode token
+    int start_pos = 0;                // absolute position of tokens[0]
+    // Logical block → block id in the runner's cache, covering every position up to
+    // start_pos + tokens.size() - 1. Sliding entries older than the window of tokens[0] may be -1.
+    std::span<const int32_t> block_table_full;
+    std::span<const int32_t> block_table_sliding;
+    bool need_logits = false;  // logits of the last new token (the sequence samples this step)
+};
+
+struct Batch {
+    std::vector<BatchSequence> seqs;
+    int num_tokens = 0;  // sum of tokens.size()
+    int num_logits() const {
+        int n = 0;
+        for (const BatchSequence& s : seqs) n += s.need_logits ? 1 : 0;
+        return n;
+    }
+};
+
+}  // namespace gptoss::runtime

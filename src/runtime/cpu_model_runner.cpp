@@ -1,0 +1,67 @@
+#include "runtime/cpu_model_runner.h"
+
+#include <unistd.h>
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace gptoss::runtime {
+
+CpuModelRunner::CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights)
+    : weights_(std::move(weights)), forward_(*weights_) {}
+
+KvGeometry CpuModelRunner::kv_geometry(int block_size) const {
+    const model::GptOssConfig& c = weights_->config;
+    const size_t per_layer = 2 * static_cast<size_t>(block_size) * c.kv_width() * sizeof(float);  // K and V
+    KvGeometry g;
+    g.block_size = block_size;
+    for (int l = 0; l < c.num_hidden_layers; ++l)
+        (c.is_sliding(l) ? g.bytes_per_block_sliding : g.bytes_per_block_full) += per_layer;
+    g.sliding_window = g.bytes_per_block_sliding > 0 ? c.sliding_window : 0;
+    return g;
+}
+
+size_t CpuModelRunner::free_memory_bytes() const {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    size_t kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit) {
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : 0;
+}
+
+Status CpuModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) {
+    if (kv_) return failed_precondition("the KV cache is already allocated");
+    kv_ = std::make_unique<model::CpuKvCache>(weights_->config, block_size, counts.full, counts.sliding);
+    return ok_status();
+}
+
+Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
+    if (!kv_) return failed_precondition("forward before allocate_kv_cache");
+    seqs_.clear();
+    for (const BatchSequence& s : batch.seqs) {
+        model::ForwardSequence f;
+        f.tokens = s.tokens;
+        f.start_pos = s.start_pos;
+        f.block_table_full = s.block_table_full;
+        f.block_table_sliding = s.block_table_sliding;
+        f.all_logits = false;
+        seqs_.push_back(f);
+    }
+    // CpuForward gives the last token's logits for every sequence; keep the rows asked for.
+    rows_.clear();
+    RETURN_IF_ERROR(forward_.forward(seqs_, *kv_, &rows_));
+    const size_t V = static_cast<size_t>(weights_->config.vocab_size);
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        if (!batch.seqs[i].need_logits) continue;
+        logits->insert(logits->end(), rows_.begin() + static_cast<long>(i * V),
+                       rows_.begin() + static_cast<long>((i + 1) * V));
+    }
+    return ok_status();
+}
+
+}  // namespace gptoss::runtime

@@ -1,0 +1,31 @@
+// ModelRunner on the CPU backend: model::CpuForward over a model::CpuKvCache (fp32 K/V).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/gpt_oss_forward.h"
+#include "model/gpt_oss_weights.h"
+#include "runtime/model_runner.h"
+
+namespace gptoss::runtime {
+
+class CpuModelRunner : public ModelRunner {
+public:
+    explicit CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights);
+
+    const model::GptOssConfig& config() const override { return weights_->config; }
+    KvGeometry kv_geometry(int block_size) const override;
+    size_t free_memory_bytes() const override;
+    Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
+    Status forward(const Batch& batch, std::vector<float>* logits) override;
+
+private:
+    std::shared_ptr<const model::GptOssWeights> weights_;
+    model::CpuForward forward_;
+    std::unique_ptr<model::CpuKvCache> kv_;
+    std::vector<model::ForwardSequence> seqs_;  // scratch
+    std::vector<float> rows_;                   // [num_seqs, vocab_size] scratch
+};
+
+}  // namespace gptoss::runtime

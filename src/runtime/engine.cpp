@@ -1,0 +1,345 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <random>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+
+namespace gptoss::runtime {
+
+struct Submission {
+    uint64_t id = 0;
+    Request request;
+    uint64_t seed = 0;
+    std::shared_ptr<RequestStream> stream;
+};
+
+// The only way into the engine thread: submissions and cancellations under one short lock.
+class CommandQueue {
+public:
+    void submit(Submission s) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            submissions_.push_back(std::move(s));
+        }
+        cv_.notify_one();
+    }
+    void cancel(uint64_t id) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (closed_) return;
+            cancels_.push_back(id);
+        }
+        cv_.notify_one();
+    }
+    void close() {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            closed_ = true;
+        }
+        cv_.notify_one();
+    }
+    // Takes everything queued; waits for something first when `wait` is set. False once closed
+    // (what was queued is still handed over, so every submission gets its final event).
+    bool take(bool wait, std::deque<Submission>* submissions, std::vector<uint64_t>* cancels) {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (wait) cv_.wait(lock, [&] { return closed_ || !submissions_.empty() || !cancels_.empty(); });
+        submissions->swap(submissions_);
+        cancels->swap(cancels_);
+        return !closed_;
+    }
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Submission> submissions_;
+    std::vector<uint64_t> cancels_;
+    bool closed_ = false;
+};
+
+RequestHandle& RequestHandle::operator=(RequestHandle&& other) {
+    if (this != &other) {
+        cancel();
+        stream_ = std::move(other.stream_);
+        queue_ = std::move(other.queue_);
+    }
+    return *this;
+}
+
+RequestHandle::~RequestHandle() { cancel(); }
+
+void RequestHandle::cancel() {
+    if (stream_ && queue_ && !stream_->done()) queue_->cancel(stream_->id());
+}
+
+struct Engine::Active {
+    Sequence seq;
+    Request request;
+    uint64_t seed = 0;
+    std::shared_ptr<RequestStream> stream;
+    StopChecker stop;
+};
+
+namespace {
+
+uint64_t mix_seed(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> runner, EngineConfig config) {
+    if (!runner) return invalid_argument("no model runner");
+    if (config.block_size <= 0) return invalid_argument("block_size must be positive");
+    if (config.scheduler.max_num_seqs <= 0 || config.scheduler.max_num_batched_tokens <= 0)
+        return invalid_argument("max_num_seqs and max_num_batched_tokens must be positive");
+    const KvGeometry geometry = runner->kv_geometry(config.block_size);
+    const bool by_fraction = config.kv_budget.num_blocks_full <= 0 && config.kv_budget.bytes == 0;
+    ASSIGN_OR_RETURN(KvBlockCounts counts,
+                     plan_kv_blocks(geometry, config.kv_budget, by_fraction ? runner->free_memory_bytes() : 0,
+                                    config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens));
+    if (geometry.sliding_window > 0) {
+        // One sequence must be able to take one token with its whole window held.
+        const int64_t need = (geometry.sliding_window - 1 + config.block_size - 1) / config.block_size + 2;
+        if (counts.sliding < need)
+            return resource_exhausted("the KV budget gives " + std::to_string(counts.sliding) +
+                                      " sliding-window blocks; a sequence needs " + std::to_string(need));
+    }
+    RETURN_IF_ERROR(runner->allocate_kv_cache(config.block_size, counts));
+    return std::unique_ptr<Engine>(new Engine(std::move(runner), std::move(config), counts));
+}
+
+Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlockCounts counts)
+    : runner_(std::move(runner)),
+      config_(std::move(config)),
+      queue_(std::make_shared<CommandQueue>()),
+      kv_(config_.block_size, runner_->kv_geometry(config_.block_size).sliding_window, counts,
+          config_.enable_prefix_caching),
+      scheduler_(config_.scheduler, &kv_),
+      capacity_tokens_(kv_.capacity_tokens()),
+      seed_base_(static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}()) {
+    counters_.num_blocks = {kv_.full().num_blocks(), kv_.sliding().num_blocks()};
+    counters_.max_chunk_tokens = scheduler_.max_chunk_tokens();
+    stats_ = counters_;
+    thread_ = std::thread([this] { loop(); });
+}
+
+Engine::~Engine() {
+    queue_->close();
+    thread_.join();
+}
+
+StatusOr<RequestHandle> Engine::submit(Request r) {
+    const model::GptOssConfig& c = runner_->config();
+    const int64_t n = static_cast<int64_t>(r.prompt.size());
+    if (n == 0) return invalid_argument("the prompt is empty");
+    for (int32_t id : r.prompt) {
+        if (id < 0 || id >= c.vocab_size)
+            return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
+    }
+    if (n > c.max_position_embeddings)
+        return out_of_range("the prompt has " + std::to_string(n) + " tokens, more than the model's context of " +
+                            std::to_string(c.max_position_embeddings));
+    if (r.max_tokens <= 0) return invalid_argument("max_tokens must be positive, got " + std::to_string(r.max_tokens));
+    if (n + r.max_tokens > c.max_position_embeddings)
+        return out_of_range("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
+                            std::to_string(r.max_tokens) + ") exceed the model's context of " +
+                            std::to_string(c.max_position_embeddings) + " tokens");
+    if (n + r.max_tokens > capacity_tokens_)
+        return resource_exhausted("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
+                                  std::to_string(r.max_tokens) + ") exceed the KV cache's capacity of " +
+                                  std::to_string(capacity_tokens_) + " tokens");
+    RETURN_IF_ERROR(validate_sampling_params(r.sampling, c.vocab_size));
+    if (r.logprobs < -1 || r.logprobs > kMaxLogprobs)
+        return invalid_argument("logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " +
+                                std::to_string(r.logprobs));
+    for (int32_t id : r.stop_ids) {
+        if (id < 0 || id >= c.vocab_size)
+            return invalid_argument("stop id " + std::to_string(id) + " is outside the vocabulary");
+    }
+    for (const std::string& s : r.stop_strings) {
+        if (s.empty()) return invalid_argument("a stop string is empty");
+    }
+    if (!r.stop_strings.empty() && !config_.detokenizer)
+        return failed_precondition("stop strings need a detokenizer, and the engine was given none");
+
+    Submission s;
+    s.id = next_id_.fetch_add(1);
+    s.seed = r.sampling.seed ? *r.sampling.seed : mix_seed(seed_base_ ^ s.id);
+    s.stream = std::make_shared<RequestStream>(s.id, std::move(r.on_event));
+    r.on_event = nullptr;
+    s.request = std::move(r);
+    RequestHandle handle(s.stream, queue_);
+    {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++submitted_;
+        idle_ = false;
+    }
+    queue_->submit(std::move(s));
+    return handle;
+}
+
+void Engine::cancel(const RequestHandle& handle) const { queue_->cancel(handle.id()); }
+
+int64_t Engine::max_sequence_tokens() const {
+    return std::min<int64_t>(capacity_tokens_, runner_->config().max_position_embeddings);
+}
+
+EngineStats Engine::stats() const {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    return stats_;
+}
+
+bool Engine::wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(stats_mu_);
+    return stats_cv_.wait_for(lock, timeout, [&] { return idle_; });
+}
+
+void Engine::publish_stats() {
+    counters_.num_running = scheduler_.num_running();
+    counters_.num_waiting = scheduler_.num_waiting();
+    counters_.num_active = static_cast<int>(active_.size());
+    counters_.num_blocks_in_use = {kv_.full().num_in_use(), kv_.has_sliding() ? kv_.sliding().num_in_use() : 0};
+    counters_.num_blocks_indexed = {kv_.full().num_indexed(), kv_.sliding().num_indexed()};
+    counters_.num_preemptions = scheduler_.num_preemptions();
+    counters_.num_cached_prompt_tokens = scheduler_.num_cached_prompt_tokens();
+    {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        stats_ = counters_;
+        idle_ = submitted_ == static_cast<uint64_t>(counters_.num_finished);
+    }
+    stats_cv_.notify_all();
+}
+
+void Engine::finish(Active& a, TokenEvent ev) {
+    scheduler_.remove(&a.seq);
+    ev.num_prompt_tokens = a.seq.num_prompt_tokens;
+    ev.num_cached_tokens = std::max(0, a.seq.num_cached_tokens);
+    a.stream->push(std::move(ev));
+    ++counters_.num_finished;
+    active_.erase(a.seq.id);  // destroys `a`
+}
+
+void Engine::loop() {
+    std::deque<Submission> submissions;
+    std::vector<uint64_t> cancels;
+    for (;;) {
+        const bool open = queue_->take(!scheduler_.has_work(), &submissions, &cancels);
+        for (Submission& s : submissions) {
+            auto a = std::make_unique<Active>(
+                Active{Sequence{}, std::move(s.request), s.seed, std::move(s.stream), StopChecker({}, {}, 0, nullptr)});
+            a->stop =
+                StopChecker(a->request.stop_ids, a->request.stop_strings, a->request.max_tokens, &config_.detokenizer);
+            a->seq.id = s.id;
+            a->seq.tokens = a->request.prompt;
+            a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
+            scheduler_.add(&a->seq);
+            active_.emplace(s.id, std::move(a));
+        }
+        submissions.clear();
+        for (uint64_t id : cancels) {
+            auto it = active_.find(id);
+            if (it == active_.end()) continue;  // already finished
+            TokenEvent ev;
+            ev.finish_reason = FinishReason::kCancelled;
+            finish(*it->second, std::move(ev));
+        }
+        cancels.clear();
+        if (!open) break;
+        if (scheduler_.has_work()) step();
+        publish_stats();
+    }
+    // Shutting down: whatever is left ends as cancelled.
+    while (!active_.empty()) {
+        TokenEvent ev;
+        ev.finish_reason = FinishReason::kCancelled;
+        finish(*active_.begin()->second, std::move(ev));
+    }
+    publish_stats();
+}
+
+void Engine::step() {
+    const SchedulerOutput out = scheduler_.schedule();
+    if (out.empty()) return;  // only preemptions happened; the next step readmits
+
+    Batch batch;
+    for (const ScheduledSequence& ss : out.seqs) {
+        const Sequence& s = *ss.seq;
+        BatchSequence b;
+        b.tokens =
+            std::span(s.tokens).subspan(static_cast<size_t>(ss.start_pos), static_cast<size_t>(ss.num_new_tokens));
+        b.start_pos = ss.start_pos;
+        b.block_table_full = s.block_table_full;
+        // Without sliding layers the sliding tables are unused; the full ones stand in for them.
+        b.block_table_sliding = kv_.has_sliding() ? std::span<const int32_t>(s.block_table_sliding)
+                                                  : std::span<const int32_t>(s.block_table_full);
+        b.need_logits = ss.sample;
+        batch.seqs.push_back(b);
+        batch.num_tokens += ss.num_new_tokens;
+    }
+    logits_.clear();
+    Status st = runner_->forward(batch, &logits_);
+    if (!st.ok()) {
+        for (const ScheduledSequence& ss : out.seqs) {
+            TokenEvent ev;
+            ev.finish_reason = FinishReason::kError;
+            ev.error = st.to_string();
+            finish(*active_.at(ss.seq->id), std::move(ev));
+        }
+        return;
+    }
+    scheduler_.on_step_done(out);
+    ++counters_.num_steps;
+    counters_.num_tokens_computed += out.num_tokens;
+
+    // Sample every sequence that reached its last token. Each draw depends only on its own row,
+    // parameters, seed and tokens, so doing them in parallel changes nothing.
+    std::vector<Active*> samplers;
+    for (const ScheduledSequence& ss : out.seqs)
+        if (ss.sample) samplers.push_back(active_.at(ss.seq->id).get());
+    const int V = runner_->config().vocab_size;
+    std::vector<SampledToken> drawn(samplers.size());
+    auto sample_range = [&](int64_t begin, int64_t end) {
+        Sampler sampler(V);
+        for (int64_t i = begin; i < end; ++i) {
+            const Active& a = *samplers[i];
+            drawn[i] = sampler.sample(logits_.data() + static_cast<size_t>(i) * V, a.request.sampling, a.seed,
+                                      a.seq.prompt(), a.seq.output(), a.request.logprobs);
+        }
+    };
+    if (samplers.size() > 1) {
+        ThreadPool::global().parallel_for(static_cast<int64_t>(samplers.size()), sample_range, 1);
+    } else {
+        sample_range(0, static_cast<int64_t>(samplers.size()));
+    }
+
+    for (size_t i = 0; i < samplers.size(); ++i) {
+        Active& a = *samplers[i];
+        a.seq.tokens.push_back(drawn[i].id);
+        ++counters_.num_tokens_generated;
+        TokenEvent ev;
+        ev.id = drawn[i].id;
+        ev.index = a.seq.num_generated() - 1;
+        ev.logprob = drawn[i].logprob;
+        ev.top_logprobs = std::move(drawn[i].top_logprobs);
+        if (std::optional<StopResult> stop = a.stop.push(ev.id, a.seq.num_generated())) {
+            ev.finish_reason = stop->reason;
+            ev.stop_id = stop->stop_id;
+            ev.stop_string_index = stop->stop_string_index;
+            ev.trim_bytes = stop->trim_bytes;
+            finish(a, std::move(ev));
+        } else {
+            a.stream->push(std::move(ev));
+        }
+    }
+}
+
+}  // namespace gptoss::runtime

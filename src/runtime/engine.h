@@ -1,0 +1,158 @@
+// The token-level engine: requests in (prompt ids + sampling + stops), token events out. One
+// engine thread owns the model runner, the scheduler and the KV cache; callers reach it only through
+// a thread-safe command queue (submit, cancel) and read their request's own event queue, so no
+// caller can block the engine and the engine never waits on a caller.
+//
+//   auto engine = Engine::create(std::make_unique<CpuModelRunner>(weights), EngineConfig{});
+//   auto handle = (*engine)->submit(Request{.prompt = ids, .max_tokens = 64});
+//   while (auto ev = handle->next()) { use(ev->id); if (ev->is_final()) break; }
+//
+// Chat formats are the front end's business: the engine knows ids only (stop strings excepted,
+// which go through the front end's detokenizer; see stop_checker.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/kv_cache.h"
+#include "runtime/model_runner.h"
+#include "runtime/request_stream.h"
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+#include "runtime/stop_checker.h"
+
+namespace gptoss::runtime {
+
+struct Request {
+    std::vector<int32_t> prompt{};  // token ids, non-empty, each in [0, vocab_size)
+    SamplingParams sampling{};
+    std::vector<int32_t> stop_ids{};          // generation ends after emitting one of these
+    std::vector<std::string> stop_strings{};  // non-empty; need EngineConfig::detokenizer
+    int max_tokens = 16;                      // > 0; prompt + max_tokens must fit the context
+    int logprobs = -1;                        // -1: none; 0: the sampled token's; N <= 20: also top N
+    // Optional: receives every event on the engine thread instead of the handle's queue. It must
+    // return quickly and not call into the engine (cancel() excepted).
+    std::function<void(const TokenEvent&)> on_event{};
+};
+
+class CommandQueue;  // engine.cpp
+
+// A submitted request: cheap (two shared pointers), movable, safe to use from any thread and to
+// outlive the engine. Dropping a handle whose request is still running cancels it.
+class RequestHandle {
+public:
+    RequestHandle() = default;
+    RequestHandle(std::shared_ptr<RequestStream> stream, std::shared_ptr<CommandQueue> queue)
+        : stream_(std::move(stream)), queue_(std::move(queue)) {}
+    RequestHandle(RequestHandle&&) = default;
+    RequestHandle& operator=(RequestHandle&& other);
+    RequestHandle(const RequestHandle&) = delete;
+    RequestHandle& operator=(const RequestHandle&) = delete;
+    ~RequestHandle();
+
+    uint64_t id() const { return stream_->id(); }
+    // The next event; nullopt on timeout and after the final event was taken.
+    std::optional<TokenEvent> next(std::chrono::milliseconds timeout) { return stream_->next(timeout); }
+    std::optional<TokenEvent> next() { return stream_->next(); }
+    // Every queued event, waiting at most `timeout` for the first; false if none came.
+    bool next_all(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout) {
+        return stream_->next_all(out, timeout);
+    }
+    // Asks the engine to stop the request and free its blocks; its final event has reason
+    // cancelled (unless it finished first). Returns at once.
+    void cancel();
+    bool done() const { return stream_->done(); }  // the final event was produced
+
+private:
+    std::shared_ptr<RequestStream> stream_;
+    std::shared_ptr<CommandQueue> queue_;
+};
+
+struct EngineConfig {
+    int block_size = 16;
+    KvBudget kv_budget{.bytes = size_t{512} << 20};
+    SchedulerConfig scheduler;
+    bool enable_prefix_caching = true;
+    Detokenizer detokenizer;  // for stop strings; may be empty when no request uses them
+};
+
+struct EngineStats {
+    int num_running = 0;
+    int num_waiting = 0;
+    int num_active = 0;  // submitted and not finished
+    KvBlockCounts num_blocks;
+    KvBlockCounts num_blocks_in_use;   // held by some sequence (indexed-but-free ones excluded)
+    KvBlockCounts num_blocks_indexed;  // in the prefix cache
+    int max_chunk_tokens = 0;
+    int64_t num_steps = 0;
+    int64_t num_tokens_computed = 0;  // fed through the model (prefill chunks and decode tokens)
+    int64_t num_tokens_generated = 0;
+    int64_t num_preemptions = 0;
+    int64_t num_cached_prompt_tokens = 0;  // reused from the prefix cache (admissions and readmissions)
+    int64_t num_finished = 0;
+};
+
+class Engine {
+public:
+    // Plans and allocates the KV cache and starts the engine thread.
+    static StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<ModelRunner> runner, EngineConfig config);
+    // Cancels what is left (each gets its final cancelled event) and joins the engine thread.
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Validates the request (clear invalid_argument / out_of_range / resource_exhausted errors for
+    // an empty or over-long prompt, ids outside the vocabulary, max_tokens <= 0, bad sampling
+    // parameters, a request larger than the whole KV cache) and queues it.
+    StatusOr<RequestHandle> submit(Request request);
+    void cancel(const RequestHandle& handle) const;
+
+    const model::GptOssConfig& config() const { return runner_->config(); }
+    // Longest sequence (prompt + max_tokens) a request may ask for: the context or the KV cache.
+    int64_t max_sequence_tokens() const;
+    // A snapshot, refreshed after every engine step.
+    EngineStats stats() const;
+    // Waits until nothing is queued or running (true) or the timeout passes (false).
+    bool wait_idle(std::chrono::milliseconds timeout);
+
+private:
+    struct Active;
+    Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlockCounts counts);
+    void loop();
+    void step();
+    void finish(Active& a, TokenEvent event);
+    void publish_stats();
+
+    std::unique_ptr<ModelRunner> runner_;
+    const EngineConfig config_;
+    std::shared_ptr<CommandQueue> queue_;
+    // Engine-thread state.
+    KvCacheManager kv_;
+    Scheduler scheduler_;
+    std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // by request id
+    std::vector<float> logits_;
+    EngineStats counters_;
+
+    const int64_t capacity_tokens_;
+    const uint64_t seed_base_;  // seeds of requests that give none
+    std::atomic<uint64_t> next_id_{1};
+
+    mutable std::mutex stats_mu_;
+    std::condition_variable stats_cv_;
+    EngineStats stats_;
+    uint64_t submitted_ = 0;
+    bool idle_ = true;
+    std::thread thread_;
+};
+
+}  // namespace gptoss::runtime

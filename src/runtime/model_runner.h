@@ -1,0 +1,32 @@
+// The model behind the engine, one implementation per backend (CpuModelRunner now, a CUDA runner
+// later): it owns the weights' forward pass and the paged KV cache whose block ids the scheduler
+// hands out (two id spaces: full-attention layers and sliding-window layers).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/status.h"
+#include "model/gpt_oss_config.h"
+#include "runtime/batch.h"
+#include "runtime/kv_cache.h"
+
+namespace gptoss::runtime {
+
+class ModelRunner {
+public:
+    virtual ~ModelRunner() = default;
+
+    virtual const model::GptOssConfig& config() const = 0;
+    // Bytes per block of each pool for `block_size`-token blocks in this backend's cache format.
+    virtual KvGeometry kv_geometry(int block_size) const = 0;
+    // Memory the KV cache may draw from now (host: MemAvailable; CUDA: free device memory).
+    virtual size_t free_memory_bytes() const = 0;
+    // Allocates the paged cache; called once, before forward().
+    virtual Status allocate_kv_cache(int block_size, KvBlockCounts counts) = 0;
+    // Runs one step. Appends one row of vocab_size logits per sequence with need_logits (for its
+    // last new token), in batch order. Writes the new tokens' K/V into their blocks.
+    virtual Status forward(const Batch& batch, std::vector<float>* logits) = 0;
+};
+
+}  // namespace gptoss::runtime

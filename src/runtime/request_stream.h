@@ -1,0 +1,69 @@
+// The per-request event queue between the engine thread (producer) and whoever consumes the
+// request (a CLI loop, an HTTP handler): the engine never blocks on it (a push takes a short lock),
+// consumers wait with a timeout or get a callback instead.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/sampler.h"
+#include "runtime/stop_checker.h"
+
+namespace gptoss::runtime {
+
+struct TokenEvent {
+    int32_t id = -1;                         // the generated token; -1 on a final event without a token (cancel, error)
+    int index = -1;                          // its position in the output (0, 1, …)
+    float logprob = 0;                       // raw logprob of `id` (when the request asked for logprobs)
+    std::vector<TokenLogprob> top_logprobs;  // top-N raw logprobs (when asked for)
+    // Set on the request's last event only.
+    std::optional<FinishReason> finish_reason;
+    std::optional<int32_t> stop_id;              // finish_reason stop: the stop id that ended it
+    std::optional<int> stop_string_index;        // finish_reason stop: the stop string that ended it
+    int trim_bytes = 0;                          // bytes to drop from the end of the decoded output
+    int num_prompt_tokens = 0;                   // usage, on the last event
+    int num_cached_tokens = 0;                   // prompt tokens served by the prefix cache
+    std::string error;                           // finish_reason error: what went wrong
+    std::chrono::steady_clock::time_point time;  // when the engine produced it
+
+    bool is_final() const { return finish_reason.has_value(); }
+};
+
+class RequestStream {
+public:
+    using Callback = std::function<void(const TokenEvent&)>;
+    explicit RequestStream(uint64_t id, Callback callback = {}) : id_(id), callback_(std::move(callback)) {}
+
+    uint64_t id() const { return id_; }
+
+    // Engine side. With a callback the event goes to it (on the engine thread), else to the queue.
+    void push(TokenEvent event);
+
+    // Consumer side. The next event, waiting at most `timeout`; nullopt on timeout and once the
+    // final event has been taken.
+    std::optional<TokenEvent> next(std::chrono::milliseconds timeout);
+    // The same without a time limit: nullopt only once the final event has been taken.
+    std::optional<TokenEvent> next();
+    // Appends every queued event to `out`, waiting at most `timeout` for the first; false if none.
+    bool next_all(std::vector<TokenEvent>* out, std::chrono::milliseconds timeout);
+    bool done() const;     // the final event was pushed
+    bool drained() const;  // ... and taken
+
+private:
+    const uint64_t id_;
+    Callback callback_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<TokenEvent> events_;
+    bool done_ = false;
+    bool drained_ = false;
+};
+
+}  // namespace gptoss::runtime

@@ -1,0 +1,100 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace gptoss::runtime {
+namespace {
+
+bool by_id(const Sequence* a, const Sequence* b) { return a->id < b->id; }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager* kv)
+    : config_(config), kv_(kv), max_chunk_(std::min(config.max_num_batched_tokens, kv->max_chunk_tokens())) {
+    ENGINE_CHECK(config.max_num_seqs > 0 && max_chunk_ > 0, "scheduler needs room for one token (max_chunk %d)",
+                 max_chunk_);
+}
+
+void Scheduler::insert_waiting(Sequence* seq) {
+    seq->status = SequenceStatus::kWaiting;
+    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, by_id), seq);
+}
+
+void Scheduler::add(Sequence* seq) {
+    ENGINE_CHECK(seq->num_tokens() > 0 && seq->block_table_full.empty(), "bad new sequence");
+    insert_waiting(seq);
+}
+
+void Scheduler::remove(Sequence* seq) {
+    if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
+    if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
+    kv_->free(*seq);
+    seq->status = SequenceStatus::kFinished;
+}
+
+void Scheduler::preempt(Sequence* seq) {
+    kv_->free(*seq);
+    ++seq->num_preemptions;
+    ++num_preemptions_;
+    insert_waiting(seq);
+}
+
+SchedulerOutput Scheduler::schedule() {
+    SchedulerOutput out;
+    int budget = config_.max_num_batched_tokens;
+
+    // 1. Running sequences, oldest first.
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+        Sequence* s = running_[i];
+        const int n = std::min({s->num_tokens() - s->num_computed, budget, max_chunk_});
+        ENGINE_CHECK(n > 0, "running sequence %llu has nothing to compute", static_cast<unsigned long long>(s->id));
+        bool preempted_self = false;
+        while (!kv_->can_allocate(*s, n)) {
+            Sequence* victim = running_.back();
+            running_.pop_back();
+            preempt(victim);
+            out.preempted.push_back(victim);
+            if (victim == s) {
+                preempted_self = true;
+                break;
+            }
+        }
+        if (preempted_self) break;
+        kv_->allocate(*s, n);
+        out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+        out.num_tokens += n;
+        budget -= n;
+        ++i;
+    }
+
+    // 2. Waiting sequences, FCFS.
+    while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
+           static_cast<int>(running_.size()) < config_.max_num_seqs) {
+        Sequence* s = waiting_.front();
+        const int cached = kv_->match_prefix(*s);
+        const int n = std::min({s->num_tokens() - cached, budget, max_chunk_});
+        if (!kv_->can_admit(*s, cached, n)) break;
+        kv_->admit(*s, cached);
+        kv_->allocate(*s, n);
+        waiting_.pop_front();
+        if (s->num_cached_tokens < 0) s->num_cached_tokens = std::min(cached, s->num_prompt_tokens);
+        num_cached_prompt_tokens_ += cached;
+        s->status = SequenceStatus::kRunning;
+        running_.insert(std::upper_bound(running_.begin(), running_.end(), s, by_id), s);
+        out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+        out.num_tokens += n;
+        budget -= n;
+    }
+    return out;
+}
+
+void Scheduler::on_step_done(const SchedulerOutput& out) {
+    for (const ScheduledSequence& ss : out.seqs) {
+        ss.seq->num_computed += ss.num_new_tokens;
+        kv_->on_computed(*ss.seq);
+    }
+}
+
+}  // namespace gptoss::runtime

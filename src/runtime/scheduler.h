@@ -1,0 +1,78 @@
+// Continuous batching: each step picks which sequences run and how many tokens each feeds, under a
+// per-step token budget. Pure CPU bookkeeping over Sequence and KvCacheManager (no model).
+//
+// One step (schedule()):
+//   1. Running sequences, oldest first: each gets its next prefill chunk or its one decode token
+//      (as much as the budget and max_chunk allow). When the KV pools cannot hold the new tokens,
+//      the newest running sequence is preempted (blocks freed, back to the head of the waiting
+//      queue; it will be recomputed — prefix caching usually makes that cheap) until they fit or
+//      the sequence itself was the newest.
+//   2. If nobody was preempted, waiting sequences in arrival order (FCFS: the head blocks the
+//      rest) while the budget, the cap on running sequences and the free blocks allow. A sequence
+//      is admitted when the full pool can hold all its current tokens and the sliding pool its
+//      first chunk; it reuses what the prefix cache has.
+// Prefill chunks and decode tokens mix freely in one step; a sequence samples when its scheduled
+// tokens reach the end of what it has (the last chunk of a prefill, or a decode token).
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "runtime/kv_cache.h"
+#include "runtime/sequence.h"
+
+namespace gptoss::runtime {
+
+struct SchedulerConfig {
+    int max_num_seqs = 256;            // cap on running sequences
+    int max_num_batched_tokens = 512;  // token budget of one step
+};
+
+struct ScheduledSequence {
+    Sequence* seq = nullptr;
+    int start_pos = 0;       // = seq->num_computed when scheduled
+    int num_new_tokens = 0;  // tokens [start_pos, start_pos + num_new_tokens) go through the model
+    bool sample = false;     // these reach the sequence's last token: sample the next one
+};
+
+struct SchedulerOutput {
+    std::vector<ScheduledSequence> seqs;  // running order (oldest first)
+    int num_tokens = 0;
+    std::vector<Sequence*> preempted;  // this step
+    bool empty() const { return seqs.empty(); }
+};
+
+class Scheduler {
+public:
+    Scheduler(const SchedulerConfig& config, KvCacheManager* kv);
+
+    // A new sequence joins the waiting queue.
+    void add(Sequence* seq);
+    // Finished or cancelled: leaves whichever queue it is in and frees its blocks.
+    void remove(Sequence* seq);
+
+    SchedulerOutput schedule();
+    // After the forward of `out`: advances num_computed, indexes complete blocks, slides windows.
+    void on_step_done(const SchedulerOutput& out);
+
+    bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+    int num_waiting() const { return static_cast<int>(waiting_.size()); }
+    int num_running() const { return static_cast<int>(running_.size()); }
+    int64_t num_preemptions() const { return num_preemptions_; }
+    int64_t num_cached_prompt_tokens() const { return num_cached_prompt_tokens_; }
+    int max_chunk_tokens() const { return max_chunk_; }
+
+private:
+    void preempt(Sequence* seq);
+    void insert_waiting(Sequence* seq);
+
+    SchedulerConfig config_;
+    KvCacheManager* kv_;
+    int max_chunk_;
+    std::deque<Sequence*> waiting_;   // by id (arrival order)
+    std::vector<Sequence*> running_;  // by id
+    int64_t num_preemptions_ = 0;
+    int64_t num_cached_prompt_tokens_ = 0;  // reused from the prefix cache at admissions
+};
+
+}  // namespace gptoss::runtime

@@ -1,0 +1,239 @@
+// Helpers for the engine tests: run requests through an engine and through an independent
+// reference (model::SingleSequence + the same Sampler/StopChecker, one request at a time, no paging,
+// no scheduler), and the invariance checks shared by the random-checkpoint and fixture tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/gpt_oss_forward.h"
+#include "model/gpt_oss_weights.h"
+#include "runtime/cpu_model_runner.h"
+#include "runtime/engine.h"
+
+namespace gptoss::runtime::testing {
+
+struct Generation {
+    std::vector<int32_t> ids;
+    std::vector<float> logprobs;
+    std::vector<std::vector<TokenLogprob>> top;
+    FinishReason finish = FinishReason::kError;
+    int num_cached_tokens = 0;
+    int trim_bytes = 0;
+
+    bool same_tokens(const Generation& o) const { return ids == o.ids && logprobs == o.logprobs && finish == o.finish; }
+};
+
+inline std::string describe(const Generation& g) {
+    std::string s = std::string(finish_reason_name(g.finish)) + " [";
+    for (int32_t id : g.ids) s += std::to_string(id) + " ";
+    return s + "]";
+}
+
+// Reads a handle to its final event.
+inline Generation collect(RequestHandle& h) {
+    Generation g;
+    while (auto ev = h.next(std::chrono::milliseconds(60000))) {
+        if (ev->id >= 0) {
+            g.ids.push_back(ev->id);
+            g.logprobs.push_back(ev->logprob);
+            g.top.push_back(ev->top_logprobs);
+        }
+        if (ev->is_final()) {
+            g.finish = *ev->finish_reason;
+            g.num_cached_tokens = ev->num_cached_tokens;
+            g.trim_bytes = ev->trim_bytes;
+            return g;
+        }
+    }
+    ADD_FAILURE() << "no final event within 60 s";
+    return g;
+}
+
+// The request generated alone by the unpaged single-sequence decoder.
+inline Generation reference_generate(const model::GptOssWeights& w, const Request& r,
+                                     const Detokenizer* detok = nullptr) {
+    Generation g;
+    const int total = static_cast<int>(r.prompt.size()) + r.max_tokens;
+    model::SingleSequence seq(w, total, 8);
+    Sampler sampler(w.config.vocab_size);
+    StopChecker stop(r.stop_ids, r.stop_strings, r.max_tokens, detok);
+    const uint64_t seed = r.sampling.seed.value_or(0);
+    std::vector<float> logits;
+    Status st = seq.append(r.prompt, false, &logits);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    for (;;) {
+        SampledToken t = sampler.sample(logits.data(), r.sampling, seed, r.prompt, g.ids, r.logprobs);
+        g.ids.push_back(t.id);
+        g.logprobs.push_back(t.logprob);
+        g.top.push_back(t.top_logprobs);
+        if (auto s = stop.push(t.id, static_cast<int>(g.ids.size()))) {
+            g.finish = s->reason;
+            g.trim_bytes = s->trim_bytes;
+            return g;
+        }
+        logits.clear();
+        st = seq.append(std::span<const int32_t>(&t.id, 1), false, &logits);
+        if (!st.ok()) {
+            ADD_FAILURE() << st.to_string();
+            return g;
+        }
+    }
+}
+
+inline std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg) {
+    auto e = Engine::create(std::make_unique<CpuModelRunner>(std::move(w)), std::move(cfg));
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    return e.ok() ? std::move(*e) : nullptr;
+}
+
+inline std::vector<int32_t> random_ids(int n, int vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    return ids;
+}
+
+// A mix of greedy and seeded requests; prompt lengths from 1 to well past the sliding window.
+inline std::vector<Request> mixed_requests(int vocab, int window, int count, int max_tokens, uint32_t seed) {
+    std::vector<Request> reqs;
+    std::mt19937 rng(seed);
+    const int lens[] = {1, 3, window - 1, window + 1, 2 * window + 3, 3 * window + 5};
+    for (int i = 0; i < count; ++i) {
+        Request r;
+        r.prompt = random_ids(std::max(1, lens[i % 6] + static_cast<int>(rng() % 3)), vocab, seed * 100 + i);
+        r.max_tokens = max_tokens - static_cast<int>(rng() % 3);
+        switch (i % 4) {
+            case 0: r.sampling = SamplingParams{.temperature = 0.0f}; break;
+            case 1: r.sampling = SamplingParams{.temperature = 1.0f, .seed = 1000 + i}; break;
+            case 2: r.sampling = SamplingParams{.temperature = 0.8f, .top_p = 0.9f, .top_k = 40, .seed = 77}; break;
+            case 3:
+                r.sampling = SamplingParams{.temperature = 1.2f, .min_p = 0.05f, .seed = 5 + i};
+                r.sampling.frequency_penalty = 0.5f;
+                r.sampling.presence_penalty = 0.3f;
+                r.sampling.repetition_penalty = 1.2f;
+                r.sampling.logit_bias = {{static_cast<int32_t>(i % vocab), 2.0f}};
+                break;
+        }
+        r.logprobs = i % 3 == 0 ? 3 : (i % 3 == 1 ? 0 : -1);
+        reqs.push_back(r);
+    }
+    return reqs;
+}
+
+inline Request copy_request(const Request& r) { return r; }
+
+// Every request of `reqs` in one concurrent run, the second half joining after the first half has
+// produced tokens, each result compared with the reference. `cfg` sets the engine's budget.
+inline void expect_batch_matches_reference(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg,
+                                           const std::vector<Request>& reqs, EngineStats* stats_out = nullptr) {
+    std::vector<Generation> want;
+    for (const Request& r : reqs) want.push_back(reference_generate(*w, r));
+    auto engine = make_engine(w, cfg);
+    ASSERT_TRUE(engine);
+    const size_t first = (reqs.size() + 1) / 2;
+    std::vector<RequestHandle> handles;
+    for (size_t i = 0; i < first; ++i) {
+        auto h = engine->submit(copy_request(reqs[i]));
+        ASSERT_TRUE(h.ok()) << h.status().to_string();
+        handles.push_back(std::move(*h));
+    }
+    // Wait for the first request's first two tokens, then let the rest join mid-flight.
+    std::vector<Generation> got(reqs.size());
+    for (int k = 0; k < 2; ++k) {
+        auto ev = handles[0].next(std::chrono::milliseconds(60000));
+        ASSERT_TRUE(ev);
+        if (ev->id >= 0) {
+            got[0].ids.push_back(ev->id);
+            got[0].logprobs.push_back(ev->logprob);
+        }
+        if (ev->is_final()) {
+            got[0].finish = *ev->finish_reason;
+            break;
+        }
+    }
+    const bool first_done = got[0].finish != FinishReason::kError;
+    for (size_t i = first; i < reqs.size(); ++i) {
+        auto h = engine->submit(copy_request(reqs[i]));
+        ASSERT_TRUE(h.ok()) << h.status().to_string();
+        handles.push_back(std::move(*h));
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        if (i == 0) {
+            if (!first_done) {
+                Generation rest = collect(handles[0]);
+                got[0].ids.insert(got[0].ids.end(), rest.ids.begin(), rest.ids.end());
+                got[0].logprobs.insert(got[0].logprobs.end(), rest.logprobs.begin(), rest.logprobs.end());
+                got[0].finish = rest.finish;
+            }
+        } else {
+            got[i] = collect(handles[i]);
+        }
+        EXPECT_TRUE(got[i].same_tokens(want[i]))
+            << "request " << i << " (prompt " << reqs[i].prompt.size() << "): engine " << describe(got[i])
+            << " vs alone " << describe(want[i]);
+    }
+    ASSERT_TRUE(engine->wait_idle(std::chrono::milliseconds(60000)));
+    EngineStats st = engine->stats();
+    EXPECT_EQ(st.num_blocks_in_use.full, 0);
+    EXPECT_EQ(st.num_blocks_in_use.sliding, 0);
+    if (stats_out) *stats_out = st;
+}
+
+// Prefix-cache invariance: the same prompt again, and a prompt sharing a long prefix, hit the
+// cache and give exactly what they give cold.
+inline void expect_prefix_hits_equal_cold(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg,
+                                          int prefix_len, uint32_t seed) {
+    const int V = w->config.vocab_size;
+    std::vector<int32_t> prefix = random_ids(prefix_len, V, seed);
+    Request a{.prompt = prefix, .sampling = {.temperature = 0.0f}, .max_tokens = 6};
+    a.prompt.push_back(1);
+    Request b = a;
+    b.prompt.back() = 2;
+    b.prompt.push_back(3);
+    b.sampling = SamplingParams{.temperature = 1.0f, .top_k = 20, .seed = 4};
+    auto engine = make_engine(w, cfg);
+    ASSERT_TRUE(engine);
+    auto run = [&](const Request& r) {
+        auto h = engine->submit(copy_request(r));
+        EXPECT_TRUE(h.ok());
+        return h.ok() ? collect(*h) : Generation{};
+    };
+    Generation a_cold = run(a);
+    EXPECT_EQ(a_cold.num_cached_tokens, 0);
+    Generation a_hit = run(a);
+    Generation b_hit = run(b);
+    const int bs = cfg.block_size;
+    EXPECT_EQ(a_hit.num_cached_tokens, (static_cast<int>(a.prompt.size()) - 1) / bs * bs);
+    EXPECT_GE(b_hit.num_cached_tokens, prefix_len / bs * bs - bs);
+    EXPECT_GT(b_hit.num_cached_tokens, 0);
+    EXPECT_TRUE(a_hit.same_tokens(a_cold)) << describe(a_hit) << " vs " << describe(a_cold);
+    EXPECT_TRUE(a_cold.same_tokens(reference_generate(*w, a)));
+    EXPECT_TRUE(b_hit.same_tokens(reference_generate(*w, b))) << describe(b_hit);
+    // Concurrent requests sharing the prefix (some hit blocks another is still using).
+    std::vector<RequestHandle> hs;
+    std::vector<Request> rs;
+    for (int i = 0; i < 6; ++i) {
+        Request r = b;
+        r.prompt.push_back(static_cast<int32_t>(10 + i));
+        r.sampling.seed = 100 + i;
+        rs.push_back(r);
+        auto h = engine->submit(copy_request(r));
+        ASSERT_TRUE(h.ok());
+        hs.push_back(std::move(*h));
+    }
+    for (int i = 0; i < 6; ++i) {
+        Generation g = collect(hs[i]);
+        EXPECT_GT(g.num_cached_tokens, 0);
+        EXPECT_TRUE(g.same_tokens(reference_generate(*w, rs[i]))) << i << ": " << describe(g);
+    }
+    ASSERT_TRUE(engine->wait_idle(std::chrono::milliseconds(60000)));
+    EXPECT_EQ(engine->stats().num_blocks_in_use.full, 0);
+    EXPECT_GT(engine->stats().num_cached_prompt_tokens, 0);
+}
+
+}  // namespace gptoss::runtime::testing

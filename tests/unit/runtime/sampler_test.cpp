@@ -1,0 +1,149 @@
+// Sampler: greedy, truncations, seeded reproducibility, penalties, bias, logprobs, and that draws
+// follow the softmax.
+#include "runtime/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace gptoss::runtime {
+namespace {
+
+std::vector<float> random_logits(int n, uint32_t seed, float scale = 2.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+TEST(SamplerTest, GreedyAndDegenerateTruncationsPickTheArgmax) {
+    auto logits = random_logits(1000, 1);
+    Sampler s(1000);
+    const int best = argmax(logits);
+    for (SamplingParams p : {SamplingParams{.temperature = 0.0f}, SamplingParams{.top_k = 1},
+                             SamplingParams{.top_p = 1e-6f}, SamplingParams{.min_p = 1.0f}}) {
+        for (uint64_t seed = 0; seed < 5; ++seed) EXPECT_EQ(s.sample(logits.data(), p, seed, {}, {}, -1).id, best);
+    }
+}
+
+TEST(SamplerTest, SameSeedAndIndexGiveTheSameDraw) {
+    auto logits = random_logits(500, 2, 0.5f);
+    Sampler a(500), b(500);
+    SamplingParams p{.temperature = 0.9f, .top_p = 0.95f, .top_k = 100};
+    std::vector<int32_t> out;
+    for (int i = 0; i < 50; ++i) {
+        const int32_t x = a.sample(logits.data(), p, 7, {}, out, -1).id;
+        EXPECT_EQ(x, b.sample(logits.data(), p, 7, {}, out, -1).id);
+        EXPECT_EQ(x, sample_token(logits.data(), 500, p, 7, out.size()));
+        out.push_back(x);
+    }
+    // Different seeds differ somewhere.
+    std::vector<int32_t> out2;
+    for (int i = 0; i < 50; ++i) out2.push_back(a.sample(logits.data(), p, 8, {}, out2, -1).id);
+    EXPECT_NE(out, out2);
+}
+
+TEST(SamplerTest, DrawsFollowTheTruncatedSoftmax) {
+    std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -9.0f};
+    SamplingParams p{.temperature = 0.7f, .top_k = 5};
+    std::vector<double> want(6, 0.0);
+    double z = 0.0;
+    for (int i = 0; i < 5; ++i) z += want[i] = std::exp(logits[i] / 0.7);
+    for (auto& w : want) w /= z;
+    std::vector<int> count(6, 0);
+    const int n = 40000;
+    for (int i = 0; i < n; ++i) ++count[sample_token(logits.data(), 6, p, 123, static_cast<uint64_t>(i))];
+    EXPECT_EQ(count[5], 0);  // outside the top 5
+    for (int i = 0; i < 5; ++i) EXPECT_NEAR(count[i] / static_cast<double>(n), want[i], 0.01) << i;
+}
+
+TEST(SamplerTest, TopPKeepsTheSmallestNucleus) {
+    std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+    SamplingParams p{.top_p = 0.75f};  // 0.5 + 0.3 reaches it: ids 0 and 1 only
+    std::vector<int> count(4, 0);
+    for (int i = 0; i < 5000; ++i) ++count[sample_token(logits.data(), 4, p, 9, static_cast<uint64_t>(i))];
+    EXPECT_EQ(count[2] + count[3], 0);
+    EXPECT_NEAR(count[0] / 5000.0, 0.5 / 0.8, 0.03);
+    SamplingParams m{.min_p = 0.5f};  // keeps p >= 0.25: ids 0 and 1
+    for (int i = 0; i < 2000; ++i) EXPECT_LT(sample_token(logits.data(), 4, m, 3, static_cast<uint64_t>(i)), 2);
+}
+
+TEST(SamplerTest, LargeVocabularyNucleusMatchesAFullSort) {
+    // The growing partial sort must give the same nucleus as sorting everything.
+    auto logits = random_logits(20000, 4, 0.3f);  // flat: the nucleus is large
+    SamplingParams p{.top_p = 0.9f};
+    std::vector<int32_t> ids(20000);
+    for (int i = 0; i < 20000; ++i) ids[i] = i;
+    std::sort(ids.begin(), ids.end(),
+              [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    double z = 0;
+    for (float l : logits) z += std::exp(l - logits[ids[0]]);
+    double cum = 0;
+    size_t n = 0;
+    while (cum < 0.9 * z) cum += std::exp(logits[ids[n++]] - logits[ids[0]]);
+    std::vector<uint8_t> in(20000, 0);
+    for (size_t i = 0; i < n; ++i) in[ids[i]] = 1;
+    for (int i = 0; i < 300; ++i) EXPECT_TRUE(in[sample_token(logits.data(), 20000, p, 5, static_cast<uint64_t>(i))]);
+}
+
+TEST(SamplerTest, PenaltiesAndBiasChangeTheChoice) {
+    std::vector<float> logits = {3.0f, 2.9f, 1.0f, -2.0f};
+    Sampler s(4);
+    SamplingParams greedy{.temperature = 0.0f};
+    EXPECT_EQ(s.sample(logits.data(), greedy, 0, {}, {}, -1).id, 0);
+    std::vector<int32_t> out = {0};
+    SamplingParams pres = greedy;
+    pres.presence_penalty = 0.2f;
+    EXPECT_EQ(s.sample(logits.data(), pres, 0, {}, out, -1).id, 1);
+    SamplingParams freq = greedy;
+    freq.frequency_penalty = 0.06f;
+    std::vector<int32_t> out2 = {0, 0};
+    EXPECT_EQ(s.sample(logits.data(), freq, 0, {}, std::span<const int32_t>(out2).first(1), -1).id, 0);  // 3 - 0.06
+    EXPECT_EQ(s.sample(logits.data(), freq, 0, {}, out2, -1).id, 1);                                     // 3 - 0.12
+    SamplingParams rep = greedy;
+    rep.repetition_penalty = 1.1f;  // 3 / 1.1 < 2.9; the prompt counts too
+    std::vector<int32_t> prompt = {0};
+    EXPECT_EQ(s.sample(logits.data(), rep, 0, prompt, {}, -1).id, 1);
+    std::vector<float> neg = {-1.0f, -1.05f};
+    Sampler s2(2);
+    EXPECT_EQ(s2.sample(neg.data(), rep, 0, prompt, {}, -1).id, 1);  // negative logits are multiplied
+    SamplingParams bias = greedy;
+    bias.logit_bias = {{3, 10.0f}};
+    EXPECT_EQ(s.sample(logits.data(), bias, 0, {}, {}, -1).id, 3);
+}
+
+TEST(SamplerTest, LogprobsComeFromTheRawLogits) {
+    auto logits = random_logits(300, 5);
+    Sampler s(300);
+    SamplingParams p{.temperature = 0.8f};
+    p.logit_bias = {{7, 5.0f}};
+    SampledToken t = s.sample(logits.data(), p, 11, {}, {}, 5);
+    double z = 0;
+    for (float l : logits) z += std::exp(static_cast<double>(l));
+    EXPECT_NEAR(t.logprob, logits[t.id] - std::log(z), 1e-4);
+    ASSERT_EQ(t.top_logprobs.size(), 5u);
+    EXPECT_EQ(t.top_logprobs[0].id, argmax(logits));
+    for (size_t i = 1; i < 5; ++i) EXPECT_GE(t.top_logprobs[i - 1].logprob, t.top_logprobs[i].logprob);
+    EXPECT_TRUE(s.sample(logits.data(), p, 11, {}, {}, 0).top_logprobs.empty());
+}
+
+TEST(SamplerTest, ValidationNamesTheBadField) {
+    EXPECT_TRUE(validate_sampling_params({}, 10).ok());
+    EXPECT_NE(validate_sampling_params({.temperature = -1}, 10).message().find("temperature"), std::string::npos);
+    EXPECT_NE(validate_sampling_params({.top_p = 0}, 10).message().find("top_p"), std::string::npos);
+    EXPECT_NE(validate_sampling_params({.top_k = -2}, 10).message().find("top_k"), std::string::npos);
+    EXPECT_NE(validate_sampling_params({.min_p = 2}, 10).message().find("min_p"), std::string::npos);
+    SamplingParams r;
+    r.repetition_penalty = 0;
+    EXPECT_NE(validate_sampling_params(r, 10).message().find("repetition_penalty"), std::string::npos);
+    SamplingParams b;
+    b.logit_bias = {{10, 1.0f}};
+    EXPECT_NE(validate_sampling_params(b, 10).message().find("logit_bias"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gptoss::runtime

@@ -1,0 +1,78 @@
+// StopChecker: stop ids, stop strings across token boundaries (with trim), max_tokens.
+#include "runtime/stop_checker.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace gptoss::runtime {
+namespace {
+
+// A byte-level "tokenizer": id → fixed bytes.
+Detokenizer fake_detokenizer() {
+    static const std::map<int32_t, std::string> pieces = {{1, "Hel"}, {2, "lo"}, {3, " wor"}, {4, "ld"},
+                                                          {5, "!"},   {6, "EN"}, {7, "D"},    {8, "xEND"}};
+    return [](std::span<const int32_t> ids) {
+        std::string s;
+        for (int32_t id : ids) s += pieces.at(id);
+        return s;
+    };
+}
+
+TEST(StopCheckerTest, StopIdEndsWithStop) {
+    StopChecker c({5, 9}, {}, 10, nullptr);
+    EXPECT_FALSE(c.push(1, 1));
+    auto r = c.push(9, 2);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->reason, FinishReason::kStop);
+    EXPECT_EQ(r->stop_id, 9);
+}
+
+TEST(StopCheckerTest, MaxTokensEndsWithLength) {
+    StopChecker c({}, {}, 2, nullptr);
+    EXPECT_FALSE(c.push(1, 1));
+    auto r = c.push(1, 2);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->reason, FinishReason::kLength);
+    // A stop id on the last allowed token is a stop, not a length.
+    StopChecker d({4}, {}, 1, nullptr);
+    EXPECT_EQ(d.push(4, 1)->reason, FinishReason::kStop);
+}
+
+TEST(StopCheckerTest, StopStringAcrossTokenBoundaries) {
+    Detokenizer detok = fake_detokenizer();
+    StopChecker c({}, {"lo wo", "zzz"}, 100, &detok);
+    EXPECT_FALSE(c.push(1, 1));  // "Hel"
+    EXPECT_FALSE(c.push(2, 2));  // "Hello"
+    auto r = c.push(3, 3);       // "Hello wor": "lo wo" spans three tokens
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->reason, FinishReason::kStop);
+    EXPECT_EQ(r->stop_string_index, 0);
+    EXPECT_EQ(r->trim_bytes, 6);  // "lo wor" is dropped from "Hello wor"
+}
+
+TEST(StopCheckerTest, EarliestStopStringWinsAndLongTailsAreBounded) {
+    Detokenizer detok = fake_detokenizer();
+    StopChecker c({}, {"END", "xE"}, 1000, &detok);
+    for (int i = 0; i < 200; ++i) EXPECT_FALSE(c.push(i % 4 + 1, i + 1));
+    EXPECT_FALSE(c.push(6, 201));  // "EN"
+    auto r = c.push(8, 202);       // "ENxEND": "xE" starts before "END" in the new bytes
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->stop_string_index, 1);
+    EXPECT_EQ(r->trim_bytes, 4);
+    StopChecker d({}, {"END"}, 1000, &detok);
+    EXPECT_FALSE(d.push(6, 1));
+    auto e = d.push(7, 2);  // "EN" + "D"
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->trim_bytes, 3);
+}
+
+TEST(StopCheckerTest, FinishReasonNames) {
+    EXPECT_STREQ(finish_reason_name(FinishReason::kStop), "stop");
+    EXPECT_STREQ(finish_reason_name(FinishReason::kLength), "length");
+    EXPECT_STREQ(finish_reason_name(FinishReason::kCancelled), "cancelled");
+    EXPECT_STREQ(finish_reason_name(FinishReason::kError), "error");
+}
+
+}  // namespace
+}  // namespace gptoss::runtime
