@@ -22,10 +22,10 @@ bool RankTable::build(std::string arena, std::vector<uint32_t> offsets, uint32_t
             *dup_b = id;
             return false;
         }
-        uint64_t h = hash_bytes(p, b.size());
-        size_t i = h & mask_;
+        uint64_t head = load_head(p, b.size());
+        size_t i = hash(p, b.size(), head) & mask_;
         while (slots_[i].id != kNoRank) i = (i + 1) & mask_;
-        slots_[i] = Slot{id, static_cast<uint32_t>(h >> 32)};
+        slots_[i] = Slot{head, id, static_cast<uint32_t>(b.size())};
     }
     return true;
 }

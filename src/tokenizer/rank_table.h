@@ -1,5 +1,5 @@
 // Byte string -> rank (= token id) lookup for BPE: one arena holding every token's bytes and an
-// open-addressing hash table of ids. Read-only after build, so concurrent lookups are safe.
+// open-addressing hash table. Read-only after build, so concurrent lookups are safe.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +56,23 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
     return mix(kP1 ^ n, mix(a ^ kP1, b ^ seed ^ kP2));
 }
 
+// The first min(n, 8) bytes of p as a little-endian integer (upper bytes zero); reads only p[0, n).
+inline uint64_t load_head(const uint8_t* p, size_t n) {
+    uint64_t v = 0;
+    if (n >= 8) {
+        std::memcpy(&v, p, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        std::memcpy(&a, p, 4);
+        std::memcpy(&b, p + n - 4, 4);  // overlaps a for n < 8; the shared bytes are equal
+        v = a | (static_cast<uint64_t>(b) << ((n - 4) * 8));
+    } else if (n > 0) {
+        v = p[0] | (static_cast<uint64_t>(p[n >> 1]) << (8 * (n >> 1))) |
+            (static_cast<uint64_t>(p[n - 1]) << (8 * (n - 1)));
+    }
+    return v;
+}
+
 class RankTable {
 public:
     // Token bytes for ids 0..n-1 (empty = no such id). Fails (returns false) on a duplicate
@@ -63,14 +80,15 @@ public:
     bool build(std::string arena, std::vector<uint32_t> offsets, uint32_t* dup_a, uint32_t* dup_b);
 
     uint32_t find(const uint8_t* p, size_t n) const {
-        uint64_t h = hash_bytes(p, n);
-        uint32_t tag = static_cast<uint32_t>(h >> 32);
-        for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+        // Slots hold a token's first 8 bytes and its length: a lookup of a piece of up to 8 bytes
+        // (most of them) touches one cache line and no arena bytes.
+        uint64_t head = load_head(p, n);
+        for (size_t i = hash(p, n, head) & mask_;; i = (i + 1) & mask_) {
             const Slot& s = slots_[i];
             if (s.id == kNoRank) return kNoRank;
-            if (s.tag == tag) {
-                uint32_t off = offsets_[s.id];
-                if (offsets_[s.id + 1] - off == n && std::memcmp(arena_.data() + off, p, n) == 0) return s.id;
+            if (s.head == head && s.length == n &&
+                (n <= 8 || std::memcmp(arena_.data() + offsets_[s.id] + 8, p + 8, n - 8) == 0)) {
+                return s.id;
             }
         }
     }
@@ -85,9 +103,15 @@ public:
 
 private:
     struct Slot {
+        uint64_t head = 0;  // load_head of the token
         uint32_t id = kNoRank;
-        uint32_t tag = 0;  // high hash bits: most mismatching slots are skipped without a memcmp
+        uint32_t length = 0;
     };
+    static uint64_t hash(const uint8_t* p, size_t n, uint64_t head) {
+        if (n > 8) return hash_bytes(p, n);
+        __uint128_t r = static_cast<__uint128_t>(head ^ 0xe7037ed1a0b428dbull) * (0xa0761d6478bd642full ^ n);
+        return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+    }
     std::string arena_;              // all token bytes, concatenated in id order
     std::vector<uint32_t> offsets_;  // [num_ids + 1] start of each id's bytes in arena_
     std::vector<Slot> slots_;        // power-of-two size, at most half full
