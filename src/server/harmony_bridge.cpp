@@ -38,23 +38,27 @@ std::string HarmonyOutput::function_name(const harmony::MessageHeader& header) c
     return harmony::function_name(*header.recipient, mapping_).value_or("");
 }
 
-HarmonyOutput::Step HarmonyOutput::mapped(std::vector<harmony::Event> events, bool reasoning_before) {
+HarmonyOutput::Step HarmonyOutput::mapped(std::vector<harmony::Event> events) {
+    // Each token counts toward the message it ends up in: a message's tokens are known when it ends.
+    for (const harmony::Event& e : events) {
+        if (e.type == harmony::EventType::kMessageStart) current_route_ = route(e.header);
+        if (e.type == harmony::EventType::kMessageEnd) {
+            if (current_route_ == harmony::ChatRoute::kReasoning) reasoning_tokens_ += tokens_in_message_;
+            tokens_in_message_ = 0;
+        }
+    }
     Step s;
     s.deltas = mapper_.on_events(events);
-    s.reasoning = reasoning_before ||
-                  std::any_of(s.deltas.begin(), s.deltas.end(), [](const auto& d) { return d.reasoning_content; });
     s.events = std::move(events);
     return s;
 }
 
 HarmonyOutput::Step HarmonyOutput::push(int32_t id) {
-    // A token inside (or ending) a message routed to reasoning counts as a reasoning token.
-    const harmony::ParsedMessage* cur = parser_.current();
-    const bool reasoning_before = cur && route(cur->header) == harmony::ChatRoute::kReasoning;
-    return mapped(parser_.push(id), reasoning_before);
+    ++tokens_in_message_;
+    return mapped(parser_.push(id));
 }
 
-HarmonyOutput::Step HarmonyOutput::finish() { return mapped(parser_.finish(), false); }
+HarmonyOutput::Step HarmonyOutput::finish() { return mapped(parser_.finish()); }
 
 harmony::Json chat_message_json(const harmony::ChatCompletion& completion) {
     harmony::Json j = harmony::chat_completion_to_json(completion)["message"];

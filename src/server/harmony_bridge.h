@@ -37,7 +37,6 @@ public:
     struct Step {
         std::vector<harmony::Event> events;      // parser events of this token (or of finish())
         std::vector<harmony::ChatDelta> deltas;  // chat.completions deltas of those events
-        bool reasoning = false;                  // the token belongs to hidden reasoning
     };
     Step push(int32_t id);
     Step finish();  // end of generation
@@ -48,13 +47,18 @@ public:
 
     // The whole result (same rules as the deltas). `hit_length_limit`: stopped by max_tokens.
     harmony::ChatCompletion result(bool hit_length_limit) const { return mapper_.result(hit_length_limit); }
+    // Tokens of messages that went to reasoning (header and terminator included), so far.
+    int64_t reasoning_tokens() const { return reasoning_tokens_; }
 
 private:
-    Step mapped(std::vector<harmony::Event> events, bool reasoning_before);
+    Step mapped(std::vector<harmony::Event> events);
 
     harmony::ChatMappingOptions mapping_;
     harmony::StreamParser parser_;
     harmony::ChatMapper mapper_;
+    harmony::ChatRoute current_route_ = harmony::ChatRoute::kHidden;
+    int64_t tokens_in_message_ = 0;  // pushed since the last message ended
+    int64_t reasoning_tokens_ = 0;
 };
 
 // {"role":"assistant","content","reasoning_content","tool_calls"?} of a chat.completion.

@@ -169,9 +169,25 @@ void read_sampling(Fields& f, SamplingRequest* out) {
         }
     }
     if (auto s = f.integer("seed", INT64_MIN, INT64_MAX)) out->sampling.seed = static_cast<uint64_t>(*s);
-    // Accepted for compatibility; the engine does not apply penalties.
-    f.number("presence_penalty", -2.0, 2.0);
-    f.number("frequency_penalty", -2.0, 2.0);
+    if (auto pp = f.number("presence_penalty", -2.0, 2.0)) out->sampling.presence_penalty = static_cast<float>(*pp);
+    if (auto fp = f.number("frequency_penalty", -2.0, 2.0)) out->sampling.frequency_penalty = static_cast<float>(*fp);
+    if (const Json* bias = f.object("logit_bias")) {
+        // {"<token id>": bias in [-100, 100]}; the engine checks the ids against its vocabulary.
+        for (auto it = bias->begin(); it != bias->end(); ++it) {
+            const std::string& key = it.key();
+            const bool digits = !key.empty() && key.size() <= 9 &&
+                                std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+            if (!digits) {
+                f.fail("logit_bias", "keys must be token ids, got '" + key + "'");
+                return;
+            }
+            if (!it.value().is_number() || !(it.value().get<double>() >= -100 && it.value().get<double>() <= 100)) {
+                f.fail("logit_bias", "values must be numbers in [-100, 100]");
+                return;
+            }
+            out->sampling.logit_bias.emplace_back(std::stoi(key), it.value().get<float>());
+        }
+    }
     if (const Json* stop = f.get("stop")) {
         if (stop->is_string()) {
             if (!stop->get<std::string>().empty()) out->stop.push_back(stop->get<std::string>());

@@ -84,9 +84,7 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
-            HarmonyOutput::Step step = out_.push(e.token_id);
-            if (step.reasoning) ++usage_.reasoning_tokens;
-            handle(step, &e, sse);
+            handle(out_.push(e.token_id), &e, sse);
         }
         if (e.finish != FinishReason::kNone) {
             hit_length_ = e.finish == FinishReason::kLength;
@@ -97,6 +95,7 @@ public:
 
     void close(FinishReason reason, std::string* sse) override {
         if (reason == FinishReason::kLength) hit_length_ = true;
+        usage_.reasoning_tokens = out_.reasoning_tokens();
         if (!stop_.matched()) {
             std::string tail = stop_.flush();
             if (!tail.empty()) emit_content(tail, sse);
@@ -235,9 +234,7 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         if (e.token_id >= 0) {
             ++usage_.completion_tokens;
-            HarmonyOutput::Step step = out_.push(e.token_id);
-            if (step.reasoning) ++usage_.reasoning_tokens;
-            for (const harmony::Event& h : step.events) handle(h, sse);
+            for (const harmony::Event& h : out_.push(e.token_id).events) handle(h, sse);
         }
         if (e.finish != FinishReason::kNone) {
             if (e.finish == FinishReason::kLength) hit_length_ = true;
@@ -248,6 +245,7 @@ public:
 
     void close(FinishReason reason, std::string* sse) override {
         if (reason == FinishReason::kLength) hit_length_ = true;
+        usage_.reasoning_tokens = out_.reasoning_tokens();
         const char* status = hit_length_ ? "incomplete" : "completed";
         emit(sse, hit_length_ ? "response.incomplete" : "response.completed",
              Json{{"response", response_json(status, true)}});

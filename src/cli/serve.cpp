@@ -1,0 +1,141 @@
+// gptoss serve --model DIR [--host 127.0.0.1] [--port 8000] [--backend cpu|cuda] [--max-body-bytes N]
+//              [--http-threads N] [--max-in-flight N] [--kv-cache-mb N] [--max-num-seqs N]
+//              [--served-model-name NAME] [--tokenizer FILE] [--request-timeout S]
+// The OpenAI-compatible HTTP server. It listens at once (/health answers 503 while the model loads
+// and warms up) and shuts down cleanly on SIGINT/SIGTERM: open streams end, then the engine.
+#include <pthread.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/command.h"
+#include "model/gpt_oss_weights.h"
+#include "runtime/cpu_model_runner.h"
+#include "runtime/engine.h"
+#include "server/http_server.h"
+#include "server/runtime_engine.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace gptoss::cli {
+namespace {
+
+struct ServeOptions {
+    std::string model;
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    std::string backend = "cpu";
+    size_t max_body_bytes = size_t{4} << 20;
+    int http_threads = 512;
+    int64_t max_in_flight = 1024;
+    size_t kv_cache_mb = 512;
+    int max_num_seqs = 256;
+    std::string served_model_name;
+    std::string tokenizer;
+    int request_timeout_s = 600;
+};
+
+int run_serve(const ServeOptions& o) {
+    if (o.backend != "cpu") return fail("backend '" + o.backend + "' is not available in this build (use cpu)");
+    if (o.port < 0 || o.port > 65535) return fail("--port must be in [0, 65535]");
+    if (o.http_threads < 8) return fail("--http-threads must be at least 8");
+
+    // Block the stop signals in every thread (all are created below, and inherit the mask); one
+    // thread waits for them with sigwait, so no handler runs inside a worker.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    std::optional<std::string> tok_path = o.tokenizer.empty() ? tokenizer::find_tokenizer_file(o.model) : o.tokenizer;
+    if (!tok_path) return fail("no tokenizer.json in " + o.model + " and none given with --tokenizer");
+    auto tok = tokenizer::BpeTokenizer::from_file(*tok_path);
+    if (!tok.ok()) return fail(tok.status().message());
+
+    const std::string model_dir = o.model;
+    runtime::EngineConfig engine_config;
+    engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
+    engine_config.scheduler.max_num_seqs = o.max_num_seqs;
+    auto load = [model_dir, engine_config]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+        ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
+        std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
+        return runtime::Engine::create(std::make_unique<runtime::CpuModelRunner>(shared), engine_config);
+    };
+
+    std::atomic<bool> load_failed{false};
+    server::ServerMetrics metrics;
+    std::unique_ptr<server::HttpServer> http;
+    server::RuntimeEngineAdapter engine(load, engine_config.block_size, [&](const Status& st) {
+        if (st.ok()) {
+            std::fprintf(stderr, "[serve] model loaded and warmed up; ready\n");
+            return;
+        }
+        std::fprintf(stderr, "error: cannot load the model: %s\n", st.message().c_str());
+        load_failed.store(true);
+        kill(getpid(), SIGTERM);  // the signal thread shuts everything down
+    });
+
+    server::RequestQueueOptions queue_options;
+    queue_options.max_in_flight = o.max_in_flight;
+    server::RequestQueue queue(engine, metrics, queue_options);
+    server::RoutesOptions routes_options;
+    routes_options.model_id = o.served_model_name.empty()
+                                  ? std::filesystem::path(o.model).lexically_normal().filename().string()
+                                  : o.served_model_name;
+    if (routes_options.model_id.empty()) routes_options.model_id = "gpt-oss";
+    routes_options.request_timeout = std::chrono::seconds(o.request_timeout_s);
+    server::OpenAiRoutes routes(queue, **tok, routes_options);
+    server::HttpServerOptions http_options;
+    http_options.host = o.host;
+    http_options.port = o.port;
+    http_options.max_body_bytes = o.max_body_bytes;
+    http_options.threads = o.http_threads;
+    http = std::make_unique<server::HttpServer>(routes, metrics, http_options);
+    Status st = http->bind();
+    if (!st.ok()) return fail(st.message());
+    std::fprintf(stderr, "[serve] listening on http://%s:%d (model %s, loading)\n", o.host.c_str(), http->port(),
+                 routes_options.model_id.c_str());
+    std::fflush(stderr);
+
+    std::thread signal_thread([&] {
+        int sig = 0;
+        sigwait(&stop_signals, &sig);
+        if (sig == SIGINT || !load_failed.load()) std::fprintf(stderr, "[serve] shutting down\n");
+        queue.shutdown();  // open streams end with an error event; new requests get 503
+        http->stop();
+    });
+    st = http->listen();
+    // listen() returned: either stop() ran (signal), or the server failed; make sure the signal
+    // thread finishes too.
+    if (!queue.shutting_down()) kill(getpid(), SIGTERM);
+    signal_thread.join();
+    if (load_failed.load()) return 1;
+    if (!st.ok()) return fail(st.message());
+    return 0;
+}
+
+CommandRegistrar reg([](CLI::App& app, int& exit_code) {
+    auto o = std::make_shared<ServeOptions>();
+    auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, responses, completions)");
+    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required();
+    sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
+    sub->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
+    sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
+    sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
+    sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")
+        ->capture_default_str();
+    sub->add_option("--max-in-flight", o->max_in_flight, "Requests handled at once (more: 503)")->capture_default_str();
+    sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache size in MiB")->capture_default_str();
+    sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences generated at once")->capture_default_str();
+    sub->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: directory name)");
+    sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
+    sub->add_option("--request-timeout", o->request_timeout_s, "Seconds before a request is ended")
+        ->capture_default_str();
+    sub->callback([o, &exit_code] { exit_code = run_serve(*o); });
+});
+
+}  // namespace
+}  // namespace gptoss::cli

@@ -1,0 +1,136 @@
+#include "server/runtime_engine.h"
+
+#include <algorithm>
+
+namespace gptoss::server {
+namespace {
+
+FinishReason convert(runtime::FinishReason r) {
+    switch (r) {
+        case runtime::FinishReason::kStop: return FinishReason::kStop;
+        case runtime::FinishReason::kLength: return FinishReason::kLength;
+        case runtime::FinishReason::kCancelled: return FinishReason::kCancelled;
+        case runtime::FinishReason::kError: return FinishReason::kError;
+    }
+    return FinishReason::kError;
+}
+
+EngineEvent convert(const runtime::TokenEvent& t) {
+    EngineEvent e;
+    e.token_id = t.id;
+    e.logprob = t.logprob;
+    e.top_logprobs.reserve(t.top_logprobs.size());
+    for (const runtime::TokenLogprob& lp : t.top_logprobs) e.top_logprobs.push_back({lp.id, lp.logprob});
+    if (t.finish_reason) e.finish = convert(*t.finish_reason);
+    e.error = t.error;
+    e.time = Clock::now();
+    return e;
+}
+
+}  // namespace
+
+RuntimeEngineAdapter::RuntimeEngineAdapter(Loader load, int block_size, std::function<void(const Status&)> on_loaded)
+    : block_size_(block_size) {
+    loader_ = std::thread([this, load = std::move(load), on_loaded = std::move(on_loaded)] {
+        Status st = load_and_warm_up(load);
+        if (st.ok()) ready_.store(true);
+        if (on_loaded) on_loaded(st);
+    });
+}
+
+RuntimeEngineAdapter::~RuntimeEngineAdapter() {
+    loader_.join();
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        handles_.clear();  // dropping a handle cancels its request
+    }
+    engine_.reset();
+}
+
+Status RuntimeEngineAdapter::load_and_warm_up(const Loader& load) {
+    ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, load());
+    const runtime::EngineStats s = engine->stats();
+    const int64_t kv_tokens = static_cast<int64_t>(s.num_blocks.full) * block_size_;
+    const int64_t context = std::min<int64_t>(engine->config().max_position_embeddings, kv_tokens);
+    max_context_.store(static_cast<int>(std::max<int64_t>(context, 1)));
+    vocab_size_.store(engine->config().vocab_size);
+    // Warm-up: one token through the whole path before /health says ready.
+    runtime::Request warm;
+    warm.prompt = {0};
+    warm.max_tokens = 1;
+    warm.sampling.temperature = 0.0f;
+    ASSIGN_OR_RETURN(runtime::RequestHandle handle, engine->submit(std::move(warm)));
+    for (;;) {
+        std::optional<runtime::TokenEvent> ev = handle.next(std::chrono::milliseconds(600000));
+        if (!ev) return internal_error("the engine's warm-up request timed out");
+        if (ev->finish_reason == runtime::FinishReason::kError) return internal_error("warm-up failed: " + ev->error);
+        if (ev->is_final()) break;
+    }
+    engine_ = std::move(engine);
+    return ok_status();
+}
+
+StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
+    if (!ready()) return failed_precondition("the engine is not loaded yet");
+    runtime::Request r;
+    r.prompt = std::move(request.prompt);
+    r.sampling = request.sampling;
+    r.stop_ids = std::move(request.stop_ids);
+    r.max_tokens = request.max_tokens;
+    r.logprobs = request.top_logprobs;
+    StatusOr<runtime::RequestHandle> handle = engine_->submit(std::move(r));
+    if (!handle.ok()) {
+        // Past the KV cache's capacity is, for a client, past the context (400, not 413).
+        if (handle.status().code() == StatusCode::kResourceExhausted) return out_of_range(handle.status().message());
+        return handle.status();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const RequestId id = next_id_++;
+    handles_.emplace(id, std::make_shared<runtime::RequestHandle>(std::move(*handle)));
+    return id;
+}
+
+bool RuntimeEngineAdapter::next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) {
+    std::shared_ptr<runtime::RequestHandle> h;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = handles_.find(id);
+        if (it == handles_.end()) return false;
+        h = it->second;
+    }
+    // Only the request's own HTTP thread reads it, so waiting outside the lock is safe.
+    std::optional<runtime::TokenEvent> ev = h->next(timeout);
+    if (!ev) return false;
+    for (;;) {
+        out->push_back(convert(*ev));
+        if (ev->is_final()) break;
+        ev = h->next(std::chrono::milliseconds(0));
+        if (!ev) break;
+    }
+    return true;
+}
+
+void RuntimeEngineAdapter::cancel(RequestId id) {
+    std::shared_ptr<runtime::RequestHandle> h;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = handles_.find(id);
+        if (it == handles_.end()) return;
+        h = std::move(it->second);
+        handles_.erase(it);
+    }
+    if (!h->done()) h->cancel();
+}
+
+EngineStats RuntimeEngineAdapter::stats() const {
+    EngineStats s;
+    if (!ready()) return s;
+    const runtime::EngineStats r = engine_->stats();
+    s.waiting_requests = r.num_waiting;
+    s.running_sequences = r.num_running;
+    s.kv_blocks_in_use = static_cast<int64_t>(r.num_blocks_in_use.full) + r.num_blocks_in_use.sliding;
+    s.kv_blocks_total = static_cast<int64_t>(r.num_blocks.full) + r.num_blocks.sliding;
+    return s;
+}
+
+}  // namespace gptoss::server

@@ -1,0 +1,489 @@
+// End-to-end: the official `openai` npm client against `gptoss serve` on the CPU backend with a tiny
+// random model (real vocabulary). Random weights give random text, so the checks are about shapes,
+// protocol and consistency (usage == streamed tokens, every stream ends properly, no KV block
+// leaks), not content; content-level checks live in tests/unit/server with a scripted engine.
+//
+// Run: GPTOSS_BIN=build/gptoss node --test tests/e2e/   (ctest runs it as e2e_openai_client)
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+
+const BIN = process.env.GPTOSS_BIN || path.resolve('build/gptoss');
+const WORK = process.env.GPTOSS_E2E_WORK || fs.mkdtempSync(path.join(os.tmpdir(), 'gptoss-e2e-'));
+const MODEL = 'tiny';
+const MAX_BODY = 1 << 20;
+const KV_CACHE_MB = 32;
+
+let server;
+let serverLog = '';
+let base;
+let client;
+let maxModelLen;
+
+async function freePort() {
+  const srv = net.createServer();
+  await new Promise((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address();
+  await new Promise((resolve) => srv.close(resolve));
+  return port;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function waitHealthy(timeoutMs) {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  while (Date.now() < deadline) {
+    if (server.exitCode !== null) throw new Error(`gptoss serve exited (${server.exitCode}):\n${serverLog}`);
+    try {
+      const r = await fetch(`${base}/health`);
+      if (r.status === 200) return;
+      last = `${r.status} ${await r.text()}`;
+      assert.equal(r.status, 503, 'health is 503 until ready');
+    } catch (e) {
+      last = String(e);
+    }
+    await sleep(100);
+  }
+  throw new Error(`server not healthy after ${timeoutMs} ms (${last}):\n${serverLog}`);
+}
+
+async function metrics() {
+  const r = await fetch(`${base}/metrics`);
+  assert.equal(r.status, 200);
+  const text = await r.text();
+  const value = (name) => {
+    const m = text.match(new RegExp(`^${name} ([0-9.e+-]+)$`, 'm'));
+    return m ? Number(m[1]) : undefined;
+  };
+  return { text, value };
+}
+
+// Waits until the engine holds no sequence and no KV block.
+async function assertEngineIdle(timeoutMs = 30000) {
+  const deadline = Date.now() + timeoutMs;
+  let m;
+  while (Date.now() < deadline) {
+    m = await metrics();
+    if (m.value('gptoss_running_sequences') === 0 && m.value('gptoss_kv_blocks_in_use') === 0 &&
+        m.value('gptoss_queue_depth') === 0 && m.value('gptoss_requests_in_flight') === 0) {
+      return m;
+    }
+    await sleep(100);
+  }
+  assert.fail(`engine not idle:\n${m.text}`);
+}
+
+// Expects `promise` to reject with an OpenAI APIError of `status` (and `param`, when given).
+async function expectApiError(promise, status, param) {
+  await assert.rejects(promise, (e) => {
+    assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
+    assert.equal(e.status, status, e.message);
+    assert.equal(typeof e.error?.message, 'string');
+    assert.equal(typeof e.error?.type, 'string');
+    if (param !== undefined) assert.equal(e.param, param, e.message);
+    return true;
+  });
+}
+
+// Raw request; returns status and the parsed OpenAI error object (checking its shape).
+async function rawError(method, url, body, headers = { 'content-type': 'application/json' }) {
+  const r = await fetch(`${base}${url}`, { method, body, headers });
+  const text = await r.text();
+  const j = JSON.parse(text);
+  assert.equal(typeof j.error?.message, 'string', text);
+  assert.equal(typeof j.error?.type, 'string', text);
+  assert.ok('param' in j.error && 'code' in j.error, text);
+  return { status: r.status, error: j.error, headers: r.headers };
+}
+
+function checkChatUsage(usage, maxTokens, finishReason) {
+  assert.ok(usage, 'usage present');
+  assert.ok(usage.prompt_tokens > 0);
+  assert.ok(usage.completion_tokens > 0 && usage.completion_tokens <= maxTokens, JSON.stringify(usage));
+  assert.equal(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+  const reasoning = usage.completion_tokens_details?.reasoning_tokens;
+  assert.ok(reasoning >= 0 && reasoning <= usage.completion_tokens);
+  if (finishReason === 'length') assert.equal(usage.completion_tokens, maxTokens);
+}
+
+before(async () => {
+  const model = path.join(WORK, 'tiny-model');
+  if (!fs.existsSync(path.join(model, 'config.json'))) {
+    fs.mkdirSync(WORK, { recursive: true });
+    execFileSync(BIN, ['init-model', '--preset', 'tiny', '--out', model, '--seed', '0'], { stdio: 'inherit' });
+  }
+  assert.ok(fs.existsSync(path.join(model, 'tokenizer.json')), 'init-model copied the tokenizer (run scripts/setup.sh)');
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  server = spawn(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', String(port),
+                       '--served-model-name', MODEL, '--max-body-bytes', String(MAX_BODY),
+                       '--kv-cache-mb', String(KV_CACHE_MB)],
+                 { stdio: ['ignore', 'pipe', 'pipe'] });
+  server.stdout.on('data', (d) => { serverLog += d; });
+  server.stderr.on('data', (d) => { serverLog += d; });
+  await waitHealthy(120000);
+  client = new OpenAI({ apiKey: 'unused', baseURL: `${base}/v1`, maxRetries: 0, timeout: 120000 });
+  const models = await client.models.list();
+  maxModelLen = models.data[0].max_model_len;
+});
+
+after(async () => {
+  if (!server || server.exitCode !== null) return;
+  const exited = new Promise((resolve) => server.once('exit', (code, signal) => resolve({ code, signal })));
+  server.kill('SIGTERM');
+  const result = await Promise.race([exited, sleep(15000).then(() => null)]);
+  if (!result) {
+    server.kill('SIGKILL');
+    assert.fail(`gptoss serve did not stop on SIGTERM:\n${serverLog}`);
+  }
+  assert.equal(result.code, 0, `gptoss serve exit code on SIGTERM:\n${serverLog}`);
+});
+
+describe('models and health', () => {
+  test('health, models list and retrieve', async () => {
+    const h = await fetch(`${base}/health`);
+    assert.equal(h.status, 200);
+    const models = await client.models.list();
+    assert.equal(models.data.length, 1);
+    assert.equal(models.data[0].id, MODEL);
+    assert.equal(models.data[0].object, 'model');
+    assert.ok(maxModelLen > 1000);
+    const one = await client.models.retrieve(MODEL);
+    assert.equal(one.id, MODEL);
+    await expectApiError(client.models.retrieve('nope'), 404);
+  });
+});
+
+describe('chat.completions', () => {
+  test('plain', async () => {
+    const r = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+      max_tokens: 12, temperature: 0.8, seed: 1,
+    });
+    assert.equal(r.object, 'chat.completion');
+    assert.match(r.id, /^chatcmpl-/);
+    assert.equal(r.model, MODEL);
+    assert.equal(r.choices.length, 1);
+    const c = r.choices[0];
+    assert.equal(c.message.role, 'assistant');
+    assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason));
+    assert.ok(c.message.content === null || typeof c.message.content === 'string');
+    checkChatUsage(r.usage, 12, c.finish_reason);
+  });
+
+  test('streaming: chunks, one finish, usage, [DONE]; equals the non-streamed result', async () => {
+    const params = { model: MODEL, messages: [{ role: 'user', content: 'Count to three.' }], max_completion_tokens: 16,
+                     temperature: 0 };
+    const whole = await client.chat.completions.create(params);
+    const stream = await client.chat.completions.create({ ...params, stream: true,
+                                                          stream_options: { include_usage: true } });
+    let content = '';
+    let reasoning = '';
+    let finish;
+    let usage;
+    let n = 0;
+    const ids = new Set();
+    for await (const chunk of stream) {
+      assert.equal(chunk.object, 'chat.completion.chunk');
+      ids.add(chunk.id);
+      if (n++ === 0) assert.equal(chunk.choices[0].delta.role, 'assistant');
+      if (chunk.usage) usage = chunk.usage;
+      if (chunk.choices.length === 0) continue;
+      const d = chunk.choices[0].delta;
+      if (d.content) content += d.content;
+      if (d.reasoning_content) reasoning += d.reasoning_content;
+      if (chunk.choices[0].finish_reason) {
+        assert.equal(finish, undefined, 'one finish_reason');
+        finish = chunk.choices[0].finish_reason;
+      }
+    }
+    assert.equal(ids.size, 1);
+    assert.ok(finish);
+    checkChatUsage(usage, 16, finish);
+    // Greedy and alone on the engine: the stream and the whole response are the same generation.
+    assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+    assert.equal(finish, whole.choices[0].finish_reason);
+    assert.equal(content, whole.choices[0].message.content ?? '');
+    assert.equal(reasoning, whole.choices[0].message.reasoning_content ?? '');
+
+    // The raw SSE framing ends with data: [DONE].
+    const raw = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...params, stream: true }),
+    });
+    assert.match(raw.headers.get('content-type'), /text\/event-stream/);
+    const text = await raw.text();
+    assert.ok(text.endsWith('data: [DONE]\n\n'), text.slice(-200));
+    for (const block of text.split('\n\n').filter((b) => b && !b.startsWith(':'))) {
+      assert.match(block, /^data: /);
+    }
+  });
+
+  test('tools, tool_choice, and tool results in history', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const messages = [
+      { role: 'user', content: 'Weather in Paris?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"temp_c":21}' },
+    ];
+    for (const tool_choice of ['auto', 'none', 'required', { type: 'function', function: { name: 'get_weather' } }]) {
+      const r = await client.chat.completions.create({ model: MODEL, messages, tools, tool_choice, max_tokens: 10 });
+      const c = r.choices[0];
+      checkChatUsage(r.usage, 10, c.finish_reason);
+      for (const call of c.message.tool_calls ?? []) {
+        assert.equal(call.type, 'function');
+        assert.equal(typeof call.id, 'string');
+        assert.equal(typeof call.function.name, 'string');
+        assert.equal(typeof call.function.arguments, 'string');
+      }
+      if (c.message.tool_calls?.length) assert.equal(c.finish_reason, 'tool_calls');
+    }
+    await expectApiError(client.chat.completions.create({ model: MODEL, messages, tools,
+      tool_choice: { type: 'function', function: { name: 'nope' } } }), 400, 'tool_choice.function.name');
+  });
+
+  test('logprobs and reasoning_effort', async () => {
+    const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 8, logprobs: true, top_logprobs: 2, reasoning_effort: 'low' });
+    const lp = r.choices[0].logprobs;
+    assert.ok(Array.isArray(lp.content));
+    assert.ok(lp.content.length <= r.usage.completion_tokens);
+    for (const e of lp.content) {
+      assert.equal(typeof e.token, 'string');
+      assert.ok(e.logprob <= 0);
+      assert.equal(e.top_logprobs.length, 2);
+    }
+  });
+});
+
+describe('responses', () => {
+  // `sdk`: the object went through the SDK, which adds output_text.
+  const checkOutput = (r, maxTokens, sdk = true) => {
+    assert.equal(r.object, 'response');
+    assert.match(r.id, /^resp_/);
+    assert.ok(['completed', 'incomplete'].includes(r.status));
+    if (r.status === 'incomplete') assert.equal(r.incomplete_details.reason, 'max_output_tokens');
+    for (const item of r.output) assert.ok(['reasoning', 'message', 'function_call'].includes(item.type), item.type);
+    assert.ok(r.usage.output_tokens > 0 && r.usage.output_tokens <= maxTokens);
+    assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+    if (sdk) assert.equal(typeof r.output_text, 'string');
+    if (r.status === 'incomplete') assert.equal(r.usage.output_tokens, maxTokens);
+  };
+
+  test('plain, with instructions and reasoning effort', async () => {
+    const r = await client.responses.create({ model: MODEL, input: 'Tell me a joke.', instructions: 'Be funny.',
+      reasoning: { effort: 'low' }, max_output_tokens: 12 });
+    checkOutput(r, 12);
+    assert.equal(r.instructions, 'Be funny.');
+  });
+
+  test('input items with a function call and its output', async () => {
+    const r = await client.responses.create({
+      model: MODEL, max_output_tokens: 10,
+      tools: [{ type: 'function', name: 'lookup', description: 'Look up', parameters: { type: 'object',
+        properties: { q: { type: 'string' } } }, strict: false }],
+      input: [
+        { role: 'user', content: 'Find x' },
+        { type: 'function_call', call_id: 'c1', name: 'lookup', arguments: '{"q":"x"}' },
+        { type: 'function_call_output', call_id: 'c1', output: 'found it' },
+      ],
+    });
+    checkOutput(r, 10);
+  });
+
+  test('streaming events (raw iteration and the SDK stream helper)', async () => {
+    const stream = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 12, stream: true });
+    const types = [];
+    let seq = -1;
+    const items = new Map();
+    let final;
+    for await (const e of stream) {
+      types.push(e.type);
+      assert.equal(e.sequence_number, seq + 1);
+      seq = e.sequence_number;
+      if (e.type === 'response.output_item.added') items.set(e.output_index, e.item.id);
+      if (e.type.endsWith('.delta') || e.type.endsWith('.done') && e.type !== 'response.output_item.done') {
+        assert.equal(items.get(e.output_index), e.item_id, `${e.type} for a known item`);
+      }
+      if (e.type === 'response.completed' || e.type === 'response.incomplete') final = e.response;
+    }
+    assert.equal(types[0], 'response.created');
+    assert.equal(types[1], 'response.in_progress');
+    assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)));
+    checkOutput(final, 12, false);
+    assert.equal(final.output.length, items.size);
+
+    // The SDK's accumulating stream validates the event sequence against the final response.
+    const helper = client.responses.stream({ model: MODEL, input: 'Hello', max_output_tokens: 8 });
+    const done = await helper.finalResponse();
+    checkOutput(done, 8);
+  });
+});
+
+describe('completions', () => {
+  test('text prompt with logprobs', async () => {
+    const r = await client.completions.create({ model: MODEL, prompt: 'The quick brown fox', max_tokens: 8,
+      logprobs: 1, temperature: 0.5 });
+    assert.equal(r.object, 'text_completion');
+    const c = r.choices[0];
+    assert.equal(typeof c.text, 'string');
+    assert.ok(['stop', 'length'].includes(c.finish_reason));
+    assert.equal(c.logprobs.tokens.length, r.usage.completion_tokens);
+    assert.equal(c.logprobs.token_logprobs.length, r.usage.completion_tokens);
+    assert.ok(r.usage.completion_tokens <= 8);
+    if (c.finish_reason === 'length') assert.equal(r.usage.completion_tokens, 8);
+  });
+
+  test('token-id prompt, streamed with usage', async () => {
+    const stream = await client.completions.create({ model: MODEL, prompt: [200006, 1428, 200008, 12194],
+      max_tokens: 8, logprobs: 0, stream: true, stream_options: { include_usage: true } });
+    let tokens = 0;
+    let usage;
+    let finish;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        if (c.logprobs) tokens += c.logprobs.tokens.length;
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    assert.ok(finish);
+    assert.equal(usage.prompt_tokens, 4);
+    assert.equal(tokens, usage.completion_tokens);
+  });
+});
+
+describe('bad input', () => {
+  const chat = (body) => client.chat.completions.create({ model: MODEL, max_tokens: 4, ...body });
+
+  test('validation errors through the client: 400 with param', async () => {
+    const user = [{ role: 'user', content: 'x' }];
+    await expectApiError(client.chat.completions.create({ model: MODEL }), 400, 'messages');
+    await expectApiError(chat({ messages: [] }), 400, 'messages');
+    await expectApiError(chat({ messages: 'hello' }), 400, 'messages');
+    await expectApiError(chat({ messages: [{ role: 'robot', content: 'x' }] }), 400, 'messages[0].role');
+    await expectApiError(chat({ messages: [{ role: 'user', content: 7 }] }), 400, 'messages[0].content');
+    await expectApiError(chat({ messages: user, temperature: 'hot' }), 400, 'temperature');
+    await expectApiError(chat({ messages: user, max_tokens: 0 }), 400, 'max_tokens');
+    await expectApiError(chat({ messages: user, max_tokens: -1 }), 400, 'max_tokens');
+    await expectApiError(chat({ messages: user, max_tokens: undefined, max_completion_tokens: 0 }), 400,
+                         'max_completion_tokens');
+    await expectApiError(chat({ messages: user, n: 2 }), 400, 'n');
+    await expectApiError(chat({ messages: user, top_logprobs: 2 }), 400, 'top_logprobs');
+    await expectApiError(client.responses.create({ model: MODEL }), 400, 'input');
+    await expectApiError(client.responses.create({ model: MODEL, input: 'x', max_output_tokens: 0 }), 400,
+                         'max_output_tokens');
+    await expectApiError(client.completions.create({ model: MODEL, prompt: [1, 2, 999999] }), 400, 'prompt[2]');
+    await expectApiError(client.completions.create({ model: MODEL, prompt: 'x', max_tokens: -2 }), 400, 'max_tokens');
+  });
+
+  test('prompt over the context: 400 context_length_exceeded', async () => {
+    const ids = Array.from({ length: maxModelLen + 8 }, (_, i) => 1000 + (i % 5000));
+    await assert.rejects(client.completions.create({ model: MODEL, prompt: ids, max_tokens: 1 }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.code, 'context_length_exceeded');
+      return true;
+    });
+    await assert.rejects(chat({ messages: [{ role: 'user', content: 'x' }], max_tokens: maxModelLen }), (e) => {
+      assert.equal(e.status, 400);
+      assert.equal(e.code, 'context_length_exceeded');
+      return true;
+    });
+  });
+
+  test('malformed JSON, invalid UTF-8, oversized body, unknown route, wrong method', async () => {
+    let r = await rawError('POST', '/v1/chat/completions', '{"messages": [');
+    assert.equal(r.status, 400);
+    r = await rawError('POST', '/v1/chat/completions', '[1, 2, 3]');
+    assert.equal(r.status, 400);
+    const badUtf8 = Buffer.concat([Buffer.from('{"messages":[{"role":"user","content":"'), Buffer.from([0xc3, 0x28]),
+                                   Buffer.from('"}]}')]);
+    r = await rawError('POST', '/v1/chat/completions', badUtf8);
+    assert.equal(r.status, 400);
+    r = await rawError('POST', '/v1/completions', Buffer.from([0xff, 0xfe, 0x7b]));
+    assert.equal(r.status, 400);
+    const big = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x'.repeat(MAX_BODY + 10) }] });
+    r = await rawError('POST', '/v1/chat/completions', big);
+    assert.equal(r.status, 413);
+    r = await rawError('POST', '/v1/nothing', '{}');
+    assert.equal(r.status, 404);
+    r = await rawError('GET', '/v1/chat/completions', undefined, {});
+    assert.equal(r.status, 405);
+    assert.equal(r.headers.get('allow'), 'POST');
+    r = await rawError('DELETE', '/v1/models', undefined, {});
+    assert.equal(r.status, 405);
+    // The server is still fine.
+    const ok = await chat({ messages: [{ role: 'user', content: 'still there?' }] });
+    assert.equal(ok.object, 'chat.completion');
+  });
+});
+
+describe('metrics', () => {
+  test('Prometheus text with the request, token and latency series', async () => {
+    const m = await assertEngineIdle();
+    for (const name of ['gptoss_http_requests_total{endpoint="/v1/chat/completions",status="200"}',
+      'gptoss_http_requests_total{endpoint="/v1/chat/completions",status="400"}',
+      'gptoss_prompt_tokens_total', 'gptoss_generation_tokens_total',
+      'gptoss_time_to_first_token_seconds_bucket{le="+Inf"}', 'gptoss_inter_token_latency_seconds_count',
+      'gptoss_queue_depth', 'gptoss_running_sequences', 'gptoss_kv_blocks_in_use']) {
+      assert.ok(m.text.includes(name), name);
+    }
+    assert.ok(m.value('gptoss_generation_tokens_total') > 0);
+    assert.ok(m.value('gptoss_kv_blocks_total') > 0);
+  });
+});
+
+describe('load', () => {
+  test('64 concurrent streaming clients, some disconnecting early: consistent usage, no KV leak',
+       { timeout: 150000 }, async () => {
+    const N = 64;
+    const MAX = 12;
+    const runs = Array.from({ length: N }, async (_, i) => {
+      const abortEarly = i % 5 === 0;
+      const controller = new AbortController();
+      const chatApi = i % 2 === 0;
+      const stream = chatApi
+        ? await client.chat.completions.create({ model: MODEL, max_tokens: MAX, stream: true,
+            stream_options: { include_usage: true }, messages: [{ role: 'user', content: `Client ${i} says hi.` }] },
+          { signal: controller.signal })
+        : await client.completions.create({ model: MODEL, prompt: `Client ${i}:`, max_tokens: MAX, logprobs: 0,
+            stream: true, stream_options: { include_usage: true } }, { signal: controller.signal });
+      let chunks = 0;
+      let tokens = 0;
+      let usage;
+      let finish;
+      try {
+        for await (const chunk of stream) {
+          if (abortEarly && ++chunks >= 2) {
+            controller.abort();
+            break;
+          }
+          if (chunk.usage) usage = chunk.usage;
+          for (const c of chunk.choices) {
+            if (c.finish_reason) finish = c.finish_reason;
+            if (!chatApi && c.logprobs) tokens += c.logprobs.tokens.length;
+          }
+        }
+      } catch (e) {
+        if (!abortEarly) throw e;
+      }
+      if (abortEarly) return 'aborted';
+      assert.ok(finish, `client ${i} got a finish_reason`);
+      assert.ok(usage && usage.completion_tokens > 0 && usage.completion_tokens <= MAX, `client ${i} usage`);
+      if (finish === 'length') assert.equal(usage.completion_tokens, MAX);
+      if (!chatApi) assert.equal(tokens, usage.completion_tokens, `client ${i}: streamed tokens == usage`);
+      return 'complete';
+    });
+    const results = await Promise.all(runs);
+    assert.equal(results.filter((r) => r === 'complete').length, N - Math.ceil(N / 5));
+    await assertEngineIdle();
+  });
+});
