@@ -383,6 +383,50 @@ TEST_F(HttpServerTest, ManyConcurrentStreamsSomeAbort) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+// 260 streams open at the same moment (the engine holds every token until all have their first
+// chunk), then all of them complete.
+TEST_F(HttpServerTest, TwoHundredFiftySixOpenStreamsAtOnce) {
+    TestServerOptions o = default_test_options();
+    o.http.threads = 320;
+    o.engine.max_running = 300;
+    TestServer s(o);
+    s.engine.set_script(hello_script());
+    s.engine.set_paused(true);
+    constexpr int kClients = 260;
+    std::atomic<int> opened{0}, done{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kClients; ++i) {
+        threads.emplace_back([&] {
+            httplib::Client c = s.client();
+            httplib::Request req;
+            req.method = "POST";
+            req.path = "/v1/chat/completions";
+            req.body = R"({"messages":[{"role":"user","content":"x"}],"stream":true})";
+            std::string body;
+            bool first = true;
+            req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+                if (first) ++opened;
+                first = false;
+                body.append(d, n);
+                return true;
+            };
+            c.send(req);
+            if (body.size() >= kSseDone.size() &&
+                body.compare(body.size() - kSseDone.size(), kSseDone.size(), kSseDone) == 0) {
+                ++done;
+            }
+        });
+    }
+    for (int i = 0; i < 3000 && opened.load() < kClients; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(opened.load(), kClients);
+    EXPECT_EQ(s.queue.in_flight(), kClients);
+    s.engine.set_paused(false);
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(done.load(), kClients);
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
 TEST_F(HttpServerTest, ShutdownEndsOpenStreams) {
     auto s = std::make_unique<TestServer>();
     s->engine.set_script(hello_script());
