@@ -3,11 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <queue>
-#include <sstream>
 
 #include "tokenizer/byte_pair.h"
 #include "tokenizer/pretokenizer.h"
@@ -19,8 +16,9 @@ namespace gptoss::tokenizer {
 
 namespace {
 
-// Ids beyond this are taken as a corrupt file rather than allocated for.
+// Ids beyond this are taken as a corrupt file rather than allocated for; so are larger files.
 constexpr uint32_t kMaxVocabSize = 1u << 24;
+constexpr uintmax_t kMaxFileBytes = uintmax_t{1} << 30;
 
 struct SpecialToken {
     std::string_view text;  // into Impl::special_bytes
@@ -66,9 +64,10 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_file(const std::strin
     if (!std::filesystem::is_regular_file(path, ec)) return not_found("tokenizer file not found: " + path);
     std::ifstream in(path, std::ios::binary);
     if (!in) return not_found("cannot open tokenizer file: " + path);
-    std::string text;
     auto size = std::filesystem::file_size(path, ec);
-    if (!ec) text.resize(static_cast<size_t>(size));
+    if (ec) return data_loss("cannot read tokenizer file: " + path + ": " + ec.message());
+    if (size > kMaxFileBytes) return invalid_argument("tokenizer file is implausibly large: " + path);
+    std::string text(static_cast<size_t>(size), '\0');
     in.read(text.data(), static_cast<std::streamsize>(text.size()));
     if (static_cast<size_t>(in.gcount()) != text.size()) return data_loss("cannot read tokenizer file: " + path);
     auto tok = from_json(text);
@@ -189,6 +188,10 @@ std::vector<int32_t> BpeTokenizer::encode_ordinary(std::string_view text) const 
     out.reserve(text.size() / 4 + 8);
     impl_->encode_ordinary_into(text, out);
     return out;
+}
+
+void BpeTokenizer::encode_ordinary_append(std::string_view text, std::vector<int32_t>& out) const {
+    impl_->encode_ordinary_into(text, out);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, std::span<const std::string> allowed_special,

@@ -23,6 +23,8 @@ public:
 
     // Plain text to ids; special-token strings in `text` are ordinary text (tiktoken encode_ordinary).
     std::vector<int32_t> encode_ordinary(std::string_view text) const;
+    // Same, appending to `out` (a prompt rendered piece by piece needs no temporary vectors).
+    void encode_ordinary_append(std::string_view text, std::vector<int32_t>& out) const;
     // Special-token strings are recognised only when listed in `allowed_special` (by their text,
     // e.g. "<|start|>"); `allow_all_special` recognises every added token.
     std::vector<int32_t> encode(std::string_view text, std::span<const std::string> allowed_special,

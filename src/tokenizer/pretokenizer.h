@@ -15,7 +15,9 @@ namespace gptoss::tokenizer {
 
 // A compiled PCRE2 pattern. `\s` and `\S` are rewritten to Unicode White_Space, which is what
 // Oniguruma (Hugging Face tokenizers) and the Rust regex crate (tiktoken) mean by them; PCRE2's own
-// \s differs on U+180E.
+// \s differs on U+180E. PCRE2's property tables are those of the system library (Debian 12: 10.42,
+// Unicode 14.0), so for characters assigned in Unicode 15 or 16 this path can split differently
+// from Hugging Face; the o200k fast path uses Unicode 16.0 and does not.
 class RegexSplitter {
 public:
     static StatusOr<std::unique_ptr<RegexSplitter>> create(std::string_view pattern);

@@ -117,6 +117,9 @@ TEST(BpeTokenizer, EncodeOrdinaryTreatsSpecialTextAsText) {
         EXPECT_FALSE(tok->is_special(id)) << id;
     }
     EXPECT_EQ(tok->encode(" <|end|>", {}), ids);  // nothing allowed: same as ordinary
+    Ids appended = {7};
+    tok->encode_ordinary_append(" <|end|>", appended);
+    EXPECT_EQ(appended, Ids({7, 464, 91, 419, 91, 29}));
 }
 
 TEST(BpeTokenizer, EncodeRecognisesOnlyAllowedSpecials) {
