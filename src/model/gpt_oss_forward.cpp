@@ -26,7 +26,15 @@ size_t CpuKvCache::bytes() const {
     return n;
 }
 
-CpuForward::CpuForward(const GptOssWeights& weights) : w_(weights) {
+namespace {
+
+void round_to_bf16(float* v, size_t n) {
+    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
+}
+
+}  // namespace
+
+CpuForward::CpuForward(const GptOssWeights& weights, bool emulate_bf16) : w_(weights), emulate_bf16_(emulate_bf16) {
     const GptOssConfig& c = w_.config;
     inv_freq_.resize(c.head_dim / 2);
     if (!c.rope_scaling) {  // plain RoPE
@@ -141,6 +149,7 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
 
         // ---- attention block ----
         rmsnorm(x.data(), L.input_layernorm, h.data(), T);
+        if (emulate_bf16_) round_to_bf16(h.data(), h.size());
         linear(h.data(), L.q_proj, &L.q_bias, q.data());
         linear(h.data(), L.k_proj, &L.k_bias, k.data());
         linear(h.data(), L.v_proj, &L.v_bias, v.data());
@@ -160,6 +169,14 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         r.head_dim = hd;
         r.block_size = bs;
         cpu::rope_kv_write(r);
+        if (emulate_bf16_) {
+            round_to_bf16(q.data(), q.size());
+            const int* slots = sliding ? slots_sliding.data() : slots_full.data();
+            for (int t = 0; t < T; ++t) {
+                round_to_bf16(kv.k(l) + static_cast<size_t>(slots[t]) * kvw, kvw);
+                round_to_bf16(kv.v(l) + static_cast<size_t>(slots[t]) * kvw, kvw);
+            }
+        }
 
         kernels::AttentionArgs at;
         at.q = q.data();
@@ -177,6 +194,7 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         at.sliding_window = sliding ? c.sliding_window : 0;
         at.scale = 1.0f / std::sqrt(static_cast<float>(hd));
         cpu::attention(at);
+        if (emulate_bf16_) round_to_bf16(attn.data(), attn.size());
         linear(attn.data(), L.o_proj, &L.o_bias, block_out.data());
         for (size_t i = 0; i < x.size(); ++i) x[i] += block_out[i];
 
@@ -196,8 +214,13 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         ra.experts_per_token = K;
         cpu::router(ra);
 
+        std::vector<float> h_moe;
+        if (emulate_bf16_) {  // the router reads fp32 h, the experts a bf16 copy
+            h_moe = h;
+            round_to_bf16(h_moe.data(), h_moe.size());
+        }
         kernels::MoeArgs m;
-        m.x = h.data();
+        m.x = emulate_bf16_ ? h_moe.data() : h.data();
         m.expert_ids = expert_ids.data();
         m.expert_weights = expert_weights.data();
         m.y = block_out.data();
@@ -236,6 +259,7 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
     }
     const int R = static_cast<int>(rows.size() / H);
     rmsnorm(rows.data(), w_.norm, rows.data(), R);
+    if (emulate_bf16_) round_to_bf16(rows.data(), rows.size());
     const size_t base = logits->size();
     logits->resize(base + static_cast<size_t>(R) * c.vocab_size);
     kernels::LinearArgs a;

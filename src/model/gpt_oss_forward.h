@@ -44,7 +44,10 @@ struct ForwardSequence {
 
 class CpuForward {
 public:
-    explicit CpuForward(const GptOssWeights& weights);
+    // emulate_bf16: round activations to bf16 exactly where the CUDA backend stores them in bf16
+    // (GEMM inputs after each norm, q/k/v after RoPE, the attention output), so the CPU reference
+    // can check the CUDA path at tight tolerance independently of that precision choice.
+    explicit CpuForward(const GptOssWeights& weights, bool emulate_bf16 = false);
 
     // Appends one row of vocab_size logits per requested position to `logits` (sequence order).
     // Validates token ids, positions and block tables first (invalid_argument / out_of_range).
@@ -59,6 +62,7 @@ private:
     Status validate(std::span<const ForwardSequence> seqs, const CpuKvCache& kv) const;
 
     const GptOssWeights& w_;
+    bool emulate_bf16_ = false;
     std::vector<float> inv_freq_;  // [head_dim / 2]
     float attention_scaling_ = 1.0f;
 };

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 
 #include "core/progress.h"
 #include "core/thread_pool.h"
@@ -93,9 +94,18 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
     const int64_t qw = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
     const int64_t kvw = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
     SafetensorsWriter wr;
+    // Progress is counted as tensors are generated (each fill runs once, during write()).
+    auto progress = std::make_shared<std::unique_ptr<Progress>>();
+    auto add = [&](const std::string& name, DType dtype, Shape shape, SafetensorsWriter::FillFn fill) {
+        const uint64_t bytes = static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
+        wr.add_lazy(name, dtype, shape, [fill = std::move(fill), progress, bytes](uint8_t* dst) {
+            fill(dst);
+            if (*progress) (*progress)->advance(bytes);
+        });
+    };
     auto key = [&](const std::string& name) { return splitmix64(opt.seed) ^ hash_name(name); };
     auto bf16 = [&](const std::string& name, Shape shape, float offset, float scale) {
-        wr.add_lazy(name, DType::kBF16, shape, bf16_fill(key(name), shape.numel(), offset, scale));
+        add(name, DType::kBF16, shape, bf16_fill(key(name), shape.numel(), offset, scale));
     };
     auto weight = [&](const std::string& name, int64_t out, int64_t in) {
         bf16(name, Shape{out, in}, 0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
@@ -118,14 +128,14 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         weight(p + "mlp.router.weight", E, H);
         bf16(p + "mlp.router.bias", Shape{E}, 0.0f, 0.1f);
         const std::string x = p + "mlp.experts.";
-        wr.add_lazy(x + "gate_up_proj_blocks", DType::kU8, Shape{E, 2 * I, H / 32, 16},
+        add(x + "gate_up_proj_blocks", DType::kU8, Shape{E, 2 * I, H / 32, 16},
                     code_fill(key(x + "gate_up_proj_blocks"), E * 2 * I * H / 2));
-        wr.add_lazy(x + "gate_up_proj_scales", DType::kU8, Shape{E, 2 * I, H / 32},
+        add(x + "gate_up_proj_scales", DType::kU8, Shape{E, 2 * I, H / 32},
                     scale_fill(key(x + "gate_up_proj_scales"), E * 2 * I * H / 32, mxfp4_scale_exp(H)));
         bf16(x + "gate_up_proj_bias", Shape{E, 2 * I}, 0.0f, 0.1f);
-        wr.add_lazy(x + "down_proj_blocks", DType::kU8, Shape{E, H, I / 32, 16},
+        add(x + "down_proj_blocks", DType::kU8, Shape{E, H, I / 32, 16},
                     code_fill(key(x + "down_proj_blocks"), E * H * I / 2));
-        wr.add_lazy(x + "down_proj_scales", DType::kU8, Shape{E, H, I / 32},
+        add(x + "down_proj_scales", DType::kU8, Shape{E, H, I / 32},
                     scale_fill(key(x + "down_proj_scales"), E * H * I / 32, mxfp4_scale_exp(I)));
         bf16(x + "down_proj_bias", Shape{E, H}, 0.0f, 0.1f);
     }
@@ -137,7 +147,10 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         f << c.to_hf_json().dump(2) << "\n";
         if (!f) return invalid_argument("cannot write " + dir + "/config.json");
     }
-    return wr.write(dir, {{"format", "pt"}}, opt.max_shard_bytes);
+    *progress = std::make_unique<Progress>("writing " + dir, wr.total_bytes());
+    Status st = wr.write(dir, {{"format", "pt"}}, opt.max_shard_bytes);
+    progress->reset();
+    return st;
 }
 
 }  // namespace gptoss::model

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries on this (development) machine and stages them in .device/ for the
+# device tool to carry to the H200 (tools/gpu_check.sh runs them there). Non-CUDA libraries are
+# linked statically; cuBLASLt and the CUDA runtime come from the host's CUDA 13 install.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$root/build-cuda"
+[ -f "$build/build.ninja" ] || cmake -S "$root" -B "$build" -G Ninja -DGPTOSS_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C "$build" gptoss cuda_kernel_tests attention_bench
+mkdir -p "$root/.device"
+cp "$build/gptoss" "$build/tests/cuda_kernel_tests" "$build/bench/kernels/attention_bench" "$root/.device/"
+# Debian's cpp-httplib is a shared library only (its header is the split, declarations-only
+# form): carry it and its brotli dependencies; tools/gpu_check.sh puts .device/lib on the path.
+mkdir -p "$root/.device/lib"
+for lib in $(ldd "$root/.device/gptoss" | awk '/httplib|brotli/{print $3}'); do cp -L "$lib" "$root/.device/lib/"; done
+git -C "$root" rev-parse --short HEAD > "$root/.device/REVISION"
+du -sh "$root/.device"

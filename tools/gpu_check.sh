@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One call on the H200 (device tool): kernel tests, kernel benchmarks, full-size verification
+# against transformers, the end-to-end benchmark and the transformers peer, with logs under $OUT.
+# Binaries are built on the development machine (scripts/build_for_gpu.sh) and carried in .device/.
+#
+#   bash tools/gpu_check.sh tests verify        # stages to run, in order
+#   stages: tests attn_bench verify bench peer
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-/tmp/gpu_check_out}
+mkdir -p "$OUT"
+BIN=.device
+export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+WORK=${WORK:-/tmp/gptoss_work}
+mkdir -p "$WORK"
+summary=()
+nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee "$OUT/nvidia_smi.txt"
+git_rev=$(cat .device/REVISION 2>/dev/null || echo unknown)
+echo "revision: $git_rev" | tee "$OUT/revision.txt"
+
+for stage in "$@"; do
+  t0=$(date +%s)
+  case "$stage" in
+    tests)
+      $BIN/cuda_kernel_tests > "$OUT/cuda_kernel_tests.log" 2>&1
+      rc=$?
+      grep -E '^\[attn\]|rel L2|whole-prompt|real widths|^\[  (PASSED|FAILED) |^\[  FAILED' "$OUT/cuda_kernel_tests.log" | grep -E 'FAIL|PASSED|whole-prompt|real widths' | head -40
+      summary+=("tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_kernel_tests.log" | tr '\n' ' ')")
+      ;;
+    attn_bench)
+      $BIN/attention_bench > "$OUT/attention_bench.log" 2>&1
+      summary+=("attn_bench rc=$?")
+      tail -30 "$OUT/attention_bench.log"
+      if command -v cuobjdump >/dev/null; then
+        cuobjdump --dump-sass $BIN/attention_bench | awk '/Function :/{f=$3} /HMMA|LDSM|LDL|STL/{split($2,a,".");c[f" "a[1]]++} END{for(k in c)print c[k],k}' | grep -i attention > "$OUT/attention_sass.txt"
+        cat "$OUT/attention_sass.txt"
+      fi
+      ;;
+    verify)
+      python3 tools/verify_full_size.py --gptoss $BIN/gptoss --preset gpt-oss-20b --work "$WORK" \
+        --json "$OUT/verify_20b.json" 2>&1 | tee "$OUT/verify_20b.log" | grep -vE 'Loading|it/s' | tail -12
+      summary+=("verify rc=${PIPESTATUS[0]}")
+      ;;
+    bench)
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --json "$OUT/bench_20b.json" --markdown "$OUT/bench_20b.md" \
+        ${BENCH_ARGS:-} > "$OUT/bench_20b.log" 2>&1
+      summary+=("bench rc=$?")
+      cat "$OUT/bench_20b.md"
+      ;;
+    peer)
+      python3 tools/bench_peer_transformers.py --model "$WORK/gpt-oss-20b" --json "$OUT/peer_20b.json" \
+        > "$OUT/peer_20b.log" 2>&1
+      summary+=("peer rc=$?")
+      grep -v Loading "$OUT/peer_20b.log" | tail -8
+      ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+  echo "== stage $stage: $(( $(date +%s) - t0 )) s"
+done
+echo "===== summary ====="
+printf '%s\n' "${summary[@]}"
