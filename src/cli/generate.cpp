@@ -1,124 +1,320 @@
-// gptoss generate --model DIR (--ids 1,2,3 | --prompt TEXT) --max-tokens N [--temperature T]
-//                 [--top-p P] [--seed S]
+// gptoss generate --model DIR (--ids 1,2,3 | --prompt TEXT) [--max-tokens N] [--temperature T]
+//                 [--top-p P] [--top-k K] [--min-p P] [--seed S] [--stop TEXT]... [--ignore-eos]
+// gptoss generate --model DIR --batch-file F.jsonl [same defaults]
+//
+// Both go through the token engine (runtime::Engine). A batch file has one request a line,
+//   {"ids":[...], "max_tokens":N, "temperature":T, "top_p":P, "seed":S}
+// (also "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+// "stop_ids", "stop" (strings), "ignore_eos"; a missing field takes the command-line value).
+// Every line is submitted at once; the output has one JSON object a line, in input order:
+//   {"ids":[...], "finish_reason":"stop"|"length"}   or   {"error":"..."} for a rejected line.
+// Blank lines are skipped. Throughput goes to stderr.
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
-#include "model/gpt_oss_forward.h"
-#include "runtime/sampler.h"
+#include "runtime/cpu_model_runner.h"
+#include "runtime/engine.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::cli {
 namespace {
 
+using nlohmann::json;
+
 struct GenerateOptions {
     std::string model;
     std::string ids;
     std::string prompt;
+    std::string batch_file;
     std::string tokenizer;
     int max_tokens = 16;
     float temperature = 1.0f;
     float top_p = 1.0f;
     int top_k = 0;
+    float min_p = 0.0f;
     std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
     bool ignore_eos = false;
     std::string backend = "cpu";
+    double kv_cache_mb = 0;  // 0: enough for every request at once (at most half the free memory)
+    int max_num_seqs = 256;
+    int max_batched_tokens = 512;
+    int block_size = 16;
 };
 
-int run_generate(const GenerateOptions& o) {
-    if (o.ids.empty() == o.prompt.empty()) return fail("give exactly one of --ids and --prompt");
-    if (o.max_tokens <= 0) return fail("--max-tokens must be positive");
-    if (o.temperature < 0 || !(o.top_p > 0 && o.top_p <= 1)) return fail("need --temperature >= 0 and 0 < --top-p <= 1");
-    if (o.backend != "cpu") return fail("backend '" + o.backend + "' is not available in this build");
+struct Line {
+    int line_number = 0;
+    runtime::Request request;
+    std::string error;  // set: the line is rejected before submission
+};
 
+StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> load_tokenizer(const GenerateOptions& o) {
+    std::optional<std::string> path = o.tokenizer.empty() ? tokenizer::find_tokenizer_file(o.model) : o.tokenizer;
+    if (!path) return not_found("no tokenizer: none in the model directory and none given with --tokenizer");
+    return tokenizer::BpeTokenizer::from_file(*path);
+}
+
+// Reads an optional field of a batch line, type-checked.
+template <typename T>
+Status get_field(const json& j, const char* key, T* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return ok_status();
+    try {
+        *out = it->get<T>();
+    } catch (const json::exception&) {
+        return invalid_argument(std::string("field \"") + key + "\" has the wrong type");
+    }
+    return ok_status();
+}
+
+Status parse_line(const std::string& text, const GenerateOptions& o, const std::vector<int>& eos, Line* line) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        return invalid_argument(std::string("not JSON: ") + e.what());
+    }
+    if (!j.is_object()) return invalid_argument("a batch line must be a JSON object");
+    runtime::Request& r = line->request;
+    if (!j.contains("ids")) return invalid_argument("missing \"ids\"");
+    RETURN_IF_ERROR(get_field(j, "ids", &r.prompt));
+    r.max_tokens = o.max_tokens;
+    r.sampling.temperature = o.temperature;
+    r.sampling.top_p = o.top_p;
+    r.sampling.top_k = o.top_k;
+    r.sampling.min_p = o.min_p;
+    r.sampling.seed = o.seed;
+    r.stop_strings = o.stop;
+    bool ignore_eos = o.ignore_eos;
+    RETURN_IF_ERROR(get_field(j, "max_tokens", &r.max_tokens));
+    RETURN_IF_ERROR(get_field(j, "temperature", &r.sampling.temperature));
+    RETURN_IF_ERROR(get_field(j, "top_p", &r.sampling.top_p));
+    RETURN_IF_ERROR(get_field(j, "top_k", &r.sampling.top_k));
+    RETURN_IF_ERROR(get_field(j, "min_p", &r.sampling.min_p));
+    RETURN_IF_ERROR(get_field(j, "presence_penalty", &r.sampling.presence_penalty));
+    RETURN_IF_ERROR(get_field(j, "frequency_penalty", &r.sampling.frequency_penalty));
+    RETURN_IF_ERROR(get_field(j, "repetition_penalty", &r.sampling.repetition_penalty));
+    uint64_t seed = 0;
+    if (j.contains("seed") && !j["seed"].is_null()) {
+        RETURN_IF_ERROR(get_field(j, "seed", &seed));
+        r.sampling.seed = seed;
+    }
+    RETURN_IF_ERROR(get_field(j, "stop_ids", &r.stop_ids));
+    RETURN_IF_ERROR(get_field(j, "stop", &r.stop_strings));
+    RETURN_IF_ERROR(get_field(j, "ignore_eos", &ignore_eos));
+    if (!ignore_eos) r.stop_ids.insert(r.stop_ids.end(), eos.begin(), eos.end());
+    return ok_status();
+}
+
+// A KV budget that holds every request at once, capped at half of the free memory.
+runtime::KvBudget default_budget(const GenerateOptions& o, const runtime::ModelRunner& runner,
+                                 const std::vector<Line>& lines) {
+    runtime::KvBudget b;
+    if (o.kv_cache_mb > 0) {
+        b.bytes = static_cast<size_t>(o.kv_cache_mb * 1024 * 1024);
+        return b;
+    }
+    const runtime::KvGeometry g = runner.kv_geometry(o.block_size);
+    int64_t blocks = 0;
+    for (const Line& l : lines) {
+        blocks +=
+            (static_cast<int64_t>(l.request.prompt.size()) + l.request.max_tokens + o.block_size - 1) / o.block_size +
+            1;
+    }
+    const int64_t window_blocks = g.sliding_window > 0 ? (g.sliding_window + o.block_size - 1) / o.block_size + 2 : 0;
+    const int64_t sliding = static_cast<int64_t>(lines.size()) * window_blocks +
+                            (o.max_batched_tokens + o.block_size - 1) / o.block_size + 2;
+    const size_t want =
+        static_cast<size_t>(blocks) * g.bytes_per_block_full + static_cast<size_t>(sliding) * g.bytes_per_block_sliding;
+    const size_t cap = runner.free_memory_bytes() / 2;
+    if (want <= cap && blocks < INT32_MAX / 2 && sliding < INT32_MAX / 2) {
+        b.num_blocks_full = static_cast<int>(blocks);
+        b.num_blocks_sliding = static_cast<int>(sliding);
+    } else {
+        b.bytes = cap;
+    }
+    return b;
+}
+
+int run_generate(const GenerateOptions& o) {
+    const int modes = !o.ids.empty() + !o.prompt.empty() + !o.batch_file.empty();
+    if (modes != 1) return fail("give exactly one of --ids, --prompt and --batch-file");
+    if (o.backend != "cpu") return fail("backend '" + o.backend + "' is not available for generate in this build");
+
+    auto loaded = model::GptOssWeights::load(o.model);
+    if (!loaded.ok()) return fail(loaded.status().message());
+    std::shared_ptr<const model::GptOssWeights> weights(std::move(*loaded));
+    const model::GptOssConfig& c = weights->config;
+
+    // The tokenizer: needed for --prompt and stop strings; used for "text" in single mode if found.
     std::unique_ptr<tokenizer::BpeTokenizer> tok;
-    std::optional<std::string> tok_path = o.tokenizer.empty() ? tokenizer::find_tokenizer_file(o.model) : o.tokenizer;
-    if (tok_path) {
-        auto t = tokenizer::BpeTokenizer::from_file(*tok_path);
-        if (!t.ok()) return fail(t.status().message());
+    const bool need_tok = !o.prompt.empty() || !o.stop.empty();
+    if (need_tok || o.batch_file.empty()) {
+        auto t = load_tokenizer(o);
+        if (t.ok()) {
+            tok = std::move(*t);
+        } else if (need_tok) {
+            return fail(t.status().message());
+        }
+    }
+
+    std::vector<Line> lines;
+    bool any_stop_strings = false;
+    if (!o.batch_file.empty()) {
+        std::ifstream in(o.batch_file);
+        if (!in) return fail("cannot open --batch-file " + o.batch_file);
+        std::string text;
+        for (int n = 1; std::getline(in, text); ++n) {
+            if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+            Line line;
+            line.line_number = n;
+            if (Status st = parse_line(text, o, c.eos_token_ids, &line); !st.ok()) {
+                line.error = "line " + std::to_string(n) + ": " + st.message();
+            }
+            any_stop_strings = any_stop_strings || !line.request.stop_strings.empty();
+            lines.push_back(std::move(line));
+        }
+    } else {
+        Line line;
+        runtime::Request& r = line.request;
+        if (!o.ids.empty()) {
+            auto ids = parse_id_list(o.ids);
+            if (!ids.ok()) return fail(ids.status().message());
+            r.prompt = std::move(*ids);
+        } else {
+            r.prompt = tok->encode_ordinary(o.prompt);
+            if (r.prompt.empty()) return fail("the prompt encodes to no tokens");
+        }
+        r.max_tokens = o.max_tokens;
+        r.sampling = runtime::SamplingParams{
+            .temperature = o.temperature, .top_p = o.top_p, .top_k = o.top_k, .min_p = o.min_p, .seed = o.seed};
+        r.stop_strings = o.stop;
+        if (!o.ignore_eos) r.stop_ids = c.eos_token_ids;
+        any_stop_strings = !o.stop.empty();
+        lines.push_back(std::move(line));
+    }
+    if (any_stop_strings && !tok) {
+        auto t = load_tokenizer(o);
+        if (!t.ok()) return fail("stop strings need a tokenizer: " + t.status().message());
         tok = std::move(*t);
     }
-    std::vector<int32_t> prompt;
-    if (!o.ids.empty()) {
-        auto ids = parse_id_list(o.ids);
-        if (!ids.ok()) return fail(ids.status().message());
-        prompt = std::move(*ids);
-    } else {
-        if (!tok) return fail("--prompt needs a tokenizer: none in the model directory and none given with --tokenizer");
-        prompt = tok->encode_ordinary(o.prompt);
-        if (prompt.empty()) return fail("the prompt encodes to no tokens");
-    }
 
-    auto weights = model::GptOssWeights::load(o.model);
-    if (!weights.ok()) return fail(weights.status().message());
-    const model::GptOssConfig& c = (*weights)->config;
-    const int64_t total = static_cast<int64_t>(prompt.size()) + o.max_tokens;
-    if (total > c.max_position_embeddings) {
-        return fail("prompt (" + std::to_string(prompt.size()) + ") + max tokens (" + std::to_string(o.max_tokens) +
-                    ") exceed the model's context of " + std::to_string(c.max_position_embeddings));
-    }
-    runtime::SamplingParams sp;
-    sp.temperature = o.temperature;
-    sp.top_p = o.top_p;
-    sp.top_k = o.top_k;
-    const uint64_t seed = o.seed ? *o.seed : std::random_device{}();
-
-    model::SingleSequence seq(**weights, static_cast<int>(total));
-    std::vector<float> logits;
-    std::vector<int32_t> out;
-    std::string finish = "length";
-    auto t0 = std::chrono::steady_clock::now();
-    Status st = seq.append(prompt, false, &logits);
-    auto t1 = std::chrono::steady_clock::now();
-    for (int i = 0; st.ok() && i < o.max_tokens; ++i) {
-        int32_t next = runtime::sample_token(logits.data(), c.vocab_size, sp, seed, static_cast<uint64_t>(i));
-        out.push_back(next);
-        if (!o.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end()) {
-            finish = "stop";
-            break;
-        }
-        if (i + 1 == o.max_tokens) break;
-        logits.clear();
-        st = seq.append(std::span<const int32_t>(&next, 1), false, &logits);
-    }
-    if (!st.ok()) return fail(st.message());
-    auto t2 = std::chrono::steady_clock::now();
-
-    nlohmann::json j;
-    j["ids"] = out;
+    auto runner = std::make_unique<runtime::CpuModelRunner>(weights);
+    runtime::EngineConfig ec;
+    ec.block_size = o.block_size;
+    ec.kv_budget = default_budget(o, *runner, lines);
+    ec.scheduler =
+        runtime::SchedulerConfig{.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_batched_tokens};
     if (tok) {
-        auto text = tok->decode(out);
-        if (text.ok()) j["text"] = *text;
+        const tokenizer::BpeTokenizer* t = tok.get();
+        ec.detokenizer = [t](std::span<const int32_t> ids) {
+            auto s = t->decode(ids);
+            return s.ok() ? *s : std::string();
+        };
     }
-    j["finish_reason"] = finish;
-    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-    j["timing"] = {{"prompt_tokens", prompt.size()},
-                   {"prefill_s", prefill_s},
-                   {"decode_tokens", out.size() > 0 ? out.size() - 1 : 0},
-                   {"decode_s", decode_s},
-                   {"decode_tok_per_s", out.size() > 1 ? (out.size() - 1) / decode_s : 0.0}};
-    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    return 0;
+    auto engine = runtime::Engine::create(std::move(runner), std::move(ec));
+    if (!engine.ok()) return fail(engine.status().message());
+
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::optional<runtime::RequestHandle>> handles(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i) {
+        if (!lines[i].error.empty()) continue;
+        auto h = (*engine)->submit(lines[i].request);
+        if (!h.ok()) {
+            lines[i].error = (o.batch_file.empty() ? "" : "line " + std::to_string(lines[i].line_number) + ": ") +
+                             h.status().message();
+            continue;
+        }
+        handles[i] = std::move(*h);
+    }
+
+    int exit_code = 0;
+    int64_t generated = 0, prompt_tokens = 0;
+    std::optional<std::chrono::steady_clock::time_point> first_token;
+    for (size_t i = 0; i < lines.size(); ++i) {
+        json out;
+        if (!handles[i]) {
+            if (o.batch_file.empty()) return fail(lines[i].error);
+            out["error"] = lines[i].error;
+            exit_code = 1;
+            std::cout << out.dump() << "\n";
+            continue;
+        }
+        std::vector<int32_t> ids;
+        std::string finish = "error", error;
+        int trim = 0;
+        while (auto ev = handles[i]->next()) {
+            if (ev->id >= 0) {
+                if (!first_token) first_token = ev->time;
+                ids.push_back(ev->id);
+            }
+            if (ev->is_final()) {
+                finish = runtime::finish_reason_name(*ev->finish_reason);
+                error = ev->error;
+                trim = ev->trim_bytes;
+                break;
+            }
+        }
+        generated += static_cast<int64_t>(ids.size());
+        prompt_tokens += static_cast<int64_t>(lines[i].request.prompt.size());
+        out["ids"] = ids;
+        out["finish_reason"] = finish;
+        if (!error.empty()) {
+            out["error"] = error;
+            exit_code = 1;
+        }
+        if (o.batch_file.empty()) {
+            if (tok) {
+                auto text = tok->decode(ids);
+                if (text.ok()) out["text"] = text->substr(0, text->size() - std::min<size_t>(text->size(), trim));
+            }
+            const auto t2 = std::chrono::steady_clock::now();
+            const double prefill_s = std::chrono::duration<double>(first_token.value_or(t2) - t0).count();
+            const double decode_s = std::chrono::duration<double>(t2 - first_token.value_or(t2)).count();
+            out["timing"] = {{"prompt_tokens", prompt_tokens},
+                             {"prefill_s", prefill_s},
+                             {"decode_tokens", ids.empty() ? 0 : ids.size() - 1},
+                             {"decode_s", decode_s},
+                             {"decode_tok_per_s", ids.size() > 1 ? (ids.size() - 1) / decode_s : 0.0}};
+        }
+        std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    }
+    if (!o.batch_file.empty()) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "%zu requests: %lld prompt + %lld generated tokens in %.3f s (%.1f generated tok/s)\n",
+                     lines.size(), static_cast<long long>(prompt_tokens), static_cast<long long>(generated), s,
+                     generated / s);
+    }
+    return exit_code;
 }
 
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<GenerateOptions>();
-    auto* sub = app.add_subcommand("generate", "Generate tokens from a prompt (one sequence)");
+    auto* sub = app.add_subcommand("generate", "Generate tokens through the engine (one prompt or a JSONL batch)");
     sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required();
     sub->add_option("--ids", o->ids, "Prompt as comma-separated token ids");
     sub->add_option("--prompt", o->prompt, "Prompt text (encoded without special tokens)");
+    sub->add_option("--batch-file", o->batch_file, "JSONL requests, all run at once; one JSON result a line");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
     sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();
     sub->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
     sub->add_option("--top-p", o->top_p, "Nucleus sampling threshold")->capture_default_str();
     sub->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
-    sub->add_option("--seed", o->seed, "Sampling seed (default: random)");
+    sub->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
+    sub->add_option("--seed", o->seed, "Sampling seed (default: random per request)");
+    sub->add_option("--stop", o->stop, "Stop string (repeatable; needs a tokenizer)");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's EOS ids");
-    sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
+    sub->add_option("--backend", o->backend, "cpu")->capture_default_str();
+    sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache budget (default: room for every request)");
+    sub->add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
+    sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget of one engine step")
+        ->capture_default_str();
+    sub->add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
     sub->callback([o, &exit_code] { exit_code = run_generate(*o); });
 });
 

@@ -187,7 +187,9 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
     return handle;
 }
 
-void Engine::cancel(const RequestHandle& handle) const { queue_->cancel(handle.id()); }
+void Engine::cancel(const RequestHandle& handle) const {
+    if (handle.valid()) queue_->cancel(handle.id());
+}
 
 int64_t Engine::max_sequence_tokens() const {
     return std::min<int64_t>(capacity_tokens_, runner_->config().max_position_embeddings);

@@ -60,6 +60,7 @@ public:
     RequestHandle& operator=(const RequestHandle&) = delete;
     ~RequestHandle();
 
+    bool valid() const { return stream_ != nullptr; }  // false when default-constructed or moved from
     uint64_t id() const { return stream_->id(); }
     // The next event; nullopt on timeout and after the final event was taken.
     std::optional<TokenEvent> next(std::chrono::milliseconds timeout) { return stream_->next(timeout); }
