@@ -61,8 +61,29 @@ def main():
             logits = model(input_ids=ids[None].cuda(), use_cache=False).logits[0].float().cpu()
             refs.append(logits)
             log(f"transformers fp32 prompt of {len(ids)}: {time.time() - t0:.1f} s")
+    # The precision floor: transformers itself in bf16 against its fp32 logits.
+    floor = []
+    model = model.to(torch.bfloat16)
+    with torch.no_grad():
+        for i, ids in enumerate(prompts):
+            lb = model(input_ids=ids[None].cuda(), use_cache=False).logits[0].float().cpu()
+            d = (lb.double() - refs[i].double()).norm(dim=-1) / refs[i].double().norm(dim=-1)
+            floor.append({"tokens": len(ids), "last_rel_l2": d[-1].item(), "worst_rel_l2": d.max().item(),
+                          "top1_agreement": (lb.argmax(-1) == refs[i].argmax(-1)).double().mean().item()})
+            log("transformers bf16 vs fp32:", json.dumps(floor[-1]))
     del model
     torch.cuda.empty_cache()
+
+    # Our CPU backend (fp32) on the shortest prompt: checks the checkpoint is read the same way.
+    ids0 = prompts[0]
+    out0 = os.path.join(args.work, "cpu_0.safetensors")
+    t0 = time.time()
+    subprocess.run([args.gptoss, "logits", "--backend", "cpu", "--model", model_dir, "--positions", "all",
+                    "--ids", ",".join(str(int(x)) for x in ids0), "--out", out0], check=True)
+    cpu0 = load_file(out0)["logits"]
+    dcpu = (cpu0.double() - refs[0].double()).norm(dim=-1) / refs[0].double().norm(dim=-1)
+    log(f"cpu backend vs transformers fp32 ({len(ids0)} tokens, {time.time() - t0:.1f} s): worst rel L2 "
+        f"{dcpu.max().item():.3g}, top-1 agreement {(cpu0.argmax(-1) == refs[0].argmax(-1)).double().mean().item():.4f}")
 
     results = []
     for i, ids in enumerate(prompts):
@@ -87,7 +108,8 @@ def main():
     log("RESULT:", "ok" if ok else "FAILED")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"preset": args.preset, "results": results, "ok": ok}, f, indent=2)
+            json.dump({"preset": args.preset, "results": results, "bf16_floor": floor,
+                       "cpu_vs_transformers_worst_rel_l2": dcpu.max().item(), "ok": ok}, f, indent=2)
     return 0 if ok else 1
 
 

@@ -33,6 +33,8 @@ int run_logits(const LogitsOptions& o) {
         model::CudaModelOptions opt;
         opt.max_tokens = std::max<int>(static_cast<int>(ids->size()), 1024);
         opt.max_seqs = 4;
+        // One call writes every position of the prompt, sliding layers included.
+        opt.num_blocks_sliding = static_cast<int>(ids->size() / 16 + 2);
         auto m = model::CudaModel::create(**weights, opt);
         if (!m.ok()) return fail(m.status().message());
         const int bs = (*m)->block_size();

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cuda/attention.h"
@@ -78,6 +81,41 @@ struct CudaModel::Impl {
                    std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled);
     void moe(int T, int layer);
     DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out;
+
+    // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
+    // and print the accumulated table at exit. A debugging aid, off by default.
+    bool profile = std::getenv("GPTOSS_PROFILE") != nullptr;
+    std::vector<std::pair<std::string, cudaEvent_t>> marks;
+    std::map<std::string, double> stage_ms;
+    int profiled_calls = 0;
+    void mark(const char* name) {
+        if (!profile) return;
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreate(&e));
+        CUDA_CHECK(cudaEventRecord(e, stream));
+        marks.emplace_back(name, e);
+    }
+    void collect() {
+        if (!profile || marks.empty()) return;
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        for (size_t i = 1; i < marks.size(); ++i) {
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
+            stage_ms[marks[i].first] += ms;
+        }
+        for (auto& m : marks) cudaEventDestroy(m.second);
+        marks.clear();
+        ++profiled_calls;
+    }
+    ~Impl() {
+        if (!profile || profiled_calls == 0) return;
+        double total = 0;
+        for (auto& [k, v] : stage_ms) total += v;
+        std::fprintf(stderr, "GPTOSS_PROFILE: %d forward calls, device ms per call by stage:\n", profiled_calls);
+        for (auto& [k, v] : stage_ms)
+            std::fprintf(stderr, "  %-14s %9.3f ms  %5.1f%%\n", k.c_str(), v / profiled_calls, 100.0 * v / total);
+        std::fprintf(stderr, "  %-14s %9.3f ms\n", "total", total / profiled_calls);
+    }
 };
 
 Status CudaModel::Impl::init(const GptOssWeights& w) {
@@ -352,7 +390,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     up(seq_start, h_seq_start);
     up(query_start, h_qstart);
 
+    mark("start");
     kc::embedding(ids.as<int32_t>(), T, embed.get(), H, x.as<float>(), stream);
+    mark("embedding");
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         DeviceLayer& D = layers[l];
         const bool sliding = c.is_sliding(l);
@@ -368,8 +408,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         rn.hidden_size = H;
         rn.eps = static_cast<float>(c.rms_norm_eps);
         kc::residual_rmsnorm(rn, stream);
-
+        mark("norm");
         gemm->gemm(h.get(), D.qkv_w.get(), qkv.get(), kc::GemmOut::kF32, T, qkvw, H, stream);
+        mark("qkv_gemm");
         kc::QkvRopeArgs r;
         r.qkv = qkv.as<float>();
         r.bias = D.qkv_b.as<float>();
@@ -385,6 +426,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         r.num_kv_heads = c.num_key_value_heads;
         r.head_dim = c.head_dim;
         kc::qkv_bias_rope_kv_write(r, stream);
+        mark("rope_kv");
 
         kernels::PagedAttentionArgs pa;
         pa.q = q.get();
@@ -426,6 +468,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         rn2.hidden_size = H;
         rn2.eps = static_cast<float>(c.rms_norm_eps);
         kc::residual_rmsnorm(rn2, stream);
+        mark("norm");
 
         kc::RouterTopkArgs ra;
         ra.h = h32.as<float>();
@@ -438,7 +481,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         ra.num_experts = c.num_experts;
         ra.experts_per_token = K;
         kc::router_topk(ra, stream);
+        mark("router");
         moe(T, l);
+        mark("moe");
     }
     // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
     kc::ResidualRmsNormArgs rn;
@@ -452,6 +497,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     rn.hidden_size = H;
     rn.eps = static_cast<float>(c.rms_norm_eps);
     kc::residual_rmsnorm(rn, stream);
+    mark("norm");
     const int R = static_cast<int>(h_rows.size());
     if (sampled != nullptr) {
         // One row per sequence; lm_head and sampling stay on the device, only ids come back.
@@ -489,8 +535,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             sa.vocab_size = V;
             kc::sample(sa, stream);
         }
+        mark("lm_head_sample");
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
+        collect();
         return ok_status();
     }
     const size_t base = out->size();
@@ -502,7 +550,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         CUDA_CHECK(cudaMemcpyAsync(out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
                                    static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
     }
+    mark("lm_head_copy");
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    collect();
     return ok_status();
 }
 

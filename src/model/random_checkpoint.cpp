@@ -107,9 +107,15 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
     auto bf16 = [&](const std::string& name, Shape shape, float offset, float scale) {
         add(name, DType::kBF16, shape, bf16_fill(key(name), shape.numel(), offset, scale));
     };
-    auto weight = [&](const std::string& name, int64_t out, int64_t in) {
-        bf16(name, Shape{out, in}, 0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
+    auto weight = [&](const std::string& name, int64_t out, int64_t in, float gain = 1.0f) {
+        bf16(name, Shape{out, in}, 0.0f, gain / std::sqrt(static_cast<float>(in)));
     };
+    // The matrices that write into the residual stream (o_proj, down_proj) get a 1/√(2·layers)
+    // gain, as in GPT-2's initialisation: a deep random network then stays well-conditioned (the
+    // residual stream does not blow up and small numeric differences are not amplified layer after
+    // layer), as a trained one is. Without it, a 24-layer random model is chaotic enough that bf16
+    // and fp32 forwards disagree on most argmaxes, which makes it useless as a numerical check.
+    const float branch_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers));
 
     bf16("model.embed_tokens.weight", Shape{V, H}, 0.0f, 1.0f);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -121,7 +127,7 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         bf16(p + "self_attn.k_proj.bias", Shape{kvw}, 0.0f, 0.1f);
         weight(p + "self_attn.v_proj.weight", kvw, H);
         bf16(p + "self_attn.v_proj.bias", Shape{kvw}, 0.0f, 0.1f);
-        weight(p + "self_attn.o_proj.weight", H, qw);
+        weight(p + "self_attn.o_proj.weight", H, qw, branch_gain);
         bf16(p + "self_attn.o_proj.bias", Shape{H}, 0.0f, 0.1f);
         bf16(p + "self_attn.sinks", Shape{c.num_attention_heads}, 0.0f, 1.0f);
         bf16(p + "post_attention_layernorm.weight", Shape{H}, 1.0f, 0.2f);
@@ -136,7 +142,8 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         add(x + "down_proj_blocks", DType::kU8, Shape{E, H, I / 32, 16},
                     code_fill(key(x + "down_proj_blocks"), E * H * I / 2));
         add(x + "down_proj_scales", DType::kU8, Shape{E, H, I / 32},
-                    scale_fill(key(x + "down_proj_scales"), E * H * I / 32, mxfp4_scale_exp(I)));
+                    scale_fill(key(x + "down_proj_scales"), E * H * I / 32,
+                               mxfp4_scale_exp(I) + static_cast<int>(std::lround(std::log2(branch_gain)))));
         bf16(x + "down_proj_bias", Shape{E, H}, 0.0f, 0.1f);
     }
     bf16("model.norm.weight", Shape{H}, 1.0f, 0.2f);

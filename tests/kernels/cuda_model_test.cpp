@@ -5,6 +5,7 @@
 // (the CPU reference and transformers run fp32), so logits carry ~2^-9 relative noise per rounding
 // accumulated over the layers: relative L2 ≤ 2e-2 per position (issue 5), argmax agreement ≥ 99%
 // of positions (a flip needs a near-tie in the top two logits or in the router).
+#include <algorithm>
 #include <filesystem>
 #include <random>
 
@@ -27,6 +28,13 @@ constexpr double kMinArgmaxAgreement = 0.99;
 struct Agreement {
     double worst_rel = 0;
     int positions = 0, same_argmax = 0;
+    std::vector<double> rels;
+    double percentile(double p) const {
+        if (rels.empty()) return 0;
+        std::vector<double> v = rels;
+        std::sort(v.begin(), v.end());
+        return v[static_cast<size_t>(p * (v.size() - 1))];
+    }
     void add(const float* got, const float* ref, int V) {
         double num = 0, den = 0;
         int a = 0, b = 0;
@@ -37,7 +45,9 @@ struct Agreement {
             if (got[i] > got[a]) a = i;
             if (ref[i] > ref[b]) b = i;
         }
-        worst_rel = std::max(worst_rel, std::sqrt(num / std::max(den, 1e-30)));
+        const double rel = std::sqrt(num / std::max(den, 1e-30));
+        rels.push_back(rel);
+        worst_rel = std::max(worst_rel, rel);
         ++positions;
         same_argmax += a == b;
     }
@@ -101,9 +111,10 @@ TEST(CudaModel, MatchesTransformersOnFixtures) {
             for (int t = 0; t < T; ++t)
                 incremental.add(inc.data() + static_cast<size_t>(t) * V, want + static_cast<size_t>(t) * V, V);
         }
-        std::printf("  %s: whole-prompt worst rel L2 %.3g, argmax agreement %.4f (%d positions); incremental %.3g, %.4f\n",
-                    name, whole.worst_rel, whole.agreement(), whole.positions, incremental.worst_rel,
-                    incremental.agreement());
+        std::printf("  %s: whole-prompt rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f (%d positions); "
+                    "incremental worst %.3g, %.4f\n",
+                    name, whole.percentile(0.5), whole.percentile(0.9), whole.worst_rel, whole.agreement(),
+                    whole.positions, incremental.worst_rel, incremental.agreement());
         EXPECT_LE(whole.worst_rel, kMaxRelL2) << name;
         EXPECT_LE(incremental.worst_rel, kMaxRelL2) << name;
         EXPECT_GE(whole.agreement(), kMinArgmaxAgreement) << name;
@@ -186,8 +197,9 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
             ++lens[s];
         }
     }
-    std::printf("  real widths vs bf16-emulating CPU: worst rel L2 %.3g, argmax agreement %.4f over %d positions\n",
-                agree.worst_rel, agree.agreement(), agree.positions);
+    std::printf("  real widths vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
+                "over %d positions\n",
+                agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
     std::printf("  real widths vs fp32 CPU: worst rel L2 %.3g, argmax agreement %.4f\n", agree32.worst_rel,
                 agree32.agreement());
     EXPECT_LE(agree.worst_rel, kMaxRelL2);
