@@ -68,15 +68,7 @@ int run_serve(const ServeOptions& o) {
     std::atomic<bool> load_failed{false};
     server::ServerMetrics metrics;
     std::unique_ptr<server::HttpServer> http;
-    server::RuntimeEngineAdapter engine(load, engine_config.block_size, [&](const Status& st) {
-        if (st.ok()) {
-            std::fprintf(stderr, "[serve] model loaded and warmed up; ready\n");
-            return;
-        }
-        std::fprintf(stderr, "error: cannot load the model: %s\n", st.message().c_str());
-        load_failed.store(true);
-        kill(getpid(), SIGTERM);  // the signal thread shuts everything down
-    });
+    server::RuntimeEngineAdapter engine(engine_config.block_size);
 
     server::RequestQueueOptions queue_options;
     queue_options.max_in_flight = o.max_in_flight;
@@ -99,6 +91,16 @@ int run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "[serve] listening on http://%s:%d (model %s, loading)\n", o.host.c_str(), http->port(),
                  routes_options.model_id.c_str());
     std::fflush(stderr);
+    // Load only once the port is ours, so a bind error does not wait for the weights.
+    engine.start(load, [&](const Status& st) {
+        if (st.ok()) {
+            std::fprintf(stderr, "[serve] model loaded and warmed up; ready\n");
+            return;
+        }
+        std::fprintf(stderr, "error: cannot load the model: %s\n", st.message().c_str());
+        load_failed.store(true);
+        kill(getpid(), SIGTERM);  // the signal thread shuts everything down
+    });
 
     std::thread signal_thread([&] {
         int sig = 0;

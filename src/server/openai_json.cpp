@@ -401,8 +401,10 @@ Status responses_input_to_messages(const Json& input, Json* messages) {
                          {"type", "function"},
                          {"function", {{"name", *name}, {"arguments", args.value_or("{}")}}}};
             // Consecutive calls (and a reasoning item before them) form one assistant message.
-            Json& last = messages->empty() ? *messages : messages->back();
-            if (!messages->empty() && last["role"] == "assistant" && !last.contains("content")) {
+            const bool join = !messages->empty() && messages->back().value("role", "") == "assistant" &&
+                              !messages->back().contains("content");
+            if (join) {
+                Json& last = messages->back();
                 if (!last.contains("tool_calls")) last["tool_calls"] = Json::array();
                 last["tool_calls"].push_back(call);
             } else {

@@ -111,11 +111,10 @@ StatusOr<int64_t> OpenAiRoutes::max_tokens_for(int64_t prompt_tokens, const std:
                             " tokens, which leaves no room for a completion");
     }
     if (!requested) return context - prompt_tokens;
-    if (prompt_tokens + *requested > context) {
+    if (*requested > context - prompt_tokens) {  // (not prompt + requested: that can overflow)
         return out_of_range(std::string(max_tokens_param) + ": this model's maximum context length is " +
-                            std::to_string(context) + " tokens; you requested " +
-                            std::to_string(prompt_tokens + *requested) + " tokens (" + std::to_string(prompt_tokens) +
-                            " in the prompt, " + std::to_string(*requested) + " for the completion)");
+                            std::to_string(context) + " tokens; you requested " + std::to_string(prompt_tokens) +
+                            " in the prompt and " + std::to_string(*requested) + " for the completion");
     }
     return *requested;
 }

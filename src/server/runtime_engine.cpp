@@ -29,8 +29,7 @@ EngineEvent convert(const runtime::TokenEvent& t) {
 
 }  // namespace
 
-RuntimeEngineAdapter::RuntimeEngineAdapter(Loader load, int block_size, std::function<void(const Status&)> on_loaded)
-    : block_size_(block_size) {
+void RuntimeEngineAdapter::start(Loader load, std::function<void(const Status&)> on_loaded) {
     loader_ = std::thread([this, load = std::move(load), on_loaded = std::move(on_loaded)] {
         Status st = load_and_warm_up(load);
         if (st.ok()) ready_.store(true);
@@ -39,7 +38,7 @@ RuntimeEngineAdapter::RuntimeEngineAdapter(Loader load, int block_size, std::fun
 }
 
 RuntimeEngineAdapter::~RuntimeEngineAdapter() {
-    loader_.join();
+    if (loader_.joinable()) loader_.join();
     {
         std::lock_guard<std::mutex> lock(mu_);
         handles_.clear();  // dropping a handle cancels its request

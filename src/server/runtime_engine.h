@@ -18,9 +18,10 @@ class RuntimeEngineAdapter final : public TokenEngine {
 public:
     using Loader = std::function<StatusOr<std::unique_ptr<runtime::Engine>>()>;
 
+    explicit RuntimeEngineAdapter(int block_size) : block_size_(block_size) {}
     // Runs `load` on a background thread, then one short warm-up request; ready() turns true after
-    // that. `on_loaded` (optional) is told the outcome, on that thread.
-    RuntimeEngineAdapter(Loader load, int block_size, std::function<void(const Status&)> on_loaded = {});
+    // that. `on_loaded` (optional) is told the outcome, on that thread. Call once.
+    void start(Loader load, std::function<void(const Status&)> on_loaded = {});
     // Cancels what is left and joins the engine thread.
     ~RuntimeEngineAdapter() override;
 
