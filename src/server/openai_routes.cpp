@@ -15,6 +15,8 @@ RouteResponse json_response(int status, const Json& body) {
 }
 
 ApiError timeout_error() { return api_error(504, "the request took longer than the server's request timeout"); }
+// Before the engine is warmed up its limits (context, vocabulary) are unknown: nothing is validated.
+ApiError not_ready_error() { return api_error(503, "the engine is still warming up; retry shortly"); }
 ApiError shutdown_error() { return api_error(503, "the server is shutting down"); }
 ApiError engine_error(const std::string& message) {
     return api_error(500, "the engine failed the request: " + (message.empty() ? "unknown error" : message));
@@ -122,7 +124,6 @@ StatusOr<int64_t> OpenAiRoutes::max_tokens_for(int64_t prompt_tokens, const std:
 RouteResponse OpenAiRoutes::generate(EngineRequest request,
                                      const std::function<std::unique_ptr<Session>()>& make_session, bool stream,
                                      Clock::time_point arrival) {
-    if (!queue_.engine().ready()) return error(api_error(503, "the engine is still warming up; retry shortly"));
     StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(request), arrival);
     if (!submitted.ok()) return error(api_error(submitted.status()));
     std::unique_ptr<GenerationStream> gen = std::move(*submitted);
@@ -165,6 +166,7 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body) {
     const Clock::time_point arrival = Clock::now();
+    if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
     if (!json.ok()) return error(api_error(json.status()));
     StatusOr<ChatParams> params = parse_chat_request(*json);
@@ -190,6 +192,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body) {
 
 RouteResponse OpenAiRoutes::responses(std::string_view body) {
     const Clock::time_point arrival = Clock::now();
+    if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
     if (!json.ok()) return error(api_error(json.status()));
     StatusOr<ResponsesParams> params = parse_responses_request(*json);
@@ -212,6 +215,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body) {
 
 RouteResponse OpenAiRoutes::completions(std::string_view body) {
     const Clock::time_point arrival = Clock::now();
+    if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
     if (!json.ok()) return error(api_error(json.status()));
     StatusOr<CompletionParams> params = parse_completion_request(*json, queue_.engine().vocab_size());

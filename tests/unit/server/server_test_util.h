@@ -88,9 +88,9 @@ public:
     }
     httplib::Result get(const std::string& path) const { return client().Get(path.c_str()); }
 
-    // Waits (up to 5 s) until the engine has no running sequence and no KV block in use.
+    // Waits (up to 20 s) until the engine has no running sequence and no KV block in use.
     bool wait_engine_idle() const {
-        for (int i = 0; i < 500; ++i) {
+        for (int i = 0; i < 2000; ++i) {
             EngineStats s = engine.stats();
             if (s.running_sequences == 0 && s.waiting_requests == 0 && s.kv_blocks_in_use == 0 &&
                 queue.in_flight() == 0) {

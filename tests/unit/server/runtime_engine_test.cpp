@@ -1,0 +1,185 @@
+// The server over the real runtime::Engine (through RuntimeEngineAdapter), with a scripted model
+// runner instead of weights: warm-up gating, usage, logprobs, the context limit, and a client that
+// disconnects mid-stream freeing its KV blocks in the real block allocator.
+#include <thread>
+
+#include "model/gpt_oss_config.h"
+#include "runtime/engine.h"
+#include "runtime/model_runner.h"
+#include "server/runtime_engine.h"
+#include "server_test_util.h"
+
+namespace gptoss::server::testing {
+namespace {
+
+constexpr int kBlockSize = 16;
+constexpr int kBlocks = 64;  // context: 64 blocks of 16 tokens = 1024 tokens
+constexpr int32_t kToken = 1234;
+
+// Always predicts kToken (a one-hot row), optionally slowly.
+class ScriptedRunner final : public runtime::ModelRunner {
+public:
+    explicit ScriptedRunner(std::chrono::microseconds step_time) : step_time_(step_time) {
+        config_ = *model::GptOssConfig::preset("tiny");
+    }
+    const model::GptOssConfig& config() const override { return config_; }
+    runtime::KvGeometry kv_geometry(int block_size) const override {
+        runtime::KvGeometry g;
+        g.block_size = block_size;
+        g.sliding_window = config_.sliding_window;
+        g.bytes_per_block_full = 1024;
+        g.bytes_per_block_sliding = 1024;
+        return g;
+    }
+    size_t free_memory_bytes() const override { return size_t{1} << 30; }
+    Status allocate_kv_cache(int, runtime::KvBlockCounts) override { return ok_status(); }
+    Status forward(const runtime::Batch& batch, std::vector<float>* logits) override {
+        std::this_thread::sleep_for(step_time_);
+        for (const runtime::BatchSequence& s : batch.seqs) {
+            if (!s.need_logits) continue;
+            const size_t at = logits->size();
+            logits->resize(at + static_cast<size_t>(config_.vocab_size), -30.0f);
+            (*logits)[at + kToken] = 10.0f;
+        }
+        return ok_status();
+    }
+
+private:
+    model::GptOssConfig config_;
+    std::chrono::microseconds step_time_;
+};
+
+class RuntimeServer {
+public:
+    explicit RuntimeServer(std::chrono::microseconds step_time, std::chrono::milliseconds load_delay = {})
+        : engine(kBlockSize),
+          queue(engine, metrics),
+          routes(queue, *test_tokenizer(), options()),
+          http(routes, metrics, http_options()) {
+        EXPECT_TRUE(http.start().ok());
+        engine.start([step_time, load_delay]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+            std::this_thread::sleep_for(load_delay);
+            runtime::EngineConfig c;
+            c.block_size = kBlockSize;
+            c.kv_budget = runtime::KvBudget{.num_blocks_full = kBlocks, .num_blocks_sliding = kBlocks};
+            c.scheduler.max_num_seqs = 32;
+            return runtime::Engine::create(std::make_unique<ScriptedRunner>(step_time), c);
+        });
+    }
+    ~RuntimeServer() {
+        queue.shutdown();
+        http.stop();
+    }
+    bool wait_ready() {
+        for (int i = 0; i < 2000 && !engine.ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return engine.ready();
+    }
+    bool wait_idle() {
+        for (int i = 0; i < 2000; ++i) {
+            EngineStats s = engine.stats();
+            if (s.running_sequences == 0 && s.waiting_requests == 0 && s.kv_blocks_in_use == 0 &&
+                queue.in_flight() == 0) {
+                return true;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        return false;
+    }
+    httplib::Result post(const std::string& path, const std::string& body) {
+        httplib::Client c("127.0.0.1", http.port());
+        c.set_read_timeout(60, 0);
+        return c.Post(path.c_str(), body, "application/json");
+    }
+
+    RuntimeEngineAdapter engine;
+    ServerMetrics metrics;
+    RequestQueue queue;
+    OpenAiRoutes routes;
+    HttpServer http;
+
+private:
+    static RoutesOptions options() {
+        RoutesOptions o;
+        o.model_id = "scripted";
+        o.harmony.current_date = "2026-01-01";
+        o.keepalive_interval = std::chrono::milliseconds(200);
+        return o;
+    }
+    static HttpServerOptions http_options() {
+        HttpServerOptions o;
+        o.port = 0;
+        o.threads = 64;
+        return o;
+    }
+};
+
+class RuntimeEngineTest : public ::testing::Test {
+protected:
+    void SetUp() override { REQUIRE_TOKENIZER(); }
+};
+
+TEST_F(RuntimeEngineTest, HealthWaitsForLoadAndWarmUp) {
+    RuntimeServer s(std::chrono::microseconds(0), std::chrono::milliseconds(300));
+    httplib::Client c("127.0.0.1", s.http.port());
+    auto early = c.Get("/health");
+    ASSERT_TRUE(early);
+    EXPECT_EQ(early->status, 503);
+    expect_error(s.post("/v1/completions", R"({"prompt":[1,2],"max_tokens":2})"), 503);
+    ASSERT_TRUE(s.wait_ready());
+    auto later = c.Get("/health");
+    ASSERT_TRUE(later);
+    EXPECT_EQ(later->status, 200);
+    EXPECT_EQ(s.engine.max_context_tokens(), kBlocks * kBlockSize);
+    EXPECT_EQ(s.engine.vocab_size(), 201088);
+}
+
+TEST_F(RuntimeEngineTest, CompletionsAndChatThroughTheRealEngine) {
+    RuntimeServer s(std::chrono::microseconds(0));
+    ASSERT_TRUE(s.wait_ready());
+    auto r = s.post("/v1/completions", R"({"prompt":"Hello","max_tokens":5,"logprobs":2})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    Json j = parse(r->body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+    EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 5u);
+    EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+    EXPECT_EQ(j["choices"][0]["text"], *test_tokenizer()->decode(std::vector<int32_t>(5, kToken)));
+
+    auto chat = s.post("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true,
+                           "stream_options":{"include_usage":true}})");
+    ASSERT_TRUE(chat);
+    std::vector<SseEvent> ev = parse_sse(chat->body);
+    ASSERT_GE(ev.size(), 3u);
+    EXPECT_EQ(ev.back().data, "[DONE]");
+    EXPECT_EQ(parse(ev[ev.size() - 2].data)["usage"]["completion_tokens"], 4);
+
+    // Past the context (1024 tokens): 400 before anything reaches the engine.
+    Json e = expect_error(s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":1022})"), 400);
+    EXPECT_EQ(e["code"], "context_length_exceeded");
+    EXPECT_TRUE(s.wait_idle());
+}
+
+TEST_F(RuntimeEngineTest, DisconnectFreesKvBlocks) {
+    RuntimeServer s(std::chrono::milliseconds(2));
+    ASSERT_TRUE(s.wait_ready());
+    httplib::Client c("127.0.0.1", s.http.port());
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = R"({"prompt":"Once upon a time","max_tokens":900,"stream":true})";
+    int chunks = 0;
+    int64_t blocks_while_running = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        if (++chunks == 5) blocks_while_running = s.engine.stats().kv_blocks_in_use;
+        return chunks < 5;
+    };
+    c.send(req);
+    EXPECT_GT(blocks_while_running, 0);
+    EXPECT_TRUE(s.wait_idle()) << "running=" << s.engine.stats().running_sequences
+                               << " kv=" << s.engine.stats().kv_blocks_in_use;
+}
+
+}  // namespace
+}  // namespace gptoss::server::testing
