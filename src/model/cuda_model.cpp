@@ -8,13 +8,16 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <bit>
 #include <map>
+#include <set>
 #include <string>
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sampling.h"
@@ -72,7 +75,7 @@ struct CudaModel::Impl {
     // Activations and metadata, sized for opt.max_tokens / opt.max_seqs.
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
     DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
-    DeviceBuffer logit_rows, hsel, logits, attn_workspace;
+    DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
     static constexpr int kLogitChunk = 256;
     static constexpr int kMaxSplits = 64;
 
@@ -85,6 +88,9 @@ struct CudaModel::Impl {
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
     bool profile = std::getenv("GPTOSS_PROFILE") != nullptr;
+    bool use_graphs = std::getenv("GPTOSS_NO_GRAPHS") == nullptr;
+    std::map<std::pair<int, int>, cudaGraphExec_t> graphs;  // decode step by (batch, table stride)
+    std::set<std::pair<int, int>> warmed;
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
     std::map<std::string, double> stage_ms;
     int profiled_calls = 0;
@@ -108,6 +114,7 @@ struct CudaModel::Impl {
         ++profiled_calls;
     }
     ~Impl() {
+        for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
         if (!profile || profiled_calls == 0) return;
         double total = 0;
         for (auto& [k, v] : stage_ms) total += v;
@@ -224,6 +231,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
+    router_logits = DeviceBuffer(static_cast<int64_t>(kc::kGemvMaxTokens) * E * 4);
     for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
     s_seed = DeviceBuffer(S * 8);
     s_draw = DeviceBuffer(S * 8);
@@ -265,6 +273,7 @@ void CudaModel::Impl::moe(int T, int l) {
     if (small) {
         kc::MoeMxfp4Args m;
         m.h = h.get();
+        m.h_f32 = h32.as<float>();  // written by the post-attention norm: experts see unrounded inputs
         m.expert_offsets = offsets.as<int32_t>();
         m.sorted_assignments = sorted.as<int32_t>();
         m.gate_up_blocks = D.gu_blocks.as<uint8_t>();
@@ -327,8 +336,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     for (const ForwardSequence& q : seqs)
         stride = std::max<int>(stride, static_cast<int>((static_cast<int64_t>(q.start_pos) + q.tokens.size() + bs - 1) / bs));
     if (stride > max_blocks_per_seq) return out_of_range("sequence longer than the model's context");
+    // Round up to a power of two: decode graphs are keyed by (batch, stride), so a growing context
+    // re-captures only when it crosses a power of two.
+    stride = std::min(max_blocks_per_seq, static_cast<int>(std::bit_ceil(static_cast<unsigned>(stride))));
     std::vector<int32_t> h_tf(seqs.size() * stride, -1), h_ts(h_tf.size(), -1);
-    int max_q = 0, max_ctx = 0;
+    int max_q = 0;
     bool decode = true;
     for (size_t s = 0; s < seqs.size(); ++s) {
         const ForwardSequence& q = seqs[s];
@@ -369,7 +381,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         h_seq_start.push_back(q.start_pos);
         h_qstart.push_back(static_cast<int32_t>(h_ids.size()));
         max_q = std::max(max_q, n);
-        max_ctx = std::max<int>(max_ctx, static_cast<int>(end));
         decode = decode && n == 1;
     }
     const int T = static_cast<int>(h_ids.size());
@@ -390,119 +401,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     up(seq_start, h_seq_start);
     up(query_start, h_qstart);
 
-    mark("start");
-    kc::embedding(ids.as<int32_t>(), T, embed.get(), H, x.as<float>(), stream);
-    mark("embedding");
-    for (int l = 0; l < c.num_hidden_layers; ++l) {
-        DeviceLayer& D = layers[l];
-        const bool sliding = c.is_sliding(l);
-        // x += Σ_k w_k · y_k (previous layer's MoE), then the attention norm.
-        kc::ResidualRmsNormArgs rn;
-        rn.x = x.as<float>();
-        rn.add = l > 0 ? y.as<float>() : nullptr;
-        rn.add_weights = expert_w.as<float>();
-        rn.num_add = K;
-        rn.weight = D.input_norm.as<float>();
-        rn.out = h.get();
-        rn.num_tokens = T;
-        rn.hidden_size = H;
-        rn.eps = static_cast<float>(c.rms_norm_eps);
-        kc::residual_rmsnorm(rn, stream);
-        mark("norm");
-        gemm->gemm(h.get(), D.qkv_w.get(), qkv.get(), kc::GemmOut::kF32, T, qkvw, H, stream);
-        mark("qkv_gemm");
-        kc::QkvRopeArgs r;
-        r.qkv = qkv.as<float>();
-        r.bias = D.qkv_b.as<float>();
-        r.positions = positions.as<int32_t>();
-        r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
-        r.inv_freq = inv_freq.as<float>();
-        r.attention_scaling = attention_scaling;
-        r.q_out = q.get();
-        r.k_cache = D.k_cache.get();
-        r.v_cache = D.v_cache.get();
-        r.num_tokens = T;
-        r.num_heads = c.num_attention_heads;
-        r.num_kv_heads = c.num_key_value_heads;
-        r.head_dim = c.head_dim;
-        kc::qkv_bias_rope_kv_write(r, stream);
-        mark("rope_kv");
-
-        kernels::PagedAttentionArgs pa;
-        pa.q = q.get();
-        pa.out = attn.get();
-        pa.sinks = D.sinks.as<float>();
-        pa.k_cache = D.k_cache.get();
-        pa.v_cache = D.v_cache.get();
-        pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
-        pa.seq_start_pos = seq_start.as<int32_t>();
-        pa.query_start = query_start.as<int32_t>();
-        pa.max_blocks_per_seq = stride;
-        pa.num_seqs = S;
-        pa.num_tokens = T;
-        pa.max_query_len = max_q;
-        pa.max_context_len = max_ctx;
-        pa.num_heads = c.num_attention_heads;
-        pa.num_kv_heads = c.num_key_value_heads;
-        pa.head_dim = c.head_dim;
-        pa.block_size = bs;
-        pa.sliding_window = sliding ? c.sliding_window : 0;
-        pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-        pa.workspace = attn_workspace.as<float>();
-        pa.max_splits = kMaxSplits;
-        if (decode)
-            kc::paged_attention_decode(pa, stream);
-        else
-            kc::paged_attention_prefill(pa, stream);
-
-        gemm->gemm(attn.get(), D.o_w.get(), o.get(), kc::GemmOut::kF32, T, H, qw, stream);
-        kc::ResidualRmsNormArgs rn2;
-        rn2.x = x.as<float>();
-        rn2.add = o.as<float>();
-        rn2.add_bias = D.o_b.as<float>();
-        rn2.num_add = 1;
-        rn2.weight = D.post_norm.as<float>();
-        rn2.out = h.get();
-        rn2.out_f32 = h32.as<float>();
-        rn2.num_tokens = T;
-        rn2.hidden_size = H;
-        rn2.eps = static_cast<float>(c.rms_norm_eps);
-        kc::residual_rmsnorm(rn2, stream);
-        mark("norm");
-
-        kc::RouterTopkArgs ra;
-        ra.h = h32.as<float>();
-        ra.weight = D.router_w.get();
-        ra.bias = D.router_b.as<float>();
-        ra.expert_ids = expert_ids.as<int32_t>();
-        ra.expert_weights = expert_w.as<float>();
-        ra.num_tokens = T;
-        ra.hidden_size = H;
-        ra.num_experts = c.num_experts;
-        ra.experts_per_token = K;
-        kc::router_topk(ra, stream);
-        mark("router");
-        moe(T, l);
-        mark("moe");
-    }
-    // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
-    kc::ResidualRmsNormArgs rn;
-    rn.x = x.as<float>();
-    rn.add = y.as<float>();
-    rn.add_weights = expert_w.as<float>();
-    rn.num_add = K;
-    rn.weight = final_norm.as<float>();
-    rn.out = h.get();
-    rn.num_tokens = T;
-    rn.hidden_size = H;
-    rn.eps = static_cast<float>(c.rms_norm_eps);
-    kc::residual_rmsnorm(rn, stream);
-    mark("norm");
     const int R = static_cast<int>(h_rows.size());
+    if (sampled != nullptr && (R != S || static_cast<int>(sample_params.size()) != S))
+        return invalid_argument("forward_sample needs one logits row and one parameter set per sequence");
     if (sampled != nullptr) {
-        // One row per sequence; lm_head and sampling stay on the device, only ids come back.
-        if (R != S || static_cast<int>(sample_params.size()) != S)
-            return invalid_argument("forward_sample needs one logits row and one parameter set per sequence");
         std::vector<float> temp(S), top_p(S);
         std::vector<int32_t> top_k(S);
         std::vector<uint64_t> seed(S), draw(S);
@@ -518,24 +420,209 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         CUDA_CHECK(cudaMemcpyAsync(s_top_k.get(), top_k.data(), S * 4, cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(s_seed.get(), seed.data(), S * 8, cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(s_draw.get(), draw.data(), S * 8, cudaMemcpyHostToDevice, stream));
-        sampled->resize(S);
-        for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
-            const int n = std::min(kLogitChunk, R - r0);
-            kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
-            gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
-            kc::SampleArgs sa;
-            sa.logits = logits.as<float>();
-            sa.temperature = s_temp.as<float>() + r0;
-            sa.top_p = s_top_p.as<float>() + r0;
-            sa.top_k = s_top_k.as<int32_t>() + r0;
-            sa.seed = s_seed.as<uint64_t>() + r0;
-            sa.draw_index = s_draw.as<uint64_t>() + r0;
-            sa.out = s_out.as<int32_t>() + r0;
-            sa.num_seqs = n;
-            sa.vocab_size = V;
-            kc::sample(sa, stream);
+    }
+    // Every device launch of the step, with no host synchronisation when the MoE takes the MXFP4
+    // path: the decode step is captured as a CUDA graph per (batch size, table stride) and replayed.
+    // Decode-sized batches run their projections as GEMVs on fp32 activations: cuBLASLt reads
+    // weights far below bandwidth at M <= 8, and fp32 inputs round less.
+    const bool small = T <= kc::kGemvMaxTokens;
+    // fp32 x (small batches) or bf16 x (cuBLASLt) times bf16 W[n, k]ᵀ into fp32 y.
+    auto linear = [&](const void* xin, const void* w, const float* bias, float* yout, int n, int k) {
+        if (small) {
+            kc::GemvArgs g;
+            g.x = xin;
+            g.w = w;
+            g.bias = bias;
+            g.y = yout;
+            g.num_tokens = T;
+            g.n = n;
+            g.k = k;
+            kc::gemv_bf16w(g, stream);
+        } else {
+            gemm->gemm(xin, w, yout, kc::GemmOut::kF32, T, n, k, stream);
         }
-        mark("lm_head_sample");
+    };
+    auto body = [&] {
+        mark("start");
+        kc::embedding(ids.as<int32_t>(), T, embed.get(), H, x.as<float>(), stream);
+        mark("embedding");
+        for (int l = 0; l < c.num_hidden_layers; ++l) {
+            DeviceLayer& D = layers[l];
+            const bool sliding = c.is_sliding(l);
+            // x += Σ_k w_k · y_k (previous layer's MoE), then the attention norm.
+            kc::ResidualRmsNormArgs rn;
+            rn.x = x.as<float>();
+            rn.add = l > 0 ? y.as<float>() : nullptr;
+            rn.add_weights = expert_w.as<float>();
+            rn.num_add = K;
+            rn.weight = D.input_norm.as<float>();
+            rn.out = h.get();
+            rn.out_f32 = small ? h32.as<float>() : nullptr;
+            rn.num_tokens = T;
+            rn.hidden_size = H;
+            rn.eps = static_cast<float>(c.rms_norm_eps);
+            kc::residual_rmsnorm(rn, stream);
+            mark("norm");
+            linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
+            mark("qkv_gemm");
+            kc::QkvRopeArgs r;
+            r.qkv = qkv.as<float>();
+            r.bias = D.qkv_b.as<float>();
+            r.positions = positions.as<int32_t>();
+            r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
+            r.inv_freq = inv_freq.as<float>();
+            r.attention_scaling = attention_scaling;
+            r.q_out = q.get();
+            r.k_cache = D.k_cache.get();
+            r.v_cache = D.v_cache.get();
+            r.num_tokens = T;
+            r.num_heads = c.num_attention_heads;
+            r.num_kv_heads = c.num_key_value_heads;
+            r.head_dim = c.head_dim;
+            kc::qkv_bias_rope_kv_write(r, stream);
+            mark("rope_kv");
+
+            kernels::PagedAttentionArgs pa;
+            pa.q = q.get();
+            pa.out = attn.get();
+            pa.sinks = D.sinks.as<float>();
+            pa.k_cache = D.k_cache.get();
+            pa.v_cache = D.v_cache.get();
+            pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
+            pa.seq_start_pos = seq_start.as<int32_t>();
+            pa.query_start = query_start.as<int32_t>();
+            pa.max_blocks_per_seq = stride;
+            pa.num_seqs = S;
+            pa.num_tokens = T;
+            pa.max_query_len = max_q;
+            pa.max_context_len = stride * bs;  // the table's capacity: a bound valid for every replay of a graph
+            pa.num_heads = c.num_attention_heads;
+            pa.num_kv_heads = c.num_key_value_heads;
+            pa.head_dim = c.head_dim;
+            pa.block_size = bs;
+            pa.sliding_window = sliding ? c.sliding_window : 0;
+            pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+            pa.workspace = attn_workspace.as<float>();
+            pa.max_splits = kMaxSplits;
+            if (decode)
+                kc::paged_attention_decode(pa, stream);
+            else
+                kc::paged_attention_prefill(pa, stream);
+            mark("attention");
+            if (small) {
+                kc::GemvArgs g;
+                g.x = attn.get();
+                g.x_bf16 = true;
+                g.w = D.o_w.get();
+                g.y = o.as<float>();
+                g.num_tokens = T;
+                g.n = H;
+                g.k = qw;
+                kc::gemv_bf16w(g, stream);
+            } else {
+                gemm->gemm(attn.get(), D.o_w.get(), o.get(), kc::GemmOut::kF32, T, H, qw, stream);
+            }
+            mark("o_gemm");
+            kc::ResidualRmsNormArgs rn2;
+            rn2.x = x.as<float>();
+            rn2.add = o.as<float>();
+            rn2.add_bias = D.o_b.as<float>();
+            rn2.num_add = 1;
+            rn2.weight = D.post_norm.as<float>();
+            rn2.out = h.get();
+            rn2.out_f32 = h32.as<float>();
+            rn2.num_tokens = T;
+            rn2.hidden_size = H;
+            rn2.eps = static_cast<float>(c.rms_norm_eps);
+            kc::residual_rmsnorm(rn2, stream);
+            mark("norm");
+
+            if (small) {  // router logits by the GEMV (fp32 h), then the top-k selection
+                linear(h32.get(), D.router_w.get(), nullptr, router_logits.as<float>(), c.num_experts, H);
+                kc::topk_softmax(router_logits.as<float>(), D.router_b.as<float>(), T, c.num_experts, K,
+                                 expert_ids.as<int32_t>(), expert_w.as<float>(), stream);
+            } else {
+            kc::RouterTopkArgs ra;
+            ra.h = h32.as<float>();
+            ra.weight = D.router_w.get();
+            ra.bias = D.router_b.as<float>();
+            ra.expert_ids = expert_ids.as<int32_t>();
+            ra.expert_weights = expert_w.as<float>();
+            ra.num_tokens = T;
+            ra.hidden_size = H;
+            ra.num_experts = c.num_experts;
+            ra.experts_per_token = K;
+            kc::router_topk(ra, stream);
+            }
+            mark("router");
+            moe(T, l);
+            mark("moe");
+        }
+        // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
+        kc::ResidualRmsNormArgs rn;
+        rn.x = x.as<float>();
+        rn.add = y.as<float>();
+        rn.add_weights = expert_w.as<float>();
+        rn.num_add = K;
+        rn.weight = final_norm.as<float>();
+        rn.out = h.get();
+        rn.out_f32 = small ? h32.as<float>() : nullptr;
+        rn.num_tokens = T;
+        rn.hidden_size = H;
+        rn.eps = static_cast<float>(c.rms_norm_eps);
+        kc::residual_rmsnorm(rn, stream);
+        mark("norm");
+        if (sampled != nullptr) {
+            // One row per sequence; lm_head and sampling stay on the device, only ids come back.
+            for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
+                const int n = std::min(kLogitChunk, R - r0);
+                if (small && R == T) {  // every row requested (decode): GEMV on the fp32 rows
+                    linear(h32.get(), lm_head.get(), nullptr, logits.as<float>(), V, H);
+                } else {
+                    kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
+                    gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+                }
+                kc::SampleArgs sa;
+                sa.logits = logits.as<float>();
+                sa.temperature = s_temp.as<float>() + r0;
+                sa.top_p = s_top_p.as<float>() + r0;
+                sa.top_k = s_top_k.as<int32_t>() + r0;
+                sa.seed = s_seed.as<uint64_t>() + r0;
+                sa.draw_index = s_draw.as<uint64_t>() + r0;
+                sa.out = s_out.as<int32_t>() + r0;
+                sa.num_seqs = n;
+                sa.vocab_size = V;
+                kc::sample(sa, stream);
+            }
+            mark("lm_head_sample");
+        }
+    };
+    const bool graphable = use_graphs && !profile && decode && sampled != nullptr && mxfp4 &&
+                           T <= opt.mxfp4_max_tokens && R <= kLogitChunk;
+    if (!graphable) {
+        body();
+    } else {
+        const auto key = std::make_pair(S, stride);
+        auto it = graphs.find(key);
+        if (it != graphs.end()) {
+            CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+        } else if (!warmed.count(key)) {
+            body();  // first time: eager, which also settles the cuBLASLt plans for these shapes
+            warmed.insert(key);
+        } else {
+            cudaGraph_t graph;
+            CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            body();
+            CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+            cudaGraphExec_t exec;
+            CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            CUDA_CHECK(cudaGraphDestroy(graph));
+            graphs.emplace(key, exec);
+            CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        }
+    }
+    if (sampled != nullptr) {
+        sampled->resize(S);
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
         collect();
@@ -545,8 +632,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     out->resize(base + static_cast<size_t>(R) * V);
     for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
         const int n = std::min(kLogitChunk, R - r0);
-        kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
-        gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+        if (small && R == T) {
+            linear(h32.get(), lm_head.get(), nullptr, logits.as<float>(), V, H);
+        } else {
+            kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
+            gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+        }
         CUDA_CHECK(cudaMemcpyAsync(out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
                                    static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
     }

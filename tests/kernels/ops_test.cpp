@@ -5,6 +5,7 @@
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sampling.h"
@@ -150,6 +151,43 @@ TEST(CudaOps, GemmMatchesCpuLinear) {
         auto dc = poisoned(ref.size() * 4);
         g.gemm(da.get(), dw.get(), dc.get(), kc::GemmOut::kF32, m, n, k, nullptr);
         EXPECT_TRUE(close(to_host<float>(dc, ref.size()), ref, kTolF32, "gemm"));
+    }
+}
+
+TEST(CudaOps, GemvMatchesCpuLinear) {
+    REQUIRE_GPU();
+    for (auto [m, n, k] : {std::tuple{1, 5120, 2880}, {3, 2880, 4096}, {8, 32, 2880}, {5, 201088, 2880}}) {
+        for (bool xb : {false, true}) {
+            auto x = randn(static_cast<size_t>(m) * k, m + n);
+            if (xb) x = bf16_round(x);
+            auto w = to_bf16(randn(static_cast<size_t>(n) * k, n, 1.0f / std::sqrt(static_cast<float>(k))));
+            auto bias = randn(n, 3, 0.1f);
+            std::vector<float> ref(static_cast<size_t>(m) * n);
+            kernels::LinearArgs la;
+            la.x = x.data();
+            la.weight = w.data();
+            la.weight_dtype = DType::kBF16;
+            la.bias = bias.data();
+            la.y = ref.data();
+            la.num_tokens = m;
+            la.in_features = k;
+            la.out_features = n;
+            cpu::linear(la);
+            auto dx = xb ? to_device(to_bf16(x)) : to_device(x);
+            auto dw = to_device(w), db = to_device(bias);
+            auto dy = poisoned(ref.size() * 4);
+            kc::GemvArgs g;
+            g.x = dx.get();
+            g.x_bf16 = xb;
+            g.w = dw.get();
+            g.bias = db.as<float>();
+            g.y = dy.as<float>();
+            g.num_tokens = m;
+            g.n = n;
+            g.k = k;
+            kc::gemv_bf16w(g, nullptr);
+            EXPECT_TRUE(close(to_host<float>(dy, ref.size()), ref, kTolF32, "gemv"));
+        }
     }
 }
 

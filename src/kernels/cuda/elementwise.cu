@@ -17,8 +17,10 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, const __nv_bfl
 }
 
 // One block per token. hidden_size ≤ 4 · blockDim · kMaxPerThread values kept in registers.
-constexpr int kNormThreads = 256;
-constexpr int kMaxPerThread = 16;  // supports hidden_size up to 4096
+// 1024 threads: at decode (one block per token) the block's latency is the cost, so each thread
+// handles only a few elements.
+constexpr int kNormThreads = 1024;
+constexpr int kMaxPerThread = 4;  // supports hidden_size up to 4096
 
 __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const ResidualRmsNormArgs a) {
     __shared__ float scratch[32];
@@ -139,7 +141,7 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
 
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
     if (a.num_tokens == 0) return;
-    qkv_rope_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
+    qkv_rope_kernel<<<a.num_tokens, 1024, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -23,6 +23,9 @@ struct RouterTopkArgs {
     int experts_per_token = 0;
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
+// The same selection from precomputed logits [num_tokens, num_experts] (bias not yet added).
+void topk_softmax(const float* logits, const float* bias, int num_tokens, int num_experts, int experts_per_token,
+                  int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
 
 // Groups the num_assignments = num_tokens·k assignments (index t·k + slot) by expert:
 // expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments].
@@ -34,6 +37,7 @@ void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, b
 // whatever number of tokens chose it.
 struct MoeMxfp4Args {
     const void* h = nullptr;                  // [num_tokens, hidden_size] bf16 (post-norm)
+    const float* h_f32 = nullptr;             // same rows in fp32; used instead of h when set
     const int32_t* expert_offsets = nullptr;  // [num_experts + 1]
     const int32_t* sorted_assignments = nullptr;  // [num_tokens · k]
     const uint8_t* gate_up_blocks = nullptr;  // [E, 2I, H/32, 16]
