@@ -41,18 +41,27 @@ void send(httplib::Response& res, RouteResponse r) {
     res.set_header("X-Accel-Buffering", "no");
     std::shared_ptr<SseProducer> producer(std::move(r.stream));
     res.set_chunked_content_provider(r.content_type, [producer](size_t, httplib::DataSink& sink) {
-        std::string buf;
-        for (;;) {
-            buf.clear();
-            const bool more = producer->next(&buf, kStreamPoll);
-            // A failed write means the client is gone: returning false ends the exchange, and
-            // dropping the producer (with the response) cancels the request and frees its blocks.
-            if (!buf.empty() && !sink.write(buf.data(), buf.size())) return false;
-            if (!more) {
-                sink.done();
-                return true;
+        // httplib does not guard content providers: nothing may escape from here (an exception
+        // would end the worker thread, and with it the process).
+        try {
+            std::string buf;
+            for (;;) {
+                buf.clear();
+                const bool more = producer->next(&buf, kStreamPoll);
+                // A failed write means the client is gone: returning false ends the exchange, and
+                // dropping the producer (with the response) cancels the request and frees its blocks.
+                if (!buf.empty() && !sink.write(buf.data(), buf.size())) return false;
+                if (!more) {
+                    sink.done();
+                    return true;
+                }
             }
+        } catch (const std::exception& e) {
+            LOG_ERROR("stream aborted: %s", e.what());
+        } catch (...) {
+            LOG_ERROR("stream aborted by an unknown exception");
         }
+        return false;
     });
 }
 

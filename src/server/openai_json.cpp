@@ -750,13 +750,13 @@ Json chat_usage_json(const Usage& u) {
     return Json{{"prompt_tokens", u.prompt_tokens},
                 {"completion_tokens", u.completion_tokens},
                 {"total_tokens", u.prompt_tokens + u.completion_tokens},
-                {"prompt_tokens_details", {{"cached_tokens", 0}}},
+                {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
                 {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
 }
 
 Json responses_usage_json(const Usage& u) {
     return Json{{"input_tokens", u.prompt_tokens},
-                {"input_tokens_details", {{"cached_tokens", 0}}},
+                {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
                 {"output_tokens", u.completion_tokens},
                 {"output_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
                 {"total_tokens", u.prompt_tokens + u.completion_tokens}};

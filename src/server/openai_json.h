@@ -89,6 +89,7 @@ struct Usage {
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;
     int64_t reasoning_tokens = 0;
+    int64_t cached_tokens = 0;  // prompt tokens served from the prefix cache
 };
 Json chat_usage_json(const Usage& usage);       // prompt/completion/total + completion_tokens_details
 Json responses_usage_json(const Usage& usage);  // input/output/total + details

@@ -23,6 +23,7 @@ EngineEvent convert(const runtime::TokenEvent& t) {
     for (const runtime::TokenLogprob& lp : t.top_logprobs) e.top_logprobs.push_back({lp.id, lp.logprob});
     if (t.finish_reason) e.finish = convert(*t.finish_reason);
     e.error = t.error;
+    e.cached_prompt_tokens = t.num_cached_tokens;
     e.time = Clock::now();
     return e;
 }

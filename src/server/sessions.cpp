@@ -88,6 +88,7 @@ public:
         }
         if (e.finish != FinishReason::kNone) {
             hit_length_ = e.finish == FinishReason::kLength;
+            usage_.cached_tokens = e.cached_prompt_tokens;
             handle(out_.finish(), nullptr, sse);
         }
         return stop_.matched();
@@ -238,6 +239,7 @@ public:
         }
         if (e.finish != FinishReason::kNone) {
             if (e.finish == FinishReason::kLength) hit_length_ = true;
+            usage_.cached_tokens = e.cached_prompt_tokens;
             for (const harmony::Event& h : out_.finish().events) handle(h, sse);
         }
         return false;
@@ -424,6 +426,7 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         std::string text;
         Json lp = nullptr;
+        if (e.finish != FinishReason::kNone) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
             // The stop id that ended generation is counted but not shown (as other servers do).
@@ -474,7 +477,8 @@ private:
     Json usage_json() const {
         return Json{{"prompt_tokens", usage_.prompt_tokens},
                     {"completion_tokens", usage_.completion_tokens},
-                    {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens}};
+                    {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
+                    {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens}}}};
     }
     Json chunk(const std::string& text, Json logprobs, const char* finish_reason) const {
         Json j = base();

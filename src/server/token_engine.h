@@ -50,8 +50,9 @@ struct EngineEvent {
     float logprob = 0.0f;                    // of token_id, when logprobs were asked for
     std::vector<TokenLogprob> top_logprobs;  // [top_logprobs] best first
     FinishReason finish = FinishReason::kNone;
-    std::string error;       // kError only
-    Clock::time_point time;  // when the engine produced it (for the latency histograms)
+    std::string error;             // kError only
+    int cached_prompt_tokens = 0;  // last event: prompt tokens served from the prefix cache
+    Clock::time_point time;        // when the engine produced it (for the latency histograms)
 };
 
 // Gauges for /metrics and the load tests' leak checks.

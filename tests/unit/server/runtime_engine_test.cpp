@@ -155,6 +155,15 @@ TEST_F(RuntimeEngineTest, CompletionsAndChatThroughTheRealEngine) {
     EXPECT_EQ(ev.back().data, "[DONE]");
     EXPECT_EQ(parse(ev[ev.size() - 2].data)["usage"]["completion_tokens"], 4);
 
+    // The same 40-token prompt again: its full blocks come from the prefix cache.
+    std::string ids;
+    for (int i = 0; i < 40; ++i) ids += (i ? "," : "") + std::to_string(100 + i);
+    const std::string same = R"({"prompt":[)" + ids + R"(],"max_tokens":2})";
+    ASSERT_TRUE(s.post("/v1/completions", same));
+    auto again = s.post("/v1/completions", same);
+    ASSERT_TRUE(again);
+    EXPECT_GE(parse(again->body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 32) << again->body;
+
     // Past the context (1024 tokens): 400 before anything reaches the engine.
     Json e = expect_error(s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":1022})"), 400);
     EXPECT_EQ(e["code"], "context_length_exceeded");
