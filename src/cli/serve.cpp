@@ -68,7 +68,7 @@ int run_serve(const ServeOptions& o) {
     std::atomic<bool> load_failed{false};
     server::ServerMetrics metrics;
     std::unique_ptr<server::HttpServer> http;
-    server::RuntimeEngineAdapter engine(engine_config.block_size);
+    server::RuntimeEngineAdapter engine;
 
     server::RequestQueueOptions queue_options;
     queue_options.max_in_flight = o.max_in_flight;

@@ -49,10 +49,9 @@ RuntimeEngineAdapter::~RuntimeEngineAdapter() {
 
 Status RuntimeEngineAdapter::load_and_warm_up(const Loader& load) {
     ASSIGN_OR_RETURN(std::unique_ptr<runtime::Engine> engine, load());
-    const runtime::EngineStats s = engine->stats();
-    const int64_t kv_tokens = static_cast<int64_t>(s.num_blocks.full) * block_size_;
-    const int64_t context = std::min<int64_t>(engine->config().max_position_embeddings, kv_tokens);
-    max_context_.store(static_cast<int>(std::max<int64_t>(context, 1)));
+    // min(model context, KV cache capacity): the longest sequence the engine accepts.
+    const int64_t context = engine->max_sequence_tokens();
+    max_context_.store(static_cast<int>(std::clamp<int64_t>(context, 1, INT32_MAX)));
     vocab_size_.store(engine->config().vocab_size);
     // Warm-up: one token through the whole path before /health says ready.
     runtime::Request warm;

@@ -18,7 +18,7 @@ class RuntimeEngineAdapter final : public TokenEngine {
 public:
     using Loader = std::function<StatusOr<std::unique_ptr<runtime::Engine>>()>;
 
-    explicit RuntimeEngineAdapter(int block_size) : block_size_(block_size) {}
+    RuntimeEngineAdapter() = default;
     // Runs `load` on a background thread, then one short warm-up request; ready() turns true after
     // that. `on_loaded` (optional) is told the outcome, on that thread. Call once.
     void start(Loader load, std::function<void(const Status&)> on_loaded = {});
@@ -36,7 +36,6 @@ public:
 private:
     Status load_and_warm_up(const Loader& load);
 
-    const int block_size_;
     std::unique_ptr<runtime::Engine> engine_;  // set once, before ready_
     std::atomic<bool> ready_{false};
     std::atomic<int> max_context_{1};

@@ -52,10 +52,7 @@ private:
 class RuntimeServer {
 public:
     explicit RuntimeServer(std::chrono::microseconds step_time, std::chrono::milliseconds load_delay = {})
-        : engine(kBlockSize),
-          queue(engine, metrics),
-          routes(queue, *test_tokenizer(), options()),
-          http(routes, metrics, http_options()) {
+        : queue(engine, metrics), routes(queue, *test_tokenizer(), options()), http(routes, metrics, http_options()) {
         EXPECT_TRUE(http.start().ok());
         engine.start([step_time, load_delay]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
             std::this_thread::sleep_for(load_delay);
