@@ -38,7 +38,8 @@ TEST(CudaOps, ResidualRmsNorm) {
                 }
             std::vector<float> ref(xr.size());
             cpu::rmsnorm({xr.data(), gain.data(), ref.data(), T, H, 1e-5f});
-            auto dx = to_device(x), dadd = to_device(add), dw = to_device(w), db = to_device(bias), dg = to_device(gain);
+            auto dx = to_device(x), dadd = to_device(add), dw = to_device(w), db = to_device(bias),
+                 dg = to_device(gain);
             auto out = poisoned(xr.size() * 2);
             auto out32 = poisoned(xr.size() * 4);
             kc::ResidualRmsNormArgs a;
@@ -82,7 +83,8 @@ TEST(CudaOps, QkvBiasRopeKvWrite) {
             for (int i = 0; i < nq * hd; ++i) q[t * nq * hd + i] = qkv[static_cast<size_t>(t) * width + i] + bias[i];
             for (int i = 0; i < nkv * hd; ++i) {
                 k[t * nkv * hd + i] = qkv[static_cast<size_t>(t) * width + nq * hd + i] + bias[nq * hd + i];
-                v[t * nkv * hd + i] = qkv[static_cast<size_t>(t) * width + (nq + nkv) * hd + i] + bias[(nq + nkv) * hd + i];
+                v[t * nkv * hd + i] =
+                    qkv[static_cast<size_t>(t) * width + (nq + nkv) * hd + i] + bias[(nq + nkv) * hd + i];
             }
         }
         std::vector<float> kc_ref(static_cast<size_t>(nblocks) * bs * nkv * hd, 0.0f), vc_ref(kc_ref.size(), 0.0f);
@@ -200,6 +202,13 @@ struct RandomExperts {
         std::mt19937 rng(seed);
         auto fill = [&](std::vector<uint8_t>& v, size_t n, int lo, int hi) {
             v.resize(n);
+            if (lo == 0 && hi == 255) {  // full-range bytes four per draw (128 experts: 1.6 GB)
+                for (size_t i = 0; i < n; i += 4) {
+                    const uint32_t r = rng();
+                    for (size_t j = 0; j < 4 && i + j < n; ++j) v[i + j] = static_cast<uint8_t>(r >> (8 * j));
+                }
+                return;
+            }
             for (auto& b : v) b = static_cast<uint8_t>(lo + static_cast<int>(rng() % (hi - lo + 1)));
         };
         fill(gu_blocks, static_cast<size_t>(E) * 2 * I * H / 2, 0, 255);
@@ -256,77 +265,102 @@ TEST(CudaOps, RouterTopk) {
     }
 }
 
+// Routing weights differ per slot (random, summing to 1 per token) so that a wrong pairing of
+// outputs and assignments shows. Batches cover one pass (1, 2), partial passes of 4 (5, 17), many
+// experts, 128 experts (120b), and every token on the same 4 experts (several passes per expert).
 TEST(CudaOps, MoeMxfp4MatchesCpu) {
     REQUIRE_GPU();
-    const int H = 2880, I = 2880, E = 32, K = 4;
-    RandomExperts ex(E, H, I, 42);
-    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
-         dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
-    for (int T : {1, 3, 8, 32}) {
-        auto h = bf16_round(randn(static_cast<size_t>(T) * H, T));
-        std::vector<int32_t> ids(T * K);
-        std::vector<float> wts(T * K);
-        std::mt19937 rng(T);
-        for (int t = 0; t < T; ++t) {
-            std::vector<int> perm(E);
-            std::iota(perm.begin(), perm.end(), 0);
-            std::shuffle(perm.begin(), perm.end(), rng);
-            for (int k = 0; k < K; ++k) {
-                ids[t * K + k] = perm[k];
-                wts[t * K + k] = 0.25f;
+    const int H = 2880, I = 2880, K = 4;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 42 + E);
+        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+             dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+        struct Case {
+            int T;
+            bool same_experts;
+        };
+        for (const Case c : {Case{1, false}, Case{2, false}, Case{5, false}, Case{8, false}, Case{17, false},
+                             Case{32, false}, Case{5, true}, Case{32, true}}) {
+            const int T = c.T;
+            auto h = bf16_round(randn(static_cast<size_t>(T) * H, 100 * E + T));
+            std::vector<int32_t> ids(T * K);
+            std::vector<float> wts(T * K);
+            std::mt19937 rng(1000 * E + T + (c.same_experts ? 7 : 0));
+            std::uniform_real_distribution<float> uni(0.05f, 1.0f);
+            const int fixed[4] = {3, E - 1, 11, 30};
+            for (int t = 0; t < T; ++t) {
+                std::vector<int> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng);
+                float sum = 0.0f;
+                for (int k = 0; k < K; ++k) {
+                    ids[t * K + k] = c.same_experts ? fixed[(k + t) % K] : perm[k];
+                    wts[t * K + k] = uni(rng);
+                    sum += wts[t * K + k];
+                }
+                for (int k = 0; k < K; ++k) wts[t * K + k] /= sum;
+            }
+            // CPU: the weighted sum over the slots, which is what the model consumes.
+            std::vector<float> ref(static_cast<size_t>(T) * H);
+            kernels::MoeArgs m;
+            m.x = h.data();
+            m.expert_ids = ids.data();
+            m.expert_weights = wts.data();
+            m.y = ref.data();
+            m.gate_up_blocks = ex.gu_blocks.data();
+            m.gate_up_scales = ex.gu_scales.data();
+            m.down_blocks = ex.down_blocks.data();
+            m.down_scales = ex.down_scales.data();
+            m.gate_up_bias = ex.gu_bias.data();
+            m.down_bias = ex.down_bias.data();
+            m.num_tokens = T;
+            m.hidden_size = H;
+            m.intermediate_size = I;
+            m.num_experts = E;
+            m.experts_per_token = K;
+            cpu::moe(m);
+
+            auto dids = to_device(ids);
+            DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+            auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
+            for (bool f32_input : {false, true}) {
+                auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
+                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+                kc::MoeMxfp4Args a;
+                a.h = dh.get();
+                a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
+                a.expert_offsets = offsets.as<int32_t>();
+                a.sorted_assignments = sorted.as<int32_t>();
+                a.gate_up_blocks = dgub.as<uint8_t>();
+                a.gate_up_scales = dgus.as<uint8_t>();
+                a.gate_up_bias = dgubias.as<float>();
+                a.down_blocks = ddb.as<uint8_t>();
+                a.down_scales = dds.as<uint8_t>();
+                a.down_bias = ddbias.as<float>();
+                a.act = act.as<float>();
+                a.y = y.as<float>();
+                a.num_tokens = T;
+                a.hidden_size = H;
+                a.intermediate_size = I;
+                a.num_experts = E;
+                a.experts_per_token = K;
+                kc::moe_mxfp4(a, nullptr);
+                EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+                auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
+                std::vector<float> got(ref.size(), 0.0f);
+                for (int t = 0; t < T; ++t)
+                    for (int k = 0; k < K; ++k)
+                        for (int i = 0; i < H; ++i)
+                            got[static_cast<size_t>(t) * H + i] +=
+                                wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
+                // fp32 math on identical inputs and exactly decoded weights: only summation order differs.
+                EXPECT_TRUE(close(got, ref, kTolF32, "moe mxfp4"))
+                    << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
+                    << (f32_input ? " f32 input" : " bf16 input");
             }
         }
-        // CPU: per-assignment outputs (weight 1 on one slot at a time is awkward; compare the
-        // weighted sum instead, which is what the model consumes).
-        std::vector<float> ref(static_cast<size_t>(T) * H);
-        kernels::MoeArgs m;
-        m.x = h.data();
-        m.expert_ids = ids.data();
-        m.expert_weights = wts.data();
-        m.y = ref.data();
-        m.gate_up_blocks = ex.gu_blocks.data();
-        m.gate_up_scales = ex.gu_scales.data();
-        m.down_blocks = ex.down_blocks.data();
-        m.down_scales = ex.down_scales.data();
-        m.gate_up_bias = ex.gu_bias.data();
-        m.down_bias = ex.down_bias.data();
-        m.num_tokens = T;
-        m.hidden_size = H;
-        m.intermediate_size = I;
-        m.num_experts = E;
-        m.experts_per_token = K;
-        cpu::moe(m);
-
-        auto dh = to_device(to_bf16(h)), dids = to_device(ids), dwts = to_device(wts);
-        DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4), act(static_cast<size_t>(T) * K * I * 4);
-        auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-        kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-        kc::MoeMxfp4Args a;
-        a.h = dh.get();
-        a.expert_offsets = offsets.as<int32_t>();
-        a.sorted_assignments = sorted.as<int32_t>();
-        a.gate_up_blocks = dgub.as<uint8_t>();
-        a.gate_up_scales = dgus.as<uint8_t>();
-        a.gate_up_bias = dgubias.as<float>();
-        a.down_blocks = ddb.as<uint8_t>();
-        a.down_scales = dds.as<uint8_t>();
-        a.down_bias = ddbias.as<float>();
-        a.act = act.as<float>();
-        a.y = y.as<float>();
-        a.num_tokens = T;
-        a.hidden_size = H;
-        a.intermediate_size = I;
-        a.num_experts = E;
-        a.experts_per_token = K;
-        kc::moe_mxfp4(a, nullptr);
-        auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
-        std::vector<float> got(ref.size(), 0.0f);
-        for (int t = 0; t < T; ++t)
-            for (int k = 0; k < K; ++k)
-                for (int i = 0; i < H; ++i)
-                    got[static_cast<size_t>(t) * H + i] += wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
-        // fp32 math on identical bf16 inputs and exactly decoded weights: only summation order differs.
-        EXPECT_TRUE(close(got, ref, kTolF32, "moe mxfp4")) << "T=" << T;
     }
 }
 

@@ -1,8 +1,10 @@
 // MoE kernels: router top-k, routing plans, weight-only MXFP4 experts (small batches), and the
 // gather / SwiGLU / scatter steps around the grouped bf16 GEMMs (large batches).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -54,11 +56,13 @@ __global__ void router_topk_kernel(const RouterTopkArgs a) {
         if (lane == 0) logits[e] = acc + a.bias[e];
     }
     __syncthreads();
-    if (threadIdx.x == 0) select_topk(logits, a.num_experts, a.experts_per_token, a.expert_ids + t * a.experts_per_token,
-                                      a.expert_weights + t * a.experts_per_token);
+    if (threadIdx.x == 0)
+        select_topk(logits, a.num_experts, a.experts_per_token, a.expert_ids + t * a.experts_per_token,
+                    a.expert_weights + t * a.experts_per_token);
 }
 
-__global__ void topk_softmax_kernel(const float* logits, const float* bias, int E, int k, int32_t* ids, float* weights) {
+__global__ void topk_softmax_kernel(const float* logits, const float* bias, int E, int k, int32_t* ids,
+                                    float* weights) {
     __shared__ float l[kMaxExperts];
     const int t = blockIdx.x;
     for (int e = threadIdx.x; e < E; e += blockDim.x) l[e] = logits[static_cast<int64_t>(t) * E + e] + bias[e];
@@ -229,7 +233,8 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_mxfp4_kernel(const MoeMx
         const int nt = min(kTok, end - tb);
         __syncthreads();
         for (int t = 0; t < nt; ++t) {
-            const float4* src = reinterpret_cast<const float4*>(a.act + static_cast<int64_t>(a.sorted_assignments[tb + t]) * I);
+            const float4* src =
+                reinterpret_cast<const float4*>(a.act + static_cast<int64_t>(a.sorted_assignments[tb + t]) * I);
             for (int c = threadIdx.x; c < I / 4; c += blockDim.x) reinterpret_cast<float4*>(xs + t * I)[c] = src[c];
         }
         __syncthreads();
@@ -253,13 +258,309 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_mxfp4_kernel(const MoeMx
     }
 }
 
+// ---- weight-only MXFP4 experts, v2 (default) --------------------------------------------------
+// Work: the rows of the experts that have tokens, concatenated in expert order and cut into steps of
+// 4 rows (2 gate/up pairs, or 4 down rows). A persistent grid (blocks per SM × SMs) splits the steps
+// evenly, so the grid does not depend on which experts were chosen (graph-capturable) and every SM
+// gets the same bytes whatever the routing. A CTA walks its range expert segment by segment; its
+// 8 warps take the steps of a tile round-robin, and each expert's tokens go kT at a time through
+// shared memory, so weights are read once per kT tokens (re-reads of a tile stay in L2).
+//
+// Per step a lane loads its groups g = lane, lane+32, lane+64 of the 4 rows: one uint4 (32 codes)
+// plus the scale byte per group, 12 × 16 B in flight per lane before any math. Codes decode two at a
+// time into a half2 (e2m1 bits placed in fp16 so that the half is value·2^-14 exactly: magnitude at
+// bits 9..11, sign at 15; subnormal half = the e2m1 subnormal), then to fp32; group partial sums
+// Σ v·x are scaled once per group, and the 2^14 is restored at the end (exact power-of-2 scaling).
+// Inputs are staged as fp32 with each 32-element group padded to 36 floats, so the float4 reads of
+// 8 consecutive lanes (consecutive groups) land in distinct banks.
+constexpr int kV2Warps = 8;
+constexpr int kV2Rows = 4;                  // rows per warp step
+constexpr int kV2GroupsPerLane = 3;         // inputs ≤ 32·32·3 = 3072 per row on this path
+constexpr int kV2GroupStride = 36;          // floats per staged group (32 + 4 padding)
+constexpr int kV2TileSteps = 4 * kV2Warps;  // steps per tile: 128 rows, ~196 KB of weights
+
+__device__ __forceinline__ uint4 ld_weights(const uint8_t* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
+    return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;  // q is a compile-time constant
+}
+
+// 8 codes of one 32-bit word (element k in nibble k) -> e2m1(k) · 2^-14 as fp32, in element order.
+__device__ __forceinline__ void decode8(uint32_t w, float (&v)[8]) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        // After << 4j the top nibble of the low half is element 3-j, of the high half element 7-j.
+        const uint32_t s = w << (4 * j);
+        const uint32_t bits = (s & 0x80008000u) | ((s & 0x70007000u) >> 3);
+        __half2 h;
+        memcpy(&h, &bits, 4);
+        const float2 f = __half22float2(h);
+        v[3 - j] = f.x;
+        v[7 - j] = f.y;
+    }
+}
+
+struct V2Weights {
+    uint4 w[kV2Rows][kV2GroupsPerLane];
+    uint32_t s[kV2Rows][kV2GroupsPerLane];
+};
+
+// Rows row0..row0+3 (consecutive) of a [rows, G, 16] / [rows, G] tensor pair.
+__device__ __forceinline__ void v2_load(V2Weights& wt, const uint8_t* blocks, const uint8_t* scales, int64_t row0,
+                                        int G) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < kV2Rows; ++r) {
+        const uint8_t* b = blocks + (row0 + r) * G * 16;
+        const uint8_t* sc = scales + (row0 + r) * G;
+#pragma unroll
+        for (int i = 0; i < kV2GroupsPerLane; ++i) {
+            const int g = lane + 32 * i;
+            if (g < G) {
+                wt.w[r][i] = ld_weights(b + g * 16);
+                wt.s[r][i] = __ldg(sc + g);
+            } else {
+                wt.w[r][i] = make_uint4(0u, 0u, 0u, 0u);
+                wt.s[r][i] = 127u;
+            }
+        }
+    }
+}
+
+// acc[r][t] = Σ_c W[row0 + r, c] · x_t[c] over the whole row, summed over the warp (every lane
+// gets the totals). xs: NT staged inputs, xs_stride floats apart.
+template <int NT>
+__device__ __forceinline__ void v2_dot(const V2Weights& wt, const float* xs, int xs_stride, int G,
+                                       float (&acc)[kV2Rows][NT]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int r = 0; r < kV2Rows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kV2GroupsPerLane; ++i) {
+        const int g = lane + 32 * i;
+        if (g < G) {
+            float part[kV2Rows][NT];
+#pragma unroll
+            for (int r = 0; r < kV2Rows; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) part[r][t] = 0.0f;
+            const float* xg = xs + g * kV2GroupStride;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                float x[NT][8];
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    const float4 x0 = *reinterpret_cast<const float4*>(xg + t * xs_stride + 8 * q);
+                    const float4 x1 = *reinterpret_cast<const float4*>(xg + t * xs_stride + 8 * q + 4);
+                    x[t][0] = x0.x;
+                    x[t][1] = x0.y;
+                    x[t][2] = x0.z;
+                    x[t][3] = x0.w;
+                    x[t][4] = x1.x;
+                    x[t][5] = x1.y;
+                    x[t][6] = x1.z;
+                    x[t][7] = x1.w;
+                }
+#pragma unroll
+                for (int r = 0; r < kV2Rows; ++r) {
+                    float v[8];
+                    decode8(word_of(wt.w[r][i], q), v);
+#pragma unroll
+                    for (int t = 0; t < NT; ++t)
+#pragma unroll
+                        for (int k = 0; k < 8; ++k) part[r][t] = fmaf(v[k], x[t][k], part[r][t]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < kV2Rows; ++r) {
+                const float s = e8m0_to_f32(wt.s[r][i]);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) acc[r][t] = fmaf(part[r][t], s, acc[r][t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < kV2Rows; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = warp_sum(acc[r][t]) * 16384.0f;  // undo the 2^-14
+}
+
+// The steps [st, end) of this warp (every kV2Warps-th from its first), the first step's weights
+// already in wt. `local` converts a step index to the step inside the expert.
+template <bool kGateUp, int NT>
+__device__ __forceinline__ void v2_run_steps(const MoeMxfp4Args& a, V2Weights& wt, int st, int end, int step_base,
+                                             int e, const float* xs, int xs_stride, const int* s_as) {
+    const int lane = threadIdx.x & 31;
+    const int H = a.hidden_size, I = a.intermediate_size;
+    const int G = (kGateUp ? H : I) / 32;
+    const int rows = kGateUp ? 2 * I : H;
+    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
+    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
+    while (st < end) {
+        float acc[kV2Rows][NT];
+        v2_dot<NT>(wt, xs, xs_stride, G, acc);
+        const int r0 = kV2Rows * (st - step_base);  // first row of the step inside the expert
+        const int64_t grow0 = static_cast<int64_t>(e) * rows + r0;
+        if (kGateUp) {
+            // acc rows: gate p0, up p0, gate p1, up p1. Lane 2t + p writes pair p of token t.
+            if (lane < 2 * NT) {
+                const int t = lane >> 1, p = lane & 1;
+                float gate = 0.0f, up = 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+                    for (int pp = 0; pp < 2; ++pp)
+                        if (tt == t && pp == p) {
+                            gate = acc[2 * pp][tt];
+                            up = acc[2 * pp + 1][tt];
+                        }
+                gate = fminf(gate + a.gate_up_bias[grow0 + 2 * p], a.swiglu_limit);
+                up = fminf(fmaxf(up + a.gate_up_bias[grow0 + 2 * p + 1], -a.swiglu_limit), a.swiglu_limit);
+                const float glu = gate / (1.0f + __expf(-a.swiglu_alpha * gate));
+                a.act[static_cast<int64_t>(s_as[t]) * I + r0 / 2 + p] = (up + 1.0f) * glu;
+            }
+        } else {
+            // Lane 4t + r writes row r of token t.
+            if (lane < kV2Rows * NT) {
+                const int t = lane >> 2, r = lane & 3;
+                float v = 0.0f;
+#pragma unroll
+                for (int tt = 0; tt < NT; ++tt)
+#pragma unroll
+                    for (int rr = 0; rr < kV2Rows; ++rr)
+                        if (tt == t && rr == r) v = acc[rr][tt];
+                a.y[static_cast<int64_t>(s_as[t]) * H + r0 + r] = v + a.down_bias[grow0 + r];
+            }
+        }
+        st += kV2Warps;
+        if (st < end) v2_load(wt, blocks, scales, static_cast<int64_t>(e) * rows + kV2Rows * (st - step_base), G);
+    }
+}
+
+// kT: most tokens per pass (1, 2 or 4); 2 CTAs per SM for kT ≤ 2 (≤ 128 registers), 1 for kT = 4.
+template <bool kGateUp, int kT>
+__global__ void __launch_bounds__(kV2Warps * 32, kT <= 2 ? 2 : 1) moe_mxfp4_v2_kernel(const MoeMxfp4Args a) {
+    extern __shared__ float4 v2_smem[];
+    float* xs = reinterpret_cast<float*>(v2_smem);  // [kT][G · kV2GroupStride]
+    __shared__ int s_expert[kMaxExperts];
+    __shared__ int s_tok0[kMaxExperts], s_tok1[kMaxExperts];
+    __shared__ int s_nactive;
+    __shared__ int s_as[kT];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int H = a.hidden_size, I = a.intermediate_size, E = a.num_experts, K = a.experts_per_token;
+    const int in_dim = kGateUp ? H : I, G = in_dim / 32;
+    const int rows = kGateUp ? 2 * I : H;
+    const int steps_per_expert = rows / kV2Rows;
+    const int xs_stride = G * kV2GroupStride;
+    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
+    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
+
+    // Experts with tokens, in expert order (the same list in every CTA).
+    if (warp == 0) {
+        int lo[kMaxExperts / 32], hi[kMaxExperts / 32];
+#pragma unroll
+        for (int c = 0; c < kMaxExperts / 32; ++c) {
+            const int e = 32 * c + lane;
+            lo[c] = e < E ? a.expert_offsets[e] : 0;
+            hi[c] = e < E ? a.expert_offsets[e + 1] : 0;
+        }
+        int n = 0;
+#pragma unroll
+        for (int c = 0; c < kMaxExperts / 32; ++c) {
+            const bool active = hi[c] > lo[c];
+            const unsigned m = __ballot_sync(0xffffffffu, active);
+            if (active) {
+                const int at = n + __popc(m & ((1u << lane) - 1u));
+                s_expert[at] = 32 * c + lane;
+                s_tok0[at] = lo[c];
+                s_tok1[at] = hi[c];
+            }
+            n += __popc(m);
+        }
+        if (lane == 0) s_nactive = n;
+    }
+    __syncthreads();
+    const int total = s_nactive * steps_per_expert;
+    const int s_begin = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x);
+    const int s_end = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x);
+
+    int staged_slot = -1, staged_tb = -1;
+    for (int s = s_begin; s < s_end;) {
+        const int slot = s / steps_per_expert;
+        const int step_base = slot * steps_per_expert;
+        const int seg_end = min(s_end, step_base + steps_per_expert);
+        const int e = s_expert[slot], tok0 = s_tok0[slot], tok1 = s_tok1[slot];
+        for (int tile = s; tile < seg_end; tile += kV2TileSteps) {
+            const int tile_end = min(seg_end, tile + kV2TileSteps);
+            for (int tb = tok0; tb < tok1; tb += kT) {
+                const int nt = min(kT, tok1 - tb);
+                // This warp's first step: its loads go out before the staging below.
+                const int st = tile + warp;
+                V2Weights wt;
+                if (st < tile_end)
+                    v2_load(wt, blocks, scales, static_cast<int64_t>(e) * rows + kV2Rows * (st - step_base), G);
+                if (staged_slot != slot || staged_tb != tb) {  // CTA-uniform
+                    __syncthreads();                           // everyone is done with the previous inputs
+                    for (int t = 0; t < nt; ++t) {
+                        const int as = a.sorted_assignments[tb + t];
+                        if (threadIdx.x == 0) s_as[t] = as;
+                        float* dst = xs + t * xs_stride;
+                        const int n4 = in_dim / 4;
+                        if (!kGateUp || a.h_f32) {
+                            const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H
+                                                       : a.act + static_cast<int64_t>(as) * I;
+                            for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+                                const float4 v = reinterpret_cast<const float4*>(src)[c];
+                                *reinterpret_cast<float4*>(dst + (c >> 3) * kV2GroupStride + 4 * (c & 7)) = v;
+                            }
+                        } else {
+                            const uint2* src = reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                                              static_cast<int64_t>(as / K) * H);
+                            for (int c = threadIdx.x; c < n4; c += blockDim.x) {
+                                const uint2 u = src[c];
+                                const float4 v =
+                                    make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                                                __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+                                *reinterpret_cast<float4*>(dst + (c >> 3) * kV2GroupStride + 4 * (c & 7)) = v;
+                            }
+                        }
+                    }
+                    __syncthreads();
+                    staged_slot = slot;
+                    staged_tb = tb;
+                }
+                if (kT == 1 || nt == 1) {
+                    v2_run_steps<kGateUp, 1>(a, wt, st, tile_end, step_base, e, xs, xs_stride, s_as);
+                } else if (kT == 2 || nt == 2) {
+                    v2_run_steps<kGateUp, (kT >= 2 ? 2 : 1)>(a, wt, st, tile_end, step_base, e, xs, xs_stride, s_as);
+                } else if (nt == 3) {
+                    v2_run_steps<kGateUp, (kT >= 3 ? 3 : 1)>(a, wt, st, tile_end, step_base, e, xs, xs_stride, s_as);
+                } else {
+                    v2_run_steps<kGateUp, kT>(a, wt, st, tile_end, step_base, e, xs, xs_stride, s_as);
+                }
+            }
+        }
+        s = seg_end;
+    }
+}
+
 // ---- large-batch helpers ------------------------------------------------------------------------
 __device__ __forceinline__ int expert_of(const int32_t* offsets, int num_experts, int i) {
     int lo = 0, hi = num_experts - 1;  // largest e with offsets[e] <= i
     while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;
-        if (offsets[mid] <= i) lo = mid;
-        else hi = mid - 1;
+        if (offsets[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
     return lo;
 }
@@ -270,8 +571,8 @@ __global__ void gather_kernel(const __nv_bfloat16* h, const int32_t* sorted, int
     for (int c = threadIdx.x; c < H; c += blockDim.x) xg[static_cast<int64_t>(i) * H + c] = src[c];
 }
 
-__global__ void swiglu_sorted_kernel(const float* gu, const float* bias, const int32_t* offsets, int num_experts,
-                                     int I, float limit, float alpha, __nv_bfloat16* act) {
+__global__ void swiglu_sorted_kernel(const float* gu, const float* bias, const int32_t* offsets, int num_experts, int I,
+                                     float limit, float alpha, __nv_bfloat16* act) {
     const int i = blockIdx.x;
     const int e = expert_of(offsets, num_experts, i);
     const float* row = gu + static_cast<int64_t>(i) * 2 * I;
@@ -329,19 +630,21 @@ void moe_plan(const int32_t* ids, int n, int num_experts, bool stable, int32_t* 
     CUDA_CHECK_LAUNCH();
 }
 
-void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
-    ENGINE_CHECK(a.hidden_size % 32 == 0 && a.intermediate_size % 32 == 0 && a.hidden_size <= 4096 &&
-                     a.intermediate_size <= 4096,
-                 "moe_mxfp4: unsupported sizes %d/%d", a.hidden_size, a.intermediate_size);
-    if (a.num_tokens == 0) return;
+namespace {
+
+// The v2 kernels are the default; the first design stays as the fallback for sizes v2 does not take
+// (rows wider than 3072 inputs) and for comparison (kMoeMxfp4Legacy).
+constexpr bool kMoeMxfp4Legacy = false;
+
+void moe_mxfp4_legacy(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int smem_gu = kTok * a.hidden_size * static_cast<int>(sizeof(float));
     const int smem_down = kTok * a.intermediate_size * static_cast<int>(sizeof(float));
     static bool configured = false;
     if (!configured) {  // shared-memory opt-in beyond 48 KB, once per process
         CUDA_CHECK(cudaFuncSetAttribute(moe_gate_up_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         kTok * 4096 * 4));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_down_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kTok * 4096 * 4));
+        CUDA_CHECK(
+            cudaFuncSetAttribute(moe_down_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTok * 4096 * 4));
         configured = true;
     }
     dim3 grid_gu(a.num_experts, (a.intermediate_size + kPairsPerCta - 1) / kPairsPerCta);
@@ -350,6 +653,65 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
     dim3 grid_down(a.num_experts, (a.hidden_size + kDownRowsPerCta - 1) / kDownRowsPerCta);
     moe_down_mxfp4_kernel<<<grid_down, kWarps * 32, smem_down, stream>>>(a);
     CUDA_CHECK_LAUNCH();
+}
+
+constexpr int kV2MaxSmem = 4 * 32 * kV2GroupsPerLane * kV2GroupStride * static_cast<int>(sizeof(float));
+
+// Resident CTAs per SM × SMs, measured once per kernel (host-only queries: capturable).
+template <bool kGateUp, int kT>
+int v2_grid_size() {
+    static int blocks = 0;
+    if (blocks == 0) {
+        auto kernel = moe_mxfp4_v2_kernel<kGateUp, kT>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kV2MaxSmem));
+        int device = 0, sms = 0, per_sm = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV2Warps * 32, kV2MaxSmem));
+        blocks = std::max(1, per_sm) * sms;
+    }
+    return blocks;
+}
+
+template <bool kGateUp, int kT>
+void v2_launch(const MoeMxfp4Args& a, cudaStream_t stream) {
+    const int in_dim = kGateUp ? a.hidden_size : a.intermediate_size;
+    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
+    const int smem = kT * (in_dim / 32) * kV2GroupStride * static_cast<int>(sizeof(float));
+    // At most min(E, assignments) experts have tokens: no more CTAs than steps.
+    const int64_t max_steps =
+        static_cast<int64_t>(std::min(a.num_experts, a.num_tokens * a.experts_per_token)) * (rows / kV2Rows);
+    const int grid = static_cast<int>(std::min<int64_t>(v2_grid_size<kGateUp, kT>(), max_steps));
+    moe_mxfp4_v2_kernel<kGateUp, kT><<<grid, kV2Warps * 32, smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <int kT>
+void moe_mxfp4_v2(const MoeMxfp4Args& a, cudaStream_t stream) {
+    v2_launch<true, kT>(a, stream);
+    v2_launch<false, kT>(a, stream);
+}
+
+}  // namespace
+
+void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
+    ENGINE_CHECK(a.hidden_size % 32 == 0 && a.intermediate_size % 32 == 0 && a.hidden_size <= 4096 &&
+                     a.intermediate_size <= 4096 && a.num_experts <= kMaxExperts,
+                 "moe_mxfp4: unsupported sizes %d/%d/%d", a.hidden_size, a.intermediate_size, a.num_experts);
+    if (a.num_tokens == 0) return;
+    const int v2_max = 32 * 32 * kV2GroupsPerLane;
+    if (kMoeMxfp4Legacy || a.hidden_size > v2_max || a.intermediate_size > v2_max) {
+        moe_mxfp4_legacy(a, stream);
+        return;
+    }
+    // An expert has at most num_tokens tokens (a token picks an expert once): the narrowest kT that
+    // takes them in one pass, up to 4.
+    if (a.num_tokens == 1)
+        moe_mxfp4_v2<1>(a, stream);
+    else if (a.num_tokens == 2)
+        moe_mxfp4_v2<2>(a, stream);
+    else
+        moe_mxfp4_v2<4>(a, stream);
 }
 
 void moe_gather(const void* h, const int32_t* sorted, int n, int k, int H, void* xg, cudaStream_t stream) {

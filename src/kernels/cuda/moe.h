@@ -12,10 +12,10 @@ namespace gptoss::kernels::cuda {
 // logits = h · Wrᵀ + b in fp32 (h fp32 for decision stability near ties), then top-k (ties to the
 // lower index) and softmax over the k chosen.
 struct RouterTopkArgs {
-    const float* h = nullptr;       // [num_tokens, hidden_size] fp32
-    const void* weight = nullptr;   // [num_experts, hidden_size] bf16
-    const float* bias = nullptr;    // [num_experts]
-    int32_t* expert_ids = nullptr;  // [num_tokens, experts_per_token]
+    const float* h = nullptr;         // [num_tokens, hidden_size] fp32
+    const void* weight = nullptr;     // [num_experts, hidden_size] bf16
+    const float* bias = nullptr;      // [num_experts]
+    int32_t* expert_ids = nullptr;    // [num_tokens, experts_per_token]
     float* expert_weights = nullptr;  // [num_tokens, experts_per_token]
     int num_tokens = 0;
     int hidden_size = 0;
@@ -33,21 +33,23 @@ void topk_softmax(const float* logits, const float* bias, int num_tokens, int nu
 void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, bool stable, int32_t* expert_offsets,
               int32_t* sorted_assignments, cudaStream_t stream);
 
-// Weight-only MXFP4 experts for small batches. Every expert's weights are read once per call,
-// whatever number of tokens chose it.
+// Weight-only MXFP4 experts for small batches. Every expert's weights are read from memory once per
+// call, whatever number of tokens chose it (up to 4 tokens per pass; an expert with more tokens
+// re-reads a 128-row tile from L2 per further pass). Two launches (gate_up + SwiGLU into act, then
+// down into y) on a persistent grid whose size does not depend on the routing: graph-capturable.
 struct MoeMxfp4Args {
-    const void* h = nullptr;                  // [num_tokens, hidden_size] bf16 (post-norm)
-    const float* h_f32 = nullptr;             // same rows in fp32; used instead of h when set
-    const int32_t* expert_offsets = nullptr;  // [num_experts + 1]
+    const void* h = nullptr;                      // [num_tokens, hidden_size] bf16 (post-norm)
+    const float* h_f32 = nullptr;                 // same rows in fp32; used instead of h when set
+    const int32_t* expert_offsets = nullptr;      // [num_experts + 1]
     const int32_t* sorted_assignments = nullptr;  // [num_tokens · k]
-    const uint8_t* gate_up_blocks = nullptr;  // [E, 2I, H/32, 16]
-    const uint8_t* gate_up_scales = nullptr;  // [E, 2I, H/32]
-    const float* gate_up_bias = nullptr;      // [E, 2I]
-    const uint8_t* down_blocks = nullptr;     // [E, H, I/32, 16]
-    const uint8_t* down_scales = nullptr;     // [E, H, I/32]
-    const float* down_bias = nullptr;         // [E, H]
-    float* act = nullptr;                     // [num_tokens · k, I] scratch: SwiGLU output per assignment
-    float* y = nullptr;                       // [num_tokens · k, H] expert outputs (bias included)
+    const uint8_t* gate_up_blocks = nullptr;      // [E, 2I, H/32, 16]
+    const uint8_t* gate_up_scales = nullptr;      // [E, 2I, H/32]
+    const float* gate_up_bias = nullptr;          // [E, 2I]
+    const uint8_t* down_blocks = nullptr;         // [E, H, I/32, 16]
+    const uint8_t* down_scales = nullptr;         // [E, H, I/32]
+    const float* down_bias = nullptr;             // [E, H]
+    float* act = nullptr;                         // [num_tokens · k, I] scratch: SwiGLU output per assignment
+    float* y = nullptr;                           // [num_tokens · k, H] expert outputs (bias included)
     int num_tokens = 0;
     int hidden_size = 0;
     int intermediate_size = 0;
@@ -60,8 +62,8 @@ void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).
-void moe_gather(const void* h, const int32_t* sorted_assignments, int num_assignments, int k, int hidden_size,
-                void* xg, cudaStream_t stream);
+void moe_gather(const void* h, const int32_t* sorted_assignments, int num_assignments, int k, int hidden_size, void* xg,
+                cudaStream_t stream);
 // act[i, j] = bf16(SwiGLU(gu[i, 2j] + b[e_i, 2j], gu[i, 2j+1] + b[e_i, 2j+1])), e_i from expert_offsets.
 void moe_swiglu_sorted(const float* gu, const float* gate_up_bias, const int32_t* expert_offsets, int num_experts,
                        int num_assignments, int intermediate_size, float limit, float alpha, void* act,

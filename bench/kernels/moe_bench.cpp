@@ -1,0 +1,219 @@
+// Times the weight-only MXFP4 expert path of decode (moe_plan + moe_mxfp4: gate_up + SwiGLU, down)
+// for gpt-oss-20b shapes (E = 32 experts, H = I = 2880, top-4) and prints
+// `batch | µs | unique experts | bytes | GB/s | % of 4150`.
+//
+// Counting (the fewest bytes the step must move; METHOD.md "two numbers"): every chosen expert's
+// MXFP4 weights once (13,219,200 B: blocks + scales of gate_up and down) plus its fp32 biases
+// (46,080 B); inputs, act and outputs are a few KB per token and are not counted. The work is
+// memory-bound at batch 1 (≈ 2 FLOP per 0.53 B of weights per token).
+// Peak: 4150 GB/s, the device-to-device copy measured on the H200.
+//
+// Method: kLayers distinct weight sets (each a full layer of 32 experts, 423 MB) with their own
+// random routing, so one rotation touches kLayers × (unique experts × 13.2 MB) — at batch 1
+// 8 × 53 MB = 423 MB, 7× the L2. The kLayers (plan, experts) pairs are captured in one CUDA graph,
+// warmed up, replayed kReps times; reported: median over replays of event time / kLayers.
+// Usage: moe_bench [batch ...]   (default 1 2 4 8 16 32)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/moe.h"
+
+namespace {
+
+namespace cuda = gptoss::kernels::cuda;
+
+constexpr int kExperts = 32, kHidden = 2880, kInter = 2880, kTopK = 4;
+constexpr int kLayers = 8, kWarmup = 5, kReps = 60;
+constexpr double kPeakGBs = 4150.0;
+constexpr size_t kGuBlocks = size_t{2} * kInter * kHidden / 2, kGuScales = size_t{2} * kInter * kHidden / 32;
+constexpr size_t kDownBlocks = size_t{kHidden} * kInter / 2, kDownScales = size_t{kHidden} * kInter / 32;
+constexpr size_t kExpertBytes = kGuBlocks + kGuScales + kDownBlocks + kDownScales + (2 * kInter + kHidden) * 4;
+
+#define CHECK_CUDA(expr)                                                                               \
+    do {                                                                                               \
+        cudaError_t e_ = (expr);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                              \
+        }                                                                                              \
+    } while (0)
+
+struct DevBuf {
+    void* p = nullptr;
+    DevBuf() = default;
+    explicit DevBuf(size_t bytes) { CHECK_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+    ~DevBuf() {
+        if (p) cudaFree(p);
+    }
+    DevBuf(const DevBuf&) = delete;
+    DevBuf& operator=(const DevBuf&) = delete;
+    DevBuf(DevBuf&& o) noexcept : p(o.p) { o.p = nullptr; }
+    DevBuf& operator=(DevBuf&& o) noexcept {
+        std::swap(p, o.p);
+        return *this;
+    }
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(p);
+    }
+};
+
+template <typename T>
+DevBuf upload(const std::vector<T>& v) {
+    DevBuf b(v.size() * sizeof(T));
+    CHECK_CUDA(cudaMemcpy(b.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return b;
+}
+
+// Random bytes: full-range codes, scales in 118..122 (the range of real weights).
+std::vector<uint8_t> random_bytes(size_t n, uint64_t seed, bool scales) {
+    std::vector<uint8_t> v(n);
+    std::mt19937_64 rng(seed);
+    for (size_t i = 0; i < n; i += 8) {
+        const uint64_t r = rng();
+        for (size_t j = 0; j < 8 && i + j < n; ++j) {
+            const auto b = static_cast<uint8_t>(r >> (8 * j));
+            v[i + j] = scales ? static_cast<uint8_t>(118 + b % 5) : b;
+        }
+    }
+    return v;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+struct Layer {
+    DevBuf gu_blocks, gu_scales, down_blocks, down_scales, gu_bias, down_bias;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<int> batches;
+    for (int i = 1; i < argc; ++i) batches.push_back(std::atoi(argv[i]));
+    if (batches.empty()) batches = {1, 2, 4, 8, 16, 32};
+    const int max_t = *std::max_element(batches.begin(), batches.end());
+
+    // One layer's worth of random weights on the host, uploaded kLayers times (distinct addresses
+    // are what matters for the cache; the data is random, never zeros).
+    std::printf("preparing %d layers x %d experts (%.0f MB each)...\n", kLayers, kExperts,
+                kExpertBytes * kExperts / 1e6);
+    const auto gub = random_bytes(kGuBlocks * kExperts, 1, false), gus = random_bytes(kGuScales * kExperts, 2, true);
+    const auto db = random_bytes(kDownBlocks * kExperts, 3, false), ds = random_bytes(kDownScales * kExperts, 4, true);
+    const auto gubias = randn(size_t{2} * kInter * kExperts, 5, 0.5f),
+               dbias = randn(size_t{kHidden} * kExperts, 6, 0.1f);
+    std::vector<Layer> layers(kLayers);
+    for (auto& L : layers) {
+        L.gu_blocks = upload(gub);
+        L.gu_scales = upload(gus);
+        L.down_blocks = upload(db);
+        L.down_scales = upload(ds);
+        L.gu_bias = upload(gubias);
+        L.down_bias = upload(dbias);
+    }
+    DevBuf h32 = upload(randn(static_cast<size_t>(max_t) * kHidden, 7, 1.0f));
+    DevBuf act(static_cast<size_t>(max_t) * kTopK * kInter * 4), y(static_cast<size_t>(max_t) * kTopK * kHidden * 4);
+    std::vector<DevBuf> ids(kLayers), offsets(kLayers), sorted(kLayers);
+    for (int l = 0; l < kLayers; ++l) {
+        ids[l] = DevBuf(static_cast<size_t>(max_t) * kTopK * 4);
+        offsets[l] = DevBuf((kExperts + 1) * 4);
+        sorted[l] = DevBuf(static_cast<size_t>(max_t) * kTopK * 4);
+    }
+
+    cudaStream_t stream;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaEvent_t ev0, ev1;
+    CHECK_CUDA(cudaEventCreate(&ev0));
+    CHECK_CUDA(cudaEventCreate(&ev1));
+
+    std::printf("\n| batch | µs | unique experts | bytes | GB/s | %% of %.0f |\n|---|---|---|---|---|---|\n", kPeakGBs);
+    for (const int T : batches) {
+        // Random top-4 per token and layer; unique experts averaged over the layers.
+        std::mt19937 rng(1000 + T);
+        double unique = 0;
+        for (int l = 0; l < kLayers; ++l) {
+            std::vector<int32_t> v(static_cast<size_t>(T) * kTopK);
+            std::set<int> used;
+            for (int t = 0; t < T; ++t) {
+                std::vector<int> perm(kExperts);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng);
+                for (int k = 0; k < kTopK; ++k) {
+                    v[t * kTopK + k] = perm[k];
+                    used.insert(perm[k]);
+                }
+            }
+            unique += static_cast<double>(used.size()) / kLayers;
+            CHECK_CUDA(cudaMemcpy(ids[l].p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+        }
+        auto enqueue = [&] {
+            for (int l = 0; l < kLayers; ++l) {
+                cuda::moe_plan(ids[l].as<int32_t>(), T * kTopK, kExperts, true, offsets[l].as<int32_t>(),
+                               sorted[l].as<int32_t>(), stream);
+                cuda::MoeMxfp4Args a;
+                a.h_f32 = h32.as<float>();
+                a.expert_offsets = offsets[l].as<int32_t>();
+                a.sorted_assignments = sorted[l].as<int32_t>();
+                a.gate_up_blocks = layers[l].gu_blocks.as<uint8_t>();
+                a.gate_up_scales = layers[l].gu_scales.as<uint8_t>();
+                a.gate_up_bias = layers[l].gu_bias.as<float>();
+                a.down_blocks = layers[l].down_blocks.as<uint8_t>();
+                a.down_scales = layers[l].down_scales.as<uint8_t>();
+                a.down_bias = layers[l].down_bias.as<float>();
+                a.act = act.as<float>();
+                a.y = y.as<float>();
+                a.num_tokens = T;
+                a.hidden_size = kHidden;
+                a.intermediate_size = kInter;
+                a.num_experts = kExperts;
+                a.experts_per_token = kTopK;
+                cuda::moe_mxfp4(a, stream);
+            }
+        };
+        enqueue();  // first launches outside the capture: one-time attribute and occupancy queries
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        enqueue();
+        CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+        CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+        for (int i = 0; i < kWarmup; ++i) CHECK_CUDA(cudaGraphLaunch(exec, stream));
+        std::vector<float> ms(kReps);
+        for (int i = 0; i < kReps; ++i) {
+            CHECK_CUDA(cudaEventRecord(ev0, stream));
+            CHECK_CUDA(cudaGraphLaunch(exec, stream));
+            CHECK_CUDA(cudaEventRecord(ev1, stream));
+            CHECK_CUDA(cudaEventSynchronize(ev1));
+            CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev0, ev1));
+        }
+        CHECK_CUDA(cudaGetLastError());
+        std::sort(ms.begin(), ms.end());
+        const double us = ms[kReps / 2] * 1e3 / kLayers;
+        const double bytes = unique * kExpertBytes;
+        const double gbs = bytes / (us * 1e3);
+        std::printf("| %d | %.1f | %.2f | %.1f MB | %.0f | %.0f%% |\n", T, us, unique, bytes / 1e6, gbs,
+                    100.0 * gbs / kPeakGBs);
+        std::fflush(stdout);
+        CHECK_CUDA(cudaGraphExecDestroy(exec));
+        CHECK_CUDA(cudaGraphDestroy(graph));
+    }
+    CHECK_CUDA(cudaEventDestroy(ev0));
+    CHECK_CUDA(cudaEventDestroy(ev1));
+    CHECK_CUDA(cudaStreamDestroy(stream));
+    return 0;
+}
