@@ -134,7 +134,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences generated at once")->capture_default_str();
     sub->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: directory name)");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
-    sub->add_option("--request-timeout", o->request_timeout_s, "Seconds before a request is ended")
+    sub->add_option("--request-timeout", o->request_timeout_s,
+                    "Seconds a request may go without a token (queued or stalled) before it is ended")
         ->capture_default_str();
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });
 });

@@ -14,7 +14,10 @@ RouteResponse json_response(int status, const Json& body) {
     return r;
 }
 
-ApiError timeout_error() { return api_error(504, "the request took longer than the server's request timeout"); }
+ApiError timeout_error() {
+    return api_error(504,
+                     "the request made no progress (queued or stalled) for longer than the server's request timeout");
+}
 // Before the engine is warmed up its limits (context, vocabulary) are unknown: nothing is validated.
 ApiError not_ready_error() { return api_error(503, "the engine is still warming up; retry shortly"); }
 ApiError shutdown_error() { return api_error(503, "the server is shutting down"); }
@@ -26,11 +29,11 @@ ApiError engine_error(const std::string& message) {
 class SseStream final : public SseProducer {
 public:
     SseStream(RequestQueue& queue, std::unique_ptr<GenerationStream> gen, std::unique_ptr<Session> session,
-              Clock::time_point deadline, std::chrono::milliseconds keepalive)
+              std::chrono::seconds stall_timeout, std::chrono::milliseconds keepalive)
         : queue_(queue),
           gen_(std::move(gen)),
           session_(std::move(session)),
-          deadline_(deadline),
+          stall_timeout_(stall_timeout),
           keepalive_(keepalive) {}
 
     bool next(std::string* out, std::chrono::milliseconds timeout) override {
@@ -42,6 +45,7 @@ public:
         } else {
             events_.clear();
             if (gen_->next(&events_, timeout)) {
+                last_event_ = Clock::now();
                 for (const EngineEvent& e : events_) {
                     if (session_->on_event(e, out)) {
                         gen_->stop();
@@ -59,7 +63,7 @@ public:
                 }
             } else if (queue_.shutting_down()) {
                 fail(shutdown_error(), out);
-            } else if (Clock::now() > deadline_) {
+            } else if (Clock::now() - last_event_ > stall_timeout_) {
                 fail(timeout_error(), out);
             } else if (Clock::now() - last_output_ > keepalive_) {
                 *out += ": keep-alive\n\n";  // an SSE comment; clients ignore it
@@ -84,10 +88,11 @@ private:
     RequestQueue& queue_;
     std::unique_ptr<GenerationStream> gen_;
     std::unique_ptr<Session> session_;
-    const Clock::time_point deadline_;
+    const std::chrono::seconds stall_timeout_;
     const std::chrono::milliseconds keepalive_;
     std::vector<EngineEvent> events_;
     Clock::time_point last_output_ = Clock::now();
+    Clock::time_point last_event_ = Clock::now();
     bool opened_ = false;
     bool done_ = false;
 };
@@ -128,12 +133,11 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
     if (!submitted.ok()) return error(api_error(submitted.status()));
     std::unique_ptr<GenerationStream> gen = std::move(*submitted);
     std::unique_ptr<Session> session = make_session();
-    const Clock::time_point deadline = arrival + options_.request_timeout;
 
     if (stream) {
         RouteResponse r;
         r.content_type = "text/event-stream";
-        r.stream = std::make_unique<SseStream>(queue_, std::move(gen), std::move(session), deadline,
+        r.stream = std::make_unique<SseStream>(queue_, std::move(gen), std::move(session), options_.request_timeout,
                                                options_.keepalive_interval);
         return r;
     }
@@ -142,13 +146,15 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
     session->open(&unused);
     std::vector<EngineEvent> events;
     FinishReason finish = FinishReason::kNone;
+    Clock::time_point last_event = arrival;
     while (finish == FinishReason::kNone) {
         events.clear();
         if (!gen->next(&events, kPollInterval)) {
             if (queue_.shutting_down()) return error(shutdown_error());
-            if (Clock::now() > deadline) return error(timeout_error());
+            if (Clock::now() - last_event > options_.request_timeout) return error(timeout_error());
             continue;
         }
+        last_event = Clock::now();
         for (const EngineEvent& e : events) {
             if (session->on_event(e, &unused)) {
                 gen->stop();

@@ -20,7 +20,7 @@ namespace gptoss::server {
 struct RoutesOptions {
     std::string model_id = "gpt-oss";  // what /v1/models lists and responses name
     harmony::ServerOptions harmony;
-    // A request (streaming or not) is ended after this long.
+    // A request (streaming or not) that gets no token for this long (queued or stalled) is ended.
     std::chrono::seconds request_timeout{600};
     // A stream that has had nothing to send for this long gets an SSE comment, so a client that
     // went away is noticed (the write fails) even while its request waits in the queue.

@@ -254,6 +254,25 @@ TEST_F(HttpServerTest, EngineErrorsBecome500) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+TEST_F(HttpServerTest, StalledRequestsTimeOut) {
+    TestServerOptions o = default_test_options();
+    o.routes.request_timeout = std::chrono::seconds(1);
+    TestServer s(o);
+    s.engine.set_script(hello_script());
+    s.engine.set_paused(true);  // no token ever comes
+    Json e = expect_error(s.post("/v1/chat/completions", kChat), 504);
+    EXPECT_NE(e["message"].get<std::string>().find("no progress"), std::string::npos);
+    auto r = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true})");
+    ASSERT_TRUE(r);
+    std::vector<SseEvent> ev = parse_sse(r->body);
+    ASSERT_GE(ev.size(), 3u);
+    EXPECT_EQ(ev.back().data, "[DONE]");
+    EXPECT_EQ(parse(ev[ev.size() - 2].data)["error"]["message"], e["message"]);
+    EXPECT_TRUE(s.wait_engine_idle());
+    EXPECT_EQ(s.engine.cancelled_unfinished(), 2);
+    s.engine.set_paused(false);
+}
+
 TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
     TestServerOptions o = default_test_options();
     o.engine.step_interval = std::chrono::milliseconds(5);
