@@ -18,6 +18,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "runtime/cpu_model_runner.h"
+#include "runtime/cuda_model_runner.h"
 #include "runtime/engine.h"
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -144,7 +145,7 @@ runtime::KvBudget default_budget(const GenerateOptions& o, const runtime::ModelR
 int run_generate(const GenerateOptions& o) {
     const int modes = !o.ids.empty() + !o.prompt.empty() + !o.batch_file.empty();
     if (modes != 1) return fail("give exactly one of --ids, --prompt and --batch-file");
-    if (o.backend != "cpu") return fail("backend '" + o.backend + "' is not available for generate in this build");
+    if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
 
     auto loaded = model::GptOssWeights::load(o.model);
     if (!loaded.ok()) return fail(loaded.status().message());
@@ -204,7 +205,14 @@ int run_generate(const GenerateOptions& o) {
         tok = std::move(*t);
     }
 
-    auto runner = std::make_unique<runtime::CpuModelRunner>(weights);
+    std::unique_ptr<runtime::ModelRunner> runner;
+    if (o.backend == "cuda") {
+        auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens);
+        if (!r.ok()) return fail(r.status().message());
+        runner = std::move(*r);
+    } else {
+        runner = std::make_unique<runtime::CpuModelRunner>(weights);
+    }
     runtime::EngineConfig ec;
     ec.block_size = o.block_size;
     ec.kv_budget = default_budget(o, *runner, lines);
@@ -309,7 +317,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--seed", o->seed, "Sampling seed (default: random per request)");
     sub->add_option("--stop", o->stop, "Stop string (repeatable; needs a tokenizer)");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's EOS ids");
-    sub->add_option("--backend", o->backend, "cpu")->capture_default_str();
+    sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
     sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache budget (default: room for every request)");
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget of one engine step")

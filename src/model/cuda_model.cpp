@@ -80,6 +80,8 @@ struct CudaModel::Impl {
     static constexpr int kMaxSplits = 64;
 
     Status init(const GptOssWeights& w);
+    Status allocate_kv(int block_size, int num_blocks_full, int num_blocks_sliding);
+    size_t kv_block_bytes(int block_size) const;
     Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
                    std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled);
     void moe(int T, int layer);
@@ -222,10 +224,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         actb = DeviceBuffer(A * I * 2);
         yd = DeviceBuffer(A * H * 4);
     }
-    max_blocks_per_seq = (c.max_position_embeddings + opt.block_size - 1) / opt.block_size;
     for (DeviceBuffer* b : {&ids, &positions, &slots_full, &slots_sliding, &logit_rows}) *b = DeviceBuffer(T * 4);
-    tables_full = DeviceBuffer(S * max_blocks_per_seq * 4);
-    tables_sliding = DeviceBuffer(S * max_blocks_per_seq * 4);
     seq_start = DeviceBuffer(S * 4);
     query_start = DeviceBuffer((S + 1) * 4);
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
@@ -235,28 +234,52 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
     s_seed = DeviceBuffer(S * 8);
     s_draw = DeviceBuffer(S * 8);
-
+    if (opt.defer_kv_cache) return ok_status();
     // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
-    const int n_sliding_layers =
-        static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kSlidingAttention));
+    const size_t block_bytes = kv_block_bytes(opt.block_size);
+    const int n_sliding_layers = static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(),
+                                                             LayerType::kSlidingAttention));
     const int n_full_layers = c.num_hidden_layers - n_sliding_layers;
-    const size_t block_bytes = static_cast<size_t>(opt.block_size) * kvw * 2 * 2;  // K and V, bf16
-    num_blocks_sliding = opt.num_blocks_sliding > 0
-                             ? opt.num_blocks_sliding
-                             : static_cast<int>(S * ((c.sliding_window + opt.block_size - 1) / opt.block_size + 2));
-    num_blocks_full = opt.num_blocks_full;
-    if (num_blocks_full <= 0) {
+    int nsl = opt.num_blocks_sliding > 0
+                  ? opt.num_blocks_sliding
+                  : static_cast<int>(S * ((c.sliding_window + opt.block_size - 1) / opt.block_size + 2));
+    int nfull = opt.num_blocks_full;
+    if (nfull <= 0) {
         size_t free_b = 0, total_b = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         const double budget = static_cast<double>(free_b) * opt.kv_cache_fraction -
-                              static_cast<double>(num_blocks_sliding) * block_bytes * n_sliding_layers;
-        num_blocks_full =
-            static_cast<int>(std::max(0.0, budget / (static_cast<double>(block_bytes) * std::max(1, n_full_layers))));
-        if (num_blocks_full < max_blocks_per_seq / 8)
-            return resource_exhausted("not enough device memory left for the KV cache");
+                              static_cast<double>(nsl) * block_bytes * n_sliding_layers;
+        nfull = static_cast<int>(
+            std::max(0.0, budget / (static_cast<double>(block_bytes) * std::max(1, n_full_layers))));
     }
+    return allocate_kv(opt.block_size, nfull, nsl);
+}
+
+size_t CudaModel::Impl::kv_block_bytes(int block_size) const {
+    return static_cast<size_t>(block_size) * c.kv_width() * 2 * 2;  // K and V, bf16, one layer
+}
+
+Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
+    if (kv_bytes > 0) return failed_precondition("the KV cache is already allocated");
+    if (block_size <= 0 || (block_size & (block_size - 1)) != 0)
+        return invalid_argument("KV block size must be a power of two");
+    opt.block_size = block_size;
+    num_blocks_full = nfull;
+    num_blocks_sliding = nsl;
+    const int64_t S = opt.max_seqs;
+    max_blocks_per_seq = (c.max_position_embeddings + block_size - 1) / block_size;
+    tables_full = DeviceBuffer(S * max_blocks_per_seq * 4);
+    tables_sliding = DeviceBuffer(S * max_blocks_per_seq * 4);
+    const size_t block_bytes = kv_block_bytes(block_size);
+    size_t need = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) need += (c.is_sliding(l) ? nsl : nfull) * block_bytes;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (nfull <= 0 || nsl <= 0 || need > free_b)
+        return resource_exhausted("not enough device memory for the KV cache (" + std::to_string(need >> 20) +
+                                  " MiB asked, " + std::to_string(free_b >> 20) + " MiB free)");
     for (int l = 0; l < c.num_hidden_layers; ++l) {
-        const size_t nb = c.is_sliding(l) ? num_blocks_sliding : num_blocks_full;
+        const size_t nb = c.is_sliding(l) ? nsl : nfull;
         layers[l].k_cache = DeviceBuffer(nb * block_bytes / 2);
         layers[l].v_cache = DeviceBuffer(nb * block_bytes / 2);
         kv_bytes += nb * block_bytes;
@@ -325,6 +348,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     const int H = c.hidden_size, K = c.experts_per_token, V = c.vocab_size;
     const int qw = c.q_width(), kvw = c.kv_width(), qkvw = qw + 2 * kvw;
     const int bs = opt.block_size;
+    if (kv_bytes == 0) return failed_precondition("forward before the KV cache was allocated");
     if (seqs.empty()) return ok_status();
     if (static_cast<int>(seqs.size()) > opt.max_seqs)
         return invalid_argument("batch of " + std::to_string(seqs.size()) + " sequences exceeds max_seqs " +
@@ -661,6 +685,14 @@ CudaModel::~CudaModel() {
 Status CudaModel::forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits) {
     return impl_->forward(seqs, logits, {}, nullptr);
 }
+Status CudaModel::allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding) {
+    return impl_->allocate_kv(block_size, num_blocks_full, num_blocks_sliding);
+}
+size_t CudaModel::free_device_memory() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return free_b;
+}
 Status CudaModel::forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
                                  std::vector<int32_t>* ids) {
     return impl_->forward(seqs, nullptr, params, ids);
@@ -714,6 +746,8 @@ Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<con
     return unimplemented("no CUDA backend");
 }
 void CudaModel::fill_kv_random(uint64_t) {}
+Status CudaModel::allocate_kv_cache(int, int, int) { return unimplemented("no CUDA backend"); }
+size_t CudaModel::free_device_memory() { return 0; }
 bool cuda_available() { return false; }
 
 }  // namespace gptoss::model

@@ -22,12 +22,18 @@ struct CudaModelOptions {
     double kv_cache_fraction = 0.85;  // of the memory free after weights and activations
     bool bf16_experts = true;         // keep a bf16 copy of the experts for large batches (needs ~2× expert memory)
     int mxfp4_max_tokens = 32;        // batches up to this many tokens use the weight-only MXFP4 experts
+    bool defer_kv_cache = false;      // allocate the KV cache later, with allocate_kv_cache()
 };
 
 class CudaModel {
 public:
     static StatusOr<std::unique_ptr<CudaModel>> create(const GptOssWeights& weights, const CudaModelOptions& options);
     ~CudaModel();
+
+    // With defer_kv_cache: allocates the paged cache (bf16 K and V per layer). Once.
+    Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);
+    // Free device memory now (0 without a device).
+    static size_t free_device_memory();
 
     // Same contract as CpuForward::forward (block ids index this model's KV cache); logits are
     // copied to host.

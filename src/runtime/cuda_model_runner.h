@@ -1,0 +1,36 @@
+// ModelRunner on the CUDA backend: model::CudaModel (device weights, paged bf16 KV cache, CUDA
+// graphs for decode). In a build without CUDA, create() returns a clear error.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "model/cuda_model.h"
+#include "runtime/model_runner.h"
+
+namespace gptoss::runtime {
+
+class CudaModelRunner : public ModelRunner {
+public:
+    // Uploads the weights and sizes activations for max_num_seqs sequences and max_batched_tokens
+    // tokens per step; the KV cache comes later (allocate_kv_cache), from the memory then free.
+    static StatusOr<std::unique_ptr<CudaModelRunner>> create(std::shared_ptr<const model::GptOssWeights> weights,
+                                                             int max_num_seqs, int max_batched_tokens);
+
+    const model::GptOssConfig& config() const override { return weights_->config; }
+    KvGeometry kv_geometry(int block_size) const override;
+    size_t free_memory_bytes() const override;
+    Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
+    Status forward(const Batch& batch, std::vector<float>* logits) override;
+
+private:
+    CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights, std::unique_ptr<model::CudaModel> model)
+        : weights_(std::move(weights)), model_(std::move(model)) {}
+
+    std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
+    std::unique_ptr<model::CudaModel> model_;
+    std::vector<model::ForwardSequence> seqs_;  // scratch
+    std::vector<float> rows_;                   // [num_seqs, vocab_size] scratch
+};
+
+}  // namespace gptoss::runtime
