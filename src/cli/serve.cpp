@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "model/gpt_oss_weights.h"
 #include "runtime/cpu_model_runner.h"
+#include "runtime/cuda_model_runner.h"
 #include "runtime/engine.h"
 #include "server/http_server.h"
 #include "server/runtime_engine.h"
@@ -38,7 +39,7 @@ struct ServeOptions {
 };
 
 int run_serve(const ServeOptions& o) {
-    if (o.backend != "cpu") return fail("backend '" + o.backend + "' is not available in this build (use cpu)");
+    if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
     if (o.port < 0 || o.port > 65535) return fail("--port must be in [0, 65535]");
     if (o.http_threads < 8) return fail("--http-threads must be at least 8");
 
@@ -59,10 +60,18 @@ int run_serve(const ServeOptions& o) {
     runtime::EngineConfig engine_config;
     engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
-    auto load = [model_dir, engine_config]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    const bool cuda = o.backend == "cuda";
+    auto load = [model_dir, engine_config, cuda]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
-        return runtime::Engine::create(std::make_unique<runtime::CpuModelRunner>(shared), engine_config);
+        std::unique_ptr<runtime::ModelRunner> runner;
+        if (cuda) {
+            ASSIGN_OR_RETURN(runner, runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
+                                                                      engine_config.scheduler.max_num_batched_tokens));
+        } else {
+            runner = std::make_unique<runtime::CpuModelRunner>(shared);
+        }
+        return runtime::Engine::create(std::move(runner), engine_config);
     };
 
     std::atomic<bool> load_failed{false};
