@@ -79,6 +79,8 @@ int run_bench(const BenchOptions& o) {
     model::CudaModelOptions opt;
     opt.max_tokens = std::max({max_prefill, max_batch, 256});
     opt.max_seqs = std::max(max_batch, 1);
+    // A one-shot prefill writes every position into the sliding layers too.
+    opt.num_blocks_sliding = std::max(opt.max_seqs * ((c.sliding_window + 15) / 16 + 2), max_prefill / 16 + 2);
     auto created = model::CudaModel::create(**weights, opt);
     if (!created.ok()) return fail(created.status().message());
     model::CudaModel& m = **created;
