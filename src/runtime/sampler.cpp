@@ -17,10 +17,12 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+// First maximum wins; NaN never wins (a row of NaN gives 0), so a broken row cannot produce an
+// out-of-range id.
 int32_t argmax(const float* logits, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; ++i)
-        if (logits[i] > logits[best]) best = i;  // first maximum wins
+        if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) best = i;
     return best;
 }
 
@@ -90,17 +92,19 @@ int32_t draw(const float* logits, int vocab_size, const SamplingParams& p, uint6
     const float inv_t = 1.0f / p.temperature;
     s.prob.resize(static_cast<size_t>(vocab_size));
     // Relative to the maximum (which gets exactly 1), so min_p compares against 1.
-    for (int i = 0; i < vocab_size; ++i) s.prob[i] = std::exp((logits[i] - mx) * inv_t);
+    // A NaN logit (a broken row) counts as -inf: probability 0, ranked last.
+    for (int i = 0; i < vocab_size; ++i) s.prob[i] = std::isnan(logits[i]) ? 0.0f : std::exp((logits[i] - mx) * inv_t);
 
     const bool top_k = p.top_k > 0 && p.top_k < vocab_size;
     if (!top_k && p.top_p >= 1.0f) {
         // No ranking needed: the kept ids are all ids (minus min_p's cut), already ascending.
         s.ids.clear();
         for (int i = 0; i < vocab_size; ++i)
-            if (s.prob[i] >= p.min_p) s.ids.push_back(i);
+            if (s.prob[i] >= p.min_p && s.prob[i] > 0.0f) s.ids.push_back(i);
     } else {
         s.keys.resize(static_cast<size_t>(vocab_size));
-        for (int i = 0; i < vocab_size; ++i) s.keys[i] = candidate_key(logits[i], i);
+        for (int i = 0; i < vocab_size; ++i)
+            s.keys[i] = candidate_key(std::isnan(logits[i]) ? -INFINITY : logits[i], i);
         if (top_k) {
             std::nth_element(s.keys.begin(), s.keys.begin() + (p.top_k - 1), s.keys.end(), std::greater<>());
             s.keys.resize(static_cast<size_t>(p.top_k));
@@ -119,6 +123,9 @@ int32_t draw(const float* logits, int vocab_size, const SamplingParams& p, uint6
                 if (s.flags[i]) s.ids.push_back(i);
         }
     }
+    // Non-finite logits (NaN) leave nothing to draw from: fall back to the argmax, never index an
+    // empty list.
+    if (s.ids.empty()) return argmax(logits, vocab_size);
     double kept = 0.0;
     for (int32_t id : s.ids) kept += s.prob[id];
     const double u = uniform_at(seed, draw_index) * kept;

@@ -147,3 +147,36 @@ TEST(SamplerTest, ValidationNamesTheBadField) {
 
 }  // namespace
 }  // namespace gptoss::runtime
+
+namespace gptoss::runtime {
+namespace {
+
+// A broken logits row (NaN, as a faulty backend could produce) must still give an in-range id:
+// an out-of-range id would index the penalty tables and the KV bookkeeping.
+TEST(SamplerTest, NonFiniteLogitsStillGiveAnInRangeId) {
+    const int V = 1000;
+    Sampler s(V);
+    std::vector<float> nan_row(V, std::nanf(""));
+    std::vector<float> some_nan(V, 0.0f);
+    for (int i = 0; i < V; i += 3) some_nan[i] = std::nanf("");
+    some_nan[7] = 5.0f;
+    for (float temperature : {0.0f, 0.7f}) {
+        for (float top_p : {1.0f, 0.5f}) {
+            SamplingParams p;
+            p.temperature = temperature;
+            p.top_p = top_p;
+            for (uint64_t seed = 0; seed < 20; ++seed) {
+                SampledToken a = s.sample(nan_row.data(), p, seed, {}, {}, -1);
+                EXPECT_GE(a.id, 0);
+                EXPECT_LT(a.id, V);
+                SampledToken b = s.sample(some_nan.data(), p, seed, {}, {}, -1);
+                EXPECT_GE(b.id, 0);
+                EXPECT_LT(b.id, V);
+                EXPECT_NE(b.id % 3, 0) << "a NaN logit was drawn";
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace gptoss::runtime
