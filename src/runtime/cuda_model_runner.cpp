@@ -1,6 +1,8 @@
 #include "runtime/cuda_model_runner.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
 
 namespace gptoss::runtime {
 
@@ -41,6 +43,16 @@ Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) 
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
         if (!batch.seqs[i].need_logits) continue;
+        // A non-finite row means a backend bug: fail the step with a clear error rather than
+        // sampling from garbage.
+        const float* row = rows_.data() + i * V;
+        if (!std::all_of(row, row + V, [](float v) { return std::isfinite(v); })) {
+            const BatchSequence& s = batch.seqs[i];
+            return internal_error("non-finite logits from the CUDA backend for sequence " + std::to_string(i) + " of " +
+                                  std::to_string(batch.seqs.size()) + " (positions " + std::to_string(s.start_pos) +
+                                  ".." + std::to_string(s.start_pos + static_cast<int>(s.tokens.size()) - 1) +
+                                  ", batch of " + std::to_string(batch.num_tokens) + " tokens)");
+        }
         logits->insert(logits->end(), rows_.begin() + static_cast<long>(i * V),
                        rows_.begin() + static_cast<long>((i + 1) * V));
     }
