@@ -1,17 +1,46 @@
 #include "server/harmony_bridge.h"
 
 #include <algorithm>
+#include <iterator>
+#include <span>
 
 #include "harmony/harmony_render.h"
 #include "harmony/harmony_types.h"
 
 namespace gptoss::server {
+namespace {
+
+// The forced reply start of tool_choice "required" / a named function (HARMONY.md §7), in the form
+// the model itself emits most (§6.3: "<|channel|>commentary to=functions.x <|constrain|>json").
+// "required" forces the recipient prefix up to and including "functions." so that the reply can
+// only be a function call; the model writes the name and the rest of the header. Text pieces are
+// encoded with encode_ordinary, special tokens by id, like the renderer (§1.2).
+std::vector<harmony::Segment> forced_reply_start(const harmony::ChatRequest& request) {
+    std::vector<harmony::Segment> s;
+    auto special = [&](int32_t id) { s.push_back(harmony::Segment{id, ""}); };
+    auto text = [&](std::string t) { s.push_back(harmony::Segment{-1, std::move(t)}); };
+    if (request.tool_choice == harmony::ToolChoice::kRequired) {
+        special(harmony::kChannel);
+        text("commentary to=functions.");
+    } else if (request.tool_choice == harmony::ToolChoice::kFunction && request.forced_function) {
+        special(harmony::kChannel);
+        text("commentary to=functions." + *request.forced_function + " ");
+        special(harmony::kConstrain);
+        text("json");
+        special(harmony::kMessage);
+    }
+    return s;
+}
+
+}  // namespace
 
 StatusOr<ChatPrompt> render_chat_prompt(const harmony::Json& chat_body, const tokenizer::BpeTokenizer& tokenizer,
                                         const harmony::ServerOptions& options) {
     ASSIGN_OR_RETURN(harmony::ChatRequest request, harmony::chat_request_from_json(chat_body, options));
     ChatPrompt p;
     ASSIGN_OR_RETURN(p.ids, harmony::render(tokenizer, request.conversation, request.render_options));
+    p.forced = harmony::encode_segments(tokenizer, forced_reply_start(request));
+    p.ids.insert(p.ids.end(), p.forced.begin(), p.forced.end());
     p.mapping = harmony::chat_mapping_options(request);
     p.parser.declared_functions = request.declared_functions;
     return p;
@@ -27,7 +56,11 @@ bool is_generation_stop_id(int32_t id) {
 }
 
 HarmonyOutput::HarmonyOutput(const tokenizer::BpeTokenizer& tokenizer, const ChatPrompt& prompt)
-    : mapping_(prompt.mapping), parser_(tokenizer, prompt.parser), mapper_(prompt.mapping) {}
+    : mapping_(prompt.mapping), parser_(tokenizer, prompt.parser), mapper_(prompt.mapping) {
+    // The forced header is prompt: parsed (so the reply continues inside it) but not counted as
+    // completion tokens; its events (a tool call's start) go out with the first generated token.
+    forced_events_ = parser_.push(std::span<const int32_t>(prompt.forced));
+}
 
 harmony::ChatRoute HarmonyOutput::route(const harmony::MessageHeader& header) const {
     return harmony::chat_route(header, mapping_);
@@ -39,6 +72,11 @@ std::string HarmonyOutput::function_name(const harmony::MessageHeader& header) c
 }
 
 HarmonyOutput::Step HarmonyOutput::mapped(std::vector<harmony::Event> events) {
+    if (!forced_events_.empty()) {
+        events.insert(events.begin(), std::make_move_iterator(forced_events_.begin()),
+                      std::make_move_iterator(forced_events_.end()));
+        forced_events_.clear();
+    }
     // Each token counts toward the message it ends up in: a message's tokens are known when it ends.
     for (const harmony::Event& e : events) {
         if (e.type == harmony::EventType::kMessageStart) current_route_ = route(e.header);

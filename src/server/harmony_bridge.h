@@ -16,7 +16,13 @@
 namespace gptoss::server {
 
 struct ChatPrompt {
-    std::vector<int32_t> ids;  // [num_prompt_tokens]: rendered conversation + "<|start|>assistant"
+    // [num_prompt_tokens]: rendered conversation + "<|start|>assistant" + `forced`.
+    std::vector<int32_t> ids;
+    // The forced start of the assistant's reply (a suffix of `ids`) for tool_choice "required"
+    // ("<|channel|>commentary to=functions.") or a named function N ("<|channel|>commentary
+    // to=functions.N <|constrain|>json<|message|>"); empty otherwise. Part of the prompt, not of the
+    // completion: HarmonyOutput feeds these ids to the parser first.
+    std::vector<int32_t> forced;
     harmony::ChatMappingOptions mapping;
     harmony::ParserOptions parser;
 };
@@ -59,6 +65,7 @@ private:
     harmony::ChatRoute current_route_ = harmony::ChatRoute::kHidden;
     int64_t tokens_in_message_ = 0;  // pushed since the last message ended
     int64_t reasoning_tokens_ = 0;
+    std::vector<harmony::Event> forced_events_;  // of prompt.forced; go out with the first step
 };
 
 // {"role":"assistant","content","reasoning_content","tool_calls"?} of a chat.completion.

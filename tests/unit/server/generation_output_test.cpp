@@ -1,6 +1,8 @@
 // What each API makes of Harmony-shaped model output (scripted by the FakeEngine): reasoning and
 // final content, tool calls (streamed and whole), tool results in history, malformed output,
 // stop strings, logprobs; the Responses event sequence; raw completions.
+#include <algorithm>
+
 #include "server_test_util.h"
 
 namespace gptoss::server::testing {
@@ -336,6 +338,169 @@ TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     EXPECT_EQ(tokens, 4u);
     EXPECT_EQ(text, *test_tokenizer()->decode(std::vector<int32_t>(answer.begin(), answer.begin() + 4)));
     EXPECT_EQ(server_.engine.last_request().prompt, (std::vector<int32_t>{1, 2, 3}));
+}
+
+// ---- tool_choice "required" / named function: the reply start is forced in the prompt -----------
+
+std::vector<int32_t> forced_named_header(const std::string& name) {
+    const tokenizer::BpeTokenizer& tok = *test_tokenizer();
+    std::vector<int32_t> ids = harmony_ids("<|start|>assistant<|channel|>");
+    std::vector<int32_t> text = tok.encode_ordinary("commentary to=functions." + name + " ");
+    ids.insert(ids.end(), text.begin(), text.end());
+    ids.push_back(200003);  // <|constrain|>
+    std::vector<int32_t> json = tok.encode_ordinary("json");
+    ids.insert(ids.end(), json.begin(), json.end());
+    ids.push_back(200008);  // <|message|>
+    return ids;
+}
+
+std::vector<int32_t> forced_required_header() {
+    std::vector<int32_t> ids = harmony_ids("<|start|>assistant<|channel|>");
+    std::vector<int32_t> text = test_tokenizer()->encode_ordinary("commentary to=functions.");
+    ids.insert(ids.end(), text.begin(), text.end());
+    return ids;
+}
+
+bool ends_with(const std::vector<int32_t>& ids, const std::vector<int32_t>& suffix) {
+    return ids.size() >= suffix.size() && std::equal(suffix.begin(), suffix.end(), ids.end() - suffix.size());
+}
+
+const char* kNamedChoice = R"("tool_choice":{"type":"function","function":{"name":"get_weather"}})";
+
+TEST_F(GenerationOutputTest, ToolChoiceNamedForcesHeader) {
+    script("{\"x\":1}<|call|>");
+    Json j = post_json("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") +
+                                                   kTools + "," + kNamedChoice + "}");
+    const std::vector<int32_t> prompt = server_.engine.last_request().prompt;
+    const std::vector<int32_t> forced = forced_named_header("get_weather");
+    EXPECT_TRUE(ends_with(prompt, forced)) << *test_tokenizer()->decode(prompt);
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls");
+    EXPECT_TRUE(c["message"]["content"].is_null());
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "{\"x\":1}");
+    // The forced header is prompt; the completion is only what the engine generated.
+    EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+    EXPECT_EQ(j["usage"]["completion_tokens"], harmony_ids("{\"x\":1}<|call|>").size());
+    EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+}
+
+TEST_F(GenerationOutputTest, ToolChoiceNamedStreamed) {
+    script("{\"x\":1}<|call|>");
+    bool done = false;
+    std::vector<Json> chunks =
+        post_stream("/v1/chat/completions",
+                    std::string(R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)") + kTools + "," +
+                        kNamedChoice + "}",
+                    &done);
+    EXPECT_TRUE(done);
+    EXPECT_TRUE(ends_with(server_.engine.last_request().prompt, forced_named_header("get_weather")));
+    std::string args, name, finish;
+    int starts = 0;
+    for (const Json& ch : chunks) {
+        const Json& choice = ch["choices"][0];
+        EXPECT_FALSE(choice["delta"].contains("reasoning_content")) << ch.dump();
+        if (choice["delta"].contains("content")) {
+            EXPECT_EQ(choice["delta"]["content"], "") << ch.dump();
+        }
+        if (choice["delta"].contains("tool_calls")) {
+            const Json& tc = choice["delta"]["tool_calls"][0];
+            if (tc.contains("id")) {
+                ++starts;
+                name = tc["function"]["name"];
+            }
+            args += tc["function"]["arguments"].get<std::string>();
+        }
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(starts, 1);
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(args, "{\"x\":1}");
+    EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(GenerationOutputTest, ToolChoiceNamedCutByLength) {
+    // The generated text still streams as the forced call's arguments; a truncated call is not a
+    // call in the result (finish_reason "length"), as for any call cut by max_tokens.
+    script("{\"city\":\"Paris\",\"days\":3}<|call|>");
+    std::vector<Json> chunks =
+        post_stream("/v1/chat/completions",
+                    std::string(R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,"max_tokens":2,)") +
+                        kTools + "," + kNamedChoice + "}");
+    std::string name, finish;
+    bool args_streamed = false;
+    for (const Json& ch : chunks) {
+        const Json& choice = ch["choices"][0];
+        EXPECT_FALSE(choice["delta"].contains("reasoning_content")) << ch.dump();
+        if (choice["delta"].contains("tool_calls")) {
+            const Json& tc = choice["delta"]["tool_calls"][0];
+            if (tc.contains("id")) name = tc["function"]["name"];
+            if (!tc["function"]["arguments"].get<std::string>().empty()) args_streamed = true;
+        }
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_TRUE(args_streamed);
+    EXPECT_EQ(finish, "length");
+}
+
+TEST_F(GenerationOutputTest, ToolChoiceRequiredForcesRecipientPrefix) {
+    const std::string generated = "get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>";
+    script(generated);
+    Json j = post_json("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") +
+                                                   kTools + R"(,"tool_choice":"required"})");
+    const std::vector<int32_t> prompt = server_.engine.last_request().prompt;
+    EXPECT_TRUE(ends_with(prompt, forced_required_header())) << *test_tokenizer()->decode(prompt);
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls");
+    EXPECT_TRUE(c["message"]["content"].is_null());
+    EXPECT_TRUE(c["message"]["reasoning_content"].is_null());
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u);
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+    EXPECT_EQ(j["usage"]["completion_tokens"], harmony_ids(generated).size());
+
+    // Streamed: one call, its name from the generated header.
+    std::vector<Json> chunks = post_stream(
+        "/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)") + kTools +
+                                    R"(,"tool_choice":"required"})");
+    std::string args, name, finish;
+    for (const Json& ch : chunks) {
+        const Json& choice = ch["choices"][0];
+        if (choice["delta"].contains("tool_calls")) {
+            const Json& tc = choice["delta"]["tool_calls"][0];
+            if (tc.contains("id")) name = tc["function"]["name"];
+            args += tc["function"]["arguments"].get<std::string>();
+        }
+        if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+    }
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(args, "{\"city\":\"Paris\"}");
+    EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(GenerationOutputTest, ToolChoiceNoneAndAutoForceNothing) {
+    for (const char* choice : {R"("none")", R"("auto")"}) {
+        script("<|channel|>final<|message|>Hello.<|return|>");
+        Json j = post_json("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") +
+                                                       kTools + R"(,"tool_choice":)" + choice + "}");
+        const std::vector<int32_t> prompt = server_.engine.last_request().prompt;
+        EXPECT_TRUE(ends_with(prompt, harmony_ids("<|end|><|start|>assistant"))) << choice;
+        EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello.");
+        EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+        EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+    }
+}
+
+TEST_F(GenerationOutputTest, ToolChoiceUnknownFunctionIs400) {
+    auto r =
+        server_.post("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") + kTools +
+                                                 R"(,"tool_choice":{"type":"function","function":{"name":"nope"}}})");
+    Json e = expect_error(r, 400);
+    ASSERT_TRUE(e["param"].is_string()) << e.dump();
+    EXPECT_EQ(e["param"].get<std::string>().rfind("tool_choice", 0), 0u) << e.dump();
 }
 
 }  // namespace
