@@ -27,9 +27,9 @@ struct BenchOptions {
     std::string context = "1024,8192,32768";
     int decode_steps = 16;
     int repeats = 3;
-    double bandwidth = 4.15e12;   // measured device copy bandwidth, bytes/s
-    double peak_flops = 760e12;   // measured bf16 tensor-core rate, FLOP/s
-    double price = 3.0;           // $ per GPU-hour
+    double bandwidth = 4.15e12;  // measured device copy bandwidth, bytes/s
+    double peak_flops = 760e12;  // measured bf16 tensor-core rate, FLOP/s
+    double price = 3.0;          // $ per GPU-hour
     std::string json_out;
     std::string md_out;
 };
@@ -37,10 +37,10 @@ struct BenchOptions {
 using Clock = std::chrono::steady_clock;
 
 struct ModelCounts {
-    double dense_bytes_per_token;   // attention + router + lm_head bytes read per decode step (batch-independent)
-    double expert_bytes;            // one expert, as stored for decode (MXFP4: 4.25 bits/weight)
-    double flops_per_token;         // 2 × active weights (linear layers, lm_head excluded)
-    double lm_head_flops;           // 2 × vocab × hidden
+    double dense_bytes_per_token;  // attention + router + lm_head bytes read per decode step (batch-independent)
+    double expert_bytes;           // one expert, as stored for decode (MXFP4: 4.25 bits/weight)
+    double flops_per_token;        // 2 × active weights (linear layers, lm_head excluded)
+    double lm_head_flops;          // 2 × vocab × hidden
     int full_layers, sliding_layers;
 };
 
@@ -53,8 +53,8 @@ ModelCounts count(const model::GptOssConfig& c) {
     m.expert_bytes = (2 * I * H + H * I) * 4.25 / 8;
     m.flops_per_token = 2.0 * c.num_hidden_layers * (attn + E * H + c.experts_per_token * (2 * I * H + H * I));
     m.lm_head_flops = 2.0 * c.vocab_size * H;
-    m.sliding_layers = static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(),
-                                                   model::LayerType::kSlidingAttention));
+    m.sliding_layers =
+        static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(), model::LayerType::kSlidingAttention));
     m.full_layers = c.num_hidden_layers - m.sliding_layers;
     return m;
 }
@@ -65,7 +65,9 @@ double median(std::vector<double> v) {
 }
 
 int run_bench(const BenchOptions& o) {
-    auto list = [](const std::string& s) { return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s); };
+    auto list = [](const std::string& s) {
+        return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s);
+    };
     auto prefill = list(o.prefill);
     auto batches = list(o.batch);
     auto contexts = list(o.context);
@@ -95,11 +97,13 @@ int run_bench(const BenchOptions& o) {
     nlohmann::json report;
     report["model"] = o.model;
     report["config"] = {{"layers", c.num_hidden_layers}, {"experts", c.num_experts}, {"hidden", c.hidden_size}};
-    report["assumptions"] = {{"bandwidth_bytes_per_s", o.bandwidth}, {"peak_flops", o.peak_flops},
-                             {"price_per_gpu_hour", o.price}};
+    report["assumptions"] = {
+        {"bandwidth_bytes_per_s", o.bandwidth}, {"peak_flops", o.peak_flops}, {"price_per_gpu_hour", o.price}};
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
-    std::string md = "## Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok |\n|---:|---:|---:|---:|---:|---:|\n";
+    std::string md =
+        "## Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
+        "|\n|---:|---:|---:|---:|---:|---:|\n";
 
     // ---- prefill ----
     for (int L : *prefill) {
@@ -132,8 +136,11 @@ int run_bench(const BenchOptions& o) {
         const double flops = mc.flops_per_token * L + mc.lm_head_flops + attn_flops;
         const double tflops = flops / t / 1e12;
         const double cost = o.price / 3600.0 / (L / t) * 1e6;
-        report["prefill"].push_back({{"tokens", L}, {"latency_ms", t * 1e3}, {"tok_per_s", L / t},
-                                     {"tflops", tflops}, {"pct_of_peak", 100.0 * flops / o.peak_flops / t},
+        report["prefill"].push_back({{"tokens", L},
+                                     {"latency_ms", t * 1e3},
+                                     {"tok_per_s", L / t},
+                                     {"tflops", tflops},
+                                     {"pct_of_peak", 100.0 * flops / o.peak_flops / t},
                                      {"usd_per_m_tokens", cost}});
         char line[256];
         std::snprintf(line, sizeof line, "| %d | %.2f | %.0f | %.1f | %.1f%% | %.4f |\n", L, t * 1e3, L / t, tflops,
@@ -143,7 +150,9 @@ int run_bench(const BenchOptions& o) {
     }
 
     // ---- decode ----
-    md += "\n## Decode\n\n| context | batch | step ms | tok/s per seq | tok/s total | GB/step | % of bandwidth limit | $ / 1M output tok |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    md +=
+        "\n## Decode\n\n| context | batch | step ms | tok/s per seq | tok/s total | GB/step | % of bandwidth limit | $ "
+        "/ 1M output tok |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     m.fill_kv_random(7);
     for (int C : *contexts) {
         for (int B : *batches) {
@@ -172,8 +181,7 @@ int run_bench(const BenchOptions& o) {
             std::vector<double> times;
             for (int step = 0; step < steps + 2; ++step) {
                 std::vector<model::ForwardSequence> seqs(B);
-                for (int s = 0; s < B; ++s)
-                    seqs[s] = {std::span(&tokens[s], 1), C + step, tf[s], ts[s], false};
+                for (int s = 0; s < B; ++s) seqs[s] = {std::span(&tokens[s], 1), C + step, tf[s], ts[s], false};
                 auto t0 = Clock::now();
                 Status st = m.forward_sample(seqs, params, &next);
                 auto t1 = Clock::now();
@@ -182,14 +190,21 @@ int run_bench(const BenchOptions& o) {
                 if (step >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
             }
             const double t = median(times);
-            const double distinct = c.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(c.experts_per_token) / c.num_experts, B));
-            const double kv = static_cast<double>(B) * 2048.0 * (mc.full_layers * (C + 1.0) + mc.sliding_layers * std::min(C + 1, c.sliding_window));
+            const double distinct =
+                c.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(c.experts_per_token) / c.num_experts, B));
+            const double kv = static_cast<double>(B) * 2048.0 *
+                              (mc.full_layers * (C + 1.0) + mc.sliding_layers * std::min(C + 1, c.sliding_window));
             const double bytes = mc.dense_bytes_per_token + c.num_hidden_layers * distinct * mc.expert_bytes + kv;
             const double limit = bytes / o.bandwidth;
             const double cost = o.price / 3600.0 / (B / t) * 1e6;
-            report["decode"].push_back({{"context", C}, {"batch", B}, {"fits", true}, {"step_ms", t * 1e3},
-                                        {"tok_per_s_per_seq", 1.0 / t}, {"tok_per_s_total", B / t},
-                                        {"bytes_per_step", bytes}, {"pct_of_bandwidth_limit", 100.0 * limit / t},
+            report["decode"].push_back({{"context", C},
+                                        {"batch", B},
+                                        {"fits", true},
+                                        {"step_ms", t * 1e3},
+                                        {"tok_per_s_per_seq", 1.0 / t},
+                                        {"tok_per_s_total", B / t},
+                                        {"bytes_per_step", bytes},
+                                        {"pct_of_bandwidth_limit", 100.0 * limit / t},
                                         {"usd_per_m_tokens", cost}});
             char line[256];
             std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.1f | %.0f | %.2f | %.1f%% | %.4f |\n", C, B, t * 1e3,

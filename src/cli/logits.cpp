@@ -40,7 +40,8 @@ int run_logits(const LogitsOptions& o) {
         const int bs = (*m)->block_size();
         std::vector<int32_t> table((ids->size() + bs - 1) / bs);
         for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
-        if (static_cast<int>(table.size()) > (*m)->num_blocks(false) || static_cast<int>(table.size()) > (*m)->num_blocks(true)) {
+        if (static_cast<int>(table.size()) > (*m)->num_blocks(false) ||
+            static_cast<int>(table.size()) > (*m)->num_blocks(true)) {
             // Sliding layers need only the window, but a one-shot prompt writes every position.
             return fail("prompt too long for the KV cache");
         }
@@ -56,7 +57,8 @@ int run_logits(const LogitsOptions& o) {
         model::SafetensorsWriter w;
         std::vector<int32_t> pos(rows);
         for (int r = 0; r < rows; ++r) pos[r] = first + r;
-        std::vector<uint8_t> pbytes(reinterpret_cast<uint8_t*>(pos.data()), reinterpret_cast<uint8_t*>(pos.data()) + rows * 4);
+        std::vector<uint8_t> pbytes(reinterpret_cast<uint8_t*>(pos.data()),
+                                    reinterpret_cast<uint8_t*>(pos.data()) + rows * 4);
         std::vector<uint8_t> lbytes(reinterpret_cast<uint8_t*>(logits.data()),
                                     reinterpret_cast<uint8_t*>(logits.data()) + logits.size() * 4);
         w.add("positions", DType::kI32, Shape{rows}, std::move(pbytes));

@@ -76,11 +76,11 @@ uint8_t f32_to_fp8e4m3(float f) {
     // Find the representable neighbours by exhaustive structure: values are m * 2^(e-10) for the
     // 4-bit significand grid. Scale so the ULP for |a| is 1, round to nearest even, scale back.
     int exp;
-    std::frexp(a, &exp);  // a = fr * 2^exp, fr in [0.5, 1)
-    int e_unbiased = exp - 1;  // a in [2^e, 2^(e+1))
+    std::frexp(a, &exp);                   // a = fr * 2^exp, fr in [0.5, 1)
+    int e_unbiased = exp - 1;              // a in [2^e, 2^(e+1))
     if (e_unbiased < -6) e_unbiased = -6;  // subnormal range shares the ULP of the smallest normal
     float ulp = std::ldexp(1.0f, e_unbiased - 3);
-    float q = a / ulp;  // exact: a power-of-two scaling
+    float q = a / ulp;            // exact: a power-of-two scaling
     float r = std::nearbyint(q);  // default rounding mode is to nearest even
     float v = r * ulp;
     if (v > kFp8E4M3Max) v = kFp8E4M3Max;

@@ -57,8 +57,8 @@ uint8_t f32_to_fp8e4m3(float f);
 // Code layout: bit 3 sign, bits 2..1 exponent (bias 1), bit 0 mantissa.
 inline constexpr float kE2M1Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                                           -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-constexpr int kMxfp4GroupSize = 32;       // elements per scale
-constexpr int kMxfp4BytesPerGroup = 16;   // two codes per byte
+constexpr int kMxfp4GroupSize = 32;      // elements per scale
+constexpr int kMxfp4BytesPerGroup = 16;  // two codes per byte
 
 inline float e2m1_to_f32(uint8_t code) { return kE2M1Values[code & 0x0f]; }
 // E8M0 scale byte s means 2^(s-127). s = 255 is NaN in the OCP spec; the reference implementations

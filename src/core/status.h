@@ -95,10 +95,10 @@ private:
 #define GPTOSS_CONCAT_(a, b) GPTOSS_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function if `expr` is not OK.
-#define RETURN_IF_ERROR(expr)                  \
-    do {                                       \
-        ::gptoss::Status _st = (expr);         \
-        if (!_st.ok()) return _st;             \
+#define RETURN_IF_ERROR(expr)          \
+    do {                               \
+        ::gptoss::Status _st = (expr); \
+        if (!_st.ok()) return _st;     \
     } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, f());` declares x from a StatusOr or returns its error.

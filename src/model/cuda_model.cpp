@@ -5,10 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <bit>
 #include <map>
 #include <set>
 #include <string>
@@ -237,8 +237,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     if (opt.defer_kv_cache) return ok_status();
     // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
     const size_t block_bytes = kv_block_bytes(opt.block_size);
-    const int n_sliding_layers = static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(),
-                                                             LayerType::kSlidingAttention));
+    const int n_sliding_layers =
+        static_cast<int>(std::count(c.layer_types.begin(), c.layer_types.end(), LayerType::kSlidingAttention));
     const int n_full_layers = c.num_hidden_layers - n_sliding_layers;
     int nsl = opt.num_blocks_sliding > 0
                   ? opt.num_blocks_sliding
@@ -249,8 +249,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
         const double budget = static_cast<double>(free_b) * opt.kv_cache_fraction -
                               static_cast<double>(nsl) * block_bytes * n_sliding_layers;
-        nfull = static_cast<int>(
-            std::max(0.0, budget / (static_cast<double>(block_bytes) * std::max(1, n_full_layers))));
+        nfull =
+            static_cast<int>(std::max(0.0, budget / (static_cast<double>(block_bytes) * std::max(1, n_full_layers))));
     }
     return allocate_kv(opt.block_size, nfull, nsl);
 }
@@ -358,7 +358,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     // Block tables go up with a row stride of this batch's longest table, not the model maximum.
     int stride = 1;
     for (const ForwardSequence& q : seqs)
-        stride = std::max<int>(stride, static_cast<int>((static_cast<int64_t>(q.start_pos) + q.tokens.size() + bs - 1) / bs));
+        stride = std::max<int>(stride,
+                               static_cast<int>((static_cast<int64_t>(q.start_pos) + q.tokens.size() + bs - 1) / bs));
     if (stride > max_blocks_per_seq) return out_of_range("sequence longer than the model's context");
     // Round up to a power of two: decode graphs are keyed by (batch, stride), so a growing context
     // re-captures only when it crosses a power of two.
@@ -566,17 +567,17 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 kc::topk_softmax(router_logits.as<float>(), D.router_b.as<float>(), T, c.num_experts, K,
                                  expert_ids.as<int32_t>(), expert_w.as<float>(), stream);
             } else {
-            kc::RouterTopkArgs ra;
-            ra.h = h32.as<float>();
-            ra.weight = D.router_w.get();
-            ra.bias = D.router_b.as<float>();
-            ra.expert_ids = expert_ids.as<int32_t>();
-            ra.expert_weights = expert_w.as<float>();
-            ra.num_tokens = T;
-            ra.hidden_size = H;
-            ra.num_experts = c.num_experts;
-            ra.experts_per_token = K;
-            kc::router_topk(ra, stream);
+                kc::RouterTopkArgs ra;
+                ra.h = h32.as<float>();
+                ra.weight = D.router_w.get();
+                ra.bias = D.router_b.as<float>();
+                ra.expert_ids = expert_ids.as<int32_t>();
+                ra.expert_weights = expert_w.as<float>();
+                ra.num_tokens = T;
+                ra.hidden_size = H;
+                ra.num_experts = c.num_experts;
+                ra.experts_per_token = K;
+                kc::router_topk(ra, stream);
             }
             mark("router");
             moe(T, l);

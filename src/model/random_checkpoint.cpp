@@ -135,15 +135,15 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         bf16(p + "mlp.router.bias", Shape{E}, 0.0f, 0.1f);
         const std::string x = p + "mlp.experts.";
         add(x + "gate_up_proj_blocks", DType::kU8, Shape{E, 2 * I, H / 32, 16},
-                    code_fill(key(x + "gate_up_proj_blocks"), E * 2 * I * H / 2));
+            code_fill(key(x + "gate_up_proj_blocks"), E * 2 * I * H / 2));
         add(x + "gate_up_proj_scales", DType::kU8, Shape{E, 2 * I, H / 32},
-                    scale_fill(key(x + "gate_up_proj_scales"), E * 2 * I * H / 32, mxfp4_scale_exp(H)));
+            scale_fill(key(x + "gate_up_proj_scales"), E * 2 * I * H / 32, mxfp4_scale_exp(H)));
         bf16(x + "gate_up_proj_bias", Shape{E, 2 * I}, 0.0f, 0.1f);
         add(x + "down_proj_blocks", DType::kU8, Shape{E, H, I / 32, 16},
-                    code_fill(key(x + "down_proj_blocks"), E * H * I / 2));
+            code_fill(key(x + "down_proj_blocks"), E * H * I / 2));
         add(x + "down_proj_scales", DType::kU8, Shape{E, H, I / 32},
-                    scale_fill(key(x + "down_proj_scales"), E * H * I / 32,
-                               mxfp4_scale_exp(I) + static_cast<int>(std::lround(std::log2(branch_gain)))));
+            scale_fill(key(x + "down_proj_scales"), E * H * I / 32,
+                       mxfp4_scale_exp(I) + static_cast<int>(std::lround(std::log2(branch_gain)))));
         bf16(x + "down_proj_bias", Shape{E, H}, 0.0f, 0.1f);
     }
     bf16("model.norm.weight", Shape{H}, 1.0f, 0.2f);

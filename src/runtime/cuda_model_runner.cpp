@@ -7,7 +7,7 @@
 namespace gptoss::runtime {
 
 StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::shared_ptr<const model::GptOssWeights> weights,
-                                                                    int max_num_seqs, int max_batched_tokens) {
+                                                                   int max_num_seqs, int max_batched_tokens) {
     model::CudaModelOptions opt;
     opt.max_seqs = std::max(1, max_num_seqs);
     opt.max_tokens = std::max({max_batched_tokens, max_num_seqs, 1});

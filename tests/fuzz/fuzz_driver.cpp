@@ -55,8 +55,8 @@ Bytes mutate(const Bytes& in, const std::vector<Bytes>& corpus, std::mt19937_64&
                 break;
             }
             case 6: {  // interesting integers (lengths, offsets)
-                static const uint64_t kVals[] = {0, 1, 0x7f, 0x80, 0xff, 0xffff, 0x7fffffff, 0xffffffff,
-                                                 0xffffffffffffffffull, 1ull << 40};
+                static const uint64_t kVals[] = {
+                    0, 1, 0x7f, 0x80, 0xff, 0xffff, 0x7fffffff, 0xffffffff, 0xffffffffffffffffull, 1ull << 40};
                 if (b.size() >= 8) {
                     uint64_t v = kVals[rng() % std::size(kVals)];
                     std::memcpy(&b[rng() % (b.size() - 7)], &v, 8);

@@ -113,12 +113,10 @@ TEST_P(GoldenTest, LogitsGreedyAndIncrementalMatchTransformers) {
         }
         for (int t = half; t < T; ++t) ASSERT_TRUE(inc.append(std::span(ids).subspan(t, 1), true, &got_inc).ok());
         for (int t = 0; t < T; ++t) {
-            Compare c =
-                compare_row(got_inc.data() + static_cast<size_t>(t) * V, want + static_cast<size_t>(t) * V, V);
+            Compare c = compare_row(got_inc.data() + static_cast<size_t>(t) * V, want + static_cast<size_t>(t) * V, V);
             EXPECT_LE(c.rel_l2, kMaxRelL2) << dir << " incremental, prompt " << i << " position " << t;
         }
-        std::printf("%s prompt %d: %d tokens, worst relative L2 %.3g\n", fs::path(dir).filename().c_str(), i, T,
-                    worst);
+        std::printf("%s prompt %d: %d tokens, worst relative L2 %.3g\n", fs::path(dir).filename().c_str(), i, T, worst);
     }
     EXPECT_GT(prompts, 0) << "no prompts in " << ref_path;
 

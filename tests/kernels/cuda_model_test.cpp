@@ -96,7 +96,8 @@ TEST(CudaModel, MatchesTransformersOnFixtures) {
             std::vector<float> got;
             ForwardSequence s{ids, 0, table, table, true};
             ASSERT_TRUE((*m)->forward(std::span(&s, 1), &got).ok());
-            for (int t = 0; t < T; ++t) whole.add(got.data() + static_cast<size_t>(t) * V, want + static_cast<size_t>(t) * V, V);
+            for (int t = 0; t < T; ++t)
+                whole.add(got.data() + static_cast<size_t>(t) * V, want + static_cast<size_t>(t) * V, V);
             // Half as prefill, then one token at a time (decode attention, MXFP4 experts).
             std::vector<float> inc;
             const int half = T / 2;
@@ -111,10 +112,11 @@ TEST(CudaModel, MatchesTransformersOnFixtures) {
             for (int t = 0; t < T; ++t)
                 incremental.add(inc.data() + static_cast<size_t>(t) * V, want + static_cast<size_t>(t) * V, V);
         }
-        std::printf("  %s: whole-prompt rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f (%d positions); "
-                    "incremental worst %.3g, %.4f\n",
-                    name, whole.percentile(0.5), whole.percentile(0.9), whole.worst_rel, whole.agreement(),
-                    whole.positions, incremental.worst_rel, incremental.agreement());
+        std::printf(
+            "  %s: whole-prompt rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f (%d positions); "
+            "incremental worst %.3g, %.4f\n",
+            name, whole.percentile(0.5), whole.percentile(0.9), whole.worst_rel, whole.agreement(), whole.positions,
+            incremental.worst_rel, incremental.agreement());
         EXPECT_LE(whole.worst_rel, kMaxRelL2) << name;
         EXPECT_LE(incremental.worst_rel, kMaxRelL2) << name;
         EXPECT_GE(whole.agreement(), kMinArgmaxAgreement) << name;
@@ -197,9 +199,10 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
             ++lens[s];
         }
     }
-    std::printf("  real widths vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
-                "over %d positions\n",
-                agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
+    std::printf(
+        "  real widths vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
+        "over %d positions\n",
+        agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
     std::printf("  real widths vs fp32 CPU: worst rel L2 %.3g, argmax agreement %.4f\n", agree32.worst_rel,
                 agree32.agreement());
     EXPECT_LE(agree.worst_rel, kMaxRelL2);

@@ -15,10 +15,10 @@
 namespace gptoss::test {
 
 // Every CUDA test starts with this: a clear skip where no GPU is present (CI, dev machines).
-#define REQUIRE_GPU()                                                          \
-    do {                                                                       \
-        int _n = 0;                                                            \
-        if (cudaGetDeviceCount(&_n) != cudaSuccess || _n == 0)                 \
+#define REQUIRE_GPU()                                                         \
+    do {                                                                      \
+        int _n = 0;                                                           \
+        if (cudaGetDeviceCount(&_n) != cudaSuccess || _n == 0)                \
             GTEST_SKIP() << "no CUDA device: GPU tests run on the H200 only"; \
     } while (0)
 
@@ -98,9 +98,10 @@ inline ::testing::AssertionResult close(const std::vector<float>& got, const std
     }
     const double rel = std::sqrt(num / std::max(den, 1e-30));
     char buf[256];
-    std::snprintf(buf, sizeof buf, "%s: rel L2 %.3g (tol %.1g), worst |Δ| %.3g at %zu (got %g, ref %g; tol %.3g), %zu non-finite",
-                  what, rel, tol.rel_l2, worst, worst_i, got.empty() ? 0.0 : got[worst_i],
-                  ref.empty() ? 0.0 : ref[worst_i], tol.max_abs_frac * max_ref, nan);
+    std::snprintf(buf, sizeof buf,
+                  "%s: rel L2 %.3g (tol %.1g), worst |Δ| %.3g at %zu (got %g, ref %g; tol %.3g), %zu non-finite", what,
+                  rel, tol.rel_l2, worst, worst_i, got.empty() ? 0.0 : got[worst_i], ref.empty() ? 0.0 : ref[worst_i],
+                  tol.max_abs_frac * max_ref, nan);
     std::printf("  %s\n", buf);
     if (nan == 0 && rel <= tol.rel_l2 && worst <= tol.max_abs_frac * max_ref + 1e-30)
         return ::testing::AssertionSuccess();

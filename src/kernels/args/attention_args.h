@@ -20,11 +20,11 @@ struct AttentionSeq {
 // h / (num_heads / num_kv_heads); scores scaled by `scale`; the sink logit (unscaled) joins the
 // softmax denominator only. sliding_window > 0 limits keys to i - window < j <= i.
 struct AttentionArgs {
-    const float* q = nullptr;        // [num_tokens, num_heads, head_dim] (post-RoPE)
-    float* out = nullptr;            // [num_tokens, num_heads, head_dim]
-    const float* sinks = nullptr;    // [num_heads]
-    const float* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
-    const float* v_cache = nullptr;  // same
+    const float* q = nullptr;            // [num_tokens, num_heads, head_dim] (post-RoPE)
+    float* out = nullptr;                // [num_tokens, num_heads, head_dim]
+    const float* sinks = nullptr;        // [num_heads]
+    const float* k_cache = nullptr;      // [num_blocks, block_size, num_kv_heads, head_dim]
+    const float* v_cache = nullptr;      // same
     const AttentionSeq* seqs = nullptr;  // [num_seqs]
     int num_seqs = 0;
     int num_tokens = 0;

@@ -9,13 +9,13 @@ namespace gptoss::kernels {
 // Router: logits = x · Wrᵀ + br, top-k by value (ties to the lower index), weights = softmax over
 // the k chosen logits (MODEL.md §4.5).
 struct RouterArgs {
-    const float* x = nullptr;       // [num_tokens, hidden_size]
-    const void* weight = nullptr;   // [num_experts, hidden_size], weight_dtype
+    const float* x = nullptr;      // [num_tokens, hidden_size]
+    const void* weight = nullptr;  // [num_experts, hidden_size], weight_dtype
     DType weight_dtype = DType::kBF16;
-    const float* bias = nullptr;    // [num_experts]
-    int32_t* expert_ids = nullptr;  // [num_tokens, experts_per_token], by descending logit
+    const float* bias = nullptr;      // [num_experts]
+    int32_t* expert_ids = nullptr;    // [num_tokens, experts_per_token], by descending logit
     float* expert_weights = nullptr;  // [num_tokens, experts_per_token]
-    float* logits = nullptr;        // [num_tokens, num_experts] scratch (also useful for debugging)
+    float* logits = nullptr;          // [num_tokens, num_experts] scratch (also useful for debugging)
     int num_tokens = 0;
     int hidden_size = 0;
     int num_experts = 0;
@@ -43,11 +43,11 @@ struct MoeArgs {
     const uint8_t* down_blocks = nullptr;     // [E, H, I/32, 16]
     const uint8_t* down_scales = nullptr;     // [E, H, I/32]
     // kDense ([out, in] per expert)
-    const void* gate_up_dense = nullptr;      // [E, 2I, H]
-    const void* down_dense = nullptr;         // [E, H, I]
+    const void* gate_up_dense = nullptr;  // [E, 2I, H]
+    const void* down_dense = nullptr;     // [E, H, I]
     DType dense_dtype = DType::kBF16;
-    const float* gate_up_bias = nullptr;      // [E, 2I], rows interleaved like the weights
-    const float* down_bias = nullptr;         // [E, H]
+    const float* gate_up_bias = nullptr;  // [E, 2I], rows interleaved like the weights
+    const float* down_bias = nullptr;     // [E, H]
     int num_tokens = 0;
     int hidden_size = 0;
     int intermediate_size = 0;

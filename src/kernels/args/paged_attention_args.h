@@ -18,19 +18,19 @@ namespace gptoss::kernels {
 // Softmax (MODEL.md §4.4): scores = q·k · scale; the sink logit sinks[h] (unscaled) joins the
 // denominator only: out = Σ_j e^{s_j − M} v_j / (Σ_j e^{s_j − M} + e^{sink − M}).
 struct PagedAttentionArgs {
-    const void* q = nullptr;        // [num_tokens, num_heads, head_dim] bf16, post-RoPE
-    void* out = nullptr;            // [num_tokens, num_heads, head_dim] bf16
-    const float* sinks = nullptr;   // [num_heads]
-    const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
-    const void* v_cache = nullptr;  // same
+    const void* q = nullptr;                 // [num_tokens, num_heads, head_dim] bf16, post-RoPE
+    void* out = nullptr;                     // [num_tokens, num_heads, head_dim] bf16
+    const float* sinks = nullptr;            // [num_heads]
+    const void* k_cache = nullptr;           // [num_blocks, block_size, num_kv_heads, head_dim] bf16
+    const void* v_cache = nullptr;           // same
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0
     int max_blocks_per_seq = 0;
     int num_seqs = 0;
-    int num_tokens = 0;      // query_start[num_seqs] (host copy, for grid sizing)
-    int max_query_len = 0;   // host upper bound on any sequence's new tokens (grid sizing)
-    int max_context_len = 0; // host upper bound on any sequence's last position + 1 (grid sizing)
+    int num_tokens = 0;       // query_start[num_seqs] (host copy, for grid sizing)
+    int max_query_len = 0;    // host upper bound on any sequence's new tokens (grid sizing)
+    int max_context_len = 0;  // host upper bound on any sequence's last position + 1 (grid sizing)
     int num_heads = 64;
     int num_kv_heads = 8;
     int head_dim = 64;

@@ -58,12 +58,11 @@ struct ExpertMatrix {
             const int groups = in / kMxfp4GroupSize;
             const uint8_t* blocks = gate_up ? a->gate_up_blocks : a->down_blocks;
             const uint8_t* scales = gate_up ? a->gate_up_scales : a->down_scales;
-            mxfp4_row_to_f32(blocks + row_index * groups * kMxfp4BytesPerGroup, scales + row_index * groups, in,
-                             out);
+            mxfp4_row_to_f32(blocks + row_index * groups * kMxfp4BytesPerGroup, scales + row_index * groups, in, out);
         } else {
             const void* w = gate_up ? a->gate_up_dense : a->down_dense;
-            row_to_f32(static_cast<const uint8_t*>(w) + row_index * in * dtype_size(a->dense_dtype), a->dense_dtype,
-                       in, out);
+            row_to_f32(static_cast<const uint8_t*>(w) + row_index * in * dtype_size(a->dense_dtype), a->dense_dtype, in,
+                       out);
         }
     }
 };
@@ -99,8 +98,8 @@ void moe(const MoeArgs& a) {
                     m.row(e, r, w.data());
                     const float b = bias[static_cast<size_t>(e) * rows + r];
                     for (int as : by_expert[e]) {
-                        const float* x = in + (in_by_token ? static_cast<size_t>(as / k) : static_cast<size_t>(as)) *
-                                                  in_stride;
+                        const float* x =
+                            in + (in_by_token ? static_cast<size_t>(as / k) : static_cast<size_t>(as)) * in_stride;
                         out[static_cast<size_t>(as) * rows + r] = dot(w.data(), x, in_f) + b;
                     }
                 }

@@ -32,7 +32,9 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     return warp_sum(v);
 }
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
+    return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
 
 // e2m1 code -> fp32 by building the bits (MODEL.md §3): bit 3 sign, bits 2..1 exponent (bias 1),
 // bit 0 mantissa. Exponent 0 is the subnormal pair {0, 0.5}. Branch-free, no table lookups.

@@ -6,18 +6,18 @@
 
 #include "core/check.h"
 
-#define CUDA_CHECK(expr)                                                                                   \
-    do {                                                                                                   \
-        cudaError_t _e = (expr);                                                                           \
-        if (_e != cudaSuccess)                                                                             \
-            ::gptoss::fatal_error(__FILE__, __LINE__, __func__, #expr, "%s (%s)", cudaGetErrorName(_e),    \
-                                  cudaGetErrorString(_e));                                                 \
+#define CUDA_CHECK(expr)                                                                                \
+    do {                                                                                                \
+        cudaError_t _e = (expr);                                                                        \
+        if (_e != cudaSuccess)                                                                          \
+            ::gptoss::fatal_error(__FILE__, __LINE__, __func__, #expr, "%s (%s)", cudaGetErrorName(_e), \
+                                  cudaGetErrorString(_e));                                              \
     } while (0)
 
-#define CUBLAS_CHECK(expr)                                                                                 \
-    do {                                                                                                   \
-        cublasStatus_t _s = (expr);                                                                        \
-        if (_s != CUBLAS_STATUS_SUCCESS)                                                                   \
+#define CUBLAS_CHECK(expr)                                                                                        \
+    do {                                                                                                          \
+        cublasStatus_t _s = (expr);                                                                               \
+        if (_s != CUBLAS_STATUS_SUCCESS)                                                                          \
             ::gptoss::fatal_error(__FILE__, __LINE__, __func__, #expr, "cublas status %d", static_cast<int>(_s)); \
     } while (0)
 

@@ -19,7 +19,8 @@ public:
     ~DeviceBuffer() {
         if (ptr_) cudaFree(ptr_);
     }
-    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    DeviceBuffer(DeviceBuffer&& o) noexcept
+        : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
     DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
         if (this != &o) {
             if (ptr_) cudaFree(ptr_);

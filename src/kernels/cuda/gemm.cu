@@ -49,12 +49,12 @@ GemmRunner::Plan& GemmRunner::plan_for(GemmOut out, int m, int n, int k) {
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ctype, n, m, n));
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &workspace_bytes_, sizeof(workspace_bytes_)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                      sizeof(workspace_bytes_)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a, p->b, p->c,
-                                                p->c, pref, 1, &result, &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a, p->b, p->c, p->c,
+                                                pref, 1, &result, &found));
     cublasLtMatmulPreferenceDestroy(pref);
     ENGINE_CHECK(found > 0, "cuBLASLt found no algorithm for %d x %d x %d", m, n, k);
     p->algo = result.algo;

@@ -13,7 +13,14 @@ constexpr int kUnroll = 8;  // 16-byte weight loads in flight per lane (a 2880-w
 __device__ __forceinline__ void load_x8(const float* x, float (&v)[8]) {
     const float4 a = __ldg(reinterpret_cast<const float4*>(x));
     const float4 b = __ldg(reinterpret_cast<const float4*>(x) + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    v[0] = a.x;
+    v[1] = a.y;
+    v[2] = a.z;
+    v[3] = a.w;
+    v[4] = b.x;
+    v[5] = b.y;
+    v[6] = b.z;
+    v[7] = b.w;
 }
 __device__ __forceinline__ void load_x8(const __nv_bfloat16* x, float (&v)[8]) {
     const uint4 u = __ldg(reinterpret_cast<const uint4*>(x));
@@ -32,7 +39,8 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     const int row = blockIdx.x * kWarps + warp;
     if (row >= a.n) return;
     const int chunks = a.k / 8;
-    const uint4* w = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) + static_cast<int64_t>(row) * a.k);
+    const uint4* w =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) + static_cast<int64_t>(row) * a.k);
     const XT* x = static_cast<const XT*>(a.x);
     float acc[kGemvMaxTokens];
 #pragma unroll
@@ -81,8 +89,10 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % 8 == 0,
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     const int blocks = (a.n + kWarps - 1) / kWarps;
-    if (a.x_bf16) gemv_kernel<__nv_bfloat16><<<blocks, kWarps * 32, 0, stream>>>(a);
-    else gemv_kernel<float><<<blocks, kWarps * 32, 0, stream>>>(a);
+    if (a.x_bf16)
+        gemv_kernel<__nv_bfloat16><<<blocks, kWarps * 32, 0, stream>>>(a);
+    else
+        gemv_kernel<float><<<blocks, kWarps * 32, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 

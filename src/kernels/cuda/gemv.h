@@ -13,14 +13,14 @@ namespace gptoss::kernels::cuda {
 constexpr int kGemvMaxTokens = 8;
 
 struct GemvArgs {
-    const void* x = nullptr;       // [num_tokens, k], fp32 (x_bf16 = false) or bf16
+    const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
     bool x_bf16 = false;
-    const void* w = nullptr;       // [n, k] bf16
-    const float* bias = nullptr;   // [n] or nullptr
-    float* y = nullptr;            // [num_tokens, n]
-    int num_tokens = 0;            // 1 .. kGemvMaxTokens
+    const void* w = nullptr;      // [n, k] bf16
+    const float* bias = nullptr;  // [n] or nullptr
+    float* y = nullptr;           // [num_tokens, n]
+    int num_tokens = 0;           // 1 .. kGemvMaxTokens
     int n = 0;
-    int k = 0;                     // multiple of 8
+    int k = 0;  // multiple of 8
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 

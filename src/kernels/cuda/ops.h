@@ -22,9 +22,9 @@ struct ResidualRmsNormArgs {
     const float* add_weights = nullptr;  // [num_tokens, num_add]
     const float* add_bias = nullptr;     // [hidden_size]
     int num_add = 1;
-    const float* weight = nullptr;       // [hidden_size] norm gain
-    void* out = nullptr;                 // [num_tokens, hidden_size] bf16
-    float* out_f32 = nullptr;            // optional fp32 copy of the normed rows (router input), may be null
+    const float* weight = nullptr;  // [hidden_size] norm gain
+    void* out = nullptr;            // [num_tokens, hidden_size] bf16
+    float* out_f32 = nullptr;       // optional fp32 copy of the normed rows (router input), may be null
     int num_tokens = 0;
     int hidden_size = 0;
     float eps = 1e-5f;
@@ -33,14 +33,14 @@ void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
 
 // Bias add + YaRN RoPE (NeoX half-split) + KV-cache write, from the fused QKV projection output.
 struct QkvRopeArgs {
-    const float* qkv = nullptr;     // [num_tokens, (num_heads + 2·num_kv_heads) · head_dim] fp32, no bias
-    const float* bias = nullptr;    // [(num_heads + 2·num_kv_heads) · head_dim]
+    const float* qkv = nullptr;             // [num_tokens, (num_heads + 2·num_kv_heads) · head_dim] fp32, no bias
+    const float* bias = nullptr;            // [(num_heads + 2·num_kv_heads) · head_dim]
     const int32_t* positions = nullptr;     // [num_tokens]
     const int32_t* slot_mapping = nullptr;  // [num_tokens] block·block_size + offset; < 0: skip write
     const float* inv_freq = nullptr;        // [head_dim / 2]
     float attention_scaling = 1.0f;
-    void* q_out = nullptr;          // [num_tokens, num_heads, head_dim] bf16
-    void* k_cache = nullptr;        // [num_blocks, block_size, num_kv_heads, head_dim] bf16
+    void* q_out = nullptr;    // [num_tokens, num_heads, head_dim] bf16
+    void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
     void* v_cache = nullptr;
     int num_tokens = 0;
     int num_heads = 0;

@@ -57,11 +57,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         if (a.top_k[s] > 0 && a.top_k[s] < n) min_key = kth_largest_key(row, n, a.top_k[s], scratch);
         const float top_p = a.top_p[s];
         if (top_p < 1.0f) {
-            const float mx = block_max([&] {
-                float m = -FLT_MAX;
-                for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
-                return m;
-            }(), scratch);
+            const float mx = block_max(
+                [&] {
+                    float m = -FLT_MAX;
+                    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+                    return m;
+                }(),
+                scratch);
             float z = 0.0f;
             for (int i = threadIdx.x; i < n; i += blockDim.x)
                 if (float_key(row[i]) >= min_key) z += __expf((row[i] - mx) * inv_t);

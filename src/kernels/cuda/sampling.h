@@ -10,13 +10,13 @@
 namespace gptoss::kernels::cuda {
 
 struct SampleArgs {
-    const float* logits = nullptr;       // [num_seqs, vocab_size]
-    const float* temperature = nullptr;  // [num_seqs]; <= 0 means greedy
-    const float* top_p = nullptr;        // [num_seqs]; 1 disables
-    const int32_t* top_k = nullptr;      // [num_seqs]; 0 disables
-    const uint64_t* seed = nullptr;      // [num_seqs]
+    const float* logits = nullptr;         // [num_seqs, vocab_size]
+    const float* temperature = nullptr;    // [num_seqs]; <= 0 means greedy
+    const float* top_p = nullptr;          // [num_seqs]; 1 disables
+    const int32_t* top_k = nullptr;        // [num_seqs]; 0 disables
+    const uint64_t* seed = nullptr;        // [num_seqs]
     const uint64_t* draw_index = nullptr;  // [num_seqs]: position of this draw in the request's output
-    int32_t* out = nullptr;              // [num_seqs]
+    int32_t* out = nullptr;                // [num_seqs]
     int num_seqs = 0;
     int vocab_size = 0;
 };

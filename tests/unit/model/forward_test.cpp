@@ -84,9 +84,8 @@ TEST_F(ForwardTest, BatchedSequencesEqualTheSameSequencesAlone) {
     std::vector<float> sink;
     ForwardSequence s0{std::span(p0).first(10), 0, t0, t0, false};
     ASSERT_TRUE(fwd.forward(std::span(&s0, 1), kv, &sink).ok());
-    std::vector<ForwardSequence> batch = {{std::span(p0).subspan(10, 1), 10, t0, t0, true},
-                                          {p1, 0, t1, t1, true},
-                                          {p2, 0, t2, t2, false}};
+    std::vector<ForwardSequence> batch = {
+        {std::span(p0).subspan(10, 1), 10, t0, t0, true}, {p1, 0, t1, t1, true}, {p2, 0, t2, t2, false}};
     std::vector<float> batched;
     ASSERT_TRUE(fwd.forward(batch, kv, &batched).ok());
     const int V = weights_->config.vocab_size;
