@@ -563,7 +563,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             mark("norm");
 
             if (small) {  // router logits by the GEMV (fp32 h), then the top-k selection
-                linear(h32.get(), D.router_w.get(), nullptr, router_logits.as<float>(), c.num_experts, H);
+                kc::router_logits_small(h32.as<float>(), D.router_w.get(), T, H, c.num_experts,
+                                        router_logits.as<float>(), stream);
                 kc::topk_softmax(router_logits.as<float>(), D.router_b.as<float>(), T, c.num_experts, K,
                                  expert_ids.as<int32_t>(), expert_w.as<float>(), stream);
             } else {

@@ -268,6 +268,44 @@ TEST(CudaOps, RouterTopk) {
 // Routing weights differ per slot (random, summing to 1 per token) so that a wrong pairing of
 // outputs and assignments shows. Batches cover one pass (1, 2), partial passes of 4 (5, 17), many
 // experts, 128 experts (120b), and every token on the same 4 experts (several passes per expert).
+TEST(CudaOps, RouterSmallBatchMatchesCpu) {
+    REQUIRE_GPU();
+    for (int E : {32, 128}) {
+        for (int T : {1, 3, 8}) {
+            const int H = 2880, K = 4;
+            auto h = randn(static_cast<size_t>(T) * H, E + T);
+            auto w = to_bf16(randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(2880.0f)));
+            auto b = randn(E, E + 2, 0.1f);
+            std::vector<int32_t> ids_ref(T * K);
+            std::vector<float> w_ref(T * K), logits(static_cast<size_t>(T) * E);
+            kernels::RouterArgs ra;
+            ra.x = h.data();
+            ra.weight = w.data();
+            ra.bias = b.data();
+            ra.expert_ids = ids_ref.data();
+            ra.expert_weights = w_ref.data();
+            ra.logits = logits.data();
+            ra.num_tokens = T;
+            ra.hidden_size = H;
+            ra.num_experts = E;
+            ra.experts_per_token = K;
+            cpu::router(ra);
+            auto dh = to_device(h), dw = to_device(w), db = to_device(b);
+            auto dl = poisoned(logits.size() * 4), dids = poisoned(ids_ref.size() * 4),
+                 dws = poisoned(w_ref.size() * 4);
+            kc::router_logits_small(dh.as<float>(), dw.get(), T, H, E, dl.as<float>(), nullptr);
+            kc::topk_softmax(dl.as<float>(), db.as<float>(), T, E, K, dids.as<int32_t>(), dws.as<float>(), nullptr);
+            // cpu::router's logits include the bias; the GEMV's do not.
+            std::vector<float> no_bias = logits;
+            for (int t = 0; t < T; ++t)
+                for (int e = 0; e < E; ++e) no_bias[static_cast<size_t>(t) * E + e] -= b[e];
+            EXPECT_TRUE(close(to_host<float>(dl, logits.size()), no_bias, kTolF32, "router logits"));
+            EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref);
+            EXPECT_TRUE(close(to_host<float>(dws, w_ref.size()), w_ref, kTolF32, "router weights"));
+        }
+    }
+}
+
 TEST(CudaOps, MoeMxfp4MatchesCpu) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4;

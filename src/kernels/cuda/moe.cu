@@ -61,6 +61,51 @@ __global__ void router_topk_kernel(const RouterTopkArgs a) {
                     a.expert_weights + t * a.experts_per_token);
 }
 
+constexpr int kRouterThreads = 128;
+constexpr int kRouterMaxTokens = 8;
+
+__global__ void __launch_bounds__(kRouterThreads)
+    router_logits_small_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
+                               float* logits) {
+    __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
+    const int e = blockIdx.x;
+    const uint4* row = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(e) * H);
+    float acc[kRouterMaxTokens] = {};
+    for (int c = threadIdx.x; c < H / 8; c += blockDim.x) {
+        const uint4 u = __ldg(row + c);
+        const uint32_t ww[4] = {u.x, u.y, u.z, u.w};
+        float wf[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            wf[2 * i] = __uint_as_float(ww[i] << 16);
+            wf[2 * i + 1] = __uint_as_float(ww[i] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int t = 0; t < kRouterMaxTokens; ++t) {
+            if (t < T) {
+                const float4 a = __ldg(reinterpret_cast<const float4*>(h + static_cast<int64_t>(t) * H) + 2 * c);
+                const float4 b = __ldg(reinterpret_cast<const float4*>(h + static_cast<int64_t>(t) * H) + 2 * c + 1);
+                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x + wf[5] * b.y +
+                          wf[6] * b.z + wf[7] * b.w;
+            }
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int t = 0; t < kRouterMaxTokens; ++t) {
+        if (t < T) {
+            const float v = warp_sum(acc[t]);
+            if (lane == 0) part[t][warp] = v;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < T) {
+        float sum = 0.0f;
+        for (int i = 0; i < kRouterThreads / 32; ++i) sum += part[threadIdx.x][i];
+        logits[static_cast<int64_t>(threadIdx.x) * E + e] = sum;
+    }
+}
+
 __global__ void topk_softmax_kernel(const float* logits, const float* bias, int E, int k, int32_t* ids,
                                     float* weights) {
     __shared__ float l[kMaxExperts];
@@ -612,6 +657,13 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
                  "router: %d experts, k %d unsupported", a.num_experts, a.experts_per_token);
     if (a.num_tokens == 0) return;
     router_topk_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+void router_logits_small(const float* h, const void* weight, int T, int H, int E, float* logits, cudaStream_t stream) {
+    ENGINE_CHECK(T >= 1 && T <= kRouterMaxTokens && H % 8 == 0, "router_logits_small: %d tokens, hidden %d", T, H);
+    router_logits_small_kernel<<<E, kRouterThreads, 0, stream>>>(h, static_cast<const __nv_bfloat16*>(weight), T, H, E,
+                                                                 logits);
     CUDA_CHECK_LAUNCH();
 }
 

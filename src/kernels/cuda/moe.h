@@ -23,6 +23,11 @@ struct RouterTopkArgs {
     int experts_per_token = 0;
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
+// Router logits for decode-sized batches (num_tokens <= 8): one CTA per expert row, the hidden
+// dimension split over its threads (a 32-row GEMV with one warp per row leaves the GPU idle).
+// logits[t, e] = h[t] · W[e] (no bias: topk_softmax adds it).
+void router_logits_small(const float* h, const void* weight, int num_tokens, int hidden_size, int num_experts,
+                         float* logits, cudaStream_t stream);
 // The same selection from precomputed logits [num_tokens, num_experts] (bias not yet added).
 void topk_softmax(const float* logits, const float* bias, int num_tokens, int num_experts, int experts_per_token,
                   int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
