@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Plots from `gptoss bench --json` reports (matplotlib; Debian: python3-matplotlib).
+
+    python3 tools/plot_bench.py bench/results/2026-11-29_h200_r4/bench.json --out bench/results/2026-11-29_h200_r4
+
+Writes decode.png (decode tok/s per user against cost per million output tokens, one line per
+context length, points labelled by batch size) and prefill.png (prefill latency against input
+length, with cost per million input tokens on a second axis). A peer report from
+tools/bench_peer_transformers.py can be added with --peer for the prefill plot.
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("report")
+    ap.add_argument("--peer", default="")
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--title", default="gpt-oss-20b (random weights), one H200")
+    args = ap.parse_args()
+    with open(args.report) as f:
+        rep = json.load(f)
+    os.makedirs(args.out, exist_ok=True)
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    decode = [d for d in rep.get("decode", []) if d.get("fits")]
+    for ctx in sorted({d["context"] for d in decode}):
+        pts = sorted((d for d in decode if d["context"] == ctx), key=lambda d: d["batch"])
+        x = [d["tok_per_s_per_seq"] for d in pts]
+        y = [d["usd_per_m_tokens"] for d in pts]
+        ax.plot(x, y, marker="o", label=f"context {ctx}")
+        for d in pts:
+            ax.annotate(str(d["batch"]), (d["tok_per_s_per_seq"], d["usd_per_m_tokens"]), fontsize=7,
+                        textcoords="offset points", xytext=(3, 3))
+    ax.set_xlabel("decode tok/s per user")
+    ax.set_ylabel("\\$ per 1M output tokens (at \\$%.2f/GPU-hour)" % rep["assumptions"]["price_per_gpu_hour"])
+    ax.set_yscale("log")
+    ax.set_title(args.title + ": decode (labels = batch size)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "decode.png"), dpi=120)
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    pre = sorted(rep.get("prefill", []), key=lambda d: d["tokens"])
+    ax.plot([d["tokens"] for d in pre], [d["latency_ms"] for d in pre], marker="o", label="gptoss")
+    if args.peer:
+        with open(args.peer) as f:
+            peer = json.load(f)
+        pp = sorted((d for d in peer.get("prefill", []) if "latency_ms" in d), key=lambda d: d["tokens"])
+        ax.plot([d["tokens"] for d in pp], [d["latency_ms"] for d in pp], marker="s", label="transformers (bf16, eager)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("input tokens (batch 1)")
+    ax.set_ylabel("prefill latency (ms)")
+    ax.set_title(args.title + ": prefill")
+    ax.grid(True, which="both", alpha=0.3)
+    ax2 = ax.twinx()
+    ax2.plot([d["tokens"] for d in pre], [d["usd_per_m_tokens"] for d in pre], color="gray", linestyle=":",
+             marker=".", label="\\$ / 1M input tokens")
+    ax2.set_ylabel("\\$ per 1M input tokens (gptoss)")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left")
+    fig.tight_layout()
+    fig.savefig(os.path.join(args.out, "prefill.png"), dpi=120)
+    print("wrote", os.path.join(args.out, "decode.png"), "and", os.path.join(args.out, "prefill.png"))
+
+
+if __name__ == "__main__":
+    main()
