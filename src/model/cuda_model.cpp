@@ -467,6 +467,16 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             gemm->gemm(xin, w, yout, kc::GemmOut::kF32, T, n, k, stream);
         }
     };
+    // lm_head for requested rows [r0, r0 + n) into `logits`: a GEMV on the fp32 rows when every
+    // row is requested in a decode-sized batch, else gather the bf16 rows and use cuBLASLt.
+    auto lm_head_rows = [&](int r0, int n) {
+        if (small && R == T) {
+            linear(h32.get(), lm_head.get(), nullptr, logits.as<float>(), V, H);
+        } else {
+            kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
+            gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+        }
+    };
     auto body = [&] {
         mark("start");
         kc::embedding(ids.as<int32_t>(), T, embed.get(), H, x.as<float>(), stream);
@@ -602,12 +612,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // One row per sequence; lm_head and sampling stay on the device, only ids come back.
             for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
                 const int n = std::min(kLogitChunk, R - r0);
-                if (small && R == T) {  // every row requested (decode): GEMV on the fp32 rows
-                    linear(h32.get(), lm_head.get(), nullptr, logits.as<float>(), V, H);
-                } else {
-                    kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
-                    gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
-                }
+                lm_head_rows(r0, n);
                 kc::SampleArgs sa;
                 sa.logits = logits.as<float>();
                 sa.temperature = s_temp.as<float>() + r0;
@@ -658,12 +663,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     out->resize(base + static_cast<size_t>(R) * V);
     for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
         const int n = std::min(kLogitChunk, R - r0);
-        if (small && R == T) {
-            linear(h32.get(), lm_head.get(), nullptr, logits.as<float>(), V, H);
-        } else {
-            kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
-            gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
-        }
+        lm_head_rows(r0, n);
         CUDA_CHECK(cudaMemcpyAsync(out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
                                    static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
     }

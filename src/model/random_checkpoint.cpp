@@ -6,19 +6,13 @@
 #include <functional>
 #include <memory>
 
+#include "core/hash.h"
 #include "core/progress.h"
 #include "core/thread_pool.h"
 #include "model/safetensors_file.h"
 
 namespace gptoss::model {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 uint64_t hash_name(const std::string& s) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a

@@ -7,15 +7,10 @@
 #include <numeric>
 #include <string>
 
+#include "core/hash.h"
+
 namespace gptoss::runtime {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 // First maximum wins; NaN never wins (a row of NaN gives 0), so a broken row cannot produce an
 // out-of-range id.

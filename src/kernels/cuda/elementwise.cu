@@ -104,12 +104,6 @@ __global__ void qkv_rope_kernel(const QkvRopeArgs a) {
     }
 }
 
-__global__ void f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        out[i] = __float2bfloat16(in[i]);
-}
-
 __global__ void fill_random_bf16_kernel(__nv_bfloat16* out, int64_t n, uint64_t seed) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -142,13 +136,6 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
     if (a.num_tokens == 0) return;
     qkv_rope_kernel<<<a.num_tokens, 1024, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
-}
-
-void f32_to_bf16(const float* in, void* out, int64_t n, cudaStream_t stream) {
-    if (n == 0) return;
-    int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
-    f32_to_bf16_kernel<<<blocks, 256, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -52,7 +52,4 @@ void qkv_bias_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
 // n bf16 values, uniform in [-2, 2), from a counter-based hash (benchmark fill).
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream);
 
-// fp32 -> bf16, n elements.
-void f32_to_bf16(const float* in, void* out, int64_t n, cudaStream_t stream);
-
 }  // namespace gptoss::kernels::cuda
