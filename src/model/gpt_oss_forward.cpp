@@ -10,9 +10,11 @@ namespace gptoss::model {
 
 namespace cpu = kernels::cpu;
 
-CpuKvCache::CpuKvCache(const GptOssConfig& c, int block_size, int num_blocks_full, int num_blocks_sliding)
+CpuKvCache::CpuKvCache(const GptOssConfig& c, int block_size, int num_blocks_full, int num_blocks_sliding,
+                       int num_kv_heads)
     : block_size_(block_size), num_blocks_full_(num_blocks_full), num_blocks_sliding_(num_blocks_sliding) {
-    const size_t per_block = static_cast<size_t>(block_size) * c.num_key_value_heads * c.head_dim;
+    const int heads = num_kv_heads > 0 ? num_kv_heads : c.num_key_value_heads;
+    const size_t per_block = static_cast<size_t>(block_size) * heads * c.head_dim;
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const size_t n = per_block * (c.is_sliding(l) ? num_blocks_sliding : num_blocks_full);
         k_.emplace_back(n);
@@ -34,7 +36,8 @@ void round_to_bf16(float* v, size_t n) {
 
 }  // namespace
 
-CpuForward::CpuForward(const GptOssWeights& weights, bool emulate_bf16) : w_(weights), emulate_bf16_(emulate_bf16) {
+CpuForward::CpuForward(const GptOssWeights& weights, bool emulate_bf16, parallel::RankComms* comms)
+    : w_(weights), emulate_bf16_(emulate_bf16), comms_(comms) {
     const GptOssConfig& c = w_.config;
     inv_freq_.resize(c.head_dim / 2);
     if (!c.rope_scaling) {  // plain RoPE
@@ -92,8 +95,12 @@ Status CpuForward::validate(std::span<const ForwardSequence> seqs, const CpuKvCa
 Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv, std::vector<float>* logits) {
     RETURN_IF_ERROR(validate(seqs, kv));
     const GptOssConfig& c = w_.config;
-    const int H = c.hidden_size, nq = c.num_attention_heads, nkv = c.num_key_value_heads, hd = c.head_dim;
+    const WeightShard& sh = w_.shard;
+    const int H = c.hidden_size, nq = sh.num_q_heads, nkv = sh.num_kv_heads, hd = c.head_dim;
     const int qw = nq * hd, kvw = nkv * hd, K = c.experts_per_token;
+    parallel::Communicator* tp_comm = comms_ ? comms_->tp.get() : nullptr;
+    parallel::Communicator* dp_comm = comms_ ? comms_->dp.get() : nullptr;
+    parallel::Communicator* world_comm = comms_ ? comms_->world.get() : nullptr;
     const int bs = kv.block_size();
 
     // Flatten the batch: token rows in sequence order, with positions and cache slots.
@@ -126,6 +133,18 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
     std::vector<float> expert_weights(expert_ids.size());
 
     cpu::embedding(ids.data(), T, w_.embed_tokens.data, w_.embed_tokens.dtype, H, x.data());
+
+    // DP: every group's token count, to pad the MoE gather.
+    const int dp_size = dp_comm ? dp_comm->size() : 1;
+    const int dp_rank = dp_comm ? dp_comm->rank() : 0;
+    int max_rows = T;
+    if (dp_size > 1) {
+        std::vector<int32_t> counts(dp_size);
+        const int32_t mine = T;
+        RETURN_IF_ERROR(dp_comm->all_gather(&mine, counts.data(), 1, DType::kI32));
+        max_rows = *std::max_element(counts.begin(), counts.end());
+    }
+    std::vector<float> moe_y;
 
     auto linear = [&](const float* in, const DenseWeight& wt, const std::vector<float>* bias, float* out) {
         kernels::LinearArgs a;
@@ -196,19 +215,39 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         cpu::attention(at);
         if (emulate_bf16_) round_to_bf16(attn.data(), attn.size());
         linear(attn.data(), L.o_proj, &L.o_bias, block_out.data());
+        if (tp_comm) RETURN_IF_ERROR(tp_comm->all_reduce_sum(block_out.data(), block_out.size(), DType::kF32));
         for (size_t i = 0; i < x.size(); ++i) x[i] += block_out[i];
 
         // ---- MoE block ----
         rmsnorm(x.data(), L.post_attention_layernorm, h.data(), T);
+        // With DP groups, the experts see every group's tokens: gather the rows (padded to the
+        // largest group), run the local experts on all of them, reduce over the world, keep ours.
+        std::vector<float> gathered;
+        float* moe_in = h.data();
+        float* moe_out = block_out.data();
+        int moe_rows = T;
+        if (dp_size > 1) {
+            std::vector<float> padded(static_cast<size_t>(max_rows) * H, 0.0f);
+            std::copy(h.begin(), h.end(), padded.begin());
+            gathered.resize(padded.size() * dp_size);
+            RETURN_IF_ERROR(dp_comm->all_gather(padded.data(), gathered.data(), padded.size(), DType::kF32));
+            moe_in = gathered.data();
+            moe_rows = max_rows * dp_size;
+            moe_y.resize(gathered.size());
+            moe_out = moe_y.data();
+            router_logits.resize(static_cast<size_t>(moe_rows) * c.num_experts);
+            expert_ids.resize(static_cast<size_t>(moe_rows) * K);
+            expert_weights.resize(expert_ids.size());
+        }
         kernels::RouterArgs ra;
-        ra.x = h.data();
+        ra.x = moe_in;
         ra.weight = L.router.data;
         ra.weight_dtype = L.router.dtype;
         ra.bias = L.router_bias.data();
         ra.expert_ids = expert_ids.data();
         ra.expert_weights = expert_weights.data();
         ra.logits = router_logits.data();
-        ra.num_tokens = T;
+        ra.num_tokens = moe_rows;
         ra.hidden_size = H;
         ra.num_experts = c.num_experts;
         ra.experts_per_token = K;
@@ -216,14 +255,14 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
 
         std::vector<float> h_moe;
         if (emulate_bf16_) {  // the router reads fp32 h, the experts a bf16 copy
-            h_moe = h;
+            h_moe.assign(moe_in, moe_in + static_cast<size_t>(moe_rows) * H);
             round_to_bf16(h_moe.data(), h_moe.size());
         }
         kernels::MoeArgs m;
-        m.x = emulate_bf16_ ? h_moe.data() : h.data();
+        m.x = emulate_bf16_ ? h_moe.data() : moe_in;
         m.expert_ids = expert_ids.data();
         m.expert_weights = expert_weights.data();
-        m.y = block_out.data();
+        m.y = moe_out;
         m.format = L.expert_format;
         m.gate_up_blocks = L.gate_up_blocks;
         m.gate_up_scales = L.gate_up_scales;
@@ -233,15 +272,23 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         m.down_dense = L.down_dense;
         m.dense_dtype = L.dense_dtype;
         m.gate_up_bias = L.gate_up_bias.data();
-        m.down_bias = L.down_bias.data();
-        m.num_tokens = T;
+        m.down_bias = L.down_bias.empty() ? nullptr : L.down_bias.data();
+        m.expert_begin = sh.expert_begin;
+        m.num_tokens = moe_rows;
         m.hidden_size = H;
-        m.intermediate_size = c.intermediate_size;
-        m.num_experts = c.num_experts;
+        m.intermediate_size = sh.inter_size;
+        m.num_experts = sh.num_experts;
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         cpu::moe(m);
+        if (world_comm) {
+            RETURN_IF_ERROR(world_comm->all_reduce_sum(moe_out, static_cast<size_t>(moe_rows) * H, DType::kF32));
+        }
+        if (dp_size > 1) {
+            const float* mine = moe_out + static_cast<size_t>(dp_rank) * max_rows * H;
+            std::copy(mine, mine + x.size(), block_out.begin());
+        }
         for (size_t i = 0; i < x.size(); ++i) x[i] += block_out[i];
     }
 
@@ -266,11 +313,35 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
     a.x = rows.data();
     a.weight = w_.lm_head.data;
     a.weight_dtype = w_.lm_head.dtype;
-    a.y = logits->data() + base;
     a.num_tokens = R;
     a.in_features = H;
-    a.out_features = c.vocab_size;
+    a.out_features = sh.vocab_size;
+    if (!tp_comm || tp_comm->size() == 1) {
+        a.y = logits->data() + base;
+        cpu::linear(a);
+        return ok_status();
+    }
+    // TP: each rank has a ceil(V / tp) slice of the vocabulary; gather [tp, R, chunk] and interleave.
+    const int tp = tp_comm->size();
+    const int chunk = (c.vocab_size + tp - 1) / tp;
+    std::vector<float> local(static_cast<size_t>(R) * chunk, 0.0f);
+    std::vector<float> part(static_cast<size_t>(R) * sh.vocab_size);
+    a.y = part.data();
     cpu::linear(a);
+    for (int r = 0; r < R; ++r)
+        std::copy(part.begin() + static_cast<size_t>(r) * sh.vocab_size,
+                  part.begin() + static_cast<size_t>(r + 1) * sh.vocab_size,
+                  local.begin() + static_cast<size_t>(r) * chunk);
+    std::vector<float> all(local.size() * tp);
+    RETURN_IF_ERROR(tp_comm->all_gather(local.data(), all.data(), local.size(), DType::kF32));
+    for (int t = 0; t < tp; ++t) {
+        const int v0 = t * chunk;
+        const int n = std::max(0, std::min(c.vocab_size, v0 + chunk) - v0);
+        for (int r = 0; r < R; ++r) {
+            const float* src = all.data() + (static_cast<size_t>(t) * R + r) * chunk;
+            std::copy(src, src + n, logits->data() + base + static_cast<size_t>(r) * c.vocab_size + v0);
+        }
+    }
     return ok_status();
 }
 

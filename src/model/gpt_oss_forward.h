@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "model/gpt_oss_weights.h"
+#include "parallel/communicator.h"
 
 namespace gptoss::model {
 
@@ -16,7 +17,9 @@ namespace gptoss::model {
 // Each layer owns [num_blocks, block_size, num_key_value_heads, head_dim] for K and for V.
 class CpuKvCache {
 public:
-    CpuKvCache(const GptOssConfig& config, int block_size, int num_blocks_full, int num_blocks_sliding);
+    // num_kv_heads: the heads this cache holds (a TP shard's; 0 = the config's).
+    CpuKvCache(const GptOssConfig& config, int block_size, int num_blocks_full, int num_blocks_sliding,
+               int num_kv_heads = 0);
 
     int block_size() const { return block_size_; }
     int num_blocks(bool sliding) const { return sliding ? num_blocks_sliding_ : num_blocks_full_; }
@@ -47,7 +50,11 @@ public:
     // emulate_bf16: round activations to bf16 exactly where the CUDA backend stores them in bf16
     // (GEMM inputs after each norm, q/k/v after RoPE, the attention output), so the CPU reference
     // can check the CUDA path at tight tolerance independently of that precision choice.
-    explicit CpuForward(const GptOssWeights& weights, bool emulate_bf16 = false);
+    //
+    // Parallel: with `comms`, the weights are one rank's shard (model/weight_shard.h) and every rank
+    // of the world calls forward together, each with its DP group's sequences (the TP ranks of a
+    // group with the same ones); logits come back whole on every rank of the group.
+    explicit CpuForward(const GptOssWeights& weights, bool emulate_bf16 = false, parallel::RankComms* comms = nullptr);
 
     // Appends one row of vocab_size logits per requested position to `logits` (sequence order).
     // Validates token ids, positions and block tables first (invalid_argument / out_of_range).
@@ -58,11 +65,13 @@ public:
     const std::vector<float>& inv_freq() const { return inv_freq_; }
     float attention_scaling() const { return attention_scaling_; }
 
-private:
+    // The checks forward() starts with (token ids, positions, block tables).
     Status validate(std::span<const ForwardSequence> seqs, const CpuKvCache& kv) const;
 
+private:
     const GptOssWeights& w_;
     bool emulate_bf16_ = false;
+    parallel::RankComms* comms_ = nullptr;
     std::vector<float> inv_freq_;  // [head_dim / 2]
     float attention_scaling_ = 1.0f;
 };

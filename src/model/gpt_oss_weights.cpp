@@ -123,6 +123,8 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
         RETURN_IF_ERROR(ld.vec(x + "down_proj_bias", Shape{E, H}, &L.down_bias));
         progress.advance(1);
     }
+    w->shard = WeightShard{0, c.num_attention_heads, 0, c.num_key_value_heads, 0,    c.num_experts,
+                           0, c.intermediate_size,   0, c.vocab_size,          true, true};
     return w;
 }
 

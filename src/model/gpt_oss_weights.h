@@ -46,14 +46,29 @@ struct LayerWeights {
     std::vector<float> down_bias;     // [E, H]
 };
 
+// The slice of the model a set of weights holds (parallel/world.h): attention heads and lm_head
+// vocabulary rows (TP), experts (EP) and the experts' intermediate units (MoE-TP). The default is
+// the whole model. Head, expert and unit ranges index the full model.
+struct WeightShard {
+    int q_head_begin = 0, num_q_heads = -1;  // -1: all (set by load)
+    int kv_head_begin = 0, num_kv_heads = -1;
+    int expert_begin = 0, num_experts = -1;
+    int inter_begin = 0, inter_size = -1;  // expert intermediate units [begin, begin + size)
+    int vocab_begin = 0, vocab_size = -1;  // lm_head rows
+    bool add_o_bias = true;                // this shard adds the attention output bias
+    bool add_down_bias = true;             // this shard adds the experts' down bias
+};
+
 struct GptOssWeights {
     GptOssConfig config;
+    WeightShard shard;         // what the views below hold (config describes the whole model)
     DenseWeight embed_tokens;  // [vocab_size, hidden_size]
     DenseWeight lm_head;       // [vocab_size, hidden_size]
     std::vector<float> norm;   // [hidden_size] final RMSNorm gain
     std::vector<LayerWeights> layers;
 
-    std::unique_ptr<SafetensorsCheckpoint> checkpoint;  // owns the mappings the views point into
+    std::unique_ptr<SafetensorsCheckpoint> checkpoint;  // owns the mappings the views point into (null in
+                                                        // a shard: the full weights must outlive it)
     std::vector<std::vector<uint8_t>> owned;            // buffers made at load (transposed experts)
 
     // Loads config.json and the safetensors of a Hugging Face gpt-oss directory, in the published

@@ -47,7 +47,10 @@ struct MoeArgs {
     const void* down_dense = nullptr;     // [E, H, I]
     DType dense_dtype = DType::kBF16;
     const float* gate_up_bias = nullptr;  // [E, 2I], rows interleaved like the weights
-    const float* down_bias = nullptr;     // [E, H]
+    const float* down_bias = nullptr;     // [E, H]; may be null (no bias: another rank adds it)
+    // Expert parallelism: the weights above hold experts [expert_begin, expert_begin + num_experts)
+    // of the model; assignments to other experts contribute nothing here.
+    int expert_begin = 0;
     int num_tokens = 0;
     int hidden_size = 0;
     int intermediate_size = 0;

@@ -76,7 +76,10 @@ void moe(const MoeArgs& a) {
     const int H = a.hidden_size;
     // Group assignments by expert so each weight row is decoded once per step for all its tokens.
     std::vector<std::vector<int>> by_expert(a.num_experts);
-    for (int as = 0; as < num_assign; ++as) by_expert[a.expert_ids[as]].push_back(as);
+    for (int as = 0; as < num_assign; ++as) {
+        const int e = a.expert_ids[as] - a.expert_begin;
+        if (e >= 0 && e < a.num_experts) by_expert[e].push_back(as);  // else another rank's expert
+    }
     std::vector<int> active;
     for (int e = 0; e < a.num_experts; ++e)
         if (!by_expert[e].empty()) active.push_back(e);
@@ -96,7 +99,7 @@ void moe(const MoeArgs& a) {
                     const int e = active[item / rows];
                     const int r = static_cast<int>(item % rows);
                     m.row(e, r, w.data());
-                    const float b = bias[static_cast<size_t>(e) * rows + r];
+                    const float b = bias ? bias[static_cast<size_t>(e) * rows + r] : 0.0f;
                     for (int as : by_expert[e]) {
                         const float* x =
                             in + (in_by_token ? static_cast<size_t>(as / k) : static_cast<size_t>(as)) * in_stride;
@@ -122,6 +125,8 @@ void moe(const MoeArgs& a) {
         float* y = a.y + static_cast<size_t>(t) * H;
         std::fill(y, y + H, 0.0f);
         for (int s = 0; s < k; ++s) {  // fixed slot order: deterministic and batch-invariant
+            const int e = a.expert_ids[t * k + s] - a.expert_begin;
+            if (e < 0 || e >= a.num_experts) continue;
             const float w = a.expert_weights[t * k + s];
             const float* d = down.data() + static_cast<size_t>(t * k + s) * H;
             for (int i = 0; i < H; ++i) y[i] += w * d[i];
