@@ -76,6 +76,7 @@ struct CudaModel::Impl {
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
     DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
     DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
+    DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
     static constexpr int kMaxSplits = 64;
 
@@ -84,13 +85,20 @@ struct CudaModel::Impl {
     size_t kv_block_bytes(int block_size) const;
     Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
                    std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled);
-    void moe(int T, int layer);
+    void moe(int T, int layer, bool plan_done);
     DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out;
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
     bool profile = std::getenv("GPTOSS_PROFILE") != nullptr;
     bool use_graphs = std::getenv("GPTOSS_NO_GRAPHS") == nullptr;
+    // Decode-path switches for A/B runs (bench/NOTES.md r11): GPTOSS_DECODE_FUSED=0 goes back to
+    // the three router launches (logits, top-k, plan); GPTOSS_GEMV_V1=1 to the r2 GEMV kernel.
+    bool decode_fused = [] {
+        const char* v = std::getenv("GPTOSS_DECODE_FUSED");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    bool gemv_v1 = std::getenv("GPTOSS_GEMV_V1") != nullptr;
     std::map<std::pair<int, int>, cudaGraphExec_t> graphs;  // decode step by (batch, table stride)
     std::set<std::pair<int, int>> warmed;
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
@@ -231,6 +239,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
     router_logits = DeviceBuffer(static_cast<int64_t>(kc::kGemvMaxTokens) * E * 4);
+    router_counter = DeviceBuffer(4);
+    CUDA_CHECK(cudaMemset(router_counter.get(), 0, 4));
     for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
     s_seed = DeviceBuffer(S * 8);
     s_draw = DeviceBuffer(S * 8);
@@ -287,12 +297,13 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
     return ok_status();
 }
 
-void CudaModel::Impl::moe(int T, int l) {
+void CudaModel::Impl::moe(int T, int l, bool plan_done) {
     DeviceLayer& D = layers[l];
     const int H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, K = c.experts_per_token;
     const int A = T * K;
     const bool small = mxfp4 && T <= opt.mxfp4_max_tokens;
-    kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+    if (!plan_done)
+        kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     if (small) {
         kc::MoeMxfp4Args m;
         m.h = h.get();
@@ -462,6 +473,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             g.num_tokens = T;
             g.n = n;
             g.k = k;
+            g.legacy = gemv_v1;
             kc::gemv_bf16w(g, stream);
         } else {
             gemm->gemm(xin, w, yout, kc::GemmOut::kF32, T, n, k, stream);
@@ -553,6 +565,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 g.num_tokens = T;
                 g.n = H;
                 g.k = qw;
+                g.legacy = gemv_v1;
                 kc::gemv_bf16w(g, stream);
             } else {
                 gemm->gemm(attn.get(), D.o_w.get(), o.get(), kc::GemmOut::kF32, T, H, qw, stream);
@@ -572,7 +585,25 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             kc::residual_rmsnorm(rn2, stream);
             mark("norm");
 
-            if (small) {  // router logits by the GEMV (fp32 h), then the top-k selection
+            // Decode-sized batches: logits, top-k, softmax and the MoE plan in one launch.
+            const bool fused_router = small && decode_fused;
+            if (fused_router) {
+                kc::RouterPlanSmallArgs rp;
+                rp.h = h32.as<float>();
+                rp.weight = D.router_w.get();
+                rp.bias = D.router_b.as<float>();
+                rp.logits = router_logits.as<float>();
+                rp.expert_ids = expert_ids.as<int32_t>();
+                rp.expert_weights = expert_w.as<float>();
+                rp.expert_offsets = offsets.as<int32_t>();
+                rp.sorted_assignments = sorted.as<int32_t>();
+                rp.counter = router_counter.as<uint32_t>();
+                rp.num_tokens = T;
+                rp.hidden_size = H;
+                rp.num_experts = c.num_experts;
+                rp.experts_per_token = K;
+                kc::router_plan_small(rp, stream);
+            } else if (small) {  // router logits by the GEMV (fp32 h), then the top-k selection
                 kc::router_logits_small(h32.as<float>(), D.router_w.get(), T, H, c.num_experts,
                                         router_logits.as<float>(), stream);
                 kc::topk_softmax(router_logits.as<float>(), D.router_b.as<float>(), T, c.num_experts, K,
@@ -591,7 +622,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 kc::router_topk(ra, stream);
             }
             mark("router");
-            moe(T, l);
+            moe(T, l, fused_router);
             mark("moe");
         }
         // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.

@@ -1,5 +1,7 @@
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv.h"
@@ -83,11 +85,136 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     }
 }
 
+// ---- v2: persistent warps, row prefetch ------------------------------------------------------
+constexpr int kV2Warps = 4;  // small CTAs: finer occupancy steps at ~150 registers a thread
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// A lane's chunks lane, lane + 32, ... of one row (NC · 32 · 8 ≥ k).
+template <int NC>
+__device__ __forceinline__ void load_row(uint4 (&w)[NC], const uint4* row, int chunks, int lane) {
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+        const int c = lane + 32 * i;
+        w[i] = c < chunks ? ld_stream(row + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+// Warp gw takes rows gw, gw + W, gw + 2W, ... (W warps in the grid): neighbouring warps read
+// neighbouring rows. Before the FMAs of a row, the warp issues all loads of its next row, so each
+// lane keeps up to 2 · NC · 16 bytes in flight and no warp waits on a second round trip per row.
+template <typename XT, int NC>
+__global__ void __launch_bounds__(kV2Warps * 32) gemv_v2_kernel(const __grid_constant__ GemvArgs a) {
+    const int lane = threadIdx.x & 31;
+    const int stride = gridDim.x * kV2Warps;
+    int row = blockIdx.x * kV2Warps + (threadIdx.x >> 5);
+    if (row >= a.n) return;  // warp-uniform
+    const int chunks = a.k / 8;
+    const uint4* w = static_cast<const uint4*>(a.w);
+    const XT* x = static_cast<const XT*>(a.x);
+    uint4 cur[NC];
+    load_row<NC>(cur, w + static_cast<int64_t>(row) * chunks, chunks, lane);
+    for (;;) {
+        const int next = row + stride;
+        uint4 nxt[NC];
+        if (next < a.n) {
+            load_row<NC>(nxt, w + static_cast<int64_t>(next) * chunks, chunks, lane);
+        } else {
+#pragma unroll
+            for (int i = 0; i < NC; ++i) nxt[i] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        float acc[kGemvMaxTokens];
+#pragma unroll
+        for (int m = 0; m < kGemvMaxTokens; ++m) acc[m] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+            const int c = lane + 32 * i;
+            if (c < chunks) {
+                const uint32_t ww[4] = {cur[i].x, cur[i].y, cur[i].z, cur[i].w};
+                float wf[8];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    wf[2 * j] = __uint_as_float(ww[j] << 16);
+                    wf[2 * j + 1] = __uint_as_float(ww[j] & 0xffff0000u);
+                }
+#pragma unroll
+                for (int m = 0; m < kGemvMaxTokens; ++m) {
+                    if (m < a.num_tokens) {
+                        float xv[8];
+                        load_x8(x + static_cast<int64_t>(m) * a.k + 8 * c, xv);
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) acc[m] = fmaf(wf[j], xv[j], acc[m]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < kGemvMaxTokens; ++m) {
+            if (m < a.num_tokens) {  // uniform
+                const float s = warp_sum(acc[m]);
+                if (lane == 0) a.y[static_cast<int64_t>(m) * a.n + row] = s + (a.bias ? a.bias[row] : 0.0f);
+            }
+        }
+        if (next >= a.n) break;
+        row = next;
+#pragma unroll
+        for (int i = 0; i < NC; ++i) cur[i] = nxt[i];
+    }
+}
+
+// Resident CTAs per SM × SMs for one instance, queried once (host-only: graph-capturable).
+template <typename XT, int NC>
+int v2_grid_limit() {
+    static int blocks = 0;
+    if (blocks == 0) {
+        int device = 0, sms = 0, per_sm = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_v2_kernel<XT, NC>, kV2Warps * 32, 0));
+        blocks = std::max(1, per_sm) * sms;
+    }
+    return blocks;
+}
+
+template <typename XT, int NC>
+void v2_launch(const GemvArgs& a, cudaStream_t stream) {
+    const int grid = std::min(v2_grid_limit<XT, NC>(), (a.n + kV2Warps - 1) / kV2Warps);
+    gemv_v2_kernel<XT, NC><<<grid, kV2Warps * 32, 0, stream>>>(a);
+}
+
+template <typename XT>
+bool v2_dispatch(const GemvArgs& a, cudaStream_t stream) {
+    const int per_lane = (a.k / 8 + 31) / 32;  // 16-byte chunks per lane per row
+    if (per_lane <= 4)
+        v2_launch<XT, 4>(a, stream);
+    else if (per_lane <= 12)
+        v2_launch<XT, 12>(a, stream);  // hidden_size 2880
+    else if (per_lane <= 16)
+        v2_launch<XT, 16>(a, stream);  // q width 4096
+    else
+        return false;
+    return true;
+}
+
 }  // namespace
 
 void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % 8 == 0,
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
+    if (a.n == 0) return;
+    if (!a.legacy) {
+        const bool launched = a.x_bf16 ? v2_dispatch<__nv_bfloat16>(a, stream) : v2_dispatch<float>(a, stream);
+        if (launched) {
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
+    }
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (a.x_bf16)
         gemv_kernel<__nv_bfloat16><<<blocks, kWarps * 32, 0, stream>>>(a);

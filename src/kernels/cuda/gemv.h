@@ -1,7 +1,9 @@
 // Small-batch GEMV for decode: y[m, n] = Σ_k x[m, k] · W[n, k] (+ bias[n]) for m < num_tokens ≤ 8,
-// bf16 weights [N, K] read once at full bandwidth (16-byte loads, one warp per row, several loads in
-// flight), activations in fp32 or bf16, fp32 accumulation and output. cuBLASLt's choices at M = 1
-// read weights far below bandwidth (bench/NOTES.md r2).
+// bf16 weights [N, K] read once at full bandwidth, activations in fp32 or bf16, fp32 accumulation
+// and output. cuBLASLt's choices at M = 1 read weights far below bandwidth (bench/NOTES.md r2).
+// Default kernel (k ≤ 4096): a persistent grid of warps, each walking rows n-strided with the whole
+// next row's 16-byte loads in flight while it computes the current one; weights bypass L1 so the
+// activations stay there.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,6 +23,9 @@ struct GemvArgs {
     int num_tokens = 0;           // 1 .. kGemvMaxTokens
     int n = 0;
     int k = 0;  // multiple of 8
+    // The r2 kernel (one warp per row, one launch-wide wave, two load rounds for k = 2880), kept
+    // for comparison and as a fallback (GPTOSS_GEMV_V1=1 in the CUDA model).
+    bool legacy = false;
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 

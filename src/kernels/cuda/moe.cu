@@ -115,6 +115,159 @@ __global__ void topk_softmax_kernel(const float* logits, const float* bias, int 
     if (threadIdx.x == 0) select_topk(l, E, k, ids + t * k, weights + t * k);
 }
 
+// ---- fused decode router: logits -> top-k -> softmax -> plan, one launch -----------------------
+constexpr int kRouterMaxChunks = 4;  // 16-byte weight chunks per thread: hidden_size <= 128·8·4 = 4096
+constexpr int kRouterMaxK = 8;
+
+__global__ void __launch_bounds__(kRouterThreads)
+    router_plan_small_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+    __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
+    __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
+    __shared__ bool s_last;
+    const int e = blockIdx.x;
+    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts, K = a.experts_per_token;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int chunks = H / 8;
+
+    // Phase 1 (every CTA): row e of the logits for all tokens. All of the thread's weight loads go
+    // out before any math (the row is 5.6 KB: one round trip per CTA).
+    const uint4* row =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.weight) + static_cast<int64_t>(e) * H);
+    uint4 wv[kRouterMaxChunks];
+#pragma unroll
+    for (int i = 0; i < kRouterMaxChunks; ++i) {
+        const int c = threadIdx.x + kRouterThreads * i;
+        wv[i] = c < chunks ? __ldg(row + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float acc[kRouterMaxTokens] = {};
+#pragma unroll
+    for (int i = 0; i < kRouterMaxChunks; ++i) {
+        const int c = threadIdx.x + kRouterThreads * i;
+        if (c < chunks) {
+            const uint32_t ww[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
+            float wf[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                wf[2 * j] = __uint_as_float(ww[j] << 16);
+                wf[2 * j + 1] = __uint_as_float(ww[j] & 0xffff0000u);
+            }
+#pragma unroll
+            for (int t = 0; t < kRouterMaxTokens; ++t) {
+                if (t < T) {
+                    const float4* ht = reinterpret_cast<const float4*>(a.h + static_cast<int64_t>(t) * H);
+                    const float4 x0 = __ldg(ht + 2 * c), x1 = __ldg(ht + 2 * c + 1);
+                    acc[t] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
+                              wf[6] * x1.z + wf[7] * x1.w;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kRouterMaxTokens; ++t) {
+        if (t < T) {  // T is uniform: every lane takes part in the shuffle
+            const float v = warp_sum(acc[t]);
+            if (lane == 0) part[t][warp] = v;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < T) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kRouterThreads / 32; ++i) sum += part[threadIdx.x][i];
+        a.logits[static_cast<int64_t>(threadIdx.x) * E + e] = sum + a.bias[e];
+        __threadfence();  // this logit is visible device-wide before the CTA takes its ticket
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();  // cumulative over the writes the barrier ordered before it
+        s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!s_last) return;  // CTA-uniform
+
+    // Phase 2 (the last CTA only): every row is in memory. A warp per token: top-k by k rounds of a
+    // warp arg-max over (value descending, index ascending), a strict total order, so every lane of
+    // the butterfly ends with the same winner and ties go to the lower index as in cpu::router.
+    __threadfence();
+    for (int t = warp; t < T; t += kRouterThreads / 32) {
+        const float* lg = a.logits + static_cast<int64_t>(t) * E;
+        float v[kMaxExperts / 32];
+#pragma unroll
+        for (int j = 0; j < kMaxExperts / 32; ++j) {
+            const int ex = lane + 32 * j;
+            v[j] = ex < E ? __ldcg(lg + ex) : 0.0f;  // L2: written by other CTAs during this kernel
+        }
+        uint32_t taken = 0;
+        float top_v[kRouterMaxK];
+        int top_e[kRouterMaxK];
+#pragma unroll
+        for (int s = 0; s < kRouterMaxK; ++s) {
+            top_v[s] = 0.0f;
+            top_e[s] = 0;
+            if (s < K) {
+                float bv = 0.0f;
+                int be = -1;  // none
+#pragma unroll
+                for (int j = 0; j < kMaxExperts / 32; ++j) {
+                    const int ex = lane + 32 * j;
+                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
+                        bv = v[j];
+                        be = ex;
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+                        bv = ov;
+                        be = oe;
+                    }
+                }
+                if ((be & 31) == lane) taken |= 1u << (be >> 5);
+                top_v[s] = bv;
+                top_e[s] = be;
+            }
+        }
+        if (lane == 0) {
+            float w[kRouterMaxK];
+            float sum = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
+                sum += w[s];
+            }
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                if (s < K) {
+                    a.expert_ids[t * K + s] = top_e[s];
+                    a.expert_weights[t * K + s] = w[s] / sum;
+                    s_ids[t * K + s] = top_e[s];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // The stable plan of moe_plan: offsets[e] = #assignments with a lower expert; an assignment's
+    // place = its expert's offset + #earlier assignments of the same expert (≤ 64 assignments).
+    const int A = T * K;
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
+        int c = 0;
+        for (int j = 0; j < A; ++j) c += s_ids[j] < i;
+        a.expert_offsets[i] = c;
+    }
+    for (int i = threadIdx.x; i < A; i += blockDim.x) {
+        const int ei = s_ids[i];
+        int start = 0, rank = 0;
+        for (int j = 0; j < A; ++j) {
+            start += s_ids[j] < ei;
+            rank += j < i && s_ids[j] == ei;
+        }
+        a.sorted_assignments[start + rank] = i;
+    }
+    if (threadIdx.x == 0) *a.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
+}
+
 // ---- routing plan -----------------------------------------------------------------------------
 __global__ void moe_plan_kernel(const int32_t* __restrict__ ids, int n, int num_experts, bool stable,
                                 int32_t* __restrict__ offsets, int32_t* __restrict__ sorted) {
@@ -672,6 +825,17 @@ void topk_softmax(const float* logits, const float* bias, int T, int E, int k, i
     ENGINE_CHECK(E <= kMaxExperts && k <= 8 && k <= E, "topk: %d experts, k %d unsupported", E, k);
     if (T == 0) return;
     topk_softmax_kernel<<<T, 32, 0, stream>>>(logits, bias, E, k, ids, weights);
+    CUDA_CHECK_LAUNCH();
+}
+
+void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
+    ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kRouterMaxTokens && a.hidden_size % 8 == 0 &&
+                     a.hidden_size / 8 <= kRouterThreads * kRouterMaxChunks && a.num_experts <= kMaxExperts &&
+                     a.experts_per_token >= 1 && a.experts_per_token <= kRouterMaxK &&
+                     a.experts_per_token <= a.num_experts && a.counter != nullptr,
+                 "router_plan_small: %d tokens, hidden %d, %d experts, k %d unsupported", a.num_tokens, a.hidden_size,
+                 a.num_experts, a.experts_per_token);
+    router_plan_small_kernel<<<a.num_experts, kRouterThreads, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -32,6 +32,28 @@ void router_logits_small(const float* h, const void* weight, int num_tokens, int
 void topk_softmax(const float* logits, const float* bias, int num_tokens, int num_experts, int experts_per_token,
                   int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
 
+// Decode router in one launch (num_tokens <= 8): logits (+ bias) -> top-k (ties to the lower
+// index) -> softmax over the k -> the stable routing plan of moe_plan. One CTA per expert row
+// computes that row's logits for every token; the last CTA to finish (a ticket counter) selects
+// and plans. Replaces router_logits_small + topk_softmax + moe_plan (three launches and a
+// single-thread selection) on the decode path.
+struct RouterPlanSmallArgs {
+    const float* h = nullptr;               // [num_tokens, hidden_size] fp32
+    const void* weight = nullptr;           // [num_experts, hidden_size] bf16
+    const float* bias = nullptr;            // [num_experts]
+    float* logits = nullptr;                // [num_tokens, num_experts] scratch: logits with the bias
+    int32_t* expert_ids = nullptr;          // [num_tokens, experts_per_token], by descending logit
+    float* expert_weights = nullptr;        // [num_tokens, experts_per_token]
+    int32_t* expert_offsets = nullptr;      // [num_experts + 1]
+    int32_t* sorted_assignments = nullptr;  // [num_tokens · experts_per_token], stable
+    uint32_t* counter = nullptr;            // one word, zero before the first call; every call leaves it zero
+    int num_tokens = 0;                     // 1 .. 8
+    int hidden_size = 0;                    // multiple of 8, at most 4096
+    int num_experts = 0;                    // at most 256
+    int experts_per_token = 0;              // at most 8
+};
+void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
+
 // Groups the num_assignments = num_tokens·k assignments (index t·k + slot) by expert:
 // expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments].
 // `stable` keeps assignment order inside an expert (deterministic; O(A²) work, for small batches).
