@@ -5,6 +5,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <vector>
 
 #include "core/hash.h"
 #include "core/progress.h"
@@ -71,6 +73,20 @@ SafetensorsWriter::FillFn scale_fill(uint64_t key, int64_t n, int center_exp) {
     };
 }
 
+// The experts_per_token distinct experts that token t prefers (the conditioned init's S(t)).
+void preferred_experts(uint64_t key, int64_t t, int num_experts, int k, int64_t* out) {
+    uint64_t r = splitmix64(key ^ splitmix64(static_cast<uint64_t>(t)));
+    for (int j = 0; j < k; ++j) {
+        bool dup = true;
+        while (dup) {
+            r = splitmix64(r);
+            out[j] = static_cast<int64_t>(r % static_cast<uint64_t>(num_experts));
+            dup = false;
+            for (int i = 0; i < j; ++i) dup |= out[i] == out[j];
+        }
+    }
+}
+
 // Random e2m1 codes have RMS √(68.5/8) ≈ 2.93; choose 2^e ≈ 1/(2.93·√fan_in).
 int mxfp4_scale_exp(int64_t fan_in) {
     return static_cast<int>(std::lround(std::log2(1.0 / (2.93 * std::sqrt(static_cast<double>(fan_in))))));
@@ -107,11 +123,43 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
     // The matrices that write into the residual stream (o_proj, down_proj) get a 1/√(2·layers)
     // gain, as in GPT-2's initialisation: a deep random network then stays well-conditioned (the
     // residual stream does not blow up and small numeric differences are not amplified layer after
-    // layer), as a trained one is. Without it, a 24-layer random model is chaotic enough that bf16
-    // and fp32 forwards disagree on most argmaxes, which makes it useless as a numerical check.
+    // layer), as a trained one is.
     const float branch_gain = 1.0f / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers));
+    const bool conditioned = opt.init == RandomInit::kConditioned;
+    // Conditioned init (see the header for the reasons and bench/NOTES.md for the measurements).
+    const float embed_affinity = conditioned ? 0.5f : 0.0f;    // a: e_t = N + a·Σ_{e∈S(t)} d_e
+    const float router_affinity = conditioned ? 16.0f : 0.0f;  // ρ: router row = (N + ρ/√H·d_e)/√H
+    const float lm_head_scale = conditioned ? 2.0f : 1.0f;     // s: logit noise std ≈ s
+    const float lm_head_peak = conditioned ? 12.0f : 0.0f;     // κ: peak ≈ κ·cos(e_src, h)·s
+    const int gate_up_exp = conditioned ? 1 : 0;               // gate_up gain 2^1: the clamp is reached
+    const int down_exp = conditioned ? -2 : 0;                 // down_proj 2^-2: same expert output size
+    const int K = std::min(c.experts_per_token, c.num_experts);
+    const uint64_t dir_key = key("gptoss.router_directions");  // d_e, [E, H], shared by all layers
+    const uint64_t embed_key = key("model.embed_tokens.weight");
+    const uint64_t pref_key = key("gptoss.preferred_experts");
+    const float inv_sqrt_h = 1.0f / std::sqrt(static_cast<float>(H));
 
-    bf16("model.embed_tokens.weight", Shape{V, H}, 0.0f, 1.0f);
+    if (!conditioned) {
+        bf16("model.embed_tokens.weight", Shape{V, H}, 0.0f, 1.0f);
+    } else {
+        add("model.embed_tokens.weight", DType::kBF16, Shape{V, H}, [=](uint8_t* dst) {
+            auto* out = reinterpret_cast<uint16_t*>(dst);
+            ThreadPool::global().parallel_for(
+                V,
+                [&](int64_t b, int64_t e) {
+                    std::vector<int64_t> pref(K);
+                    for (int64_t t = b; t < e; ++t) {
+                        preferred_experts(pref_key, t, static_cast<int>(E), K, pref.data());
+                        for (int64_t i = 0; i < H; ++i) {
+                            float v = normal_at(embed_key, t * H + i);
+                            for (int j = 0; j < K; ++j) v += embed_affinity * normal_at(dir_key, pref[j] * H + i);
+                            out[t * H + i] = f32_to_bf16(v);
+                        }
+                    }
+                },
+                64);
+        });
+    }
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
         bf16(p + "input_layernorm.weight", Shape{H}, 1.0f, 0.2f);
@@ -125,23 +173,63 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         bf16(p + "self_attn.o_proj.bias", Shape{H}, 0.0f, 0.1f);
         bf16(p + "self_attn.sinks", Shape{c.num_attention_heads}, 0.0f, 1.0f);
         bf16(p + "post_attention_layernorm.weight", Shape{H}, 1.0f, 0.2f);
-        weight(p + "mlp.router.weight", E, H);
+        if (!conditioned) {
+            weight(p + "mlp.router.weight", E, H);
+        } else {
+            const uint64_t rk = key(p + "mlp.router.weight");
+            add(p + "mlp.router.weight", DType::kBF16, Shape{E, H}, [=](uint8_t* dst) {
+                auto* out = reinterpret_cast<uint16_t*>(dst);
+                for (int64_t i = 0; i < E * H; ++i) {
+                    const float v = normal_at(rk, i) + router_affinity * inv_sqrt_h * normal_at(dir_key, i);
+                    out[i] = f32_to_bf16(inv_sqrt_h * v);
+                }
+            });
+        }
         bf16(p + "mlp.router.bias", Shape{E}, 0.0f, 0.1f);
         const std::string x = p + "mlp.experts.";
         add(x + "gate_up_proj_blocks", DType::kU8, Shape{E, 2 * I, H / 32, 16},
             code_fill(key(x + "gate_up_proj_blocks"), E * 2 * I * H / 2));
         add(x + "gate_up_proj_scales", DType::kU8, Shape{E, 2 * I, H / 32},
-            scale_fill(key(x + "gate_up_proj_scales"), E * 2 * I * H / 32, mxfp4_scale_exp(H)));
+            scale_fill(key(x + "gate_up_proj_scales"), E * 2 * I * H / 32, mxfp4_scale_exp(H) + gate_up_exp));
         bf16(x + "gate_up_proj_bias", Shape{E, 2 * I}, 0.0f, 0.1f);
         add(x + "down_proj_blocks", DType::kU8, Shape{E, H, I / 32, 16},
             code_fill(key(x + "down_proj_blocks"), E * H * I / 2));
         add(x + "down_proj_scales", DType::kU8, Shape{E, H, I / 32},
             scale_fill(key(x + "down_proj_scales"), E * H * I / 32,
-                       mxfp4_scale_exp(I) + static_cast<int>(std::lround(std::log2(branch_gain)))));
+                       mxfp4_scale_exp(I) + static_cast<int>(std::lround(std::log2(branch_gain))) + down_exp));
         bf16(x + "down_proj_bias", Shape{E, H}, 0.0f, 0.1f);
     }
     bf16("model.norm.weight", Shape{H}, 1.0f, 0.2f);
-    weight("lm_head.weight", V, H);
+    if (!conditioned) {
+        weight("lm_head.weight", V, H);
+    } else {
+        // Row v = s·(N/√H + κ·n_{src(v)}/H), n_t the N(0,1) part of token t's embedding: the logit of
+        // v is then ≈ s·κ·cos(n_src(v), h) above noise of std ≈ s when the current token is src(v).
+        auto src = std::make_shared<std::vector<int32_t>>(V);
+        std::iota(src->begin(), src->end(), 0);
+        uint64_t r = key("gptoss.next_token_permutation");
+        for (int64_t i = V - 1; i > 0; --i) {  // Fisher-Yates
+            r = splitmix64(r);
+            std::swap((*src)[i], (*src)[static_cast<int64_t>(r % static_cast<uint64_t>(i + 1))]);
+        }
+        const uint64_t lk = key("lm_head.weight");
+        add("lm_head.weight", DType::kBF16, Shape{V, H}, [=](uint8_t* dst) {
+            auto* out = reinterpret_cast<uint16_t*>(dst);
+            ThreadPool::global().parallel_for(
+                V,
+                [&](int64_t b, int64_t e) {
+                    for (int64_t v = b; v < e; ++v) {
+                        const int64_t t = (*src)[v];
+                        for (int64_t i = 0; i < H; ++i) {
+                            const float noise = normal_at(lk, v * H + i) * inv_sqrt_h;
+                            const float peak = lm_head_peak * normal_at(embed_key, t * H + i) * inv_sqrt_h * inv_sqrt_h;
+                            out[v * H + i] = f32_to_bf16(lm_head_scale * (noise + peak));
+                        }
+                    }
+                },
+                64);
+        });
+    }
 
     {
         std::ofstream f(dir + "/config.json");
@@ -149,7 +237,8 @@ Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, co
         if (!f) return invalid_argument("cannot write " + dir + "/config.json");
     }
     *progress = std::make_unique<Progress>("writing " + dir, wr.total_bytes());
-    Status st = wr.write(dir, {{"format", "pt"}}, opt.max_shard_bytes);
+    Status st = wr.write(dir, {{"format", "pt"}, {"gptoss_init", conditioned ? "conditioned-v1" : "plain"}},
+                         opt.max_shard_bytes);
     progress->reset();
     return st;
 }
