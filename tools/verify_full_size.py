@@ -6,23 +6,93 @@ computes fp32 transformers logits for a few prompts (one longer than 1,000 token
 `gptoss logits --backend cuda` on the same files and prints, per prompt, the relative L2 error of
 the logits (worst position, last position) and the top-1 agreement over all positions.
 
-    python3 tools/verify_full_size.py --gptoss build/gptoss --preset gpt-oss-20b --work /tmp/verify
+It first checks the committed tiny fixtures (tests/data/checkpoints/tiny_a, tiny_b: transformers fp32
+logits stored in reference.safetensors) with `gptoss logits --backend cuda`, the same way.
 
-Acceptance (issue 5): last-position relative L2 <= 2e-2 and top-1 agreement >= 99%.
+    python3 tools/verify_full_size.py --gptoss build/gptoss --preset gpt-oss-20b --work /tmp/verify
+    python3 tools/verify_full_size.py --gptoss build/gptoss --fixtures-only
+
+Acceptance (issue 5): last-position relative L2 <= 2e-2 and top-1 agreement >= 99%, for every
+prompt of the tiny fixtures and of the full-size checkpoint; printed as PASS/FAIL per part.
+The full-size checkpoint is regenerated when the one in --work was made by another init (the
+safetensors metadata "gptoss_init"; see src/model/random_checkpoint.h).
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
+
+MAX_LAST_REL_L2 = 2e-2  # issue 5
+MIN_TOP1 = 0.99
+EXPECTED_INIT = "conditioned-v1"  # write_random_checkpoint's default init
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def log(*a):
     print(*a, flush=True)
+
+
+def compare(ours, ref):
+    """Relative L2 per position and top-1 agreement of [T, V] logits against a reference."""
+    diff = (ours.double() - ref.double()).norm(dim=-1) / ref.double().norm(dim=-1)
+    return {"tokens": int(ref.shape[0]), "worst_rel_l2": diff.max().item(), "mean_rel_l2": diff.mean().item(),
+            "last_rel_l2": diff[-1].item(), "top1_agreement": (ours.argmax(-1) == ref.argmax(-1)).double().mean().item()}
+
+
+def passes(r):
+    return r["last_rel_l2"] <= MAX_LAST_REL_L2 and r["top1_agreement"] >= MIN_TOP1
+
+
+def run_logits(gptoss, model_dir, ids, out, backend="cuda"):
+    subprocess.run([gptoss, "logits", "--backend", backend, "--model", model_dir, "--positions", "all",
+                    "--ids", ",".join(str(int(x)) for x in ids), "--out", out], check=True)
+    return load_file(out)["logits"]
+
+
+def print_table(rows):
+    log("| model | tokens | worst rel L2 | mean rel L2 | last rel L2 | top-1 agreement | |")
+    log("|---|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        log(f"| {r.get('model', '')} | {r['tokens']} | {r['worst_rel_l2']:.3g} | {r['mean_rel_l2']:.3g} | "
+            f"{r['last_rel_l2']:.3g} | {100 * r['top1_agreement']:.2f}% | {'ok' if passes(r) else 'FAIL'} |")
+
+
+def check_fixtures(args):
+    """CUDA backend against the transformers fp32 logits stored with the committed tiny fixtures."""
+    rows = []
+    for name in args.fixtures.split(","):
+        ckdir = os.path.join(args.fixtures_dir, name)
+        ref = load_file(os.path.join(ckdir, "reference.safetensors"))
+        i = 0
+        while f"prompt{i}.ids" in ref:
+            ids, ref_logits = ref[f"prompt{i}.ids"], ref[f"prompt{i}.logits"].float()
+            ours = run_logits(args.gptoss, ckdir, ids, os.path.join(args.work, f"fixture_{name}_{i}.safetensors"))
+            r = dict(compare(ours, ref_logits), model=name, prompt=i)
+            rows.append(r)
+            log(json.dumps(r))
+            i += 1
+    ok = bool(rows) and all(passes(r) for r in rows)
+    print_table(rows)
+    log(f"ISSUE 5 tiny fixtures ({args.fixtures}, CUDA vs transformers fp32): {'PASS' if ok else 'FAIL'}"
+        f" (last rel L2 <= {MAX_LAST_REL_L2}, top-1 >= {100 * MIN_TOP1:.0f}% for every prompt)")
+    return rows, ok
+
+
+def checkpoint_init(model_dir):
+    """The "gptoss_init" metadata of an init-model checkpoint ("" when absent or unreadable)."""
+    try:
+        files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+        with safe_open(os.path.join(model_dir, files[0]), framework="pt") as f:
+            return (f.metadata() or {}).get("gptoss_init", "")
+    except Exception:  # noqa: BLE001 - a missing or foreign checkpoint is simply regenerated
+        return ""
 
 
 def main():
@@ -33,10 +103,25 @@ def main():
     ap.add_argument("--lengths", default="32,300,1100")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default="")
+    ap.add_argument("--fixtures", default="tiny_a,tiny_b", help="committed fixtures to check ('' = none)")
+    ap.add_argument("--fixtures-dir", default=os.path.join(REPO, "tests", "data", "checkpoints"))
+    ap.add_argument("--fixtures-only", action="store_true", help="check the tiny fixtures only")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
+    fixture_rows, fixtures_ok = check_fixtures(args) if args.fixtures else ([], True)
+    if args.fixtures_only:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"fixtures": fixture_rows, "fixtures_ok": fixtures_ok, "ok": fixtures_ok}, f, indent=2)
+        return 0 if fixtures_ok else 1
     model_dir = os.path.join(args.work, args.preset)
-    if not os.path.exists(os.path.join(model_dir, "config.json")):
+    have = os.path.exists(os.path.join(model_dir, "config.json"))
+    if have and checkpoint_init(model_dir) != EXPECTED_INIT:
+        log(f"{model_dir} was made by init '{checkpoint_init(model_dir) or 'unknown'}', not '{EXPECTED_INIT}':"
+            " regenerating")
+        shutil.rmtree(model_dir)
+        have = False
+    if not have:
         t0 = time.time()
         subprocess.run([args.gptoss, "init-model", "--preset", args.preset, "--out", model_dir,
                         "--seed", str(args.seed)], check=True)
@@ -87,29 +172,25 @@ def main():
 
     results = []
     for i, ids in enumerate(prompts):
-        out = os.path.join(args.work, f"ours_{i}.safetensors")
         t0 = time.time()
-        subprocess.run([args.gptoss, "logits", "--backend", "cuda", "--model", model_dir, "--positions", "all",
-                        "--ids", ",".join(str(int(x)) for x in ids), "--out", out], check=True)
-        ours = load_file(out)["logits"]
-        ref = refs[i]
-        diff = (ours.double() - ref.double()).norm(dim=-1) / ref.double().norm(dim=-1)
-        agree = (ours.argmax(-1) == ref.argmax(-1)).double().mean().item()
-        r = {"tokens": len(ids), "worst_rel_l2": diff.max().item(), "mean_rel_l2": diff.mean().item(),
-             "last_rel_l2": diff[-1].item(), "top1_agreement": agree, "seconds": time.time() - t0}
+        ours = run_logits(args.gptoss, model_dir, ids, os.path.join(args.work, f"ours_{i}.safetensors"))
+        r = dict(compare(ours, refs[i]), model=args.preset, seconds=time.time() - t0)
         results.append(r)
         log(json.dumps(r))
-    ok = all(r["last_rel_l2"] <= 2e-2 and r["top1_agreement"] >= 0.99 for r in results)
-    log("| tokens | worst rel L2 | mean rel L2 | last rel L2 | top-1 agreement |")
-    log("|---:|---:|---:|---:|---:|")
-    for r in results:
-        log(f"| {r['tokens']} | {r['worst_rel_l2']:.3g} | {r['mean_rel_l2']:.3g} | {r['last_rel_l2']:.3g} | "
-            f"{100 * r['top1_agreement']:.2f}% |")
+    full_ok = all(passes(r) for r in results)
+    print_table(fixture_rows + results)
+    if args.fixtures:
+        log(f"ISSUE 5 tiny fixtures ({args.fixtures}, CUDA vs transformers fp32): {'PASS' if fixtures_ok else 'FAIL'}")
+    log(f"ISSUE 5 {args.preset} ({checkpoint_init(model_dir) or 'unknown init'}, CUDA vs transformers fp32): "
+        f"{'PASS' if full_ok else 'FAIL'} (last rel L2 <= {MAX_LAST_REL_L2}, top-1 >= {100 * MIN_TOP1:.0f}% for every prompt)")
+    ok = full_ok and fixtures_ok
     log("RESULT:", "ok" if ok else "FAILED")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"preset": args.preset, "results": results, "bf16_floor": floor,
-                       "cpu_vs_transformers_worst_rel_l2": dcpu.max().item(), "ok": ok}, f, indent=2)
+            json.dump({"preset": args.preset, "init": checkpoint_init(model_dir), "results": results,
+                       "bf16_floor": floor, "cpu_vs_transformers_worst_rel_l2": dcpu.max().item(),
+                       "fixtures": fixture_rows, "fixtures_ok": fixtures_ok, "full_ok": full_ok, "ok": ok},
+                      f, indent=2)
     return 0 if ok else 1
 
 
