@@ -4,7 +4,7 @@
 # Binaries are built on the development machine (scripts/build_for_gpu.sh) and carried in .device/.
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
-#   stages: tests attn_bench verify bench peer
+#   stages: tests attn_bench verify bench peer multi sweep fixtures
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,6 +15,15 @@ export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 WORK=${WORK:-/tmp/gptoss_work}
 mkdir -p "$WORK"
 summary=()
+# NCCL for the multi-GPU stages: torch's wheel ships libnccl.so.2 (this machine has no other).
+if [ -z "${GPTOSS_NCCL_LIBRARY:-}" ]; then
+  for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    f=$(find "$d" -name 'libnccl.so.2' 2>/dev/null | head -1)
+    [ -n "$f" ] && export GPTOSS_NCCL_LIBRARY="$f" && break
+  done
+fi
+export NCCL_NVLS_ENABLE=0  # never NVLink multicast on shared hosts
+echo "NCCL: ${GPTOSS_NCCL_LIBRARY:-not found}"
 nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver_version --format=csv | tee "$OUT/nvidia_smi.txt"
 git_rev=$(cat .device/REVISION 2>/dev/null || echo unknown)
 echo "revision: $git_rev" | tee "$OUT/revision.txt"
@@ -54,6 +63,29 @@ for stage in "$@"; do
         > "$OUT/peer_20b.log" 2>&1
       summary+=("peer rc=$?")
       grep -v Loading "$OUT/peer_20b.log" | tail -8
+      ;;
+    multi)
+      $BIN/cuda_kernel_tests --gtest_filter='NcclCommunicator*:ParallelCuda*:ParallelOps*' > "$OUT/multi_tests.log" 2>&1
+      rc=$?
+      grep -E '^\[parallel\]|FAILED|PASSED|SKIPPED|Skipped' "$OUT/multi_tests.log" | head -30
+      summary+=("multi rc=$rc")
+      ;;
+    sweep)
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --sweep ${SWEEP_ARGS:---prefill 1024,8192 --batch 1,8,64 --context 1024,8192 --decode-steps 8 --repeats 2} \
+        --json "$OUT/sweep_20b.json" --markdown "$OUT/sweep_20b.md" > "$OUT/sweep_20b.log" 2>&1
+      summary+=("sweep rc=$?")
+      sed -n '/Best layout/,$p' "$OUT/sweep_20b.md"
+      ;;
+    fixtures)
+      # Conditioned tiny fixtures (transformers computes the reference logits), then our CUDA
+      # backend against them.
+      python3 tools/make_test_checkpoints.py --out "$OUT/fixtures" --init conditioned > "$OUT/fixtures.log" 2>&1
+      summary+=("fixtures make rc=$?")
+      python3 tools/verify_full_size.py --gptoss $BIN/gptoss --fixtures-only --fixtures-dir "$OUT/fixtures" \
+        >> "$OUT/fixtures.log" 2>&1
+      summary+=("fixtures verify rc=$?")
+      tail -12 "$OUT/fixtures.log"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -28,29 +28,38 @@ def main():
     with open(args.report) as f:
         rep = json.load(f)
     os.makedirs(args.out, exist_ok=True)
+    # One layout (older reports: at the top level) or several (`--layout` / `--sweep`: "runs").
+    runs = [r for r in rep.get("runs", [rep]) if "error" not in r]
+    many = len(runs) > 1
+    price = rep["assumptions"].get("price_per_gpu_hour", 3.0)
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    decode = [d for d in rep.get("decode", []) if d.get("fits")]
-    for ctx in sorted({d["context"] for d in decode}):
-        pts = sorted((d for d in decode if d["context"] == ctx), key=lambda d: d["batch"])
-        x = [d["tok_per_s_per_seq"] for d in pts]
-        y = [d["usd_per_m_tokens"] for d in pts]
-        ax.plot(x, y, marker="o", label=f"context {ctx}")
-        for d in pts:
-            ax.annotate(str(d["batch"]), (d["tok_per_s_per_seq"], d["usd_per_m_tokens"]), fontsize=7,
-                        textcoords="offset points", xytext=(3, 3))
+    for run in runs:
+        decode = [d for d in run.get("decode", []) if d.get("fits")]
+        for ctx in sorted({d["context"] for d in decode}):
+            pts = sorted((d for d in decode if d["context"] == ctx), key=lambda d: d["batch"])
+            x = [d["tok_per_s_per_seq"] for d in pts]
+            y = [d["usd_per_m_tokens"] for d in pts]
+            label = f"{run.get('layout', '')} ctx {ctx}" if many else f"context {ctx}"
+            ax.plot(x, y, marker="o", label=label)
+            for d in pts:
+                ax.annotate(str(d["batch"]), (d["tok_per_s_per_seq"], d["usd_per_m_tokens"]), fontsize=7,
+                            textcoords="offset points", xytext=(3, 3))
     ax.set_xlabel("decode tok/s per user")
-    ax.set_ylabel("\\$ per 1M output tokens (at \\$%.2f/GPU-hour)" % rep["assumptions"]["price_per_gpu_hour"])
+    ax.set_ylabel("\\$ per 1M output tokens (at \\$%.2f/GPU-hour)" % price)
     ax.set_yscale("log")
     ax.set_title(args.title + ": decode (labels = batch size)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7 if many else None)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "decode.png"), dpi=120)
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    pre = sorted(rep.get("prefill", []), key=lambda d: d["tokens"])
-    ax.plot([d["tokens"] for d in pre], [d["latency_ms"] for d in pre], marker="o", label="gptoss")
+    for run in runs:
+        pre = sorted(run.get("prefill", []), key=lambda d: d["tokens"])
+        ax.plot([d["tokens"] for d in pre], [d["latency_ms"] for d in pre], marker="o",
+                label=f"gptoss {run.get('layout', '')}".strip())
+    pre = sorted(runs[0].get("prefill", []), key=lambda d: d["tokens"]) if runs else []
     if args.peer:
         with open(args.peer) as f:
             peer = json.load(f)

@@ -3,11 +3,15 @@
 // cost per million tokens. Decode contexts are "pretended": the KV cache is filled with random
 // values and each sequence starts at the given position, which costs exactly what a real context of
 // that length costs (attention reads every cached key) without a prefill per configuration.
+// --layout runs one parallel layout (EPx·DPy·TPz, parallel/world.h); --sweep runs every valid layout
+// on 1, 2, 4 and 8 GPUs (as many as are visible, or --gpus) and names the best one per regime.
+// Costs count every GPU of the layout; limits use the layout's aggregate bandwidth and peak.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -15,6 +19,8 @@
 #include "cli/command.h"
 #include "model/cuda_model.h"
 #include "model/gpt_oss_forward.h"
+#include "model/parallel_cuda_model.h"
+#include "parallel/world.h"
 
 namespace gptoss::cli {
 namespace {
@@ -32,6 +38,9 @@ struct BenchOptions {
     double price = 3.0;          // $ per GPU-hour
     std::string json_out;
     std::string md_out;
+    std::string layout = "tp=1";
+    bool sweep = false;
+    int gpus = 0;  // sweep: largest world (0: every visible GPU)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -64,29 +73,33 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-int run_bench(const BenchOptions& o) {
-    auto list = [](const std::string& s) {
-        return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s);
-    };
-    auto prefill = list(o.prefill);
-    auto batches = list(o.batch);
-    auto contexts = list(o.context);
-    if (!prefill.ok() || !batches.ok() || !contexts.ok()) return fail("bad --prefill/--batch/--context list");
-    if (o.backend != "cuda") return fail("gptoss bench measures the cuda backend (CPU throughput: see bench-cpu)");
-    auto weights = model::GptOssWeights::load(o.model);
-    if (!weights.ok()) return fail(weights.status().message());
-    const model::GptOssConfig& c = (*weights)->config;
-    const int max_prefill = prefill->empty() ? 0 : *std::max_element(prefill->begin(), prefill->end());
-    const int max_batch = batches->empty() ? 1 : *std::max_element(batches->begin(), batches->end());
+struct Lists {
+    std::vector<int32_t> prefill, batches, contexts;
+};
+
+// Benchmarks one layout into `report` (JSON) and `md` (Markdown). Returns a non-empty error message
+// when the layout cannot run.
+std::string run_layout(const BenchOptions& o, const Lists& lists, const model::GptOssWeights& weights,
+                       const parallel::ParallelConfig& layout, nlohmann::json& report, std::string& md) {
+    const auto& prefill = lists.prefill;
+    const auto& batches = lists.batches;
+    const auto& contexts = lists.contexts;
+    const model::GptOssConfig& c = weights.config;
+    const int W = layout.world_size();
+    const int max_prefill = prefill.empty() ? 0 : *std::max_element(prefill.begin(), prefill.end());
+    const int max_batch = batches.empty() ? 1 : *std::max_element(batches.begin(), batches.end());
     model::CudaModelOptions opt;
     opt.max_tokens = std::max({max_prefill, max_batch, 256});
     opt.max_seqs = std::max(max_batch, 1);
     // A one-shot prefill writes every position into the sliding layers too.
     opt.num_blocks_sliding = std::max(opt.max_seqs * ((c.sliding_window + 15) / 16 + 2), max_prefill / 16 + 2);
-    auto created = model::CudaModel::create(**weights, opt);
-    if (!created.ok()) return fail(created.status().message());
-    model::CudaModel& m = **created;
+    auto created = model::ParallelCudaModel::create(weights, layout, opt);
+    if (!created.ok()) return created.status().message();
+    model::ParallelCudaModel& m = **created;
     const ModelCounts mc = count(c);
+    const double bandwidth = o.bandwidth * W, peak = o.peak_flops * W, price = o.price * W;
+    report["layout"] = layout.to_string();
+    report["gpus"] = W;
     const int bs = m.block_size();
     std::mt19937 rng(1);
     auto random_ids = [&](int n) {
@@ -94,19 +107,14 @@ int run_bench(const BenchOptions& o) {
         for (auto& x : v) x = static_cast<int32_t>(rng() % c.vocab_size);
         return v;
     };
-    nlohmann::json report;
-    report["model"] = o.model;
-    report["config"] = {{"layers", c.num_hidden_layers}, {"experts", c.num_experts}, {"hidden", c.hidden_size}};
-    report["assumptions"] = {
-        {"bandwidth_bytes_per_s", o.bandwidth}, {"peak_flops", o.peak_flops}, {"price_per_gpu_hour", o.price}};
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
-    std::string md =
-        "## Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
-        "|\n|---:|---:|---:|---:|---:|---:|\n";
+    md += "## " + layout.to_string() + " (" + std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
+          ")\n\n### Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
+          "|\n|---:|---:|---:|---:|---:|---:|\n";
 
     // ---- prefill ----
-    for (int L : *prefill) {
+    for (int L : prefill) {
         const int blocks = (L + bs - 1) / bs;
         if (blocks > m.num_blocks(false) || blocks > m.num_blocks(true)) {
             md += "| " + std::to_string(L) + " | KV does not fit | | | | |\n";
@@ -122,7 +130,7 @@ int run_bench(const BenchOptions& o) {
             auto t0 = Clock::now();
             Status st = m.forward(std::span(&s, 1), &logits);
             auto t1 = Clock::now();
-            if (!st.ok()) return fail(st.message());
+            if (!st.ok()) return st.message();
             if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // first run warms up
         }
         const double t = median(times);
@@ -135,27 +143,28 @@ int run_bench(const BenchOptions& o) {
         }
         const double flops = mc.flops_per_token * L + mc.lm_head_flops + attn_flops;
         const double tflops = flops / t / 1e12;
-        const double cost = o.price / 3600.0 / (L / t) * 1e6;
+        const double cost = price / 3600.0 / (L / t) * 1e6;
         report["prefill"].push_back({{"tokens", L},
                                      {"latency_ms", t * 1e3},
                                      {"tok_per_s", L / t},
                                      {"tflops", tflops},
-                                     {"pct_of_peak", 100.0 * flops / o.peak_flops / t},
+                                     {"pct_of_peak", 100.0 * flops / peak / t},
                                      {"usd_per_m_tokens", cost}});
         char line[256];
         std::snprintf(line, sizeof line, "| %d | %.2f | %.0f | %.1f | %.1f%% | %.4f |\n", L, t * 1e3, L / t, tflops,
-                      100.0 * flops / o.peak_flops / t, cost);
+                      100.0 * flops / peak / t, cost);
         md += line;
-        std::fprintf(stderr, "prefill %6d tokens: %8.2f ms\n", L, t * 1e3);
+        std::fprintf(stderr, "%s prefill %6d tokens: %8.2f ms\n", layout.to_string().c_str(), L, t * 1e3);
     }
 
     // ---- decode ----
     md +=
-        "\n## Decode\n\n| context | batch | step ms | tok/s per seq | tok/s total | GB/step | % of bandwidth limit | $ "
+        "\n### Decode\n\n| context | batch | step ms | tok/s per seq | tok/s total | GB/step | % of bandwidth limit | "
+        "$ "
         "/ 1M output tok |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     m.fill_kv_random(7);
-    for (int C : *contexts) {
-        for (int B : *batches) {
+    for (int C : contexts) {
+        for (int B : batches) {
             const int steps = o.decode_steps;
             const int blocks_per_seq = (C + steps + bs - 1) / bs;
             // Sliding layers keep a window per sequence: the bench maps every sequence's sliding
@@ -185,7 +194,7 @@ int run_bench(const BenchOptions& o) {
                 auto t0 = Clock::now();
                 Status st = m.forward_sample(seqs, params, &next);
                 auto t1 = Clock::now();
-                if (!st.ok()) return fail(st.message());
+                if (!st.ok()) return st.message();
                 tokens = next;
                 if (step >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
             }
@@ -195,8 +204,8 @@ int run_bench(const BenchOptions& o) {
             const double kv = static_cast<double>(B) * 2048.0 *
                               (mc.full_layers * (C + 1.0) + mc.sliding_layers * std::min(C + 1, c.sliding_window));
             const double bytes = mc.dense_bytes_per_token + c.num_hidden_layers * distinct * mc.expert_bytes + kv;
-            const double limit = bytes / o.bandwidth;
-            const double cost = o.price / 3600.0 / (B / t) * 1e6;
+            const double limit = bytes / bandwidth;
+            const double cost = price / 3600.0 / (B / t) * 1e6;
             report["decode"].push_back({{"context", C},
                                         {"batch", B},
                                         {"fits", true},
@@ -210,13 +219,108 @@ int run_bench(const BenchOptions& o) {
             std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.1f | %.0f | %.2f | %.1f%% | %.4f |\n", C, B, t * 1e3,
                           1.0 / t, B / t, bytes / 1e9, 100.0 * limit / t, cost);
             md += line;
-            std::fprintf(stderr, "decode ctx %6d batch %4d: %8.3f ms/step\n", C, B, t * 1e3);
+            std::fprintf(stderr, "%s decode ctx %6d batch %4d: %8.3f ms/step\n", layout.to_string().c_str(), C, B,
+                         t * 1e3);
         }
     }
+    md += "\n";
+    return "";
+}
+
+// Best layout per regime: lowest prefill latency per input length; per (context, batch) decode,
+// the fastest per sequence and the cheapest per million tokens.
+std::string best_per_regime(const nlohmann::json& runs, nlohmann::json& best) {
+    std::map<int, std::pair<double, std::string>> prefill;
+    std::map<std::pair<int, int>, std::pair<double, std::string>> fastest, cheapest;
+    for (const auto& r : runs) {
+        if (!r.contains("layout") || r.contains("error")) continue;
+        const std::string name = r["layout"];
+        for (const auto& p : r.value("prefill", nlohmann::json::array())) {
+            auto& b = prefill[p["tokens"]];
+            if (b.second.empty() || p["latency_ms"] < b.first) b = {p["latency_ms"], name};
+        }
+        for (const auto& d : r.value("decode", nlohmann::json::array())) {
+            if (!d.value("fits", false)) continue;
+            const std::pair<int, int> key{d["context"], d["batch"]};
+            auto& f = fastest[key];
+            if (f.second.empty() || d["step_ms"] < f.first) f = {d["step_ms"], name};
+            auto& c = cheapest[key];
+            if (c.second.empty() || d["usd_per_m_tokens"] < c.first) c = {d["usd_per_m_tokens"], name};
+        }
+    }
+    std::string md = "## Best layout per regime\n\n| regime | fastest | cheapest per 1M tokens |\n|---|---|---|\n";
+    char line[256];
+    for (auto& [L, b] : prefill) {
+        std::snprintf(line, sizeof line, "| prefill %d | %s (%.2f ms) | |\n", L, b.second.c_str(), b.first);
+        md += line;
+        best["prefill"].push_back({{"tokens", L}, {"fastest", b.second}, {"latency_ms", b.first}});
+    }
+    for (auto& [key, f] : fastest) {
+        const auto& c = cheapest[key];
+        std::snprintf(line, sizeof line, "| decode ctx %d batch %d | %s (%.3f ms/step) | %s ($%.4f) |\n", key.first,
+                      key.second, f.second.c_str(), f.first, c.second.c_str(), c.first);
+        md += line;
+        best["decode"].push_back({{"context", key.first},
+                                  {"batch", key.second},
+                                  {"fastest", f.second},
+                                  {"step_ms", f.first},
+                                  {"cheapest", c.second},
+                                  {"usd_per_m_tokens", c.first}});
+    }
+    return md;
+}
+
+int run_bench(const BenchOptions& o) {
+    auto list = [](const std::string& s) {
+        return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s);
+    };
+    auto prefill = list(o.prefill);
+    auto batches = list(o.batch);
+    auto contexts = list(o.context);
+    if (!prefill.ok() || !batches.ok() || !contexts.ok()) return fail("bad --prefill/--batch/--context list");
+    if (o.backend != "cuda") return fail("gptoss bench measures the cuda backend (CPU throughput: see bench-cpu)");
+    std::vector<parallel::ParallelConfig> layouts;
+    if (o.sweep) {
+        const int visible = model::cuda_device_count();
+        const int gpus = o.gpus > 0 ? std::min(o.gpus, visible) : visible;
+        if (gpus < 1) return fail("--sweep needs a CUDA device");
+        for (int w = 1; w <= std::min(gpus, 8); w *= 2)
+            for (const auto& p : parallel::all_configs(w)) layouts.push_back(p);
+    } else {
+        auto p = parallel::ParallelConfig::parse(o.layout);
+        if (!p.ok()) return fail(p.status().message());
+        layouts.push_back(*p);
+    }
+    auto weights = model::GptOssWeights::load(o.model);
+    if (!weights.ok()) return fail(weights.status().message());
+    const model::GptOssConfig& c = (*weights)->config;
+    const Lists lists{*prefill, *batches, *contexts};
+    nlohmann::json report;
+    report["model"] = o.model;
+    report["config"] = {{"layers", c.num_hidden_layers}, {"experts", c.num_experts}, {"hidden", c.hidden_size}};
+    report["assumptions"] = {{"bandwidth_bytes_per_s_per_gpu", o.bandwidth},
+                             {"peak_flops_per_gpu", o.peak_flops},
+                             {"price_per_gpu_hour", o.price}};
+    std::string md;
+    int failures = 0;
+    for (const auto& layout : layouts) {
+        nlohmann::json run;
+        std::string err = run_layout(o, lists, **weights, layout, run, md);
+        if (!err.empty()) {
+            std::fprintf(stderr, "%s: %s\n", layout.to_string().c_str(), err.c_str());
+            run["layout"] = layout.to_string();
+            run["error"] = err;
+            md += "## " + layout.to_string() + "\n\nnot run: " + err + "\n\n";
+            ++failures;
+        }
+        report["runs"].push_back(run);
+    }
+    if (layouts.size() > 1) md += best_per_regime(report["runs"], report["best"]);
     if (!o.json_out.empty()) std::ofstream(o.json_out) << report.dump(2) << "\n";
     if (!o.md_out.empty()) std::ofstream(o.md_out) << md;
     std::cout << md;
-    return 0;
+    // A single layout that cannot run is an error; a sweep reports the layouts that did not fit.
+    return failures == static_cast<int>(layouts.size()) ? 1 : 0;
 }
 
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
@@ -234,6 +338,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--price", o->price, "$ per GPU-hour")->capture_default_str();
     sub->add_option("--json", o->json_out, "Write the report as JSON");
     sub->add_option("--markdown", o->md_out, "Write the tables as Markdown");
+    sub->add_option("--layout", o->layout, "Parallel layout, e.g. tp=2,ep=2 or EP4·DP1·TP4")->capture_default_str();
+    sub->add_flag("--sweep", o->sweep, "Every valid layout on 1, 2, 4, 8 GPUs, and the best per regime");
+    sub->add_option("--gpus", o->gpus, "Largest world for --sweep (default: every visible GPU)");
     sub->callback([o, &exit_code] { exit_code = run_bench(*o); });
 });
 

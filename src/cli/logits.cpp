@@ -1,4 +1,4 @@
-// gptoss logits --model DIR --ids 1,2,3 [--positions last|all] [--backend cpu]
+// gptoss logits --model DIR --ids 1,2,3 [--positions last|all] [--backend cpu] [--layout tp=2,ep=2]
 #include <filesystem>
 #include <iostream>
 
@@ -6,7 +6,10 @@
 #include "cli/command.h"
 #include "model/cuda_model.h"
 #include "model/gpt_oss_forward.h"
+#include "model/parallel_cpu_forward.h"
+#include "model/parallel_cuda_model.h"
 #include "model/safetensors_file.h"
+#include "parallel/world.h"
 
 namespace gptoss::cli {
 namespace {
@@ -17,6 +20,7 @@ struct LogitsOptions {
     std::string positions = "last";
     std::string backend = "cpu";
     std::string out;  // write a safetensors file instead of JSON
+    std::string layout = "tp=1";
 };
 
 int run_logits(const LogitsOptions& o) {
@@ -25,8 +29,19 @@ int run_logits(const LogitsOptions& o) {
     auto weights = model::GptOssWeights::load(o.model);
     if (!weights.ok()) return fail(weights.status().message());
     const bool all = o.positions == "all";
+    auto layout = parallel::ParallelConfig::parse(o.layout);
+    if (!layout.ok()) return fail(layout.status().message());
     std::vector<float> logits;
-    if (o.backend == "cpu") {
+    if (o.backend == "cpu" && !layout->trivial()) {
+        // Simulated ranks (threads) with LocalGroup collectives: the parallel reference.
+        const int bs = 16, blocks = static_cast<int>(ids->size() + bs - 1) / bs;
+        auto p = model::ParallelCpuForward::create(**weights, *layout, bs, blocks, blocks);
+        if (!p.ok()) return fail(p.status().message());
+        std::vector<int32_t> table(blocks);
+        for (int i = 0; i < blocks; ++i) table[i] = i;
+        model::ForwardSequence s{*ids, 0, table, table, all};
+        if (Status st = (*p)->forward(std::span(&s, 1), {}, &logits); !st.ok()) return fail(st.message());
+    } else if (o.backend == "cpu") {
         model::SingleSequence seq(**weights, static_cast<int>(ids->size()));
         if (Status st = seq.append(*ids, all, &logits); !st.ok()) return fail(st.message());
     } else if (o.backend == "cuda") {
@@ -35,7 +50,7 @@ int run_logits(const LogitsOptions& o) {
         opt.max_seqs = 4;
         // One call writes every position of the prompt, sliding layers included.
         opt.num_blocks_sliding = static_cast<int>(ids->size() / 16 + 2);
-        auto m = model::CudaModel::create(**weights, opt);
+        auto m = model::ParallelCudaModel::create(**weights, *layout, opt);
         if (!m.ok()) return fail(m.status().message());
         const int bs = (*m)->block_size();
         std::vector<int32_t> table((ids->size() + bs - 1) / bs);
@@ -100,6 +115,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->check(CLI::IsMember({"last", "all"}))
         ->capture_default_str();
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
+    sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (CPU: simulated ranks)")
+        ->capture_default_str();
     sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON");
     sub->callback([o, &exit_code] { exit_code = run_logits(*o); });
 });

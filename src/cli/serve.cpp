@@ -13,6 +13,7 @@
 
 #include "cli/command.h"
 #include "model/gpt_oss_weights.h"
+#include "parallel/world.h"
 #include "runtime/cpu_model_runner.h"
 #include "runtime/cuda_model_runner.h"
 #include "runtime/engine.h"
@@ -28,6 +29,7 @@ struct ServeOptions {
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string backend = "cpu";
+    std::string layout = "tp=1";
     size_t max_body_bytes = size_t{4} << 20;
     int http_threads = 512;
     int64_t max_in_flight = 1024;
@@ -42,6 +44,10 @@ int run_serve(const ServeOptions& o) {
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
     if (o.port < 0 || o.port > 65535) return fail("--port must be in [0, 65535]");
     if (o.http_threads < 8) return fail("--http-threads must be at least 8");
+    auto layout_or = parallel::ParallelConfig::parse(o.layout);
+    if (!layout_or.ok()) return fail(layout_or.status().message());
+    const parallel::ParallelConfig layout = *layout_or;
+    if (!layout.trivial() && o.backend != "cuda") return fail("--layout needs --backend cuda");
 
     // Block the stop signals in every thread (all are created below, and inherit the mask); one
     // thread waits for them with sigwait, so no handler runs inside a worker.
@@ -61,13 +67,14 @@ int run_serve(const ServeOptions& o) {
     engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
     const bool cuda = o.backend == "cuda";
-    auto load = [model_dir, engine_config, cuda]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    auto load = [model_dir, engine_config, cuda, layout]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
         if (cuda) {
-            ASSIGN_OR_RETURN(runner, runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
-                                                                      engine_config.scheduler.max_num_batched_tokens));
+            ASSIGN_OR_RETURN(runner,
+                             runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
+                                                              engine_config.scheduler.max_num_batched_tokens, layout));
         } else {
             runner = std::make_unique<runtime::CpuModelRunner>(shared);
         }
@@ -135,6 +142,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
     sub->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
+    sub->add_option("--layout", o->layout, "Parallel layout on several GPUs: tp=2,ep=2,dp=1 (cuda)")
+        ->capture_default_str();
     sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")
         ->capture_default_str();

@@ -20,6 +20,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/parallel_ops.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/ops.h"
 
@@ -62,6 +63,13 @@ struct DeviceLayer {
 struct CudaModel::Impl {
     GptOssConfig c;
     CudaModelOptions opt;
+    // This rank's slice (the whole model without comms): local heads, experts, units, vocab rows.
+    WeightShard sh;
+    int nq = 0, nkv = 0;         // local q / kv heads
+    int vocab_chunk = 0;         // lm_head rows held here (the TP slice, padded to ceil(V / tp))
+    int tp = 1, dp = 1, ep = 1;  // group sizes (1 without comms)
+    bool world_reduce = false;   // MoE outputs are partial sums: all-reduce over the world
+    DeviceBuffer hg, hg32, ycomb, logits_local, logits_gather;  // parallel scratch
     cudaStream_t stream = nullptr;
     std::unique_ptr<kc::GemmRunner> gemm;
     DeviceBuffer embed, lm_head, final_norm, inv_freq;
@@ -84,8 +92,13 @@ struct CudaModel::Impl {
     Status allocate_kv(int block_size, int num_blocks_full, int num_blocks_sliding);
     size_t kv_block_bytes(int block_size) const;
     Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
-                   std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled);
-    void moe(int T, int layer, bool plan_done);
+                   std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled,
+                   int dp_max_tokens);
+    // The experts on T rows of (h_bf16, h_f32); expert ids are this rank's (localized under EP).
+    void moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32);
+    void set_device() const {
+        if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
+    }
     DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out;
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
@@ -99,8 +112,9 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     bool gemv_v1 = std::getenv("GPTOSS_GEMV_V1") != nullptr;
-    std::map<std::pair<int, int>, cudaGraphExec_t> graphs;  // decode step by (batch, table stride)
-    std::set<std::pair<int, int>> warmed;
+    // Decode step graphs by (batch, table stride, MoE rows: differs from the batch only under DP).
+    std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
+    std::set<std::tuple<int, int, int>> warmed;
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
     std::map<std::string, double> stage_ms;
     int profiled_calls = 0;
@@ -137,17 +151,42 @@ struct CudaModel::Impl {
 
 Status CudaModel::Impl::init(const GptOssWeights& w) {
     c = w.config;
+    sh = w.shard;
     int device_count = 0;
     if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0)
         return failed_precondition("no CUDA device is available");
+    if (opt.device >= device_count)
+        return failed_precondition("CUDA device " + std::to_string(opt.device) + " is not visible");
+    set_device();
     if (c.head_dim != 64) return invalid_argument("the CUDA backend supports head_dim 64 only");
+    if (opt.comms) {
+        tp = opt.comms->tp->size();
+        dp = opt.comms->dp->size();
+        world_reduce = opt.comms->world->size() > 1;
+        ep = c.num_experts / sh.num_experts;
+    } else if (sh.num_q_heads != c.num_attention_heads || sh.num_experts != c.num_experts ||
+               sh.inter_size != c.intermediate_size || sh.vocab_size != c.vocab_size) {
+        return invalid_argument("a weight shard needs its rank's communicators (CudaModelOptions::comms)");
+    }
+    if (sh.inter_size <= 0)
+        return invalid_argument("this layout leaves a rank without expert intermediate units on the CUDA backend");
+    nq = sh.num_q_heads;
+    nkv = sh.num_kv_heads;
+    vocab_chunk = (c.vocab_size + tp - 1) / tp;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     gemm = std::make_unique<kc::GemmRunner>();
-    const int64_t H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, V = c.vocab_size;
-    const int64_t qw = c.q_width(), kvw = c.kv_width(), qkvw = qw + 2 * kvw;
+    // Experts, intermediate units and lm_head rows are this rank's; the router sees every expert.
+    const int64_t H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, V = c.vocab_size, Er = c.num_experts;
+    const int64_t qw = static_cast<int64_t>(nq) * c.head_dim, kvw = static_cast<int64_t>(nkv) * c.head_dim;
+    const int64_t qkvw = qw + 2 * kvw;
 
     embed = upload_bf16(w.embed_tokens.data, w.embed_tokens.dtype, V * H);
-    lm_head = upload_bf16(w.lm_head.data, w.lm_head.dtype, V * H);
+    lm_head = DeviceBuffer(static_cast<size_t>(vocab_chunk) * H * 2);  // rows past the vocabulary stay zero
+    CUDA_CHECK(cudaMemset(lm_head.get(), 0, lm_head.bytes()));
+    {
+        DeviceBuffer rows = upload_bf16(w.lm_head.data, w.lm_head.dtype, static_cast<int64_t>(sh.vocab_size) * H);
+        CUDA_CHECK(cudaMemcpy(lm_head.get(), rows.get(), rows.bytes(), cudaMemcpyDeviceToDevice));
+    }
     final_norm = upload_f32(w.norm);
     {
         const CpuForward cpu(w);  // one definition of the YaRN frequencies for both backends
@@ -182,10 +221,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         D.o_w = upload_bf16(L.o_proj.data, L.o_proj.dtype, H * qw);
         D.o_b = upload_f32(L.o_bias);
         D.sinks = upload_f32(L.sinks);
-        D.router_w = upload_bf16(L.router.data, L.router.dtype, E * H);
+        D.router_w = upload_bf16(L.router.data, L.router.dtype, Er * H);
         D.router_b = upload_f32(L.router_bias);
         D.gu_b = upload_f32(L.gate_up_bias);
-        D.down_b = upload_f32(L.down_bias);
+        // A MoE-TP rank other than 0 adds no down bias (zeros keep every kernel's contract).
+        D.down_b = upload_f32(L.down_bias.empty() ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : L.down_bias);
         if (mxfp4) {
             D.gu_blocks = DeviceBuffer::from_host(L.gate_up_blocks, static_cast<size_t>(E * 2 * I * H / 2));
             D.gu_scales = DeviceBuffer::from_host(L.gate_up_scales, static_cast<size_t>(E * 2 * I * H / 32));
@@ -212,7 +252,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     CUDA_CHECK(cudaStreamSynchronize(stream));
 
     // Activations.
-    const int64_t T = opt.max_tokens, S = opt.max_seqs, K = c.experts_per_token, A = T * K;
+    const int64_t T = opt.max_tokens, S = opt.max_seqs, K = c.experts_per_token;
+    const int64_t Tm = T * dp, A = Tm * K;  // MoE rows: every DP group's tokens
     x = DeviceBuffer(T * H * 4);
     h = DeviceBuffer(T * H * 2);
     h32 = DeviceBuffer(T * H * 4);
@@ -222,7 +263,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     o = DeviceBuffer(T * H * 4);
     expert_ids = DeviceBuffer(A * 4);
     expert_w = DeviceBuffer(A * 4);
-    offsets = DeviceBuffer((E + 1) * 4);
+    offsets = DeviceBuffer((E + 2) * 4);  // + the EP bucket of other ranks' experts
     sorted = DeviceBuffer(A * 4);
     act = DeviceBuffer(static_cast<int64_t>(opt.mxfp4_max_tokens) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
@@ -238,7 +279,16 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
-    router_logits = DeviceBuffer(static_cast<int64_t>(kc::kGemvMaxTokens) * E * 4);
+    router_logits = DeviceBuffer(static_cast<int64_t>(kc::kGemvMaxTokens) * Er * 4);
+    if (dp > 1) {
+        hg = DeviceBuffer(Tm * H * 2);
+        hg32 = DeviceBuffer(Tm * H * 4);
+    }
+    if (world_reduce) ycomb = DeviceBuffer(Tm * H * 4);
+    if (tp > 1) {
+        logits_local = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * vocab_chunk * 4);
+        logits_gather = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * vocab_chunk * tp * 4);
+    }
     router_counter = DeviceBuffer(4);
     CUDA_CHECK(cudaMemset(router_counter.get(), 0, 4));
     for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
@@ -266,7 +316,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
 }
 
 size_t CudaModel::Impl::kv_block_bytes(int block_size) const {
-    return static_cast<size_t>(block_size) * c.kv_width() * 2 * 2;  // K and V, bf16, one layer
+    return static_cast<size_t>(block_size) * nkv * c.head_dim * 2 * 2;  // K and V, bf16, one layer
 }
 
 Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
@@ -297,17 +347,23 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
     return ok_status();
 }
 
-void CudaModel::Impl::moe(int T, int l, bool plan_done) {
+void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32) {
     DeviceLayer& D = layers[l];
-    const int H = c.hidden_size, I = c.intermediate_size, E = c.num_experts, K = c.experts_per_token;
+    const int H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, K = c.experts_per_token;
     const int A = T * K;
     const bool small = mxfp4 && T <= opt.mxfp4_max_tokens;
-    if (!plan_done)
+    if (ep > 1) {
+        // Other ranks' experts go to bucket E, which no expert kernel reads: their rows of y must
+        // read as zero in the combine.
+        CUDA_CHECK(cudaMemsetAsync(y.get(), 0, static_cast<size_t>(A) * H * 4, stream));
+        kc::moe_plan(expert_ids.as<int32_t>(), A, E + 1, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+    } else if (!plan_done) {
         kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+    }
     if (small) {
         kc::MoeMxfp4Args m;
-        m.h = h.get();
-        m.h_f32 = h32.as<float>();  // written by the post-attention norm: experts see unrounded inputs
+        m.h = h_bf16;
+        m.h_f32 = h_f32;  // written by the post-attention norm: experts see unrounded inputs
         m.expert_offsets = offsets.as<int32_t>();
         m.sorted_assignments = sorted.as<int32_t>();
         m.gate_up_blocks = D.gu_blocks.as<uint8_t>();
@@ -333,7 +389,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done) {
     std::vector<int32_t> off(E + 1);
     CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets.get(), (E + 1) * 4, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    kc::moe_gather(h.get(), sorted.as<int32_t>(), A, K, H, xg.get(), stream);
+    kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
     for (int e = 0; e < E; ++e) {
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
@@ -355,12 +411,15 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done) {
 }
 
 Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
-                                std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled) {
+                                std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled,
+                                int dp_max_tokens) {
     const int H = c.hidden_size, K = c.experts_per_token, V = c.vocab_size;
-    const int qw = c.q_width(), kvw = c.kv_width(), qkvw = qw + 2 * kvw;
+    const int qw = nq * c.head_dim, kvw = nkv * c.head_dim, qkvw = qw + 2 * kvw;
     const int bs = opt.block_size;
+    set_device();
     if (kv_bytes == 0) return failed_precondition("forward before the KV cache was allocated");
-    if (seqs.empty()) return ok_status();
+    // Under parallelism every rank must join every collective: an empty step is the driver's bug.
+    if (seqs.empty()) return opt.comms ? invalid_argument("a parallel rank needs a sequence every step") : ok_status();
     if (static_cast<int>(seqs.size()) > opt.max_seqs)
         return invalid_argument("batch of " + std::to_string(seqs.size()) + " sequences exceeds max_seqs " +
                                 std::to_string(opt.max_seqs));
@@ -423,6 +482,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     if (T > opt.max_tokens)
         return invalid_argument("batch of " + std::to_string(T) + " tokens exceeds max_tokens " +
                                 std::to_string(opt.max_tokens));
+    // MoE rows: under DP every group's tokens, each group padded to the largest.
+    const int Tmax = dp > 1 ? dp_max_tokens : T;
+    if (dp > 1 && (Tmax < T || Tmax > opt.max_tokens))
+        return invalid_argument("dp_max_tokens " + std::to_string(Tmax) + " does not cover this group's " +
+                                std::to_string(T) + " tokens");
+    const int Tm = Tmax * dp;
+    const int dp_rank = dp > 1 ? opt.comms->dp->rank() : 0;
     const int S = static_cast<int>(seqs.size());
     auto up = [&](DeviceBuffer& d, const std::vector<int32_t>& v) {
         CUDA_CHECK(cudaMemcpyAsync(d.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream));
@@ -462,6 +528,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     // Decode-sized batches run their projections as GEMVs on fp32 activations: cuBLASLt reads
     // weights far below bandwidth at M <= 8, and fp32 inputs round less.
     const bool small = T <= kc::kGemvMaxTokens;
+    const bool small_moe = Tm <= kc::kGemvMaxTokens;  // router path (MoE rows differ from T under DP)
     // fp32 x (small batches) or bf16 x (cuBLASLt) times bf16 W[n, k]ᵀ into fp32 y.
     auto linear = [&](const void* xin, const void* w, const float* bias, float* yout, int n, int k) {
         if (small) {
@@ -481,12 +548,39 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     };
     // lm_head for requested rows [r0, r0 + n) into `logits`: a GEMV on the fp32 rows when every
     // row is requested in a decode-sized batch, else gather the bf16 rows and use cuBLASLt.
+    // Collectives enqueue on the stream; the first failure (NCCL errors, never user input) fails
+    // the step after the body.
+    Status comm_status;
+    auto collective = [&](Status st) {
+        if (comm_status.ok() && !st.ok()) comm_status = st;
+    };
     auto lm_head_rows = [&](int r0, int n) {
+        // TP: this rank's ceil(V / tp) vocabulary rows, gathered over the group and interleaved.
+        float* dst = tp > 1 ? logits_local.as<float>() : logits.as<float>();
+        const int rows = tp > 1 ? vocab_chunk : V;
         if (small && R == T) {
-            linear(h32.get(), lm_head.get(), nullptr, logits.as<float>(), V, H);
+            linear(h32.get(), lm_head.get(), nullptr, dst, rows, H);
         } else {
             kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
-            gemm->gemm(hsel.get(), lm_head.get(), logits.get(), kc::GemmOut::kF32, n, V, H, stream);
+            gemm->gemm(hsel.get(), lm_head.get(), dst, kc::GemmOut::kF32, n, rows, H, stream);
+        }
+        if (tp > 1) {
+            collective(opt.comms->tp->all_gather(dst, logits_gather.get(), static_cast<size_t>(n) * vocab_chunk,
+                                                 DType::kF32, stream));
+            kc::vocab_interleave(logits_gather.as<float>(), tp, n, vocab_chunk, V, logits.as<float>(), stream);
+        }
+    };
+    // The MoE output that the next residual update adds: per-assignment rows weighted by the router
+    // (one rank), or the rank-summed combination (parallel), of which this DP group's rows are ours.
+    auto moe_residual = [&](kc::ResidualRmsNormArgs& rn) {
+        if (world_reduce) {
+            rn.add = ycomb.as<float>() + static_cast<size_t>(dp_rank) * Tmax * H;
+            rn.add_weights = nullptr;
+            rn.num_add = 1;
+        } else {
+            rn.add = y.as<float>();
+            rn.add_weights = expert_w.as<float>();
+            rn.num_add = K;
         }
     };
     auto body = [&] {
@@ -499,9 +593,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // x += Σ_k w_k · y_k (previous layer's MoE), then the attention norm.
             kc::ResidualRmsNormArgs rn;
             rn.x = x.as<float>();
-            rn.add = l > 0 ? y.as<float>() : nullptr;
-            rn.add_weights = expert_w.as<float>();
-            rn.num_add = K;
+            moe_residual(rn);
+            if (l == 0) rn.add = nullptr;
             rn.weight = D.input_norm.as<float>();
             rn.out = h.get();
             rn.out_f32 = small ? h32.as<float>() : nullptr;
@@ -523,8 +616,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.k_cache = D.k_cache.get();
             r.v_cache = D.v_cache.get();
             r.num_tokens = T;
-            r.num_heads = c.num_attention_heads;
-            r.num_kv_heads = c.num_key_value_heads;
+            r.num_heads = nq;
+            r.num_kv_heads = nkv;
             r.head_dim = c.head_dim;
             kc::qkv_bias_rope_kv_write(r, stream);
             mark("rope_kv");
@@ -543,8 +636,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.num_tokens = T;
             pa.max_query_len = max_q;
             pa.max_context_len = stride * bs;  // the table's capacity: a bound valid for every replay of a graph
-            pa.num_heads = c.num_attention_heads;
-            pa.num_kv_heads = c.num_key_value_heads;
+            pa.num_heads = nq;
+            pa.num_kv_heads = nkv;
             pa.head_dim = c.head_dim;
             pa.block_size = bs;
             pa.sliding_window = sliding ? c.sliding_window : 0;
@@ -571,6 +664,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 gemm->gemm(attn.get(), D.o_w.get(), o.get(), kc::GemmOut::kF32, T, H, qw, stream);
             }
             mark("o_gemm");
+            if (tp > 1) {  // heads are split: sum the partial projections (bias on TP rank 0 only)
+                collective(opt.comms->tp->all_reduce_sum(o.get(), static_cast<size_t>(T) * H, DType::kF32, stream));
+                mark("tp_allreduce");
+            }
             kc::ResidualRmsNormArgs rn2;
             rn2.x = x.as<float>();
             rn2.add = o.as<float>();
@@ -585,11 +682,39 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             kc::residual_rmsnorm(rn2, stream);
             mark("norm");
 
-            // Decode-sized batches: logits, top-k, softmax and the MoE plan in one launch.
-            const bool fused_router = small && decode_fused;
+            // DP: the experts see every group's rows. Ours go to our slot of [dp, Tmax, H] (padding
+            // rows zeroed: the router must see finite values), then an in-place all-gather.
+            const void* moe_h = h.get();
+            const float* moe_h32 = h32.as<float>();
+            if (dp > 1) {
+                const size_t row0 = static_cast<size_t>(dp_rank) * Tmax;
+                uint8_t* g16 = hg.as<uint8_t>() + row0 * H * 2;
+                uint8_t* g32 = hg32.as<uint8_t>() + row0 * H * 4;
+                CUDA_CHECK(
+                    cudaMemcpyAsync(g16, h.get(), static_cast<size_t>(T) * H * 2, cudaMemcpyDeviceToDevice, stream));
+                CUDA_CHECK(
+                    cudaMemcpyAsync(g32, h32.get(), static_cast<size_t>(T) * H * 4, cudaMemcpyDeviceToDevice, stream));
+                if (Tmax > T) {
+                    CUDA_CHECK(cudaMemsetAsync(g16 + static_cast<size_t>(T) * H * 2, 0,
+                                               static_cast<size_t>(Tmax - T) * H * 2, stream));
+                    CUDA_CHECK(cudaMemsetAsync(g32 + static_cast<size_t>(T) * H * 4, 0,
+                                               static_cast<size_t>(Tmax - T) * H * 4, stream));
+                }
+                collective(
+                    opt.comms->dp->all_gather(g16, hg.get(), static_cast<size_t>(Tmax) * H, DType::kBF16, stream));
+                collective(
+                    opt.comms->dp->all_gather(g32, hg32.get(), static_cast<size_t>(Tmax) * H, DType::kF32, stream));
+                moe_h = hg.get();
+                moe_h32 = hg32.as<float>();
+                mark("dp_gather");
+            }
+
+            // Decode-sized batches: logits, top-k, softmax and the MoE plan in one launch (its plan
+            // is over every expert, so not under EP).
+            const bool fused_router = small_moe && decode_fused && ep == 1;
             if (fused_router) {
                 kc::RouterPlanSmallArgs rp;
-                rp.h = h32.as<float>();
+                rp.h = moe_h32;
                 rp.weight = D.router_w.get();
                 rp.bias = D.router_b.as<float>();
                 rp.logits = router_logits.as<float>();
@@ -598,39 +723,44 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rp.expert_offsets = offsets.as<int32_t>();
                 rp.sorted_assignments = sorted.as<int32_t>();
                 rp.counter = router_counter.as<uint32_t>();
-                rp.num_tokens = T;
+                rp.num_tokens = Tm;
                 rp.hidden_size = H;
                 rp.num_experts = c.num_experts;
                 rp.experts_per_token = K;
                 kc::router_plan_small(rp, stream);
-            } else if (small) {  // router logits by the GEMV (fp32 h), then the top-k selection
-                kc::router_logits_small(h32.as<float>(), D.router_w.get(), T, H, c.num_experts,
-                                        router_logits.as<float>(), stream);
-                kc::topk_softmax(router_logits.as<float>(), D.router_b.as<float>(), T, c.num_experts, K,
+            } else if (small_moe) {  // router logits by the GEMV (fp32 h), then the top-k selection
+                kc::router_logits_small(moe_h32, D.router_w.get(), Tm, H, c.num_experts, router_logits.as<float>(),
+                                        stream);
+                kc::topk_softmax(router_logits.as<float>(), D.router_b.as<float>(), Tm, c.num_experts, K,
                                  expert_ids.as<int32_t>(), expert_w.as<float>(), stream);
             } else {
                 kc::RouterTopkArgs ra;
-                ra.h = h32.as<float>();
+                ra.h = moe_h32;
                 ra.weight = D.router_w.get();
                 ra.bias = D.router_b.as<float>();
                 ra.expert_ids = expert_ids.as<int32_t>();
                 ra.expert_weights = expert_w.as<float>();
-                ra.num_tokens = T;
+                ra.num_tokens = Tm;
                 ra.hidden_size = H;
                 ra.num_experts = c.num_experts;
                 ra.experts_per_token = K;
                 kc::router_topk(ra, stream);
             }
+            if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
-            moe(T, l, fused_router);
+            moe(Tm, l, fused_router, moe_h, moe_h32);
             mark("moe");
+            if (world_reduce) {  // partial over experts / units: combine, then sum over the world
+                kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);
+                collective(
+                    opt.comms->world->all_reduce_sum(ycomb.get(), static_cast<size_t>(Tm) * H, DType::kF32, stream));
+                mark("moe_allreduce");
+            }
         }
         // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
         kc::ResidualRmsNormArgs rn;
         rn.x = x.as<float>();
-        rn.add = y.as<float>();
-        rn.add_weights = expert_w.as<float>();
-        rn.num_add = K;
+        moe_residual(rn);
         rn.weight = final_norm.as<float>();
         rn.out = h.get();
         rn.out_f32 = small ? h32.as<float>() : nullptr;
@@ -660,11 +790,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         }
     };
     const bool graphable = use_graphs && !profile && decode && sampled != nullptr && mxfp4 &&
-                           T <= opt.mxfp4_max_tokens && R <= kLogitChunk;
+                           Tm <= opt.mxfp4_max_tokens && R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {
-        const auto key = std::make_pair(S, stride);
+        const auto key = std::make_tuple(S, stride, Tm);
         auto it = graphs.find(key);
         if (it != graphs.end()) {
             CUDA_CHECK(cudaGraphLaunch(it->second, stream));
@@ -683,6 +813,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             CUDA_CHECK(cudaGraphLaunch(exec, stream));
         }
     }
+    RETURN_IF_ERROR(comm_status);
     if (sampled != nullptr) {
         sampled->resize(S);
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
@@ -713,12 +844,14 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::create(const GptOssWeights& weig
 
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() {
+    if (impl_) impl_->set_device();  // buffers and graphs belong to the model's device
     if (impl_ && impl_->stream) cudaStreamDestroy(impl_->stream);
 }
-Status CudaModel::forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits) {
-    return impl_->forward(seqs, logits, {}, nullptr);
+Status CudaModel::forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits, int dp_max_tokens) {
+    return impl_->forward(seqs, logits, {}, nullptr, dp_max_tokens);
 }
 Status CudaModel::allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding) {
+    impl_->set_device();
     return impl_->allocate_kv(block_size, num_blocks_full, num_blocks_sliding);
 }
 size_t CudaModel::free_device_memory() {
@@ -727,10 +860,11 @@ size_t CudaModel::free_device_memory() {
     return free_b;
 }
 Status CudaModel::forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
-                                 std::vector<int32_t>* ids) {
-    return impl_->forward(seqs, nullptr, params, ids);
+                                 std::vector<int32_t>* ids, int dp_max_tokens) {
+    return impl_->forward(seqs, nullptr, params, ids, dp_max_tokens);
 }
 void CudaModel::fill_kv_random(uint64_t seed) {
+    impl_->set_device();
     for (size_t l = 0; l < impl_->layers.size(); ++l) {
         auto& L = impl_->layers[l];
         kc::fill_random_bf16(L.k_cache.get(), static_cast<int64_t>(L.k_cache.bytes() / 2), seed + 2 * l, impl_->stream);
@@ -745,9 +879,11 @@ int CudaModel::num_blocks(bool sliding) const { return sliding ? impl_->num_bloc
 size_t CudaModel::weight_bytes() const { return impl_->weight_bytes; }
 size_t CudaModel::kv_cache_bytes() const { return impl_->kv_bytes; }
 
-bool cuda_available() {
+bool cuda_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
     int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
 }  // namespace gptoss::model
@@ -763,7 +899,7 @@ StatusOr<std::unique_ptr<CudaModel>> CudaModel::create(const GptOssWeights&, con
 }
 CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModel::~CudaModel() = default;
-Status CudaModel::forward(std::span<const ForwardSequence>, std::vector<float>*) {
+Status CudaModel::forward(std::span<const ForwardSequence>, std::vector<float>*, int) {
     return unimplemented("no CUDA backend");
 }
 const GptOssConfig& CudaModel::config() const {
@@ -774,14 +910,15 @@ int CudaModel::block_size() const { return 0; }
 int CudaModel::num_blocks(bool) const { return 0; }
 size_t CudaModel::weight_bytes() const { return 0; }
 size_t CudaModel::kv_cache_bytes() const { return 0; }
-Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<const SampleParams>,
-                                 std::vector<int32_t>*) {
+Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<const SampleParams>, std::vector<int32_t>*,
+                                 int) {
     return unimplemented("no CUDA backend");
 }
 void CudaModel::fill_kv_random(uint64_t) {}
 Status CudaModel::allocate_kv_cache(int, int, int) { return unimplemented("no CUDA backend"); }
 size_t CudaModel::free_device_memory() { return 0; }
 bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
 
 }  // namespace gptoss::model
 

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "model/gpt_oss_forward.h"
 #include "model/gpt_oss_weights.h"
+#include "parallel/communicator.h"
 
 namespace gptoss::model {
 
@@ -23,6 +24,10 @@ struct CudaModelOptions {
     bool bf16_experts = true;         // keep a bf16 copy of the experts for large batches (needs ~2× expert memory)
     int mxfp4_max_tokens = 32;        // batches up to this many tokens use the weight-only MXFP4 experts
     bool defer_kv_cache = false;      // allocate the KV cache later, with allocate_kv_cache()
+    int device = -1;                  // CUDA device (-1: the calling thread's current one)
+    // Parallel rank (model/parallel_cuda_model.h): the weights are this rank's shard and these
+    // NCCL communicators join the ranks' forward passes. Null: the whole model on one GPU.
+    parallel::RankComms* comms = nullptr;
 };
 
 class CudaModel {
@@ -37,7 +42,9 @@ public:
 
     // Same contract as CpuForward::forward (block ids index this model's KV cache); logits are
     // copied to host.
-    Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits);
+    // dp_max_tokens: under DP (options.comms), the most new tokens any DP group runs this step (the
+    // experts see every group's tokens, padded to this); ignored otherwise.
+    Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits, int dp_max_tokens = 0);
 
     // Per-sequence sampling parameters for forward_sample (see kernels/cuda/sampling.h).
     struct SampleParams {
@@ -50,7 +57,7 @@ public:
     // Runs the batch and samples one token per sequence on the device (only the ids come back).
     // Every sequence's all_logits must be false.
     Status forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
-                          std::vector<int32_t>* ids);
+                          std::vector<int32_t>* ids, int dp_max_tokens = 0);
     // Fills the KV cache with random bf16 values (benchmarks that pretend a context is cached).
     void fill_kv_random(uint64_t seed);
 
@@ -70,5 +77,7 @@ private:
 
 // True when this build has the CUDA backend and a device is visible.
 bool cuda_available();
+// Visible CUDA devices (0 without the CUDA backend).
+int cuda_device_count();
 
 }  // namespace gptoss::model

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "model/cuda_model.h"
+#include "model/parallel_cuda_model.h"
+#include "parallel/world.h"
 #include "runtime/model_runner.h"
 
 namespace gptoss::runtime {
@@ -14,8 +16,11 @@ class CudaModelRunner : public ModelRunner {
 public:
     // Uploads the weights and sizes activations for max_num_seqs sequences and max_batched_tokens
     // tokens per step; the KV cache comes later (allocate_kv_cache), from the memory then free.
+    // layout: several GPUs (model/parallel_cuda_model.h). Under DP a sequence runs on group
+    // block_table_full[0] % dp, so sequences sharing a cached prefix share a group.
     static StatusOr<std::unique_ptr<CudaModelRunner>> create(std::shared_ptr<const model::GptOssWeights> weights,
-                                                             int max_num_seqs, int max_batched_tokens);
+                                                             int max_num_seqs, int max_batched_tokens,
+                                                             const parallel::ParallelConfig& layout = {});
 
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;
@@ -24,11 +29,14 @@ public:
     Status forward(const Batch& batch, std::vector<float>* logits) override;
 
 private:
-    CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights, std::unique_ptr<model::CudaModel> model)
-        : weights_(std::move(weights)), model_(std::move(model)) {}
+    CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
+                    std::unique_ptr<model::ParallelCudaModel> model, int kv_heads)
+        : weights_(std::move(weights)), model_(std::move(model)), kv_heads_(kv_heads) {}
 
     std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
-    std::unique_ptr<model::CudaModel> model_;
+    std::unique_ptr<model::ParallelCudaModel> model_;
+    int kv_heads_;                              // per rank
+    std::vector<int> dp_group_;                 // scratch
     std::vector<model::ForwardSequence> seqs_;  // scratch
     std::vector<float> rows_;                   // [num_seqs, vocab_size] scratch
 };

@@ -1,0 +1,287 @@
+#include "model/parallel_cuda_model.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "parallel/nccl_communicator.h"
+
+namespace gptoss::model {
+
+// One thread per rank, woken per job (a generation counter), so a decode step costs two
+// condition-variable round trips, not thread creation.
+struct ParallelCudaModel::Workers {
+    explicit Workers(int n) : status(n) {
+        for (int r = 0; r < n; ++r) threads.emplace_back([this, r] { loop(r); });
+    }
+    ~Workers() {
+        {
+            std::lock_guard<std::mutex> lock(mu);
+            stop = true;
+        }
+        cv_job.notify_all();
+        for (auto& t : threads) t.join();
+    }
+    Status run(const std::function<Status(int)>& fn) {
+        std::unique_lock<std::mutex> lock(mu);
+        job = &fn;
+        pending = static_cast<int>(threads.size());
+        ++generation;
+        cv_job.notify_all();
+        cv_done.wait(lock, [&] { return pending == 0; });
+        job = nullptr;
+        for (Status& s : status) RETURN_IF_ERROR(s);
+        return ok_status();
+    }
+    void loop(int r) {
+        uint64_t seen = 0;
+        for (;;) {
+            const std::function<Status(int)>* fn = nullptr;
+            {
+                std::unique_lock<std::mutex> lock(mu);
+                cv_job.wait(lock, [&] { return stop || generation != seen; });
+                if (stop) return;
+                seen = generation;
+                fn = job;
+            }
+            Status s = (*fn)(r);
+            std::lock_guard<std::mutex> lock(mu);
+            status[r] = std::move(s);
+            if (--pending == 0) cv_done.notify_all();
+        }
+    }
+    std::mutex mu;
+    std::condition_variable cv_job, cv_done;
+    const std::function<Status(int)>* job = nullptr;
+    uint64_t generation = 0;
+    int pending = 0;
+    bool stop = false;
+    std::vector<Status> status;
+    std::vector<std::thread> threads;
+};
+
+ParallelCudaModel::ParallelCudaModel(const GptOssWeights& full, const parallel::ParallelConfig& layout)
+    : full_(full), layout_(layout) {}
+
+ParallelCudaModel::~ParallelCudaModel() {
+    workers_.reset();  // threads first, then the models and communicators they used
+    models_.clear();
+    comms_.clear();
+}
+
+Status ParallelCudaModel::run_all(const std::function<Status(int)>& fn) {
+    if (!workers_) return fn(0);
+    return workers_->run(fn);
+}
+
+StatusOr<std::unique_ptr<ParallelCudaModel>> ParallelCudaModel::create(const GptOssWeights& full,
+                                                                       const parallel::ParallelConfig& layout,
+                                                                       const CudaModelOptions& options,
+                                                                       std::vector<int> devices) {
+    RETURN_IF_ERROR(check_parallel_config(full.config, layout));
+    const int n = layout.world_size();
+    if (devices.empty())
+        for (int r = 0; r < n; ++r) devices.push_back(r);
+    if (static_cast<int>(devices.size()) != n) {
+        return invalid_argument(layout.to_string() + " needs " + std::to_string(n) + " devices, got " +
+                                std::to_string(devices.size()));
+    }
+    const int visible = cuda_device_count();
+    for (int d : devices) {
+        if (d < 0 || d >= visible) {
+            return failed_precondition(layout.to_string() + " needs CUDA device " + std::to_string(d) + " but " +
+                                       std::to_string(visible) + " are visible");
+        }
+    }
+    std::unique_ptr<ParallelCudaModel> p(new ParallelCudaModel(full, layout));
+    p->devices_ = devices;
+    p->models_.resize(n);
+    CudaModelOptions opt = options;
+    opt.device = devices[0];
+    if (n == 1) {
+        ASSIGN_OR_RETURN(p->models_[0], CudaModel::create(full, opt));
+        return p;
+    }
+    ASSIGN_OR_RETURN(p->comms_, parallel::make_nccl_world(layout, devices));
+    for (int r = 0; r < n; ++r) {
+        ASSIGN_OR_RETURN(WeightShard s, plan_shard(full.config, layout, r));
+        ASSIGN_OR_RETURN(auto w, shard_weights(full, s));
+        p->shards_.push_back(std::move(w));
+    }
+    p->workers_ = std::make_unique<Workers>(n);
+    const bool size_kv = options.num_blocks_full <= 0 && !options.defer_kv_cache;
+    RETURN_IF_ERROR(p->run_all([&](int r) -> Status {
+        CudaModelOptions o = options;
+        o.device = devices[r];
+        o.comms = &p->comms_[r];
+        o.defer_kv_cache = true;  // every rank of a DP group needs the same block count: sized below
+        ASSIGN_OR_RETURN(p->models_[r], CudaModel::create(*p->shards_[r], o));
+        return ok_status();
+    }));
+    if (options.defer_kv_cache) return p;
+    // KV cache: the same block counts on every rank, from the rank with the least free memory.
+    const GptOssConfig& c = full.config;
+    const int bs = options.block_size;
+    int nsl = options.num_blocks_sliding > 0 ? options.num_blocks_sliding
+                                             : options.max_seqs * ((c.sliding_window + bs - 1) / bs + 2);
+    int nfull = options.num_blocks_full;
+    if (size_kv) {
+        std::vector<size_t> free_b(n);
+        RETURN_IF_ERROR(p->run_all([&](int r) -> Status {
+            free_b[r] = p->models_[r]->free_device_memory();
+            return ok_status();
+        }));
+        int sliding_layers = 0;
+        for (int l = 0; l < c.num_hidden_layers; ++l) sliding_layers += c.is_sliding(l);
+        const int full_layers = c.num_hidden_layers - sliding_layers;
+        double fit = 1e300;
+        for (int r = 0; r < n; ++r) {
+            const double block = static_cast<double>(bs) * p->shards_[r]->shard.num_kv_heads * c.head_dim * 2 * 2;
+            const double budget = static_cast<double>(free_b[r]) * options.kv_cache_fraction -
+                                  static_cast<double>(nsl) * block * sliding_layers;
+            fit = std::min(fit, budget / (block * std::max(1, full_layers)));
+        }
+        nfull = static_cast<int>(std::max(0.0, fit));
+    }
+    RETURN_IF_ERROR(p->allocate_kv_cache(bs, nfull, nsl));
+    return p;
+}
+
+Status ParallelCudaModel::allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding) {
+    if (!workers_) return models_[0]->allocate_kv_cache(block_size, num_blocks_full, num_blocks_sliding);
+    // One more block of each kind than reported: the scratch block an idle DP group's placeholder
+    // sequence writes to (every rank must join every step's collectives).
+    RETURN_IF_ERROR(run_all(
+        [&](int r) { return models_[r]->allocate_kv_cache(block_size, num_blocks_full + 1, num_blocks_sliding + 1); }));
+    scratch_full_ = num_blocks_full;
+    scratch_sliding_ = num_blocks_sliding;
+    return ok_status();
+}
+
+size_t ParallelCudaModel::free_device_memory() {
+    std::vector<size_t> free_b(models_.size());
+    (void)run_all([&](int r) {
+        free_b[r] = CudaModel::free_device_memory();
+        return ok_status();
+    });
+    return *std::min_element(free_b.begin(), free_b.end());
+}
+
+Status ParallelCudaModel::split(std::span<const ForwardSequence> seqs, std::span<const int> dp_group,
+                                std::vector<std::vector<ForwardSequence>>* per_group,
+                                std::vector<std::vector<size_t>>* members, int* max_tokens) const {
+    const int dp = layout_.dp;
+    if (!dp_group.empty() && dp_group.size() != seqs.size()) {
+        return invalid_argument("dp_group needs one entry per sequence");
+    }
+    per_group->assign(dp, {});
+    members->assign(dp, {});
+    std::vector<int> tokens(dp, 0);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const int g = dp_group.empty() ? static_cast<int>(i % dp) : dp_group[i];
+        if (g < 0 || g >= dp) return invalid_argument("dp group " + std::to_string(g) + " out of range");
+        (*per_group)[g].push_back(seqs[i]);
+        (*members)[g].push_back(i);
+        tokens[g] += static_cast<int>(seqs[i].tokens.size());
+    }
+    // An idle group runs a one-token placeholder in the hidden scratch block; its results are dropped.
+    for (int g = 0; g < dp; ++g) {
+        if (!(*per_group)[g].empty()) continue;
+        ForwardSequence s;
+        s.tokens = std::span<const int32_t>(&kPlaceholderToken, 1);
+        s.start_pos = 0;
+        s.block_table_full = std::span<const int32_t>(&scratch_full_, 1);
+        s.block_table_sliding = std::span<const int32_t>(&scratch_sliding_, 1);
+        (*per_group)[g].push_back(s);
+        tokens[g] = 1;
+    }
+    *max_tokens = *std::max_element(tokens.begin(), tokens.end());
+    return ok_status();
+}
+
+Status ParallelCudaModel::forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits,
+                                  std::span<const int> dp_group) {
+    if (!workers_) return models_[0]->forward(seqs, logits);
+    std::vector<std::vector<ForwardSequence>> per_group;
+    std::vector<std::vector<size_t>> members;
+    int max_tokens = 0;
+    RETURN_IF_ERROR(split(seqs, dp_group, &per_group, &members, &max_tokens));
+    const int tp = layout_.tp;
+    std::vector<std::vector<float>> out(models_.size());
+    RETURN_IF_ERROR(run_all([&](int r) {
+        const int g = r / tp;
+        // Only TP rank 0 of a group keeps logits; the others still take part in the gathers.
+        return models_[r]->forward(per_group[g], &out[r], max_tokens);
+    }));
+    std::vector<size_t> rows_of(seqs.size()), first(seqs.size());
+    size_t total = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        rows_of[i] = seqs[i].all_logits ? seqs[i].tokens.size() : 1;
+        first[i] = total;
+        total += rows_of[i];
+    }
+    const size_t V = static_cast<size_t>(full_.config.vocab_size), base = logits->size();
+    logits->resize(base + total * V);
+    for (int g = 0; g < layout_.dp; ++g) {
+        const std::vector<float>& src = out[g * tp];
+        size_t row = 0;
+        for (size_t i : members[g]) {
+            std::copy(src.begin() + row * V, src.begin() + (row + rows_of[i]) * V,
+                      logits->begin() + static_cast<std::ptrdiff_t>(base + first[i] * V));
+            row += rows_of[i];
+        }
+    }
+    return ok_status();
+}
+
+Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,
+                                         std::span<const CudaModel::SampleParams> params, std::vector<int32_t>* ids,
+                                         std::span<const int> dp_group) {
+    if (!workers_) return models_[0]->forward_sample(seqs, params, ids);
+    if (params.size() != seqs.size()) return invalid_argument("one parameter set per sequence");
+    std::vector<std::vector<ForwardSequence>> per_group;
+    std::vector<std::vector<size_t>> members;
+    int max_tokens = 0;
+    RETURN_IF_ERROR(split(seqs, dp_group, &per_group, &members, &max_tokens));
+    std::vector<std::vector<CudaModel::SampleParams>> group_params(layout_.dp);
+    for (int g = 0; g < layout_.dp; ++g) {
+        for (size_t i : members[g]) group_params[g].push_back(params[i]);
+        if (members[g].empty()) group_params[g].push_back({});  // the placeholder's (greedy)
+    }
+    const int tp = layout_.tp;
+    std::vector<std::vector<int32_t>> out(models_.size());
+    RETURN_IF_ERROR(run_all([&](int r) {
+        const int g = r / tp;
+        return models_[r]->forward_sample(per_group[g], group_params[g], &out[r], max_tokens);
+    }));
+    ids->assign(seqs.size(), 0);
+    for (int g = 0; g < layout_.dp; ++g)
+        for (size_t j = 0; j < members[g].size(); ++j) (*ids)[members[g][j]] = out[g * tp][j];
+    return ok_status();
+}
+
+void ParallelCudaModel::fill_kv_random(uint64_t seed) {
+    (void)run_all([&](int r) {
+        models_[r]->fill_kv_random(seed + 1000003ull * r);
+        return ok_status();
+    });
+}
+
+int ParallelCudaModel::block_size() const { return models_[0]->block_size(); }
+int ParallelCudaModel::num_blocks(bool sliding) const {
+    return models_[0]->num_blocks(sliding) - (workers_ ? 1 : 0);  // the scratch block is hidden
+}
+size_t ParallelCudaModel::weight_bytes() const {
+    size_t n = 0;
+    for (const auto& m : models_) n += m->weight_bytes();
+    return n;
+}
+size_t ParallelCudaModel::kv_cache_bytes() const {
+    size_t n = 0;
+    for (const auto& m : models_) n += m->kv_cache_bytes();
+    return n;
+}
+
+}  // namespace gptoss::model
