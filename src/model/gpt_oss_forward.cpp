@@ -214,7 +214,7 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         at.scale = 1.0f / std::sqrt(static_cast<float>(hd));
         cpu::attention(at);
         if (emulate_bf16_) round_to_bf16(attn.data(), attn.size());
-        linear(attn.data(), L.o_proj, &L.o_bias, block_out.data());
+        linear(attn.data(), L.o_proj, sh.add_o_bias ? &L.o_bias : nullptr, block_out.data());
         if (tp_comm) RETURN_IF_ERROR(tp_comm->all_reduce_sum(block_out.data(), block_out.size(), DType::kF32));
         for (size_t i = 0; i < x.size(); ++i) x[i] += block_out[i];
 

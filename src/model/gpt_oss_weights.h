@@ -55,7 +55,8 @@ struct WeightShard {
     int expert_begin = 0, num_experts = -1;
     int inter_begin = 0, inter_size = -1;  // expert intermediate units [begin, begin + size)
     int vocab_begin = 0, vocab_size = -1;  // lm_head rows
-    bool add_o_bias = true;                // this shard adds the attention output bias
+    bool add_o_bias = true;                // this shard adds the attention output bias before the TP
+                                           // all-reduce (CPU); the CUDA path adds it after, on every rank
     bool add_down_bias = true;             // this shard adds the experts' down bias
 };
 

@@ -81,6 +81,11 @@ StatusOr<std::unique_ptr<ParallelCudaModel>> ParallelCudaModel::create(const Gpt
                                                                        const CudaModelOptions& options,
                                                                        std::vector<int> devices) {
     RETURN_IF_ERROR(check_parallel_config(full.config, layout));
+    if (full.config.num_key_value_heads % layout.tp != 0) {
+        // The CUDA attention kernels take the model's q/kv head ratio: no kv-head replication.
+        return invalid_argument(layout.to_string() + ": the CUDA backend needs tp to divide the " +
+                                std::to_string(full.config.num_key_value_heads) + " kv heads");
+    }
     const int n = layout.world_size();
     if (devices.empty())
         for (int r = 0; r < n; ++r) devices.push_back(r);

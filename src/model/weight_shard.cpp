@@ -116,7 +116,7 @@ StatusOr<std::unique_ptr<GptOssWeights>> shard_weights(const GptOssWeights& full
         L.o_proj.data =
             copy_columns(*w, static_cast<const uint8_t*>(F.o_proj.data), F.o_proj.rows, F.o_proj.cols,
                          static_cast<size_t>(s.q_head_begin) * hd, L.o_proj.cols, dtype_size(F.o_proj.dtype));
-        L.o_bias = s.add_o_bias ? F.o_bias : std::vector<float>(H, 0.0f);
+        L.o_bias = F.o_bias;  // whole on every rank: see WeightShard::add_o_bias
         L.sinks = slice(F.sinks, s.q_head_begin, s.num_q_heads);
         L.post_attention_layernorm = F.post_attention_layernorm;
         L.router = F.router;

@@ -66,7 +66,7 @@ TEST(NcclCommunicator, CollectivesOnTwoGpus) {
         }
 }
 
-// A small gpt-oss (head_dim 64 as the CUDA backend needs; 8 kv heads so TP splits them) with the
+// A small gpt-oss (head_dim 64 and 8:1 GQA as the CUDA backend needs; 2 kv heads so TP2 splits them) with the
 // conditioned random init, so that the comparison measures the layouts and not bf16 chaos.
 class ParallelCudaModelTest : public ::testing::Test {
 protected:
@@ -74,8 +74,8 @@ protected:
         auto c = *model::GptOssConfig::preset("tiny");
         c.hidden_size = 256;
         c.num_hidden_layers = 4;
-        c.num_attention_heads = 16;
-        c.num_key_value_heads = 8;
+        c.num_attention_heads = 16;  // 8 q heads per kv head, as the CUDA attention kernels need
+        c.num_key_value_heads = 2;
         c.num_experts = 8;
         c.intermediate_size = 256;
         c.sliding_window = 32;

@@ -2,6 +2,7 @@
 // gather / SwiGLU / scatter steps around the grouped bf16 GEMMs (large batches).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cstring>
@@ -855,14 +856,11 @@ constexpr bool kMoeMxfp4Legacy = false;
 void moe_mxfp4_legacy(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int smem_gu = kTok * a.hidden_size * static_cast<int>(sizeof(float));
     const int smem_down = kTok * a.intermediate_size * static_cast<int>(sizeof(float));
-    static bool configured = false;
-    if (!configured) {  // shared-memory opt-in beyond 48 KB, once per process
-        CUDA_CHECK(cudaFuncSetAttribute(moe_gate_up_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kTok * 4096 * 4));
-        CUDA_CHECK(
-            cudaFuncSetAttribute(moe_down_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTok * 4096 * 4));
-        configured = true;
-    }
+    // Shared-memory opt-in beyond 48 KB: a per-device attribute (each GPU of a parallel layout).
+    CUDA_CHECK(
+        cudaFuncSetAttribute(moe_gate_up_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTok * 4096 * 4));
+    CUDA_CHECK(
+        cudaFuncSetAttribute(moe_down_mxfp4_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTok * 4096 * 4));
     dim3 grid_gu(a.num_experts, (a.intermediate_size + kPairsPerCta - 1) / kPairsPerCta);
     moe_gate_up_mxfp4_kernel<<<grid_gu, kWarps * 32, smem_gu, stream>>>(a);
     CUDA_CHECK_LAUNCH();
@@ -876,16 +874,23 @@ constexpr int kV2MaxSmem = 4 * 32 * kV2GroupsPerLane * kV2GroupStride * static_c
 // Resident CTAs per SM × SMs, measured once per kernel (host-only queries: capturable).
 template <bool kGateUp, int kT>
 int v2_grid_size() {
-    static int blocks = 0;
-    if (blocks == 0) {
-        auto kernel = moe_mxfp4_v2_kernel<kGateUp, kT>;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kV2MaxSmem));
-        int device = 0, sms = 0, per_sm = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV2Warps * 32, kV2MaxSmem));
-        blocks = std::max(1, per_sm) * sms;
+    // Per device: the shared-memory opt-in is a per-device attribute, and ranks of a parallel
+    // layout call this from their own threads.
+    constexpr int kDevices = 64;
+    static std::atomic<int> cached[kDevices];
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (device < kDevices) {
+        const int b = cached[device].load(std::memory_order_acquire);
+        if (b != 0) return b;
     }
+    auto kernel = moe_mxfp4_v2_kernel<kGateUp, kT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kV2MaxSmem));
+    int sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV2Warps * 32, kV2MaxSmem));
+    const int blocks = std::max(1, per_sm) * sms;
+    if (device < kDevices) cached[device].store(blocks, std::memory_order_release);
     return blocks;
 }
 
