@@ -86,6 +86,7 @@ for stage in "$@"; do
         >> "$OUT/fixtures.log" 2>&1
       summary+=("fixtures verify rc=$?")
       tail -12 "$OUT/fixtures.log"
+      tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -166,7 +166,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     for (int C : contexts) {
         for (int B : batches) {
             const int steps = o.decode_steps;
-            const int blocks_per_seq = (C + steps + bs - 1) / bs;
+            const int blocks_per_seq = (C + steps + 2 + bs - 1) / bs;  // positions C .. C + steps + 1
             // Sliding layers keep a window per sequence: the bench maps every sequence's sliding
             // blocks onto a private ring of window-covering blocks.
             const int ring = (c.sliding_window + bs - 1) / bs + 1;
