@@ -113,6 +113,11 @@ struct CudaModel::Impl {
     }();
     // r11 measured the v2 GEMV slower in the model (3.44 vs 3.15 ms per batch-1 step): v1 is the
     // default, GPTOSS_GEMV_V1=0 selects v2.
+    // GPTOSS_QKV_FUSED=0: the decode QKV GEMV and the bias + RoPE + KV write as two kernels.
+    bool qkv_fused = [] {
+        const char* v = std::getenv("GPTOSS_QKV_FUSED");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     bool gemv_v1 = [] {
         const char* v = std::getenv("GPTOSS_GEMV_V1");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -611,7 +616,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             rn.eps = static_cast<float>(c.rms_norm_eps);
             kc::residual_rmsnorm(rn, stream);
             mark("norm");
-            linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
+            const bool fuse_qkv = small && qkv_fused;
+            if (!fuse_qkv) linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
             mark("qkv_gemm");
             kc::QkvRopeArgs r;
             r.qkv = qkv.as<float>();
@@ -627,7 +633,17 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.num_heads = nq;
             r.num_kv_heads = nkv;
             r.head_dim = c.head_dim;
-            kc::qkv_bias_rope_kv_write(r, stream);
+            if (fuse_qkv) {  // decode: the QKV GEMV writes q and the cache itself (same arithmetic)
+                kc::GemvArgs g;
+                g.x = h32.get();
+                g.w = D.qkv_w.get();
+                g.num_tokens = T;
+                g.n = qkvw;
+                g.k = H;
+                kc::qkv_gemv_rope(g, r, stream);
+            } else {
+                kc::qkv_bias_rope_kv_write(r, stream);
+            }
             mark("rope_kv");
 
             kernels::PagedAttentionArgs pa;

@@ -16,6 +16,8 @@
 // combine kernel otherwise). Probabilities are rounded to bf16 for the P·V product (as in
 // FlashAttention); the denominator sums the fp32 values.
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/launch.h"
 
 #include <cuda_bf16.h>
 
@@ -469,6 +471,8 @@ __device__ __forceinline__ float* ws_ml(const PagedAttentionArgs& a, int num_spl
 
 __global__ void __launch_bounds__(kDecodeThreads)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
@@ -644,6 +648,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
 // One warp per query head, 2 dims per lane. Reads num_active · 66 floats per head.
 __global__ void __launch_bounds__(kCombineThreads)
     bf16_paged_attention_decode_combine_kernel(const __grid_constant__ PagedAttentionArgs a, int num_splits) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int kv_head = blockIdx.x, seq = blockIdx.y;
     const int q_row = a.query_start[seq];
@@ -807,12 +813,10 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
-    bf16_paged_attention_decode_kernel<<<grid, kDecodeThreads, kDecodeSmem, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(bf16_paged_attention_decode_kernel, grid, kDecodeThreads, kDecodeSmem, stream, a);
     if (num_splits > 1) {
         const dim3 cgrid(a.num_kv_heads, a.num_seqs);
-        bf16_paged_attention_decode_combine_kernel<<<cgrid, kCombineThreads, 0, stream>>>(a, num_splits);
-        CUDA_CHECK_LAUNCH();
+        launch_pdl(bf16_paged_attention_decode_combine_kernel, cgrid, kCombineThreads, 0, stream, a, num_splits);
     }
 }
 

@@ -60,3 +60,14 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 }
 
 }  // namespace gptoss::kernels::cuda
+
+// ---- programmatic dependent launch (sm_90) ------------------------------------------------------
+// A kernel launched with launch_pdl() (kernels/cuda/launch.h) may start while the kernel before it
+// in the stream is still running. It must call pdl_wait() before it reads or writes any memory the
+// earlier kernels touch (weights may be read before); pdl_wait() returns once they have completed
+// and their writes are visible (a no-op for a normal launch). pdl_trigger() lets the next kernel
+// be launched now rather than when this one exits.
+namespace gptoss::kernels::cuda {
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+}  // namespace gptoss::kernels::cuda

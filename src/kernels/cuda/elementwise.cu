@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 
 namespace gptoss::kernels::cuda {
@@ -23,6 +24,8 @@ constexpr int kNormThreads = 1024;
 constexpr int kMaxPerThread = 4;  // supports hidden_size up to 4096
 
 __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const ResidualRmsNormArgs a) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     const int H = a.hidden_size;
@@ -64,6 +67,8 @@ __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const Re
 
 // One block per token; one thread per rotation pair of every head (q, k) plus v copies.
 __global__ void qkv_rope_kernel(const QkvRopeArgs a) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     const int t = blockIdx.x;
     const int hd = a.head_dim, half = hd / 2;
     const int nq = a.num_heads, nkv = a.num_kv_heads;
@@ -129,14 +134,12 @@ void embedding(const int32_t* ids, int num_tokens, const void* table, int hidden
 void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.hidden_size <= kNormThreads * kMaxPerThread, "hidden_size %d too large", a.hidden_size);
     if (a.num_tokens == 0) return;
-    residual_rmsnorm_kernel<<<a.num_tokens, kNormThreads, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(residual_rmsnorm_kernel, a.num_tokens, kNormThreads, 0, stream, a);
 }
 
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
     if (a.num_tokens == 0) return;
-    qkv_rope_kernel<<<a.num_tokens, 1024, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(qkv_rope_kernel, a.num_tokens, 1024, 0, stream, a);
 }
 
 }  // namespace gptoss::kernels::cuda

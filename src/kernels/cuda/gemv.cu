@@ -5,6 +5,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -47,12 +49,23 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     float acc[kGemvMaxTokens];
 #pragma unroll
     for (int m = 0; m < kGemvMaxTokens; ++m) acc[m] = 0.0f;
-    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-        uint4 wv[kUnroll];
+    // The first round of weight loads is issued before pdl_wait(): weights never change, so they
+    // stream in while the kernel before (which writes x) finishes.
+    uint4 wv[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int c = c0 + 32 * u;
-            wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < kUnroll; ++u) {
+        const int c = lane + 32 * u;
+        wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+    }
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+        if (c0 != lane) {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int c = c0 + 32 * u;
+                wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+            }
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -85,6 +98,105 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     }
 }
 
+// Row pair (r0, r0 + half) of one head per warp; the loop is gemv_kernel's, for two rows at once.
+template <typename XT>
+__global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvArgs g, const QkvRopeArgs r) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int hd = r.head_dim, half = hd / 2;
+    const int pair = blockIdx.x * kWarps + warp;
+    if (pair >= g.n / 2) return;
+    const int h = pair / half, i = pair % half;
+    const int row0 = h * hd + i, row1 = row0 + half;
+    const int chunks = g.k / 8;
+    const uint4* w0 =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(g.w) + static_cast<int64_t>(row0) * g.k);
+    const uint4* w1 =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(g.w) + static_cast<int64_t>(row1) * g.k);
+    const XT* x = static_cast<const XT*>(g.x);
+    float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens];
+#pragma unroll
+    for (int m = 0; m < kGemvMaxTokens; ++m) acc0[m] = acc1[m] = 0.0f;
+    uint4 wv0[kUnroll], wv1[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int c = lane + 32 * u;
+        wv0[u] = c < chunks ? __ldg(w0 + c) : make_uint4(0, 0, 0, 0);
+        wv1[u] = c < chunks ? __ldg(w1 + c) : make_uint4(0, 0, 0, 0);
+    }
+    pdl_wait();
+    pdl_trigger();
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+        if (c0 != lane) {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int c = c0 + 32 * u;
+                wv0[u] = c < chunks ? __ldg(w0 + c) : make_uint4(0, 0, 0, 0);
+                wv1[u] = c < chunks ? __ldg(w1 + c) : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int c = c0 + 32 * u;
+            if (c >= chunks) break;
+            const uint32_t a0[4] = {wv0[u].x, wv0[u].y, wv0[u].z, wv0[u].w};
+            const uint32_t a1[4] = {wv1[u].x, wv1[u].y, wv1[u].z, wv1[u].w};
+            float f0[8], f1[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                f0[2 * j] = __uint_as_float(a0[j] << 16);
+                f0[2 * j + 1] = __uint_as_float(a0[j] & 0xffff0000u);
+                f1[2 * j] = __uint_as_float(a1[j] << 16);
+                f1[2 * j + 1] = __uint_as_float(a1[j] & 0xffff0000u);
+            }
+#pragma unroll
+            for (int m = 0; m < kGemvMaxTokens; ++m) {
+                if (m < g.num_tokens) {
+                    float xv[8];
+                    load_x8(x + static_cast<int64_t>(m) * g.k + 8 * c, xv);
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        acc0[m] += f0[j] * xv[j];
+                        acc1[m] += f1[j] * xv[j];
+                    }
+                }
+            }
+        }
+    }
+    const int nq = r.num_heads, nkv = r.num_kv_heads;
+    auto* q_out = static_cast<__nv_bfloat16*>(r.q_out);
+    auto* k_cache = static_cast<__nv_bfloat16*>(r.k_cache);
+    auto* v_cache = static_cast<__nv_bfloat16*>(r.v_cache);
+#pragma unroll
+    for (int m = 0; m < kGemvMaxTokens; ++m) {
+        if (m >= g.num_tokens) break;
+        const float s0 = warp_sum(acc0[m]), s1 = warp_sum(acc1[m]);
+        if (lane != 0) continue;
+        const float x1 = s0 + r.bias[row0], x2 = s1 + r.bias[row1];
+        const int slot = r.slot_mapping[m];
+        if (h < nq + nkv) {  // q or k head: rotate as qkv_rope_kernel does
+            float sn, cs;
+            sincosf(static_cast<float>(r.positions[m]) * r.inv_freq[i], &sn, &cs);
+            cs *= r.attention_scaling;
+            sn *= r.attention_scaling;
+            const float y1 = x1 * cs - x2 * sn;
+            const float y2 = x2 * cs + x1 * sn;
+            if (h < nq) {
+                __nv_bfloat16* q = q_out + static_cast<int64_t>(m) * nq * hd + h * hd;
+                q[i] = __float2bfloat16(y1);
+                q[i + half] = __float2bfloat16(y2);
+            } else if (slot >= 0) {
+                __nv_bfloat16* k = k_cache + static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
+                k[i] = __float2bfloat16(y1);
+                k[i + half] = __float2bfloat16(y2);
+            }
+        } else if (slot >= 0) {  // v head: copied
+            __nv_bfloat16* v = v_cache + static_cast<int64_t>(slot) * nkv * hd + (h - nq - nkv) * hd;
+            v[i] = __float2bfloat16(x1);
+            v[i + half] = __float2bfloat16(x2);
+        }
+    }
+}
+
 // ---- v2: persistent warps, row prefetch ------------------------------------------------------
 constexpr int kV2Warps = 4;  // small CTAs: finer occupancy steps at ~150 registers a thread
 
@@ -111,6 +223,7 @@ __device__ __forceinline__ void load_row(uint4 (&w)[NC], const uint4* row, int c
 // lane keeps up to 2 · NC · 16 bytes in flight and no warp waits on a second round trip per row.
 template <typename XT, int NC>
 __global__ void __launch_bounds__(kV2Warps * 32) gemv_v2_kernel(const __grid_constant__ GemvArgs a) {
+    pdl_wait();  // launched without PDL; a no-op, kept so a PDL launch stays safe
     const int lane = threadIdx.x & 31;
     const int stride = gridDim.x * kV2Warps;
     int row = blockIdx.x * kV2Warps + (threadIdx.x >> 5);
@@ -204,6 +317,17 @@ bool v2_dispatch(const GemvArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream) {
+    ENGINE_CHECK(g.num_tokens >= 1 && g.num_tokens <= kGemvMaxTokens && g.k % 8 == 0 && r.head_dim % 2 == 0 &&
+                     g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim && g.num_tokens == r.num_tokens,
+                 "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
+    const int blocks = (g.n / 2 + kWarps - 1) / kWarps;
+    if (g.x_bf16)
+        launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16>, blocks, kWarps * 32, 0, stream, g, r);
+    else
+        launch_pdl(qkv_gemv_rope_kernel<float>, blocks, kWarps * 32, 0, stream, g, r);
+}
+
 void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % 8 == 0,
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
@@ -217,10 +341,9 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     }
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (a.x_bf16)
-        gemv_kernel<__nv_bfloat16><<<blocks, kWarps * 32, 0, stream>>>(a);
+        launch_pdl(gemv_kernel<__nv_bfloat16>, blocks, kWarps * 32, 0, stream, a);
     else
-        gemv_kernel<float><<<blocks, kWarps * 32, 0, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+        launch_pdl(gemv_kernel<float>, blocks, kWarps * 32, 0, stream, a);
 }
 
 }  // namespace gptoss::kernels::cuda

@@ -29,4 +29,13 @@ struct GemvArgs {
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 
+// The decode QKV projection fused with what follows it (ops.h qkv_bias_rope_kv_write): one warp
+// computes rows i and i + head_dim/2 of a head (the pair RoPE rotates) for every token, adds the
+// bias, rotates q and k heads, writes q (bf16) and k, v into the paged cache. Same arithmetic, in
+// the same order, as gemv_bf16w(legacy) followed by qkv_bias_rope_kv_write. g.w is the
+// concatenated [q; k; v] weight, g.n = (num_heads + 2·num_kv_heads)·head_dim, g.bias and g.y unused
+// (the bias is r.bias); r.qkv unused.
+struct QkvRopeArgs;
+void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream);
+
 }  // namespace gptoss::kernels::cuda

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 
 namespace gptoss::kernels::cuda {
@@ -122,6 +123,8 @@ constexpr int kRouterMaxK = 8;
 
 __global__ void __launch_bounds__(kRouterThreads)
     router_plan_small_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
     __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
     __shared__ bool s_last;
@@ -647,6 +650,8 @@ __device__ __forceinline__ void v2_run_steps(const MoeMxfp4Args& a, V2Weights& w
 // kT: most tokens per pass (1, 2 or 4); 2 CTAs per SM for kT ≤ 2 (≤ 128 registers), 1 for kT = 4.
 template <bool kGateUp, int kT>
 __global__ void __launch_bounds__(kV2Warps * 32, kT <= 2 ? 2 : 1) moe_mxfp4_v2_kernel(const MoeMxfp4Args a) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     extern __shared__ float4 v2_smem[];
     float* xs = reinterpret_cast<float*>(v2_smem);  // [kT][G · kV2GroupStride]
     __shared__ int s_expert[kMaxExperts];
@@ -836,7 +841,7 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                      a.experts_per_token <= a.num_experts && a.counter != nullptr,
                  "router_plan_small: %d tokens, hidden %d, %d experts, k %d unsupported", a.num_tokens, a.hidden_size,
                  a.num_experts, a.experts_per_token);
-    router_plan_small_kernel<<<a.num_experts, kRouterThreads, 0, stream>>>(a);
+    launch_pdl(router_plan_small_kernel, a.num_experts, kRouterThreads, 0, stream, a);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -903,8 +908,7 @@ void v2_launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t max_steps =
         static_cast<int64_t>(std::min(a.num_experts, a.num_tokens * a.experts_per_token)) * (rows / kV2Rows);
     const int grid = static_cast<int>(std::min<int64_t>(v2_grid_size<kGateUp, kT>(), max_steps));
-    moe_mxfp4_v2_kernel<kGateUp, kT><<<grid, kV2Warps * 32, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(moe_mxfp4_v2_kernel<kGateUp, kT>, grid, kV2Warps * 32, smem, stream, a);
 }
 
 template <int kT>

@@ -1,0 +1,41 @@
+// Kernel launches with programmatic dependent launch (PDL): the launch of a kernel overlaps the
+// tail of the previous kernel in the stream (and its weight prefetch, if it does one before
+// pdl_wait()). Every kernel launched this way must call pdl_wait() (common.cuh) before touching
+// activations. GPTOSS_PDL=0 turns the attribute off (plain stream order) for A/B runs.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace gptoss::kernels::cuda {
+
+inline bool pdl_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_PDL");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+template <typename... KernelArgs, typename... Args>
+void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace gptoss::kernels::cuda
