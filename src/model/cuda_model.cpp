@@ -123,8 +123,8 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     // Decode step graphs by (batch, table stride, MoE rows: differs from the batch only under DP).
-    std::map<std::tuple<int, int, int>, cudaGraphExec_t> graphs;
-    std::set<std::tuple<int, int, int>> warmed;
+    std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs;
+    std::set<std::tuple<int, int, int, bool>> warmed;
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
     std::map<std::string, double> stage_ms;
     int profiled_calls = 0;
@@ -811,14 +811,17 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 kc::sample(sa, stream);
             }
             mark("lm_head_sample");
+        } else if (R <= kLogitChunk) {
+            lm_head_rows(0, R);  // one chunk: inside the step (and its graph); copied out below
         }
     };
-    const bool graphable = use_graphs && !profile && decode && sampled != nullptr && mxfp4 &&
-                           Tm <= opt.mxfp4_max_tokens && R <= kLogitChunk;
+    // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
+    // forward_sample (bench) and forward (the engine, which samples on the host) alike.
+    const bool graphable = use_graphs && !profile && decode && mxfp4 && Tm <= opt.mxfp4_max_tokens && R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {
-        const auto key = std::make_tuple(S, stride, Tm);
+        const auto key = std::make_tuple(S, stride, Tm, sampled != nullptr);
         auto it = graphs.find(key);
         if (it != graphs.end()) {
             CUDA_CHECK(cudaGraphLaunch(it->second, stream));
@@ -849,7 +852,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     out->resize(base + static_cast<size_t>(R) * V);
     for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
         const int n = std::min(kLogitChunk, R - r0);
-        lm_head_rows(r0, n);
+        if (R > kLogitChunk) lm_head_rows(r0, n);  // else the step already computed the one chunk
         CUDA_CHECK(cudaMemcpyAsync(out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
                                    static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
     }
