@@ -169,6 +169,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         return failed_precondition("CUDA device " + std::to_string(opt.device) + " is not visible");
     set_device();
     if (c.head_dim != 64) return invalid_argument("the CUDA backend supports head_dim 64 only");
+    if (!w.layers.empty() && w.layers[0].expert_format == kernels::ExpertFormat::kFp8Block) {
+        return unimplemented(
+            "FP8 experts (gptoss convert --to fp8) run on the CPU backend only so far; "
+            "serve the MXFP4 checkpoint on CUDA");
+    }
     if (opt.comms) {
         tp = opt.comms->tp->size();
         dp = opt.comms->dp->size();

@@ -269,6 +269,10 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         m.down_blocks = L.down_blocks;
         m.down_scales = L.down_scales;
         m.gate_up_dense = L.gate_up_dense;
+        m.gate_up_fp8 = L.gate_up_fp8;
+        m.gate_up_fp8_scale = L.gate_up_fp8_scale;
+        m.down_fp8 = L.down_fp8;
+        m.down_fp8_scale = L.down_fp8_scale;
         m.down_dense = L.down_dense;
         m.dense_dtype = L.dense_dtype;
         m.gate_up_bias = L.gate_up_bias.data();

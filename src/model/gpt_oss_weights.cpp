@@ -29,6 +29,22 @@ public:
         return ok_status();
     }
 
+    Status fp8(const std::string& name, int64_t e, int64_t rows, int64_t cols, const uint8_t** q, const float** s) {
+        ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name, DType::kFP8E4M3, Shape{e, rows, cols}));
+        *q = t->data;
+        const auto blocks = [](int64_t n) { return (n + 127) / 128; };
+        ASSIGN_OR_RETURN(const TensorInfo* st,
+                         ckpt_.get(name + "_scale", DType::kF32, Shape{e, blocks(rows), blocks(cols)}));
+        if (reinterpret_cast<uintptr_t>(st->data) % alignof(float) != 0) {  // safetensors data is only byte-aligned
+            std::vector<uint8_t> copy(st->data, st->data + st->nbytes);
+            w_.owned.push_back(std::move(copy));
+            *s = reinterpret_cast<const float*>(w_.owned.back().data());
+        } else {
+            *s = reinterpret_cast<const float*>(st->data);
+        }
+        return ok_status();
+    }
+
     Status u8(const std::string& name, const Shape& shape, const uint8_t** out) {
         ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name, DType::kU8, shape));
         *out = t->data;
@@ -82,6 +98,7 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     RETURN_IF_ERROR(ld.vec("model.norm.weight", Shape{H}, &w->norm));
 
     const bool mxfp4 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_blocks") != nullptr;
+    const bool fp8 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_fp8") != nullptr;
     w->layers.resize(c.num_hidden_layers);
     Progress progress("loading " + dir, static_cast<uint64_t>(c.num_hidden_layers));
     for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -101,7 +118,11 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
         RETURN_IF_ERROR(ld.dense(p + "mlp.router.weight", E, H, &L.router));
         RETURN_IF_ERROR(ld.vec(p + "mlp.router.bias", Shape{E}, &L.router_bias));
         const std::string x = p + "mlp.experts.";
-        if (mxfp4) {
+        if (fp8) {
+            L.expert_format = kernels::ExpertFormat::kFp8Block;
+            RETURN_IF_ERROR(ld.fp8(x + "gate_up_proj_fp8", E, 2 * I, H, &L.gate_up_fp8, &L.gate_up_fp8_scale));
+            RETURN_IF_ERROR(ld.fp8(x + "down_proj_fp8", E, H, I, &L.down_fp8, &L.down_fp8_scale));
+        } else if (mxfp4) {
             L.expert_format = kernels::ExpertFormat::kMxfp4;
             RETURN_IF_ERROR(ld.u8(x + "gate_up_proj_blocks", Shape{E, 2 * I, H / 32, 16}, &L.gate_up_blocks));
             RETURN_IF_ERROR(ld.u8(x + "gate_up_proj_scales", Shape{E, 2 * I, H / 32}, &L.gate_up_scales));

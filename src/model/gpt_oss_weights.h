@@ -42,8 +42,12 @@ struct LayerWeights {
     const void* gate_up_dense = nullptr;      // [E, 2I, H] ([out, in]; transposed from HF's [E, H, 2I] at load)
     const void* down_dense = nullptr;         // [E, H, I]
     DType dense_dtype = DType::kBF16;
-    std::vector<float> gate_up_bias;  // [E, 2I], interleaved (even = gate)
-    std::vector<float> down_bias;     // [E, H]
+    const uint8_t* gate_up_fp8 = nullptr;      // kFp8Block: [E, 2I, H] e4m3 (model/fp8_convert.h)
+    const float* gate_up_fp8_scale = nullptr;  // [E, ⌈2I/128⌉, ⌈H/128⌉]
+    const uint8_t* down_fp8 = nullptr;         // [E, H, I]
+    const float* down_fp8_scale = nullptr;     // [E, ⌈H/128⌉, ⌈I/128⌉]
+    std::vector<float> gate_up_bias;           // [E, 2I], interleaved (even = gate)
+    std::vector<float> down_bias;              // [E, H]
 };
 
 // The slice of the model a set of weights holds (parallel/world.h): attention heads and lm_head

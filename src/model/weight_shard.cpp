@@ -125,7 +125,20 @@ StatusOr<std::unique_ptr<GptOssWeights>> shard_weights(const GptOssWeights& full
         L.expert_format = F.expert_format;
         L.dense_dtype = F.dense_dtype;
         const size_t e0 = s.expert_begin;
-        if (F.expert_format == kernels::ExpertFormat::kMxfp4) {
+        if (F.expert_format == kernels::ExpertFormat::kFp8Block) {
+            // Whole experts only: an intermediate split would cut 128-wide scale blocks.
+            if (Il != I) {
+                return unimplemented(
+                    "FP8 experts with the intermediate split over ranks (MoE-TP > 1); use EP = tp × dp");
+            }
+            const auto blocks = [](size_t n) { return (n + 127) / 128; };
+            const size_t gu = static_cast<size_t>(2) * I * H, dn = static_cast<size_t>(H) * I;
+            const size_t gus = blocks(2 * I) * blocks(H), dns = blocks(H) * blocks(I);
+            L.gate_up_fp8 = F.gate_up_fp8 + e0 * gu;
+            L.gate_up_fp8_scale = F.gate_up_fp8_scale + e0 * gus;
+            L.down_fp8 = F.down_fp8 + e0 * dn;
+            L.down_fp8_scale = F.down_fp8_scale + e0 * dns;
+        } else if (F.expert_format == kernels::ExpertFormat::kMxfp4) {
             const size_t gh = H / 32, gi = I / 32, gl = Il / 32, g0 = s.inter_begin / 32;
             // gate_up [E, 2I, H/32, 16]: rows [2·begin, 2·end) of each local expert.
             const size_t row_b = gh * 16;

@@ -23,8 +23,9 @@ struct RouterArgs {
 };
 
 enum class ExpertFormat {
-    kMxfp4,  // e2m1 codes + e8m0 scales per 32 inputs, [E, out, in/32, 16] + [E, out, in/32]
-    kDense,  // [E, out, in] in dense_dtype
+    kMxfp4,     // e2m1 codes + e8m0 scales per 32 inputs, [E, out, in/32, 16] + [E, out, in/32]
+    kDense,     // [E, out, in] in dense_dtype
+    kFp8Block,  // e4m3 [E, out, in] + fp32 scales [E, ⌈out/128⌉, ⌈in/128⌉] (model/fp8_convert.h)
 };
 
 // Experts with the clamped SwiGLU (MODEL.md §4.6):
@@ -46,6 +47,11 @@ struct MoeArgs {
     const void* gate_up_dense = nullptr;  // [E, 2I, H]
     const void* down_dense = nullptr;     // [E, H, I]
     DType dense_dtype = DType::kBF16;
+    // kFp8Block (e4m3 bytes, [out, in] per expert, and 128×128 block scales)
+    const uint8_t* gate_up_fp8 = nullptr;
+    const float* gate_up_fp8_scale = nullptr;
+    const uint8_t* down_fp8 = nullptr;
+    const float* down_fp8_scale = nullptr;
     const float* gate_up_bias = nullptr;  // [E, 2I], rows interleaved like the weights
     const float* down_bias = nullptr;     // [E, H]; may be null (no bias: another rank adds it)
     // Expert parallelism: the weights above hold experts [expert_begin, expert_begin + num_experts)

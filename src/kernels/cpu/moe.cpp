@@ -59,6 +59,12 @@ struct ExpertMatrix {
             const uint8_t* blocks = gate_up ? a->gate_up_blocks : a->down_blocks;
             const uint8_t* scales = gate_up ? a->gate_up_scales : a->down_scales;
             mxfp4_row_to_f32(blocks + row_index * groups * kMxfp4BytesPerGroup, scales + row_index * groups, in, out);
+        } else if (a->format == ExpertFormat::kFp8Block) {
+            const uint8_t* q = (gate_up ? a->gate_up_fp8 : a->down_fp8) + row_index * in;
+            const int bc = (in + 127) / 128, br = (out_features() + 127) / 128;
+            const float* s =
+                (gate_up ? a->gate_up_fp8_scale : a->down_fp8_scale) + (static_cast<size_t>(e) * br + r / 128) * bc;
+            for (int c = 0; c < in; ++c) out[c] = fp8e4m3_to_f32(q[c]) * s[c / 128];
         } else {
             const void* w = gate_up ? a->gate_up_dense : a->down_dense;
             row_to_f32(static_cast<const uint8_t*>(w) + row_index * in * dtype_size(a->dense_dtype), a->dense_dtype, in,
