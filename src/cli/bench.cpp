@@ -20,6 +20,7 @@
 #include "model/cuda_model.h"
 #include "model/gpt_oss_forward.h"
 #include "model/parallel_cuda_model.h"
+#include "model/synthetic_weights.h"
 #include "parallel/world.h"
 
 namespace gptoss::cli {
@@ -27,6 +28,7 @@ namespace {
 
 struct BenchOptions {
     std::string model;
+    std::string synthetic;  // a preset built in memory instead of --model
     std::string backend = "cuda";
     std::string prefill = "128,1024,2048,8192,32768";
     std::string batch = "1,2,4,8,16,32,64,128";
@@ -291,12 +293,20 @@ int run_bench(const BenchOptions& o) {
         if (!p.ok()) return fail(p.status().message());
         layouts.push_back(*p);
     }
-    auto weights = model::GptOssWeights::load(o.model);
+    if (o.model.empty() == o.synthetic.empty()) return fail("give exactly one of --model and --synthetic");
+    StatusOr<std::unique_ptr<model::GptOssWeights>> weights = failed_precondition("no weights");
+    if (!o.synthetic.empty()) {
+        auto preset = model::GptOssConfig::preset(o.synthetic);
+        if (!preset.ok()) return fail(preset.status().message());
+        weights = model::make_synthetic_weights(*preset, 1);
+    } else {
+        weights = model::GptOssWeights::load(o.model);
+    }
     if (!weights.ok()) return fail(weights.status().message());
     const model::GptOssConfig& c = (*weights)->config;
     const Lists lists{*prefill, *batches, *contexts};
     nlohmann::json report;
-    report["model"] = o.model;
+    report["model"] = o.synthetic.empty() ? o.model : "synthetic " + o.synthetic;
     report["config"] = {{"layers", c.num_hidden_layers}, {"experts", c.num_experts}, {"hidden", c.hidden_size}};
     report["assumptions"] = {{"bandwidth_bytes_per_s_per_gpu", o.bandwidth},
                              {"peak_flops_per_gpu", o.peak_flops},
@@ -326,7 +336,8 @@ int run_bench(const BenchOptions& o) {
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<BenchOptions>();
     auto* sub = app.add_subcommand("bench", "Prefill latency and decode speed against the physical limits");
-    sub->add_option("--model", o->model, "Model directory")->required();
+    sub->add_option("--model", o->model, "Model directory");
+    sub->add_option("--synthetic", o->synthetic, "Random weights of a preset built in memory (gpt-oss-120b, ...)");
     sub->add_option("--backend", o->backend, "cuda")->capture_default_str();
     sub->add_option("--prefill", o->prefill, "Input lengths (comma-separated; empty: none)")->capture_default_str();
     sub->add_option("--batch", o->batch, "Decode batch sizes")->capture_default_str();

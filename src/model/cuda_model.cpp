@@ -70,6 +70,7 @@ struct CudaModel::Impl {
     int tp = 1, dp = 1, ep = 1;  // group sizes (1 without comms)
     bool world_reduce = false;   // MoE outputs are partial sums: all-reduce over the world
     DeviceBuffer hg, hg32, ycomb, logits_local, logits_gather;  // parallel scratch
+    DeviceBuffer gu_scratch, down_scratch;                      // one expert in bf16 (no bf16 copy kept)
     cudaStream_t stream = nullptr;
     std::unique_ptr<kc::GemmRunner> gemm;
     DeviceBuffer embed, lm_head, final_norm, inv_freq;
@@ -210,6 +211,14 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     mxfp4 = w.layers[0].expert_format == kernels::ExpertFormat::kMxfp4;
     have_bf16_experts = !mxfp4 || opt.bf16_experts;
+    if (mxfp4 && have_bf16_experts) {
+        // A bf16 copy of the experts (~3.8× their MXFP4 bytes) must leave room: gpt-oss-120b's
+        // (228 GB) never fits, so large batches then dequantize one expert at a time instead.
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        const double bf16_bytes = static_cast<double>(c.num_hidden_layers) * E * 3 * I * H * 2;
+        if (bf16_bytes > 0.6 * static_cast<double>(free_b)) have_bf16_experts = false;
+    }
     layers.resize(c.num_hidden_layers);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const LayerWeights& L = w.layers[l];
@@ -282,7 +291,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     sorted = DeviceBuffer(A * 4);
     act = DeviceBuffer(static_cast<int64_t>(opt.mxfp4_max_tokens) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
-    if (have_bf16_experts) {
+    if (mxfp4 && !have_bf16_experts) {  // one expert's bf16 weights at a time (large batches)
+        gu_scratch = DeviceBuffer(2 * I * H * 2);
+        down_scratch = DeviceBuffer(H * I * 2);
+    }
+    {
         xg = DeviceBuffer(A * H * 2);
         gu = DeviceBuffer(A * 2 * I * 4);
         actb = DeviceBuffer(A * I * 2);
@@ -411,8 +424,14 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     for (int e = 0; e < E; ++e) {
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
-        gemm->gemm(xg.as<uint16_t>() + static_cast<int64_t>(off[e]) * H,
-                   D.gu_bf16.as<uint16_t>() + static_cast<int64_t>(e) * 2 * I * H,
+        const uint16_t* wgu = D.gu_bf16.as<uint16_t>() + static_cast<int64_t>(e) * 2 * I * H;
+        if (!have_bf16_experts) {  // dequantize this expert into the scratch (stream order keeps it safe)
+            kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 2,
+                              D.gu_scales.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 32, 2 * I, H,
+                              gu_scratch.get(), stream);
+            wgu = gu_scratch.as<uint16_t>();
+        }
+        gemm->gemm(xg.as<uint16_t>() + static_cast<int64_t>(off[e]) * H, wgu,
                    gu.as<float>() + static_cast<int64_t>(off[e]) * 2 * I, kc::GemmOut::kF32, n, 2 * I, H, stream);
     }
     kc::moe_swiglu_sorted(gu.as<float>(), D.gu_b.as<float>(), offsets.as<int32_t>(), E, An, I,
@@ -420,8 +439,14 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     for (int e = 0; e < E; ++e) {
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
-        gemm->gemm(actb.as<uint16_t>() + static_cast<int64_t>(off[e]) * I,
-                   D.down_bf16.as<uint16_t>() + static_cast<int64_t>(e) * H * I,
+        const uint16_t* wdn = D.down_bf16.as<uint16_t>() + static_cast<int64_t>(e) * H * I;
+        if (!have_bf16_experts) {
+            kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>() + static_cast<int64_t>(e) * H * I / 2,
+                              D.down_scales.as<uint8_t>() + static_cast<int64_t>(e) * H * I / 32, H, I,
+                              down_scratch.get(), stream);
+            wdn = down_scratch.as<uint16_t>();
+        }
+        gemm->gemm(actb.as<uint16_t>() + static_cast<int64_t>(off[e]) * I, wdn,
                    yd.as<float>() + static_cast<int64_t>(off[e]) * H, kc::GemmOut::kF32, n, H, I, stream);
     }
     kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), An, H,
