@@ -78,6 +78,7 @@ struct CudaModel::Impl {
     std::vector<DeviceLayer> layers;
     bool mxfp4 = false;
     bool have_bf16_experts = false;
+    int mxfp4_tokens = 32;  // batches up to this many MoE rows take the weight-only MXFP4 kernels
     int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
     size_t weight_bytes = 0, kv_bytes = 0;
 
@@ -289,7 +290,10 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     expert_w = DeviceBuffer(A * 4);
     offsets = DeviceBuffer((E + 2) * 4);  // + the EP bucket of other ranks' experts
     sorted = DeviceBuffer(A * 4);
-    act = DeviceBuffer(static_cast<int64_t>(opt.mxfp4_max_tokens) * K * I * 4);
+    // Without a bf16 copy the large-batch path dequantizes every active expert (~113 MB of traffic
+    // each) per layer: the weight-only kernels stay cheaper up to ~128 tokens (r15/r16).
+    mxfp4_tokens = have_bf16_experts ? opt.mxfp4_max_tokens : std::max(opt.mxfp4_max_tokens, 128);
+    act = DeviceBuffer(static_cast<int64_t>(mxfp4_tokens) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
     if (mxfp4 && !have_bf16_experts) {  // one expert's bf16 weights at a time (large batches)
         gu_scratch = DeviceBuffer(2 * I * H * 2);
@@ -379,7 +383,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     DeviceLayer& D = layers[l];
     const int H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, K = c.experts_per_token;
     const int A = T * K;
-    const bool small = mxfp4 && T <= opt.mxfp4_max_tokens;
+    const bool small = mxfp4 && T <= mxfp4_tokens;
     if (ep > 1) {
         // Other ranks' experts go to bucket E, which no expert kernel reads: their rows of y must
         // read as zero in the combine.
@@ -847,7 +851,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     };
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
-    const bool graphable = use_graphs && !profile && decode && mxfp4 && Tm <= opt.mxfp4_max_tokens && R <= kLogitChunk;
+    const bool graphable = use_graphs && !profile && decode && mxfp4 && Tm <= mxfp4_tokens && R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {

@@ -134,33 +134,37 @@ TEST(CudaModel, MatchesTransformersOnFixtures) {
     }
 }
 
-// Large batches without a bf16 copy of the experts (how gpt-oss-120b fits one H200): each active
-// expert is dequantized into a scratch buffer before its GEMMs. The dequantization is exact and the
-// GEMMs are the same, so the logits must equal the bf16-copy path's to fp32 noise.
-TEST(CudaModel, LargeBatchWithoutBf16ExpertCopyMatches) {
+// Batches without a bf16 copy of the experts (how gpt-oss-120b fits one H200): up to 128 tokens
+// the weight-only MXFP4 kernels (fp32 inputs), above that each active expert is dequantized into
+// a scratch buffer before its GEMMs, which is exact, so those logits must equal the bf16-copy
+// path's to fp32 noise; the MXFP4-kernel logits differ by the bf16 rounding of the GEMM inputs.
+TEST(CudaModel, BatchesWithoutBf16ExpertCopyMatch) {
     REQUIRE_GPU();
     auto w = model::GptOssWeights::load(std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/tiny_a");
     ASSERT_TRUE(w.ok());
-    const int V = (*w)->config.vocab_size, T = 100;
-    std::vector<int32_t> ids(T);
-    for (int i = 0; i < T; ++i) ids[i] = (i * 53 + 7) % V;
-    auto table = identity_table(T / 16 + 2);
-    std::vector<float> out[2];
-    for (int copy = 0; copy < 2; ++copy) {
-        auto o = small_options();
-        o.bf16_experts = copy == 1;
-        auto m = CudaModel::create(**w, o);
-        ASSERT_TRUE(m.ok()) << m.status().to_string();
-        ForwardSequence s{ids, 0, table, table, true};
-        ASSERT_TRUE((*m)->forward(std::span(&s, 1), &out[copy]).ok());
+    const int V = (*w)->config.vocab_size;
+    for (const auto& [T, tol] : {std::pair<int, double>{200, 1e-6}, {100, 1e-2}}) {
+        std::vector<int32_t> ids(T);
+        for (int i = 0; i < T; ++i) ids[i] = (i * 53 + 7) % V;
+        auto table = identity_table(T / 16 + 2);
+        std::vector<float> out[2];
+        for (int copy = 0; copy < 2; ++copy) {
+            auto o = small_options();
+            o.bf16_experts = copy == 1;
+            auto m = CudaModel::create(**w, o);
+            ASSERT_TRUE(m.ok()) << m.status().to_string();
+            ForwardSequence s{ids, 0, table, table, true};
+            ASSERT_TRUE((*m)->forward(std::span(&s, 1), &out[copy]).ok());
+        }
+        ASSERT_EQ(out[0].size(), out[1].size());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < out[0].size(); ++i) {
+            num += (out[0][i] - out[1][i]) * (out[0][i] - out[1][i]);
+            den += out[1][i] * out[1][i];
+        }
+        std::printf("  %d tokens without the bf16 copy: rel L2 %.3g\n", T, std::sqrt(num / den));
+        EXPECT_LE(std::sqrt(num / den), tol) << T << " tokens";
     }
-    ASSERT_EQ(out[0].size(), out[1].size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) {
-        num += (out[0][i] - out[1][i]) * (out[0][i] - out[1][i]);
-        den += out[1][i] * out[1][i];
-    }
-    EXPECT_LE(std::sqrt(num / den), 1e-6);
 }
 
 // Real gpt-oss widths (hidden 2880, 64/8 heads, 32 experts, window 128), 2 layers, small vocab:
