@@ -96,6 +96,7 @@ struct CudaModel::Impl {
     Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
                    std::span<const CudaModel::SampleParams> sample_params, std::vector<int32_t>* sampled,
                    int dp_max_tokens);
+    Status validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full, int blocks_sliding) const;
     // The experts on T rows of (h_bf16, h_f32); expert ids are this rank's (localized under EP).
     void moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32);
     void set_device() const {
@@ -455,6 +456,48 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     }
     kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), An, H,
                     y.as<float>(), stream);
+}
+
+Status CudaModel::Impl::validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full,
+                                 int blocks_sliding) const {
+    const int bs = opt.block_size, V = c.vocab_size;
+    if (static_cast<int>(seqs.size()) > opt.max_seqs)
+        return invalid_argument("batch of " + std::to_string(seqs.size()) + " sequences exceeds max_seqs " +
+                                std::to_string(opt.max_seqs));
+    int64_t tokens = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        const ForwardSequence& q = seqs[s];
+        const int64_t n = static_cast<int64_t>(q.tokens.size());
+        if (n == 0) return invalid_argument("sequence " + std::to_string(s) + " has no new tokens");
+        if (sample && q.all_logits) return invalid_argument("forward_sample takes one logits row per sequence");
+        tokens += n;
+        const int64_t end = static_cast<int64_t>(q.start_pos) + n;
+        if (q.start_pos < 0 || end > c.max_position_embeddings)
+            return out_of_range("positions up to " + std::to_string(end) + " exceed the model's context of " +
+                                std::to_string(c.max_position_embeddings) + " tokens");
+        const int64_t nb = (end + bs - 1) / bs;
+        if (static_cast<int64_t>(q.block_table_full.size()) < nb ||
+            static_cast<int64_t>(q.block_table_sliding.size()) < nb)
+            return invalid_argument("block table too short for " + std::to_string(end) + " positions");
+        const int64_t first_sliding = std::max<int64_t>(0, q.start_pos - c.sliding_window + 1) / bs;
+        for (int64_t b = 0; b < nb; ++b) {
+            const int32_t f = q.block_table_full[b], sl = q.block_table_sliding[b];
+            if (f < 0 || f >= blocks_full)
+                return invalid_argument("block table entry " + std::to_string(b) + " = " + std::to_string(f) +
+                                        " is not a valid block");
+            if (b >= first_sliding && (sl < 0 || sl >= blocks_sliding))
+                return invalid_argument("sliding block table entry " + std::to_string(b) + " = " + std::to_string(sl) +
+                                        " is not a valid block");
+        }
+        for (int32_t id : q.tokens)
+            if (id < 0 || id >= V)
+                return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                        std::to_string(V) + ")");
+    }
+    if (tokens > opt.max_tokens)
+        return invalid_argument("batch of " + std::to_string(tokens) + " tokens exceeds max_tokens " +
+                                std::to_string(opt.max_tokens));
+    return ok_status();
 }
 
 Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vector<float>* out,
@@ -924,6 +967,16 @@ Status CudaModel::forward_sample(std::span<const ForwardSequence> seqs, std::spa
                                  std::vector<int32_t>* ids, int dp_max_tokens) {
     return impl_->forward(seqs, nullptr, params, ids, dp_max_tokens);
 }
+Status CudaModel::validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full,
+                           int blocks_sliding) const {
+    if (impl_->kv_bytes == 0) return failed_precondition("forward before the KV cache was allocated");
+    return impl_->validate(seqs, sample, blocks_full < 0 ? impl_->num_blocks_full : blocks_full,
+                           blocks_sliding < 0 ? impl_->num_blocks_sliding : blocks_sliding);
+}
+size_t CudaModel::free_device_memory(int device) {
+    if (device >= 0 && cudaSetDevice(device) != cudaSuccess) return 0;
+    return free_device_memory();
+}
 void CudaModel::fill_kv_random(uint64_t seed) {
     impl_->set_device();
     for (size_t l = 0; l < impl_->layers.size(); ++l) {
@@ -978,6 +1031,10 @@ Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<con
 void CudaModel::fill_kv_random(uint64_t) {}
 Status CudaModel::allocate_kv_cache(int, int, int) { return unimplemented("no CUDA backend"); }
 size_t CudaModel::free_device_memory() { return 0; }
+size_t CudaModel::free_device_memory(int) { return 0; }
+Status CudaModel::validate(std::span<const ForwardSequence>, bool, int, int) const {
+    return unimplemented("no CUDA backend");
+}
 bool cuda_available() { return false; }
 int cuda_device_count() { return 0; }
 

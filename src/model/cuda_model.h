@@ -37,8 +37,15 @@ public:
 
     // With defer_kv_cache: allocates the paged cache (bf16 K and V per layer). Once.
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);
-    // Free device memory now (0 without a device).
+    // Free device memory now (0 without a device), on the current device or on `device`.
     static size_t free_device_memory();
+    static size_t free_device_memory(int device);
+
+    // The host-side checks forward() starts with (batch and token limits, token ids, positions,
+    // block tables against the given block counts; -1 = this model's), without running anything.
+    // The parallel driver runs them for every DP group before any rank starts a step.
+    Status validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full = -1,
+                    int blocks_sliding = -1) const;
 
     // Same contract as CpuForward::forward (block ids index this model's KV cache); logits are
     // copied to host.

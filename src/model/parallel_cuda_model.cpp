@@ -1,7 +1,9 @@
 #include "model/parallel_cuda_model.h"
 
 #include <algorithm>
+#include <climits>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -116,9 +118,20 @@ StatusOr<std::unique_ptr<ParallelCudaModel>> ParallelCudaModel::create(const Gpt
         p->shards_.push_back(std::move(w));
     }
     p->workers_ = std::make_unique<Workers>(n);
+    // One decision for every rank on keeping a bf16 copy of the experts (it picks the MoE kernels):
+    // from the least free memory, as CudaModel would decide for one GPU.
+    CudaModelOptions shared = options;
+    if (shared.bf16_experts && !full.layers.empty() && full.layers[0].expert_format == kernels::ExpertFormat::kMxfp4) {
+        size_t least = SIZE_MAX;
+        for (int d : devices) least = std::min(least, CudaModel::free_device_memory(d));
+        const WeightShard& s0 = p->shards_[0]->shard;
+        const double bytes = static_cast<double>(full.config.num_hidden_layers) * s0.num_experts * 3.0 * s0.inter_size *
+                             full.config.hidden_size * 2.0;
+        if (bytes > 0.6 * static_cast<double>(least)) shared.bf16_experts = false;
+    }
     const bool size_kv = options.num_blocks_full <= 0 && !options.defer_kv_cache;
     RETURN_IF_ERROR(p->run_all([&](int r) -> Status {
-        CudaModelOptions o = options;
+        CudaModelOptions o = shared;
         o.device = devices[r];
         o.comms = &p->comms_[r];
         o.defer_kv_cache = true;  // every rank of a DP group needs the same block count: sized below
@@ -174,7 +187,7 @@ size_t ParallelCudaModel::free_device_memory() {
     return *std::min_element(free_b.begin(), free_b.end());
 }
 
-Status ParallelCudaModel::split(std::span<const ForwardSequence> seqs, std::span<const int> dp_group,
+Status ParallelCudaModel::split(std::span<const ForwardSequence> seqs, std::span<const int> dp_group, bool sample,
                                 std::vector<std::vector<ForwardSequence>>* per_group,
                                 std::vector<std::vector<size_t>>* members, int* max_tokens) const {
     const int dp = layout_.dp;
@@ -202,6 +215,14 @@ Status ParallelCudaModel::split(std::span<const ForwardSequence> seqs, std::span
         (*per_group)[g].push_back(s);
         tokens[g] = 1;
     }
+    // Every group's batch is checked before any rank starts: a group failing alone would leave the
+    // others waiting in a collective. Block ids must stay below num_blocks() (the scratch block is
+    // the placeholder's).
+    for (int g = 0; g < dp; ++g) {
+        if ((*members)[g].empty()) continue;
+        RETURN_IF_ERROR(
+            models_[g * layout_.tp]->validate((*per_group)[g], sample, num_blocks(false), num_blocks(true)));
+    }
     *max_tokens = *std::max_element(tokens.begin(), tokens.end());
     return ok_status();
 }
@@ -212,7 +233,7 @@ Status ParallelCudaModel::forward(std::span<const ForwardSequence> seqs, std::ve
     std::vector<std::vector<ForwardSequence>> per_group;
     std::vector<std::vector<size_t>> members;
     int max_tokens = 0;
-    RETURN_IF_ERROR(split(seqs, dp_group, &per_group, &members, &max_tokens));
+    RETURN_IF_ERROR(split(seqs, dp_group, false, &per_group, &members, &max_tokens));
     const int tp = layout_.tp;
     std::vector<std::vector<float>> out(models_.size());
     RETURN_IF_ERROR(run_all([&](int r) {
@@ -249,7 +270,7 @@ Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,
     std::vector<std::vector<ForwardSequence>> per_group;
     std::vector<std::vector<size_t>> members;
     int max_tokens = 0;
-    RETURN_IF_ERROR(split(seqs, dp_group, &per_group, &members, &max_tokens));
+    RETURN_IF_ERROR(split(seqs, dp_group, true, &per_group, &members, &max_tokens));
     std::vector<std::vector<CudaModel::SampleParams>> group_params(layout_.dp);
     for (int g = 0; g < layout_.dp; ++g) {
         for (size_t i : members[g]) group_params[g].push_back(params[i]);

@@ -51,7 +51,7 @@ private:
     ParallelCudaModel(const GptOssWeights& full, const parallel::ParallelConfig& layout);
     // Runs fn(rank) on every rank's worker thread and waits; returns the first error.
     Status run_all(const std::function<Status(int)>& fn);
-    Status split(std::span<const ForwardSequence> seqs, std::span<const int> dp_group,
+    Status split(std::span<const ForwardSequence> seqs, std::span<const int> dp_group, bool sample,
                  std::vector<std::vector<ForwardSequence>>* per_group, std::vector<std::vector<size_t>>* members,
                  int* max_tokens) const;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 
 namespace gptoss::parallel {
 
@@ -12,8 +13,10 @@ std::string ParallelConfig::to_string() const {
 
 Status ParallelConfig::validate() const {
     if (tp < 1 || dp < 1 || ep < 1) return invalid_argument("tp, dp and ep must be at least 1 (" + to_string() + ")");
-    if (world_size() > 1024)
-        return invalid_argument("world of " + std::to_string(world_size()) + " ranks is too large");
+    // Each factor first: tp · dp must not overflow before it is checked.
+    if (tp > 1024 || dp > 1024 || ep > 1024 || static_cast<int64_t>(tp) * dp > 1024) {
+        return invalid_argument(to_string() + ": at most 1024 ranks");
+    }
     if (world_size() % ep != 0) {
         return invalid_argument("ep " + std::to_string(ep) +
                                 " must divide the world size tp × dp = " + std::to_string(world_size()));

@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -284,14 +285,19 @@ __global__ void __launch_bounds__(kV2Warps * 32) gemv_v2_kernel(const __grid_con
 // Resident CTAs per SM × SMs for one instance, queried once (host-only: graph-capturable).
 template <typename XT, int NC>
 int v2_grid_limit() {
-    static int blocks = 0;
-    if (blocks == 0) {
-        int device = 0, sms = 0, per_sm = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_v2_kernel<XT, NC>, kV2Warps * 32, 0));
-        blocks = std::max(1, per_sm) * sms;
+    // Per device, and safe from the ranks' threads of a parallel layout.
+    constexpr int kDevices = 64;
+    static std::atomic<int> cached[kDevices];
+    int device = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    if (device < kDevices) {
+        const int b = cached[device].load(std::memory_order_acquire);
+        if (b != 0) return b;
     }
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_v2_kernel<XT, NC>, kV2Warps * 32, 0));
+    const int blocks = std::max(1, per_sm) * sms;
+    if (device < kDevices) cached[device].store(blocks, std::memory_order_release);
     return blocks;
 }
 

@@ -41,7 +41,8 @@ TEST(WorldTest, ParsesLayoutsInEverySpelling) {
     ASSERT_TRUE(c.ok());
     EXPECT_EQ(c->ep, 1);
     EXPECT_EQ(c->world_size(), 8);
-    for (const char* bad : {"tp=0", "tp=2,tp=2", "xx=3", "tp=", "ep=3,tp=2", "tp=-1", "tp=2;dp=2"}) {
+    for (const char* bad : {"tp=0", "tp=2,tp=2", "xx=3", "tp=", "ep=3,tp=2", "tp=-1", "tp=2;dp=2", "tp=2,dp=1073741824",
+                            "tp=8,dp=536870912", "tp=2000"}) {
         EXPECT_FALSE(ParallelConfig::parse(bad).ok()) << bad;
     }
 }
