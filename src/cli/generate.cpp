@@ -210,13 +210,12 @@ int run_generate(const GenerateOptions& o) {
     std::unique_ptr<runtime::ModelRunner> runner;
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
-    if (!layout->trivial() && o.backend != "cuda") return fail("--layout needs --backend cuda");
     if (o.backend == "cuda") {
         auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
-        runner = std::make_unique<runtime::CpuModelRunner>(weights);
+        runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout);  // ranks as threads
     }
     runtime::EngineConfig ec;
     ec.block_size = o.block_size;
@@ -323,7 +322,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--stop", o->stop, "Stop string (repeatable; needs a tokenizer)");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's EOS ids");
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
-    sub->add_option("--layout", o->layout, "Parallel layout on several GPUs: tp=2,ep=2,dp=1 (cuda)")
+    sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
     sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache budget (default: room for every request)");
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();

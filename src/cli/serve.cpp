@@ -47,7 +47,6 @@ int run_serve(const ServeOptions& o) {
     auto layout_or = parallel::ParallelConfig::parse(o.layout);
     if (!layout_or.ok()) return fail(layout_or.status().message());
     const parallel::ParallelConfig layout = *layout_or;
-    if (!layout.trivial() && o.backend != "cuda") return fail("--layout needs --backend cuda");
 
     // Block the stop signals in every thread (all are created below, and inherit the mask); one
     // thread waits for them with sigwait, so no handler runs inside a worker.
@@ -76,7 +75,7 @@ int run_serve(const ServeOptions& o) {
                              runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
                                                               engine_config.scheduler.max_num_batched_tokens, layout));
         } else {
-            runner = std::make_unique<runtime::CpuModelRunner>(shared);
+            runner = std::make_unique<runtime::CpuModelRunner>(shared, layout);  // ranks as threads
         }
         return runtime::Engine::create(std::move(runner), engine_config);
     };
@@ -142,7 +141,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
     sub->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
-    sub->add_option("--layout", o->layout, "Parallel layout on several GPUs: tp=2,ep=2,dp=1 (cuda)")
+    sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
     sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")

@@ -8,12 +8,16 @@
 
 namespace gptoss::runtime {
 
-CpuModelRunner::CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights)
-    : weights_(std::move(weights)), forward_(*weights_) {}
+CpuModelRunner::CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
+                               const parallel::ParallelConfig& layout)
+    : weights_(std::move(weights)), forward_(*weights_), layout_(layout) {}
 
 KvGeometry CpuModelRunner::kv_geometry(int block_size) const {
     const model::GptOssConfig& c = weights_->config;
-    const size_t per_layer = 2 * static_cast<size_t>(block_size) * c.kv_width() * sizeof(float);  // K and V
+    // K and V; under a layout every DP group holds the pool, each TP rank its kv heads (replicated
+    // when TP exceeds them).
+    const int kv_heads = std::max(c.num_key_value_heads, layout_.tp) * layout_.dp;
+    const size_t per_layer = 2 * static_cast<size_t>(block_size) * kv_heads * c.head_dim * sizeof(float);
     KvGeometry g;
     g.block_size = block_size;
     for (int l = 0; l < c.num_hidden_layers; ++l)
@@ -35,13 +39,18 @@ size_t CpuModelRunner::free_memory_bytes() const {
 }
 
 Status CpuModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) {
-    if (kv_) return failed_precondition("the KV cache is already allocated");
+    if (kv_ || parallel_) return failed_precondition("the KV cache is already allocated");
+    if (!layout_.trivial()) {
+        ASSIGN_OR_RETURN(
+            parallel_, model::ParallelCpuForward::create(*weights_, layout_, block_size, counts.full, counts.sliding));
+        return ok_status();
+    }
     kv_ = std::make_unique<model::CpuKvCache>(weights_->config, block_size, counts.full, counts.sliding);
     return ok_status();
 }
 
 Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
-    if (!kv_) return failed_precondition("forward before allocate_kv_cache");
+    if (!kv_ && !parallel_) return failed_precondition("forward before allocate_kv_cache");
     seqs_.clear();
     for (const BatchSequence& s : batch.seqs) {
         model::ForwardSequence f;
@@ -54,7 +63,14 @@ Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
     }
     // CpuForward gives the last token's logits for every sequence; keep the rows asked for.
     rows_.clear();
-    RETURN_IF_ERROR(forward_.forward(seqs_, *kv_, &rows_));
+    if (parallel_) {
+        dp_group_.clear();
+        for (const auto& s : seqs_)
+            dp_group_.push_back(s.block_table_full.empty() ? 0 : s.block_table_full[0] % layout_.dp);
+        RETURN_IF_ERROR(parallel_->forward(seqs_, dp_group_, &rows_));
+    } else {
+        RETURN_IF_ERROR(forward_.forward(seqs_, *kv_, &rows_));
+    }
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
         if (!batch.seqs[i].need_logits) continue;

@@ -6,13 +6,18 @@
 
 #include "model/gpt_oss_forward.h"
 #include "model/gpt_oss_weights.h"
+#include "model/parallel_cpu_forward.h"
+#include "parallel/world.h"
 #include "runtime/model_runner.h"
 
 namespace gptoss::runtime {
 
 class CpuModelRunner : public ModelRunner {
 public:
-    explicit CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights);
+    // layout: simulated ranks (threads, model/parallel_cpu_forward.h), the CPU twin of the CUDA
+    // runner's parallel layouts; under DP a sequence runs on group block_table_full[0] % dp as there.
+    explicit CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
+                            const parallel::ParallelConfig& layout = {});
 
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;
@@ -24,8 +29,11 @@ private:
     std::shared_ptr<const model::GptOssWeights> weights_;
     model::CpuForward forward_;
     std::unique_ptr<model::CpuKvCache> kv_;
-    std::vector<model::ForwardSequence> seqs_;  // scratch
-    std::vector<float> rows_;                   // [num_seqs, vocab_size] scratch
+    parallel::ParallelConfig layout_;
+    std::unique_ptr<model::ParallelCpuForward> parallel_;  // non-trivial layouts
+    std::vector<int> dp_group_;                            // scratch
+    std::vector<model::ForwardSequence> seqs_;             // scratch
+    std::vector<float> rows_;                              // [num_seqs, vocab_size] scratch
 };
 
 }  // namespace gptoss::runtime

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,6 +27,14 @@ struct Generation {
     int trim_bytes = 0;
 
     bool same_tokens(const Generation& o) const { return ids == o.ids && logprobs == o.logprobs && finish == o.finish; }
+    // Same ids and finish; logprobs within `tol` (sums regrouped across simulated ranks).
+    bool same_tokens(const Generation& o, float tol) const {
+        if (tol == 0.0f) return same_tokens(o);
+        if (ids != o.ids || finish != o.finish || logprobs.size() != o.logprobs.size()) return false;
+        for (size_t i = 0; i < logprobs.size(); ++i)
+            if (std::fabs(logprobs[i] - o.logprobs[i]) > tol) return false;
+        return true;
+    }
 };
 
 inline std::string describe(const Generation& g) {
@@ -85,8 +94,9 @@ inline Generation reference_generate(const model::GptOssWeights& w, const Reques
     }
 }
 
-inline std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg) {
-    auto e = Engine::create(std::make_unique<CpuModelRunner>(std::move(w)), std::move(cfg));
+inline std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg,
+                                           const parallel::ParallelConfig& layout = {}) {
+    auto e = Engine::create(std::make_unique<CpuModelRunner>(std::move(w), layout), std::move(cfg));
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     return e.ok() ? std::move(*e) : nullptr;
 }
@@ -130,10 +140,11 @@ inline Request copy_request(const Request& r) { return r; }
 // Every request of `reqs` in one concurrent run, the second half joining after the first half has
 // produced tokens, each result compared with the reference. `cfg` sets the engine's budget.
 inline void expect_batch_matches_reference(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg,
-                                           const std::vector<Request>& reqs, EngineStats* stats_out = nullptr) {
+                                           const std::vector<Request>& reqs, EngineStats* stats_out = nullptr,
+                                           const parallel::ParallelConfig& layout = {}, float logprob_tol = 0.0f) {
     std::vector<Generation> want;
     for (const Request& r : reqs) want.push_back(reference_generate(*w, r));
-    auto engine = make_engine(w, cfg);
+    auto engine = make_engine(w, cfg, layout);
     ASSERT_TRUE(engine);
     const size_t first = (reqs.size() + 1) / 2;
     std::vector<RequestHandle> handles;
@@ -173,7 +184,7 @@ inline void expect_batch_matches_reference(std::shared_ptr<const model::GptOssWe
         } else {
             got[i] = collect(handles[i]);
         }
-        EXPECT_TRUE(got[i].same_tokens(want[i]))
+        EXPECT_TRUE(got[i].same_tokens(want[i], logprob_tol))
             << "request " << i << " (prompt " << reqs[i].prompt.size() << "): engine " << describe(got[i])
             << " vs alone " << describe(want[i]);
     }
