@@ -523,10 +523,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     if (kv_bytes == 0) return failed_precondition("forward before the KV cache was allocated");
     // Under parallelism every rank must join every collective: an empty step is the driver's bug.
     if (seqs.empty()) return opt.comms ? invalid_argument("a parallel rank needs a sequence every step") : ok_status();
-    if (static_cast<int>(seqs.size()) > opt.max_seqs)
-        return invalid_argument("batch of " + std::to_string(seqs.size()) + " sequences exceeds max_seqs " +
-                                std::to_string(opt.max_seqs));
-    // Host-side metadata (validated like the CPU path).
+    RETURN_IF_ERROR(validate(seqs, sampled != nullptr, num_blocks_full, num_blocks_sliding));
+    // Host-side metadata (the batch is valid from here on).
     std::vector<int32_t> h_ids, h_pos, h_sf, h_ss, h_rows, h_seq_start, h_qstart = {0};
     // Block tables go up with a row stride of this batch's longest table, not the model maximum.
     int stride = 1;
@@ -543,32 +541,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     for (size_t s = 0; s < seqs.size(); ++s) {
         const ForwardSequence& q = seqs[s];
         const int n = static_cast<int>(q.tokens.size());
-        if (n == 0) return invalid_argument("sequence " + std::to_string(s) + " has no new tokens");
-        const int64_t end = static_cast<int64_t>(q.start_pos) + n;
-        if (q.start_pos < 0 || end > c.max_position_embeddings)
-            return out_of_range("positions up to " + std::to_string(end) + " exceed the model's context of " +
-                                std::to_string(c.max_position_embeddings) + " tokens");
-        const int64_t nb = (end + bs - 1) / bs;
-        if (static_cast<int64_t>(q.block_table_full.size()) < nb ||
-            static_cast<int64_t>(q.block_table_sliding.size()) < nb)
-            return invalid_argument("block table too short for " + std::to_string(end) + " positions");
-        const int64_t first_sliding = std::max<int64_t>(0, q.start_pos - c.sliding_window + 1) / bs;
+        const int64_t nb = (static_cast<int64_t>(q.start_pos) + n + bs - 1) / bs;
         for (int64_t b = 0; b < nb; ++b) {
-            const int32_t f = q.block_table_full[b], sl = q.block_table_sliding[b];
-            if (f < 0 || f >= num_blocks_full)
-                return invalid_argument("block table entry " + std::to_string(b) + " = " + std::to_string(f) +
-                                        " is not a valid block");
-            if (b >= first_sliding && (sl < 0 || sl >= num_blocks_sliding))
-                return invalid_argument("sliding block table entry " + std::to_string(b) + " = " + std::to_string(sl) +
-                                        " is not a valid block");
-            h_tf[s * stride + b] = f;
-            h_ts[s * stride + b] = sl;
+            h_tf[s * stride + b] = q.block_table_full[b];
+            h_ts[s * stride + b] = q.block_table_sliding[b];
         }
         for (int i = 0; i < n; ++i) {
             const int32_t id = q.tokens[i];
-            if (id < 0 || id >= V)
-                return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                        std::to_string(V) + ")");
             const int pos = q.start_pos + i;
             if (q.all_logits || i == n - 1) h_rows.push_back(static_cast<int32_t>(h_ids.size()));
             h_ids.push_back(id);
@@ -582,9 +561,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         decode = decode && n == 1;
     }
     const int T = static_cast<int>(h_ids.size());
-    if (T > opt.max_tokens)
-        return invalid_argument("batch of " + std::to_string(T) + " tokens exceeds max_tokens " +
-                                std::to_string(opt.max_tokens));
     // MoE rows: under DP every group's tokens, each group padded to the largest.
     const int Tmax = dp > 1 ? dp_max_tokens : T;
     if (dp > 1 && (Tmax < T || Tmax > opt.max_tokens))
