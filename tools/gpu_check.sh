@@ -4,7 +4,8 @@
 # Binaries are built on the development machine (scripts/build_for_gpu.sh) and carried in .device/.
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
-#   stages: tests attn_bench verify bench peer multi sweep fixtures
+#   stages: tests attn_bench verify bench bench_fp8 peer multi sweep fixtures profile
+#   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, PROFILE_ARGS, VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,7 +33,7 @@ for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
     tests)
-      $BIN/cuda_kernel_tests > "$OUT/cuda_kernel_tests.log" 2>&1
+      $BIN/cuda_kernel_tests ${TEST_FILTER:+--gtest_filter=$TEST_FILTER} > "$OUT/cuda_kernel_tests.log" 2>&1
       rc=$?
       grep -E '^\[attn\]|rel L2|whole-prompt|real widths|^\[  (PASSED|FAILED) |^\[  FAILED' "$OUT/cuda_kernel_tests.log" | grep -E 'FAIL|PASSED|whole-prompt|real widths' | head -40
       summary+=("tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_kernel_tests.log" | tr '\n' ' ')")
@@ -47,7 +48,7 @@ for stage in "$@"; do
       fi
       ;;
     verify)
-      python3 tools/verify_full_size.py --gptoss $BIN/gptoss --preset gpt-oss-20b --work "$WORK" \
+      python3 tools/verify_full_size.py --gptoss $BIN/gptoss --preset gpt-oss-20b --work "$WORK" ${VERIFY_ARGS:-} \
         --json "$OUT/verify_20b.json" 2>&1 | tee "$OUT/verify_20b.log" | grep -vE 'Loading|it/s' | tail -12
       summary+=("verify rc=${PIPESTATUS[0]}")
       ;;
@@ -57,6 +58,14 @@ for stage in "$@"; do
         ${BENCH_ARGS:-} > "$OUT/bench_20b.log" 2>&1
       summary+=("bench rc=$?")
       cat "$OUT/bench_20b.md"
+      ;;
+    bench_fp8)
+      # The same benchmark with FP8 weights (gptoss bench --fp8).
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      $BIN/gptoss bench --fp8 --model "$WORK/gpt-oss-20b" --json "$OUT/bench_20b_fp8.json" --markdown "$OUT/bench_20b_fp8.md" \
+        ${BENCH_ARGS:-} > "$OUT/bench_20b_fp8.log" 2>&1
+      summary+=("bench_fp8 rc=$?")
+      cat "$OUT/bench_20b_fp8.md"
       ;;
     peer)
       python3 tools/bench_peer_transformers.py --model "$WORK/gpt-oss-20b" --json "$OUT/peer_20b.json" \
@@ -87,6 +96,17 @@ for stage in "$@"; do
       summary+=("fixtures verify rc=$?")
       tail -12 "$OUT/fixtures.log"
       tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
+      ;;
+    profile)
+      # Device time per stage (CUDA events between stages, no graphs): batch-1 decode and 8k prefill.
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      GPTOSS_PROFILE=1 $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill "" --batch 1 --context 1024 \
+        --decode-steps 8 ${PROFILE_ARGS:-} > "$OUT/profile_decode.log" 2>&1
+      GPTOSS_PROFILE=1 $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill 8192 --batch "" --repeats 1 \
+        ${PROFILE_ARGS:-} > "$OUT/profile_prefill.log" 2>&1
+      summary+=("profile rc=$?")
+      grep -A20 GPTOSS_PROFILE "$OUT/profile_decode.log" | head -24
+      grep -A20 GPTOSS_PROFILE "$OUT/profile_prefill.log" | head -24
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

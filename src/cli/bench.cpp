@@ -42,7 +42,8 @@ struct BenchOptions {
     std::string md_out;
     std::string layout = "tp=1";
     bool sweep = false;
-    int gpus = 0;  // sweep: largest world (0: every visible GPU)
+    int gpus = 0;      // sweep: largest world (0: every visible GPU)
+    bool fp8 = false;  // FP8 attention / lm_head / large-batch experts (model::CudaModelOptions::fp8)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -55,12 +56,14 @@ struct ModelCounts {
     int full_layers, sliding_layers;
 };
 
-ModelCounts count(const model::GptOssConfig& c) {
+ModelCounts count(const model::GptOssConfig& c, bool fp8) {
     ModelCounts m{};
     const double H = c.hidden_size, I = c.intermediate_size, E = c.num_experts;
     const double qw = c.q_width(), kvw = c.kv_width();
     const double attn = H * (qw + 2 * kvw) + qw * H;  // weights per layer
-    m.dense_bytes_per_token = c.num_hidden_layers * (attn * 2 + E * H * 2) + c.vocab_size * H * 2;
+    // FP8: QKV, O and lm_head at one byte a weight (block scales: 1/16384 of that); the router stays bf16.
+    const double wb = fp8 ? 1.0 : 2.0;
+    m.dense_bytes_per_token = c.num_hidden_layers * (attn * wb + E * H * 2) + c.vocab_size * H * wb;
     m.expert_bytes = (2 * I * H + H * I) * 4.25 / 8;
     m.flops_per_token = 2.0 * c.num_hidden_layers * (attn + E * H + c.experts_per_token * (2 * I * H + H * I));
     m.lm_head_flops = 2.0 * c.vocab_size * H;
@@ -93,14 +96,16 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     model::CudaModelOptions opt;
     opt.max_tokens = std::max({max_prefill, max_batch, 256});
     opt.max_seqs = std::max(max_batch, 1);
+    opt.fp8 = o.fp8;
     // A one-shot prefill writes every position into the sliding layers too.
     opt.num_blocks_sliding = std::max(opt.max_seqs * ((c.sliding_window + 15) / 16 + 2), max_prefill / 16 + 2);
     auto created = model::ParallelCudaModel::create(weights, layout, opt);
     if (!created.ok()) return created.status().message();
     model::ParallelCudaModel& m = **created;
-    const ModelCounts mc = count(c);
+    const ModelCounts mc = count(c, o.fp8);
     const double bandwidth = o.bandwidth * W, peak = o.peak_flops * W, price = o.price * W;
     report["layout"] = layout.to_string();
+    report["weights"] = o.fp8 ? "fp8" : "bf16";
     report["gpus"] = W;
     const int bs = m.block_size();
     std::mt19937 rng(1);
@@ -111,7 +116,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     };
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
-    md += "## " + layout.to_string() + " (" + std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
+    md += "## " + layout.to_string() + (o.fp8 ? ", FP8 weights" : "") + " (" + std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
           ")\n\n### Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
           "|\n|---:|---:|---:|---:|---:|---:|\n";
 
@@ -351,6 +356,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--markdown", o->md_out, "Write the tables as Markdown");
     sub->add_option("--layout", o->layout, "Parallel layout, e.g. tp=2,ep=2 or EP4·DP1·TP4")->capture_default_str();
     sub->add_flag("--sweep", o->sweep, "Every valid layout on 1, 2, 4, 8 GPUs, and the best per regime");
+    sub->add_flag("--fp8", o->fp8, "FP8 block-scaled QKV, O, lm_head and large-batch experts (default bf16)");
     sub->add_option("--gpus", o->gpus, "Largest world for --sweep (default: every visible GPU)");
     sub->callback([o, &exit_code] { exit_code = run_bench(*o); });
 });

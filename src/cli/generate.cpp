@@ -30,6 +30,7 @@ using nlohmann::json;
 
 struct GenerateOptions {
     std::string layout = "tp=1";  // CUDA backend: parallel layout over several GPUs
+    bool fp8 = false;             // CUDA backend: FP8 weights (model::CudaModelOptions::fp8)
     std::string model;
     std::string ids;
     std::string prompt;
@@ -210,8 +211,9 @@ int run_generate(const GenerateOptions& o) {
     std::unique_ptr<runtime::ModelRunner> runner;
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
+    if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
     if (o.backend == "cuda") {
-        auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout);
+        auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout, o.fp8);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
@@ -324,6 +326,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
+    sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
     sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache budget (default: room for every request)");
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget of one engine step")

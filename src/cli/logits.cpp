@@ -21,6 +21,7 @@ struct LogitsOptions {
     std::string backend = "cpu";
     std::string out;  // write a safetensors file instead of JSON
     std::string layout = "tp=1";
+    bool fp8 = false;  // cuda: FP8 weights (model::CudaModelOptions::fp8)
 };
 
 int run_logits(const LogitsOptions& o) {
@@ -31,6 +32,7 @@ int run_logits(const LogitsOptions& o) {
     const bool all = o.positions == "all";
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
+    if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
     std::vector<float> logits;
     if (o.backend == "cpu" && !layout->trivial()) {
         // Simulated ranks (threads) with LocalGroup collectives: the parallel reference.
@@ -48,6 +50,7 @@ int run_logits(const LogitsOptions& o) {
         model::CudaModelOptions opt;
         opt.max_tokens = std::max<int>(static_cast<int>(ids->size()), 1024);
         opt.max_seqs = 4;
+        opt.fp8 = o.fp8;
         // One call writes every position of the prompt, sliding layers included.
         opt.num_blocks_sliding = static_cast<int>(ids->size() / 16 + 2);
         auto m = model::ParallelCudaModel::create(**weights, *layout, opt);
@@ -118,6 +121,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (CPU: simulated ranks)")
         ->capture_default_str();
     sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON");
+    sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
     sub->callback([o, &exit_code] { exit_code = run_logits(*o); });
 });
 

@@ -30,6 +30,7 @@ struct ServeOptions {
     int port = 8000;
     std::string backend = "cpu";
     std::string layout = "tp=1";
+    bool fp8 = false;  // cuda: FP8 weights (model::CudaModelOptions::fp8)
     size_t max_body_bytes = size_t{4} << 20;
     int http_threads = 512;
     int64_t max_in_flight = 1024;
@@ -47,6 +48,7 @@ int run_serve(const ServeOptions& o) {
     auto layout_or = parallel::ParallelConfig::parse(o.layout);
     if (!layout_or.ok()) return fail(layout_or.status().message());
     const parallel::ParallelConfig layout = *layout_or;
+    if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
 
     // Block the stop signals in every thread (all are created below, and inherit the mask); one
     // thread waits for them with sigwait, so no handler runs inside a worker.
@@ -66,14 +68,16 @@ int run_serve(const ServeOptions& o) {
     engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
     const bool cuda = o.backend == "cuda";
-    auto load = [model_dir, engine_config, cuda, layout]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    const bool fp8 = o.fp8;
+    auto load = [model_dir, engine_config, cuda, layout, fp8]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
         if (cuda) {
             ASSIGN_OR_RETURN(runner,
                              runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
-                                                              engine_config.scheduler.max_num_batched_tokens, layout));
+                                                              engine_config.scheduler.max_num_batched_tokens, layout,
+                                                              fp8));
         } else {
             runner = std::make_unique<runtime::CpuModelRunner>(shared, layout);  // ranks as threads
         }
@@ -143,6 +147,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
+    sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
     sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")
         ->capture_default_str();

@@ -17,6 +17,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fp8.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
@@ -57,6 +58,8 @@ struct DeviceLayer {
     DeviceBuffer gu_bf16, down_bf16;                              // [E, 2I, H], [E, H, I] bf16 (large-batch path)
     DeviceBuffer gu_b, down_b;                                    // [E, 2I], [E, H] f32
     DeviceBuffer k_cache, v_cache;                                // [num_blocks, block_size, nkv, hd] bf16
+    kc::Fp8Weight qkv_f8, o_f8;                                   // options.fp8: in place of qkv_w, o_w
+    std::vector<kc::Fp8Weight> gu_f8, down_f8;                    // options.fp8: per expert (if they fit)
 };
 
 }  // namespace
@@ -72,6 +75,12 @@ struct CudaModel::Impl {
     bool world_reduce = false;   // MoE outputs are partial sums: all-reduce over the world
     DeviceBuffer hg, hg32, ycomb, logits_local, logits_gather;  // parallel scratch
     DeviceBuffer gu_scratch, down_scratch;                      // one expert in bf16 (no bf16 copy kept)
+    // options.fp8: lm_head, the W8A8 GEMMs, their activation scratch (e4m3 rows and 1×128 scales),
+    // and one expert in FP8 when no FP8 expert copy is kept.
+    bool fp8 = false, have_fp8_experts = false;
+    kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
+    std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
+    DeviceBuffer xq8, xs8;
     cudaStream_t stream = nullptr;
     std::unique_ptr<kc::GemmRunner> gemm;
     DeviceBuffer embed, lm_head, final_norm, inv_freq;
@@ -100,6 +109,10 @@ struct CudaModel::Impl {
     Status validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full, int blocks_sliding) const;
     // The experts on T rows of (h_bf16, h_f32); expert ids are this rank's (localized under EP).
     void moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32);
+    // y[m, w.n] = x[m, w.k] · Wᵀ with FP8 weights: the weight-only GEMV up to kGemvMaxTokens rows
+    // (x fp32 or bf16), else x (bf16) quantized per 1×128 into (xq, xs) and the cuBLASLt W8A8
+    // GEMM, which writes fp8_gemm_m_pad(m) rows of y.
+    void linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* y, int m, uint8_t* xq, float* xs);
     void set_device() const {
         if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
     }
@@ -219,6 +232,24 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         const double bf16_bytes = static_cast<double>(c.num_hidden_layers) * E * 3 * I * H * 2;
         if (bf16_bytes > 0.6 * static_cast<double>(free_b)) have_bf16_experts = false;
     }
+    fp8 = opt.fp8;
+    const int64_t kp_h = kc::fp8_gemm_k_pad(static_cast<int>(H)), kp_i = kc::fp8_gemm_k_pad(static_cast<int>(I));
+    if (fp8) {
+        fp8_gemm = std::make_unique<kc::Fp8GemmRunner>();
+        if (mxfp4) {
+            // The FP8 copy (lossless from MXFP4, ~1.9× its bytes with K padded to 3072) replaces
+            // the bf16 copy; gpt-oss-120b's (122 GB) does not fit beside the MXFP4 weights, so
+            // large batches there convert one expert at a time.
+            have_bf16_experts = false;
+            size_t free_b = 0, total_b = 0;
+            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+            const double f8_bytes = static_cast<double>(c.num_hidden_layers) * E * (2 * I * kp_h + H * kp_i);
+            have_fp8_experts = opt.bf16_experts && f8_bytes <= 0.6 * static_cast<double>(free_b);
+        }
+    }
+    // Staging for the load-time conversions: one expert's gate_up (the largest matrix) in bf16.
+    DeviceBuffer expert_tmp;
+    if (have_fp8_experts) expert_tmp = DeviceBuffer(static_cast<size_t>(std::max(2 * I * H, H * I)) * 2);
     layers.resize(c.num_hidden_layers);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const LayerWeights& L = w.layers[l];
@@ -243,6 +274,13 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.qkv_b = upload_f32(b);
         }
         D.o_w = upload_bf16(L.o_proj.data, L.o_proj.dtype, H * qw);
+        if (fp8) {  // quantize on the device, then drop the bf16 weights
+            D.qkv_f8 = kc::Fp8Weight::from_bf16(D.qkv_w.get(), static_cast<int>(qkvw), static_cast<int>(H), stream);
+            D.o_f8 = kc::Fp8Weight::from_bf16(D.o_w.get(), static_cast<int>(H), static_cast<int>(qw), stream);
+            CUDA_CHECK(cudaStreamSynchronize(stream));
+            D.qkv_w = DeviceBuffer();
+            D.o_w = DeviceBuffer();
+        }
         D.o_b = upload_f32(L.o_bias);
         D.sinks = upload_f32(L.sinks);
         D.router_w = upload_bf16(L.router.data, L.router.dtype, Er * H);
@@ -262,6 +300,18 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                                   stream);
                 kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), E * H, I, D.down_bf16.get(),
                                   stream);
+            }
+            if (have_fp8_experts) {  // MXFP4 -> bf16 (exact) -> FP8 128×128 (exact: model/fp8_convert.h)
+                for (int64_t e = 0; e < E; ++e) {
+                    kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + e * 2 * I * H / 2,
+                                      D.gu_scales.as<uint8_t>() + e * 2 * I * H / 32, 2 * I, H, expert_tmp.get(), stream);
+                    D.gu_f8.push_back(kc::Fp8Weight::from_bf16(expert_tmp.get(), static_cast<int>(2 * I),
+                                                               static_cast<int>(H), stream));
+                    kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>() + e * H * I / 2,
+                                      D.down_scales.as<uint8_t>() + e * H * I / 32, H, I, expert_tmp.get(), stream);
+                    D.down_f8.push_back(
+                        kc::Fp8Weight::from_bf16(expert_tmp.get(), static_cast<int>(H), static_cast<int>(I), stream));
+                }
             }
         } else if (L.expert_format == kernels::ExpertFormat::kFp8Block) {
             const auto blocks = [](int64_t n) { return (n + 127) / 128; };
@@ -286,9 +336,19 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
              {&D.input_norm, &D.post_norm, &D.qkv_w, &D.qkv_b, &D.o_w, &D.o_b, &D.sinks, &D.router_w, &D.router_b,
               &D.gu_b, &D.down_b, &D.gu_blocks, &D.gu_scales, &D.down_blocks, &D.down_scales, &D.gu_bf16, &D.down_bf16})
             weight_bytes += b->bytes();
+        for (const kc::Fp8Weight* f : {&D.qkv_f8, &D.o_f8}) weight_bytes += f->q.bytes() + f->scales.bytes();
+        for (const auto* v : {&D.gu_f8, &D.down_f8})
+            for (const kc::Fp8Weight& f : *v) weight_bytes += f.q.bytes() + f.scales.bytes();
+    }
+    if (fp8) {
+        lm_head_f8 = kc::Fp8Weight::from_bf16(lm_head.get(), vocab_chunk, static_cast<int>(H), stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        lm_head = DeviceBuffer();
+        weight_bytes += lm_head_f8.q.bytes() + lm_head_f8.scales.bytes();
     }
     weight_bytes += embed.bytes() + lm_head.bytes();
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    expert_tmp = DeviceBuffer();
 
     // Activations.
     const int64_t T = opt.max_tokens, S = opt.max_seqs, K = c.experts_per_token;
@@ -296,28 +356,49 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     x = DeviceBuffer(T * H * 4);
     h = DeviceBuffer(T * H * 2);
     h32 = DeviceBuffer(T * H * 4);
-    qkv = DeviceBuffer(T * qkvw * 4);
+    // + kFp8GemmMAlign rows: a W8A8 GEMM writes its M rounded up to a multiple of 4.
+    const int64_t mpad = kc::kFp8GemmMAlign;
+    qkv = DeviceBuffer((T + mpad) * qkvw * 4);
     q = DeviceBuffer(T * qw * 2);
     attn = DeviceBuffer(T * qw * 2);
-    o = DeviceBuffer(T * H * 4);
+    o = DeviceBuffer((T + mpad) * H * 4);
     expert_ids = DeviceBuffer(A * 4);
     expert_w = DeviceBuffer(A * 4);
     offsets = DeviceBuffer((E + 2) * 4);  // + the EP bucket of other ranks' experts
     sorted = DeviceBuffer(A * 4);
     // Without a bf16 copy the large-batch path dequantizes every active expert (~113 MB of traffic
     // each) per layer: the weight-only kernels stay cheaper up to ~128 tokens (r15/r16).
-    mxfp4_tokens = have_bf16_experts ? opt.mxfp4_max_tokens : std::max(opt.mxfp4_max_tokens, 128);
+    mxfp4_tokens = have_bf16_experts || have_fp8_experts ? opt.mxfp4_max_tokens : std::max(opt.mxfp4_max_tokens, 128);
     act = DeviceBuffer(static_cast<int64_t>(mxfp4_tokens) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
-    if (mxfp4 && !have_bf16_experts) {  // one expert's bf16 weights at a time (large batches)
+    if (mxfp4 && !have_bf16_experts && !have_fp8_experts) {  // one expert's weights at a time (large batches)
         gu_scratch = DeviceBuffer(2 * I * H * 2);
         down_scratch = DeviceBuffer(H * I * 2);
+        if (fp8) {
+            auto scratch = [&](int n, int k) {
+                kc::Fp8Weight f;
+                f.n = n;
+                f.k = k;
+                f.k_pad = kc::fp8_gemm_k_pad(k);
+                f.q = DeviceBuffer(static_cast<size_t>(n) * f.k_pad);
+                f.scales = DeviceBuffer(static_cast<size_t>((n + 127) / 128) * (f.k_pad / 128) * 4);
+                return f;
+            };
+            gu_f8_scratch = scratch(static_cast<int>(2 * I), static_cast<int>(H));
+            down_f8_scratch = scratch(static_cast<int>(H), static_cast<int>(I));
+        }
+    }
+    if (fp8) {  // activation rows for the W8A8 GEMMs: every token, or every assignment padded per expert
+        const int64_t rows = std::max(T, A) + mpad * (E + 2);
+        const int64_t kp = std::max({kp_h, kp_i, static_cast<int64_t>(kc::fp8_gemm_k_pad(static_cast<int>(qw)))});
+        xq8 = DeviceBuffer(rows * kp);
+        xs8 = DeviceBuffer(rows * (kp / 128) * 4);
     }
     {
         xg = DeviceBuffer(A * H * 2);
-        gu = DeviceBuffer(A * 2 * I * 4);
+        gu = DeviceBuffer((A + mpad) * 2 * I * 4);
         actb = DeviceBuffer(A * I * 2);
-        yd = DeviceBuffer(A * H * 4);
+        yd = DeviceBuffer((A + mpad) * H * 4);
     }
     for (DeviceBuffer* b : {&ids, &positions, &slots_full, &slots_sliding, &logit_rows}) *b = DeviceBuffer(T * 4);
     seq_start = DeviceBuffer(S * 4);
@@ -393,6 +474,30 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
     return ok_status();
 }
 
+void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* yout, int m, uint8_t* xq,
+                                float* xs) {
+    if (m <= kc::kGemvMaxTokens && w.k % 16 == 0) {
+        kc::GemvArgs g;
+        g.x = x;
+        g.x_bf16 = x_bf16;
+        g.w = w.q.get();
+        g.w_scale = w.scales.as<float>();
+        g.w_ld = w.k_pad;
+        g.y = yout;
+        g.num_tokens = m;
+        g.n = w.n;
+        g.k = w.k;
+        kc::gemv_bf16w(g, stream);
+        return;
+    }
+    if (x_bf16)
+        kc::quantize_act_fp8_bf16(x, m, w.k, w.k_pad, xq, xs, stream);
+    else
+        kc::quantize_act_fp8(static_cast<const float*>(x), m, w.k, w.k_pad, xq, xs, stream);
+    // cuBLASLt without an algorithm for this shape: the plain kernel, same arithmetic, slower.
+    if (!fp8_gemm->gemm(xq, xs, w, nullptr, yout, m, stream).ok()) kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream);
+}
+
 void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32) {
     DeviceLayer& D = layers[l];
     const int H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, K = c.experts_per_token;
@@ -439,6 +544,47 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     // y at zero.
     const int An = ep > 1 ? off[E] : A;
     kc::moe_gather(h_bf16, sorted.as<int32_t>(), An, K, H, xg.get(), stream);
+    if (fp8 && mxfp4) {
+        // W8A8: per expert, its rows quantized per 1×128 into their own slice of the scratch (M
+        // padded to 4: each expert's activation scales are their own [K/128, M_pad] block), then
+        // the cuBLASLt GEMM. A GEMM writes up to 3 rows past its expert's: the next expert's rows,
+        // which its own GEMM (later in stream order) overwrites, or the spare rows past A.
+        const int kph = kc::fp8_gemm_k_pad(H), kpi = kc::fp8_gemm_k_pad(I);
+        auto expert_gemms = [&](const uint16_t* xin, int kin, int kp, std::vector<kc::Fp8Weight>& copy,
+                                kc::Fp8Weight& scratch, bool gate_up, float* yout, int nout) {
+            int64_t prow = 0;  // padded row offset into the scratch
+            for (int e = 0; e < E; ++e) {
+                const int n = off[e + 1] - off[e];
+                if (n == 0) continue;
+                const kc::Fp8Weight* wt = have_fp8_experts ? &copy[e] : &scratch;
+                if (!have_fp8_experts) {  // MXFP4 -> bf16 -> FP8, one expert (stream order keeps it safe)
+                    if (gate_up) {
+                        kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 2,
+                                          D.gu_scales.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 32, 2 * I, H,
+                                          gu_scratch.get(), stream);
+                        kc::quantize_weight_fp8_bf16(gu_scratch.get(), 2 * I, H, kph, scratch.q.as<uint8_t>(),
+                                                     scratch.scales.as<float>(), stream);
+                    } else {
+                        kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>() + static_cast<int64_t>(e) * H * I / 2,
+                                          D.down_scales.as<uint8_t>() + static_cast<int64_t>(e) * H * I / 32, H, I,
+                                          down_scratch.get(), stream);
+                        kc::quantize_weight_fp8_bf16(down_scratch.get(), H, I, kpi, scratch.q.as<uint8_t>(),
+                                                     scratch.scales.as<float>(), stream);
+                    }
+                }
+                linear_f8(xin + static_cast<int64_t>(off[e]) * kin, true, *wt, yout + static_cast<int64_t>(off[e]) * nout,
+                          n, xq8.as<uint8_t>() + prow * kp, xs8.as<float>() + prow * (kp / 128));
+                prow += kc::fp8_gemm_m_pad(n);
+            }
+        };
+        expert_gemms(xg.as<uint16_t>(), H, kph, D.gu_f8, gu_f8_scratch, true, gu.as<float>(), 2 * I);
+        kc::moe_swiglu_sorted(gu.as<float>(), D.gu_b.as<float>(), offsets.as<int32_t>(), E, An, I,
+                              static_cast<float>(c.swiglu_limit), static_cast<float>(c.swiglu_alpha), actb.get(), stream);
+        expert_gemms(actb.as<uint16_t>(), I, kpi, D.down_f8, down_f8_scratch, false, yd.as<float>(), H);
+        kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), An, H,
+                        y.as<float>(), stream);
+        return;
+    }
     for (int e = 0; e < E; ++e) {
         const int n = off[e + 1] - off[e];
         if (n == 0) continue;
@@ -637,7 +783,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         // TP: this rank's ceil(V / tp) vocabulary rows, gathered over the group and interleaved.
         float* dst = tp > 1 ? logits_local.as<float>() : logits.as<float>();
         const int rows = tp > 1 ? vocab_chunk : V;
-        if (small && R == T) {
+        if (fp8 && small && R == T) {
+            linear_f8(h32.get(), false, lm_head_f8, dst, T, xq8.as<uint8_t>(), xs8.as<float>());
+        } else if (fp8) {
+            kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
+            linear_f8(hsel.get(), true, lm_head_f8, dst, n, xq8.as<uint8_t>(), xs8.as<float>());
+        } else if (small && R == T) {
             linear(h32.get(), lm_head.get(), nullptr, dst, rows, H);
         } else {
             kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
@@ -682,8 +833,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             rn.eps = static_cast<float>(c.rms_norm_eps);
             kc::residual_rmsnorm(rn, stream);
             mark("norm");
-            const bool fuse_qkv = small && qkv_fused;
-            if (!fuse_qkv) linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
+            const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
+            if (!fuse_qkv && fp8)
+                linear_f8(small ? h32.get() : h.get(), !small, D.qkv_f8, qkv.as<float>(), T, xq8.as<uint8_t>(),
+                          xs8.as<float>());
+            else if (!fuse_qkv)
+                linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
             mark("qkv_gemm");
             kc::QkvRopeArgs r;
             r.qkv = qkv.as<float>();
@@ -702,7 +857,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             if (fuse_qkv) {  // decode: the QKV GEMV writes q and the cache itself (same arithmetic)
                 kc::GemvArgs g;
                 g.x = h32.get();
-                g.w = D.qkv_w.get();
+                g.w = fp8 ? D.qkv_f8.q.get() : D.qkv_w.get();
+                g.w_scale = fp8 ? D.qkv_f8.scales.as<float>() : nullptr;
+                g.w_ld = fp8 ? D.qkv_f8.k_pad : 0;
                 g.num_tokens = T;
                 g.n = qkvw;
                 g.k = H;
@@ -739,7 +896,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             else
                 kc::paged_attention_prefill(pa, stream);
             mark("attention");
-            if (small) {
+            if (fp8) {
+                linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>());
+            } else if (small) {
                 kc::GemvArgs g;
                 g.x = attn.get();
                 g.x_bf16 = true;

@@ -24,6 +24,12 @@ struct CudaModelOptions {
     bool bf16_experts = true;         // keep a bf16 copy of the experts for large batches (needs ~2× expert memory)
     int mxfp4_max_tokens = 32;        // batches up to this many tokens use the weight-only MXFP4 experts
     bool defer_kv_cache = false;      // allocate the KV cache later, with allocate_kv_cache()
+    // FP8 e4m3 with 128×128 block scales (power-of-two, kernels/cuda/fp8_gemm.h) for the QKV, O and
+    // lm_head weights, quantized from bf16 at load: weight-only FP8 GEMVs at decode (fp32
+    // activations), W8A8 cuBLASLt GEMMs (activations per 1×128) for larger batches. MXFP4 experts
+    // also get an FP8 copy (lossless) for batches above mxfp4_max_tokens, in place of the bf16 copy
+    // (or one expert at a time when the copy does not fit). Off: the bf16 path.
+    bool fp8 = false;
     int device = -1;                  // CUDA device (-1: the calling thread's current one)
     // Parallel rank (model/parallel_cuda_model.h): the weights are this rank's shard and these
     // NCCL communicators join the ranks' forward passes. Null: the whole model on one GPU.

@@ -8,8 +8,9 @@ namespace gptoss::runtime {
 
 StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::shared_ptr<const model::GptOssWeights> weights,
                                                                    int max_num_seqs, int max_batched_tokens,
-                                                                   const parallel::ParallelConfig& layout) {
+                                                                   const parallel::ParallelConfig& layout, bool fp8) {
     model::CudaModelOptions opt;
+    opt.fp8 = fp8;
     opt.max_seqs = std::max(1, max_num_seqs);
     opt.max_tokens = std::max({max_batched_tokens, max_num_seqs, 1});
     opt.defer_kv_cache = true;

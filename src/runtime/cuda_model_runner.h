@@ -20,7 +20,8 @@ public:
     // block_table_full[0] % dp, so sequences sharing a cached prefix share a group.
     static StatusOr<std::unique_ptr<CudaModelRunner>> create(std::shared_ptr<const model::GptOssWeights> weights,
                                                              int max_num_seqs, int max_batched_tokens,
-                                                             const parallel::ParallelConfig& layout = {});
+                                                             const parallel::ParallelConfig& layout = {},
+                                                             bool fp8 = false);
 
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;

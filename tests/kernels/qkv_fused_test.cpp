@@ -9,6 +9,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 
@@ -18,6 +19,7 @@ namespace {
 TEST(CudaQkvFused, MatchesGemvThenRope) {
     REQUIRE_GPU();
     const int H = 2880, hd = 64;
+    for (bool fp8 : {false, true})  // FP8 weights: the same comparison (both kernels read the same e4m3 bytes)
     for (int nkv : {8, 4, 1}) {
         const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
         for (int T : {1, 3, 8}) {
@@ -31,6 +33,8 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
             const int slots = 64;
             DeviceBuffer dx = DeviceBuffer::from_host(x.data(), x.size() * 4);
             DeviceBuffer dw = DeviceBuffer::from_host(w.data(), w.size() * 2);
+            Fp8Weight f8;
+            if (fp8) f8 = Fp8Weight::from_bf16(dw.get(), n, H, nullptr);
             DeviceBuffer db = DeviceBuffer::from_host(b.data(), b.size() * 4);
             DeviceBuffer df = DeviceBuffer::from_host(inv_freq.data(), inv_freq.size() * 4);
             DeviceBuffer dp = DeviceBuffer::from_host(pos.data(), pos.size() * 4);
@@ -61,7 +65,9 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                 r.head_dim = hd;
                 GemvArgs g;
                 g.x = dx.get();
-                g.w = dw.get();
+                g.w = fp8 ? f8.q.get() : dw.get();
+                g.w_scale = fp8 ? f8.scales.as<float>() : nullptr;
+                g.w_ld = fp8 ? f8.k_pad : 0;
                 g.num_tokens = T;
                 g.n = n;
                 g.k = H;
@@ -89,8 +95,9 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                     worst = std::max(worst, std::fabs(fa - fc) / std::max(std::fabs(fa), 1e-30f));
                 }
             }
-            EXPECT_LE(differ * 1000, total) << "nkv " << nkv << " T " << T << ": " << differ << " of " << total;
-            EXPECT_LE(worst, 1.0f / 128) << "nkv " << nkv << " T " << T;
+            EXPECT_LE(differ * 1000, total)
+                << "fp8 " << fp8 << " nkv " << nkv << " T " << T << ": " << differ << " of " << total;
+            EXPECT_LE(worst, 1.0f / 128) << "fp8 " << fp8 << " nkv " << nkv << " T " << T;
         }
     }
 }

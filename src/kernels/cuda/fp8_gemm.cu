@@ -1,5 +1,7 @@
 #include "kernels/cuda/fp8_gemm.h"
 
+#include <bit>
+
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -236,6 +238,7 @@ struct Fp8GemmRunner::Plan {
     cublasLtMatmulAlgo_t algo{};
     bool ok = false;             // an algorithm was found
     bool bias_epilogue = false;  // the bias is added by cuBLASLt (else by add_bias_rows_kernel)
+    int cols = 0;                // M the layouts b and d describe now
     ~Plan() {
         if (desc) cublasLtMatmulDescDestroy(desc);
         if (a) cublasLtMatrixLayoutDestroy(a);
@@ -264,10 +267,17 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
 
 }  // namespace
 
+// Plans are cached per M bucket (m_pad up to 64, then the next power of two): the MoE's per-expert
+// GEMMs see a different M for nearly every expert and step, and a heuristic query per M would cost
+// more host time than the GEMMs take. gemm() sets the real M on the cached layouts.
+static int fp8_gemm_m_bucket(int m_pad) { return m_pad <= 64 ? m_pad : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m_pad))); }
+
 Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool bias) {
-    const auto key = std::make_tuple(m_pad, n, k_pad, bias);
+    const int bucket = fp8_gemm_m_bucket(m_pad);
+    const auto key = std::make_tuple(bucket, n, k_pad, bias);
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
+    m_pad = bucket;  // the heuristic sees the bucket's M
     auto p = std::make_unique<Plan>();
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T);
@@ -311,6 +321,7 @@ Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool b
     }
     if (!p->ok) p->ok = query();
     cublasLtMatmulPreferenceDestroy(pref);
+    p->cols = m_pad;
     auto& ref = *p;
     plans_.emplace(key, std::move(p));
     return ref;
@@ -328,14 +339,25 @@ Status Fp8GemmRunner::gemm(const uint8_t* xq, const float* xs, const Fp8Weight& 
         return unimplemented("fp8 gemm: no cuBLASLt block-scaled FP8 algorithm for m " + std::to_string(m_pad) + " n " +
                              std::to_string(w.n) + " k " + std::to_string(w.k_pad));
     }
+    if (p.cols != m_pad) {  // another M of the bucket: same algorithm, this call's layouts
+        const uint64_t cols = static_cast<uint64_t>(m_pad);
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p.d, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+        p.cols = m_pad;
+    }
     const void* a_scale = w.scales.get();
     const void* b_scale = xs;
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
     if (p.bias_epilogue) set_attr(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     const float alpha = 1.0f, beta = 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, w.q.get(), p.a, xq, p.b, &beta,
-                                y, p.d, y, p.d, &p.algo, workspace_.get(), workspace_bytes_, stream));
+    // Not CUBLAS_CHECK: the bucket's algorithm may not take this M; the caller falls back.
+    const cublasStatus_t st = cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, w.q.get(), p.a,
+                                             xq, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_.get(),
+                                             workspace_bytes_, stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return unimplemented("fp8 gemm: cuBLASLt status " + std::to_string(static_cast<int>(st)) + " at m " +
+                             std::to_string(m_pad) + " n " + std::to_string(w.n) + " k " + std::to_string(w.k_pad));
     if (bias && !p.bias_epilogue) {
         add_bias_rows_kernel<<<grid_for(static_cast<int64_t>(m_pad) * w.n, 256), 256, 0, stream>>>(
             y, static_cast<const __nv_bfloat16*>(bias), m_pad, w.n);

@@ -1,4 +1,6 @@
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <atomic>
@@ -37,26 +39,108 @@ __device__ __forceinline__ void load_x8(const __nv_bfloat16* x, float (&v)[8]) {
     }
 }
 
-// One warp per output row; lanes stride over 8-element chunks of the row.
-template <typename XT>
+// Weight formats of the v1 kernels: a 16-byte chunk holds 8 bf16 or 16 e4m3 weights.
+struct Bf16W {
+    static constexpr int kElems = 8;
+    __device__ static __forceinline__ void decode(const uint4& v, float (&f)[8]) {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+};
+struct Fp8W {
+    static constexpr int kElems = 16;
+    // e4m3 pairs -> half2 (one cvt each, exact: e4m3 fits fp16) -> float2. Byte j is element j.
+    __device__ static __forceinline__ void decode(const uint4& v, float (&f)[16]) {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                    static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
+                const float2 t = __half22float2(*reinterpret_cast<const __half2*>(&r));
+                f[4 * i + 2 * h] = t.x;
+                f[4 * i + 2 * h + 1] = t.y;
+            }
+        }
+    }
+};
+
+template <typename XT, int N>
+__device__ __forceinline__ void load_xn(const XT* x, float (&v)[N]) {
+#pragma unroll
+    for (int j = 0; j < N / 8; ++j) {
+        float t[8];
+        load_x8(x + 8 * j, t);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[8 * j + i] = t[i];
+    }
+}
+
+// Row `row` of the weight as 16-byte chunks; FP8 rows have stride w_ld bytes (Fp8Weight::k_pad).
+template <typename WF>
+__device__ __forceinline__ const uint4* weight_row(const GemvArgs& a, int row) {
+    if constexpr (WF::kElems == 16)
+        return reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(a.w) + static_cast<int64_t>(row) * a.w_ld);
+    else
+        return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) + static_cast<int64_t>(row) * a.k);
+}
+// The block scale of chunk c of `row` (1 for bf16): 128-element blocks are 8 FP8 chunks.
+template <typename WF>
+__device__ __forceinline__ float chunk_scale(const GemvArgs& a, int row, int c) {
+    if constexpr (WF::kElems == 16)
+        return __ldg(a.w_scale + static_cast<int64_t>(row / 128) * (a.w_ld / 128) + c / 8);
+    else
+        return 1.0f;
+}
+// acc[m] += (w · x_m) over one chunk. bf16: straight into the accumulator (the r2 order); FP8:
+// the chunk's partial sum times its block scale.
+template <typename WF, typename XT>
+__device__ __forceinline__ void chunk_fma(const float (&wf)[WF::kElems], float scale, const XT* x, int k, int c,
+                                          int num_tokens, float (&acc)[kGemvMaxTokens]) {
+#pragma unroll
+    for (int m = 0; m < kGemvMaxTokens; ++m) {
+        if (m < num_tokens) {
+            float xv[WF::kElems];
+            load_xn(x + static_cast<int64_t>(m) * k + WF::kElems * c, xv);
+            if constexpr (WF::kElems == 16) {
+                float p = 0.0f;
+#pragma unroll
+                for (int i = 0; i < WF::kElems; ++i) p += wf[i] * xv[i];
+                acc[m] += scale * p;
+            } else {
+#pragma unroll
+                for (int i = 0; i < WF::kElems; ++i) acc[m] += wf[i] * xv[i];
+            }
+        }
+    }
+}
+
+// One warp per output row; lanes stride over 16-byte chunks of the row.
+template <typename XT, typename WF>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * kWarps + warp;
     if (row >= a.n) return;
-    const int chunks = a.k / 8;
-    const uint4* w =
-        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.w) + static_cast<int64_t>(row) * a.k);
+    const int chunks = a.k / WF::kElems;
+    const uint4* w = weight_row<WF>(a, row);
     const XT* x = static_cast<const XT*>(a.x);
     float acc[kGemvMaxTokens];
 #pragma unroll
     for (int m = 0; m < kGemvMaxTokens; ++m) acc[m] = 0.0f;
-    // The first round of weight loads is issued before pdl_wait(): weights never change, so they
-    // stream in while the kernel before (which writes x) finishes.
+    // The first round of weight loads (and FP8 block scales) is issued before pdl_wait(): weights
+    // never change, so they stream in while the kernel before (which writes x) finishes.
     uint4 wv[kUnroll];
+    float sv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
         const int c = lane + 32 * u;
         wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+        sv[u] = c < chunks ? chunk_scale<WF>(a, row, c) : 0.0f;
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
@@ -66,28 +150,16 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
             for (int u = 0; u < kUnroll; ++u) {
                 const int c = c0 + 32 * u;
                 wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
+                sv[u] = c < chunks ? chunk_scale<WF>(a, row, c) : 0.0f;
             }
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int c = c0 + 32 * u;
             if (c >= chunks) break;
-            const uint32_t ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
-            float wf[8];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                wf[2 * i] = __uint_as_float(ww[i] << 16);
-                wf[2 * i + 1] = __uint_as_float(ww[i] & 0xffff0000u);
-            }
-#pragma unroll
-            for (int m = 0; m < kGemvMaxTokens; ++m) {
-                if (m < a.num_tokens) {
-                    float xv[8];
-                    load_x8(x + static_cast<int64_t>(m) * a.k + 8 * c, xv);
-#pragma unroll
-                    for (int i = 0; i < 8; ++i) acc[m] += wf[i] * xv[i];
-                }
-            }
+            float wf[WF::kElems];
+            WF::decode(wv[u], wf);
+            chunk_fma<WF>(wf, sv[u], x, a.k, c, a.num_tokens, acc);
         }
     }
 #pragma unroll
@@ -100,7 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
 }
 
 // Row pair (r0, r0 + half) of one head per warp; the loop is gemv_kernel's, for two rows at once.
-template <typename XT>
+template <typename XT, typename WF>
 __global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvArgs g, const QkvRopeArgs r) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = r.head_dim, half = hd / 2;
@@ -108,21 +180,22 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvAr
     if (pair >= g.n / 2) return;
     const int h = pair / half, i = pair % half;
     const int row0 = h * hd + i, row1 = row0 + half;
-    const int chunks = g.k / 8;
-    const uint4* w0 =
-        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(g.w) + static_cast<int64_t>(row0) * g.k);
-    const uint4* w1 =
-        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(g.w) + static_cast<int64_t>(row1) * g.k);
+    const int chunks = g.k / WF::kElems;
+    const uint4* w0 = weight_row<WF>(g, row0);
+    const uint4* w1 = weight_row<WF>(g, row1);
     const XT* x = static_cast<const XT*>(g.x);
     float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens];
 #pragma unroll
     for (int m = 0; m < kGemvMaxTokens; ++m) acc0[m] = acc1[m] = 0.0f;
     uint4 wv0[kUnroll], wv1[kUnroll];
+    float sv0[kUnroll], sv1[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
         const int c = lane + 32 * u;
         wv0[u] = c < chunks ? __ldg(w0 + c) : make_uint4(0, 0, 0, 0);
         wv1[u] = c < chunks ? __ldg(w1 + c) : make_uint4(0, 0, 0, 0);
+        sv0[u] = c < chunks ? chunk_scale<WF>(g, row0, c) : 0.0f;
+        sv1[u] = c < chunks ? chunk_scale<WF>(g, row1, c) : 0.0f;
     }
     pdl_wait();
     pdl_trigger();
@@ -133,31 +206,31 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvAr
                 const int c = c0 + 32 * u;
                 wv0[u] = c < chunks ? __ldg(w0 + c) : make_uint4(0, 0, 0, 0);
                 wv1[u] = c < chunks ? __ldg(w1 + c) : make_uint4(0, 0, 0, 0);
+                sv0[u] = c < chunks ? chunk_scale<WF>(g, row0, c) : 0.0f;
+                sv1[u] = c < chunks ? chunk_scale<WF>(g, row1, c) : 0.0f;
             }
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int c = c0 + 32 * u;
             if (c >= chunks) break;
-            const uint32_t a0[4] = {wv0[u].x, wv0[u].y, wv0[u].z, wv0[u].w};
-            const uint32_t a1[4] = {wv1[u].x, wv1[u].y, wv1[u].z, wv1[u].w};
-            float f0[8], f1[8];
+            float f0[WF::kElems], f1[WF::kElems];
+            WF::decode(wv0[u], f0);
+            WF::decode(wv1[u], f1);
+            if constexpr (WF::kElems == 16) {
+                chunk_fma<WF>(f0, sv0[u], x, g.k, c, g.num_tokens, acc0);
+                chunk_fma<WF>(f1, sv1[u], x, g.k, c, g.num_tokens, acc1);
+            } else {  // the r12 order: both rows' FMAs per element, x loaded once
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                f0[2 * j] = __uint_as_float(a0[j] << 16);
-                f0[2 * j + 1] = __uint_as_float(a0[j] & 0xffff0000u);
-                f1[2 * j] = __uint_as_float(a1[j] << 16);
-                f1[2 * j + 1] = __uint_as_float(a1[j] & 0xffff0000u);
-            }
+                for (int m = 0; m < kGemvMaxTokens; ++m) {
+                    if (m < g.num_tokens) {
+                        float xv[8];
+                        load_x8(x + static_cast<int64_t>(m) * g.k + 8 * c, xv);
 #pragma unroll
-            for (int m = 0; m < kGemvMaxTokens; ++m) {
-                if (m < g.num_tokens) {
-                    float xv[8];
-                    load_x8(x + static_cast<int64_t>(m) * g.k + 8 * c, xv);
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        acc0[m] += f0[j] * xv[j];
-                        acc1[m] += f1[j] * xv[j];
+                        for (int j = 0; j < 8; ++j) {
+                            acc0[m] += f0[j] * xv[j];
+                            acc1[m] += f1[j] * xv[j];
+                        }
                     }
                 }
             }
@@ -324,20 +397,38 @@ bool v2_dispatch(const GemvArgs& a, cudaStream_t stream) {
 }  // namespace
 
 void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream) {
-    ENGINE_CHECK(g.num_tokens >= 1 && g.num_tokens <= kGemvMaxTokens && g.k % 8 == 0 && r.head_dim % 2 == 0 &&
-                     g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim && g.num_tokens == r.num_tokens,
+    const bool fp8 = g.w_scale != nullptr;
+    ENGINE_CHECK(g.num_tokens >= 1 && g.num_tokens <= kGemvMaxTokens && g.k % (fp8 ? 16 : 8) == 0 &&
+                     r.head_dim % 2 == 0 && g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim &&
+                     g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
     const int blocks = (g.n / 2 + kWarps - 1) / kWarps;
-    if (g.x_bf16)
-        launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16>, blocks, kWarps * 32, 0, stream, g, r);
-    else
-        launch_pdl(qkv_gemv_rope_kernel<float>, blocks, kWarps * 32, 0, stream, g, r);
+    if (fp8) {
+        if (g.x_bf16)
+            launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W>, blocks, kWarps * 32, 0, stream, g, r);
+        else
+            launch_pdl(qkv_gemv_rope_kernel<float, Fp8W>, blocks, kWarps * 32, 0, stream, g, r);
+    } else if (g.x_bf16) {
+        launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16, Bf16W>, blocks, kWarps * 32, 0, stream, g, r);
+    } else {
+        launch_pdl(qkv_gemv_rope_kernel<float, Bf16W>, blocks, kWarps * 32, 0, stream, g, r);
+    }
 }
 
 void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
-    ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % 8 == 0,
+    const bool fp8 = a.w_scale != nullptr;
+    ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % (fp8 ? 16 : 8) == 0 &&
+                     (!fp8 || (a.w_ld >= a.k && a.w_ld % 128 == 0)),
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     if (a.n == 0) return;
+    const int blocks = (a.n + kWarps - 1) / kWarps;
+    if (fp8) {
+        if (a.x_bf16)
+            launch_pdl(gemv_kernel<__nv_bfloat16, Fp8W>, blocks, kWarps * 32, 0, stream, a);
+        else
+            launch_pdl(gemv_kernel<float, Fp8W>, blocks, kWarps * 32, 0, stream, a);
+        return;
+    }
     if (!a.legacy) {
         const bool launched = a.x_bf16 ? v2_dispatch<__nv_bfloat16>(a, stream) : v2_dispatch<float>(a, stream);
         if (launched) {
@@ -345,11 +436,10 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
             return;
         }
     }
-    const int blocks = (a.n + kWarps - 1) / kWarps;
     if (a.x_bf16)
-        launch_pdl(gemv_kernel<__nv_bfloat16>, blocks, kWarps * 32, 0, stream, a);
+        launch_pdl(gemv_kernel<__nv_bfloat16, Bf16W>, blocks, kWarps * 32, 0, stream, a);
     else
-        launch_pdl(gemv_kernel<float>, blocks, kWarps * 32, 0, stream, a);
+        launch_pdl(gemv_kernel<float, Bf16W>, blocks, kWarps * 32, 0, stream, a);
 }
 
 }  // namespace gptoss::kernels::cuda
