@@ -53,6 +53,21 @@ struct Bf16W {
 };
 struct Fp8W {
     static constexpr int kElems = 16;
+    // Elements 8h .. 8h + 7 only (fewer live registers where two rows are decoded at once).
+    __device__ static __forceinline__ void decode_half(const uint4& v, int h, float (&f)[8]) {
+        const uint32_t w[2] = {h ? v.z : v.x, h ? v.w : v.y};
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                    static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * j)) & 0xffffu), __NV_E4M3);
+                const float2 t = __half22float2(*reinterpret_cast<const __half2*>(&r));
+                f[4 * i + 2 * j] = t.x;
+                f[4 * i + 2 * j + 1] = t.y;
+            }
+        }
+    }
     // e4m3 pairs -> half2 (one cvt each, exact: e4m3 fits fp16) -> float2. Byte j is element j.
     __device__ static __forceinline__ void decode(const uint4& v, float (&f)[16]) {
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -99,11 +114,11 @@ __device__ __forceinline__ float chunk_scale(const GemvArgs& a, int row, int c) 
 }
 // acc[m] += (w · x_m) over one chunk. bf16: straight into the accumulator (the r2 order); FP8:
 // the chunk's partial sum times its block scale.
-template <typename WF, typename XT>
+template <typename WF, typename XT, int MT>
 __device__ __forceinline__ void chunk_fma(const float (&wf)[WF::kElems], float scale, const XT* x, int k, int c,
-                                          int num_tokens, float (&acc)[kGemvMaxTokens]) {
+                                          int num_tokens, float (&acc)[MT]) {
 #pragma unroll
-    for (int m = 0; m < kGemvMaxTokens; ++m) {
+    for (int m = 0; m < MT; ++m) {
         if (m < num_tokens) {
             float xv[WF::kElems];
             load_xn(x + static_cast<int64_t>(m) * k + WF::kElems * c, xv);
@@ -120,50 +135,56 @@ __device__ __forceinline__ void chunk_fma(const float (&wf)[WF::kElems], float s
     }
 }
 
-// One warp per output row; lanes stride over 16-byte chunks of the row.
-template <typename XT, typename WF>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
+// Resident CTAs per SM the kernels are compiled for. FP8 rows are short (2880 bytes: 6 chunks a
+// lane), so the whole matrix can be in flight in one wave if registers allow 3 CTAs (24 warps) an
+// SM: 3,168 warps cover the 2,880 rows of O and the 2,560 row pairs of QKV. (At 160 registers the
+// first FP8 QKV kernel ran 1 CTA an SM, 2.4 waves, and was slower than bf16.)
+// MT: most tokens a launch handles (accumulators per row); the batch-1 instance (MT = 1) is the
+// one that needs the registers for 3 CTAs an SM without spilling.
+template <typename WF, int MT>
+constexpr int kMinBlocks = WF::kElems == 16 ? (MT == 1 ? 3 : 2) : 1;
+
+// One warp per output row; lanes stride over 16-byte chunks of the row, U chunks in flight.
+template <typename XT, typename WF, int U, int MT = kGemvMaxTokens>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<WF, MT>) gemv_kernel(const GemvArgs a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * kWarps + warp;
     if (row >= a.n) return;
     const int chunks = a.k / WF::kElems;
     const uint4* w = weight_row<WF>(a, row);
     const XT* x = static_cast<const XT*>(a.x);
-    float acc[kGemvMaxTokens];
+    float acc[MT];
 #pragma unroll
-    for (int m = 0; m < kGemvMaxTokens; ++m) acc[m] = 0.0f;
-    // The first round of weight loads (and FP8 block scales) is issued before pdl_wait(): weights
+    for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+    // The first round of weight loads is issued before pdl_wait(): weights
     // never change, so they stream in while the kernel before (which writes x) finishes.
-    uint4 wv[kUnroll];
-    float sv[kUnroll];
+    uint4 wv[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
         const int c = lane + 32 * u;
         wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
-        sv[u] = c < chunks ? chunk_scale<WF>(a, row, c) : 0.0f;
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
-    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
         if (c0 != lane) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
+            for (int u = 0; u < U; ++u) {
                 const int c = c0 + 32 * u;
                 wv[u] = c < chunks ? __ldg(w + c) : make_uint4(0, 0, 0, 0);
-                sv[u] = c < chunks ? chunk_scale<WF>(a, row, c) : 0.0f;
             }
         }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int c = c0 + 32 * u;
             if (c >= chunks) break;
             float wf[WF::kElems];
             WF::decode(wv[u], wf);
-            chunk_fma<WF>(wf, sv[u], x, a.k, c, a.num_tokens, acc);
+            chunk_fma<WF>(wf, chunk_scale<WF>(a, row, c), x, a.k, c, a.num_tokens, acc);
         }
     }
 #pragma unroll
-    for (int m = 0; m < kGemvMaxTokens; ++m) {
+    for (int m = 0; m < MT; ++m) {
         if (m < a.num_tokens) {
             const float s = warp_sum(acc[m]);
             if (lane == 0) a.y[static_cast<int64_t>(m) * a.n + row] = s + (a.bias ? a.bias[row] : 0.0f);
@@ -172,8 +193,9 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(const GemvArgs a) {
 }
 
 // Row pair (r0, r0 + half) of one head per warp; the loop is gemv_kernel's, for two rows at once.
-template <typename XT, typename WF>
-__global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvArgs g, const QkvRopeArgs r) {
+template <typename XT, typename WF, int U, int MT = kGemvMaxTokens>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks<WF, MT>)
+    qkv_gemv_rope_kernel(const GemvArgs g, const QkvRopeArgs r) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = r.head_dim, half = hd / 2;
     const int pair = blockIdx.x * kWarps + warp;
@@ -184,45 +206,67 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvAr
     const uint4* w0 = weight_row<WF>(g, row0);
     const uint4* w1 = weight_row<WF>(g, row1);
     const XT* x = static_cast<const XT*>(g.x);
-    float acc0[kGemvMaxTokens], acc1[kGemvMaxTokens];
+    float acc0[MT], acc1[MT];
 #pragma unroll
-    for (int m = 0; m < kGemvMaxTokens; ++m) acc0[m] = acc1[m] = 0.0f;
-    uint4 wv0[kUnroll], wv1[kUnroll];
-    float sv0[kUnroll], sv1[kUnroll];
+    for (int m = 0; m < MT; ++m) acc0[m] = acc1[m] = 0.0f;
+    uint4 wv0[U], wv1[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
         const int c = lane + 32 * u;
         wv0[u] = c < chunks ? __ldg(w0 + c) : make_uint4(0, 0, 0, 0);
         wv1[u] = c < chunks ? __ldg(w1 + c) : make_uint4(0, 0, 0, 0);
-        sv0[u] = c < chunks ? chunk_scale<WF>(g, row0, c) : 0.0f;
-        sv1[u] = c < chunks ? chunk_scale<WF>(g, row1, c) : 0.0f;
     }
     pdl_wait();
     pdl_trigger();
-    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
         if (c0 != lane) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
+            for (int u = 0; u < U; ++u) {
                 const int c = c0 + 32 * u;
                 wv0[u] = c < chunks ? __ldg(w0 + c) : make_uint4(0, 0, 0, 0);
                 wv1[u] = c < chunks ? __ldg(w1 + c) : make_uint4(0, 0, 0, 0);
-                sv0[u] = c < chunks ? chunk_scale<WF>(g, row0, c) : 0.0f;
-                sv1[u] = c < chunks ? chunk_scale<WF>(g, row1, c) : 0.0f;
             }
         }
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+        for (int u = 0; u < U; ++u) {
             const int c = c0 + 32 * u;
             if (c >= chunks) break;
-            float f0[WF::kElems], f1[WF::kElems];
-            WF::decode(wv0[u], f0);
-            WF::decode(wv1[u], f1);
             if constexpr (WF::kElems == 16) {
-                chunk_fma<WF>(f0, sv0[u], x, g.k, c, g.num_tokens, acc0);
-                chunk_fma<WF>(f1, sv1[u], x, g.k, c, g.num_tokens, acc1);
-            } else {  // the r12 order: both rows' FMAs per element, x loaded once
+                // Half a chunk of both rows at a time; per (row, token) the partial sum runs over
+                // the chunk's 16 elements in order, as chunk_fma's does.
+                float p0[MT], p1[MT];
 #pragma unroll
-                for (int m = 0; m < kGemvMaxTokens; ++m) {
+                for (int m = 0; m < MT; ++m) p0[m] = p1[m] = 0.0f;
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    float a0[8], a1[8];
+                    Fp8W::decode_half(wv0[u], hh, a0);
+                    Fp8W::decode_half(wv1[u], hh, a1);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        if (m < g.num_tokens) {
+                            float xv[8];
+                            load_x8(x + static_cast<int64_t>(m) * g.k + 16 * c + 8 * hh, xv);
+#pragma unroll
+                            for (int j = 0; j < 8; ++j) {
+                                p0[m] += a0[j] * xv[j];
+                                p1[m] += a1[j] * xv[j];
+                            }
+                        }
+                    }
+                }
+                const float s0 = chunk_scale<WF>(g, row0, c), s1 = chunk_scale<WF>(g, row1, c);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    acc0[m] += s0 * p0[m];
+                    acc1[m] += s1 * p1[m];
+                }
+            } else {  // the r12 order: both rows' FMAs per element, x loaded once
+                float f0[WF::kElems], f1[WF::kElems];
+                WF::decode(wv0[u], f0);
+                WF::decode(wv1[u], f1);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
                     if (m < g.num_tokens) {
                         float xv[8];
                         load_x8(x + static_cast<int64_t>(m) * g.k + 8 * c, xv);
@@ -241,7 +285,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_gemv_rope_kernel(const GemvAr
     auto* k_cache = static_cast<__nv_bfloat16*>(r.k_cache);
     auto* v_cache = static_cast<__nv_bfloat16*>(r.v_cache);
 #pragma unroll
-    for (int m = 0; m < kGemvMaxTokens; ++m) {
+    for (int m = 0; m < MT; ++m) {
         if (m >= g.num_tokens) break;
         const float s0 = warp_sum(acc0[m]), s1 = warp_sum(acc1[m]);
         if (lane != 0) continue;
@@ -403,15 +447,18 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream)
                      g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
     const int blocks = (g.n / 2 + kWarps - 1) / kWarps;
-    if (fp8) {
+    if (fp8) {  // 6 chunks a lane in flight covers k ≤ 3072 in one round (hidden 2880)
+        const bool one = g.num_tokens == 1;
         if (g.x_bf16)
-            launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W>, blocks, kWarps * 32, 0, stream, g, r);
+            launch_pdl(one ? qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W, 6, 1> : qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W, 6>,
+                       blocks, kWarps * 32, 0, stream, g, r);
         else
-            launch_pdl(qkv_gemv_rope_kernel<float, Fp8W>, blocks, kWarps * 32, 0, stream, g, r);
+            launch_pdl(one ? qkv_gemv_rope_kernel<float, Fp8W, 6, 1> : qkv_gemv_rope_kernel<float, Fp8W, 6>, blocks,
+                       kWarps * 32, 0, stream, g, r);
     } else if (g.x_bf16) {
-        launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16, Bf16W>, blocks, kWarps * 32, 0, stream, g, r);
+        launch_pdl(qkv_gemv_rope_kernel<__nv_bfloat16, Bf16W, kUnroll>, blocks, kWarps * 32, 0, stream, g, r);
     } else {
-        launch_pdl(qkv_gemv_rope_kernel<float, Bf16W>, blocks, kWarps * 32, 0, stream, g, r);
+        launch_pdl(qkv_gemv_rope_kernel<float, Bf16W, kUnroll>, blocks, kWarps * 32, 0, stream, g, r);
     }
 }
 
@@ -422,11 +469,13 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
-    if (fp8) {
-        if (a.x_bf16)
-            launch_pdl(gemv_kernel<__nv_bfloat16, Fp8W>, blocks, kWarps * 32, 0, stream, a);
-        else
-            launch_pdl(gemv_kernel<float, Fp8W>, blocks, kWarps * 32, 0, stream, a);
+    if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
+        const bool k3 = a.k <= 6 * 32 * 16, one = a.num_tokens == 1;
+        auto kernel = a.x_bf16 ? (k3 ? (one ? gemv_kernel<__nv_bfloat16, Fp8W, 6, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 6>)
+                                     : (one ? gemv_kernel<__nv_bfloat16, Fp8W, 8, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 8>))
+                               : (k3 ? (one ? gemv_kernel<float, Fp8W, 6, 1> : gemv_kernel<float, Fp8W, 6>)
+                                     : (one ? gemv_kernel<float, Fp8W, 8, 1> : gemv_kernel<float, Fp8W, 8>));
+        launch_pdl(kernel, blocks, kWarps * 32, 0, stream, a);
         return;
     }
     if (!a.legacy) {
@@ -437,9 +486,9 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
         }
     }
     if (a.x_bf16)
-        launch_pdl(gemv_kernel<__nv_bfloat16, Bf16W>, blocks, kWarps * 32, 0, stream, a);
+        launch_pdl(gemv_kernel<__nv_bfloat16, Bf16W, kUnroll>, blocks, kWarps * 32, 0, stream, a);
     else
-        launch_pdl(gemv_kernel<float, Bf16W>, blocks, kWarps * 32, 0, stream, a);
+        launch_pdl(gemv_kernel<float, Bf16W, kUnroll>, blocks, kWarps * 32, 0, stream, a);
 }
 
 }  // namespace gptoss::kernels::cuda
