@@ -89,6 +89,13 @@ struct CudaModel::Impl {
     bool mxfp4 = false;
     bool have_bf16_experts = false;
     int mxfp4_tokens = 32;  // batches up to this many MoE rows take the weight-only MXFP4 kernels
+    // Batches above mxfp4_tokens and up to this many MoE rows take the tensor-core grouped MXFP4
+    // kernels (kernels/cuda/moe.h moe_mma: no host synchronisation, graph-capturable); above it the
+    // per-expert cuBLAS(Lt) GEMMs. GPTOSS_MOE_MMA_MAX_TOKENS overrides (0: off), for A/B runs.
+    int mma_tokens = 1024;
+    bool mma_ok = false;  // the shapes suit moe_mma
+    DeviceBuffer mma_tiles, mma_count;
+    bool use_mma(int rows) const { return mma_ok && rows > mxfp4_tokens && rows <= mma_tokens; }
     int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
     size_t weight_bytes = 0, kv_bytes = 0;
 
@@ -369,6 +376,16 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     // Without a bf16 copy the large-batch path dequantizes every active expert (~113 MB of traffic
     // each) per layer: the weight-only kernels stay cheaper up to ~128 tokens (r15/r16).
     mxfp4_tokens = have_bf16_experts || have_fp8_experts ? opt.mxfp4_max_tokens : std::max(opt.mxfp4_max_tokens, 128);
+    mma_ok = mxfp4 && kc::moe_mma_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
+             kc::moe_mma_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E));
+    if (const char* v = std::getenv("GPTOSS_MOE_MMA_MAX_TOKENS")) mma_tokens = std::max(0, std::atoi(v));
+    // With the grouped kernels the weight-only ones need not stretch to 128 rows (r16's reason).
+    if (mma_ok && mma_tokens > 0) mxfp4_tokens = std::min(mxfp4_tokens, opt.mxfp4_max_tokens);
+    if (const char* v = std::getenv("GPTOSS_MXFP4_MAX_TOKENS")) mxfp4_tokens = std::max(0, std::atoi(v));
+    if (mma_ok) {
+        mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
+        mma_count = DeviceBuffer(4);
+    }
     act = DeviceBuffer(static_cast<int64_t>(mxfp4_tokens) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
     if (mxfp4 && !have_bf16_experts && !have_fp8_experts) {  // one expert's weights at a time (large batches)
@@ -510,6 +527,44 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::moe_plan(expert_ids.as<int32_t>(), A, E + 1, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     } else if (!plan_done) {
         kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+    }
+    if (use_mma(T)) {
+        // Tensor-core grouped GEMMs: 64-row tiles once experts average ≥ 32 rows, else 16-row ones.
+        const bool large = A >= 32 * E;
+        const int bm = kc::moe_mma_block_rows(large);
+        const int max_tiles = (A + bm - 1) / bm + E;
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
+                          stream);
+        kc::MoeMmaArgs m;
+        m.x = h_bf16;
+        m.x_by_token = true;
+        m.experts_per_token = K;
+        m.expert_offsets = offsets.as<int32_t>();
+        m.sorted_assignments = sorted.as<int32_t>();
+        m.tiles = mma_tiles.as<int32_t>();
+        m.tile_count = mma_count.as<int32_t>();
+        m.max_tiles = max_tiles;
+        m.large = large;
+        m.blocks = D.gu_blocks.as<uint8_t>();
+        m.scales = D.gu_scales.as<uint8_t>();
+        m.bias = D.gu_b.as<float>();
+        m.act = actb.get();
+        m.n = 2 * I;
+        m.k = H;
+        m.num_experts = E;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        kc::moe_mma(m, true, stream);
+        m.x = actb.get();
+        m.x_by_token = false;
+        m.blocks = D.down_blocks.as<uint8_t>();
+        m.scales = D.down_scales.as<uint8_t>();
+        m.bias = D.down_b.as<float>();
+        m.y = y.as<float>();
+        m.n = H;
+        m.k = I;
+        kc::moe_mma(m, false, stream);
+        return;
     }
     if (small) {
         kc::MoeMxfp4Args m;
@@ -1042,7 +1097,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     };
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
-    const bool graphable = use_graphs && !profile && decode && mxfp4 && Tm <= mxfp4_tokens && R <= kLogitChunk;
+    const bool graphable =
+        use_graphs && !profile && decode && mxfp4 && (Tm <= mxfp4_tokens || use_mma(Tm)) && R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {

@@ -402,6 +402,109 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
     }
 }
 
+// The tensor-core grouped path (moe_plan unstable, moe_mma_tiles, moe_mma gate_up + down) against
+// the fp32 CPU MoE. The GPU rounds h and the SwiGLU output to bf16 (the inputs of the bf16 MMAs):
+// relative error ~2^-9 per element, so the bf16-output tolerance (rel L2 5e-3) applies; a wrong
+// fragment, scale or row mapping is O(1). Both tile heights; batches with a few rows per expert,
+// with every token on the same 4 experts (several row tiles each), and 128 experts.
+TEST(CudaOps, MoeMmaMatchesCpu) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 77 + E);
+        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+             dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+        for (const auto& [T, same] : {std::pair{9, false}, {64, false}, {150, true}, {40, true}}) {
+            if (E == 128 && T > 64) continue;  // CPU time
+            auto h = bf16_round(randn(static_cast<size_t>(T) * H, 300 * E + T));
+            std::vector<int32_t> ids(T * K);
+            std::vector<float> wts(T * K);
+            std::mt19937 rng(2000 * E + T);
+            std::uniform_real_distribution<float> uni(0.05f, 1.0f);
+            const int fixed[4] = {3, E - 1, 11, 30};
+            for (int t = 0; t < T; ++t) {
+                std::vector<int> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng);
+                float sum = 0.0f;
+                for (int k = 0; k < K; ++k) {
+                    ids[t * K + k] = same ? fixed[(k + t) % K] : perm[k];
+                    wts[t * K + k] = uni(rng);
+                    sum += wts[t * K + k];
+                }
+                for (int k = 0; k < K; ++k) wts[t * K + k] /= sum;
+            }
+            std::vector<float> ref(static_cast<size_t>(T) * H);
+            kernels::MoeArgs m;
+            m.x = h.data();
+            m.expert_ids = ids.data();
+            m.expert_weights = wts.data();
+            m.y = ref.data();
+            m.gate_up_blocks = ex.gu_blocks.data();
+            m.gate_up_scales = ex.gu_scales.data();
+            m.down_blocks = ex.down_blocks.data();
+            m.down_scales = ex.down_scales.data();
+            m.gate_up_bias = ex.gu_bias.data();
+            m.down_bias = ex.down_bias.data();
+            m.num_tokens = T;
+            m.hidden_size = H;
+            m.intermediate_size = I;
+            m.num_experts = E;
+            m.experts_per_token = K;
+            cpu::moe(m);
+            auto dids = to_device(ids), dh = to_device(to_bf16(h));
+            DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            for (bool large : {false, true}) {
+                const int bm = kc::moe_mma_block_rows(large);
+                const int max_tiles = (T * K + bm - 1) / bm + E;
+                DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+                kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                                  nullptr);
+                auto act = poisoned(static_cast<size_t>(T) * K * I * 2);
+                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+                kc::MoeMmaArgs a;
+                a.x = dh.get();
+                a.x_by_token = true;
+                a.experts_per_token = K;
+                a.expert_offsets = offsets.as<int32_t>();
+                a.sorted_assignments = sorted.as<int32_t>();
+                a.tiles = tiles.as<int32_t>();
+                a.tile_count = count.as<int32_t>();
+                a.max_tiles = max_tiles;
+                a.large = large;
+                a.blocks = dgub.as<uint8_t>();
+                a.scales = dgus.as<uint8_t>();
+                a.bias = dgubias.as<float>();
+                a.act = act.get();
+                a.n = 2 * I;
+                a.k = H;
+                a.num_experts = E;
+                kc::moe_mma(a, true, nullptr);
+                a.x = act.get();
+                a.x_by_token = false;
+                a.blocks = ddb.as<uint8_t>();
+                a.scales = dds.as<uint8_t>();
+                a.bias = ddbias.as<float>();
+                a.y = y.as<float>();
+                a.n = H;
+                a.k = I;
+                kc::moe_mma(a, false, nullptr);
+                EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
+                std::vector<float> got(ref.size(), 0.0f);
+                for (int t = 0; t < T; ++t)
+                    for (int k = 0; k < K; ++k)
+                        for (int i = 0; i < H; ++i)
+                            got[static_cast<size_t>(t) * H + i] +=
+                                wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
+                EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe mma"))
+                    << "E=" << E << " T=" << T << (same ? " same experts" : "") << (large ? " 64-row" : " 16-row");
+            }
+        }
+    }
+}
+
 TEST(CudaOps, Mxfp4ToBf16IsExact) {
     REQUIRE_GPU();
     RandomExperts ex(2, 64, 96, 7);

@@ -87,6 +87,41 @@ struct MoeMxfp4Args {
 };
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 
+// Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
+// MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host
+// synchronisation (graph-capturable). Per layer: moe_plan, moe_mma_tiles, moe_mma(gate_up: SwiGLU
+// into act), moe_mma(down: + bias into y at each assignment's row).
+inline constexpr int kMaxMoeMmaExperts = 256;
+// Rows per tile: 16 (decode-sized batches: a few rows per expert) or 64.
+int moe_mma_block_rows(bool large);
+// n % 64 == 0, k % 32 == 0, k ≤ 4096, num_experts ≤ kMaxMoeMmaExperts.
+bool moe_mma_supported(int n, int k, int num_experts);
+// tiles[2i], tiles[2i + 1] = (expert, row tile) for every block_rows rows of each expert, in expert
+// order; *tile_count = their number (at most max_tiles = ceil(assignments / block_rows) + experts).
+void moe_mma_tiles(const int32_t* expert_offsets, int num_experts, int block_rows, int max_tiles, int32_t* tiles,
+                   int32_t* tile_count, cudaStream_t stream);
+struct MoeMmaArgs {
+    const void* x = nullptr;  // gate_up: h bf16 [tokens, k] (row of assignment i: sorted[i] / experts_per_token);
+                              // down: act bf16 [assignments, k] in sorted order (row i)
+    bool x_by_token = true;
+    int experts_per_token = 4;
+    const int32_t* expert_offsets = nullptr;      // [num_experts + 1]
+    const int32_t* sorted_assignments = nullptr;  // [assignments]
+    const int32_t* tiles = nullptr;               // from moe_mma_tiles
+    const int32_t* tile_count = nullptr;
+    int max_tiles = 0;                            // the grid's tile rows (the bound passed to moe_mma_tiles)
+    bool large = false;                           // 64-row tiles (else 16); the same as given to moe_mma_tiles
+    const uint8_t* blocks = nullptr;              // [E, n, k/32, 16]
+    const uint8_t* scales = nullptr;              // [E, n, k/32]
+    const float* bias = nullptr;                  // [E, n]
+    void* act = nullptr;                          // gate_up: bf16 [assignments, n/2]
+    float* y = nullptr;                           // down: fp32 [assignments, n], row = assignment index
+    int n = 0, k = 0, num_experts = 0;
+    float swiglu_limit = 7.0f;
+    float swiglu_alpha = 1.702f;
+};
+void moe_mma(const MoeMmaArgs& args, bool gate_up, cudaStream_t stream);
+
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).
 void moe_gather(const void* h, const int32_t* sorted_assignments, int num_assignments, int k, int hidden_size, void* xg,

@@ -1,0 +1,284 @@
+// Grouped MoE GEMMs on the tensor cores with MXFP4 weights dequantized in registers (W4A16):
+// kernels/cuda/moe.h moe_mma_tiles / moe_mma. Design (bench/NOTES.md, issue 6):
+//
+// - Work items: (64 output columns) × (a tile of BM rows of one expert). moe_mma_tiles lists the
+//   row tiles from the routing plan on the device, so the grid is an upper bound that depends on
+//   the batch size only (graph-capturable, no host synchronisation); CTAs past the list exit.
+// - Per 32-wide K step (one MXFP4 group): cp.async brings the BM activation rows (bf16, 64 bytes
+//   each, XOR-swizzled 16-byte chunks: conflict-free ldmatrix) and the 64 weight rows' 16 packed
+//   bytes into a 4-stage ring; scales for the CTA's 64 rows and every group are staged once.
+// - B fragments of mma.m16n8k16 come straight from the packed bytes: byte j of a group holds
+//   elements 2j (low nibble) and 2j + 1 (high), which is exactly a fragment register's pair, so a
+//   lane's four registers for 32 k are byte (lane % 4) of the group's four words. A nibble becomes
+//   a bf16 by moving its bits (sign to 15, exponent to 8:7, mantissa to 6): that bf16 is the e2m1
+//   value times 2^-126, subnormals included, and one bf16x2 multiply by 2^(s - 1) (exact: a power
+//   of two) applies both the 2^126 and the group scale 2^(s - 127).
+// - Epilogues: gate_up adds the bias and applies the clamped SwiGLU to each (gate, up) column pair
+//   (a lane holds both) and writes bf16 act rows; down adds the bias and writes fp32 rows of y at
+//   their assignment index (the scatter of the bf16 path).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/moe.h"
+
+namespace gptoss::kernels::cuda {
+namespace {
+
+constexpr int kBN = 64;       // output columns per CTA
+constexpr int kStages = 4;    // cp.async ring depth
+constexpr int kMaxGroups = 128;  // K / 32 (K ≤ 4096)
+constexpr int kThreads = 128;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    const int n = valid ? 16 : 0;  // 0: zero-fill
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two e2m1 codes (low nibble -> low half) as bf16 bit patterns worth value · 2^-126.
+__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t b) {
+    return ((b & 0x8u) << 12) | ((b & 0x7u) << 6) | ((b & 0x80u) << 24) | ((b & 0x70u) << 18);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// Byte `t` of each of the four words -> the four B registers of two k16 steps, scaled.
+struct GroupScale {
+    uint32_t first, second;  // multiply by first, then (if second != 0) by second
+};
+__device__ __forceinline__ GroupScale group_scale(uint32_t s) {
+    // 2^(s - 1) as a bf16 (exponent field s + 126) when representable; else 2^126, then 2^(s - 127).
+    if (s <= 128u) {
+        const uint32_t h = (s + 126u) << 7;
+        return {h | (h << 16), 0u};
+    }
+    const uint32_t h1 = 253u << 7, h2 = s << 7;  // s = 255: inf, as e8m0_to_f32 gives
+    return {h1 | (h1 << 16), h2 | (h2 << 16)};
+}
+__device__ __forceinline__ uint32_t dequant_pair(uint32_t byte, const GroupScale& gs) {
+    uint32_t v = bf16x2_mul(e2m1x2_raw(byte), gs.first);
+    if (gs.second) v = bf16x2_mul(v, gs.second);
+    return v;
+}
+
+__device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
+    gate = fminf(gate, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+    const float glu = gate / (1.0f + __expf(-alpha * gate));
+    return (up + 1.0f) * glu;
+}
+
+// WM × WN warps; a warp owns MF m16 fragments × NF n8 fragments. BM = WM·MF·16, WN·NF·8 = 64.
+template <bool kGateUp, int WM, int WN, int MF, int NF>
+__global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
+    static_assert(WM * WN * 32 == kThreads && WN * NF * 8 == kBN, "tile shape");
+    constexpr int BM = WM * MF * 16;
+    __shared__ __align__(128) uint8_t s_a[kStages][BM * 64];
+    __shared__ __align__(128) uint8_t s_b[kStages][kBN * 16];
+    __shared__ uint8_t s_scale[kBN * kMaxGroups];
+    __shared__ int64_t s_src[BM];
+
+    pdl_wait();
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * BM;
+    const int rows = min(BM, a.expert_offsets[e + 1] - row0);
+    const int n0 = blockIdx.x * kBN;
+    const int K = a.k, G = K / 32, N = a.n;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm = warp % WM, wn = warp / WM;
+
+    // Source row of each tile row (byte offset of its first element), and the scales.
+    for (int r = tid; r < BM; r += kThreads) {
+        int64_t src = -1;
+        if (r < rows) {
+            const int i = row0 + r;
+            const int64_t row = a.x_by_token ? a.sorted_assignments[i] / a.experts_per_token : i;
+            src = row * K * 2;
+        }
+        s_src[r] = src;
+    }
+    const uint8_t* scales = a.scales + (static_cast<int64_t>(e) * N + n0) * G;
+    for (int i = tid; i < kBN * G; i += kThreads) s_scale[i] = scales[i];
+    __syncthreads();
+
+    const uint8_t* xb = static_cast<const uint8_t*>(a.x);
+    const uint8_t* wb = a.blocks + (static_cast<int64_t>(e) * N + n0) * G * 16;
+    auto load_stage = [&](int step, int slot) {
+        for (int c = tid; c < BM * 4; c += kThreads) {
+            const int r = c >> 2, q = c & 3;
+            const int64_t src = s_src[r];
+            const uint8_t* p = src >= 0 ? xb + src + step * 64 + q * 16 : xb;
+            cp_async16(s_a[slot] + r * 64 + ((q ^ ((r >> 1) & 3)) << 4), p, src >= 0);
+        }
+        for (int c = tid; c < kBN; c += kThreads)
+            cp_async16(s_b[slot] + c * 16, wb + (static_cast<int64_t>(c) * G + step) * 16, true);
+    };
+
+    float acc[MF][NF][4];
+#pragma unroll
+    for (int i = 0; i < MF; ++i)
+#pragma unroll
+        for (int j = 0; j < NF; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < G) load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int step = 0; step < G; ++step) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        {
+            const int next = step + kStages - 1;
+            if (next < G) load_stage(next, next % kStages);
+            cp_async_commit();
+        }
+        const int slot = step % kStages;
+        // B: this lane's bytes of its NF weight rows, dequantized for both k16 halves.
+        uint32_t bfr[NF][4];
+#pragma unroll
+        for (int j = 0; j < NF; ++j) {
+            const int n = wn * NF * 8 + j * 8 + g;
+            const uint4 v = *reinterpret_cast<const uint4*>(s_b[slot] + n * 16);
+            const GroupScale gs = group_scale(s_scale[n * G + step]);
+            const int sh = 8 * t;
+            bfr[j][0] = dequant_pair((v.x >> sh) & 0xffu, gs);
+            bfr[j][1] = dequant_pair((v.y >> sh) & 0xffu, gs);
+            bfr[j][2] = dequant_pair((v.z >> sh) & 0xffu, gs);
+            bfr[j][3] = dequant_pair((v.w >> sh) & 0xffu, gs);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+            for (int i = 0; i < MF; ++i) {
+                // ldmatrix.x4: lane L addresses row (L % 8) + 8·((L / 8) & 1), chunk 2·kk + L / 16.
+                const int r = wm * MF * 16 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int q = kk * 2 + (lane >> 4);
+                uint32_t afr[4];
+                ldmatrix_x4(afr, s_a[slot] + r * 64 + ((q ^ ((r >> 1) & 3)) << 4));
+#pragma unroll
+                for (int j = 0; j < NF; ++j) mma_bf16(acc[i][j], afr, bfr[j][2 * kk], bfr[j][2 * kk + 1]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    pdl_trigger();
+
+    // Epilogue. acc[i][j]: rows m = base + g (v 0, 1) and + 8 (v 2, 3), columns c, c + 1.
+#pragma unroll
+    for (int i = 0; i < MF; ++i) {
+#pragma unroll
+        for (int j = 0; j < NF; ++j) {
+            const int c = n0 + wn * NF * 8 + j * 8 + 2 * t;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int m = wm * MF * 16 + i * 16 + g + 8 * h;
+                if (m >= rows) continue;
+                const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                const int64_t row = row0 + m;
+                if constexpr (kGateUp) {
+                    const float* b = a.bias + static_cast<int64_t>(e) * N + c;
+                    static_cast<__nv_bfloat16*>(a.act)[row * (N / 2) + c / 2] =
+                        __float2bfloat16(swiglu(v0 + b[0], v1 + b[1], a.swiglu_limit, a.swiglu_alpha));
+                } else {
+                    const float* b = a.bias + static_cast<int64_t>(e) * N + c;
+                    float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row]) * N + c;
+                    *reinterpret_cast<float2*>(dst) = make_float2(v0 + b[0], v1 + b[1]);
+                }
+            }
+        }
+    }
+}
+
+__global__ void moe_mma_tiles_kernel(const int32_t* offsets, int num_experts, int bm, int max_tiles, int32_t* tiles,
+                                     int32_t* count) {
+    __shared__ int start[kMaxMoeMmaExperts + 1];
+    const int e = threadIdx.x;
+    const int n = e < num_experts ? (offsets[e + 1] - offsets[e] + bm - 1) / bm : 0;
+    if (e < num_experts) start[e + 1] = n;
+    __syncthreads();
+    if (e == 0) {
+        start[0] = 0;
+        for (int i = 1; i <= num_experts; ++i) start[i] += start[i - 1];
+        *count = min(start[num_experts], max_tiles);
+    }
+    __syncthreads();
+    if (e < num_experts)
+        for (int i = 0; i < n && start[e] + i < max_tiles; ++i) {
+            tiles[2 * (start[e] + i)] = e;
+            tiles[2 * (start[e] + i) + 1] = i;
+        }
+}
+
+template <int WM, int WN, int MF, int NF>
+void launch(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
+    const dim3 grid(a.n / kBN, a.max_tiles);
+    if (gate_up)
+        moe_mma_kernel<true, WM, WN, MF, NF><<<grid, kThreads, 0, stream>>>(a);
+    else
+        moe_mma_kernel<false, WM, WN, MF, NF><<<grid, kThreads, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int moe_mma_block_rows(bool large) { return large ? 64 : 16; }
+
+bool moe_mma_supported(int n, int k, int num_experts) {
+    return n % kBN == 0 && k % 32 == 0 && k / 32 <= kMaxGroups && num_experts <= kMaxMoeMmaExperts && n > 0;
+}
+
+void moe_mma_tiles(const int32_t* expert_offsets, int num_experts, int block_rows, int max_tiles, int32_t* tiles,
+                   int32_t* tile_count, cudaStream_t stream) {
+    ENGINE_CHECK(num_experts >= 1 && num_experts <= kMaxMoeMmaExperts && block_rows > 0,
+                 "moe_mma_tiles: %d experts", num_experts);
+    moe_mma_tiles_kernel<<<1, kMaxMoeMmaExperts, 0, stream>>>(expert_offsets, num_experts, block_rows, max_tiles, tiles,
+                                                            tile_count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
+    ENGINE_CHECK(moe_mma_supported(a.n, a.k, a.num_experts) && (!gate_up || a.n % 2 == 0),
+                 "moe_mma: n %d, k %d, %d experts unsupported", a.n, a.k, a.num_experts);
+    if (a.max_tiles <= 0) return;
+    if (a.large)
+        launch<2, 2, 2, 4>(a, gate_up, stream);  // BM 64: warps 2 × 2, each 32 × 32
+    else
+        launch<1, 4, 1, 2>(a, gate_up, stream);  // BM 16: warps along N, each 16 × 16
+}
+
+}  // namespace gptoss::kernels::cuda
