@@ -60,9 +60,12 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two e2m1 codes (low nibble -> low half) as bf16 bit patterns worth value · 2^-126.
+// Two e2m1 codes (byte b, bits above 7 zero; low nibble -> low half) as bf16 bit patterns worth
+// value · 2^-126. Two multiplies place both nibbles at once: b · (2^6 + 2^18) puts magnitude bits
+// 2:0 at 8:6 and 6:4 at 24:22 (the other copies land outside the mask), b · (2^12 + 2^24) the sign
+// bits 3 and 7 at 15 and 31. Four integer ops for two weights.
 __device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t b) {
-    return ((b & 0x8u) << 12) | ((b & 0x7u) << 6) | ((b & 0x80u) << 24) | ((b & 0x70u) << 18);
+    return ((b * 0x00040040u) & 0x01C001C0u) | ((b * 0x01001000u) & 0x80008000u);
 }
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
@@ -84,11 +87,6 @@ __device__ __forceinline__ GroupScale group_scale(uint32_t s) {
     const uint32_t h1 = 253u << 7, h2 = s << 7;  // s = 255: inf, as e8m0_to_f32 gives
     return {h1 | (h1 << 16), h2 | (h2 << 16)};
 }
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t byte, const GroupScale& gs) {
-    uint32_t v = bf16x2_mul(e2m1x2_raw(byte), gs.first);
-    if (gs.second) v = bf16x2_mul(v, gs.second);
-    return v;
-}
 
 __device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
     gate = fminf(gate, limit);
@@ -104,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
     constexpr int BM = WM * MF * 16;
     __shared__ __align__(128) uint8_t s_a[kStages][BM * 64];
     __shared__ __align__(128) uint8_t s_b[kStages][kBN * 16];
-    __shared__ uint8_t s_scale[kBN * kMaxGroups];
+    __shared__ __align__(16) uint8_t s_scale[kBN * kMaxGroups];
     __shared__ int64_t s_src[BM];
 
     pdl_wait();
@@ -129,8 +127,10 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
         }
         s_src[r] = src;
     }
-    const uint8_t* scales = a.scales + (static_cast<int64_t>(e) * N + n0) * G;
-    for (int i = tid; i < kBN * G; i += kThreads) s_scale[i] = scales[i];
+    // The CTA's scales: 64 rows × G bytes, contiguous and 16-byte aligned ((e·N + n0) is a multiple
+    // of 64); 16-byte loads, all issued before any is used.
+    const uint4* scales = reinterpret_cast<const uint4*>(a.scales + (static_cast<int64_t>(e) * N + n0) * G);
+    for (int i = tid; i < kBN * G / 16; i += kThreads) reinterpret_cast<uint4*>(s_scale)[i] = __ldg(scales + i);
     __syncthreads();
 
     const uint8_t* xb = static_cast<const uint8_t*>(a.x);
@@ -175,11 +175,17 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
             const int n = wn * NF * 8 + j * 8 + g;
             const uint4 v = *reinterpret_cast<const uint4*>(s_b[slot] + n * 16);
             const GroupScale gs = group_scale(s_scale[n * G + step]);
-            const int sh = 8 * t;
-            bfr[j][0] = dequant_pair((v.x >> sh) & 0xffu, gs);
-            bfr[j][1] = dequant_pair((v.y >> sh) & 0xffu, gs);
-            bfr[j][2] = dequant_pair((v.z >> sh) & 0xffu, gs);
-            bfr[j][3] = dequant_pair((v.w >> sh) & 0xffu, gs);
+            const uint32_t raw[4] = {e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)),
+                                     e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
+                                     e2m1x2_raw(__byte_perm(v.z, 0u, 0x4440u | t)),
+                                     e2m1x2_raw(__byte_perm(v.w, 0u, 0x4440u | t))};
+            if (gs.second == 0u) {  // every real checkpoint: one exact multiply
+#pragma unroll
+                for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(raw[q], gs.first);
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(bf16x2_mul(raw[q], gs.first), gs.second);
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < 2; ++kk) {
