@@ -378,6 +378,10 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     mxfp4_tokens = have_bf16_experts || have_fp8_experts ? opt.mxfp4_max_tokens : std::max(opt.mxfp4_max_tokens, 128);
     mma_ok = mxfp4 && kc::moe_mma_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
              kc::moe_mma_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E));
+    // With a bf16 or FP8 expert copy, cuBLAS(Lt) per expert is faster from ~512 rows (H200 r17:
+    // 1,024-token prefill 28.9 ms through cuBLAS, 47.5 ms through moe_mma); without one, the
+    // per-expert path dequantizes every active expert per layer.
+    mma_tokens = have_bf16_experts || have_fp8_experts ? 256 : static_cast<int>(Tm);
     if (const char* v = std::getenv("GPTOSS_MOE_MMA_MAX_TOKENS")) mma_tokens = std::max(0, std::atoi(v));
     // With the grouped kernels the weight-only ones need not stretch to 128 rows (r16's reason).
     if (mma_ok && mma_tokens > 0) mxfp4_tokens = std::min(mxfp4_tokens, opt.mxfp4_max_tokens);

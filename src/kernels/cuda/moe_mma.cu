@@ -27,8 +27,7 @@
 namespace gptoss::kernels::cuda {
 namespace {
 
-constexpr int kBN = 64;       // output columns per CTA
-constexpr int kStages = 4;    // cp.async ring depth
+constexpr int kBN = 64;          // output columns per CTA (the down projection's small tiles: 32)
 constexpr int kMaxGroups = 128;  // K / 32 (K ≤ 4096)
 constexpr int kThreads = 128;
 
@@ -95,15 +94,28 @@ __device__ __forceinline__ float swiglu(float gate, float up, float limit, float
     return (up + 1.0f) * glu;
 }
 
-// WM × WN warps; a warp owns MF m16 fragments × NF n8 fragments. BM = WM·MF·16, WN·NF·8 = 64.
-template <bool kGateUp, int WM, int WN, int MF, int NF>
+// WM × WN warps; a warp owns MF m16 fragments × NF n8 fragments: BM = WM·MF·16 rows, BN = WN·NF·8
+// columns. kStages K steps in flight. Dynamic shared memory (smem_bytes): the A and B rings, the
+// scales of the CTA's BN rows for every group, the tile rows' source offsets.
+template <int WM, int WN, int MF, int NF, int kStages>
+struct Tile {
+    static constexpr int BM = WM * MF * 16, BN = WN * NF * 8;
+    static constexpr int kA = BM * 64, kB = BN * 16;
+    static size_t smem_bytes(int groups) {
+        return static_cast<size_t>(kStages) * (kA + kB) + static_cast<size_t>(BN) * groups + BM * 8 + 16;
+    }
+};
+
+template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages>
 __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
-    static_assert(WM * WN * 32 == kThreads && WN * NF * 8 == kBN, "tile shape");
-    constexpr int BM = WM * MF * 16;
-    __shared__ __align__(128) uint8_t s_a[kStages][BM * 64];
-    __shared__ __align__(128) uint8_t s_b[kStages][kBN * 16];
-    __shared__ __align__(16) uint8_t s_scale[kBN * kMaxGroups];
-    __shared__ int64_t s_src[BM];
+    using TT = Tile<WM, WN, MF, NF, kStages>;
+    static_assert(WM * WN * 32 == kThreads, "tile shape");
+    constexpr int BM = TT::BM, kBN = TT::BN;
+    extern __shared__ __align__(128) uint8_t smem[];
+    auto s_a = [&](int slot) { return smem + slot * TT::kA; };
+    auto s_b = [&](int slot) { return smem + kStages * TT::kA + slot * TT::kB; };
+    uint8_t* s_scale = smem + kStages * (TT::kA + TT::kB);
+    int64_t* s_src = reinterpret_cast<int64_t*>(s_scale + ((kBN * (a.k / 32) + 15) & ~15));
 
     pdl_wait();
     const int tile = blockIdx.y;
@@ -127,8 +139,8 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
         }
         s_src[r] = src;
     }
-    // The CTA's scales: 64 rows × G bytes, contiguous and 16-byte aligned ((e·N + n0) is a multiple
-    // of 64); 16-byte loads, all issued before any is used.
+    // The CTA's scales: BN rows × G bytes, contiguous and 16-byte aligned ((e·N + n0) is a multiple
+    // of 32); 16-byte loads, all issued before any is used.
     const uint4* scales = reinterpret_cast<const uint4*>(a.scales + (static_cast<int64_t>(e) * N + n0) * G);
     for (int i = tid; i < kBN * G / 16; i += kThreads) reinterpret_cast<uint4*>(s_scale)[i] = __ldg(scales + i);
     __syncthreads();
@@ -140,10 +152,10 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
             const int r = c >> 2, q = c & 3;
             const int64_t src = s_src[r];
             const uint8_t* p = src >= 0 ? xb + src + step * 64 + q * 16 : xb;
-            cp_async16(s_a[slot] + r * 64 + ((q ^ ((r >> 1) & 3)) << 4), p, src >= 0);
+            cp_async16(s_a(slot) + r * 64 + ((q ^ ((r >> 1) & 3)) << 4), p, src >= 0);
         }
         for (int c = tid; c < kBN; c += kThreads)
-            cp_async16(s_b[slot] + c * 16, wb + (static_cast<int64_t>(c) * G + step) * 16, true);
+            cp_async16(s_b(slot) + c * 16, wb + (static_cast<int64_t>(c) * G + step) * 16, true);
     };
 
     float acc[MF][NF][4];
@@ -173,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
 #pragma unroll
         for (int j = 0; j < NF; ++j) {
             const int n = wn * NF * 8 + j * 8 + g;
-            const uint4 v = *reinterpret_cast<const uint4*>(s_b[slot] + n * 16);
+            const uint4 v = *reinterpret_cast<const uint4*>(s_b(slot) + n * 16);
             const GroupScale gs = group_scale(s_scale[n * G + step]);
             const uint32_t raw[4] = {e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)),
                                      e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
@@ -195,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
                 const int r = wm * MF * 16 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int q = kk * 2 + (lane >> 4);
                 uint32_t afr[4];
-                ldmatrix_x4(afr, s_a[slot] + r * 64 + ((q ^ ((r >> 1) & 3)) << 4));
+                ldmatrix_x4(afr, s_a(slot) + r * 64 + ((q ^ ((r >> 1) & 3)) << 4));
 #pragma unroll
                 for (int j = 0; j < NF; ++j) mma_bf16(acc[i][j], afr, bfr[j][2 * kk], bfr[j][2 * kk + 1]);
             }
@@ -250,13 +262,12 @@ __global__ void moe_mma_tiles_kernel(const int32_t* offsets, int num_experts, in
         }
 }
 
-template <int WM, int WN, int MF, int NF>
-void launch(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
-    const dim3 grid(a.n / kBN, a.max_tiles);
-    if (gate_up)
-        moe_mma_kernel<true, WM, WN, MF, NF><<<grid, kThreads, 0, stream>>>(a);
-    else
-        moe_mma_kernel<false, WM, WN, MF, NF><<<grid, kThreads, 0, stream>>>(a);
+template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages>
+void launch(const MoeMmaArgs& a, cudaStream_t stream) {
+    using TT = Tile<WM, WN, MF, NF, kStages>;
+    const dim3 grid(a.n / TT::BN, a.max_tiles);
+    const size_t smem = TT::smem_bytes(a.k / 32);  // < 48 KB for every instance (k ≤ 4096)
+    moe_mma_kernel<kGateUp, WM, WN, MF, NF, kStages><<<grid, kThreads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -281,10 +292,19 @@ void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     ENGINE_CHECK(moe_mma_supported(a.n, a.k, a.num_experts) && (!gate_up || a.n % 2 == 0),
                  "moe_mma: n %d, k %d, %d experts unsupported", a.n, a.k, a.num_experts);
     if (a.max_tiles <= 0) return;
-    if (a.large)
-        launch<2, 2, 2, 4>(a, gate_up, stream);  // BM 64: warps 2 × 2, each 32 × 32
-    else
-        launch<1, 4, 1, 2>(a, gate_up, stream);  // BM 16: warps along N, each 16 × 16
+    // Small tiles (decode-sized batches: the weights are the traffic) keep 8 K steps in flight;
+    // the down projection (half the columns) uses 32-column tiles so its grid is not one wave plus
+    // a short tail. Large tiles: BM 64, warps 2 × 2, each 32 × 32.
+    if (a.large) {
+        if (gate_up)
+            launch<true, 2, 2, 2, 4, 4>(a, stream);
+        else
+            launch<false, 2, 2, 2, 4, 4>(a, stream);
+    } else if (gate_up) {
+        launch<true, 1, 4, 1, 2, 8>(a, stream);
+    } else {
+        launch<false, 1, 4, 1, 1, 8>(a, stream);
+    }
 }
 
 }  // namespace gptoss::kernels::cuda
