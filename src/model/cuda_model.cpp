@@ -105,6 +105,7 @@ struct CudaModel::Impl {
     DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
+    static constexpr int kMxfp4MmaCrossover = 4;  // weight-only MXFP4 kernels up to this many MoE rows
     static constexpr int kMaxSplits = 64;
 
     Status init(const GptOssWeights& w);
@@ -379,12 +380,17 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     mma_ok = mxfp4 && kc::moe_mma_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
              kc::moe_mma_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E));
     // With a bf16 or FP8 expert copy, cuBLAS(Lt) per expert is faster from ~512 rows (H200 r17:
-    // 1,024-token prefill 28.9 ms through cuBLAS, 47.5 ms through moe_mma); without one, the
-    // per-expert path dequantizes every active expert per layer.
-    mma_tokens = have_bf16_experts || have_fp8_experts ? 256 : static_cast<int>(Tm);
+    // 1,024-token prefill 28.9 ms through cuBLAS, 47.5 ms through moe_mma); without one the
+    // per-expert path dequantizes every active expert per layer: moe_mma wins up to a few thousand
+    // rows (120b: 1k prefill 127 vs 309 ms; 8k 582 vs 538 ms).
+    mma_tokens = opt.moe_mma_max_tokens >= 0 ? opt.moe_mma_max_tokens
+                 : have_bf16_experts || have_fp8_experts ? 256
+                                                         : 2048;
     if (const char* v = std::getenv("GPTOSS_MOE_MMA_MAX_TOKENS")) mma_tokens = std::max(0, std::atoi(v));
-    // With the grouped kernels the weight-only ones need not stretch to 128 rows (r16's reason).
-    if (mma_ok && mma_tokens > 0) mxfp4_tokens = std::min(mxfp4_tokens, opt.mxfp4_max_tokens);
+    // With the grouped kernels the weight-only ones keep only the smallest batches (20b, step ms,
+    // weight-only vs grouped: 1 token 2.89 vs 4.31, 2: 4.06 vs 5.75, 4: 7.31 vs 7.69, 8: 12.6 vs
+    // 11.3, 16: 21.1 vs 11.6).
+    if (mma_ok && mma_tokens > 0) mxfp4_tokens = std::min(opt.mxfp4_max_tokens, kMxfp4MmaCrossover);
     if (const char* v = std::getenv("GPTOSS_MXFP4_MAX_TOKENS")) mxfp4_tokens = std::max(0, std::atoi(v));
     if (mma_ok) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);

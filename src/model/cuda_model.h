@@ -23,6 +23,11 @@ struct CudaModelOptions {
     double kv_cache_fraction = 0.85;  // of the memory free after weights and activations
     bool bf16_experts = true;         // keep a bf16 copy of the experts for large batches (needs ~2× expert memory)
     int mxfp4_max_tokens = 32;        // batches up to this many tokens use the weight-only MXFP4 experts
+                                      // (at most 4 where the grouped tensor-core kernels run)
+    // MoE rows up to which the grouped tensor-core MXFP4 kernels (kernels/cuda/moe.h moe_mma) run
+    // past the weight-only ones; above, per-expert cuBLAS(Lt) GEMMs. -1: 256 with a bf16 or FP8
+    // expert copy, 2048 without; 0: off.
+    int moe_mma_max_tokens = -1;
     bool defer_kv_cache = false;      // allocate the KV cache later, with allocate_kv_cache()
     // FP8 e4m3 with 128×128 block scales (power-of-two, kernels/cuda/fp8_gemm.h) for the QKV, O and
     // lm_head weights, quantized from bf16 at load: weight-only FP8 GEMVs at decode (fp32
