@@ -12,13 +12,17 @@
 // random routing, so one rotation touches kLayers × (unique experts × 13.2 MB) — at batch 1
 // 8 × 53 MB = 423 MB, 7× the L2. The kLayers (plan, experts) pairs are captured in one CUDA graph,
 // warmed up, replayed kReps times; reported: median over replays of event time / kLayers.
-// Usage: moe_bench [batch ...]   (default 1 2 4 8 16 32)
+// Usage: moe_bench [--mma] [batch ...]   (default 1 2 4 8 16 32)
+//   --mma: the grouped tensor-core kernels (moe_plan, moe_mma_tiles, moe_mma gate_up + down, bf16
+//   inputs) instead of the weight-only ones; same byte count.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <numeric>
 #include <random>
 #include <set>
@@ -104,7 +108,13 @@ struct Layer {
 
 int main(int argc, char** argv) {
     std::vector<int> batches;
-    for (int i = 1; i < argc; ++i) batches.push_back(std::atoi(argv[i]));
+    bool mma = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--mma")
+            mma = true;
+        else
+            batches.push_back(std::atoi(argv[i]));
+    }
     if (batches.empty()) batches = {1, 2, 4, 8, 16, 32};
     const int max_t = *std::max_element(batches.begin(), batches.end());
 
@@ -127,6 +137,18 @@ int main(int argc, char** argv) {
     }
     DevBuf h32 = upload(randn(static_cast<size_t>(max_t) * kHidden, 7, 1.0f));
     DevBuf act(static_cast<size_t>(max_t) * kTopK * kInter * 4), y(static_cast<size_t>(max_t) * kTopK * kHidden * 4);
+    std::vector<uint16_t> h16(static_cast<size_t>(max_t) * kHidden);
+    {
+        const auto hf = randn(h16.size(), 7, 1.0f);
+        for (size_t i = 0; i < h16.size(); ++i) {
+            uint32_t u;
+            std::memcpy(&u, &hf[i], 4);
+            h16[i] = static_cast<uint16_t>(u >> 16);
+        }
+    }
+    DevBuf hb = upload(h16);
+    const int max_tiles_cap = max_t * kTopK / cuda::moe_mma_block_rows(false) + kExperts + 1;
+    DevBuf tiles(static_cast<size_t>(2 * max_tiles_cap) * 4), tile_count(4);
     std::vector<DevBuf> ids(kLayers), offsets(kLayers), sorted(kLayers);
     for (int l = 0; l < kLayers; ++l) {
         ids[l] = DevBuf(static_cast<size_t>(max_t) * kTopK * 4);
@@ -161,7 +183,43 @@ int main(int argc, char** argv) {
             CHECK_CUDA(cudaMemcpy(ids[l].p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
         }
         auto enqueue = [&] {
-            for (int l = 0; l < kLayers; ++l) {
+            for (int l = 0; l < kLayers && mma; ++l) {
+                const int A = T * kTopK;
+                const bool large = A >= 32 * kExperts;
+                const int bm = cuda::moe_mma_block_rows(large), max_tiles = (A + bm - 1) / bm + kExperts;
+                cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
+                               sorted[l].as<int32_t>(), stream);
+                cuda::moe_mma_tiles(offsets[l].as<int32_t>(), kExperts, bm, max_tiles, tiles.as<int32_t>(),
+                                    tile_count.as<int32_t>(), stream);
+                cuda::MoeMmaArgs m;
+                m.x = hb.p;
+                m.x_by_token = true;
+                m.experts_per_token = kTopK;
+                m.expert_offsets = offsets[l].as<int32_t>();
+                m.sorted_assignments = sorted[l].as<int32_t>();
+                m.tiles = tiles.as<int32_t>();
+                m.tile_count = tile_count.as<int32_t>();
+                m.max_tiles = max_tiles;
+                m.large = large;
+                m.blocks = layers[l].gu_blocks.as<uint8_t>();
+                m.scales = layers[l].gu_scales.as<uint8_t>();
+                m.bias = layers[l].gu_bias.as<float>();
+                m.act = act.p;
+                m.n = 2 * kInter;
+                m.k = kHidden;
+                m.num_experts = kExperts;
+                cuda::moe_mma(m, true, stream);
+                m.x = act.p;
+                m.x_by_token = false;
+                m.blocks = layers[l].down_blocks.as<uint8_t>();
+                m.scales = layers[l].down_scales.as<uint8_t>();
+                m.bias = layers[l].down_bias.as<float>();
+                m.y = y.as<float>();
+                m.n = kHidden;
+                m.k = kInter;
+                cuda::moe_mma(m, false, stream);
+            }
+            for (int l = 0; l < kLayers && !mma; ++l) {
                 cuda::moe_plan(ids[l].as<int32_t>(), T * kTopK, kExperts, true, offsets[l].as<int32_t>(),
                                sorted[l].as<int32_t>(), stream);
                 cuda::MoeMxfp4Args a;

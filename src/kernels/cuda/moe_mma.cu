@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -95,20 +96,31 @@ __device__ __forceinline__ float swiglu(float gate, float up, float limit, float
 }
 
 // WM × WN warps; a warp owns MF m16 fragments × NF n8 fragments: BM = WM·MF·16 rows, BN = WN·NF·8
-// columns. kStages K steps in flight. Dynamic shared memory (smem_bytes): the A and B rings, the
-// scales of the CTA's BN rows for every group, the tile rows' source offsets.
-template <int WM, int WN, int MF, int NF, int kStages>
+// columns. A stage holds GPS groups (32·GPS of K); kStages stages in the ring. Dynamic shared
+// memory (smem_bytes): the A and B rings, the scales of the CTA's BN rows for every group, the
+// tile rows' source offsets.
+template <int WM, int WN, int MF, int NF, int kStages, int GPS>
 struct Tile {
     static constexpr int BM = WM * MF * 16, BN = WN * NF * 8;
-    static constexpr int kA = BM * 64, kB = BN * 16;
+    static constexpr int kRowA = 64 * GPS;  // bytes of one activation row in a stage
+    static constexpr int kA = BM * kRowA, kB = BN * 16 * GPS;
     static size_t smem_bytes(int groups) {
-        return static_cast<size_t>(kStages) * (kA + kB) + static_cast<size_t>(BN) * groups + BM * 8 + 16;
+        return static_cast<size_t>(kStages) * (kA + kB) + ((static_cast<size_t>(BN) * groups + 15) & ~size_t{15}) +
+               BM * 8;
+    }
+    // 16-byte chunk q of row r: XOR-swizzled so that 8 consecutive rows at one q hit 8 distinct
+    // 16-byte bank groups (ldmatrix reads 8 rows × 16 bytes).
+    __device__ static int a_offset(int r, int q) {
+        if constexpr (GPS == 1)
+            return r * kRowA + ((q ^ ((r >> 1) & 3)) << 4);  // 64-byte rows: two rows per 128 bytes
+        else
+            return r * kRowA + ((q ^ (r & 7)) << 4);
     }
 };
 
-template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages>
+template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages, int GPS>
 __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
-    using TT = Tile<WM, WN, MF, NF, kStages>;
+    using TT = Tile<WM, WN, MF, NF, kStages, GPS>;
     static_assert(WM * WN * 32 == kThreads, "tile shape");
     constexpr int BM = TT::BM, kBN = TT::BN;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -125,6 +137,7 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
     const int rows = min(BM, a.expert_offsets[e + 1] - row0);
     const int n0 = blockIdx.x * kBN;
     const int K = a.k, G = K / 32, N = a.n;
+    const int steps = (G + GPS - 1) / GPS;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
@@ -147,15 +160,23 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
 
     const uint8_t* xb = static_cast<const uint8_t*>(a.x);
     const uint8_t* wb = a.blocks + (static_cast<int64_t>(e) * N + n0) * G * 16;
+    // Adjacent threads take adjacent 16-byte pieces of a row: GPS pieces of weights (16·GPS
+    // contiguous bytes) and 4·GPS pieces of activations per row and stage. Groups past G (the last
+    // stage when GPS does not divide G) are not loaded and not used.
     auto load_stage = [&](int step, int slot) {
-        for (int c = tid; c < BM * 4; c += kThreads) {
-            const int r = c >> 2, q = c & 3;
+        const int g0 = step * GPS, ng = min(GPS, G - g0);
+        for (int c = tid; c < BM * 4 * GPS; c += kThreads) {
+            const int r = c / (4 * GPS), q = c % (4 * GPS);
+            if (q >= 4 * ng) continue;
             const int64_t src = s_src[r];
-            const uint8_t* p = src >= 0 ? xb + src + step * 64 + q * 16 : xb;
-            cp_async16(s_a(slot) + r * 64 + ((q ^ ((r >> 1) & 3)) << 4), p, src >= 0);
+            const uint8_t* p = src >= 0 ? xb + src + g0 * 64 + q * 16 : xb;
+            cp_async16(s_a(slot) + TT::a_offset(r, q), p, src >= 0);
         }
-        for (int c = tid; c < kBN; c += kThreads)
-            cp_async16(s_b(slot) + c * 16, wb + (static_cast<int64_t>(c) * G + step) * 16, true);
+        for (int c = tid; c < kBN * GPS; c += kThreads) {
+            const int r = c / GPS, q = c % GPS;
+            if (q >= ng) continue;
+            cp_async16(s_b(slot) + c * 16, wb + (static_cast<int64_t>(r) * G + g0 + q) * 16, true);
+        }
     };
 
     float acc[MF][NF][4];
@@ -168,48 +189,54 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < G) load_stage(s, s);
+        if (s < steps) load_stage(s, s);
         cp_async_commit();
     }
-    for (int step = 0; step < G; ++step) {
+    for (int step = 0; step < steps; ++step) {
         cp_async_wait<kStages - 2>();
         __syncthreads();
         {
             const int next = step + kStages - 1;
-            if (next < G) load_stage(next, next % kStages);
+            if (next < steps) load_stage(next, next % kStages);
             cp_async_commit();
         }
         const int slot = step % kStages;
-        // B: this lane's bytes of its NF weight rows, dequantized for both k16 halves.
-        uint32_t bfr[NF][4];
 #pragma unroll
-        for (int j = 0; j < NF; ++j) {
-            const int n = wn * NF * 8 + j * 8 + g;
-            const uint4 v = *reinterpret_cast<const uint4*>(s_b(slot) + n * 16);
-            const GroupScale gs = group_scale(s_scale[n * G + step]);
-            const uint32_t raw[4] = {e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)),
-                                     e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
-                                     e2m1x2_raw(__byte_perm(v.z, 0u, 0x4440u | t)),
-                                     e2m1x2_raw(__byte_perm(v.w, 0u, 0x4440u | t))};
-            if (gs.second == 0u) {  // every real checkpoint: one exact multiply
+        for (int gi = 0; gi < GPS; ++gi) {
+            const int grp = step * GPS + gi;
+            if (GPS > 1 && grp >= G) break;
+            // B: this lane's bytes of its NF weight rows, dequantized for both k16 halves.
+            uint32_t bfr[NF][4];
 #pragma unroll
-                for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(raw[q], gs.first);
-            } else {
+            for (int j = 0; j < NF; ++j) {
+                const int n = wn * NF * 8 + j * 8 + g;
+                const uint4 v = *reinterpret_cast<const uint4*>(s_b(slot) + (n * GPS + gi) * 16);
+                const GroupScale gs = group_scale(s_scale[n * G + grp]);
+                const uint32_t raw[4] = {e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)),
+                                         e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
+                                         e2m1x2_raw(__byte_perm(v.z, 0u, 0x4440u | t)),
+                                         e2m1x2_raw(__byte_perm(v.w, 0u, 0x4440u | t))};
+                if (gs.second == 0u) {  // every real checkpoint: one exact multiply
 #pragma unroll
-                for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(bf16x2_mul(raw[q], gs.first), gs.second);
+                    for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(raw[q], gs.first);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(bf16x2_mul(raw[q], gs.first), gs.second);
+                }
             }
-        }
 #pragma unroll
-        for (int kk = 0; kk < 2; ++kk) {
+            for (int kk = 0; kk < 2; ++kk) {
 #pragma unroll
-            for (int i = 0; i < MF; ++i) {
-                // ldmatrix.x4: lane L addresses row (L % 8) + 8·((L / 8) & 1), chunk 2·kk + L / 16.
-                const int r = wm * MF * 16 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int q = kk * 2 + (lane >> 4);
-                uint32_t afr[4];
-                ldmatrix_x4(afr, s_a(slot) + r * 64 + ((q ^ ((r >> 1) & 3)) << 4));
+                for (int i = 0; i < MF; ++i) {
+                    // ldmatrix.x4: lane L addresses row (L % 8) + 8·((L / 8) & 1), chunk 2·kk + L / 16
+                    // of this group.
+                    const int r = wm * MF * 16 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    const int q = gi * 4 + kk * 2 + (lane >> 4);
+                    uint32_t afr[4];
+                    ldmatrix_x4(afr, s_a(slot) + TT::a_offset(r, q));
 #pragma unroll
-                for (int j = 0; j < NF; ++j) mma_bf16(acc[i][j], afr, bfr[j][2 * kk], bfr[j][2 * kk + 1]);
+                    for (int j = 0; j < NF; ++j) mma_bf16(acc[i][j], afr, bfr[j][2 * kk], bfr[j][2 * kk + 1]);
+                }
             }
         }
     }
@@ -262,13 +289,23 @@ __global__ void moe_mma_tiles_kernel(const int32_t* offsets, int num_experts, in
         }
 }
 
-template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages>
+template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages, int GPS>
 void launch(const MoeMmaArgs& a, cudaStream_t stream) {
-    using TT = Tile<WM, WN, MF, NF, kStages>;
+    using TT = Tile<WM, WN, MF, NF, kStages, GPS>;
     const dim3 grid(a.n / TT::BN, a.max_tiles);
     const size_t smem = TT::smem_bytes(a.k / 32);  // < 48 KB for every instance (k ≤ 4096)
-    moe_mma_kernel<kGateUp, WM, WN, MF, NF, kStages><<<grid, kThreads, smem, stream>>>(a);
+    moe_mma_kernel<kGateUp, WM, WN, MF, NF, kStages, GPS><<<grid, kThreads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
+}
+
+// Small tiles: 4 groups a stage (64 contiguous bytes of a weight row per load round) unless
+// GPTOSS_MOE_MMA_GPS=1 (one group a stage, 8 stages: the first design), for A/B runs.
+bool wide_stages() {
+    static const bool wide = [] {
+        const char* v = std::getenv("GPTOSS_MOE_MMA_GPS");
+        return v == nullptr || std::atoi(v) != 1;
+    }();
+    return wide;
 }
 
 }  // namespace
@@ -297,13 +334,18 @@ void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     // a short tail. Large tiles: BM 64, warps 2 × 2, each 32 × 32.
     if (a.large) {
         if (gate_up)
-            launch<true, 2, 2, 2, 4, 4>(a, stream);
+            launch<true, 2, 2, 2, 4, 4, 1>(a, stream);
         else
-            launch<false, 2, 2, 2, 4, 4>(a, stream);
+            launch<false, 2, 2, 2, 4, 4, 1>(a, stream);
+    } else if (wide_stages()) {
+        if (gate_up)
+            launch<true, 1, 4, 1, 2, 4, 4>(a, stream);
+        else
+            launch<false, 1, 4, 1, 1, 4, 4>(a, stream);
     } else if (gate_up) {
-        launch<true, 1, 4, 1, 2, 8>(a, stream);
+        launch<true, 1, 4, 1, 2, 8, 1>(a, stream);
     } else {
-        launch<false, 1, 4, 1, 1, 8>(a, stream);
+        launch<false, 1, 4, 1, 1, 8, 1>(a, stream);
     }
 }
 
