@@ -4,7 +4,7 @@
 # Binaries are built on the development machine (scripts/build_for_gpu.sh) and carried in .device/.
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
-#   stages: tests attn_bench verify bench bench_fp8 peer multi sweep fixtures profile
+#   stages: tests attn_bench verify bench bench_fp8 bench120 moe_bench peer multi sweep fixtures profile
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, PROFILE_ARGS, VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -66,6 +66,19 @@ for stage in "$@"; do
         ${BENCH_ARGS:-} > "$OUT/bench_20b_fp8.log" 2>&1
       summary+=("bench_fp8 rc=$?")
       cat "$OUT/bench_20b_fp8.md"
+      ;;
+    bench120)
+      # gpt-oss-120b with random weights built in memory (the checkpoint exceeds the device's disk).
+      $BIN/gptoss bench --synthetic gpt-oss-120b ${BENCH120_ARGS:---prefill 1024,8192 --batch 1,8,64,256 --context 1024 --decode-steps 8 --repeats 2} \
+        --json "$OUT/bench_120b.json" --markdown "$OUT/bench_120b.md" > "$OUT/bench_120b.log" 2>&1
+      summary+=("bench120 rc=$?")
+      cat "$OUT/bench_120b.md"
+      ;;
+    moe_bench)
+      # MoE kernels alone (graph-replayed, 8 layers of weights): weight-only and grouped tensor-core.
+      { $BIN/moe_bench 1 2 4 8; $BIN/moe_bench --mma 8 16 32 64 128 256; } > "$OUT/moe_bench.log" 2>&1
+      summary+=("moe_bench rc=$?")
+      grep "^|" "$OUT/moe_bench.log"
       ;;
     peer)
       python3 tools/bench_peer_transformers.py --model "$WORK/gpt-oss-20b" --json "$OUT/peer_20b.json" \

@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
         auto enqueue = [&] {
             for (int l = 0; l < kLayers && mma; ++l) {
                 const int A = T * kTopK;
-                const bool large = A >= 32 * kExperts;
+                const bool large = A >= 64 * kExperts;  // the model's rule (cuda_model.cpp)
                 const int bm = cuda::moe_mma_block_rows(large), max_tiles = (A + bm - 1) / bm + kExperts;
                 cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
                                sorted[l].as<int32_t>(), stream);
