@@ -22,10 +22,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 

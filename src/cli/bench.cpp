@@ -116,7 +116,8 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     };
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
-    md += "## " + layout.to_string() + (o.fp8 ? ", FP8 weights" : "") + " (" + std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
+    md += "## " + layout.to_string() + (o.fp8 ? ", FP8 weights" : "") + " (" + std::to_string(W) + " GPU" +
+          (W > 1 ? "s" : "") +
           ")\n\n### Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
           "|\n|---:|---:|---:|---:|---:|---:|\n";
 

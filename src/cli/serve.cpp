@@ -74,10 +74,9 @@ int run_serve(const ServeOptions& o) {
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
         if (cuda) {
-            ASSIGN_OR_RETURN(runner,
-                             runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
-                                                              engine_config.scheduler.max_num_batched_tokens, layout,
-                                                              fp8));
+            ASSIGN_OR_RETURN(
+                runner, runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
+                                                         engine_config.scheduler.max_num_batched_tokens, layout, fp8));
         } else {
             runner = std::make_unique<runtime::CpuModelRunner>(shared, layout);  // ranks as threads
         }

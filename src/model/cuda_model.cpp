@@ -312,7 +312,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             if (have_fp8_experts) {  // MXFP4 -> bf16 (exact) -> FP8 128×128 (exact: model/fp8_convert.h)
                 for (int64_t e = 0; e < E; ++e) {
                     kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + e * 2 * I * H / 2,
-                                      D.gu_scales.as<uint8_t>() + e * 2 * I * H / 32, 2 * I, H, expert_tmp.get(), stream);
+                                      D.gu_scales.as<uint8_t>() + e * 2 * I * H / 32, 2 * I, H, expert_tmp.get(),
+                                      stream);
                     D.gu_f8.push_back(kc::Fp8Weight::from_bf16(expert_tmp.get(), static_cast<int>(2 * I),
                                                                static_cast<int>(H), stream));
                     kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>() + e * H * I / 2,
@@ -383,7 +384,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     // 1,024-token prefill 28.9 ms through cuBLAS, 47.5 ms through moe_mma); without one the
     // per-expert path dequantizes every active expert per layer: moe_mma wins up to a few thousand
     // rows (120b: 1k prefill 127 vs 309 ms; 8k 582 vs 538 ms).
-    mma_tokens = opt.moe_mma_max_tokens >= 0 ? opt.moe_mma_max_tokens
+    mma_tokens = opt.moe_mma_max_tokens >= 0             ? opt.moe_mma_max_tokens
                  : have_bf16_experts || have_fp8_experts ? 256
                                                          : 2048;
     if (const char* v = std::getenv("GPTOSS_MOE_MMA_MAX_TOKENS")) mma_tokens = std::max(0, std::atoi(v));
@@ -522,7 +523,8 @@ void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight&
     else
         kc::quantize_act_fp8(static_cast<const float*>(x), m, w.k, w.k_pad, xq, xs, stream);
     // cuBLASLt without an algorithm for this shape: the plain kernel, same arithmetic, slower.
-    if (!fp8_gemm->gemm(xq, xs, w, nullptr, yout, m, stream).ok()) kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream);
+    if (!fp8_gemm->gemm(xq, xs, w, nullptr, yout, m, stream).ok())
+        kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream);
 }
 
 void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32) {
@@ -626,8 +628,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
                 if (!have_fp8_experts) {  // MXFP4 -> bf16 -> FP8, one expert (stream order keeps it safe)
                     if (gate_up) {
                         kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 2,
-                                          D.gu_scales.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 32, 2 * I, H,
-                                          gu_scratch.get(), stream);
+                                          D.gu_scales.as<uint8_t>() + static_cast<int64_t>(e) * 2 * I * H / 32, 2 * I,
+                                          H, gu_scratch.get(), stream);
                         kc::quantize_weight_fp8_bf16(gu_scratch.get(), 2 * I, H, kph, scratch.q.as<uint8_t>(),
                                                      scratch.scales.as<float>(), stream);
                     } else {
@@ -638,14 +640,16 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
                                                      scratch.scales.as<float>(), stream);
                     }
                 }
-                linear_f8(xin + static_cast<int64_t>(off[e]) * kin, true, *wt, yout + static_cast<int64_t>(off[e]) * nout,
-                          n, xq8.as<uint8_t>() + prow * kp, xs8.as<float>() + prow * (kp / 128));
+                linear_f8(xin + static_cast<int64_t>(off[e]) * kin, true, *wt,
+                          yout + static_cast<int64_t>(off[e]) * nout, n, xq8.as<uint8_t>() + prow * kp,
+                          xs8.as<float>() + prow * (kp / 128));
                 prow += kc::fp8_gemm_m_pad(n);
             }
         };
         expert_gemms(xg.as<uint16_t>(), H, kph, D.gu_f8, gu_f8_scratch, true, gu.as<float>(), 2 * I);
         kc::moe_swiglu_sorted(gu.as<float>(), D.gu_b.as<float>(), offsets.as<int32_t>(), E, An, I,
-                              static_cast<float>(c.swiglu_limit), static_cast<float>(c.swiglu_alpha), actb.get(), stream);
+                              static_cast<float>(c.swiglu_limit), static_cast<float>(c.swiglu_alpha), actb.get(),
+                              stream);
         expert_gemms(actb.as<uint16_t>(), I, kpi, D.down_f8, down_f8_scratch, false, yd.as<float>(), H);
         kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), An, H,
                         y.as<float>(), stream);

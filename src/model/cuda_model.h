@@ -28,14 +28,14 @@ struct CudaModelOptions {
     // past the weight-only ones; above, per-expert cuBLAS(Lt) GEMMs. -1: 256 with a bf16 or FP8
     // expert copy, 2048 without; 0: off.
     int moe_mma_max_tokens = -1;
-    bool defer_kv_cache = false;      // allocate the KV cache later, with allocate_kv_cache()
+    bool defer_kv_cache = false;  // allocate the KV cache later, with allocate_kv_cache()
     // FP8 e4m3 with 128×128 block scales (power-of-two, kernels/cuda/fp8_gemm.h) for the QKV, O and
     // lm_head weights, quantized from bf16 at load: weight-only FP8 GEMVs at decode (fp32
     // activations), W8A8 cuBLASLt GEMMs (activations per 1×128) for larger batches. MXFP4 experts
     // also get an FP8 copy (lossless) for batches above mxfp4_max_tokens, in place of the bf16 copy
     // (or one expert at a time when the copy does not fit). Off: the bf16 path.
     bool fp8 = false;
-    int device = -1;                  // CUDA device (-1: the calling thread's current one)
+    int device = -1;  // CUDA device (-1: the calling thread's current one)
     // Parallel rank (model/parallel_cuda_model.h): the weights are this rank's shard and these
     // NCCL communicators join the ranks' forward passes. Null: the whole model on one GPU.
     parallel::RankComms* comms = nullptr;

@@ -20,86 +20,86 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
     REQUIRE_GPU();
     const int H = 2880, hd = 64;
     for (bool fp8 : {false, true})  // FP8 weights: the same comparison (both kernels read the same e4m3 bytes)
-    for (int nkv : {8, 4, 1}) {
-        const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
-        for (int T : {1, 3, 8}) {
-            const auto x = test::randn(static_cast<size_t>(T) * H, 11 + T);
-            const auto w = test::to_bf16(test::randn(static_cast<size_t>(n) * H, 12, 0.02f));
-            const auto b = test::randn(n, 13, 0.1f);
-            std::vector<float> inv_freq(hd / 2);
-            for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * i / hd);
-            std::vector<int32_t> pos(T), slot(T);
-            for (int t = 0; t < T; ++t) pos[t] = 1000 + 37 * t, slot[t] = (t == 1) ? -1 : 5 * t + 2;
-            const int slots = 64;
-            DeviceBuffer dx = DeviceBuffer::from_host(x.data(), x.size() * 4);
-            DeviceBuffer dw = DeviceBuffer::from_host(w.data(), w.size() * 2);
-            Fp8Weight f8;
-            if (fp8) f8 = Fp8Weight::from_bf16(dw.get(), n, H, nullptr);
-            DeviceBuffer db = DeviceBuffer::from_host(b.data(), b.size() * 4);
-            DeviceBuffer df = DeviceBuffer::from_host(inv_freq.data(), inv_freq.size() * 4);
-            DeviceBuffer dp = DeviceBuffer::from_host(pos.data(), pos.size() * 4);
-            DeviceBuffer ds = DeviceBuffer::from_host(slot.data(), slot.size() * 4);
-            DeviceBuffer qkv(static_cast<size_t>(T) * n * 4);
-            const size_t q_bytes = static_cast<size_t>(T) * nq * hd * 2,
-                         c_bytes = static_cast<size_t>(slots) * nkv * hd * 2;
-            DeviceBuffer q[2] = {DeviceBuffer(q_bytes), DeviceBuffer(q_bytes)};
-            DeviceBuffer kc[2] = {DeviceBuffer(c_bytes), DeviceBuffer(c_bytes)};
-            DeviceBuffer vc[2] = {DeviceBuffer(c_bytes), DeviceBuffer(c_bytes)};
-            for (int p = 0; p < 2; ++p) {
-                CUDA_CHECK(cudaMemset(q[p].get(), 0, q_bytes));
-                CUDA_CHECK(cudaMemset(kc[p].get(), 0, c_bytes));
-                CUDA_CHECK(cudaMemset(vc[p].get(), 0, c_bytes));
-                QkvRopeArgs r;
-                r.qkv = qkv.as<float>();
-                r.bias = db.as<float>();
-                r.positions = dp.as<int32_t>();
-                r.slot_mapping = ds.as<int32_t>();
-                r.inv_freq = df.as<float>();
-                r.attention_scaling = 1.3465736f;
-                r.q_out = q[p].get();
-                r.k_cache = kc[p].get();
-                r.v_cache = vc[p].get();
-                r.num_tokens = T;
-                r.num_heads = nq;
-                r.num_kv_heads = nkv;
-                r.head_dim = hd;
-                GemvArgs g;
-                g.x = dx.get();
-                g.w = fp8 ? f8.q.get() : dw.get();
-                g.w_scale = fp8 ? f8.scales.as<float>() : nullptr;
-                g.w_ld = fp8 ? f8.k_pad : 0;
-                g.num_tokens = T;
-                g.n = n;
-                g.k = H;
-                if (p == 0) {
-                    g.y = qkv.as<float>();
-                    g.legacy = true;
-                    gemv_bf16w(g, nullptr);
-                    qkv_bias_rope_kv_write(r, nullptr);
-                } else {
-                    qkv_gemv_rope(g, r, nullptr);
+        for (int nkv : {8, 4, 1}) {
+            const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
+            for (int T : {1, 3, 8}) {
+                const auto x = test::randn(static_cast<size_t>(T) * H, 11 + T);
+                const auto w = test::to_bf16(test::randn(static_cast<size_t>(n) * H, 12, 0.02f));
+                const auto b = test::randn(n, 13, 0.1f);
+                std::vector<float> inv_freq(hd / 2);
+                for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * i / hd);
+                std::vector<int32_t> pos(T), slot(T);
+                for (int t = 0; t < T; ++t) pos[t] = 1000 + 37 * t, slot[t] = (t == 1) ? -1 : 5 * t + 2;
+                const int slots = 64;
+                DeviceBuffer dx = DeviceBuffer::from_host(x.data(), x.size() * 4);
+                DeviceBuffer dw = DeviceBuffer::from_host(w.data(), w.size() * 2);
+                Fp8Weight f8;
+                if (fp8) f8 = Fp8Weight::from_bf16(dw.get(), n, H, nullptr);
+                DeviceBuffer db = DeviceBuffer::from_host(b.data(), b.size() * 4);
+                DeviceBuffer df = DeviceBuffer::from_host(inv_freq.data(), inv_freq.size() * 4);
+                DeviceBuffer dp = DeviceBuffer::from_host(pos.data(), pos.size() * 4);
+                DeviceBuffer ds = DeviceBuffer::from_host(slot.data(), slot.size() * 4);
+                DeviceBuffer qkv(static_cast<size_t>(T) * n * 4);
+                const size_t q_bytes = static_cast<size_t>(T) * nq * hd * 2,
+                             c_bytes = static_cast<size_t>(slots) * nkv * hd * 2;
+                DeviceBuffer q[2] = {DeviceBuffer(q_bytes), DeviceBuffer(q_bytes)};
+                DeviceBuffer kc[2] = {DeviceBuffer(c_bytes), DeviceBuffer(c_bytes)};
+                DeviceBuffer vc[2] = {DeviceBuffer(c_bytes), DeviceBuffer(c_bytes)};
+                for (int p = 0; p < 2; ++p) {
+                    CUDA_CHECK(cudaMemset(q[p].get(), 0, q_bytes));
+                    CUDA_CHECK(cudaMemset(kc[p].get(), 0, c_bytes));
+                    CUDA_CHECK(cudaMemset(vc[p].get(), 0, c_bytes));
+                    QkvRopeArgs r;
+                    r.qkv = qkv.as<float>();
+                    r.bias = db.as<float>();
+                    r.positions = dp.as<int32_t>();
+                    r.slot_mapping = ds.as<int32_t>();
+                    r.inv_freq = df.as<float>();
+                    r.attention_scaling = 1.3465736f;
+                    r.q_out = q[p].get();
+                    r.k_cache = kc[p].get();
+                    r.v_cache = vc[p].get();
+                    r.num_tokens = T;
+                    r.num_heads = nq;
+                    r.num_kv_heads = nkv;
+                    r.head_dim = hd;
+                    GemvArgs g;
+                    g.x = dx.get();
+                    g.w = fp8 ? f8.q.get() : dw.get();
+                    g.w_scale = fp8 ? f8.scales.as<float>() : nullptr;
+                    g.w_ld = fp8 ? f8.k_pad : 0;
+                    g.num_tokens = T;
+                    g.n = n;
+                    g.k = H;
+                    if (p == 0) {
+                        g.y = qkv.as<float>();
+                        g.legacy = true;
+                        gemv_bf16w(g, nullptr);
+                        qkv_bias_rope_kv_write(r, nullptr);
+                    } else {
+                        qkv_gemv_rope(g, r, nullptr);
+                    }
                 }
-            }
-            CUDA_CHECK(cudaDeviceSynchronize());
-            size_t differ = 0, total = 0;
-            float worst = 0;
-            for (DeviceBuffer* pair : {q, kc, vc}) {
-                std::vector<uint16_t> a(pair[0].bytes() / 2), c(a.size());
-                CUDA_CHECK(cudaMemcpy(a.data(), pair[0].get(), pair[0].bytes(), cudaMemcpyDeviceToHost));
-                CUDA_CHECK(cudaMemcpy(c.data(), pair[1].get(), pair[1].bytes(), cudaMemcpyDeviceToHost));
-                for (size_t i = 0; i < a.size(); ++i) {
-                    ++total;
-                    if (a[i] == c[i]) continue;
-                    ++differ;
-                    const float fa = bf16_to_f32(a[i]), fc = bf16_to_f32(c[i]);
-                    worst = std::max(worst, std::fabs(fa - fc) / std::max(std::fabs(fa), 1e-30f));
+                CUDA_CHECK(cudaDeviceSynchronize());
+                size_t differ = 0, total = 0;
+                float worst = 0;
+                for (DeviceBuffer* pair : {q, kc, vc}) {
+                    std::vector<uint16_t> a(pair[0].bytes() / 2), c(a.size());
+                    CUDA_CHECK(cudaMemcpy(a.data(), pair[0].get(), pair[0].bytes(), cudaMemcpyDeviceToHost));
+                    CUDA_CHECK(cudaMemcpy(c.data(), pair[1].get(), pair[1].bytes(), cudaMemcpyDeviceToHost));
+                    for (size_t i = 0; i < a.size(); ++i) {
+                        ++total;
+                        if (a[i] == c[i]) continue;
+                        ++differ;
+                        const float fa = bf16_to_f32(a[i]), fc = bf16_to_f32(c[i]);
+                        worst = std::max(worst, std::fabs(fa - fc) / std::max(std::fabs(fa), 1e-30f));
+                    }
                 }
+                EXPECT_LE(differ * 1000, total)
+                    << "fp8 " << fp8 << " nkv " << nkv << " T " << T << ": " << differ << " of " << total;
+                EXPECT_LE(worst, 1.0f / 128) << "fp8 " << fp8 << " nkv " << nkv << " T " << T;
             }
-            EXPECT_LE(differ * 1000, total)
-                << "fp8 " << fp8 << " nkv " << nkv << " T " << T << ": " << differ << " of " << total;
-            EXPECT_LE(worst, 1.0f / 128) << "fp8 " << fp8 << " nkv " << nkv << " T " << T;
         }
-    }
 }
 
 }  // namespace

@@ -270,7 +270,9 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
 // Plans are cached per M bucket (m_pad up to 64, then the next power of two): the MoE's per-expert
 // GEMMs see a different M for nearly every expert and step, and a heuristic query per M would cost
 // more host time than the GEMMs take. gemm() sets the real M on the cached layouts.
-static int fp8_gemm_m_bucket(int m_pad) { return m_pad <= 64 ? m_pad : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m_pad))); }
+static int fp8_gemm_m_bucket(int m_pad) {
+    return m_pad <= 64 ? m_pad : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m_pad)));
+}
 
 Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool bias) {
     const int bucket = fp8_gemm_m_bucket(m_pad);
@@ -352,9 +354,9 @@ Status Fp8GemmRunner::gemm(const uint8_t* xq, const float* xs, const Fp8Weight& 
     if (p.bias_epilogue) set_attr(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
     const float alpha = 1.0f, beta = 0.0f;
     // Not CUBLAS_CHECK: the bucket's algorithm may not take this M; the caller falls back.
-    const cublasStatus_t st = cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, w.q.get(), p.a,
-                                             xq, p.b, &beta, y, p.d, y, p.d, &p.algo, workspace_.get(),
-                                             workspace_bytes_, stream);
+    const cublasStatus_t st =
+        cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.desc, &alpha, w.q.get(), p.a, xq, p.b, &beta, y, p.d,
+                       y, p.d, &p.algo, workspace_.get(), workspace_bytes_, stream);
     if (st != CUBLAS_STATUS_SUCCESS)
         return unimplemented("fp8 gemm: cuBLASLt status " + std::to_string(static_cast<int>(st)) + " at m " +
                              std::to_string(m_pad) + " n " + std::to_string(w.n) + " k " + std::to_string(w.k_pad));

@@ -450,8 +450,9 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream)
     if (fp8) {  // 6 chunks a lane in flight covers k ≤ 3072 in one round (hidden 2880)
         const bool one = g.num_tokens == 1;
         if (g.x_bf16)
-            launch_pdl(one ? qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W, 6, 1> : qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W, 6>,
-                       blocks, kWarps * 32, 0, stream, g, r);
+            launch_pdl(
+                one ? qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W, 6, 1> : qkv_gemv_rope_kernel<__nv_bfloat16, Fp8W, 6>,
+                blocks, kWarps * 32, 0, stream, g, r);
         else
             launch_pdl(one ? qkv_gemv_rope_kernel<float, Fp8W, 6, 1> : qkv_gemv_rope_kernel<float, Fp8W, 6>, blocks,
                        kWarps * 32, 0, stream, g, r);
@@ -471,10 +472,11 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
         const bool k3 = a.k <= 6 * 32 * 16, one = a.num_tokens == 1;
-        auto kernel = a.x_bf16 ? (k3 ? (one ? gemv_kernel<__nv_bfloat16, Fp8W, 6, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 6>)
-                                     : (one ? gemv_kernel<__nv_bfloat16, Fp8W, 8, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 8>))
-                               : (k3 ? (one ? gemv_kernel<float, Fp8W, 6, 1> : gemv_kernel<float, Fp8W, 6>)
-                                     : (one ? gemv_kernel<float, Fp8W, 8, 1> : gemv_kernel<float, Fp8W, 8>));
+        auto kernel = a.x_bf16
+                          ? (k3 ? (one ? gemv_kernel<__nv_bfloat16, Fp8W, 6, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 6>)
+                                : (one ? gemv_kernel<__nv_bfloat16, Fp8W, 8, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 8>))
+                          : (k3 ? (one ? gemv_kernel<float, Fp8W, 6, 1> : gemv_kernel<float, Fp8W, 6>)
+                                : (one ? gemv_kernel<float, Fp8W, 8, 1> : gemv_kernel<float, Fp8W, 8>));
         launch_pdl(kernel, blocks, kWarps * 32, 0, stream, a);
         return;
     }

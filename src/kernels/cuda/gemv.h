@@ -1,6 +1,6 @@
 // Small-batch GEMV for decode: y[m, n] = Σ_k x[m, k] · W[n, k] (+ bias[n]) for m < num_tokens ≤ 8,
-// bf16 (or FP8 e4m3 with 128×128 block scales) weights [N, K] read once at full bandwidth, activations in fp32 or bf16, fp32 accumulation
-// and output. cuBLASLt's choices at M = 1 read weights far below bandwidth (bench/NOTES.md r2).
+// bf16 (or FP8 e4m3 with 128×128 block scales) weights [N, K] read once at full bandwidth, activations in fp32 or bf16,
+// fp32 accumulation and output. cuBLASLt's choices at M = 1 read weights far below bandwidth (bench/NOTES.md r2).
 // Default kernel (k ≤ 4096): a persistent grid of warps, each walking rows n-strided with the whole
 // next row's 16-byte loads in flight while it computes the current one; weights bypass L1 so the
 // activations stay there.
@@ -17,7 +17,7 @@ constexpr int kGemvMaxTokens = 8;
 struct GemvArgs {
     const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
     bool x_bf16 = false;
-    const void* w = nullptr;      // [n, k] bf16, or e4m3 [n, w_ld] when w_scale is set
+    const void* w = nullptr;  // [n, k] bf16, or e4m3 [n, w_ld] when w_scale is set
     // FP8 weights (kernels/cuda/fp8_gemm.h Fp8Weight: q [n, k_pad], scales [⌈n/128⌉, k_pad/128]):
     // w_scale = Fp8Weight::scales, w_ld = Fp8Weight::k_pad; the kernel reads columns < k only, so
     // the zero padding costs no bandwidth. k a multiple of 16. Always the one-warp-per-row kernel.

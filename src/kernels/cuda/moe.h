@@ -109,13 +109,13 @@ struct MoeMmaArgs {
     const int32_t* sorted_assignments = nullptr;  // [assignments]
     const int32_t* tiles = nullptr;               // from moe_mma_tiles
     const int32_t* tile_count = nullptr;
-    int max_tiles = 0;                            // the grid's tile rows (the bound passed to moe_mma_tiles)
-    bool large = false;                           // 64-row tiles (else 16); the same as given to moe_mma_tiles
-    const uint8_t* blocks = nullptr;              // [E, n, k/32, 16]
-    const uint8_t* scales = nullptr;              // [E, n, k/32]
-    const float* bias = nullptr;                  // [E, n]
-    void* act = nullptr;                          // gate_up: bf16 [assignments, n/2]
-    float* y = nullptr;                           // down: fp32 [assignments, n], row = assignment index
+    int max_tiles = 0;                // the grid's tile rows (the bound passed to moe_mma_tiles)
+    bool large = false;               // 64-row tiles (else 16); the same as given to moe_mma_tiles
+    const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
+    const uint8_t* scales = nullptr;  // [E, n, k/32]
+    const float* bias = nullptr;      // [E, n]
+    void* act = nullptr;              // gate_up: bf16 [assignments, n/2]
+    float* y = nullptr;               // down: fp32 [assignments, n], row = assignment index
     int n = 0, k = 0, num_experts = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;

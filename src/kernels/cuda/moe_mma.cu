@@ -212,10 +212,9 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
                 const int n = wn * NF * 8 + j * 8 + g;
                 const uint4 v = *reinterpret_cast<const uint4*>(s_b(slot) + (n * GPS + gi) * 16);
                 const GroupScale gs = group_scale(s_scale[n * G + grp]);
-                const uint32_t raw[4] = {e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)),
-                                         e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
-                                         e2m1x2_raw(__byte_perm(v.z, 0u, 0x4440u | t)),
-                                         e2m1x2_raw(__byte_perm(v.w, 0u, 0x4440u | t))};
+                const uint32_t raw[4] = {
+                    e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)), e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
+                    e2m1x2_raw(__byte_perm(v.z, 0u, 0x4440u | t)), e2m1x2_raw(__byte_perm(v.w, 0u, 0x4440u | t))};
                 if (gs.second == 0u) {  // every real checkpoint: one exact multiply
 #pragma unroll
                     for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(raw[q], gs.first);
@@ -318,10 +317,10 @@ bool moe_mma_supported(int n, int k, int num_experts) {
 
 void moe_mma_tiles(const int32_t* expert_offsets, int num_experts, int block_rows, int max_tiles, int32_t* tiles,
                    int32_t* tile_count, cudaStream_t stream) {
-    ENGINE_CHECK(num_experts >= 1 && num_experts <= kMaxMoeMmaExperts && block_rows > 0,
-                 "moe_mma_tiles: %d experts", num_experts);
+    ENGINE_CHECK(num_experts >= 1 && num_experts <= kMaxMoeMmaExperts && block_rows > 0, "moe_mma_tiles: %d experts",
+                 num_experts);
     moe_mma_tiles_kernel<<<1, kMaxMoeMmaExperts, 0, stream>>>(expert_offsets, num_experts, block_rows, max_tiles, tiles,
-                                                            tile_count);
+                                                              tile_count);
     CUDA_CHECK_LAUNCH();
 }
 
