@@ -155,8 +155,14 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
     // The CTA's scales: BN rows × G bytes, contiguous and 16-byte aligned ((e·N + n0) is a multiple
     // of 32); 16-byte loads, all issued before any is used.
     const uint4* scales = reinterpret_cast<const uint4*>(a.scales + (static_cast<int64_t>(e) * N + n0) * G);
-    for (int i = tid; i < kBN * G / 16; i += kThreads) reinterpret_cast<uint4*>(s_scale)[i] = __ldg(scales + i);
-    __syncthreads();
+    uint32_t big = 0;  // a scale byte above 128 (2^(s - 1) not a bf16): the two-multiply path
+    for (int i = tid; i < kBN * G / 16; i += kThreads) {
+        const uint4 v = __ldg(scales + i);
+        big |= __vcmpgtu4(v.x, 0x80808080u) | __vcmpgtu4(v.y, 0x80808080u) | __vcmpgtu4(v.z, 0x80808080u) |
+               __vcmpgtu4(v.w, 0x80808080u);
+        reinterpret_cast<uint4*>(s_scale)[i] = v;
+    }
+    const bool one_mul = __syncthreads_or(big != 0) == 0;
 
     const uint8_t* xb = static_cast<const uint8_t*>(a.x);
     const uint8_t* wb = a.blocks + (static_cast<int64_t>(e) * N + n0) * G * 16;
@@ -165,12 +171,12 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
     // stage when GPS does not divide G) are not loaded and not used.
     auto load_stage = [&](int step, int slot) {
         const int g0 = step * GPS, ng = min(GPS, G - g0);
-        for (int c = tid; c < BM * 4 * GPS; c += kThreads) {
+        // Only the tile's real rows: a padding row's A values only reach its own (discarded)
+        // output row, so its shared memory is left as it is.
+        for (int c = tid; c < rows * 4 * GPS; c += kThreads) {
             const int r = c / (4 * GPS), q = c % (4 * GPS);
             if (q >= 4 * ng) continue;
-            const int64_t src = s_src[r];
-            const uint8_t* p = src >= 0 ? xb + src + g0 * 64 + q * 16 : xb;
-            cp_async16(s_a(slot) + TT::a_offset(r, q), p, src >= 0);
+            cp_async16(s_a(slot) + TT::a_offset(r, q), xb + s_src[r] + g0 * 64 + q * 16, true);
         }
         for (int c = tid; c < kBN * GPS; c += kThreads) {
             const int r = c / GPS, q = c % GPS;
@@ -211,16 +217,20 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
             for (int j = 0; j < NF; ++j) {
                 const int n = wn * NF * 8 + j * 8 + g;
                 const uint4 v = *reinterpret_cast<const uint4*>(s_b(slot) + (n * GPS + gi) * 16);
-                const GroupScale gs = group_scale(s_scale[n * G + grp]);
+                const uint32_t sb = s_scale[n * G + grp];
                 const uint32_t raw[4] = {
                     e2m1x2_raw(__byte_perm(v.x, 0u, 0x4440u | t)), e2m1x2_raw(__byte_perm(v.y, 0u, 0x4440u | t)),
                     e2m1x2_raw(__byte_perm(v.z, 0u, 0x4440u | t)), e2m1x2_raw(__byte_perm(v.w, 0u, 0x4440u | t))};
-                if (gs.second == 0u) {  // every real checkpoint: one exact multiply
+                if (one_mul) {  // every real checkpoint (CTA-uniform): one exact multiply by 2^(s - 1)
+                    const uint32_t m = ((sb + 126u) << 7) * 0x10001u;
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(raw[q], gs.first);
+                    for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(raw[q], m);
                 } else {
+                    const GroupScale gs = group_scale(sb);
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) bfr[j][q] = bf16x2_mul(bf16x2_mul(raw[q], gs.first), gs.second);
+                    for (int q = 0; q < 4; ++q)
+                        bfr[j][q] = gs.second ? bf16x2_mul(bf16x2_mul(raw[q], gs.first), gs.second)
+                                              : bf16x2_mul(raw[q], gs.first);
                 }
             }
 #pragma unroll
@@ -292,8 +302,11 @@ template <bool kGateUp, int WM, int WN, int MF, int NF, int kStages, int GPS>
 void launch(const MoeMmaArgs& a, cudaStream_t stream) {
     using TT = Tile<WM, WN, MF, NF, kStages, GPS>;
     const dim3 grid(a.n / TT::BN, a.max_tiles);
-    const size_t smem = TT::smem_bytes(a.k / 32);  // < 48 KB for every instance (k ≤ 4096)
-    moe_mma_kernel<kGateUp, WM, WN, MF, NF, kStages, GPS><<<grid, kThreads, smem, stream>>>(a);
+    const size_t smem = TT::smem_bytes(a.k / 32);
+    auto kernel = moe_mma_kernel<kGateUp, WM, WN, MF, NF, kStages, GPS>;
+    if (smem > 48 * 1024)  // past the default limit (large k): opt in (host-side, capture-safe)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kThreads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -337,8 +350,14 @@ void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
         else
             launch<false, 2, 2, 2, 4, 4, 1>(a, stream);
     } else if (wide_stages()) {
-        if (gate_up)
+        // 128 columns a CTA where they divide n (gate_up 5,760): per-CTA costs (activation loads,
+        // ldmatrix, barriers) spread over twice the weights.
+        if (gate_up && a.n % 128 == 0)
+            launch<true, 1, 4, 1, 4, 3, 4>(a, stream);  // 3 stages: 48.5 KB at k = 2880
+        else if (gate_up)
             launch<true, 1, 4, 1, 2, 4, 4>(a, stream);
+        else if (a.n % 64 == 0)
+            launch<false, 1, 4, 1, 2, 4, 4>(a, stream);
         else
             launch<false, 1, 4, 1, 1, 4, 4>(a, stream);
     } else if (gate_up) {
