@@ -49,10 +49,15 @@ TEST_F(HttpServerTest, HealthModelsMetrics) {
     EXPECT_EQ(parse(one->body)["id"], "test-model");
     expect_error(s.get("/v1/models/nope"), 404);
 
-    // A request is counted once its response is written, so the count may trail the client a little.
+    // A request is counted once its response is written, so the counts may trail the client a
+    // little, the first /health's as much as the last one's (each is counted by whichever server
+    // thread wrote it): wait for both.
     auto metrics = s.get("/metrics");
-    for (int i = 0;
-         i < 200 && metrics && metrics->body.find("endpoint=\"/health\",status=\"200\"} 1") == std::string::npos; ++i) {
+    const auto counted = [&] {
+        return metrics && metrics->body.find("endpoint=\"/health\",status=\"200\"} 1") != std::string::npos &&
+               metrics->body.find("endpoint=\"/health\",status=\"503\"} 1") != std::string::npos;
+    };
+    for (int i = 0; i < 200 && !counted(); ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         metrics = s.get("/metrics");
     }
