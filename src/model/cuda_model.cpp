@@ -120,7 +120,10 @@ struct CudaModel::Impl {
     // y[m, w.n] = x[m, w.k] · Wᵀ with FP8 weights: the weight-only GEMV up to kGemvMaxTokens rows
     // (x fp32 or bf16), else x (bf16) quantized per 1×128 into (xq, xs) and the cuBLASLt W8A8
     // GEMM, which writes fp8_gemm_m_pad(m) rows of y.
-    void linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* y, int m, uint8_t* xq, float* xs);
+    // weights_fixed = false (a scratch rewritten by the kernels just before): never the GEMV, whose
+    // PDL launch loads weights before waiting for the previous kernel.
+    void linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* y, int m, uint8_t* xq, float* xs,
+                   bool weights_fixed = true);
     void set_device() const {
         if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
     }
@@ -148,7 +151,15 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     // Decode step graphs by (batch, table stride, MoE rows: differs from the batch only under DP).
-    std::map<std::tuple<int, int, int, bool>, cudaGraphExec_t> graphs;
+    // At most kMaxGraphs kept; the least recently replayed one goes first (a long-running server sees
+    // many (batch, stride) pairs).
+    struct CachedGraph {
+        cudaGraphExec_t exec = nullptr;
+        uint64_t last_use = 0;
+    };
+    std::map<std::tuple<int, int, int, bool>, CachedGraph> graphs;
+    uint64_t graph_clock = 0;
+    static constexpr size_t kMaxGraphs = 64;
     std::set<std::tuple<int, int, int, bool>> warmed;
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
     std::map<std::string, double> stage_ms;
@@ -173,7 +184,7 @@ struct CudaModel::Impl {
         ++profiled_calls;
     }
     ~Impl() {
-        for (auto& [k, g] : graphs) cudaGraphExecDestroy(g);
+        for (auto& [k, g] : graphs) cudaGraphExecDestroy(g.exec);
         if (!profile || profiled_calls == 0) return;
         double total = 0;
         for (auto& [k, v] : stage_ms) total += v;
@@ -282,6 +293,9 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.qkv_b = upload_f32(b);
         }
         D.o_w = upload_bf16(L.o_proj.data, L.o_proj.dtype, H * qw);
+        // The uploads are cudaMemcpy calls (legacy stream, pageable memory: they may return before
+        // the DMA lands); the conversions below run on `stream`: wait for the copies first.
+        CUDA_CHECK(cudaDeviceSynchronize());
         if (fp8) {  // quantize on the device, then drop the bf16 weights
             D.qkv_f8 = kc::Fp8Weight::from_bf16(D.qkv_w.get(), static_cast<int>(qkvw), static_cast<int>(H), stream);
             D.o_f8 = kc::Fp8Weight::from_bf16(D.o_w.get(), static_cast<int>(H), static_cast<int>(qw), stream);
@@ -301,6 +315,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.gu_scales = DeviceBuffer::from_host(L.gate_up_scales, static_cast<size_t>(E * 2 * I * H / 32));
             D.down_blocks = DeviceBuffer::from_host(L.down_blocks, static_cast<size_t>(E * H * I / 2));
             D.down_scales = DeviceBuffer::from_host(L.down_scales, static_cast<size_t>(E * H * I / 32));
+            CUDA_CHECK(cudaDeviceSynchronize());  // as above: the copies land before `stream` reads them
             if (have_bf16_experts) {
                 D.gu_bf16 = DeviceBuffer(static_cast<size_t>(E * 2 * I * H) * 2);
                 D.down_bf16 = DeviceBuffer(static_cast<size_t>(E * H * I) * 2);
@@ -350,6 +365,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             for (const kc::Fp8Weight& f : *v) weight_bytes += f.q.bytes() + f.scales.bytes();
     }
     if (fp8) {
+        CUDA_CHECK(cudaDeviceSynchronize());  // lm_head was filled on the legacy stream
         lm_head_f8 = kc::Fp8Weight::from_bf16(lm_head.get(), vocab_chunk, static_cast<int>(H), stream);
         CUDA_CHECK(cudaStreamSynchronize(stream));
         lm_head = DeviceBuffer();
@@ -503,8 +519,8 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
 }
 
 void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* yout, int m, uint8_t* xq,
-                                float* xs) {
-    if (m <= kc::kGemvMaxTokens && w.k % 16 == 0) {
+                                float* xs, bool weights_fixed) {
+    if (m <= kc::kGemvMaxTokens && w.k % 16 == 0 && weights_fixed) {
         kc::GemvArgs g;
         g.x = x;
         g.x_bf16 = x_bf16;
@@ -615,8 +631,10 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     if (fp8 && mxfp4) {
         // W8A8: per expert, its rows quantized per 1×128 into their own slice of the scratch (M
         // padded to 4: each expert's activation scales are their own [K/128, M_pad] block), then
-        // the cuBLASLt GEMM. A GEMM writes up to 3 rows past its expert's: the next expert's rows,
-        // which its own GEMM (later in stream order) overwrites, or the spare rows past A.
+        // the cuBLASLt GEMM — for every expert, however few its rows (a token's result does not
+        // depend on how many others chose its experts; and the scratch weights, rewritten per
+        // expert, must not meet the GEMV's early weight loads). A GEMM writes up to 3 rows past its expert's: the next
+        // expert's rows, which its own GEMM (later in stream order) overwrites, or the spare rows past A.
         const int kph = kc::fp8_gemm_k_pad(H), kpi = kc::fp8_gemm_k_pad(I);
         auto expert_gemms = [&](const uint16_t* xin, int kin, int kp, std::vector<kc::Fp8Weight>& copy,
                                 kc::Fp8Weight& scratch, bool gate_up, float* yout, int nout) {
@@ -642,7 +660,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
                 }
                 linear_f8(xin + static_cast<int64_t>(off[e]) * kin, true, *wt,
                           yout + static_cast<int64_t>(off[e]) * nout, n, xq8.as<uint8_t>() + prow * kp,
-                          xs8.as<float>() + prow * (kp / 128));
+                          xs8.as<float>() + prow * (kp / 128), false);
                 prow += kc::fp8_gemm_m_pad(n);
             }
         };
@@ -1120,7 +1138,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         const auto key = std::make_tuple(S, stride, Tm, sampled != nullptr);
         auto it = graphs.find(key);
         if (it != graphs.end()) {
-            CUDA_CHECK(cudaGraphLaunch(it->second, stream));
+            it->second.last_use = ++graph_clock;
+            CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream));
         } else if (!warmed.count(key)) {
             body();  // first time: eager, which also settles the cuBLASLt plans for these shapes
             warmed.insert(key);
@@ -1132,7 +1151,15 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             cudaGraphExec_t exec;
             CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
             CUDA_CHECK(cudaGraphDestroy(graph));
-            graphs.emplace(key, exec);
+            if (graphs.size() >= kMaxGraphs) {
+                auto lru = std::min_element(graphs.begin(), graphs.end(), [](const auto& a, const auto& b) {
+                    return a.second.last_use < b.second.last_use;
+                });
+                // A launch still in flight completes: cudaGraphExecDestroy frees it afterwards.
+                CUDA_CHECK(cudaGraphExecDestroy(lru->second.exec));
+                graphs.erase(lru);
+            }
+            graphs.emplace(key, CachedGraph{exec, ++graph_clock});
             CUDA_CHECK(cudaGraphLaunch(exec, stream));
         }
     }

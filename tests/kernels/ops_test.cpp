@@ -505,6 +505,92 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
     }
 }
 
+// The same path at a MoE-TP2 shard's widths (I = 1440: gate_up n = 2880 takes the 64-column tiles,
+// down k = 1440 has 45 groups, so the last 4-group stage is partial) with scales the random
+// experts above never have: 129–132 (2^(s - 1) is not a bf16: the two-multiply path) on two
+// experts' gate_up, and 0 (2^-127) on one expert's down.
+TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 1440, K = 4, E = 32, T = 40;
+    RandomExperts ex(E, H, I, 91);
+    const size_t gu_s = static_cast<size_t>(2) * I * H / 32, dn_s = static_cast<size_t>(H) * I / 32;
+    for (int e : {3, 30})
+        for (size_t i = 0; i < gu_s; ++i) ex.gu_scales[e * gu_s + i] = static_cast<uint8_t>(129 + i % 4);
+    for (size_t i = 0; i < dn_s; ++i) ex.down_scales[11 * dn_s + i] = 0;
+    auto h = bf16_round(randn(static_cast<size_t>(T) * H, 92));
+    std::vector<int32_t> ids(T * K);
+    std::vector<float> wts(T * K, 0.25f);
+    for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) ids[t * K + k] = (k == 0 ? (t % 2 ? 3 : 30) : k == 1 ? 11 : (7 * t + 5 * k) % E);
+    for (int t = 0; t < T; ++t)  // distinct experts per token
+        if (ids[t * K + 2] == ids[t * K + 3] || ids[t * K + 2] == ids[t * K] || ids[t * K + 2] == 11 ||
+            ids[t * K + 3] == ids[t * K] || ids[t * K + 3] == 11) {
+            ids[t * K + 2] = 20;
+            ids[t * K + 3] = 21;
+        }
+    std::vector<float> ref(static_cast<size_t>(T) * H);
+    kernels::MoeArgs m;
+    m.x = h.data();
+    m.expert_ids = ids.data();
+    m.expert_weights = wts.data();
+    m.y = ref.data();
+    m.gate_up_blocks = ex.gu_blocks.data();
+    m.gate_up_scales = ex.gu_scales.data();
+    m.down_blocks = ex.down_blocks.data();
+    m.down_scales = ex.down_scales.data();
+    m.gate_up_bias = ex.gu_bias.data();
+    m.down_bias = ex.down_bias.data();
+    m.num_tokens = T;
+    m.hidden_size = H;
+    m.intermediate_size = I;
+    m.num_experts = E;
+    m.experts_per_token = K;
+    cpu::moe(m);
+    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+         dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+    auto dids = to_device(ids), dh = to_device(to_bf16(h));
+    DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+    kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    const int bm = kc::moe_mma_block_rows(false), max_tiles = (T * K + bm - 1) / bm + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+    kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+    auto act = poisoned(static_cast<size_t>(T) * K * I * 2);
+    auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+    kc::MoeMmaArgs a;
+    a.x = dh.get();
+    a.experts_per_token = K;
+    a.expert_offsets = offsets.as<int32_t>();
+    a.sorted_assignments = sorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.blocks = dgub.as<uint8_t>();
+    a.scales = dgus.as<uint8_t>();
+    a.bias = dgubias.as<float>();
+    a.act = act.get();
+    a.n = 2 * I;
+    a.k = H;
+    a.num_experts = E;
+    kc::moe_mma(a, true, nullptr);
+    a.x = act.get();
+    a.x_by_token = false;
+    a.blocks = ddb.as<uint8_t>();
+    a.scales = dds.as<uint8_t>();
+    a.bias = ddbias.as<float>();
+    a.y = y.as<float>();
+    a.n = H;
+    a.k = I;
+    kc::moe_mma(a, false, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
+    std::vector<float> got(ref.size(), 0.0f);
+    for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k)
+            for (int i = 0; i < H; ++i)
+                got[static_cast<size_t>(t) * H + i] += wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
+    EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe mma edge shapes and scales"));
+}
+
 TEST(CudaOps, Mxfp4ToBf16IsExact) {
     REQUIRE_GPU();
     RandomExperts ex(2, 64, 96, 7);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/logging.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace gptoss::kernels::cuda {
@@ -274,9 +275,10 @@ static int fp8_gemm_m_bucket(int m_pad) {
     return m_pad <= 64 ? m_pad : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m_pad)));
 }
 
-Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool bias) {
-    const int bucket = fp8_gemm_m_bucket(m_pad);
-    const auto key = std::make_tuple(bucket, n, k_pad, bias);
+Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool bias, bool exact) {
+    // Exact plans (asked for when a bucket's algorithm refused an M) are keyed by the negated M.
+    const int bucket = exact ? m_pad : fp8_gemm_m_bucket(m_pad);
+    const auto key = std::make_tuple(exact ? -m_pad : bucket, n, k_pad, bias);
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
     m_pad = bucket;  // the heuristic sees the bucket's M
@@ -336,7 +338,18 @@ Status Fp8GemmRunner::gemm(const uint8_t* xq, const float* xs, const Fp8Weight& 
                  kFp8GemmKAlign);
     if (m < 2) return unimplemented("fp8 gemm: cuBLASLt block-scaled FP8 refuses m = " + std::to_string(m));
     const int m_pad = fp8_gemm_m_pad(m);
-    Plan& p = plan_for(m_pad, w.n, w.k_pad, bias != nullptr);
+    Status st = run(plan_for(m_pad, w.n, w.k_pad, bias != nullptr, false), xq, xs, w, bias, y, m_pad, stream);
+    if (st.ok()) return st;
+    // The bucket's algorithm does not take this M (or there is none at the bucket's M): ask the
+    // heuristic for this exact M once (cached either way).
+    st = run(plan_for(m_pad, w.n, w.k_pad, bias != nullptr, true), xq, xs, w, bias, y, m_pad, stream);
+    if (!st.ok() && warned_.insert(std::make_tuple(m_pad, w.n, w.k_pad, bias != nullptr)).second)
+        LOG_WARN("%s (callers fall back to a slower kernel)", st.message().c_str());
+    return st;
+}
+
+Status Fp8GemmRunner::run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y,
+                          int m_pad, cudaStream_t stream) {
     if (!p.ok) {
         return unimplemented("fp8 gemm: no cuBLASLt block-scaled FP8 algorithm for m " + std::to_string(m_pad) + " n " +
                              std::to_string(w.n) + " k " + std::to_string(w.k_pad));

@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <tuple>
 
 #include "core/status.h"
@@ -95,6 +96,8 @@ void quantize_weight_fp8_bf16(const void* w, int n, int k, int k_pad, uint8_t* q
 void fp8_gemm_reference(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m,
                         cudaStream_t stream);
 
+// One runner per model (stream): gemm() updates the cached plans' pointers and layouts on every
+// call, so a runner is not to be shared between threads.
 class Fp8GemmRunner {
 public:
     explicit Fp8GemmRunner(size_t workspace_bytes = 32u << 20);
@@ -111,12 +114,16 @@ public:
 
 private:
     struct Plan;
-    Plan& plan_for(int m_pad, int n, int k_pad, bool bias);
+    // Plans per (M bucket, n, k_pad, bias); exact: for this M only (after the bucket's failed).
+    Plan& plan_for(int m_pad, int n, int k_pad, bool bias, bool exact);
+    Status run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m_pad,
+               cudaStream_t stream);
 
     void* handle_ = nullptr;  // cublasLtHandle_t
     DeviceBuffer workspace_;
     size_t workspace_bytes_;
     std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;
+    std::set<std::tuple<int, int, int, bool>> warned_;  // shapes already reported as unsupported
 };
 
 }  // namespace gptoss::kernels::cuda

@@ -341,25 +341,22 @@ void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     ENGINE_CHECK(moe_mma_supported(a.n, a.k, a.num_experts) && (!gate_up || a.n % 2 == 0),
                  "moe_mma: n %d, k %d, %d experts unsupported", a.n, a.k, a.num_experts);
     if (a.max_tiles <= 0) return;
-    // Small tiles (decode-sized batches: the weights are the traffic) keep 8 K steps in flight;
-    // the down projection (half the columns) uses 32-column tiles so its grid is not one wave plus
-    // a short tail. Large tiles: BM 64, warps 2 × 2, each 32 × 32.
+    // Small tiles (decode-sized batches: the weights are the traffic): 4 groups a stage, 128
+    // columns for gate_up where they divide n (per-CTA costs over twice the weights), 64 for down.
+    // GPTOSS_MOE_MMA_GPS=1: the first design (1 group a stage, 8 stages, 32-column down tiles).
+    // Large tiles: BM 64, warps 2 × 2, each 32 × 32.
     if (a.large) {
         if (gate_up)
             launch<true, 2, 2, 2, 4, 4, 1>(a, stream);
         else
             launch<false, 2, 2, 2, 4, 4, 1>(a, stream);
     } else if (wide_stages()) {
-        // 128 columns a CTA where they divide n (gate_up 5,760): per-CTA costs (activation loads,
-        // ldmatrix, barriers) spread over twice the weights.
         if (gate_up && a.n % 128 == 0)
             launch<true, 1, 4, 1, 4, 3, 4>(a, stream);  // 3 stages: 48.5 KB at k = 2880
         else if (gate_up)
             launch<true, 1, 4, 1, 2, 4, 4>(a, stream);
-        else if (a.n % 64 == 0)
-            launch<false, 1, 4, 1, 2, 4, 4>(a, stream);
         else
-            launch<false, 1, 4, 1, 1, 4, 4>(a, stream);
+            launch<false, 1, 4, 1, 2, 4, 4>(a, stream);  // n % 64 == 0 (moe_mma_supported)
     } else if (gate_up) {
         launch<true, 1, 4, 1, 2, 8, 1>(a, stream);
     } else {
