@@ -5,7 +5,8 @@
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 moe_bench peer multi sweep fixtures profile
-#   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, PROFILE_ARGS, VERIFY_ARGS (e.g. --fp8)
+#   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
+#        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -115,7 +116,7 @@ for stage in "$@"; do
       [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
       GPTOSS_PROFILE=1 $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill "" --batch 1 --context 1024 \
         --decode-steps 8 ${PROFILE_ARGS:-} > "$OUT/profile_decode.log" 2>&1
-      GPTOSS_PROFILE=1 $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill 8192 --batch "" --repeats 1 \
+      GPTOSS_PROFILE=1 $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill 8192 --batch "" --repeats ${PROFILE_REPEATS:-5} \
         ${PROFILE_ARGS:-} > "$OUT/profile_prefill.log" 2>&1
       summary+=("profile rc=$?")
       grep -A20 GPTOSS_PROFILE "$OUT/profile_decode.log" | head -24
@@ -127,3 +128,8 @@ for stage in "$@"; do
 done
 echo "===== summary ====="
 printf '%s\n' "${summary[@]}"
+# The device tool brings back only a few files per call: pack everything into one archive
+# (GPU_CHECK_TAR=0 keeps the files as they are).
+if [ "${GPU_CHECK_TAR:-1}" != 0 ]; then
+  tar -C "$OUT" -czf /tmp/gpu_check.tar.gz . && find "$OUT" -mindepth 1 -delete && mv /tmp/gpu_check.tar.gz "$OUT/"
+fi
