@@ -4,7 +4,7 @@
 # Binaries are built on the development machine (scripts/build_for_gpu.sh) and carried in .device/.
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
-#   stages: tests attn_bench verify bench bench_fp8 bench120 moe_bench peer multi sweep fixtures profile
+#   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi sweep fixtures profile
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -74,6 +74,18 @@ for stage in "$@"; do
         --json "$OUT/bench_120b.json" --markdown "$OUT/bench_120b.md" > "$OUT/bench_120b.log" 2>&1
       summary+=("bench120 rc=$?")
       cat "$OUT/bench_120b.md"
+      ;;
+    serving)
+      # Issue 6's serving bars on gpt-oss-120b: total (prompt + generated) tok/s by concurrency for
+      # streams of 1k in / 1k out and 8k in / 1k out (SERVING_ARGS: e.g. --fp8, --concurrency ...).
+      for io in "1024 1024" "8192 1024"; do
+        set -- $io
+        $BIN/gptoss bench-serve --backend cuda --synthetic gpt-oss-120b --prompt-len $1 --max-tokens $2 \
+          --concurrency ${SERVING_CONCURRENCY:-64,128,256} ${SERVING_ARGS:-} --json \
+          --markdown "$OUT/serving_120b_$1_$2.md" > "$OUT/serving_120b_$1_$2.log" 2>&1
+        summary+=("serving $1/$2 rc=$?")
+        cat "$OUT/serving_120b_$1_$2.md"
+      done
       ;;
     moe_bench)
       # MoE kernels alone (graph-replayed, 8 layers of weights): weight-only and grouped tensor-core.
