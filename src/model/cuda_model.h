@@ -28,6 +28,10 @@ struct CudaModelOptions {
     // past the weight-only ones; above, per-expert cuBLAS(Lt) GEMMs. -1: 256 with a bf16 or FP8
     // expert copy, 2048 without; 0: off.
     int moe_mma_max_tokens = -1;
+    // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
+    // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
+    // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.
+    bool peer_allreduce = false;
     bool defer_kv_cache = false;  // allocate the KV cache later, with allocate_kv_cache()
     // FP8 e4m3 with 128×128 block scales (power-of-two, kernels/cuda/fp8_gemm.h) for the QKV, O and
     // lm_head weights, quantized from bf16 at load: weight-only FP8 GEMVs at decode (fp32

@@ -4,13 +4,83 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
+#include "kernels/cuda/peer_allreduce.h"
 #include "parallel/nccl_communicator.h"
 
 namespace gptoss::model {
+namespace {
+
+// NCCL with small fp32 all-reduces (the per-layer ones of decode) through the one-shot peer
+// kernel (kernels/cuda/peer_allreduce.h); everything else goes to NCCL.
+class PeerAllReduceComm : public parallel::Communicator {
+public:
+    PeerAllReduceComm(std::unique_ptr<parallel::Communicator> inner, std::unique_ptr<kernels::cuda::PeerAllReduce> peer)
+        : inner_(std::move(inner)), peer_(std::move(peer)) {}
+    int rank() const override { return inner_->rank(); }
+    int size() const override { return inner_->size(); }
+    Status all_reduce_sum(void* data, size_t count, DType dtype, void* stream) override {
+        if (dtype == DType::kF32 && count <= peer_->max_floats()) {
+            peer_->all_reduce_f32(static_cast<float*>(data), count, static_cast<cudaStream_t>(stream));
+            return ok_status();
+        }
+        return inner_->all_reduce_sum(data, count, dtype, stream);
+    }
+    Status all_gather(const void* send, void* recv, size_t count, DType dtype, void* stream) override {
+        return inner_->all_gather(send, recv, count, dtype, stream);
+    }
+    Status reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype, void* stream) override {
+        return inner_->reduce_scatter_sum(send, recv, count, dtype, stream);
+    }
+    Status all_to_all(const void* send, void* recv, size_t count, DType dtype, void* stream) override {
+        return inner_->all_to_all(send, recv, count, dtype, stream);
+    }
+    Status broadcast(void* data, size_t bytes, int root, void* stream) override {
+        return inner_->broadcast(data, bytes, root, stream);
+    }
+
+private:
+    std::unique_ptr<parallel::Communicator> inner_;
+    std::unique_ptr<kernels::cuda::PeerAllReduce> peer_;
+};
+
+// Wraps the TP and world communicators of every rank (groups of more than one rank) with the peer
+// all-reduce. Groups are listed from each rank's member list; one PeerAllReduce set per group.
+Status add_peer_allreduce(std::vector<parallel::RankComms>& comms, const parallel::ParallelConfig& layout,
+                          const std::vector<int>& devices, size_t max_floats) {
+    const int n = layout.world_size();
+    auto wrap = [&](auto member_of, auto slot) -> Status {
+        std::vector<bool> done(n, false);
+        for (int r = 0; r < n; ++r) {
+            if (done[r]) continue;
+            const std::vector<int> members = member_of(r);
+            if (members.size() < 2) return ok_status();  // every group of this kind is one rank
+            std::vector<int> devs;
+            for (int m : members) devs.push_back(devices[m]);
+            ASSIGN_OR_RETURN(auto peers, kernels::cuda::PeerAllReduce::create_group(devs, max_floats));
+            for (size_t i = 0; i < members.size(); ++i) {
+                const int m = members[i];
+                std::unique_ptr<parallel::Communicator>& c = comms[m].*slot;
+                if (c->rank() != static_cast<int>(i))
+                    return internal_error("peer all-reduce: group order differs from the communicator's ranks");
+                c = std::make_unique<PeerAllReduceComm>(std::move(c), std::move(peers[i]));
+                done[m] = true;
+            }
+        }
+        return ok_status();
+    };
+    RETURN_IF_ERROR(wrap([&](int r) { return parallel::tp_group_ranks(layout, r); }, &parallel::RankComms::tp));
+    std::vector<int> all(n);
+    for (int r = 0; r < n; ++r) all[r] = r;
+    return wrap([&](int) { return all; }, &parallel::RankComms::world);
+}
+
+}  // namespace
 
 // One thread per rank, woken per job (a generation counter), so a decode step costs two
 // condition-variable round trips, not thread creation.
@@ -112,6 +182,12 @@ StatusOr<std::unique_ptr<ParallelCudaModel>> ParallelCudaModel::create(const Gpt
         return p;
     }
     ASSIGN_OR_RETURN(p->comms_, parallel::make_nccl_world(layout, devices));
+    const char* peer_env = std::getenv("GPTOSS_PEER_ALLREDUCE");
+    if (options.peer_allreduce || (peer_env != nullptr && std::string(peer_env) == "1")) {
+        // Decode-sized reductions: up to 8 tokens × the hidden size per DP group.
+        const size_t max_floats = static_cast<size_t>(8) * layout.dp * full.config.hidden_size;
+        RETURN_IF_ERROR(add_peer_allreduce(p->comms_, layout, devices, max_floats));
+    }
     for (int r = 0; r < n; ++r) {
         ASSIGN_OR_RETURN(WeightShard s, plan_shard(full.config, layout, r));
         ASSIGN_OR_RETURN(auto w, shard_weights(full, s));

@@ -11,6 +11,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/peer_allreduce.h"
 #include "model/cuda_model.h"
 #include "model/parallel_cuda_model.h"
 #include "model/random_checkpoint.h"
@@ -174,6 +175,78 @@ TEST_F(ParallelCudaModelTest, EveryTwoGpuLayoutMatchesOneGpu) {
         std::printf("[parallel] %s: relative L2 %.2e, argmax %zu/%zu\n", p.to_string().c_str(), rel, agree, rows);
         EXPECT_LE(rel, 1e-2) << p.to_string();
         EXPECT_GE(agree, rows * 99 / 100) << p.to_string();
+    }
+}
+
+// The one-shot peer all-reduce: every rank gets the rank-order fp32 sum, bit for bit, over
+// consecutive calls (both staging buffers, epochs advancing) of different sizes, the kernels of the
+// two GPUs launched from one host thread (they wait for each other on the devices).
+TEST(PeerAllReduce, SumsInRankOrderOnTwoGpus) {
+    if (model::cuda_device_count() < 2) GTEST_SKIP() << "needs 2 or more CUDA devices";
+    const std::vector<int> devices{0, 1};
+    auto group = kernels::cuda::PeerAllReduce::create_group(devices, 1 << 14);
+    if (!group.ok() && group.status().code() == StatusCode::kUnimplemented) GTEST_SKIP() << group.status().message();
+    ASSERT_TRUE(group.ok()) << group.status().to_string();
+    for (int call = 0; call < 5; ++call) {
+        const size_t n = call % 2 ? 2880 : 16384 - call;
+        std::vector<std::vector<float>> in(2);
+        std::vector<DeviceBuffer> d;
+        for (int r = 0; r < 2; ++r) {
+            in[r] = test::randn(n, 100 * call + r);
+            CUDA_CHECK(cudaSetDevice(r));
+            d.push_back(DeviceBuffer::from_host(in[r].data(), n * 4));
+        }
+        for (int r = 0; r < 2; ++r) {
+            CUDA_CHECK(cudaSetDevice(r));
+            (*group)[r]->all_reduce_f32(d[r].as<float>(), n, nullptr);
+        }
+        for (int r = 0; r < 2; ++r) {
+            CUDA_CHECK(cudaSetDevice(r));
+            CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<float> got(n);
+            CUDA_CHECK(cudaMemcpy(got.data(), d[r].get(), n * 4, cudaMemcpyDeviceToHost));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; ++i) {
+                float want = 0.0f;
+                want += in[0][i];
+                want += in[1][i];
+                bad += got[i] != want;
+            }
+            EXPECT_EQ(bad, 0u) << "call " << call << " rank " << r;
+        }
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+}
+
+// TP2 and EP2·TP2 with the peer all-reduce against the same layouts on NCCL: with two ranks a sum
+// is a + b either way, so the logits must agree to the bit (tolerance 1e-6 for safety).
+TEST_F(ParallelCudaModelTest, PeerAllReduceMatchesNccl) {
+    REQUIRE_MULTI_GPU();
+    const int V = weights_->config.vocab_size;
+    model::CudaModelOptions opt;
+    opt.max_tokens = 512;
+    opt.max_seqs = 8;
+    opt.num_blocks_full = 64;
+    opt.num_blocks_sliding = 64;
+    for (const ParallelConfig& p : {ParallelConfig{2, 1, 1}, ParallelConfig{2, 1, 2}}) {
+        std::vector<float> out[2];
+        for (int peer = 0; peer < 2; ++peer) {
+            model::CudaModelOptions o = opt;
+            o.peer_allreduce = peer == 1;
+            auto m = model::ParallelCudaModel::create(*weights_, p, o);
+            if (!m.ok() && m.status().code() == StatusCode::kUnimplemented) GTEST_SKIP() << m.status().message();
+            ASSERT_TRUE(m.ok()) << p.to_string() << ": " << m.status().to_string();
+            out[peer] = run(**m, V).first;
+        }
+        ASSERT_EQ(out[0].size(), out[1].size());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < out[0].size(); ++i) {
+            num += (out[1][i] - out[0][i]) * (out[1][i] - out[0][i]);
+            den += out[0][i] * out[0][i];
+        }
+        std::printf("[parallel] %s peer all-reduce vs NCCL: relative L2 %.2e\n", p.to_string().c_str(),
+                    std::sqrt(num / den));
+        EXPECT_LE(std::sqrt(num / den), 1e-6) << p.to_string();
     }
 }
 
