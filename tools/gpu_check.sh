@@ -4,7 +4,7 @@
 # Binaries are built on the development machine (scripts/build_for_gpu.sh) and carried in .device/.
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
-#   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi sweep fixtures profile
+#   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -101,10 +101,20 @@ for stage in "$@"; do
       grep -v Loading "$OUT/peer_20b.log" | tail -8
       ;;
     multi)
-      $BIN/cuda_kernel_tests --gtest_filter='NcclCommunicator*:ParallelCuda*:ParallelOps*' > "$OUT/multi_tests.log" 2>&1
+      $BIN/cuda_kernel_tests --gtest_filter='NcclCommunicator*:ParallelCuda*:ParallelOps*:PeerAllReduce*' > "$OUT/multi_tests.log" 2>&1
       rc=$?
       grep -E '^\[parallel\]|FAILED|PASSED|SKIPPED|Skipped' "$OUT/multi_tests.log" | head -30
       summary+=("multi rc=$rc")
+      ;;
+    peer_ab)
+      # TP2 decode with NCCL and with the one-shot peer all-reduce (GPTOSS_PEER_ALLREDUCE=1).
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      for peer in 0 1; do
+        GPTOSS_PEER_ALLREDUCE=$peer $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --layout tp=2 --prefill "" \
+          --batch 1,8 --context 1024 --decode-steps 16 --markdown "$OUT/peer_ab_$peer.md" > "$OUT/peer_ab_$peer.log" 2>&1
+        summary+=("peer_ab $peer rc=$?")
+        echo "peer all-reduce $peer:"; grep "^| 1024" "$OUT/peer_ab_$peer.md"
+      done
       ;;
     sweep)
       [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
