@@ -77,7 +77,8 @@ for stage in "$@"; do
       ;;
     serving)
       # Issue 6's serving bars on gpt-oss-120b: total (prompt + generated) tok/s by concurrency for
-      # streams of 1k in / 1k out and 8k in / 1k out (SERVING_ARGS: e.g. --fp8, --concurrency ...).
+      # streams of 1k in / 1k out and 8k in / 1k out (SERVING_ARGS: e.g. --fp8). Plot afterwards:
+      # /usr/bin/python3 tools/plot_serving.py serving_120b_*.log --out DIR
       # KV for 256 streams of 9k tokens (87 GB on 120b) does not fit beside the weights: 8k runs stop at 128.
       for io in "1024 1024 64,128,256" "8192 1024 32,64,128"; do
         set -- $io
