@@ -167,23 +167,32 @@ TEST(CudaModel, BatchesWithoutBf16ExpertCopyMatch) {
     }
 }
 
-// Real gpt-oss widths (hidden 2880, 64/8 heads, 32 experts, window 128), 2 layers, small vocab:
-// every kernel runs at its production shape; the CPU forward is the reference.
-TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
-    REQUIRE_GPU();
-    auto cfg = model::GptOssConfig::preset("gpt-oss-20b");
-    ASSERT_TRUE(cfg.ok());
-    model::GptOssConfig c = *cfg;
+// gpt-oss-20b's widths (hidden 2880, 64/8 heads, 32 experts, window 128) with 2 layers and a
+// 2,048-token vocabulary, written as a random checkpoint into a fresh temporary directory.
+model::GptOssConfig real_width_config() {
+    model::GptOssConfig c = *model::GptOssConfig::preset("gpt-oss-20b");
     c.num_hidden_layers = 2;
     c.layer_types = {model::LayerType::kSlidingAttention, model::LayerType::kFullAttention};
     c.vocab_size = 2048;
     c.eos_token_ids = {1};
     c.pad_token_id = 2;
     c.bos_token_id.reset();
-    const std::string dir = (fs::temp_directory_path() / ("gptoss_cuda_model_" + std::to_string(::getpid()))).string();
+    return c;
+}
+std::string write_real_width_checkpoint(const model::GptOssConfig& c, const std::string& name) {
+    const std::string dir = (fs::temp_directory_path() / (name + std::to_string(::getpid()))).string();
     model::RandomCheckpointOptions ro;
     ro.seed = 3;
-    ASSERT_TRUE(model::write_random_checkpoint(c, dir, ro).ok());
+    EXPECT_TRUE(model::write_random_checkpoint(c, dir, ro).ok());
+    return dir;
+}
+
+// Real gpt-oss widths (hidden 2880, 64/8 heads, 32 experts, window 128), 2 layers, small vocab:
+// every kernel runs at its production shape; the CPU forward is the reference.
+TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
+    REQUIRE_GPU();
+    const model::GptOssConfig c = real_width_config();
+    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_model_");
     auto w = model::GptOssWeights::load(dir);
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     auto m = CudaModel::create(**w, small_options());
@@ -263,19 +272,8 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
 // expert converted at a time) must give the same logits: same bytes, same GEMMs.
 TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     REQUIRE_GPU();
-    auto cfg = model::GptOssConfig::preset("gpt-oss-20b");
-    ASSERT_TRUE(cfg.ok());
-    model::GptOssConfig c = *cfg;
-    c.num_hidden_layers = 2;
-    c.layer_types = {model::LayerType::kSlidingAttention, model::LayerType::kFullAttention};
-    c.vocab_size = 2048;
-    c.eos_token_ids = {1};
-    c.pad_token_id = 2;
-    c.bos_token_id.reset();
-    const std::string dir = (fs::temp_directory_path() / ("gptoss_cuda_fp8_" + std::to_string(::getpid()))).string();
-    model::RandomCheckpointOptions ro;
-    ro.seed = 3;
-    ASSERT_TRUE(model::write_random_checkpoint(c, dir, ro).ok());
+    const model::GptOssConfig c = real_width_config();
+    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_fp8_");
     auto w = model::GptOssWeights::load(dir);
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     const int V = c.vocab_size;

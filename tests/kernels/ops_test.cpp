@@ -220,6 +220,43 @@ struct RandomExperts {
     }
 };
 
+// The CPU MoE (fp32) on T tokens of h with the given routing: the reference the expert kernels are
+// compared with.
+std::vector<float> cpu_moe_reference(const RandomExperts& ex, const std::vector<float>& h,
+                                     const std::vector<int32_t>& ids, const std::vector<float>& wts, int T, int K) {
+    std::vector<float> ref(static_cast<size_t>(T) * ex.H);
+    kernels::MoeArgs m;
+    m.x = h.data();
+    m.expert_ids = ids.data();
+    m.expert_weights = wts.data();
+    m.y = ref.data();
+    m.gate_up_blocks = ex.gu_blocks.data();
+    m.gate_up_scales = ex.gu_scales.data();
+    m.down_blocks = ex.down_blocks.data();
+    m.down_scales = ex.down_scales.data();
+    m.gate_up_bias = ex.gu_bias.data();
+    m.down_bias = ex.down_bias.data();
+    m.num_tokens = T;
+    m.hidden_size = ex.H;
+    m.intermediate_size = ex.I;
+    m.num_experts = ex.E;
+    m.experts_per_token = K;
+    cpu::moe(m);
+    return ref;
+}
+
+// Per-assignment expert outputs y [T·K, H] (device) combined with the routing weights: what the
+// model consumes, comparable with cpu_moe_reference.
+std::vector<float> combine_assignments(const DeviceBuffer& y, const std::vector<float>& wts, int T, int K, int H) {
+    const auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
+    std::vector<float> got(static_cast<size_t>(T) * H, 0.0f);
+    for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k)
+            for (int i = 0; i < H; ++i)
+                got[static_cast<size_t>(t) * H + i] += wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
+    return got;
+}
+
 TEST(CudaOps, RouterTopk) {
     REQUIRE_GPU();
     for (int E : {32, 128}) {
@@ -339,24 +376,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                 for (int k = 0; k < K; ++k) wts[t * K + k] /= sum;
             }
             // CPU: the weighted sum over the slots, which is what the model consumes.
-            std::vector<float> ref(static_cast<size_t>(T) * H);
-            kernels::MoeArgs m;
-            m.x = h.data();
-            m.expert_ids = ids.data();
-            m.expert_weights = wts.data();
-            m.y = ref.data();
-            m.gate_up_blocks = ex.gu_blocks.data();
-            m.gate_up_scales = ex.gu_scales.data();
-            m.down_blocks = ex.down_blocks.data();
-            m.down_scales = ex.down_scales.data();
-            m.gate_up_bias = ex.gu_bias.data();
-            m.down_bias = ex.down_bias.data();
-            m.num_tokens = T;
-            m.hidden_size = H;
-            m.intermediate_size = I;
-            m.num_experts = E;
-            m.experts_per_token = K;
-            cpu::moe(m);
+            const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
 
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
@@ -386,13 +406,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                 a.experts_per_token = K;
                 kc::moe_mxfp4(a, nullptr);
                 EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-                auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
-                std::vector<float> got(ref.size(), 0.0f);
-                for (int t = 0; t < T; ++t)
-                    for (int k = 0; k < K; ++k)
-                        for (int i = 0; i < H; ++i)
-                            got[static_cast<size_t>(t) * H + i] +=
-                                wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
+                const std::vector<float> got = combine_assignments(y, wts, T, K, H);
                 // fp32 math on identical inputs and exactly decoded weights: only summation order differs.
                 EXPECT_TRUE(close(got, ref, kTolF32, "moe mxfp4"))
                     << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
@@ -434,24 +448,7 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
                 }
                 for (int k = 0; k < K; ++k) wts[t * K + k] /= sum;
             }
-            std::vector<float> ref(static_cast<size_t>(T) * H);
-            kernels::MoeArgs m;
-            m.x = h.data();
-            m.expert_ids = ids.data();
-            m.expert_weights = wts.data();
-            m.y = ref.data();
-            m.gate_up_blocks = ex.gu_blocks.data();
-            m.gate_up_scales = ex.gu_scales.data();
-            m.down_blocks = ex.down_blocks.data();
-            m.down_scales = ex.down_scales.data();
-            m.gate_up_bias = ex.gu_bias.data();
-            m.down_bias = ex.down_bias.data();
-            m.num_tokens = T;
-            m.hidden_size = H;
-            m.intermediate_size = I;
-            m.num_experts = E;
-            m.experts_per_token = K;
-            cpu::moe(m);
+            const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
             auto dids = to_device(ids), dh = to_device(to_bf16(h));
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
@@ -491,13 +488,7 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
                 a.k = I;
                 kc::moe_mma(a, false, nullptr);
                 EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
-                std::vector<float> got(ref.size(), 0.0f);
-                for (int t = 0; t < T; ++t)
-                    for (int k = 0; k < K; ++k)
-                        for (int i = 0; i < H; ++i)
-                            got[static_cast<size_t>(t) * H + i] +=
-                                wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
+                const std::vector<float> got = combine_assignments(y, wts, T, K, H);
                 EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe mma"))
                     << "E=" << E << " T=" << T << (same ? " same experts" : "") << (large ? " 64-row" : " 16-row");
             }
@@ -528,24 +519,7 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
             ids[t * K + 2] = 20;
             ids[t * K + 3] = 21;
         }
-    std::vector<float> ref(static_cast<size_t>(T) * H);
-    kernels::MoeArgs m;
-    m.x = h.data();
-    m.expert_ids = ids.data();
-    m.expert_weights = wts.data();
-    m.y = ref.data();
-    m.gate_up_blocks = ex.gu_blocks.data();
-    m.gate_up_scales = ex.gu_scales.data();
-    m.down_blocks = ex.down_blocks.data();
-    m.down_scales = ex.down_scales.data();
-    m.gate_up_bias = ex.gu_bias.data();
-    m.down_bias = ex.down_bias.data();
-    m.num_tokens = T;
-    m.hidden_size = H;
-    m.intermediate_size = I;
-    m.num_experts = E;
-    m.experts_per_token = K;
-    cpu::moe(m);
+    const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
     auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
          dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
     auto dids = to_device(ids), dh = to_device(to_bf16(h));
@@ -582,13 +556,7 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
     a.k = I;
     kc::moe_mma(a, false, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    auto yh = to_host<float>(y, static_cast<size_t>(T) * K * H);
-    std::vector<float> got(ref.size(), 0.0f);
-    for (int t = 0; t < T; ++t)
-        for (int k = 0; k < K; ++k)
-            for (int i = 0; i < H; ++i)
-                got[static_cast<size_t>(t) * H + i] += wts[t * K + k] * yh[(static_cast<size_t>(t) * K + k) * H + i];
-    EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe mma edge shapes and scales"));
+    EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe mma edge shapes and scales"));
 }
 
 TEST(CudaOps, Mxfp4ToBf16IsExact) {
