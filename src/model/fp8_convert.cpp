@@ -56,6 +56,18 @@ bool is_expert_weight(const std::string& name) {
             ends("down_proj_scales") || ends("experts.gate_up_proj") || ends("experts.down_proj"));
 }
 
+// The dense weights `--dense` converts: attention projections and an untied lm_head (the router,
+// tiny, and the embedding, a row gather, stay as they are).
+bool is_dense_target(const std::string& name) {
+    const auto ends = [&](const char* s) {
+        const std::string t(s);
+        return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+    };
+    return name == "lm_head.weight" ||
+           (name.find(".self_attn.") != std::string::npos &&
+            (ends("q_proj.weight") || ends("k_proj.weight") || ends("v_proj.weight") || ends("o_proj.weight")));
+}
+
 // Row r of expert e's matrix (gate_up when `gate_up`), fp32, from either source layout.
 void expert_row(const LayerWeights& L, const GptOssConfig& c, bool gate_up, int e, int r, float* out) {
     const int H = c.hidden_size, I = c.intermediate_size;
@@ -75,7 +87,7 @@ void expert_row(const LayerWeights& L, const GptOssConfig& c, bool gate_up, int 
 
 }  // namespace
 
-Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir) {
+Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir, bool dense) {
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::equivalent(in_dir, out_dir, ec)) return invalid_argument("--out must differ from --model");
@@ -86,13 +98,41 @@ Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir) {
     }
     const int H = c.hidden_size, I = c.intermediate_size, E = c.num_experts;
     SafetensorsWriter writer;
-    // Everything but the expert weights, byte for byte.
+    const auto blocks = [](int n) { return static_cast<int64_t>((n + kFp8Block - 1) / kFp8Block); };
+    // Everything but the expert weights (and, with `dense`, the attention and lm_head weights),
+    // byte for byte.
     for (const std::string& name : w->checkpoint->names()) {
         if (is_expert_weight(name)) continue;
         const TensorInfo* t = w->checkpoint->find(name);
+        if (dense && is_dense_target(name)) {
+            if (t->shape.rank != 2 || (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32))
+                return invalid_argument(name + ": expected a 2-D float tensor");
+            const int rows = static_cast<int>(t->shape[0]), cols = static_cast<int>(t->shape[1]);
+            auto cache = std::make_shared<std::pair<std::vector<uint8_t>, std::vector<float>>>();
+            auto produce = [=]() {
+                if (!cache->first.empty()) return;
+                std::vector<float> m(static_cast<size_t>(rows) * cols);
+                for (int r = 0; r < rows; ++r)
+                    kernels::cpu::row_to_f32(t->data + static_cast<size_t>(r) * cols * dtype_size(t->dtype), t->dtype,
+                                             cols, m.data() + static_cast<size_t>(r) * cols);
+                cache->first.resize(m.size());
+                cache->second.resize(static_cast<size_t>(blocks(rows) * blocks(cols)));
+                quantize_fp8_blocks(m.data(), rows, cols, cache->first.data(), cache->second.data());
+            };
+            writer.add_lazy(name + "_fp8", DType::kFP8E4M3, Shape{rows, cols}, [=](uint8_t* dst) {
+                produce();
+                std::memcpy(dst, cache->first.data(), cache->first.size());
+            });
+            writer.add_lazy(name + "_fp8_scale", DType::kF32, Shape{blocks(rows), blocks(cols)}, [=](uint8_t* dst) {
+                produce();
+                std::memcpy(dst, cache->second.data(), cache->second.size() * 4);
+                std::vector<uint8_t>().swap(cache->first);
+                std::vector<float>().swap(cache->second);
+            });
+            continue;
+        }
         writer.add_lazy(name, t->dtype, t->shape, [t](uint8_t* dst) { std::memcpy(dst, t->data, t->nbytes); });
     }
-    const auto blocks = [](int n) { return static_cast<int64_t>((n + kFp8Block - 1) / kFp8Block); };
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const LayerWeights* L = &w->layers[l];
         const std::string x = "model.layers." + std::to_string(l) + ".mlp.experts.";
@@ -137,11 +177,16 @@ Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir) {
     GptOssConfig out = c;
     QuantizationConfig q;
     q.quant_method = kFp8QuantMethod;
-    q.modules_to_not_convert = c.quantization
-                                   ? c.quantization->modules_to_not_convert
-                                   : std::vector<std::string>{"model.layers.*.self_attn", "model.layers.*.mlp.router",
-                                                              "model.embed_tokens", "lm_head"};
-    q.extra = {{"format_version", kFp8FormatVersion}, {"weight_block_size", {kFp8Block, kFp8Block}}};
+    if (dense) {
+        q.modules_to_not_convert = {"model.layers.*.mlp.router", "model.embed_tokens"};
+    } else {
+        q.modules_to_not_convert =
+            c.quantization ? c.quantization->modules_to_not_convert
+                           : std::vector<std::string>{"model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                      "model.embed_tokens", "lm_head"};
+    }
+    q.extra = {
+        {"format_version", kFp8FormatVersion}, {"weight_block_size", {kFp8Block, kFp8Block}}, {"dense_fp8", dense}};
     out.quantization = q;
     std::ofstream(fs::path(out_dir) / "config.json") << out.to_hf_json().dump(2) << "\n";
     for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {

@@ -10,6 +10,14 @@
 //   model.layers.N.mlp.experts.down_proj_fp8           F8_E4M3 [E, H, I]
 //   model.layers.N.mlp.experts.down_proj_fp8_scale     F32     [E, ⌈H/128⌉, ⌈I/128⌉]
 //   (biases keep their names and bf16 storage)
+//   With --dense (quantization_config "dense_fp8": true), also every attention projection and an
+//   untied lm_head, in place of its bf16 tensor:
+//   model.layers.N.self_attn.{q,k,v,o}_proj.weight_fp8       F8_E4M3 [out, in]
+//   model.layers.N.self_attn.{q,k,v,o}_proj.weight_fp8_scale F32     [⌈out/128⌉, ⌈in/128⌉]
+//   lm_head.weight_fp8 / lm_head.weight_fp8_scale            likewise ([vocab, hidden])
+//   Readers dequantize them to bf16 at load (exact); the CUDA backend's --fp8 requantizes them to
+//   the same bytes (same block rule), so converting offline only saves disk and load time. Lossy
+//   (bf16 → e4m3): a few percent on the logits, as --fp8.
 // w[e, r, c] ≈ fp8(q[e, r, c]) · scale[e, r / 128, c / 128].
 //
 // Partial blocks: 2880 = 22·128 + 64, so the last block row and column of every matrix are 64 wide.
@@ -41,7 +49,8 @@ float fp8_block_scale(float amax);
 // [⌈rows/128⌉, ⌈cols/128⌉].
 void quantize_fp8_blocks(const float* w, int rows, int cols, uint8_t* q, float* scales);
 
-// Writes `out_dir` in the format above from a gpt-oss checkpoint in either published layout.
-Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir);
+// Writes `out_dir` in the format above from a gpt-oss checkpoint in either published layout;
+// `dense`: the attention and lm_head weights too.
+Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir, bool dense = false);
 
 }  // namespace gptoss::model

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/progress.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -16,8 +17,31 @@ public:
     Loader(const SafetensorsCheckpoint& ckpt, GptOssWeights& w) : ckpt_(ckpt), w_(w) {}
 
     Status dense(const std::string& name, int64_t rows, int64_t cols, DenseWeight* out) {
+        if (ckpt_.find(name) == nullptr && ckpt_.find(name + "_fp8") != nullptr)
+            return dense_fp8(name, rows, cols, out);
         ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, Shape{rows, cols}));
         *out = DenseWeight{t->data, t->dtype, static_cast<int>(rows), static_cast<int>(cols)};
+        return ok_status();
+    }
+
+    // A dense weight stored as FP8 128×128 blocks (model/fp8_convert.h, --dense): dequantized to an
+    // owned bf16 copy (exact: e4m3 times a power of two fits bf16).
+    Status dense_fp8(const std::string& name, int64_t rows, int64_t cols, DenseWeight* out) {
+        ASSIGN_OR_RETURN(const TensorInfo* q, ckpt_.get(name + "_fp8", DType::kFP8E4M3, Shape{rows, cols}));
+        const auto blocks = [](int64_t n) { return (n + 127) / 128; };
+        const int64_t bc = blocks(cols);
+        ASSIGN_OR_RETURN(const TensorInfo* st, ckpt_.get(name + "_fp8_scale", DType::kF32, Shape{blocks(rows), bc}));
+        std::vector<uint8_t> buf(static_cast<size_t>(rows * cols) * 2);
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < cols; ++c) {
+                float s;
+                std::memcpy(&s, st->data + static_cast<size_t>((r / 128) * bc + c / 128) * 4, 4);  // byte-aligned
+                const uint16_t b = f32_to_bf16(fp8e4m3_to_f32(q->data[r * cols + c]) * s);
+                std::memcpy(buf.data() + static_cast<size_t>(r * cols + c) * 2, &b, 2);
+            }
+        }
+        w_.owned.push_back(std::move(buf));
+        *out = DenseWeight{w_.owned.back().data(), DType::kBF16, static_cast<int>(rows), static_cast<int>(cols)};
         return ok_status();
     }
 

@@ -10,11 +10,14 @@
 #include <string>
 #include <thread>
 
-#include "kernels/cuda/peer_allreduce.h"
 #include "parallel/nccl_communicator.h"
+#if defined(GPTOSS_HAVE_CUDA)
+#include "kernels/cuda/peer_allreduce.h"
+#endif
 
 namespace gptoss::model {
 namespace {
+#if defined(GPTOSS_HAVE_CUDA)
 
 // NCCL with small fp32 all-reduces (the per-layer ones of decode) through the one-shot peer
 // kernel (kernels/cuda/peer_allreduce.h); everything else goes to NCCL.
@@ -79,6 +82,12 @@ Status add_peer_allreduce(std::vector<parallel::RankComms>& comms, const paralle
     for (int r = 0; r < n; ++r) all[r] = r;
     return wrap([&](int) { return all; }, &parallel::RankComms::world);
 }
+#else
+Status add_peer_allreduce(std::vector<parallel::RankComms>&, const parallel::ParallelConfig&, const std::vector<int>&,
+                          size_t) {
+    return unimplemented("the peer all-reduce needs the CUDA backend");
+}
+#endif
 
 }  // namespace
 
