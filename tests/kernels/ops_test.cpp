@@ -416,6 +416,50 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
     }
 }
 
+// The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
+// list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].
+DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const DeviceBuffer& offsets,
+                         const DeviceBuffer& sorted, int T, int K, bool large) {
+    const int H = ex.H, I = ex.I, E = ex.E;
+    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+         dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+    const int bm = kc::moe_mma_block_rows(large);
+    const int max_tiles = (T * K + bm - 1) / bm + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+    kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+    auto act = poisoned(static_cast<size_t>(T) * K * I * 2);
+    auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+    kc::MoeMmaArgs a;
+    a.x = dh.get();
+    a.x_by_token = true;
+    a.experts_per_token = K;
+    a.expert_offsets = offsets.as<int32_t>();
+    a.sorted_assignments = sorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.large = large;
+    a.blocks = dgub.as<uint8_t>();
+    a.scales = dgus.as<uint8_t>();
+    a.bias = dgubias.as<float>();
+    a.act = act.get();
+    a.n = 2 * I;
+    a.k = H;
+    a.num_experts = E;
+    kc::moe_mma(a, true, nullptr);
+    a.x = act.get();
+    a.x_by_token = false;
+    a.blocks = ddb.as<uint8_t>();
+    a.scales = dds.as<uint8_t>();
+    a.bias = ddbias.as<float>();
+    a.y = y.as<float>();
+    a.n = H;
+    a.k = I;
+    kc::moe_mma(a, false, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return y;
+}
+
 // The tensor-core grouped path (moe_plan unstable, moe_mma_tiles, moe_mma gate_up + down) against
 // the fp32 CPU MoE. The GPU rounds h and the SwiGLU output to bf16 (the inputs of the bf16 MMAs):
 // relative error ~2^-9 per element, so the bf16-output tolerance (rel L2 5e-3) applies; a wrong
@@ -426,8 +470,6 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
     const int H = 2880, I = 2880, K = 4;
     for (int E : {32, 128}) {
         RandomExperts ex(E, H, I, 77 + E);
-        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
-             dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
         for (const auto& [T, same] : {std::pair{9, false}, {64, false}, {150, true}, {40, true}}) {
             if (E == 128 && T > 64) continue;  // CPU time
             auto h = bf16_round(randn(static_cast<size_t>(T) * H, 300 * E + T));
@@ -453,41 +495,7 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             for (bool large : {false, true}) {
-                const int bm = kc::moe_mma_block_rows(large);
-                const int max_tiles = (T * K + bm - 1) / bm + E;
-                DeviceBuffer tiles(2 * max_tiles * 4), count(4);
-                kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
-                                  nullptr);
-                auto act = poisoned(static_cast<size_t>(T) * K * I * 2);
-                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-                kc::MoeMmaArgs a;
-                a.x = dh.get();
-                a.x_by_token = true;
-                a.experts_per_token = K;
-                a.expert_offsets = offsets.as<int32_t>();
-                a.sorted_assignments = sorted.as<int32_t>();
-                a.tiles = tiles.as<int32_t>();
-                a.tile_count = count.as<int32_t>();
-                a.max_tiles = max_tiles;
-                a.large = large;
-                a.blocks = dgub.as<uint8_t>();
-                a.scales = dgus.as<uint8_t>();
-                a.bias = dgubias.as<float>();
-                a.act = act.get();
-                a.n = 2 * I;
-                a.k = H;
-                a.num_experts = E;
-                kc::moe_mma(a, true, nullptr);
-                a.x = act.get();
-                a.x_by_token = false;
-                a.blocks = ddb.as<uint8_t>();
-                a.scales = dds.as<uint8_t>();
-                a.bias = ddbias.as<float>();
-                a.y = y.as<float>();
-                a.n = H;
-                a.k = I;
-                kc::moe_mma(a, false, nullptr);
-                EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, large);
                 const std::vector<float> got = combine_assignments(y, wts, T, K, H);
                 EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe mma"))
                     << "E=" << E << " T=" << T << (same ? " same experts" : "") << (large ? " 64-row" : " 16-row");
@@ -520,42 +528,10 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
             ids[t * K + 3] = 21;
         }
     const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
-    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
-         dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
     auto dids = to_device(ids), dh = to_device(to_bf16(h));
     DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
     kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-    const int bm = kc::moe_mma_block_rows(false), max_tiles = (T * K + bm - 1) / bm + E;
-    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
-    kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
-    auto act = poisoned(static_cast<size_t>(T) * K * I * 2);
-    auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-    kc::MoeMmaArgs a;
-    a.x = dh.get();
-    a.experts_per_token = K;
-    a.expert_offsets = offsets.as<int32_t>();
-    a.sorted_assignments = sorted.as<int32_t>();
-    a.tiles = tiles.as<int32_t>();
-    a.tile_count = count.as<int32_t>();
-    a.max_tiles = max_tiles;
-    a.blocks = dgub.as<uint8_t>();
-    a.scales = dgus.as<uint8_t>();
-    a.bias = dgubias.as<float>();
-    a.act = act.get();
-    a.n = 2 * I;
-    a.k = H;
-    a.num_experts = E;
-    kc::moe_mma(a, true, nullptr);
-    a.x = act.get();
-    a.x_by_token = false;
-    a.blocks = ddb.as<uint8_t>();
-    a.scales = dds.as<uint8_t>();
-    a.bias = ddbias.as<float>();
-    a.y = y.as<float>();
-    a.n = H;
-    a.k = I;
-    kc::moe_mma(a, false, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, /*large=*/false);
     EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe mma edge shapes and scales"));
 }
 

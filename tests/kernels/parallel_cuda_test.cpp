@@ -140,14 +140,20 @@ std::pair<std::vector<float>, std::vector<int32_t>> run(M& m, int vocab) {
     return {all, sampled};
 }
 
-TEST_F(ParallelCudaModelTest, EveryTwoGpuLayoutMatchesOneGpu) {
-    REQUIRE_MULTI_GPU();
-    const int V = weights_->config.vocab_size;
+// Room for run()'s three sequences (229 prompt tokens, 12 blocks each).
+model::CudaModelOptions small_options() {
     model::CudaModelOptions opt;
     opt.max_tokens = 512;
     opt.max_seqs = 8;
     opt.num_blocks_full = 64;
     opt.num_blocks_sliding = 64;
+    return opt;
+}
+
+TEST_F(ParallelCudaModelTest, EveryTwoGpuLayoutMatchesOneGpu) {
+    REQUIRE_MULTI_GPU();
+    const int V = weights_->config.vocab_size;
+    const model::CudaModelOptions opt = small_options();
     auto ref_model = model::ParallelCudaModel::create(*weights_, ParallelConfig{}, opt);
     ASSERT_TRUE(ref_model.ok()) << ref_model.status().to_string();
     auto [ref, ref_ids] = run(**ref_model, V);
@@ -223,11 +229,7 @@ TEST(PeerAllReduce, SumsInRankOrderOnTwoGpus) {
 TEST_F(ParallelCudaModelTest, PeerAllReduceMatchesNccl) {
     REQUIRE_MULTI_GPU();
     const int V = weights_->config.vocab_size;
-    model::CudaModelOptions opt;
-    opt.max_tokens = 512;
-    opt.max_seqs = 8;
-    opt.num_blocks_full = 64;
-    opt.num_blocks_sliding = 64;
+    const model::CudaModelOptions opt = small_options();
     for (const ParallelConfig& p : {ParallelConfig{2, 1, 1}, ParallelConfig{2, 1, 2}}) {
         std::vector<float> out[2];
         for (int peer = 0; peer < 2; ++peer) {
@@ -253,11 +255,7 @@ TEST_F(ParallelCudaModelTest, PeerAllReduceMatchesNccl) {
 TEST_F(ParallelCudaModelTest, SampledDecodeWithGraphsAndIdleDpGroups) {
     REQUIRE_MULTI_GPU();
     const int V = weights_->config.vocab_size;
-    model::CudaModelOptions opt;
-    opt.max_tokens = 512;
-    opt.max_seqs = 8;
-    opt.num_blocks_full = 64;
-    opt.num_blocks_sliding = 64;
+    const model::CudaModelOptions opt = small_options();
     // Greedy decode of one sequence (the other DP group idle every step) against one GPU.
     auto decode = [&](const ParallelConfig& p) {
         auto m = model::ParallelCudaModel::create(*weights_, p, opt);
