@@ -5,6 +5,7 @@
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
+#           ncu_decode moe_wgmma ncu_wgmma prefill_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -80,13 +81,18 @@ for stage in "$@"; do
       # streams of 1k in / 1k out and 8k in / 1k out (SERVING_ARGS: e.g. --fp8). Plot afterwards:
       # /usr/bin/python3 tools/plot_serving.py serving_120b_*.log --out DIR
       # KV for 256 streams of 9k tokens (87 GB on 120b) does not fit beside the weights: 8k runs stop at 128.
-      for io in "1024 1024 64,128,256" "8192 1024 32,64,128"; do
+      # SERVING_MODEL (a synthetic preset, default gpt-oss-120b) and SERVING_IO ("in out concurrency"
+      # triples separated by ';') make quick checks possible.
+      smodel=${SERVING_MODEL:-gpt-oss-120b}
+      IFS=';' read -ra ios <<< "${SERVING_IO:-1024 1024 64,128,256;8192 1024 32,64,128}"
+      for io in "${ios[@]}"; do
         set -- $io
-        $BIN/gptoss bench-serve --backend cuda --synthetic gpt-oss-120b --prompt-len $1 --max-tokens $2 \
+        tag="${smodel#gpt-oss-}_$1_$2"
+        $BIN/gptoss bench-serve --backend cuda --synthetic $smodel --prompt-len $1 --max-tokens $2 \
           --concurrency ${SERVING_CONCURRENCY:-$3} ${SERVING_ARGS:-} --json \
-          --markdown "$OUT/serving_120b_$1_$2.md" > "$OUT/serving_120b_$1_$2.log" 2>&1
-        summary+=("serving $1/$2 rc=$?")
-        cat "$OUT/serving_120b_$1_$2.md"
+          --markdown "$OUT/serving_$tag.md" > "$OUT/serving_$tag.log" 2>&1
+        summary+=("serving $tag rc=$?")
+        cat "$OUT/serving_$tag.md"
       done
       ;;
     moe_bench)
@@ -94,6 +100,40 @@ for stage in "$@"; do
       { $BIN/moe_bench 1 2 4 8; $BIN/moe_bench --mma 8 16 32 64 128 256; } > "$OUT/moe_bench.log" 2>&1
       summary+=("moe_bench rc=$?")
       grep "^|" "$OUT/moe_bench.log"
+      ;;
+    moe_wgmma)
+      # Prefill-sized MoE batches: the warpgroup kernels against moe_mma's 64-row tiles.
+      { $BIN/moe_bench --wgmma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; \
+        $BIN/moe_bench --mma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; } > "$OUT/moe_wgmma.log" 2>&1
+      summary+=("moe_wgmma rc=$?")
+      grep "^|" "$OUT/moe_wgmma.log"
+      ;;
+    ncu_wgmma)
+      # Stall reasons of the warpgroup MoE kernels at an 8k-token prefill (gate_up, then down).
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        -k regex:moe_wgmma -c 2 $BIN/moe_bench --wgmma ${NCU_WGMMA_BATCH:-8192} > "$OUT/ncu_wgmma.txt" 2>&1
+      summary+=("ncu_wgmma rc=$?")
+      grep -E 'moe_wgmma|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers' "$OUT/ncu_wgmma.txt" | head -60
+      ;;
+    prefill_ab)
+      # Prefill with and without the warpgroup MoE kernels (GPTOSS_MOE_WGMMA), 20b then 120b.
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      for wg in 1 0; do
+        GPTOSS_MOE_WGMMA=$wg $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill ${PREFILL_AB_LENS:-1024,8192} --batch "" \
+          --repeats 3 ${PREFILL_AB_ARGS:-} --markdown "$OUT/prefill_ab_20b_$wg.md" > "$OUT/prefill_ab_20b_$wg.log" 2>&1
+        summary+=("prefill_ab 20b wgmma=$wg rc=$?")
+        echo "20b wgmma=$wg:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill_ab_20b_$wg.md"
+      done
+      if [ "${PREFILL_AB_120B:-1}" != 0 ]; then
+        for wg in 1 0; do
+          GPTOSS_MOE_WGMMA=$wg $BIN/gptoss bench --synthetic gpt-oss-120b --prefill ${PREFILL_AB_LENS:-1024,8192} --batch "" \
+            --repeats 2 ${PREFILL_AB_ARGS:-} --markdown "$OUT/prefill_ab_120b_$wg.md" > "$OUT/prefill_ab_120b_$wg.log" 2>&1
+          summary+=("prefill_ab 120b wgmma=$wg rc=$?")
+          echo "120b wgmma=$wg:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill_ab_120b_$wg.md"
+        done
+      fi
       ;;
     peer)
       python3 tools/bench_peer_transformers.py --model "$WORK/gpt-oss-20b" --json "$OUT/peer_20b.json" \
@@ -145,6 +185,18 @@ for stage in "$@"; do
       summary+=("profile rc=$?")
       grep -A20 GPTOSS_PROFILE "$OUT/profile_decode.log" | head -24
       grep -A20 GPTOSS_PROFILE "$OUT/profile_prefill.log" | head -24
+      ;;
+    ncu_decode)
+      # Kernel durations of batch-1 decode steps (ncu with clocks and caches left alone): their sum
+      # against the step time gives the launch gaps. NCU_ARGS: extra bench flags (e.g. --fp8).
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|quant_fp8)).*' \
+        --launch-count ${NCU_COUNT:-1500} $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill "" --batch 1 \
+        --context 128 --decode-steps 4 --repeats 1 ${NCU_ARGS:-} > "$OUT/ncu_decode.csv" 2> "$OUT/ncu_decode.err"
+      summary+=("ncu_decode rc=$?")
+      tail -3 "$OUT/ncu_decode.err"; wc -l "$OUT/ncu_decode.csv"
       ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -12,9 +12,11 @@
 // random routing, so one rotation touches kLayers × (unique experts × 13.2 MB) — at batch 1
 // 8 × 53 MB = 423 MB, 7× the L2. The kLayers (plan, experts) pairs are captured in one CUDA graph,
 // warmed up, replayed kReps times; reported: median over replays of event time / kLayers.
-// Usage: moe_bench [--mma] [batch ...]   (default 1 2 4 8 16 32)
+// Usage: moe_bench [--mma | --wgmma] [batch ...]   (default 1 2 4 8 16 32)
 //   --mma: the grouped tensor-core kernels (moe_plan, moe_mma_tiles, moe_mma gate_up + down, bf16
 //   inputs) instead of the weight-only ones; same byte count.
+//   --wgmma: the warpgroup grouped kernels (moe_wgmma, prefill-sized batches), same plan and tiles.
+// The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -108,10 +110,12 @@ struct Layer {
 
 int main(int argc, char** argv) {
     std::vector<int> batches;
-    bool mma = false;
+    bool mma = false, wgmma = false;
     for (int i = 1; i < argc; ++i) {
         if (std::string(argv[i]) == "--mma")
             mma = true;
+        else if (std::string(argv[i]) == "--wgmma")
+            mma = wgmma = true;
         else
             batches.push_back(std::atoi(argv[i]));
     }
@@ -162,7 +166,9 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaEventCreate(&ev0));
     CHECK_CUDA(cudaEventCreate(&ev1));
 
-    std::printf("\n| batch | µs | unique experts | bytes | GB/s | %% of %.0f |\n|---|---|---|---|---|---|\n", kPeakGBs);
+    std::printf(
+        "\n| batch | µs | unique experts | bytes | GB/s | %% of %.0f | TFLOP/s |\n|---|---|---|---|---|---|---|\n",
+        kPeakGBs);
     for (const int T : batches) {
         // Random top-4 per token and layer; unique experts averaged over the layers.
         std::mt19937 rng(1000 + T);
@@ -186,7 +192,8 @@ int main(int argc, char** argv) {
             for (int l = 0; l < kLayers && mma; ++l) {
                 const int A = T * kTopK;
                 const bool large = A >= 64 * kExperts;  // the model's rule (cuda_model.cpp)
-                const int bm = cuda::moe_mma_block_rows(large), max_tiles = (A + bm - 1) / bm + kExperts;
+                const int bm = wgmma ? cuda::moe_wgmma_block_tokens(A, kExperts) : cuda::moe_mma_block_rows(large);
+                const int max_tiles = (A + bm - 1) / bm + kExperts;
                 cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
                                sorted[l].as<int32_t>(), stream);
                 cuda::moe_mma_tiles(offsets[l].as<int32_t>(), kExperts, bm, max_tiles, tiles.as<int32_t>(),
@@ -208,7 +215,13 @@ int main(int argc, char** argv) {
                 m.n = 2 * kInter;
                 m.k = kHidden;
                 m.num_experts = kExperts;
-                cuda::moe_mma(m, true, stream);
+                auto run = [&](bool gate_up) {
+                    if (wgmma)
+                        cuda::moe_wgmma(m, gate_up, bm, stream);
+                    else
+                        cuda::moe_mma(m, gate_up, stream);
+                };
+                run(true);
                 m.x = act.p;
                 m.x_by_token = false;
                 m.blocks = layers[l].down_blocks.as<uint8_t>();
@@ -217,7 +230,7 @@ int main(int argc, char** argv) {
                 m.y = y.as<float>();
                 m.n = kHidden;
                 m.k = kInter;
-                cuda::moe_mma(m, false, stream);
+                run(false);
             }
             for (int l = 0; l < kLayers && !mma; ++l) {
                 cuda::moe_plan(ids[l].as<int32_t>(), T * kTopK, kExperts, true, offsets[l].as<int32_t>(),
@@ -264,8 +277,9 @@ int main(int argc, char** argv) {
         const double us = ms[kReps / 2] * 1e3 / kLayers;
         const double bytes = unique * kExpertBytes;
         const double gbs = bytes / (us * 1e3);
-        std::printf("| %d | %.1f | %.2f | %.1f MB | %.0f | %.0f%% |\n", T, us, unique, bytes / 1e6, gbs,
-                    100.0 * gbs / kPeakGBs);
+        const double flops = 2.0 * T * kTopK * 3.0 * kInter * kHidden;
+        std::printf("| %d | %.1f | %.2f | %.1f MB | %.0f | %.0f%% | %.0f |\n", T, us, unique, bytes / 1e6, gbs,
+                    100.0 * gbs / kPeakGBs, flops / (us * 1e6));
         std::fflush(stdout);
         CHECK_CUDA(cudaGraphExecDestroy(exec));
         CHECK_CUDA(cudaGraphDestroy(graph));

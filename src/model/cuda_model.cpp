@@ -96,6 +96,15 @@ struct CudaModel::Impl {
     bool mma_ok = false;  // the shapes suit moe_mma
     DeviceBuffer mma_tiles, mma_count;
     bool use_mma(int rows) const { return mma_ok && rows > mxfp4_tokens && rows <= mma_tokens; }
+    // The warpgroup (wgmma) grouped kernels where the shapes suit them and options.moe_wgmma
+    // (GPTOSS_MOE_WGMMA) allows: above mma_tokens (else per-expert cuBLAS(Lt) GEMMs), and in place of
+    // moe_mma once experts average ≥ 64 rows (moe_bench: 1,024 tokens on 32 experts 1.23 vs 1.62 ms,
+    // 256 tokens 0.72 vs 0.68 ms).
+    bool wgmma_ok = false;
+    bool use_wgmma(int rows) const {
+        return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
+    }
+    int experts_per_token = 4, num_experts = 32;  // this rank's
     int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
     size_t weight_bytes = 0, kv_bytes = 0;
 
@@ -127,7 +136,7 @@ struct CudaModel::Impl {
     void set_device() const {
         if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
     }
-    DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out;
+    DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out, s_work;
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
@@ -409,7 +418,14 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     // 11.3, 16: 21.1 vs 11.6).
     if (mma_ok && mma_tokens > 0) mxfp4_tokens = std::min(opt.mxfp4_max_tokens, kMxfp4MmaCrossover);
     if (const char* v = std::getenv("GPTOSS_MXFP4_MAX_TOKENS")) mxfp4_tokens = std::max(0, std::atoi(v));
-    if (mma_ok) {
+    experts_per_token = c.experts_per_token;
+    num_experts = static_cast<int>(Er);  // rows per expert on average: assignments / all experts (EP too)
+    wgmma_ok = mxfp4 && kc::moe_wgmma_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
+               kc::moe_wgmma_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E));
+    int want_wgmma = opt.moe_wgmma;
+    if (const char* v = std::getenv("GPTOSS_MOE_WGMMA")) want_wgmma = std::atoi(v) != 0 ? 1 : 0;
+    wgmma_ok = wgmma_ok && (want_wgmma == 1 || (want_wgmma < 0 && !have_bf16_experts && !have_fp8_experts));
+    if (mma_ok || wgmma_ok) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
@@ -465,6 +481,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
     s_seed = DeviceBuffer(S * 8);
     s_draw = DeviceBuffer(S * 8);
+    s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
+    CUDA_CHECK(cudaMemset(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk)));
     if (opt.defer_kv_cache) return ok_status();
     // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
     const size_t block_bytes = kv_block_bytes(opt.block_size);
@@ -556,11 +574,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     } else if (!plan_done) {
         kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     }
-    if (use_mma(T)) {
-        // Tensor-core grouped GEMMs: 64-row tiles once experts average ≥ 64 rows, else 16-row ones
-        // (moe_bench --mma, r17: 256 tokens on 32 experts, 64-row tiles 777 µs a layer).
-        const bool large = A >= 64 * E;
-        const int bm = kc::moe_mma_block_rows(large);
+    // Arguments of the grouped kernels' gate_up launch, after listing the tiles of `bm` rows.
+    auto mma_args = [&](int bm) {
         const int max_tiles = (A + bm - 1) / bm + E;
         kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
                           stream);
@@ -573,7 +588,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.tiles = mma_tiles.as<int32_t>();
         m.tile_count = mma_count.as<int32_t>();
         m.max_tiles = max_tiles;
-        m.large = large;
         m.blocks = D.gu_blocks.as<uint8_t>();
         m.scales = D.gu_scales.as<uint8_t>();
         m.bias = D.gu_b.as<float>();
@@ -583,7 +597,9 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.num_experts = E;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-        kc::moe_mma(m, true, stream);
+        return m;
+    };
+    auto to_down = [&](kc::MoeMmaArgs& m) {  // the same launch's down projection into y
         m.x = actb.get();
         m.x_by_token = false;
         m.blocks = D.down_blocks.as<uint8_t>();
@@ -592,6 +608,23 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.y = y.as<float>();
         m.n = H;
         m.k = I;
+    };
+    if (use_wgmma(T)) {
+        const int bt = kc::moe_wgmma_block_tokens(A, E);
+        kc::MoeMmaArgs m = mma_args(bt);
+        kc::moe_wgmma(m, true, bt, stream);
+        to_down(m);
+        kc::moe_wgmma(m, false, bt, stream);
+        return;
+    }
+    if (use_mma(T)) {
+        // Tensor-core grouped GEMMs: 64-row tiles once experts average ≥ 64 rows, else 16-row ones
+        // (moe_bench --mma, r17: 256 tokens on 32 experts, 64-row tiles 777 µs a layer).
+        const bool large = A >= 64 * E;
+        kc::MoeMmaArgs m = mma_args(kc::moe_mma_block_rows(large));
+        m.large = large;
+        kc::moe_mma(m, true, stream);
+        to_down(m);
         kc::moe_mma(m, false, stream);
         return;
     }
@@ -1121,6 +1154,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 sa.out = s_out.as<int32_t>() + r0;
                 sa.num_seqs = n;
                 sa.vocab_size = V;
+                sa.workspace = s_work.get();
                 kc::sample(sa, stream);
             }
             mark("lm_head_sample");
@@ -1130,8 +1164,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     };
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
-    const bool graphable =
-        use_graphs && !profile && decode && mxfp4 && (Tm <= mxfp4_tokens || use_mma(Tm)) && R <= kLogitChunk;
+    const bool graphable = use_graphs && !profile && decode && mxfp4 &&
+                           (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm)) && R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {

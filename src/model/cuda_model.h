@@ -28,6 +28,11 @@ struct CudaModelOptions {
     // past the weight-only ones; above, per-expert cuBLAS(Lt) GEMMs. -1: 256 with a bf16 or FP8
     // expert copy, 2048 without; 0: off.
     int moe_mma_max_tokens = -1;
+    // The warpgroup (wgmma) grouped MXFP4 kernels (kernels/cuda/moe.h moe_wgmma), where the widths
+    // suit them, for batches past mma's range and for those whose experts average ≥ 64 rows:
+    // -1 when no bf16 or FP8 expert copy is kept (with one, per-expert cuBLAS(Lt) was faster on the
+    // H200: 20b 8k prefill 148 vs 225 ms), 1 always, 0 never. GPTOSS_MOE_WGMMA=0 or 1 overrides.
+    int moe_wgmma = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

@@ -195,70 +195,77 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
     const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_model_");
     auto w = model::GptOssWeights::load(dir);
     ASSERT_TRUE(w.ok()) << w.status().to_string();
-    auto m = CudaModel::create(**w, small_options());
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
-    // Reference: the CPU forward rounding to bf16 where the CUDA path does (tight tolerance), and
-    // the plain fp32 CPU forward (reported: the gap is the bf16 precision itself).
-    model::CpuForward cpu(**w, /*emulate_bf16=*/true);
-    model::CpuKvCache cpu_kv(c, 16, 256, 256);
-    model::CpuForward cpu32(**w);
-    model::CpuKvCache cpu32_kv(c, 16, 256, 256);
-    Agreement agree32;
-    const int V = c.vocab_size;
-    std::mt19937 rng(5);
-    auto random_ids = [&](int n) {
-        std::vector<int32_t> v(n);
-        for (auto& x : v) x = static_cast<int32_t>(rng() % V);
-        return v;
-    };
-    // Three sequences with disjoint block ranges: a 300-token prompt (past the window), a 20-token
-    // one and a 1-token one, in one batch; then 8 decode steps for all three together.
-    std::vector<std::vector<int32_t>> prompts = {random_ids(300), random_ids(20), random_ids(1)};
-    std::vector<std::vector<int32_t>> tables(3);
-    for (int s = 0; s < 3; ++s) {
-        tables[s].resize(40);
-        for (int b = 0; b < 40; ++b) tables[s][b] = s * 40 + b;
-    }
-    Agreement agree;
-    std::vector<ForwardSequence> batch;
-    for (int s = 0; s < 3; ++s) batch.push_back({prompts[s], 0, tables[s], tables[s], true});
-    std::vector<float> g, r, r32;
-    ASSERT_TRUE((*m)->forward(batch, &g).ok());
-    ASSERT_TRUE(cpu.forward(batch, cpu_kv, &r).ok());
-    ASSERT_TRUE(cpu32.forward(batch, cpu32_kv, &r32).ok());
-    ASSERT_EQ(g.size(), r.size());
-    for (size_t row = 0; row < g.size() / V; ++row) {
-        agree.add(g.data() + row * V, r.data() + row * V, V);
-        agree32.add(g.data() + row * V, r32.data() + row * V, V);
-    }
-    std::vector<int32_t> lens = {300, 20, 1};
-    for (int step = 0; step < 8; ++step) {
-        std::vector<std::vector<int32_t>> next(3);
-        batch.clear();
+    // The 321-token prompt step runs the experts through moe_wgmma, then through per-expert cuBLAS.
+    for (bool wgmma : {true, false}) {
+        SCOPED_TRACE(wgmma ? "moe_wgmma" : "cuBLAS experts");
+        auto o = small_options();
+        o.moe_wgmma = wgmma ? 1 : 0;
+        auto m = CudaModel::create(**w, o);
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        // Reference: the CPU forward rounding to bf16 where the CUDA path does (tight tolerance), and
+        // the plain fp32 CPU forward (reported: the gap is the bf16 precision itself).
+        model::CpuForward cpu(**w, /*emulate_bf16=*/true);
+        model::CpuKvCache cpu_kv(c, 16, 256, 256);
+        model::CpuForward cpu32(**w);
+        model::CpuKvCache cpu32_kv(c, 16, 256, 256);
+        Agreement agree32;
+        const int V = c.vocab_size;
+        std::mt19937 rng(5);
+        auto random_ids = [&](int n) {
+            std::vector<int32_t> v(n);
+            for (auto& x : v) x = static_cast<int32_t>(rng() % V);
+            return v;
+        };
+        // Three sequences with disjoint block ranges: a 300-token prompt (past the window), a 20-token
+        // one and a 1-token one, in one batch; then 8 decode steps for all three together.
+        std::vector<std::vector<int32_t>> prompts = {random_ids(300), random_ids(20), random_ids(1)};
+        std::vector<std::vector<int32_t>> tables(3);
         for (int s = 0; s < 3; ++s) {
-            next[s] = random_ids(1);
-            batch.push_back({next[s], lens[s], tables[s], tables[s], false});
+            tables[s].resize(40);
+            for (int b = 0; b < 40; ++b) tables[s][b] = s * 40 + b;
         }
-        g.clear();
-        r.clear();
-        r32.clear();
+        Agreement agree;
+        std::vector<ForwardSequence> batch;
+        for (int s = 0; s < 3; ++s) batch.push_back({prompts[s], 0, tables[s], tables[s], true});
+        std::vector<float> g, r, r32;
         ASSERT_TRUE((*m)->forward(batch, &g).ok());
         ASSERT_TRUE(cpu.forward(batch, cpu_kv, &r).ok());
         ASSERT_TRUE(cpu32.forward(batch, cpu32_kv, &r32).ok());
-        for (int s = 0; s < 3; ++s) {
-            agree.add(g.data() + static_cast<size_t>(s) * V, r.data() + static_cast<size_t>(s) * V, V);
-            agree32.add(g.data() + static_cast<size_t>(s) * V, r32.data() + static_cast<size_t>(s) * V, V);
-            ++lens[s];
+        ASSERT_EQ(g.size(), r.size());
+        for (size_t row = 0; row < g.size() / V; ++row) {
+            agree.add(g.data() + row * V, r.data() + row * V, V);
+            agree32.add(g.data() + row * V, r32.data() + row * V, V);
         }
+        std::vector<int32_t> lens = {300, 20, 1};
+        for (int step = 0; step < 8; ++step) {
+            std::vector<std::vector<int32_t>> next(3);
+            batch.clear();
+            for (int s = 0; s < 3; ++s) {
+                next[s] = random_ids(1);
+                batch.push_back({next[s], lens[s], tables[s], tables[s], false});
+            }
+            g.clear();
+            r.clear();
+            r32.clear();
+            ASSERT_TRUE((*m)->forward(batch, &g).ok());
+            ASSERT_TRUE(cpu.forward(batch, cpu_kv, &r).ok());
+            ASSERT_TRUE(cpu32.forward(batch, cpu32_kv, &r32).ok());
+            for (int s = 0; s < 3; ++s) {
+                agree.add(g.data() + static_cast<size_t>(s) * V, r.data() + static_cast<size_t>(s) * V, V);
+                agree32.add(g.data() + static_cast<size_t>(s) * V, r32.data() + static_cast<size_t>(s) * V, V);
+                ++lens[s];
+            }
+        }
+        std::printf(
+            "  real widths (%s) vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
+            "over %d positions\n",
+            wgmma ? "prompt MoE by moe_wgmma" : "prompt MoE by cuBLAS", agree.percentile(0.5), agree.percentile(0.9),
+            agree.worst_rel, agree.agreement(), agree.positions);
+        std::printf("  real widths vs fp32 CPU: worst rel L2 %.3g, argmax agreement %.4f\n", agree32.worst_rel,
+                    agree32.agreement());
+        EXPECT_LE(agree.worst_rel, kMaxRelL2);
+        EXPECT_GE(agree.agreement(), kMinArgmaxAgreement);
     }
-    std::printf(
-        "  real widths vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
-        "over %d positions\n",
-        agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
-    std::printf("  real widths vs fp32 CPU: worst rel L2 %.3g, argmax agreement %.4f\n", agree32.worst_rel,
-                agree32.agreement());
-    EXPECT_LE(agree.worst_rel, kMaxRelL2);
-    EXPECT_GE(agree.agreement(), kMinArgmaxAgreement);
     fs::remove_all(dir);
 }
 
@@ -314,7 +321,8 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = copy == 0;  // false: no FP8 expert copy either (one expert at a time)
-        o.moe_mma_max_tokens = 0;    // the 320-row prompt step through the FP8 experts, not moe_mma
+        o.moe_mma_max_tokens = 0;    // the 320-row prompt step through the FP8 experts,
+        o.moe_wgmma = 0;             // not the grouped MXFP4 kernels
         auto m = CudaModel::create(**w, o);
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         got[copy] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });

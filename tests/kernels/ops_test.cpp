@@ -416,14 +416,23 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
     }
 }
 
+// Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 64- or 128-row tiles.
+struct GroupedKernel {
+    bool wgmma;
+    int rows;
+    std::string name() const { return (wgmma ? "wgmma " : "mma ") + std::to_string(rows) + "-row"; }
+};
+constexpr GroupedKernel kGroupedKernels[] = {{false, 16}, {false, 64}, {true, 64}, {true, 128}};
+
 // The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
 // list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].
 DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const DeviceBuffer& offsets,
-                         const DeviceBuffer& sorted, int T, int K, bool large) {
+                         const DeviceBuffer& sorted, int T, int K, GroupedKernel kind) {
     const int H = ex.H, I = ex.I, E = ex.E;
     auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
          dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
-    const int bm = kc::moe_mma_block_rows(large);
+    const bool large = !kind.wgmma && kind.rows == kc::moe_mma_block_rows(true);
+    const int bm = kind.wgmma ? kind.rows : kc::moe_mma_block_rows(large);
     const int max_tiles = (T * K + bm - 1) / bm + E;
     DeviceBuffer tiles(2 * max_tiles * 4), count(4);
     kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
@@ -446,7 +455,13 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     a.n = 2 * I;
     a.k = H;
     a.num_experts = E;
-    kc::moe_mma(a, true, nullptr);
+    auto run = [&](bool gate_up) {
+        if (kind.wgmma)
+            kc::moe_wgmma(a, gate_up, kind.rows, nullptr);
+        else
+            kc::moe_mma(a, gate_up, nullptr);
+    };
+    run(true);
     a.x = act.get();
     a.x_by_token = false;
     a.blocks = ddb.as<uint8_t>();
@@ -455,7 +470,7 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     a.y = y.as<float>();
     a.n = H;
     a.k = I;
-    kc::moe_mma(a, false, nullptr);
+    run(false);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     return y;
 }
@@ -463,7 +478,7 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
 // The tensor-core grouped path (moe_plan unstable, moe_mma_tiles, moe_mma gate_up + down) against
 // the fp32 CPU MoE. The GPU rounds h and the SwiGLU output to bf16 (the inputs of the bf16 MMAs):
 // relative error ~2^-9 per element, so the bf16-output tolerance (rel L2 5e-3) applies; a wrong
-// fragment, scale or row mapping is O(1). Both tile heights; batches with a few rows per expert,
+// fragment, scale or row mapping is O(1). Every grouped kernel and tile height; batches with a few rows per expert,
 // with every token on the same 4 experts (several row tiles each), and 128 experts.
 TEST(CudaOps, MoeMmaMatchesCpu) {
     REQUIRE_GPU();
@@ -494,18 +509,19 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
             auto dids = to_device(ids), dh = to_device(to_bf16(h));
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-            for (bool large : {false, true}) {
-                const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, large);
+            for (const GroupedKernel& kind : kGroupedKernels) {
+                const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, kind);
                 const std::vector<float> got = combine_assignments(y, wts, T, K, H);
-                EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe mma"))
-                    << "E=" << E << " T=" << T << (same ? " same experts" : "") << (large ? " 64-row" : " 16-row");
+                EXPECT_TRUE(close(got, ref, kTolBf16Out, ("moe " + kind.name()).c_str()))
+                    << "E=" << E << " T=" << T << (same ? " same experts" : "");
             }
         }
     }
 }
 
-// The same path at a MoE-TP2 shard's widths (I = 1440: gate_up n = 2880 takes the 64-column tiles,
-// down k = 1440 has 45 groups, so the last 4-group stage is partial) with scales the random
+// The same path at a MoE-TP2 shard's widths (I = 1440: gate_up n = 2880 takes moe_mma's 64-column
+// tiles, down k = 1440 has 45 groups, so moe_mma's last 4-group stage and moe_wgmma's last 2-group
+// step are partial) with scales the random
 // experts above never have: 129–132 (2^(s - 1) is not a bf16: the two-multiply path) on two
 // experts' gate_up, and 0 (2^-127) on one expert's down.
 TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
@@ -531,8 +547,12 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
     auto dids = to_device(ids), dh = to_device(to_bf16(h));
     DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
     kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-    const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, /*large=*/false);
-    EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe mma edge shapes and scales"));
+    for (const GroupedKernel& kind : kGroupedKernels) {
+        if (kind.rows == 64 && !kind.wgmma) continue;  // MoeMmaMatchesCpu covers it; the 16-row tiles run here
+        const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, kind);
+        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out,
+                          ("moe edge shapes and scales, " + kind.name()).c_str()));
+    }
 }
 
 TEST(CudaOps, Mxfp4ToBf16IsExact) {
@@ -554,14 +574,20 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     const int S = 8, V = 201088;
     auto logits = randn(static_cast<size_t>(S) * V, 99, 2.0f);
     auto dl = to_device(logits);
-    auto run = [&](float temp, float top_p, int top_k, uint64_t seed, uint64_t draw) {
-        std::vector<float> t(S, temp), p(S, top_p);
+    // The split arg-max's workspace (zeroed once; the kernels must leave it zeroed).
+    DeviceBuffer work(kc::sample_workspace_bytes(S));
+    ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
+    // temps: per-row temperatures (empty: `temp` for all); split: greedy rows by argmax_split_kernel.
+    auto run = [&](float temp, float top_p, int top_k, uint64_t seed, uint64_t draw, bool split = false,
+                   std::vector<float> t = {}, const DeviceBuffer* rows = nullptr) {
+        if (t.empty()) t.assign(S, temp);
+        std::vector<float> p(S, top_p);
         std::vector<int32_t> k(S, top_k);
         std::vector<uint64_t> sd(S, seed), dr(S, draw);
         auto dt = to_device(t), dp = to_device(p), dk = to_device(k), dsd = to_device(sd), ddr = to_device(dr);
         auto out = poisoned(S * 4);
         kc::SampleArgs a;
-        a.logits = dl.as<float>();
+        a.logits = (rows != nullptr ? *rows : dl).as<float>();
         a.temperature = dt.as<float>();
         a.top_p = dp.as<float>();
         a.top_k = dk.as<int32_t>();
@@ -570,6 +596,7 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         a.out = out.as<int32_t>();
         a.num_seqs = S;
         a.vocab_size = V;
+        a.workspace = split ? work.get() : nullptr;
         kc::sample(a, nullptr);
         return to_host<int32_t>(out, S);
     };
@@ -579,6 +606,30 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         EXPECT_EQ(greedy[s], std::max_element(row, row + V) - row);
     }
     EXPECT_EQ(run(1.0f, 1.0f, 1, 5, 3), greedy);  // top-k 1 is greedy
+    // The split arg-max: the same tokens, twice in a row (its tickets reset themselves), and in a
+    // batch mixing greedy and sampled rows, each row as when alone.
+    EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
+    EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
+    {
+        std::vector<float> mixed(S);
+        for (int s = 0; s < S; ++s) mixed[s] = s % 2 ? 0.7f : 0.0f;
+        const auto sampled = run(0.7f, 1.0f, 0, 9, 2);
+        const auto got = run(0.0f, 1.0f, 0, 9, 2, true, mixed);
+        for (int s = 0; s < S; ++s) EXPECT_EQ(got[s], s % 2 ? sampled[s] : greedy[s]) << s;
+    }
+    {  // ties: the lower id, across the split's slices and within one
+        auto tied = logits;
+        for (int s = 0; s < S; ++s) {
+            float* row = tied.data() + static_cast<size_t>(s) * V;
+            for (int i : {150001, 70000 + s, 150000, 70001 + s}) row[i] = 100.0f;
+        }
+        auto dtied = to_device(tied);
+        const auto a = run(0.0f, 1.0f, 0, 1, 0, true, {}, &dtied), b = run(0.0f, 1.0f, 0, 1, 0, false, {}, &dtied);
+        for (int s = 0; s < S; ++s) {
+            EXPECT_EQ(a[s], 70000 + s);
+            EXPECT_EQ(b[s], 70000 + s);
+        }
+    }
     // top-k 5: every draw is among the 5 largest; top-p 0.5 at temperature 0.5: inside the nucleus.
     for (uint64_t draw = 0; draw < 20; ++draw) {
         auto got = run(1.0f, 1.0f, 5, 11, draw);

@@ -122,6 +122,16 @@ struct MoeMmaArgs {
 };
 void moe_mma(const MoeMmaArgs& args, bool gate_up, cudaStream_t stream);
 
+// The same grouped GEMMs for prefill-sized batches on Hopper's warpgroup tensor cores
+// (moe_wgmma.cu; sm_90a): weights as the register operand (dequantized MXFP4), activation tiles of
+// `block_tokens` rows (64 or 128; the block_rows given to moe_mma_tiles) from shared memory.
+// MoeMmaArgs as for moe_mma (`large` unused).
+// n % 192 == 0, k % 32 == 0, k ≤ 4096, num_experts ≤ kMaxMoeMmaExperts.
+bool moe_wgmma_supported(int n, int k, int num_experts);
+// Tile rows for a batch: 128 once experts average ≥ 96 rows, else 64.
+int moe_wgmma_block_tokens(int assignments, int num_experts);
+void moe_wgmma(const MoeMmaArgs& args, bool gate_up, int block_tokens, cudaStream_t stream);
+
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).
 void moe_gather(const void* h, const int32_t* sorted_assignments, int num_assignments, int k, int hidden_size, void* xg,

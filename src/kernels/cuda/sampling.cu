@@ -8,6 +8,20 @@ namespace gptoss::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr int kSplit = 32;  // CTAs per greedy row
+constexpr int kSplitThreads = 256;
+
+__device__ __forceinline__ bool is_greedy(const SampleArgs& a, int s) {
+    return a.temperature[s] <= 0.0f || a.top_k[s] == 1;
+}
+
+// (value, index) arg-max step: larger value, ties to the lower index (the CPU's rule).
+__device__ __forceinline__ void take_best(float& bv, int& bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
 
 // Order-preserving map of a float to an unsigned key (larger float -> larger key).
 __device__ __forceinline__ uint32_t float_key(float f) {
@@ -46,7 +60,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     const int n = a.vocab_size;
     const float* row = a.logits + static_cast<int64_t>(s) * n;
     const float temp = a.temperature[s];
-    const bool greedy = temp <= 0.0f || a.top_k[s] == 1;
+    const bool greedy = is_greedy(a, s);
+    if (greedy && a.workspace != nullptr) return;  // argmax_split_kernel's row
 
     uint32_t min_key = 0;  // tokens with key < min_key are excluded
     float inv_t = 0.0f;
@@ -95,18 +110,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
             const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
             v = l * inv_t - logf(-logf(static_cast<float>(u)));
         }
-        if (v > bv || (v == bv && i < bi)) {
-            bv = v;
-            bi = i;
-        }
+        take_best(bv, bi, v, i);
     }
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
-            bv = ov;
-            bi = oi;
-        }
+        take_best(bv, bi, ov, oi);
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
@@ -115,19 +124,72 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w)
-            if (best_val[w] > bv || (best_val[w] == bv && best_idx[w] < bi)) {
-                bv = best_val[w];
-                bi = best_idx[w];
-            }
+        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) take_best(bv, bi, best_val[w], best_idx[w]);
         a.out[s] = bi < n ? bi : 0;
     }
 }
 
+// Greedy rows: CTA (s, y) takes the y-th slice of row s; the last CTA of a row to finish (a ticket
+// per row, reset by that CTA so graph replays find it zero) combines the slices in order.
+__global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const SampleArgs a) {
+    const int s = blockIdx.x;
+    if (!is_greedy(a, s)) return;
+    const int n = a.vocab_size;
+    float* part_val = static_cast<float*>(a.workspace);
+    int* part_idx = reinterpret_cast<int*>(part_val + a.num_seqs * kSplit);
+    unsigned* ticket = reinterpret_cast<unsigned*>(part_idx + a.num_seqs * kSplit);
+    const float* row = a.logits + static_cast<int64_t>(s) * n;
+    const int chunk = (n + kSplit - 1) / kSplit;
+    const int lo = blockIdx.y * chunk, hi = min(n, lo + chunk);
+    float bv = -FLT_MAX;
+    int bi = n;
+#pragma unroll 8
+    for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) take_best(bv, bi, row[i], i);
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        take_best(bv, bi, ov, oi);
+    }
+    __shared__ float wv[kSplitThreads / 32];
+    __shared__ int wi[kSplitThreads / 32];
+    __shared__ bool last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) {
+        wv[warp] = bv;
+        wi[warp] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kSplitThreads / 32; ++w) take_best(bv, bi, wv[w], wi[w]);
+        part_val[s * kSplit + blockIdx.y] = bv;
+        part_idx[s * kSplit + blockIdx.y] = bi;
+        __threadfence();
+        last = atomicAdd(&ticket[s], 1u) == kSplit - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    bv = -FLT_MAX;
+    bi = n;
+    for (int y = 0; y < kSplit; ++y) {
+        const float v = *static_cast<volatile float*>(part_val + s * kSplit + y);
+        const int i = *static_cast<volatile int*>(part_idx + s * kSplit + y);
+        take_best(bv, bi, v, i);
+    }
+    a.out[s] = bi < n ? bi : 0;
+    ticket[s] = 0;
+}
+
 }  // namespace
+
+size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seqs) * (kSplit * 8 + 4); }
 
 void sample(const SampleArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0) return;
+    if (a.workspace != nullptr) {
+        argmax_split_kernel<<<dim3(a.num_seqs, kSplit), kSplitThreads, 0, stream>>>(a);
+        CUDA_CHECK_LAUNCH();
+    }
     sample_kernel<<<a.num_seqs, kThreads, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }

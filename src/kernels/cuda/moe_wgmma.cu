@@ -1,0 +1,368 @@
+// Grouped MoE GEMMs for prefill-sized batches on Hopper's warpgroup tensor cores (wgmma), MXFP4
+// weights dequantized in registers (W4A16): kernels/cuda/moe.h moe_wgmma. Design (bench/NOTES.md r19):
+//
+// - Swapped operands: D[feature, token] = W[feature, :] · X[token, :]. The weights are wgmma's A
+//   operand, which may come from registers, so the MXFP4 bytes go global -> shared (raw, 4.25 bits)
+//   -> registers (bf16 fragments) and never back to shared memory; the activations are the B
+//   operand, read by the tensor cores straight from shared memory (128-byte swizzled K-major
+//   tiles filled by cp.async, gathered by token).
+// - A CTA: 3 warpgroups × 64 weight rows = 192 output features (5760 and 2880 are multiples) ×
+//   BT tokens of one expert (64 or 128: wgmma's N), the tile list from moe_mma_tiles. K advances
+//   64 at a time (two MXFP4 groups) through a 5-stage cp.async ring.
+// - The fragment of mma m16n8k16 (and of a register-A wgmma, per warp) pairs elements 2t, 2t + 1 of
+//   a k16 step: exactly byte t of an MXFP4 group's words, as in moe_mma.cu, so a lane's registers
+//   are byte t of each of the group's four words, moved into bf16 bit patterns and scaled by one
+//   exact multiply.
+// - The fragments are double-buffered in registers: a warpgroup dequantizes step s + 1 while its
+//   wgmmas of step s run (wgmma.wait_group 1 keeps one group in flight).
+// - gate_up rows are taken in the order (gate j, ..., up j, ...) within each 16-row slab, so a lane
+//   holds gate and up of the same j and applies the clamped SwiGLU without a shuffle.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <type_traits>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/moe.h"
+
+namespace gptoss::kernels::cuda {
+namespace {
+
+constexpr int kWarpgroups = 3;
+constexpr int kRowsW = 64 * kWarpgroups;  // output features per CTA
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kStages = 5;
+constexpr int kMaxGroups = 128;  // K / 32
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving register traffic across the asynchronous wgmma.
+__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void reg_fence(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle (rows of 128 bytes, 8-row atoms of
+// 1 KB, atoms 1 KB apart), start address 16-byte units. The tile base must be 1024-aligned; the
+// k16 steps inside a row advance the start address by 32 bytes.
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
+    uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4);
+    d |= static_cast<uint64_t>(1) << 16;          // leading-dimension offset (unused when swizzled)
+    d |= static_cast<uint64_t>(1024 >> 4) << 32;  // stride between 8-row atoms
+    d |= static_cast<uint64_t>(1) << 62;          // 128-byte swizzle
+    return d;
+}
+
+template <int N>
+struct Wgmma;
+template <>
+struct Wgmma<64> {
+    __device__ __forceinline__ static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+            "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+template <>
+struct Wgmma<128> {
+    __device__ __forceinline__ static void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+            "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+            "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t b) {
+    return ((b * 0x00040040u) & 0x01C001C0u) | ((b * 0x01001000u) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
+    gate = fminf(gate, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+    const float glu = gate / (1.0f + __expf(-alpha * gate));
+    return (up + 1.0f) * glu;
+}
+
+template <int BT>
+struct Cfg {
+    static constexpr int kAct = BT * 128;       // BT token rows × 64 bf16 (one K step)
+    static constexpr int kRaw = kRowsW * 32;    // 2 groups × 16 bytes per weight row, [group][row]
+    static constexpr int kStage = kAct + kRaw;  // a multiple of 1024: every activation tile 1 KB-aligned
+    static_assert(kStage % 1024 == 0, "stage alignment");
+    static size_t smem_bytes(int groups) {
+        return 1024 + static_cast<size_t>(kStages) * kStage + static_cast<size_t>(kRowsW) * groups;
+    }
+};
+
+// Row of the CTA's weight slice held at shared row rs: gate_up interleaves (gate, up) pairs, and
+// slab rows s < 8 take the gates 2·(8·slab + s), rows s ≥ 8 the ups.
+template <bool kGateUp>
+__device__ __forceinline__ int weight_row(int rs) {
+    if constexpr (kGateUp) {
+        const int slab = rs >> 4, s = rs & 15;
+        return slab * 16 + 2 * (s & 7) + (s >> 3);
+    } else {
+        return rs;
+    }
+}
+
+template <bool kGateUp, int BT>
+__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs a) {
+    using C = Cfg<BT>;
+    constexpr int kAcc = BT / 2;
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int K = a.k, G = K / 32, N = a.n;
+    uint8_t* s_scale = smem + kStages * C::kStage;  // [kRowsW][G], the CTA's rows in global order
+
+    pdl_wait();
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * BT;
+    const int rows = min(BT, a.expert_offsets[e + 1] - row0);
+    const int n0 = blockIdx.x * kRowsW;
+    const int steps = (G + 1) / 2;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+
+    // Scales of the CTA's rows: kRowsW × G contiguous bytes, 16-byte aligned (n0 and N multiples of 16).
+    const uint4* scales = reinterpret_cast<const uint4*>(a.scales + (static_cast<int64_t>(e) * N + n0) * G);
+    uint32_t big = 0;
+    for (int i = tid; i < kRowsW * G / 16; i += kThreads) {
+        const uint4 v = __ldg(scales + i);
+        big |= __vcmpgtu4(v.x, 0x80808080u) | __vcmpgtu4(v.y, 0x80808080u) | __vcmpgtu4(v.z, 0x80808080u) |
+               __vcmpgtu4(v.w, 0x80808080u);
+        reinterpret_cast<uint4*>(s_scale)[i] = v;
+    }
+    const bool one_mul = __syncthreads_or(big != 0) == 0;
+
+    // Every stage, a thread copies the same 16-byte chunks (at K offsets step · 128 bytes for the
+    // activations, step · 32 for the weights): their addresses are computed once. Activations: chunk
+    // c = tid + i·kThreads is (row c / 8, chunk c % 8) of the tile, only for the tile's real rows (a
+    // padding row's values reach only its own discarded output column). Weights: chunk tid is (group
+    // tid / kRowsW, shared row tid % kRowsW).
+    constexpr int kActChunks = (BT * 8 + kThreads - 1) / kThreads;
+    const uint8_t* act_src[kActChunks];
+    uint32_t act_dst[kActChunks];
+    int act_q[kActChunks];  // 16-byte chunk within the 128-byte row (-1: none)
+    const uint8_t* xb = static_cast<const uint8_t*>(a.x);
+#pragma unroll
+    for (int i = 0; i < kActChunks; ++i) {
+        const int c = tid + i * kThreads, r = c >> 3, q = c & 7;
+        act_q[i] = -1;
+        act_src[i] = xb;
+        act_dst[i] = 0;
+        if (c < BT * 8 && r < rows) {
+            const int m = row0 + r;
+            const int64_t row = a.x_by_token ? a.sorted_assignments[m] / a.experts_per_token : m;
+            act_q[i] = q;
+            act_src[i] = xb + row * K * 2 + q * 16;
+            act_dst[i] = r * 128 + ((q ^ (r & 7)) << 4);
+        }
+    }
+    const int raw_g = tid / kRowsW, raw_rs = tid % kRowsW;
+    const uint8_t* raw_src =
+        a.blocks + ((static_cast<int64_t>(e) * N + n0 + weight_row<kGateUp>(raw_rs)) * G + raw_g) * 16;
+    const uint32_t raw_dst = raw_g * kRowsW * 16 + raw_rs * 16;
+    auto s_act = [&](int slot) { return smem + slot * C::kStage; };
+    auto s_raw = [&](int slot) { return smem + slot * C::kStage + C::kAct; };
+    auto load_stage = [&](int step, int slot) {
+        const int ng = min(2, G - 2 * step);
+        uint8_t* act = s_act(slot);
+#pragma unroll
+        for (int i = 0; i < kActChunks; ++i)
+            if (act_q[i] >= 0 && (act_q[i] >> 2) < ng) cp_async16(act + act_dst[i], act_src[i] + step * 128);
+        if (raw_g < ng) cp_async16(s_raw(slot) + raw_dst, raw_src + step * 32);
+    };
+
+    // This lane's two weight rows (shared order) and their rows in the CTA's global order.
+    const int rs0 = wg * 64 + warp * 16 + g, rs1 = rs0 + 8;
+    const int wr0 = weight_row<kGateUp>(rs0), wr1 = weight_row<kGateUp>(rs1);
+    const uint8_t* scale0 = s_scale + wr0 * G;
+    const uint8_t* scale1 = s_scale + wr1 * G;
+
+    float acc[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    uint32_t frag[2][16];  // [parity][group·8 + row·4 + word], bf16x2
+
+#pragma unroll
+    for (int s = 0; s < kStages - 2; ++s) {
+        if (s < steps) load_stage(s, s);
+        cp_async_commit();
+    }
+
+    auto body = [&](auto parity, int step) {
+        constexpr int P = decltype(parity)::value;
+        cp_async_wait<kStages - 3>();
+        fence_proxy_async();
+        __syncthreads();  // stage `step` is in; every warpgroup is past the wgmmas of step - 2
+        {
+            const int next = step + kStages - 2;
+            if (next < steps) load_stage(next, next % kStages);
+            cp_async_commit();
+        }
+        const int slot = step % kStages;
+        const int ng = min(2, G - 2 * step);
+        const uint8_t* raw = s_raw(slot);
+#pragma unroll
+        for (int gi = 0; gi < 2; ++gi) {
+            if (gi >= ng) break;
+            const int grp = 2 * step + gi;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const uint4 v = *reinterpret_cast<const uint4*>(raw + gi * kRowsW * 16 + (h ? rs1 : rs0) * 16);
+                const uint32_t sb = (h ? scale1 : scale0)[grp];
+                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const uint32_t r = e2m1x2_raw(__byte_perm(w[q], 0u, 0x4440u | t));
+                    uint32_t f;
+                    if (one_mul) {
+                        f = bf16x2_mul(r, ((sb + 126u) << 7) * 0x10001u);
+                    } else if (sb <= 128u) {
+                        f = bf16x2_mul(r, ((sb + 126u) << 7) * 0x10001u);
+                    } else {  // 2^126 first, then 2^(s - 127) (s = 255: inf, as e8m0_to_f32 gives)
+                        f = bf16x2_mul(bf16x2_mul(r, (253u << 7) * 0x10001u), (sb << 7) * 0x10001u);
+                    }
+                    frag[P][gi * 8 + h * 4 + q] = f;
+                }
+            }
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
+        const uint32_t act_base = smem_addr(s_act(slot));
+#pragma unroll
+        for (int gi = 0; gi < 2; ++gi) {
+            if (gi >= ng) break;
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                // A fragment of k16 step 2·gi + kk: (row g, k 2t), (row g + 8, k 2t), (row g, k 2t + 8),
+                // (row g + 8, k 2t + 8) = words 2kk and 2kk + 1 of both rows.
+                const uint32_t af[4] = {frag[P][gi * 8 + 2 * kk], frag[P][gi * 8 + 4 + 2 * kk],
+                                        frag[P][gi * 8 + 2 * kk + 1], frag[P][gi * 8 + 4 + 2 * kk + 1]};
+                Wgmma<BT>::mma(acc, af, desc_sw128(act_base + (gi * 2 + kk) * 32));
+            }
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous step's group is done: its fragments and stage may be reused
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) reg_fence(frag[P][i]);
+    };
+    for (int step = 0; step < steps; step += 2) {
+        body(std::integral_constant<int, 0>{}, step);
+        if (step + 1 < steps) body(std::integral_constant<int, 1>{}, step + 1);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
+    cp_async_wait<0>();
+    pdl_trigger();
+
+    // Epilogue. acc[4j + v]: token 8j + 2t + (v & 1), shared row rs0 (v < 2) or rs1.
+    const float* bias = a.bias + static_cast<int64_t>(e) * N + n0;
+    const float b0 = bias[wr0], b1 = bias[wr1];
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int m = 8 * j + 2 * t + u;
+            if (m >= rows) continue;
+            const int64_t row = row0 + m;
+            const float v0 = acc[4 * j + u] + b0, v1 = acc[4 * j + 2 + u] + b1;
+            if constexpr (kGateUp) {  // wr0 = 2·jf (gate), wr1 = 2·jf + 1 (up)
+                static_cast<__nv_bfloat16*>(a.act)[row * (N / 2) + (n0 + wr0) / 2] =
+                    __float2bfloat16(swiglu(v0, v1, a.swiglu_limit, a.swiglu_alpha));
+            } else {
+                float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row]) * N + n0;
+                dst[wr0] = v0;
+                dst[wr1] = v1;
+            }
+        }
+    }
+}
+
+template <bool kGateUp, int BT>
+void launch(const MoeMmaArgs& a, cudaStream_t stream) {
+    const dim3 grid(a.n / kRowsW, a.max_tiles);
+    const size_t smem = Cfg<BT>::smem_bytes(a.k / 32);
+    auto kernel = moe_wgmma_kernel<kGateUp, BT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kThreads, smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool moe_wgmma_supported(int n, int k, int num_experts) {
+    return n > 0 && n % kRowsW == 0 && k % 32 == 0 && k / 32 <= kMaxGroups && num_experts >= 1 &&
+           num_experts <= kMaxMoeMmaExperts;
+}
+
+int moe_wgmma_block_tokens(int assignments, int num_experts) { return assignments >= 96 * num_experts ? 128 : 64; }
+
+void moe_wgmma(const MoeMmaArgs& a, bool gate_up, int block_tokens, cudaStream_t stream) {
+    ENGINE_CHECK(moe_wgmma_supported(a.n, a.k, a.num_experts), "moe_wgmma: n %d, k %d, %d experts unsupported", a.n,
+                 a.k, a.num_experts);
+    ENGINE_CHECK(block_tokens == 64 || block_tokens == 128, "moe_wgmma: %d tokens a tile", block_tokens);
+    if (a.max_tiles <= 0) return;
+    if (block_tokens == 128) {
+        if (gate_up)
+            launch<true, 128>(a, stream);
+        else
+            launch<false, 128>(a, stream);
+    } else if (gate_up) {
+        launch<true, 64>(a, stream);
+    } else {
+        launch<false, 64>(a, stream);
+    }
+}
+
+}  // namespace gptoss::kernels::cuda
