@@ -869,6 +869,16 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         CUDA_CHECK(cudaMemcpyAsync(s_seed.get(), seed.data(), S * 8, cudaMemcpyHostToDevice, stream));
         CUDA_CHECK(cudaMemcpyAsync(s_draw.get(), draw.data(), S * 8, cudaMemcpyHostToDevice, stream));
     }
+    // With device sampling, the rows whose logits the caller also wants: their slot in `out`.
+    std::vector<int> host_row(sampled != nullptr ? S : 0, -1);
+    size_t out_base = 0;
+    if (sampled != nullptr && out != nullptr) {
+        int n = 0;
+        for (int s = 0; s < S; ++s)
+            if (sample_params[s].return_logits) host_row[s] = n++;
+        out_base = out->size();
+        out->resize(out_base + static_cast<size_t>(n) * V);
+    }
     // Every device launch of the step, with no host synchronisation when the MoE takes the MXFP4
     // path: the decode step is captured as a CUDA graph per (batch size, table stride) and replayed.
     // Decode-sized batches run their projections as GEMVs on fp32 activations: cuBLASLt reads
@@ -1156,6 +1166,14 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 sa.vocab_size = V;
                 sa.workspace = s_work.get();
                 kc::sample(sa, stream);
+                // Rows the caller samples itself: from this chunk's logits (a batch this large never
+                // runs as a graph; smaller ones are copied after the step).
+                if (R > kLogitChunk)
+                    for (int i = r0; i < r0 + n; ++i)
+                        if (host_row[i] >= 0)
+                            CUDA_CHECK(cudaMemcpyAsync(out->data() + out_base + static_cast<size_t>(host_row[i]) * V,
+                                                       logits.as<float>() + static_cast<size_t>(i - r0) * V,
+                                                       static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, stream));
             }
             mark("lm_head_sample");
         } else if (R <= kLogitChunk) {
@@ -1199,6 +1217,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     }
     RETURN_IF_ERROR(comm_status);
     if (sampled != nullptr) {
+        if (R <= kLogitChunk)
+            for (int i = 0; i < R; ++i)
+                if (host_row[i] >= 0)
+                    CUDA_CHECK(cudaMemcpyAsync(out->data() + out_base + static_cast<size_t>(host_row[i]) * V,
+                                               logits.as<float>() + static_cast<size_t>(i) * V,
+                                               static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, stream));
         sampled->resize(S);
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -1244,8 +1268,8 @@ size_t CudaModel::free_device_memory() {
     return free_b;
 }
 Status CudaModel::forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
-                                 std::vector<int32_t>* ids, int dp_max_tokens) {
-    return impl_->forward(seqs, nullptr, params, ids, dp_max_tokens);
+                                 std::vector<int32_t>* ids, int dp_max_tokens, std::vector<float>* logits) {
+    return impl_->forward(seqs, logits, params, ids, dp_max_tokens);
 }
 Status CudaModel::validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full,
                            int blocks_sliding) const {
@@ -1305,7 +1329,7 @@ int CudaModel::num_blocks(bool) const { return 0; }
 size_t CudaModel::weight_bytes() const { return 0; }
 size_t CudaModel::kv_cache_bytes() const { return 0; }
 Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<const SampleParams>, std::vector<int32_t>*,
-                                 int) {
+                                 int, std::vector<float>*) {
     return unimplemented("no CUDA backend");
 }
 void CudaModel::fill_kv_random(uint64_t) {}

@@ -80,11 +80,13 @@ public:
         int top_k = 0;
         uint64_t seed = 0;
         uint64_t draw_index = 0;
+        bool return_logits = false;  // also copy this row's logits to the host (the caller samples it)
     };
-    // Runs the batch and samples one token per sequence on the device (only the ids come back).
-    // Every sequence's all_logits must be false.
+    // Runs the batch and samples one token per sequence on the device (only the ids come back, and
+    // with `logits` the rows whose params ask for them, appended in sequence order). Every
+    // sequence's all_logits must be false.
     Status forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
-                          std::vector<int32_t>* ids, int dp_max_tokens = 0);
+                          std::vector<int32_t>* ids, int dp_max_tokens = 0, std::vector<float>* logits = nullptr);
     // Fills the KV cache with random bf16 values (benchmarks that pretend a context is cached).
     void fill_kv_random(uint64_t seed);
 

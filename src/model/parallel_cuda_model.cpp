@@ -349,8 +349,8 @@ Status ParallelCudaModel::forward(std::span<const ForwardSequence> seqs, std::ve
 
 Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,
                                          std::span<const CudaModel::SampleParams> params, std::vector<int32_t>* ids,
-                                         std::span<const int> dp_group) {
-    if (!workers_) return models_[0]->forward_sample(seqs, params, ids);
+                                         std::span<const int> dp_group, std::vector<float>* logits) {
+    if (!workers_) return models_[0]->forward_sample(seqs, params, ids, 0, logits);
     if (params.size() != seqs.size()) return invalid_argument("one parameter set per sequence");
     std::vector<std::vector<ForwardSequence>> per_group;
     std::vector<std::vector<size_t>> members;
@@ -363,13 +363,27 @@ Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,
     }
     const int tp = layout_.tp;
     std::vector<std::vector<int32_t>> out(models_.size());
+    std::vector<std::vector<float>> rows(models_.size());
     RETURN_IF_ERROR(run_all([&](int r) {
         const int g = r / tp;
-        return models_[r]->forward_sample(per_group[g], group_params[g], &out[r], max_tokens);
+        // Only TP rank 0 of a group copies logits rows back; the others run the same kernels.
+        return models_[r]->forward_sample(per_group[g], group_params[g], &out[r], max_tokens,
+                                          logits != nullptr && r % tp == 0 ? &rows[r] : nullptr);
     }));
     ids->assign(seqs.size(), 0);
     for (int g = 0; g < layout_.dp; ++g)
         for (size_t j = 0; j < members[g].size(); ++j) (*ids)[members[g][j]] = out[g * tp][j];
+    if (logits != nullptr) {  // the asked-for rows in sequence order: each group's come in member order
+        const size_t V = static_cast<size_t>(full_.config.vocab_size);
+        std::vector<const float*> row_of(seqs.size(), nullptr);
+        for (int g = 0; g < layout_.dp; ++g) {
+            size_t k = 0;
+            for (size_t i : members[g])
+                if (params[i].return_logits) row_of[i] = rows[g * tp].data() + (k++) * V;
+        }
+        for (size_t i = 0; i < seqs.size(); ++i)
+            if (row_of[i] != nullptr) logits->insert(logits->end(), row_of[i], row_of[i] + V);
+    }
     return ok_status();
 }
 

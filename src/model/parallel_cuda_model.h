@@ -32,7 +32,8 @@ public:
     Status forward(std::span<const ForwardSequence> seqs, std::vector<float>* logits,
                    std::span<const int> dp_group = {});
     Status forward_sample(std::span<const ForwardSequence> seqs, std::span<const CudaModel::SampleParams> params,
-                          std::vector<int32_t>* ids, std::span<const int> dp_group = {});
+                          std::vector<int32_t>* ids, std::span<const int> dp_group = {},
+                          std::vector<float>* logits = nullptr);
     void fill_kv_random(uint64_t seed);
     // With options.defer_kv_cache: allocates num_blocks of each kind on every rank (same ids).
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);

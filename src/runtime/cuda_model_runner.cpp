@@ -37,31 +37,69 @@ Status CudaModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) 
     return model_->allocate_kv_cache(block_size, counts.full, counts.sliding);
 }
 
-Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
+void CudaModelRunner::prepare(const Batch& batch) {
     seqs_.clear();
     for (const BatchSequence& s : batch.seqs)
         seqs_.push_back({s.tokens, s.start_pos, s.block_table_full, s.block_table_sliding, false});
-    // CudaModel returns the last token's logits for every sequence; keep the rows asked for.
     rows_.clear();
     dp_group_.clear();
     const int dp = model_->layout().dp;
     for (const auto& s : seqs_) dp_group_.push_back(s.block_table_full.empty() ? 0 : s.block_table_full[0] % dp);
+}
+
+// A non-finite row means a backend bug: fail the step with a clear error rather than sampling
+// from garbage (rows sampled on the device come back as id -1).
+Status CudaModelRunner::check_row(const Batch& batch, size_t i, const float* row) const {
+    const size_t V = static_cast<size_t>(weights_->config.vocab_size);
+    if (row != nullptr && std::all_of(row, row + V, [](float v) { return std::isfinite(v); })) return ok_status();
+    const BatchSequence& s = batch.seqs[i];
+    return internal_error("non-finite logits from the CUDA backend for sequence " + std::to_string(i) + " of " +
+                          std::to_string(batch.seqs.size()) + " (positions " + std::to_string(s.start_pos) + ".." +
+                          std::to_string(s.start_pos + static_cast<int>(s.tokens.size()) - 1) + ", batch of " +
+                          std::to_string(batch.num_tokens) + " tokens)");
+}
+
+Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
+    prepare(batch);
+    // CudaModel returns the last token's logits for every sequence; keep the rows asked for.
     RETURN_IF_ERROR(model_->forward(seqs_, &rows_, dp_group_));
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
         if (!batch.seqs[i].need_logits) continue;
-        // A non-finite row means a backend bug: fail the step with a clear error rather than
-        // sampling from garbage.
-        const float* row = rows_.data() + i * V;
-        if (!std::all_of(row, row + V, [](float v) { return std::isfinite(v); })) {
-            const BatchSequence& s = batch.seqs[i];
-            return internal_error("non-finite logits from the CUDA backend for sequence " + std::to_string(i) + " of " +
-                                  std::to_string(batch.seqs.size()) + " (positions " + std::to_string(s.start_pos) +
-                                  ".." + std::to_string(s.start_pos + static_cast<int>(s.tokens.size()) - 1) +
-                                  ", batch of " + std::to_string(batch.num_tokens) + " tokens)");
-        }
+        RETURN_IF_ERROR(check_row(batch, i, rows_.data() + i * V));
         logits->insert(logits->end(), rows_.begin() + static_cast<long>(i * V),
                        rows_.begin() + static_cast<long>((i + 1) * V));
+    }
+    return ok_status();
+}
+
+Status CudaModelRunner::forward_sample(const Batch& batch, std::span<const DeviceSample> params,
+                                       std::vector<int32_t>* ids, std::vector<float>* logits) {
+    prepare(batch);
+    // Every sequence gets a row and a draw on the device; those without need_logits are dropped.
+    params_.assign(batch.seqs.size(), {});
+    size_t k = 0;
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        if (!batch.seqs[i].need_logits) continue;
+        if (k >= params.size()) return invalid_argument("forward_sample: fewer parameter sets than sampled sequences");
+        const DeviceSample& p = params[k++];
+        params_[i] = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits};
+    }
+    if (k != params.size()) return invalid_argument("forward_sample: more parameter sets than sampled sequences");
+    RETURN_IF_ERROR(model_->forward_sample(seqs_, params_, &ids_, dp_group_, &rows_));
+    const size_t V = static_cast<size_t>(weights_->config.vocab_size);
+    size_t row = 0;
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        if (!batch.seqs[i].need_logits) continue;
+        if (!params_[i].return_logits) {
+            if (ids_[i] < 0) return check_row(batch, i, nullptr);
+            ids->push_back(ids_[i]);
+            continue;
+        }
+        const float* r = rows_.data() + (row++) * V;
+        RETURN_IF_ERROR(check_row(batch, i, r));
+        ids->push_back(-1);
+        logits->insert(logits->end(), r, r + V);
     }
     return ok_status();
 }

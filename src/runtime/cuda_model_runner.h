@@ -28,18 +28,26 @@ public:
     size_t free_memory_bytes() const override;
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
+    bool samples_on_device() const override { return true; }
+    Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
+                          std::vector<float>* logits) override;
 
 private:
     CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
                     std::unique_ptr<model::ParallelCudaModel> model, int kv_heads)
         : weights_(std::move(weights)), model_(std::move(model)), kv_heads_(kv_heads) {}
 
+    void prepare(const Batch& batch);  // seqs_ and dp_group_ for this batch
+    Status check_row(const Batch& batch, size_t i, const float* row) const;
+
     std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
     std::unique_ptr<model::ParallelCudaModel> model_;
-    int kv_heads_;                              // per rank
-    std::vector<int> dp_group_;                 // scratch
-    std::vector<model::ForwardSequence> seqs_;  // scratch
-    std::vector<float> rows_;                   // [num_seqs, vocab_size] scratch
+    int kv_heads_;                                        // per rank
+    std::vector<int> dp_group_;                           // scratch
+    std::vector<model::ForwardSequence> seqs_;            // scratch
+    std::vector<float> rows_;                             // [num_seqs, vocab_size] scratch
+    std::vector<model::CudaModel::SampleParams> params_;  // scratch
+    std::vector<int32_t> ids_;                            // scratch
 };
 
 }  // namespace gptoss::runtime

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <deque>
 #include <random>
 #include <unordered_map>
@@ -125,6 +126,9 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
       scheduler_(config_.scheduler, &kv_),
       capacity_tokens_(kv_.capacity_tokens()),
       seed_base_(static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}()) {
+    device_sampling_ = config_.device_sampling && runner_->samples_on_device();
+    if (const char* v = std::getenv("GPTOSS_DEVICE_SAMPLING"); v != nullptr && std::atoi(v) == 0)
+        device_sampling_ = false;
     counters_.num_blocks = {kv_.full().num_blocks(), kv_.sliding().num_blocks()};
     counters_.max_chunk_tokens = scheduler_.max_chunk_tokens();
     stats_ = counters_;
@@ -287,8 +291,32 @@ void Engine::step() {
         batch.seqs.push_back(b);
         batch.num_tokens += ss.num_new_tokens;
     }
+    // Sequences that reached their last token draw one; on the device where that draws the same
+    // distribution as the host sampler (no logprobs, min-p, penalties or bias asked for).
+    std::vector<Active*> samplers;
+    for (const ScheduledSequence& ss : out.seqs)
+        if (ss.sample) samplers.push_back(active_.at(ss.seq->id).get());
     logits_.clear();
-    Status st = runner_->forward(batch, &logits_);
+    device_ids_.clear();
+    Status st;
+    if (device_sampling_) {
+        device_params_.clear();
+        for (const Active* a : samplers) {
+            const SamplingParams& p = a->request.sampling;
+            ModelRunner::DeviceSample d;
+            d.temperature = p.temperature;
+            d.top_p = p.top_p;
+            d.top_k = p.top_k;
+            d.seed = a->seed;
+            d.draw_index = static_cast<uint64_t>(a->seq.num_generated());
+            d.want_logits = a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
+                            p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
+            device_params_.push_back(d);
+        }
+        st = runner_->forward_sample(batch, device_params_, &device_ids_, &logits_);
+    } else {
+        st = runner_->forward(batch, &logits_);
+    }
     if (!st.ok()) {
         for (const ScheduledSequence& ss : out.seqs) {
             TokenEvent ev;
@@ -302,25 +330,29 @@ void Engine::step() {
     ++counters_.num_steps;
     counters_.num_tokens_computed += out.num_tokens;
 
-    // Sample every sequence that reached its last token. Each draw depends only on its own row,
+    // The host draws the rest (their logits rows in order). Each draw depends only on its own row,
     // parameters, seed and tokens, so doing them in parallel changes nothing.
-    std::vector<Active*> samplers;
-    for (const ScheduledSequence& ss : out.seqs)
-        if (ss.sample) samplers.push_back(active_.at(ss.seq->id).get());
     const int V = runner_->config().vocab_size;
     std::vector<SampledToken> drawn(samplers.size());
+    std::vector<int64_t> host;  // samplers drawn on the host; host[j] reads logits row j
+    for (size_t i = 0; i < samplers.size(); ++i) {
+        if (device_sampling_ && device_ids_[i] >= 0)
+            drawn[i].id = device_ids_[i];
+        else
+            host.push_back(static_cast<int64_t>(i));
+    }
     auto sample_range = [&](int64_t begin, int64_t end) {
         Sampler sampler(V);
-        for (int64_t i = begin; i < end; ++i) {
-            const Active& a = *samplers[i];
-            drawn[i] = sampler.sample(logits_.data() + static_cast<size_t>(i) * V, a.request.sampling, a.seed,
-                                      a.seq.prompt(), a.seq.output(), a.request.logprobs);
+        for (int64_t j = begin; j < end; ++j) {
+            const Active& a = *samplers[host[j]];
+            drawn[host[j]] = sampler.sample(logits_.data() + static_cast<size_t>(j) * V, a.request.sampling, a.seed,
+                                            a.seq.prompt(), a.seq.output(), a.request.logprobs);
         }
     };
-    if (samplers.size() > 1) {
-        ThreadPool::global().parallel_for(static_cast<int64_t>(samplers.size()), sample_range, 1);
+    if (host.size() > 1) {
+        ThreadPool::global().parallel_for(static_cast<int64_t>(host.size()), sample_range, 1);
     } else {
-        sample_range(0, static_cast<int64_t>(samplers.size()));
+        sample_range(0, static_cast<int64_t>(host.size()));
     }
 
     for (size_t i = 0; i < samplers.size(); ++i) {

@@ -85,6 +85,11 @@ struct EngineConfig {
     SchedulerConfig scheduler;
     bool enable_prefix_caching = true;
     Detokenizer detokenizer;  // for stop strings; may be empty when no request uses them
+    // Draw tokens on the device where the runner can (ModelRunner::samples_on_device) for requests
+    // that ask for nothing only the host sampler does (logprobs, min-p, penalties, logit bias):
+    // only their ids leave the GPU. Off: every row's logits come to the host. GPTOSS_DEVICE_SAMPLING=0
+    // turns it off too.
+    bool device_sampling = true;
 };
 
 struct EngineStats {
@@ -142,6 +147,9 @@ private:
     Scheduler scheduler_;
     std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // by request id
     std::vector<float> logits_;
+    std::vector<int32_t> device_ids_;
+    std::vector<ModelRunner::DeviceSample> device_params_;
+    bool device_sampling_ = false;
     EngineStats counters_;
 
     const int64_t capacity_tokens_;

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/status.h"
@@ -27,6 +29,26 @@ public:
     // Runs one step. Appends one row of vocab_size logits per sequence with need_logits (for its
     // last new token), in batch order. Writes the new tokens' K/V into their blocks.
     virtual Status forward(const Batch& batch, std::vector<float>* logits) = 0;
+
+    // Sampling on the device, where the backend has it (kernels/cuda/sampling.h: greedy,
+    // temperature, top-k, top-p; a draw depends only on (seed, draw_index, logits)).
+    struct DeviceSample {
+        float temperature = 0.0f;
+        float top_p = 1.0f;
+        int top_k = 0;
+        uint64_t seed = 0;
+        uint64_t draw_index = 0;
+        bool want_logits = false;  // the caller samples this row itself: return its logits instead
+    };
+    virtual bool samples_on_device() const { return false; }
+    // Runs one step like forward(), and for each sequence with need_logits (params in the same
+    // order) appends the token drawn on the device to `ids`, or, for params with want_logits, -1
+    // to `ids` and the row to `logits` (in that order).
+    virtual Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
+                                  std::vector<float>* logits) {
+        (void)batch, (void)params, (void)ids, (void)logits;
+        return unimplemented("this backend samples on the host");
+    }
 };
 
 }  // namespace gptoss::runtime

@@ -102,8 +102,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     // Argmax of logit (greedy) or of logit/T + Gumbel noise over the kept tokens; ties to the lower id.
     float bv = -FLT_MAX;
     int bi = n;
+    bool finite = true;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float l = row[i];
+        finite = finite && isfinite(l);
         if (float_key(l) < min_key) continue;
         float v = l;
         if (!greedy) {
@@ -122,7 +124,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         best_val[warp] = bv;
         best_idx[warp] = bi;
     }
-    __syncthreads();
+    const bool bad = __syncthreads_or(!finite);
+    if (threadIdx.x == 0 && bad) {
+        a.out[s] = -1;
+        return;
+    }
     if (threadIdx.x == 0) {
         for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) take_best(bv, bi, best_val[w], best_idx[w]);
         a.out[s] = bi < n ? bi : 0;
@@ -143,8 +149,14 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     const int lo = blockIdx.y * chunk, hi = min(n, lo + chunk);
     float bv = -FLT_MAX;
     int bi = n;
+    bool finite = true;
 #pragma unroll 8
-    for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) take_best(bv, bi, row[i], i);
+    for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
+        const float v = row[i];
+        finite = finite && isfinite(v);
+        take_best(bv, bi, v, i);
+    }
+    const bool bad = __syncthreads_or(!finite);
     for (int o = 16; o > 0; o >>= 1) {
         const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
@@ -162,7 +174,7 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     if (threadIdx.x == 0) {
         for (int w = 1; w < kSplitThreads / 32; ++w) take_best(bv, bi, wv[w], wi[w]);
         part_val[s * kSplit + blockIdx.y] = bv;
-        part_idx[s * kSplit + blockIdx.y] = bi;
+        part_idx[s * kSplit + blockIdx.y] = bad ? -1 : bi;
         __threadfence();
         last = atomicAdd(&ticket[s], 1u) == kSplit - 1;
     }
@@ -171,12 +183,14 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     __threadfence();
     bv = -FLT_MAX;
     bi = n;
+    bool any_bad = false;
     for (int y = 0; y < kSplit; ++y) {
         const float v = *static_cast<volatile float*>(part_val + s * kSplit + y);
         const int i = *static_cast<volatile int*>(part_idx + s * kSplit + y);
-        take_best(bv, bi, v, i);
+        any_bad = any_bad || i < 0;
+        if (i >= 0) take_best(bv, bi, v, i);
     }
-    a.out[s] = bi < n ? bi : 0;
+    a.out[s] = any_bad ? -1 : bi < n ? bi : 0;
     ticket[s] = 0;
 }
 

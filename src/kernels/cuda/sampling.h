@@ -16,7 +16,7 @@ struct SampleArgs {
     const int32_t* top_k = nullptr;        // [num_seqs]; 0 disables
     const uint64_t* seed = nullptr;        // [num_seqs]
     const uint64_t* draw_index = nullptr;  // [num_seqs]: position of this draw in the request's output
-    int32_t* out = nullptr;                // [num_seqs]
+    int32_t* out = nullptr;                // [num_seqs]; -1 where the row has a NaN or infinity
     int num_seqs = 0;
     int vocab_size = 0;
     // Optional, sample_workspace_bytes(num_seqs), zeroed once when allocated (the kernels leave it
