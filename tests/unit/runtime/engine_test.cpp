@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <span>
 
 #include "engine_test_util.h"
 #include "model/random_checkpoint.h"
@@ -81,6 +83,103 @@ TEST_F(EngineTest, SingleRequestMatchesTheUnpagedReference) {
         EXPECT_TRUE(g.same_tokens(want)) << len << ": " << describe(g) << " vs " << describe(want);
         EXPECT_EQ(g.finish, FinishReason::kLength);
         EXPECT_EQ(g.ids.size(), 12u);
+    }
+}
+
+// A runner that samples "on the device" the way the CUDA runner does: the CPU forward, then an
+// arg-max per row (ties to the lower id) for the rows it draws, and the logits of the rows that ask
+// for them (id -1). It counts which path each row took.
+class DeviceSamplingRunner : public ModelRunner {
+public:
+    explicit DeviceSamplingRunner(std::shared_ptr<const model::GptOssWeights> w) : inner_(std::move(w)) {}
+    const model::GptOssConfig& config() const override { return inner_.config(); }
+    KvGeometry kv_geometry(int block_size) const override { return inner_.kv_geometry(block_size); }
+    size_t free_memory_bytes() const override { return inner_.free_memory_bytes(); }
+    Status allocate_kv_cache(int block_size, KvBlockCounts counts) override {
+        return inner_.allocate_kv_cache(block_size, counts);
+    }
+    Status forward(const Batch& batch, std::vector<float>* logits) override {
+        ++host_steps;
+        return inner_.forward(batch, logits);
+    }
+    bool samples_on_device() const override { return true; }
+    Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
+                          std::vector<float>* logits) override {
+        rows_.clear();
+        RETURN_IF_ERROR(inner_.forward(batch, &rows_));
+        const size_t V = static_cast<size_t>(config().vocab_size);
+        if (rows_.size() != params.size() * V) return internal_error("one parameter set per sampled row");
+        for (size_t i = 0; i < params.size(); ++i) {
+            const float* r = rows_.data() + i * V;
+            if (params[i].want_logits) {
+                ++host_rows;
+                ids->push_back(-1);
+                logits->insert(logits->end(), r, r + V);
+            } else {
+                ++device_rows;
+                ids->push_back(static_cast<int32_t>(std::max_element(r, r + V) - r));
+            }
+        }
+        return ok_status();
+    }
+    std::atomic<int> device_rows{0}, host_rows{0}, host_steps{0};
+
+private:
+    CpuModelRunner inner_;
+    std::vector<float> rows_;
+};
+
+// The engine with a runner that samples on the device: greedy requests take the device draw, and
+// requests with logprobs, penalties or a logit bias get their logits rows in the same steps and
+// the host sampler. Every request's tokens (and logprobs) equal the all-host engine's.
+TEST_F(EngineTest, DeviceSamplingRunnerMatchesHostSampling) {
+    std::vector<Request> reqs;
+    for (int i = 0; i < 4; ++i)
+        reqs.push_back(
+            Request{.prompt = random_ids(3 + 5 * i, 300, 70 + i), .sampling = {.temperature = 0.0f}, .max_tokens = 9});
+    Request lp{.prompt = random_ids(7, 300, 80), .sampling = {.temperature = 0.0f}, .max_tokens = 9};
+    lp.logprobs = 3;
+    reqs.push_back(lp);
+    reqs.push_back(Request{.prompt = random_ids(6, 300, 81),
+                           .sampling = {.temperature = 0.0f, .frequency_penalty = 0.7f},
+                           .max_tokens = 9});
+    reqs.push_back(Request{.prompt = random_ids(5, 300, 82),
+                           .sampling = {.temperature = 0.0f, .logit_bias = {{17, 5.0f}}},
+                           .max_tokens = 9});
+    auto run = [&](Engine& engine) {
+        std::vector<RequestHandle> hs;
+        for (const Request& r : reqs) {
+            auto h = engine.submit(r);
+            EXPECT_TRUE(h.ok()) << h.status().to_string();
+            if (h.ok()) hs.push_back(std::move(*h));
+        }
+        std::vector<Generation> out;
+        for (auto& h : hs) out.push_back(collect(h));
+        return out;
+    };
+    auto host_engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(host_engine);
+    const std::vector<Generation> want = run(*host_engine);
+    for (bool device : {true, false}) {
+        auto runner = std::make_unique<DeviceSamplingRunner>(weights_);
+        DeviceSamplingRunner* r = runner.get();
+        EngineConfig cfg = test_config();
+        cfg.device_sampling = device;
+        auto engine = Engine::create(std::move(runner), cfg);
+        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+        const std::vector<Generation> got = run(**engine);  // the engine (and `r`) live on below
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+            EXPECT_TRUE(got[i].same_tokens(want[i]))
+                << device << " " << i << ": " << describe(got[i]) << " vs " << describe(want[i]);
+        if (device) {
+            EXPECT_EQ(r->host_steps, 0);
+            EXPECT_EQ(r->device_rows, 4 * 9);  // the greedy requests' draws
+            EXPECT_EQ(r->host_rows, 3 * 9);    // logprobs, penalty, bias
+        } else {
+            EXPECT_GT(r->host_steps, 0);
+            EXPECT_EQ(r->device_rows + r->host_rows, 0);
+        }
     }
 }
 
