@@ -477,12 +477,12 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         logits_gather = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * vocab_chunk * tp * 4);
     }
     router_counter = DeviceBuffer(4);
-    CUDA_CHECK(cudaMemset(router_counter.get(), 0, 4));
+    CUDA_CHECK(cudaMemsetAsync(router_counter.get(), 0, 4, stream));
     for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
     s_seed = DeviceBuffer(S * 8);
     s_draw = DeviceBuffer(S * 8);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
-    CUDA_CHECK(cudaMemset(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk)));
+    CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
     if (opt.defer_kv_cache) return ok_status();
     // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
     const size_t block_bytes = kv_block_bytes(opt.block_size);
@@ -610,7 +610,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k = I;
     };
     if (use_wgmma(T)) {
-        const int bt = kc::moe_wgmma_block_tokens(A, E);
+        const int bt = kc::moe_wgmma_block_tokens(A, num_experts);  // rows per local expert ≈ A / all experts
         kc::MoeMmaArgs m = mma_args(bt);
         kc::moe_wgmma(m, true, bt, stream);
         to_down(m);

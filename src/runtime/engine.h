@@ -88,7 +88,8 @@ struct EngineConfig {
     // Draw tokens on the device where the runner can (ModelRunner::samples_on_device) for requests
     // that ask for nothing only the host sampler does (logprobs, min-p, penalties, logit bias):
     // only their ids leave the GPU. Off: every row's logits come to the host. GPTOSS_DEVICE_SAMPLING=0
-    // turns it off too.
+    // turns it off too. A seed then names a draw of the device's stream (Gumbel-max on
+    // counter-based noise), not of the host sampler's: same distribution, different tokens.
     bool device_sampling = true;
 };
 

@@ -571,7 +571,7 @@ TEST(CudaOps, Mxfp4ToBf16IsExact) {
 
 TEST(CudaOps, SamplingGreedyTopKTopP) {
     REQUIRE_GPU();
-    const int S = 8, V = 201088;
+    constexpr int S = 8, V = 201088;
     auto logits = randn(static_cast<size_t>(S) * V, 99, 2.0f);
     auto dl = to_device(logits);
     // The split arg-max's workspace (zeroed once; the kernels must leave it zeroed).
@@ -579,7 +579,8 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
     // temps: per-row temperatures (empty: `temp` for all); split: greedy rows by argmax_split_kernel.
     auto run = [&](float temp, float top_p, int top_k, uint64_t seed, uint64_t draw, bool split = false,
-                   std::vector<float> t = {}, const DeviceBuffer* rows = nullptr) {
+                   std::vector<float> t = {}, const DeviceBuffer* rows = nullptr, int n = 0) {
+        if (n == 0) n = S;
         if (t.empty()) t.assign(S, temp);
         std::vector<float> p(S, top_p);
         std::vector<int32_t> k(S, top_k);
@@ -594,11 +595,11 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         a.seed = dsd.as<uint64_t>();
         a.draw_index = ddr.as<uint64_t>();
         a.out = out.as<int32_t>();
-        a.num_seqs = S;
+        a.num_seqs = n;
         a.vocab_size = V;
         a.workspace = split ? work.get() : nullptr;
         kc::sample(a, nullptr);
-        return to_host<int32_t>(out, S);
+        return to_host<int32_t>(out, n);
     };
     auto greedy = run(0.0f, 1.0f, 0, 1, 0);
     for (int s = 0; s < S; ++s) {
@@ -610,6 +611,11 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     // batch mixing greedy and sampled rows, each row as when alone.
     EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
     EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
+    {  // fewer rows on the same workspace, then all again: each row's ticket stays where it was reset
+        const auto few = run(0.0f, 1.0f, 0, 1, 0, true, {}, nullptr, 3);
+        for (int s = 0; s < 3; ++s) EXPECT_EQ(few[s], greedy[s]) << s;
+        EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
+    }
     {
         std::vector<float> mixed(S);
         for (int s = 0; s < S; ++s) mixed[s] = s % 2 ? 0.7f : 0.0f;

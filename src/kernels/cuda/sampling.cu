@@ -10,6 +10,7 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kSplit = 32;  // CTAs per greedy row
 constexpr int kSplitThreads = 256;
+constexpr int kRecordWords = 2 * kSplit + 1;  // per row of the workspace
 
 __device__ __forceinline__ bool is_greedy(const SampleArgs& a, int s) {
     return a.temperature[s] <= 0.0f || a.top_k[s] == 1;
@@ -141,9 +142,12 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     const int s = blockIdx.x;
     if (!is_greedy(a, s)) return;
     const int n = a.vocab_size;
-    float* part_val = static_cast<float*>(a.workspace);
-    int* part_idx = reinterpret_cast<int*>(part_val + a.num_seqs * kSplit);
-    unsigned* ticket = reinterpret_cast<unsigned*>(part_idx + a.num_seqs * kSplit);
+    // Row s's record (kSplit values, kSplit indices, its ticket) sits at s · kRecordWords whatever
+    // num_seqs is: a later call with fewer rows must find its tickets where they were reset.
+    uint32_t* rec = static_cast<uint32_t*>(a.workspace) + static_cast<size_t>(s) * kRecordWords;
+    float* part_val = reinterpret_cast<float*>(rec);
+    int* part_idx = reinterpret_cast<int*>(rec + kSplit);
+    unsigned* ticket = rec + 2 * kSplit;
     const float* row = a.logits + static_cast<int64_t>(s) * n;
     const int chunk = (n + kSplit - 1) / kSplit;
     const int lo = blockIdx.y * chunk, hi = min(n, lo + chunk);
@@ -173,10 +177,10 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < kSplitThreads / 32; ++w) take_best(bv, bi, wv[w], wi[w]);
-        part_val[s * kSplit + blockIdx.y] = bv;
-        part_idx[s * kSplit + blockIdx.y] = bad ? -1 : bi;
+        part_val[blockIdx.y] = bv;
+        part_idx[blockIdx.y] = bad ? -1 : bi;
         __threadfence();
-        last = atomicAdd(&ticket[s], 1u) == kSplit - 1;
+        last = atomicAdd(ticket, 1u) == kSplit - 1;
     }
     __syncthreads();
     if (!last || threadIdx.x != 0) return;
@@ -185,18 +189,18 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     bi = n;
     bool any_bad = false;
     for (int y = 0; y < kSplit; ++y) {
-        const float v = *static_cast<volatile float*>(part_val + s * kSplit + y);
-        const int i = *static_cast<volatile int*>(part_idx + s * kSplit + y);
+        const float v = *static_cast<volatile float*>(part_val + y);
+        const int i = *static_cast<volatile int*>(part_idx + y);
         any_bad = any_bad || i < 0;
         if (i >= 0) take_best(bv, bi, v, i);
     }
     a.out[s] = any_bad ? -1 : bi < n ? bi : 0;
-    ticket[s] = 0;
+    *ticket = 0;
 }
 
 }  // namespace
 
-size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seqs) * (kSplit * 8 + 4); }
+size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seqs) * kRecordWords * 4; }
 
 void sample(const SampleArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0) return;

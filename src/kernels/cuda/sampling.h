@@ -19,9 +19,10 @@ struct SampleArgs {
     int32_t* out = nullptr;                // [num_seqs]; -1 where the row has a NaN or infinity
     int num_seqs = 0;
     int vocab_size = 0;
-    // Optional, sample_workspace_bytes(num_seqs), zeroed once when allocated (the kernels leave it
-    // zeroed): greedy rows then take a split arg-max over many CTAs (one CTA reading a 201k-entry
-    // row took 87 µs on the H200) and the one-CTA kernel only the sampled rows.
+    // Optional, sample_workspace_bytes(most rows of any call), zeroed once when allocated (the
+    // kernels leave it zeroed; calls of any size up to that may share it, in stream order): greedy
+    // rows then take a split arg-max over many CTAs (one CTA reading a 201k-entry row took 87 µs
+    // on the H200) and the one-CTA kernel only the sampled rows.
     void* workspace = nullptr;
 };
 size_t sample_workspace_bytes(int num_seqs);
