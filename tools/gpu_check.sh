@@ -103,7 +103,9 @@ for stage in "$@"; do
       ;;
     moe_wgmma)
       # Prefill-sized MoE batches: the warpgroup kernels against moe_mma's 64-row tiles.
+      # --wgmma-ws: the warp-specialized variant (its time includes gathering x).
       { $BIN/moe_bench --wgmma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; \
+        $BIN/moe_bench --wgmma-ws ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; \
         $BIN/moe_bench --mma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; } > "$OUT/moe_wgmma.log" 2>&1
       summary+=("moe_wgmma rc=$?")
       grep "^|" "$OUT/moe_wgmma.log"
@@ -113,7 +115,7 @@ for stage in "$@"; do
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
         --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-        -k regex:moe_wgmma -c 2 $BIN/moe_bench --wgmma ${NCU_WGMMA_BATCH:-8192} > "$OUT/ncu_wgmma.txt" 2>&1
+        -k regex:moe_wgmma -c 2 $BIN/moe_bench ${NCU_WGMMA_MODE:---wgmma} ${NCU_WGMMA_BATCH:-8192} > "$OUT/ncu_wgmma.txt" 2>&1
       summary+=("ncu_wgmma rc=$?")
       grep -E 'moe_wgmma|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers' "$OUT/ncu_wgmma.txt" | head -60
       ;;

@@ -16,6 +16,7 @@
 //   --mma: the grouped tensor-core kernels (moe_plan, moe_mma_tiles, moe_mma gate_up + down, bf16
 //   inputs) instead of the weight-only ones; same byte count.
 //   --wgmma: the warpgroup grouped kernels (moe_wgmma, prefill-sized batches), same plan and tiles.
+//   --wgmma-ws: their warp-specialized variant (TMA + mbarriers), x gathered first (timed too).
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
@@ -110,12 +111,14 @@ struct Layer {
 
 int main(int argc, char** argv) {
     std::vector<int> batches;
-    bool mma = false, wgmma = false;
+    bool mma = false, wgmma = false, ws = false;
     for (int i = 1; i < argc; ++i) {
         if (std::string(argv[i]) == "--mma")
             mma = true;
         else if (std::string(argv[i]) == "--wgmma")
             mma = wgmma = true;
+        else if (std::string(argv[i]) == "--wgmma-ws")
+            mma = wgmma = ws = true;
         else
             batches.push_back(std::atoi(argv[i]));
     }
@@ -151,6 +154,7 @@ int main(int argc, char** argv) {
         }
     }
     DevBuf hb = upload(h16);
+    DevBuf xg(ws ? static_cast<size_t>(max_t) * kTopK * kHidden * 2 : 16);  // gathered x (--wgmma-ws)
     const int max_tiles_cap = max_t * kTopK / cuda::moe_mma_block_rows(false) + kExperts + 1;
     DevBuf tiles(static_cast<size_t>(2 * max_tiles_cap) * 4), tile_count(4);
     std::vector<DevBuf> ids(kLayers), offsets(kLayers), sorted(kLayers);
@@ -215,9 +219,15 @@ int main(int argc, char** argv) {
                 m.n = 2 * kInter;
                 m.k = kHidden;
                 m.num_experts = kExperts;
+                if (ws) {
+                    cuda::moe_gather(hb.p, sorted[l].as<int32_t>(), A, kTopK, kHidden, xg.p, stream);
+                    m.x = xg.p;
+                    m.x_by_token = false;
+                    m.num_rows = A;
+                }
                 auto run = [&](bool gate_up) {
                     if (wgmma)
-                        cuda::moe_wgmma(m, gate_up, bm, stream);
+                        cuda::moe_wgmma(m, gate_up, bm, stream, ws);
                     else
                         cuda::moe_mma(m, gate_up, stream);
                 };

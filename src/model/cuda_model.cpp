@@ -101,6 +101,7 @@ struct CudaModel::Impl {
     // moe_mma once experts average ≥ 64 rows (moe_bench: 1,024 tokens on 32 experts 1.23 vs 1.62 ms,
     // 256 tokens 0.72 vs 0.68 ms).
     bool wgmma_ok = false;
+    bool wgmma_ws = false;  // the warp-specialized variant (GPTOSS_MOE_WGMMA_WS=1; not yet measured)
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
     }
@@ -425,6 +426,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     int want_wgmma = opt.moe_wgmma;
     if (const char* v = std::getenv("GPTOSS_MOE_WGMMA")) want_wgmma = std::atoi(v) != 0 ? 1 : 0;
     wgmma_ok = wgmma_ok && (want_wgmma == 1 || (want_wgmma < 0 && !have_bf16_experts && !have_fp8_experts));
+    if (const char* v = std::getenv("GPTOSS_MOE_WGMMA_WS")) wgmma_ws = std::atoi(v) != 0;
     if (mma_ok || wgmma_ok) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
@@ -612,9 +614,16 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     if (use_wgmma(T)) {
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts);  // rows per local expert ≈ A / all experts
         kc::MoeMmaArgs m = mma_args(bt);
-        kc::moe_wgmma(m, true, bt, stream);
+        if (wgmma_ws) {  // the warp-specialized kernels read x in tile-row order: gather it first
+            kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
+            m.x = xg.get();
+            m.x_by_token = false;
+            m.num_rows = A;
+        }
+        kc::moe_wgmma(m, true, bt, stream, wgmma_ws);
         to_down(m);
-        kc::moe_wgmma(m, false, bt, stream);
+        m.num_rows = A;
+        kc::moe_wgmma(m, false, bt, stream, wgmma_ws);
         return;
     }
     if (use_mma(T)) {

@@ -416,13 +416,18 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
     }
 }
 
-// Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 64- or 128-row tiles.
+// Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 64- or 128-row tiles,
+// itself or warp-specialized (x gathered first).
 struct GroupedKernel {
     bool wgmma;
     int rows;
-    std::string name() const { return (wgmma ? "wgmma " : "mma ") + std::to_string(rows) + "-row"; }
+    bool ws = false;
+    std::string name() const {
+        return (wgmma ? (ws ? "wgmma-ws " : "wgmma ") : "mma ") + std::to_string(rows) + "-row";
+    }
 };
-constexpr GroupedKernel kGroupedKernels[] = {{false, 16}, {false, 64}, {true, 64}, {true, 128}};
+constexpr GroupedKernel kGroupedKernels[] = {{false, 16}, {false, 64},      {true, 64},
+                                             {true, 128}, {true, 64, true}, {true, 128, true}};
 
 // The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
 // list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].
@@ -455,9 +460,17 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     a.n = 2 * I;
     a.k = H;
     a.num_experts = E;
+    DeviceBuffer xg;
+    if (kind.ws) {  // the warp-specialized kernel reads x in tile-row order
+        xg = DeviceBuffer(static_cast<size_t>(T) * K * H * 2);
+        kc::moe_gather(dh.get(), sorted.as<int32_t>(), T * K, K, H, xg.get(), nullptr);
+        a.x = xg.get();
+        a.x_by_token = false;
+        a.num_rows = T * K;
+    }
     auto run = [&](bool gate_up) {
         if (kind.wgmma)
-            kc::moe_wgmma(a, gate_up, kind.rows, nullptr);
+            kc::moe_wgmma(a, gate_up, kind.rows, nullptr, kind.ws);
         else
             kc::moe_mma(a, gate_up, nullptr);
     };

@@ -117,6 +117,7 @@ struct MoeMmaArgs {
     void* act = nullptr;              // gate_up: bf16 [assignments, n/2]
     float* y = nullptr;               // down: fp32 [assignments, n], row = assignment index
     int n = 0, k = 0, num_experts = 0;
+    int num_rows = 0;  // rows of x when !x_by_token (the warp-specialized moe_wgmma's tensor map)
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
 };
@@ -130,7 +131,10 @@ void moe_mma(const MoeMmaArgs& args, bool gate_up, cudaStream_t stream);
 bool moe_wgmma_supported(int n, int k, int num_experts);
 // Tile rows for a batch: 128 once experts average ≥ 96 rows, else 64.
 int moe_wgmma_block_tokens(int assignments, int num_experts);
-void moe_wgmma(const MoeMmaArgs& args, bool gate_up, int block_tokens, cudaStream_t stream);
+// warp_specialized: a producer warp feeds the tensor cores by TMA through per-stage mbarriers
+// (needs x in tile-row order, x_by_token false and num_rows set: gather first with moe_gather).
+void moe_wgmma(const MoeMmaArgs& args, bool gate_up, int block_tokens, cudaStream_t stream,
+               bool warp_specialized = false);
 
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).

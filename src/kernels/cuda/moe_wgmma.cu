@@ -17,6 +17,8 @@
 //   wgmmas of step s run (wgmma.wait_group 1 keeps one group in flight).
 // - gate_up rows are taken in the order (gate j, ..., up j, ...) within each 16-row slab, so a lane
 //   holds gate and up of the same j and applies the clamped SwiGLU without a shuffle.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -55,6 +57,39 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// mbarriers and TMA (the warp-specialized kernel).
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_proxy_async();
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Waits for the completion of the barrier's phase with this parity.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+// Box (x, y) of a 2-D tensor map into shared memory; completes `bytes` on the barrier.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+            "r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+        : "memory");
+}
+
 // Keeps the compiler from moving register traffic across the asynchronous wgmma.
 __device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 __device__ __forceinline__ void reg_fence(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
@@ -149,6 +184,104 @@ __device__ __forceinline__ int weight_row(int rs) {
     }
 }
 
+// Step `step` of this lane's two weight rows (raw rows rr0, rr1 of the stage, [group][row][16 B];
+// scales at scale0/scale1 [G]) into bf16x2 fragments: frag[gi·8 + h·4 + q] holds byte t of word q of
+// group gi of row h, scaled.
+__device__ __forceinline__ void dequant_step(const uint8_t* raw, int rr0, int rr1, const uint8_t* scale0,
+                                             const uint8_t* scale1, int step, int ng, int t, bool one_mul,
+                                             uint32_t (&frag)[16]) {
+#pragma unroll
+    for (int gi = 0; gi < 2; ++gi) {
+        if (gi >= ng) break;
+        const int grp = 2 * step + gi;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint4 v = *reinterpret_cast<const uint4*>(raw + gi * kRowsW * 16 + (h ? rr1 : rr0) * 16);
+            const uint32_t sb = (h ? scale1 : scale0)[grp];
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const uint32_t r = e2m1x2_raw(__byte_perm(w[q], 0u, 0x4440u | t));
+                uint32_t f;
+                if (one_mul) {
+                    f = bf16x2_mul(r, ((sb + 126u) << 7) * 0x10001u);
+                } else if (sb <= 128u) {
+                    f = bf16x2_mul(r, ((sb + 126u) << 7) * 0x10001u);
+                } else {  // 2^126 first, then 2^(s - 127) (s = 255: inf, as e8m0_to_f32 gives)
+                    f = bf16x2_mul(bf16x2_mul(r, (253u << 7) * 0x10001u), (sb << 7) * 0x10001u);
+                }
+                frag[gi * 8 + h * 4 + q] = f;
+            }
+        }
+    }
+}
+
+// The wgmmas of one step (2 · ng k16 steps) on the activation tile at act_base.
+template <int BT>
+__device__ __forceinline__ void mma_step(float (&acc)[BT / 2], const uint32_t (&frag)[16], uint32_t act_base, int ng) {
+    wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < BT / 2; ++i) reg_fence(acc[i]);
+#pragma unroll
+    for (int gi = 0; gi < 2; ++gi) {
+        if (gi >= ng) break;
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+            // A fragment of k16 step 2·gi + kk: (row g, k 2t), (row g + 8, k 2t), (row g, k 2t + 8),
+            // (row g + 8, k 2t + 8) = words 2kk and 2kk + 1 of both rows.
+            const uint32_t af[4] = {frag[gi * 8 + 2 * kk], frag[gi * 8 + 4 + 2 * kk], frag[gi * 8 + 2 * kk + 1],
+                                    frag[gi * 8 + 4 + 2 * kk + 1]};
+            Wgmma<BT>::mma(acc, af, desc_sw128(act_base + (gi * 2 + kk) * 32));
+        }
+    }
+    wgmma_commit();
+}
+
+// Epilogue. acc[4j + v]: token 8j + 2t + (v & 1) of the tile, this lane's weight rows wr0 (v < 2)
+// and wr1 (CTA-local, global order): gate_up rows wr0 = 2·jf (gate) and wr1 = 2·jf + 1 (up).
+template <bool kGateUp, int BT>
+__device__ __forceinline__ void epilogue(const MoeMmaArgs& a, const float (&acc)[BT / 2], int e, int row0, int rows,
+                                         int n0, int wr0, int wr1, int t) {
+    const int N = a.n;
+    const float* bias = a.bias + static_cast<int64_t>(e) * N + n0;
+    const float b0 = bias[wr0], b1 = bias[wr1];
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int m = 8 * j + 2 * t + u;
+            if (m >= rows) continue;
+            const int64_t row = row0 + m;
+            const float v0 = acc[4 * j + u] + b0, v1 = acc[4 * j + 2 + u] + b1;
+            if constexpr (kGateUp) {
+                static_cast<__nv_bfloat16*>(a.act)[row * (N / 2) + (n0 + wr0) / 2] =
+                    __float2bfloat16(swiglu(v0, v1, a.swiglu_limit, a.swiglu_alpha));
+            } else {
+                float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row]) * N + n0;
+                dst[wr0] = v0;
+                dst[wr1] = v1;
+            }
+        }
+    }
+}
+
+// The CTA's scales (kRowsW × G contiguous bytes, 16-byte aligned: n0 and N multiples of 16) into
+// shared memory; true when every one is ≤ 128 (one multiply per fragment register). Every thread of
+// the CTA (kCtaThreads) takes part (a barrier).
+template <int kCtaThreads>
+__device__ __forceinline__ bool load_scales(const MoeMmaArgs& a, int e, int n0, uint8_t* s_scale) {
+    const int G = a.k / 32;
+    const uint4* scales = reinterpret_cast<const uint4*>(a.scales + (static_cast<int64_t>(e) * a.n + n0) * G);
+    uint32_t big = 0;
+    for (int i = threadIdx.x; i < kRowsW * G / 16; i += kCtaThreads) {
+        const uint4 v = __ldg(scales + i);
+        big |= __vcmpgtu4(v.x, 0x80808080u) | __vcmpgtu4(v.y, 0x80808080u) | __vcmpgtu4(v.z, 0x80808080u) |
+               __vcmpgtu4(v.w, 0x80808080u);
+        reinterpret_cast<uint4*>(s_scale)[i] = v;
+    }
+    return __syncthreads_or(big != 0) == 0;
+}
+
 template <bool kGateUp, int BT>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs a) {
     using C = Cfg<BT>;
@@ -169,16 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
 
-    // Scales of the CTA's rows: kRowsW × G contiguous bytes, 16-byte aligned (n0 and N multiples of 16).
-    const uint4* scales = reinterpret_cast<const uint4*>(a.scales + (static_cast<int64_t>(e) * N + n0) * G);
-    uint32_t big = 0;
-    for (int i = tid; i < kRowsW * G / 16; i += kThreads) {
-        const uint4 v = __ldg(scales + i);
-        big |= __vcmpgtu4(v.x, 0x80808080u) | __vcmpgtu4(v.y, 0x80808080u) | __vcmpgtu4(v.z, 0x80808080u) |
-               __vcmpgtu4(v.w, 0x80808080u);
-        reinterpret_cast<uint4*>(s_scale)[i] = v;
-    }
-    const bool one_mul = __syncthreads_or(big != 0) == 0;
+    const bool one_mul = load_scales<kThreads>(a, e, n0, s_scale);
 
     // Every stage, a thread copies the same 16-byte chunks (at K offsets step · 128 bytes for the
     // activations, step · 32 for the weights): their addresses are computed once. Activations: chunk
@@ -248,48 +372,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs
         }
         const int slot = step % kStages;
         const int ng = min(2, G - 2 * step);
-        const uint8_t* raw = s_raw(slot);
-#pragma unroll
-        for (int gi = 0; gi < 2; ++gi) {
-            if (gi >= ng) break;
-            const int grp = 2 * step + gi;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const uint4 v = *reinterpret_cast<const uint4*>(raw + gi * kRowsW * 16 + (h ? rs1 : rs0) * 16);
-                const uint32_t sb = (h ? scale1 : scale0)[grp];
-                const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const uint32_t r = e2m1x2_raw(__byte_perm(w[q], 0u, 0x4440u | t));
-                    uint32_t f;
-                    if (one_mul) {
-                        f = bf16x2_mul(r, ((sb + 126u) << 7) * 0x10001u);
-                    } else if (sb <= 128u) {
-                        f = bf16x2_mul(r, ((sb + 126u) << 7) * 0x10001u);
-                    } else {  // 2^126 first, then 2^(s - 127) (s = 255: inf, as e8m0_to_f32 gives)
-                        f = bf16x2_mul(bf16x2_mul(r, (253u << 7) * 0x10001u), (sb << 7) * 0x10001u);
-                    }
-                    frag[P][gi * 8 + h * 4 + q] = f;
-                }
-            }
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
-        const uint32_t act_base = smem_addr(s_act(slot));
-#pragma unroll
-        for (int gi = 0; gi < 2; ++gi) {
-            if (gi >= ng) break;
-#pragma unroll
-            for (int kk = 0; kk < 2; ++kk) {
-                // A fragment of k16 step 2·gi + kk: (row g, k 2t), (row g + 8, k 2t), (row g, k 2t + 8),
-                // (row g + 8, k 2t + 8) = words 2kk and 2kk + 1 of both rows.
-                const uint32_t af[4] = {frag[P][gi * 8 + 2 * kk], frag[P][gi * 8 + 4 + 2 * kk],
-                                        frag[P][gi * 8 + 2 * kk + 1], frag[P][gi * 8 + 4 + 2 * kk + 1]};
-                Wgmma<BT>::mma(acc, af, desc_sw128(act_base + (gi * 2 + kk) * 32));
-            }
-        }
-        wgmma_commit();
+        dequant_step(s_raw(slot), rs0, rs1, scale0, scale1, step, ng, t, one_mul, frag[P]);
+        mma_step<BT>(acc, frag[P], smem_addr(s_act(slot)), ng);
         wgmma_wait<1>();  // the previous step's group is done: its fragments and stage may be reused
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
@@ -306,27 +390,157 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs
     cp_async_wait<0>();
     pdl_trigger();
 
-    // Epilogue. acc[4j + v]: token 8j + 2t + (v & 1), shared row rs0 (v < 2) or rs1.
-    const float* bias = a.bias + static_cast<int64_t>(e) * N + n0;
-    const float b0 = bias[wr0], b1 = bias[wr1];
-#pragma unroll
-    for (int j = 0; j < BT / 8; ++j) {
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            const int m = 8 * j + 2 * t + u;
-            if (m >= rows) continue;
-            const int64_t row = row0 + m;
-            const float v0 = acc[4 * j + u] + b0, v1 = acc[4 * j + 2 + u] + b1;
-            if constexpr (kGateUp) {  // wr0 = 2·jf (gate), wr1 = 2·jf + 1 (up)
-                static_cast<__nv_bfloat16*>(a.act)[row * (N / 2) + (n0 + wr0) / 2] =
-                    __float2bfloat16(swiglu(v0, v1, a.swiglu_limit, a.swiglu_alpha));
-            } else {
-                float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row]) * N + n0;
-                dst[wr0] = v0;
-                dst[wr1] = v1;
+    epilogue<kGateUp, BT>(a, acc, e, row0, rows, n0, wr0, wr1, t);
+}
+
+// Warp-specialized variant: a producer warp (warp 12) issues the TMA loads of each stage (the
+// activation tile, 128-byte swizzled, from x in tile-row order, and the CTA's 192 weight rows'
+// two MXFP4 groups) and the three consumer warpgroups only dequantize and issue wgmma, meeting the
+// producer at per-stage mbarriers (full: the stage's bytes landed; empty: all three warpgroups'
+// wgmmas that read it are done) instead of a CTA-wide barrier every step.
+constexpr int kWsThreads = kThreads + 32;
+
+template <int BT>
+size_t ws_smem_bytes(int groups) {
+    return Cfg<BT>::smem_bytes(groups) + 8 + 2 * kStages * 8;  // + the barriers (8-byte aligned)
+}
+
+template <bool kGateUp, int BT>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    moe_wgmma_ws_kernel(const MoeMmaArgs a, const __grid_constant__ CUtensorMap act_map,
+                        const __grid_constant__ CUtensorMap raw_map) {
+    using C = Cfg<BT>;
+    constexpr int kAcc = BT / 2;
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int K = a.k, G = K / 32, N = a.n;
+    uint8_t* s_scale = smem + kStages * C::kStage;  // [kRowsW][G], the CTA's rows in global order
+    uint64_t* full = reinterpret_cast<uint64_t*>(s_scale + ((kRowsW * G + 7) & ~7));
+    uint64_t* empty = full + kStages;
+    auto s_act = [&](int slot) { return smem + slot * C::kStage; };
+    auto s_raw = [&](int slot) { return smem + slot * C::kStage + C::kAct; };
+
+    pdl_wait();
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * BT;
+    const int rows = min(BT, a.expert_offsets[e + 1] - row0);
+    const int n0 = blockIdx.x * kRowsW;
+    const int steps = (G + 1) / 2;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kWarpgroups);
+        }
+        mbar_init_fence();
+    }
+    const bool one_mul = load_scales<kWsThreads>(a, e, n0, s_scale);  // its barrier also publishes the inits
+
+    if (tid >= kThreads) {  // the producer warp: one lane issues every copy
+        if (tid == kThreads) {
+            const int wy = e * N + n0;  // the CTA's first weight row
+            for (int step = 0; step < steps; ++step) {
+                const int slot = step % kStages;
+                if (step >= kStages) mbar_wait(&empty[slot], ((step / kStages) & 1) ^ 1);
+                const int ng = min(2, G - 2 * step);
+                // The activation box is always whole (columns past K and rows past the tensor are
+                // zero-filled and still counted).
+                mbar_expect_tx(&full[slot], C::kAct + ng * kRowsW * 16);
+                tma_load_2d(s_act(slot), &act_map, step * 64, row0, &full[slot]);
+                for (int gi = 0; gi < ng; ++gi)
+                    tma_load_2d(s_raw(slot) + gi * kRowsW * 16, &raw_map, (2 * step + gi) * 16, wy, &full[slot]);
             }
         }
+        return;
     }
+
+    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int rs0 = wg * 64 + warp * 16 + g;
+    // The stage holds the weight rows in global order: read this lane's rows where they are.
+    const int wr0 = weight_row<kGateUp>(rs0), wr1 = weight_row<kGateUp>(rs0 + 8);
+    const uint8_t* scale0 = s_scale + wr0 * G;
+    const uint8_t* scale1 = s_scale + wr1 * G;
+
+    float acc[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    uint32_t frag[2][16];
+    auto body = [&](auto parity, int step) {
+        constexpr int P = decltype(parity)::value;
+        const int slot = step % kStages;
+        mbar_wait(&full[slot], (step / kStages) & 1);
+        const int ng = min(2, G - 2 * step);
+        dequant_step(s_raw(slot), wr0, wr1, scale0, scale1, step, ng, t, one_mul, frag[P]);
+        mma_step<BT>(acc, frag[P], smem_addr(s_act(slot)), ng);
+        wgmma_wait<1>();  // this warpgroup's wgmmas of step - 1 are done: release that stage
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) reg_fence(frag[P][i]);
+        if (step > 0 && (tid & 127) == 0) mbar_arrive(&empty[(step - 1) % kStages]);
+    };
+    for (int step = 0; step < steps; step += 2) {
+        body(std::integral_constant<int, 0>{}, step);
+        if (step + 1 < steps) body(std::integral_constant<int, 1>{}, step + 1);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
+    pdl_trigger();
+    epilogue<kGateUp, BT>(a, acc, e, row0, rows, n0, wr0, wr1, t);
+}
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no libcuda link); null when
+// the driver does not have it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess)
+            p = nullptr;
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }();
+    return fn;
+}
+
+// The two maps of a launch: x as [num_rows, k] bf16 in boxes of 64 × BT (128-byte swizzle), the
+// weights as [E·n rows, k/32·16 bytes] in boxes of 16 bytes × kRowsW rows. False if encoding fails.
+bool make_maps(const MoeMmaArgs& a, int bt, CUtensorMap* act, CUtensorMap* raw) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint32_t unit[2] = {1, 1};
+    const cuuint64_t act_dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(a.num_rows)};
+    const cuuint64_t act_strides[1] = {static_cast<cuuint64_t>(a.k) * 2};
+    const cuuint32_t act_box[2] = {64, static_cast<cuuint32_t>(bt)};
+    if (encode(act, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a.x), act_dims, act_strides, act_box, unit,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    const cuuint64_t row_bytes = static_cast<cuuint64_t>(a.k / 32) * 16;
+    const cuuint64_t raw_dims[2] = {row_bytes, static_cast<cuuint64_t>(a.num_experts) * a.n};
+    const cuuint64_t raw_strides[1] = {row_bytes};
+    const cuuint32_t raw_box[2] = {16, kRowsW};
+    return encode(raw, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.blocks), raw_dims, raw_strides, raw_box,
+                  unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <bool kGateUp, int BT>
+bool launch_ws(const MoeMmaArgs& a, cudaStream_t stream) {
+    CUtensorMap act, raw;
+    if (!make_maps(a, BT, &act, &raw)) return false;
+    const dim3 grid(a.n / kRowsW, a.max_tiles);
+    const size_t smem = ws_smem_bytes<BT>(a.k / 32);
+    auto kernel = moe_wgmma_ws_kernel<kGateUp, BT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kWsThreads, smem, stream>>>(a, act, raw);
+    CUDA_CHECK_LAUNCH();
+    return true;
 }
 
 template <bool kGateUp, int BT>
@@ -348,11 +562,21 @@ bool moe_wgmma_supported(int n, int k, int num_experts) {
 
 int moe_wgmma_block_tokens(int assignments, int num_experts) { return assignments >= 96 * num_experts ? 128 : 64; }
 
-void moe_wgmma(const MoeMmaArgs& a, bool gate_up, int block_tokens, cudaStream_t stream) {
+void moe_wgmma(const MoeMmaArgs& a, bool gate_up, int block_tokens, cudaStream_t stream, bool warp_specialized) {
     ENGINE_CHECK(moe_wgmma_supported(a.n, a.k, a.num_experts), "moe_wgmma: n %d, k %d, %d experts unsupported", a.n,
                  a.k, a.num_experts);
     ENGINE_CHECK(block_tokens == 64 || block_tokens == 128, "moe_wgmma: %d tokens a tile", block_tokens);
+    ENGINE_CHECK(!warp_specialized || (!a.x_by_token && a.num_rows > 0),
+                 "moe_wgmma: the warp-specialized kernel reads x in tile-row order (num_rows %d)", a.num_rows);
     if (a.max_tiles <= 0) return;
+    // Warp-specialized: falls back to the other kernel (same arguments) if the tensor maps cannot be
+    // made (no driver entry point).
+    if (warp_specialized) {
+        const bool launched = block_tokens == 128
+                                  ? (gate_up ? launch_ws<true, 128>(a, stream) : launch_ws<false, 128>(a, stream))
+                                  : (gate_up ? launch_ws<true, 64>(a, stream) : launch_ws<false, 64>(a, stream));
+        if (launched) return;
+    }
     if (block_tokens == 128) {
         if (gate_up)
             launch<true, 128>(a, stream);
