@@ -438,6 +438,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     const bool one_mul = load_scales<kWsThreads>(a, e, n0, s_scale);  // its barrier also publishes the inits
 
+    // Roles split here: no CTA-wide barrier may follow (the producer warp leaves early).
     if (tid >= kThreads) {  // the producer warp: one lane issues every copy
         if (tid == kThreads) {
             const int wy = e * N + n0;  // the CTA's first weight row
@@ -480,7 +481,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         for (int i = 0; i < kAcc; ++i) reg_fence(acc[i]);
 #pragma unroll
         for (int i = 0; i < 16; ++i) reg_fence(frag[P][i]);
-        if (step > 0 && (tid & 127) == 0) mbar_arrive(&empty[(step - 1) % kStages]);
+        // The stage's weights were read with ordinary loads; TMA (the async proxy) refills it next.
+        if (step > 0 && (tid & 127) == 0) {
+            fence_proxy_async();
+            mbar_arrive(&empty[(step - 1) % kStages]);
+        }
     };
     for (int step = 0; step < steps; step += 2) {
         body(std::integral_constant<int, 0>{}, step);
