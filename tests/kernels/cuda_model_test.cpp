@@ -167,6 +167,13 @@ TEST(CudaModel, BatchesWithoutBf16ExpertCopyMatch) {
     }
 }
 
+// n token ids drawn uniformly from [0, vocab) with rng.
+std::vector<int32_t> random_token_ids(std::mt19937& rng, int n, int vocab) {
+    std::vector<int32_t> v(n);
+    for (auto& x : v) x = static_cast<int32_t>(rng() % vocab);
+    return v;
+}
+
 // gpt-oss-20b's widths (hidden 2880, 64/8 heads, 32 experts, window 128) with 2 layers and a
 // 2,048-token vocabulary, written as a random checkpoint into a fresh temporary directory.
 model::GptOssConfig real_width_config() {
@@ -211,11 +218,7 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
         Agreement agree32;
         const int V = c.vocab_size;
         std::mt19937 rng(5);
-        auto random_ids = [&](int n) {
-            std::vector<int32_t> v(n);
-            for (auto& x : v) x = static_cast<int32_t>(rng() % V);
-            return v;
-        };
+        auto random_ids = [&](int n) { return random_token_ids(rng, n, V); };
         // Three sequences with disjoint block ranges: a 300-token prompt (past the window), a 20-token
         // one and a 1-token one, in one batch; then 8 decode steps for all three together.
         std::vector<std::vector<int32_t>> prompts = {random_ids(300), random_ids(20), random_ids(1)};
@@ -285,11 +288,7 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     const int V = c.vocab_size;
     std::mt19937 rng(5);
-    auto random_ids = [&](int n) {
-        std::vector<int32_t> v(n);
-        for (auto& x : v) x = static_cast<int32_t>(rng() % V);
-        return v;
-    };
+    auto random_ids = [&](int n) { return random_token_ids(rng, n, V); };
     // A 300-token and a 20-token prompt in one batch (W8A8 GEMMs, FP8 experts), then 6 decode
     // steps of both (FP8 GEMVs, MXFP4 experts).
     std::vector<std::vector<int32_t>> steps_ids[7];

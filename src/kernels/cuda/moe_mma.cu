@@ -24,6 +24,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_common.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -31,20 +32,6 @@ namespace {
 constexpr int kBN = 64;          // output columns per CTA (the down projection's small tiles: 32)
 constexpr int kMaxGroups = 128;  // K / 32 (K ≤ 4096)
 constexpr int kThreads = 128;
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-    const int n = valid ? 16 : 0;  // 0: zero-fill
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -60,20 +47,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two e2m1 codes (byte b, bits above 7 zero; low nibble -> low half) as bf16 bit patterns worth
-// value · 2^-126. Two multiplies place both nibbles at once: b · (2^6 + 2^18) puts magnitude bits
-// 2:0 at 8:6 and 6:4 at 24:22 (the other copies land outside the mask), b · (2^12 + 2^24) the sign
-// bits 3 and 7 at 15 and 31. Four integer ops for two weights.
-__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t b) {
-    return ((b * 0x00040040u) & 0x01C001C0u) | ((b * 0x01001000u) & 0x80008000u);
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
 // Byte `t` of each of the four words -> the four B registers of two k16 steps, scaled.
 struct GroupScale {
     uint32_t first, second;  // multiply by first, then (if second != 0) by second
@@ -86,13 +59,6 @@ __device__ __forceinline__ GroupScale group_scale(uint32_t s) {
     }
     const uint32_t h1 = 253u << 7, h2 = s << 7;  // s = 255: inf, as e8m0_to_f32 gives
     return {h1 | (h1 << 16), h2 | (h2 << 16)};
-}
-
-__device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    const float glu = gate / (1.0f + __expf(-alpha * gate));
-    return (up + 1.0f) * glu;
 }
 
 // WM × WN warps; a warp owns MF m16 fragments × NF n8 fragments: BM = WM·MF·16 rows, BN = WN·NF·8

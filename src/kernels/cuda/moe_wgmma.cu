@@ -28,6 +28,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_common.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -38,17 +39,6 @@ constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kStages = 5;
 constexpr int kMaxGroups = 128;  // K / 32
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 // cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -146,21 +136,6 @@ struct Wgmma<128> {
     }
 };
 
-__device__ __forceinline__ uint32_t e2m1x2_raw(uint32_t b) {
-    return ((b * 0x00040040u) & 0x01C001C0u) | ((b * 0x01001000u) & 0x80008000u);
-}
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-__device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    const float glu = gate / (1.0f + __expf(-alpha * gate));
-    return (up + 1.0f) * glu;
-}
-
 template <int BT>
 struct Cfg {
     static constexpr int kAct = BT * 128;       // BT token rows × 64 bf16 (one K step)
@@ -182,6 +157,19 @@ __device__ __forceinline__ int weight_row(int rs) {
     } else {
         return rs;
     }
+}
+
+// The CTA's work: tile blockIdx.y of the list (expert e, its rows row0 .. row0 + rows) times the
+// features n0 .. n0 + kRowsW. e = -1: past the list (the grid is an upper bound).
+struct TileWork {
+    int e, row0, rows, n0;
+};
+__device__ __forceinline__ TileWork tile_work(const MoeMmaArgs& a, int bt) {
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return {-1, 0, 0, 0};
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * bt;
+    return {e, row0, min(bt, a.expert_offsets[e + 1] - row0), static_cast<int>(blockIdx.x) * kRowsW};
 }
 
 // Step `step` of this lane's two weight rows (raw rows rr0, rr1 of the stage, [group][row][16 B];
@@ -292,12 +280,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs
     uint8_t* s_scale = smem + kStages * C::kStage;  // [kRowsW][G], the CTA's rows in global order
 
     pdl_wait();
-    const int tile = blockIdx.y;
-    if (tile >= *a.tile_count) return;
-    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
-    const int row0 = a.expert_offsets[e] + rt * BT;
-    const int rows = min(BT, a.expert_offsets[e + 1] - row0);
-    const int n0 = blockIdx.x * kRowsW;
+    const TileWork w = tile_work(a, BT);
+    if (w.e < 0) return;
+    const int e = w.e, row0 = w.row0, rows = w.rows, n0 = w.n0;
     const int steps = (G + 1) / 2;
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -421,12 +406,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     auto s_raw = [&](int slot) { return smem + slot * C::kStage + C::kAct; };
 
     pdl_wait();
-    const int tile = blockIdx.y;
-    if (tile >= *a.tile_count) return;
-    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
-    const int row0 = a.expert_offsets[e] + rt * BT;
-    const int rows = min(BT, a.expert_offsets[e + 1] - row0);
-    const int n0 = blockIdx.x * kRowsW;
+    const TileWork w = tile_work(a, BT);
+    if (w.e < 0) return;
+    const int e = w.e, row0 = w.row0, rows = w.rows, n0 = w.n0;
     const int steps = (G + 1) / 2;
     const int tid = threadIdx.x;
     if (tid == 0) {
