@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
-#           ncu_decode moe_wgmma ncu_wgmma prefill_ab
+#           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -118,6 +118,23 @@ for stage in "$@"; do
         -k regex:moe_wgmma -c 2 $BIN/moe_bench ${NCU_WGMMA_MODE:---wgmma} ${NCU_WGMMA_BATCH:-8192} > "$OUT/ncu_wgmma.txt" 2>&1
       summary+=("ncu_wgmma rc=$?")
       grep -E 'moe_wgmma|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers' "$OUT/ncu_wgmma.txt" | head -60
+      ;;
+    decode_ab)
+      # Decode batches through moe_mma (default) and through the warp-specialized wgmma kernels with
+      # 16/32-row tiles (GPTOSS_MOE_MMA_MAX_TOKENS=4 sends batches past the weight-only kernels to
+      # them), 20b then 120b.
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
+      for v in mma ws; do
+        envs=""; [ $v = ws ] && envs="GPTOSS_MOE_MMA_MAX_TOKENS=4 GPTOSS_MOE_WGMMA=1 GPTOSS_MOE_WGMMA_WS=1"
+        env $envs $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill "" --batch ${DECODE_AB_BATCH:-16,64,128} \
+          --context 1024 --decode-steps 16 --markdown "$OUT/decode_ab_20b_$v.md" > "$OUT/decode_ab_20b_$v.log" 2>&1
+        summary+=("decode_ab 20b $v rc=$?")
+        echo "20b $v:"; grep -E "^\| 1024 \|" "$OUT/decode_ab_20b_$v.md"
+        env $envs $BIN/gptoss bench --synthetic gpt-oss-120b --prefill "" --batch ${DECODE_AB_BATCH120:-64,256} \
+          --context 1024 --decode-steps 8 --markdown "$OUT/decode_ab_120b_$v.md" > "$OUT/decode_ab_120b_$v.log" 2>&1
+        summary+=("decode_ab 120b $v rc=$?")
+        echo "120b $v:"; grep -E "^\| 1024 \|" "$OUT/decode_ab_120b_$v.md"
+      done
       ;;
     prefill_ab)
       # Prefill with and without the warpgroup MoE kernels (GPTOSS_MOE_WGMMA), 20b then 120b.

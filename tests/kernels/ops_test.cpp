@@ -416,8 +416,8 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
     }
 }
 
-// Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 64- or 128-row tiles,
-// itself or warp-specialized (x gathered first).
+// Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
+// tiles, itself or warp-specialized (x gathered first).
 struct GroupedKernel {
     bool wgmma;
     int rows;
@@ -426,8 +426,9 @@ struct GroupedKernel {
         return (wgmma ? (ws ? "wgmma-ws " : "wgmma ") : "mma ") + std::to_string(rows) + "-row";
     }
 };
-constexpr GroupedKernel kGroupedKernels[] = {{false, 16}, {false, 64},      {true, 64},
-                                             {true, 128}, {true, 64, true}, {true, 128, true}};
+constexpr GroupedKernel kGroupedKernels[] = {{false, 16},      {false, 64},      {true, 16},       {true, 32},
+                                             {true, 64},       {true, 128},      {true, 16, true}, {true, 32, true},
+                                             {true, 64, true}, {true, 128, true}};
 
 // The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
 // list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].

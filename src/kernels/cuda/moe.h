@@ -125,11 +125,11 @@ void moe_mma(const MoeMmaArgs& args, bool gate_up, cudaStream_t stream);
 
 // The same grouped GEMMs for prefill-sized batches on Hopper's warpgroup tensor cores
 // (moe_wgmma.cu; sm_90a): weights as the register operand (dequantized MXFP4), activation tiles of
-// `block_tokens` rows (64 or 128; the block_rows given to moe_mma_tiles) from shared memory.
+// `block_tokens` rows (16, 32, 64 or 128; the block_rows given to moe_mma_tiles) from shared memory.
 // MoeMmaArgs as for moe_mma (`large` unused).
 // n % 192 == 0, k % 32 == 0, k ≤ 4096, num_experts ≤ kMaxMoeMmaExperts.
 bool moe_wgmma_supported(int n, int k, int num_experts);
-// Tile rows for a batch: 128 once experts average ≥ 96 rows, else 64.
+// Tile rows for a batch: 128 once experts average ≥ 96 rows, 64 above 32, else 32 or 16.
 int moe_wgmma_block_tokens(int assignments, int num_experts);
 // warp_specialized: a producer warp feeds the tensor cores by TMA through per-stage mbarriers
 // (needs x in tile-row order, x_by_token false and num_rows set: gather first with moe_gather).

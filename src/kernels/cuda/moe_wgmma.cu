@@ -98,6 +98,33 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
 template <int N>
 struct Wgmma;
 template <>
+struct Wgmma<16> {
+    __device__ __forceinline__ static void mma(float (&d)[8], const uint32_t (&a)[4], uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+            "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+template <>
+struct Wgmma<32> {
+    __device__ __forceinline__ static void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+            "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+    }
+};
+
+template <>
 struct Wgmma<64> {
     __device__ __forceinline__ static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
         asm volatile(
@@ -271,7 +298,7 @@ __device__ __forceinline__ bool load_scales(const MoeMmaArgs& a, int e, int n0, 
 }
 
 template <bool kGateUp, int BT>
-__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const MoeMmaArgs a) {
+__global__ void __launch_bounds__(kThreads, BT <= 32 ? 2 : 1) moe_wgmma_kernel(const MoeMmaArgs a) {
     using C = Cfg<BT>;
     constexpr int kAcc = BT / 2;
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -391,7 +418,7 @@ size_t ws_smem_bytes(int groups) {
 }
 
 template <bool kGateUp, int BT>
-__global__ void __launch_bounds__(kWsThreads, 1)
+__global__ void __launch_bounds__(kWsThreads, BT <= 16 ? 2 : 1)
     moe_wgmma_ws_kernel(const MoeMmaArgs a, const __grid_constant__ CUtensorMap act_map,
                         const __grid_constant__ CUtensorMap raw_map) {
     using C = Cfg<BT>;
@@ -547,32 +574,37 @@ bool moe_wgmma_supported(int n, int k, int num_experts) {
            num_experts <= kMaxMoeMmaExperts;
 }
 
-int moe_wgmma_block_tokens(int assignments, int num_experts) { return assignments >= 96 * num_experts ? 128 : 64; }
+int moe_wgmma_block_tokens(int assignments, int num_experts) {
+    if (assignments >= 96 * num_experts) return 128;
+    if (assignments > 32 * num_experts) return 64;
+    return assignments > 16 * num_experts ? 32 : 16;  // decode-sized batches: a few rows per expert
+}
 
 void moe_wgmma(const MoeMmaArgs& a, bool gate_up, int block_tokens, cudaStream_t stream, bool warp_specialized) {
     ENGINE_CHECK(moe_wgmma_supported(a.n, a.k, a.num_experts), "moe_wgmma: n %d, k %d, %d experts unsupported", a.n,
                  a.k, a.num_experts);
-    ENGINE_CHECK(block_tokens == 64 || block_tokens == 128, "moe_wgmma: %d tokens a tile", block_tokens);
+    ENGINE_CHECK(block_tokens == 16 || block_tokens == 32 || block_tokens == 64 || block_tokens == 128,
+                 "moe_wgmma: %d tokens a tile", block_tokens);
     ENGINE_CHECK(!warp_specialized || (!a.x_by_token && a.num_rows > 0),
                  "moe_wgmma: the warp-specialized kernel reads x in tile-row order (num_rows %d)", a.num_rows);
     if (a.max_tiles <= 0) return;
     // Warp-specialized: falls back to the other kernel (same arguments) if the tensor maps cannot be
     // made (no driver entry point).
-    if (warp_specialized) {
-        const bool launched = block_tokens == 128
-                                  ? (gate_up ? launch_ws<true, 128>(a, stream) : launch_ws<false, 128>(a, stream))
-                                  : (gate_up ? launch_ws<true, 64>(a, stream) : launch_ws<false, 64>(a, stream));
-        if (launched) return;
-    }
-    if (block_tokens == 128) {
+    // Both kernels come in four tile heights; the warp-specialized one falls back to the other
+    // (same tiles) if its tensor maps cannot be made (no driver entry point).
+    auto run = [&](auto bt) {
+        constexpr int BT = decltype(bt)::value;
+        if (warp_specialized && (gate_up ? launch_ws<true, BT>(a, stream) : launch_ws<false, BT>(a, stream))) return;
         if (gate_up)
-            launch<true, 128>(a, stream);
+            launch<true, BT>(a, stream);
         else
-            launch<false, 128>(a, stream);
-    } else if (gate_up) {
-        launch<true, 64>(a, stream);
-    } else {
-        launch<false, 64>(a, stream);
+            launch<false, BT>(a, stream);
+    };
+    switch (block_tokens) {
+        case 16: run(std::integral_constant<int, 16>{}); break;
+        case 32: run(std::integral_constant<int, 32>{}); break;
+        case 64: run(std::integral_constant<int, 64>{}); break;
+        default: run(std::integral_constant<int, 128>{});
     }
 }
 
