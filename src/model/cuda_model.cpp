@@ -105,7 +105,7 @@ struct CudaModel::Impl {
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
     }
-    int experts_per_token = 4, num_experts = 32;  // this rank's
+    int experts_per_token = 4, num_experts = 32;  // of the whole model (EP: rows per expert average over all)
     int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
     size_t weight_bytes = 0, kv_bytes = 0;
 
