@@ -1,5 +1,5 @@
-// Grouped MoE GEMMs for prefill-sized batches on Hopper's warpgroup tensor cores (wgmma), MXFP4
-// weights dequantized in registers (W4A16): kernels/cuda/moe.h moe_wgmma. Design (bench/NOTES.md r19):
+// Grouped MoE GEMMs on Hopper's warpgroup tensor cores (wgmma), MXFP4 weights dequantized in
+// registers (W4A16): kernels/cuda/moe.h moe_wgmma. Design (bench/NOTES.md r19):
 //
 // - Swapped operands: D[feature, token] = W[feature, :] · X[token, :]. The weights are wgmma's A
 //   operand, which may come from registers, so the MXFP4 bytes go global -> shared (raw, 4.25 bits)
@@ -7,8 +7,10 @@
 //   operand, read by the tensor cores straight from shared memory (128-byte swizzled K-major
 //   tiles filled by cp.async, gathered by token).
 // - A CTA: 3 warpgroups × 64 weight rows = 192 output features (5760 and 2880 are multiples) ×
-//   BT tokens of one expert (64 or 128: wgmma's N), the tile list from moe_mma_tiles. K advances
-//   64 at a time (two MXFP4 groups) through a 5-stage cp.async ring.
+//   BT tokens of one expert (16, 32, 64 or 128: wgmma's N), the tile list from moe_mma_tiles. K
+//   advances 64 at a time (two MXFP4 groups) through a 5-stage ring: filled by every thread's
+//   cp.async (moe_wgmma_kernel, measured in r19), or by a producer warp's TMA with per-stage
+//   mbarriers (moe_wgmma_ws_kernel, below; not yet run on a GPU).
 // - The fragment of mma m16n8k16 (and of a register-A wgmma, per warp) pairs elements 2t, 2t + 1 of
 //   a k16 step: exactly byte t of an MXFP4 group's words, as in moe_mma.cu, so a lane's registers
 //   are byte t of each of the group's four words, moved into bf16 bit patterns and scaled by one
