@@ -24,6 +24,24 @@ __device__ __forceinline__ void take_best(float& bv, int& bi, float v, int i) {
     }
 }
 
+// Block-wide arg-max: thread 0 ends with the block's (bv, bi). Returns whether any thread saw a
+// non-finite value. wv, wi: shared scratch of blockDim.x / 32 entries. Every thread calls it.
+__device__ __forceinline__ bool block_argmax(float& bv, int& bi, bool finite, float* wv, int* wi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        take_best(bv, bi, ov, oi);
+    }
+    if ((threadIdx.x & 31) == 0) {
+        wv[threadIdx.x >> 5] = bv;
+        wi[threadIdx.x >> 5] = bi;
+    }
+    const bool bad = __syncthreads_or(!finite);
+    if (threadIdx.x == 0)
+        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) take_best(bv, bi, wv[w], wi[w]);
+    return bad;
+}
+
 // Order-preserving map of a float to an unsigned key (larger float -> larger key).
 __device__ __forceinline__ uint32_t float_key(float f) {
     const uint32_t u = __float_as_uint(f);
@@ -115,25 +133,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         }
         take_best(bv, bi, v, i);
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        take_best(bv, bi, ov, oi);
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        best_val[warp] = bv;
-        best_idx[warp] = bi;
-    }
-    const bool bad = __syncthreads_or(!finite);
-    if (threadIdx.x == 0 && bad) {
-        a.out[s] = -1;
-        return;
-    }
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) take_best(bv, bi, best_val[w], best_idx[w]);
-        a.out[s] = bi < n ? bi : 0;
-    }
+    const bool bad = block_argmax(bv, bi, finite, best_val, best_idx);
+    if (threadIdx.x == 0) a.out[s] = bad ? -1 : bi < n ? bi : 0;
 }
 
 // Greedy rows: CTA (s, y) takes the y-th slice of row s; the last CTA of a row to finish (a ticket
@@ -160,23 +161,11 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
         finite = finite && isfinite(v);
         take_best(bv, bi, v, i);
     }
-    const bool bad = __syncthreads_or(!finite);
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        take_best(bv, bi, ov, oi);
-    }
     __shared__ float wv[kSplitThreads / 32];
     __shared__ int wi[kSplitThreads / 32];
     __shared__ bool last;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) {
-        wv[warp] = bv;
-        wi[warp] = bi;
-    }
-    __syncthreads();
+    const bool bad = block_argmax(bv, bi, finite, wv, wi);
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kSplitThreads / 32; ++w) take_best(bv, bi, wv[w], wi[w]);
         part_val[blockIdx.y] = bv;
         part_idx[blockIdx.y] = bad ? -1 : bi;
         __threadfence();
