@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
-#           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab
+#           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -118,6 +118,49 @@ for stage in "$@"; do
         -k regex:moe_wgmma -c 2 $BIN/moe_bench ${NCU_WGMMA_MODE:---wgmma} ${NCU_WGMMA_BATCH:-8192} > "$OUT/ncu_wgmma.txt" 2>&1
       summary+=("ncu_wgmma rc=$?")
       grep -E 'moe_wgmma|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers' "$OUT/ncu_wgmma.txt" | head -60
+      ;;
+    sass)
+      # SASS of the kernels matching SASS_KERNEL (default moe_mma_kernel) in moe_bench, and each
+      # one's instruction count by opcode (cuobjdump from the device's CUDA toolkit).
+      CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+      $CUOBJDUMP -sass ${SASS_BIN:-$BIN/moe_bench} > "$OUT/sass_all.txt" 2>&1
+      summary+=("sass rc=$?")
+      python3 tools/sass_summary.py "$OUT/sass_all.txt" "${SASS_KERNEL:-moe_mma_kernel}" > "$OUT/sass_summary.txt"
+      head -60 "$OUT/sass_summary.txt"
+      ;;
+    ncu_moe)
+      # Instruction mix and stall reasons of the grouped MoE kernels at a decode-sized batch
+      # (NCU_MOE_MODE, NCU_MOE_BATCH: moe_bench arguments; gate_up then down).
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section InstructionStats --section MemoryWorkloadAnalysis \
+        --metrics smsp__sass_inst_executed.sum,dram__bytes_read.sum,smsp__inst_executed_op_shared_ld.sum \
+        -k regex:${NCU_MOE_KERNEL:-moe_mma_kernel} -c 2 $BIN/moe_bench ${NCU_MOE_MODE:---mma} ${NCU_MOE_BATCH:-64} \
+        > "$OUT/ncu_moe.txt" 2>&1
+      summary+=("ncu_moe rc=$?")
+      grep -E 'moe_|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers|inst_executed|dram__bytes|Executed Ipc' \
+        "$OUT/ncu_moe.txt" | head -60
+      ;;
+    ncu_step)
+      # Kernel durations of decode steps of any model and batch (NCU_STEP_ARGS: bench model/batch
+      # flags; default 120b, 256 sequences, 1k context); the first NCU_STEP_SKIP kernels (warm-up)
+      # are skipped and the next NCU_STEP_COUNT profiled, then summed by kernel name.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|quant_fp8|fill_kv|init_)).*' \
+        --launch-skip ${NCU_STEP_SKIP:-0} --launch-count ${NCU_STEP_COUNT:-1200} $BIN/gptoss bench \
+        ${NCU_STEP_ARGS:---synthetic gpt-oss-120b --batch 256} --prefill "" --context 1024 --decode-steps 2 --repeats 1 \
+        > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.err"
+      summary+=("ncu_step rc=$?")
+      tail -2 "$OUT/ncu_step.err"
+      python3 tools/ncu_kernel_times.py "$OUT/ncu_step.csv" --steps ${NCU_STEP_STEPS:-0} | tee "$OUT/ncu_step_summary.md"
+      ;;
+    profile120)
+      # Device time per stage of 120b decode steps at PROFILE120_BATCH (CUDA events, no graphs).
+      GPTOSS_PROFILE=1 $BIN/gptoss bench --synthetic gpt-oss-120b --prefill "" --batch ${PROFILE120_BATCH:-256} \
+        --context 1024 --decode-steps 4 > "$OUT/profile120.log" 2>&1
+      summary+=("profile120 rc=$?")
+      grep -A24 GPTOSS_PROFILE "$OUT/profile120.log" | head -28
       ;;
     decode_ab)
       # Decode batches through moe_mma (default) and through the warp-specialized wgmma kernels with

@@ -101,7 +101,11 @@ struct CudaModel::Impl {
     // moe_mma once experts average ≥ 64 rows (moe_bench: 1,024 tokens on 32 experts 1.23 vs 1.62 ms,
     // 256 tokens 0.72 vs 0.68 ms).
     bool wgmma_ok = false;
-    bool wgmma_ws = false;  // the warp-specialized variant (GPTOSS_MOE_WGMMA_WS=1; not yet measured)
+    // Its warp-specialized variant once experts average ≥ 64 rows (x gathered first; moe_bench, 32
+    // experts, r20: 8,192 tokens 5.83 vs 6.62 ms, 1,024 tokens 1.07 vs 1.22 ms; 256 tokens 0.81 vs
+    // 0.59 ms). GPTOSS_MOE_WGMMA_WS=0 never, 1 always.
+    int wgmma_ws = -1;
+    bool use_wgmma_ws(int rows) const { return wgmma_ws == 1 || (wgmma_ws < 0 && rows >= 64 * num_experts); }
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
     }
@@ -426,7 +430,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     int want_wgmma = opt.moe_wgmma;
     if (const char* v = std::getenv("GPTOSS_MOE_WGMMA")) want_wgmma = std::atoi(v) != 0 ? 1 : 0;
     wgmma_ok = wgmma_ok && (want_wgmma == 1 || (want_wgmma < 0 && !have_bf16_experts && !have_fp8_experts));
-    if (const char* v = std::getenv("GPTOSS_MOE_WGMMA_WS")) wgmma_ws = std::atoi(v) != 0;
+    if (const char* v = std::getenv("GPTOSS_MOE_WGMMA_WS")) wgmma_ws = std::atoi(v) != 0 ? 1 : 0;
     if (mma_ok || wgmma_ok) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
@@ -468,7 +472,10 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
-    router_logits = DeviceBuffer(static_cast<int64_t>(kc::kGemvMaxTokens) * Er * 4);
+    router_logits = DeviceBuffer(  // the decode router's logits, or router_topk's scratch
+        std::max<int64_t>(kc::kGemvMaxTokens * Er,
+                          kc::router_topk_scratch(static_cast<int>(Tm), static_cast<int>(Er))) *
+        4);
     if (dp > 1) {
         hg = DeviceBuffer(Tm * H * 2);
         hg32 = DeviceBuffer(Tm * H * 4);
@@ -614,16 +621,17 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     if (use_wgmma(T)) {
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts);  // rows per local expert ≈ A / all experts
         kc::MoeMmaArgs m = mma_args(bt);
-        if (wgmma_ws) {  // the warp-specialized kernels read x in tile-row order: gather it first
+        const bool ws = use_wgmma_ws(A);
+        if (ws) {  // the warp-specialized kernels read x in tile-row order: gather it first
             kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
             m.x = xg.get();
             m.x_by_token = false;
             m.num_rows = A;
         }
-        kc::moe_wgmma(m, true, bt, stream, wgmma_ws);
+        kc::moe_wgmma(m, true, bt, stream, ws);
         to_down(m);
         m.num_rows = A;
-        kc::moe_wgmma(m, false, bt, stream, wgmma_ws);
+        kc::moe_wgmma(m, false, bt, stream, ws);
         return;
     }
     if (use_mma(T)) {
@@ -1133,6 +1141,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 ra.hidden_size = H;
                 ra.num_experts = c.num_experts;
                 ra.experts_per_token = K;
+                ra.logits = router_logits.as<float>();
                 kc::router_topk(ra, stream);
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);

@@ -108,13 +108,149 @@ __global__ void __launch_bounds__(kRouterThreads)
     }
 }
 
-__global__ void topk_softmax_kernel(const float* logits, const float* bias, int E, int k, int32_t* ids,
-                                    float* weights) {
-    __shared__ float l[kMaxExperts];
-    const int t = blockIdx.x;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) l[e] = logits[static_cast<int64_t>(t) * E + e] + bias[e];
+// One warp per token: lane j holds logits j, j + 32, ... (the sum of `splits` partial arrays
+// [splits, T, E], + bias); k rounds of a warp arg-max
+// (ties to the lower index, as select_topk), the winner taken from lane 0 so that every lane
+// agrees even with NaNs; then the softmax over the k (descending order, as select_topk).
+constexpr int kTopkWarps = 4;
+__global__ void __launch_bounds__(32 * kTopkWarps)
+    topk_softmax_kernel(const float* __restrict__ logits, const float* __restrict__ bias, int T, int E, int k,
+                        int splits, int32_t* ids, float* weights) {
+    constexpr int kPer = kMaxExperts / 32;
+    constexpr int kNone = 0x7fffffff;
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * kTopkWarps + (threadIdx.x >> 5);
+    if (t >= T) return;
+    float v[kPer];
+    bool free_[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int e = lane + 32 * i;
+        free_[i] = e < E;
+        float l = 0.0f;  // the split-K partial sums (router_topk), in a fixed order
+        for (int p = 0; p < splits && e < E; ++p) l += logits[(static_cast<int64_t>(p) * T + t) * E + e];
+        v[i] = e < E ? l + bias[e] : 0.0f;
+    }
+    float vals[8];
+    int chosen[8];
+    for (int s = 0; s < k; ++s) {
+        float bv = 0.0f;
+        int bi = kNone;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i)  // ascending index: strict > keeps the lower one on ties
+            if (free_[i] && (bi == kNone || v[i] > bv)) bv = v[i], bi = lane + 32 * i;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+            if (oi != kNone && (bi == kNone || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+        }
+        bv = __shfl_sync(0xffffffffu, bv, 0);
+        bi = __shfl_sync(0xffffffffu, bi, 0);
+#pragma unroll
+        for (int i = 0; i < kPer; ++i)  // unrolled compares keep free_ in registers
+            if (bi == lane + 32 * i) free_[i] = false;
+        vals[s] = bv;
+        chosen[s] = bi;
+    }
+    if (lane == 0) {
+        float sum = 0.0f;
+        const float mx = vals[0];
+        for (int s = 0; s < k; ++s) {
+            vals[s] = __expf(vals[s] - mx);
+            sum += vals[s];
+        }
+        for (int s = 0; s < k; ++s) {
+            ids[t * k + s] = chosen[s];
+            weights[t * k + s] = vals[s] / sum;
+        }
+    }
+}
+
+// Router logits of many tokens: a CTA computes a tile of 4·TT tokens × 32 experts (a warp TT
+// tokens, a lane one expert) over the hidden dimension in 32-wide chunks staged in shared memory
+// (weights converted to fp32 once, double-buffered, the next chunk's loads issued before the
+// current chunk's math). Sums are fp32 per chunk, then across chunks (two levels: less rounding
+// than one running sum over 2,880 terms). With gridDim.z = S > 1 each CTA takes 1/S of the chunks
+// and writes partial sums to logits[z] (more CTAs for small batches: the loop is latency-bound).
+// logits[z, t, e] = h[t, chunks of z] · W[e, same], no bias (topk adds it and sums the partials).
+constexpr int kRouterTileK = 32, kRouterTileE = 32, kRouterTileThreads = 128;
+constexpr int kRouterMaxSplits = 8, kRouterMaxSplitTokens = 1024;  // split K only up to this many tokens
+template <int TT>
+__global__ void __launch_bounds__(kRouterTileThreads)
+    router_logits_tiled_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
+                               float* __restrict__ logits) {
+    constexpr int BT = 4 * TT;
+    constexpr int kHLoads = (BT * kRouterTileK / 4 + kRouterTileThreads - 1) / kRouterTileThreads;
+    __shared__ __align__(16) float s_w[2][kRouterTileE][kRouterTileK + 4];  // +4: conflict-free float4 rows
+    __shared__ __align__(16) float s_h[2][BT][kRouterTileK];                // read as warp-wide broadcasts
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = blockIdx.x * BT, e0 = blockIdx.y * kRouterTileE;
+    const int wr = tid >> 2, wq = tid & 3;  // weights: row wr, 8 elements at 8·wq of the chunk
+    const bool w_ok = e0 + wr < E;
+    const uint4* wsrc = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(w_ok ? e0 + wr : 0) * H) + wq;
+    uint4 wv;
+    float4 hv[kHLoads];
+    auto load = [&](int c) {
+        wv = w_ok ? __ldg(wsrc + c * (kRouterTileK / 8)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int i = 0; i < kHLoads; ++i) {
+            const int f = tid + i * kRouterTileThreads, r = f / (kRouterTileK / 4), q = f % (kRouterTileK / 4);
+            const bool ok = f < BT * kRouterTileK / 4 && t0 + r < T;
+            hv[i] =
+                ok ? __ldg(reinterpret_cast<const float4*>(h + static_cast<int64_t>(t0 + r) * H + c * kRouterTileK) + q)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto store = [&](int buf) {
+        const uint32_t u[4] = {wv.x, wv.y, wv.z, wv.w};
+        float* dst = &s_w[buf][wr][wq * 8];
+        *reinterpret_cast<float4*>(dst) = make_float4(__uint_as_float(u[0] << 16), __uint_as_float(u[0] & 0xffff0000u),
+                                                      __uint_as_float(u[1] << 16), __uint_as_float(u[1] & 0xffff0000u));
+        *reinterpret_cast<float4*>(dst + 4) =
+            make_float4(__uint_as_float(u[2] << 16), __uint_as_float(u[2] & 0xffff0000u), __uint_as_float(u[3] << 16),
+                        __uint_as_float(u[3] & 0xffff0000u));
+#pragma unroll
+        for (int i = 0; i < kHLoads; ++i) {
+            const int f = tid + i * kRouterTileThreads;
+            if (f < BT * kRouterTileK / 4) reinterpret_cast<float4*>(&s_h[buf][0][0])[f] = hv[i];
+        }
+    };
+    float acc[TT] = {};
+    const int all = H / kRouterTileK, S = gridDim.z, z = blockIdx.z;
+    const int c0 = all * z / S, chunks = all * (z + 1) / S;  // this CTA's chunks [c0, chunks)
+    logits += static_cast<int64_t>(z) * T * E;
+    load(c0);
+    store(0);
     __syncthreads();
-    if (threadIdx.x == 0) select_topk(l, E, k, ids + t * k, weights + t * k);
+    for (int c = c0; c < chunks; ++c) {
+        const int buf = (c - c0) & 1;
+        if (c + 1 < chunks) load(c + 1);
+        float part[TT] = {};
+#pragma unroll
+        for (int k4 = 0; k4 < kRouterTileK / 4; ++k4) {
+            const float4 wf = *reinterpret_cast<const float4*>(&s_w[buf][lane][4 * k4]);
+#pragma unroll
+            for (int j = 0; j < TT; ++j) {
+                const float4 x = *reinterpret_cast<const float4*>(&s_h[buf][warp * TT + j][4 * k4]);
+                part[j] = fmaf(x.x, wf.x, part[j]);
+                part[j] = fmaf(x.y, wf.y, part[j]);
+                part[j] = fmaf(x.z, wf.z, part[j]);
+                part[j] = fmaf(x.w, wf.w, part[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < TT; ++j) acc[j] += part[j];
+        if (c + 1 < chunks) store(buf ^ 1);  // the other buffer: last read before the previous barrier
+        __syncthreads();
+    }
+    const int e = e0 + lane;
+    if (e < E)
+#pragma unroll
+        for (int j = 0; j < TT; ++j) {
+            const int t = t0 + warp * TT + j;
+            if (t < T) logits[static_cast<int64_t>(t) * E + e] = acc[j];
+        }
 }
 
 // ---- fused decode router: logits -> top-k -> softmax -> plan, one launch -----------------------
@@ -815,8 +951,41 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_experts <= kMaxExperts && a.experts_per_token <= 8 && a.experts_per_token <= a.num_experts,
                  "router: %d experts, k %d unsupported", a.num_experts, a.experts_per_token);
     if (a.num_tokens == 0) return;
-    router_topk_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
+    if (a.logits == nullptr || a.hidden_size % kRouterTileK != 0) {  // one CTA per token (odd widths)
+        router_topk_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    // Tokens per warp: more CTAs for small batches (the weights are re-read per token tile from
+    // L2), fewer shared-memory reads per multiply for large ones; then split K until ~4 CTAs an SM.
+    const int T = a.num_tokens, E = a.num_experts, H = a.hidden_size;
+    const auto* w = static_cast<const __nv_bfloat16*>(a.weight);
+    const int etiles = (E + kRouterTileE - 1) / kRouterTileE;
+    const int tt = T >= 2048 ? 4 : T >= 512 ? 2 : 1;
+    const int ttiles = (T + 4 * tt - 1) / (4 * tt);
+    const int splits = router_topk_splits(T, E, H);
+    const dim3 grid(ttiles, etiles, splits);
+    if (tt == 4)
+        router_logits_tiled_kernel<4><<<grid, kRouterTileThreads, 0, stream>>>(a.h, w, T, H, E, a.logits);
+    else if (tt == 2)
+        router_logits_tiled_kernel<2><<<grid, kRouterTileThreads, 0, stream>>>(a.h, w, T, H, E, a.logits);
+    else
+        router_logits_tiled_kernel<1><<<grid, kRouterTileThreads, 0, stream>>>(a.h, w, T, H, E, a.logits);
     CUDA_CHECK_LAUNCH();
+    topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(
+        a.logits, a.bias, T, E, a.experts_per_token, splits, a.expert_ids, a.expert_weights);
+    CUDA_CHECK_LAUNCH();
+}
+
+int router_topk_splits(int num_tokens, int num_experts, int hidden_size) {
+    if (num_tokens > kRouterMaxSplitTokens || hidden_size % kRouterTileK != 0) return 1;
+    const int tt = num_tokens >= 512 ? 2 : 1;
+    const int ctas = (num_tokens + 4 * tt - 1) / (4 * tt) * ((num_experts + kRouterTileE - 1) / kRouterTileE);
+    return std::clamp((528 + ctas - 1) / ctas, 1, std::min(kRouterMaxSplits, hidden_size / kRouterTileK));
+}
+
+int64_t router_topk_scratch(int num_tokens, int num_experts) {
+    return static_cast<int64_t>(std::max(num_tokens, kRouterMaxSplitTokens * kRouterMaxSplits)) * num_experts;
 }
 
 void router_logits_small(const float* h, const void* weight, int T, int H, int E, float* logits, cudaStream_t stream) {
@@ -830,7 +999,8 @@ void topk_softmax(const float* logits, const float* bias, int T, int E, int k, i
                   cudaStream_t stream) {
     ENGINE_CHECK(E <= kMaxExperts && k <= 8 && k <= E, "topk: %d experts, k %d unsupported", E, k);
     if (T == 0) return;
-    topk_softmax_kernel<<<T, 32, 0, stream>>>(logits, bias, E, k, ids, weights);
+    topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(logits, bias, T, E, k, 1,
+                                                                                           ids, weights);
     CUDA_CHECK_LAUNCH();
 }
 

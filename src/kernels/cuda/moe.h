@@ -21,8 +21,16 @@ struct RouterTopkArgs {
     int hidden_size = 0;
     int num_experts = 0;
     int experts_per_token = 0;
+    // fp32 scratch of router_topk_scratch(num_tokens, num_experts) floats: with it the logits are a
+    // tiled kernel's (split over K for small batches) and the selection a warp per token; without
+    // it (or a hidden size not a multiple of 32) one CTA per token does both (slow: ~0.3 ms a layer
+    // at 256 tokens, H200).
+    float* logits = nullptr;
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
+// Floats of router_topk's scratch for up to num_tokens tokens, and the K splits it uses.
+int64_t router_topk_scratch(int num_tokens, int num_experts);
+int router_topk_splits(int num_tokens, int num_experts, int hidden_size);
 // Router logits for decode-sized batches (num_tokens <= 8): one CTA per expert row, the hidden
 // dimension split over its threads (a 32-row GEMV with one warp per row leaves the GPU idle).
 // logits[t, e] = h[t] · W[e] (no bias: topk_softmax adds it).
