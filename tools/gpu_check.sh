@@ -5,7 +5,7 @@
 #
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
-#           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step
+#           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -154,6 +154,22 @@ for stage in "$@"; do
       summary+=("ncu_step rc=$?")
       tail -2 "$OUT/ncu_step.err"
       python3 tools/ncu_kernel_times.py "$OUT/ncu_step.csv" --steps ${NCU_STEP_STEPS:-0} | tee "$OUT/ncu_step_summary.md"
+      ;;
+    mma_v4_ab)
+      # moe_mma's 16-row tiles: the shared-memory kernel (GPTOSS_MOE_MMA_V4=0) against the
+      # register-weights kernel built for 2 or 3 CTAs an SM (2, 3): moe_bench, then 120b decode.
+      for v in 0 2 3; do
+        echo "GPTOSS_MOE_MMA_V4=$v:"
+        GPTOSS_MOE_MMA_V4=$v $BIN/moe_bench --mma ${MMA_V4_BATCHES:-16 64 128 256} > "$OUT/mma_v4_$v.log" 2>&1
+        summary+=("mma_v4_ab moe_bench $v rc=$?")
+        grep -E "^\| [0-9]+ \|" "$OUT/mma_v4_$v.log"
+      done
+      for v in ${MMA_V4_MODEL_MODES:-0 2 3}; do
+        GPTOSS_MOE_MMA_V4=$v $BIN/gptoss bench --synthetic gpt-oss-120b --prefill "" --batch ${MMA_V4_BATCH120:-64,256} \
+          --context 1024 --decode-steps 8 --markdown "$OUT/mma_v4_120b_$v.md" > "$OUT/mma_v4_120b_$v.log" 2>&1
+        summary+=("mma_v4_ab 120b $v rc=$?")
+        echo "120b GPTOSS_MOE_MMA_V4=$v:"; grep -E "^\| 1024 \|" "$OUT/mma_v4_120b_$v.md"
+      done
       ;;
     profile120)
       # Device time per stage of 120b decode steps at PROFILE120_BATCH (CUDA events, no graphs).

@@ -448,17 +448,22 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
 
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
+// moe_mma's 16-row tiles: the register-weights kernel (n % 192 == 0) or, legacy, the shared-memory one.
 struct GroupedKernel {
     bool wgmma;
     int rows;
     bool ws = false;
+    bool legacy = false;
     std::string name() const {
-        return (wgmma ? (ws ? "wgmma-ws " : "wgmma ") : "mma ") + std::to_string(rows) + "-row";
+        return (wgmma    ? (ws ? "wgmma-ws " : "wgmma ")
+                : legacy ? "mma-legacy "
+                         : "mma ") +
+               std::to_string(rows) + "-row";
     }
 };
-constexpr GroupedKernel kGroupedKernels[] = {{false, 16},      {false, 64},      {true, 16},       {true, 32},
-                                             {true, 64},       {true, 128},      {true, 16, true}, {true, 32, true},
-                                             {true, 64, true}, {true, 128, true}};
+constexpr GroupedKernel kGroupedKernels[] = {
+    {false, 16}, {false, 16, false, true}, {false, 64},      {true, 16},       {true, 32},       {true, 64},
+    {true, 128}, {true, 16, true},         {true, 32, true}, {true, 64, true}, {true, 128, true}};
 
 // The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
 // list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].
@@ -484,6 +489,7 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     a.tile_count = count.as<int32_t>();
     a.max_tiles = max_tiles;
     a.large = large;
+    a.legacy_small = kind.legacy;
     a.blocks = dgub.as<uint8_t>();
     a.scales = dgus.as<uint8_t>();
     a.bias = dgubias.as<float>();

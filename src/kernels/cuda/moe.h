@@ -117,8 +117,11 @@ struct MoeMmaArgs {
     const int32_t* sorted_assignments = nullptr;  // [assignments]
     const int32_t* tiles = nullptr;               // from moe_mma_tiles
     const int32_t* tile_count = nullptr;
-    int max_tiles = 0;                // the grid's tile rows (the bound passed to moe_mma_tiles)
-    bool large = false;               // 64-row tiles (else 16); the same as given to moe_mma_tiles
+    int max_tiles = 0;   // the grid's tile rows (the bound passed to moe_mma_tiles)
+    bool large = false;  // 64-row tiles (else 16); the same as given to moe_mma_tiles
+    // 16-row tiles: the shared-memory kernel (cp.async weights, ldmatrix activations) instead of
+    // the one that loads weights into registers (used where n % 192 == 0). For A/B runs and tests.
+    bool legacy_small = false;
     const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
     const uint8_t* scales = nullptr;  // [E, n, k/32]
     const float* bias = nullptr;      // [E, n]

@@ -244,6 +244,219 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(const MoeMmaArgs a) {
     }
 }
 
+// ---- decode-sized tiles, weights straight into registers ("v4") --------------------------------
+// For tiles of ≤ 16 rows the weights are the traffic and the instruction count per weight byte
+// decides the speed (the kernel above: ~350 warp instructions per KB, 1.5 TB/s). Here:
+// - Tile: 16 rows of one expert × 192 columns (6 warps × 4 n8 fragments). Stage: 4 MXFP4 groups
+//   (128 of K).
+// - Lane (g, t) owns, per fragment, weight row (fragment base + g) and group (4·stage + t): one
+//   16-byte load straight into registers, two stages ahead, and that group's scale byte. No shared
+//   memory, cp.async or ldmatrix for the weights.
+// - K order inside an MMA is free as long as A and B agree. A word of 8 codes gives four B
+//   registers, register i holding codes (i, i + 4) (e2m1x8_raw: a mask, a multiply and a mask
+//   each); the A register holds the same two activations (one PRMT of a 16-byte shared-memory
+//   read, shared by the warp's 4 fragments).
+// - Activations: a cp.async ring of 4 stages (16 rows × 256 bytes each, chunks XOR-swizzled so
+//   that a warp's 16-byte reads of rows g and g + 8 are conflict-free).
+constexpr int kV4Warps = 6, kV4NF = 4, kV4BN = kV4Warps * kV4NF * 8;  // 192 columns
+constexpr int kV4Threads = kV4Warps * 32, kV4Stages = 4, kV4BM = 16;
+constexpr int kV4StageBytes = kV4BM * 256;
+
+// Four bf16x2 bit patterns (value · 2^-126, as e2m1x2_raw) from one word of 8 e2m1 codes (code i
+// at bits 4i..4i+3): register i holds code i (low half) and code i + 4 (high half). u = w & 0x000F000F
+// puts codes 0 and 4 at bits 0-3 and 16-19; u · (2^6 + 2^12) copies them to 6-9 / 22-25 and
+// 12-15 / 28-31 without overlap (no carries), and the mask keeps the magnitudes at 8:6 (24:22)
+// and the signs at 15 (31). Codes 1 and 5 take 2^2 + 2^8; codes 2, 3, 6, 7 the same from w >> 8.
+__device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
+    const uint32_t hi = w >> 8;
+    r[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+    r[2] = ((hi & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    r[3] = ((hi & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+}
+
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Physical 16-byte chunk of chunk c (8 elements; c = 4·group + word) of tile row r in a stage.
+__device__ __forceinline__ int v4_chunk(int r, int c) { return c ^ ((((c >> 3) & 1) << 1) | (r & 1)); }
+
+// kMinBlocks 2: 123 registers, no spills, 12 warps an SM; 3: 96 registers with a few spills, 18.
+template <bool kGateUp, int kMinBlocks>
+__global__ void __launch_bounds__(kV4Threads, kMinBlocks) moe_mma_v4_kernel(const MoeMmaArgs a) {
+    __shared__ __align__(128) uint8_t s_a[kV4Stages][kV4StageBytes];
+    __shared__ int64_t s_src[kV4BM];
+
+    pdl_wait();
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * kV4BM;
+    const int rows = min(kV4BM, a.expert_offsets[e + 1] - row0);
+    const int n0 = blockIdx.x * kV4BN;
+    const int K = a.k, G = K / 32, N = a.n;
+    const int steps = (G + 3) / 4;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+
+    if (tid < kV4BM) {
+        int64_t src = -1;
+        if (tid < rows) {
+            const int i = row0 + tid;
+            const int64_t row = a.x_by_token ? a.sorted_assignments[i] / a.experts_per_token : i;
+            src = row * K * 2;
+        }
+        s_src[tid] = src;
+    }
+    __syncthreads();
+
+    const uint8_t* xb = static_cast<const uint8_t*>(a.x);
+    // Activations of stage `step` (its real rows and groups) into ring slot `slot`.
+    auto load_a = [&](int step, int slot) {
+        for (int c = tid; c < rows * 16; c += kV4Threads) {
+            const int r = c >> 4, q = c & 15;
+            if (step * 4 + (q >> 2) >= G) continue;
+            cp_async16(s_a[slot] + r * 256 + v4_chunk(r, q) * 16, xb + s_src[r] + (step * 128 + q * 8) * 2);
+        }
+    };
+    // This lane's weight rows (one per fragment) and scale rows.
+    const int64_t row_base = static_cast<int64_t>(e) * N + n0 + warp * kV4NF * 8 + g;
+    auto load_b = [&](int step, uint4(&w)[kV4NF], uint32_t(&sc)[kV4NF]) {
+        const int grp = step * 4 + t;
+#pragma unroll
+        for (int j = 0; j < kV4NF; ++j) {
+            const int64_t row = row_base + j * 8;
+            if (grp < G) {
+                w[j] = ldg_stream(a.blocks + (row * G + grp) * 16);
+                sc[j] = __ldg(a.scales + row * G + grp);
+            } else {
+                w[j] = make_uint4(0u, 0u, 0u, 0u);
+                sc[j] = 127u;
+            }
+        }
+    };
+
+    float acc[kV4NF][4];
+#pragma unroll
+    for (int j = 0; j < kV4NF; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[j][v] = 0.0f;
+
+    // One stage, word by word: the A registers of word q of this lane's group (zero past G), then
+    // that word of every fragment's group, two MMAs each. The scale 2^(s - 1) (= 2^126 · 2^(s - 127))
+    // is one bf16x2 multiplier, or two (`two`) where it is past bf16 (a scale byte above 128, which
+    // no real checkpoint has; chosen per warp and stage). Called with a constant `two`, so each call
+    // site inlines one path.
+    auto compute = [&](int step, int slot, const uint4(&w)[kV4NF], const uint32_t(&sc)[kV4NF], const bool two) {
+        const bool valid = step * 4 + t < G;
+        uint32_t m1[kV4NF], m2[kV4NF];
+#pragma unroll
+        for (int j = 0; j < kV4NF; ++j) {
+            if (two) {
+                const GroupScale gs = group_scale(sc[j]);
+                m1[j] = gs.first;
+                m2[j] = gs.second ? gs.second : 0x3F803F80u;  // 1.0
+            } else {
+                m1[j] = ((sc[j] + 126u) << 7) * 0x10001u;
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
+            if (valid) {
+                const int c = 4 * t + q;
+                x0 = *reinterpret_cast<const uint4*>(s_a[slot] + g * 256 + v4_chunk(g, c) * 16);
+                x1 = *reinterpret_cast<const uint4*>(s_a[slot] + (g + 8) * 256 + v4_chunk(g + 8, c) * 16);
+            }
+            // Pair i = elements (i, i + 4) of the 8: pairs 0, 1 from words x/z, 2, 3 from y/w. MMA
+            // (q, 0) takes pairs 0 and 1 (a0, a2: row g; a1, a3: row g + 8), MMA (q, 1) pairs 2 and 3.
+            const uint32_t a0[4] = {__byte_perm(x0.x, x0.z, 0x5410), __byte_perm(x1.x, x1.z, 0x5410),
+                                    __byte_perm(x0.x, x0.z, 0x7632), __byte_perm(x1.x, x1.z, 0x7632)};
+            const uint32_t a1[4] = {__byte_perm(x0.y, x0.w, 0x5410), __byte_perm(x1.y, x1.w, 0x5410),
+                                    __byte_perm(x0.y, x0.w, 0x7632), __byte_perm(x1.y, x1.w, 0x7632)};
+#pragma unroll
+            for (int j = 0; j < kV4NF; ++j) {
+                const uint32_t word = q == 0 ? w[j].x : q == 1 ? w[j].y : q == 2 ? w[j].z : w[j].w;
+                uint32_t r[4];
+                e2m1x8_raw(word, r);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    r[i] = bf16x2_mul(r[i], m1[j]);
+                    if (two) r[i] = bf16x2_mul(r[i], m2[j]);
+                }
+                mma_bf16(acc[j], a0, r[0], r[1]);
+                mma_bf16(acc[j], a1, r[2], r[3]);
+            }
+        }
+    };
+
+    // Prologue: A stages 0 .. kV4Stages - 2 in flight, B of stages 0 and 1 in registers.
+#pragma unroll
+    for (int st = 0; st < kV4Stages - 1; ++st) {
+        if (st < steps) load_a(st, st);
+        cp_async_commit();
+    }
+    uint4 wb0[kV4NF], wb1[kV4NF];
+    uint32_t sc0[kV4NF], sc1[kV4NF];
+    load_b(0, wb0, sc0);
+    if (steps > 1) load_b(1, wb1, sc1);
+    // Each stage: wait for its A, queue the A of stage + 3, take the B registers and refill them
+    // with stage + 2 before the math (the copy keeps the loads in flight during it).
+    auto stage = [&](int step, uint4(&wb)[kV4NF], uint32_t(&sc)[kV4NF]) {
+        cp_async_wait<kV4Stages - 2>();
+        __syncthreads();
+        {
+            const int next = step + kV4Stages - 1;
+            if (next < steps) load_a(next, next % kV4Stages);
+            cp_async_commit();
+        }
+        uint4 w[kV4NF];
+        uint32_t s[kV4NF];
+#pragma unroll
+        for (int j = 0; j < kV4NF; ++j) w[j] = wb[j], s[j] = sc[j];
+        if (step + 2 < steps) load_b(step + 2, wb, sc);
+        uint32_t big = 0;
+#pragma unroll
+        for (int j = 0; j < kV4NF; ++j) big |= s[j] > 128u;
+        if (__any_sync(0xffffffffu, big != 0))
+            compute(step, step % kV4Stages, w, s, true);
+        else
+            compute(step, step % kV4Stages, w, s, false);
+    };
+    for (int step = 0; step < steps; step += 2) {
+        stage(step, wb0, sc0);
+        if (step + 1 < steps) stage(step + 1, wb1, sc1);
+    }
+    cp_async_wait<0>();
+    pdl_trigger();
+
+    // Epilogue as moe_mma: acc[j] rows g (v 0, 1) and g + 8 (v 2, 3), columns c, c + 1.
+#pragma unroll
+    for (int j = 0; j < kV4NF; ++j) {
+        const int c = n0 + warp * kV4NF * 8 + j * 8 + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = g + 8 * h;
+            if (m >= rows) continue;
+            const float v0 = acc[j][2 * h], v1 = acc[j][2 * h + 1];
+            const int64_t row = row0 + m;
+            const float* b = a.bias + static_cast<int64_t>(e) * N + c;
+            if constexpr (kGateUp) {
+                static_cast<__nv_bfloat16*>(a.act)[row * (N / 2) + c / 2] =
+                    __float2bfloat16(swiglu(v0 + b[0], v1 + b[1], a.swiglu_limit, a.swiglu_alpha));
+            } else {
+                float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row]) * N + c;
+                *reinterpret_cast<float2*>(dst) = make_float2(v0 + b[0], v1 + b[1]);
+            }
+        }
+    }
+}
+
 __global__ void moe_mma_tiles_kernel(const int32_t* offsets, int num_experts, int bm, int max_tiles, int32_t* tiles,
                                      int32_t* count) {
     __shared__ int start[kMaxMoeMmaExperts + 1];
@@ -286,6 +499,16 @@ bool wide_stages() {
     return wide;
 }
 
+// GPTOSS_MOE_MMA_V4 (A/B runs): 0 = 16-row tiles always by the shared-memory kernel; 3 = the
+// register kernel built for 3 CTAs an SM; else (default 2) for 2.
+int v4_mode() {
+    static const int mode = [] {
+        const char* v = std::getenv("GPTOSS_MOE_MMA_V4");
+        return v == nullptr ? 2 : std::atoi(v);
+    }();
+    return mode;
+}
+
 }  // namespace
 
 int moe_mma_block_rows(bool large) { return large ? 64 : 16; }
@@ -311,6 +534,21 @@ void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     // columns for gate_up where they divide n (per-CTA costs over twice the weights), 64 for down.
     // GPTOSS_MOE_MMA_GPS=1: the first design (1 group a stage, 8 stages, 32-column down tiles).
     // Large tiles: BM 64, warps 2 × 2, each 32 × 32.
+    if (!a.large && !a.legacy_small && v4_mode() != 0 && a.n % kV4BN == 0) {
+        const dim3 grid(a.n / kV4BN, a.max_tiles);
+        if (v4_mode() == 3) {
+            if (gate_up)
+                moe_mma_v4_kernel<true, 3><<<grid, kV4Threads, 0, stream>>>(a);
+            else
+                moe_mma_v4_kernel<false, 3><<<grid, kV4Threads, 0, stream>>>(a);
+        } else if (gate_up) {
+            moe_mma_v4_kernel<true, 2><<<grid, kV4Threads, 0, stream>>>(a);
+        } else {
+            moe_mma_v4_kernel<false, 2><<<grid, kV4Threads, 0, stream>>>(a);
+        }
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     if (a.large) {
         if (gate_up)
             launch<true, 2, 2, 2, 4, 4, 1>(a, stream);
