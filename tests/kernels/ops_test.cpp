@@ -261,10 +261,10 @@ std::vector<float> combine_assignments(const DeviceBuffer& y, const std::vector<
 // that take each tile height and partial tiles) and the one-CTA-per-token kernel (without).
 TEST(CudaOps, RouterTopk) {
     REQUIRE_GPU();
-    for (int E : {32, 128}) {
+    for (int E : {32, 40, 128}) {  // 40: a partial 32-expert tile
         for (int T : {65, 600, 2051}) {
             for (bool tiled : {true, false}) {
-                if (!tiled && T != 65) continue;
+                if ((!tiled || E == 40) && T != 65) continue;
                 const int H = 2880, K = 4;
                 auto h = randn(static_cast<size_t>(T) * H, E + T);
                 auto w = to_bf16(randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(2880.0f)));
@@ -448,22 +448,32 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
 
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
-// moe_mma's 16-row tiles: the register-weights kernel (n % 192 == 0) or, legacy, the shared-memory one.
+// moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the
+// default where n % 192 == 0), its 3-CTA build (3), its shared-memory-landing variant (5), or the
+// shared-memory kernel (0).
 struct GroupedKernel {
     bool wgmma;
     int rows;
     bool ws = false;
-    bool legacy = false;
+    int small = -1;
     std::string name() const {
-        return (wgmma    ? (ws ? "wgmma-ws " : "wgmma ")
-                : legacy ? "mma-legacy "
-                         : "mma ") +
-               std::to_string(rows) + "-row";
+        return (wgmma ? (ws ? "wgmma-ws " : "wgmma ") : "mma ") + std::to_string(rows) + "-row" +
+               (small >= 0 ? " (kernel " + std::to_string(small) + ")" : "");
     }
 };
-constexpr GroupedKernel kGroupedKernels[] = {
-    {false, 16}, {false, 16, false, true}, {false, 64},      {true, 16},       {true, 32},       {true, 64},
-    {true, 128}, {true, 16, true},         {true, 32, true}, {true, 64, true}, {true, 128, true}};
+constexpr GroupedKernel kGroupedKernels[] = {{false, 16, false, 2},
+                                             {false, 16, false, 0},
+                                             {false, 16, false, 3},
+                                             {false, 16, false, 5},
+                                             {false, 64},
+                                             {true, 16},
+                                             {true, 32},
+                                             {true, 64},
+                                             {true, 128},
+                                             {true, 16, true},
+                                             {true, 32, true},
+                                             {true, 64, true},
+                                             {true, 128, true}};
 
 // The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
 // list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].
@@ -489,7 +499,7 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     a.tile_count = count.as<int32_t>();
     a.max_tiles = max_tiles;
     a.large = large;
-    a.legacy_small = kind.legacy;
+    a.small_kernel = kind.small;
     a.blocks = dgub.as<uint8_t>();
     a.scales = dgus.as<uint8_t>();
     a.bias = dgubias.as<float>();

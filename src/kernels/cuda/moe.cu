@@ -948,7 +948,8 @@ __global__ void mxfp4_to_bf16_kernel(const uint8_t* blocks, const uint8_t* scale
 }  // namespace
 
 void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
-    ENGINE_CHECK(a.num_experts <= kMaxExperts && a.experts_per_token <= 8 && a.experts_per_token <= a.num_experts,
+    ENGINE_CHECK(a.num_experts <= kMaxExperts && a.experts_per_token >= 1 && a.experts_per_token <= 8 &&
+                     a.experts_per_token <= a.num_experts,
                  "router: %d experts, k %d unsupported", a.num_experts, a.experts_per_token);
     if (a.num_tokens == 0) return;
     if (a.logits == nullptr || a.hidden_size % kRouterTileK != 0) {  // one CTA per token (odd widths)
@@ -981,7 +982,7 @@ int router_topk_splits(int num_tokens, int num_experts, int hidden_size) {
     if (num_tokens > kRouterMaxSplitTokens || hidden_size % kRouterTileK != 0) return 1;
     const int tt = num_tokens >= 512 ? 2 : 1;
     const int ctas = (num_tokens + 4 * tt - 1) / (4 * tt) * ((num_experts + kRouterTileE - 1) / kRouterTileE);
-    return std::clamp((528 + ctas - 1) / ctas, 1, std::min(kRouterMaxSplits, hidden_size / kRouterTileK));
+    return std::clamp((528 + ctas - 1) / ctas, 1, std::max(1, std::min(kRouterMaxSplits, hidden_size / kRouterTileK)));
 }
 
 int64_t router_topk_scratch(int num_tokens, int num_experts) {
@@ -997,7 +998,7 @@ void router_logits_small(const float* h, const void* weight, int T, int H, int E
 
 void topk_softmax(const float* logits, const float* bias, int T, int E, int k, int32_t* ids, float* weights,
                   cudaStream_t stream) {
-    ENGINE_CHECK(E <= kMaxExperts && k <= 8 && k <= E, "topk: %d experts, k %d unsupported", E, k);
+    ENGINE_CHECK(E <= kMaxExperts && k >= 1 && k <= 8 && k <= E, "topk: %d experts, k %d unsupported", E, k);
     if (T == 0) return;
     topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(logits, bias, T, E, k, 1,
                                                                                            ids, weights);

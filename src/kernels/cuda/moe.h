@@ -119,9 +119,11 @@ struct MoeMmaArgs {
     const int32_t* tile_count = nullptr;
     int max_tiles = 0;   // the grid's tile rows (the bound passed to moe_mma_tiles)
     bool large = false;  // 64-row tiles (else 16); the same as given to moe_mma_tiles
-    // 16-row tiles: the shared-memory kernel (cp.async weights, ldmatrix activations) instead of
-    // the one that loads weights into registers (used where n % 192 == 0). For A/B runs and tests.
-    bool legacy_small = false;
+    // 16-row tiles (where n % 192 == 0; else always 0): -1 = GPTOSS_MOE_MMA_V4's choice (default
+    // 2); 0 = the shared-memory kernel (cp.async weights, ldmatrix activations); 2 = weights straight
+    // into registers; 3 = the same built for 3 CTAs an SM; 5 = weights landing per lane in shared
+    // memory by cp.async (3 CTAs an SM; not yet measured). For A/B runs and tests.
+    int small_kernel = -1;
     const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
     const uint8_t* scales = nullptr;  // [E, n, k/32]
     const float* bias = nullptr;      // [E, n]

@@ -287,10 +287,26 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
 __device__ __forceinline__ int v4_chunk(int r, int c) { return c ^ ((((c >> 3) & 1) << 1) | (r & 1)); }
 
 // kMinBlocks 2: 123 registers, no spills, 12 warps an SM; 3: 96 registers with a few spills, 18.
-template <bool kGateUp, int kMinBlocks>
+// kBSmem (mode 5, not yet measured): the weights land by cp.async in a per-lane shared-memory slot
+// (3 stages, A and B in one ring) instead of registers: 90 registers, no spills, 3 CTAs (18 warps) an SM.
+template <bool kBSmem>
+struct V4Ring {
+    static constexpr int kStages = kBSmem ? 3 : kV4Stages;
+    static constexpr int kB = kBSmem ? kV4Warps * kV4NF * 32 * 16 : 0;  // bytes of weights a stage
+    static constexpr size_t smem_bytes() { return static_cast<size_t>(kStages) * (kV4StageBytes + kB) + kV4BM * 8; }
+};
+
+template <bool kGateUp, int kMinBlocks, bool kBSmem>
 __global__ void __launch_bounds__(kV4Threads, kMinBlocks) moe_mma_v4_kernel(const MoeMmaArgs a) {
-    __shared__ __align__(128) uint8_t s_a[kV4Stages][kV4StageBytes];
-    __shared__ int64_t s_src[kV4BM];
+    using Ring = V4Ring<kBSmem>;
+    constexpr int kStages = Ring::kStages;
+    extern __shared__ __align__(128) uint8_t v4_smem[];
+    auto s_a = [&](int slot) { return v4_smem + slot * kV4StageBytes; };
+    auto s_b = [&](int slot, int j) {  // this lane's 16 bytes of fragment j
+        return v4_smem + kStages * kV4StageBytes + slot * Ring::kB +
+               (((threadIdx.x >> 5) * kV4NF + j) * 32 + (threadIdx.x & 31)) * 16;
+    };
+    int64_t* s_src = reinterpret_cast<int64_t*>(v4_smem + kStages * (kV4StageBytes + Ring::kB));
 
     pdl_wait();
     const int tile = blockIdx.y;
@@ -321,11 +337,26 @@ __global__ void __launch_bounds__(kV4Threads, kMinBlocks) moe_mma_v4_kernel(cons
         for (int c = tid; c < rows * 16; c += kV4Threads) {
             const int r = c >> 4, q = c & 15;
             if (step * 4 + (q >> 2) >= G) continue;
-            cp_async16(s_a[slot] + r * 256 + v4_chunk(r, q) * 16, xb + s_src[r] + (step * 128 + q * 8) * 2);
+            cp_async16(s_a(slot) + r * 256 + v4_chunk(r, q) * 16, xb + s_src[r] + (step * 128 + q * 8) * 2);
         }
     };
     // This lane's weight rows (one per fragment) and scale rows.
     const int64_t row_base = static_cast<int64_t>(e) * N + n0 + warp * kV4NF * 8 + g;
+    // kBSmem: the weights of stage `step` into ring slot `slot` (zeros past G), scales separately.
+    auto load_b_async = [&](int step, int slot) {
+        const int grp = step * 4 + t;
+#pragma unroll
+        for (int j = 0; j < kV4NF; ++j) {
+            const int64_t row = row_base + j * 8;
+            const bool ok = grp < G;
+            cp_async16(s_b(slot, j), a.blocks + (row * G + (ok ? grp : 0)) * 16, ok);
+        }
+    };
+    auto load_scales = [&](int step, uint32_t(&sc)[kV4NF]) {
+        const int grp = step * 4 + t;
+#pragma unroll
+        for (int j = 0; j < kV4NF; ++j) sc[j] = grp < G ? __ldg(a.scales + (row_base + j * 8) * G + grp) : 127u;
+    };
     auto load_b = [&](int step, uint4(&w)[kV4NF], uint32_t(&sc)[kV4NF]) {
         const int grp = step * 4 + t;
 #pragma unroll
@@ -370,8 +401,8 @@ __global__ void __launch_bounds__(kV4Threads, kMinBlocks) moe_mma_v4_kernel(cons
             uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
             if (valid) {
                 const int c = 4 * t + q;
-                x0 = *reinterpret_cast<const uint4*>(s_a[slot] + g * 256 + v4_chunk(g, c) * 16);
-                x1 = *reinterpret_cast<const uint4*>(s_a[slot] + (g + 8) * 256 + v4_chunk(g + 8, c) * 16);
+                x0 = *reinterpret_cast<const uint4*>(s_a(slot) + g * 256 + v4_chunk(g, c) * 16);
+                x1 = *reinterpret_cast<const uint4*>(s_a(slot) + (g + 8) * 256 + v4_chunk(g + 8, c) * 16);
             }
             // Pair i = elements (i, i + 4) of the 8: pairs 0, 1 from words x/z, 2, 3 from y/w. MMA
             // (q, 0) takes pairs 0 and 1 (a0, a2: row g; a1, a3: row g + 8), MMA (q, 1) pairs 2 and 3.
@@ -395,38 +426,62 @@ __global__ void __launch_bounds__(kV4Threads, kMinBlocks) moe_mma_v4_kernel(cons
         }
     };
 
-    // Prologue: A stages 0 .. kV4Stages - 2 in flight, B of stages 0 and 1 in registers.
+    // Prologue: A (and with kBSmem B) of stages 0 .. kStages - 2 in flight; B (or only the scales)
+    // of stages 0 and 1 in registers.
 #pragma unroll
-    for (int st = 0; st < kV4Stages - 1; ++st) {
-        if (st < steps) load_a(st, st);
+    for (int st = 0; st < kStages - 1; ++st) {
+        if (st < steps) {
+            load_a(st, st);
+            if constexpr (kBSmem) load_b_async(st, st);
+        }
         cp_async_commit();
     }
     uint4 wb0[kV4NF], wb1[kV4NF];
     uint32_t sc0[kV4NF], sc1[kV4NF];
-    load_b(0, wb0, sc0);
-    if (steps > 1) load_b(1, wb1, sc1);
-    // Each stage: wait for its A, queue the A of stage + 3, take the B registers and refill them
-    // with stage + 2 before the math (the copy keeps the loads in flight during it).
+    if constexpr (kBSmem) {
+        load_scales(0, sc0);
+        if (steps > 1) load_scales(1, sc1);
+    } else {
+        load_b(0, wb0, sc0);
+        if (steps > 1) load_b(1, wb1, sc1);
+    }
+    // Each stage: wait for its A (and B), queue stage + kStages - 1, take the B registers (or read
+    // this lane's slot) and refill the registers with stage + 2 before the math (the copy keeps
+    // the loads in flight during it).
     auto stage = [&](int step, uint4(&wb)[kV4NF], uint32_t(&sc)[kV4NF]) {
-        cp_async_wait<kV4Stages - 2>();
+        cp_async_wait<kStages - 2>();
         __syncthreads();
         {
-            const int next = step + kV4Stages - 1;
-            if (next < steps) load_a(next, next % kV4Stages);
+            const int next = step + kStages - 1;
+            if (next < steps) {
+                load_a(next, next % kStages);
+                if constexpr (kBSmem) load_b_async(next, next % kStages);
+            }
             cp_async_commit();
         }
         uint4 w[kV4NF];
         uint32_t s[kV4NF];
 #pragma unroll
-        for (int j = 0; j < kV4NF; ++j) w[j] = wb[j], s[j] = sc[j];
-        if (step + 2 < steps) load_b(step + 2, wb, sc);
+        for (int j = 0; j < kV4NF; ++j) {
+            if constexpr (kBSmem)
+                w[j] = *reinterpret_cast<const uint4*>(s_b(step % kStages, j));
+            else
+                w[j] = wb[j];
+            s[j] = sc[j];
+        }
+        if (step + 2 < steps) {
+            if constexpr (kBSmem)
+                load_scales(step + 2, sc);
+            else
+                load_b(step + 2, wb, sc);
+        }
         uint32_t big = 0;
 #pragma unroll
         for (int j = 0; j < kV4NF; ++j) big |= s[j] > 128u;
         if (__any_sync(0xffffffffu, big != 0))
-            compute(step, step % kV4Stages, w, s, true);
+            compute(step, step % kStages, w, s, true);
         else
-            compute(step, step % kV4Stages, w, s, false);
+            compute(step, step % kStages, w, s, false);
     };
     for (int step = 0; step < steps; step += 2) {
         stage(step, wb0, sc0);
@@ -499,8 +554,20 @@ bool wide_stages() {
     return wide;
 }
 
+template <int kMinBlocks, bool kBSmem>
+void launch_v4(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
+    const dim3 grid(a.n / kV4BN, a.max_tiles);
+    const size_t smem = V4Ring<kBSmem>::smem_bytes();
+    auto kernel = gate_up ? moe_mma_v4_kernel<true, kMinBlocks, kBSmem> : moe_mma_v4_kernel<false, kMinBlocks, kBSmem>;
+    if (smem > 48 * 1024)  // host-side, capture-safe
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kV4Threads, smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
 // GPTOSS_MOE_MMA_V4 (A/B runs): 0 = 16-row tiles always by the shared-memory kernel; 3 = the
-// register kernel built for 3 CTAs an SM; else (default 2) for 2.
+// register kernel built for 3 CTAs an SM; 5 = its variant with the weights landing in shared
+// memory (3 CTAs an SM); else (default 2) the register kernel for 2 CTAs an SM.
 int v4_mode() {
     static const int mode = [] {
         const char* v = std::getenv("GPTOSS_MOE_MMA_V4");
@@ -534,19 +601,14 @@ void moe_mma(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     // columns for gate_up where they divide n (per-CTA costs over twice the weights), 64 for down.
     // GPTOSS_MOE_MMA_GPS=1: the first design (1 group a stage, 8 stages, 32-column down tiles).
     // Large tiles: BM 64, warps 2 × 2, each 32 × 32.
-    if (!a.large && !a.legacy_small && v4_mode() != 0 && a.n % kV4BN == 0) {
-        const dim3 grid(a.n / kV4BN, a.max_tiles);
-        if (v4_mode() == 3) {
-            if (gate_up)
-                moe_mma_v4_kernel<true, 3><<<grid, kV4Threads, 0, stream>>>(a);
-            else
-                moe_mma_v4_kernel<false, 3><<<grid, kV4Threads, 0, stream>>>(a);
-        } else if (gate_up) {
-            moe_mma_v4_kernel<true, 2><<<grid, kV4Threads, 0, stream>>>(a);
-        } else {
-            moe_mma_v4_kernel<false, 2><<<grid, kV4Threads, 0, stream>>>(a);
-        }
-        CUDA_CHECK_LAUNCH();
+    const int small = a.small_kernel >= 0 ? a.small_kernel : v4_mode();
+    if (!a.large && small != 0 && a.n % kV4BN == 0) {
+        if (small == 3)
+            launch_v4<3, false>(a, gate_up, stream);
+        else if (small == 5)
+            launch_v4<3, true>(a, gate_up, stream);
+        else
+            launch_v4<2, false>(a, gate_up, stream);
         return;
     }
     if (a.large) {
