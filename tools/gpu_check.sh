@@ -157,14 +157,15 @@ for stage in "$@"; do
       ;;
     mma_v4_ab)
       # moe_mma's 16-row tiles: the shared-memory kernel (GPTOSS_MOE_MMA_V4=0) against the
-      # register-weights kernel built for 2 or 3 CTAs an SM (2, 3): moe_bench, then 120b decode.
-      for v in 0 2 3; do
+      # register-weights kernel (2; 3: built for 3 CTAs an SM) and its variant with the weights
+      # landing in shared memory (5): moe_bench, then 120b decode. MMA_V4_MODES picks.
+      for v in ${MMA_V4_MODES:-0 2 5}; do
         echo "GPTOSS_MOE_MMA_V4=$v:"
         GPTOSS_MOE_MMA_V4=$v $BIN/moe_bench --mma ${MMA_V4_BATCHES:-16 64 128 256} > "$OUT/mma_v4_$v.log" 2>&1
         summary+=("mma_v4_ab moe_bench $v rc=$?")
         grep -E "^\| [0-9]+ \|" "$OUT/mma_v4_$v.log"
       done
-      for v in ${MMA_V4_MODEL_MODES:-0 2 3}; do
+      for v in ${MMA_V4_MODEL_MODES:-2 5}; do
         GPTOSS_MOE_MMA_V4=$v $BIN/gptoss bench --synthetic gpt-oss-120b --prefill "" --batch ${MMA_V4_BATCH120:-64,256} \
           --context 1024 --decode-steps 8 --markdown "$OUT/mma_v4_120b_$v.md" > "$OUT/mma_v4_120b_$v.log" 2>&1
         summary+=("mma_v4_ab 120b $v rc=$?")
