@@ -262,19 +262,6 @@ constexpr int kV4Warps = 6, kV4NF = 4, kV4BN = kV4Warps * kV4NF * 8;  // 192 col
 constexpr int kV4Threads = kV4Warps * 32, kV4Stages = 4, kV4BM = 16;
 constexpr int kV4StageBytes = kV4BM * 256;
 
-// Four bf16x2 bit patterns (value · 2^-126, as e2m1x2_raw) from one word of 8 e2m1 codes (code i
-// at bits 4i..4i+3): register i holds code i (low half) and code i + 4 (high half). u = w & 0x000F000F
-// puts codes 0 and 4 at bits 0-3 and 16-19; u · (2^6 + 2^12) copies them to 6-9 / 22-25 and
-// 12-15 / 28-31 without overlap (no carries), and the mask keeps the magnitudes at 8:6 (24:22)
-// and the signs at 15 (31). Codes 1 and 5 take 2^2 + 2^8; codes 2, 3, 6, 7 the same from w >> 8.
-__device__ __forceinline__ void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
-    const uint32_t hi = w >> 8;
-    r[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
-    r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
-    r[2] = ((hi & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
-    r[3] = ((hi & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
-}
-
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"

@@ -1,0 +1,42 @@
+// MXFP4 (e2m1) codes to bf16 bit patterns with integer operations only, shared by the CUDA MoE
+// kernels and testable on the host (tests/unit/kernels/mxfp4_bits_test.cpp).
+//
+// An e2m1 code s·e1·e0·m becomes a bf16 whose sign is s, whose exponent's low two bits are e1 e0 and
+// whose top mantissa bit is m: that bf16 is the e2m1 value times 2^-126, subnormals included (code
+// 1, 0.5, lands on the bf16 subnormal 2^-127). One bf16 multiply by 2^(scale - 1) then applies both
+// the 2^126 and the MXFP4 group scale 2^(scale - 127).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define GPTOSS_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define GPTOSS_HOST_DEVICE inline
+#endif
+
+namespace gptoss::kernels {
+
+// Two e2m1 codes (byte b, bits above 7 zero; low nibble -> low half) as bf16x2 bit patterns worth
+// value · 2^-126. Two multiplies place both nibbles at once: b · (2^6 + 2^18) puts magnitude bits
+// 2:0 at 8:6 and 6:4 at 24:22 (the other copies land outside the mask), b · (2^12 + 2^24) the sign
+// bits 3 and 7 at 15 and 31. Four integer ops for two weights.
+GPTOSS_HOST_DEVICE uint32_t e2m1x2_raw(uint32_t b) {
+    return ((b * 0x00040040u) & 0x01C001C0u) | ((b * 0x01001000u) & 0x80008000u);
+}
+
+// Four bf16x2 bit patterns (value · 2^-126) from one word of 8 e2m1 codes (code i at bits
+// 4i..4i+3): r[i] holds code i (low half) and code i + 4 (high half). u = w & 0x000F000F puts codes
+// 0 and 4 at bits 0-3 and 16-19; u · (2^6 + 2^12) copies them to 6-9 / 22-25 and 12-15 / 28-31
+// without overlap (no carries), and the mask keeps the magnitudes at 8:6 (24:22) and the signs at
+// 15 (31). Codes 1 and 5 take 2^2 + 2^8; codes 2, 3, 6, 7 the same from w >> 8. Three integer ops
+// per two weights (plus one shift per word).
+GPTOSS_HOST_DEVICE void e2m1x8_raw(uint32_t w, uint32_t (&r)[4]) {
+    const uint32_t hi = w >> 8;
+    r[0] = ((w & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    r[1] = ((w & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+    r[2] = ((hi & 0x000F000Fu) * 0x1040u) & 0x81C081C0u;
+    r[3] = ((hi & 0x00F000F0u) * 0x0104u) & 0x81C081C0u;
+}
+
+}  // namespace gptoss::kernels
