@@ -18,6 +18,21 @@ namespace {
 constexpr int kMaxExperts = 256;
 
 // ---- router ---------------------------------------------------------------------------------
+// The k chosen experts (descending logit) and their softmax weights: vals[0] is the largest.
+__device__ __forceinline__ void write_topk(const int (&chosen)[8], float (&vals)[8], int k, int32_t* ids,
+                                           float* weights) {
+    float sum = 0.0f;
+    const float mx = vals[0];
+    for (int s = 0; s < k; ++s) {
+        vals[s] = __expf(vals[s] - mx);
+        sum += vals[s];
+    }
+    for (int s = 0; s < k; ++s) {
+        ids[s] = chosen[s];
+        weights[s] = vals[s] / sum;
+    }
+}
+
 // The k largest logits (ties to the lower index), then softmax over them.
 __device__ void select_topk(const float* logits, int num_experts, int k, int32_t* ids, float* weights) {
     int chosen[8];
@@ -32,16 +47,7 @@ __device__ void select_topk(const float* logits, int num_experts, int k, int32_t
         chosen[s] = best;
         vals[s] = logits[best];
     }
-    float sum = 0.0f;
-    const float mx = vals[0];
-    for (int s = 0; s < k; ++s) {
-        vals[s] = __expf(vals[s] - mx);
-        sum += vals[s];
-    }
-    for (int s = 0; s < k; ++s) {
-        ids[s] = chosen[s];
-        weights[s] = vals[s] / sum;
-    }
+    write_topk(chosen, vals, k, ids, weights);
 }
 
 __global__ void router_topk_kernel(const RouterTopkArgs a) {
@@ -153,18 +159,7 @@ __global__ void __launch_bounds__(32 * kTopkWarps)
         vals[s] = bv;
         chosen[s] = bi;
     }
-    if (lane == 0) {
-        float sum = 0.0f;
-        const float mx = vals[0];
-        for (int s = 0; s < k; ++s) {
-            vals[s] = __expf(vals[s] - mx);
-            sum += vals[s];
-        }
-        for (int s = 0; s < k; ++s) {
-            ids[t * k + s] = chosen[s];
-            weights[t * k + s] = vals[s] / sum;
-        }
-    }
+    if (lane == 0) write_topk(chosen, vals, k, ids + t * k, weights + t * k);
 }
 
 // Router logits of many tokens: a CTA computes a tile of 4·TT tokens × 32 experts (a warp TT
