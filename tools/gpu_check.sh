@@ -103,9 +103,11 @@ for stage in "$@"; do
       ;;
     moe_wgmma)
       # Prefill-sized MoE batches: the warpgroup kernels against moe_mma's 64-row tiles.
-      # --wgmma-ws: the warp-specialized variant (its time includes gathering x).
+      # --wgmma-ws: the warp-specialized variant (its time includes gathering x); --w4a8: FP8 wgmma
+      # (its time includes quantizing the activation rows).
       { $BIN/moe_bench --wgmma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; \
         $BIN/moe_bench --wgmma-ws ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; \
+        $BIN/moe_bench --w4a8 ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; \
         $BIN/moe_bench --mma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; } > "$OUT/moe_wgmma.log" 2>&1
       summary+=("moe_wgmma rc=$?")
       grep "^|" "$OUT/moe_wgmma.log"

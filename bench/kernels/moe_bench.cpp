@@ -17,6 +17,7 @@
 //   inputs) instead of the weight-only ones; same byte count.
 //   --wgmma: the warpgroup grouped kernels (moe_wgmma, prefill-sized batches), same plan and tiles.
 //   --wgmma-ws: their warp-specialized variant (TMA + mbarriers), x gathered first (timed too).
+//   --w4a8: FP8 wgmma on e4m3 activation rows (moe_w4a8), the row quantization timed too.
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
@@ -111,7 +112,7 @@ struct Layer {
 
 int main(int argc, char** argv) {
     std::vector<int> batches;
-    bool mma = false, wgmma = false, ws = false;
+    bool mma = false, wgmma = false, ws = false, w4a8 = false;
     for (int i = 1; i < argc; ++i) {
         if (std::string(argv[i]) == "--mma")
             mma = true;
@@ -119,6 +120,8 @@ int main(int argc, char** argv) {
             mma = wgmma = true;
         else if (std::string(argv[i]) == "--wgmma-ws")
             mma = wgmma = ws = true;
+        else if (std::string(argv[i]) == "--w4a8")
+            mma = wgmma = w4a8 = true;
         else
             batches.push_back(std::atoi(argv[i]));
     }
@@ -154,7 +157,9 @@ int main(int argc, char** argv) {
         }
     }
     DevBuf hb = upload(h16);
-    DevBuf xg(ws ? static_cast<size_t>(max_t) * kTopK * kHidden * 2 : 16);  // gathered x (--wgmma-ws)
+    DevBuf xg(ws ? static_cast<size_t>(max_t) * kTopK * kHidden * 2 : 16);                  // gathered x (--wgmma-ws)
+    DevBuf xq(w4a8 ? static_cast<size_t>(max_t) * kTopK * std::max(kHidden, kInter) : 16);  // e4m3 rows (--w4a8)
+    DevBuf xs(w4a8 ? static_cast<size_t>(max_t) * kTopK * 4 : 16);
     const int max_tiles_cap = max_t * kTopK / cuda::moe_mma_block_rows(false) + kExperts + 1;
     DevBuf tiles(static_cast<size_t>(2 * max_tiles_cap) * 4), tile_count(4);
     std::vector<DevBuf> ids(kLayers), offsets(kLayers), sorted(kLayers);
@@ -196,7 +201,8 @@ int main(int argc, char** argv) {
             for (int l = 0; l < kLayers && mma; ++l) {
                 const int A = T * kTopK;
                 const bool large = A >= 64 * kExperts;  // the model's rule (cuda_model.cpp)
-                const int bm = wgmma ? cuda::moe_wgmma_block_tokens(A, kExperts) : cuda::moe_mma_block_rows(large);
+                int bm = wgmma ? cuda::moe_wgmma_block_tokens(A, kExperts) : cuda::moe_mma_block_rows(large);
+                if (w4a8) bm = bm <= 32 ? 32 : 64;
                 const int max_tiles = (A + bm - 1) / bm + kExperts;
                 cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
                                sorted[l].as<int32_t>(), stream);
@@ -225,8 +231,17 @@ int main(int argc, char** argv) {
                     m.x_by_token = false;
                     m.num_rows = A;
                 }
+                if (w4a8) {
+                    cuda::moe_quant_rows_fp8(hb.p, true, sorted[l].as<int32_t>(), kTopK, A, kHidden, xq.as<uint8_t>(),
+                                             xs.as<float>(), stream);
+                    m.x = xq.p;
+                    m.x_by_token = false;
+                    m.x_scale = xs.as<float>();
+                }
                 auto run = [&](bool gate_up) {
-                    if (wgmma)
+                    if (w4a8)
+                        cuda::moe_w4a8(m, gate_up, bm, stream);
+                    else if (wgmma)
                         cuda::moe_wgmma(m, gate_up, bm, stream, ws);
                     else
                         cuda::moe_mma(m, gate_up, stream);
@@ -240,6 +255,11 @@ int main(int argc, char** argv) {
                 m.y = y.as<float>();
                 m.n = kHidden;
                 m.k = kInter;
+                if (w4a8) {
+                    cuda::moe_quant_rows_fp8(act.p, false, nullptr, kTopK, A, kInter, xq.as<uint8_t>(), xs.as<float>(),
+                                             stream);
+                    m.x = xq.p;
+                }
                 run(false);
             }
             for (int l = 0; l < kLayers && !mma; ++l) {

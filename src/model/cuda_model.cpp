@@ -105,6 +105,10 @@ struct CudaModel::Impl {
     // experts, r20: 8,192 tokens 5.83 vs 6.62 ms, 1,024 tokens 1.07 vs 1.22 ms; 256 tokens 0.81 vs
     // 0.59 ms). GPTOSS_MOE_WGMMA_WS=0 never, 1 always.
     int wgmma_ws = -1;
+    // GPTOSS_MOE_W4A8=1: in place of moe_wgmma, FP8 wgmma on e4m3 activation rows (moe_w4a8; not yet
+    // run on a GPU). Its buffers: xq8w [assignments, max(H, I)] e4m3, xs8w one scale per row.
+    bool w4a8 = false;
+    DeviceBuffer xq8w, xs8w;
     bool use_wgmma_ws(int rows) const { return wgmma_ws == 1 || (wgmma_ws < 0 && rows >= 64 * num_experts); }
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
@@ -431,6 +435,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     if (const char* v = std::getenv("GPTOSS_MOE_WGMMA")) want_wgmma = std::atoi(v) != 0 ? 1 : 0;
     wgmma_ok = wgmma_ok && (want_wgmma == 1 || (want_wgmma < 0 && !have_bf16_experts && !have_fp8_experts));
     if (const char* v = std::getenv("GPTOSS_MOE_WGMMA_WS")) wgmma_ws = std::atoi(v) != 0 ? 1 : 0;
+    if (const char* v = std::getenv("GPTOSS_MOE_W4A8")) w4a8 = wgmma_ok && std::atoi(v) != 0;
+    if (w4a8) {
+        xq8w = DeviceBuffer(A * std::max(H, I));
+        xs8w = DeviceBuffer(A * 4);
+    }
     if (mma_ok || wgmma_ok) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
@@ -618,6 +627,22 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.n = H;
         m.k = I;
     };
+    if (use_wgmma(T) && w4a8) {  // e4m3 rows of h, then of act (one scale per row)
+        const int bt = kc::moe_wgmma_block_tokens(A, num_experts) <= 32 ? 32 : 64;
+        kc::MoeMmaArgs m = mma_args(bt);
+        kc::moe_quant_rows_fp8(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8w.as<uint8_t>(), xs8w.as<float>(),
+                               stream);
+        m.x = xq8w.get();
+        m.x_by_token = false;
+        m.x_scale = xs8w.as<float>();
+        kc::moe_w4a8(m, true, bt, stream);
+        to_down(m);
+        kc::moe_quant_rows_fp8(actb.get(), false, nullptr, K, A, I, xq8w.as<uint8_t>(), xs8w.as<float>(), stream);
+        m.x = xq8w.get();
+        m.x_by_token = false;
+        kc::moe_w4a8(m, false, bt, stream);
+        return;
+    }
     if (use_wgmma(T)) {
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts);  // rows per local expert ≈ A / all experts
         kc::MoeMmaArgs m = mma_args(bt);

@@ -450,15 +450,18 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
 // tiles, itself or warp-specialized (x gathered first).
 // moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the
 // default where n % 192 == 0), its 3-CTA build (3), its shared-memory-landing variant (5), or the
-// shared-memory kernel (0).
+// shared-memory kernel (0). w4a8: moe_w4a8 (FP8 activation rows, 32- or 64-row tiles).
 struct GroupedKernel {
     bool wgmma;
     int rows;
     bool ws = false;
     int small = -1;
+    bool w4a8 = false;
     std::string name() const {
-        return (wgmma ? (ws ? "wgmma-ws " : "wgmma ") : "mma ") + std::to_string(rows) + "-row" +
-               (small >= 0 ? " (kernel " + std::to_string(small) + ")" : "");
+        return (w4a8    ? "w4a8 "
+                : wgmma ? (ws ? "wgmma-ws " : "wgmma ")
+                        : "mma ") +
+               std::to_string(rows) + "-row" + (small >= 0 ? " (kernel " + std::to_string(small) + ")" : "");
     }
 };
 constexpr GroupedKernel kGroupedKernels[] = {{false, 16, false, 2},
@@ -473,7 +476,14 @@ constexpr GroupedKernel kGroupedKernels[] = {{false, 16, false, 2},
                                              {true, 16, true},
                                              {true, 32, true},
                                              {true, 64, true},
-                                             {true, 128, true}};
+                                             {true, 128, true},
+                                             {true, 32, false, -1, true},
+                                             {true, 64, false, -1, true}};
+// W4A8 rounds both GEMMs' activations to e4m3 with one scale per row: 3 mantissa bits, a relative
+// error up to 2^-4 per element (RMS ~3.6%), which reaches a dot product's relative error about
+// 1:1 with random signs; two such GEMMs with the SwiGLU between: ~5% rel L2 expected. A wrong
+// fragment, order or scale is O(1).
+constexpr Tol kTolW4A8{0.08, 0.3};
 
 // The grouped tensor-core path on a routing plan (offsets, sorted) already on the device: tile
 // list, gate_up + SwiGLU into act, down into y (per assignment). Returns y [T·K, H].
@@ -507,7 +517,16 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     a.n = 2 * I;
     a.k = H;
     a.num_experts = E;
-    DeviceBuffer xg;
+    DeviceBuffer xg, xq, xs;
+    if (kind.w4a8) {  // e4m3 rows in tile-row order, one scale each
+        xq = DeviceBuffer(static_cast<size_t>(T) * K * std::max(H, I));
+        xs = DeviceBuffer(static_cast<size_t>(T) * K * 4);
+        kc::moe_quant_rows_fp8(dh.get(), true, sorted.as<int32_t>(), K, T * K, H, xq.as<uint8_t>(), xs.as<float>(),
+                               nullptr);
+        a.x = xq.get();
+        a.x_by_token = false;
+        a.x_scale = xs.as<float>();
+    }
     if (kind.ws) {  // the warp-specialized kernel reads x in tile-row order
         xg = DeviceBuffer(static_cast<size_t>(T) * K * H * 2);
         kc::moe_gather(dh.get(), sorted.as<int32_t>(), T * K, K, H, xg.get(), nullptr);
@@ -516,7 +535,9 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
         a.num_rows = T * K;
     }
     auto run = [&](bool gate_up) {
-        if (kind.wgmma)
+        if (kind.w4a8)
+            kc::moe_w4a8(a, gate_up, kind.rows, nullptr);
+        else if (kind.wgmma)
             kc::moe_wgmma(a, gate_up, kind.rows, nullptr, kind.ws);
         else
             kc::moe_mma(a, gate_up, nullptr);
@@ -524,6 +545,10 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     run(true);
     a.x = act.get();
     a.x_by_token = false;
+    if (kind.w4a8) {
+        kc::moe_quant_rows_fp8(act.get(), false, nullptr, K, T * K, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+        a.x = xq.get();
+    }
     a.blocks = ddb.as<uint8_t>();
     a.scales = dds.as<uint8_t>();
     a.bias = ddbias.as<float>();
@@ -572,7 +597,7 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
             for (const GroupedKernel& kind : kGroupedKernels) {
                 const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, kind);
                 const std::vector<float> got = combine_assignments(y, wts, T, K, H);
-                EXPECT_TRUE(close(got, ref, kTolBf16Out, ("moe " + kind.name()).c_str()))
+                EXPECT_TRUE(close(got, ref, kind.w4a8 ? kTolW4A8 : kTolBf16Out, ("moe " + kind.name()).c_str()))
                     << "E=" << E << " T=" << T << (same ? " same experts" : "");
             }
         }
@@ -610,7 +635,7 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
     for (const GroupedKernel& kind : kGroupedKernels) {
         if (kind.rows == 64 && !kind.wgmma) continue;  // MoeMmaMatchesCpu covers it; the 16-row tiles run here
         const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, kind);
-        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out,
+        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kind.w4a8 ? kTolW4A8 : kTolBf16Out,
                           ("moe edge shapes and scales, " + kind.name()).c_str()));
     }
 }

@@ -130,7 +130,8 @@ struct MoeMmaArgs {
     void* act = nullptr;              // gate_up: bf16 [assignments, n/2]
     float* y = nullptr;               // down: fp32 [assignments, n], row = assignment index
     int n = 0, k = 0, num_experts = 0;
-    int num_rows = 0;  // rows of x when !x_by_token (the warp-specialized moe_wgmma's tensor map)
+    int num_rows = 0;                // rows of x when !x_by_token (the warp-specialized moe_wgmma's tensor map)
+    const float* x_scale = nullptr;  // moe_w4a8: x is e4m3 rows (moe_quant_rows_fp8), one scale per row
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
 };
@@ -148,6 +149,15 @@ int moe_wgmma_block_tokens(int assignments, int num_experts);
 // (needs x in tile-row order, x_by_token false and num_rows set: gather first with moe_gather).
 void moe_wgmma(const MoeMmaArgs& args, bool gate_up, int block_tokens, cudaStream_t stream,
                bool warp_specialized = false);
+
+// W4A8 (not yet run on a GPU; GPTOSS_MOE_W4A8=1): the same grouped GEMMs with FP8 wgmma, the
+// MXFP4 weights dequantized to e4m3 in registers, activations e4m3 rows with one scale per row
+// (x_scale; x_by_token false) from moe_quant_rows_fp8. block_tokens 32 or 64; moe_wgmma's widths.
+void moe_w4a8(const MoeMmaArgs& args, bool gate_up, int block_tokens, cudaStream_t stream);
+// xq[i] = e4m3(x[row i] / xs[i]), xs[i] = amax(x[row i]) / 448, elements in moe_w4a8's order inside
+// each 32-element group; row i is sorted[i] / experts_per_token when by_token, else i. dim % 32 == 0.
+void moe_quant_rows_fp8(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
+                        uint8_t* xq, float* xs, cudaStream_t stream);
 
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).

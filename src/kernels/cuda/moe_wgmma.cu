@@ -22,6 +22,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -569,6 +570,246 @@ void launch(const MoeMmaArgs& a, cudaStream_t stream) {
     CUDA_CHECK_LAUNCH();
 }
 
+// ---- W4A8: FP8 activations, MXFP4 weights dequantized to e4m3 in registers (not yet run) ------
+// The same CTA shape (3 warpgroups × 64 weight rows, BT tokens of one expert), with FP8 wgmma
+// (m64nBTk32: one MXFP4 group per instruction). Design (bench/NOTES.md, session 5):
+// - An e2m1 code s·e1·e0·m is the e4m3 byte s·0·0·e1·e0·m·0·0 worth value · 2^-6 (subnormal 0.5
+//   included): a word of 8 codes gives two registers of 4 bytes, the low nibbles (codes 0, 2, 4, 6
+//   of the word) and the high ones (1, 3, 5, 7), with two or three integer ops each.
+// - The register A fragment of an 8-bit wgmma holds, per lane (g, t), rows g and g + 8 at k 4t..4t+3
+//   (a0, a1) and 16 + 4t..16 + 4t + 3 (a2, a3). Lane t takes word t of its rows' group: a0/a1 its low
+//   nibbles, a2/a3 its high ones. So logical k L of a group holds element 8·((L % 16) / 4) +
+//   2·(L % 4) + L / 16; moe_quant_rows_fp8 writes the activations in that order.
+// - Each group's product goes to a scratch accumulator (scale-d 0) and is added to the tile's with
+//   the rows' group scale 2^(s - 127) · 2^6 (one FFMA per element per group); the activation rows'
+//   scales (one per row) apply in the epilogue.
+// - Stages of 4 groups (128 bytes of K per activation row: the 128-byte swizzle as in the bf16
+//   kernel); every group waits for its wgmma (no overlap inside a warpgroup yet).
+constexpr int kStages8 = 4;
+
+template <int N>
+struct Wgmma8;
+template <>
+struct Wgmma8<32> {
+    __device__ __forceinline__ static void mma(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+        asm volatile(
+            "{\n"
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+            "{%16, %17, %18, %19}, %20, 0, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    }
+};
+template <>
+struct Wgmma8<64> {
+    __device__ __forceinline__ static void mma(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+        asm volatile(
+            "{\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+            "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "{%32, %33, %34, %35}, %36, 0, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    }
+};
+
+// e4m3 bytes (value · 2^-6) of the low nibbles (codes 0, 2, 4, 6) and of the high nibbles (1, 3, 5,
+// 7) of a word of 8 e2m1 codes.
+__device__ __forceinline__ uint32_t e2m1_lo_to_e4m3(uint32_t w) {
+    return ((w & 0x07070707u) << 2) | ((w << 4) & 0x80808080u);
+}
+__device__ __forceinline__ uint32_t e2m1_hi_to_e4m3(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
+
+template <int BT>
+struct Cfg8 {
+    static constexpr int kAct = BT * 128;       // BT rows × 128 e4m3 (one 4-group step)
+    static constexpr int kRaw = kRowsW * 64;    // 4 groups × 16 bytes per weight row, [group][row]
+    static constexpr int kStage = kAct + kRaw;  // a multiple of 1024
+    static_assert(kStage % 1024 == 0, "stage alignment");
+    static size_t smem_bytes(int groups) {
+        return 1024 + static_cast<size_t>(kStages8) * kStage + static_cast<size_t>(kRowsW) * groups;
+    }
+};
+
+template <bool kGateUp, int BT>
+__global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const MoeMmaArgs a) {
+    using C = Cfg8<BT>;
+    constexpr int kAcc = BT / 2;
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    const int K = a.k, G = K / 32, N = a.n;
+    uint8_t* s_scale = smem + kStages8 * C::kStage;  // [kRowsW][G], the CTA's rows in global order
+
+    pdl_wait();
+    const TileWork w = tile_work(a, BT);
+    if (w.e < 0) return;
+    const int e = w.e, row0 = w.row0, rows = w.rows, n0 = w.n0;
+    const int steps = (G + 3) / 4;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+
+    load_scales<kThreads>(a, e, n0, s_scale);  // (a barrier; any scale byte works here)
+
+    // Activation chunk c = tid + i·kThreads: (row c / 8, 16-byte chunk c % 8) of the tile's real
+    // rows; x is e4m3 [rows, K] in tile-row order (moe_quant_rows_fp8).
+    constexpr int kActChunks = (BT * 8 + kThreads - 1) / kThreads;
+    const uint8_t* xb = static_cast<const uint8_t*>(a.x);
+    int act_q[kActChunks];
+    const uint8_t* act_src[kActChunks];
+    uint32_t act_dst[kActChunks];
+#pragma unroll
+    for (int i = 0; i < kActChunks; ++i) {
+        const int c = tid + i * kThreads, r = c >> 3, q = c & 7;
+        act_q[i] = -1;
+        act_src[i] = xb;
+        act_dst[i] = 0;
+        if (c < BT * 8 && r < rows) {
+            act_q[i] = q;
+            act_src[i] = xb + static_cast<int64_t>(row0 + r) * K + q * 16;
+            act_dst[i] = r * 128 + ((q ^ (r & 7)) << 4);
+        }
+    }
+    // Weight chunks: c = tid + i·kThreads is (group c / kRowsW, shared row c % kRowsW).
+    const uint8_t* raw_src[2];
+    uint32_t raw_dst[2];
+    int raw_g[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int c = tid + i * kThreads;
+        raw_g[i] = c / kRowsW;
+        const int rs = c % kRowsW;
+        raw_src[i] = a.blocks + ((static_cast<int64_t>(e) * N + n0 + weight_row<kGateUp>(rs)) * G + raw_g[i]) * 16;
+        raw_dst[i] = raw_g[i] * kRowsW * 16 + rs * 16;
+    }
+    auto s_act = [&](int slot) { return smem + slot * C::kStage; };
+    auto s_raw = [&](int slot) { return smem + slot * C::kStage + C::kAct; };
+    auto load_stage = [&](int step, int slot) {
+        const int ng = min(4, G - 4 * step);
+        uint8_t* act = s_act(slot);
+#pragma unroll
+        for (int i = 0; i < kActChunks; ++i)
+            if (act_q[i] >= 0 && (act_q[i] >> 1) < ng) cp_async16(act + act_dst[i], act_src[i] + step * 128);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+            if (raw_g[i] < ng) cp_async16(s_raw(slot) + raw_dst[i], raw_src[i] + step * 64);
+    };
+
+    const int rs0 = wg * 64 + warp * 16 + g, rs1 = rs0 + 8;
+    const int wr0 = weight_row<kGateUp>(rs0), wr1 = weight_row<kGateUp>(rs1);
+    const uint8_t* scale0 = s_scale + wr0 * G;
+    const uint8_t* scale1 = s_scale + wr1 * G;
+
+    float acc[kAcc], tmp[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = tmp[i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < kStages8 - 1; ++s) {
+        if (s < steps) load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int step = 0; step < steps; ++step) {
+        cp_async_wait<kStages8 - 2>();
+        fence_proxy_async();
+        __syncthreads();  // stage `step` is in; every wgmma of step - 1 is done (waited below)
+        {
+            const int next = step + kStages8 - 1;
+            if (next < steps) load_stage(next, next % kStages8);
+            cp_async_commit();
+        }
+        const int slot = step % kStages8;
+        const int ng = min(4, G - 4 * step);
+        const uint8_t* raw = s_raw(slot);
+        const uint32_t act_base = smem_addr(s_act(slot));
+        for (int gi = 0; gi < ng; ++gi) {
+            const uint32_t w0 = *reinterpret_cast<const uint32_t*>(raw + gi * kRowsW * 16 + rs0 * 16 + 4 * t);
+            const uint32_t w1 = *reinterpret_cast<const uint32_t*>(raw + gi * kRowsW * 16 + rs1 * 16 + 4 * t);
+            const uint32_t af[4] = {e2m1_lo_to_e4m3(w0), e2m1_lo_to_e4m3(w1), e2m1_hi_to_e4m3(w0), e2m1_hi_to_e4m3(w1)};
+            wgmma_fence();
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) reg_fence(tmp[i]);
+            Wgmma8<BT>::mma(tmp, af, desc_sw128(act_base + gi * 32));
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < kAcc; ++i) reg_fence(tmp[i]);
+            // 2^(s - 127) · 2^6 (the e4m3 codes are the values · 2^-6); s ≥ 249 overflows to inf.
+            const int grp = 4 * step + gi;
+            const float f0 = __uint_as_float(min(static_cast<uint32_t>(scale0[grp]) + 6u, 255u) << 23);
+            const float f1 = __uint_as_float(min(static_cast<uint32_t>(scale1[grp]) + 6u, 255u) << 23);
+#pragma unroll
+            for (int j = 0; j < BT / 8; ++j) {
+                acc[4 * j] = fmaf(f0, tmp[4 * j], acc[4 * j]);
+                acc[4 * j + 1] = fmaf(f0, tmp[4 * j + 1], acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(f1, tmp[4 * j + 2], acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(f1, tmp[4 * j + 3], acc[4 * j + 3]);
+            }
+        }
+    }
+    cp_async_wait<0>();
+    pdl_trigger();
+
+    // The activation rows' scales, then the bf16 kernel's epilogue.
+#pragma unroll
+    for (int j = 0; j < BT / 8; ++j)
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int m = 8 * j + 2 * t + u;
+            const float xs = m < rows ? a.x_scale[row0 + m] : 0.0f;
+            acc[4 * j + u] *= xs;
+            acc[4 * j + 2 + u] *= xs;
+        }
+    epilogue<kGateUp, BT>(a, acc, e, row0, rows, n0, wr0, wr1, t);
+}
+
+template <bool kGateUp, int BT>
+void launch_w4a8(const MoeMmaArgs& a, cudaStream_t stream) {
+    const dim3 grid(a.n / kRowsW, a.max_tiles);
+    const size_t smem = Cfg8<BT>::smem_bytes(a.k / 32);
+    auto kernel = moe_w4a8_kernel<kGateUp, BT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kThreads, smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Rows of x (bf16 [*, dim]; row i of the output is sorted[i] / experts_per_token when by_token,
+// else i) as e4m3 with one scale per row (amax / 448), elements in the W4A8 kernel's order within
+// each 32-element group.
+constexpr int kQuantThreads = 256;
+__global__ void __launch_bounds__(kQuantThreads)
+    quant_rows_fp8_kernel(const __nv_bfloat16* __restrict__ x, bool by_token, const int32_t* __restrict__ sorted,
+                          int experts_per_token, int dim, uint8_t* __restrict__ xq, float* __restrict__ xs) {
+    __shared__ float s_max[kQuantThreads / 32];
+    const int i = blockIdx.x;
+    const int64_t src_row = by_token ? sorted[i] / experts_per_token : i;
+    const __nv_bfloat16* src = x + src_row * dim;
+    float m = 0.0f;
+    for (int k = threadIdx.x; k < dim; k += kQuantThreads) m = fmaxf(m, fabsf(__bfloat162float(src[k])));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = s_max[0];
+#pragma unroll
+    for (int w = 1; w < kQuantThreads / 32; ++w) m = fmaxf(m, s_max[w]);
+    const float scale = m > 0.0f ? m / 448.0f : 1.0f;
+    const float inv = 1.0f / scale;
+    if (threadIdx.x == 0) xs[i] = scale;
+    uint8_t* dst = xq + static_cast<int64_t>(i) * dim;
+    for (int k = threadIdx.x; k < dim; k += kQuantThreads) {
+        const int r = k & 31;
+        const int pos = (k - r) + (r & 1) * 16 + (r >> 3) * 4 + ((r & 7) >> 1);
+        __nv_fp8_e4m3 q(__bfloat162float(src[k]) * inv);  // round to nearest, saturating to ±448
+        dst[pos] = q.__x;
+    }
+}
+
 }  // namespace
 
 bool moe_wgmma_supported(int n, int k, int num_experts) {
@@ -608,6 +849,26 @@ void moe_wgmma(const MoeMmaArgs& a, bool gate_up, int block_tokens, cudaStream_t
         case 64: run(std::integral_constant<int, 64>{}); break;
         default: run(std::integral_constant<int, 128>{});
     }
+}
+
+void moe_quant_rows_fp8(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
+                        uint8_t* xq, float* xs, cudaStream_t stream) {
+    ENGINE_CHECK(dim % 32 == 0 && rows >= 0, "moe_quant_rows_fp8: dim %d", dim);
+    if (rows == 0) return;
+    quant_rows_fp8_kernel<<<rows, kQuantThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), by_token, sorted,
+                                                              experts_per_token, dim, xq, xs);
+    CUDA_CHECK_LAUNCH();
+}
+
+void moe_w4a8(const MoeMmaArgs& a, bool gate_up, int block_tokens, cudaStream_t stream) {
+    ENGINE_CHECK(moe_wgmma_supported(a.n, a.k, a.num_experts) && !a.x_by_token && a.x_scale != nullptr,
+                 "moe_w4a8: n %d, k %d, %d experts unsupported, or x not quantized rows", a.n, a.k, a.num_experts);
+    ENGINE_CHECK(block_tokens == 32 || block_tokens == 64, "moe_w4a8: %d tokens a tile", block_tokens);
+    if (a.max_tiles <= 0) return;
+    if (block_tokens == 32)
+        gate_up ? launch_w4a8<true, 32>(a, stream) : launch_w4a8<false, 32>(a, stream);
+    else
+        gate_up ? launch_w4a8<true, 64>(a, stream) : launch_w4a8<false, 64>(a, stream);
 }
 
 }  // namespace gptoss::kernels::cuda
