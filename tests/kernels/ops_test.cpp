@@ -640,6 +640,102 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
     }
 }
 
+// W4A8 with activations e4m3 holds exactly: every row is e4m3 values times 2^-8 and contains
+// ±1.75 (448 · 2^-8), so its scale is exactly 2^-8 and quantizing loses nothing. Checks the
+// quantizer bit for bit (scale, element order inside each group), and gate_up + SwiGLU against the
+// CPU at the bf16-output tolerance: a flushed e4m3 subnormal or a scale a few percent off fails
+// here, where MoeMmaMatchesCpu's FP8 tolerance would not see it.
+TEST(CudaOps, MoeW4A8ExactActivations) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 1440, K = 4, E = 4, T = 16, A = T * K;
+    RandomExperts ex(E, H, I, 123);
+    std::mt19937 rng(9);
+    std::vector<float> h(static_cast<size_t>(T) * H);
+    for (int t = 0; t < T; ++t) {
+        for (int k = 0; k < H; ++k) {
+            uint8_t b;
+            do {
+                b = static_cast<uint8_t>(rng());
+            } while ((b & 0x7f) == 0x7f);  // e4m3 NaN
+            h[static_cast<size_t>(t) * H + k] = std::ldexp(fp8e4m3_to_f32(b), -8);
+        }
+        h[static_cast<size_t>(t) * H + (97 * t) % H] = (t & 1) ? -1.75f : 1.75f;
+    }
+    std::vector<int32_t> ids(A);
+    for (int t = 0; t < T; ++t)
+        for (int k = 0; k < K; ++k) ids[t * K + k] = (t + k) % E;
+    auto dids = to_device(ids), dh = to_device(to_bf16(h));
+    DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
+    kc::moe_plan(dids.as<int32_t>(), A, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    DeviceBuffer xq(static_cast<size_t>(A) * H), xs(A * 4);
+    kc::moe_quant_rows_fp8(dh.get(), true, sorted.as<int32_t>(), K, A, H, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+    const auto srt = to_host<int32_t>(sorted, A), off = to_host<int32_t>(offsets, E + 1);
+    const auto q = to_host<uint8_t>(xq, static_cast<size_t>(A) * H);
+    const auto sc = to_host<float>(xs, A);
+    for (int i = 0; i < A; ++i) {
+        ASSERT_EQ(sc[i], std::ldexp(1.0f, -8)) << "row " << i;
+        const int tok = srt[i] / K;
+        for (int k = 0; k < H; ++k) {
+            const int r = k & 31, pos = (k - r) + (r & 1) * 16 + (r >> 3) * 4 + ((r & 7) >> 1);
+            ASSERT_EQ(std::ldexp(fp8e4m3_to_f32(q[static_cast<size_t>(i) * H + pos]), -8),
+                      h[static_cast<size_t>(tok) * H + k])
+                << "row " << i << " element " << k;
+        }
+    }
+
+    const int bm = 32, max_tiles = (A + bm - 1) / bm + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+    kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), dgubias = to_device(ex.gu_bias);
+    auto act = poisoned(static_cast<size_t>(A) * I * 2);
+    kc::MoeMmaArgs a;
+    a.x = xq.get();
+    a.x_by_token = false;
+    a.x_scale = xs.as<float>();
+    a.experts_per_token = K;
+    a.expert_offsets = offsets.as<int32_t>();
+    a.sorted_assignments = sorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.blocks = dgub.as<uint8_t>();
+    a.scales = dgus.as<uint8_t>();
+    a.bias = dgubias.as<float>();
+    a.act = act.get();
+    a.n = 2 * I;
+    a.k = H;
+    a.num_experts = E;
+    kc::moe_w4a8(a, true, bm, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
+
+    std::vector<float> ref(static_cast<size_t>(A) * I), w(H);
+    for (int e = 0; e < E; ++e)
+        for (int n = 0; n < 2 * I; n += 2) {
+            float gu[2];
+            for (int p = 0; p < 2; ++p) {
+                const size_t row = static_cast<size_t>(e) * 2 * I + n + p;
+                cpu::mxfp4_row_to_f32(ex.gu_blocks.data() + row * H / 2, ex.gu_scales.data() + row * H / 32, H,
+                                      w.data());
+                for (int i = off[e]; i < off[e + 1]; ++i) {
+                    const float* x = h.data() + static_cast<size_t>(srt[i] / K) * H;
+                    double d = 0.0;
+                    for (int k = 0; k < H; ++k) d += static_cast<double>(w[k]) * x[k];
+                    gu[p] = static_cast<float>(d) + ex.gu_bias[row];
+                    if (p == 1) {  // gate_up is (gate, up) interleaved: both of pair n / 2 are in
+                        const float gate = std::min(ref[static_cast<size_t>(i) * I + n / 2], a.swiglu_limit);
+                        const float up = std::clamp(gu[1], -a.swiglu_limit, a.swiglu_limit);
+                        ref[static_cast<size_t>(i) * I + n / 2] =
+                            (up + 1.0f) * gate / (1.0f + std::exp(-a.swiglu_alpha * gate));
+                    } else {
+                        ref[static_cast<size_t>(i) * I + n / 2] = gu[0];  // the gate, until its up comes
+                    }
+                }
+            }
+        }
+    EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 gate_up on exact activations"));
+}
+
 TEST(CudaOps, Mxfp4ToBf16IsExact) {
     REQUIRE_GPU();
     RandomExperts ex(2, 64, 96, 7);

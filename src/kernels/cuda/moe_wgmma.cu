@@ -581,8 +581,8 @@ void launch(const MoeMmaArgs& a, cudaStream_t stream) {
 //   nibbles, a2/a3 its high ones. So logical k L of a group holds element 8·((L % 16) / 4) +
 //   2·(L % 4) + L / 16; moe_quant_rows_fp8 writes the activations in that order.
 // - Each group's product goes to a scratch accumulator (scale-d 0) and is added to the tile's with
-//   the rows' group scale 2^(s - 127) · 2^6 (one FFMA per element per group); the activation rows'
-//   scales (one per row) apply in the epilogue.
+//   the rows' group scale 2^(s - 127) (one FFMA per element per group); the activation rows' scales
+//   (one per row) and the codes' 2^6 apply in the epilogue.
 // - Stages of 4 groups (128 bytes of K per activation row: the 128-byte swizzle as in the bf16
 //   kernel); every group waits for its wgmma (no overlap inside a warpgroup yet).
 constexpr int kStages8 = 4;
@@ -730,7 +730,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const MoeMmaArgs 
         for (int gi = 0; gi < ng; ++gi) {
             const uint32_t w0 = *reinterpret_cast<const uint32_t*>(raw + gi * kRowsW * 16 + rs0 * 16 + 4 * t);
             const uint32_t w1 = *reinterpret_cast<const uint32_t*>(raw + gi * kRowsW * 16 + rs1 * 16 + 4 * t);
-            const uint32_t af[4] = {e2m1_lo_to_e4m3(w0), e2m1_lo_to_e4m3(w1), e2m1_hi_to_e4m3(w0), e2m1_hi_to_e4m3(w1)};
+            uint32_t af[4] = {e2m1_lo_to_e4m3(w0), e2m1_lo_to_e4m3(w1), e2m1_hi_to_e4m3(w0), e2m1_hi_to_e4m3(w1)};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) reg_fence(af[i]);  // written before the fence, as PTX requires
             wgmma_fence();
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) reg_fence(tmp[i]);
@@ -739,10 +741,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const MoeMmaArgs 
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < kAcc; ++i) reg_fence(tmp[i]);
-            // 2^(s - 127) · 2^6 (the e4m3 codes are the values · 2^-6); s ≥ 249 overflows to inf.
+            // 2^(s - 127), exact for every byte (s = 0: the subnormal 2^-127; 255: inf, as e8m0_to_f32);
+            // the codes' 2^-6 is undone in the epilogue.
             const int grp = 4 * step + gi;
-            const float f0 = __uint_as_float(min(static_cast<uint32_t>(scale0[grp]) + 6u, 255u) << 23);
-            const float f1 = __uint_as_float(min(static_cast<uint32_t>(scale1[grp]) + 6u, 255u) << 23);
+            const uint32_t s0 = scale0[grp], s1 = scale1[grp];
+            const float f0 = __uint_as_float(s0 ? s0 << 23 : 0x00400000u);
+            const float f1 = __uint_as_float(s1 ? s1 << 23 : 0x00400000u);
 #pragma unroll
             for (int j = 0; j < BT / 8; ++j) {
                 acc[4 * j] = fmaf(f0, tmp[4 * j], acc[4 * j]);
@@ -755,13 +759,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const MoeMmaArgs 
     cp_async_wait<0>();
     pdl_trigger();
 
-    // The activation rows' scales, then the bf16 kernel's epilogue.
+    // The activation rows' scales and the codes' 2^6, then the bf16 kernel's epilogue.
 #pragma unroll
     for (int j = 0; j < BT / 8; ++j)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             const int m = 8 * j + 2 * t + u;
-            const float xs = m < rows ? a.x_scale[row0 + m] : 0.0f;
+            const float xs = m < rows ? a.x_scale[row0 + m] * 64.0f : 0.0f;
             acc[4 * j + u] *= xs;
             acc[4 * j + 2 + u] *= xs;
         }
@@ -798,8 +802,10 @@ __global__ void __launch_bounds__(kQuantThreads)
     m = s_max[0];
 #pragma unroll
     for (int w = 1; w < kQuantThreads / 32; ++w) m = fmaxf(m, s_max[w]);
+    // inv is capped: a row whose amax is below ~1.3e-36 would overflow 448 / amax (its values then
+    // saturate instead of becoming inf · 0 = NaN).
     const float scale = m > 0.0f ? m / 448.0f : 1.0f;
-    const float inv = 1.0f / scale;
+    const float inv = m > 0.0f ? fminf(448.0f / m, 3.0e38f) : 1.0f;
     if (threadIdx.x == 0) xs[i] = scale;
     uint8_t* dst = xq + static_cast<int64_t>(i) * dim;
     for (int k = threadIdx.x; k < dim; k += kQuantThreads) {
