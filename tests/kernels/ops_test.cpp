@@ -257,6 +257,34 @@ std::vector<float> combine_assignments(const DeviceBuffer& y, const std::vector<
     return got;
 }
 
+// Random router inputs (fp32 h [T, H], bf16 W [E, H], bias) and the CPU router's choice,
+// weights and logits (with the bias): the reference of the router kernels.
+struct RouterCase {
+    std::vector<float> h, b, weights, logits;
+    std::vector<uint16_t> w;
+    std::vector<int32_t> ids;
+    RouterCase(int T, int E, int H, int K)
+        : h(randn(static_cast<size_t>(T) * H, E + T)),
+          b(randn(E, E + 2, 0.1f)),
+          weights(static_cast<size_t>(T) * K),
+          logits(static_cast<size_t>(T) * E),
+          w(to_bf16(randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(2880.0f)))),
+          ids(static_cast<size_t>(T) * K) {
+        kernels::RouterArgs ra;
+        ra.x = h.data();
+        ra.weight = w.data();
+        ra.bias = b.data();
+        ra.expert_ids = ids.data();
+        ra.expert_weights = weights.data();
+        ra.logits = logits.data();
+        ra.num_tokens = T;
+        ra.hidden_size = H;
+        ra.num_experts = E;
+        ra.experts_per_token = K;
+        cpu::router(ra);
+    }
+};
+
 // Both implementations: the tiled logits + warp selection (with a logits scratch; token counts
 // that take each tile height and partial tiles) and the one-CTA-per-token kernel (without).
 TEST(CudaOps, RouterTopk) {
@@ -266,23 +294,13 @@ TEST(CudaOps, RouterTopk) {
             for (bool tiled : {true, false}) {
                 if ((!tiled || E == 40) && T != 65) continue;
                 const int H = 2880, K = 4;
-                auto h = randn(static_cast<size_t>(T) * H, E + T);
-                auto w = to_bf16(randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(2880.0f)));
-                auto b = randn(E, E + 2, 0.1f);
-                std::vector<int32_t> ids_ref(T * K);
-                std::vector<float> w_ref(T * K), logits(static_cast<size_t>(T) * E);
-                kernels::RouterArgs ra;
-                ra.x = h.data();
-                ra.weight = w.data();
-                ra.bias = b.data();
-                ra.expert_ids = ids_ref.data();
-                ra.expert_weights = w_ref.data();
-                ra.logits = logits.data();
-                ra.num_tokens = T;
-                ra.hidden_size = H;
-                ra.num_experts = E;
-                ra.experts_per_token = K;
-                cpu::router(ra);
+                const RouterCase rc(T, E, H, K);
+                const auto& h = rc.h;
+                const auto& w = rc.w;
+                const auto& b = rc.b;
+                const auto& ids_ref = rc.ids;
+                const auto& w_ref = rc.weights;
+                const auto& logits = rc.logits;
                 auto dh = to_device(h), dw = to_device(w), db = to_device(b);
                 auto dids = poisoned(ids_ref.size() * 4), dws = poisoned(w_ref.size() * 4);
                 auto dlog = poisoned(static_cast<size_t>(kc::router_topk_scratch(T, E)) * 4);
@@ -340,23 +358,13 @@ TEST(CudaOps, RouterSmallBatchMatchesCpu) {
     for (int E : {32, 128}) {
         for (int T : {1, 3, 8}) {
             const int H = 2880, K = 4;
-            auto h = randn(static_cast<size_t>(T) * H, E + T);
-            auto w = to_bf16(randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(2880.0f)));
-            auto b = randn(E, E + 2, 0.1f);
-            std::vector<int32_t> ids_ref(T * K);
-            std::vector<float> w_ref(T * K), logits(static_cast<size_t>(T) * E);
-            kernels::RouterArgs ra;
-            ra.x = h.data();
-            ra.weight = w.data();
-            ra.bias = b.data();
-            ra.expert_ids = ids_ref.data();
-            ra.expert_weights = w_ref.data();
-            ra.logits = logits.data();
-            ra.num_tokens = T;
-            ra.hidden_size = H;
-            ra.num_experts = E;
-            ra.experts_per_token = K;
-            cpu::router(ra);
+            const RouterCase rc(T, E, H, K);
+            const auto& h = rc.h;
+            const auto& w = rc.w;
+            const auto& b = rc.b;
+            const auto& ids_ref = rc.ids;
+            const auto& w_ref = rc.weights;
+            const auto& logits = rc.logits;
             auto dh = to_device(h), dw = to_device(w), db = to_device(b);
             auto dl = poisoned(logits.size() * 4), dids = poisoned(ids_ref.size() * 4),
                  dws = poisoned(w_ref.size() * 4);
