@@ -14,6 +14,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
 BIN=.device
+[ -x $BIN/gptoss ] || { [ -f .device_pack/device.tgz ] && tar -xzf .device_pack/device.tgz; }
 export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 WORK=${WORK:-/tmp/gptoss_work}
 mkdir -p "$WORK"

@@ -421,6 +421,8 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
+            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
+            for (int kernel : {0, 1})
             for (bool f32_input : {false, true}) {
                 auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                 auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
@@ -442,15 +444,75 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                 a.intermediate_size = I;
                 a.num_experts = E;
                 a.experts_per_token = K;
+                a.kernel = kernel;
                 kc::moe_mxfp4(a, nullptr);
                 EXPECT_EQ(cudaGetLastError(), cudaSuccess);
                 const std::vector<float> got = combine_assignments(y, wts, T, K, H);
-                // fp32 math on identical inputs and exactly decoded weights: only summation order differs.
-                EXPECT_TRUE(close(got, ref, kTolF32, "moe mxfp4"))
+                // The fp32 kernels: fp32 math on identical inputs and exactly decoded weights, only
+                // the summation order differs. moe_decode_mma rounds the inputs and act to bf16 (the
+                // grouped kernels' tolerance).
+                const bool mma = kernel == 1 && T <= kc::kMoeDecodeMmaMaxTokens;
+                EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32, mma ? "moe decode mma" : "moe mxfp4"))
                     << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
                     << (f32_input ? " f32 input" : " bf16 input");
             }
         }
+    }
+}
+
+// moe_decode_mma at a MoE-TP2 shard's widths (I = 1440: down has 45 groups, so the last K step of
+// a warp is partial and the warps' shares differ) with the scales of MoeMmaEdgeShapesAndScales
+// below: 129–132 on two experts' gate_up (the two-multiply path) and 0 on one expert's down; 1, 3
+// and 8 tokens, with a shared expert for every token. Tolerance as MoeMxfp4MatchesCpu's for it.
+TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 1440, K = 4, E = 32;
+    RandomExperts ex(E, H, I, 93);
+    const size_t gu_s = static_cast<size_t>(2) * I * H / 32, dn_s = static_cast<size_t>(H) * I / 32;
+    for (int e : {3, 30})
+        for (size_t i = 0; i < gu_s; ++i) ex.gu_scales[e * gu_s + i] = static_cast<uint8_t>(129 + i % 4);
+    for (size_t i = 0; i < dn_s; ++i) ex.down_scales[11 * dn_s + i] = 0;
+    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+         dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+    for (int T : {1, 3, 8}) {
+        auto h = bf16_round(randn(static_cast<size_t>(T) * H, 94 + T));
+        std::vector<int32_t> ids(T * K);
+        std::vector<float> wts(T * K, 0.25f);
+        for (int t = 0; t < T; ++t) {
+            ids[t * K] = t % 2 ? 3 : 30;
+            ids[t * K + 1] = 11;
+            ids[t * K + 2] = 12 + t;
+            ids[t * K + 3] = 20 + (t + 1) % 8;
+        }
+        const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
+        auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
+        DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+        kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+        auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+        kc::MoeMxfp4Args a;
+        a.h = dh.get();
+        a.h_f32 = dh32.as<float>();
+        a.expert_offsets = offsets.as<int32_t>();
+        a.sorted_assignments = sorted.as<int32_t>();
+        a.gate_up_blocks = dgub.as<uint8_t>();
+        a.gate_up_scales = dgus.as<uint8_t>();
+        a.gate_up_bias = dgubias.as<float>();
+        a.down_blocks = ddb.as<uint8_t>();
+        a.down_scales = dds.as<uint8_t>();
+        a.down_bias = ddbias.as<float>();
+        a.act = act.as<float>();
+        a.y = y.as<float>();
+        a.num_tokens = T;
+        a.hidden_size = H;
+        a.intermediate_size = I;
+        a.num_experts = E;
+        a.experts_per_token = K;
+        ASSERT_TRUE(kc::moe_decode_mma_supported(a));
+        kc::moe_decode_mma(a, nullptr);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+            << "T=" << T;
     }
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/common.cuh"
@@ -1090,6 +1091,14 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
                      a.intermediate_size <= 4096 && a.num_experts <= kMaxExperts,
                  "moe_mxfp4: unsupported sizes %d/%d/%d", a.hidden_size, a.intermediate_size, a.num_experts);
     if (a.num_tokens == 0) return;
+    static const int decode_default = [] {
+        const char* v = std::getenv("GPTOSS_MOE_DECODE");
+        return v == nullptr ? 1 : std::atoi(v);
+    }();
+    if ((a.kernel >= 0 ? a.kernel : decode_default) == 1 && moe_decode_mma_supported(a)) {
+        moe_decode_mma(a, stream);
+        return;
+    }
     const int v2_max = 32 * 32 * kV2GroupsPerLane;
     if (kMoeMxfp4Legacy || a.hidden_size > v2_max || a.intermediate_size > v2_max) {
         moe_mxfp4_legacy(a, stream);

@@ -92,8 +92,16 @@ struct MoeMxfp4Args {
     int experts_per_token = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
+    // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
+    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 0: always the fp32 kernels.
+    int kernel = -1;
 };
+// Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
+// cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
+inline constexpr int kMoeDecodeMmaMaxTokens = 8;
+bool moe_decode_mma_supported(const MoeMxfp4Args& args);
+void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 
 // Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
 // MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host
@@ -120,9 +128,9 @@ struct MoeMmaArgs {
     int max_tiles = 0;   // the grid's tile rows (the bound passed to moe_mma_tiles)
     bool large = false;  // 64-row tiles (else 16); the same as given to moe_mma_tiles
     // 16-row tiles (where n % 192 == 0; else always 0): -1 = GPTOSS_MOE_MMA_V4's choice (default
-    // 2); 0 = the shared-memory kernel (cp.async weights, ldmatrix activations); 2 = weights straight
+    // 5); 0 = the shared-memory kernel (cp.async weights, ldmatrix activations); 2 = weights straight
     // into registers; 3 = the same built for 3 CTAs an SM; 5 = weights landing per lane in shared
-    // memory by cp.async (3 CTAs an SM; not yet measured). For A/B runs and tests.
+    // memory by cp.async (3 CTAs an SM; ~8% faster than 2, r21). For A/B runs and tests.
     int small_kernel = -1;
     const uint8_t* blocks = nullptr;  // [E, n, k/32, 16]
     const uint8_t* scales = nullptr;  // [E, n, k/32]

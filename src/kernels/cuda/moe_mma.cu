@@ -552,13 +552,15 @@ void launch_v4(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     CUDA_CHECK_LAUNCH();
 }
 
-// GPTOSS_MOE_MMA_V4 (A/B runs): 0 = 16-row tiles always by the shared-memory kernel; 3 = the
-// register kernel built for 3 CTAs an SM; 5 = its variant with the weights landing in shared
-// memory (3 CTAs an SM); else (default 2) the register kernel for 2 CTAs an SM.
+// GPTOSS_MOE_MMA_V4 (A/B runs): 0 = 16-row tiles always by the shared-memory kernel; 2 = the
+// register kernel for 2 CTAs an SM; 3 = the same built for 3 CTAs an SM; else (default 5) the
+// variant with the weights landing per lane in shared memory (3 CTAs an SM). Measured in r21
+// (moe_bench 20b shapes, 64 / 256 tokens): 2 = 266.8 / 584.0 µs, 5 = 246.6 / 515.1 µs; 120b
+// decode step at batch 64 / 256: 31.0 / 41.2 ms against 28.0 / 37.1 ms.
 int v4_mode() {
     static const int mode = [] {
         const char* v = std::getenv("GPTOSS_MOE_MMA_V4");
-        return v == nullptr ? 2 : std::atoi(v);
+        return v == nullptr ? 5 : std::atoi(v);
     }();
     return mode;
 }

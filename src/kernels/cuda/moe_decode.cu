@@ -1,0 +1,285 @@
+// Weight-only MXFP4 expert GEMMs for decode batches of up to 8 tokens on the tensor cores
+// (moe_mxfp4's default there; kernels/cuda/moe.h). Design (bench/NOTES.md r21):
+//
+// - The weights are the MMA's A operand (16 output rows × 16 of K per mma.m16n8k16), the tokens its
+//   8 columns: an expert never has more than 8 tokens at these batch sizes, so one MMA column
+//   block holds them all and no padding rows are read (moe_mma's 16-row tiles put the tokens in
+//   M and waste 15/16 of the tensor work at batch 1, which costs nothing, but need 192 columns a
+//   CTA: too few CTAs at batch 1).
+// - A CTA is one 16-row tile of one expert; its 4 warps split K. A lane (g, t) owns MXFP4 group
+//   4s + t of rows g and g + 8 for each of its warp's 128-wide K steps s: one 16-byte load per row
+//   and step. All of a warp's loads (≤ 6 steps: K ≤ 3,072) are issued before any math, so a CTA has
+//   its whole 16 × K tile in flight; at batch 1 a gate_up launch is 1,440 CTAs of 24.5 KB.
+// - K order inside an MMA is free as long as A and B agree: word q of a lane's group gives four
+//   bf16x2 registers holding codes (i, i + 4) (mxfp4_bits.h e2m1x8_raw, value · 2^-126), times the
+//   group scale 2^(s - 1) (one exact bf16x2 multiply; two past s = 128), and feeds two MMAs. The
+//   activations are staged once per warp in that order as bf16 pairs (one 16-byte shared-memory
+//   read per word and token row: lanes with g ≥ the expert's token count read nothing).
+// - fp32 accumulation in the MMAs; the 4 warps' partial sums meet in shared memory, then gate_up
+//   applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds the
+//   bias and writes fp32 y rows at the assignment's index (as the fp32 weight-only kernels do).
+// - The down launch reads the routing plan and issues its weight loads before pdl_wait(): the plan
+//   was written by the router, which completed before the gate_up kernel passed its own wait (and
+//   so before this launch began); only act, gate_up's output, needs the wait.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_common.cuh"
+
+namespace gptoss::kernels::cuda {
+namespace {
+
+constexpr int kWarps = 4;                // K split across a CTA's warps
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = 16;                // output rows per CTA
+constexpr int kMaxSteps = 6;             // 128-wide K steps per warp: K ≤ kWarps · 6 · 128 = 3,072
+constexpr int kMaxGroups = 4 * kMaxSteps;  // MXFP4 groups per warp
+constexpr int kGroupSlots = 5;           // uint4 slots per staged group (4 words + 1 padding)
+constexpr int kTokenSlots = kMaxGroups * kGroupSlots + 4;  // ≡ 4 (mod 8): conflict-free 16-byte reads
+constexpr int kMaxExpertsScan = 256;
+
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// bf16x2 multipliers for scale byte s: 2^(s - 1) when it is a bf16 (s ≤ 128), else 2^126 then
+// 2^(s - 127) (s = 255 gives inf, as e8m0_to_f32 does).
+__device__ __forceinline__ uint32_t scale_first(uint32_t s) {
+    const uint32_t h = (s <= 128u ? s + 126u : 253u) << 7;
+    return h | (h << 16);
+}
+__device__ __forceinline__ uint32_t scale_second(uint32_t s) {
+    const uint32_t h = (s <= 128u ? 127u : s) << 7;  // 1.0 when the first multiply was the whole scale
+    return h | (h << 16);
+}
+
+// The active experts in expert order (the same list in every CTA): the `slot`-th one's id and
+// token range, or e = -1 past the list. Warp 0 only. `cg`: read through L2 only (the down launch
+// reads the plan before pdl_wait, so nothing may come from a stale L1 line).
+__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
+    const int lane = threadIdx.x & 31;
+    int n = 0;
+    int found = 0;
+    for (int c = 0; c < E; c += 32) {
+        const int e = c + lane;
+        const int lo = e < E ? __ldcg(offsets + e) : 0;
+        const int hi = e < E ? __ldcg(offsets + e + 1) : 0;
+        const bool active = hi > lo;
+        const unsigned m = __ballot_sync(0xffffffffu, active);
+        if (active && n + __popc(m & ((1u << lane) - 1u)) == slot) {
+            s_info[0] = e;
+            s_info[1] = lo;
+            s_info[2] = hi - lo;
+        }
+        found |= (n + __popc(m) > slot);
+        n += __popc(m);
+    }
+    if (lane == 0 && !found) s_info[0] = -1;
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
+    __shared__ float red[kWarps][kRows][8];
+    __shared__ int s_info[3];
+    __shared__ int s_as[8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
+    const int in_dim = kGateUp ? H : I, G = in_dim / 32;
+    const int rows = kGateUp ? 2 * I : H;
+    const int tiles = rows / kRows;
+    const int slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
+    const int max_tokens = min(a.num_tokens, 8);
+
+    if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
+    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
+    __syncthreads();
+    const int e = s_info[0];
+    if (e < 0) {
+        if constexpr (!kGateUp) pdl_wait();
+        pdl_trigger();
+        return;
+    }
+    const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+
+    // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
+    const int S = (G + 3) / 4;
+    const int s0 = warp * S / kWarps, s1 = (warp + 1) * S / kWarps;
+    const int ns = s1 - s0;
+    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
+    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
+    const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + g, r_hi = r_lo + 8;
+    uint4 w_lo[kMaxSteps], w_hi[kMaxSteps];
+    uint32_t sc_lo[kMaxSteps], sc_hi[kMaxSteps];
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) {
+        const int grp = 4 * (s0 + i) + t;
+        if (i < ns && grp < G) {
+            w_lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
+            w_hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
+            sc_lo[i] = __ldg(scales + r_lo * G + grp);
+            sc_hi[i] = __ldg(scales + r_hi * G + grp);
+        } else {
+            w_lo[i] = w_hi[i] = make_uint4(0u, 0u, 0u, 0u);
+            sc_lo[i] = sc_hi[i] = 127u;
+        }
+    }
+    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
+    pdl_trigger();                        // after the wait: at most this kernel and the next in flight
+    __syncthreads();                      // s_as
+
+    // Stage this warp's groups [4·s0, min(4·s1, G)) of every token row as bf16 pairs in MMA order:
+    // uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
+    uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
+    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
+    for (int it = lane; it < ntok * ng * 4; it += 32) {
+        const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
+        const int as = s_as[tk];
+        const int64_t col = static_cast<int64_t>(gbeg + gl) * 32 + 8 * q;
+        float v[8];
+        if (!kGateUp || a.h_f32 != nullptr) {
+            const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
+                                       : a.act + static_cast<int64_t>(as) * I + col;
+            const float4 x0 = *reinterpret_cast<const float4*>(src);
+            const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+            v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
+        } else {
+            const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                            static_cast<int64_t>(as / K) * H + col);
+            const uint32_t wds[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                v[2 * i] = __uint_as_float(wds[i] << 16);
+                v[2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
+            }
+        }
+        xs[tk * kTokenSlots + gl * kGroupSlots + q] =
+            make_uint4(pack_bf16x2(v[0], v[4]), pack_bf16x2(v[1], v[5]), pack_bf16x2(v[2], v[6]),
+                       pack_bf16x2(v[3], v[7]));
+    }
+    __syncwarp();
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
+    uint32_t big = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
+    const bool two = __any_sync(0xffffffffu, big != 0);
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) {
+        if (i >= ns) break;
+        const int gl = 4 * i + t;
+        const bool has_x = g < ntok && gbeg + gl < G;
+        const uint4* xrow = xs + g * kTokenSlots + gl * kGroupSlots;
+        const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
+        const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint4 xb = has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
+            const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
+            const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
+            uint32_t rl[4], rh[4];
+            e2m1x8_raw(wl, rl);
+            e2m1x8_raw(wh, rh);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                rl[j] = bf16x2_mul(rl[j], m_lo);
+                rh[j] = bf16x2_mul(rh[j], m_hi);
+                if (two) {
+                    rl[j] = bf16x2_mul(rl[j], m2_lo);
+                    rh[j] = bf16x2_mul(rh[j], m2_hi);
+                }
+            }
+            // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
+            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
+        }
+    }
+
+    red[warp][g][2 * t] = acc[0];
+    red[warp][g][2 * t + 1] = acc[1];
+    red[warp][g + 8][2 * t] = acc[2];
+    red[warp][g + 8][2 * t + 1] = acc[3];
+    __syncthreads();
+    if constexpr (kGateUp) {
+        // Rows 2p, 2p + 1 of the tile are gate and up of intermediate column (row0 / 2 + p).
+        if (threadIdx.x < 8 * ntok) {
+            const int p = threadIdx.x & 7, tk = threadIdx.x >> 3;
+            float gate = 0.0f, up = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) {
+                gate += red[w][2 * p][tk];
+                up += red[w][2 * p + 1][tk];
+            }
+            const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
+            a.act[static_cast<int64_t>(s_as[tk]) * I + row0 / 2 + p] =
+                swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
+        }
+    } else {
+        if (threadIdx.x < kRows * ntok) {
+            const int r = threadIdx.x & 15, tk = threadIdx.x >> 4;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) v += red[w][r][tk];
+            a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] = v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+        }
+    }
+}
+
+template <bool kGateUp>
+void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
+    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
+    const int max_tokens = std::min(a.num_tokens, 8);
+    // At most min(E, tokens · k) experts have tokens.
+    const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
+    const int64_t grid = experts * (rows / kRows);
+    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * kTokenSlots * sizeof(uint4);
+    auto kernel = moe_decode_mma_kernel<kGateUp>;
+    if (smem > 48 * 1024)  // host-side, capture-safe
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    launch_pdl(kernel, static_cast<int>(grid), kThreads, smem, stream, a);
+}
+
+}  // namespace
+
+bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
+    const int G_h = a.hidden_size / 32, G_i = a.intermediate_size / 32;
+    return a.num_tokens >= 1 && a.num_tokens <= kMoeDecodeMmaMaxTokens && a.hidden_size % 32 == 0 &&
+           a.intermediate_size % 32 == 0 && (2 * a.intermediate_size) % kRows == 0 && a.hidden_size % kRows == 0 &&
+           (G_h + 3) / 4 <= kWarps * kMaxSteps && (G_i + 3) / 4 <= kWarps * kMaxSteps &&
+           a.num_experts <= kMaxExpertsScan;
+}
+
+void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
+    ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
+                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    launch<true>(a, stream);
+    launch<false>(a, stream);
+}
+
+}  // namespace gptoss::kernels::cuda
