@@ -423,39 +423,39 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
             // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
             for (int kernel : {0, 1})
-            for (bool f32_input : {false, true}) {
-                auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
-                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-                kc::MoeMxfp4Args a;
-                a.h = dh.get();
-                a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
-                a.expert_offsets = offsets.as<int32_t>();
-                a.sorted_assignments = sorted.as<int32_t>();
-                a.gate_up_blocks = dgub.as<uint8_t>();
-                a.gate_up_scales = dgus.as<uint8_t>();
-                a.gate_up_bias = dgubias.as<float>();
-                a.down_blocks = ddb.as<uint8_t>();
-                a.down_scales = dds.as<uint8_t>();
-                a.down_bias = ddbias.as<float>();
-                a.act = act.as<float>();
-                a.y = y.as<float>();
-                a.num_tokens = T;
-                a.hidden_size = H;
-                a.intermediate_size = I;
-                a.num_experts = E;
-                a.experts_per_token = K;
-                a.kernel = kernel;
-                kc::moe_mxfp4(a, nullptr);
-                EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-                const std::vector<float> got = combine_assignments(y, wts, T, K, H);
-                // The fp32 kernels: fp32 math on identical inputs and exactly decoded weights, only
-                // the summation order differs. moe_decode_mma rounds the inputs and act to bf16 (the
-                // grouped kernels' tolerance).
-                const bool mma = kernel == 1 && T <= kc::kMoeDecodeMmaMaxTokens;
-                EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32, mma ? "moe decode mma" : "moe mxfp4"))
-                    << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
-                    << (f32_input ? " f32 input" : " bf16 input");
-            }
+                for (bool f32_input : {false, true}) {
+                    auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
+                    auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+                    kc::MoeMxfp4Args a;
+                    a.h = dh.get();
+                    a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
+                    a.expert_offsets = offsets.as<int32_t>();
+                    a.sorted_assignments = sorted.as<int32_t>();
+                    a.gate_up_blocks = dgub.as<uint8_t>();
+                    a.gate_up_scales = dgus.as<uint8_t>();
+                    a.gate_up_bias = dgubias.as<float>();
+                    a.down_blocks = ddb.as<uint8_t>();
+                    a.down_scales = dds.as<uint8_t>();
+                    a.down_bias = ddbias.as<float>();
+                    a.act = act.as<float>();
+                    a.y = y.as<float>();
+                    a.num_tokens = T;
+                    a.hidden_size = H;
+                    a.intermediate_size = I;
+                    a.num_experts = E;
+                    a.experts_per_token = K;
+                    a.kernel = kernel;
+                    kc::moe_mxfp4(a, nullptr);
+                    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+                    const std::vector<float> got = combine_assignments(y, wts, T, K, H);
+                    // The fp32 kernels: fp32 math on identical inputs and exactly decoded weights, only
+                    // the summation order differs. moe_decode_mma rounds the inputs and act to bf16 (the
+                    // grouped kernels' tolerance).
+                    const bool mma = kernel == 1 && T <= kc::kMoeDecodeMmaMaxTokens;
+                    EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32, mma ? "moe decode mma" : "moe mxfp4"))
+                        << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
+                        << (f32_input ? " f32 input" : " bf16 input");
+                }
         }
     }
 }
