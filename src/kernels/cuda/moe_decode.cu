@@ -50,9 +50,11 @@ constexpr size_t kMaxSmem = static_cast<size_t>(kWarps) * 8 * kTokenSlots * size
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
+    // volatile: kept in program order with the MMAs (asm volatile), so the next tile's loads are
+    // issued before this tile's math rather than sunk to their first use.
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
     return v;
 }
 
@@ -85,10 +87,13 @@ __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
 struct TileWeights {
     uint4 lo[kMaxSteps], hi[kMaxSteps];
     uint32_t sc[kMaxSteps];  // scale bytes: row g in bits 0-7, row g + 8 in bits 8-15
+    float b0, b1;            // the bias values this thread's epilogue adds (loaded with the weights)
 };
 
-template <bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMxfp4Args a) {
+// kPersistent: a grid of resident CTAs (3 an SM) over contiguous tile ranges, two register sets so
+// the next tile's loads fly during this tile's math; else one tile a CTA (4 CTAs an SM).
+template <bool kGateUp, bool kPersistent>
+__global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[2][kWarps][kRows][8];
     __shared__ int s_e[kMaxActive], s_tok0[kMaxActive], s_ntok[kMaxActive];
@@ -130,8 +135,10 @@ __global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMx
     // This CTA's tiles: a contiguous range of the active experts' tiles (in expert order), so the
     // staged inputs change only where the expert does.
     const int total = nactive * tiles;
-    const int u0 = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x);
-    const int u1 = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x);
+    const int u0 = kPersistent ? static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x)
+                               : static_cast<int>(blockIdx.x);
+    const int u1 =
+        kPersistent ? static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x) : min(u0 + 1, total);
     // This warp's K steps [s0, s1) of 4 groups each (the same for every tile).
     const int S = (G + 3) / 4;
     const int s0 = warp * S / kWarps, s1 = (warp + 1) * S / kWarps;
@@ -153,6 +160,15 @@ __global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMx
                 w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
                 w.sc[i] = 127u | 127u << 8;
             }
+        }
+        const int64_t b = static_cast<int64_t>(s_e[slot]) * rows + (u % tiles) * kRows;
+        if constexpr (kGateUp) {
+            if (threadIdx.x < 64) {
+                w.b0 = __ldg(a.gate_up_bias + b + 2 * (threadIdx.x & 7));
+                w.b1 = __ldg(a.gate_up_bias + b + 2 * (threadIdx.x & 7) + 1);
+            }
+        } else {
+            w.b0 = __ldg(a.down_bias + b + (threadIdx.x & 15));
         }
     };
 
@@ -240,7 +256,6 @@ __global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMx
         // One barrier per tile: red alternates, and a thread reaches the next tile's barrier only
         // after its own epilogue reads of this one.
         __syncthreads();
-        const int e = s_e[slot];
         if constexpr (kGateUp) {
             // Rows 2j, 2j + 1 of the tile are gate and up of intermediate column row0 / 2 + j.
             if (threadIdx.x < 8 * ntok) {
@@ -251,9 +266,8 @@ __global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMx
                     gate += red[p][ww][2 * j][tk];
                     up += red[p][ww][2 * j + 1][tk];
                 }
-                const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * j;
                 a.act[static_cast<int64_t>(s_as[slot][tk]) * I + row0 / 2 + j] =
-                    swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
+                    swiglu(gate + w.b0, up + w.b1, a.swiglu_limit, a.swiglu_alpha);
             }
         } else {
             if (threadIdx.x < kRows * ntok) {
@@ -261,8 +275,7 @@ __global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMx
                 float v = 0.0f;
 #pragma unroll
                 for (int ww = 0; ww < kWarps; ++ww) v += red[p][ww][r][tk];
-                a.y[static_cast<int64_t>(s_as[slot][tk]) * H + row0 + r] =
-                    v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+                a.y[static_cast<int64_t>(s_as[slot][tk]) * H + row0 + r] = v + w.b0;
             }
         }
     };
@@ -274,19 +287,23 @@ __global__ void __launch_bounds__(kThreads, 3) moe_decode_mma_kernel(const MoeMx
     if constexpr (!kGateUp) pdl_wait();
     pdl_trigger();    // after the wait: at most this kernel and the next one in flight
     __syncthreads();  // s_as
-    for (int u = u0; u < u1; u += 2) {
-        if (u + 1 < u1) load(u + 1, wb);
-        compute(u, wa, 0);
-        if (u + 1 < u1) {
-            if (u + 2 < u1) load(u + 2, wa);
-            compute(u + 1, wb, 1);
+    if constexpr (kPersistent) {
+        for (int u = u0; u < u1; u += 2) {
+            if (u + 1 < u1) load(u + 1, wb);
+            compute(u, wa, 0);
+            if (u + 1 < u1) {
+                if (u + 2 < u1) load(u + 2, wa);
+                compute(u + 1, wb, 1);
+            }
         }
+    } else if (u0 < u1) {
+        compute(u0, wa, 0);
     }
 }
 
 // Resident CTAs per SM × SMs, measured once per kernel and device (host-only queries: capturable).
 template <bool kGateUp>
-int grid_size(size_t smem) {
+int grid_size() {
     constexpr int kDevices = 64;
     static std::atomic<int> cached[kDevices];
     int device = 0;
@@ -295,26 +312,34 @@ int grid_size(size_t smem) {
         const int b = cached[device].load(std::memory_order_acquire);
         if (b != 0) return b;
     }
-    auto kernel = moe_decode_mma_kernel<kGateUp>;
+    auto kernel = moe_decode_mma_kernel<kGateUp, true>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSmem)));
     int sms = 0, per_sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kMaxSmem));
     const int blocks = std::max(1, per_sm) * sms;
     if (device < kDevices) cached[device].store(blocks, std::memory_order_release);
-    (void)smem;
     return blocks;
 }
 
 template <bool kGateUp>
-void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
+void launch(const MoeMxfp4Args& a, bool persistent, cudaStream_t stream) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int max_tokens = std::min(a.num_tokens, 8);
     // At most min(E, tokens · k) experts have tokens: no more CTAs than their tiles.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * kTokenSlots * sizeof(uint4);
-    const int grid = static_cast<int>(std::min<int64_t>(grid_size<kGateUp>(smem), experts * (rows / kRows)));
-    launch_pdl(moe_decode_mma_kernel<kGateUp>, grid, kThreads, smem, stream, a);
+    const int64_t tiles = experts * (rows / kRows);
+    if (persistent) {
+        const int grid = static_cast<int>(std::min<int64_t>(grid_size<kGateUp>(), tiles));
+        launch_pdl(moe_decode_mma_kernel<kGateUp, true>, grid, kThreads, smem, stream, a);
+    } else {
+        auto kernel = moe_decode_mma_kernel<kGateUp, false>;
+        if (smem > 48 * 1024)  // host-side, capture-safe
+            CUDA_CHECK(
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        launch_pdl(kernel, static_cast<int>(tiles), kThreads, smem, stream, a);
+    }
 }
 
 }  // namespace
@@ -328,11 +353,11 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
            a.num_experts <= kMaxExpertsScan;
 }
 
-void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
+void moe_decode_mma(const MoeMxfp4Args& a, bool persistent, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    launch<true>(a, stream);
-    launch<false>(a, stream);
+    launch<true>(a, persistent, stream);
+    launch<false>(a, persistent, stream);
 }
 
 }  // namespace gptoss::kernels::cuda
