@@ -421,9 +421,8 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
-            // Every kernel: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma one
-            // tile a CTA (1) or persistent (2).
-            for (int kernel : {0, 1, 2})
+            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
+            for (int kernel : {0, 1})
                 for (bool f32_input : {false, true}) {
                     auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
@@ -510,12 +509,10 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         a.num_experts = E;
         a.experts_per_token = K;
         ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-        for (bool persistent : {false, true}) {
-            kc::moe_decode_mma(a, persistent, nullptr);
-            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
-                << "T=" << T << (persistent ? " persistent" : " one tile a CTA");
-        }
+        kc::moe_decode_mma(a, nullptr);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+            << "T=" << T;
     }
 }
 

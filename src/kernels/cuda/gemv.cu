@@ -418,83 +418,6 @@ int v2_grid_limit() {
     return blocks;
 }
 
-// FP8 weights, persistent warps with row prefetch (gemv_v2_kernel's loop; the v1 kernel's chunk
-// arithmetic and order, so both give the same sums): for tall matrices (lm_head: 201,088 rows),
-// where the one-warp-per-row kernel's CTAs come and go ~25,000 times and each warp has only one
-// row's loads in flight (1.82 TB/s measured, r21). Weights load before pdl_wait.
-template <typename XT, int NC, int MT>
-__global__ void __launch_bounds__(kV2Warps * 32) gemv_fp8_v2_kernel(const __grid_constant__ GemvArgs a) {
-    const int lane = threadIdx.x & 31;
-    const int stride = gridDim.x * kV2Warps;
-    int row = blockIdx.x * kV2Warps + (threadIdx.x >> 5);
-    if (row >= a.n) return;  // warp-uniform
-    const int chunks = a.k / Fp8W::kElems;
-    const uint8_t* w = static_cast<const uint8_t*>(a.w);
-    const XT* x = static_cast<const XT*>(a.x);
-    uint4 cur[NC];
-    load_row<NC>(cur, reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row) * a.w_ld), chunks, lane);
-    pdl_wait();
-    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
-    for (;;) {
-        const int next = row + stride;
-        uint4 nxt[NC];
-        if (next < a.n) {
-            load_row<NC>(nxt, reinterpret_cast<const uint4*>(w + static_cast<int64_t>(next) * a.w_ld), chunks, lane);
-        } else {
-#pragma unroll
-            for (int i = 0; i < NC; ++i) nxt[i] = make_uint4(0u, 0u, 0u, 0u);
-        }
-        float acc[MT];
-#pragma unroll
-        for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < NC; ++i) {
-            const int c = lane + 32 * i;
-            if (c < chunks) {
-                float wf[Fp8W::kElems];
-                Fp8W::decode(cur[i], wf);
-                chunk_fma<Fp8W>(wf, chunk_scale<Fp8W>(a, row, c), x, a.k, c, a.num_tokens, acc);
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            if (m < a.num_tokens) {  // uniform
-                const float s = warp_sum(acc[m]);
-                if (lane == 0) a.y[static_cast<int64_t>(m) * a.n + row] = s + (a.bias ? a.bias[row] : 0.0f);
-            }
-        }
-        if (next >= a.n) break;
-        row = next;
-#pragma unroll
-        for (int i = 0; i < NC; ++i) cur[i] = nxt[i];
-    }
-}
-
-// Resident CTAs per SM × SMs of a kV2Warps-warp kernel, queried once per device (host-only:
-// graph-capturable).
-template <typename Kernel>
-int resident_grid(Kernel kernel, std::atomic<int> (&cached)[64]) {
-    int device = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    if (device < 64) {
-        const int b = cached[device].load(std::memory_order_acquire);
-        if (b != 0) return b;
-    }
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kV2Warps * 32, 0));
-    const int blocks = std::max(1, per_sm) * sms;
-    if (device < 64) cached[device].store(blocks, std::memory_order_release);
-    return blocks;
-}
-
-template <typename XT, int MT>
-void fp8_v2_launch(const GemvArgs& a, cudaStream_t stream) {
-    static std::atomic<int> cached[64];
-    auto kernel = gemv_fp8_v2_kernel<XT, 6, MT>;
-    const int grid = std::min(resident_grid(kernel, cached), (a.n + kV2Warps - 1) / kV2Warps);
-    launch_pdl(kernel, grid, kV2Warps * 32, 0, stream, a);
-}
-
 template <typename XT, int NC>
 void v2_launch(const GemvArgs& a, cudaStream_t stream) {
     const int grid = std::min(v2_grid_limit<XT, NC>(), (a.n + kV2Warps - 1) / kV2Warps);
@@ -549,16 +472,6 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
         const bool k3 = a.k <= 6 * 32 * 16, one = a.num_tokens == 1;
-        // Tall matrices (lm_head) through the persistent kernel (GemvArgs::fp8_persistent).
-        const bool persistent = k3 && (a.fp8_persistent >= 0 ? a.fp8_persistent == 1 : a.n >= kFp8PersistentRows);
-        if (persistent) {
-            if (a.x_bf16)
-                one ? fp8_v2_launch<__nv_bfloat16, 1>(a, stream)
-                    : fp8_v2_launch<__nv_bfloat16, kGemvMaxTokens>(a, stream);
-            else
-                one ? fp8_v2_launch<float, 1>(a, stream) : fp8_v2_launch<float, kGemvMaxTokens>(a, stream);
-            return;
-        }
         auto kernel = a.x_bf16
                           ? (k3 ? (one ? gemv_kernel<__nv_bfloat16, Fp8W, 6, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 6>)
                                 : (one ? gemv_kernel<__nv_bfloat16, Fp8W, 8, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 8>))

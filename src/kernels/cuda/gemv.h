@@ -31,11 +31,7 @@ struct GemvArgs {
     // The r2 kernel (one warp per row, one launch-wide wave, two load rounds for k = 2880), kept
     // for comparison and as a fallback (GPTOSS_GEMV_V1=1 in the CUDA model).
     bool legacy = false;
-    // FP8 weights with k ≤ 3072: -1 = the persistent row-prefetch kernel from kFp8PersistentRows
-    // rows (lm_head), else one warp per row; 0 / 1 force one or the other (tests, A/B runs).
-    int fp8_persistent = -1;
 };
-inline constexpr int kFp8PersistentRows = 32768;
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 
 // The decode QKV projection fused with what follows it (ops.h qkv_bias_rope_kv_write): one warp

@@ -92,9 +92,8 @@ struct MoeMxfp4Args {
     int experts_per_token = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
-    // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma, one
-    // tile a CTA) where it applies (≤ 8 tokens), else the fp32 weight-only kernels; 2: the same with
-    // the persistent moe_decode_mma; 0: always the fp32 kernels.
+    // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
+    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 0: always the fp32 kernels.
     int kernel = -1;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
@@ -102,8 +101,7 @@ struct MoeMxfp4Args {
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 inline constexpr int kMoeDecodeMmaMaxTokens = 8;
 bool moe_decode_mma_supported(const MoeMxfp4Args& args);
-// persistent: resident CTAs over tile ranges, next tile prefetched (else one tile a CTA).
-void moe_decode_mma(const MoeMxfp4Args& args, bool persistent, cudaStream_t stream);
+void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 
 // Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
 // MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host

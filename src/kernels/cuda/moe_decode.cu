@@ -24,7 +24,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
@@ -45,8 +44,6 @@ constexpr int kGroupSlots = 5;             // uint4 slots per staged group (4 wo
 constexpr int kTokenSlots = kMaxGroups * kGroupSlots + 4;  // ≡ 4 (mod 8): conflict-free 16-byte reads
 constexpr int kMaxExpertsScan = 256;
 constexpr int kMaxActive = 64;  // experts with tokens: ≤ 8 tokens × experts_per_token
-// Dynamic shared memory at 8 tokens (the grid is sized for it, so every batch fits the same CTAs).
-constexpr size_t kMaxSmem = static_cast<size_t>(kWarps) * 8 * kTokenSlots * sizeof(uint4);
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
@@ -90,12 +87,13 @@ struct TileWeights {
     float b0, b1;            // the bias values this thread's epilogue adds (loaded with the weights)
 };
 
-// kPersistent: a grid of resident CTAs (3 an SM) over contiguous tile ranges, two register sets so
-// the next tile's loads fly during this tile's math; else one tile a CTA (4 CTAs an SM).
-template <bool kGateUp, bool kPersistent>
-__global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
+// One 16-row tile a CTA (4 CTAs an SM). A persistent variant (resident CTAs over tile ranges, two
+// register sets so the next tile's loads fly during this tile's math) measured slower in r21:
+// moe_bench batch 1 41.9 vs 38.5 µs, 20b step 2.42 vs 2.24 ms.
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
-    __shared__ float red[2][kWarps][kRows][8];
+    __shared__ float red[kWarps][kRows][8];
     __shared__ int s_e[kMaxActive], s_tok0[kMaxActive], s_ntok[kMaxActive];
     __shared__ int s_as[kMaxActive][8];
     __shared__ int s_n;
@@ -132,20 +130,16 @@ __global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_
     const int nactive = s_n;
     for (int i = threadIdx.x; i < nactive * 8; i += kThreads)
         if ((i & 7) < s_ntok[i >> 3]) s_as[i >> 3][i & 7] = __ldcg(a.sorted_assignments + s_tok0[i >> 3] + (i & 7));
-    // This CTA's tiles: a contiguous range of the active experts' tiles (in expert order), so the
-    // staged inputs change only where the expert does.
-    const int total = nactive * tiles;
-    const int u0 = kPersistent ? static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x)
-                               : static_cast<int>(blockIdx.x);
-    const int u1 =
-        kPersistent ? static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x) : min(u0 + 1, total);
-    // This warp's K steps [s0, s1) of 4 groups each (the same for every tile).
+    // This CTA's tile u: tile u % tiles of the (u / tiles)-th active expert (in expert order).
+    const int u = blockIdx.x;
+    const bool has_tile = u < nactive * tiles;
+    // This warp's K steps [s0, s1) of 4 groups each.
     const int S = (G + 3) / 4;
     const int s0 = warp * S / kWarps, s1 = (warp + 1) * S / kWarps;
     const int ns = s1 - s0;
     const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
 
-    auto load = [&](int u, TileWeights& w) {
+    auto load = [&](TileWeights& w) {
         const int slot = u / tiles;
         const int64_t r_lo = static_cast<int64_t>(s_e[slot]) * rows + (u % tiles) * kRows + g, r_hi = r_lo + 8;
 #pragma unroll
@@ -173,11 +167,9 @@ __global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_
     };
 
     uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
-    int staged = -1;  // the slot whose inputs are in xs
     // Stage this warp's groups [gbeg, gbeg + ng) of every token row of `slot` as bf16 pairs in MMA
     // order: uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
     auto stage = [&](int slot) {
-        __syncwarp();  // every lane is done with the previous inputs
         const int ntok = s_ntok[slot];
         for (int it = lane; it < ntok * ng * 4; it += 32) {
             const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
@@ -204,14 +196,13 @@ __global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_
                                                                      pack_bf16x2(v[2], v[6]), pack_bf16x2(v[3], v[7]));
         }
         __syncwarp();
-        staged = slot;
     };
 
-    // Tile u from weights w: the MMAs over this warp's K share, the warps' sums in red[p], then
-    // the epilogue.
-    auto compute = [&](int u, const TileWeights& w, int p) {
+    // Tile u from weights w: the MMAs over this warp's K share, the warps' sums in red, then the
+    // epilogue.
+    auto compute = [&](const TileWeights& w) {
         const int slot = u / tiles, row0 = (u % tiles) * kRows;
-        if (slot != staged) stage(slot);
+        stage(slot);
         const int ntok = s_ntok[slot];
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
         uint32_t big = 0;
@@ -249,12 +240,10 @@ __global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_
                 mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
             }
         }
-        red[p][warp][g][2 * t] = acc[0];
-        red[p][warp][g][2 * t + 1] = acc[1];
-        red[p][warp][g + 8][2 * t] = acc[2];
-        red[p][warp][g + 8][2 * t + 1] = acc[3];
-        // One barrier per tile: red alternates, and a thread reaches the next tile's barrier only
-        // after its own epilogue reads of this one.
+        red[warp][g][2 * t] = acc[0];
+        red[warp][g][2 * t + 1] = acc[1];
+        red[warp][g + 8][2 * t] = acc[2];
+        red[warp][g + 8][2 * t + 1] = acc[3];
         __syncthreads();
         if constexpr (kGateUp) {
             // Rows 2j, 2j + 1 of the tile are gate and up of intermediate column row0 / 2 + j.
@@ -263,8 +252,8 @@ __global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_
                 float gate = 0.0f, up = 0.0f;
 #pragma unroll
                 for (int ww = 0; ww < kWarps; ++ww) {
-                    gate += red[p][ww][2 * j][tk];
-                    up += red[p][ww][2 * j + 1][tk];
+                    gate += red[ww][2 * j][tk];
+                    up += red[ww][2 * j + 1][tk];
                 }
                 a.act[static_cast<int64_t>(s_as[slot][tk]) * I + row0 / 2 + j] =
                     swiglu(gate + w.b0, up + w.b1, a.swiglu_limit, a.swiglu_alpha);
@@ -274,72 +263,34 @@ __global__ void __launch_bounds__(kThreads, kPersistent ? 3 : 4) moe_decode_mma_
                 const int r = threadIdx.x & 15, tk = threadIdx.x >> 4;
                 float v = 0.0f;
 #pragma unroll
-                for (int ww = 0; ww < kWarps; ++ww) v += red[p][ww][r][tk];
+                for (int ww = 0; ww < kWarps; ++ww) v += red[ww][r][tk];
                 a.y[static_cast<int64_t>(s_as[slot][tk]) * H + row0 + r] = v + w.b0;
             }
         }
     };
 
-    // Two register sets: the next tile's loads are in flight during this tile's math. The down
-    // launch issues its first before pdl_wait (the weights and the plan are ready; act is not).
-    TileWeights wa, wb;
-    if (u0 < u1) load(u0, wa);
+    // The down launch issues its loads before pdl_wait (the weights and the plan are ready; act,
+    // gate_up's output, is not).
+    TileWeights w;
+    if (has_tile) load(w);
     if constexpr (!kGateUp) pdl_wait();
     pdl_trigger();    // after the wait: at most this kernel and the next one in flight
     __syncthreads();  // s_as
-    if constexpr (kPersistent) {
-        for (int u = u0; u < u1; u += 2) {
-            if (u + 1 < u1) load(u + 1, wb);
-            compute(u, wa, 0);
-            if (u + 1 < u1) {
-                if (u + 2 < u1) load(u + 2, wa);
-                compute(u + 1, wb, 1);
-            }
-        }
-    } else if (u0 < u1) {
-        compute(u0, wa, 0);
-    }
-}
-
-// Resident CTAs per SM × SMs, measured once per kernel and device (host-only queries: capturable).
-template <bool kGateUp>
-int grid_size() {
-    constexpr int kDevices = 64;
-    static std::atomic<int> cached[kDevices];
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    if (device < kDevices) {
-        const int b = cached[device].load(std::memory_order_acquire);
-        if (b != 0) return b;
-    }
-    auto kernel = moe_decode_mma_kernel<kGateUp, true>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSmem)));
-    int sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kMaxSmem));
-    const int blocks = std::max(1, per_sm) * sms;
-    if (device < kDevices) cached[device].store(blocks, std::memory_order_release);
-    return blocks;
+    if (has_tile) compute(w);
 }
 
 template <bool kGateUp>
-void launch(const MoeMxfp4Args& a, bool persistent, cudaStream_t stream) {
+void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int max_tokens = std::min(a.num_tokens, 8);
     // At most min(E, tokens · k) experts have tokens: no more CTAs than their tiles.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * kTokenSlots * sizeof(uint4);
     const int64_t tiles = experts * (rows / kRows);
-    if (persistent) {
-        const int grid = static_cast<int>(std::min<int64_t>(grid_size<kGateUp>(), tiles));
-        launch_pdl(moe_decode_mma_kernel<kGateUp, true>, grid, kThreads, smem, stream, a);
-    } else {
-        auto kernel = moe_decode_mma_kernel<kGateUp, false>;
-        if (smem > 48 * 1024)  // host-side, capture-safe
-            CUDA_CHECK(
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        launch_pdl(kernel, static_cast<int>(tiles), kThreads, smem, stream, a);
-    }
+    auto kernel = moe_decode_mma_kernel<kGateUp>;
+    if (smem > 48 * 1024)  // host-side, capture-safe
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    launch_pdl(kernel, static_cast<int>(tiles), kThreads, smem, stream, a);
 }
 
 }  // namespace
@@ -353,11 +304,11 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
            a.num_experts <= kMaxExpertsScan;
 }
 
-void moe_decode_mma(const MoeMxfp4Args& a, bool persistent, cudaStream_t stream) {
+void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    launch<true>(a, persistent, stream);
-    launch<false>(a, persistent, stream);
+    launch<true>(a, stream);
+    launch<false>(a, stream);
 }
 
 }  // namespace gptoss::kernels::cuda
