@@ -43,15 +43,12 @@ constexpr int kMaxGroups = 4 * kMaxSteps;  // MXFP4 groups per warp
 constexpr int kGroupSlots = 5;             // uint4 slots per staged group (4 words + 1 padding)
 constexpr int kTokenSlots = kMaxGroups * kGroupSlots + 4;  // ≡ 4 (mod 8): conflict-free 16-byte reads
 constexpr int kMaxExpertsScan = 256;
-constexpr int kMaxActive = 64;  // experts with tokens: ≤ 8 tokens × experts_per_token
 
 __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     uint4 v;
-    // volatile: kept in program order with the MMAs (asm volatile), so the next tile's loads are
-    // issued before this tile's math rather than sunk to their first use.
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
     return v;
 }
 
@@ -80,225 +77,199 @@ __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
     return h | (h << 16);
 }
 
-// One tile's weights for this lane: rows g and g + 8, one group per K step of its warp.
-struct TileWeights {
-    uint4 lo[kMaxSteps], hi[kMaxSteps];
-    uint32_t sc[kMaxSteps];  // scale bytes: row g in bits 0-7, row g + 8 in bits 8-15
-    float b0, b1;            // the bias values this thread's epilogue adds (loaded with the weights)
-};
+// The active experts in expert order (the same list in every CTA): the `slot`-th one's id and
+// token range, or e = -1 past the list. Warp 0 only. `cg`: read through L2 only (the down launch
+// reads the plan before pdl_wait, so nothing may come from a stale L1 line).
+__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
+    const int lane = threadIdx.x & 31;
+    int n = 0;
+    int found = 0;
+    for (int c = 0; c < E; c += 32) {
+        const int e = c + lane;
+        const int lo = e < E ? __ldcg(offsets + e) : 0;
+        const int hi = e < E ? __ldcg(offsets + e + 1) : 0;
+        const bool active = hi > lo;
+        const unsigned m = __ballot_sync(0xffffffffu, active);
+        if (active && n + __popc(m & ((1u << lane) - 1u)) == slot) {
+            s_info[0] = e;
+            s_info[1] = lo;
+            s_info[2] = hi - lo;
+        }
+        found |= (n + __popc(m) > slot);
+        n += __popc(m);
+    }
+    if (lane == 0 && !found) s_info[0] = -1;
+}
 
-// One 16-row tile a CTA (4 CTAs an SM). A persistent variant (resident CTAs over tile ranges, two
-// register sets so the next tile's loads fly during this tile's math) measured slower in r21:
-// moe_bench batch 1 41.9 vs 38.5 µs, 20b step 2.42 vs 2.24 ms.
 template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
-    __shared__ int s_e[kMaxActive], s_tok0[kMaxActive], s_ntok[kMaxActive];
-    __shared__ int s_as[kMaxActive][8];
-    __shared__ int s_n;
+    __shared__ int s_info[3];
+    __shared__ int s_as[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
     const int in_dim = kGateUp ? H : I, G = in_dim / 32;
     const int rows = kGateUp ? 2 * I : H;
-    const int tiles = rows / kRows;  // per expert
+    const int tiles = rows / kRows;
+    const int slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
     const int max_tokens = min(a.num_tokens, 8);
-    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
-    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
 
     if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
-    if (warp == 0) {
-        int n = 0;
-        for (int c = 0; c < a.num_experts; c += 32) {
-            const int e = c + lane;
-            const int lo = e < a.num_experts ? __ldcg(a.expert_offsets + e) : 0;
-            const int hi = e < a.num_experts ? __ldcg(a.expert_offsets + e + 1) : 0;
-            const bool active = hi > lo;
-            const unsigned m = __ballot_sync(0xffffffffu, active);
-            const int at = n + __popc(m & ((1u << lane) - 1u));
-            if (active && at < kMaxActive) {
-                s_e[at] = e;
-                s_tok0[at] = lo;
-                s_ntok[at] = min(hi - lo, 8);
-            }
-            n += __popc(m);
-        }
-        if (lane == 0) s_n = min(n, kMaxActive);
-    }
+    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
     __syncthreads();
-    const int nactive = s_n;
-    for (int i = threadIdx.x; i < nactive * 8; i += kThreads)
-        if ((i & 7) < s_ntok[i >> 3]) s_as[i >> 3][i & 7] = __ldcg(a.sorted_assignments + s_tok0[i >> 3] + (i & 7));
-    // This CTA's tile u: tile u % tiles of the (u / tiles)-th active expert (in expert order).
-    const int u = blockIdx.x;
-    const bool has_tile = u < nactive * tiles;
-    // This warp's K steps [s0, s1) of 4 groups each.
+    const int e = s_info[0];
+    if (e < 0) {
+        if constexpr (!kGateUp) pdl_wait();
+        pdl_trigger();
+        return;
+    }
+    const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+
+    // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
     const int S = (G + 3) / 4;
     const int s0 = warp * S / kWarps, s1 = (warp + 1) * S / kWarps;
     const int ns = s1 - s0;
-    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
-
-    auto load = [&](TileWeights& w) {
-        const int slot = u / tiles;
-        const int64_t r_lo = static_cast<int64_t>(s_e[slot]) * rows + (u % tiles) * kRows + g, r_hi = r_lo + 8;
+    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
+    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
+    const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + g, r_hi = r_lo + 8;
+    uint4 w_lo[kMaxSteps], w_hi[kMaxSteps];
+    uint32_t sc_lo[kMaxSteps], sc_hi[kMaxSteps];
 #pragma unroll
-        for (int i = 0; i < kMaxSteps; ++i) {
-            const int grp = 4 * (s0 + i) + t;
-            if (i < ns && grp < G) {
-                w.lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
-                w.hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
-                w.sc[i] = static_cast<uint32_t>(__ldg(scales + r_lo * G + grp)) |
-                          static_cast<uint32_t>(__ldg(scales + r_hi * G + grp)) << 8;
-            } else {
-                w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
-                w.sc[i] = 127u | 127u << 8;
-            }
-        }
-        const int64_t b = static_cast<int64_t>(s_e[slot]) * rows + (u % tiles) * kRows;
-        if constexpr (kGateUp) {
-            if (threadIdx.x < 64) {
-                w.b0 = __ldg(a.gate_up_bias + b + 2 * (threadIdx.x & 7));
-                w.b1 = __ldg(a.gate_up_bias + b + 2 * (threadIdx.x & 7) + 1);
-            }
+    for (int i = 0; i < kMaxSteps; ++i) {
+        const int grp = 4 * (s0 + i) + t;
+        if (i < ns && grp < G) {
+            w_lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
+            w_hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
+            sc_lo[i] = __ldg(scales + r_lo * G + grp);
+            sc_hi[i] = __ldg(scales + r_hi * G + grp);
         } else {
-            w.b0 = __ldg(a.down_bias + b + (threadIdx.x & 15));
+            w_lo[i] = w_hi[i] = make_uint4(0u, 0u, 0u, 0u);
+            sc_lo[i] = sc_hi[i] = 127u;
         }
-    };
+    }
+    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
+    pdl_trigger();                       // after the wait: at most this kernel and the next in flight
+    __syncthreads();                     // s_as
 
+    // Stage this warp's groups [4·s0, min(4·s1, G)) of every token row as bf16 pairs in MMA order:
+    // uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
     uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
-    // Stage this warp's groups [gbeg, gbeg + ng) of every token row of `slot` as bf16 pairs in MMA
-    // order: uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
-    auto stage = [&](int slot) {
-        const int ntok = s_ntok[slot];
-        for (int it = lane; it < ntok * ng * 4; it += 32) {
-            const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
-            const int as = s_as[slot][tk];
-            const int64_t col = static_cast<int64_t>(gbeg + gl) * 32 + 8 * q;
-            float v[8];
-            if (!kGateUp || a.h_f32 != nullptr) {
-                const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
-                                           : a.act + static_cast<int64_t>(as) * I + col;
-                const float4 x0 = *reinterpret_cast<const float4*>(src);
-                const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-                v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
-            } else {
-                const uint4 uu = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
-                                                                 static_cast<int64_t>(as / K) * H + col);
-                const uint32_t wds[4] = {uu.x, uu.y, uu.z, uu.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    v[2 * i] = __uint_as_float(wds[i] << 16);
-                    v[2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
-                }
-            }
-            xs[tk * kTokenSlots + gl * kGroupSlots + q] = make_uint4(pack_bf16x2(v[0], v[4]), pack_bf16x2(v[1], v[5]),
-                                                                     pack_bf16x2(v[2], v[6]), pack_bf16x2(v[3], v[7]));
-        }
-        __syncwarp();
-    };
-
-    // Tile u from weights w: the MMAs over this warp's K share, the warps' sums in red, then the
-    // epilogue.
-    auto compute = [&](const TileWeights& w) {
-        const int slot = u / tiles, row0 = (u % tiles) * kRows;
-        stage(slot);
-        const int ntok = s_ntok[slot];
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
-        uint32_t big = 0;
-#pragma unroll
-        for (int i = 0; i < kMaxSteps; ++i) big |= (w.sc[i] & 0xffu) > 128u || (w.sc[i] >> 8) > 128u;
-        const bool two = __any_sync(0xffffffffu, big != 0);
-#pragma unroll
-        for (int i = 0; i < kMaxSteps; ++i) {
-            if (i >= ns) break;
-            const int gl = 4 * i + t;
-            const bool has_x = g < ntok && gbeg + gl < G;
-            const uint4* xrow = xs + g * kTokenSlots + gl * kGroupSlots;
-            const uint32_t sl = w.sc[i] & 0xffu, sh = w.sc[i] >> 8;
-            const uint32_t m_lo = scale_first(sl), m_hi = scale_first(sh);
-            const uint32_t m2_lo = scale_second(sl), m2_hi = scale_second(sh);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const uint4 xb = has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
-                const uint32_t wl = q == 0 ? w.lo[i].x : q == 1 ? w.lo[i].y : q == 2 ? w.lo[i].z : w.lo[i].w;
-                const uint32_t wh = q == 0 ? w.hi[i].x : q == 1 ? w.hi[i].y : q == 2 ? w.hi[i].z : w.hi[i].w;
-                uint32_t rl[4], rh[4];
-                e2m1x8_raw(wl, rl);
-                e2m1x8_raw(wh, rh);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    rl[j] = bf16x2_mul(rl[j], m_lo);
-                    rh[j] = bf16x2_mul(rh[j], m_hi);
-                    if (two) {
-                        rl[j] = bf16x2_mul(rl[j], m2_lo);
-                        rh[j] = bf16x2_mul(rh[j], m2_hi);
-                    }
-                }
-                // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
-                mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
-                mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
-            }
-        }
-        red[warp][g][2 * t] = acc[0];
-        red[warp][g][2 * t + 1] = acc[1];
-        red[warp][g + 8][2 * t] = acc[2];
-        red[warp][g + 8][2 * t + 1] = acc[3];
-        __syncthreads();
-        if constexpr (kGateUp) {
-            // Rows 2j, 2j + 1 of the tile are gate and up of intermediate column row0 / 2 + j.
-            if (threadIdx.x < 8 * ntok) {
-                const int j = threadIdx.x & 7, tk = threadIdx.x >> 3;
-                float gate = 0.0f, up = 0.0f;
-#pragma unroll
-                for (int ww = 0; ww < kWarps; ++ww) {
-                    gate += red[ww][2 * j][tk];
-                    up += red[ww][2 * j + 1][tk];
-                }
-                a.act[static_cast<int64_t>(s_as[slot][tk]) * I + row0 / 2 + j] =
-                    swiglu(gate + w.b0, up + w.b1, a.swiglu_limit, a.swiglu_alpha);
-            }
+    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
+    for (int it = lane; it < ntok * ng * 4; it += 32) {
+        const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
+        const int as = s_as[tk];
+        const int64_t col = static_cast<int64_t>(gbeg + gl) * 32 + 8 * q;
+        float v[8];
+        if (!kGateUp || a.h_f32 != nullptr) {
+            const float* src =
+                kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col : a.act + static_cast<int64_t>(as) * I + col;
+            const float4 x0 = *reinterpret_cast<const float4*>(src);
+            const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+            v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
         } else {
-            if (threadIdx.x < kRows * ntok) {
-                const int r = threadIdx.x & 15, tk = threadIdx.x >> 4;
-                float v = 0.0f;
+            const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                            static_cast<int64_t>(as / K) * H + col);
+            const uint32_t wds[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-                for (int ww = 0; ww < kWarps; ++ww) v += red[ww][r][tk];
-                a.y[static_cast<int64_t>(s_as[slot][tk]) * H + row0 + r] = v + w.b0;
+            for (int i = 0; i < 4; ++i) {
+                v[2 * i] = __uint_as_float(wds[i] << 16);
+                v[2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
             }
         }
-    };
+        xs[tk * kTokenSlots + gl * kGroupSlots + q] = make_uint4(pack_bf16x2(v[0], v[4]), pack_bf16x2(v[1], v[5]),
+                                                                 pack_bf16x2(v[2], v[6]), pack_bf16x2(v[3], v[7]));
+    }
+    __syncwarp();
 
-    // The down launch issues its loads before pdl_wait (the weights and the plan are ready; act,
-    // gate_up's output, is not).
-    TileWeights w;
-    if (has_tile) load(w);
-    if constexpr (!kGateUp) pdl_wait();
-    pdl_trigger();    // after the wait: at most this kernel and the next one in flight
-    __syncthreads();  // s_as
-    if (has_tile) compute(w);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
+    uint32_t big = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
+    const bool two = __any_sync(0xffffffffu, big != 0);
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) {
+        if (i >= ns) break;
+        const int gl = 4 * i + t;
+        const bool has_x = g < ntok && gbeg + gl < G;
+        const uint4* xrow = xs + g * kTokenSlots + gl * kGroupSlots;
+        const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
+        const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint4 xb = has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
+            const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
+            const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
+            uint32_t rl[4], rh[4];
+            e2m1x8_raw(wl, rl);
+            e2m1x8_raw(wh, rh);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                rl[j] = bf16x2_mul(rl[j], m_lo);
+                rh[j] = bf16x2_mul(rh[j], m_hi);
+                if (two) {
+                    rl[j] = bf16x2_mul(rl[j], m2_lo);
+                    rh[j] = bf16x2_mul(rh[j], m2_hi);
+                }
+            }
+            // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
+            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
+        }
+    }
+
+    red[warp][g][2 * t] = acc[0];
+    red[warp][g][2 * t + 1] = acc[1];
+    red[warp][g + 8][2 * t] = acc[2];
+    red[warp][g + 8][2 * t + 1] = acc[3];
+    __syncthreads();
+    if constexpr (kGateUp) {
+        // Rows 2p, 2p + 1 of the tile are gate and up of intermediate column (row0 / 2 + p).
+        if (threadIdx.x < 8 * ntok) {
+            const int p = threadIdx.x & 7, tk = threadIdx.x >> 3;
+            float gate = 0.0f, up = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) {
+                gate += red[w][2 * p][tk];
+                up += red[w][2 * p + 1][tk];
+            }
+            const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
+            a.act[static_cast<int64_t>(s_as[tk]) * I + row0 / 2 + p] =
+                swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
+        }
+    } else {
+        if (threadIdx.x < kRows * ntok) {
+            const int r = threadIdx.x & 15, tk = threadIdx.x >> 4;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) v += red[w][r][tk];
+            a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] =
+                v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+        }
+    }
 }
 
 template <bool kGateUp>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int max_tokens = std::min(a.num_tokens, 8);
-    // At most min(E, tokens · k) experts have tokens: no more CTAs than their tiles.
+    // At most min(E, tokens · k) experts have tokens.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
+    const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * kTokenSlots * sizeof(uint4);
-    const int64_t tiles = experts * (rows / kRows);
     auto kernel = moe_decode_mma_kernel<kGateUp>;
     if (smem > 48 * 1024)  // host-side, capture-safe
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_pdl(kernel, static_cast<int>(tiles), kThreads, smem, stream, a);
+    launch_pdl(kernel, static_cast<int>(grid), kThreads, smem, stream, a);
 }
 
 }  // namespace
 
 bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
     const int G_h = a.hidden_size / 32, G_i = a.intermediate_size / 32;
-    return a.num_tokens >= 1 && a.num_tokens <= kMoeDecodeMmaMaxTokens &&
-           a.num_tokens * a.experts_per_token <= kMaxActive && a.hidden_size % 32 == 0 &&
+    return a.num_tokens >= 1 && a.num_tokens <= kMoeDecodeMmaMaxTokens && a.hidden_size % 32 == 0 &&
            a.intermediate_size % 32 == 0 && (2 * a.intermediate_size) % kRows == 0 && a.hidden_size % kRows == 0 &&
            (G_h + 3) / 4 <= kWarps * kMaxSteps && (G_i + 3) / 4 <= kWarps * kMaxSteps &&
            a.num_experts <= kMaxExpertsScan;
