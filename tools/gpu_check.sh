@@ -6,6 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
+#           gemv_bench ncu_gemv
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -130,6 +131,23 @@ for stage in "$@"; do
       summary+=("sass rc=$?")
       python3 tools/sass_summary.py "$OUT/sass_all.txt" "${SASS_KERNEL:-moe_mma_kernel}" > "$OUT/sass_summary.txt"
       head -60 "$OUT/sass_summary.txt"
+      ;;
+    gemv_bench)
+      # The decode GEMVs alone (lm_head, QKV, O shapes; FP8 and bf16 weights; 1, 4, 8 tokens).
+      $BIN/gemv_bench ${GEMV_TOKENS:-1 4 8} > "$OUT/gemv_bench.log" 2>&1
+      summary+=("gemv_bench rc=$?")
+      cat "$OUT/gemv_bench.log"
+      ;;
+    ncu_gemv)
+      # Sections of one GEMV launch from gemv_bench (NCU_GEMV_SKIP launches skipped: 0 is the first
+      # FP8 lm_head launch at 1 token) — why the decode GEMVs stop at ~1.8 TB/s (r21).
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      timeout ${NCU_TIMEOUT:-240} $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+        -k regex:gemv_kernel --launch-skip ${NCU_GEMV_SKIP:-0} -c 1 $BIN/gemv_bench 1 > "$OUT/ncu_gemv.txt" 2>&1
+      summary+=("ncu_gemv rc=$?")
+      grep -E 'gemv_kernel|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers|Waves|Executed Ipc' \
+        "$OUT/ncu_gemv.txt" | head -40
       ;;
     ncu_moe)
       # Instruction mix and stall reasons of the grouped MoE kernels at a decode-sized batch

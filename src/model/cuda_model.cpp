@@ -118,9 +118,18 @@ struct CudaModel::Impl {
     size_t weight_bytes = 0, kv_bytes = 0;
 
     // Activations and metadata, sized for opt.max_tokens / opt.max_seqs.
+    DeviceBuffer x_alt;  // [kGemvMaxTokens, H]: the residual's other buffer when the router fuses the norm
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
     DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
     DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
+    // Decode attention's split counters (PagedAttentionArgs::split_counters: the last split CTA merges
+    // the splits, no combine launch); zeroed once, left zero by every call. GPTOSS_ATTN_FUSED_COMBINE=0:
+    // the combine kernel, for A/B runs.
+    DeviceBuffer attn_counters;
+    bool attn_fused_combine = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_FUSED_COMBINE");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
     static constexpr int kMxfp4MmaCrossover = 4;  // weight-only MXFP4 kernels up to this many MoE rows
@@ -155,6 +164,13 @@ struct CudaModel::Impl {
     // the three router launches (logits, top-k, plan); GPTOSS_GEMV_V1=1 to the r2 GEMV kernel.
     bool decode_fused = [] {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    // The post-attention residual update + RMSNorm inside the fused decode router (one launch less
+    // a layer; the residual then alternates between x and x_alt). GPTOSS_DECODE_FUSED_NORM=0: the
+    // separate residual_rmsnorm launch, for A/B runs.
+    bool fused_norm = [] {
+        const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     // r11 measured the v2 GEMV slower in the model (3.44 vs 3.15 ms per batch-1 step): v1 is the
@@ -397,6 +413,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     const int64_t T = opt.max_tokens, S = opt.max_seqs, K = c.experts_per_token;
     const int64_t Tm = T * dp, A = Tm * K;  // MoE rows: every DP group's tokens
     x = DeviceBuffer(T * H * 4);
+    x_alt = DeviceBuffer(static_cast<int64_t>(std::min<int64_t>(T, kc::kGemvMaxTokens)) * H * 4);
     h = DeviceBuffer(T * H * 2);
     h32 = DeviceBuffer(T * H * 4);
     // + kFp8GemmMAlign rows: a W8A8 GEMM writes its M rounded up to a multiple of 4.
@@ -481,6 +498,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
+    attn_counters = DeviceBuffer(S * c.num_key_value_heads * 4);
+    CUDA_CHECK(cudaMemsetAsync(attn_counters.get(), 0, S * c.num_key_value_heads * 4, stream));
     router_logits = DeviceBuffer(  // the decode router's logits, or router_topk's scratch
         std::max<int64_t>(kc::kGemvMaxTokens * Er,
                           kc::router_topk_scratch(static_cast<int>(Tm), static_cast<int>(Er))) *
@@ -988,14 +1007,17 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     };
     auto body = [&] {
         mark("start");
-        kc::embedding(ids.as<int32_t>(), T, embed.get(), H, x.as<float>(), stream);
+        // The residual stream: x, or x_alt after a router that fused the norm wrote the update there.
+        float* xr = x.as<float>();
+        float* xo = x_alt.as<float>();
+        kc::embedding(ids.as<int32_t>(), T, embed.get(), H, xr, stream);
         mark("embedding");
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             DeviceLayer& D = layers[l];
             const bool sliding = c.is_sliding(l);
             // x += Σ_k w_k · y_k (previous layer's MoE), then the attention norm.
             kc::ResidualRmsNormArgs rn;
-            rn.x = x.as<float>();
+            rn.x = xr;
             moe_residual(rn);
             if (l == 0) rn.add = nullptr;
             rn.weight = D.input_norm.as<float>();
@@ -1063,6 +1085,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.sliding_window = sliding ? c.sliding_window : 0;
             pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
             pa.workspace = attn_workspace.as<float>();
+            pa.split_counters = attn_fused_combine ? attn_counters.as<uint32_t>() : nullptr;
             pa.max_splits = kMaxSplits;
             if (decode)
                 kc::paged_attention_decode(pa, stream);
@@ -1090,19 +1113,26 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 collective(opt.comms->tp->all_reduce_sum(o.get(), static_cast<size_t>(T) * H, DType::kF32, stream));
                 mark("tp_allreduce");
             }
-            kc::ResidualRmsNormArgs rn2;
-            rn2.x = x.as<float>();
-            rn2.add = o.as<float>();
-            rn2.add_bias = D.o_b.as<float>();
-            rn2.num_add = 1;
-            rn2.weight = D.post_norm.as<float>();
-            rn2.out = h.get();
-            rn2.out_f32 = h32.as<float>();
-            rn2.num_tokens = T;
-            rn2.hidden_size = H;
-            rn2.eps = static_cast<float>(c.rms_norm_eps);
-            kc::residual_rmsnorm(rn2, stream);
-            mark("norm");
+            // Decode-sized batches: the router's logits, top-k, softmax and MoE plan in one launch
+            // (its plan is over every expert, so not under EP); on one DP group it also does the
+            // residual update and the post-attention norm.
+            const bool fused_router = small_moe && decode_fused && ep == 1;
+            const bool norm_in_router = fused_router && fused_norm && dp == 1 && T <= kc::kGemvMaxTokens;
+            if (!norm_in_router) {
+                kc::ResidualRmsNormArgs rn2;
+                rn2.x = xr;
+                rn2.add = o.as<float>();
+                rn2.add_bias = D.o_b.as<float>();
+                rn2.num_add = 1;
+                rn2.weight = D.post_norm.as<float>();
+                rn2.out = h.get();
+                rn2.out_f32 = h32.as<float>();
+                rn2.num_tokens = T;
+                rn2.hidden_size = H;
+                rn2.eps = static_cast<float>(c.rms_norm_eps);
+                kc::residual_rmsnorm(rn2, stream);
+                mark("norm");
+            }
 
             // DP: the experts see every group's rows. Ours go to our slot of [dp, Tmax, H] (padding
             // rows zeroed: the router must see finite values), then an in-place all-gather.
@@ -1131,9 +1161,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 mark("dp_gather");
             }
 
-            // Decode-sized batches: logits, top-k, softmax and the MoE plan in one launch (its plan
-            // is over every expert, so not under EP).
-            const bool fused_router = small_moe && decode_fused && ep == 1;
             if (fused_router) {
                 kc::RouterPlanSmallArgs rp;
                 rp.h = moe_h32;
@@ -1149,6 +1176,18 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rp.hidden_size = H;
                 rp.num_experts = c.num_experts;
                 rp.experts_per_token = K;
+                if (norm_in_router) {  // rp.h is not read: the router normalizes the residual itself
+                    rp.h = nullptr;
+                    rp.residual = xr;
+                    rp.add = o.as<float>();
+                    rp.add_bias = D.o_b.as<float>();
+                    rp.norm_weight = D.post_norm.as<float>();
+                    rp.eps = static_cast<float>(c.rms_norm_eps);
+                    rp.residual_out = xo;
+                    rp.h_out = h32.as<float>();
+                    rp.h_bf16_out = h.get();
+                    std::swap(xr, xo);
+                }
                 kc::router_plan_small(rp, stream);
             } else if (small_moe) {  // router logits by the GEMV (fp32 h), then the top-k selection
                 kc::router_logits_small(moe_h32, D.router_w.get(), Tm, H, c.num_experts, router_logits.as<float>(),
@@ -1182,7 +1221,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         }
         // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
         kc::ResidualRmsNormArgs rn;
-        rn.x = x.as<float>();
+        rn.x = xr;
         moe_residual(rn);
         rn.weight = final_norm.as<float>();
         rn.out = h.get();

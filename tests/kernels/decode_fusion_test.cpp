@@ -8,6 +8,7 @@
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/ops.h"
 
 namespace gptoss::test {
@@ -114,6 +115,119 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
             EXPECT_EQ(ids, (std::vector<int32_t>{5, 9, 20}));
         }
     }
+}
+
+// The router with the post-attention residual update and RMSNorm fused in (the decode model's
+// default): v = x + (o_bias + o), h = v · rsqrt(mean v² + eps) · w_norm, then the router on h.
+// Block 0's writes: v exactly (the same fp32 additions in the same order), h at the fp32 tolerance
+// (1 / rms summed in another order), h in bf16; and the router's outputs as in the unfused test.
+TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
+    REQUIRE_GPU();
+    const int H = 2880, K = 4;
+    const float eps = 1e-5f;
+    DeviceBuffer counter(4);
+    ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
+    for (int E : {32, 128})
+        for (int T : {1, 3, 8}) {
+            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T);
+            const auto x = randn(static_cast<size_t>(T) * H, 31 * E + T, 3.0f);
+            const auto o = randn(static_cast<size_t>(T) * H, 37 * E + T, 0.5f);
+            const auto ob = randn(H, 41, 0.1f);
+            auto nw = randn(H, 43, 0.2f);
+            for (auto& v : nw) v += 1.0f;
+            std::vector<float> v(x.size()), hn(x.size());
+            for (int t = 0; t < T; ++t) {
+                double ss = 0.0;
+                for (int i = 0; i < H; ++i) {
+                    const size_t j = static_cast<size_t>(t) * H + i;
+                    v[j] = x[j] + (ob[i] + o[j]);
+                    ss += static_cast<double>(v[j]) * v[j];
+                }
+                const float inv = static_cast<float>(1.0 / std::sqrt(ss / H + eps));
+                for (int i = 0; i < H; ++i) {
+                    const size_t j = static_cast<size_t>(t) * H + i;
+                    hn[j] = v[j] * inv * nw[i];
+                }
+            }
+            auto wf = randn(static_cast<size_t>(E) * H, E + 5, 1.0f / std::sqrt(2880.0f));
+            auto b = randn(E, E + 6, 0.1f);
+            auto w = to_bf16(wf);
+            std::vector<int32_t> ids_ref(T * K);
+            std::vector<float> w_ref(T * K), logits_ref(static_cast<size_t>(T) * E);
+            kernels::RouterArgs ra;
+            ra.x = hn.data();
+            ra.weight = w.data();
+            ra.bias = b.data();
+            ra.expert_ids = ids_ref.data();
+            ra.expert_weights = w_ref.data();
+            ra.logits = logits_ref.data();
+            ra.num_tokens = T;
+            ra.hidden_size = H;
+            ra.num_experts = E;
+            ra.experts_per_token = K;
+            cpu::router(ra);
+            std::vector<int32_t> off_ref, sorted_ref;
+            host_plan(ids_ref, E, &off_ref, &sorted_ref);
+
+            auto dx = to_device(x), dox = to_device(o), dob = to_device(ob), dnw = to_device(nw), dw = to_device(w),
+                 db = to_device(b);
+            auto dl = poisoned(logits_ref.size() * 4), dids = poisoned(ids_ref.size() * 4),
+                 dws = poisoned(w_ref.size() * 4), doff = poisoned((E + 1) * 4), dsorted = poisoned(T * K * 4),
+                 dxo = poisoned(x.size() * 4), dh = poisoned(x.size() * 4), dh16 = poisoned(x.size() * 2);
+            kc::RouterPlanSmallArgs a;
+            a.weight = dw.get();
+            a.bias = db.as<float>();
+            a.logits = dl.as<float>();
+            a.expert_ids = dids.as<int32_t>();
+            a.expert_weights = dws.as<float>();
+            a.expert_offsets = doff.as<int32_t>();
+            a.sorted_assignments = dsorted.as<int32_t>();
+            a.counter = counter.as<uint32_t>();
+            a.num_tokens = T;
+            a.hidden_size = H;
+            a.num_experts = E;
+            a.experts_per_token = K;
+            a.residual = dx.as<float>();
+            a.add = dox.as<float>();
+            a.add_bias = dob.as<float>();
+            a.norm_weight = dnw.as<float>();
+            a.eps = eps;
+            a.residual_out = dxo.as<float>();
+            a.h_out = dh.as<float>();
+            a.h_bf16_out = dh16.get();
+            kc::router_plan_small(a, nullptr);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_EQ(to_host<float>(dxo, v.size()), v);
+            EXPECT_TRUE(close(to_host<float>(dh, hn.size()), hn, kTolF32, "fused norm h"));
+            {  // against the unfused kernel it replaces: the same residual bit for bit
+                auto dx2 = to_device(x), dh2 = poisoned(x.size() * 4), dh2b = poisoned(x.size() * 2);
+                kc::ResidualRmsNormArgs rn;
+                rn.x = dx2.as<float>();
+                rn.add = dox.as<float>();
+                rn.add_bias = dob.as<float>();
+                rn.num_add = 1;
+                rn.weight = dnw.as<float>();
+                rn.out = dh2b.get();
+                rn.out_f32 = dh2.as<float>();
+                rn.num_tokens = T;
+                rn.hidden_size = H;
+                rn.eps = eps;
+                kc::residual_rmsnorm(rn, nullptr);
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                EXPECT_EQ(to_host<float>(dxo, v.size()), to_host<float>(dx2, v.size()));
+                EXPECT_TRUE(close(to_host<float>(dh, hn.size()), to_host<float>(dh2, hn.size()), kTolF32,
+                                  "fused norm h vs residual_rmsnorm"));
+            }
+            EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dh16, hn.size())), hn, kTolBf16Out, "fused norm h bf16"));
+            // The logits come from Σ w·(v·w_norm) times 1/rms (the unfused kernel scales first):
+            // fp32 rounding apart, the same sums.
+            EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "fused router logits"));
+            EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref);
+            EXPECT_TRUE(close(to_host<float>(dws, w_ref.size()), w_ref, kTolF32, "fused router weights"));
+            EXPECT_EQ(to_host<int32_t>(doff, E + 1), off_ref);
+            EXPECT_EQ(to_host<int32_t>(dsorted, T * K), sorted_ref);
+            EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
+        }
 }
 
 // The fused router inside a CUDA graph, replayed: the counter protocol must survive replays.

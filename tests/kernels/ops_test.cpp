@@ -715,49 +715,140 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
 // quantizer bit for bit (scale, element order inside each group), and gate_up + SwiGLU against the
 // CPU at the bf16-output tolerance: a flushed e4m3 subnormal or a scale a few percent off fails
 // here, where MoeMmaMatchesCpu's FP8 tolerance would not see it.
-TEST(CudaOps, MoeW4A8ExactActivations) {
-    REQUIRE_GPU();
-    const int H = 2880, I = 1440, K = 4, E = 4, T = 16, A = T * K;
-    RandomExperts ex(E, H, I, 123);
-    std::mt19937 rng(9);
-    std::vector<float> h(static_cast<size_t>(T) * H);
-    for (int t = 0; t < T; ++t) {
-        for (int k = 0; k < H; ++k) {
+// Rows of e4m3 values times 2^-8, each with a ±1.75 (448 · 2^-8): their FP8 scale is exactly 2^-8.
+std::vector<float> exact_e4m3_rows(int rows, int dim, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<float> h(static_cast<size_t>(rows) * dim);
+    for (int t = 0; t < rows; ++t) {
+        for (int k = 0; k < dim; ++k) {
             uint8_t b;
             do {
                 b = static_cast<uint8_t>(rng());
             } while ((b & 0x7f) == 0x7f);  // e4m3 NaN
-            h[static_cast<size_t>(t) * H + k] = std::ldexp(fp8e4m3_to_f32(b), -8);
+            h[static_cast<size_t>(t) * dim + k] = std::ldexp(fp8e4m3_to_f32(b), -8);
         }
-        h[static_cast<size_t>(t) * H + (97 * t) % H] = (t & 1) ? -1.75f : 1.75f;
+        h[static_cast<size_t>(t) * dim + (97 * t) % dim] = (t & 1) ? -1.75f : 1.75f;
     }
+    return h;
+}
+
+// Also with MoeMmaEdgeShapesAndScales' scale bytes on gate_up (129–132 on expert 1, 0 on expert 2),
+// which the W4A8 kernels failed in r21 (rel L2 0.21): this isolates gate_up from down.
+TEST(CudaOps, MoeW4A8ExactActivations) {
+    REQUIRE_GPU();
+    for (bool extreme : {false, true}) {
+        const int H = 2880, I = 1440, K = 4, E = 4, T = 16, A = T * K;
+        RandomExperts ex(E, H, I, 123);
+        if (extreme) {
+            const size_t gu_s = static_cast<size_t>(2) * I * H / 32;
+            for (size_t i = 0; i < gu_s; ++i) {
+                ex.gu_scales[gu_s + i] = static_cast<uint8_t>(129 + i % 4);
+                ex.gu_scales[2 * gu_s + i] = 0;
+            }
+        }
+        const std::vector<float> h = exact_e4m3_rows(T, H, 9);
+        std::vector<int32_t> ids(A);
+        for (int t = 0; t < T; ++t)
+            for (int k = 0; k < K; ++k) ids[t * K + k] = (t + k) % E;
+        auto dids = to_device(ids), dh = to_device(to_bf16(h));
+        DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
+        kc::moe_plan(dids.as<int32_t>(), A, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        DeviceBuffer xq(static_cast<size_t>(A) * H), xs(A * 4);
+        kc::moe_quant_rows_fp8(dh.get(), true, sorted.as<int32_t>(), K, A, H, xq.as<uint8_t>(), xs.as<float>(),
+                               nullptr);
+        const auto srt = to_host<int32_t>(sorted, A), off = to_host<int32_t>(offsets, E + 1);
+        const auto q = to_host<uint8_t>(xq, static_cast<size_t>(A) * H);
+        const auto sc = to_host<float>(xs, A);
+        for (int i = 0; i < A; ++i) {
+            ASSERT_EQ(sc[i], std::ldexp(1.0f, -8)) << "row " << i;
+            const int tok = srt[i] / K;
+            for (int k = 0; k < H; ++k) {
+                const int r = k & 31, pos = (k - r) + (r & 1) * 16 + (r >> 3) * 4 + ((r & 7) >> 1);
+                ASSERT_EQ(std::ldexp(fp8e4m3_to_f32(q[static_cast<size_t>(i) * H + pos]), -8),
+                          h[static_cast<size_t>(tok) * H + k])
+                    << "row " << i << " element " << k;
+            }
+        }
+
+        const int bm = 32, max_tiles = (A + bm - 1) / bm + E;
+        DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), dgubias = to_device(ex.gu_bias);
+        auto act = poisoned(static_cast<size_t>(A) * I * 2);
+        kc::MoeMmaArgs a;
+        a.x = xq.get();
+        a.x_by_token = false;
+        a.x_scale = xs.as<float>();
+        a.experts_per_token = K;
+        a.expert_offsets = offsets.as<int32_t>();
+        a.sorted_assignments = sorted.as<int32_t>();
+        a.tiles = tiles.as<int32_t>();
+        a.tile_count = count.as<int32_t>();
+        a.max_tiles = max_tiles;
+        a.blocks = dgub.as<uint8_t>();
+        a.scales = dgus.as<uint8_t>();
+        a.bias = dgubias.as<float>();
+        a.act = act.get();
+        a.n = 2 * I;
+        a.k = H;
+        a.num_experts = E;
+        kc::moe_w4a8(a, true, bm, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto got = from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
+
+        std::vector<float> ref(static_cast<size_t>(A) * I), w(H);
+        for (int e = 0; e < E; ++e)
+            for (int n = 0; n < 2 * I; n += 2) {
+                float gu[2];
+                for (int p = 0; p < 2; ++p) {
+                    const size_t row = static_cast<size_t>(e) * 2 * I + n + p;
+                    cpu::mxfp4_row_to_f32(ex.gu_blocks.data() + row * H / 2, ex.gu_scales.data() + row * H / 32, H,
+                                          w.data());
+                    for (int i = off[e]; i < off[e + 1]; ++i) {
+                        const float* x = h.data() + static_cast<size_t>(srt[i] / K) * H;
+                        double d = 0.0;
+                        for (int k = 0; k < H; ++k) d += static_cast<double>(w[k]) * x[k];
+                        gu[p] = static_cast<float>(d) + ex.gu_bias[row];
+                        if (p == 1) {  // gate_up is (gate, up) interleaved: both of pair n / 2 are in
+                            const float gate = std::min(ref[static_cast<size_t>(i) * I + n / 2], a.swiglu_limit);
+                            const float up = std::clamp(gu[1], -a.swiglu_limit, a.swiglu_limit);
+                            ref[static_cast<size_t>(i) * I + n / 2] =
+                                (up + 1.0f) * gate / (1.0f + std::exp(-a.swiglu_alpha * gate));
+                        } else {
+                            ref[static_cast<size_t>(i) * I + n / 2] = gu[0];  // the gate, until its up comes
+                        }
+                    }
+                }
+            }
+        EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 gate_up on exact activations"))
+            << (extreme ? "extreme scales" : "");
+    }
+}
+
+// The W4A8 down projection alone at k = 1440 (45 groups: the last K step holds one) on exact e4m3
+// activation rows, with down scales 0 (2^-127) on expert 2: y rows at their assignments against the
+// CPU at the bf16-output tolerance (the products are exact; only the fp32 sums differ).
+TEST(CudaOps, MoeW4A8ExactDown) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 1440, K = 4, E = 4, T = 16, A = T * K;
+    RandomExperts ex(E, H, I, 124);
+    const size_t dn_s = static_cast<size_t>(H) * I / 32;
+    for (size_t i = 0; i < dn_s; ++i) ex.down_scales[2 * dn_s + i] = 0;
+    const std::vector<float> x = exact_e4m3_rows(A, I, 10);  // row i: the input of sorted row i
     std::vector<int32_t> ids(A);
     for (int t = 0; t < T; ++t)
         for (int k = 0; k < K; ++k) ids[t * K + k] = (t + k) % E;
-    auto dids = to_device(ids), dh = to_device(to_bf16(h));
+    auto dids = to_device(ids), dx = to_device(to_bf16(x));
     DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
     kc::moe_plan(dids.as<int32_t>(), A, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-    DeviceBuffer xq(static_cast<size_t>(A) * H), xs(A * 4);
-    kc::moe_quant_rows_fp8(dh.get(), true, sorted.as<int32_t>(), K, A, H, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+    DeviceBuffer xq(static_cast<size_t>(A) * I), xs(A * 4);
+    kc::moe_quant_rows_fp8(dx.get(), false, nullptr, K, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
     const auto srt = to_host<int32_t>(sorted, A), off = to_host<int32_t>(offsets, E + 1);
-    const auto q = to_host<uint8_t>(xq, static_cast<size_t>(A) * H);
-    const auto sc = to_host<float>(xs, A);
-    for (int i = 0; i < A; ++i) {
-        ASSERT_EQ(sc[i], std::ldexp(1.0f, -8)) << "row " << i;
-        const int tok = srt[i] / K;
-        for (int k = 0; k < H; ++k) {
-            const int r = k & 31, pos = (k - r) + (r & 1) * 16 + (r >> 3) * 4 + ((r & 7) >> 1);
-            ASSERT_EQ(std::ldexp(fp8e4m3_to_f32(q[static_cast<size_t>(i) * H + pos]), -8),
-                      h[static_cast<size_t>(tok) * H + k])
-                << "row " << i << " element " << k;
-        }
-    }
-
     const int bm = 32, max_tiles = (A + bm - 1) / bm + E;
     DeviceBuffer tiles(2 * max_tiles * 4), count(4);
     kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
-    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), dgubias = to_device(ex.gu_bias);
-    auto act = poisoned(static_cast<size_t>(A) * I * 2);
+    auto ddb = to_device(ex.down_blocks), dds = to_device(ex.down_scales), ddbias = to_device(ex.down_bias);
+    auto y = poisoned(static_cast<size_t>(A) * H * 4);
     kc::MoeMmaArgs a;
     a.x = xq.get();
     a.x_by_token = false;
@@ -768,42 +859,29 @@ TEST(CudaOps, MoeW4A8ExactActivations) {
     a.tiles = tiles.as<int32_t>();
     a.tile_count = count.as<int32_t>();
     a.max_tiles = max_tiles;
-    a.blocks = dgub.as<uint8_t>();
-    a.scales = dgus.as<uint8_t>();
-    a.bias = dgubias.as<float>();
-    a.act = act.get();
-    a.n = 2 * I;
-    a.k = H;
+    a.blocks = ddb.as<uint8_t>();
+    a.scales = dds.as<uint8_t>();
+    a.bias = ddbias.as<float>();
+    a.y = y.as<float>();
+    a.n = H;
+    a.k = I;
     a.num_experts = E;
-    kc::moe_w4a8(a, true, bm, nullptr);
+    kc::moe_w4a8(a, false, bm, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const auto got = from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
-
-    std::vector<float> ref(static_cast<size_t>(A) * I), w(H);
+    const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
+    std::vector<float> ref(static_cast<size_t>(A) * H), w(I);
     for (int e = 0; e < E; ++e)
-        for (int n = 0; n < 2 * I; n += 2) {
-            float gu[2];
-            for (int p = 0; p < 2; ++p) {
-                const size_t row = static_cast<size_t>(e) * 2 * I + n + p;
-                cpu::mxfp4_row_to_f32(ex.gu_blocks.data() + row * H / 2, ex.gu_scales.data() + row * H / 32, H,
-                                      w.data());
-                for (int i = off[e]; i < off[e + 1]; ++i) {
-                    const float* x = h.data() + static_cast<size_t>(srt[i] / K) * H;
-                    double d = 0.0;
-                    for (int k = 0; k < H; ++k) d += static_cast<double>(w[k]) * x[k];
-                    gu[p] = static_cast<float>(d) + ex.gu_bias[row];
-                    if (p == 1) {  // gate_up is (gate, up) interleaved: both of pair n / 2 are in
-                        const float gate = std::min(ref[static_cast<size_t>(i) * I + n / 2], a.swiglu_limit);
-                        const float up = std::clamp(gu[1], -a.swiglu_limit, a.swiglu_limit);
-                        ref[static_cast<size_t>(i) * I + n / 2] =
-                            (up + 1.0f) * gate / (1.0f + std::exp(-a.swiglu_alpha * gate));
-                    } else {
-                        ref[static_cast<size_t>(i) * I + n / 2] = gu[0];  // the gate, until its up comes
-                    }
-                }
+        for (int n = 0; n < H; ++n) {
+            const size_t row = static_cast<size_t>(e) * H + n;
+            cpu::mxfp4_row_to_f32(ex.down_blocks.data() + row * I / 2, ex.down_scales.data() + row * I / 32, I,
+                                  w.data());
+            for (int i = off[e]; i < off[e + 1]; ++i) {
+                double d = 0.0;
+                for (int k = 0; k < I; ++k) d += static_cast<double>(w[k]) * x[static_cast<size_t>(i) * I + k];
+                ref[static_cast<size_t>(srt[i]) * H + n] = static_cast<float>(d) + ex.down_bias[row];
             }
         }
-    EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 gate_up on exact activations"));
+    EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 down on exact activations"));
 }
 
 TEST(CudaOps, Mxfp4ToBf16IsExact) {

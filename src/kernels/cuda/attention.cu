@@ -437,6 +437,11 @@ __global__ void __launch_bounds__(kPrefillThreads)
 // same rule and reads only those partials, so no neutral partial is needed. Any host
 // max_context_len is therefore only a grid-size hint; correctness never depends on it.
 //
+// The merge of num_active > 1 partials runs either in the combine kernel (a second launch) or, with
+// PagedAttentionArgs::split_counters, in the decode kernel's last split CTA per (sequence, kv head):
+// each CTA that wrote a partial fences and takes a ticket; the one holding ticket num_active − 1
+// merges (combine_head, the same arithmetic) and resets the counter.
+//
 // Work per sequence at context C: K and V rows read once (C · num_kv_heads · 256 B), 4·64 FLOP per
 // (query head, key); at 8 FLOP per byte this is bandwidth-bound by two orders of magnitude.
 // ================================================================================================
@@ -467,6 +472,35 @@ __device__ __forceinline__ int64_t ws_index(const PagedAttentionArgs& a, int seq
 }
 __device__ __forceinline__ float* ws_ml(const PagedAttentionArgs& a, int num_splits) {
     return a.workspace + static_cast<int64_t>(a.num_seqs) * a.num_heads * num_splits * kHeadDim;
+}
+
+// Merges a sequence's active splits for one query head and adds the sink once (one warp, 2 dims a
+// lane; see bf16_paged_attention_decode_combine_kernel below). The partials are read through L2:
+// in the fused path other CTAs wrote them during this launch.
+__device__ __forceinline__ void combine_head(const PagedAttentionArgs& a, int seq, int head, int q_row, int num_splits,
+                                             int active, int lane) {
+    const int64_t idx0 = ws_index(a, seq, head, num_splits, 0);
+    const float* acc = a.workspace + idx0 * kHeadDim;
+    const float* ml = ws_ml(a, num_splits) + idx0 * 2;
+    const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
+
+    float mx = sink;
+    for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+    mx = warp_max_all(mx);
+    float den = 0.0f;
+    for (int s = lane; s < active; s += 32) den += __ldcg(ml + 2 * s + 1) * fast_exp2(__ldcg(ml + 2 * s) - mx);
+    den = warp_sum_all(den) + fast_exp2(sink - mx);
+    float2 o = make_float2(0.0f, 0.0f);
+    for (int s = 0; s < active; ++s) {
+        const float f = fast_exp2(__ldcg(ml + 2 * s) - mx);
+        const float2 v = __ldcg(reinterpret_cast<const float2*>(acc + s * kHeadDim + lane * 2));
+        o.x += f * v.x;
+        o.y += f * v.y;
+    }
+    const float inv = 1.0f / den;
+    __nv_bfloat16* dst =
+        static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim;
+    *reinterpret_cast<uint32_t*>(dst + lane * 2) = pack_bf16x2(o.x * inv, o.y * inv);
 }
 
 __global__ void __launch_bounds__(kDecodeThreads)
@@ -640,6 +674,26 @@ __global__ void __launch_bounds__(kDecodeThreads)
             ml[0] = mw;
             ml[1] = lw;
         }
+        if (a.split_counters != nullptr) {
+            // Fused combine: the last of the sequence's active splits (per kv head) to finish merges
+            // them (the router's ticket pattern): every partial is fenced before the ticket, and the
+            // last CTA resets the counter for the next call (graph replays included).
+            __shared__ bool s_last;
+            __threadfence();
+            __syncthreads();
+            uint32_t* counter = a.split_counters + static_cast<int64_t>(seq) * a.num_kv_heads + kv_head;
+            if (tid == 0) {
+                __threadfence();
+                s_last = atomicAdd(counter, 1u) == static_cast<uint32_t>(sp.num_active - 1);
+            }
+            __syncthreads();
+            if (s_last) {  // CTA-uniform
+                __threadfence();
+                for (int hh = warp; hh < kGroup; hh += kDecodeWarps)
+                    combine_head(a, seq, kv_head * kGroup + hh, q_row, num_splits, sp.num_active, lane);
+                if (tid == 0) *counter = 0u;
+            }
+        }
     }
 }
 
@@ -657,29 +711,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     const int pos = a.seq_start_pos[seq];
     const int active = decode_split(pos, a.sliding_window, num_splits, 0).num_active;
     if (active <= 1) return;  // the decode CTA finalised this sequence itself
-    const int head = kv_head * kGroup + warp;
-    const int64_t idx0 = ws_index(a, seq, head, num_splits, 0);
-    const float* acc = a.workspace + idx0 * kHeadDim;
-    const float* ml = ws_ml(a, num_splits) + idx0 * 2;
-    const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
-
-    float mx = sink;
-    for (int s = lane; s < active; s += 32) mx = fmaxf(mx, ml[2 * s]);
-    mx = warp_max_all(mx);
-    float den = 0.0f;
-    for (int s = lane; s < active; s += 32) den += ml[2 * s + 1] * fast_exp2(ml[2 * s] - mx);
-    den = warp_sum_all(den) + fast_exp2(sink - mx);
-    float2 o = make_float2(0.0f, 0.0f);
-    for (int s = 0; s < active; ++s) {
-        const float f = fast_exp2(ml[2 * s] - mx);
-        const float2 v = *reinterpret_cast<const float2*>(acc + s * kHeadDim + lane * 2);
-        o.x += f * v.x;
-        o.y += f * v.y;
-    }
-    const float inv = 1.0f / den;
-    __nv_bfloat16* dst =
-        static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim;
-    *reinterpret_cast<uint32_t*>(dst + lane * 2) = pack_bf16x2(o.x * inv, o.y * inv);
+    combine_head(a, seq, kv_head * kGroup + warp, q_row, num_splits, active, lane);
 }
 
 // ================================================================================================
@@ -814,7 +846,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
     launch_pdl(bf16_paged_attention_decode_kernel, grid, kDecodeThreads, kDecodeSmem, stream, a);
-    if (num_splits > 1) {
+    if (num_splits > 1 && a.split_counters == nullptr) {
         const dim3 cgrid(a.num_kv_heads, a.num_seqs);
         launch_pdl(bf16_paged_attention_decode_combine_kernel, cgrid, kCombineThreads, 0, stream, a, num_splits);
     }

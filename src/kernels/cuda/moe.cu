@@ -255,18 +255,20 @@ constexpr int kRouterMaxK = 8;
 
 __global__ void __launch_bounds__(kRouterThreads)
     router_plan_small_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
-    pdl_wait();
-    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
+    __shared__ float part_ss[kRouterMaxTokens][kRouterThreads / 32];
+    __shared__ float s_inv[kRouterMaxTokens];
     __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
     __shared__ bool s_last;
     const int e = blockIdx.x;
     const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts, K = a.experts_per_token;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int chunks = H / 8;
+    const bool fused = a.residual != nullptr;  // the residual update + RMSNorm fused in
 
     // Phase 1 (every CTA): row e of the logits for all tokens. All of the thread's weight loads go
-    // out before any math (the row is 5.6 KB: one round trip per CTA).
+    // out before any math (the row is 5.6 KB: one round trip per CTA), and before pdl_wait: the
+    // weights do not change.
     const uint4* row =
         reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.weight) + static_cast<int64_t>(e) * H);
     uint4 wv[kRouterMaxChunks];
@@ -275,7 +277,24 @@ __global__ void __launch_bounds__(kRouterThreads)
         const int c = threadIdx.x + kRouterThreads * i;
         wv[i] = c < chunks ? __ldg(row + c) : make_uint4(0u, 0u, 0u, 0u);
     }
-    float acc[kRouterMaxTokens] = {};
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    // Eight elements 8c .. 8c + 7 of token t's input row: h, or (fused) v = residual + add + bias
+    // times the norm weight, with Σ v² into ss (the 1 / rms is applied to the sum below).
+    auto load8 = [&](const float* p, int t, int c, float(&v)[8]) {
+        const float4* q = reinterpret_cast<const float4*>(p + static_cast<int64_t>(t) * H) + 2 * c;
+        const float4 x0 = __ldg(q), x1 = __ldg(q + 1);
+        v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
+    };
+    auto residual8 = [&](int t, int c, float(&v)[8]) {  // v = residual + add (+ add_bias)
+        float r[8], d[8], b[8] = {};
+        load8(a.residual, t, c, r);
+        load8(a.add, t, c, d);
+        if (a.add_bias != nullptr) load8(a.add_bias, 0, c, b);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = r[j] + (b[j] + d[j]);  // residual_rmsnorm's order: x + (bias + add)
+    };
+    float acc[kRouterMaxTokens] = {}, ss[kRouterMaxTokens] = {};
 #pragma unroll
     for (int i = 0; i < kRouterMaxChunks; ++i) {
         const int c = threadIdx.x + kRouterThreads * i;
@@ -287,13 +306,24 @@ __global__ void __launch_bounds__(kRouterThreads)
                 wf[2 * j] = __uint_as_float(ww[j] << 16);
                 wf[2 * j + 1] = __uint_as_float(ww[j] & 0xffff0000u);
             }
+            float nw[8];
+            if (fused) load8(a.norm_weight, 0, c, nw);
 #pragma unroll
             for (int t = 0; t < kRouterMaxTokens; ++t) {
                 if (t < T) {
-                    const float4* ht = reinterpret_cast<const float4*>(a.h + static_cast<int64_t>(t) * H);
-                    const float4 x0 = __ldg(ht + 2 * c), x1 = __ldg(ht + 2 * c + 1);
-                    acc[t] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
-                              wf[6] * x1.z + wf[7] * x1.w;
+                    float x[8];
+                    if (fused) {
+                        residual8(t, c, x);
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) {
+                            ss[t] += x[j] * x[j];
+                            x[j] *= nw[j];
+                        }
+                    } else {
+                        load8(a.h, t, c, x);
+                    }
+                    acc[t] += wf[0] * x[0] + wf[1] * x[1] + wf[2] * x[2] + wf[3] * x[3] + wf[4] * x[4] + wf[5] * x[5] +
+                              wf[6] * x[6] + wf[7] * x[7];
                 }
             }
         }
@@ -302,18 +332,65 @@ __global__ void __launch_bounds__(kRouterThreads)
     for (int t = 0; t < kRouterMaxTokens; ++t) {
         if (t < T) {  // T is uniform: every lane takes part in the shuffle
             const float v = warp_sum(acc[t]);
-            if (lane == 0) part[t][warp] = v;
+            const float q = fused ? warp_sum(ss[t]) : 0.0f;
+            if (lane == 0) {
+                part[t][warp] = v;
+                part_ss[t][warp] = q;
+            }
         }
     }
     __syncthreads();
     if (threadIdx.x < T) {
-        float sum = 0.0f;
+        float sum = 0.0f, sq = 0.0f;
 #pragma unroll
-        for (int i = 0; i < kRouterThreads / 32; ++i) sum += part[threadIdx.x][i];
+        for (int i = 0; i < kRouterThreads / 32; ++i) {
+            sum += part[threadIdx.x][i];
+            sq += part_ss[threadIdx.x][i];
+        }
+        if (fused) {  // Σ w · (v · nw) · inv = the logit of the normalized row
+            const float inv = rsqrtf(sq / static_cast<float>(H) + a.eps);
+            s_inv[threadIdx.x] = inv;
+            sum *= inv;
+        }
         a.logits[static_cast<int64_t>(threadIdx.x) * E + e] = sum + a.bias[e];
         __threadfence();  // this logit is visible device-wide before the CTA takes its ticket
     }
     __syncthreads();
+    if (fused) {
+        // The updated residual and the normalized rows (the MoE's input), written once: CTA e takes
+        // chunks [e·chunks/E, (e+1)·chunks/E) of every token, recomputed from the same loads in the
+        // same order as above (every CTA has every token's 1 / rms).
+        const int c0 = static_cast<int>(static_cast<int64_t>(e) * chunks / E);
+        const int c1 = static_cast<int>(static_cast<int64_t>(e + 1) * chunks / E);
+        for (int c = c0 + static_cast<int>(threadIdx.x); c < c1; c += kRouterThreads) {
+            float nw[8];
+            load8(a.norm_weight, 0, c, nw);
+            for (int t = 0; t < T; ++t) {
+                float v[8];
+                residual8(t, c, v);
+                float hn[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) hn[j] = v[j] * s_inv[t] * nw[j];
+                float4* ro = reinterpret_cast<float4*>(a.residual_out + static_cast<int64_t>(t) * H) + 2 * c;
+                float4* ho = reinterpret_cast<float4*>(a.h_out + static_cast<int64_t>(t) * H) + 2 * c;
+                ro[0] = make_float4(v[0], v[1], v[2], v[3]);
+                ro[1] = make_float4(v[4], v[5], v[6], v[7]);
+                ho[0] = make_float4(hn[0], hn[1], hn[2], hn[3]);
+                ho[1] = make_float4(hn[4], hn[5], hn[6], hn[7]);
+                if (a.h_bf16_out != nullptr) {
+                    uint32_t packed[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const __nv_bfloat162 b2 = __floats2bfloat162_rn(hn[2 * j], hn[2 * j + 1]);
+                        packed[j] = *reinterpret_cast<const uint32_t*>(&b2);
+                    }
+                    *(reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.h_bf16_out) +
+                                               static_cast<int64_t>(t) * H) +
+                      c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                }
+            }
+        }
+    }
     if (threadIdx.x == 0) {
         __threadfence();  // cumulative over the writes the barrier ordered before it
         s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
@@ -1008,6 +1085,13 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                      a.experts_per_token <= a.num_experts && a.counter != nullptr,
                  "router_plan_small: %d tokens, hidden %d, %d experts, k %d unsupported", a.num_tokens, a.hidden_size,
                  a.num_experts, a.experts_per_token);
+    // Fused norm: other CTAs read residual and add while the outputs are written, so no output may
+    // alias them.
+    auto aliases = [&](const void* p) { return p != nullptr && (p == a.residual || p == a.add); };
+    ENGINE_CHECK(a.residual == nullptr ||
+                     (a.add != nullptr && a.norm_weight != nullptr && a.h_out != nullptr && a.residual_out != nullptr &&
+                      !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
+                 "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
     launch_pdl(router_plan_small_kernel, a.num_experts, kRouterThreads, 0, stream, a);
     CUDA_CHECK_LAUNCH();
 }

@@ -59,6 +59,19 @@ struct RouterPlanSmallArgs {
     int hidden_size = 0;                    // multiple of 8, at most 4096
     int num_experts = 0;                    // at most 256
     int experts_per_token = 0;              // at most 8
+    // Optional (residual != nullptr): the post-attention residual update and RMSNorm, fused in
+    // place of a residual_rmsnorm launch. v = residual + add + add_bias (add_bias may be null),
+    // h = v · rsqrt(mean(v²) + eps) · norm_weight; the logits are computed from h (the h field above
+    // is then unused). Block 0 writes v to residual_out, which must not be residual (the other CTAs
+    // still read it), h to h_out (fp32) and, if set, to h_bf16_out (bf16).
+    const float* residual = nullptr;  // [num_tokens, hidden_size]
+    const float* add = nullptr;       // [num_tokens, hidden_size]
+    const float* add_bias = nullptr;  // [hidden_size]
+    const float* norm_weight = nullptr;
+    float eps = 1e-5f;
+    float* residual_out = nullptr;
+    float* h_out = nullptr;
+    void* h_bf16_out = nullptr;
 };
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
 
