@@ -123,12 +123,12 @@ struct CudaModel::Impl {
     DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
     DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
     // Decode attention's split counters (PagedAttentionArgs::split_counters: the last split CTA merges
-    // the splits, no combine launch); zeroed once, left zero by every call. GPTOSS_ATTN_FUSED_COMBINE=0:
-    // the combine kernel, for A/B runs.
+    // the splits, no combine launch); zeroed once, left zero by every call. GPTOSS_ATTN_FUSED_COMBINE=1
+    // turns it on; opt-in until it has run on a GPU (written in session 6).
     DeviceBuffer attn_counters;
     bool attn_fused_combine = [] {
         const char* v = std::getenv("GPTOSS_ATTN_FUSED_COMBINE");
-        return v == nullptr || std::strcmp(v, "0") != 0;
+        return v != nullptr && std::strcmp(v, "1") == 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
@@ -166,12 +166,12 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // The post-attention residual update + RMSNorm inside the fused decode router (one launch less
-    // a layer; the residual then alternates between x and x_alt). GPTOSS_DECODE_FUSED_NORM=0: the
-    // separate residual_rmsnorm launch, for A/B runs.
+    // GPTOSS_DECODE_FUSED_NORM=1: the post-attention residual update + RMSNorm inside the fused
+    // decode router (one launch less a layer; the residual then alternates between x and x_alt).
+    // Opt-in until it has run on a GPU (written in session 6).
     bool fused_norm = [] {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
-        return v == nullptr || std::strcmp(v, "0") != 0;
+        return v != nullptr && std::strcmp(v, "1") == 0;
     }();
     // r11 measured the v2 GEMV slower in the model (3.44 vs 3.15 ms per batch-1 step): v1 is the
     // default, GPTOSS_GEMV_V1=0 selects v2.
