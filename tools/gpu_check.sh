@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv
+#           gemv_bench ncu_gemv fusion_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -131,6 +131,28 @@ for stage in "$@"; do
       summary+=("sass rc=$?")
       python3 tools/sass_summary.py "$OUT/sass_all.txt" "${SASS_KERNEL:-moe_mma_kernel}" > "$OUT/sass_summary.txt"
       head -60 "$OUT/sass_summary.txt"
+      ;;
+    fusion_ab)
+      # Session 6's opt-in decode switches, one at a time and all together, against the default
+      # (20b and 120b, --fp8, batch 1 and 4, 1k context), then every CUDA model test with all on.
+      for m in ${FUSION_MODELS:-20b 120b}; do
+        for sw in none GPTOSS_DECODE_FUSED_NORM GPTOSS_ATTN_FUSED_COMBINE GPTOSS_MOE_L2_PREFETCH all; do
+          envs=()
+          case $sw in
+            none) ;;
+            all) envs=(GPTOSS_DECODE_FUSED_NORM=1 GPTOSS_ATTN_FUSED_COMBINE=1 GPTOSS_MOE_L2_PREFETCH=1) ;;
+            *) envs=("$sw=1") ;;
+          esac
+          env "${envs[@]}" $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1,4 --context 1024 \
+            --decode-steps 32 --markdown "$OUT/fusion_${m}_$sw.md" > "$OUT/fusion_${m}_$sw.log" 2>&1
+          summary+=("fusion_ab $m $sw rc=$?")
+          echo "$m $sw:"; grep -E "^\| 1024 \|" "$OUT/fusion_${m}_$sw.md"
+        done
+      done
+      GPTOSS_DECODE_FUSED_NORM=1 GPTOSS_ATTN_FUSED_COMBINE=1 GPTOSS_MOE_L2_PREFETCH=1 \
+        $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' > "$OUT/fusion_model_tests.log" 2>&1
+      summary+=("fusion_ab model tests rc=$?")
+      grep -E "real widths|whole-prompt|PASSED|FAILED" "$OUT/fusion_model_tests.log" | head -20
       ;;
     gemv_bench)
       # The decode GEMVs alone (lm_head, QKV, O shapes; FP8 and bf16 weights; 1, 4, 8 tokens).

@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
                 const double us = time_shape(s, fp8, t, stream);
                 const int k_pad = (s.k + 127) / 128 * 128;
                 // Bytes read: FP8 rows read k of their k_pad columns, plus one scale per 128 × 128 block.
-                const double bytes = fp8 ? static_cast<double>(s.n) * s.k + (s.n + 127) / 128 * (k_pad / 128) * 4.0
-                                         : 2.0 * s.n * s.k;
+                const double bytes =
+                    fp8 ? static_cast<double>(s.n) * s.k + (s.n + 127) / 128 * (k_pad / 128) * 4.0 : 2.0 * s.n * s.k;
                 const double gbs = bytes / (us * 1e3);
                 std::printf("| %s %d×%d | %s | %d | %.1f | %.0f | %.0f%% |\n", s.name, s.n, s.k, fp8 ? "fp8" : "bf16",
                             t, us, gbs, 100.0 * gbs / kPeakGBs);

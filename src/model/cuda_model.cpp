@@ -173,6 +173,13 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
+    // GPTOSS_MOE_L2_PREFETCH=1: the fused decode router asks L2 to prefetch the chosen experts'
+    // gate_up weights, and moe_decode_mma's gate_up their down weights, so each MoE launch starts on
+    // L2 hits (opt-in until measured; written in session 6).
+    bool moe_l2_prefetch = [] {
+        const char* v = std::getenv("GPTOSS_MOE_L2_PREFETCH");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     // r11 measured the v2 GEMV slower in the model (3.44 vs 3.15 ms per batch-1 step): v1 is the
     // default, GPTOSS_GEMV_V1=0 selects v2.
     // GPTOSS_QKV_FUSED=0: the decode QKV GEMV and the bias + RoPE + KV write as two kernels.
@@ -710,6 +717,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        m.l2_prefetch_down = moe_l2_prefetch;
         kc::moe_mxfp4(m, stream);
         return;
     }
@@ -1172,6 +1180,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rp.expert_offsets = offsets.as<int32_t>();
                 rp.sorted_assignments = sorted.as<int32_t>();
                 rp.counter = router_counter.as<uint32_t>();
+                if (moe_l2_prefetch && mxfp4) {
+                    rp.prefetch_blocks = D.gu_blocks.as<uint8_t>();
+                    rp.prefetch_scales = D.gu_scales.as<uint8_t>();
+                    const int64_t inter = sh.inter_size;  // gate_up: [E, 2I, H/32, 16] + [E, 2I, H/32]
+                    rp.prefetch_block_bytes = 2 * inter * H / 2;
+                    rp.prefetch_scale_bytes = 2 * inter * H / 32;
+                }
                 rp.num_tokens = Tm;
                 rp.hidden_size = H;
                 rp.num_experts = c.num_experts;

@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_common.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -477,6 +478,19 @@ __global__ void __launch_bounds__(kRouterThreads)
             rank += j < i && s_ids[j] == ei;
         }
         a.sorted_assignments[start + rank] = i;
+    }
+    if (a.prefetch_blocks != nullptr) {  // each chosen expert once (the plan is written above)
+        for (int i = 0; i < A; ++i) {
+            const int ei = s_ids[i];
+            bool first = true;
+            for (int j = 0; j < i; ++j) first = first && s_ids[j] != ei;
+            if (!first) continue;  // uniform: every thread reads the same s_ids
+            prefetch_l2_range(a.prefetch_blocks + static_cast<int64_t>(ei) * a.prefetch_block_bytes,
+                              a.prefetch_block_bytes);
+            if (a.prefetch_scales != nullptr)
+                prefetch_l2_range(a.prefetch_scales + static_cast<int64_t>(ei) * a.prefetch_scale_bytes,
+                                  a.prefetch_scale_bytes);
+        }
     }
     if (threadIdx.x == 0) *a.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
 }

@@ -126,6 +126,11 @@ __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMx
         return;
     }
     const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    if (kGateUp && a.l2_prefetch_down && row0 == 0) {  // this expert's down weights, for the next launch
+        const int64_t db = static_cast<int64_t>(H) * I / 2, ds = static_cast<int64_t>(H) * I / 32;
+        prefetch_l2_range(a.down_blocks + e * db, db);
+        prefetch_l2_range(a.down_scales + e * ds, ds);
+    }
     if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
 
     // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
