@@ -149,6 +149,11 @@ for stage in "$@"; do
           echo "$m $sw:"; grep -E "^\| 1024 \|" "$OUT/fusion_${m}_$sw.md"
         done
       done
+      for f in 0 1; do  # the attention kernel alone, combine kernel vs fused merge
+        GPTOSS_ATTN_FUSED_COMBINE=$f $BIN/attention_bench decode > "$OUT/fusion_attn_$f.log" 2>&1
+        summary+=("fusion_ab attention_bench fused=$f rc=$?")
+        echo "attention decode, fused combine $f:"; grep -E "B=(1|8) " "$OUT/fusion_attn_$f.log" | head -8
+      done
       GPTOSS_DECODE_FUSED_NORM=1 GPTOSS_ATTN_FUSED_COMBINE=1 GPTOSS_MOE_L2_PREFETCH=1 \
         $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' > "$OUT/fusion_model_tests.log" 2>&1
       summary+=("fusion_ab model tests rc=$?")
