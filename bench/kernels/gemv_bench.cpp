@@ -10,6 +10,7 @@
 // over replays of event time / copies. Weight values do not matter for the time: every e4m3 byte
 // is 0x38 (1.0), every scale 1.
 //
+// Rows: FP8 one warp per row, FP8 through the cp.async ring (GemvArgs::fp8_ring, k ≤ 3072), bf16.
 // Usage: gemv_bench [tokens ...]   (default 1 4 8). For ncu: `-k regex:gemv_kernel`.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -46,7 +47,7 @@ struct Shape {
     int n, k;
 };
 
-double time_shape(const Shape& s, bool fp8, int tokens, cudaStream_t stream) {
+double time_shape(const Shape& s, bool fp8, bool ring, int tokens, cudaStream_t stream) {
     const int k_pad = (s.k + 127) / 128 * 128;
     const size_t w_bytes = fp8 ? static_cast<size_t>(s.n) * k_pad : static_cast<size_t>(s.n) * s.k * 2;
     const size_t sc_count = static_cast<size_t>((s.n + 127) / 128) * (k_pad / 128);
@@ -82,6 +83,7 @@ double time_shape(const Shape& s, bool fp8, int tokens, cudaStream_t stream) {
         g.num_tokens = tokens;
         g.n = s.n;
         g.k = s.k;
+        g.fp8_ring = ring;
         cuda::gemv_bf16w(g, stream);
     }
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
@@ -131,15 +133,20 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamCreate(&stream));
     std::printf("| shape | weights | tokens | µs | GB/s | %% of %.0f |\n|---|---|---:|---:|---:|---:|\n", kPeakGBs);
     for (const Shape& s : shapes)
-        for (bool fp8 : {true, false})
+        for (int kind = 0; kind < 3; ++kind)  // FP8, FP8 through the cp.async ring, bf16
             for (int t : tokens) {
-                const double us = time_shape(s, fp8, t, stream);
+                const bool fp8 = kind < 2, ring = kind == 1;
+                if (ring && s.k > 3072) continue;
+                const double us = time_shape(s, fp8, ring, t, stream);
                 const int k_pad = (s.k + 127) / 128 * 128;
                 // Bytes read: FP8 rows read k of their k_pad columns, plus one scale per 128 × 128 block.
                 const double bytes =
                     fp8 ? static_cast<double>(s.n) * s.k + (s.n + 127) / 128 * (k_pad / 128) * 4.0 : 2.0 * s.n * s.k;
                 const double gbs = bytes / (us * 1e3);
-                std::printf("| %s %d×%d | %s | %d | %.1f | %.0f | %.0f%% |\n", s.name, s.n, s.k, fp8 ? "fp8" : "bf16",
+                std::printf("| %s %d×%d | %s | %d | %.1f | %.0f | %.0f%% |\n", s.name, s.n, s.k,
+                            ring  ? "fp8 ring"
+                            : fp8 ? "fp8"
+                                  : "bf16",
                             t, us, gbs, 100.0 * gbs / kPeakGBs);
             }
     CHECK_CUDA(cudaStreamDestroy(stream));

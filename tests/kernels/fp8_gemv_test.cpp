@@ -2,7 +2,8 @@
 // the same quantized weights: e4m3 bytes and 128×128 block scales from Fp8Weight::from_bf16, read
 // back and dequantized on the host (core/dtype.h), times the fp32 (or bf16) activations in double.
 // Only the summation order differs, so the fp32 tolerance applies. Shapes: the QKV (5120 × 2880),
-// O (2880 × 4096) and a row count that leaves a partial 128-row block (700).
+// O (2880 × 4096) and a row count that leaves a partial 128-row block (700); for k ≤ 3072 also the
+// cp.async ring kernel (GemvArgs::fp8_ring).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,35 +33,39 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
         const auto bias = test::randn(n, 22, 0.1f);
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
         for (int T : {1, 3, 8}) {
-            for (bool xb : {false, true}) {
-                auto x = test::randn(static_cast<size_t>(T) * k, 23 + T);
-                if (xb) x = test::bf16_round(x);
-                std::vector<float> ref(static_cast<size_t>(T) * n);
-                for (int t = 0; t < T; ++t)
-                    for (int r = 0; r < n; ++r) {
-                        double acc = 0;
-                        for (int c = 0; c < k; ++c)
-                            acc += static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
-                                   sc[static_cast<size_t>(r / 128) * kb + c / 128] * x[static_cast<size_t>(t) * k + c];
-                        ref[static_cast<size_t>(t) * n + r] = static_cast<float>(acc + bias[r]);
-                    }
-                auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
-                auto dy = test::poisoned(ref.size() * 4);
-                GemvArgs g;
-                g.x = dx.get();
-                g.x_bf16 = xb;
-                g.w = f8.q.get();
-                g.w_scale = f8.scales.as<float>();
-                g.w_ld = f8.k_pad;
-                g.bias = db.as<float>();
-                g.y = dy.as<float>();
-                g.num_tokens = T;
-                g.n = n;
-                g.k = k;
-                gemv_bf16w(g, nullptr);
-                EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
-                    << "n " << n << " k " << k << " T " << T << " bf16 x " << xb;
-            }
+            for (bool xb : {false, true})
+                for (bool ring : {false, true}) {
+                    if (ring && k > 3072) continue;  // the ring kernel takes k ≤ 3072
+                    auto x = test::randn(static_cast<size_t>(T) * k, 23 + T);
+                    if (xb) x = test::bf16_round(x);
+                    std::vector<float> ref(static_cast<size_t>(T) * n);
+                    for (int t = 0; t < T; ++t)
+                        for (int r = 0; r < n; ++r) {
+                            double acc = 0;
+                            for (int c = 0; c < k; ++c)
+                                acc += static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
+                                       sc[static_cast<size_t>(r / 128) * kb + c / 128] *
+                                       x[static_cast<size_t>(t) * k + c];
+                            ref[static_cast<size_t>(t) * n + r] = static_cast<float>(acc + bias[r]);
+                        }
+                    auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
+                    auto dy = test::poisoned(ref.size() * 4);
+                    GemvArgs g;
+                    g.x = dx.get();
+                    g.x_bf16 = xb;
+                    g.w = f8.q.get();
+                    g.w_scale = f8.scales.as<float>();
+                    g.w_ld = f8.k_pad;
+                    g.bias = db.as<float>();
+                    g.y = dy.as<float>();
+                    g.num_tokens = T;
+                    g.n = n;
+                    g.k = k;
+                    g.fp8_ring = ring;
+                    gemv_bf16w(g, nullptr);
+                    EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
+                        << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " ring " << ring;
+                }
         }
     }
 }

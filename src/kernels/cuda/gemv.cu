@@ -418,6 +418,93 @@ int v2_grid_limit() {
     return blocks;
 }
 
+// ---- FP8 ring: weights land in shared memory by cp.async, kRingDepth rows deep per warp ---------
+// The hypothesis of r21: every register-landing decode kernel (GEMVs, MoE) stops at 1.2–1.8 TB/s
+// because the register file bounds the bytes in flight (~70–100 KB an SM), while the kernels that
+// land data in shared memory by cp.async (decode attention: 192 KB an SM) reach ~4 TB/s. Here a
+// warp keeps kRingDepth rows of 3 KB in flight in its own shared-memory slice (4 warps a CTA,
+// 48 KB; 4 CTAs an SM: 192 KB). A lane reads back only the chunks it copied itself, so
+// cp.async.wait_group is the only synchronisation. Same chunk arithmetic and order as gemv_kernel.
+constexpr int kRingWarps = 4, kRingDepth = 4, kRingChunks = 192;  // 192 · 16 B ≥ a 2880-byte row
+
+__device__ __forceinline__ void ring_cp16(void* dst, const void* src) {
+    asm volatile(
+        "cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+        "l"(src)
+        : "memory");
+}
+__device__ __forceinline__ void ring_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void ring_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kRingDepth - 1) : "memory");
+}
+
+template <typename XT, int MT>
+__global__ void __launch_bounds__(kRingWarps * 32) gemv_fp8_ring_kernel(const __grid_constant__ GemvArgs a) {
+    extern __shared__ uint4 ring_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int stride = gridDim.x * kRingWarps;
+    const int first = blockIdx.x * kRingWarps + warp;
+    const int chunks = a.k / Fp8W::kElems;
+    const uint8_t* w = static_cast<const uint8_t*>(a.w);
+    const XT* x = static_cast<const XT*>(a.x);
+    uint4* slots = ring_smem + warp * kRingDepth * kRingChunks;
+    auto issue = [&](int i) {  // row first + i·stride into slot i % kRingDepth (an empty group past n)
+        const int row = first + i * stride;
+        if (row < a.n) {
+            const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row) * a.w_ld);
+            uint4* dst = slots + (i % kRingDepth) * kRingChunks;
+            for (int c = lane; c < chunks; c += 32) ring_cp16(dst + c, src + c);
+        }
+        ring_commit();
+    };
+    // Weights first (they never change), then wait for x's producer.
+    for (int i = 0; i < kRingDepth - 1; ++i) issue(i);
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    for (int i = 0; first + i * stride < a.n; ++i) {
+        issue(i + kRingDepth - 1);
+        ring_wait();  // row i's group is complete (this lane's copies)
+        const int row = first + i * stride;
+        const uint4* src = slots + (i % kRingDepth) * kRingChunks;
+        float acc[MT];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+        for (int c = lane; c < chunks; c += 32) {
+            float wf[Fp8W::kElems];
+            Fp8W::decode(src[c], wf);
+            chunk_fma<Fp8W>(wf, chunk_scale<Fp8W>(a, row, c), x, a.k, c, a.num_tokens, acc);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            if (m < a.num_tokens) {  // uniform
+                const float s = warp_sum(acc[m]);
+                if (lane == 0) a.y[static_cast<int64_t>(m) * a.n + row] = s + (a.bias ? a.bias[row] : 0.0f);
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // no copy outlives the CTA's shared memory
+}
+
+template <typename XT, int MT>
+void fp8_ring_launch(const GemvArgs& a, cudaStream_t stream) {
+    constexpr int kSmem = kRingWarps * kRingDepth * kRingChunks * 16;  // 48 KB
+    static std::atomic<int> cached[64];
+    auto kernel = gemv_fp8_ring_kernel<XT, MT>;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    int grid = device < 64 ? cached[device].load(std::memory_order_acquire) : 0;
+    if (grid == 0) {  // host-only queries: capturable
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+        int sms = 0, per_sm = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRingWarps * 32, kSmem));
+        grid = std::max(1, per_sm) * sms;
+        if (device < 64) cached[device].store(grid, std::memory_order_release);
+    }
+    grid = std::min(grid, (a.n + kRingWarps - 1) / kRingWarps);
+    launch_pdl(kernel, grid, kRingWarps * 32, kSmem, stream, a);
+}
+
 template <typename XT, int NC>
 void v2_launch(const GemvArgs& a, cudaStream_t stream) {
     const int grid = std::min(v2_grid_limit<XT, NC>(), (a.n + kV2Warps - 1) / kV2Warps);
@@ -472,6 +559,14 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
         const bool k3 = a.k <= 6 * 32 * 16, one = a.num_tokens == 1;
+        if (a.fp8_ring && a.k <= kRingChunks * 16 && a.w_ld % 16 == 0) {
+            if (a.x_bf16)
+                one ? fp8_ring_launch<__nv_bfloat16, 1>(a, stream)
+                    : fp8_ring_launch<__nv_bfloat16, kGemvMaxTokens>(a, stream);
+            else
+                one ? fp8_ring_launch<float, 1>(a, stream) : fp8_ring_launch<float, kGemvMaxTokens>(a, stream);
+            return;
+        }
         auto kernel = a.x_bf16
                           ? (k3 ? (one ? gemv_kernel<__nv_bfloat16, Fp8W, 6, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 6>)
                                 : (one ? gemv_kernel<__nv_bfloat16, Fp8W, 8, 1> : gemv_kernel<__nv_bfloat16, Fp8W, 8>))
