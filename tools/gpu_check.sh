@@ -136,11 +136,12 @@ for stage in "$@"; do
       # Session 6's opt-in decode switches, one at a time and all together, against the default
       # (20b and 120b, --fp8, batch 1 and 4, 1k context), then every CUDA model test with all on.
       for m in ${FUSION_MODELS:-20b 120b}; do
-        for sw in none GPTOSS_DECODE_FUSED_NORM GPTOSS_ATTN_FUSED_COMBINE GPTOSS_MOE_L2_PREFETCH all; do
+        for sw in none GPTOSS_DECODE_FUSED_NORM GPTOSS_ATTN_FUSED_COMBINE GPTOSS_MOE_L2_PREFETCH GPTOSS_MOE_DECODE all; do
           envs=()
           case $sw in
             none) ;;
             all) envs=(GPTOSS_DECODE_FUSED_NORM=1 GPTOSS_ATTN_FUSED_COMBINE=1 GPTOSS_MOE_L2_PREFETCH=1) ;;
+            GPTOSS_MOE_DECODE) envs=(GPTOSS_MOE_DECODE=2) ;;  # moe_decode_mma, weights landing in shared memory
             *) envs=("$sw=1") ;;
           esac
           env "${envs[@]}" $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1,4 --context 1024 \
@@ -148,6 +149,11 @@ for stage in "$@"; do
           summary+=("fusion_ab $m $sw rc=$?")
           echo "$m $sw:"; grep -E "^\| 1024 \|" "$OUT/fusion_${m}_$sw.md"
         done
+      done
+      for d in 1 2; do  # the decode MoE alone: weights in registers (1) or landing in shared memory (2)
+        GPTOSS_MOE_DECODE=$d $BIN/moe_bench 1 2 4 > "$OUT/fusion_moe_$d.log" 2>&1
+        summary+=("fusion_ab moe_bench decode=$d rc=$?")
+        echo "moe_bench, GPTOSS_MOE_DECODE=$d:"; grep -E "^\| [0-9]+ \|" "$OUT/fusion_moe_$d.log"
       done
       for f in 0 1; do  # the attention kernel alone, combine kernel vs fused merge
         GPTOSS_ATTN_FUSED_COMBINE=$f $BIN/attention_bench decode > "$OUT/fusion_attn_$f.log" 2>&1

@@ -421,8 +421,9 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
-            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
-            for (int kernel : {0, 1})
+            // Every kernel: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma with
+            // the weights in registers (1) or landing in shared memory (2).
+            for (int kernel : {0, 1, 2})
                 for (bool f32_input : {false, true}) {
                     auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
@@ -510,10 +511,12 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         a.num_experts = E;
         a.experts_per_token = K;
         ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-        kc::moe_decode_mma(a, nullptr);
-        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
-            << "T=" << T;
+        for (bool land : {false, true}) {
+            kc::moe_decode_mma(a, land, nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+                << "T=" << T << (land ? " shared-memory landing" : "");
+        }
     }
 }
 

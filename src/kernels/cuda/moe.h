@@ -114,7 +114,8 @@ struct MoeMxfp4Args {
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
-    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 0: always the fp32 kernels.
+    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 2: the same with its weights
+    // landing in shared memory (an experiment, not yet run); 0: always the fp32 kernels.
     int kernel = -1;
     // moe_decode_mma: the first tile's CTA of each active expert asks L2 to prefetch that expert's
     // down weights while gate_up runs.
@@ -125,7 +126,8 @@ struct MoeMxfp4Args {
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 inline constexpr int kMoeDecodeMmaMaxTokens = 8;
 bool moe_decode_mma_supported(const MoeMxfp4Args& args);
-void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
+// smem_landing: the weights land in shared memory by cp.async instead of registers (experiment).
+void moe_decode_mma(const MoeMxfp4Args& args, bool smem_landing, cudaStream_t stream);
 
 // Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
 // MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host
