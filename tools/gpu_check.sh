@@ -177,9 +177,9 @@ for stage in "$@"; do
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       timeout ${NCU_TIMEOUT:-240} $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
         --section SchedulerStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
-        -k regex:gemv_kernel --launch-skip ${NCU_GEMV_SKIP:-0} -c 1 $BIN/gemv_bench 1 > "$OUT/ncu_gemv.txt" 2>&1
+        -k regex:${NCU_GEMV_KERNEL:-gemv_} --launch-skip ${NCU_GEMV_SKIP:-0} -c 1 $BIN/gemv_bench 1 > "$OUT/ncu_gemv.txt" 2>&1
       summary+=("ncu_gemv rc=$?")
-      grep -E 'gemv_kernel|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers|Waves|Executed Ipc' \
+      grep -E 'gemv_|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers|Waves|Executed Ipc' \
         "$OUT/ncu_gemv.txt" | head -40
       ;;
     ncu_moe)

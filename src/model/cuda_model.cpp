@@ -717,7 +717,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-        m.l2_prefetch_down = moe_l2_prefetch;
+        m.l2_prefetch_down = moe_l2_prefetch && T == 1;  // a few experts only: L2 holds 50 MB
         kc::moe_mxfp4(m, stream);
         return;
     }
@@ -1180,7 +1180,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rp.expert_offsets = offsets.as<int32_t>();
                 rp.sorted_assignments = sorted.as<int32_t>();
                 rp.counter = router_counter.as<uint32_t>();
-                if (moe_l2_prefetch && mxfp4) {
+                // Batch 1 only: 4 experts' gate_up is 35 MB of the 50 MB L2; more would thrash.
+                if (moe_l2_prefetch && mxfp4 && Tm == 1 && Tm <= mxfp4_tokens) {
                     rp.prefetch_blocks = D.gu_blocks.as<uint8_t>();
                     rp.prefetch_scales = D.gu_scales.as<uint8_t>();
                     const int64_t inter = sh.inter_size;  // gate_up: [E, 2I, H/32, 16] + [E, 2I, H/32]
