@@ -176,6 +176,12 @@ struct CudaModel::Impl {
     // GPTOSS_MOE_L2_PREFETCH=1: the fused decode router asks L2 to prefetch the chosen experts'
     // gate_up weights, and moe_decode_mma's gate_up their down weights, so each MoE launch starts on
     // L2 hits (opt-in until measured; written in session 6).
+    // GPTOSS_GEMV_FP8_RING=1: the FP8 decode GEMVs (O, lm_head) through the cp.async ring kernel
+    // (GemvArgs::fp8_ring; opt-in experiment, session 6).
+    bool gemv_fp8_ring = [] {
+        const char* v = std::getenv("GPTOSS_GEMV_FP8_RING");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool moe_l2_prefetch = [] {
         const char* v = std::getenv("GPTOSS_MOE_L2_PREFETCH");
         return v != nullptr && std::strcmp(v, "1") == 0;
@@ -593,6 +599,7 @@ void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight&
         g.num_tokens = m;
         g.n = w.n;
         g.k = w.k;
+        g.fp8_ring = gemv_fp8_ring;
         kc::gemv_bf16w(g, stream);
         return;
     }

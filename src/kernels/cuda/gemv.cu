@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -425,7 +426,9 @@ int v2_grid_limit() {
 // warp keeps kRingDepth rows of 3 KB in flight in its own shared-memory slice (4 warps a CTA,
 // 48 KB; 4 CTAs an SM: 192 KB). A lane reads back only the chunks it copied itself, so
 // cp.async.wait_group is the only synchronisation. Same chunk arithmetic and order as gemv_kernel.
-constexpr int kRingWarps = 4, kRingDepth = 4, kRingChunks = 192;  // 192 · 16 B ≥ a 2880-byte row
+constexpr int kRingWarps = 4, kRingDepth = 4;
+// Slots of kChunks 16-byte chunks: 192 for rows of ≤ 3,072 bytes (hidden 2880: 48 KB a CTA, 4 CTAs
+// an SM), 256 for ≤ 4,096 (the O projection: 64 KB, 3 CTAs an SM).
 
 __device__ __forceinline__ void ring_cp16(void* dst, const void* src) {
     asm volatile(
@@ -438,7 +441,7 @@ __device__ __forceinline__ void ring_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kRingDepth - 1) : "memory");
 }
 
-template <typename XT, int MT>
+template <typename XT, int MT, int kRingChunks>
 __global__ void __launch_bounds__(kRingWarps * 32) gemv_fp8_ring_kernel(const __grid_constant__ GemvArgs a) {
     extern __shared__ uint4 ring_smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -485,11 +488,11 @@ __global__ void __launch_bounds__(kRingWarps * 32) gemv_fp8_ring_kernel(const __
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // no copy outlives the CTA's shared memory
 }
 
-template <typename XT, int MT>
+template <typename XT, int MT, int kRingChunks>
 void fp8_ring_launch(const GemvArgs& a, cudaStream_t stream) {
-    constexpr int kSmem = kRingWarps * kRingDepth * kRingChunks * 16;  // 48 KB
+    constexpr int kSmem = kRingWarps * kRingDepth * kRingChunks * 16;
     static std::atomic<int> cached[64];
-    auto kernel = gemv_fp8_ring_kernel<XT, MT>;
+    auto kernel = gemv_fp8_ring_kernel<XT, MT, kRingChunks>;
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     int grid = device < 64 ? cached[device].load(std::memory_order_acquire) : 0;
@@ -559,12 +562,20 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
         const bool k3 = a.k <= 6 * 32 * 16, one = a.num_tokens == 1;
-        if (a.fp8_ring && a.k <= kRingChunks * 16 && a.w_ld % 16 == 0) {
-            if (a.x_bf16)
-                one ? fp8_ring_launch<__nv_bfloat16, 1>(a, stream)
-                    : fp8_ring_launch<__nv_bfloat16, kGemvMaxTokens>(a, stream);
+        if (a.fp8_ring && a.k <= 256 * 16 && a.w_ld % 16 == 0) {
+            auto ring = [&](auto chunks) {
+                constexpr int C = decltype(chunks)::value;
+                if (a.x_bf16)
+                    one ? fp8_ring_launch<__nv_bfloat16, 1, C>(a, stream)
+                        : fp8_ring_launch<__nv_bfloat16, kGemvMaxTokens, C>(a, stream);
+                else
+                    one ? fp8_ring_launch<float, 1, C>(a, stream)
+                        : fp8_ring_launch<float, kGemvMaxTokens, C>(a, stream);
+            };
+            if (a.k <= 192 * 16)
+                ring(std::integral_constant<int, 192>{});
             else
-                one ? fp8_ring_launch<float, 1>(a, stream) : fp8_ring_launch<float, kGemvMaxTokens>(a, stream);
+                ring(std::integral_constant<int, 256>{});
             return;
         }
         auto kernel = a.x_bf16

@@ -31,7 +31,7 @@ struct GemvArgs {
     // The r2 kernel (one warp per row, one launch-wide wave, two load rounds for k = 2880), kept
     // for comparison and as a fallback (GPTOSS_GEMV_V1=1 in the CUDA model).
     bool legacy = false;
-    // FP8 weights, k ≤ 3072: the cp.async ring kernel (weights land in shared memory, 4 rows deep
+    // FP8 weights, k ≤ 4096: the cp.async ring kernel (weights land in shared memory, 4 rows deep
     // per warp) instead of one warp per row. Opt-in experiment (session 6, not yet run).
     bool fp8_ring = false;
 };
