@@ -173,15 +173,15 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
-    // GPTOSS_MOE_L2_PREFETCH=1: the fused decode router asks L2 to prefetch the chosen experts'
-    // gate_up weights, and moe_decode_mma's gate_up their down weights, so each MoE launch starts on
-    // L2 hits (opt-in until measured; written in session 6).
     // GPTOSS_GEMV_FP8_RING=1: the FP8 decode GEMVs (O, lm_head) through the cp.async ring kernel
     // (GemvArgs::fp8_ring; opt-in experiment, session 6).
     bool gemv_fp8_ring = [] {
         const char* v = std::getenv("GPTOSS_GEMV_FP8_RING");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
+    // GPTOSS_MOE_L2_PREFETCH=1: at batch 1 the fused decode router asks L2 to prefetch the chosen
+    // experts' gate_up weights, and moe_decode_mma's gate_up their down weights, so each MoE launch
+    // starts on L2 hits (opt-in until measured; written in session 6).
     bool moe_l2_prefetch = [] {
         const char* v = std::getenv("GPTOSS_MOE_L2_PREFETCH");
         return v != nullptr && std::strcmp(v, "1") == 0;
