@@ -272,6 +272,8 @@ for stage in "$@"; do
       fi
       ;;
     peer)
+      # Hugging Face transformers on the same random 20b checkpoint (the peer the tables compare with).
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
       python3 tools/bench_peer_transformers.py --model "$WORK/gpt-oss-20b" --json "$OUT/peer_20b.json" \
         > "$OUT/peer_20b.log" 2>&1
       summary+=("peer rc=$?")
