@@ -795,6 +795,30 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
 // quantizer bit for bit (scale, element order inside each group), and gate_up + SwiGLU against the
 // CPU at the bf16-output tolerance: a flushed e4m3 subnormal or a scale a few percent off fails
 // here, where MoeMmaMatchesCpu's FP8 tolerance would not see it.
+// moe_w4a8's arguments over e4m3 rows xq (one scale each in xs, tile-row order) and a routing plan:
+// the bm-row tiles listed on the device; the caller adds the weights, the output, n and k.
+struct W4A8Tiles {
+    static constexpr int bm = 32;
+    int max_tiles;
+    DeviceBuffer tiles, count;
+    kc::MoeMmaArgs args;
+    W4A8Tiles(const DeviceBuffer& xq, const DeviceBuffer& xs, const DeviceBuffer& offsets, const DeviceBuffer& sorted,
+              int E, int K, int A)
+        : max_tiles((A + bm - 1) / bm + E), tiles(2 * max_tiles * 4), count(4) {
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+        args.x = xq.get();
+        args.x_by_token = false;
+        args.x_scale = xs.as<float>();
+        args.experts_per_token = K;
+        args.expert_offsets = offsets.as<int32_t>();
+        args.sorted_assignments = sorted.as<int32_t>();
+        args.tiles = tiles.as<int32_t>();
+        args.tile_count = count.as<int32_t>();
+        args.max_tiles = max_tiles;
+        args.num_experts = E;
+    }
+};
+
 // Rows of e4m3 values times 2^-8, each with a ±1.75 (448 · 2^-8): their FP8 scale is exactly 2^-8.
 std::vector<float> exact_e4m3_rows(int rows, int dim, uint32_t seed) {
     std::mt19937 rng(seed);
@@ -850,29 +874,17 @@ TEST(CudaOps, MoeW4A8ExactActivations) {
             }
         }
 
-        const int bm = 32, max_tiles = (A + bm - 1) / bm + E;
-        DeviceBuffer tiles(2 * max_tiles * 4), count(4);
-        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+        W4A8Tiles w4(xq, xs, offsets, sorted, E, K, A);
         auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), dgubias = to_device(ex.gu_bias);
         auto act = poisoned(static_cast<size_t>(A) * I * 2);
-        kc::MoeMmaArgs a;
-        a.x = xq.get();
-        a.x_by_token = false;
-        a.x_scale = xs.as<float>();
-        a.experts_per_token = K;
-        a.expert_offsets = offsets.as<int32_t>();
-        a.sorted_assignments = sorted.as<int32_t>();
-        a.tiles = tiles.as<int32_t>();
-        a.tile_count = count.as<int32_t>();
-        a.max_tiles = max_tiles;
+        kc::MoeMmaArgs& a = w4.args;
         a.blocks = dgub.as<uint8_t>();
         a.scales = dgus.as<uint8_t>();
         a.bias = dgubias.as<float>();
         a.act = act.get();
         a.n = 2 * I;
         a.k = H;
-        a.num_experts = E;
-        kc::moe_w4a8(a, true, bm, nullptr);
+        kc::moe_w4a8(a, true, W4A8Tiles::bm, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto got = from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
 
@@ -924,29 +936,17 @@ TEST(CudaOps, MoeW4A8ExactDown) {
     DeviceBuffer xq(static_cast<size_t>(A) * I), xs(A * 4);
     kc::moe_quant_rows_fp8(dx.get(), false, nullptr, K, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
     const auto srt = to_host<int32_t>(sorted, A), off = to_host<int32_t>(offsets, E + 1);
-    const int bm = 32, max_tiles = (A + bm - 1) / bm + E;
-    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
-    kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(), nullptr);
+    W4A8Tiles w4(xq, xs, offsets, sorted, E, K, A);
     auto ddb = to_device(ex.down_blocks), dds = to_device(ex.down_scales), ddbias = to_device(ex.down_bias);
     auto y = poisoned(static_cast<size_t>(A) * H * 4);
-    kc::MoeMmaArgs a;
-    a.x = xq.get();
-    a.x_by_token = false;
-    a.x_scale = xs.as<float>();
-    a.experts_per_token = K;
-    a.expert_offsets = offsets.as<int32_t>();
-    a.sorted_assignments = sorted.as<int32_t>();
-    a.tiles = tiles.as<int32_t>();
-    a.tile_count = count.as<int32_t>();
-    a.max_tiles = max_tiles;
+    kc::MoeMmaArgs& a = w4.args;
     a.blocks = ddb.as<uint8_t>();
     a.scales = dds.as<uint8_t>();
     a.bias = ddbias.as<float>();
     a.y = y.as<float>();
     a.n = H;
     a.k = I;
-    a.num_experts = E;
-    kc::moe_w4a8(a, false, bm, nullptr);
+    kc::moe_w4a8(a, false, W4A8Tiles::bm, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
     std::vector<float> ref(static_cast<size_t>(A) * H), w(I);
