@@ -70,10 +70,7 @@ double time_shape(const Shape& s, bool fp8, bool ring, int tokens, cudaStream_t 
     CHECK_CUDA(cudaMemcpy(x, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMalloc(&y, static_cast<size_t>(tokens) * s.n * 4));
 
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    for (int c = 0; c < copies; ++c) {
+    auto args = [&](int c) {
         cuda::GemvArgs g;
         g.x = x;
         g.w = w[c];
@@ -84,8 +81,15 @@ double time_shape(const Shape& s, bool fp8, bool ring, int tokens, cudaStream_t 
         g.n = s.n;
         g.k = s.k;
         g.fp8_ring = ring;
-        cuda::gemv_bf16w(g, stream);
-    }
+        return g;
+    };
+    // One launch outside the capture: the launchers' first calls set attributes and query occupancy.
+    cuda::gemv_bf16w(args(0), stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int c = 0; c < copies; ++c) cuda::gemv_bf16w(args(c), stream);
     CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     cudaEvent_t e0, e1;
