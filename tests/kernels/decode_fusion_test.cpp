@@ -29,6 +29,34 @@ void host_plan(const std::vector<int32_t>& ids, int E, std::vector<int32_t>* off
     for (size_t i = 0; i < ids.size(); ++i) (*sorted)[fill[ids[i]]++] = static_cast<int32_t>(i);
 }
 
+// The CPU router (logits with the bias, top-k, softmax) and the stable plan: the reference of the
+// fused router kernel.
+struct RouterRef {
+    std::vector<int32_t> ids, offsets, sorted;
+    std::vector<float> weights, logits;
+};
+RouterRef cpu_router_plan(const std::vector<float>& h, const std::vector<uint16_t>& w, const std::vector<float>& b,
+                          int T, int H, int E, int K) {
+    RouterRef r;
+    r.ids.resize(T * K);
+    r.weights.resize(T * K);
+    r.logits.resize(static_cast<size_t>(T) * E);
+    kernels::RouterArgs ra;
+    ra.x = h.data();
+    ra.weight = w.data();
+    ra.bias = b.data();
+    ra.expert_ids = r.ids.data();
+    ra.expert_weights = r.weights.data();
+    ra.logits = r.logits.data();
+    ra.num_tokens = T;
+    ra.hidden_size = H;
+    ra.num_experts = E;
+    ra.experts_per_token = K;
+    cpu::router(ra);
+    host_plan(r.ids, E, &r.offsets, &r.sorted);
+    return r;
+}
+
 struct RouterCase {
     int E, T;
     bool ties;       // experts 5, 9 and 20 share one weight row and bias: exact ties, lower index wins
@@ -60,22 +88,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
             b[9] = b[20] = b[5];
         }
         auto w = to_bf16(wf);
-        std::vector<int32_t> ids_ref(T * K);
-        std::vector<float> w_ref(T * K), logits_ref(static_cast<size_t>(T) * E);
-        kernels::RouterArgs ra;
-        ra.x = h.data();
-        ra.weight = w.data();
-        ra.bias = b.data();
-        ra.expert_ids = ids_ref.data();
-        ra.expert_weights = w_ref.data();
-        ra.logits = logits_ref.data();
-        ra.num_tokens = T;
-        ra.hidden_size = H;
-        ra.num_experts = E;
-        ra.experts_per_token = K;
-        cpu::router(ra);
-        std::vector<int32_t> off_ref, sorted_ref;
-        host_plan(ids_ref, E, &off_ref, &sorted_ref);
+        const RouterRef ref = cpu_router_plan(h, w, b, T, H, E, K);
+        const auto &ids_ref = ref.ids, &off_ref = ref.offsets, &sorted_ref = ref.sorted;
+        const auto &w_ref = ref.weights, &logits_ref = ref.logits;
 
         auto dh = to_device(h), dw = to_device(w), db = to_device(b);
         auto dl = poisoned(logits_ref.size() * 4), dids = poisoned(ids_ref.size() * 4),
@@ -158,22 +173,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
             auto wf = randn(static_cast<size_t>(E) * H, E + 5, 1.0f / std::sqrt(2880.0f));
             auto b = randn(E, E + 6, 0.1f);
             auto w = to_bf16(wf);
-            std::vector<int32_t> ids_ref(T * K);
-            std::vector<float> w_ref(T * K), logits_ref(static_cast<size_t>(T) * E);
-            kernels::RouterArgs ra;
-            ra.x = hn.data();
-            ra.weight = w.data();
-            ra.bias = b.data();
-            ra.expert_ids = ids_ref.data();
-            ra.expert_weights = w_ref.data();
-            ra.logits = logits_ref.data();
-            ra.num_tokens = T;
-            ra.hidden_size = H;
-            ra.num_experts = E;
-            ra.experts_per_token = K;
-            cpu::router(ra);
-            std::vector<int32_t> off_ref, sorted_ref;
-            host_plan(ids_ref, E, &off_ref, &sorted_ref);
+            const RouterRef ref = cpu_router_plan(hn, w, b, T, H, E, K);
+            const auto &ids_ref = ref.ids, &off_ref = ref.offsets, &sorted_ref = ref.sorted;
+            const auto &w_ref = ref.weights, &logits_ref = ref.logits;
 
             auto dx = to_device(x), dox = to_device(o), dob = to_device(ob), dnw = to_device(nw), dw = to_device(w),
                  db = to_device(b);
@@ -243,20 +245,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallReplaysInAGraph) {
     auto h = randn(static_cast<size_t>(T) * H, 99);
     auto w = to_bf16(randn(static_cast<size_t>(E) * H, 100, 1.0f / std::sqrt(2880.0f)));
     auto b = randn(E, 101, 0.1f);
-    std::vector<int32_t> ids_ref(T * K);
-    std::vector<float> w_ref(T * K), logits_ref(static_cast<size_t>(T) * E);
-    kernels::RouterArgs ra;
-    ra.x = h.data();
-    ra.weight = w.data();
-    ra.bias = b.data();
-    ra.expert_ids = ids_ref.data();
-    ra.expert_weights = w_ref.data();
-    ra.logits = logits_ref.data();
-    ra.num_tokens = T;
-    ra.hidden_size = H;
-    ra.num_experts = E;
-    ra.experts_per_token = K;
-    cpu::router(ra);
+    const RouterRef ref = cpu_router_plan(h, w, b, T, H, E, K);
+    const auto& ids_ref = ref.ids;
+    const auto& logits_ref = ref.logits;
     auto dh = to_device(h), dw = to_device(w), db = to_device(b);
     DeviceBuffer counter(4), dl(logits_ref.size() * 4), dids(T * K * 4), dws(T * K * 4), doff((E + 1) * 4),
         dsorted(T * K * 4);

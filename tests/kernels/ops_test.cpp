@@ -220,6 +220,33 @@ struct RandomExperts {
     }
 };
 
+// moe_mxfp4's arguments over device copies of the experts' weights, for T tokens routed by a plan
+// (offsets, sorted), with act and y as outputs. h: bf16 rows; h32: the same in fp32 (or null).
+kc::MoeMxfp4Args mxfp4_args(const RandomExperts& ex, const DeviceBuffer& gub, const DeviceBuffer& gus,
+                            const DeviceBuffer& gubias, const DeviceBuffer& db, const DeviceBuffer& ds,
+                            const DeviceBuffer& dbias, const void* h, const float* h32, const DeviceBuffer& offsets,
+                            const DeviceBuffer& sorted, DeviceBuffer& act, DeviceBuffer& y, int T, int K) {
+    kc::MoeMxfp4Args a;
+    a.h = h;
+    a.h_f32 = h32;
+    a.expert_offsets = offsets.as<int32_t>();
+    a.sorted_assignments = sorted.as<int32_t>();
+    a.gate_up_blocks = gub.as<uint8_t>();
+    a.gate_up_scales = gus.as<uint8_t>();
+    a.gate_up_bias = gubias.as<float>();
+    a.down_blocks = db.as<uint8_t>();
+    a.down_scales = ds.as<uint8_t>();
+    a.down_bias = dbias.as<float>();
+    a.act = act.as<float>();
+    a.y = y.as<float>();
+    a.num_tokens = T;
+    a.hidden_size = ex.H;
+    a.intermediate_size = ex.I;
+    a.num_experts = ex.E;
+    a.experts_per_token = K;
+    return a;
+}
+
 // The CPU MoE (fp32) on T tokens of h with the given routing: the reference the expert kernels are
 // compared with.
 std::vector<float> cpu_moe_reference(const RandomExperts& ex, const std::vector<float>& h,
@@ -486,24 +513,9 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                 for (bool f32_input : {false, true}) {
                     auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-                    kc::MoeMxfp4Args a;
-                    a.h = dh.get();
-                    a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
-                    a.expert_offsets = offsets.as<int32_t>();
-                    a.sorted_assignments = sorted.as<int32_t>();
-                    a.gate_up_blocks = dgub.as<uint8_t>();
-                    a.gate_up_scales = dgus.as<uint8_t>();
-                    a.gate_up_bias = dgubias.as<float>();
-                    a.down_blocks = ddb.as<uint8_t>();
-                    a.down_scales = dds.as<uint8_t>();
-                    a.down_bias = ddbias.as<float>();
-                    a.act = act.as<float>();
-                    a.y = y.as<float>();
-                    a.num_tokens = T;
-                    a.hidden_size = H;
-                    a.intermediate_size = I;
-                    a.num_experts = E;
-                    a.experts_per_token = K;
+                    kc::MoeMxfp4Args a =
+                        mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
+                                   f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
                     a.kernel = kernel;
                     a.l2_prefetch_down = f32_input;  // a hint: both settings give the same sums
                     kc::moe_mxfp4(a, nullptr);
@@ -551,24 +563,8 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
         auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
         auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-        kc::MoeMxfp4Args a;
-        a.h = dh.get();
-        a.h_f32 = dh32.as<float>();
-        a.expert_offsets = offsets.as<int32_t>();
-        a.sorted_assignments = sorted.as<int32_t>();
-        a.gate_up_blocks = dgub.as<uint8_t>();
-        a.gate_up_scales = dgus.as<uint8_t>();
-        a.gate_up_bias = dgubias.as<float>();
-        a.down_blocks = ddb.as<uint8_t>();
-        a.down_scales = dds.as<uint8_t>();
-        a.down_bias = ddbias.as<float>();
-        a.act = act.as<float>();
-        a.y = y.as<float>();
-        a.num_tokens = T;
-        a.hidden_size = H;
-        a.intermediate_size = I;
-        a.num_experts = E;
-        a.experts_per_token = K;
+        const kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(), dh32.as<float>(),
+                                              offsets, sorted, act, y, T, K);
         ASSERT_TRUE(kc::moe_decode_mma_supported(a));
         for (bool land : {false, true}) {
             kc::moe_decode_mma(a, land, nullptr);
