@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv fusion_ab
+#           gemv_bench ncu_gemv env_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -132,45 +132,24 @@ for stage in "$@"; do
       python3 tools/sass_summary.py "$OUT/sass_all.txt" "${SASS_KERNEL:-moe_mma_kernel}" > "$OUT/sass_summary.txt"
       head -60 "$OUT/sass_summary.txt"
       ;;
-    fusion_ab)
-      # Session 6's opt-in decode switches, one at a time and all together, against the default
-      # (20b and 120b, --fp8, batch 1 and 4, 1k context), then every CUDA model test with all on.
-      # 20b: every switch; 120b (slow to build in memory): the default and all three fusions only.
-      for m in ${FUSION_MODELS:-20b 120b}; do
-        sws="none GPTOSS_DECODE_FUSED_NORM GPTOSS_ATTN_FUSED_COMBINE GPTOSS_MOE_L2_PREFETCH GPTOSS_MOE_DECODE GPTOSS_GEMV_FP8_RING all"
-        [ "$m" = 120b ] && sws="none all"
-        for sw in $sws; do
-          envs=()
-          case $sw in
-            none) ;;
-            all) envs=(GPTOSS_DECODE_FUSED_NORM=1 GPTOSS_ATTN_FUSED_COMBINE=1 GPTOSS_MOE_L2_PREFETCH=1) ;;
-            GPTOSS_MOE_DECODE) envs=(GPTOSS_MOE_DECODE=2) ;;  # moe_decode_mma, weights landing in shared memory
-            *) envs=("$sw=1") ;;
-          esac
-          env "${envs[@]}" $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1,4 --context 1024 \
-            --decode-steps 32 --markdown "$OUT/fusion_${m}_$sw.md" > "$OUT/fusion_${m}_$sw.log" 2>&1
-          summary+=("fusion_ab $m $sw rc=$?")
-          echo "$m $sw:"; grep -E "^\| 1024 \|" "$OUT/fusion_${m}_$sw.md"
+    env_ab)
+      # The decode benchmark under each environment setting of AB_ENVS (';'-separated, each a list of
+      # VAR=value; an empty entry is the default), for each model of AB_MODELS (default 20b), with
+      # AB_ARGS (default --fp8, batch 1,2,4,8, 1k context, 32 steps).
+      IFS=';' read -ra abs <<< "${AB_ENVS:-;GPTOSS_GEMV_FP8=row}"
+      for m in ${AB_MODELS:-20b}; do
+        for i in "${!abs[@]}"; do
+          e="${abs[$i]}"; tag="${m}_$i"
+          env $e $BIN/gptoss bench --synthetic gpt-oss-$m ${AB_ARGS:---fp8 --prefill "" --batch 1,2,4,8 --context 1024 --decode-steps 32} \
+            --markdown "$OUT/ab_$tag.md" > "$OUT/ab_$tag.log" 2>&1
+          summary+=("env_ab $m [${e:-default}] rc=$?")
+          echo "$m [${e:-default}]:"; grep -E "^\| [0-9]+ \|" "$OUT/ab_$tag.md"
         done
       done
-      for d in 1 2; do  # the decode MoE alone: weights in registers (1) or landing in shared memory (2)
-        GPTOSS_MOE_DECODE=$d $BIN/moe_bench 1 2 4 > "$OUT/fusion_moe_$d.log" 2>&1
-        summary+=("fusion_ab moe_bench decode=$d rc=$?")
-        echo "moe_bench, GPTOSS_MOE_DECODE=$d:"; grep -E "^\| [0-9]+ \|" "$OUT/fusion_moe_$d.log"
-      done
-      for f in 0 1; do  # the attention kernel alone, combine kernel vs fused merge
-        GPTOSS_ATTN_FUSED_COMBINE=$f $BIN/attention_bench decode > "$OUT/fusion_attn_$f.log" 2>&1
-        summary+=("fusion_ab attention_bench fused=$f rc=$?")
-        echo "attention decode, fused combine $f:"; grep -E "B=(1|8) " "$OUT/fusion_attn_$f.log" | head -8
-      done
-      GPTOSS_DECODE_FUSED_NORM=1 GPTOSS_ATTN_FUSED_COMBINE=1 GPTOSS_MOE_L2_PREFETCH=1 \
-        $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' > "$OUT/fusion_model_tests.log" 2>&1
-      summary+=("fusion_ab model tests rc=$?")
-      grep -E "real widths|whole-prompt|PASSED|FAILED" "$OUT/fusion_model_tests.log" | head -20
       ;;
     gemv_bench)
       # The decode GEMVs alone (lm_head, QKV, O shapes; FP8 and bf16 weights; 1, 4, 8 tokens).
-      $BIN/gemv_bench ${GEMV_TOKENS:-1 4 8} > "$OUT/gemv_bench.log" 2>&1
+      $BIN/gemv_bench ${GEMV_TOKENS:-1 2 4 8} > "$OUT/gemv_bench.log" 2>&1
       summary+=("gemv_bench rc=$?")
       cat "$OUT/gemv_bench.log"
       ;;

@@ -173,11 +173,13 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
-    // GPTOSS_GEMV_FP8_RING=1: the FP8 decode GEMVs (O, lm_head) through the cp.async ring kernel
-    // (GemvArgs::fp8_ring; opt-in experiment, session 6).
-    bool gemv_fp8_ring = [] {
-        const char* v = std::getenv("GPTOSS_GEMV_FP8_RING");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+    // GPTOSS_GEMV_FP8=row|mma: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on the
+    // tensor cores at every batch size (default: the tensor cores from 2 tokens; gemv.h).
+    kc::GemvFp8Kernel gemv_fp8 = [] {
+        const char* v = std::getenv("GPTOSS_GEMV_FP8");
+        if (v != nullptr && std::strcmp(v, "row") == 0) return kc::GemvFp8Kernel::kRowPerWarp;
+        if (v != nullptr && std::strcmp(v, "mma") == 0) return kc::GemvFp8Kernel::kMma;
+        return kc::GemvFp8Kernel::kAuto;
     }();
     // GPTOSS_MOE_L2_PREFETCH=1: at batch 1 the fused decode router asks L2 to prefetch the chosen
     // experts' gate_up weights, and moe_decode_mma's gate_up their down weights, so each MoE launch
@@ -599,7 +601,7 @@ void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight&
         g.num_tokens = m;
         g.n = w.n;
         g.k = w.k;
-        g.fp8_ring = gemv_fp8_ring;
+        g.fp8_kernel = gemv_fp8;
         kc::gemv_bf16w(g, stream);
         return;
     }
@@ -1070,6 +1072,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 g.w = fp8 ? D.qkv_f8.q.get() : D.qkv_w.get();
                 g.w_scale = fp8 ? D.qkv_f8.scales.as<float>() : nullptr;
                 g.w_ld = fp8 ? D.qkv_f8.k_pad : 0;
+                g.fp8_kernel = gemv_fp8;
                 g.num_tokens = T;
                 g.n = qkvw;
                 g.k = H;

@@ -1,9 +1,11 @@
 // The weight-only FP8 GEMV (gemv_bf16w with w_scale set, kernels/cuda/gemv.h) against a CPU loop on
 // the same quantized weights: e4m3 bytes and 128×128 block scales from Fp8Weight::from_bf16, read
 // back and dequantized on the host (core/dtype.h), times the fp32 (or bf16) activations in double.
-// Only the summation order differs, so the fp32 tolerance applies. Shapes: the QKV (5120 × 2880),
-// O (2880 × 4096) and a row count that leaves a partial 128-row block (700); also the cp.async ring
-// kernel (GemvArgs::fp8_ring) at each.
+// Only the summation order differs, so the fp32 tolerance applies; the tensor-core kernel
+// (GemvFp8Kernel::kMma) rounds x to bf16, and its reference does too. Shapes: the QKV (5120 × 2880),
+// O (2880 × 4096), a row count that leaves a partial 128-row block and a partial 16-row tile (700),
+// many rows (20,000 × 512) and fewer rows than a tile (3 × 128). A second test feeds every e4m3
+// code (subnormals included) with scales far from 1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,9 +38,11 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
         for (int T : {1, 3, 8}) {
             for (bool xb : {false, true})
-                for (bool ring : {false, true}) {
+                for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma}) {
+                    const bool mma = kind == GemvFp8Kernel::kMma;
                     auto x = test::randn(static_cast<size_t>(T) * k, 23 + T);
                     if (xb) x = test::bf16_round(x);
+                    const auto xr = mma ? test::bf16_round(x) : x;  // what the kernel multiplies
                     std::vector<float> ref(static_cast<size_t>(T) * n);
                     for (int t = 0; t < T; ++t)
                         for (int r = 0; r < n; ++r) {
@@ -46,7 +50,7 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                             for (int c = 0; c < k; ++c)
                                 acc += static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
                                        sc[static_cast<size_t>(r / 128) * kb + c / 128] *
-                                       x[static_cast<size_t>(t) * k + c];
+                                       xr[static_cast<size_t>(t) * k + c];
                             ref[static_cast<size_t>(t) * n + r] = static_cast<float>(acc + bias[r]);
                         }
                     auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
@@ -62,11 +66,81 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                     g.num_tokens = T;
                     g.n = n;
                     g.k = k;
-                    g.fp8_ring = ring;
+                    g.fp8_kernel = kind;
                     gemv_bf16w(g, nullptr);
                     EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
-                        << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " ring " << ring;
+                        << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " mma " << mma;
                 }
+        }
+    }
+}
+
+// Every byte but the two NaNs, block scales 2^-20 .. 2^20, a partial last K block and a partial
+// 128-row block; rows r ≡ 5 (mod 16) hold subnormal codes only (exponent bits 0), so a kernel that
+// flushed or misread them would lose those rows' whole sums. The check is per output: |Δ| ≤ 1e-4 ·
+// Σ_k |w_k · x_k|, above fp32 summation's worst case (k · 2^-24 ≈ 2e-5 of that sum at k = 320) and
+// far below any wrong code or scale. x is bf16, so both kernels multiply the same values.
+TEST(CudaFp8Gemv, EveryCodeAndScale) {
+    REQUIRE_GPU();
+    const int n = 272, k = 320, k_pad = 384, kb = k_pad / 128, nb = (n + 127) / 128;
+    std::vector<uint8_t> q(static_cast<size_t>(n) * k_pad);
+    for (size_t i = 0; i < q.size(); ++i) {
+        uint8_t b = static_cast<uint8_t>((i * 37 + i / 256) & 0xff);
+        if ((i / k_pad) % 16 == 5) b &= 0x87;  // sign and mantissa: a subnormal (or zero)
+        if ((b & 0x7f) == 0x7f) b ^= 1;        // 0x7f / 0xff are NaN
+        q[i] = b;
+    }
+    std::vector<float> sc(static_cast<size_t>(nb) * kb);
+    for (size_t i = 0; i < sc.size(); ++i) sc[i] = std::ldexp(1.0f, static_cast<int>(i * 7 % 41) - 20);
+    const auto bias = test::randn(n, 31, 0.1f);
+    Fp8Weight f8;
+    f8.n = n;
+    f8.k = k;
+    f8.k_pad = k_pad;
+    f8.q = test::to_device(q);
+    f8.scales = test::to_device(sc);
+    DeviceBuffer db = test::to_device(bias);
+    for (int T : {1, 2, 5, 8}) {
+        const auto x = test::bf16_round(test::randn(static_cast<size_t>(T) * k, 40 + T));
+        std::vector<double> ref(static_cast<size_t>(T) * n), mag(ref.size());
+        for (int t = 0; t < T; ++t)
+            for (int r = 0; r < n; ++r) {
+                double acc = 0, m = 0;
+                for (int c = 0; c < k; ++c) {
+                    const double p = static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * k_pad + c])) *
+                                     sc[static_cast<size_t>(r / 128) * kb + c / 128] *
+                                     x[static_cast<size_t>(t) * k + c];
+                    acc += p;
+                    m += std::fabs(p);
+                }
+                ref[static_cast<size_t>(t) * n + r] = acc + bias[r];
+                mag[static_cast<size_t>(t) * n + r] = m;
+            }
+        auto dx = test::to_device(test::to_bf16(x));
+        for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma}) {
+            auto dy = test::poisoned(ref.size() * 4);
+            GemvArgs g;
+            g.x = dx.get();
+            g.x_bf16 = true;
+            g.w = f8.q.get();
+            g.w_scale = f8.scales.as<float>();
+            g.w_ld = f8.k_pad;
+            g.bias = db.as<float>();
+            g.y = dy.as<float>();
+            g.num_tokens = T;
+            g.n = n;
+            g.k = k;
+            g.fp8_kernel = kind;
+            gemv_bf16w(g, nullptr);
+            const auto got = test::to_host<float>(dy, ref.size());
+            int bad = 0;
+            for (size_t i = 0; i < ref.size(); ++i) {
+                const double tol = 1e-4 * mag[i] + 1e-6 * std::fabs(ref[i]);  // + bias rounding
+                if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5)
+                    ADD_FAILURE() << "T " << T << " mma " << (kind == GemvFp8Kernel::kMma) << " token " << i / n
+                                  << " row " << i % n << ": " << got[i] << " vs " << ref[i] << " (tol " << tol << ")";
+            }
+            EXPECT_EQ(bad, 0) << "T " << T << " mma " << (kind == GemvFp8Kernel::kMma);
         }
     }
 }

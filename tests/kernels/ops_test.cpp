@@ -884,32 +884,66 @@ TEST(CudaOps, MoeW4A8ExactActivations) {
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         const auto got = from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
 
-        std::vector<float> ref(static_cast<size_t>(A) * I), w(H);
+        // ref: SwiGLU of the exact pre-activations; slack: how far SwiGLU moves when gate and up move
+        // by the accumulation bound 2^-12 · Σ|w·x| (FP8 wgmma sums each 32-product group keeping
+        // ~14 bits, DeepSeek-V3 §3.3.2; each group then meets the fp32 accumulator). On the extreme
+        // scales (×4 .. ×32) the pre-activations reach hundreds, so that bound is what the bf16
+        // tolerance cannot cover; on regular scales it is far below it.
+        std::vector<float> ref(static_cast<size_t>(A) * I), slack(ref.size()), w0(H), w1(H);
+        const float lim = a.swiglu_limit, alpha = a.swiglu_alpha;
+        auto swiglu = [&](double gate, double up) {
+            gate = std::min(gate, static_cast<double>(lim));
+            up = std::clamp(up, -static_cast<double>(lim), static_cast<double>(lim));
+            return (up + 1.0) * gate / (1.0 + std::exp(-alpha * gate));
+        };
         for (int e = 0; e < E; ++e)
             for (int n = 0; n < 2 * I; n += 2) {
-                float gu[2];
-                for (int p = 0; p < 2; ++p) {
-                    const size_t row = static_cast<size_t>(e) * 2 * I + n + p;
-                    cpu::mxfp4_row_to_f32(ex.gu_blocks.data() + row * H / 2, ex.gu_scales.data() + row * H / 32, H,
-                                          w.data());
-                    for (int i = off[e]; i < off[e + 1]; ++i) {
-                        const float* x = h.data() + static_cast<size_t>(srt[i] / K) * H;
-                        double d = 0.0;
-                        for (int k = 0; k < H; ++k) d += static_cast<double>(w[k]) * x[k];
-                        gu[p] = static_cast<float>(d) + ex.gu_bias[row];
-                        if (p == 1) {  // gate_up is (gate, up) interleaved: both of pair n / 2 are in
-                            const float gate = std::min(ref[static_cast<size_t>(i) * I + n / 2], a.swiglu_limit);
-                            const float up = std::clamp(gu[1], -a.swiglu_limit, a.swiglu_limit);
-                            ref[static_cast<size_t>(i) * I + n / 2] =
-                                (up + 1.0f) * gate / (1.0f + std::exp(-a.swiglu_alpha * gate));
-                        } else {
-                            ref[static_cast<size_t>(i) * I + n / 2] = gu[0];  // the gate, until its up comes
-                        }
+                const size_t row = static_cast<size_t>(e) * 2 * I + n;  // gate row; up is row + 1
+                cpu::mxfp4_row_to_f32(ex.gu_blocks.data() + row * H / 2, ex.gu_scales.data() + row * H / 32, H,
+                                      w0.data());
+                cpu::mxfp4_row_to_f32(ex.gu_blocks.data() + (row + 1) * H / 2, ex.gu_scales.data() + (row + 1) * H / 32,
+                                      H, w1.data());
+                for (int i = off[e]; i < off[e + 1]; ++i) {
+                    const float* x = h.data() + static_cast<size_t>(srt[i] / K) * H;
+                    double gate = 0.0, up = 0.0, mg = 0.0, mu = 0.0;
+                    for (int k = 0; k < H; ++k) {
+                        gate += static_cast<double>(w0[k]) * x[k];
+                        up += static_cast<double>(w1[k]) * x[k];
+                        mg += std::fabs(static_cast<double>(w0[k]) * x[k]);
+                        mu += std::fabs(static_cast<double>(w1[k]) * x[k]);
                     }
+                    gate += ex.gu_bias[row];
+                    up += ex.gu_bias[row + 1];
+                    const double y = swiglu(gate, up), bg = std::ldexp(mg, -12), bu = std::ldexp(mu, -12);
+                    double move = 0.0;  // the box [gate ± bg] × [up ± bu] on a 9 × 9 grid
+                    for (int p = -4; p <= 4; ++p)
+                        for (int q = -4; q <= 4; ++q)
+                            move = std::max(move, std::fabs(swiglu(gate + p * bg / 4, up + q * bu / 4) - y));
+                    const size_t o = static_cast<size_t>(i) * I + n / 2;
+                    ref[o] = static_cast<float>(y);
+                    slack[o] = static_cast<float>(1.25 * move);
                 }
             }
-        EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 gate_up on exact activations"))
-            << (extreme ? "extreme scales" : "");
+        if (!extreme) {
+            EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 gate_up on exact activations"));
+        } else {
+            // Per element: the bf16 output's rounding (2^-8 relative) plus the slack.
+            int bad = 0;
+            float worst_slack = 0.0f;
+            for (size_t i = 0; i < ref.size(); ++i) {
+                worst_slack = std::max(worst_slack, slack[i]);
+                const float tol = std::ldexp(std::fabs(ref[i]), -8) + slack[i] + 1e-3f;
+                if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5)
+                    ADD_FAILURE() << "extreme scales, element " << i << ": " << got[i] << " vs " << ref[i] << " (tol "
+                                  << tol << ")";
+            }
+            std::printf(
+                "  w4a8 gate_up, extreme scales: %d of %zu outside bf16 rounding + accumulation slack "
+                "(largest slack %.3g)\n",
+                bad, ref.size(), worst_slack);
+            EXPECT_EQ(bad, 0);
+            EXPECT_TRUE(close(got, ref, Tol{5e-3, 1.0}, "w4a8 gate_up, extreme scales (rel L2 only)"));
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 // (gemv_bf16w legacy, then qkv_bias_rope_kv_write, itself tested against the CPU reference in
 // ops_test.cpp). Same arithmetic in the same order: the outputs must agree to the bit, up to FMA
 // contraction choices the compiler may make differently (≤ 1 bf16 ulp allowed, on < 0.1% of values).
+// FP8 weights run both kernels (GemvFp8Kernel): one warp per row against the legacy GEMV, the
+// tensor-core one against the plain tensor-core GEMV (the same tiles' sums, other rows per tile).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,7 +21,9 @@ namespace {
 TEST(CudaQkvFused, MatchesGemvThenRope) {
     REQUIRE_GPU();
     const int H = 2880, hd = 64;
-    for (bool fp8 : {false, true})  // FP8 weights: the same comparison (both kernels read the same e4m3 bytes)
+    for (int variant : {0, 1, 2}) {  // bf16; FP8 one warp per row; FP8 on the tensor cores
+        const bool fp8 = variant > 0;
+        const GemvFp8Kernel kind = variant == 2 ? GemvFp8Kernel::kMma : GemvFp8Kernel::kRowPerWarp;
         for (int nkv : {8, 4, 1}) {
             const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
             for (int T : {1, 3, 8}) {
@@ -68,6 +72,7 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                     g.w = fp8 ? f8.q.get() : dw.get();
                     g.w_scale = fp8 ? f8.scales.as<float>() : nullptr;
                     g.w_ld = fp8 ? f8.k_pad : 0;
+                    g.fp8_kernel = kind;
                     g.num_tokens = T;
                     g.n = n;
                     g.k = H;
@@ -96,10 +101,11 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                     }
                 }
                 EXPECT_LE(differ * 1000, total)
-                    << "fp8 " << fp8 << " nkv " << nkv << " T " << T << ": " << differ << " of " << total;
-                EXPECT_LE(worst, 1.0f / 128) << "fp8 " << fp8 << " nkv " << nkv << " T " << T;
+                    << "variant " << variant << " nkv " << nkv << " T " << T << ": " << differ << " of " << total;
+                EXPECT_LE(worst, 1.0f / 128) << "variant " << variant << " nkv " << nkv << " T " << T;
             }
         }
+    }
 }
 
 }  // namespace

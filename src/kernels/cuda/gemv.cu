@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/moe_common.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace gptoss::kernels::cuda {
@@ -193,6 +194,36 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<WF, MT>) gemv_kernel(c
     }
 }
 
+// Rows i and i + head_dim/2 of head h (bias added: x1, x2) for token m: q and k heads rotated as
+// qkv_rope_kernel does, q written to q_out, k and v to the paged cache at the token's slot.
+__device__ __forceinline__ void rope_store(const QkvRopeArgs& r, int h, int i, int m, float x1, float x2) {
+    const int hd = r.head_dim, half = hd / 2, nq = r.num_heads, nkv = r.num_kv_heads;
+    const int slot = r.slot_mapping[m];
+    if (h < nq + nkv) {  // q or k head: rotate
+        float sn, cs;
+        sincosf(static_cast<float>(r.positions[m]) * r.inv_freq[i], &sn, &cs);
+        cs *= r.attention_scaling;
+        sn *= r.attention_scaling;
+        const float y1 = x1 * cs - x2 * sn;
+        const float y2 = x2 * cs + x1 * sn;
+        if (h < nq) {
+            __nv_bfloat16* q = static_cast<__nv_bfloat16*>(r.q_out) + static_cast<int64_t>(m) * nq * hd + h * hd;
+            q[i] = __float2bfloat16(y1);
+            q[i + half] = __float2bfloat16(y2);
+        } else if (slot >= 0) {
+            __nv_bfloat16* k =
+                static_cast<__nv_bfloat16*>(r.k_cache) + static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
+            k[i] = __float2bfloat16(y1);
+            k[i + half] = __float2bfloat16(y2);
+        }
+    } else if (slot >= 0) {  // v head: copied
+        __nv_bfloat16* v =
+            static_cast<__nv_bfloat16*>(r.v_cache) + static_cast<int64_t>(slot) * nkv * hd + (h - nq - nkv) * hd;
+        v[i] = __float2bfloat16(x1);
+        v[i + half] = __float2bfloat16(x2);
+    }
+}
+
 // Row pair (r0, r0 + half) of one head per warp; the loop is gemv_kernel's, for two rows at once.
 template <typename XT, typename WF, int U, int MT = kGemvMaxTokens>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<WF, MT>)
@@ -281,38 +312,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks<WF, MT>)
             }
         }
     }
-    const int nq = r.num_heads, nkv = r.num_kv_heads;
-    auto* q_out = static_cast<__nv_bfloat16*>(r.q_out);
-    auto* k_cache = static_cast<__nv_bfloat16*>(r.k_cache);
-    auto* v_cache = static_cast<__nv_bfloat16*>(r.v_cache);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
         if (m >= g.num_tokens) break;
         const float s0 = warp_sum(acc0[m]), s1 = warp_sum(acc1[m]);
-        if (lane != 0) continue;
-        const float x1 = s0 + r.bias[row0], x2 = s1 + r.bias[row1];
-        const int slot = r.slot_mapping[m];
-        if (h < nq + nkv) {  // q or k head: rotate as qkv_rope_kernel does
-            float sn, cs;
-            sincosf(static_cast<float>(r.positions[m]) * r.inv_freq[i], &sn, &cs);
-            cs *= r.attention_scaling;
-            sn *= r.attention_scaling;
-            const float y1 = x1 * cs - x2 * sn;
-            const float y2 = x2 * cs + x1 * sn;
-            if (h < nq) {
-                __nv_bfloat16* q = q_out + static_cast<int64_t>(m) * nq * hd + h * hd;
-                q[i] = __float2bfloat16(y1);
-                q[i + half] = __float2bfloat16(y2);
-            } else if (slot >= 0) {
-                __nv_bfloat16* k = k_cache + static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
-                k[i] = __float2bfloat16(y1);
-                k[i + half] = __float2bfloat16(y2);
-            }
-        } else if (slot >= 0) {  // v head: copied
-            __nv_bfloat16* v = v_cache + static_cast<int64_t>(slot) * nkv * hd + (h - nq - nkv) * hd;
-            v[i] = __float2bfloat16(x1);
-            v[i + half] = __float2bfloat16(x2);
-        }
+        if (lane == 0) rope_store(r, h, i, m, s0 + r.bias[row0], s1 + r.bias[row1]);
     }
 }
 
@@ -419,93 +423,171 @@ int v2_grid_limit() {
     return blocks;
 }
 
-// ---- FP8 ring: weights land in shared memory by cp.async, kRingDepth rows deep per warp ---------
-// The hypothesis of r21: every register-landing decode kernel (GEMVs, MoE) stops at 1.2–1.8 TB/s
-// because the register file bounds the bytes in flight (~70–100 KB an SM), while the kernels that
-// land data in shared memory by cp.async (decode attention: 192 KB an SM) reach ~4 TB/s. Here a
-// warp keeps kRingDepth rows of 3 KB in flight in its own shared-memory slice (4 warps a CTA,
-// 48 KB; 4 CTAs an SM: 192 KB). A lane reads back only the chunks it copied itself, so
-// cp.async.wait_group is the only synchronisation. Same chunk arithmetic and order as gemv_kernel.
-constexpr int kRingWarps = 4, kRingDepth = 4;
-// Slots of kChunks 16-byte chunks: 192 for rows of ≤ 3,072 bytes (hidden 2880: 48 KB a CTA, 4 CTAs
-// an SM), 256 for ≤ 4,096 (the O projection: 64 KB, 3 CTAs an SM).
+// ---- FP8 on the tensor cores: several tokens a launch -----------------------------------------
+// The one-warp-per-row kernel reads, for every 16 weight bytes, 32–64 bytes of x per token from L1,
+// so past one token it is bound by L1, not DRAM (r22: lm_head 1,248 µs at 4 tokens, 319 at 1).
+// Here the weights are the A operand of mma.m16n8k16 (bf16, fp32 accumulation) and the tokens its
+// 8 columns, as in moe_decode_mma (moe_decode.cu):
+// - A CTA is one 16-row tile; its 8 warps take the tile's 64-byte K steps in turn (warp w: steps
+//   w, w + 8, ...). Lane (g, t) loads bytes 16t .. 16t + 15 of each step of rows g and g + 8. All
+//   loads of a round (≤ 8 steps: k ≤ 4,096 in one) are issued before any math, the first round
+//   before pdl_wait (weights never change).
+// - K order inside an MMA is free as long as A and B agree. Word j of a lane's 16 bytes feeds MMA
+//   j: its bytes (0, 2) are the pair at logical k (2t, 2t + 1), bytes (1, 3) the pair at (2t + 8,
+//   2t + 9). An e4m3 byte becomes a bf16 by moving bits (the sign to bit 15, the other 7 bits to
+//   bits 4..10: value · 2^-120, subnormals included) and one exact bf16x2 multiply by 2^120.
+// - x: lane (g, t) reads token g's 16 values at the same k, rounded to bf16; lanes g ≥ num_tokens
+//   read nothing. Products are exact in fp32 and sums fp32, so the one rounding beyond the fp32
+//   kernel's is x to bf16 (as every bf16 GEMM and moe_decode_mma do).
+// - Each step's 4 MMAs go to a scratch accumulator, added to the tile's times the step's block
+//   scale (rows g and g + 8 each their own). The 8 warps' sums meet in shared memory in warp order.
+// kRope: the QKV tile of head h holds rows i0 .. i0 + 7 and half + i0 .. half + i0 + 7 (the pairs
+// RoPE rotates) and ends as qkv_gemv_rope_kernel does.
+constexpr int kMmaWarps = 8;
+constexpr int kMmaSteps = 8;  // 64-byte K steps a warp keeps in flight
 
-__device__ __forceinline__ void ring_cp16(void* dst, const void* src) {
-    asm volatile(
-        "cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-        "l"(src)
-        : "memory");
-}
-__device__ __forceinline__ void ring_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void ring_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kRingDepth - 1) : "memory");
+// Bytes (0, 2) and (1, 3) of an e4m3 word as bf16x2 pairs (the lower byte in the low half), exact.
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& even, uint32_t& odd) {
+    constexpr uint32_t k2p120 = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
+    even = bf16x2_mul(((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u), k2p120);
+    odd = bf16x2_mul(((w >> 4) & 0x07f007f0u) | (w & 0x80008000u), k2p120);
 }
 
-template <typename XT, int MT, int kRingChunks>
-__global__ void __launch_bounds__(kRingWarps * 32) gemv_fp8_ring_kernel(const __grid_constant__ GemvArgs a) {
-    extern __shared__ uint4 ring_smem[];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int stride = gridDim.x * kRingWarps;
-    const int first = blockIdx.x * kRingWarps + warp;
-    const int chunks = a.k / Fp8W::kElems;
+// Token values k .. k + 15 as 8 bf16x2 words, word q = (x[2q], x[2q + 1]).
+__device__ __forceinline__ void load_x16_bf16(const float* x, uint32_t (&w)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float4 v = __ldg(reinterpret_cast<const float4*>(x) + i);
+        w[2 * i] = pack_bf16x2(v.x, v.y);
+        w[2 * i + 1] = pack_bf16x2(v.z, v.w);
+    }
+}
+__device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (&w)[8]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x) + i);
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+}
+
+template <typename XT, bool kRope>
+__global__ void __launch_bounds__(kMmaWarps * 32, 2)
+    gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
+    __shared__ float red[kMmaWarps][16][8];  // [warp][tile row][token]
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int head = 0, i0 = 0, row_lo, row_hi;  // this lane's rows g and g + 8 of the tile
+    if constexpr (kRope) {
+        const int half = r.head_dim / 2, tiles = half / 8;
+        head = blockIdx.x / tiles;
+        i0 = (blockIdx.x % tiles) * 8;
+        row_lo = head * r.head_dim + i0 + g;
+        row_hi = row_lo + half;
+    } else {
+        row_lo = blockIdx.x * 16 + g;
+        row_hi = row_lo + 8;
+    }
+    const int ld_lo = min(row_lo, a.n - 1), ld_hi = min(row_hi, a.n - 1);  // rows past n: loaded, not stored
     const uint8_t* w = static_cast<const uint8_t*>(a.w);
-    const XT* x = static_cast<const XT*>(a.x);
-    uint4* slots = ring_smem + warp * kRingDepth * kRingChunks;
-    auto issue = [&](int i) {  // row first + i·stride into slot i % kRingDepth (an empty group past n)
-        const int row = first + i * stride;
-        if (row < a.n) {
-            const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(row) * a.w_ld);
-            uint4* dst = slots + (i % kRingDepth) * kRingChunks;
-            for (int c = lane; c < chunks; c += 32) ring_cp16(dst + c, src + c);
-        }
-        ring_commit();
-    };
-    // Weights first (they never change), then wait for x's producer.
-    for (int i = 0; i < kRingDepth - 1; ++i) issue(i);
-    pdl_wait();
-    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
-    for (int i = 0; first + i * stride < a.n; ++i) {
-        issue(i + kRingDepth - 1);
-        ring_wait();  // row i's group is complete (this lane's copies)
-        const int row = first + i * stride;
-        const uint4* src = slots + (i % kRingDepth) * kRingChunks;
-        float acc[MT];
+    const uint8_t* p_lo = w + static_cast<int64_t>(ld_lo) * a.w_ld + 16 * t;
+    const uint8_t* p_hi = w + static_cast<int64_t>(ld_hi) * a.w_ld + 16 * t;
+    const int kb = a.w_ld / 128;
+    const float* sc_lo = a.w_scale + static_cast<int64_t>(ld_lo / 128) * kb;
+    const float* sc_hi = a.w_scale + static_cast<int64_t>(ld_hi / 128) * kb;
+    const int S = a.k / 64;
+
+    uint4 wl[kMmaSteps], wh[kMmaSteps];
+    float sl[kMmaSteps], sh[kMmaSteps];
+    auto load = [&](int base) {
 #pragma unroll
-        for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-        for (int c = lane; c < chunks; c += 32) {
-            float wf[Fp8W::kElems];
-            Fp8W::decode(src[c], wf);
-            chunk_fma<Fp8W>(wf, chunk_scale<Fp8W>(a, row, c), x, a.k, c, a.num_tokens, acc);
-        }
-#pragma unroll
-        for (int m = 0; m < MT; ++m) {
-            if (m < a.num_tokens) {  // uniform
-                const float s = warp_sum(acc[m]);
-                if (lane == 0) a.y[static_cast<int64_t>(m) * a.n + row] = s + (a.bias ? a.bias[row] : 0.0f);
+        for (int i = 0; i < kMmaSteps; ++i) {
+            const int s = base + kMmaWarps * i;
+            if (s < S) {
+                wl[i] = ld_stream(reinterpret_cast<const uint4*>(p_lo + s * 64));
+                wh[i] = ld_stream(reinterpret_cast<const uint4*>(p_hi + s * 64));
+                sl[i] = __ldg(sc_lo + (s >> 1));
+                sh[i] = __ldg(sc_hi + (s >> 1));
             }
         }
+    };
+    load(warp);
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+
+    const bool has_x = g < a.num_tokens;
+    const XT* x = static_cast<const XT*>(a.x) + static_cast<int64_t>(has_x ? g : 0) * a.k + 16 * t;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
+    for (int base = warp; base < S; base += kMmaWarps * kMmaSteps) {
+        if (base != warp) load(base);
+#pragma unroll
+        for (int i = 0; i < kMmaSteps; ++i) {
+            const int s = base + kMmaWarps * i;
+            if (s >= S) break;
+            uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+            if (has_x) load_x16_bf16(x + s * 64, xw);
+            const uint32_t lo[4] = {wl[i].x, wl[i].y, wl[i].z, wl[i].w};
+            const uint32_t hi[4] = {wh[i].x, wh[i].y, wh[i].z, wh[i].w};
+            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                uint32_t le, lodd, he, hodd;
+                e4m3x4_to_bf16x2(lo[j], le, lodd);
+                e4m3x4_to_bf16x2(hi[j], he, hodd);
+                // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
+                const uint32_t b0 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410);
+                const uint32_t b1 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632);
+                mma_bf16(tmp, le, he, lodd, hodd, b0, b1);
+            }
+            acc[0] = fmaf(sl[i], tmp[0], acc[0]);
+            acc[1] = fmaf(sl[i], tmp[1], acc[1]);
+            acc[2] = fmaf(sh[i], tmp[2], acc[2]);
+            acc[3] = fmaf(sh[i], tmp[3], acc[3]);
+        }
     }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // no copy outlives the CTA's shared memory
+
+    red[warp][g][2 * t] = acc[0];
+    red[warp][g][2 * t + 1] = acc[1];
+    red[warp][g + 8][2 * t] = acc[2];
+    red[warp][g + 8][2 * t + 1] = acc[3];
+    __syncthreads();
+    if constexpr (kRope) {
+        if (threadIdx.x < 64) {
+            const int p = threadIdx.x & 7, m = threadIdx.x >> 3;
+            if (m < a.num_tokens) {
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int v = 0; v < kMmaWarps; ++v) {
+                    s0 += red[v][p][m];
+                    s1 += red[v][p + 8][m];
+                }
+                const int row0 = head * r.head_dim + i0 + p;
+                rope_store(r, head, i0 + p, m, s0 + r.bias[row0], s1 + r.bias[row0 + r.head_dim / 2]);
+            }
+        }
+    } else if (threadIdx.x < 128) {
+        const int rr = threadIdx.x & 15, m = threadIdx.x >> 4, row = blockIdx.x * 16 + rr;
+        if (m < a.num_tokens && row < a.n) {
+            float v = 0.0f;
+#pragma unroll
+            for (int u = 0; u < kMmaWarps; ++u) v += red[u][rr][m];
+            a.y[static_cast<int64_t>(m) * a.n + row] = v + (a.bias ? a.bias[row] : 0.0f);
+        }
+    }
 }
 
-template <typename XT, int MT, int kRingChunks>
-void fp8_ring_launch(const GemvArgs& a, cudaStream_t stream) {
-    constexpr int kSmem = kRingWarps * kRingDepth * kRingChunks * 16;
-    static std::atomic<int> cached[64];
-    auto kernel = gemv_fp8_ring_kernel<XT, MT, kRingChunks>;
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    int grid = device < 64 ? cached[device].load(std::memory_order_acquire) : 0;
-    if (grid == 0) {  // host-only queries: capturable
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-        int sms = 0, per_sm = 0;
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kRingWarps * 32, kSmem));
-        grid = std::max(1, per_sm) * sms;
-        if (device < 64) cached[device].store(grid, std::memory_order_release);
-    }
-    grid = std::min(grid, (a.n + kRingWarps - 1) / kRingWarps);
-    launch_pdl(kernel, grid, kRingWarps * 32, kSmem, stream, a);
+// Whether the MMA kernel takes these arguments (else the one-warp-per-row kernel runs).
+bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
+    if (a.w_scale == nullptr || a.k % 64 != 0 || a.w_ld % 128 != 0 || a.n < 1) return false;
+    if (r != nullptr && ((r->head_dim / 2) % 8 != 0 || a.n % r->head_dim != 0)) return false;
+    return a.fp8_kernel == GemvFp8Kernel::kMma || (a.fp8_kernel == GemvFp8Kernel::kAuto && a.num_tokens >= 2);
+}
+
+template <bool kRope>
+void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+    const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
+    if (a.x_bf16)
+        launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
+    else
+        launch_pdl(gemv_fp8_mma_kernel<float, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
 }
 
 template <typename XT, int NC>
@@ -536,6 +618,10 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream)
                      r.head_dim % 2 == 0 && g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim &&
                      g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
+    if (fp8_mma_ok(g, &r)) {
+        fp8_mma_launch<true>(g, r, stream);
+        return;
+    }
     const int blocks = (g.n / 2 + kWarps - 1) / kWarps;
     if (fp8) {  // 6 chunks a lane in flight covers k ≤ 3072 in one round (hidden 2880)
         const bool one = g.num_tokens == 1;
@@ -562,20 +648,8 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
         const bool k3 = a.k <= 6 * 32 * 16, one = a.num_tokens == 1;
-        if (a.fp8_ring && a.k <= 256 * 16 && a.w_ld % 16 == 0) {
-            auto ring = [&](auto chunks) {
-                constexpr int C = decltype(chunks)::value;
-                if (a.x_bf16)
-                    one ? fp8_ring_launch<__nv_bfloat16, 1, C>(a, stream)
-                        : fp8_ring_launch<__nv_bfloat16, kGemvMaxTokens, C>(a, stream);
-                else
-                    one ? fp8_ring_launch<float, 1, C>(a, stream)
-                        : fp8_ring_launch<float, kGemvMaxTokens, C>(a, stream);
-            };
-            if (a.k <= 192 * 16)
-                ring(std::integral_constant<int, 192>{});
-            else
-                ring(std::integral_constant<int, 256>{});
+        if (fp8_mma_ok(a, nullptr)) {
+            fp8_mma_launch<false>(a, QkvRopeArgs{}, stream);
             return;
         }
         auto kernel = a.x_bf16

@@ -14,13 +14,15 @@ namespace gptoss::kernels::cuda {
 
 constexpr int kGemvMaxTokens = 8;
 
+enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma };
+
 struct GemvArgs {
     const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
     bool x_bf16 = false;
     const void* w = nullptr;  // [n, k] bf16, or e4m3 [n, w_ld] when w_scale is set
     // FP8 weights (kernels/cuda/fp8_gemm.h Fp8Weight: q [n, k_pad], scales [⌈n/128⌉, k_pad/128]):
     // w_scale = Fp8Weight::scales, w_ld = Fp8Weight::k_pad; the kernel reads columns < k only, so
-    // the zero padding costs no bandwidth. k a multiple of 16. Always the one-warp-per-row kernel.
+    // the zero padding costs no bandwidth. k a multiple of 16. (fp8_kernel below picks the kernel.)
     const float* w_scale = nullptr;
     int w_ld = 0;
     const float* bias = nullptr;  // [n] or nullptr
@@ -31,9 +33,9 @@ struct GemvArgs {
     // The r2 kernel (one warp per row, one launch-wide wave, two load rounds for k = 2880), kept
     // for comparison and as a fallback (GPTOSS_GEMV_V1=1 in the CUDA model).
     bool legacy = false;
-    // FP8 weights, k ≤ 4096: the cp.async ring kernel (weights land in shared memory, 4 rows deep
-    // per warp) instead of one warp per row. Opt-in experiment (session 6, not yet run).
-    bool fp8_ring = false;
+    // FP8 weights: which kernel (gemv.cu). kAuto: the tensor-core kernel from 2 tokens, one warp
+    // per row at 1. kMma needs k % 64 == 0 (else one warp per row runs) and rounds x to bf16.
+    GemvFp8Kernel fp8_kernel = GemvFp8Kernel::kAuto;
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 

@@ -3,6 +3,7 @@
 // kernels/mxfp4_bits.h).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -47,6 +48,23 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     uint32_t d;
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
     return d;
+}
+
+// D += A · B on the tensor cores, m16n8k16, bf16 inputs, fp32 accumulation. Lane (g, t) = (lane / 4,
+// lane % 4) holds A rows g, g + 8 at k (2t, 2t + 1) in a0, a1 and at (2t + 8, 2t + 9) in a2, a3; B
+// column g at k (2t, 2t + 1) in b0 and (2t + 8, 2t + 9) in b1; D rows g, g + 8 × columns 2t, 2t + 1.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 __device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
