@@ -140,7 +140,8 @@ for stage in "$@"; do
       for m in ${AB_MODELS:-20b}; do
         for i in "${!abs[@]}"; do
           e="${abs[$i]}"; tag="${m}_$i"
-          env $e $BIN/gptoss bench --synthetic gpt-oss-$m ${AB_ARGS:---fp8 --prefill "" --batch 1,2,4,8 --context 1024 --decode-steps 32} \
+          eval "args=(${AB_ARGS:---fp8 --prefill '' --batch 1,2,4,8 --context 1024 --decode-steps 32})"
+          env $e $BIN/gptoss bench --synthetic gpt-oss-$m "${args[@]}" \
             --markdown "$OUT/ab_$tag.md" > "$OUT/ab_$tag.log" 2>&1
           summary+=("env_ab $m [${e:-default}] rc=$?")
           echo "$m [${e:-default}]:"; grep -E "^\| [0-9]+ \|" "$OUT/ab_$tag.md"

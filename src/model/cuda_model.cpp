@@ -174,7 +174,7 @@ struct CudaModel::Impl {
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
     // GPTOSS_GEMV_FP8=row|mma: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on the
-    // tensor cores at every batch size (default: the tensor cores from 2 tokens; gemv.h).
+    // tensor cores (the default; gemv.h).
     kc::GemvFp8Kernel gemv_fp8 = [] {
         const char* v = std::getenv("GPTOSS_GEMV_FP8");
         if (v != nullptr && std::strcmp(v, "row") == 0) return kc::GemvFp8Kernel::kRowPerWarp;

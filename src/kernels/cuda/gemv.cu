@@ -578,7 +578,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
 bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
     if (a.w_scale == nullptr || a.k % 64 != 0 || a.w_ld % 128 != 0 || a.n < 1) return false;
     if (r != nullptr && ((r->head_dim / 2) % 8 != 0 || a.n % r->head_dim != 0)) return false;
-    return a.fp8_kernel == GemvFp8Kernel::kMma || (a.fp8_kernel == GemvFp8Kernel::kAuto && a.num_tokens >= 2);
+    return a.fp8_kernel != GemvFp8Kernel::kRowPerWarp;
 }
 
 template <bool kRope>

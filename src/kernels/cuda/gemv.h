@@ -33,8 +33,9 @@ struct GemvArgs {
     // The r2 kernel (one warp per row, one launch-wide wave, two load rounds for k = 2880), kept
     // for comparison and as a fallback (GPTOSS_GEMV_V1=1 in the CUDA model).
     bool legacy = false;
-    // FP8 weights: which kernel (gemv.cu). kAuto: the tensor-core kernel from 2 tokens, one warp
-    // per row at 1. kMma needs k % 64 == 0 (else one warp per row runs) and rounds x to bf16.
+    // FP8 weights: which kernel (gemv.cu). kAuto and kMma: the tensor-core kernel where k % 64 == 0
+    // (it rounds x to bf16; r22: 1.7× the one-warp-per-row kernel at 1 token, 6× at 4), else one
+    // warp per row.
     GemvFp8Kernel fp8_kernel = GemvFp8Kernel::kAuto;
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
