@@ -10,7 +10,9 @@
 // Method: each case's launches are captured in a CUDA graph (decode: the decode + combine kernels
 // once per KV set, rotating over enough sets of distinct physical blocks to exceed the 60 MB L2
 // several times; prefill: one launch), warmed up, and replayed; the median over replays of event
-// time / launches is reported. Usage: attention_bench [substring filter]
+// time / launches is reported. Usage: attention_bench [substring filter]. GPTOSS_ATTN_FP8_KV=1: the
+// caches hold e4m3 (PagedAttentionArgs::kv_fp8; random bytes, the values do not matter for time),
+// and the byte counts halve.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,6 +130,7 @@ struct Common {
     DevBuf counters;
     int max_splits = 132;
     bool fused_combine = false;
+    bool fp8_kv = false;  // GPTOSS_ATTN_FP8_KV=1
     Common(int max_seqs)
         : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4),
           counters(static_cast<size_t>(max_seqs) * kKvHeads * 4) {
@@ -137,7 +140,10 @@ struct Common {
         CHECK_CUDA(cudaMemset(counters.p, 0, static_cast<size_t>(max_seqs) * kKvHeads * 4));
         const char* v = std::getenv("GPTOSS_ATTN_FUSED_COMBINE");
         fused_combine = v != nullptr && std::string(v) == "1";
+        const char* f = std::getenv("GPTOSS_ATTN_FP8_KV");
+        fp8_kv = f != nullptr && std::string(f) == "1";
     }
+    double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
 
 PagedAttentionArgs base_args(const Common& c) {
@@ -151,6 +157,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.workspace = c.workspace.as<float>();
     a.max_splits = c.max_splits;
     a.split_counters = c.fused_combine ? c.counters.as<uint32_t>() : nullptr;
+    a.kv_fp8 = c.fp8_kv;
     return a;
 }
 
@@ -213,11 +220,11 @@ Result bench_decode(Common& common, int batch, int ctx, int window, cudaStream_t
     CHECK_CUDA(cudaGraphDestroy(graph));
 
     const double keys = window > 0 ? std::min(ctx, window) : ctx;
-    const double bytes = batch * keys * kKvHeads * kHeadDim * 2 * 2 + 2.0 * q_elems * 2;
+    const double bytes = batch * keys * kKvHeads * kHeadDim * common.kv_elem_bytes() * 2 + 2.0 * q_elems * 2;
     const double flops = 4.0 * kHeadDim * kHeads * batch * keys;
     char name[96];
-    std::snprintf(name, sizeof name, "decode B=%-3d ctx=%-5d %s (splits %d, %d sets)", batch, ctx,
-                  window > 0 ? "sliding" : "full   ", splits, sets);
+    std::snprintf(name, sizeof name, "decode B=%-3d ctx=%-5d %s (splits %d, %d sets)%s", batch, ctx,
+                  window > 0 ? "sliding" : "full   ", splits, sets, common.fp8_kv ? " fp8" : "");
     return {name, us, bytes / us * 1e-3, flops / us * 1e-6};
 }
 
@@ -268,7 +275,7 @@ Result bench_prefill(Common& common, int tokens, int window, cudaStream_t stream
     double pairs = 0;  // visible (query, key) pairs
     for (int64_t i = 0; i < tokens; ++i) pairs += window > 0 ? std::min<int64_t>(i + 1, window) : i + 1;
     const double flops = 4.0 * kHeadDim * kHeads * pairs;
-    const double bytes = 2.0 * q_elems * 2 + static_cast<double>(tokens) * kRowBytes * 2;
+    const double bytes = 2.0 * q_elems * 2 + static_cast<double>(tokens) * kRowBytes / 2 * common.kv_elem_bytes() * 2;
     char name[96];
     std::snprintf(name, sizeof name, "prefill T=%-5d %s", tokens, window > 0 ? "sliding" : "full   ");
     return {name, us, bytes / us * 1e-3, flops / us * 1e-6};

@@ -44,6 +44,8 @@ struct BenchOptions {
     bool sweep = false;
     int gpus = 0;      // sweep: largest world (0: every visible GPU)
     bool fp8 = false;  // FP8 attention / lm_head / large-batch experts (model::CudaModelOptions::fp8)
+    std::string kv_cache_dtype = "auto";  // cli::parse_kv_cache_dtype: bf16 or fp8 (kv_fp8)
+    bool kv_fp8 = false;                  // parsed from kv_cache_dtype by run_bench
 };
 
 using Clock = std::chrono::steady_clock;
@@ -97,6 +99,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     opt.max_tokens = std::max({max_prefill, max_batch, 256});
     opt.max_seqs = std::max(max_batch, 1);
     opt.fp8 = o.fp8;
+    opt.kv_fp8 = o.kv_fp8;
     // A one-shot prefill writes every position into the sliding layers too.
     opt.num_blocks_sliding = std::max(opt.max_seqs * ((c.sliding_window + 15) / 16 + 2), max_prefill / 16 + 2);
     auto created = model::ParallelCudaModel::create(weights, layout, opt);
@@ -106,6 +109,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     const double bandwidth = o.bandwidth * W, peak = o.peak_flops * W, price = o.price * W;
     report["layout"] = layout.to_string();
     report["weights"] = o.fp8 ? "fp8" : "bf16";
+    report["kv_cache_dtype"] = o.kv_fp8 ? "fp8_e4m3" : "bf16";
     report["gpus"] = W;
     const int bs = m.block_size();
     std::mt19937 rng(1);
@@ -116,8 +120,8 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     };
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
-    md += "## " + layout.to_string() + (o.fp8 ? ", FP8 weights" : "") + " (" + std::to_string(W) + " GPU" +
-          (W > 1 ? "s" : "") +
+    md += "## " + layout.to_string() + (o.fp8 ? ", FP8 weights" : "") + (o.kv_fp8 ? ", FP8 KV cache" : "") + " (" +
+          std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
           ")\n\n### Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
           "|\n|---:|---:|---:|---:|---:|---:|\n";
 
@@ -209,7 +213,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             const double t = median(times);
             const double distinct =
                 c.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(c.experts_per_token) / c.num_experts, B));
-            const double kv = static_cast<double>(B) * 2048.0 *
+            const double kv = static_cast<double>(B) * 2.0 * c.kv_width() * (o.kv_fp8 ? 1.0 : 2.0) *
                               (mc.full_layers * (C + 1.0) + mc.sliding_layers * std::min(C + 1, c.sliding_window));
             const double bytes = mc.dense_bytes_per_token + c.num_hidden_layers * distinct * mc.expert_bytes + kv;
             const double limit = bytes / bandwidth;
@@ -278,7 +282,10 @@ std::string best_per_regime(const nlohmann::json& runs, nlohmann::json& best) {
     return md;
 }
 
-int run_bench(const BenchOptions& o) {
+int run_bench(BenchOptions o) {
+    const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
+    if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
+    o.kv_fp8 = *kv_fp8;
     auto list = [](const std::string& s) {
         return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s);
     };
@@ -358,6 +365,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--layout", o->layout, "Parallel layout, e.g. tp=2,ep=2 or EP4·DP1·TP4")->capture_default_str();
     sub->add_flag("--sweep", o->sweep, "Every valid layout on 1, 2, 4, 8 GPUs, and the best per regime");
     sub->add_flag("--fp8", o->fp8, "FP8 block-scaled QKV, O, lm_head and large-batch experts (default bf16)");
+    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV cache: auto (bf16), bf16, fp8 (e4m3, scale 1)")
+        ->capture_default_str();
     sub->add_option("--gpus", o->gpus, "Largest world for --sweep (default: every visible GPU)");
     sub->callback([o, &exit_code] { exit_code = run_bench(*o); });
 });

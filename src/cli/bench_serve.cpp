@@ -34,6 +34,7 @@ struct BenchServeOptions {
     std::string backend = "cpu";
     std::string layout = "tp=1";
     bool fp8 = false;
+    std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
     std::string concurrency = "1,4,16";
     int prompt_len = 32;
     int max_tokens = 32;
@@ -110,6 +111,8 @@ int run_bench_serve(const BenchServeOptions& o) {
         return fail("--prompt-len and --max-tokens: at most 2^20");
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
+    if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     if (o.model.empty() == o.synthetic.empty()) return fail("give exactly one of --model and --synthetic");
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
@@ -131,11 +134,11 @@ int run_bench_serve(const BenchServeOptions& o) {
     }
     std::unique_ptr<runtime::ModelRunner> runner;
     if (cuda) {
-        auto r = runtime::CudaModelRunner::create(weights, max_c, batched, *layout, o.fp8);
+        auto r = runtime::CudaModelRunner::create(weights, max_c, batched, *layout, o.fp8, *kv_fp8);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
-        runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout);
+        runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout, *kv_fp8);
     }
     // KV blocks for every request of the largest run at once (plus the sliding layers' window and
     // a chunk in flight); the sizes are the requests', never a fraction of memory.
@@ -186,6 +189,7 @@ int run_bench_serve(const BenchServeOptions& o) {
             nlohmann::json j = {{"backend", o.backend},
                                 {"layout", layout->to_string()},
                                 {"weights", o.fp8 ? "fp8" : "bf16"},
+                                {"kv_cache_dtype", *kv_fp8 ? "fp8_e4m3" : "bf16"},
                                 {"concurrency", c},
                                 {"prompt_len", o.prompt_len},
                                 {"max_tokens", o.max_tokens},
@@ -204,8 +208,8 @@ int run_bench_serve(const BenchServeOptions& o) {
     if (!o.markdown.empty()) {
         std::ofstream f(o.markdown);
         f << "## " << (o.synthetic.empty() ? o.model : "synthetic " + o.synthetic) << ", " << o.backend << " "
-          << layout->to_string() << (o.fp8 ? ", FP8 weights" : "") << ": " << o.prompt_len << " in / " << o.max_tokens
-          << " out\n\n"
+          << layout->to_string() << (o.fp8 ? ", FP8 weights" : "") << (*kv_fp8 ? ", FP8 KV cache" : "") << ": "
+          << o.prompt_len << " in / " << o.max_tokens << " out\n\n"
           << md;
         if (!f) return fail("cannot write " + o.markdown);
     }
@@ -236,6 +240,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     add_options(sub, o);
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                    "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
+        ->capture_default_str();
     sub->callback([o, &exit_code] { exit_code = run_bench_serve(*o); });
 
     auto oc = std::make_shared<BenchServeOptions>();

@@ -27,6 +27,12 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
     return ids;
 }
 
+StatusOr<bool> parse_kv_cache_dtype(const std::string& text) {
+    if (text == "auto" || text == "bf16" || text == "bfloat16") return false;
+    if (text == "fp8" || text == "fp8_e4m3") return true;
+    return invalid_argument("--kv-cache-dtype '" + text + "': expected auto, bf16, fp8 or fp8_e4m3");
+}
+
 std::string json_float(float v) {
     if (!std::isfinite(v)) return "null";
     char buf[32];

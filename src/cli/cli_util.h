@@ -12,6 +12,10 @@ namespace gptoss::cli {
 // "1,2, 3" -> {1, 2, 3}. Rejects empty items, non-digits and values outside int32.
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
 
+// --kv-cache-dtype (vLLM's names): "auto" or "bf16" -> false, "fp8" or "fp8_e4m3" -> true (an e4m3
+// KV cache, model::CudaModelOptions::kv_fp8); anything else is an error naming the choices.
+StatusOr<bool> parse_kv_cache_dtype(const std::string& text);
+
 // Shortest round-trip text of a float, as JSON wants it (nan/inf become null).
 std::string json_float(float v);
 

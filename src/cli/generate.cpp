@@ -29,8 +29,9 @@ namespace {
 using nlohmann::json;
 
 struct GenerateOptions {
-    std::string layout = "tp=1";  // CUDA backend: parallel layout over several GPUs
-    bool fp8 = false;             // CUDA backend: FP8 weights (model::CudaModelOptions::fp8)
+    std::string layout = "tp=1";          // CUDA backend: parallel layout over several GPUs
+    bool fp8 = false;                     // CUDA backend: FP8 weights (model::CudaModelOptions::fp8)
+    std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
     std::string model;
     std::string ids;
     std::string prompt;
@@ -212,12 +213,15 @@ int run_generate(const GenerateOptions& o) {
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
+    if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     if (o.backend == "cuda") {
-        auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout, o.fp8);
+        auto r =
+            runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout, o.fp8, *kv_fp8);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
-        runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout);  // ranks as threads
+        runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout, *kv_fp8);  // ranks as threads
     }
     runtime::EngineConfig ec;
     ec.block_size = o.block_size;
@@ -327,6 +331,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                    "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
+        ->capture_default_str();
     sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache budget (default: room for every request)");
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Most sequences running at once")->capture_default_str();
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget of one engine step")

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "model/gpt_oss_weights.h"
 #include "parallel/world.h"
@@ -30,7 +31,8 @@ struct ServeOptions {
     int port = 8000;
     std::string backend = "cpu";
     std::string layout = "tp=1";
-    bool fp8 = false;  // cuda: FP8 weights (model::CudaModelOptions::fp8)
+    bool fp8 = false;                     // cuda: FP8 weights (model::CudaModelOptions::fp8)
+    std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
     size_t max_body_bytes = size_t{4} << 20;
     int http_threads = 512;
     int64_t max_in_flight = 1024;
@@ -49,6 +51,9 @@ int run_serve(const ServeOptions& o) {
     if (!layout_or.ok()) return fail(layout_or.status().message());
     const parallel::ParallelConfig layout = *layout_or;
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    const auto kv_fp8_or = parse_kv_cache_dtype(o.kv_cache_dtype);
+    if (!kv_fp8_or.ok()) return fail(kv_fp8_or.status().message());
+    const bool kv_fp8 = *kv_fp8_or;
 
     // Block the stop signals in every thread (all are created below, and inherit the mask); one
     // thread waits for them with sigwait, so no handler runs inside a worker.
@@ -69,16 +74,16 @@ int run_serve(const ServeOptions& o) {
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
     const bool cuda = o.backend == "cuda";
     const bool fp8 = o.fp8;
-    auto load = [model_dir, engine_config, cuda, layout, fp8]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
         if (cuda) {
-            ASSIGN_OR_RETURN(
-                runner, runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
-                                                         engine_config.scheduler.max_num_batched_tokens, layout, fp8));
+            ASSIGN_OR_RETURN(runner, runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
+                                                                      engine_config.scheduler.max_num_batched_tokens,
+                                                                      layout, fp8, kv_fp8));
         } else {
-            runner = std::make_unique<runtime::CpuModelRunner>(shared, layout);  // ranks as threads
+            runner = std::make_unique<runtime::CpuModelRunner>(shared, layout, kv_fp8);  // ranks as threads
         }
         return runtime::Engine::create(std::move(runner), engine_config);
     };
@@ -147,6 +152,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                    "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
+        ->capture_default_str();
     sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")
         ->capture_default_str();

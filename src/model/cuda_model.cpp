@@ -181,13 +181,6 @@ struct CudaModel::Impl {
         if (v != nullptr && std::strcmp(v, "mma") == 0) return kc::GemvFp8Kernel::kMma;
         return kc::GemvFp8Kernel::kAuto;
     }();
-    // GPTOSS_MOE_L2_PREFETCH=1: at batch 1 the fused decode router asks L2 to prefetch the chosen
-    // experts' gate_up weights, and moe_decode_mma's gate_up their down weights, so each MoE launch
-    // starts on L2 hits (opt-in until measured; written in session 6).
-    bool moe_l2_prefetch = [] {
-        const char* v = std::getenv("GPTOSS_MOE_L2_PREFETCH");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
     // r11 measured the v2 GEMV slower in the model (3.44 vs 3.15 ms per batch-1 step): v1 is the
     // default, GPTOSS_GEMV_V1=0 selects v2.
     // GPTOSS_QKV_FUSED=0: the decode QKV GEMV and the bias + RoPE + KV write as two kernels.
@@ -557,7 +550,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
 }
 
 size_t CudaModel::Impl::kv_block_bytes(int block_size) const {
-    return static_cast<size_t>(block_size) * nkv * c.head_dim * 2 * 2;  // K and V, bf16, one layer
+    // K and V, one layer: bf16, or e4m3 with kv_fp8.
+    return static_cast<size_t>(block_size) * nkv * c.head_dim * 2 * (opt.kv_fp8 ? 1 : 2);
 }
 
 Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
@@ -726,7 +720,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-        m.l2_prefetch_down = moe_l2_prefetch && T == 1;  // a few experts only: L2 holds 50 MB
         kc::moe_mxfp4(m, stream);
         return;
     }
@@ -1062,6 +1055,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.q_out = q.get();
             r.k_cache = D.k_cache.get();
             r.v_cache = D.v_cache.get();
+            r.kv_fp8 = opt.kv_fp8;
             r.num_tokens = T;
             r.num_heads = nq;
             r.num_kv_heads = nkv;
@@ -1088,6 +1082,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.sinks = D.sinks.as<float>();
             pa.k_cache = D.k_cache.get();
             pa.v_cache = D.v_cache.get();
+            pa.kv_fp8 = opt.kv_fp8;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();
@@ -1190,14 +1185,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rp.expert_offsets = offsets.as<int32_t>();
                 rp.sorted_assignments = sorted.as<int32_t>();
                 rp.counter = router_counter.as<uint32_t>();
-                // Batch 1 only: 4 experts' gate_up is 35 MB of the 50 MB L2; more would thrash.
-                if (moe_l2_prefetch && mxfp4 && Tm == 1 && Tm <= mxfp4_tokens) {
-                    rp.prefetch_blocks = D.gu_blocks.as<uint8_t>();
-                    rp.prefetch_scales = D.gu_scales.as<uint8_t>();
-                    const int64_t inter = sh.inter_size;  // gate_up: [E, 2I, H/32, 16] + [E, 2I, H/32]
-                    rp.prefetch_block_bytes = 2 * inter * H / 2;
-                    rp.prefetch_scale_bytes = 2 * inter * H / 32;
-                }
                 rp.num_tokens = Tm;
                 rp.hidden_size = H;
                 rp.num_experts = c.num_experts;
@@ -1393,9 +1380,16 @@ void CudaModel::fill_kv_random(uint64_t seed) {
     impl_->set_device();
     for (size_t l = 0; l < impl_->layers.size(); ++l) {
         auto& L = impl_->layers[l];
-        kc::fill_random_bf16(L.k_cache.get(), static_cast<int64_t>(L.k_cache.bytes() / 2), seed + 2 * l, impl_->stream);
-        kc::fill_random_bf16(L.v_cache.get(), static_cast<int64_t>(L.v_cache.bytes() / 2), seed + 2 * l + 1,
-                             impl_->stream);
+        if (impl_->opt.kv_fp8) {
+            kc::fill_random_fp8(L.k_cache.get(), static_cast<int64_t>(L.k_cache.bytes()), seed + 2 * l, impl_->stream);
+            kc::fill_random_fp8(L.v_cache.get(), static_cast<int64_t>(L.v_cache.bytes()), seed + 2 * l + 1,
+                                impl_->stream);
+        } else {
+            kc::fill_random_bf16(L.k_cache.get(), static_cast<int64_t>(L.k_cache.bytes() / 2), seed + 2 * l,
+                                 impl_->stream);
+            kc::fill_random_bf16(L.v_cache.get(), static_cast<int64_t>(L.v_cache.bytes() / 2), seed + 2 * l + 1,
+                                 impl_->stream);
+        }
     }
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }

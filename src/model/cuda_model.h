@@ -44,6 +44,10 @@ struct CudaModelOptions {
     // also get an FP8 copy (lossless) for batches above mxfp4_max_tokens, in place of the bf16 copy
     // (or one expert at a time when the copy does not fit). Off: the bf16 path.
     bool fp8 = false;
+    // The paged KV cache in FP8 e4m3 (scale 1, values rounded to nearest and saturated to ±448, as
+    // vLLM's --kv-cache-dtype fp8 without calibrated scales) instead of bf16: half the cache bytes
+    // per token, read and written by the attention kernels (kernels/args/paged_attention_args.h).
+    bool kv_fp8 = false;
     int device = -1;  // CUDA device (-1: the calling thread's current one)
     // Parallel rank (model/parallel_cuda_model.h): the weights are this rank's shard and these
     // NCCL communicators join the ranks' forward passes. Null: the whole model on one GPU.
@@ -55,7 +59,7 @@ public:
     static StatusOr<std::unique_ptr<CudaModel>> create(const GptOssWeights& weights, const CudaModelOptions& options);
     ~CudaModel();
 
-    // With defer_kv_cache: allocates the paged cache (bf16 K and V per layer). Once.
+    // With defer_kv_cache: allocates the paged cache (bf16 or, with kv_fp8, e4m3 K and V per layer). Once.
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);
     // Free device memory now (0 without a device), on the current device or on `device`.
     static size_t free_device_memory();

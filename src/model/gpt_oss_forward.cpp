@@ -11,8 +11,8 @@ namespace gptoss::model {
 namespace cpu = kernels::cpu;
 
 CpuKvCache::CpuKvCache(const GptOssConfig& c, int block_size, int num_blocks_full, int num_blocks_sliding,
-                       int num_kv_heads)
-    : block_size_(block_size), num_blocks_full_(num_blocks_full), num_blocks_sliding_(num_blocks_sliding) {
+                       int num_kv_heads, bool fp8)
+    : block_size_(block_size), num_blocks_full_(num_blocks_full), num_blocks_sliding_(num_blocks_sliding), fp8_(fp8) {
     const int heads = num_kv_heads > 0 ? num_kv_heads : c.num_key_value_heads;
     const size_t per_block = static_cast<size_t>(block_size) * heads * c.head_dim;
     for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -187,6 +187,7 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
         r.num_kv_heads = nkv;
         r.head_dim = hd;
         r.block_size = bs;
+        r.round_fp8 = kv.fp8();
         cpu::rope_kv_write(r);
         if (emulate_bf16_) {
             round_to_bf16(q.data(), q.size());

@@ -18,19 +18,23 @@ namespace gptoss::model {
 class CpuKvCache {
 public:
     // num_kv_heads: the heads this cache holds (a TP shard's; 0 = the config's).
+    // fp8: an FP8 (e4m3) cache, emulated: values are rounded to e4m3 as they are written (stored
+    // as fp32), matching the CUDA backend's kv_fp8 cache.
     CpuKvCache(const GptOssConfig& config, int block_size, int num_blocks_full, int num_blocks_sliding,
-               int num_kv_heads = 0);
+               int num_kv_heads = 0, bool fp8 = false);
 
     int block_size() const { return block_size_; }
     int num_blocks(bool sliding) const { return sliding ? num_blocks_sliding_ : num_blocks_full_; }
     float* k(int layer) { return k_[layer].data(); }
     float* v(int layer) { return v_[layer].data(); }
+    bool fp8() const { return fp8_; }
     size_t bytes() const;
 
 private:
     int block_size_;
     int num_blocks_full_;
     int num_blocks_sliding_;
+    bool fp8_;
     std::vector<std::vector<float>> k_, v_;  // per layer
 };
 

@@ -9,7 +9,8 @@ namespace gptoss::model {
 StatusOr<std::unique_ptr<ParallelCpuForward>> ParallelCpuForward::create(const GptOssWeights& full,
                                                                          const parallel::ParallelConfig& layout,
                                                                          int block_size, int num_blocks_full,
-                                                                         int num_blocks_sliding, bool emulate_bf16) {
+                                                                         int num_blocks_sliding, bool emulate_bf16,
+                                                                         bool kv_fp8) {
     RETURN_IF_ERROR(check_parallel_config(full.config, layout));
     std::unique_ptr<ParallelCpuForward> p(new ParallelCpuForward(layout));
     p->vocab_size_ = full.config.vocab_size;
@@ -19,8 +20,8 @@ StatusOr<std::unique_ptr<ParallelCpuForward>> ParallelCpuForward::create(const G
         Rank& rk = p->ranks_[r];
         ASSIGN_OR_RETURN(WeightShard s, plan_shard(full.config, layout, r));
         ASSIGN_OR_RETURN(rk.weights, shard_weights(full, s));
-        rk.kv =
-            std::make_unique<CpuKvCache>(full.config, block_size, num_blocks_full, num_blocks_sliding, s.num_kv_heads);
+        rk.kv = std::make_unique<CpuKvCache>(full.config, block_size, num_blocks_full, num_blocks_sliding,
+                                             s.num_kv_heads, kv_fp8);
         rk.comms = std::move(comms[r]);
         rk.forward = std::make_unique<CpuForward>(*rk.weights, emulate_bf16, &rk.comms);
     }

@@ -19,7 +19,7 @@ public:
     static StatusOr<std::unique_ptr<ParallelCpuForward>> create(const GptOssWeights& full,
                                                                 const parallel::ParallelConfig& layout, int block_size,
                                                                 int num_blocks_full, int num_blocks_sliding,
-                                                                bool emulate_bf16 = false);
+                                                                bool emulate_bf16 = false, bool kv_fp8 = false);
     ~ParallelCpuForward();
 
     // One step: seqs[i] runs on DP group dp_group[i] (its block tables index that group's cache;

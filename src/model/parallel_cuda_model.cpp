@@ -241,7 +241,8 @@ StatusOr<std::unique_ptr<ParallelCudaModel>> ParallelCudaModel::create(const Gpt
         const int full_layers = c.num_hidden_layers - sliding_layers;
         double fit = 1e300;
         for (int r = 0; r < n; ++r) {
-            const double block = static_cast<double>(bs) * p->shards_[r]->shard.num_kv_heads * c.head_dim * 2 * 2;
+            const double block = static_cast<double>(bs) * p->shards_[r]->shard.num_kv_heads * c.head_dim * 2 *
+                                 (options.kv_fp8 ? 1 : 2);  // K and V
             const double budget = static_cast<double>(free_b[r]) * options.kv_cache_fraction -
                                   static_cast<double>(nsl) * block * sliding_layers;
             fit = std::min(fit, budget / (block * std::max(1, full_layers)));

@@ -9,8 +9,8 @@
 namespace gptoss::runtime {
 
 CpuModelRunner::CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
-                               const parallel::ParallelConfig& layout)
-    : weights_(std::move(weights)), forward_(*weights_), layout_(layout) {}
+                               const parallel::ParallelConfig& layout, bool kv_fp8)
+    : weights_(std::move(weights)), forward_(*weights_), layout_(layout), kv_fp8_(kv_fp8) {}
 
 KvGeometry CpuModelRunner::kv_geometry(int block_size) const {
     const model::GptOssConfig& c = weights_->config;
@@ -41,11 +41,11 @@ size_t CpuModelRunner::free_memory_bytes() const {
 Status CpuModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) {
     if (kv_ || parallel_) return failed_precondition("the KV cache is already allocated");
     if (!layout_.trivial()) {
-        ASSIGN_OR_RETURN(
-            parallel_, model::ParallelCpuForward::create(*weights_, layout_, block_size, counts.full, counts.sliding));
+        ASSIGN_OR_RETURN(parallel_, model::ParallelCpuForward::create(*weights_, layout_, block_size, counts.full,
+                                                                      counts.sliding, false, kv_fp8_));
         return ok_status();
     }
-    kv_ = std::make_unique<model::CpuKvCache>(weights_->config, block_size, counts.full, counts.sliding);
+    kv_ = std::make_unique<model::CpuKvCache>(weights_->config, block_size, counts.full, counts.sliding, 0, kv_fp8_);
     return ok_status();
 }
 

@@ -16,8 +16,10 @@ class CpuModelRunner : public ModelRunner {
 public:
     // layout: simulated ranks (threads, model/parallel_cpu_forward.h), the CPU twin of the CUDA
     // runner's parallel layouts; under DP a sequence runs on group block_table_full[0] % dp as there.
+    // kv_fp8: the KV cache rounds what it stores to e4m3 (model::CpuKvCache), as the CUDA
+    // runner's FP8 cache does (--kv-cache-dtype fp8).
     explicit CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
-                            const parallel::ParallelConfig& layout = {});
+                            const parallel::ParallelConfig& layout = {}, bool kv_fp8 = false);
 
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;
@@ -30,6 +32,7 @@ private:
     model::CpuForward forward_;
     std::unique_ptr<model::CpuKvCache> kv_;
     parallel::ParallelConfig layout_;
+    bool kv_fp8_;
     std::unique_ptr<model::ParallelCpuForward> parallel_;  // non-trivial layouts
     std::vector<int> dp_group_;                            // scratch
     std::vector<model::ForwardSequence> seqs_;             // scratch

@@ -8,21 +8,24 @@ namespace gptoss::runtime {
 
 StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::shared_ptr<const model::GptOssWeights> weights,
                                                                    int max_num_seqs, int max_batched_tokens,
-                                                                   const parallel::ParallelConfig& layout, bool fp8) {
+                                                                   const parallel::ParallelConfig& layout, bool fp8,
+                                                                   bool kv_fp8) {
     model::CudaModelOptions opt;
     opt.fp8 = fp8;
+    opt.kv_fp8 = kv_fp8;
     opt.max_seqs = std::max(1, max_num_seqs);
     opt.max_tokens = std::max({max_batched_tokens, max_num_seqs, 1});
     opt.defer_kv_cache = true;
     ASSIGN_OR_RETURN(model::WeightShard shard, model::plan_shard(weights->config, layout, 0));
     ASSIGN_OR_RETURN(auto m, model::ParallelCudaModel::create(*weights, layout, opt));
-    return std::unique_ptr<CudaModelRunner>(new CudaModelRunner(std::move(weights), std::move(m), shard.num_kv_heads));
+    return std::unique_ptr<CudaModelRunner>(
+        new CudaModelRunner(std::move(weights), std::move(m), shard.num_kv_heads, kv_fp8));
 }
 
 KvGeometry CudaModelRunner::kv_geometry(int block_size) const {
     const model::GptOssConfig& c = weights_->config;
     // Per GPU: each rank holds its kv heads' share of every block (the engine budgets one device).
-    const size_t per_layer = 2 * static_cast<size_t>(block_size) * kv_heads_ * c.head_dim * 2;  // K and V, bf16
+    const size_t per_layer = 2 * static_cast<size_t>(block_size) * kv_heads_ * c.head_dim * (kv_fp8_ ? 1 : 2);  // K, V
     KvGeometry g;
     g.block_size = block_size;
     for (int l = 0; l < c.num_hidden_layers; ++l)

@@ -17,11 +17,12 @@ public:
     // Uploads the weights and sizes activations for max_num_seqs sequences and max_batched_tokens
     // tokens per step; the KV cache comes later (allocate_kv_cache), from the memory then free.
     // layout: several GPUs (model/parallel_cuda_model.h). Under DP a sequence runs on group
-    // block_table_full[0] % dp, so sequences sharing a cached prefix share a group.
+    // block_table_full[0] % dp, so sequences sharing a cached prefix share a group. kv_fp8: the
+    // KV cache in e4m3 (model::CudaModelOptions::kv_fp8).
     static StatusOr<std::unique_ptr<CudaModelRunner>> create(std::shared_ptr<const model::GptOssWeights> weights,
                                                              int max_num_seqs, int max_batched_tokens,
                                                              const parallel::ParallelConfig& layout = {},
-                                                             bool fp8 = false);
+                                                             bool fp8 = false, bool kv_fp8 = false);
 
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;
@@ -34,8 +35,8 @@ public:
 
 private:
     CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
-                    std::unique_ptr<model::ParallelCudaModel> model, int kv_heads)
-        : weights_(std::move(weights)), model_(std::move(model)), kv_heads_(kv_heads) {}
+                    std::unique_ptr<model::ParallelCudaModel> model, int kv_heads, bool kv_fp8)
+        : weights_(std::move(weights)), model_(std::move(model)), kv_heads_(kv_heads), kv_fp8_(kv_fp8) {}
 
     void prepare(const Batch& batch);  // seqs_ and dp_group_ for this batch
     Status check_row(const Batch& batch, size_t i, const float* row) const;
@@ -43,6 +44,7 @@ private:
     std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
     std::unique_ptr<model::ParallelCudaModel> model_;
     int kv_heads_;                                        // per rank
+    bool kv_fp8_;                                         // e4m3 KV cache (CudaModelOptions::kv_fp8)
     std::vector<int> dp_group_;                           // scratch
     std::vector<model::ForwardSequence> seqs_;            // scratch
     std::vector<float> rows_;                             // [num_seqs, vocab_size] scratch

@@ -93,14 +93,20 @@ struct HostCase {
     std::vector<SeqSpec> seqs;
     std::vector<int32_t> query_start, seq_start_pos, block_tables;
     std::vector<uint16_t> q, k_cache, v_cache;  // bf16 bits
+    // FP8 KV cache: the device caches are these e4m3 bytes (free blocks 0xFF, e4m3 NaN), and
+    // k_cache / v_cache hold the same values as bf16 (exact), so every reference is unchanged.
+    bool fp8 = false;
+    std::vector<uint8_t> k8, v8;
     std::vector<float> sinks;
     float scale = 0.125f;
     size_t block_elems() const { return static_cast<size_t>(block_size) * kKvHeads * kHeadDim; }
 };
 
-HostCase make_case(const std::vector<SeqSpec>& seqs, int window, int block_size, float q_amp, uint64_t seed) {
+HostCase make_case(const std::vector<SeqSpec>& seqs, int window, int block_size, float q_amp, uint64_t seed,
+                   bool fp8 = false) {
     Rng rng(seed);
     HostCase c;
+    c.fp8 = fp8;
     c.block_size = block_size;
     c.window = window;
     c.seqs = seqs;
@@ -128,6 +134,10 @@ HostCase make_case(const std::vector<SeqSpec>& seqs, int window, int block_size,
     c.block_tables.assign(static_cast<size_t>(c.num_seqs) * c.max_blocks_per_seq, -1);
     c.k_cache.assign(c.num_blocks * c.block_elems(), kBf16Nan);
     c.v_cache.assign(c.num_blocks * c.block_elems(), kBf16Nan);
+    if (fp8) {
+        c.k8.assign(c.num_blocks * c.block_elems(), 0xFF);
+        c.v8.assign(c.num_blocks * c.block_elems(), 0xFF);
+    }
     const float kv_amp = 1.7320508f;  // uniform with unit variance
     int next = 0;
     for (int si = 0; si < c.num_seqs; ++si) {
@@ -140,8 +150,15 @@ HostCase make_case(const std::vector<SeqSpec>& seqs, int window, int block_size,
             for (int o = 0; o < block_size && b * block_size + o < ctx; ++o) {
                 const size_t base = (static_cast<size_t>(phys) * block_size + o) * kKvHeads * kHeadDim;
                 for (int e = 0; e < kKvHeads * kHeadDim; ++e) {
-                    c.k_cache[base + e] = f32_to_bf16(rng.sym(kv_amp));
-                    c.v_cache[base + e] = f32_to_bf16(rng.sym(kv_amp));
+                    if (fp8) {  // e4m3 of the same distribution; bf16 of e4m3 is exact
+                        c.k8[base + e] = f32_to_fp8e4m3(rng.sym(kv_amp));
+                        c.v8[base + e] = f32_to_fp8e4m3(rng.sym(kv_amp));
+                        c.k_cache[base + e] = f32_to_bf16(fp8e4m3_to_f32(c.k8[base + e]));
+                        c.v_cache[base + e] = f32_to_bf16(fp8e4m3_to_f32(c.v8[base + e]));
+                    } else {
+                        c.k_cache[base + e] = f32_to_bf16(rng.sym(kv_amp));
+                        c.v_cache[base + e] = f32_to_bf16(rng.sym(kv_amp));
+                    }
                 }
             }
         }
@@ -369,7 +386,8 @@ constexpr int kMaxSplits = 64;
 // Uploads a case. Device caches get kGuardBlocks NaN blocks in front of block 0.
 void upload(const HostCase& c, DeviceCase& d) {
     const size_t be = c.block_elems();
-    const size_t cache_bytes = (c.num_blocks + kGuardBlocks) * be * 2;
+    const size_t elem = c.fp8 ? 1 : 2;  // bytes per cache element
+    const size_t cache_bytes = (c.num_blocks + kGuardBlocks) * be * elem;
     const size_t ws_bytes = static_cast<size_t>(std::max(c.num_seqs, 1)) * kHeads * kMaxSplits * (kHeadDim + 2) * 4;
     const bool ok = d.q.alloc(c.q.size() * 2) && d.out.alloc(c.q.size() * 2) && d.sinks.alloc(kHeads * 4) &&
                     d.k.alloc(cache_bytes) && d.v.alloc(cache_bytes) && d.tables.alloc(c.block_tables.size() * 4) &&
@@ -380,12 +398,17 @@ void upload(const HostCase& c, DeviceCase& d) {
     CK(cudaMemset(d.counters.as(), 0, static_cast<size_t>(std::max(c.num_seqs, 1)) * kKvHeads * 4));
     CK(cudaMemcpy(d.q.as(), c.q.data(), c.q.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.sinks.as(), c.sinks.data(), kHeads * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemset(d.k.as(), 0xFF, kGuardBlocks * be * 2));
-    CK(cudaMemset(d.v.as(), 0xFF, kGuardBlocks * be * 2));
-    uint16_t* k0 = d.k.as<uint16_t>() + kGuardBlocks * be;
-    uint16_t* v0 = d.v.as<uint16_t>() + kGuardBlocks * be;
-    CK(cudaMemcpy(k0, c.k_cache.data(), c.k_cache.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(v0, c.v_cache.data(), c.v_cache.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(d.k.as(), 0xFF, kGuardBlocks * be * elem));  // bf16 and e4m3 NaN alike
+    CK(cudaMemset(d.v.as(), 0xFF, kGuardBlocks * be * elem));
+    uint8_t* k0 = d.k.as<uint8_t>() + kGuardBlocks * be * elem;
+    uint8_t* v0 = d.v.as<uint8_t>() + kGuardBlocks * be * elem;
+    if (c.fp8) {
+        CK(cudaMemcpy(k0, c.k8.data(), c.k8.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(v0, c.v8.data(), c.v8.size(), cudaMemcpyHostToDevice));
+    } else {
+        CK(cudaMemcpy(k0, c.k_cache.data(), c.k_cache.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(v0, c.v_cache.data(), c.v_cache.size() * 2, cudaMemcpyHostToDevice));
+    }
     CK(cudaMemcpy(d.tables.as(), c.block_tables.data(), c.block_tables.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.start_pos.as(), c.seq_start_pos.data(), c.seq_start_pos.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.query_start.as(), c.query_start.data(), c.query_start.size() * 4, cudaMemcpyHostToDevice));
@@ -395,6 +418,7 @@ void upload(const HostCase& c, DeviceCase& d) {
     a.sinks = d.sinks.as<float>();
     a.k_cache = k0;
     a.v_cache = v0;
+    a.kv_fp8 = c.fp8;
     a.block_tables = d.tables.as<int32_t>();
     a.seq_start_pos = d.start_pos.as<int32_t>();
     a.query_start = d.query_start.as<int32_t>();
@@ -473,9 +497,13 @@ public:
         seed_ = s;
         return *this;
     }
+    AttentionTester& fp8_kv() {
+        fp8_ = true;
+        return *this;
+    }
 
     void run() {
-        const HostCase c = make_case(seqs_, window_, block_size_, q_amp_, seed_);
+        const HostCase c = make_case(seqs_, window_, block_size_, q_amp_, seed_, fp8_);
         std::vector<int> rows;
         if (ref_stride_ > 1) {
             for (int s = 0; s < c.num_seqs; ++s)
@@ -487,7 +515,7 @@ public:
         upload(c, d);
         if (::testing::Test::HasFatalFailure()) return;
         char tag[160];
-        std::snprintf(tag, sizeof tag, "%s/w%d/bs%d", name_.c_str(), window_, block_size_);
+        std::snprintf(tag, sizeof tag, "%s/w%d/bs%d%s", name_.c_str(), window_, block_size_, fp8_ ? "/fp8kv" : "");
 
         std::vector<uint16_t> ref_gpu;
         run_kernel(d, Kernel::kReference, 0, ref_gpu);
@@ -543,6 +571,7 @@ private:
     std::vector<int> splits_;
     int ref_stride_ = 1;
     uint64_t seed_ = 1;
+    bool fp8_ = false;
 };
 
 uint64_t case_seed(const std::string& s, int i) {
@@ -647,13 +676,62 @@ TEST(PagedAttentionCuda, PrefillMixedBatch) {
         .run();
 }
 
-// ---- decode ----------------------------------------------------------------------------------------
-
 std::vector<SeqSpec> decode_batch(const std::vector<int>& contexts) {
     std::vector<SeqSpec> s;
     for (int ctx : contexts) s.push_back({ctx - 1, 1});
     return s;
 }
+
+// The FP8 (e4m3) KV cache: the kernels read e4m3 bytes and widen them to bf16 in shared memory; the
+// references see the same values, so the bf16 tolerances apply unchanged. Prefill (one sequence,
+// chunked after a cached prefix, a mixed batch) and decode (batch 1 and 3, several split counts).
+TEST(PagedAttentionCuda, Fp8KvCache) {
+    REQUIRE_GPU();
+    int i = 0;
+    for (int window : {0, 128}) {
+        AttentionTester()
+            .name("fp8 kv prefill len 1000")
+            .seqs({{0, 1000}})
+            .window(window)
+            .block_size(16)
+            .q_amp(2.0f)
+            .seed(case_seed("fp8kv", i++))
+            .fp8_kv()
+            .run();
+        AttentionTester()
+            .name("fp8 kv chunked 4000+100")
+            .seqs({{4000, 100}})
+            .window(window)
+            .block_size(32)
+            .q_amp(1.5f)
+            .seed(case_seed("fp8kv", i++))
+            .fp8_kv()
+            .run();
+        AttentionTester()
+            .name("fp8 kv mixed batch")
+            .seqs({{0, 17}, {500, 129}, {0, 1}, {130, 200}, {77, 5}})
+            .window(window)
+            .block_size(64)
+            .q_amp(2.0f)
+            .seed(case_seed("fp8kv", i++))
+            .fp8_kv()
+            .run();
+        for (const std::vector<int>& ctxs : {std::vector<int>{8192}, std::vector<int>{33000, 1, 129}}) {
+            AttentionTester()
+                .name("fp8 kv decode B" + std::to_string(ctxs.size()))
+                .seqs(decode_batch(ctxs))
+                .window(window)
+                .block_size(16)
+                .q_amp(2.0f)
+                .decode({0, 1, 7})
+                .seed(case_seed("fp8kv", i++))
+                .fp8_kv()
+                .run();
+        }
+    }
+}
+
+// ---- decode ----------------------------------------------------------------------------------------
 
 TEST(PagedAttentionCuda, DecodeBatch1) {
     REQUIRE_GPU();

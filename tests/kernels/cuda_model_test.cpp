@@ -202,17 +202,21 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
     const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_model_");
     auto w = model::GptOssWeights::load(dir);
     ASSERT_TRUE(w.ok()) << w.status().to_string();
-    // The 321-token prompt step runs the experts through moe_wgmma, then through per-expert cuBLAS.
-    for (bool wgmma : {true, false}) {
-        SCOPED_TRACE(wgmma ? "moe_wgmma" : "cuBLAS experts");
+    // The 321-token prompt step runs the experts through moe_wgmma, then through per-expert cuBLAS;
+    // then moe_wgmma with the FP8 (e4m3) KV cache, against CPU forwards whose caches round to e4m3
+    // too (CpuKvCache fp8; the fp32 CPU keeps an fp32 cache, so its gap includes the FP8 cache's).
+    for (int variant : {0, 1, 2}) {
+        const bool wgmma = variant != 1, kv8 = variant == 2;
+        SCOPED_TRACE(wgmma ? (kv8 ? "moe_wgmma, FP8 KV cache" : "moe_wgmma") : "cuBLAS experts");
         auto o = small_options();
         o.moe_wgmma = wgmma ? 1 : 0;
+        o.kv_fp8 = kv8;
         auto m = CudaModel::create(**w, o);
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         // Reference: the CPU forward rounding to bf16 where the CUDA path does (tight tolerance), and
         // the plain fp32 CPU forward (reported: the gap is the bf16 precision itself).
         model::CpuForward cpu(**w, /*emulate_bf16=*/true);
-        model::CpuKvCache cpu_kv(c, 16, 256, 256);
+        model::CpuKvCache cpu_kv(c, 16, 256, 256, 0, kv8);
         model::CpuForward cpu32(**w);
         model::CpuKvCache cpu32_kv(c, 16, 256, 256);
         Agreement agree32;
@@ -262,8 +266,8 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
         std::printf(
             "  real widths (%s) vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
             "over %d positions\n",
-            wgmma ? "prompt MoE by moe_wgmma" : "prompt MoE by cuBLAS", agree.percentile(0.5), agree.percentile(0.9),
-            agree.worst_rel, agree.agreement(), agree.positions);
+            wgmma ? (kv8 ? "moe_wgmma, FP8 KV cache" : "prompt MoE by moe_wgmma") : "prompt MoE by cuBLAS",
+            agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
         std::printf("  real widths vs fp32 CPU: worst rel L2 %.3g, argmax agreement %.4f\n", agree32.worst_rel,
                     agree32.agreement());
         EXPECT_LE(agree.worst_rel, kMaxRelL2);

@@ -109,14 +109,8 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         a.hidden_size = H;
         a.num_experts = E;
         a.experts_per_token = K;
-        // Three calls on the same counter: each must find it reset by the one before. The third asks
-        // L2 to prefetch the chosen experts' rows of the router weight (a stand-in for their MoE
-        // weights): a hint, which must change nothing.
+        // Three calls on the same counter: each must find it reset by the one before.
         for (int rep = 0; rep < 3; ++rep) {
-            if (rep == 2) {
-                a.prefetch_blocks = static_cast<const uint8_t*>(dw.get());
-                a.prefetch_block_bytes = static_cast<int64_t>(H) * 2;
-            }
             kc::router_plan_small(a, nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << (rc.ties ? " ties" : "")

@@ -3,11 +3,15 @@
 // ops_test.cpp). Same arithmetic in the same order: the outputs must agree to the bit, up to FMA
 // contraction choices the compiler may make differently (≤ 1 bf16 ulp allowed, on < 0.1% of values).
 // FP8 weights run both kernels (GemvFp8Kernel): one warp per row against the legacy GEMV, the
-// tensor-core one against the plain tensor-core GEMV (the same tiles' sums, other rows per tile).
+// tensor-core one against the plain tensor-core GEMV (the same tiles' sums, other rows per tile),
+// and that again with an FP8 (e4m3) KV cache: the cache bytes must agree but for ≤ 0.1% that
+// are neighbouring e4m3 codes (the same FMA-contraction caveat, one e4m3 step instead of one bf16 ulp).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/device_buffer.h"
@@ -21,9 +25,9 @@ namespace {
 TEST(CudaQkvFused, MatchesGemvThenRope) {
     REQUIRE_GPU();
     const int H = 2880, hd = 64;
-    for (int variant : {0, 1, 2}) {  // bf16; FP8 one warp per row; FP8 on the tensor cores
-        const bool fp8 = variant > 0;
-        const GemvFp8Kernel kind = variant == 2 ? GemvFp8Kernel::kMma : GemvFp8Kernel::kRowPerWarp;
+    for (int variant : {0, 1, 2, 3}) {  // bf16; FP8 one warp per row; FP8 on the tensor cores; + FP8 KV
+        const bool fp8 = variant > 0, kv8 = variant == 3;
+        const GemvFp8Kernel kind = variant >= 2 ? GemvFp8Kernel::kMma : GemvFp8Kernel::kRowPerWarp;
         for (int nkv : {8, 4, 1}) {
             const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
             for (int T : {1, 3, 8}) {
@@ -63,6 +67,7 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                     r.q_out = q[p].get();
                     r.k_cache = kc[p].get();
                     r.v_cache = vc[p].get();
+                    r.kv_fp8 = kv8;
                     r.num_tokens = T;
                     r.num_heads = nq;
                     r.num_kv_heads = nkv;
@@ -88,7 +93,22 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                 CUDA_CHECK(cudaDeviceSynchronize());
                 size_t differ = 0, total = 0;
                 float worst = 0;
-                for (DeviceBuffer* pair : {q, kc, vc}) {
+                if (kv8) {  // the caches as e4m3 bytes: equal, or neighbouring codes of one sign
+                    for (DeviceBuffer* pair : {kc, vc}) {
+                        const auto a = test::to_host<uint8_t>(pair[0], static_cast<size_t>(slots) * nkv * hd);
+                        const auto b = test::to_host<uint8_t>(pair[1], a.size());
+                        for (size_t i = 0; i < a.size(); ++i) {
+                            ++total;
+                            if (a[i] == b[i]) continue;
+                            ++differ;
+                            const int ma = a[i] & 0x7f, mb = b[i] & 0x7f;
+                            const bool near = ((a[i] ^ b[i]) & 0x80) == 0 ? std::abs(ma - mb) <= 1 : ma + mb <= 1;
+                            EXPECT_TRUE(near) << "variant " << variant << " T " << T << " cache byte " << i << ": "
+                                              << int(a[i]) << " vs " << int(b[i]);
+                        }
+                    }
+                }
+                for (DeviceBuffer* pair : kv8 ? std::vector<DeviceBuffer*>{q} : std::vector<DeviceBuffer*>{q, kc, vc}) {
                     std::vector<uint16_t> a(pair[0].bytes() / 2), c(a.size());
                     CUDA_CHECK(cudaMemcpy(a.data(), pair[0].get(), pair[0].bytes(), cudaMemcpyDeviceToHost));
                     CUDA_CHECK(cudaMemcpy(c.data(), pair[1].get(), pair[1].bytes(), cudaMemcpyDeviceToHost));

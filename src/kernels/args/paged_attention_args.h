@@ -4,7 +4,7 @@
 
 namespace gptoss::kernels {
 
-// Batched causal GQA attention with sinks over a paged bf16 KV cache, for the CUDA backend. Every
+// Batched causal GQA attention with sinks over a paged bf16 (or e4m3) KV cache, for the CUDA backend. Every
 // pointer is device memory; lengths and positions are read on the device, so a launch can be
 // captured in a CUDA graph once and replayed with new metadata.
 //
@@ -18,11 +18,14 @@ namespace gptoss::kernels {
 // Softmax (MODEL.md §4.4): scores = q·k · scale; the sink logit sinks[h] (unscaled) joins the
 // denominator only: out = Σ_j e^{s_j − M} v_j / (Σ_j e^{s_j − M} + e^{sink − M}).
 struct PagedAttentionArgs {
-    const void* q = nullptr;                 // [num_tokens, num_heads, head_dim] bf16, post-RoPE
-    void* out = nullptr;                     // [num_tokens, num_heads, head_dim] bf16
-    const float* sinks = nullptr;            // [num_heads]
-    const void* k_cache = nullptr;           // [num_blocks, block_size, num_kv_heads, head_dim] bf16
-    const void* v_cache = nullptr;           // same
+    const void* q = nullptr;        // [num_tokens, num_heads, head_dim] bf16, post-RoPE
+    void* out = nullptr;            // [num_tokens, num_heads, head_dim] bf16
+    const float* sinks = nullptr;   // [num_heads]
+    const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
+    const void* v_cache = nullptr;  // same
+    // The caches hold e4m3 (OCP e4m3fn, scale 1: the value itself, as vLLM's --kv-cache-dtype fp8
+    // without calibrated scales) instead of bf16. CUDA only.
+    bool kv_fp8 = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

@@ -21,6 +21,9 @@ struct RopeKvWriteArgs {
     int num_kv_heads = 0;
     int head_dim = 0;
     int block_size = 0;
+    // An FP8 KV cache, emulated: the values written to k_cache / v_cache are rounded to e4m3 (round
+    // to nearest even, saturating to ±448), as the CUDA backend's kv_fp8 cache stores them.
+    bool round_fp8 = false;
 };
 
 }  // namespace gptoss::kernels

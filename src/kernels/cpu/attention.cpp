@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/ops.h"
@@ -70,9 +71,18 @@ void rope_kv_write(const RopeKvWriteArgs& a) {
         for (int h = 0; h < a.num_kv_heads; ++h) rotate(k + h * a.head_dim, cos_v.data(), sin_v.data(), half);
         const int slot = a.slot_mapping[t];
         if (slot < 0) continue;
-        std::copy(k, k + kv_row, a.k_cache + static_cast<size_t>(slot) * kv_row);
         const float* v = a.v + static_cast<size_t>(t) * kv_row;
-        std::copy(v, v + kv_row, a.v_cache + static_cast<size_t>(slot) * kv_row);
+        float* kd = a.k_cache + static_cast<size_t>(slot) * kv_row;
+        float* vd = a.v_cache + static_cast<size_t>(slot) * kv_row;
+        if (a.round_fp8) {
+            for (int i = 0; i < kv_row; ++i) {
+                kd[i] = fp8e4m3_to_f32(f32_to_fp8e4m3(k[i]));
+                vd[i] = fp8e4m3_to_f32(f32_to_fp8e4m3(v[i]));
+            }
+        } else {
+            std::copy(k, k + kv_row, kd);
+            std::copy(v, v + kv_row, vd);
+        }
     }
 }
 

@@ -20,6 +20,8 @@
 #include "kernels/cuda/launch.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <atomic>
@@ -152,8 +154,9 @@ __device__ __forceinline__ float warp_sum_all(float v) {
 
 // Where one sequence's keys for one kv head live.
 struct KvSource {
-    const __nv_bfloat16* k;
-    const __nv_bfloat16* v;
+    const uint8_t* k;  // bf16 or (PagedAttentionArgs::kv_fp8) e4m3 elements
+    const uint8_t* v;
+    bool fp8;
     const int32_t* table;  // this sequence's row of block_tables
     int64_t slot_stride;   // elements from one slot to the next: num_kv_heads · 64
     int head_offset;       // kv_head · 64
@@ -163,8 +166,9 @@ struct KvSource {
 
 __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, int seq, int kv_head) {
     KvSource s;
-    s.k = static_cast<const __nv_bfloat16*>(a.k_cache);
-    s.v = static_cast<const __nv_bfloat16*>(a.v_cache);
+    s.k = static_cast<const uint8_t*>(a.k_cache);
+    s.v = static_cast<const uint8_t*>(a.v_cache);
+    s.fp8 = a.kv_fp8;
     s.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
     s.slot_stride = static_cast<int64_t>(a.num_kv_heads) * kHeadDim;
     s.head_offset = kv_head * kHeadDim;
@@ -176,8 +180,29 @@ __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, 
 // Stages keys [tile·64, tile·64 + 64) of K and V into swizzled [64][64] bf16 tiles (128 threads:
 // 4 rows × one 16-byte chunk each, twice). Keys outside [lo, hi] are zero-filled without touching
 // the block table or the cache.
+// FP8 cache: the e4m3 rows (64 bytes) land unswizzled in the upper half of the V tile (K's at
+// v_dst, V's at v_dst + 4 KB); convert_fp8_kv_tile then writes both bf16 tiles.
 __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
                                              uint32_t v_dst, int tid) {
+    if (src.fp8) {
+        const int q = tid & 3;  // 16-byte chunk (16 elements) of a 64-byte row
+#pragma unroll
+        for (int i = 0; i < kKvTile / 32; ++i) {
+            const int row = (tid >> 2) + i * 32;
+            const int j = tile * kKvTile + row;
+            const bool valid = j >= lo && j <= hi;
+            int64_t off = 0;
+            if (valid) {
+                const int64_t block = __ldg(src.table + (j >> src.bs_shift));
+                const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
+                off = slot * src.slot_stride + src.head_offset + q * 16;
+            }
+            const uint32_t d = static_cast<uint32_t>(row * kHeadDim + q * 16);
+            cp_async_16(v_dst + d, src.k + off, valid);
+            cp_async_16(v_dst + kTileBytes / 2 + d, src.v + off, valid);
+        }
+        return;
+    }
     const int chunk = tid & 7;
 #pragma unroll
     for (int i = 0; i < kKvTile / 16; ++i) {
@@ -191,9 +216,56 @@ __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int 
             off = slot * src.slot_stride + src.head_offset + chunk * 8;
         }
         const uint32_t s = swizzle(row, chunk);
-        cp_async_16(k_dst + s, src.k + off, valid);
-        cp_async_16(v_dst + s, src.v + off, valid);
+        cp_async_16(k_dst + s, src.k + 2 * off, valid);
+        cp_async_16(v_dst + s, src.v + 2 * off, valid);
     }
+}
+
+// 8 e4m3 bytes -> 8 bf16 (exact: every e4m3 value is a bf16), as one 16-byte chunk.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 w) {
+    uint32_t r[4];
+    const uint32_t in[2] = {w.x, w.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>((in[i >> 1] >> (16 * (i & 1))) & 0xffffu), __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        r[i] = pack_bf16x2(f.x, f.y);
+    }
+    return make_uint4(r[0], r[1], r[2], r[3]);
+}
+
+// The FP8 tile pair staged by load_kv_tile (its own copies complete and visible to every thread:
+// after cp_async_wait and a barrier) into the swizzled bf16 K and V tiles. Every thread reads its
+// share first and writes after a barrier, since V's bf16 tile overlaps both e4m3 tiles. The caller
+// puts a barrier between this and the first read of the tiles.
+__device__ __forceinline__ void convert_fp8_kv_tile(uint32_t k_dst, uint32_t v_dst, int tid) {
+    uint4 kv[2][2];  // [K, V][row half]: this thread's 16 e4m3 bytes of rows tid / 4 and tid / 4 + 32
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t a = v_dst + t * (kTileBytes / 2) + ((tid >> 2) + 32 * i) * kHeadDim + (tid & 3) * 16;
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=r"(kv[t][i].x), "=r"(kv[t][i].y), "=r"(kv[t][i].z), "=r"(kv[t][i].w)
+                         : "r"(a));
+        }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int row = (tid >> 2) + 32 * i, q = tid & 3;
+            const uint32_t base = t == 0 ? k_dst : v_dst;
+            const uint4 lo = e4m3x8_to_bf16x8(make_uint2(kv[t][i].x, kv[t][i].y));
+            const uint4 hi = e4m3x8_to_bf16x8(make_uint2(kv[t][i].z, kv[t][i].w));
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(base + swizzle(row, 2 * q)), "r"(lo.x),
+                         "r"(lo.y), "r"(lo.z), "r"(lo.w)
+                         : "memory");
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(base + swizzle(row, 2 * q + 1)), "r"(hi.x),
+                         "r"(hi.y), "r"(hi.z), "r"(hi.w)
+                         : "memory");
+        }
 }
 
 // ================================================================================================
@@ -297,6 +369,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
             cp_async_commit();
             const uint32_t k_s = kv_smem + stage * 2 * kTileBytes;
             const uint32_t v_s = k_s + kTileBytes;
+            if (src.fp8) {
+                convert_fp8_kv_tile(k_s, v_s, tid);
+                __syncthreads();
+            }
 
             // S = Q·Kᵀ: 32 rows × 64 keys per warp. B-fragments of K come straight from the [key][d]
             // tile (non-transposed ldmatrix): lanes 0-7 address keys 0-7 at chunk 2kc (→ b0 of the
@@ -570,6 +646,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
         const uint32_t k_s = ring + (i % kDecodeStages) * 2 * kTileBytes;
         const uint32_t v_s = k_s + kTileBytes;
+        if (src.fp8) {
+            convert_fp8_kv_tile(k_s, v_s, tid);
+            __syncthreads();
+        }
 
         // S (8 heads × this warp's 16 keys): n-tile 0 = keys 16w..16w+7, n-tile 1 = 16w+8..16w+15.
         float s[2][4];
@@ -733,15 +813,21 @@ __global__ void __launch_bounds__(kRefWarps * 32)
         static_cast<const __nv_bfloat16*>(a.q) + (static_cast<int64_t>(t) * a.num_heads + head) * kHeadDim;
     const float q0 = __bfloat162float(q[2 * lane]), q1 = __bfloat162float(q[2 * lane + 1]);
     const int32_t* table = a.block_tables + static_cast<int64_t>(s) * a.max_blocks_per_seq;
-    const __nv_bfloat16* kc = static_cast<const __nv_bfloat16*>(a.k_cache);
-    const __nv_bfloat16* vc = static_cast<const __nv_bfloat16*>(a.v_cache);
+    // Element r of a cache as fp32 (bf16, or e4m3 with kv_fp8).
+    auto kv_at = [&](const void* cache, int64_t r) {
+        if (a.kv_fp8) {
+            const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<const __nv_fp8_storage_t*>(cache)[r], __NV_E4M3);
+            return __half2float(*reinterpret_cast<const __half*>(&h));
+        }
+        return __bfloat162float(static_cast<const __nv_bfloat16*>(cache)[r]);
+    };
     auto row = [&](int j) {
         const int64_t slot = static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
         return (slot * a.num_kv_heads + kv_head) * kHeadDim + 2 * lane;
     };
     auto score = [&](int j) {
         const int64_t r = row(j);
-        return warp_sum_all(q0 * __bfloat162float(kc[r]) + q1 * __bfloat162float(kc[r + 1])) * a.scale;
+        return warp_sum_all(q0 * kv_at(a.k_cache, r) + q1 * kv_at(a.k_cache, r + 1)) * a.scale;
     };
     float mx = a.sinks[head];
     for (int j = lo; j <= pos; ++j) mx = fmaxf(mx, score(j));
@@ -750,8 +836,8 @@ __global__ void __launch_bounds__(kRefWarps * 32)
         const float p = expf(score(j) - mx);
         den += p;
         const int64_t r = row(j);
-        o0 += p * __bfloat162float(vc[r]);
-        o1 += p * __bfloat162float(vc[r + 1]);
+        o0 += p * kv_at(a.v_cache, r);
+        o1 += p * kv_at(a.v_cache, r + 1);
     }
     __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(t) * a.num_heads + head) * kHeadDim;
     dst[2 * lane] = __float2bfloat16(o0 / den);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -49,6 +50,15 @@ __device__ __forceinline__ float e2m1_value(uint32_t code) {
 // (2^-127, subnormal) and 255 (NaN in OCP, inf in the reference) are handled by exp2f.
 __device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
     return (s - 1u < 254u) ? __uint_as_float(s << 23) : exp2f(static_cast<float>(static_cast<int>(s) - 127));
+}
+
+// One KV-cache element: bf16, or e4m3 (round to nearest even, saturating to ±448; NaN stays NaN)
+// when the cache is FP8 (QkvRopeArgs / PagedAttentionArgs kv_fp8).
+__device__ __forceinline__ void store_kv(void* cache, int64_t i, float v, bool fp8) {
+    if (fp8)
+        static_cast<__nv_fp8_storage_t*>(cache)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+    else
+        static_cast<__nv_bfloat16*>(cache)[i] = __float2bfloat16(v);
 }
 
 // Counter-based uniform in [0, 1): the same splitmix64 construction as runtime::uniform_at.

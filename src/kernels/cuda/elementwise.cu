@@ -77,8 +77,6 @@ __global__ void qkv_rope_kernel(const QkvRopeArgs a) {
     const float pos = static_cast<float>(a.positions[t]);
     const int slot = a.slot_mapping[t];
     auto* q_out = static_cast<__nv_bfloat16*>(a.q_out) + static_cast<int64_t>(t) * nq * hd;
-    auto* k_cache = static_cast<__nv_bfloat16*>(a.k_cache);
-    auto* v_cache = static_cast<__nv_bfloat16*>(a.v_cache);
     // Rotations: (nq + nkv) heads × half pairs.
     for (int idx = threadIdx.x; idx < (nq + nkv) * half; idx += blockDim.x) {
         const int h = idx / half, i = idx % half;
@@ -97,14 +95,14 @@ __global__ void qkv_rope_kernel(const QkvRopeArgs a) {
             q_out[base + i + half] = __float2bfloat16(y2);
         } else if (slot >= 0) {
             const int64_t dst = static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
-            k_cache[dst + i] = __float2bfloat16(y1);
-            k_cache[dst + i + half] = __float2bfloat16(y2);
+            store_kv(a.k_cache, dst + i, y1, a.kv_fp8);
+            store_kv(a.k_cache, dst + i + half, y2, a.kv_fp8);
         }
     }
     if (slot >= 0) {
         for (int i = threadIdx.x; i < nkv * hd; i += blockDim.x) {
             const int src = (nq + nkv) * hd + i;
-            v_cache[static_cast<int64_t>(slot) * nkv * hd + i] = __float2bfloat16(row[src] + a.bias[src]);
+            store_kv(a.v_cache, static_cast<int64_t>(slot) * nkv * hd + i, row[src] + a.bias[src], a.kv_fp8);
         }
     }
 }
@@ -117,7 +115,22 @@ __global__ void fill_random_bf16_kernel(__nv_bfloat16* out, int64_t n, uint64_t 
     }
 }
 
+__global__ void fill_random_fp8_kernel(uint8_t* out, int64_t n, uint64_t seed) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const uint64_t r = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(i)));
+        out[i] =
+            __nv_cvt_float_to_fp8(static_cast<float>(r >> 40) * 0x1.0p-24f * 4.0f - 2.0f, __NV_SATFINITE, __NV_E4M3);
+    }
+}
+
 }  // namespace
+
+void fill_random_fp8(void* out, int64_t n, uint64_t seed, cudaStream_t stream) {
+    if (n == 0) return;
+    fill_random_fp8_kernel<<<4096, 256, 0, stream>>>(static_cast<uint8_t*>(out), n, seed);
+    CUDA_CHECK_LAUNCH();
+}
 
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream) {
     if (n == 0) return;

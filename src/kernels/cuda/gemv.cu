@@ -211,16 +211,14 @@ __device__ __forceinline__ void rope_store(const QkvRopeArgs& r, int h, int i, i
             q[i] = __float2bfloat16(y1);
             q[i + half] = __float2bfloat16(y2);
         } else if (slot >= 0) {
-            __nv_bfloat16* k =
-                static_cast<__nv_bfloat16*>(r.k_cache) + static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
-            k[i] = __float2bfloat16(y1);
-            k[i + half] = __float2bfloat16(y2);
+            const int64_t k = static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
+            store_kv(r.k_cache, k + i, y1, r.kv_fp8);
+            store_kv(r.k_cache, k + i + half, y2, r.kv_fp8);
         }
     } else if (slot >= 0) {  // v head: copied
-        __nv_bfloat16* v =
-            static_cast<__nv_bfloat16*>(r.v_cache) + static_cast<int64_t>(slot) * nkv * hd + (h - nq - nkv) * hd;
-        v[i] = __float2bfloat16(x1);
-        v[i + half] = __float2bfloat16(x2);
+        const int64_t v = static_cast<int64_t>(slot) * nkv * hd + (h - nq - nkv) * hd;
+        store_kv(r.v_cache, v + i, x1, r.kv_fp8);
+        store_kv(r.v_cache, v + i + half, x2, r.kv_fp8);
     }
 }
 

@@ -12,7 +12,6 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
-#include "kernels/cuda/moe_common.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -478,19 +477,6 @@ __global__ void __launch_bounds__(kRouterThreads)
             rank += j < i && s_ids[j] == ei;
         }
         a.sorted_assignments[start + rank] = i;
-    }
-    if (a.prefetch_blocks != nullptr) {  // each chosen expert once (the plan is written above)
-        for (int i = 0; i < A; ++i) {
-            const int ei = s_ids[i];
-            bool first = true;
-            for (int j = 0; j < i; ++j) first = first && s_ids[j] != ei;
-            if (!first) continue;  // uniform: every thread reads the same s_ids
-            prefetch_l2_range(a.prefetch_blocks + static_cast<int64_t>(ei) * a.prefetch_block_bytes,
-                              a.prefetch_block_bytes);
-            if (a.prefetch_scales != nullptr)
-                prefetch_l2_range(a.prefetch_scales + static_cast<int64_t>(ei) * a.prefetch_scale_bytes,
-                                  a.prefetch_scale_bytes);
-        }
     }
     if (threadIdx.x == 0) *a.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
 }
@@ -1194,8 +1180,8 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         return v == nullptr ? 1 : std::atoi(v);
     }();
     const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
-    if ((decode_kernel == 1 || decode_kernel == 2) && moe_decode_mma_supported(a)) {
-        moe_decode_mma(a, decode_kernel == 2, stream);
+    if (decode_kernel == 1 && moe_decode_mma_supported(a)) {
+        moe_decode_mma(a, stream);
         return;
     }
     const int v2_max = 32 * 32 * kV2GroupsPerLane;

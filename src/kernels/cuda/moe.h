@@ -72,14 +72,6 @@ struct RouterPlanSmallArgs {
     float* residual_out = nullptr;
     float* h_out = nullptr;
     void* h_bf16_out = nullptr;
-    // Optional: once the top-k is known, the last CTA asks L2 to prefetch the chosen experts'
-    // gate_up weights (cp.async.bulk.prefetch.L2), so the MoE kernel after this one starts on L2
-    // hits instead of paying its DRAM ramp. Expert e's bytes: prefetch_blocks + e · block_bytes
-    // (block_bytes long), the same for the scales. Sizes and offsets: multiples of 16.
-    const uint8_t* prefetch_blocks = nullptr;
-    const uint8_t* prefetch_scales = nullptr;
-    int64_t prefetch_block_bytes = 0;
-    int64_t prefetch_scale_bytes = 0;
 };
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
 
@@ -114,20 +106,15 @@ struct MoeMxfp4Args {
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
-    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 2: the same with its weights
-    // landing in shared memory (an experiment, not yet run); 0: always the fp32 kernels.
+    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma: the first tile's CTA of each active expert asks L2 to prefetch that expert's
-    // down weights while gate_up runs.
-    bool l2_prefetch_down = false;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 inline constexpr int kMoeDecodeMmaMaxTokens = 8;
 bool moe_decode_mma_supported(const MoeMxfp4Args& args);
-// smem_landing: the weights land in shared memory by cp.async instead of registers (experiment).
-void moe_decode_mma(const MoeMxfp4Args& args, bool smem_landing, cudaStream_t stream);
+void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 
 // Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
 // MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host

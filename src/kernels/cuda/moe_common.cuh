@@ -31,19 +31,6 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Asks L2 to fetch [p, p + bytes) (a hint: no data comes back, nothing faults on completion).
-// bytes: a multiple of 16, p 16-byte aligned. Threads of the block take 64 KB pieces in turn.
-__device__ __forceinline__ void prefetch_l2_range(const uint8_t* p, int64_t bytes) {
-    if ((reinterpret_cast<uintptr_t>(p) & 15u) != 0) return;  // a hint only: skip what it cannot take
-    constexpr int64_t kPiece = 64 * 1024;
-    const int64_t pieces = (bytes + kPiece - 1) / kPiece;
-    for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) {
-        const int64_t off = i * kPiece;
-        const uint32_t n = static_cast<uint32_t>(min(kPiece, bytes - off)) & ~15u;
-        if (n > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off), "r"(n) : "memory");
-    }
-}
-
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     uint32_t d;
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));

@@ -87,14 +87,9 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
     if (lane == 0 && !found) s_info[0] = -1;
 }
 
-// kLand (opt-in, GPTOSS_MOE_DECODE=2; session 6, not yet run): the weights land in shared memory by
-// cp.async ([2·step + row half][thread], conflict-free reads of each lane's own chunks) instead of
-// registers, so fewer registers bound the CTAs an SM (6 instead of 4: ~150 against ~100 KB in
-// flight). The test of the hypothesis that register-landing decode kernels are capped by their
-// bytes in flight (bench/NOTES.md r21).
-template <bool kGateUp, bool kLand>
-__global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
-    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots], then (kLand) the weights
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[8];
@@ -117,11 +112,6 @@ __global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel
         return;
     }
     const int tok0 = s_info[1], ntok = min(s_info[2], 8);
-    if (kGateUp && a.l2_prefetch_down && row0 == 0) {  // this expert's down weights, for the next launch
-        const int64_t db = static_cast<int64_t>(H) * I / 2, ds = static_cast<int64_t>(H) * I / 32;
-        prefetch_l2_range(a.down_blocks + e * db, db);
-        prefetch_l2_range(a.down_scales + e * ds, ds);
-    }
     if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
 
     // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
@@ -133,18 +123,12 @@ __global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel
     const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + g, r_hi = r_lo + 8;
     uint4 w_lo[kMaxSteps], w_hi[kMaxSteps];
     uint32_t sc_lo[kMaxSteps], sc_hi[kMaxSteps];
-    uint4* land = xs_all + kWarps * max_tokens * kTokenSlots;  // kLand: [2 · kMaxSteps][kThreads]
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) {
         const int grp = 4 * (s0 + i) + t;
         if (i < ns && grp < G) {
-            if constexpr (kLand) {
-                cp_async16(land + (2 * i) * kThreads + threadIdx.x, blocks + (r_lo * G + grp) * 16);
-                cp_async16(land + (2 * i + 1) * kThreads + threadIdx.x, blocks + (r_hi * G + grp) * 16);
-            } else {
-                w_lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
-                w_hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
-            }
+            w_lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
+            w_hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
             sc_lo[i] = __ldg(scales + r_lo * G + grp);
             sc_hi[i] = __ldg(scales + r_hi * G + grp);
         } else {
@@ -152,7 +136,6 @@ __global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel
             sc_lo[i] = sc_hi[i] = 127u;
         }
     }
-    if constexpr (kLand) cp_async_commit();
     if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
     pdl_trigger();                       // after the wait: at most this kernel and the next in flight
     __syncthreads();                     // s_as
@@ -187,7 +170,6 @@ __global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel
     }
     __syncwarp();
 
-    if constexpr (kLand) cp_async_wait<0>();  // this lane's own copies: no barrier needed
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
     uint32_t big = 0;
 #pragma unroll
@@ -201,18 +183,11 @@ __global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel
         const uint4* xrow = xs + g * kTokenSlots + gl * kGroupSlots;
         const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
         const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
-        uint4 wlo = w_lo[i], whi = w_hi[i];
-        if constexpr (kLand) {
-            if (4 * (s0 + i) + t < G) {  // else the registers' zeros (nothing was copied)
-                wlo = land[(2 * i) * kThreads + threadIdx.x];
-                whi = land[(2 * i + 1) * kThreads + threadIdx.x];
-            }
-        }
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const uint4 xb = has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
-            const uint32_t wl = q == 0 ? wlo.x : q == 1 ? wlo.y : q == 2 ? wlo.z : wlo.w;
-            const uint32_t wh = q == 0 ? whi.x : q == 1 ? whi.y : q == 2 ? whi.z : whi.w;
+            const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
+            const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
             uint32_t rl[4], rh[4];
             e2m1x8_raw(wl, rl);
             e2m1x8_raw(wh, rh);
@@ -262,17 +237,15 @@ __global__ void __launch_bounds__(kThreads, kLand ? 6 : 4) moe_decode_mma_kernel
     }
 }
 
-template <bool kGateUp, bool kLand>
+template <bool kGateUp>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int max_tokens = std::min(a.num_tokens, 8);
     // At most min(E, tokens · k) experts have tokens.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
-    const size_t smem = (static_cast<size_t>(kWarps) * max_tokens * kTokenSlots +
-                         (kLand ? static_cast<size_t>(2) * kMaxSteps * kThreads : 0)) *
-                        sizeof(uint4);
-    auto kernel = moe_decode_mma_kernel<kGateUp, kLand>;
+    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * kTokenSlots * sizeof(uint4);
+    auto kernel = moe_decode_mma_kernel<kGateUp>;
     if (smem > 48 * 1024)  // host-side, capture-safe
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     launch_pdl(kernel, static_cast<int>(grid), kThreads, smem, stream, a);
@@ -288,16 +261,11 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
            a.num_experts <= kMaxExpertsScan;
 }
 
-void moe_decode_mma(const MoeMxfp4Args& a, bool smem_landing, cudaStream_t stream) {
+void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    if (smem_landing) {
-        launch<true, true>(a, stream);
-        launch<false, true>(a, stream);
-    } else {
-        launch<true, false>(a, stream);
-        launch<false, false>(a, stream);
-    }
+    launch<true>(a, stream);
+    launch<false>(a, stream);
 }
 
 }  // namespace gptoss::kernels::cuda

@@ -42,6 +42,7 @@ struct QkvRopeArgs {
     void* q_out = nullptr;    // [num_tokens, num_heads, head_dim] bf16
     void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
     void* v_cache = nullptr;
+    bool kv_fp8 = false;  // the caches hold e4m3 (kernels/args/paged_attention_args.h), not bf16
     int num_tokens = 0;
     int num_heads = 0;
     int num_kv_heads = 0;
@@ -49,7 +50,8 @@ struct QkvRopeArgs {
 };
 void qkv_bias_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
 
-// n bf16 values, uniform in [-2, 2), from a counter-based hash (benchmark fill).
+// n bf16 (or e4m3) values, uniform in [-2, 2), from a counter-based hash (benchmark fill).
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream);
+void fill_random_fp8(void* out, int64_t n, uint64_t seed, cudaStream_t stream);
 
 }  // namespace gptoss::kernels::cuda
