@@ -205,6 +205,8 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
     // The 321-token prompt step runs the experts through moe_wgmma, then through per-expert cuBLAS;
     // then moe_wgmma with the FP8 (e4m3) KV cache, against CPU forwards whose caches round to e4m3
     // too (CpuKvCache fp8; the fp32 CPU keeps an fp32 cache, so its gap includes the FP8 cache's).
+    size_t bf16_kv_bytes = 0;        // variant 0's cache: the FP8 cache must be half of it
+    std::vector<float> bf16_prompt;  // variant 0's prompt logits: the FP8 cache must move them
     for (int variant : {0, 1, 2}) {
         const bool wgmma = variant != 1, kv8 = variant == 2;
         SCOPED_TRACE(wgmma ? (kv8 ? "moe_wgmma, FP8 KV cache" : "moe_wgmma") : "cuBLAS experts");
@@ -213,6 +215,10 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
         o.kv_fp8 = kv8;
         auto m = CudaModel::create(**w, o);
         ASSERT_TRUE(m.ok()) << m.status().to_string();
+        if (variant == 0) bf16_kv_bytes = (*m)->kv_cache_bytes();
+        if (kv8) {
+            EXPECT_EQ(2 * (*m)->kv_cache_bytes(), bf16_kv_bytes);
+        }
         // Reference: the CPU forward rounding to bf16 where the CUDA path does (tight tolerance), and
         // the plain fp32 CPU forward (reported: the gap is the bf16 precision itself).
         model::CpuForward cpu(**w, /*emulate_bf16=*/true);
@@ -239,6 +245,10 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
         ASSERT_TRUE(cpu.forward(batch, cpu_kv, &r).ok());
         ASSERT_TRUE(cpu32.forward(batch, cpu32_kv, &r32).ok());
         ASSERT_EQ(g.size(), r.size());
+        if (variant == 0) bf16_prompt = g;
+        if (kv8) {
+            EXPECT_NE(g, bf16_prompt) << "the FP8 KV cache left the logits unchanged";
+        }
         for (size_t row = 0; row < g.size() / V; ++row) {
             agree.add(g.data() + row * V, r.data() + row * V, V);
             agree32.add(g.data() + row * V, r32.data() + row * V, V);

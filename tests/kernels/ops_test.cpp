@@ -947,7 +947,9 @@ TEST(CudaOps, MoeW4A8ExactActivations) {
         if (!extreme) {
             EXPECT_TRUE(close(got, ref, kTolBf16Out, "w4a8 gate_up on exact activations"));
         } else {
-            // Per element: the bf16 output's rounding (2^-8 relative) plus the slack.
+            // Per element: the bf16 output's rounding (2^-8 relative) plus the slack, plus 1e-3 absolute
+            // for outputs near zero (the slack is 2^-12 of a typical group's precision, DeepSeek-V3's
+            // "about 14 bits", not a worst case: so this errs towards false failures, not passes).
             int bad = 0;
             float worst_slack = 0.0f;
             for (size_t i = 0; i < ref.size(); ++i) {

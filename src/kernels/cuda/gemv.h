@@ -40,10 +40,12 @@ struct GemvArgs {
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 
-// The decode QKV projection fused with what follows it (ops.h qkv_bias_rope_kv_write): one warp
-// computes rows i and i + head_dim/2 of a head (the pair RoPE rotates) for every token, adds the
-// bias, rotates q and k heads, writes q (bf16) and k, v into the paged cache. Same arithmetic, in
-// the same order, as gemv_bf16w(legacy) followed by qkv_bias_rope_kv_write. g.w is the
+// The decode QKV projection fused with what follows it (ops.h qkv_bias_rope_kv_write): rows i and
+// i + head_dim/2 of a head (the pair RoPE rotates) are computed together for every token, then the
+// bias is added, q and k heads rotated, q written (bf16) and k, v stored into the paged cache (bf16
+// or, with r.kv_fp8, e4m3). Same arithmetic, in the same order, as the plain GEMV followed by
+// qkv_bias_rope_kv_write: gemv_bf16w(legacy) for bf16 weights; for FP8 weights gemv_bf16w with the
+// same fp8_kernel (the tensor-core kernel rounds x to bf16, one warp per row does not). g.w is the
 // concatenated [q; k; v] weight, g.n = (num_heads + 2·num_kv_heads)·head_dim, g.bias and g.y unused
 // (the bias is r.bias); r.qkv unused.
 struct QkvRopeArgs;

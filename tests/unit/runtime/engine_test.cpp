@@ -9,11 +9,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <span>
+#include <string>
 
 #include "engine_test_util.h"
+#include "model/gpt_oss_forward.h"
 #include "model/random_checkpoint.h"
+#include "runtime/cpu_model_runner.h"
 
 namespace gptoss::runtime {
 namespace {
@@ -219,6 +223,58 @@ TEST_F(EngineTest, ParallelLayoutsOnSimulatedRanksGiveTheSameGenerations) {
         // Logits move by ~1e-7 relative when sums are regrouped over ranks: logprobs within 1e-4.
         expect_batch_matches_reference(weights_, test_config(), reqs, &st, layout, 1e-4f);
         EXPECT_GT(st.num_cached_prompt_tokens, 0);
+    }
+}
+
+// The CPU runner's FP8 KV cache (--kv-cache-dtype fp8) reaches the forward, on one rank and under
+// DP (ranks as threads): its logits are the CPU forward's with an e4m3-rounding cache, not the
+// fp32 cache's.
+TEST_F(EngineTest, CpuRunnerFp8KvCacheReachesTheForward) {
+    const model::GptOssConfig& c = weights_->config;
+    const auto ids = random_ids(12, 300, 5);
+    const std::vector<int32_t> table = {0, 1, 2, 3};
+    auto run_reference = [&](bool fp8) {
+        model::CpuKvCache kv(c, 4, 16, 16, 0, fp8);
+        model::CpuForward fwd(*weights_);
+        std::vector<float> out;
+        model::ForwardSequence s0{std::span(ids).first(11), 0, table, table, false};  // last row only
+        EXPECT_TRUE(fwd.forward(std::span(&s0, 1), kv, &out).ok());
+        model::ForwardSequence s1{std::span(ids).subspan(11, 1), 11, table, table, true};
+        EXPECT_TRUE(fwd.forward(std::span(&s1, 1), kv, &out).ok());
+        return out;
+    };
+    const std::vector<float> want = run_reference(true), fp32_cache = run_reference(false);
+    ASSERT_NE(want, fp32_cache);
+    for (const char* layout : {"tp=1", "dp=2"}) {
+        SCOPED_TRACE(layout);
+        auto cfg = parallel::ParallelConfig::parse(layout);
+        ASSERT_TRUE(cfg.ok());
+        CpuModelRunner runner(weights_, *cfg, /*kv_fp8=*/true);
+        ASSERT_TRUE(runner.allocate_kv_cache(4, KvBlockCounts{.full = 16, .sliding = 16}).ok());
+        std::vector<float> got;
+        Batch b0;
+        b0.seqs.push_back({std::span(ids).first(11), 0, table, table, true});
+        b0.num_tokens = 11;
+        ASSERT_TRUE(runner.forward(b0, &got).ok());
+        Batch b1;
+        b1.seqs.push_back({std::span(ids).subspan(11, 1), 11, table, table, true});
+        b1.num_tokens = 1;
+        ASSERT_TRUE(runner.forward(b1, &got).ok());
+        // The prompt's last row, then the decode step's. One rank: the same bits. DP=2: the ranks'
+        // threads regroup sums (~1e-7 relative, as ParallelLayoutsOnSimulatedRanks...), so within
+        // 1e-4 of the largest logit, while the fp32 cache's logits are ≥ 1e-3 away.
+        ASSERT_EQ(got.size(), want.size());
+        float d_want = 0.0f, d_fp32 = 0.0f, top = 0.0f;
+        for (size_t i = 0; i < want.size(); ++i) {
+            d_want = std::max(d_want, std::fabs(got[i] - want[i]));
+            d_fp32 = std::max(d_fp32, std::fabs(got[i] - fp32_cache[i]));
+            top = std::max(top, std::fabs(want[i]));
+        }
+        if (std::string(layout) == "tp=1") {
+            EXPECT_EQ(got, want);
+        }
+        EXPECT_LE(d_want, 1e-4f * top);
+        EXPECT_GT(d_fp32, 1e-3f * top);
     }
 }
 
