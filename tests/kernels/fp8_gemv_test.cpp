@@ -22,6 +22,24 @@ namespace {
 using test::close;
 using test::kTolF32;
 
+// y = x · Wᵀ + bias for T tokens through `kind`, W the FP8 weight f8.
+GemvArgs fp8_gemv_args(const Fp8Weight& f8, const DeviceBuffer& x, bool x_bf16, const DeviceBuffer& bias,
+                       DeviceBuffer& y, int T, GemvFp8Kernel kind) {
+    GemvArgs g;
+    g.x = x.get();
+    g.x_bf16 = x_bf16;
+    g.w = f8.q.get();
+    g.w_scale = f8.scales.as<float>();
+    g.w_ld = f8.k_pad;
+    g.bias = bias.as<float>();
+    g.y = y.as<float>();
+    g.num_tokens = T;
+    g.n = f8.n;
+    g.k = f8.k;
+    g.fp8_kernel = kind;
+    return g;
+}
+
 TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
     REQUIRE_GPU();
     // 20,000 × 512: enough rows that every ring warp wraps its 4 slots several times; 3 × 128: fewer
@@ -55,19 +73,7 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                         }
                     auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
                     auto dy = test::poisoned(ref.size() * 4);
-                    GemvArgs g;
-                    g.x = dx.get();
-                    g.x_bf16 = xb;
-                    g.w = f8.q.get();
-                    g.w_scale = f8.scales.as<float>();
-                    g.w_ld = f8.k_pad;
-                    g.bias = db.as<float>();
-                    g.y = dy.as<float>();
-                    g.num_tokens = T;
-                    g.n = n;
-                    g.k = k;
-                    g.fp8_kernel = kind;
-                    gemv_bf16w(g, nullptr);
+                    gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind), nullptr);
                     EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
                         << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " mma " << mma;
                 }
@@ -119,19 +125,7 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
         auto dx = test::to_device(test::to_bf16(x));
         for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma}) {
             auto dy = test::poisoned(ref.size() * 4);
-            GemvArgs g;
-            g.x = dx.get();
-            g.x_bf16 = true;
-            g.w = f8.q.get();
-            g.w_scale = f8.scales.as<float>();
-            g.w_ld = f8.k_pad;
-            g.bias = db.as<float>();
-            g.y = dy.as<float>();
-            g.num_tokens = T;
-            g.n = n;
-            g.k = k;
-            g.fp8_kernel = kind;
-            gemv_bf16w(g, nullptr);
+            gemv_bf16w(fp8_gemv_args(f8, dx, true, db, dy, T, kind), nullptr);
             const auto got = test::to_host<float>(dy, ref.size());
             int bad = 0;
             for (size_t i = 0; i < ref.size(); ++i) {

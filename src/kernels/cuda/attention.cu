@@ -177,6 +177,15 @@ __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, 
     return s;
 }
 
+// Element offset of column `col` of key j's row for this kv head; 0 when !valid (nothing read,
+// the block table included).
+__device__ __forceinline__ int64_t kv_offset(const KvSource& src, int j, bool valid, int col) {
+    if (!valid) return 0;
+    const int64_t block = __ldg(src.table + (j >> src.bs_shift));
+    const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
+    return slot * src.slot_stride + src.head_offset + col;
+}
+
 // Stages keys [tile·64, tile·64 + 64) of K and V into swizzled [64][64] bf16 tiles (128 threads:
 // 4 rows × one 16-byte chunk each, twice). Keys outside [lo, hi] are zero-filled without touching
 // the block table or the cache.
@@ -191,12 +200,7 @@ __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int 
             const int row = (tid >> 2) + i * 32;
             const int j = tile * kKvTile + row;
             const bool valid = j >= lo && j <= hi;
-            int64_t off = 0;
-            if (valid) {
-                const int64_t block = __ldg(src.table + (j >> src.bs_shift));
-                const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
-                off = slot * src.slot_stride + src.head_offset + q * 16;
-            }
+            const int64_t off = kv_offset(src, j, valid, q * 16);
             const uint32_t d = static_cast<uint32_t>(row * kHeadDim + q * 16);
             cp_async_16(v_dst + d, src.k + off, valid);
             cp_async_16(v_dst + kTileBytes / 2 + d, src.v + off, valid);
@@ -209,12 +213,7 @@ __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int 
         const int row = (tid >> 3) + i * 16;
         const int j = tile * kKvTile + row;
         const bool valid = j >= lo && j <= hi;
-        int64_t off = 0;
-        if (valid) {
-            const int64_t block = __ldg(src.table + (j >> src.bs_shift));
-            const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
-            off = slot * src.slot_stride + src.head_offset + chunk * 8;
-        }
+        const int64_t off = kv_offset(src, j, valid, chunk * 8);
         const uint32_t s = swizzle(row, chunk);
         cp_async_16(k_dst + s, src.k + 2 * off, valid);
         cp_async_16(v_dst + s, src.v + 2 * off, valid);
