@@ -44,14 +44,6 @@ constexpr int kGroupSlots = 5;             // uint4 slots per staged group (4 wo
 constexpr int kTokenSlots = kMaxGroups * kGroupSlots + 4;  // ≡ 4 (mod 8): conflict-free 16-byte reads
 constexpr int kMaxExpertsScan = 256;
 
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 // bf16x2 multipliers for scale byte s: 2^(s - 1) when it is a bf16 (s ≤ 128), else 2^126 then
 // 2^(s - 127) (s = 255 gives inf, as e8m0_to_f32 does).
 __device__ __forceinline__ uint32_t scale_first(uint32_t s) {

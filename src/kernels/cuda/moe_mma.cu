@@ -262,14 +262,6 @@ constexpr int kV4Warps = 6, kV4NF = 4, kV4BN = kV4Warps * kV4NF * 8;  // 192 col
 constexpr int kV4Threads = kV4Warps * 32, kV4Stages = 4, kV4BM = 16;
 constexpr int kV4StageBytes = kV4BM * 256;
 
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 // Physical 16-byte chunk of chunk c (8 elements; c = 4·group + word) of tile row r in a stage.
 __device__ __forceinline__ int v4_chunk(int r, int c) { return c ^ ((((c >> 3) & 1) << 1) | (r & 1)); }
 
