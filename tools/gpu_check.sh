@@ -136,7 +136,7 @@ for stage in "$@"; do
       # The decode benchmark under each environment setting of AB_ENVS (';'-separated, each a list of
       # VAR=value; an empty entry is the default), for each model of AB_MODELS (default 20b), with
       # AB_ARGS (default --fp8, batch 1,2,4,8, 1k context, 32 steps).
-      IFS=';' read -ra abs <<< "${AB_ENVS:-;GPTOSS_GEMV_FP8=row}"
+      IFS=';' read -ra abs <<< "${AB_ENVS:-;GPTOSS_GEMV_FP8=mma1}"
       for m in ${AB_MODELS:-20b}; do
         for i in "${!abs[@]}"; do
           e="${abs[$i]}"; tag="${m}_$i"

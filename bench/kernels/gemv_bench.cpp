@@ -10,7 +10,8 @@
 // over replays of event time / copies. Weight values do not matter for the time: every e4m3 byte
 // is 0x38 (1.0), every scale 1.
 //
-// Rows: FP8 one warp per row, FP8 on the tensor cores (GemvFp8Kernel::kMma), bf16. x is fp32.
+// Rows: FP8 one warp per row, FP8 on the tensor cores (GemvFp8Kernel::kMma), its one-wave variant
+// (kMmaOneWave, k ≤ 3,072 only), bf16. x is fp32.
 // Usage: gemv_bench [tokens ...]   (default 1 2 4 8). For ncu: `-k regex:gemv_`.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -47,7 +48,7 @@ struct Shape {
     int n, k;
 };
 
-double time_shape(const Shape& s, bool fp8, bool mma, int tokens, cudaStream_t stream) {
+double time_shape(const Shape& s, bool fp8, cuda::GemvFp8Kernel kind, int tokens, cudaStream_t stream) {
     const int k_pad = (s.k + 127) / 128 * 128;
     const size_t w_bytes = fp8 ? static_cast<size_t>(s.n) * k_pad : static_cast<size_t>(s.n) * s.k * 2;
     const size_t sc_count = static_cast<size_t>((s.n + 127) / 128) * (k_pad / 128);
@@ -80,7 +81,7 @@ double time_shape(const Shape& s, bool fp8, bool mma, int tokens, cudaStream_t s
         g.num_tokens = tokens;
         g.n = s.n;
         g.k = s.k;
-        g.fp8_kernel = mma ? cuda::GemvFp8Kernel::kMma : cuda::GemvFp8Kernel::kRowPerWarp;
+        g.fp8_kernel = kind;
         return g;
     };
     // One launch outside the capture: the launchers' first calls set attributes and query occupancy.
@@ -137,19 +138,23 @@ int main(int argc, char** argv) {
     CHECK_CUDA(cudaStreamCreate(&stream));
     std::printf("| shape | weights | tokens | µs | GB/s | %% of %.0f |\n|---|---|---:|---:|---:|---:|\n", kPeakGBs);
     for (const Shape& s : shapes)
-        for (int kind = 0; kind < 3; ++kind)  // FP8 one warp per row, FP8 on the tensor cores, bf16
+        for (int kind = 0; kind < 4; ++kind)  // FP8 one warp per row, tensor cores, one-wave; bf16
             for (int t : tokens) {
-                const bool fp8 = kind < 2, mma = kind == 1;
-                const double us = time_shape(s, fp8, mma, t, stream);
+                if (kind == 2 && s.k > 3072) continue;  // the one-wave variant takes k ≤ 3,072
+                const bool fp8 = kind < 3;
+                const cuda::GemvFp8Kernel kinds[] = {cuda::GemvFp8Kernel::kRowPerWarp, cuda::GemvFp8Kernel::kMma,
+                                                     cuda::GemvFp8Kernel::kMmaOneWave, cuda::GemvFp8Kernel::kAuto};
+                const double us = time_shape(s, fp8, kinds[kind], t, stream);
                 const int k_pad = (s.k + 127) / 128 * 128;
                 // Bytes read: FP8 rows read k of their k_pad columns, plus one scale per 128 × 128 block.
                 const double bytes =
                     fp8 ? static_cast<double>(s.n) * s.k + (s.n + 127) / 128 * (k_pad / 128) * 4.0 : 2.0 * s.n * s.k;
                 const double gbs = bytes / (us * 1e3);
                 std::printf("| %s %d×%d | %s | %d | %.1f | %.0f | %.0f%% |\n", s.name, s.n, s.k,
-                            mma   ? "fp8 mma"
-                            : fp8 ? "fp8 row"
-                                  : "bf16",
+                            kind == 0   ? "fp8 row"
+                            : kind == 1 ? "fp8 mma"
+                            : kind == 2 ? "fp8 mma1"
+                                        : "bf16",
                             t, us, gbs, 100.0 * gbs / kPeakGBs);
             }
     CHECK_CUDA(cudaStreamDestroy(stream));

@@ -56,8 +56,9 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
         for (int T : {1, 3, 8}) {
             for (bool xb : {false, true})
-                for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma}) {
-                    const bool mma = kind == GemvFp8Kernel::kMma;
+                for (GemvFp8Kernel kind :
+                     {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
+                    const bool mma = kind != GemvFp8Kernel::kRowPerWarp;
                     auto x = test::randn(static_cast<size_t>(T) * k, 23 + T);
                     if (xb) x = test::bf16_round(x);
                     const auto xr = mma ? test::bf16_round(x) : x;  // what the kernel multiplies
@@ -75,7 +76,8 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                     auto dy = test::poisoned(ref.size() * 4);
                     gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind), nullptr);
                     EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
-                        << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " mma " << mma;
+                        << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " kernel "
+                        << static_cast<int>(kind);
                 }
         }
     }
@@ -123,7 +125,7 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
                 mag[static_cast<size_t>(t) * n + r] = m;
             }
         auto dx = test::to_device(test::to_bf16(x));
-        for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma}) {
+        for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
             auto dy = test::poisoned(ref.size() * 4);
             gemv_bf16w(fp8_gemv_args(f8, dx, true, db, dy, T, kind), nullptr);
             const auto got = test::to_host<float>(dy, ref.size());
@@ -131,10 +133,10 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
             for (size_t i = 0; i < ref.size(); ++i) {
                 const double tol = 1e-4 * mag[i] + 1e-6 * std::fabs(ref[i]);  // + bias rounding
                 if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5)
-                    ADD_FAILURE() << "T " << T << " mma " << (kind == GemvFp8Kernel::kMma) << " token " << i / n
-                                  << " row " << i % n << ": " << got[i] << " vs " << ref[i] << " (tol " << tol << ")";
+                    ADD_FAILURE() << "T " << T << " kernel " << static_cast<int>(kind) << " token " << i / n << " row "
+                                  << i % n << ": " << got[i] << " vs " << ref[i] << " (tol " << tol << ")";
             }
-            EXPECT_EQ(bad, 0) << "T " << T << " mma " << (kind == GemvFp8Kernel::kMma);
+            EXPECT_EQ(bad, 0) << "T " << T << " kernel " << static_cast<int>(kind);
         }
     }
 }

@@ -2,10 +2,11 @@
 // (gemv_bf16w legacy, then qkv_bias_rope_kv_write, itself tested against the CPU reference in
 // ops_test.cpp). Same arithmetic in the same order: the outputs must agree to the bit, up to FMA
 // contraction choices the compiler may make differently (≤ 1 bf16 ulp allowed, on < 0.1% of values).
-// FP8 weights run both kernels (GemvFp8Kernel): one warp per row against the legacy GEMV, the
-// tensor-core one against the plain tensor-core GEMV (the same tiles' sums, other rows per tile),
-// and that again with an FP8 (e4m3) KV cache: the cache bytes must agree but for ≤ 0.1% that
-// are neighbouring e4m3 codes (the same FMA-contraction caveat, one e4m3 step instead of one bf16 ulp).
+// FP8 weights run every kernel (GemvFp8Kernel): one warp per row against the legacy GEMV; the
+// tensor-core kernel, and its one-wave variant, against the plain GEMV of the same kind (the same
+// tiles' sums, other rows per tile); the tensor-core kernel again with an FP8 (e4m3) KV cache,
+// whose bytes must agree but for ≤ 0.1% that are neighbouring e4m3 codes (the same
+// FMA-contraction caveat, one e4m3 step instead of one bf16 ulp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,9 +26,12 @@ namespace {
 TEST(CudaQkvFused, MatchesGemvThenRope) {
     REQUIRE_GPU();
     const int H = 2880, hd = 64;
-    for (int variant : {0, 1, 2, 3}) {  // bf16; FP8 one warp per row; FP8 on the tensor cores; + FP8 KV
+    // bf16; FP8 one warp per row; FP8 on the tensor cores; + FP8 KV; the one-wave tensor-core variant
+    for (int variant : {0, 1, 2, 3, 4}) {
         const bool fp8 = variant > 0, kv8 = variant == 3;
-        const GemvFp8Kernel kind = variant >= 2 ? GemvFp8Kernel::kMma : GemvFp8Kernel::kRowPerWarp;
+        const GemvFp8Kernel kind = variant == 4   ? GemvFp8Kernel::kMmaOneWave
+                                   : variant >= 2 ? GemvFp8Kernel::kMma
+                                                  : GemvFp8Kernel::kRowPerWarp;
         for (int nkv : {8, 4, 1}) {
             const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
             for (int T : {1, 3, 8}) {

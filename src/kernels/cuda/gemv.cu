@@ -443,6 +443,11 @@ int v2_grid_limit() {
 // RoPE rotates) and ends as qkv_gemv_rope_kernel does.
 constexpr int kMmaWarps = 8;
 constexpr int kMmaSteps = 8;  // 64-byte K steps a warp keeps in flight
+// GemvFp8Kernel::kMmaOneWave (opt-in, session 7, not yet run): 6 steps a warp (k ≤ 3,072 in one
+// round) and the tile's block scales in shared memory instead of 16 registers, to fit 3 CTAs an SM:
+// the QKV projection's 320 tiles then run in one wave of 396 slots instead of two of 264.
+constexpr int kMmaStepsOneWave = 6;
+constexpr int kOneWaveMaxK = kMmaWarps * kMmaStepsOneWave * 64;  // 3,072
 
 // Bytes (0, 2) and (1, 3) of an e4m3 word as bf16x2 pairs (the lower byte in the low half), exact.
 __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& even, uint32_t& odd) {
@@ -468,10 +473,13 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
     }
 }
 
-template <typename XT, bool kRope>
-__global__ void __launch_bounds__(kMmaWarps * 32, 2)
+template <typename XT, bool kRope, int kSteps = kMmaSteps>
+__global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
-    __shared__ float red[kMmaWarps][16][8];  // [warp][tile row][token]
+    constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
+    __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
+    // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
+    __shared__ float s_scale[2][kSmemScales ? kOneWaveMaxK / 128 : 1];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int head = 0, i0 = 0, row_lo, row_hi;  // this lane's rows g and g + 8 of the tile
     if constexpr (kRope) {
@@ -493,31 +501,40 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
     const float* sc_hi = a.w_scale + static_cast<int64_t>(ld_hi / 128) * kb;
     const int S = a.k / 64;
 
-    uint4 wl[kMmaSteps], wh[kMmaSteps];
-    float sl[kMmaSteps], sh[kMmaSteps];
+    uint4 wl[kSteps], wh[kSteps];
+    float sl[kSmemScales ? 1 : kSteps], sh[kSmemScales ? 1 : kSteps];
     auto load = [&](int base) {
 #pragma unroll
-        for (int i = 0; i < kMmaSteps; ++i) {
+        for (int i = 0; i < kSteps; ++i) {
             const int s = base + kMmaWarps * i;
             if (s < S) {
                 wl[i] = ld_stream(reinterpret_cast<const uint4*>(p_lo + s * 64));
                 wh[i] = ld_stream(reinterpret_cast<const uint4*>(p_hi + s * 64));
-                sl[i] = __ldg(sc_lo + (s >> 1));
-                sh[i] = __ldg(sc_hi + (s >> 1));
+                if constexpr (!kSmemScales) {
+                    sl[i] = __ldg(sc_lo + (s >> 1));
+                    sh[i] = __ldg(sc_hi + (s >> 1));
+                }
             }
         }
     };
     load(warp);
+    if constexpr (kSmemScales) {  // the scale rows of tile rows 0 and 8 (each half in one 128-row block)
+        const float* lo = a.w_scale + static_cast<int64_t>(min(row_lo - g, a.n - 1) / 128) * kb;
+        const float* hi = a.w_scale + static_cast<int64_t>(min(row_hi - g, a.n - 1) / 128) * kb;
+        for (int i = threadIdx.x; i < 2 * kb; i += kMmaWarps * 32)
+            s_scale[i / kb][i % kb] = __ldg((i < kb ? lo : hi) + i % kb);
+    }
     pdl_wait();
-    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    pdl_trigger();                               // after the wait: at most this kernel and the next one in flight
+    if constexpr (kSmemScales) __syncthreads();  // s_scale
 
     const bool has_x = g < a.num_tokens;
     const XT* x = static_cast<const XT*>(a.x) + static_cast<int64_t>(has_x ? g : 0) * a.k + 16 * t;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
-    for (int base = warp; base < S; base += kMmaWarps * kMmaSteps) {
+    for (int base = warp; base < S; base += kMmaWarps * kSteps) {
         if (base != warp) load(base);
 #pragma unroll
-        for (int i = 0; i < kMmaSteps; ++i) {
+        for (int i = 0; i < kSteps; ++i) {
             const int s = base + kMmaWarps * i;
             if (s >= S) break;
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
@@ -535,10 +552,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32, 2)
                 const uint32_t b1 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632);
                 mma_bf16(tmp, le, he, lodd, hodd, b0, b1);
             }
-            acc[0] = fmaf(sl[i], tmp[0], acc[0]);
-            acc[1] = fmaf(sl[i], tmp[1], acc[1]);
-            acc[2] = fmaf(sh[i], tmp[2], acc[2]);
-            acc[3] = fmaf(sh[i], tmp[3], acc[3]);
+            const float s_lo = kSmemScales ? s_scale[0][s >> 1] : sl[i];
+            const float s_hi = kSmemScales ? s_scale[1][s >> 1] : sh[i];
+            acc[0] = fmaf(s_lo, tmp[0], acc[0]);
+            acc[1] = fmaf(s_lo, tmp[1], acc[1]);
+            acc[2] = fmaf(s_hi, tmp[2], acc[2]);
+            acc[3] = fmaf(s_hi, tmp[3], acc[3]);
         }
     }
 
@@ -582,6 +601,14 @@ bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
 template <bool kRope>
 void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
+    if (a.fp8_kernel == GemvFp8Kernel::kMmaOneWave && a.w_ld <= kOneWaveMaxK) {
+        constexpr int kS = kMmaStepsOneWave;
+        if (a.x_bf16)
+            launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
+        else
+            launch_pdl(gemv_fp8_mma_kernel<float, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
+        return;
+    }
     if (a.x_bf16)
         launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
     else

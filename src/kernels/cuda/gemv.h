@@ -14,7 +14,9 @@ namespace gptoss::kernels::cuda {
 
 constexpr int kGemvMaxTokens = 8;
 
-enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma };
+// kMmaOneWave: the tensor-core kernel with 6 K steps a warp and its block scales in shared memory,
+// 3 CTAs an SM (k ≤ 3,072; else kMma). Opt-in (GPTOSS_GEMV_FP8=mma1), session 7, not yet run.
+enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma, kMmaOneWave };
 
 struct GemvArgs {
     const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
