@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -146,6 +146,19 @@ for stage in "$@"; do
           summary+=("env_ab $m [${e:-default}] rc=$?")
           echo "$m [${e:-default}]:"; grep -E "^\| [0-9]+ \|" "$OUT/ab_$tag.md"
         done
+      done
+      ;;
+    fp8kv_ab)
+      # The FP8 KV cache's decode attention: the widening pass (default) against the direct e4m3
+      # fragments (GPTOSS_ATTN_FP8_DIRECT=1), the kernel alone and in 20b decode steps.
+      for d in 0 1; do
+        GPTOSS_ATTN_FP8_KV=1 GPTOSS_ATTN_FP8_DIRECT=$d $BIN/attention_bench decode > "$OUT/fp8kv_attn_$d.log" 2>&1
+        summary+=("fp8kv_ab attention_bench direct=$d rc=$?")
+        echo "attention decode, FP8 KV, direct $d:"; grep -E "B=(1|8|64|128) " "$OUT/fp8kv_attn_$d.log" | head -14
+        GPTOSS_ATTN_FP8_DIRECT=$d $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --kv-cache-dtype fp8 --prefill "" \
+          --batch 1,64,128 --context 8192,32768 --decode-steps 8 --markdown "$OUT/fp8kv_20b_$d.md" > "$OUT/fp8kv_20b_$d.log" 2>&1
+        summary+=("fp8kv_ab 20b direct=$d rc=$?")
+        echo "20b FP8 KV, direct $d:"; grep -E "^\| [0-9]+ \|" "$OUT/fp8kv_20b_$d.md"
       done
       ;;
     gemv_bench)

@@ -12,7 +12,8 @@
 // several times; prefill: one launch), warmed up, and replayed; the median over replays of event
 // time / launches is reported. Usage: attention_bench [substring filter]. GPTOSS_ATTN_FP8_KV=1: the
 // caches hold e4m3 (PagedAttentionArgs::kv_fp8; random bytes, the values do not matter for time),
-// and the byte counts halve.
+// and the byte counts halve; GPTOSS_ATTN_FP8_DIRECT=1 with it: the decode kernel reading the e4m3
+// tile directly (PagedAttentionArgs::fp8_direct).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -130,7 +131,8 @@ struct Common {
     DevBuf counters;
     int max_splits = 132;
     bool fused_combine = false;
-    bool fp8_kv = false;  // GPTOSS_ATTN_FP8_KV=1
+    bool fp8_kv = false;      // GPTOSS_ATTN_FP8_KV=1
+    bool fp8_direct = false;  // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
     Common(int max_seqs)
         : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4),
           counters(static_cast<size_t>(max_seqs) * kKvHeads * 4) {
@@ -142,6 +144,8 @@ struct Common {
         fused_combine = v != nullptr && std::string(v) == "1";
         const char* f = std::getenv("GPTOSS_ATTN_FP8_KV");
         fp8_kv = f != nullptr && std::string(f) == "1";
+        const char* fd = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
+        fp8_direct = fd != nullptr && std::string(fd) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -158,6 +162,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.max_splits = c.max_splits;
     a.split_counters = c.fused_combine ? c.counters.as<uint32_t>() : nullptr;
     a.kv_fp8 = c.fp8_kv;
+    a.fp8_direct = c.fp8_direct;
     return a;
 }
 
@@ -224,7 +229,8 @@ Result bench_decode(Common& common, int batch, int ctx, int window, cudaStream_t
     const double flops = 4.0 * kHeadDim * kHeads * batch * keys;
     char name[96];
     std::snprintf(name, sizeof name, "decode B=%-3d ctx=%-5d %s (splits %d, %d sets)%s", batch, ctx,
-                  window > 0 ? "sliding" : "full   ", splits, sets, common.fp8_kv ? " fp8" : "");
+                  window > 0 ? "sliding" : "full   ", splits, sets,
+                  common.fp8_kv ? (common.fp8_direct ? " fp8 direct" : " fp8") : "");
     return {name, us, bytes / us * 1e-3, flops / us * 1e-6};
 }
 

@@ -126,6 +126,12 @@ struct CudaModel::Impl {
     // the splits, no combine launch); zeroed once, left zero by every call. GPTOSS_ATTN_FUSED_COMBINE=1
     // turns it on; opt-in until it has run on a GPU (written in session 6).
     DeviceBuffer attn_counters;
+    // GPTOSS_ATTN_FP8_DIRECT=1: with the FP8 KV cache, decode attention's MMAs read the e4m3 tile
+    // directly (PagedAttentionArgs::fp8_direct; opt-in, session 7, not yet run).
+    bool attn_fp8_direct = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool attn_fused_combine = [] {
         const char* v = std::getenv("GPTOSS_ATTN_FUSED_COMBINE");
         return v != nullptr && std::strcmp(v, "1") == 0;
@@ -1084,6 +1090,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.k_cache = D.k_cache.get();
             pa.v_cache = D.v_cache.get();
             pa.kv_fp8 = opt.kv_fp8;
+            pa.fp8_direct = attn_fp8_direct;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

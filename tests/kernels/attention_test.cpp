@@ -537,6 +537,16 @@ public:
                     d.args.split_counters = fused ? d.counters.as<uint32_t>() : nullptr;
                     run_kernel(d, Kernel::kDecode, sp, got);
                     d.args.split_counters = nullptr;
+                    if (c.fp8 && !fused) {  // the direct e4m3 kernel too: f16 MMAs, the same references
+                        std::vector<uint16_t> direct;
+                        d.args.fp8_direct = true;
+                        run_kernel(d, Kernel::kDecode, sp, direct);
+                        d.args.fp8_direct = false;
+                        if (::testing::Test::HasFatalFailure()) return;
+                        const std::string which = " decode fp8 direct splits=" + std::to_string(sp);
+                        check(std::string(tag) + which, direct, ref, c);
+                        check(std::string(tag) + which + " vs reference_cuda", direct, to_f32(ref_gpu), c);
+                    }
                     if (::testing::Test::HasFatalFailure()) return;
                     const std::string which =
                         (sp == 0 ? std::string(" decode splits=auto") : " decode splits=" + std::to_string(sp)) +
@@ -682,7 +692,8 @@ std::vector<SeqSpec> decode_batch(const std::vector<int>& contexts) {
     return s;
 }
 
-// The FP8 (e4m3) KV cache: the kernels read e4m3 bytes and widen them to bf16 in shared memory; the
+// The FP8 (e4m3) KV cache: the kernels read e4m3 bytes and widen them to bf16 in shared memory (and
+// the decode kernel's direct variant, PagedAttentionArgs::fp8_direct, into f16 MMA fragments); the
 // references see the same values, so the bf16 tolerances apply unchanged. Prefill (one sequence,
 // chunked after a cached prefix, a mixed batch) and decode (batch 1 and 3, several split counts).
 TEST(PagedAttentionCuda, Fp8KvCache) {

@@ -26,6 +26,9 @@ struct PagedAttentionArgs {
     // The caches hold e4m3 (OCP e4m3fn, scale 1: the value itself, as vLLM's --kv-cache-dtype fp8
     // without calibrated scales) instead of bf16. CUDA only.
     bool kv_fp8 = false;
+    // With kv_fp8, the decode kernel's f16 MMAs take K and V straight from the e4m3 tile instead of
+    // a widened bf16 copy (kernels/cuda/attention.cu; opt-in, session 7, not yet run).
+    bool fp8_direct = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

@@ -267,6 +267,69 @@ __device__ __forceinline__ void convert_fp8_kv_tile(uint32_t k_dst, uint32_t v_d
         }
 }
 
+// ---- FP8 cache, decode, straight into fragments (PagedAttentionArgs::fp8_direct; session 7, not yet
+// run) --------------------------------------------------------------------------------------------
+// The widening pass above is bound by shared memory: per 8 KB of e4m3 from DRAM a tile moves 48 KB
+// through shared memory (cp.async 8, widening 8 + 16, ldmatrix 16) against 32 per 16 KB for bf16,
+// so it stops near 128 B/clk ÷ 6 ≈ 2.8 TB/s (measured 2.5, r22). Here the MMAs run in f16 and take
+// their K and V operands from the e4m3 tile, one cvt.rn.f16x2.e4m3x2 per pair, exact:
+// - The tile: [64 keys][64 bytes] each for K and V, 16-byte chunk c of row r at chunk
+//   c ^ ((r >> 1) & 3) (conflict-free for the 32-bit K reads and the 8-row ldmatrix phases).
+// - Q·Kᵀ: the head dimension is permuted, the same way for Q and K: within a 16-dim chunk kc, the
+//   MMA's k (2t, 2t + 1, 2t + 8, 2t + 9) are dims 16kc + 4t + (0, 1, 2, 3), so lane (g, t) reads
+//   K's 4 bytes at (key g, 16kc + 4t) in one 32-bit load; Q is widened to f16 once.
+// - P·V: ldmatrix.trans on the e4m3 tile read as b16 pairs gives lane (g, t) the bytes
+//   V[2t][2g], V[2t][2g + 1], V[2t + 1][2g], V[2t + 1][2g + 1] of a 16-dim block: a prmt and a cvt
+//   make the B operands of the even-dim MMA (output dim 2g) and the odd-dim one (2g + 1). So the
+//   accumulators hold, per 16-dim block, dims 4t .. 4t + 3 as (even c0, odd c0, even c1, odd c1).
+// - Q in f16 is exact for |q| < 65504; P ∈ [0, 1] rounds to f16 (11 bits) instead of bf16 (8).
+
+// Stages keys [tile·64, tile·64 + 64) of the e4m3 K and V into [64][64] swizzled tiles at k_dst,
+// v_dst (128 threads: 2 rows × one 16-byte chunk each, for K and for V). Invalid keys: zeros.
+__device__ __forceinline__ void load_kv_tile_fp8_direct(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
+                                                        uint32_t v_dst, int tid) {
+    const int q = tid & 3;
+#pragma unroll
+    for (int i = 0; i < kKvTile / 32; ++i) {
+        const int row = (tid >> 2) + i * 32;
+        const int j = tile * kKvTile + row;
+        const bool valid = j >= lo && j <= hi;
+        const int64_t off = kv_offset(src, j, valid, q * 16);
+        const uint32_t d = static_cast<uint32_t>(row * kHeadDim + ((q ^ ((row >> 1) & 3)) << 4));
+        cp_async_16(k_dst + d, src.k + off, valid);
+        cp_async_16(v_dst + d, src.v + off, valid);
+    }
+}
+
+// Byte offset of 16-byte chunk c of row r in a direct e4m3 tile.
+__device__ __forceinline__ uint32_t fp8_tile_offset(int row, int chunk) {
+    return static_cast<uint32_t>(row * kHeadDim + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+// Two e4m3 in the low 16 bits -> f16x2 (the low byte in the low half), exact.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t x) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2(uint32_t x) {
+    const __half2 h = __floats2half2_rn(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// D += A·B, m16n8k16, f16 operands, fp32 accumulators (fragments as mma_bf16's).
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // ================================================================================================
 // Prefill: FlashAttention-2 on mma.sync.
 //
@@ -578,6 +641,7 @@ __device__ __forceinline__ void combine_head(const PagedAttentionArgs& a, int se
     *reinterpret_cast<uint32_t*>(dst + lane * 2) = pack_bf16x2(o.x * inv, o.y * inv);
 }
 
+template <bool kFp8Direct>
 __global__ void __launch_bounds__(kDecodeThreads)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     pdl_wait();
@@ -607,9 +671,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
             (static_cast<int64_t>(q_row) * a.num_heads + kv_head * kGroup + g) * kHeadDim);
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) {
-            qa[kc][0] = qh[kc * 8 + tig];
+            if constexpr (kFp8Direct) {  // dims 16kc + 4t .. + 3 (the permuted k), in f16
+                qa[kc][0] = bf16x2_to_f16x2(qh[kc * 8 + 2 * tig]);
+                qa[kc][2] = bf16x2_to_f16x2(qh[kc * 8 + 2 * tig + 1]);
+            } else {
+                qa[kc][0] = qh[kc * 8 + tig];
+                qa[kc][2] = qh[kc * 8 + 4 + tig];
+            }
             qa[kc][1] = 0u;
-            qa[kc][2] = qh[kc * 8 + 4 + tig];
             qa[kc][3] = 0u;
         }
     }
@@ -627,7 +696,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
     for (int st = 0; st < kDecodeStages - 1; ++st) {
         if (st < n_tiles) {
             const uint32_t dst = ring + st * 2 * kTileBytes;
-            load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+            if constexpr (kFp8Direct)
+                load_kv_tile_fp8_direct(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+            else
+                load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
         }
         cp_async_commit();  // always commit so that group i is tile i
     }
@@ -639,15 +711,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
             const int next = i + kDecodeStages - 1;
             if (next < n_tiles) {
                 const uint32_t dst = ring + (next % kDecodeStages) * 2 * kTileBytes;
-                load_kv_tile(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+                if constexpr (kFp8Direct)
+                    load_kv_tile_fp8_direct(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+                else
+                    load_kv_tile(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
             }
             cp_async_commit();
         }
         const uint32_t k_s = ring + (i % kDecodeStages) * 2 * kTileBytes;
         const uint32_t v_s = k_s + kTileBytes;
-        if (src.fp8) {
-            convert_fp8_kv_tile(k_s, v_s, tid);
-            __syncthreads();
+        if constexpr (!kFp8Direct) {
+            if (src.fp8) {
+                convert_fp8_kv_tile(k_s, v_s, tid);
+                __syncthreads();
+            }
         }
 
         // S (8 heads × this warp's 16 keys): n-tile 0 = keys 16w..16w+7, n-tile 1 = 16w+8..16w+15.
@@ -658,10 +735,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
             for (int e = 0; e < 4; ++e) s[nt][e] = 0.0f;
 #pragma unroll
         for (int kc = 0; kc < 4; ++kc) {
-            uint32_t kb[4];
-            ldmatrix_x4(kb, k_s + swizzle(warp * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1)));
-            mma_bf16(s[0], qa[kc], kb[0], kb[1]);
-            mma_bf16(s[1], qa[kc], kb[2], kb[3]);
+            if constexpr (kFp8Direct) {
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {  // key warp·16 + 8nt + g, bytes 16kc + 4t .. + 3
+                    const int row = warp * 16 + nt * 8 + g;
+                    uint32_t w;
+                    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(k_s + fp8_tile_offset(row, kc) + 4 * tig));
+                    mma_f16(s[nt], qa[kc], e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
+                }
+            } else {
+                uint32_t kb[4];
+                ldmatrix_x4(kb, k_s + swizzle(warp * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1)));
+                mma_bf16(s[0], qa[kc], kb[0], kb[1]);
+                mma_bf16(s[1], qa[kc], kb[2], kb[3]);
+            }
         }
         const int key0 = (sp.tile_begin + i) * kKvTile + warp * 16 + tig * 2;
         float mx = -INFINITY;
@@ -692,14 +779,33 @@ __global__ void __launch_bounds__(kDecodeThreads)
             acc[dt][1] *= corr;
         }
         // P as the A operand (rows 0-7 = heads, k = this warp's 16 keys), V via transposed ldmatrix.
-        const uint32_t pa[4] = {pack_bf16x2(p[0][0], p[0][1]), 0u, pack_bf16x2(p[1][0], p[1][1]), 0u};
+        if constexpr (kFp8Direct) {
+            const uint32_t pa[4] = {pack_f16x2(p[0][0], p[0][1]), 0u, pack_f16x2(p[1][0], p[1][1]), 0u};
 #pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
-            uint32_t vb[4];
-            ldmatrix_x4_trans(vb,
-                              v_s + swizzle(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
-            mma_bf16(acc[2 * dp], pa, vb[0], vb[1]);
-            mma_bf16(acc[2 * dp + 1], pa, vb[2], vb[3]);
+            for (int bb = 0; bb < 2; ++bb) {  // 16-dim blocks 2bb and 2bb + 1
+                // Lanes 0-7 / 8-15: keys 0-7 / 8-15 of this warp in block 2bb; 16-31 the same in 2bb + 1.
+                const int row = warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, v_s + fp8_tile_offset(row, 2 * bb + (lane >> 4)));
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {  // vb[2h]: keys 2t, 2t + 1; vb[2h + 1]: keys 8 + 2t, 9 + 2t
+                    const uint32_t lo = vb[2 * h], hi = vb[2 * h + 1];
+                    mma_f16(acc[4 * bb + 2 * h], pa, e4m3x2_to_f16x2(__byte_perm(lo, 0u, 0x0020)),
+                            e4m3x2_to_f16x2(__byte_perm(hi, 0u, 0x0020)));  // dims 2g (even)
+                    mma_f16(acc[4 * bb + 2 * h + 1], pa, e4m3x2_to_f16x2(__byte_perm(lo, 0u, 0x0031)),
+                            e4m3x2_to_f16x2(__byte_perm(hi, 0u, 0x0031)));  // dims 2g + 1 (odd)
+                }
+            }
+        } else {
+            const uint32_t pa[4] = {pack_bf16x2(p[0][0], p[0][1]), 0u, pack_bf16x2(p[1][0], p[1][1]), 0u};
+#pragma unroll
+            for (int dp = 0; dp < 4; ++dp) {
+                uint32_t vb[4];
+                ldmatrix_x4_trans(
+                    vb, v_s + swizzle(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+                mma_bf16(acc[2 * dp], pa, vb[0], vb[1]);
+                mma_bf16(acc[2 * dp + 1], pa, vb[2], vb[3]);
+            }
         }
     }
 
@@ -711,9 +817,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
     l = quad_sum(l);
     {
         float* mine = red + (warp * kGroup + g) * kRedStride;
+        if constexpr (kFp8Direct) {  // block b: dims 16b + 4t .. + 3 = (even c0, odd c0, even c1, odd c1)
 #pragma unroll
-        for (int dt = 0; dt < 8; ++dt)
-            *reinterpret_cast<float2*>(mine + dt * 8 + tig * 2) = make_float2(acc[dt][0], acc[dt][1]);
+            for (int b = 0; b < 4; ++b)
+                *reinterpret_cast<float4*>(mine + b * 16 + tig * 4) =
+                    make_float4(acc[2 * b][0], acc[2 * b + 1][0], acc[2 * b][1], acc[2 * b + 1][1]);
+        } else {
+#pragma unroll
+            for (int dt = 0; dt < 8; ++dt)
+                *reinterpret_cast<float2*>(mine + dt * 8 + tig * 2) = make_float2(acc[dt][0], acc[dt][1]);
+        }
         if (tig == 0) {
             mine[kHeadDim] = m;
             mine[kHeadDim + 1] = l;
@@ -888,8 +1001,10 @@ int num_sms(int dev) {
 void ensure_decode_smem(int dev) {
     static std::atomic<bool> done[kMaxDevices];
     if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kDecodeSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -930,7 +1045,10 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
-    launch_pdl(bf16_paged_attention_decode_kernel, grid, kDecodeThreads, kDecodeSmem, stream, a);
+    if (a.kv_fp8 && a.fp8_direct)
+        launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a);
+    else
+        launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a);
     if (num_splits > 1 && a.split_counters == nullptr) {
         const dim3 cgrid(a.num_kv_heads, a.num_seqs);
         launch_pdl(bf16_paged_attention_decode_combine_kernel, cgrid, kCombineThreads, 0, stream, a, num_splits);
