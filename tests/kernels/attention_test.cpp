@@ -536,17 +536,19 @@ public:
                 for (int sp : splits_) {
                     d.args.split_counters = fused ? d.counters.as<uint32_t>() : nullptr;
                     run_kernel(d, Kernel::kDecode, sp, got);
-                    d.args.split_counters = nullptr;
-                    if (c.fp8 && !fused) {  // the direct e4m3 kernel too: f16 MMAs, the same references
+                    if (c.fp8) {  // the direct e4m3 kernel too (f16 MMAs; same combine), the same references
                         std::vector<uint16_t> direct;
                         d.args.fp8_direct = true;
                         run_kernel(d, Kernel::kDecode, sp, direct);
                         d.args.fp8_direct = false;
                         if (::testing::Test::HasFatalFailure()) return;
-                        const std::string which = " decode fp8 direct splits=" + std::to_string(sp);
+                        const std::string which =
+                            " decode fp8 direct splits=" + (sp == 0 ? std::string("auto") : std::to_string(sp)) +
+                            (fused ? " fused combine" : "");
                         check(std::string(tag) + which, direct, ref, c);
                         check(std::string(tag) + which + " vs reference_cuda", direct, to_f32(ref_gpu), c);
                     }
+                    d.args.split_counters = nullptr;
                     if (::testing::Test::HasFatalFailure()) return;
                     const std::string which =
                         (sp == 0 ? std::string(" decode splits=auto") : " decode splits=" + std::to_string(sp)) +

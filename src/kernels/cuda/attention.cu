@@ -14,7 +14,9 @@
 // the end; the decode splits keep sink-free partials (m, l, acc) and the sink is added once, by
 // whichever step finalises the row (the decode CTA itself when a sequence uses one split, the
 // combine kernel otherwise). Probabilities are rounded to bf16 for the P·V product (as in
-// FlashAttention); the denominator sums the fp32 values.
+// FlashAttention; f16 in the decode kernel's FP8-direct variant); the denominator sums the fp32
+// values. An FP8 (e4m3) cache is widened exactly: to bf16 in shared memory, or (fp8_direct) to f16
+// fragments with Q in f16 too.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
@@ -282,7 +284,9 @@ __device__ __forceinline__ void convert_fp8_kv_tile(uint32_t k_dst, uint32_t v_d
 //   V[2t][2g], V[2t][2g + 1], V[2t + 1][2g], V[2t + 1][2g + 1] of a 16-dim block: a prmt and a cvt
 //   make the B operands of the even-dim MMA (output dim 2g) and the odd-dim one (2g + 1). So the
 //   accumulators hold, per 16-dim block, dims 4t .. 4t + 3 as (even c0, odd c0, even c1, odd c1).
-// - Q in f16 is exact for |q| < 65504; P ∈ [0, 1] rounds to f16 (11 bits) instead of bf16 (8).
+// - Q in f16: exact for 2^-14 ≤ |q| < 65504 (smaller values lose bits as subnormals, larger ones
+//   become inf: post-RoPE q of gpt-oss is far inside); P ∈ [0, 1] rounds to f16 (11 bits, where
+//   bf16 keeps 8; below 2^-14 as subnormals).
 
 // Stages keys [tile·64, tile·64 + 64) of the e4m3 K and V into [64][64] swizzled tiles at k_dst,
 // v_dst (128 threads: 2 rows × one 16-byte chunk each, for K and for V). Invalid keys: zeros.
@@ -663,7 +667,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const float qk_scale = a.scale * kLog2e;
 
     // Q as the A operand with the 8 heads in rows 0-7 (rows 8-15 zero: half of each MMA is
-    // wasted, irrelevant at 8 FLOP/byte). Thread (g, t) holds head g, dims 16kc + 2t (+8).
+    // wasted, irrelevant at 8 FLOP/byte). Thread (g, t) holds head g, dims 16kc + 2t (+8); in the
+    // FP8-direct variant dims 16kc + 4t .. + 3 (the permuted k of its K reads), in f16.
     uint32_t qa[4][4];
     {
         const uint32_t* qh = reinterpret_cast<const uint32_t*>(
@@ -683,7 +688,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
     }
 
-    float acc[8][4];  // [d tile][c]: c0, c1 = head g, dims 8dt + 2t, +1 (c2, c3 stay 0)
+    // [d tile][c]: c0, c1 = head g, dims 8dt + 2t, +1 (c2, c3 stay 0). FP8-direct: acc[2b] and
+    // acc[2b + 1] are the even- and odd-dim MMAs of 16-dim block b, c0, c1 = dims 16b + 4t (+1 odd), + 2.
+    float acc[8][4];
 #pragma unroll
     for (int dt = 0; dt < 8; ++dt)
 #pragma unroll
