@@ -21,7 +21,8 @@ struct LogitsOptions {
     std::string backend = "cpu";
     std::string out;  // write a safetensors file instead of JSON
     std::string layout = "tp=1";
-    bool fp8 = false;  // cuda: FP8 weights (model::CudaModelOptions::fp8)
+    bool fp8 = false;                     // cuda: FP8 weights (model::CudaModelOptions::fp8)
+    std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
 };
 
 int run_logits(const LogitsOptions& o) {
@@ -33,24 +34,27 @@ int run_logits(const LogitsOptions& o) {
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
+    if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     std::vector<float> logits;
     if (o.backend == "cpu" && !layout->trivial()) {
         // Simulated ranks (threads) with LocalGroup collectives: the parallel reference.
         const int bs = 16, blocks = static_cast<int>(ids->size() + bs - 1) / bs;
-        auto p = model::ParallelCpuForward::create(**weights, *layout, bs, blocks, blocks);
+        auto p = model::ParallelCpuForward::create(**weights, *layout, bs, blocks, blocks, false, *kv_fp8);
         if (!p.ok()) return fail(p.status().message());
         std::vector<int32_t> table(blocks);
         for (int i = 0; i < blocks; ++i) table[i] = i;
         model::ForwardSequence s{*ids, 0, table, table, all};
         if (Status st = (*p)->forward(std::span(&s, 1), {}, &logits); !st.ok()) return fail(st.message());
     } else if (o.backend == "cpu") {
-        model::SingleSequence seq(**weights, static_cast<int>(ids->size()));
+        model::SingleSequence seq(**weights, static_cast<int>(ids->size()), 16, *kv_fp8);
         if (Status st = seq.append(*ids, all, &logits); !st.ok()) return fail(st.message());
     } else if (o.backend == "cuda") {
         model::CudaModelOptions opt;
         opt.max_tokens = std::max<int>(static_cast<int>(ids->size()), 1024);
         opt.max_seqs = 4;
         opt.fp8 = o.fp8;
+        opt.kv_fp8 = *kv_fp8;
         // One call writes every position of the prompt, sliding layers included.
         opt.num_blocks_sliding = static_cast<int>(ids->size() / 16 + 2);
         auto m = model::ParallelCudaModel::create(**weights, *layout, opt);
@@ -122,6 +126,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->capture_default_str();
     sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON");
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
+                    "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
+        ->capture_default_str();
     sub->callback([o, &exit_code] { exit_code = run_logits(*o); });
 });
 

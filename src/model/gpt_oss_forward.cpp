@@ -350,10 +350,10 @@ Status CpuForward::forward(std::span<const ForwardSequence> seqs, CpuKvCache& kv
     return ok_status();
 }
 
-SingleSequence::SingleSequence(const GptOssWeights& weights, int max_tokens, int block_size)
+SingleSequence::SingleSequence(const GptOssWeights& weights, int max_tokens, int block_size, bool kv_fp8)
     : forward_(weights),
       kv_(weights.config, block_size, (max_tokens + block_size - 1) / block_size,
-          (max_tokens + block_size - 1) / block_size),
+          (max_tokens + block_size - 1) / block_size, 0, kv_fp8),
       max_tokens_(max_tokens) {
     block_table_.resize((max_tokens + block_size - 1) / block_size);
     for (size_t i = 0; i < block_table_.size(); ++i) block_table_[i] = static_cast<int32_t>(i);

@@ -84,7 +84,8 @@ private:
 // `gptoss logits` and `gptoss generate` and by tests as the unbatched reference.
 class SingleSequence {
 public:
-    SingleSequence(const GptOssWeights& weights, int max_tokens, int block_size = 16);
+    // kv_fp8: the cache rounds to e4m3 as it stores (CpuKvCache's fp8).
+    SingleSequence(const GptOssWeights& weights, int max_tokens, int block_size = 16, bool kv_fp8 = false);
     // Runs the new tokens; logits gets one row per new token (all_logits) or for the last one.
     Status append(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits);
     int length() const { return length_; }
