@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "kernels/args/paged_attention_args.h"
 #include "kernels/cuda/attention.h"
 
@@ -39,15 +40,6 @@ constexpr double kPeakGBs = 4150.0, kPeakTflops = 760.0;
 constexpr size_t kRowBytes = kKvHeads * kHeadDim * 2;   // one slot of K (or V): 1 KB
 constexpr size_t kBlockBytes = kBlockSize * kRowBytes;  // 16 KB
 constexpr size_t kRotationBytes = size_t{512} << 20;    // ≥ 8× L2 of K+V per rotation
-
-#define CHECK_CUDA(expr)                                                                               \
-    do {                                                                                               \
-        cudaError_t e_ = (expr);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 struct DevBuf {
     void* p = nullptr;

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "kernels/cuda/gemv.h"
 
 namespace {
@@ -33,15 +34,6 @@ namespace cuda = gptoss::kernels::cuda;
 constexpr int kWarmup = 3, kReps = 30;
 constexpr double kPeakGBs = 4150.0;
 constexpr size_t kRotationBytes = size_t{400} << 20;
-
-#define CHECK_CUDA(expr)                                                                               \
-    do {                                                                                               \
-        cudaError_t e_ = (expr);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 struct Shape {
     const char* name;

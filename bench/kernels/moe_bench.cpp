@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench_util.h"
 #include "kernels/cuda/moe.h"
 
 namespace {
@@ -45,15 +46,6 @@ constexpr double kPeakGBs = 4150.0;
 constexpr size_t kGuBlocks = size_t{2} * kInter * kHidden / 2, kGuScales = size_t{2} * kInter * kHidden / 32;
 constexpr size_t kDownBlocks = size_t{kHidden} * kInter / 2, kDownScales = size_t{kHidden} * kInter / 32;
 constexpr size_t kExpertBytes = kGuBlocks + kGuScales + kDownBlocks + kDownScales + (2 * kInter + kHidden) * 4;
-
-#define CHECK_CUDA(expr)                                                                               \
-    do {                                                                                               \
-        cudaError_t e_ = (expr);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                              \
-        }                                                                                              \
-    } while (0)
 
 struct DevBuf {
     void* p = nullptr;

@@ -188,6 +188,26 @@ __device__ __forceinline__ int64_t kv_offset(const KvSource& src, int j, bool va
     return slot * src.slot_stride + src.head_offset + col;
 }
 
+// Stages keys [tile·64, tile·64 + 64) of an e4m3 cache as [64 keys][64 bytes] tiles at k_dst and
+// v_dst (128 threads: 2 rows × one 16-byte chunk each, for K and for V); invalid keys: zeros.
+// kSwizzled: chunk c of row r at chunk c ^ ((r >> 1) & 3) (the fragment-direct decode kernel's
+// layout); else in order (the layout convert_fp8_kv_tile reads).
+template <bool kSwizzled>
+__device__ __forceinline__ void load_kv_tile_e4m3(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
+                                                  uint32_t v_dst, int tid) {
+    const int q = tid & 3;
+#pragma unroll
+    for (int i = 0; i < kKvTile / 32; ++i) {
+        const int row = (tid >> 2) + i * 32;
+        const int j = tile * kKvTile + row;
+        const bool valid = j >= lo && j <= hi;
+        const int64_t off = kv_offset(src, j, valid, q * 16);
+        const uint32_t d = static_cast<uint32_t>(row * kHeadDim + (kSwizzled ? (q ^ ((row >> 1) & 3)) << 4 : q * 16));
+        cp_async_16(k_dst + d, src.k + off, valid);
+        cp_async_16(v_dst + d, src.v + off, valid);
+    }
+}
+
 // Stages keys [tile·64, tile·64 + 64) of K and V into swizzled [64][64] bf16 tiles (128 threads:
 // 4 rows × one 16-byte chunk each, twice). Keys outside [lo, hi] are zero-filled without touching
 // the block table or the cache.
@@ -196,17 +216,7 @@ __device__ __forceinline__ int64_t kv_offset(const KvSource& src, int j, bool va
 __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
                                              uint32_t v_dst, int tid) {
     if (src.fp8) {
-        const int q = tid & 3;  // 16-byte chunk (16 elements) of a 64-byte row
-#pragma unroll
-        for (int i = 0; i < kKvTile / 32; ++i) {
-            const int row = (tid >> 2) + i * 32;
-            const int j = tile * kKvTile + row;
-            const bool valid = j >= lo && j <= hi;
-            const int64_t off = kv_offset(src, j, valid, q * 16);
-            const uint32_t d = static_cast<uint32_t>(row * kHeadDim + q * 16);
-            cp_async_16(v_dst + d, src.k + off, valid);
-            cp_async_16(v_dst + kTileBytes / 2 + d, src.v + off, valid);
-        }
+        load_kv_tile_e4m3<false>(src, tile, lo, hi, v_dst, v_dst + kTileBytes / 2, tid);
         return;
     }
     const int chunk = tid & 7;
@@ -287,23 +297,6 @@ __device__ __forceinline__ void convert_fp8_kv_tile(uint32_t k_dst, uint32_t v_d
 // - Q in f16: exact for 2^-14 ≤ |q| < 65504 (smaller values lose bits as subnormals, larger ones
 //   become inf: post-RoPE q of gpt-oss is far inside); P ∈ [0, 1] rounds to f16 (11 bits, where
 //   bf16 keeps 8; below 2^-14 as subnormals).
-
-// Stages keys [tile·64, tile·64 + 64) of the e4m3 K and V into [64][64] swizzled tiles at k_dst,
-// v_dst (128 threads: 2 rows × one 16-byte chunk each, for K and for V). Invalid keys: zeros.
-__device__ __forceinline__ void load_kv_tile_fp8_direct(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
-                                                        uint32_t v_dst, int tid) {
-    const int q = tid & 3;
-#pragma unroll
-    for (int i = 0; i < kKvTile / 32; ++i) {
-        const int row = (tid >> 2) + i * 32;
-        const int j = tile * kKvTile + row;
-        const bool valid = j >= lo && j <= hi;
-        const int64_t off = kv_offset(src, j, valid, q * 16);
-        const uint32_t d = static_cast<uint32_t>(row * kHeadDim + ((q ^ ((row >> 1) & 3)) << 4));
-        cp_async_16(k_dst + d, src.k + off, valid);
-        cp_async_16(v_dst + d, src.v + off, valid);
-    }
-}
 
 // Byte offset of 16-byte chunk c of row r in a direct e4m3 tile.
 __device__ __forceinline__ uint32_t fp8_tile_offset(int row, int chunk) {
@@ -704,7 +697,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         if (st < n_tiles) {
             const uint32_t dst = ring + st * 2 * kTileBytes;
             if constexpr (kFp8Direct)
-                load_kv_tile_fp8_direct(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+                load_kv_tile_e4m3<true>(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
             else
                 load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
         }
@@ -719,7 +712,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
             if (next < n_tiles) {
                 const uint32_t dst = ring + (next % kDecodeStages) * 2 * kTileBytes;
                 if constexpr (kFp8Direct)
-                    load_kv_tile_fp8_direct(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+                    load_kv_tile_e4m3<true>(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
                 else
                     load_kv_tile(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
             }
