@@ -15,7 +15,7 @@ namespace gptoss::kernels::cuda {
 constexpr int kGemvMaxTokens = 8;
 
 // kMmaOneWave: the tensor-core kernel with 6 K steps a warp and its block scales in shared memory,
-// 3 CTAs an SM (k ≤ 3,072; else kMma). Opt-in (GPTOSS_GEMV_FP8=mma1), session 7, not yet run.
+// 3 CTAs an SM (k ≤ 3,072; else kMma). kAuto: kMmaOneWave where k allows, else kMma.
 enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma, kMmaOneWave };
 
 struct GemvArgs {
@@ -37,7 +37,7 @@ struct GemvArgs {
     bool legacy = false;
     // FP8 weights: which kernel (gemv.cu). kAuto and kMma: the tensor-core kernel where k % 64 == 0
     // (it rounds x to bf16; r22: 1.7× the one-warp-per-row kernel at 1 token, 6× at 4), else one
-    // warp per row.
+    // warp per row; kAuto takes its one-wave variant where w_ld ≤ 3,072.
     GemvFp8Kernel fp8_kernel = GemvFp8Kernel::kAuto;
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
