@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -159,6 +159,26 @@ for stage in "$@"; do
           --batch 1,64,128 --context 8192,32768 --decode-steps 8 --markdown "$OUT/fp8kv_20b_$d.md" > "$OUT/fp8kv_20b_$d.log" 2>&1
         summary+=("fp8kv_ab 20b direct=$d rc=$?")
         echo "20b FP8 KV, direct $d:"; grep -E "^\| [0-9]+ \|" "$OUT/fp8kv_20b_$d.md"
+      done
+      ;;
+    fp8_moe)
+      # The grouped FP8 experts (moe_fp8): kernel tests first (a hang would show here, so under a
+      # timeout), the kernels alone against the warp-specialized bf16 MXFP4 kernel, then 20b prefill
+      # with them against the per-expert cuBLASLt W8A8 path (GPTOSS_MOE_FP8_GROUPED=0) and bf16.
+      timeout 180 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.*' > "$OUT/fp8_moe_tests.log" 2>&1
+      summary+=("fp8_moe tests rc=$?")
+      grep -E "moe_fp8|OK \]|FAILED" "$OUT/fp8_moe_tests.log" | head -20
+      timeout 240 $BIN/moe_bench --fp8 ${FP8_MOE_TOKENS:-1024 4096 8192} > "$OUT/fp8_moe_bench.log" 2>&1
+      summary+=("fp8_moe moe_bench --fp8 rc=$?")
+      timeout 240 $BIN/moe_bench --wgmma-ws ${FP8_MOE_TOKENS:-1024 4096 8192} > "$OUT/fp8_moe_bench_ws.log" 2>&1
+      summary+=("fp8_moe moe_bench --wgmma-ws rc=$?")
+      echo "moe_fp8:"; grep -E "^\| [0-9]+ \|" "$OUT/fp8_moe_bench.log"
+      echo "moe_wgmma ws (bf16, MXFP4):"; grep -E "^\| [0-9]+ \|" "$OUT/fp8_moe_bench_ws.log"
+      for v in 1 0; do
+        GPTOSS_MOE_FP8_GROUPED=$v $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill ${FP8_MOE_PREFILL:-1024,8192} \
+          --batch "" --repeats 3 --markdown "$OUT/fp8_moe_prefill_$v.md" > "$OUT/fp8_moe_prefill_$v.log" 2>&1
+        summary+=("fp8_moe 20b prefill grouped=$v rc=$?")
+        echo "20b --fp8 prefill, grouped FP8 experts $v:"; grep -E "^\| [0-9]+ \|" "$OUT/fp8_moe_prefill_$v.md"
       done
       ;;
     gemv_bench)

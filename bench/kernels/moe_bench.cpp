@@ -18,6 +18,8 @@
 //   --wgmma: the warpgroup grouped kernels (moe_wgmma, prefill-sized batches), same plan and tiles.
 //   --wgmma-ws: their warp-specialized variant (TMA + mbarriers), x gathered first (timed too).
 //   --w4a8: FP8 wgmma on e4m3 activation rows (moe_w4a8), the row quantization timed too.
+//   --fp8: FP8 experts (e4m3, 128×128 block scales) and e4m3 activation rows (moe_fp8, 128-token
+//   tiles), the row quantizations timed too; the byte column then counts the FP8 weights.
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
@@ -98,13 +100,18 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale) {
 
 struct Layer {
     DevBuf gu_blocks, gu_scales, down_blocks, down_scales, gu_bias, down_bias;
+    DevBuf gu_q, gu_s, down_q, down_s;  // --fp8: e4m3 [E, n, k_pad] and block scales
 };
+constexpr int kKPad = 3072;  // fp8_gemm_k_pad(2880)
+constexpr size_t kGuQ = size_t{kExperts} * 2 * kInter * kKPad, kDownQ = size_t{kExperts} * kHidden * kKPad;
+constexpr size_t kGuS = size_t{kExperts} * ((2 * kInter + 127) / 128) * (kKPad / 128);
+constexpr size_t kDownS = size_t{kExperts} * ((kHidden + 127) / 128) * (kKPad / 128);
 
 }  // namespace
 
 int main(int argc, char** argv) {
     std::vector<int> batches;
-    bool mma = false, wgmma = false, ws = false, w4a8 = false;
+    bool mma = false, wgmma = false, ws = false, w4a8 = false, fp8 = false;
     for (int i = 1; i < argc; ++i) {
         if (std::string(argv[i]) == "--mma")
             mma = true;
@@ -114,6 +121,8 @@ int main(int argc, char** argv) {
             mma = wgmma = ws = true;
         else if (std::string(argv[i]) == "--w4a8")
             mma = wgmma = w4a8 = true;
+        else if (std::string(argv[i]) == "--fp8")
+            mma = fp8 = true;
         else
             batches.push_back(std::atoi(argv[i]));
     }
@@ -129,7 +138,24 @@ int main(int argc, char** argv) {
     const auto gubias = randn(size_t{2} * kInter * kExperts, 5, 0.5f),
                dbias = randn(size_t{kHidden} * kExperts, 6, 0.1f);
     std::vector<Layer> layers(kLayers);
+    std::vector<uint8_t> f8q;
+    std::vector<float> f8s;
+    if (fp8) {  // e4m3 bytes that are never NaN (bit 3 clear: exponent ≤ 14), scales ~ 1/√K
+        f8q = random_bytes(std::max(kGuQ, kDownQ), 8, false);
+        for (auto& b : f8q) b &= 0xF7;
+        f8s.assign(std::max(kGuS, kDownS), 1.0f / 64.0f);
+    }
     for (auto& L : layers) {
+        if (fp8) {
+            L.gu_q = DevBuf(kGuQ);
+            L.down_q = DevBuf(kDownQ);
+            CHECK_CUDA(cudaMemcpy(L.gu_q.p, f8q.data(), kGuQ, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(L.down_q.p, f8q.data(), kDownQ, cudaMemcpyHostToDevice));
+            L.gu_s = DevBuf(kGuS * 4);
+            L.down_s = DevBuf(kDownS * 4);
+            CHECK_CUDA(cudaMemcpy(L.gu_s.p, f8s.data(), kGuS * 4, cudaMemcpyHostToDevice));
+            CHECK_CUDA(cudaMemcpy(L.down_s.p, f8s.data(), kDownS * 4, cudaMemcpyHostToDevice));
+        }
         L.gu_blocks = upload(gub);
         L.gu_scales = upload(gus);
         L.down_blocks = upload(db);
@@ -149,9 +175,9 @@ int main(int argc, char** argv) {
         }
     }
     DevBuf hb = upload(h16);
-    DevBuf xg(ws ? static_cast<size_t>(max_t) * kTopK * kHidden * 2 : 16);                  // gathered x (--wgmma-ws)
-    DevBuf xq(w4a8 ? static_cast<size_t>(max_t) * kTopK * std::max(kHidden, kInter) : 16);  // e4m3 rows (--w4a8)
-    DevBuf xs(w4a8 ? static_cast<size_t>(max_t) * kTopK * 4 : 16);
+    DevBuf xg(ws ? static_cast<size_t>(max_t) * kTopK * kHidden * 2 : 16);  // gathered x (--wgmma-ws)
+    DevBuf xq(w4a8 || fp8 ? static_cast<size_t>(max_t) * kTopK * std::max(kHidden, kInter) : 16);  // e4m3 rows
+    DevBuf xs(w4a8 || fp8 ? static_cast<size_t>(max_t) * kTopK * 4 : 16);
     const int max_tiles_cap = max_t * kTopK / cuda::moe_mma_block_rows(false) + kExperts + 1;
     DevBuf tiles(static_cast<size_t>(2 * max_tiles_cap) * 4), tile_count(4);
     std::vector<DevBuf> ids(kLayers), offsets(kLayers), sorted(kLayers);
@@ -190,7 +216,45 @@ int main(int argc, char** argv) {
             CHECK_CUDA(cudaMemcpy(ids[l].p, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
         }
         auto enqueue = [&] {
-            for (int l = 0; l < kLayers && mma; ++l) {
+            for (int l = 0; l < kLayers && fp8; ++l) {
+                const int A = T * kTopK, bm = cuda::kMoeFp8BlockTokens;
+                const int max_tiles = (A + bm - 1) / bm + kExperts;
+                cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
+                               sorted[l].as<int32_t>(), stream);
+                cuda::moe_mma_tiles(offsets[l].as<int32_t>(), kExperts, bm, max_tiles, tiles.as<int32_t>(),
+                                    tile_count.as<int32_t>(), stream);
+                cuda::moe_fp8_quant_rows(hb.p, true, sorted[l].as<int32_t>(), kTopK, A, kHidden, xq.as<uint8_t>(),
+                                         xs.as<float>(), stream);
+                cuda::MoeFp8Args m;
+                m.xq = xq.as<uint8_t>();
+                m.x_scale = xs.as<float>();
+                m.num_rows = A;
+                m.expert_offsets = offsets[l].as<int32_t>();
+                m.sorted_assignments = sorted[l].as<int32_t>();
+                m.tiles = tiles.as<int32_t>();
+                m.tile_count = tile_count.as<int32_t>();
+                m.max_tiles = max_tiles;
+                m.wq = layers[l].gu_q.as<uint8_t>();
+                m.w_scale = layers[l].gu_s.as<float>();
+                m.bias = layers[l].gu_bias.as<float>();
+                m.act = act.p;
+                m.n = 2 * kInter;
+                m.k = kHidden;
+                m.k_pad = kKPad;
+                m.num_experts = kExperts;
+                cuda::moe_fp8(m, true, stream);
+                cuda::moe_fp8_quant_rows(act.p, false, nullptr, kTopK, A, kInter, xq.as<uint8_t>(), xs.as<float>(),
+                                         stream);
+                m.wq = layers[l].down_q.as<uint8_t>();
+                m.w_scale = layers[l].down_s.as<float>();
+                m.bias = layers[l].down_bias.as<float>();
+                m.act = nullptr;
+                m.y = y.as<float>();
+                m.n = kHidden;
+                m.k = kInter;
+                cuda::moe_fp8(m, false, stream);
+            }
+            for (int l = 0; l < kLayers && mma && !fp8; ++l) {
                 const int A = T * kTopK;
                 const bool large = A >= 64 * kExperts;  // the model's rule (cuda_model.cpp)
                 int bm = wgmma ? cuda::moe_wgmma_block_tokens(A, kExperts) : cuda::moe_mma_block_rows(large);
@@ -297,7 +361,7 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaGetLastError());
         std::sort(ms.begin(), ms.end());
         const double us = ms[kReps / 2] * 1e3 / kLayers;
-        const double bytes = unique * kExpertBytes;
+        const double bytes = unique * (fp8 ? static_cast<double>(kGuQ + kDownQ) / kExperts : kExpertBytes);
         const double gbs = bytes / (us * 1e3);
         const double flops = 2.0 * T * kTopK * 3.0 * kInter * kHidden;
         std::printf("| %d | %.1f | %.2f | %.1f MB | %.0f | %.0f%% | %.0f |\n", T, us, unique, bytes / 1e6, gbs,

@@ -60,6 +60,9 @@ struct DeviceLayer {
     DeviceBuffer k_cache, v_cache;                                // [num_blocks, block_size, nkv, hd] bf16
     kc::Fp8Weight qkv_f8, o_f8;                                   // options.fp8: in place of qkv_w, o_w
     std::vector<kc::Fp8Weight> gu_f8, down_f8;                    // options.fp8: per expert (if they fit)
+    // options.fp8 where moe_fp8 runs: the FP8 experts in one allocation each instead (gu_f8 and
+    // down_f8 stay empty): e4m3 [E, n, k_pad] and block scales [E, ⌈n/128⌉, k_pad/128].
+    DeviceBuffer gu_f8q, gu_f8s, down_f8q, down_f8s;
 };
 
 }  // namespace
@@ -78,6 +81,10 @@ struct CudaModel::Impl {
     // options.fp8: lm_head, the W8A8 GEMMs, their activation scratch (e4m3 rows and 1×128 scales),
     // and one expert in FP8 when no FP8 expert copy is kept.
     bool fp8 = false, have_fp8_experts = false;
+    // The FP8 experts as one array a layer for the grouped FP8 kernels (kernels/cuda/moe.h moe_fp8),
+    // which then take every batch above mma_tokens (no host synchronisation); else the per-expert
+    // cuBLASLt GEMMs. GPTOSS_MOE_FP8_GROUPED=0 keeps the per-expert path (A/B runs).
+    bool fp8_grouped = false;
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
     DeviceBuffer xq8, xs8;
@@ -122,20 +129,12 @@ struct CudaModel::Impl {
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
     DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
     DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
-    // Decode attention's split counters (PagedAttentionArgs::split_counters: the last split CTA merges
-    // the splits, no combine launch); zeroed once, left zero by every call. GPTOSS_ATTN_FUSED_COMBINE=1
-    // turns it on; opt-in until it has run on a GPU (written in session 6).
-    DeviceBuffer attn_counters;
     // With the FP8 KV cache, decode attention's MMAs read the e4m3 tile directly
     // (PagedAttentionArgs::fp8_direct; r23: B=128 at 32k 1,673 → 1,442 µs, 20b step 30.3 → 28.0 ms).
     // GPTOSS_ATTN_FP8_DIRECT=0: the kernel that widens the tile to bf16 in shared memory first.
     bool attn_fp8_direct = [] {
         const char* v = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
         return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    bool attn_fused_combine = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_FUSED_COMBINE");
-        return v != nullptr && std::strcmp(v, "1") == 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
@@ -314,6 +313,12 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
             const double f8_bytes = static_cast<double>(c.num_hidden_layers) * E * (2 * I * kp_h + H * kp_i);
             have_fp8_experts = opt.bf16_experts && f8_bytes <= 0.6 * static_cast<double>(free_b);
+            const char* g = std::getenv("GPTOSS_MOE_FP8_GROUPED");
+            fp8_grouped = have_fp8_experts && opt.moe_fp8_grouped != 0 && (g == nullptr || std::strcmp(g, "0") != 0) &&
+                          kc::moe_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(kp_h),
+                                                static_cast<int>(E)) &&
+                          kc::moe_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(kp_i),
+                                                static_cast<int>(E));
         }
     }
     // Staging for the load-time conversions: one expert's gate_up (the largest matrix) in bf16.
@@ -374,7 +379,26 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                 kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), E * H, I, D.down_bf16.get(),
                                   stream);
             }
-            if (have_fp8_experts) {  // MXFP4 -> bf16 (exact) -> FP8 128×128 (exact: model/fp8_convert.h)
+            if (fp8_grouped) {  // the same conversion into one array per projection
+                const auto nb = [](int64_t n) { return (n + 127) / 128; };
+                D.gu_f8q = DeviceBuffer(static_cast<size_t>(E * 2 * I * kp_h));
+                D.gu_f8s = DeviceBuffer(static_cast<size_t>(E * nb(2 * I) * (kp_h / 128)) * 4);
+                D.down_f8q = DeviceBuffer(static_cast<size_t>(E * H * kp_i));
+                D.down_f8s = DeviceBuffer(static_cast<size_t>(E * nb(H) * (kp_i / 128)) * 4);
+                for (int64_t e = 0; e < E; ++e) {
+                    kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + e * 2 * I * H / 2,
+                                      D.gu_scales.as<uint8_t>() + e * 2 * I * H / 32, 2 * I, H, expert_tmp.get(),
+                                      stream);
+                    kc::quantize_weight_fp8_bf16(expert_tmp.get(), static_cast<int>(2 * I), static_cast<int>(H),
+                                                 static_cast<int>(kp_h), D.gu_f8q.as<uint8_t>() + e * 2 * I * kp_h,
+                                                 D.gu_f8s.as<float>() + e * nb(2 * I) * (kp_h / 128), stream);
+                    kc::mxfp4_to_bf16(D.down_blocks.as<uint8_t>() + e * H * I / 2,
+                                      D.down_scales.as<uint8_t>() + e * H * I / 32, H, I, expert_tmp.get(), stream);
+                    kc::quantize_weight_fp8_bf16(expert_tmp.get(), static_cast<int>(H), static_cast<int>(I),
+                                                 static_cast<int>(kp_i), D.down_f8q.as<uint8_t>() + e * H * kp_i,
+                                                 D.down_f8s.as<float>() + e * nb(H) * (kp_i / 128), stream);
+                }
+            } else if (have_fp8_experts) {  // MXFP4 -> bf16 (exact) -> FP8 128×128 (exact: model/fp8_convert.h)
                 for (int64_t e = 0; e < E; ++e) {
                     kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + e * 2 * I * H / 2,
                                       D.gu_scales.as<uint8_t>() + e * 2 * I * H / 32, 2 * I, H, expert_tmp.get(),
@@ -407,8 +431,9 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.down_bf16 = upload_bf16(L.down_dense, L.dense_dtype, E * H * I);
         }
         for (DeviceBuffer* b :
-             {&D.input_norm, &D.post_norm, &D.qkv_w, &D.qkv_b, &D.o_w, &D.o_b, &D.sinks, &D.router_w, &D.router_b,
-              &D.gu_b, &D.down_b, &D.gu_blocks, &D.gu_scales, &D.down_blocks, &D.down_scales, &D.gu_bf16, &D.down_bf16})
+             {&D.input_norm,  &D.post_norm, &D.qkv_w,     &D.qkv_b,  &D.o_w,       &D.o_b,       &D.sinks,
+              &D.router_w,    &D.router_b,  &D.gu_b,      &D.down_b, &D.gu_blocks, &D.gu_scales, &D.down_blocks,
+              &D.down_scales, &D.gu_bf16,   &D.down_bf16, &D.gu_f8q, &D.gu_f8s,    &D.down_f8q,  &D.down_f8s})
             weight_bytes += b->bytes();
         for (const kc::Fp8Weight* f : {&D.qkv_f8, &D.o_f8}) weight_bytes += f->q.bytes() + f->scales.bytes();
         for (const auto* v : {&D.gu_f8, &D.down_f8})
@@ -473,7 +498,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         xq8w = DeviceBuffer(A * std::max(H, I));
         xs8w = DeviceBuffer(A * 4);
     }
-    if (mma_ok || wgmma_ok) {
+    if (mma_ok || wgmma_ok || fp8_grouped) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
@@ -514,8 +539,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
-    attn_counters = DeviceBuffer(S * c.num_key_value_heads * 4);
-    CUDA_CHECK(cudaMemsetAsync(attn_counters.get(), 0, S * c.num_key_value_heads * 4, stream));
     router_logits = DeviceBuffer(  // the decode router's logits, or router_topk's scratch
         std::max<int64_t>(kc::kGemvMaxTokens * Er,
                           kc::router_topk_scratch(static_cast<int>(Tm), static_cast<int>(Er))) *
@@ -729,6 +752,46 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         kc::moe_mxfp4(m, stream);
+        return;
+    }
+    if (fp8_grouped) {
+        // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
+        // + SwiGLU into act (bf16), its e4m3 rows, down into y. No host synchronisation.
+        const int bt = kc::kMoeFp8BlockTokens;
+        const int max_tiles = (A + bt - 1) / bt + E;
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
+                          stream);
+        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        kc::MoeFp8Args m;
+        m.xq = xq8.as<uint8_t>();
+        m.x_scale = xs8.as<float>();
+        m.num_rows = A;
+        m.expert_offsets = offsets.as<int32_t>();
+        m.sorted_assignments = sorted.as<int32_t>();
+        m.tiles = mma_tiles.as<int32_t>();
+        m.tile_count = mma_count.as<int32_t>();
+        m.max_tiles = max_tiles;
+        m.wq = D.gu_f8q.as<uint8_t>();
+        m.w_scale = D.gu_f8s.as<float>();
+        m.bias = D.gu_b.as<float>();
+        m.act = actb.get();
+        m.n = 2 * I;
+        m.k = H;
+        m.k_pad = kc::fp8_gemm_k_pad(H);
+        m.num_experts = E;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        kc::moe_fp8(m, true, stream);
+        kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        m.wq = D.down_f8q.as<uint8_t>();
+        m.w_scale = D.down_f8s.as<float>();
+        m.bias = D.down_b.as<float>();
+        m.act = nullptr;
+        m.y = y.as<float>();
+        m.n = H;
+        m.k = I;
+        m.k_pad = kc::fp8_gemm_k_pad(I);
+        kc::moe_fp8(m, false, stream);
         return;
     }
     // Large batch: per-expert bf16 GEMMs over the tokens grouped by expert. The group sizes are
@@ -1107,7 +1170,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.sliding_window = sliding ? c.sliding_window : 0;
             pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
             pa.workspace = attn_workspace.as<float>();
-            pa.split_counters = attn_fused_combine ? attn_counters.as<uint32_t>() : nullptr;
             pa.max_splits = kMaxSplits;
             if (decode)
                 kc::paged_attention_decode(pa, stream);
@@ -1287,7 +1349,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
     const bool graphable = use_graphs && !profile && decode && mxfp4 &&
-                           (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm)) && R <= kLogitChunk;
+                           (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm) || fp8_grouped) && R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {

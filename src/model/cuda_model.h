@@ -33,6 +33,11 @@ struct CudaModelOptions {
     // -1 when no bf16 or FP8 expert copy is kept (with one, per-expert cuBLAS(Lt) was faster on the
     // H200: 20b 8k prefill 148 vs 225 ms), 1 always, 0 never. GPTOSS_MOE_WGMMA=0 or 1 overrides.
     int moe_wgmma = -1;
+    // With fp8 and the FP8 expert copy: the grouped FP8 kernels (kernels/cuda/moe.h moe_fp8, e4m3
+    // activation rows with one scale each, no host synchronisation) for the batches past mma's
+    // range: -1 where the GPU and widths allow (sm_90a), 0 never (per-expert cuBLASLt W8A8 GEMMs,
+    // activations per 1×128). GPTOSS_MOE_FP8_GROUPED=0 also turns it off.
+    int moe_fp8_grouped = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

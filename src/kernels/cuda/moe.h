@@ -180,6 +180,39 @@ void moe_w4a8(const MoeMmaArgs& args, bool gate_up, int block_tokens, cudaStream
 void moe_quant_rows_fp8(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
                         uint8_t* xq, float* xs, cudaStream_t stream);
 
+// FP8 experts (W8A8, sm_90a; moe_fp8.cu): the grouped GEMMs for prefill-sized batches when the
+// experts are held as e4m3 with 128×128 block scales (kernels/cuda/fp8_gemm.h's Fp8Weight layout,
+// all experts in one allocation) and the activation rows as e4m3 with one scale per row
+// (moe_fp8_quant_rows). Tiles of kMoeFp8BlockTokens rows (moe_mma_tiles with that block_rows).
+constexpr int kMoeFp8BlockTokens = 128;
+struct MoeFp8Args {
+    const uint8_t* xq = nullptr;     // e4m3 [num_rows, k] in tile-row (sorted) order
+    const float* x_scale = nullptr;  // [num_rows]
+    int num_rows = 0;
+    const int32_t* expert_offsets = nullptr;      // [num_experts + 1]
+    const int32_t* sorted_assignments = nullptr;  // [assignments] (down: y's row of tile row i)
+    const int32_t* tiles = nullptr;               // moe_mma_tiles(block_rows = kMoeFp8BlockTokens)
+    const int32_t* tile_count = nullptr;
+    int max_tiles = 0;
+    const uint8_t* wq = nullptr;     // e4m3 [num_experts, n, k_pad] (zero past k)
+    const float* w_scale = nullptr;  // [num_experts, ⌈n/128⌉, k_pad/128]
+    const float* bias = nullptr;     // [num_experts, n]
+    void* act = nullptr;             // gate_up: bf16 [num_rows, n/2], SwiGLU of rows (2j, 2j + 1)
+    float* y = nullptr;              // down: fp32 [assignments, n], row = assignment index
+    int n = 0, k = 0, k_pad = 0, num_experts = 0;
+    float swiglu_limit = 7.0f;
+    float swiglu_alpha = 1.702f;
+};
+// n % 16 == 0, k % 16 == 0, k ≤ k_pad (a multiple of 128), k ≤ 8,192, num_experts ≤
+// kMaxMoeMmaExperts, and the driver's tensor-map encoder present.
+bool moe_fp8_supported(int n, int k, int k_pad, int num_experts);
+void moe_fp8(const MoeFp8Args& args, bool gate_up, cudaStream_t stream);
+// xq[i] = e4m3(x[row i] / xs[i]) (round to nearest even, saturating), xs[i] = amax(x[row i]) / 448
+// (1 for a zero row); row i is sorted[i] / experts_per_token when by_token, else i. x bf16,
+// dim % 16 == 0, dim ≤ 8,192.
+void moe_fp8_quant_rows(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
+                        uint8_t* xq, float* xs, cudaStream_t stream);
+
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).
 void moe_gather(const void* h, const int32_t* sorted_assignments, int num_assignments, int k, int hidden_size, void* xg,

@@ -1,0 +1,292 @@
+// Grouped MoE GEMMs with FP8 weights and FP8 activations on Hopper's warpgroup tensor cores
+// (kernels/cuda/moe.h moe_fp8; sm_90a): prefill-sized batches of a model whose experts are held as
+// e4m3 with 128×128 block scales (CudaModelOptions::fp8 with the FP8 expert copy, as the published
+// H200 account serves gpt-oss). Design (bench/NOTES.md r23):
+//
+// - D[feature, token] = W[feature, :] · X[token, :] with both operands read by the tensor cores from
+//   shared memory (wgmma m64n128k32 e4m3 × e4m3, fp32 accumulation): no dequantization at all.
+// - A CTA: 2 consumer warpgroups × 64 features = 128 features (exactly one weight-scale block row)
+//   × 128 tokens of one expert (a tile of moe_mma_tiles' list, rows in tile-row order). K advances
+//   128 at a time, one weight-scale block: a stage is the weight tile [128 features × 128 bytes] and
+//   the activation tile [128 tokens × 128 bytes], both 128-byte swizzled K-major boxes brought by a
+//   producer warp's TMA (per-stage full/empty mbarriers, 6 stages).
+// - FP8 wgmma accumulates with limited precision (~14 bits, r22), so each 128-K block goes to a
+//   scratch accumulator (scale-d 0 on its first k32 step) that is added to the tile's in fp32 times
+//   the block's weight scale (DeepGEMM's promotion); the two warpgroups' promotions overlap each
+//   other's tensor work. The activation rows' scales (one per row, moe_fp8_quant_rows) apply in the
+//   epilogue, with the bias.
+// - K not a multiple of 128 (2880 = 22.5 blocks): the activation box past K is zero-filled by TMA
+//   and the weights' padding columns are zeros (Fp8Weight's k_pad). Tiles past an expert's rows or
+//   features (down: 2880 = 22.5 feature blocks) compute on neighbouring rows and are not stored.
+// - Epilogues: gate_up rows are (gate j, up j) pairs, 2j and 2j + 1: lanes g and g ^ 1 (lane ^ 4)
+//   hold them, so one shuffle pairs them for the clamped SwiGLU, written as bf16 act rows; down
+//   writes fp32 rows of y at the assignment's index (as the other grouped kernels).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_common.cuh"
+
+namespace gptoss::kernels::cuda {
+namespace {
+
+constexpr int kConsumers = 2;                    // consumer warpgroups
+constexpr int kFeatures = 64 * kConsumers;       // features per CTA: one weight-scale block
+constexpr int kTokens = kMoeFp8BlockTokens;      // tokens per CTA (wgmma N)
+constexpr int kThreads = 128 * kConsumers + 32;  // + the producer warp
+constexpr int kStages = 6;
+constexpr int kKBlock = 128;                  // K per stage (bytes of e4m3)
+constexpr int kWTile = kFeatures * kKBlock;   // 16 KB
+constexpr int kXTile = kTokens * kKBlock;     // 16 KB
+constexpr int kStageBytes = kWTile + kXTile;  // a multiple of 1024: every tile 1 KB-aligned
+constexpr int kMaxKBlocks = 64;               // k ≤ 8,192
+static_assert(kStageBytes % 1024 == 0, "stage alignment");
+constexpr size_t kSmemBytes = 1024 + static_cast<size_t>(kStages) * kStageBytes + kMaxKBlocks * 4 + 2 * kStages * 8;
+
+// m64n128k32, e4m3 × e4m3 → f32, both operands from shared memory; scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1)
+    moe_fp8_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+                   const __grid_constant__ CUtensorMap w_map) {
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    float* s_wscale = reinterpret_cast<float*>(smem + kStages * kStageBytes);  // [k blocks] of this CTA
+    uint64_t* full = reinterpret_cast<uint64_t*>(s_wscale + kMaxKBlocks);
+    uint64_t* empty = full + kStages;
+    auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
+    auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
+
+    pdl_wait();
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * kTokens;
+    const int rows = min(kTokens, a.expert_offsets[e + 1] - row0);
+    const int n0 = blockIdx.x * kFeatures;
+    const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kConsumers);
+        }
+        mbar_init_fence();
+    }
+    {  // the weight scales of this CTA's feature block, one per K block
+        const int nb = (N + kFeatures - 1) / kFeatures, kbp = a.k_pad / kKBlock;
+        const float* ws = a.w_scale + (static_cast<int64_t>(e) * nb + blockIdx.x) * kbp;
+        for (int i = tid; i < nkb; i += kThreads) s_wscale[i] = ws[i];
+    }
+    __syncthreads();  // barriers initialised, scales in; no CTA-wide barrier after the role split
+
+    if (tid >= 128 * kConsumers) {  // the producer warp: one lane issues every copy
+        if (tid == 128 * kConsumers) {
+            const int wy = e * N + n0;  // the CTA's first weight row in [E·n, k_pad]
+            for (int kb = 0; kb < nkb; ++kb) {
+                const int slot = kb % kStages;
+                if (kb >= kStages) mbar_wait(&empty[slot], ((kb / kStages) & 1) ^ 1);
+                // Boxes are always whole (zero-filled past the tensor) and count in full.
+                mbar_expect_tx(&full[slot], kStageBytes);
+                tma_load_2d(s_w(slot), &w_map, kb * kKBlock, wy, &full[slot]);
+                tma_load_2d(s_x(slot), &x_map, kb * kKBlock, row0, &full[slot]);
+            }
+        }
+        return;
+    }
+
+    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    float acc[64], tmp[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;  // this warpgroup's 64 weight rows
+    const uint32_t x_base = smem_addr(s_x(0));
+    for (int kb = 0; kb < nkb; ++kb) {
+        const int slot = kb % kStages;
+        mbar_wait(&full[slot], (kb / kStages) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+#pragma unroll
+        for (int kk = 0; kk < kKBlock / 32; ++kk)
+            wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                            desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+        if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads of the stage are done
+        const float ws = s_wscale[kb];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
+    }
+    pdl_trigger();
+
+    // acc[4j + 2h + u]: feature f_h = n0 + 64·wg + 16·warp + g + 8h, token 8j + 2t + u of the tile.
+    const int f0 = n0 + wg * 64 + warp * 16 + g, f1 = f0 + 8;
+    const float* bias = a.bias + static_cast<int64_t>(e) * N;
+    const float b0 = f0 < N ? bias[f0] : 0.0f, b1 = f1 < N ? bias[f1] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTokens / 8; ++j) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int m = 8 * j + 2 * t + u;
+            const float xs = m < rows ? a.x_scale[row0 + m] : 0.0f;
+            const float v0 = fmaf(acc[4 * j + u], xs, b0), v1 = fmaf(acc[4 * j + 2 + u], xs, b1);
+            if constexpr (kGateUp) {
+                // Even g holds gates 2i (f0) and 2i + 8 (f1); its partner g + 1 the ups f0 + 1, f1 + 1.
+                // The even lane finishes pair f0 / 2, the odd one pair (f1 - 1) / 2.
+                const bool odd = g & 1;
+                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                const float gate = odd ? other : v0, up = odd ? v1 : other;
+                const int jf = odd ? (f1 - 1) / 2 : f0 / 2;
+                if (m < rows && 2 * jf < N)
+                    static_cast<__nv_bfloat16*>(a.act)[static_cast<int64_t>(row0 + m) * (N / 2) + jf] =
+                        __float2bfloat16(swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha));
+            } else {
+                if (m < rows) {
+                    float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                    if (f0 < N) dst[f0] = v0;
+                    if (f1 < N) dst[f1] = v1;
+                }
+            }
+        }
+    }
+}
+
+// Rows of x (bf16 [*, dim]; row i of the output is sorted[i] / experts_per_token when by_token,
+// else i) as e4m3 [rows, dim] with one scale per row (amax / 448).
+constexpr int kQuantThreads = 256;
+__global__ void __launch_bounds__(kQuantThreads)
+    quant_rows_e4m3_kernel(const __nv_bfloat16* __restrict__ x, bool by_token, const int32_t* __restrict__ sorted,
+                           int experts_per_token, int dim, uint8_t* __restrict__ xq, float* __restrict__ xs) {
+    __shared__ float s_max[kQuantThreads / 32];
+    pdl_wait();
+    const int i = blockIdx.x;
+    const int64_t src_row = by_token ? sorted[i] / experts_per_token : i;
+    const uint4* src = reinterpret_cast<const uint4*>(x + src_row * dim);  // 8 bf16 a chunk (dim % 16 == 0)
+    const int chunks = dim / 8;
+    constexpr int kMaxChunks = 4;  // dim ≤ 8,192
+    uint4 v[kMaxChunks];
+    float m = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+        const int idx = threadIdx.x + c * kQuantThreads;
+        v[c] = idx < chunks ? src[idx] : make_uint4(0, 0, 0, 0);
+        const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            m = fmaxf(m, fmaxf(fabsf(__uint_as_float(w[q] << 16)), fabsf(__uint_as_float(w[q] & 0xffff0000u))));
+    }
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = s_max[0];
+#pragma unroll
+    for (int w = 1; w < kQuantThreads / 32; ++w) m = fmaxf(m, s_max[w]);
+    pdl_trigger();
+    // inv is capped: a row whose amax is below ~1.3e-36 would overflow 448 / amax (its values then
+    // saturate instead of becoming inf · 0 = NaN).
+    const float scale = m > 0.0f ? m / 448.0f : 1.0f;
+    const float inv = m > 0.0f ? fminf(448.0f / m, 3.0e38f) : 1.0f;
+    if (threadIdx.x == 0) xs[i] = scale;
+    uint2* dst = reinterpret_cast<uint2*>(xq + static_cast<int64_t>(i) * dim);
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c) {
+        const int idx = threadIdx.x + c * kQuantThreads;
+        if (idx >= chunks) break;
+        const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
+        uint32_t out[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float2 lo =
+                make_float2(__uint_as_float(w[2 * h] << 16) * inv, __uint_as_float(w[2 * h] & 0xffff0000u) * inv);
+            const float2 hi = make_float2(__uint_as_float(w[2 * h + 1] << 16) * inv,
+                                          __uint_as_float(w[2 * h + 1] & 0xffff0000u) * inv);
+            // Round to nearest even, saturating to ±448 (NaN stays NaN), as __nv_fp8_e4m3.
+            const uint32_t q01 = __nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3);
+            const uint32_t q23 = __nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3);
+            out[h] = q01 | (q23 << 16);
+        }
+        dst[idx] = make_uint2(out[0], out[1]);
+    }
+}
+
+// x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
+// of 128 bytes × kFeatures rows, both 128-byte swizzled. False if encoding fails.
+bool make_maps(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint32_t unit[2] = {1, 1};
+    const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(a.num_rows)};
+    const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k)};
+    const cuuint32_t x_box[2] = {kKBlock, kTokens};
+    if (encode(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_experts) * a.n};
+    const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k_pad)};
+    const cuuint32_t w_box[2] = {kKBlock, kFeatures};
+    return encode(w_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.wq), w_dims, w_strides, w_box, unit,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+}  // namespace
+
+bool moe_fp8_supported(int n, int k, int k_pad, int num_experts) {
+    return n > 0 && n % 16 == 0 && k > 0 && k % 16 == 0 && k_pad >= k && k_pad % kKBlock == 0 &&
+           (k + kKBlock - 1) / kKBlock <= kMaxKBlocks && num_experts >= 1 && num_experts <= kMaxMoeMmaExperts &&
+           tensor_map_encoder() != nullptr;
+}
+
+void moe_fp8_quant_rows(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
+                        uint8_t* xq, float* xs, cudaStream_t stream) {
+    ENGINE_CHECK(dim % 16 == 0 && dim <= 8 * 4 * kQuantThreads && rows >= 0, "moe_fp8_quant_rows: dim %d", dim);
+    if (rows == 0) return;
+    quant_rows_e4m3_kernel<<<rows, kQuantThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), by_token, sorted,
+                                                               experts_per_token, dim, xq, xs);
+    CUDA_CHECK_LAUNCH();
+}
+
+void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
+    ENGINE_CHECK(moe_fp8_supported(a.n, a.k, a.k_pad, a.num_experts) && a.num_rows > 0,
+                 "moe_fp8: n %d, k %d (k_pad %d), %d experts, %d rows unsupported", a.n, a.k, a.k_pad, a.num_experts,
+                 a.num_rows);
+    ENGINE_CHECK(!gate_up || a.n % 2 == 0, "moe_fp8: gate_up needs (gate, up) row pairs (n %d)", a.n);
+    if (a.max_tiles <= 0) return;
+    CUtensorMap x_map, w_map;
+    ENGINE_CHECK(make_maps(a, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
+    const dim3 grid((a.n + kFeatures - 1) / kFeatures, a.max_tiles);
+    auto kernel = gate_up ? moe_fp8_kernel<true> : moe_fp8_kernel<false>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, x_map, w_map);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace gptoss::kernels::cuda

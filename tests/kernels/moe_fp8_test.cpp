@@ -1,0 +1,246 @@
+// The FP8 grouped MoE GEMMs (kernels/cuda/moe.h moe_fp8, moe_fp8_quant_rows) against a CPU
+// emulation of the same scheme: e4m3 weights with one fp32 scale per 128×128 block, e4m3
+// activation rows with one scale each, products summed per 128-deep block and promoted in fp32.
+// Shapes: a MoE-TP2 shard (gate_up 2880 × 2880: a half feature block at the end; down k = 1440:
+// a partial K block) and the real 20b widths (gate_up 5760 × 2880, down 2880 × 2880: partial K
+// block and half feature block), with experts of 0, 37, exactly 128 and 200 rows (two tiles).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "kernels/cuda/moe.h"
+
+namespace gptoss::kernels::cuda {
+namespace {
+
+using test::poisoned;
+using test::to_device;
+using test::to_host;
+
+// Runs f(r) for r in [0, n) on every core (the CPU references take ~10 GFLOP).
+template <typename F>
+void parallel_rows(int n, F f) {
+    const int nt = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    std::vector<std::thread> ts;
+    for (int i = 0; i < nt; ++i)
+        ts.emplace_back([&, i] {
+            for (int r = i; r < n; r += nt) f(r);
+        });
+    for (auto& t : ts) t.join();
+}
+
+// e4m3 weights [E, n, k_pad] (zero past k) with a different scale per 128×128 block, so a wrong
+// block index gives O(1) errors.
+struct Fp8Experts {
+    int E, n, k, k_pad;
+    std::vector<uint8_t> q;
+    std::vector<float> s, bias;
+    Fp8Experts(int e, int n_, int k_, uint32_t seed) : E(e), n(n_), k(k_), k_pad((k_ + 511) / 512 * 512) {
+        std::mt19937 rng(seed);
+        std::normal_distribution<float> nd(0.0f, 2.0f);
+        std::uniform_real_distribution<float> ud(0.5f, 2.0f);
+        q.assign(static_cast<size_t>(E) * n * k_pad, 0);
+        for (int r = 0; r < E * n; ++r)
+            for (int c = 0; c < k; ++c) q[static_cast<size_t>(r) * k_pad + c] = f32_to_fp8e4m3(nd(rng));
+        const int nb = (n + 127) / 128, kb = k_pad / 128;
+        s.resize(static_cast<size_t>(E) * nb * kb);
+        for (auto& v : s) v = ud(rng) * 0.02f / std::sqrt(static_cast<float>(k));
+        bias = test::randn(static_cast<size_t>(E) * n, seed + 1, 0.5f);
+    }
+    float w(int e, int f, int c) const { return fp8e4m3_to_f32(q[(static_cast<size_t>(e) * n + f) * k_pad + c]); }
+    float scale(int e, int f, int kb) const {
+        return s[(static_cast<size_t>(e) * ((n + 127) / 128) + f / 128) * (k_pad / 128) + kb];
+    }
+};
+
+// The kernel's pre-activation for tile row r (expert e, e4m3 row xq with scale xs) and feature f:
+// value and a bound on the tensor cores' accumulation error. FP8 wgmma adds each 128-deep block's
+// products in a ~14-bit accumulator (r22's W4A8 measurement; DeepSeek-V3 §3.3.2) before the fp32
+// promotion: allow 2^-11 of the block's Σ|w·x| (8× that), plus fp32 rounding of the promotions.
+struct PreAct {
+    double v, err;
+};
+PreAct pre_activation(const Fp8Experts& W, int e, int f, const float* xq, float xs) {
+    double v = 0.0, err = 0.0;
+    for (int kb = 0; kb * 128 < W.k; ++kb) {
+        float sum = 0.0f, abs = 0.0f;
+        for (int c = kb * 128; c < std::min(W.k, kb * 128 + 128); ++c) {
+            const float p = W.w(e, f, c) * xq[c];
+            sum += p;
+            abs += std::fabs(p);
+        }
+        v += static_cast<double>(W.scale(e, f, kb)) * sum;
+        err += static_cast<double>(W.scale(e, f, kb)) * abs * (std::ldexp(1.0, -11) + 1e-6);
+    }
+    v = v * xs + W.bias[static_cast<size_t>(e) * W.n + f];
+    return {v, err * xs + 1e-6 * std::fabs(v)};
+}
+
+float swiglu_ref(double gate, double up) {
+    gate = std::min(gate, 7.0);
+    up = std::clamp(up, -7.0, 7.0);
+    return static_cast<float>((up + 1.0) * gate / (1.0 + std::exp(-1.702 * gate)));
+}
+
+// CPU quantization of a bf16 row exactly as moe_fp8_quant_rows: amax / 448, e4m3 of x · (448 / amax).
+void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
+    float m = 0.0f;
+    for (int i = 0; i < dim; ++i) m = std::max(m, std::fabs(bf16_to_f32(x[i])));
+    *s = m > 0.0f ? m / 448.0f : 1.0f;
+    const float inv = m > 0.0f ? std::min(448.0f / m, 3.0e38f) : 1.0f;
+    for (int i = 0; i < dim; ++i) q[i] = f32_to_fp8e4m3(bf16_to_f32(x[i]) * inv);
+}
+
+void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed) {
+    const int A = std::accumulate(rows_per_expert.begin(), rows_per_expert.end(), 0);
+    ASSERT_EQ(static_cast<int>(rows_per_expert.size()), E);
+    Fp8Experts gu(E, 2 * I, H, seed), dn(E, H, I, seed + 7);
+    ASSERT_TRUE(moe_fp8_supported(gu.n, gu.k, gu.k_pad, E) && moe_fp8_supported(dn.n, dn.k, dn.k_pad, E));
+    // Tokens: one assignment each (K = 1), in a shuffled sorted order; rows of different magnitudes
+    // so that the per-row scales matter; one zero row (scale 1).
+    std::vector<int32_t> offsets(E + 1, 0), sorted(A);
+    for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + rows_per_expert[e];
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::shuffle(sorted.begin(), sorted.end(), std::mt19937(seed + 3));
+    std::vector<float> hf = test::randn(static_cast<size_t>(A) * H, seed + 4);
+    for (int t = 0; t < A; ++t)
+        for (int c = 0; c < H; ++c)
+            hf[static_cast<size_t>(t) * H + c] *= std::ldexp(1.0f, t % 7 - 3) * (t == 5 ? 0 : 1);
+    const std::vector<uint16_t> h = test::to_bf16(hf);
+
+    auto dh = to_device(h), doff = to_device(offsets), dsorted = to_device(sorted);
+    const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+    moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                  nullptr);
+    DeviceBuffer xq(static_cast<size_t>(A) * std::max(H, I)), xs(static_cast<size_t>(A) * 4);
+    auto dguq = to_device(gu.q), dgus = to_device(gu.s), dgub = to_device(gu.bias);
+    auto ddnq = to_device(dn.q), ddns = to_device(dn.s), ddnb = to_device(dn.bias);
+    auto act = poisoned(static_cast<size_t>(A) * I * 2), y = poisoned(static_cast<size_t>(A) * H * 4);
+
+    // Quantized rows (gathered by token): bytes and scales exactly as the CPU's.
+    moe_fp8_quant_rows(dh.get(), true, dsorted.as<int32_t>(), 1, A, H, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+    const auto gq = to_host<uint8_t>(xq, static_cast<size_t>(A) * H);
+    const auto gs = to_host<float>(xs, A);
+    std::vector<uint8_t> cq(static_cast<size_t>(A) * H);
+    std::vector<float> cs(A);
+    for (int i = 0; i < A; ++i)
+        quant_row(h.data() + static_cast<size_t>(sorted[i]) * H, H, cq.data() + static_cast<size_t>(i) * H, &cs[i]);
+    EXPECT_EQ(gq, cq) << "moe_fp8_quant_rows bytes";
+    EXPECT_EQ(gs, cs) << "moe_fp8_quant_rows scales";
+
+    MoeFp8Args a;
+    a.xq = xq.as<uint8_t>();
+    a.x_scale = xs.as<float>();
+    a.num_rows = A;
+    a.expert_offsets = doff.as<int32_t>();
+    a.sorted_assignments = dsorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.wq = dguq.as<uint8_t>();
+    a.w_scale = dgus.as<float>();
+    a.bias = dgub.as<float>();
+    a.act = act.get();
+    a.n = gu.n;
+    a.k = gu.k;
+    a.k_pad = gu.k_pad;
+    a.num_experts = E;
+    moe_fp8(a, true, nullptr);
+    const auto got_act = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
+
+    // gate_up + SwiGLU: each bf16 act element within how far the SwiGLU moves over the pre-
+    // activations' error box (corners), plus bf16 rounding (2^-8 relative).
+    std::vector<float> xqf(static_cast<size_t>(A) * std::max(H, I));
+    for (size_t i = 0; i < cq.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq[i]);
+    std::vector<int> expert_of(A);
+    for (int e = 0; e < E; ++e)
+        for (int r = offsets[e]; r < offsets[e + 1]; ++r) expert_of[r] = e;
+    std::vector<int> bad_act(A, 0);
+    std::vector<double> num(A, 0.0), den(A, 0.0);
+    parallel_rows(A, [&](int r) {
+        const int e = expert_of[r];
+        for (int j = 0; j < I; ++j) {
+            const PreAct g = pre_activation(gu, e, 2 * j, xqf.data() + static_cast<size_t>(r) * H, cs[r]);
+            const PreAct u = pre_activation(gu, e, 2 * j + 1, xqf.data() + static_cast<size_t>(r) * H, cs[r]);
+            const float ref = swiglu_ref(g.v, u.v);
+            double dev = 0.0;
+            for (int sg : {-1, 1})
+                for (int su : {-1, 1})
+                    dev = std::max(
+                        dev, static_cast<double>(std::fabs(swiglu_ref(g.v + sg * g.err, u.v + su * u.err) - ref)));
+            const float got = got_act[static_cast<size_t>(r) * I + j];
+            const double tol = dev + std::ldexp(std::fabs(ref), -8) + 1e-5 * std::fabs(ref) + 1e-30;
+            if (!(std::fabs(got - ref) <= tol)) ++bad_act[r];
+            num[r] += (got - ref) * (got - ref);
+            den[r] += static_cast<double>(ref) * ref;
+        }
+    });
+    int bad = std::accumulate(bad_act.begin(), bad_act.end(), 0);
+    double rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
+    std::printf("  moe_fp8 gate_up (E %d, H %d, I %d, %d rows): rel L2 %.3g, %d outside the bound\n", E, H, I, A, rel,
+                bad);
+    EXPECT_EQ(bad, 0) << "gate_up act outside the accumulation bound";
+    EXPECT_LT(rel, 5e-3);  // bf16 rounding of act (~2^-9 RMS) dominates
+
+    // down on the GPU's act (quantized by the kernel, checked against the CPU's bytes first).
+    moe_fp8_quant_rows(act.get(), false, nullptr, 1, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+    const auto act_bits = to_host<uint16_t>(act, static_cast<size_t>(A) * I);
+    const auto gq2 = to_host<uint8_t>(xq, static_cast<size_t>(A) * I);
+    const auto gs2 = to_host<float>(xs, A);
+    std::vector<uint8_t> cq2(static_cast<size_t>(A) * I);
+    std::vector<float> cs2(A);
+    for (int i = 0; i < A; ++i)
+        quant_row(act_bits.data() + static_cast<size_t>(i) * I, I, cq2.data() + static_cast<size_t>(i) * I, &cs2[i]);
+    EXPECT_EQ(gq2, cq2) << "moe_fp8_quant_rows bytes (act)";
+    EXPECT_EQ(gs2, cs2) << "moe_fp8_quant_rows scales (act)";
+    a.wq = ddnq.as<uint8_t>();
+    a.w_scale = ddns.as<float>();
+    a.bias = ddnb.as<float>();
+    a.act = nullptr;
+    a.y = y.as<float>();
+    a.n = dn.n;
+    a.k = dn.k;
+    a.k_pad = dn.k_pad;
+    moe_fp8(a, false, nullptr);
+    const auto got_y = to_host<float>(y, static_cast<size_t>(A) * H);
+    for (size_t i = 0; i < cq2.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq2[i]);
+    std::fill(bad_act.begin(), bad_act.end(), 0);
+    std::fill(num.begin(), num.end(), 0.0);
+    std::fill(den.begin(), den.end(), 0.0);
+    parallel_rows(A, [&](int r) {
+        const int e = expert_of[r];
+        for (int f = 0; f < H; ++f) {
+            const PreAct p = pre_activation(dn, e, f, xqf.data() + static_cast<size_t>(r) * I, cs2[r]);
+            const float got = got_y[static_cast<size_t>(sorted[r]) * H + f];
+            if (!(std::fabs(got - p.v) <= p.err + 1e-30)) ++bad_act[r];
+            num[r] += (got - p.v) * (got - p.v);
+            den[r] += p.v * p.v;
+        }
+    });
+    bad = std::accumulate(bad_act.begin(), bad_act.end(), 0);
+    rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
+    std::printf("  moe_fp8 down (E %d, H %d, I %d, %d rows): rel L2 %.3g, %d outside the bound\n", E, H, I, A, rel,
+                bad);
+    EXPECT_EQ(bad, 0) << "down y outside the accumulation bound";
+    EXPECT_LT(rel, 1e-3);  // fp32 out: only the accumulation differs
+}
+
+TEST(CudaMoeFp8, MatchesCpuSchemeAtShardWidths) {
+    REQUIRE_GPU();
+    run_case(4, 2880, 1440, {200, 0, 128, 37}, 11);
+}
+
+TEST(CudaMoeFp8, MatchesCpuSchemeAtRealWidths) {
+    REQUIRE_GPU();
+    run_case(3, 2880, 2880, {37, 130, 0}, 23);
+}
+
+}  // namespace
+}  // namespace gptoss::kernels::cuda
