@@ -115,25 +115,16 @@ double time_graph(cudaGraphExec_t exec, cudaStream_t stream, int launches, int r
     return t[t.size() / 2];
 }
 
-// GPTOSS_ATTN_FUSED_COMBINE=1: decode merges its splits in the last split CTA
-// (PagedAttentionArgs::split_counters) instead of the combine kernel, as the model can.
 struct Common {
     DevBuf sinks{kHeads * 4};
     DevBuf workspace;
-    DevBuf counters;
     int max_splits = 132;
-    bool fused_combine = false;
     bool fp8_kv = false;      // GPTOSS_ATTN_FP8_KV=1
     bool fp8_direct = false;  // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
-    Common(int max_seqs)
-        : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4),
-          counters(static_cast<size_t>(max_seqs) * kKvHeads * 4) {
+    Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
         CHECK_CUDA(cudaMemcpy(sinks.p, s.data(), s.size() * 4, cudaMemcpyHostToDevice));
-        CHECK_CUDA(cudaMemset(counters.p, 0, static_cast<size_t>(max_seqs) * kKvHeads * 4));
-        const char* v = std::getenv("GPTOSS_ATTN_FUSED_COMBINE");
-        fused_combine = v != nullptr && std::string(v) == "1";
         const char* f = std::getenv("GPTOSS_ATTN_FP8_KV");
         fp8_kv = f != nullptr && std::string(f) == "1";
         const char* fd = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
@@ -152,7 +143,6 @@ PagedAttentionArgs base_args(const Common& c) {
     a.scale = 0.125f;
     a.workspace = c.workspace.as<float>();
     a.max_splits = c.max_splits;
-    a.split_counters = c.fused_combine ? c.counters.as<uint32_t>() : nullptr;
     a.kv_fp8 = c.fp8_kv;
     a.fp8_direct = c.fp8_direct;
     return a;

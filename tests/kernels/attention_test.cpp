@@ -25,7 +25,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -376,7 +375,7 @@ private:
 };
 
 struct DeviceCase {
-    DevBuf q, out, sinks, k, v, tables, start_pos, query_start, workspace, counters;
+    DevBuf q, out, sinks, k, v, tables, start_pos, query_start, workspace;
     PagedAttentionArgs args;
     size_t out_elems = 0;
 };
@@ -392,10 +391,8 @@ void upload(const HostCase& c, DeviceCase& d) {
     const bool ok = d.q.alloc(c.q.size() * 2) && d.out.alloc(c.q.size() * 2) && d.sinks.alloc(kHeads * 4) &&
                     d.k.alloc(cache_bytes) && d.v.alloc(cache_bytes) && d.tables.alloc(c.block_tables.size() * 4) &&
                     d.start_pos.alloc(c.seq_start_pos.size() * 4) && d.query_start.alloc(c.query_start.size() * 4) &&
-                    d.workspace.alloc(ws_bytes) &&
-                    d.counters.alloc(static_cast<size_t>(std::max(c.num_seqs, 1)) * kKvHeads * 4);
+                    d.workspace.alloc(ws_bytes);
     ASSERT_TRUE(ok) << "cudaMalloc failed";
-    CK(cudaMemset(d.counters.as(), 0, static_cast<size_t>(std::max(c.num_seqs, 1)) * kKvHeads * 4));
     CK(cudaMemcpy(d.q.as(), c.q.data(), c.q.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.sinks.as(), c.sinks.data(), kHeads * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(d.k.as(), 0xFF, kGuardBlocks * be * elem));  // bf16 and e4m3 NaN alike
@@ -529,40 +526,25 @@ public:
             check(std::string(tag) + " prefill", got, ref, c);
             check(std::string(tag) + " prefill vs reference_cuda", got, to_f32(ref_gpu), c);
         } else {
-            // Each split setting with the combine kernel, then with the fused combine (the last split
-            // CTA merges, with the same arithmetic: the same bits; the counters must come back zero).
-            std::map<int, std::vector<uint16_t>> unfused;
-            for (bool fused : {false, true})
-                for (int sp : splits_) {
-                    d.args.split_counters = fused ? d.counters.as<uint32_t>() : nullptr;
-                    run_kernel(d, Kernel::kDecode, sp, got);
-                    if (c.fp8) {  // the direct e4m3 kernel too (f16 MMAs; same combine), the same references
-                        std::vector<uint16_t> direct;
-                        d.args.fp8_direct = true;
-                        run_kernel(d, Kernel::kDecode, sp, direct);
-                        d.args.fp8_direct = false;
-                        if (::testing::Test::HasFatalFailure()) return;
-                        const std::string which =
-                            " decode fp8 direct splits=" + (sp == 0 ? std::string("auto") : std::to_string(sp)) +
-                            (fused ? " fused combine" : "");
-                        check(std::string(tag) + which, direct, ref, c);
-                        check(std::string(tag) + which + " vs reference_cuda", direct, to_f32(ref_gpu), c);
-                    }
-                    d.args.split_counters = nullptr;
+            for (int sp : splits_) {
+                run_kernel(d, Kernel::kDecode, sp, got);
+                if (c.fp8) {  // the direct e4m3 kernel too (f16 MMAs; same combine), the same references
+                    std::vector<uint16_t> direct;
+                    d.args.fp8_direct = true;
+                    run_kernel(d, Kernel::kDecode, sp, direct);
+                    d.args.fp8_direct = false;
                     if (::testing::Test::HasFatalFailure()) return;
                     const std::string which =
-                        (sp == 0 ? std::string(" decode splits=auto") : " decode splits=" + std::to_string(sp)) +
-                        (fused ? " fused combine" : "");
-                    check(std::string(tag) + which, got, ref, c);
-                    check(std::string(tag) + which + " vs reference_cuda", got, to_f32(ref_gpu), c);
-                    if (!fused) unfused[sp] = got;
-                    if (fused) {
-                        EXPECT_TRUE(got == unfused[sp]) << tag << which << ": differs from the combine kernel's bits";
-                        std::vector<uint32_t> cnt(static_cast<size_t>(std::max(c.num_seqs, 1)) * kKvHeads);
-                        CK(cudaMemcpy(cnt.data(), d.counters.as(), cnt.size() * 4, cudaMemcpyDeviceToHost));
-                        EXPECT_EQ(cnt, std::vector<uint32_t>(cnt.size(), 0u)) << tag << which << ": counters not reset";
-                    }
+                        " decode fp8 direct splits=" + (sp == 0 ? std::string("auto") : std::to_string(sp));
+                    check(std::string(tag) + which, direct, ref, c);
+                    check(std::string(tag) + which + " vs reference_cuda", direct, to_f32(ref_gpu), c);
                 }
+                if (::testing::Test::HasFatalFailure()) return;
+                const std::string which =
+                    sp == 0 ? std::string(" decode splits=auto") : " decode splits=" + std::to_string(sp);
+                check(std::string(tag) + which, got, ref, c);
+                check(std::string(tag) + which + " vs reference_cuda", got, to_f32(ref_gpu), c);
+            }
         }
     }
 
@@ -837,55 +819,49 @@ TEST(PagedAttentionCuda, DecodePaddingSequence) {
 
 // Decode captured once in a CUDA graph with a generous max_context_len, then replayed after the
 // device-side positions changed (the split rule must follow the device data).
-// Both with the combine kernel and with the fused combine (its counters must survive replays).
 TEST(PagedAttentionCuda, DecodeGraphReplayWithNewPositions) {
     REQUIRE_GPU();
-    for (bool fused : {false, true}) {
-        SCOPED_TRACE(fused ? "fused combine" : "combine kernel");
-        const std::vector<int> final_ctx = {4000, 1, 20000, 129, 700, 64, 9000, 3};
-        HostCase c = make_case(decode_batch(final_ctx), 0, 16, 1.5f, 31);
-        DeviceCase d;
-        upload(c, d);
-        if (HasFatalFailure()) return;
-        d.args.max_context_len = 32768;  // the bucket's bound, not the batch's
-        if (fused) d.args.split_counters = d.counters.as<uint32_t>();
-        cudaStream_t stream;
-        CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-        cuda::paged_attention_decode(d.args, stream);  // warm-up outside capture (attributes, module load)
-        CK(cudaStreamSynchronize(stream));
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        cuda::paged_attention_decode(d.args, stream);
-        CK(cudaStreamEndCapture(stream, &graph));
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int round = 0; round < 3; ++round) {
-            // Round 0: earlier positions (shorter contexts); 1: the final ones; 2: shuffled q.
-            std::vector<int32_t> pos = c.seq_start_pos;
-            if (round == 0)
-                for (auto& p : pos) p = p / 3;
-            HostCase cr = c;
-            cr.seq_start_pos = pos;
-            if (round == 2) {
-                Rng rng(77);
-                for (auto& x : cr.q) x = f32_to_bf16(rng.sym(2.0f));
-                CK(cudaMemcpy(d.q.as(), cr.q.data(), cr.q.size() * 2, cudaMemcpyHostToDevice));
-            }
-            CK(cudaMemcpy(d.start_pos.as(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-            CK(cudaMemset(d.out.as(), 0xFF, d.out_elems * 2));
-            CK(cudaGraphLaunch(exec, stream));
-            CK(cudaStreamSynchronize(stream));
-            std::vector<uint16_t> got(d.out_elems);
-            CK(cudaMemcpy(got.data(), d.out.as(), d.out_elems * 2, cudaMemcpyDeviceToHost));
-            const Verdict v =
-                compare("decode graph replay round " + std::to_string(round), got, cpu_reference(cr, {}), cr);
-            std::printf("%s\n", v.report.c_str());
-            EXPECT_TRUE(v.pass) << v.report;
+    const std::vector<int> final_ctx = {4000, 1, 20000, 129, 700, 64, 9000, 3};
+    HostCase c = make_case(decode_batch(final_ctx), 0, 16, 1.5f, 31);
+    DeviceCase d;
+    upload(c, d);
+    if (HasFatalFailure()) return;
+    d.args.max_context_len = 32768;  // the bucket's bound, not the batch's
+    cudaStream_t stream;
+    CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cuda::paged_attention_decode(d.args, stream);  // warm-up outside capture (attributes, module load)
+    CK(cudaStreamSynchronize(stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    cuda::paged_attention_decode(d.args, stream);
+    CK(cudaStreamEndCapture(stream, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int round = 0; round < 3; ++round) {
+        // Round 0: earlier positions (shorter contexts); 1: the final ones; 2: shuffled q.
+        std::vector<int32_t> pos = c.seq_start_pos;
+        if (round == 0)
+            for (auto& p : pos) p = p / 3;
+        HostCase cr = c;
+        cr.seq_start_pos = pos;
+        if (round == 2) {
+            Rng rng(77);
+            for (auto& x : cr.q) x = f32_to_bf16(rng.sym(2.0f));
+            CK(cudaMemcpy(d.q.as(), cr.q.data(), cr.q.size() * 2, cudaMemcpyHostToDevice));
         }
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
-        CK(cudaStreamDestroy(stream));
+        CK(cudaMemcpy(d.start_pos.as(), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemset(d.out.as(), 0xFF, d.out_elems * 2));
+        CK(cudaGraphLaunch(exec, stream));
+        CK(cudaStreamSynchronize(stream));
+        std::vector<uint16_t> got(d.out_elems);
+        CK(cudaMemcpy(got.data(), d.out.as(), d.out_elems * 2, cudaMemcpyDeviceToHost));
+        const Verdict v = compare("decode graph replay round " + std::to_string(round), got, cpu_reference(cr, {}), cr);
+        std::printf("%s\n", v.report.c_str());
+        EXPECT_TRUE(v.pass) << v.report;
     }
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(stream));
 }
 
 TEST(PagedAttentionCuda, ChooseDecodeSplits) {

@@ -47,10 +47,6 @@ struct PagedAttentionArgs {
     // num_seqs · num_heads · max_splits · (head_dim + 2) floats.
     float* workspace = nullptr;
     int max_splits = 1;
-    // Optional, CUDA decode: [num_seqs · num_kv_heads] counters, zero before the first call (every
-    // call leaves them zero). When set, the last split CTA of each (sequence, kv head) to finish
-    // merges the splits itself, in place of a separate combine launch.
-    uint32_t* split_counters = nullptr;
 };
 
 }  // namespace gptoss::kernels

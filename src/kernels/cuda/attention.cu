@@ -572,10 +572,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 // same rule and reads only those partials, so no neutral partial is needed. Any host
 // max_context_len is therefore only a grid-size hint; correctness never depends on it.
 //
-// The merge of num_active > 1 partials runs either in the combine kernel (a second launch) or, with
-// PagedAttentionArgs::split_counters, in the decode kernel's last split CTA per (sequence, kv head):
-// each CTA that wrote a partial fences and takes a ticket; the one holding ticket num_active − 1
-// merges (combine_head, the same arithmetic) and resets the counter.
+// The merge of num_active > 1 partials runs in the combine kernel (a second launch).
 //
 // Work per sequence at context C: K and V rows read once (C · num_kv_heads · 256 B), 4·64 FLOP per
 // (query head, key); at 8 FLOP per byte this is bandwidth-bound by two orders of magnitude.
@@ -610,8 +607,7 @@ __device__ __forceinline__ float* ws_ml(const PagedAttentionArgs& a, int num_spl
 }
 
 // Merges a sequence's active splits for one query head and adds the sink once (one warp, 2 dims a
-// lane; see bf16_paged_attention_decode_combine_kernel below). The partials are read through L2:
-// in the fused path other CTAs wrote them during this launch.
+// lane; see bf16_paged_attention_decode_combine_kernel below).
 __device__ __forceinline__ void combine_head(const PagedAttentionArgs& a, int seq, int head, int q_row, int num_splits,
                                              int active, int lane) {
     const int64_t idx0 = ws_index(a, seq, head, num_splits, 0);
@@ -866,26 +862,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
             ml[0] = mw;
             ml[1] = lw;
         }
-        if (a.split_counters != nullptr) {
-            // Fused combine: the last of the sequence's active splits (per kv head) to finish merges
-            // them (the router's ticket pattern): every partial is fenced before the ticket, and the
-            // last CTA resets the counter for the next call (graph replays included).
-            __shared__ bool s_last;
-            __threadfence();
-            __syncthreads();
-            uint32_t* counter = a.split_counters + static_cast<int64_t>(seq) * a.num_kv_heads + kv_head;
-            if (tid == 0) {
-                __threadfence();
-                s_last = atomicAdd(counter, 1u) == static_cast<uint32_t>(sp.num_active - 1);
-            }
-            __syncthreads();
-            if (s_last) {  // CTA-uniform
-                __threadfence();
-                for (int hh = warp; hh < kGroup; hh += kDecodeWarps)
-                    combine_head(a, seq, kv_head * kGroup + hh, q_row, num_splits, sp.num_active, lane);
-                if (tid == 0) *counter = 0u;
-            }
-        }
     }
 }
 
@@ -1049,7 +1025,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
         launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a);
     else
         launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a);
-    if (num_splits > 1 && a.split_counters == nullptr) {
+    if (num_splits > 1) {
         const dim3 cgrid(a.num_kv_heads, a.num_seqs);
         launch_pdl(bf16_paged_attention_decode_combine_kernel, cgrid, kCombineThreads, 0, stream, a, num_splits);
     }
