@@ -20,6 +20,7 @@
 //   --w4a8: FP8 wgmma on e4m3 activation rows (moe_w4a8), the row quantization timed too.
 //   --fp8: FP8 experts (e4m3, 128×128 block scales) and e4m3 activation rows (moe_fp8, 128-token
 //   tiles), the row quantizations timed too; the byte column then counts the FP8 weights.
+//   GPTOSS_MOE_FP8_WG=2|3: its consumer warpgroups a CTA (MoeFp8Args::warpgroups).
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
@@ -242,6 +243,7 @@ int main(int argc, char** argv) {
                 m.k = kHidden;
                 m.k_pad = kKPad;
                 m.num_experts = kExperts;
+                if (const char* v = std::getenv("GPTOSS_MOE_FP8_WG")) m.warpgroups = std::atoi(v);
                 cuda::moe_fp8(m, true, stream);
                 cuda::moe_fp8_quant_rows(act.p, false, nullptr, kTopK, A, kInter, xq.as<uint8_t>(), xs.as<float>(),
                                          stream);

@@ -85,6 +85,10 @@ struct CudaModel::Impl {
     // which then take every batch above mma_tokens (no host synchronisation); else the per-expert
     // cuBLASLt GEMMs. GPTOSS_MOE_FP8_GROUPED=0 keeps the per-expert path (A/B runs).
     bool fp8_grouped = false;
+    int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
+        const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
+        return v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) ? std::atoi(v) : 0;
+    }();
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
     DeviceBuffer xq8, xs8;
@@ -781,6 +785,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.num_experts = E;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        m.warpgroups = fp8_grouped_wg;
         kc::moe_fp8(m, true, stream);
         kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
         m.wq = D.down_f8q.as<uint8_t>();

@@ -97,6 +97,9 @@ void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
     for (int i = 0; i < dim; ++i) q[i] = f32_to_fp8e4m3(bf16_to_f32(x[i]) * inv);
 }
 
+// Each variant (2 and 3 consumer warpgroups) against the CPU scheme: gate_up + SwiGLU on the
+// quantized token rows, then down on the quantized act of the last variant's gate_up (one
+// reference each).
 void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed) {
     const int A = std::accumulate(rows_per_expert.begin(), rows_per_expert.end(), 0);
     ASSERT_EQ(static_cast<int>(rows_per_expert.size()), E);
@@ -122,7 +125,7 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     DeviceBuffer xq(static_cast<size_t>(A) * std::max(H, I)), xs(static_cast<size_t>(A) * 4);
     auto dguq = to_device(gu.q), dgus = to_device(gu.s), dgub = to_device(gu.bias);
     auto ddnq = to_device(dn.q), ddns = to_device(dn.s), ddnb = to_device(dn.bias);
-    auto act = poisoned(static_cast<size_t>(A) * I * 2), y = poisoned(static_cast<size_t>(A) * H * 4);
+    auto act = poisoned(static_cast<size_t>(A) * I * 2);
 
     // Quantized rows (gathered by token): bytes and scales exactly as the CPU's.
     moe_fp8_quant_rows(dh.get(), true, dsorted.as<int32_t>(), 1, A, H, xq.as<uint8_t>(), xs.as<float>(), nullptr);
@@ -134,6 +137,44 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         quant_row(h.data() + static_cast<size_t>(sorted[i]) * H, H, cq.data() + static_cast<size_t>(i) * H, &cs[i]);
     EXPECT_EQ(gq, cq) << "moe_fp8_quant_rows bytes";
     EXPECT_EQ(gs, cs) << "moe_fp8_quant_rows scales";
+
+    // gate_up + SwiGLU reference: each bf16 act element must lie within how far the SwiGLU moves
+    // over the pre-activations' error box (corners), plus bf16 rounding (2^-8 relative).
+    std::vector<float> xqf(static_cast<size_t>(A) * std::max(H, I));
+    for (size_t i = 0; i < cq.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq[i]);
+    std::vector<int> expert_of(A);
+    for (int e = 0; e < E; ++e)
+        for (int r = offsets[e]; r < offsets[e + 1]; ++r) expert_of[r] = e;
+    std::vector<float> ref_act(static_cast<size_t>(A) * I);
+    std::vector<double> tol_act(ref_act.size());
+    parallel_rows(A, [&](int r) {
+        const int e = expert_of[r];
+        for (int j = 0; j < I; ++j) {
+            const PreAct g = pre_activation(gu, e, 2 * j, xqf.data() + static_cast<size_t>(r) * H, cs[r]);
+            const PreAct u = pre_activation(gu, e, 2 * j + 1, xqf.data() + static_cast<size_t>(r) * H, cs[r]);
+            const float ref = swiglu_ref(g.v, u.v);
+            double dev = 0.0;
+            for (int sg : {-1, 1})
+                for (int su : {-1, 1})
+                    dev = std::max(
+                        dev, static_cast<double>(std::fabs(swiglu_ref(g.v + sg * g.err, u.v + su * u.err) - ref)));
+            ref_act[static_cast<size_t>(r) * I + j] = ref;
+            tol_act[static_cast<size_t>(r) * I + j] = dev + std::ldexp(std::fabs(ref), -8) + 1e-5 * std::fabs(ref);
+        }
+    });
+    // Counts the elements outside their bound and the relative L2 error.
+    auto check = [](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol,
+                    int* bad) {
+        double num = 0.0, den = 0.0;
+        *bad = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+            const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+            if (!(d <= tol[i] + 1e-30)) ++*bad;
+            num += d * d;
+            den += static_cast<double>(ref[i]) * ref[i];
+        }
+        return std::sqrt(num / den);
+    };
 
     MoeFp8Args a;
     a.xq = xq.as<uint8_t>();
@@ -152,42 +193,18 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.k = gu.k;
     a.k_pad = gu.k_pad;
     a.num_experts = E;
-    moe_fp8(a, true, nullptr);
-    const auto got_act = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
-
-    // gate_up + SwiGLU: each bf16 act element within how far the SwiGLU moves over the pre-
-    // activations' error box (corners), plus bf16 rounding (2^-8 relative).
-    std::vector<float> xqf(static_cast<size_t>(A) * std::max(H, I));
-    for (size_t i = 0; i < cq.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq[i]);
-    std::vector<int> expert_of(A);
-    for (int e = 0; e < E; ++e)
-        for (int r = offsets[e]; r < offsets[e + 1]; ++r) expert_of[r] = e;
-    std::vector<int> bad_act(A, 0);
-    std::vector<double> num(A, 0.0), den(A, 0.0);
-    parallel_rows(A, [&](int r) {
-        const int e = expert_of[r];
-        for (int j = 0; j < I; ++j) {
-            const PreAct g = pre_activation(gu, e, 2 * j, xqf.data() + static_cast<size_t>(r) * H, cs[r]);
-            const PreAct u = pre_activation(gu, e, 2 * j + 1, xqf.data() + static_cast<size_t>(r) * H, cs[r]);
-            const float ref = swiglu_ref(g.v, u.v);
-            double dev = 0.0;
-            for (int sg : {-1, 1})
-                for (int su : {-1, 1})
-                    dev = std::max(
-                        dev, static_cast<double>(std::fabs(swiglu_ref(g.v + sg * g.err, u.v + su * u.err) - ref)));
-            const float got = got_act[static_cast<size_t>(r) * I + j];
-            const double tol = dev + std::ldexp(std::fabs(ref), -8) + 1e-5 * std::fabs(ref) + 1e-30;
-            if (!(std::fabs(got - ref) <= tol)) ++bad_act[r];
-            num[r] += (got - ref) * (got - ref);
-            den[r] += static_cast<double>(ref) * ref;
-        }
-    });
-    int bad = std::accumulate(bad_act.begin(), bad_act.end(), 0);
-    double rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
-    std::printf("  moe_fp8 gate_up (E %d, H %d, I %d, %d rows): rel L2 %.3g, %d outside the bound\n", E, H, I, A, rel,
-                bad);
-    EXPECT_EQ(bad, 0) << "gate_up act outside the accumulation bound";
-    EXPECT_LT(rel, 5e-3);  // bf16 rounding of act (~2^-9 RMS) dominates
+    for (int wg : {2, 3}) {
+        EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
+        a.warpgroups = wg;
+        moe_fp8(a, true, nullptr);
+        const auto got = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
+        int bad = 0;
+        const double rel = check(got, ref_act, tol_act, &bad);
+        std::printf("  moe_fp8 gate_up (%d warpgroups; E %d, H %d, I %d, %d rows): rel L2 %.3g, %d outside the bound\n",
+                    wg, E, H, I, A, rel, bad);
+        EXPECT_EQ(bad, 0) << "gate_up act outside the accumulation bound, " << wg << " warpgroups";
+        EXPECT_LT(rel, 5e-3) << wg << " warpgroups";  // bf16 rounding of act (~2^-9 RMS) dominates
+    }
 
     // down on the GPU's act (quantized by the kernel, checked against the CPU's bytes first).
     moe_fp8_quant_rows(act.get(), false, nullptr, 1, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
@@ -200,36 +217,37 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         quant_row(act_bits.data() + static_cast<size_t>(i) * I, I, cq2.data() + static_cast<size_t>(i) * I, &cs2[i]);
     EXPECT_EQ(gq2, cq2) << "moe_fp8_quant_rows bytes (act)";
     EXPECT_EQ(gs2, cs2) << "moe_fp8_quant_rows scales (act)";
+    for (size_t i = 0; i < cq2.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq2[i]);
+    // y is indexed by assignment (sorted[r]).
+    std::vector<float> ref_y(static_cast<size_t>(A) * H);
+    std::vector<double> tol_y(ref_y.size());
+    parallel_rows(A, [&](int r) {
+        for (int f = 0; f < H; ++f) {
+            const PreAct p = pre_activation(dn, expert_of[r], f, xqf.data() + static_cast<size_t>(r) * I, cs2[r]);
+            ref_y[static_cast<size_t>(sorted[r]) * H + f] = static_cast<float>(p.v);
+            tol_y[static_cast<size_t>(sorted[r]) * H + f] = p.err;
+        }
+    });
     a.wq = ddnq.as<uint8_t>();
     a.w_scale = ddns.as<float>();
     a.bias = ddnb.as<float>();
     a.act = nullptr;
-    a.y = y.as<float>();
     a.n = dn.n;
     a.k = dn.k;
     a.k_pad = dn.k_pad;
-    moe_fp8(a, false, nullptr);
-    const auto got_y = to_host<float>(y, static_cast<size_t>(A) * H);
-    for (size_t i = 0; i < cq2.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq2[i]);
-    std::fill(bad_act.begin(), bad_act.end(), 0);
-    std::fill(num.begin(), num.end(), 0.0);
-    std::fill(den.begin(), den.end(), 0.0);
-    parallel_rows(A, [&](int r) {
-        const int e = expert_of[r];
-        for (int f = 0; f < H; ++f) {
-            const PreAct p = pre_activation(dn, e, f, xqf.data() + static_cast<size_t>(r) * I, cs2[r]);
-            const float got = got_y[static_cast<size_t>(sorted[r]) * H + f];
-            if (!(std::fabs(got - p.v) <= p.err + 1e-30)) ++bad_act[r];
-            num[r] += (got - p.v) * (got - p.v);
-            den[r] += p.v * p.v;
-        }
-    });
-    bad = std::accumulate(bad_act.begin(), bad_act.end(), 0);
-    rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
-    std::printf("  moe_fp8 down (E %d, H %d, I %d, %d rows): rel L2 %.3g, %d outside the bound\n", E, H, I, A, rel,
-                bad);
-    EXPECT_EQ(bad, 0) << "down y outside the accumulation bound";
-    EXPECT_LT(rel, 1e-3);  // fp32 out: only the accumulation differs
+    for (int wg : {2, 3}) {
+        auto y = poisoned(static_cast<size_t>(A) * H * 4);
+        a.y = y.as<float>();
+        a.warpgroups = wg;
+        moe_fp8(a, false, nullptr);
+        const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
+        int bad = 0;
+        const double rel = check(got, ref_y, tol_y, &bad);
+        std::printf("  moe_fp8 down (%d warpgroups; E %d, H %d, I %d, %d rows): rel L2 %.3g, %d outside the bound\n",
+                    wg, E, H, I, A, rel, bad);
+        EXPECT_EQ(bad, 0) << "down y outside the accumulation bound, " << wg << " warpgroups";
+        EXPECT_LT(rel, 1e-3) << wg << " warpgroups";  // fp32 out: only the accumulation differs
+    }
 }
 
 TEST(CudaMoeFp8, MatchesCpuSchemeAtShardWidths) {

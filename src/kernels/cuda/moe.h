@@ -202,6 +202,8 @@ struct MoeFp8Args {
     int n = 0, k = 0, k_pad = 0, num_experts = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
+    // Consumer warpgroups a CTA (64 features each): 0 = the default (3), or 2 or 3 (tests, A/B).
+    int warpgroups = 0;
 };
 // n % 16 == 0, k % 16 == 0, k ≤ k_pad (a multiple of 128), k ≤ 8,192, num_experts ≤
 // kMaxMoeMmaExperts, and the driver's tensor-map encoder present.

@@ -5,11 +5,12 @@
 //
 // - D[feature, token] = W[feature, :] · X[token, :] with both operands read by the tensor cores from
 //   shared memory (wgmma m64n128k32 e4m3 × e4m3, fp32 accumulation): no dequantization at all.
-// - A CTA: 2 consumer warpgroups × 64 features = 128 features (exactly one weight-scale block row)
-//   × 128 tokens of one expert (a tile of moe_mma_tiles' list, rows in tile-row order). K advances
-//   128 at a time, one weight-scale block: a stage is the weight tile [128 features × 128 bytes] and
-//   the activation tile [128 tokens × 128 bytes], both 128-byte swizzled K-major boxes brought by a
-//   producer warp's TMA (per-stage full/empty mbarriers, 6 stages).
+// - A CTA: W consumer warpgroups × 64 features (W = 2: 128 features, one weight-scale block row;
+//   W = 3: 192, where each warpgroup's 64 rows still lie in one scale block) × 128 tokens of one
+//   expert (a tile of moe_mma_tiles' list, rows in tile-row order). K advances 128 at a time, one
+//   weight-scale block: a stage is the weight tile [64·W features × 128 bytes] and the activation
+//   tile [128 tokens × 128 bytes], both 128-byte swizzled K-major boxes brought by a producer warp's
+//   TMA (per-stage full/empty mbarriers; 6 stages for W = 2, 5 for W = 3).
 // - FP8 wgmma accumulates with limited precision (~14 bits, r22), so each 128-K block goes to a
 //   scratch accumulator (scale-d 0 on its first k32 step) that is added to the tile's in fp32 times
 //   the block's weight scale (DeepGEMM's promotion); the two warpgroups' promotions overlap each
@@ -25,6 +26,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -35,18 +37,30 @@
 namespace gptoss::kernels::cuda {
 namespace {
 
-constexpr int kConsumers = 2;                    // consumer warpgroups
-constexpr int kFeatures = 64 * kConsumers;       // features per CTA: one weight-scale block
-constexpr int kTokens = kMoeFp8BlockTokens;      // tokens per CTA (wgmma N)
-constexpr int kThreads = 128 * kConsumers + 32;  // + the producer warp
-constexpr int kStages = 6;
-constexpr int kKBlock = 128;                  // K per stage (bytes of e4m3)
-constexpr int kWTile = kFeatures * kKBlock;   // 16 KB
-constexpr int kXTile = kTokens * kKBlock;     // 16 KB
-constexpr int kStageBytes = kWTile + kXTile;  // a multiple of 1024: every tile 1 KB-aligned
-constexpr int kMaxKBlocks = 64;               // k ≤ 8,192
-static_assert(kStageBytes % 1024 == 0, "stage alignment");
-constexpr size_t kSmemBytes = 1024 + static_cast<size_t>(kStages) * kStageBytes + kMaxKBlocks * 4 + 2 * kStages * 8;
+constexpr int kTokens = kMoeFp8BlockTokens;  // tokens per CTA (wgmma N)
+constexpr int kKBlock = 128;                 // K per stage (bytes of e4m3)
+constexpr int kXTile = kTokens * kKBlock;    // 16 KB
+constexpr int kMaxKBlocks = 64;              // k ≤ 8,192
+
+constexpr int kConsumerRegsW3 = 152, kProducerRegsW3 = 40;  // setmaxnreg for W = 3 (Shape below)
+
+// The CTA shape for W consumer warpgroups.
+template <int W>
+struct Shape {
+    static constexpr int kFeatures = 64 * W;  // features per CTA
+    // + the producer: a warp for W = 2; a whole warpgroup for W = 3, so that it can hand registers
+    // to the consumers (setmaxnreg works per warpgroup): 512 threads start at 128 registers each,
+    // too few for the 128 accumulators (ptxas spilled), then the producer drops to 40 and the
+    // consumers rise to 152.
+    static constexpr int kThreads = 128 * W + (W == 2 ? 32 : 128);
+    static constexpr int kStages = W == 2 ? 6 : 5;
+    static constexpr int kWTile = kFeatures * kKBlock;
+    static constexpr int kStageBytes = kWTile + kXTile;  // a multiple of 1024: every tile 1 KB-aligned
+    static_assert(kStageBytes % 1024 == 0, "stage alignment");
+    // + the weight scales of the (at most 2) scale blocks the CTA's features touch, + barriers.
+    static constexpr size_t kSmemBytes =
+        1024 + static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 2 * kStages * 8;
+};
 
 // m64n128k32, e4m3 × e4m3 → f32, both operands from shared memory; scale_d = 0 overwrites d.
 __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
@@ -68,14 +82,18 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint64_t desc_a,
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-template <bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 1)
+template <bool kGateUp, int W>
+__global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     moe_fp8_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
                    const __grid_constant__ CUtensorMap w_map) {
+    using S = Shape<W>;
+    constexpr int kFeatures = S::kFeatures, kThreads = S::kThreads, kStages = S::kStages;
+    constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
     extern __shared__ __align__(16) uint8_t smem_raw[];
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    float* s_wscale = reinterpret_cast<float*>(smem + kStages * kStageBytes);  // [k blocks] of this CTA
-    uint64_t* full = reinterpret_cast<uint64_t*>(s_wscale + kMaxKBlocks);
+    // [2][k blocks]: the weight scales of scale blocks n0 / 128 and n0 / 128 + 1
+    float* s_wscale = reinterpret_cast<float*>(smem + kStages * kStageBytes);
+    uint64_t* full = reinterpret_cast<uint64_t*>(s_wscale + 2 * kMaxKBlocks);
     uint64_t* empty = full + kStages;
     auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
     auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
@@ -92,19 +110,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], kConsumers);
+            mbar_init(&empty[s], W);
         }
         mbar_init_fence();
     }
-    {  // the weight scales of this CTA's feature block, one per K block
-        const int nb = (N + kFeatures - 1) / kFeatures, kbp = a.k_pad / kKBlock;
-        const float* ws = a.w_scale + (static_cast<int64_t>(e) * nb + blockIdx.x) * kbp;
-        for (int i = tid; i < nkb; i += kThreads) s_wscale[i] = ws[i];
+    {  // the weight scales of the scale blocks this CTA's features touch, one per K block
+        const int nb = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock, b0 = n0 / kKBlock;
+        const float* ws = a.w_scale + static_cast<int64_t>(e) * nb * kbp;
+        for (int i = tid; i < 2 * nkb; i += kThreads) {
+            const int b = b0 + i / nkb;
+            s_wscale[(i / nkb) * kMaxKBlocks + i % nkb] = b < nb ? ws[static_cast<int64_t>(b) * kbp + i % nkb] : 0.0f;
+        }
     }
     __syncthreads();  // barriers initialised, scales in; no CTA-wide barrier after the role split
 
-    if (tid >= 128 * kConsumers) {  // the producer warp: one lane issues every copy
-        if (tid == 128 * kConsumers) {
+    // The role through a shuffle: warp-uniform for the compiler (no serialized wgmma, ptxas C7520).
+    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);
+    if (role >= W) {  // the producer: one lane issues every copy
+        if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
+        if (tid == 128 * W) {
             const int wy = e * N + n0;  // the CTA's first weight row in [E·n, k_pad]
             for (int kb = 0; kb < nkb; ++kb) {
                 const int slot = kb % kStages;
@@ -118,8 +142,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         return;
     }
 
-    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    if constexpr (W == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegsW3));
+    const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
+    // This warpgroup's 64 rows lie in one scale block (n0 and 64·wg are multiples of 64).
+    const float* wscale = s_wscale + ((n0 + 64 * wg) / kKBlock - n0 / kKBlock) * kMaxKBlocks;
     float acc[64], tmp[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -140,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
         if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads of the stage are done
-        const float ws = s_wscale[kb];
+        const float ws = wscale[kb];
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
     }
@@ -237,8 +264,8 @@ __global__ void __launch_bounds__(kQuantThreads)
 }
 
 // x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
-// of 128 bytes × kFeatures rows, both 128-byte swizzled. False if encoding fails.
-bool make_maps(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
+// of 128 bytes × `features` rows, both 128-byte swizzled. False if encoding fails.
+bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (encode == nullptr) return false;
     const cuuint32_t unit[2] = {1, 1};
@@ -251,7 +278,7 @@ bool make_maps(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
         return false;
     const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_experts) * a.n};
     const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k_pad)};
-    const cuuint32_t w_box[2] = {kKBlock, kFeatures};
+    const cuuint32_t w_box[2] = {kKBlock, static_cast<cuuint32_t>(features)};
     return encode(w_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.wq), w_dims, w_strides, w_box, unit,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -279,14 +306,24 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                  "moe_fp8: n %d, k %d (k_pad %d), %d experts, %d rows unsupported", a.n, a.k, a.k_pad, a.num_experts,
                  a.num_rows);
     ENGINE_CHECK(!gate_up || a.n % 2 == 0, "moe_fp8: gate_up needs (gate, up) row pairs (n %d)", a.n);
+    ENGINE_CHECK(a.warpgroups == 0 || a.warpgroups == 2 || a.warpgroups == 3, "moe_fp8: %d warpgroups", a.warpgroups);
     if (a.max_tiles <= 0) return;
-    CUtensorMap x_map, w_map;
-    ENGINE_CHECK(make_maps(a, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
-    const dim3 grid((a.n + kFeatures - 1) / kFeatures, a.max_tiles);
-    auto kernel = gate_up ? moe_fp8_kernel<true> : moe_fp8_kernel<false>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(a, x_map, w_map);
-    CUDA_CHECK_LAUNCH();
+    auto run = [&](auto w) {
+        constexpr int W = decltype(w)::value;
+        using S = Shape<W>;
+        CUtensorMap x_map, w_map;
+        ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
+        const dim3 grid((a.n + S::kFeatures - 1) / S::kFeatures, a.max_tiles);
+        auto kernel = gate_up ? moe_fp8_kernel<true, W> : moe_fp8_kernel<false, W>;
+        CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(S::kSmemBytes)));
+        kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a, x_map, w_map);
+        CUDA_CHECK_LAUNCH();
+    };
+    if (a.warpgroups == 2)
+        run(std::integral_constant<int, 2>{});
+    else
+        run(std::integral_constant<int, 3>{});
 }
 
 }  // namespace gptoss::kernels::cuda
