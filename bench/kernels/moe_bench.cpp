@@ -19,7 +19,8 @@
 //   --wgmma-ws: their warp-specialized variant (TMA + mbarriers), x gathered first (timed too).
 //   --w4a8: FP8 wgmma on e4m3 activation rows (moe_w4a8), the row quantization timed too.
 //   --fp8: FP8 experts (e4m3, 128×128 block scales) and e4m3 activation rows (moe_fp8, 128-token
-//   tiles), the row quantizations timed too; the byte column then counts the FP8 weights.
+//   tiles), the row quantization of h timed too (act leaves gate_up as e4m3); the byte column then
+//   counts the FP8 weights.
 //   GPTOSS_MOE_FP8_WG=2|3: its consumer warpgroups a CTA (MoeFp8Args::warpgroups).
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
@@ -244,9 +245,14 @@ int main(int argc, char** argv) {
                 m.k_pad = kKPad;
                 m.num_experts = kExperts;
                 if (const char* v = std::getenv("GPTOSS_MOE_FP8_WG")) m.warpgroups = std::atoi(v);
+                const float act_scale = cuda::moe_fp8_act_scale(m.swiglu_limit);  // as the model
+                m.act_q = static_cast<uint8_t*>(act.p);
+                m.act_q_inv_scale = 1.0f / act_scale;
                 cuda::moe_fp8(m, true, stream);
-                cuda::moe_fp8_quant_rows(act.p, false, nullptr, kTopK, A, kInter, xq.as<uint8_t>(), xs.as<float>(),
-                                         stream);
+                m.xq = static_cast<uint8_t*>(act.p);
+                m.x_scale = nullptr;
+                m.x_scale_value = act_scale;
+                m.act_q = nullptr;
                 m.wq = layers[l].down_q.as<uint8_t>();
                 m.w_scale = layers[l].down_s.as<float>();
                 m.bias = layers[l].down_bias.as<float>();

@@ -760,7 +760,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     }
     if (fp8_grouped) {
         // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
-        // + SwiGLU into act (bf16), its e4m3 rows, down into y. No host synchronisation.
+        // + SwiGLU into e4m3 act, down into y. No host synchronisation.
         const int bt = kc::kMoeFp8BlockTokens;
         const int max_tiles = (A + bt - 1) / bt + E;
         kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
@@ -786,8 +786,22 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.warpgroups = fp8_grouped_wg;
+        // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
+        // bytes), else bf16 act and its rows quantized.
+        const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);
+        if (act_scale > 0.0f) {
+            m.act_q = actb.as<uint8_t>();
+            m.act_q_inv_scale = 1.0f / act_scale;
+        }
         kc::moe_fp8(m, true, stream);
-        kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        if (act_scale > 0.0f) {
+            m.xq = actb.as<uint8_t>();
+            m.x_scale = nullptr;
+            m.x_scale_value = act_scale;
+            m.act_q = nullptr;
+        } else {
+            kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        }
         m.wq = D.down_f8q.as<uint8_t>();
         m.w_scale = D.down_f8s.as<float>();
         m.bias = D.down_b.as<float>();

@@ -98,8 +98,8 @@ void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
 }
 
 // Each variant (2 and 3 consumer warpgroups) against the CPU scheme: gate_up + SwiGLU on the
-// quantized token rows, then down on the quantized act of the last variant's gate_up (one
-// reference each).
+// quantized token rows, as bf16 act and as e4m3 act_q (one scale, moe_fp8_act_scale), then down on
+// the e4m3 act of the last variant (one reference each).
 void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed) {
     const int A = std::accumulate(rows_per_expert.begin(), rows_per_expert.end(), 0);
     ASSERT_EQ(static_cast<int>(rows_per_expert.size()), E);
@@ -205,29 +205,65 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         EXPECT_EQ(bad, 0) << "gate_up act outside the accumulation bound, " << wg << " warpgroups";
         EXPECT_LT(rel, 5e-3) << wg << " warpgroups";  // bf16 rounding of act (~2^-9 RMS) dominates
     }
+    // The quantizer on act rows (not gathered): bytes and scales exactly as the CPU's.
+    {
+        moe_fp8_quant_rows(act.get(), false, nullptr, 1, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+        const auto act_bits = to_host<uint16_t>(act, static_cast<size_t>(A) * I);
+        const auto gq2 = to_host<uint8_t>(xq, static_cast<size_t>(A) * I);
+        const auto gs2 = to_host<float>(xs, A);
+        std::vector<uint8_t> cq2(static_cast<size_t>(A) * I);
+        std::vector<float> cs2(A);
+        for (int i = 0; i < A; ++i)
+            quant_row(act_bits.data() + static_cast<size_t>(i) * I, I, cq2.data() + static_cast<size_t>(i) * I,
+                      &cs2[i]);
+        EXPECT_EQ(gq2, cq2) << "moe_fp8_quant_rows bytes (act)";
+        EXPECT_EQ(gs2, cs2) << "moe_fp8_quant_rows scales (act)";
+    }
+    // e4m3 act_q: the same values times 1 / scale, rounded once more (to nearest even): within the
+    // bound above plus half an e4m3 step at that magnitude (3 mantissa bits; subnormal steps 2^-9).
+    const float act_scale = moe_fp8_act_scale(a.swiglu_limit);
+    ASSERT_EQ(act_scale, 0.125f);  // (7 + 1) · 7 = 56 ≤ 448 · 2^-3
+    std::vector<double> tol_q(ref_act.size());
+    for (size_t i = 0; i < ref_act.size(); ++i) {
+        const double m = (std::fabs(ref_act[i]) + tol_act[i]) / act_scale;  // the largest pre-rounding value
+        const double half_step = m < std::ldexp(1.0, -6) ? std::ldexp(1.0, -10) : std::ldexp(1.0, std::ilogb(m) - 4);
+        tol_q[i] = tol_act[i] + half_step * act_scale;
+    }
+    DeviceBuffer act_q(static_cast<size_t>(A) * I);
+    a.act_q = act_q.as<uint8_t>();
+    a.act_q_inv_scale = 1.0f / act_scale;
+    std::vector<uint8_t> got_q;
+    for (int wg : {2, 3}) {
+        EXPECT_EQ(cudaMemset(act_q.get(), 0x7f, act_q.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
+        a.warpgroups = wg;
+        moe_fp8(a, true, nullptr);
+        got_q = to_host<uint8_t>(act_q, static_cast<size_t>(A) * I);
+        std::vector<float> got(got_q.size());
+        for (size_t i = 0; i < got.size(); ++i) got[i] = fp8e4m3_to_f32(got_q[i]) * act_scale;
+        int bad = 0;
+        const double rel = check(got, ref_act, tol_q, &bad);
+        std::printf("  moe_fp8 gate_up to e4m3 (%d warpgroups): rel L2 %.3g, %d outside the bound\n", wg, rel, bad);
+        EXPECT_EQ(bad, 0) << "gate_up act_q outside the bound, " << wg << " warpgroups";
+        EXPECT_LT(rel, 4e-2) << wg << " warpgroups";  // e4m3 rounding: ~2^-5 RMS relative
+    }
 
-    // down on the GPU's act (quantized by the kernel, checked against the CPU's bytes first).
-    moe_fp8_quant_rows(act.get(), false, nullptr, 1, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
-    const auto act_bits = to_host<uint16_t>(act, static_cast<size_t>(A) * I);
-    const auto gq2 = to_host<uint8_t>(xq, static_cast<size_t>(A) * I);
-    const auto gs2 = to_host<float>(xs, A);
-    std::vector<uint8_t> cq2(static_cast<size_t>(A) * I);
-    std::vector<float> cs2(A);
-    for (int i = 0; i < A; ++i)
-        quant_row(act_bits.data() + static_cast<size_t>(i) * I, I, cq2.data() + static_cast<size_t>(i) * I, &cs2[i]);
-    EXPECT_EQ(gq2, cq2) << "moe_fp8_quant_rows bytes (act)";
-    EXPECT_EQ(gs2, cs2) << "moe_fp8_quant_rows scales (act)";
-    for (size_t i = 0; i < cq2.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq2[i]);
+    // down on the GPU's e4m3 act (one scale for every row: x_scale null).
+    std::vector<float> xqd(got_q.size());
+    for (size_t i = 0; i < got_q.size(); ++i) xqd[i] = fp8e4m3_to_f32(got_q[i]);
     // y is indexed by assignment (sorted[r]).
     std::vector<float> ref_y(static_cast<size_t>(A) * H);
     std::vector<double> tol_y(ref_y.size());
     parallel_rows(A, [&](int r) {
         for (int f = 0; f < H; ++f) {
-            const PreAct p = pre_activation(dn, expert_of[r], f, xqf.data() + static_cast<size_t>(r) * I, cs2[r]);
+            const PreAct p = pre_activation(dn, expert_of[r], f, xqd.data() + static_cast<size_t>(r) * I, act_scale);
             ref_y[static_cast<size_t>(sorted[r]) * H + f] = static_cast<float>(p.v);
             tol_y[static_cast<size_t>(sorted[r]) * H + f] = p.err;
         }
     });
+    a.xq = act_q.as<uint8_t>();
+    a.x_scale = nullptr;
+    a.x_scale_value = act_scale;
+    a.act_q = nullptr;
     a.wq = ddnq.as<uint8_t>();
     a.w_scale = ddns.as<float>();
     a.bias = ddnb.as<float>();

@@ -187,7 +187,8 @@ void moe_quant_rows_fp8(const void* x, bool by_token, const int32_t* sorted, int
 constexpr int kMoeFp8BlockTokens = 128;
 struct MoeFp8Args {
     const uint8_t* xq = nullptr;     // e4m3 [num_rows, k] in tile-row (sorted) order
-    const float* x_scale = nullptr;  // [num_rows]
+    const float* x_scale = nullptr;  // [num_rows], or null: every row's scale is x_scale_value
+    float x_scale_value = 1.0f;
     int num_rows = 0;
     const int32_t* expert_offsets = nullptr;      // [num_experts + 1]
     const int32_t* sorted_assignments = nullptr;  // [assignments] (down: y's row of tile row i)
@@ -198,13 +199,20 @@ struct MoeFp8Args {
     const float* w_scale = nullptr;  // [num_experts, ⌈n/128⌉, k_pad/128]
     const float* bias = nullptr;     // [num_experts, n]
     void* act = nullptr;             // gate_up: bf16 [num_rows, n/2], SwiGLU of rows (2j, 2j + 1)
-    float* y = nullptr;              // down: fp32 [assignments, n], row = assignment index
+    // gate_up: instead of act, e4m3 [num_rows, n/2] of SwiGLU · act_q_inv_scale (one scale for every
+    // row, moe_fp8_act_scale: the clamped SwiGLU is bounded), ready for the down launch.
+    uint8_t* act_q = nullptr;
+    float act_q_inv_scale = 0.0f;
+    float* y = nullptr;  // down: fp32 [assignments, n], row = assignment index
     int n = 0, k = 0, k_pad = 0, num_experts = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
     // Consumer warpgroups a CTA (64 features each): 0 = the default (3), or 2 or 3 (tests, A/B).
     int warpgroups = 0;
 };
+// The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
+// (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.
+float moe_fp8_act_scale(float swiglu_limit);
 // n % 16 == 0, k % 16 == 0, k ≤ k_pad (a multiple of 128), k ≤ 8,192, num_experts ≤
 // kMaxMoeMmaExperts, and the driver's tensor-map encoder present.
 bool moe_fp8_supported(int n, int k, int k_pad, int num_experts);

@@ -26,6 +26,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -147,29 +148,44 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int g = lane >> 2, t = lane & 3;
     // This warpgroup's 64 rows lie in one scale block (n0 and 64·wg are multiples of 64).
     const float* wscale = s_wscale + ((n0 + 64 * wg) / kKBlock - n0 / kKBlock) * kMaxKBlocks;
-    float acc[64], tmp[64];
+    float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;  // this warpgroup's 64 weight rows
     const uint32_t x_base = smem_addr(s_x(0));
-    for (int kb = 0; kb < nkb; ++kb) {
+    // K block kb's four k32 wgmmas into d (scale-d 0 on the first), once its stage has landed.
+    auto issue = [&](float(&d)[64], int kb) {
         const int slot = kb % kStages;
         mbar_wait(&full[slot], (kb / kStages) & 1);
         wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+        for (int i = 0; i < 64; ++i) reg_fence(d[i]);
 #pragma unroll
         for (int kk = 0; kk < kKBlock / 32; ++kk)
-            wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+            wgmma_e4m3_n128(d, desc_sw128(w_base + slot * kStageBytes + kk * 32),
                             desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    // After K block kb's group completed: free its stage, add its sums times the block's scale.
+    auto promote = [&](float(&d)[64], int kb) {
 #pragma unroll
-        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-        if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads of the stage are done
+        for (int i = 0; i < 64; ++i) reg_fence(d[i]);
+        if ((tid & 127) == 0) mbar_arrive(&empty[kb % kStages]);  // this warpgroup's reads are done
         const float ws = wscale[kb];
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
+        for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, d[i], acc[i]);
+    };
+    // One K block in flight a warpgroup: promoting block kb while block kb + 1's wgmmas run would
+    // need 192 accumulator registers, and ptxas then serializes the wgmmas anyway (C7514: the
+    // promotion reads accumulators of a wgmma group between issue and wait). The other warpgroups'
+    // wgmmas fill the tensor pipe meanwhile.
+    {
+        float tmp[64];
+        for (int kb = 0; kb < nkb; ++kb) {
+            issue(tmp, kb);
+            wgmma_wait<0>();
+            promote(tmp, kb);
+        }
     }
     pdl_trigger();
 
@@ -182,7 +198,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             const int m = 8 * j + 2 * t + u;
-            const float xs = m < rows ? a.x_scale[row0 + m] : 0.0f;
+            const float xs = m >= rows ? 0.0f : a.x_scale != nullptr ? a.x_scale[row0 + m] : a.x_scale_value;
             const float v0 = fmaf(acc[4 * j + u], xs, b0), v1 = fmaf(acc[4 * j + 2 + u], xs, b1);
             if constexpr (kGateUp) {
                 // Even g holds gates 2i (f0) and 2i + 8 (f1); its partner g + 1 the ups f0 + 1, f1 + 1.
@@ -191,9 +207,14 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
                 const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
                 const float gate = odd ? other : v0, up = odd ? v1 : other;
                 const int jf = odd ? (f1 - 1) / 2 : f0 / 2;
-                if (m < rows && 2 * jf < N)
-                    static_cast<__nv_bfloat16*>(a.act)[static_cast<int64_t>(row0 + m) * (N / 2) + jf] =
-                        __float2bfloat16(swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha));
+                if (m < rows && 2 * jf < N) {
+                    const float v = swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha);
+                    const int64_t o = static_cast<int64_t>(row0 + m) * (N / 2) + jf;
+                    if (a.act_q != nullptr)  // e4m3 for the down launch, one scale for all rows
+                        a.act_q[o] = __nv_cvt_float_to_fp8(v * a.act_q_inv_scale, __NV_SATFINITE, __NV_E4M3);
+                    else
+                        static_cast<__nv_bfloat16*>(a.act)[o] = __float2bfloat16(v);
+                }
             } else {
                 if (m < rows) {
                     float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
@@ -206,45 +227,46 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
 }
 
 // Rows of x (bf16 [*, dim]; row i of the output is sorted[i] / experts_per_token when by_token,
-// else i) as e4m3 [rows, dim] with one scale per row (amax / 448).
-constexpr int kQuantThreads = 256;
-__global__ void __launch_bounds__(kQuantThreads)
+// else i) as e4m3 [rows, dim] with one scale per row (amax / 448). One warp a row, its 16-byte
+// chunks all loaded before the reduction (r23: a 256-thread CTA a row took ~170 µs for 32k rows of
+// 2880, twice the bytes' time).
+constexpr int kQuantWarps = 8;
+constexpr int kQuantMaxChunks = 32;  // 8-element chunks a lane: dim ≤ 32 · 32 · 8 = 8,192
+template <int kQuantChunks>          // 12 where dim ≤ 3,072 (fewer registers), else kQuantMaxChunks
+__global__ void __launch_bounds__(kQuantWarps * 32)
     quant_rows_e4m3_kernel(const __nv_bfloat16* __restrict__ x, bool by_token, const int32_t* __restrict__ sorted,
-                           int experts_per_token, int dim, uint8_t* __restrict__ xq, float* __restrict__ xs) {
-    __shared__ float s_max[kQuantThreads / 32];
+                           int experts_per_token, int rows, int dim, uint8_t* __restrict__ xq, float* __restrict__ xs) {
     pdl_wait();
-    const int i = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    const int i = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
+    if (i >= rows) return;
     const int64_t src_row = by_token ? sorted[i] / experts_per_token : i;
     const uint4* src = reinterpret_cast<const uint4*>(x + src_row * dim);  // 8 bf16 a chunk (dim % 16 == 0)
     const int chunks = dim / 8;
-    constexpr int kMaxChunks = 4;  // dim ≤ 8,192
-    uint4 v[kMaxChunks];
+    uint4 v[kQuantChunks];
     float m = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) {
-        const int idx = threadIdx.x + c * kQuantThreads;
-        v[c] = idx < chunks ? src[idx] : make_uint4(0, 0, 0, 0);
+    for (int c = 0; c < kQuantChunks; ++c) {
+        const int idx = lane + c * 32;
+        v[c] = idx < chunks ? __ldg(src + idx) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int c = 0; c < kQuantChunks; ++c) {
         const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
 #pragma unroll
         for (int q = 0; q < 4; ++q)
             m = fmaxf(m, fmaxf(fabsf(__uint_as_float(w[q] << 16)), fabsf(__uint_as_float(w[q] & 0xffff0000u))));
     }
     m = warp_max(m);
-    if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = s_max[0];
-#pragma unroll
-    for (int w = 1; w < kQuantThreads / 32; ++w) m = fmaxf(m, s_max[w]);
-    pdl_trigger();
     // inv is capped: a row whose amax is below ~1.3e-36 would overflow 448 / amax (its values then
     // saturate instead of becoming inf · 0 = NaN).
     const float scale = m > 0.0f ? m / 448.0f : 1.0f;
     const float inv = m > 0.0f ? fminf(448.0f / m, 3.0e38f) : 1.0f;
-    if (threadIdx.x == 0) xs[i] = scale;
+    if (lane == 0) xs[i] = scale;
     uint2* dst = reinterpret_cast<uint2*>(xq + static_cast<int64_t>(i) * dim);
 #pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c) {
-        const int idx = threadIdx.x + c * kQuantThreads;
+    for (int c = 0; c < kQuantChunks; ++c) {
+        const int idx = lane + c * 32;
         if (idx >= chunks) break;
         const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
         uint32_t out[2];
@@ -294,11 +316,21 @@ bool moe_fp8_supported(int n, int k, int k_pad, int num_experts) {
 
 void moe_fp8_quant_rows(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
                         uint8_t* xq, float* xs, cudaStream_t stream) {
-    ENGINE_CHECK(dim % 16 == 0 && dim <= 8 * 4 * kQuantThreads && rows >= 0, "moe_fp8_quant_rows: dim %d", dim);
+    ENGINE_CHECK(dim % 16 == 0 && dim <= 8 * 32 * kQuantMaxChunks && rows >= 0, "moe_fp8_quant_rows: dim %d", dim);
     if (rows == 0) return;
-    quant_rows_e4m3_kernel<<<rows, kQuantThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), by_token, sorted,
-                                                               experts_per_token, dim, xq, xs);
+    auto kernel = dim <= 8 * 32 * 12 ? quant_rows_e4m3_kernel<12> : quant_rows_e4m3_kernel<kQuantMaxChunks>;
+    kernel<<<(rows + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), by_token, sorted, experts_per_token, rows, dim, xq, xs);
     CUDA_CHECK_LAUNCH();
+}
+
+float moe_fp8_act_scale(float swiglu_limit) {
+    // |SwiGLU| = |(up + 1) · gate · σ(α · gate)| ≤ (limit + 1) · limit with gate ≤ limit and
+    // |up| ≤ limit (gate · σ(α · gate) > -0.3 below 0): the smallest power of two that maps that
+    // bound inside e4m3's ±448.
+    if (!(swiglu_limit > 0.0f) || !std::isfinite(swiglu_limit)) return 0.0f;
+    const double bound = (static_cast<double>(swiglu_limit) + 1.0) * swiglu_limit;
+    return static_cast<float>(std::exp2(std::ceil(std::log2(std::max(bound, 1.0) / 448.0))));
 }
 
 void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
@@ -306,6 +338,7 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                  "moe_fp8: n %d, k %d (k_pad %d), %d experts, %d rows unsupported", a.n, a.k, a.k_pad, a.num_experts,
                  a.num_rows);
     ENGINE_CHECK(!gate_up || a.n % 2 == 0, "moe_fp8: gate_up needs (gate, up) row pairs (n %d)", a.n);
+    ENGINE_CHECK(!gate_up || a.act_q == nullptr || a.act_q_inv_scale > 0.0f, "moe_fp8: act_q without a scale");
     ENGINE_CHECK(a.warpgroups == 0 || a.warpgroups == 2 || a.warpgroups == 3, "moe_fp8: %d warpgroups", a.warpgroups);
     if (a.max_tiles <= 0) return;
     auto run = [&](auto w) {
