@@ -207,10 +207,12 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     }
     // The quantizer on act rows (not gathered): bytes and scales exactly as the CPU's.
     {
-        moe_fp8_quant_rows(act.get(), false, nullptr, 1, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+        // (own buffers: xq and xs stay gate_up's input for the e4m3 runs below)
+        DeviceBuffer xq2(static_cast<size_t>(A) * I), xs2(static_cast<size_t>(A) * 4);
+        moe_fp8_quant_rows(act.get(), false, nullptr, 1, A, I, xq2.as<uint8_t>(), xs2.as<float>(), nullptr);
         const auto act_bits = to_host<uint16_t>(act, static_cast<size_t>(A) * I);
-        const auto gq2 = to_host<uint8_t>(xq, static_cast<size_t>(A) * I);
-        const auto gs2 = to_host<float>(xs, A);
+        const auto gq2 = to_host<uint8_t>(xq2, static_cast<size_t>(A) * I);
+        const auto gs2 = to_host<float>(xs2, A);
         std::vector<uint8_t> cq2(static_cast<size_t>(A) * I);
         std::vector<float> cs2(A);
         for (int i = 0; i < A; ++i)
