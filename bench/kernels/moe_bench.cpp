@@ -21,7 +21,8 @@
 //   --fp8: FP8 experts (e4m3, 128×128 block scales) and e4m3 activation rows (moe_fp8, 128-token
 //   tiles), the row quantization of h timed too (act leaves gate_up as e4m3); the byte column then
 //   counts the FP8 weights.
-//   GPTOSS_MOE_FP8_WG=2|3: its consumer warpgroups a CTA (MoeFp8Args::warpgroups).
+//   GPTOSS_MOE_FP8_WG=2|3: its consumer warpgroups a CTA (MoeFp8Args::warpgroups);
+//   GPTOSS_MOE_FP8_PERSISTENT=1: one CTA an SM (MoeFp8Args::persistent).
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
@@ -245,6 +246,7 @@ int main(int argc, char** argv) {
                 m.k_pad = kKPad;
                 m.num_experts = kExperts;
                 if (const char* v = std::getenv("GPTOSS_MOE_FP8_WG")) m.warpgroups = std::atoi(v);
+                if (const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT")) m.persistent = std::atoi(v) != 0;
                 const float act_scale = cuda::moe_fp8_act_scale(m.swiglu_limit);  // as the model
                 m.act_q = static_cast<uint8_t*>(act.p);
                 m.act_q_inv_scale = 1.0f / act_scale;

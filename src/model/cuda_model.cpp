@@ -85,6 +85,10 @@ struct CudaModel::Impl {
     // which then take every batch above mma_tokens (no host synchronisation); else the per-expert
     // cuBLASLt GEMMs. GPTOSS_MOE_FP8_GROUPED=0 keeps the per-expert path (A/B runs).
     bool fp8_grouped = false;
+    bool fp8_grouped_persistent = [] {  // GPTOSS_MOE_FP8_PERSISTENT=1: MoeFp8Args::persistent (opt-in)
+        const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
         return v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) ? std::atoi(v) : 0;
@@ -786,6 +790,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.warpgroups = fp8_grouped_wg;
+        m.persistent = fp8_grouped_persistent;
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
         // bytes), else bf16 act and its rows quantized.
         const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);

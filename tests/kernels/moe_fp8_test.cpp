@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -97,9 +98,12 @@ void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
     for (int i = 0; i < dim; ++i) q[i] = f32_to_fp8e4m3(bf16_to_f32(x[i]) * inv);
 }
 
-// Each variant (2 and 3 consumer warpgroups) against the CPU scheme: gate_up + SwiGLU on the
-// quantized token rows, as bf16 act and as e4m3 act_q (one scale, moe_fp8_act_scale), then down on
-// the e4m3 act of the last variant (one reference each).
+// Kernel variants: consumer warpgroups a CTA, negative for the persistent launch (MoeFp8Args).
+constexpr int kVariants[] = {2, 3, -2, -3};
+
+// Each variant (2 and 3 consumer warpgroups, one CTA an item or persistent) against the CPU scheme: gate_up + SwiGLU on
+// the quantized token rows, as bf16 act and as e4m3 act_q (one scale, moe_fp8_act_scale), then down on the e4m3 act of
+// the last variant (one reference each).
 void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed) {
     const int A = std::accumulate(rows_per_expert.begin(), rows_per_expert.end(), 0);
     ASSERT_EQ(static_cast<int>(rows_per_expert.size()), E);
@@ -193,9 +197,10 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.k = gu.k;
     a.k_pad = gu.k_pad;
     a.num_experts = E;
-    for (int wg : {2, 3}) {
+    for (int wg : kVariants) {
         EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
-        a.warpgroups = wg;
+        a.warpgroups = std::abs(wg);
+        a.persistent = wg < 0;
         moe_fp8(a, true, nullptr);
         const auto got = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
         int bad = 0;
@@ -235,9 +240,10 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.act_q = act_q.as<uint8_t>();
     a.act_q_inv_scale = 1.0f / act_scale;
     std::vector<uint8_t> got_q;
-    for (int wg : {2, 3}) {
+    for (int wg : kVariants) {
         EXPECT_EQ(cudaMemset(act_q.get(), 0x7f, act_q.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
-        a.warpgroups = wg;
+        a.warpgroups = std::abs(wg);
+        a.persistent = wg < 0;
         moe_fp8(a, true, nullptr);
         got_q = to_host<uint8_t>(act_q, static_cast<size_t>(A) * I);
         std::vector<float> got(got_q.size());
@@ -273,10 +279,11 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.n = dn.n;
     a.k = dn.k;
     a.k_pad = dn.k_pad;
-    for (int wg : {2, 3}) {
+    for (int wg : kVariants) {
         auto y = poisoned(static_cast<size_t>(A) * H * 4);
         a.y = y.as<float>();
-        a.warpgroups = wg;
+        a.warpgroups = std::abs(wg);
+        a.persistent = wg < 0;
         moe_fp8(a, false, nullptr);
         const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
         int bad = 0;

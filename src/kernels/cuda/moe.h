@@ -209,6 +209,9 @@ struct MoeFp8Args {
     float swiglu_alpha = 1.702f;
     // Consumer warpgroups a CTA (64 features each): 0 = the default (3), or 2 or 3 (tests, A/B).
     int warpgroups = 0;
+    // One CTA an SM looping over the work items (epilogues overlap the next item's loads), instead
+    // of one CTA an item. Opt-in until measured (session 8, compiled only).
+    bool persistent = false;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

@@ -83,6 +83,50 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint64_t desc_a,
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// The epilogue of one work item (tile rows row0 .. row0 + rows of expert e × features n0 ..),
+// from this lane's accumulators: gate_up's SwiGLU into act (bf16) or act_q (e4m3), down's rows of
+// y. Shared by both kernels below.
+template <bool kGateUp>
+__device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&acc)[64], int e, int row0, int rows,
+                                             int n0, int wg, int warp, int g, int t) {
+    const int N = a.n;
+    // acc[4j + 2h + u]: feature f_h = n0 + 64·wg + 16·warp + g + 8h, token 8j + 2t + u of the tile.
+    const int f0 = n0 + wg * 64 + warp * 16 + g, f1 = f0 + 8;
+    const float* bias = a.bias + static_cast<int64_t>(e) * N;
+    const float b0 = f0 < N ? bias[f0] : 0.0f, b1 = f1 < N ? bias[f1] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTokens / 8; ++j) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int m = 8 * j + 2 * t + u;
+            const float xs = m >= rows ? 0.0f : a.x_scale != nullptr ? a.x_scale[row0 + m] : a.x_scale_value;
+            const float v0 = fmaf(acc[4 * j + u], xs, b0), v1 = fmaf(acc[4 * j + 2 + u], xs, b1);
+            if constexpr (kGateUp) {
+                // Even g holds gates 2i (f0) and 2i + 8 (f1); its partner g + 1 the ups f0 + 1, f1 + 1.
+                // The even lane finishes pair f0 / 2, the odd one pair (f1 - 1) / 2.
+                const bool odd = g & 1;
+                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                const float gate = odd ? other : v0, up = odd ? v1 : other;
+                const int jf = odd ? (f1 - 1) / 2 : f0 / 2;
+                if (m < rows && 2 * jf < N) {
+                    const float v = swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha);
+                    const int64_t o = static_cast<int64_t>(row0 + m) * (N / 2) + jf;
+                    if (a.act_q != nullptr)  // e4m3 for the down launch, one scale for all rows
+                        a.act_q[o] = __nv_cvt_float_to_fp8(v * a.act_q_inv_scale, __NV_SATFINITE, __NV_E4M3);
+                    else
+                        static_cast<__nv_bfloat16*>(a.act)[o] = __float2bfloat16(v);
+                }
+            } else {
+                if (m < rows) {
+                    float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                    if (f0 < N) dst[f0] = v0;
+                    if (f1 < N) dst[f1] = v1;
+                }
+            }
+        }
+    }
+}
+
 template <bool kGateUp, int W>
 __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     moe_fp8_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
@@ -189,40 +233,108 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     }
     pdl_trigger();
 
-    // acc[4j + 2h + u]: feature f_h = n0 + 64·wg + 16·warp + g + 8h, token 8j + 2t + u of the tile.
-    const int f0 = n0 + wg * 64 + warp * 16 + g, f1 = f0 + 8;
-    const float* bias = a.bias + static_cast<int64_t>(e) * N;
-    const float b0 = f0 < N ? bias[f0] : 0.0f, b1 = f1 < N ? bias[f1] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < kTokens / 8; ++j) {
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            const int m = 8 * j + 2 * t + u;
-            const float xs = m >= rows ? 0.0f : a.x_scale != nullptr ? a.x_scale[row0 + m] : a.x_scale_value;
-            const float v0 = fmaf(acc[4 * j + u], xs, b0), v1 = fmaf(acc[4 * j + 2 + u], xs, b1);
-            if constexpr (kGateUp) {
-                // Even g holds gates 2i (f0) and 2i + 8 (f1); its partner g + 1 the ups f0 + 1, f1 + 1.
-                // The even lane finishes pair f0 / 2, the odd one pair (f1 - 1) / 2.
-                const bool odd = g & 1;
-                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                const float gate = odd ? other : v0, up = odd ? v1 : other;
-                const int jf = odd ? (f1 - 1) / 2 : f0 / 2;
-                if (m < rows && 2 * jf < N) {
-                    const float v = swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha);
-                    const int64_t o = static_cast<int64_t>(row0 + m) * (N / 2) + jf;
-                    if (a.act_q != nullptr)  // e4m3 for the down launch, one scale for all rows
-                        a.act_q[o] = __nv_cvt_float_to_fp8(v * a.act_q_inv_scale, __NV_SATFINITE, __NV_E4M3);
-                    else
-                        static_cast<__nv_bfloat16*>(a.act)[o] = __float2bfloat16(v);
-                }
-            } else {
-                if (m < rows) {
-                    float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
-                    if (f0 < N) dst[f0] = v0;
-                    if (f1 < N) dst[f1] = v1;
+    fp8_epilogue<kGateUp>(a, acc, e, row0, rows, n0, wg, warp, g, t);
+}
+
+// The persistent variant (MoeFp8Args::persistent; session 8, compiled only): one CTA an SM takes
+// work items (tile, feature block) blockIdx.x, + gridDim.x, ...; its producer fills the next
+// item's first stages while the consumers run the previous item's epilogue, the stage ring running
+// on across items. The weight scales come through the cache a K block ahead of their use (the
+// shared-memory copy would have to be double-buffered across items).
+template <bool kGateUp, int W>
+__global__ void __launch_bounds__(Shape<W>::kThreads, 1)
+    moe_fp8_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+                              const __grid_constant__ CUtensorMap w_map) {
+    using S = Shape<W>;
+    constexpr int kFeatures = S::kFeatures, kStages = S::kStages;
+    constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
+    uint64_t* empty = full + kStages;
+    auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
+    auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
+
+    pdl_wait();
+    // Items in the one-CTA-an-item kernel's order: feature blocks fastest.
+    const int nblk = (a.n + kFeatures - 1) / kFeatures;
+    const int items = *a.tile_count * nblk;
+    if (static_cast<int>(blockIdx.x) >= items) return;
+    const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], W);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
+    struct Item {
+        int e, row0, rows, n0;
+    };
+    auto item_at = [&](int it) {
+        const int tile = it / nblk;
+        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+        const int row0 = a.expert_offsets[e] + rt * kTokens;
+        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kFeatures};
+    };
+
+    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
+    if (role >= W) {                                          // the producer: one lane issues every copy
+        if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
+        if (tid == 128 * W) {
+            int gkb = 0;  // K blocks issued so far (all items)
+            for (int it = blockIdx.x; it < items; it += gridDim.x) {
+                const Item w = item_at(it);
+                const int wy = w.e * N + w.n0;
+                for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+                    const int slot = gkb % kStages;
+                    if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
+                    mbar_expect_tx(&full[slot], kStageBytes);
+                    tma_load_2d(s_w(slot), &w_map, kb * kKBlock, wy, &full[slot]);
+                    tma_load_2d(s_x(slot), &x_map, kb * kKBlock, w.row0, &full[slot]);
                 }
             }
         }
+        return;
+    }
+
+    if constexpr (W == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegsW3));
+    const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int nbs = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock;  // weight-scale blocks
+    const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
+    const uint32_t x_base = smem_addr(s_x(0));
+    float acc[64], tmp[64];
+    int gkb = 0;
+    for (int it = blockIdx.x; it < items; it += gridDim.x) {
+        const Item w = item_at(it);
+        const float* wscale =
+            a.w_scale + (static_cast<int64_t>(w.e) * nbs + (w.n0 + 64 * wg) / kKBlock) * static_cast<int64_t>(kbp);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+        for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+            const float ws = __ldg(wscale + kb);
+            const int slot = gkb % kStages;
+            mbar_wait(&full[slot], (gkb / kStages) & 1);
+            wgmma_fence();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+#pragma unroll
+            for (int kk = 0; kk < kKBlock / 32; ++kk)
+                wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                                desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+            if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
+#pragma unroll
+            for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
+        }
+        if (it + static_cast<int>(gridDim.x) >= items) pdl_trigger();
+        fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
     }
 }
 
@@ -346,6 +458,19 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
         using S = Shape<W>;
         CUtensorMap x_map, w_map;
         ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
+        if (a.persistent) {  // one CTA an SM (at most one an item)
+            int dev = 0, sms = 0;
+            CUDA_CHECK(cudaGetDevice(&dev));
+            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
+            auto kernel = gate_up ? moe_fp8_persistent_kernel<true, W> : moe_fp8_persistent_kernel<false, W>;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(S::kSmemBytes)));
+            kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), S::kThreads, S::kSmemBytes, stream>>>(a, x_map,
+                                                                                                            w_map);
+            CUDA_CHECK_LAUNCH();
+            return;
+        }
         const dim3 grid((a.n + S::kFeatures - 1) / S::kFeatures, a.max_tiles);
         auto kernel = gate_up ? moe_fp8_kernel<true, W> : moe_fp8_kernel<false, W>;
         CUDA_CHECK(
