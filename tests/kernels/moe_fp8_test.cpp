@@ -98,7 +98,8 @@ void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
     for (int i = 0; i < dim; ++i) q[i] = f32_to_fp8e4m3(bf16_to_f32(x[i]) * inv);
 }
 
-// Kernel variants: consumer warpgroups a CTA, negative for the persistent launch (MoeFp8Args).
+// Kernel variants: consumer warpgroups a CTA, negative for the persistent launch (MoeFp8Args), which
+// runs on 7 CTAs here so that every CTA takes several work items.
 constexpr int kVariants[] = {2, 3, -2, -3};
 
 // Each variant (2 and 3 consumer warpgroups, one CTA an item or persistent) against the CPU scheme: gate_up + SwiGLU on
@@ -201,6 +202,7 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
         a.warpgroups = std::abs(wg);
         a.persistent = wg < 0;
+        a.persistent_ctas = 7;  // each CTA loops over several items (the ring across items)
         moe_fp8(a, true, nullptr);
         const auto got = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
         int bad = 0;
@@ -244,6 +246,7 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         EXPECT_EQ(cudaMemset(act_q.get(), 0x7f, act_q.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
         a.warpgroups = std::abs(wg);
         a.persistent = wg < 0;
+        a.persistent_ctas = 7;  // each CTA loops over several items (the ring across items)
         moe_fp8(a, true, nullptr);
         got_q = to_host<uint8_t>(act_q, static_cast<size_t>(A) * I);
         std::vector<float> got(got_q.size());
@@ -284,6 +287,7 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         a.y = y.as<float>();
         a.warpgroups = std::abs(wg);
         a.persistent = wg < 0;
+        a.persistent_ctas = 7;  // each CTA loops over several items (the ring across items)
         moe_fp8(a, false, nullptr);
         const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
         int bad = 0;

@@ -212,6 +212,7 @@ struct MoeFp8Args {
     // One CTA an SM looping over the work items (epilogues overlap the next item's loads), instead
     // of one CTA an item. Opt-in until measured (session 8, compiled only).
     bool persistent = false;
+    int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

@@ -462,6 +462,7 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
             int dev = 0, sms = 0;
             CUDA_CHECK(cudaGetDevice(&dev));
             CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            if (a.persistent_ctas > 0) sms = a.persistent_ctas;
             const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
             auto kernel = gate_up ? moe_fp8_persistent_kernel<true, W> : moe_fp8_persistent_kernel<false, W>;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
