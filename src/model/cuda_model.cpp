@@ -85,6 +85,13 @@ struct CudaModel::Impl {
     // which then take every batch above mma_tokens (no host synchronisation); else the per-expert
     // cuBLASLt GEMMs. GPTOSS_MOE_FP8_GROUPED=0 keeps the per-expert path (A/B runs).
     bool fp8_grouped = false;
+    // GPTOSS_MOE_BF16_GROUPED=1: the bf16 expert copy through the grouped bf16 kernels
+    // (kernels/cuda/moe.h moe_bf16_grouped, no host synchronisation) in place of per-expert cuBLAS
+    // (opt-in: session 8, compiled only).
+    bool bf16_grouped = [] {
+        const char* v = std::getenv("GPTOSS_MOE_BF16_GROUPED");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool fp8_grouped_persistent = [] {  // GPTOSS_MOE_FP8_PERSISTENT=1: MoeFp8Args::persistent (opt-in)
         const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
         return v != nullptr && std::strcmp(v, "1") == 0;
@@ -506,7 +513,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         xq8w = DeviceBuffer(A * std::max(H, I));
         xs8w = DeviceBuffer(A * 4);
     }
-    if (mma_ok || wgmma_ok || fp8_grouped) {
+    if (mma_ok || wgmma_ok || fp8_grouped || bf16_grouped) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
@@ -816,6 +823,41 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k = I;
         m.k_pad = kc::fp8_gemm_k_pad(I);
         kc::moe_fp8(m, false, stream);
+        return;
+    }
+    if (bf16_grouped && have_bf16_experts && !fp8) {
+        // The bf16 expert copy, grouped (moe_bf16_grouped): x gathered into tile-row order, gate_up +
+        // SwiGLU into bf16 act, down into y. No host synchronisation.
+        const int bt = kc::kMoeFp8BlockTokens;
+        const int max_tiles = (A + bt - 1) / bt + E;
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
+                          stream);
+        kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
+        kc::MoeFp8Args m;
+        m.xq = xg.as<uint8_t>();
+        m.num_rows = A;
+        m.expert_offsets = offsets.as<int32_t>();
+        m.sorted_assignments = sorted.as<int32_t>();
+        m.tiles = mma_tiles.as<int32_t>();
+        m.tile_count = mma_count.as<int32_t>();
+        m.max_tiles = max_tiles;
+        m.wq = D.gu_bf16.as<uint8_t>();
+        m.bias = D.gu_b.as<float>();
+        m.act = actb.get();
+        m.n = 2 * I;
+        m.k = m.k_pad = H;
+        m.num_experts = E;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        kc::moe_bf16_grouped(m, true, stream);
+        m.xq = actb.as<uint8_t>();
+        m.wq = D.down_bf16.as<uint8_t>();
+        m.bias = D.down_b.as<float>();
+        m.act = nullptr;
+        m.y = y.as<float>();
+        m.n = H;
+        m.k = m.k_pad = I;
+        kc::moe_bf16_grouped(m, false, stream);
         return;
     }
     // Large batch: per-expert bf16 GEMMs over the tokens grouped by expert. The group sizes are
@@ -1373,7 +1415,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
     const bool graphable = use_graphs && !profile && decode && mxfp4 &&
-                           (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm) || fp8_grouped) && R <= kLogitChunk;
+                           (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm) || fp8_grouped ||
+                            (bf16_grouped && have_bf16_experts && !fp8)) &&
+                           R <= kLogitChunk;
     if (!graphable) {
         body();
     } else {

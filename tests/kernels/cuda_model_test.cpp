@@ -6,6 +6,7 @@
 // accumulated over the layers: relative L2 ≤ 2e-2 per position (issue 5), argmax agreement ≥ 99%
 // of positions (a flip needs a near-tie in the top two logits or in the router).
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -204,16 +205,22 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
     ASSERT_TRUE(w.ok()) << w.status().to_string();
     // The 321-token prompt step runs the experts through moe_wgmma, then through per-expert cuBLAS;
     // then moe_wgmma with the FP8 (e4m3) KV cache, against CPU forwards whose caches round to e4m3
-    // too (CpuKvCache fp8; the fp32 CPU keeps an fp32 cache, so its gap includes the FP8 cache's).
+    // too (CpuKvCache fp8; the fp32 CPU keeps an fp32 cache, so its gap includes the FP8 cache's);
+    // then the grouped bf16 kernels on the bf16 copy (GPTOSS_MOE_BF16_GROUPED=1, moe_bf16_grouped).
     size_t bf16_kv_bytes = 0;        // variant 0's cache: the FP8 cache must be half of it
     std::vector<float> bf16_prompt;  // variant 0's prompt logits: the FP8 cache must move them
-    for (int variant : {0, 1, 2}) {
-        const bool wgmma = variant != 1, kv8 = variant == 2;
-        SCOPED_TRACE(wgmma ? (kv8 ? "moe_wgmma, FP8 KV cache" : "moe_wgmma") : "cuBLAS experts");
+    for (int variant : {0, 1, 2, 3}) {
+        const bool wgmma = variant == 0 || variant == 2, kv8 = variant == 2, bf16_grouped = variant == 3;
+        const char* name = bf16_grouped ? "prompt MoE by moe_bf16_grouped"
+                           : wgmma      ? (kv8 ? "moe_wgmma, FP8 KV cache" : "prompt MoE by moe_wgmma")
+                                        : "prompt MoE by cuBLAS";
+        SCOPED_TRACE(name);
         auto o = small_options();
         o.moe_wgmma = wgmma ? 1 : 0;
         o.kv_fp8 = kv8;
+        if (bf16_grouped) ::setenv("GPTOSS_MOE_BF16_GROUPED", "1", 1);  // read when the model is made
         auto m = CudaModel::create(**w, o);
+        if (bf16_grouped) ::unsetenv("GPTOSS_MOE_BF16_GROUPED");
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         if (variant == 0) bf16_kv_bytes = (*m)->kv_cache_bytes();
         if (kv8) {
@@ -276,8 +283,7 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
         std::printf(
             "  real widths (%s) vs bf16-emulating CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f "
             "over %d positions\n",
-            wgmma ? (kv8 ? "moe_wgmma, FP8 KV cache" : "prompt MoE by moe_wgmma") : "prompt MoE by cuBLAS",
-            agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
+            name, agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(), agree.positions);
         std::printf("  real widths vs fp32 CPU: worst rel L2 %.3g, argmax agreement %.4f\n", agree32.worst_rel,
                     agree32.agreement());
         EXPECT_LE(agree.worst_rel, kMaxRelL2);

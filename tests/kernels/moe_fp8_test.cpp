@@ -309,5 +309,121 @@ TEST(CudaMoeFp8, MatchesCpuSchemeAtRealWidths) {
     run_case(3, 2880, 2880, {37, 130, 0}, 23);
 }
 
+// moe_bf16_grouped (the same kernels' structure on the experts' bf16 copy) against the CPU on the
+// same bf16 values, in double. bf16 products are exact in fp32 and the tensor cores sum in fp32, so
+// the bound per element is 2^-14 of Σ|w·x| (fp32 summation-order slack over ≤ 2,880 terms with
+// room to spare; a wrong row, column or K offset is O(1)); act adds the SwiGLU's move over that box
+// and bf16 rounding (2^-8 relative).
+TEST(CudaMoeFp8, Bf16GroupedMatchesCpu) {
+    REQUIRE_GPU();
+    const int E = 3, H = 2880, I = 1440;
+    const int A = 167;
+    std::vector<int32_t> offsets = {0, 37, 167, 167}, sorted(A);
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::shuffle(sorted.begin(), sorted.end(), std::mt19937(41));
+    const auto gu = test::to_bf16(test::randn(static_cast<size_t>(E) * 2 * I * H, 42, 0.03f));
+    const auto dn = test::to_bf16(test::randn(static_cast<size_t>(E) * H * I, 43, 0.03f));
+    const auto gub = test::randn(static_cast<size_t>(E) * 2 * I, 44, 0.5f);
+    const auto dnb = test::randn(static_cast<size_t>(E) * H, 45, 0.1f);
+    const auto x = test::to_bf16(test::randn(static_cast<size_t>(A) * H, 46));  // tile-row order
+    std::vector<int> expert_of(A);
+    for (int e = 0; e < E; ++e)
+        for (int r = offsets[e]; r < offsets[e + 1]; ++r) expert_of[r] = e;
+
+    auto dgu = to_device(gu), ddn = to_device(dn), dgub = to_device(gub), ddnb = to_device(dnb), dx = to_device(x);
+    auto doff = to_device(offsets), dsorted = to_device(sorted);
+    const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+    moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                  nullptr);
+    auto act = poisoned(static_cast<size_t>(A) * I * 2), y = poisoned(static_cast<size_t>(A) * H * 4);
+    MoeFp8Args a;
+    a.xq = dx.as<uint8_t>();
+    a.num_rows = A;
+    a.expert_offsets = doff.as<int32_t>();
+    a.sorted_assignments = dsorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.wq = dgu.as<uint8_t>();
+    a.bias = dgub.as<float>();
+    a.act = act.get();
+    a.n = 2 * I;
+    a.k = a.k_pad = H;
+    a.num_experts = E;
+    moe_bf16_grouped(a, true, nullptr);
+    const auto got_act = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
+
+    // One pre-activation in double and its bound.
+    auto dot = [](const uint16_t* w, const uint16_t* v, int k, double* abs) {
+        double d = 0.0, s = 0.0;
+        for (int c = 0; c < k; ++c) {
+            const double p = static_cast<double>(bf16_to_f32(w[c])) * bf16_to_f32(v[c]);
+            d += p;
+            s += std::fabs(p);
+        }
+        *abs = s;
+        return d;
+    };
+    std::vector<int> bad(A, 0);
+    std::vector<double> num(A, 0.0), den(A, 0.0);
+    parallel_rows(A, [&](int r) {
+        const int e = expert_of[r];
+        for (int j = 0; j < I; ++j) {
+            double ag, au;
+            const uint16_t* wg = gu.data() + (static_cast<size_t>(e) * 2 * I + 2 * j) * H;
+            const double g = dot(wg, x.data() + static_cast<size_t>(r) * H, H, &ag) + gub[e * 2 * I + 2 * j];
+            const double u = dot(wg + H, x.data() + static_cast<size_t>(r) * H, H, &au) + gub[e * 2 * I + 2 * j + 1];
+            const double eg = std::ldexp(ag, -14), eu = std::ldexp(au, -14);
+            const float ref = swiglu_ref(g, u);
+            double dev = 0.0;
+            for (int sg : {-1, 1})
+                for (int su : {-1, 1})
+                    dev = std::max(dev, static_cast<double>(std::fabs(swiglu_ref(g + sg * eg, u + su * eu) - ref)));
+            const double d = std::fabs(got_act[static_cast<size_t>(r) * I + j] - ref);
+            if (!(d <= dev + std::ldexp(std::fabs(ref), -8) + 1e-30)) ++bad[r];
+            num[r] += d * d;
+            den[r] += static_cast<double>(ref) * ref;
+        }
+    });
+    int nbad = std::accumulate(bad.begin(), bad.end(), 0);
+    double rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
+    std::printf("  moe_bf16_grouped gate_up: rel L2 %.3g, %d outside the bound\n", rel, nbad);
+    EXPECT_EQ(nbad, 0);
+    EXPECT_LT(rel, 5e-3);  // bf16 rounding of act
+
+    const auto act_bits = to_host<uint16_t>(act, static_cast<size_t>(A) * I);
+    a.xq = act.as<uint8_t>();
+    a.wq = ddn.as<uint8_t>();
+    a.bias = ddnb.as<float>();
+    a.act = nullptr;
+    a.y = y.as<float>();
+    a.n = H;
+    a.k = a.k_pad = I;
+    moe_bf16_grouped(a, false, nullptr);
+    const auto got_y = to_host<float>(y, static_cast<size_t>(A) * H);
+    std::fill(bad.begin(), bad.end(), 0);
+    std::fill(num.begin(), num.end(), 0.0);
+    std::fill(den.begin(), den.end(), 0.0);
+    parallel_rows(A, [&](int r) {
+        const int e = expert_of[r];
+        for (int f = 0; f < H; ++f) {
+            double ab;
+            const double v = dot(dn.data() + (static_cast<size_t>(e) * H + f) * I,
+                                 act_bits.data() + static_cast<size_t>(r) * I, I, &ab) +
+                             dnb[e * H + f];
+            const double d = std::fabs(got_y[static_cast<size_t>(sorted[r]) * H + f] - v);
+            if (!(d <= std::ldexp(ab, -14) + 1e-6 * std::fabs(v) + 1e-30)) ++bad[r];
+            num[r] += d * d;
+            den[r] += v * v;
+        }
+    });
+    nbad = std::accumulate(bad.begin(), bad.end(), 0);
+    rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
+    std::printf("  moe_bf16_grouped down: rel L2 %.3g, %d outside the bound\n", rel, nbad);
+    EXPECT_EQ(nbad, 0);
+    EXPECT_LT(rel, 1e-5);  // fp32 sums of exact products
+}
+
 }  // namespace
 }  // namespace gptoss::kernels::cuda

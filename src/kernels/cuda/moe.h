@@ -221,6 +221,11 @@ float moe_fp8_act_scale(float swiglu_limit);
 // kMaxMoeMmaExperts, and the driver's tensor-map encoder present.
 bool moe_fp8_supported(int n, int k, int k_pad, int num_experts);
 void moe_fp8(const MoeFp8Args& args, bool gate_up, cudaStream_t stream);
+// The same grouped GEMMs on the experts' bf16 copy (session 8, compiled only, not yet run): xq and
+// wq hold bf16 (x rows [num_rows, k] in tile-row order, weights [num_experts, n, k]; k_pad = k),
+// w_scale and x_scale unused (x_scale null, x_scale_value 1), gate_up writes bf16 act. fp32
+// accumulation, no host synchronisation. k % 8 == 0.
+void moe_bf16_grouped(const MoeFp8Args& args, bool gate_up, cudaStream_t stream);
 // xq[i] = e4m3(x[row i] / xs[i]) (round to nearest even, saturating), xs[i] = amax(x[row i]) / 448
 // (1 for a zero row); row i is sorted[i] / experts_per_token when by_token, else i. x bf16,
 // dim % 16 == 0, dim ≤ 8,192.

@@ -338,6 +338,110 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     }
 }
 
+// m64n128k16, bf16 × bf16 → f32, both operands from shared memory (K-major); scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_bf16_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// The same grouped GEMMs on the experts' bf16 copy (moe_bf16_grouped; session 8, compiled only):
+// a stage is 64 of K (128 bytes a row, the same swizzled tiles), four k16 wgmmas accumulate
+// straight into the tile's registers (bf16 products are exact and summed in fp32: no promotion),
+// and a warpgroup keeps one stage's group in flight, releasing the stage before it.
+template <bool kGateUp, int W>
+__global__ void __launch_bounds__(Shape<W>::kThreads, 1)
+    moe_bf16_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+                    const __grid_constant__ CUtensorMap w_map) {
+    using S = Shape<W>;
+    constexpr int kFeatures = S::kFeatures, kStages = S::kStages;
+    constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
+    constexpr int kKElems = kKBlock / 2;  // bf16 elements a stage
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
+    uint64_t* empty = full + kStages;
+    auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
+    auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
+
+    pdl_wait();
+    const int tile = blockIdx.y;
+    if (tile >= *a.tile_count) return;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * kTokens;
+    const int rows = min(kTokens, a.expert_offsets[e + 1] - row0);
+    const int n0 = blockIdx.x * kFeatures;
+    const int N = a.n, nkb = (a.k + kKElems - 1) / kKElems;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], W);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
+
+    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
+    if (role >= W) {                                          // the producer: one lane issues every copy
+        if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
+        if (tid == 128 * W) {
+            const int wy = e * N + n0;
+            for (int kb = 0; kb < nkb; ++kb) {
+                const int slot = kb % kStages;
+                if (kb >= kStages) mbar_wait(&empty[slot], ((kb / kStages) & 1) ^ 1);
+                mbar_expect_tx(&full[slot], kStageBytes);
+                tma_load_2d(s_w(slot), &w_map, kb * kKElems, wy, &full[slot]);
+                tma_load_2d(s_x(slot), &x_map, kb * kKElems, row0, &full[slot]);
+            }
+        }
+        return;
+    }
+
+    if constexpr (W == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegsW3));
+    const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;  // this warpgroup's 64 weight rows
+    const uint32_t x_base = smem_addr(s_x(0));
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int kb = 0; kb < nkb; ++kb) {
+        const int slot = kb % kStages;
+        mbar_wait(&full[slot], (kb / kStages) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(acc[i]);
+#pragma unroll
+        for (int kk = 0; kk < kKBlock / 32; ++kk)
+            wgmma_bf16_n128(acc, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                            desc_sw128(x_base + slot * kStageBytes + kk * 32), 1);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's group is done: release it
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(acc[i]);
+        if (kb > 0 && (tid & 127) == 0) mbar_arrive(&empty[(kb - 1) % kStages]);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 64; ++i) reg_fence(acc[i]);
+    pdl_trigger();
+    fp8_epilogue<kGateUp>(a, acc, e, row0, rows, n0, wg, warp, g, t);
+}
+
 // Rows of x (bf16 [*, dim]; row i of the output is sorted[i] / experts_per_token when by_token,
 // else i) as e4m3 [rows, dim] with one scale per row (amax / 448). One warp a row, its 16-byte
 // chunks all loaded before the reduction (r23: a 256-thread CTA a row took ~170 µs for 32k rows of
@@ -399,21 +503,24 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
 
 // x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
 // of 128 bytes × `features` rows, both 128-byte swizzled. False if encoding fails.
-bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map) {
+// bf16: both hold bf16 elements (boxes of 64 elements, the same 128 bytes), the weights' rows k long.
+bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map, bool bf16 = false) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (encode == nullptr) return false;
     const cuuint32_t unit[2] = {1, 1};
+    const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+    const cuuint32_t elem = bf16 ? 2 : 1, box_k = kKBlock / elem;
     const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(a.num_rows)};
-    const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k)};
-    const cuuint32_t x_box[2] = {kKBlock, kTokens};
-    if (encode(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
+    const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k) * elem};
+    const cuuint32_t x_box[2] = {box_k, kTokens};
+    if (encode(x_map, type, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
     const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_experts) * a.n};
-    const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k_pad)};
-    const cuuint32_t w_box[2] = {kKBlock, static_cast<cuuint32_t>(features)};
-    return encode(w_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.wq), w_dims, w_strides, w_box, unit,
+    const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k_pad) * elem};
+    const cuuint32_t w_box[2] = {box_k, static_cast<cuuint32_t>(features)};
+    return encode(w_map, type, 2, const_cast<uint8_t*>(a.wq), w_dims, w_strides, w_box, unit,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -483,6 +590,27 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
         run(std::integral_constant<int, 2>{});
     else
         run(std::integral_constant<int, 3>{});
+}
+
+void moe_bf16_grouped(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
+    ENGINE_CHECK(a.n > 0 && a.n % 16 == 0 && a.k > 0 && a.k % 8 == 0 && a.k_pad == a.k && a.num_rows > 0 &&
+                     a.num_experts >= 1 && a.num_experts <= kMaxMoeMmaExperts && tensor_map_encoder() != nullptr,
+                 "moe_bf16_grouped: n %d, k %d (k_pad %d), %d experts, %d rows unsupported", a.n, a.k, a.k_pad,
+                 a.num_experts, a.num_rows);
+    ENGINE_CHECK(!gate_up || (a.n % 2 == 0 && a.act != nullptr && a.act_q == nullptr),
+                 "moe_bf16_grouped: gate_up writes bf16 act from (gate, up) row pairs");
+    ENGINE_CHECK(a.x_scale == nullptr && a.x_scale_value == 1.0f, "moe_bf16_grouped: bf16 rows carry no scale");
+    if (a.max_tiles <= 0) return;
+    using S = Shape<3>;
+    CUtensorMap x_map, w_map;
+    ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map, true),
+                 "moe_bf16_grouped: tensor maps could not be encoded");
+    const dim3 grid((a.n + S::kFeatures - 1) / S::kFeatures, a.max_tiles);
+    auto kernel = gate_up ? moe_bf16_kernel<true, 3> : moe_bf16_kernel<false, 3>;
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(S::kSmemBytes)));
+    kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a, x_map, w_map);
+    CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gptoss::kernels::cuda
