@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -179,6 +179,28 @@ for stage in "$@"; do
           --batch "" --repeats 3 --markdown "$OUT/fp8_moe_prefill_$v.md" > "$OUT/fp8_moe_prefill_$v.log" 2>&1
         summary+=("fp8_moe 20b prefill grouped=$v rc=$?")
         echo "20b --fp8 prefill, grouped FP8 experts $v:"; grep -E "^\| [0-9]+ \|" "$OUT/fp8_moe_prefill_$v.md"
+      done
+      ;;
+    grouped_ab)
+      # Session 8's compiled-only grouped MoE variants: their tests first (under a timeout: a hang
+      # would show here), then the persistent moe_fp8 against the one-CTA-an-item kernel
+      # (GPTOSS_MOE_FP8_PERSISTENT) and the grouped bf16 kernels against per-expert cuBLAS on 20b
+      # without --fp8 (GPTOSS_MOE_BF16_GROUPED).
+      timeout 240 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaMoeFp8.*:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts' \
+        > "$OUT/grouped_ab_tests.log" 2>&1
+      summary+=("grouped_ab tests rc=$?")
+      grep -E "moe_fp8|moe_bf16|real widths|OK \]|FAILED" "$OUT/grouped_ab_tests.log" | head -40
+      for v in 0 1; do
+        GPTOSS_MOE_FP8_PERSISTENT=$v timeout 120 $BIN/moe_bench --fp8 1024 8192 > "$OUT/grouped_ab_fp8_$v.log" 2>&1
+        summary+=("grouped_ab moe_bench --fp8 persistent=$v rc=$?")
+        echo "moe_fp8 persistent $v:"; grep -E "^\| [0-9]+ \|" "$OUT/grouped_ab_fp8_$v.log"
+      done
+      for v in 0 1; do
+        GPTOSS_MOE_BF16_GROUPED=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --prefill 1024,8192 --batch "" \
+          --repeats 3 --markdown "$OUT/grouped_ab_bf16_$v.md" > "$OUT/grouped_ab_bf16_$v.log" 2>&1
+        summary+=("grouped_ab 20b bf16 prefill grouped=$v rc=$?")
+        echo "20b bf16 prefill, grouped bf16 experts $v:"; grep -E "^\| [0-9]+ \|" "$OUT/grouped_ab_bf16_$v.md"
       done
       ;;
     gemv_bench)
