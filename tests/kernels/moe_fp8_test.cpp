@@ -98,9 +98,13 @@ void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
     for (int i = 0; i < dim; ++i) q[i] = f32_to_fp8e4m3(bf16_to_f32(x[i]) * inv);
 }
 
-// Kernel variants: consumer warpgroups a CTA, negative for the persistent launch (MoeFp8Args), which
-// runs on 7 CTAs here so that every CTA takes several work items.
-constexpr int kVariants[] = {2, 3, -2, -3};
+// Kernel variants (MoeFp8Args): consumer warpgroups a CTA, one CTA an item or persistent.
+struct Variant {
+    int warpgroups;
+    bool persistent;
+    int ctas;  // persistent: its grid (7: every CTA takes several items; 1,000: more CTAs than items)
+};
+constexpr Variant kVariants[] = {{2, false, 0}, {3, false, 0}, {2, true, 7}, {3, true, 7}, {3, true, 1000}};
 
 // Each variant (2 and 3 consumer warpgroups, one CTA an item or persistent) against the CPU scheme: gate_up + SwiGLU on
 // the quantized token rows, as bf16 act and as e4m3 act_q (one scale, moe_fp8_act_scale), then down on the e4m3 act of
@@ -198,11 +202,12 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.k = gu.k;
     a.k_pad = gu.k_pad;
     a.num_experts = E;
-    for (int wg : kVariants) {
+    for (const Variant& v : kVariants) {
+        const int wg = v.persistent ? -v.warpgroups : v.warpgroups;        // negative: persistent (reports)
         EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
-        a.warpgroups = std::abs(wg);
-        a.persistent = wg < 0;
-        a.persistent_ctas = 7;  // each CTA loops over several items (the ring across items)
+        a.warpgroups = v.warpgroups;
+        a.persistent = v.persistent;
+        a.persistent_ctas = v.ctas;
         moe_fp8(a, true, nullptr);
         const auto got = test::from_bf16(to_host<uint16_t>(act, static_cast<size_t>(A) * I));
         int bad = 0;
@@ -242,11 +247,12 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.act_q = act_q.as<uint8_t>();
     a.act_q_inv_scale = 1.0f / act_scale;
     std::vector<uint8_t> got_q;
-    for (int wg : kVariants) {
+    for (const Variant& v : kVariants) {
+        const int wg = v.persistent ? -v.warpgroups : v.warpgroups;            // negative: persistent (reports)
         EXPECT_EQ(cudaMemset(act_q.get(), 0x7f, act_q.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
-        a.warpgroups = std::abs(wg);
-        a.persistent = wg < 0;
-        a.persistent_ctas = 7;  // each CTA loops over several items (the ring across items)
+        a.warpgroups = v.warpgroups;
+        a.persistent = v.persistent;
+        a.persistent_ctas = v.ctas;
         moe_fp8(a, true, nullptr);
         got_q = to_host<uint8_t>(act_q, static_cast<size_t>(A) * I);
         std::vector<float> got(got_q.size());
@@ -282,12 +288,13 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     a.n = dn.n;
     a.k = dn.k;
     a.k_pad = dn.k_pad;
-    for (int wg : kVariants) {
+    for (const Variant& v : kVariants) {
+        const int wg = v.persistent ? -v.warpgroups : v.warpgroups;  // negative: persistent (reports)
         auto y = poisoned(static_cast<size_t>(A) * H * 4);
         a.y = y.as<float>();
-        a.warpgroups = std::abs(wg);
-        a.persistent = wg < 0;
-        a.persistent_ctas = 7;  // each CTA loops over several items (the ring across items)
+        a.warpgroups = v.warpgroups;
+        a.persistent = v.persistent;
+        a.persistent_ctas = v.ctas;
         moe_fp8(a, false, nullptr);
         const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
         int bad = 0;
@@ -422,7 +429,9 @@ TEST(CudaMoeFp8, Bf16GroupedMatchesCpu) {
     rel = std::sqrt(std::accumulate(num.begin(), num.end(), 0.0) / std::accumulate(den.begin(), den.end(), 0.0));
     std::printf("  moe_bf16_grouped down: rel L2 %.3g, %d outside the bound\n", rel, nbad);
     EXPECT_EQ(nbad, 0);
-    EXPECT_LT(rel, 1e-5);  // fp32 sums of exact products
+    // fp32 sums of exact products; the tensor cores truncate rather than round their fp32 sums (~3e-6
+    // estimated at k = 1,440), so 1e-4: a row, column or K offset error is O(1).
+    EXPECT_LT(rel, 1e-4);
 }
 
 }  // namespace

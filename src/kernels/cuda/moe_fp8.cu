@@ -83,6 +83,36 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint64_t desc_a,
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// The stage ring's barriers, initialised by thread 0: full[s] completes on the producer's
+// expect_tx and the stage's bytes, empty[s] on one arrival from each of the W consumer warpgroups.
+template <int kStages, int W>
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], W);
+        }
+        mbar_init_fence();
+    }
+}
+
+// The producer lane's loads of one work item: K blocks 0 .. nkb − 1 (`step` elements of K each) of
+// the weight rows from wy and the activation rows from row0, into the ring from its position gkb
+// (K blocks issued before); returns the position after. A slot is refilled once the consumers
+// released its previous use. Boxes are always whole (zero-filled past the tensor) and count in full.
+template <int kStages, int kStageBytes, int kWTile>
+__device__ __forceinline__ int produce_item(uint8_t* smem, uint64_t* full, uint64_t* empty, const CUtensorMap* w_map,
+                                            const CUtensorMap* x_map, int wy, int row0, int nkb, int step, int gkb) {
+    for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+        const int slot = gkb % kStages;
+        if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
+        mbar_expect_tx(&full[slot], kStageBytes);
+        tma_load_2d(smem + slot * kStageBytes, w_map, kb * step, wy, &full[slot]);
+        tma_load_2d(smem + slot * kStageBytes + kWTile, x_map, kb * step, row0, &full[slot]);
+    }
+    return gkb;
+}
+
 // The epilogue of one work item (tile rows row0 .. row0 + rows of expert e × features n0 ..),
 // from this lane's accumulators: gate_up's SwiGLU into act (bf16) or act_q (e4m3), down's rows of
 // y. Shared by both kernels below.
@@ -152,13 +182,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int n0 = blockIdx.x * kFeatures;
     const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], W);
-        }
-        mbar_init_fence();
-    }
+    init_ring<kStages, W>(full, empty);
     {  // the weight scales of the scale blocks this CTA's features touch, one per K block
         const int nb = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock, b0 = n0 / kKBlock;
         const float* ws = a.w_scale + static_cast<int64_t>(e) * nb * kbp;
@@ -174,15 +198,9 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     if (role >= W) {  // the producer: one lane issues every copy
         if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
         if (tid == 128 * W) {
-            const int wy = e * N + n0;  // the CTA's first weight row in [E·n, k_pad]
-            for (int kb = 0; kb < nkb; ++kb) {
-                const int slot = kb % kStages;
-                if (kb >= kStages) mbar_wait(&empty[slot], ((kb / kStages) & 1) ^ 1);
-                // Boxes are always whole (zero-filled past the tensor) and count in full.
-                mbar_expect_tx(&full[slot], kStageBytes);
-                tma_load_2d(s_w(slot), &w_map, kb * kKBlock, wy, &full[slot]);
-                tma_load_2d(s_x(slot), &x_map, kb * kKBlock, row0, &full[slot]);
-            }
+            // the CTA's first weight row in [E·n, k_pad]
+            produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, &x_map, e * N + n0, row0, nkb,
+                                                       kKBlock, 0);
         }
         return;
     }
@@ -239,8 +257,8 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
 // The persistent variant (MoeFp8Args::persistent; session 8, compiled only): one CTA an SM takes
 // work items (tile, feature block) blockIdx.x, + gridDim.x, ...; its producer fills the next
 // item's first stages while the consumers run the previous item's epilogue, the stage ring running
-// on across items. The weight scales come through the cache a K block ahead of their use (the
-// shared-memory copy would have to be double-buffered across items).
+// on across items. The weight scales come through the cache, each loaded before its K block's
+// wgmmas are issued (the shared-memory copy would have to be double-buffered across items).
 template <bool kGateUp, int W>
 __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     moe_fp8_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
@@ -262,13 +280,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     if (static_cast<int>(blockIdx.x) >= items) return;
     const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], W);
-        }
-        mbar_init_fence();
-    }
+    init_ring<kStages, W>(full, empty);
     __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
     struct Item {
         int e, row0, rows, n0;
@@ -287,14 +299,8 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
             int gkb = 0;  // K blocks issued so far (all items)
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
                 const Item w = item_at(it);
-                const int wy = w.e * N + w.n0;
-                for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                    const int slot = gkb % kStages;
-                    if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
-                    mbar_expect_tx(&full[slot], kStageBytes);
-                    tma_load_2d(s_w(slot), &w_map, kb * kKBlock, wy, &full[slot]);
-                    tma_load_2d(s_x(slot), &x_map, kb * kKBlock, w.row0, &full[slot]);
-                }
+                gkb = produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, &x_map, w.e * N + w.n0,
+                                                                 w.row0, nkb, kKBlock, gkb);
             }
         }
         return;
@@ -310,8 +316,10 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     int gkb = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
         const Item w = item_at(it);
-        const float* wscale =
-            a.w_scale + (static_cast<int64_t>(w.e) * nbs + (w.n0 + 64 * wg) / kKBlock) * static_cast<int64_t>(kbp);
+        // A warpgroup past the last feature (n not a multiple of 64·W) reads block nbs − 1's scales:
+        // its rows are never stored, but the read must stay inside w_scale.
+        const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
+        const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
         for (int kb = 0; kb < nkb; ++kb, ++gkb) {
@@ -386,27 +394,15 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int n0 = blockIdx.x * kFeatures;
     const int N = a.n, nkb = (a.k + kKElems - 1) / kKElems;
     const int tid = threadIdx.x;
-    if (tid == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], W);
-        }
-        mbar_init_fence();
-    }
+    init_ring<kStages, W>(full, empty);
     __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
 
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
     if (role >= W) {                                          // the producer: one lane issues every copy
         if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
         if (tid == 128 * W) {
-            const int wy = e * N + n0;
-            for (int kb = 0; kb < nkb; ++kb) {
-                const int slot = kb % kStages;
-                if (kb >= kStages) mbar_wait(&empty[slot], ((kb / kStages) & 1) ^ 1);
-                mbar_expect_tx(&full[slot], kStageBytes);
-                tma_load_2d(s_w(slot), &w_map, kb * kKElems, wy, &full[slot]);
-                tma_load_2d(s_x(slot), &x_map, kb * kKElems, row0, &full[slot]);
-            }
+            produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, &x_map, e * N + n0, row0, nkb,
+                                                       kKElems, 0);
         }
         return;
     }
@@ -438,6 +434,8 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < 64; ++i) reg_fence(acc[i]);
+    // The last stage too (no one waits for it in this one-item kernel; a persistent loop would).
+    if ((tid & 127) == 0) mbar_arrive(&empty[(nkb - 1) % kStages]);
     pdl_trigger();
     fp8_epilogue<kGateUp>(a, acc, e, row0, rows, n0, wg, warp, g, t);
 }
