@@ -769,23 +769,30 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::moe_mxfp4(m, stream);
         return;
     }
-    if (fp8_grouped) {
-        // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
-        // + SwiGLU into e4m3 act, down into y. No host synchronisation.
+    // The grouped FP8 / bf16 kernels' common arguments, after listing the 128-row tiles.
+    auto grouped_args = [&] {
         const int bt = kc::kMoeFp8BlockTokens;
-        const int max_tiles = (A + bt - 1) / bt + E;
-        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
-                          stream);
-        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
         kc::MoeFp8Args m;
-        m.xq = xq8.as<uint8_t>();
-        m.x_scale = xs8.as<float>();
+        m.max_tiles = (A + bt - 1) / bt + E;
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, m.max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
+                          stream);
         m.num_rows = A;
         m.expert_offsets = offsets.as<int32_t>();
         m.sorted_assignments = sorted.as<int32_t>();
         m.tiles = mma_tiles.as<int32_t>();
         m.tile_count = mma_count.as<int32_t>();
-        m.max_tiles = max_tiles;
+        m.num_experts = E;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        return m;
+    };
+    if (fp8_grouped) {
+        // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
+        // + SwiGLU into e4m3 act, down into y. No host synchronisation.
+        kc::MoeFp8Args m = grouped_args();
+        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        m.xq = xq8.as<uint8_t>();
+        m.x_scale = xs8.as<float>();
         m.wq = D.gu_f8q.as<uint8_t>();
         m.w_scale = D.gu_f8s.as<float>();
         m.bias = D.gu_b.as<float>();
@@ -793,9 +800,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.n = 2 * I;
         m.k = H;
         m.k_pad = kc::fp8_gemm_k_pad(H);
-        m.num_experts = E;
-        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
-        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.warpgroups = fp8_grouped_wg;
         m.persistent = fp8_grouped_persistent;
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
@@ -828,27 +832,14 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     if (bf16_grouped && have_bf16_experts && !fp8) {
         // The bf16 expert copy, grouped (moe_bf16_grouped): x gathered into tile-row order, gate_up +
         // SwiGLU into bf16 act, down into y. No host synchronisation.
-        const int bt = kc::kMoeFp8BlockTokens;
-        const int max_tiles = (A + bt - 1) / bt + E;
-        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
-                          stream);
+        kc::MoeFp8Args m = grouped_args();
         kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
-        kc::MoeFp8Args m;
         m.xq = xg.as<uint8_t>();
-        m.num_rows = A;
-        m.expert_offsets = offsets.as<int32_t>();
-        m.sorted_assignments = sorted.as<int32_t>();
-        m.tiles = mma_tiles.as<int32_t>();
-        m.tile_count = mma_count.as<int32_t>();
-        m.max_tiles = max_tiles;
         m.wq = D.gu_bf16.as<uint8_t>();
         m.bias = D.gu_b.as<float>();
         m.act = actb.get();
         m.n = 2 * I;
         m.k = m.k_pad = H;
-        m.num_experts = E;
-        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
-        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         kc::moe_bf16_grouped(m, true, stream);
         m.xq = actb.as<uint8_t>();
         m.wq = D.down_bf16.as<uint8_t>();
