@@ -9,19 +9,23 @@
 //   W = 3: 192, where each warpgroup's 64 rows still lie in one scale block) × 128 tokens of one
 //   expert (a tile of moe_mma_tiles' list, rows in tile-row order). K advances 128 at a time, one
 //   weight-scale block: a stage is the weight tile [64·W features × 128 bytes] and the activation
-//   tile [128 tokens × 128 bytes], both 128-byte swizzled K-major boxes brought by a producer warp's
-//   TMA (per-stage full/empty mbarriers; 6 stages for W = 2, 5 for W = 3).
+//   tile [128 tokens × 128 bytes], both 128-byte swizzled K-major boxes brought by one producer
+//   lane's TMA (per-stage full/empty mbarriers; 6 stages for W = 2, 5 for W = 3). W = 3 is the
+//   default (r23: 620 against 511 TFLOP/s).
 // - FP8 wgmma accumulates with limited precision (~14 bits, r22), so each 128-K block goes to a
 //   scratch accumulator (scale-d 0 on its first k32 step) that is added to the tile's in fp32 times
-//   the block's weight scale (DeepGEMM's promotion); the two warpgroups' promotions overlap each
-//   other's tensor work. The activation rows' scales (one per row, moe_fp8_quant_rows) apply in the
+//   the block's weight scale (DeepGEMM's promotion); a warpgroup's promotion overlaps the other
+//   warpgroups' tensor work. The activation rows' scales (one per row, moe_fp8_quant_rows) apply in the
 //   epilogue, with the bias.
 // - K not a multiple of 128 (2880 = 22.5 blocks): the activation box past K is zero-filled by TMA
 //   and the weights' padding columns are zeros (Fp8Weight's k_pad). Tiles past an expert's rows or
 //   features (down: 2880 = 22.5 feature blocks) compute on neighbouring rows and are not stored.
 // - Epilogues: gate_up rows are (gate j, up j) pairs, 2j and 2j + 1: lanes g and g ^ 1 (lane ^ 4)
-//   hold them, so one shuffle pairs them for the clamped SwiGLU, written as bf16 act rows; down
-//   writes fp32 rows of y at the assignment's index (as the other grouped kernels).
+//   hold them, so one shuffle pairs them for the clamped SwiGLU, written as e4m3 act rows with one
+//   scale (act_q; the model's path) or as bf16; down writes fp32 rows of y at the assignment's
+//   index (as the other grouped kernels).
+// - Also here, compiled only (session 8): a persistent variant of the kernel and the same
+//   structure on bf16 experts (moe_bf16_grouped).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
