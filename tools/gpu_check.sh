@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -201,6 +201,23 @@ for stage in "$@"; do
           --repeats 3 --markdown "$OUT/grouped_ab_bf16_$v.md" > "$OUT/grouped_ab_bf16_$v.log" 2>&1
         summary+=("grouped_ab 20b bf16 prefill grouped=$v rc=$?")
         echo "20b bf16 prefill, grouped bf16 experts $v:"; grep -E "^\| [0-9]+ \|" "$OUT/grouped_ab_bf16_$v.md"
+      done
+      ;;
+    jit_ab)
+      # gpt-oss-120b --fp8 prefill with each layer's experts converted to FP8 into a scratch
+      # (quantize_weight_fp8_mxfp4, then moe_fp8) against the MXFP4 warpgroup kernels
+      # (GPTOSS_MOE_FP8_JIT=0); the conversion's and the model's tests first.
+      timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaFp8Gemm.Mxfp4LayerConversionMatchesLoadPath:CudaModel.Fp8WeightsStayCloseToFp32' \
+        > "$OUT/jit_ab_tests.log" 2>&1
+      summary+=("jit_ab tests rc=$?")
+      grep -E "mxfp4 -> fp8|fp8 \(|converted|OK \]|FAILED" "$OUT/jit_ab_tests.log" | head -20
+      for v in 0 1; do
+        GPTOSS_MOE_FP8_JIT=$v timeout 240 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \
+          --prefill ${JIT_PREFILL:-4096,8192,16384} --batch "" --repeats 2 \
+          --markdown "$OUT/jit_ab_120b_$v.md" > "$OUT/jit_ab_120b_$v.log" 2>&1
+        summary+=("jit_ab 120b --fp8 prefill jit=$v rc=$?")
+        echo "120b --fp8 prefill, experts converted a layer at a time $v:"; grep -E "^\| [0-9]+ \|" "$OUT/jit_ab_120b_$v.md"
       done
       ;;
     gemv_bench)

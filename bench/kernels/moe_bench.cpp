@@ -22,7 +22,8 @@
 //   tiles), the row quantization of h timed too (act leaves gate_up as e4m3); the byte column then
 //   counts the FP8 weights.
 //   GPTOSS_MOE_FP8_WG=2|3: its consumer warpgroups a CTA (MoeFp8Args::warpgroups);
-//   GPTOSS_MOE_FP8_PERSISTENT=1: one CTA an SM (MoeFp8Args::persistent).
+//   GPTOSS_MOE_FP8_PERSISTENT=0|1: one CTA an item, or one CTA an SM (MoeFp8Args::persistent,
+//   the default as in the model).
 // The last column is the work's rate, 2 · rows · (2I·H + H·I) FLOP per layer (bf16 peak 760).
 #include <cuda_runtime.h>
 
@@ -246,6 +247,7 @@ int main(int argc, char** argv) {
                 m.k_pad = kKPad;
                 m.num_experts = kExperts;
                 if (const char* v = std::getenv("GPTOSS_MOE_FP8_WG")) m.warpgroups = std::atoi(v);
+                m.persistent = true;  // as the model (r24)
                 if (const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT")) m.persistent = std::atoi(v) != 0;
                 const float act_scale = cuda::moe_fp8_act_scale(m.swiglu_limit);  // as the model
                 m.act_q = static_cast<uint8_t*>(act.p);

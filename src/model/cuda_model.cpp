@@ -85,21 +85,30 @@ struct CudaModel::Impl {
     // which then take every batch above mma_tokens (no host synchronisation); else the per-expert
     // cuBLASLt GEMMs. GPTOSS_MOE_FP8_GROUPED=0 keeps the per-expert path (A/B runs).
     bool fp8_grouped = false;
-    // GPTOSS_MOE_BF16_GROUPED=1: the bf16 expert copy through the grouped bf16 kernels
-    // (kernels/cuda/moe.h moe_bf16_grouped, no host synchronisation) in place of per-expert cuBLAS
-    // (opt-in: session 8, compiled only).
+    // The bf16 expert copy through the grouped bf16 kernels (kernels/cuda/moe.h moe_bf16_grouped,
+    // no host synchronisation) in place of per-expert cuBLAS: 20b 1k prefill 27.8 -> 19.7 ms, 8k
+    // 133.1 -> 129.4 (r24). GPTOSS_MOE_BF16_GROUPED=0 keeps cuBLAS (A/B runs).
     bool bf16_grouped = [] {
         const char* v = std::getenv("GPTOSS_MOE_BF16_GROUPED");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    bool fp8_grouped_persistent = [] {  // GPTOSS_MOE_FP8_PERSISTENT=1: MoeFp8Args::persistent (opt-in)
+    // MoeFp8Args::persistent (one CTA an SM over the work items): 2,434 -> 2,354 us a layer at 8k
+    // tokens, 445 -> 451 at 1k (r24). GPTOSS_MOE_FP8_PERSISTENT=0: one CTA an item (A/B runs).
+    bool fp8_grouped_persistent = [] {
         const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
         return v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) ? std::atoi(v) : 0;
     }();
+    // options.fp8 without an FP8 expert copy (120b: 115 GB would not fit beside MXFP4): batches of at
+    // least fp8_jit_tokens tokens convert the layer's active experts MXFP4 -> e4m3 into one scratch
+    // (quantize_weight_fp8_mxfp4, the load-time conversion's bytes) and take moe_fp8.
+    // GPTOSS_MOE_FP8_JIT=0: never; GPTOSS_MOE_FP8_JIT_MIN_TOKENS: the threshold.
+    bool fp8_jit = false;
+    int fp8_jit_tokens = 4096;
+    DeviceBuffer jit_gu_q, jit_gu_s, jit_down_q, jit_down_s;
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
     DeviceBuffer xq8, xs8;
@@ -536,6 +545,33 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             down_f8_scratch = scratch(static_cast<int>(H), static_cast<int>(I));
         }
     }
+    if (fp8 && mxfp4 && !have_fp8_experts && ep == 1 &&
+        kc::moe_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(kp_h),
+                              static_cast<int>(E)) &&
+        kc::moe_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(kp_i), static_cast<int>(E))) {
+        const char* v = std::getenv("GPTOSS_MOE_FP8_JIT");
+        if (opt.moe_fp8_jit_min_tokens >= 0) fp8_jit_tokens = opt.moe_fp8_jit_min_tokens;
+        if (const char* t = std::getenv("GPTOSS_MOE_FP8_JIT_MIN_TOKENS")) fp8_jit_tokens = std::max(0, std::atoi(t));
+        const auto nb = [](int64_t n) { return (n + 127) / 128; };
+        const int64_t bytes = E * (2 * I * kp_h + H * kp_i) + E * (nb(2 * I) * (kp_h / 128) + nb(H) * (kp_i / 128)) * 4;
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        fp8_jit = (v == nullptr || std::strcmp(v, "0") != 0) && fp8_jit_tokens > 0 && Tm >= fp8_jit_tokens &&
+                  static_cast<double>(bytes) <= 0.25 * static_cast<double>(free_b);
+        if (fp8_jit) {
+            jit_gu_q = DeviceBuffer(static_cast<size_t>(E * 2 * I * kp_h));
+            jit_gu_s = DeviceBuffer(static_cast<size_t>(E * nb(2 * I) * (kp_h / 128)) * 4);
+            jit_down_q = DeviceBuffer(static_cast<size_t>(E * H * kp_i));
+            jit_down_s = DeviceBuffer(static_cast<size_t>(E * nb(H) * (kp_i / 128)) * 4);
+            // K blocks past the last column are never written by the conversion nor read by moe_fp8.
+            for (DeviceBuffer* b : {&jit_gu_q, &jit_gu_s, &jit_down_q, &jit_down_s})
+                CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
+            if (mma_tiles.get() == nullptr) {
+                mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
+                mma_count = DeviceBuffer(4);
+            }
+        }
+    }
     if (fp8) {  // activation rows for the W8A8 GEMMs: every token, or every assignment padded per expert
         const int64_t rows = std::max(T, A) + mpad * (E + 2);
         const int64_t kp = std::max({kp_h, kp_i, static_cast<int64_t>(kc::fp8_gemm_k_pad(static_cast<int>(qw)))});
@@ -702,6 +738,77 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.n = H;
         m.k = I;
     };
+    // The grouped FP8 / bf16 kernels' common arguments, after listing the 128-row tiles.
+    auto grouped_args = [&] {
+        const int bt = kc::kMoeFp8BlockTokens;
+        kc::MoeFp8Args m;
+        m.max_tiles = (A + bt - 1) / bt + E;
+        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, m.max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
+                          stream);
+        m.num_rows = A;
+        m.expert_offsets = offsets.as<int32_t>();
+        m.sorted_assignments = sorted.as<int32_t>();
+        m.tiles = mma_tiles.as<int32_t>();
+        m.tile_count = mma_count.as<int32_t>();
+        m.num_experts = E;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        return m;
+    };
+    // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
+    // + SwiGLU into e4m3 act, down into y. No host synchronisation.
+    auto grouped_fp8 = [&](const uint8_t* gu_q, const float* gu_s, const uint8_t* down_q, const float* down_s) {
+        kc::MoeFp8Args m = grouped_args();
+        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        m.xq = xq8.as<uint8_t>();
+        m.x_scale = xs8.as<float>();
+        m.wq = gu_q;
+        m.w_scale = gu_s;
+        m.bias = D.gu_b.as<float>();
+        m.act = actb.get();
+        m.n = 2 * I;
+        m.k = H;
+        m.k_pad = kc::fp8_gemm_k_pad(H);
+        m.warpgroups = fp8_grouped_wg;
+        m.persistent = fp8_grouped_persistent;
+        // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
+        // bytes), else bf16 act and its rows quantized.
+        const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);
+        if (act_scale > 0.0f) {
+            m.act_q = actb.as<uint8_t>();
+            m.act_q_inv_scale = 1.0f / act_scale;
+        }
+        kc::moe_fp8(m, true, stream);
+        if (act_scale > 0.0f) {
+            m.xq = actb.as<uint8_t>();
+            m.x_scale = nullptr;
+            m.x_scale_value = act_scale;
+            m.act_q = nullptr;
+        } else {
+            kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        }
+        m.wq = down_q;
+        m.w_scale = down_s;
+        m.bias = D.down_b.as<float>();
+        m.act = nullptr;
+        m.y = y.as<float>();
+        m.n = H;
+        m.k = I;
+        m.k_pad = kc::fp8_gemm_k_pad(I);
+        kc::moe_fp8(m, false, stream);
+    };
+    if (fp8_jit && T >= fp8_jit_tokens) {
+        // This layer's active experts converted to FP8 into the scratch (stream order: the previous
+        // layer's kernels are done with it), then as the FP8 copy.
+        kc::quantize_weight_fp8_mxfp4(D.gu_blocks.as<uint8_t>(), D.gu_scales.as<uint8_t>(), E, 2 * I, H,
+                                      kc::fp8_gemm_k_pad(H), offsets.as<int32_t>(), jit_gu_q.as<uint8_t>(),
+                                      jit_gu_s.as<float>(), stream);
+        kc::quantize_weight_fp8_mxfp4(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), E, H, I,
+                                      kc::fp8_gemm_k_pad(I), offsets.as<int32_t>(), jit_down_q.as<uint8_t>(),
+                                      jit_down_s.as<float>(), stream);
+        grouped_fp8(jit_gu_q.as<uint8_t>(), jit_gu_s.as<float>(), jit_down_q.as<uint8_t>(), jit_down_s.as<float>());
+        return;
+    }
     if (use_wgmma(T) && w4a8) {  // e4m3 rows of h, then of act (one scale per row)
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts) <= 32 ? 32 : 64;
         kc::MoeMmaArgs m = mma_args(bt);
@@ -769,64 +876,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::moe_mxfp4(m, stream);
         return;
     }
-    // The grouped FP8 / bf16 kernels' common arguments, after listing the 128-row tiles.
-    auto grouped_args = [&] {
-        const int bt = kc::kMoeFp8BlockTokens;
-        kc::MoeFp8Args m;
-        m.max_tiles = (A + bt - 1) / bt + E;
-        kc::moe_mma_tiles(offsets.as<int32_t>(), E, bt, m.max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
-                          stream);
-        m.num_rows = A;
-        m.expert_offsets = offsets.as<int32_t>();
-        m.sorted_assignments = sorted.as<int32_t>();
-        m.tiles = mma_tiles.as<int32_t>();
-        m.tile_count = mma_count.as<int32_t>();
-        m.num_experts = E;
-        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
-        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-        return m;
-    };
     if (fp8_grouped) {
-        // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
-        // + SwiGLU into e4m3 act, down into y. No host synchronisation.
-        kc::MoeFp8Args m = grouped_args();
-        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
-        m.xq = xq8.as<uint8_t>();
-        m.x_scale = xs8.as<float>();
-        m.wq = D.gu_f8q.as<uint8_t>();
-        m.w_scale = D.gu_f8s.as<float>();
-        m.bias = D.gu_b.as<float>();
-        m.act = actb.get();
-        m.n = 2 * I;
-        m.k = H;
-        m.k_pad = kc::fp8_gemm_k_pad(H);
-        m.warpgroups = fp8_grouped_wg;
-        m.persistent = fp8_grouped_persistent;
-        // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
-        // bytes), else bf16 act and its rows quantized.
-        const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);
-        if (act_scale > 0.0f) {
-            m.act_q = actb.as<uint8_t>();
-            m.act_q_inv_scale = 1.0f / act_scale;
-        }
-        kc::moe_fp8(m, true, stream);
-        if (act_scale > 0.0f) {
-            m.xq = actb.as<uint8_t>();
-            m.x_scale = nullptr;
-            m.x_scale_value = act_scale;
-            m.act_q = nullptr;
-        } else {
-            kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
-        }
-        m.wq = D.down_f8q.as<uint8_t>();
-        m.w_scale = D.down_f8s.as<float>();
-        m.bias = D.down_b.as<float>();
-        m.act = nullptr;
-        m.y = y.as<float>();
-        m.n = H;
-        m.k = I;
-        m.k_pad = kc::fp8_gemm_k_pad(I);
-        kc::moe_fp8(m, false, stream);
+        grouped_fp8(D.gu_f8q.as<uint8_t>(), D.gu_f8s.as<float>(), D.down_f8q.as<uint8_t>(), D.down_f8s.as<float>());
         return;
     }
     if (bf16_grouped && have_bf16_experts && !fp8) {

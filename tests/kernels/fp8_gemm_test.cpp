@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <tuple>
 #include <vector>
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/moe.h"
 #include "model/fp8_convert.h"
 
 namespace gptoss::kernels::cuda {
@@ -146,6 +148,89 @@ TEST(CudaFp8Gemm, WeightPreparationMatchesCpuBitExactly) {
             EXPECT_EQ(is, want_s.size()) << what << " n " << n << " k " << k << ": scale " << is << " got " << got_s[is]
                                          << " want " << want_s[is];
         }
+    }
+}
+
+// quantize_weight_fp8_mxfp4 (a layer's experts straight from MXFP4, as the 120b prefill converts
+// them a layer at a time) against the load-time conversion (mxfp4_to_bf16, then
+// quantize_weight_fp8_bf16 per expert): the same bytes and scales in every K block that holds
+// columns, experts without rows untouched. Group scales spread over 2^-12 .. 2^6 inside a block,
+// so some blocks lose their smallest values to e4m3's range: those must round alike too. And the
+// conversion is lossless wherever the value over its block scale stays ≥ 2^-6 (e4m3's normal
+// range; e2m1 has one mantissa bit against e4m3's three).
+TEST(CudaFp8Gemm, Mxfp4LayerConversionMatchesLoadPath) {
+    REQUIRE_GPU();
+    for (auto [E, n, k] : {std::tuple<int, int, int>{3, 200, 2880}, {2, 256, 96}, {4, 5760, 2880}}) {
+        const int k_pad = fp8_gemm_k_pad(k), nbs = (n + 127) / 128, kbp = k_pad / 128, kbs = (k + 127) / 128;
+        std::vector<uint8_t> blocks(static_cast<size_t>(E) * n * k / 2), scales(static_cast<size_t>(E) * n * k / 32);
+        uint32_t st = static_cast<uint32_t>(E * 7919 + n * 31 + k);
+        auto next = [&] {
+            st = st * 1664525u + 1013904223u;
+            return st >> 8;
+        };
+        for (auto& b : blocks) b = static_cast<uint8_t>(next());
+        for (auto& sc : scales) sc = static_cast<uint8_t>(115 + next() % 19);  // 2^-12 .. 2^6
+        // Expert 1 has no rows: it must be skipped.
+        std::vector<int32_t> offsets(E + 1);
+        for (int e = 0; e <= E; ++e) offsets[e] = e < 2 ? 5 * e : 5 + 7 * (e - 1);
+        offsets[2] = offsets[1];
+        DeviceBuffer db = test::to_device(blocks), ds = test::to_device(scales), doff = test::to_device(offsets);
+        const size_t qn = static_cast<size_t>(E) * n * k_pad, sn = static_cast<size_t>(E) * nbs * kbp;
+        DeviceBuffer jq(qn), js(sn * 4), lq(qn), ls(sn * 4), tmp(static_cast<size_t>(n) * k * 2);
+        CUDA_CHECK(cudaMemset(jq.get(), 0xEE, qn));
+        CUDA_CHECK(cudaMemset(js.get(), 0xEE, sn * 4));
+        quantize_weight_fp8_mxfp4(db.as<uint8_t>(), ds.as<uint8_t>(), E, n, k, k_pad, doff.as<int32_t>(),
+                                  jq.as<uint8_t>(), js.as<float>(), nullptr);
+        for (int e = 0; e < E; ++e) {
+            mxfp4_to_bf16(db.as<uint8_t>() + static_cast<size_t>(e) * n * k / 2,
+                          ds.as<uint8_t>() + static_cast<size_t>(e) * n * k / 32, n, k, tmp.get(), nullptr);
+            quantize_weight_fp8_bf16(tmp.get(), n, k, k_pad, lq.as<uint8_t>() + static_cast<size_t>(e) * n * k_pad,
+                                     ls.as<float>() + static_cast<size_t>(e) * nbs * kbp, nullptr);
+        }
+        const auto gq = test::to_host<uint8_t>(jq, qn), wq = test::to_host<uint8_t>(lq, qn);
+        const auto gs = test::to_host<float>(js, sn), ws = test::to_host<float>(ls, sn);
+        int64_t bad_q = 0, bad_s = 0, untouched_bad = 0, lossy = 0, checked = 0;
+        for (int e = 0; e < E; ++e) {
+            const bool skipped = offsets[e + 1] == offsets[e];
+            for (int r = 0; r < n; ++r)
+                for (int c = 0; c < kbs * 128; ++c) {
+                    const size_t i = (static_cast<size_t>(e) * n + r) * k_pad + c;
+                    if (skipped) {
+                        untouched_bad += gq[i] != 0xEE;
+                        continue;
+                    }
+                    bad_q += gq[i] != wq[i];
+                    if (c >= k) continue;
+                    const size_t bi = (static_cast<size_t>(e) * n + r) * (k / 2) + c / 2;
+                    const uint8_t code = static_cast<uint8_t>((blocks[bi] >> (4 * (c & 1))) & 15);
+                    const float want = mxfp4_value(code, scales[(static_cast<size_t>(e) * n + r) * (k / 32) + c / 32]);
+                    const float bs = gs[(static_cast<size_t>(e) * nbs + r / 128) * kbp + c / 128];
+                    if (std::fabs(want) >= std::ldexp(bs, -6)) {
+                        ++checked;
+                        lossy += fp8e4m3_to_f32(gq[i]) * bs != want;
+                    }
+                }
+            for (int b = 0; b < nbs; ++b)
+                for (int kb = 0; kb < kbs; ++kb) {
+                    const size_t i = (static_cast<size_t>(e) * nbs + b) * kbp + kb;
+                    uint32_t bits;
+                    std::memcpy(&bits, &gs[i], 4);
+                    if (skipped)
+                        untouched_bad += bits != 0xEEEEEEEEu;
+                    else
+                        bad_s += gs[i] != ws[i];
+                }
+        }
+        std::printf(
+            "  mxfp4 -> fp8 (E %d, n %d, k %d): %lld bytes differ, %lld scales differ, %lld of %lld "
+            "normal-range values not exact\n",
+            E, n, k, static_cast<long long>(bad_q), static_cast<long long>(bad_s), static_cast<long long>(lossy),
+            static_cast<long long>(checked));
+        EXPECT_EQ(bad_q, 0);
+        EXPECT_EQ(bad_s, 0);
+        EXPECT_EQ(untouched_bad, 0);
+        EXPECT_EQ(lossy, 0);
+        EXPECT_GT(checked, static_cast<int64_t>(E - 1) * n * k / 4);
     }
 }
 

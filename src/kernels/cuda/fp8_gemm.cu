@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/logging.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 namespace gptoss::kernels::cuda {
@@ -115,6 +116,71 @@ __global__ void weight_quant_fp8_kernel(const __nv_bfloat16* __restrict__ w, int
     }
 }
 
+// weight_quant_fp8_kernel straight from MXFP4 (no bf16 staging), for a whole layer of experts.
+// One CTA per (128-K block, 128-row block, expert); thread t owns the 16 columns 16·(t % 8) of rows
+// t / 8 + 32·i: 8 packed bytes in, 16 e4m3 bytes out. Every value passes through bf16 as
+// mxfp4_to_bf16 writes it, so the bytes and scales equal the load-time conversion's
+// (mxfp4_to_bf16, then quantize_weight_fp8_bf16). Experts without rows (expert_offsets) are skipped.
+__global__ void __launch_bounds__(256)
+    weight_quant_fp8_mxfp4_kernel(const uint8_t* __restrict__ blocks, const uint8_t* __restrict__ scales, int n, int k,
+                                  int k_pad, const int* __restrict__ expert_offsets, uint8_t* __restrict__ q,
+                                  float* __restrict__ s) {
+    const int kb = blockIdx.x, nb = blockIdx.y, e = blockIdx.z;
+    if (expert_offsets != nullptr && expert_offsets[e + 1] == expert_offsets[e]) return;
+    const int c = threadIdx.x & 7, rr0 = threadIdx.x >> 3;
+    const int col = kb * kB + 16 * c;  // this thread's first column
+    const bool col_ok = col < k;       // k % 32 == 0: a thread's 16 columns are all in or all out
+    const int64_t row_base = static_cast<int64_t>(e) * n + static_cast<int64_t>(nb) * kB;
+    constexpr int kIters = kB / 32;
+    uint2 packed[kIters];
+    float gscale[kIters];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+        const int rr = rr0 + 32 * i;
+        packed[i] = make_uint2(0u, 0u);
+        gscale[i] = 0.0f;
+        if (col_ok && nb * kB + rr < n) {
+            const int64_t r = row_base + rr;
+            packed[i] = *reinterpret_cast<const uint2*>(blocks + r * (k / 2) + col / 2);
+            gscale[i] = e8m0_to_f32(scales[r * (k / 32) + col / 32]);
+            uint32_t mc = 0;  // the largest magnitude code: e2m1 values grow with (code & 7)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                mc = max(mc, (packed[i].x >> (4 * j)) & 7u);
+                mc = max(mc, (packed[i].y >> (4 * j)) & 7u);
+            }
+            amax = fmaxf(amax, __bfloat162float(__float2bfloat16(e2m1_value(mc) * gscale[i])));
+        }
+    }
+    __shared__ float red[8];
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    amax = red[0];
+#pragma unroll
+    for (int w = 1; w < 8; ++w) amax = fmaxf(amax, red[w]);
+    const float sc = fp8_pow2_scale(amax);
+    const float inv = 1.0f / sc;
+    if (threadIdx.x == 0) s[(static_cast<int64_t>(e) * gridDim.y + nb) * (k_pad / kB) + kb] = sc;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+        const int rr = rr0 + 32 * i;
+        if (nb * kB + rr >= n) break;
+        uint32_t out[4] = {0u, 0u, 0u, 0u};
+        if (col_ok) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const uint32_t word = j < 8 ? packed[i].x : packed[i].y;
+                const float v =
+                    __bfloat162float(__float2bfloat16(e2m1_value((word >> (4 * (j & 7))) & 15u) * gscale[i]));
+                out[j / 4] |= static_cast<uint32_t>(to_e4m3(v * inv)) << (8 * (j & 3));
+            }
+        }
+        *reinterpret_cast<uint4*>(q + (row_base + rr) * k_pad + col) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+}
+
 __global__ void pad_fp8_weight_q_kernel(const uint8_t* __restrict__ src, int n, int k, int k_pad,
                                         uint8_t* __restrict__ dst) {
     const int64_t total = static_cast<int64_t>(n) * k_pad;
@@ -195,6 +261,15 @@ void quantize_weight_fp8_bf16(const void* w, int n, int k, int k_pad, uint8_t* q
                  k_pad);
     const dim3 grid(k_pad / kB, (n + kB - 1) / kB);
     weight_quant_fp8_kernel<<<grid, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(w), n, k, k_pad, q_out, s_out);
+    CUDA_CHECK_LAUNCH();
+}
+
+void quantize_weight_fp8_mxfp4(const uint8_t* blocks, const uint8_t* scales, int num_experts, int n, int k, int k_pad,
+                               const int* expert_offsets, uint8_t* q_out, float* s_out, cudaStream_t stream) {
+    ENGINE_CHECK(num_experts > 0 && n > 0 && k > 0 && k % 32 == 0 && k_pad >= k && k_pad % kB == 0,
+                 "quantize_weight_fp8_mxfp4: %d experts, n %d k %d k_pad %d", num_experts, n, k, k_pad);
+    const dim3 grid((k + kB - 1) / kB, (n + kB - 1) / kB, num_experts);
+    weight_quant_fp8_mxfp4_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, k_pad, expert_offsets, q_out, s_out);
     CUDA_CHECK_LAUNCH();
 }
 
