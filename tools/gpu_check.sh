@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -201,6 +201,27 @@ for stage in "$@"; do
           --repeats 3 --markdown "$OUT/grouped_ab_bf16_$v.md" > "$OUT/grouped_ab_bf16_$v.log" 2>&1
         summary+=("grouped_ab 20b bf16 prefill grouped=$v rc=$?")
         echo "20b bf16 prefill, grouped bf16 experts $v:"; grep -E "^\| [0-9]+ \|" "$OUT/grouped_ab_bf16_$v.md"
+      done
+      ;;
+    attn_wgmma)
+      # The warpgroup prefill attention (PagedAttentionArgs::prefill_wgmma): the attention tests
+      # (prefill cases run both kernels), attention_bench prefill with and without it
+      # (GPTOSS_ATTN_PREFILL_WGMMA), then 20b --fp8 prefill with and without.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.Prefill*:PagedAttentionCuda.Fp8KvCache' \
+        > "$OUT/attn_wgmma_tests.log" 2>&1
+      summary+=("attn_wgmma tests rc=$?")
+      grep -E "FAIL|OK \]" "$OUT/attn_wgmma_tests.log" | head -20
+      grep -E "prefill wgmma" "$OUT/attn_wgmma_tests.log" | head -6
+      for v in 0 1; do
+        GPTOSS_ATTN_PREFILL_WGMMA=$v timeout 120 $BIN/attention_bench prefill > "$OUT/attn_wgmma_bench_$v.log" 2>&1
+        summary+=("attn_wgmma attention_bench prefill wgmma=$v rc=$?")
+        echo "attention_bench prefill, wgmma $v:"; grep "prefill T" "$OUT/attn_wgmma_bench_$v.log"
+      done
+      for v in 0 1; do
+        GPTOSS_ATTN_PREFILL_WGMMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill 1024,8192 \
+          --batch "" --repeats 3 --markdown "$OUT/attn_wgmma_20b_$v.md" > "$OUT/attn_wgmma_20b_$v.log" 2>&1
+        summary+=("attn_wgmma 20b --fp8 prefill wgmma=$v rc=$?")
+        echo "20b --fp8 prefill, wgmma attention $v:"; grep -E "^\| [0-9]+ \|" "$OUT/attn_wgmma_20b_$v.md"
       done
       ;;
     jit_ab)

@@ -119,8 +119,9 @@ struct Common {
     DevBuf sinks{kHeads * 4};
     DevBuf workspace;
     int max_splits = 132;
-    bool fp8_kv = false;      // GPTOSS_ATTN_FP8_KV=1
-    bool fp8_direct = false;  // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
+    bool fp8_kv = false;         // GPTOSS_ATTN_FP8_KV=1
+    bool fp8_direct = false;     // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
+    bool prefill_wgmma = false;  // GPTOSS_ATTN_PREFILL_WGMMA=1 (PagedAttentionArgs::prefill_wgmma)
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -129,6 +130,8 @@ struct Common {
         fp8_kv = f != nullptr && std::string(f) == "1";
         const char* fd = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
         fp8_direct = fd != nullptr && std::string(fd) == "1";
+        const char* pw = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
+        prefill_wgmma = pw != nullptr && std::string(pw) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -145,6 +148,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.max_splits = c.max_splits;
     a.kv_fp8 = c.fp8_kv;
     a.fp8_direct = c.fp8_direct;
+    a.prefill_wgmma = c.prefill_wgmma;
     return a;
 }
 

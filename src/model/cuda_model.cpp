@@ -160,6 +160,12 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // Prefill attention on warpgroup MMAs (PagedAttentionArgs::prefill_wgmma): opt-in,
+    // GPTOSS_ATTN_PREFILL_WGMMA=1 (session 9, until measured).
+    bool attn_prefill_wgmma = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
     static constexpr int kMxfp4MmaCrossover = 4;  // weight-only MXFP4 kernels up to this many MoE rows
@@ -1263,6 +1269,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.v_cache = D.v_cache.get();
             pa.kv_fp8 = opt.kv_fp8;
             pa.fp8_direct = attn_fp8_direct;
+            pa.prefill_wgmma = attn_prefill_wgmma;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

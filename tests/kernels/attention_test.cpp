@@ -525,6 +525,13 @@ public:
             if (::testing::Test::HasFatalFailure()) return;
             check(std::string(tag) + " prefill", got, ref, c);
             check(std::string(tag) + " prefill vs reference_cuda", got, to_f32(ref_gpu), c);
+            // The warpgroup (wgmma) prefill kernel against the same references.
+            d.args.prefill_wgmma = true;
+            run_kernel(d, Kernel::kPrefill, 0, got);
+            d.args.prefill_wgmma = false;
+            if (::testing::Test::HasFatalFailure()) return;
+            check(std::string(tag) + " prefill wgmma", got, ref, c);
+            check(std::string(tag) + " prefill wgmma vs reference_cuda", got, to_f32(ref_gpu), c);
         } else {
             for (int sp : splits_) {
                 run_kernel(d, Kernel::kDecode, sp, got);

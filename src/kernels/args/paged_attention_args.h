@@ -29,6 +29,9 @@ struct PagedAttentionArgs {
     // With kv_fp8, the decode kernel's f16 MMAs take K and V straight from the e4m3 tile instead of
     // a widened bf16 copy (kernels/cuda/attention.cu; opt-in, session 7, not yet run).
     bool fp8_direct = false;
+    // Prefill on warpgroup MMAs (wgmma) instead of mma.sync (kernels/cuda/attention.cu; opt-in,
+    // session 9, until measured).
+    bool prefill_wgmma = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

@@ -20,6 +20,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/wgmma.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,6 +57,11 @@ constexpr int kPrefillTokens = 16;
 constexpr int kPrefillRows = kPrefillTokens * kGroup;  // 128
 constexpr int kPrefillStages = 2;
 constexpr int kPrefillSmem = kPrefillRows * kRowBytes + kPrefillStages * 2 * kTileBytes;  // 16 + 32 KB
+// The warpgroup variant (PagedAttentionArgs::prefill_wgmma): the same 128 rows a CTA, as 2
+// warpgroups × 64 rows (8 warps × 16 rows: tokens 2w and 2w + 1), both GEMMs on wgmma; plus 1 KB
+// of slack to align the K/V tiles to 1 KB for the 128-byte-swizzle descriptors.
+constexpr int kWgPrefillThreads = 256;
+constexpr int kWgPrefillSmem = kPrefillSmem + 1024;
 static_assert(kPrefillRows == kPrefillWarps * 32, "one warp = two m16 tiles of rows");
 
 // ---- decode configuration ------------------------------------------------------------------
@@ -192,13 +198,13 @@ __device__ __forceinline__ int64_t kv_offset(const KvSource& src, int j, bool va
 // v_dst (128 threads: 2 rows × one 16-byte chunk each, for K and for V); invalid keys: zeros.
 // kSwizzled: chunk c of row r at chunk c ^ ((r >> 1) & 3) (the fragment-direct decode kernel's
 // layout); else in order (the layout convert_fp8_kv_tile reads).
-template <bool kSwizzled>
+template <bool kSwizzled, int kThreads = 128>
 __device__ __forceinline__ void load_kv_tile_e4m3(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
                                                   uint32_t v_dst, int tid) {
     const int q = tid & 3;
 #pragma unroll
-    for (int i = 0; i < kKvTile / 32; ++i) {
-        const int row = (tid >> 2) + i * 32;
+    for (int i = 0; i < kKvTile / (kThreads / 4); ++i) {
+        const int row = (tid >> 2) + i * (kThreads / 4);
         const int j = tile * kKvTile + row;
         const bool valid = j >= lo && j <= hi;
         const int64_t off = kv_offset(src, j, valid, q * 16);
@@ -208,21 +214,21 @@ __device__ __forceinline__ void load_kv_tile_e4m3(const KvSource& src, int tile,
     }
 }
 
-// Stages keys [tile·64, tile·64 + 64) of K and V into swizzled [64][64] bf16 tiles (128 threads:
-// 4 rows × one 16-byte chunk each, twice). Keys outside [lo, hi] are zero-filled without touching
-// the block table or the cache.
-// FP8 cache: the e4m3 rows (64 bytes) land unswizzled in the upper half of the V tile (K's at
-// v_dst, V's at v_dst + 4 KB); convert_fp8_kv_tile then writes both bf16 tiles.
+// Stages keys [tile·64, tile·64 + 64) of K and V into swizzled [64][64] bf16 tiles (kThreads
+// threads: 64 · 8 / kThreads rows × one 16-byte chunk each, twice). Keys outside [lo, hi] are zero-filled without
+// touching the block table or the cache. FP8 cache: the e4m3 rows (64 bytes) land unswizzled in the upper half of the V
+// tile (K's at v_dst, V's at v_dst + 4 KB); convert_fp8_kv_tile then writes both bf16 tiles.
+template <int kThreads = 128>
 __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
                                              uint32_t v_dst, int tid) {
     if (src.fp8) {
-        load_kv_tile_e4m3<false>(src, tile, lo, hi, v_dst, v_dst + kTileBytes / 2, tid);
+        load_kv_tile_e4m3<false, kThreads>(src, tile, lo, hi, v_dst, v_dst + kTileBytes / 2, tid);
         return;
     }
     const int chunk = tid & 7;
 #pragma unroll
-    for (int i = 0; i < kKvTile / 16; ++i) {
-        const int row = (tid >> 3) + i * 16;
+    for (int i = 0; i < kKvTile / (kThreads / 8); ++i) {
+        const int row = (tid >> 3) + i * (kThreads / 8);
         const int j = tile * kKvTile + row;
         const bool valid = j >= lo && j <= hi;
         const int64_t off = kv_offset(src, j, valid, chunk * 8);
@@ -250,13 +256,16 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 w) {
 // after cp_async_wait and a barrier) into the swizzled bf16 K and V tiles. Every thread reads its
 // share first and writes after a barrier, since V's bf16 tile overlaps both e4m3 tiles. The caller
 // puts a barrier between this and the first read of the tiles.
+template <int kThreads = 128>
 __device__ __forceinline__ void convert_fp8_kv_tile(uint32_t k_dst, uint32_t v_dst, int tid) {
-    uint4 kv[2][2];  // [K, V][row half]: this thread's 16 e4m3 bytes of rows tid / 4 and tid / 4 + 32
+    constexpr int kPasses = kKvTile / (kThreads / 4);
+    uint4 kv[2][kPasses];  // [K, V][pass]: this thread's 16 e4m3 bytes of rows tid / 4 + (kThreads / 4)·i
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const uint32_t a = v_dst + t * (kTileBytes / 2) + ((tid >> 2) + 32 * i) * kHeadDim + (tid & 3) * 16;
+        for (int i = 0; i < kPasses; ++i) {
+            const uint32_t a =
+                v_dst + t * (kTileBytes / 2) + ((tid >> 2) + (kThreads / 4) * i) * kHeadDim + (tid & 3) * 16;
             asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                          : "=r"(kv[t][i].x), "=r"(kv[t][i].y), "=r"(kv[t][i].z), "=r"(kv[t][i].w)
                          : "r"(a));
@@ -265,8 +274,8 @@ __device__ __forceinline__ void convert_fp8_kv_tile(uint32_t k_dst, uint32_t v_d
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int row = (tid >> 2) + 32 * i, q = tid & 3;
+        for (int i = 0; i < kPasses; ++i) {
+            const int row = (tid >> 2) + (kThreads / 4) * i, q = tid & 3;
             const uint32_t base = t == 0 ? k_dst : v_dst;
             const uint4 lo = e4m3x8_to_bf16x8(make_uint2(kv[t][i].x, kv[t][i].y));
             const uint4 hi = e4m3x8_to_bf16x8(make_uint2(kv[t][i].z, kv[t][i].w));
@@ -555,6 +564,211 @@ __global__ void __launch_bounds__(kPrefillThreads)
                         *reinterpret_cast<uint32_t*>(dst + dt * 8) =
                             pack_bf16x2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
                 }
+            }
+        }
+    }
+}
+
+// ================================================================================================
+// Prefill on warpgroup MMAs (PagedAttentionArgs::prefill_wgmma; session 9).
+//
+// The FA2 kernel above with both products as wgmma m64n64k16 (fp32 accumulators): S = Q·Kᵀ takes Q
+// from registers (the ldmatrix A-fragments above) and the K tile from shared memory as a K-major
+// B operand; O += P·V takes P from registers (the S accumulators packed to bf16, the same
+// fragment as mma.sync's) and the V tile as an MN-major B operand (imm-trans-b). The K/V tiles'
+// swizzle (chunk ^ (row & 7), 128-byte rows) is the hardware's 128-byte swizzle once a tile starts
+// on a 1 KB boundary, so the cp.async staging, the masks and the online softmax are the FA2
+// kernel's; a warp's accumulators are laid out as its m16n8 C-fragments (d[4·nt + e]).
+// A CTA is 256 threads, 2 CTAs an SM: while one warpgroup runs its softmax another's wgmma runs.
+// ================================================================================================
+// D (+)= A·B, m64n64k16, bf16, A from registers, B by descriptor (kTransB: B is MN-major).
+template <int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(kTransB));
+}
+
+__global__ void __launch_bounds__(kWgPrefillThreads, 2)
+    bf16_paged_attention_prefill_wgmma_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
+    const int g = lane >> 2, tig = lane & 3;
+    const int kv_head = blockIdx.x, seq = blockIdx.z;
+
+    const int q_begin = a.query_start[seq];
+    const int n_q = a.query_start[seq + 1] - q_begin;
+    const int n_qtiles = (n_q + kPrefillTokens - 1) / kPrefillTokens;
+    if (static_cast<int>(blockIdx.y) >= n_qtiles) return;
+    const int start_pos = a.seq_start_pos[seq];
+    const int window = a.sliding_window;
+    const KvSource src = make_kv_source(a, seq, kv_head);
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q);
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
+    // Rows g and g + 8 of this warp are tokens 2·warp and 2·warp + 1, query head kv_head·8 + g.
+    const float sink = fmaxf(a.sinks[kv_head * kGroup + g] * kLog2e, kNegBig);
+    const float qk_scale = a.scale * kLog2e;
+
+    const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
+
+    for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
+        const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
+        const int n_valid = min(kPrefillTokens, n_q - t0);
+        const int p0 = start_pos + t0;
+        const int p_last = p0 + n_valid - 1;
+        const int kv_lo = window > 0 ? max(0, p0 - window + 1) : 0;
+        const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
+
+        __syncthreads();  // the previous query tile is done with shared memory
+#pragma unroll
+        for (int i = 0; i < kPrefillRows * 8 / kWgPrefillThreads; ++i) {
+            const int c = tid + i * kWgPrefillThreads;
+            const int r = c >> 3, chunk = c & 7;
+            const int tok = r >> 3;
+            const bool valid = tok < n_valid;
+            const int64_t off =
+                valid
+                    ? (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + (r & 7)) * kHeadDim +
+                          chunk * 8
+                    : 0;
+            cp_async_16(q_smem + swizzle(r, chunk), q + off, valid);
+        }
+        load_kv_tile<kWgPrefillThreads>(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
+        cp_async_commit();
+
+        uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk]
+        float o[32];        // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
+        float m[2], l[2];
+        int row_pos[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            m[h] = sink;
+            l[h] = 0.0f;
+            row_pos[h] = min(p0 + warp * 2 + h, p_last);
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+
+        for (int tile = tile_first; tile <= tile_last; ++tile) {
+            const int stage = (tile - tile_first) & 1;
+            cp_async_wait<0>();
+            fence_proxy_async();  // this thread's cp.async bytes, visible to wgmma's async proxy
+            __syncthreads();
+            if (tile == tile_first) {
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+                    ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
+            }
+            if (tile < tile_last) {
+                const uint32_t next = kv_smem + (stage ^ 1) * 2 * kTileBytes;
+                load_kv_tile<kWgPrefillThreads>(src, tile + 1, kv_lo, p_last, next, next + kTileBytes, tid);
+            }
+            cp_async_commit();
+            const uint32_t k_s = kv_smem + stage * 2 * kTileBytes;
+            const uint32_t v_s = k_s + kTileBytes;
+            if (src.fp8) {
+                convert_fp8_kv_tile<kWgPrefillThreads>(k_s, v_s, tid);
+                fence_proxy_async();
+                __syncthreads();
+            }
+
+            // S = Q·Kᵀ (64 rows × 64 keys a warpgroup).
+            float s[32];
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+
+            const int key0 = tile * kKvTile;
+            const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+            if (need_mask) {
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                        const int pos = row_pos[e >> 1];
+                        if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
+                    }
+            }
+
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+                mx = quad_max(mx);
+                const float m_new = fmaxf(m[h], mx * qk_scale);
+                const float corr = fast_exp2(m[h] - m_new);
+                m[h] = m_new;
+                float sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        const float p = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
+                        s[4 * nt + e] = p;
+                        sum += p;
+                    }
+                }
+                l[h] = l[h] * corr + sum;
+#pragma unroll
+                for (int dt = 0; dt < 8; ++dt) {
+                    o[4 * dt + 2 * h] *= corr;
+                    o[4 * dt + 2 * h + 1] *= corr;
+                }
+            }
+
+            // O += P·V: keys 16kc..16kc+15 are S's n-tiles 2kc and 2kc + 1.
+            uint32_t pa[4][4];
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) {
+                pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
+                pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
+                pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
+                pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+        }
+
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float denom = quad_sum(l[h]) + fast_exp2(sink - m[h]);
+            const float inv = 1.0f / denom;
+            const int tok = warp * 2 + h;
+            if (tok < n_valid) {
+                __nv_bfloat16* dst =
+                    out + (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + g) * kHeadDim +
+                    tig * 2;
+#pragma unroll
+                for (int dt = 0; dt < 8; ++dt)
+                    *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+                        pack_bf16x2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
             }
         }
     }
@@ -984,6 +1198,15 @@ void ensure_decode_smem(int dev) {
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
+// The warpgroup prefill kernel's 49 KB of dynamic shared memory (over the 48 KB default).
+void ensure_wgmma_prefill_smem(int dev) {
+    static std::atomic<bool> done[kMaxDevices];
+    if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_wgmma_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kWgPrefillSmem));
+    if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
+}
+
 }  // namespace
 
 int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, int sliding_window, int max_splits,
@@ -1008,7 +1231,12 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
     const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
-    bf16_paged_attention_prefill_kernel<<<grid, kPrefillThreads, kPrefillSmem, stream>>>(a);
+    if (a.prefill_wgmma) {
+        ensure_wgmma_prefill_smem(current_device());
+        bf16_paged_attention_prefill_wgmma_kernel<<<grid, kWgPrefillThreads, kWgPrefillSmem, stream>>>(a);
+    } else {
+        bf16_paged_attention_prefill_kernel<<<grid, kPrefillThreads, kPrefillSmem, stream>>>(a);
+    }
     CUDA_CHECK_LAUNCH();
 }
 
