@@ -647,6 +647,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         cp_async_commit();
 
         uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk]
+        float s[32];        // S accumulators, then P (layout as o's, keys for dims)
         float o[32];        // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
         float m[2], l[2];
         int row_pos[2];
@@ -657,7 +658,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             row_pos[h] = min(p0 + warp * 2 + h, p_last);
         }
 #pragma unroll
-        for (int i = 0; i < 32; ++i) o[i] = 0.0f;
+        for (int i = 0; i < 32; ++i) o[i] = s[i] = 0.0f;
 
         for (int tile = tile_first; tile <= tile_last; ++tile) {
             const int stage = (tile - tile_first) & 1;
@@ -682,8 +683,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 __syncthreads();
             }
 
-            // S = Q·Kᵀ (64 rows × 64 keys a warpgroup).
-            float s[32];
+            // S = Q·Kᵀ (64 rows × 64 keys a warpgroup); s's last reads (P's packing) before the fence.
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
             wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
@@ -741,9 +743,16 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
                 pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
             }
-            wgmma_fence();
+            // The register fences first: the rescaled o and the packed P must be written before
+            // wgmma.fence (the compiler may otherwise sink the multiplies past it, and the
+            // asynchronous wgmma then reads o unscaled: r24 call 4, wrong from the second KV tile).
 #pragma unroll
             for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            wgmma_fence();
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
             wgmma_commit();
