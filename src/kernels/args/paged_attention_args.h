@@ -29,8 +29,8 @@ struct PagedAttentionArgs {
     // With kv_fp8, the decode kernel's f16 MMAs take K and V straight from the e4m3 tile instead of
     // a widened bf16 copy (kernels/cuda/attention.cu; opt-in, session 7, not yet run).
     bool fp8_direct = false;
-    // Prefill on warpgroup MMAs (wgmma) instead of mma.sync (kernels/cuda/attention.cu; opt-in,
-    // session 9, until measured).
+    // Prefill on warpgroup MMAs (wgmma) instead of mma.sync (kernels/cuda/attention.cu; the CUDA
+    // model sets it unless GPTOSS_ATTN_PREFILL_WGMMA=0).
     bool prefill_wgmma = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]

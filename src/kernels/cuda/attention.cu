@@ -665,11 +665,14 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             cp_async_wait<0>();
             fence_proxy_async();  // this thread's cp.async bytes, visible to wgmma's async proxy
             __syncthreads();
-            if (tile == tile_first) {
+            // Q's fragments, every tile: kept in registers from the first tile on (as the FA2 kernel
+            // does), the S products were wrong from the second tile (r24 calls 4-7; a reload every
+            // tile passes). Suspected: ptxas moving the loop-carried wgmma A operands after
+            // wgmma.fence. The reload is 2 KB of shared memory a warp a tile, against 16 KB of K/V
+            // a warpgroup.
 #pragma unroll
-                for (int kc = 0; kc < 4; ++kc)
-                    ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
-            }
+            for (int kc = 0; kc < 4; ++kc)
+                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
             if (tile < tile_last) {
                 const uint32_t next = kv_smem + (stage ^ 1) * 2 * kTileBytes;
                 load_kv_tile<kWgPrefillThreads>(src, tile + 1, kv_lo, p_last, next, next + kTileBytes, tid);
