@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/moe.h"
 
 namespace gptoss::kernels::cuda {
@@ -314,6 +315,112 @@ TEST(CudaMoeFp8, MatchesCpuSchemeAtShardWidths) {
 TEST(CudaMoeFp8, MatchesCpuSchemeAtRealWidths) {
     REQUIRE_GPU();
     run_case(3, 2880, 2880, {37, 130, 0}, 23);
+}
+
+// moe_fp8 reading MXFP4 weights itself (MoeFp8Args::w_mx_blocks: a transform warpgroup writes each
+// stage's e4m3 tile) against moe_fp8 on the copy quantize_weight_fp8_mxfp4 converts: the same
+// e4m3 bytes through the same MMAs and promotions, so act_q's bytes and y's floats must be equal,
+// not close. 120b widths (gate_up 5760 × 2880, down 2880 × 2880: a partial K block, a half feature
+// block), experts of 37, 0 and 300 rows; group scales spread over 2^-6 .. 2^5 so blocks differ;
+// the persistent grid at one CTA an SM and at 7 CTAs (each CTA's ring runs across items).
+// The block-scales-only mode of quantize_weight_fp8_mxfp4 must give the copy's scales.
+TEST(CudaMoeFp8, Mxfp4SourcesMatchTheConvertedCopy) {
+    REQUIRE_GPU();
+    const int E = 3, H = 2880, I = 2880;
+    const std::vector<int32_t> offsets = {0, 37, 37, 337};
+    const int A = offsets.back();
+    std::vector<int32_t> sorted(A);
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::shuffle(sorted.begin(), sorted.end(), std::mt19937(43));
+    struct Mx {
+        int n, k, k_pad;
+        DeviceBuffer blocks, scales, q, s, s_only, bias;
+    };
+    auto make = [&](int n, int k, uint32_t seed) {
+        Mx m{n, k, fp8_gemm_k_pad(k), {}, {}, {}, {}, {}, {}};
+        std::mt19937 rng(seed);
+        std::vector<uint8_t> b(static_cast<size_t>(E) * n * k / 2), sc(static_cast<size_t>(E) * n * k / 32);
+        for (auto& v : b) v = static_cast<uint8_t>(rng());
+        for (auto& v : sc) v = static_cast<uint8_t>(121 + rng() % 12);  // 2^-6 .. 2^5
+        m.blocks = to_device(b);
+        m.scales = to_device(sc);
+        const size_t qn = static_cast<size_t>(E) * n * m.k_pad,
+                     sn = static_cast<size_t>(E) * ((n + 127) / 128) * (m.k_pad / 128);
+        m.q = DeviceBuffer(qn);
+        m.s = DeviceBuffer(sn * 4);
+        m.s_only = DeviceBuffer(sn * 4);
+        EXPECT_EQ(cudaMemset(m.q.get(), 0, qn), cudaSuccess);
+        EXPECT_EQ(cudaMemset(m.s.get(), 0, sn * 4), cudaSuccess);
+        EXPECT_EQ(cudaMemset(m.s_only.get(), 0, sn * 4), cudaSuccess);
+        quantize_weight_fp8_mxfp4(m.blocks.as<uint8_t>(), m.scales.as<uint8_t>(), E, n, k, m.k_pad, nullptr,
+                                  m.q.as<uint8_t>(), m.s.as<float>(), nullptr);
+        quantize_weight_fp8_mxfp4(m.blocks.as<uint8_t>(), m.scales.as<uint8_t>(), E, n, k, m.k_pad, nullptr, nullptr,
+                                  m.s_only.as<float>(), nullptr);
+        EXPECT_EQ(to_host<float>(m.s, sn), to_host<float>(m.s_only, sn)) << "block scales only";
+        m.bias = to_device(test::randn(static_cast<size_t>(E) * n, seed + 1, 0.5f));
+        return m;
+    };
+    Mx gu = make(2 * I, H, 71), dn = make(H, I, 72);
+    const std::vector<uint16_t> h = test::to_bf16(test::randn(static_cast<size_t>(A) * H, 73));
+    auto dh = to_device(h), doff = to_device(offsets), dsorted = to_device(sorted);
+    const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4), xq(static_cast<size_t>(A) * H), xs(static_cast<size_t>(A) * 4);
+    moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                  nullptr);
+    moe_fp8_quant_rows(dh.get(), true, dsorted.as<int32_t>(), 1, A, H, xq.as<uint8_t>(), xs.as<float>(), nullptr);
+    const float act_scale = moe_fp8_act_scale(7.0f);
+
+    MoeFp8Args a;
+    a.num_rows = A;
+    a.expert_offsets = doff.as<int32_t>();
+    a.sorted_assignments = dsorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.num_experts = E;
+    a.persistent = true;
+    auto run = [&](const Mx& w, bool gate_up, bool mx, int ctas, const DeviceBuffer& x, const DeviceBuffer* x_s,
+                   DeviceBuffer& out) {
+        a.xq = x.as<uint8_t>();
+        a.x_scale = x_s != nullptr ? x_s->as<float>() : nullptr;
+        a.x_scale_value = x_s != nullptr ? 1.0f : act_scale;
+        a.wq = mx ? nullptr : w.q.as<uint8_t>();
+        a.w_mx_blocks = mx ? w.blocks.as<uint8_t>() : nullptr;
+        a.w_mx_scales = mx ? w.scales.as<uint8_t>() : nullptr;
+        a.w_scale = mx ? w.s_only.as<float>() : w.s.as<float>();
+        a.bias = w.bias.as<float>();
+        a.n = w.n;
+        a.k = w.k;
+        a.k_pad = w.k_pad;
+        a.persistent_ctas = ctas;
+        a.act_q = gate_up ? out.as<uint8_t>() : nullptr;
+        a.act_q_inv_scale = gate_up ? 1.0f / act_scale : 0.0f;
+        a.y = gate_up ? nullptr : out.as<float>();
+        // Poisoned alike for both runs (e4m3 NaN, fp32 3.4e38): an element only one run writes differs.
+        EXPECT_EQ(cudaMemset(out.get(), 0x7f, out.bytes()), cudaSuccess);
+        moe_fp8(a, gate_up, nullptr);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    };
+    DeviceBuffer act_ref(static_cast<size_t>(A) * I), act_mx(static_cast<size_t>(A) * I);
+    DeviceBuffer y_ref(static_cast<size_t>(A) * H * 4), y_mx(static_cast<size_t>(A) * H * 4);
+    run(gu, true, false, 0, xq, &xs, act_ref);
+    const auto want_act = to_host<uint8_t>(act_ref, static_cast<size_t>(A) * I);
+    run(dn, false, false, 0, act_ref, nullptr, y_ref);
+    const auto want_y = to_host<uint32_t>(y_ref, static_cast<size_t>(A) * H);
+    for (int ctas : {0, 7}) {
+        run(gu, true, true, ctas, xq, &xs, act_mx);
+        const auto got_act = to_host<uint8_t>(act_mx, static_cast<size_t>(A) * I);
+        size_t bad = 0;
+        for (size_t i = 0; i < want_act.size(); ++i) bad += got_act[i] != want_act[i];
+        run(dn, false, true, ctas, act_ref, nullptr, y_mx);
+        const auto got_y = to_host<uint32_t>(y_mx, static_cast<size_t>(A) * H);
+        size_t bad_y = 0;
+        for (size_t i = 0; i < want_y.size(); ++i) bad_y += got_y[i] != want_y[i];
+        std::printf("  moe_fp8 from MXFP4 (%s): %zu of %zu act bytes, %zu of %zu y floats differ from the copy's\n",
+                    ctas == 0 ? "a CTA an SM" : "7 CTAs", bad, want_act.size(), bad_y, want_y.size());
+        EXPECT_EQ(bad, 0u);
+        EXPECT_EQ(bad_y, 0u);
+    }
 }
 
 // moe_bf16_grouped (the same kernels' structure on the experts' bf16 copy) against the CPU on the

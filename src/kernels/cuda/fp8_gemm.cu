@@ -12,6 +12,7 @@
 #include "core/logging.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mxfp4_e4m3.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -116,26 +117,6 @@ __global__ void weight_quant_fp8_kernel(const __nv_bfloat16* __restrict__ w, int
     }
 }
 
-// The e4m3 bytes of the e2m1 magnitudes 0, 0.5, ..., 6 times a group scale (rounded to bf16 as
-// mxfp4_to_bf16 writes them) over the block scale: the 8-byte table {y:x} that __byte_perm indexes.
-__device__ __forceinline__ uint2 e4m3_magnitude_table(float gscale, float inv) {
-    uint32_t w[2] = {0u, 0u};
-#pragma unroll
-    for (int m = 1; m < 8; ++m)
-        w[m / 4] |= static_cast<uint32_t>(to_e4m3(__bfloat162float(__float2bfloat16(e2m1_value(m) * gscale)) * inv))
-                    << (8 * (m & 3));
-    return make_uint2(w[0], w[1]);
-}
-
-// Four e2m1 codes (the low 16 bits, code j in bits 4j..4j+3) to four e4m3 bytes through the table:
-// the magnitude by byte permute, the sign bit moved to bit 7 (e4m3 rounding is sign-symmetric, and
-// -0 becomes 0x80 as the converter gives it).
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3(uint32_t codes, uint2 t) {
-    const uint32_t mag = __byte_perm(t.x, t.y, codes & 0x7777u);
-    const uint32_t sgn = __byte_perm(0x8000u, 0u, (codes >> 3) & 0x1111u);
-    return mag | sgn;
-}
-
 // weight_quant_fp8_kernel straight from MXFP4 (no bf16 staging), for a whole layer of experts.
 // One CTA per (128-K block, 128-row block, expert); thread t owns the 16 columns 16·(t % 8) of rows
 // t / 8 + 32·i: 8 packed bytes in, 16 e4m3 bytes out, through one table a 32-group (r24: a float
@@ -182,6 +163,7 @@ __global__ void __launch_bounds__(256)
     const float sc = fp8_pow2_scale(amax);
     const float inv = 1.0f / sc;
     if (threadIdx.x == 0) s[(static_cast<int64_t>(e) * gridDim.y + nb) * (k_pad / kB) + kb] = sc;
+    if (q == nullptr) return;  // the block scales only (moe_fp8 on MXFP4 sources)
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
         const int rr = rr0 + 32 * i;

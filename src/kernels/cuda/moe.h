@@ -210,9 +210,17 @@ struct MoeFp8Args {
     // Consumer warpgroups a CTA (64 features each): 0 = the default (3), or 2 or 3 (tests, A/B).
     int warpgroups = 0;
     // One CTA an SM looping over the work items (epilogues overlap the next item's loads), instead
-    // of one CTA an item. Opt-in until measured (session 8, compiled only).
+    // of one CTA an item (r24: 2,434 -> 2,354 us a layer at 8k tokens; the model sets it).
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
+    // MXFP4 weights in place of wq (opt-in, session 9, compiled only): blocks [num_experts, n, k/32,
+    // 16] and e8m0 scales [num_experts, n, k/32] as published; w_scale still holds the 128×128
+    // power-of-two block scales (quantize_weight_fp8_mxfp4 with q_out null). A transform warpgroup
+    // writes each stage's e4m3 weight tile from the packed bytes, byte for byte what
+    // quantize_weight_fp8_mxfp4 would have stored: the results equal those on the converted copy.
+    // Runs the persistent 3-warpgroup kernel; k % 32 == 0.
+    const uint8_t* w_mx_blocks = nullptr;
+    const uint8_t* w_mx_scales = nullptr;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.
