@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma mx_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma mx_ab router_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -241,6 +241,26 @@ for stage in "$@"; do
             --markdown "$OUT/mx_ab_120b_$v.md" > "$OUT/mx_ab_120b_$v.log" 2>&1
           summary+=("mx_ab 120b --fp8 prefill mx=$v rc=$?")
           echo "120b --fp8 prefill, MXFP4 sources in moe_fp8 $v:"; grep -E "^\| [0-9]+ \|" "$OUT/mx_ab_120b_$v.md"
+        done
+      fi
+      ;;
+    router_ab)
+      # The router logits on the tensor cores (GPTOSS_ROUTER_MMA=1, RouterTopkArgs::tensor_cores)
+      # against the fp32 tiled kernel: CudaOps.RouterTopk first (it runs both), then prefill profiles
+      # of 20b and 120b --fp8 at 8k with each (the A/B only if the test passes).
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.RouterTopk' > "$OUT/router_ab_tests.log" 2>&1
+      rc=$?
+      summary+=("router_ab tests rc=$rc")
+      grep -E "tensor cores|OK \]|FAILED" "$OUT/router_ab_tests.log" | head -12
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 0 1; do
+            GPTOSS_ROUTER_MMA=$v GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/router_ab_${m}_$v.log" 2>&1
+            summary+=("router_ab $m mma=$v rc=$?")
+            echo "$m --fp8 8k prefill, router on tensor cores $v:"
+            grep -E "^\| [0-9]+ \||  router|  moe |  total" "$OUT/router_ab_${m}_$v.log" | head -5
+          done
         done
       fi
       ;;

@@ -172,6 +172,12 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // GPTOSS_ROUTER_MMA=1: the router logits of batches past the fused decode router on the tensor
+    // cores (RouterTopkArgs::tensor_cores; opt-in, session 9, compiled only).
+    bool router_mma = [] {
+        const char* v = std::getenv("GPTOSS_ROUTER_MMA");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
     static constexpr int kMxfp4MmaCrossover = 4;  // weight-only MXFP4 kernels up to this many MoE rows
@@ -1444,6 +1450,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 ra.num_experts = c.num_experts;
                 ra.experts_per_token = K;
                 ra.logits = router_logits.as<float>();
+                ra.tensor_cores = router_mma;
                 kc::router_topk(ra, stream);
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);

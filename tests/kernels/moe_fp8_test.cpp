@@ -321,12 +321,11 @@ TEST(CudaMoeFp8, MatchesCpuSchemeAtRealWidths) {
 // stage's e4m3 tile) against moe_fp8 on the copy quantize_weight_fp8_mxfp4 converts: the same
 // e4m3 bytes through the same MMAs and promotions, so act_q's bytes and y's floats must be equal,
 // not close. 120b widths (gate_up 5760 × 2880, down 2880 × 2880: a partial K block, a half feature
-// block), experts of 37, 0 and 300 rows; group scales spread over 2^-6 .. 2^5 so blocks differ;
-// the persistent grid at one CTA an SM and at 7 CTAs (each CTA's ring runs across items).
-// The block-scales-only mode of quantize_weight_fp8_mxfp4 must give the copy's scales.
-TEST(CudaMoeFp8, Mxfp4SourcesMatchTheConvertedCopy) {
-    REQUIRE_GPU();
-    const int E = 3, H = 2880, I = 2880;
+// block) and a narrow intermediate (704), experts of 37, 0 and 300 rows; group scales spread over 2^-6 .. 2^5 so blocks
+// differ; the persistent grid at one CTA an SM and at 7 CTAs (each CTA's ring runs across items). The block-scales-only
+// mode of quantize_weight_fp8_mxfp4 must give the copy's scales.
+void run_mx_case(int I) {
+    const int E = 3, H = 2880;
     const std::vector<int32_t> offsets = {0, 37, 37, 337};
     const int A = offsets.back();
     std::vector<int32_t> sorted(A);
@@ -416,11 +415,20 @@ TEST(CudaMoeFp8, Mxfp4SourcesMatchTheConvertedCopy) {
         const auto got_y = to_host<uint32_t>(y_mx, static_cast<size_t>(A) * H);
         size_t bad_y = 0;
         for (size_t i = 0; i < want_y.size(); ++i) bad_y += got_y[i] != want_y[i];
-        std::printf("  moe_fp8 from MXFP4 (%s): %zu of %zu act bytes, %zu of %zu y floats differ from the copy's\n",
-                    ctas == 0 ? "a CTA an SM" : "7 CTAs", bad, want_act.size(), bad_y, want_y.size());
-        EXPECT_EQ(bad, 0u);
-        EXPECT_EQ(bad_y, 0u);
+        std::printf(
+            "  moe_fp8 from MXFP4 (I %d, %s): %zu of %zu act bytes, %zu of %zu y floats differ from the copy's\n", I,
+            ctas == 0 ? "a CTA an SM" : "7 CTAs", bad, want_act.size(), bad_y, want_y.size());
+        EXPECT_EQ(bad, 0u) << "I " << I;
+        EXPECT_EQ(bad_y, 0u) << "I " << I;
     }
+}
+
+TEST(CudaMoeFp8, Mxfp4SourcesMatchTheConvertedCopy) {
+    REQUIRE_GPU();
+    run_mx_case(2880);
+    // gate_up n = 1,408 (not a multiple of 192: the last item's rows past n, and its second scale
+    // block clamped), down k = 704 (a partial K block: groups past k).
+    run_mx_case(704);
 }
 
 // moe_bf16_grouped (the same kernels' structure on the experts' bf16 copy) against the CPU on the

@@ -396,14 +396,19 @@ struct RouterCase {
     }
 };
 
-// Both implementations: the tiled logits + warp selection (with a logits scratch; token counts
-// that take each tile height and partial tiles) and the one-CTA-per-token kernel (without).
+// The implementations: the tiled logits + warp selection (with a logits scratch; token counts
+// that take each tile height and partial tiles), the same on the tensor cores
+// (RouterTopkArgs::tensor_cores), and the one-CTA-per-token kernel (without a scratch).
+// Tensor-core logits: h split into bf16 hi + lo leaves at most 2^-17 |h| per element, the lo
+// rounding 2^-18 |h|, so each logit is within 2^-16 Σ|h·w| of the exact sum (plus fp32 sums): a
+// wrong fragment or row is O(1) off.
 TEST(CudaOps, RouterTopk) {
     REQUIRE_GPU();
     for (int E : {32, 40, 128}) {  // 40: a partial 32-expert tile
         for (int T : {65, 600, 2051}) {
-            for (bool tiled : {true, false}) {
-                if ((!tiled || E == 40) && T != 65) continue;
+            for (int mode : {0, 1, 2}) {  // tiled fp32, tiled tensor cores, one CTA per token
+                const bool tiled = mode < 2, tc = mode == 1;
+                if ((!tiled || E == 40) && T != 65 && !tc) continue;
                 const int H = 2880, K = 4;
                 const RouterCase rc(T, E, H, K);
                 const auto& h = rc.h;
@@ -422,6 +427,7 @@ TEST(CudaOps, RouterTopk) {
                 a.expert_ids = dids.as<int32_t>();
                 a.expert_weights = dws.as<float>();
                 a.logits = tiled ? dlog.as<float>() : nullptr;
+                a.tensor_cores = tc;
                 a.num_tokens = T;
                 a.hidden_size = H;
                 a.num_experts = E;
@@ -442,8 +448,10 @@ TEST(CudaOps, RouterTopk) {
                         want_w.push_back(w_ref[t * K + k]);
                     }
                 }
-                EXPECT_LE(flips, 1 + T / 500) << "E=" << E << " T=" << T << " tiled=" << tiled;
-                EXPECT_TRUE(close(got_w, want_w, kTolF32, "router weights")) << "E=" << E << " T=" << T;
+                EXPECT_LE(flips, 1 + T / 500) << "E=" << E << " T=" << T << " mode=" << mode;
+                if (!tc) {
+                    EXPECT_TRUE(close(got_w, want_w, kTolF32, "router weights")) << "E=" << E << " T=" << T;
+                }
                 if (tiled) {  // the scratch holds the logits without the bias, as partial sums over K
                     const int splits = kc::router_topk_splits(T, E, H);
                     EXPECT_EQ(splits > 1, T < 1024) << "T=" << T;  // both kinds covered
@@ -454,7 +462,31 @@ TEST(CudaOps, RouterTopk) {
                     for (int t = 0; t < T; ++t)
                         for (int e = 0; e < E; ++e)
                             want[static_cast<size_t>(t) * E + e] = logits[static_cast<size_t>(t) * E + e] - b[e];
-                    EXPECT_TRUE(close(lg, want, kTolF32, "router logits")) << "E=" << E << " T=" << T;
+                    if (!tc) {
+                        EXPECT_TRUE(close(lg, want, kTolF32, "router logits")) << "E=" << E << " T=" << T;
+                    } else {
+                        int bad = 0;
+                        double worst = 0.0;
+                        for (int t = 0; t < T; ++t)
+                            for (int e = 0; e < E; ++e) {
+                                double mag = 0.0;
+                                for (int c = 0; c < H; ++c)
+                                    mag += std::fabs(h[static_cast<size_t>(t) * H + c] *
+                                                     bf16_to_f32(w[static_cast<size_t>(e) * H + c]));
+                                const size_t i = static_cast<size_t>(t) * E + e;
+                                const double d = std::fabs(static_cast<double>(lg[i]) - want[i]);
+                                worst = std::max(worst, d / mag);
+                                bad += !(d <= std::ldexp(mag, -16) + 1e-6);
+                            }
+                        std::printf(
+                            "  router logits on tensor cores (E %d, T %d): worst |d| / sum|h w| %.3g, %d "
+                            "outside 2^-16\n",
+                            E, T, worst, bad);
+                        EXPECT_EQ(bad, 0) << "E=" << E << " T=" << T;
+                        // The weights of tokens with the same choice: softmax of logits a few 1e-5 apart.
+                        EXPECT_TRUE(close(got_w, want_w, Tol{1e-4, 1e-3}, "router weights (tensor cores)"))
+                            << "E=" << E << " T=" << T;
+                    }
                 }
             }
         }

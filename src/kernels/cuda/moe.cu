@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/cuda/moe_common.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -247,6 +248,71 @@ __global__ void __launch_bounds__(kRouterTileThreads)
             const int t = t0 + warp * TT + j;
             if (t < T) logits[static_cast<int64_t>(t) * E + e] = acc[j];
         }
+}
+
+// The same logits on the tensor cores (RouterTopkArgs::tensor_cores; session 9, compiled only).
+// The fp32 tiled kernel above is bound by shared-memory reads (40 LDS.128 per 128 FMAs a thread)
+// and fp32 FMA: 20b at 8k tokens ~150 us a layer (r23 profile: router 3.6 ms), 120b (128 experts)
+// several times that. Here h (fp32) is split into bf16 hi + lo (h - hi rounded again: |h - hi - lo|
+// <= 2^-17 |h|) and both halves multiply the bf16 weights exactly on m16n8k16 MMAs with fp32
+// accumulation, so the logits carry ~2^-16 of sum|h·w| where the fp32 kernel carries ~2^-24 · H.
+// A CTA: 32 tokens (two m16 tiles) × all experts, 4 warps, warp w the experts [8·kNt·w, 8·kNt·(w + 1));
+// A fragments straight from global memory (each 32-byte row segment whole), B fragments likewise
+// (the weights stay in L2: 0.7 MB for 128 experts); K split over gridDim.z as the tiled kernel's.
+template <int kNt>  // n8 tiles a warp: 4·8·kNt ≥ experts
+__global__ void __launch_bounds__(128)
+    router_logits_mma_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
+                             float* __restrict__ logits) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int t0 = blockIdx.x * 32;
+    const int steps = H / 16, S = gridDim.z, z = blockIdx.z;
+    const int s0 = steps * z / S, s1 = steps * (z + 1) / S;  // this CTA's k16 steps
+    logits += static_cast<int64_t>(z) * T * E;
+    // Rows g and g + 8 of m-tiles 0 and 1 (clamped to the last token: computed, not stored).
+    const float* hr[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) hr[i] = h + static_cast<int64_t>(min(t0 + 8 * i + g, T - 1)) * H + 2 * t;
+    const uint32_t* wr[kNt];
+#pragma unroll
+    for (int j = 0; j < kNt; ++j)
+        wr[j] =
+            reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(min(8 * (kNt * warp + j) + g, E - 1)) * H) + t;
+    float acc[2][kNt][4] = {};
+    for (int st = s0; st < s1; ++st) {
+        const int k = 16 * st;
+        uint32_t hi[2][4], lo[2][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {  // row block i: m-tile i / 2, half i % 2 (rows g or g + 8)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {  // k 2t.. (a0 / a1) or 2t + 8.. (a2 / a3)
+                const float2 v = __ldg(reinterpret_cast<const float2*>(hr[i] + k + 8 * half));
+                const __nv_bfloat162 vh = __floats2bfloat162_rn(v.x, v.y);
+                const float2 vf = __bfloat1622float2(vh);
+                const __nv_bfloat162 vl = __floats2bfloat162_rn(v.x - vf.x, v.y - vf.y);
+                hi[i >> 1][(i & 1) + 2 * half] = *reinterpret_cast<const uint32_t*>(&vh);
+                lo[i >> 1][(i & 1) + 2 * half] = *reinterpret_cast<const uint32_t*>(&vl);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+            const uint32_t b0 = __ldg(wr[j] + k / 2), b1 = __ldg(wr[j] + k / 2 + 4);
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                mma_bf16(acc[m][j], hi[m][0], hi[m][1], hi[m][2], hi[m][3], b0, b1);
+                mma_bf16(acc[m][j], lo[m][0], lo[m][1], lo[m][2], lo[m][3], b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+#pragma unroll
+            for (int e2 = 0; e2 < 4; ++e2) {
+                const int tok = t0 + 16 * m + g + 8 * (e2 >> 1), ex = 8 * (kNt * warp + j) + 2 * t + (e2 & 1);
+                if (tok < T && ex < E) logits[static_cast<int64_t>(tok) * E + ex] = acc[m][j][e2];
+            }
 }
 
 // ---- fused decode router: logits -> top-k -> softmax -> plan, one launch -----------------------
@@ -1030,10 +1096,25 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
         CUDA_CHECK_LAUNCH();
         return;
     }
-    // Tokens per warp: more CTAs for small batches (the weights are re-read per token tile from
-    // L2), fewer shared-memory reads per multiply for large ones; then split K until ~4 CTAs an SM.
     const int T = a.num_tokens, E = a.num_experts, H = a.hidden_size;
     const auto* w = static_cast<const __nv_bfloat16*>(a.weight);
+    if (a.tensor_cores && E <= 128) {
+        const int splits = router_topk_splits(T, E, H);
+        const dim3 grid((T + 31) / 32, 1, splits);
+        if (E <= 32)
+            router_logits_mma_kernel<1><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
+        else if (E <= 64)
+            router_logits_mma_kernel<2><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
+        else
+            router_logits_mma_kernel<4><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
+        CUDA_CHECK_LAUNCH();
+        topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(
+            a.logits, a.bias, T, E, a.experts_per_token, splits, a.expert_ids, a.expert_weights);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
+    // Tokens per warp: more CTAs for small batches (the weights are re-read per token tile from
+    // L2), fewer shared-memory reads per multiply for large ones; then split K until ~4 CTAs an SM.
     const int etiles = (E + kRouterTileE - 1) / kRouterTileE;
     const int tt = T >= 2048 ? 4 : T >= 512 ? 2 : 1;
     const int ttiles = (T + 4 * tt - 1) / (4 * tt);

@@ -26,6 +26,9 @@ struct RouterTopkArgs {
     // it (or a hidden size not a multiple of 32) one CTA per token does both (slow: ~0.3 ms a layer
     // at 256 tokens, H200).
     float* logits = nullptr;
+    // With logits: the logits on the tensor cores (fp32 h split into bf16 hi + lo, ~2^-16 relative
+    // to Σ|h·w|) instead of fp32 FMAs; ≤ 128 experts. Opt-in (session 9, compiled only).
+    bool tensor_cores = false;
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
 // Floats of router_topk's scratch for up to num_tokens tokens, and the K splits it uses.

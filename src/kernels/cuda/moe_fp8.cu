@@ -464,6 +464,7 @@ __global__ void __launch_bounds__(ShapeMx::kThreads, 1)
                     const bool ok = w.n0 + r < N && kb * kKBlock + 32 * q < K;
                     uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
                     if (ok) {
+                        // (After the wait: 8 loads in flight before it spilled 112 bytes at 56 registers.)
                         const uint32_t gs = __ldg(a.w_mx_scales + (row_base + r) * kg + kb * 4 + q);
                         const uint4 p = *reinterpret_cast<const uint4*>(packed + r * (kKBlock / 2) + q * 16);
                         const float inv = (w.n0 + r) / kKBlock == sb0 ? inv0 : inv1;
@@ -686,6 +687,19 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The MXFP4 blocks as [E·n rows, k/2 bytes] in unswizzled boxes of 64 bytes × 192 rows.
+bool make_mx_map(const MoeFp8Args& a, CUtensorMap* p_map) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint32_t unit[2] = {1, 1};
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.k / 2), static_cast<cuuint64_t>(a.num_experts) * a.n};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.k / 2)};
+    const cuuint32_t box[2] = {kKBlock / 2, static_cast<cuuint32_t>(ShapeMx::kFeatures)};
+    return encode(p_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w_mx_blocks), dims, strides, box,
+                  unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
 
 bool moe_fp8_supported(int n, int k, int k_pad, int num_experts) {
@@ -711,19 +725,6 @@ float moe_fp8_act_scale(float swiglu_limit) {
     if (!(swiglu_limit > 0.0f) || !std::isfinite(swiglu_limit)) return 0.0f;
     const double bound = (static_cast<double>(swiglu_limit) + 1.0) * swiglu_limit;
     return static_cast<float>(std::exp2(std::ceil(std::log2(std::max(bound, 1.0) / 448.0))));
-}
-
-// The MXFP4 blocks as [E·n rows, k/2 bytes] in unswizzled boxes of 64 bytes × 192 rows.
-bool make_mx_map(const MoeFp8Args& a, CUtensorMap* p_map) {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (encode == nullptr) return false;
-    const cuuint32_t unit[2] = {1, 1};
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.k / 2), static_cast<cuuint64_t>(a.num_experts) * a.n};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.k / 2)};
-    const cuuint32_t box[2] = {kKBlock / 2, static_cast<cuuint32_t>(ShapeMx::kFeatures)};
-    return encode(p_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w_mx_blocks), dims, strides, box,
-                  unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
