@@ -259,7 +259,11 @@ for stage in "$@"; do
               --batch "" --repeats 3 > "$OUT/router_ab_${m}_$v.log" 2>&1
             summary+=("router_ab $m mma=$v rc=$?")
             echo "$m --fp8 8k prefill, router on tensor cores $v:"
-            grep -E "^\| [0-9]+ \||  router|  moe |  total" "$OUT/router_ab_${m}_$v.log" | head -5
+            if [ $v = 0 ]; then  # the whole profile once a model: where its 8k prefill goes
+              grep -E "^\| [0-9]+ \|" "$OUT/router_ab_${m}_$v.log" | head -2; grep -A16 GPTOSS_PROFILE "$OUT/router_ab_${m}_$v.log"
+            else
+              grep -E "^\| [0-9]+ \||  router|  moe |  total" "$OUT/router_ab_${m}_$v.log" | head -5
+            fi
           done
         done
       fi
