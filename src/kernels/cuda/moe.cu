@@ -255,7 +255,8 @@ __global__ void __launch_bounds__(kRouterTileThreads)
 // and fp32 FMA: 20b at 8k tokens ~150 us a layer (r23 profile: router 3.6 ms), 120b (128 experts)
 // several times that. Here h (fp32) is split into bf16 hi + lo (h - hi rounded again: |h - hi - lo|
 // <= 2^-17 |h|) and both halves multiply the bf16 weights exactly on m16n8k16 MMAs with fp32
-// accumulation, so the logits carry ~2^-16 of sum|h·w| where the fp32 kernel carries ~2^-24 · H.
+// accumulation: the split leaves at most 2^-17 |h| per element; with the tensor cores' fp32 sums
+// (not round-to-nearest) a logit is typically within 2^-20 of sum|h·w| (the test's bound: 2^-16).
 // A CTA: 32 tokens (two m16 tiles) × all experts, 4 warps, warp w the experts [8·kNt·w, 8·kNt·(w + 1));
 // A fragments straight from global memory (each 32-byte row segment whole), B fragments likewise
 // (the weights stay in L2: 0.7 MB for 128 experts); K split over gridDim.z as the tiled kernel's.
@@ -269,24 +270,41 @@ __global__ void __launch_bounds__(128)
     const int steps = H / 16, S = gridDim.z, z = blockIdx.z;
     const int s0 = steps * z / S, s1 = steps * (z + 1) / S;  // this CTA's k16 steps
     logits += static_cast<int64_t>(z) * T * E;
-    // Rows g and g + 8 of m-tiles 0 and 1 (clamped to the last token: computed, not stored).
-    const float* hr[4];
+    // Rows g and g + 8 of m-tiles 0 and 1 (clamped to the last token: computed, not stored), as
+    // element offsets (T·H < 2^31).
+    int hoff[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) hr[i] = h + static_cast<int64_t>(min(t0 + 8 * i + g, T - 1)) * H + 2 * t;
-    const uint32_t* wr[kNt];
+    for (int i = 0; i < 4; ++i) hoff[i] = min(t0 + 8 * i + g, T - 1) * H + 2 * t;
+    const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
+    int woff[kNt];  // in 32-bit words
 #pragma unroll
-    for (int j = 0; j < kNt; ++j)
-        wr[j] =
-            reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(min(8 * (kNt * warp + j) + g, E - 1)) * H) + t;
-    float acc[2][kNt][4] = {};
-    for (int st = s0; st < s1; ++st) {
+    for (int j = 0; j < kNt; ++j) woff[j] = (min(8 * (kNt * warp + j) + g, E - 1) * H) / 2 + t;
+    // hi and lo in separate accumulators: independent MMA chains, and the two sums meet once in fp32.
+    float acc_hi[2][kNt][4] = {}, acc_lo[2][kNt][4] = {};
+    // One k16 step's operands: h at k + 2t (+ 8) for the four row blocks, the weights' b0 / b1.
+    float2 hv[4][2];
+    uint32_t wv[kNt][2];
+    auto load = [&](int st) {
         const int k = 16 * st;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                hv[i][half] = __ldg(reinterpret_cast<const float2*>(h + hoff[i] + k + 8 * half));
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+            wv[j][0] = __ldg(w32 + woff[j] + k / 2);
+            wv[j][1] = __ldg(w32 + woff[j] + k / 2 + 4);
+        }
+    };
+    if (s0 < s1) load(s0);
+    for (int st = s0; st < s1; ++st) {
         uint32_t hi[2][4], lo[2][4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {  // row block i: m-tile i / 2, half i % 2 (rows g or g + 8)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {  // k 2t.. (a0 / a1) or 2t + 8.. (a2 / a3)
-                const float2 v = __ldg(reinterpret_cast<const float2*>(hr[i] + k + 8 * half));
+                const float2 v = hv[i][half];
                 const __nv_bfloat162 vh = __floats2bfloat162_rn(v.x, v.y);
                 const float2 vf = __bfloat1622float2(vh);
                 const __nv_bfloat162 vl = __floats2bfloat162_rn(v.x - vf.x, v.y - vf.y);
@@ -294,15 +312,17 @@ __global__ void __launch_bounds__(128)
                 lo[i >> 1][(i & 1) + 2 * half] = *reinterpret_cast<const uint32_t*>(&vl);
             }
         }
+        uint32_t b[kNt][2];
 #pragma unroll
-        for (int j = 0; j < kNt; ++j) {
-            const uint32_t b0 = __ldg(wr[j] + k / 2), b1 = __ldg(wr[j] + k / 2 + 4);
+        for (int j = 0; j < kNt; ++j) b[j][0] = wv[j][0], b[j][1] = wv[j][1];
+        if (st + 1 < s1) load(st + 1);  // the next step's loads in flight under these MMAs
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
 #pragma unroll
             for (int m = 0; m < 2; ++m) {
-                mma_bf16(acc[m][j], hi[m][0], hi[m][1], hi[m][2], hi[m][3], b0, b1);
-                mma_bf16(acc[m][j], lo[m][0], lo[m][1], lo[m][2], lo[m][3], b0, b1);
+                mma_bf16(acc_hi[m][j], hi[m][0], hi[m][1], hi[m][2], hi[m][3], b[j][0], b[j][1]);
+                mma_bf16(acc_lo[m][j], lo[m][0], lo[m][1], lo[m][2], lo[m][3], b[j][0], b[j][1]);
             }
-        }
     }
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -311,7 +331,7 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
             for (int e2 = 0; e2 < 4; ++e2) {
                 const int tok = t0 + 16 * m + g + 8 * (e2 >> 1), ex = 8 * (kNt * warp + j) + 2 * t + (e2 & 1);
-                if (tok < T && ex < E) logits[static_cast<int64_t>(tok) * E + ex] = acc[m][j][e2];
+                if (tok < T && ex < E) logits[static_cast<int64_t>(tok) * E + ex] = acc_hi[m][j][e2] + acc_lo[m][j][e2];
             }
 }
 
@@ -1099,7 +1119,7 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     const int T = a.num_tokens, E = a.num_experts, H = a.hidden_size;
     const auto* w = static_cast<const __nv_bfloat16*>(a.weight);
     if (a.tensor_cores && E <= 128) {
-        const int splits = router_topk_splits(T, E, H);
+        const int splits = router_topk_splits(T, E, H, true);
         const dim3 grid((T + 31) / 32, 1, splits);
         if (E <= 32)
             router_logits_mma_kernel<1><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
@@ -1132,8 +1152,16 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     CUDA_CHECK_LAUNCH();
 }
 
-int router_topk_splits(int num_tokens, int num_experts, int hidden_size) {
-    if (num_tokens > kRouterMaxSplitTokens || hidden_size % kRouterTileK != 0) return 1;
+int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores) {
+    if (hidden_size % kRouterTileK != 0) return 1;
+    if (tensor_cores) {
+        // 32 tokens × all experts a CTA: split K until ~4 CTAs an SM, each split ≥ 4 k16 steps, as
+        // far as the scratch (router_topk_scratch: max(tokens, 8,192) rows) holds the partials.
+        const int ctas = (num_tokens + 31) / 32;
+        const int fit = std::max(1, kRouterMaxSplitTokens * kRouterMaxSplits / std::max(num_tokens, 1));
+        return std::clamp((528 + ctas - 1) / ctas, 1, std::max(1, std::min({kRouterMaxSplits, hidden_size / 64, fit})));
+    }
+    if (num_tokens > kRouterMaxSplitTokens) return 1;
     const int tt = num_tokens >= 512 ? 2 : 1;
     const int ctas = (num_tokens + 4 * tt - 1) / (4 * tt) * ((num_experts + kRouterTileE - 1) / kRouterTileE);
     return std::clamp((528 + ctas - 1) / ctas, 1, std::max(1, std::min(kRouterMaxSplits, hidden_size / kRouterTileK)));

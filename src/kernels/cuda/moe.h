@@ -33,7 +33,7 @@ struct RouterTopkArgs {
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
 // Floats of router_topk's scratch for up to num_tokens tokens, and the K splits it uses.
 int64_t router_topk_scratch(int num_tokens, int num_experts);
-int router_topk_splits(int num_tokens, int num_experts, int hidden_size);
+int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores = false);
 // Router logits for decode-sized batches (num_tokens <= 8): one CTA per expert row, the hidden
 // dimension split over its threads (a 32-row GEMV with one warp per row leaves the GPU idle).
 // logits[t, e] = h[t] · W[e] (no bias: topk_softmax adds it).
