@@ -599,13 +599,9 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             // K blocks past the last column are never written by the conversion nor read by moe_fp8.
             for (DeviceBuffer* b : {&jit_gu_q, &jit_gu_s, &jit_down_q, &jit_down_s})
                 CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
-            if (mma_tiles.get() == nullptr) {
-                mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
-                mma_count = DeviceBuffer(4);
-            }
         }
     }
-    if (fp8_mx && mma_tiles.get() == nullptr) {
+    if ((fp8_jit || fp8_mx) && mma_tiles.get() == nullptr) {  // the grouped kernels' tile list
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
