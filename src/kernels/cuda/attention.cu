@@ -336,6 +336,25 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The prefill kernels' Q tile: 16 tokens from row `first` × the 8 query heads of kv_head, as 128
+// swizzled rows (row = token · 8 + head) of 8 chunks; rows of tokens past n_valid are zero-filled.
+template <int kThreads>
+__device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const __nv_bfloat16* q, int first, int n_valid,
+                                            int kv_head, uint32_t q_smem, int tid) {
+#pragma unroll
+    for (int i = 0; i < kPrefillRows * 8 / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int r = c >> 3, chunk = c & 7;
+        const int tok = r >> 3;
+        const bool valid = tok < n_valid;
+        const int64_t off =
+            valid
+                ? (static_cast<int64_t>(first + tok) * a.num_heads + kv_head * kGroup + (r & 7)) * kHeadDim + chunk * 8
+                : 0;
+        cp_async_16(q_smem + swizzle(r, chunk), q + off, valid);
+    }
+}
+
 // ================================================================================================
 // Prefill: FlashAttention-2 on mma.sync.
 //
@@ -383,19 +402,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
         __syncthreads();  // the previous query tile (grid-stride loop) is done with shared memory
                           // Q tile: 128 rows × 8 chunks; rows of tokens past the sequence's end are zero-filled.
-#pragma unroll
-        for (int i = 0; i < kPrefillRows * 8 / kPrefillThreads; ++i) {
-            const int c = tid + i * kPrefillThreads;
-            const int r = c >> 3, chunk = c & 7;
-            const int tok = r >> 3;
-            const bool valid = tok < n_valid;
-            const int64_t off =
-                valid
-                    ? (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + (r & 7)) * kHeadDim +
-                          chunk * 8
-                    : 0;
-            cp_async_16(q_smem + swizzle(r, chunk), q + off, valid);
-        }
+        load_q_tile<kPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         load_kv_tile(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
 
@@ -630,19 +637,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
 
         __syncthreads();  // the previous query tile is done with shared memory
-#pragma unroll
-        for (int i = 0; i < kPrefillRows * 8 / kWgPrefillThreads; ++i) {
-            const int c = tid + i * kWgPrefillThreads;
-            const int r = c >> 3, chunk = c & 7;
-            const int tok = r >> 3;
-            const bool valid = tok < n_valid;
-            const int64_t off =
-                valid
-                    ? (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + (r & 7)) * kHeadDim +
-                          chunk * 8
-                    : 0;
-            cp_async_16(q_smem + swizzle(r, chunk), q + off, valid);
-        }
+        load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         load_kv_tile<kWgPrefillThreads>(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
 
