@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma mx_ab router_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -223,26 +223,6 @@ for stage in "$@"; do
         summary+=("attn_wgmma 20b --fp8 prefill wgmma=$v rc=$?")
         echo "20b --fp8 prefill, wgmma attention $v:"; grep -E "^\| [0-9]+ \|" "$OUT/attn_wgmma_20b_$v.md"
       done
-      ;;
-    mx_ab)
-      # moe_fp8 on the MXFP4 bytes (GPTOSS_MOE_FP8_MX=1: a transform warpgroup writes each stage's e4m3
-      # tile) against the per-layer conversion (the default) on 120b --fp8 prefill; its exact-equality
-      # test first, and the A/B only if that passes.
-      timeout 200 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaMoeFp8.Mxfp4SourcesMatchTheConvertedCopy:CudaFp8Gemm.Mxfp4LayerConversionMatchesLoadPath' \
-        > "$OUT/mx_ab_tests.log" 2>&1
-      rc=$?
-      summary+=("mx_ab tests rc=$rc")
-      grep -E "from MXFP4|mxfp4 -> fp8|OK \]|FAILED" "$OUT/mx_ab_tests.log" | head -12
-      if [ $rc = 0 ]; then
-        for v in 0 1; do
-          GPTOSS_MOE_FP8_MX=$v timeout 240 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \
-            --prefill ${MX_PREFILL:-4096,8192,16384} --batch "" --repeats 3 \
-            --markdown "$OUT/mx_ab_120b_$v.md" > "$OUT/mx_ab_120b_$v.log" 2>&1
-          summary+=("mx_ab 120b --fp8 prefill mx=$v rc=$?")
-          echo "120b --fp8 prefill, MXFP4 sources in moe_fp8 $v:"; grep -E "^\| [0-9]+ \|" "$OUT/mx_ab_120b_$v.md"
-        done
-      fi
       ;;
     router_ab)
       # The router logits on the tensor cores (GPTOSS_ROUTER_MMA=1, RouterTopkArgs::tensor_cores)

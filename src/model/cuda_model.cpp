@@ -108,11 +108,6 @@ struct CudaModel::Impl {
     // GPTOSS_MOE_FP8_JIT=0: never; GPTOSS_MOE_FP8_JIT_MIN_TOKENS: the threshold.
     bool fp8_jit = false;
     int fp8_jit_tokens = 4096;
-    // GPTOSS_MOE_FP8_MX=1 (opt-in, session 9, compiled only): those batches run moe_fp8 on the MXFP4
-    // bytes directly (MoeFp8Args::w_mx_blocks, its transform warpgroup writing each stage's e4m3
-    // tile), with the 128×128 block scales computed at load (gu_f8s / down_f8s), instead of
-    // converting the layer into the scratch first. Same bytes into the same MMAs: same logits.
-    bool fp8_mx = false;
     DeviceBuffer jit_gu_q, jit_gu_s, jit_down_q, jit_down_s;
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
@@ -172,11 +167,13 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // GPTOSS_ROUTER_MMA=1: the router logits of batches past the fused decode router on the tensor
-    // cores (RouterTopkArgs::tensor_cores; opt-in, session 9, compiled only).
-    bool router_mma = [] {
+    // The router logits of batches past the fused decode router on the tensor cores
+    // (RouterTopkArgs::tensor_cores) for 64 experts or more: r25, 8k --fp8 prefill, router 15.5 ->
+    // 7.5 ms on 120b (128 experts) but 3.6 -> 4.1 ms on 20b (32). GPTOSS_ROUTER_MMA=0 / 1: never /
+    // always.
+    int router_mma = [] {
         const char* v = std::getenv("GPTOSS_ROUTER_MMA");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr ? -1 : std::strcmp(v, "1") == 0 ? 1 : 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
@@ -574,23 +571,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         const int64_t bytes = E * (2 * I * kp_h + H * kp_i) + E * (nb(2 * I) * (kp_h / 128) + nb(H) * (kp_i / 128)) * 4;
         size_t free_b = 0, total_b = 0;
         CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-        const char* mx = std::getenv("GPTOSS_MOE_FP8_MX");
-        fp8_mx = (v == nullptr || std::strcmp(v, "0") != 0) && fp8_jit_tokens > 0 && Tm >= fp8_jit_tokens &&
-                 mx != nullptr && std::strcmp(mx, "1") == 0 && H % 32 == 0 && I % 32 == 0;
-        fp8_jit = !fp8_mx && (v == nullptr || std::strcmp(v, "0") != 0) && fp8_jit_tokens > 0 && Tm >= fp8_jit_tokens &&
+        fp8_jit = (v == nullptr || std::strcmp(v, "0") != 0) && fp8_jit_tokens > 0 && Tm >= fp8_jit_tokens &&
                   static_cast<double>(bytes) <= 0.25 * static_cast<double>(free_b);
-        if (fp8_mx) {  // the block scales of every layer's experts (~0.8 MB a 120b layer)
-            for (int l = 0; l < c.num_hidden_layers; ++l) {
-                DeviceLayer& D = layers[l];
-                D.gu_f8s = DeviceBuffer(static_cast<size_t>(E * nb(2 * I) * (kp_h / 128)) * 4);
-                D.down_f8s = DeviceBuffer(static_cast<size_t>(E * nb(H) * (kp_i / 128)) * 4);
-                kc::quantize_weight_fp8_mxfp4(D.gu_blocks.as<uint8_t>(), D.gu_scales.as<uint8_t>(), E, 2 * I, H, kp_h,
-                                              nullptr, nullptr, D.gu_f8s.as<float>(), stream);
-                kc::quantize_weight_fp8_mxfp4(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), E, H, I, kp_i,
-                                              nullptr, nullptr, D.down_f8s.as<float>(), stream);
-            }
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-        }
         if (fp8_jit) {
             jit_gu_q = DeviceBuffer(static_cast<size_t>(E * 2 * I * kp_h));
             jit_gu_s = DeviceBuffer(static_cast<size_t>(E * nb(2 * I) * (kp_h / 128)) * 4);
@@ -601,7 +583,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                 CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
         }
     }
-    if ((fp8_jit || fp8_mx) && mma_tiles.get() == nullptr) {  // the grouped kernels' tile list
+    if (fp8_jit && mma_tiles.get() == nullptr) {  // the grouped kernels' tile list
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
@@ -790,14 +772,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     };
     // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up
     // + SwiGLU into e4m3 act, down into y. No host synchronisation.
-    // mx: the weights as MXFP4 (gu_q / down_q unused; MoeFp8Args::w_mx_blocks).
-    auto grouped_fp8 = [&](const uint8_t* gu_q, const float* gu_s, const uint8_t* down_q, const float* down_s,
-                           bool mx = false) {
+    auto grouped_fp8 = [&](const uint8_t* gu_q, const float* gu_s, const uint8_t* down_q, const float* down_s) {
         kc::MoeFp8Args m = grouped_args();
-        if (mx) {
-            m.w_mx_blocks = D.gu_blocks.as<uint8_t>();
-            m.w_mx_scales = D.gu_scales.as<uint8_t>();
-        }
         kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
@@ -828,10 +804,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         }
         m.wq = down_q;
         m.w_scale = down_s;
-        if (mx) {
-            m.w_mx_blocks = D.down_blocks.as<uint8_t>();
-            m.w_mx_scales = D.down_scales.as<uint8_t>();
-        }
         m.bias = D.down_b.as<float>();
         m.act = nullptr;
         m.y = y.as<float>();
@@ -840,10 +812,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k_pad = kc::fp8_gemm_k_pad(I);
         kc::moe_fp8(m, false, stream);
     };
-    if (fp8_mx && T >= fp8_jit_tokens) {
-        grouped_fp8(nullptr, D.gu_f8s.as<float>(), nullptr, D.down_f8s.as<float>(), true);
-        return;
-    }
     if (fp8_jit && T >= fp8_jit_tokens) {
         // This layer's active experts converted to FP8 into the scratch (stream order: the previous
         // layer's kernels are done with it), then as the FP8 copy.
@@ -1446,7 +1414,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 ra.num_experts = c.num_experts;
                 ra.experts_per_token = K;
                 ra.logits = router_logits.as<float>();
-                ra.tensor_cores = router_mma;
+                ra.tensor_cores = router_mma < 0 ? c.num_experts >= 64 : router_mma == 1;
                 kc::router_topk(ra, stream);
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);

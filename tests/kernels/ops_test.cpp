@@ -405,7 +405,7 @@ struct RouterCase {
 TEST(CudaOps, RouterTopk) {
     REQUIRE_GPU();
     for (int E : {32, 40, 128}) {              // 40: a partial 32-expert tile
-        for (int T : {65, 600, 2051, 4200}) {  // 4,200: the tensor-core kernel without a K split
+        for (int T : {65, 600, 2051, 4200}) {  // 4,200: the tensor-core kernel's split at its scratch's bound
             for (int mode : {0, 1, 2}) {       // tiled fp32, tiled tensor cores, one CTA per token
                 const bool tiled = mode < 2, tc = mode == 1;
                 if ((!tiled || E == 40) && T != 65 && !tc) continue;
@@ -455,7 +455,7 @@ TEST(CudaOps, RouterTopk) {
                 }
                 if (tiled) {  // the scratch holds the logits without the bias, as partial sums over K
                     const int splits = kc::router_topk_splits(T, E, H, tc);
-                    EXPECT_EQ(splits > 1, tc ? T < 4096 : T < 1024) << "T=" << T;  // both kinds covered
+                    EXPECT_EQ(splits > 1, tc || T < 1024) << "T=" << T;  // both kinds covered
                     auto part = to_host<float>(dlog, static_cast<size_t>(splits) * logits.size());
                     std::vector<float> lg(logits.size(), 0.0f), want(logits.size());
                     for (int p = 0; p < splits; ++p)

@@ -163,7 +163,6 @@ __global__ void __launch_bounds__(256)
     const float sc = fp8_pow2_scale(amax);
     const float inv = 1.0f / sc;
     if (threadIdx.x == 0) s[(static_cast<int64_t>(e) * gridDim.y + nb) * (k_pad / kB) + kb] = sc;
-    if (q == nullptr) return;  // the block scales only (moe_fp8 on MXFP4 sources)
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
         const int rr = rr0 + 32 * i;
@@ -263,7 +262,8 @@ void quantize_weight_fp8_bf16(const void* w, int n, int k, int k_pad, uint8_t* q
 
 void quantize_weight_fp8_mxfp4(const uint8_t* blocks, const uint8_t* scales, int num_experts, int n, int k, int k_pad,
                                const int* expert_offsets, uint8_t* q_out, float* s_out, cudaStream_t stream) {
-    ENGINE_CHECK(num_experts > 0 && n > 0 && k > 0 && k % 32 == 0 && k_pad >= k && k_pad % kB == 0,
+    ENGINE_CHECK(num_experts > 0 && n > 0 && k > 0 && k % 32 == 0 && k_pad >= k && k_pad % kB == 0 &&
+                     q_out != nullptr && s_out != nullptr,
                  "quantize_weight_fp8_mxfp4: %d experts, n %d k %d k_pad %d", num_experts, n, k, k_pad);
     const dim3 grid((k + kB - 1) / kB, (n + kB - 1) / kB, num_experts);
     weight_quant_fp8_mxfp4_kernel<<<grid, 256, 0, stream>>>(blocks, scales, n, k, k_pad, expert_offsets, q_out, s_out);

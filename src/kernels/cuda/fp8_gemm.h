@@ -90,8 +90,7 @@ void quantize_weight_fp8_bf16(const void* w, int n, int k, int k_pad, uint8_t* q
 // multiple of 32) straight from the packed bytes: q_out [E, n, k_pad], s_out [E, ⌈n/128⌉, k_pad/128],
 // byte for byte what mxfp4_to_bf16 then quantize_weight_fp8_bf16 give per expert, except that
 // only the ⌈k/128⌉ K blocks holding columns are written (the rest of q_out and s_out is left as
-// it is). expert_offsets [E + 1] (device, or null): experts without rows are skipped. q_out null:
-// the block scales only (for moe_fp8 reading the MXFP4 bytes itself, MoeFp8Args::w_mx_blocks).
+// it is). expert_offsets [E + 1] (device, or null): experts without rows are skipped.
 void quantize_weight_fp8_mxfp4(const uint8_t* blocks, const uint8_t* scales, int num_experts, int n, int k, int k_pad,
                                const int* expert_offsets, uint8_t* q_out, float* s_out, cudaStream_t stream);
 

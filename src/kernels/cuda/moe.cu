@@ -173,6 +173,7 @@ __global__ void __launch_bounds__(32 * kTopkWarps)
 // logits[z, t, e] = h[t, chunks of z] · W[e, same], no bias (topk adds it and sums the partials).
 constexpr int kRouterTileK = 32, kRouterTileE = 32, kRouterTileThreads = 128;
 constexpr int kRouterMaxSplits = 8, kRouterMaxSplitTokens = 1024;  // split K only up to this many tokens
+constexpr int kRouterMmaSplits = 4;  // the tensor-core kernel's K splits the scratch holds at any batch
 template <int TT>
 __global__ void __launch_bounds__(kRouterTileThreads)
     router_logits_tiled_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(kRouterTileThreads)
         }
 }
 
-// The same logits on the tensor cores (RouterTopkArgs::tensor_cores; session 9, compiled only).
+// The same logits on the tensor cores (RouterTopkArgs::tensor_cores; session 9, measured r25).
 // The fp32 tiled kernel above is bound by shared-memory reads (40 LDS.128 per 128 FMAs a thread)
 // and fp32 FMA: 20b at 8k tokens ~150 us a layer (r23 profile: router 3.6 ms), 120b (128 experts)
 // several times that. Here h (fp32) is split into bf16 hi + lo (h - hi rounded again: |h - hi - lo|
@@ -1155,11 +1156,14 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
 int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores) {
     if (hidden_size % kRouterTileK != 0) return 1;
     if (tensor_cores) {
-        // 32 tokens × all experts a CTA: split K until ~4 CTAs an SM, each split ≥ 4 k16 steps, as
-        // far as the scratch (router_topk_scratch: max(tokens, 8,192) rows) holds the partials.
+        // 32 tokens × all experts a CTA, each warp one k16 step in flight: the loop is latency-bound,
+        // so split K until ~8 CTAs an SM (r25: without a split at 8k tokens, 256 CTAs, ~200 us a
+        // 120b layer), each split ≥ 4 k16 steps, as far as the scratch holds the partials
+        // (router_topk_scratch: at least kRouterMmaSplits partials of every token).
         const int ctas = (num_tokens + 31) / 32;
-        const int fit = std::max(1, kRouterMaxSplitTokens * kRouterMaxSplits / std::max(num_tokens, 1));
-        return std::clamp((528 + ctas - 1) / ctas, 1, std::max(1, std::min({kRouterMaxSplits, hidden_size / 64, fit})));
+        const int fit = std::max(kRouterMmaSplits, kRouterMaxSplitTokens * kRouterMaxSplits / std::max(num_tokens, 1));
+        return std::clamp((1056 + ctas - 1) / ctas, 1,
+                          std::max(1, std::min({kRouterMaxSplits, hidden_size / 64, fit})));
     }
     if (num_tokens > kRouterMaxSplitTokens) return 1;
     const int tt = num_tokens >= 512 ? 2 : 1;
@@ -1168,7 +1172,8 @@ int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool te
 }
 
 int64_t router_topk_scratch(int num_tokens, int num_experts) {
-    return static_cast<int64_t>(std::max(num_tokens, kRouterMaxSplitTokens * kRouterMaxSplits)) * num_experts;
+    return static_cast<int64_t>(std::max(kRouterMmaSplits * num_tokens, kRouterMaxSplitTokens * kRouterMaxSplits)) *
+           num_experts;
 }
 
 void router_logits_small(const float* h, const void* weight, int T, int H, int E, float* logits, cudaStream_t stream) {

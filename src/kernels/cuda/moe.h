@@ -27,7 +27,7 @@ struct RouterTopkArgs {
     // at 256 tokens, H200).
     float* logits = nullptr;
     // With logits: the logits on the tensor cores (fp32 h split into bf16 hi + lo, ~2^-16 relative
-    // to Σ|h·w|) instead of fp32 FMAs; ≤ 128 experts. Opt-in (session 9, compiled only).
+    // to Σ|h·w|) instead of fp32 FMAs; ≤ 128 experts (the model's choice from 64 experts, r25).
     bool tensor_cores = false;
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
@@ -216,14 +216,6 @@ struct MoeFp8Args {
     // of one CTA an item (r24: 2,434 -> 2,354 us a layer at 8k tokens; the model sets it).
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
-    // MXFP4 weights in place of wq (opt-in, session 9, compiled only): blocks [num_experts, n, k/32,
-    // 16] and e8m0 scales [num_experts, n, k/32] as published; w_scale still holds the 128×128
-    // power-of-two block scales (quantize_weight_fp8_mxfp4 with q_out null). A transform warpgroup
-    // writes each stage's e4m3 weight tile from the packed bytes, byte for byte what
-    // quantize_weight_fp8_mxfp4 would have stored: the results equal those on the converted copy.
-    // Runs the persistent 3-warpgroup kernel; k % 32 == 0.
-    const uint8_t* w_mx_blocks = nullptr;
-    const uint8_t* w_mx_scales = nullptr;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

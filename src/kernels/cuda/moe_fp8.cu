@@ -38,7 +38,6 @@
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
-#include "kernels/cuda/mxfp4_e4m3.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -355,172 +354,6 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     }
 }
 
-// ---- MXFP4 sources (MoeFp8Args::w_mx_blocks; session 9, compiled only) ---------------------------
-// The persistent kernel with its producer warpgroup split: lane 0 of warp 0 issues the TMA loads
-// of each stage's packed MXFP4 rows ([192 rows × 64 bytes], unswizzled, into the stage's third
-// part) and activation tile; warps 1–3 turn the packed rows into the e4m3 weight tile, 128-byte
-// swizzled as TMA would have written it, with quantize_weight_fp8_mxfp4's table (the block's
-// power-of-two scale from w_scale), then arrive on the stage's full barrier (count 1 + 3: the
-// activation bytes' expect_tx and the three warps). The consumers are the persistent kernel's.
-// Per stage a transform thread converts 8 (row, 32-group) items, one at a time: 16 packed bytes
-// from shared memory, one e8m0 byte from global memory (L1-resident across a row's K blocks), 32
-// e4m3 bytes out. 4 stages fit (52 KB each); the producer warpgroup keeps 56 registers (152 for
-// the consumers): unrolling the items spilled (ptxas: 216 bytes with all 8, 4 with none).
-struct ShapeMx {
-    static constexpr int kFeatures = 192, kThreads = 512, kStages = 4;
-    static constexpr int kWTile = kFeatures * kKBlock;      // 24 KB of e4m3
-    static constexpr int kPTile = kFeatures * kKBlock / 2;  // 12 KB of packed MXFP4
-    static constexpr int kStageBytes = kWTile + kXTile + kPTile;
-    static_assert(kStageBytes % 1024 == 0, "stage alignment");
-    static constexpr size_t kSmemBytes = 1024 + static_cast<size_t>(kStages) * kStageBytes + 3 * kStages * 8;
-    static constexpr int kItemsPerThread = kFeatures * (kKBlock / 32) / 96;  // 8
-};
-constexpr int kConsumerRegsMx = 152, kProducerRegsMx = 56;
-static_assert(3 * 128 * kConsumerRegsMx + 128 * kProducerRegsMx <= 65536, "register file");
-
-template <bool kGateUp>
-__global__ void __launch_bounds__(ShapeMx::kThreads, 1)
-    moe_fp8_mx_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
-                      const __grid_constant__ CUtensorMap p_map) {
-    using S = ShapeMx;
-    constexpr int W = 3, kFeatures = S::kFeatures, kStages = S::kStages;
-    constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
-    extern __shared__ __align__(16) uint8_t smem_raw[];
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
-    uint64_t* empty = full + kStages;
-    uint64_t* pfull = empty + kStages;  // the packed rows landed
-    auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
-    auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
-    auto s_p = [&](int slot) { return smem + slot * kStageBytes + kWTile + kXTile; };
-
-    pdl_wait();
-    const int nblk = (a.n + kFeatures - 1) / kFeatures;
-    const int items = *a.tile_count * nblk;
-    if (static_cast<int>(blockIdx.x) >= items) return;
-    const int N = a.n, K = a.k, nkb = (K + kKBlock - 1) / kKBlock;
-    const int nbs = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock;  // weight-scale blocks
-    const int tid = threadIdx.x;
-    if (tid == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1 + 3);
-            mbar_init(&empty[s], W);
-            mbar_init(&pfull[s], 1);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
-    struct Item {
-        int e, row0, rows, n0;
-    };
-    auto item_at = [&](int it) {
-        const int tile = it / nblk;
-        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
-        const int row0 = a.expert_offsets[e] + rt * kTokens;
-        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kFeatures};
-    };
-
-    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
-    if (role >= W) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsMx));
-        const int pw = (tid >> 5) & 3, lane = tid & 31;
-        if (pw == 0) {  // the copies: packed rows and activation tile of every stage
-            if (lane == 0) {
-                int gkb = 0;
-                for (int it = blockIdx.x; it < items; it += gridDim.x) {
-                    const Item w = item_at(it);
-                    for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                        const int slot = gkb % kStages;
-                        if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
-                        mbar_expect_tx(&pfull[slot], S::kPTile);
-                        tma_load_2d(s_p(slot), &p_map, kb * (kKBlock / 2), w.e * N + w.n0, &pfull[slot]);
-                        mbar_expect_tx(&full[slot], kXTile);
-                        tma_load_2d(s_x(slot), &x_map, kb * kKBlock, w.row0, &full[slot]);
-                    }
-                }
-            }
-            return;
-        }
-        // The transform: thread tp's items are (row, 32-group) i = tp + 96·j: row i / 4, group i % 4.
-        const int tp = tid - 128 * W - 32;  // 0..95
-        const int kg = K / 32;              // e8m0 scales a row
-        int gkb = 0;
-        for (int it = blockIdx.x; it < items; it += gridDim.x) {
-            const Item w = item_at(it);
-            const int64_t row_base = static_cast<int64_t>(w.e) * N + w.n0;
-            const int sb0 = w.n0 / kKBlock;
-            for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                const int slot = gkb % kStages;
-                // Before the wait: the group scales and the (at most two) block scales' inverses.
-                const float* ws = a.w_scale + static_cast<int64_t>(w.e) * nbs * kbp;
-                const float inv0 = 1.0f / __ldg(ws + static_cast<int64_t>(min(sb0, nbs - 1)) * kbp + kb);
-                const float inv1 = 1.0f / __ldg(ws + static_cast<int64_t>(min(sb0 + 1, nbs - 1)) * kbp + kb);
-                mbar_wait(&pfull[slot], (gkb / kStages) & 1);
-                const uint8_t* packed = s_p(slot);
-                uint8_t* tile = s_w(slot);
-#pragma unroll 1
-                for (int j = 0; j < S::kItemsPerThread; ++j) {
-                    const int i = tp + 96 * j, r = i >> 2, q = i & 3;
-                    const bool ok = w.n0 + r < N && kb * kKBlock + 32 * q < K;
-                    uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-                    if (ok) {
-                        // (After the wait: 8 loads in flight before it spilled 112 bytes at 56 registers.)
-                        const uint32_t gs = __ldg(a.w_mx_scales + (row_base + r) * kg + kb * 4 + q);
-                        const uint4 p = *reinterpret_cast<const uint4*>(packed + r * (kKBlock / 2) + q * 16);
-                        const float inv = (w.n0 + r) / kKBlock == sb0 ? inv0 : inv1;
-                        e2m1x32_to_e4m3(p, e4m3_magnitude_table(e8m0_to_f32(gs), inv), lo, hi);
-                    }
-                    // 128-byte swizzle: 16-byte chunk c of row r at chunk c ^ (r & 7).
-                    *reinterpret_cast<uint4*>(tile + r * kKBlock + (((2 * q) ^ (r & 7)) << 4)) = lo;
-                    *reinterpret_cast<uint4*>(tile + r * kKBlock + (((2 * q + 1) ^ (r & 7)) << 4)) = hi;
-                }
-                fence_proxy_async();  // the generic-proxy stores, visible to the consumers' wgmma
-                __syncwarp();
-                if (lane == 0) mbar_arrive(&full[slot]);
-            }
-        }
-        return;
-    }
-
-    // The consumers: moe_fp8_persistent_kernel's loop, copied rather than shared until this variant
-    // is measured, so that the tested kernel's code stays byte-identical meanwhile.
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegsMx));
-    const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
-    const uint32_t x_base = smem_addr(s_x(0));
-    float acc[64], tmp[64];
-    int gkb = 0;
-    for (int it = blockIdx.x; it < items; it += gridDim.x) {
-        const Item w = item_at(it);
-        const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
-        const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-        for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-            const float ws = __ldg(wscale + kb);
-            const int slot = gkb % kStages;
-            mbar_wait(&full[slot], (gkb / kStages) & 1);
-            wgmma_fence();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-#pragma unroll
-            for (int kk = 0; kk < kKBlock / 32; ++kk)
-                wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
-                                desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-            if ((tid & 127) == 0) mbar_arrive(&empty[slot]);
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
-        }
-        if (it + static_cast<int>(gridDim.x) >= items) pdl_trigger();
-        fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
-    }
-}
-
 // m64n128k16, bf16 × bf16 → f32, both operands from shared memory (K-major); scale_d = 0 overwrites d.
 __device__ __forceinline__ void wgmma_bf16_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
@@ -666,7 +499,6 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
 // x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
 // of 128 bytes × `features` rows, both 128-byte swizzled. False if encoding fails.
 // bf16: both hold bf16 elements (boxes of 64 elements, the same 128 bytes), the weights' rows k long.
-// w_map null: the activation map only (MXFP4 sources have their own, make_mx_map).
 bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map, bool bf16 = false) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (encode == nullptr) return false;
@@ -680,25 +512,11 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
-    if (w_map == nullptr) return true;
     const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_experts) * a.n};
     const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k_pad) * elem};
     const cuuint32_t w_box[2] = {box_k, static_cast<cuuint32_t>(features)};
     return encode(w_map, type, 2, const_cast<uint8_t*>(a.wq), w_dims, w_strides, w_box, unit,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// The MXFP4 blocks as [E·n rows, k/2 bytes] in unswizzled boxes of 64 bytes × 192 rows.
-bool make_mx_map(const MoeFp8Args& a, CUtensorMap* p_map) {
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (encode == nullptr) return false;
-    const cuuint32_t unit[2] = {1, 1};
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.k / 2), static_cast<cuuint64_t>(a.num_experts) * a.n};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.k / 2)};
-    const cuuint32_t box[2] = {kKBlock / 2, static_cast<cuuint32_t>(ShapeMx::kFeatures)};
-    return encode(p_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w_mx_blocks), dims, strides, box,
-                  unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -737,25 +555,6 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
     ENGINE_CHECK(!gate_up || a.act_q == nullptr || a.act_q_inv_scale > 0.0f, "moe_fp8: act_q without a scale");
     ENGINE_CHECK(a.warpgroups == 0 || a.warpgroups == 2 || a.warpgroups == 3, "moe_fp8: %d warpgroups", a.warpgroups);
     if (a.max_tiles <= 0) return;
-    if (a.w_mx_blocks != nullptr) {  // MXFP4 sources: the persistent 3-warpgroup kernel's variant
-        ENGINE_CHECK(a.w_mx_scales != nullptr && a.k % 32 == 0 && a.w_scale != nullptr,
-                     "moe_fp8: MXFP4 sources need their scales, block scales and k %% 32 == 0 (k %d)", a.k);
-        CUtensorMap x_map, p_map;
-        ENGINE_CHECK(make_maps(a, ShapeMx::kFeatures, &x_map, nullptr) && make_mx_map(a, &p_map),
-                     "moe_fp8: tensor maps could not be encoded");
-        int dev = 0, sms = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        if (a.persistent_ctas > 0) sms = a.persistent_ctas;
-        const int64_t items = static_cast<int64_t>((a.n + ShapeMx::kFeatures - 1) / ShapeMx::kFeatures) * a.max_tiles;
-        auto kernel = gate_up ? moe_fp8_mx_kernel<true> : moe_fp8_mx_kernel<false>;
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(ShapeMx::kSmemBytes)));
-        kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), ShapeMx::kThreads, ShapeMx::kSmemBytes, stream>>>(
-            a, x_map, p_map);
-        CUDA_CHECK_LAUNCH();
-        return;
-    }
     auto run = [&](auto w) {
         constexpr int W = decltype(w)::value;
         using S = Shape<W>;
