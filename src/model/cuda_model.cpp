@@ -139,6 +139,9 @@ struct CudaModel::Impl {
     // GPTOSS_MOE_W4A8=1: in place of moe_wgmma, FP8 wgmma on e4m3 activation rows (moe_w4a8; not yet
     // run on a GPU). Its buffers: xq8w [assignments, max(H, I)] e4m3, xs8w one scale per row.
     bool w4a8 = false;
+    // y holds bf16 (moe_fp8's down with MoeFp8Args::y_bf16): set by each moe() call for the next
+    // residual norm; never under a world reduce (moe_combine reads fp32).
+    bool y_bf16 = false;
     DeviceBuffer xq8w, xs8w;
     bool use_wgmma_ws(int rows) const { return wgmma_ws == 1 || (wgmma_ws < 0 && rows >= 64 * num_experts); }
     bool use_wgmma(int rows) const {
@@ -168,12 +171,12 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     // The router logits of batches past the fused decode router on the tensor cores
-    // (RouterTopkArgs::tensor_cores) for 64 experts or more: r25, 8k --fp8 prefill, router 15.5 ->
-    // 7.5 ms on 120b (128 experts) but 3.6 -> 4.1 ms on 20b (32). GPTOSS_ROUTER_MMA=0 / 1: never /
-    // always.
-    int router_mma = [] {
+    // (RouterTopkArgs::tensor_cores): r25, 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 ->
+    // 2.2 ms on 20b (with the K split; 7.5 and 4.1 ms without). GPTOSS_ROUTER_MMA=0: the fp32
+    // tiled kernel.
+    bool router_mma = [] {
         const char* v = std::getenv("GPTOSS_ROUTER_MMA");
-        return v == nullptr ? -1 : std::strcmp(v, "1") == 0 ? 1 : 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
@@ -710,6 +713,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     const int H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, K = c.experts_per_token;
     const int A = T * K;
     const bool small = mxfp4 && T <= mxfp4_tokens;
+    y_bf16 = false;
     if (ep > 1) {
         // Other ranks' experts go to bucket E, which no expert kernel reads: their rows of y must
         // read as zero in the combine.
@@ -807,6 +811,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.bias = D.down_b.as<float>();
         m.act = nullptr;
         m.y = y.as<float>();
+        y_bf16 = m.y_bf16 = !world_reduce;
         m.n = H;
         m.k = I;
         m.k_pad = kc::fp8_gemm_k_pad(I);
@@ -1205,6 +1210,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             rn.num_add = 1;
         } else {
             rn.add = y.as<float>();
+            rn.add_bf16 = y_bf16;
             rn.add_weights = expert_w.as<float>();
             rn.num_add = K;
         }
@@ -1414,7 +1420,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 ra.num_experts = c.num_experts;
                 ra.experts_per_token = K;
                 ra.logits = router_logits.as<float>();
-                ra.tensor_cores = router_mma < 0 ? c.num_experts >= 64 : router_mma == 1;
+                ra.tensor_cores = router_mma;
                 kc::router_topk(ra, stream);
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);

@@ -304,6 +304,20 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
                     wg, E, H, I, A, rel, bad);
         EXPECT_EQ(bad, 0) << "down y outside the accumulation bound, " << wg << " warpgroups";
         EXPECT_LT(rel, 1e-3) << wg << " warpgroups";  // fp32 out: only the accumulation differs
+        // y_bf16: the same accumulators, so every element is the fp32 result rounded to bf16, bit
+        // for bit (rows past the assignments stay poisoned in both).
+        auto yb = poisoned(static_cast<size_t>(A) * H * 2);
+        a.y = yb.as<float>();
+        a.y_bf16 = true;
+        moe_fp8(a, false, nullptr);
+        a.y_bf16 = false;
+        const auto got_b = to_host<uint16_t>(yb, static_cast<size_t>(A) * H);
+        int differ = 0;
+        for (size_t i = 0; i < got_b.size(); ++i) {
+            const float f = got[i];
+            differ += got_b[i] != f32_to_bf16(f);
+        }
+        EXPECT_EQ(differ, 0) << "bf16 y differs from the fp32 y rounded, " << wg << " warpgroups";
     }
 }
 

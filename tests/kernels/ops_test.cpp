@@ -20,12 +20,15 @@ using kc::DeviceBuffer;
 
 TEST(CudaOps, ResidualRmsNorm) {
     REQUIRE_GPU();
-    // T = 300: the wide prefill kernel (≥ 64 tokens); K = 0: no residual add (only the norm).
+    // T = 300: the wide prefill kernel (≥ 64 tokens); K = 0: no residual add (only the norm);
+    // K = -4: four adds held as bf16 (add_bf16, moe_fp8's y), the reference on the same values.
     for (int T : {1, 7, 300}) {
-        for (int K : {0, 1, 4}) {
-            const int H = 2880;
+        for (int Ks : {0, 1, 4, -4}) {
+            const int H = 2880, K = std::abs(Ks);
+            const bool add_bf16 = Ks < 0;
             auto x = randn(static_cast<size_t>(T) * H, 1 + T + K);
             auto add = randn(static_cast<size_t>(T) * std::max(K, 1) * H, 2 + T);
+            if (add_bf16) add = bf16_round(add);
             auto w = randn(static_cast<size_t>(T) * std::max(K, 1), 3 + T, 0.3f, 0.5f);
             auto bias = randn(H, 4, 0.1f);
             auto gain = randn(H, 5, 0.2f, 1.0f);
@@ -39,13 +42,14 @@ TEST(CudaOps, ResidualRmsNorm) {
                 }
             std::vector<float> ref(xr.size());
             cpu::rmsnorm({xr.data(), gain.data(), ref.data(), T, H, 1e-5f});
-            auto dx = to_device(x), dadd = to_device(add), dw = to_device(w), db = to_device(bias),
-                 dg = to_device(gain);
+            auto dx = to_device(x), dadd = add_bf16 ? to_device(to_bf16(add)) : to_device(add), dw = to_device(w),
+                 db = to_device(bias), dg = to_device(gain);
             auto out = poisoned(xr.size() * 2);
             auto out32 = poisoned(xr.size() * 4);
             kc::ResidualRmsNormArgs a;
             a.x = dx.as<float>();
             a.add = K > 0 ? dadd.as<float>() : nullptr;
+            a.add_bf16 = add_bf16;
             a.add_weights = dw.as<float>();
             a.add_bias = db.as<float>();
             a.num_add = K;

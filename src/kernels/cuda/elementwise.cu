@@ -41,7 +41,9 @@ __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const Re
                 float acc = a.add_bias ? a.add_bias[i] : 0.0f;
                 for (int k = 0; k < a.num_add; ++k) {
                     const float w = a.add_weights ? a.add_weights[t * a.num_add + k] : 1.0f;
-                    acc += w * a.add[(static_cast<int64_t>(t) * a.num_add + k) * H + i];
+                    const int64_t o = (static_cast<int64_t>(t) * a.num_add + k) * H + i;
+                    acc += w *
+                           (a.add_bf16 ? __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.add)[o]) : a.add[o]);
                 }
                 xi += acc;
                 x[i] = xi;
@@ -89,8 +91,15 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
                 float4 acc = a.add_bias ? reinterpret_cast<const float4*>(a.add_bias)[i] : make_float4(0, 0, 0, 0);
                 for (int k = 0; k < a.num_add; ++k) {
                     const float w = a.add_weights ? a.add_weights[t * a.num_add + k] : 1.0f;
-                    const float4 ad =
-                        reinterpret_cast<const float4*>(a.add)[(static_cast<int64_t>(t) * a.num_add + k) * H4 + i];
+                    const int64_t o = (static_cast<int64_t>(t) * a.num_add + k) * H4 + i;
+                    float4 ad;
+                    if (a.add_bf16) {  // 4 bf16 (8 bytes) a chunk
+                        const uint2 u = reinterpret_cast<const uint2*>(a.add)[o];
+                        ad = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                                         __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+                    } else {
+                        ad = reinterpret_cast<const float4*>(a.add)[o];
+                    }
                     acc.x += w * ad.x;
                     acc.y += w * ad.y;
                     acc.z += w * ad.z;

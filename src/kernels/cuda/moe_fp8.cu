@@ -156,9 +156,15 @@ __device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&
                 }
             } else {
                 if (m < rows) {
-                    float* dst = a.y + static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
-                    if (f0 < N) dst[f0] = v0;
-                    if (f1 < N) dst[f1] = v1;
+                    const int64_t r = static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                    if (a.y_bf16) {
+                        __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(a.y) + r;
+                        if (f0 < N) dst[f0] = __float2bfloat16(v0);
+                        if (f1 < N) dst[f1] = __float2bfloat16(v1);
+                    } else {
+                        if (f0 < N) a.y[r + f0] = v0;
+                        if (f1 < N) a.y[r + f1] = v1;
+                    }
                 }
             }
         }

@@ -19,6 +19,7 @@ void embedding(const int32_t* ids, int num_tokens, const void* table_bf16, int h
 struct ResidualRmsNormArgs {
     float* x = nullptr;                  // [num_tokens, hidden_size] residual stream, updated in place
     const float* add = nullptr;          // [num_tokens, num_add, hidden_size]
+    bool add_bf16 = false;               // add holds bf16 (MoeFp8Args::y_bf16), not fp32
     const float* add_weights = nullptr;  // [num_tokens, num_add]
     const float* add_bias = nullptr;     // [hidden_size]
     int num_add = 1;
