@@ -288,12 +288,14 @@ for stage in "$@"; do
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
         --section SchedulerStats --section Occupancy --section InstructionStats --section MemoryWorkloadAnalysis \
-        --metrics smsp__sass_inst_executed.sum,dram__bytes_read.sum,smsp__inst_executed_op_shared_ld.sum \
+        --metrics smsp__sass_inst_executed.sum,dram__bytes_read.sum,smsp__inst_executed_op_shared_ld.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
         -k regex:${NCU_MOE_KERNEL:-moe_mma_kernel} -c 2 $BIN/moe_bench ${NCU_MOE_MODE:---mma} ${NCU_MOE_BATCH:-64} \
         > "$OUT/ncu_moe.txt" 2>&1
       summary+=("ncu_moe rc=$?")
-      grep -E 'moe_|Duration|Throughput|Stall|Issued|Eligible|Active Warps|No Eligible|Registers|inst_executed|dram__bytes|Executed Ipc' \
-        "$OUT/ncu_moe.txt" | head -60
+      grep -E 'moe_|Duration|Throughput|Issued|Eligible|Active Warps|No Eligible|Registers|inst_executed|dram__bytes|Executed Ipc' \
+        "$OUT/ncu_moe.txt" | head -40
+      # Stall reasons (warps stalled per issued instruction), the largest first, per kernel.
+      awk '/moe_/{print; next} /issue_stalled/ && $NF+0 > 0.05 {print "   ", $1, $NF}' "$OUT/ncu_moe.txt" | head -40
       ;;
     ncu_step)
       # Kernel durations of decode steps of any model and batch (NCU_STEP_ARGS: bench model/batch
