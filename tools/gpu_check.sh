@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -411,6 +411,27 @@ for stage in "$@"; do
       summary+=("fixtures verify rc=$?")
       tail -12 "$OUT/fixtures.log"
       tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
+      ;;
+    prefill8k)
+      # 8k-token --fp8 prefill of both models with the stage profile (GPTOSS_PROFILE; the latency
+      # row is from the timed runs without it).
+      for m in gpt-oss-20b gpt-oss-120b; do
+        GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
+          > "$OUT/prefill8k_$m.log" 2>&1
+        summary+=("prefill8k $m rc=$?")
+        echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
+        grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
+      done
+      ;;
+    decode_b1)
+      # Batch-1 decode at 1k context of both models (--fp8: FP8 attention/lm_head weights, MXFP4
+      # experts), ms a step.
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 64 \
+          --repeats 3 > "$OUT/decode_b1_$m.log" 2>&1
+        summary+=("decode_b1 $m rc=$?")
+        echo "$m --fp8 batch 1, 1k context:"; grep -E "^\| 1 \|" "$OUT/decode_b1_$m.log" | head -2
+      done
       ;;
     profile)
       # Device time per stage (CUDA events between stages, no graphs): batch-1 decode and 8k prefill.

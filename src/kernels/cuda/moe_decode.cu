@@ -58,14 +58,24 @@ __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
 // The active experts in expert order (the same list in every CTA): the `slot`-th one's id and
 // token range, or e = -1 past the list. Warp 0 only. `cg`: read through L2 only (the down launch
 // reads the plan before pdl_wait, so nothing may come from a stale L1 line).
+// All of a lane's offsets are loaded before the first ballot: one L2 round trip, not one per 32
+// experts (120b: 4).
 __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
+    constexpr int kChunks = kMaxExpertsScan / 32;
     const int lane = threadIdx.x & 31;
+    int los[kChunks], his[kChunks];
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+        const int e = 32 * i + lane;
+        los[i] = e < E ? __ldcg(offsets + e) : 0;
+        his[i] = e < E ? __ldcg(offsets + e + 1) : 0;
+    }
     int n = 0;
     int found = 0;
-    for (int c = 0; c < E; c += 32) {
-        const int e = c + lane;
-        const int lo = e < E ? __ldcg(offsets + e) : 0;
-        const int hi = e < E ? __ldcg(offsets + e + 1) : 0;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+        const int e = 32 * i + lane;
+        const int lo = los[i], hi = his[i];
         const bool active = hi > lo;
         const unsigned m = __ballot_sync(0xffffffffu, active);
         if (active && n + __popc(m & ((1u << lane) - 1u)) == slot) {
@@ -104,7 +114,6 @@ __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMx
         return;
     }
     const int tok0 = s_info[1], ntok = min(s_info[2], 8);
-    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
 
     // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
     const int S = (G + 3) / 4;
@@ -128,6 +137,8 @@ __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMx
             sc_lo[i] = sc_hi[i] = 127u;
         }
     }
+    // After the weight loads are issued (its shared-memory store waits for the load).
+    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
     if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
     pdl_trigger();                       // after the wait: at most this kernel and the next in flight
     __syncthreads();                     // s_as
@@ -162,7 +173,10 @@ __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMx
     }
     __syncwarp();
 
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
+    // Rows g, g + 8 × tokens 2t, 2t + 1, in four independent chains (word parity × the word's two
+    // MMAs), summed at the end: one chain of all 48 MMAs made "wait" (fixed-latency dependency)
+    // the largest stall of the gate_up launch (r25 ncu: 1.06 warps a issued instruction).
+    float acc4[4][4] = {};
     uint32_t big = 0;
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
@@ -193,10 +207,13 @@ __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMx
                 }
             }
             // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
-            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
-            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
+            mma_bf16(acc4[2 * (q & 1)], rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+            mma_bf16(acc4[2 * (q & 1) + 1], rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
         }
     }
+    float acc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = (acc4[0][i] + acc4[1][i]) + (acc4[2][i] + acc4[3][i]);
 
     red[warp][g][2 * t] = acc[0];
     red[warp][g][2 * t + 1] = acc[1];
