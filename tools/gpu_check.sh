@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -421,6 +421,18 @@ for stage in "$@"; do
         summary+=("prefill8k $m rc=$?")
         echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
+      done
+      ;;
+    ybf16_ab)
+      # moe_fp8's y as bf16 (default) against fp32 (GPTOSS_MOE_Y_BF16=0), 8k --fp8 prefill, both models.
+      for m in gpt-oss-20b gpt-oss-120b; do
+        for v in 1 0; do
+          GPTOSS_MOE_Y_BF16=$v GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+            --batch "" --repeats 3 > "$OUT/ybf16_${m}_$v.log" 2>&1
+          summary+=("ybf16_ab $m y_bf16=$v rc=$?")
+          echo "$m --fp8 8k prefill, y bf16 $v:"; grep -E "^\| [0-9]+ \|" "$OUT/ybf16_${m}_$v.log" | head -1
+          grep -E "^  (moe|norm|total) " "$OUT/ybf16_${m}_$v.log"
+        done
       done
       ;;
     decode_b1)

@@ -140,8 +140,12 @@ struct CudaModel::Impl {
     // run on a GPU). Its buffers: xq8w [assignments, max(H, I)] e4m3, xs8w one scale per row.
     bool w4a8 = false;
     // y holds bf16 (moe_fp8's down with MoeFp8Args::y_bf16): set by each moe() call for the next
-    // residual norm; never under a world reduce (moe_combine reads fp32).
+    // residual norm; never under a world reduce (moe_combine reads fp32). GPTOSS_MOE_Y_BF16=0: fp32.
     bool y_bf16 = false;
+    bool y_bf16_allowed = [] {
+        const char* v = std::getenv("GPTOSS_MOE_Y_BF16");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     DeviceBuffer xq8w, xs8w;
     bool use_wgmma_ws(int rows) const { return wgmma_ws == 1 || (wgmma_ws < 0 && rows >= 64 * num_experts); }
     bool use_wgmma(int rows) const {
@@ -811,7 +815,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.bias = D.down_b.as<float>();
         m.act = nullptr;
         m.y = y.as<float>();
-        y_bf16 = m.y_bf16 = !world_reduce;
+        y_bf16 = m.y_bf16 = y_bf16_allowed && !world_reduce;
         m.n = H;
         m.k = I;
         m.k_pad = kc::fp8_gemm_k_pad(I);

@@ -155,16 +155,21 @@ __device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&
                         static_cast<__nv_bfloat16*>(a.act)[o] = __float2bfloat16(v);
                 }
             } else {
-                if (m < rows) {
-                    const int64_t r = static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
-                    if (a.y_bf16) {
-                        __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(a.y) + r;
-                        if (f0 < N) dst[f0] = __float2bfloat16(v0);
-                        if (f1 < N) dst[f1] = __float2bfloat16(v1);
-                    } else {
-                        if (f0 < N) a.y[r + f0] = v0;
-                        if (f1 < N) a.y[r + f1] = v1;
+                if (a.y_bf16) {
+                    // Feature pairs as bf16x2, as gate_up pairs (gate, up): the even-g lane writes
+                    // (f0, f0 + 1), its odd partner (f1 - 1, f1); a store covers 32 bytes of a row.
+                    // n % 16 == 0: a 16-feature block is wholly in or out.
+                    const bool odd = g & 1;
+                    const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                    if (m < rows && f0 < N) {
+                        const int64_t r = static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                        __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(a.y) + r + (odd ? f1 - 1 : f0);
+                        *reinterpret_cast<uint32_t*>(dst) = odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
                     }
+                } else if (m < rows) {
+                    const int64_t r = static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                    if (f0 < N) a.y[r + f0] = v0;
+                    if (f1 < N) a.y[r + f1] = v1;
                 }
             }
         }
