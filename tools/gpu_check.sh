@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -113,6 +113,18 @@ for stage in "$@"; do
         $BIN/moe_bench --mma ${MOE_WGMMA_BATCHES:-64 256 1024 2048 8192}; } > "$OUT/moe_wgmma.log" 2>&1
       summary+=("moe_wgmma rc=$?")
       grep "^|" "$OUT/moe_wgmma.log"
+      ;;
+    ncu_attn)
+      # Pipe use and stall reasons of the wgmma prefill attention at 8k tokens, full causal (the first
+      # launch of attention_bench's "prefill T=8192" case): which of tensor, MUFU (exp) and FMA binds.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      GPTOSS_ATTN_PREFILL_WGMMA=1 timeout 180 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis \
+        --metrics 'regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__sass_inst_executed.sum' \
+        -k regex:prefill_wgmma -c 1 $BIN/attention_bench "prefill T=8192" > "$OUT/ncu_attn.txt" 2>&1
+      summary+=("ncu_attn rc=$?")
+      grep -E 'prefill_wgmma|Duration|Issued Warp|Eligible Warps|Active Warps Per|Registers|inst_executed.sum' "$OUT/ncu_attn.txt" | head -12
+      awk '/(pipe_|issue_stalled)/ && $NF+0 > 3 && /pct/ {print "   ", $1, $NF} /issue_stalled/ && $NF+0 > 0.05 {print "   ", $1, $NF}' "$OUT/ncu_attn.txt" | head -40
       ;;
     ncu_wgmma)
       # Stall reasons of the warpgroup MoE kernels at an 8k-token prefill (gate_up, then down).
