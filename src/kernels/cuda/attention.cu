@@ -705,30 +705,42 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                     }
             }
 
+            // Row max and sum as trees (depth 4, not chains of 16: r25 ncu had "wait", fixed-latency
+            // dependencies, as the largest stall), and o rescaled only where the row max moved
+            // (corr is then exactly 1: skipping the multiplies changes no bit).
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float mx = -INFINITY;
+                float t8[8];
 #pragma unroll
-                for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
-                mx = quad_max(mx);
+                for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+                for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+                    for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
+                const float mx = quad_max(t8[0]);
                 const float m_new = fmaxf(m[h], mx * qk_scale);
+                const bool moved = m_new != m[h];
                 const float corr = fast_exp2(m[h] - m_new);
                 m[h] = m_new;
-                float sum = 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        const float p = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-                        s[4 * nt + e] = p;
-                        sum += p;
-                    }
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
                 }
-                l[h] = l[h] * corr + sum;
 #pragma unroll
-                for (int dt = 0; dt < 8; ++dt) {
-                    o[4 * dt + 2 * h] *= corr;
-                    o[4 * dt + 2 * h + 1] *= corr;
+                for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+#pragma unroll
+                for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+                    for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
+                l[h] = l[h] * corr + t8[0];
+                if (moved) {
+#pragma unroll
+                    for (int dt = 0; dt < 8; ++dt) {
+                        o[4 * dt + 2 * h] *= corr;
+                        o[4 * dt + 2 * h + 1] *= corr;
+                    }
                 }
             }
 
