@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -434,6 +434,29 @@ for stage in "$@"; do
         echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
       done
+      ;;
+    attn_tma)
+      # The wgmma prefill attention with K/V by TMA into an mbarrier ring (GPTOSS_ATTN_PREFILL_TMA=1,
+      # PagedAttentionArgs::prefill_tma): the prefill attention tests (they run it), then
+      # attention_bench and 20b --fp8 8k prefill against the cp.async kernel, only if they pass.
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.Prefill*:PagedAttentionCuda.Fp8KvCache' \
+        > "$OUT/attn_tma_tests.log" 2>&1
+      rc=$?
+      summary+=("attn_tma tests rc=$rc")
+      grep -E "prefill tma|OK \]|FAILED" "$OUT/attn_tma_tests.log" | grep -E "FAIL|OK \]" | head -12
+      if [ $rc = 0 ]; then
+        for v in 0 1; do
+          GPTOSS_ATTN_PREFILL_WGMMA=1 GPTOSS_ATTN_PREFILL_TMA=$v timeout 60 $BIN/attention_bench "prefill T=" \
+            > "$OUT/attn_tma_bench_$v.log" 2>&1
+          echo "attention_bench prefill, TMA $v:"; grep -E "^prefill" "$OUT/attn_tma_bench_$v.log"
+        done
+        for v in 0 1; do
+          GPTOSS_ATTN_PREFILL_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill 8192 \
+            --batch "" --repeats 5 > "$OUT/attn_tma_20b_$v.log" 2>&1
+          summary+=("attn_tma 20b tma=$v rc=$?")
+          echo "20b --fp8 8k prefill, TMA $v:"; grep -E "^\| [0-9]+ \|" "$OUT/attn_tma_20b_$v.log" | head -1
+        done
+      fi
       ;;
     ybf16_ab)
       # moe_fp8's y as bf16 (default) against fp32 (GPTOSS_MOE_Y_BF16=0), 8k --fp8 prefill, both models.

@@ -122,6 +122,7 @@ struct Common {
     bool fp8_kv = false;         // GPTOSS_ATTN_FP8_KV=1
     bool fp8_direct = false;     // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
     bool prefill_wgmma = false;  // GPTOSS_ATTN_PREFILL_WGMMA=1 (PagedAttentionArgs::prefill_wgmma)
+    bool prefill_tma = false;    // GPTOSS_ATTN_PREFILL_TMA=1 with it (PagedAttentionArgs::prefill_tma)
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -132,6 +133,8 @@ struct Common {
         fp8_direct = fd != nullptr && std::string(fd) == "1";
         const char* pw = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
         prefill_wgmma = pw != nullptr && std::string(pw) == "1";
+        const char* pt = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
+        prefill_tma = pt != nullptr && std::string(pt) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -149,6 +152,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.kv_fp8 = c.fp8_kv;
     a.fp8_direct = c.fp8_direct;
     a.prefill_wgmma = c.prefill_wgmma;
+    a.prefill_tma = c.prefill_tma;
     return a;
 }
 

@@ -178,6 +178,12 @@ struct CudaModel::Impl {
     // (RouterTopkArgs::tensor_cores): r25, 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 ->
     // 2.2 ms on 20b (with the K split; 7.5 and 4.1 ms without). GPTOSS_ROUTER_MMA=0: the fp32
     // tiled kernel.
+    // GPTOSS_ATTN_PREFILL_TMA=1: the wgmma prefill attention with its K/V tiles by TMA into an
+    // mbarrier ring (PagedAttentionArgs::prefill_tma; opt-in, session 10, compiled only).
+    bool attn_prefill_tma = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool router_mma = [] {
         const char* v = std::getenv("GPTOSS_ROUTER_MMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1289,6 +1295,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.kv_fp8 = opt.kv_fp8;
             pa.fp8_direct = attn_fp8_direct;
             pa.prefill_wgmma = attn_prefill_wgmma;
+            pa.prefill_tma = attn_prefill_tma;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

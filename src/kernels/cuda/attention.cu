@@ -20,6 +20,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/wgmma.cuh"
 
 #include <cuda_bf16.h>
@@ -28,7 +29,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
 
 #include "core/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -794,6 +800,281 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 }
 
 // ================================================================================================
+// Prefill on wgmma with the K/V tiles by TMA (PagedAttentionArgs::prefill_tma; session 10, opt-in).
+//
+// The kernel above loads each KV tile by cp.async from all 256 threads and meets at a __syncthreads
+// every tile (r25 ncu at 8k: 1.34 warps stalled at the barrier per issued instruction, the two
+// warpgroups in lock step, so one's softmax does not overlap the other's MMAs). Here thread 0
+// issues a tile as eight TMA boxes (K and V, 16 rows × 64 bf16 of one block each, 128-byte
+// swizzled: the layout the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring. A
+// stage's full mbarrier completes on its 16 KB; its empty one on the 8 warps' arrivals after their
+// P·V. Tile t + 2 is issued as tile t starts, so a warpgroup may run a tile ahead of the other.
+// Pieces outside [kv_lo, p_last] load the block of the nearest visible key instead (the table is
+// only read for visible keys); those rows are masked in S, and every V row outside the range is
+// zeroed in shared memory before the P·V (P = 0 times a non-finite cache row would be NaN), by each
+// warpgroup for itself (both write the same zeros: a benign race). The stage's refill waits for
+// both warpgroups' arrivals, so no TMA overwrites a tile in use.
+// ================================================================================================
+constexpr int kTmaStages = 3;
+constexpr int kTmaStageBytes = 2 * kTileBytes;  // K, then V
+constexpr int kTmaPrefillSmem = 1024 + kPrefillRows * kRowBytes + kTmaStages * kTmaStageBytes + 16 * kTmaStages;
+
+__device__ __forceinline__ void attn_mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void attn_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void attn_mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void attn_mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void attn_tma_2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+            "r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+        : "memory");
+}
+// Barrier 1 + wg for the 128 threads of warpgroup wg (immediate ids: ptxas then reserves 3, not 16).
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+    if (wg == 0)
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+__global__ void __launch_bounds__(kWgPrefillThreads, 2)
+    bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
+                                            const __grid_constant__ CUtensorMap k_map,
+                                            const __grid_constant__ CUtensorMap v_map) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
+    const int wg = warp >> 2;
+    const int g = lane >> 2, tig = lane & 3;
+    const int kv_head = blockIdx.x, seq = blockIdx.z;
+
+    const int q_begin = a.query_start[seq];
+    const int n_q = a.query_start[seq + 1] - q_begin;
+    const int n_qtiles = (n_q + kPrefillTokens - 1) / kPrefillTokens;
+    if (static_cast<int>(blockIdx.y) >= n_qtiles) return;
+    const int start_pos = a.seq_start_pos[seq];
+    const int window = a.sliding_window;
+    const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
+    const int bs_shift = __ffs(a.block_size) - 1, bs_mask = a.block_size - 1;
+    const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(a.q);
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
+    // Rows g and g + 8 of this warp are tokens 2·warp and 2·warp + 1, query head kv_head·8 + g.
+    const float sink = fmaxf(a.sinks[kv_head * kGroup + g] * kLog2e, kNegBig);
+    const float qk_scale = a.scale * kLog2e;
+
+    const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
+    const uint32_t bars = kv_smem + kTmaStages * kTmaStageBytes;
+    const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
+    const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kTmaStages + s); };
+    if (tid == 0) {
+        for (int s = 0; s < kTmaStages; ++s) {
+            attn_mbar_init(full_bar(s), 1);
+            attn_mbar_init(empty_bar(s), kWgPrefillThreads / 32);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    // Thread 0: KV tile `tile` into the stage of running index idx (phases run on across query
+    // tiles), once every warp has released that stage's previous tile.
+    const auto issue = [&](int idx, int tile, int kv_lo, int p_last) {
+        const int s = idx % kTmaStages;
+        // The pieces' slots first (four table reads in flight at once; the TMAs' "memory" clobbers
+        // would otherwise serialize them): a piece's first key, or the nearest visible one (its rows
+        // are then all masked).
+        int y[kKvTile / 16];
+#pragma unroll
+        for (int pc = 0; pc < kKvTile / 16; ++pc) {
+            const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
+            y[pc] = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
+        }
+        if (idx >= kTmaStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kTmaStages - 1) & 1));
+        attn_mbar_expect_tx(full_bar(s), kTmaStageBytes);
+        const uint32_t k_dst = kv_smem + s * kTmaStageBytes;
+#pragma unroll
+        for (int pc = 0; pc < kKvTile / 16; ++pc) {
+            attn_tma_2d(k_dst + pc * 16 * kRowBytes, &k_map, kv_head * kHeadDim, y[pc], full_bar(s));
+            attn_tma_2d(k_dst + kTileBytes + pc * 16 * kRowBytes, &v_map, kv_head * kHeadDim, y[pc], full_bar(s));
+        }
+    };
+
+    int idx0 = 0;
+    for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
+        const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
+        const int n_valid = min(kPrefillTokens, n_q - t0);
+        const int p0 = start_pos + t0;
+        const int p_last = p0 + n_valid - 1;
+        const int kv_lo = window > 0 ? max(0, p0 - window + 1) : 0;
+        const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
+        const int n_tiles = tile_last - tile_first + 1;
+
+        __syncthreads();  // the previous query tile is done with Q
+        load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
+        cp_async_commit();
+        if (tid == 0)
+            for (int i = 0; i < min(kTmaStages - 1, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
+        cp_async_wait<0>();
+        __syncthreads();  // Q from every thread's cp.async
+
+        float s[32];  // S accumulators, then P (layout as o's, keys for dims)
+        float o[32];  // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
+        float m[2], l[2];
+        int row_pos[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            m[h] = sink;
+            l[h] = 0.0f;
+            row_pos[h] = min(p0 + warp * 2 + h, p_last);
+        }
+#pragma unroll
+        for (int i = 0; i < 32; ++i) o[i] = s[i] = 0.0f;
+
+        for (int it = 0; it < n_tiles; ++it) {
+            const int tile = tile_first + it, idx = idx0 + it, stage = idx % kTmaStages;
+            if (tid == 0 && it + kTmaStages - 1 < n_tiles)
+                issue(idx + kTmaStages - 1, tile + kTmaStages - 1, kv_lo, p_last);
+            attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kTmaStages) & 1));
+            const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
+            const uint32_t v_s = k_s + kTileBytes;
+            const int key0 = tile * kKvTile;
+            if (key0 < kv_lo || key0 + kKvTile - 1 > p_last) {  // V rows outside [kv_lo, p_last] to zero
+                for (int c = tid & 127; c < kKvTile * 8; c += 128) {
+                    const int j = key0 + (c >> 3);
+                    if (j < kv_lo || j > p_last)
+                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(v_s + (c >> 3) * kRowBytes +
+                                                                                        (c & 7) * 16),
+                                     "r"(0u)
+                                     : "memory");
+                }
+                fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
+                warpgroup_barrier(wg);
+            }
+            uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk], reloaded every tile (see above)
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
+
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+
+            const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+            if (need_mask) {
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                        const int pos = row_pos[e >> 1];
+                        if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
+                    }
+            }
+
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float t8[8];
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+                for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+                    for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
+                const float mx = quad_max(t8[0]);
+                const float m_new = fmaxf(m[h], mx * qk_scale);
+                const bool moved = m_new != m[h];
+                const float corr = fast_exp2(m[h] - m_new);
+                m[h] = m_new;
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e)
+                        s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+#pragma unroll
+                for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+                    for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
+                l[h] = l[h] * corr + t8[0];
+                if (moved) {
+#pragma unroll
+                    for (int dt = 0; dt < 8; ++dt) {
+                        o[4 * dt + 2 * h] *= corr;
+                        o[4 * dt + 2 * h + 1] *= corr;
+                    }
+                }
+            }
+
+            uint32_t pa[4][4];
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) {
+                pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
+                pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
+                pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
+                pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
+            }
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            wgmma_fence();
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            __syncwarp();
+            if (lane == 0) attn_mbar_arrive(empty_bar(stage));  // this warp is done with the stage
+        }
+        idx0 += n_tiles;
+
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float denom = quad_sum(l[h]) + fast_exp2(sink - m[h]);
+            const float inv = 1.0f / denom;
+            const int tok = warp * 2 + h;
+            if (tok < n_valid) {
+                __nv_bfloat16* dst =
+                    out + (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + g) * kHeadDim +
+                    tig * 2;
+#pragma unroll
+                for (int dt = 0; dt < 8; ++dt)
+                    *reinterpret_cast<uint32_t*>(dst + dt * 8) =
+                        pack_bf16x2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+            }
+        }
+    }
+}
+
+// ================================================================================================
 // Decode: split-KV flash-decoding.
 //
 // The split rule is a function of device-side data only (the sequence's position) and the grid's
@@ -1223,7 +1504,43 @@ void ensure_wgmma_prefill_smem(int dev) {
     if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_wgmma_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kWgPrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaPrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
+}
+
+// The TMA maps of a bf16 cache pair, [slots, num_kv_heads · 64] in boxes of 16 slots × 64 elements
+// (one kv head's rows of one 16-slot piece), 128-byte swizzled; encoded once per (k, v, heads) and
+// kept (host memory only). The slot count is not known here: the maps' row extent is a bound
+// (2^31 − 1), and the kernel only asks for pieces of blocks in the table. False if encoding fails.
+bool kv_tensor_maps(const PagedAttentionArgs& a, CUtensorMap* k_map, CUtensorMap* v_map) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, const void*, int>, std::pair<CUtensorMap, CUtensorMap>> cache;
+    const auto key = std::make_tuple(a.k_cache, a.v_cache, a.num_kv_heads);
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+        *k_map = it->second.first;
+        *v_map = it->second.second;
+        return true;
+    }
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.num_kv_heads) * kHeadDim, static_cast<cuuint64_t>(INT_MAX)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.num_kv_heads) * kHeadDim * 2};
+    const cuuint32_t box[2] = {kHeadDim, 16}, unit[2] = {1, 1};
+    std::pair<CUtensorMap, CUtensorMap> maps;
+    for (int i = 0; i < 2; ++i) {
+        CUtensorMap* m = i == 0 ? &maps.first : &maps.second;
+        void* base = const_cast<void*>(i == 0 ? a.k_cache : a.v_cache);
+        if (encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, unit,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+            return false;
+    }
+    cache.emplace(key, maps);
+    *k_map = maps.first;
+    *v_map = maps.second;
+    return true;
 }
 
 }  // namespace
@@ -1250,7 +1567,11 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
     const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
-    if (a.prefill_wgmma) {
+    CUtensorMap k_map, v_map;
+    if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
+        ensure_wgmma_prefill_smem(current_device());
+        bf16_paged_attention_prefill_tma_kernel<<<grid, kWgPrefillThreads, kTmaPrefillSmem, stream>>>(a, k_map, v_map);
+    } else if (a.prefill_wgmma) {
         ensure_wgmma_prefill_smem(current_device());
         bf16_paged_attention_prefill_wgmma_kernel<<<grid, kWgPrefillThreads, kWgPrefillSmem, stream>>>(a);
     } else {
