@@ -178,11 +178,12 @@ struct CudaModel::Impl {
     // (RouterTopkArgs::tensor_cores): r25, 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 ->
     // 2.2 ms on 20b (with the K split; 7.5 and 4.1 ms without). GPTOSS_ROUTER_MMA=0: the fp32
     // tiled kernel.
-    // GPTOSS_ATTN_PREFILL_TMA=1: the wgmma prefill attention with its K/V tiles by TMA into an
-    // mbarrier ring (PagedAttentionArgs::prefill_tma; opt-in, session 10, compiled only).
+    // The wgmma prefill attention with its K/V tiles by TMA into an mbarrier ring
+    // (PagedAttentionArgs::prefill_tma; bf16 caches): r25 attention_bench 8k 1,513 -> 1,482 us, 32k
+    // 23,399 -> 22,587 us. GPTOSS_ATTN_PREFILL_TMA=0: the cp.async kernel.
     bool attn_prefill_tma = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     bool router_mma = [] {
         const char* v = std::getenv("GPTOSS_ROUTER_MMA");

@@ -34,7 +34,8 @@ struct PagedAttentionArgs {
     bool prefill_wgmma = false;
     // With prefill_wgmma, a bf16 cache and block_size % 16 == 0: the K/V tiles arrive by TMA (16-row
     // pieces through the block table) into a 3-stage ring with mbarriers, so the two warpgroups of
-    // a CTA no longer meet at a barrier every tile (opt-in, session 10, kernels/cuda/attention.cu).
+    // a CTA no longer meet at a barrier every tile (kernels/cuda/attention.cu; the CUDA model sets it
+    // unless GPTOSS_ATTN_PREFILL_TMA=0).
     bool prefill_tma = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
