@@ -185,6 +185,11 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // GPTOSS_ROUTER_MMA_V2=1: its v2 (RouterTopkArgs::mma_v2; opt-in, session 10, compiled only).
+    bool router_mma_v2 = [] {
+        const char* v = std::getenv("GPTOSS_ROUTER_MMA_V2");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool router_mma = [] {
         const char* v = std::getenv("GPTOSS_ROUTER_MMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1433,6 +1438,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 ra.experts_per_token = K;
                 ra.logits = router_logits.as<float>();
                 ra.tensor_cores = router_mma;
+                ra.mma_v2 = router_mma_v2;
                 kc::router_topk(ra, stream);
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
