@@ -610,6 +610,104 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(kTransB));
 }
 
+// One KV tile of a query tile in both wgmma prefill kernels (the K and V tiles in shared memory,
+// visible to the async proxy): S = Q·Kᵀ, the masks, the online softmax, O += P·V.
+__device__ __forceinline__ void wgmma_prefill_tile(const uint32_t (&qa)[4][4], uint32_t k_s, uint32_t v_s, int key0,
+                                                   int p0, int p_last, int window, int tig, const int (&row_pos)[2],
+                                                   float qk_scale, float (&s)[32], float (&o)[32], float (&m)[2],
+                                                   float (&l)[2]) {
+    // S = Q·Kᵀ (64 rows × 64 keys a warpgroup); s's last reads (P's packing) before the fence.
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+
+    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+    if (need_mask) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                const int pos = row_pos[e >> 1];
+                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
+            }
+    }
+
+    // Row max and sum as trees (depth 4, not chains of 16: r25 ncu had "wait", fixed-latency
+    // dependencies, as the largest stall), and o rescaled only where the row max moved
+    // (corr is then exactly 1: skipping the multiplies changes no bit).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float t8[8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
+        const float mx = quad_max(t8[0]);
+        const float m_new = fmaxf(m[h], mx * qk_scale);
+        const bool moved = m_new != m[h];
+        const float corr = fast_exp2(m[h] - m_new);
+        m[h] = m_new;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
+        l[h] = l[h] * corr + t8[0];
+        if (moved) {
+#pragma unroll
+            for (int dt = 0; dt < 8; ++dt) {
+                o[4 * dt + 2 * h] *= corr;
+                o[4 * dt + 2 * h + 1] *= corr;
+            }
+        }
+    }
+
+    // O += P·V: keys 16kc..16kc+15 are S's n-tiles 2kc and 2kc + 1.
+    uint32_t pa[4][4];
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
+        pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
+        pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
+        pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
+    }
+    // The register fences first: the rescaled o and the packed P must be written before
+    // wgmma.fence (the compiler may otherwise sink the multiplies past it, and the
+    // asynchronous wgmma then reads o unscaled: r24 call 4, wrong from the second KV tile).
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+}
+
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_wgmma_kernel(const __grid_constant__ PagedAttentionArgs a) {
     extern __shared__ __align__(128) uint8_t smem[];
@@ -687,98 +785,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 __syncthreads();
             }
 
-            // S = Q·Kᵀ (64 rows × 64 keys a warpgroup); s's last reads (P's packing) before the fence.
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-
             const int key0 = tile * kKvTile;
-            const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
-            if (need_mask) {
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int key = key0 + nt * 8 + tig * 2 + (e & 1);
-                        const int pos = row_pos[e >> 1];
-                        if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
-                    }
-            }
-
-            // Row max and sum as trees (depth 4, not chains of 16: r25 ncu had "wait", fixed-latency
-            // dependencies, as the largest stall), and o rescaled only where the row max moved
-            // (corr is then exactly 1: skipping the multiplies changes no bit).
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float t8[8];
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
-#pragma unroll
-                for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-                    for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
-                const float mx = quad_max(t8[0]);
-                const float m_new = fmaxf(m[h], mx * qk_scale);
-                const bool moved = m_new != m[h];
-                const float corr = fast_exp2(m[h] - m_new);
-                m[h] = m_new;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e)
-                        s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-                }
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
-#pragma unroll
-                for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-                    for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
-                l[h] = l[h] * corr + t8[0];
-                if (moved) {
-#pragma unroll
-                    for (int dt = 0; dt < 8; ++dt) {
-                        o[4 * dt + 2 * h] *= corr;
-                        o[4 * dt + 2 * h + 1] *= corr;
-                    }
-                }
-            }
-
-            // O += P·V: keys 16kc..16kc+15 are S's n-tiles 2kc and 2kc + 1.
-            uint32_t pa[4][4];
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) {
-                pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
-                pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
-                pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
-                pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
-            }
-            // The register fences first: the rescaled o and the packed P must be written before
-            // wgmma.fence (the compiler may otherwise sink the multiplies past it, and the
-            // asynchronous wgmma then reads o unscaled: r24 call 4, wrong from the second KV tile).
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            wgmma_prefill_tile(qa, k_s, v_s, key0, p0, p_last, window, tig, row_pos, qk_scale, s, o, m, l);
         }
 
 #pragma unroll
@@ -969,88 +977,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             for (int kc = 0; kc < 4; ++kc)
                 ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
 
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-
-            const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
-            if (need_mask) {
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int key = key0 + nt * 8 + tig * 2 + (e & 1);
-                        const int pos = row_pos[e >> 1];
-                        if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
-                    }
-            }
-
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float t8[8];
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
-#pragma unroll
-                for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-                    for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
-                const float mx = quad_max(t8[0]);
-                const float m_new = fmaxf(m[h], mx * qk_scale);
-                const bool moved = m_new != m[h];
-                const float corr = fast_exp2(m[h] - m_new);
-                m[h] = m_new;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e)
-                        s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
-#pragma unroll
-                for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-                    for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
-                l[h] = l[h] * corr + t8[0];
-                if (moved) {
-#pragma unroll
-                    for (int dt = 0; dt < 8; ++dt) {
-                        o[4 * dt + 2 * h] *= corr;
-                        o[4 * dt + 2 * h + 1] *= corr;
-                    }
-                }
-            }
-
-            uint32_t pa[4][4];
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) {
-                pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
-                pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
-                pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
-                pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
-            }
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-            wgmma_fence();
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            wgmma_prefill_tile(qa, k_s, v_s, key0, p0, p_last, window, tig, row_pos, qk_scale, s, o, m, l);
             __syncwarp();
             if (lane == 0) attn_mbar_arrive(empty_bar(stage));  // this warp is done with the stage
         }
