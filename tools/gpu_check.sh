@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma router_v2
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -434,25 +434,6 @@ for stage in "$@"; do
         echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
       done
-      ;;
-    router_v2)
-      # The router's tensor-core logits, v2 (GPTOSS_ROUTER_MMA_V2=1, RouterTopkArgs::mma_v2: 64 tokens
-      # a CTA, h and the weights staged in shared memory) against v1: CudaOps.RouterTopk runs both,
-      # then 8k --fp8 prefill profiles of both models with each (only if the test passes).
-      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.RouterTopk' > "$OUT/router_v2_tests.log" 2>&1
-      rc=$?
-      summary+=("router_v2 tests rc=$rc")
-      grep -E "OK \]|FAILED" "$OUT/router_v2_tests.log" | head -4
-      if [ $rc = 0 ]; then
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 0 1; do
-            GPTOSS_ROUTER_MMA_V2=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
-              --batch "" --repeats 3 > "$OUT/router_v2_${m}_$v.log" 2>&1
-            summary+=("router_v2 $m v2=$v rc=$?")
-            echo "$m --fp8 8k prefill, router v2 $v:"; grep -E "^\| [0-9]+ \||  router|  total" "$OUT/router_v2_${m}_$v.log" | head -3
-          done
-        done
-      fi
       ;;
     attn_tma)
       # The wgmma prefill attention with K/V by TMA into an mbarrier ring (GPTOSS_ATTN_PREFILL_TMA=1,

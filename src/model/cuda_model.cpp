@@ -174,10 +174,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // The router logits of batches past the fused decode router on the tensor cores
-    // (RouterTopkArgs::tensor_cores): r25, 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 ->
-    // 2.2 ms on 20b (with the K split; 7.5 and 4.1 ms without). GPTOSS_ROUTER_MMA=0: the fp32
-    // tiled kernel.
     // The wgmma prefill attention with its K/V tiles by TMA into an mbarrier ring
     // (PagedAttentionArgs::prefill_tma; bf16 caches): r25 attention_bench 8k 1,513 -> 1,482 us, 32k
     // 23,399 -> 22,587 us. GPTOSS_ATTN_PREFILL_TMA=0: the cp.async kernel.
@@ -185,11 +181,10 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // GPTOSS_ROUTER_MMA_V2=1: its v2 (RouterTopkArgs::mma_v2; opt-in, session 10, compiled only).
-    bool router_mma_v2 = [] {
-        const char* v = std::getenv("GPTOSS_ROUTER_MMA_V2");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
+    // The router logits of batches past the fused decode router on the tensor cores
+    // (RouterTopkArgs::tensor_cores): 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 -> 2.2 ms
+    // on 20b (r25, with the K split; 7.5 and 4.1 ms without), then 5.7 -> 3.5 and 2.1 -> 1.2 ms
+    // (r26, h staged in shared memory). GPTOSS_ROUTER_MMA=0: the fp32 tiled kernel.
     bool router_mma = [] {
         const char* v = std::getenv("GPTOSS_ROUTER_MMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1438,7 +1433,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 ra.experts_per_token = K;
                 ra.logits = router_logits.as<float>();
                 ra.tensor_cores = router_mma;
-                ra.mma_v2 = router_mma_v2;
                 kc::router_topk(ra, stream);
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);

@@ -402,8 +402,7 @@ struct RouterCase {
 
 // The implementations: the tiled logits + warp selection (with a logits scratch; token counts
 // that take each tile height and partial tiles), the same on the tensor cores
-// (RouterTopkArgs::tensor_cores, and its v2: mma_v2), and the one-CTA-per-token kernel (without a
-// scratch).
+// (RouterTopkArgs::tensor_cores), and the one-CTA-per-token kernel (without a scratch).
 // Tensor-core logits: h split into bf16 hi + lo leaves at most 2^-17 |h| per element, the lo
 // rounding 2^-18 |h|, so each logit is within 2^-16 Σ|h·w| of the exact sum (plus fp32 sums): a
 // wrong fragment or row is O(1) off.
@@ -411,8 +410,8 @@ TEST(CudaOps, RouterTopk) {
     REQUIRE_GPU();
     for (int E : {32, 40, 128}) {              // 40: a partial 32-expert tile
         for (int T : {65, 600, 2051, 4200}) {  // 4,200: the tensor-core kernel's split at its scratch's bound
-            for (int mode : {0, 1, 3, 2}) {    // tiled fp32, tensor cores (v1, v2), one CTA per token
-                const bool tiled = mode != 2, tc = mode == 1 || mode == 3, v2 = mode == 3;
+            for (int mode : {0, 1, 2}) {       // tiled fp32, tensor cores, one CTA per token
+                const bool tiled = mode != 2, tc = mode == 1;
                 if ((!tiled || E == 40) && T != 65 && !tc) continue;
                 if (T == 4200 && (!tc || E != 32)) continue;
                 const int H = 2880, K = 4;
@@ -434,7 +433,6 @@ TEST(CudaOps, RouterTopk) {
                 a.expert_weights = dws.as<float>();
                 a.logits = tiled ? dlog.as<float>() : nullptr;
                 a.tensor_cores = tc;
-                a.mma_v2 = v2;
                 a.num_tokens = T;
                 a.hidden_size = H;
                 a.num_experts = E;
@@ -460,7 +458,7 @@ TEST(CudaOps, RouterTopk) {
                     EXPECT_TRUE(close(got_w, want_w, kTolF32, "router weights")) << "E=" << E << " T=" << T;
                 }
                 if (tiled) {  // the scratch holds the logits without the bias, as partial sums over K
-                    const int splits = kc::router_topk_splits(T, E, H, tc, v2);
+                    const int splits = kc::router_topk_splits(T, E, H, tc);
                     EXPECT_EQ(splits > 1, tc || T < 1024) << "T=" << T;  // both kinds covered
                     auto part = to_host<float>(dlog, static_cast<size_t>(splits) * logits.size());
                     std::vector<float> lg(logits.size(), 0.0f), want(logits.size());

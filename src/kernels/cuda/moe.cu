@@ -251,100 +251,20 @@ __global__ void __launch_bounds__(kRouterTileThreads)
         }
 }
 
-// The same logits on the tensor cores (RouterTopkArgs::tensor_cores; the default since r25).
-// The fp32 tiled kernel above is bound by shared-memory reads (40 LDS.128 per 128 FMAs a thread)
-// and fp32 FMA: 20b at 8k tokens ~150 us a layer (r23 profile: router 3.6 ms), 120b (128 experts)
-// several times that. Here h (fp32) is split into bf16 hi + lo (h - hi rounded again: |h - hi - lo|
-// <= 2^-17 |h|) and both halves multiply the bf16 weights exactly on m16n8k16 MMAs with fp32
-// accumulation: the split leaves at most 2^-17 |h| per element; with the tensor cores' fp32 sums
-// (not round-to-nearest) a logit is typically within 2^-20 of sum|h·w| (the test's bound: 2^-16).
-// A CTA: 32 tokens (two m16 tiles) × all experts, 4 warps, warp w the experts [8·kNt·w, 8·kNt·(w + 1));
-// A fragments straight from global memory (each 32-byte row segment whole), B fragments likewise
-// (the weights stay in L2: 0.7 MB for 128 experts); K split over gridDim.z as the tiled kernel's.
-template <int kNt>  // n8 tiles a warp: 4·8·kNt ≥ experts
-__global__ void __launch_bounds__(128)
-    router_logits_mma_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
-                             float* __restrict__ logits) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int t0 = blockIdx.x * 32;
-    const int steps = H / 16, S = gridDim.z, z = blockIdx.z;
-    const int s0 = steps * z / S, s1 = steps * (z + 1) / S;  // this CTA's k16 steps
-    logits += static_cast<int64_t>(z) * T * E;
-    // Rows g and g + 8 of m-tiles 0 and 1 (clamped to the last token: computed, not stored), as
-    // element offsets (T·H < 2^31).
-    int hoff[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) hoff[i] = min(t0 + 8 * i + g, T - 1) * H + 2 * t;
-    const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
-    int woff[kNt];  // in 32-bit words
-#pragma unroll
-    for (int j = 0; j < kNt; ++j) woff[j] = (min(8 * (kNt * warp + j) + g, E - 1) * H) / 2 + t;
-    // hi and lo in separate accumulators: independent MMA chains, and the two sums meet once in fp32.
-    float acc_hi[2][kNt][4] = {}, acc_lo[2][kNt][4] = {};
-    // One k16 step's operands: h at k + 2t (+ 8) for the four row blocks, the weights' b0 / b1.
-    float2 hv[4][2];
-    uint32_t wv[kNt][2];
-    auto load = [&](int st) {
-        const int k = 16 * st;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-                hv[i][half] = __ldg(reinterpret_cast<const float2*>(h + hoff[i] + k + 8 * half));
-#pragma unroll
-        for (int j = 0; j < kNt; ++j) {
-            wv[j][0] = __ldg(w32 + woff[j] + k / 2);
-            wv[j][1] = __ldg(w32 + woff[j] + k / 2 + 4);
-        }
-    };
-    if (s0 < s1) load(s0);
-    for (int st = s0; st < s1; ++st) {
-        uint32_t hi[2][4], lo[2][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // row block i: m-tile i / 2, half i % 2 (rows g or g + 8)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {  // k 2t.. (a0 / a1) or 2t + 8.. (a2 / a3)
-                const float2 v = hv[i][half];
-                const __nv_bfloat162 vh = __floats2bfloat162_rn(v.x, v.y);
-                const float2 vf = __bfloat1622float2(vh);
-                const __nv_bfloat162 vl = __floats2bfloat162_rn(v.x - vf.x, v.y - vf.y);
-                hi[i >> 1][(i & 1) + 2 * half] = *reinterpret_cast<const uint32_t*>(&vh);
-                lo[i >> 1][(i & 1) + 2 * half] = *reinterpret_cast<const uint32_t*>(&vl);
-            }
-        }
-        uint32_t b[kNt][2];
-#pragma unroll
-        for (int j = 0; j < kNt; ++j) b[j][0] = wv[j][0], b[j][1] = wv[j][1];
-        if (st + 1 < s1) load(st + 1);  // the next step's loads in flight under these MMAs
-#pragma unroll
-        for (int j = 0; j < kNt; ++j)
-#pragma unroll
-            for (int m = 0; m < 2; ++m) {
-                mma_bf16(acc_hi[m][j], hi[m][0], hi[m][1], hi[m][2], hi[m][3], b[j][0], b[j][1]);
-                mma_bf16(acc_lo[m][j], lo[m][0], lo[m][1], lo[m][2], lo[m][3], b[j][0], b[j][1]);
-            }
-    }
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int j = 0; j < kNt; ++j)
-#pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-                const int tok = t0 + 16 * m + g + 8 * (e2 >> 1), ex = 8 * (kNt * warp + j) + 2 * t + (e2 & 1);
-                if (tok < T && ex < E) logits[static_cast<int64_t>(tok) * E + ex] = acc_hi[m][j][e2] + acc_lo[m][j][e2];
-            }
-}
-
-// The same logits, v2 (RouterTopkArgs::mma_v2; opt-in, session 10, compiled only): the same
-// arithmetic as v1 above (h split into bf16 hi + lo, fp32 accumulation), a different data flow.
+// The same logits on the tensor cores (RouterTopkArgs::tensor_cores; the default). The fp32 tiled
+// kernel above is bound by shared-memory reads (40 LDS.128 per 128 FMAs a thread) and fp32 FMA:
+// 20b at 8k tokens ~150 us a layer (r23 profile: router 3.6 ms), 120b several times that. Here h
+// (fp32) is split into bf16 hi + lo (h - hi rounded again: |h - hi - lo| <= 2^-17 |h|) and both
+// halves multiply the bf16 weights exactly on m16n8k16 MMAs with fp32 accumulation: the split
+// leaves at most 2^-17 |h| per element; with the tensor cores' fp32 sums (not round-to-nearest) a
+// logit is typically within 2^-20 of sum|h·w| (the test's bound: 2^-16).
 // A CTA: 64 tokens (warp w the m16 tile of tokens 16w ..) × all experts (8·kN ≥ E), K in 64-wide
 // chunks through a 2-stage cp.async ring: h as [64][72] fp32 (rows padded so a warp's float2
 // A-fragment reads take the minimum two wavefronts), W as [8·kN][64] bf16 rows of 128 bytes with
 // the 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix for the B fragments). Every h
-// element leaves global memory once. (v1: 32 tokens a CTA, A fragments straight from global memory
-// by each of the 4 warps, one k16 step in flight a warp: ~90 us a 20b layer and ~165 a 120b layer
-// at 8k tokens, r25.) K is split over gridDim.z as the tiled kernel's.
+// element leaves global memory once. K is split over gridDim.z as the tiled kernel's.
+// r26, 8k --fp8 prefill (against the previous kernel: 32 tokens a CTA, A fragments straight from
+// global memory by each of the 4 warps): router 2.12 -> 1.21 ms on 20b, 5.71 -> 3.46 ms on 120b.
 constexpr int kRmTokens = 64, kRmChunk = 64, kRmHStride = 72, kRmThreads = 128;
 constexpr int kRmMaxExperts = 128;
 constexpr int rm_smem_bytes(int kN) { return 2 * kRmTokens * kRmHStride * 4 + 2 * 8 * kN * 128; }
@@ -365,8 +285,8 @@ __device__ __forceinline__ void split_bf16x2(float2 v, uint32_t& hi, uint32_t& l
 
 template <int kN>  // n8 tiles, even (an ldmatrix x4 loads two): 8·kN ≥ experts
 __global__ void __launch_bounds__(kRmThreads)
-    router_logits_mma_v2_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
-                                float* __restrict__ logits) {
+    router_logits_mma_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
+                             float* __restrict__ logits) {
     static_assert(kN % 2 == 0, "n8 tiles in pairs");
     constexpr int kRowsW = 8 * kN;
     extern __shared__ __align__(16) uint8_t rm_smem[];
@@ -450,12 +370,12 @@ void launch_router_logits_mma(dim3 grid, const float* h, const __nv_bfloat16* w,
         int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         if (set_on.load(std::memory_order_acquire) != dev) {
-            CUDA_CHECK(cudaFuncSetAttribute(router_logits_mma_v2_kernel<kN>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            CUDA_CHECK(
+                cudaFuncSetAttribute(router_logits_mma_kernel<kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
             set_on.store(dev, std::memory_order_release);
         }
     }
-    router_logits_mma_v2_kernel<kN><<<grid, kRmThreads, smem, stream>>>(h, w, T, H, E, logits);
+    router_logits_mma_kernel<kN><<<grid, kRmThreads, smem, stream>>>(h, w, T, H, E, logits);
 }
 
 // ---- fused decode router: logits -> top-k -> softmax -> plan, one launch -----------------------
@@ -1241,26 +1161,15 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     }
     const int T = a.num_tokens, E = a.num_experts, H = a.hidden_size;
     const auto* w = static_cast<const __nv_bfloat16*>(a.weight);
-    const bool v2 = a.tensor_cores && a.mma_v2 && E <= kRmMaxExperts && H % kRmChunk == 0;
-    if (v2 || (a.tensor_cores && E <= 128)) {
-        const int splits = router_topk_splits(T, E, H, true, v2);
-        if (v2) {
-            const dim3 grid((T + kRmTokens - 1) / kRmTokens, 1, splits);
-            if (E <= 32)
-                launch_router_logits_mma<4>(grid, a.h, w, T, H, E, a.logits, stream);
-            else if (E <= 64)
-                launch_router_logits_mma<8>(grid, a.h, w, T, H, E, a.logits, stream);
-            else
-                launch_router_logits_mma<16>(grid, a.h, w, T, H, E, a.logits, stream);
-        } else {
-            const dim3 grid((T + 31) / 32, 1, splits);
-            if (E <= 32)
-                router_logits_mma_kernel<1><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
-            else if (E <= 64)
-                router_logits_mma_kernel<2><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
-            else
-                router_logits_mma_kernel<4><<<grid, 128, 0, stream>>>(a.h, w, T, H, E, a.logits);
-        }
+    if (a.tensor_cores && E <= kRmMaxExperts && H % kRmChunk == 0) {
+        const int splits = router_topk_splits(T, E, H, true);
+        const dim3 grid((T + kRmTokens - 1) / kRmTokens, 1, splits);
+        if (E <= 32)
+            launch_router_logits_mma<4>(grid, a.h, w, T, H, E, a.logits, stream);
+        else if (E <= 64)
+            launch_router_logits_mma<8>(grid, a.h, w, T, H, E, a.logits, stream);
+        else
+            launch_router_logits_mma<16>(grid, a.h, w, T, H, E, a.logits, stream);
         CUDA_CHECK_LAUNCH();
         topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(
             a.logits, a.bias, T, E, a.experts_per_token, splits, a.expert_ids, a.expert_weights);
@@ -1286,21 +1195,12 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     CUDA_CHECK_LAUNCH();
 }
 
-int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores, bool mma_v2) {
+int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores) {
     if (hidden_size % kRouterTileK != 0) return 1;
-    if (tensor_cores && !mma_v2 && num_experts <= 128) {
-        // 32 tokens × all experts a CTA, each warp one k16 step in flight: the loop is latency-bound,
-        // so split K until ~8 CTAs an SM (r25: without a split at 8k tokens, 256 CTAs, ~200 us a
-        // 120b layer), each split ≥ 4 k16 steps, as far as the scratch holds the partials
-        // (router_topk_scratch: at least kRouterMmaSplits partials of every token).
-        const int ctas = (num_tokens + 31) / 32;
-        const int fit = std::max(kRouterMmaSplits, kRouterMaxSplitTokens * kRouterMaxSplits / std::max(num_tokens, 1));
-        return std::clamp((1056 + ctas - 1) / ctas, 1,
-                          std::max(1, std::min({kRouterMaxSplits, hidden_size / 64, fit})));
-    }
-    if (tensor_cores && mma_v2 && num_experts <= kRmMaxExperts && hidden_size % kRmChunk == 0) {
-        // v2: 64 tokens × all experts a CTA: split K until ~4 CTAs an SM, each split ≥ 4 chunks of
-        // 64, as far as the scratch holds the partials.
+    if (tensor_cores && num_experts <= kRmMaxExperts && hidden_size % kRmChunk == 0) {
+        // 64 tokens × all experts a CTA: split K until ~4 CTAs an SM, each split ≥ 4 chunks of 64,
+        // as far as the scratch holds the partials (router_topk_scratch: at least kRouterMmaSplits
+        // partials of every token).
         const int ctas = (num_tokens + kRmTokens - 1) / kRmTokens;
         const int fit = std::max(kRouterMmaSplits, kRouterMaxSplitTokens * kRouterMaxSplits / std::max(num_tokens, 1));
         return std::clamp((528 + ctas - 1) / ctas, 1,

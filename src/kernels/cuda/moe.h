@@ -27,18 +27,14 @@ struct RouterTopkArgs {
     // at 256 tokens, H200).
     float* logits = nullptr;
     // With logits: the logits on the tensor cores (fp32 h split into bf16 hi + lo, ~2^-16 relative
-    // to Σ|h·w|) instead of fp32 FMAs; ≤ 128 experts (the model's default, r25).
+    // to Σ|h·w|) instead of fp32 FMAs; ≤ 128 experts and hidden_size % 64 == 0 (else the fp32
+    // kernel). The model's default (r25, r26).
     bool tensor_cores = false;
-    // With tensor_cores: v2 of that kernel (64 tokens a CTA, h and the weights staged in shared
-    // memory by 64-wide K chunks, so h is read once, not once a warp; same arithmetic). Opt-in,
-    // session 10, compiled only; needs hidden_size % 64 == 0.
-    bool mma_v2 = false;
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
 // Floats of router_topk's scratch for up to num_tokens tokens, and the K splits it uses.
 int64_t router_topk_scratch(int num_tokens, int num_experts);
-int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores = false,
-                       bool mma_v2 = false);
+int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores = false);
 // Router logits for decode-sized batches (num_tokens <= 8): one CTA per expert row, the hidden
 // dimension split over its threads (a 32-row GEMV with one warp per row leaves the GPU idle).
 // logits[t, e] = h[t] · W[e] (no bias: topk_softmax adds it).
