@@ -158,8 +158,28 @@ struct CudaModel::Impl {
     // Activations and metadata, sized for opt.max_tokens / opt.max_seqs.
     DeviceBuffer x_alt;  // [kGemvMaxTokens, H]: the residual's other buffer when the router fuses the norm
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
-    DeviceBuffer ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
-    DeviceBuffer logit_rows, hsel, logits, attn_workspace, router_logits;
+    // The step's inputs: views into step_arena, laid out per forward call by (tokens, sequences,
+    // table stride, sampled) — the decode graph's key, so a replayed graph's pointers stay valid —
+    // and uploaded by one copy from pinned memory (step_host). Fourteen pageable copies a step
+    // before (r26). GPTOSS_PACKED_UPLOAD=0: the same layout by one pageable copy per input.
+    struct ArenaView {
+        void* p = nullptr;
+        template <typename T = void>
+        T* as() const {
+            return static_cast<T*>(p);
+        }
+        void* get() const { return p; }
+    };
+    ArenaView ids, positions, slots_full, slots_sliding, tables_full, tables_sliding, seq_start, query_start;
+    ArenaView logit_rows;
+    DeviceBuffer step_arena;
+    uint8_t* step_host = nullptr;  // pinned, step_arena's size
+    cudaEvent_t step_uploaded = nullptr;
+    bool packed_upload = [] {
+        const char* v = std::getenv("GPTOSS_PACKED_UPLOAD");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    DeviceBuffer hsel, logits, attn_workspace, router_logits;
     // With the FP8 KV cache, decode attention's MMAs read the e4m3 tile directly
     // (PagedAttentionArgs::fp8_direct; r23: B=128 at 32k 1,673 → 1,442 µs, 20b step 30.3 → 28.0 ms).
     // GPTOSS_ATTN_FP8_DIRECT=0: the kernel that widens the tile to bf16 in shared memory first.
@@ -213,7 +233,35 @@ struct CudaModel::Impl {
     void set_device() const {
         if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
     }
-    DeviceBuffer s_temp, s_top_p, s_top_k, s_seed, s_draw, s_out, s_work;
+    // The step inputs' offsets in step_arena for T tokens, S sequences and block tables of `stride`
+    // entries (with the sampling parameters when `sampled`), each segment 16-byte aligned, in this
+    // order: ids, positions, slots_full, slots_sliding, logit_rows (T each), seq_start (S),
+    // query_start (S + 1), tables_full, tables_sliding (S · stride), then temperature, top_p,
+    // top_k (S), seed, draw (S, 8 bytes). With `offsets`, stores them (14 entries); returns the bytes.
+    static size_t step_layout(int T, int S, int stride, bool sampled, size_t* offsets) {
+        const size_t sizes[14] = {4u * T,
+                                  4u * T,
+                                  4u * T,
+                                  4u * T,
+                                  4u * T,
+                                  4u * S,
+                                  4u * (S + 1),
+                                  4u * static_cast<size_t>(S) * stride,
+                                  4u * static_cast<size_t>(S) * stride,
+                                  sampled ? 4u * S : 0u,
+                                  sampled ? 4u * S : 0u,
+                                  sampled ? 4u * S : 0u,
+                                  sampled ? 8u * S : 0u,
+                                  sampled ? 8u * S : 0u};
+        size_t off = 0;
+        for (int i = 0; i < 14; ++i) {
+            if (offsets) offsets[i] = off;
+            off += (sizes[i] + 15) & ~size_t{15};
+        }
+        return off;
+    }
+    ArenaView s_temp, s_top_p, s_top_k, s_seed, s_draw;
+    DeviceBuffer s_out, s_work;
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
@@ -287,6 +335,8 @@ struct CudaModel::Impl {
     }
     ~Impl() {
         for (auto& [k, g] : graphs) cudaGraphExecDestroy(g.exec);
+        if (step_uploaded) cudaEventDestroy(step_uploaded);
+        if (step_host) cudaFreeHost(step_host);
         if (!profile || profiled_calls == 0) return;
         double total = 0;
         for (auto& [k, v] : stage_ms) total += v;
@@ -613,9 +663,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         actb = DeviceBuffer(A * I * 2);
         yd = DeviceBuffer((A + mpad) * H * 4);
     }
-    for (DeviceBuffer* b : {&ids, &positions, &slots_full, &slots_sliding, &logit_rows}) *b = DeviceBuffer(T * 4);
-    seq_start = DeviceBuffer(S * 4);
-    query_start = DeviceBuffer((S + 1) * 4);
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
@@ -634,9 +681,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     router_counter = DeviceBuffer(4);
     CUDA_CHECK(cudaMemsetAsync(router_counter.get(), 0, 4, stream));
-    for (DeviceBuffer* b : {&s_temp, &s_top_p, &s_top_k, &s_out}) *b = DeviceBuffer(S * 4);
-    s_seed = DeviceBuffer(S * 8);
-    s_draw = DeviceBuffer(S * 8);
+    s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
     if (opt.defer_kv_cache) return ok_status();
@@ -674,8 +719,14 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
     num_blocks_sliding = nsl;
     const int64_t S = opt.max_seqs;
     max_blocks_per_seq = (c.max_position_embeddings + block_size - 1) / block_size;
-    tables_full = DeviceBuffer(S * max_blocks_per_seq * 4);
-    tables_sliding = DeviceBuffer(S * max_blocks_per_seq * 4);
+    {  // the step inputs' arena at its largest layout (step_layout), and its pinned twin
+        const size_t bytes =
+            step_layout(static_cast<int>(opt.max_tokens), static_cast<int>(S), max_blocks_per_seq, true, nullptr);
+        step_arena = DeviceBuffer(bytes);
+        if (step_host) CUDA_CHECK(cudaFreeHost(step_host));
+        CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&step_host), bytes, cudaHostAllocDefault));
+        if (!step_uploaded) CUDA_CHECK(cudaEventCreateWithFlags(&step_uploaded, cudaEventDisableTiming));
+    }
     const size_t block_bytes = kv_block_bytes(block_size);
     size_t need = 0;
     for (int l = 0; l < c.num_hidden_layers; ++l) need += (c.is_sliding(l) ? nsl : nfull) * block_bytes;
@@ -1117,18 +1168,30 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     const int Tm = Tmax * dp;
     const int dp_rank = dp > 1 ? opt.comms->dp->rank() : 0;
     const int S = static_cast<int>(seqs.size());
-    auto up = [&](DeviceBuffer& d, const std::vector<int32_t>& v) {
-        CUDA_CHECK(cudaMemcpyAsync(d.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream));
+    // The step's inputs, packed at step_layout's offsets (the views point there), one upload.
+    size_t offs[14];
+    const size_t step_bytes = step_layout(T, S, stride, sampled != nullptr, offs);
+    ArenaView* views[14] = {&ids,       &positions,   &slots_full,  &slots_sliding,  &logit_rows,
+                            &seq_start, &query_start, &tables_full, &tables_sliding, &s_temp,
+                            &s_top_p,   &s_top_k,     &s_seed,      &s_draw};
+    for (int i = 0; i < 14; ++i) views[i]->p = static_cast<uint8_t*>(step_arena.get()) + offs[i];
+    CUDA_CHECK(cudaEventSynchronize(step_uploaded));  // the previous step's upload has left step_host
+    auto put = [&](int i, const void* src, size_t bytes) {
+        if (bytes == 0) return;
+        if (packed_upload)
+            std::memcpy(step_host + offs[i], src, bytes);
+        else
+            CUDA_CHECK(cudaMemcpyAsync(views[i]->p, src, bytes, cudaMemcpyHostToDevice, stream));
     };
-    up(ids, h_ids);
-    up(positions, h_pos);
-    up(slots_full, h_sf);
-    up(slots_sliding, h_ss);
-    up(logit_rows, h_rows);
-    up(tables_full, h_tf);
-    up(tables_sliding, h_ts);
-    up(seq_start, h_seq_start);
-    up(query_start, h_qstart);
+    put(0, h_ids.data(), h_ids.size() * 4);
+    put(1, h_pos.data(), h_pos.size() * 4);
+    put(2, h_sf.data(), h_sf.size() * 4);
+    put(3, h_ss.data(), h_ss.size() * 4);
+    put(4, h_rows.data(), h_rows.size() * 4);
+    put(7, h_tf.data(), h_tf.size() * 4);
+    put(8, h_ts.data(), h_ts.size() * 4);
+    put(5, h_seq_start.data(), h_seq_start.size() * 4);
+    put(6, h_qstart.data(), h_qstart.size() * 4);
 
     const int R = static_cast<int>(h_rows.size());
     if (sampled != nullptr && (R != S || static_cast<int>(sample_params.size()) != S))
@@ -1144,12 +1207,15 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             seed[s] = sample_params[s].seed;
             draw[s] = sample_params[s].draw_index;
         }
-        CUDA_CHECK(cudaMemcpyAsync(s_temp.get(), temp.data(), S * 4, cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(s_top_p.get(), top_p.data(), S * 4, cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(s_top_k.get(), top_k.data(), S * 4, cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(s_seed.get(), seed.data(), S * 8, cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(s_draw.get(), draw.data(), S * 8, cudaMemcpyHostToDevice, stream));
+        put(9, temp.data(), S * 4);
+        put(10, top_p.data(), S * 4);
+        put(11, top_k.data(), S * 4);
+        put(12, seed.data(), S * 8);
+        put(13, draw.data(), S * 8);
     }
+    if (packed_upload)
+        CUDA_CHECK(cudaMemcpyAsync(step_arena.get(), step_host, step_bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(step_uploaded, stream));
     // With device sampling, the rows whose logits the caller also wants: their slot in `out`.
     std::vector<int> host_row(sampled != nullptr ? S : 0, -1);
     size_t out_base = 0;
