@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -434,6 +434,25 @@ for stage in "$@"; do
         echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
       done
+      ;;
+    cluster_ab)
+      # moe_fp8 in 2-CTA clusters sharing the weight tiles (GPTOSS_MOE_FP8_CLUSTER=1,
+      # MoeFp8Args::cluster): the CudaMoeFp8 tests (they run it), then 8k --fp8 prefill profiles of
+      # both models with and without it (only if the tests pass; a hang is cut at 150 s).
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.*' > "$OUT/cluster_tests.log" 2>&1
+      rc=$?
+      summary+=("cluster_ab tests rc=$rc")
+      grep -E "OK \]|FAILED|rel L2" "$OUT/cluster_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 1 0; do
+            GPTOSS_MOE_FP8_CLUSTER=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/cluster_${m}_$v.log" 2>&1
+            summary+=("cluster_ab $m cluster=$v rc=$?")
+            echo "$m --fp8 8k prefill, cluster $v:"; grep -E "^\| [0-9]+ \||  moe|  total" "$OUT/cluster_${m}_$v.log" | head -3
+          done
+        done
+      fi
       ;;
     attn_tma)
       # The wgmma prefill attention with K/V by TMA into an mbarrier ring (GPTOSS_ATTN_PREFILL_TMA=1,

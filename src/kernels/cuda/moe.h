@@ -221,6 +221,11 @@ struct MoeFp8Args {
     // of one CTA an item (r24: 2,434 -> 2,354 us a layer at 8k tokens; the model sets it).
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
+    // With 3 warpgroups: 2-CTA clusters (persistent, one CTA an SM) whose CTAs take neighbouring
+    // token tiles of one expert and share each weight tile by TMA multicast (28 instead of 40 KB
+    // into shared memory a CTA and K block). persistent_ctas > 0: that many CTAs (pairs) instead of
+    // as many clusters as can be resident. Session 11, not yet run.
+    bool cluster = false;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

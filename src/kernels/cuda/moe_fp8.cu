@@ -30,6 +30,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <type_traits>
 
@@ -365,6 +366,189 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     }
 }
 
+// ---- 2-CTA clusters sharing the weight tile (MoeFp8Args::cluster; session 11) -------------------
+// Why: at W = 3 a CTA's K block brings 40 KB into shared memory (24 KB weights + 16 KB tokens) for
+// 6.3 MFLOP, 157 FLOP a byte; at the kernels' ~700 TFLOP/s that is ~4.5 TB/s out of L2 (W = 2, 131
+// FLOP a byte, ran at 492 against W = 3's 620 TFLOP/s in r23: the rate followed the bytes a FLOP).
+// Here the two CTAs of a cluster take the same (expert, feature block) for two neighbouring token
+// tiles (rt, rt + 1) and each TMA-multicasts half of the weight tile into both: 12 + 16 = 28 KB a
+// CTA and K block, 225 FLOP a byte.
+// - Items: the persistent kernel's (tile, feature block) list; a cluster takes those whose tile has
+//   an even rt (rank r computes tile rt + r; past the expert's rows it is a phantom that computes
+//   nothing, loads no tokens, and only passes its weight half on and releases the stages).
+// - A stage is free again once all 2W consumer warpgroups of both CTAs released it (empty[s]
+//   counts 2W arrivals: each warpgroup arrives on its own CTA's and, through mapa, on the peer's),
+//   because either producer's multicast writes both CTAs' copies of the stage. full[s] expects the
+//   whole stage (both weight halves + this CTA's token tile; a phantom's: the weights only).
+// - Both CTAs walk the same items in the same order, so their rings stay in step; a cluster
+//   barrier at the start (barriers initialised) and at the end (no remote arrive or multicast into
+//   a CTA that has exited).
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_id_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ uint32_t cluster_count_x() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrive on the barrier at the same shared-memory offset in cluster CTA `rank` (this one included).
+__device__ __forceinline__ void mbar_arrive_rank(uint64_t* bar, uint32_t rank) {
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_addr(bar)),
+        "r"(rank)
+        : "memory");
+}
+// mbar_wait with cluster-scope acquire (the arrivals it waits for include the peer's).
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+// Box (x, y) into the same offset of every CTA in `mask`, completing bytes on each one's barrier
+// at bar's offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int x, int y, uint64_t* bar,
+                                                      uint16_t mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+        "{%2, %3}], [%4], %5;\n" ::"r"(smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(mask)
+        : "memory");
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(Shape<3>::kThreads, 1)
+    moe_fp8_cluster_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+                           const __grid_constant__ CUtensorMap w_half_map) {
+    constexpr int W = 3;
+    using S = Shape<W>;
+    constexpr int kFeatures = S::kFeatures, kStages = S::kStages;
+    constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
+    constexpr int kHalf = kFeatures / 2;  // weight rows each CTA brings (96: a multiple of 8 rows, 1 KB)
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    // The same offset in both CTAs (same kernel, same static layout): multicast lands alike.
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
+    uint64_t* empty = full + kStages;
+    auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
+    auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
+    const uint32_t rank = cluster_ctarank(), peer = rank ^ 1u;
+    const int cid = static_cast<int>(cluster_id_x()), ncl = static_cast<int>(cluster_count_x());
+    const int tid = threadIdx.x;
+
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 2 * W);
+        }
+        mbar_init_fence();
+    }
+    pdl_wait();
+    cluster_sync_all();  // both CTAs' barriers initialised before any remote arrive or multicast
+
+    const int nblk = (a.n + kFeatures - 1) / kFeatures;
+    const int items = *a.tile_count * nblk;
+    const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
+    struct Item {
+        int e, row0, rows, n0;
+        bool lead;  // the tile's rt is even: the pair (rt, rt + 1) is this cluster's item
+    };
+    auto item_at = [&](int it) {
+        const int tile = it / nblk;
+        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+        const int row0 = a.expert_offsets[e] + (rt + static_cast<int>(rank)) * kTokens;
+        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kFeatures, (rt & 1) == 0};
+    };
+
+    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
+    if (role >= W) {                                          // the producer: one lane issues every copy
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
+        if (tid == 128 * W) {
+            int gkb = 0;  // K blocks issued so far (all items)
+            for (int it = cid; it < items; it += ncl) {
+                const Item w = item_at(it);
+                if (!w.lead) continue;
+                for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+                    const int slot = gkb % kStages;
+                    if (gkb >= kStages) mbar_wait_cluster(&empty[slot], ((gkb / kStages) & 1) ^ 1);
+                    mbar_expect_tx(&full[slot], w.rows > 0 ? kStageBytes : kWTile);
+                    tma_load_2d_multicast(s_w(slot) + rank * kHalf * kKBlock, &w_half_map, kb * kKBlock,
+                                          w.e * N + w.n0 + static_cast<int>(rank) * kHalf, &full[slot], 0x3);
+                    if (w.rows > 0) tma_load_2d(s_x(slot), &x_map, kb * kKBlock, w.row0, &full[slot]);
+                }
+            }
+        }
+        __syncwarp();
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegsW3));
+        const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
+        const int g = lane >> 2, t = lane & 3;
+        const int nbs = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock;  // weight-scale blocks
+        const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
+        const uint32_t x_base = smem_addr(s_x(0));
+        // A stage's release: this warpgroup's reads of it are done, in both CTAs' counts.
+        auto release = [&](int slot) {
+            if ((tid & 127) == 0) {
+                mbar_arrive(&empty[slot]);
+                mbar_arrive_rank(&empty[slot], peer);
+            }
+        };
+        float acc[64], tmp[64];
+        int gkb = 0;
+        for (int it = cid; it < items; it += ncl) {
+            const Item w = item_at(it);
+            if (!w.lead) continue;
+            if (w.rows <= 0) {  // a phantom: the peer's weight halves come and go through this ring
+                for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+                    const int slot = gkb % kStages;
+                    mbar_wait(&full[slot], (gkb / kStages) & 1);
+                    release(slot);
+                }
+                continue;
+            }
+            const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
+            const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
+#pragma unroll
+            for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+            for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+                const float ws = __ldg(wscale + kb);
+                const int slot = gkb % kStages;
+                mbar_wait(&full[slot], (gkb / kStages) & 1);
+                wgmma_fence();
+#pragma unroll
+                for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+#pragma unroll
+                for (int kk = 0; kk < kKBlock / 32; ++kk)
+                    wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                                    desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+                release(slot);
+#pragma unroll
+                for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
+            }
+            fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
+        }
+    }
+    pdl_trigger();
+    cluster_sync_all();  // the peer's last remote arrivals have landed before either CTA exits
+}
+
 // m64n128k16, bf16 × bf16 → f32, both operands from shared memory (K-major); scale_d = 0 overwrites d.
 __device__ __forceinline__ void wgmma_bf16_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
@@ -571,6 +755,40 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
         using S = Shape<W>;
         CUtensorMap x_map, w_map;
         ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
+        if (a.cluster && W == 3) {  // 2-CTA clusters, one CTA an SM, as many as can be resident
+            CUtensorMap w_half_map;
+            ENGINE_CHECK(make_maps(a, S::kFeatures / 2, &x_map, &w_half_map),
+                         "moe_fp8: tensor maps could not be encoded");
+            auto kernel = gate_up ? moe_fp8_cluster_kernel<true> : moe_fp8_cluster_kernel<false>;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(S::kSmemBytes)));
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeClusterDimension;
+            attr[0].val.clusterDim.x = 2;
+            attr[0].val.clusterDim.y = 1;
+            attr[0].val.clusterDim.z = 1;
+            cfg.blockDim = dim3(S::kThreads);
+            cfg.dynamicSmemBytes = S::kSmemBytes;
+            cfg.stream = stream;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            int clusters = a.persistent_ctas / 2;
+            if (clusters <= 0) {
+                static std::atomic<int> resident{0};  // host-side cache (capture-safe)
+                if (resident.load(std::memory_order_relaxed) == 0) {
+                    int n = 0;
+                    cfg.gridDim = dim3(2);
+                    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+                    resident.store(std::max(n, 1), std::memory_order_relaxed);
+                }
+                clusters = resident.load(std::memory_order_relaxed);
+            }
+            const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
+            cfg.gridDim = dim3(2 * static_cast<unsigned>(std::min<int64_t>(clusters, items)));
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, x_map, w_half_map));
+            return;
+        }
         if (a.persistent) {  // one CTA an SM (at most one an item)
             int dev = 0, sms = 0;
             CUDA_CHECK(cudaGetDevice(&dev));
