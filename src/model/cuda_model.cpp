@@ -859,6 +859,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.warpgroups = fp8_grouped_wg;
         m.persistent = fp8_grouped_persistent;
         m.cluster = fp8_grouped_cluster && m.warpgroups != 2;
+        if (m.cluster)
+            if (const char* v = std::getenv("GPTOSS_MOE_FP8_CLUSTER_CTAS")) m.persistent_ctas = std::atoi(v);
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
         // bytes), else bf16 act and its rows quantized.
         const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);

@@ -32,6 +32,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -781,6 +783,8 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                     cfg.gridDim = dim3(2);
                     CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
                     resident.store(std::max(n, 1), std::memory_order_relaxed);
+                    if (std::getenv("GPTOSS_MOE_FP8_CLUSTER_VERBOSE"))
+                        std::fprintf(stderr, "moe_fp8: %d 2-CTA clusters resident\n", n);
                 }
                 clusters = resident.load(std::memory_order_relaxed);
             }
