@@ -100,9 +100,10 @@ struct CudaModel::Impl {
     }();
     // MoeFp8Args::cluster (2-CTA clusters sharing each weight tile by multicast; session 11, not
     // yet run). GPTOSS_MOE_FP8_CLUSTER=1 switches it on.
-    bool fp8_grouped_cluster = [] {
+    // 2: without multicast, 3: and without the cross-CTA stage release (diagnosis, r26).
+    int fp8_grouped_cluster = [] {
         const char* v = std::getenv("GPTOSS_MOE_FP8_CLUSTER");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr ? 0 : std::atoi(v);
     }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
@@ -858,7 +859,9 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k_pad = kc::fp8_gemm_k_pad(H);
         m.warpgroups = fp8_grouped_wg;
         m.persistent = fp8_grouped_persistent;
-        m.cluster = fp8_grouped_cluster && m.warpgroups != 2;
+        m.cluster = fp8_grouped_cluster > 0 && m.warpgroups != 2;
+        m.cluster_no_multicast = fp8_grouped_cluster >= 2;
+        m.cluster_independent = fp8_grouped_cluster == 3;
         if (m.cluster)
             if (const char* v = std::getenv("GPTOSS_MOE_FP8_CLUSTER_CTAS")) m.persistent_ctas = std::atoi(v);
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's

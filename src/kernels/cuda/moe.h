@@ -226,6 +226,11 @@ struct MoeFp8Args {
     // into shared memory a CTA and K block). persistent_ctas > 0: that many CTAs (pairs) instead of
     // as many clusters as can be resident. Session 11, not yet run.
     bool cluster = false;
+    // With cluster: each CTA loads its whole weight tile itself (no multicast), keeping the pair's
+    // stage protocol: the diagnosis of the clusters' cost (r26).
+    bool cluster_no_multicast = false;
+    // ... and with it, no cross-CTA stage release either: two independent CTAs (diagnosis).
+    bool cluster_independent = false;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

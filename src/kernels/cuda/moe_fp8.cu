@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(Shape<3>::kThreads, 1)
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 2 * W);
+            mbar_init(&empty[s], a.cluster_independent ? W : 2 * W);
         }
         mbar_init_fence();
     }
@@ -487,8 +487,14 @@ __global__ void __launch_bounds__(Shape<3>::kThreads, 1)
                     const int slot = gkb % kStages;
                     if (gkb >= kStages) mbar_wait_cluster(&empty[slot], ((gkb / kStages) & 1) ^ 1);
                     mbar_expect_tx(&full[slot], w.rows > 0 ? kStageBytes : kWTile);
-                    tma_load_2d_multicast(s_w(slot) + rank * kHalf * kKBlock, &w_half_map, kb * kKBlock,
-                                          w.e * N + w.n0 + static_cast<int>(rank) * kHalf, &full[slot], 0x3);
+                    if (a.cluster_no_multicast) {  // both halves from here, into this CTA only
+                        for (int hf = 0; hf < 2; ++hf)
+                            tma_load_2d(s_w(slot) + hf * kHalf * kKBlock, &w_half_map, kb * kKBlock,
+                                        w.e * N + w.n0 + hf * kHalf, &full[slot]);
+                    } else {
+                        tma_load_2d_multicast(s_w(slot) + rank * kHalf * kKBlock, &w_half_map, kb * kKBlock,
+                                              w.e * N + w.n0 + static_cast<int>(rank) * kHalf, &full[slot], 0x3);
+                    }
                     if (w.rows > 0) tma_load_2d(s_x(slot), &x_map, kb * kKBlock, w.row0, &full[slot]);
                 }
             }
@@ -505,7 +511,7 @@ __global__ void __launch_bounds__(Shape<3>::kThreads, 1)
         auto release = [&](int slot) {
             if ((tid & 127) == 0) {
                 mbar_arrive(&empty[slot]);
-                mbar_arrive_rank(&empty[slot], peer);
+                if (!a.cluster_independent) mbar_arrive_rank(&empty[slot], peer);
             }
         };
         float acc[64], tmp[64];
