@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -434,6 +434,41 @@ for stage in "$@"; do
         echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
       done
+      ;;
+    cluster_diag)
+      # What costs in moe_fp8's 2-CTA clusters (r26: 1.74x slower): GPTOSS_MOE_FP8_CLUSTER=3
+      # (independent CTAs in the cluster launch), 2 (each CTA its whole weight tile, the cross-CTA
+      # stage release kept), 1 (multicast), 0 (the default kernel); 20b 8k --fp8 prefill profiles.
+      for v in 3 2 1 0; do
+        GPTOSS_MOE_FP8_CLUSTER=$v GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill 8192 --batch "" --repeats 2 > "$OUT/cluster_diag_$v.log" 2>&1
+        summary+=("cluster_diag $v rc=$?")
+        echo "20b --fp8 8k prefill, cluster mode $v:"; grep -E "^\| [0-9]+ \||  moe" "$OUT/cluster_diag_$v.log" | head -2
+      done
+      ;;
+    attn_pipe)
+      # The TMA prefill attention with P·V of the previous tile under the current softmax
+      # (GPTOSS_ATTN_PREFILL_PIPE=1, PagedAttentionArgs::prefill_pipe): the prefill attention tests
+      # (they run it and compare its bytes with the TMA kernel's), then attention_bench and 20b
+      # --fp8 8k prefill against the TMA kernel, only if they pass.
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.Prefill*:PagedAttentionCuda.Fp8KvCache' \
+        > "$OUT/attn_pipe_tests.log" 2>&1
+      rc=$?
+      summary+=("attn_pipe tests rc=$rc")
+      grep -E "OK \]|FAILED|pipelined" "$OUT/attn_pipe_tests.log" | head -12
+      if [ $rc = 0 ]; then
+        for v in 0 1 0 1; do
+          GPTOSS_ATTN_PREFILL_WGMMA=1 GPTOSS_ATTN_PREFILL_TMA=1 GPTOSS_ATTN_PREFILL_PIPE=$v timeout 60 \
+            $BIN/attention_bench "prefill T=" > "$OUT/attn_pipe_bench_$v.log" 2>&1
+          echo "attention_bench prefill, pipe $v:"; grep -E "^prefill" "$OUT/attn_pipe_bench_$v.log"
+        done
+        for v in 0 1; do
+          GPTOSS_ATTN_PREFILL_PIPE=$v GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+            --prefill 8192 --batch "" --repeats 3 > "$OUT/attn_pipe_20b_$v.log" 2>&1
+          summary+=("attn_pipe 20b pipe=$v rc=$?")
+          echo "20b --fp8 8k prefill, pipe $v:"; grep -E "^\| [0-9]+ \||  attention|  total" "$OUT/attn_pipe_20b_$v.log" | head -3
+        done
+      fi
       ;;
     cluster_ab)
       # moe_fp8 in 2-CTA clusters sharing the weight tiles (GPTOSS_MOE_FP8_CLUSTER=1,

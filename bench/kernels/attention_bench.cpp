@@ -123,6 +123,7 @@ struct Common {
     bool fp8_direct = false;     // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
     bool prefill_wgmma = false;  // GPTOSS_ATTN_PREFILL_WGMMA=1 (PagedAttentionArgs::prefill_wgmma)
     bool prefill_tma = false;    // GPTOSS_ATTN_PREFILL_TMA=1 with it (PagedAttentionArgs::prefill_tma)
+    bool prefill_pipe = false;   // GPTOSS_ATTN_PREFILL_PIPE=1 with both (PagedAttentionArgs::prefill_pipe)
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -135,6 +136,8 @@ struct Common {
         prefill_wgmma = pw != nullptr && std::string(pw) == "1";
         const char* pt = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
         prefill_tma = pt != nullptr && std::string(pt) == "1";
+        const char* pp = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
+        prefill_pipe = pp != nullptr && std::string(pp) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -153,6 +156,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.fp8_direct = c.fp8_direct;
     a.prefill_wgmma = c.prefill_wgmma;
     a.prefill_tma = c.prefill_tma;
+    a.prefill_pipe = c.prefill_pipe;
     return a;
 }
 

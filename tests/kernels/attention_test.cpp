@@ -543,6 +543,23 @@ public:
             if (::testing::Test::HasFatalFailure()) return;
             check(std::string(tag) + " prefill tma", got, ref, c);
             check(std::string(tag) + " prefill tma vs reference_cuda", got, to_f32(ref_gpu), c);
+            // The pipelined TMA kernel (P·V of the previous tile under the current softmax): the
+            // same operations on o, m and l in the same order, so the same bits as the TMA kernel.
+            if (!c.fp8 && block_size_ % 16 == 0) {
+                std::vector<uint16_t> piped;
+                d.args.prefill_wgmma = true;
+                d.args.prefill_tma = true;
+                d.args.prefill_pipe = true;
+                run_kernel(d, Kernel::kPrefill, 0, piped);
+                d.args.prefill_wgmma = false;
+                d.args.prefill_tma = false;
+                d.args.prefill_pipe = false;
+                if (::testing::Test::HasFatalFailure()) return;
+                check(std::string(tag) + " prefill pipe", piped, ref, c);
+                size_t differ = 0;
+                for (size_t i = 0; i < got.size(); ++i) differ += piped[i] != got[i];
+                EXPECT_EQ(differ, 0u) << tag << ": the pipelined kernel differs from the TMA kernel";
+            }
         } else {
             for (int sp : splits_) {
                 run_kernel(d, Kernel::kDecode, sp, got);

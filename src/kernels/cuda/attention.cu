@@ -825,7 +825,12 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 // ================================================================================================
 constexpr int kTmaStages = 3;
 constexpr int kTmaStageBytes = 2 * kTileBytes;  // K, then V
-constexpr int kTmaPrefillSmem = 1024 + kPrefillRows * kRowBytes + kTmaStages * kTmaStageBytes + 16 * kTmaStages;
+constexpr int kPipeStages = 4;                  // the pipelined variant's ring (kPipe)
+constexpr int tma_prefill_smem(int stages) {
+    return 1024 + kPrefillRows * kRowBytes + stages * kTmaStageBytes + 16 * stages;
+}
+constexpr int kTmaPrefillSmem = tma_prefill_smem(kTmaStages);
+constexpr int kPipePrefillSmem = tma_prefill_smem(kPipeStages);
 
 __device__ __forceinline__ void attn_mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -859,10 +864,140 @@ __device__ __forceinline__ void warpgroup_barrier(int wg) {
         asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
+// ---- The pieces of the pipelined tile loop (kPipe below): S(t) and P(t - 1)·V(t - 1) issued
+// together, the softmax of S(t) while P·V runs. Issue functions only issue: the caller waits and
+// then fences the operand registers (qa after S, pa and o after P·V), which keeps the compiler from
+// reusing or touching them while the asynchronous wgmma still reads or writes them.
+__device__ __forceinline__ void pipe_issue_s(uint32_t (&qa)[4][4], uint32_t k_s, float (&s)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+    wgmma_commit();
+}
+__device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint32_t v_s, float (&o)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+    wgmma_commit();
+}
+// Both at once: one wgmma.fence for the two groups, no other instruction between them (ptxas
+// serializes wgmmas when a non-wgmma instruction touches an accumulator inside the pipeline stage,
+// C7514: the register fences of a second issue call did).
+__device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k_s, float (&s)[32],
+                                                uint32_t (&pa)[4][4], uint32_t v_s, float (&o)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        reg_fence(s[i]);
+        reg_fence(o[i]);
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            reg_fence(qa[kc][i]);
+            reg_fence(pa[kc][i]);
+        }
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+    wgmma_commit();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+    wgmma_commit();
+}
+// The masks and the online softmax of a finished S (as wgmma_prefill_tile's), without touching o:
+// P in s, the row max and sum updated, o's correction factors in corr (moved: the max moved).
+__device__ __forceinline__ void pipe_softmax(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
+                                             const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
+                                             float (&corr)[2], bool (&moved)[2]) {
+    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+    if (need_mask) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                const int pos = row_pos[e >> 1];
+                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float t8[8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
+        const float mx = quad_max(t8[0]);
+        const float m_new = fmaxf(m[h], mx * qk_scale);
+        moved[h] = m_new != m[h];
+        corr[h] = fast_exp2(m[h] - m_new);
+        m[h] = m_new;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
+        l[h] = l[h] * corr[h] + t8[0];
+    }
+}
+// o rescaled where the row max moved (corr is exactly 1 elsewhere), then P packed to bf16 A
+// fragments (keys 16kc..16kc+15 are S's n-tiles 2kc and 2kc + 1).
+__device__ __forceinline__ void pipe_rescale_pack(const float (&s)[32], const float (&corr)[2], const bool (&moved)[2],
+                                                  float (&o)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        if (moved[h]) {
+#pragma unroll
+            for (int dt = 0; dt < 8; ++dt) {
+                o[4 * dt + 2 * h] *= corr[h];
+                o[4 * dt + 2 * h + 1] *= corr[h];
+            }
+        }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
+        pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
+        pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
+        pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
+    }
+}
+
+// kPipe (PagedAttentionArgs::prefill_pipe; session 11, compiled only): the tile loop above with the
+// P·V of tile t - 1 issued right after S(t) and running under S(t)'s masks and softmax (the
+// FlashAttention-3 intra-warpgroup overlap); o is rescaled and P(t) packed once that P·V is done.
+// The operations on o, m and l are wgmma_prefill_tile's in the same order, so the output is the
+// same bits. Each P is held as packed bf16 (16 registers) from one iteration to the next instead
+// of S, so the live set stays about the kernel's. A stage is now busy until the P·V of the next
+// iteration: 4 stages, tile t + 2 issued as tile t starts (its stage held tile t - 2, released
+// during iteration t - 1, so thread 0 never waits on its own warp).
+template <bool kPipe>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
                                             const __grid_constant__ CUtensorMap v_map) {
+    constexpr int kStages = kPipe ? kPipeStages : kTmaStages;
+    constexpr int kAhead = 2;  // tiles in flight ahead of the one in use (see kPipe above)
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
@@ -886,11 +1021,11 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
-    const uint32_t bars = kv_smem + kTmaStages * kTmaStageBytes;
+    const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
-    const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kTmaStages + s); };
+    const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
     if (tid == 0) {
-        for (int s = 0; s < kTmaStages; ++s) {
+        for (int s = 0; s < kStages; ++s) {
             attn_mbar_init(full_bar(s), 1);
             attn_mbar_init(empty_bar(s), kWgPrefillThreads / 32);
         }
@@ -901,7 +1036,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // Thread 0: KV tile `tile` into the stage of running index idx (phases run on across query
     // tiles), once every warp has released that stage's previous tile.
     const auto issue = [&](int idx, int tile, int kv_lo, int p_last) {
-        const int s = idx % kTmaStages;
+        const int s = idx % kStages;
         // The pieces' slots first (four table reads in flight at once; the TMAs' "memory" clobbers
         // would otherwise serialize them): a piece's first key, or the nearest visible one (its rows
         // are then all masked).
@@ -911,7 +1046,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
             y[pc] = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
         }
-        if (idx >= kTmaStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kTmaStages - 1) & 1));
+        if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
         attn_mbar_expect_tx(full_bar(s), kTmaStageBytes);
         const uint32_t k_dst = kv_smem + s * kTmaStageBytes;
 #pragma unroll
@@ -935,7 +1070,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         cp_async_commit();
         if (tid == 0)
-            for (int i = 0; i < min(kTmaStages - 1, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
+            for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
         cp_async_wait<0>();
         __syncthreads();  // Q from every thread's cp.async
 
@@ -951,15 +1086,17 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         }
 #pragma unroll
         for (int i = 0; i < 32; ++i) o[i] = s[i] = 0.0f;
+        [[maybe_unused]] uint32_t pa[4][4];  // kPipe: the previous tile's P, packed
 
-        for (int it = 0; it < n_tiles; ++it) {
-            const int tile = tile_first + it, idx = idx0 + it, stage = idx % kTmaStages;
-            if (tid == 0 && it + kTmaStages - 1 < n_tiles)
-                issue(idx + kTmaStages - 1, tile + kTmaStages - 1, kv_lo, p_last);
-            attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kTmaStages) & 1));
+        // Tile it's front: tile it + kAhead issued, its stage landed, V rows outside [kv_lo, p_last]
+        // zeroed, Q's fragments reloaded (see above); returns the stage's K address and first key.
+        const auto tile_front = [&](int it, uint32_t(&qa)[4][4], int& key0) {
+            const int tile = tile_first + it, idx = idx0 + it, stage = idx % kStages;
+            if (tid == 0 && it + kAhead < n_tiles) issue(idx + kAhead, tile + kAhead, kv_lo, p_last);
+            attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kStages) & 1));
             const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
             const uint32_t v_s = k_s + kTileBytes;
-            const int key0 = tile * kKvTile;
+            key0 = tile * kKvTile;
             if (key0 < kv_lo || key0 + kKvTile - 1 > p_last) {  // V rows outside [kv_lo, p_last] to zero
                 for (int c = tid & 127; c < kKvTile * 8; c += 128) {
                     const int j = key0 + (c >> 3);
@@ -972,14 +1109,79 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
                 warpgroup_barrier(wg);
             }
-            uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk], reloaded every tile (see above)
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
                 ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
-
-            wgmma_prefill_tile(qa, k_s, v_s, key0, p0, p_last, window, tig, row_pos, qk_scale, s, o, m, l);
+            return k_s;
+        };
+        const auto v_of = [&](int it) { return kv_smem + ((idx0 + it) % kStages) * kTmaStageBytes + kTileBytes; };
+        const auto release = [&](int it) {  // this warp is done with tile it's stage
             __syncwarp();
-            if (lane == 0) attn_mbar_arrive(empty_bar(stage));  // this warp is done with the stage
+            if (lane == 0) attn_mbar_arrive(empty_bar((idx0 + it) % kStages));
+        };
+
+        if constexpr (!kPipe) {
+            for (int it = 0; it < n_tiles; ++it) {
+                uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk]
+                int key0;
+                const uint32_t k_s = tile_front(it, qa, key0);
+                wgmma_prefill_tile(qa, k_s, k_s + kTileBytes, key0, p0, p_last, window, tig, row_pos, qk_scale, s, o, m,
+                                   l);
+                release(it);
+            }
+        } else {
+            // The first tile alone (no P·V before it), then S(t) with P(t - 1)·V(t - 1) behind it and
+            // the softmax of S(t) while that P·V runs. The first tile is peeled so that the loop has
+            // no branch between an issue and its wait (ptxas then serializes the wgmmas, C7514).
+            float corr[2];
+            bool moved[2];
+            {
+                uint32_t qa[4][4];
+                int key0;
+                const uint32_t k_s = tile_front(0, qa, key0);
+                pipe_issue_s(qa, k_s, s);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+                pipe_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                pipe_rescale_pack(s, corr, moved, o, pa);
+            }
+            for (int it = 1; it < n_tiles; ++it) {
+                uint32_t qa[4][4];
+                int key0;
+                const uint32_t k_s = tile_front(it, qa, key0);
+                pipe_issue_s_pv(qa, k_s, s, pa, v_of(it - 1), o);
+                wgmma_wait<1>();  // S(t) (committed first) is done
+#pragma unroll
+                for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+                pipe_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                wgmma_wait<0>();  // P(t - 1)·V(t - 1) is done: o final for it, its stage free
+#pragma unroll
+                for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+                release(it - 1);
+                pipe_rescale_pack(s, corr, moved, o, pa);
+            }
+            pipe_issue_pv(pa, v_of(n_tiles - 1), o);  // the last tile's P·V
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            release(n_tiles - 1);
         }
         idx0 += n_tiles;
 
@@ -1431,8 +1633,10 @@ void ensure_wgmma_prefill_smem(int dev) {
     if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_wgmma_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kWgPrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel,
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<false>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaPrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -1497,7 +1701,12 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_wgmma_prefill_smem(current_device());
-        bf16_paged_attention_prefill_tma_kernel<<<grid, kWgPrefillThreads, kTmaPrefillSmem, stream>>>(a, k_map, v_map);
+        if (a.prefill_pipe)
+            bf16_paged_attention_prefill_tma_kernel<true>
+                <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
+        else
+            bf16_paged_attention_prefill_tma_kernel<false>
+                <<<grid, kWgPrefillThreads, kTmaPrefillSmem, stream>>>(a, k_map, v_map);
     } else if (a.prefill_wgmma) {
         ensure_wgmma_prefill_smem(current_device());
         bf16_paged_attention_prefill_wgmma_kernel<<<grid, kWgPrefillThreads, kWgPrefillSmem, stream>>>(a);
