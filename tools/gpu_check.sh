@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag decode_warps
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -434,6 +434,25 @@ for stage in "$@"; do
         echo "$m --fp8 8k prefill:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill8k_$m.log" | head -1
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
       done
+      ;;
+    decode_warps)
+      # moe_decode_mma with 8 warps a CTA (GPTOSS_MOE_DECODE_WARPS=8, MoeMxfp4Args::decode_warps):
+      # its tests, then batch 1/4/8 decode of both models against the 4-warp default (same run).
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeMxfp4*:CudaOps.MoeDecodeMma*' \
+        > "$OUT/decode_warps_tests.log" 2>&1
+      rc=$?
+      summary+=("decode_warps tests rc=$rc")
+      grep -E "OK \]|FAILED" "$OUT/decode_warps_tests.log" | head -6
+      if [ $rc = 0 ]; then
+        for m in 20b 120b; do
+          for e in "" "GPTOSS_MOE_DECODE_WARPS=8"; do
+            env $e timeout 150 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1,4,8 --context 1024 \
+              --decode-steps 64 --repeats 3 --markdown "$OUT/decode_warps_${m}_${e:+8}.md" > /dev/null 2>&1
+            summary+=("decode_warps $m [${e:-4 warps}] rc=$?")
+            echo "$m [${e:-4 warps}]:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_warps_${m}_${e:+8}.md"
+          done
+        done
+      fi
       ;;
     cluster_diag)
       # What costs in moe_fp8's 2-CTA clusters (r26: 1.74x slower): GPTOSS_MOE_FP8_CLUSTER=3

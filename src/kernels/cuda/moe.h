@@ -112,6 +112,9 @@ struct MoeMxfp4Args {
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 0: always the fp32 kernels.
     int kernel = -1;
+    // moe_decode_mma's warps a CTA: 0 = GPTOSS_MOE_DECODE_WARPS's choice (default 4), or 4 or 8
+    // (8: K split 8 ways, half the weight registers a lane, 3 CTAs an SM; session 11, compiled only).
+    int decode_warps = 0;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.

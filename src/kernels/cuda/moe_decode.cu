@@ -35,14 +35,25 @@
 namespace gptoss::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // K split across a CTA's warps
-constexpr int kThreads = kWarps * 32;
-constexpr int kRows = 16;                  // output rows per CTA
-constexpr int kMaxSteps = 6;               // 128-wide K steps per warp: K ≤ kWarps · 6 · 128 = 3,072
-constexpr int kMaxGroups = 4 * kMaxSteps;  // MXFP4 groups per warp
-constexpr int kGroupSlots = 5;             // uint4 slots per staged group (4 words + 1 padding)
-constexpr int kTokenSlots = kMaxGroups * kGroupSlots + 4;  // ≡ 4 (mod 8): conflict-free 16-byte reads
+// The CTA shape: kWarps warps split K, each at most kMaxSteps(kWarps) 128-wide steps (K ≤ 24 · 128 =
+// 3,072 either way). 4 warps (the default) or 8 (MoeMxfp4Args::decode_warps; session 11, compiled
+// only): half the weight registers a lane, so more warps an SM to hide the dequantization's
+// dependency chains (r25 ncu: issue 0.58 a scheduler with 3.5 warps, "wait" the top stall).
+constexpr int kRows = 16;          // output rows per CTA
+constexpr int kStepsPerTile = 24;  // kWarps · kMaxSteps
+constexpr int kGroupSlots = 5;     // uint4 slots per staged group (4 words + 1 padding)
 constexpr int kMaxExpertsScan = 256;
+template <int kWarps>
+struct DecodeShape {
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kMaxSteps = kStepsPerTile / kWarps;  // 128-wide K steps per warp
+    static constexpr int kMaxGroups = 4 * kMaxSteps;          // MXFP4 groups per warp
+    // Slots a staged token row: ≡ 4 (mod 8), so 16-byte reads of rows g = 0..7 are conflict-free.
+    static constexpr int kTokenSlots = kMaxGroups * kGroupSlots + ((4 - (kMaxGroups * kGroupSlots) % 8) + 8) % 8;
+    static constexpr int kMinBlocks =
+        kWarps == 4 ? 4 : 3;  // CTAs an SM (8 warps: 72 registers; at 4 CTAs, 64, gate_up spilled)
+};
+static_assert(DecodeShape<4>::kTokenSlots == 124, "the 4-warp layout (r25)");
 
 // bf16x2 multipliers for scale byte s: 2^(s - 1) when it is a bf16 (s ≤ 128), else 2^126 then
 // 2^(s - 127) (s = 255 gives inf, as e8m0_to_f32 does).
@@ -89,8 +100,11 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
     if (lane == 0 && !found) s_info[0] = -1;
 }
 
-template <bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMxfp4Args a) {
+template <bool kGateUp, int kWarps>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWarps>::kMinBlocks)
+    moe_decode_mma_kernel(const MoeMxfp4Args a) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
@@ -243,18 +257,19 @@ __global__ void __launch_bounds__(kThreads, 4) moe_decode_mma_kernel(const MoeMx
     }
 }
 
-template <bool kGateUp>
+template <bool kGateUp, int kWarps>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
+    using Sh = DecodeShape<kWarps>;
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int max_tokens = std::min(a.num_tokens, 8);
     // At most min(E, tokens · k) experts have tokens.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
-    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * kTokenSlots * sizeof(uint4);
-    auto kernel = moe_decode_mma_kernel<kGateUp>;
+    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
+    auto kernel = moe_decode_mma_kernel<kGateUp, kWarps>;
     if (smem > 48 * 1024)  // host-side, capture-safe
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_pdl(kernel, static_cast<int>(grid), kThreads, smem, stream, a);
+    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
 
 }  // namespace
@@ -263,15 +278,25 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
     const int G_h = a.hidden_size / 32, G_i = a.intermediate_size / 32;
     return a.num_tokens >= 1 && a.num_tokens <= kMoeDecodeMmaMaxTokens && a.hidden_size % 32 == 0 &&
            a.intermediate_size % 32 == 0 && (2 * a.intermediate_size) % kRows == 0 && a.hidden_size % kRows == 0 &&
-           (G_h + 3) / 4 <= kWarps * kMaxSteps && (G_i + 3) / 4 <= kWarps * kMaxSteps &&
-           a.num_experts <= kMaxExpertsScan;
+           (G_h + 3) / 4 <= kStepsPerTile && (G_i + 3) / 4 <= kStepsPerTile && a.num_experts <= kMaxExpertsScan;
 }
 
 void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    launch<true>(a, stream);
-    launch<false>(a, stream);
+    ENGINE_CHECK(a.decode_warps == 0 || a.decode_warps == 4 || a.decode_warps == 8,
+                 "moe_decode_mma: %d warps a CTA (4 or 8)", a.decode_warps);
+    static const int default_warps = [] {  // GPTOSS_MOE_DECODE_WARPS=8: the 8-warp CTAs (A/B runs)
+        const char* v = std::getenv("GPTOSS_MOE_DECODE_WARPS");
+        return v != nullptr && std::atoi(v) == 8 ? 8 : 4;
+    }();
+    if ((a.decode_warps == 0 ? default_warps : a.decode_warps) == 8) {
+        launch<true, 8>(a, stream);
+        launch<false, 8>(a, stream);
+    } else {
+        launch<true, 4>(a, stream);
+        launch<false, 4>(a, stream);
+    }
 }
 
 }  // namespace gptoss::kernels::cuda
