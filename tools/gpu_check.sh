@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag decode_warps
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag decode_warps bf16_out
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -450,6 +450,29 @@ for stage in "$@"; do
               --decode-steps 64 --repeats 3 --markdown "$OUT/decode_warps_${m}_${e:+8}.md" > /dev/null 2>&1
             summary+=("decode_warps $m [${e:-4 warps}] rc=$?")
             echo "$m [${e:-4 warps}]:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_warps_${m}_${e:+8}.md"
+          done
+        done
+      fi
+      ;;
+    bf16_out)
+      # The prompt path's FP8 QKV / output projections writing bf16 (GPTOSS_GEMM_BF16_OUT=1): the
+      # FP8 GEMM and RoPE tests, the model tests with it on, then 8k --fp8 prefill of both models
+      # with and without it (only if the tests pass).
+      timeout 100 $BIN/cuda_kernel_tests --gtest_filter='CudaFp8Gemm.*:CudaOps.QkvBiasRopeKvWrite:CudaOps.ResidualRmsNorm' \
+        > "$OUT/bf16_out_tests.log" 2>&1
+      rc=$?
+      GPTOSS_GEMM_BF16_OUT=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/bf16_out_tests.log" 2>&1
+      rc2=$?
+      summary+=("bf16_out tests rc=$rc model tests rc=$rc2")
+      grep -E "OK \]|FAILED|real widths|whole-prompt" "$OUT/bf16_out_tests.log" | head -24
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 1 0; do
+            GPTOSS_GEMM_BF16_OUT=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/bf16_out_${m}_$v.log" 2>&1
+            summary+=("bf16_out $m $v rc=$?")
+            echo "$m --fp8 8k prefill, bf16 out $v:"; grep -E "^\| [0-9]+ \||  qkv|  o_gemm|  rope|  norm|  total" "$OUT/bf16_out_${m}_$v.log" | head -6
           done
         done
       fi

@@ -210,6 +210,14 @@ struct CudaModel::Impl {
     }();
     // With it, P·V of the previous KV tile under the softmax of the current one
     // (PagedAttentionArgs::prefill_pipe; session 11, compiled only). GPTOSS_ATTN_PREFILL_PIPE=1.
+    // The prompt path's FP8 QKV and output projections write bf16 instead of fp32 (RoPE and the
+    // residual norm read it): 8k tokens, 84 + 47 MB less written and read again a layer; the
+    // rounding is transformers' (bf16 linear outputs). Session 11, compiled only;
+    // GPTOSS_GEMM_BF16_OUT=1.
+    bool gemm_bf16_out = [] {
+        const char* v = std::getenv("GPTOSS_GEMM_BF16_OUT");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
         return v != nullptr && std::strcmp(v, "1") == 0;
@@ -241,8 +249,9 @@ struct CudaModel::Impl {
     // GEMM, which writes fp8_gemm_m_pad(m) rows of y.
     // weights_fixed = false (a scratch rewritten by the kernels just before): never the GEMV, whose
     // PDL launch loads weights before waiting for the previous kernel.
+    // y_bf16: y holds bf16 (the cuBLASLt path only: never with m ≤ kGemvMaxTokens).
     void linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* y, int m, uint8_t* xq, float* xs,
-                   bool weights_fixed = true);
+                   bool weights_fixed = true, bool y_bf16 = false);
     void set_device() const {
         if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
     }
@@ -758,8 +767,9 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
 }
 
 void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* yout, int m, uint8_t* xq,
-                                float* xs, bool weights_fixed) {
+                                float* xs, bool weights_fixed, bool y_bf16) {
     if (m <= kc::kGemvMaxTokens && w.k % 16 == 0 && weights_fixed) {
+        ENGINE_CHECK(!y_bf16, "linear_f8: the GEMV writes fp32");
         kc::GemvArgs g;
         g.x = x;
         g.x_bf16 = x_bf16;
@@ -779,8 +789,8 @@ void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight&
     else
         kc::quantize_act_fp8(static_cast<const float*>(x), m, w.k, w.k_pad, xq, xs, stream);
     // cuBLASLt without an algorithm for this shape: the plain kernel, same arithmetic, slower.
-    if (!fp8_gemm->gemm(xq, xs, w, nullptr, yout, m, stream).ok())
-        kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream);
+    if (!fp8_gemm->gemm(xq, xs, w, nullptr, yout, m, stream, y_bf16).ok())
+        kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream, y_bf16);
 }
 
 void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32) {
@@ -1334,14 +1344,16 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             kc::residual_rmsnorm(rn, stream);
             mark("norm");
             const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
+            const bool qkv_bf16 = fp8 && !small && gemm_bf16_out;
             if (!fuse_qkv && fp8)
                 linear_f8(small ? h32.get() : h.get(), !small, D.qkv_f8, qkv.as<float>(), T, xq8.as<uint8_t>(),
-                          xs8.as<float>());
+                          xs8.as<float>(), true, qkv_bf16);
             else if (!fuse_qkv)
                 linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
             mark("qkv_gemm");
             kc::QkvRopeArgs r;
-            r.qkv = qkv.as<float>();
+            r.qkv = qkv.get();
+            r.qkv_bf16 = qkv_bf16;
             r.bias = D.qkv_b.as<float>();
             r.positions = positions.as<int32_t>();
             r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
@@ -1403,8 +1415,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             else
                 kc::paged_attention_prefill(pa, stream);
             mark("attention");
+            const bool o_bf16 = fp8 && !small && tp == 1 && gemm_bf16_out;  // a TP reduce sums fp32
             if (fp8) {
-                linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>());
+                linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>(), true, o_bf16);
             } else if (small) {
                 kc::GemvArgs g;
                 g.x = attn.get();
@@ -1433,6 +1446,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 kc::ResidualRmsNormArgs rn2;
                 rn2.x = xr;
                 rn2.add = o.as<float>();
+                rn2.add_bf16 = o_bf16;
                 rn2.add_bias = D.o_b.as<float>();
                 rn2.num_add = 1;
                 rn2.weight = D.post_norm.as<float>();

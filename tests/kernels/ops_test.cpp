@@ -159,6 +159,27 @@ TEST(CudaOps, QkvBiasRopeKvWrite) {
             }
         }
         EXPECT_LE(off_by_one * 1000, 2 * kc_ref.size()) << off_by_one << " neighbouring codes";
+
+        // qkv as bf16 (QkvRopeArgs::qkv_bf16, the FP8 GEMM's bf16 output): on bf16-representable
+        // values, the same bits as from fp32 rows holding them.
+        const std::vector<float> qkv_r = bf16_round(qkv);
+        auto dqkv_r = to_device(qkv_r), dqkv16 = to_device(to_bf16(qkv_r));
+        std::vector<std::vector<uint16_t>> outs;
+        for (bool in_bf16 : {false, true}) {
+            auto q_o = poisoned(q.size() * 2);
+            DeviceBuffer k_o(kc_ref.size() * 2), v_o(kc_ref.size() * 2);
+            cudaMemset(k_o.get(), 0, k_o.bytes());
+            cudaMemset(v_o.get(), 0, v_o.bytes());
+            a.qkv = in_bf16 ? dqkv16.get() : dqkv_r.get();
+            a.qkv_bf16 = in_bf16;
+            a.q_out = q_o.get();
+            a.k_cache = k_o.get();
+            a.v_cache = v_o.get();
+            a.kv_fp8 = false;
+            kc::qkv_bias_rope_kv_write(a, nullptr);
+            for (auto* b : {&q_o, &k_o, &v_o}) outs.push_back(to_host<uint16_t>(*b, b->bytes() / 2));
+        }
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(outs[i], outs[i + 3]) << "bf16 qkv input, output " << i;
     }
 }
 

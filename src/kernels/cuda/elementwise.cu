@@ -161,7 +161,11 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     __syncthreads();
     const int nq = a.num_heads, nkv = a.num_kv_heads;
     const int width = (nq + 2 * nkv) * hd;
-    const float* row = a.qkv + static_cast<int64_t>(t) * width;
+    const int64_t row0 = static_cast<int64_t>(t) * width;
+    const auto row = [&](int i) {
+        return a.qkv_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.qkv)[row0 + i])
+                          : static_cast<const float*>(a.qkv)[row0 + i];
+    };
     const int slot = a.slot_mapping[t];
     auto* q_out = static_cast<__nv_bfloat16*>(a.q_out) + static_cast<int64_t>(t) * nq * hd;
     // Rotations: (nq + nkv) heads × half pairs.
@@ -169,8 +173,8 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
         const int h = idx / half, i = idx % half;
         const float c = s_cos[i], s = s_sin[i];
         const int base = h * hd;  // q heads first, then k heads
-        const float x1 = row[base + i] + a.bias[base + i];
-        const float x2 = row[base + i + half] + a.bias[base + i + half];
+        const float x1 = row(base + i) + a.bias[base + i];
+        const float x2 = row(base + i + half) + a.bias[base + i + half];
         const float y1 = x1 * c - x2 * s;
         const float y2 = x2 * c + x1 * s;
         if (h < nq) {
@@ -185,7 +189,7 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     if (slot >= 0) {
         for (int i = threadIdx.x; i < nkv * hd; i += blockDim.x) {
             const int src = (nq + nkv) * hd + i;
-            store_kv(a.v_cache, static_cast<int64_t>(slot) * nkv * hd + i, row[src] + a.bias[src], a.kv_fp8);
+            store_kv(a.v_cache, static_cast<int64_t>(slot) * nkv * hd + i, row(src) + a.bias[src], a.kv_fp8);
         }
     }
 }

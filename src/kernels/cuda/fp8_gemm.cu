@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "core/logging.h"
 #include "kernels/cuda/common.cuh"
@@ -197,9 +198,10 @@ __global__ void pad_fp8_weight_scales_kernel(const float* __restrict__ src, int 
 }
 
 // One thread per output; 4 bytes of each operand per load (rows are k_pad long, k_pad % 128 == 0).
+template <typename OutT>  // float or __nv_bfloat16
 __global__ void fp8_gemm_reference_kernel(const uint8_t* __restrict__ xq, const float* __restrict__ xs,
                                           const uint8_t* __restrict__ wq, const float* __restrict__ ws,
-                                          const __nv_bfloat16* __restrict__ bias, float* __restrict__ y, int m,
+                                          const __nv_bfloat16* __restrict__ bias, OutT* __restrict__ y, int m,
                                           int m_pad, int n, int k_pad) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= n || r >= m) return;
@@ -217,7 +219,10 @@ __global__ void fp8_gemm_reference_kernel(const uint8_t* __restrict__ xq, const 
         acc = fmaf(blk, xs[static_cast<int64_t>(kb) * m_pad + r] * ws[static_cast<int64_t>(c / kB) * kbs + kb], acc);
     }
     if (bias) acc += __bfloat162float(bias[c]);
-    y[static_cast<int64_t>(r) * n + c] = acc;
+    if constexpr (std::is_same_v<OutT, float>)
+        y[static_cast<int64_t>(r) * n + c] = acc;
+    else
+        y[static_cast<int64_t>(r) * n + c] = __float2bfloat16(acc);
 }
 
 __global__ void add_bias_rows_kernel(float* __restrict__ y, const __nv_bfloat16* __restrict__ bias, int rows, int n) {
@@ -292,14 +297,19 @@ Fp8Weight Fp8Weight::from_bf16(const void* src, int n, int k, cudaStream_t strea
     return w;
 }
 
-void fp8_gemm_reference(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m,
-                        cudaStream_t stream) {
+void fp8_gemm_reference(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y, int m,
+                        cudaStream_t stream, bool y_bf16) {
     ENGINE_CHECK(m >= 0 && w.n > 0 && w.k_pad % kB == 0, "fp8_gemm_reference: m %d n %d k_pad %d", m, w.n, w.k_pad);
     if (m == 0) return;
     const dim3 grid((w.n + 127) / 128, m);
-    fp8_gemm_reference_kernel<<<grid, 128, 0, stream>>>(xq, xs, w.q.as<uint8_t>(), w.scales.as<float>(),
-                                                        static_cast<const __nv_bfloat16*>(bias), y, m,
-                                                        fp8_gemm_m_pad(m), w.n, w.k_pad);
+    const auto* b = static_cast<const __nv_bfloat16*>(bias);
+    if (y_bf16)
+        fp8_gemm_reference_kernel<<<grid, 128, 0, stream>>>(xq, xs, w.q.as<uint8_t>(), w.scales.as<float>(), b,
+                                                            static_cast<__nv_bfloat16*>(y), m, fp8_gemm_m_pad(m), w.n,
+                                                            w.k_pad);
+    else
+        fp8_gemm_reference_kernel<<<grid, 128, 0, stream>>>(xq, xs, w.q.as<uint8_t>(), w.scales.as<float>(), b,
+                                                            static_cast<float*>(y), m, fp8_gemm_m_pad(m), w.n, w.k_pad);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -347,10 +357,10 @@ static int fp8_gemm_m_bucket(int m_pad) {
     return m_pad <= 64 ? m_pad : static_cast<int>(std::bit_ceil(static_cast<unsigned>(m_pad)));
 }
 
-Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool bias, bool exact) {
+Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool bias, bool y_bf16, bool exact) {
     // Exact plans (asked for when a bucket's algorithm refused an M) are keyed by the negated M.
     const int bucket = exact ? m_pad : fp8_gemm_m_bucket(m_pad);
-    const auto key = std::make_tuple(exact ? -m_pad : bucket, n, k_pad, bias);
+    const auto key = std::make_tuple(exact ? -m_pad : bucket, n, k_pad, bias, y_bf16);
     auto it = plans_.find(key);
     if (it != plans_.end()) return *it->second;
     m_pad = bucket;  // the heuristic sees the bucket's M
@@ -370,7 +380,7 @@ Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool b
     set_attr(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, placeholder);
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k_pad, n, k_pad));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k_pad, m_pad, k_pad));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, n, m_pad, n));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m_pad, n));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -388,7 +398,8 @@ Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool b
     };
     if (bias) {
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-        // FP8 inputs with an fp32 output take a bf16 bias (cuBLAS docs, cublasLtMatmul FP8 table).
+        // FP8 inputs with an fp32 or bf16 output take a bf16 bias (cuBLAS docs, cublasLtMatmul FP8
+        // table).
         const int32_t bias_type = CUDA_R_16BF;
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
         set_attr(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, placeholder);
@@ -403,25 +414,28 @@ Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool b
     return ref;
 }
 
-Status Fp8GemmRunner::gemm(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m,
-                           cudaStream_t stream) {
+Status Fp8GemmRunner::gemm(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y, int m,
+                           cudaStream_t stream, bool y_bf16) {
     ENGINE_CHECK(w.n > 0 && w.k_pad % kFp8GemmKAlign == 0 && w.k_pad >= w.k,
                  "Fp8GemmRunner: weight n %d k %d k_pad %d (k_pad must be a multiple of %d)", w.n, w.k, w.k_pad,
                  kFp8GemmKAlign);
     if (m < 2) return unimplemented("fp8 gemm: cuBLASLt block-scaled FP8 refuses m = " + std::to_string(m));
     const int m_pad = fp8_gemm_m_pad(m);
-    Status st = run(plan_for(m_pad, w.n, w.k_pad, bias != nullptr, false), xq, xs, w, bias, y, m_pad, stream);
+    Status st =
+        run(plan_for(m_pad, w.n, w.k_pad, bias != nullptr, y_bf16, false), xq, xs, w, bias, y, m_pad, y_bf16, stream);
     if (st.ok()) return st;
     // The bucket's algorithm does not take this M (or there is none at the bucket's M): ask the
     // heuristic for this exact M once (cached either way).
-    st = run(plan_for(m_pad, w.n, w.k_pad, bias != nullptr, true), xq, xs, w, bias, y, m_pad, stream);
-    if (!st.ok() && warned_.insert(std::make_tuple(m_pad, w.n, w.k_pad, bias != nullptr)).second)
+    st = run(plan_for(m_pad, w.n, w.k_pad, bias != nullptr, y_bf16, true), xq, xs, w, bias, y, m_pad, y_bf16, stream);
+    if (!st.ok() && warned_.insert(std::make_tuple(m_pad, w.n, w.k_pad, bias != nullptr, y_bf16)).second)
         LOG_WARN("%s (callers fall back to a slower kernel)", st.message().c_str());
     return st;
 }
 
-Status Fp8GemmRunner::run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y,
-                          int m_pad, cudaStream_t stream) {
+Status Fp8GemmRunner::run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y,
+                          int m_pad, bool y_bf16, cudaStream_t stream) {
+    if (bias && !p.bias_epilogue && y_bf16)  // the bias pass below adds to fp32 rows only
+        return unimplemented("fp8 gemm: no bias epilogue for a bf16 output");
     if (!p.ok) {
         return unimplemented("fp8 gemm: no cuBLASLt block-scaled FP8 algorithm for m " + std::to_string(m_pad) + " n " +
                              std::to_string(w.n) + " k " + std::to_string(w.k_pad));
@@ -447,7 +461,7 @@ Status Fp8GemmRunner::run(Plan& p, const uint8_t* xq, const float* xs, const Fp8
                              std::to_string(m_pad) + " n " + std::to_string(w.n) + " k " + std::to_string(w.k_pad));
     if (bias && !p.bias_epilogue) {
         add_bias_rows_kernel<<<grid_for(static_cast<int64_t>(m_pad) * w.n, 256), 256, 0, stream>>>(
-            y, static_cast<const __nv_bfloat16*>(bias), m_pad, w.n);
+            static_cast<float*>(y), static_cast<const __nv_bfloat16*>(bias), m_pad, w.n);
         CUDA_CHECK_LAUNCH();
     }
     return ok_status();

@@ -99,9 +99,10 @@ void quantize_weight_fp8_mxfp4(const uint8_t* blocks, const uint8_t* scales, int
 // Plain CUDA reference (tests, and the fallback where cuBLASLt refuses a shape): one thread per
 // output, y[r, c] = Σ_blocks (Σ_{k in block} e4m3(xq[r,k]) · e4m3(wq[c,k])) · xs[kb, r] · ws[c/128, kb]
 // + bias[c], fp32 throughout. xq/xs in the activation layout with row stride k_pad and scale
-// stride m_pad = fp8_gemm_m_pad(m); writes rows 0..m only. bias: bf16 [n] or null.
-void fp8_gemm_reference(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m,
-                        cudaStream_t stream);
+// stride m_pad = fp8_gemm_m_pad(m); writes rows 0..m only. bias: bf16 [n] or null. y_bf16: y holds
+// bf16 (the fp32 result rounded to nearest even), else fp32.
+void fp8_gemm_reference(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y, int m,
+                        cudaStream_t stream, bool y_bf16 = false);
 
 // One runner per model (stream): gemm() updates the cached plans' pointers and layouts on every
 // call, so a runner is not to be shared between threads.
@@ -115,22 +116,25 @@ public:
     // y [m_pad, w.n] fp32 row-major = x · Wᵀ (+ bias); xq [m_pad, w.k_pad], xs [w.k_pad/128, m_pad]
     // as written by quantize_act_fp8; bias bf16 [w.n] or null. kUnimplemented when m < 2 or when
     // cuBLASLt has no block-scaled algorithm for the shape (cached: asking again is cheap).
-    // The first call per (m, n, k_pad, bias) queries the heuristic: warm up before graph capture.
-    Status gemm(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m,
-                cudaStream_t stream);
+    // The first call per (m, n, k_pad, bias, y_bf16) queries the heuristic: warm up before graph
+    // capture. y_bf16: y holds bf16 (cuBLASLt's epilogue rounds the fp32 sums; session 11, not
+    // yet run), else fp32.
+    Status gemm(const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y, int m,
+                cudaStream_t stream, bool y_bf16 = false);
 
 private:
     struct Plan;
-    // Plans per (M bucket, n, k_pad, bias); exact: for this M only (after the bucket's failed).
-    Plan& plan_for(int m_pad, int n, int k_pad, bool bias, bool exact);
-    Status run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, float* y, int m_pad,
-               cudaStream_t stream);
+    // Plans per (M bucket, n, k_pad, bias, bf16 output); exact: for this M only (after the
+    // bucket's failed).
+    Plan& plan_for(int m_pad, int n, int k_pad, bool bias, bool y_bf16, bool exact);
+    Status run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y, int m_pad,
+               bool y_bf16, cudaStream_t stream);
 
     void* handle_ = nullptr;  // cublasLtHandle_t
     DeviceBuffer workspace_;
     size_t workspace_bytes_;
-    std::map<std::tuple<int, int, int, bool>, std::unique_ptr<Plan>> plans_;
-    std::set<std::tuple<int, int, int, bool>> warned_;  // shapes already reported as unsupported
+    std::map<std::tuple<int, int, int, bool, bool>, std::unique_ptr<Plan>> plans_;
+    std::set<std::tuple<int, int, int, bool, bool>> warned_;  // shapes already reported as unsupported
 };
 
 }  // namespace gptoss::kernels::cuda

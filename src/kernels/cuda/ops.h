@@ -34,8 +34,9 @@ void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
 
 // Bias add + YaRN RoPE (NeoX half-split) + KV-cache write, from the fused QKV projection output.
 struct QkvRopeArgs {
-    const float* qkv = nullptr;             // [num_tokens, (num_heads + 2·num_kv_heads) · head_dim] fp32, no bias
-    const float* bias = nullptr;            // [(num_heads + 2·num_kv_heads) · head_dim]
+    const void* qkv = nullptr;    // [num_tokens, (num_heads + 2·num_kv_heads) · head_dim] fp32 (or bf16), no bias
+    bool qkv_bf16 = false;        // qkv holds bf16 (Fp8GemmRunner's bf16 output), not fp32
+    const float* bias = nullptr;  // [(num_heads + 2·num_kv_heads) · head_dim]
     const int32_t* positions = nullptr;     // [num_tokens]
     const int32_t* slot_mapping = nullptr;  // [num_tokens] block·block_size + offset; < 0: skip write
     const float* inv_freq = nullptr;        // [head_dim / 2]
