@@ -998,6 +998,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                                             const __grid_constant__ CUtensorMap v_map) {
     constexpr int kStages = kPipe ? kPipeStages : kTmaStages;
     constexpr int kAhead = 2;  // tiles in flight ahead of the one in use (see kPipe above)
+    // kPipe holds a stage one iteration longer: thread 0 must never wait for a stage its own warp
+    // releases later in the same iteration.
+    static_assert(kAhead <= kStages - (kPipe ? 2 : 1), "the ring is too short for the lookahead");
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
