@@ -465,7 +465,7 @@ for stage in "$@"; do
         >> "$OUT/bf16_out_tests.log" 2>&1
       rc2=$?
       summary+=("bf16_out tests rc=$rc model tests rc=$rc2")
-      grep -E "OK \]|FAILED|real widths|whole-prompt" "$OUT/bf16_out_tests.log" | head -24
+      grep -E "OK \]|FAILED|real widths|whole-prompt|bf16 out" "$OUT/bf16_out_tests.log" | head -30
       if [ $rc = 0 ] && [ $rc2 = 0 ]; then
         for m in gpt-oss-20b gpt-oss-120b; do
           for v in 1 0; do

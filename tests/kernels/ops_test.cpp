@@ -21,15 +21,17 @@ using kc::DeviceBuffer;
 TEST(CudaOps, ResidualRmsNorm) {
     REQUIRE_GPU();
     // T = 300: the wide prefill kernel (≥ 64 tokens); K = 0: no residual add (only the norm);
-    // K = -4: four adds held as bf16 (add_bf16, moe_fp8's y), the reference on the same values.
+    // K = -4: four adds held as bf16 (add_bf16, moe_fp8's y), the reference on the same values;
+    // K = -1: one bf16 add without weights (the bf16 output projection, GPTOSS_GEMM_BF16_OUT).
     for (int T : {1, 7, 300}) {
-        for (int Ks : {0, 1, 4, -4}) {
+        for (int Ks : {0, 1, 4, -4, -1}) {
             const int H = 2880, K = std::abs(Ks);
-            const bool add_bf16 = Ks < 0;
+            const bool add_bf16 = Ks < 0, unweighted = Ks == -1;
             auto x = randn(static_cast<size_t>(T) * H, 1 + T + K);
             auto add = randn(static_cast<size_t>(T) * std::max(K, 1) * H, 2 + T);
             if (add_bf16) add = bf16_round(add);
             auto w = randn(static_cast<size_t>(T) * std::max(K, 1), 3 + T, 0.3f, 0.5f);
+            if (unweighted) std::fill(w.begin(), w.end(), 1.0f);
             auto bias = randn(H, 4, 0.1f);
             auto gain = randn(H, 5, 0.2f, 1.0f);
             // Reference: x += Σ w·add + bias, then rmsnorm.
@@ -50,7 +52,7 @@ TEST(CudaOps, ResidualRmsNorm) {
             a.x = dx.as<float>();
             a.add = K > 0 ? dadd.as<float>() : nullptr;
             a.add_bf16 = add_bf16;
-            a.add_weights = dw.as<float>();
+            a.add_weights = unweighted ? nullptr : dw.as<float>();
             a.add_bias = db.as<float>();
             a.num_add = K;
             a.weight = dg.as<float>();
@@ -602,6 +604,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                                    f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
                     a.kernel = kernel;
                     a.decode_warps = variant == 2 ? 8 : 4;
+                    EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
                     kc::moe_mxfp4(a, nullptr);
                     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
                     const std::vector<float> got = combine_assignments(y, wts, T, K, H);
@@ -653,6 +656,7 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
             a.decode_warps = warps;
             ASSERT_TRUE(kc::moe_decode_mma_supported(a));
             EXPECT_EQ(cudaMemset(y.get(), 0xff, y.bytes()), cudaSuccess);  // poison again
+            EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);
             kc::moe_decode_mma(a, nullptr);
             EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
