@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag decode_warps bf16_out
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag decode_warps bf16_out ncu_src
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -476,6 +476,18 @@ for stage in "$@"; do
           done
         done
       fi
+      ;;
+    ncu_src)
+      # Where a kernel's warps stall, by SASS instruction: one launch of NCU_SRC_KERNEL (default the
+      # grouped FP8 MoE, moe_fp8_persistent) in NCU_SRC_ARGS' run (default 20b --fp8 8k prefill)
+      # with ncu's source counters, then the 30 instructions with the most stall samples.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      timeout 300 $NCU --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \
+        -k regex:${NCU_SRC_KERNEL:-moe_fp8_persistent} -c 1 -f -o "$OUT/ncu_src" $BIN/gptoss bench \
+        ${NCU_SRC_ARGS:---synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "" --repeats 1} > "$OUT/ncu_src.log" 2>&1
+      summary+=("ncu_src rc=$?")
+      $NCU -i "$OUT/ncu_src.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_src.csv" 2>&1
+      python3 tools/ncu_stall_top.py "$OUT/ncu_src.csv" 30 | tee "$OUT/ncu_src_top.txt"
       ;;
     cluster_diag)
       # What costs in moe_fp8's 2-CTA clusters (r26: 1.74x slower): GPTOSS_MOE_FP8_CLUSTER=3
