@@ -610,6 +610,74 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(kTransB));
 }
 
+// The masks and the online softmax of a finished S, without touching o: P in s, the row max and sum
+// updated, o's correction factors in corr (moved: the max moved). Row max and sum as trees (depth
+// 4, not chains of 16: r25 ncu had "wait", fixed-latency dependencies, as the largest stall).
+__device__ __forceinline__ void tile_softmax(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
+                                             const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
+                                             float (&corr)[2], bool (&moved)[2]) {
+    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+    if (need_mask) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                const int pos = row_pos[e >> 1];
+                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float t8[8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
+        const float mx = quad_max(t8[0]);
+        const float m_new = fmaxf(m[h], mx * qk_scale);
+        moved[h] = m_new != m[h];
+        corr[h] = fast_exp2(m[h] - m_new);
+        m[h] = m_new;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
+        l[h] = l[h] * corr[h] + t8[0];
+    }
+}
+// o rescaled only where the row max moved (corr is then exactly 1 elsewhere: skipping the
+// multiplies changes no bit), then P packed to bf16 A fragments (keys 16kc..16kc+15 are S's
+// n-tiles 2kc and 2kc + 1).
+__device__ __forceinline__ void tile_rescale_pack(const float (&s)[32], const float (&corr)[2], const bool (&moved)[2],
+                                                  float (&o)[32], uint32_t (&pa)[4][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        if (moved[h]) {
+#pragma unroll
+            for (int dt = 0; dt < 8; ++dt) {
+                o[4 * dt + 2 * h] *= corr[h];
+                o[4 * dt + 2 * h + 1] *= corr[h];
+            }
+        }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
+        pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
+        pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
+        pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
+    }
+}
+
 // One KV tile of a query tile in both wgmma prefill kernels (the K and V tiles in shared memory,
 // visible to the async proxy): S = Q·Kᵀ, the masks, the online softmax, O += P·V.
 __device__ __forceinline__ void wgmma_prefill_tile(const uint32_t (&qa)[4][4], uint32_t k_s, uint32_t v_s, int key0,
@@ -627,65 +695,11 @@ __device__ __forceinline__ void wgmma_prefill_tile(const uint32_t (&qa)[4][4], u
 #pragma unroll
     for (int i = 0; i < 32; ++i) reg_fence(s[i]);
 
-    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
-    if (need_mask) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
-                const int pos = row_pos[e >> 1];
-                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
-            }
-    }
-
-    // Row max and sum as trees (depth 4, not chains of 16: r25 ncu had "wait", fixed-latency
-    // dependencies, as the largest stall), and o rescaled only where the row max moved
-    // (corr is then exactly 1: skipping the multiplies changes no bit).
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float t8[8];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
-#pragma unroll
-        for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
-        const float mx = quad_max(t8[0]);
-        const float m_new = fmaxf(m[h], mx * qk_scale);
-        const bool moved = m_new != m[h];
-        const float corr = fast_exp2(m[h] - m_new);
-        m[h] = m_new;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
-#pragma unroll
-        for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-            for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
-        l[h] = l[h] * corr + t8[0];
-        if (moved) {
-#pragma unroll
-            for (int dt = 0; dt < 8; ++dt) {
-                o[4 * dt + 2 * h] *= corr;
-                o[4 * dt + 2 * h + 1] *= corr;
-            }
-        }
-    }
-
-    // O += P·V: keys 16kc..16kc+15 are S's n-tiles 2kc and 2kc + 1.
+    float corr[2];
+    bool moved[2];
+    tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
     uint32_t pa[4][4];
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {
-        pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
-        pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
-        pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
-        pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
-    }
+    tile_rescale_pack(s, corr, moved, o, pa);
     // The register fences first: the rescaled o and the packed P must be written before
     // wgmma.fence (the compiler may otherwise sink the multiplies past it, and the
     // asynchronous wgmma then reads o unscaled: r24 call 4, wrong from the second KV tile).
@@ -917,72 +931,6 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k
     for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
     wgmma_commit();
 }
-// The masks and the online softmax of a finished S (as wgmma_prefill_tile's), without touching o:
-// P in s, the row max and sum updated, o's correction factors in corr (moved: the max moved).
-__device__ __forceinline__ void pipe_softmax(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
-                                             const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
-                                             float (&corr)[2], bool (&moved)[2]) {
-    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
-    if (need_mask) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
-                const int pos = row_pos[e >> 1];
-                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
-            }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float t8[8];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
-#pragma unroll
-        for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
-        const float mx = quad_max(t8[0]);
-        const float m_new = fmaxf(m[h], mx * qk_scale);
-        moved[h] = m_new != m[h];
-        corr[h] = fast_exp2(m[h] - m_new);
-        m[h] = m_new;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
-#pragma unroll
-        for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-            for (int i = 0; i < w; ++i) t8[i] += t8[i + w];
-        l[h] = l[h] * corr[h] + t8[0];
-    }
-}
-// o rescaled where the row max moved (corr is exactly 1 elsewhere), then P packed to bf16 A
-// fragments (keys 16kc..16kc+15 are S's n-tiles 2kc and 2kc + 1).
-__device__ __forceinline__ void pipe_rescale_pack(const float (&s)[32], const float (&corr)[2], const bool (&moved)[2],
-                                                  float (&o)[32], uint32_t (&pa)[4][4]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-        if (moved[h]) {
-#pragma unroll
-            for (int dt = 0; dt < 8; ++dt) {
-                o[4 * dt + 2 * h] *= corr[h];
-                o[4 * dt + 2 * h + 1] *= corr[h];
-            }
-        }
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) {
-        pa[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
-        pa[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
-        pa[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
-        pa[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
-    }
-}
-
 // kPipe (PagedAttentionArgs::prefill_pipe; session 11, compiled only): the tile loop above with the
 // P·V of tile t - 1 issued right after S(t) and running under S(t)'s masks and softmax (the
 // FlashAttention-3 intra-warpgroup overlap); o is rescaled and P(t) packed once that P·V is done.
@@ -1150,8 +1098,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                pipe_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
-                pipe_rescale_pack(s, corr, moved, o, pa);
+                tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                tile_rescale_pack(s, corr, moved, o, pa);
             }
             for (int it = 1; it < n_tiles; ++it) {
                 uint32_t qa[4][4];
@@ -1165,7 +1113,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                pipe_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
                 wgmma_wait<0>();  // P(t - 1)·V(t - 1) is done: o final for it, its stage free
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(o[i]);
@@ -1174,7 +1122,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
                 release(it - 1);
-                pipe_rescale_pack(s, corr, moved, o, pa);
+                tile_rescale_pack(s, corr, moved, o, pa);
             }
             pipe_issue_pv(pa, v_of(n_tiles - 1), o);  // the last tile's P·V
             wgmma_wait<0>();
