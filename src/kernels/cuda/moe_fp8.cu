@@ -276,6 +276,39 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     fp8_epilogue<kGateUp>(a, acc, e, row0, rows, n0, wg, warp, g, t);
 }
 
+// One work item's K loop in a consumer warpgroup of the persistent kernels: K block kb's four k32
+// wgmmas into tmp once its stage (running index gkb) has landed, the stage released, its sums
+// added to acc times the block's weight scale (DeepGEMM's promotion). One K block in flight a
+// warpgroup: promoting block kb while kb + 1's wgmmas run would need 192 accumulator registers,
+// and ptxas then serializes the wgmmas anyway (C7514); the other warpgroups' wgmmas fill the
+// tensor pipe meanwhile.
+template <int kStages, int kStageBytes, typename Release>
+__device__ __forceinline__ void consume_item(float (&acc)[64], float (&tmp)[64], uint64_t* full, uint32_t w_base,
+                                             uint32_t x_base, const float* wscale, int nkb, int& gkb,
+                                             const Release& release) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+        const float ws = __ldg(wscale + kb);
+        const int slot = gkb % kStages;
+        mbar_wait(&full[slot], (gkb / kStages) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+#pragma unroll
+        for (int kk = 0; kk < kKBlock / 32; ++kk)
+            wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                            desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+        release(slot);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
+    }
+}
+
 // The persistent variant (MoeFp8Args::persistent; session 8, compiled only): one CTA an SM takes
 // work items (tile, feature block) blockIdx.x, + gridDim.x, ...; its producer fills the next
 // item's first stages while the consumers run the previous item's epilogue, the stage ring running
@@ -342,27 +375,9 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         // its rows are never stored, but the read must stay inside w_scale.
         const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
         const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-        for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-            const float ws = __ldg(wscale + kb);
-            const int slot = gkb % kStages;
-            mbar_wait(&full[slot], (gkb / kStages) & 1);
-            wgmma_fence();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-#pragma unroll
-            for (int kk = 0; kk < kKBlock / 32; ++kk)
-                wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
-                                desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+        consume_item<kStages, kStageBytes>(acc, tmp, full, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
             if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
-        }
+        });
         if (it + static_cast<int>(gridDim.x) >= items) pdl_trigger();
         fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
     }
@@ -483,27 +498,7 @@ __global__ void __launch_bounds__(Shape<3>::kThreads, 1)
             }
             const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
             const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-            for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                const float ws = __ldg(wscale + kb);
-                const int slot = gkb % kStages;
-                mbar_wait(&full[slot], (gkb / kStages) & 1);
-                wgmma_fence();
-#pragma unroll
-                for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-#pragma unroll
-                for (int kk = 0; kk < kKBlock / 32; ++kk)
-                    wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
-                                    desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
-                wgmma_commit();
-                wgmma_wait<0>();
-#pragma unroll
-                for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-                release(slot);
-#pragma unroll
-                for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
-            }
+            consume_item<kStages, kStageBytes>(acc, tmp, full, w_base, x_base, wscale, nkb, gkb, release);
             fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
         }
     }
