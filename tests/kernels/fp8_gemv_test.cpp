@@ -54,24 +54,36 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
         const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
         const auto bias = test::randn(n, 22, 0.1f);
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
+        // The dequantized weights once (e4m3 times a float scale is exact in double: the same
+        // products as decoding each element in the loop), and one reference per distinct input.
+        std::vector<double> wd(static_cast<size_t>(n) * k);
+        for (int r = 0; r < n; ++r)
+            for (int c = 0; c < k; ++c)
+                wd[static_cast<size_t>(r) * k + c] =
+                    static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
+                    sc[static_cast<size_t>(r / 128) * kb + c / 128];
+        const auto reference = [&](const std::vector<float>& xr, int T) {
+            std::vector<float> ref(static_cast<size_t>(T) * n);
+            for (int t = 0; t < T; ++t)
+                for (int r = 0; r < n; ++r) {
+                    const double* wr = wd.data() + static_cast<size_t>(r) * k;
+                    const float* xt = xr.data() + static_cast<size_t>(t) * k;
+                    double acc = 0;
+                    for (int c = 0; c < k; ++c) acc += wr[c] * xt[c];
+                    ref[static_cast<size_t>(t) * n + r] = static_cast<float>(acc + bias[r]);
+                }
+            return ref;
+        };
         for (int T : {1, 3, 8}) {
-            for (bool xb : {false, true})
+            for (bool xb : {false, true}) {
+                auto x = test::randn(static_cast<size_t>(T) * k, 23 + T);
+                if (xb) x = test::bf16_round(x);
+                const std::vector<float> ref_x = reference(x, T);  // the row kernel multiplies x
+                const std::vector<float> ref_bf16 = xb ? ref_x : reference(test::bf16_round(x), T);  // the MMA ones
                 for (GemvFp8Kernel kind :
                      {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
                     const bool mma = kind != GemvFp8Kernel::kRowPerWarp;
-                    auto x = test::randn(static_cast<size_t>(T) * k, 23 + T);
-                    if (xb) x = test::bf16_round(x);
-                    const auto xr = mma ? test::bf16_round(x) : x;  // what the kernel multiplies
-                    std::vector<float> ref(static_cast<size_t>(T) * n);
-                    for (int t = 0; t < T; ++t)
-                        for (int r = 0; r < n; ++r) {
-                            double acc = 0;
-                            for (int c = 0; c < k; ++c)
-                                acc += static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
-                                       sc[static_cast<size_t>(r / 128) * kb + c / 128] *
-                                       xr[static_cast<size_t>(t) * k + c];
-                            ref[static_cast<size_t>(t) * n + r] = static_cast<float>(acc + bias[r]);
-                        }
+                    const std::vector<float>& ref = mma ? ref_bf16 : ref_x;
                     auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
                     auto dy = test::poisoned(ref.size() * 4);
                     gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind), nullptr);
@@ -79,6 +91,7 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                         << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " kernel "
                         << static_cast<int>(kind);
                 }
+            }
         }
     }
 }
