@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma cluster_ab attn_pipe cluster_diag decode_warps bf16_out ncu_src
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -435,25 +435,6 @@ for stage in "$@"; do
         grep -A12 GPTOSS_PROFILE "$OUT/prefill8k_$m.log"
       done
       ;;
-    decode_warps)
-      # moe_decode_mma with 8 warps a CTA (GPTOSS_MOE_DECODE_WARPS=8, MoeMxfp4Args::decode_warps):
-      # its tests, then batch 1/4/8 decode of both models against the 4-warp default (same run).
-      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeMxfp4*:CudaOps.MoeDecodeMma*' \
-        > "$OUT/decode_warps_tests.log" 2>&1
-      rc=$?
-      summary+=("decode_warps tests rc=$rc")
-      grep -E "OK \]|FAILED" "$OUT/decode_warps_tests.log" | head -6
-      if [ $rc = 0 ]; then
-        for m in 20b 120b; do
-          for e in "" "GPTOSS_MOE_DECODE_WARPS=8"; do
-            env $e timeout 150 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1,4,8 --context 1024 \
-              --decode-steps 64 --repeats 3 --markdown "$OUT/decode_warps_${m}_${e:+8}.md" > /dev/null 2>&1
-            summary+=("decode_warps $m [${e:-4 warps}] rc=$?")
-            echo "$m [${e:-4 warps}]:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_warps_${m}_${e:+8}.md"
-          done
-        done
-      fi
-      ;;
     bf16_out)
       # The prompt path's FP8 QKV / output projections writing bf16 (GPTOSS_GEMM_BF16_OUT=1): the
       # FP8 GEMM and RoPE tests, the model tests with it on, then 8k --fp8 prefill of both models
@@ -483,22 +464,14 @@ for stage in "$@"; do
       # with ncu's source counters, then the 30 instructions with the most stall samples.
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       timeout 300 $NCU --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \
+        --section SpeedOfLight \
         -k regex:${NCU_SRC_KERNEL:-moe_fp8_persistent} -c 1 -f -o "$OUT/ncu_src" $BIN/gptoss bench \
         ${NCU_SRC_ARGS:---synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "" --repeats 1} > "$OUT/ncu_src.log" 2>&1
       summary+=("ncu_src rc=$?")
       $NCU -i "$OUT/ncu_src.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_src.csv" 2>&1
+      $NCU -i "$OUT/ncu_src.ncu-rep" --page details --csv 2>/dev/null | grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput)"' \
+        | awk -F'","' '{print $(NF-2), $(NF-1), $NF}' | tee "$OUT/ncu_src_sol.txt"
       python3 tools/ncu_stall_top.py "$OUT/ncu_src.csv" 30 | tee "$OUT/ncu_src_top.txt"
-      ;;
-    cluster_diag)
-      # What costs in moe_fp8's 2-CTA clusters (r26: 1.74x slower): GPTOSS_MOE_FP8_CLUSTER=3
-      # (independent CTAs in the cluster launch), 2 (each CTA its whole weight tile, the cross-CTA
-      # stage release kept), 1 (multicast), 0 (the default kernel); 20b 8k --fp8 prefill profiles.
-      for v in 3 2 1 0; do
-        GPTOSS_MOE_FP8_CLUSTER=$v GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-          --prefill 8192 --batch "" --repeats 2 > "$OUT/cluster_diag_$v.log" 2>&1
-        summary+=("cluster_diag $v rc=$?")
-        echo "20b --fp8 8k prefill, cluster mode $v:"; grep -E "^\| [0-9]+ \||  moe" "$OUT/cluster_diag_$v.log" | head -2
-      done
       ;;
     attn_pipe)
       # The TMA prefill attention with P·V of the previous tile under the current softmax
@@ -521,25 +494,6 @@ for stage in "$@"; do
             --prefill 8192 --batch "" --repeats 3 > "$OUT/attn_pipe_20b_$v.log" 2>&1
           summary+=("attn_pipe 20b pipe=$v rc=$?")
           echo "20b --fp8 8k prefill, pipe $v:"; grep -E "^\| [0-9]+ \||  attention|  total" "$OUT/attn_pipe_20b_$v.log" | head -3
-        done
-      fi
-      ;;
-    cluster_ab)
-      # moe_fp8 in 2-CTA clusters sharing the weight tiles (GPTOSS_MOE_FP8_CLUSTER=1,
-      # MoeFp8Args::cluster): the CudaMoeFp8 tests (they run it), then 8k --fp8 prefill profiles of
-      # both models with and without it (only if the tests pass; a hang is cut at 150 s).
-      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.*' > "$OUT/cluster_tests.log" 2>&1
-      rc=$?
-      summary+=("cluster_ab tests rc=$rc")
-      grep -E "OK \]|FAILED|rel L2" "$OUT/cluster_tests.log" | head -30
-      if [ $rc = 0 ]; then
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 0; do
-            GPTOSS_MOE_FP8_CLUSTER=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
-              --batch "" --repeats 3 > "$OUT/cluster_${m}_$v.log" 2>&1
-            summary+=("cluster_ab $m cluster=$v rc=$?")
-            echo "$m --fp8 8k prefill, cluster $v:"; grep -E "^\| [0-9]+ \||  moe|  total" "$OUT/cluster_${m}_$v.log" | head -3
-          done
         done
       fi
       ;;

@@ -121,9 +121,9 @@ struct Common {
     int max_splits = 132;
     bool fp8_kv = false;         // GPTOSS_ATTN_FP8_KV=1
     bool fp8_direct = false;     // GPTOSS_ATTN_FP8_DIRECT=1 (PagedAttentionArgs::fp8_direct)
-    bool prefill_wgmma = false;  // GPTOSS_ATTN_PREFILL_WGMMA=1 (PagedAttentionArgs::prefill_wgmma)
-    bool prefill_tma = false;    // GPTOSS_ATTN_PREFILL_TMA=1 with it (PagedAttentionArgs::prefill_tma)
-    bool prefill_pipe = false;   // GPTOSS_ATTN_PREFILL_PIPE=1 with both (PagedAttentionArgs::prefill_pipe)
+    bool prefill_wgmma = false;  // GPTOSS_ATTN_PREFILL_WGMMA=0: off (PagedAttentionArgs::prefill_wgmma)
+    bool prefill_tma = false;    // GPTOSS_ATTN_PREFILL_TMA=0: off (PagedAttentionArgs::prefill_tma)
+    bool prefill_pipe = false;   // GPTOSS_ATTN_PREFILL_PIPE=0: off (PagedAttentionArgs::prefill_pipe)
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -133,11 +133,11 @@ struct Common {
         const char* fd = std::getenv("GPTOSS_ATTN_FP8_DIRECT");
         fp8_direct = fd != nullptr && std::string(fd) == "1";
         const char* pw = std::getenv("GPTOSS_ATTN_PREFILL_WGMMA");
-        prefill_wgmma = pw != nullptr && std::string(pw) == "1";
+        prefill_wgmma = pw == nullptr || std::string(pw) != "0";  // the model's default
         const char* pt = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
-        prefill_tma = pt != nullptr && std::string(pt) == "1";
+        prefill_tma = pt == nullptr || std::string(pt) != "0";  // the model's default
         const char* pp = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
-        prefill_pipe = pp != nullptr && std::string(pp) == "1";
+        prefill_pipe = pp == nullptr || std::string(pp) != "0";  // the model's default
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };

@@ -98,13 +98,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // MoeFp8Args::cluster (2-CTA clusters sharing each weight tile by multicast; session 11, not
-    // yet run). GPTOSS_MOE_FP8_CLUSTER=1 switches it on.
-    // 2: without multicast, 3: and without the cross-CTA stage release (diagnosis, r26).
-    int fp8_grouped_cluster = [] {
-        const char* v = std::getenv("GPTOSS_MOE_FP8_CLUSTER");
-        return v == nullptr ? 0 : std::atoi(v);
-    }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
         return v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) ? std::atoi(v) : 0;
@@ -208,19 +201,20 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_TMA");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // With it, P·V of the previous KV tile under the softmax of the current one
-    // (PagedAttentionArgs::prefill_pipe; session 11, compiled only). GPTOSS_ATTN_PREFILL_PIPE=1.
     // The prompt path's FP8 QKV and output projections write bf16 instead of fp32 (RoPE and the
     // residual norm read it): 8k tokens, 84 + 47 MB less written and read again a layer; the
-    // rounding is transformers' (bf16 linear outputs). Session 11, compiled only;
-    // GPTOSS_GEMM_BF16_OUT=1.
+    // rounding is transformers' (bf16 linear outputs). r27: 8k prefill 88.30 -> 87.87 ms (20b),
+    // 213.85 -> 211.47 ms (120b). GPTOSS_GEMM_BF16_OUT=0: fp32 outputs (A/B runs).
     bool gemm_bf16_out = [] {
         const char* v = std::getenv("GPTOSS_GEMM_BF16_OUT");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // With the TMA kernel, P·V of the previous KV tile under the softmax of the current one
+    // (PagedAttentionArgs::prefill_pipe): r27 attention_bench 8k full 1,435 -> 1,376 us, 20b 8k
+    // prefill attention 19.44 -> 18.71 ms. GPTOSS_ATTN_PREFILL_PIPE=0: without (A/B runs).
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     // The router logits of batches past the fused decode router on the tensor cores
     // (RouterTopkArgs::tensor_cores): 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 -> 2.2 ms
@@ -875,11 +869,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k_pad = kc::fp8_gemm_k_pad(H);
         m.warpgroups = fp8_grouped_wg;
         m.persistent = fp8_grouped_persistent;
-        m.cluster = fp8_grouped_cluster > 0 && m.warpgroups != 2;
-        m.cluster_no_multicast = fp8_grouped_cluster >= 2;
-        m.cluster_independent = fp8_grouped_cluster == 3;
-        if (m.cluster)
-            if (const char* v = std::getenv("GPTOSS_MOE_FP8_CLUSTER_CTAS")) m.persistent_ctas = std::atoi(v);
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
         // bytes), else bf16 act and its rows quantized.
         const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);

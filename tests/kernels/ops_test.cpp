@@ -593,18 +593,15 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
-            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1),
-            // with 4 warps a CTA and with 8 (2).
-            for (int variant : {0, 1, 2})
+            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
+            for (int kernel : {0, 1})
                 for (bool f32_input : {false, true}) {
-                    const int kernel = variant == 0 ? 0 : 1;
                     auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
                     kc::MoeMxfp4Args a =
                         mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
                                    f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
                     a.kernel = kernel;
-                    a.decode_warps = variant == 2 ? 8 : 4;
                     EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
                     kc::moe_mxfp4(a, nullptr);
                     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -615,7 +612,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                     const bool mma = kernel != 0 && T <= kc::kMoeDecodeMmaMaxTokens;
                     EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32, mma ? "moe decode mma" : "moe mxfp4"))
                         << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
-                        << (f32_input ? " f32 input" : " bf16 input") << " variant " << variant;
+                        << (f32_input ? " f32 input" : " bf16 input") << " kernel " << kernel;
                 }
         }
     }
@@ -651,18 +648,13 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
         auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
         auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-        for (int warps : {4, 8}) {  // MoeMxfp4Args::decode_warps
-            kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(), dh32.as<float>(),
-                                            offsets, sorted, act, y, T, K);
-            a.decode_warps = warps;
-            ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-            EXPECT_EQ(cudaMemset(y.get(), 0xff, y.bytes()), cudaSuccess);  // poison again
-            EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);
-            kc::moe_decode_mma(a, nullptr);
-            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
-                << "T=" << T << " warps " << warps;
-        }
+        kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(), dh32.as<float>(), offsets,
+                                        sorted, act, y, T, K);
+        ASSERT_TRUE(kc::moe_decode_mma_supported(a));
+        kc::moe_decode_mma(a, nullptr);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+            << "T=" << T;
     }
 }
 

@@ -38,8 +38,8 @@ struct PagedAttentionArgs {
     // unless GPTOSS_ATTN_PREFILL_TMA=0).
     bool prefill_tma = false;
     // With prefill_tma: P·V of the previous KV tile runs under the softmax of the current one (the
-    // FlashAttention-3 intra-warpgroup overlap; same bits; kernels/cuda/attention.cu, session 11,
-    // compiled only; GPTOSS_ATTN_PREFILL_PIPE=1 in the CUDA model).
+    // FlashAttention-3 intra-warpgroup overlap; same bits; kernels/cuda/attention.cu; the CUDA model
+    // sets it unless GPTOSS_ATTN_PREFILL_PIPE=0).
     bool prefill_pipe = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]

@@ -112,9 +112,6 @@ struct MoeMxfp4Args {
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma's warps a CTA: 0 = GPTOSS_MOE_DECODE_WARPS's choice (default 4), or 4 or 8
-    // (8: K split 8 ways, half the weight registers a lane, 3 CTAs an SM; session 11, compiled only).
-    int decode_warps = 0;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
@@ -224,16 +221,6 @@ struct MoeFp8Args {
     // of one CTA an item (r24: 2,434 -> 2,354 us a layer at 8k tokens; the model sets it).
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
-    // With 3 warpgroups: 2-CTA clusters (persistent, one CTA an SM) whose CTAs take neighbouring
-    // token tiles of one expert and share each weight tile by TMA multicast (28 instead of 40 KB
-    // into shared memory a CTA and K block). persistent_ctas > 0: that many CTAs (pairs) instead of
-    // as many clusters as can be resident. Session 11, not yet run.
-    bool cluster = false;
-    // With cluster: each CTA loads its whole weight tile itself (no multicast), keeping the pair's
-    // stage protocol: the diagnosis of the clusters' cost (r26).
-    bool cluster_no_multicast = false;
-    // ... and with it, no cross-CTA stage release either: two independent CTAs (diagnosis).
-    bool cluster_independent = false;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

@@ -36,9 +36,8 @@ namespace gptoss::kernels::cuda {
 namespace {
 
 // The CTA shape: kWarps warps split K, each at most kMaxSteps(kWarps) 128-wide steps (K ≤ 24 · 128 =
-// 3,072 either way). 4 warps (the default) or 8 (MoeMxfp4Args::decode_warps; session 11, compiled
-// only): half the weight registers a lane, so more warps an SM to hide the dequantization's
-// dependency chains (r25 ncu: issue 0.58 a scheduler with 3.5 warps, "wait" the top stall).
+// 3,072). 4 warps. (8 warps, half the weight registers a lane and 3 CTAs an SM to hide the
+// dequantization's dependency chains, were no faster: r27, 20b batch-1 step 2.070 -> 2.089 ms.)
 constexpr int kRows = 16;          // output rows per CTA
 constexpr int kStepsPerTile = 24;  // kWarps · kMaxSteps
 constexpr int kGroupSlots = 5;     // uint4 slots per staged group (4 words + 1 padding)
@@ -50,8 +49,7 @@ struct DecodeShape {
     static constexpr int kMaxGroups = 4 * kMaxSteps;          // MXFP4 groups per warp
     // Slots a staged token row: ≡ 4 (mod 8), so 16-byte reads of rows g = 0..7 are conflict-free.
     static constexpr int kTokenSlots = kMaxGroups * kGroupSlots + ((4 - (kMaxGroups * kGroupSlots) % 8) + 8) % 8;
-    static constexpr int kMinBlocks =
-        kWarps == 4 ? 4 : 3;  // CTAs an SM (8 warps: 72 registers; at 4 CTAs, 64, gate_up spilled)
+    static constexpr int kMinBlocks = 4;  // CTAs an SM
 };
 static_assert(DecodeShape<4>::kTokenSlots == 124, "the 4-warp layout (r25)");
 
@@ -284,19 +282,8 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
 void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    ENGINE_CHECK(a.decode_warps == 0 || a.decode_warps == 4 || a.decode_warps == 8,
-                 "moe_decode_mma: %d warps a CTA (4 or 8)", a.decode_warps);
-    static const int default_warps = [] {  // GPTOSS_MOE_DECODE_WARPS=8: the 8-warp CTAs (A/B runs)
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_WARPS");
-        return v != nullptr && std::atoi(v) == 8 ? 8 : 4;
-    }();
-    if ((a.decode_warps == 0 ? default_warps : a.decode_warps) == 8) {
-        launch<true, 8>(a, stream);
-        launch<false, 8>(a, stream);
-    } else {
-        launch<true, 4>(a, stream);
-        launch<false, 4>(a, stream);
-    }
+    launch<true, 4>(a, stream);
+    launch<false, 4>(a, stream);
 }
 
 }  // namespace gptoss::kernels::cuda

@@ -65,10 +65,40 @@ struct Shape {
     static constexpr int kWTile = kFeatures * kKBlock;
     static constexpr int kStageBytes = kWTile + kXTile;  // a multiple of 1024: every tile 1 KB-aligned
     static_assert(kStageBytes % 1024 == 0, "stage alignment");
-    // + the weight scales of the (at most 2) scale blocks the CTA's features touch, + barriers.
-    static constexpr size_t kSmemBytes =
-        1024 + static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 2 * kStages * 8;
+    // + the weight scales of the (at most 2) scale blocks the CTA's features touch, + barriers, + the
+    // epilogue's row inputs (EpilogueRows: 2 buffers a consumer warpgroup).
+    static constexpr size_t kRowsOffset =
+        static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 2 * kStages * 8;
+    static constexpr size_t kSmemBytes = 1024 + kRowsOffset + static_cast<size_t>(W) * 2 * kTokens * 8;
 };
+
+// The epilogue's per-row inputs of an item in shared memory: the activation rows' scales (0 past the
+// item's rows) and, for down, the assignment each row's result goes to. Before r27 every lane loaded
+// its 32 rows' scales from global memory in the epilogue, with all three warpgroups (so the tensor
+// cores) waiting: those loads were 19% of the gate_up kernel's stall samples (ncu source page).
+// Each consumer thread loads one row's inputs before the K loop and stores them after it.
+struct RowInputs {
+    float xs = 0.0f;
+    int assignment = 0;
+};
+__device__ __forceinline__ RowInputs load_row_inputs(const MoeFp8Args& a, bool gate_up, int row0, int rows, int q) {
+    RowInputs r;
+    if (q < rows) {
+        r.xs = a.x_scale != nullptr ? __ldg(a.x_scale + row0 + q) : a.x_scale_value;
+        if (!gate_up) r.assignment = __ldg(a.sorted_assignments + row0 + q);
+    }
+    return r;
+}
+// This lane's two features' biases (f0 = n0 + 64·wg + 16·warp + g and f0 + 8; 0 past n).
+__device__ __forceinline__ float2 load_bias_pair(const MoeFp8Args& a, int e, int n0, int wg, int warp, int g) {
+    const int N = a.n, f0 = n0 + wg * 64 + warp * 16 + g, f1 = f0 + 8;
+    const float* bias = a.bias + static_cast<int64_t>(e) * N;
+    return make_float2(f0 < N ? __ldg(bias + f0) : 0.0f, f1 < N ? __ldg(bias + f1) : 0.0f);
+}
+// Named barrier `id` (1..15) over `threads` threads (a warpgroup: 128).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // The 64 fp32 accumulators of an m64n128 wgmma as asm operands %0..%63 (shared by the two wrappers).
 #define GPTOSS_ACC64_REGS                                                                                        \
@@ -127,20 +157,22 @@ __device__ __forceinline__ int produce_item(uint8_t* smem, uint64_t* full, uint6
 // The epilogue of one work item (tile rows row0 .. row0 + rows of expert e × features n0 ..),
 // from this lane's accumulators: gate_up's SwiGLU into act (bf16) or act_q (e4m3), down's rows of
 // y. Shared by both kernels below.
+// s_xs / s_asg: the item's RowInputs in shared memory (kTokens each); bias: load_bias_pair's.
 template <bool kGateUp>
-__device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&acc)[64], int e, int row0, int rows,
-                                             int n0, int wg, int warp, int g, int t) {
+__device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&acc)[64], int row0, int rows, int n0,
+                                             int wg, int warp, int g, int t, float2 bias, const float* s_xs,
+                                             const int* s_asg) {
     const int N = a.n;
     // acc[4j + 2h + u]: feature f_h = n0 + 64·wg + 16·warp + g + 8h, token 8j + 2t + u of the tile.
     const int f0 = n0 + wg * 64 + warp * 16 + g, f1 = f0 + 8;
-    const float* bias = a.bias + static_cast<int64_t>(e) * N;
-    const float b0 = f0 < N ? bias[f0] : 0.0f, b1 = f1 < N ? bias[f1] : 0.0f;
+    const float b0 = bias.x, b1 = bias.y;
 #pragma unroll
     for (int j = 0; j < kTokens / 8; ++j) {
+        const float2 xs2 = *reinterpret_cast<const float2*>(s_xs + 8 * j + 2 * t);  // rows 8j + 2t, + 1
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             const int m = 8 * j + 2 * t + u;
-            const float xs = m >= rows ? 0.0f : a.x_scale != nullptr ? a.x_scale[row0 + m] : a.x_scale_value;
+            const float xs = u == 0 ? xs2.x : xs2.y;
             const float v0 = fmaf(acc[4 * j + u], xs, b0), v1 = fmaf(acc[4 * j + 2 + u], xs, b1);
             if constexpr (kGateUp) {
                 // Even g holds gates 2i (f0) and 2i + 8 (f1); its partner g + 1 the ups f0 + 1, f1 + 1.
@@ -165,12 +197,12 @@ __device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&
                     const bool odd = g & 1;
                     const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
                     if (m < rows && f0 < N) {
-                        const int64_t r = static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                        const int64_t r = static_cast<int64_t>(s_asg[m]) * N;
                         __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(a.y) + r + (odd ? f1 - 1 : f0);
                         *reinterpret_cast<uint32_t*>(dst) = odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
                     }
                 } else if (m < rows) {
-                    const int64_t r = static_cast<int64_t>(a.sorted_assignments[row0 + m]) * N;
+                    const int64_t r = static_cast<int64_t>(s_asg[m]) * N;
                     if (f0 < N) a.y[r + f0] = v0;
                     if (f1 < N) a.y[r + f1] = v1;
                 }
@@ -192,6 +224,8 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     float* s_wscale = reinterpret_cast<float*>(smem + kStages * kStageBytes);
     uint64_t* full = reinterpret_cast<uint64_t*>(s_wscale + 2 * kMaxKBlocks);
     uint64_t* empty = full + kStages;
+    float* s_xs = reinterpret_cast<float*>(smem + S::kRowsOffset);  // the item's RowInputs
+    int* s_asg = reinterpret_cast<int*>(s_xs + kTokens);
     auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
     auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
 
@@ -213,7 +247,12 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
             s_wscale[(i / nkb) * kMaxKBlocks + i % nkb] = b < nb ? ws[static_cast<int64_t>(b) * kbp + i % nkb] : 0.0f;
         }
     }
-    __syncthreads();  // barriers initialised, scales in; no CTA-wide barrier after the role split
+    if (tid < kTokens) {
+        const RowInputs r = load_row_inputs(a, kGateUp, row0, rows, tid);
+        s_xs[tid] = r.xs;
+        s_asg[tid] = r.assignment;
+    }
+    __syncthreads();  // barriers initialised, scales and row inputs in; no CTA-wide barrier after the role split
 
     // The role through a shuffle: warp-uniform for the compiler (no serialized wgmma, ptxas C7520).
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);
@@ -232,6 +271,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int g = lane >> 2, t = lane & 3;
     // This warpgroup's 64 rows lie in one scale block (n0 and 64·wg are multiples of 64).
     const float* wscale = s_wscale + ((n0 + 64 * wg) / kKBlock - n0 / kKBlock) * kMaxKBlocks;
+    const float2 bias = load_bias_pair(a, e, n0, wg, warp, g);
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -273,7 +313,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     }
     pdl_trigger();
 
-    fp8_epilogue<kGateUp>(a, acc, e, row0, rows, n0, wg, warp, g, t);
+    fp8_epilogue<kGateUp>(a, acc, row0, rows, n0, wg, warp, g, t, bias, s_xs, s_asg);
 }
 
 // One work item's K loop in a consumer warpgroup of the persistent kernels: K block kb's four k32
@@ -288,8 +328,12 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], float (&tmp)[64],
                                              const Release& release) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    // The block's weight scale, loaded one K block ahead (r27 ncu: the load right before its use
+    // stalled each block on memory latency).
+    float ws_next = __ldg(wscale);
     for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-        const float ws = __ldg(wscale + kb);
+        const float ws = ws_next;
+        ws_next = __ldg(wscale + min(kb + 1, nkb - 1));
         const int slot = gkb % kStages;
         mbar_wait(&full[slot], (gkb / kStages) & 1);
         wgmma_fence();
@@ -325,6 +369,10 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
     uint64_t* empty = full + kStages;
+    // [W][2][kTokens] scales then [W][2][kTokens] assignments: a warpgroup's RowInputs, buffer by
+    // the parity of its item count.
+    float* s_xs_all = reinterpret_cast<float*>(smem + S::kRowsOffset);
+    int* s_asg_all = reinterpret_cast<int*>(s_xs_all + W * 2 * kTokens);
     auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
     auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
 
@@ -368,9 +416,13 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
     const uint32_t x_base = smem_addr(s_x(0));
     float acc[64], tmp[64];
-    int gkb = 0;
-    for (int it = blockIdx.x; it < items; it += gridDim.x) {
+    int gkb = 0, parity = 0;
+    for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
         const Item w = item_at(it);
+        // The epilogue's inputs, loaded now and landing under the K loop: this thread's row of the
+        // item (RowInputs) and this lane's biases.
+        const RowInputs row = load_row_inputs(a, kGateUp, w.row0, w.rows, tid & 127);
+        const float2 bias = load_bias_pair(a, w.e, w.n0, wg, warp, g);
         // A warpgroup past the last feature (n not a multiple of 64·W) reads block nbs − 1's scales:
         // its rows are never stored, but the read must stay inside w_scale.
         const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
@@ -378,132 +430,16 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         consume_item<kStages, kStageBytes>(acc, tmp, full, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
             if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
         });
+        // Buffer `parity` was last read in the epilogue two items ago, which every warp of this
+        // warpgroup finished before the barrier of the item in between.
+        float* s_xs = s_xs_all + (wg * 2 + parity) * kTokens;
+        int* s_asg = s_asg_all + (wg * 2 + parity) * kTokens;
+        s_xs[tid & 127] = row.xs;
+        s_asg[tid & 127] = row.assignment;
+        named_barrier_sync(1 + wg, 128);
         if (it + static_cast<int>(gridDim.x) >= items) pdl_trigger();
-        fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
+        fp8_epilogue<kGateUp>(a, acc, w.row0, w.rows, w.n0, wg, warp, g, t, bias, s_xs, s_asg);
     }
-}
-
-// ---- 2-CTA clusters sharing the weight tile (MoeFp8Args::cluster; session 11) -------------------
-// Why: at W = 3 a CTA's K block brings 40 KB into shared memory (24 KB weights + 16 KB tokens) for
-// 6.3 MFLOP, 157 FLOP a byte; at the kernels' ~700 TFLOP/s that is ~4.5 TB/s out of L2 (W = 2, 131
-// FLOP a byte, ran at 492 against W = 3's 620 TFLOP/s in r23: the rate followed the bytes a FLOP).
-// Here the two CTAs of a cluster take the same (expert, feature block) for two neighbouring token
-// tiles (rt, rt + 1) and each TMA-multicasts half of the weight tile into both: 12 + 16 = 28 KB a
-// CTA and K block, 225 FLOP a byte.
-// - Items: the persistent kernel's (tile, feature block) list; a cluster takes those whose tile has
-//   an even rt (rank r computes tile rt + r; past the expert's rows it is a phantom that computes
-//   nothing, loads no tokens, and only passes its weight half on and releases the stages).
-// - A stage is free again once all 2W consumer warpgroups of both CTAs released it (empty[s]
-//   counts 2W arrivals: each warpgroup arrives on its own CTA's and, through mapa, on the peer's),
-//   because either producer's multicast writes both CTAs' copies of the stage. full[s] expects the
-//   whole stage (both weight halves + this CTA's token tile; a phantom's: the weights only).
-// - Both CTAs walk the same items in the same order, so their rings stay in step; a cluster
-//   barrier at the start (barriers initialised) and at the end (no remote arrive or multicast into
-//   a CTA that has exited).
-template <bool kGateUp>
-__global__ void __launch_bounds__(Shape<3>::kThreads, 1)
-    moe_fp8_cluster_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
-                           const __grid_constant__ CUtensorMap w_half_map) {
-    constexpr int W = 3;
-    using S = Shape<W>;
-    constexpr int kFeatures = S::kFeatures, kStages = S::kStages;
-    constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
-    constexpr int kHalf = kFeatures / 2;  // weight rows each CTA brings (96: a multiple of 8 rows, 1 KB)
-    extern __shared__ __align__(16) uint8_t smem_raw[];
-    // The same offset in both CTAs (same kernel, same static layout): multicast lands alike.
-    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
-    uint64_t* empty = full + kStages;
-    auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
-    auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
-    const uint32_t rank = cluster_ctarank(), peer = rank ^ 1u;
-    const int cid = static_cast<int>(cluster_id_x()), ncl = static_cast<int>(cluster_count_x());
-    const int tid = threadIdx.x;
-
-    if (tid == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], a.cluster_independent ? W : 2 * W);
-        }
-        mbar_init_fence();
-    }
-    pdl_wait();
-    cluster_sync_all();  // both CTAs' barriers initialised before any remote arrive or multicast
-
-    const int nblk = (a.n + kFeatures - 1) / kFeatures;
-    const int items = *a.tile_count * nblk;
-    const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
-    struct Item {
-        int e, row0, rows, n0;
-        bool lead;  // the tile's rt is even: the pair (rt, rt + 1) is this cluster's item
-    };
-    auto item_at = [&](int it) {
-        const int tile = it / nblk;
-        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
-        const int row0 = a.expert_offsets[e] + (rt + static_cast<int>(rank)) * kTokens;
-        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kFeatures, (rt & 1) == 0};
-    };
-
-    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
-    if (role >= W) {                                          // the producer: one lane issues every copy
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
-        if (tid == 128 * W) {
-            int gkb = 0;  // K blocks issued so far (all items)
-            for (int it = cid; it < items; it += ncl) {
-                const Item w = item_at(it);
-                if (!w.lead) continue;
-                for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                    const int slot = gkb % kStages;
-                    if (gkb >= kStages) mbar_wait_cluster(&empty[slot], ((gkb / kStages) & 1) ^ 1);
-                    mbar_expect_tx(&full[slot], w.rows > 0 ? kStageBytes : kWTile);
-                    if (a.cluster_no_multicast) {  // both halves from here, into this CTA only
-                        for (int hf = 0; hf < 2; ++hf)
-                            tma_load_2d(s_w(slot) + hf * kHalf * kKBlock, &w_half_map, kb * kKBlock,
-                                        w.e * N + w.n0 + hf * kHalf, &full[slot]);
-                    } else {
-                        tma_load_2d_multicast(s_w(slot) + rank * kHalf * kKBlock, &w_half_map, kb * kKBlock,
-                                              w.e * N + w.n0 + static_cast<int>(rank) * kHalf, &full[slot], 0x3);
-                    }
-                    if (w.rows > 0) tma_load_2d(s_x(slot), &x_map, kb * kKBlock, w.row0, &full[slot]);
-                }
-            }
-        }
-        __syncwarp();
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegsW3));
-        const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
-        const int g = lane >> 2, t = lane & 3;
-        const int nbs = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock;  // weight-scale blocks
-        const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
-        const uint32_t x_base = smem_addr(s_x(0));
-        // A stage's release: this warpgroup's reads of it are done, in both CTAs' counts.
-        auto release = [&](int slot) {
-            if ((tid & 127) == 0) {
-                mbar_arrive(&empty[slot]);
-                if (!a.cluster_independent) mbar_arrive_rank(&empty[slot], peer);
-            }
-        };
-        float acc[64], tmp[64];
-        int gkb = 0;
-        for (int it = cid; it < items; it += ncl) {
-            const Item w = item_at(it);
-            if (!w.lead) continue;
-            if (w.rows <= 0) {  // a phantom: the peer's weight halves come and go through this ring
-                for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                    const int slot = gkb % kStages;
-                    mbar_wait(&full[slot], (gkb / kStages) & 1);
-                    release(slot);
-                }
-                continue;
-            }
-            const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
-            const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
-            consume_item<kStages, kStageBytes>(acc, tmp, full, w_base, x_base, wscale, nkb, gkb, release);
-            fp8_epilogue<kGateUp>(a, acc, w.e, w.row0, w.rows, w.n0, wg, warp, g, t);
-        }
-    }
-    pdl_trigger();
-    cluster_sync_all();  // the peer's last remote arrivals have landed before either CTA exits
 }
 
 // m64n128k16, bf16 × bf16 → f32, both operands from shared memory (K-major); scale_d = 0 overwrites d.
@@ -531,6 +467,8 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
     uint64_t* empty = full + kStages;
+    float* s_xs = reinterpret_cast<float*>(smem + S::kRowsOffset);  // the item's RowInputs
+    int* s_asg = reinterpret_cast<int*>(s_xs + kTokens);
     auto s_w = [&](int slot) { return smem + slot * kStageBytes; };
     auto s_x = [&](int slot) { return smem + slot * kStageBytes + kWTile; };
 
@@ -544,7 +482,12 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int N = a.n, nkb = (a.k + kKElems - 1) / kKElems;
     const int tid = threadIdx.x;
     init_ring<kStages, W>(full, empty);
-    __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
+    if (tid < kTokens) {
+        const RowInputs r = load_row_inputs(a, kGateUp, row0, rows, tid);
+        s_xs[tid] = r.xs;
+        s_asg[tid] = r.assignment;
+    }
+    __syncthreads();  // barriers initialised, row inputs in; no CTA-wide barrier after the role split
 
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
     if (role >= W) {                                          // the producer: one lane issues every copy
@@ -561,6 +504,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int g = lane >> 2, t = lane & 3;
     const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;  // this warpgroup's 64 weight rows
     const uint32_t x_base = smem_addr(s_x(0));
+    const float2 bias = load_bias_pair(a, e, n0, wg, warp, g);
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -586,7 +530,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     // The last stage too (no one waits for it in this one-item kernel; a persistent loop would).
     if ((tid & 127) == 0) mbar_arrive(&empty[(nkb - 1) % kStages]);
     pdl_trigger();
-    fp8_epilogue<kGateUp>(a, acc, e, row0, rows, n0, wg, warp, g, t);
+    fp8_epilogue<kGateUp>(a, acc, row0, rows, n0, wg, warp, g, t, bias, s_xs, s_asg);
 }
 
 // Rows of x (bf16 [*, dim]; row i of the output is sorted[i] / experts_per_token when by_token,
@@ -712,42 +656,6 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
         using S = Shape<W>;
         CUtensorMap x_map, w_map;
         ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
-        if (a.cluster && W == 3) {  // 2-CTA clusters, one CTA an SM, as many as can be resident
-            CUtensorMap w_half_map;
-            ENGINE_CHECK(make_maps(a, S::kFeatures / 2, &x_map, &w_half_map),
-                         "moe_fp8: tensor maps could not be encoded");
-            auto kernel = gate_up ? moe_fp8_cluster_kernel<true> : moe_fp8_cluster_kernel<false>;
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(S::kSmemBytes)));
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = 2;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.blockDim = dim3(S::kThreads);
-            cfg.dynamicSmemBytes = S::kSmemBytes;
-            cfg.stream = stream;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            int clusters = a.persistent_ctas / 2;
-            if (clusters <= 0) {
-                static std::atomic<int> resident{0};  // host-side cache (capture-safe)
-                if (resident.load(std::memory_order_relaxed) == 0) {
-                    int n = 0;
-                    cfg.gridDim = dim3(2);
-                    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-                    resident.store(std::max(n, 1), std::memory_order_relaxed);
-                    if (std::getenv("GPTOSS_MOE_FP8_CLUSTER_VERBOSE"))
-                        std::fprintf(stderr, "moe_fp8: %d 2-CTA clusters resident\n", n);
-                }
-                clusters = resident.load(std::memory_order_relaxed);
-            }
-            const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
-            cfg.gridDim = dim3(2 * static_cast<unsigned>(std::min<int64_t>(clusters, items)));
-            CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, x_map, w_half_map));
-            return;
-        }
         if (a.persistent) {  // one CTA an SM (at most one an item)
             int dev = 0, sms = 0;
             CUDA_CHECK(cudaGetDevice(&dev));
