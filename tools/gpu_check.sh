@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -423,6 +423,24 @@ for stage in "$@"; do
       summary+=("fixtures verify rc=$?")
       tail -12 "$OUT/fixtures.log"
       tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
+      ;;
+    tables)
+      # Issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input
+      # length, decode tok/s per user against cost for batch 1-128 at 8k and 32k context; both models
+      # --fp8 with the bf16 KV cache, and 20b with the FP8 cache at 32k (batch 128 fits only so).
+      for m in gpt-oss-20b gpt-oss-120b; do
+        [ $m = gpt-oss-20b ] && pf=1024,2048,4096,8192,16384 || pf=1024,2048,4096,8192
+        timeout 240 $BIN/gptoss bench --synthetic $m --fp8 --prefill $pf --batch 1,2,4,8,16,32,64,128 \
+          --context 8192,32768 --decode-steps 8 --repeats 2 --json "$OUT/tables_$m.json" --markdown "$OUT/tables_$m.md" \
+          > "$OUT/tables_$m.log" 2>&1
+        summary+=("tables $m rc=$?")
+        grep -E "^\| [0-9]+ \|" "$OUT/tables_$m.md" | head -40
+      done
+      timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --kv-cache-dtype fp8 --prefill "" \
+        --batch 1,8,64,128 --context 32768 --decode-steps 8 --json "$OUT/tables_20b_kvfp8.json" \
+        --markdown "$OUT/tables_20b_kvfp8.md" > "$OUT/tables_20b_kvfp8.log" 2>&1
+      summary+=("tables 20b kv fp8 rc=$?")
+      grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
       ;;
     prefill8k)
       # 8k-token --fp8 prefill of both models with the stage profile (GPTOSS_PROFILE; the latency
