@@ -249,8 +249,6 @@ int main(int argc, char** argv) {
                 if (const char* v = std::getenv("GPTOSS_MOE_FP8_WG")) m.warpgroups = std::atoi(v);
                 m.persistent = true;  // as the model (r24)
                 if (const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT")) m.persistent = std::atoi(v) != 0;
-                m.overlap_epilogue = true;  // as the model (session 12)
-                if (const char* v = std::getenv("GPTOSS_MOE_FP8_OVERLAP")) m.overlap_epilogue = std::atoi(v) != 0;
                 const float act_scale = cuda::moe_fp8_act_scale(m.swiglu_limit);  // as the model
                 m.act_q = static_cast<uint8_t*>(act.p);
                 m.act_q_inv_scale = 1.0f / act_scale;

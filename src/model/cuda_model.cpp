@@ -98,12 +98,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // MoeFp8Args::overlap_epilogue (the next item's first K block under the epilogue; session 12).
-    // GPTOSS_MOE_FP8_OVERLAP=0: off (A/B runs).
-    bool fp8_grouped_overlap = [] {
-        const char* v = std::getenv("GPTOSS_MOE_FP8_OVERLAP");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
         return v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) ? std::atoi(v) : 0;
@@ -875,7 +869,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k_pad = kc::fp8_gemm_k_pad(H);
         m.warpgroups = fp8_grouped_wg;
         m.persistent = fp8_grouped_persistent;
-        m.overlap_epilogue = fp8_grouped_overlap;
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
         // bytes), else bf16 act and its rows quantized.
         const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);

@@ -221,9 +221,6 @@ struct MoeFp8Args {
     // of one CTA an item (r24: 2,434 -> 2,354 us a layer at 8k tokens; the model sets it).
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
-    // With persistent: the next item's first K block is issued before this item's epilogue runs
-    // (session 12).
-    bool overlap_epilogue = false;
 };
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.

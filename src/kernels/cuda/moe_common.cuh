@@ -70,14 +70,5 @@ __device__ __forceinline__ float swiglu(float gate, float up, float limit, float
     const float glu = gate / (1.0f + __expf(-alpha * gate));
     return (up + 1.0f) * glu;
 }
-// swiglu with an approximate division (__fdividef: within 2 ulp, and 0 where the denominator
-// overflows, as gate / inf is): for outputs rounded to e4m3 or bf16 right after (the FP8 grouped
-// MoE's epilogue), where the exact division's slow-path branch costs more than it buys.
-__device__ __forceinline__ float swiglu_fast(float gate, float up, float limit, float alpha) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    const float glu = __fdividef(gate, 1.0f + __expf(-alpha * gate));
-    return (up + 1.0f) * glu;
-}
 
 }  // namespace gptoss::kernels::cuda

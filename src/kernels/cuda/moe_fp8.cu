@@ -181,32 +181,31 @@ __device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&
                 const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
                 const float gate = odd ? other : v0, up = odd ? v1 : other;
                 const int jf = odd ? (f1 - 1) / 2 : f0 / 2;
-                // Computed by every lane and only the store predicated: no branch here, so that
-                // the next item's wgmmas issued before the epilogue (kOverlap) keep running (a
-                // branch makes ptxas wait for them first, C7517).
-                const bool store = m < rows && 2 * jf < N;
-                const float v = swiglu_fast(gate, up, a.swiglu_limit, a.swiglu_alpha);
-                const int64_t o = static_cast<int64_t>(row0 + m) * (N / 2) + jf;
-                // e4m3 for the down launch (one scale for all rows), else bf16: both converted, one
-                // stored (predicated stores, no branch).
-                const bool to_q = a.act_q != nullptr;
-                const __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v * a.act_q_inv_scale, __NV_SATFINITE, __NV_E4M3);
-                const __nv_bfloat16 b = __float2bfloat16(v);
-                if (store && to_q) a.act_q[o] = q;
-                if (store && !to_q) static_cast<__nv_bfloat16*>(a.act)[o] = b;
+                if (m < rows && 2 * jf < N) {
+                    const float v = swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha);
+                    const int64_t o = static_cast<int64_t>(row0 + m) * (N / 2) + jf;
+                    if (a.act_q != nullptr)  // e4m3 for the down launch, one scale for all rows
+                        a.act_q[o] = __nv_cvt_float_to_fp8(v * a.act_q_inv_scale, __NV_SATFINITE, __NV_E4M3);
+                    else
+                        static_cast<__nv_bfloat16*>(a.act)[o] = __float2bfloat16(v);
+                }
             } else {
-                // y_bf16: feature pairs as bf16x2, as gate_up pairs (gate, up): the even-g lane
-                // writes (f0, f0 + 1), its odd partner (f1 - 1, f1); a store covers 32 bytes of a
-                // row (n % 16 == 0: a 16-feature block is wholly in or out). Else fp32. Predicated
-                // stores, no branch (as gate_up's).
-                const bool odd = g & 1, bf = a.y_bf16, in = m < rows;
-                const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-                const int64_t r = static_cast<int64_t>(s_asg[m]) * N;
-                __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(a.y) + r + (odd ? f1 - 1 : f0);
-                const uint32_t pair = odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
-                if (in && bf && f0 < N) *reinterpret_cast<uint32_t*>(dst) = pair;
-                if (in && !bf && f0 < N) a.y[r + f0] = v0;
-                if (in && !bf && f1 < N) a.y[r + f1] = v1;
+                if (a.y_bf16) {
+                    // Feature pairs as bf16x2, as gate_up pairs (gate, up): the even-g lane writes
+                    // (f0, f0 + 1), its odd partner (f1 - 1, f1); a store covers 32 bytes of a row.
+                    // n % 16 == 0: a 16-feature block is wholly in or out.
+                    const bool odd = g & 1;
+                    const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+                    if (m < rows && f0 < N) {
+                        const int64_t r = static_cast<int64_t>(s_asg[m]) * N;
+                        __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(a.y) + r + (odd ? f1 - 1 : f0);
+                        *reinterpret_cast<uint32_t*>(dst) = odd ? pack_bf16x2(other, v1) : pack_bf16x2(v0, other);
+                    }
+                } else if (m < rows) {
+                    const int64_t r = static_cast<int64_t>(s_asg[m]) * N;
+                    if (f0 < N) a.y[r + f0] = v0;
+                    if (f1 < N) a.y[r + f1] = v1;
+                }
             }
         }
     }
@@ -317,51 +316,40 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     fp8_epilogue<kGateUp>(a, acc, row0, rows, n0, wg, warp, g, t, bias, s_xs, s_asg);
 }
 
-// K block gkb's four k32 wgmmas (scale-d 0 on the first) into tmp once its stage has landed, as one
-// committed group; not waited for.
-template <int kStages, int kStageBytes>
-__device__ __forceinline__ void issue_block(float (&tmp)[64], uint64_t* full, uint32_t w_base, uint32_t x_base,
-                                            int gkb) {
-    const int slot = gkb % kStages;
-    mbar_wait(&full[slot], (gkb / kStages) & 1);
-    wgmma_fence();
-#pragma unroll
-    for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-#pragma unroll
-    for (int kk = 0; kk < kKBlock / 32; ++kk)
-        wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
-                        desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
-    wgmma_commit();
-}
-
-// One work item's K loop in a consumer warpgroup of the persistent kernel: each K block's wgmmas
-// into tmp (issue_block), waited for, the stage released, the sums added to acc times the block's
-// weight scale (DeepGEMM's promotion). One K block in flight a warpgroup: promoting block kb while
-// kb + 1's wgmmas run would need 192 accumulator registers, and ptxas then serializes the wgmmas
-// anyway (C7514); the other warpgroups' wgmmas fill the tensor pipe meanwhile. first_issued: block
-// 0 is already in flight (issued under the previous item's epilogue).
+// One work item's K loop in a consumer warpgroup of the persistent kernels: K block kb's four k32
+// wgmmas into tmp once its stage (running index gkb) has landed, the stage released, its sums
+// added to acc times the block's weight scale (DeepGEMM's promotion). One K block in flight a
+// warpgroup: promoting block kb while kb + 1's wgmmas run would need 192 accumulator registers,
+// and ptxas then serializes the wgmmas anyway (C7514); the other warpgroups' wgmmas fill the
+// tensor pipe meanwhile.
 template <int kStages, int kStageBytes, typename Release>
 __device__ __forceinline__ void consume_item(float (&acc)[64], float (&tmp)[64], uint64_t* full, uint32_t w_base,
-                                             uint32_t x_base, const float* wscale, int nkb, int& gkb, bool first_issued,
+                                             uint32_t x_base, const float* wscale, int nkb, int& gkb,
                                              const Release& release) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     // The block's weight scale, loaded one K block ahead (r27 ncu: the load right before its use
     // stalled each block on memory latency).
     float ws_next = __ldg(wscale);
     for (int kb = 0; kb < nkb; ++kb, ++gkb) {
         const float ws = ws_next;
         ws_next = __ldg(wscale + min(kb + 1, nkb - 1));
-        if (kb > 0 || !first_issued) issue_block<kStages, kStageBytes>(tmp, full, w_base, x_base, gkb);
+        const int slot = gkb % kStages;
+        mbar_wait(&full[slot], (gkb / kStages) & 1);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+#pragma unroll
+        for (int kk = 0; kk < kKBlock / 32; ++kk)
+            wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                            desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+        wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll
         for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-        release(gkb % kStages);
-        if (kb == 0) {
+        release(slot);
 #pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = ws * tmp[i];
-        } else {
-#pragma unroll
-            for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
-        }
+        for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
     }
 }
 
@@ -370,10 +358,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], float (&tmp)[64],
 // item's first stages while the consumers run the previous item's epilogue, the stage ring running
 // on across items. The weight scales come through the cache, each loaded before its K block's
 // wgmmas are issued (the shared-memory copy would have to be double-buffered across items).
-// kOverlap (MoeFp8Args::overlap_epilogue): the next item's first K block is issued before this
-// item's epilogue, so the tensor cores have work while all the warpgroups run their epilogues
-// (r27 ncu: the epilogue was ~30% of the consumers' stall samples).
-template <bool kGateUp, int W, bool kOverlap>
+template <bool kGateUp, int W>
 __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     moe_fp8_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
                               const __grid_constant__ CUtensorMap w_map) {
@@ -432,7 +417,6 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const uint32_t x_base = smem_addr(s_x(0));
     float acc[64], tmp[64];
     int gkb = 0, parity = 0;
-    bool first_issued = false;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
         const Item w = item_at(it);
         // The epilogue's inputs, loaded now and landing under the K loop: this thread's row of the
@@ -443,10 +427,9 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         // its rows are never stored, but the read must stay inside w_scale.
         const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
         const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
-        consume_item<kStages, kStageBytes>(acc, tmp, full, w_base, x_base, wscale, nkb, gkb, first_issued,
-                                           [&](int slot) {
-                                               if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // reads done
-                                           });
+        consume_item<kStages, kStageBytes>(acc, tmp, full, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
+            if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
+        });
         // Buffer `parity` was last read in the epilogue two items ago, which every warp of this
         // warpgroup finished before the barrier of the item in between.
         float* s_xs = s_xs_all + (wg * 2 + parity) * kTokens;
@@ -454,12 +437,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         s_xs[tid & 127] = row.xs;
         s_asg[tid & 127] = row.assignment;
         named_barrier_sync(1 + wg, 128);
-        const bool last = it + static_cast<int>(gridDim.x) >= items;
-        if (last) pdl_trigger();
-        // Every item has the same K blocks and the producer runs the ring on across items, so the
-        // next item's block 0 is ring position gkb.
-        first_issued = kOverlap && !last;
-        if (first_issued) issue_block<kStages, kStageBytes>(tmp, full, w_base, x_base, gkb);
+        if (it + static_cast<int>(gridDim.x) >= items) pdl_trigger();
         fp8_epilogue<kGateUp>(a, acc, w.row0, w.rows, w.n0, wg, warp, g, t, bias, s_xs, s_asg);
     }
 }
@@ -684,11 +662,7 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
             CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
             if (a.persistent_ctas > 0) sms = a.persistent_ctas;
             const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
-            auto kernel =
-                a.overlap_epilogue
-                    ? (gate_up ? moe_fp8_persistent_kernel<true, W, true> : moe_fp8_persistent_kernel<false, W, true>)
-                    : (gate_up ? moe_fp8_persistent_kernel<true, W, false>
-                               : moe_fp8_persistent_kernel<false, W, false>);
+            auto kernel = gate_up ? moe_fp8_persistent_kernel<true, W> : moe_fp8_persistent_kernel<false, W>;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(S::kSmemBytes)));
             kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), S::kThreads, S::kSmemBytes, stream>>>(a, x_map,
