@@ -70,118 +70,122 @@ TEST(CudaOps, ResidualRmsNorm) {
 
 TEST(CudaOps, QkvBiasRopeKvWrite) {
     REQUIRE_GPU();
-    const int nq = 64, nkv = 8, hd = 64, bs = 16, nblocks = 64;
-    const int width = (nq + 2 * nkv) * hd;
-    std::vector<float> inv_freq(hd / 2);
-    cpu::YarnParams yp;
-    const float scaling = cpu::yarn_inv_freq(yp, hd, inv_freq.data());
-    for (int T : {1, 5, 200}) {
-        auto qkv = randn(static_cast<size_t>(T) * width, 10 + T);
-        auto bias = randn(width, 11, 0.1f);
-        std::vector<int32_t> pos(T), slots(T);
-        std::mt19937 rng(T);
-        for (int t = 0; t < T; ++t) {
-            pos[t] = static_cast<int32_t>(rng() % 131072);
-            slots[t] = t % 3 == 2 ? -1 : static_cast<int32_t>((t * 7919) % (nblocks * bs));  // some skipped
-        }
-        // CPU reference on (qkv + bias).
-        std::vector<float> q(static_cast<size_t>(T) * nq * hd), k(static_cast<size_t>(T) * nkv * hd), v(k.size());
-        for (int t = 0; t < T; ++t) {
-            for (int i = 0; i < nq * hd; ++i) q[t * nq * hd + i] = qkv[static_cast<size_t>(t) * width + i] + bias[i];
-            for (int i = 0; i < nkv * hd; ++i) {
-                k[t * nkv * hd + i] = qkv[static_cast<size_t>(t) * width + nq * hd + i] + bias[nq * hd + i];
-                v[t * nkv * hd + i] =
-                    qkv[static_cast<size_t>(t) * width + (nq + nkv) * hd + i] + bias[(nq + nkv) * hd + i];
+    // head_dim 64 (gpt-oss: the kernel specialised for it) and 32 (the generic instantiation).
+    for (const int hd : {64, 32}) {
+        const int nq = 64, nkv = 8, bs = 16, nblocks = 64;
+        const int width = (nq + 2 * nkv) * hd;
+        std::vector<float> inv_freq(hd / 2);
+        cpu::YarnParams yp;
+        const float scaling = cpu::yarn_inv_freq(yp, hd, inv_freq.data());
+        for (int T : {1, 5, 200}) {
+            auto qkv = randn(static_cast<size_t>(T) * width, 10 + T);
+            auto bias = randn(width, 11, 0.1f);
+            std::vector<int32_t> pos(T), slots(T);
+            std::mt19937 rng(T);
+            for (int t = 0; t < T; ++t) {
+                pos[t] = static_cast<int32_t>(rng() % 131072);
+                slots[t] = t % 3 == 2 ? -1 : static_cast<int32_t>((t * 7919) % (nblocks * bs));  // some skipped
             }
-        }
-        std::vector<float> kc_ref(static_cast<size_t>(nblocks) * bs * nkv * hd, 0.0f), vc_ref(kc_ref.size(), 0.0f);
-        kernels::RopeKvWriteArgs r;
-        r.q = q.data();
-        r.k = k.data();
-        r.v = v.data();
-        r.positions = pos.data();
-        r.slot_mapping = slots.data();
-        r.inv_freq = inv_freq.data();
-        r.attention_scaling = scaling;
-        r.k_cache = kc_ref.data();
-        r.v_cache = vc_ref.data();
-        r.num_tokens = T;
-        r.num_heads = nq;
-        r.num_kv_heads = nkv;
-        r.head_dim = hd;
-        r.block_size = bs;
-        cpu::rope_kv_write(r);
-
-        auto dqkv = to_device(qkv), db = to_device(bias), dpos = to_device(pos), dslots = to_device(slots),
-             dfreq = to_device(inv_freq);
-        auto dq = poisoned(q.size() * 2);
-        DeviceBuffer dk(kc_ref.size() * 2), dv(kc_ref.size() * 2);
-        cudaMemset(dk.get(), 0, dk.bytes());
-        cudaMemset(dv.get(), 0, dv.bytes());
-        kc::QkvRopeArgs a;
-        a.qkv = dqkv.as<float>();
-        a.bias = db.as<float>();
-        a.positions = dpos.as<int32_t>();
-        a.slot_mapping = dslots.as<int32_t>();
-        a.inv_freq = dfreq.as<float>();
-        a.attention_scaling = scaling;
-        a.q_out = dq.get();
-        a.k_cache = dk.get();
-        a.v_cache = dv.get();
-        a.num_tokens = T;
-        a.num_heads = nq;
-        a.num_kv_heads = nkv;
-        a.head_dim = hd;
-        kc::qkv_bias_rope_kv_write(a, nullptr);
-        // Angles up to 131072 rad: fp32 sincos on both sides of the same fp32 angle; bf16 outputs.
-        EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dq, q.size())), q, kTolBf16Out, "rope q"));
-        EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dk, kc_ref.size())), kc_ref, kTolBf16Out, "k cache"));
-        EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dv, vc_ref.size())), vc_ref, kTolBf16Out, "v cache"));
-
-        // The FP8 (e4m3) cache: each byte is the e4m3 rounding of the CPU's value, or (where the GPU's
-        // fp32 value sits across a rounding boundary from the CPU's: sincos and summation order differ
-        // in the last bits) its neighbouring code; the latter on ≤ 0.1% of the bytes.
-        DeviceBuffer dk8(kc_ref.size()), dv8(kc_ref.size());
-        cudaMemset(dk8.get(), 0, dk8.bytes());
-        cudaMemset(dv8.get(), 0, dv8.bytes());
-        a.k_cache = dk8.get();
-        a.v_cache = dv8.get();
-        a.kv_fp8 = true;
-        kc::qkv_bias_rope_kv_write(a, nullptr);
-        size_t off_by_one = 0;
-        for (const auto& [dev, ref] : {std::pair{&dk8, &kc_ref}, {&dv8, &vc_ref}}) {
-            const auto got = to_host<uint8_t>(*dev, ref->size());
-            for (size_t i = 0; i < got.size(); ++i) {
-                const uint8_t want = f32_to_fp8e4m3((*ref)[i]);
-                if (got[i] == want) continue;
-                ++off_by_one;
-                const int mg = got[i] & 0x7f, mw = want & 0x7f;
-                const bool near = ((got[i] ^ want) & 0x80) == 0 ? std::abs(mg - mw) <= 1 : mg + mw <= 1;
-                ASSERT_TRUE(near) << "fp8 cache byte " << i << ": " << int(got[i]) << " for " << (*ref)[i];
+            // CPU reference on (qkv + bias).
+            std::vector<float> q(static_cast<size_t>(T) * nq * hd), k(static_cast<size_t>(T) * nkv * hd), v(k.size());
+            for (int t = 0; t < T; ++t) {
+                for (int i = 0; i < nq * hd; ++i)
+                    q[t * nq * hd + i] = qkv[static_cast<size_t>(t) * width + i] + bias[i];
+                for (int i = 0; i < nkv * hd; ++i) {
+                    k[t * nkv * hd + i] = qkv[static_cast<size_t>(t) * width + nq * hd + i] + bias[nq * hd + i];
+                    v[t * nkv * hd + i] =
+                        qkv[static_cast<size_t>(t) * width + (nq + nkv) * hd + i] + bias[(nq + nkv) * hd + i];
+                }
             }
-        }
-        EXPECT_LE(off_by_one * 1000, 2 * kc_ref.size()) << off_by_one << " neighbouring codes";
+            std::vector<float> kc_ref(static_cast<size_t>(nblocks) * bs * nkv * hd, 0.0f), vc_ref(kc_ref.size(), 0.0f);
+            kernels::RopeKvWriteArgs r;
+            r.q = q.data();
+            r.k = k.data();
+            r.v = v.data();
+            r.positions = pos.data();
+            r.slot_mapping = slots.data();
+            r.inv_freq = inv_freq.data();
+            r.attention_scaling = scaling;
+            r.k_cache = kc_ref.data();
+            r.v_cache = vc_ref.data();
+            r.num_tokens = T;
+            r.num_heads = nq;
+            r.num_kv_heads = nkv;
+            r.head_dim = hd;
+            r.block_size = bs;
+            cpu::rope_kv_write(r);
 
-        // qkv as bf16 (QkvRopeArgs::qkv_bf16, the FP8 GEMM's bf16 output): on bf16-representable
-        // values, the same bits as from fp32 rows holding them.
-        const std::vector<float> qkv_r = bf16_round(qkv);
-        auto dqkv_r = to_device(qkv_r), dqkv16 = to_device(to_bf16(qkv_r));
-        std::vector<std::vector<uint16_t>> outs;
-        for (bool in_bf16 : {false, true}) {
-            auto q_o = poisoned(q.size() * 2);
-            DeviceBuffer k_o(kc_ref.size() * 2), v_o(kc_ref.size() * 2);
-            cudaMemset(k_o.get(), 0, k_o.bytes());
-            cudaMemset(v_o.get(), 0, v_o.bytes());
-            a.qkv = in_bf16 ? dqkv16.get() : dqkv_r.get();
-            a.qkv_bf16 = in_bf16;
-            a.q_out = q_o.get();
-            a.k_cache = k_o.get();
-            a.v_cache = v_o.get();
-            a.kv_fp8 = false;
+            auto dqkv = to_device(qkv), db = to_device(bias), dpos = to_device(pos), dslots = to_device(slots),
+                 dfreq = to_device(inv_freq);
+            auto dq = poisoned(q.size() * 2);
+            DeviceBuffer dk(kc_ref.size() * 2), dv(kc_ref.size() * 2);
+            cudaMemset(dk.get(), 0, dk.bytes());
+            cudaMemset(dv.get(), 0, dv.bytes());
+            kc::QkvRopeArgs a;
+            a.qkv = dqkv.as<float>();
+            a.bias = db.as<float>();
+            a.positions = dpos.as<int32_t>();
+            a.slot_mapping = dslots.as<int32_t>();
+            a.inv_freq = dfreq.as<float>();
+            a.attention_scaling = scaling;
+            a.q_out = dq.get();
+            a.k_cache = dk.get();
+            a.v_cache = dv.get();
+            a.num_tokens = T;
+            a.num_heads = nq;
+            a.num_kv_heads = nkv;
+            a.head_dim = hd;
             kc::qkv_bias_rope_kv_write(a, nullptr);
-            for (auto* b : {&q_o, &k_o, &v_o}) outs.push_back(to_host<uint16_t>(*b, b->bytes() / 2));
+            // Angles up to 131072 rad: fp32 sincos on both sides of the same fp32 angle; bf16 outputs.
+            EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dq, q.size())), q, kTolBf16Out, "rope q"));
+            EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dk, kc_ref.size())), kc_ref, kTolBf16Out, "k cache"));
+            EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dv, vc_ref.size())), vc_ref, kTolBf16Out, "v cache"));
+
+            // The FP8 (e4m3) cache: each byte is the e4m3 rounding of the CPU's value, or (where the GPU's
+            // fp32 value sits across a rounding boundary from the CPU's: sincos and summation order differ
+            // in the last bits) its neighbouring code; the latter on ≤ 0.1% of the bytes.
+            DeviceBuffer dk8(kc_ref.size()), dv8(kc_ref.size());
+            cudaMemset(dk8.get(), 0, dk8.bytes());
+            cudaMemset(dv8.get(), 0, dv8.bytes());
+            a.k_cache = dk8.get();
+            a.v_cache = dv8.get();
+            a.kv_fp8 = true;
+            kc::qkv_bias_rope_kv_write(a, nullptr);
+            size_t off_by_one = 0;
+            for (const auto& [dev, ref] : {std::pair{&dk8, &kc_ref}, {&dv8, &vc_ref}}) {
+                const auto got = to_host<uint8_t>(*dev, ref->size());
+                for (size_t i = 0; i < got.size(); ++i) {
+                    const uint8_t want = f32_to_fp8e4m3((*ref)[i]);
+                    if (got[i] == want) continue;
+                    ++off_by_one;
+                    const int mg = got[i] & 0x7f, mw = want & 0x7f;
+                    const bool near = ((got[i] ^ want) & 0x80) == 0 ? std::abs(mg - mw) <= 1 : mg + mw <= 1;
+                    ASSERT_TRUE(near) << "fp8 cache byte " << i << ": " << int(got[i]) << " for " << (*ref)[i];
+                }
+            }
+            EXPECT_LE(off_by_one * 1000, 2 * kc_ref.size()) << off_by_one << " neighbouring codes";
+
+            // qkv as bf16 (QkvRopeArgs::qkv_bf16, the FP8 GEMM's bf16 output): on bf16-representable
+            // values, the same bits as from fp32 rows holding them.
+            const std::vector<float> qkv_r = bf16_round(qkv);
+            auto dqkv_r = to_device(qkv_r), dqkv16 = to_device(to_bf16(qkv_r));
+            std::vector<std::vector<uint16_t>> outs;
+            for (bool in_bf16 : {false, true}) {
+                auto q_o = poisoned(q.size() * 2);
+                DeviceBuffer k_o(kc_ref.size() * 2), v_o(kc_ref.size() * 2);
+                cudaMemset(k_o.get(), 0, k_o.bytes());
+                cudaMemset(v_o.get(), 0, v_o.bytes());
+                a.qkv = in_bf16 ? dqkv16.get() : dqkv_r.get();
+                a.qkv_bf16 = in_bf16;
+                a.q_out = q_o.get();
+                a.k_cache = k_o.get();
+                a.v_cache = v_o.get();
+                a.kv_fp8 = false;
+                kc::qkv_bias_rope_kv_write(a, nullptr);
+                for (auto* b : {&q_o, &k_o, &v_o}) outs.push_back(to_host<uint16_t>(*b, b->bytes() / 2));
+            }
+            for (int i = 0; i < 3; ++i) EXPECT_EQ(outs[i], outs[i + 3]) << "bf16 qkv input, output " << i;
         }
-        for (int i = 0; i < 3; ++i) EXPECT_EQ(outs[i], outs[i + 3]) << "bf16 qkv input, output " << i;
     }
 }
 

@@ -139,17 +139,22 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
     }
 }
 
-// One block per token; one thread per rotation pair of every head (q, k) plus v copies. The
-// token's cos/sin (one per pair index, shared by all 72 heads) are computed once into shared memory:
-// r23's profile had this kernel at ~4× its bytes' time at 8k tokens, with a sincosf per head.
+// One block per token; one thread per two neighbouring rotation pairs (i, i + 1) of a head (q, k)
+// plus v copies two elements at a time: 4- and 8-byte loads and stores (r27: with one pair a thread
+// and 2-byte accesses the 8k prefill's rope took 88 µs a layer, ~2× its bytes' time). The token's
+// cos/sin (one per pair index, shared by all heads) are computed once into shared memory (r23: a
+// sincosf per head had this kernel at ~4× its bytes' time). kHd: the head_dim (0: a.head_dim, any
+// multiple of 4).
 constexpr int kRopeThreads = 256;
 constexpr int kRopeMaxHalf = 128;  // head_dim ≤ 256
+template <int kHd>
 __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArgs a) {
-    __shared__ float s_cos[kRopeMaxHalf], s_sin[kRopeMaxHalf];
+    __shared__ __align__(8) float s_cos[kRopeMaxHalf];
+    __shared__ __align__(8) float s_sin[kRopeMaxHalf];
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     const int t = blockIdx.x;
-    const int hd = a.head_dim, half = hd / 2;
+    const int hd = kHd > 0 ? kHd : a.head_dim, half = hd / 2, quarter = hd / 4;
     const float pos_f = static_cast<float>(a.positions[t]);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         // As transformers: angle = position · inv_freq in fp32, cos/sin times the concentration.
@@ -162,35 +167,48 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     const int nq = a.num_heads, nkv = a.num_kv_heads;
     const int width = (nq + 2 * nkv) * hd;
     const int64_t row0 = static_cast<int64_t>(t) * width;
-    const auto row = [&](int i) {
-        return a.qkv_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.qkv)[row0 + i])
-                          : static_cast<const float*>(a.qkv)[row0 + i];
+    // Elements i, i + 1 (i even) of the token's qkv row plus the bias.
+    const auto row2 = [&](int i) {
+        float2 v;
+        if (a.qkv_bf16)
+            v = __bfloat1622float2(
+                *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(a.qkv) + row0 + i));
+        else
+            v = *reinterpret_cast<const float2*>(static_cast<const float*>(a.qkv) + row0 + i);
+        const float2 b = *reinterpret_cast<const float2*>(a.bias + i);
+        return make_float2(v.x + b.x, v.y + b.y);
+    };
+    const auto store_kv2 = [&](void* cache, int64_t i, float2 v) {
+        if (a.kv_fp8) {
+            store_kv(cache, i, v.x, true);
+            store_kv(cache, i + 1, v.y, true);
+        } else {
+            *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(cache) + i) =
+                __floats2bfloat162_rn(v.x, v.y);
+        }
     };
     const int slot = a.slot_mapping[t];
     auto* q_out = static_cast<__nv_bfloat16*>(a.q_out) + static_cast<int64_t>(t) * nq * hd;
-    // Rotations: (nq + nkv) heads × half pairs.
-    for (int idx = threadIdx.x; idx < (nq + nkv) * half; idx += blockDim.x) {
-        const int h = idx / half, i = idx % half;
-        const float c = s_cos[i], s = s_sin[i];
+    // Rotations: (nq + nkv) heads × half / 2 pair couples.
+    for (int idx = threadIdx.x; idx < (nq + nkv) * quarter; idx += blockDim.x) {
+        const int h = idx / quarter, i = 2 * (idx % quarter);
+        const float2 c = *reinterpret_cast<const float2*>(s_cos + i), s = *reinterpret_cast<const float2*>(s_sin + i);
         const int base = h * hd;  // q heads first, then k heads
-        const float x1 = row(base + i) + a.bias[base + i];
-        const float x2 = row(base + i + half) + a.bias[base + i + half];
-        const float y1 = x1 * c - x2 * s;
-        const float y2 = x2 * c + x1 * s;
+        const float2 x1 = row2(base + i), x2 = row2(base + i + half);
+        const float2 y1 = make_float2(x1.x * c.x - x2.x * s.x, x1.y * c.y - x2.y * s.y);
+        const float2 y2 = make_float2(x2.x * c.x + x1.x * s.x, x2.y * c.y + x1.y * s.y);
         if (h < nq) {
-            q_out[base + i] = __float2bfloat16(y1);
-            q_out[base + i + half] = __float2bfloat16(y2);
+            *reinterpret_cast<__nv_bfloat162*>(q_out + base + i) = __floats2bfloat162_rn(y1.x, y1.y);
+            *reinterpret_cast<__nv_bfloat162*>(q_out + base + i + half) = __floats2bfloat162_rn(y2.x, y2.y);
         } else if (slot >= 0) {
             const int64_t dst = static_cast<int64_t>(slot) * nkv * hd + (h - nq) * hd;
-            store_kv(a.k_cache, dst + i, y1, a.kv_fp8);
-            store_kv(a.k_cache, dst + i + half, y2, a.kv_fp8);
+            store_kv2(a.k_cache, dst + i, y1);
+            store_kv2(a.k_cache, dst + i + half, y2);
         }
     }
     if (slot >= 0) {
-        for (int i = threadIdx.x; i < nkv * hd; i += blockDim.x) {
-            const int src = (nq + nkv) * hd + i;
-            store_kv(a.v_cache, static_cast<int64_t>(slot) * nkv * hd + i, row(src) + a.bias[src], a.kv_fp8);
-        }
+        for (int i = 2 * threadIdx.x; i < nkv * hd; i += 2 * blockDim.x)
+            store_kv2(a.v_cache, static_cast<int64_t>(slot) * nkv * hd + i, row2((nq + nkv) * hd + i));
     }
 }
 
@@ -245,9 +263,12 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
 
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
     if (a.num_tokens == 0) return;
-    ENGINE_CHECK(a.head_dim % 2 == 0 && a.head_dim / 2 <= kRopeMaxHalf, "qkv_bias_rope_kv_write: head_dim %d",
+    ENGINE_CHECK(a.head_dim % 4 == 0 && a.head_dim / 2 <= kRopeMaxHalf, "qkv_bias_rope_kv_write: head_dim %d",
                  a.head_dim);
-    launch_pdl(qkv_rope_kernel, a.num_tokens, kRopeThreads, 0, stream, a);
+    if (a.head_dim == 64)  // gpt-oss
+        launch_pdl(qkv_rope_kernel<64>, a.num_tokens, kRopeThreads, 0, stream, a);
+    else
+        launch_pdl(qkv_rope_kernel<0>, a.num_tokens, kRopeThreads, 0, stream, a);
 }
 
 }  // namespace gptoss::kernels::cuda
