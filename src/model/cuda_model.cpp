@@ -108,6 +108,9 @@ struct CudaModel::Impl {
     // GPTOSS_MOE_FP8_JIT=0: never; GPTOSS_MOE_FP8_JIT_MIN_TOKENS: the threshold.
     bool fp8_jit = false;
     int fp8_jit_tokens = 4096;
+    // Instead of the conversion, moe_mxfp4_fp8 on the MXFP4 experts themselves (the same batches;
+    // session 12, compiled only, not yet run). CudaModelOptions::moe_mx / GPTOSS_MOE_MX=1.
+    bool mx_grouped = false;
     DeviceBuffer jit_gu_q, jit_gu_s, jit_down_q, jit_down_s;
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
@@ -640,7 +643,22 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             down_f8_scratch = scratch(static_cast<int>(H), static_cast<int>(I));
         }
     }
-    if (fp8 && mxfp4 && !have_fp8_experts && ep == 1 &&
+    mx_grouped =
+        [&] {
+            if (opt.moe_mx >= 0) return opt.moe_mx == 1;
+            const char* v = std::getenv("GPTOSS_MOE_MX");
+            return v != nullptr && std::strcmp(v, "1") == 0;
+        }() &&
+        fp8 && mxfp4 && !have_fp8_experts && ep == 1 &&
+        kc::moe_mxfp4_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
+        kc::moe_mxfp4_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E)) &&
+        kc::moe_fp8_act_scale(static_cast<float>(c.swiglu_limit)) > 0.0f;
+    if (mx_grouped) {
+        if (opt.moe_fp8_jit_min_tokens >= 0) fp8_jit_tokens = opt.moe_fp8_jit_min_tokens;
+        if (const char* t = std::getenv("GPTOSS_MOE_FP8_JIT_MIN_TOKENS")) fp8_jit_tokens = std::max(0, std::atoi(t));
+        mx_grouped = fp8_jit_tokens > 0 && Tm >= fp8_jit_tokens;
+    }
+    if (!mx_grouped && fp8 && mxfp4 && !have_fp8_experts && ep == 1 &&
         kc::moe_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(kp_h),
                               static_cast<int>(E)) &&
         kc::moe_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(kp_i), static_cast<int>(E))) {
@@ -663,7 +681,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                 CUDA_CHECK(cudaMemset(b->get(), 0, b->bytes()));
         }
     }
-    if (fp8_jit && mma_tiles.get() == nullptr) {  // the grouped kernels' tile list
+    if ((fp8_jit || mx_grouped) && mma_tiles.get() == nullptr) {  // the grouped kernels' tile list
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
@@ -896,6 +914,45 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k_pad = kc::fp8_gemm_k_pad(I);
         kc::moe_fp8(m, false, stream);
     };
+    if (mx_grouped && T >= fp8_jit_tokens) {
+        // The MXFP4 experts as they are: rows of h in the MX K order, gate_up's act_q in it too
+        // (rows kp_i apart; the last K block's positions past I zeroed first: gate_up does not write
+        // them and the down GEMM reads them against zero codes), then down.
+        const int kp_h = (static_cast<int>(H) + 127) / 128 * 128, kp_i = (static_cast<int>(I) + 127) / 128 * 128;
+        kc::MoeFp8Args m = grouped_args();
+        kc::moe_fp8_quant_rows_mx(h_bf16, true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(), xs8.as<float>(),
+                                  stream);
+        m.xq = xq8.as<uint8_t>();
+        m.x_scale = xs8.as<float>();
+        m.w_mx = D.gu_blocks.as<uint8_t>();
+        m.w_mx_scale = D.gu_scales.as<uint8_t>();
+        m.bias = D.gu_b.as<float>();
+        m.n = 2 * I;
+        m.k = H;
+        m.k_pad = kp_h;
+        const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);
+        m.act_q = actb.as<uint8_t>();
+        m.act_q_inv_scale = 1.0f / act_scale;
+        m.act_mx_order = true;
+        m.act_q_stride = kp_i;
+        if (kp_i != I) CUDA_CHECK(cudaMemset2DAsync(actb.as<uint8_t>() + kp_i - 128, kp_i, 0, 128, A, stream));
+        kc::moe_mxfp4_fp8(m, true, stream);
+        m.xq = actb.as<uint8_t>();
+        m.x_scale = nullptr;
+        m.x_scale_value = act_scale;
+        m.act_q = nullptr;
+        m.act_mx_order = false;
+        m.w_mx = D.down_blocks.as<uint8_t>();
+        m.w_mx_scale = D.down_scales.as<uint8_t>();
+        m.bias = D.down_b.as<float>();
+        m.y = y.as<float>();
+        y_bf16 = m.y_bf16 = y_bf16_allowed && !world_reduce;
+        m.n = H;
+        m.k = I;
+        m.k_pad = kp_i;
+        kc::moe_mxfp4_fp8(m, false, stream);
+        return;
+    }
     if (fp8_jit && T >= fp8_jit_tokens) {
         // This layer's active experts converted to FP8 into the scratch (stream order: the previous
         // layer's kernels are done with it), then as the FP8 copy.

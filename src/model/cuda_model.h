@@ -43,6 +43,9 @@ struct CudaModelOptions {
     // FP8 kernels; smaller ones keep the MXFP4 kernels. -1: 4096; 0: never. GPTOSS_MOE_FP8_JIT=0
     // turns it off, GPTOSS_MOE_FP8_JIT_MIN_TOKENS sets the threshold.
     int moe_fp8_jit_min_tokens = -1;
+    // Those batches on the MXFP4 experts themselves instead (moe_mxfp4_fp8): 1 on, 0 off, -1
+    // GPTOSS_MOE_MX's choice (off unless =1; session 12, not yet run on a GPU).
+    int moe_mx = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

@@ -452,5 +452,233 @@ TEST(CudaMoeFp8, Bf16GroupedMatchesCpu) {
     EXPECT_LT(rel, 1e-4);
 }
 
+// ---- moe_mxfp4_fp8: the same GEMMs on MXFP4 experts as published -------------------------------
+
+// MXFP4 experts: codes [E, n, k/2] (the even element in the low nibble), e8m0 scales [E, n, k/32]
+// drawn from [smin, smin + 8] (a group at most 2^8 below its row's largest in a 128-block, where
+// the kernel's e4m3 fragments are exact), bias. w() is the exact weight.
+struct MxExperts {
+    int E, n, k;
+    std::vector<uint8_t> codes, scales;
+    std::vector<float> bias;
+    MxExperts(int e, int n_, int k_, uint32_t seed, int smin) : E(e), n(n_), k(k_) {
+        std::mt19937 rng(seed);
+        codes.resize(static_cast<size_t>(E) * n * (k / 2));
+        for (auto& c : codes) c = static_cast<uint8_t>(rng());
+        scales.resize(static_cast<size_t>(E) * n * (k / 32));
+        for (auto& s : scales) s = static_cast<uint8_t>(smin + rng() % 9);
+        bias = test::randn(static_cast<size_t>(E) * n, seed + 1, 0.5f);
+    }
+    float w(int e, int f, int c) const {
+        static const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+        const size_t row = static_cast<size_t>(e) * n + f;
+        const uint8_t b = codes[row * (k / 2) + c / 2];
+        const int code = c % 2 ? b >> 4 : b & 15;
+        const float v = (code & 8) ? -kMag[code & 7] : kMag[code & 7];
+        return std::ldexp(v, static_cast<int>(scales[row * (k / 32) + c / 32]) - 127);
+    }
+};
+
+// As pre_activation, on exact MXFP4 weights: the kernel sums each 128-deep block of K on the tensor
+// cores (in the MX order within the block, the same elements) and promotes it in fp32.
+PreAct pre_activation_mx(const MxExperts& W, int e, int f, const float* xq, float xs) {
+    double v = 0.0, err = 0.0;
+    for (int kb = 0; kb * 128 < W.k; ++kb) {
+        double sum = 0.0, abs = 0.0;
+        for (int c = kb * 128; c < std::min(W.k, kb * 128 + 128); ++c) {
+            const double p = static_cast<double>(W.w(e, f, c)) * xq[c];
+            sum += p;
+            abs += std::fabs(p);
+        }
+        v += sum;
+        err += abs * (std::ldexp(1.0, -11) + 1e-6);
+    }
+    v = v * xs + W.bias[static_cast<size_t>(e) * W.n + f];
+    return {v, err * xs + 1e-6 * std::fabs(v)};
+}
+
+// gate_up (quantized token rows in the MX order, SwiGLU to e4m3 act_q in the MX order) and down (on
+// the GPU's act_q) against the CPU on the exact weights, each with a grid of one CTA an SM and of
+// 7 CTAs (every CTA loops over many items). Scales smin..smin + 8.
+void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed, int smin) {
+    const int A = std::accumulate(rows_per_expert.begin(), rows_per_expert.end(), 0);
+    ASSERT_EQ(static_cast<int>(rows_per_expert.size()), E);
+    ASSERT_TRUE(moe_mxfp4_fp8_supported(2 * I, H, E) && moe_mxfp4_fp8_supported(H, I, E));
+    const int H_pad = (H + 127) / 128 * 128, I_pad = (I + 127) / 128 * 128;
+    MxExperts gu(E, 2 * I, H, seed, smin), dn(E, H, I, seed + 7, smin);
+    std::vector<int32_t> offsets(E + 1, 0), sorted(A);
+    for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + rows_per_expert[e];
+    std::iota(sorted.begin(), sorted.end(), 0);
+    std::shuffle(sorted.begin(), sorted.end(), std::mt19937(seed + 3));
+    std::vector<float> hf = test::randn(static_cast<size_t>(A) * H, seed + 4);
+    for (int t = 0; t < A; ++t)
+        for (int c = 0; c < H; ++c) hf[static_cast<size_t>(t) * H + c] *= std::ldexp(1.0f, t % 5 - 2);
+    const std::vector<uint16_t> h = test::to_bf16(hf);
+    auto dh = to_device(h), doff = to_device(offsets), dsorted = to_device(sorted);
+    const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
+    DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+    moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                  nullptr);
+
+    // The rows in the MX order: every element where moe_mx_k_position puts it, zeros past H.
+    auto xq = poisoned(static_cast<size_t>(A) * H_pad);
+    DeviceBuffer xs(static_cast<size_t>(A) * 4);
+    moe_fp8_quant_rows_mx(dh.get(), true, dsorted.as<int32_t>(), 1, A, H, H_pad, xq.as<uint8_t>(), xs.as<float>(),
+                          nullptr);
+    const auto gq = to_host<uint8_t>(xq, static_cast<size_t>(A) * H_pad);
+    std::vector<uint8_t> cq(static_cast<size_t>(A) * H);
+    std::vector<float> cs(A);
+    int misplaced = 0;
+    for (int i = 0; i < A; ++i) {
+        quant_row(h.data() + static_cast<size_t>(sorted[i]) * H, H, cq.data() + static_cast<size_t>(i) * H, &cs[i]);
+        for (int p = 0; p < H_pad; ++p) {
+            const uint8_t want = p < H ? cq[static_cast<size_t>(i) * H + p] : 0;
+            misplaced += gq[static_cast<size_t>(i) * H_pad + moe_mx_k_position(p)] != want;
+        }
+    }
+    EXPECT_EQ(misplaced, 0) << "moe_fp8_quant_rows_mx bytes";
+    EXPECT_EQ(to_host<float>(xs, A), cs) << "moe_fp8_quant_rows_mx scales";
+
+    std::vector<float> xqf(cq.size());
+    for (size_t i = 0; i < cq.size(); ++i) xqf[i] = fp8e4m3_to_f32(cq[i]);
+    std::vector<int> expert_of(A);
+    for (int e = 0; e < E; ++e)
+        for (int r = offsets[e]; r < offsets[e + 1]; ++r) expert_of[r] = e;
+    const float act_scale = moe_fp8_act_scale(7.0f);
+    std::vector<float> ref_act(static_cast<size_t>(A) * I);
+    std::vector<double> tol_q(ref_act.size());
+    parallel_rows(A, [&](int r) {
+        for (int j = 0; j < I; ++j) {
+            const float* x = xqf.data() + static_cast<size_t>(r) * H;
+            const PreAct g = pre_activation_mx(gu, expert_of[r], 2 * j, x, cs[r]);
+            const PreAct u = pre_activation_mx(gu, expert_of[r], 2 * j + 1, x, cs[r]);
+            const float ref = swiglu_ref(g.v, u.v);
+            double dev = 0.0;
+            for (int sg : {-1, 1})
+                for (int su : {-1, 1})
+                    dev = std::max(
+                        dev, static_cast<double>(std::fabs(swiglu_ref(g.v + sg * g.err, u.v + su * u.err) - ref)));
+            const size_t o = static_cast<size_t>(r) * I + j;
+            ref_act[o] = ref;
+            const double tol = dev + 1e-5 * std::fabs(ref);
+            const double m = (std::fabs(ref) + tol) / act_scale;  // half an e4m3 step at that magnitude
+            const double half_step =
+                m < std::ldexp(1.0, -6) ? std::ldexp(1.0, -10) : std::ldexp(1.0, std::ilogb(m) - 4);
+            tol_q[o] = tol + half_step * act_scale;
+        }
+    });
+    auto check = [](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol,
+                    int* bad) {
+        double num = 0.0, den = 0.0;
+        *bad = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+            const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+            if (!(d <= tol[i] + 1e-30)) ++*bad;
+            num += d * d;
+            den += static_cast<double>(ref[i]) * ref[i];
+        }
+        return std::sqrt(num / den);
+    };
+
+    auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
+    auto ddc = to_device(dn.codes), dds = to_device(dn.scales), ddb = to_device(dn.bias);
+    DeviceBuffer act_q(static_cast<size_t>(A) * I_pad);
+    MoeFp8Args a;
+    a.xq = xq.as<uint8_t>();
+    a.x_scale = xs.as<float>();
+    a.num_rows = A;
+    a.expert_offsets = doff.as<int32_t>();
+    a.sorted_assignments = dsorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    a.w_mx = dgc.as<uint8_t>();
+    a.w_mx_scale = dgs.as<uint8_t>();
+    a.bias = dgb.as<float>();
+    a.act_q = act_q.as<uint8_t>();
+    a.act_q_inv_scale = 1.0f / act_scale;
+    a.act_mx_order = true;
+    a.act_q_stride = I_pad;
+    a.n = gu.n;
+    a.k = H;
+    a.k_pad = H_pad;
+    a.num_experts = E;
+    std::vector<uint8_t> got_q;
+    for (int ctas : {0, 7}) {
+        EXPECT_EQ(cudaMemset(act_q.get(), 0x7f, act_q.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
+        a.persistent_ctas = ctas;
+        moe_mxfp4_fp8(a, true, nullptr);
+        got_q = to_host<uint8_t>(act_q, static_cast<size_t>(A) * I_pad);
+        std::vector<float> got(ref_act.size());
+        for (int r = 0; r < A; ++r)
+            for (int j = 0; j < I; ++j)
+                got[static_cast<size_t>(r) * I + j] =
+                    fp8e4m3_to_f32(got_q[static_cast<size_t>(r) * I_pad + moe_mx_k_position(j)]) * act_scale;
+        int bad = 0;
+        const double rel = check(got, ref_act, tol_q, &bad);
+        std::printf("  moe_mxfp4_fp8 gate_up (E %d, H %d, I %d, %d rows, %d CTAs): rel L2 %.3g, %d outside the bound\n",
+                    E, H, I, A, ctas, rel, bad);
+        EXPECT_EQ(bad, 0) << "gate_up act_q outside the bound, " << ctas << " CTAs";
+        EXPECT_LT(rel, 4e-2) << ctas << " CTAs";  // e4m3 rounding: ~2^-5 RMS relative
+    }
+
+    // down on the GPU's act_q, its positions past I zeroed (as the model does before gate_up).
+    std::vector<float> actf(static_cast<size_t>(A) * I);
+    for (int r = 0; r < A; ++r) {
+        for (int j = 0; j < I; ++j)
+            actf[static_cast<size_t>(r) * I + j] =
+                fp8e4m3_to_f32(got_q[static_cast<size_t>(r) * I_pad + moe_mx_k_position(j)]);
+        for (int j = I; j < I_pad; ++j) got_q[static_cast<size_t>(r) * I_pad + moe_mx_k_position(j)] = 0;
+    }
+    auto dact = to_device(got_q);
+    std::vector<float> ref_y(static_cast<size_t>(A) * H);
+    std::vector<double> tol_y(ref_y.size());
+    parallel_rows(A, [&](int r) {
+        for (int f = 0; f < H; ++f) {
+            const PreAct p =
+                pre_activation_mx(dn, expert_of[r], f, actf.data() + static_cast<size_t>(r) * I, act_scale);
+            ref_y[static_cast<size_t>(sorted[r]) * H + f] = static_cast<float>(p.v);
+            tol_y[static_cast<size_t>(sorted[r]) * H + f] = p.err;
+        }
+    });
+    a.xq = dact.as<uint8_t>();
+    a.x_scale = nullptr;
+    a.x_scale_value = act_scale;
+    a.act_q = nullptr;
+    a.act_mx_order = false;
+    a.w_mx = ddc.as<uint8_t>();
+    a.w_mx_scale = dds.as<uint8_t>();
+    a.bias = ddb.as<float>();
+    a.n = H;
+    a.k = I;
+    a.k_pad = I_pad;
+    for (int ctas : {0, 7}) {
+        auto y = poisoned(static_cast<size_t>(A) * H * 4);
+        a.y = y.as<float>();
+        a.persistent_ctas = ctas;
+        moe_mxfp4_fp8(a, false, nullptr);
+        const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
+        int bad = 0;
+        const double rel = check(got, ref_y, tol_y, &bad);
+        std::printf("  moe_mxfp4_fp8 down (E %d, H %d, I %d, %d rows, %d CTAs): rel L2 %.3g, %d outside the bound\n", E,
+                    H, I, A, ctas, rel, bad);
+        EXPECT_EQ(bad, 0) << "down y outside the accumulation bound, " << ctas << " CTAs";
+        EXPECT_LT(rel, 1e-3) << ctas << " CTAs";
+    }
+}
+
+TEST(CudaMoeMx, MatchesCpuAtRealWidths) {
+    REQUIRE_GPU();
+    run_mx_case(3, 2880, 2880, {37, 130, 0}, 41, 113);
+}
+
+TEST(CudaMoeMx, MatchesCpuAtOddShapes) {
+    REQUIRE_GPU();
+    // gate_up n 1,408 (7⅓ feature blocks of 192), K 1,088 and 704 (partial K blocks, a last block
+    // with one or three of its four groups), a 3-tile expert; shard widths (I 1,440).
+    run_mx_case(2, 1088, 704, {300, 70}, 43, 117);
+    run_mx_case(4, 2880, 1440, {200, 0, 128, 37}, 47, 113);
+}
+
 }  // namespace
 }  // namespace gptoss::kernels::cuda

@@ -221,7 +221,26 @@ struct MoeFp8Args {
     // of one CTA an item (r24: 2,434 -> 2,354 us a layer at 8k tokens; the model sets it).
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
+    // moe_mxfp4_fp8 (the same GEMMs on the MXFP4 experts as published; wq and w_scale unused): the
+    // blocks [num_experts, n, k/2] (two e2m1 codes a byte, the even element in the low nibble)
+    // and e8m0 scales [num_experts, n, k/32]. xq is then [num_rows, k_pad] in the MX K order
+    // (moe_mx_k_position), written by moe_fp8_quant_rows_mx or by a gate_up with act_mx_order.
+    const uint8_t* w_mx = nullptr;
+    const uint8_t* w_mx_scale = nullptr;
+    // gate_up's act_q in the MX K order, rows act_q_stride (the down's k_pad) bytes apart; the
+    // positions of the last 128-block past n/2 are not written (the caller zeroes them).
+    bool act_mx_order = false;
+    int act_q_stride = 0;
 };
+// The MX K order: within each 128-wide block of K, element p (the weights' order) sits at
+// position moe_mx_k_position(p) of the activation row, so that in the kernel's register A
+// fragments lane t of a quad holds only elements of the row's MXFP4 group t of the block (one
+// scale a lane and row). p = 32·t + 8·s + 4·h + j goes to 32·s + 16·h + 4·t + j (s: the k32
+// step, h: the fragment's half, j: the byte in its register).
+inline constexpr int moe_mx_k_position(int p) {
+    const int q = p & 127, t = q >> 5, s = (q >> 3) & 3, h = (q >> 2) & 1, j = q & 3;
+    return (p & ~127) + 32 * s + 16 * h + 4 * t + j;
+}
 // The one scale of act_q for a SwiGLU clamped at swiglu_limit (a power of two with the bound
 // (limit + 1) · limit inside ±448: 1/8 for gpt-oss's 7), or 0 when the limit is not finite.
 float moe_fp8_act_scale(float swiglu_limit);
@@ -239,6 +258,20 @@ void moe_bf16_grouped(const MoeFp8Args& args, bool gate_up, cudaStream_t stream)
 // dim % 16 == 0, dim ≤ 8,192.
 void moe_fp8_quant_rows(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows, int dim,
                         uint8_t* xq, float* xs, cudaStream_t stream);
+// The same rows in the MX K order, [rows, dim_pad] (dim_pad: dim rounded up to 128; the
+// positions of elements past dim hold 0).
+void moe_fp8_quant_rows_mx(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows,
+                           int dim, int dim_pad, uint8_t* xq, float* xs, cudaStream_t stream);
+// Grouped GEMMs of FP8 activation rows with the MXFP4 experts themselves (sm_90a; session 12,
+// compiled only): the packed weights by TMA (12 KB a stage for 192 rows × 128 of K, against FP8's
+// 24 KB), converted in the consumer warps to e4m3 register A operands of wgmma (each lane's codes
+// share one group scale; the group's offset from the row's largest scale in the block folded into
+// the e4m3 values, exact while it is ≤ 8, and the row's 2^(max − 127) applied when the block's
+// sums are promoted). Otherwise moe_fp8's persistent kernel: the same epilogues, biases and act_q.
+// No conversion of the experts to FP8 first (the 120b path converted each layer's active experts).
+// n % 16 == 0, k % 32 == 0, k_pad = k rounded up to 128 ≤ 8,192.
+bool moe_mxfp4_fp8_supported(int n, int k, int num_experts);
+void moe_mxfp4_fp8(const MoeFp8Args& args, bool gate_up, cudaStream_t stream);
 
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).
 // xg[i, :] = h[sorted_assignments[i] / k, :] (bf16 rows).

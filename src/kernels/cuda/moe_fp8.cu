@@ -141,14 +141,17 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty) {
 // the weight rows from wy and the activation rows from row0, into the ring from its position gkb
 // (K blocks issued before); returns the position after. A slot is refilled once the consumers
 // released its previous use. Boxes are always whole (zero-filled past the tensor) and count in full.
+// w_step: the weight map's x advance a block where it differs from step (0: step; MXFP4: bytes).
 template <int kStages, int kStageBytes, int kWTile>
 __device__ __forceinline__ int produce_item(uint8_t* smem, uint64_t* full, uint64_t* empty, const CUtensorMap* w_map,
-                                            const CUtensorMap* x_map, int wy, int row0, int nkb, int step, int gkb) {
+                                            const CUtensorMap* x_map, int wy, int row0, int nkb, int step, int gkb,
+                                            int w_step = 0) {
+    if (w_step == 0) w_step = step;
     for (int kb = 0; kb < nkb; ++kb, ++gkb) {
         const int slot = gkb % kStages;
         if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
         mbar_expect_tx(&full[slot], kStageBytes);
-        tma_load_2d(smem + slot * kStageBytes, w_map, kb * step, wy, &full[slot]);
+        tma_load_2d(smem + slot * kStageBytes, w_map, kb * w_step, wy, &full[slot]);
         tma_load_2d(smem + slot * kStageBytes + kWTile, x_map, kb * step, row0, &full[slot]);
     }
     return gkb;
@@ -158,7 +161,8 @@ __device__ __forceinline__ int produce_item(uint8_t* smem, uint64_t* full, uint6
 // from this lane's accumulators: gate_up's SwiGLU into act (bf16) or act_q (e4m3), down's rows of
 // y. Shared by both kernels below.
 // s_xs / s_asg: the item's RowInputs in shared memory (kTokens each); bias: load_bias_pair's.
-template <bool kGateUp>
+// kMx: act_q rows in the MX K order (MoeFp8Args::act_mx_order, act_q_stride bytes a row).
+template <bool kGateUp, bool kMx = false>
 __device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&acc)[64], int row0, int rows, int n0,
                                              int wg, int warp, int g, int t, float2 bias, const float* s_xs,
                                              const int* s_asg) {
@@ -183,7 +187,8 @@ __device__ __forceinline__ void fp8_epilogue(const MoeFp8Args& a, const float (&
                 const int jf = odd ? (f1 - 1) / 2 : f0 / 2;
                 if (m < rows && 2 * jf < N) {
                     const float v = swiglu(gate, up, a.swiglu_limit, a.swiglu_alpha);
-                    const int64_t o = static_cast<int64_t>(row0 + m) * (N / 2) + jf;
+                    const int64_t o = kMx ? static_cast<int64_t>(row0 + m) * a.act_q_stride + moe_mx_k_position(jf)
+                                          : static_cast<int64_t>(row0 + m) * (N / 2) + jf;
                     if (a.act_q != nullptr)  // e4m3 for the down launch, one scale for all rows
                         a.act_q[o] = __nv_cvt_float_to_fp8(v * a.act_q_inv_scale, __NV_SATFINITE, __NV_E4M3);
                     else
@@ -442,6 +447,188 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     }
 }
 
+// ---- The MXFP4 experts as they are (moe_mxfp4_fp8; session 12, compiled only) -------------------
+// Why: without an FP8 copy of the experts (120b: it would not fit beside MXFP4) each prefill layer
+// converted its active experts to FP8 first (r27: ~36–42 of the 120b 8k MoE's 142 ms) and the
+// grouped GEMMs then read 3.2 GB of e4m3 a layer. Here the persistent kernel's structure (3
+// consumer warpgroups × 64 features, 128 tokens of one expert, a producer warpgroup, the same items,
+// epilogue and promotion) takes the codes themselves: a stage is 192 rows × 64 bytes of codes (12
+// KB) + the 128 × 128 activation tile, so 7 stages.
+// - wgmma with A from registers: lane (g, t) of warp w holds rows 16w + g and + 8 at k 4t .. 4t + 3
+//   (a0, a1) and 16 + 4t .. (a2, a3) of each k32 step. In the MX K order (moe_mx_k_position) those
+//   are the codes 32t .. 32t + 31 of the block: bytes 16t .. 16t + 15 of the row, one 16-byte shared
+//   load a row and block, and one MXFP4 group (4·kb + t) a lane and row.
+// - Scales: a group 2^d below the row's largest in the block (a quad max) is folded into the e4m3
+//   values (the 8 magnitudes × 2^-d by one byte permute from a table per d: exact for d ≤ 8, e4m3's
+//   subnormals reach 2^-9; rounded past that); the block's sums of a row are promoted with its
+//   2^(max − 127), two per lane (rows g and g + 8), as the FP8 kernel's block scale.
+constexpr int kMxStages = 7;
+constexpr int kMxFeatures = 192;                            // 3 warpgroups × 64 rows
+constexpr int kMxWTile = kMxFeatures * kKBlock / 2;         // 12 KB of codes
+constexpr int kMxStageBytes = kMxWTile + kXTile;            // 28 KB
+constexpr int kMxThreads = 512;                             // + the producer warpgroup
+constexpr int kMxConsumerRegs = 160, kMxProducerRegs = 24;  // 3·128·160 + 128·24 ≤ 64 K
+constexpr size_t kMxBarOffset = static_cast<size_t>(kMxStages) * kMxStageBytes;
+constexpr size_t kMxLutOffset = kMxBarOffset + 2 * kMxStages * 8;  // [32] uint2: the magnitudes at d
+constexpr size_t kMxRowsOffset = kMxLutOffset + 32 * 8;            // RowInputs: [3][2][kTokens] × 2
+constexpr size_t kMxSmemBytes = 1024 + kMxRowsOffset + 3 * 2 * kTokens * 8;
+static_assert(kMxStageBytes % 1024 == 0 && kMxWTile % 1024 == 0, "stage alignment (128-byte swizzled x tile)");
+static_assert(kMxRowsOffset % 16 == 0, "row inputs alignment");
+
+// m64n128k32 e4m3 × e4m3 → f32 with A (4 registers of 4 e4m3 bytes) from registers, B by
+// descriptor; scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_e4m3_n128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " GPTOSS_ACC64_REGS
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : GPTOSS_ACC64_OPERANDS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// Four e2m1 codes (16 bits, the first in the low nibble) as four e4m3 bytes: the magnitudes' bytes
+// from lut (8 bytes: the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 at this lane's shift) by one byte
+// permute, and the codes' signs by another.
+__device__ __forceinline__ uint32_t mx_codes_to_e4m3(uint32_t codes, uint2 lut) {
+    const uint32_t mag = __byte_perm(lut.x, lut.y, codes & 0x7777u);
+    const uint32_t sgn = __byte_perm(0u, 0x80808080u, (codes >> 1) & 0x4444u);
+    return mag | sgn;
+}
+// 2^(e − 127) for an e8m0 scale byte (e = 0: 2^-127, a subnormal float).
+__device__ __forceinline__ float e8m0_value(uint32_t e) { return __uint_as_float(e > 0 ? e << 23 : 0x00400000u); }
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kMxThreads, 1)
+    moe_mx_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+                             const __grid_constant__ CUtensorMap w_map) {
+    constexpr int W = 3, kStages = kMxStages, kStageBytes = kMxStageBytes;
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + kMxBarOffset);
+    uint64_t* empty = full + kStages;
+    uint2* s_lut = reinterpret_cast<uint2*>(smem + kMxLutOffset);
+    // [W][2][kTokens] scales then [W][2][kTokens] assignments (as the persistent FP8 kernel's)
+    float* s_xs_all = reinterpret_cast<float*>(smem + kMxRowsOffset);
+    int* s_asg_all = reinterpret_cast<int*>(s_xs_all + W * 2 * kTokens);
+
+    pdl_wait();
+    const int nblk = (a.n + kMxFeatures - 1) / kMxFeatures;
+    const int items = *a.tile_count * nblk;
+    if (static_cast<int>(blockIdx.x) >= items) return;
+    const int N = a.n, nkb = a.k_pad / kKBlock, groups = a.k / 32;
+    const int tid = threadIdx.x;
+    init_ring<kStages, W>(full, empty);
+    if (tid < 32) {  // the magnitudes' e4m3 bytes for a group 2^tid below its row's largest
+        const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+        uint32_t b[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) b[i] = __nv_cvt_float_to_fp8(ldexpf(mag[i], -tid), __NV_SATFINITE, __NV_E4M3);
+        s_lut[tid] = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+    }
+    __syncthreads();  // barriers initialised, table in; no CTA-wide barrier after the role split
+    struct Item {
+        int e, row0, rows, n0;
+    };
+    auto item_at = [&](int it) {
+        const int tile = it / nblk;
+        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+        const int row0 = a.expert_offsets[e] + rt * kTokens;
+        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kMxFeatures};
+    };
+
+    const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
+    if (role >= W) {                                          // the producer: one lane issues every copy
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kMxProducerRegs));
+        if (tid == 128 * W) {
+            int gkb = 0;
+            for (int it = blockIdx.x; it < items; it += gridDim.x) {
+                const Item w = item_at(it);
+                gkb = produce_item<kStages, kStageBytes, kMxWTile>(smem, full, empty, &w_map, &x_map, w.e * N + w.n0,
+                                                                   w.row0, nkb, kKBlock, gkb, kKBlock / 2);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kMxConsumerRegs));
+    const int wg = role, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = 64 * wg + 16 * warp + g;                      // this lane's rows r0 and r0 + 8 of the CTA's 192
+    const uint8_t* codes0 = smem + r0 * (kKBlock / 2) + 16 * t;  // its 16 bytes of row r0 in slot 0
+    const uint32_t x_base = smem_addr(smem + kMxWTile);
+    float acc[64], tmp[64];
+    int gkb = 0, parity = 0;
+    for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
+        const Item w = item_at(it);
+        const RowInputs row = load_row_inputs(a, kGateUp, w.row0, w.rows, tid & 127);
+        const float2 bias = load_bias_pair(a, w.e, w.n0, wg, warp, g);
+        // The rows' scale bytes (a row past n, never stored, reads row n − 1's).
+        const int64_t fr0 = static_cast<int64_t>(w.e) * N + min(w.n0 + r0, N - 1);
+        const int64_t fr1 = static_cast<int64_t>(w.e) * N + min(w.n0 + r0 + 8, N - 1);
+        const uint8_t* sc0 = a.w_mx_scale + fr0 * groups;
+        const uint8_t* sc1 = a.w_mx_scale + fr1 * groups;
+        // Group 4·kb + t of both rows (0 past the last group: its codes are TMA's zero fill).
+        auto scales_of = [&](int kb) {
+            const int gi = 4 * kb + t;
+            return gi < groups ? make_uint2(__ldg(sc0 + gi), __ldg(sc1 + gi)) : make_uint2(0u, 0u);
+        };
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+        uint2 sc_next = scales_of(0);  // one K block ahead (as the FP8 kernel's weight scale)
+        for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+            const uint2 sc = sc_next;
+            sc_next = scales_of(min(kb + 1, nkb - 1));
+            // The rows' largest scale in the block: the quad's four groups.
+            uint32_t m0 = max(sc.x, __shfl_xor_sync(0xffffffffu, sc.x, 1));
+            uint32_t m1 = max(sc.y, __shfl_xor_sync(0xffffffffu, sc.y, 1));
+            m0 = max(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+            m1 = max(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+            const uint2 lut0 = s_lut[min(m0 - sc.x, 31u)], lut1 = s_lut[min(m1 - sc.y, 31u)];
+            const int slot = gkb % kStages;
+            mbar_wait(&full[slot], (gkb / kStages) & 1);
+            const uint4 c0 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes);
+            const uint4 c1 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes + 8 * (kKBlock / 2));
+            const uint32_t q0[4] = {c0.x, c0.y, c0.z, c0.w}, q1[4] = {c1.x, c1.y, c1.z, c1.w};
+            // k32 step s: word s of each row, its low half a0 / a1, its high half a2 / a3; each
+            // step converted right before its wgmma (fewer registers live: 16 for the fragments in
+            // flight, not 16 + the 8 words), a fence between the fragment's writes and its wgmma.
+            uint32_t af[4][4];
+#pragma unroll
+            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                af[s][0] = mx_codes_to_e4m3(q0[s] & 0xffffu, lut0);
+                af[s][1] = mx_codes_to_e4m3(q1[s] & 0xffffu, lut1);
+                af[s][2] = mx_codes_to_e4m3(q0[s] >> 16, lut0);
+                af[s][3] = mx_codes_to_e4m3(q1[s] >> 16, lut1);
+                wgmma_fence();
+                wgmma_e4m3_n128_rs(tmp, af[s], desc_sw128(x_base + slot * kStageBytes + s * 32), s);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+            if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
+            const float rs0 = e8m0_value(m0), rs1 = e8m0_value(m1);
+#pragma unroll
+            for (int j = 0; j < kTokens / 8; ++j)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    acc[4 * j + u] = fmaf(rs0, tmp[4 * j + u], acc[4 * j + u]);
+                    acc[4 * j + 2 + u] = fmaf(rs1, tmp[4 * j + 2 + u], acc[4 * j + 2 + u]);
+                }
+        }
+        float* s_xs = s_xs_all + (wg * 2 + parity) * kTokens;
+        int* s_asg = s_asg_all + (wg * 2 + parity) * kTokens;
+        s_xs[tid & 127] = row.xs;
+        s_asg[tid & 127] = row.assignment;
+        named_barrier_sync(1 + wg, 128);
+        if (it + static_cast<int>(gridDim.x) >= items) pdl_trigger();
+        fp8_epilogue<kGateUp, true>(a, acc, w.row0, w.rows, w.n0, wg, warp, g, t, bias, s_xs, s_asg);
+    }
+}
+
 // m64n128k16, bf16 × bf16 → f32, both operands from shared memory (K-major); scale_d = 0 overwrites d.
 __device__ __forceinline__ void wgmma_bf16_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
@@ -539,10 +726,12 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
 // 2880, twice the bytes' time).
 constexpr int kQuantWarps = 8;
 constexpr int kQuantMaxChunks = 32;  // 8-element chunks a lane: dim ≤ 32 · 32 · 8 = 8,192
-template <int kQuantChunks>          // 12 where dim ≤ 3,072 (fewer registers), else kQuantMaxChunks
+// kMx: rows of dim_pad bytes in the MX K order (moe_mx_k_position), 0 at the positions past dim.
+template <int kQuantChunks, bool kMx>  // 12 where dim ≤ 3,072 (fewer registers), else kQuantMaxChunks
 __global__ void __launch_bounds__(kQuantWarps * 32)
     quant_rows_e4m3_kernel(const __nv_bfloat16* __restrict__ x, bool by_token, const int32_t* __restrict__ sorted,
-                           int experts_per_token, int rows, int dim, uint8_t* __restrict__ xq, float* __restrict__ xs) {
+                           int experts_per_token, int rows, int dim, int dim_pad, uint8_t* __restrict__ xq,
+                           float* __restrict__ xs) {
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int i = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
@@ -571,10 +760,12 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     const float inv = m > 0.0f ? fminf(448.0f / m, 3.0e38f) : 1.0f;
     if (lane == 0) xs[i] = scale;
     uint2* dst = reinterpret_cast<uint2*>(xq + static_cast<int64_t>(i) * dim);
+    uint8_t* row_mx = xq + static_cast<int64_t>(i) * dim_pad;
+    const int out_chunks = kMx ? dim_pad / 8 : chunks;  // chunks past dim: zeros (v = 0)
 #pragma unroll
     for (int c = 0; c < kQuantChunks; ++c) {
         const int idx = lane + c * 32;
-        if (idx >= chunks) break;
+        if (idx >= out_chunks) break;
         const uint32_t w[4] = {v[c].x, v[c].y, v[c].z, v[c].w};
         uint32_t out[2];
 #pragma unroll
@@ -588,7 +779,16 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
             const uint32_t q23 = __nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3);
             out[h] = q01 | (q23 << 16);
         }
-        dst[idx] = make_uint2(out[0], out[1]);
+        if constexpr (kMx) {
+            // Elements 8·idx .. + 7: p = 32t + 8s + {0..3} (h = 0) and + {4..7} (h = 1) of block
+            // idx / 16 (t, s from idx % 16): 4 bytes each at moe_mx_k_position.
+            const int cc = idx & 15, t = cc >> 2, s = cc & 3;
+            uint32_t* o = reinterpret_cast<uint32_t*>(row_mx + (idx >> 4) * 128 + 32 * s + 4 * t);
+            o[0] = out[0];
+            o[4] = out[1];
+        } else {
+            dst[idx] = make_uint2(out[0], out[1]);
+        }
     }
 }
 
@@ -616,7 +816,59 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// moe_mxfp4_fp8's maps: x as [num_rows, k_pad] e4m3 (the MX K order) in 128-byte swizzled boxes of
+// 128 bytes × kTokens rows, the codes as [E·n, k/2] bytes in unswizzled boxes of 64 bytes (a 128-K
+// block) × kMxFeatures rows.
+bool make_maps_mx(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint32_t unit[2] = {1, 1};
+    const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_rows)};
+    const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k_pad)};
+    const cuuint32_t x_box[2] = {kKBlock, kTokens};
+    if (encode(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k / 2), static_cast<cuuint64_t>(a.num_experts) * a.n};
+    const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k / 2)};
+    const cuuint32_t w_box[2] = {kKBlock / 2, kMxFeatures};
+    return encode(w_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w_mx), w_dims, w_strides, w_box, unit,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
+
+bool moe_mxfp4_fp8_supported(int n, int k, int num_experts) {
+    return n > 0 && n % 16 == 0 && k > 0 && k % 32 == 0 && (k + kKBlock - 1) / kKBlock <= kMaxKBlocks &&
+           num_experts >= 1 && num_experts <= kMaxMoeMmaExperts && tensor_map_encoder() != nullptr;
+}
+
+void moe_mxfp4_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
+    const int k_pad = (a.k + kKBlock - 1) / kKBlock * kKBlock;
+    ENGINE_CHECK(moe_mxfp4_fp8_supported(a.n, a.k, a.num_experts) && a.num_rows > 0 && a.k_pad == k_pad &&
+                     a.w_mx != nullptr && a.w_mx_scale != nullptr && reinterpret_cast<uintptr_t>(a.xq) % 16 == 0,
+                 "moe_mxfp4_fp8: n %d, k %d (k_pad %d), %d experts, %d rows unsupported", a.n, a.k, a.k_pad,
+                 a.num_experts, a.num_rows);
+    ENGINE_CHECK(!gate_up || (a.n % 2 == 0 && a.act_q != nullptr && a.act_mx_order && a.act_q_inv_scale > 0.0f &&
+                              a.act_q_stride >= (a.n / 2 + kKBlock - 1) / kKBlock * kKBlock),
+                 "moe_mxfp4_fp8: gate_up writes e4m3 act_q in the MX K order (n %d, stride %d)", a.n, a.act_q_stride);
+    ENGINE_CHECK(gate_up || a.y != nullptr, "moe_mxfp4_fp8: down writes y");
+    if (a.max_tiles <= 0) return;
+    CUtensorMap x_map, w_map;
+    ENGINE_CHECK(make_maps_mx(a, &x_map, &w_map), "moe_mxfp4_fp8: tensor maps could not be encoded");
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    if (a.persistent_ctas > 0) sms = a.persistent_ctas;
+    const int64_t items = static_cast<int64_t>((a.n + kMxFeatures - 1) / kMxFeatures) * a.max_tiles;
+    auto kernel = gate_up ? moe_mx_persistent_kernel<true> : moe_mx_persistent_kernel<false>;
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMxSmemBytes)));
+    kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), kMxThreads, kMxSmemBytes, stream>>>(a, x_map, w_map);
+    CUDA_CHECK_LAUNCH();
+}
 
 bool moe_fp8_supported(int n, int k, int k_pad, int num_experts) {
     return n > 0 && n % 16 == 0 && k > 0 && k % 16 == 0 && k_pad >= k && k_pad % kKBlock == 0 &&
@@ -628,9 +880,23 @@ void moe_fp8_quant_rows(const void* x, bool by_token, const int32_t* sorted, int
                         uint8_t* xq, float* xs, cudaStream_t stream) {
     ENGINE_CHECK(dim % 16 == 0 && dim <= 8 * 32 * kQuantMaxChunks && rows >= 0, "moe_fp8_quant_rows: dim %d", dim);
     if (rows == 0) return;
-    auto kernel = dim <= 8 * 32 * 12 ? quant_rows_e4m3_kernel<12> : quant_rows_e4m3_kernel<kQuantMaxChunks>;
+    auto kernel =
+        dim <= 8 * 32 * 12 ? quant_rows_e4m3_kernel<12, false> : quant_rows_e4m3_kernel<kQuantMaxChunks, false>;
     kernel<<<(rows + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(x), by_token, sorted, experts_per_token, rows, dim, xq, xs);
+        static_cast<const __nv_bfloat16*>(x), by_token, sorted, experts_per_token, rows, dim, dim, xq, xs);
+    CUDA_CHECK_LAUNCH();
+}
+
+void moe_fp8_quant_rows_mx(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows,
+                           int dim, int dim_pad, uint8_t* xq, float* xs, cudaStream_t stream) {
+    ENGINE_CHECK(dim % 16 == 0 && dim_pad == (dim + 127) / 128 * 128 && dim_pad <= 8 * 32 * kQuantMaxChunks &&
+                     rows >= 0 && reinterpret_cast<uintptr_t>(xq) % 16 == 0,
+                 "moe_fp8_quant_rows_mx: dim %d, dim_pad %d", dim, dim_pad);
+    if (rows == 0) return;
+    auto kernel =
+        dim_pad <= 8 * 32 * 12 ? quant_rows_e4m3_kernel<12, true> : quant_rows_e4m3_kernel<kQuantMaxChunks, true>;
+    kernel<<<(rows + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), by_token, sorted, experts_per_token, rows, dim, dim_pad, xq, xs);
     CUDA_CHECK_LAUNCH();
 }
 
