@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -423,6 +423,24 @@ for stage in "$@"; do
       summary+=("fixtures verify rc=$?")
       tail -12 "$OUT/fixtures.log"
       tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
+      ;;
+    mx)
+      # moe_mxfp4_fp8 (the grouped MoE on the MXFP4 experts as they are; GPTOSS_MOE_MX=1): its kernel
+      # tests and the model's FP8 test (variant 4), then 120b --fp8 8k prefill with and without it
+      # (without: each layer's experts converted to FP8 first), only if the tests pass.
+      timeout 240 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeMx.*:CudaMoeFp8.*:CudaModel.Fp8WeightsStayCloseToFp32' \
+        > "$OUT/mx_tests.log" 2>&1
+      rc=$?
+      summary+=("mx tests rc=$rc")
+      grep -E "OK \]|FAILED|moe_mxfp4_fp8|MXFP4 experts|Failure|Expected|Which is" "$OUT/mx_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for v in 1 0; do
+          GPTOSS_MOE_MX=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill 8192 \
+            --batch "" --repeats 3 > "$OUT/mx_120b_$v.log" 2>&1
+          summary+=("mx 120b GPTOSS_MOE_MX=$v rc=$?")
+          echo "120b --fp8 8k prefill, GPTOSS_MOE_MX=$v:"; grep -E "^\| 8192 \||  moe|  total" "$OUT/mx_120b_$v.log" | head -3
+        done
+      fi
       ;;
     tables)
       # Issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input
