@@ -31,6 +31,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -1634,6 +1635,13 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
     const int keys =
         sliding_window > 0 ? std::min(std::max(max_context_len, 1), sliding_window) : std::max(max_context_len, 1);
     const int max_tiles = (keys + kKvTile - 1) / kKvTile + (sliding_window > 0 ? 1 : 0);
+    // A range of at most this many tiles in one split, without the combine launch (A/B runs:
+    // GPTOSS_ATTN_SINGLE_SPLIT_TILES, e.g. 3 for the 128-key sliding window; default 0, off).
+    static const int single_split_tiles = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_SINGLE_SPLIT_TILES");
+        return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+    }();
+    if (max_tiles <= single_split_tiles) return 1;
     const int useful = (max_tiles + kMinTilesPerSplit - 1) / kMinTilesPerSplit;
     // One wave: as many CTAs as fit at once (3 per SM at 64 KB of shared memory each). Rounding
     // down keeps long splits from spilling a small second wave; at large batch (≥ 50 sequences of
