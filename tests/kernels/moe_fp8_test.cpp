@@ -455,38 +455,55 @@ TEST(CudaMoeFp8, Bf16GroupedMatchesCpu) {
 // ---- moe_mxfp4_fp8: the same GEMMs on MXFP4 experts as published -------------------------------
 
 // MXFP4 experts: codes [E, n, k/2] (the even element in the low nibble), e8m0 scales [E, n, k/32]
-// drawn from [smin, smin + 8] (a group at most 2^8 below its row's largest in a 128-block, where
-// the kernel's e4m3 fragments are exact), bias. w() is the exact weight.
+// drawn from [smin, smin + spread], bias. w() is the exact weight; w_kernel() the weight as the
+// kernel takes it: the code's magnitude times 2^-d rounded to e4m3 (d: its group's distance below
+// the largest scale of the row's 128-block, capped at 31), times 2^(largest − 127). The two are
+// equal while d ≤ 8 (spread ≤ 8).
 struct MxExperts {
     int E, n, k;
     std::vector<uint8_t> codes, scales;
     std::vector<float> bias;
-    MxExperts(int e, int n_, int k_, uint32_t seed, int smin) : E(e), n(n_), k(k_) {
+    MxExperts(int e, int n_, int k_, uint32_t seed, int smin, int spread) : E(e), n(n_), k(k_) {
         std::mt19937 rng(seed);
         codes.resize(static_cast<size_t>(E) * n * (k / 2));
         for (auto& c : codes) c = static_cast<uint8_t>(rng());
         scales.resize(static_cast<size_t>(E) * n * (k / 32));
-        for (auto& s : scales) s = static_cast<uint8_t>(smin + rng() % 9);
+        for (auto& s : scales) s = static_cast<uint8_t>(smin + rng() % (spread + 1));
         bias = test::randn(static_cast<size_t>(E) * n, seed + 1, 0.5f);
     }
-    float w(int e, int f, int c) const {
+    float magnitude(int e, int f, int c, bool* negative) const {
         static const float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-        const size_t row = static_cast<size_t>(e) * n + f;
-        const uint8_t b = codes[row * (k / 2) + c / 2];
+        const uint8_t b = codes[(static_cast<size_t>(e) * n + f) * (k / 2) + c / 2];
         const int code = c % 2 ? b >> 4 : b & 15;
-        const float v = (code & 8) ? -kMag[code & 7] : kMag[code & 7];
-        return std::ldexp(v, static_cast<int>(scales[row * (k / 32) + c / 32]) - 127);
+        *negative = (code & 8) != 0;
+        return kMag[code & 7];
+    }
+    int scale(int e, int f, int group) const { return scales[(static_cast<size_t>(e) * n + f) * (k / 32) + group]; }
+    float w(int e, int f, int c) const {
+        bool neg = false;
+        const float m = magnitude(e, f, c, &neg);
+        return std::ldexp(neg ? -m : m, scale(e, f, c / 32) - 127);
+    }
+    float w_kernel(int e, int f, int c) const {
+        int top = 0;
+        for (int g = c / 128 * 4; g < std::min(k / 32, c / 128 * 4 + 4); ++g) top = std::max(top, scale(e, f, g));
+        bool neg = false;
+        const float m = magnitude(e, f, c, &neg);
+        const int d = std::min(top - scale(e, f, c / 32), 31);
+        const float q = fp8e4m3_to_f32(f32_to_fp8e4m3(std::ldexp(m, -d)));
+        return std::ldexp(neg ? -q : q, top - 127);
     }
 };
 
-// As pre_activation, on exact MXFP4 weights: the kernel sums each 128-deep block of K on the tensor
-// cores (in the MX order within the block, the same elements) and promotes it in fp32.
+// As pre_activation, on the weights as the kernel takes them (MxExperts::w_kernel: the exact MXFP4
+// weights where a group is at most 2^8 below its block's largest): the kernel sums each 128-deep block of K on the
+// tensor cores (in the MX order within the block, the same elements) and promotes it in fp32.
 PreAct pre_activation_mx(const MxExperts& W, int e, int f, const float* xq, float xs) {
     double v = 0.0, err = 0.0;
     for (int kb = 0; kb * 128 < W.k; ++kb) {
         double sum = 0.0, abs = 0.0;
         for (int c = kb * 128; c < std::min(W.k, kb * 128 + 128); ++c) {
-            const double p = static_cast<double>(W.w(e, f, c)) * xq[c];
+            const double p = static_cast<double>(W.w_kernel(e, f, c)) * xq[c];
             sum += p;
             abs += std::fabs(p);
         }
@@ -499,13 +516,20 @@ PreAct pre_activation_mx(const MxExperts& W, int e, int f, const float* xq, floa
 
 // gate_up (quantized token rows in the MX order, SwiGLU to e4m3 act_q in the MX order) and down (on
 // the GPU's act_q) against the CPU on the exact weights, each with a grid of one CTA an SM and of
-// 7 CTAs (every CTA loops over many items). Scales smin..smin + 8.
-void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed, int smin) {
+// 7 CTAs (every CTA loops over many items). Scales smin .. smin + spread.
+void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint32_t seed, int smin,
+                 int spread = 8) {
     const int A = std::accumulate(rows_per_expert.begin(), rows_per_expert.end(), 0);
     ASSERT_EQ(static_cast<int>(rows_per_expert.size()), E);
     ASSERT_TRUE(moe_mxfp4_fp8_supported(2 * I, H, E) && moe_mxfp4_fp8_supported(H, I, E));
     const int H_pad = (H + 127) / 128 * 128, I_pad = (I + 127) / 128 * 128;
-    MxExperts gu(E, 2 * I, H, seed, smin), dn(E, H, I, seed + 7, smin);
+    MxExperts gu(E, 2 * I, H, seed, smin, spread), dn(E, H, I, seed + 7, smin, spread);
+    if (spread <= 8) {  // the kernel's weights are the exact ones
+        int differ = 0;
+        for (int f = 0; f < gu.n; f += 97)
+            for (int c = 0; c < H; ++c) differ += gu.w_kernel(1 % E, f, c) != gu.w(1 % E, f, c);
+        ASSERT_EQ(differ, 0) << "w_kernel at spread " << spread;
+    }
     std::vector<int32_t> offsets(E + 1, 0), sorted(A);
     for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + rows_per_expert[e];
     std::iota(sorted.begin(), sorted.end(), 0);
@@ -674,10 +698,18 @@ TEST(CudaMoeMx, MatchesCpuAtRealWidths) {
 
 TEST(CudaMoeMx, MatchesCpuAtOddShapes) {
     REQUIRE_GPU();
-    // gate_up n 1,408 (7⅓ feature blocks of 192), K 1,088 and 704 (partial K blocks, a last block
-    // with one or three of its four groups), a 3-tile expert; shard widths (I 1,440).
-    run_mx_case(2, 1088, 704, {300, 70}, 43, 117);
+    // gate_up n 1,472 (7⅔ feature blocks of 192), K 1,088 and 736 (partial K blocks whose last
+    // block has two and three of its four groups), a 3-tile expert; shard widths (I 1,440: one
+    // group in the last block of down's K).
+    run_mx_case(2, 1088, 736, {300, 70}, 43, 117);
     run_mx_case(4, 2880, 1440, {200, 0, 128, 37}, 47, 113);
+}
+
+TEST(CudaMoeMx, MatchesItsRoundingOfWideScaleRanges) {
+    REQUIRE_GPU();
+    // Groups up to 2^20 below their block's largest: the kernel rounds their codes in e4m3 (to 0
+    // past ~2^14), which the reference takes the same way (MxExperts::w_kernel).
+    run_mx_case(2, 1088, 736, {150, 90}, 53, 105, 20);
 }
 
 }  // namespace
