@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -439,6 +439,29 @@ for stage in "$@"; do
             --batch "" --repeats 3 > "$OUT/mx_120b_$v.log" 2>&1
           summary+=("mx 120b GPTOSS_MOE_MX=$v rc=$?")
           echo "120b --fp8 8k prefill, GPTOSS_MOE_MX=$v:"; grep -E "^\| 8192 \||  moe|  total" "$OUT/mx_120b_$v.log" | head -3
+        done
+      fi
+      ;;
+    norm_quant)
+      # The pre-attention norm writing the QKV GEMM's quantized rows itself (GPTOSS_NORM_QUANT=1,
+      # ResidualRmsNormArgs::out_q): the norm / quantizer tests, the model tests with it on, then 8k
+      # --fp8 prefill of both models with and without it (only if the tests pass).
+      timeout 100 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.ResidualRmsNorm*:CudaFp8Gemm.ActivationQuantizerMatchesCpuBitExactly' \
+        > "$OUT/norm_quant_tests.log" 2>&1
+      rc=$?
+      GPTOSS_NORM_QUANT=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/norm_quant_tests.log" 2>&1
+      rc2=$?
+      summary+=("norm_quant tests rc=$rc model tests rc=$rc2")
+      grep -E "OK \]|FAILED|real widths" "$OUT/norm_quant_tests.log" | head -24
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 1 0; do
+            GPTOSS_NORM_QUANT=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/norm_quant_${m}_$v.log" 2>&1
+            summary+=("norm_quant $m $v rc=$?")
+            echo "$m --fp8 8k prefill, GPTOSS_NORM_QUANT=$v:"; grep -E "^\| [0-9]+ \||  qkv|  norm|  total" "$OUT/norm_quant_${m}_$v.log" | head -4
+          done
         done
       fi
       ;;

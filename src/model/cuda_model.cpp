@@ -208,6 +208,10 @@ struct CudaModel::Impl {
     // residual norm read it): 8k tokens, 84 + 47 MB less written and read again a layer; the
     // rounding is transformers' (bf16 linear outputs). r27: 8k prefill 88.30 -> 87.87 ms (20b),
     // 213.85 -> 211.47 ms (120b). GPTOSS_GEMM_BF16_OUT=0: fp32 outputs (A/B runs).
+    bool norm_quant_allowed = [] {  // see the pre-attention norm in forward (session 12, not yet run)
+        const char* v = std::getenv("GPTOSS_NORM_QUANT");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool gemm_bf16_out = [] {
         const char* v = std::getenv("GPTOSS_GEMM_BF16_OUT");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -249,6 +253,8 @@ struct CudaModel::Impl {
     // y_bf16: y holds bf16 (the cuBLASLt path only: never with m ≤ kGemvMaxTokens).
     void linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* y, int m, uint8_t* xq, float* xs,
                    bool weights_fixed = true, bool y_bf16 = false);
+    // The GEMM of linear_f8 on rows already quantized (xq [m_pad, k_pad], xs [k_pad/128, m_pad]).
+    void gemm_f8(const uint8_t* xq, const float* xs, const kc::Fp8Weight& w, float* y, int m, bool y_bf16);
     void set_device() const {
         if (opt.device >= 0) CUDA_CHECK(cudaSetDevice(opt.device));
     }
@@ -800,6 +806,11 @@ void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight&
         kc::quantize_act_fp8_bf16(x, m, w.k, w.k_pad, xq, xs, stream);
     else
         kc::quantize_act_fp8(static_cast<const float*>(x), m, w.k, w.k_pad, xq, xs, stream);
+    gemm_f8(xq, xs, w, yout, m, y_bf16);
+}
+
+void CudaModel::Impl::gemm_f8(const uint8_t* xq, const float* xs, const kc::Fp8Weight& w, float* yout, int m,
+                              bool y_bf16) {
     // cuBLASLt without an algorithm for this shape: the plain kernel, same arithmetic, slower.
     if (!fp8_gemm->gemm(xq, xs, w, nullptr, yout, m, stream, y_bf16).ok())
         kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream, y_bf16);
@@ -1387,11 +1398,25 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             rn.num_tokens = T;
             rn.hidden_size = H;
             rn.eps = static_cast<float>(c.rms_norm_eps);
-            kc::residual_rmsnorm(rn, stream);
-            mark("norm");
             const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
             const bool qkv_bf16 = fp8 && !small && gemm_bf16_out;
-            if (!fuse_qkv && fp8)
+            // The prompt path's FP8 QKV: the norm also writes its rows quantized (the bytes of
+            // quantize_act_fp8_bf16 of h; in the norm kernel where it can, then without h, which only
+            // the QKV GEMM reads). GPTOSS_NORM_QUANT=1 (opt-in until measured): else h, then the
+            // quantizer.
+            const bool norm_quant = fp8 && !small && !fuse_qkv && norm_quant_allowed;
+            if (norm_quant) {
+                rn.out_q = xq8.as<uint8_t>();
+                rn.out_q_scale = xs8.as<float>();
+                rn.q_k_pad = D.qkv_f8.k_pad;
+                rn.q_m_pad = kc::fp8_gemm_m_pad(T);
+                if (kc::residual_rmsnorm_fuses_quant(rn)) rn.out = nullptr;
+            }
+            kc::residual_rmsnorm(rn, stream);
+            mark("norm");
+            if (norm_quant)
+                gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.qkv_f8, qkv.as<float>(), T, qkv_bf16);
+            else if (!fuse_qkv && fp8)
                 linear_f8(small ? h32.get() : h.get(), !small, D.qkv_f8, qkv.as<float>(), T, xq8.as<uint8_t>(),
                           xs8.as<float>(), true, qkv_bf16);
             else if (!fuse_qkv)

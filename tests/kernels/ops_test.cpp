@@ -4,6 +4,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
@@ -64,6 +65,69 @@ TEST(CudaOps, ResidualRmsNorm) {
             EXPECT_TRUE(close(to_host<float>(dx, xr.size()), xr, kTolF32, "residual"));
             EXPECT_TRUE(close(to_host<float>(out32, ref.size()), ref, kTolF32, "rmsnorm f32"));
             EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(out, ref.size())), ref, kTolBf16Out, "rmsnorm bf16"));
+        }
+    }
+}
+
+// The norm's rows quantized for an FP8 GEMM (ResidualRmsNormArgs::out_q): the bytes and scales of
+// quantize_act_fp8_bf16 on its bf16 rows, bit for bit, padding rows (q_m_pad) and columns (q_k_pad)
+// included; in the wide kernel (≥ 64 tokens, also without out) and through the quantizer after the
+// norm (fewer tokens). The residual update is the same either way.
+TEST(CudaOps, ResidualRmsNormQuantizesLikeTheGemmQuantizer) {
+    REQUIRE_GPU();
+    const int H = 2880, K = 4, k_pad = kc::fp8_gemm_k_pad(H);
+    for (int T : {5, 64, 301}) {
+        const int m_pad = kc::fp8_gemm_m_pad(T);
+        auto x = randn(static_cast<size_t>(T) * H, 31 + T);
+        for (int t = 0; t < T; ++t)  // rows of different magnitudes: different group scales
+            for (int i = 0; i < H; ++i) x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
+        auto add = bf16_round(randn(static_cast<size_t>(T) * K * H, 32 + T));
+        auto w = randn(static_cast<size_t>(T) * K, 33 + T, 0.3f, 0.5f);
+        auto bias = randn(H, 34, 0.1f);
+        auto gain = randn(H, 35, 0.2f, 1.0f);
+        auto dadd = to_device(to_bf16(add)), dw = to_device(w), db = to_device(bias), dg = to_device(gain);
+        kc::ResidualRmsNormArgs a;
+        a.add = dadd.as<float>();
+        a.add_bf16 = true;
+        a.add_weights = dw.as<float>();
+        a.add_bias = db.as<float>();
+        a.num_add = K;
+        a.weight = dg.as<float>();
+        a.num_tokens = T;
+        a.hidden_size = H;
+        // Reference: the norm, then the GEMM's quantizer on its bf16 rows.
+        auto x_ref = to_device(x);
+        auto out = poisoned(static_cast<size_t>(T) * H * 2);
+        a.x = x_ref.as<float>();
+        a.out = out.get();
+        kc::residual_rmsnorm(a, nullptr);
+        auto q_ref = poisoned(static_cast<size_t>(m_pad) * k_pad);
+        auto s_ref = poisoned(static_cast<size_t>(k_pad / 128) * m_pad * 4);
+        kc::quantize_act_fp8_bf16(out.get(), T, H, k_pad, q_ref.as<uint8_t>(), s_ref.as<float>(), nullptr);
+        // With out_q, and (where the norm fuses it) without out.
+        for (bool with_out : {true, false}) {
+            auto x_q = to_device(x);
+            auto out2 = poisoned(static_cast<size_t>(T) * H * 2);
+            auto q = poisoned(static_cast<size_t>(m_pad) * k_pad);
+            auto sc = poisoned(static_cast<size_t>(k_pad / 128) * m_pad * 4);
+            kc::ResidualRmsNormArgs b = a;
+            b.x = x_q.as<float>();
+            b.out = with_out ? out2.get() : nullptr;
+            b.out_q = q.as<uint8_t>();
+            b.out_q_scale = sc.as<float>();
+            b.q_k_pad = k_pad;
+            b.q_m_pad = m_pad;
+            if (!with_out && !kc::residual_rmsnorm_fuses_quant(b)) continue;  // needs out
+            EXPECT_EQ(kc::residual_rmsnorm_fuses_quant(b), T >= 64) << "T=" << T;
+            kc::residual_rmsnorm(b, nullptr);
+            EXPECT_EQ(to_host<uint8_t>(q, q_ref.bytes()), to_host<uint8_t>(q_ref, q_ref.bytes()))
+                << "T=" << T << (with_out ? "" : " without out");
+            EXPECT_EQ(to_host<float>(sc, s_ref.bytes() / 4), to_host<float>(s_ref, s_ref.bytes() / 4))
+                << "T=" << T << (with_out ? "" : " without out");
+            EXPECT_EQ(to_host<float>(x_q, x.size()), to_host<float>(x_ref, x.size())) << "residual, T=" << T;
+            if (with_out) {
+                EXPECT_EQ(to_host<uint16_t>(out2, x.size()), to_host<uint16_t>(out, x.size())) << "out, T=" << T;
+            }
         }
     }
 }

@@ -3,6 +3,8 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_gemm.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 
@@ -73,11 +75,21 @@ __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const Re
 constexpr int kWideNormThreads = 256;
 constexpr int kWideNormChunks = 4;  // float4 a thread: hidden_size ≤ 256 · 4 · 4
 constexpr int kWideNormMinTokens = 64;
+// With out_q: also the bf16 rows quantized for an FP8 GEMM (ResidualRmsNormArgs::out_q), the bytes
+// of quantize_act_fp8_bf16: a warp's 32 float4 are one 128-wide group (amax by a warp max), and
+// CTAs past num_tokens (up to q_m_pad) write the padding rows (zeros, scale 1).
 __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
     pdl_trigger();
     __shared__ float scratch[32];
     const int t = blockIdx.x;
+    if (t >= a.num_tokens) {  // a padding row of out_q
+        for (int i = threadIdx.x; i < a.q_k_pad / 4; i += kWideNormThreads)
+            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = 0u;
+        for (int g = threadIdx.x; g < a.q_k_pad / 128; g += kWideNormThreads)
+            a.out_q_scale[static_cast<int64_t>(g) * a.q_m_pad + t] = 1.0f;
+        return;
+    }
     const int H4 = a.hidden_size / 4;
     float4* x = reinterpret_cast<float4*>(a.x + static_cast<int64_t>(t) * a.hidden_size);
     float4 v[kWideNormChunks];
@@ -115,17 +127,17 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
             ss += xi.x * xi.x + xi.y * xi.y + xi.z * xi.z + xi.w * xi.w;
         }
     }
-    if (a.out == nullptr && a.out_f32 == nullptr) return;
+    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr) return;
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
     const float4* wt = reinterpret_cast<const float4*>(a.weight);
 #pragma unroll
     for (int j = 0; j < kWideNormChunks; ++j) {
         const int i = threadIdx.x + j * kWideNormThreads;
+        float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // past hidden_size: out_q's zero padding
         if (i < H4) {
             const float4 w = wt[i];
-            const float4 y =
-                make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
+            y = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
             if (a.out != nullptr) {
                 __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
                 uint2 p;
@@ -135,6 +147,21 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
                                          static_cast<int64_t>(t) * a.hidden_size)[i] = p;
             }
             if (a.out_f32) reinterpret_cast<float4*>(a.out_f32 + static_cast<int64_t>(t) * a.hidden_size)[i] = y;
+        }
+        if (a.out_q != nullptr && i < a.q_k_pad / 4) {  // warp-uniform: q_k_pad / 4 is a multiple of 32
+            // As quantize_act_fp8_bf16 reads out: the bf16 values, amax over the group, a power-of-two
+            // scale, e4m3 of value / scale.
+            const float4 b =
+                make_float4(__bfloat162float(__float2bfloat16(y.x)), __bfloat162float(__float2bfloat16(y.y)),
+                            __bfloat162float(__float2bfloat16(y.z)), __bfloat162float(__float2bfloat16(y.w)));
+            const float m = warp_max(fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+            const float s = fp8_pow2_scale(m);
+            const float r = 1.0f / s;  // exact: s is a power of two
+            const uint32_t q = static_cast<uint32_t>(to_e4m3(b.x * r)) | static_cast<uint32_t>(to_e4m3(b.y * r)) << 8 |
+                               static_cast<uint32_t>(to_e4m3(b.z * r)) << 16 |
+                               static_cast<uint32_t>(to_e4m3(b.w * r)) << 24;
+            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = q;
+            if ((threadIdx.x & 31) == 0) a.out_q_scale[static_cast<int64_t>(i / 32) * a.q_m_pad + t] = s;
         }
     }
 }
@@ -249,16 +276,40 @@ void embedding(const int32_t* ids, int num_tokens, const void* table, int hidden
     CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+bool wide_norm_ok(const ResidualRmsNormArgs& a) {
+    const auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return a.num_tokens >= kWideNormMinTokens && a.hidden_size % 4 == 0 &&
+           a.hidden_size <= kWideNormThreads * kWideNormChunks * 4 && aligned(a.x) && aligned(a.add) &&
+           aligned(a.add_bias) && aligned(a.weight) && aligned(a.out) && aligned(a.out_f32);
+}
+}  // namespace
+
+bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& a) {
+    return a.out_q != nullptr && wide_norm_ok(a) && a.q_k_pad <= kWideNormThreads * kWideNormChunks * 4 &&
+           reinterpret_cast<uintptr_t>(a.out_q) % 16 == 0;
+}
+
 void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.hidden_size <= kNormThreads * kMaxPerThread, "hidden_size %d too large", a.hidden_size);
+    ENGINE_CHECK(a.out_q == nullptr || (a.out_q_scale != nullptr && a.q_k_pad % 128 == 0 &&
+                                        a.q_k_pad >= a.hidden_size && a.q_m_pad == fp8_gemm_m_pad(a.num_tokens)),
+                 "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,
+                 a.hidden_size, a.q_m_pad);
     if (a.num_tokens == 0) return;
-    const auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (a.num_tokens >= kWideNormMinTokens && a.hidden_size % 4 == 0 &&
-        a.hidden_size <= kWideNormThreads * kWideNormChunks * 4 && aligned(a.x) && aligned(a.add) &&
-        aligned(a.add_bias) && aligned(a.weight) && aligned(a.out) && aligned(a.out_f32))
-        launch_pdl(residual_rmsnorm_wide_kernel, a.num_tokens, kWideNormThreads, 0, stream, a);
+    if (residual_rmsnorm_fuses_quant(a)) {
+        launch_pdl(residual_rmsnorm_wide_kernel, a.q_m_pad, kWideNormThreads, 0, stream, a);
+        return;
+    }
+    ResidualRmsNormArgs b = a;  // out_q by the quantizer after the norm
+    b.out_q = nullptr;
+    ENGINE_CHECK(a.out_q == nullptr || a.out != nullptr, "residual_rmsnorm: out_q without the fused path needs out");
+    if (wide_norm_ok(b))
+        launch_pdl(residual_rmsnorm_wide_kernel, b.num_tokens, kWideNormThreads, 0, stream, b);
     else
-        launch_pdl(residual_rmsnorm_kernel, a.num_tokens, kNormThreads, 0, stream, a);
+        launch_pdl(residual_rmsnorm_kernel, b.num_tokens, kNormThreads, 0, stream, b);
+    if (a.out_q != nullptr)
+        quantize_act_fp8_bf16(a.out, a.num_tokens, a.hidden_size, a.q_k_pad, a.out_q, a.out_q_scale, stream);
 }
 
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {

@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/mxfp4_e4m3.cuh"
 
 namespace gptoss::kernels::cuda {
@@ -20,21 +21,7 @@ namespace {
 
 constexpr int kB = kFp8GemmBlock;
 
-// model::fp8_block_scale, operation for operation (IEEE division, frexp/ldexp exact), so device and
-// CPU pick the same power of two for the same amax.
-__device__ float fp8_pow2_scale(float amax) {
-    if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
-    int e = 0;
-    frexpf(amax / 448.0f, &e);
-    float s = ldexpf(1.0f, e);
-    if (amax / (s * 0.5f) <= 448.0f) s *= 0.5f;
-    return s;
-}
-
-// Round to nearest even, saturating to ±448: core/dtype.h's f32_to_fp8e4m3 for finite inputs.
-__device__ uint8_t to_e4m3(float v) {
-    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
+// fp8_pow2_scale, to_e4m3: fp8_quant.cuh.
 
 __device__ float from_e4m3(uint32_t byte) {
     __nv_fp8_e4m3 v;

@@ -29,8 +29,18 @@ struct ResidualRmsNormArgs {
     int num_tokens = 0;
     int hidden_size = 0;
     float eps = 1e-5f;
+    // Optional: the bf16 normed rows quantized for an FP8 GEMM, the bytes quantize_act_fp8_bf16 of
+    // out would give: e4m3 [q_m_pad, q_k_pad] and scales [q_k_pad / 128, q_m_pad] (fp8_gemm.h's
+    // layouts; q_m_pad = fp8_gemm_m_pad(num_tokens), q_k_pad a multiple of 128 ≥ hidden_size). Where
+    // residual_rmsnorm_fuses_quant says so in the norm itself, else by quantize_act_fp8_bf16 after
+    // it (then out is needed).
+    uint8_t* out_q = nullptr;
+    float* out_q_scale = nullptr;
+    int q_k_pad = 0, q_m_pad = 0;
 };
 void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
+// Whether residual_rmsnorm quantizes out_q inside the norm kernel (then out may be null).
+bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& args);
 
 // Bias add + YaRN RoPE (NeoX half-split) + KV-cache write, from the fused QKV projection output.
 struct QkvRopeArgs {
