@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant dense
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -461,6 +461,28 @@ for stage in "$@"; do
               --batch "" --repeats 3 > "$OUT/norm_quant_${m}_$v.log" 2>&1
             summary+=("norm_quant $m $v rc=$?")
             echo "$m --fp8 8k prefill, GPTOSS_NORM_QUANT=$v:"; grep -E "^\| [0-9]+ \||  qkv|  norm|  total" "$OUT/norm_quant_${m}_$v.log" | head -4
+          done
+        done
+      fi
+      ;;
+    dense)
+      # The prompt path's dense FP8 GEMMs through moe_fp8 as one expert (GPTOSS_DENSE_GROUPED=1,
+      # moe_fp8_dense): its test, the model tests with it on, then 8k --fp8 prefill of both models
+      # with and without it (only if the tests pass).
+      timeout 100 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.DenseMatchesCpuScheme' > "$OUT/dense_tests.log" 2>&1
+      rc=$?
+      GPTOSS_DENSE_GROUPED=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/dense_tests.log" 2>&1
+      rc2=$?
+      summary+=("dense tests rc=$rc model tests rc=$rc2")
+      grep -E "OK \]|FAILED|moe_fp8_dense|real widths|fp8 \(" "$OUT/dense_tests.log" | head -30
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 1 0; do
+            GPTOSS_DENSE_GROUPED=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/dense_${m}_$v.log" 2>&1
+            summary+=("dense $m $v rc=$?")
+            echo "$m --fp8 8k prefill, GPTOSS_DENSE_GROUPED=$v:"; grep -E "^\| [0-9]+ \||  qkv|  o_gemm|  total" "$OUT/dense_${m}_$v.log" | head -4
           done
         done
       fi
