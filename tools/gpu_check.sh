@@ -33,6 +33,28 @@ nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm,clocks.mem,driver
 git_rev=$(cat .device/REVISION 2>/dev/null || echo unknown)
 echo "revision: $git_rev" | tee "$OUT/revision.txt"
 
+# An opt-in switch's stage: kernel tests (filter $3), the model and engine tests with $2=1, then 8k
+# --fp8 prefill of each model of $5 with $2=1 and =0 (only if the tests pass), printing the
+# latency row and the profile stages matching $4. Logs: $OUT/$1_*.
+switch_prefill_ab() {
+  local name=$1 var=$2 filter=$3 stages=$4 models=$5 rc rc2 m v
+  timeout 150 $BIN/cuda_kernel_tests --gtest_filter="$filter" > "$OUT/${name}_tests.log" 2>&1
+  rc=$?
+  env "$var=1" timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' >> "$OUT/${name}_tests.log" 2>&1
+  rc2=$?
+  summary+=("$name tests rc=$rc model tests rc=$rc2")
+  grep -E "OK \]|FAILED|Failure|real widths|fp8 \(|$name" "$OUT/${name}_tests.log" | head -40
+  [ $rc = 0 ] && [ $rc2 = 0 ] || return
+  for m in $models; do
+    for v in 1 0; do
+      env "$var=$v" GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+        --repeats 3 > "$OUT/${name}_${m}_$v.log" 2>&1
+      summary+=("$name $m $var=$v rc=$?")
+      echo "$m --fp8 8k prefill, $var=$v:"; grep -E "^\| [0-9]+ \||  ($stages|total) " "$OUT/${name}_${m}_$v.log" | head -8
+    done
+  done
+}
+
 for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
@@ -425,67 +447,20 @@ for stage in "$@"; do
       tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
       ;;
     mx)
-      # moe_mxfp4_fp8 (the grouped MoE on the MXFP4 experts as they are; GPTOSS_MOE_MX=1): its kernel
-      # tests and the model's FP8 test (variant 4), then 120b --fp8 8k prefill with and without it
-      # (without: each layer's experts converted to FP8 first), only if the tests pass.
-      timeout 240 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeMx.*:CudaMoeFp8.*:CudaModel.Fp8WeightsStayCloseToFp32' \
-        > "$OUT/mx_tests.log" 2>&1
-      rc=$?
-      summary+=("mx tests rc=$rc")
-      grep -E "OK \]|FAILED|moe_mxfp4_fp8|MXFP4 experts|Failure|Expected|Which is" "$OUT/mx_tests.log" | head -40
-      if [ $rc = 0 ]; then
-        for v in 1 0; do
-          GPTOSS_MOE_MX=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill 8192 \
-            --batch "" --repeats 3 > "$OUT/mx_120b_$v.log" 2>&1
-          summary+=("mx 120b GPTOSS_MOE_MX=$v rc=$?")
-          echo "120b --fp8 8k prefill, GPTOSS_MOE_MX=$v:"; grep -E "^\| 8192 \||  moe|  total" "$OUT/mx_120b_$v.log" | head -3
-        done
-      fi
+      # moe_mxfp4_fp8 (the grouped MoE on the MXFP4 experts as they are; GPTOSS_MOE_MX=1): 120b only
+      # (20b holds an FP8 expert copy).
+      switch_prefill_ab mx GPTOSS_MOE_MX 'CudaMoeMx.*:CudaMoeFp8.*:CudaModel.Fp8WeightsStayCloseToFp32' 'moe' \
+        "gpt-oss-120b"
       ;;
     norm_quant)
-      # The pre-attention norm writing the QKV GEMM's quantized rows itself (GPTOSS_NORM_QUANT=1,
-      # ResidualRmsNormArgs::out_q): the norm / quantizer tests, the model tests with it on, then 8k
-      # --fp8 prefill of both models with and without it (only if the tests pass).
-      timeout 100 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.ResidualRmsNorm*:CudaFp8Gemm.ActivationQuantizerMatchesCpuBitExactly' \
-        > "$OUT/norm_quant_tests.log" 2>&1
-      rc=$?
-      GPTOSS_NORM_QUANT=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
-        >> "$OUT/norm_quant_tests.log" 2>&1
-      rc2=$?
-      summary+=("norm_quant tests rc=$rc model tests rc=$rc2")
-      grep -E "OK \]|FAILED|real widths" "$OUT/norm_quant_tests.log" | head -24
-      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 0; do
-            GPTOSS_NORM_QUANT=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
-              --batch "" --repeats 3 > "$OUT/norm_quant_${m}_$v.log" 2>&1
-            summary+=("norm_quant $m $v rc=$?")
-            echo "$m --fp8 8k prefill, GPTOSS_NORM_QUANT=$v:"; grep -E "^\| [0-9]+ \||  qkv|  norm|  total" "$OUT/norm_quant_${m}_$v.log" | head -4
-          done
-        done
-      fi
+      # The pre-attention norm writing the QKV GEMM's quantized rows itself (GPTOSS_NORM_QUANT=1).
+      switch_prefill_ab norm_quant GPTOSS_NORM_QUANT 'CudaOps.ResidualRmsNorm*:CudaFp8Gemm.ActivationQuantizerMatchesCpuBitExactly' \
+        'qkv_gemm|norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     dense)
-      # The prompt path's dense FP8 GEMMs through moe_fp8 as one expert (GPTOSS_DENSE_GROUPED=1,
-      # moe_fp8_dense): its test, the model tests with it on, then 8k --fp8 prefill of both models
-      # with and without it (only if the tests pass).
-      timeout 100 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.DenseMatchesCpuScheme' > "$OUT/dense_tests.log" 2>&1
-      rc=$?
-      GPTOSS_DENSE_GROUPED=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
-        >> "$OUT/dense_tests.log" 2>&1
-      rc2=$?
-      summary+=("dense tests rc=$rc model tests rc=$rc2")
-      grep -E "OK \]|FAILED|moe_fp8_dense|real widths|fp8 \(" "$OUT/dense_tests.log" | head -30
-      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 0; do
-            GPTOSS_DENSE_GROUPED=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
-              --batch "" --repeats 3 > "$OUT/dense_${m}_$v.log" 2>&1
-            summary+=("dense $m $v rc=$?")
-            echo "$m --fp8 8k prefill, GPTOSS_DENSE_GROUPED=$v:"; grep -E "^\| [0-9]+ \||  qkv|  o_gemm|  total" "$OUT/dense_${m}_$v.log" | head -4
-          done
-        done
-      fi
+      # The prompt path's dense FP8 GEMMs through moe_fp8 as one expert (GPTOSS_DENSE_GROUPED=1).
+      switch_prefill_ab dense GPTOSS_DENSE_GROUPED 'CudaMoeFp8.DenseMatchesCpuScheme' 'qkv_gemm|o_gemm' \
+        "gpt-oss-20b gpt-oss-120b"
       ;;
     tables)
       # Issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input
@@ -517,27 +492,9 @@ for stage in "$@"; do
       done
       ;;
     bf16_out)
-      # The prompt path's FP8 QKV / output projections writing bf16 (GPTOSS_GEMM_BF16_OUT=1): the
-      # FP8 GEMM and RoPE tests, the model tests with it on, then 8k --fp8 prefill of both models
-      # with and without it (only if the tests pass).
-      timeout 100 $BIN/cuda_kernel_tests --gtest_filter='CudaFp8Gemm.*:CudaOps.QkvBiasRopeKvWrite:CudaOps.ResidualRmsNorm' \
-        > "$OUT/bf16_out_tests.log" 2>&1
-      rc=$?
-      GPTOSS_GEMM_BF16_OUT=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
-        >> "$OUT/bf16_out_tests.log" 2>&1
-      rc2=$?
-      summary+=("bf16_out tests rc=$rc model tests rc=$rc2")
-      grep -E "OK \]|FAILED|real widths|whole-prompt|bf16 out" "$OUT/bf16_out_tests.log" | head -30
-      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 0; do
-            GPTOSS_GEMM_BF16_OUT=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
-              --batch "" --repeats 3 > "$OUT/bf16_out_${m}_$v.log" 2>&1
-            summary+=("bf16_out $m $v rc=$?")
-            echo "$m --fp8 8k prefill, bf16 out $v:"; grep -E "^\| [0-9]+ \||  qkv|  o_gemm|  rope|  norm|  total" "$OUT/bf16_out_${m}_$v.log" | head -6
-          done
-        done
-      fi
+      # The prompt path's FP8 QKV / output projections writing bf16 (GPTOSS_GEMM_BF16_OUT, default on).
+      switch_prefill_ab bf16_out GPTOSS_GEMM_BF16_OUT 'CudaFp8Gemm.*:CudaOps.QkvBiasRopeKvWrite:CudaOps.ResidualRmsNorm' \
+        'qkv_gemm|o_gemm|rope_kv|norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     ncu_src)
       # Where a kernel's warps stall, by SASS instruction: one launch of NCU_SRC_KERNEL (default the

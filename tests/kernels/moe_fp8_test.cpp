@@ -91,6 +91,27 @@ float swiglu_ref(double gate, double up) {
     return static_cast<float>((up + 1.0) * gate / (1.0 + std::exp(-1.702 * gate)));
 }
 
+// The relative L2 error of got against ref, and (bad) how many elements lie outside their bound.
+double check(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol, int* bad) {
+    double num = 0.0, den = 0.0;
+    *bad = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+        if (!(d <= tol[i] + 1e-30)) ++*bad;
+        num += d * d;
+        den += static_cast<double>(ref[i]) * ref[i];
+    }
+    return std::sqrt(num / den);
+}
+
+// The bound on an act_q element (e4m3 of value / act_scale, times act_scale): the value's bound plus
+// half an e4m3 step at the largest value the bound allows (3 mantissa bits; subnormal steps 2^-9).
+double e4m3_act_tol(double ref, double tol, double act_scale) {
+    const double m = (std::fabs(ref) + tol) / act_scale;
+    const double half_step = m < std::ldexp(1.0, -6) ? std::ldexp(1.0, -10) : std::ldexp(1.0, std::ilogb(m) - 4);
+    return tol + half_step * act_scale;
+}
+
 // CPU quantization of a bf16 row exactly as moe_fp8_quant_rows: amax / 448, e4m3 of x · (448 / amax).
 void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
     float m = 0.0f;
@@ -175,19 +196,6 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
             tol_act[static_cast<size_t>(r) * I + j] = dev + std::ldexp(std::fabs(ref), -8) + 1e-5 * std::fabs(ref);
         }
     });
-    // Counts the elements outside their bound and the relative L2 error.
-    auto check = [](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol,
-                    int* bad) {
-        double num = 0.0, den = 0.0;
-        *bad = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-            if (!(d <= tol[i] + 1e-30)) ++*bad;
-            num += d * d;
-            den += static_cast<double>(ref[i]) * ref[i];
-        }
-        return std::sqrt(num / den);
-    };
 
     MoeFp8Args a;
     a.xq = xq.as<uint8_t>();
@@ -243,9 +251,7 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
     ASSERT_EQ(act_scale, 0.125f);  // (7 + 1) · 7 = 56 ≤ 448 · 2^-3
     std::vector<double> tol_q(ref_act.size());
     for (size_t i = 0; i < ref_act.size(); ++i) {
-        const double m = (std::fabs(ref_act[i]) + tol_act[i]) / act_scale;  // the largest pre-rounding value
-        const double half_step = m < std::ldexp(1.0, -6) ? std::ldexp(1.0, -10) : std::ldexp(1.0, std::ilogb(m) - 4);
-        tol_q[i] = tol_act[i] + half_step * act_scale;
+        tol_q[i] = e4m3_act_tol(ref_act[i], tol_act[i], act_scale);
     }
     DeviceBuffer act_q(static_cast<size_t>(A) * I);
     a.act_q = act_q.as<uint8_t>();
@@ -636,25 +642,9 @@ void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, u
                         dev, static_cast<double>(std::fabs(swiglu_ref(g.v + sg * g.err, u.v + su * u.err) - ref)));
             const size_t o = static_cast<size_t>(r) * I + j;
             ref_act[o] = ref;
-            const double tol = dev + 1e-5 * std::fabs(ref);
-            const double m = (std::fabs(ref) + tol) / act_scale;  // half an e4m3 step at that magnitude
-            const double half_step =
-                m < std::ldexp(1.0, -6) ? std::ldexp(1.0, -10) : std::ldexp(1.0, std::ilogb(m) - 4);
-            tol_q[o] = tol + half_step * act_scale;
+            tol_q[o] = e4m3_act_tol(ref, dev + 1e-5 * std::fabs(ref), act_scale);
         }
     });
-    auto check = [](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol,
-                    int* bad) {
-        double num = 0.0, den = 0.0;
-        *bad = 0;
-        for (size_t i = 0; i < ref.size(); ++i) {
-            const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
-            if (!(d <= tol[i] + 1e-30)) ++*bad;
-            num += d * d;
-            den += static_cast<double>(ref[i]) * ref[i];
-        }
-        return std::sqrt(num / den);
-    };
 
     auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
     auto ddc = to_device(dn.codes), dds = to_device(dn.scales), ddb = to_device(dn.bias);

@@ -72,6 +72,18 @@ struct Shape {
     static constexpr size_t kSmemBytes = 1024 + kRowsOffset + static_cast<size_t>(W) * 2 * kTokens * 8;
 };
 
+// A persistent kernel's work item it: tile it / nblk of the tile list (an expert's rows row0 ..
+// row0 + rows) × feature block it % nblk (features n0 ..), feature blocks fastest.
+struct WorkItem {
+    int e, row0, rows, n0;
+};
+__device__ __forceinline__ WorkItem work_item(const MoeFp8Args& a, int it, int nblk, int features) {
+    const int tile = it / nblk;
+    const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
+    const int row0 = a.expert_offsets[e] + rt * kTokens;
+    return WorkItem{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * features};
+}
+
 // The epilogue's per-row inputs of an item in shared memory: the activation rows' scales (0 past the
 // item's rows) and, for down, the assignment each row's result goes to. Before r27 every lane loaded
 // its 32 rows' scales from global memory in the epilogue, with all three warpgroups (so the tensor
@@ -391,15 +403,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int tid = threadIdx.x;
     init_ring<kStages, W>(full, empty);
     __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
-    struct Item {
-        int e, row0, rows, n0;
-    };
-    auto item_at = [&](int it) {
-        const int tile = it / nblk;
-        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
-        const int row0 = a.expert_offsets[e] + rt * kTokens;
-        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kFeatures};
-    };
+    auto item_at = [&](int it) { return work_item(a, it, nblk, kFeatures); };
 
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
     if (role >= W) {                                          // the producer: one lane issues every copy
@@ -407,7 +411,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         if (tid == 128 * W) {
             int gkb = 0;  // K blocks issued so far (all items)
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
-                const Item w = item_at(it);
+                const WorkItem w = item_at(it);
                 gkb = produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, &x_map, w.e * N + w.n0,
                                                                  w.row0, nkb, kKBlock, gkb);
             }
@@ -424,7 +428,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     float acc[64], tmp[64];
     int gkb = 0, parity = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
-        const Item w = item_at(it);
+        const WorkItem w = item_at(it);
         // The epilogue's inputs, loaded now and landing under the K loop: this thread's row of the
         // item (RowInputs) and this lane's biases.
         const RowInputs row = load_row_inputs(a, kGateUp, w.row0, w.rows, tid & 127);
@@ -528,15 +532,7 @@ __global__ void __launch_bounds__(kMxThreads, 1)
         s_lut[tid] = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
     }
     __syncthreads();  // barriers initialised, table in; no CTA-wide barrier after the role split
-    struct Item {
-        int e, row0, rows, n0;
-    };
-    auto item_at = [&](int it) {
-        const int tile = it / nblk;
-        const int e = a.tiles[2 * tile], rt = a.tiles[2 * tile + 1];
-        const int row0 = a.expert_offsets[e] + rt * kTokens;
-        return Item{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * kMxFeatures};
-    };
+    auto item_at = [&](int it) { return work_item(a, it, nblk, kMxFeatures); };
 
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
     if (role >= W) {                                          // the producer: one lane issues every copy
@@ -544,7 +540,7 @@ __global__ void __launch_bounds__(kMxThreads, 1)
         if (tid == 128 * W) {
             int gkb = 0;
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
-                const Item w = item_at(it);
+                const WorkItem w = item_at(it);
                 gkb = produce_item<kStages, kStageBytes, kMxWTile>(smem, full, empty, &w_map, &x_map, w.e * N + w.n0,
                                                                    w.row0, nkb, kKBlock, gkb, kKBlock / 2);
             }
@@ -561,7 +557,7 @@ __global__ void __launch_bounds__(kMxThreads, 1)
     float acc[64], tmp[64];
     int gkb = 0, parity = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
-        const Item w = item_at(it);
+        const WorkItem w = item_at(it);
         const RowInputs row = load_row_inputs(a, kGateUp, w.row0, w.rows, tid & 127);
         const float2 bias = load_bias_pair(a, w.e, w.n0, wg, warp, g);
         // The rows' scale bytes (a row past n, never stored, reads row n − 1's).
