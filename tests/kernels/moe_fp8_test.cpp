@@ -112,6 +112,21 @@ double e4m3_act_tol(double ref, double tol, double act_scale) {
     return tol + half_step * act_scale;
 }
 
+// The arguments naming the quantized rows and the tile plan (both kernels' tests).
+MoeFp8Args rows_args(const DeviceBuffer& xq, const DeviceBuffer& xs, int rows, const DeviceBuffer& offsets,
+                     const DeviceBuffer& sorted, const DeviceBuffer& tiles, const DeviceBuffer& count, int max_tiles) {
+    MoeFp8Args a;
+    a.xq = xq.as<uint8_t>();
+    a.x_scale = xs.as<float>();
+    a.num_rows = rows;
+    a.expert_offsets = offsets.as<int32_t>();
+    a.sorted_assignments = sorted.as<int32_t>();
+    a.tiles = tiles.as<int32_t>();
+    a.tile_count = count.as<int32_t>();
+    a.max_tiles = max_tiles;
+    return a;
+}
+
 // CPU quantization of a bf16 row exactly as moe_fp8_quant_rows: amax / 448, e4m3 of x · (448 / amax).
 void quant_row(const uint16_t* x, int dim, uint8_t* q, float* s) {
     float m = 0.0f;
@@ -197,15 +212,7 @@ void run_case(int E, int H, int I, const std::vector<int>& rows_per_expert, uint
         }
     });
 
-    MoeFp8Args a;
-    a.xq = xq.as<uint8_t>();
-    a.x_scale = xs.as<float>();
-    a.num_rows = A;
-    a.expert_offsets = doff.as<int32_t>();
-    a.sorted_assignments = dsorted.as<int32_t>();
-    a.tiles = tiles.as<int32_t>();
-    a.tile_count = count.as<int32_t>();
-    a.max_tiles = max_tiles;
+    MoeFp8Args a = rows_args(xq, xs, A, doff, dsorted, tiles, count, max_tiles);
     a.wq = dguq.as<uint8_t>();
     a.w_scale = dgus.as<float>();
     a.bias = dgub.as<float>();
@@ -649,15 +656,7 @@ void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, u
     auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
     auto ddc = to_device(dn.codes), dds = to_device(dn.scales), ddb = to_device(dn.bias);
     DeviceBuffer act_q(static_cast<size_t>(A) * I_pad);
-    MoeFp8Args a;
-    a.xq = xq.as<uint8_t>();
-    a.x_scale = xs.as<float>();
-    a.num_rows = A;
-    a.expert_offsets = doff.as<int32_t>();
-    a.sorted_assignments = dsorted.as<int32_t>();
-    a.tiles = tiles.as<int32_t>();
-    a.tile_count = count.as<int32_t>();
-    a.max_tiles = max_tiles;
+    MoeFp8Args a = rows_args(xq, xs, A, doff, dsorted, tiles, count, max_tiles);
     a.w_mx = dgc.as<uint8_t>();
     a.w_mx_scale = dgs.as<uint8_t>();
     a.bias = dgb.as<float>();
