@@ -92,12 +92,15 @@ float swiglu_ref(double gate, double up) {
 }
 
 // The relative L2 error of got against ref, and (bad) how many elements lie outside their bound.
-double check(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol, int* bad) {
+double check(const std::vector<float>& got, const std::vector<float>& ref, const std::vector<double>& tol, int* bad,
+             double* worst_ratio = nullptr) {
     double num = 0.0, den = 0.0;
     *bad = 0;
+    if (worst_ratio) *worst_ratio = 0.0;
     for (size_t i = 0; i < ref.size(); ++i) {
         const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
         if (!(d <= tol[i] + 1e-30)) ++*bad;
+        if (worst_ratio) *worst_ratio = std::max(*worst_ratio, d / (tol[i] + 1e-30));
         num += d * d;
         den += static_cast<double>(ref[i]) * ref[i];
     }
@@ -680,9 +683,12 @@ void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, u
                 got[static_cast<size_t>(r) * I + j] =
                     fp8e4m3_to_f32(got_q[static_cast<size_t>(r) * I_pad + moe_mx_k_position(j)]) * act_scale;
         int bad = 0;
-        const double rel = check(got, ref_act, tol_q, &bad);
-        std::printf("  moe_mxfp4_fp8 gate_up (E %d, H %d, I %d, %d rows, %d CTAs): rel L2 %.3g, %d outside the bound\n",
-                    E, H, I, A, ctas, rel, bad);
+        double worst = 0.0;
+        const double rel = check(got, ref_act, tol_q, &bad, &worst);
+        std::printf(
+            "  moe_mxfp4_fp8 gate_up (E %d, H %d, I %d, %d rows, %d CTAs): rel L2 %.3g, %d outside the bound (worst "
+            "error/bound %.3g)\n",
+            E, H, I, A, ctas, rel, bad, worst);
         EXPECT_EQ(bad, 0) << "gate_up act_q outside the bound, " << ctas << " CTAs";
         EXPECT_LT(rel, 4e-2) << ctas << " CTAs";  // e4m3 rounding: ~2^-5 RMS relative
     }
@@ -724,9 +730,19 @@ void run_mx_case(int E, int H, int I, const std::vector<int>& rows_per_expert, u
         moe_mxfp4_fp8(a, false, nullptr);
         const auto got = to_host<float>(y, static_cast<size_t>(A) * H);
         int bad = 0;
-        const double rel = check(got, ref_y, tol_y, &bad);
-        std::printf("  moe_mxfp4_fp8 down (E %d, H %d, I %d, %d rows, %d CTAs): rel L2 %.3g, %d outside the bound\n", E,
-                    H, I, A, ctas, rel, bad);
+        double worst = 0.0;
+        const double rel = check(got, ref_y, tol_y, &bad, &worst);
+        std::printf(
+            "  moe_mxfp4_fp8 down (E %d, H %d, I %d, %d rows, %d CTAs): rel L2 %.3g, %d outside the bound (worst "
+            "error/bound %.3g)\n",
+            E, H, I, A, ctas, rel, bad, worst);
+        for (size_t i = 0, shown = 0; i < got.size() && shown < 8; ++i) {  // the elements outside, for the look back
+            const double d = std::fabs(static_cast<double>(got[i]) - ref_y[i]);
+            if (d <= tol_y[i] + 1e-30) continue;
+            std::printf("    token %zu feature %zu: got %.9g want %.9g bound %.3g\n", i / H, i % H, got[i], ref_y[i],
+                        tol_y[i]);
+            ++shown;
+        }
         EXPECT_EQ(bad, 0) << "down y outside the accumulation bound, " << ctas << " CTAs";
         EXPECT_LT(rel, 1e-3) << ctas << " CTAs";
     }
