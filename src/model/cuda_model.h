@@ -38,13 +38,14 @@ struct CudaModelOptions {
     // range: -1 where the GPU and widths allow (sm_90a), 0 never (per-expert cuBLASLt W8A8 GEMMs,
     // activations per 1×128). GPTOSS_MOE_FP8_GROUPED=0 also turns it off.
     int moe_fp8_grouped = -1;
-    // With fp8 and no FP8 expert copy (gpt-oss-120b): batches of at least this many tokens convert
-    // each layer's active experts to FP8 into one scratch (~3.4 GB for 120b) and take the grouped
-    // FP8 kernels; smaller ones keep the MXFP4 kernels. -1: 4096; 0: never. GPTOSS_MOE_FP8_JIT=0
-    // turns it off, GPTOSS_MOE_FP8_JIT_MIN_TOKENS sets the threshold.
+    // With fp8 and no FP8 expert copy (gpt-oss-120b): batches of at least this many tokens take the
+    // grouped FP8 GEMMs on the MXFP4 experts as they are (moe_mx below), or, with moe_mx off,
+    // convert each layer's active experts to FP8 into one scratch (~3.4 GB for 120b) and take the
+    // grouped FP8 kernels; smaller ones keep the MXFP4 kernels. -1: 4096; 0: never.
+    // GPTOSS_MOE_FP8_JIT=0 turns the conversion off, GPTOSS_MOE_FP8_JIT_MIN_TOKENS sets the threshold.
     int moe_fp8_jit_min_tokens = -1;
-    // Those batches on the MXFP4 experts themselves instead (moe_mxfp4_fp8): 1 on, 0 off, -1
-    // GPTOSS_MOE_MX's choice (off unless =1; session 12, not yet run on a GPU).
+    // Those batches on the MXFP4 experts themselves instead (moe_mxfp4_fp8; no conversion, no
+    // scratch): 1 on, 0 off, -1 GPTOSS_MOE_MX's choice (on unless =0).
     int moe_mx = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also

@@ -564,19 +564,32 @@ struct MxExperts {
 };
 
 // As pre_activation, on the weights as the kernel takes them (MxExperts::w_kernel: the exact MXFP4
-// weights where a group is at most 2^8 below its block's largest): the kernel sums each 128-deep block of K on the
-// tensor cores (in the MX order within the block, the same elements) and promotes it in fp32.
+// weights where a group is at most 2^8 below its block's largest): the kernel sums each 128-deep
+// block of K on the tensor cores, four k32 steps (the MX order within the block: step
+// ((c % 128) >> 3) & 3 holds element c), and promotes the block in fp32. The bound models the
+// tensor cores' FP8 accumulation as aligning a step's 32 products and the running sum to the
+// largest of them and keeping ~13 bits (DeepSeek-V3 §3.3.2 measured ~14 bits retained on Hopper):
+// 2^-12 of (|running sum| + 32 × the step's largest product) a step. The 2^-11 of the block's
+// absolute sum that pre_activation allows held for weights within 2^8 of each other, but not at
+// 2^20 (a block dominated by a few products: 1.13× over it, r28).
 PreAct pre_activation_mx(const MxExperts& W, int e, int f, const float* xq, float xs) {
     double v = 0.0, err = 0.0;
     for (int kb = 0; kb * 128 < W.k; ++kb) {
-        double sum = 0.0, abs = 0.0;
+        double step_sum[4] = {0.0, 0.0, 0.0, 0.0}, step_max[4] = {0.0, 0.0, 0.0, 0.0}, abs = 0.0;
         for (int c = kb * 128; c < std::min(W.k, kb * 128 + 128); ++c) {
             const double p = static_cast<double>(W.w_kernel(e, f, c)) * xq[c];
-            sum += p;
+            const int s = ((c % 128) >> 3) & 3;
+            step_sum[s] += p;
+            step_max[s] = std::max(step_max[s], std::fabs(p));
             abs += std::fabs(p);
         }
+        double sum = 0.0;
+        for (int s = 0; s < 4; ++s) {
+            err += std::ldexp(std::fabs(sum) + 32.0 * step_max[s], -12);
+            sum += step_sum[s];
+        }
         v += sum;
-        err += abs * (std::ldexp(1.0, -11) + 1e-6);
+        err += abs * 1e-6;
     }
     v = v * xs + W.bias[static_cast<size_t>(e) * W.n + f];
     return {v, err * xs + 1e-6 * std::fabs(v)};
