@@ -41,7 +41,8 @@ struct CudaModelOptions {
     // With fp8 and no FP8 expert copy (gpt-oss-120b): batches of at least this many tokens take the
     // grouped FP8 GEMMs on the MXFP4 experts as they are (moe_mx below), or, with moe_mx off,
     // convert each layer's active experts to FP8 into one scratch (~3.4 GB for 120b) and take the
-    // grouped FP8 kernels; smaller ones keep the MXFP4 kernels. -1: 4096; 0: never.
+    // grouped FP8 kernels; smaller ones keep the MXFP4 kernels. -1: 512 with moe_mx, else 4096;
+    // 0: never.
     // GPTOSS_MOE_FP8_JIT=0 turns the conversion off, GPTOSS_MOE_FP8_JIT_MIN_TOKENS sets the threshold.
     int moe_fp8_jit_min_tokens = -1;
     // Those batches on the MXFP4 experts themselves instead (moe_mxfp4_fp8; no conversion, no
