@@ -6,7 +6,7 @@
 #   bash tools/gpu_check.sh tests verify        # stages to run, in order
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
-#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant dense
+#           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -447,20 +447,16 @@ for stage in "$@"; do
       tar -C "$OUT" -czf "$OUT/fixtures.tar.gz" fixtures && rm -rf "$OUT/fixtures"  # one file comes back
       ;;
     mx)
-      # moe_mxfp4_fp8 (the grouped MoE on the MXFP4 experts as they are; GPTOSS_MOE_MX=1): 120b only
-      # (20b holds an FP8 expert copy).
+      # moe_mxfp4_fp8 (the grouped MoE on the MXFP4 experts as they are; default since r28, A/B
+      # against GPTOSS_MOE_MX=0, the per-layer FP8 conversion): 120b only (20b holds an FP8 expert copy).
       switch_prefill_ab mx GPTOSS_MOE_MX 'CudaMoeMx.*:CudaMoeFp8.*:CudaModel.Fp8WeightsStayCloseToFp32' 'moe' \
         "gpt-oss-120b"
       ;;
     norm_quant)
-      # The pre-attention norm writing the QKV GEMM's quantized rows itself (GPTOSS_NORM_QUANT=1).
+      # The pre-attention norm writing the QKV GEMM's quantized rows itself (default since r28; A/B
+      # against GPTOSS_NORM_QUANT=0).
       switch_prefill_ab norm_quant GPTOSS_NORM_QUANT 'CudaOps.ResidualRmsNorm*:CudaFp8Gemm.ActivationQuantizerMatchesCpuBitExactly' \
         'qkv_gemm|norm' "gpt-oss-20b gpt-oss-120b"
-      ;;
-    dense)
-      # The prompt path's dense FP8 GEMMs through moe_fp8 as one expert (GPTOSS_DENSE_GROUPED=1).
-      switch_prefill_ab dense GPTOSS_DENSE_GROUPED 'CudaMoeFp8.DenseMatchesCpuScheme' 'qkv_gemm|o_gemm' \
-        "gpt-oss-20b gpt-oss-120b"
       ;;
     tables)
       # Issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input
@@ -498,13 +494,16 @@ for stage in "$@"; do
       ;;
     ncu_src)
       # Where a kernel's warps stall, by SASS instruction: one launch of NCU_SRC_KERNEL (default the
-      # grouped FP8 MoE, moe_fp8_persistent) in NCU_SRC_ARGS' run (default 20b --fp8 8k prefill)
+      # grouped FP8 MoE, moe_fp8_persistent; the MX one: moe_mx_persistent with NCU_SRC_ARGS
+      # "--synthetic gpt-oss-120b --fp8 --prefill 8192 --batch '' --repeats 1") in NCU_SRC_ARGS' run
+      # (shell words, as AB_ARGS; default 20b --fp8 8k prefill)
       # with ncu's source counters, then the 30 instructions with the most stall samples.
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      eval "args=(${NCU_SRC_ARGS:---synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "''" --repeats 1})"
       timeout 300 $NCU --clock-control none --cache-control none --section SourceCounters --section WarpStateStats \
         --section SpeedOfLight \
         -k regex:${NCU_SRC_KERNEL:-moe_fp8_persistent} -c 1 -f -o "$OUT/ncu_src" $BIN/gptoss bench \
-        ${NCU_SRC_ARGS:---synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "" --repeats 1} > "$OUT/ncu_src.log" 2>&1
+        "${args[@]}" > "$OUT/ncu_src.log" 2>&1
       summary+=("ncu_src rc=$?")
       $NCU -i "$OUT/ncu_src.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_src.csv" 2>&1
       $NCU -i "$OUT/ncu_src.ncu-rep" --page details --csv 2>/dev/null | grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput)"' \

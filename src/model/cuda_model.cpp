@@ -208,14 +208,6 @@ struct CudaModel::Impl {
     // residual norm read it): 8k tokens, 84 + 47 MB less written and read again a layer; the
     // rounding is transformers' (bf16 linear outputs). r27: 8k prefill 88.30 -> 87.87 ms (20b),
     // 213.85 -> 211.47 ms (120b). GPTOSS_GEMM_BF16_OUT=0: fp32 outputs (A/B runs).
-    // The prompt path's dense FP8 GEMMs (QKV, O, lm_head rows) through moe_fp8's persistent kernel
-    // as one expert (kc::moe_fp8_dense: activation rows with one scale each, K unpadded) instead of
-    // cuBLASLt (session 12, compiled only). GPTOSS_DENSE_GROUPED=1.
-    bool dense_grouped = [] {
-        const char* v = std::getenv("GPTOSS_DENSE_GROUPED");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    DeviceBuffer dense_plan;
     bool norm_quant_allowed = [] {  // see the pre-attention norm in forward; GPTOSS_NORM_QUANT=0: off
         const char* v = std::getenv("GPTOSS_NORM_QUANT");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -707,7 +699,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         const int64_t kp = std::max({kp_h, kp_i, static_cast<int64_t>(kc::fp8_gemm_k_pad(static_cast<int>(qw)))});
         xq8 = DeviceBuffer(rows * kp);
         xs8 = DeviceBuffer(rows * (kp / 128) * 4);
-        if (dense_grouped) dense_plan = DeviceBuffer(kc::moe_fp8_dense_plan_ints(static_cast<int>(rows)) * 4);
     }
     {
         xg = DeviceBuffer(A * H * 2);
@@ -798,12 +789,6 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
 
 void CudaModel::Impl::linear_f8(const void* x, bool x_bf16, const kc::Fp8Weight& w, float* yout, int m, uint8_t* xq,
                                 float* xs, bool weights_fixed, bool y_bf16) {
-    if (dense_grouped && x_bf16 && m > kc::kGemvMaxTokens && kc::moe_fp8_supported(w.n, w.k, w.k_pad, 1) &&
-        dense_plan.bytes() >= kc::moe_fp8_dense_plan_ints(m) * 4) {
-        kc::moe_fp8_dense(x, m, w.q.as<uint8_t>(), w.scales.as<float>(), w.n, w.k, w.k_pad, yout, y_bf16, xq, xs,
-                          dense_plan.as<int32_t>(), stream);
-        return;
-    }
     if (m <= kc::kGemvMaxTokens && w.k % 16 == 0 && weights_fixed) {
         ENGINE_CHECK(!y_bf16, "linear_f8: the GEMV writes fp32");
         kc::GemvArgs g;

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstddef>
 #include <cstdint>
 
 namespace gptoss::kernels::cuda {
@@ -272,15 +271,6 @@ void moe_fp8_quant_rows_mx(const void* x, bool by_token, const int32_t* sorted, 
 // No conversion of the experts to FP8 first (the 120b path converted each layer's active experts).
 // n % 16 == 0, k % 32 == 0, k_pad = k rounded up to 128 ≤ 8,192.
 bool moe_mxfp4_fp8_supported(int n, int k, int num_experts);
-// A dense y[m, n] = x[m, k] · Wᵀ (x bf16; W e4m3 [n, k_pad] with 128×128 block scales, Fp8Weight's
-// layout) through moe_fp8's persistent kernel as one expert: x's rows quantized with one scale
-// each into xq [m, k] / xs [m], no bias, y fp32 or bf16 [m, n] (session 12, compiled only: the
-// alternative to cuBLASLt's block-scaled GEMM, which needs K padded to a multiple of 512 and
-// reached ~820–870 TFLOP/s on the QKV / O shapes where this kernel runs the experts at ~1,000).
-// plan: moe_fp8_dense_plan_ints(m) ints of scratch (the one expert's tile list).
-size_t moe_fp8_dense_plan_ints(int m);
-void moe_fp8_dense(const void* x, int m, const uint8_t* wq, const float* w_scale, int n, int k, int k_pad, void* y,
-                   bool y_bf16, uint8_t* xq, float* xs, int32_t* plan, cudaStream_t stream);
 void moe_mxfp4_fp8(const MoeFp8Args& args, bool gate_up, cudaStream_t stream);
 
 // Large-batch path helpers (the GEMMs run through GemmRunner between them).

@@ -103,7 +103,6 @@ __device__ __forceinline__ RowInputs load_row_inputs(const MoeFp8Args& a, bool g
 }
 // This lane's two features' biases (f0 = n0 + 64·wg + 16·warp + g and f0 + 8; 0 past n).
 __device__ __forceinline__ float2 load_bias_pair(const MoeFp8Args& a, int e, int n0, int wg, int warp, int g) {
-    if (a.bias == nullptr) return make_float2(0.0f, 0.0f);  // moe_fp8_dense
     const int N = a.n, f0 = n0 + wg * 64 + warp * 16 + g, f1 = f0 + 8;
     const float* bias = a.bias + static_cast<int64_t>(e) * N;
     return make_float2(f0 < N ? __ldg(bias + f0) : 0.0f, f1 < N ? __ldg(bias + f1) : 0.0f);
@@ -813,24 +812,6 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// moe_fp8_dense's plan: one expert of m rows (offsets {0, m}), its 128-row tiles, and the identity
-// as the rows' assignments (the down epilogue writes row i of y at sorted_assignments[i]).
-__global__ void dense_plan_kernel(int m, int32_t* offsets, int32_t* count, int32_t* tiles, int32_t* identity) {
-    const int ntiles = (m + kTokens - 1) / kTokens;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < m; i += gridDim.x * blockDim.x) identity[i] = i;
-    if (blockIdx.x == 0) {
-        for (int t = threadIdx.x; t < ntiles; t += blockDim.x) {
-            tiles[2 * t] = 0;
-            tiles[2 * t + 1] = t;
-        }
-        if (threadIdx.x == 0) {
-            offsets[0] = 0;
-            offsets[1] = m;
-            *count = ntiles;
-        }
-    }
-}
-
 // moe_mxfp4_fp8's maps: x as [num_rows, k_pad] e4m3 (the MX K order) in 128-byte swizzled boxes of
 // 128 bytes × kTokens rows, the codes as [E·n, k/2] bytes in unswizzled boxes of 64 bytes (a 128-K
 // block) × kMxFeatures rows.
@@ -854,42 +835,6 @@ bool make_maps_mx(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
 }
 
 }  // namespace
-
-size_t moe_fp8_dense_plan_ints(int m) { return 3 + 2 * static_cast<size_t>((m + kTokens - 1) / kTokens) + m; }
-
-void moe_fp8_dense(const void* x, int m, const uint8_t* wq, const float* w_scale, int n, int k, int k_pad, void* y,
-                   bool y_bf16, uint8_t* xq, float* xs, int32_t* plan, cudaStream_t stream) {
-    ENGINE_CHECK(m > 0 && moe_fp8_supported(n, k, k_pad, 1) && reinterpret_cast<uintptr_t>(xq) % 16 == 0,
-                 "moe_fp8_dense: m %d, n %d, k %d (k_pad %d) unsupported", m, n, k, k_pad);
-    const int ntiles = (m + kTokens - 1) / kTokens;
-    int32_t* offsets = plan;
-    int32_t* count = plan + 2;
-    int32_t* tiles = plan + 3;
-    int32_t* identity = tiles + 2 * ntiles;
-    dense_plan_kernel<<<std::min((m + 255) / 256, 64), 256, 0, stream>>>(m, offsets, count, tiles, identity);
-    CUDA_CHECK_LAUNCH();
-    moe_fp8_quant_rows(x, false, nullptr, 1, m, k, xq, xs, stream);
-    MoeFp8Args a;
-    a.xq = xq;
-    a.x_scale = xs;
-    a.num_rows = m;
-    a.expert_offsets = offsets;
-    a.sorted_assignments = identity;
-    a.tiles = tiles;
-    a.tile_count = count;
-    a.max_tiles = ntiles;
-    a.wq = wq;
-    a.w_scale = w_scale;
-    a.bias = nullptr;
-    a.y = static_cast<float*>(y);
-    a.y_bf16 = y_bf16;
-    a.n = n;
-    a.k = k;
-    a.k_pad = k_pad;
-    a.num_experts = 1;
-    a.persistent = true;
-    moe_fp8(a, false, stream);
-}
 
 bool moe_mxfp4_fp8_supported(int n, int k, int num_experts) {
     return n > 0 && n % 16 == 0 && k > 0 && k % 32 == 0 && (k + kKBlock - 1) / kKBlock <= kMaxKBlocks &&
