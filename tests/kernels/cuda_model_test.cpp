@@ -338,10 +338,14 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     model::CpuForward cpu32(**w);
     model::CpuKvCache cpu32_kv(c, 16, 256, 256);
     const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
-    const char* names[5] = {"grouped FP8 experts", "per-expert cuBLASLt", "no expert copy",
-                            "no expert copy, converted a layer at a time", "no expert copy, MXFP4 experts as they are"};
-    std::vector<float> got[5];
-    for (int v = 0; v < 5; ++v) {
+    const char* names[6] = {"grouped FP8 experts",
+                            "per-expert cuBLASLt",
+                            "no expert copy",
+                            "no expert copy, converted a layer at a time",
+                            "no expert copy, MXFP4 experts as they are",
+                            "MXFP4 experts as they are, W4A8 decode"};
+    std::vector<float> got[6];
+    for (int v = 0; v < 6; ++v) {
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = v < 2;  // false: no FP8 expert copy either (one expert at a time)
@@ -349,9 +353,10 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         // The prompt step (320 tokens) converts the layer's experts into the scratch, the 2-token
         // decode steps stay on the MXFP4 kernels.
         o.moe_fp8_jit_min_tokens = v >= 3 ? 64 : 0;
-        o.moe_mx = v == 4 ? 1 : 0;  // moe_mxfp4_fp8 in place of the conversion
-        o.moe_mma_max_tokens = 0;   // the 320-row prompt step through the FP8 experts,
-        o.moe_wgmma = 0;            // not the grouped MXFP4 kernels
+        o.moe_mx = v >= 4 ? 1 : 0;           // moe_mxfp4_fp8 in place of the conversion
+        o.moe_decode_w4a8 = v == 5 ? 1 : 0;  // the decode steps' experts on e4m3 activations
+        o.moe_mma_max_tokens = 0;            // the 320-row prompt step through the FP8 experts,
+        o.moe_wgmma = 0;                     // not the grouped MXFP4 kernels
         auto m = CudaModel::create(**w, o);
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         got[v] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });
@@ -391,6 +396,10 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
                 rel(got[4], got[3]));
     EXPECT_LE(rel(got[4], got[3]), 0.1);
     EXPECT_GT(rel(got[4], got[3]), 0.0) << "the MXFP4 path did not run (same logits as the conversion)";
+    // moe_decode_w4a8: only the decode steps' experts change (e4m3 activations); within the bounds
+    // against fp32 above.
+    std::printf("  fp8 with W4A8 decode experts vs bf16-activation ones: rel L2 %.3g\n", rel(got[5], got[4]));
+    EXPECT_GT(rel(got[5], got[4]), 0.0) << "moe_decode_w4a8 did not run";
     fs::remove_all(dir);
 }
 

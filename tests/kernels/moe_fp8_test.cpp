@@ -730,5 +730,187 @@ TEST(CudaMoeMx, MatchesItsRoundingOfWideScaleRanges) {
     run_mx_case(2, 1088, 736, {150, 90}, 53, 105, 20);
 }
 
+// ---- moe_decode_w4a8: decode batches (≤ 8 tokens) on the MXFP4 experts with e4m3 activations ----
+
+// A row quantized as moe_decode_w4a8 does it: 1×128 blocks, scale amax / 448 (1 for a zero block),
+// e4m3 of x · min(448 / amax, 3e38) rounded to nearest even. q: the e4m3 values, xs: the scales.
+void quant_blocks(const float* x, int dim, float* q, float* xs) {
+    for (int b = 0; b * 128 < dim; ++b) {
+        const int c0 = b * 128, c1 = std::min(dim, c0 + 128);
+        float m = 0.0f;
+        for (int c = c0; c < c1; ++c) m = std::max(m, std::fabs(x[c]));
+        xs[b] = m > 0.0f ? m / 448.0f : 1.0f;
+        const float inv = m > 0.0f ? std::min(448.0f / m, 3.0e38f) : 1.0f;
+        for (int c = c0; c < c1; ++c) q[c] = fp8e4m3_to_f32(f32_to_fp8e4m3(x[c] * inv));
+    }
+}
+
+// One output row (weights w, exact) on a quantized row: the value (+ bias) and a bound on the
+// kernel's error. Each 32-group is one k32 MMA from zero: ~13 bits kept after aligning its 32
+// products to the largest (pre_activation_mx's model with a zero running sum), 2^-12 of 32 × its
+// largest product; then fp32 sums of the scaled groups, blocks, warps and bias (≤ 16 roundings,
+// 1e-6 of Σ|w·x|).
+PreAct decode_row(const float* w, const float* q, const float* xs, int k, float bias) {
+    double v = 0.0, err = 0.0;
+    for (int b = 0; b * 128 < k; ++b) {
+        double sum = 0.0, abs = 0.0, bound = 0.0;
+        for (int gr = b * 4; gr < b * 4 + 4 && gr * 32 < k; ++gr) {
+            double mx = 0.0;
+            for (int c = gr * 32; c < gr * 32 + 32; ++c) {
+                const double p = static_cast<double>(w[c]) * q[c];
+                sum += p;
+                abs += std::fabs(p);
+                mx = std::max(mx, std::fabs(p));
+            }
+            bound += std::ldexp(32.0 * mx, -12);
+        }
+        v += xs[b] * sum;
+        err += xs[b] * (bound + 1e-6 * abs);
+    }
+    v += bias;
+    return {v, err + 1e-6 * std::fabs(v)};
+}
+
+// gate_up against the CPU on the exact weights and the quantized token rows (fp32 and bf16 inputs,
+// the same values), then down on the GPU's act: every element within its bound; and the combined
+// scheme against unquantized fp32 math (rel L2 < 0.1: e4m3 rounds to within 2^-4, ~0.036 RMS on
+// random-sign sums). Experts shared by several tokens (up to 8 columns of an MMA), a zero block.
+void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
+    const int K = 4, A = T * K;
+    MxExperts gu(E, 2 * I, H, seed, 115, 8), dn(E, H, I, seed + 7, 115, 8);
+    std::vector<int32_t> ids(A);
+    std::mt19937 rng(seed + 1);
+    for (int t = 0; t < T; ++t) {
+        std::vector<int> perm(E);
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int k = 0; k < K; ++k) ids[t * K + k] = k == 0 ? (t % 2 ? 3 : E - 1) : perm[k];
+        for (int k = 1; k < K; ++k)  // distinct experts within a token
+            if (ids[t * K + k] == ids[t * K]) ids[t * K + k] = perm[0] != ids[t * K] ? perm[0] : perm[K];
+    }
+    std::vector<float> h = test::randn(static_cast<size_t>(T) * H, seed + 2);
+    for (int t = 0; t < T; ++t)
+        for (int c = 0; c < H; ++c) h[static_cast<size_t>(t) * H + c] *= std::ldexp(1.0f, t % 5 - 2);
+    for (int c = 0; c < 128; ++c) h[c] = 0.0f;  // token 0's first block: scale 1, codes 0
+    const std::vector<uint16_t> hb = test::to_bf16(h);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = bf16_to_f32(hb[i]);  // both input forms, the same values
+
+    auto dids = to_device(ids), dh = to_device(hb), dh32 = to_device(h);
+    DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
+    moe_plan(dids.as<int32_t>(), A, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
+    auto ddc = to_device(dn.codes), dds = to_device(dn.scales), ddb = to_device(dn.bias);
+
+    // References: gate_up per assignment on the quantized token rows (expert rows decoded once).
+    const int nbh = (H + 127) / 128, nbi = (I + 127) / 128;
+    std::vector<float> hq(h.size()), hs(static_cast<size_t>(T) * nbh);
+    for (int t = 0; t < T; ++t)
+        quant_blocks(h.data() + static_cast<size_t>(t) * H, H, hq.data() + static_cast<size_t>(t) * H,
+                     hs.data() + static_cast<size_t>(t) * nbh);
+    std::vector<float> ref_act(static_cast<size_t>(A) * I);
+    std::vector<double> tol_act(ref_act.size());
+    parallel_rows(I, [&](int j) {
+        std::vector<float> wg(H), wu(H);
+        for (int as = 0; as < A; ++as) {
+            const int e = ids[as], t = as / K;
+            for (int c = 0; c < H; ++c) wg[c] = gu.w(e, 2 * j, c), wu[c] = gu.w(e, 2 * j + 1, c);
+            const float* q = hq.data() + static_cast<size_t>(t) * H;
+            const float* xs = hs.data() + static_cast<size_t>(t) * nbh;
+            const PreAct g = decode_row(wg.data(), q, xs, H, gu.bias[static_cast<size_t>(e) * gu.n + 2 * j]);
+            const PreAct u = decode_row(wu.data(), q, xs, H, gu.bias[static_cast<size_t>(e) * gu.n + 2 * j + 1]);
+            const float ref = swiglu_ref(g.v, u.v);
+            double dev = 0.0;
+            for (int sg : {-1, 1})
+                for (int su : {-1, 1})
+                    dev = std::max(
+                        dev, static_cast<double>(std::fabs(swiglu_ref(g.v + sg * g.err, u.v + su * u.err) - ref)));
+            ref_act[static_cast<size_t>(as) * I + j] = ref;
+            tol_act[static_cast<size_t>(as) * I + j] = dev + 1e-5 * std::fabs(ref) + 1e-6;
+        }
+    });
+
+    std::vector<float> got_act;
+    for (bool f32_input : {true, false}) {
+        auto act = poisoned(static_cast<size_t>(A) * I * 4), y = poisoned(static_cast<size_t>(A) * H * 4);
+        MoeMxfp4Args a;
+        a.h = dh.get();
+        a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
+        a.expert_offsets = offsets.as<int32_t>();
+        a.sorted_assignments = sorted.as<int32_t>();
+        a.gate_up_blocks = dgc.as<uint8_t>();
+        a.gate_up_scales = dgs.as<uint8_t>();
+        a.gate_up_bias = dgb.as<float>();
+        a.down_blocks = ddc.as<uint8_t>();
+        a.down_scales = dds.as<uint8_t>();
+        a.down_bias = ddb.as<float>();
+        a.act = act.as<float>();
+        a.y = y.as<float>();
+        a.num_tokens = T;
+        a.hidden_size = H;
+        a.intermediate_size = I;
+        a.num_experts = E;
+        a.experts_per_token = K;
+        ASSERT_TRUE(moe_decode_mma_supported(a));
+        moe_decode_w4a8(a, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        got_act = to_host<float>(act, ref_act.size());
+        int bad = 0;
+        double worst = 0.0;
+        const double rel = check(got_act, ref_act, tol_act, &bad, &worst);
+        std::printf(
+            "  moe_decode_w4a8 gate_up (E %d, H %d, I %d, %d tokens, %s rows): rel L2 %.3g, %d outside "
+            "the bound (worst error/bound %.3g)\n",
+            E, H, I, T, f32_input ? "fp32" : "bf16", rel, bad, worst);
+        EXPECT_EQ(bad, 0) << "gate_up act, T " << T;
+        EXPECT_LT(rel, 1e-4) << "T " << T;
+
+        // down on this run's act, quantized as the kernel does.
+        std::vector<float> aq(got_act.size()), as_s(static_cast<size_t>(A) * nbi);
+        for (int as = 0; as < A; ++as)
+            quant_blocks(got_act.data() + static_cast<size_t>(as) * I, I, aq.data() + static_cast<size_t>(as) * I,
+                         as_s.data() + static_cast<size_t>(as) * nbi);
+        std::vector<float> ref_y(static_cast<size_t>(A) * H), exact_y(ref_y.size());
+        std::vector<double> tol_y(ref_y.size());
+        const std::vector<float> ones(nbi, 1.0f);
+        parallel_rows(H, [&](int f) {
+            std::vector<float> w(I);
+            for (int as = 0; as < A; ++as) {
+                const int e = ids[as];
+                for (int c = 0; c < I; ++c) w[c] = dn.w(e, f, c);
+                const float bias = dn.bias[static_cast<size_t>(e) * dn.n + f];
+                const PreAct p = decode_row(w.data(), aq.data() + static_cast<size_t>(as) * I,
+                                            as_s.data() + static_cast<size_t>(as) * nbi, I, bias);
+                ref_y[static_cast<size_t>(as) * H + f] = static_cast<float>(p.v);
+                tol_y[static_cast<size_t>(as) * H + f] = p.err;
+                exact_y[static_cast<size_t>(as) * H + f] = static_cast<float>(
+                    decode_row(w.data(), got_act.data() + static_cast<size_t>(as) * I, ones.data(), I, bias).v);
+            }
+        });
+        const auto got_y = to_host<float>(y, ref_y.size());
+        const double rel_y = check(got_y, ref_y, tol_y, &bad, &worst);
+        int unused = 0;
+        const double rel_exact = check(got_y, exact_y, tol_y, &unused);
+        std::printf(
+            "  moe_decode_w4a8 down: rel L2 %.3g, %d outside the bound (worst error/bound %.3g); against "
+            "unquantized act: rel L2 %.3g\n",
+            rel_y, bad, worst, rel_exact);
+        EXPECT_EQ(bad, 0) << "down y, T " << T;
+        EXPECT_LT(rel_y, 1e-4) << "T " << T;
+        EXPECT_LT(rel_exact, 0.1) << "T " << T;
+    }
+}
+
+TEST(CudaMoeDecodeW4A8, MatchesCpuAtRealWidths) {
+    REQUIRE_GPU();
+    for (int T : {1, 3, 8}) run_decode_w4a8_case(32, 2880, 2880, T, 71 + T);
+}
+
+TEST(CudaMoeDecodeW4A8, MatchesCpuAtShardWidthsAnd128Experts) {
+    REQUIRE_GPU();
+    // I = 1440: down has 45 groups (a warp's last block one group); 128 experts (the expert scan's
+    // four rounds).
+    for (int T : {1, 5}) run_decode_w4a8_case(128, 2880, 1440, T, 81 + T);
+}
+
 }  // namespace
 }  // namespace gptoss::kernels::cuda

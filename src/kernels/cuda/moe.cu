@@ -1335,8 +1335,8 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         return v == nullptr ? 1 : std::atoi(v);
     }();
     const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
-    if (decode_kernel == 1 && moe_decode_mma_supported(a)) {
-        moe_decode_mma(a, stream);
+    if ((decode_kernel == 1 || decode_kernel == 3) && moe_decode_mma_supported(a)) {
+        decode_kernel == 3 ? moe_decode_w4a8(a, stream) : moe_decode_mma(a, stream);
         return;
     }
     const int v2_max = 32 * 32 * kV2GroupsPerLane;

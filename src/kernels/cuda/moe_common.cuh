@@ -59,6 +59,26 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// e4m3 bytes (value · 2^-6) of the low nibbles (codes 0, 2, 4, 6) and of the high nibbles (1, 3, 5,
+// 7) of a word of 8 e2m1 codes: e2m1's and e4m3's subnormals both sit at their formats' smallest
+// normal exponent, so moving the sign to bit 7 and the magnitude bits to bits 2-4 is exact.
+__device__ __forceinline__ uint32_t e2m1_lo_to_e4m3(uint32_t w) {
+    return ((w & 0x07070707u) << 2) | ((w << 4) & 0x80808080u);
+}
+__device__ __forceinline__ uint32_t e2m1_hi_to_e4m3(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
+
+// D = A · B (C = 0) on the tensor cores, m16n8k32, e4m3 inputs, fp32 accumulation. Lane (g, t) holds
+// A rows g, g + 8 at k 4t..4t + 3 in a0, a1 and at 16 + 4t..19 + 4t in a2, a3; B column g at k
+// 4t..4t + 3 in b0 and 16 + 4t.. in b1; D rows g, g + 8 × columns 2t, 2t + 1.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);

@@ -551,13 +551,6 @@ struct Wgmma8<64> {
     }
 };
 
-// e4m3 bytes (value · 2^-6) of the low nibbles (codes 0, 2, 4, 6) and of the high nibbles (1, 3, 5,
-// 7) of a word of 8 e2m1 codes.
-__device__ __forceinline__ uint32_t e2m1_lo_to_e4m3(uint32_t w) {
-    return ((w & 0x07070707u) << 2) | ((w << 4) & 0x80808080u);
-}
-__device__ __forceinline__ uint32_t e2m1_hi_to_e4m3(uint32_t w) { return ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u); }
-
 template <int BT>
 struct Cfg8 {
     static constexpr int kAct = BT * 128;       // BT rows × 128 e4m3 (one 4-group step)
