@@ -774,7 +774,7 @@ PreAct decode_row(const float* w, const float* q, const float* xs, int k, float 
 // gate_up against the CPU on the exact weights and the quantized token rows (fp32 and bf16 inputs,
 // the same values), then down on the GPU's act: every element within its bound; and the combined
 // scheme against unquantized fp32 math (rel L2 < 0.1: e4m3 rounds to within 2^-4, ~0.036 RMS on
-// random-sign sums). Experts shared by several tokens (up to 8 columns of an MMA), a zero block.
+// random-sign sums). One expert takes every token (T columns of an MMA), a zero block.
 void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
     const int K = 4, A = T * K;
     MxExperts gu(E, 2 * I, H, seed, 115, 8), dn(E, H, I, seed + 7, 115, 8);
@@ -784,9 +784,14 @@ void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
         std::vector<int> perm(E);
         std::iota(perm.begin(), perm.end(), 0);
         std::shuffle(perm.begin(), perm.end(), rng);
-        for (int k = 0; k < K; ++k) ids[t * K + k] = k == 0 ? (t % 2 ? 3 : E - 1) : perm[k];
-        for (int k = 1; k < K; ++k)  // distinct experts within a token
-            if (ids[t * K + k] == ids[t * K]) ids[t * K + k] = perm[0] != ids[t * K] ? perm[0] : perm[K];
+        // Slot 0: expert E / 2 for every token (T columns of one MMA); slot 1: 3 or E - 1 by parity.
+        ids[t * K] = E / 2;
+        ids[t * K + 1] = t % 2 ? 3 : E - 1;
+        int next = 0;
+        for (int k = 2; k < K; ++k) {  // distinct experts within a token
+            while (perm[next] == ids[t * K] || perm[next] == ids[t * K + 1]) ++next;
+            ids[t * K + k] = perm[next++];
+        }
     }
     std::vector<float> h = test::randn(static_cast<size_t>(T) * H, seed + 2);
     for (int t = 0; t < T; ++t)
@@ -862,7 +867,7 @@ void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
             "the bound (worst error/bound %.3g)\n",
             E, H, I, T, f32_input ? "fp32" : "bf16", rel, bad, worst);
         EXPECT_EQ(bad, 0) << "gate_up act, T " << T;
-        EXPECT_LT(rel, 1e-4) << "T " << T;
+        EXPECT_LT(rel, 1e-3) << "T " << T;  // a fragment or staging mistake: O(0.5)
 
         // down on this run's act, quantized as the kernel does.
         std::vector<float> aq(got_act.size()), as_s(static_cast<size_t>(A) * nbi);
@@ -895,7 +900,7 @@ void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
             "unquantized act: rel L2 %.3g\n",
             rel_y, bad, worst, rel_exact);
         EXPECT_EQ(bad, 0) << "down y, T " << T;
-        EXPECT_LT(rel_y, 1e-4) << "T " << T;
+        EXPECT_LT(rel_y, 1e-3) << "T " << T;
         EXPECT_LT(rel_exact, 0.1) << "T " << T;
     }
 }
@@ -909,7 +914,7 @@ TEST(CudaMoeDecodeW4A8, MatchesCpuAtShardWidthsAnd128Experts) {
     REQUIRE_GPU();
     // I = 1440: down has 45 groups (a warp's last block one group); 128 experts (the expert scan's
     // four rounds).
-    for (int T : {1, 5}) run_decode_w4a8_case(128, 2880, 1440, T, 81 + T);
+    for (int T : {2, 8}) run_decode_w4a8_case(128, 2880, 1440, T, 81 + T);
 }
 
 }  // namespace

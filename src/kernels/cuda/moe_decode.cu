@@ -375,36 +375,43 @@ __global__ void __launch_bounds__(kW8Warps * 32, 4) moe_decode_w4a8_kernel(const
         const int c = lane + 32 * j, i = c >> 4, r = c & 15;
         if (i < ng) wsc[(i * 8 + (r & 7)) * 2 + (r >> 3)] = e8m0_to_f32(sc[j]);
     }
-    // Quantize the warp's K range of each token row, 128 values (lane: 4 of group lane / 8) a block.
+    // Quantize the warp's K range of each token row, 128 values (lane: 4 of group lane / 8) a block;
+    // a token's loads all issued before its first block's max (one L2 round trip a token).
     const int nb = (ng + 3) / 4;
     for (int tk = 0; tk < ntok; ++tk) {
         const int as = s_as[tk];
-        for (int b = 0; b < nb; ++b) {
-            const int gi = 4 * b + (lane >> 3);
-            const bool valid = gi < ng;
-            const int64_t col = static_cast<int64_t>(gbeg) * 32 + 128 * b + 4 * lane;
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (valid) {
+        float v[kW8MaxBlocks][4];
+#pragma unroll
+        for (int b = 0; b < kW8MaxBlocks; ++b) {
+            v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
+            if (4 * b + (lane >> 3) < ng) {
+                const int64_t col = static_cast<int64_t>(gbeg) * 32 + 128 * b + 4 * lane;
                 if (!kGateUp || a.h_f32 != nullptr) {
                     const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
                                                : a.act + static_cast<int64_t>(as) * I + col;
                     const float4 x = *reinterpret_cast<const float4*>(src);
-                    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+                    v[b][0] = x.x, v[b][1] = x.y, v[b][2] = x.z, v[b][3] = x.w;
                 } else {
                     const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.h) +
                                                                     static_cast<int64_t>(as / K) * H + col);
-                    v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
-                    v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
+                    v[b][0] = __uint_as_float(u.x << 16), v[b][1] = __uint_as_float(u.x & 0xffff0000u);
+                    v[b][2] = __uint_as_float(u.y << 16), v[b][3] = __uint_as_float(u.y & 0xffff0000u);
                 }
             }
-            const float m = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+        }
+#pragma unroll
+        for (int b = 0; b < kW8MaxBlocks; ++b) {
+            if (b >= nb) break;
+            const int gi = 4 * b + (lane >> 3);
+            const float m =
+                warp_max(fmaxf(fmaxf(fabsf(v[b][0]), fabsf(v[b][1])), fmaxf(fabsf(v[b][2]), fabsf(v[b][3]))));
             const float inv = m > 0.0f ? fminf(__fdiv_rn(448.0f, m), 3.0e38f) : 1.0f;
             if (lane == 0) xsc[tk * kW8MaxBlocks + b] = (m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f) * 64.0f;
-            if (valid) {
+            if (gi < ng) {
                 uint32_t q[4];
 #pragma unroll
                 for (int k = 0; k < 4; ++k)
-                    q[k] = __nv_cvt_float_to_fp8(__fmul_rn(v[k], inv), __NV_SATFINITE, __NV_E4M3);
+                    q[k] = __nv_cvt_float_to_fp8(__fmul_rn(v[b][k], inv), __NV_SATFINITE, __NV_E4M3);
                 // Elements 4·(lane % 8) + 0..3 of the group: even ones at byte 8t' + m, odd at 8t' + 4 + m.
                 const int jj = 4 * (lane & 7);
                 uint8_t* dst = xq + tk * kW8TokenBytes + gi * 32 + 8 * (jj >> 3) + ((jj & 7) >> 1);
