@@ -162,6 +162,7 @@ struct CudaModel::Impl {
     // Activations and metadata, sized for opt.max_tokens / opt.max_seqs.
     DeviceBuffer x_alt;  // [kGemvMaxTokens, H]: the residual's other buffer when the router fuses the norm
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
+    DeviceBuffer norm_inv;  // [T] the post-attention norm's 1 / rms when the router normalizes x itself
     // The step's inputs: views into step_arena, laid out per forward call by (tokens, sequences,
     // table stride, sampled) — the decode graph's key, so a replayed graph's pointers stay valid —
     // and uploaded by one copy from pinned memory (step_host). Fourteen pageable copies a step
@@ -209,6 +210,10 @@ struct CudaModel::Impl {
     // residual norm read it): 8k tokens, 84 + 47 MB less written and read again a layer; the
     // rounding is transformers' (bf16 linear outputs). r27: 8k prefill 88.30 -> 87.87 ms (20b),
     // 213.85 -> 211.47 ms (120b). GPTOSS_GEMM_BF16_OUT=0: fp32 outputs (A/B runs).
+    bool router_norm_allowed = [] {  // see router_norms in forward; GPTOSS_ROUTER_NORM=0: off (A/B runs)
+        const char* v = std::getenv("GPTOSS_ROUTER_NORM");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     bool norm_quant_allowed = [] {  // see the pre-attention norm in forward; GPTOSS_NORM_QUANT=0: off
         const char* v = std::getenv("GPTOSS_NORM_QUANT");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -586,6 +591,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     x_alt = DeviceBuffer(static_cast<int64_t>(std::min<int64_t>(T, kc::kGemvMaxTokens)) * H * 4);
     h = DeviceBuffer(T * H * 2);
     h32 = DeviceBuffer(T * H * 4);
+    norm_inv = DeviceBuffer(T * 4);
     // + kFp8GemmMAlign rows: a W8A8 GEMM writes its M rounded up to a multiple of 4.
     const int64_t mpad = kc::kFp8GemmMAlign;
     qkv = DeviceBuffer((T + mpad) * qkvw * 4);
@@ -1519,6 +1525,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // residual update and the post-attention norm.
             const bool fused_router = small_moe && decode_fused && ep == 1;
             const bool norm_in_router = fused_router && fused_norm && dp == 1 && T <= kc::kGemvMaxTokens;
+            // Larger batches on one DP group whose experts read only bf16 h: the router normalizes
+            // the residual itself (the same fp32 bits), so the norm skips its [T, H] fp32 copy.
+            const bool router_norms = router_norm_allowed && !small_moe && dp == 1 && !(mxfp4 && Tm <= mxfp4_tokens) &&
+                                      kc::router_topk_normalizes(c.num_experts, H, router_mma);
             if (!norm_in_router) {
                 kc::ResidualRmsNormArgs rn2;
                 rn2.x = xr;
@@ -1528,7 +1538,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn2.num_add = 1;
                 rn2.weight = D.post_norm.as<float>();
                 rn2.out = h.get();
-                rn2.out_f32 = h32.as<float>();
+                rn2.out_f32 = router_norms ? nullptr : h32.as<float>();
+                rn2.out_inv_rms = router_norms ? norm_inv.as<float>() : nullptr;
                 rn2.num_tokens = T;
                 rn2.hidden_size = H;
                 rn2.eps = static_cast<float>(c.rms_norm_eps);
@@ -1599,6 +1610,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             } else {
                 kc::RouterTopkArgs ra;
                 ra.h = moe_h32;
+                if (router_norms) {
+                    ra.h = xr;
+                    ra.norm_inv_rms = norm_inv.as<float>();
+                    ra.norm_weight = D.post_norm.as<float>();
+                }
                 ra.weight = D.router_w.get();
                 ra.bias = D.router_b.as<float>();
                 ra.expert_ids = expert_ids.as<int32_t>();

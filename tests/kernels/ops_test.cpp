@@ -593,6 +593,81 @@ TEST(CudaOps, RouterTopk) {
 // Routing weights differ per slot (random, summing to 1 per token) so that a wrong pairing of
 // outputs and assignments shows. Batches cover one pass (1, 2), partial passes of 4 (5, 17), many
 // experts, 128 experts (120b), and every token on the same 4 experts (several passes per expert).
+// The router normalizing the residual stream itself (RouterTopkArgs::norm_inv_rms, with the norm's
+// ResidualRmsNormArgs::out_inv_rms) against the router on the norm's fp32 rows (out_f32): the same
+// logits, ids and weights, bit for bit. 20b's and 120b's expert counts; the wide norm (≥ 64 tokens)
+// and the one-CTA norm would give different rows only through 1 / rms, which both write.
+TEST(CudaOps, RouterNormalizingTheResidualMatchesTheNormsRows) {
+    REQUIRE_GPU();
+    const int H = 2880, K = 4;
+    for (int E : {32, 128}) {
+        for (int T : {30, 70, 1000}) {  // 30: the one-CTA norm kernel
+            ASSERT_TRUE(kc::router_topk_normalizes(E, H, true));
+            auto x = randn(static_cast<size_t>(T) * H, 11 + T);
+            for (int t = 0; t < T; ++t)  // rows of different scales
+                for (int i = 0; i < H; ++i) x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
+            const auto add = bf16_round(randn(static_cast<size_t>(T) * H, 12 + T));
+            const auto bias = randn(H, 13, 0.1f);
+            const auto gain = randn(H, 14, 0.2f, 1.0f);
+            const auto w = bf16_round(randn(static_cast<size_t>(E) * H, 15 + E, 0.05f));
+            const auto rb = randn(E, 16, 0.1f);
+            auto dx = to_device(x), dadd = to_device(to_bf16(add)), dbias = to_device(bias), dg = to_device(gain),
+                 dw = to_device(to_bf16(w)), drb = to_device(rb);
+            auto out = poisoned(static_cast<size_t>(T) * H * 2), out32 = poisoned(static_cast<size_t>(T) * H * 4),
+                 inv = poisoned(static_cast<size_t>(T) * 4);
+            kc::ResidualRmsNormArgs n;
+            n.x = dx.as<float>();
+            n.add = dadd.as<float>();
+            n.add_bf16 = true;
+            n.add_bias = dbias.as<float>();
+            n.num_add = 1;
+            n.weight = dg.as<float>();
+            n.out = out.get();
+            n.out_f32 = out32.as<float>();
+            n.out_inv_rms = inv.as<float>();
+            n.num_tokens = T;
+            n.hidden_size = H;
+            kc::residual_rmsnorm(n, nullptr);
+            // 1 / rms against the CPU's (fp32 sums in a different order).
+            const auto xr = to_host<float>(dx, x.size());
+            const auto got_inv = to_host<float>(inv, T);
+            for (int t = 0; t < T; t += 7) {
+                double ss = 0.0;
+                for (int i = 0; i < H; ++i)
+                    ss += static_cast<double>(xr[static_cast<size_t>(t) * H + i]) * xr[static_cast<size_t>(t) * H + i];
+                EXPECT_NEAR(got_inv[t], 1.0 / std::sqrt(ss / H + 1e-5), 1e-5 / std::sqrt(ss / H + 1e-5)) << "t " << t;
+            }
+            std::vector<int32_t> ids[2];
+            std::vector<float> wts[2], lg[2];
+            for (int v = 0; v < 2; ++v) {
+                auto dids = poisoned(static_cast<size_t>(T) * K * 4), dws = poisoned(static_cast<size_t>(T) * K * 4);
+                auto dlog = poisoned(static_cast<size_t>(kc::router_topk_scratch(T, E)) * 4);
+                kc::RouterTopkArgs a;
+                a.h = v == 0 ? out32.as<float>() : dx.as<float>();
+                a.norm_inv_rms = v == 0 ? nullptr : inv.as<float>();
+                a.norm_weight = v == 0 ? nullptr : dg.as<float>();
+                a.weight = dw.get();
+                a.bias = drb.as<float>();
+                a.expert_ids = dids.as<int32_t>();
+                a.expert_weights = dws.as<float>();
+                a.logits = dlog.as<float>();
+                a.tensor_cores = true;
+                a.num_tokens = T;
+                a.hidden_size = H;
+                a.num_experts = E;
+                a.experts_per_token = K;
+                kc::router_topk(a, nullptr);
+                ids[v] = to_host<int32_t>(dids, static_cast<size_t>(T) * K);
+                wts[v] = to_host<float>(dws, static_cast<size_t>(T) * K);
+                lg[v] = to_host<float>(dlog, static_cast<size_t>(kc::router_topk_splits(T, E, H, true)) * T * E);
+            }
+            EXPECT_EQ(lg[1], lg[0]) << "logits, E " << E << " T " << T;
+            EXPECT_EQ(ids[1], ids[0]) << "E " << E << " T " << T;
+            EXPECT_EQ(wts[1], wts[0]) << "E " << E << " T " << T;
+        }
+    }
+}
+
 TEST(CudaOps, RouterSmallBatchMatchesCpu) {
     REQUIRE_GPU();
     for (int E : {32, 128}) {

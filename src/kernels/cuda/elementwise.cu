@@ -54,9 +54,10 @@ __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const Re
             ss += xi * xi;
         }
     }
-    if (a.out == nullptr && a.out_f32 == nullptr) return;
+    if (a.out == nullptr && a.out_f32 == nullptr && a.out_inv_rms == nullptr) return;
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(H) + a.eps);
+    if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
     auto* out = static_cast<__nv_bfloat16*>(a.out);
 #pragma unroll
     for (int j = 0; j < kMaxPerThread; ++j) {
@@ -127,9 +128,10 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
             ss += xi.x * xi.x + xi.y * xi.y + xi.z * xi.z + xi.w * xi.w;
         }
     }
-    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr) return;
+    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr) return;
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
+    if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
     const float4* wt = reinterpret_cast<const float4*>(a.weight);
 #pragma unroll
     for (int j = 0; j < kWideNormChunks; ++j) {

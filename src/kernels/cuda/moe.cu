@@ -267,7 +267,10 @@ __global__ void __launch_bounds__(kRouterTileThreads)
 // global memory by each of the 4 warps): router 2.12 -> 1.21 ms on 20b, 5.71 -> 3.46 ms on 120b.
 constexpr int kRmTokens = 64, kRmChunk = 64, kRmHStride = 72, kRmThreads = 128;
 constexpr int kRmMaxExperts = 128;
-constexpr int rm_smem_bytes(int kN) { return 2 * kRmTokens * kRmHStride * 4 + 2 * 8 * kN * 128; }
+// kNorm (RouterTopkArgs::norm_inv_rms): + [2][kRmChunk] fp32 of the norm weight's chunk.
+constexpr int rm_smem_bytes(int kN, bool kNorm = false) {
+    return 2 * kRmTokens * kRmHStride * 4 + 2 * 8 * kN * 128 + (kNorm ? 2 * kRmChunk * 4 : 0);
+}
 
 __device__ __forceinline__ void rm_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -283,21 +286,31 @@ __device__ __forceinline__ void split_bf16x2(float2 v, uint32_t& hi, uint32_t& l
     lo = *reinterpret_cast<const uint32_t*>(&vl);
 }
 
-template <int kN>  // n8 tiles, even (an ldmatrix x4 loads two): 8·kN ≥ experts
+// kNorm: h is the residual stream x, normalized here as the norm would ((x · inv_rms) · weight).
+template <int kN, bool kNorm>  // n8 tiles, even (an ldmatrix x4 loads two): 8·kN ≥ experts
 __global__ void __launch_bounds__(kRmThreads)
     router_logits_mma_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
-                             float* __restrict__ logits) {
+                             float* __restrict__ logits, const float* __restrict__ inv_rms,
+                             const float* __restrict__ norm_weight) {
     static_assert(kN % 2 == 0, "n8 tiles in pairs");
     constexpr int kRowsW = 8 * kN;
     extern __shared__ __align__(16) uint8_t rm_smem[];
-    float* s_h = reinterpret_cast<float*>(rm_smem);           // [2][kRmTokens][kRmHStride]
-    uint8_t* s_w = rm_smem + 2 * kRmTokens * kRmHStride * 4;  // [2][kRowsW][128 bytes]
+    float* s_h = reinterpret_cast<float*>(rm_smem);                  // [2][kRmTokens][kRmHStride]
+    uint8_t* s_w = rm_smem + 2 * kRmTokens * kRmHStride * 4;         // [2][kRowsW][128 bytes]
+    float* s_nw = reinterpret_cast<float*>(s_w + 2 * kRowsW * 128);  // kNorm: [2][kRmChunk]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int t0 = blockIdx.x * kRmTokens;
     const int chunks = H / kRmChunk, S = gridDim.z, z = blockIdx.z;
     const int c0 = chunks * z / S, c1 = chunks * (z + 1) / S;  // this CTA's K chunks
     logits += static_cast<int64_t>(z) * T * E;
+    // kNorm: this lane's rows' 1 / rms (rows g and g + 8 of the warp's 16; 0 past T: zero rows).
+    float inv0 = 0.0f, inv1 = 0.0f;
+    if constexpr (kNorm) {
+        const int r0 = t0 + warp * 16 + g;
+        inv0 = r0 < T ? inv_rms[r0] : 0.0f;
+        inv1 = r0 + 8 < T ? inv_rms[r0 + 8] : 0.0f;
+    }
 
     // Chunk c of h (rows past T zero-filled) and of every expert row (rows past E zero-filled).
     const auto load = [&](int c, int stage) {
@@ -316,6 +329,9 @@ __global__ void __launch_bounds__(kRmThreads)
             const bool ok = r < E;
             cp_async16(dw + r * 128 + ((q ^ (r & 7)) << 4), w + static_cast<int64_t>(ok ? r : 0) * H + k0 + q * 8, ok);
         }
+        if constexpr (kNorm) {
+            if (tid < kRmChunk / 4) cp_async16(s_nw + stage * kRmChunk + tid * 4, norm_weight + k0 + tid * 4);
+        }
     };
 
     float acc[kN][4] = {};
@@ -329,14 +345,23 @@ __global__ void __launch_bounds__(kRmThreads)
         __syncthreads();     // ... and every thread's
         const float* hh = s_h + stage * kRmTokens * kRmHStride + warp * 16 * kRmHStride;
         const uint32_t wb = smem_addr(s_w + stage * kRowsW * 128);
+        // The row element pair at (r, k): as stored, or normalized as residual_rmsnorm's out_f32.
+        const auto pair = [&](int r, int k, float inv) {
+            float2 v = *reinterpret_cast<const float2*>(hh + r * kRmHStride + k);
+            if constexpr (kNorm) {
+                const float2 nw = *reinterpret_cast<const float2*>(s_nw + stage * kRmChunk + k);
+                v = make_float2(__fmul_rn(__fmul_rn(v.x, inv), nw.x), __fmul_rn(__fmul_rn(v.y, inv), nw.y));
+            }
+            return v;
+        };
 #pragma unroll
         for (int ks = 0; ks < kRmChunk / 16; ++ks) {
             const int kk = ks * 16 + 2 * t;
             uint32_t hi[4], lo[4];  // a0..a3: (row g, k), (g + 8, k), (g, k + 8), (g + 8, k + 8)
-            split_bf16x2(*reinterpret_cast<const float2*>(hh + g * kRmHStride + kk), hi[0], lo[0]);
-            split_bf16x2(*reinterpret_cast<const float2*>(hh + (g + 8) * kRmHStride + kk), hi[1], lo[1]);
-            split_bf16x2(*reinterpret_cast<const float2*>(hh + g * kRmHStride + kk + 8), hi[2], lo[2]);
-            split_bf16x2(*reinterpret_cast<const float2*>(hh + (g + 8) * kRmHStride + kk + 8), hi[3], lo[3]);
+            split_bf16x2(pair(g, kk, inv0), hi[0], lo[0]);
+            split_bf16x2(pair(g + 8, kk, inv1), hi[1], lo[1]);
+            split_bf16x2(pair(g, kk + 8, inv0), hi[2], lo[2]);
+            split_bf16x2(pair(g + 8, kk + 8, inv1), hi[3], lo[3]);
 #pragma unroll
             for (int j = 0; j < kN; j += 2) {
                 // Matrices: (tile j, k 0-7), (j, k 8-15), (j + 1, k 0-7), (j + 1, k 8-15) of this step.
@@ -361,21 +386,29 @@ __global__ void __launch_bounds__(kRmThreads)
         }
 }
 
-template <int kN>
-void launch_router_logits_mma(dim3 grid, const float* h, const __nv_bfloat16* w, int T, int H, int E, float* logits,
-                              cudaStream_t stream) {
-    constexpr int smem = rm_smem_bytes(kN);
+template <int kN, bool kNorm>
+void launch_router_logits_mma(dim3 grid, const RouterTopkArgs& a, cudaStream_t stream) {
+    constexpr int smem = rm_smem_bytes(kN, kNorm);
     if constexpr (smem > 48 * 1024) {
         static std::atomic<int> set_on{-1};  // the device the attribute was set on (host-side, capture-safe)
         int dev = 0;
         CUDA_CHECK(cudaGetDevice(&dev));
         if (set_on.load(std::memory_order_acquire) != dev) {
-            CUDA_CHECK(
-                cudaFuncSetAttribute(router_logits_mma_kernel<kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            CUDA_CHECK(cudaFuncSetAttribute(router_logits_mma_kernel<kN, kNorm>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
             set_on.store(dev, std::memory_order_release);
         }
     }
-    router_logits_mma_kernel<kN><<<grid, kRmThreads, smem, stream>>>(h, w, T, H, E, logits);
+    router_logits_mma_kernel<kN, kNorm>
+        <<<grid, kRmThreads, smem, stream>>>(a.h, static_cast<const __nv_bfloat16*>(a.weight), a.num_tokens,
+                                             a.hidden_size, a.num_experts, a.logits, a.norm_inv_rms, a.norm_weight);
+}
+template <int kN>
+void launch_router_logits_mma(dim3 grid, const RouterTopkArgs& a, cudaStream_t stream) {
+    if (a.norm_inv_rms != nullptr)
+        launch_router_logits_mma<kN, true>(grid, a, stream);
+    else
+        launch_router_logits_mma<kN, false>(grid, a, stream);
 }
 
 // ---- fused decode router: logits -> top-k -> softmax -> plan, one launch -----------------------
@@ -1153,6 +1186,10 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_experts <= kMaxExperts && a.experts_per_token >= 1 && a.experts_per_token <= 8 &&
                      a.experts_per_token <= a.num_experts,
                  "router: %d experts, k %d unsupported", a.num_experts, a.experts_per_token);
+    ENGINE_CHECK(a.norm_inv_rms == nullptr || (a.norm_weight != nullptr && a.logits != nullptr &&
+                                               router_topk_normalizes(a.num_experts, a.hidden_size, a.tensor_cores)),
+                 "router: the normalizing input needs the tensor-core logits (%d experts, hidden %d)", a.num_experts,
+                 a.hidden_size);
     if (a.num_tokens == 0) return;
     if (a.logits == nullptr || a.hidden_size % kRouterTileK != 0) {  // one CTA per token (odd widths)
         router_topk_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
@@ -1165,11 +1202,11 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
         const int splits = router_topk_splits(T, E, H, true);
         const dim3 grid((T + kRmTokens - 1) / kRmTokens, 1, splits);
         if (E <= 32)
-            launch_router_logits_mma<4>(grid, a.h, w, T, H, E, a.logits, stream);
+            launch_router_logits_mma<4>(grid, a, stream);
         else if (E <= 64)
-            launch_router_logits_mma<8>(grid, a.h, w, T, H, E, a.logits, stream);
+            launch_router_logits_mma<8>(grid, a, stream);
         else
-            launch_router_logits_mma<16>(grid, a.h, w, T, H, E, a.logits, stream);
+            launch_router_logits_mma<16>(grid, a, stream);
         CUDA_CHECK_LAUNCH();
         topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(
             a.logits, a.bias, T, E, a.experts_per_token, splits, a.expert_ids, a.expert_weights);
@@ -1193,6 +1230,11 @@ void router_topk(const RouterTopkArgs& a, cudaStream_t stream) {
     topk_softmax_kernel<<<(T + kTopkWarps - 1) / kTopkWarps, 32 * kTopkWarps, 0, stream>>>(
         a.logits, a.bias, T, E, a.experts_per_token, splits, a.expert_ids, a.expert_weights);
     CUDA_CHECK_LAUNCH();
+}
+
+bool router_topk_normalizes(int num_experts, int hidden_size, bool tensor_cores) {
+    return tensor_cores && num_experts <= kRmMaxExperts && hidden_size % kRmChunk == 0 &&
+           hidden_size % kRouterTileK == 0;
 }
 
 int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores) {

@@ -30,8 +30,15 @@ struct RouterTopkArgs {
     // to Σ|h·w|) instead of fp32 FMAs; ≤ 128 experts and hidden_size % 64 == 0 (else the fp32
     // kernel). The model's default (r25, r26).
     bool tensor_cores = false;
+    // With both set, h is the residual stream x and the router's rows are (x · norm_inv_rms[t]) ·
+    // norm_weight, the bits residual_rmsnorm would write as out_f32 (ResidualRmsNormArgs::
+    // out_inv_rms): the norm skips that [tokens, hidden] fp32 write. Only where
+    // router_topk_normalizes says so (the tensor-core logits).
+    const float* norm_inv_rms = nullptr;  // [num_tokens]
+    const float* norm_weight = nullptr;   // [hidden_size]
 };
 void router_topk(const RouterTopkArgs& args, cudaStream_t stream);
+bool router_topk_normalizes(int num_experts, int hidden_size, bool tensor_cores);
 // Floats of router_topk's scratch for up to num_tokens tokens, and the K splits it uses.
 int64_t router_topk_scratch(int num_tokens, int num_experts);
 int router_topk_splits(int num_tokens, int num_experts, int hidden_size, bool tensor_cores = false);

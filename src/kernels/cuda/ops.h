@@ -26,6 +26,9 @@ struct ResidualRmsNormArgs {
     const float* weight = nullptr;  // [hidden_size] norm gain
     void* out = nullptr;            // [num_tokens, hidden_size] bf16
     float* out_f32 = nullptr;       // optional fp32 copy of the normed rows (router input), may be null
+    // Optional [num_tokens]: each row's 1 / rms, the factor of out_f32 = (x · inv_rms) · weight (a
+    // consumer that normalizes x itself, RouterTopkArgs::norm_inv_rms, gets out_f32's bits).
+    float* out_inv_rms = nullptr;
     int num_tokens = 0;
     int hidden_size = 0;
     float eps = 1e-5f;
