@@ -590,17 +590,14 @@ TEST(CudaOps, RouterTopk) {
     }
 }
 
-// Routing weights differ per slot (random, summing to 1 per token) so that a wrong pairing of
-// outputs and assignments shows. Batches cover one pass (1, 2), partial passes of 4 (5, 17), many
-// experts, 128 experts (120b), and every token on the same 4 experts (several passes per expert).
 // The router normalizing the residual stream itself (RouterTopkArgs::norm_inv_rms, with the norm's
 // ResidualRmsNormArgs::out_inv_rms) against the router on the norm's fp32 rows (out_f32): the same
-// logits, ids and weights, bit for bit. 20b's and 120b's expert counts; the wide norm (≥ 64 tokens)
+// logits, ids and weights, bit for bit. 32, 64 and 128 experts; the wide norm (≥ 64 tokens)
 // and the one-CTA norm would give different rows only through 1 / rms, which both write.
 TEST(CudaOps, RouterNormalizingTheResidualMatchesTheNormsRows) {
     REQUIRE_GPU();
     const int H = 2880, K = 4;
-    for (int E : {32, 128}) {
+    for (int E : {32, 64, 128}) {       // the three n8-tile widths of the tensor-core router
         for (int T : {30, 70, 1000}) {  // 30: the one-CTA norm kernel
             ASSERT_TRUE(kc::router_topk_normalizes(E, H, true));
             auto x = randn(static_cast<size_t>(T) * H, 11 + T);
@@ -696,6 +693,9 @@ TEST(CudaOps, RouterSmallBatchMatchesCpu) {
     }
 }
 
+// Routing weights differ per slot (random, summing to 1 per token) so that a wrong pairing of
+// outputs and assignments shows. Batches cover one pass (1, 2), partial passes of 4 (5, 17), many
+// experts, 128 experts (120b), and every token on the same 4 experts (several passes per expert).
 TEST(CudaOps, MoeMxfp4MatchesCpu) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4;

@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(kNormThreads) residual_rmsnorm_kernel(const Re
     for (int j = 0; j < kMaxPerThread; ++j) {
         const int i = threadIdx.x + j * kNormThreads;
         if (i < H) {
-            const float y = v[j] * inv * a.weight[i];
+            // (v · inv) · weight, each product rounded (RouterTopkArgs::norm_inv_rms repeats it bit for bit).
+            const float y = __fmul_rn(__fmul_rn(v[j], inv), a.weight[i]);
             if (out) out[static_cast<int64_t>(t) * H + i] = __float2bfloat16(y);
             if (a.out_f32) a.out_f32[static_cast<int64_t>(t) * H + i] = y;
         }
@@ -139,7 +140,9 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
         float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // past hidden_size: out_q's zero padding
         if (i < H4) {
             const float4 w = wt[i];
-            y = make_float4(v[j].x * inv * w.x, v[j].y * inv * w.y, v[j].z * inv * w.z, v[j].w * inv * w.w);
+            // (v · inv) · weight, each product rounded (RouterTopkArgs::norm_inv_rms repeats it bit for bit).
+            y = make_float4(__fmul_rn(__fmul_rn(v[j].x, inv), w.x), __fmul_rn(__fmul_rn(v[j].y, inv), w.y),
+                            __fmul_rn(__fmul_rn(v[j].z, inv), w.z), __fmul_rn(__fmul_rn(v[j].w, inv), w.w));
             if (a.out != nullptr) {
                 __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
                 uint2 p;
