@@ -23,9 +23,10 @@ TEST(CudaOps, ResidualRmsNorm) {
     REQUIRE_GPU();
     // T = 300: the wide prefill kernel (≥ 64 tokens); K = 0: no residual add (only the norm);
     // K = -4: four adds held as bf16 (add_bf16, moe_fp8's y), the reference on the same values;
-    // K = -1: one bf16 add without weights (the bf16 output projection, GPTOSS_GEMM_BF16_OUT).
+    // K = -1: one bf16 add without weights (the bf16 output projection, GPTOSS_GEMM_BF16_OUT);
+    // K = 6: past the 4 adds the one-CTA kernel holds in registers.
     for (int T : {1, 7, 300}) {
-        for (int Ks : {0, 1, 4, -4, -1}) {
+        for (int Ks : {0, 1, 4, -4, -1, 6}) {
             const int H = 2880, K = std::abs(Ks);
             const bool add_bf16 = Ks < 0, unweighted = Ks == -1;
             auto x = randn(static_cast<size_t>(T) * H, 1 + T + K);
