@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -474,11 +476,20 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
     }
 }
 
-template <typename XT, bool kRope, int kSteps = kMmaSteps>
+// kStageX: the CTA first stages x as bf16 in shared memory (dynamic, gemv_fp8_x_smem bytes: one
+// L2 round trip for all of it, after pdl_wait), and the steps read it there. Without it each step
+// loads its 16 values of x from global memory inside the step loop, behind that step's branches: a
+// round trip a step (r28, compiled only; GPTOSS_GEMV_STAGE_X=0 for the A/B). Same bf16 values,
+// same sums: the same bits.
+constexpr size_t gemv_fp8_x_smem(int num_tokens, int k) { return static_cast<size_t>(num_tokens) * (k + 8) * 2; }
+constexpr size_t kGemvFp8XSmemMax = gemv_fp8_x_smem(kGemvMaxTokens, 8192);
+
+template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kStageX = true>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
-    constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
-    __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
+    extern __shared__ __align__(16) uint8_t gx_smem[];  // kStageX: [num_tokens][k + 8] bf16
+    constexpr bool kSmemScales = kSteps != kMmaSteps;   // the one-wave variant
+    __shared__ float red[kMmaWarps][16][8];             // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
     __shared__ float s_scale[2][kSmemScales ? kOneWaveMaxK / 128 : 1];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -531,6 +542,26 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
 
     const bool has_x = g < a.num_tokens;
     const XT* x = static_cast<const XT*>(a.x) + static_cast<int64_t>(has_x ? g : 0) * a.k + 16 * t;
+    // kStageX: row m of x at gx_smem + m · (k + 8) · 2 bytes (the 16-byte pad puts the token rows
+    // of one step in different banks); 4 values (one 8-byte store) an item.
+    const int xs_stride = a.k + 8;
+    const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(gx_smem) + (has_x ? g : 0) * xs_stride + 16 * t;
+    if constexpr (kStageX) {
+        const int per_row = a.k / 4;
+        for (int idx = threadIdx.x; idx < a.num_tokens * per_row; idx += kMmaWarps * 32) {
+            const int m = idx / per_row, c = idx - m * per_row;
+            const XT* src = static_cast<const XT*>(a.x) + static_cast<int64_t>(m) * a.k + 4 * c;
+            uint2 u;
+            if constexpr (std::is_same_v<XT, float>) {
+                const float4 v = __ldg(reinterpret_cast<const float4*>(src));
+                u = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+            } else {
+                u = __ldg(reinterpret_cast<const uint2*>(src));
+            }
+            *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(gx_smem) + m * xs_stride + 4 * c) = u;
+        }
+        __syncthreads();
+    }
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
     for (int base = warp; base < S; base += kMmaWarps * kSteps) {
         if (base != warp) load(base);
@@ -539,7 +570,16 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
             const int s = base + kMmaWarps * i;
             if (s >= S) break;
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-            if (has_x) load_x16_bf16(x + s * 64, xw);
+            if constexpr (kStageX) {
+                if (has_x) {
+                    const uint4 u0 = *reinterpret_cast<const uint4*>(xs + s * 64),
+                                u1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 8);
+                    xw[0] = u0.x, xw[1] = u0.y, xw[2] = u0.z, xw[3] = u0.w;
+                    xw[4] = u1.x, xw[5] = u1.y, xw[6] = u1.z, xw[7] = u1.w;
+                }
+            } else if (has_x) {
+                load_x16_bf16(x + s * 64, xw);
+            }
             const uint32_t lo[4] = {wl[i].x, wl[i].y, wl[i].z, wl[i].w};
             const uint32_t hi[4] = {wh[i].x, wh[i].y, wh[i].z, wh[i].w};
             float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -594,27 +634,50 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
 
 // Whether the MMA kernel takes these arguments (else the one-warp-per-row kernel runs).
 bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
-    if (a.w_scale == nullptr || a.k % 64 != 0 || a.w_ld % 128 != 0 || a.n < 1) return false;
+    if (a.w_scale == nullptr || a.k % 64 != 0 || a.k > 8192 || a.w_ld % 128 != 0 || a.n < 1) return false;
     if (r != nullptr && ((r->head_dim / 2) % 8 != 0 || a.n % r->head_dim != 0)) return false;
     return a.fp8_kernel != GemvFp8Kernel::kRowPerWarp;
+}
+
+template <typename XT, bool kRope, int kS, bool kStageX>
+void fp8_mma_launch_one(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+    auto kernel = gemv_fp8_mma_kernel<XT, kRope, kS, kStageX>;
+    const size_t smem = kStageX ? gemv_fp8_x_smem(a.num_tokens, a.k) : 0;
+    if (smem > 48 * 1024) {
+        static std::atomic<int> set_on{-1};  // the device the attribute was set on (host-side, capture-safe)
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        if (set_on.load(std::memory_order_acquire) != dev) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kGemvFp8XSmemMax)));
+            set_on.store(dev, std::memory_order_release);
+        }
+    }
+    launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
+}
+
+template <bool kRope, int kS>
+void fp8_mma_launch_steps(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+    static const bool stage_x = [] {
+        const char* v = std::getenv("GPTOSS_GEMV_STAGE_X");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (a.x_bf16)
+        stage_x ? fp8_mma_launch_one<__nv_bfloat16, kRope, kS, true>(grid, a, r, stream)
+                : fp8_mma_launch_one<__nv_bfloat16, kRope, kS, false>(grid, a, r, stream);
+    else
+        stage_x ? fp8_mma_launch_one<float, kRope, kS, true>(grid, a, r, stream)
+                : fp8_mma_launch_one<float, kRope, kS, false>(grid, a, r, stream);
 }
 
 template <bool kRope>
 void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
     const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto;
-    if (one_wave && a.w_ld <= kOneWaveMaxK) {
-        constexpr int kS = kMmaStepsOneWave;
-        if (a.x_bf16)
-            launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
-        else
-            launch_pdl(gemv_fp8_mma_kernel<float, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
-        return;
-    }
-    if (a.x_bf16)
-        launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
+    if (one_wave && a.w_ld <= kOneWaveMaxK)
+        fp8_mma_launch_steps<kRope, kMmaStepsOneWave>(grid, a, r, stream);
     else
-        launch_pdl(gemv_fp8_mma_kernel<float, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
+        fp8_mma_launch_steps<kRope, kMmaSteps>(grid, a, r, stream);
 }
 
 template <typename XT, int NC>
