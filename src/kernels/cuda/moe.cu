@@ -456,38 +456,61 @@ __global__ void __launch_bounds__(kRouterThreads)
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] = r[j] + (b[j] + d[j]);  // residual_rmsnorm's order: x + (bias + add)
     };
+    // A token's loads for all of the thread's chunks are issued together (chunk indices clamped,
+    // no branch between them; the token-independent ones once): one L2 round trip a token. (Before
+    // r28 each chunk's loads sat in that chunk's and token's branch: ~3 round trips a token.) The
+    // sums are the same expressions in the same chunk order.
     float acc[kRouterMaxTokens] = {}, ss[kRouterMaxTokens] = {};
+    int cc[kRouterMaxChunks];
+    bool cv[kRouterMaxChunks];
+    float wf[kRouterMaxChunks][8], nw[kRouterMaxChunks][8], bb[kRouterMaxChunks][8];
 #pragma unroll
     for (int i = 0; i < kRouterMaxChunks; ++i) {
         const int c = threadIdx.x + kRouterThreads * i;
-        if (c < chunks) {
-            const uint32_t ww[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
-            float wf[8];
+        cv[i] = c < chunks;
+        cc[i] = min(c, chunks - 1);
+        const uint32_t ww[4] = {wv[i].x, wv[i].y, wv[i].z, wv[i].w};
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                wf[2 * j] = __uint_as_float(ww[j] << 16);
-                wf[2 * j + 1] = __uint_as_float(ww[j] & 0xffff0000u);
-            }
-            float nw[8];
-            if (fused) load8(a.norm_weight, 0, c, nw);
+        for (int j = 0; j < 4; ++j) {
+            wf[i][2 * j] = __uint_as_float(ww[j] << 16);
+            wf[i][2 * j + 1] = __uint_as_float(ww[j] & 0xffff0000u);
+        }
 #pragma unroll
-            for (int t = 0; t < kRouterMaxTokens; ++t) {
-                if (t < T) {
-                    float x[8];
-                    if (fused) {
-                        residual8(t, c, x);
+        for (int j = 0; j < 8; ++j) nw[i][j] = bb[i][j] = 0.0f;
+        if (fused) {
+            load8(a.norm_weight, 0, cc[i], nw[i]);
+            if (a.add_bias != nullptr) load8(a.add_bias, 0, cc[i], bb[i]);
+        }
+    }
 #pragma unroll
-                        for (int j = 0; j < 8; ++j) {
-                            ss[t] += x[j] * x[j];
-                            x[j] *= nw[j];
-                        }
-                    } else {
-                        load8(a.h, t, c, x);
-                    }
-                    acc[t] += wf[0] * x[0] + wf[1] * x[1] + wf[2] * x[2] + wf[3] * x[3] + wf[4] * x[4] + wf[5] * x[5] +
-                              wf[6] * x[6] + wf[7] * x[7];
+    for (int t = 0; t < kRouterMaxTokens; ++t) {
+        if (t < T) {
+            float x[kRouterMaxChunks][8];
+            if (fused) {
+                float r[kRouterMaxChunks][8], d[kRouterMaxChunks][8];
+#pragma unroll
+                for (int i = 0; i < kRouterMaxChunks; ++i) {
+                    load8(a.residual, t, cc[i], r[i]);
+                    load8(a.add, t, cc[i], d[i]);
                 }
+#pragma unroll
+                for (int i = 0; i < kRouterMaxChunks; ++i) {
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        x[i][j] = r[i][j] + (bb[i][j] + d[i][j]);  // residual_rmsnorm's order: x + (bias + add)
+                        if (cv[i]) ss[t] += x[i][j] * x[i][j];
+                        x[i][j] *= nw[i][j];
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < kRouterMaxChunks; ++i) load8(a.h, t, cc[i], x[i]);
             }
+#pragma unroll
+            for (int i = 0; i < kRouterMaxChunks; ++i)
+                if (cv[i])
+                    acc[t] += wf[i][0] * x[i][0] + wf[i][1] * x[i][1] + wf[i][2] * x[i][2] + wf[i][3] * x[i][3] +
+                              wf[i][4] * x[i][4] + wf[i][5] * x[i][5] + wf[i][6] * x[i][6] + wf[i][7] * x[i][7];
         }
     }
 #pragma unroll
