@@ -202,30 +202,50 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     // uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
     uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
     const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
-    for (int it = lane; it < ntok * ng * 4; it += 32) {
-        const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
-        const int as = s_as[tk];
-        const int64_t col = static_cast<int64_t>(gbeg + gl) * 32 + 8 * q;
-        float v[8];
-        if (!kGateUp || a.h_f32 != nullptr) {
-            const float* src =
-                kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col : a.act + static_cast<int64_t>(as) * I + col;
-            const float4 x0 = *reinterpret_cast<const float4*>(src);
-            const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-            v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
-        } else {
-            const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
-                                                            static_cast<int64_t>(as / K) * H + col);
-            const uint32_t wds[4] = {u.x, u.y, u.z, u.w};
+    // Four items a lane at a time, their loads issued together (the item clamped, its store skipped
+    // past the end; the input form chosen once outside): one L2 round trip for up to 128 items, a
+    // token's whole K range at batch 1 (r28: the loop had a round trip an item).
+    const int n_items = ntok * ng * 4;
+    const auto stage = [&]<bool kF32>() {
+        for (int base = lane; base < n_items; base += 32 * 4) {
+            float v[4][8];
+            int dst[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                v[2 * i] = __uint_as_float(wds[i] << 16);
-                v[2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
+            for (int u = 0; u < 4; ++u) {
+                const int it = min(base + 32 * u, n_items - 1);
+                const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
+                const int as = s_as[tk];
+                const int64_t col = static_cast<int64_t>(gbeg + gl) * 32 + 8 * q;
+                dst[u] = tk * kTokenSlots + gl * kGroupSlots + q;
+                if constexpr (kF32) {
+                    const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
+                                               : a.act + static_cast<int64_t>(as) * I + col;
+                    const float4 x0 = *reinterpret_cast<const float4*>(src);
+                    const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+                    v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
+                    v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
+                } else {
+                    const uint4 w4 = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                                     static_cast<int64_t>(as / K) * H + col);
+                    const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        v[u][2 * i] = __uint_as_float(wds[i] << 16);
+                        v[u][2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
+                    }
+                }
             }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (base + 32 * u < n_items)
+                    xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
+                                            pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
         }
-        xs[tk * kTokenSlots + gl * kGroupSlots + q] = make_uint4(pack_bf16x2(v[0], v[4]), pack_bf16x2(v[1], v[5]),
-                                                                 pack_bf16x2(v[2], v[6]), pack_bf16x2(v[3], v[7]));
-    }
+    };
+    if (!kGateUp || a.h_f32 != nullptr)
+        stage.template operator()<true>();
+    else
+        stage.template operator()<false>();
     __syncwarp();
 
     // Rows g, g + 8 × tokens 2t, 2t + 1. (r25: four independent MMA chains instead of this one took
