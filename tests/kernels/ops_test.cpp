@@ -62,10 +62,25 @@ TEST(CudaOps, ResidualRmsNorm) {
             a.out_f32 = out32.as<float>();
             a.num_tokens = T;
             a.hidden_size = H;
+            a.batched = 0;
             kc::residual_rmsnorm(a, nullptr);
             EXPECT_TRUE(close(to_host<float>(dx, xr.size()), xr, kTolF32, "residual"));
             EXPECT_TRUE(close(to_host<float>(out32, ref.size()), ref, kTolF32, "rmsnorm f32"));
             EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(out, ref.size())), ref, kTolBf16Out, "rmsnorm bf16"));
+            if (T >= 64) {  // the wide kernel's batched form: the same bits as its loop form
+                const auto x1 = to_host<float>(dx, xr.size()), o1 = to_host<float>(out32, ref.size());
+                const auto b1 = to_host<uint16_t>(out, ref.size());
+                auto dx2 = to_device(x);
+                auto out2 = poisoned(xr.size() * 2), out32b = poisoned(xr.size() * 4);
+                a.x = dx2.as<float>();
+                a.out = out2.get();
+                a.out_f32 = out32b.as<float>();
+                a.batched = 1;
+                kc::residual_rmsnorm(a, nullptr);
+                EXPECT_EQ(to_host<float>(dx2, xr.size()), x1) << "batched residual, K " << Ks;
+                EXPECT_EQ(to_host<float>(out32b, ref.size()), o1) << "batched f32, K " << Ks;
+                EXPECT_EQ(to_host<uint16_t>(out2, ref.size()), b1) << "batched bf16, K " << Ks;
+            }
         }
     }
 }

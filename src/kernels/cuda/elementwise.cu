@@ -1,6 +1,9 @@
 // Embedding, fused residual + RMSNorm, and bias + RoPE + KV write.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_gemm.h"
@@ -124,6 +127,123 @@ constexpr int kWideNormMinTokens = 64;
 // With out_q: also the bf16 rows quantized for an FP8 GEMM (ResidualRmsNormArgs::out_q), the bytes
 // of quantize_act_fp8_bf16: a warp's 32 float4 are one 128-wide group (amax by a warp max), and
 // CTAs past num_tokens (up to q_m_pad) write the padding rows (zeros, scale 1).
+// kBatched (GPTOSS_NORM_BATCHED=1; r28, compiled only): each chunk's loads (x, every add, the
+// bias, the gain) issued together at clamped addresses, the chunk's sums branch-free (only the
+// store predicated), so nothing orders one chunk's loads after another chunk's sums; the loop form
+// below has each add's load behind the add loop's branches. Same sums in the same order.
+template <bool kAddBf16>
+__device__ __forceinline__ float4 load_add4(const ResidualRmsNormArgs& a, int64_t o) {
+    if constexpr (kAddBf16) {  // 4 bf16 (8 bytes) a chunk
+        const uint2 u = reinterpret_cast<const uint2*>(a.add)[o];
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                           __uint_as_float(u.y & 0xffff0000u));
+    } else {
+        return reinterpret_cast<const float4*>(a.add)[o];
+    }
+}
+template <bool kAddBf16>
+__device__ __forceinline__ float wide_rows_batched(const ResidualRmsNormArgs& a, int t, float4 (&v)[kWideNormChunks],
+                                                   float4 (&gain)[kWideNormChunks]) {
+    const int H4 = a.hidden_size / 4;
+    float4* x = reinterpret_cast<float4*>(a.x + static_cast<int64_t>(t) * a.hidden_size);
+    const int na = a.add != nullptr ? a.num_add : 0;
+    float wts[kNormMaxAdd];
+#pragma unroll
+    for (int k = 0; k < kNormMaxAdd; ++k) wts[k] = k < na && a.add_weights ? a.add_weights[t * na + k] : 1.0f;
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kWideNormChunks; ++j) {
+        const int i = threadIdx.x + j * kWideNormThreads, ic = min(i, H4 - 1);
+        const bool valid = i < H4;
+        float4 xi = x[ic];
+        gain[j] = reinterpret_cast<const float4*>(a.weight)[ic];
+        float4 acc = a.add != nullptr && a.add_bias ? reinterpret_cast<const float4*>(a.add_bias)[ic]
+                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 addv[kNormMaxAdd];
+#pragma unroll
+        for (int k = 0; k < kNormMaxAdd; ++k)
+            addv[k] = na > 0 ? load_add4<kAddBf16>(a, (static_cast<int64_t>(t) * na + min(k, na - 1)) * H4 + ic)
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (a.add != nullptr) {
+#pragma unroll
+            for (int k = 0; k < kNormMaxAdd; ++k) {
+                if (k < na) {
+                    acc.x += wts[k] * addv[k].x;
+                    acc.y += wts[k] * addv[k].y;
+                    acc.z += wts[k] * addv[k].z;
+                    acc.w += wts[k] * addv[k].w;
+                }
+            }
+#pragma unroll 1
+            for (int k = kNormMaxAdd; k < na; ++k) {  // beyond gpt-oss's 4 experts
+                const float w = a.add_weights ? a.add_weights[t * na + k] : 1.0f;
+                const float4 ad = load_add4<kAddBf16>(a, (static_cast<int64_t>(t) * na + k) * H4 + ic);
+                acc.x += w * ad.x;
+                acc.y += w * ad.y;
+                acc.z += w * ad.z;
+                acc.w += w * ad.w;
+            }
+            xi.x += acc.x;
+            xi.y += acc.y;
+            xi.z += acc.z;
+            xi.w += acc.w;
+            if (valid) x[i] = xi;
+        }
+        v[j] = xi;
+        ss += valid ? xi.x * xi.x + xi.y * xi.y + xi.z * xi.z + xi.w * xi.w : 0.0f;
+    }
+    return ss;
+}
+
+// The rest of the wide kernel after its loads: the block's Σ v², 1 / rms, and the outputs (gain:
+// the norm weight's chunks already loaded, kGain; else loaded here).
+template <bool kGain>
+__device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, int t,
+                                                 const float4 (&v)[kWideNormChunks],
+                                                 const float4 (&gain)[kWideNormChunks], float ss, float* scratch) {
+    const int H4 = a.hidden_size / 4;
+    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr) return;
+    ss = block_sum(ss, scratch);
+    const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
+    if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
+    const float4* wt = reinterpret_cast<const float4*>(a.weight);
+#pragma unroll
+    for (int j = 0; j < kWideNormChunks; ++j) {
+        const int i = threadIdx.x + j * kWideNormThreads;
+        float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // past hidden_size: out_q's zero padding
+        if (i < H4) {
+            const float4 w = kGain ? gain[j] : wt[i];
+            // (v · inv) · weight, each product rounded (RouterTopkArgs::norm_inv_rms repeats it bit for bit).
+            y = make_float4(__fmul_rn(__fmul_rn(v[j].x, inv), w.x), __fmul_rn(__fmul_rn(v[j].y, inv), w.y),
+                            __fmul_rn(__fmul_rn(v[j].z, inv), w.z), __fmul_rn(__fmul_rn(v[j].w, inv), w.w));
+            if (a.out != nullptr) {
+                __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
+                uint2 p;
+                p.x = *reinterpret_cast<uint32_t*>(&lo);
+                p.y = *reinterpret_cast<uint32_t*>(&hi);
+                reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.out) +
+                                         static_cast<int64_t>(t) * a.hidden_size)[i] = p;
+            }
+            if (a.out_f32) reinterpret_cast<float4*>(a.out_f32 + static_cast<int64_t>(t) * a.hidden_size)[i] = y;
+        }
+        if (a.out_q != nullptr && i < a.q_k_pad / 4) {  // warp-uniform: q_k_pad / 4 is a multiple of 32
+            // As quantize_act_fp8_bf16 reads out: the bf16 values, amax over the group, a power-of-two
+            // scale, e4m3 of value / scale.
+            const float4 b =
+                make_float4(__bfloat162float(__float2bfloat16(y.x)), __bfloat162float(__float2bfloat16(y.y)),
+                            __bfloat162float(__float2bfloat16(y.z)), __bfloat162float(__float2bfloat16(y.w)));
+            const float m = warp_max(fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+            const float s = fp8_pow2_scale(m);
+            const float r = 1.0f / s;  // exact: s is a power of two
+            const uint32_t q = static_cast<uint32_t>(to_e4m3(b.x * r)) | static_cast<uint32_t>(to_e4m3(b.y * r)) << 8 |
+                               static_cast<uint32_t>(to_e4m3(b.z * r)) << 16 |
+                               static_cast<uint32_t>(to_e4m3(b.w * r)) << 24;
+            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = q;
+            if ((threadIdx.x & 31) == 0) a.out_q_scale[static_cast<int64_t>(i / 32) * a.q_m_pad + t] = s;
+        }
+    }
+}
+
 __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
     pdl_trigger();
@@ -173,46 +293,25 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
             ss += xi.x * xi.x + xi.y * xi.y + xi.z * xi.z + xi.w * xi.w;
         }
     }
-    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr) return;
-    ss = block_sum(ss, scratch);
-    const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
-    if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
-    const float4* wt = reinterpret_cast<const float4*>(a.weight);
-#pragma unroll
-    for (int j = 0; j < kWideNormChunks; ++j) {
-        const int i = threadIdx.x + j * kWideNormThreads;
-        float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // past hidden_size: out_q's zero padding
-        if (i < H4) {
-            const float4 w = wt[i];
-            // (v · inv) · weight, each product rounded (RouterTopkArgs::norm_inv_rms repeats it bit for bit).
-            y = make_float4(__fmul_rn(__fmul_rn(v[j].x, inv), w.x), __fmul_rn(__fmul_rn(v[j].y, inv), w.y),
-                            __fmul_rn(__fmul_rn(v[j].z, inv), w.z), __fmul_rn(__fmul_rn(v[j].w, inv), w.w));
-            if (a.out != nullptr) {
-                __nv_bfloat162 lo = __floats2bfloat162_rn(y.x, y.y), hi = __floats2bfloat162_rn(y.z, y.w);
-                uint2 p;
-                p.x = *reinterpret_cast<uint32_t*>(&lo);
-                p.y = *reinterpret_cast<uint32_t*>(&hi);
-                reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.out) +
-                                         static_cast<int64_t>(t) * a.hidden_size)[i] = p;
-            }
-            if (a.out_f32) reinterpret_cast<float4*>(a.out_f32 + static_cast<int64_t>(t) * a.hidden_size)[i] = y;
-        }
-        if (a.out_q != nullptr && i < a.q_k_pad / 4) {  // warp-uniform: q_k_pad / 4 is a multiple of 32
-            // As quantize_act_fp8_bf16 reads out: the bf16 values, amax over the group, a power-of-two
-            // scale, e4m3 of value / scale.
-            const float4 b =
-                make_float4(__bfloat162float(__float2bfloat16(y.x)), __bfloat162float(__float2bfloat16(y.y)),
-                            __bfloat162float(__float2bfloat16(y.z)), __bfloat162float(__float2bfloat16(y.w)));
-            const float m = warp_max(fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
-            const float s = fp8_pow2_scale(m);
-            const float r = 1.0f / s;  // exact: s is a power of two
-            const uint32_t q = static_cast<uint32_t>(to_e4m3(b.x * r)) | static_cast<uint32_t>(to_e4m3(b.y * r)) << 8 |
-                               static_cast<uint32_t>(to_e4m3(b.z * r)) << 16 |
-                               static_cast<uint32_t>(to_e4m3(b.w * r)) << 24;
-            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = q;
-            if ((threadIdx.x & 31) == 0) a.out_q_scale[static_cast<int64_t>(i / 32) * a.q_m_pad + t] = s;
-        }
+    wide_norm_finish<false>(a, t, v, v, ss, scratch);
+}
+
+__global__ void __launch_bounds__(kWideNormThreads, 4)
+    residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ float scratch[32];
+    const int t = blockIdx.x;
+    if (t >= a.num_tokens) {  // a padding row of out_q
+        for (int i = threadIdx.x; i < a.q_k_pad / 4; i += kWideNormThreads)
+            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = 0u;
+        for (int g = threadIdx.x; g < a.q_k_pad / 128; g += kWideNormThreads)
+            a.out_q_scale[static_cast<int64_t>(g) * a.q_m_pad + t] = 1.0f;
+        return;
     }
+    float4 v[kWideNormChunks], gain[kWideNormChunks];
+    const float ss = a.add_bf16 ? wide_rows_batched<true>(a, t, v, gain) : wide_rows_batched<false>(a, t, v, gain);
+    wide_norm_finish<true>(a, t, v, gain, ss, scratch);
 }
 
 // One block per token; one thread per two neighbouring rotation pairs (i, i + 1) of a head (q, k)
@@ -346,15 +445,21 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
                  "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,
                  a.hidden_size, a.q_m_pad);
     if (a.num_tokens == 0) return;
+    static const bool batched = [] {
+        const char* v = std::getenv("GPTOSS_NORM_BATCHED");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    const auto wide = (a.batched >= 0 ? a.batched == 1 : batched) ? residual_rmsnorm_wide_batched_kernel
+                                                                  : residual_rmsnorm_wide_kernel;
     if (residual_rmsnorm_fuses_quant(a)) {
-        launch_pdl(residual_rmsnorm_wide_kernel, a.q_m_pad, kWideNormThreads, 0, stream, a);
+        launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a);
         return;
     }
     ResidualRmsNormArgs b = a;  // out_q by the quantizer after the norm
     b.out_q = nullptr;
     ENGINE_CHECK(a.out_q == nullptr || a.out != nullptr, "residual_rmsnorm: out_q without the fused path needs out");
     if (wide_norm_ok(b))
-        launch_pdl(residual_rmsnorm_wide_kernel, b.num_tokens, kWideNormThreads, 0, stream, b);
+        launch_pdl(wide, b.num_tokens, kWideNormThreads, 0, stream, b);
     else
         launch_pdl(residual_rmsnorm_kernel, b.num_tokens, kNormThreads, 0, stream, b);
     if (a.out_q != nullptr)
