@@ -43,8 +43,10 @@ GemvArgs fp8_gemv_args(const Fp8Weight& f8, const DeviceBuffer& x, bool x_bf16, 
 TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
     REQUIRE_GPU();
     // 20,000 × 512: enough rows that every ring warp wraps its 4 slots several times; 3 × 128: fewer
-    // rows than warps, and lanes with no chunk.
-    for (const auto& [n, k] : {std::pair{5120, 2880}, {2880, 4096}, {700, 2880}, {20000, 512}, {3, 128}}) {
+    // rows than warps, and lanes with no chunk; k 3,072 and 4,096 at 8 tokens: the MMA kernels' staged
+    // x past 48 KB of shared memory (one-wave and two-round variants).
+    for (const auto& [n, k] :
+         {std::pair{5120, 2880}, {2880, 4096}, {700, 2880}, {20000, 512}, {3, 128}, {1000, 3072}}) {
         const auto wf = test::randn(static_cast<size_t>(n) * k, 21, 0.02f);
         DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
         const Fp8Weight f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);

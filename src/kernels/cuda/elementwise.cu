@@ -57,7 +57,7 @@ __device__ __forceinline__ float residual_rmsnorm_rows(const ResidualRmsNormArgs
     for (int j = 0; j < kMaxPerThread; ++j) {
         const int ic = min(static_cast<int>(threadIdx.x) + j * kNormThreads, H - 1);
         v[j] = x[ic];
-        gain[j] = a.weight[ic];  // for the output, after the block's sum
+        gain[j] = a.weight != nullptr ? a.weight[ic] : 0.0f;  // for the output, after the block's sum
         bias[j] = a.add != nullptr && a.add_bias ? a.add_bias[ic] : 0.0f;
 #pragma unroll
         for (int k = 0; k < kNormMaxAdd; ++k) addv[j][k] = 0.0f;
@@ -156,7 +156,8 @@ __device__ __forceinline__ float wide_rows_batched(const ResidualRmsNormArgs& a,
         const int i = threadIdx.x + j * kWideNormThreads, ic = min(i, H4 - 1);
         const bool valid = i < H4;
         float4 xi = x[ic];
-        gain[j] = reinterpret_cast<const float4*>(a.weight)[ic];
+        gain[j] =
+            a.weight != nullptr ? reinterpret_cast<const float4*>(a.weight)[ic] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float4 acc = a.add != nullptr && a.add_bias ? reinterpret_cast<const float4*>(a.add_bias)[ic]
                                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         float4 addv[kNormMaxAdd];
@@ -439,7 +440,8 @@ bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& a) {
 }
 
 void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
-    ENGINE_CHECK(a.hidden_size <= kNormThreads * kMaxPerThread, "hidden_size %d too large", a.hidden_size);
+    ENGINE_CHECK(a.hidden_size >= 1 && a.hidden_size <= kNormThreads * kMaxPerThread, "hidden_size %d unsupported",
+                 a.hidden_size);
     ENGINE_CHECK(a.out_q == nullptr || (a.out_q_scale != nullptr && a.q_k_pad % 128 == 0 &&
                                         a.q_k_pad >= a.hidden_size && a.q_m_pad == fp8_gemm_m_pad(a.num_tokens)),
                  "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,

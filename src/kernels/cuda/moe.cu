@@ -1300,8 +1300,8 @@ void topk_softmax(const float* logits, const float* bias, int T, int E, int k, i
 
 void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kRouterMaxTokens && a.hidden_size % 8 == 0 &&
-                     a.hidden_size / 8 <= kRouterThreads * kRouterMaxChunks && a.num_experts <= kMaxExperts &&
-                     a.experts_per_token >= 1 && a.experts_per_token <= kRouterMaxK &&
+                     a.hidden_size >= 8 && a.hidden_size / 8 <= kRouterThreads * kRouterMaxChunks &&
+                     a.num_experts <= kMaxExperts && a.experts_per_token >= 1 && a.experts_per_token <= kRouterMaxK &&
                      a.experts_per_token <= a.num_experts && a.counter != nullptr,
                  "router_plan_small: %d tokens, hidden %d, %d experts, k %d unsupported", a.num_tokens, a.hidden_size,
                  a.num_experts, a.experts_per_token);
