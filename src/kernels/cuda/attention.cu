@@ -1211,17 +1211,48 @@ __device__ __forceinline__ void combine_head(const PagedAttentionArgs& a, int se
     const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
 
     float mx = sink;
-    for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(ml + 2 * s));
-    mx = warp_max_all(mx);
     float den = 0.0f;
-    for (int s = lane; s < active; s += 32) den += __ldcg(ml + 2 * s + 1) * fast_exp2(__ldcg(ml + 2 * s) - mx);
-    den = warp_sum_all(den) + fast_exp2(sink - mx);
     float2 o = make_float2(0.0f, 0.0f);
-    for (int s = 0; s < active; ++s) {
-        const float f = fast_exp2(__ldcg(ml + 2 * s) - mx);
-        const float2 v = __ldcg(reinterpret_cast<const float2*>(acc + s * kHeadDim + lane * 2));
-        o.x += f * v.x;
-        o.y += f * v.y;
+    if (active <= 64) {
+        // (r28) Lane s holds splits s and s + 32 ((m, l) loaded once, not once a pass), each split's
+        // weight reaches the others by a shuffle, and the partials' loads go out 8 at a time (split
+        // clamped): ~2 L2 round trips instead of ~5. The same expressions in the same order.
+        const bool v0 = lane < active, v1 = lane + 32 < active;
+        const float2 ml0 = __ldcg(reinterpret_cast<const float2*>(ml) + min(lane, active - 1));
+        const float2 ml1 = __ldcg(reinterpret_cast<const float2*>(ml) + min(lane + 32, active - 1));
+        if (v0) mx = fmaxf(mx, ml0.x);
+        if (v1) mx = fmaxf(mx, ml1.x);
+        mx = warp_max_all(mx);
+        const float f0 = v0 ? fast_exp2(ml0.x - mx) : 0.0f, f1 = v1 ? fast_exp2(ml1.x - mx) : 0.0f;
+        if (v0) den += ml0.y * f0;
+        if (v1) den += ml1.y * f1;
+        den = warp_sum_all(den) + fast_exp2(sink - mx);
+        for (int sb = 0; sb < active; sb += 8) {
+            float2 v[8];
+#pragma unroll
+            for (int q = 0; q < 8; ++q)
+                v[q] = __ldcg(reinterpret_cast<const float2*>(acc + min(sb + q, active - 1) * kHeadDim + lane * 2));
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const int s = sb + q;
+                if (s < active) {  // warp-uniform
+                    const float f = __shfl_sync(0xffffffffu, s < 32 ? f0 : f1, s & 31);
+                    o.x += f * v[q].x;
+                    o.y += f * v[q].y;
+                }
+            }
+        }
+    } else {
+        for (int s = lane; s < active; s += 32) mx = fmaxf(mx, __ldcg(ml + 2 * s));
+        mx = warp_max_all(mx);
+        for (int s = lane; s < active; s += 32) den += __ldcg(ml + 2 * s + 1) * fast_exp2(__ldcg(ml + 2 * s) - mx);
+        den = warp_sum_all(den) + fast_exp2(sink - mx);
+        for (int s = 0; s < active; ++s) {
+            const float f = fast_exp2(__ldcg(ml + 2 * s) - mx);
+            const float2 v = __ldcg(reinterpret_cast<const float2*>(acc + s * kHeadDim + lane * 2));
+            o.x += f * v.x;
+            o.y += f * v.y;
+        }
     }
     const float inv = 1.0f / den;
     __nv_bfloat16* dst =
