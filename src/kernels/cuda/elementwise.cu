@@ -196,6 +196,14 @@ __device__ __forceinline__ float wide_rows_batched(const ResidualRmsNormArgs& a,
     return ss;
 }
 
+// Row t ≥ num_tokens of out_q (up to q_m_pad): zeros, scale 1.
+__device__ __forceinline__ void wide_norm_padding_row(const ResidualRmsNormArgs& a, int t) {
+    for (int i = threadIdx.x; i < a.q_k_pad / 4; i += kWideNormThreads)
+        reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = 0u;
+    for (int g = threadIdx.x; g < a.q_k_pad / 128; g += kWideNormThreads)
+        a.out_q_scale[static_cast<int64_t>(g) * a.q_m_pad + t] = 1.0f;
+}
+
 // The rest of the wide kernel after its loads: the block's Σ v², 1 / rms, and the outputs (gain:
 // the norm weight's chunks already loaded, kGain; else loaded here).
 template <bool kGain>
@@ -251,10 +259,7 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     if (t >= a.num_tokens) {  // a padding row of out_q
-        for (int i = threadIdx.x; i < a.q_k_pad / 4; i += kWideNormThreads)
-            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = 0u;
-        for (int g = threadIdx.x; g < a.q_k_pad / 128; g += kWideNormThreads)
-            a.out_q_scale[static_cast<int64_t>(g) * a.q_m_pad + t] = 1.0f;
+        wide_norm_padding_row(a, t);
         return;
     }
     const int H4 = a.hidden_size / 4;
@@ -304,10 +309,7 @@ __global__ void __launch_bounds__(kWideNormThreads, 4)
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     if (t >= a.num_tokens) {  // a padding row of out_q
-        for (int i = threadIdx.x; i < a.q_k_pad / 4; i += kWideNormThreads)
-            reinterpret_cast<uint32_t*>(a.out_q + static_cast<int64_t>(t) * a.q_k_pad)[i] = 0u;
-        for (int g = threadIdx.x; g < a.q_k_pad / 128; g += kWideNormThreads)
-            a.out_q_scale[static_cast<int64_t>(g) * a.q_m_pad + t] = 1.0f;
+        wide_norm_padding_row(a, t);
         return;
     }
     float4 v[kWideNormChunks], gain[kWideNormChunks];

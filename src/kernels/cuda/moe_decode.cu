@@ -99,6 +99,31 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
     if (lane == 0 && !found) s_info[0] = -1;
 }
 
+// The CTA's tile: the slot-th active expert (e < 0: none, and the PDL handshake is done: return),
+// its tokens and the tile's first row. s_info: 3 ints of shared memory. Every thread calls it.
+struct DecodeTile {
+    int e, tok0, ntok, row0;
+};
+template <bool kGateUp>
+__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info) {
+    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
+    const int tiles = rows / kRows;
+    const int slot = blockIdx.x / tiles;
+    DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kRows};
+    if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
+    if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
+    __syncthreads();
+    d.e = s_info[0];
+    if (d.e < 0) {
+        if constexpr (!kGateUp) pdl_wait();
+        pdl_trigger();
+        return d;
+    }
+    d.tok0 = s_info[1];
+    d.ntok = min(s_info[2], 8);
+    return d;
+}
+
 // The warps' partial sums (lane (g, t): rows g, g + 8 × tokens 2t, 2t + 1) meet in shared memory;
 // gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
 // the bias and writes fp32 y rows at the assignment's index.
@@ -155,20 +180,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
     const int in_dim = kGateUp ? H : I, G = in_dim / 32;
     const int rows = kGateUp ? 2 * I : H;
-    const int tiles = rows / kRows;
-    const int slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
     const int max_tokens = min(a.num_tokens, 8);
-
-    if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
-    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
-    __syncthreads();
-    const int e = s_info[0];
-    if (e < 0) {
-        if constexpr (!kGateUp) pdl_wait();
-        pdl_trigger();
-        return;
-    }
-    const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
+    if (tile.e < 0) return;
+    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
 
     // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
     const int S = (G + 3) / 4;
@@ -343,20 +358,10 @@ __global__ void __launch_bounds__(kW8Warps * 32, 4) moe_decode_w4a8_kernel(const
     const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
     const int in_dim = kGateUp ? H : I, G = in_dim / 32;
     const int rows = kGateUp ? 2 * I : H;
-    const int tiles = rows / kRows;
-    const int slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
     const int max_tokens = min(a.num_tokens, 8);
-
-    if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
-    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
-    __syncthreads();
-    const int e = s_info[0];
-    if (e < 0) {
-        if constexpr (!kGateUp) pdl_wait();
-        pdl_trigger();
-        return;
-    }
-    const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
+    if (tile.e < 0) return;
+    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
 
     // This warp's groups [gbeg, gbeg + ng): whole 128-blocks [s0, s1) of K (the last may be short).
     const int S = (G + 3) / 4;
