@@ -24,17 +24,19 @@ TEST(CudaOps, ResidualRmsNorm) {
     // T = 300: the wide prefill kernel (≥ 64 tokens); K = 0: no residual add (only the norm);
     // K = -4: four adds held as bf16 (add_bf16, moe_fp8's y), the reference on the same values;
     // K = -1: one bf16 add without weights (the bf16 output projection, GPTOSS_GEMM_BF16_OUT);
-    // K = 6: past the 4 adds the one-CTA kernel holds in registers.
+    // K = 6 / -6: past the 4 adds the kernels hold in registers (fp32 / bf16); K = 3: three adds
+    // without a bias.
     for (int T : {1, 7, 300}) {
-        for (int Ks : {0, 1, 4, -4, -1, 6}) {
+        for (int Ks : {0, 1, 4, -4, -1, 6, -6, 3}) {
             const int H = 2880, K = std::abs(Ks);
-            const bool add_bf16 = Ks < 0, unweighted = Ks == -1;
+            const bool add_bf16 = Ks < 0, unweighted = Ks == -1, no_bias = Ks == 3;
             auto x = randn(static_cast<size_t>(T) * H, 1 + T + K);
             auto add = randn(static_cast<size_t>(T) * std::max(K, 1) * H, 2 + T);
             if (add_bf16) add = bf16_round(add);
             auto w = randn(static_cast<size_t>(T) * std::max(K, 1), 3 + T, 0.3f, 0.5f);
             if (unweighted) std::fill(w.begin(), w.end(), 1.0f);
             auto bias = randn(H, 4, 0.1f);
+            if (no_bias) std::fill(bias.begin(), bias.end(), 0.0f);
             auto gain = randn(H, 5, 0.2f, 1.0f);
             // Reference: x += Σ w·add + bias, then rmsnorm.
             std::vector<float> xr = x;
@@ -55,7 +57,7 @@ TEST(CudaOps, ResidualRmsNorm) {
             a.add = K > 0 ? dadd.as<float>() : nullptr;
             a.add_bf16 = add_bf16;
             a.add_weights = unweighted ? nullptr : dw.as<float>();
-            a.add_bias = db.as<float>();
+            a.add_bias = no_bias ? nullptr : db.as<float>();
             a.num_add = K;
             a.weight = dg.as<float>();
             a.out = out.get();
@@ -805,15 +807,17 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
         DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
         kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-        auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
-        auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-        kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(), dh32.as<float>(), offsets,
-                                        sorted, act, y, T, K);
-        ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-        kc::moe_decode_mma(a, nullptr);
-        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
-            << "T=" << T;
+        for (bool f32_input : {true, false}) {  // h_f32, or the bf16 rows (the same values)
+            auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+            auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+            kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
+                                            f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
+            ASSERT_TRUE(kc::moe_decode_mma_supported(a));
+            kc::moe_decode_mma(a, nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+                << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
+        }
     }
 }
 
