@@ -311,13 +311,15 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
-    // GPTOSS_GEMV_FP8=row|mma|mma1: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on the
-    // tensor cores (gemv.h); mma1: only the one-wave tensor-core variant (the default where k ≤ 3,072).
+    // GPTOSS_GEMV_FP8=row|mma|mma1|a8: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on
+    // the tensor cores (gemv.h); mma1: only the one-wave tensor-core variant (the default where k ≤
+    // 3,072); a8: x in e4m3 too (W8A8, compiled only).
     kc::GemvFp8Kernel gemv_fp8 = [] {
         const char* v = std::getenv("GPTOSS_GEMV_FP8");
         if (v != nullptr && std::strcmp(v, "row") == 0) return kc::GemvFp8Kernel::kRowPerWarp;
         if (v != nullptr && std::strcmp(v, "mma") == 0) return kc::GemvFp8Kernel::kMma;
         if (v != nullptr && std::strcmp(v, "mma1") == 0) return kc::GemvFp8Kernel::kMmaOneWave;
+        if (v != nullptr && std::strcmp(v, "a8") == 0) return kc::GemvFp8Kernel::kMmaA8;
         return kc::GemvFp8Kernel::kAuto;
     }();
     // r11 measured the v2 GEMV slower in the model (3.44 vs 3.15 ms per batch-1 step): v1 is the

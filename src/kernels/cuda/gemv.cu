@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe_common.cuh"
@@ -483,11 +484,18 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // same sums: the same bits.
 constexpr size_t gemv_fp8_x_smem(int num_tokens, int k) { return static_cast<size_t>(num_tokens) * (k + 8) * 2; }
 constexpr size_t kGemvFp8XSmemMax = gemv_fp8_x_smem(kGemvMaxTokens, 8192);
+// kA8 (GemvFp8Kernel::kMmaA8): x staged as e4m3, rows of a8_stride(k) bytes (≡ 64 mod 128: the
+// 16-byte reads of 8 lanes (2 tokens × 4) in distinct banks), then the rows' 1×128 block scales.
+constexpr int a8_stride(int k) { return k + (k % 128 == 0 ? 64 : 0); }
+constexpr size_t gemv_a8_x_smem(int num_tokens, int k) {
+    return static_cast<size_t>(num_tokens) * a8_stride(k) + static_cast<size_t>(num_tokens) * ((k + 127) / 128) * 4;
+}
 
-template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kStageX = true>
+template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kStageX = true, bool kA8 = false>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
-    extern __shared__ __align__(16) uint8_t gx_smem[];  // kStageX: [num_tokens][k + 8] bf16
+    static_assert(!kA8 || kStageX, "the e4m3 x is staged");
+    extern __shared__ __align__(16) uint8_t gx_smem[];  // kStageX: [num_tokens][k + 8] bf16 (kA8: see a8_stride)
     constexpr bool kSmemScales = kSteps != kMmaSteps;   // the one-wave variant
     __shared__ float red[kMmaWarps][16][8];             // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
@@ -546,7 +554,48 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     // of one step in different banks); 4 values (one 8-byte store) an item.
     const int xs_stride = a.k + 8;
     const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(gx_smem) + (has_x ? g : 0) * xs_stride + 16 * t;
-    if constexpr (kStageX) {
+    // kA8: token m's e4m3 row at gx_smem + m · a8_stride(k), its block scales after all rows.
+    const int nb = (a.k + 127) / 128, a8s = a8_stride(a.k);
+    float* xsc8 = reinterpret_cast<float*>(gx_smem + a.num_tokens * a8s);
+    if constexpr (kA8) {
+        // A warp an item (token m, 128-block b): 4 values a lane, amax by a warp max, the power-of-two
+        // scale of the prompt path's quantizer (fp8_pow2_scale), e4m3 of value / scale. Four items a
+        // warp at a time, their loads together.
+        const int items = a.num_tokens * nb, lane_id = threadIdx.x & 31, w_id = threadIdx.x >> 5;
+        for (int base = w_id; base < items; base += kMmaWarps * 4) {
+            float4 v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int it = min(base + kMmaWarps * q, items - 1), m = it / nb, b = it - m * nb;
+                const int c = min(128 * b + 4 * lane_id, a.k - 4);  // past k: a valid address, zeroed below
+                const XT* src = static_cast<const XT*>(a.x) + static_cast<int64_t>(m) * a.k + c;
+                if constexpr (std::is_same_v<XT, float>) {
+                    v[q] = __ldg(reinterpret_cast<const float4*>(src));
+                } else {
+                    const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
+                    v[q] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+                }
+                if (128 * b + 4 * lane_id >= a.k) v[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int it = base + kMmaWarps * q;
+                if (it >= items) break;  // warp-uniform
+                const int m = it / nb, b = it - m * nb;
+                const float mx =
+                    warp_max(fmaxf(fmaxf(fabsf(v[q].x), fabsf(v[q].y)), fmaxf(fabsf(v[q].z), fabsf(v[q].w))));
+                const float sc = fp8_pow2_scale(mx), rs = 1.0f / sc;  // exact: a power of two
+                if (128 * b + 4 * lane_id < a.k)
+                    *reinterpret_cast<uint32_t*>(gx_smem + m * a8s + 128 * b + 4 * lane_id) =
+                        static_cast<uint32_t>(to_e4m3(v[q].x * rs)) | static_cast<uint32_t>(to_e4m3(v[q].y * rs)) << 8 |
+                        static_cast<uint32_t>(to_e4m3(v[q].z * rs)) << 16 |
+                        static_cast<uint32_t>(to_e4m3(v[q].w * rs)) << 24;
+                if (lane_id == 0) xsc8[m * nb + b] = sc;
+            }
+        }
+        __syncthreads();
+    } else if constexpr (kStageX) {
         // Four items a thread at a time, their loads together (the item clamped, its store skipped
         // past the end): one L2 round trip for all of x at batch 1 (k ≤ 4,096).
         const int per_row = a.k / 4, n_items = a.num_tokens * per_row;
@@ -580,6 +629,24 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         for (int i = 0; i < kSteps; ++i) {
             const int s = base + kMmaWarps * i;
             if (s >= S) break;
+            if constexpr (kA8) {
+                // The lane's 16 weight bytes of each row are two k32 MMAs' A (bytes 0-3 / 4-7 of a row at
+                // k 4t.. / 16 + 4t.., then bytes 8-11 / 12-15); x's bytes at the same step positions.
+                const uint4 xb = has_x ? *reinterpret_cast<const uint4*>(gx_smem + g * a8s + s * 64 + 16 * t)
+                                       : make_uint4(0u, 0u, 0u, 0u);
+                float tmp[4];
+                mma_e4m3(tmp, wl[i].x, wh[i].x, wl[i].y, wh[i].y, xb.x, xb.y);
+                mma_e4m3_acc(tmp, wl[i].z, wh[i].z, wl[i].w, wh[i].w, xb.z, xb.w);
+                const float s_lo = kSmemScales ? s_scale[0][s >> 1] : sl[i];
+                const float s_hi = kSmemScales ? s_scale[1][s >> 1] : sh[i];
+                const float x0 = 2 * t < a.num_tokens ? xsc8[2 * t * nb + (s >> 1)] : 0.0f;
+                const float x1 = 2 * t + 1 < a.num_tokens ? xsc8[(2 * t + 1) * nb + (s >> 1)] : 0.0f;
+                acc[0] = fmaf(s_lo * x0, tmp[0], acc[0]);
+                acc[1] = fmaf(s_lo * x1, tmp[1], acc[1]);
+                acc[2] = fmaf(s_hi * x0, tmp[2], acc[2]);
+                acc[3] = fmaf(s_hi * x1, tmp[3], acc[3]);
+                continue;
+            }
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
             if constexpr (kStageX) {
                 if (has_x) {
@@ -650,10 +717,10 @@ bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
     return a.fp8_kernel != GemvFp8Kernel::kRowPerWarp;
 }
 
-template <typename XT, bool kRope, int kS, bool kStageX>
+template <typename XT, bool kRope, int kS, bool kStageX, bool kA8 = false>
 void fp8_mma_launch_one(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
-    auto kernel = gemv_fp8_mma_kernel<XT, kRope, kS, kStageX>;
-    const size_t smem = kStageX ? gemv_fp8_x_smem(a.num_tokens, a.k) : 0;
+    auto kernel = gemv_fp8_mma_kernel<XT, kRope, kS, kStageX, kA8>;
+    const size_t smem = kA8 ? gemv_a8_x_smem(a.num_tokens, a.k) : kStageX ? gemv_fp8_x_smem(a.num_tokens, a.k) : 0;
     if (smem > 48 * 1024) {
         static std::atomic<int> set_on{-1};  // the device the attribute was set on (host-side, capture-safe)
         int dev = 0;
@@ -674,6 +741,13 @@ void fp8_mma_launch_steps(int grid, const GemvArgs& a, const QkvRopeArgs& r, cud
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     const bool stage = stage_x && a.k <= 8192;  // kGemvFp8XSmemMax
+    if (a.fp8_kernel == GemvFp8Kernel::kMmaA8 && a.k <= 8192) {
+        if (a.x_bf16)
+            fp8_mma_launch_one<__nv_bfloat16, kRope, kS, true, true>(grid, a, r, stream);
+        else
+            fp8_mma_launch_one<float, kRope, kS, true, true>(grid, a, r, stream);
+        return;
+    }
     if (a.x_bf16)
         stage ? fp8_mma_launch_one<__nv_bfloat16, kRope, kS, true>(grid, a, r, stream)
               : fp8_mma_launch_one<__nv_bfloat16, kRope, kS, false>(grid, a, r, stream);
@@ -685,7 +759,8 @@ void fp8_mma_launch_steps(int grid, const GemvArgs& a, const QkvRopeArgs& r, cud
 template <bool kRope>
 void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
-    const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto;
+    const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto ||
+                          a.fp8_kernel == GemvFp8Kernel::kMmaA8;
     if (one_wave && a.w_ld <= kOneWaveMaxK)
         fp8_mma_launch_steps<kRope, kMmaStepsOneWave>(grid, a, r, stream);
     else
