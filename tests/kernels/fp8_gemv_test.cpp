@@ -160,8 +160,9 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
 // GemvFp8Kernel::kMmaA8 against the CPU scheme: x quantized per token in 1×128 blocks with the
 // prompt path's power-of-two scales (model::fp8_block_scale), e4m3 of x / scale; the weights' e4m3
 // codes and block scales exact. Per output, the bound models each k32 MMA's accumulation (~13 bits
-// kept after aligning to the largest of its 32 products: 2^-12 of 32 × that product) and the fp32
-// sums after it (1e-6 of Σ|w·x|). Shapes: QKV (k 2,880: a half last block), O (k 4,096), k 3,072
+// kept after aligning to the largest of its 32 products and the running sum: 2^-12 of |sum| + 32 ×
+// that product; a 64-wide step's MMAs take bytes 16t..16t+7 and 16t+8..16t+15 of each lane t) and
+// the fp32 sums after it (1e-6 of Σ|w·x|). Shapes: QKV (k 2,880: a half last block), O (k 4,096), k 3,072
 // at 8 tokens (the staged x past 48 KB); fp32 and bf16 x.
 TEST(CudaFp8Gemv, A8MatchesCpuScheme) {
     REQUIRE_GPU();
@@ -202,17 +203,21 @@ TEST(CudaFp8Gemv, A8MatchesCpuScheme) {
                         for (int b = 0; b < nb; ++b) {
                             const double scale = static_cast<double>(sc[static_cast<size_t>(r / 128) * kb + b]) *
                                                  xs[static_cast<size_t>(t) * nb + b];
-                            for (int c0 = 128 * b; c0 < std::min(k, 128 * b + 128); c0 += 32) {
-                                double mx = 0;
-                                for (int c = c0; c < c0 + 32; ++c) {
+                            // A 64-wide step is two MMAs: bytes 16t'..16t'+7 of each lane t' (the first, from
+                            // zero), then bytes 16t'+8..16t'+15 added onto it.
+                            for (int c0 = 128 * b; c0 < std::min(k, 128 * b + 128); c0 += 64) {
+                                double mx[2] = {0, 0}, sum0 = 0;
+                                for (int c = c0; c < c0 + 64; ++c) {
                                     const double p =
                                         static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
                                         xq[static_cast<size_t>(t) * k + c] * scale;
+                                    const int half = ((c - c0) >> 3) & 1;
                                     acc += p;
                                     mag += std::fabs(p);
-                                    mx = std::max(mx, std::fabs(p));
+                                    mx[half] = std::max(mx[half], std::fabs(p));
+                                    if (half == 0) sum0 += p;
                                 }
-                                err += std::ldexp(32.0 * mx, -12);
+                                err += std::ldexp(32.0 * mx[0], -12) + std::ldexp(std::fabs(sum0) + 32.0 * mx[1], -12);
                             }
                         }
                         ref[static_cast<size_t>(t) * n + r] = acc + bias[r];
