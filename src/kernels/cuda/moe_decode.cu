@@ -327,7 +327,9 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
 // t's 4 bytes of the group (codes 8t..8t + 7) become its A registers by two bit moves a word
 // (e2m1_lo_to_e4m3 / _hi_: e4m3 = e2m1 · 2^-6 exactly), the MMA sums the group (C = 0), and the
 // group scale 2^(s - 127) and the activation block's scale (· 2^6) are applied in fp32 after it:
-// ~22 instructions a lane for 8 bytes of weights a row, ~3× fewer than the bf16 path.
+// ~22 instructions a lane for 8 bytes of weights a row as PTX. But mma.sync e4m3 is emulated on
+// sm_90 (ptxas converts A and B to f16 for f16 MMAs; NVIDIA/cutlass#1986), so the SASS converts
+// again: opt-in until measured against moe_decode_mma (bench/NOTES.md r28 look back).
 // - Activations: each warp quantizes its own K range of every token row to e4m3 in 1×128 blocks
 //   (scale amax / 448, round to nearest even, as the FP8 GEMMs' activation quantizer), in MMA
 //   order: per token and group 32 bytes, lane t's 8 at 8t (codes 8t, 8t + 2, .. then 8t + 1, ..).
