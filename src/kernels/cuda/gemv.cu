@@ -488,7 +488,7 @@ constexpr size_t kGemvFp8XSmemMax = gemv_fp8_x_smem(kGemvMaxTokens, 8192);
 // 16-byte reads of 8 lanes (2 tokens × 4) in distinct banks), then the rows' 1×128 block scales.
 constexpr int a8_stride(int k) { return k + (k % 128 == 0 ? 64 : 0); }
 constexpr size_t gemv_a8_x_smem(int num_tokens, int k) {
-    return static_cast<size_t>(num_tokens) * a8_stride(k) + static_cast<size_t>(num_tokens) * ((k + 127) / 128) * 4;
+    return static_cast<size_t>(num_tokens) * a8_stride(k) + static_cast<size_t>((k + 127) / 128) * kGemvMaxTokens * 4;
 }
 
 template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kStageX = true, bool kA8 = false>
@@ -554,7 +554,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     // of one step in different banks); 4 values (one 8-byte store) an item.
     const int xs_stride = a.k + 8;
     const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(gx_smem) + (has_x ? g : 0) * xs_stride + 16 * t;
-    // kA8: token m's e4m3 row at gx_smem + m · a8_stride(k), its block scales after all rows.
+    // kA8: token m's e4m3 row at gx_smem + m · a8_stride(k); then the block scales as [block][8
+    // tokens] (0 past num_tokens), so a lane's two tokens' scales are one conflict-free 8-byte read.
     const int nb = (a.k + 127) / 128, a8s = a8_stride(a.k);
     float* xsc8 = reinterpret_cast<float*>(gx_smem + a.num_tokens * a8s);
     if constexpr (kA8) {
@@ -562,6 +563,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         // scale of the prompt path's quantizer (fp8_pow2_scale), e4m3 of value / scale. Four items a
         // warp at a time, their loads together.
         const int items = a.num_tokens * nb, lane_id = threadIdx.x & 31, w_id = threadIdx.x >> 5;
+        for (int i = threadIdx.x; i < nb * kGemvMaxTokens; i += kMmaWarps * 32)
+            if (i % kGemvMaxTokens >= a.num_tokens) xsc8[i] = 0.0f;  // disjoint from the writes below
         for (int base = w_id; base < items; base += kMmaWarps * 4) {
             float4 v[4];
 #pragma unroll
@@ -591,7 +594,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                         static_cast<uint32_t>(to_e4m3(v[q].x * rs)) | static_cast<uint32_t>(to_e4m3(v[q].y * rs)) << 8 |
                         static_cast<uint32_t>(to_e4m3(v[q].z * rs)) << 16 |
                         static_cast<uint32_t>(to_e4m3(v[q].w * rs)) << 24;
-                if (lane_id == 0) xsc8[m * nb + b] = sc;
+                if (lane_id == 0) xsc8[b * kGemvMaxTokens + m] = sc;
             }
         }
         __syncthreads();
@@ -639,12 +642,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                 mma_e4m3_acc(tmp, wl[i].z, wh[i].z, wl[i].w, wh[i].w, xb.z, xb.w);
                 const float s_lo = kSmemScales ? s_scale[0][s >> 1] : sl[i];
                 const float s_hi = kSmemScales ? s_scale[1][s >> 1] : sh[i];
-                const float x0 = 2 * t < a.num_tokens ? xsc8[2 * t * nb + (s >> 1)] : 0.0f;
-                const float x1 = 2 * t + 1 < a.num_tokens ? xsc8[(2 * t + 1) * nb + (s >> 1)] : 0.0f;
-                acc[0] = fmaf(s_lo * x0, tmp[0], acc[0]);
-                acc[1] = fmaf(s_lo * x1, tmp[1], acc[1]);
-                acc[2] = fmaf(s_hi * x0, tmp[2], acc[2]);
-                acc[3] = fmaf(s_hi * x1, tmp[3], acc[3]);
+                const float2 xs2 = *reinterpret_cast<const float2*>(xsc8 + (s >> 1) * kGemvMaxTokens + 2 * t);
+                acc[0] = fmaf(s_lo * xs2.x, tmp[0], acc[0]);
+                acc[1] = fmaf(s_lo * xs2.y, tmp[1], acc[1]);
+                acc[2] = fmaf(s_hi * xs2.x, tmp[2], acc[2]);
+                acc[3] = fmaf(s_hi * xs2.y, tmp[3], acc[3]);
                 continue;
             }
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
