@@ -472,23 +472,23 @@ for stage in "$@"; do
       switch_prefill_ab norm_batched GPTOSS_NORM_BATCHED 'CudaOps.ResidualRmsNorm*' 'norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     decode_w4a8)
-      # moe_decode_w4a8 (GPTOSS_MOE_DECODE=3, CudaModelOptions::moe_decode_w4a8; session 13): its
+      # moe_decode_w4a8 / moe_decode_wg (GPTOSS_MOE_DECODE=3 / 4, CudaModelOptions::moe_decode_w4a8; session 13): their
       # kernel tests and the FP8 model test (its variant 6), then, only if they pass, moe_bench's
       # weight-only MoE (1-8 tokens, 20b-shaped) and batch 1-8 decode of both models --fp8 at 1k,
-      # each with it (3) and with moe_decode_mma (1).
+      # with each (3, 4) and with moe_decode_mma (1).
       timeout 240 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaMoeDecodeW4A8.*:CudaModel.Fp8WeightsStayCloseToFp32:CudaOps.MoeMxfp4MatchesCpu' \
+        --gtest_filter='CudaMoeDecodeW4A8.*:CudaMoeDecodeWg.*:CudaModel.Fp8WeightsStayCloseToFp32:CudaOps.MoeMxfp4MatchesCpu' \
         > "$OUT/decode_w4a8_tests.log" 2>&1
       rc=$?
       summary+=("decode_w4a8 tests rc=$rc")
       grep -E "OK \]|FAILED|moe_decode_w4a8|W4A8|Failure" "$OUT/decode_w4a8_tests.log" | head -40
       if [ $rc = 0 ]; then
-        for v in 1 3; do
+        for v in 1 3 4; do
           GPTOSS_MOE_DECODE=$v timeout 60 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_w4a8_moe_bench_$v.log" 2>&1
           echo "moe_bench GPTOSS_MOE_DECODE=$v:"; grep "^|" "$OUT/decode_w4a8_moe_bench_$v.log"
         done
         for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 3; do
+          for v in 1 3 4; do
             GPTOSS_MOE_DECODE=$v timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 \
               --context 1024 --decode-steps 32 --markdown "$OUT/decode_w4a8_${m}_$v.md" > "$OUT/decode_w4a8_${m}_$v.log" 2>&1
             summary+=("decode_w4a8 $m GPTOSS_MOE_DECODE=$v rc=$?")

@@ -668,7 +668,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         kc::moe_mxfp4_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
         kc::moe_mxfp4_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E)) &&
         kc::moe_fp8_act_scale(static_cast<float>(c.swiglu_limit)) > 0.0f;
-    if (fp8 && opt.moe_decode_w4a8 >= 0) decode_kernel = opt.moe_decode_w4a8 == 1 ? 3 : 1;
+    if (fp8 && opt.moe_decode_w4a8 >= 0)
+        decode_kernel = opt.moe_decode_w4a8 == 2 ? 4 : opt.moe_decode_w4a8 == 1 ? 3 : 1;
     if (mx_grouped) {
         // No conversion to pay for: worth it from 512 tokens (120b prefill, r28: 512 tokens 48.3 ->
         // 42.2 ms, 1,024 78.0 -> 47.3; but 256 33.7 -> 37.0, and decode batches 32-128 slower).

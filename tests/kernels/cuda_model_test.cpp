@@ -338,14 +338,15 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     model::CpuForward cpu32(**w);
     model::CpuKvCache cpu32_kv(c, 16, 256, 256);
     const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
-    const char* names[6] = {"grouped FP8 experts",
+    const char* names[7] = {"grouped FP8 experts",
                             "per-expert cuBLASLt",
                             "no expert copy",
                             "no expert copy, converted a layer at a time",
                             "no expert copy, MXFP4 experts as they are",
-                            "MXFP4 experts as they are, W4A8 decode"};
-    std::vector<float> got[6];
-    for (int v = 0; v < 6; ++v) {
+                            "MXFP4 experts as they are, W4A8 decode",
+                            "MXFP4 experts as they are, W4A8 decode on wgmma"};
+    std::vector<float> got[7];
+    for (int v = 0; v < 7; ++v) {
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = v < 2;  // false: no FP8 expert copy either (one expert at a time)
@@ -353,10 +354,10 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         // The prompt step (320 tokens) converts the layer's experts into the scratch, the 2-token
         // decode steps stay on the MXFP4 kernels.
         o.moe_fp8_jit_min_tokens = v >= 3 ? 64 : 0;
-        o.moe_mx = v >= 4 ? 1 : 0;           // moe_mxfp4_fp8 in place of the conversion
-        o.moe_decode_w4a8 = v == 5 ? 1 : 0;  // the decode steps' experts on e4m3 activations
-        o.moe_mma_max_tokens = 0;            // the 320-row prompt step through the FP8 experts,
-        o.moe_wgmma = 0;                     // not the grouped MXFP4 kernels
+        o.moe_mx = v >= 4 ? 1 : 0;                        // moe_mxfp4_fp8 in place of the conversion
+        o.moe_decode_w4a8 = v == 5 ? 1 : v == 6 ? 2 : 0;  // the decode steps' experts on e4m3 activations
+        o.moe_mma_max_tokens = 0;                         // the 320-row prompt step through the FP8 experts,
+        o.moe_wgmma = 0;                                  // not the grouped MXFP4 kernels
         auto m = CudaModel::create(**w, o);
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         got[v] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });
@@ -400,6 +401,10 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     // against fp32 above.
     std::printf("  fp8 with W4A8 decode experts vs bf16-activation ones: rel L2 %.3g\n", rel(got[5], got[4]));
     EXPECT_GT(rel(got[5], got[4]), 0.0) << "moe_decode_w4a8 did not run";
+    // moe_decode_wg: the same scheme as moe_decode_w4a8 (sums in another order).
+    std::printf("  fp8 W4A8 decode on wgmma vs on mma.sync: rel L2 %.3g\n", rel(got[6], got[5]));
+    EXPECT_GT(rel(got[6], got[4]), 0.0) << "moe_decode_wg did not run";
+    EXPECT_LE(rel(got[6], got[5]), 0.02);
     fs::remove_all(dir);
 }
 

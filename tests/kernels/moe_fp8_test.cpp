@@ -775,7 +775,8 @@ PreAct decode_row(const float* w, const float* q, const float* xs, int k, float 
 // the same values), then down on the GPU's act: every element within its bound; and the combined
 // scheme against unquantized fp32 math (rel L2 < 0.1: e4m3 rounds to within 2^-4, ~0.036 RMS on
 // random-sign sums). One expert takes every token (T columns of an MMA), a zero block.
-void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
+// wg: moe_decode_wg (the same scheme on wgmma m64n8k32) instead of moe_decode_w4a8.
+void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed, bool wg = false) {
     const int K = 4, A = T * K;
     MxExperts gu(E, 2 * I, H, seed, 115, 8), dn(E, H, I, seed + 7, 115, 8);
     std::vector<int32_t> ids(A);
@@ -855,17 +856,17 @@ void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
         a.intermediate_size = I;
         a.num_experts = E;
         a.experts_per_token = K;
-        ASSERT_TRUE(moe_decode_mma_supported(a));
-        moe_decode_w4a8(a, nullptr);
+        ASSERT_TRUE(wg ? moe_decode_wg_supported(a) : moe_decode_mma_supported(a));
+        wg ? moe_decode_wg(a, nullptr) : moe_decode_w4a8(a, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         got_act = to_host<float>(act, ref_act.size());
         int bad = 0;
         double worst = 0.0;
         const double rel = check(got_act, ref_act, tol_act, &bad, &worst);
         std::printf(
-            "  moe_decode_w4a8 gate_up (E %d, H %d, I %d, %d tokens, %s rows): rel L2 %.3g, %d outside "
+            "  moe_decode_%s gate_up (E %d, H %d, I %d, %d tokens, %s rows): rel L2 %.3g, %d outside "
             "the bound (worst error/bound %.3g)\n",
-            E, H, I, T, f32_input ? "fp32" : "bf16", rel, bad, worst);
+            wg ? "wg" : "w4a8", E, H, I, T, f32_input ? "fp32" : "bf16", rel, bad, worst);
         EXPECT_EQ(bad, 0) << "gate_up act, T " << T;
         EXPECT_LT(rel, 1e-3) << "T " << T;  // a fragment or staging mistake: O(0.5)
 
@@ -908,6 +909,16 @@ void run_decode_w4a8_case(int E, int H, int I, int T, uint32_t seed) {
 TEST(CudaMoeDecodeW4A8, MatchesCpuAtRealWidths) {
     REQUIRE_GPU();
     for (int T : {1, 3, 8}) run_decode_w4a8_case(32, 2880, 2880, T, 71 + T);
+}
+
+TEST(CudaMoeDecodeWg, MatchesCpuAtRealWidths) {
+    REQUIRE_GPU();
+    for (int T : {1, 3, 8}) run_decode_w4a8_case(32, 2880, 2880, T, 71 + T, true);
+}
+
+TEST(CudaMoeDecodeWg, MatchesCpuAtShardWidthsAnd128Experts) {
+    REQUIRE_GPU();
+    for (int T : {2, 8}) run_decode_w4a8_case(128, 2880, 1440, T, 81 + T, true);
 }
 
 TEST(CudaMoeDecodeW4A8, MatchesCpuAtShardWidthsAnd128Experts) {

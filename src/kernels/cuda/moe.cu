@@ -1400,6 +1400,10 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         return v == nullptr ? 1 : std::atoi(v);
     }();
     const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
+    if (decode_kernel == 4 && moe_decode_wg_supported(a)) {
+        moe_decode_wg(a, stream);
+        return;
+    }
     if ((decode_kernel == 1 || decode_kernel == 3) && moe_decode_mma_supported(a)) {
         decode_kernel == 3 ? moe_decode_w4a8(a, stream) : moe_decode_mma(a, stream);
         return;

@@ -132,6 +132,11 @@ void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 // even), the MXFP4 weights exact, a group of 32 an m16n8k32 e4m3 MMA, the group and block scales
 // applied in fp32. Where moe_decode_mma_supported. MoeMxfp4Args::kernel = 3 / GPTOSS_MOE_DECODE=3.
 void moe_decode_w4a8(const MoeMxfp4Args& args, cudaStream_t stream);
+// The same scheme on wgmma m64n8k32 (native FP8 on Hopper; moe_decode_w4a8's mma.sync e4m3 is
+// emulated there): a CTA one warpgroup over 64 rows and all of K (session 13, compiled only).
+// MoeMxfp4Args::kernel = 4 / GPTOSS_MOE_DECODE=4. Rows a multiple of 64, K ≤ 4,096.
+bool moe_decode_wg_supported(const MoeMxfp4Args& args);
+void moe_decode_wg(const MoeMxfp4Args& args, cudaStream_t stream);
 
 // Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
 // MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host

@@ -32,6 +32,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -497,6 +498,251 @@ void launch_w4a8(const MoeMxfp4Args& a, cudaStream_t stream) {
     launch_pdl(kernel, static_cast<int>(grid), kW8Warps * 32, smem, stream, a);
 }
 
+// ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
+//
+// mma.sync e4m3 is emulated on sm_90 (converted to f16 by ptxas), so moe_decode_w4a8's e4m3 MMAs
+// are not native; wgmma's are. A CTA is one warpgroup over 64 rows of one expert and all of K:
+// warp w has rows 16w + g and 16w + g + 8 (the wgmma A fragment: a0 / a1 at k 4t.., a2 / a3 at
+// 16 + 4t..), lane t the 4 code bytes 4t.. of each group of both rows (LDG.32, a round of up to
+// kWgRound groups issued together), turned into e4m3 by the two bit moves; a k32 wgmma is one
+// group of every row (the W4A8 K order), into a 4-float tmp from zero, then 2^(s - 127) of each
+// row's group scale in fp32 and the activation block's scale at each 128-block's end, as
+// moe_decode_w4a8. x (≤ 8 tokens) is quantized the same way into shared memory as the B operand:
+// a 128-byte-swizzled 8-row atom per 128 of K (desc_sw128), the byte at K position p of a group
+// holding element 8(p / 4) + 2(p % 4) (p < 16) or 8((p - 16) / 4) + 2(p % 4) + 1. Each warp holds
+// all of K for its rows, so no cross-warp sum: gate_up pairs rows (gate, up) by a shuffle.
+// Session 13, compiled only (GPTOSS_MOE_DECODE=4; the W4A8 test's scheme and bounds).
+constexpr int kWgRows = 64;
+constexpr int kWgRound = 24;      // groups of weight loads in flight a thread (48 registers)
+constexpr int kWgMaxBlocks = 32;  // 128-wide K blocks: K ≤ 4,096
+// d = A · B (scale-d false: d's input ignored), A from registers, B by descriptor.
+__device__ __forceinline__ void wgmma_e4m3_n8_rs(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(0));
+}
+// The byte of the B tile holding group-element e (0..31) of group gi (0..3 within the block) of
+// token row n: K position p in the group's k32 step, then the 128-byte swizzle (chunk ^ row).
+__device__ __forceinline__ int wg_b_offset(int n, int gi, int e) {
+    const int p = (e & 1) * 16 + 4 * (e >> 3) + ((e & 7) >> 1);
+    const int k = 32 * gi + p;
+    return n * 128 + ((((k >> 4) ^ n) & 7) << 4) + (k & 15);
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a) {
+    extern __shared__ __align__(1024) uint8_t wg_smem_raw[];
+    // 1024-aligned B atoms [blocks][8 rows][128 bytes], then the block scales [8][kWgMaxBlocks],
+    // then the tile's group scale bytes [64 rows][G].
+    uint8_t* xb = wg_smem_raw + ((1024 - (smem_addr(wg_smem_raw) & 1023)) & 1023);
+    __shared__ int s_info[3];
+    __shared__ int s_as[8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
+    const int in_dim = kGateUp ? H : I, G = in_dim / 32, nb = (G + 3) / 4;
+    const int rows = kGateUp ? 2 * I : H;
+    const int tiles = rows / kWgRows;
+    const int slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kWgRows;
+    float* xsc = reinterpret_cast<float*>(xb + nb * 1024);
+    uint8_t* s_sc = xb + nb * 1024 + 8 * kWgMaxBlocks * 4;
+
+    if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
+    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
+    __syncthreads();
+    const int e = s_info[0];
+    if (e < 0) {
+        if constexpr (!kGateUp) pdl_wait();
+        pdl_trigger();
+        return;
+    }
+    const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
+    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
+    const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + 16 * warp + g;
+    const uint8_t* w_lo = blocks + r_lo * G * 16 + 4 * t;
+    const uint8_t* w_hi = w_lo + static_cast<int64_t>(8) * G * 16;
+    // The first round of weight loads before pdl_wait (weights never change).
+    uint32_t wl[kWgRound], wh[kWgRound];
+    const auto load_round = [&](int gbeg) {
+#pragma unroll
+        for (int i = 0; i < kWgRound; ++i) {
+            const int gi = min(gbeg + i, G - 1);
+            wl[i] = __ldg(reinterpret_cast<const uint32_t*>(w_lo + gi * 16));
+            wh[i] = __ldg(reinterpret_cast<const uint32_t*>(w_hi + gi * 16));
+        }
+    };
+    load_round(0);
+    // The tile's scale bytes: 64 · G contiguous bytes from a 16-byte aligned start (rows and row0
+    // are multiples of 64), 16 bytes a thread at a time.
+    const uint4* sc_src = reinterpret_cast<const uint4*>(scales + (static_cast<int64_t>(e) * rows + row0) * G);
+    uint4 scv[(kWgRows * 128 / 16 + 127) / 128];  // G ≤ 128
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(scv) / sizeof(scv[0])); ++i) {
+        const int c = threadIdx.x + 128 * i;
+        scv[i] = c < kWgRows * G / 16 ? __ldg(sc_src + c) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
+    pdl_trigger();
+#pragma unroll
+    for (int i = 0; i < static_cast<int>(sizeof(scv) / sizeof(scv[0])); ++i) {
+        const int c = threadIdx.x + 128 * i;
+        if (c < kWgRows * G / 16) reinterpret_cast<uint4*>(s_sc)[c] = scv[i];
+    }
+    __syncthreads();  // s_as, s_sc
+
+    // x: rows of tokens ≥ ntok zero; warp w quantizes blocks w, w + 4, .. of every token row (4
+    // values a lane, amax / 448 as moe_decode_w4a8), loads of a token's blocks issued together.
+    for (int i = threadIdx.x; i < nb * 8 * 128 / 16; i += 128) {
+        const int n = (i >> 3) & 7;
+        if (n >= ntok) *reinterpret_cast<uint4*>(xb + 16 * i) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    for (int tk = 0; tk < ntok; ++tk) {
+        const int as = s_as[tk];
+        constexpr int kPer = kWgMaxBlocks / 4;
+        float v[kPer][4];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int b = warp + 4 * j;
+            const int col = min(128 * b + 4 * lane, in_dim - 4);  // clamped: zeroed below
+            if (!kGateUp || a.h_f32 != nullptr) {
+                const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
+                                           : a.act + static_cast<int64_t>(as) * I + col;
+                const float4 x4 = *reinterpret_cast<const float4*>(src);
+                v[j][0] = x4.x, v[j][1] = x4.y, v[j][2] = x4.z, v[j][3] = x4.w;
+            } else {
+                const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                                static_cast<int64_t>(as / K) * H + col);
+                v[j][0] = __uint_as_float(u.x << 16), v[j][1] = __uint_as_float(u.x & 0xffff0000u);
+                v[j][2] = __uint_as_float(u.y << 16), v[j][3] = __uint_as_float(u.y & 0xffff0000u);
+            }
+            if (b >= nb || 128 * b + 4 * lane >= in_dim) v[j][0] = v[j][1] = v[j][2] = v[j][3] = 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            const int b = warp + 4 * j;
+            if (b >= nb) break;  // warp-uniform
+            const float m =
+                warp_max(fmaxf(fmaxf(fabsf(v[j][0]), fabsf(v[j][1])), fmaxf(fabsf(v[j][2]), fabsf(v[j][3]))));
+            const float inv = m > 0.0f ? fminf(__fdiv_rn(448.0f, m), 3.0e38f) : 1.0f;
+            if (lane == 0) xsc[tk * kWgMaxBlocks + b] = (m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f) * 64.0f;
+            // Group lane / 8 of the block, its elements 4·(lane % 8) + 0..3.
+            const int gi = lane >> 3, e0 = 4 * (lane & 7);
+            uint8_t* atom = xb + b * 1024;
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                atom[wg_b_offset(tk, gi, e0 + q)] =
+                    static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(v[j][q], inv), __NV_SATFINITE, __NV_E4M3));
+        }
+    }
+    fence_proxy_async();  // the generic-proxy stores, before wgmma reads them through the async proxy
+    __syncthreads();
+
+    // Rows r_lo, r_lo + 8 × tokens 2t, 2t + 1.
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t xb_addr = smem_addr(xb);
+    for (int gbeg = 0; gbeg < G; gbeg += kWgRound) {
+        if (gbeg > 0) load_round(gbeg);
+#pragma unroll
+        for (int b4 = 0; b4 < kWgRound / 4; ++b4) {  // a 128-block (a round starts on one: kWgRound % 4 == 0)
+            const int kb = gbeg / 4 + b4;
+            if (4 * kb >= G) break;
+            float tmp[4][4];
+            uint32_t af[4][4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int i = 4 * b4 + q;
+                af[q][0] = e2m1_lo_to_e4m3(wl[i]);
+                af[q][1] = e2m1_lo_to_e4m3(wh[i]);
+                af[q][2] = e2m1_hi_to_e4m3(wl[i]);
+                af[q][3] = e2m1_hi_to_e4m3(wh[i]);
+#pragma unroll
+                for (int r = 0; r < 4; ++r) tmp[q][r] = 0.0f;
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wgmma_e4m3_n8_rs(tmp[q], af[q], desc_sw128(xb_addr + kb * 1024 + 32 * q));
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) reg_fence(tmp[q][r]);
+            float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int gi = 4 * kb + q;
+                if (gi >= G) break;
+                const float s0 = e8m0_to_f32(s_sc[(16 * warp + g) * G + gi]);
+                const float s1 = e8m0_to_f32(s_sc[(16 * warp + g + 8) * G + gi]);
+                blk[0] = fmaf(s0, tmp[q][0], blk[0]);
+                blk[1] = fmaf(s0, tmp[q][1], blk[1]);
+                blk[2] = fmaf(s1, tmp[q][2], blk[2]);
+                blk[3] = fmaf(s1, tmp[q][3], blk[3]);
+            }
+            const float x0 = 2 * t < ntok ? xsc[2 * t * kWgMaxBlocks + kb] : 0.0f;
+            const float x1 = 2 * t + 1 < ntok ? xsc[(2 * t + 1) * kWgMaxBlocks + kb] : 0.0f;
+            acc[0] = fmaf(x0, blk[0], acc[0]);
+            acc[1] = fmaf(x1, blk[1], acc[1]);
+            acc[2] = fmaf(x0, blk[2], acc[2]);
+            acc[3] = fmaf(x1, blk[3], acc[3]);
+        }
+    }
+
+    // Epilogue: this thread's rows are complete sums.
+    const int rl = row0 + 16 * warp + g;  // and rl + 8
+    if constexpr (kGateUp) {
+        // Rows 2p (gate) and 2p + 1 (up): lanes g and g ^ 1 (lane ^ 4) hold a pair.
+        float o[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) o[r] = __shfl_xor_sync(0xffffffffu, acc[r], 4);
+        if ((g & 1) == 0) {
+            const int64_t b = static_cast<int64_t>(e) * rows;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {  // rows rl (acc 0, 1) and rl + 8 (acc 2, 3)
+                const int gr = rl + 8 * h;
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int tk = 2 * t + c;
+                    if (tk < ntok)
+                        a.act[static_cast<int64_t>(s_as[tk]) * I + gr / 2] =
+                            swiglu(acc[2 * h + c] + a.gate_up_bias[b + gr], o[2 * h + c] + a.gate_up_bias[b + gr + 1],
+                                   a.swiglu_limit, a.swiglu_alpha);
+                }
+            }
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int gr = rl + 8 * h;
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+                const int tk = 2 * t + c;
+                if (tk < ntok)
+                    a.y[static_cast<int64_t>(s_as[tk]) * H + gr] =
+                        acc[2 * h + c] + a.down_bias[static_cast<int64_t>(e) * rows + gr];
+            }
+        }
+    }
+}
+
+template <bool kGateUp>
+void launch_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
+    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
+    const int in_dim = kGateUp ? a.hidden_size : a.intermediate_size;
+    const int nb = (in_dim / 32 + 3) / 4;
+    const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
+    const int64_t grid = experts * (rows / kWgRows);
+    const size_t smem = 1024 + static_cast<size_t>(nb) * 1024 + 8 * kWgMaxBlocks * 4 + kWgRows * (in_dim / 32);
+    auto kernel = moe_decode_wg_kernel<kGateUp>;
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    launch_pdl(kernel, static_cast<int>(grid), 128, smem, stream, a);
+}
+
 }  // namespace
 
 bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
@@ -518,6 +764,19 @@ void moe_decode_w4a8(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     launch_w4a8<true>(a, stream);
     launch_w4a8<false>(a, stream);
+}
+
+bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
+    return moe_decode_mma_supported(a) && (2 * a.intermediate_size) % kWgRows == 0 && a.hidden_size % kWgRows == 0 &&
+           a.hidden_size % 32 == 0 && a.intermediate_size % 32 == 0 && (a.hidden_size / 32 + 3) / 4 <= kWgMaxBlocks &&
+           (a.intermediate_size / 32 + 3) / 4 <= kWgMaxBlocks;
+}
+
+void moe_decode_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
+    ENGINE_CHECK(moe_decode_wg_supported(a), "moe_decode_wg: %d tokens, sizes %d/%d, %d experts unsupported",
+                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    launch_wg<true>(a, stream);
+    launch_wg<false>(a, stream);
 }
 
 }  // namespace gptoss::kernels::cuda
