@@ -767,8 +767,10 @@ void moe_decode_w4a8(const MoeMxfp4Args& a, cudaStream_t stream) {
 }
 
 bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
-    return moe_decode_mma_supported(a) && (2 * a.intermediate_size) % kWgRows == 0 && a.hidden_size % kWgRows == 0 &&
-           a.hidden_size % 32 == 0 && a.intermediate_size % 32 == 0 && (a.hidden_size / 32 + 3) / 4 <= kWgMaxBlocks &&
+    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return moe_decode_mma_supported(a) && aligned16(a.gate_up_scales) && aligned16(a.down_scales) &&
+           (2 * a.intermediate_size) % kWgRows == 0 && a.hidden_size % kWgRows == 0 && a.hidden_size % 32 == 0 &&
+           a.intermediate_size % 32 == 0 && (a.hidden_size / 32 + 3) / 4 <= kWgMaxBlocks &&
            (a.intermediate_size / 32 + 3) / 4 <= kWgMaxBlocks;
 }
 
