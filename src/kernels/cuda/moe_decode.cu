@@ -105,12 +105,13 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
 struct DecodeTile {
     int e, tok0, ntok, row0;
 };
-template <bool kGateUp>
+// kTileRows: the rows a CTA covers.
+template <bool kGateUp, int kTileRows = kRows>
 __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
-    const int tiles = rows / kRows;
+    const int tiles = rows / kTileRows;
     const int slot = blockIdx.x / tiles;
-    DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kRows};
+    DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kTileRows};
     if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
     if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
     __syncthreads();
@@ -533,7 +534,8 @@ __device__ __forceinline__ int wg_b_offset(int n, int gi, int e) {
 
 template <bool kGateUp>
 __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a) {
-    extern __shared__ __align__(1024) uint8_t wg_smem_raw[];
+    extern __shared__ __align__(16)
+        uint8_t wg_smem_raw[];  // aligned to 1024 below (a 1024 alignment here would pad every kernel of the file)
     // 1024-aligned B atoms [blocks][8 rows][128 bytes], then the block scales [8][kWgMaxBlocks],
     // then the tile's group scale bytes [64 rows][G].
     uint8_t* xb = wg_smem_raw + ((1024 - (smem_addr(wg_smem_raw) & 1023)) & 1023);
@@ -544,21 +546,11 @@ __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a
     const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
     const int in_dim = kGateUp ? H : I, G = in_dim / 32, nb = (G + 3) / 4;
     const int rows = kGateUp ? 2 * I : H;
-    const int tiles = rows / kWgRows;
-    const int slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kWgRows;
     float* xsc = reinterpret_cast<float*>(xb + nb * 1024);
     uint8_t* s_sc = xb + nb * 1024 + 8 * kWgMaxBlocks * 4;
-
-    if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
-    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
-    __syncthreads();
-    const int e = s_info[0];
-    if (e < 0) {
-        if constexpr (!kGateUp) pdl_wait();
-        pdl_trigger();
-        return;
-    }
-    const int tok0 = s_info[1], ntok = min(s_info[2], 8);
+    const DecodeTile tile = decode_tile<kGateUp, kWgRows>(a, s_info);
+    if (tile.e < 0) return;
+    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
     const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
     const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
     const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + 16 * warp + g;
