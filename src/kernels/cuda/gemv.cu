@@ -723,16 +723,7 @@ template <typename XT, bool kRope, int kS, bool kStageX, bool kA8 = false>
 void fp8_mma_launch_one(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     auto kernel = gemv_fp8_mma_kernel<XT, kRope, kS, kStageX, kA8>;
     const size_t smem = kA8 ? gemv_a8_x_smem(a.num_tokens, a.k) : kStageX ? gemv_fp8_x_smem(a.num_tokens, a.k) : 0;
-    if (smem > 48 * 1024) {
-        static std::atomic<int> set_on{-1};  // the device the attribute was set on (host-side, capture-safe)
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        if (set_on.load(std::memory_order_acquire) != dev) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(kGemvFp8XSmemMax)));
-            set_on.store(dev, std::memory_order_release);
-        }
-    }
+    fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
 }
 

@@ -22,6 +22,19 @@ inline bool pdl_enabled() {
     return on;
 }
 
+// Raises the kernel's limit of dynamic shared memory to smem bytes where it is below. The default
+// limit is 48 KB less the kernel's static shared memory, so a check of smem alone against 48 KB
+// misses kernels with static arrays (r29: the staged-x GEMV at 8 tokens, 46 KB dynamic + 4 KB
+// static, failed to launch). Per device, host-side and capture-safe.
+template <typename... KernelArgs>
+void fit_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
+    if (smem == 0) return;
+    cudaFuncAttributes fa = {};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    if (smem > static_cast<size_t>(fa.maxDynamicSharedSizeBytes))
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+}
+
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {

@@ -389,16 +389,7 @@ __global__ void __launch_bounds__(kRmThreads)
 template <int kN, bool kNorm>
 void launch_router_logits_mma(dim3 grid, const RouterTopkArgs& a, cudaStream_t stream) {
     constexpr int smem = rm_smem_bytes(kN, kNorm);
-    if constexpr (smem > 48 * 1024) {
-        static std::atomic<int> set_on{-1};  // the device the attribute was set on (host-side, capture-safe)
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        if (set_on.load(std::memory_order_acquire) != dev) {
-            CUDA_CHECK(cudaFuncSetAttribute(router_logits_mma_kernel<kN, kNorm>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            set_on.store(dev, std::memory_order_release);
-        }
-    }
+    fit_dynamic_smem(router_logits_mma_kernel<kN, kNorm>, smem);
     router_logits_mma_kernel<kN, kNorm>
         <<<grid, kRmThreads, smem, stream>>>(a.h, static_cast<const __nv_bfloat16*>(a.weight), a.num_tokens,
                                              a.hidden_size, a.num_experts, a.logits, a.norm_inv_rms, a.norm_weight);

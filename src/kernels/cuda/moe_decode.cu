@@ -317,8 +317,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     auto kernel = moe_decode_mma_kernel<kGateUp, kWarps>;
-    if (smem > 48 * 1024)  // host-side, capture-safe
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
 
@@ -494,8 +493,7 @@ void launch_w4a8(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = kW8Warps * w8_warp_bytes(max_tokens);
     auto kernel = moe_decode_w4a8_kernel<kGateUp>;
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), kW8Warps * 32, smem, stream, a);
 }
 
@@ -730,8 +728,7 @@ void launch_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t grid = experts * (rows / kWgRows);
     const size_t smem = 1024 + static_cast<size_t>(nb) * 1024 + 8 * kWgMaxBlocks * 4 + kWgRows * (in_dim / 32);
     auto kernel = moe_decode_wg_kernel<kGateUp>;
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), 128, smem, stream, a);
 }
 

@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
 
@@ -517,8 +518,7 @@ void launch(const MoeMmaArgs& a, cudaStream_t stream) {
     const dim3 grid(a.n / TT::BN, a.max_tiles);
     const size_t smem = TT::smem_bytes(a.k / 32);
     auto kernel = moe_mma_kernel<kGateUp, WM, WN, MF, NF, kStages, GPS>;
-    if (smem > 48 * 1024)  // past the default limit (large k): opt in (host-side, capture-safe)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    fit_dynamic_smem(kernel, smem);  // past the default limit (large k): opt in
     kernel<<<grid, kThreads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
@@ -538,8 +538,7 @@ void launch_v4(const MoeMmaArgs& a, bool gate_up, cudaStream_t stream) {
     const dim3 grid(a.n / kV4BN, a.max_tiles);
     const size_t smem = V4Ring<kBSmem>::smem_bytes();
     auto kernel = gate_up ? moe_mma_v4_kernel<true, kMinBlocks, kBSmem> : moe_mma_v4_kernel<false, kMinBlocks, kBSmem>;
-    if (smem > 48 * 1024)  // host-side, capture-safe
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    fit_dynamic_smem(kernel, smem);
     kernel<<<grid, kV4Threads, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH();
 }
