@@ -304,12 +304,16 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // GPTOSS_DECODE_FUSED_NORM=1: the post-attention residual update + RMSNorm inside the fused
-    // decode router (one launch less a layer; the residual then alternates between x and x_alt).
-    // Opt-in until it has run on a GPU (written in session 6).
-    bool fused_norm = [] {
+    // The post-attention residual update + RMSNorm inside the fused decode router (one launch less
+    // a layer; the residual then alternates between x and x_alt), for batches of up to
+    // fused_norm_max_tokens. r29 (20b --fp8, 1k context, same run): batch 1 1.872 -> 1.814 ms a
+    // step, 2 2.527 -> 2.485, but 4 3.584 -> 3.607 and 8 5.508 -> 5.621 (the router's one CTA a
+    // token does the norm's work serially). GPTOSS_DECODE_FUSED_NORM=0 never, =1 up to 8 tokens.
+    int fused_norm_max_tokens = [] {
         const char* v = std::getenv("GPTOSS_DECODE_FUSED_NORM");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+        if (v != nullptr && std::strcmp(v, "1") == 0) return kc::kGemvMaxTokens;
+        return 2;
     }();
     // GPTOSS_GEMV_FP8=row|mma|mma1|a8: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on
     // the tensor cores (gemv.h); mma1: only the one-wave tensor-core variant (the default where k ≤
@@ -1527,7 +1531,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // (its plan is over every expert, so not under EP); on one DP group it also does the
             // residual update and the post-attention norm.
             const bool fused_router = small_moe && decode_fused && ep == 1;
-            const bool norm_in_router = fused_router && fused_norm && dp == 1 && T <= kc::kGemvMaxTokens;
+            const bool norm_in_router = fused_router && dp == 1 && T <= fused_norm_max_tokens;
             // Larger batches on one DP group whose experts read only bf16 h: the router normalizes
             // the residual itself (the same fp32 bits), so the norm skips its [T, H] fp32 copy.
             const bool router_norms = router_norm_allowed && !small_moe && dp == 1 && !(mxfp4 && Tm <= mxfp4_tokens) &&

@@ -131,6 +131,12 @@ constexpr int kWideNormMinTokens = 64;
 // bias, the gain) issued together at clamped addresses, the chunk's sums branch-free (only the
 // store predicated), so nothing orders one chunk's loads after another chunk's sums; the loop form
 // below has each add's load behind the add loop's branches. Same sums in the same order.
+// Σ of a chunk's squares, each operation rounded as written, so that the wide kernel's two forms
+// sum the same bits whatever nvcc contracts (r29: with `ss += valid ? x·x + ... : 0` the batched
+// form's 1 / rms differed in the last bit from the loop form's).
+__device__ __forceinline__ float sumsq4(float4 v) {
+    return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
+}
 template <bool kAddBf16>
 __device__ __forceinline__ float4 load_add4(const ResidualRmsNormArgs& a, int64_t o) {
     if constexpr (kAddBf16) {  // 4 bf16 (8 bytes) a chunk
@@ -191,7 +197,7 @@ __device__ __forceinline__ float wide_rows_batched(const ResidualRmsNormArgs& a,
             if (valid) x[i] = xi;
         }
         v[j] = xi;
-        ss += valid ? xi.x * xi.x + xi.y * xi.y + xi.z * xi.z + xi.w * xi.w : 0.0f;
+        if (valid) ss = __fadd_rn(ss, sumsq4(xi));
     }
     return ss;
 }
@@ -296,7 +302,7 @@ __global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel
                 x[i] = xi;
             }
             v[j] = xi;
-            ss += xi.x * xi.x + xi.y * xi.y + xi.z * xi.z + xi.w * xi.w;
+            ss = __fadd_rn(ss, sumsq4(xi));
         }
     }
     wide_norm_finish<false>(a, t, v, v, ss, scratch);

@@ -480,8 +480,9 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // kStageX: the CTA first stages x as bf16 in shared memory (dynamic, gemv_fp8_x_smem bytes: one
 // L2 round trip for all of it, after pdl_wait), and the steps read it there. Without it each step
 // loads its 16 values of x from global memory inside the step loop, behind that step's branches: a
-// round trip a step (r28, compiled only; GPTOSS_GEMV_STAGE_X=0 for the A/B). Same bf16 values,
-// same sums: the same bits.
+// round trip a step. Same bf16 values, same sums: the same bits. Opt-in (GPTOSS_GEMV_STAGE_X=1):
+// r29 (20b --fp8, 1k context, same run) measured it no faster at batch 1 (1.872 vs 1.867 ms a step)
+// and 1.5-2.4% slower at 2-8 tokens (8: 5.508 vs 5.433).
 constexpr size_t gemv_fp8_x_smem(int num_tokens, int k) { return static_cast<size_t>(num_tokens) * (k + 8) * 2; }
 constexpr size_t kGemvFp8XSmemMax = gemv_fp8_x_smem(kGemvMaxTokens, 8192);
 // kA8 (GemvFp8Kernel::kMmaA8): x staged as e4m3, rows of a8_stride(k) bytes (≡ 64 mod 128: the
@@ -731,7 +732,7 @@ template <bool kRope, int kS>
 void fp8_mma_launch_steps(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     static const bool stage_x = [] {
         const char* v = std::getenv("GPTOSS_GEMV_STAGE_X");
-        return v == nullptr || std::strcmp(v, "0") != 0;
+        return v != nullptr && std::strcmp(v, "1") == 0;
     }();
     const bool stage = stage_x && a.k <= 8192;  // kGemvFp8XSmemMax
     if (a.fp8_kernel == GemvFp8Kernel::kMmaA8 && a.k <= 8192) {
