@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_w4a8 router_norm norm_batched
+#           decode_w4a8 router_norm
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -460,16 +460,11 @@ for stage in "$@"; do
         'qkv_gemm|norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     router_norm)
-      # The router normalizing the residual itself (default since session 13, compiled there; A/B
+      # The router normalizing the residual itself (default since session 13, measured in r29; A/B
       # against GPTOSS_ROUTER_NORM=0, the norm's fp32 copy): the bit-exactness test, the model tests
       # with it, then 8k --fp8 prefill of both models with it and without.
       switch_prefill_ab router_norm GPTOSS_ROUTER_NORM 'CudaOps.RouterNormalizingTheResidualMatchesTheNormsRows:CudaOps.ResidualRmsNorm*:CudaOps.RouterTopk' \
         'router|norm' "gpt-oss-20b gpt-oss-120b"
-      ;;
-    norm_batched)
-      # The prefill norm with each chunk's loads issued together (GPTOSS_NORM_BATCHED=1; session 13,
-      # compiled only): its bit-identity test, the model tests with it, then 8k --fp8 prefill A/B.
-      switch_prefill_ab norm_batched GPTOSS_NORM_BATCHED 'CudaOps.ResidualRmsNorm*' 'norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     decode_w4a8)
       # moe_decode_w4a8 / moe_decode_wg (GPTOSS_MOE_DECODE=3 / 4, CudaModelOptions::moe_decode_w4a8; session 13): their

@@ -22,6 +22,26 @@ __global__ void embedding_kernel(const int32_t* __restrict__ ids, const __nv_bfl
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) out[i] = __bfloat162float(row[i]);
 }
 
+// hidden % 8 == 0, 16-byte aligned rows: 8 values a thread per 16-byte load, the loads of a thread
+// issued together (r29 profile, 20b 8k prefill: the 2-byte form took 0.235 ms for 47 MB read and
+// 94 MB written, ~6x their time at copy bandwidth).
+constexpr int kEmbedThreads = 128;
+__global__ void __launch_bounds__(kEmbedThreads)
+    embedding_vec_kernel(const int32_t* __restrict__ ids, const uint4* __restrict__ table, int hidden8,
+                         float4* __restrict__ x) {
+    const int t = blockIdx.x;
+    const uint4* row = table + static_cast<int64_t>(ids[t]) * hidden8;
+    float4* out = x + static_cast<int64_t>(t) * hidden8 * 2;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < hidden8; i += kEmbedThreads) {
+        const uint4 u = __ldg(row + i);
+        out[2 * i] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                                 __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+        out[2 * i + 1] = make_float4(__uint_as_float(u.z << 16), __uint_as_float(u.z & 0xffff0000u),
+                                     __uint_as_float(u.w << 16), __uint_as_float(u.w & 0xffff0000u));
+    }
+}
+
 // One block per token. hidden_size ≤ 4 · blockDim · kMaxPerThread values kept in registers.
 // 1024 threads: at decode (one block per token) the block's latency is the cost, so each thread
 // handles only a few elements.
@@ -127,13 +147,13 @@ constexpr int kWideNormMinTokens = 64;
 // With out_q: also the bf16 rows quantized for an FP8 GEMM (ResidualRmsNormArgs::out_q), the bytes
 // of quantize_act_fp8_bf16: a warp's 32 float4 are one 128-wide group (amax by a warp max), and
 // CTAs past num_tokens (up to q_m_pad) write the padding rows (zeros, scale 1).
-// kBatched (GPTOSS_NORM_BATCHED=1; r28, compiled only): each chunk's loads (x, every add, the
-// bias, the gain) issued together at clamped addresses, the chunk's sums branch-free (only the
-// store predicated), so nothing orders one chunk's loads after another chunk's sums; the loop form
-// below has each add's load behind the add loop's branches. Same sums in the same order.
-// Σ of a chunk's squares, each operation rounded as written, so that the wide kernel's two forms
-// sum the same bits whatever nvcc contracts (r29: with `ss += valid ? x·x + ... : 0` the batched
-// form's 1 / rms differed in the last bit from the loop form's).
+// Each chunk's loads (x, every add, the bias, the gain) are issued together at clamped addresses,
+// the chunk's sums branch-free (only the store predicated), so nothing orders one chunk's loads
+// after another chunk's sums. r29 (8k --fp8 prefill, same run) against the loop form it replaced
+// (each add's load behind the add loop's branches; the same bits): 20b 81.78 -> 81.44 ms, 120b
+// 167.88 -> 167.52.
+// Σ of a chunk's squares, each operation rounded as written (nvcc's contraction of the plain
+// expression changed with its context: r29 saw two forms of this kernel differ in the last bit).
 __device__ __forceinline__ float sumsq4(float4 v) {
     return __fmaf_rn(v.w, v.w, __fmaf_rn(v.z, v.z, __fmaf_rn(v.y, v.y, __fmul_rn(v.x, v.x))));
 }
@@ -211,8 +231,7 @@ __device__ __forceinline__ void wide_norm_padding_row(const ResidualRmsNormArgs&
 }
 
 // The rest of the wide kernel after its loads: the block's Σ v², 1 / rms, and the outputs (gain:
-// the norm weight's chunks already loaded, kGain; else loaded here).
-template <bool kGain>
+// the norm weight's chunks, already loaded).
 __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, int t,
                                                  const float4 (&v)[kWideNormChunks],
                                                  const float4 (&gain)[kWideNormChunks], float ss, float* scratch) {
@@ -221,13 +240,12 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
     if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
-    const float4* wt = reinterpret_cast<const float4*>(a.weight);
 #pragma unroll
     for (int j = 0; j < kWideNormChunks; ++j) {
         const int i = threadIdx.x + j * kWideNormThreads;
         float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // past hidden_size: out_q's zero padding
         if (i < H4) {
-            const float4 w = kGain ? gain[j] : wt[i];
+            const float4 w = gain[j];
             // (v · inv) · weight, each product rounded (RouterTopkArgs::norm_inv_rms repeats it bit for bit).
             y = make_float4(__fmul_rn(__fmul_rn(v[j].x, inv), w.x), __fmul_rn(__fmul_rn(v[j].y, inv), w.y),
                             __fmul_rn(__fmul_rn(v[j].z, inv), w.z), __fmul_rn(__fmul_rn(v[j].w, inv), w.w));
@@ -259,55 +277,6 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
     }
 }
 
-__global__ void __launch_bounds__(kWideNormThreads) residual_rmsnorm_wide_kernel(const ResidualRmsNormArgs a) {
-    pdl_wait();
-    pdl_trigger();
-    __shared__ float scratch[32];
-    const int t = blockIdx.x;
-    if (t >= a.num_tokens) {  // a padding row of out_q
-        wide_norm_padding_row(a, t);
-        return;
-    }
-    const int H4 = a.hidden_size / 4;
-    float4* x = reinterpret_cast<float4*>(a.x + static_cast<int64_t>(t) * a.hidden_size);
-    float4 v[kWideNormChunks];
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kWideNormChunks; ++j) {
-        const int i = threadIdx.x + j * kWideNormThreads;
-        if (i < H4) {
-            float4 xi = x[i];
-            if (a.add != nullptr) {
-                float4 acc = a.add_bias ? reinterpret_cast<const float4*>(a.add_bias)[i] : make_float4(0, 0, 0, 0);
-                for (int k = 0; k < a.num_add; ++k) {
-                    const float w = a.add_weights ? a.add_weights[t * a.num_add + k] : 1.0f;
-                    const int64_t o = (static_cast<int64_t>(t) * a.num_add + k) * H4 + i;
-                    float4 ad;
-                    if (a.add_bf16) {  // 4 bf16 (8 bytes) a chunk
-                        const uint2 u = reinterpret_cast<const uint2*>(a.add)[o];
-                        ad = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                                         __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
-                    } else {
-                        ad = reinterpret_cast<const float4*>(a.add)[o];
-                    }
-                    acc.x += w * ad.x;
-                    acc.y += w * ad.y;
-                    acc.z += w * ad.z;
-                    acc.w += w * ad.w;
-                }
-                xi.x += acc.x;
-                xi.y += acc.y;
-                xi.z += acc.z;
-                xi.w += acc.w;
-                x[i] = xi;
-            }
-            v[j] = xi;
-            ss = __fadd_rn(ss, sumsq4(xi));
-        }
-    }
-    wide_norm_finish<false>(a, t, v, v, ss, scratch);
-}
-
 __global__ void __launch_bounds__(kWideNormThreads, 4)
     residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
@@ -320,7 +289,7 @@ __global__ void __launch_bounds__(kWideNormThreads, 4)
     }
     float4 v[kWideNormChunks], gain[kWideNormChunks];
     const float ss = a.add_bf16 ? wide_rows_batched<true>(a, t, v, gain) : wide_rows_batched<false>(a, t, v, gain);
-    wide_norm_finish<true>(a, t, v, gain, ss, scratch);
+    wide_norm_finish(a, t, v, gain, ss, scratch);
 }
 
 // One block per token; one thread per two neighbouring rotation pairs (i, i + 1) of a head (q, k)
@@ -429,7 +398,11 @@ void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream) 
 
 void embedding(const int32_t* ids, int num_tokens, const void* table, int hidden, float* x, cudaStream_t stream) {
     if (num_tokens == 0) return;
-    embedding_kernel<<<num_tokens, 256, 0, stream>>>(ids, static_cast<const __nv_bfloat16*>(table), hidden, x);
+    if (hidden % 8 == 0 && reinterpret_cast<uintptr_t>(table) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0)
+        embedding_vec_kernel<<<num_tokens, kEmbedThreads, 0, stream>>>(ids, static_cast<const uint4*>(table),
+                                                                       hidden / 8, reinterpret_cast<float4*>(x));
+    else
+        embedding_kernel<<<num_tokens, 256, 0, stream>>>(ids, static_cast<const __nv_bfloat16*>(table), hidden, x);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -455,12 +428,7 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
                  "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,
                  a.hidden_size, a.q_m_pad);
     if (a.num_tokens == 0) return;
-    static const bool batched = [] {
-        const char* v = std::getenv("GPTOSS_NORM_BATCHED");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    const auto wide = (a.batched >= 0 ? a.batched == 1 : batched) ? residual_rmsnorm_wide_batched_kernel
-                                                                  : residual_rmsnorm_wide_kernel;
+    const auto wide = residual_rmsnorm_wide_batched_kernel;
     if (residual_rmsnorm_fuses_quant(a)) {
         launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a);
         return;

@@ -484,7 +484,7 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // r29 (20b --fp8, 1k context, same run) measured it no faster at batch 1 (1.872 vs 1.867 ms a step)
 // and 1.5-2.4% slower at 2-8 tokens (8: 5.508 vs 5.433).
 constexpr size_t gemv_fp8_x_smem(int num_tokens, int k) { return static_cast<size_t>(num_tokens) * (k + 8) * 2; }
-constexpr size_t kGemvFp8XSmemMax = gemv_fp8_x_smem(kGemvMaxTokens, 8192);
+constexpr int kGemvStageMaxK = 8192;  // staged x: ≤ 131,200 bytes of shared memory at 8 tokens
 // kA8 (GemvFp8Kernel::kMmaA8): x staged as e4m3, rows of a8_stride(k) bytes (≡ 64 mod 128: the
 // 16-byte reads of 8 lanes (2 tokens × 4) in distinct banks), then the rows' 1×128 block scales.
 constexpr int a8_stride(int k) { return k + (k % 128 == 0 ? 64 : 0); }
@@ -734,8 +734,8 @@ void fp8_mma_launch_steps(int grid, const GemvArgs& a, const QkvRopeArgs& r, cud
         const char* v = std::getenv("GPTOSS_GEMV_STAGE_X");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
-    const bool stage = stage_x && a.k <= 8192;  // kGemvFp8XSmemMax
-    if (a.fp8_kernel == GemvFp8Kernel::kMmaA8 && a.k <= 8192) {
+    const bool stage = stage_x && a.k <= kGemvStageMaxK;
+    if (a.fp8_kernel == GemvFp8Kernel::kMmaA8 && a.k <= kGemvStageMaxK) {
         if (a.x_bf16)
             fp8_mma_launch_one<__nv_bfloat16, kRope, kS, true, true>(grid, a, r, stream);
         else

@@ -40,9 +40,6 @@ struct ResidualRmsNormArgs {
     uint8_t* out_q = nullptr;
     float* out_q_scale = nullptr;
     int q_k_pad = 0, q_m_pad = 0;
-    // Batches of ≥ 64 tokens: 1 the wide kernel with each chunk's loads issued together (r28,
-    // compiled only), 0 its loop form, -1 GPTOSS_NORM_BATCHED's choice (the loop form unless =1).
-    int batched = -1;
 };
 void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
 // Whether residual_rmsnorm quantizes out_q inside the norm kernel (then out may be null).
