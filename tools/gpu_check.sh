@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_w4a8 router_norm
+#           decode_w4a8 router_norm ncu_prefill
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -509,6 +509,19 @@ for stage in "$@"; do
         --markdown "$OUT/tables_20b_kvfp8.md" > "$OUT/tables_20b_kvfp8.log" 2>&1
       summary+=("tables 20b kv fp8 rc=$?")
       grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
+      ;;
+    ncu_prefill)
+      # Kernel durations of prefill forwards (NCU_PREFILL_ARGS: model and length; default 20b --fp8
+      # 8k; the bench runs 2 forwards, the first a warm-up), summed by kernel name per forward.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|quant_fp8|fill_kv|init_)).*' \
+        --launch-count ${NCU_PREFILL_COUNT:-2000} $BIN/gptoss bench \
+        ${NCU_PREFILL_ARGS:---synthetic gpt-oss-20b --fp8 --prefill 8192} --batch "" --repeats 1 \
+        > "$OUT/ncu_prefill.csv" 2> "$OUT/ncu_prefill.err"
+      summary+=("ncu_prefill rc=$?")
+      tail -2 "$OUT/ncu_prefill.err"
+      python3 tools/ncu_kernel_times.py "$OUT/ncu_prefill.csv" --top 30 | tee "$OUT/ncu_prefill_summary.md"
       ;;
     prefill8k)
       # 8k-token --fp8 prefill of both models with the stage profile (GPTOSS_PROFILE; the latency
