@@ -338,7 +338,7 @@ for stage in "$@"; do
       # are skipped and the next NCU_STEP_COUNT profiled, then summed by kernel name.
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|quant_fp8|fill_kv|init_)).*' \
+        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|fill_kv|init_)).*' \
         --launch-skip ${NCU_STEP_SKIP:-0} --launch-count ${NCU_STEP_COUNT:-1200} $BIN/gptoss bench \
         ${NCU_STEP_ARGS:---synthetic gpt-oss-120b --batch 256} --prefill "" --context 1024 --decode-steps 2 --repeats 1 \
         > "$OUT/ncu_step.csv" 2> "$OUT/ncu_step.err"
@@ -515,7 +515,7 @@ for stage in "$@"; do
       # 8k; the bench runs 2 forwards, the first a warm-up), summed by kernel name per forward.
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|quant_fp8|fill_kv|init_)).*' \
+        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|fill_kv|init_)).*' \
         --launch-count ${NCU_PREFILL_COUNT:-2000} $BIN/gptoss bench \
         ${NCU_PREFILL_ARGS:---synthetic gpt-oss-20b --fp8 --prefill 8192} --batch "" --repeats 1 \
         > "$OUT/ncu_prefill.csv" 2> "$OUT/ncu_prefill.err"
@@ -643,7 +643,7 @@ for stage in "$@"; do
       [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|quant_fp8)).*' \
+        --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to)).*' \
         --launch-count ${NCU_COUNT:-1500} $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --prefill "" --batch 1 \
         --context 128 --decode-steps 4 --repeats 1 ${NCU_ARGS:-} > "$OUT/ncu_decode.csv" 2> "$OUT/ncu_decode.err"
       summary+=("ncu_decode rc=$?")
