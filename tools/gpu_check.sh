@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_w4a8 router_norm ncu_prefill
+#           decode_w4a8 router_norm ncu_prefill moe_gather
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -458,6 +458,13 @@ for stage in "$@"; do
       # against GPTOSS_NORM_QUANT=0).
       switch_prefill_ab norm_quant GPTOSS_NORM_QUANT 'CudaOps.ResidualRmsNorm*:CudaFp8Gemm.ActivationQuantizerMatchesCpuBitExactly' \
         'qkv_gemm|norm' "gpt-oss-20b gpt-oss-120b"
+      ;;
+    moe_gather)
+      # gate_up gathering each tile row's token from rows quantized once per token
+      # (GPTOSS_MOE_GATHER=1, MoeFp8Args::x_by_token; session 14, compiled only): the bit-identity
+      # tests of both kernels, the model tests with it, then 8k --fp8 prefill A/B of both models.
+      switch_prefill_ab moe_gather GPTOSS_MOE_GATHER 'CudaMoeFp8.GatheredRows*:CudaMoeMx.GatheredRows*:CudaMoeFp8.*:CudaMoeMx.MatchesCpuAtRealWidths' \
+        'moe' "gpt-oss-20b gpt-oss-120b"
       ;;
     router_norm)
       # The router normalizing the residual itself (default since session 13, measured in r29; A/B

@@ -730,6 +730,159 @@ TEST(CudaMoeMx, MatchesItsRoundingOfWideScaleRanges) {
     run_mx_case(2, 1088, 736, {150, 90}, 53, 105, 20);
 }
 
+// ---- Gathered activation rows (MoeFp8Args::x_by_token) --------------------------------------------
+
+// gate_up on T token rows gathered by the producer against the same rows quantized once per
+// assignment: the quantizer gives each assignment's row the bytes and scale of its token's row,
+// so the same operands reach the same wgmmas and act_q must match bit for bit. 3 or 4 distinct experts
+// a token (rows reused by several tiles), an expert without rows, partial and several tiles, shuffled rows within
+// each expert; one CTA an SM and 7 CTAs looping over the items. Both kernels: moe_fp8 (persistent,
+// 3 warpgroups) and moe_mxfp4_fp8.
+struct GatherCase {
+    int E, H, I, T, K;
+    std::vector<int32_t> offsets, sorted;
+    std::vector<uint16_t> h;
+    GatherCase(int e, int hid, int inter, int t, int k, uint32_t seed) : E(e), H(hid), I(inter), T(t), K(k) {
+        std::mt19937 rng(seed);
+        std::vector<std::vector<int32_t>> by_expert(E);
+        for (int tok = 0; tok < T; ++tok) {
+            std::vector<int> ex(E - 1);  // expert E - 1 gets no rows
+            std::iota(ex.begin(), ex.end(), 0);
+            std::shuffle(ex.begin(), ex.end(), rng);
+            for (int j = 0; j < K; ++j)
+                if (ex[j] != 1 || tok % 3 == 0)
+                    by_expert[ex[j]].push_back(tok * K + j);  // expert 1: fewer rows
+                else
+                    by_expert[ex[K]].push_back(tok * K + j);  // (a token's experts stay distinct)
+        }
+        offsets.assign(E + 1, 0);
+        for (int ex = 0; ex < E; ++ex) {
+            std::shuffle(by_expert[ex].begin(), by_expert[ex].end(), rng);
+            offsets[ex + 1] = offsets[ex] + static_cast<int>(by_expert[ex].size());
+            sorted.insert(sorted.end(), by_expert[ex].begin(), by_expert[ex].end());
+        }
+        std::vector<float> hf = test::randn(static_cast<size_t>(T) * H, seed + 1);
+        for (int tok = 0; tok < T; ++tok)
+            for (int c = 0; c < H; ++c)
+                hf[static_cast<size_t>(tok) * H + c] *= std::ldexp(1.0f, tok % 7 - 3) * (tok == 5 ? 0 : 1);
+        h = test::to_bf16(hf);
+    }
+    int A() const { return T * K; }
+};
+
+TEST(CudaMoeFp8, GatheredRowsMatchRowsPerAssignment) {
+    REQUIRE_GPU();
+    for (const auto& [E, T, seed] : {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}}) {
+        GatherCase c(E, 2880, 1440, T, 4, seed);
+        const int A = c.A();
+        ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
+        Fp8Experts gu(E, 2 * c.I, c.H, seed + 2);
+        auto dh = to_device(c.h), doff = to_device(c.offsets), dsorted = to_device(c.sorted);
+        const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
+        DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+        moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                      nullptr);
+        DeviceBuffer xa(static_cast<size_t>(A) * c.H), sa(static_cast<size_t>(A) * 4);
+        DeviceBuffer xt(static_cast<size_t>(c.T) * c.H), st(static_cast<size_t>(c.T) * 4);
+        moe_fp8_quant_rows(dh.get(), true, dsorted.as<int32_t>(), c.K, A, c.H, xa.as<uint8_t>(), sa.as<float>(),
+                           nullptr);
+        moe_fp8_quant_rows(dh.get(), false, nullptr, c.K, c.T, c.H, xt.as<uint8_t>(), st.as<float>(), nullptr);
+        auto dguq = to_device(gu.q), dgus = to_device(gu.s), dgub = to_device(gu.bias);
+        DeviceBuffer act_a(static_cast<size_t>(A) * c.I), act_t(static_cast<size_t>(A) * c.I);
+        for (int ctas : {0, 7}) {
+            std::vector<uint8_t> out[2];
+            for (int by_token = 0; by_token < 2; ++by_token) {
+                DeviceBuffer& act = by_token ? act_t : act_a;
+                EXPECT_EQ(cudaMemset(act.get(), 0x7f, act.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
+                MoeFp8Args a = by_token ? rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles)
+                                        : rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
+                a.x_by_token = by_token;
+                a.experts_per_token = c.K;
+                a.x_row_bytes = c.H;
+                a.wq = dguq.as<uint8_t>();
+                a.w_scale = dgus.as<float>();
+                a.bias = dgub.as<float>();
+                a.act_q = act.as<uint8_t>();
+                a.act_q_inv_scale = 1.0f / moe_fp8_act_scale(a.swiglu_limit);
+                a.n = gu.n;
+                a.k = gu.k;
+                a.k_pad = gu.k_pad;
+                a.num_experts = E;
+                a.warpgroups = 3;
+                a.persistent = true;
+                a.persistent_ctas = ctas;
+                moe_fp8(a, true, nullptr);
+                out[by_token] = to_host<uint8_t>(act, static_cast<size_t>(A) * c.I);
+            }
+            int differ = 0;
+            for (size_t i = 0; i < out[0].size(); ++i) differ += out[0][i] != out[1][i];
+            std::printf(
+                "  moe_fp8 gate_up, rows gathered by token (E %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n", E,
+                c.T, A, ctas, differ, out[0].size());
+            EXPECT_EQ(differ, 0) << "E " << E << ", " << ctas << " CTAs";
+        }
+    }
+}
+
+TEST(CudaMoeMx, GatheredRowsMatchRowsPerAssignment) {
+    REQUIRE_GPU();
+    for (const auto& [E, H, I, T, seed] : {std::tuple{6, 2880, 1440, 150, 71u}, std::tuple{5, 1088, 736, 201, 73u}}) {
+        GatherCase c(E, H, I, T, 3, seed);
+        const int A = c.A(), H_pad = (H + 127) / 128 * 128, I_pad = (I + 127) / 128 * 128;
+        ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
+        MxExperts gu(E, 2 * I, H, seed + 2, 113, 8);
+        auto dh = to_device(c.h), doff = to_device(c.offsets), dsorted = to_device(c.sorted);
+        const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
+        DeviceBuffer tiles(2 * max_tiles * 4), count(4);
+        moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
+                      nullptr);
+        DeviceBuffer xa(static_cast<size_t>(A) * H_pad), sa(static_cast<size_t>(A) * 4);
+        DeviceBuffer xt(static_cast<size_t>(T) * H_pad), st(static_cast<size_t>(T) * 4);
+        moe_fp8_quant_rows_mx(dh.get(), true, dsorted.as<int32_t>(), c.K, A, H, H_pad, xa.as<uint8_t>(), sa.as<float>(),
+                              nullptr);
+        moe_fp8_quant_rows_mx(dh.get(), false, nullptr, c.K, T, H, H_pad, xt.as<uint8_t>(), st.as<float>(), nullptr);
+        auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
+        DeviceBuffer act_a(static_cast<size_t>(A) * I_pad), act_t(static_cast<size_t>(A) * I_pad);
+        for (int ctas : {0, 7}) {
+            std::vector<uint8_t> out[2];
+            for (int by_token = 0; by_token < 2; ++by_token) {
+                DeviceBuffer& act = by_token ? act_t : act_a;
+                EXPECT_EQ(cudaMemset(act.get(), 0, act.bytes()), cudaSuccess);  // positions past I stay 0
+                MoeFp8Args a = by_token ? rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles)
+                                        : rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
+                a.x_by_token = by_token;
+                a.experts_per_token = c.K;
+                a.x_row_bytes = H_pad;
+                a.w_mx = dgc.as<uint8_t>();
+                a.w_mx_scale = dgs.as<uint8_t>();
+                a.bias = dgb.as<float>();
+                a.act_q = act.as<uint8_t>();
+                a.act_q_inv_scale = 1.0f / moe_fp8_act_scale(7.0f);
+                a.act_mx_order = true;
+                a.act_q_stride = I_pad;
+                a.n = gu.n;
+                a.k = H;
+                a.k_pad = H_pad;
+                a.num_experts = E;
+                a.persistent_ctas = ctas;
+                moe_mxfp4_fp8(a, true, nullptr);
+                out[by_token] = to_host<uint8_t>(act, static_cast<size_t>(A) * I_pad);
+            }
+            int differ = 0, nan = 0;
+            for (size_t i = 0; i < out[0].size(); ++i) {
+                differ += out[0][i] != out[1][i];
+                nan += (out[1][i] & 0x7f) == 0x7f;
+            }
+            std::printf(
+                "  moe_mxfp4_fp8 gate_up, rows gathered by token (E %d, H %d, T %d, %d rows, %d CTAs): %d of %zu bytes "
+                "differ\n",
+                E, H, T, A, ctas, differ, out[0].size());
+            EXPECT_EQ(differ, 0) << "E " << E << ", H " << H << ", " << ctas << " CTAs";
+            EXPECT_EQ(nan, 0);
+        }
+    }
+}
+
 // ---- moe_decode_w4a8: decode batches (≤ 8 tokens) on the MXFP4 experts with e4m3 activations ----
 
 // A row quantized as moe_decode_w4a8 does it: 1×128 blocks, scale amax / 448 (1 for a zero block),
