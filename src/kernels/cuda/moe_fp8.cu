@@ -68,7 +68,8 @@ struct Shape {
     // + the weight scales of the (at most 2) scale blocks the CTA's features touch, + barriers (full,
     // empty, xfull), + the epilogue's row inputs (EpilogueRows: 2 buffers a consumer warpgroup).
     static constexpr size_t kRowsOffset =
-        static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 3 * kStages * 8;
+        (static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 3 * kStages * 8 + 15) / 16 * 16;
+    static_assert(kRowsOffset % 16 == 0, "row inputs alignment");
     static constexpr size_t kSmemBytes = 1024 + kRowsOffset + static_cast<size_t>(W) * 2 * kTokens * 8;
 };
 
@@ -210,6 +211,7 @@ __device__ __forceinline__ void produce_gathered(const MoeFp8Args& a, uint8_t* s
             cp_async_mbar_arrive_noinc(&xfull[slot]);
         }
     }
+    cp_async_commit();   // (wait_group waits only on committed groups)
     cp_async_wait<0>();  // nothing in flight when the thread exits
 }
 
@@ -1029,7 +1031,8 @@ void moe_bf16_grouped(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                  a.num_experts, a.num_rows);
     ENGINE_CHECK(!gate_up || (a.n % 2 == 0 && a.act != nullptr && a.act_q == nullptr),
                  "moe_bf16_grouped: gate_up writes bf16 act from (gate, up) row pairs");
-    ENGINE_CHECK(a.x_scale == nullptr && a.x_scale_value == 1.0f, "moe_bf16_grouped: bf16 rows carry no scale");
+    ENGINE_CHECK(a.x_scale == nullptr && a.x_scale_value == 1.0f && !a.x_by_token,
+                 "moe_bf16_grouped: bf16 rows carry no scale and are not gathered");
     if (a.max_tiles <= 0) return;
     using S = Shape<3>;
     CUtensorMap x_map, w_map;
