@@ -15,7 +15,6 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemv.h"
-#include "model/fp8_convert.h"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -44,8 +43,7 @@ GemvArgs fp8_gemv_args(const Fp8Weight& f8, const DeviceBuffer& x, bool x_bf16, 
 TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
     REQUIRE_GPU();
     // 20,000 × 512: enough rows that every ring warp wraps its 4 slots several times; 3 × 128: fewer
-    // rows than warps, and lanes with no chunk; k 3,072 and 4,096 at 8 tokens: the MMA kernels' staged
-    // x past 48 KB of shared memory (one-wave and two-round variants).
+    // rows than warps, and lanes with no chunk; k 3,072: the one-wave variant's largest k.
     for (const auto& [n, k] :
          {std::pair{5120, 2880}, {2880, 4096}, {700, 2880}, {20000, 512}, {3, 128}, {1000, 3072}}) {
         const auto wf = test::randn(static_cast<size_t>(n) * k, 21, 0.02f);
@@ -153,93 +151,6 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
                                   << i % n << ": " << got[i] << " vs " << ref[i] << " (tol " << tol << ")";
             }
             EXPECT_EQ(bad, 0) << "T " << T << " kernel " << static_cast<int>(kind);
-        }
-    }
-}
-
-// GemvFp8Kernel::kMmaA8 against the CPU scheme: x quantized per token in 1×128 blocks with the
-// prompt path's power-of-two scales (model::fp8_block_scale), e4m3 of x / scale; the weights' e4m3
-// codes and block scales exact. Per output, the bound models each k32 MMA's accumulation (~13 bits
-// kept after aligning to the largest of its 32 products and the running sum: 2^-12 of |sum| + 32 ×
-// that product; a 64-wide step's MMAs take bytes 16t..16t+7 and 16t+8..16t+15 of each lane t) and
-// the fp32 sums after it (1e-6 of Σ|w·x|); and rel L2 < 1e-3 overall (the accumulation gives
-// ~1e-4; x unquantized would give ~3e-2). Shapes: QKV (k 2,880: a half last block), O (k 4,096),
-// k 3,072, k 8,192 (two load rounds, 68 KB of staged x at 8 tokens); fp32 and bf16 x.
-TEST(CudaFp8Gemv, A8MatchesCpuScheme) {
-    REQUIRE_GPU();
-    for (const auto& [n, k] : {std::pair{5120, 2880}, {2880, 4096}, {1000, 3072}, {256, 8192}}) {
-        const auto wf = test::randn(static_cast<size_t>(n) * k, 51, 0.02f);
-        DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
-        const Fp8Weight f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const auto q = test::to_host<uint8_t>(f8.q, static_cast<size_t>(n) * f8.k_pad);
-        const int kb = f8.k_pad / 128, nb = (k + 127) / 128;
-        const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
-        const auto bias = test::randn(n, 52, 0.1f);
-        DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
-        for (int T : {1, 3, 8}) {
-            for (bool xb : {false, true}) {
-                auto x = test::randn(static_cast<size_t>(T) * k, 53 + T);
-                for (int t = 0; t < T; ++t)  // tokens and blocks of different magnitudes; a zero block
-                    for (int c = 0; c < k; ++c)
-                        x[static_cast<size_t>(t) * k + c] *=
-                            t == 1 && c < 128 ? 0.0f : std::ldexp(1.0f, (t + c / 128) % 7 - 3);
-                if (xb) x = test::bf16_round(x);
-                std::vector<float> xq(x.size()), xs(static_cast<size_t>(T) * nb);
-                for (int t = 0; t < T; ++t)
-                    for (int b = 0; b < nb; ++b) {
-                        float m = 0.0f;
-                        for (int c = 128 * b; c < std::min(k, 128 * b + 128); ++c)
-                            m = std::max(m, std::fabs(x[static_cast<size_t>(t) * k + c]));
-                        const float s = model::fp8_block_scale(m);
-                        xs[static_cast<size_t>(t) * nb + b] = s;
-                        for (int c = 128 * b; c < std::min(k, 128 * b + 128); ++c)
-                            xq[static_cast<size_t>(t) * k + c] =
-                                fp8e4m3_to_f32(f32_to_fp8e4m3(x[static_cast<size_t>(t) * k + c] * (1.0f / s)));
-                    }
-                std::vector<double> ref(static_cast<size_t>(T) * n), tol(ref.size());
-                for (int t = 0; t < T; ++t)
-                    for (int r = 0; r < n; ++r) {
-                        double acc = 0, err = 0, mag = 0;
-                        for (int b = 0; b < nb; ++b) {
-                            const double scale = static_cast<double>(sc[static_cast<size_t>(r / 128) * kb + b]) *
-                                                 xs[static_cast<size_t>(t) * nb + b];
-                            // A 64-wide step is two MMAs: bytes 16t'..16t'+7 of each lane t' (the first, from
-                            // zero), then bytes 16t'+8..16t'+15 added onto it.
-                            for (int c0 = 128 * b; c0 < std::min(k, 128 * b + 128); c0 += 64) {
-                                double mx[2] = {0, 0}, sum0 = 0;
-                                for (int c = c0; c < c0 + 64; ++c) {
-                                    const double p =
-                                        static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
-                                        xq[static_cast<size_t>(t) * k + c] * scale;
-                                    const int half = ((c - c0) >> 3) & 1;
-                                    acc += p;
-                                    mag += std::fabs(p);
-                                    mx[half] = std::max(mx[half], std::fabs(p));
-                                    if (half == 0) sum0 += p;
-                                }
-                                err += std::ldexp(32.0 * mx[0], -12) + std::ldexp(std::fabs(sum0) + 32.0 * mx[1], -12);
-                            }
-                        }
-                        ref[static_cast<size_t>(t) * n + r] = acc + bias[r];
-                        tol[static_cast<size_t>(t) * n + r] = err + 1e-6 * mag + 1e-6 * std::fabs(acc + bias[r]);
-                    }
-                auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
-                auto dy = test::poisoned(ref.size() * 4);
-                gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, GemvFp8Kernel::kMmaA8), nullptr);
-                const auto got = test::to_host<float>(dy, ref.size());
-                int bad = 0;
-                double num = 0, den = 0;
-                for (size_t i = 0; i < ref.size(); ++i) {
-                    if (!(std::fabs(got[i] - ref[i]) <= tol[i]) && ++bad <= 5)
-                        ADD_FAILURE() << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " row " << i
-                                      << ": got " << got[i] << " want " << ref[i] << " bound " << tol[i];
-                    num += (got[i] - ref[i]) * (got[i] - ref[i]);
-                    den += ref[i] * ref[i];
-                }
-                EXPECT_EQ(bad, 0) << "n " << n << " k " << k << " T " << T << " bf16 x " << xb;
-                EXPECT_LT(std::sqrt(num / den), 1e-3) << "n " << n << " k " << k << " T " << T << " bf16 x " << xb;
-            }
         }
     }
 }

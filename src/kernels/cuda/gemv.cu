@@ -4,13 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe_common.cuh"
@@ -477,28 +474,11 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
     }
 }
 
-// kStageX: the CTA first stages x as bf16 in shared memory (dynamic, gemv_fp8_x_smem bytes: one
-// L2 round trip for all of it, after pdl_wait), and the steps read it there. Without it each step
-// loads its 16 values of x from global memory inside the step loop, behind that step's branches: a
-// round trip a step. Same bf16 values, same sums: the same bits. Opt-in (GPTOSS_GEMV_STAGE_X=1):
-// r29 (20b --fp8, 1k context, same run) measured it no faster at batch 1 (1.872 vs 1.867 ms a step)
-// and 1.5-2.4% slower at 2-8 tokens (8: 5.508 vs 5.433).
-constexpr size_t gemv_fp8_x_smem(int num_tokens, int k) { return static_cast<size_t>(num_tokens) * (k + 8) * 2; }
-constexpr int kGemvStageMaxK = 8192;  // staged x: ≤ 131,200 bytes of shared memory at 8 tokens
-// kA8 (GemvFp8Kernel::kMmaA8): x staged as e4m3, rows of a8_stride(k) bytes (≡ 64 mod 128: the
-// 16-byte reads of 8 lanes (2 tokens × 4) in distinct banks), then the rows' 1×128 block scales.
-constexpr int a8_stride(int k) { return k + (k % 128 == 0 ? 64 : 0); }
-constexpr size_t gemv_a8_x_smem(int num_tokens, int k) {
-    return static_cast<size_t>(num_tokens) * a8_stride(k) + static_cast<size_t>((k + 127) / 128) * kGemvMaxTokens * 4;
-}
-
-template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kStageX = true, bool kA8 = false>
+template <typename XT, bool kRope, int kSteps = kMmaSteps>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
-    static_assert(!kA8 || kStageX, "the e4m3 x is staged");
-    extern __shared__ __align__(16) uint8_t gx_smem[];  // kStageX: [num_tokens][k + 8] bf16 (kA8: see a8_stride)
-    constexpr bool kSmemScales = kSteps != kMmaSteps;   // the one-wave variant
-    __shared__ float red[kMmaWarps][16][8];             // [warp][tile row][token]
+    constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
+    __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
     __shared__ float s_scale[2][kSmemScales ? kOneWaveMaxK / 128 : 1];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -551,81 +531,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
 
     const bool has_x = g < a.num_tokens;
     const XT* x = static_cast<const XT*>(a.x) + static_cast<int64_t>(has_x ? g : 0) * a.k + 16 * t;
-    // kStageX: row m of x at gx_smem + m · (k + 8) · 2 bytes (the 16-byte pad puts the token rows
-    // of one step in different banks); 4 values (one 8-byte store) an item.
-    const int xs_stride = a.k + 8;
-    const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(gx_smem) + (has_x ? g : 0) * xs_stride + 16 * t;
-    // kA8: token m's e4m3 row at gx_smem + m · a8_stride(k); then the block scales as [block][8
-    // tokens] (0 past num_tokens), so a lane's two tokens' scales are one conflict-free 8-byte read.
-    const int nb = (a.k + 127) / 128, a8s = a8_stride(a.k);
-    float* xsc8 = reinterpret_cast<float*>(gx_smem + a.num_tokens * a8s);
-    if constexpr (kA8) {
-        // A warp an item (token m, 128-block b): 4 values a lane, amax by a warp max, the power-of-two
-        // scale of the prompt path's quantizer (fp8_pow2_scale), e4m3 of value / scale. Four items a
-        // warp at a time, their loads together.
-        const int items = a.num_tokens * nb, lane_id = threadIdx.x & 31, w_id = threadIdx.x >> 5;
-        for (int i = threadIdx.x; i < nb * kGemvMaxTokens; i += kMmaWarps * 32)
-            if (i % kGemvMaxTokens >= a.num_tokens) xsc8[i] = 0.0f;  // disjoint from the writes below
-        for (int base = w_id; base < items; base += kMmaWarps * 4) {
-            float4 v[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int it = min(base + kMmaWarps * q, items - 1), m = it / nb, b = it - m * nb;
-                const int c = min(128 * b + 4 * lane_id, a.k - 4);  // past k: a valid address, zeroed below
-                const XT* src = static_cast<const XT*>(a.x) + static_cast<int64_t>(m) * a.k + c;
-                if constexpr (std::is_same_v<XT, float>) {
-                    v[q] = __ldg(reinterpret_cast<const float4*>(src));
-                } else {
-                    const uint2 u = __ldg(reinterpret_cast<const uint2*>(src));
-                    v[q] = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
-                }
-                if (128 * b + 4 * lane_id >= a.k) v[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int it = base + kMmaWarps * q;
-                if (it >= items) break;  // warp-uniform
-                const int m = it / nb, b = it - m * nb;
-                const float mx =
-                    warp_max(fmaxf(fmaxf(fabsf(v[q].x), fabsf(v[q].y)), fmaxf(fabsf(v[q].z), fabsf(v[q].w))));
-                const float sc = fp8_pow2_scale(mx), rs = 1.0f / sc;  // exact: a power of two
-                if (128 * b + 4 * lane_id < a.k)
-                    *reinterpret_cast<uint32_t*>(gx_smem + m * a8s + 128 * b + 4 * lane_id) =
-                        static_cast<uint32_t>(to_e4m3(v[q].x * rs)) | static_cast<uint32_t>(to_e4m3(v[q].y * rs)) << 8 |
-                        static_cast<uint32_t>(to_e4m3(v[q].z * rs)) << 16 |
-                        static_cast<uint32_t>(to_e4m3(v[q].w * rs)) << 24;
-                if (lane_id == 0) xsc8[b * kGemvMaxTokens + m] = sc;
-            }
-        }
-        __syncthreads();
-    } else if constexpr (kStageX) {
-        // Four items a thread at a time, their loads together (the item clamped, its store skipped
-        // past the end): one L2 round trip for all of x at batch 1 (k ≤ 4,096).
-        const int per_row = a.k / 4, n_items = a.num_tokens * per_row;
-        for (int base = threadIdx.x; base < n_items; base += kMmaWarps * 32 * 4) {
-            uint2 u[4];
-            int dst[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int idx = min(base + kMmaWarps * 32 * q, n_items - 1);
-                const int m = idx / per_row, c = idx - m * per_row;
-                const XT* src = static_cast<const XT*>(a.x) + static_cast<int64_t>(m) * a.k + 4 * c;
-                dst[q] = m * xs_stride + 4 * c;
-                if constexpr (std::is_same_v<XT, float>) {
-                    const float4 v = __ldg(reinterpret_cast<const float4*>(src));
-                    u[q] = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
-                } else {
-                    u[q] = __ldg(reinterpret_cast<const uint2*>(src));
-                }
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-                if (base + kMmaWarps * 32 * q < n_items)
-                    *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(gx_smem) + dst[q]) = u[q];
-        }
-        __syncthreads();
-    }
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
     for (int base = warp; base < S; base += kMmaWarps * kSteps) {
         if (base != warp) load(base);
@@ -633,34 +538,8 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         for (int i = 0; i < kSteps; ++i) {
             const int s = base + kMmaWarps * i;
             if (s >= S) break;
-            if constexpr (kA8) {
-                // The lane's 16 weight bytes of each row are two k32 MMAs' A (bytes 0-3 / 4-7 of a row at
-                // k 4t.. / 16 + 4t.., then bytes 8-11 / 12-15); x's bytes at the same step positions.
-                const uint4 xb = has_x ? *reinterpret_cast<const uint4*>(gx_smem + g * a8s + s * 64 + 16 * t)
-                                       : make_uint4(0u, 0u, 0u, 0u);
-                float tmp[4];
-                mma_e4m3(tmp, wl[i].x, wh[i].x, wl[i].y, wh[i].y, xb.x, xb.y);
-                mma_e4m3_acc(tmp, wl[i].z, wh[i].z, wl[i].w, wh[i].w, xb.z, xb.w);
-                const float s_lo = kSmemScales ? s_scale[0][s >> 1] : sl[i];
-                const float s_hi = kSmemScales ? s_scale[1][s >> 1] : sh[i];
-                const float2 xs2 = *reinterpret_cast<const float2*>(xsc8 + (s >> 1) * kGemvMaxTokens + 2 * t);
-                acc[0] = fmaf(s_lo * xs2.x, tmp[0], acc[0]);
-                acc[1] = fmaf(s_lo * xs2.y, tmp[1], acc[1]);
-                acc[2] = fmaf(s_hi * xs2.x, tmp[2], acc[2]);
-                acc[3] = fmaf(s_hi * xs2.y, tmp[3], acc[3]);
-                continue;
-            }
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-            if constexpr (kStageX) {
-                if (has_x) {
-                    const uint4 u0 = *reinterpret_cast<const uint4*>(xs + s * 64),
-                                u1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 8);
-                    xw[0] = u0.x, xw[1] = u0.y, xw[2] = u0.z, xw[3] = u0.w;
-                    xw[4] = u1.x, xw[5] = u1.y, xw[6] = u1.z, xw[7] = u1.w;
-                }
-            } else if (has_x) {
-                load_x16_bf16(x + s * 64, xw);
-            }
+            if (has_x) load_x16_bf16(x + s * 64, xw);
             const uint32_t lo[4] = {wl[i].x, wl[i].y, wl[i].z, wl[i].w};
             const uint32_t hi[4] = {wh[i].x, wh[i].y, wh[i].z, wh[i].w};
             float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -720,45 +599,22 @@ bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
     return a.fp8_kernel != GemvFp8Kernel::kRowPerWarp;
 }
 
-template <typename XT, bool kRope, int kS, bool kStageX, bool kA8 = false>
-void fp8_mma_launch_one(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
-    auto kernel = gemv_fp8_mma_kernel<XT, kRope, kS, kStageX, kA8>;
-    const size_t smem = kA8 ? gemv_a8_x_smem(a.num_tokens, a.k) : kStageX ? gemv_fp8_x_smem(a.num_tokens, a.k) : 0;
-    fit_dynamic_smem(kernel, smem);
-    launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
-}
-
-template <bool kRope, int kS>
-void fp8_mma_launch_steps(int grid, const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
-    static const bool stage_x = [] {
-        const char* v = std::getenv("GPTOSS_GEMV_STAGE_X");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    const bool stage = stage_x && a.k <= kGemvStageMaxK;
-    if (a.fp8_kernel == GemvFp8Kernel::kMmaA8 && a.k <= kGemvStageMaxK) {
-        if (a.x_bf16)
-            fp8_mma_launch_one<__nv_bfloat16, kRope, kS, true, true>(grid, a, r, stream);
-        else
-            fp8_mma_launch_one<float, kRope, kS, true, true>(grid, a, r, stream);
-        return;
-    }
-    if (a.x_bf16)
-        stage ? fp8_mma_launch_one<__nv_bfloat16, kRope, kS, true>(grid, a, r, stream)
-              : fp8_mma_launch_one<__nv_bfloat16, kRope, kS, false>(grid, a, r, stream);
-    else
-        stage ? fp8_mma_launch_one<float, kRope, kS, true>(grid, a, r, stream)
-              : fp8_mma_launch_one<float, kRope, kS, false>(grid, a, r, stream);
-}
-
 template <bool kRope>
 void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
-    const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto ||
-                          a.fp8_kernel == GemvFp8Kernel::kMmaA8;
-    if (one_wave && a.w_ld <= kOneWaveMaxK)
-        fp8_mma_launch_steps<kRope, kMmaStepsOneWave>(grid, a, r, stream);
+    const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto;
+    if (one_wave && a.w_ld <= kOneWaveMaxK) {
+        constexpr int kS = kMmaStepsOneWave;
+        if (a.x_bf16)
+            launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
+        else
+            launch_pdl(gemv_fp8_mma_kernel<float, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
+        return;
+    }
+    if (a.x_bf16)
+        launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
     else
-        fp8_mma_launch_steps<kRope, kMmaSteps>(grid, a, r, stream);
+        launch_pdl(gemv_fp8_mma_kernel<float, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
 }
 
 template <typename XT, int NC>

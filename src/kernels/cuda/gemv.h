@@ -15,12 +15,8 @@ namespace gptoss::kernels::cuda {
 constexpr int kGemvMaxTokens = 8;
 
 // kMmaOneWave: the tensor-core kernel with 6 K steps a warp and its block scales in shared memory,
-// 3 CTAs an SM (k ≤ 3,072; else kMma). kAuto: kMmaOneWave where k allows, else kMma. kMmaA8: as
-// kAuto with x quantized to e4m3 in 1×128 blocks (power-of-two scales, as the prompt path's W8A8
-// GEMMs) and e4m3 mma.sync on the weight bytes as loaded, which ptxas emulates on sm_90 through
-// f16 MMAs (fewer instructions than our bf16 conversion, not none; session 13, compiled only;
-// GPTOSS_GEMV_FP8=a8).
-enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma, kMmaOneWave, kMmaA8 };
+// 3 CTAs an SM (k ≤ 3,072; else kMma). kAuto: kMmaOneWave where k allows, else kMma.
+enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma, kMmaOneWave };
 
 struct GemvArgs {
     const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
