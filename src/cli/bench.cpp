@@ -51,6 +51,7 @@ struct BenchOptions {
     // instead (the measure before r29; r29 call 4, 8k --fp8: 20b 81.41 ms sampled, 81.03 with the
     // logits, 120b 168.11 / 167.85: the same within run-to-run noise).
     bool prefill_logits = false;
+    bool fp8_experts = false;  // model::CudaModelOptions::fp8_experts (with --fp8)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -63,7 +64,7 @@ struct ModelCounts {
     int full_layers, sliding_layers;
 };
 
-ModelCounts count(const model::GptOssConfig& c, bool fp8) {
+ModelCounts count(const model::GptOssConfig& c, bool fp8, bool fp8_experts) {
     ModelCounts m{};
     const double H = c.hidden_size, I = c.intermediate_size, E = c.num_experts;
     const double qw = c.q_width(), kvw = c.kv_width();
@@ -71,7 +72,12 @@ ModelCounts count(const model::GptOssConfig& c, bool fp8) {
     // FP8: QKV, O and lm_head at one byte a weight (block scales: 1/16384 of that); the router stays bf16.
     const double wb = fp8 ? 1.0 : 2.0;
     m.dense_bytes_per_token = c.num_hidden_layers * (attn * wb + E * H * 2) + c.vocab_size * H * wb;
-    m.expert_bytes = (2 * I * H + H * I) * 4.25 / 8;
+    // FP8 experts (--fp8-experts): one byte a weight with K padded to a multiple of 512 (the FP8
+    // GEMMs' k_pad, kernels/cuda/fp8_gemm.h), + a 4-byte scale per 128×128 block.
+    const auto kpad = [](double k) { return std::ceil(k / 512) * 512; };
+    m.expert_bytes = fp8_experts ? 2 * I * kpad(H) + H * kpad(I) +
+                                       4 * (std::ceil(2 * I / 128) * kpad(H) / 128 + std::ceil(H / 128) * kpad(I) / 128)
+                                 : (2 * I * H + H * I) * 4.25 / 8;
     m.flops_per_token = 2.0 * c.num_hidden_layers * (attn + E * H + c.experts_per_token * (2 * I * H + H * I));
     m.lm_head_flops = 2.0 * c.vocab_size * H;
     m.sliding_layers =
@@ -104,16 +110,17 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     opt.max_tokens = std::max({max_prefill, max_batch, 256});
     opt.max_seqs = std::max(max_batch, 1);
     opt.fp8 = o.fp8;
+    opt.fp8_experts = o.fp8 && o.fp8_experts;
     opt.kv_fp8 = o.kv_fp8;
     // A one-shot prefill writes every position into the sliding layers too.
     opt.num_blocks_sliding = std::max(opt.max_seqs * ((c.sliding_window + 15) / 16 + 2), max_prefill / 16 + 2);
     auto created = model::ParallelCudaModel::create(weights, layout, opt);
     if (!created.ok()) return created.status().message();
     model::ParallelCudaModel& m = **created;
-    const ModelCounts mc = count(c, o.fp8);
+    const ModelCounts mc = count(c, o.fp8, opt.fp8_experts);
     const double bandwidth = o.bandwidth * W, peak = o.peak_flops * W, price = o.price * W;
     report["layout"] = layout.to_string();
-    report["weights"] = o.fp8 ? "fp8" : "bf16";
+    report["weights"] = opt.fp8_experts ? "fp8 (experts fp8)" : o.fp8 ? "fp8" : "bf16";
     report["kv_cache_dtype"] = o.kv_fp8 ? "fp8_e4m3" : "bf16";
     report["gpus"] = W;
     const int bs = m.block_size();
@@ -125,8 +132,11 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     };
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
-    md += "## " + layout.to_string() + (o.fp8 ? ", FP8 weights" : "") + (o.kv_fp8 ? ", FP8 KV cache" : "") + " (" +
-          std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
+    md += "## " + layout.to_string() +
+          (opt.fp8_experts ? ", FP8 weights and experts"
+           : o.fp8         ? ", FP8 weights"
+                           : "") +
+          (o.kv_fp8 ? ", FP8 KV cache" : "") + " (" + std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
           ")\n\n### Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
           "|\n|---:|---:|---:|---:|---:|---:|\n";
 
@@ -302,6 +312,7 @@ int run_bench(BenchOptions o) {
     auto contexts = list(o.context);
     if (!prefill.ok() || !batches.ok() || !contexts.ok()) return fail("bad --prefill/--batch/--context list");
     if (o.backend != "cuda") return fail("gptoss bench measures the cuda backend (CPU throughput: see bench-cpu)");
+    if (o.fp8_experts && !o.fp8) return fail("--fp8-experts needs --fp8");
     std::vector<parallel::ParallelConfig> layouts;
     if (o.sweep) {
         const int visible = model::cuda_device_count();
@@ -376,6 +387,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--layout", o->layout, "Parallel layout, e.g. tp=2,ep=2 or EP4·DP1·TP4")->capture_default_str();
     sub->add_flag("--sweep", o->sweep, "Every valid layout on 1, 2, 4, 8 GPUs, and the best per regime");
     sub->add_flag("--fp8", o->fp8, "FP8 block-scaled QKV, O, lm_head and large-batch experts (default bf16)");
+    sub->add_flag("--fp8-experts", o->fp8_experts,
+                  "With --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 kernels; "
+                  "fits gpt-oss-120b on one H200; decode reads ~1.9x the bytes)");
     sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV cache: auto (bf16), bf16, fp8 (e4m3, scale 1)")
         ->capture_default_str();
     sub->add_option("--gpus", o->gpus, "Largest world for --sweep (default: every visible GPU)");

@@ -81,6 +81,9 @@ struct CudaModel::Impl {
     // options.fp8: lm_head, the W8A8 GEMMs, their activation scratch (e4m3 rows and 1×128 scales),
     // and one expert in FP8 when no FP8 expert copy is kept.
     bool fp8 = false, have_fp8_experts = false;
+    // CudaModelOptions::fp8_experts: the FP8 copy is the only one (the MXFP4 bytes freed after each
+    // layer's conversion; mxfp4 is then false, so every batch takes the grouped FP8 kernels).
+    bool fp8_only = false;
     // The FP8 experts as one array a layer for the grouped FP8 kernels (kernels/cuda/moe.h moe_fp8),
     // which then take every batch above mma_tokens (no host synchronisation); else the per-expert
     // cuBLASLt GEMMs. GPTOSS_MOE_FP8_GROUPED=0 keeps the per-expert path (A/B runs).
@@ -463,11 +466,21 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             const double f8_bytes = static_cast<double>(c.num_hidden_layers) * E * (2 * I * kp_h + H * kp_i);
             have_fp8_experts = opt.bf16_experts && f8_bytes <= 0.6 * static_cast<double>(free_b);
             const char* g = std::getenv("GPTOSS_MOE_FP8_GROUPED");
-            fp8_grouped = have_fp8_experts && opt.moe_fp8_grouped != 0 && (g == nullptr || std::strcmp(g, "0") != 0) &&
-                          kc::moe_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(kp_h),
-                                                static_cast<int>(E)) &&
-                          kc::moe_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(kp_i),
-                                                static_cast<int>(E));
+            const bool grouped_ok = kc::moe_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H),
+                                                          static_cast<int>(kp_h), static_cast<int>(E)) &&
+                                    kc::moe_fp8_supported(static_cast<int>(H), static_cast<int>(I),
+                                                          static_cast<int>(kp_i), static_cast<int>(E));
+            if (opt.fp8_experts) {  // the FP8 copy only: the MXFP4 bytes are dropped layer by layer
+                if (!grouped_ok) return invalid_argument("--fp8-experts needs the grouped FP8 kernels (sm_90a)");
+                if (f8_bytes > 0.9 * static_cast<double>(free_b))
+                    return resource_exhausted("not enough device memory for the FP8 experts (" +
+                                              std::to_string(static_cast<int64_t>(f8_bytes) >> 20) + " MiB, " +
+                                              std::to_string(free_b >> 20) + " MiB free)");
+                have_fp8_experts = true;
+                fp8_only = true;
+            }
+            fp8_grouped = have_fp8_experts && grouped_ok &&
+                          (fp8_only || (opt.moe_fp8_grouped != 0 && (g == nullptr || std::strcmp(g, "0") != 0)));
         }
     }
     // Staging for the load-time conversions: one expert's gate_up (the largest matrix) in bf16.
@@ -547,6 +560,13 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                                                  static_cast<int>(kp_i), D.down_f8q.as<uint8_t>() + e * H * kp_i,
                                                  D.down_f8s.as<float>() + e * nb(H) * (kp_i / 128), stream);
                 }
+                if (fp8_only) {  // the copy replaces the MXFP4 bytes (the next layer's upload reuses them)
+                    CUDA_CHECK(cudaStreamSynchronize(stream));
+                    D.gu_blocks = DeviceBuffer();
+                    D.gu_scales = DeviceBuffer();
+                    D.down_blocks = DeviceBuffer();
+                    D.down_scales = DeviceBuffer();
+                }
             } else if (have_fp8_experts) {  // MXFP4 -> bf16 (exact) -> FP8 128×128 (exact: model/fp8_convert.h)
                 for (int64_t e = 0; e < E; ++e) {
                     kc::mxfp4_to_bf16(D.gu_blocks.as<uint8_t>() + e * 2 * I * H / 2,
@@ -598,6 +618,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     weight_bytes += embed.bytes() + lm_head.bytes();
     CUDA_CHECK(cudaStreamSynchronize(stream));
     expert_tmp = DeviceBuffer();
+    if (fp8_only) mxfp4 = false;  // no MXFP4 bytes left: every MoE batch through the FP8 copy
 
     // Activations.
     const int64_t T = opt.max_tokens, S = opt.max_seqs, K = c.experts_per_token;
@@ -1717,7 +1738,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     };
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
-    const bool graphable = use_graphs && !profile && decode && mxfp4 &&
+    const bool graphable = use_graphs && !profile && decode && (mxfp4 || fp8_only) &&
                            (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm) || fp8_grouped ||
                             (bf16_grouped && have_bf16_experts && !fp8)) &&
                            R <= kLogitChunk;

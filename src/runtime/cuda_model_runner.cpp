@@ -9,9 +9,10 @@ namespace gptoss::runtime {
 StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::shared_ptr<const model::GptOssWeights> weights,
                                                                    int max_num_seqs, int max_batched_tokens,
                                                                    const parallel::ParallelConfig& layout, bool fp8,
-                                                                   bool kv_fp8) {
+                                                                   bool kv_fp8, bool fp8_experts) {
     model::CudaModelOptions opt;
     opt.fp8 = fp8;
+    opt.fp8_experts = fp8 && fp8_experts;
     opt.kv_fp8 = kv_fp8;
     opt.max_seqs = std::max(1, max_num_seqs);
     opt.max_tokens = std::max({max_batched_tokens, max_num_seqs, 1});

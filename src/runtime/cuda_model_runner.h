@@ -22,7 +22,8 @@ public:
     static StatusOr<std::unique_ptr<CudaModelRunner>> create(std::shared_ptr<const model::GptOssWeights> weights,
                                                              int max_num_seqs, int max_batched_tokens,
                                                              const parallel::ParallelConfig& layout = {},
-                                                             bool fp8 = false, bool kv_fp8 = false);
+                                                             bool fp8 = false, bool kv_fp8 = false,
+                                                             bool fp8_experts = false);
 
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;

@@ -338,15 +338,16 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     model::CpuForward cpu32(**w);
     model::CpuKvCache cpu32_kv(c, 16, 256, 256);
     const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
-    const char* names[7] = {"grouped FP8 experts",
+    const char* names[8] = {"grouped FP8 experts",
                             "per-expert cuBLASLt",
                             "no expert copy",
                             "no expert copy, converted a layer at a time",
                             "no expert copy, MXFP4 experts as they are",
                             "MXFP4 experts as they are, W4A8 decode",
-                            "MXFP4 experts as they are, W4A8 decode on wgmma"};
-    std::vector<float> got[7];
-    for (int v = 0; v < 7; ++v) {
+                            "MXFP4 experts as they are, W4A8 decode on wgmma",
+                            "FP8 experts only (--fp8-experts)"};
+    std::vector<float> got[8];
+    for (int v = 0; v < 8; ++v) {
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = v < 2;  // false: no FP8 expert copy either (one expert at a time)
@@ -358,6 +359,7 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         o.moe_decode_w4a8 = v == 5 ? 1 : v == 6 ? 2 : 0;  // the decode steps' experts on e4m3 activations
         o.moe_mma_max_tokens = 0;                         // the 320-row prompt step through the FP8 experts,
         o.moe_wgmma = 0;                                  // not the grouped MXFP4 kernels
+        o.fp8_experts = v == 7;  // the MXFP4 bytes dropped: the decode steps on the grouped FP8 kernels too
         auto m = CudaModel::create(**w, o);
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         got[v] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });
@@ -405,6 +407,15 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     std::printf("  fp8 W4A8 decode on wgmma vs on mma.sync: rel L2 %.3g\n", rel(got[6], got[5]));
     EXPECT_GT(rel(got[6], got[4]), 0.0) << "moe_decode_wg did not run";
     EXPECT_LE(rel(got[6], got[5]), 0.02);
+    // FP8 experts only: the prompt step's rows are variant 0's bit for bit (the same converted bytes
+    // through the same grouped kernels); the decode steps, on the FP8 experts instead of the MXFP4
+    // weight-only kernels, differ (within the bounds against fp32 above).
+    const size_t prompt = (steps_ids[0][0].size() + steps_ids[0][1].size()) * V;
+    ASSERT_LE(prompt, got[7].size());
+    EXPECT_TRUE(std::equal(got[7].begin(), got[7].begin() + prompt, got[0].begin()))
+        << "the FP8-only prompt step differs from the FP8 copy's";
+    std::printf("  fp8 experts only vs the FP8 copy beside MXFP4: rel L2 %.3g (decode steps)\n", rel(got[7], got[0]));
+    EXPECT_GT(rel(got[7], got[0]), 0.0) << "the decode steps did not take the FP8 experts";
     fs::remove_all(dir);
 }
 
