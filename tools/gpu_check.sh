@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_w4a8 router_norm ncu_prefill moe_gather
+#           decode_w4a8 router_norm ncu_prefill moe_gather fp8_experts
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -458,6 +458,25 @@ for stage in "$@"; do
       # against GPTOSS_NORM_QUANT=0).
       switch_prefill_ab norm_quant GPTOSS_NORM_QUANT 'CudaOps.ResidualRmsNorm*:CudaFp8Gemm.ActivationQuantizerMatchesCpuBitExactly' \
         'qkv_gemm|norm' "gpt-oss-20b gpt-oss-120b"
+      ;;
+    fp8_experts)
+      # The experts kept only as the FP8 copy (--fp8-experts, CudaModelOptions::fp8_experts; session
+      # 14, compiled only): the FP8 model test (its variant 7), then both models --fp8 with and
+      # without it: 8k prefill and decode batch 1-8 at 1k context.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.Fp8*' > "$OUT/fp8_experts_tests.log" 2>&1
+      rc=$?
+      summary+=("fp8_experts tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|experts only" "$OUT/fp8_experts_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for x in "" --fp8-experts; do
+            timeout 240 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 1024,8192 --batch 1,2,4,8 --context 1024 \
+              --decode-steps 16 --repeats 3 --markdown "$OUT/fp8_experts_${m}${x:+_on}.md" > "$OUT/fp8_experts_${m}${x:+_on}.log" 2>&1
+            summary+=("fp8_experts $m [${x:-default}] rc=$?")
+            echo "$m --fp8 ${x}:"; grep -E "^\| [0-9]+ \|" "$OUT/fp8_experts_${m}${x:+_on}.md"
+          done
+        done
+      fi
       ;;
     moe_gather)
       # gate_up gathering each tile row's token from rows quantized once per token
