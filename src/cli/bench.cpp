@@ -110,7 +110,9 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
     opt.max_tokens = std::max({max_prefill, max_batch, 256});
     opt.max_seqs = std::max(max_batch, 1);
     opt.fp8 = o.fp8;
-    opt.fp8_experts = o.fp8 && o.fp8_experts;
+    // (the model ignores it for experts not stored as MXFP4; so do the byte counts and labels)
+    opt.fp8_experts = o.fp8 && o.fp8_experts && !weights.layers.empty() &&
+                      weights.layers[0].expert_format == kernels::ExpertFormat::kMxfp4;
     opt.kv_fp8 = o.kv_fp8;
     // A one-shot prefill writes every position into the sliding layers too.
     opt.num_blocks_sliding = std::max(opt.max_seqs * ((c.sliding_window + 15) / 16 + 2), max_prefill / 16 + 2);
@@ -389,7 +391,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_flag("--fp8", o->fp8, "FP8 block-scaled QKV, O, lm_head and large-batch experts (default bf16)");
     sub->add_flag("--fp8-experts", o->fp8_experts,
                   "With --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 kernels; "
-                  "fits gpt-oss-120b on one H200; decode reads ~1.9x the bytes)");
+                  "fits gpt-oss-120b on one H200; decode reads ~2x the bytes)");
     sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV cache: auto (bf16), bf16, fp8 (e4m3, scale 1)")
         ->capture_default_str();
     sub->add_option("--gpus", o->gpus, "Largest world for --sweep (default: every visible GPU)");

@@ -157,7 +157,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
     sub->add_flag("--fp8-experts", o->fp8_experts,
                   "cuda, with --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 "
-                  "kernels; fits gpt-oss-120b on one H200; decode reads ~1.9x the bytes)");
+                  "kernels; fits gpt-oss-120b on one H200; decode reads ~2x the bytes)");
     sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
                     "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
         ->capture_default_str();

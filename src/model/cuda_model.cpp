@@ -457,7 +457,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     if (fp8) {
         fp8_gemm = std::make_unique<kc::Fp8GemmRunner>();
         if (mxfp4) {
-            // The FP8 copy (lossless from MXFP4, ~1.9× its bytes with K padded to 3072) replaces
+            // The FP8 copy (lossless from MXFP4, ~2× its bytes with K padded to 3072) replaces
             // the bf16 copy; gpt-oss-120b's (122 GB) does not fit beside the MXFP4 weights, so
             // large batches there convert one expert at a time.
             have_bf16_experts = false;
@@ -471,8 +471,13 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                                     kc::moe_fp8_supported(static_cast<int>(H), static_cast<int>(I),
                                                           static_cast<int>(kp_i), static_cast<int>(E));
             if (opt.fp8_experts) {  // the FP8 copy only: the MXFP4 bytes are dropped layer by layer
-                if (!grouped_ok) return invalid_argument("--fp8-experts needs the grouped FP8 kernels (sm_90a)");
-                if (f8_bytes > 0.9 * static_cast<double>(free_b))
+                if (!grouped_ok)
+                    return invalid_argument("--fp8-experts needs the grouped FP8 kernels (sm_90a, expert widths " +
+                                            std::to_string(2 * I) + " x " + std::to_string(H) + " and " +
+                                            std::to_string(H) + " x " + std::to_string(I) + " unsupported)");
+                // + one layer's MXFP4 bytes while it converts, and room for the rest of the model
+                const double layer_mx = static_cast<double>(E) * 3 * I * H * 4.25 / 8;
+                if (f8_bytes + layer_mx > 0.85 * static_cast<double>(free_b))
                     return resource_exhausted("not enough device memory for the FP8 experts (" +
                                               std::to_string(static_cast<int64_t>(f8_bytes) >> 20) + " MiB, " +
                                               std::to_string(free_b >> 20) + " MiB free)");

@@ -42,8 +42,8 @@ struct CudaModelOptions {
     // published H200 account's format), each layer's MXFP4 bytes dropped once converted, so every
     // batch takes the grouped FP8 kernels. gpt-oss-120b's copy (122 GB) fits only this way. For
     // prompt-heavy serving (a prefill instance): prompts run at the FP8 kernels' rate, decode reads
-    // ~1.9x the MXFP4 bytes. Session 14, compiled only (bench/serve --fp8-experts). Ignored without
-    // fp8 or for experts not stored as MXFP4.
+    // ~2x the MXFP4 bytes. Session 14, compiled only (bench/serve --fp8-experts). Ignored without
+    // fp8 or for experts not stored as MXFP4; overrides moe_fp8_grouped = 0 / GPTOSS_MOE_FP8_GROUPED=0.
     bool fp8_experts = false;
     // With fp8 and no FP8 expert copy (gpt-oss-120b): batches of at least this many tokens take the
     // grouped FP8 GEMMs on the MXFP4 experts as they are (moe_mx below), or, with moe_mx off,
