@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_w4a8 router_norm ncu_prefill moe_gather fp8_experts
+#           decode_wg router_norm ncu_prefill moe_gather fp8_experts
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -492,28 +492,28 @@ for stage in "$@"; do
       switch_prefill_ab router_norm GPTOSS_ROUTER_NORM 'CudaOps.RouterNormalizingTheResidualMatchesTheNormsRows:CudaOps.ResidualRmsNorm*:CudaOps.RouterTopk' \
         'router|norm' "gpt-oss-20b gpt-oss-120b"
       ;;
-    decode_w4a8)
-      # moe_decode_w4a8 / moe_decode_wg (GPTOSS_MOE_DECODE=3 / 4, CudaModelOptions::moe_decode_w4a8; session 13): their
-      # kernel tests and the FP8 model test (its variant 6), then, only if they pass, moe_bench's
-      # weight-only MoE (1-8 tokens, 20b-shaped) and batch 1-8 decode of both models --fp8 at 1k,
-      # with each (3, 4) and with moe_decode_mma (1).
+    decode_wg)
+      # moe_decode_wg (GPTOSS_MOE_DECODE=4, CudaModelOptions::moe_decode_wg; session 13, opt-in
+      # since r29 measured it slower): its kernel tests and the FP8 model test, then, only if they
+      # pass, moe_bench's weight-only MoE (1-8 tokens, 20b-shaped) and batch 1-8 decode of both
+      # models --fp8 at 1k, with it (4) and with moe_decode_mma (1).
       timeout 240 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaMoeDecodeW4A8.*:CudaMoeDecodeWg.*:CudaModel.Fp8WeightsStayCloseToFp32:CudaOps.MoeMxfp4MatchesCpu' \
-        > "$OUT/decode_w4a8_tests.log" 2>&1
+        --gtest_filter='CudaMoeDecodeWg.*:CudaModel.Fp8WeightsStayCloseToFp32:CudaOps.MoeMxfp4MatchesCpu' \
+        > "$OUT/decode_wg_tests.log" 2>&1
       rc=$?
-      summary+=("decode_w4a8 tests rc=$rc")
-      grep -E "OK \]|FAILED|moe_decode_w4a8|W4A8|Failure" "$OUT/decode_w4a8_tests.log" | head -40
+      summary+=("decode_wg tests rc=$rc")
+      grep -E "OK \]|FAILED|moe_decode_wg|W4A8|Failure" "$OUT/decode_wg_tests.log" | head -40
       if [ $rc = 0 ]; then
-        for v in 1 3 4; do
-          GPTOSS_MOE_DECODE=$v timeout 60 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_w4a8_moe_bench_$v.log" 2>&1
-          echo "moe_bench GPTOSS_MOE_DECODE=$v:"; grep "^|" "$OUT/decode_w4a8_moe_bench_$v.log"
+        for v in 1 4; do
+          GPTOSS_MOE_DECODE=$v timeout 60 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_wg_moe_bench_$v.log" 2>&1
+          echo "moe_bench GPTOSS_MOE_DECODE=$v:"; grep "^|" "$OUT/decode_wg_moe_bench_$v.log"
         done
         for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 3 4; do
+          for v in 1 4; do
             GPTOSS_MOE_DECODE=$v timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 \
-              --context 1024 --decode-steps 32 --markdown "$OUT/decode_w4a8_${m}_$v.md" > "$OUT/decode_w4a8_${m}_$v.log" 2>&1
-            summary+=("decode_w4a8 $m GPTOSS_MOE_DECODE=$v rc=$?")
-            echo "$m --fp8 GPTOSS_MOE_DECODE=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_w4a8_${m}_$v.md"
+              --context 1024 --decode-steps 32 --markdown "$OUT/decode_wg_${m}_$v.md" > "$OUT/decode_wg_${m}_$v.log" 2>&1
+            summary+=("decode_wg $m GPTOSS_MOE_DECODE=$v rc=$?")
+            echo "$m --fp8 GPTOSS_MOE_DECODE=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_wg_${m}_$v.md"
           done
         done
       fi

@@ -121,7 +121,7 @@ struct CudaModel::Impl {
     // Instead of the conversion, moe_mxfp4_fp8 on the MXFP4 experts themselves (the same batches;
     // 120b 8k prefill 207.8 -> 169.8 ms, r28). CudaModelOptions::moe_mx / GPTOSS_MOE_MX=0: off.
     bool mx_grouped = false;
-    int decode_kernel = -1;  // MoeMxfp4Args::kernel for decode batches (CudaModelOptions::moe_decode_w4a8)
+    int decode_kernel = -1;  // MoeMxfp4Args::kernel for decode batches (CudaModelOptions::moe_decode_wg)
     DeviceBuffer jit_gu_q, jit_gu_s, jit_down_q, jit_down_s;
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
@@ -707,8 +707,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         kc::moe_mxfp4_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H), static_cast<int>(E)) &&
         kc::moe_mxfp4_fp8_supported(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E)) &&
         kc::moe_fp8_act_scale(static_cast<float>(c.swiglu_limit)) > 0.0f;
-    if (fp8 && opt.moe_decode_w4a8 >= 0)
-        decode_kernel = opt.moe_decode_w4a8 == 2 ? 4 : opt.moe_decode_w4a8 == 1 ? 3 : 1;
+    if (fp8 && opt.moe_decode_wg >= 0) decode_kernel = opt.moe_decode_wg == 1 ? 4 : 1;
     if (mx_grouped) {
         // No conversion to pay for: worth it from 512 tokens (120b prefill, r28: 512 tokens 48.3 ->
         // 42.2 ms, 1,024 78.0 -> 47.3; but 256 33.7 -> 37.0, and decode batches 32-128 slower).

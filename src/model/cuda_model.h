@@ -55,11 +55,10 @@ struct CudaModelOptions {
     // Those batches on the MXFP4 experts themselves instead (moe_mxfp4_fp8; no conversion, no
     // scratch): 1 on, 0 off, -1 GPTOSS_MOE_MX's choice (on unless =0).
     int moe_mx = -1;
-    // With fp8: decode batches (≤ 8 tokens) through moe_decode_w4a8 (e4m3 activations in 1×128
-    // blocks, the MXFP4 experts exact; 1) or the same scheme on wgmma (moe_decode_wg; 2) instead
-    // of moe_decode_mma (bf16 activations; 0); -1 GPTOSS_MOE_DECODE's choice (moe_decode_mma unless
-    // =3 or =4; session 13, compiled only).
-    int moe_decode_w4a8 = -1;
+    // With fp8: decode batches (≤ 8 tokens) through moe_decode_wg (e4m3 activations in 1×128
+    // blocks, the MXFP4 experts exact, wgmma; 1) instead of moe_decode_mma (bf16 activations; 0);
+    // -1 GPTOSS_MOE_DECODE's choice (moe_decode_mma unless =4). r29: slower (kernels/cuda/moe.h).
+    int moe_decode_wg = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

@@ -1395,8 +1395,8 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         moe_decode_wg(a, stream);
         return;
     }
-    if ((decode_kernel == 1 || decode_kernel == 3) && moe_decode_mma_supported(a)) {
-        decode_kernel == 3 ? moe_decode_w4a8(a, stream) : moe_decode_mma(a, stream);
+    if (decode_kernel == 1 && moe_decode_mma_supported(a)) {
+        moe_decode_mma(a, stream);
         return;
     }
     const int v2_max = 32 * 32 * kV2GroupsPerLane;

@@ -117,8 +117,8 @@ struct MoeMxfp4Args {
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
-    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 3: moe_decode_w4a8 there
-    // instead; 0: always the fp32 kernels.
+    // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
+    // 0: always the fp32 kernels.
     int kernel = -1;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
@@ -127,14 +127,13 @@ void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 inline constexpr int kMoeDecodeMmaMaxTokens = 8;
 bool moe_decode_mma_supported(const MoeMxfp4Args& args);
 void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
-// The same batches with e4m3 activations (W4A8; session 13, compiled only): each token row (h for
-// gate_up, the fp32 act for down) quantized in 1×128 blocks (scale amax / 448, round to nearest
-// even), the MXFP4 weights exact, a group of 32 an m16n8k32 e4m3 MMA, the group and block scales
-// applied in fp32. Where moe_decode_mma_supported. MoeMxfp4Args::kernel = 3 / GPTOSS_MOE_DECODE=3.
-void moe_decode_w4a8(const MoeMxfp4Args& args, cudaStream_t stream);
-// The same scheme on wgmma m64n8k32 (native FP8 on Hopper; moe_decode_w4a8's mma.sync e4m3 is
-// emulated there): a CTA one warpgroup over 64 rows and all of K (session 13, compiled only).
-// MoeMxfp4Args::kernel = 4 / GPTOSS_MOE_DECODE=4. Rows a multiple of 64, K ≤ 4,096.
+// The same batches with e4m3 activations (W4A8) on wgmma m64n8k32: each token row (h for gate_up,
+// the fp32 act for down) quantized in 1×128 blocks (scale amax / 448, round to nearest even), the
+// MXFP4 weights exact, a k32 wgmma a group of every row, the group and block scales applied in
+// fp32; a CTA one warpgroup over 64 rows and all of K. MoeMxfp4Args::kernel = 4 /
+// GPTOSS_MOE_DECODE=4. Rows a multiple of 64, K ≤ 4,096. Opt-in: r29 measured it slower than
+// moe_decode_mma (20b batch 1 2.310 vs 1.872 ms a step; too few bytes in flight a CTA). Its
+// mma.sync form (moe_decode_w4a8, e4m3 MMAs emulated on sm_90) was slower still and is removed.
 bool moe_decode_wg_supported(const MoeMxfp4Args& args);
 void moe_decode_wg(const MoeMxfp4Args& args, cudaStream_t stream);
 

@@ -321,196 +321,22 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
 
-// ---- moe_decode_w4a8: the same tiles with e4m3 activations (W4A8) -------------------------------
-//
-// The bf16 kernel above issues ~2.3 instructions a weight (r25: 312 warp instructions a KB) and
-// runs at 1.1-1.5 TB/s. Here a k32 MMA step is one MXFP4 group of both rows (m16n8k32 e4m3): lane
-// t's 4 bytes of the group (codes 8t..8t + 7) become its A registers by two bit moves a word
-// (e2m1_lo_to_e4m3 / _hi_: e4m3 = e2m1 · 2^-6 exactly), the MMA sums the group (C = 0), and the
-// group scale 2^(s - 127) and the activation block's scale (· 2^6) are applied in fp32 after it:
-// ~22 instructions a lane for 8 bytes of weights a row as PTX. But mma.sync e4m3 is emulated on
-// sm_90 (ptxas converts A and B to f16 for f16 MMAs; NVIDIA/cutlass#1986), so the SASS converts
-// again: opt-in until measured against moe_decode_mma (bench/NOTES.md r28 look back).
-// - Activations: each warp quantizes its own K range of every token row to e4m3 in 1×128 blocks
-//   (scale amax / 448, round to nearest even, as the FP8 GEMMs' activation quantizer), in MMA
-//   order: per token and group 32 bytes, lane t's 8 at 8t (codes 8t, 8t + 2, .. then 8t + 1, ..).
-//   gate_up quantizes h, down the fp32 act gate_up wrote: no extra launch.
-// - Weight bytes: 4 a lane a row and group (LDG.32 through L1, so the group beside it, in the same
-//   32-byte sector, comes from L1), every one of the warp's issued before any math, as above.
-constexpr int kW8Warps = 4;
-constexpr int kW8MaxGroups = 4 * (kStepsPerTile / kW8Warps);  // 24 groups (6 blocks of 128) a warp
-constexpr int kW8MaxBlocks = kW8MaxGroups / 4;
-// A staged token row: 32 bytes a group, padded to ≡ 32 (mod 128) bytes so that the 8-byte reads of
-// tokens 0..3 in a half warp fall in distinct banks.
-constexpr int kW8TokenBytes = kW8MaxGroups * 32 + 32;
-static_assert(kW8TokenBytes % 128 == 32, "staged token rows");
-// A warp's shared memory: [max_tokens][kW8TokenBytes] e4m3 rows, [8][kW8MaxBlocks] activation block
-// scales (· 2^6), [kW8MaxGroups][8][2] weight group scales (rows g and g + 8 side by side).
-constexpr size_t w8_warp_bytes(int max_tokens) {
-    return static_cast<size_t>(max_tokens) * kW8TokenBytes + 8 * kW8MaxBlocks * 4 + kW8MaxGroups * 16 * 4;
-}
-
-template <bool kGateUp>
-__global__ void __launch_bounds__(kW8Warps * 32, 4) moe_decode_w4a8_kernel(const MoeMxfp4Args a) {
-    extern __shared__ __align__(16) uint8_t w8_smem[];
-    __shared__ float red[kW8Warps][kRows][8];
-    __shared__ int s_info[3];
-    __shared__ int s_as[8];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
-    const int in_dim = kGateUp ? H : I, G = in_dim / 32;
-    const int rows = kGateUp ? 2 * I : H;
-    const int max_tokens = min(a.num_tokens, 8);
-    const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
-    if (tile.e < 0) return;
-    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
-
-    // This warp's groups [gbeg, gbeg + ng): whole 128-blocks [s0, s1) of K (the last may be short).
-    const int S = (G + 3) / 4;
-    const int s0 = warp * S / kW8Warps, s1 = (warp + 1) * S / kW8Warps;
-    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
-    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
-    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
-    const int64_t rbase = static_cast<int64_t>(e) * rows + row0;
-    const uint8_t* w_lo = blocks + ((rbase + g) * G + gbeg) * 16 + 4 * t;
-    const uint8_t* w_hi = w_lo + static_cast<int64_t>(8) * G * 16;
-    uint32_t wl[kW8MaxGroups], wh[kW8MaxGroups];
-#pragma unroll
-    for (int i = 0; i < kW8MaxGroups; ++i) {
-        wl[i] = i < ng ? __ldg(reinterpret_cast<const uint32_t*>(w_lo + i * 16)) : 0u;
-        wh[i] = i < ng ? __ldg(reinterpret_cast<const uint32_t*>(w_hi + i * 16)) : 0u;
-    }
-    // The scale bytes of the warp's 16 rows × ng groups: item c = lane + 32j is (group c / 16, row c % 16).
-    constexpr int kScaleItems = kW8MaxGroups * kRows / 32;
-    uint32_t sc[kScaleItems];
-#pragma unroll
-    for (int j = 0; j < kScaleItems; ++j) {
-        const int c = lane + 32 * j, i = c >> 4, r = c & 15;
-        sc[j] = i < ng ? __ldg(scales + (rbase + r) * G + gbeg + i) : 127u;
-    }
-    // After the weight loads are issued (its shared-memory store waits for the load).
-    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
-    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
-    pdl_trigger();                       // after the wait: at most this kernel and the next in flight
-    __syncthreads();                     // s_as
-
-    uint8_t* xq = w8_smem + warp * w8_warp_bytes(max_tokens);
-    float* xsc = reinterpret_cast<float*>(xq + max_tokens * kW8TokenBytes);
-    float* wsc = xsc + 8 * kW8MaxBlocks;
-#pragma unroll
-    for (int j = 0; j < kScaleItems; ++j) {
-        const int c = lane + 32 * j, i = c >> 4, r = c & 15;
-        if (i < ng) wsc[(i * 8 + (r & 7)) * 2 + (r >> 3)] = e8m0_to_f32(sc[j]);
-    }
-    // Quantize the warp's K range of each token row, 128 values (lane: 4 of group lane / 8) a block;
-    // a token's loads all issued before its first block's max (one L2 round trip a token).
-    const int nb = (ng + 3) / 4;
-    for (int tk = 0; tk < ntok; ++tk) {
-        const int as = s_as[tk];
-        float v[kW8MaxBlocks][4];
-#pragma unroll
-        for (int b = 0; b < kW8MaxBlocks; ++b) {
-            v[b][0] = v[b][1] = v[b][2] = v[b][3] = 0.0f;
-            if (4 * b + (lane >> 3) < ng) {
-                const int64_t col = static_cast<int64_t>(gbeg) * 32 + 128 * b + 4 * lane;
-                if (!kGateUp || a.h_f32 != nullptr) {
-                    const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
-                                               : a.act + static_cast<int64_t>(as) * I + col;
-                    const float4 x = *reinterpret_cast<const float4*>(src);
-                    v[b][0] = x.x, v[b][1] = x.y, v[b][2] = x.z, v[b][3] = x.w;
-                } else {
-                    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.h) +
-                                                                    static_cast<int64_t>(as / K) * H + col);
-                    v[b][0] = __uint_as_float(u.x << 16), v[b][1] = __uint_as_float(u.x & 0xffff0000u);
-                    v[b][2] = __uint_as_float(u.y << 16), v[b][3] = __uint_as_float(u.y & 0xffff0000u);
-                }
-            }
-        }
-#pragma unroll
-        for (int b = 0; b < kW8MaxBlocks; ++b) {
-            if (b >= nb) break;
-            const int gi = 4 * b + (lane >> 3);
-            const float m =
-                warp_max(fmaxf(fmaxf(fabsf(v[b][0]), fabsf(v[b][1])), fmaxf(fabsf(v[b][2]), fabsf(v[b][3]))));
-            const float inv = m > 0.0f ? fminf(__fdiv_rn(448.0f, m), 3.0e38f) : 1.0f;
-            if (lane == 0) xsc[tk * kW8MaxBlocks + b] = (m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f) * 64.0f;
-            if (gi < ng) {
-                uint32_t q[4];
-#pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    q[k] = __nv_cvt_float_to_fp8(__fmul_rn(v[b][k], inv), __NV_SATFINITE, __NV_E4M3);
-                // Elements 4·(lane % 8) + 0..3 of the group: even ones at byte 8t' + m, odd at 8t' + 4 + m.
-                const int jj = 4 * (lane & 7);
-                uint8_t* dst = xq + tk * kW8TokenBytes + gi * 32 + 8 * (jj >> 3) + ((jj & 7) >> 1);
-                *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(q[0] | q[2] << 8);
-                *reinterpret_cast<uint16_t*>(dst + 4) = static_cast<uint16_t>(q[1] | q[3] << 8);
-            }
-        }
-    }
-    __syncwarp();
-
-    // Rows g, g + 8 × tokens 2t, 2t + 1: a group an MMA (scaled by its rows' scales), a 128-block's
-    // sum scaled by its tokens' activation scales.
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const bool has_x = g < ntok;
-    const uint8_t* xrow = xq + g * kW8TokenBytes + 8 * t;
-    const float2* ws2 = reinterpret_cast<const float2*>(wsc) + g;
-#pragma unroll
-    for (int b = 0; b < kW8MaxBlocks; ++b) {
-        if (4 * b >= ng) break;
-        float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int i = 4 * b + j;
-            if (i < ng) {
-                const uint2 xb = has_x ? *reinterpret_cast<const uint2*>(xrow + i * 32) : make_uint2(0u, 0u);
-                float d[4];
-                mma_e4m3(d, e2m1_lo_to_e4m3(wl[i]), e2m1_lo_to_e4m3(wh[i]), e2m1_hi_to_e4m3(wl[i]),
-                         e2m1_hi_to_e4m3(wh[i]), xb.x, xb.y);
-                const float2 s = ws2[i * 8];
-                blk[0] = fmaf(s.x, d[0], blk[0]);
-                blk[1] = fmaf(s.x, d[1], blk[1]);
-                blk[2] = fmaf(s.y, d[2], blk[2]);
-                blk[3] = fmaf(s.y, d[3], blk[3]);
-            }
-        }
-        const float x0 = 2 * t < ntok ? xsc[2 * t * kW8MaxBlocks + b] : 0.0f;
-        const float x1 = 2 * t + 1 < ntok ? xsc[(2 * t + 1) * kW8MaxBlocks + b] : 0.0f;
-        acc[0] = fmaf(x0, blk[0], acc[0]);
-        acc[1] = fmaf(x1, blk[1], acc[1]);
-        acc[2] = fmaf(x0, blk[2], acc[2]);
-        acc[3] = fmaf(x1, blk[3], acc[3]);
-    }
-    decode_epilogue<kGateUp, kW8Warps>(a, acc, red, e, row0, ntok, s_as);
-}
-
-template <bool kGateUp>
-void launch_w4a8(const MoeMxfp4Args& a, cudaStream_t stream) {
-    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
-    const int max_tokens = std::min(a.num_tokens, 8);
-    const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
-    const int64_t grid = experts * (rows / kRows);
-    const size_t smem = kW8Warps * w8_warp_bytes(max_tokens);
-    auto kernel = moe_decode_w4a8_kernel<kGateUp>;
-    fit_dynamic_smem(kernel, smem);
-    launch_pdl(kernel, static_cast<int>(grid), kW8Warps * 32, smem, stream, a);
-}
-
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
 //
-// mma.sync e4m3 is emulated on sm_90 (converted to f16 by ptxas), so moe_decode_w4a8's e4m3 MMAs
-// are not native; wgmma's are. A CTA is one warpgroup over 64 rows of one expert and all of K:
+// mma.sync e4m3 is emulated on sm_90 (converted to f16 by ptxas: NVIDIA/cutlass#1986; an mma.sync
+// form of this kernel was measured slower and removed in r29); wgmma's are native. The bf16 kernel
+// above issues ~2.3 instructions a weight (r25: 312 warp instructions a KB) and runs at 1.1-1.5
+// TB/s; this one was written to cut that. A CTA is one warpgroup over 64 rows of one expert and all of K:
 // warp w has rows 16w + g and 16w + g + 8 (the wgmma A fragment: a0 / a1 at k 4t.., a2 / a3 at
 // 16 + 4t..), lane t the 4 code bytes 4t.. of each group of both rows (LDG.32, a round of up to
 // kWgRound groups issued together), turned into e4m3 by the two bit moves; a k32 wgmma is one
 // group of every row (the W4A8 K order), into a 4-float tmp from zero, then 2^(s - 127) of each
-// row's group scale in fp32 and the activation block's scale at each 128-block's end, as
-// moe_decode_w4a8. x (≤ 8 tokens) is quantized the same way into shared memory as the B operand:
-// a 128-byte-swizzled 8-row atom per 128 of K (desc_sw128), the byte at K position p of a group
-// holding element 8(p / 4) + 2(p % 4) (p < 16) or 8((p - 16) / 4) + 2(p % 4) + 1. Each warp holds
-// all of K for its rows, so no cross-warp sum: gate_up pairs rows (gate, up) by a shuffle.
-// Session 13, compiled only (GPTOSS_MOE_DECODE=4; the W4A8 test's scheme and bounds).
+// row's group scale in fp32 and the activation block's scale at each 128-block's end (the block
+// scales amax / 448, as the FP8 GEMMs' activation quantizer). x (≤ 8 tokens) is quantized the same way into shared
+// memory as the B operand: a 128-byte-swizzled 8-row atom per 128 of K (desc_sw128), the byte at K position p of a
+// group holding element 8(p / 4) + 2(p % 4) (p < 16) or 8((p - 16) / 4) + 2(p % 4) + 1. Each warp holds all of K for
+// its rows, so no cross-warp sum: gate_up pairs rows (gate, up) by a shuffle. Session 13; opt-in (GPTOSS_MOE_DECODE=4;
+// tests: CudaMoeDecodeWg, the W4A8 scheme's bounds).
 constexpr int kWgRows = 64;
 constexpr int kWgRound = 24;      // groups of weight loads in flight a thread (48 registers)
 constexpr int kWgMaxBlocks = 32;  // 128-wide K blocks: K ≤ 4,096
@@ -585,7 +411,7 @@ __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a
     __syncthreads();  // s_as, s_sc
 
     // x: rows of tokens ≥ ntok zero; warp w quantizes blocks w, w + 4, .. of every token row (4
-    // values a lane, amax / 448 as moe_decode_w4a8), loads of a token's blocks issued together.
+    // values a lane, amax / 448), loads of a token's blocks issued together.
     for (int i = threadIdx.x; i < nb * 8 * 128 / 16; i += 128) {
         const int n = (i >> 3) & 7;
         if (n >= ntok) *reinterpret_cast<uint4*>(xb + 16 * i) = make_uint4(0u, 0u, 0u, 0u);
@@ -746,13 +572,6 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
-}
-
-void moe_decode_w4a8(const MoeMxfp4Args& a, cudaStream_t stream) {
-    ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_w4a8: %d tokens, sizes %d/%d, %d experts unsupported",
-                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    launch_w4a8<true>(a, stream);
-    launch_w4a8<false>(a, stream);
 }
 
 bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
