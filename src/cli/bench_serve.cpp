@@ -34,6 +34,7 @@ struct BenchServeOptions {
     std::string backend = "cpu";
     std::string layout = "tp=1";
     bool fp8 = false;
+    bool fp8_experts = false;             // cuda, with fp8: model::CudaModelOptions::fp8_experts
     std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
     std::string concurrency = "1,4,16";
     int prompt_len = 32;
@@ -111,6 +112,7 @@ int run_bench_serve(const BenchServeOptions& o) {
         return fail("--prompt-len and --max-tokens: at most 2^20");
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    if (o.fp8_experts && !o.fp8) return fail("--fp8-experts needs --fp8");
     const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     if (o.model.empty() == o.synthetic.empty()) return fail("give exactly one of --model and --synthetic");
@@ -134,7 +136,7 @@ int run_bench_serve(const BenchServeOptions& o) {
     }
     std::unique_ptr<runtime::ModelRunner> runner;
     if (cuda) {
-        auto r = runtime::CudaModelRunner::create(weights, max_c, batched, *layout, o.fp8, *kv_fp8);
+        auto r = runtime::CudaModelRunner::create(weights, max_c, batched, *layout, o.fp8, *kv_fp8, o.fp8_experts);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
@@ -240,6 +242,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     add_options(sub, o);
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_flag("--fp8-experts", o->fp8_experts,
+                  "cuda, with --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 "
+                  "kernels; fits gpt-oss-120b on one H200; decode reads ~2x the bytes)");
     sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
                     "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
         ->capture_default_str();

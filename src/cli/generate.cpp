@@ -31,6 +31,7 @@ using nlohmann::json;
 struct GenerateOptions {
     std::string layout = "tp=1";          // CUDA backend: parallel layout over several GPUs
     bool fp8 = false;                     // CUDA backend: FP8 weights (model::CudaModelOptions::fp8)
+    bool fp8_experts = false;             // with fp8: model::CudaModelOptions::fp8_experts
     std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
     std::string model;
     std::string ids;
@@ -213,11 +214,12 @@ int run_generate(const GenerateOptions& o) {
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    if (o.fp8_experts && !o.fp8) return fail("--fp8-experts needs --fp8");
     const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     if (o.backend == "cuda") {
-        auto r =
-            runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout, o.fp8, *kv_fp8);
+        auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout, o.fp8,
+                                                  *kv_fp8, o.fp8_experts);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
@@ -331,6 +333,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_flag("--fp8-experts", o->fp8_experts,
+                  "cuda, with --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 "
+                  "kernels; fits gpt-oss-120b on one H200; decode reads ~2x the bytes)");
     sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
                     "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
         ->capture_default_str();

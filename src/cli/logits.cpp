@@ -22,6 +22,7 @@ struct LogitsOptions {
     std::string out;  // write a safetensors file instead of JSON
     std::string layout = "tp=1";
     bool fp8 = false;                     // cuda: FP8 weights (model::CudaModelOptions::fp8)
+    bool fp8_experts = false;             // cuda, with fp8: model::CudaModelOptions::fp8_experts
     std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
 };
 
@@ -34,6 +35,7 @@ int run_logits(const LogitsOptions& o) {
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
     if (o.fp8 && o.backend != "cuda") return fail("--fp8 needs --backend cuda");
+    if (o.fp8_experts && !o.fp8) return fail("--fp8-experts needs --fp8");
     const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     std::vector<float> logits;
@@ -54,6 +56,7 @@ int run_logits(const LogitsOptions& o) {
         opt.max_tokens = std::max<int>(static_cast<int>(ids->size()), 1024);
         opt.max_seqs = 4;
         opt.fp8 = o.fp8;
+        opt.fp8_experts = o.fp8_experts;
         opt.kv_fp8 = *kv_fp8;
         // One call writes every position of the prompt, sliding layers included.
         opt.num_blocks_sliding = static_cast<int>(ids->size() / 16 + 2);
@@ -126,6 +129,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->capture_default_str();
     sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON");
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
+    sub->add_flag("--fp8-experts", o->fp8_experts,
+                  "cuda, with --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 "
+                  "kernels; fits gpt-oss-120b on one H200; decode reads ~2x the bytes)");
     sub->add_option("--kv-cache-dtype", o->kv_cache_dtype,
                     "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
         ->capture_default_str();
