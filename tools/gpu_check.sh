@@ -482,8 +482,8 @@ for stage in "$@"; do
       # gate_up gathering each tile row's token from rows quantized once per token
       # (GPTOSS_MOE_GATHER=1, MoeFp8Args::x_by_token; session 14, compiled only): the bit-identity
       # tests of both kernels, the model tests with it, then 8k --fp8 prefill A/B of both models.
-      switch_prefill_ab moe_gather GPTOSS_MOE_GATHER 'CudaMoeFp8.GatheredRows*:CudaMoeMx.GatheredRows*:CudaMoeFp8.*:CudaMoeMx.MatchesCpuAtRealWidths' \
-        'moe' "gpt-oss-20b gpt-oss-120b"
+      switch_prefill_ab moe_gather GPTOSS_MOE_GATHER 'CudaMoeFp8.GatheredRows*:CudaMoeMx.GatheredRows*:CudaMoeFp8.*:CudaMoeMx.MatchesCpuAtRealWidths:CudaOps.ResidualRmsNorm*' \
+        'moe|norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     router_norm)
       # The router normalizing the residual itself (default since session 13, measured in r29; A/B

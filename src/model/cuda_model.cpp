@@ -165,6 +165,19 @@ struct CudaModel::Impl {
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
     }
+    // The prompt MoE path of a batch of `rows` tokens when it gathers token rows (moe_gather): 1 the
+    // grouped FP8 kernels (rows of H bytes), 2 the MX kernels (rows of H padded to 128, the MX K
+    // order), 0 neither; moe()'s order of checks. The post-attention norm writes those rows itself
+    // where it can (tok_rows_kind); moe() quantizes them only where the norm did not.
+    int moe_token_rows(int rows) const {
+        if (!moe_gather) return 0;
+        const bool fp8_rows = fp8_grouped_persistent && fp8_grouped_wg != 2;
+        if (mx_grouped && rows >= fp8_jit_tokens) return 2;
+        if (fp8_jit && rows >= fp8_jit_tokens) return fp8_rows ? 1 : 0;
+        if (use_wgmma(rows) || use_mma(rows) || (mxfp4 && rows <= mxfp4_tokens)) return 0;
+        return fp8_grouped && fp8_rows ? 1 : 0;
+    }
+    int tok_rows_kind = 0;  // this layer's MoE token rows already in xq8 / xs8 (moe_token_rows' kinds)
     int experts_per_token = 4, num_experts = 32;  // of the whole model (EP: rows per expert average over all)
     int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
     size_t weight_bytes = 0, kv_bytes = 0;
@@ -941,8 +954,9 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.warpgroups = fp8_grouped_wg;
         m.persistent = fp8_grouped_persistent;
         m.x_by_token = moe_gather && m.persistent && m.warpgroups != 2;
-        if (m.x_by_token) {  // T rows (one per token), gathered by gate_up's producer
-            kc::moe_fp8_quant_rows(h_bf16, false, nullptr, K, T, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        if (m.x_by_token) {          // T rows (one per token), gathered by gate_up's producer
+            if (tok_rows_kind != 1)  // else the post-attention norm wrote them
+                kc::moe_fp8_quant_rows(h_bf16, false, nullptr, K, T, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
             m.experts_per_token = K;
             m.x_row_bytes = H;
         } else {
@@ -993,9 +1007,10 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         const int kp_h = (static_cast<int>(H) + 127) / 128 * 128, kp_i = (static_cast<int>(I) + 127) / 128 * 128;
         kc::MoeFp8Args m = grouped_args();
         m.x_by_token = moe_gather;
-        if (m.x_by_token) {  // T rows (one per token), gathered by gate_up's producer
-            kc::moe_fp8_quant_rows_mx(h_bf16, false, nullptr, K, T, H, kp_h, xq8.as<uint8_t>(), xs8.as<float>(),
-                                      stream);
+        if (m.x_by_token) {          // T rows (one per token), gathered by gate_up's producer
+            if (tok_rows_kind != 2)  // else the post-attention norm wrote them
+                kc::moe_fp8_quant_rows_mx(h_bf16, false, nullptr, K, T, H, kp_h, xq8.as<uint8_t>(), xs8.as<float>(),
+                                          stream);
             m.experts_per_token = K;
             m.x_row_bytes = kp_h;
         } else {
@@ -1602,8 +1617,19 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn2.num_tokens = T;
                 rn2.hidden_size = H;
                 rn2.eps = static_cast<float>(c.rms_norm_eps);
-                kc::residual_rmsnorm(rn2, stream);
+                // The MoE's token rows (moe_gather) straight from the norm, on one DP group (else
+                // the experts' rows are every group's, gathered after).
+                const int rows_kind = dp == 1 ? moe_token_rows(Tm) : 0;
+                kc::NormTokenRows rows;
+                rows.q = xq8.as<uint8_t>();
+                rows.scale = xs8.as<float>();
+                rows.mx = rows_kind == 2;
+                rows.stride = rows_kind == 2 ? (H + 127) / 128 * 128 : H;
+                tok_rows_kind = rows_kind != 0 && kc::residual_rmsnorm_fuses_rows(rn2, rows) ? rows_kind : 0;
+                kc::residual_rmsnorm(rn2, stream, tok_rows_kind != 0 ? &rows : nullptr);
                 mark("norm");
+            } else {
+                tok_rows_kind = 0;
             }
 
             // DP: the experts see every group's rows. Ours go to our slot of [dp, Tmax, H] (padding

@@ -156,6 +156,87 @@ TEST(CudaOps, ResidualRmsNormQuantizesLikeTheGemmQuantizer) {
     }
 }
 
+// The norm's rows for the prompt MoE (NormTokenRows): the bytes and scales of
+// moe_fp8_quant_rows (rows of H) and moe_fp8_quant_rows_mx (rows padded to 128, the MX K order, zeros
+// past H) on its bf16 rows, bit for bit, together with out_q (both quantizers in one kernel); a zero
+// row (scale 1); the wide kernel only (T < 64 is refused by residual_rmsnorm_fuses_rows).
+TEST(CudaOps, ResidualRmsNormWritesTheMoeTokenRows) {
+    REQUIRE_GPU();
+    const int H = 2880, K = 4, H_pad = (H + 127) / 128 * 128, k_pad = kc::fp8_gemm_k_pad(H);
+    for (int T : {64, 301}) {
+        auto x = randn(static_cast<size_t>(T) * H, 41 + T);
+        for (int t = 0; t < T; ++t)
+            for (int i = 0; i < H; ++i) x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
+        auto add = bf16_round(randn(static_cast<size_t>(T) * K * H, 42 + T));
+        auto w = randn(static_cast<size_t>(T) * K, 43 + T, 0.3f, 0.5f);
+        for (int k = 0; k < K; ++k) w[static_cast<size_t>(7) * K + k] = 0.0f;  // row 7: x and adds zero below
+        for (int i = 0; i < H; ++i) x[static_cast<size_t>(7) * H + i] = 0.0f;
+        auto gain = randn(H, 45, 0.2f, 1.0f);
+        auto dadd = to_device(to_bf16(add)), dw = to_device(w), dg = to_device(gain);
+        kc::ResidualRmsNormArgs a;
+        a.add = dadd.as<float>();
+        a.add_bf16 = true;
+        a.add_weights = dw.as<float>();
+        a.num_add = K;
+        a.weight = dg.as<float>();
+        a.num_tokens = T;
+        a.hidden_size = H;
+        // Reference: the norm's bf16 rows through the MoE's quantizers.
+        auto x_ref = to_device(x);
+        auto out = poisoned(static_cast<size_t>(T) * H * 2);
+        a.x = x_ref.as<float>();
+        a.out = out.get();
+        kc::residual_rmsnorm(a, nullptr);
+        for (bool mx : {false, true}) {
+            const int stride = mx ? H_pad : H;
+            auto q_ref = poisoned(static_cast<size_t>(T) * stride), s_ref = poisoned(static_cast<size_t>(T) * 4);
+            if (mx)
+                kc::moe_fp8_quant_rows_mx(out.get(), false, nullptr, K, T, H, H_pad, q_ref.as<uint8_t>(),
+                                          s_ref.as<float>(), nullptr);
+            else
+                kc::moe_fp8_quant_rows(out.get(), false, nullptr, K, T, H, q_ref.as<uint8_t>(), s_ref.as<float>(),
+                                       nullptr);
+            auto x_r = to_device(x);
+            auto out2 = poisoned(static_cast<size_t>(T) * H * 2);
+            auto q = poisoned(static_cast<size_t>(T) * stride), sc = poisoned(static_cast<size_t>(T) * 4);
+            const int m_pad = kc::fp8_gemm_m_pad(T);
+            auto gq = poisoned(static_cast<size_t>(m_pad) * k_pad);
+            auto gs = poisoned(static_cast<size_t>(k_pad / 128) * m_pad * 4);
+            kc::ResidualRmsNormArgs b = a;
+            b.x = x_r.as<float>();
+            b.out = out2.get();
+            kc::NormTokenRows rows;
+            rows.q = q.as<uint8_t>();
+            rows.scale = sc.as<float>();
+            rows.stride = stride;
+            rows.mx = mx;
+            b.out_q = gq.as<uint8_t>();  // the GEMM quantizer's rows in the same kernel
+            b.out_q_scale = gs.as<float>();
+            b.q_k_pad = k_pad;
+            b.q_m_pad = m_pad;
+            ASSERT_TRUE(kc::residual_rmsnorm_fuses_rows(b, rows)) << "T=" << T;
+            kc::residual_rmsnorm(b, nullptr, &rows);
+            const auto got_s = to_host<float>(sc, T);
+            EXPECT_EQ(to_host<uint8_t>(q, q_ref.bytes()), to_host<uint8_t>(q_ref, q_ref.bytes()))
+                << "T=" << T << (mx ? " MX" : "");
+            EXPECT_EQ(got_s, to_host<float>(s_ref, T)) << "T=" << T << (mx ? " MX" : "");
+            EXPECT_EQ(got_s[7], 1.0f) << "the zero row's scale";
+            EXPECT_EQ(to_host<uint16_t>(out2, x.size()), to_host<uint16_t>(out, x.size())) << "out, T=" << T;
+            EXPECT_EQ(to_host<float>(x_r, x.size()), to_host<float>(x_ref, x.size())) << "residual, T=" << T;
+        }
+    }
+    kc::ResidualRmsNormArgs small;  // below the wide kernel: not fused
+    small.num_tokens = 5;
+    small.hidden_size = H;
+    DeviceBuffer dummy(static_cast<size_t>(5) * H * 4);
+    small.x = dummy.as<float>();
+    kc::NormTokenRows rows;
+    rows.q = dummy.as<uint8_t>();
+    rows.scale = dummy.as<float>();
+    rows.stride = H;
+    EXPECT_FALSE(kc::residual_rmsnorm_fuses_rows(small, rows));
+}
+
 TEST(CudaOps, QkvBiasRopeKvWrite) {
     REQUIRE_GPU();
     // head_dim 64 (gpt-oss: the kernel specialised for it) and 32 (the generic instantiation).
