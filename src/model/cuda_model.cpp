@@ -1715,6 +1715,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
             moe(Tm, l, fused_router, moe_h, moe_h32);
+            tok_rows_kind = 0;  // used: no later call may take this layer's rows for its own
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world
                 kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);

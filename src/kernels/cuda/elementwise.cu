@@ -474,10 +474,10 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream, const N
                                         a.q_k_pad >= a.hidden_size && a.q_m_pad == fp8_gemm_m_pad(a.num_tokens)),
                  "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,
                  a.hidden_size, a.q_m_pad);
+    if (a.num_tokens == 0) return;
     ENGINE_CHECK(rows == nullptr || residual_rmsnorm_fuses_rows(a, *rows),
                  "residual_rmsnorm: token rows only where residual_rmsnorm_fuses_rows (%d tokens, stride %d)",
                  a.num_tokens, rows != nullptr ? rows->stride : 0);
-    if (a.num_tokens == 0) return;
     const NormTokenRows r = rows != nullptr ? *rows : NormTokenRows{};
     const auto wide =
         rows != nullptr ? residual_rmsnorm_wide_batched_kernel<true> : residual_rmsnorm_wide_batched_kernel<false>;
