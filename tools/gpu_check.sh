@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill moe_gather fp8_experts
+#           decode_wg router_norm ncu_prefill moe_gather fp8_experts narrow_tail
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -484,6 +484,26 @@ for stage in "$@"; do
       # tests of both kernels, the model tests with it, then 8k --fp8 prefill A/B of both models.
       switch_prefill_ab moe_gather GPTOSS_MOE_GATHER 'CudaMoeFp8.GatheredRows*:CudaMoeMx.GatheredRows*:CudaMoeFp8.*:CudaMoeMx.MatchesCpuAtRealWidths:CudaOps.ResidualRmsNorm*' \
         'moe|norm' "gpt-oss-20b gpt-oss-120b"
+      ;;
+    narrow_tail)
+      # Partial tiles on narrower wgmmas (MoeFp8Args::narrow_tail, default since r30; A/B against
+      # GPTOSS_MOE_NARROW_TAIL=0): the bit-identity and CPU tests of both grouped kernels, then 8k
+      # prefill with it and without: 20b --fp8, 120b --fp8 (MX kernel), 120b --fp8 --fp8-experts.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.*:CudaMoeMx.*' > "$OUT/narrow_tail_tests.log" 2>&1
+      rc=$?
+      summary+=("narrow_tail tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|narrow tails|gathered by token" "$OUT/narrow_tail_tests.log" | head -60
+      if [ $rc = 0 ]; then
+        for cfg in "gpt-oss-20b" "gpt-oss-120b" "gpt-oss-120b --fp8-experts"; do
+          tag=$(echo "$cfg" | tr -d ' -' | sed 's/gptoss//')
+          for v in 1 0; do
+            GPTOSS_MOE_NARROW_TAIL=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $cfg --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/narrow_tail_${tag}_$v.log" 2>&1
+            summary+=("narrow_tail [$cfg] NARROW_TAIL=$v rc=$?")
+            echo "$cfg --fp8 8k prefill, GPTOSS_MOE_NARROW_TAIL=$v:"; grep -E "^\| [0-9]+ \||  (moe|attention|total) " "$OUT/narrow_tail_${tag}_$v.log" | head -8
+          done
+        done
+      fi
       ;;
     router_norm)
       # The router normalizing the residual itself (default since session 13, measured in r29; A/B

@@ -108,6 +108,11 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_MOE_GATHER");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
+    // MoeFp8Args::narrow_tail (r30): GPTOSS_MOE_NARROW_TAIL=0 runs partial tiles 128 tokens wide (A/B).
+    bool moe_narrow_tail = [] {
+        const char* v = std::getenv("GPTOSS_MOE_NARROW_TAIL");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
         return v != nullptr && (std::strcmp(v, "2") == 0 || std::strcmp(v, "3") == 0) ? std::atoi(v) : 0;
@@ -945,6 +950,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.num_experts = E;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        m.narrow_tail = moe_narrow_tail;
         return m;
     };
     // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up

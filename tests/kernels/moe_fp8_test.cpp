@@ -770,12 +770,34 @@ struct GatherCase {
     int A() const { return T * K; }
 };
 
-TEST(CudaMoeFp8, GatheredRowsMatchRowsPerAssignment) {
+// The widths (item_width) of a case's partial tiles: bit i set for a tile of 32·(i + 1) tokens.
+int tail_widths(const std::vector<int32_t>& offsets) {
+    int bits = 0;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+        const int r = (offsets[e + 1] - offsets[e]) % kMoeFp8BlockTokens;
+        if (r > 0) bits |= 1 << ((r + 31) / 32 - 1);
+    }
+    return bits;
+}
+
+// Variants against the reference (rows per assignment, every tile 128 tokens wide): rows gathered
+// by token (MoeFp8Args::x_by_token) and partial tiles on narrower wgmmas (narrow_tail). Both
+// compute the same sums in the same order: bit-identical.
+constexpr struct {
+    bool by_token, narrow;
+    const char* name;
+} kRowVariants[] = {
+    {false, false, "reference"}, {true, false, "rows gathered by token"}, {false, true, "narrow tails"}};
+
+TEST(CudaMoeFp8, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
-    for (const auto& [E, T, seed] : {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}}) {
+    int widths = 0;
+    // ~100-120, ~220 and ~26 rows an expert (expert 1 a third of that): partial tiles of every width
+    for (const auto& [E, T, seed] : {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}, std::tuple{24, 150, 79u}}) {
         GatherCase c(E, 2880, 1440, T, 4, seed);
         const int A = c.A();
         ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
+        widths |= tail_widths(c.offsets);
         Fp8Experts gu(E, 2 * c.I, c.H, seed + 2);
         auto dh = to_device(c.h), doff = to_device(c.offsets), dsorted = to_device(c.sorted);
         const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
@@ -788,15 +810,16 @@ TEST(CudaMoeFp8, GatheredRowsMatchRowsPerAssignment) {
                            nullptr);
         moe_fp8_quant_rows(dh.get(), false, nullptr, c.K, c.T, c.H, xt.as<uint8_t>(), st.as<float>(), nullptr);
         auto dguq = to_device(gu.q), dgus = to_device(gu.s), dgub = to_device(gu.bias);
-        DeviceBuffer act_a(static_cast<size_t>(A) * c.I), act_t(static_cast<size_t>(A) * c.I);
+        DeviceBuffer act(static_cast<size_t>(A) * c.I);
         for (int ctas : {0, 7}) {
-            std::vector<uint8_t> out[2];
-            for (int by_token = 0; by_token < 2; ++by_token) {
-                DeviceBuffer& act = by_token ? act_t : act_a;
+            std::vector<uint8_t> out[3];
+            for (int v = 0; v < 3; ++v) {
+                const bool by_token = kRowVariants[v].by_token;
                 EXPECT_EQ(cudaMemset(act.get(), 0x7f, act.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
                 MoeFp8Args a = by_token ? rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles)
                                         : rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
                 a.x_by_token = by_token;
+                a.narrow_tail = kRowVariants[v].narrow;
                 a.experts_per_token = c.K;
                 a.x_row_bytes = c.H;
                 a.wq = dguq.as<uint8_t>();
@@ -812,24 +835,29 @@ TEST(CudaMoeFp8, GatheredRowsMatchRowsPerAssignment) {
                 a.persistent = true;
                 a.persistent_ctas = ctas;
                 moe_fp8(a, true, nullptr);
-                out[by_token] = to_host<uint8_t>(act, static_cast<size_t>(A) * c.I);
+                out[v] = to_host<uint8_t>(act, static_cast<size_t>(A) * c.I);
             }
-            int differ = 0;
-            for (size_t i = 0; i < out[0].size(); ++i) differ += out[0][i] != out[1][i];
-            std::printf(
-                "  moe_fp8 gate_up, rows gathered by token (E %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n", E,
-                c.T, A, ctas, differ, out[0].size());
-            EXPECT_EQ(differ, 0) << "E " << E << ", " << ctas << " CTAs";
+            for (int v = 1; v < 3; ++v) {
+                int differ = 0;
+                for (size_t i = 0; i < out[0].size(); ++i) differ += out[0][i] != out[v][i];
+                std::printf("  moe_fp8 gate_up, %s (E %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n",
+                            kRowVariants[v].name, E, c.T, A, ctas, differ, out[0].size());
+                EXPECT_EQ(differ, 0) << kRowVariants[v].name << ", E " << E << ", " << ctas << " CTAs";
+            }
         }
     }
+    EXPECT_EQ(widths, 15) << "partial tiles of every width (32, 64, 96, 128 tokens)";
 }
 
-TEST(CudaMoeMx, GatheredRowsMatchRowsPerAssignment) {
+TEST(CudaMoeMx, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
-    for (const auto& [E, H, I, T, seed] : {std::tuple{6, 2880, 1440, 150, 71u}, std::tuple{5, 1088, 736, 201, 73u}}) {
+    int widths = 0;
+    for (const auto& [E, H, I, T, seed] : {std::tuple{6, 2880, 1440, 150, 71u}, std::tuple{5, 1088, 736, 201, 73u},
+                                           std::tuple{8, 2880, 1440, 201, 83u}}) {
         GatherCase c(E, H, I, T, 3, seed);
         const int A = c.A(), H_pad = (H + 127) / 128 * 128, I_pad = (I + 127) / 128 * 128;
         ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
+        widths |= tail_widths(c.offsets);
         MxExperts gu(E, 2 * I, H, seed + 2, 113, 8);
         auto dh = to_device(c.h), doff = to_device(c.offsets), dsorted = to_device(c.sorted);
         const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
@@ -842,15 +870,16 @@ TEST(CudaMoeMx, GatheredRowsMatchRowsPerAssignment) {
                               nullptr);
         moe_fp8_quant_rows_mx(dh.get(), false, nullptr, c.K, T, H, H_pad, xt.as<uint8_t>(), st.as<float>(), nullptr);
         auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
-        DeviceBuffer act_a(static_cast<size_t>(A) * I_pad), act_t(static_cast<size_t>(A) * I_pad);
+        DeviceBuffer act(static_cast<size_t>(A) * I_pad);
         for (int ctas : {0, 7}) {
-            std::vector<uint8_t> out[2];
-            for (int by_token = 0; by_token < 2; ++by_token) {
-                DeviceBuffer& act = by_token ? act_t : act_a;
+            std::vector<uint8_t> out[3];
+            for (int v = 0; v < 3; ++v) {
+                const bool by_token = kRowVariants[v].by_token;
                 EXPECT_EQ(cudaMemset(act.get(), 0, act.bytes()), cudaSuccess);  // positions past I stay 0
                 MoeFp8Args a = by_token ? rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles)
                                         : rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
                 a.x_by_token = by_token;
+                a.narrow_tail = kRowVariants[v].narrow;
                 a.experts_per_token = c.K;
                 a.x_row_bytes = H_pad;
                 a.w_mx = dgc.as<uint8_t>();
@@ -866,21 +895,23 @@ TEST(CudaMoeMx, GatheredRowsMatchRowsPerAssignment) {
                 a.num_experts = E;
                 a.persistent_ctas = ctas;
                 moe_mxfp4_fp8(a, true, nullptr);
-                out[by_token] = to_host<uint8_t>(act, static_cast<size_t>(A) * I_pad);
+                out[v] = to_host<uint8_t>(act, static_cast<size_t>(A) * I_pad);
             }
-            int differ = 0, nan = 0;
-            for (size_t i = 0; i < out[0].size(); ++i) {
-                differ += out[0][i] != out[1][i];
-                nan += (out[1][i] & 0x7f) == 0x7f;
+            for (int v = 1; v < 3; ++v) {
+                int differ = 0, nan = 0;
+                for (size_t i = 0; i < out[0].size(); ++i) {
+                    differ += out[0][i] != out[v][i];
+                    nan += (out[v][i] & 0x7f) == 0x7f;
+                }
+                std::printf(
+                    "  moe_mxfp4_fp8 gate_up, %s (E %d, H %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n",
+                    kRowVariants[v].name, E, H, T, A, ctas, differ, out[0].size());
+                EXPECT_EQ(differ, 0) << kRowVariants[v].name << ", E " << E << ", H " << H << ", " << ctas << " CTAs";
+                EXPECT_EQ(nan, 0);
             }
-            std::printf(
-                "  moe_mxfp4_fp8 gate_up, rows gathered by token (E %d, H %d, T %d, %d rows, %d CTAs): %d of %zu bytes "
-                "differ\n",
-                E, H, T, A, ctas, differ, out[0].size());
-            EXPECT_EQ(differ, 0) << "E " << E << ", H " << H << ", " << ctas << " CTAs";
-            EXPECT_EQ(nan, 0);
         }
     }
+    EXPECT_EQ(widths, 15) << "partial tiles of every width (32, 64, 96, 128 tokens)";
 }
 
 // ---- moe_decode_wg: decode batches (≤ 8 tokens) on the MXFP4 experts with e4m3 activations ------

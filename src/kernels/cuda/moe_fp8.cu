@@ -140,6 +140,127 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint64_t desc_a,
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// m64n128k32 e4m3 × e4m3 → f32 with A (4 registers of 4 e4m3 bytes) from registers, B by
+// descriptor; scale_d = 0 overwrites d.
+__device__ __forceinline__ void wgmma_e4m3_n128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " GPTOSS_ACC64_REGS
+        "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : GPTOSS_ACC64_OPERANDS
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+// m64nNk32 e4m3 × e4m3 → f32 for N = 32, 64, 96 (the narrow tail tiles, MoeFp8Args::narrow_tail):
+// both operands from shared memory (ss) or A from registers (rs, as wgmma_e4m3_n128_rs). d[N / 2]
+// has the m64n128 fragment's layout cut at N tokens (d[4j + ..]: tokens 8j .. 8j + 7). N = 128: the
+// n128 wrappers.
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d);
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d);
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3_ss<32>(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3_ss<64>(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3_ss<96>(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+        "%45, %46, %47}, "
+        "%48, %49, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<96>(float (&d)[48], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+        "%45, %46, %47}, "
+        "{%48, %49, %50, %51}, %52, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_e4m3_ss<128>(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    wgmma_e4m3_n128(d, desc_a, desc_b, scale_d);
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   int scale_d) {
+    wgmma_e4m3_n128_rs(d, a, desc_b, scale_d);
+}
+
 // The stage ring's barriers, initialised by thread 0: full[s] completes on the producer's
 // expect_tx and the stage's bytes, empty[s] on one arrival from each of the W consumer warpgroups,
 // xfull[s] (gathered x rows, produce_gathered) on the cp.async arrivals of the producer warpgroup's
@@ -379,22 +500,44 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     fp8_epilogue<kGateUp>(a, acc, row0, rows, n0, wg, warp, g, t, bias, s_xs, s_asg);
 }
 
+// The wgmma width for an item of `rows` tile rows: the smallest of 32, 64, 96 and 128 tokens that
+// holds them with MoeFp8Args::narrow_tail, else 128. An expert's last tile is partial (120b at 8k
+// tokens: ~256 ± 16 rows an expert, so half the experts' third tile has a few rows in 128); its
+// narrower wgmmas do that much less tensor work (the stage's loads are the same).
+__device__ __forceinline__ int item_width(const MoeFp8Args& a, int rows) {
+    return a.narrow_tail ? min(128, (rows + 31) / 32 * 32) : 128;
+}
+// Calls f(std::integral_constant<int, N>) for the item width n (item_width's).
+template <typename F>
+__device__ __forceinline__ void with_width(int n, const F& f) {
+    switch (n) {
+        case 32: f(std::integral_constant<int, 32>{}); break;
+        case 64: f(std::integral_constant<int, 64>{}); break;
+        case 96: f(std::integral_constant<int, 96>{}); break;
+        default: f(std::integral_constant<int, 128>{}); break;
+    }
+}
+
 // One work item's K loop in a consumer warpgroup of the persistent kernels: K block kb's four k32
-// wgmmas into tmp once its stage (running index gkb) has landed, the stage released, its sums
-// added to acc times the block's weight scale (DeepGEMM's promotion). One K block in flight a
-// warpgroup: promoting block kb while kb + 1's wgmmas run would need 192 accumulator registers,
-// and ptxas then serializes the wgmmas anyway (C7514); the other warpgroups' wgmmas fill the
-// tensor pipe meanwhile.
+// wgmmas (kN tokens wide, item_width) into tmp once its stage (running index gkb) has landed, the
+// stage released, its sums added to acc times the block's weight scale (DeepGEMM's promotion); acc
+// past kN tokens stays 0. One K block in flight a warpgroup: promoting block kb while kb + 1's
+// wgmmas run would need 192 accumulator registers, and ptxas then serializes the wgmmas anyway
+// (C7514); the other warpgroups' wgmmas fill the tensor pipe meanwhile.
 // xfull: the gathered x rows' barriers (produce_gathered), or null (x by TMA with the weights).
-template <int kStages, int kStageBytes, typename Release>
-__device__ __forceinline__ void consume_item(float (&acc)[64], float (&tmp)[64], uint64_t* full, uint64_t* xfull,
-                                             uint32_t w_base, uint32_t x_base, const float* wscale, int nkb, int& gkb,
+template <int kN, int kStages, int kStageBytes, typename Release>
+__device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, uint64_t* xfull, uint32_t w_base,
+                                             uint32_t x_base, const float* wscale, int nkb, int& gkb,
                                              const Release& release) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     // The block's weight scale, loaded one K block ahead (r27 ncu: the load right before its use
     // stalled each block on memory latency).
     float ws_next = __ldg(wscale);
+    // The block's sums, declared here: the wgmmas' "+f" operands read them, so a tmp outside the
+    // item would be live across items and its registers held through narrower items (ptxas then
+    // serialized the wgmmas, C7511).
+    float tmp[kN / 2];
     for (int kb = 0; kb < nkb; ++kb, ++gkb) {
         const float ws = ws_next;
         ws_next = __ldg(wscale + min(kb + 1, nkb - 1));
@@ -406,18 +549,18 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], float (&tmp)[64],
         }
         wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+        for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
 #pragma unroll
         for (int kk = 0; kk < kKBlock / 32; ++kk)
-            wgmma_e4m3_n128(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
-                            desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+            wgmma_e4m3_ss<kN>(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
+                              desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
         wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll
-        for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
+        for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
         release(slot);
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
+        for (int i = 0; i < kN / 2; ++i) acc[i] = fmaf(ws, tmp[i], acc[i]);
     }
 }
 
@@ -484,7 +627,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int nbs = (N + kKBlock - 1) / kKBlock, kbp = a.k_pad / kKBlock;  // weight-scale blocks
     const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
     const uint32_t x_base = smem_addr(s_x(0));
-    float acc[64], tmp[64];
+    float acc[64];
     int gkb = 0, parity = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
         const WorkItem w = item_at(it);
@@ -496,8 +639,11 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         // its rows are never stored, but the read must stay inside w_scale.
         const int sb = min((w.n0 + 64 * wg) / kKBlock, nbs - 1);
         const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
-        consume_item<kStages, kStageBytes>(acc, tmp, full, xfull, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
-            if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
+        with_width(item_width(a, w.rows), [&](auto width) {
+            consume_item<decltype(width)::value, kStages, kStageBytes>(
+                acc, full, xfull, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
+                    if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
+                });
         });
         // Buffer `parity` was last read in the epilogue two items ago, which every warp of this
         // warpgroup finished before the barrier of the item in between.
@@ -539,18 +685,6 @@ constexpr size_t kMxRowsOffset = kMxLutOffset + 32 * 8;                         
 constexpr size_t kMxSmemBytes = 1024 + kMxRowsOffset + 3 * 2 * kTokens * 8;
 static_assert(kMxStageBytes % 1024 == 0 && kMxWTile % 1024 == 0, "stage alignment (128-byte swizzled x tile)");
 static_assert(kMxRowsOffset % 16 == 0, "row inputs alignment");
-
-// m64n128k32 e4m3 × e4m3 → f32 with A (4 registers of 4 e4m3 bytes) from registers, B by
-// descriptor; scale_d = 0 overwrites d.
-__device__ __forceinline__ void wgmma_e4m3_n128_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
-                                                   int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " GPTOSS_ACC64_REGS
-        "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : GPTOSS_ACC64_OPERANDS
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-}
 
 // Four e2m1 codes (16 bits, the first in the low nibble) as four e4m3 bytes: the magnitudes' bytes
 // from lut (8 bytes: the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 at this lane's shift) by one byte
@@ -620,7 +754,7 @@ __global__ void __launch_bounds__(kMxThreads, 1)
     const int r0 = 64 * wg + 16 * warp + g;                      // this lane's rows r0 and r0 + 8 of the CTA's 192
     const uint8_t* codes0 = smem + r0 * (kKBlock / 2) + 16 * t;  // its 16 bytes of row r0 in slot 0
     const uint32_t x_base = smem_addr(smem + kMxWTile);
-    float acc[64], tmp[64];
+    float acc[64];
     int gkb = 0, parity = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
         const WorkItem w = item_at(it);
@@ -638,54 +772,58 @@ __global__ void __launch_bounds__(kMxThreads, 1)
         };
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-        uint2 sc_next = scales_of(0);  // one K block ahead (as the FP8 kernel's weight scale)
-        for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-            const uint2 sc = sc_next;
-            sc_next = scales_of(min(kb + 1, nkb - 1));
-            // The rows' largest scale in the block: the quad's four groups.
-            uint32_t m0 = max(sc.x, __shfl_xor_sync(0xffffffffu, sc.x, 1));
-            uint32_t m1 = max(sc.y, __shfl_xor_sync(0xffffffffu, sc.y, 1));
-            m0 = max(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-            m1 = max(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
-            const uint2 lut0 = s_lut[min(m0 - sc.x, 31u)], lut1 = s_lut[min(m1 - sc.y, 31u)];
-            const int slot = gkb % kStages;
-            mbar_wait(&full[slot], (gkb / kStages) & 1);
-            if (xfull != nullptr) {
-                mbar_wait(&xfull[slot], (gkb / kStages) & 1);
-                fence_proxy_async();  // the cp.async rows (generic proxy) before the wgmmas read them
-            }
-            const uint4 c0 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes);
-            const uint4 c1 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes + 8 * (kKBlock / 2));
-            const uint32_t q0[4] = {c0.x, c0.y, c0.z, c0.w}, q1[4] = {c1.x, c1.y, c1.z, c1.w};
-            // k32 step s: word s of each row, its low half a0 / a1, its high half a2 / a3; each
-            // step converted right before its wgmma (fewer registers live: 16 for the fragments in
-            // flight, not 16 + the 8 words), a fence between the fragment's writes and its wgmma.
-            uint32_t af[4][4];
-#pragma unroll
-            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-#pragma unroll
-            for (int s = 0; s < 4; ++s) {
-                af[s][0] = mx_codes_to_e4m3(q0[s] & 0xffffu, lut0);
-                af[s][1] = mx_codes_to_e4m3(q1[s] & 0xffffu, lut1);
-                af[s][2] = mx_codes_to_e4m3(q0[s] >> 16, lut0);
-                af[s][3] = mx_codes_to_e4m3(q1[s] >> 16, lut1);
-                wgmma_fence();
-                wgmma_e4m3_n128_rs(tmp, af[s], desc_sw128(x_base + slot * kStageBytes + s * 32), s);
-            }
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 64; ++i) reg_fence(tmp[i]);
-            if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
-            const float rs0 = e8m0_value(m0), rs1 = e8m0_value(m1);
-#pragma unroll
-            for (int j = 0; j < kTokens / 8; ++j)
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    acc[4 * j + u] = fmaf(rs0, tmp[4 * j + u], acc[4 * j + u]);
-                    acc[4 * j + 2 + u] = fmaf(rs1, tmp[4 * j + 2 + u], acc[4 * j + 2 + u]);
+        uint2 sc_next = scales_of(0);                        // one K block ahead (as the FP8 kernel's weight scale)
+        with_width(item_width(a, w.rows), [&](auto width) {  // kN tokens a wgmma (consume_item)
+            constexpr int kN = decltype(width)::value;
+            float tmp[kN / 2];  // the block's sums (local to the item: consume_item)
+            for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+                const uint2 sc = sc_next;
+                sc_next = scales_of(min(kb + 1, nkb - 1));
+                // The rows' largest scale in the block: the quad's four groups.
+                uint32_t m0 = max(sc.x, __shfl_xor_sync(0xffffffffu, sc.x, 1));
+                uint32_t m1 = max(sc.y, __shfl_xor_sync(0xffffffffu, sc.y, 1));
+                m0 = max(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+                m1 = max(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+                const uint2 lut0 = s_lut[min(m0 - sc.x, 31u)], lut1 = s_lut[min(m1 - sc.y, 31u)];
+                const int slot = gkb % kStages;
+                mbar_wait(&full[slot], (gkb / kStages) & 1);
+                if (xfull != nullptr) {
+                    mbar_wait(&xfull[slot], (gkb / kStages) & 1);
+                    fence_proxy_async();  // the cp.async rows (generic proxy) before the wgmmas read them
                 }
-        }
+                const uint4 c0 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes);
+                const uint4 c1 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes + 8 * (kKBlock / 2));
+                const uint32_t q0[4] = {c0.x, c0.y, c0.z, c0.w}, q1[4] = {c1.x, c1.y, c1.z, c1.w};
+                // k32 step s: word s of each row, its low half a0 / a1, its high half a2 / a3; each
+                // step converted right before its wgmma (fewer registers live: 16 for the fragments in
+                // flight, not 16 + the 8 words), a fence between the fragment's writes and its wgmma.
+                uint32_t af[4][4];
+#pragma unroll
+                for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    af[s][0] = mx_codes_to_e4m3(q0[s] & 0xffffu, lut0);
+                    af[s][1] = mx_codes_to_e4m3(q1[s] & 0xffffu, lut1);
+                    af[s][2] = mx_codes_to_e4m3(q0[s] >> 16, lut0);
+                    af[s][3] = mx_codes_to_e4m3(q1[s] >> 16, lut1);
+                    wgmma_fence();
+                    wgmma_e4m3_rs<kN>(tmp, af[s], desc_sw128(x_base + slot * kStageBytes + s * 32), s);
+                }
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
+                if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
+                const float rs0 = e8m0_value(m0), rs1 = e8m0_value(m1);
+#pragma unroll
+                for (int j = 0; j < kN / 8; ++j)
+#pragma unroll
+                    for (int u = 0; u < 2; ++u) {
+                        acc[4 * j + u] = fmaf(rs0, tmp[4 * j + u], acc[4 * j + u]);
+                        acc[4 * j + 2 + u] = fmaf(rs1, tmp[4 * j + 2 + u], acc[4 * j + 2 + u]);
+                    }
+            }
+        });
         float* s_xs = s_xs_all + (wg * 2 + parity) * kTokens;
         int* s_asg = s_asg_all + (wg * 2 + parity) * kTokens;
         s_xs[tid & 127] = row.xs;
