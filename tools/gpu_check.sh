@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill moe_gather fp8_experts narrow_tail
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -478,13 +478,6 @@ for stage in "$@"; do
         done
       fi
       ;;
-    moe_gather)
-      # gate_up gathering each tile row's token from rows quantized once per token
-      # (GPTOSS_MOE_GATHER=1, MoeFp8Args::x_by_token; session 14, compiled only): the bit-identity
-      # tests of both kernels, the model tests with it, then 8k --fp8 prefill A/B of both models.
-      switch_prefill_ab moe_gather GPTOSS_MOE_GATHER 'CudaMoeFp8.GatheredRows*:CudaMoeMx.GatheredRows*:CudaMoeFp8.*:CudaMoeMx.MatchesCpuAtRealWidths:CudaOps.ResidualRmsNorm*' \
-        'moe|norm' "gpt-oss-20b gpt-oss-120b"
-      ;;
     narrow_tail)
       # Partial tiles on narrower wgmmas (MoeFp8Args::narrow_tail, default since r30; A/B against
       # GPTOSS_MOE_NARROW_TAIL=0): the bit-identity and CPU tests of both grouped kernels, then 8k
@@ -492,7 +485,7 @@ for stage in "$@"; do
       timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.*:CudaMoeMx.*' > "$OUT/narrow_tail_tests.log" 2>&1
       rc=$?
       summary+=("narrow_tail tests rc=$rc")
-      grep -E "OK \]|FAILED|Failure|narrow tails|gathered by token" "$OUT/narrow_tail_tests.log" | head -60
+      grep -E "OK \]|FAILED|Failure|narrow tails" "$OUT/narrow_tail_tests.log" | head -60
       if [ $rc = 0 ]; then
         for cfg in "gpt-oss-20b" "gpt-oss-120b" "gpt-oss-120b --fp8-experts"; do
           tag=$(echo "$cfg" | tr -d ' -' | sed 's/gptoss//')
@@ -504,6 +497,18 @@ for stage in "$@"; do
           done
         done
       fi
+      ;;
+    prefill_tables)
+      # The prefill rows of issue 6's tables (latency and cost by input length) without the decode
+      # sweep of `tables`: both models --fp8, and 120b with --fp8-experts.
+      for cfg in "gpt-oss-20b" "gpt-oss-120b" "gpt-oss-120b --fp8-experts"; do
+        tag=$(echo "$cfg" | tr -d ' -' | sed 's/gptoss//')
+        [ "$cfg" = gpt-oss-20b ] && pf=1024,2048,4096,8192,16384 || pf=1024,2048,4096,8192
+        timeout 200 $BIN/gptoss bench --synthetic $cfg --fp8 --prefill $pf --batch "" --repeats 3 \
+          --json "$OUT/prefill_$tag.json" --markdown "$OUT/prefill_$tag.md" > "$OUT/prefill_$tag.log" 2>&1
+        summary+=("prefill_tables [$cfg] rc=$?")
+        echo "$cfg --fp8:"; grep -E "^\| [0-9]+ \|" "$OUT/prefill_$tag.md"
+      done
       ;;
     router_norm)
       # The router normalizing the residual itself (default since session 13, measured in r29; A/B

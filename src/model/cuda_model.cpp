@@ -101,13 +101,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // GPTOSS_MOE_GATHER=1 (r29, compiled only): the prompt MoE's h quantized once per token and
-    // gate_up gathering each tile row's token (MoeFp8Args::x_by_token), instead of quant_rows
-    // writing a row per assignment (20b 8k: 60 us a layer, 94 MB written and read back).
-    bool moe_gather = [] {
-        const char* v = std::getenv("GPTOSS_MOE_GATHER");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
     // MoeFp8Args::narrow_tail (r30): GPTOSS_MOE_NARROW_TAIL=0 runs partial tiles 128 tokens wide (A/B).
     bool moe_narrow_tail = [] {
         const char* v = std::getenv("GPTOSS_MOE_NARROW_TAIL");
@@ -170,19 +163,6 @@ struct CudaModel::Impl {
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
     }
-    // The prompt MoE path of a batch of `rows` tokens when it gathers token rows (moe_gather): 1 the
-    // grouped FP8 kernels (rows of H bytes), 2 the MX kernels (rows of H padded to 128, the MX K
-    // order), 0 neither; moe()'s order of checks. The post-attention norm writes those rows itself
-    // where it can (tok_rows_kind); moe() quantizes them only where the norm did not.
-    int moe_token_rows(int rows) const {
-        if (!moe_gather) return 0;
-        const bool fp8_rows = fp8_grouped_persistent && fp8_grouped_wg != 2;
-        if (mx_grouped && rows >= fp8_jit_tokens) return 2;
-        if (fp8_jit && rows >= fp8_jit_tokens) return fp8_rows ? 1 : 0;
-        if (use_wgmma(rows) || use_mma(rows) || (mxfp4 && rows <= mxfp4_tokens)) return 0;
-        return fp8_grouped && fp8_rows ? 1 : 0;
-    }
-    int tok_rows_kind = 0;  // this layer's MoE token rows already in xq8 / xs8 (moe_token_rows' kinds)
     int experts_per_token = 4, num_experts = 32;  // of the whole model (EP: rows per expert average over all)
     int num_blocks_full = 0, num_blocks_sliding = 0, max_blocks_per_seq = 0;
     size_t weight_bytes = 0, kv_bytes = 0;
@@ -957,18 +937,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     // + SwiGLU into e4m3 act, down into y. No host synchronisation.
     auto grouped_fp8 = [&](const uint8_t* gu_q, const float* gu_s, const uint8_t* down_q, const float* down_s) {
         kc::MoeFp8Args m = grouped_args();
-        m.warpgroups = fp8_grouped_wg;
-        m.persistent = fp8_grouped_persistent;
-        m.x_by_token = moe_gather && m.persistent && m.warpgroups != 2;
-        if (m.x_by_token) {          // T rows (one per token), gathered by gate_up's producer
-            if (tok_rows_kind != 1)  // else the post-attention norm wrote them
-                kc::moe_fp8_quant_rows(h_bf16, false, nullptr, K, T, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
-            m.experts_per_token = K;
-            m.x_row_bytes = H;
-        } else {
-            kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(),
-                                   stream);
-        }
+        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
         m.wq = gu_q;
@@ -978,6 +947,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.n = 2 * I;
         m.k = H;
         m.k_pad = kc::fp8_gemm_k_pad(H);
+        m.warpgroups = fp8_grouped_wg;
+        m.persistent = fp8_grouped_persistent;
         // The clamped SwiGLU is bounded: act goes straight to e4m3 with one scale (into actb's
         // bytes), else bf16 act and its rows quantized.
         const float act_scale = kc::moe_fp8_act_scale(m.swiglu_limit);
@@ -986,7 +957,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             m.act_q_inv_scale = 1.0f / act_scale;
         }
         kc::moe_fp8(m, true, stream);
-        m.x_by_token = false;  // down reads act's rows, one per assignment
         if (act_scale > 0.0f) {
             m.xq = actb.as<uint8_t>();
             m.x_scale = nullptr;
@@ -1012,17 +982,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         // them and the down GEMM reads them against zero codes), then down.
         const int kp_h = (static_cast<int>(H) + 127) / 128 * 128, kp_i = (static_cast<int>(I) + 127) / 128 * 128;
         kc::MoeFp8Args m = grouped_args();
-        m.x_by_token = moe_gather;
-        if (m.x_by_token) {          // T rows (one per token), gathered by gate_up's producer
-            if (tok_rows_kind != 2)  // else the post-attention norm wrote them
-                kc::moe_fp8_quant_rows_mx(h_bf16, false, nullptr, K, T, H, kp_h, xq8.as<uint8_t>(), xs8.as<float>(),
-                                          stream);
-            m.experts_per_token = K;
-            m.x_row_bytes = kp_h;
-        } else {
-            kc::moe_fp8_quant_rows_mx(h_bf16, true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(),
-                                      xs8.as<float>(), stream);
-        }
+        kc::moe_fp8_quant_rows_mx(h_bf16, true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(), xs8.as<float>(),
+                                  stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
         m.w_mx = D.gu_blocks.as<uint8_t>();
@@ -1038,7 +999,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.act_q_stride = kp_i;
         if (kp_i != I) CUDA_CHECK(cudaMemset2DAsync(actb.as<uint8_t>() + kp_i - 128, kp_i, 0, 128, A, stream));
         kc::moe_mxfp4_fp8(m, true, stream);
-        m.x_by_token = false;  // down reads act's rows, one per assignment
         m.xq = actb.as<uint8_t>();
         m.x_scale = nullptr;
         m.x_scale_value = act_scale;
@@ -1623,19 +1583,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn2.num_tokens = T;
                 rn2.hidden_size = H;
                 rn2.eps = static_cast<float>(c.rms_norm_eps);
-                // The MoE's token rows (moe_gather) straight from the norm, on one DP group (else
-                // the experts' rows are every group's, gathered after).
-                const int rows_kind = dp == 1 ? moe_token_rows(Tm) : 0;
-                kc::NormTokenRows rows;
-                rows.q = xq8.as<uint8_t>();
-                rows.scale = xs8.as<float>();
-                rows.mx = rows_kind == 2;
-                rows.stride = rows_kind == 2 ? (H + 127) / 128 * 128 : H;
-                tok_rows_kind = rows_kind != 0 && kc::residual_rmsnorm_fuses_rows(rn2, rows) ? rows_kind : 0;
-                kc::residual_rmsnorm(rn2, stream, tok_rows_kind != 0 ? &rows : nullptr);
+                kc::residual_rmsnorm(rn2, stream);
                 mark("norm");
-            } else {
-                tok_rows_kind = 0;
             }
 
             // DP: the experts see every group's rows. Ours go to our slot of [dp, Tmax, H] (padding
@@ -1721,7 +1670,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
             moe(Tm, l, fused_router, moe_h, moe_h32);
-            tok_rows_kind = 0;  // used: no later call may take this layer's rows for its own
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world
                 kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);

@@ -730,19 +730,18 @@ TEST(CudaMoeMx, MatchesItsRoundingOfWideScaleRanges) {
     run_mx_case(2, 1088, 736, {150, 90}, 53, 105, 20);
 }
 
-// ---- Gathered activation rows (MoeFp8Args::x_by_token) --------------------------------------------
+// ---- Partial tiles on narrower wgmmas (MoeFp8Args::narrow_tail) ---------------------------------
 
-// gate_up on T token rows gathered by the producer against the same rows quantized once per
-// assignment: the quantizer gives each assignment's row the bytes and scale of its token's row,
-// so the same operands reach the same wgmmas and act_q must match bit for bit. 3 or 4 distinct experts
-// a token (rows reused by several tiles), an expert without rows, partial and several tiles, shuffled rows within
-// each expert; one CTA an SM and 7 CTAs looping over the items. Both kernels: moe_fp8 (persistent,
-// 3 warpgroups) and moe_mxfp4_fp8.
-struct GatherCase {
+// gate_up with narrow tails against every tile 128 tokens wide: an expert's last tile of r rows runs
+// m64nN wgmmas (N = r rounded up to 32), which compute the same sums in the same order, so act_q
+// must match bit for bit. 3 or 4 distinct experts a token, an expert without rows, partial and
+// several tiles, shuffled rows within each expert; one CTA an SM and 7 CTAs looping over the items.
+// Both kernels: moe_fp8 (persistent, 3 warpgroups) and moe_mxfp4_fp8.
+struct RoutingCase {
     int E, H, I, T, K;
     std::vector<int32_t> offsets, sorted;
     std::vector<uint16_t> h;
-    GatherCase(int e, int hid, int inter, int t, int k, uint32_t seed) : E(e), H(hid), I(inter), T(t), K(k) {
+    RoutingCase(int e, int hid, int inter, int t, int k, uint32_t seed) : E(e), H(hid), I(inter), T(t), K(k) {
         std::mt19937 rng(seed);
         std::vector<std::vector<int32_t>> by_expert(E);
         for (int tok = 0; tok < T; ++tok) {
@@ -780,21 +779,12 @@ int tail_widths(const std::vector<int32_t>& offsets) {
     return bits;
 }
 
-// Variants against the reference (rows per assignment, every tile 128 tokens wide): rows gathered
-// by token (MoeFp8Args::x_by_token) and partial tiles on narrower wgmmas (narrow_tail). Both
-// compute the same sums in the same order: bit-identical.
-constexpr struct {
-    bool by_token, narrow;
-    const char* name;
-} kRowVariants[] = {
-    {false, false, "reference"}, {true, false, "rows gathered by token"}, {false, true, "narrow tails"}};
-
-TEST(CudaMoeFp8, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
+TEST(CudaMoeFp8, NarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
     int widths = 0;
     // ~100-120, ~220 and ~26 rows an expert (expert 1 a third of that): partial tiles of every width
     for (const auto& [E, T, seed] : {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}, std::tuple{24, 150, 79u}}) {
-        GatherCase c(E, 2880, 1440, T, 4, seed);
+        RoutingCase c(E, 2880, 1440, T, 4, seed);
         const int A = c.A();
         ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
         widths |= tail_widths(c.offsets);
@@ -805,23 +795,16 @@ TEST(CudaMoeFp8, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
         moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
                       nullptr);
         DeviceBuffer xa(static_cast<size_t>(A) * c.H), sa(static_cast<size_t>(A) * 4);
-        DeviceBuffer xt(static_cast<size_t>(c.T) * c.H), st(static_cast<size_t>(c.T) * 4);
         moe_fp8_quant_rows(dh.get(), true, dsorted.as<int32_t>(), c.K, A, c.H, xa.as<uint8_t>(), sa.as<float>(),
                            nullptr);
-        moe_fp8_quant_rows(dh.get(), false, nullptr, c.K, c.T, c.H, xt.as<uint8_t>(), st.as<float>(), nullptr);
         auto dguq = to_device(gu.q), dgus = to_device(gu.s), dgub = to_device(gu.bias);
         DeviceBuffer act(static_cast<size_t>(A) * c.I);
         for (int ctas : {0, 7}) {
-            std::vector<uint8_t> out[3];
-            for (int v = 0; v < 3; ++v) {
-                const bool by_token = kRowVariants[v].by_token;
+            std::vector<uint8_t> out[2];  // the wide tiles (reference), the narrow tails
+            for (int narrow = 0; narrow < 2; ++narrow) {
                 EXPECT_EQ(cudaMemset(act.get(), 0x7f, act.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
-                MoeFp8Args a = by_token ? rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles)
-                                        : rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
-                a.x_by_token = by_token;
-                a.narrow_tail = kRowVariants[v].narrow;
-                a.experts_per_token = c.K;
-                a.x_row_bytes = c.H;
+                MoeFp8Args a = rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
+                a.narrow_tail = narrow != 0;
                 a.wq = dguq.as<uint8_t>();
                 a.w_scale = dgus.as<float>();
                 a.bias = dgub.as<float>();
@@ -835,26 +818,24 @@ TEST(CudaMoeFp8, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
                 a.persistent = true;
                 a.persistent_ctas = ctas;
                 moe_fp8(a, true, nullptr);
-                out[v] = to_host<uint8_t>(act, static_cast<size_t>(A) * c.I);
+                out[narrow] = to_host<uint8_t>(act, static_cast<size_t>(A) * c.I);
             }
-            for (int v = 1; v < 3; ++v) {
-                int differ = 0;
-                for (size_t i = 0; i < out[0].size(); ++i) differ += out[0][i] != out[v][i];
-                std::printf("  moe_fp8 gate_up, %s (E %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n",
-                            kRowVariants[v].name, E, c.T, A, ctas, differ, out[0].size());
-                EXPECT_EQ(differ, 0) << kRowVariants[v].name << ", E " << E << ", " << ctas << " CTAs";
-            }
+            int differ = 0;
+            for (size_t i = 0; i < out[0].size(); ++i) differ += out[0][i] != out[1][i];
+            std::printf("  moe_fp8 gate_up, narrow tails (E %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n", E,
+                        c.T, A, ctas, differ, out[0].size());
+            EXPECT_EQ(differ, 0) << "narrow tails, E " << E << ", " << ctas << " CTAs";
         }
     }
     EXPECT_EQ(widths, 15) << "partial tiles of every width (32, 64, 96, 128 tokens)";
 }
 
-TEST(CudaMoeMx, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
+TEST(CudaMoeMx, NarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
     int widths = 0;
     for (const auto& [E, H, I, T, seed] : {std::tuple{6, 2880, 1440, 150, 71u}, std::tuple{5, 1088, 736, 201, 73u},
                                            std::tuple{8, 2880, 1440, 201, 83u}}) {
-        GatherCase c(E, H, I, T, 3, seed);
+        RoutingCase c(E, H, I, T, 3, seed);
         const int A = c.A(), H_pad = (H + 127) / 128 * 128, I_pad = (I + 127) / 128 * 128;
         ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
         widths |= tail_widths(c.offsets);
@@ -865,23 +846,16 @@ TEST(CudaMoeMx, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
         moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
                       nullptr);
         DeviceBuffer xa(static_cast<size_t>(A) * H_pad), sa(static_cast<size_t>(A) * 4);
-        DeviceBuffer xt(static_cast<size_t>(T) * H_pad), st(static_cast<size_t>(T) * 4);
         moe_fp8_quant_rows_mx(dh.get(), true, dsorted.as<int32_t>(), c.K, A, H, H_pad, xa.as<uint8_t>(), sa.as<float>(),
                               nullptr);
-        moe_fp8_quant_rows_mx(dh.get(), false, nullptr, c.K, T, H, H_pad, xt.as<uint8_t>(), st.as<float>(), nullptr);
         auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
         DeviceBuffer act(static_cast<size_t>(A) * I_pad);
         for (int ctas : {0, 7}) {
-            std::vector<uint8_t> out[3];
-            for (int v = 0; v < 3; ++v) {
-                const bool by_token = kRowVariants[v].by_token;
+            std::vector<uint8_t> out[2];  // the wide tiles (reference), the narrow tails
+            for (int narrow = 0; narrow < 2; ++narrow) {
                 EXPECT_EQ(cudaMemset(act.get(), 0, act.bytes()), cudaSuccess);  // positions past I stay 0
-                MoeFp8Args a = by_token ? rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles)
-                                        : rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
-                a.x_by_token = by_token;
-                a.narrow_tail = kRowVariants[v].narrow;
-                a.experts_per_token = c.K;
-                a.x_row_bytes = H_pad;
+                MoeFp8Args a = rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
+                a.narrow_tail = narrow != 0;
                 a.w_mx = dgc.as<uint8_t>();
                 a.w_mx_scale = dgs.as<uint8_t>();
                 a.bias = dgb.as<float>();
@@ -895,20 +869,18 @@ TEST(CudaMoeMx, GatheredRowsAndNarrowTailsMatchTheWideTiles) {
                 a.num_experts = E;
                 a.persistent_ctas = ctas;
                 moe_mxfp4_fp8(a, true, nullptr);
-                out[v] = to_host<uint8_t>(act, static_cast<size_t>(A) * I_pad);
+                out[narrow] = to_host<uint8_t>(act, static_cast<size_t>(A) * I_pad);
             }
-            for (int v = 1; v < 3; ++v) {
-                int differ = 0, nan = 0;
-                for (size_t i = 0; i < out[0].size(); ++i) {
-                    differ += out[0][i] != out[v][i];
-                    nan += (out[v][i] & 0x7f) == 0x7f;
-                }
-                std::printf(
-                    "  moe_mxfp4_fp8 gate_up, %s (E %d, H %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n",
-                    kRowVariants[v].name, E, H, T, A, ctas, differ, out[0].size());
-                EXPECT_EQ(differ, 0) << kRowVariants[v].name << ", E " << E << ", H " << H << ", " << ctas << " CTAs";
-                EXPECT_EQ(nan, 0);
+            int differ = 0, nan = 0;
+            for (size_t i = 0; i < out[0].size(); ++i) {
+                differ += out[0][i] != out[1][i];
+                nan += (out[1][i] & 0x7f) == 0x7f;
             }
+            std::printf(
+                "  moe_mxfp4_fp8 gate_up, narrow tails (E %d, H %d, T %d, %d rows, %d CTAs): %d of %zu bytes differ\n",
+                E, H, T, A, ctas, differ, out[0].size());
+            EXPECT_EQ(differ, 0) << "narrow tails, E " << E << ", H " << H << ", " << ctas << " CTAs";
+            EXPECT_EQ(nan, 0);
         }
     }
     EXPECT_EQ(widths, 15) << "partial tiles of every width (32, 64, 96, 128 tokens)";

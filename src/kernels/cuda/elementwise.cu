@@ -9,7 +9,6 @@
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 
 namespace gptoss::kernels::cuda {
@@ -233,39 +232,14 @@ __device__ __forceinline__ void wide_norm_padding_row(const ResidualRmsNormArgs&
 
 // The rest of the wide kernel after its loads: the block's Σ v², 1 / rms, and the outputs (gain:
 // the norm weight's chunks, already loaded).
-// kRows: with the MoE's token rows r (a separate instance: the plain one keeps its registers).
-template <bool kRows>
-__device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, const NormTokenRows& r, int t,
+__device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, int t,
                                                  const float4 (&v)[kWideNormChunks],
                                                  const float4 (&gain)[kWideNormChunks], float ss, float* scratch) {
     const int H4 = a.hidden_size / 4;
-    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr && !kRows) return;
+    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr) return;
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
     if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
-    // The token rows: the row's amax over its bf16 values first (the products below, computed again
-    // there), then moe_fp8_quant_rows' scale and reciprocal.
-    float rows_inv = 1.0f;
-    if constexpr (kRows) {
-        float mx = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kWideNormChunks; ++j) {
-            const int i = threadIdx.x + j * kWideNormThreads;
-            if (i < H4) {
-                const float4 w = gain[j];
-                const float4 y =
-                    make_float4(__fmul_rn(__fmul_rn(v[j].x, inv), w.x), __fmul_rn(__fmul_rn(v[j].y, inv), w.y),
-                                __fmul_rn(__fmul_rn(v[j].z, inv), w.z), __fmul_rn(__fmul_rn(v[j].w, inv), w.w));
-                mx = fmaxf(mx, fmaxf(fmaxf(fabsf(__bfloat162float(__float2bfloat16(y.x))),
-                                           fabsf(__bfloat162float(__float2bfloat16(y.y)))),
-                                     fmaxf(fabsf(__bfloat162float(__float2bfloat16(y.z))),
-                                           fabsf(__bfloat162float(__float2bfloat16(y.w))))));
-            }
-        }
-        mx = block_max(mx, scratch);
-        rows_inv = mx > 0.0f ? fminf(448.0f / mx, 3.0e38f) : 1.0f;
-        if (threadIdx.x == 0) r.scale[t] = mx > 0.0f ? mx / 448.0f : 1.0f;
-    }
 #pragma unroll
     for (int j = 0; j < kWideNormChunks; ++j) {
         const int i = threadIdx.x + j * kWideNormThreads;
@@ -285,19 +259,6 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, c
             }
             if (a.out_f32) reinterpret_cast<float4*>(a.out_f32 + static_cast<int64_t>(t) * a.hidden_size)[i] = y;
         }
-        if (kRows && i < r.stride / 4) {  // 4 bytes a chunk; zeros past hidden_size
-            uint32_t q = 0u;
-            if (i < H4) {  // as quant_rows_e4m3: the bf16 values times its reciprocal, pairs rounded to e4m3
-                const float2 lo = make_float2(__bfloat162float(__float2bfloat16(y.x)) * rows_inv,
-                                              __bfloat162float(__float2bfloat16(y.y)) * rows_inv);
-                const float2 hi = make_float2(__bfloat162float(__float2bfloat16(y.z)) * rows_inv,
-                                              __bfloat162float(__float2bfloat16(y.w)) * rows_inv);
-                q = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(lo, __NV_SATFINITE, __NV_E4M3)) |
-                    static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(hi, __NV_SATFINITE, __NV_E4M3)) << 16;
-            }
-            const int pos = r.mx ? moe_mx_k_position(4 * i) : 4 * i;
-            *reinterpret_cast<uint32_t*>(r.q + static_cast<int64_t>(t) * r.stride + pos) = q;
-        }
         if (a.out_q != nullptr && i < a.q_k_pad / 4) {  // warp-uniform: q_k_pad / 4 is a multiple of 32
             // As quantize_act_fp8_bf16 reads out: the bf16 values, amax over the group, a power-of-two
             // scale, e4m3 of value / scale.
@@ -316,9 +277,8 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, c
     }
 }
 
-template <bool kRows>
 __global__ void __launch_bounds__(kWideNormThreads, 4)
-    residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a, const NormTokenRows r) {
+    residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
     pdl_trigger();
     __shared__ float scratch[32];
@@ -329,7 +289,7 @@ __global__ void __launch_bounds__(kWideNormThreads, 4)
     }
     float4 v[kWideNormChunks], gain[kWideNormChunks];
     const float ss = a.add_bf16 ? wide_rows_batched<true>(a, t, v, gain) : wide_rows_batched<false>(a, t, v, gain);
-    wide_norm_finish<kRows>(a, r, t, v, gain, ss, scratch);
+    wide_norm_finish(a, t, v, gain, ss, scratch);
 }
 
 // One block per token; one thread per two neighbouring rotation pairs (i, i + 1) of a head (q, k)
@@ -455,19 +415,12 @@ bool wide_norm_ok(const ResidualRmsNormArgs& a) {
 }
 }  // namespace
 
-bool residual_rmsnorm_fuses_rows(const ResidualRmsNormArgs& a, const NormTokenRows& r) {
-    const int padded = (a.hidden_size + 127) / 128 * 128;
-    return r.q != nullptr && r.scale != nullptr && wide_norm_ok(a) && a.hidden_size % 16 == 0 &&
-           (r.mx ? r.stride == padded : r.stride == a.hidden_size) &&
-           r.stride <= kWideNormThreads * kWideNormChunks * 4 && reinterpret_cast<uintptr_t>(r.q) % 4 == 0;
-}
-
 bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& a) {
     return a.out_q != nullptr && wide_norm_ok(a) && a.q_k_pad <= kWideNormThreads * kWideNormChunks * 4 &&
            reinterpret_cast<uintptr_t>(a.out_q) % 16 == 0;
 }
 
-void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream, const NormTokenRows* rows) {
+void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.hidden_size >= 1 && a.hidden_size <= kNormThreads * kMaxPerThread, "hidden_size %d unsupported",
                  a.hidden_size);
     ENGINE_CHECK(a.out_q == nullptr || (a.out_q_scale != nullptr && a.q_k_pad % 128 == 0 &&
@@ -475,21 +428,16 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream, const N
                  "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,
                  a.hidden_size, a.q_m_pad);
     if (a.num_tokens == 0) return;
-    ENGINE_CHECK(rows == nullptr || residual_rmsnorm_fuses_rows(a, *rows),
-                 "residual_rmsnorm: token rows only where residual_rmsnorm_fuses_rows (%d tokens, stride %d)",
-                 a.num_tokens, rows != nullptr ? rows->stride : 0);
-    const NormTokenRows r = rows != nullptr ? *rows : NormTokenRows{};
-    const auto wide =
-        rows != nullptr ? residual_rmsnorm_wide_batched_kernel<true> : residual_rmsnorm_wide_batched_kernel<false>;
+    const auto wide = residual_rmsnorm_wide_batched_kernel;
     if (residual_rmsnorm_fuses_quant(a)) {
-        launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a, r);
+        launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a);
         return;
     }
     ResidualRmsNormArgs b = a;  // out_q by the quantizer after the norm
     b.out_q = nullptr;
     ENGINE_CHECK(a.out_q == nullptr || a.out != nullptr, "residual_rmsnorm: out_q without the fused path needs out");
     if (wide_norm_ok(b))
-        launch_pdl(wide, b.num_tokens, kWideNormThreads, 0, stream, b, r);
+        launch_pdl(wide, b.num_tokens, kWideNormThreads, 0, stream, b);
     else
         launch_pdl(residual_rmsnorm_kernel, b.num_tokens, kNormThreads, 0, stream, b);
     if (a.out_q != nullptr)

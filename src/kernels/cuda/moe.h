@@ -253,15 +253,6 @@ struct MoeFp8Args {
     // positions of the last 128-block past n/2 are not written (the caller zeroes them).
     bool act_mx_order = false;
     int act_q_stride = 0;
-    // gate_up of the persistent kernels (moe_fp8 with persistent and 3 warpgroups, moe_mxfp4_fp8):
-    // xq holds one row per token instead of one per assignment, x_row_bytes apart (moe_fp8: k, the
-    // rows of moe_fp8_quant_rows; MX: k_pad, of moe_fp8_quant_rows_mx), and x_scale one scale per
-    // token. The producer warpgroup gathers tile row i's token (sorted_assignments[i] /
-    // experts_per_token) by cp.async instead of TMA's box of xq rows. Then quant_rows quantizes T
-    // rows, not T · experts_per_token (r29 ncu, 20b 8k: 60 us a layer for the 32,768 gathered rows).
-    bool x_by_token = false;
-    int experts_per_token = 0;
-    int x_row_bytes = 0;
 };
 // The MX K order: within each 128-wide block of K, element p (the weights' order) sits at
 // position moe_mx_k_position(p) of the activation row, so that in the kernel's register A

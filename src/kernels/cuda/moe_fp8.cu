@@ -66,9 +66,9 @@ struct Shape {
     static constexpr int kStageBytes = kWTile + kXTile;  // a multiple of 1024: every tile 1 KB-aligned
     static_assert(kStageBytes % 1024 == 0, "stage alignment");
     // + the weight scales of the (at most 2) scale blocks the CTA's features touch, + barriers (full,
-    // empty, xfull), + the epilogue's row inputs (EpilogueRows: 2 buffers a consumer warpgroup).
+    // empty), + the epilogue's row inputs (EpilogueRows: 2 buffers a consumer warpgroup).
     static constexpr size_t kRowsOffset =
-        (static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 3 * kStages * 8 + 15) / 16 * 16;
+        (static_cast<size_t>(kStages) * kStageBytes + 2 * kMaxKBlocks * 4 + 2 * kStages * 8 + 15) / 16 * 16;
     static_assert(kRowsOffset % 16 == 0, "row inputs alignment");
     static constexpr size_t kSmemBytes = 1024 + kRowsOffset + static_cast<size_t>(W) * 2 * kTokens * 8;
 };
@@ -97,11 +97,8 @@ struct RowInputs {
 __device__ __forceinline__ RowInputs load_row_inputs(const MoeFp8Args& a, bool gate_up, int row0, int rows, int q) {
     RowInputs r;
     if (q < rows) {
-        // x_by_token: the scale is the token's (row i's token: sorted_assignments[i] / experts_per_token).
-        const int asg = !gate_up || a.x_by_token ? __ldg(a.sorted_assignments + row0 + q) : 0;
-        const int xi = a.x_by_token ? asg / a.experts_per_token : row0 + q;
-        r.xs = a.x_scale != nullptr ? __ldg(a.x_scale + xi) : a.x_scale_value;
-        if (!gate_up) r.assignment = asg;
+        r.xs = a.x_scale != nullptr ? __ldg(a.x_scale + row0 + q) : a.x_scale_value;
+        if (!gate_up) r.assignment = __ldg(a.sorted_assignments + row0 + q);
     }
     return r;
 }
@@ -262,17 +259,13 @@ __device__ __forceinline__ void wgmma_e4m3_rs<128>(float (&d)[64], const uint32_
 }
 
 // The stage ring's barriers, initialised by thread 0: full[s] completes on the producer's
-// expect_tx and the stage's bytes, empty[s] on one arrival from each of the W consumer warpgroups,
-// xfull[s] (gathered x rows, produce_gathered) on the cp.async arrivals of the producer warpgroup's
-// kGatherThreads threads.
-constexpr int kGatherThreads = 128;
+// expect_tx and the stage's bytes, empty[s] on one arrival from each of the W consumer warpgroups.
 template <int kStages, int W>
-__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, uint64_t* xfull = nullptr) {
+__device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty) {
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], W);
-            if (xfull != nullptr) mbar_init(&xfull[s], kGatherThreads);
         }
         mbar_init_fence();
     }
@@ -296,44 +289,6 @@ __device__ __forceinline__ int produce_item(uint8_t* smem, uint64_t* full, uint6
         tma_load_2d(smem + slot * kStageBytes + kWTile, x_map, kb * step, row0, &full[slot]);
     }
     return gkb;
-}
-
-// The producer warpgroup's loads with gathered activation rows (MoeFp8Args::x_by_token), over all of
-// the CTA's items: thread 0 brings each K block's weight tile by TMA as produce_item does
-// (full[slot]); thread p (0 .. 127) copies tile row p, its token's 128 bytes of the block, into the
-// 128-byte-swizzled x tile by cp.async (16-byte chunk c of row p at chunk c ^ (p % 8), as TMA's
-// SWIZZLE_128B writes it; zeros past x_bytes, as TMA's fill) and arrives on xfull[slot] once they
-// land. Rows past a partial tile copy its last row (computed, never stored). w_step: as produce_item.
-template <int kStages, int kStageBytes, int kWTile>
-__device__ __forceinline__ void produce_gathered(const MoeFp8Args& a, uint8_t* smem, uint64_t* full, uint64_t* xfull,
-                                                 uint64_t* empty, const CUtensorMap* w_map, int nblk, int features,
-                                                 int items, int nkb, int w_step, int x_bytes, int p) {
-    uint8_t* xrow = smem + kWTile + p * kKBlock;  // row p of slot 0's x tile
-    const int sw = p & 7;
-    int gkb = 0;  // K blocks issued so far (all items)
-    for (int it = blockIdx.x; it < items; it += gridDim.x) {
-        const WorkItem w = work_item(a, it, nblk, features);
-        const int token = __ldg(a.sorted_assignments + w.row0 + min(p, w.rows - 1)) / a.experts_per_token;
-        const uint8_t* src = a.xq + static_cast<int64_t>(token) * a.x_row_bytes;
-        for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-            const int slot = gkb % kStages;
-            if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
-            if (p == 0) {
-                mbar_expect_tx(&full[slot], kWTile);
-                tma_load_2d(smem + slot * kStageBytes, w_map, kb * w_step, w.e * a.n + w.n0, &full[slot]);
-            }
-            uint8_t* dst = xrow + slot * kStageBytes;
-#pragma unroll
-            for (int c = 0; c < kKBlock / 16; ++c) {
-                const int off = kb * kKBlock + c * 16;
-                const bool valid = off < x_bytes;
-                cp_async16(dst + ((c ^ sw) << 4), valid ? src + off : src, valid);
-            }
-            cp_async_mbar_arrive_noinc(&xfull[slot]);
-        }
-    }
-    cp_async_commit();   // (wait_group waits only on committed groups)
-    cp_async_wait<0>();  // nothing in flight when the thread exits
 }
 
 // The epilogue of one work item (tile rows row0 .. row0 + rows of expert e × features n0 ..),
@@ -524,11 +479,9 @@ __device__ __forceinline__ void with_width(int n, const F& f) {
 // past kN tokens stays 0. One K block in flight a warpgroup: promoting block kb while kb + 1's
 // wgmmas run would need 192 accumulator registers, and ptxas then serializes the wgmmas anyway
 // (C7514); the other warpgroups' wgmmas fill the tensor pipe meanwhile.
-// xfull: the gathered x rows' barriers (produce_gathered), or null (x by TMA with the weights).
 template <int kN, int kStages, int kStageBytes, typename Release>
-__device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, uint64_t* xfull, uint32_t w_base,
-                                             uint32_t x_base, const float* wscale, int nkb, int& gkb,
-                                             const Release& release) {
+__device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, uint32_t w_base, uint32_t x_base,
+                                             const float* wscale, int nkb, int& gkb, const Release& release) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     // The block's weight scale, loaded one K block ahead (r27 ncu: the load right before its use
@@ -543,10 +496,6 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, u
         ws_next = __ldg(wscale + min(kb + 1, nkb - 1));
         const int slot = gkb % kStages;
         mbar_wait(&full[slot], (gkb / kStages) & 1);
-        if (xfull != nullptr) {
-            mbar_wait(&xfull[slot], (gkb / kStages) & 1);
-            fence_proxy_async();  // the cp.async rows (generic proxy) before the wgmmas read them
-        }
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
@@ -580,8 +529,6 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes + 2 * kMaxKBlocks * 4);
     uint64_t* empty = full + kStages;
-    // gathered x rows (a.x_by_token, W = 3 only: the producer is a warpgroup)
-    uint64_t* xfull = W == 3 && a.x_by_token ? empty + kStages : nullptr;
     // [W][2][kTokens] scales then [W][2][kTokens] assignments: a warpgroup's RowInputs, buffer by
     // the parity of its item count.
     float* s_xs_all = reinterpret_cast<float*>(smem + S::kRowsOffset);
@@ -596,20 +543,13 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     if (static_cast<int>(blockIdx.x) >= items) return;
     const int N = a.n, nkb = (a.k + kKBlock - 1) / kKBlock;
     const int tid = threadIdx.x;
-    init_ring<kStages, W>(full, empty, xfull);
+    init_ring<kStages, W>(full, empty);
     __syncthreads();  // barriers initialised; no CTA-wide barrier after the role split
     auto item_at = [&](int it) { return work_item(a, it, nblk, kFeatures); };
 
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
-    if (role >= W) {  // the producer: one lane issues every copy (with gathered x rows, the warpgroup)
+    if (role >= W) {                                          // the producer: one lane issues every copy
         if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
-        if constexpr (W == 3) {
-            if (xfull != nullptr) {
-                produce_gathered<kStages, kStageBytes, kWTile>(a, smem, full, xfull, empty, &w_map, nblk, kFeatures,
-                                                               items, nkb, kKBlock, a.k, tid - 128 * W);
-                return;
-            }
-        }
         if (tid == 128 * W) {
             int gkb = 0;  // K blocks issued so far (all items)
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
@@ -641,7 +581,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
         with_width(item_width(a, w.rows), [&](auto width) {
             consume_item<decltype(width)::value, kStages, kStageBytes>(
-                acc, full, xfull, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
+                acc, full, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
                     if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
                 });
         });
@@ -673,15 +613,14 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
 //   subnormals reach 2^-9; rounded past that); the block's sums of a row are promoted with its
 //   2^(max − 127), two per lane (rows g and g + 8), as the FP8 kernel's block scale.
 constexpr int kMxStages = 7;
-constexpr int kMxFeatures = 192;                     // 3 warpgroups × 64 rows
-constexpr int kMxWTile = kMxFeatures * kKBlock / 2;  // 12 KB of codes
-constexpr int kMxStageBytes = kMxWTile + kXTile;     // 28 KB
-constexpr int kMxThreads = 512;                      // + the producer warpgroup
-// 3·128·160 + 128·32 = 64 K (the producer's 32: produce_gathered's addresses; 24 did for one lane's TMA)
-constexpr int kMxConsumerRegs = 160, kMxProducerRegs = 32;
-constexpr size_t kMxBarOffset = static_cast<size_t>(kMxStages) * kMxStageBytes;     // full, empty, xfull
-constexpr size_t kMxLutOffset = (kMxBarOffset + 3 * kMxStages * 8 + 15) / 16 * 16;  // [32] uint2: the magnitudes at d
-constexpr size_t kMxRowsOffset = kMxLutOffset + 32 * 8;                             // RowInputs: [3][2][kTokens] × 2
+constexpr int kMxFeatures = 192;                            // 3 warpgroups × 64 rows
+constexpr int kMxWTile = kMxFeatures * kKBlock / 2;         // 12 KB of codes
+constexpr int kMxStageBytes = kMxWTile + kXTile;            // 28 KB
+constexpr int kMxThreads = 512;                             // + the producer warpgroup
+constexpr int kMxConsumerRegs = 160, kMxProducerRegs = 24;  // 3·128·160 + 128·24 ≤ 64 K
+constexpr size_t kMxBarOffset = static_cast<size_t>(kMxStages) * kMxStageBytes;
+constexpr size_t kMxLutOffset = kMxBarOffset + 2 * kMxStages * 8;  // [32] uint2: the magnitudes at d
+constexpr size_t kMxRowsOffset = kMxLutOffset + 32 * 8;            // RowInputs: [3][2][kTokens] × 2
 constexpr size_t kMxSmemBytes = 1024 + kMxRowsOffset + 3 * 2 * kTokens * 8;
 static_assert(kMxStageBytes % 1024 == 0 && kMxWTile % 1024 == 0, "stage alignment (128-byte swizzled x tile)");
 static_assert(kMxRowsOffset % 16 == 0, "row inputs alignment");
@@ -706,7 +645,6 @@ __global__ void __launch_bounds__(kMxThreads, 1)
     uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + kMxBarOffset);
     uint64_t* empty = full + kStages;
-    uint64_t* xfull = a.x_by_token ? empty + kStages : nullptr;  // gathered x rows
     uint2* s_lut = reinterpret_cast<uint2*>(smem + kMxLutOffset);
     // [W][2][kTokens] scales then [W][2][kTokens] assignments (as the persistent FP8 kernel's)
     float* s_xs_all = reinterpret_cast<float*>(smem + kMxRowsOffset);
@@ -718,7 +656,7 @@ __global__ void __launch_bounds__(kMxThreads, 1)
     if (static_cast<int>(blockIdx.x) >= items) return;
     const int N = a.n, nkb = a.k_pad / kKBlock, groups = a.k / 32;
     const int tid = threadIdx.x;
-    init_ring<kStages, W>(full, empty, xfull);
+    init_ring<kStages, W>(full, empty);
     if (tid < 32) {  // the magnitudes' e4m3 bytes for a group 2^tid below its row's largest
         const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
         uint32_t b[8];
@@ -730,13 +668,8 @@ __global__ void __launch_bounds__(kMxThreads, 1)
     auto item_at = [&](int it) { return work_item(a, it, nblk, kMxFeatures); };
 
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
-    if (role >= W) {  // the producer: one lane issues every copy (with gathered x rows, the warpgroup)
+    if (role >= W) {                                          // the producer: one lane issues every copy
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kMxProducerRegs));
-        if (xfull != nullptr) {
-            produce_gathered<kStages, kStageBytes, kMxWTile>(a, smem, full, xfull, empty, &w_map, nblk, kMxFeatures,
-                                                             items, nkb, kKBlock / 2, a.k_pad, tid - 128 * W);
-            return;
-        }
         if (tid == 128 * W) {
             int gkb = 0;
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
@@ -787,10 +720,6 @@ __global__ void __launch_bounds__(kMxThreads, 1)
                 const uint2 lut0 = s_lut[min(m0 - sc.x, 31u)], lut1 = s_lut[min(m1 - sc.y, 31u)];
                 const int slot = gkb % kStages;
                 mbar_wait(&full[slot], (gkb / kStages) & 1);
-                if (xfull != nullptr) {
-                    mbar_wait(&xfull[slot], (gkb / kStages) & 1);
-                    fence_proxy_async();  // the cp.async rows (generic proxy) before the wgmmas read them
-                }
                 const uint4 c0 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes);
                 const uint4 c1 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes + 8 * (kKBlock / 2));
                 const uint32_t q0[4] = {c0.x, c0.y, c0.z, c0.w}, q1[4] = {c1.x, c1.y, c1.z, c1.w};
@@ -1060,9 +989,6 @@ void moe_mxfp4_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                               a.act_q_stride >= (a.n / 2 + kKBlock - 1) / kKBlock * kKBlock),
                  "moe_mxfp4_fp8: gate_up writes e4m3 act_q in the MX K order (n %d, stride %d)", a.n, a.act_q_stride);
     ENGINE_CHECK(gate_up || a.y != nullptr, "moe_mxfp4_fp8: down writes y");
-    ENGINE_CHECK(!a.x_by_token || (gate_up && a.experts_per_token > 0 && a.x_row_bytes == a.k_pad &&
-                                   a.sorted_assignments != nullptr),
-                 "moe_mxfp4_fp8: rows by token need gate_up, experts_per_token and rows of k_pad bytes");
     if (a.max_tiles <= 0) return;
     CUtensorMap x_map, w_map;
     ENGINE_CHECK(make_maps_mx(a, &x_map, &w_map), "moe_mxfp4_fp8: tensor maps could not be encoded");
@@ -1124,11 +1050,6 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
     ENGINE_CHECK(!gate_up || a.n % 2 == 0, "moe_fp8: gate_up needs (gate, up) row pairs (n %d)", a.n);
     ENGINE_CHECK(!gate_up || a.act_q == nullptr || a.act_q_inv_scale > 0.0f, "moe_fp8: act_q without a scale");
     ENGINE_CHECK(a.warpgroups == 0 || a.warpgroups == 2 || a.warpgroups == 3, "moe_fp8: %d warpgroups", a.warpgroups);
-    ENGINE_CHECK(!a.x_by_token || (gate_up && a.persistent && a.warpgroups != 2 && a.experts_per_token > 0 &&
-                                   a.x_row_bytes >= a.k && a.x_row_bytes % 16 == 0 &&
-                                   reinterpret_cast<uintptr_t>(a.xq) % 16 == 0 && a.sorted_assignments != nullptr),
-                 "moe_fp8: rows by token need gate_up, the persistent 3-warpgroup kernel, experts_per_token and "
-                 "16-byte aligned rows of at least k bytes");
     if (a.max_tiles <= 0) return;
     auto run = [&](auto w) {
         constexpr int W = decltype(w)::value;
@@ -1169,8 +1090,7 @@ void moe_bf16_grouped(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                  a.num_experts, a.num_rows);
     ENGINE_CHECK(!gate_up || (a.n % 2 == 0 && a.act != nullptr && a.act_q == nullptr),
                  "moe_bf16_grouped: gate_up writes bf16 act from (gate, up) row pairs");
-    ENGINE_CHECK(a.x_scale == nullptr && a.x_scale_value == 1.0f && !a.x_by_token,
-                 "moe_bf16_grouped: bf16 rows carry no scale and are not gathered");
+    ENGINE_CHECK(a.x_scale == nullptr && a.x_scale_value == 1.0f, "moe_bf16_grouped: bf16 rows carry no scale");
     if (a.max_tiles <= 0) return;
     using S = Shape<3>;
     CUtensorMap x_map, w_map;

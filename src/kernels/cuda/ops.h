@@ -41,20 +41,7 @@ struct ResidualRmsNormArgs {
     float* out_q_scale = nullptr;
     int q_k_pad = 0, q_m_pad = 0;
 };
-// Optional output of residual_rmsnorm: the bf16 normed rows as the prompt MoE's token rows
-// (MoeFp8Args::x_by_token), the bytes and scales moe_fp8_quant_rows (by_token false) or, with mx,
-// moe_fp8_quant_rows_mx would write from out: e4m3 [num_tokens, stride] (stride = hidden_size, or
-// with mx its multiple of 128, the MX K order and zeros past hidden_size), one scale a row (amax /
-// 448). A separate argument: in ResidualRmsNormArgs its fields made the plain norm kernel spill.
-struct NormTokenRows {
-    uint8_t* q = nullptr;
-    float* scale = nullptr;
-    int stride = 0;
-    bool mx = false;
-};
-void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream, const NormTokenRows* rows = nullptr);
-// Whether residual_rmsnorm writes these rows (the wide kernel: ≥ 64 tokens, the strides above).
-bool residual_rmsnorm_fuses_rows(const ResidualRmsNormArgs& args, const NormTokenRows& rows);
+void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
 // Whether residual_rmsnorm quantizes out_q inside the norm kernel (then out may be null).
 bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& args);
 
