@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -494,6 +494,30 @@ for stage in "$@"; do
               --batch "" --repeats 3 > "$OUT/narrow_tail_${tag}_$v.log" 2>&1
             summary+=("narrow_tail [$cfg] NARROW_TAIL=$v rc=$?")
             echo "$cfg --fp8 8k prefill, GPTOSS_MOE_NARROW_TAIL=$v:"; grep -E "^\| [0-9]+ \||  (moe|attention|total) " "$OUT/narrow_tail_${tag}_$v.log" | head -8
+          done
+        done
+      fi
+      ;;
+    mx_decode)
+      # The MX kernels (moe_mxfp4_fp8) at decode batches: 8- and 16-token-wide wgmmas for an
+      # expert's few rows (session 15, compiled only), chosen at every batch size by
+      # GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1. The narrow-tail tests (all six widths) and the FP8 model
+      # test (its variant 7: decode steps on the MX kernels), then, if they pass, decode at 1k
+      # context with it (1) and without (0): 120b --fp8, and 20b --fp8 without its FP8 expert copy
+      # (GPTOSS_FP8_EXPERT_COPY=0, the MXFP4 paths 120b takes).
+      timeout 240 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8.NarrowTails*:CudaMoeMx.NarrowTails*:CudaModel.Fp8*' \
+        > "$OUT/mx_decode_tests.log" 2>&1
+      rc=$?
+      summary+=("mx_decode tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|narrow tails|every batch" "$OUT/mx_decode_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-120b gpt-oss-20b; do
+          for v in 1 0; do
+            env GPTOSS_FP8_EXPERT_COPY=0 $( [ $v = 1 ] && echo GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1 ) timeout 200 $BIN/gptoss bench \
+              --synthetic $m --fp8 --prefill "" --batch 1,2,4,8,16,64 --context 1024 --decode-steps 16 --repeats 3 \
+              --markdown "$OUT/mx_decode_${m}_$v.md" > "$OUT/mx_decode_${m}_$v.log" 2>&1
+            summary+=("mx_decode $m MX at decode=$v rc=$?")
+            echo "$m --fp8 decode, MX kernels at every batch=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/mx_decode_${m}_$v.md"
           done
         done
       fi

@@ -462,7 +462,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             size_t free_b = 0, total_b = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
             const double f8_bytes = static_cast<double>(c.num_hidden_layers) * E * (2 * I * kp_h + H * kp_i);
-            have_fp8_experts = opt.bf16_experts && f8_bytes <= 0.6 * static_cast<double>(free_b);
+            // GPTOSS_FP8_EXPERT_COPY=0: no copy even where it fits (A/B runs of 20b on the MXFP4 paths
+            // that 120b takes; as CudaModelOptions::bf16_experts = false).
+            const char* fc = std::getenv("GPTOSS_FP8_EXPERT_COPY");
+            have_fp8_experts = opt.bf16_experts && f8_bytes <= 0.6 * static_cast<double>(free_b) &&
+                               (fc == nullptr || std::strcmp(fc, "0") != 0);
             const char* g = std::getenv("GPTOSS_MOE_FP8_GROUPED");
             const bool grouped_ok = kc::moe_fp8_supported(static_cast<int>(2 * I), static_cast<int>(H),
                                                           static_cast<int>(kp_h), static_cast<int>(E)) &&

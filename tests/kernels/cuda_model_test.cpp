@@ -338,22 +338,23 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     model::CpuForward cpu32(**w);
     model::CpuKvCache cpu32_kv(c, 16, 256, 256);
     const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
-    const char* names[7] = {"grouped FP8 experts",
+    const char* names[8] = {"grouped FP8 experts",
                             "per-expert cuBLASLt",
                             "no expert copy",
                             "no expert copy, converted a layer at a time",
                             "no expert copy, MXFP4 experts as they are",
                             "MXFP4 experts as they are, W4A8 decode on wgmma",
-                            "FP8 experts only (--fp8-experts)"};
-    std::vector<float> got[7];
-    for (int v = 0; v < 7; ++v) {
+                            "FP8 experts only (--fp8-experts)",
+                            "MXFP4 experts as they are at every batch (decode steps too)"};
+    std::vector<float> got[8];
+    for (int v = 0; v < 8; ++v) {
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = v < 2;  // false: no FP8 expert copy either (one expert at a time)
         o.moe_fp8_grouped = v == 0 ? -1 : 0;
         // The prompt step (320 tokens) converts the layer's experts into the scratch, the 2-token
         // decode steps stay on the MXFP4 kernels.
-        o.moe_fp8_jit_min_tokens = v >= 3 ? 64 : 0;
+        o.moe_fp8_jit_min_tokens = v == 7 ? 1 : v >= 3 ? 64 : 0;
         o.moe_mx = v >= 4 ? 1 : 0;         // moe_mxfp4_fp8 in place of the conversion
         o.moe_decode_wg = v == 5 ? 1 : 0;  // the decode steps' experts on e4m3 activations
         o.moe_mma_max_tokens = 0;          // the 320-row prompt step through the FP8 experts,
@@ -411,6 +412,16 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         << "the FP8-only prompt step differs from the FP8 copy's";
     std::printf("  fp8 experts only vs the FP8 copy beside MXFP4: rel L2 %.3g (decode steps)\n", rel(got[6], got[0]));
     EXPECT_GT(rel(got[6], got[0]), 0.0) << "the decode steps did not take the FP8 experts";
+    // The MX kernels at every batch size: the prompt step is variant 4's bit for bit (the same
+    // kernels); the 2-token decode steps run them too (8-token-wide wgmmas, e4m3 activations)
+    // instead of the weight-only kernels on bf16 activations, so they differ (within the bounds
+    // against fp32 above).
+    ASSERT_LE(prompt, got[7].size());
+    EXPECT_TRUE(std::equal(got[7].begin(), got[7].begin() + prompt, got[4].begin()))
+        << "the prompt step on the MX kernels differs between thresholds";
+    std::printf("  fp8 MX kernels at every batch vs only from 64 tokens: rel L2 %.3g (decode steps)\n",
+                rel(got[7], got[4]));
+    EXPECT_GT(rel(got[7], got[4]), 0.0) << "the decode steps did not take the MX kernels";
     fs::remove_all(dir);
 }
 

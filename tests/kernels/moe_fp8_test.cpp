@@ -769,12 +769,13 @@ struct RoutingCase {
     int A() const { return T * K; }
 };
 
-// The widths (item_width) of a case's partial tiles: bit i set for a tile of 32·(i + 1) tokens.
+// The widths (item_width) of a case's partial tiles: bits 0-5 for tiles of 8, 16, 32, 64, 96 and 128
+// tokens.
 int tail_widths(const std::vector<int32_t>& offsets) {
     int bits = 0;
     for (size_t e = 0; e + 1 < offsets.size(); ++e) {
         const int r = (offsets[e + 1] - offsets[e]) % kMoeFp8BlockTokens;
-        if (r > 0) bits |= 1 << ((r + 31) / 32 - 1);
+        if (r > 0) bits |= 1 << (r <= 8 ? 0 : r <= 16 ? 1 : (r + 31) / 32 + 1);
     }
     return bits;
 }
@@ -782,8 +783,9 @@ int tail_widths(const std::vector<int32_t>& offsets) {
 TEST(CudaMoeFp8, NarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
     int widths = 0;
-    // ~100-120, ~220 and ~26 rows an expert (expert 1 a third of that): partial tiles of every width
-    for (const auto& [E, T, seed] : {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}, std::tuple{24, 150, 79u}}) {
+    // ~100-120, ~220, ~26 and ~6 rows an expert (expert 1 a third of that): partial tiles of every width
+    for (const auto& [E, T, seed] :
+         {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}, std::tuple{24, 150, 79u}, std::tuple{64, 100, 89u}}) {
         RoutingCase c(E, 2880, 1440, T, 4, seed);
         const int A = c.A();
         ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
@@ -827,14 +829,14 @@ TEST(CudaMoeFp8, NarrowTailsMatchTheWideTiles) {
             EXPECT_EQ(differ, 0) << "narrow tails, E " << E << ", " << ctas << " CTAs";
         }
     }
-    EXPECT_EQ(widths, 15) << "partial tiles of every width (32, 64, 96, 128 tokens)";
+    EXPECT_EQ(widths, 63) << "partial tiles of every width (8, 16, 32, 64, 96, 128 tokens)";
 }
 
 TEST(CudaMoeMx, NarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
     int widths = 0;
     for (const auto& [E, H, I, T, seed] : {std::tuple{6, 2880, 1440, 150, 71u}, std::tuple{5, 1088, 736, 201, 73u},
-                                           std::tuple{8, 2880, 1440, 201, 83u}}) {
+                                           std::tuple{8, 2880, 1440, 201, 83u}, std::tuple{64, 2880, 1440, 150, 97u}}) {
         RoutingCase c(E, H, I, T, 3, seed);
         const int A = c.A(), H_pad = (H + 127) / 128 * 128, I_pad = (I + 127) / 128 * 128;
         ASSERT_EQ(static_cast<int>(c.sorted.size()), A);
@@ -883,7 +885,7 @@ TEST(CudaMoeMx, NarrowTailsMatchTheWideTiles) {
             EXPECT_EQ(nan, 0);
         }
     }
-    EXPECT_EQ(widths, 15) << "partial tiles of every width (32, 64, 96, 128 tokens)";
+    EXPECT_EQ(widths, 63) << "partial tiles of every width (8, 16, 32, 64, 96, 128 tokens)";
 }
 
 // ---- moe_decode_wg: decode batches (≤ 8 tokens) on the MXFP4 experts with e4m3 activations ------

@@ -149,7 +149,7 @@ __device__ __forceinline__ void wgmma_e4m3_n128_rs(float (&d)[64], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-// m64nNk32 e4m3 × e4m3 → f32 for N = 32, 64, 96 (the narrow tail tiles, MoeFp8Args::narrow_tail):
+// m64nNk32 e4m3 × e4m3 → f32 for N = 8, 16, 32, 64, 96 (the narrow tail tiles, MoeFp8Args::narrow_tail):
 // both operands from shared memory (ss) or A from registers (rs, as wgmma_e4m3_n128_rs). d[N / 2]
 // has the m64n128 fragment's layout cut at N tokens (d[4j + ..]: tokens 8j .. 8j + 7). N = 128: the
 // n128 wrappers.
@@ -158,6 +158,46 @@ __device__ __forceinline__ void wgmma_e4m3_ss(float (&d)[N / 2], uint64_t desc_a
 template <int N>
 __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d);
 
+template <>
+__device__ __forceinline__ void wgmma_e4m3_ss<8>(float (&d)[4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3}, "
+        "%4, %5, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<8>(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_ss<16>(float (&d)[8], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+template <>
+__device__ __forceinline__ void wgmma_e4m3_rs<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
 template <>
 __device__ __forceinline__ void wgmma_e4m3_ss<32>(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
     asm volatile(
@@ -455,17 +495,21 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     fp8_epilogue<kGateUp>(a, acc, row0, rows, n0, wg, warp, g, t, bias, s_xs, s_asg);
 }
 
-// The wgmma width for an item of `rows` tile rows: the smallest of 32, 64, 96 and 128 tokens that
-// holds them with MoeFp8Args::narrow_tail, else 128. An expert's last tile is partial (120b at 8k
-// tokens: ~256 ± 16 rows an expert, so half the experts' third tile has a few rows in 128); its
-// narrower wgmmas do that much less tensor work (the stage's loads are the same).
+// The wgmma width for an item of `rows` tile rows: the smallest of 8, 16, 32, 64, 96 and 128 tokens
+// that holds them with MoeFp8Args::narrow_tail, else 128. An expert's last tile is partial (120b at
+// 8k tokens: ~256 ± 16 rows an expert, so half the experts' third tile has a few rows in 128); its
+// narrower wgmmas do that much less tensor work (the stage's loads are the same). Decode batches
+// (an expert's few rows) take 8 or 16.
 __device__ __forceinline__ int item_width(const MoeFp8Args& a, int rows) {
-    return a.narrow_tail ? min(128, (rows + 31) / 32 * 32) : 128;
+    if (!a.narrow_tail) return 128;
+    return rows <= 8 ? 8 : rows <= 16 ? 16 : min(128, (rows + 31) / 32 * 32);
 }
 // Calls f(std::integral_constant<int, N>) for the item width n (item_width's).
 template <typename F>
 __device__ __forceinline__ void with_width(int n, const F& f) {
     switch (n) {
+        case 8: f(std::integral_constant<int, 8>{}); break;
+        case 16: f(std::integral_constant<int, 16>{}); break;
         case 32: f(std::integral_constant<int, 32>{}); break;
         case 64: f(std::integral_constant<int, 64>{}); break;
         case 96: f(std::integral_constant<int, 96>{}); break;
