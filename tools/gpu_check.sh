@@ -500,8 +500,8 @@ for stage in "$@"; do
       ;;
     mx_decode)
       # The MX kernels (moe_mxfp4_fp8) at decode batches: 8- and 16-token-wide wgmmas for an
-      # expert's few rows (session 15, compiled only), chosen at every batch size by
-      # GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1. The narrow-tail tests (all six widths) and the FP8 model
+      # expert's few rows (GPTOSS_MOE_NARROW_TAIL=8; session 15, compiled only), chosen at every
+      # batch size by GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1. The narrow-tail tests (all six widths) and the FP8 model
       # test (its variant 7: decode steps on the MX kernels), then, if they pass, decode at 1k
       # context with it (1) and without (0): 120b --fp8, and 20b --fp8 without its FP8 expert copy
       # (GPTOSS_FP8_EXPERT_COPY=0, the MXFP4 paths 120b takes).
@@ -512,12 +512,13 @@ for stage in "$@"; do
       grep -E "OK \]|FAILED|Failure|narrow tails|every batch" "$OUT/mx_decode_tests.log" | head -30
       if [ $rc = 0 ]; then
         for m in gpt-oss-120b gpt-oss-20b; do
-          for v in 1 0; do
-            env GPTOSS_FP8_EXPERT_COPY=0 $( [ $v = 1 ] && echo GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1 ) timeout 200 $BIN/gptoss bench \
+          for v in 8 32 0; do  # MX at every batch with tails down to 8 tokens, down to 32; the default paths
+            env GPTOSS_FP8_EXPERT_COPY=0 $( [ $v != 0 ] && echo GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1 GPTOSS_MOE_NARROW_TAIL=$v ) \
+              timeout 200 $BIN/gptoss bench \
               --synthetic $m --fp8 --prefill "" --batch 1,2,4,8,16,64 --context 1024 --decode-steps 16 --repeats 3 \
               --markdown "$OUT/mx_decode_${m}_$v.md" > "$OUT/mx_decode_${m}_$v.log" 2>&1
             summary+=("mx_decode $m MX at decode=$v rc=$?")
-            echo "$m --fp8 decode, MX kernels at every batch=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/mx_decode_${m}_$v.md"
+            echo "$m --fp8 decode, MX kernels at every batch (narrowest tile $v; 0: default paths):"; grep -E "^\| [0-9]+ \|" "$OUT/mx_decode_${m}_$v.md"
           done
         done
       fi

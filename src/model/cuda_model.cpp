@@ -101,10 +101,11 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_MOE_FP8_PERSISTENT");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // MoeFp8Args::narrow_tail (r30): GPTOSS_MOE_NARROW_TAIL=0 runs partial tiles 128 tokens wide (A/B).
-    bool moe_narrow_tail = [] {
+    // MoeFp8Args::narrow_min (r30): GPTOSS_MOE_NARROW_TAIL=0 runs partial tiles 128 tokens wide (A/B);
+    // =8 lets them go down to 8 and 16 tokens (compiled only in session 15); default 32.
+    int moe_narrow_min = [] {
         const char* v = std::getenv("GPTOSS_MOE_NARROW_TAIL");
-        return v == nullptr || std::strcmp(v, "0") != 0;
+        return v == nullptr ? 32 : std::strcmp(v, "0") == 0 ? 0 : std::strcmp(v, "8") == 0 ? 8 : 32;
     }();
     int fp8_grouped_wg = [] {  // GPTOSS_MOE_FP8_WG=2|3: MoeFp8Args::warpgroups (A/B runs)
         const char* v = std::getenv("GPTOSS_MOE_FP8_WG");
@@ -934,7 +935,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.num_experts = E;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-        m.narrow_tail = moe_narrow_tail;
+        m.narrow_min = moe_narrow_min;
         return m;
     };
     // FP8 experts, grouped (moe_fp8): e4m3 rows of h (gathered by token, one scale each), gate_up

@@ -730,7 +730,7 @@ TEST(CudaMoeMx, MatchesItsRoundingOfWideScaleRanges) {
     run_mx_case(2, 1088, 736, {150, 90}, 53, 105, 20);
 }
 
-// ---- Partial tiles on narrower wgmmas (MoeFp8Args::narrow_tail) ---------------------------------
+// ---- Partial tiles on narrower wgmmas (MoeFp8Args::narrow_min) ----------------------------------
 
 // gate_up with narrow tails against every tile 128 tokens wide: an expert's last tile of r rows runs
 // m64nN wgmmas (N = r rounded up to 32), which compute the same sums in the same order, so act_q
@@ -806,7 +806,7 @@ TEST(CudaMoeFp8, NarrowTailsMatchTheWideTiles) {
             for (int narrow = 0; narrow < 2; ++narrow) {
                 EXPECT_EQ(cudaMemset(act.get(), 0x7f, act.bytes()), cudaSuccess);  // e4m3 NaN: unwritten bytes fail
                 MoeFp8Args a = rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
-                a.narrow_tail = narrow != 0;
+                a.narrow_min = narrow != 0 ? 8 : 0;
                 a.wq = dguq.as<uint8_t>();
                 a.w_scale = dgus.as<float>();
                 a.bias = dgub.as<float>();
@@ -857,7 +857,7 @@ TEST(CudaMoeMx, NarrowTailsMatchTheWideTiles) {
             for (int narrow = 0; narrow < 2; ++narrow) {
                 EXPECT_EQ(cudaMemset(act.get(), 0, act.bytes()), cudaSuccess);  // positions past I stay 0
                 MoeFp8Args a = rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles);
-                a.narrow_tail = narrow != 0;
+                a.narrow_min = narrow != 0 ? 8 : 0;
                 a.w_mx = dgc.as<uint8_t>();
                 a.w_mx_scale = dgs.as<uint8_t>();
                 a.bias = dgb.as<float>();

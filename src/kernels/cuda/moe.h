@@ -239,10 +239,11 @@ struct MoeFp8Args {
     bool persistent = false;
     int persistent_ctas = 0;  // its grid: 0 = one CTA an SM; tests set a few so each CTA loops
     // The persistent kernels (moe_fp8's, moe_mxfp4_fp8) run an item of fewer than 128 tile rows (an
-    // expert's last tile) with m64nN wgmmas, N the rows rounded up to 8, 16 or a multiple of 32
-    // (bit-identical sums; less tensor work where experts have few rows past a multiple of 128, as
-    // 120b's ~256 at 8k tokens, or at decode). false: always N = 128 (GPTOSS_MOE_NARROW_TAIL=0).
-    bool narrow_tail = true;
+    // expert's last tile) with m64nN wgmmas: N the rows rounded up to a multiple of 32, or to 8 or
+    // 16 where narrow_min allows (bit-identical sums; less tensor work where experts have few rows
+    // past a multiple of 128, as 120b's ~256 at 8k tokens, or at decode). narrow_min: the narrowest
+    // N, 32 (measured, r30), 8 (16 and 8 too: session 15, compiled only) or 0 (always 128).
+    int narrow_min = 32;
     // moe_mxfp4_fp8 (the same GEMMs on the MXFP4 experts as published; wq and w_scale unused): the
     // blocks [num_experts, n, k/2] (two e2m1 codes a byte, the even element in the low nibble)
     // and e8m0 scales [num_experts, n, k/32]. xq is then [num_rows, k_pad] in the MX K order

@@ -149,7 +149,7 @@ __device__ __forceinline__ void wgmma_e4m3_n128_rs(float (&d)[64], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
-// m64nNk32 e4m3 × e4m3 → f32 for N = 8, 16, 32, 64, 96 (the narrow tail tiles, MoeFp8Args::narrow_tail):
+// m64nNk32 e4m3 × e4m3 → f32 for N = 8, 16, 32, 64, 96 (the narrow tail tiles, MoeFp8Args::narrow_min):
 // both operands from shared memory (ss) or A from registers (rs, as wgmma_e4m3_n128_rs). d[N / 2]
 // has the m64n128 fragment's layout cut at N tokens (d[4j + ..]: tokens 8j .. 8j + 7). N = 128: the
 // n128 wrappers.
@@ -496,13 +496,15 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
 }
 
 // The wgmma width for an item of `rows` tile rows: the smallest of 8, 16, 32, 64, 96 and 128 tokens
-// that holds them with MoeFp8Args::narrow_tail, else 128. An expert's last tile is partial (120b at
+// that holds them, not below MoeFp8Args::narrow_min (0: always 128). An expert's last tile is partial (120b at
 // 8k tokens: ~256 ± 16 rows an expert, so half the experts' third tile has a few rows in 128); its
 // narrower wgmmas do that much less tensor work (the stage's loads are the same). Decode batches
 // (an expert's few rows) take 8 or 16.
 __device__ __forceinline__ int item_width(const MoeFp8Args& a, int rows) {
-    if (!a.narrow_tail) return 128;
-    return rows <= 8 ? 8 : rows <= 16 ? 16 : min(128, (rows + 31) / 32 * 32);
+    if (a.narrow_min <= 0) return 128;
+    if (rows <= 8 && a.narrow_min <= 8) return 8;
+    if (rows <= 16 && a.narrow_min <= 16) return 16;
+    return min(128, (rows + 31) / 32 * 32);
 }
 // Calls f(std::integral_constant<int, N>) for the item width n (item_width's).
 template <typename F>
