@@ -15,8 +15,13 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#if GPTOSS_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "core/gpu_telemetry.h"
 #include "model/cuda_model.h"
 #include "model/gpt_oss_forward.h"
 #include "model/parallel_cuda_model.h"
@@ -55,6 +60,38 @@ struct BenchOptions {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// The layout's GPUs (devices 0 .. W − 1) by PCI bus id, for NVML (which ignores
+// CUDA_VISIBLE_DEVICES).
+std::vector<std::string> pci_bus_ids(int W) {
+    std::vector<std::string> ids;
+#if GPTOSS_HAVE_CUDA
+    for (int d = 0; d < W; ++d) {
+        char id[32] = {};
+        if (cudaDeviceGetPCIBusId(id, sizeof id, d) != cudaSuccess) return {};
+        ids.emplace_back(id);
+    }
+#else
+    (void)W;
+#endif
+    return ids;
+}
+
+// The clock and power columns of a table row ("–" without telemetry) and the report's fields.
+std::string telemetry_cells(const GpuTelemetrySummary& t) {
+    if (t.samples == 0) return " – | – |";
+    char cell[96];
+    std::snprintf(cell, sizeof cell, " %.0f (%.0f) | %.0f |", t.sm_mhz_mean, t.sm_mhz_min, t.power_w_max);
+    return cell;
+}
+void add_telemetry(nlohmann::json& row, const GpuTelemetrySummary& t) {
+    if (t.samples == 0) return;
+    row["sm_mhz_mean"] = t.sm_mhz_mean;
+    row["sm_mhz_min"] = t.sm_mhz_min;
+    row["power_w_mean"] = t.power_w_mean;
+    row["power_w_max"] = t.power_w_max;
+    row["gpu_limits"] = t.limits();
+}
 
 struct ModelCounts {
     double dense_bytes_per_token;  // attention + router + lm_head bytes read per decode step (batch-independent)
@@ -132,6 +169,16 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
         for (auto& x : v) x = static_cast<int32_t>(rng() % c.vocab_size);
         return v;
     };
+    // Clocks and power during each measurement (core/gpu_telemetry.h: the FP8 prefill runs at the
+    // board's power limit, r30).
+    GpuTelemetry telemetry(pci_bus_ids(W));
+    if (!telemetry.available()) std::fprintf(stderr, "no GPU telemetry: %s\n", telemetry.why().c_str());
+    std::string limits_seen;
+    auto note_limits = [&](const GpuTelemetrySummary& t) {
+        const std::string l = t.limits();
+        if (!l.empty() && limits_seen.find(l) == std::string::npos)
+            limits_seen += (limits_seen.empty() ? "" : "; ") + l;
+    };
     report["weight_bytes"] = m.weight_bytes();
     report["kv_cache_bytes"] = m.kv_cache_bytes();
     md += "## " + layout.to_string() +
@@ -140,13 +187,13 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
                            : "") +
           (o.kv_fp8 ? ", FP8 KV cache" : "") + " (" + std::to_string(W) + " GPU" + (W > 1 ? "s" : "") +
           ")\n\n### Prefill (batch 1)\n\n| input tokens | latency ms | tok/s | TFLOP/s | % of peak | $ / 1M input tok "
-          "|\n|---:|---:|---:|---:|---:|---:|\n";
+          "| SM MHz mean (min) | W max |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
     // ---- prefill ----
     for (int L : prefill) {
         const int blocks = (L + bs - 1) / bs;
         if (blocks > m.num_blocks(false) || blocks > m.num_blocks(true)) {
-            md += "| " + std::to_string(L) + " | KV does not fit | | | | |\n";
+            md += "| " + std::to_string(L) + " | KV does not fit | | | | | | |\n";
             continue;
         }
         std::vector<int32_t> table(blocks);
@@ -158,6 +205,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             std::vector<float> logits;
             std::vector<int32_t> first;
             model::ForwardSequence s{ids, 0, table, table, false};
+            if (r == 1) telemetry.start();  // over the timed runs
             auto t0 = Clock::now();
             Status st = o.prefill_logits ? m.forward(std::span(&s, 1), &logits)
                                          : m.forward_sample(std::span(&s, 1), std::span(&greedy, 1), &first);
@@ -165,6 +213,8 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             if (!st.ok()) return st.message();
             if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // first run warms up
         }
+        const GpuTelemetrySummary tel = telemetry.stop();
+        note_limits(tel);
         const double t = median(times);
         double attn_flops = 0;
         for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -176,17 +226,23 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
         const double flops = mc.flops_per_token * L + mc.lm_head_flops + attn_flops;
         const double tflops = flops / t / 1e12;
         const double cost = price / 3600.0 / (L / t) * 1e6;
-        report["prefill"].push_back({{"tokens", L},
-                                     {"latency_ms", t * 1e3},
-                                     {"tok_per_s", L / t},
-                                     {"tflops", tflops},
-                                     {"pct_of_peak", 100.0 * flops / peak / t},
-                                     {"usd_per_m_tokens", cost}});
+        nlohmann::json row = {{"tokens", L},
+                              {"latency_ms", t * 1e3},
+                              {"tok_per_s", L / t},
+                              {"tflops", tflops},
+                              {"pct_of_peak", 100.0 * flops / peak / t},
+                              {"usd_per_m_tokens", cost}};
+        add_telemetry(row, tel);
+        report["prefill"].push_back(row);
         char line[256];
-        std::snprintf(line, sizeof line, "| %d | %.2f | %.0f | %.1f | %.1f%% | %.4f |\n", L, t * 1e3, L / t, tflops,
+        std::snprintf(line, sizeof line, "| %d | %.2f | %.0f | %.1f | %.1f%% | %.4f |", L, t * 1e3, L / t, tflops,
                       100.0 * flops / peak / t, cost);
-        md += line;
-        std::fprintf(stderr, "%s prefill %6d tokens: %8.2f ms\n", layout.to_string().c_str(), L, t * 1e3);
+        md += line + telemetry_cells(tel) + "\n";
+        std::fprintf(stderr, "%s prefill %6d tokens: %8.2f ms", layout.to_string().c_str(), L, t * 1e3);
+        if (tel.samples > 0)
+            std::fprintf(stderr, "  (SM %.0f MHz mean, %.0f min; %.0f W max%s%s)", tel.sm_mhz_mean, tel.sm_mhz_min,
+                         tel.power_w_max, tel.limits().empty() ? "" : "; ", tel.limits().c_str());
+        std::fprintf(stderr, "\n");
     }
 
     // ---- decode ----
@@ -223,6 +279,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             for (int step = 0; step < steps + 2; ++step) {
                 std::vector<model::ForwardSequence> seqs(B);
                 for (int s = 0; s < B; ++s) seqs[s] = {std::span(&tokens[s], 1), C + step, tf[s], ts[s], false};
+                if (step == 2) telemetry.start();  // over the timed steps
                 auto t0 = Clock::now();
                 Status st = m.forward_sample(seqs, params, &next);
                 auto t1 = Clock::now();
@@ -230,6 +287,8 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
                 tokens = next;
                 if (step >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
             }
+            const GpuTelemetrySummary tel = telemetry.stop();
+            note_limits(tel);
             const double t = median(times);
             const double distinct =
                 c.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(c.experts_per_token) / c.num_experts, B));
@@ -238,15 +297,17 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             const double bytes = mc.dense_bytes_per_token + c.num_hidden_layers * distinct * mc.expert_bytes + kv;
             const double limit = bytes / bandwidth;
             const double cost = price / 3600.0 / (B / t) * 1e6;
-            report["decode"].push_back({{"context", C},
-                                        {"batch", B},
-                                        {"fits", true},
-                                        {"step_ms", t * 1e3},
-                                        {"tok_per_s_per_seq", 1.0 / t},
-                                        {"tok_per_s_total", B / t},
-                                        {"bytes_per_step", bytes},
-                                        {"pct_of_bandwidth_limit", 100.0 * limit / t},
-                                        {"usd_per_m_tokens", cost}});
+            nlohmann::json row = {{"context", C},
+                                  {"batch", B},
+                                  {"fits", true},
+                                  {"step_ms", t * 1e3},
+                                  {"tok_per_s_per_seq", 1.0 / t},
+                                  {"tok_per_s_total", B / t},
+                                  {"bytes_per_step", bytes},
+                                  {"pct_of_bandwidth_limit", 100.0 * limit / t},
+                                  {"usd_per_m_tokens", cost}};
+            add_telemetry(row, tel);
+            report["decode"].push_back(row);
             char line[256];
             std::snprintf(line, sizeof line, "| %d | %d | %.3f | %.1f | %.0f | %.2f | %.1f%% | %.4f |\n", C, B, t * 1e3,
                           1.0 / t, B / t, bytes / 1e9, 100.0 * limit / t, cost);
@@ -256,6 +317,10 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
         }
     }
     md += "\n";
+    if (!limits_seen.empty()) {
+        md += "GPU clock limits seen during the measurements (NVML): " + limits_seen + ".\n\n";
+        report["gpu_limits"] = limits_seen;
+    }
     return "";
 }
 
