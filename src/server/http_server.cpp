@@ -1,5 +1,8 @@
 #include "server/http_server.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include <httplib.h>
 #include <sys/socket.h>
 
@@ -129,6 +132,22 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         svr.Delete(path, h);
         svr.Options(path, h);
     }
+
+    // Request bodies come uncompressed (as vLLM's server takes them). httplib inflates a gzip or
+    // deflate body while reading it, before any size limit applies to the inflated bytes: a 510 KB
+    // gzip body grew the server to 13.7 GB (session 15's probe). This runs before the body is
+    // read; the unread body ends the connection.
+    svr.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+        std::string enc = req.get_header_value("Content-Encoding");
+        std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
+        if (enc.empty() || enc == "identity") return httplib::Server::HandlerResponse::Unhandled;
+        res.set_header("Connection", "close");
+        set_error(res, api_error(415,
+                                 "Content-Encoding '" + req.get_header_value("Content-Encoding") +
+                                     "' is not supported: send the request body uncompressed",
+                                 "unsupported_content_encoding"));
+        return httplib::Server::HandlerResponse::Handled;
+    });
 
     // Errors httplib produces itself (unknown route, body too large, malformed HTTP) get an
     // OpenAI error object too; responses that already have a body are left alone.

@@ -22,6 +22,10 @@ namespace gptoss::server {
 using Json = harmony::Json;  // insertion-ordered: tool schemas keep their order
 
 inline constexpr int kMaxJsonDepth = 64;  // deeper request bodies are refused (bounded recursion)
+// Request bodies with an object of more members are refused (the insertion-ordered parser's cost is
+// quadratic in an object's members: 4,096 take ~10 ms); logit_bias is the one field that could want
+// more.
+inline constexpr int kMaxJsonMembers = 4096;
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -45,7 +49,8 @@ std::string error_body(const ApiError& error);
 
 // ---- parsing ------------------------------------------------------------------------------------
 
-// Parses a request body: must be a JSON object of valid UTF-8, nested at most kMaxJsonDepth deep.
+// Parses a request body: must be a JSON object of valid UTF-8, nested at most kMaxJsonDepth deep,
+// no object with more than kMaxJsonMembers members.
 StatusOr<Json> parse_json_body(std::string_view body);
 
 struct SamplingRequest {

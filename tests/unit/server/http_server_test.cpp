@@ -200,6 +200,7 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
          "temperature"},
         {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})", 400,
          "max_tokens"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":1e-300})", 400, "top_p"},
         {"/v1/chat/completions", long_prompt, 400, "messages"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", 400, nullptr},
         {"/v1/responses", R"({"model":"m"})", 400, "input"},
@@ -225,6 +226,22 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
     std::string big = R"({"messages":[{"role":"user","content":")" + std::string(70 * 1024, 'x') + R"("}]})";
     Json too_big = expect_error(s.post("/v1/chat/completions", big), 413);
     EXPECT_EQ(too_big["code"], "request_too_large");
+    // A compressed body (httplib would inflate it past every size limit): 415 before it is read.
+    for (const char* enc : {"gzip", "deflate", "br", "GZIP"}) {
+        SCOPED_TRACE(enc);
+        httplib::Client c = s.client();
+        auto r = c.Post("/v1/chat/completions", {{"Content-Encoding", enc}}, std::string("\x1f\x8b\x08\x00", 4),
+                        "application/json");
+        Json e = expect_error(r, 415);
+        EXPECT_EQ(e["code"], "unsupported_content_encoding");
+        EXPECT_EQ(e["type"], "invalid_request_error");
+    }
+    {
+        auto r = s.client().Post("/v1/chat/completions", {{"Content-Encoding", "identity"}}, kChat, "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200);
+        EXPECT_TRUE(s.wait_engine_idle());
+    }
     // Unknown route: 404; wrong method: 405 with Allow.
     expect_error(s.post("/v1/nothing", "{}"), 404);
     expect_error(s.get("/v2/models"), 404);
@@ -234,8 +251,8 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
     auto del = s.client().Delete("/v1/models");
     expect_error(del, 405);
     expect_error(s.post("/health", "{}"), 405);
-    // None of that reached the engine or disturbed the server.
-    EXPECT_EQ(s.engine.submitted(), 0);
+    // None of that reached the engine (but the one identity-encoded request) or disturbed the server.
+    EXPECT_EQ(s.engine.submitted(), 1);
     auto ok = s.post("/v1/chat/completions", kChat);
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200);

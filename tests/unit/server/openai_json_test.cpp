@@ -26,6 +26,23 @@ TEST(ParseJsonBody, RejectsNonObjectsInvalidUtf8AndDeepNesting) {
     // Brackets inside strings do not count as nesting.
     std::string in_string = "{\"a\":\"" + std::string(1000, '[') + "\"}";
     EXPECT_TRUE(parse_json_body(in_string).ok());
+    // Objects of more than kMaxJsonMembers members are refused before parsing (the parser's cost is
+    // quadratic in them): the limit holds per object, and colons inside strings or array elements
+    // are not members.
+    auto object_of = [](int n, const std::string& value) {
+        std::string o = "{";
+        for (int i = 0; i < n; ++i) o += (i ? ",\"" : "\"") + std::to_string(i) + "\":" + value;
+        return o + "}";
+    };
+    EXPECT_TRUE(parse_json_body("{\"logit_bias\":" + object_of(kMaxJsonMembers, "1") + "}").ok());
+    auto too_many = parse_json_body("{\"logit_bias\":" + object_of(kMaxJsonMembers + 1, "1") + "}");
+    ASSERT_FALSE(too_many.ok());
+    EXPECT_EQ(too_many.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(too_many.status().message().find("more than 4096 members"), std::string::npos);
+    EXPECT_TRUE(parse_json_body(object_of(kMaxJsonMembers, "\"a:b:c\"")).ok());
+    EXPECT_TRUE(parse_json_body("{\"a\":[" + object_of(3000, "1") + "," + object_of(3000, "1") + "]}").ok());
+    std::string colons = "{\"a\":\"" + std::string(10000, ':') + "\"}";
+    EXPECT_TRUE(parse_json_body(colons).ok());
 }
 
 TEST(ParseChatRequest, AcceptsAFullRequest) {
