@@ -634,8 +634,15 @@ void StreamParser::recover_header(Terminator terminator, std::vector<Event>& out
         return;
     }
     std::vector<std::string> warnings;
-    HeaderParseResult r = parse_header_robust(header_text(), role, false, options_.declared_functions, warnings);
+    const std::string text = header_text();
+    HeaderParseResult r = parse_header_robust(text, role, false, options_.declared_functions, warnings);
     warnings_.insert(warnings_.end(), warnings.begin(), warnings.end());
+    // A stream that ends inside a call's header (max_tokens, or a forced "to=functions." prefix the
+    // model never completed): the header's words are not content, and no call was made.
+    if (terminator == Terminator::kNone && (r.header.recipient || text.find("to=") != std::string::npos)) {
+        warn("header of a cut call dropped");
+        return;
+    }
     if (r.leftover.empty()) {
         if (terminator == Terminator::kImplicit) {
             warn("repeated <|start|> ignored");

@@ -301,6 +301,20 @@ TEST(HarmonyParser, RobustHeaderWithoutMessageToken) {  // X10
     expect_message(eos.messages[0], Role::kAssistant, std::nullopt, std::nullopt, std::nullopt, "I must refuse", true);
 }
 
+TEST(HarmonyParser, RobustStreamEndingInACallHeaderGivesNothing) {
+    // max_tokens cut the header of a call (tool_choice "required" forces "to=functions."): no
+    // content, no call; a header without a recipient is still recovered as content (above).
+    for (const char* cut :
+         {"<|channel|>commentary to=functions. Fran", "<|channel|>commentary to=functions.get_weather",
+          "<|channel|>commentary to=functions.get_weather <|constrain|>js", "to=functions.f"}) {
+        SCOPED_TRACE(cut);
+        Parsed p = parse(cut, ParseMode::kRobust, std::vector<std::string>{"get_weather"});
+        EXPECT_TRUE(p.status.ok());
+        EXPECT_TRUE(p.messages.empty());
+        EXPECT_EQ(p.warnings, (std::vector<std::string>{"header of a cut call dropped"}));
+    }
+}
+
 TEST(HarmonyParser, RobustUnicodeJunkAroundRecipient) {  // X11
     Parsed p = parse(
         "<|channel|>commentary to=functions.get_weather\xC2\xA0\xE2\x80\x8B <|constrain|>json<|message|>{}<|call|>");

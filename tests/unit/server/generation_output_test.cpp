@@ -481,6 +481,33 @@ TEST_F(GenerationOutputTest, ToolChoiceRequiredForcesRecipientPrefix) {
     EXPECT_EQ(finish, "tool_calls");
 }
 
+TEST_F(GenerationOutputTest, ToolChoiceRequiredCutInTheNameGivesNoCallAndNoText) {
+    // max_tokens ends the reply inside the forced call header (session 15's probe: the header's words
+    // came back as reasoning_content). Finish "length", no call, no content, no reasoning.
+    script(" Fran");
+    for (const char* path : {"/v1/chat/completions", "/v1/responses"}) {
+        SCOPED_TRACE(path);
+        const bool chat = std::string(path) == "/v1/chat/completions";
+        Json j =
+            post_json(path, chat ? std::string(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1,)") +
+                                       kTools + R"(,"tool_choice":"required"})"
+                                 : std::string(R"({"input":"Hi","max_output_tokens":1,"tools":[{"type":"function",)"
+                                               R"("name":"get_weather","parameters":{"type":"object"}}],)"
+                                               R"("tool_choice":"required"})"));
+        if (chat) {
+            const Json& c = j["choices"][0];
+            EXPECT_EQ(c["finish_reason"], "length");
+            EXPECT_TRUE(c["message"]["content"].is_null()) << j.dump();
+            EXPECT_TRUE(!c["message"].contains("reasoning_content") || c["message"]["reasoning_content"].is_null())
+                << j.dump();
+            EXPECT_TRUE(!c["message"].contains("tool_calls") || c["message"]["tool_calls"].empty()) << j.dump();
+        } else {
+            EXPECT_EQ(j["status"], "incomplete") << j.dump();
+            EXPECT_TRUE(j["output"].empty()) << j.dump();
+        }
+    }
+}
+
 TEST_F(GenerationOutputTest, ToolChoiceNoneAndAutoForceNothing) {
     for (const char* choice : {R"("none")", R"("auto")"}) {
         script("<|channel|>final<|message|>Hello.<|return|>");
