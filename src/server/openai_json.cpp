@@ -219,6 +219,23 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
 }
 
+// response_format (chat) / text.format (responses): "text" only. The JSON modes need decoding
+// constrained to a grammar, which this server does not do; a clear refusal beats free text sent to
+// a client that expects JSON (before session 15 they were silently ignored).
+void read_response_format(Fields& f, const char* key) {
+    const Json* rf = f.object(key);
+    if (rf == nullptr) return;
+    Fields r(*rf, f.param(key));
+    const std::optional<std::string> type = r.one_of("type", {"text", "json_object", "json_schema"});
+    if (r.ok() && !type) r.fail("type", "is required");
+    if (r.ok() && *type != "text") {
+        r.fail_status(unimplemented(r.param("type") + ": '" + *type +
+                                    "' is not supported (no constrained decoding); use 'text' or leave " +
+                                    f.param(key) + " out"));
+    }
+    f.fail_status(r.status());
+}
+
 void read_n(Fields& f) {
     if (auto n = f.integer("n", 1, 128); n && *n != 1) f.fail("n", "only n=1 is supported");
 }
@@ -554,7 +571,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         RETURN_IF_ERROR(check_tool_choice(body, tool_names));
         f.one_of("reasoning_effort", {"low", "medium", "high"});
         f.boolean("parallel_tool_calls");
-        f.object("response_format");
+        read_response_format(f, "response_format");
         f.object("metadata");
         f.string("user");
         read_sampling(f, &p.sampling);
@@ -665,7 +682,11 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         f.boolean("store");
         f.boolean("parallel_tool_calls");
         f.object("metadata");
-        f.object("text");
+        if (const Json* text = f.object("text")) {
+            Fields t(*text, "text");
+            read_response_format(t, "format");
+            f.fail_status(t.status());
+        }
         f.string("user");
         f.string("truncation");
         RETURN_IF_ERROR(f.status());

@@ -45,6 +45,17 @@ TEST(ParseJsonBody, RejectsNonObjectsInvalidUtf8AndDeepNesting) {
     EXPECT_TRUE(parse_json_body(colons).ok());
 }
 
+TEST(ParseChatRequest, ResponseFormatTextOnly) {
+    EXPECT_TRUE(
+        parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"))
+            .ok());
+    auto js = parse_chat_request(
+        j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{}}})"));
+    ASSERT_FALSE(js.ok());
+    EXPECT_EQ(js.status().code(), StatusCode::kUnimplemented);  // code "unsupported_parameter"
+    EXPECT_EQ(api_error(js.status()).param, "response_format.type");
+}
+
 TEST(ParseChatRequest, AcceptsAFullRequest) {
     auto p = parse_chat_request(j(R"({
         "model": "m", "messages": [
