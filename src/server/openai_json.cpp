@@ -394,9 +394,12 @@ StatusOr<std::string> responses_text(const Json& content, const std::string& par
 }
 
 // Responses input items -> chat.completions messages (HARMONY.md §5.3).
-Status responses_input_to_messages(const Json& input, Json* messages) {
+// origins: the param of the item each new message came from (a call joined to the message before
+// adds none).
+Status responses_input_to_messages(const Json& input, Json* messages, std::vector<std::string>* origins) {
     if (input.is_string()) {
         messages->push_back({{"role", "user"}, {"content", input.get<std::string>()}});
+        origins->push_back("input");
         return ok_status();
     }
     if (!input.is_array()) return field_error("input", "must be a string or an array of input items");
@@ -404,6 +407,7 @@ Status responses_input_to_messages(const Json& input, Json* messages) {
     for (size_t i = 0; i < input.size(); ++i) {
         const Json& item = input[i];
         const std::string p = indexed("input", i);
+        const size_t before = messages->size();
         if (!item.is_object()) return field_error(p, "must be an object");
         Fields f(item, p);
         std::string type = f.string("type").value_or("message");
@@ -462,6 +466,7 @@ Status responses_input_to_messages(const Json& input, Json* messages) {
         } else {
             return field_error(p + ".type", "input item type '" + type + "' is not supported");
         }
+        if (messages->size() > before) origins->push_back(p);
     }
     return ok_status();
 }
@@ -596,6 +601,29 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
     }
 }
 
+Status responses_status(const Status& status, const ResponsesParams& params) {
+    const std::string& m = status.message();
+    if (m.rfind("messages[", 0) != 0) return status;
+    const size_t close = m.find(']');
+    if (close == std::string::npos) return status;
+    size_t index = 0;
+    for (size_t k = 9; k < close; ++k) {
+        if (m[k] < '0' || m[k] > '9') return status;
+        index = index * 10 + static_cast<size_t>(m[k] - '0');
+    }
+    if (index >= params.message_params.size()) return status;
+    std::string rest = m.substr(close + 1);
+    const std::string& origin = params.message_params[index];
+    // A tool message is a function_call_output item: its tool_call_id is the item's call_id, and a
+    // message-level complaint about the match is about that field too.
+    if (rest.rfind(".tool_call_id", 0) == 0) {
+        rest = ".call_id" + rest.substr(13);
+    } else if (rest.rfind(": tool message", 0) == 0) {
+        rest = ".call_id" + rest;
+    }
+    return Status(status.code(), origin + rest);
+}
+
 StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
     try {
         ResponsesParams r;
@@ -612,8 +640,9 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         RETURN_IF_ERROR(f.status());
         if (instructions && !instructions->empty()) {
             messages.push_back({{"role", "developer"}, {"content", *instructions}});
+            r.message_params.push_back("instructions");
         }
-        RETURN_IF_ERROR(responses_input_to_messages(*input, &messages));
+        RETURN_IF_ERROR(responses_input_to_messages(*input, &messages, &r.message_params));
 
         Json chat = Json::object();
         chat["messages"] = std::move(messages);
@@ -690,12 +719,18 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         f.string("user");
         f.string("truncation");
         RETURN_IF_ERROR(f.status());
-        if (chat.contains("tools") && chat.contains("tool_choice")) {
+        if (chat.contains("tool_choice")) {
             std::vector<std::string> names;
-            for (const Json& t : chat["tools"]) names.push_back(t["function"]["name"].get<std::string>());
-            RETURN_IF_ERROR(check_tool_choice(chat, names));
-        } else if (chat.contains("tool_choice")) {
-            RETURN_IF_ERROR(check_tool_choice(chat, {}));
+            if (chat.contains("tools")) {
+                for (const Json& t : chat["tools"]) names.push_back(t["function"]["name"].get<std::string>());
+            }
+            // (the chat form's tool_choice.function.name is tool_choice.name in a Responses request)
+            if (Status s = check_tool_choice(chat, names); !s.ok()) {
+                std::string m = s.message();
+                const std::string chat_name = "tool_choice.function.name";
+                if (m.rfind(chat_name, 0) == 0) m = "tool_choice.name" + m.substr(chat_name.size());
+                return Status(s.code(), m);
+            }
         }
         p.chat_body = std::move(chat);
 

@@ -74,8 +74,14 @@ StatusOr<ChatParams> parse_chat_request(const Json& body);
 struct ResponsesParams {
     ChatParams chat;
     Json echo;  // instructions, tools, tool_choice, temperature, top_p, max_output_tokens, reasoning, ...
+    // The Responses field each chat message came from ("instructions", "input", "input[3]"), by
+    // message index: errors found in the chat form (rendering) name the caller's field.
+    std::vector<std::string> message_params;
 };
 StatusOr<ResponsesParams> parse_responses_request(const Json& body);
+// `status` with a chat message's param ("messages[i]...") renamed to its Responses field
+// (message_params; a tool message's tool_call_id is its item's call_id).
+Status responses_status(const Status& status, const ResponsesParams& params);
 
 struct CompletionParams {
     std::optional<std::string> prompt_text;  // exactly one of prompt_text / prompt_ids

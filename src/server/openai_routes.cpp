@@ -204,7 +204,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body) {
     StatusOr<ResponsesParams> params = parse_responses_request(*json);
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
-    if (!prompt.ok()) return error(api_error(prompt.status()));
+    if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));

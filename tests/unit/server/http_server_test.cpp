@@ -210,6 +210,14 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
          "response_format.type"},
         {"/v1/responses", R"({"input":"x","text":{"format":{"type":"json_schema","schema":{}}}})", 400,
          "text.format.type"},
+        // Errors found in the chat form name the Responses field.
+        {"/v1/responses",
+         R"({"instructions":"be brief","input":[{"role":"user","content":"x"},)"
+         R"({"type":"function_call_output","call_id":"nope","output":"1"}]})",
+         400, "input[1].call_id"},
+        {"/v1/responses",
+         R"({"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}})", 400,
+         "tool_choice.name"},
         {"/v1/chat/completions", long_prompt, 400, "messages"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", 400, nullptr},
         {"/v1/responses", R"({"model":"m"})", 400, "input"},
