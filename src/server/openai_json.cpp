@@ -64,6 +64,9 @@ public:
             i = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
         } else if (v->is_number_integer()) {
             i = v->get<int64_t>();
+        } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>() &&
+                   std::fabs(v->get<double>()) < 9.0e18) {
+            i = static_cast<int64_t>(v->get<double>());  // 16.0 (as vLLM's pydantic models accept)
         } else {
             return fail(key, "must be an integer, not " + type_name(*v));
         }
@@ -633,6 +636,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         if (f.has("previous_response_id")) {
             return unimplemented("previous_response_id: this server keeps no responses; send the whole input");
         }
+        if (f.boolean("background").value_or(false)) {
+            return unimplemented("background: this server keeps no responses to poll; leave it out or false");
+        }
+        RETURN_IF_ERROR(f.status());
         auto input = body.find("input");
         if (input == body.end() || input->is_null()) return field_error("input", "is required");
         Json messages = Json::array();
@@ -743,11 +750,15 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         echo["previous_response_id"] = nullptr;
         echo["reasoning"] = reasoning_echo;
         echo["store"] = false;
-        echo["temperature"] = p.sampling.sampling.temperature;
+        // the request's own numbers (the sampler's floats would echo 0.3 as 0.30000001192092896)
+        echo["temperature"] = body.contains("temperature") && body["temperature"].is_number()
+                                  ? body["temperature"]
+                                  : Json(p.sampling.sampling.temperature);
         echo["text"] = {{"format", {{"type", "text"}}}};
         echo["tool_choice"] = tool_choice_echo;
         echo["tools"] = tools_echo;
-        echo["top_p"] = p.sampling.sampling.top_p;
+        echo["top_p"] =
+            body.contains("top_p") && body["top_p"].is_number() ? body["top_p"] : Json(p.sampling.sampling.top_p);
         echo["truncation"] = "disabled";
         return r;
     } catch (const Json::exception& e) {

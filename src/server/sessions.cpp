@@ -512,7 +512,8 @@ private:
         for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
             all_logprobs_[k].push_back(one[k][0]);
         }
-        text_offset_ += static_cast<int64_t>(tok.size());
+        // Offsets count characters (code points), as OpenAI's and vLLM's do, not UTF-8 bytes.
+        text_offset_ += std::count_if(tok.begin(), tok.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
         return one;
     }
 

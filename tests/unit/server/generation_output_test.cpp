@@ -338,6 +338,24 @@ TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     EXPECT_EQ(tokens, 4u);
     EXPECT_EQ(text, *test_tokenizer()->decode(std::vector<int32_t>(answer.begin(), answer.begin() + 4)));
     EXPECT_EQ(server_.engine.last_request().prompt, (std::vector<int32_t>{1, 2, 3}));
+
+    // text_offset counts characters, not UTF-8 bytes: the stop token after " café naïve résumé" (18
+    // characters, 22 bytes) is at 18.
+    std::vector<int32_t> accented = harmony_ids(" café naïve résumé");
+    accented.push_back(200002);
+    server_.engine.set_script([accented](const EngineRequest&) { return accented; });
+    Json u = post_json("/v1/completions", R"({"prompt":"a","logprobs":0,"max_tokens":20})");
+    EXPECT_EQ(u["choices"][0]["text"], " café naïve résumé");
+    const Json& ulp = u["choices"][0]["logprobs"];
+    ASSERT_EQ(ulp["tokens"].size(), accented.size());
+    ASSERT_EQ(ulp["text_offset"].size(), accented.size());
+    EXPECT_EQ(ulp["text_offset"].back(), 18);
+    int64_t chars = 0;
+    for (size_t i = 0; i < ulp["tokens"].size(); ++i) {
+        EXPECT_EQ(ulp["text_offset"][i], chars) << i;
+        const std::string t = ulp["tokens"][i];
+        chars += std::count_if(t.begin(), t.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+    }
 }
 
 // ---- tool_choice "required" / named function: the reply start is forced in the prompt -----------

@@ -154,6 +154,24 @@ TEST(ParseResponsesRequest, TranslatesItemsToChatMessages) {
     EXPECT_EQ(r->echo["instructions"], "be brief");
 }
 
+TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
+    auto r = parse_responses_request(j(R"({"input": "x", "temperature": 0.3, "top_p": 0.9, "background": false})"));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->echo["temperature"].dump(), "0.3");  // not the sampler's float, 0.30000001192092896
+    EXPECT_EQ(r->echo["top_p"].dump(), "0.9");
+    auto d = parse_responses_request(j(R"({"input": "x"})"));
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->echo["temperature"].is_number());
+}
+
+TEST(ParseChatRequest, IntegralFloatsAreIntegers) {
+    // 16.0 is an integer to vLLM's request models; 1.5 is not (rejected above).
+    auto p = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 16.0})"));
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    ASSERT_TRUE(p->sampling.max_tokens.has_value());
+    EXPECT_EQ(*p->sampling.max_tokens, 16);
+}
+
 TEST(ParseResponsesRequest, Rejects) {
     const std::pair<const char*, const char*> cases[] = {
         {R"({})", "input"},
@@ -166,6 +184,9 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "max_output_tokens": 0})", "max_output_tokens"},
         {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
         {R"({"input": "x", "reasoning": {"effort": "max"}})", "reasoning.effort"},
+        {R"({"input": "x", "background": true})", "background"},
+        {R"({"input": "x", "background": "yes"})", "background"},
+        {R"({"input": "x", "text": {"format": {"type": "json_object"}}})", "text.format.type"},
     };
     for (const auto& [body, param] : cases) {
         auto r = parse_responses_request(j(body));
