@@ -148,10 +148,9 @@ void TelemetrySampler::start() {
 }
 
 GpuTelemetrySummary TelemetrySampler::stop() {
-    if (running_) {
-        running_ = false;
-        if (thread_.joinable()) thread_.join();
-    }
+    if (!running_) return {};  // not started (or stopped already): no readings of its own to report
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
     std::lock_guard<std::mutex> lock(mu_);
     return summarize(readings_);
 }

@@ -49,6 +49,7 @@ TEST(GpuTelemetryTest, SamplerReadsUntilStoppedAndSkipsFailedReadings) {
     EXPECT_DOUBLE_EQ(s.sm_mhz_min, 1000);   // the first reading is taken at start()
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     EXPECT_EQ(calls.load(), after) << "the sampler kept reading after stop()";
+    EXPECT_EQ(sampler.stop().samples, 0) << "a stop without a start reports the last run's readings";
 
     // A second run starts from no readings.
     sampler.start();
