@@ -69,8 +69,7 @@ private:
 
 // Takes a reading every `interval` on its own thread between start() and stop() (the first right
 // at start()); stop() returns the summary of the readings since start() (empty when not started).
-// For the GPUs of a
-// measurement: the reading function may combine several (GpuTelemetry below).
+// For the GPUs of a measurement the reading function may combine several (GpuTelemetry below).
 class TelemetrySampler {
 public:
     using ReadFn = std::function<std::optional<GpuReading>()>;
