@@ -35,6 +35,7 @@ struct ServeOptions {
     bool fp8_experts = false;             // cuda, with fp8: the experts only in FP8 (CudaModelOptions::fp8_experts)
     std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
     size_t max_body_bytes = size_t{4} << 20;
+    std::string cors_origin = "*";
     int http_threads = 512;
     int64_t max_in_flight = 1024;
     size_t kv_cache_mb = 512;
@@ -110,6 +111,7 @@ int run_serve(const ServeOptions& o) {
     http_options.host = o.host;
     http_options.port = o.port;
     http_options.max_body_bytes = o.max_body_bytes;
+    http_options.cors_origin = o.cors_origin;
     http_options.threads = o.http_threads;
     http = std::make_unique<server::HttpServer>(routes, metrics, http_options);
     Status st = http->bind();
@@ -162,6 +164,9 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
                     "KV cache auto (bf16), bf16 or fp8 (e4m3, scale 1; cpu: emulated)")
         ->capture_default_str();
     sub->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body (bigger: 413)")->capture_default_str();
+    sub->add_option("--cors-origin", o->cors_origin,
+                    "Access-Control-Allow-Origin for browser clients (\"\": no CORS, OPTIONS gets 405)")
+        ->capture_default_str();
     sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")
         ->capture_default_str();
     sub->add_option("--max-in-flight", o->max_in_flight, "Requests handled at once (more: 503)")->capture_default_str();

@@ -116,13 +116,29 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                                               " (allowed: " + allow + ")"));
         };
     };
+    // CORS preflight (options.cors_origin): 204 with what the path allows; the origin header itself
+    // goes on every routed answer (the post-routing handler below).
+    const bool cors = !options.cors_origin.empty();
+    auto preflight = [](const char* methods) {
+        return [methods](const httplib::Request& req, httplib::Response& res) {
+            res.status = 204;
+            res.set_header("Access-Control-Allow-Methods", methods);
+            const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+            res.set_header("Access-Control-Allow-Headers", asked.empty() ? "authorization, content-type" : asked);
+            res.set_header("Access-Control-Max-Age", "600");
+        };
+    };
     for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/completions"}) {
         auto h = not_allowed("POST");
         svr.Get(path, h);
         svr.Put(path, h);
         svr.Patch(path, h);
         svr.Delete(path, h);
-        svr.Options(path, h);
+        if (cors) {
+            svr.Options(path, preflight("POST, OPTIONS"));
+        } else {
+            svr.Options(path, h);
+        }
     }
     for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics"}) {
         auto h = not_allowed("GET, HEAD");
@@ -130,7 +146,17 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         svr.Put(path, h);
         svr.Patch(path, h);
         svr.Delete(path, h);
-        svr.Options(path, h);
+        if (cors) {
+            svr.Options(path, preflight("GET, HEAD, OPTIONS"));
+        } else {
+            svr.Options(path, h);
+        }
+    }
+    if (cors) {
+        svr.set_post_routing_handler([origin = options.cors_origin](const httplib::Request&, httplib::Response& res) {
+            res.set_header("Access-Control-Allow-Origin", origin);
+            if (origin != "*") res.set_header("Vary", "Origin");
+        });
     }
 
     // Request bodies come uncompressed (as vLLM's server takes them). httplib inflates a gzip or

@@ -26,6 +26,10 @@ struct HttpServerOptions {
     std::chrono::seconds read_timeout{30};   // for the request head and body
     std::chrono::seconds write_timeout{30};  // a client that reads nothing for this long is dropped
     int keep_alive_timeout_s = 5;
+    // CORS, for browser clients (as vLLM's and llama.cpp's servers by default): every routed answer
+    // carries Access-Control-Allow-Origin: cors_origin, and OPTIONS preflights of the known paths get
+    // 204 with the allowed methods and headers. "": no CORS headers, OPTIONS gets 405.
+    std::string cors_origin = "*";
 };
 
 class HttpServer {

@@ -276,6 +276,57 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+TEST_F(HttpServerTest, CorsPreflightAndOriginHeader) {
+    {
+        TestServer s(default_test_options());  // cors_origin "*" by default, as vLLM and llama.cpp
+        s.engine.set_script(hello_script());
+        httplib::Client c = s.client();
+        auto pre =
+            c.Options("/v1/chat/completions", {{"Origin", "http://localhost:3000"},
+                                               {"Access-Control-Request-Method", "POST"},
+                                               {"Access-Control-Request-Headers", "content-type,authorization"}});
+        ASSERT_TRUE(pre);
+        EXPECT_EQ(pre->status, 204);
+        EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Origin"), "*");
+        EXPECT_EQ(pre->get_header_value_count("Access-Control-Allow-Origin"), 1u);
+        EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Methods"), "POST, OPTIONS");
+        EXPECT_EQ(pre->get_header_value("Access-Control-Allow-Headers"), "content-type,authorization");
+        auto models = s.client().Options("/v1/models");
+        ASSERT_TRUE(models);
+        EXPECT_EQ(models->status, 204);
+        EXPECT_EQ(models->get_header_value("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS");
+        // Answers carry the origin header, errors from the routes too.
+        auto ok = s.post("/v1/chat/completions", kChat);
+        ASSERT_TRUE(ok);
+        EXPECT_EQ(ok->status, 200);
+        EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
+        auto bad = s.post("/v1/chat/completions", "{}");
+        ASSERT_TRUE(bad);
+        EXPECT_EQ(bad->status, 400);
+        EXPECT_EQ(bad->get_header_value("Access-Control-Allow-Origin"), "*");
+        EXPECT_TRUE(s.wait_engine_idle());
+    }
+    {
+        TestServerOptions o = default_test_options();
+        o.http.cors_origin = "https://app.example";
+        TestServer s(o);
+        auto health = s.get("/health");
+        ASSERT_TRUE(health);
+        EXPECT_EQ(health->get_header_value("Access-Control-Allow-Origin"), "https://app.example");
+        EXPECT_EQ(health->get_header_value("Vary"), "Origin");
+    }
+    {
+        TestServerOptions o = default_test_options();
+        o.http.cors_origin = "";  // off: no header, OPTIONS is a wrong method
+        TestServer s(o);
+        auto pre = s.client().Options("/v1/chat/completions");
+        expect_error(pre, 405);
+        auto health = s.get("/health");
+        ASSERT_TRUE(health);
+        EXPECT_FALSE(health->has_header("Access-Control-Allow-Origin"));
+    }
+}
+
 TEST_F(HttpServerTest, EngineErrorsBecome500) {
     TestServer s;
     s.engine.set_script(hello_script());
