@@ -134,12 +134,11 @@ private:
 
 std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
-// Depth of nesting of `body` (brackets outside strings), stopping early past `limit`. Runs before
-// parsing so a body of a million '[' never reaches recursive code.
-// Why a body's shape is refused before parsing, or "" when it is within bounds: nested deeper than
-// depth_limit, or an object with more than member_limit members. Both bound the parser's cost: it
-// recurses per level, and its insertion-ordered objects find each new key by a linear search, so
-// n keys cost n²/2 comparisons (200,000 keys in 1.9 MB took 29 s before this check).
+// Why a body's shape is refused before parsing, or "" when it is within bounds (brackets and colons
+// outside strings, stopping at the first excess): nested deeper than depth_limit, or an object with
+// more than member_limit members. Both bound the parser's cost: it recurses per level (a body of a
+// million '[' never reaches it), and its insertion-ordered objects find each new key by a linear
+// search, so n keys cost n²/2 comparisons (200,000 keys in 1.9 MB took 29 s before this check).
 std::string json_shape_error(std::string_view body, int depth_limit, int member_limit) {
     std::vector<int> members;  // per open container: members so far (-1 for an array)
     bool in_string = false, escape = false;
