@@ -141,7 +141,9 @@ void TelemetrySampler::start() {
                 std::lock_guard<std::mutex> lock(mu_);
                 readings_.push_back(*r);
             }
-            next += interval_;
+            // (after a slow read, the next one a whole interval later: no burst of catch-up reads
+            // weighting the slow stretch)
+            next = std::max(next + interval_, std::chrono::steady_clock::now());
             std::this_thread::sleep_until(next);
         }
     });

@@ -413,7 +413,8 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     std::printf("  fp8 experts only vs the FP8 copy beside MXFP4: rel L2 %.3g (decode steps)\n", rel(got[6], got[0]));
     EXPECT_GT(rel(got[6], got[0]), 0.0) << "the decode steps did not take the FP8 experts";
     // The MX kernels at every batch size: the prompt step is variant 4's bit for bit (the same
-    // kernels); the 2-token decode steps run them too (8-token-wide wgmmas, e4m3 activations)
+    // kernels); the 2-token decode steps run them too (32-token-wide wgmmas by default, 8 with
+    // GPTOSS_MOE_NARROW_TAIL=8, as gpu_check's mx_decode runs this test too; e4m3 activations)
     // instead of the weight-only kernels on bf16 activations, so they differ (within the bounds
     // against fp32 above).
     ASSERT_LE(prompt, got[7].size());

@@ -504,7 +504,7 @@ __device__ __forceinline__ int item_width(const MoeFp8Args& a, int rows) {
     if (a.narrow_min <= 0) return 128;
     if (rows <= 8 && a.narrow_min <= 8) return 8;
     if (rows <= 16 && a.narrow_min <= 16) return 16;
-    return min(128, (rows + 31) / 32 * 32);
+    return min(128, max((rows + 31) / 32 * 32, (a.narrow_min + 31) / 32 * 32));
 }
 // Calls f(std::integral_constant<int, N>) for the item width n (item_width's).
 template <typename F>
