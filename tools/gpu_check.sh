@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode moe_stream
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -526,6 +526,40 @@ for stage in "$@"; do
         done
       fi
       ;;
+    moe_stream)
+      # moe_decode_stream (GPTOSS_MOE_DECODE=5, session 16, compiled only before): gate_up and down
+      # of decode batches in one persistent launch streaming the MXFP4 tiles through a TMA ring. Its
+      # kernel tests (8 and 16 consumer warps), the model and engine tests with it, then decode at 1k
+      # context of both models --fp8 with it (8 and 16 warps) and with moe_decode_mma (1), and an
+      # ncu step table of 20b batch 1 with it.
+      f='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaOps.MoeDecodeStream*'
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter="$f" > "$OUT/moe_stream_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_STREAM_WARPS=16 timeout 120 $BIN/cuda_kernel_tests --gtest_filter="$f" >> "$OUT/moe_stream_tests.log" 2>&1
+      [ $rc = 0 ] && rc=$?
+      GPTOSS_MOE_DECODE=5 timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*:CudaDecodeFusion.*' >> "$OUT/moe_stream_tests.log" 2>&1
+      [ $rc = 0 ] && rc=$?
+      summary+=("moe_stream tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|rel L2|moe decode" "$OUT/moe_stream_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 5:8 5:16 1:8; do
+            GPTOSS_MOE_DECODE=${v%:*} GPTOSS_MOE_STREAM_WARPS=${v#*:} timeout 200 $BIN/gptoss bench \
+              --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 --context 1024 --decode-steps 32 --repeats 3 \
+              --markdown "$OUT/moe_stream_${m}_${v/:/_}.md" > "$OUT/moe_stream_${m}_${v/:/_}.log" 2>&1
+            summary+=("moe_stream $m decode kernel:warps=$v rc=$?")
+            echo "$m --fp8 decode, GPTOSS_MOE_DECODE:warps=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_stream_${m}_${v/:/_}.md"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        GPTOSS_MOE_DECODE=5 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+          --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|fill_kv|init_)).*' \
+          --launch-count 900 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 --prefill "" --context 1024 \
+          --decode-steps 2 --repeats 1 > "$OUT/moe_stream_ncu.csv" 2> "$OUT/moe_stream_ncu.err"
+        summary+=("moe_stream ncu rc=$?")
+        python3 tools/ncu_kernel_times.py "$OUT/moe_stream_ncu.csv" | tee "$OUT/moe_stream_ncu.md" | head -14
+      fi
+      ;;
     prefill_tables)
       # The prefill rows of issue 6's tables (latency and cost by input length) without the decode
       # sweep of `tables`: both models --fp8, and 120b with --fp8-experts.
@@ -702,7 +736,7 @@ for stage in "$@"; do
         timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 64 \
           --repeats 3 > "$OUT/decode_b1_$m.log" 2>&1
         summary+=("decode_b1 $m rc=$?")
-        echo "$m --fp8 batch 1, 1k context:"; grep -E "^\| 1 \|" "$OUT/decode_b1_$m.log" | head -2
+        echo "$m --fp8 batch 1, 1k context:"; grep -E "^\| [0-9]+ \| 1 \|" "$OUT/decode_b1_$m.log" | head -2
       done
       ;;
     profile)

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
@@ -558,6 +559,343 @@ void launch_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
     launch_pdl(kernel, static_cast<int>(grid), 128, smem, stream, a);
 }
 
+// ---- moe_decode_stream: gate_up, a grid-wide barrier and down in one persistent launch --------
+//
+// moe_decode_mma's CTAs each load one 16-row tile, wait for it, compute and exit: per SM the bytes
+// in flight rise and fall with every CTA, and the down launch pays a second ramp and tail. It runs
+// 20b's batch-1 MoE at 1.1-1.4 TB/s (r31 ncu: gate_up 24.8 us, down 16.3 us a layer for 53 MB).
+// Here one CTA an SM streams the same 16-row tiles through a ring of shared-memory stages filled by
+// the TMA unit (cp.async.bulk, one copy a row), so the weight stream never stops:
+//
+// - The active experts (in expert order, as moe_decode_mma finds them) and their tiles are split
+//   evenly over the CTAs, gate_up first, then down. The producer warp runs ahead into its down
+//   tiles while gate_up is still being computed: down's weights do not depend on act.
+// - Consumer warps split a tile's K as moe_decode_mma's warps do (lane (g, t): group 4s + t of rows
+//   g and g + 8, the same e2m1 decode, scale multiplies and m16n8k16 MMAs), their partial sums meet
+//   in shared memory, and gate_up's SwiGLU / down's bias are applied per tile as there.
+// - The token rows (x for gate_up, act for down) are staged as bf16 pairs in MMA order once per
+//   expert segment of the CTA's range.
+// - Between the phases the CTAs meet at a grid-wide barrier (a counter and a generation word in
+//   MoeMxfp4Args::grid_barrier; the last CTA to arrive resets the counter), after which act is read
+//   through L2. The grid is at most one CTA per SM times the occupancy, so every CTA is resident
+//   once the kernels before it drain (they never wait on this one).
+// - Codes rows sit in shared memory G groups apart rounded to ≡ 4 (mod 8) 16-byte units, so the
+//   quarter warp's two rows (g, g + 1) read opposite halves of the banks.
+constexpr int kStRows = 16;
+constexpr int kStMaxActive = 64;  // active experts of a launch: ≤ 8 tokens × k ≤ 8
+constexpr int kStMaxStages = 6;
+__host__ __device__ constexpr int st_row_units(int G) { return G + ((4 - G % 8) + 8) % 8; }
+__host__ __device__ constexpr int st_token_slots(int G) {
+    return G * kGroupSlots + ((4 - (G * kGroupSlots) % 8) + 8) % 8;
+}
+
+struct StreamArgs {
+    MoeMxfp4Args a;
+    int stages = 0, stage_bytes = 0;  // the ring
+    int xs_off = 0, red_off = 0, bar_off = 0;
+};
+
+__device__ __forceinline__ uint32_t ld_acquire_u32(const uint32_t* p) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+template <int kW>
+__device__ __forceinline__ void st_consumer_sync() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kW * 32) : "memory");
+}
+
+template <int kW>
+__global__ void __launch_bounds__((kW + 1) * 32, 1) moe_decode_stream_kernel(const __grid_constant__ StreamArgs sa) {
+    const MoeMxfp4Args& a = sa.a;
+    extern __shared__ __align__(128) uint8_t st_smem[];
+    __shared__ int4 s_list[kStMaxActive];  // (expert, first sorted index, tokens, 0)
+    __shared__ int s_sorted[kStMaxActive];
+    __shared__ int s_nact;
+    uint8_t* ring = st_smem;
+    uint4* xs = reinterpret_cast<uint4*>(st_smem + sa.xs_off);
+    float* red = reinterpret_cast<float*>(st_smem + sa.red_off);  // [2][kW][16][8]
+    uint64_t* full = reinterpret_cast<uint64_t*>(st_smem + sa.bar_off);
+    uint64_t* empty = full + sa.stages;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int S = sa.stages;
+    const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token, E = a.num_experts;
+    const int n_assign = min(a.num_tokens * K, kStMaxActive);
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < S; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], kW);
+        }
+        mbar_init_fence();
+    }
+    pdl_wait();  // the plan and the token rows come from the kernels before
+    pdl_trigger();
+    if (warp == 0) {
+        // The active experts in expert order: all of a lane's offsets loaded before the first ballot.
+        constexpr int kChunks = kMaxExpertsScan / 32;
+        int los[kChunks], his[kChunks];
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+            const int e = 32 * i + lane;
+            los[i] = e < E ? __ldcg(a.expert_offsets + e) : 0;
+            his[i] = e < E ? __ldcg(a.expert_offsets + e + 1) : 0;
+        }
+        int n = 0;
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+            const bool active = his[i] > los[i];
+            const unsigned m = __ballot_sync(0xffffffffu, active);
+            const int pos = n + __popc(m & ((1u << lane) - 1u));
+            if (active && pos < kStMaxActive)
+                s_list[pos] = make_int4(32 * i + lane, los[i], min(his[i] - los[i], 8), 0);
+            n += __popc(m);
+        }
+        if (lane == 0) s_nact = min(n, kStMaxActive);
+    } else if (warp == 1) {
+        for (int i = lane; i < n_assign; i += 32) s_sorted[i] = __ldcg(a.sorted_assignments + i);
+    }
+    __syncthreads();
+    const int nact = s_nact;
+    // Phase p's tiles [j0, j1) of this CTA: gate_up (p = 0) then down.
+    const auto range = [&](int p, int& j0, int& j1, int& tpe) {
+        tpe = (p == 0 ? 2 * I : H) / kStRows;
+        const int64_t total = static_cast<int64_t>(nact) * tpe;
+        j0 = static_cast<int>(total * blockIdx.x / gridDim.x);
+        j1 = static_cast<int>(total * (blockIdx.x + 1) / gridDim.x);
+    };
+
+    if (warp == kW) {  // the producer: one lane issues every copy
+        if (lane != 0) return;
+        uint32_t it = 0;
+        for (int p = 0; p < 2; ++p) {
+            const int G = (p == 0 ? H : I) / 32, rows = p == 0 ? 2 * I : H;
+            const int row_bytes = G * 16, stride = st_row_units(G) * 16;
+            const uint8_t* blocks = p == 0 ? a.gate_up_blocks : a.down_blocks;
+            const uint8_t* scales = p == 0 ? a.gate_up_scales : a.down_scales;
+            int j0, j1, tpe;
+            range(p, j0, j1, tpe);
+            for (int j = j0; j < j1; ++j, ++it) {
+                const int st = static_cast<int>(it % S);
+                if (it >= static_cast<uint32_t>(S)) mbar_wait(&empty[st], ((it / S) - 1) & 1);
+                uint8_t* dst = ring + static_cast<int64_t>(st) * sa.stage_bytes;
+                const int64_t r0 = static_cast<int64_t>(s_list[j / tpe].x) * rows + (j % tpe) * kStRows;
+                mbar_expect_tx(&full[st], kStRows * (row_bytes + G));
+#pragma unroll 1
+                for (int r = 0; r < kStRows; ++r)
+                    bulk_load(dst + r * stride, blocks + (r0 + r) * row_bytes, row_bytes, &full[st]);
+                bulk_load(dst + kStRows * stride, scales + r0 * G, kStRows * G, &full[st]);
+            }
+        }
+        return;
+    }
+
+    // The consumers.
+    const int ctid = threadIdx.x;
+    uint32_t it = 0, tile_n = 0;
+    for (int p = 0; p < 2; ++p) {
+        const bool gate_up = p == 0;
+        const int G = (gate_up ? H : I) / 32, rows = gate_up ? 2 * I : H;
+        const int stride = st_row_units(G) * 16, TS = st_token_slots(G);
+        const int steps = (G + 3) / 4;
+        const int s0 = warp * steps / kW, s1 = (warp + 1) * steps / kW;
+        int j0, j1, tpe;
+        range(p, j0, j1, tpe);
+        if (!gate_up) {
+            // Every CTA's act rows are written: the grid-wide barrier (cooperative groups' pattern).
+            st_consumer_sync<kW>();
+            if (ctid == 0) {
+                uint32_t* count = a.grid_barrier;
+                uint32_t* gen = a.grid_barrier + 1;
+                const uint32_t g0 = ld_acquire_u32(gen);  // before arriving: the last arrival bumps it
+                __threadfence();
+                if (atomicAdd(count, 1u) == gridDim.x - 1) {
+                    atomicExch(count, 0u);
+                    __threadfence();
+                    atomicAdd(gen, 1u);
+                } else {
+                    while (ld_acquire_u32(gen) == g0) {
+                    }
+                }
+                __threadfence();
+            }
+            st_consumer_sync<kW>();
+        }
+        int cur = -1;
+        for (int j = j0; j < j1; ++j, ++it, ++tile_n) {
+            const int slot = j / tpe, row0 = (j % tpe) * kStRows;
+            const int4 ex = s_list[slot];
+            const int e = ex.x, ntok = ex.z;
+            if (slot != cur) {
+                // Stage the segment's token rows (uint4 (token, group, word q) = bf16 pairs (8q + i,
+                // 8q + i + 4)), four items a thread at a time with their loads issued together.
+                cur = slot;
+                const int n_items = ntok * G * 4;
+                for (int base = ctid; base < n_items; base += kW * 32 * 4) {
+                    float v[4][8];
+                    int dst[4];
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        const int itm = min(base + kW * 32 * u, n_items - 1);
+                        const int q = itm & 3, grp = (itm >> 2) % G, tk = (itm >> 2) / G;
+                        const int as = s_sorted[ex.y + tk];
+                        const int64_t col = static_cast<int64_t>(grp) * 32 + 8 * q;
+                        dst[u] = tk * TS + grp * kGroupSlots + q;
+                        if (gate_up && a.h_f32 == nullptr) {
+                            const uint4 w4 = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                                             static_cast<int64_t>(as / K) * H + col);
+                            const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                v[u][2 * i] = __uint_as_float(wds[i] << 16);
+                                v[u][2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
+                            }
+                        } else {
+                            const float* src = gate_up ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
+                                                       : a.act + static_cast<int64_t>(as) * I + col;
+                            const float4 x0 = __ldcg(reinterpret_cast<const float4*>(src));
+                            const float4 x1 = __ldcg(reinterpret_cast<const float4*>(src + 4));
+                            v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
+                            v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < 4; ++u)
+                        if (base + kW * 32 * u < n_items)
+                            xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
+                                                    pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
+                }
+                st_consumer_sync<kW>();
+            }
+
+            const int st = static_cast<int>(it % S);
+            mbar_wait(&full[st], (it / S) & 1);
+            const uint8_t* base = ring + static_cast<int64_t>(st) * sa.stage_bytes;
+            const uint8_t* scl = base + kStRows * stride;
+            float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int s = s0; s < s1; ++s) {
+                const int grp = 4 * s + t;
+                const bool valid = grp < G;
+                uint4 wl = make_uint4(0u, 0u, 0u, 0u), wh = wl;
+                uint32_t sl = 127u, sh = 127u;
+                if (valid) {
+                    wl = *reinterpret_cast<const uint4*>(base + g * stride + grp * 16);
+                    wh = *reinterpret_cast<const uint4*>(base + (g + 8) * stride + grp * 16);
+                    sl = scl[g * G + grp];
+                    sh = scl[(g + 8) * G + grp];
+                }
+                const bool two = __any_sync(0xffffffffu, (sl | sh) > 128u);
+                const bool has_x = valid && g < ntok;
+                const uint4* xrow = xs + g * TS + grp * kGroupSlots;
+                const uint32_t m_lo = scale_first(sl), m_hi = scale_first(sh);
+                const uint32_t m2_lo = scale_second(sl), m2_hi = scale_second(sh);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const uint4 xb = has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
+                    const uint32_t wlq = q == 0 ? wl.x : q == 1 ? wl.y : q == 2 ? wl.z : wl.w;
+                    const uint32_t whq = q == 0 ? wh.x : q == 1 ? wh.y : q == 2 ? wh.z : wh.w;
+                    uint32_t rl[4], rh[4];
+                    e2m1x8_raw(wlq, rl);
+                    e2m1x8_raw(whq, rh);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        rl[i] = bf16x2_mul(rl[i], m_lo);
+                        rh[i] = bf16x2_mul(rh[i], m_hi);
+                        if (two) {
+                            rl[i] = bf16x2_mul(rl[i], m2_lo);
+                            rh[i] = bf16x2_mul(rh[i], m2_hi);
+                        }
+                    }
+                    float(&acc)[4] = (q & 1) ? acc1 : acc0;
+                    mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+                    mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
+                }
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[st]);  // the stage is read: the producer may refill it
+
+            float* rd = red + (tile_n & 1) * kW * kStRows * 8;
+            float* rw = rd + warp * kStRows * 8;
+            rw[g * 8 + 2 * t] = acc0[0] + acc1[0];
+            rw[g * 8 + 2 * t + 1] = acc0[1] + acc1[1];
+            rw[(g + 8) * 8 + 2 * t] = acc0[2] + acc1[2];
+            rw[(g + 8) * 8 + 2 * t + 1] = acc0[3] + acc1[3];
+            st_consumer_sync<kW>();
+            // The epilogue; the next tile's sums go to the other buffer, and the one after waits for
+            // the next barrier, which every thread reaches after this.
+            if (gate_up) {
+                if (ctid < 8 * ntok) {
+                    const int pr = ctid & 7, tk = ctid >> 3;
+                    float gate = 0.0f, up = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < kW; ++w) {
+                        gate += rd[w * kStRows * 8 + (2 * pr) * 8 + tk];
+                        up += rd[w * kStRows * 8 + (2 * pr + 1) * 8 + tk];
+                    }
+                    const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * pr;
+                    a.act[static_cast<int64_t>(s_sorted[ex.y + tk]) * I + row0 / 2 + pr] =
+                        swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
+                }
+            } else if (ctid < kStRows * ntok) {
+                const int r = ctid & 15, tk = ctid >> 4;
+                float v = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kW; ++w) v += rd[w * kStRows * 8 + r * 8 + tk];
+                a.y[static_cast<int64_t>(s_sorted[ex.y + tk]) * H + row0 + r] =
+                    v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+            }
+        }
+    }
+}
+
+// The ring and the shared-memory layout for `warps` consumer warps, or stages = 0 where it does not fit.
+StreamArgs stream_layout(const MoeMxfp4Args& a, int warps) {
+    StreamArgs sa;
+    sa.a = a;
+    const int Gm = std::max(a.hidden_size, a.intermediate_size) / 32;
+    const auto up128 = [](int n) { return (n + 127) / 128 * 128; };
+    sa.stage_bytes = up128(kStRows * (st_row_units(Gm) * 16 + Gm));
+    const int xs_bytes = up128(std::min(a.num_tokens, 8) * st_token_slots(Gm) * 16);
+    const int red_bytes = 2 * warps * kStRows * 8 * 4;
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const int static_bytes = 2048;  // s_list, s_sorted, s_nact (~1.3 KB) and slack
+    const int fixed = xs_bytes + red_bytes + 2 * kStMaxStages * 8 + static_bytes;
+    sa.stages = std::min(kStMaxStages, (optin - fixed) / sa.stage_bytes);
+    if (sa.stages < 2) {
+        sa.stages = 0;
+        return sa;
+    }
+    sa.xs_off = sa.stages * sa.stage_bytes;
+    sa.red_off = sa.xs_off + xs_bytes;
+    sa.bar_off = sa.red_off + red_bytes;
+    return sa;
+}
+
+int stream_warps() {
+    static const int w = [] {
+        const char* v = std::getenv("GPTOSS_MOE_STREAM_WARPS");
+        return v != nullptr && std::atoi(v) == 16 ? 16 : 8;
+    }();
+    return w;
+}
+
+template <int kW>
+void launch_stream(const StreamArgs& sa, cudaStream_t stream) {
+    auto kernel = moe_decode_stream_kernel<kW>;
+    const size_t smem = static_cast<size_t>(sa.bar_off) + 2 * sa.stages * 8;
+    fit_dynamic_smem(kernel, smem);
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (kW + 1) * 32, smem));
+    ENGINE_CHECK(per_sm >= 1, "moe_decode_stream: no CTA fits an SM (%zu bytes of shared memory)", smem);
+    launch_pdl(kernel, sms * per_sm, (kW + 1) * 32, smem, stream, sa);
+}
+
 }  // namespace
 
 bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
@@ -572,6 +910,27 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
+}
+
+bool moe_decode_stream_supported(const MoeMxfp4Args& a) {
+    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return a.grid_barrier != nullptr && a.num_tokens >= 1 && a.num_tokens <= kMoeDecodeMmaMaxTokens &&
+           a.experts_per_token <= 8 && a.hidden_size % 32 == 0 && a.intermediate_size % 32 == 0 &&
+           (2 * a.intermediate_size) % kStRows == 0 && a.hidden_size % kStRows == 0 && a.hidden_size <= 4096 &&
+           a.intermediate_size <= 4096 && a.num_experts <= kMaxExpertsScan && aligned16(a.gate_up_blocks) &&
+           aligned16(a.down_blocks) && aligned16(a.gate_up_scales) && aligned16(a.down_scales) &&
+           stream_layout(a, stream_warps()).stages > 0;
+}
+
+void moe_decode_stream(const MoeMxfp4Args& a, cudaStream_t stream) {
+    ENGINE_CHECK(moe_decode_stream_supported(a), "moe_decode_stream: %d tokens, sizes %d/%d, %d experts unsupported",
+                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    const int warps = stream_warps();
+    const StreamArgs sa = stream_layout(a, warps);
+    if (warps == 16)
+        launch_stream<16>(sa, stream);
+    else
+        launch_stream<8>(sa, stream);
 }
 
 bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
