@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode moe_stream
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode moe_stream ncu_moe_decode
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -559,6 +559,23 @@ for stage in "$@"; do
         summary+=("moe_stream ncu rc=$?")
         python3 tools/ncu_kernel_times.py "$OUT/moe_stream_ncu.csv" | tee "$OUT/moe_stream_ncu.md" | head -14
       fi
+      ;;
+    ncu_moe_decode)
+      # Where the batch-1 decode MoE's time goes: ncu sections (speed of light, scheduler, warp
+      # states, instruction mix, pipes) of two launches of moe_decode_mma (GPTOSS_MOE_DECODE=1) and
+      # of moe_decode_stream (=5) in 20b --fp8 batch-1 steps.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for v in 1 5; do
+        GPTOSS_MOE_DECODE=$v timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+          --section WarpStateStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
+          --metrics sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fmaheavy.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,smsp__sass_inst_executed.sum,sm__cycles_elapsed.avg.per_second,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+          -k regex:moe_decode -c 3 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 --prefill "" \
+          --context 1024 --decode-steps 2 --repeats 1 > "$OUT/ncu_moe_decode_$v.txt" 2>&1
+        summary+=("ncu_moe_decode $v rc=$?")
+        grep -E '  moe_decode|Duration|Memory Throughput|DRAM Throughput|Issue Slots Busy|Issued Ipc|Executed Ipc A|Eligible Warps|No Eligible|Active Warps Per|pipe_|dram__bytes|sass_inst|per_second|Warp Cycles Per Issued' \
+          "$OUT/ncu_moe_decode_$v.txt" | head -60
+        awk '/moe_decode/{print; next} /issue_stalled/ && $NF+0 > 0.1 {print "   ", $1, $NF}' "$OUT/ncu_moe_decode_$v.txt" | head -40
+      done
       ;;
     prefill_tables)
       # The prefill rows of issue 6's tables (latency and cost by input length) without the decode
