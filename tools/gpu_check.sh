@@ -515,13 +515,13 @@ for stage in "$@"; do
       grep -E "OK \]|FAILED|Failure|narrow tails|every batch" "$OUT/mx_decode_tests.log" | head -30
       if [ $rc = 0 ]; then
         for m in gpt-oss-120b gpt-oss-20b; do
-          for v in 8 32 0; do  # MX at every batch with tails down to 8 tokens, down to 32; the default paths
+          for v in ${MX_DECODE_VS:-8 32 0}; do  # MX at every batch with tails down to 8 tokens, down to 32; the default paths
             env GPTOSS_FP8_EXPERT_COPY=0 $( [ $v != 0 ] && echo GPTOSS_MOE_FP8_JIT_MIN_TOKENS=1 GPTOSS_MOE_NARROW_TAIL=$v ) \
               timeout 200 $BIN/gptoss bench \
-              --synthetic $m --fp8 --prefill "" --batch 1,2,4,8,16,64 --context 1024 --decode-steps 16 --repeats 3 \
+              --synthetic $m --fp8 --prefill "" --batch ${MX_DECODE_BATCHES:-1,2,4,8,16,64} --context 1024 --decode-steps 16 --repeats 3 \
               --markdown "$OUT/mx_decode_${m}_$v.md" > "$OUT/mx_decode_${m}_$v.log" 2>&1
             summary+=("mx_decode $m MX at decode=$v rc=$?")
-            echo "$m --fp8 decode, MX kernels at every batch (narrowest tile $v; 0: default paths):"; grep -E "^\| [0-9]+ \|" "$OUT/mx_decode_${m}_$v.md"
+            echo "$m --fp8 decode, MX kernels at every batch (narrowest tile $v; 0: default paths):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/mx_decode_${m}_$v.md"
           done
         done
       fi
