@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode moe_stream ncu_moe_decode
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -526,50 +526,18 @@ for stage in "$@"; do
         done
       fi
       ;;
-    moe_stream)
-      # moe_decode_stream (GPTOSS_MOE_DECODE=5, session 16, compiled only before): gate_up and down
-      # of decode batches in one persistent launch streaming the MXFP4 tiles through a TMA ring. Its
-      # kernel tests (8 and 16 consumer warps), the model and engine tests with it, then decode at 1k
-      # context of both models --fp8 with it (8 and 16 warps) and with moe_decode_mma (1), and an
-      # ncu step table of 20b batch 1 with it.
-      f='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaOps.MoeDecodeStream*'
-      timeout 120 $BIN/cuda_kernel_tests --gtest_filter="$f" > "$OUT/moe_stream_tests.log" 2>&1
-      rc=$?
-      GPTOSS_MOE_STREAM_WARPS=16 timeout 120 $BIN/cuda_kernel_tests --gtest_filter="$f" >> "$OUT/moe_stream_tests.log" 2>&1
-      [ $rc = 0 ] && rc=$?
-      GPTOSS_MOE_DECODE=5 timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*:CudaDecodeFusion.*' >> "$OUT/moe_stream_tests.log" 2>&1
-      [ $rc = 0 ] && rc=$?
-      summary+=("moe_stream tests rc=$rc")
-      grep -E "OK \]|FAILED|Failure|rel L2|moe decode" "$OUT/moe_stream_tests.log" | head -40
-      if [ $rc = 0 ]; then
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 5:8 5:16 1:8; do
-            GPTOSS_MOE_DECODE=${v%:*} GPTOSS_MOE_STREAM_WARPS=${v#*:} timeout 200 $BIN/gptoss bench \
-              --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 --context 1024 --decode-steps 32 --repeats 3 \
-              --markdown "$OUT/moe_stream_${m}_${v/:/_}.md" > "$OUT/moe_stream_${m}_${v/:/_}.log" 2>&1
-            summary+=("moe_stream $m decode kernel:warps=$v rc=$?")
-            echo "$m --fp8 decode, GPTOSS_MOE_DECODE:warps=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_stream_${m}_${v/:/_}.md"
-          done
-        done
-        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-        GPTOSS_MOE_DECODE=5 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
-          --kernel-name 'regex:^(?!.*(weight_quant|mxfp4_to_bf16|fill_random|pad_fp8|fp8_block_to|fill_kv|init_)).*' \
-          --launch-count 900 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 --prefill "" --context 1024 \
-          --decode-steps 2 --repeats 1 > "$OUT/moe_stream_ncu.csv" 2> "$OUT/moe_stream_ncu.err"
-        summary+=("moe_stream ncu rc=$?")
-        python3 tools/ncu_kernel_times.py "$OUT/moe_stream_ncu.csv" | tee "$OUT/moe_stream_ncu.md" | head -14
-      fi
-      ;;
     ncu_moe_decode)
       # Where the batch-1 decode MoE's time goes: ncu sections (speed of light, scheduler, warp
-      # states, instruction mix, pipes) of two launches of moe_decode_mma (GPTOSS_MOE_DECODE=1) and
-      # of moe_decode_stream (=5) in 20b --fp8 batch-1 steps.
+      # states, instruction mix, pipes) of two launches (gate_up, down) of the decode MoE kernels
+      # in 20b --fp8 batch-1 steps, for each GPTOSS_MOE_DECODE value in NCU_MOE_DECODE_VS (default 1:
+      # moe_decode_mma). r31: ~200 s a value (the replays back up device memory); a third launch
+      # failed to profile, so two.
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-      for v in 1 5; do
+      for v in ${NCU_MOE_DECODE_VS:-1}; do
         GPTOSS_MOE_DECODE=$v timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
           --section WarpStateStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
           --metrics sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fmaheavy.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,smsp__sass_inst_executed.sum,sm__cycles_elapsed.avg.per_second,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
-          -k regex:moe_decode -c 3 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 --prefill "" \
+          -k regex:moe_decode -c 2 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 --prefill "" \
           --context 1024 --decode-steps 2 --repeats 1 > "$OUT/ncu_moe_decode_$v.txt" 2>&1
         summary+=("ncu_moe_decode $v rc=$?")
         grep -E '  moe_decode|Duration|Memory Throughput|DRAM Throughput|Issue Slots Busy|Issued Ipc|Executed Ipc A|Eligible Warps|No Eligible|Active Warps Per|pipe_|dram__bytes|sass_inst|per_second|Warp Cycles Per Issued' \

@@ -171,8 +171,7 @@ struct CudaModel::Impl {
     // Activations and metadata, sized for opt.max_tokens / opt.max_seqs.
     DeviceBuffer x_alt;  // [kGemvMaxTokens, H]: the residual's other buffer when the router fuses the norm
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
-    DeviceBuffer norm_inv;     // [T] the post-attention norm's 1 / rms when the router normalizes x itself
-    DeviceBuffer moe_barrier;  // 2 zeroed words: moe_decode_stream's grid-wide barrier (MoeMxfp4Args)
+    DeviceBuffer norm_inv;  // [T] the post-attention norm's 1 / rms when the router normalizes x itself
     // The step's inputs: views into step_arena, laid out per forward call by (tokens, sequences,
     // table stride, sampled) — the decode graph's key, so a replayed graph's pointers stay valid —
     // and uploaded by one copy from pinned memory (step_host). Fourteen pageable copies a step
@@ -684,8 +683,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     act = DeviceBuffer(static_cast<int64_t>(mxfp4_tokens) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
-    moe_barrier = DeviceBuffer(8);
-    CUDA_CHECK(cudaMemset(moe_barrier.get(), 0, 8));
     if (mxfp4 && !have_bf16_experts && !have_fp8_experts) {  // one expert's weights at a time (large batches)
         gu_scratch = DeviceBuffer(2 * I * H * 2);
         down_scratch = DeviceBuffer(H * I * 2);
@@ -1099,7 +1096,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
-        m.grid_barrier = moe_barrier.as<uint32_t>();
         m.kernel = decode_kernel;
         kc::moe_mxfp4(m, stream);
         return;

@@ -389,14 +389,6 @@ kc::MoeMxfp4Args mxfp4_args(const RandomExperts& ex, const DeviceBuffer& gub, co
     a.intermediate_size = ex.I;
     a.num_experts = ex.E;
     a.experts_per_token = K;
-    // moe_decode_stream's grid-wide barrier: one buffer for the whole test program, as a model has
-    // one for its stream (left zeroed by every launch, which the repeated launches here check).
-    static DeviceBuffer barrier = [] {
-        DeviceBuffer b(8);
-        EXPECT_EQ(cudaMemset(b.get(), 0, 8), cudaSuccess);
-        return b;
-    }();
-    a.grid_barrier = barrier.as<uint32_t>();
     return a;
 }
 
@@ -768,9 +760,8 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
-            // The kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1) and
-            // moe_decode_stream (5, the same arithmetic in one persistent launch).
-            for (int kernel : {0, 1, 5})
+            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
+            for (int kernel : {0, 1})
                 for (bool f32_input : {false, true}) {
                     auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
@@ -786,11 +777,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                     // the summation order differs. moe_decode_mma rounds the inputs and act to bf16 (the
                     // grouped kernels' tolerance).
                     const bool mma = kernel != 0 && T <= kc::kMoeDecodeMmaMaxTokens;
-                    if (kernel == 5 && mma) {
-                        EXPECT_TRUE(kc::moe_decode_stream_supported(a));
-                    }
-                    EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32,
-                                      mma ? (kernel == 5 ? "moe decode stream" : "moe decode mma") : "moe mxfp4"))
+                    EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32, mma ? "moe decode mma" : "moe mxfp4"))
                         << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
                         << (f32_input ? " f32 input" : " bf16 input") << " kernel " << kernel;
                 }
@@ -798,7 +785,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
     }
 }
 
-// moe_decode_mma and moe_decode_stream at a MoE-TP2 shard's widths (I = 1440: down has 45 groups, so the last K step of
+// moe_decode_mma at a MoE-TP2 shard's widths (I = 1440: down has 45 groups, so the last K step of
 // a warp is partial and the warps' shares differ) with the scales of MoeMmaEdgeShapesAndScales
 // below: 129–132 on two experts' gate_up (the two-multiply path) and 0 on one expert's down; 1, 3
 // and 8 tokens, with a shared expert for every token. Tolerance as MoeMxfp4MatchesCpu's for it.
@@ -831,63 +818,11 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
             auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
             kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
                                             f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
-            for (bool stream : {false, true}) {
-                EXPECT_EQ(cudaMemset(y.get(), 0xff, y.bytes()), cudaSuccess);  // poison again
-                if (stream) {
-                    ASSERT_TRUE(kc::moe_decode_stream_supported(a));
-                    kc::moe_decode_stream(a, nullptr);
-                } else {
-                    ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-                    kc::moe_decode_mma(a, nullptr);
-                }
-                EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out,
-                                  stream ? "moe decode stream edge shapes" : "moe decode mma edge shapes"))
-                    << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
-            }
-        }
-    }
-}
-
-// moe_decode_stream where most CTAs have no tile (8 experts of 256 × 96: 24 gate_up and 64 down
-// tiles at one token over ~132 CTAs, which all still meet at the barrier) and most warps no K step
-// (down's 3 groups are one step); its barrier words are zero after every launch, and four launches
-// in a row (the layers of a step) give the same bits.
-TEST(CudaOps, MoeDecodeStreamSmallShapesAndRepeats) {
-    REQUIRE_GPU();
-    const int H = 256, I = 96, K = 4, E = 8;
-    RandomExperts ex(E, H, I, 95);
-    auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
-         dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
-    for (int T : {1, 3, 8}) {
-        auto h = bf16_round(randn(static_cast<size_t>(T) * H, 96 + T));
-        std::vector<int32_t> ids(T * K);
-        std::vector<float> wts(T * K, 0.25f);
-        for (int t = 0; t < T; ++t)
-            for (int k = 0; k < K; ++k) ids[t * K + k] = (t + 2 * k) % E;
-        const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
-        auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
-        DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
-        kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-        auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
-        auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-        kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(), dh32.as<float>(), offsets,
-                                        sorted, act, y, T, K);
-        ASSERT_TRUE(kc::moe_decode_stream_supported(a));
-        std::vector<float> first;
-        for (int rep = 0; rep < 4; ++rep) {
-            kc::moe_decode_stream(a, nullptr);
+            ASSERT_TRUE(kc::moe_decode_mma_supported(a));
+            kc::moe_decode_mma(a, nullptr);
             EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            uint32_t count = 1;
-            EXPECT_EQ(cudaMemcpy(&count, a.grid_barrier, 4, cudaMemcpyDeviceToHost), cudaSuccess);
-            EXPECT_EQ(count, 0u) << "the barrier's counter, T=" << T;
-            const std::vector<float> got = combine_assignments(y, wts, T, K, H);
-            if (rep == 0) {
-                first = got;
-                EXPECT_TRUE(close(got, ref, kTolBf16Out, "moe decode stream small shapes")) << "T=" << T;
-            } else {
-                EXPECT_EQ(got, first) << "launch " << rep << ", T=" << T;
-            }
+            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+                << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
         }
     }
 }

@@ -1395,11 +1395,7 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         moe_decode_wg(a, stream);
         return;
     }
-    if (decode_kernel == 5 && moe_decode_stream_supported(a)) {
-        moe_decode_stream(a, stream);
-        return;
-    }
-    if ((decode_kernel == 1 || decode_kernel == 5) && moe_decode_mma_supported(a)) {
+    if (decode_kernel == 1 && moe_decode_mma_supported(a)) {
         moe_decode_mma(a, stream);
         return;
     }

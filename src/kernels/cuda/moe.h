@@ -109,9 +109,6 @@ struct MoeMxfp4Args {
     const float* down_bias = nullptr;             // [E, H]
     float* act = nullptr;                         // [num_tokens · k, I] scratch: SwiGLU output per assignment
     float* y = nullptr;                           // [num_tokens · k, H] expert outputs (bias included)
-    // Two zeroed words owned by the caller's stream (moe_decode_stream's grid-wide barrier; left
-    // zeroed by every launch). Null: that kernel is not used. Never shared by concurrent launches.
-    uint32_t* grid_barrier = nullptr;
     int num_tokens = 0;
     int hidden_size = 0;
     int intermediate_size = 0;
@@ -121,7 +118,7 @@ struct MoeMxfp4Args {
     float swiglu_alpha = 1.702f;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
-    // 5: moe_decode_stream there (with grid_barrier; else as 1); 0: always the fp32 kernels.
+    // 0: always the fp32 kernels.
     int kernel = -1;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
@@ -137,13 +134,6 @@ void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 // GPTOSS_MOE_DECODE=4. Rows a multiple of 64, K ≤ 4,096. Opt-in: r29 measured it slower than
 // moe_decode_mma (20b batch 1 2.310 vs 1.872 ms a step; too few bytes in flight a CTA). Its
 // mma.sync form (moe_decode_w4a8, e4m3 MMAs emulated on sm_90) was slower still and is removed.
-// moe_decode_mma's arithmetic (bf16 activations, fp32 accumulation, the same K split per 16-row
-// tile) as one persistent launch: one CTA an SM streams its share of gate_up's and then down's
-// tiles through a TMA ring, with a grid-wide barrier (args.grid_barrier) between the phases.
-// MoeMxfp4Args::kernel = 5 / GPTOSS_MOE_DECODE=5; GPTOSS_MOE_STREAM_WARPS=16 for 16 consumer warps
-// (default 8). Session 16.
-bool moe_decode_stream_supported(const MoeMxfp4Args& args);
-void moe_decode_stream(const MoeMxfp4Args& args, cudaStream_t stream);
 bool moe_decode_wg_supported(const MoeMxfp4Args& args);
 void moe_decode_wg(const MoeMxfp4Args& args, cudaStream_t stream);
 
