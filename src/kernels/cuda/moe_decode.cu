@@ -176,7 +176,7 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
     }
 }
 
-template <bool kGateUp, int kWarps>
+template <bool kGateUp, int kWarps, bool kLean>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWarps>::kMinBlocks)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -281,36 +281,49 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
     const bool two = __any_sync(0xffffffffu, big != 0);
+    // kLean (default; r31 ncu: ~80 instructions a q step, 5 of them branches): no branch in a q
+    // step. The second scale multiply is chosen once for the warp's steps (two loop bodies), and
+    // the x fragment is read unconditionally: lanes g >= ntok read token row ntok - 1 (their MMA
+    // column is never stored) and lanes past G a staged group (their A is zero, so the product is).
+    // The old form (GPTOSS_MOE_DECODE_LEAN=0) loads zeros there under a branch. (ng, the warp's
+    // staged groups, is >= 1 wherever ns > 0.)
+    const auto steps = [&]<bool kTwo>() {
 #pragma unroll
-    for (int i = 0; i < kMaxSteps; ++i) {
-        if (i >= ns) break;
-        const int gl = 4 * i + t;
-        const bool has_x = g < ntok && gbeg + gl < G;
-        const uint4* xrow = xs + g * kTokenSlots + gl * kGroupSlots;
-        const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
-        const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
+        for (int i = 0; i < kMaxSteps; ++i) {
+            if (i >= ns) break;
+            const int gl = 4 * i + t;
+            const bool has_x = g < ntok && gbeg + gl < G;
+            const uint4* xrow = kLean ? xs + min(g, ntok - 1) * kTokenSlots + min(gl, ng - 1) * kGroupSlots
+                                      : xs + g * kTokenSlots + gl * kGroupSlots;
+            const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
+            const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const uint4 xb = has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
-            const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
-            const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
-            uint32_t rl[4], rh[4];
-            e2m1x8_raw(wl, rl);
-            e2m1x8_raw(wh, rh);
+            for (int q = 0; q < 4; ++q) {
+                const uint4 xb = kLean || has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
+                const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
+                const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
+                uint32_t rl[4], rh[4];
+                e2m1x8_raw(wl, rl);
+                e2m1x8_raw(wh, rh);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                rl[j] = bf16x2_mul(rl[j], m_lo);
-                rh[j] = bf16x2_mul(rh[j], m_hi);
-                if (two) {
-                    rl[j] = bf16x2_mul(rl[j], m2_lo);
-                    rh[j] = bf16x2_mul(rh[j], m2_hi);
+                for (int j = 0; j < 4; ++j) {
+                    rl[j] = bf16x2_mul(rl[j], m_lo);
+                    rh[j] = bf16x2_mul(rh[j], m_hi);
+                    if (kLean ? kTwo : two) {
+                        rl[j] = bf16x2_mul(rl[j], m2_lo);
+                        rh[j] = bf16x2_mul(rh[j], m2_hi);
+                    }
                 }
+                // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
+                mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+                mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
             }
-            // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
-            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
-            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
         }
-    }
+    };
+    if (kLean && two)
+        steps.template operator()<true>();
+    else
+        steps.template operator()<false>();
 
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as);
 }
@@ -324,7 +337,11 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
-    auto kernel = moe_decode_mma_kernel<kGateUp, kWarps>;
+    static const bool lean = [] {
+        const char* v = std::getenv("GPTOSS_MOE_DECODE_LEAN");
+        return v == nullptr || std::atoi(v) != 0;
+    }();
+    auto kernel = lean ? moe_decode_mma_kernel<kGateUp, kWarps, true> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
