@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode decode_lean
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -544,6 +544,32 @@ for stage in "$@"; do
           "$OUT/ncu_moe_decode_$v.txt" | head -60
         awk '/moe_decode/{print; next} /issue_stalled/ && $NF+0 > 0.1 {print "   ", $1, $NF}' "$OUT/ncu_moe_decode_$v.txt" | head -40
       done
+      ;;
+    decode_lean)
+      # moe_decode_mma without a branch in its q step (GPTOSS_MOE_DECODE_LEAN=1; session 16,
+      # compiled only): its tests and the model / engine tests with it, then, if they pass,
+      # moe_bench (the decode MoE alone, 8 layers in a graph) and decode at 1k of both models
+      # --fp8 with it (1) and without (0).
+      env GPTOSS_MOE_DECODE_LEAN=1 timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaModel.*:CudaEngine.*:CudaDecodeFusion.*' \
+        > "$OUT/decode_lean_tests.log" 2>&1
+      rc=$?
+      summary+=("decode_lean tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|moe decode mma" "$OUT/decode_lean_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for v in 1 0; do
+          GPTOSS_MOE_DECODE_LEAN=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_lean_moe_bench_$v.log" 2>&1
+          echo "moe_bench, GPTOSS_MOE_DECODE_LEAN=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_lean_moe_bench_$v.log"
+        done
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 1 0; do
+            GPTOSS_MOE_DECODE_LEAN=$v timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 \
+              --context 1024 --decode-steps 32 --repeats 3 --markdown "$OUT/decode_lean_${m}_$v.md" > "$OUT/decode_lean_${m}_$v.log" 2>&1
+            summary+=("decode_lean $m LEAN=$v rc=$?")
+            echo "$m --fp8 decode, GPTOSS_MOE_DECODE_LEAN=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/decode_lean_${m}_$v.md"
+          done
+        done
+      fi
       ;;
     prefill_tables)
       # The prefill rows of issue 6's tables (latency and cost by input length) without the decode

@@ -281,11 +281,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
     const bool two = __any_sync(0xffffffffu, big != 0);
-    // kLean (default; r31 ncu: ~80 instructions a q step, 5 of them branches): no branch in a q
+    // kLean (GPTOSS_MOE_DECODE_LEAN=1; session 16, compiled only. r31 ncu: ~80 instructions a q
+    // step, 5 of them branches): no branch in a q
     // step. The second scale multiply is chosen once for the warp's steps (two loop bodies), and
     // the x fragment is read unconditionally: lanes g >= ntok read token row ntok - 1 (their MMA
     // column is never stored) and lanes past G a staged group (their A is zero, so the product is).
-    // The old form (GPTOSS_MOE_DECODE_LEAN=0) loads zeros there under a branch. (ng, the warp's
+    // The old form (the default) loads zeros there under a branch. (ng, the warp's
     // staged groups, is >= 1 wherever ns > 0.)
     const auto steps = [&]<bool kTwo>() {
 #pragma unroll
@@ -338,8 +339,8 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     static const bool lean = [] {
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_LEAN");
-        return v == nullptr || std::atoi(v) != 0;
+        const char* v = std::getenv("GPTOSS_MOE_DECODE_LEAN");  // opt-in until measured (compiled only)
+        return v != nullptr && std::atoi(v) != 0;
     }();
     auto kernel = lean ? moe_decode_mma_kernel<kGateUp, kWarps, true> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     fit_dynamic_smem(kernel, smem);
