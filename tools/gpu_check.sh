@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode decode_lean
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode decode_s16
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -545,28 +545,33 @@ for stage in "$@"; do
         awk '/moe_decode/{print; next} /issue_stalled/ && $NF+0 > 0.1 {print "   ", $1, $NF}' "$OUT/ncu_moe_decode_$v.txt" | head -40
       done
       ;;
-    decode_lean)
-      # moe_decode_mma without a branch in its q step (GPTOSS_MOE_DECODE_LEAN=1; session 16,
-      # compiled only): its tests and the model / engine tests with it, then, if they pass,
-      # moe_bench (the decode MoE alone, 8 layers in a graph) and decode at 1k of both models
-      # --fp8 with it (1) and without (0).
-      env GPTOSS_MOE_DECODE_LEAN=1 timeout 200 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaModel.*:CudaEngine.*:CudaDecodeFusion.*' \
-        > "$OUT/decode_lean_tests.log" 2>&1
+    decode_s16)
+      # Session 16's compiled-only decode changes, both opt-in: moe_decode_mma without a branch in
+      # its q step (GPTOSS_MOE_DECODE_LEAN=1) and the router as one 8-CTA cluster
+      # (GPTOSS_ROUTER_CLUSTER=1; its own tests run both router kernels). The kernel tests, the model
+      # and engine tests with both on, moe_bench with LEAN 1 / 0; then, if all pass, decode at 1k
+      # of both models --fp8: default, each switch, both.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaDecodeFusion.*' > "$OUT/decode_s16_tests.log" 2>&1
       rc=$?
-      summary+=("decode_lean tests rc=$rc")
-      grep -E "OK \]|FAILED|Failure|moe decode mma" "$OUT/decode_lean_tests.log" | head -30
+      env GPTOSS_MOE_DECODE_LEAN=1 GPTOSS_ROUTER_CLUSTER=1 timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaModel.*:CudaEngine.*' \
+        >> "$OUT/decode_s16_tests.log" 2>&1
+      [ $rc = 0 ] && rc=$?
+      summary+=("decode_s16 tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/decode_s16_tests.log" | head -30
       if [ $rc = 0 ]; then
         for v in 1 0; do
-          GPTOSS_MOE_DECODE_LEAN=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_lean_moe_bench_$v.log" 2>&1
-          echo "moe_bench, GPTOSS_MOE_DECODE_LEAN=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_lean_moe_bench_$v.log"
+          GPTOSS_MOE_DECODE_LEAN=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_s16_moe_bench_$v.log" 2>&1
+          echo "moe_bench, GPTOSS_MOE_DECODE_LEAN=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_s16_moe_bench_$v.log"
         done
+        IFS=';' read -ra abs <<< ";GPTOSS_MOE_DECODE_LEAN=1;GPTOSS_ROUTER_CLUSTER=1;GPTOSS_MOE_DECODE_LEAN=1 GPTOSS_ROUTER_CLUSTER=1"
         for m in gpt-oss-20b gpt-oss-120b; do
-          for v in 1 0; do
-            GPTOSS_MOE_DECODE_LEAN=$v timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 \
-              --context 1024 --decode-steps 32 --repeats 3 --markdown "$OUT/decode_lean_${m}_$v.md" > "$OUT/decode_lean_${m}_$v.log" 2>&1
-            summary+=("decode_lean $m LEAN=$v rc=$?")
-            echo "$m --fp8 decode, GPTOSS_MOE_DECODE_LEAN=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/decode_lean_${m}_$v.md"
+          for i in "${!abs[@]}"; do
+            e="${abs[$i]}"
+            env $e timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
+              --decode-steps 32 --repeats 3 --markdown "$OUT/decode_s16_${m}_$i.md" > "$OUT/decode_s16_${m}_$i.log" 2>&1
+            summary+=("decode_s16 $m [${e:-default}] rc=$?")
+            echo "$m --fp8 decode [${e:-default}]:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/decode_s16_${m}_$i.md"
           done
         done
       fi

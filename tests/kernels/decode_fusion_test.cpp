@@ -71,6 +71,12 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
     cases.push_back({32, 1, true, false});
     cases.push_back({32, 8, true, true});
     cases.push_back({128, 5, false, true});
+    // The cluster kernel's other shapes: 64 experts (8 a CTA, a warp each) and 20 (3 a CTA, the last
+    // CTA with fewer, two warps idle).
+    for (int T : {1, 4}) {
+        cases.push_back({64, T, false, false});
+        cases.push_back({20, T, false, false});
+    }
     const int H = 2880, K = 4;
     DeviceBuffer counter(4);
     ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
@@ -109,12 +115,17 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         a.hidden_size = H;
         a.num_experts = E;
         a.experts_per_token = K;
-        // Three calls on the same counter: each must find it reset by the one before.
-        for (int rep = 0; rep < 3; ++rep) {
+        // Three calls of each kernel on the same counter: each must find it reset by the one before
+        // (the ticket kernel, then the cluster kernel, which leaves it alone); outputs poisoned again.
+        for (int rep = 0; rep < 6; ++rep) {
+            a.cluster = rep < 3 ? 0 : 1;
+            for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted})
+                ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
             kc::router_plan_small(a, nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << (rc.ties ? " ties" : "")
-                                              << (rc.same_rows ? " same rows" : "") << " call " << rep);
+            SCOPED_TRACE(::testing::Message()
+                         << "E=" << E << " T=" << T << (rc.ties ? " ties" : "") << (rc.same_rows ? " same rows" : "")
+                         << " call " << rep << (a.cluster == 1 ? " (cluster kernel)" : ""));
             // fp32 dot products of identical inputs on both sides: only the summation order differs.
             EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "router logits"));
             // Random fp32 logits: the chance of a near-tie flipping the order is negligible; the
@@ -197,38 +208,44 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
             a.residual_out = dxo.as<float>();
             a.h_out = dh.as<float>();
             a.h_bf16_out = dh16.get();
-            kc::router_plan_small(a, nullptr);
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            EXPECT_EQ(to_host<float>(dxo, v.size()), v);
-            EXPECT_TRUE(close(to_host<float>(dh, hn.size()), hn, kTolF32, "fused norm h"));
-            {  // against the unfused kernel it replaces: the same residual bit for bit
-                auto dx2 = to_device(x), dh2 = poisoned(x.size() * 4), dh2b = poisoned(x.size() * 2);
-                kc::ResidualRmsNormArgs rn;
-                rn.x = dx2.as<float>();
-                rn.add = dox.as<float>();
-                rn.add_bias = dob.as<float>();
-                rn.num_add = 1;
-                rn.weight = dnw.as<float>();
-                rn.out = dh2b.get();
-                rn.out_f32 = dh2.as<float>();
-                rn.num_tokens = T;
-                rn.hidden_size = H;
-                rn.eps = eps;
-                kc::residual_rmsnorm(rn, nullptr);
+            for (int cl : {0, 1}) {  // the ticket kernel, then the cluster kernel
+                SCOPED_TRACE(cl == 1 ? "cluster kernel" : "ticket kernel");
+                a.cluster = cl;
+                for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})
+                    ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
+                kc::router_plan_small(a, nullptr);
                 ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                EXPECT_EQ(to_host<float>(dxo, v.size()), to_host<float>(dx2, v.size()));
-                EXPECT_TRUE(close(to_host<float>(dh, hn.size()), to_host<float>(dh2, hn.size()), kTolF32,
-                                  "fused norm h vs residual_rmsnorm"));
+                EXPECT_EQ(to_host<float>(dxo, v.size()), v);
+                EXPECT_TRUE(close(to_host<float>(dh, hn.size()), hn, kTolF32, "fused norm h"));
+                {  // against the unfused kernel it replaces: the same residual bit for bit
+                    auto dx2 = to_device(x), dh2 = poisoned(x.size() * 4), dh2b = poisoned(x.size() * 2);
+                    kc::ResidualRmsNormArgs rn;
+                    rn.x = dx2.as<float>();
+                    rn.add = dox.as<float>();
+                    rn.add_bias = dob.as<float>();
+                    rn.num_add = 1;
+                    rn.weight = dnw.as<float>();
+                    rn.out = dh2b.get();
+                    rn.out_f32 = dh2.as<float>();
+                    rn.num_tokens = T;
+                    rn.hidden_size = H;
+                    rn.eps = eps;
+                    kc::residual_rmsnorm(rn, nullptr);
+                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                    EXPECT_EQ(to_host<float>(dxo, v.size()), to_host<float>(dx2, v.size()));
+                    EXPECT_TRUE(close(to_host<float>(dh, hn.size()), to_host<float>(dh2, hn.size()), kTolF32,
+                                      "fused norm h vs residual_rmsnorm"));
+                }
+                EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dh16, hn.size())), hn, kTolBf16Out, "fused norm h bf16"));
+                // The logits come from Σ w·(v·w_norm) times 1/rms (the unfused kernel scales first):
+                // fp32 rounding apart, the same sums.
+                EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "fused router logits"));
+                EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref);
+                EXPECT_TRUE(close(to_host<float>(dws, w_ref.size()), w_ref, kTolF32, "fused router weights"));
+                EXPECT_EQ(to_host<int32_t>(doff, E + 1), off_ref);
+                EXPECT_EQ(to_host<int32_t>(dsorted, T * K), sorted_ref);
+                EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
             }
-            EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dh16, hn.size())), hn, kTolBf16Out, "fused norm h bf16"));
-            // The logits come from Σ w·(v·w_norm) times 1/rms (the unfused kernel scales first):
-            // fp32 rounding apart, the same sums.
-            EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "fused router logits"));
-            EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref);
-            EXPECT_TRUE(close(to_host<float>(dws, w_ref.size()), w_ref, kTolF32, "fused router weights"));
-            EXPECT_EQ(to_host<int32_t>(doff, E + 1), off_ref);
-            EXPECT_EQ(to_host<int32_t>(dsorted, T * K), sorted_ref);
-            EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
         }
 }
 
@@ -262,21 +279,24 @@ TEST(CudaDecodeFusion, RouterPlanSmallReplaysInAGraph) {
     a.experts_per_token = K;
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    cudaGraph_t graph;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    for (int layer = 0; layer < 4; ++layer) kc::router_plan_small(a, stream);  // back-to-back, like 24 layers
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    cudaGraphExec_t exec;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int rep = 0; rep < 5; ++rep) {
-        ASSERT_EQ(cudaMemset(dids.get(), 0xff, T * K * 4), cudaSuccess);
-        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-        EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref) << "replay " << rep;
-        EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
+    for (int cl : {0, 1}) {  // the ticket kernel, then the cluster kernel (cluster launches in a graph)
+        a.cluster = cl;
+        cudaGraph_t graph;
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+        for (int layer = 0; layer < 4; ++layer) kc::router_plan_small(a, stream);  // back-to-back, like 24 layers
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+        cudaGraphExec_t exec;
+        ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+        for (int rep = 0; rep < 5; ++rep) {
+            ASSERT_EQ(cudaMemset(dids.get(), 0xff, T * K * 4), cudaSuccess);
+            ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref) << "replay " << rep << " cluster " << cl;
+            EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);
 }
 

@@ -1,5 +1,6 @@
 // MoE kernels: router top-k, routing plans, weight-only MXFP4 experts (small batches), and the
 // gather / SwiGLU / scatter steps around the grouped bf16 GEMMs (large batches).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <atomic>
@@ -657,6 +658,307 @@ __global__ void __launch_bounds__(kRouterThreads)
     if (threadIdx.x == 0) *a.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
 }
 
+// ---- the decode router as one cluster of 8 CTAs (router_plan_small's GPTOSS_ROUTER_CLUSTER=1) ---
+//
+// router_plan_small_kernel (one CTA an expert) meets its experts through global memory: logits
+// written and fenced, a ticket taken by atomic, the last CTA reading every logit back; with the
+// fused norm its critical path is ~4 L2 round trips after pdl_wait (r31 ncu: 10.2 us a layer,
+// 20b batch 1). Here 8 CTAs of one cluster split the experts (E / 8 each, a warp one expert or half
+// of one): every CTA builds the token rows (the fused residual update and norm, or h) in its own
+// shared memory, its warps take their experts' dot products against them from weight registers
+// loaded before pdl_wait, the logits go into CTA 0's shared memory (DSMEM), and after one cluster
+// barrier CTA 0 does the top-k, softmax and plan as the other kernel's last CTA does. One L2 round
+// trip after pdl_wait; no atomics, no counter. Session 16, compiled only.
+constexpr int kRcCtas = 8;
+constexpr int kRcThreads = 256;
+constexpr int kRcWarps = kRcThreads / 32;
+constexpr int kRcMaxExperts = 128;
+
+struct RouterClusterShape {
+    int epc;    // experts a CTA
+    int parts;  // warps an expert (its chunks split between them)
+    int units;  // (expert, part) units a warp
+    int cpl;    // chunks a lane a unit
+};
+inline RouterClusterShape router_cluster_shape(int E, int H) {
+    RouterClusterShape r;
+    r.epc = (E + kRcCtas - 1) / kRcCtas;
+    r.parts = std::max(1, kRcWarps / r.epc);
+    r.units = (r.epc * r.parts + kRcWarps - 1) / kRcWarps;
+    const int chunks = H / 8;
+    r.cpl = ((chunks + r.parts - 1) / r.parts + 31) / 32;
+    return r;
+}
+
+template <int kUnits, int kCpl>
+__global__ void __launch_bounds__(kRcThreads)
+    router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    extern __shared__ __align__(16) float rc_x[];                 // [T][H] the token rows the router reads
+    __shared__ float s_logits[kRouterMaxTokens * kRcMaxExperts];  // CTA 0's: every logit
+    __shared__ float s_part[kRouterMaxTokens][kRcWarps * kUnits];
+    __shared__ float s_ss[kRouterMaxTokens][kRcWarps];
+    __shared__ float s_inv[kRouterMaxTokens];
+    __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts, K = a.experts_per_token;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int chunks = H / 8;
+    const int epc = (E + kRcCtas - 1) / kRcCtas;
+    const int parts = max(1, kRcWarps / epc);
+    const int per_part = (chunks + parts - 1) / parts;
+    const bool fused = a.residual != nullptr;
+
+    // This warp's units u = warp + kRcWarps · j: expert rank · epc + u / parts, chunks of part u % parts.
+    uint4 wv[kUnits][kCpl];
+    int ue[kUnits], uc0[kUnits], uc1[kUnits];
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j) {
+        const int u = warp + kRcWarps * j;
+        const int el = u / parts;
+        ue[j] = (el < epc && u < epc * parts) ? rank * epc + el : E;  // E: none
+        uc0[j] = (u % parts) * per_part;
+        uc1[j] = min(chunks, uc0[j] + per_part);
+        const uint4* row = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.weight) +
+                                                          static_cast<int64_t>(min(ue[j], E - 1)) * H);
+#pragma unroll
+        for (int i = 0; i < kCpl; ++i) {
+            const int c = uc0[j] + lane + 32 * i;
+            wv[j][i] = (ue[j] < E && c < uc1[j]) ? __ldg(row + c) : make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    pdl_wait();
+    pdl_trigger();
+
+    // The token rows: h, or (fused) v = residual + (bias + add) and h = v · (1 / rms) · norm weight.
+    // Every CTA builds all of them; CTA `rank` writes v, h (and bf16 h) of its eighth of the float4s.
+    const int n4 = H / 4;
+    const int w0 = rank * n4 / kRcCtas, w1 = (rank + 1) * n4 / kRcCtas;
+    for (int t = 0; t < T; ++t) {
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < n4; i += kRcThreads) {
+            float4 v;
+            if (fused) {
+                const float4 r = __ldg(reinterpret_cast<const float4*>(a.residual + static_cast<int64_t>(t) * H) + i);
+                const float4 d = __ldg(reinterpret_cast<const float4*>(a.add + static_cast<int64_t>(t) * H) + i);
+                const float4 b = a.add_bias != nullptr ? __ldg(reinterpret_cast<const float4*>(a.add_bias) + i)
+                                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                v = make_float4(r.x + (b.x + d.x), r.y + (b.y + d.y), r.z + (b.z + d.z), r.w + (b.w + d.w));
+                ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+                if (i >= w0 && i < w1) reinterpret_cast<float4*>(a.residual_out + static_cast<int64_t>(t) * H)[i] = v;
+            } else {
+                v = __ldg(reinterpret_cast<const float4*>(a.h + static_cast<int64_t>(t) * H) + i);
+            }
+            reinterpret_cast<float4*>(rc_x + static_cast<int64_t>(t) * H)[i] = v;
+        }
+        if (fused) {
+            ss = warp_sum(ss);
+            if (lane == 0) s_ss[t][warp] = ss;
+        }
+    }
+    if (fused) {
+        __syncthreads();
+        if (threadIdx.x < T) {
+            float sq = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kRcWarps; ++w) sq += s_ss[threadIdx.x][w];
+            s_inv[threadIdx.x] = rsqrtf(sq / static_cast<float>(H) + a.eps);
+        }
+        __syncthreads();
+        for (int t = 0; t < T; ++t) {
+            const float inv = s_inv[t];
+            for (int i = threadIdx.x; i < n4; i += kRcThreads) {
+                float4* xp = reinterpret_cast<float4*>(rc_x + static_cast<int64_t>(t) * H) + i;
+                const float4 v = *xp;
+                const float4 nw = __ldg(reinterpret_cast<const float4*>(a.norm_weight) + i);
+                const float4 h = make_float4(v.x * inv * nw.x, v.y * inv * nw.y, v.z * inv * nw.z, v.w * inv * nw.w);
+                *xp = h;
+                if (i >= w0 && i < w1) {
+                    reinterpret_cast<float4*>(a.h_out + static_cast<int64_t>(t) * H)[i] = h;
+                    if (a.h_bf16_out != nullptr) {
+                        const __nv_bfloat162 lo = __floats2bfloat162_rn(h.x, h.y), hi = __floats2bfloat162_rn(h.z, h.w);
+                        uint2 packed;
+                        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+                        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+                        reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(a.h_bf16_out) +
+                                                 static_cast<int64_t>(t) * H)[i] = packed;
+                    }
+                }
+            }
+        }
+    }
+    // Every CTA of the cluster is running (DSMEM below) and this one's rows are in place.
+    cluster.sync();
+
+    // The dot products: unit j's chunks of every token row, a warp sum, the parts summed.
+#pragma unroll
+    for (int j = 0; j < kUnits; ++j) {
+        float acc[kRouterMaxTokens] = {};
+#pragma unroll
+        for (int i = 0; i < kCpl; ++i) {
+            const int c = uc0[j] + lane + 32 * i;
+            if (ue[j] < E && c < uc1[j]) {
+                const uint32_t ww[4] = {wv[j][i].x, wv[j][i].y, wv[j][i].z, wv[j][i].w};
+                float wf[8];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    wf[2 * q] = __uint_as_float(ww[q] << 16);
+                    wf[2 * q + 1] = __uint_as_float(ww[q] & 0xffff0000u);
+                }
+#pragma unroll
+                for (int t = 0; t < kRouterMaxTokens; ++t) {
+                    if (t < T) {
+                        const float4* xp = reinterpret_cast<const float4*>(rc_x + static_cast<int64_t>(t) * H) + 2 * c;
+                        const float4 x0 = xp[0], x1 = xp[1];
+                        acc[t] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w + wf[4] * x1.x +
+                                  wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < kRouterMaxTokens; ++t) {
+            if (t < T) {  // T is uniform
+                const float v = warp_sum(acc[t]);
+                if (lane == 0) s_part[t][warp + kRcWarps * j] = v;
+            }
+        }
+    }
+    __syncthreads();
+    // One thread a (token, expert of this CTA): the parts' sum plus the bias, into CTA 0's logits.
+    float* logits0 = cluster.map_shared_rank(s_logits, 0);
+    for (int i = threadIdx.x; i < T * epc; i += kRcThreads) {
+        const int t = i / epc, el = i % epc, e = rank * epc + el;
+        if (e >= E) continue;
+        float sum = 0.0f;
+        for (int p = 0; p < parts; ++p) {
+            const int u = el * parts + p;
+            sum += s_part[t][u];  // unit u = warp + kRcWarps · j sits at index u
+        }
+        const float lg = sum + a.bias[e];
+        logits0[t * E + e] = lg;
+        a.logits[static_cast<int64_t>(t) * E + e] = lg;
+    }
+    cluster.sync();  // every logit is in CTA 0's shared memory
+    if (rank != 0) return;
+
+    // CTA 0: top-k, softmax and the plan, as router_plan_small_kernel's last CTA.
+    for (int t = warp; t < T; t += kRcWarps) {
+        const float* lg = s_logits + t * E;
+        float v[kRcMaxExperts / 32];
+#pragma unroll
+        for (int j = 0; j < kRcMaxExperts / 32; ++j) {
+            const int ex = lane + 32 * j;
+            v[j] = ex < E ? lg[ex] : 0.0f;
+        }
+        uint32_t taken = 0;
+        float top_v[kRouterMaxK];
+        int top_e[kRouterMaxK];
+#pragma unroll
+        for (int s = 0; s < kRouterMaxK; ++s) {
+            top_v[s] = 0.0f;
+            top_e[s] = 0;
+            if (s < K) {
+                float bv = 0.0f;
+                int be = -1;
+#pragma unroll
+                for (int j = 0; j < kRcMaxExperts / 32; ++j) {
+                    const int ex = lane + 32 * j;
+                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
+                        bv = v[j];
+                        be = ex;
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+                        bv = ov;
+                        be = oe;
+                    }
+                }
+                if ((be & 31) == lane) taken |= 1u << (be >> 5);
+                top_v[s] = bv;
+                top_e[s] = be;
+            }
+        }
+        if (lane == 0) {
+            float w[kRouterMaxK];
+            float sum = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
+                sum += w[s];
+            }
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                if (s < K) {
+                    a.expert_ids[t * K + s] = top_e[s];
+                    a.expert_weights[t * K + s] = w[s] / sum;
+                    s_ids[t * K + s] = top_e[s];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const int A = T * K;
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
+        int c = 0;
+        for (int j = 0; j < A; ++j) c += s_ids[j] < i;
+        a.expert_offsets[i] = c;
+    }
+    for (int i = threadIdx.x; i < A; i += blockDim.x) {
+        const int ei = s_ids[i];
+        int start = 0, rank_in = 0;
+        for (int j = 0; j < A; ++j) {
+            start += s_ids[j] < ei;
+            rank_in += j < i && s_ids[j] == ei;
+        }
+        a.sorted_assignments[start + rank_in] = i;
+    }
+}
+
+template <int kUnits, int kCpl>
+void launch_router_cluster(const RouterPlanSmallArgs& a, cudaStream_t stream) {
+    auto kernel = router_plan_cluster_kernel<kUnits, kCpl>;
+    const size_t smem = static_cast<size_t>(a.num_tokens) * a.hidden_size * 4;
+    fit_dynamic_smem(kernel, smem);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kRcCtas);
+    cfg.blockDim = dim3(kRcThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kRcCtas;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+}
+
+// The cluster kernel's register shapes: (units a warp, chunks a lane) ∈ {(1, 8), (1, 16), (2, 16)}.
+bool router_cluster_fits(const RouterPlanSmallArgs& a) {
+    if (a.num_experts > kRcMaxExperts || a.hidden_size % 8 != 0 || a.hidden_size > 4096 ||
+        static_cast<size_t>(a.num_tokens) * a.hidden_size * 4 > 160 * 1024)
+        return false;
+    const RouterClusterShape r = router_cluster_shape(a.num_experts, a.hidden_size);
+    return r.units <= 2 && r.cpl <= 16;
+}
+
+bool router_cluster_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_ROUTER_CLUSTER");
+        return v != nullptr && std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
 // ---- routing plan -----------------------------------------------------------------------------
 __global__ void moe_plan_kernel(const int32_t* __restrict__ ids, int n, int num_experts, bool stable,
                                 int32_t* __restrict__ offsets, int32_t* __restrict__ sorted) {
@@ -1303,6 +1605,18 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                      (a.add != nullptr && a.norm_weight != nullptr && a.h_out != nullptr && a.residual_out != nullptr &&
                       !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
                  "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
+    const bool cluster = a.cluster >= 0 ? a.cluster == 1 : router_cluster_enabled();
+    if (cluster && router_cluster_fits(a)) {
+        const RouterClusterShape r = router_cluster_shape(a.num_experts, a.hidden_size);
+        if (r.units == 1 && r.cpl <= 8)
+            launch_router_cluster<1, 8>(a, stream);
+        else if (r.units == 1)
+            launch_router_cluster<1, 16>(a, stream);
+        else
+            launch_router_cluster<2, 16>(a, stream);
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     launch_pdl(router_plan_small_kernel, a.num_experts, kRouterThreads, 0, stream, a);
     CUDA_CHECK_LAUNCH();
 }

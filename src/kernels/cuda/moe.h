@@ -83,6 +83,11 @@ struct RouterPlanSmallArgs {
     float* residual_out = nullptr;
     float* h_out = nullptr;
     void* h_bf16_out = nullptr;
+    // 1: one cluster of 8 CTAs (the experts split between them, the logits met in CTA 0's shared
+    // memory, no counter; up to 128 experts, hidden ≤ 4096, tokens · hidden ≤ 40 K floats), else the
+    // one-CTA-an-expert kernel; 0: always the latter; -1: GPTOSS_ROUTER_CLUSTER's choice (off unless
+    // =1). Session 16, compiled only.
+    int cluster = -1;
 };
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
 
