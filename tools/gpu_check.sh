@@ -510,7 +510,7 @@ for stage in "$@"; do
       rc=$?
       # the model test again with 8- and 16-wide tails (its variant 7's decode steps)
       GPTOSS_MOE_NARROW_TAIL=8 timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.Fp8*' >> "$OUT/mx_decode_tests.log" 2>&1
-      [ $rc = 0 ] && rc=$?
+      r2=$?; [ $rc = 0 ] && rc=$r2  # (before r31: `&& rc=$?` took the test's status, dropping this run's)
       summary+=("mx_decode tests rc=$rc")
       grep -E "OK \]|FAILED|Failure|narrow tails|every batch" "$OUT/mx_decode_tests.log" | head -30
       if [ $rc = 0 ]; then
@@ -556,7 +556,7 @@ for stage in "$@"; do
       env GPTOSS_MOE_DECODE_LEAN=1 GPTOSS_ROUTER_CLUSTER=1 timeout 200 $BIN/cuda_kernel_tests \
         --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaModel.*:CudaEngine.*' \
         >> "$OUT/decode_s16_tests.log" 2>&1
-      [ $rc = 0 ] && rc=$?
+      r2=$?; [ $rc = 0 ] && rc=$r2
       summary+=("decode_s16 tests rc=$rc")
       grep -E "OK \]|FAILED|Failure" "$OUT/decode_s16_tests.log" | head -30
       if [ $rc = 0 ]; then

@@ -119,6 +119,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         // (the ticket kernel, then the cluster kernel, which leaves it alone); outputs poisoned again.
         for (int rep = 0; rep < 6; ++rep) {
             a.cluster = rep < 3 ? 0 : 1;
+            if (a.cluster == 1) {
+                ASSERT_TRUE(kc::router_plan_cluster_fits(a)) << "E=" << E << " T=" << T;  // it runs, no fallback
+            }
             for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted})
                 ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
             kc::router_plan_small(a, nullptr);
@@ -153,7 +156,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
     const float eps = 1e-5f;
     DeviceBuffer counter(4);
     ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
-    for (int E : {32, 128})
+    for (int E : {32, 64, 128})  // 64: the cluster kernel's one-expert-a-warp shape
         for (int T : {1, 3, 8}) {
             SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T);
             const auto x = randn(static_cast<size_t>(T) * H, 31 * E + T, 3.0f);
@@ -211,6 +214,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
             for (int cl : {0, 1}) {  // the ticket kernel, then the cluster kernel
                 SCOPED_TRACE(cl == 1 ? "cluster kernel" : "ticket kernel");
                 a.cluster = cl;
+                if (cl == 1) {
+                    ASSERT_TRUE(kc::router_plan_cluster_fits(a));
+                }
                 for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})
                     ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
                 kc::router_plan_small(a, nullptr);
@@ -281,6 +287,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallReplaysInAGraph) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     for (int cl : {0, 1}) {  // the ticket kernel, then the cluster kernel (cluster launches in a graph)
         a.cluster = cl;
+        if (cl == 1) {
+            ASSERT_TRUE(kc::router_plan_cluster_fits(a));
+        }
         cudaGraph_t graph;
         ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
         for (int layer = 0; layer < 4; ++layer) kc::router_plan_small(a, stream);  // back-to-back, like 24 layers

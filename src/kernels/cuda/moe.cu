@@ -942,13 +942,37 @@ void launch_router_cluster(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
 }
 
-// The cluster kernel's register shapes: (units a warp, chunks a lane) ∈ {(1, 8), (1, 16), (2, 16)}.
-bool router_cluster_fits(const RouterPlanSmallArgs& a) {
-    if (a.num_experts > kRcMaxExperts || a.hidden_size % 8 != 0 || a.hidden_size > 4096 ||
-        static_cast<size_t>(a.num_tokens) * a.hidden_size * 4 > 160 * 1024)
+// The cluster kernel's register shapes: (units a warp, chunks a lane) ∈ {(1, 8), (1, 16), (2, 16)},
+// and an 8-CTA cluster of it schedulable on this device (not, say, on a small MIG slice).
+template <int kUnits, int kCpl>
+bool router_cluster_schedulable(size_t smem) {
+    auto kernel = router_plan_cluster_kernel<kUnits, kCpl>;
+    fit_dynamic_smem(kernel, smem);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(kRcCtas);
+    cfg.blockDim = dim3(kRcThreads);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kRcCtas;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    return cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters >= 1;
+}
+
+bool router_cluster_fits_impl(const RouterPlanSmallArgs& a) {
+    if (a.num_experts > kRcMaxExperts || a.hidden_size % 8 != 0 || a.hidden_size > 4096 || a.num_tokens < 1 ||
+        a.num_tokens > kRouterMaxTokens || static_cast<size_t>(a.num_tokens) * a.hidden_size * 4 > 160 * 1024)
         return false;
     const RouterClusterShape r = router_cluster_shape(a.num_experts, a.hidden_size);
-    return r.units <= 2 && r.cpl <= 16;
+    const size_t smem = static_cast<size_t>(a.num_tokens) * a.hidden_size * 4;
+    if (r.units == 1 && r.cpl <= 8) return router_cluster_schedulable<1, 8>(smem);
+    if (r.units == 1 && r.cpl <= 16) return router_cluster_schedulable<1, 16>(smem);
+    if (r.units == 2 && r.cpl <= 16) return router_cluster_schedulable<2, 16>(smem);
+    return false;
 }
 
 bool router_cluster_enabled() {
@@ -1591,6 +1615,8 @@ void topk_softmax(const float* logits, const float* bias, int T, int E, int k, i
     CUDA_CHECK_LAUNCH();
 }
 
+bool router_plan_cluster_fits(const RouterPlanSmallArgs& a) { return router_cluster_fits_impl(a); }
+
 void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kRouterMaxTokens && a.hidden_size % 8 == 0 &&
                      a.hidden_size >= 8 && a.hidden_size / 8 <= kRouterThreads * kRouterMaxChunks &&
@@ -1606,7 +1632,7 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                       !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
                  "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
     const bool cluster = a.cluster >= 0 ? a.cluster == 1 : router_cluster_enabled();
-    if (cluster && router_cluster_fits(a)) {
+    if (cluster && router_cluster_fits_impl(a)) {
         const RouterClusterShape r = router_cluster_shape(a.num_experts, a.hidden_size);
         if (r.units == 1 && r.cpl <= 8)
             launch_router_cluster<1, 8>(a, stream);

@@ -90,6 +90,9 @@ struct RouterPlanSmallArgs {
     int cluster = -1;
 };
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
+// Whether router_plan_small takes the cluster kernel for these arguments when asked to (sizes, and
+// an 8-CTA cluster schedulable on the current device).
+bool router_plan_cluster_fits(const RouterPlanSmallArgs& args);
 
 // Groups the num_assignments = num_tokens·k assignments (index t·k + slot) by expert:
 // expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments].
