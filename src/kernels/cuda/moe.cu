@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -946,6 +948,12 @@ void launch_router_cluster(const RouterPlanSmallArgs& a, cudaStream_t stream) {
 // and an 8-CTA cluster of it schedulable on this device (not, say, on a small MIG slice).
 template <int kUnits, int kCpl>
 bool router_cluster_schedulable(size_t smem) {
+    // Answers cached by shared-memory size (tokens · hidden; one model's sizes are few). Per process,
+    // not per device: the GPUs of one process are assumed alike.
+    static std::mutex mu;
+    static std::map<size_t, bool> known;
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = known.find(smem); it != known.end()) return it->second;
     auto kernel = router_plan_cluster_kernel<kUnits, kCpl>;
     fit_dynamic_smem(kernel, smem);
     cudaLaunchConfig_t cfg = {};
@@ -960,7 +968,10 @@ bool router_cluster_schedulable(size_t smem) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int clusters = 0;
-    return cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters >= 1;
+    const bool ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters >= 1;
+    if (!ok) (void)cudaGetLastError();  // a refused query leaves no sticky error behind
+    known[smem] = ok;
+    return ok;
 }
 
 bool router_cluster_fits_impl(const RouterPlanSmallArgs& a) {
