@@ -153,10 +153,10 @@ Status validate_sampling_params(const SamplingParams& p, int vocab_size) {
         return invalid_argument("presence_penalty and frequency_penalty must be finite");
     for (const auto& [id, bias] : p.logit_bias) {
         if (id < 0 || id >= vocab_size)
-            return invalid_argument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                                    std::to_string(vocab_size) + ")");
+            return invalid_argument("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                    std::to_string(vocab_size) + ")");  // ("param: text" names the API field)
         if (!std::isfinite(bias))
-            return invalid_argument("logit_bias for token " + std::to_string(id) + " is not finite");
+            return invalid_argument("logit_bias: the bias for token " + std::to_string(id) + " is not finite");
     }
     return ok_status();
 }

@@ -94,9 +94,41 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         impl->listen_fd = sock;
     });
 
-    auto post = [&svr](const char* path, std::function<RouteResponse(std::string_view)> handler) {
-        svr.Post(path,
-                 [handler](const httplib::Request& req, httplib::Response& res) { send(res, handler(req.body)); });
+    // The body is read here, not by httplib: its 0.11 reader enforces set_payload_max_length only on a
+    // Content-Length body, so a chunked body of any size was buffered whole (a probe sent 400 MB:
+    // 200 after 38 s, 3 GB resident). Reading stops at the limit, the answer is 413 and the
+    // connection is closed (the rest of the body is never read).
+    const size_t body_limit = options.max_body_bytes;
+    auto post = [&svr, body_limit](const char* path, std::function<RouteResponse(std::string_view)> handler) {
+        svr.Post(path, [handler, body_limit](const httplib::Request&, httplib::Response& res,
+                                             const httplib::ContentReader& reader) {
+            std::string body;
+            bool too_large = false;
+            const bool read = reader([&](const char* data, size_t n) {
+                if (n > body_limit - body.size()) {
+                    too_large = true;
+                    return false;
+                }
+                body.append(data, n);
+                return true;
+            });
+            if (too_large || (!read && res.status == 413)) {
+                res.set_header("Connection", "close");
+                set_error(res, api_error(413,
+                                         "the request body is larger than the limit of " + std::to_string(body_limit) +
+                                             " bytes",
+                                         "request_too_large"));
+                return;
+            }
+            if (!read) {
+                res.set_header("Connection", "close");
+                set_error(res, api_error(400,
+                                         "the request body could not be read (a short body or a malformed "
+                                         "chunked encoding)"));
+                return;
+            }
+            send(res, handler(body));
+        });
     };
     post("/v1/chat/completions", [&routes](std::string_view b) { return routes.chat_completions(b); });
     post("/v1/responses", [&routes](std::string_view b) { return routes.responses(b); });
@@ -164,6 +196,10 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     // gzip body grew the server to 13.7 GB (session 15's probe). This runs before the body is
     // read; the unread body ends the connection.
     svr.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+        // Range requests do not apply to API answers (RFC 9110 §14.2: a server may ignore Range):
+        // httplib would cut any 2xx body to the range, leaving a 200 with a fragment of JSON. The
+        // request object is httplib's own non-const local; the handler is only given it as const.
+        const_cast<httplib::Request&>(req).ranges.clear();
         std::string enc = req.get_header_value("Content-Encoding");
         std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
         if (enc.empty() || enc == "identity") return httplib::Server::HandlerResponse::Unhandled;

@@ -709,6 +709,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         }
         read_sampling(f, &p.sampling);
         if (!p.sampling.stop.empty()) f.fail("stop", "is not a Responses API parameter");
+        // Chat's names for the length limit are refused, not ignored (a request meant to be capped
+        // would run to the context's end): as OpenAI's API answers them.
+        for (const char* k : {"max_tokens", "max_completion_tokens"})
+            if (f.has(k)) f.fail(k, "is not a Responses API parameter: use max_output_tokens");
         if (auto mot = f.integer("max_output_tokens", INT64_MIN, INT64_MAX)) {
             if (*mot <= 0) f.fail("max_output_tokens", "must be at least 1");
             p.sampling.max_tokens = mot;
@@ -787,11 +791,13 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
                                        "must be a token id (an integer); batches of several "
                                        "prompts are not supported");
                 }
-                const int64_t v = id.get<int64_t>();
+                // (id.dump(), not v: an id past INT64_MAX would be reported wrapped negative)
+                const bool huge = id.is_number_unsigned() && id.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+                const int64_t v = huge ? INT64_MAX : id.get<int64_t>();
                 if (v < 0 || v >= vocab_size) {
-                    return field_error(indexed("prompt", i), "token id " + std::to_string(v) +
-                                                                 " is outside the vocabulary [0, " +
-                                                                 std::to_string(vocab_size) + ")");
+                    return field_error(
+                        indexed("prompt", i),
+                        "token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
                 }
                 p.prompt_ids.push_back(static_cast<int32_t>(v));
             }

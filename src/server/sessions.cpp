@@ -505,6 +505,9 @@ private:
         for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < logprobs_; ++i) {
             top[lossy_utf8(token_text(*ctx_.tokenizer, e.top_logprobs[i].id))] = e.top_logprobs[i].logprob;
         }
+        // The sampled token is always among them (OpenAI: "up to logprobs + 1 elements", as vLLM
+        // does), so logprobs 0 gives the sampled token alone rather than an empty object.
+        if (!top.contains(tok)) top[tok] = e.logprob;
         Json one = {{"tokens", Json::array({tok})},
                     {"token_logprobs", Json::array({e.logprob})},
                     {"top_logprobs", Json::array({top})},

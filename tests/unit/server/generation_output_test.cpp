@@ -350,6 +350,12 @@ TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     ASSERT_EQ(ulp["tokens"].size(), accented.size());
     ASSERT_EQ(ulp["text_offset"].size(), accented.size());
     EXPECT_EQ(ulp["text_offset"].back(), 18);
+    // logprobs 0: each top_logprobs entry is the sampled token alone (OpenAI's "up to logprobs + 1").
+    for (size_t i = 0; i < ulp["tokens"].size(); ++i) {
+        const std::string t = ulp["tokens"][i];
+        ASSERT_EQ(ulp["top_logprobs"][i].size(), 1u) << i;
+        EXPECT_EQ(ulp["top_logprobs"][i][t], ulp["token_logprobs"][i]) << i;
+    }
     int64_t chars = 0;
     for (size_t i = 0; i < ulp["tokens"].size(); ++i) {
         EXPECT_EQ(ulp["text_offset"][i], chars) << i;

@@ -143,6 +143,13 @@ TEST_F(RuntimeEngineTest, CompletionsAndChatThroughTheRealEngine) {
     EXPECT_EQ(j["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
     EXPECT_EQ(j["choices"][0]["text"], *test_tokenizer()->decode(std::vector<int32_t>(5, kToken)));
 
+    // A logit_bias id outside the vocabulary (the engine's check): 400 naming the field.
+    Json bias = expect_error(
+        s.post("/v1/chat/completions",
+               R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"logit_bias":{"300000":1}})"),
+        400);
+    EXPECT_EQ(bias["param"], "logit_bias");
+
     auto chat = s.post("/v1/chat/completions",
                        R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true,
                            "stream_options":{"include_usage":true}})");
