@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <cctype>
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
 
 #include "core/logging.h"
 
@@ -14,6 +20,58 @@ namespace gptoss::server {
 namespace {
 
 constexpr std::chrono::milliseconds kStreamPoll{100};
+
+// The server-side socket of a connection, found by its peer address among this process's open
+// descriptors (httplib 0.11 hands a handler no socket, and has no is_connection_closed); -1 when none
+// matches. While the handler runs, httplib keeps that connection (and so the descriptor) open.
+int find_connection_fd(const std::string& peer_addr, int peer_port, int local_port) {
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (dir == nullptr) return -1;
+    int found = -1;
+    while (const dirent* ent = ::readdir(dir)) {
+        char* end = nullptr;
+        const long fd = std::strtol(ent->d_name, &end, 10);
+        if (end == ent->d_name || *end != '\0' || fd < 0) continue;
+        struct stat st;
+        if (::fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        sockaddr_storage peer{}, local{};
+        socklen_t pl = sizeof(peer), ll = sizeof(local);
+        if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
+            ::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0)
+            continue;
+        char host[INET6_ADDRSTRLEN] = {};
+        int pport = -1, lport = -1;
+        if (peer.ss_family == AF_INET && local.ss_family == AF_INET) {
+            const auto* p4 = reinterpret_cast<const sockaddr_in*>(&peer);
+            ::inet_ntop(AF_INET, &p4->sin_addr, host, sizeof(host));
+            pport = ntohs(p4->sin_port);
+            lport = ntohs(reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+        } else if (peer.ss_family == AF_INET6 && local.ss_family == AF_INET6) {
+            const auto* p6 = reinterpret_cast<const sockaddr_in6*>(&peer);
+            ::inet_ntop(AF_INET6, &p6->sin6_addr, host, sizeof(host));
+            pport = ntohs(p6->sin6_port);
+            lport = ntohs(reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port);
+        } else {
+            continue;
+        }
+        if (pport == peer_port && lport == local_port && peer_addr == host) {
+            found = static_cast<int>(fd);
+            break;
+        }
+    }
+    ::closedir(dir);
+    return found;
+}
+
+// Whether the peer has closed (or reset) the connection: an end of stream or an error where a
+// non-blocking peek would otherwise find nothing, or the next request's bytes.
+bool peer_closed(int fd) {
+    char c;
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) return false;
+    if (n == 0) return true;
+    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
 
 // Endpoint label for the request counter: known routes by name, everything else "other" (a label
 // per unknown path would let clients grow the metrics without bound).
@@ -99,9 +157,10 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     // 200 after 38 s, 3 GB resident). Reading stops at the limit, the answer is 413 and the
     // connection is closed (the rest of the body is never read).
     const size_t body_limit = options.max_body_bytes;
-    auto post = [&svr, body_limit](const char* path, std::function<RouteResponse(std::string_view)> handler) {
-        svr.Post(path, [handler, body_limit](const httplib::Request&, httplib::Response& res,
-                                             const httplib::ContentReader& reader) {
+    using Handler = std::function<RouteResponse(std::string_view, const OpenAiRoutes::ClientGone&)>;
+    auto post = [this, &svr, body_limit](const char* path, Handler handler) {
+        svr.Post(path, [this, handler, body_limit](const httplib::Request& req, httplib::Response& res,
+                                                   const httplib::ContentReader& reader) {
             std::string body;
             bool too_large = false;
             const bool read = reader([&](const char* data, size_t n) {
@@ -127,12 +186,22 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                                          "chunked encoding)"));
                 return;
             }
-            send(res, handler(body));
+            // The connection's socket is looked up on the first question (a request that ends quickly
+            // never pays for the scan); not found: never gone.
+            int fd = -2;
+            const OpenAiRoutes::ClientGone client_gone = [&] {
+                if (fd == -2) fd = find_connection_fd(req.remote_addr, req.remote_port, port_);
+                return fd >= 0 && peer_closed(fd);
+            };
+            send(res, handler(body, client_gone));
         });
     };
-    post("/v1/chat/completions", [&routes](std::string_view b) { return routes.chat_completions(b); });
-    post("/v1/responses", [&routes](std::string_view b) { return routes.responses(b); });
-    post("/v1/completions", [&routes](std::string_view b) { return routes.completions(b); });
+    post("/v1/chat/completions",
+         [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.chat_completions(b, g); });
+    post("/v1/responses",
+         [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.responses(b, g); });
+    post("/v1/completions",
+         [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.completions(b, g); });
     svr.Get("/v1/models", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.models()); });
     svr.Get("/v1/models/(.+)", [&routes](const httplib::Request& req, httplib::Response& res) {
         send(res, routes.model(req.matches[1].str()));

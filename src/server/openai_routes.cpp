@@ -128,7 +128,7 @@ StatusOr<int64_t> OpenAiRoutes::max_tokens_for(int64_t prompt_tokens, const std:
 
 RouteResponse OpenAiRoutes::generate(EngineRequest request,
                                      const std::function<std::unique_ptr<Session>()>& make_session, bool stream,
-                                     Clock::time_point arrival) {
+                                     Clock::time_point arrival, const ClientGone& client_gone) {
     StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(request), arrival);
     if (!submitted.ok()) return error(api_error(submitted.status()));
     std::unique_ptr<GenerationStream> gen = std::move(*submitted);
@@ -147,8 +147,15 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
     std::vector<EngineEvent> events;
     FinishReason finish = FinishReason::kNone;
     Clock::time_point last_event = arrival;
+    Clock::time_point last_check = Clock::now();
     while (finish == FinishReason::kNone) {
         events.clear();
+        // A client that has gone away gets no answer: end here (destroying gen cancels the engine
+        // request) rather than generate up to max_tokens for nobody. Asked every kPollInterval.
+        if (client_gone && Clock::now() - last_check >= kPollInterval) {
+            last_check = Clock::now();
+            if (client_gone()) return error(api_error(499, "the client closed the connection", "client_closed"));
+        }
         if (!gen->next(&events, kPollInterval)) {
             if (queue_.shutting_down()) return error(shutdown_error());
             if (Clock::now() - last_event > options_.request_timeout) return error(timeout_error());
@@ -170,7 +177,7 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
     return json_response(200, session->body());
 }
 
-RouteResponse OpenAiRoutes::chat_completions(std::string_view body) {
+RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
     const Clock::time_point arrival = Clock::now();
     if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
@@ -193,10 +200,11 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body) {
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
     SessionContext ctx{&tokenizer_, options_.model_id};
     return generate(
-        std::move(req), [&] { return make_chat_session(ctx, *prompt, *params, n); }, params->stream, arrival);
+        std::move(req), [&] { return make_chat_session(ctx, *prompt, *params, n); }, params->stream, arrival,
+        client_gone);
 }
 
-RouteResponse OpenAiRoutes::responses(std::string_view body) {
+RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& client_gone) {
     const Clock::time_point arrival = Clock::now();
     if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
@@ -216,10 +224,11 @@ RouteResponse OpenAiRoutes::responses(std::string_view body) {
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     SessionContext ctx{&tokenizer_, options_.model_id};
     return generate(
-        std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival);
+        std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
+        client_gone);
 }
 
-RouteResponse OpenAiRoutes::completions(std::string_view body) {
+RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone& client_gone) {
     const Clock::time_point arrival = Clock::now();
     if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
@@ -245,7 +254,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body) {
     req.top_logprobs = params->logprobs;
     SessionContext ctx{&tokenizer_, options_.model_id};
     return generate(
-        std::move(req), [&] { return make_completion_session(ctx, *params, n); }, params->stream, arrival);
+        std::move(req), [&] { return make_completion_session(ctx, *params, n); }, params->stream, arrival, client_gone);
 }
 
 RouteResponse OpenAiRoutes::models() const {

@@ -48,9 +48,13 @@ public:
     // `tokenizer` and `queue` must outlive the routes.
     OpenAiRoutes(RequestQueue& queue, const tokenizer::BpeTokenizer& tokenizer, RoutesOptions options);
 
-    RouteResponse chat_completions(std::string_view body);
-    RouteResponse responses(std::string_view body);
-    RouteResponse completions(std::string_view body);
+    // `client_gone` (optional): whether the client has gone away; a non-streaming request asks it
+    // while it waits and, when it says so, ends (the engine request is cancelled) with no answer
+    // sent. (Streams notice a disconnect at their next write.)
+    using ClientGone = std::function<bool()>;
+    RouteResponse chat_completions(std::string_view body, const ClientGone& client_gone = {});
+    RouteResponse responses(std::string_view body, const ClientGone& client_gone = {});
+    RouteResponse completions(std::string_view body, const ClientGone& client_gone = {});
     RouteResponse models() const;
     RouteResponse model(std::string_view id) const;
     RouteResponse health() const;
@@ -62,7 +66,7 @@ public:
 private:
     // Checks readiness and the context, submits, and runs `session` to the end or as a stream.
     RouteResponse generate(EngineRequest request, const std::function<std::unique_ptr<Session>()>& make_session,
-                           bool stream, Clock::time_point arrival);
+                           bool stream, Clock::time_point arrival, const ClientGone& client_gone);
     // max_tokens for the engine: the requested one if prompt + it fits the context, else an error
     // (out_of_range); by default all the context left after the prompt.
     StatusOr<int64_t> max_tokens_for(int64_t prompt_tokens, const std::optional<int64_t>& requested,

@@ -459,6 +459,33 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
     EXPECT_NE(metrics->body.find("gptoss_requests_cancelled_total 1\n"), std::string::npos);
 }
 
+// A non-streaming request whose client gives up (a read timeout, then the socket closed) is
+// cancelled within a poll interval or so, not generated to its 2,000 tokens (~10 s here) for nobody.
+TEST_F(HttpServerTest, NonStreamingClientDisconnectCancels) {
+    TestServerOptions o = default_test_options();
+    o.engine.step_interval = std::chrono::milliseconds(5);
+    TestServer s(o);
+    std::vector<int32_t> long_answer = harmony_ids("<|channel|>final<|message|>");
+    for (int i = 0; i < 2000; ++i) long_answer.push_back(1234);
+    s.engine.set_script([long_answer](const EngineRequest&) { return long_answer; });
+    {
+        httplib::Client c = s.client();
+        c.set_read_timeout(0, 300 * 1000);  // 300 ms, then the client gives up and closes
+        auto r = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2000})",
+                        "application/json");
+        EXPECT_FALSE(r) << (r ? std::to_string(r->status) + " " + r->body : std::string());
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(s.wait_engine_idle()) << "running=" << s.engine.stats().running_sequences;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_EQ(s.engine.cancelled_unfinished(), 1);
+    // The server serves the next request.
+    s.engine.set_script(hello_script());
+    auto ok = s.post("/v1/chat/completions", kChat);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
 TEST_F(HttpServerTest, DisconnectWhileQueuedIsNoticed) {
     TestServer s;
     s.engine.set_script(hello_script());
