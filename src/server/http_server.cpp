@@ -11,8 +11,10 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
+#include <optional>
 
 #include "core/logging.h"
 
@@ -61,6 +63,35 @@ int find_connection_fd(const std::string& peer_addr, int peer_port, int local_po
     }
     ::closedir(dir);
     return found;
+}
+
+// A POST body's framing that cannot be read, judged from its headers alone (see the POST handler).
+std::optional<ApiError> framing_error(const std::string& te_lower, bool has_length, const std::string& length,
+                                      size_t limit) {
+    if (!te_lower.empty()) {
+        if (te_lower == "chunked") return std::nullopt;
+        return api_error(501, "Transfer-Encoding '" + te_lower + "' is not supported (only chunked)");
+    }
+    if (!has_length) {
+        return api_error(411, "a request body needs a Content-Length header or chunked Transfer-Encoding",
+                         "length_required");
+    }
+    uint64_t n = 0;
+    const char* b = length.data();
+    const char* e = b + length.size();
+    const auto [ptr, ec] = std::from_chars(b, e, n);
+    if (length.empty() || ec == std::errc::result_out_of_range) {
+        if (ec == std::errc::result_out_of_range && ptr == e)
+            return api_error(413, "the request body is larger than the limit of " + std::to_string(limit) + " bytes",
+                             "request_too_large");
+        return api_error(400, "Content-Length '" + length + "' is not a byte count");
+    }
+    if (ec != std::errc() || ptr != e) return api_error(400, "Content-Length '" + length + "' is not a byte count");
+    if (n > limit) {
+        return api_error(413, "the request body is larger than the limit of " + std::to_string(limit) + " bytes",
+                         "request_too_large");
+    }
+    return std::nullopt;
 }
 
 // Whether the peer has closed (or reset) the connection: an end of stream or an error where a
@@ -161,6 +192,18 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     auto post = [this, &svr, body_limit](const char* path, Handler handler) {
         svr.Post(path, [this, handler, body_limit](const httplib::Request& req, httplib::Response& res,
                                                    const httplib::ContentReader& reader) {
+            // Framing that httplib would only end at the read timeout (it waits for a body that
+            // never comes), answered at once without reading: no length at all (411), a
+            // Transfer-Encoding other than chunked (501), a Content-Length that is not a
+            // non-negative integer (400) or over the limit (413).
+            std::string te = req.get_header_value("Transfer-Encoding");
+            std::transform(te.begin(), te.end(), te.begin(), [](unsigned char ch) { return std::tolower(ch); });
+            if (auto early = framing_error(te, req.has_header("Content-Length"), req.get_header_value("Content-Length"),
+                                           body_limit)) {
+                res.set_header("Connection", "close");
+                set_error(res, *early);
+                return;
+            }
             std::string body;
             bool too_large = false;
             const bool read = reader([&](const char* data, size_t n) {

@@ -486,6 +486,59 @@ TEST_F(HttpServerTest, NonStreamingClientDisconnectCancels) {
     EXPECT_EQ(ok->status, 200);
 }
 
+// Raw bytes to the server; the first line of its answer (or "" if none within 3 s), and how long it took.
+std::pair<std::string, double> raw_exchange(int port, const std::string& bytes) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return {"", 0.0};
+    timeval tv{3, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string got;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size())) {
+        char buf[512];
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n > 0) got.assign(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return {got.substr(0, got.find("\r\n")), secs};
+}
+
+// Request framing httplib would end only at its 30 s read timeout is answered at once.
+TEST_F(HttpServerTest, BrokenFramingIsAnsweredAtOnce) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+    struct Case {
+        std::string headers;
+        const char* status;
+    };
+    const Case cases[] = {
+        {"", "HTTP/1.1 411"},                                          // no length at all
+        {"Content-Length: -5\r\n", "HTTP/1.1 400"},                    // not a byte count
+        {"Content-Length: 12abc\r\n", "HTTP/1.1 400"},                 //
+        {"Content-Length: 99999999999999999999\r\n", "HTTP/1.1 413"},  // past 2^64
+        {"Content-Length: 5000000\r\n", "HTTP/1.1 413"},               // over the 64 KB test limit, body never sent
+        {"Transfer-Encoding: gzip\r\n", "HTTP/1.1 501"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.headers);
+        const auto [line, secs] = raw_exchange(s.http.port(), head + c.headers + "\r\n");
+        EXPECT_EQ(line.substr(0, 12), c.status) << line;
+        EXPECT_LT(secs, 2.0);
+    }
+    EXPECT_EQ(s.engine.submitted(), 0);
+    auto ok = s.post("/v1/chat/completions", kChat);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
 TEST_F(HttpServerTest, DisconnectWhileQueuedIsNoticed) {
     TestServer s;
     s.engine.set_script(hello_script());
