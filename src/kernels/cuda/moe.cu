@@ -409,6 +409,94 @@ void launch_router_logits_mma(dim3 grid, const RouterTopkArgs& a, cudaStream_t s
 constexpr int kRouterMaxChunks = 4;  // 16-byte weight chunks per thread: hidden_size <= 128·8·4 = 4096
 constexpr int kRouterMaxK = 8;
 
+// The router's end, shared by its two kernels: every logit is readable through `load(t, e)`; a
+// warp per token takes the top-k by k rounds of a warp arg-max over (value descending, index
+// ascending), a strict total order, so every lane of the butterfly ends with the same winner and ties
+// go to the lower index as in cpu::router; softmax over the chosen k; then the stable plan of
+// moe_plan (offsets[e] = #assignments with a lower expert; an assignment's place = its expert's
+// offset + #earlier assignments of the same expert; ≤ 64 assignments). Every thread of the CTA calls
+// it; `warps` = the CTA's warps, kChunks · 32 ≥ the experts.
+template <int kChunks, typename Load>
+__device__ __forceinline__ void router_finish(const RouterPlanSmallArgs& a, int warps, Load load, int32_t* s_ids) {
+    const int T = a.num_tokens, E = a.num_experts, K = a.experts_per_token;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int t = warp; t < T; t += warps) {
+        float v[kChunks];
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+            const int ex = lane + 32 * j;
+            v[j] = ex < E ? load(t, ex) : 0.0f;
+        }
+        uint32_t taken = 0;
+        float top_v[kRouterMaxK];
+        int top_e[kRouterMaxK];
+#pragma unroll
+        for (int s = 0; s < kRouterMaxK; ++s) {
+            top_v[s] = 0.0f;
+            top_e[s] = 0;
+            if (s < K) {
+                float bv = 0.0f;
+                int be = -1;  // none
+#pragma unroll
+                for (int j = 0; j < kChunks; ++j) {
+                    const int ex = lane + 32 * j;
+                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
+                        bv = v[j];
+                        be = ex;
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+                        bv = ov;
+                        be = oe;
+                    }
+                }
+                if ((be & 31) == lane) taken |= 1u << (be >> 5);
+                top_v[s] = bv;
+                top_e[s] = be;
+            }
+        }
+        if (lane == 0) {
+            float w[kRouterMaxK];
+            float sum = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
+                sum += w[s];
+            }
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                if (s < K) {
+                    a.expert_ids[t * K + s] = top_e[s];
+                    a.expert_weights[t * K + s] = w[s] / sum;
+                    s_ids[t * K + s] = top_e[s];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // The stable plan of moe_plan: offsets[e] = #assignments with a lower expert; an assignment's
+    // place = its expert's offset + #earlier assignments of the same expert (≤ 64 assignments).
+    const int A = T * K;
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
+        int c = 0;
+        for (int j = 0; j < A; ++j) c += s_ids[j] < i;
+        a.expert_offsets[i] = c;
+    }
+    for (int i = threadIdx.x; i < A; i += blockDim.x) {
+        const int ei = s_ids[i];
+        int start = 0, rank = 0;
+        for (int j = 0; j < A; ++j) {
+            start += s_ids[j] < ei;
+            rank += j < i && s_ids[j] == ei;
+        }
+        a.sorted_assignments[start + rank] = i;
+    }
+}
+
 __global__ void __launch_bounds__(kRouterThreads)
     router_plan_small_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
     __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
@@ -417,7 +505,7 @@ __global__ void __launch_bounds__(kRouterThreads)
     __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
     __shared__ bool s_last;
     const int e = blockIdx.x;
-    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts, K = a.experts_per_token;
+    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int chunks = H / 8;
     const bool fused = a.residual != nullptr;  // the residual update + RMSNorm fused in
@@ -577,86 +665,12 @@ __global__ void __launch_bounds__(kRouterThreads)
     __syncthreads();
     if (!s_last) return;  // CTA-uniform
 
-    // Phase 2 (the last CTA only): every row is in memory. A warp per token: top-k by k rounds of a
-    // warp arg-max over (value descending, index ascending), a strict total order, so every lane of
-    // the butterfly ends with the same winner and ties go to the lower index as in cpu::router.
+    // Phase 2 (the last CTA only): every row is in memory; top-k, softmax and plan (router_finish).
     __threadfence();
-    for (int t = warp; t < T; t += kRouterThreads / 32) {
-        const float* lg = a.logits + static_cast<int64_t>(t) * E;
-        float v[kMaxExperts / 32];
-#pragma unroll
-        for (int j = 0; j < kMaxExperts / 32; ++j) {
-            const int ex = lane + 32 * j;
-            v[j] = ex < E ? __ldcg(lg + ex) : 0.0f;  // L2: written by other CTAs during this kernel
-        }
-        uint32_t taken = 0;
-        float top_v[kRouterMaxK];
-        int top_e[kRouterMaxK];
-#pragma unroll
-        for (int s = 0; s < kRouterMaxK; ++s) {
-            top_v[s] = 0.0f;
-            top_e[s] = 0;
-            if (s < K) {
-                float bv = 0.0f;
-                int be = -1;  // none
-#pragma unroll
-                for (int j = 0; j < kMaxExperts / 32; ++j) {
-                    const int ex = lane + 32 * j;
-                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
-                        bv = v[j];
-                        be = ex;
-                    }
-                }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
-                        bv = ov;
-                        be = oe;
-                    }
-                }
-                if ((be & 31) == lane) taken |= 1u << (be >> 5);
-                top_v[s] = bv;
-                top_e[s] = be;
-            }
-        }
-        if (lane == 0) {
-            float w[kRouterMaxK];
-            float sum = 0.0f;
-#pragma unroll
-            for (int s = 0; s < kRouterMaxK; ++s) {
-                w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
-                sum += w[s];
-            }
-#pragma unroll
-            for (int s = 0; s < kRouterMaxK; ++s) {
-                if (s < K) {
-                    a.expert_ids[t * K + s] = top_e[s];
-                    a.expert_weights[t * K + s] = w[s] / sum;
-                    s_ids[t * K + s] = top_e[s];
-                }
-            }
-        }
-    }
-    __syncthreads();
-    // The stable plan of moe_plan: offsets[e] = #assignments with a lower expert; an assignment's
-    // place = its expert's offset + #earlier assignments of the same expert (≤ 64 assignments).
-    const int A = T * K;
-    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
-        int c = 0;
-        for (int j = 0; j < A; ++j) c += s_ids[j] < i;
-        a.expert_offsets[i] = c;
-    }
-    for (int i = threadIdx.x; i < A; i += blockDim.x) {
-        const int ei = s_ids[i];
-        int start = 0, rank = 0;
-        for (int j = 0; j < A; ++j) {
-            start += s_ids[j] < ei;
-            rank += j < i && s_ids[j] == ei;
-        }
-        a.sorted_assignments[start + rank] = i;
-    }
+    router_finish<kMaxExperts / 32>(
+        a, kRouterThreads / 32,
+        [&](int t, int ex) { return __ldcg(a.logits + static_cast<int64_t>(t) * E + ex); },  // L2: other CTAs'
+        s_ids);
     if (threadIdx.x == 0) *a.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
 }
 
@@ -704,7 +718,7 @@ __global__ void __launch_bounds__(kRcThreads)
     __shared__ float s_inv[kRouterMaxTokens];
     __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
     const int rank = static_cast<int>(cluster.block_rank());
-    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts, K = a.experts_per_token;
+    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int chunks = H / 8;
     const int epc = (E + kRcCtas - 1) / kRcCtas;
@@ -846,80 +860,8 @@ __global__ void __launch_bounds__(kRcThreads)
     if (rank != 0) return;
 
     // CTA 0: top-k, softmax and the plan, as router_plan_small_kernel's last CTA.
-    for (int t = warp; t < T; t += kRcWarps) {
-        const float* lg = s_logits + t * E;
-        float v[kRcMaxExperts / 32];
-#pragma unroll
-        for (int j = 0; j < kRcMaxExperts / 32; ++j) {
-            const int ex = lane + 32 * j;
-            v[j] = ex < E ? lg[ex] : 0.0f;
-        }
-        uint32_t taken = 0;
-        float top_v[kRouterMaxK];
-        int top_e[kRouterMaxK];
-#pragma unroll
-        for (int s = 0; s < kRouterMaxK; ++s) {
-            top_v[s] = 0.0f;
-            top_e[s] = 0;
-            if (s < K) {
-                float bv = 0.0f;
-                int be = -1;
-#pragma unroll
-                for (int j = 0; j < kRcMaxExperts / 32; ++j) {
-                    const int ex = lane + 32 * j;
-                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
-                        bv = v[j];
-                        be = ex;
-                    }
-                }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
-                        bv = ov;
-                        be = oe;
-                    }
-                }
-                if ((be & 31) == lane) taken |= 1u << (be >> 5);
-                top_v[s] = bv;
-                top_e[s] = be;
-            }
-        }
-        if (lane == 0) {
-            float w[kRouterMaxK];
-            float sum = 0.0f;
-#pragma unroll
-            for (int s = 0; s < kRouterMaxK; ++s) {
-                w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
-                sum += w[s];
-            }
-#pragma unroll
-            for (int s = 0; s < kRouterMaxK; ++s) {
-                if (s < K) {
-                    a.expert_ids[t * K + s] = top_e[s];
-                    a.expert_weights[t * K + s] = w[s] / sum;
-                    s_ids[t * K + s] = top_e[s];
-                }
-            }
-        }
-    }
-    __syncthreads();
-    const int A = T * K;
-    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
-        int c = 0;
-        for (int j = 0; j < A; ++j) c += s_ids[j] < i;
-        a.expert_offsets[i] = c;
-    }
-    for (int i = threadIdx.x; i < A; i += blockDim.x) {
-        const int ei = s_ids[i];
-        int start = 0, rank_in = 0;
-        for (int j = 0; j < A; ++j) {
-            start += s_ids[j] < ei;
-            rank_in += j < i && s_ids[j] == ei;
-        }
-        a.sorted_assignments[start + rank_in] = i;
-    }
+    router_finish<kRcMaxExperts / 32>(
+        a, kRcWarps, [&](int t, int ex) { return s_logits[t * E + ex]; }, s_ids);
 }
 
 template <int kUnits, int kCpl>
