@@ -864,17 +864,14 @@ __global__ void __launch_bounds__(kRcThreads)
         a, kRcWarps, [&](int t, int ex) { return s_logits[t * E + ex]; }, s_ids);
 }
 
-template <int kUnits, int kCpl>
-void launch_router_cluster(const RouterPlanSmallArgs& a, cudaStream_t stream) {
-    auto kernel = router_plan_cluster_kernel<kUnits, kCpl>;
-    const size_t smem = static_cast<size_t>(a.num_tokens) * a.hidden_size * 4;
-    fit_dynamic_smem(kernel, smem);
+// The cluster kernel's launch: 8 CTAs in one cluster; with `pdl`, programmatic stream serialization
+// too (the occupancy query takes the configuration without it). `attr` holds the attributes.
+cudaLaunchConfig_t router_cluster_config(size_t smem, cudaStream_t stream, bool pdl, cudaLaunchAttribute (&attr)[2]) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(kRcCtas);
     cfg.blockDim = dim3(kRcThreads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = kRcCtas;
     attr[0].val.clusterDim.y = 1;
@@ -882,7 +879,17 @@ void launch_router_cluster(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
     cfg.attrs = attr;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = pdl ? 2 : 1;
+    return cfg;
+}
+
+template <int kUnits, int kCpl>
+void launch_router_cluster(const RouterPlanSmallArgs& a, cudaStream_t stream) {
+    auto kernel = router_plan_cluster_kernel<kUnits, kCpl>;
+    const size_t smem = static_cast<size_t>(a.num_tokens) * a.hidden_size * 4;
+    fit_dynamic_smem(kernel, smem);
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = router_cluster_config(smem, stream, true, attr);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
 }
 
@@ -898,17 +905,8 @@ bool router_cluster_schedulable(size_t smem) {
     if (const auto it = known.find(smem); it != known.end()) return it->second;
     auto kernel = router_plan_cluster_kernel<kUnits, kCpl>;
     fit_dynamic_smem(kernel, smem);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(kRcCtas);
-    cfg.blockDim = dim3(kRcThreads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kRcCtas;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr[2];
+    const cudaLaunchConfig_t cfg = router_cluster_config(smem, nullptr, false, attr);
     int clusters = 0;
     const bool ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters >= 1;
     if (!ok) (void)cudaGetLastError();  // a refused query leaves no sticky error behind

@@ -433,13 +433,21 @@ TEST_F(HttpServerTest, StalledRequestsTimeOut) {
     s.engine.set_paused(false);
 }
 
-TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
+// A fake engine that takes 5 ms a token, and a final answer of n tokens for it (~n · 5 ms).
+TestServerOptions slow_engine_options() {
     TestServerOptions o = default_test_options();
     o.engine.step_interval = std::chrono::milliseconds(5);
-    TestServer s(o);
-    std::vector<int32_t> long_answer = harmony_ids("<|channel|>final<|message|>");
-    for (int i = 0; i < 2000; ++i) long_answer.push_back(1234);
-    s.engine.set_script([long_answer](const EngineRequest&) { return long_answer; });
+    return o;
+}
+void script_long_answer(TestServer& s, int n) {
+    std::vector<int32_t> answer = harmony_ids("<|channel|>final<|message|>");
+    answer.insert(answer.end(), n, 1234);
+    s.engine.set_script([answer](const EngineRequest&) { return answer; });
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
+    TestServer s(slow_engine_options());
+    script_long_answer(s, 2000);
 
     httplib::Client c = s.client();
     httplib::Request req;
@@ -462,12 +470,8 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
 // A non-streaming request whose client gives up (a read timeout, then the socket closed) is
 // cancelled within a poll interval or so, not generated to its 2,000 tokens (~10 s here) for nobody.
 TEST_F(HttpServerTest, NonStreamingClientDisconnectCancels) {
-    TestServerOptions o = default_test_options();
-    o.engine.step_interval = std::chrono::milliseconds(5);
-    TestServer s(o);
-    std::vector<int32_t> long_answer = harmony_ids("<|channel|>final<|message|>");
-    for (int i = 0; i < 2000; ++i) long_answer.push_back(1234);
-    s.engine.set_script([long_answer](const EngineRequest&) { return long_answer; });
+    TestServer s(slow_engine_options());
+    script_long_answer(s, 2000);
     {
         httplib::Client c = s.client();
         c.set_read_timeout(0, 300 * 1000);  // 300 ms, then the client gives up and closes
