@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode decode_s16
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -545,36 +545,30 @@ for stage in "$@"; do
         awk '/moe_decode/{print; next} /issue_stalled/ && $NF+0 > 0.1 {print "   ", $1, $NF}' "$OUT/ncu_moe_decode_$v.txt" | head -40
       done
       ;;
-    decode_s16)
-      # Session 16's compiled-only decode changes, both opt-in: moe_decode_mma without a branch in
-      # its q step (GPTOSS_MOE_DECODE_LEAN=1) and the router as one 8-CTA cluster
-      # (GPTOSS_ROUTER_CLUSTER=1; its own tests run both router kernels). The kernel tests, the model
-      # and engine tests with both on, moe_bench with LEAN 1 / 0; then, if all pass, decode at 1k
-      # of both models --fp8: default, each switch, both.
-      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaDecodeFusion.*' > "$OUT/decode_s16_tests.log" 2>&1
-      rc=$?
-      env GPTOSS_MOE_DECODE_LEAN=1 GPTOSS_ROUTER_CLUSTER=1 timeout 200 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaModel.*:CudaEngine.*' \
-        >> "$OUT/decode_s16_tests.log" 2>&1
-      r2=$?; [ $rc = 0 ] && rc=$r2
-      summary+=("decode_s16 tests rc=$rc")
-      grep -E "OK \]|FAILED|Failure" "$OUT/decode_s16_tests.log" | head -30
-      if [ $rc = 0 ]; then
-        for v in 1 0; do
-          GPTOSS_MOE_DECODE_LEAN=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_s16_moe_bench_$v.log" 2>&1
-          echo "moe_bench, GPTOSS_MOE_DECODE_LEAN=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_s16_moe_bench_$v.log"
-        done
-        IFS=';' read -ra abs <<< ";GPTOSS_MOE_DECODE_LEAN=1;GPTOSS_ROUTER_CLUSTER=1;GPTOSS_MOE_DECODE_LEAN=1 GPTOSS_ROUTER_CLUSTER=1"
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for i in "${!abs[@]}"; do
-            e="${abs[$i]}"
-            env $e timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
-              --decode-steps 32 --repeats 3 --markdown "$OUT/decode_s16_${m}_$i.md" > "$OUT/decode_s16_${m}_$i.log" 2>&1
-            summary+=("decode_s16 $m [${e:-default}] rc=$?")
-            echo "$m --fp8 decode [${e:-default}]:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/decode_s16_${m}_$i.md"
-          done
-        done
-      fi
+    ncu_sass)
+      # Where a decode MoE kernel's instructions go, by SASS line: ncu's source counters (executed
+      # instructions and stall samples a line) of the first gate_up launch in 20b --fp8 batch-1
+      # steps, for each "GPTOSS_MOE_DECODE value:kernel regex" in NCU_SASS_VS (default
+      # moe_decode_mma and moe_decode_wg), exported as csv; then the static SASS of the
+      # moe_decode kernels (cuobjdump, if the host has it).
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for vk in ${NCU_SASS_VS:-1:moe_decode_mma_kernel 4:moe_decode_wg_kernel}; do
+        v=${vk%%:*}; k=${vk#*:}
+        GPTOSS_MOE_DECODE=$v timeout 200 $NCU --clock-control none \
+          --cache-control none --section SourceCounters --section InstructionStats --section WarpStateStats \
+          --section SpeedOfLight --section SchedulerStats -k regex:$k -c 1 -f -o "$WORK/ncu_sass_$v" \
+          $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 --prefill "" --context 1024 --decode-steps 2 \
+          --repeats 1 > "$OUT/ncu_sass_$v.log" 2>&1
+        summary+=("ncu_sass $v rc=$?")
+        $NCU -i "$WORK/ncu_sass_$v.ncu-rep" --page details > "$OUT/ncu_sass_${v}_details.txt" 2>&1
+        $NCU -i "$WORK/ncu_sass_$v.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass_${v}_source.csv" 2>&1
+        summary+=("ncu_sass $v source rc=$? lines=$(wc -l < "$OUT/ncu_sass_${v}_source.csv")")
+        grep -E "Duration|Issue Slots Busy|Executed Instructions  |Eligible Warps|Active Warps Per|Warp Cycles Per Issued" \
+          "$OUT/ncu_sass_${v}_details.txt" | head -12
+      done
+      CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+      [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
+      summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
       ;;
     prefill_tables)
       # The prefill rows of issue 6's tables (latency and cost by input length) without the decode

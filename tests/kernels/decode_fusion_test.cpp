@@ -71,8 +71,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
     cases.push_back({32, 1, true, false});
     cases.push_back({32, 8, true, true});
     cases.push_back({128, 5, false, true});
-    // The cluster kernel's other shapes: 64 experts (8 a CTA, a warp each) and 20 (3 a CTA, the last
-    // CTA with fewer, two warps idle).
+    // Expert counts other than the models': 64, and 20 (not a multiple of 32).
     for (int T : {1, 4}) {
         cases.push_back({64, T, false, false});
         cases.push_back({20, T, false, false});
@@ -115,20 +114,15 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         a.hidden_size = H;
         a.num_experts = E;
         a.experts_per_token = K;
-        // Three calls of each kernel on the same counter: each must find it reset by the one before
-        // (the ticket kernel, then the cluster kernel, which leaves it alone); outputs poisoned again.
-        for (int rep = 0; rep < 6; ++rep) {
-            a.cluster = rep < 3 ? 0 : 1;
-            if (a.cluster == 1) {
-                ASSERT_TRUE(kc::router_plan_cluster_fits(a)) << "E=" << E << " T=" << T;  // it runs, no fallback
-            }
+        // Three calls on the same counter: each must find it reset by the one before; outputs
+        // poisoned again.
+        for (int rep = 0; rep < 3; ++rep) {
             for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted})
                 ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
             kc::router_plan_small(a, nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            SCOPED_TRACE(::testing::Message()
-                         << "E=" << E << " T=" << T << (rc.ties ? " ties" : "") << (rc.same_rows ? " same rows" : "")
-                         << " call " << rep << (a.cluster == 1 ? " (cluster kernel)" : ""));
+            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << (rc.ties ? " ties" : "")
+                                              << (rc.same_rows ? " same rows" : "") << " call " << rep);
             // fp32 dot products of identical inputs on both sides: only the summation order differs.
             EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "router logits"));
             // Random fp32 logits: the chance of a near-tie flipping the order is negligible; the
@@ -156,7 +150,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
     const float eps = 1e-5f;
     DeviceBuffer counter(4);
     ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
-    for (int E : {32, 64, 128})  // 64: the cluster kernel's one-expert-a-warp shape
+    for (int E : {32, 64, 128})
         for (int T : {1, 3, 8}) {
             SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T);
             const auto x = randn(static_cast<size_t>(T) * H, 31 * E + T, 3.0f);
@@ -211,12 +205,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
             a.residual_out = dxo.as<float>();
             a.h_out = dh.as<float>();
             a.h_bf16_out = dh16.get();
-            for (int cl : {0, 1}) {  // the ticket kernel, then the cluster kernel
-                SCOPED_TRACE(cl == 1 ? "cluster kernel" : "ticket kernel");
-                a.cluster = cl;
-                if (cl == 1) {
-                    ASSERT_TRUE(kc::router_plan_cluster_fits(a));
-                }
+            {
                 for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})
                     ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
                 kc::router_plan_small(a, nullptr);
@@ -285,11 +274,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallReplaysInAGraph) {
     a.experts_per_token = K;
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
-    for (int cl : {0, 1}) {  // the ticket kernel, then the cluster kernel (cluster launches in a graph)
-        a.cluster = cl;
-        if (cl == 1) {
-            ASSERT_TRUE(kc::router_plan_cluster_fits(a));
-        }
+    {
         cudaGraph_t graph;
         ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
         for (int layer = 0; layer < 4; ++layer) kc::router_plan_small(a, stream);  // back-to-back, like 24 layers
@@ -300,7 +285,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallReplaysInAGraph) {
             ASSERT_EQ(cudaMemset(dids.get(), 0xff, T * K * 4), cudaSuccess);
             ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
             ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-            EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref) << "replay " << rep << " cluster " << cl;
+            EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref) << "replay " << rep;
             EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
         }
         cudaGraphExecDestroy(exec);

@@ -83,16 +83,8 @@ struct RouterPlanSmallArgs {
     float* residual_out = nullptr;
     float* h_out = nullptr;
     void* h_bf16_out = nullptr;
-    // 1: one cluster of 8 CTAs (the experts split between them, the logits met in CTA 0's shared
-    // memory, no counter; up to 128 experts, hidden ≤ 4096, tokens · hidden ≤ 40 K floats), else the
-    // one-CTA-an-expert kernel; 0: always the latter; -1: GPTOSS_ROUTER_CLUSTER's choice (off unless
-    // =1). Session 16, compiled only.
-    int cluster = -1;
 };
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
-// Whether router_plan_small takes the cluster kernel for these arguments when asked to (sizes, and
-// an 8-CTA cluster schedulable on the current device).
-bool router_plan_cluster_fits(const RouterPlanSmallArgs& args);
 
 // Groups the num_assignments = num_tokens·k assignments (index t·k + slot) by expert:
 // expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments].

@@ -33,7 +33,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -176,7 +175,7 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
     }
 }
 
-template <bool kGateUp, int kWarps, bool kLean>
+template <bool kGateUp, int kWarps>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWarps>::kMinBlocks)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -281,26 +280,22 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
     const bool two = __any_sync(0xffffffffu, big != 0);
-    // kLean (GPTOSS_MOE_DECODE_LEAN=1; session 16, compiled only. r31 ncu: ~80 instructions a q
-    // step, 5 of them branches): no branch in a q
-    // step. The second scale multiply is chosen once for the warp's steps (two loop bodies), and
-    // the x fragment is read unconditionally: lanes g >= ntok read token row ntok - 1 (their MMA
-    // column is never stored) and lanes past G a staged group (their A is zero, so the product is).
-    // The old form (the default) loads zeros there under a branch. (ng, the warp's
-    // staged groups, is >= 1 wherever ns > 0.)
+    // No branch in a q step (r32: 20b batch 1 1.825 -> 1.781 ms a step, 120b 2.681 -> 2.612): the
+    // second scale multiply is chosen once for the warp's steps (two loop bodies), and the x
+    // fragment is read unconditionally: lanes g >= ntok read token row ntok - 1 (their MMA column
+    // is never stored) and lanes past G a staged group (their A is zero, so the product is). (ng,
+    // the warp's staged groups, is >= 1 wherever ns > 0.)
     const auto steps = [&]<bool kTwo>() {
 #pragma unroll
         for (int i = 0; i < kMaxSteps; ++i) {
             if (i >= ns) break;
             const int gl = 4 * i + t;
-            const bool has_x = g < ntok && gbeg + gl < G;
-            const uint4* xrow = kLean ? xs + min(g, ntok - 1) * kTokenSlots + min(gl, ng - 1) * kGroupSlots
-                                      : xs + g * kTokenSlots + gl * kGroupSlots;
+            const uint4* xrow = xs + min(g, ntok - 1) * kTokenSlots + min(gl, ng - 1) * kGroupSlots;
             const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
             const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                const uint4 xb = kLean || has_x ? xrow[q] : make_uint4(0u, 0u, 0u, 0u);
+                const uint4 xb = xrow[q];
                 const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
                 const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
                 uint32_t rl[4], rh[4];
@@ -310,7 +305,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
                 for (int j = 0; j < 4; ++j) {
                     rl[j] = bf16x2_mul(rl[j], m_lo);
                     rh[j] = bf16x2_mul(rh[j], m_hi);
-                    if (kLean ? kTwo : two) {
+                    if (kTwo) {
                         rl[j] = bf16x2_mul(rl[j], m2_lo);
                         rh[j] = bf16x2_mul(rh[j], m2_hi);
                     }
@@ -321,7 +316,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
             }
         }
     };
-    if (kLean && two)
+    if (two)
         steps.template operator()<true>();
     else
         steps.template operator()<false>();
@@ -338,11 +333,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
-    static const bool lean = [] {
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_LEAN");  // opt-in until measured (compiled only)
-        return v != nullptr && std::atoi(v) != 0;
-    }();
-    auto kernel = lean ? moe_decode_mma_kernel<kGateUp, kWarps, true> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
+    auto kernel = moe_decode_mma_kernel<kGateUp, kWarps>;
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
