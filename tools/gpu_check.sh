@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,34 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    decode_s17)
+      # Session 17's decode MoE staging without runtime divisions (moe_decode_mma): its tests and
+      # the model, engine and router tests; moe_bench at 1-8 tokens; if they pass, decode at 1k of
+      # both models --fp8 at batch 1-8; then ncu's instruction count and duration of the two
+      # launches (gate_up, down) at 20b batch 1.
+      timeout 250 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaDecodeFusion.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/decode_s17_tests.log" 2>&1
+      rc=$?
+      summary+=("decode_s17 tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/decode_s17_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/decode_s17_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/decode_s17_moe_bench.log" 2>&1
+        echo "moe_bench:"; grep -E "^\| [0-9]+ \|" "$OUT/decode_s17_moe_bench.log"
+        for m in gpt-oss-20b gpt-oss-120b; do
+          timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
+            --decode-steps 32 --repeats 3 --markdown "$OUT/decode_s17_$m.md" > "$OUT/decode_s17_$m.log" 2>&1
+          summary+=("decode_s17 $m rc=$?")
+          echo "$m --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/decode_s17_$m.md"
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        timeout 150 $NCU --clock-control none --cache-control none --section SpeedOfLight --section InstructionStats \
+          --section SchedulerStats -k regex:moe_decode_mma -c 2 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --batch 1 \
+          --prefill "" --context 1024 --decode-steps 2 --repeats 1 > "$OUT/decode_s17_ncu.txt" 2>&1
+        summary+=("decode_s17 ncu rc=$?")
+        grep -E "  moe_decode|Duration|Executed Instructions  |Issue Slots Busy|DRAM Throughput" "$OUT/decode_s17_ncu.txt" | head -12
+      fi
       ;;
     prefill_tables)
       # The prefill rows of issue 6's tables (latency and cost by input length) without the decode

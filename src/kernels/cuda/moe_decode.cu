@@ -184,12 +184,14 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[8];
+    __shared__ const void* s_src[8];  // a token's input row: h (gate_up: row as / K) or act (down: row as)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
+    const int H = a.hidden_size, I = a.intermediate_size;
     const int in_dim = kGateUp ? H : I, G = in_dim / 32;
     const int rows = kGateUp ? 2 * I : H;
     const int max_tokens = min(a.num_tokens, 8);
+    const bool in_f32 = !kGateUp || a.h_f32 != nullptr;
     const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
     if (tile.e < 0) return;
     const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
@@ -217,40 +219,53 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
         }
     }
     // After the weight loads are issued (its shared-memory store waits for the load).
-    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+    if (threadIdx.x < ntok) {
+        const int as = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+        s_as[threadIdx.x] = as;
+        if constexpr (kGateUp)
+            s_src[threadIdx.x] =
+                in_f32 ? static_cast<const void*>(a.h_f32 + static_cast<int64_t>(as / a.experts_per_token) * H)
+                       : static_cast<const void*>(static_cast<const __nv_bfloat16*>(a.h) +
+                                                  static_cast<int64_t>(as / a.experts_per_token) * H);
+        else
+            s_src[threadIdx.x] = a.act + static_cast<int64_t>(as) * I;
+    }
     if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
     pdl_trigger();                       // after the wait: at most this kernel and the next in flight
-    __syncthreads();                     // s_as
+    __syncthreads();                     // s_as, s_src
 
     // Stage this warp's groups [4·s0, min(4·s1, G)) of every token row as bf16 pairs in MMA order:
     // uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
     uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
     const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
-    // Four items a lane at a time, their loads issued together (the item clamped, its store skipped
-    // past the end; the input form chosen once outside): one L2 round trip for up to 128 items, a
-    // token's whole K range at batch 1 (r28: the loop had a round trip an item).
-    const int n_items = ntok * ng * 4;
+    // Items (token, local group, word q) at index tk · kItemsPerToken + 4 · gl + q, the slots past
+    // a warp's 4 · ng skipped: no division by a runtime value (r32 ncu: the old index math, two
+    // divisions an item, was 30% of gate_up's instructions at batch 1). Four items a lane at a time,
+    // their loads issued together (the item clamped, its store skipped past the end; the input form
+    // chosen once outside): one L2 round trip for a token's whole K range at batch 1.
+    constexpr int kItemsPerToken = 4 * Sh::kMaxGroups;
+    const int n_items = ntok * kItemsPerToken, n_live = 4 * ng;
     const auto stage = [&]<bool kF32>() {
         for (int base = lane; base < n_items; base += 32 * 4) {
             float v[4][8];
             int dst[4];
+            bool live[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int it = min(base + 32 * u, n_items - 1);
-                const int q = it & 3, gl = (it >> 2) % ng, tk = (it >> 2) / ng;
-                const int as = s_as[tk];
-                const int64_t col = static_cast<int64_t>(gbeg + gl) * 32 + 8 * q;
+                const int it = base + 32 * u, tk = min(it / kItemsPerToken, ntok - 1), r = it % kItemsPerToken;
+                live[u] = it < n_items && r < n_live;
+                const int q = r & 3, gl = min(r >> 2, ng - 1);
+                const int col = (gbeg + gl) * 32 + 8 * q;
                 dst[u] = tk * kTokenSlots + gl * kGroupSlots + q;
                 if constexpr (kF32) {
-                    const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
-                                               : a.act + static_cast<int64_t>(as) * I + col;
+                    const float* src = static_cast<const float*>(s_src[tk]) + col;
                     const float4 x0 = *reinterpret_cast<const float4*>(src);
                     const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
                     v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
                     v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
                 } else {
-                    const uint4 w4 = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(a.h) +
-                                                                     static_cast<int64_t>(as / K) * H + col);
+                    const uint4 w4 =
+                        *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(s_src[tk]) + col);
                     const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
@@ -261,15 +276,18 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u)
-                if (base + 32 * u < n_items)
+                if (live[u])
                     xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
                                             pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
         }
     };
-    if (!kGateUp || a.h_f32 != nullptr)
+    if (ng <= 0) {
+        // A warp without K steps (K < 128 · kWarps) stages nothing.
+    } else if (in_f32) {
         stage.template operator()<true>();
-    else
+    } else {
         stage.template operator()<false>();
+    }
     __syncwarp();
 
     // Rows g, g + 8 × tokens 2t, 2t + 1. (r25: four independent MMA chains instead of this one took
