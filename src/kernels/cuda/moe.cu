@@ -620,9 +620,16 @@ __global__ void __launch_bounds__(kRouterThreads)
             sum *= inv;
         }
         a.logits[static_cast<int64_t>(threadIdx.x) * E + e] = sum + a.bias[e];
-        __threadfence();  // this logit is visible device-wide before the CTA takes its ticket
     }
     __syncthreads();
+    // The ticket right after the logits (session 17): thread 0's fence is cumulative over the
+    // logits the barrier ordered before it, so one round trip covers them (r31 fenced each logit,
+    // then again after the fused writes below: two round trips before the ticket). The fused writes
+    // are not covered and need not be: only the next kernels read them, after this grid completes.
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+    }
     if (fused) {
         // The updated residual and the normalized rows (the MoE's input), written once: CTA e takes
         // chunks [e·chunks/E, (e+1)·chunks/E) of every token, recomputed from the same loads in the
@@ -658,11 +665,7 @@ __global__ void __launch_bounds__(kRouterThreads)
             }
         }
     }
-    if (threadIdx.x == 0) {
-        __threadfence();  // cumulative over the writes the barrier ordered before it
-        s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
+    __syncthreads();      // s_last
     if (!s_last) return;  // CTA-uniform
 
     // Phase 2 (the last CTA only): every row is in memory; top-k, softmax and plan (router_finish).
