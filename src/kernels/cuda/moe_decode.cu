@@ -14,7 +14,7 @@
 //   bf16x2 registers holding codes (i, i + 4) (mxfp4_bits.h e2m1x8_raw, value · 2^-126), times the
 //   group scale 2^(s - 1) (one exact bf16x2 multiply; two past s = 128), and feeds two MMAs. The
 //   activations are staged once per warp in that order as bf16 pairs (one 16-byte shared-memory
-//   read per word and token row: lanes with g ≥ the expert's token count read nothing).
+//   read per word): gate_up's columns are the batch's tokens, down's the tile's assignments.
 // - fp32 accumulation in the MMAs; the 4 warps' partial sums meet in shared memory, then gate_up
 //   applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds the
 //   bias and writes fp32 y rows at the assignment's index (as the fp32 weight-only kernels do).
@@ -58,7 +58,7 @@ struct DecodeShape {
     static constexpr int kMaxGroups = 4 * kMaxSteps;          // MXFP4 groups per warp
     // Slots a staged token row: ≡ 4 (mod 8), so 16-byte reads of rows g = 0..7 are conflict-free.
     static constexpr int kTokenSlots = kMaxGroups * kGroupSlots + ((4 - (kMaxGroups * kGroupSlots) % 8) + 8) % 8;
-    static constexpr int kMinBlocks = 4;  // CTAs an SM
+    static constexpr int kMinBlocks = 4;  // CTAs an SM (down)
 };
 static_assert(DecodeShape<4>::kTokenSlots == 124, "the 4-warp layout (r25)");
 
@@ -133,13 +133,14 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
     return d;
 }
 
-// The warps' partial sums (lane (g, t): rows g, g + 8 × tokens 2t, 2t + 1) meet in shared memory;
-// gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
-// the bias and writes fp32 y rows at the assignment's index.
+// The warps' partial sums (lane (g, t): rows g, g + 8 × columns 2t, 2t + 1) meet in shared memory;
+// gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows (column
+// s_col[tk], the token, for the tile's assignment tk), down adds the bias and writes fp32 y rows at
+// the assignment's index (column tk).
 template <bool kGateUp, int kWarps>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
-                                                const int* s_as) {
+                                                const int* s_as, const int* s_col) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -152,12 +153,12 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
     if constexpr (kGateUp) {
         // Rows 2p, 2p + 1 of the tile are gate and up of intermediate column (row0 / 2 + p).
         if (threadIdx.x < 8 * ntok) {
-            const int p = threadIdx.x & 7, tk = threadIdx.x >> 3;
+            const int p = threadIdx.x & 7, tk = threadIdx.x >> 3, c = s_col[tk];
             float gate = 0.0f, up = 0.0f;
 #pragma unroll
             for (int w = 0; w < kWarps; ++w) {
-                gate += red[w][2 * p][tk];
-                up += red[w][2 * p + 1][tk];
+                gate += red[w][2 * p][c];
+                up += red[w][2 * p + 1][c];
             }
             const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
             a.act[static_cast<int64_t>(s_as[tk]) * I + row0 / 2 + p] =
@@ -175,8 +176,12 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
     }
 }
 
+// gate_up: 5 CTAs an SM (session 17: its x is staged before its weight loads, 97 registers at 4; a
+// fifth CTA needs <= 96).
+template <bool kGateUp>
+constexpr int kDecodeMinBlocks = kGateUp ? 5 : 4;
 template <bool kGateUp, int kWarps>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWarps>::kMinBlocks)
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kGateUp>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
@@ -184,7 +189,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[8];
-    __shared__ const void* s_src[8];  // a token's input row: h (gate_up: row as / K) or act (down: row as)
+    __shared__ int s_col[8];           // gate_up: the MMA column (token) of the tile's assignment
+    __shared__ const float* s_src[8];  // down: the act row of the tile's assignment
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -192,14 +198,98 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     const int rows = kGateUp ? 2 * I : H;
     const int max_tokens = min(a.num_tokens, 8);
     const bool in_f32 = !kGateUp || a.h_f32 != nullptr;
-    const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
-    if (tile.e < 0) return;
-    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
 
-    // This warp's K steps [s0, s1) of 4 groups each, and its loads: all of them, now.
+    // This warp's K steps [s0, s1) of 4 groups each (groups [gbeg, gbeg + ng)).
     const int S = (G + 3) / 4;
     const int s0 = warp * S / kWarps, s1 = (warp + 1) * S / kWarps;
     const int ns = s1 - s0;
+    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
+
+    // Stage this warp's groups of `nrows` input rows (row_ptr(r): the row's first element) as bf16
+    // pairs in MMA order: uint4 (row, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
+    // Items at index row · kItemsPerToken + 4 · gl + q, the slots past a warp's 4 · ng skipped: no
+    // division by a runtime value (r32 ncu: the old index math, two divisions an item, was 30% of
+    // gate_up's instructions at batch 1). Four items a lane at a time, their loads issued together
+    // (the item clamped, its store skipped past the end): one L2 round trip for a row's whole K
+    // range at batch 1.
+    uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
+    constexpr int kItemsPerToken = 4 * Sh::kMaxGroups;
+    const auto stage = [&]<bool kF32>(int nrows, auto row_ptr) {
+        const int n_items = nrows * kItemsPerToken, n_live = 4 * ng;
+        for (int base = lane; base < n_items; base += 32 * 4) {
+            float v[4][8];
+            int dst[4];
+            bool live[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int it = base + 32 * u, tk = min(it / kItemsPerToken, nrows - 1), r = it % kItemsPerToken;
+                live[u] = it < n_items && r < n_live;
+                const int q = r & 3, gl = min(r >> 2, ng - 1);
+                const int col = (gbeg + gl) * 32 + 8 * q;
+                dst[u] = tk * kTokenSlots + gl * kGroupSlots + q;
+                if constexpr (kF32) {
+                    const float* src = static_cast<const float*>(row_ptr(tk)) + col;
+                    const float4 x0 = *reinterpret_cast<const float4*>(src);
+                    const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+                    v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
+                    v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
+                } else {
+                    const uint4 w4 =
+                        *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(row_ptr(tk)) + col);
+                    const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        v[u][2 * i] = __uint_as_float(wds[i] << 16);
+                        v[u][2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+                if (live[u])
+                    xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
+                                            pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
+        }
+    };
+
+    // The tile. gate_up's MMA columns are the tokens (≤ 8, every one staged whether this expert
+    // has it or not: the tensor cores' n = 8 costs the same), so its x is staged right after
+    // pdl_wait while warp 0 finds the tile, off the chain the weights wait on (session 17; before,
+    // the columns were the tile's assignments: its x waited for the plan, then for the sorted
+    // assignment's load behind the weights, then for its own L2 round trip). down's columns stay
+    // the assignments (act is a row an assignment).
+    int e, tok0, ntok, row0, nrows;
+    if constexpr (kGateUp) {
+        const int tiles = rows / kRows, slot = blockIdx.x / tiles;
+        row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
+        pdl_wait();  // the plan and h come from the kernel just before
+        if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
+        nrows = max_tokens;
+        if (ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
+            if (in_f32)
+                stage.template operator()<true>(
+                    nrows, [&](int r) -> const void* { return a.h_f32 + static_cast<int64_t>(r) * H; });
+            else
+                stage.template operator()<false>(nrows, [&](int r) -> const void* {
+                    return static_cast<const __nv_bfloat16*>(a.h) + static_cast<int64_t>(r) * H;
+                });
+        }
+        __syncthreads();  // s_info, and every warp's staging done before any may exit
+        e = s_info[0];
+        if (e < 0) {
+            pdl_trigger();
+            return;
+        }
+        tok0 = s_info[1];
+        ntok = min(s_info[2], 8);
+    } else {
+        const DecodeTile tile = decode_tile<false>(a, s_info);
+        if (tile.e < 0) return;
+        e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
+        nrows = ntok;
+    }
+
+    // This warp's weight loads: all of them, now.
     const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
     const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
     const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + g, r_hi = r_lo + 8;
@@ -218,75 +308,20 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
             sc_lo[i] = sc_hi[i] = 127u;
         }
     }
-    // After the weight loads are issued (its shared-memory store waits for the load).
-    if (threadIdx.x < ntok) {
-        const int as = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
-        s_as[threadIdx.x] = as;
-        if constexpr (kGateUp)
-            s_src[threadIdx.x] =
-                in_f32 ? static_cast<const void*>(a.h_f32 + static_cast<int64_t>(as / a.experts_per_token) * H)
-                       : static_cast<const void*>(static_cast<const __nv_bfloat16*>(a.h) +
-                                                  static_cast<int64_t>(as / a.experts_per_token) * H);
-        else
-            s_src[threadIdx.x] = a.act + static_cast<int64_t>(as) * I;
-    }
-    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
-    pdl_trigger();                       // after the wait: at most this kernel and the next in flight
-    __syncthreads();                     // s_as, s_src
-
-    // Stage this warp's groups [4·s0, min(4·s1, G)) of every token row as bf16 pairs in MMA order:
-    // uint4 (token, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
-    uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
-    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
-    // Items (token, local group, word q) at index tk · kItemsPerToken + 4 · gl + q, the slots past
-    // a warp's 4 · ng skipped: no division by a runtime value (r32 ncu: the old index math, two
-    // divisions an item, was 30% of gate_up's instructions at batch 1). Four items a lane at a time,
-    // their loads issued together (the item clamped, its store skipped past the end; the input form
-    // chosen once outside): one L2 round trip for a token's whole K range at batch 1.
-    constexpr int kItemsPerToken = 4 * Sh::kMaxGroups;
-    const int n_items = ntok * kItemsPerToken, n_live = 4 * ng;
-    const auto stage = [&]<bool kF32>() {
-        for (int base = lane; base < n_items; base += 32 * 4) {
-            float v[4][8];
-            int dst[4];
-            bool live[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int it = base + 32 * u, tk = min(it / kItemsPerToken, ntok - 1), r = it % kItemsPerToken;
-                live[u] = it < n_items && r < n_live;
-                const int q = r & 3, gl = min(r >> 2, ng - 1);
-                const int col = (gbeg + gl) * 32 + 8 * q;
-                dst[u] = tk * kTokenSlots + gl * kGroupSlots + q;
-                if constexpr (kF32) {
-                    const float* src = static_cast<const float*>(s_src[tk]) + col;
-                    const float4 x0 = *reinterpret_cast<const float4*>(src);
-                    const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-                    v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
-                    v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
-                } else {
-                    const uint4 w4 =
-                        *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(s_src[tk]) + col);
-                    const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        v[u][2 * i] = __uint_as_float(wds[i] << 16);
-                        v[u][2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (live[u])
-                    xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
-                                            pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
-        }
-    };
-    if (ng <= 0) {
-        // A warp without K steps (K < 128 · kWarps) stages nothing.
-    } else if (in_f32) {
-        stage.template operator()<true>();
+    // The tile's assignments, loaded after the weight loads are issued. gate_up needs them only in
+    // the epilogue (stored there, before its barrier); down stages their act rows now.
+    const int my_as = threadIdx.x < ntok ? __ldcg(a.sorted_assignments + tok0 + threadIdx.x) : 0;
+    if constexpr (kGateUp) {
+        pdl_trigger();
     } else {
-        stage.template operator()<false>();
+        if (threadIdx.x < ntok) {
+            s_as[threadIdx.x] = my_as;
+            s_src[threadIdx.x] = a.act + static_cast<int64_t>(my_as) * I;
+        }
+        pdl_wait();       // act is the gate_up kernel's output
+        pdl_trigger();    // after the wait: at most this kernel and the next in flight
+        __syncthreads();  // s_as, s_src
+        if (ng > 0) stage.template operator()<true>(nrows, [&](int r) -> const void* { return s_src[r]; });
     }
     __syncwarp();
 
@@ -300,15 +335,15 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     const bool two = __any_sync(0xffffffffu, big != 0);
     // No branch in a q step (r32: 20b batch 1 1.825 -> 1.781 ms a step, 120b 2.681 -> 2.612): the
     // second scale multiply is chosen once for the warp's steps (two loop bodies), and the x
-    // fragment is read unconditionally: lanes g >= ntok read token row ntok - 1 (their MMA column
-    // is never stored) and lanes past G a staged group (their A is zero, so the product is). (ng,
+    // fragment is read unconditionally: lanes g >= nrows read row nrows - 1 (their MMA column is
+    // never stored) and lanes past G a staged group (their A is zero, so the product is). (ng,
     // the warp's staged groups, is >= 1 wherever ns > 0.)
     const auto steps = [&]<bool kTwo>() {
 #pragma unroll
         for (int i = 0; i < kMaxSteps; ++i) {
             if (i >= ns) break;
             const int gl = 4 * i + t;
-            const uint4* xrow = xs + min(g, ntok - 1) * kTokenSlots + min(gl, ng - 1) * kGroupSlots;
+            const uint4* xrow = xs + min(g, nrows - 1) * kTokenSlots + min(gl, ng - 1) * kGroupSlots;
             const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
             const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
 #pragma unroll
@@ -339,7 +374,13 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, DecodeShape<kWa
     else
         steps.template operator()<false>();
 
-    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as);
+    if constexpr (kGateUp) {
+        if (threadIdx.x < ntok) {
+            s_as[threadIdx.x] = my_as;
+            s_col[threadIdx.x] = my_as / a.experts_per_token;  // the assignment's token
+        }
+    }
+    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
 }
 
 template <bool kGateUp, int kWarps>
