@@ -176,12 +176,12 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
     }
 }
 
-// gate_up: 5 CTAs an SM (session 17: its x is staged before its weight loads, 97 registers at 4; a
-// fifth CTA needs <= 96).
-template <bool kGateUp>
-constexpr int kDecodeMinBlocks = kGateUp ? 5 : 4;
-template <bool kGateUp, int kWarps>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kGateUp>)
+// kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
+// loads, 97 registers at 4; a fifth CTA needs <= 96).
+template <bool kEarly>
+constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
+template <bool kGateUp, int kWarps, bool kEarly>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
@@ -189,8 +189,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[8];
-    __shared__ int s_col[8];           // gate_up: the MMA column (token) of the tile's assignment
-    __shared__ const float* s_src[8];  // down: the act row of the tile's assignment
+    __shared__ int s_col[8];          // gate_up: the MMA column of the tile's assignment
+    __shared__ const void* s_src[8];  // the input row of the tile's assignment (not kEarly)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -252,14 +252,17 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     };
 
-    // The tile. gate_up's MMA columns are the tokens (≤ 8, every one staged whether this expert
-    // has it or not: the tensor cores' n = 8 costs the same), so its x is staged right after
-    // pdl_wait while warp 0 finds the tile, off the chain the weights wait on (session 17; before,
-    // the columns were the tile's assignments: its x waited for the plan, then for the sorted
-    // assignment's load behind the weights, then for its own L2 round trip). down's columns stay
-    // the assignments (act is a row an assignment).
+    // The tile. kEarly (gate_up at 1-2 tokens): the MMA columns are the tokens (every one staged
+    // whether this expert has it or not: the tensor cores' n = 8 costs the same), so x is staged
+    // right after pdl_wait while warp 0 finds the tile, off the chain the weights wait on (else the
+    // columns are the tile's assignments: x waits for the plan, then for the sorted assignment's
+    // load behind the weights, then for its own L2 round trip). r32 call 5, kEarly at every batch:
+    // 20b 1.777 -> 1.752 ms a step at batch 1, 2.350 -> 2.321 at 2, but 3.317 -> 3.584 at 4 (all
+    // of the batch's rows staged by every CTA, before its weight loads); so 1-2 tokens only.
+    // down's columns are always the assignments (act is a row an assignment).
+    static_assert(kGateUp || !kEarly, "kEarly is gate_up's");
     int e, tok0, ntok, row0, nrows;
-    if constexpr (kGateUp) {
+    if constexpr (kEarly) {
         const int tiles = rows / kRows, slot = blockIdx.x / tiles;
         row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
         pdl_wait();  // the plan and h come from the kernel just before
@@ -283,7 +286,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         tok0 = s_info[1];
         ntok = min(s_info[2], 8);
     } else {
-        const DecodeTile tile = decode_tile<false>(a, s_info);
+        const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
         if (tile.e < 0) return;
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
         nrows = ntok;
@@ -308,20 +311,33 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             sc_lo[i] = sc_hi[i] = 127u;
         }
     }
-    // The tile's assignments, loaded after the weight loads are issued. gate_up needs them only in
-    // the epilogue (stored there, before its barrier); down stages their act rows now.
+    // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
+    // the epilogue (stored there, before its barrier); else their input rows are staged now.
     const int my_as = threadIdx.x < ntok ? __ldcg(a.sorted_assignments + tok0 + threadIdx.x) : 0;
-    if constexpr (kGateUp) {
+    if constexpr (kEarly) {
         pdl_trigger();
     } else {
         if (threadIdx.x < ntok) {
             s_as[threadIdx.x] = my_as;
-            s_src[threadIdx.x] = a.act + static_cast<int64_t>(my_as) * I;
+            s_col[threadIdx.x] = threadIdx.x;
+            if constexpr (kGateUp) {
+                const int64_t tok = my_as / a.experts_per_token;
+                s_src[threadIdx.x] = in_f32
+                                         ? static_cast<const void*>(a.h_f32 + tok * H)
+                                         : static_cast<const void*>(static_cast<const __nv_bfloat16*>(a.h) + tok * H);
+            } else {
+                s_src[threadIdx.x] = a.act + static_cast<int64_t>(my_as) * I;
+            }
         }
-        pdl_wait();       // act is the gate_up kernel's output
-        pdl_trigger();    // after the wait: at most this kernel and the next in flight
-        __syncthreads();  // s_as, s_src
-        if (ng > 0) stage.template operator()<true>(nrows, [&](int r) -> const void* { return s_src[r]; });
+        if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
+        pdl_trigger();                       // after the wait: at most this kernel and the next in flight
+        __syncthreads();                     // s_as, s_col, s_src
+        if (ng > 0) {                        // a warp without K steps stages nothing
+            if (in_f32)
+                stage.template operator()<true>(nrows, [&](int r) { return s_src[r]; });
+            else
+                stage.template operator()<false>(nrows, [&](int r) { return s_src[r]; });
+        }
     }
     __syncwarp();
 
@@ -374,7 +390,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     else
         steps.template operator()<false>();
 
-    if constexpr (kGateUp) {
+    if constexpr (kEarly) {
         if (threadIdx.x < ntok) {
             s_as[threadIdx.x] = my_as;
             s_col[threadIdx.x] = my_as / a.experts_per_token;  // the assignment's token
@@ -392,7 +408,9 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
-    auto kernel = moe_decode_mma_kernel<kGateUp, kWarps>;
+    // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
+    auto kernel = kGateUp && a.num_tokens <= 2 ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp>
+                                               : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
