@@ -787,8 +787,9 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
 
 // moe_decode_mma at a MoE-TP2 shard's widths (I = 1440: down has 45 groups, so the last K step of
 // a warp is partial and the warps' shares differ) with the scales of MoeMmaEdgeShapesAndScales
-// below: 129–132 on two experts' gate_up (the two-multiply path) and 0 on one expert's down; 1, 3
-// and 8 tokens, with a shared expert for every token. Tolerance as MoeMxfp4MatchesCpu's for it.
+// below: 129–132 on two experts' gate_up (the two-multiply path) and 0 on one expert's down; 1, 2,
+// 3 and 8 tokens, with a shared expert for every token (at 2 tokens, gate_up's early-staged form
+// with two of a tile's assignments in different token columns). Tolerance as MoeMxfp4MatchesCpu's for it.
 TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     REQUIRE_GPU();
     const int H = 2880, I = 1440, K = 4, E = 32;
@@ -799,7 +800,7 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     for (size_t i = 0; i < dn_s; ++i) ex.down_scales[11 * dn_s + i] = 0;
     auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
          dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
-    for (int T : {1, 3, 8}) {
+    for (int T : {1, 2, 3, 8}) {
         auto h = bf16_round(randn(static_cast<size_t>(T) * H, 94 + T));
         std::vector<int32_t> ids(T * K);
         std::vector<float> wts(T * K, 0.25f);

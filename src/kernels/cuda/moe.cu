@@ -1,6 +1,5 @@
 // MoE kernels: router top-k, routing plans, weight-only MXFP4 experts (small batches), and the
 // gather / SwiGLU / scatter steps around the grouped bf16 GEMMs (large batches).
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <atomic>
@@ -8,8 +7,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -628,7 +625,9 @@ __global__ void __launch_bounds__(kRouterThreads)
     // are not covered and need not be: only the next kernels read them, after this grid completes.
     if (threadIdx.x == 0) {
         __threadfence();
-        s_last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+        const bool last = atomicAdd(a.counter, 1u) == gridDim.x - 1;
+        if (last) __threadfence();  // acquire for the whole CTA: ordered before the barrier below
+        s_last = last;
     }
     if (fused) {
         // The updated residual and the normalized rows (the MoE's input), written once: CTA e takes

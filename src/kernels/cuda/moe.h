@@ -73,8 +73,8 @@ struct RouterPlanSmallArgs {
     // Optional (residual != nullptr): the post-attention residual update and RMSNorm, fused in
     // place of a residual_rmsnorm launch. v = residual + add + add_bias (add_bias may be null),
     // h = v · rsqrt(mean(v²) + eps) · norm_weight; the logits are computed from h (the h field above
-    // is then unused). Block 0 writes v to residual_out, which must not be residual (the other CTAs
-    // still read it), h to h_out (fp32) and, if set, to h_bf16_out (bf16).
+    // is then unused). The CTAs split the chunks of v (written to residual_out, which must not be
+    // residual: other CTAs still read it), h (h_out, fp32) and, if set, h_bf16_out (bf16).
     const float* residual = nullptr;  // [num_tokens, hidden_size]
     const float* add = nullptr;       // [num_tokens, hidden_size]
     const float* add_bias = nullptr;  // [hidden_size]

@@ -58,7 +58,6 @@ struct DecodeShape {
     static constexpr int kMaxGroups = 4 * kMaxSteps;          // MXFP4 groups per warp
     // Slots a staged token row: ≡ 4 (mod 8), so 16-byte reads of rows g = 0..7 are conflict-free.
     static constexpr int kTokenSlots = kMaxGroups * kGroupSlots + ((4 - (kMaxGroups * kGroupSlots) % 8) + 8) % 8;
-    static constexpr int kMinBlocks = 4;  // CTAs an SM (down)
 };
 static_assert(DecodeShape<4>::kTokenSlots == 124, "the 4-warp layout (r25)");
 
