@@ -118,6 +118,7 @@ std::string endpoint_label(const std::string& path) {
 
 void set_error(httplib::Response& res, const ApiError& e) {
     res.status = e.http_status;
+    if (e.http_status == 503) res.set_header("Retry-After", "1");  // warming up, at capacity, stopping
     res.set_content(error_body(e), "application/json");
 }
 
@@ -125,6 +126,7 @@ void set_error(httplib::Response& res, const ApiError& e) {
 // connection's worker thread as httplib writes the chunked body.
 void send(httplib::Response& res, RouteResponse r) {
     res.status = r.status;
+    if (r.status == 503) res.set_header("Retry-After", "1");
     if (!r.stream) {
         res.set_content(r.body, r.content_type);
         return;
@@ -198,6 +200,16 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             // non-negative integer (400) or over the limit (413).
             std::string te = req.get_header_value("Transfer-Encoding");
             std::transform(te.begin(), te.end(), te.begin(), [](unsigned char ch) { return std::tolower(ch); });
+            // Content-Length headers that disagree (RFC 9112 §6.3: an unrecoverable framing error;
+            // a proxy and this server could read different bodies).
+            bool conflicting = false;
+            for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+                conflicting |= req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0);
+            if (conflicting) {
+                res.set_header("Connection", "close");
+                set_error(res, api_error(400, "the request has Content-Length headers that disagree"));
+                return;
+            }
             if (auto early = framing_error(te, req.has_header("Content-Length"), req.get_header_value("Content-Length"),
                                            body_limit)) {
                 res.set_header("Connection", "close");
@@ -252,13 +264,26 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     svr.Get("/health", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.health()); });
     svr.Get("/metrics", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.metrics()); });
 
-    // Known paths with the wrong method: 405 with Allow.
-    auto not_allowed = [](const char* allow) {
-        return [allow](const httplib::Request& req, httplib::Response& res) {
-            res.set_header("Allow", allow);
-            set_error(res, api_error(405, "method " + req.method + " is not allowed on " + req.path +
-                                              " (allowed: " + allow + ")"));
+    // Known paths with the wrong method: 405 with Allow. Methods that may carry a body take
+    // httplib's content-reader form, so the body is never waited for (a PUT without a length held
+    // a worker for the read timeout, then got 400); their connection is closed, its body unread.
+    auto not_allowed_error = [](const httplib::Request& req, httplib::Response& res, const char* allow) {
+        res.set_header("Allow", allow);
+        set_error(res, api_error(405, "method " + req.method + " is not allowed on " + req.path +
+                                          " (allowed: " + allow + ")"));
+    };
+    auto not_allowed = [not_allowed_error](const char* allow) {
+        return [allow, not_allowed_error](const httplib::Request& req, httplib::Response& res) {
+            not_allowed_error(req, res, allow);
         };
+    };
+    auto not_allowed_with_body = [not_allowed_error](const char* allow) {
+        return httplib::Server::HandlerWithContentReader([allow, not_allowed_error](const httplib::Request& req,
+                                                                                    httplib::Response& res,
+                                                                                    const httplib::ContentReader&) {
+            res.set_header("Connection", "close");
+            not_allowed_error(req, res, allow);
+        });
     };
     // CORS preflight (options.cors_origin): 204 with what the path allows; the origin header itself
     // goes on every routed answer (the post-routing handler below).
@@ -274,10 +299,11 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     };
     for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/completions"}) {
         auto h = not_allowed("POST");
+        auto hb = not_allowed_with_body("POST");
         svr.Get(path, h);
-        svr.Put(path, h);
-        svr.Patch(path, h);
-        svr.Delete(path, h);
+        svr.Put(path, hb);
+        svr.Patch(path, hb);
+        svr.Delete(path, hb);
         if (cors) {
             svr.Options(path, preflight("POST, OPTIONS"));
         } else {
@@ -286,10 +312,11 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     }
     for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics"}) {
         auto h = not_allowed("GET, HEAD");
-        svr.Post(path, h);
-        svr.Put(path, h);
-        svr.Patch(path, h);
-        svr.Delete(path, h);
+        auto hb = not_allowed_with_body("GET, HEAD");
+        svr.Post(path, hb);
+        svr.Put(path, hb);
+        svr.Patch(path, hb);
+        svr.Delete(path, hb);
         if (cors) {
             svr.Options(path, preflight("GET, HEAD, OPTIONS"));
         } else {

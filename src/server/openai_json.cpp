@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "harmony/harmony_parser.h"
@@ -172,13 +173,10 @@ std::string json_shape_error(std::string_view body, int depth_limit, int member_
 // Sampling fields shared by the three endpoints.
 void read_sampling(Fields& f, SamplingRequest* out) {
     if (auto t = f.number("temperature", 0.0, 2.0)) out->sampling.temperature = static_cast<float>(*t);
-    if (auto p = f.number("top_p", 0.0, 1.0)) {
-        if (!(static_cast<float>(*p) > 0.0f)) {  // (a positive double can round to 0 as a float)
-            f.fail("top_p", "must be greater than 0");
-        } else {
-            out->sampling.top_p = static_cast<float>(*p);
-        }
-    }
+    // top_p 0 (OpenAI's range is 0-1 inclusive) keeps only the most probable token, as the
+    // smallest positive nucleus does (a positive double rounding to 0 as a float too).
+    if (auto p = f.number("top_p", 0.0, 1.0))
+        out->sampling.top_p = std::max(static_cast<float>(*p), std::numeric_limits<float>::min());
     if (auto s = f.integer("seed", INT64_MIN, INT64_MAX)) out->sampling.seed = static_cast<uint64_t>(*s);
     if (auto pp = f.number("presence_penalty", -2.0, 2.0)) out->sampling.presence_penalty = static_cast<float>(*pp);
     if (auto fp = f.number("frequency_penalty", -2.0, 2.0)) out->sampling.frequency_penalty = static_cast<float>(*fp);
@@ -498,9 +496,7 @@ ApiError api_error(int http_status, std::string message, std::optional<std::stri
     e.http_status = http_status;
     e.message = std::move(message);
     e.code = std::move(code);
-    if (http_status == 404) {
-        e.type = "not_found_error";
-    } else if (http_status == 503) {
+    if (http_status == 503) {
         e.type = "service_unavailable_error";
     } else if (http_status >= 500) {
         e.type = "server_error";
@@ -533,9 +529,19 @@ ApiError api_error(const Status& status) {
     return e;
 }
 
+// An error message as sent: at most kMaxErrorMessageBytes (a message quoting a 4 MB field would
+// be 4 MB), cut at a UTF-8 character boundary, with what was cut said.
+std::string bounded_message(const std::string& m) {
+    constexpr size_t kMaxErrorMessageBytes = 1024;
+    if (m.size() <= kMaxErrorMessageBytes) return m;
+    size_t cut = kMaxErrorMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(m[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+    return m.substr(0, cut) + "... (" + std::to_string(m.size() - cut) + " more bytes)";
+}
+
 Json error_json(const ApiError& error) {
     Json inner;
-    inner["message"] = error.message;
+    inner["message"] = bounded_message(error.message);
     inner["type"] = error.type;
     inner["param"] = error.param ? Json(*error.param) : Json(nullptr);
     inner["code"] = error.code ? Json(*error.code) : Json(nullptr);
@@ -556,8 +562,13 @@ StatusOr<Json> parse_json_body(std::string_view body) {
         if (!j.is_object()) return invalid_argument("the request body must be a JSON object, not " + type_name(j));
         return j;
     } catch (const Json::exception& e) {
-        // nlohmann rejects invalid UTF-8 and lone surrogates here too.
-        return invalid_argument(std::string("the request body is not valid JSON: ") + e.what());
+        // nlohmann rejects invalid UTF-8 and lone surrogates here too. Its "[json.exception.
+        // parse_error.101] " prefix names the library, not the problem: dropped.
+        std::string why = e.what();
+        if (why.rfind("[json.exception.", 0) == 0) {
+            if (const size_t end = why.find("] "); end != std::string::npos) why.erase(0, end + 2);
+        }
+        return invalid_argument("the request body is not valid JSON: " + why);
     }
 }
 
@@ -634,6 +645,25 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         f.string("model");
         if (f.has("previous_response_id")) {
             return unimplemented("previous_response_id: this server keeps no responses; send the whole input");
+        }
+        if (const Json* conv = f.get("conversation"); conv != nullptr && !conv->is_null()) {
+            return unimplemented("conversation: this server keeps no conversations; send the whole input");
+        }
+        // include: the extra output this server can add is none; the entries that ask for output
+        // it would silently leave out are refused (tool-call result entries name tools it refuses).
+        if (const Json* include = f.array("include")) {
+            for (size_t i = 0; i < include->size(); ++i) {
+                const Json& it = (*include)[i];
+                if (!it.is_string()) return field_error(indexed("include", i), "must be a string");
+                const std::string v = it.get<std::string>();
+                if (v == "reasoning.encrypted_content" || v == "message.output_text.logprobs")
+                    return unimplemented(indexed("include", i) + ": '" + v + "' is not supported by this server");
+            }
+        }
+        if (auto k = f.integer("top_logprobs", 0, 20); k && *k > 0) {
+            return unimplemented(
+                "top_logprobs: log probabilities are not supported on /v1/responses (use "
+                "/v1/chat/completions with logprobs)");
         }
         if (f.boolean("background").value_or(false)) {
             return unimplemented("background: this server keeps no responses to poll; leave it out or false");

@@ -200,7 +200,7 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
          "temperature"},
         {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":100000})", 400,
          "max_tokens"},
-        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":1e-300})", 400, "top_p"},
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":-1e-300})", 400, "top_p"},
         {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"bogus"}})",
          400, "response_format.type"},
         {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{}})", 400,
@@ -530,11 +530,21 @@ TEST_F(HttpServerTest, BrokenFramingIsAnsweredAtOnce) {
         {"Content-Length: 99999999999999999999\r\n", "HTTP/1.1 413"},  // past 2^64
         {"Content-Length: 5000000\r\n", "HTTP/1.1 413"},               // over the 64 KB test limit, body never sent
         {"Transfer-Encoding: gzip\r\n", "HTTP/1.1 501"},
+        {"Content-Length: 7\r\nContent-Length: 52\r\n", "HTTP/1.1 400"},  // lengths that disagree
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.headers);
         const auto [line, secs] = raw_exchange(s.http.port(), head + c.headers + "\r\n");
         EXPECT_EQ(line.substr(0, 12), c.status) << line;
+        EXPECT_LT(secs, 2.0);
+    }
+    // A method the path does not allow, with a body that never comes (no length): 405 at once, not
+    // after the read timeout.
+    for (const char* request : {"PUT /v1/chat/completions", "PATCH /v1/responses", "DELETE /v1/completions",
+                                "POST /v1/models", "PUT /health"}) {
+        SCOPED_TRACE(request);
+        const auto [line, secs] = raw_exchange(s.http.port(), std::string(request) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_EQ(line.substr(0, 12), "HTTP/1.1 405") << line;
         EXPECT_LT(secs, 2.0);
     }
     EXPECT_EQ(s.engine.submitted(), 0);

@@ -98,7 +98,8 @@ TEST(ParseChatRequest, NamesTheBadField) {
         {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
         {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
         {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
-        {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})", "top_p"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_p": -0.1})", "top_p"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", "top_p"},
         {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
         {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5})", "max_tokens"},
         {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens"},
@@ -187,6 +188,13 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "background": true})", "background"},
         {R"({"input": "x", "background": "yes"})", "background"},
         {R"({"input": "x", "text": {"format": {"type": "json_object"}}})", "text.format.type"},
+        // Stored state and output this server cannot give: refused, not ignored.
+        {R"({"input": "x", "conversation": "conv_1"})", "conversation"},
+        {R"({"input": "x", "include": ["reasoning.encrypted_content"]})", "include[0]"},
+        {R"({"input": "x", "include": ["file_search_call.results", "message.output_text.logprobs"]})", "include[1]"},
+        {R"({"input": "x", "include": [5]})", "include[0]"},
+        {R"({"input": "x", "include": "reasoning.encrypted_content"})", "include"},
+        {R"({"input": "x", "top_logprobs": 2})", "top_logprobs"},
     };
     for (const auto& [body, param] : cases) {
         auto r = parse_responses_request(j(body));
@@ -243,6 +251,31 @@ TEST(ApiError, MapsStatusCodesInOnePlace) {
     EXPECT_TRUE(e["error"]["code"].is_null());
     // A message that does not start with a field path has no param.
     EXPECT_FALSE(api_error(invalid_argument("the body is not JSON: x")).param.has_value());
+    // 404s are invalid_request_error, as OpenAI's (with code model_not_found for a model).
+    EXPECT_EQ(error_json(api_error(404, "the model 'm' does not exist", "model_not_found"))["error"]["type"],
+              "invalid_request_error");
+    // A message quoting a huge field is cut to ~1 KB at a character boundary, and says so.
+    const std::string huge = "role: unknown role '" + std::string(4000, 'a') + "\xc3\xa9" + std::string(100000, 'b');
+    const std::string m = error_json(api_error(invalid_argument(huge)))["error"]["message"].get<std::string>();
+    EXPECT_LE(m.size(), 1100u);
+    EXPECT_NE(m.find("more bytes)"), std::string::npos);
+    const std::string multibyte = std::string(1023, 'a') + "\xc3\xa9" + std::string(10, 'b');  // é across the cut
+    const std::string cut = error_json(api_error(invalid_argument(multibyte)))["error"]["message"].get<std::string>();
+    EXPECT_EQ(cut.substr(0, 1024), std::string(1023, 'a') + ".") << "cut before the character, not inside it";
+}
+
+TEST(ParseJsonBody, SyntaxErrorsDoNotNameTheLibrary) {
+    auto r = parse_json_body("{\"a\": }");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message().find("json.exception"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("not valid JSON"), std::string::npos);
+}
+
+TEST(ParseChatRequest, TopPZeroKeepsTheMostProbableToken) {
+    auto p = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0})"));
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_GT(p->sampling.sampling.top_p, 0.0f);
+    EXPECT_LT(p->sampling.sampling.top_p, 1e-30f);
 }
 
 TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
