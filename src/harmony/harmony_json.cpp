@@ -359,7 +359,9 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
                     const Json* fn = field(c, "function");
                     if (fn == nullptr || !fn->is_object()) return invalid_argument(cw + ".function must be an object");
                     ASSIGN_OR_RETURN(std::optional<std::string> name, opt_string(*fn, "name", cw + ".function"));
-                    if (!name || !valid_function_name(*name)) return invalid_argument(cw + ".function.name is invalid");
+                    if (!name || !valid_function_name(*name))
+                        return invalid_argument(cw +
+                                                ".function.name must be a non-empty name of letters, digits, _ . : -");
                     std::string args;
                     if (const Json* a = field(*fn, "arguments"))
                         args = a->is_string() ? a->get<std::string>() : compact(*a);
