@@ -327,6 +327,7 @@ void Engine::step() {
         return;
     }
     scheduler_.on_step_done(out);
+    for (const ScheduledSequence& ss : out.seqs) active_.at(ss.seq->id)->stream->mark_progress();
     ++counters_.num_steps;
     counters_.num_tokens_computed += out.num_tokens;
 

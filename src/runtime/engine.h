@@ -73,6 +73,8 @@ public:
     // cancelled (unless it finished first). Returns at once.
     void cancel();
     bool done() const { return stream_->done(); }  // the final event was produced
+    // When the engine last computed anything for the request (RequestStream::last_progress).
+    std::chrono::steady_clock::time_point last_progress() const { return stream_->last_progress(); }
 
 private:
     std::shared_ptr<RequestStream> stream_;

@@ -3,6 +3,7 @@
 // consumers wait with a timeout or get a callback instead.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -56,6 +57,17 @@ public:
     bool done() const;     // the final event was pushed
     bool drained() const;  // ... and taken
 
+    // Engine side: the request took part in a step (a prefill chunk or a token). Consumers read
+    // when that last happened (a time-point zero before the first step), so a long prefill, which
+    // emits no event, is not taken for a stall.
+    void mark_progress() {
+        progress_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    }
+    std::chrono::steady_clock::time_point last_progress() const {
+        return std::chrono::steady_clock::time_point(
+            std::chrono::steady_clock::duration(progress_ns_.load(std::memory_order_relaxed)));
+    }
+
 private:
     const uint64_t id_;
     Callback callback_;
@@ -64,6 +76,7 @@ private:
     std::deque<TokenEvent> events_;
     bool done_ = false;
     bool drained_ = false;
+    std::atomic<std::chrono::steady_clock::rep> progress_ns_{0};
 };
 
 }  // namespace gptoss::runtime

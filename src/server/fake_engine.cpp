@@ -31,6 +31,17 @@ void FakeEngine::set_paused(bool paused) {
     work_cv_.notify_all();
 }
 
+void FakeEngine::set_prefill_time(std::chrono::milliseconds t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    prefill_time_ = t;
+}
+
+Clock::time_point FakeEngine::last_progress(RequestId id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = seqs_.find(id);
+    return it == seqs_.end() ? Clock::time_point{} : it->second->progress;
+}
+
 void FakeEngine::fail_next_request(std::string error) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_next_ = std::move(error);
@@ -140,6 +151,7 @@ void FakeEngine::admit_locked() {
         if (kv_blocks_in_use_ + need > options_.kv_blocks_total) break;  // FIFO: wait for blocks
         kv_blocks_in_use_ += need;
         seq->running = true;
+        seq->started = Clock::now();
         ++running;
     }
 }
@@ -155,6 +167,8 @@ void FakeEngine::step_locked() {
             finish_locked(s, std::move(e));
             continue;
         }
+        s.progress = Clock::now();
+        if (s.progress - s.started < prefill_time_) continue;  // still "prefilling"
         if (s.generated >= s.script.size()) {
             EngineEvent e;
             e.finish = FinishReason::kStop;

@@ -39,6 +39,7 @@ public:
     StatusOr<RequestId> submit(EngineRequest request) override;
     bool next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) override;
     void cancel(RequestId id) override;
+    Clock::time_point last_progress(RequestId id) const override;
     EngineStats stats() const override;
     bool ready() const override { return ready_.load(); }
     int max_context_tokens() const override { return options_.max_context_tokens; }
@@ -48,6 +49,9 @@ public:
     void set_script(FakeScript script);
     // While paused no tokens are produced (requests stay running, holding their KV blocks).
     void set_paused(bool paused);
+    // A running sequence's "prefill": no token for this long after it starts running, its progress
+    // marked every step meanwhile (as the real engine marks prefill chunks).
+    void set_prefill_time(std::chrono::milliseconds t);
     // Fails the next submitted request with this engine error event (empty: none).
     void fail_next_request(std::string error);
 
@@ -64,6 +68,8 @@ private:
         size_t generated = 0;
         bool running = false;
         bool finished = false;
+        Clock::time_point started{};   // when it began running
+        Clock::time_point progress{};  // its last step
         std::string fail_with;
         std::deque<EngineEvent> events;
         std::condition_variable cv;
@@ -84,6 +90,7 @@ private:
     std::condition_variable work_cv_;
     bool stop_ = false;
     bool paused_ = false;
+    std::chrono::milliseconds prefill_time_{0};
     FakeScript script_;
     std::string fail_next_;
     EngineRequest last_request_;

@@ -63,7 +63,7 @@ public:
                 }
             } else if (queue_.shutting_down()) {
                 fail(shutdown_error(), out);
-            } else if (Clock::now() - last_event_ > stall_timeout_) {
+            } else if (Clock::now() - std::max(last_event_, gen_->last_progress()) > stall_timeout_) {
                 fail(timeout_error(), out);
             } else if (Clock::now() - last_output_ > keepalive_) {
                 *out += ": keep-alive\n\n";  // an SSE comment; clients ignore it
@@ -158,7 +158,8 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
         }
         if (!gen->next(&events, kPollInterval)) {
             if (queue_.shutting_down()) return error(shutdown_error());
-            if (Clock::now() - last_event > options_.request_timeout) return error(timeout_error());
+            if (Clock::now() - std::max(last_event, gen->last_progress()) > options_.request_timeout)
+                return error(timeout_error());
             continue;
         }
         last_event = Clock::now();

@@ -27,6 +27,8 @@ void GenerationStream::stop() {
     finished_ = true;
 }
 
+Clock::time_point GenerationStream::last_progress() const { return queue_.engine_.last_progress(id_); }
+
 bool GenerationStream::next(std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) {
     if (finished_ || released_ || queue_.shutting_down()) return false;
     const size_t first = out->size();

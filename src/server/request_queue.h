@@ -36,6 +36,8 @@ public:
     // request is released at once and not counted as cancelled.
     void stop();
     bool finished() const { return finished_; }
+    // The engine's last step for this request (TokenEngine::last_progress).
+    Clock::time_point last_progress() const;
     int64_t prompt_tokens() const { return prompt_tokens_; }
     int64_t generated_tokens() const { return generated_; }
 

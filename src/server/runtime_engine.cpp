@@ -109,6 +109,12 @@ bool RuntimeEngineAdapter::next_events(RequestId id, std::vector<EngineEvent>* o
     return true;
 }
 
+Clock::time_point RuntimeEngineAdapter::last_progress(RequestId id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = handles_.find(id);
+    return it == handles_.end() ? Clock::time_point{} : it->second->last_progress();
+}
+
 void RuntimeEngineAdapter::cancel(RequestId id) {
     std::shared_ptr<runtime::RequestHandle> h;
     {

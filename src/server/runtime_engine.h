@@ -27,6 +27,7 @@ public:
 
     StatusOr<RequestId> submit(EngineRequest request) override;
     bool next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) override;
+    Clock::time_point last_progress(RequestId id) const override;
     void cancel(RequestId id) override;
     EngineStats stats() const override;
     bool ready() const override { return ready_.load(); }
@@ -40,7 +41,7 @@ private:
     std::atomic<bool> ready_{false};
     std::atomic<int> max_context_{1};
     std::atomic<int> vocab_size_{1};
-    std::mutex mu_;
+    mutable std::mutex mu_;
     std::unordered_map<RequestId, std::shared_ptr<runtime::RequestHandle>> handles_;
     RequestId next_id_ = 1;
     std::thread loader_;

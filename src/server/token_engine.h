@@ -85,6 +85,10 @@ public:
     virtual int max_context_tokens() const = 0;
     // Token ids must be < vocab_size().
     virtual int vocab_size() const = 0;
+    // When the engine last computed anything for the request: a prefill chunk or a token (a
+    // time-point zero if never or unknown). The server's stall timeout counts from the later of
+    // this and the last event, so a long prefill is not a stall.
+    virtual Clock::time_point last_progress(RequestId) const { return {}; }
 };
 
 }  // namespace gptoss::server

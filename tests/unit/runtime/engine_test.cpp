@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <span>
 #include <string>
+#include <thread>
 
 #include "engine_test_util.h"
 #include "model/gpt_oss_forward.h"
@@ -88,6 +90,28 @@ TEST_F(EngineTest, SingleRequestMatchesTheUnpagedReference) {
         EXPECT_EQ(g.finish, FinishReason::kLength);
         EXPECT_EQ(g.ids.size(), 12u);
     }
+}
+
+// The engine marks a request's progress at every step it takes part in, prefill chunks included:
+// an 80-token prompt at 24 tokens a step is marked before its first token exists (the server's
+// stall timeout reads this, so a long prefill is not a stall).
+TEST_F(EngineTest, PrefillChunksMarkProgressBeforeTheFirstToken) {
+    auto engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(engine);
+    auto h =
+        engine->submit(Request{.prompt = random_ids(80, 300, 5), .sampling = {.temperature = 0.0f}, .max_tokens = 2});
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::chrono::steady_clock::time_point first_mark{};
+    while (first_mark == std::chrono::steady_clock::time_point{} && std::chrono::steady_clock::now() < deadline) {
+        first_mark = h->last_progress();
+        std::this_thread::yield();
+    }
+    ASSERT_NE(first_mark, std::chrono::steady_clock::time_point{}) << "no progress marked";
+    std::optional<TokenEvent> first = h->next(std::chrono::milliseconds(20000));
+    ASSERT_TRUE(first.has_value());
+    EXPECT_LE(first_mark, first->time);
+    EXPECT_GE(h->last_progress(), first_mark);
 }
 
 // A runner that samples "on the device" the way the CUDA runner does: the CPU forward, then an

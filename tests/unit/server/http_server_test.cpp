@@ -437,6 +437,25 @@ TEST_F(HttpServerTest, StalledRequestsTimeOut) {
     s.engine.set_paused(false);
 }
 
+// A prefill longer than the stall timeout is progress, not a stall: the engine marks the request
+// at every step (a probe's 12k-token prompt got 504 after --request-timeout 3 while computing).
+TEST_F(HttpServerTest, LongPrefillIsNotAStall) {
+    TestServerOptions o = default_test_options();
+    o.routes.request_timeout = std::chrono::seconds(1);
+    TestServer s(o);
+    s.engine.set_script(hello_script());
+    s.engine.set_prefill_time(std::chrono::milliseconds(2500));
+    auto r = s.post("/v1/chat/completions", kChat);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    auto st = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":true})");
+    ASSERT_TRUE(st);
+    std::vector<SseEvent> ev = parse_sse(st->body);
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(ev.back().data, "[DONE]");
+    EXPECT_EQ(st->body.find("no progress"), std::string::npos) << st->body;
+}
+
 // A fake engine that takes 5 ms a token, and a final answer of n tokens for it (~n · 5 ms).
 TestServerOptions slow_engine_options() {
     TestServerOptions o = default_test_options();
