@@ -258,12 +258,17 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         std::move(req), [&] { return make_completion_session(ctx, *params, n); }, params->stream, arrival, client_gone);
 }
 
+// The context length once known: null while the engine warms up (it is sized then).
+Json OpenAiRoutes::max_model_len() const {
+    return queue_.engine().ready() ? Json(queue_.engine().max_context_tokens()) : Json(nullptr);
+}
+
 RouteResponse OpenAiRoutes::models() const {
     Json model = {{"id", options_.model_id},
                   {"object", "model"},
                   {"created", created_},
                   {"owned_by", "gptoss"},
-                  {"max_model_len", queue_.engine().max_context_tokens()}};
+                  {"max_model_len", max_model_len()}};
     return json_response(200, Json{{"object", "list"}, {"data", Json::array({model})}});
 }
 
@@ -275,7 +280,7 @@ RouteResponse OpenAiRoutes::model(std::string_view id) const {
                                    {"object", "model"},
                                    {"created", created_},
                                    {"owned_by", "gptoss"},
-                                   {"max_model_len", queue_.engine().max_context_tokens()}});
+                                   {"max_model_len", max_model_len()}});
 }
 
 RouteResponse OpenAiRoutes::health() const {

@@ -64,6 +64,7 @@ public:
     const RoutesOptions& options() const { return options_; }
 
 private:
+    Json max_model_len() const;  // null while warming up
     // Checks readiness and the context, submits, and runs `session` to the end or as a stream.
     RouteResponse generate(EngineRequest request, const std::function<std::unique_ptr<Session>()>& make_session,
                            bool stream, Clock::time_point arrival, const ClientGone& client_gone);

@@ -32,6 +32,10 @@ TEST_F(HttpServerTest, HealthModelsMetrics) {
     TestServer s(o);
     expect_error(s.get("/health"), 503);
     expect_error(s.post("/v1/chat/completions", kChat), 503);  // not before warm-up
+    auto warming = s.get("/v1/models");                        // listed, its context not known yet
+    ASSERT_TRUE(warming);
+    EXPECT_EQ(warming->status, 200);
+    EXPECT_TRUE(parse(warming->body)["data"][0]["max_model_len"].is_null()) << warming->body;
     s.engine.set_ready(true);
     auto h = s.get("/health");
     ASSERT_TRUE(h);
@@ -44,6 +48,7 @@ TEST_F(HttpServerTest, HealthModelsMetrics) {
     EXPECT_EQ(models["object"], "list");
     EXPECT_EQ(models["data"][0]["id"], "test-model");
     EXPECT_EQ(models["data"][0]["object"], "model");
+    EXPECT_EQ(models["data"][0]["max_model_len"], 4096);  // the fake engine's context
     auto one = s.get("/v1/models/test-model");
     ASSERT_TRUE(one);
     EXPECT_EQ(parse(one->body)["id"], "test-model");
