@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 prefetch
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 prefetch rowq
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,13 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    rowq)
+      # Session 18: the post-attention norm writes the MoE's e4m3 token rows, the grouped FP8 / MX
+      # MoE gathers them per assignment (GPTOSS_MOE_ROWQ=1, default) instead of quantizing h's rows
+      # per assignment: bit-identity tests, the model tests, 8k --fp8 prefill of both models.
+      switch_prefill_ab rowq GPTOSS_MOE_ROWQ 'CudaOps.ResidualRmsNorm*:CudaMoeFp8.MatchesCpuSchemeAtRealWidths:CudaMoeMx.MatchesCpuAtRealWidths' \
+        'moe|norm' "gpt-oss-20b gpt-oss-120b"
       ;;
     prefetch)
       # Session 18: moe_decode_mma's CTAs ask L2 for the tiles of the CTAs one wave later

@@ -160,6 +160,23 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     DeviceBuffer xq8w, xs8w;
+    // The post-attention norm also writes its rows as e4m3 with one scale a row (hq_tok, hs_tok:
+    // ResidualRmsNormArgs::out_row_q) where the MoE takes the grouped FP8 / MX kernels, which then
+    // gather those bytes per assignment (moe_fp8_gather_rows) instead of quantizing h's bf16 rows
+    // once per assignment (the same bytes). GPTOSS_MOE_ROWQ=0: off (A/B runs).
+    bool rowq_allowed = [] {
+        const char* v = std::getenv("GPTOSS_MOE_ROWQ");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    DeviceBuffer hq_tok, hs_tok;
+    // Whether moe(rows, ...) quantizes h's rows for the grouped FP8 or MX kernels (the order of its
+    // tests; a wrong answer costs time, never a value: moe() gathers only rows it was given).
+    bool moe_reads_fp8_rows(int rows) const {
+        if (mx_grouped && rows >= fp8_jit_tokens) return true;
+        if (fp8_jit && rows >= fp8_jit_tokens) return true;
+        if (use_wgmma(rows) || use_mma(rows) || (mxfp4 && rows <= mxfp4_tokens)) return false;
+        return fp8_grouped;
+    }
     bool use_wgmma_ws(int rows) const { return wgmma_ws == 1 || (wgmma_ws < 0 && rows >= 64 * num_experts); }
     bool use_wgmma(int rows) const {
         return wgmma_ok && rows > mxfp4_tokens && (rows > mma_tokens || rows * experts_per_token >= 64 * num_experts);
@@ -261,7 +278,8 @@ struct CudaModel::Impl {
                    int dp_max_tokens);
     Status validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full, int blocks_sliding) const;
     // The experts on T rows of (h_bf16, h_f32); expert ids are this rank's (localized under EP).
-    void moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32);
+    // rows_q: hq_tok / hs_tok hold h's rows quantized (ResidualRmsNormArgs::out_row_q).
+    void moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q = false);
     // y[m, w.n] = x[m, w.k] · Wᵀ with FP8 weights: the weight-only GEMV up to kGemvMaxTokens rows
     // (x fp32 or bf16), else x (bf16) quantized per 1×128 into (xq, xs) and the cuBLASLt W8A8
     // GEMM, which writes fp8_gemm_m_pad(m) rows of y.
@@ -751,6 +769,10 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         const int64_t kp = std::max({kp_h, kp_i, static_cast<int64_t>(kc::fp8_gemm_k_pad(static_cast<int>(qw)))});
         xq8 = DeviceBuffer(rows * kp);
         xs8 = DeviceBuffer(rows * (kp / 128) * 4);
+        if (rowq_allowed && H % 16 == 0 && moe_reads_fp8_rows(static_cast<int>(Tm))) {
+            hq_tok = DeviceBuffer(Tm * H);
+            hs_tok = DeviceBuffer(Tm * 4);
+        }
     }
     {
         xg = DeviceBuffer(A * H * 2);
@@ -871,7 +893,7 @@ void CudaModel::Impl::gemm_f8(const uint8_t* xq, const float* xs, const kc::Fp8W
         kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream, y_bf16);
 }
 
-void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32) {
+void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q) {
     DeviceLayer& D = layers[l];
     const int H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, K = c.experts_per_token;
     const int A = T * K;
@@ -942,7 +964,12 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     // + SwiGLU into e4m3 act, down into y. No host synchronisation.
     auto grouped_fp8 = [&](const uint8_t* gu_q, const float* gu_s, const uint8_t* down_q, const float* down_s) {
         kc::MoeFp8Args m = grouped_args();
-        kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        if (rows_q)
+            kc::moe_fp8_gather_rows(hq_tok.as<uint8_t>(), hs_tok.as<float>(), sorted.as<int32_t>(), K, A, H, false, H,
+                                    xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        else
+            kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(),
+                                   stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
         m.wq = gu_q;
@@ -987,8 +1014,12 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         // them and the down GEMM reads them against zero codes), then down.
         const int kp_h = (static_cast<int>(H) + 127) / 128 * 128, kp_i = (static_cast<int>(I) + 127) / 128 * 128;
         kc::MoeFp8Args m = grouped_args();
-        kc::moe_fp8_quant_rows_mx(h_bf16, true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(), xs8.as<float>(),
-                                  stream);
+        if (rows_q)
+            kc::moe_fp8_gather_rows(hq_tok.as<uint8_t>(), hs_tok.as<float>(), sorted.as<int32_t>(), K, A, H, true, kp_h,
+                                    xq8.as<uint8_t>(), xs8.as<float>(), stream);
+        else
+            kc::moe_fp8_quant_rows_mx(h_bf16, true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(),
+                                      xs8.as<float>(), stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
         m.w_mx = D.gu_blocks.as<uint8_t>();
@@ -1570,6 +1601,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // residual update and the post-attention norm.
             const bool fused_router = small_moe && decode_fused && ep == 1;
             const bool norm_in_router = fused_router && dp == 1 && T <= fused_norm_max_tokens;
+            bool moe_rows_q = false;
             // Larger batches on one DP group whose experts read only bf16 h: the router normalizes
             // the residual itself (the same fp32 bits), so the norm skips its [T, H] fp32 copy.
             const bool router_norms = router_norm_allowed && !small_moe && dp == 1 && !(mxfp4 && Tm <= mxfp4_tokens) &&
@@ -1588,6 +1620,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn2.num_tokens = T;
                 rn2.hidden_size = H;
                 rn2.eps = static_cast<float>(c.rms_norm_eps);
+                // The MoE's e4m3 token rows (one DP group: its rows are the MoE's).
+                moe_rows_q = hq_tok.get() != nullptr && dp == 1 && !small_moe && moe_reads_fp8_rows(Tm);
+                if (moe_rows_q) {
+                    rn2.out_row_q = hq_tok.as<uint8_t>();
+                    rn2.out_row_scale = hs_tok.as<float>();
+                }
                 kc::residual_rmsnorm(rn2, stream);
                 mark("norm");
             }
@@ -1674,7 +1712,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
-            moe(Tm, l, fused_router, moe_h, moe_h32);
+            moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q);
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world
                 kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);

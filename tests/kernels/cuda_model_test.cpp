@@ -338,16 +338,21 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     model::CpuForward cpu32(**w);
     model::CpuKvCache cpu32_kv(c, 16, 256, 256);
     const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
-    const char* names[8] = {"grouped FP8 experts",
-                            "per-expert cuBLASLt",
-                            "no expert copy",
-                            "no expert copy, converted a layer at a time",
-                            "no expert copy, MXFP4 experts as they are",
-                            "MXFP4 experts as they are, W4A8 decode on wgmma",
-                            "FP8 experts only (--fp8-experts)",
-                            "MXFP4 experts as they are at every batch (decode steps too)"};
-    std::vector<float> got[8];
-    for (int v = 0; v < 8; ++v) {
+    const char* names[10] = {"grouped FP8 experts",
+                             "per-expert cuBLASLt",
+                             "no expert copy",
+                             "no expert copy, converted a layer at a time",
+                             "no expert copy, MXFP4 experts as they are",
+                             "MXFP4 experts as they are, W4A8 decode on wgmma",
+                             "FP8 experts only (--fp8-experts)",
+                             "MXFP4 experts as they are at every batch (decode steps too)",
+                             "grouped FP8 experts, h's rows quantized per assignment (GPTOSS_MOE_ROWQ=0)",
+                             "MXFP4 experts as they are, h's rows quantized per assignment (GPTOSS_MOE_ROWQ=0)"};
+    std::vector<float> got[10];
+    for (int v_run = 0; v_run < 10; ++v_run) {
+        // 8 and 9: variants 0 and 4 without the norm's e4m3 token rows (the MoE quantizes h's rows
+        // per assignment itself): the same bytes reach the same kernels.
+        const int v = v_run == 8 ? 0 : v_run == 9 ? 4 : v_run;
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = v < 2;  // false: no FP8 expert copy either (one expert at a time)
@@ -360,21 +365,26 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         o.moe_mma_max_tokens = 0;          // the 320-row prompt step through the FP8 experts,
         o.moe_wgmma = 0;                   // not the grouped MXFP4 kernels
         o.fp8_experts = v == 6;            // the MXFP4 bytes dropped: the decode steps on the grouped FP8 kernels too
+        if (v_run >= 8) ::setenv("GPTOSS_MOE_ROWQ", "0", 1);  // read when the model is made
         auto m = CudaModel::create(**w, o);
+        if (v_run >= 8) ::unsetenv("GPTOSS_MOE_ROWQ");
         ASSERT_TRUE(m.ok()) << m.status().to_string();
-        got[v] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });
-        ASSERT_EQ(got[v].size(), ref.size());
+        got[v_run] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });
+        ASSERT_EQ(got[v_run].size(), ref.size());
         Agreement agree;
-        for (size_t row = 0; row < ref.size() / V; ++row) agree.add(got[v].data() + row * V, ref.data() + row * V, V);
+        for (size_t row = 0; row < ref.size() / V; ++row)
+            agree.add(got[v_run].data() + row * V, ref.data() + row * V, V);
         std::printf(
             "  fp8 (%s) vs fp32 CPU: rel L2 median %.3g p90 %.3g worst %.3g, argmax agreement %.4f over %d "
             "positions\n",
-            names[v], agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(),
+            names[v_run], agree.percentile(0.5), agree.percentile(0.9), agree.worst_rel, agree.agreement(),
             agree.positions);
-        EXPECT_LE(agree.percentile(0.5), 0.08) << names[v];
-        EXPECT_LE(agree.percentile(0.9), 0.1) << names[v];
-        EXPECT_GE(agree.agreement(), 0.97) << names[v];
+        EXPECT_LE(agree.percentile(0.5), 0.08) << names[v_run];
+        EXPECT_LE(agree.percentile(0.9), 0.1) << names[v_run];
+        EXPECT_GE(agree.agreement(), 0.97) << names[v_run];
     }
+    EXPECT_EQ(got[8], got[0]) << "the norm's e4m3 token rows changed the grouped FP8 MoE's logits";
+    EXPECT_EQ(got[9], got[4]) << "the norm's e4m3 token rows changed the MX MoE's logits";
     auto rel = [&](const std::vector<float>& a, const std::vector<float>& b) {
         double num = 0, den = 0;
         for (size_t i = 0; i < a.size(); ++i) {

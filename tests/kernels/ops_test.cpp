@@ -156,6 +156,85 @@ TEST(CudaOps, ResidualRmsNormQuantizesLikeTheGemmQuantizer) {
     }
 }
 
+// ResidualRmsNormArgs::out_row_q: the bytes moe_fp8_quant_rows(out, by_token = false) writes, in
+// the norm (T >= 64, also without out where the norm fuses out_q) or after it; then
+// moe_fp8_gather_rows of those rows equals moe_fp8_quant_rows(out, by_token = true) (and the MX
+// order's _mx form) byte for byte.
+TEST(CudaOps, ResidualRmsNormRowQuantAndGatherMatchTheMoeQuantizer) {
+    REQUIRE_GPU();
+    const int H = 2880, K = 4, k_pad = kc::fp8_gemm_k_pad(H), H_pad = (H + 127) / 128 * 128;
+    for (int T : {5, 64, 301}) {
+        const int m_pad = kc::fp8_gemm_m_pad(T), A = T * K;
+        auto x = randn(static_cast<size_t>(T) * H, 41 + T);
+        for (int t = 0; t < T; ++t)  // rows of different magnitudes: different row scales
+            for (int i = 0; i < H; ++i) x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
+        auto add = bf16_round(randn(static_cast<size_t>(T) * K * H, 42 + T));
+        auto w = randn(static_cast<size_t>(T) * K, 43 + T, 0.3f, 0.5f);
+        auto gain = randn(H, 45, 0.2f, 1.0f);
+        auto dadd = to_device(to_bf16(add)), dw = to_device(w), dg = to_device(gain);
+        kc::ResidualRmsNormArgs a;
+        a.add = dadd.as<float>();
+        a.add_bf16 = true;
+        a.add_weights = dw.as<float>();
+        a.num_add = K;
+        a.weight = dg.as<float>();
+        a.num_tokens = T;
+        a.hidden_size = H;
+        auto x_ref = to_device(x);
+        auto out = poisoned(static_cast<size_t>(T) * H * 2);
+        a.x = x_ref.as<float>();
+        a.out = out.get();
+        kc::residual_rmsnorm(a, nullptr);
+        auto q_ref = poisoned(static_cast<size_t>(T) * H), s_ref = poisoned(static_cast<size_t>(T) * 4);
+        kc::moe_fp8_quant_rows(out.get(), false, nullptr, 1, T, H, q_ref.as<uint8_t>(), s_ref.as<float>(), nullptr);
+        for (bool with_out : {true, false}) {
+            auto x_q = to_device(x);
+            auto out2 = poisoned(static_cast<size_t>(T) * H * 2);
+            auto rq = poisoned(static_cast<size_t>(T) * H), rs = poisoned(static_cast<size_t>(T) * 4);
+            auto gq = poisoned(static_cast<size_t>(m_pad) * k_pad);
+            auto gs = poisoned(static_cast<size_t>(k_pad / 128) * m_pad * 4);
+            kc::ResidualRmsNormArgs b = a;
+            b.x = x_q.as<float>();
+            b.out = with_out ? out2.get() : nullptr;
+            b.out_row_q = rq.as<uint8_t>();
+            b.out_row_scale = rs.as<float>();
+            if (!with_out) {  // only with the fused GEMM quantization (the norm then needs no out)
+                b.out_q = gq.as<uint8_t>();
+                b.out_q_scale = gs.as<float>();
+                b.q_k_pad = k_pad;
+                b.q_m_pad = m_pad;
+                if (!kc::residual_rmsnorm_fuses_quant(b)) continue;
+            }
+            kc::residual_rmsnorm(b, nullptr);
+            EXPECT_EQ(to_host<uint8_t>(rq, q_ref.bytes()), to_host<uint8_t>(q_ref, q_ref.bytes()))
+                << "T=" << T << (with_out ? "" : " without out");
+            EXPECT_EQ(to_host<float>(rs, T), to_host<float>(s_ref, T)) << "T=" << T << (with_out ? "" : " without out");
+            EXPECT_EQ(to_host<float>(x_q, x.size()), to_host<float>(x_ref, x.size())) << "residual, T=" << T;
+        }
+        // The gather: a shuffled assignment order (sorted[i] / K is row i's token).
+        std::vector<int32_t> sorted(A);
+        for (int i = 0; i < A; ++i) sorted[i] = static_cast<int32_t>((static_cast<int64_t>(i) * 7919 + 13) % A);
+        auto dsorted = to_device(sorted);
+        for (bool mx : {false, true}) {
+            const int dp = mx ? H_pad : H;
+            auto ref_q = poisoned(static_cast<size_t>(A) * dp), ref_s = poisoned(static_cast<size_t>(A) * 4);
+            auto got_q = poisoned(static_cast<size_t>(A) * dp), got_s = poisoned(static_cast<size_t>(A) * 4);
+            if (mx)
+                kc::moe_fp8_quant_rows_mx(out.get(), true, dsorted.as<int32_t>(), K, A, H, H_pad, ref_q.as<uint8_t>(),
+                                          ref_s.as<float>(), nullptr);
+            else
+                kc::moe_fp8_quant_rows(out.get(), true, dsorted.as<int32_t>(), K, A, H, ref_q.as<uint8_t>(),
+                                       ref_s.as<float>(), nullptr);
+            kc::moe_fp8_gather_rows(q_ref.as<uint8_t>(), s_ref.as<float>(), dsorted.as<int32_t>(), K, A, H, mx, dp,
+                                    got_q.as<uint8_t>(), got_s.as<float>(), nullptr);
+            EXPECT_EQ(to_host<uint8_t>(got_q, ref_q.bytes()), to_host<uint8_t>(ref_q, ref_q.bytes()))
+                << "gather T=" << T << (mx ? " mx" : "");
+            EXPECT_EQ(to_host<float>(got_s, A), to_host<float>(ref_s, A))
+                << "gather scales T=" << T << (mx ? " mx" : "");
+        }
+    }
+}
+
 TEST(CudaOps, QkvBiasRopeKvWrite) {
     REQUIRE_GPU();
     // head_dim 64 (gpt-oss: the kernel specialised for it) and 32 (the generic instantiation).

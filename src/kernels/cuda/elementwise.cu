@@ -9,6 +9,7 @@
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 
 namespace gptoss::kernels::cuda {
@@ -222,6 +223,15 @@ __device__ __forceinline__ float wide_rows_batched(const ResidualRmsNormArgs& a,
     return ss;
 }
 
+__device__ __forceinline__ float4 bf16_round4(float4 y) {
+    return make_float4(__bfloat162float(__float2bfloat16(y.x)), __bfloat162float(__float2bfloat16(y.y)),
+                       __bfloat162float(__float2bfloat16(y.z)), __bfloat162float(__float2bfloat16(y.w)));
+}
+__device__ __forceinline__ float abs_max_bf16(float4 y) {
+    const float4 b = bf16_round4(y);
+    return fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w)));
+}
+
 // Row t ≥ num_tokens of out_q (up to q_m_pad): zeros, scale 1.
 __device__ __forceinline__ void wide_norm_padding_row(const ResidualRmsNormArgs& a, int t) {
     for (int i = threadIdx.x; i < a.q_k_pad / 4; i += kWideNormThreads)
@@ -232,14 +242,16 @@ __device__ __forceinline__ void wide_norm_padding_row(const ResidualRmsNormArgs&
 
 // The rest of the wide kernel after its loads: the block's Σ v², 1 / rms, and the outputs (gain:
 // the norm weight's chunks, already loaded).
+template <bool kRowQ>
 __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, int t,
                                                  const float4 (&v)[kWideNormChunks],
                                                  const float4 (&gain)[kWideNormChunks], float ss, float* scratch) {
     const int H4 = a.hidden_size / 4;
-    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr) return;
+    if (a.out == nullptr && a.out_f32 == nullptr && a.out_q == nullptr && a.out_inv_rms == nullptr && !kRowQ) return;
     ss = block_sum(ss, scratch);
     const float inv = rsqrtf(ss / static_cast<float>(a.hidden_size) + a.eps);
     if (a.out_inv_rms != nullptr && threadIdx.x == 0) a.out_inv_rms[t] = inv;
+    float amax = 0.0f;  // of the bf16-rounded outputs, for out_row_q
 #pragma unroll
     for (int j = 0; j < kWideNormChunks; ++j) {
         const int i = threadIdx.x + j * kWideNormThreads;
@@ -259,6 +271,7 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
             }
             if (a.out_f32) reinterpret_cast<float4*>(a.out_f32 + static_cast<int64_t>(t) * a.hidden_size)[i] = y;
         }
+        if constexpr (kRowQ) amax = fmaxf(amax, abs_max_bf16(y));
         if (a.out_q != nullptr && i < a.q_k_pad / 4) {  // warp-uniform: q_k_pad / 4 is a multiple of 32
             // As quantize_act_fp8_bf16 reads out: the bf16 values, amax over the group, a power-of-two
             // scale, e4m3 of value / scale.
@@ -275,8 +288,32 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
             if ((threadIdx.x & 31) == 0) a.out_q_scale[static_cast<int64_t>(i / 32) * a.q_m_pad + t] = s;
         }
     }
+    if constexpr (kRowQ) {                         // quant_rows_e4m3_kernel's arithmetic on the same bf16 values
+        const float m = block_max(amax, scratch);  // chunks past hidden_size hold zeros
+        const float scale = m > 0.0f ? m / 448.0f : 1.0f;
+        const float r = m > 0.0f ? fminf(448.0f / m, 3.0e38f) : 1.0f;
+        if (threadIdx.x == 0) a.out_row_scale[t] = scale;
+#pragma unroll
+        for (int j = 0; j < kWideNormChunks; ++j) {
+            const int i = threadIdx.x + j * kWideNormThreads;
+            if (i < H4) {  // y again (fewer live registers than keeping it: no spill at 64)
+                const float4 w = gain[j];
+                const float4 yb = bf16_round4(
+                    make_float4(__fmul_rn(__fmul_rn(v[j].x, inv), w.x), __fmul_rn(__fmul_rn(v[j].y, inv), w.y),
+                                __fmul_rn(__fmul_rn(v[j].z, inv), w.z), __fmul_rn(__fmul_rn(v[j].w, inv), w.w)));
+                const uint32_t q01 =
+                    __nv_cvt_float2_to_fp8x2(make_float2(yb.x * r, yb.y * r), __NV_SATFINITE, __NV_E4M3);
+                const uint32_t q23 =
+                    __nv_cvt_float2_to_fp8x2(make_float2(yb.z * r, yb.w * r), __NV_SATFINITE, __NV_E4M3);
+                reinterpret_cast<uint32_t*>(a.out_row_q + static_cast<int64_t>(t) * a.hidden_size)[i] =
+                    q01 | (q23 << 16);
+            }
+        }
+    }
 }
 
+// kRowQ: with out_row_q (a.out_row_q set).
+template <bool kRowQ>
 __global__ void __launch_bounds__(kWideNormThreads, 4)
     residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
@@ -289,7 +326,7 @@ __global__ void __launch_bounds__(kWideNormThreads, 4)
     }
     float4 v[kWideNormChunks], gain[kWideNormChunks];
     const float ss = a.add_bf16 ? wide_rows_batched<true>(a, t, v, gain) : wide_rows_batched<false>(a, t, v, gain);
-    wide_norm_finish(a, t, v, gain, ss, scratch);
+    wide_norm_finish<kRowQ>(a, t, v, gain, ss, scratch);
 }
 
 // One block per token; one thread per two neighbouring rotation pairs (i, i + 1) of a head (q, k)
@@ -427,8 +464,14 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
                                         a.q_k_pad >= a.hidden_size && a.q_m_pad == fp8_gemm_m_pad(a.num_tokens)),
                  "residual_rmsnorm: out_q needs scales, q_k_pad %d (a multiple of 128 >= %d), q_m_pad %d", a.q_k_pad,
                  a.hidden_size, a.q_m_pad);
+    ENGINE_CHECK(
+        a.out_row_q == nullptr || (a.out_row_scale != nullptr && reinterpret_cast<uintptr_t>(a.out_row_q) % 16 == 0 &&
+                                   a.hidden_size % 16 == 0 && (a.out != nullptr || residual_rmsnorm_fuses_quant(a))),
+        "residual_rmsnorm: out_row_q needs scales, 16-byte alignment, hidden_size %% 16 == 0 (%d) and out",
+        a.hidden_size);
     if (a.num_tokens == 0) return;
-    const auto wide = residual_rmsnorm_wide_batched_kernel;
+    const auto wide = a.out_row_q != nullptr ? residual_rmsnorm_wide_batched_kernel<true>
+                                             : residual_rmsnorm_wide_batched_kernel<false>;
     if (residual_rmsnorm_fuses_quant(a)) {
         launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a);
         return;
@@ -442,6 +485,8 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
         launch_pdl(residual_rmsnorm_kernel, b.num_tokens, kNormThreads, 0, stream, b);
     if (a.out_q != nullptr)
         quantize_act_fp8_bf16(a.out, a.num_tokens, a.hidden_size, a.q_k_pad, a.out_q, a.out_q_scale, stream);
+    if (a.out_row_q != nullptr && !wide_norm_ok(b))
+        moe_fp8_quant_rows(a.out, false, nullptr, 1, a.num_tokens, a.hidden_size, a.out_row_q, a.out_row_scale, stream);
 }
 
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {

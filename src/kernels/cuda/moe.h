@@ -292,6 +292,14 @@ void moe_fp8_quant_rows(const void* x, bool by_token, const int32_t* sorted, int
 // positions of elements past dim hold 0).
 void moe_fp8_quant_rows_mx(const void* x, bool by_token, const int32_t* sorted, int experts_per_token, int rows,
                            int dim, int dim_pad, uint8_t* xq, float* xs, cudaStream_t stream);
+// The bytes of moe_fp8_quant_rows(x, by_token = true, ...) (mx: of moe_fp8_quant_rows_mx) from
+// the token rows quantized once, xq_tok [tokens, dim] and xs_tok [tokens] (what
+// moe_fp8_quant_rows(x, by_token = false) writes; ResidualRmsNormArgs::out_row_q): row i is token
+// row sorted[i] / experts_per_token, copied (mx: moved into the MX K order, dim_pad bytes a row,
+// zeros past dim). At 8k tokens this reads the token rows ~4 times from L2 instead of x's bf16 rows
+// from DRAM. dim % 16 == 0, dim ≤ 8,192.
+void moe_fp8_gather_rows(const uint8_t* xq_tok, const float* xs_tok, const int32_t* sorted, int experts_per_token,
+                         int rows, int dim, bool mx, int dim_pad, uint8_t* xq, float* xs, cudaStream_t stream);
 // Grouped GEMMs of FP8 activation rows with the MXFP4 experts themselves (sm_90a; session 12,
 // compiled only): the packed weights by TMA (12 KB a stage for 192 rows × 128 of K, against FP8's
 // 24 KB), converted in the consumer warps to e4m3 register A operands of wgmma (each lane's codes

@@ -972,6 +972,57 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     }
 }
 
+// moe_fp8_gather_rows: one warp a row, every load of a lane issued before its stores.
+constexpr int kGatherChunks16 = 16;  // 16-byte chunks a lane: dim ≤ 32 · 16 · 16 = 8,192
+constexpr int kGatherChunks8 = 32;   // the MX form's 8-byte chunks a lane: dim_pad ≤ 8,192
+template <bool kMx>
+__global__ void __launch_bounds__(kQuantWarps * 32)
+    gather_rows_e4m3_kernel(const uint8_t* __restrict__ xq_tok, const float* __restrict__ xs_tok,
+                            const int32_t* __restrict__ sorted, int experts_per_token, int rows, int dim, int dim_pad,
+                            uint8_t* __restrict__ xq, float* __restrict__ xs) {
+    pdl_wait();
+    const int lane = threadIdx.x & 31;
+    const int i = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
+    if (i >= rows) return;
+    const int64_t src_row = sorted[i] / experts_per_token;
+    if (lane == 0) xs[i] = xs_tok[src_row];
+    const uint8_t* src = xq_tok + src_row * dim;
+    if constexpr (kMx) {
+        // Chunk idx = elements 8·idx .. + 7 go where quant_rows_e4m3_kernel<*, true> puts them.
+        const int in_chunks = dim / 8, out_chunks = dim_pad / 8;
+        uint2 v[kGatherChunks8];
+#pragma unroll
+        for (int c = 0; c < kGatherChunks8; ++c) {
+            const int idx = lane + c * 32;
+            v[c] = idx < in_chunks ? __ldg(reinterpret_cast<const uint2*>(src) + idx) : make_uint2(0u, 0u);
+        }
+        uint8_t* row_mx = xq + static_cast<int64_t>(i) * dim_pad;
+#pragma unroll
+        for (int c = 0; c < kGatherChunks8; ++c) {
+            const int idx = lane + c * 32;
+            if (idx >= out_chunks) break;
+            const int cc = idx & 15, t = cc >> 2, s = cc & 3;
+            uint32_t* o = reinterpret_cast<uint32_t*>(row_mx + (idx >> 4) * 128 + 32 * s + 4 * t);
+            o[0] = v[c].x;
+            o[4] = v[c].y;
+        }
+    } else {
+        const int chunks = dim / 16;
+        uint4 v[kGatherChunks16];
+#pragma unroll
+        for (int c = 0; c < kGatherChunks16; ++c) {
+            const int idx = lane + c * 32;
+            v[c] = idx < chunks ? __ldg(reinterpret_cast<const uint4*>(src) + idx) : make_uint4(0u, 0u, 0u, 0u);
+        }
+        uint4* dst = reinterpret_cast<uint4*>(xq + static_cast<int64_t>(i) * dim);
+#pragma unroll
+        for (int c = 0; c < kGatherChunks16; ++c) {
+            const int idx = lane + c * 32;
+            if (idx < chunks) dst[idx] = v[c];
+        }
+    }
+}
+
 // x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
 // of 128 bytes × `features` rows, both 128-byte swizzled. False if encoding fails.
 // bf16: both hold bf16 elements (boxes of 64 elements, the same 128 bytes), the weights' rows k long.
@@ -1077,6 +1128,24 @@ void moe_fp8_quant_rows_mx(const void* x, bool by_token, const int32_t* sorted, 
         dim_pad <= 8 * 32 * 12 ? quant_rows_e4m3_kernel<12, true> : quant_rows_e4m3_kernel<kQuantMaxChunks, true>;
     kernel<<<(rows + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(x), by_token, sorted, experts_per_token, rows, dim, dim_pad, xq, xs);
+    CUDA_CHECK_LAUNCH();
+}
+
+void moe_fp8_gather_rows(const uint8_t* xq_tok, const float* xs_tok, const int32_t* sorted, int experts_per_token,
+                         int rows, int dim, bool mx, int dim_pad, uint8_t* xq, float* xs, cudaStream_t stream) {
+    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    ENGINE_CHECK(dim % 16 == 0 && dim <= 32 * kGatherChunks16 * 16 && rows >= 0 && experts_per_token >= 1 &&
+                     aligned16(xq_tok) && aligned16(xq) &&
+                     (!mx || (dim_pad == (dim + 127) / 128 * 128 && dim_pad <= 32 * kGatherChunks8 * 8)),
+                 "moe_fp8_gather_rows: dim %d, dim_pad %d", dim, dim_pad);
+    if (rows == 0) return;
+    const int grid = (rows + kQuantWarps - 1) / kQuantWarps;
+    if (mx)
+        gather_rows_e4m3_kernel<true><<<grid, kQuantWarps * 32, 0, stream>>>(xq_tok, xs_tok, sorted, experts_per_token,
+                                                                             rows, dim, dim_pad, xq, xs);
+    else
+        gather_rows_e4m3_kernel<false>
+            <<<grid, kQuantWarps * 32, 0, stream>>>(xq_tok, xs_tok, sorted, experts_per_token, rows, dim, dim, xq, xs);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -29,6 +29,12 @@ struct ResidualRmsNormArgs {
     // Optional [num_tokens]: each row's 1 / rms, the factor of out_f32 = (x · inv_rms) · weight (a
     // consumer that normalizes x itself, RouterTopkArgs::norm_inv_rms, gets out_f32's bits).
     float* out_inv_rms = nullptr;
+    // Optional: out's rows as e4m3 [num_tokens, hidden_size] with one scale a row [num_tokens], the
+    // bytes of moe_fp8_quant_rows(out, by_token = false) (the MoE's token rows, gathered per
+    // assignment by moe_fp8_gather_rows). In the norm kernel at prompt sizes, else by
+    // moe_fp8_quant_rows after it (then out is needed).
+    uint8_t* out_row_q = nullptr;
+    float* out_row_scale = nullptr;
     int num_tokens = 0;
     int hidden_size = 0;
     float eps = 1e-5f;
