@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 prefetch rowq
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq exp_f16
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -570,39 +570,26 @@ for stage in "$@"; do
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
       ;;
+    exp_f16)
+      # Session 18: the prefill attention's exponentials as ex2.approx.f16x2 (GPTOSS_ATTN_EXP_F16=1,
+      # opt-in): the MUFU instructions of each variant (SASS), attention_bench prefill both ways,
+      # then the attention tests and 8k --fp8 prefill of both models with it on and off.
+      cuobjdump --dump-sass $BIN/cuda_kernel_tests 2>/dev/null | awk '/Function :/{f=$3} /MUFU/{split($2,a,";");c[f" "$2]++} END{for(k in c)print c[k],k}' \
+        | grep prefill_tma > "$OUT/exp_f16_sass.txt"
+      echo "MUFU a variant:"; cat "$OUT/exp_f16_sass.txt"
+      for v in 0 1 0 1; do
+        GPTOSS_ATTN_EXP_F16=$v timeout 120 $BIN/attention_bench prefill >> "$OUT/exp_f16_bench_$v.log" 2>&1
+      done
+      for v in 0 1; do echo "attention_bench exp_f16=$v:"; grep -E "prefill T=(8192|32768)" "$OUT/exp_f16_bench_$v.log"; done
+      switch_prefill_ab exp_f16 GPTOSS_ATTN_EXP_F16 'PagedAttentionCuda.*' 'attention' "gpt-oss-20b gpt-oss-120b"
+      grep -E "exp f16 changed" "$OUT/exp_f16_tests.log" | head -5
+      ;;
     rowq)
       # Session 18: the post-attention norm writes the MoE's e4m3 token rows, the grouped FP8 / MX
       # MoE gathers them per assignment (GPTOSS_MOE_ROWQ=1, default) instead of quantizing h's rows
       # per assignment: bit-identity tests, the model tests, 8k --fp8 prefill of both models.
       switch_prefill_ab rowq GPTOSS_MOE_ROWQ 'CudaOps.ResidualRmsNorm*:CudaMoeFp8.MatchesCpuSchemeAtRealWidths:CudaMoeMx.MatchesCpuAtRealWidths' \
         'moe|norm' "gpt-oss-20b gpt-oss-120b"
-      ;;
-    prefetch)
-      # Session 18: moe_decode_mma's CTAs ask L2 for the tiles of the CTAs one wave later
-      # (GPTOSS_MOE_PREFETCH=1, the default; 0 off, 2 two waves ahead). The MoE, model and engine
-      # tests; moe_bench at 1-8 tokens and decode at 1k of both models --fp8, batch 1-8, per setting
-      # (interleaved by model so that clocks drift alike).
-      timeout 250 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaDecodeFusion.Router*:CudaModel.*:CudaEngine.*' \
-        > "$OUT/prefetch_tests.log" 2>&1
-      rc=$?
-      summary+=("prefetch tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/prefetch_tests.log" | tr '\n' ' ')")
-      grep -E "FAILED|Failure" "$OUT/prefetch_tests.log" | head -20
-      if [ $rc = 0 ]; then
-        for v in ${PREFETCH_VALUES:-1 0 2}; do
-          GPTOSS_MOE_PREFETCH=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/prefetch_moe_bench_$v.log" 2>&1
-          echo "moe_bench prefetch=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/prefetch_moe_bench_$v.log"
-        done
-        for m in gpt-oss-20b gpt-oss-120b; do
-          for v in ${PREFETCH_VALUES:-1 0 2}; do
-            GPTOSS_MOE_PREFETCH=$v timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,2,4,8 \
-              --context 1024 --decode-steps 32 --repeats 3 --markdown "$OUT/prefetch_${m}_$v.md" \
-              > "$OUT/prefetch_${m}_$v.log" 2>&1
-            summary+=("prefetch $m $v rc=$?")
-            echo "$m --fp8 decode prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/prefetch_${m}_$v.md"
-          done
-        done
-      fi
       ;;
     decode_s17)
       # Session 17's decode MoE changes (moe_decode_mma; the router's one fence): the MoE, model,

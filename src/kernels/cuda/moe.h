@@ -120,13 +120,6 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma: each CTA of the first waves asks L2 for the weight tiles that the CTAs
-    // prefetch_waves waves later will read (cp.async.bulk.prefetch.L2), so DRAM keeps streaming
-    // while a wave computes. -1: GPTOSS_MOE_PREFETCH's choice (default 1); 0: off.
-    int prefetch_waves = -1;
-    // The CTAs of one wave: 0 = the launcher's occupancy query (a test may set a smaller stride to
-    // prefetch at every CTA of a small launch).
-    int prefetch_stride = 0;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.

@@ -33,8 +33,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -79,10 +77,7 @@ __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
 // reads the plan before pdl_wait, so nothing may come from a stale L1 line).
 // All of a lane's offsets are loaded before the first ballot: one L2 round trip, not one per 32
 // experts (120b: 4).
-// Also the list of active experts: s_list[i] = the i-th one's id for i < kListCap, and s_info[3] =
-// their number (for the tiles a CTA prefetches; kListCap covers 8 tokens × 4 experts).
-constexpr int kListCap = 32;
-__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info, int* s_list) {
+__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
     constexpr int kChunks = kMaxExpertsScan / 32;
     const int lane = threadIdx.x & 31;
     int los[kChunks], his[kChunks];
@@ -100,9 +95,7 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
         const int lo = los[i], hi = his[i];
         const bool active = hi > lo;
         const unsigned m = __ballot_sync(0xffffffffu, active);
-        const int pos = n + __popc(m & ((1u << lane) - 1u));
-        if (active && pos < kListCap) s_list[pos] = e;
-        if (active && pos == slot) {
+        if (active && n + __popc(m & ((1u << lane) - 1u)) == slot) {
             s_info[0] = e;
             s_info[1] = lo;
             s_info[2] = hi - lo;
@@ -110,36 +103,7 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
         found |= (n + __popc(m) > slot);
         n += __popc(m);
     }
-    if (lane == 0) {
-        if (!found) s_info[0] = -1;
-        s_info[3] = n;
-    }
-}
-
-// One CTA's tile `tile` (its blockIdx.x) of this launch, its 16 weight rows and their scales asked
-// of L2 by one bulk prefetch each (contiguous: [E, rows, G, 16] and [E, rows, G]); nothing when the
-// tile's slot is past the active list. s_list / s_info as find_slot wrote them.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-template <bool kGateUp, int kTileRows>
-__device__ __forceinline__ void prefetch_later_tiles(const MoeMxfp4Args& a, const int* s_info, const int* s_list) {
-    if (threadIdx.x != 0 || a.prefetch_stride <= 0) return;
-    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
-    const int G = (kGateUp ? a.hidden_size : a.intermediate_size) / 32;
-    const int tiles = rows / kTileRows, n_list = min(s_info[3], kListCap);
-    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
-    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
-    const bool scales_ok = (reinterpret_cast<uintptr_t>(scales) & 15u) == 0 && (kTileRows * G) % 16 == 0;
-    for (int j = 1; j <= a.prefetch_waves; ++j) {
-        const int64_t tile = static_cast<int64_t>(blockIdx.x) + static_cast<int64_t>(j) * a.prefetch_stride;
-        if (tile >= gridDim.x) return;
-        const int slot = static_cast<int>(tile / tiles);
-        if (slot >= n_list) return;
-        const int64_t r0 = static_cast<int64_t>(s_list[slot]) * rows + (tile % tiles) * kTileRows;
-        bulk_prefetch_l2(blocks + r0 * G * 16, static_cast<uint32_t>(kTileRows * G * 16));
-        if (scales_ok) bulk_prefetch_l2(scales + r0 * G, static_cast<uint32_t>(kTileRows * G));
-    }
+    if (lane == 0 && !found) s_info[0] = -1;
 }
 
 // The CTA's tile: the slot-th active expert (e < 0: none, and the PDL handshake is done: return),
@@ -149,13 +113,13 @@ struct DecodeTile {
 };
 // kTileRows: the rows a CTA covers.
 template <bool kGateUp, int kTileRows = kRows>
-__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info, int* s_list) {
+__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int tiles = rows / kTileRows;
     const int slot = blockIdx.x / tiles;
     DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kTileRows};
     if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
-    if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info, s_list);
+    if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
     __syncthreads();
     d.e = s_info[0];
     if (d.e < 0) {
@@ -222,8 +186,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
-    __shared__ int s_info[4];
-    __shared__ int s_list[kListCap];
+    __shared__ int s_info[3];
     __shared__ int s_as[8];
     __shared__ int s_col[8];          // gate_up: the MMA column of the tile's assignment
     __shared__ const void* s_src[8];  // the input row of the tile's assignment (not kEarly)
@@ -302,7 +265,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const int tiles = rows / kRows, slot = blockIdx.x / tiles;
         row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
         pdl_wait();  // the plan and h come from the kernel just before
-        if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info, s_list);
+        if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
         nrows = max_tokens;
         if (ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
             if (in_f32)
@@ -322,7 +285,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         tok0 = s_info[1];
         ntok = min(s_info[2], 8);
     } else {
-        const DecodeTile tile = decode_tile<kGateUp>(a, s_info, s_list);
+        const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
         if (tile.e < 0) return;
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
         nrows = ntok;
@@ -347,7 +310,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             sc_lo[i] = sc_hi[i] = 127u;
         }
     }
-    prefetch_later_tiles<kGateUp, kRows>(a, s_info, s_list);  // after this CTA's own loads
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
     // the epilogue (stored there, before its barrier); else their input rows are staged now.
     const int my_as = threadIdx.x < ntok ? __ldcg(a.sorted_assignments + tok0 + threadIdx.x) : 0;
@@ -436,39 +398,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
 }
 
-// GPTOSS_MOE_PREFETCH: waves of tiles prefetched ahead (MoeMxfp4Args::prefetch_waves; default 1).
-int prefetch_waves(const MoeMxfp4Args& a) {
-    static const int env = [] {
-        const char* v = std::getenv("GPTOSS_MOE_PREFETCH");
-        return v == nullptr ? 1 : std::max(0, std::atoi(v));
-    }();
-    return a.prefetch_waves >= 0 ? a.prefetch_waves : env;
-}
-
-// Resident CTAs of `kernel` (per SM × SMs) at this dynamic shared memory, queried once per device
-// and slot (host-only: graph-capturable).
-template <typename Kernel>
-int resident_ctas(Kernel kernel, int threads, size_t smem, int slot) {
-    constexpr int kDevices = 64, kSlots = 64;
-    static std::atomic<int> cached[kDevices][kSlots];
-    int device = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    const bool cache = device < kDevices && slot >= 0 && slot < kSlots;
-    if (cache) {
-        const int b = cached[device][slot].load(std::memory_order_acquire);
-        if (b != 0) return b;
-    }
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-    const int blocks = std::max(1, per_sm) * sms;
-    if (cache) cached[device][slot].store(blocks, std::memory_order_release);
-    return blocks;
-}
-
 template <bool kGateUp, int kWarps>
-void launch(const MoeMxfp4Args& args, cudaStream_t stream) {
+void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     using Sh = DecodeShape<kWarps>;
-    MoeMxfp4Args a = args;
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int max_tokens = std::min(a.num_tokens, 8);
     // At most min(E, tokens · k) experts have tokens.
@@ -476,15 +408,9 @@ void launch(const MoeMxfp4Args& args, cudaStream_t stream) {
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
-    const bool early = kGateUp && a.num_tokens <= 2;
-    auto kernel =
-        early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
+    auto kernel = kGateUp && a.num_tokens <= 2 ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp>
+                                               : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     fit_dynamic_smem(kernel, smem);
-    a.prefetch_waves = prefetch_waves(args);
-    if (a.prefetch_waves == 0)
-        a.prefetch_stride = 0;
-    else if (a.prefetch_stride <= 0)
-        a.prefetch_stride = resident_ctas(kernel, Sh::kThreads, smem, (kGateUp * 2 + early) * 9 + max_tokens);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
 
@@ -530,8 +456,7 @@ __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a
     // 1024-aligned B atoms [blocks][8 rows][128 bytes], then the block scales [8][kWgMaxBlocks],
     // then the tile's group scale bytes [64 rows][G].
     uint8_t* xb = wg_smem_raw + ((1024 - (smem_addr(wg_smem_raw) & 1023)) & 1023);
-    __shared__ int s_info[4];
-    __shared__ int s_list[kListCap];
+    __shared__ int s_info[3];
     __shared__ int s_as[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -540,7 +465,7 @@ __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a
     const int rows = kGateUp ? 2 * I : H;
     float* xsc = reinterpret_cast<float*>(xb + nb * 1024);
     uint8_t* s_sc = xb + nb * 1024 + 8 * kWgMaxBlocks * 4;
-    const DecodeTile tile = decode_tile<kGateUp, kWgRows>(a, s_info, s_list);
+    const DecodeTile tile = decode_tile<kGateUp, kWgRows>(a, s_info);
     if (tile.e < 0) return;
     const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
     const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
