@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq exp_f16
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq s18b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -570,19 +570,33 @@ for stage in "$@"; do
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
       ;;
-    exp_f16)
-      # Session 18: the prefill attention's exponentials as ex2.approx.f16x2 (GPTOSS_ATTN_EXP_F16=1,
-      # opt-in): the MUFU instructions of each variant (SASS), attention_bench prefill both ways,
-      # then the attention tests and 8k --fp8 prefill of both models with it on and off.
-      cuobjdump --dump-sass $BIN/cuda_kernel_tests 2>/dev/null | awk '/Function :/{f=$3} /MUFU/{split($2,a,";");c[f" "$2]++} END{for(k in c)print c[k],k}' \
-        | grep prefill_tma > "$OUT/exp_f16_sass.txt"
-      echo "MUFU a variant:"; cat "$OUT/exp_f16_sass.txt"
-      for v in 0 1 0 1; do
-        GPTOSS_ATTN_EXP_F16=$v timeout 120 $BIN/attention_bench prefill >> "$OUT/exp_f16_bench_$v.log" 2>&1
+    s18b)
+      # Session 18, second round: the norm's e4m3 rows without h's bf16 rows (default with
+      # GPTOSS_MOE_ROWQ=1) and sliding layers' query tiles a CTA (GPTOSS_ATTN_SLIDING_QPC): the
+      # tests; attention_bench prefill at 1, 2, 4, 8 tiles a CTA; 8k --fp8 prefill of 20b (rowq on /
+      # off, the best QPC) and 120b (QPC 1 / best).
+      timeout 250 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.ResidualRmsNorm*:CudaModel.*' > "$OUT/s18b_tests.log" 2>&1
+      rc=$?
+      summary+=("s18b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s18b_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/s18b_tests.log" | head -20
+      best=1; best_us=1e9
+      for q in 1 2 4 8; do
+        GPTOSS_ATTN_SLIDING_QPC=$q timeout 120 $BIN/attention_bench prefill > "$OUT/s18b_attn_qpc$q.log" 2>&1
+        us=$(grep -E "prefill T=8192 +sliding" "$OUT/s18b_attn_qpc$q.log" | awk -F'|' '{gsub(/ /,"",$2); print $2}')
+        echo "QPC=$q sliding 8k: $us us"; grep -E "prefill T=.*sliding" "$OUT/s18b_attn_qpc$q.log"
+        if [ -n "$us" ] && awk "BEGIN{exit !($us < $best_us)}"; then best=$q; best_us=$us; fi
       done
-      for v in 0 1; do echo "attention_bench exp_f16=$v:"; grep -E "prefill T=(8192|32768)" "$OUT/exp_f16_bench_$v.log"; done
-      switch_prefill_ab exp_f16 GPTOSS_ATTN_EXP_F16 'PagedAttentionCuda.*' 'attention' "gpt-oss-20b gpt-oss-120b"
-      grep -E "exp f16 changed" "$OUT/exp_f16_tests.log" | head -5
+      echo "best QPC: $best ($best_us us)"
+      if [ $rc = 0 ]; then
+        for cfg in "gpt-oss-20b 1 1" "gpt-oss-20b 0 1" "gpt-oss-20b 1 $best" "gpt-oss-120b 1 1" "gpt-oss-120b 1 $best"; do
+          set -- $cfg
+          GPTOSS_MOE_ROWQ=$2 GPTOSS_ATTN_SLIDING_QPC=$3 GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $1 --fp8 \
+            --prefill 8192 --batch "" --repeats 3 > "$OUT/s18b_$1_rowq$2_qpc$3.log" 2>&1
+          summary+=("s18b $1 rowq=$2 qpc=$3 rc=$?")
+          echo "$1 8k rowq=$2 qpc=$3:"; grep -E "^\| [0-9]+ \||  (attention|moe|norm|total) " "$OUT/s18b_$1_rowq$2_qpc$3.log" | head -6
+        done
+      fi
       ;;
     rowq)
       # Session 18: the post-attention norm writes the MoE's e4m3 token rows, the grouped FP8 / MX

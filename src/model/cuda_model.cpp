@@ -253,10 +253,10 @@ struct CudaModel::Impl {
     // With the TMA kernel, P·V of the previous KV tile under the softmax of the current one
     // (PagedAttentionArgs::prefill_pipe): r27 attention_bench 8k full 1,435 -> 1,376 us, 20b 8k
     // prefill attention 19.44 -> 18.71 ms. GPTOSS_ATTN_PREFILL_PIPE=0: without (A/B runs).
-    // PagedAttentionArgs::prefill_exp_f16 (session 18, opt-in): GPTOSS_ATTN_EXP_F16=1.
-    bool attn_exp_f16 = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_EXP_F16");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+    // PagedAttentionArgs::prefill_sliding_qtiles_per_cta: GPTOSS_ATTN_SLIDING_QPC (default 1).
+    int attn_sliding_qpc = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_SLIDING_QPC");
+        return v == nullptr ? 1 : std::max(1, std::atoi(v));
     }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
@@ -1558,7 +1558,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.prefill_wgmma = attn_prefill_wgmma;
             pa.prefill_tma = attn_prefill_tma;
             pa.prefill_pipe = attn_prefill_pipe;
-            pa.prefill_exp_f16 = attn_exp_f16;
+            pa.prefill_sliding_qtiles_per_cta = attn_sliding_qpc;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();
@@ -1631,6 +1631,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 if (moe_rows_q) {
                     rn2.out_row_q = hq_tok.as<uint8_t>();
                     rn2.out_row_scale = hs_tok.as<float>();
+                    // h's bf16 rows then have no reader (the router reads h32 or the residual, the
+                    // grouped FP8 / MX MoE only the e4m3 rows): not written (47 MB a layer at 8k).
+                    if (kc::residual_rmsnorm_fuses_row_q(rn2)) rn2.out = nullptr;
                 }
                 kc::residual_rmsnorm(rn2, stream);
                 mark("norm");

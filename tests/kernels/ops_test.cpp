@@ -187,7 +187,11 @@ TEST(CudaOps, ResidualRmsNormRowQuantAndGatherMatchTheMoeQuantizer) {
         kc::residual_rmsnorm(a, nullptr);
         auto q_ref = poisoned(static_cast<size_t>(T) * H), s_ref = poisoned(static_cast<size_t>(T) * 4);
         kc::moe_fp8_quant_rows(out.get(), false, nullptr, 1, T, H, q_ref.as<uint8_t>(), s_ref.as<float>(), nullptr);
-        for (bool with_out : {true, false}) {
+        // mode 0: with out; 1: without out, with the fused GEMM quantization (out_q); 2: without
+        // either (the rows are the norm's only output). 1 and 2 only where the norm kernel writes
+        // the rows itself (T >= 64).
+        for (int mode : {0, 1, 2}) {
+            const bool with_out = mode == 0;
             auto x_q = to_device(x);
             auto out2 = poisoned(static_cast<size_t>(T) * H * 2);
             auto rq = poisoned(static_cast<size_t>(T) * H), rs = poisoned(static_cast<size_t>(T) * 4);
@@ -198,17 +202,18 @@ TEST(CudaOps, ResidualRmsNormRowQuantAndGatherMatchTheMoeQuantizer) {
             b.out = with_out ? out2.get() : nullptr;
             b.out_row_q = rq.as<uint8_t>();
             b.out_row_scale = rs.as<float>();
-            if (!with_out) {  // only with the fused GEMM quantization (the norm then needs no out)
+            if (mode == 1) {
                 b.out_q = gq.as<uint8_t>();
                 b.out_q_scale = gs.as<float>();
                 b.q_k_pad = k_pad;
                 b.q_m_pad = m_pad;
-                if (!kc::residual_rmsnorm_fuses_quant(b)) continue;
             }
+            EXPECT_EQ(kc::residual_rmsnorm_fuses_row_q(b), T >= 64) << "T=" << T << " mode " << mode;
+            if (!with_out && !kc::residual_rmsnorm_fuses_row_q(b)) continue;  // needs out
             kc::residual_rmsnorm(b, nullptr);
             EXPECT_EQ(to_host<uint8_t>(rq, q_ref.bytes()), to_host<uint8_t>(q_ref, q_ref.bytes()))
-                << "T=" << T << (with_out ? "" : " without out");
-            EXPECT_EQ(to_host<float>(rs, T), to_host<float>(s_ref, T)) << "T=" << T << (with_out ? "" : " without out");
+                << "T=" << T << " mode " << mode;
+            EXPECT_EQ(to_host<float>(rs, T), to_host<float>(s_ref, T)) << "T=" << T << " mode " << mode;
             EXPECT_EQ(to_host<float>(x_q, x.size()), to_host<float>(x_ref, x.size())) << "residual, T=" << T;
         }
         // The gather: a shuffled assignment order (sorted[i] / K is row i's token).

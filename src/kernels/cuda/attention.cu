@@ -143,19 +143,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// 2^x0, 2^x1 by one ex2.approx.f16x2: x rounded to f16 (−inf stays −inf: 2^x = +0), the results
-// widened exactly to fp32.
-__device__ __forceinline__ float2 fast_exp2_f16x2(float x0, float x1) {
-    uint32_t h, e;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(h) : "f"(x1), "f"(x0));  // x0 in the low half
-    asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(e) : "r"(h));
-    float2 f;
-    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, hi;\n}\n"
-        : "=f"(f.x), "=f"(f.y)
-        : "r"(e));
-    return f;
-}
-
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
@@ -627,8 +614,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
 // The masks and the online softmax of a finished S, without touching o: P in s, the row max and sum
 // updated, o's correction factors in corr (moved: the max moved). Row max and sum as trees (depth
 // 4, not chains of 16: r25 ncu had "wait", fixed-latency dependencies, as the largest stall).
-// kExpF16: the exponentials two at a time in f16 (PagedAttentionArgs::prefill_exp_f16).
-template <bool kExpF16 = false>
 __device__ __forceinline__ void tile_softmax(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
                                              const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
                                              float (&corr)[2], bool (&moved)[2]) {
@@ -659,16 +644,8 @@ __device__ __forceinline__ void tile_softmax(float (&s)[32], int key0, int p0, i
         m[h] = m_new;
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
-            if constexpr (kExpF16) {
-                const float2 p = fast_exp2_f16x2(fmaf(s[4 * nt + 2 * h], qk_scale, -m_new),
-                                                 fmaf(s[4 * nt + 2 * h + 1], qk_scale, -m_new));
-                s[4 * nt + 2 * h] = p.x;
-                s[4 * nt + 2 * h + 1] = p.y;
-            } else {
 #pragma unroll
-                for (int e = 2 * h; e < 2 * h + 2; ++e)
-                    s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-            }
+            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
         }
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
@@ -963,7 +940,7 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k
 // of S, so the live set stays about the kernel's. A stage is now busy until the P·V of the next
 // iteration: 4 stages, tile t + 2 issued as tile t starts (its stage held tile t - 2, released
 // during iteration t - 1, so thread 0 never waits on its own warp).
-template <bool kPipe, bool kExpF16 = false>
+template <bool kPipe>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
@@ -1122,7 +1099,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                tile_softmax<kExpF16>(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
                 tile_rescale_pack(s, corr, moved, o, pa);
             }
             for (int it = 1; it < n_tiles; ++it) {
@@ -1137,7 +1114,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                tile_softmax<kExpF16>(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
                 wgmma_wait<0>();  // P(t - 1)·V(t - 1) is done: o final for it, its stage free
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(o[i]);
@@ -1643,8 +1620,6 @@ void ensure_wgmma_prefill_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaPrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -1711,15 +1686,14 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     validate(a, "paged_attention_prefill");
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
-    const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
+    const int per_cta = a.sliding_window > 0 ? std::max(1, a.prefill_sliding_qtiles_per_cta) : 1;
+    const int qtiles =
+        std::min(((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens + per_cta - 1) / per_cta, 65535);
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_wgmma_prefill_smem(current_device());
-        if (a.prefill_pipe && a.prefill_exp_f16)
-            bf16_paged_attention_prefill_tma_kernel<true, true>
-                <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
-        else if (a.prefill_pipe)
+        if (a.prefill_pipe)
             bf16_paged_attention_prefill_tma_kernel<true>
                 <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
         else

@@ -457,6 +457,13 @@ bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& a) {
            reinterpret_cast<uintptr_t>(a.out_q) % 16 == 0;
 }
 
+bool residual_rmsnorm_fuses_row_q(const ResidualRmsNormArgs& a) {
+    if (a.out_row_q == nullptr) return false;
+    ResidualRmsNormArgs b = a;
+    b.out_q = nullptr;
+    return residual_rmsnorm_fuses_quant(a) || wide_norm_ok(b);
+}
+
 void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.hidden_size >= 1 && a.hidden_size <= kNormThreads * kMaxPerThread, "hidden_size %d unsupported",
                  a.hidden_size);
@@ -466,8 +473,9 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
                  a.hidden_size, a.q_m_pad);
     ENGINE_CHECK(
         a.out_row_q == nullptr || (a.out_row_scale != nullptr && reinterpret_cast<uintptr_t>(a.out_row_q) % 16 == 0 &&
-                                   a.hidden_size % 16 == 0 && (a.out != nullptr || residual_rmsnorm_fuses_quant(a))),
-        "residual_rmsnorm: out_row_q needs scales, 16-byte alignment, hidden_size %% 16 == 0 (%d) and out",
+                                   a.hidden_size % 16 == 0 && (a.out != nullptr || residual_rmsnorm_fuses_row_q(a))),
+        "residual_rmsnorm: out_row_q needs scales, 16-byte alignment, hidden_size %% 16 == 0 (%d), and out unless "
+        "the norm writes it itself",
         a.hidden_size);
     if (a.num_tokens == 0) return;
     const auto wide = a.out_row_q != nullptr ? residual_rmsnorm_wide_batched_kernel<true>

@@ -31,8 +31,8 @@ struct ResidualRmsNormArgs {
     float* out_inv_rms = nullptr;
     // Optional: out's rows as e4m3 [num_tokens, hidden_size] with one scale a row [num_tokens], the
     // bytes of moe_fp8_quant_rows(out, by_token = false) (the MoE's token rows, gathered per
-    // assignment by moe_fp8_gather_rows). In the norm kernel at prompt sizes, else by
-    // moe_fp8_quant_rows after it (then out is needed).
+    // assignment by moe_fp8_gather_rows). In the norm kernel where residual_rmsnorm_fuses_row_q
+    // says so (then out may be null), else by moe_fp8_quant_rows after it (then out is needed).
     uint8_t* out_row_q = nullptr;
     float* out_row_scale = nullptr;
     int num_tokens = 0;
@@ -50,6 +50,8 @@ struct ResidualRmsNormArgs {
 void residual_rmsnorm(const ResidualRmsNormArgs& args, cudaStream_t stream);
 // Whether residual_rmsnorm quantizes out_q inside the norm kernel (then out may be null).
 bool residual_rmsnorm_fuses_quant(const ResidualRmsNormArgs& args);
+// Whether residual_rmsnorm writes out_row_q inside the norm kernel (then out may be null).
+bool residual_rmsnorm_fuses_row_q(const ResidualRmsNormArgs& args);
 
 // Bias add + YaRN RoPE (NeoX half-split) + KV-cache write, from the fused QKV projection output.
 struct QkvRopeArgs {
