@@ -576,7 +576,7 @@ for stage in "$@"; do
       # tests; attention_bench prefill at 1, 2, 4, 8 tiles a CTA; 8k --fp8 prefill of 20b (rowq on /
       # off, the best QPC) and 120b (QPC 1 / best).
       timeout 250 $BIN/cuda_kernel_tests \
-        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.ResidualRmsNorm*:CudaModel.*' > "$OUT/s18b_tests.log" 2>&1
+        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.ResidualRmsNorm*:CudaFp8Gemm.Tuned*:CudaModel.*' > "$OUT/s18b_tests.log" 2>&1
       rc=$?
       summary+=("s18b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s18b_tests.log" | tr '\n' ' ')")
       grep -E "FAILED|Failure" "$OUT/s18b_tests.log" | head -20
@@ -589,12 +589,15 @@ for stage in "$@"; do
       done
       echo "best QPC: $best ($best_us us)"
       if [ $rc = 0 ]; then
-        for cfg in "gpt-oss-20b 1 1" "gpt-oss-20b 0 1" "gpt-oss-20b 1 $best" "gpt-oss-120b 1 1" "gpt-oss-120b 1 $best"; do
+        for cfg in "gpt-oss-20b 1 1 0" "gpt-oss-20b 0 1 0" "gpt-oss-20b 1 $best 0" "gpt-oss-20b 1 $best 1" \
+                   "gpt-oss-120b 1 1 0" "gpt-oss-120b 1 $best 1"; do
           set -- $cfg
-          GPTOSS_MOE_ROWQ=$2 GPTOSS_ATTN_SLIDING_QPC=$3 GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $1 --fp8 \
-            --prefill 8192 --batch "" --repeats 3 > "$OUT/s18b_$1_rowq$2_qpc$3.log" 2>&1
-          summary+=("s18b $1 rowq=$2 qpc=$3 rc=$?")
-          echo "$1 8k rowq=$2 qpc=$3:"; grep -E "^\| [0-9]+ \||  (attention|moe|norm|total) " "$OUT/s18b_$1_rowq$2_qpc$3.log" | head -6
+          f="$OUT/s18b_$1_rowq$2_qpc$3_tune$4.log"
+          GPTOSS_MOE_ROWQ=$2 GPTOSS_ATTN_SLIDING_QPC=$3 GPTOSS_FP8_GEMM_TUNE=$4 GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench \
+            --synthetic $1 --fp8 --prefill 8192 --batch "" --repeats 3 > "$f" 2>&1
+          summary+=("s18b $1 rowq=$2 qpc=$3 tune=$4 rc=$?")
+          echo "$1 8k rowq=$2 qpc=$3 tune=$4:"
+          grep -E "^\| [0-9]+ \||  (attention|moe|norm|qkv_gemm|o_gemm|total) |gemm tune" "$f" | head -12
         done
       fi
       ;;
