@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq s18b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -570,35 +570,20 @@ for stage in "$@"; do
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
       ;;
-    s18b)
-      # Session 18, second round: the norm's e4m3 rows without h's bf16 rows (default with
-      # GPTOSS_MOE_ROWQ=1) and sliding layers' query tiles a CTA (GPTOSS_ATTN_SLIDING_QPC): the
-      # tests; attention_bench prefill at 1, 2, 4, 8 tiles a CTA; 8k --fp8 prefill of 20b (rowq on /
-      # off, the best QPC) and 120b (QPC 1 / best).
-      timeout 250 $BIN/cuda_kernel_tests \
-        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.ResidualRmsNorm*:CudaFp8Gemm.Tuned*:CudaModel.*' > "$OUT/s18b_tests.log" 2>&1
+    final18)
+      # Session 18's last check: the tests its changes touch (decode MoE, norm rows and gather, the
+      # model and engine tests) at the final revision, then 20b --fp8 decode at batch 1-4.
+      timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMmaEdgeShapesAndScales:CudaOps.MoeMxfp4MatchesCpu:CudaOps.ResidualRmsNorm*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/final18_tests.log" 2>&1
       rc=$?
-      summary+=("s18b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s18b_tests.log" | tr '\n' ' ')")
-      grep -E "FAILED|Failure" "$OUT/s18b_tests.log" | head -20
-      best=1; best_us=1e9
-      for q in 1 2 4 8; do
-        GPTOSS_ATTN_SLIDING_QPC=$q timeout 120 $BIN/attention_bench prefill > "$OUT/s18b_attn_qpc$q.log" 2>&1
-        us=$(grep -E "prefill T=8192 +sliding" "$OUT/s18b_attn_qpc$q.log" | awk -F'|' '{gsub(/ /,"",$2); print $2}')
-        echo "QPC=$q sliding 8k: $us us"; grep -E "prefill T=.*sliding" "$OUT/s18b_attn_qpc$q.log"
-        if [ -n "$us" ] && awk "BEGIN{exit !($us < $best_us)}"; then best=$q; best_us=$us; fi
-      done
-      echo "best QPC: $best ($best_us us)"
+      summary+=("final18 tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/final18_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/final18_tests.log" | head -20
       if [ $rc = 0 ]; then
-        for cfg in "gpt-oss-20b 1 1 0" "gpt-oss-20b 0 1 0" "gpt-oss-20b 1 $best 0" "gpt-oss-20b 1 $best 1" \
-                   "gpt-oss-120b 1 1 0" "gpt-oss-120b 1 $best 1"; do
-          set -- $cfg
-          f="$OUT/s18b_$1_rowq$2_qpc$3_tune$4.log"
-          GPTOSS_MOE_ROWQ=$2 GPTOSS_ATTN_SLIDING_QPC=$3 GPTOSS_FP8_GEMM_TUNE=$4 GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench \
-            --synthetic $1 --fp8 --prefill 8192 --batch "" --repeats 3 > "$f" 2>&1
-          summary+=("s18b $1 rowq=$2 qpc=$3 tune=$4 rc=$?")
-          echo "$1 8k rowq=$2 qpc=$3 tune=$4:"
-          grep -E "^\| [0-9]+ \||  (attention|moe|norm|qkv_gemm|o_gemm|total) |gemm tune" "$f" | head -12
-        done
+        timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4 --context 1024 \
+          --decode-steps 32 --repeats 3 --markdown "$OUT/final18_gpt-oss-20b.md" > "$OUT/final18_gpt-oss-20b.log" 2>&1
+        summary+=("final18 20b decode rc=$?")
+        grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/final18_gpt-oss-20b.md"
       fi
       ;;
     rowq)

@@ -253,11 +253,6 @@ struct CudaModel::Impl {
     // With the TMA kernel, P·V of the previous KV tile under the softmax of the current one
     // (PagedAttentionArgs::prefill_pipe): r27 attention_bench 8k full 1,435 -> 1,376 us, 20b 8k
     // prefill attention 19.44 -> 18.71 ms. GPTOSS_ATTN_PREFILL_PIPE=0: without (A/B runs).
-    // PagedAttentionArgs::prefill_sliding_qtiles_per_cta: GPTOSS_ATTN_SLIDING_QPC (default 1).
-    int attn_sliding_qpc = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_SLIDING_QPC");
-        return v == nullptr ? 1 : std::max(1, std::atoi(v));
-    }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1558,7 +1553,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.prefill_wgmma = attn_prefill_wgmma;
             pa.prefill_tma = attn_prefill_tma;
             pa.prefill_pipe = attn_prefill_pipe;
-            pa.prefill_sliding_qtiles_per_cta = attn_sliding_qpc;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

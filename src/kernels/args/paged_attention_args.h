@@ -41,11 +41,6 @@ struct PagedAttentionArgs {
     // FlashAttention-3 intra-warpgroup overlap; same bits; kernels/cuda/attention.cu; the CUDA model
     // sets it unless GPTOSS_ATTN_PREFILL_PIPE=0).
     bool prefill_pipe = false;
-    // Prefill of a sliding layer: query tiles a CTA (its grid-stride loop over the sequence's 16-token
-    // query tiles, the grid that much shorter). 1: a CTA a query tile. A sliding tile visits 3 KV
-    // tiles, so the per-CTA start (barriers, Q, the first KV tiles) weighs there. Session 18;
-    // the CUDA model's GPTOSS_ATTN_SLIDING_QPC.
-    int prefill_sliding_qtiles_per_cta = 1;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

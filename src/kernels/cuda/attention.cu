@@ -1686,9 +1686,7 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     validate(a, "paged_attention_prefill");
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
-    const int per_cta = a.sliding_window > 0 ? std::max(1, a.prefill_sliding_qtiles_per_cta) : 1;
-    const int qtiles =
-        std::min(((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens + per_cta - 1) / per_cta, 65535);
+    const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {

@@ -7,11 +7,8 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "core/logging.h"
 #include "kernels/cuda/common.cuh"
@@ -305,35 +302,10 @@ void fp8_gemm_reference(const uint8_t* xq, const float* xs, const Fp8Weight& w, 
 
 // ---- cuBLASLt ------------------------------------------------------------------------------------
 
-// max |y - ref| and max |ref| over n elements (fp32 or bf16) as ordered float bits (both ≥ 0), a
-// NaN or inf difference as +inf: tune()'s agreement check.
-__global__ void gemm_diff_kernel(const void* y, const void* ref, int64_t n, bool bf16, unsigned* out) {
-    float d = 0.0f, r = 0.0f;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const float a =
-            bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(y)[i]) : static_cast<const float*>(y)[i];
-        const float b =
-            bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(ref)[i]) : static_cast<const float*>(ref)[i];
-        const float e = fabsf(a - b);
-        d = fmaxf(d, isfinite(e) ? e : INFINITY);
-        r = fmaxf(r, fabsf(b));
-    }
-    d = warp_max(d);
-    r = warp_max(r);
-    if ((threadIdx.x & 31) == 0) {
-        atomicMax(out, __float_as_uint(d));
-        atomicMax(out + 1, __float_as_uint(r));
-    }
-}
-
 struct Fp8GemmRunner::Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
-    cublasLtMatmulAlgo_t candidates[8] = {};  // the heuristic's best few (for tune())
-    int num_candidates = 0;
-    bool tuned = false;
     bool ok = false;             // an algorithm was found
     bool bias_epilogue = false;  // the bias is added by cuBLASLt (else by add_bias_rows_kernel)
     int cols = 0;                // M the layouts b and d describe now
@@ -346,8 +318,6 @@ struct Fp8GemmRunner::Plan {
 };
 
 Fp8GemmRunner::Fp8GemmRunner(size_t workspace_bytes) : workspace_(workspace_bytes), workspace_bytes_(workspace_bytes) {
-    const char* t = std::getenv("GPTOSS_FP8_GEMM_TUNE");
-    tune_ = t != nullptr && std::strcmp(t, "1") == 0;
     cublasLtHandle_t h;
     CUBLAS_CHECK(cublasLtCreate(&h));
     handle_ = h;
@@ -404,18 +374,13 @@ Fp8GemmRunner::Plan& Fp8GemmRunner::plan_for(int m_pad, int n, int k_pad, bool b
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                       sizeof(workspace_bytes_)));
     const auto query = [&]() {
-        constexpr int kCandidates = static_cast<int>(sizeof(p->candidates) / sizeof(p->candidates[0]));
-        cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+        cublasLtMatmulHeuristicResult_t result{};
         int found = 0;
         // Not CUBLAS_CHECK: an unsupported combination is an answer (kUnimplemented), not a crash.
-        const cublasStatus_t st =
-            cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a, p->b, p->d, p->d,
-                                           pref, tune_ ? kCandidates : 1, results, &found);
+        const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), p->desc, p->a,
+                                                                 p->b, p->d, p->d, pref, 1, &result, &found);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-        p->algo = results[0].algo;
-        p->num_candidates = 0;
-        for (int i = 0; i < found; ++i)
-            if (results[i].state == CUBLAS_STATUS_SUCCESS) p->candidates[p->num_candidates++] = results[i].algo;
+        p->algo = result.algo;
         return true;
     };
     if (bias) {
@@ -454,66 +419,6 @@ Status Fp8GemmRunner::gemm(const uint8_t* xq, const float* xs, const Fp8Weight& 
     return st;
 }
 
-void Fp8GemmRunner::tune(Plan& p, const uint8_t* xq, const Fp8Weight& w, void* y, int m_pad, bool y_bf16,
-                         cudaStream_t stream) {
-    p.tuned = true;
-    if (p.num_candidates < 2) return;
-    const auto lt = static_cast<cublasLtHandle_t>(handle_);
-    const float alpha = 1.0f, beta = 0.0f;
-    const auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
-        return cublasLtMatmul(lt, p.desc, &alpha, w.q.get(), p.a, xq, p.b, &beta, y, p.d, y, p.d, &algo,
-                              workspace_.get(), workspace_bytes_, stream);
-    };
-    const int64_t count = static_cast<int64_t>(m_pad) * w.n;
-    const size_t bytes = static_cast<size_t>(count) * (y_bf16 ? 2 : 4);
-    // The heuristic's first answer (what runs untuned) is the reference.
-    if (matmul(p.candidates[0]) != CUBLAS_STATUS_SUCCESS) return;
-    DeviceBuffer ref(bytes), flags(8);
-    CUDA_CHECK(cudaMemcpyAsync(ref.get(), y, bytes, cudaMemcpyDeviceToDevice, stream));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    constexpr int kReps = 5;
-    float best_ms = 0.0f, first_ms = 0.0f;
-    int best = 0;
-    for (int i = 0; i < p.num_candidates; ++i) {
-        if (matmul(p.candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;
-        // Agreement with the reference: the same products summed in another order (split K, other
-        // tiles) differ by rounding only; 2^-10 of the largest output is far above that and far
-        // below a wrong result (r13 saw a silently wrong algorithm at K = 2,944).
-        CUDA_CHECK(cudaMemsetAsync(flags.get(), 0, 8, stream));
-        gemm_diff_kernel<<<grid_for(count, 256), 256, 0, stream>>>(y, ref.get(), count, y_bf16, flags.as<unsigned>());
-        CUDA_CHECK_LAUNCH();
-        unsigned h[2] = {0u, 0u};
-        CUDA_CHECK(cudaMemcpyAsync(h, flags.get(), 8, cudaMemcpyDeviceToHost, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        float diff, mag;
-        std::memcpy(&diff, &h[0], 4);
-        std::memcpy(&mag, &h[1], 4);
-        if (!(diff <= mag * (1.0f / 1024.0f))) {
-            LOG_WARN("fp8 gemm tune: algorithm %d of %d disagrees at m %d n %d k %d (max diff %g of %g): skipped", i,
-                     p.num_candidates, m_pad, w.n, w.k_pad, diff, mag);
-            continue;
-        }
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        for (int r = 0; r < kReps; ++r) (void)matmul(p.candidates[i]);
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i == 0) first_ms = ms;
-        if (i == 0 || ms < best_ms) {
-            best_ms = ms;
-            best = i;
-        }
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    p.algo = p.candidates[best];
-    LOG_INFO("fp8 gemm tune: m %d n %d k %d: algorithm %d of %d, %.1f us (the heuristic's first %.1f us)", m_pad, w.n,
-             w.k_pad, best, p.num_candidates, 1000.0f * best_ms / kReps, 1000.0f * first_ms / kReps);
-}
-
 Status Fp8GemmRunner::run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y,
                           int m_pad, bool y_bf16, cudaStream_t stream) {
     if (bias && !p.bias_epilogue && y_bf16)  // the bias pass below adds to fp32 rows only
@@ -533,11 +438,6 @@ Status Fp8GemmRunner::run(Plan& p, const uint8_t* xq, const float* xs, const Fp8
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale);
     set_attr(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale);
     if (p.bias_epilogue) set_attr(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    if (tune_ && !p.tuned && m_pad >= kTuneMinRows) {
-        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-        CUDA_CHECK(cudaStreamIsCapturing(stream, &cs));
-        if (cs == cudaStreamCaptureStatusNone) tune(p, xq, w, y, m_pad, y_bf16, stream);
-    }
     const float alpha = 1.0f, beta = 0.0f;
     // Not CUBLAS_CHECK: the bucket's algorithm may not take this M; the caller falls back.
     const cublasStatus_t st =

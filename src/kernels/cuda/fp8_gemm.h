@@ -130,13 +130,6 @@ private:
     Status run(Plan& p, const uint8_t* xq, const float* xs, const Fp8Weight& w, const void* bias, void* y, int m_pad,
                bool y_bf16, cudaStream_t stream);
 
-    // GPTOSS_FP8_GEMM_TUNE=1 (session 18, opt-in): at a plan's first call outside graph capture
-    // with m_pad >= kTuneMinRows, the heuristic's best few algorithms are each checked against the
-    // first one's output and timed; the fastest that agrees is kept for the plan.
-    void tune(Plan& p, const uint8_t* xq, const Fp8Weight& w, void* y, int m_pad, bool y_bf16, cudaStream_t stream);
-    bool tune_ = false;
-    static constexpr int kTuneMinRows = 1024;  // prompt-sized GEMMs (never captured in a graph)
-
     void* handle_ = nullptr;  // cublasLtHandle_t
     DeviceBuffer workspace_;
     size_t workspace_bytes_;
