@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,34 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    next19)
+      # Written in session 18 (compiled only), to run first in session 19 (~3 min):
+      # 1. the prefill attention's warpgroups taking turns at the tensor cores (GPTOSS_ATTN_PINGPONG=1):
+      #    its tests (bit-identical to the pipelined kernel), attention_bench prefill both ways twice,
+      #    20b 8k --fp8 prefill both ways;
+      # 2. moe_decode_mma's diagnostic forms (GPTOSS_MOE_DECODE_DIAG=1 loads only, 2 math only) in
+      #    moe_bench at 1-8 tokens beside the kernel (0).
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.Prefill*' > "$OUT/next19_tests.log" 2>&1
+      rc=$?
+      summary+=("next19 tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/next19_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/next19_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for v in 0 1 0 1; do
+          GPTOSS_ATTN_PINGPONG=$v timeout 120 $BIN/attention_bench prefill >> "$OUT/next19_attn_$v.log" 2>&1
+        done
+        for v in 0 1; do echo "attention_bench pingpong=$v:"; grep -E "prefill T=" "$OUT/next19_attn_$v.log"; done
+        for v in 1 0; do
+          GPTOSS_ATTN_PINGPONG=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+            --prefill 8192 --batch "" --repeats 3 > "$OUT/next19_20b_pingpong$v.log" 2>&1
+          summary+=("next19 20b 8k pingpong=$v rc=$?")
+          echo "20b 8k pingpong=$v:"; grep -E "^\| [0-9]+ \||  (attention|total) " "$OUT/next19_20b_pingpong$v.log" | head -4
+        done
+      fi
+      for v in 0 1 2; do
+        GPTOSS_MOE_DECODE_DIAG=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/next19_moe_diag$v.log" 2>&1
+        echo "moe_bench diag=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/next19_moe_diag$v.log"
+      done
       ;;
     final18)
       # Session 18's last check: the tests its changes touch (decode MoE, norm rows and gather, the

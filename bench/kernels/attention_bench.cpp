@@ -124,6 +124,7 @@ struct Common {
     bool prefill_wgmma = false;  // GPTOSS_ATTN_PREFILL_WGMMA=0: off (PagedAttentionArgs::prefill_wgmma)
     bool prefill_tma = false;    // GPTOSS_ATTN_PREFILL_TMA=0: off (PagedAttentionArgs::prefill_tma)
     bool prefill_pipe = false;   // GPTOSS_ATTN_PREFILL_PIPE=0: off (PagedAttentionArgs::prefill_pipe)
+    bool pingpong = false;       // GPTOSS_ATTN_PINGPONG=1: on (PagedAttentionArgs::prefill_pingpong)
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -138,6 +139,8 @@ struct Common {
         prefill_tma = pt == nullptr || std::string(pt) != "0";  // the model's default
         const char* pp = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
         prefill_pipe = pp == nullptr || std::string(pp) != "0";  // the model's default
+        const char* ppg = std::getenv("GPTOSS_ATTN_PINGPONG");
+        pingpong = ppg != nullptr && std::string(ppg) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -157,6 +160,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.prefill_wgmma = c.prefill_wgmma;
     a.prefill_tma = c.prefill_tma;
     a.prefill_pipe = c.prefill_pipe;
+    a.prefill_pingpong = c.pingpong;
     return a;
 }
 

@@ -253,6 +253,11 @@ struct CudaModel::Impl {
     // With the TMA kernel, P·V of the previous KV tile under the softmax of the current one
     // (PagedAttentionArgs::prefill_pipe): r27 attention_bench 8k full 1,435 -> 1,376 us, 20b 8k
     // prefill attention 19.44 -> 18.71 ms. GPTOSS_ATTN_PREFILL_PIPE=0: without (A/B runs).
+    // PagedAttentionArgs::prefill_pingpong (session 18, compiled only): GPTOSS_ATTN_PINGPONG=1.
+    bool attn_pingpong = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_PINGPONG");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1553,6 +1558,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.prefill_wgmma = attn_prefill_wgmma;
             pa.prefill_tma = attn_prefill_tma;
             pa.prefill_pipe = attn_prefill_pipe;
+            pa.prefill_pingpong = attn_pingpong;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

@@ -559,6 +559,16 @@ public:
                 size_t differ = 0;
                 for (size_t i = 0; i < got.size(); ++i) differ += piped[i] != got[i];
                 EXPECT_EQ(differ, 0u) << tag << ": the pipelined kernel differs from the TMA kernel";
+                // Its warpgroups taking turns at the tensor cores (prefill_pingpong): only the order of
+                // issue changes, so the same bits.
+                std::vector<uint16_t> turns;
+                d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = d.args.prefill_pingpong = true;
+                run_kernel(d, Kernel::kPrefill, 0, turns);
+                d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = d.args.prefill_pingpong = false;
+                if (::testing::Test::HasFatalFailure()) return;
+                size_t moved = 0;
+                for (size_t i = 0; i < got.size(); ++i) moved += turns[i] != piped[i];
+                EXPECT_EQ(moved, 0u) << tag << ": the ping-pong kernel differs from the pipelined kernel";
             }
         } else {
             for (int sp : splits_) {

@@ -41,6 +41,10 @@ struct PagedAttentionArgs {
     // FlashAttention-3 intra-warpgroup overlap; same bits; kernels/cuda/attention.cu; the CUDA model
     // sets it unless GPTOSS_ATTN_PREFILL_PIPE=0).
     bool prefill_pipe = false;
+    // With prefill_pipe: the CTA's two warpgroups take turns at issuing their wgmmas (named
+    // barriers), one's softmax under the other's products (FlashAttention-3's ping-pong; same bits).
+    // Session 18, compiled only: GPTOSS_ATTN_PINGPONG=1.
+    bool prefill_pingpong = false;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

@@ -879,6 +879,19 @@ __device__ __forceinline__ void warpgroup_barrier(int wg) {
         asm volatile("bar.sync 2, 128;\n" ::: "memory");
 }
 
+// kPingPong: the CTA's two warpgroups take turns at issuing their wgmmas (named barriers 3: warpgroup
+// 0's turn, 4: warpgroup 1's), so that one's softmax runs while the other's products occupy the
+// tensor cores (FlashAttention-3's inter-warpgroup schedule). Predicated, not branched: a branch
+// between a wgmma issue and its wait makes ptxas wait at the branch (C7517).
+__device__ __forceinline__ void turn_wait(int wg) {
+    asm volatile("{\n.reg .pred p;\nsetp.eq.s32 p, %0, 0;\n@p bar.sync 3, 256;\n@!p bar.sync 4, 256;\n}\n" ::"r"(wg)
+                 : "memory");
+}
+__device__ __forceinline__ void turn_pass(int wg) {
+    asm volatile("{\n.reg .pred p;\nsetp.eq.s32 p, %0, 0;\n@p bar.arrive 4, 256;\n@!p bar.arrive 3, 256;\n}\n" ::"r"(wg)
+                 : "memory");
+}
+
 // ---- The pieces of the pipelined tile loop (kPipe below): S(t) and P(t - 1)·V(t - 1) issued
 // together, the softmax of S(t) while P·V runs. Issue functions only issue: the caller waits and
 // then fences the operand registers (qa after S, pa and o after P·V), which keeps the compiler from
@@ -940,7 +953,7 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k
 // of S, so the live set stays about the kernel's. A stage is now busy until the P·V of the next
 // iteration: 4 stages, tile t + 2 issued as tile t starts (its stage held tile t - 2, released
 // during iteration t - 1, so thread 0 never waits on its own warp).
-template <bool kPipe>
+template <bool kPipe, bool kPingPong = false>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
@@ -1008,6 +1021,10 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         }
     };
 
+    static_assert(kPipe || !kPingPong, "turns are the pipelined loop's");
+    // kPingPong: warpgroup 0 issues first (each warpgroup issues n_tiles + 1 groups a query tile, so
+    // the turns stay balanced across query tiles; warpgroup 0 takes the last pass after the loop).
+    if (kPingPong && wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
     int idx0 = 0;
     for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
         const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
@@ -1091,7 +1108,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 uint32_t qa[4][4];
                 int key0;
                 const uint32_t k_s = tile_front(0, qa, key0);
+                if constexpr (kPingPong) turn_wait(wg);
                 pipe_issue_s(qa, k_s, s);
+                if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
@@ -1106,7 +1125,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 uint32_t qa[4][4];
                 int key0;
                 const uint32_t k_s = tile_front(it, qa, key0);
+                if constexpr (kPingPong) turn_wait(wg);
                 pipe_issue_s_pv(qa, k_s, s, pa, v_of(it - 1), o);
+                if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
@@ -1125,7 +1146,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 release(it - 1);
                 tile_rescale_pack(s, corr, moved, o, pa);
             }
+            if constexpr (kPingPong) turn_wait(wg);
             pipe_issue_pv(pa, v_of(n_tiles - 1), o);  // the last tile's P·V
+            if constexpr (kPingPong) turn_pass(wg);
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 32; ++i) reg_fence(o[i]);
@@ -1153,6 +1176,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             }
         }
     }
+    if (kPingPong && wg == 0) asm volatile("bar.sync 3, 256;\n" ::: "memory");  // warpgroup 1's last pass
 }
 
 // ================================================================================================
@@ -1620,6 +1644,8 @@ void ensure_wgmma_prefill_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaPrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -1691,7 +1717,10 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_wgmma_prefill_smem(current_device());
-        if (a.prefill_pipe)
+        if (a.prefill_pipe && a.prefill_pingpong)
+            bf16_paged_attention_prefill_tma_kernel<true, true>
+                <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
+        else if (a.prefill_pipe)
             bf16_paged_attention_prefill_tma_kernel<true>
                 <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
         else

@@ -33,6 +33,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -179,7 +180,11 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
 // loads, 97 registers at 4; a fifth CTA needs <= 96).
 template <bool kEarly>
 constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
-template <bool kGateUp, int kWarps, bool kEarly>
+// kDiag (a timing diagnostic, GPTOSS_MOE_DECODE_DIAG; its outputs are garbage): 0 the kernel;
+// 1 the weight loads and everything around them, the q loop replaced by a fold of the loaded words
+// (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
+// instruction side's time). Session 18, compiled only.
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -300,7 +305,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) {
         const int grp = 4 * (s0 + i) + t;
-        if (i < ns && grp < G) {
+        if (kDiag == 2 && i < ns && grp < G) {
+            const uint32_t h = (blockIdx.x * 0x9e3779b9u) ^ (threadIdx.x * 0x85ebca6bu) ^ static_cast<uint32_t>(i);
+            w_lo[i] = make_uint4(h, h * 3u, h * 5u, h * 7u);
+            w_hi[i] = make_uint4(h * 11u, h * 13u, h * 17u, h * 19u);
+            sc_lo[i] = sc_hi[i] = 127u;
+        } else if (i < ns && grp < G) {
             w_lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
             w_hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
             sc_lo[i] = __ldg(scales + r_lo * G + grp);
@@ -384,10 +394,18 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             }
         }
     };
-    if (two)
+    if constexpr (kDiag == 1) {  // every loaded word consumed, ~2 instructions a word
+        uint32_t f = 0;
+#pragma unroll
+        for (int i = 0; i < kMaxSteps; ++i)
+            f ^= w_lo[i].x ^ w_lo[i].y ^ w_lo[i].z ^ w_lo[i].w ^ w_hi[i].x ^ w_hi[i].y ^ w_hi[i].z ^ w_hi[i].w ^
+                 sc_lo[i] ^ (sc_hi[i] << 8);
+        acc[0] = __uint_as_float(f & 0x3f7fffffu);
+    } else if (two) {
         steps.template operator()<true>();
-    else
+    } else {
         steps.template operator()<false>();
+    }
 
     if constexpr (kEarly) {
         if (threadIdx.x < ntok) {
@@ -408,8 +426,19 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int64_t grid = experts * (rows / kRows);
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
-    auto kernel = kGateUp && a.num_tokens <= 2 ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp>
-                                               : moe_decode_mma_kernel<kGateUp, kWarps, false>;
+    const bool early = kGateUp && a.num_tokens <= 2;
+    auto kernel =
+        early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
+    static const int diag = [] {  // see kDiag
+        const char* v = std::getenv("GPTOSS_MOE_DECODE_DIAG");
+        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
+    }();
+    if (diag == 1)
+        kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 1>
+                       : moe_decode_mma_kernel<kGateUp, kWarps, false, 1>;
+    else if (diag == 2)
+        kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 2>
+                       : moe_decode_mma_kernel<kGateUp, kWarps, false, 2>;
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
