@@ -170,7 +170,9 @@ struct CudaModel::Impl {
     }();
     DeviceBuffer hq_tok, hs_tok;
     // Whether moe(rows, ...) quantizes h's rows for the grouped FP8 or MX kernels (the order of its
-    // tests; a wrong answer costs time, never a value: moe() gathers only rows it was given).
+    // tests). Where it says so, the norm writes the e4m3 rows and skips h's bf16 rows, and moe()
+    // gets h_bf16 = null: a branch that would read h then stops with an error (need_h in moe())
+    // instead of reading stale rows.
     bool moe_reads_fp8_rows(int rows) const {
         if (mx_grouped && rows >= fp8_jit_tokens) return true;
         if (fp8_jit && rows >= fp8_jit_tokens) return true;
@@ -899,6 +901,13 @@ void CudaModel::Impl::gemm_f8(const uint8_t* xq, const float* xs, const kc::Fp8W
 }
 
 void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q) {
+    const auto need_h = [&] {
+        ENGINE_CHECK(h_bf16 != nullptr,
+                     "moe: %d rows took a branch that reads h's bf16 rows, which the norm skipped "
+                     "(moe_reads_fp8_rows disagrees with moe())",
+                     T);
+        return h_bf16;
+    };
     DeviceLayer& D = layers[l];
     const int H = c.hidden_size, I = sh.inter_size, E = sh.num_experts, K = c.experts_per_token;
     const int A = T * K;
@@ -918,7 +927,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::moe_mma_tiles(offsets.as<int32_t>(), E, bm, max_tiles, mma_tiles.as<int32_t>(), mma_count.as<int32_t>(),
                           stream);
         kc::MoeMmaArgs m;
-        m.x = h_bf16;
+        m.x = need_h();
         m.x_by_token = true;
         m.experts_per_token = K;
         m.expert_offsets = offsets.as<int32_t>();
@@ -973,7 +982,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             kc::moe_fp8_gather_rows(hq_tok.as<uint8_t>(), hs_tok.as<float>(), sorted.as<int32_t>(), K, A, H, false, H,
                                     xq8.as<uint8_t>(), xs8.as<float>(), stream);
         else
-            kc::moe_fp8_quant_rows(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(),
+            kc::moe_fp8_quant_rows(need_h(), true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(),
                                    stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
@@ -1023,7 +1032,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             kc::moe_fp8_gather_rows(hq_tok.as<uint8_t>(), hs_tok.as<float>(), sorted.as<int32_t>(), K, A, H, true, kp_h,
                                     xq8.as<uint8_t>(), xs8.as<float>(), stream);
         else
-            kc::moe_fp8_quant_rows_mx(h_bf16, true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(),
+            kc::moe_fp8_quant_rows_mx(need_h(), true, sorted.as<int32_t>(), K, A, H, kp_h, xq8.as<uint8_t>(),
                                       xs8.as<float>(), stream);
         m.xq = xq8.as<uint8_t>();
         m.x_scale = xs8.as<float>();
@@ -1071,7 +1080,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     if (use_wgmma(T) && w4a8) {  // e4m3 rows of h, then of act (one scale per row)
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts) <= 32 ? 32 : 64;
         kc::MoeMmaArgs m = mma_args(bt);
-        kc::moe_quant_rows_fp8(h_bf16, true, sorted.as<int32_t>(), K, A, H, xq8w.as<uint8_t>(), xs8w.as<float>(),
+        kc::moe_quant_rows_fp8(need_h(), true, sorted.as<int32_t>(), K, A, H, xq8w.as<uint8_t>(), xs8w.as<float>(),
                                stream);
         m.x = xq8w.get();
         m.x_by_token = false;
@@ -1089,7 +1098,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::MoeMmaArgs m = mma_args(bt);
         const bool ws = use_wgmma_ws(A);
         if (ws) {  // the warp-specialized kernels read x in tile-row order: gather it first
-            kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
+            kc::moe_gather(need_h(), sorted.as<int32_t>(), A, K, H, xg.get(), stream);
             m.x = xg.get();
             m.x_by_token = false;
             m.num_rows = A;
@@ -1113,7 +1122,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     }
     if (small) {
         kc::MoeMxfp4Args m;
-        m.h = h_bf16;
+        m.h = need_h();
         m.h_f32 = h_f32;  // written by the post-attention norm: experts see unrounded inputs
         m.expert_offsets = offsets.as<int32_t>();
         m.sorted_assignments = sorted.as<int32_t>();
@@ -1144,7 +1153,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         // The bf16 expert copy, grouped (moe_bf16_grouped): x gathered into tile-row order, gate_up +
         // SwiGLU into bf16 act, down into y. No host synchronisation.
         kc::MoeFp8Args m = grouped_args();
-        kc::moe_gather(h_bf16, sorted.as<int32_t>(), A, K, H, xg.get(), stream);
+        kc::moe_gather(need_h(), sorted.as<int32_t>(), A, K, H, xg.get(), stream);
         m.xq = xg.as<uint8_t>();
         m.wq = D.gu_bf16.as<uint8_t>();
         m.bias = D.gu_b.as<float>();
@@ -1170,7 +1179,7 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     // Under EP the assignments past off[E] are other ranks' (the extra bucket): leave their rows of
     // y at zero.
     const int An = ep > 1 ? off[E] : A;
-    kc::moe_gather(h_bf16, sorted.as<int32_t>(), An, K, H, xg.get(), stream);
+    kc::moe_gather(need_h(), sorted.as<int32_t>(), An, K, H, xg.get(), stream);
     if (fp8 && mxfp4) {
         // W8A8: per expert, its rows quantized per 1×128 into their own slice of the scratch (M
         // padded to 4: each expert's activation scales are their own [K/128, M_pad] block), then
@@ -1607,7 +1616,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // residual update and the post-attention norm.
             const bool fused_router = small_moe && decode_fused && ep == 1;
             const bool norm_in_router = fused_router && dp == 1 && T <= fused_norm_max_tokens;
-            bool moe_rows_q = false;
+            bool moe_rows_q = false, h_skipped = false;
             // Larger batches on one DP group whose experts read only bf16 h: the router normalizes
             // the residual itself (the same fp32 bits), so the norm skips its [T, H] fp32 copy.
             const bool router_norms = router_norm_allowed && !small_moe && dp == 1 && !(mxfp4 && Tm <= mxfp4_tokens) &&
@@ -1633,7 +1642,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                     rn2.out_row_scale = hs_tok.as<float>();
                     // h's bf16 rows then have no reader (the router reads h32 or the residual, the
                     // grouped FP8 / MX MoE only the e4m3 rows): not written (47 MB a layer at 8k).
-                    if (kc::residual_rmsnorm_fuses_row_q(rn2)) rn2.out = nullptr;
+                    if (kc::residual_rmsnorm_fuses_row_q(rn2)) {
+                        rn2.out = nullptr;
+                        h_skipped = true;
+                    }
                 }
                 kc::residual_rmsnorm(rn2, stream);
                 mark("norm");
@@ -1641,7 +1653,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
 
             // DP: the experts see every group's rows. Ours go to our slot of [dp, Tmax, H] (padding
             // rows zeroed: the router must see finite values), then an in-place all-gather.
-            const void* moe_h = h.get();
+            const void* moe_h = h_skipped ? nullptr : h.get();
             const float* moe_h32 = h32.as<float>();
             if (dp > 1) {
                 const size_t row0 = static_cast<size_t>(dp_rank) * Tmax;

@@ -841,11 +841,18 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 constexpr int kTmaStages = 3;
 constexpr int kTmaStageBytes = 2 * kTileBytes;  // K, then V
 constexpr int kPipeStages = 4;                  // the pipelined variant's ring (kPipe)
+// kPingPong's ring: one stage more. With 4, thread 0 (warpgroup 0) issuing tile t + 2 waits for
+// warpgroup 1 to release tile t - 2, which it does after its softmax of t - 1, so warpgroup 0
+// could not issue before the other's softmax ended: the overlap the turns are for (a review's
+// point). With 5 the stage of t - 3 is reused, released half an iteration earlier.
+constexpr int kPingPongStages = 5;
 constexpr int tma_prefill_smem(int stages) {
     return 1024 + kPrefillRows * kRowBytes + stages * kTmaStageBytes + 16 * stages;
 }
 constexpr int kTmaPrefillSmem = tma_prefill_smem(kTmaStages);
 constexpr int kPipePrefillSmem = tma_prefill_smem(kPipeStages);
+constexpr int kPingPongPrefillSmem = tma_prefill_smem(kPingPongStages);
+static_assert(2 * (kPingPongPrefillSmem + 1024) <= 227 * 1024, "two ping-pong CTAs an SM (1 KB reserved each)");
 
 __device__ __forceinline__ void attn_mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -958,7 +965,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
                                             const __grid_constant__ CUtensorMap v_map) {
-    constexpr int kStages = kPipe ? kPipeStages : kTmaStages;
+    constexpr int kStages = kPingPong ? kPingPongStages : kPipe ? kPipeStages : kTmaStages;
     constexpr int kAhead = 2;  // tiles in flight ahead of the one in use (see kPipe above)
     // kPipe holds a stage one iteration longer: thread 0 must never wait for a stage its own warp
     // releases later in the same iteration.
@@ -1645,7 +1652,7 @@ void ensure_wgmma_prefill_smem(int dev) {
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -1719,7 +1726,7 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
         ensure_wgmma_prefill_smem(current_device());
         if (a.prefill_pipe && a.prefill_pingpong)
             bf16_paged_attention_prefill_tma_kernel<true, true>
-                <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
+                <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
         else if (a.prefill_pipe)
             bf16_paged_attention_prefill_tma_kernel<true>
                 <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
