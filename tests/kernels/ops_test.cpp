@@ -97,28 +97,42 @@ TEST(CudaOps, ResidualRmsNorm) {
 // quantize_act_fp8_bf16 on its bf16 rows, bit for bit, padding rows (q_m_pad) and columns (q_k_pad)
 // included; in the wide kernel (≥ 64 tokens, also without out) and through the quantizer after the
 // norm (fewer tokens). The residual update is the same either way.
+// A prefill norm's inputs: T rows of x (magnitudes varying by row: different quantizer scales),
+// K bf16 expert rows a token with their weights, the gain, optionally the bias; seeds seed + 0..4.
+// `a` points at the device copies (x and the outputs are the caller's).
+struct NormInputs {
+    std::vector<float> x;
+    DeviceBuffer dadd, dw, db, dg;
+    kc::ResidualRmsNormArgs a;
+};
+NormInputs norm_inputs(int T, int H, int K, uint64_t seed, bool with_bias) {
+    NormInputs n;
+    n.x = randn(static_cast<size_t>(T) * H, seed + T);
+    for (int t = 0; t < T; ++t)
+        for (int i = 0; i < H; ++i) n.x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
+    n.dadd = to_device(to_bf16(bf16_round(randn(static_cast<size_t>(T) * K * H, seed + 1 + T))));
+    n.dw = to_device(randn(static_cast<size_t>(T) * K, seed + 2 + T, 0.3f, 0.5f));
+    if (with_bias) n.db = to_device(randn(H, seed + 3, 0.1f));
+    n.dg = to_device(randn(H, seed + 4, 0.2f, 1.0f));
+    n.a.add = n.dadd.as<float>();
+    n.a.add_bf16 = true;
+    n.a.add_weights = n.dw.as<float>();
+    n.a.add_bias = with_bias ? n.db.as<float>() : nullptr;
+    n.a.num_add = K;
+    n.a.weight = n.dg.as<float>();
+    n.a.num_tokens = T;
+    n.a.hidden_size = H;
+    return n;
+}
+
 TEST(CudaOps, ResidualRmsNormQuantizesLikeTheGemmQuantizer) {
     REQUIRE_GPU();
     const int H = 2880, K = 4, k_pad = kc::fp8_gemm_k_pad(H);
     for (int T : {5, 64, 301}) {
         const int m_pad = kc::fp8_gemm_m_pad(T);
-        auto x = randn(static_cast<size_t>(T) * H, 31 + T);
-        for (int t = 0; t < T; ++t)  // rows of different magnitudes: different group scales
-            for (int i = 0; i < H; ++i) x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
-        auto add = bf16_round(randn(static_cast<size_t>(T) * K * H, 32 + T));
-        auto w = randn(static_cast<size_t>(T) * K, 33 + T, 0.3f, 0.5f);
-        auto bias = randn(H, 34, 0.1f);
-        auto gain = randn(H, 35, 0.2f, 1.0f);
-        auto dadd = to_device(to_bf16(add)), dw = to_device(w), db = to_device(bias), dg = to_device(gain);
-        kc::ResidualRmsNormArgs a;
-        a.add = dadd.as<float>();
-        a.add_bf16 = true;
-        a.add_weights = dw.as<float>();
-        a.add_bias = db.as<float>();
-        a.num_add = K;
-        a.weight = dg.as<float>();
-        a.num_tokens = T;
-        a.hidden_size = H;
+        NormInputs in = norm_inputs(T, H, K, 31, true);
+        const std::vector<float>& x = in.x;
+        kc::ResidualRmsNormArgs a = in.a;
         // Reference: the norm, then the GEMM's quantizer on its bf16 rows.
         auto x_ref = to_device(x);
         auto out = poisoned(static_cast<size_t>(T) * H * 2);
@@ -165,21 +179,9 @@ TEST(CudaOps, ResidualRmsNormRowQuantAndGatherMatchTheMoeQuantizer) {
     const int H = 2880, K = 4, k_pad = kc::fp8_gemm_k_pad(H), H_pad = (H + 127) / 128 * 128;
     for (int T : {5, 64, 301}) {
         const int m_pad = kc::fp8_gemm_m_pad(T), A = T * K;
-        auto x = randn(static_cast<size_t>(T) * H, 41 + T);
-        for (int t = 0; t < T; ++t)  // rows of different magnitudes: different row scales
-            for (int i = 0; i < H; ++i) x[static_cast<size_t>(t) * H + i] *= std::ldexp(1.0f, t % 9 - 4);
-        auto add = bf16_round(randn(static_cast<size_t>(T) * K * H, 42 + T));
-        auto w = randn(static_cast<size_t>(T) * K, 43 + T, 0.3f, 0.5f);
-        auto gain = randn(H, 45, 0.2f, 1.0f);
-        auto dadd = to_device(to_bf16(add)), dw = to_device(w), dg = to_device(gain);
-        kc::ResidualRmsNormArgs a;
-        a.add = dadd.as<float>();
-        a.add_bf16 = true;
-        a.add_weights = dw.as<float>();
-        a.num_add = K;
-        a.weight = dg.as<float>();
-        a.num_tokens = T;
-        a.hidden_size = H;
+        NormInputs in = norm_inputs(T, H, K, 41, false);
+        const std::vector<float>& x = in.x;
+        kc::ResidualRmsNormArgs a = in.a;
         auto x_ref = to_device(x);
         auto out = poisoned(static_cast<size_t>(T) * H * 2);
         a.x = x_ref.as<float>();

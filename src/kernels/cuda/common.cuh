@@ -21,29 +21,21 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Sum over a block of up to 1024 threads; every thread gets the result. `scratch` holds 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// Sum (kMax: max) over a block of up to 1024 threads; every thread gets the result. `scratch` holds
+// 32 floats.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum(v);
+    v = kMax ? warp_max(v) : warp_sum(v);
     __syncthreads();  // scratch may still be read by a previous call
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
     const int nw = (blockDim.x + 31) >> 5;
-    v = lane < nw ? scratch[lane] : 0.0f;
-    return warp_sum(v);
+    v = lane < nw ? scratch[lane] : (kMax ? -INFINITY : 0.0f);
+    return kMax ? warp_max(v) : warp_sum(v);
 }
-
-// Max over a block of up to 1024 threads; every thread gets the result. `scratch` holds 32 floats.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_max(v);
-    __syncthreads();  // scratch may still be read by a previous call
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    const int nw = (blockDim.x + 31) >> 5;
-    v = lane < nw ? scratch[lane] : -INFINITY;
-    return warp_max(v);
-}
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
+__device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
     return __uint_as_float(static_cast<uint32_t>(b) << 16);
