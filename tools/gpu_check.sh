@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,34 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    s19a)
+      # Session 19: the prompt attention's q from the QKV rows (GPTOSS_ATTN_QROPE, default on) and the
+      # ping-pong kernel on full layers of >= 2k-query batches (GPTOSS_ATTN_PINGPONG unset): the
+      # attention tests (q_raw bit-identity in every prefill kernel), RoPE and model tests; 8k --fp8
+      # prefill of 20b (default, QROPE=0, PINGPONG=0) and 120b (default, QROPE=0); moe_bench diag 3.
+      timeout 420 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.QkvBiasRopeKvWrite:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s19a_tests.log" 2>&1
+      rc=$?
+      summary+=("s19a tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s19a_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|q_raw" "$OUT/s19a_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        timeout 120 $BIN/attention_bench prefill > "$OUT/s19a_attn.log" 2>&1
+        grep -E "prefill T=" "$OUT/s19a_attn.log"
+        for cfg in "gpt-oss-20b:" "gpt-oss-20b:GPTOSS_ATTN_QROPE=0" "gpt-oss-20b:GPTOSS_ATTN_PINGPONG=0" \
+                   "gpt-oss-120b:" "gpt-oss-120b:GPTOSS_ATTN_QROPE=0"; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 > "$OUT/s19a_$tag.log" 2>&1
+          summary+=("s19a $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/s19a_$tag.log" | head -4
+        done
+      fi
+      for v in 0 3; do
+        GPTOSS_MOE_DECODE_DIAG=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/s19a_moe_diag$v.log" 2>&1
+        echo "moe_bench diag=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/s19a_moe_diag$v.log"
+      done
       ;;
     next19)
       # Written in session 18 (compiled only), to run first in session 19 (~3 min):

@@ -255,10 +255,21 @@ struct CudaModel::Impl {
     // With the TMA kernel, P·V of the previous KV tile under the softmax of the current one
     // (PagedAttentionArgs::prefill_pipe): r27 attention_bench 8k full 1,435 -> 1,376 us, 20b 8k
     // prefill attention 19.44 -> 18.71 ms. GPTOSS_ATTN_PREFILL_PIPE=0: without (A/B runs).
-    // PagedAttentionArgs::prefill_pingpong (session 18, compiled only): GPTOSS_ATTN_PINGPONG=1.
-    bool attn_pingpong = [] {
+    // PagedAttentionArgs::prefill_pingpong on full layers of batches with at least
+    // kPingPongMinQuery queries (r34 attention_bench, same run: full 8k 1,379 -> 1,366 us, 32k
+    // 21,627 -> 21,158, but 1k 33.2 -> 34.3 and sliding 8k 122 -> 130). GPTOSS_ATTN_PINGPONG=0:
+    // never, =1: on every prefill launch (A/B runs).
+    static constexpr int kPingPongMinQuery = 2048;
+    int attn_pingpong = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PINGPONG");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr ? -1 : std::atoi(v) != 0 ? 1 : 0;
+    }();
+    // The prompt path's attention takes q from the QKV projection's bf16 rows and rotates it as it
+    // loads each query tile (PagedAttentionArgs::q_raw); the RoPE kernel then writes only k and v:
+    // 8k, 2 × 67 MB a layer less. GPTOSS_ATTN_QROPE=0: the RoPE kernel writes q (A/B runs).
+    bool attn_q_rope = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_QROPE");
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
@@ -1532,7 +1543,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
             r.inv_freq = inv_freq.as<float>();
             r.attention_scaling = attention_scaling;
-            r.q_out = q.get();
+            // The prompt path's attention rotates q itself (attn_q_rope); the GEMV path writes q.
+            const bool q_in_attention = attn_q_rope && !decode && !fuse_qkv && qkv_bf16;
+            r.q_out = q_in_attention ? nullptr : q.get();
             r.k_cache = D.k_cache.get();
             r.v_cache = D.v_cache.get();
             r.kv_fp8 = opt.kv_fp8;
@@ -1557,7 +1570,15 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             mark("rope_kv");
 
             kernels::PagedAttentionArgs pa;
-            pa.q = q.get();
+            pa.q = q_in_attention ? nullptr : q.get();
+            if (q_in_attention) {
+                pa.q_raw = qkv.get();
+                pa.q_raw_stride = static_cast<int>(qkvw);
+                pa.q_bias = D.qkv_b.as<float>();
+                pa.q_positions = positions.as<int32_t>();
+                pa.rope_inv_freq = inv_freq.as<float>();
+                pa.rope_scaling = attention_scaling;
+            }
             pa.out = attn.get();
             pa.sinks = D.sinks.as<float>();
             pa.k_cache = D.k_cache.get();
@@ -1567,7 +1588,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.prefill_wgmma = attn_prefill_wgmma;
             pa.prefill_tma = attn_prefill_tma;
             pa.prefill_pipe = attn_prefill_pipe;
-            pa.prefill_pingpong = attn_pingpong;
+            pa.prefill_pingpong = attn_pingpong < 0 ? !sliding && max_q >= kPingPongMinQuery : attn_pingpong == 1;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

@@ -33,6 +33,7 @@
 #include "kernels/args/attention_args.h"
 #include "kernels/args/paged_attention_args.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/ops.h"
 #include "kernels/ops.h"
 
 namespace gptoss::kernels {
@@ -456,6 +457,92 @@ void run_kernel(DeviceCase& d, Kernel k, int splits, std::vector<uint16_t>& out)
     CK(cudaMemcpy(out.data(), d.out.as(), d.out_elems * 2, cudaMemcpyDeviceToHost));
 }
 
+// q straight from the QKV rows (PagedAttentionArgs::q_raw): random bf16 QKV rows (no bias, not
+// rotated), a bias, positions from the case's sequences and YaRN-like frequencies; the RoPE kernel
+// (qkv_bias_rope_kv_write, no cache writes: every slot −1) makes q, then every prefill kernel runs
+// on that q and on the raw rows. The rotation and the bias are the RoPE kernel's code
+// (rope_cos_sin / rope_rotate), so the outputs must be the same bits; they must also be finite (an
+// unwritten output would be the 0xFFFF poison in both).
+void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint64_t seed) {
+    const int T = c.num_tokens, width = (kHeads + 2 * kKvHeads) * kHeadDim;
+    if (T == 0) return;
+    Rng rng(seed ^ 0x51ab0e7ull);
+    std::vector<uint16_t> raw(static_cast<size_t>(T) * width);
+    for (auto& x : raw) x = f32_to_bf16(rng.sym(2.0f));
+    std::vector<float> bias(width), inv_freq(kHeadDim / 2);
+    for (auto& b : bias) b = rng.sym(0.5f);
+    for (int i = 0; i < kHeadDim / 2; ++i)
+        inv_freq[i] = static_cast<float>(std::pow(150000.0, -2.0 * i / kHeadDim) * (i < 8 ? 1.0 : 1.0 / 32.0));
+    std::vector<int32_t> pos(T), slots(T, -1);
+    for (int s = 0; s < c.num_seqs; ++s)
+        for (int t = c.query_start[s]; t < c.query_start[s + 1]; ++t)
+            pos[t] = c.seq_start_pos[s] + t - c.query_start[s];
+    DevBuf draw, dbias, dfreq, dpos, dslots, dq;
+    ASSERT_TRUE(draw.alloc(raw.size() * 2) && dbias.alloc(width * 4) && dfreq.alloc(inv_freq.size() * 4) &&
+                dpos.alloc(T * 4) && dslots.alloc(T * 4) && dq.alloc(static_cast<size_t>(T) * kHeads * kHeadDim * 2));
+    CK(cudaMemcpy(draw.as(), raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dbias.as(), bias.data(), width * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dfreq.as(), inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dpos.as(), pos.data(), T * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dslots.as(), slots.data(), T * 4, cudaMemcpyHostToDevice));
+    cuda::QkvRopeArgs r;
+    r.qkv = draw.as();
+    r.qkv_bf16 = true;
+    r.bias = dbias.as<float>();
+    r.positions = dpos.as<int32_t>();
+    r.slot_mapping = dslots.as<int32_t>();
+    r.inv_freq = dfreq.as<float>();
+    r.attention_scaling = 1.2f;
+    r.q_out = dq.as();
+    r.k_cache = const_cast<void*>(d.args.k_cache);
+    r.v_cache = const_cast<void*>(d.args.v_cache);
+    r.kv_fp8 = c.fp8;
+    r.num_tokens = T;
+    r.num_heads = kHeads;
+    r.num_kv_heads = kKvHeads;
+    r.head_dim = kHeadDim;
+    cuda::qkv_bias_rope_kv_write(r, nullptr);
+    CK(cudaGetLastError());
+
+    struct Variant {
+        const char* name;
+        bool wgmma, tma, pipe, pingpong;
+    };
+    const Variant variants[] = {{"mma.sync", false, false, false, false},
+                                {"wgmma", true, false, false, false},
+                                {"tma", true, true, false, false},
+                                {"pipe", true, true, true, false},
+                                {"pingpong", true, true, true, true}};
+    const PagedAttentionArgs base = d.args;
+    for (const Variant& v : variants) {
+        d.args = base;
+        d.args.prefill_wgmma = v.wgmma;
+        d.args.prefill_tma = v.tma;
+        d.args.prefill_pipe = v.pipe;
+        d.args.prefill_pingpong = v.pingpong;
+        d.args.q = dq.as();
+        std::vector<uint16_t> want, got;
+        run_kernel(d, Kernel::kPrefill, 0, want);
+        d.args.q = nullptr;
+        d.args.q_raw = draw.as();
+        d.args.q_raw_stride = width;
+        d.args.q_bias = dbias.as<float>();
+        d.args.q_positions = dpos.as<int32_t>();
+        d.args.rope_inv_freq = dfreq.as<float>();
+        d.args.rope_scaling = 1.2f;
+        run_kernel(d, Kernel::kPrefill, 0, got);
+        d.args = base;
+        if (::testing::Test::HasFatalFailure()) return;
+        size_t differ = 0, bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            differ += got[i] != want[i];
+            bad += (want[i] & 0x7fffu) >= 0x7f80u;  // inf or NaN
+        }
+        EXPECT_EQ(bad, 0u) << tag << " q_raw " << v.name << ": non-finite outputs from the RoPE kernel's q";
+        EXPECT_EQ(differ, 0u) << tag << " q_raw " << v.name << ": differs from the kernel on the RoPE kernel's q";
+    }
+}
+
 // Fluent tester (STYLE.md rule 13).
 class AttentionTester {
 public:
@@ -570,6 +657,7 @@ public:
                 for (size_t i = 0; i < got.size(); ++i) moved += turns[i] != piped[i];
                 EXPECT_EQ(moved, 0u) << tag << ": the ping-pong kernel differs from the pipelined kernel";
             }
+            check_q_raw(c, d, tag, seed_);
         } else {
             for (int sp : splits_) {
                 run_kernel(d, Kernel::kDecode, sp, got);

@@ -18,7 +18,7 @@ namespace gptoss::kernels {
 // Softmax (MODEL.md §4.4): scores = q·k · scale; the sink logit sinks[h] (unscaled) joins the
 // denominator only: out = Σ_j e^{s_j − M} v_j / (Σ_j e^{s_j − M} + e^{sink − M}).
 struct PagedAttentionArgs {
-    const void* q = nullptr;        // [num_tokens, num_heads, head_dim] bf16, post-RoPE
+    const void* q = nullptr;        // [num_tokens, num_heads, head_dim] bf16, post-RoPE (or q_raw below)
     void* out = nullptr;            // [num_tokens, num_heads, head_dim] bf16
     const float* sinks = nullptr;   // [num_heads]
     const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
@@ -45,6 +45,16 @@ struct PagedAttentionArgs {
     // barriers), one's softmax under the other's products (FlashAttention-3's ping-pong; same bits).
     // Session 18, compiled only: GPTOSS_ATTN_PINGPONG=1.
     bool prefill_pingpong = false;
+    // CUDA prefill only: q straight from the QKV projection's rows instead of `q`: the kernel adds
+    // the bias and rotates (YaRN RoPE at q_positions) as it loads each query tile, the same bf16 bits
+    // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves
+    // writing q and reading it back (8k: 2 × 67 MB a layer). Null: q is used.
+    const void* q_raw = nullptr;             // [num_tokens, q_raw_stride] bf16; q heads' elements first
+    int q_raw_stride = 0;                    // elements a token row, a multiple of 8
+    const float* q_bias = nullptr;           // [num_heads · head_dim]
+    const int32_t* q_positions = nullptr;    // [num_tokens]
+    const float* rope_inv_freq = nullptr;    // [head_dim / 2]
+    float rope_scaling = 1.0f;               // YaRN's concentration (cos and sin times it)
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

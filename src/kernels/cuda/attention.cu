@@ -343,11 +343,73 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The Q tile from the QKV projection's rows (PagedAttentionArgs::q_raw): bias, then the RoPE
+// rotation of pairs (i, i + 32), rope_cos_sin / rope_rotate as qkv_rope_kernel, so the same bf16
+// bits as its q. The tile's 16 tokens' cos and sin first (shared by the 8 heads), then a thread an
+// item (row, chunk c < 4): chunks c and c + 4 of the row, two 16-byte loads and two stores. Has a
+// barrier: every thread of the block calls it.
+template <int kThreads>
+__device__ __forceinline__ void load_q_tile_raw(const PagedAttentionArgs& a, int first, int n_valid, int kv_head,
+                                                uint32_t q_smem, int tid) {
+    constexpr int kHalf = kHeadDim / 2;
+    __shared__ float2 s_cs[kPrefillTokens][kHalf];
+    for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
+        const int tok = c / kHalf, i = c % kHalf;
+        float cs = 1.0f, sn = 0.0f;
+        if (tok < n_valid) rope_cos_sin(a.q_positions[first + tok], a.rope_inv_freq[i], a.rope_scaling, cs, sn);
+        s_cs[tok][i] = make_float2(cs, sn);
+    }
+    __syncthreads();
+    const __nv_bfloat16* raw = static_cast<const __nv_bfloat16*>(a.q_raw);
+#pragma unroll
+    for (int k = 0; k < kPrefillRows * 4 / kThreads; ++k) {
+        const int it = tid + k * kThreads;
+        const int r = it >> 2, c = it & 3, tok = r >> 3;
+        const int head = kv_head * kGroup + (r & 7);
+        uint32_t lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
+        if (tok < n_valid) {
+            const __nv_bfloat16* src =
+                raw + static_cast<int64_t>(first + tok) * a.q_raw_stride + head * kHeadDim + c * 8;
+            const uint4 w1 = *reinterpret_cast<const uint4*>(src);
+            const uint4 w2 = *reinterpret_cast<const uint4*>(src + kHalf);
+            const uint32_t x1w[4] = {w1.x, w1.y, w1.z, w1.w}, x2w[4] = {w2.x, w2.y, w2.z, w2.w};
+            const float* b1 = a.q_bias + head * kHeadDim + c * 8;
+            const float* b2 = b1 + kHalf;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float y1[2], y2[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int i = 2 * j + e;
+                    const float x1 = __uint_as_float(e ? x1w[j] & 0xffff0000u : x1w[j] << 16) + b1[i];
+                    const float x2 = __uint_as_float(e ? x2w[j] & 0xffff0000u : x2w[j] << 16) + b2[i];
+                    const float2 cs = s_cs[tok][c * 8 + i];
+                    rope_rotate(x1, x2, cs.x, cs.y, y1[e], y2[e]);
+                }
+                lo[j] = pack_bf16x2(y1[0], y1[1]);
+                hi[j] = pack_bf16x2(y2[0], y2[1]);
+            }
+        }
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_smem + swizzle(r, c)), "r"(lo[0]), "r"(lo[1]),
+                     "r"(lo[2]), "r"(lo[3])
+                     : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_smem + swizzle(r, c + 4)), "r"(hi[0]),
+                     "r"(hi[1]), "r"(hi[2]), "r"(hi[3])
+                     : "memory");
+    }
+}
+
 // The prefill kernels' Q tile: 16 tokens from row `first` × the 8 query heads of kv_head, as 128
 // swizzled rows (row = token · 8 + head) of 8 chunks; rows of tokens past n_valid are zero-filled.
+// With q_raw, load_q_tile_raw (plain stores, a barrier: the caller's barrier after its cp.async
+// wait publishes them as it does the copies).
 template <int kThreads>
 __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const __nv_bfloat16* q, int first, int n_valid,
                                             int kv_head, uint32_t q_smem, int tid) {
+    if (a.q_raw != nullptr) {
+        load_q_tile_raw<kThreads>(a, first, n_valid, kv_head, q_smem, tid);
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < kPrefillRows * 8 / kThreads; ++i) {
         const int c = tid + i * kThreads;
@@ -1603,11 +1665,16 @@ void validate(const PagedAttentionArgs& a, const char* who) {
     ENGINE_CHECK(a.num_seqs >= 0 && a.num_seqs <= 65535, "%s: num_seqs %d out of range", who, a.num_seqs);
     ENGINE_CHECK(a.sliding_window >= 0 && a.scale > 0.0f, "%s: sliding_window %d, scale %g", who, a.sliding_window,
                  static_cast<double>(a.scale));
-    ENGINE_CHECK(
-        a.q && a.out && a.sinks && a.k_cache && a.v_cache && a.block_tables && a.seq_start_pos && a.query_start,
-        "%s: null pointer argument", who);
+    ENGINE_CHECK((a.q || a.q_raw) && a.out && a.sinks && a.k_cache && a.v_cache && a.block_tables && a.seq_start_pos &&
+                     a.query_start,
+                 "%s: null pointer argument", who);
     ENGINE_CHECK(aligned16(a.q) && aligned16(a.out) && aligned16(a.k_cache) && aligned16(a.v_cache),
                  "%s: q/out/k_cache/v_cache must be 16-byte aligned", who);
+    ENGINE_CHECK(a.q_raw == nullptr || (a.q_bias && a.q_positions && a.rope_inv_freq && aligned16(a.q_raw) &&
+                                        a.q_raw_stride % 8 == 0 && a.q_raw_stride >= a.num_heads * a.head_dim),
+                 "%s: q_raw needs q_bias, q_positions, rope_inv_freq, 16-byte alignment and a row stride (%d) that "
+                 "is a multiple of 8 and at least num_heads · head_dim",
+                 who, a.q_raw_stride);
 }
 
 // Per-device facts cached on first use, so that launches inside a graph capture make no CUDA call
@@ -1744,6 +1811,7 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
     validate(a, "paged_attention_decode");
+    ENGINE_CHECK(a.q_raw == nullptr && a.q != nullptr, "paged_attention_decode: q is required (q_raw is prefill's)");
     ENGINE_CHECK(num_splits >= 1 && num_splits <= std::max(a.max_splits, 1) && num_splits <= 65535,
                  "paged_attention_decode: %d splits (max_splits %d)", num_splits, a.max_splits);
     ENGINE_CHECK(num_splits == 1 || (a.workspace != nullptr && aligned16(a.workspace)),
@@ -1771,6 +1839,7 @@ void paged_attention_reference_cuda(const PagedAttentionArgs& a, cudaStream_t st
     ENGINE_CHECK(a.head_dim == kHeadDim && a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0 &&
                      a.num_heads % kRefWarps == 0 && a.block_size > 0,
                  "paged_attention_reference_cuda: unsupported shape");
+    ENGINE_CHECK(a.q != nullptr, "paged_attention_reference_cuda: q is required (q_raw is the prefill kernels')");
     if (a.num_seqs == 0 || a.num_tokens == 0) return;
     const dim3 grid(a.num_tokens, a.num_heads / kRefWarps);
     bf16_paged_attention_reference_kernel<<<grid, kRefWarps * 32, 0, stream>>>(a);

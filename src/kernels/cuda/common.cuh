@@ -65,6 +65,21 @@ __device__ __forceinline__ void store_kv(void* cache, int64_t i, float v, bool f
         static_cast<__nv_bfloat16*>(cache)[i] = __float2bfloat16(v);
 }
 
+// RoPE (YaRN, NeoX half split; MODEL.md §4.3) as every CUDA kernel that rotates computes it, so
+// that they agree bit for bit (qkv_rope_kernel, qkv_gemv_rope, the prefill attention's Q taken
+// straight from the QKV rows, PagedAttentionArgs::q_raw): the angle position · inv_freq in fp32 as
+// transformers, cos and sin times the concentration, then y1 = x1·c − x2·s, y2 = x2·c + x1·s with
+// the multiply-add contraction written out (no compiler choice left).
+__device__ __forceinline__ void rope_cos_sin(int pos, float inv_freq, float scaling, float& c, float& s) {
+    sincosf(__fmul_rn(static_cast<float>(pos), inv_freq), &s, &c);
+    c = __fmul_rn(c, scaling);
+    s = __fmul_rn(s, scaling);
+}
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float c, float s, float& y1, float& y2) {
+    y1 = __fmaf_rn(x1, c, -__fmul_rn(x2, s));
+    y2 = __fmaf_rn(x2, c, __fmul_rn(x1, s));
+}
+
 // Counter-based uniform in [0, 1): the same splitmix64 construction as runtime::uniform_at.
 __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;

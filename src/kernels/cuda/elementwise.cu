@@ -345,14 +345,9 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     const int t = blockIdx.x;
     const int hd = kHd > 0 ? kHd : a.head_dim, half = hd / 2, quarter = hd / 4;
-    const float pos_f = static_cast<float>(a.positions[t]);
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        // As transformers: angle = position · inv_freq in fp32, cos/sin times the concentration.
-        float s, c;
-        sincosf(pos_f * a.inv_freq[i], &s, &c);
-        s_cos[i] = c * a.attention_scaling;
-        s_sin[i] = s * a.attention_scaling;
-    }
+    const int pos = a.positions[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
     __syncthreads();
     const int nq = a.num_heads, nkv = a.num_kv_heads;
     const int width = (nq + 2 * nkv) * hd;
@@ -379,14 +374,17 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     };
     const int slot = a.slot_mapping[t];
     auto* q_out = static_cast<__nv_bfloat16*>(a.q_out) + static_cast<int64_t>(t) * nq * hd;
-    // Rotations: (nq + nkv) heads × half / 2 pair couples.
-    for (int idx = threadIdx.x; idx < (nq + nkv) * quarter; idx += blockDim.x) {
-        const int h = idx / quarter, i = 2 * (idx % quarter);
+    // Rotations: (nq + nkv) heads × half / 2 pair couples; without q_out the k heads only (the
+    // prefill attention rotates q itself, PagedAttentionArgs::q_raw).
+    const int h0 = a.q_out != nullptr ? 0 : nq;
+    for (int idx = threadIdx.x; idx < (nq + nkv - h0) * quarter; idx += blockDim.x) {
+        const int h = h0 + idx / quarter, i = 2 * (idx % quarter);
         const float2 c = *reinterpret_cast<const float2*>(s_cos + i), s = *reinterpret_cast<const float2*>(s_sin + i);
         const int base = h * hd;  // q heads first, then k heads
         const float2 x1 = row2(base + i), x2 = row2(base + i + half);
-        const float2 y1 = make_float2(x1.x * c.x - x2.x * s.x, x1.y * c.y - x2.y * s.y);
-        const float2 y2 = make_float2(x2.x * c.x + x1.x * s.x, x2.y * c.y + x1.y * s.y);
+        float2 y1, y2;
+        rope_rotate(x1.x, x2.x, c.x, s.x, y1.x, y2.x);
+        rope_rotate(x1.y, x2.y, c.y, s.y, y1.y, y2.y);
         if (h < nq) {
             *reinterpret_cast<__nv_bfloat162*>(q_out + base + i) = __floats2bfloat162_rn(y1.x, y1.y);
             *reinterpret_cast<__nv_bfloat162*>(q_out + base + i + half) = __floats2bfloat162_rn(y2.x, y2.y);

@@ -200,12 +200,9 @@ __device__ __forceinline__ void rope_store(const QkvRopeArgs& r, int h, int i, i
     const int hd = r.head_dim, half = hd / 2, nq = r.num_heads, nkv = r.num_kv_heads;
     const int slot = r.slot_mapping[m];
     if (h < nq + nkv) {  // q or k head: rotate
-        float sn, cs;
-        sincosf(static_cast<float>(r.positions[m]) * r.inv_freq[i], &sn, &cs);
-        cs *= r.attention_scaling;
-        sn *= r.attention_scaling;
-        const float y1 = x1 * cs - x2 * sn;
-        const float y2 = x2 * cs + x1 * sn;
+        float sn, cs, y1, y2;
+        rope_cos_sin(r.positions[m], r.inv_freq[i], r.attention_scaling, cs, sn);
+        rope_rotate(x1, x2, cs, sn, y1, y2);
         if (h < nq) {
             __nv_bfloat16* q = static_cast<__nv_bfloat16*>(r.q_out) + static_cast<int64_t>(m) * nq * hd + h * hd;
             q[i] = __float2bfloat16(y1);
@@ -645,6 +642,7 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream)
                      r.head_dim % 2 == 0 && g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim &&
                      g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
+    ENGINE_CHECK(r.q_out != nullptr, "qkv_gemv_rope: q_out is required");
     if (fp8_mma_ok(g, &r)) {
         fp8_mma_launch<true>(g, r, stream);
         return;

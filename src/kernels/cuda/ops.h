@@ -62,7 +62,9 @@ struct QkvRopeArgs {
     const int32_t* slot_mapping = nullptr;  // [num_tokens] block·block_size + offset; < 0: skip write
     const float* inv_freq = nullptr;        // [head_dim / 2]
     float attention_scaling = 1.0f;
-    void* q_out = nullptr;    // [num_tokens, num_heads, head_dim] bf16
+    // [num_tokens, num_heads, head_dim] bf16; null: q is not written, only k and v (the prefill
+    // attention then takes q from qkv itself, PagedAttentionArgs::q_raw). qkv_gemv_rope needs it.
+    void* q_out = nullptr;
     void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] bf16
     void* v_cache = nullptr;
     bool kv_fp8 = false;  // the caches hold e4m3 (kernels/args/paged_attention_args.h), not bf16
