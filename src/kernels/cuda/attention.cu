@@ -1709,9 +1709,13 @@ void ensure_decode_smem(int dev) {
 }
 
 // The warpgroup prefill kernel's 49 KB of dynamic shared memory (over the 48 KB default).
-void ensure_wgmma_prefill_smem(int dev) {
+void ensure_prefill_smem(int dev) {
     static std::atomic<bool> done[kMaxDevices];
     if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
+    // The mma.sync kernel too: its 48 KB plus the static 4 KB of load_q_tile_raw's cos / sin pass
+    // the default 48 KB.
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    kPrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_wgmma_kernel,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kWgPrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<false>,
@@ -1790,7 +1794,7 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
-        ensure_wgmma_prefill_smem(current_device());
+        ensure_prefill_smem(current_device());
         if (a.prefill_pipe && a.prefill_pingpong)
             bf16_paged_attention_prefill_tma_kernel<true, true>
                 <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
@@ -1801,9 +1805,10 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
             bf16_paged_attention_prefill_tma_kernel<false>
                 <<<grid, kWgPrefillThreads, kTmaPrefillSmem, stream>>>(a, k_map, v_map);
     } else if (a.prefill_wgmma) {
-        ensure_wgmma_prefill_smem(current_device());
+        ensure_prefill_smem(current_device());
         bf16_paged_attention_prefill_wgmma_kernel<<<grid, kWgPrefillThreads, kWgPrefillSmem, stream>>>(a);
     } else {
+        ensure_prefill_smem(current_device());
         bf16_paged_attention_prefill_kernel<<<grid, kPrefillThreads, kPrefillSmem, stream>>>(a);
     }
     CUDA_CHECK_LAUNCH();
