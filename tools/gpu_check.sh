@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,32 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    s19b)
+      # Session 19, second form of the prompt attention's q from the QKV rows (cp.async of the raw
+      # chunks, cos / sin while they fly, rotation in place after the wait) and the k/v-only RoPE
+      # kernel at 4 tokens a block: tests; attention_bench prefill with GPTOSS_ATTN_QROPE 1 / 0;
+      # 8k --fp8 prefill, 20b default / QROPE=0 twice, 120b default / QROPE=0.
+      timeout 420 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.QkvBiasRopeKvWrite:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s19b_tests.log" 2>&1
+      rc=$?
+      summary+=("s19b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s19b_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|q_raw" "$OUT/s19b_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for v in 1 0; do
+          GPTOSS_ATTN_QROPE=$v timeout 120 $BIN/attention_bench prefill > "$OUT/s19b_attn_qrope$v.log" 2>&1
+          echo "attention_bench QROPE=$v:"; grep -E "prefill T=" "$OUT/s19b_attn_qrope$v.log"
+        done
+        for cfg in "gpt-oss-20b:" "gpt-oss-20b:GPTOSS_ATTN_QROPE=0" "gpt-oss-20b:" "gpt-oss-20b:GPTOSS_ATTN_QROPE=0" \
+                   "gpt-oss-120b:" "gpt-oss-120b:GPTOSS_ATTN_QROPE=0"; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 >> "$OUT/s19b_$tag.log" 2>&1
+          summary+=("s19b $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/s19b_$tag.log" | tail -4
+        done
+      fi
       ;;
     s19a)
       # Session 19: the prompt attention's q from the QKV rows (GPTOSS_ATTN_QROPE, default on) and the

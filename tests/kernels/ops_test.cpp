@@ -359,6 +359,19 @@ TEST(CudaOps, QkvBiasRopeKvWrite) {
                 for (auto* b : {&q_o, &k_o, &v_o}) outs.push_back(to_host<uint16_t>(*b, b->bytes() / 2));
             }
             for (int i = 0; i < 3; ++i) EXPECT_EQ(outs[i], outs[i + 3]) << "bf16 qkv input, output " << i;
+
+            // k and v only (q_out = null, the prefill attention rotating q itself; 4 tokens a block
+            // at head_dim 64): the same cache bits as the run that also wrote q (T = 1, 5, 200: a
+            // last block with 1-3 tokens).
+            DeviceBuffer k_o(kc_ref.size() * 2), v_o(kc_ref.size() * 2);
+            cudaMemset(k_o.get(), 0, k_o.bytes());
+            cudaMemset(v_o.get(), 0, v_o.bytes());
+            a.q_out = nullptr;
+            a.k_cache = k_o.get();
+            a.v_cache = v_o.get();
+            kc::qkv_bias_rope_kv_write(a, nullptr);
+            EXPECT_EQ(to_host<uint16_t>(k_o, k_o.bytes() / 2), outs[4]) << "k cache without q, T " << T;
+            EXPECT_EQ(to_host<uint16_t>(v_o, v_o.bytes() / 2), outs[5]) << "v cache without q, T " << T;
         }
     }
 }

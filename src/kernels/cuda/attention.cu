@@ -343,73 +343,78 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The Q tile from the QKV projection's rows (PagedAttentionArgs::q_raw): bias, then the RoPE
-// rotation of pairs (i, i + 32), rope_cos_sin / rope_rotate as qkv_rope_kernel, so the same bf16
-// bits as its q. The tile's 16 tokens' cos and sin first (shared by the 8 heads), then a thread an
-// item (row, chunk c < 4): chunks c and c + 4 of the row, two 16-byte loads and two stores. Has a
-// barrier: every thread of the block calls it.
+// The Q tile from the QKV projection's rows (PagedAttentionArgs::q_raw), in two steps so that the
+// global loads stay asynchronous (r34 call 3: loading and rotating in registers at the tile's start
+// cost the 8k layer ~47 us more than the RoPE kernel's q write saved): load_q_tile copies the raw
+// chunks into the tile by cp.async as it does q's and, while they fly, puts the tile's 16 tokens'
+// cos and sin (rope_cos_sin; shared by the 8 heads) in q_rope_cs; after the caller's wait and
+// barrier, rotate_q_tile adds the bias and rotates pairs (i, i + 32) in place (rope_rotate: the RoPE
+// kernel's arithmetic, so the same bf16 bits as its q), a thread an item (row, chunk c < 4: chunks
+// c and c + 4 of the row), then a barrier. Rows of tokens past n_valid stay zero.
+__device__ __forceinline__ float2 (*q_rope_cs())[kHeadDim / 2] {
+    __shared__ float2 cs[kPrefillTokens][kHeadDim / 2];
+    return cs;
+}
 template <int kThreads>
-__device__ __forceinline__ void load_q_tile_raw(const PagedAttentionArgs& a, int first, int n_valid, int kv_head,
-                                                uint32_t q_smem, int tid) {
+__device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n_valid, int kv_head, uint32_t q_smem,
+                                              int tid) {
     constexpr int kHalf = kHeadDim / 2;
-    __shared__ float2 s_cs[kPrefillTokens][kHalf];
-    for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
-        const int tok = c / kHalf, i = c % kHalf;
-        float cs = 1.0f, sn = 0.0f;
-        if (tok < n_valid) rope_cos_sin(a.q_positions[first + tok], a.rope_inv_freq[i], a.rope_scaling, cs, sn);
-        s_cs[tok][i] = make_float2(cs, sn);
-    }
-    __syncthreads();
-    const __nv_bfloat16* raw = static_cast<const __nv_bfloat16*>(a.q_raw);
+    float2(*cs)[kHalf] = q_rope_cs();
 #pragma unroll
     for (int k = 0; k < kPrefillRows * 4 / kThreads; ++k) {
         const int it = tid + k * kThreads;
         const int r = it >> 2, c = it & 3, tok = r >> 3;
+        if (tok >= n_valid) continue;
         const int head = kv_head * kGroup + (r & 7);
-        uint32_t lo[4] = {0u, 0u, 0u, 0u}, hi[4] = {0u, 0u, 0u, 0u};
-        if (tok < n_valid) {
-            const __nv_bfloat16* src =
-                raw + static_cast<int64_t>(first + tok) * a.q_raw_stride + head * kHeadDim + c * 8;
-            const uint4 w1 = *reinterpret_cast<const uint4*>(src);
-            const uint4 w2 = *reinterpret_cast<const uint4*>(src + kHalf);
-            const uint32_t x1w[4] = {w1.x, w1.y, w1.z, w1.w}, x2w[4] = {w2.x, w2.y, w2.z, w2.w};
-            const float* b1 = a.q_bias + head * kHeadDim + c * 8;
-            const float* b2 = b1 + kHalf;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                float y1[2], y2[2];
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int i = 2 * j + e;
-                    const float x1 = __uint_as_float(e ? x1w[j] & 0xffff0000u : x1w[j] << 16) + b1[i];
-                    const float x2 = __uint_as_float(e ? x2w[j] & 0xffff0000u : x2w[j] << 16) + b2[i];
-                    const float2 cs = s_cs[tok][c * 8 + i];
-                    rope_rotate(x1, x2, cs.x, cs.y, y1[e], y2[e]);
-                }
-                lo[j] = pack_bf16x2(y1[0], y1[1]);
-                hi[j] = pack_bf16x2(y2[0], y2[1]);
-            }
-        }
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_smem + swizzle(r, c)), "r"(lo[0]), "r"(lo[1]),
-                     "r"(lo[2]), "r"(lo[3])
+        const uint32_t lo_addr = q_smem + swizzle(r, c), hi_addr = q_smem + swizzle(r, c + 4);
+        uint32_t x1w[4], x2w[4];
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x1w[0]), "=r"(x1w[1]), "=r"(x1w[2]), "=r"(x1w[3])
+                     : "r"(lo_addr)
                      : "memory");
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(q_smem + swizzle(r, c + 4)), "r"(hi[0]),
-                     "r"(hi[1]), "r"(hi[2]), "r"(hi[3])
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(x2w[0]), "=r"(x2w[1]), "=r"(x2w[2]), "=r"(x2w[3])
+                     : "r"(hi_addr)
+                     : "memory");
+        const float4* bias = reinterpret_cast<const float4*>(a.q_bias + head * kHeadDim + c * 8);
+        const float4 b1v[2] = {__ldg(bias), __ldg(bias + 1)}, b2v[2] = {__ldg(bias + 8), __ldg(bias + 9)};
+        const float b1[8] = {b1v[0].x, b1v[0].y, b1v[0].z, b1v[0].w, b1v[1].x, b1v[1].y, b1v[1].z, b1v[1].w};
+        const float b2[8] = {b2v[0].x, b2v[0].y, b2v[0].z, b2v[0].w, b2v[1].x, b2v[1].y, b2v[1].z, b2v[1].w};
+        uint32_t lo[4], hi[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float y1[2], y2[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int i = 2 * j + e;
+                const float x1 = __uint_as_float(e ? x1w[j] & 0xffff0000u : x1w[j] << 16) + b1[i];
+                const float x2 = __uint_as_float(e ? x2w[j] & 0xffff0000u : x2w[j] << 16) + b2[i];
+                const float2 t = cs[tok][c * 8 + i];
+                rope_rotate(x1, x2, t.x, t.y, y1[e], y2[e]);
+            }
+            lo[j] = pack_bf16x2(y1[0], y1[1]);
+            hi[j] = pack_bf16x2(y2[0], y2[1]);
+        }
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(lo_addr), "r"(lo[0]), "r"(lo[1]), "r"(lo[2]),
+                     "r"(lo[3])
+                     : "memory");
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(hi_addr), "r"(hi[0]), "r"(hi[1]), "r"(hi[2]),
+                     "r"(hi[3])
                      : "memory");
     }
+    __syncthreads();
 }
 
 // The prefill kernels' Q tile: 16 tokens from row `first` × the 8 query heads of kv_head, as 128
-// swizzled rows (row = token · 8 + head) of 8 chunks; rows of tokens past n_valid are zero-filled.
-// With q_raw, load_q_tile_raw (plain stores, a barrier: the caller's barrier after its cp.async
-// wait publishes them as it does the copies).
+// swizzled rows (row = token · 8 + head) of 8 chunks by cp.async; rows of tokens past n_valid are
+// zero-filled. With q_raw, the chunks of the QKV rows and the tile's cos / sin (see above): the
+// caller then runs rotate_q_tile after its wait and barrier.
 template <int kThreads>
 __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const __nv_bfloat16* q, int first, int n_valid,
                                             int kv_head, uint32_t q_smem, int tid) {
-    if (a.q_raw != nullptr) {
-        load_q_tile_raw<kThreads>(a, first, n_valid, kv_head, q_smem, tid);
-        return;
-    }
+    const bool raw = a.q_raw != nullptr;
+    const __nv_bfloat16* src = raw ? static_cast<const __nv_bfloat16*>(a.q_raw) : q;
+    const int64_t stride = raw ? a.q_raw_stride : static_cast<int64_t>(a.num_heads) * kHeadDim;
 #pragma unroll
     for (int i = 0; i < kPrefillRows * 8 / kThreads; ++i) {
         const int c = tid + i * kThreads;
@@ -417,10 +422,19 @@ __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const _
         const int tok = r >> 3;
         const bool valid = tok < n_valid;
         const int64_t off =
-            valid
-                ? (static_cast<int64_t>(first + tok) * a.num_heads + kv_head * kGroup + (r & 7)) * kHeadDim + chunk * 8
-                : 0;
-        cp_async_16(q_smem + swizzle(r, chunk), q + off, valid);
+            valid ? static_cast<int64_t>(first + tok) * stride + (kv_head * kGroup + (r & 7)) * kHeadDim + chunk * 8
+                  : 0;
+        cp_async_16(q_smem + swizzle(r, chunk), src + off, valid);
+    }
+    if (raw) {
+        constexpr int kHalf = kHeadDim / 2;
+        float2(*cs)[kHalf] = q_rope_cs();
+        for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
+            const int tok = c / kHalf, i = c % kHalf;
+            float co = 1.0f, si = 0.0f;
+            if (tok < n_valid) rope_cos_sin(a.q_positions[first + tok], a.rope_inv_freq[i], a.rope_scaling, co, si);
+            cs[tok][i] = make_float2(co, si);
+        }
     }
 }
 
@@ -474,6 +488,11 @@ __global__ void __launch_bounds__(kPrefillThreads)
         load_q_tile<kPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         load_kv_tile(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
+        if (a.q_raw != nullptr) {  // q from the QKV rows: rotated in place once it has landed
+            cp_async_wait<0>();
+            __syncthreads();
+            rotate_q_tile<kPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
+        }
 
         uint32_t qa[2][4][4];  // Q A-fragments [m16 tile][16-wide k chunk]
         float o[2][8][4];      // O accumulators [m16 tile][8-wide d tile]
@@ -821,6 +840,11 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         load_kv_tile<kWgPrefillThreads>(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
+        if (a.q_raw != nullptr) {  // q from the QKV rows: rotated in place once it has landed
+            cp_async_wait<0>();
+            __syncthreads();
+            rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
+        }
 
         uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk]
         float s[32];        // S accumulators, then P (layout as o's, keys for dims)
@@ -1111,6 +1135,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
         cp_async_wait<0>();
         __syncthreads();  // Q from every thread's cp.async
+        if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
         float o[32];  // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
@@ -1670,9 +1695,11 @@ void validate(const PagedAttentionArgs& a, const char* who) {
                  "%s: null pointer argument", who);
     ENGINE_CHECK(aligned16(a.q) && aligned16(a.out) && aligned16(a.k_cache) && aligned16(a.v_cache),
                  "%s: q/out/k_cache/v_cache must be 16-byte aligned", who);
-    ENGINE_CHECK(a.q_raw == nullptr || (a.q_bias && a.q_positions && a.rope_inv_freq && aligned16(a.q_raw) &&
-                                        a.q_raw_stride % 8 == 0 && a.q_raw_stride >= a.num_heads * a.head_dim),
-                 "%s: q_raw needs q_bias, q_positions, rope_inv_freq, 16-byte alignment and a row stride (%d) that "
+    ENGINE_CHECK(a.q_raw == nullptr ||
+                     (a.q_bias && a.q_positions && a.rope_inv_freq && aligned16(a.q_raw) && aligned16(a.q_bias) &&
+                      a.q_raw_stride % 8 == 0 && a.q_raw_stride >= a.num_heads * a.head_dim),
+                 "%s: q_raw needs q_bias, q_positions, rope_inv_freq, 16-byte alignment (q_raw, q_bias) and a row "
+                 "stride (%d) that "
                  "is a multiple of 8 and at least num_heads · head_dim",
                  who, a.q_raw_stride);
 }
@@ -1712,7 +1739,7 @@ void ensure_decode_smem(int dev) {
 void ensure_prefill_smem(int dev) {
     static std::atomic<bool> done[kMaxDevices];
     if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
-    // The mma.sync kernel too: its 48 KB plus the static 4 KB of load_q_tile_raw's cos / sin pass
+    // The mma.sync kernel too: its 48 KB plus the static 4 KB of q_rope_cs (the q_raw tile's cos / sin) pass
     // the default 48 KB.
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     kPrefillSmem));
