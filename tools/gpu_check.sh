@@ -576,7 +576,7 @@ for stage in "$@"; do
       # kernel at 4 tokens a block: tests; attention_bench prefill with GPTOSS_ATTN_QROPE 1 / 0;
       # 8k --fp8 prefill, 20b default / QROPE=0 twice, 120b default / QROPE=0.
       timeout 420 $BIN/cuda_kernel_tests \
-        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.QkvBiasRopeKvWrite:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        --gtest_filter='PagedAttentionCuda.*:AttentionHarness.*:CudaOps.QkvBiasRopeKvWrite:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
         > "$OUT/s19b_tests.log" 2>&1
       rc=$?
       summary+=("s19b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s19b_tests.log" | tr '\n' ' ')")

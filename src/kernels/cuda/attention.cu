@@ -343,17 +343,22 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The Q tile from the QKV projection's rows (PagedAttentionArgs::q_raw), in two steps so that the
-// global loads stay asynchronous (r34 call 3: loading and rotating in registers at the tile's start
-// cost the 8k layer ~47 us more than the RoPE kernel's q write saved): load_q_tile copies the raw
-// chunks into the tile by cp.async as it does q's and, while they fly, puts the tile's 16 tokens'
-// cos and sin (rope_cos_sin; shared by the 8 heads) in q_rope_cs; after the caller's wait and
-// barrier, rotate_q_tile adds the bias and rotates pairs (i, i + 32) in place (rope_rotate: the RoPE
+// The Q tile from the QKV projection's rows (PagedAttentionArgs::q_raw), with the global loads kept
+// asynchronous (r34 call 3: loading and rotating in registers at the tile's start cost the 8k
+// layer ~47 us more than the RoPE kernel's q write saved): load_q_tile copies the raw chunks into
+// the tile by cp.async as it does q's; once the tile's K/V loads are issued too, q_tile_cos_sin puts
+// its 16 tokens' cos and sin (rope_cos_sin; shared by the 8 heads) in q_rope_cs while the copies
+// fly; after the caller's wait and barrier, rotate_q_tile adds the bias (the CTA's 8 heads', staged
+// once in q_rope_bias by stage_q_bias) and rotates pairs (i, i + 32) in place (rope_rotate: the RoPE
 // kernel's arithmetic, so the same bf16 bits as its q), a thread an item (row, chunk c < 4: chunks
 // c and c + 4 of the row), then a barrier. Rows of tokens past n_valid stay zero.
 __device__ __forceinline__ float2 (*q_rope_cs())[kHeadDim / 2] {
     __shared__ float2 cs[kPrefillTokens][kHeadDim / 2];
     return cs;
+}
+__device__ __forceinline__ float* q_rope_bias() {
+    __shared__ __align__(16) float bias[kGroup * kHeadDim];
+    return bias;
 }
 template <int kThreads>
 __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n_valid, int kv_head, uint32_t q_smem,
@@ -365,7 +370,6 @@ __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n
         const int it = tid + k * kThreads;
         const int r = it >> 2, c = it & 3, tok = r >> 3;
         if (tok >= n_valid) continue;
-        const int head = kv_head * kGroup + (r & 7);
         const uint32_t lo_addr = q_smem + swizzle(r, c), hi_addr = q_smem + swizzle(r, c + 4);
         uint32_t x1w[4], x2w[4];
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
@@ -376,8 +380,8 @@ __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n
                      : "=r"(x2w[0]), "=r"(x2w[1]), "=r"(x2w[2]), "=r"(x2w[3])
                      : "r"(hi_addr)
                      : "memory");
-        const float4* bias = reinterpret_cast<const float4*>(a.q_bias + head * kHeadDim + c * 8);
-        const float4 b1v[2] = {__ldg(bias), __ldg(bias + 1)}, b2v[2] = {__ldg(bias + 8), __ldg(bias + 9)};
+        const float4* bias = reinterpret_cast<const float4*>(q_rope_bias() + (r & 7) * kHeadDim + c * 8);
+        const float4 b1v[2] = {bias[0], bias[1]}, b2v[2] = {bias[8], bias[9]};
         const float b1[8] = {b1v[0].x, b1v[0].y, b1v[0].z, b1v[0].w, b1v[1].x, b1v[1].y, b1v[1].z, b1v[1].w};
         const float b2[8] = {b2v[0].x, b2v[0].y, b2v[0].z, b2v[0].w, b2v[1].x, b2v[1].y, b2v[1].z, b2v[1].w};
         uint32_t lo[4], hi[4];
@@ -426,16 +430,31 @@ __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const _
                   : 0;
         cp_async_16(q_smem + swizzle(r, chunk), src + off, valid);
     }
-    if (raw) {
-        constexpr int kHalf = kHeadDim / 2;
-        float2(*cs)[kHalf] = q_rope_cs();
-        for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
-            const int tok = c / kHalf, i = c % kHalf;
-            float co = 1.0f, si = 0.0f;
-            if (tok < n_valid) rope_cos_sin(a.q_positions[first + tok], a.rope_inv_freq[i], a.rope_scaling, co, si);
-            cs[tok][i] = make_float2(co, si);
-        }
+}
+
+// With q_raw: the tile's cos / sin into q_rope_cs (after the tile's copies and KV loads are issued,
+// so that the positions' round trip is not in front of them; r34 call 4 had it before the TMA issue
+// and the 8k layers 30 us slower).
+template <int kThreads>
+__device__ __forceinline__ void q_tile_cos_sin(const PagedAttentionArgs& a, int first, int n_valid, int tid) {
+    if (a.q_raw == nullptr) return;
+    constexpr int kHalf = kHeadDim / 2;
+    float2(*cs)[kHalf] = q_rope_cs();
+    for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
+        const int tok = c / kHalf, i = c % kHalf;
+        float co = 1.0f, si = 0.0f;
+        if (tok < n_valid) rope_cos_sin(a.q_positions[first + tok], a.rope_inv_freq[i], a.rope_scaling, co, si);
+        cs[tok][i] = make_float2(co, si);
     }
+}
+
+// With q_raw: the CTA's 8 heads' q bias into shared memory once (kv_head is the CTA's for its
+// life), published by the first barrier of the query-tile loop.
+template <int kThreads>
+__device__ __forceinline__ void stage_q_bias(const PagedAttentionArgs& a, int kv_head, int tid) {
+    if (a.q_raw == nullptr) return;
+    float* b = q_rope_bias();
+    for (int i = tid; i < kGroup * kHeadDim; i += kThreads) b[i] = a.q_bias[kv_head * kGroup * kHeadDim + i];
 }
 
 // ================================================================================================
@@ -457,6 +476,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
     const int kv_head = blockIdx.x, seq = blockIdx.z;
+    stage_q_bias<kPrefillThreads>(a, kv_head, tid);  // with q_raw; published by the loop's first barrier
 
     const int q_begin = a.query_start[seq];
     const int n_q = a.query_start[seq + 1] - q_begin;
@@ -489,6 +509,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
         load_kv_tile(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
         if (a.q_raw != nullptr) {  // q from the QKV rows: rotated in place once it has landed
+            q_tile_cos_sin<kPrefillThreads>(a, q_begin + t0, n_valid, tid);
             cp_async_wait<0>();
             __syncthreads();
             rotate_q_tile<kPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
@@ -811,6 +832,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
     const int g = lane >> 2, tig = lane & 3;
     const int kv_head = blockIdx.x, seq = blockIdx.z;
+    stage_q_bias<kWgPrefillThreads>(a, kv_head, tid);  // with q_raw; published by the loop's first barrier
 
     const int q_begin = a.query_start[seq];
     const int n_q = a.query_start[seq + 1] - q_begin;
@@ -841,6 +863,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         load_kv_tile<kWgPrefillThreads>(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
         if (a.q_raw != nullptr) {  // q from the QKV rows: rotated in place once it has landed
+            q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
             cp_async_wait<0>();
             __syncthreads();
             rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
@@ -1062,6 +1085,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const int wg = warp >> 2;
     const int g = lane >> 2, tig = lane & 3;
     const int kv_head = blockIdx.x, seq = blockIdx.z;
+    stage_q_bias<kWgPrefillThreads>(a, kv_head, tid);  // with q_raw; published by the loop's first barrier
 
     const int q_begin = a.query_start[seq];
     const int n_q = a.query_start[seq + 1] - q_begin;
@@ -1133,6 +1157,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         cp_async_commit();
         if (tid == 0)
             for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
+        q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
         __syncthreads();  // Q from every thread's cp.async
         if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
