@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,22 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    ncu_qraw)
+      # Session 19: where the prefill attention's q_raw path spends its ~2.5 us a query tile: ncu source
+      # counters (executed instructions, stall samples a SASS line) of the first TMA prefill launch of
+      # attention_bench "prefill T=1024" (full causal, 1k) with GPTOSS_ATTN_QROPE 1 and 0.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for v in 1 0; do
+        GPTOSS_ATTN_QROPE=$v timeout 150 $NCU --clock-control none --cache-control none --section SourceCounters \
+          --section WarpStateStats --section SpeedOfLight -k regex:prefill_tma -c 1 -f -o "$WORK/ncu_qraw_$v" \
+          $BIN/attention_bench "prefill T=1024" > "$OUT/ncu_qraw_$v.log" 2>&1
+        summary+=("ncu_qraw $v rc=$?")
+        $NCU -i "$WORK/ncu_qraw_$v.ncu-rep" --page details > "$OUT/ncu_qraw_${v}_details.txt" 2>&1
+        $NCU -i "$WORK/ncu_qraw_$v.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_qraw_${v}_source.csv" 2>&1
+        gzip -f "$OUT/ncu_qraw_${v}_source.csv"
+        echo "QROPE=$v:"; grep -E "Duration|Executed Instructions  |Warp Cycles Per Issued|Stall" "$OUT/ncu_qraw_${v}_details.txt" | head -12
+      done
       ;;
     s19b)
       # Session 19, second form of the prompt attention's q from the QKV rows (cp.async of the raw
