@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,17 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    decode_diag)
+      # The decode MoE's fixed part in the model (NOTES r34 item 2): 20b --fp8 batch 1-2 steps with
+      # moe_decode_mma as is (0), loads only (1), math only (2), neither (3). Outputs of 1-3 are
+      # garbage (timing only: the routing then follows garbage too, so the experts differ).
+      for v in 0 1 2 3; do
+        GPTOSS_MOE_DECODE_DIAG=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+          --context 1024 --decode-steps 32 --repeats 3 --markdown "$OUT/decode_diag_$v.md" > "$OUT/decode_diag_$v.log" 2>&1
+        summary+=("decode_diag $v rc=$?")
+        echo "diag $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/decode_diag_$v.md"
+      done
       ;;
     ncu_qraw)
       # Session 19: where the prefill attention's q_raw path spends its ~2.5 us a query tile: ncu source
