@@ -597,59 +597,45 @@ for stage in "$@"; do
         echo "QROPE=$v:"; grep -E "Duration|Executed Instructions  |Warp Cycles Per Issued|Stall" "$OUT/ncu_qraw_${v}_details.txt" | head -12
       done
       ;;
-    s19b)
-      # Session 19, second form of the prompt attention's q from the QKV rows (cp.async of the raw
-      # chunks, cos / sin while they fly, rotation in place after the wait) and the k/v-only RoPE
-      # kernel at 4 tokens a block: tests; attention_bench prefill with GPTOSS_ATTN_QROPE 1 / 0;
-      # 8k --fp8 prefill, 20b default / QROPE=0 twice, 120b default / QROPE=0.
+    s19a | s19b)
+      # Session 19: the prompt attention's q from the QKV rows (GPTOSS_ATTN_QROPE, default on), the
+      # k/v-only RoPE kernel and the ping-pong kernel on full layers of >= 2k-query batches: the
+      # attention tests (q_raw bit-identity in every prefill kernel), RoPE, model and engine tests;
+      # attention_bench prefill with QROPE 1 / 0; 8k --fp8 prefill A/B runs (with GPTOSS_PROFILE).
+      # s19a (calls 2-3): 20b default / QROPE=0 / PINGPONG=0, 120b default / QROPE=0, then moe_bench
+      # with GPTOSS_MOE_DECODE_DIAG 0 / 3. s19b (calls 4-5): 20b default / QROPE=0 twice, 120b
+      # default / QROPE=0.
+      t=$stage
       timeout 420 $BIN/cuda_kernel_tests \
         --gtest_filter='PagedAttentionCuda.*:AttentionHarness.*:CudaOps.QkvBiasRopeKvWrite:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
-        > "$OUT/s19b_tests.log" 2>&1
+        > "$OUT/${t}_tests.log" 2>&1
       rc=$?
-      summary+=("s19b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s19b_tests.log" | tr '\n' ' ')")
-      grep -E "FAILED|Failure|q_raw" "$OUT/s19b_tests.log" | head -20
+      summary+=("$t tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/${t}_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|q_raw" "$OUT/${t}_tests.log" | head -20
       if [ $rc = 0 ]; then
         for v in 1 0; do
-          GPTOSS_ATTN_QROPE=$v timeout 120 $BIN/attention_bench prefill > "$OUT/s19b_attn_qrope$v.log" 2>&1
-          echo "attention_bench QROPE=$v:"; grep -E "prefill T=" "$OUT/s19b_attn_qrope$v.log"
+          GPTOSS_ATTN_QROPE=$v timeout 120 $BIN/attention_bench prefill > "$OUT/${t}_attn_qrope$v.log" 2>&1
+          echo "attention_bench QROPE=$v:"; grep -E "prefill T=" "$OUT/${t}_attn_qrope$v.log"
         done
-        for cfg in "gpt-oss-20b:" "gpt-oss-20b:GPTOSS_ATTN_QROPE=0" "gpt-oss-20b:" "gpt-oss-20b:GPTOSS_ATTN_QROPE=0" \
-                   "gpt-oss-120b:" "gpt-oss-120b:GPTOSS_ATTN_QROPE=0"; do
+        if [ $t = s19a ]; then
+          cfgs="gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_QROPE=0 gpt-oss-20b:GPTOSS_ATTN_PINGPONG=0"
+        else
+          cfgs="gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_QROPE=0 gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_QROPE=0"
+        fi
+        for cfg in $cfgs gpt-oss-120b: gpt-oss-120b:GPTOSS_ATTN_QROPE=0; do
           m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
           env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
-            --repeats 3 >> "$OUT/s19b_$tag.log" 2>&1
-          summary+=("s19b $tag rc=$?")
-          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/s19b_$tag.log" | tail -4
+            --repeats 3 >> "$OUT/${t}_$tag.log" 2>&1
+          summary+=("$t $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/${t}_$tag.log" | tail -4
         done
       fi
-      ;;
-    s19a)
-      # Session 19: the prompt attention's q from the QKV rows (GPTOSS_ATTN_QROPE, default on) and the
-      # ping-pong kernel on full layers of >= 2k-query batches (GPTOSS_ATTN_PINGPONG unset): the
-      # attention tests (q_raw bit-identity in every prefill kernel), RoPE and model tests; 8k --fp8
-      # prefill of 20b (default, QROPE=0, PINGPONG=0) and 120b (default, QROPE=0); moe_bench diag 3.
-      timeout 420 $BIN/cuda_kernel_tests \
-        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.QkvBiasRopeKvWrite:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
-        > "$OUT/s19a_tests.log" 2>&1
-      rc=$?
-      summary+=("s19a tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s19a_tests.log" | tr '\n' ' ')")
-      grep -E "FAILED|Failure|q_raw" "$OUT/s19a_tests.log" | head -20
-      if [ $rc = 0 ]; then
-        timeout 120 $BIN/attention_bench prefill > "$OUT/s19a_attn.log" 2>&1
-        grep -E "prefill T=" "$OUT/s19a_attn.log"
-        for cfg in "gpt-oss-20b:" "gpt-oss-20b:GPTOSS_ATTN_QROPE=0" "gpt-oss-20b:GPTOSS_ATTN_PINGPONG=0" \
-                   "gpt-oss-120b:" "gpt-oss-120b:GPTOSS_ATTN_QROPE=0"; do
-          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
-          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
-            --repeats 3 > "$OUT/s19a_$tag.log" 2>&1
-          summary+=("s19a $tag rc=$?")
-          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/s19a_$tag.log" | head -4
+      if [ $t = s19a ]; then
+        for v in 0 3; do
+          GPTOSS_MOE_DECODE_DIAG=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/s19a_moe_diag$v.log" 2>&1
+          echo "moe_bench diag=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/s19a_moe_diag$v.log"
         done
       fi
-      for v in 0 3; do
-        GPTOSS_MOE_DECODE_DIAG=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/s19a_moe_diag$v.log" 2>&1
-        echo "moe_bench diag=$v:"; grep -E "^\| [0-9]+ \|" "$OUT/s19a_moe_diag$v.log"
-      done
       ;;
     next19)
       # Written in session 18 (compiled only), to run first in session 19 (~3 min):
