@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -569,6 +569,36 @@ for stage in "$@"; do
       CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
       [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/moe_bench 2>/dev/null | awk '/Function :/{p = /moe_decode/} p' > "$OUT/moe_decode_sass.txt"
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
+      ;;
+    s20)
+      # Session 20: the sliding layers' prompt attention as 2 CTAs an SM, each looping over query
+      # tiles with the next tile's K/V and Q loading under the current one
+      # (PagedAttentionArgs::prefill_ctas_per_sm; GPTOSS_ATTN_PREFILL_CTAS=n: n an SM on every
+      # layer, 0: a CTA a query tile). The attention tests (the looping CTAs bit-identical in the
+      # three TMA kernels, with q and with q_raw), the model and engine tests; attention_bench
+      # prefill with the default and CTAS 0 / 1 / 3; 8k --fp8 prefill 20b default / CTAS=0 twice,
+      # 120b default / CTAS=0 (GPTOSS_PROFILE stages).
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:PagedAttentionCuda.Fp8KvCache:AttentionHarness.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s20_tests.log" 2>&1
+      rc=$?
+      summary+=("s20 tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s20_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|looping" "$OUT/s20_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for v in default 0 1 3; do
+          if [ $v = default ]; then e=; else e=GPTOSS_ATTN_PREFILL_CTAS=$v; fi
+          env $e timeout 120 $BIN/attention_bench prefill > "$OUT/s20_attn_ctas_$v.log" 2>&1
+          echo "attention_bench CTAS=$v:"; grep -E "prefill T=" "$OUT/s20_attn_ctas_$v.log"
+        done
+        for cfg in gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_PREFILL_CTAS=0 gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_PREFILL_CTAS=0 \
+            gpt-oss-120b: gpt-oss-120b:GPTOSS_ATTN_PREFILL_CTAS=0; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 >> "$OUT/s20_$tag.log" 2>&1
+          summary+=("s20 $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/s20_$tag.log" | tail -4
+        done
+      fi
       ;;
     decode_diag)
       # The decode MoE's fixed part in the model (NOTES r34 item 2): 20b --fp8 batch 1-2 steps with
