@@ -571,6 +571,8 @@ for stage in "$@"; do
       summary+=("cuobjdump lines=$(wc -l < "$OUT/moe_decode_sass.txt" 2>/dev/null)")
       ;;
     s20)
+      # Ran once, at 41801be (r35 call 1); the switch it measures was removed after it (no gain on
+      # sliding layers; bench/NOTES.md r35), so at later revisions its CTAS runs equal the default.
       # Session 20: the sliding layers' prompt attention as 2 CTAs an SM, each looping over query
       # tiles with the next tile's K/V and Q loading under the current one
       # (PagedAttentionArgs::prefill_ctas_per_sm; GPTOSS_ATTN_PREFILL_CTAS=n: n an SM on every

@@ -130,9 +130,6 @@ struct Common {
     // Prefill q from raw QKV rows, rotated as each query tile loads (PagedAttentionArgs::q_raw), as
     // the model's default; GPTOSS_ATTN_QROPE=0: the rotated q.
     bool q_raw = true;
-    // PagedAttentionArgs::prefill_ctas_per_sm: the model's rule (2 on sliding layers) unless
-    // GPTOSS_ATTN_PREFILL_CTAS=n (n on every prefill launch; 0: a CTA a query tile).
-    int prefill_ctas = -1;
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -151,8 +148,6 @@ struct Common {
         pingpong = ppg == nullptr ? -1 : std::string(ppg) != "0";
         const char* qr = std::getenv("GPTOSS_ATTN_QROPE");
         q_raw = qr == nullptr || std::string(qr) != "0";
-        const char* pc = std::getenv("GPTOSS_ATTN_PREFILL_CTAS");
-        prefill_ctas = pc == nullptr ? -1 : std::max(0, std::atoi(pc));
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -276,23 +271,26 @@ Result bench_prefill(Common& common, int tokens, int window, cudaStream_t stream
     a.max_query_len = tokens;
     a.max_context_len = tokens;
     a.sliding_window = window;
-    if (common.pingpong < 0) a.prefill_pingpong = window == 0 && tokens >= 2048;                   // the model's rule
-    a.prefill_ctas_per_sm = common.prefill_ctas < 0 ? (window > 0 ? 2 : 0) : common.prefill_ctas;  // the model's rule
+    if (common.pingpong < 0) a.prefill_pingpong = window == 0 && tokens >= 2048;  // the model's rule
     // q_raw: [T, (64 + 2·8)·64] bf16 rows (the q part random), zero bias, positions 0.., gpt-oss-like
     // frequencies; the same bytes read as from q, plus the rotation.
     constexpr int kQkvWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
     DevBuf raw(common.q_raw ? static_cast<size_t>(tokens) * kQkvWidth * 2 : 16), bias(kQkvWidth * 4),
-        freq(kHeadDim / 2 * 4);
+        pos(static_cast<size_t>(tokens) * 4), freq(kHeadDim / 2 * 4);
     if (common.q_raw) {
         fill_random(raw.p, static_cast<size_t>(tokens) * kQkvWidth * 2);
         CHECK_CUDA(cudaMemset(bias.p, 0, kQkvWidth * 4));
+        std::vector<int32_t> p(tokens);
+        std::iota(p.begin(), p.end(), 0);
         std::vector<float> f(kHeadDim / 2);
         for (int i = 0; i < kHeadDim / 2; ++i) f[i] = static_cast<float>(std::pow(150000.0, -2.0 * i / kHeadDim));
+        CHECK_CUDA(cudaMemcpy(pos.p, p.data(), p.size() * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(freq.p, f.data(), f.size() * 4, cudaMemcpyHostToDevice));
         a.q = nullptr;
         a.q_raw = raw.p;
         a.q_raw_stride = kQkvWidth;
         a.q_bias = bias.as<float>();
+        a.q_positions = pos.as<int32_t>();
         a.rope_inv_freq = freq.as<float>();
         a.rope_scaling = 1.3f;
     }

@@ -264,16 +264,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PINGPONG");
         return v == nullptr ? -1 : std::atoi(v) != 0 ? 1 : 0;
     }();
-    // Sliding layers' prompt attention as kSlidingCtasPerSm CTAs an SM, each looping over query
-    // tiles with the next tile's K/V and Q loading under the current one
-    // (PagedAttentionArgs::prefill_ctas_per_sm; a sliding query tile has ~3 KV tiles, so a CTA a
-    // tile spends most of its life waiting for its first loads). GPTOSS_ATTN_PREFILL_CTAS=n: n an
-    // SM on every layer (0: a CTA a query tile everywhere; A/B runs).
-    static constexpr int kSlidingCtasPerSm = 2;
-    int attn_prefill_ctas = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_PREFILL_CTAS");
-        return v == nullptr ? -1 : std::max(0, std::atoi(v));
-    }();
     // The prompt path's attention takes q from the QKV projection's bf16 rows and rotates it as it
     // loads each query tile (PagedAttentionArgs::q_raw); the RoPE kernel then writes only k and v:
     // 8k, 2 × 67 MB a layer less. r34 (8k --fp8 prefill, paired runs): rope_kv −45 us a layer,
@@ -1587,6 +1577,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 pa.q_raw = qkv.get();
                 pa.q_raw_stride = static_cast<int>(qkvw);
                 pa.q_bias = D.qkv_b.as<float>();
+                pa.q_positions = positions.as<int32_t>();
                 pa.rope_inv_freq = inv_freq.as<float>();
                 pa.rope_scaling = attention_scaling;
             }
@@ -1600,7 +1591,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.prefill_tma = attn_prefill_tma;
             pa.prefill_pipe = attn_prefill_pipe;
             pa.prefill_pingpong = attn_pingpong < 0 ? !sliding && max_q >= kPingPongMinQuery : attn_pingpong == 1;
-            pa.prefill_ctas_per_sm = attn_prefill_ctas < 0 ? (sliding ? kSlidingCtasPerSm : 0) : attn_prefill_ctas;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

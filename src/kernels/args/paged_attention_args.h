@@ -46,21 +46,15 @@ struct PagedAttentionArgs {
     // r34: ~1% faster on full layers past 2k queries, slower on sliding ones (the CUDA model's rule,
     // CudaModel kPingPongMinQuery).
     bool prefill_pingpong = false;
-    // With prefill_tma: launch about this many CTAs an SM (whole columns of num_kv_heads ·
-    // num_seqs, at most one a query tile; 0: one a query tile). Each then loops over query tiles, and while it computes
-    // one the next one's K/V tiles (by the same TMA ring) and Q (a second Q buffer; not in the
-    // ping-pong kernel) are already loading. For layers whose query tiles are short (sliding
-    // windows: ~3 KV tiles each), where a CTA's start-up latency is most of its life. Same bits.
-    int prefill_ctas_per_sm = 0;
     // CUDA prefill only: q straight from the QKV projection's rows instead of `q`: the kernel adds
-    // the bias and rotates (YaRN RoPE; token i of sequence s at position seq_start_pos[s] + i, as
-    // the RoPE kernel's positions) as it loads each query tile, the same bf16 bits
+    // the bias and rotates (YaRN RoPE at q_positions) as it loads each query tile, the same bf16 bits
     // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves
     // writing q and reading it back (8k: 2 × 67 MB a layer) for ~2.5 us a query tile (r34: 8k
     // prefill 20b neutral, 120b −0.7 to −1.6 ms). Null: q is used.
     const void* q_raw = nullptr;             // [num_tokens, q_raw_stride] bf16; q heads' elements first
     int q_raw_stride = 0;                    // elements a token row, a multiple of 8
     const float* q_bias = nullptr;           // [num_heads · head_dim]
+    const int32_t* q_positions = nullptr;    // [num_tokens]
     const float* rope_inv_freq = nullptr;    // [head_dim / 2]
     float rope_scaling = 1.0f;               // YaRN's concentration (cos and sin times it)
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]

@@ -432,28 +432,20 @@ __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const _
     }
 }
 
-// With q_raw: the tile's cos / sin into q_rope_cs, after the tile's copies and KV loads are issued
-// (r34 call 4 had it, then with a positions array's round trip, before the TMA issue and the 8k
-// layers 30 us slower). Token tok of the tile is at position p0 + tok (a sequence's new tokens are
-// consecutive from seq_start_pos, the positions the RoPE kernel rotated k by), so nothing is
-// loaded but the lane's frequency: item c = (token c / 32, pair index c % 32 = the lane).
+// With q_raw: the tile's cos / sin into q_rope_cs (after the tile's copies and KV loads are issued,
+// so that the positions' round trip is not in front of them; r34 call 4 had it before the TMA issue
+// and the 8k layers 30 us slower).
 template <int kThreads>
-__device__ __forceinline__ void q_tile_cos_sin(const PagedAttentionArgs& a, int p0, int n_valid, float lane_freq,
-                                               int tid) {
-    static_assert(kThreads % 32 == 0 && kHeadDim / 2 == 32, "the pair index is the lane");
+__device__ __forceinline__ void q_tile_cos_sin(const PagedAttentionArgs& a, int first, int n_valid, int tid) {
     if (a.q_raw == nullptr) return;
     constexpr int kHalf = kHeadDim / 2;
     float2(*cs)[kHalf] = q_rope_cs();
-#pragma unroll
-    for (int k = 0; k < kPrefillTokens * kHalf / kThreads; ++k) {
-        const int c = tid + k * kThreads, tok = c / kHalf, i = c % kHalf;
+    for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
+        const int tok = c / kHalf, i = c % kHalf;
         float co = 1.0f, si = 0.0f;
-        if (tok < n_valid) rope_cos_sin(p0 + tok, lane_freq, a.rope_scaling, co, si);
+        if (tok < n_valid) rope_cos_sin(a.q_positions[first + tok], a.rope_inv_freq[i], a.rope_scaling, co, si);
         cs[tok][i] = make_float2(co, si);
     }
-}
-__device__ __forceinline__ float q_rope_lane_freq(const PagedAttentionArgs& a) {
-    return a.q_raw != nullptr ? a.rope_inv_freq[threadIdx.x & 31] : 0.0f;
 }
 
 // With q_raw: the CTA's 8 heads' q bias into shared memory once (kv_head is the CTA's for its
@@ -517,7 +509,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
         load_kv_tile(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
         if (a.q_raw != nullptr) {  // q from the QKV rows: rotated in place once it has landed
-            q_tile_cos_sin<kPrefillThreads>(a, p0, n_valid, q_rope_lane_freq(a), tid);
+            q_tile_cos_sin<kPrefillThreads>(a, q_begin + t0, n_valid, tid);
             cp_async_wait<0>();
             __syncthreads();
             rotate_q_tile<kPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
@@ -871,7 +863,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         load_kv_tile<kWgPrefillThreads>(src, tile_first, kv_lo, p_last, kv_smem, kv_smem + kTileBytes, tid);
         cp_async_commit();
         if (a.q_raw != nullptr) {  // q from the QKV rows: rotated in place once it has landed
-            q_tile_cos_sin<kWgPrefillThreads>(a, p0, n_valid, q_rope_lane_freq(a), tid);
+            q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
             cp_async_wait<0>();
             __syncthreads();
             rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
@@ -963,18 +955,13 @@ constexpr int kPipeStages = 4;                  // the pipelined variant's ring 
 // could not issue before the other's softmax ended: the overlap the turns are for (a review's
 // point). With 5 the stage of t - 3 is reused, released half an iteration earlier.
 constexpr int kPingPongStages = 5;
-// Q buffers: two where they fit two CTAs an SM (the next query tile's Q loads while this one
-// computes, PagedAttentionArgs::prefill_ctas_per_sm), one in the ping-pong kernel (its 5-stage ring).
-constexpr int tma_q_bufs(bool pingpong) { return pingpong ? 1 : 2; }
-constexpr int tma_prefill_smem(int stages, int q_bufs) {
-    return 1024 + q_bufs * kPrefillRows * kRowBytes + stages * kTmaStageBytes + 16 * stages;
+constexpr int tma_prefill_smem(int stages) {
+    return 1024 + kPrefillRows * kRowBytes + stages * kTmaStageBytes + 16 * stages;
 }
-constexpr int kTmaPrefillSmem = tma_prefill_smem(kTmaStages, tma_q_bufs(false));
-constexpr int kPipePrefillSmem = tma_prefill_smem(kPipeStages, tma_q_bufs(false));
-constexpr int kPingPongPrefillSmem = tma_prefill_smem(kPingPongStages, tma_q_bufs(true));
-// Static shared memory of the kernel: q_rope_cs 4 KB + q_rope_bias 2 KB; 1 KB reserved a CTA.
-static_assert(2 * (kPingPongPrefillSmem + 6 * 1024 + 1024) <= 228 * 1024, "two ping-pong CTAs an SM");
-static_assert(2 * (kPipePrefillSmem + 6 * 1024 + 1024) <= 228 * 1024, "two pipelined CTAs an SM");
+constexpr int kTmaPrefillSmem = tma_prefill_smem(kTmaStages);
+constexpr int kPipePrefillSmem = tma_prefill_smem(kPipeStages);
+constexpr int kPingPongPrefillSmem = tma_prefill_smem(kPingPongStages);
+static_assert(2 * (kPingPongPrefillSmem + 1024) <= 227 * 1024, "two ping-pong CTAs an SM (1 KB reserved each)");
 
 __device__ __forceinline__ void attn_mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -1114,9 +1101,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const float sink = fmaxf(a.sinks[kv_head * kGroup + g] * kLog2e, kNegBig);
     const float qk_scale = a.scale * kLog2e;
 
-    constexpr int kQBufs = tma_q_bufs(kPingPong), kQBytes = kPrefillRows * kRowBytes;
-    const uint32_t q_smem0 = (smem_addr(smem) + 1023u) & ~1023u;  // Q buffer b at + b · 16 KB
-    const uint32_t kv_smem = q_smem0 + kQBufs * kQBytes;          // stage s: K at +s·16 KB, V 8 KB later
+    const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
     const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
     const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
@@ -1152,69 +1138,29 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         }
     };
 
-    // A query tile (rev counts from the sequence's end): its rows and its KV tiles.
-    struct QTile {
-        int t0, n_valid, p0, p_last, kv_lo, tile_first, n_tiles;
-    };
-    const auto qtile = [&](int rev) {
-        QTile t;
-        t.t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
-        t.n_valid = min(kPrefillTokens, n_q - t.t0);
-        t.p0 = start_pos + t.t0;
-        t.p_last = t.p0 + t.n_valid - 1;
-        t.kv_lo = window > 0 ? max(0, t.p0 - window + 1) : 0;
-        t.tile_first = t.kv_lo / kKvTile;
-        t.n_tiles = t.p_last / kKvTile - t.tile_first + 1;
-        return t;
-    };
-    // Thread 0: a query tile's first min(kAhead, n_tiles) KV tiles, from running index idx. A
-    // tile's later ones are issued in its loop (tile_front); the first ones of the CTA's next
-    // query tile (PagedAttentionArgs::prefill_ctas_per_sm) as soon as the current one's loop ends,
-    // so that they load under its epilogue and the next tile's Q wait. (Issuing into the next
-    // query tile from inside the loop was tried: ptxas then spills the pipelined kernel.)
-    const auto issue_first = [&](const QTile& t, int idx) {
-        for (int i = 0; i < min(kAhead, t.n_tiles); ++i) issue(idx + i, t.tile_first + i, t.kv_lo, t.p_last);
-    };
-
     static_assert(kPipe || !kPingPong, "turns are the pipelined loop's");
     // kPingPong: warpgroup 0 issues first (each warpgroup issues n_tiles + 1 groups a query tile, so
     // the turns stay balanced across query tiles; warpgroup 0 takes the last pass after the loop).
     if (kPingPong && wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-    int idx0 = 0, buf = 0;
-    // Two Q buffers: query tile j + 1's Q loads while tile j computes.
-    if constexpr (kQBufs == 2) {
-        const QTile t = qtile(blockIdx.y);
-        load_q_tile<kWgPrefillThreads>(a, q, q_begin + t.t0, t.n_valid, kv_head, q_smem0, tid);
-        cp_async_commit();
-        if (tid == 0) issue_first(t, 0);
-        q_tile_cos_sin<kWgPrefillThreads>(a, t.p0, t.n_valid, q_rope_lane_freq(a), tid);
-    }
+    int idx0 = 0;
     for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
-        const QTile qt = qtile(rev);
-        const int t0 = qt.t0, n_valid = qt.n_valid, p0 = qt.p0, p_last = qt.p_last, kv_lo = qt.kv_lo;
-        const int tile_first = qt.tile_first, n_tiles = qt.n_tiles;
-        const uint32_t q_smem = q_smem0 + buf * kQBytes;
+        const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
+        const int n_valid = min(kPrefillTokens, n_q - t0);
+        const int p0 = start_pos + t0;
+        const int p_last = p0 + n_valid - 1;
+        const int kv_lo = window > 0 ? max(0, p0 - window + 1) : 0;
+        const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
+        const int n_tiles = tile_last - tile_first + 1;
 
-        if constexpr (kQBufs == 1) {
-            __syncthreads();  // the previous query tile is done with Q
-            load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
-            cp_async_commit();
-            if (tid == 0 && rev == static_cast<int>(blockIdx.y)) issue_first(qt, 0);  // later ones: below
-            q_tile_cos_sin<kWgPrefillThreads>(a, p0, n_valid, q_rope_lane_freq(a), tid);
-        }
+        __syncthreads();  // the previous query tile is done with Q
+        load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
+        cp_async_commit();
+        if (tid == 0)
+            for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
+        q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
-        __syncthreads();  // Q from every thread's cp.async (and its cos / sin)
+        __syncthreads();  // Q from every thread's cp.async
         if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
-        const int next = rev + gridDim.y;
-        if (kQBufs == 2 && next < n_qtiles) {
-            // The other buffer was last read by the query tile before this one, which every thread
-            // finished before the barrier above. Its cos / sin go to q_rope_cs after this tile's
-            // loop (this tile's rotation, which reads them, is done by then).
-            const QTile nt = qtile(next);
-            load_q_tile<kWgPrefillThreads>(a, q, q_begin + nt.t0, nt.n_valid, kv_head, q_smem0 + (buf ^ 1) * kQBytes,
-                                           tid);
-            cp_async_commit();
-        }
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
         float o[32];  // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
@@ -1332,12 +1278,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             release(n_tiles - 1);
         }
         idx0 += n_tiles;
-        if (rev + static_cast<int>(gridDim.y) < n_qtiles) {
-            const QTile nt = qtile(rev + gridDim.y);
-            if (tid == 0) issue_first(nt, idx0);
-            if (kQBufs == 2) q_tile_cos_sin<kWgPrefillThreads>(a, nt.p0, nt.n_valid, q_rope_lane_freq(a), tid);
-        }
-        buf ^= kQBufs - 1;
 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -1780,9 +1720,10 @@ void validate(const PagedAttentionArgs& a, const char* who) {
                  "%s: null pointer argument", who);
     ENGINE_CHECK(aligned16(a.q) && aligned16(a.out) && aligned16(a.k_cache) && aligned16(a.v_cache),
                  "%s: q/out/k_cache/v_cache must be 16-byte aligned", who);
-    ENGINE_CHECK(a.q_raw == nullptr || (a.q_bias && a.rope_inv_freq && aligned16(a.q_raw) && aligned16(a.q_bias) &&
-                                        a.q_raw_stride % 8 == 0 && a.q_raw_stride >= a.num_heads * a.head_dim),
-                 "%s: q_raw needs q_bias, rope_inv_freq, 16-byte alignment (q_raw, q_bias) and a row "
+    ENGINE_CHECK(a.q_raw == nullptr ||
+                     (a.q_bias && a.q_positions && a.rope_inv_freq && aligned16(a.q_raw) && aligned16(a.q_bias) &&
+                      a.q_raw_stride % 8 == 0 && a.q_raw_stride >= a.num_heads * a.head_dim),
+                 "%s: q_raw needs q_bias, q_positions, rope_inv_freq, 16-byte alignment (q_raw, q_bias) and a row "
                  "stride (%d) that "
                  "is a multiple of 8 and at least num_heads · head_dim",
                  who, a.q_raw_stride);
@@ -1902,15 +1843,10 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     validate(a, "paged_attention_prefill");
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
     const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
-    dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
+    const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_prefill_smem(current_device());
-        if (a.prefill_ctas_per_sm > 0) {  // query tiles looped over by fewer CTAs (the grid-stride loop)
-            const int64_t ctas = static_cast<int64_t>(a.prefill_ctas_per_sm) * num_sms(current_device());
-            const int64_t columns = static_cast<int64_t>(a.num_kv_heads) * a.num_seqs;
-            grid.y = static_cast<unsigned>(std::clamp<int64_t>((ctas + columns - 1) / columns, 1, qtiles));
-        }
         if (a.prefill_pipe && a.prefill_pingpong)
             bf16_paged_attention_prefill_tma_kernel<true, true>
                 <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
