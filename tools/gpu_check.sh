@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -599,6 +599,31 @@ for stage in "$@"; do
             --repeats 3 >> "$OUT/s20_$tag.log" 2>&1
           summary+=("s20 $tag rc=$?")
           echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|total) " "$OUT/s20_$tag.log" | tail -4
+        done
+      fi
+      ;;
+    s20b)
+      # Session 20: the k/v-only RoPE kernel with each thread's row loads before its cos / sin
+      # barrier (GPTOSS_ROPE_KV_FIRST, default on) and the wide norm kernel sized for 3 CTAs an SM
+      # (85 registers, no spill; GPTOSS_NORM_BLOCKS=4: the former 64-register form). Tests (RoPE
+      # bit-identity with and without q, e4m3 caches; the norm tests; model, engine), then 8k --fp8
+      # prefill with GPTOSS_PROFILE: 20b default / ROPE_KV_FIRST=0 / NORM_BLOCKS=4 twice, 120b
+      # default / both off.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.QkvBiasRopeKvWrite:CudaOps.ResidualRmsNorm*:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s20b_tests.log" 2>&1
+      rc=$?
+      summary+=("s20b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s20b_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/s20b_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for cfg in gpt-oss-20b: gpt-oss-20b:GPTOSS_ROPE_KV_FIRST=0 gpt-oss-20b:GPTOSS_NORM_BLOCKS=4 \
+            gpt-oss-20b: gpt-oss-20b:GPTOSS_ROPE_KV_FIRST=0 gpt-oss-20b:GPTOSS_NORM_BLOCKS=4 \
+            gpt-oss-120b: "gpt-oss-120b:GPTOSS_ROPE_KV_FIRST=0 GPTOSS_NORM_BLOCKS=4"; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"; tag=${tag// /_}
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 >> "$OUT/s20b_$tag.log" 2>&1
+          summary+=("s20b $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (norm|rope_kv|total) " "$OUT/s20b_$tag.log" | tail -4
         done
       fi
       ;;

@@ -372,6 +372,20 @@ TEST(CudaOps, QkvBiasRopeKvWrite) {
             kc::qkv_bias_rope_kv_write(a, nullptr);
             EXPECT_EQ(to_host<uint16_t>(k_o, k_o.bytes() / 2), outs[4]) << "k cache without q, T " << T;
             EXPECT_EQ(to_host<uint16_t>(v_o, v_o.bytes() / 2), outs[5]) << "v cache without q, T " << T;
+            // The same from fp32 rows into e4m3 caches: the FP8 run's bytes above.
+            DeviceBuffer k8(kc_ref.size()), v8(kc_ref.size());
+            cudaMemset(k8.get(), 0, k8.bytes());
+            cudaMemset(v8.get(), 0, v8.bytes());
+            a.qkv = dqkv.as<float>();
+            a.qkv_bf16 = false;
+            a.k_cache = k8.get();
+            a.v_cache = v8.get();
+            a.kv_fp8 = true;
+            kc::qkv_bias_rope_kv_write(a, nullptr);
+            EXPECT_EQ(to_host<uint8_t>(k8, k8.bytes()), to_host<uint8_t>(dk8, dk8.bytes()))
+                << "e4m3 k without q, T " << T;
+            EXPECT_EQ(to_host<uint8_t>(v8, v8.bytes()), to_host<uint8_t>(dv8, dv8.bytes()))
+                << "e4m3 v without q, T " << T;
         }
     }
 }

@@ -312,9 +312,10 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
     }
 }
 
-// kRowQ: with out_row_q (a.out_row_q set).
-template <bool kRowQ>
-__global__ void __launch_bounds__(kWideNormThreads, 4)
+// kRowQ: with out_row_q (a.out_row_q set). kMinBlocks: CTAs an SM the registers are sized for (4:
+// 64 registers, where both forms spill 16-32 bytes; 3: 85, none; GPTOSS_NORM_BLOCKS=4 the former).
+template <bool kRowQ, int kMinBlocks>
+__global__ void __launch_bounds__(kWideNormThreads, kMinBlocks)
     residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
     pdl_trigger();
@@ -408,6 +409,90 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     }
 }
 
+// k and v only (q_out == null, head_dim 64, ≤ kRopeKvMaxHeads kv heads), kRopeKvTokens tokens a
+// block: the qkv_rope_kernel arithmetic with each thread's row loads (its k pairs, its v pairs, their
+// biases) and its token's slot issued before the cos / sin and the barrier, not after (the kernel
+// above, r34: 20.5 us a layer at 8k for 34 MB, ~1.6 TB/s: a token's chain was positions -> sincosf
+// -> barrier -> loads -> stores).
+constexpr int kRopeKvTokens = 4, kRopeKvThreads = kRopeThreads / kRopeKvTokens;  // 64 threads a token
+constexpr int kRopeKvMaxHeads = 16;
+constexpr int kRopeKvRot = kRopeKvMaxHeads * 16 / kRopeKvThreads;    // k pair couples a thread (≤ 4)
+constexpr int kRopeKvV = kRopeKvMaxHeads * 64 / 2 / kRopeKvThreads;  // v pairs a thread (≤ 8)
+__global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRopeArgs a) {
+    constexpr int kHd = 64, kHalf = kHd / 2, kQuarter = kHd / 4;
+    __shared__ __align__(8) float s_cos_all[kRopeKvTokens][kHalf];
+    __shared__ __align__(8) float s_sin_all[kRopeKvTokens][kHalf];
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    const int sub = threadIdx.x / kRopeKvThreads, tid = threadIdx.x % kRopeKvThreads;
+    const int t = blockIdx.x * kRopeKvTokens + sub;
+    const bool live = t < a.num_tokens;
+    const int nq = a.num_heads, nkv = a.num_kv_heads;
+    const int64_t row0 = static_cast<int64_t>(live ? t : 0) * (nq + 2 * nkv) * kHd;
+    const auto row2 = [&](int i) {  // elements i, i + 1 of the token's qkv row plus the bias
+        float2 v;
+        if (a.qkv_bf16)
+            v = __bfloat1622float2(
+                *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(a.qkv) + row0 + i));
+        else
+            v = *reinterpret_cast<const float2*>(static_cast<const float*>(a.qkv) + row0 + i);
+        const float2 b = *reinterpret_cast<const float2*>(a.bias + i);
+        return make_float2(v.x + b.x, v.y + b.y);
+    };
+    const int pos = live ? a.positions[t] : 0;
+    const int slot = live ? a.slot_mapping[t] : -1;
+    float2 x1[kRopeKvRot], x2[kRopeKvRot], vv[kRopeKvV];
+#pragma unroll
+    for (int j = 0; j < kRopeKvRot; ++j) {
+        const int idx = tid + j * kRopeKvThreads;
+        if (live && idx < nkv * kQuarter) {
+            const int base = (nq + idx / kQuarter) * kHd, i = 2 * (idx % kQuarter);
+            x1[j] = row2(base + i);
+            x2[j] = row2(base + i + kHalf);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeKvV; ++j) {
+        const int i = 2 * tid + j * 2 * kRopeKvThreads;
+        if (live && i < nkv * kHd) vv[j] = row2((nq + nkv) * kHd + i);
+    }
+    float* s_cos = s_cos_all[sub];
+    float* s_sin = s_sin_all[sub];
+    for (int i = tid; i < kHalf; i += kRopeKvThreads)
+        rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
+    __syncthreads();
+    if (!live || slot < 0) return;
+    const auto store_kv2 = [&](void* cache, int64_t i, float2 v) {
+        if (a.kv_fp8) {
+            store_kv(cache, i, v.x, true);
+            store_kv(cache, i + 1, v.y, true);
+        } else {
+            *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(cache) + i) =
+                __floats2bfloat162_rn(v.x, v.y);
+        }
+    };
+    const int64_t dst0 = static_cast<int64_t>(slot) * nkv * kHd;
+#pragma unroll
+    for (int j = 0; j < kRopeKvRot; ++j) {
+        const int idx = tid + j * kRopeKvThreads;
+        if (idx < nkv * kQuarter) {
+            const int h = idx / kQuarter, i = 2 * (idx % kQuarter);
+            const float2 c = *reinterpret_cast<const float2*>(s_cos + i),
+                         sn = *reinterpret_cast<const float2*>(s_sin + i);
+            float2 y1, y2;
+            rope_rotate(x1[j].x, x2[j].x, c.x, sn.x, y1.x, y2.x);
+            rope_rotate(x1[j].y, x2[j].y, c.y, sn.y, y1.y, y2.y);
+            store_kv2(a.k_cache, dst0 + h * kHd + i, y1);
+            store_kv2(a.k_cache, dst0 + h * kHd + i + kHalf, y2);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kRopeKvV; ++j) {
+        const int i = 2 * tid + j * 2 * kRopeKvThreads;
+        if (i < nkv * kHd) store_kv2(a.v_cache, dst0 + i, vv[j]);
+    }
+}
+
 __global__ void fill_random_bf16_kernel(__nv_bfloat16* out, int64_t n, uint64_t seed) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -484,8 +569,14 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
         "the norm writes it itself",
         a.hidden_size);
     if (a.num_tokens == 0) return;
-    const auto wide = a.out_row_q != nullptr ? residual_rmsnorm_wide_batched_kernel<true>
-                                             : residual_rmsnorm_wide_batched_kernel<false>;
+    static const bool four = [] {
+        const char* v = std::getenv("GPTOSS_NORM_BLOCKS");
+        return v != nullptr && std::strcmp(v, "4") == 0;
+    }();
+    const auto wide =
+        a.out_row_q != nullptr
+            ? (four ? residual_rmsnorm_wide_batched_kernel<true, 4> : residual_rmsnorm_wide_batched_kernel<true, 3>)
+            : (four ? residual_rmsnorm_wide_batched_kernel<false, 4> : residual_rmsnorm_wide_batched_kernel<false, 3>);
     if (residual_rmsnorm_fuses_quant(a)) {
         launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a);
         return;
@@ -503,11 +594,23 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
         moe_fp8_quant_rows(a.out, false, nullptr, 1, a.num_tokens, a.hidden_size, a.out_row_q, a.out_row_scale, stream);
 }
 
+// GPTOSS_ROPE_KV_FIRST=0: the k/v-only RoPE in qkv_rope_kernel's order (A/B runs; same bits).
+static bool rope_kv_loads_first() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_ROPE_KV_FIRST");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {
     if (a.num_tokens == 0) return;
     ENGINE_CHECK(a.head_dim % 4 == 0 && a.head_dim / 2 <= kRopeMaxHalf, "qkv_bias_rope_kv_write: head_dim %d",
                  a.head_dim);
-    if (a.head_dim == 64 && a.q_out == nullptr)  // gpt-oss, k and v only: 4 tokens a block
+    if (a.head_dim == 64 && a.q_out == nullptr && a.num_kv_heads <= kRopeKvMaxHeads &&
+        rope_kv_loads_first())  // gpt-oss, k and v only: 4 tokens a block, loads first
+        launch_pdl(qkv_rope_kv_kernel, (a.num_tokens + kRopeKvTokens - 1) / kRopeKvTokens, kRopeThreads, 0, stream, a);
+    else if (a.head_dim == 64 && a.q_out == nullptr)  // k and v only: 4 tokens a block
         launch_pdl(qkv_rope_kernel<64, 4>, (a.num_tokens + 3) / 4, kRopeThreads, 0, stream, a);
     else if (a.head_dim == 64)  // gpt-oss
         launch_pdl(qkv_rope_kernel<64>, a.num_tokens, kRopeThreads, 0, stream, a);
