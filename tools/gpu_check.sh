@@ -603,6 +603,8 @@ for stage in "$@"; do
       fi
       ;;
     s20b)
+      # Ran once, at 74421b8 (r35 call 4); GPTOSS_NORM_BLOCKS was removed after it (3 CTAs an SM
+      # lost), so at later revisions its runs equal the default.
       # Session 20: the k/v-only RoPE kernel with each thread's row loads before its cos / sin
       # barrier (GPTOSS_ROPE_KV_FIRST, default on) and the wide norm kernel sized for 3 CTAs an SM
       # (85 registers, no spill; GPTOSS_NORM_BLOCKS=4: the former 64-register form). Tests (RoPE

@@ -312,10 +312,11 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
     }
 }
 
-// kRowQ: with out_row_q (a.out_row_q set). kMinBlocks: CTAs an SM the registers are sized for (4:
-// 64 registers, where both forms spill 16-32 bytes; 3: 85, none; GPTOSS_NORM_BLOCKS=4 the former).
-template <bool kRowQ, int kMinBlocks>
-__global__ void __launch_bounds__(kWideNormThreads, kMinBlocks)
+// kRowQ: with out_row_q (a.out_row_q set). 4 CTAs an SM (64 registers: both forms spill 16-32
+// bytes). r35: sized for 3 (85 registers, no spill) the 8k prefill's norms took 5.95 ms instead
+// of 5.30 (20b), 8.71 instead of 7.76 (120b): the occupancy matters more than the spill.
+template <bool kRowQ>
+__global__ void __launch_bounds__(kWideNormThreads, 4)
     residual_rmsnorm_wide_batched_kernel(const ResidualRmsNormArgs a) {
     pdl_wait();
     pdl_trigger();
@@ -413,7 +414,9 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
 // block: the qkv_rope_kernel arithmetic with each thread's row loads (its k pairs, its v pairs, their
 // biases) and its token's slot issued before the cos / sin and the barrier, not after (the kernel
 // above, r34: 20.5 us a layer at 8k for 34 MB, ~1.6 TB/s: a token's chain was positions -> sincosf
-// -> barrier -> loads -> stores).
+// -> barrier -> loads -> stores). r35 (8k --fp8 prefill, same run): rope_kv 0.498 -> 0.457-0.464
+// ms on 20b, 0.754 -> 0.690 on 120b (-1.6 us a layer; less than hoped: ~19 us a layer for 34 MB
+// is still ~1.8 TB/s).
 constexpr int kRopeKvTokens = 4, kRopeKvThreads = kRopeThreads / kRopeKvTokens;  // 64 threads a token
 constexpr int kRopeKvMaxHeads = 16;
 constexpr int kRopeKvRot = kRopeKvMaxHeads * 16 / kRopeKvThreads;    // k pair couples a thread (≤ 4)
@@ -569,14 +572,8 @@ void residual_rmsnorm(const ResidualRmsNormArgs& a, cudaStream_t stream) {
         "the norm writes it itself",
         a.hidden_size);
     if (a.num_tokens == 0) return;
-    static const bool four = [] {
-        const char* v = std::getenv("GPTOSS_NORM_BLOCKS");
-        return v != nullptr && std::strcmp(v, "4") == 0;
-    }();
-    const auto wide =
-        a.out_row_q != nullptr
-            ? (four ? residual_rmsnorm_wide_batched_kernel<true, 4> : residual_rmsnorm_wide_batched_kernel<true, 3>)
-            : (four ? residual_rmsnorm_wide_batched_kernel<false, 4> : residual_rmsnorm_wide_batched_kernel<false, 3>);
+    const auto wide = a.out_row_q != nullptr ? residual_rmsnorm_wide_batched_kernel<true>
+                                             : residual_rmsnorm_wide_batched_kernel<false>;
     if (residual_rmsnorm_fuses_quant(a)) {
         launch_pdl(wide, a.q_m_pad, kWideNormThreads, 0, stream, a);
         return;
