@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -626,6 +626,33 @@ for stage in "$@"; do
             --repeats 3 >> "$OUT/s20b_$tag.log" 2>&1
           summary+=("s20b $tag rc=$?")
           echo "$tag:"; grep -E "^\| [0-9]+ \||  (norm|rope_kv|total) " "$OUT/s20b_$tag.log" | tail -4
+        done
+      fi
+      ;;
+    s20c)
+      # Session 20: the prompt attention writing its rows quantized for the O projection's FP8 GEMM
+      # (PagedAttentionArgs::out_q; GPTOSS_ATTN_OUT_Q, default on in the FP8 model). Tests (the
+      # e4m3 rows and scales equal to quantize_act_fp8_bf16 of each kernel's bf16 rows; model,
+      # engine), attention_bench prefill with OUT_Q 1 / 0 twice, 8k --fp8 prefill 20b default /
+      # OUT_Q=0 twice, 120b default / OUT_Q=0 (GPTOSS_PROFILE stages).
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:AttentionHarness.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s20c_tests.log" 2>&1
+      rc=$?
+      summary+=("s20c tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s20c_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|out_q" "$OUT/s20c_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for v in 1 0 1 0; do
+          GPTOSS_ATTN_OUT_Q=$v timeout 60 $BIN/attention_bench prefill >> "$OUT/s20c_attn_outq$v.log" 2>&1
+        done
+        for v in 1 0; do echo "attention_bench OUT_Q=$v:"; grep -E "prefill T=" "$OUT/s20c_attn_outq$v.log"; done
+        for cfg in gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_OUT_Q=0 gpt-oss-20b: gpt-oss-20b:GPTOSS_ATTN_OUT_Q=0 \
+            gpt-oss-120b: gpt-oss-120b:GPTOSS_ATTN_OUT_Q=0; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 >> "$OUT/s20c_$tag.log" 2>&1
+          summary+=("s20c $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|o_gemm|total) " "$OUT/s20c_$tag.log" | tail -4
         done
       fi
       ;;

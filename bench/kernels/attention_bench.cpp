@@ -130,6 +130,9 @@ struct Common {
     // Prefill q from raw QKV rows, rotated as each query tile loads (PagedAttentionArgs::q_raw), as
     // the model's default; GPTOSS_ATTN_QROPE=0: the rotated q.
     bool q_raw = true;
+    // Prefill rows quantized for the O projection in the epilogue (PagedAttentionArgs::out_q, the FP8
+    // model's default) with GPTOSS_ATTN_OUT_Q=1; bf16 rows otherwise.
+    bool out_q = false;
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -148,6 +151,8 @@ struct Common {
         pingpong = ppg == nullptr ? -1 : std::string(ppg) != "0";
         const char* qr = std::getenv("GPTOSS_ATTN_QROPE");
         q_raw = qr == nullptr || std::string(qr) != "0";
+        const char* oq = std::getenv("GPTOSS_ATTN_OUT_Q");
+        out_q = oq != nullptr && std::string(oq) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -293,6 +298,14 @@ Result bench_prefill(Common& common, int tokens, int window, cudaStream_t stream
         a.q_positions = pos.as<int32_t>();
         a.rope_inv_freq = freq.as<float>();
         a.rope_scaling = 1.3f;
+    }
+    const int m_pad = (tokens + 3) / 4 * 4;  // fp8_gemm_m_pad
+    DevBuf xq(common.out_q ? static_cast<size_t>(m_pad) * kHeads * kHeadDim : 16),
+        xs(common.out_q ? static_cast<size_t>(kHeads * kHeadDim / 128) * m_pad * 4 : 16);
+    if (common.out_q) {
+        a.out_q = xq.as<uint8_t>();
+        a.out_q_scale = xs.as<float>();
+        a.out_q_m_pad = m_pad;
     }
     cuda::paged_attention_prefill(a, stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));

@@ -264,6 +264,13 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PINGPONG");
         return v == nullptr ? -1 : std::atoi(v) != 0 ? 1 : 0;
     }();
+    // The prompt path's attention writes its rows quantized for the O projection's FP8 GEMM
+    // (PagedAttentionArgs::out_q) instead of bf16 rows that a quantizer pass then reads (8k: ~130 MB a
+    // layer). GPTOSS_ATTN_OUT_Q=0: bf16 rows and the quantizer (A/B runs).
+    bool attn_out_q = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_OUT_Q");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     // The prompt path's attention takes q from the QKV projection's bf16 rows and rotates it as it
     // loads each query tile (PagedAttentionArgs::q_raw); the RoPE kernel then writes only k and v:
     // 8k, 2 × 67 MB a layer less. r34 (8k --fp8 prefill, paired runs): rope_kv −45 us a layer,
@@ -1607,13 +1614,23 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
             pa.workspace = attn_workspace.as<float>();
             pa.max_splits = kMaxSplits;
+            // The O projection's FP8 GEMM input straight from the attention (linear_f8 would quantize
+            // attn's rows the same way; at ≤ kGemvMaxTokens it takes the GEMV on bf16 rows instead).
+            const bool o_in_q = fp8 && !decode && attn_out_q && T > kc::kGemvMaxTokens && D.o_f8.k_pad == qw;
+            if (o_in_q) {
+                pa.out_q = xq8.as<uint8_t>();
+                pa.out_q_scale = xs8.as<float>();
+                pa.out_q_m_pad = kc::fp8_gemm_m_pad(T);
+            }
             if (decode)
                 kc::paged_attention_decode(pa, stream);
             else
                 kc::paged_attention_prefill(pa, stream);
             mark("attention");
             const bool o_bf16 = fp8 && !small && tp == 1 && gemm_bf16_out;  // a TP reduce sums fp32
-            if (fp8) {
+            if (o_in_q) {
+                gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.o_f8, o.as<float>(), T, o_bf16);
+            } else if (fp8) {
                 linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>(), true, o_bf16);
             } else if (small) {
                 kc::GemvArgs g;

@@ -33,6 +33,7 @@
 #include "kernels/args/attention_args.h"
 #include "kernels/args/paged_attention_args.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/ops.h"
 
@@ -457,6 +458,43 @@ void run_kernel(DeviceCase& d, Kernel k, int splits, std::vector<uint16_t>& out)
     CK(cudaMemcpy(out.data(), d.out.as(), d.out_elems * 2, cudaMemcpyDeviceToHost));
 }
 
+// The rows quantized for the O projection (PagedAttentionArgs::out_q) by the kernel d.args selects:
+// the e4m3 bytes and scales must be quantize_act_fp8_bf16's of `rows`, that kernel's bf16 output,
+// padding rows included (zeros, scale 1: several cases have T % 4 != 0). Both outputs start poisoned.
+void check_out_q(DeviceCase& d, const HostCase& c, const std::string& label, const std::vector<uint16_t>& rows) {
+    const int T = c.num_tokens, K = kHeads * kHeadDim;
+    if (T == 0) return;
+    const int m_pad = cuda::fp8_gemm_m_pad(T);
+    const size_t qb = static_cast<size_t>(m_pad) * K, sb = static_cast<size_t>(K / 128) * m_pad * 4;
+    DevBuf xq, xs, xq_ref, xs_ref, drows;
+    ASSERT_TRUE(xq.alloc(qb) && xs.alloc(sb) && xq_ref.alloc(qb) && xs_ref.alloc(sb) && drows.alloc(rows.size() * 2));
+    CK(cudaMemset(xq.as(), 0x7F, qb));  // e4m3 0x7F: NaN
+    CK(cudaMemset(xs.as(), 0xFF, sb));
+    d.args.out_q = xq.as<uint8_t>();
+    d.args.out_q_scale = xs.as<float>();
+    d.args.out_q_m_pad = m_pad;
+    std::vector<uint16_t> unused;
+    run_kernel(d, Kernel::kPrefill, 0, unused);
+    d.args.out_q = nullptr;
+    d.args.out_q_scale = nullptr;
+    d.args.out_q_m_pad = 0;
+    if (::testing::Test::HasFatalFailure()) return;
+    CK(cudaMemcpy(drows.as(), rows.data(), rows.size() * 2, cudaMemcpyHostToDevice));
+    cuda::quantize_act_fp8_bf16(drows.as(), T, K, K, xq_ref.as<uint8_t>(), xs_ref.as<float>(), nullptr);
+    CK(cudaDeviceSynchronize());
+    std::vector<uint8_t> got_q(qb), want_q(qb);
+    std::vector<float> got_s(sb / 4), want_s(sb / 4);
+    CK(cudaMemcpy(got_q.data(), xq.as(), qb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(want_q.data(), xq_ref.as(), qb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_s.data(), xs.as(), sb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(want_s.data(), xs_ref.as(), sb, cudaMemcpyDeviceToHost));
+    size_t dq = 0, ds = 0;
+    for (size_t i = 0; i < qb; ++i) dq += got_q[i] != want_q[i];
+    for (size_t i = 0; i < got_s.size(); ++i) ds += std::memcmp(&got_s[i], &want_s[i], 4) != 0;
+    EXPECT_EQ(dq, 0u) << label << ": e4m3 bytes differ from quantize_act_fp8_bf16 of the bf16 rows";
+    EXPECT_EQ(ds, 0u) << label << ": scales differ from quantize_act_fp8_bf16 of the bf16 rows";
+}
+
 // q straight from the QKV rows (PagedAttentionArgs::q_raw): random bf16 QKV rows (no bias, not
 // rotated), a bias, positions from the case's sequences and YaRN-like frequencies; the RoPE kernel
 // (qkv_bias_rope_kv_write, no cache writes: every slot −1) makes q, then every prefill kernel runs
@@ -656,6 +694,16 @@ public:
                 size_t moved = 0;
                 for (size_t i = 0; i < got.size(); ++i) moved += turns[i] != piped[i];
                 EXPECT_EQ(moved, 0u) << tag << ": the ping-pong kernel differs from the pipelined kernel";
+                // The rows quantized for the O projection: in the epilogue of the pipelined and
+                // ping-pong kernels; after the TMA kernel by the quantizer.
+                d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;
+                check_out_q(d, c, std::string(tag) + " out_q pipe", piped);
+                d.args.prefill_pingpong = true;
+                check_out_q(d, c, std::string(tag) + " out_q pingpong", turns);
+                d.args.prefill_pipe = d.args.prefill_pingpong = false;
+                check_out_q(d, c, std::string(tag) + " out_q tma", got);
+                d.args.prefill_wgmma = d.args.prefill_tma = false;
+                if (::testing::Test::HasFatalFailure()) return;
             }
             check_q_raw(c, d, tag, seed_);
         } else {

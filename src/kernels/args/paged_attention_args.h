@@ -51,12 +51,20 @@ struct PagedAttentionArgs {
     // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves
     // writing q and reading it back (8k: 2 × 67 MB a layer) for ~2.5 us a query tile (r34: 8k
     // prefill 20b neutral, 120b −0.7 to −1.6 ms). Null: q is used.
-    const void* q_raw = nullptr;             // [num_tokens, q_raw_stride] bf16; q heads' elements first
-    int q_raw_stride = 0;                    // elements a token row, a multiple of 8
-    const float* q_bias = nullptr;           // [num_heads · head_dim]
-    const int32_t* q_positions = nullptr;    // [num_tokens]
-    const float* rope_inv_freq = nullptr;    // [head_dim / 2]
-    float rope_scaling = 1.0f;               // YaRN's concentration (cos and sin times it)
+    const void* q_raw = nullptr;           // [num_tokens, q_raw_stride] bf16; q heads' elements first
+    int q_raw_stride = 0;                  // elements a token row, a multiple of 8
+    const float* q_bias = nullptr;         // [num_heads · head_dim]
+    const int32_t* q_positions = nullptr;  // [num_tokens]
+    const float* rope_inv_freq = nullptr;  // [head_dim / 2]
+    float rope_scaling = 1.0f;             // YaRN's concentration (cos and sin times it)
+    // CUDA prefill only: the output also (or, in the pipelined TMA kernels, instead: out is then not
+    // written) as the O projection's FP8 GEMM input, the bytes quantize_act_fp8_bf16 of out would
+    // give: e4m3 [out_q_m_pad, num_heads · head_dim] and scales [num_heads · head_dim / 128,
+    // out_q_m_pad] (kernels/cuda/fp8_gemm.h; out_q_m_pad = fp8_gemm_m_pad(num_tokens), padding rows
+    // zero with scale 1). Saves the bf16 rows' write and the quantizer's pass (8k: ~130 MB a layer).
+    uint8_t* out_q = nullptr;
+    float* out_q_scale = nullptr;
+    int out_q_m_pad = 0;
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

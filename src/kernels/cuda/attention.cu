@@ -19,6 +19,8 @@
 // fragments with Q in f16 too.
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fp8_gemm.h"
+#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/wgmma.cuh"
@@ -1069,7 +1071,10 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k
 // of S, so the live set stays about the kernel's. A stage is now busy until the P·V of the next
 // iteration: 4 stages, tile t + 2 issued as tile t starts (its stage held tile t - 2, released
 // during iteration t - 1, so thread 0 never waits on its own warp).
-template <bool kPipe, bool kPingPong = false>
+// kOutQ (PagedAttentionArgs::out_q): the epilogue writes the rows quantized for the O projection's
+// FP8 GEMM instead of bf16 (a separate instantiation, so the bf16 kernel's code stays as measured:
+// r35 saw a dead block in the epilogue cost the ping-pong kernel 15%).
+template <bool kPipe, bool kPingPong = false, bool kOutQ = false>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
@@ -1284,7 +1289,35 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             const float denom = quad_sum(l[h]) + fast_exp2(sink - m[h]);
             const float inv = 1.0f / denom;
             const int tok = warp * 2 + h;
-            if (tok < n_valid) {
+            if constexpr (kOutQ) {
+                // The bf16 row's bytes through quantize_act_fp8_bf16: a 128-wide group is heads g
+                // and g ^ 1 of the token (lanes l and l ^ 4), amax of the bf16 values, a power-of-two
+                // scale, e4m3 of value / scale. tok < n_valid is warp-uniform (the shuffles).
+                if (tok < n_valid) {
+                    float b[16];
+                    float amax = 0.0f;
+#pragma unroll
+                    for (int dt = 0; dt < 8; ++dt) {
+                        const uint32_t p = pack_bf16x2(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+                        b[2 * dt] = __uint_as_float(p << 16);
+                        b[2 * dt + 1] = __uint_as_float(p & 0xffff0000u);
+                        amax = fmaxf(amax, fmaxf(fabsf(b[2 * dt]), fabsf(b[2 * dt + 1])));
+                    }
+                    amax = quad_max(amax);
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
+                    const float sc = fp8_pow2_scale(amax);
+                    const float r = 1.0f / sc;  // exact: sc is a power of two
+                    const int64_t row = q_begin + t0 + tok;
+                    const int col = (kv_head * kGroup + g) * kHeadDim;
+                    uint8_t* dq = a.out_q + row * (a.num_heads * kHeadDim) + col + tig * 2;
+#pragma unroll
+                    for (int dt = 0; dt < 8; ++dt)
+                        *reinterpret_cast<uint16_t*>(dq + dt * 8) = static_cast<uint16_t>(
+                            to_e4m3(b[2 * dt] * r) | static_cast<uint32_t>(to_e4m3(b[2 * dt + 1] * r)) << 8);
+                    if (tig == 0 && (g & 1) == 0)
+                        a.out_q_scale[static_cast<int64_t>(col / 128) * a.out_q_m_pad + row] = sc;
+                }
+            } else if (tok < n_valid) {
                 __nv_bfloat16* dst =
                     out + (static_cast<int64_t>(q_begin + t0 + tok) * a.num_heads + kv_head * kGroup + g) * kHeadDim +
                     tig * 2;
@@ -1727,6 +1760,22 @@ void validate(const PagedAttentionArgs& a, const char* who) {
                  "stride (%d) that "
                  "is a multiple of 8 and at least num_heads · head_dim",
                  who, a.q_raw_stride);
+    ENGINE_CHECK(
+        a.out_q == nullptr || (a.out_q_scale != nullptr && aligned16(a.out_q) && a.num_heads * a.head_dim % 128 == 0 &&
+                               a.out_q_m_pad == fp8_gemm_m_pad(a.num_tokens)),
+        "%s: out_q needs scales, 16-byte alignment, num_heads · head_dim a multiple of 128 and out_q_m_pad "
+        "%d = fp8_gemm_m_pad(%d)",
+        who, a.out_q_m_pad, a.num_tokens);
+}
+
+// Rows [from, m_pad) of a quantized activation block (out_q's padding): zeros, scale 1, as
+// quantize_act_fp8_bf16 writes them.
+__global__ void act_q_pad_rows_kernel(uint8_t* q, float* scale, int from, int m_pad, int k_pad) {
+    const int rows = m_pad - from;
+    for (int i = threadIdx.x; i < rows * k_pad / 4; i += blockDim.x)
+        reinterpret_cast<uint32_t*>(q + static_cast<int64_t>(from) * k_pad)[i] = 0u;
+    for (int i = threadIdx.x; i < rows * (k_pad / 128); i += blockDim.x)
+        scale[static_cast<int64_t>(i / rows) * m_pad + from + i % rows] = 1.0f;
 }
 
 // Per-device facts cached on first use, so that launches inside a graph capture make no CUDA call
@@ -1775,6 +1824,10 @@ void ensure_prefill_smem(int dev) {
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
@@ -1847,6 +1900,21 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_prefill_smem(current_device());
+        if (a.prefill_pipe && a.out_q != nullptr) {  // the epilogue quantizes (PagedAttentionArgs::out_q)
+            if (a.prefill_pingpong)
+                bf16_paged_attention_prefill_tma_kernel<true, true, true>
+                    <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
+            else
+                bf16_paged_attention_prefill_tma_kernel<true, false, true>
+                    <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
+            CUDA_CHECK_LAUNCH();
+            if (a.out_q_m_pad > a.num_tokens) {
+                act_q_pad_rows_kernel<<<1, 256, 0, stream>>>(a.out_q, a.out_q_scale, a.num_tokens, a.out_q_m_pad,
+                                                             a.num_heads * kHeadDim);
+                CUDA_CHECK_LAUNCH();
+            }
+            return;
+        }
         if (a.prefill_pipe && a.prefill_pingpong)
             bf16_paged_attention_prefill_tma_kernel<true, true>
                 <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
@@ -1864,6 +1932,9 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
         bf16_paged_attention_prefill_kernel<<<grid, kPrefillThreads, kPrefillSmem, stream>>>(a);
     }
     CUDA_CHECK_LAUNCH();
+    if (a.out_q != nullptr)  // the kernels without the quantizing epilogue: bf16 rows, then the quantizer
+        quantize_act_fp8_bf16(a.out, a.num_tokens, a.num_heads * kHeadDim, a.num_heads * kHeadDim, a.out_q,
+                              a.out_q_scale, stream);
 }
 
 void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
