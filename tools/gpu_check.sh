@@ -630,6 +630,7 @@ for stage in "$@"; do
       fi
       ;;
     s20c)
+      # Ran at 4d7383c (r35 call 5).
       # Session 20: the prompt attention writing its rows quantized for the O projection's FP8 GEMM
       # (PagedAttentionArgs::out_q; GPTOSS_ATTN_OUT_Q, default on in the FP8 model). Tests (the
       # e4m3 rows and scales equal to quantize_act_fp8_bf16 of each kernel's bf16 rows; model,
