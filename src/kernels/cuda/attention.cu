@@ -1306,7 +1306,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                     amax = quad_max(amax);
                     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
                     const float sc = fp8_pow2_scale(amax);
-                    const float r = fp8_pow2_inverse(sc);  // exact: sc is a power of two
+                    const float r = 1.0f / sc;  // exact: sc is a power of two
                     const int64_t row = q_begin + t0 + tok;
                     const int col = (kv_head * kGroup + g) * kHeadDim;
                     uint8_t* dq = a.out_q + row * (a.num_heads * kHeadDim) + col + tig * 2;

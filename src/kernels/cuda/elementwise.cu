@@ -280,7 +280,7 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
                             __bfloat162float(__float2bfloat16(y.z)), __bfloat162float(__float2bfloat16(y.w)));
             const float m = warp_max(fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
             const float s = fp8_pow2_scale(m);
-            const float r = fp8_pow2_inverse(s);  // exact: s is a power of two
+            const float r = 1.0f / s;  // exact: s is a power of two
             const uint32_t q = static_cast<uint32_t>(to_e4m3(b.x * r)) | static_cast<uint32_t>(to_e4m3(b.y * r)) << 8 |
                                static_cast<uint32_t>(to_e4m3(b.z * r)) << 16 |
                                static_cast<uint32_t>(to_e4m3(b.w * r)) << 24;
