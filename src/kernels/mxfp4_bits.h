@@ -9,11 +9,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GPTOSS_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define GPTOSS_HOST_DEVICE inline
-#endif
+#include "kernels/host_device.h"
 
 namespace gptoss::kernels {
 
