@@ -341,6 +341,27 @@ constexpr int kRopeThreads = 256;
 constexpr int kRopeMaxHalf = 128;  // head_dim ≤ 256
 // kTokens tokens a block (kRopeThreads / kTokens threads each): 4 when q is not written (k and v
 // only: 1/5 of the work a token). r34, 8k: 24 us a layer at one token a block (call 3), 20.5 at 4.
+// Elements i, i + 1 (i even) of the qkv row starting at row0, plus the bias.
+__device__ __forceinline__ float2 qkv_row_pair(const QkvRopeArgs& a, int64_t row0, int i) {
+    float2 v;
+    if (a.qkv_bf16)
+        v = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(a.qkv) + row0 + i));
+    else
+        v = *reinterpret_cast<const float2*>(static_cast<const float*>(a.qkv) + row0 + i);
+    const float2 b = *reinterpret_cast<const float2*>(a.bias + i);
+    return make_float2(v.x + b.x, v.y + b.y);
+}
+// Cache elements i, i + 1 (bf16, or e4m3 with kv_fp8).
+__device__ __forceinline__ void store_kv_pair(const QkvRopeArgs& a, void* cache, int64_t i, float2 v) {
+    if (a.kv_fp8) {
+        store_kv(cache, i, v.x, true);
+        store_kv(cache, i + 1, v.y, true);
+    } else {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(cache) + i) = __floats2bfloat162_rn(v.x, v.y);
+    }
+}
+
 template <int kHd, int kTokens = 1>
 __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArgs a) {
     constexpr int kThreads = kRopeThreads / kTokens;
@@ -362,26 +383,8 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kernel(const QkvRopeArg
     const int nq = a.num_heads, nkv = a.num_kv_heads;
     const int width = (nq + 2 * nkv) * hd;
     const int64_t row0 = static_cast<int64_t>(t) * width;
-    // Elements i, i + 1 (i even) of the token's qkv row plus the bias.
-    const auto row2 = [&](int i) {
-        float2 v;
-        if (a.qkv_bf16)
-            v = __bfloat1622float2(
-                *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(a.qkv) + row0 + i));
-        else
-            v = *reinterpret_cast<const float2*>(static_cast<const float*>(a.qkv) + row0 + i);
-        const float2 b = *reinterpret_cast<const float2*>(a.bias + i);
-        return make_float2(v.x + b.x, v.y + b.y);
-    };
-    const auto store_kv2 = [&](void* cache, int64_t i, float2 v) {
-        if (a.kv_fp8) {
-            store_kv(cache, i, v.x, true);
-            store_kv(cache, i + 1, v.y, true);
-        } else {
-            *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(cache) + i) =
-                __floats2bfloat162_rn(v.x, v.y);
-        }
-    };
+    const auto row2 = [&](int i) { return qkv_row_pair(a, row0, i); };
+    const auto store_kv2 = [&](void* cache, int64_t i, float2 v) { store_kv_pair(a, cache, i, v); };
     const int slot = a.slot_mapping[t];
     auto* q_out = static_cast<__nv_bfloat16*>(a.q_out) + static_cast<int64_t>(t) * nq * hd;
     // Rotations: (nq + nkv) heads × half / 2 pair couples; without q_out the k heads only (the
@@ -432,16 +435,7 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
     const bool live = t < a.num_tokens;
     const int nq = a.num_heads, nkv = a.num_kv_heads;
     const int64_t row0 = static_cast<int64_t>(live ? t : 0) * (nq + 2 * nkv) * kHd;
-    const auto row2 = [&](int i) {  // elements i, i + 1 of the token's qkv row plus the bias
-        float2 v;
-        if (a.qkv_bf16)
-            v = __bfloat1622float2(
-                *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(a.qkv) + row0 + i));
-        else
-            v = *reinterpret_cast<const float2*>(static_cast<const float*>(a.qkv) + row0 + i);
-        const float2 b = *reinterpret_cast<const float2*>(a.bias + i);
-        return make_float2(v.x + b.x, v.y + b.y);
-    };
+    const auto row2 = [&](int i) { return qkv_row_pair(a, row0, i); };
     const int pos = live ? a.positions[t] : 0;
     const int slot = live ? a.slot_mapping[t] : -1;
     float2 x1[kRopeKvRot], x2[kRopeKvRot], vv[kRopeKvV];
@@ -465,15 +459,7 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
         rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
     __syncthreads();
     if (!live || slot < 0) return;
-    const auto store_kv2 = [&](void* cache, int64_t i, float2 v) {
-        if (a.kv_fp8) {
-            store_kv(cache, i, v.x, true);
-            store_kv(cache, i + 1, v.y, true);
-        } else {
-            *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(cache) + i) =
-                __floats2bfloat162_rn(v.x, v.y);
-        }
-    };
+    const auto store_kv2 = [&](void* cache, int64_t i, float2 v) { store_kv_pair(a, cache, i, v); };
     const int64_t dst0 = static_cast<int64_t>(slot) * nkv * kHd;
 #pragma unroll
     for (int j = 0; j < kRopeKvRot; ++j) {
