@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -628,6 +628,59 @@ for stage in "$@"; do
           echo "$tag:"; grep -E "^\| [0-9]+ \||  (norm|rope_kv|total) " "$OUT/s20b_$tag.log" | tail -4
         done
       fi
+      ;;
+    s21)
+      # Session 21: (a) the FP8 scales from the amax's bits (r35 item 8) in the attention's out_q
+      # epilogue, the norm's quantized rows and the activation quantizer; (b) the RoPE (cos, sin)
+      # table once a forward (GPTOSS_ROPE_TABLE, default on: rope_kv and the q_raw query tiles copy
+      # it); (c) the decode GEMVs' weights asked of L2 a kernel ahead (GPTOSS_DECODE_L2_PREFETCH
+      # 0-3, default 0). Tests (the model and engine ones also with each prefetch mode), then
+      # attention_bench prefill (table 1 / 0, and the previous revision's binary in .device_ab if
+      # present), 8k --fp8 prefill 20b default / TABLE=0 twice, 120b once each, decode 20b b1,4 at
+      # 1k per prefetch mode, 120b b1 modes 0 / 1 / 3.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.QkvBiasRopeKvWrite:CudaOps.ResidualRmsNorm*:CudaFp8Gemm*:CudaFp8Gemv.*:CudaQkvFused.*:CudaOps.MoeMxfp4MatchesCpu:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s21_tests.log" 2>&1
+      rc=$?
+      summary+=("s21 tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s21_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/s21_tests.log" | head -20
+      for v in 1 2 3; do
+        GPTOSS_DECODE_L2_PREFETCH=$v timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+          > "$OUT/s21_tests_prefetch$v.log" 2>&1
+        summary+=("s21 tests prefetch=$v rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s21_tests_prefetch$v.log" | tr '\n' ' ')")
+      done
+      if [ $rc = 0 ]; then
+        for i in 1 2; do
+          for v in 1 0; do
+            GPTOSS_ROPE_TABLE=$v timeout 60 $BIN/attention_bench prefill >> "$OUT/s21_attn_table$v.log" 2>&1
+          done
+          [ -x .device_ab/attention_bench_old ] && timeout 60 .device_ab/attention_bench_old prefill >> "$OUT/s21_attn_old.log" 2>&1
+        done
+        for f in "$OUT"/s21_attn_*.log; do echo "$(basename $f):"; grep -E "prefill T=(8192|32768)" "$f"; done
+        for cfg in gpt-oss-20b: gpt-oss-20b:GPTOSS_ROPE_TABLE=0 gpt-oss-20b: gpt-oss-20b:GPTOSS_ROPE_TABLE=0 \
+            gpt-oss-120b: gpt-oss-120b:GPTOSS_ROPE_TABLE=0; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 >> "$OUT/s21_$tag.log" 2>&1
+          summary+=("s21 $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|norm|qkv_gemm|o_gemm|total) " "$OUT/s21_$tag.log" | tail -7
+        done
+      fi
+      ;;
+    s21d)
+      # Session 21 (c): decode with the L2 prefetch modes (see s21).
+      for v in 0 1 2 3 0; do
+        GPTOSS_DECODE_L2_PREFETCH=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,4 \
+          --context 1024 --decode-steps 32 --repeats 3 --markdown "$OUT/s21_decode20_$v.md" >> "$OUT/s21_decode20_$v.log" 2>&1
+        summary+=("s21 decode 20b prefetch=$v rc=$?")
+        echo "20b prefetch $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21_decode20_$v.md"
+      done
+      for v in 0 1 3; do
+        GPTOSS_DECODE_L2_PREFETCH=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+          --context 1024 --decode-steps 32 --repeats 3 --markdown "$OUT/s21_decode120_$v.md" >> "$OUT/s21_decode120_$v.log" 2>&1
+        summary+=("s21 decode 120b prefetch=$v rc=$?")
+        echo "120b prefetch $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21_decode120_$v.md"
+      done
       ;;
     s20c)
       # Ran at 4d7383c (r35 call 5).

@@ -29,6 +29,7 @@
 #include "bench_util.h"
 #include "kernels/args/paged_attention_args.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/ops.h"
 
 namespace {
 
@@ -130,6 +131,9 @@ struct Common {
     // Prefill q from raw QKV rows, rotated as each query tile loads (PagedAttentionArgs::q_raw), as
     // the model's default; GPTOSS_ATTN_QROPE=0: the rotated q.
     bool q_raw = true;
+    // With q_raw: the query tiles copy their (cos, sin) from a table made once (rope_cos_sin_table,
+    // PagedAttentionArgs::q_rope_cs), as the model's prompt path; GPTOSS_ROPE_TABLE=0: computed.
+    bool rope_table = true;
     // Prefill rows quantized for the O projection in the epilogue (PagedAttentionArgs::out_q, the FP8
     // model's default) with GPTOSS_ATTN_OUT_Q=1; bf16 rows otherwise.
     bool out_q = false;
@@ -151,6 +155,8 @@ struct Common {
         pingpong = ppg == nullptr ? -1 : std::string(ppg) != "0";
         const char* qr = std::getenv("GPTOSS_ATTN_QROPE");
         q_raw = qr == nullptr || std::string(qr) != "0";
+        const char* rt = std::getenv("GPTOSS_ROPE_TABLE");
+        rope_table = rt == nullptr || std::string(rt) != "0";
         const char* oq = std::getenv("GPTOSS_ATTN_OUT_Q");
         out_q = oq != nullptr && std::string(oq) == "1";
     }
@@ -281,7 +287,8 @@ Result bench_prefill(Common& common, int tokens, int window, cudaStream_t stream
     // frequencies; the same bytes read as from q, plus the rotation.
     constexpr int kQkvWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
     DevBuf raw(common.q_raw ? static_cast<size_t>(tokens) * kQkvWidth * 2 : 16), bias(kQkvWidth * 4),
-        pos(static_cast<size_t>(tokens) * 4), freq(kHeadDim / 2 * 4);
+        pos(static_cast<size_t>(tokens) * 4), freq(kHeadDim / 2 * 4),
+        cs(common.q_raw && common.rope_table ? static_cast<size_t>(tokens) * kHeadDim * 4 : 16);
     if (common.q_raw) {
         fill_random(raw.p, static_cast<size_t>(tokens) * kQkvWidth * 2);
         CHECK_CUDA(cudaMemset(bias.p, 0, kQkvWidth * 4));
@@ -298,6 +305,11 @@ Result bench_prefill(Common& common, int tokens, int window, cudaStream_t stream
         a.q_positions = pos.as<int32_t>();
         a.rope_inv_freq = freq.as<float>();
         a.rope_scaling = 1.3f;
+        if (common.rope_table) {
+            cuda::rope_cos_sin_table(pos.as<int32_t>(), tokens, freq.as<float>(), kHeadDim / 2, a.rope_scaling,
+                                     cs.as<float>(), stream);
+            a.q_rope_cs = cs.as<float>();
+        }
     }
     const int m_pad = (tokens + 3) / 4 * 4;  // fp8_gemm_m_pad
     DevBuf xq(common.out_q ? static_cast<size_t>(m_pad) * kHeads * kHeadDim : 16),

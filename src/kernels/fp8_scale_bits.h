@@ -1,7 +1,7 @@
 // The FP8 quantizers' power-of-two scale from an amax's bits, checked on the host against
-// model::fp8_block_scale (tests/unit/model/fp8_scale_bits_test.cpp). For the CUDA kernels'
-// fp8_pow2_scale (kernels/cuda/fp8_quant.cuh) and the 1 / s after it; not used there yet: that
-// change is to be measured on the device first (bench/NOTES.md r35 item 8).
+// model::fp8_block_scale (tests/unit/model/fp8_scale_bits_test.cpp). The CUDA kernels'
+// fp8_pow2_scale (kernels/cuda/fp8_quant.cuh) and the 1 / s after it take it (bench/NOTES.md r35
+// item 8, r36).
 //
 // fp8_block_scale(amax) is the smallest 2^j with amax ≤ 448 · 2^j (its division and frexp / ldexp
 // land there for every finite amax > 0: an exhaustive check over all 2^31 positive floats found no

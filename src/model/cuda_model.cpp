@@ -191,6 +191,7 @@ struct CudaModel::Impl {
     DeviceBuffer x_alt;  // [kGemvMaxTokens, H]: the residual's other buffer when the router fuses the norm
     DeviceBuffer x, h, h32, qkv, q, attn, o, expert_ids, expert_w, offsets, sorted, act, y, xg, gu, actb, yd;
     DeviceBuffer norm_inv;  // [T] the post-attention norm's 1 / rms when the router normalizes x itself
+    DeviceBuffer rope_cs;   // [T, head_dim / 2, 2] each token's RoPE (cos, sin) for the prompt path (rope_table)
     // The step's inputs: views into step_arena, laid out per forward call by (tokens, sequences,
     // table stride, sampled) — the decode graph's key, so a replayed graph's pointers stay valid —
     // and uploaded by one copy from pinned memory (step_host). Fourteen pageable copies a step
@@ -279,6 +280,21 @@ struct CudaModel::Impl {
     bool attn_q_rope = [] {
         const char* v = std::getenv("GPTOSS_ATTN_QROPE");
         return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    // The prompt path's RoPE (cos, sin) once a forward into rope_cs (kernels::cuda::rope_cos_sin_table),
+    // read by every layer's k/v RoPE kernel and, with q_raw, the attention's query tiles, instead of
+    // each computing them (positions load, sincosf, a barrier). Same bits. GPTOSS_ROPE_TABLE=0: off.
+    bool rope_table = [] {
+        const char* v = std::getenv("GPTOSS_ROPE_TABLE");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    // Decode batches (≤ kGemvMaxTokens): the FP8 QKV GEMV asks L2 for the layer's O weights and the
+    // MoE's down kernel for the next layer's QKV weights (kernels/cuda/common.cuh l2_prefetch_share),
+    // so the O and QKV GEMVs read L2 instead of DRAM. GPTOSS_DECODE_L2_PREFETCH=0 off, 1 bulk pieces
+    // at evict_last, 2 per-line at evict_last, 3 bulk at normal priority.
+    int decode_l2_prefetch = [] {
+        const char* v = std::getenv("GPTOSS_DECODE_L2_PREFETCH");
+        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
     }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
@@ -681,6 +697,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     h = DeviceBuffer(T * H * 2);
     h32 = DeviceBuffer(T * H * 4);
     norm_inv = DeviceBuffer(T * 4);
+    rope_cs = DeviceBuffer(T * c.head_dim * 4);  // head_dim / 2 pairs of floats a token
     // + kFp8GemmMAlign rows: a W8A8 GEMM writes its M rounded up to a multiple of 4.
     const int64_t mpad = kc::kFp8GemmMAlign;
     qkv = DeviceBuffer((T + mpad) * qkvw * 4);
@@ -1162,6 +1179,11 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.kernel = decode_kernel;
+        // The next layer's QKV weights into L2 while this layer's MoE runs (decode_l2_prefetch).
+        if (decode_l2_prefetch > 0 && l + 1 < static_cast<int>(layers.size()) && layers[l + 1].qkv_f8.n > 0) {
+            const kc::Fp8Weight& w = layers[l + 1].qkv_f8;
+            m.l2_prefetch = {w.q.get(), static_cast<int64_t>(w.n) * w.k_pad, decode_l2_prefetch};
+        }
         kc::moe_mxfp4(m, stream);
         return;
     }
@@ -1506,6 +1528,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         float* xo = x_alt.as<float>();
         kc::embedding(ids.as<int32_t>(), T, embed.get(), H, xr, stream);
         mark("embedding");
+        // Prompt batches: the RoPE (cos, sin) of every token once, for all layers (rope_table).
+        const bool use_rope_table = rope_table && !small && !decode;
+        if (use_rope_table)
+            kc::rope_cos_sin_table(positions.as<int32_t>(), T, inv_freq.as<float>(), c.head_dim / 2, attention_scaling,
+                                   rope_cs.as<float>(), stream);
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             DeviceLayer& D = layers[l];
             const bool sliding = c.is_sliding(l);
@@ -1552,6 +1579,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
             r.inv_freq = inv_freq.as<float>();
             r.attention_scaling = attention_scaling;
+            r.cos_sin = use_rope_table ? rope_cs.as<float>() : nullptr;
             // The prompt path's attention rotates q itself (attn_q_rope); the GEMV path writes q.
             const bool q_in_attention = attn_q_rope && !decode && !fuse_qkv && qkv_bf16;
             r.q_out = q_in_attention ? nullptr : q.get();
@@ -1572,6 +1600,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 g.num_tokens = T;
                 g.n = qkvw;
                 g.k = H;
+                // The O weights into L2 while this layer's QKV GEMV and attention run.
+                if (fp8 && decode_l2_prefetch > 0 && D.o_f8.n > 0)
+                    g.l2_prefetch = {D.o_f8.q.get(), static_cast<int64_t>(D.o_f8.n) * D.o_f8.k_pad, decode_l2_prefetch};
                 kc::qkv_gemv_rope(g, r, stream);
             } else {
                 kc::qkv_bias_rope_kv_write(r, stream);
@@ -1587,6 +1618,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 pa.q_positions = positions.as<int32_t>();
                 pa.rope_inv_freq = inv_freq.as<float>();
                 pa.rope_scaling = attention_scaling;
+                pa.q_rope_cs = use_rope_table ? rope_cs.as<float>() : nullptr;
             }
             pa.out = attn.get();
             pa.sinks = D.sinks.as<float>();

@@ -541,6 +541,10 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
     r.head_dim = kHeadDim;
     cuda::qkv_bias_rope_kv_write(r, nullptr);
     CK(cudaGetLastError());
+    DevBuf dcs;  // the (cos, sin) table of the same positions
+    ASSERT_TRUE(dcs.alloc(static_cast<size_t>(T) * kHeadDim * 4));
+    cuda::rope_cos_sin_table(dpos.as<int32_t>(), T, dfreq.as<float>(), kHeadDim / 2, 1.2f, dcs.as<float>(), nullptr);
+    CK(cudaGetLastError());
 
     struct Variant {
         const char* name;
@@ -569,15 +573,22 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
         d.args.rope_inv_freq = dfreq.as<float>();
         d.args.rope_scaling = 1.2f;
         run_kernel(d, Kernel::kPrefill, 0, got);
+        // The same with the (cos, sin) table (PagedAttentionArgs::q_rope_cs) instead of sincosf.
+        std::vector<uint16_t> got_table;
+        d.args.q_rope_cs = dcs.as<float>();
+        run_kernel(d, Kernel::kPrefill, 0, got_table);
         d.args = base;
         if (::testing::Test::HasFatalFailure()) return;
-        size_t differ = 0, bad = 0;
+        size_t differ = 0, bad = 0, differ_table = 0;
         for (size_t i = 0; i < got.size(); ++i) {
             differ += got[i] != want[i];
+            differ_table += got_table[i] != want[i];
             bad += (want[i] & 0x7fffu) >= 0x7f80u;  // inf or NaN
         }
         EXPECT_EQ(bad, 0u) << tag << " q_raw " << v.name << ": non-finite outputs from the RoPE kernel's q";
         EXPECT_EQ(differ, 0u) << tag << " q_raw " << v.name << ": differs from the kernel on the RoPE kernel's q";
+        EXPECT_EQ(differ_table, 0u) << tag << " q_raw + table " << v.name
+                                    << ": differs from the kernel on the RoPE kernel's q";
     }
 }
 

@@ -57,6 +57,10 @@ struct PagedAttentionArgs {
     const int32_t* q_positions = nullptr;  // [num_tokens]
     const float* rope_inv_freq = nullptr;  // [head_dim / 2]
     float rope_scaling = 1.0f;             // YaRN's concentration (cos and sin times it)
+    // Optional with q_raw: [num_tokens, head_dim / 2, 2] (cos, sin) of each token's position, the
+    // table of kernels::cuda::rope_cos_sin_table (the values the kernel would compute): a query tile
+    // copies its rows (4 KB) with its Q instead of loading positions and running sincosf.
+    const float* q_rope_cs = nullptr;
     // CUDA prefill only: the output also (or, in the pipelined TMA kernels, instead: out is then not
     // written) as the O projection's FP8 GEMM input, the bytes quantize_act_fp8_bf16 of out would
     // give: e4m3 [out_q_m_pad, num_heads · head_dim] and scales [num_heads · head_dim / 128,

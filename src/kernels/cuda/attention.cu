@@ -355,7 +355,7 @@ __device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], u
 // kernel's arithmetic, so the same bf16 bits as its q), a thread an item (row, chunk c < 4: chunks
 // c and c + 4 of the row), then a barrier. Rows of tokens past n_valid stay zero.
 __device__ __forceinline__ float2 (*q_rope_cs())[kHeadDim / 2] {
-    __shared__ float2 cs[kPrefillTokens][kHeadDim / 2];
+    __shared__ __align__(16) float2 cs[kPrefillTokens][kHeadDim / 2];  // 16: cp.async from the table
     return cs;
 }
 __device__ __forceinline__ float* q_rope_bias() {
@@ -442,6 +442,18 @@ __device__ __forceinline__ void q_tile_cos_sin(const PagedAttentionArgs& a, int 
     if (a.q_raw == nullptr) return;
     constexpr int kHalf = kHeadDim / 2;
     float2(*cs)[kHalf] = q_rope_cs();
+    if (a.q_rope_cs != nullptr) {  // the table's rows by cp.async, a group of their own (the caller waits for all)
+        constexpr int kChunks = kPrefillTokens * kHalf * 8 / 16;  // 16-byte pieces of the tile's rows
+        const uint32_t base = smem_addr(&cs[0][0]);
+        for (int c = tid; c < kChunks; c += kThreads) {
+            const int tok = c / (kHalf * 8 / 16);
+            const bool valid = tok < n_valid;  // rows past n_valid: zeros (rotate_q_tile skips them)
+            cp_async_16(base + 16 * c, a.q_rope_cs + (valid ? (static_cast<int64_t>(first) * kHalf * 2 + 4 * c) : 0),
+                        valid);
+        }
+        cp_async_commit();
+        return;
+    }
     for (int c = tid; c < kPrefillTokens * kHalf; c += kThreads) {
         const int tok = c / kHalf, i = c % kHalf;
         float co = 1.0f, si = 0.0f;
@@ -1306,7 +1318,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                     amax = quad_max(amax);
                     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 4));
                     const float sc = fp8_pow2_scale(amax);
-                    const float r = 1.0f / sc;  // exact: sc is a power of two
+                    const float r = fp8_pow2_inverse(sc);  // exact: sc is a power of two
                     const int64_t row = q_begin + t0 + tok;
                     const int col = (kv_head * kGroup + g) * kHeadDim;
                     uint8_t* dq = a.out_q + row * (a.num_heads * kHeadDim) + col + tig * 2;

@@ -1,6 +1,7 @@
 // Embedding, fused residual + RMSNorm, and bias + RoPE + KV write.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -280,7 +281,7 @@ __device__ __forceinline__ void wide_norm_finish(const ResidualRmsNormArgs& a, i
                             __bfloat162float(__float2bfloat16(y.z)), __bfloat162float(__float2bfloat16(y.w)));
             const float m = warp_max(fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
             const float s = fp8_pow2_scale(m);
-            const float r = 1.0f / s;  // exact: s is a power of two
+            const float r = fp8_pow2_inverse(s);  // exact: s is a power of two
             const uint32_t q = static_cast<uint32_t>(to_e4m3(b.x * r)) | static_cast<uint32_t>(to_e4m3(b.y * r)) << 8 |
                                static_cast<uint32_t>(to_e4m3(b.z * r)) << 16 |
                                static_cast<uint32_t>(to_e4m3(b.w * r)) << 24;
@@ -453,11 +454,26 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
         const int i = 2 * tid + j * 2 * kRopeKvThreads;
         if (live && i < nkv * kHd) vv[j] = row2((nq + nkv) * kHd + i);
     }
+    // With the table: each pair couple's (cos, sin) from it, no sincosf and no barrier (a uniform
+    // branch: every thread of the block takes the same side).
+    float4 tcs[kRopeKvRot];
+    const bool table = a.cos_sin != nullptr;
+    if (table) {
+#pragma unroll
+        for (int j = 0; j < kRopeKvRot; ++j) {
+            const int idx = tid + j * kRopeKvThreads;
+            if (live && idx < nkv * kQuarter)
+                tcs[j] = __ldg(reinterpret_cast<const float4*>(
+                    a.cos_sin + (static_cast<int64_t>(t) * kHalf + 2 * (idx % kQuarter)) * 2));
+        }
+    }
     float* s_cos = s_cos_all[sub];
     float* s_sin = s_sin_all[sub];
-    for (int i = tid; i < kHalf; i += kRopeKvThreads)
-        rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
-    __syncthreads();
+    if (!table) {
+        for (int i = tid; i < kHalf; i += kRopeKvThreads)
+            rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
+        __syncthreads();
+    }
     if (!live || slot < 0) return;
     const auto store_kv2 = [&](void* cache, int64_t i, float2 v) { store_kv_pair(a, cache, i, v); };
     const int64_t dst0 = static_cast<int64_t>(slot) * nkv * kHd;
@@ -466,8 +482,8 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
         const int idx = tid + j * kRopeKvThreads;
         if (idx < nkv * kQuarter) {
             const int h = idx / kQuarter, i = 2 * (idx % kQuarter);
-            const float2 c = *reinterpret_cast<const float2*>(s_cos + i),
-                         sn = *reinterpret_cast<const float2*>(s_sin + i);
+            const float2 c = table ? make_float2(tcs[j].x, tcs[j].z) : *reinterpret_cast<const float2*>(s_cos + i),
+                         sn = table ? make_float2(tcs[j].y, tcs[j].w) : *reinterpret_cast<const float2*>(s_sin + i);
             float2 y1, y2;
             rope_rotate(x1[j].x, x2[j].x, c.x, sn.x, y1.x, y2.x);
             rope_rotate(x1[j].y, x2[j].y, c.y, sn.y, y1.y, y2.y);
@@ -584,6 +600,30 @@ static bool rope_kv_loads_first() {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     return on;
+}
+
+__global__ void rope_cos_sin_table_kernel(const int32_t* __restrict__ positions, int num_tokens,
+                                          const float* __restrict__ inv_freq, int half, float scaling, float2* out) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t n = static_cast<int64_t>(num_tokens) * half;
+    for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+         e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int t = static_cast<int>(e / half), i = static_cast<int>(e % half);
+        float c, sn;
+        rope_cos_sin(positions[t], inv_freq[i], scaling, c, sn);
+        out[e] = make_float2(c, sn);
+    }
+}
+
+void rope_cos_sin_table(const int32_t* positions, int num_tokens, const float* inv_freq, int half, float scaling,
+                        float* out, cudaStream_t stream) {
+    if (num_tokens <= 0) return;
+    ENGINE_CHECK(half > 0 && positions && inv_freq && out, "rope_cos_sin_table: bad arguments (half %d)", half);
+    const int64_t n = static_cast<int64_t>(num_tokens) * half;
+    const int blocks = static_cast<int>(std::min<int64_t>((n + 255) / 256, 4096));
+    launch_pdl(rope_cos_sin_table_kernel, blocks, 256, 0, stream, positions, num_tokens, inv_freq, half, scaling,
+               reinterpret_cast<float2*>(out));
 }
 
 void qkv_bias_rope_kv_write(const QkvRopeArgs& a, cudaStream_t stream) {

@@ -51,7 +51,7 @@ __global__ void act_quant_fp8_kernel(const T* __restrict__ x, int m, int k, int 
     }
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float s = fp8_pow2_scale(amax);
-    const float inv = 1.0f / s;  // exact: s is a power of two
+    const float inv = fp8_pow2_inverse(s);  // exact: s is a power of two
     const uint32_t packed =
         static_cast<uint32_t>(to_e4m3(v[0] * inv)) | static_cast<uint32_t>(to_e4m3(v[1] * inv)) << 8 |
         static_cast<uint32_t>(to_e4m3(v[2] * inv)) << 16 | static_cast<uint32_t>(to_e4m3(v[3] * inv)) << 24;

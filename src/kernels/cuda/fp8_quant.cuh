@@ -6,17 +6,28 @@
 
 #include <cstdint>
 
+#include "kernels/fp8_scale_bits.h"
+
 namespace gptoss::kernels::cuda {
 
-// model::fp8_block_scale, operation for operation (IEEE division, frexp/ldexp exact), so device and
-// CPU pick the same power of two for the same amax.
+// model::fp8_block_scale's power of two for the same amax: from amax's bits where
+// kernels/fp8_scale_bits.h applies (every positive normal amax above 2^-118), else operation for
+// operation (IEEE division, frexp / ldexp exact).
 __device__ __forceinline__ float fp8_pow2_scale(float amax) {
+    const uint32_t se = fp8_pow2_scale_exp(__float_as_uint(amax));
+    if (se != 0u) return __uint_as_float(se << 23);
     if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
     int e = 0;
     frexpf(amax / 448.0f, &e);
     float s = ldexpf(1.0f, e);
     if (amax / (s * 0.5f) <= 448.0f) s *= 0.5f;
     return s;
+}
+
+// 1 / s for a power of two s (fp8_pow2_scale's): exact either way, from the bits where they allow.
+__device__ __forceinline__ float fp8_pow2_inverse(float s) {
+    const uint32_t ie = fp8_pow2_inverse_exp(__float_as_uint(s) >> 23);
+    return ie != 0u ? __uint_as_float(ie << 23) : 1.0f / s;
 }
 
 // Round to nearest even, saturating to ±448: core/dtype.h's f32_to_fp8e4m3 for finite inputs.

@@ -62,6 +62,10 @@ struct QkvRopeArgs {
     const int32_t* slot_mapping = nullptr;  // [num_tokens] block·block_size + offset; < 0: skip write
     const float* inv_freq = nullptr;        // [head_dim / 2]
     float attention_scaling = 1.0f;
+    // Optional [num_tokens, head_dim / 2, 2]: each token's (cos, sin) pairs from rope_cos_sin_table
+    // (the same bits as computing them here). The k/v-only kernel then loads them instead of running
+    // sincosf and a barrier; the other kernels ignore it.
+    const float* cos_sin = nullptr;
     // [num_tokens, num_heads, head_dim] bf16; null: q is not written, only k and v (the prefill
     // attention then takes q from qkv itself, PagedAttentionArgs::q_raw). qkv_gemv_rope needs it.
     void* q_out = nullptr;
@@ -74,6 +78,12 @@ struct QkvRopeArgs {
     int head_dim = 64;
 };
 void qkv_bias_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
+
+// out[t, i] = (cos, sin) of positions[t] · inv_freq[i] times scaling (rope_cos_sin's values) for
+// i < half: one table a forward, shared by every layer's RoPE kernel (QkvRopeArgs::cos_sin) and
+// prompt attention (PagedAttentionArgs::q_rope_cs). out: [num_tokens, half, 2] floats.
+void rope_cos_sin_table(const int32_t* positions, int num_tokens, const float* inv_freq, int half, float scaling,
+                        float* out, cudaStream_t stream);
 
 // n bf16 (or e4m3) values, uniform in [-2, 2), from a counter-based hash (benchmark fill).
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream);
