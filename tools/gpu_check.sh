@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -664,6 +664,26 @@ for stage in "$@"; do
             --repeats 3 >> "$OUT/s21_$tag.log" 2>&1
           summary+=("s21 $tag rc=$?")
           echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|norm|qkv_gemm|o_gemm|total) " "$OUT/s21_$tag.log" | tail -7
+        done
+      fi
+      ;;
+    s21b)
+      # Session 21 after s21: the k/v RoPE back to its own sincosf (its table form was slower) and the
+      # L2 prefetch removed; the attention's table and the scales from bits kept. Tests, then 8k --fp8
+      # prefill 20b default three times and TABLE=0 once, 120b default once.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='PagedAttentionCuda.Prefill*:CudaOps.QkvBiasRopeKvWrite:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s21b_tests.log" 2>&1
+      rc=$?
+      summary+=("s21b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s21b_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure" "$OUT/s21b_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for cfg in gpt-oss-20b: gpt-oss-20b:GPTOSS_ROPE_TABLE=0 gpt-oss-20b: gpt-oss-20b: gpt-oss-120b:; do
+          m=${cfg%%:*}; e=${cfg#*:}; tag="${m}_${e:-default}"
+          env $e GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+            --repeats 3 >> "$OUT/s21b_$tag.log" 2>&1
+          summary+=("s21b $tag rc=$?")
+          echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|norm|total) " "$OUT/s21b_$tag.log" | tail -5
         done
       fi
       ;;

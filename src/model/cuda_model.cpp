@@ -281,20 +281,14 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_QROPE");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // The prompt path's RoPE (cos, sin) once a forward into rope_cs (kernels::cuda::rope_cos_sin_table),
-    // read by every layer's k/v RoPE kernel and, with q_raw, the attention's query tiles, instead of
-    // each computing them (positions load, sincosf, a barrier). Same bits. GPTOSS_ROPE_TABLE=0: off.
+    // The prompt path's RoPE (cos, sin) once a forward into rope_cs (kernels::cuda::rope_cos_sin_table):
+    // with q_raw, each query tile of the attention copies its rows with its Q instead of loading
+    // positions and running sincosf (same bits). r36 (8k --fp8, same run): attention_bench sliding
+    // 164.2 -> 156.6-157.4 us, full 1,432 -> 1,416-1,423; 20b attention stage 21.63-21.68 -> 21.23-21.31
+    // ms. GPTOSS_ROPE_TABLE=0: off.
     bool rope_table = [] {
         const char* v = std::getenv("GPTOSS_ROPE_TABLE");
         return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    // Decode batches (≤ kGemvMaxTokens): the FP8 QKV GEMV asks L2 for the layer's O weights and the
-    // MoE's down kernel for the next layer's QKV weights (kernels/cuda/common.cuh l2_prefetch_share),
-    // so the O and QKV GEMVs read L2 instead of DRAM. GPTOSS_DECODE_L2_PREFETCH=0 off, 1 bulk pieces
-    // at evict_last, 2 per-line at evict_last, 3 bulk at normal priority.
-    int decode_l2_prefetch = [] {
-        const char* v = std::getenv("GPTOSS_DECODE_L2_PREFETCH");
-        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
     }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
@@ -1179,11 +1173,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.kernel = decode_kernel;
-        // The next layer's QKV weights into L2 while this layer's MoE runs (decode_l2_prefetch).
-        if (decode_l2_prefetch > 0 && l + 1 < static_cast<int>(layers.size()) && layers[l + 1].qkv_f8.n > 0) {
-            const kc::Fp8Weight& w = layers[l + 1].qkv_f8;
-            m.l2_prefetch = {w.q.get(), static_cast<int64_t>(w.n) * w.k_pad, decode_l2_prefetch};
-        }
         kc::moe_mxfp4(m, stream);
         return;
     }
@@ -1579,7 +1568,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
             r.inv_freq = inv_freq.as<float>();
             r.attention_scaling = attention_scaling;
-            r.cos_sin = use_rope_table ? rope_cs.as<float>() : nullptr;
             // The prompt path's attention rotates q itself (attn_q_rope); the GEMV path writes q.
             const bool q_in_attention = attn_q_rope && !decode && !fuse_qkv && qkv_bf16;
             r.q_out = q_in_attention ? nullptr : q.get();
@@ -1600,9 +1588,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 g.num_tokens = T;
                 g.n = qkvw;
                 g.k = H;
-                // The O weights into L2 while this layer's QKV GEMV and attention run.
-                if (fp8 && decode_l2_prefetch > 0 && D.o_f8.n > 0)
-                    g.l2_prefetch = {D.o_f8.q.get(), static_cast<int64_t>(D.o_f8.n) * D.o_f8.k_pad, decode_l2_prefetch};
                 kc::qkv_gemv_rope(g, r, stream);
             } else {
                 kc::qkv_bias_rope_kv_write(r, stream);

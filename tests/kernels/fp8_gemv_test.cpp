@@ -91,20 +91,6 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                     EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
                         << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " kernel "
                         << static_cast<int>(kind);
-                    // With an L2 prefetch of another range (GemvArgs::l2_prefetch, every mode): the same
-                    // bits (the prefetch has no register and no effect on the result; a range past its
-                    // allocation would fault here). The weights themselves, n · k_pad bytes.
-                    if (mma && T == 3) {
-                        const auto want = test::to_host<float>(dy, ref.size());
-                        for (int mode : {1, 2, 3}) {
-                            GemvArgs g = fp8_gemv_args(f8, dx, xb, db, dy, T, kind);
-                            g.l2_prefetch = {f8.q.get(), static_cast<int64_t>(n) * f8.k_pad, mode};
-                            auto dy2 = test::poisoned(ref.size() * 4);
-                            g.y = dy2.as<float>();
-                            gemv_bf16w(g, nullptr);
-                            EXPECT_EQ(test::to_host<float>(dy2, ref.size()), want) << "l2_prefetch mode " << mode;
-                        }
-                    }
                 }
             }
         }

@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/l2_prefetch.h"
-
 namespace gptoss::kernels::cuda {
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -101,42 +99,4 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 namespace gptoss::kernels::cuda {
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-}  // namespace gptoss::kernels::cuda
-
-// ---- L2 prefetch of a later kernel's weights (decode) -------------------------------------------
-// A decode step is a chain of short kernels that leave DRAM mostly idle (r31: the GEMVs at ~1.3
-// TB/s), and a kernel's weights never depend on the ones before it. So a kernel may ask L2 for the
-// weights of a kernel that runs a few microseconds later, and that one then reads L2. L2Prefetch
-// names the range; l2_prefetch_share issues this thread's part of it: the range cut into
-// kL2PrefetchPiece-byte pieces dealt over every thread of the grid, each piece one
-// cp.async.bulk.prefetch.L2 (mode 1) or its 128-byte lines by prefetch.global.L2 (mode 2), both at
-// the evict_last priority so that the streamed weights of the kernels between do not push them out,
-// or bulk pieces at the normal priority (mode 3).
-// Fire and forget: no register, no wait, no effect on results.
-namespace gptoss::kernels::cuda {
-constexpr int kL2PrefetchPiece = 4096;
-__device__ __forceinline__ void l2_prefetch_share(const L2Prefetch& f) {
-    if (f.mode == 0 || f.p == nullptr) return;
-    const int64_t pieces = (f.bytes + kL2PrefetchPiece - 1) / kL2PrefetchPiece;
-    const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z * blockDim.x;
-    const int64_t me =
-        ((static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x +
-        threadIdx.x;
-    const char* base = static_cast<const char*>(f.p);
-    for (int64_t i = me; i < pieces; i += threads) {
-        const char* q = base + i * kL2PrefetchPiece;
-        const int64_t left = f.bytes - i * kL2PrefetchPiece;
-        const uint32_t n = static_cast<uint32_t>(left < kL2PrefetchPiece ? left : kL2PrefetchPiece);
-        if (f.mode == 1) {
-            uint64_t policy;
-            asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(q), "r"(n), "l"(policy)
-                         : "memory");
-        } else if (f.mode == 3) {
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(q), "r"(n) : "memory");
-        } else {
-            for (uint32_t o = 0; o < n; o += 128) asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(q + o));
-        }
-    }
-}
 }  // namespace gptoss::kernels::cuda

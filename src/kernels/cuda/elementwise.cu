@@ -454,26 +454,11 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
         const int i = 2 * tid + j * 2 * kRopeKvThreads;
         if (live && i < nkv * kHd) vv[j] = row2((nq + nkv) * kHd + i);
     }
-    // With the table: each pair couple's (cos, sin) from it, no sincosf and no barrier (a uniform
-    // branch: every thread of the block takes the same side).
-    float4 tcs[kRopeKvRot];
-    const bool table = a.cos_sin != nullptr;
-    if (table) {
-#pragma unroll
-        for (int j = 0; j < kRopeKvRot; ++j) {
-            const int idx = tid + j * kRopeKvThreads;
-            if (live && idx < nkv * kQuarter)
-                tcs[j] = __ldg(reinterpret_cast<const float4*>(
-                    a.cos_sin + (static_cast<int64_t>(t) * kHalf + 2 * (idx % kQuarter)) * 2));
-        }
-    }
     float* s_cos = s_cos_all[sub];
     float* s_sin = s_sin_all[sub];
-    if (!table) {
-        for (int i = tid; i < kHalf; i += kRopeKvThreads)
-            rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
-        __syncthreads();
-    }
+    for (int i = tid; i < kHalf; i += kRopeKvThreads)
+        rope_cos_sin(pos, a.inv_freq[i], a.attention_scaling, s_cos[i], s_sin[i]);
+    __syncthreads();
     if (!live || slot < 0) return;
     const auto store_kv2 = [&](void* cache, int64_t i, float2 v) { store_kv_pair(a, cache, i, v); };
     const int64_t dst0 = static_cast<int64_t>(slot) * nkv * kHd;
@@ -482,8 +467,8 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
         const int idx = tid + j * kRopeKvThreads;
         if (idx < nkv * kQuarter) {
             const int h = idx / kQuarter, i = 2 * (idx % kQuarter);
-            const float2 c = table ? make_float2(tcs[j].x, tcs[j].z) : *reinterpret_cast<const float2*>(s_cos + i),
-                         sn = table ? make_float2(tcs[j].y, tcs[j].w) : *reinterpret_cast<const float2*>(s_sin + i);
+            const float2 c = *reinterpret_cast<const float2*>(s_cos + i),
+                         sn = *reinterpret_cast<const float2*>(s_sin + i);
             float2 y1, y2;
             rope_rotate(x1[j].x, x2[j].x, c.x, sn.x, y1.x, y2.x);
             rope_rotate(x1[j].y, x2[j].y, c.y, sn.y, y1.y, y2.y);

@@ -516,8 +516,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         }
     };
     load(warp);
-    l2_prefetch_share(a.l2_prefetch);  // a later kernel's weights (none unless the caller names them)
-    if constexpr (kSmemScales) {       // the scale rows of tile rows 0 and 8 (each half in one 128-row block)
+    if constexpr (kSmemScales) {  // the scale rows of tile rows 0 and 8 (each half in one 128-row block)
         const float* lo = a.w_scale + static_cast<int64_t>(min(row_lo - g, a.n - 1) / 128) * kb;
         const float* hi = a.w_scale + static_cast<int64_t>(min(row_hi - g, a.n - 1) / 128) * kb;
         for (int i = threadIdx.x; i < 2 * kb; i += kMmaWarps * 32)

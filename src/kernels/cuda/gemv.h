@@ -10,8 +10,6 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/l2_prefetch.h"
-
 namespace gptoss::kernels::cuda {
 
 constexpr int kGemvMaxTokens = 8;
@@ -41,9 +39,6 @@ struct GemvArgs {
     // (it rounds x to bf16; r22: 1.7× the one-warp-per-row kernel at 1 token, 6× at 4), else one
     // warp per row; kAuto takes its one-wave variant where w_ld ≤ 3,072.
     GemvFp8Kernel fp8_kernel = GemvFp8Kernel::kAuto;
-    // The FP8 tensor-core kernels: a later kernel's weights for L2, asked for before pdl_wait
-    // (kernels/cuda/common.cuh l2_prefetch_share). The decode step's QKV GEMV names the O weights.
-    L2Prefetch l2_prefetch;
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 

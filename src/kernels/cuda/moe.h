@@ -7,8 +7,6 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/l2_prefetch.h"
-
 namespace gptoss::kernels::cuda {
 
 // logits = h · Wrᵀ + b in fp32 (h fp32 for decision stability near ties), then top-k (ties to the
@@ -118,9 +116,6 @@ struct MoeMxfp4Args {
     int experts_per_token = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
-    // moe_decode_mma's down kernel: a later kernel's weights for L2, asked for as it starts
-    // (kernels/cuda/common.cuh l2_prefetch_share). The decode step names the next layer's QKV weights.
-    L2Prefetch l2_prefetch;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.

@@ -203,7 +203,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     const int rows = kGateUp ? 2 * I : H;
     const int max_tokens = min(a.num_tokens, 8);
     const bool in_f32 = !kGateUp || a.h_f32 != nullptr;
-    if constexpr (!kGateUp) l2_prefetch_share(a.l2_prefetch);  // a later kernel's weights (if named)
 
     // This warp's K steps [s0, s1) of 4 groups each (groups [gbeg, gbeg + ng)).
     const int S = (G + 3) / 4;

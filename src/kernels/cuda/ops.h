@@ -62,10 +62,6 @@ struct QkvRopeArgs {
     const int32_t* slot_mapping = nullptr;  // [num_tokens] block·block_size + offset; < 0: skip write
     const float* inv_freq = nullptr;        // [head_dim / 2]
     float attention_scaling = 1.0f;
-    // Optional [num_tokens, head_dim / 2, 2]: each token's (cos, sin) pairs from rope_cos_sin_table
-    // (the same bits as computing them here). The k/v-only kernel then loads them instead of running
-    // sincosf and a barrier; the other kernels ignore it.
-    const float* cos_sin = nullptr;
     // [num_tokens, num_heads, head_dim] bf16; null: q is not written, only k and v (the prefill
     // attention then takes q from qkv itself, PagedAttentionArgs::q_raw). qkv_gemv_rope needs it.
     void* q_out = nullptr;
@@ -80,8 +76,9 @@ struct QkvRopeArgs {
 void qkv_bias_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
 
 // out[t, i] = (cos, sin) of positions[t] · inv_freq[i] times scaling (rope_cos_sin's values) for
-// i < half: one table a forward, shared by every layer's RoPE kernel (QkvRopeArgs::cos_sin) and
-// prompt attention (PagedAttentionArgs::q_rope_cs). out: [num_tokens, half, 2] floats.
+// i < half: one table a forward, shared by every layer's prompt attention (PagedAttentionArgs::
+// q_rope_cs). out: [num_tokens, half, 2] floats. (r36: the k/v RoPE kernel reading it instead of
+// its own sincosf was slower, rope_kv 0.457 -> 0.513 ms at 20b 8k: not used there.)
 void rope_cos_sin_table(const int32_t* positions, int num_tokens, const float* inv_freq, int half, float scaling,
                         float* out, cudaStream_t stream);
 
