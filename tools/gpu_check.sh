@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -686,6 +686,22 @@ for stage in "$@"; do
           echo "$tag:"; grep -E "^\| [0-9]+ \||  (attention|rope_kv|norm|total) " "$OUT/s21b_$tag.log" | tail -5
         done
       fi
+      ;;
+    s21f)
+      # Session 21's final figures at its last kernels: 8k --fp8 prefill 20b three times, 120b
+      # once; batch-1 decode at 1k, 20b and 120b.
+      for m in gpt-oss-20b gpt-oss-20b gpt-oss-20b gpt-oss-120b; do
+        timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
+          >> "$OUT/s21f_prefill_$m.log" 2>&1
+        summary+=("s21f prefill $m rc=$?")
+        echo "$m:"; grep -E "prefill   8192" "$OUT/s21f_prefill_$m.log" | tail -1
+      done
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+          --repeats 3 --markdown "$OUT/s21f_decode_$m.md" > "$OUT/s21f_decode_$m.log" 2>&1
+        summary+=("s21f decode $m rc=$?")
+        echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
+      done
       ;;
     s21d)
       # Session 21 (c): decode with the L2 prefetch modes (see s21).
