@@ -13,6 +13,10 @@ cp "$build/gptoss" "$build/tests/cuda_kernel_tests" "$build/bench/kernels/attent
 # form): carry it and its brotli dependencies; tools/gpu_check.sh puts .device/lib on the path.
 mkdir -p "$root/.device/lib"
 for lib in $(ldd "$root/.device/gptoss" | awk '/httplib|brotli/{print $3}'); do cp -L "$lib" "$root/.device/lib/"; done
+# CUPTI for the opt-in kernel trace (GPTOSS_KERNEL_TRACE, cli/kernel_trace.h; loaded at run time).
+for lib in /usr/local/cuda/lib64/libcupti.so.13 /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13; do
+  [ -f "$lib" ] && { cp -L "$lib" "$root/.device/lib/"; break; }
+done
 git -C "$root" rev-parse --short HEAD > "$root/.device/REVISION"
 # The binaries outgrew the device tool's 64 MiB carry limit (with the tracked tree): carry
 # .device_pack (one gzip archive, ~15 MB) instead; tools/gpu_check.sh unpacks it when .device is absent.

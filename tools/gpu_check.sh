@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -701,6 +701,17 @@ for stage in "$@"; do
           --repeats 3 --markdown "$OUT/s21f_decode_$m.md" > "$OUT/s21f_decode_$m.log" 2>&1
         summary+=("s21f decode $m rc=$?")
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
+      done
+      ;;
+    ktrace)
+      # Session 21: one decode step kernel by kernel inside the replayed graph (CUPTI activity
+      # records, GPTOSS_KERNEL_TRACE; cli/kernel_trace.h): 20b then 120b --fp8, batch 1, 1k context.
+      # The step times of a traced run are not the engine's (tracing costs time).
+      for m in gpt-oss-20b gpt-oss-120b; do
+        GPTOSS_KERNEL_TRACE="$OUT/ktrace_$m.csv" timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" \
+          --batch 1 --context 1024 --decode-steps 6 > "$OUT/ktrace_$m.log" 2>&1
+        summary+=("ktrace $m rc=$?")
+        grep -E "kernel trace|KERNEL_TRACE|^\| [0-9]+ \| [0-9]+ \|" "$OUT/ktrace_$m.log"
       done
       ;;
     s21d)

@@ -21,6 +21,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/kernel_trace.h"
 #include "core/gpu_telemetry.h"
 #include "model/cuda_model.h"
 #include "model/gpt_oss_forward.h"
@@ -251,6 +252,10 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
         "$ "
         "/ 1M output tok |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     m.fill_kv_random(7);
+    // GPTOSS_KERNEL_TRACE=<csv>: each configuration's last decode step, kernel by kernel, through
+    // CUPTI (cli/kernel_trace.h). Tracing costs time: the table's figures of a traced run are not
+    // the engine's.
+    const std::unique_ptr<KernelTrace> trace = KernelTrace::from_env();
     for (int C : contexts) {
         for (int B : batches) {
             const int steps = o.decode_steps;
@@ -276,6 +281,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             std::vector<model::CudaModel::SampleParams> params(B);
             std::vector<int32_t> next;
             std::vector<double> times;
+            if (trace) trace->start();
             for (int step = 0; step < steps + 2; ++step) {
                 std::vector<model::ForwardSequence> seqs(B);
                 for (int s = 0; s < B; ++s) seqs[s] = {std::span(&tokens[s], 1), C + step, tf[s], ts[s], false};
@@ -288,6 +294,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
                 if (step >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
             }
             const GpuTelemetrySummary tel = telemetry.stop();
+            if (trace) trace->stop("context " + std::to_string(C) + " batch " + std::to_string(B), "embedding");
             note_limits(tel);
             const double t = median(times);
             const double distinct =
