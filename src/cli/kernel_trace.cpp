@@ -5,6 +5,7 @@
 
 #if GPTOSS_HAVE_CUDA && __has_include(<cupti_activity.h>)
 #include <cupti_activity.h>
+#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -62,9 +63,14 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     std::free(buffer);
 }
 
-// A kernel's name without its namespaces' noise: the demangled name's function and template
-// arguments as CUPTI gives them, cut to 100 characters, commas replaced (CSV).
+// A kernel's name demangled (CUPTI gives the mangled one), without its namespaces, cut to 100
+// characters, commas replaced (CSV).
 std::string short_name(std::string n) {
+    int status = 0;
+    if (char* d = abi::__cxa_demangle(n.c_str(), nullptr, nullptr, &status)) {
+        if (status == 0) n = d;
+        std::free(d);
+    }
     for (const char* ns : {"gptoss::kernels::cuda::", "(anonymous namespace)::", "gptoss::kernels::"}) {
         for (size_t p; (p = n.find(ns)) != std::string::npos;) n.erase(p, std::string(ns).size());
     }
