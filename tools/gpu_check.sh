@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -713,6 +713,32 @@ for stage in "$@"; do
         summary+=("ktrace $m rc=$?")
         grep -E "kernel trace|KERNEL_TRACE|^\| [0-9]+ \| [0-9]+ \|" "$OUT/ktrace_$m.log"
       done
+      ;;
+    s22a)
+      # Written in session 21 (compiled only): the decode input norm inside the QKV GEMV
+      # (GPTOSS_DECODE_NORM_IN_QKV=1, QkvNormArgs). Its test (same bits as the norm kernel + the
+      # GEMV), the model and engine tests with it on, then 20b / 120b --fp8 batch-1 decode at 1k
+      # with it off / on / off (untraced), and the kernel trace with it on.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaQkvFused.*' > "$OUT/s22a_tests.log" 2>&1
+      rc=$?
+      GPTOSS_DECODE_NORM_IN_QKV=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/s22a_tests.log" 2>&1
+      rc2=$?
+      summary+=("s22a tests rc=$rc model tests (norm in qkv) rc=$rc2")
+      grep -E "FAILED|Failure|OK \]" "$OUT/s22a_tests.log" | head -30
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 0 1 0 1; do
+            GPTOSS_DECODE_NORM_IN_QKV=$v timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 32 --markdown "$OUT/s22a_${m}_$v.md" >> "$OUT/s22a_${m}_$v.log" 2>&1
+            summary+=("s22a $m norm_in_qkv=$v rc=$?")
+            echo "$m norm_in_qkv=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s22a_${m}_$v.md"
+          done
+        done
+        GPTOSS_DECODE_NORM_IN_QKV=1 GPTOSS_KERNEL_TRACE="$OUT/s22a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
+          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s22a_ktrace.log" 2>&1
+        summary+=("s22a ktrace rc=$?")
+      fi
       ;;
     s21d)
       # Session 21 (c): decode with the L2 prefetch modes (see s21).

@@ -132,5 +132,98 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
     }
 }
 
+// The input norm inside the projection (QkvNormArgs, one token, FP8 weights on the tensor cores)
+// against residual_rmsnorm (the decode norm kernel: x += Σ w·add in place, h32 out) followed by the
+// same projection on h32. The fused kernel repeats the norm kernel's expressions in its reduction
+// order, so the updated residual, q and the caches must be the same bits; with and without adds
+// (the first layer has none), one and four adds, all 64 / 8 heads of gpt-oss.
+TEST(CudaQkvFused, InputNormInsideMatchesNormThenGemv) {
+    REQUIRE_GPU();
+    const int H = 2880, hd = 64, nkv = 8, nq = 64, n = (nq + 2 * nkv) * hd, slots = 16;
+    const auto w = test::to_bf16(test::randn(static_cast<size_t>(n) * H, 31, 0.02f));
+    DeviceBuffer dw = DeviceBuffer::from_host(w.data(), w.size() * 2);
+    const Fp8Weight f8 = Fp8Weight::from_bf16(dw.get(), n, H, nullptr);
+    const auto b = test::randn(n, 32, 0.1f);
+    std::vector<float> inv_freq(hd / 2);
+    for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * i / hd);
+    auto gain = test::randn(H, 33, 0.2f);
+    for (auto& g : gain) g += 1.0f;
+    const int32_t pos = 777, slot = 5;
+    DeviceBuffer db = DeviceBuffer::from_host(b.data(), b.size() * 4);
+    DeviceBuffer df = DeviceBuffer::from_host(inv_freq.data(), inv_freq.size() * 4);
+    DeviceBuffer dp = DeviceBuffer::from_host(&pos, 4), ds = DeviceBuffer::from_host(&slot, 4);
+    DeviceBuffer dgain = DeviceBuffer::from_host(gain.data(), gain.size() * 4);
+    for (int na : {0, 1, 4}) {
+        const auto x = test::randn(H, 34 + na, 3.0f);
+        const auto add = test::randn(static_cast<size_t>(std::max(na, 1)) * H, 35 + na);
+        std::vector<float> wts = {0.4f, 0.3f, 0.2f, 0.1f};
+        DeviceBuffer dadd = DeviceBuffer::from_host(add.data(), add.size() * 4);
+        DeviceBuffer dwts = DeviceBuffer::from_host(wts.data(), wts.size() * 4);
+        const size_t q_bytes = static_cast<size_t>(nq) * hd * 2, c_bytes = static_cast<size_t>(slots) * nkv * hd * 2;
+        std::vector<std::vector<uint16_t>> outs[2];
+        std::vector<float> x_after[2];
+        for (int p = 0; p < 2; ++p) {
+            DeviceBuffer dx = DeviceBuffer::from_host(x.data(), x.size() * 4), dx_out(H * 4), h32(H * 4), h16(H * 2);
+            DeviceBuffer q(q_bytes), kc(c_bytes), vc(c_bytes);
+            for (DeviceBuffer* d : {&q, &kc, &vc}) CUDA_CHECK(cudaMemset(d->get(), 0, d->bytes()));
+            QkvRopeArgs r;
+            r.bias = db.as<float>();
+            r.positions = dp.as<int32_t>();
+            r.slot_mapping = ds.as<int32_t>();
+            r.inv_freq = df.as<float>();
+            r.attention_scaling = 1.3465736f;
+            r.q_out = q.get();
+            r.k_cache = kc.get();
+            r.v_cache = vc.get();
+            r.num_tokens = 1;
+            r.num_heads = nq;
+            r.num_kv_heads = nkv;
+            r.head_dim = hd;
+            GemvArgs g;
+            g.w = f8.q.get();
+            g.w_scale = f8.scales.as<float>();
+            g.w_ld = f8.k_pad;
+            g.fp8_kernel = GemvFp8Kernel::kMmaOneWave;
+            g.num_tokens = 1;
+            g.n = n;
+            g.k = H;
+            if (p == 0) {  // the norm kernel, then the projection on its fp32 rows
+                ResidualRmsNormArgs rn;
+                rn.x = dx.as<float>();
+                rn.add = na > 0 ? dadd.as<float>() : nullptr;
+                rn.add_weights = na > 0 ? dwts.as<float>() : nullptr;
+                rn.num_add = std::max(na, 1);
+                rn.weight = dgain.as<float>();
+                rn.out = h16.get();
+                rn.out_f32 = h32.as<float>();
+                rn.num_tokens = 1;
+                rn.hidden_size = H;
+                rn.eps = 1e-5f;
+                residual_rmsnorm(rn, nullptr);
+                g.x = h32.get();
+                qkv_gemv_rope(g, r, nullptr);
+                x_after[p] = test::to_host<float>(dx, H);
+            } else {
+                QkvNormArgs nm;
+                nm.x = dx.as<float>();
+                nm.x_out = dx_out.as<float>();
+                nm.add = na > 0 ? dadd.as<float>() : nullptr;
+                nm.add_weights = na > 0 ? dwts.as<float>() : nullptr;
+                nm.num_add = na;
+                nm.weight = dgain.as<float>();
+                nm.eps = 1e-5f;
+                qkv_gemv_rope(g, r, nullptr, &nm);
+                x_after[p] = test::to_host<float>(dx_out, H);
+                EXPECT_EQ(test::to_host<float>(dx, H), x) << "the input residual row must stay as it was";
+            }
+            CUDA_CHECK(cudaDeviceSynchronize());
+            for (DeviceBuffer* d : {&q, &kc, &vc}) outs[p].push_back(test::to_host<uint16_t>(*d, d->bytes() / 2));
+        }
+        EXPECT_EQ(x_after[1], x_after[0]) << na << " adds: the updated residual";
+        const char* names[3] = {"q", "k cache", "v cache"};
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(outs[1][i], outs[0][i]) << na << " adds: " << names[i];
+    }
+}
+
 }  // namespace
 }  // namespace gptoss::kernels::cuda
