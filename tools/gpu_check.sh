@@ -712,6 +712,7 @@ for stage in "$@"; do
           --batch 1 --context 1024 --decode-steps 6 > "$OUT/ktrace_$m.log" 2>&1
         summary+=("ktrace $m rc=$?")
         grep -E "kernel trace|KERNEL_TRACE|^\| [0-9]+ \| [0-9]+ \|" "$OUT/ktrace_$m.log"
+        python3 tools/ktrace_summary.py "$OUT/ktrace_$m.csv"
       done
       ;;
     s22a)
@@ -735,9 +736,19 @@ for stage in "$@"; do
             echo "$m norm_in_qkv=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s22a_${m}_$v.md"
           done
         done
-        GPTOSS_DECODE_NORM_IN_QKV=1 GPTOSS_KERNEL_TRACE="$OUT/s22a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
-          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s22a_ktrace.log" 2>&1
-        summary+=("s22a ktrace rc=$?")
+        # The sliding layers' attention in one split (no combine launch; r28's switch, now with the trace).
+        for v in 0 3; do
+          GPTOSS_DECODE_NORM_IN_QKV=1 GPTOSS_ATTN_SINGLE_SPLIT_TILES=$v timeout 100 $BIN/gptoss bench --synthetic \
+            gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+            --markdown "$OUT/s22a_split$v.md" > "$OUT/s22a_split$v.log" 2>&1
+          summary+=("s22a single split tiles=$v rc=$?")
+          echo "20b norm_in_qkv=1 single_split_tiles=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s22a_split$v.md"
+          GPTOSS_DECODE_NORM_IN_QKV=1 GPTOSS_ATTN_SINGLE_SPLIT_TILES=$v GPTOSS_KERNEL_TRACE="$OUT/s22a_ktrace_split$v.csv" \
+            timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 \
+            --decode-steps 6 > "$OUT/s22a_ktrace_split$v.log" 2>&1
+          summary+=("s22a ktrace split=$v rc=$?")
+          python3 tools/ktrace_summary.py "$OUT/s22a_ktrace_split$v.csv"
+        done
       fi
       ;;
     s21d)
