@@ -1559,8 +1559,20 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             }
             // Decode at one token with FP8 weights: the input norm inside the QKV GEMV
             // (kc::QkvNormArgs), the residual's update into the other buffer, which then becomes xr.
-            const bool norm_in_qkv = decode_norm_in_qkv && fuse_qkv && fp8 && T == 1 && dp == 1 && !rn.add_bf16 &&
-                                     (rn.add == nullptr || rn.num_add <= 4);
+            bool norm_in_qkv = decode_norm_in_qkv && fuse_qkv && fp8 && T == 1 && dp == 1 && !rn.add_bf16;
+            if (norm_in_qkv) {  // the kernel's own conditions (k, the kernel choice, the adds)
+                kc::GemvArgs probe;
+                probe.w = D.qkv_f8.q.get();
+                probe.w_scale = D.qkv_f8.scales.as<float>();
+                probe.w_ld = D.qkv_f8.k_pad;
+                probe.fp8_kernel = gemv_fp8;
+                probe.num_tokens = T;
+                probe.n = qkvw;
+                probe.k = H;
+                kc::QkvRopeArgs probe_r;
+                probe_r.head_dim = c.head_dim;
+                norm_in_qkv = kc::qkv_norm_inside_supported(probe, probe_r, rn.add != nullptr ? rn.num_add : 0);
+            }
             if (!norm_in_qkv) {
                 kc::residual_rmsnorm(rn, stream);
                 mark("norm");

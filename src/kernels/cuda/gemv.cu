@@ -723,6 +723,11 @@ bool v2_dispatch(const GemvArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+bool qkv_norm_inside_supported(const GemvArgs& g, const QkvRopeArgs& r, int num_add) {
+    return g.w_scale != nullptr && fp8_mma_ok(g, &r) && g.num_tokens == 1 && g.w_ld <= kOneWaveMaxK && g.k % 4 == 0 &&
+           g.k <= kNormInVirtual * 4 && num_add >= 0 && num_add <= kNormInMaxAdd;
+}
+
 void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream, const QkvNormArgs* norm) {
     const bool fp8 = g.w_scale != nullptr;
     ENGINE_CHECK(g.num_tokens >= 1 && g.num_tokens <= kGemvMaxTokens && g.k % (fp8 ? 16 : 8) == 0 &&
@@ -732,9 +737,8 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream,
     ENGINE_CHECK(r.q_out != nullptr, "qkv_gemv_rope: q_out is required");
     if (norm != nullptr) {  // the input norm inside (QkvNormArgs)
         const int na = norm->add != nullptr ? norm->num_add : 0;
-        ENGINE_CHECK(fp8 && fp8_mma_ok(g, &r) && g.num_tokens == 1 && g.w_ld <= kOneWaveMaxK && g.k % 4 == 0 &&
-                         g.k <= kNormInVirtual * 4 && norm->x != nullptr && norm->x_out != nullptr &&
-                         norm->x_out != norm->x && norm->weight != nullptr && na >= 0 && na <= kNormInMaxAdd,
+        ENGINE_CHECK(qkv_norm_inside_supported(g, r, na) && norm->x != nullptr && norm->x_out != nullptr &&
+                         norm->x_out != norm->x && norm->weight != nullptr,
                      "qkv_gemv_rope: the input norm inside needs one token, FP8 weights on the tensor cores (k %d, "
                      "%d adds)",
                      g.k, na);

@@ -69,6 +69,9 @@ struct QkvNormArgs {
 // concatenated [q; k; v] weight, g.n = (num_heads + 2·num_kv_heads)·head_dim, g.bias and g.y unused
 // (the bias is r.bias); r.qkv unused.
 struct QkvRopeArgs;
+// Whether qkv_gemv_rope takes QkvNormArgs with these arguments (one token, FP8 weights on the
+// tensor cores' one-wave kernel, k % 4 == 0, ≤ 4 adds); else the caller runs the norm kernel first.
+bool qkv_norm_inside_supported(const GemvArgs& g, const QkvRopeArgs& r, int num_add);
 // norm: the input norm inside (QkvNormArgs above), or null.
 void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream, const QkvNormArgs* norm = nullptr);
 
