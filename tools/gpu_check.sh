@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -748,6 +748,33 @@ for stage in "$@"; do
             --decode-steps 6 > "$OUT/s22a_ktrace_split$v.log" 2>&1
           summary+=("s22a ktrace split=$v rc=$?")
           python3 tools/ktrace_summary.py "$OUT/s22a_ktrace_split$v.csv"
+        done
+      fi
+      ;;
+    s22b)
+      # Session 22: the decode router in one thread-block cluster (router_plan_cluster_kernel, logits
+      # through CTA 0's shared memory; GPTOSS_ROUTER_CLUSTER=0 the ticket kernel). Router tests (both
+      # kernels), model and engine tests, then 20b / 120b --fp8 decode at 1k, cluster off / on twice,
+      # and the kernel trace with it on.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaDecodeFusion.Router*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s22b_tests.log" 2>&1
+      rc=$?
+      summary+=("s22b tests rc=$rc")
+      grep -E "FAILED|Failure|OK \]" "$OUT/s22b_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 0 1 0 1; do
+            GPTOSS_ROUTER_CLUSTER=$v timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,8 \
+              --context 1024 --decode-steps 32 --markdown "$OUT/s22b_${m}_$v.md" >> "$OUT/s22b_${m}_$v.log" 2>&1
+            summary+=("s22b $m router_cluster=$v rc=$?")
+            echo "$m router_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s22b_${m}_$v.md"
+          done
+        done
+        for m in gpt-oss-20b gpt-oss-120b; do
+          GPTOSS_KERNEL_TRACE="$OUT/s22b_ktrace_$m.csv" timeout 100 $BIN/gptoss bench --synthetic $m --fp8 \
+            --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s22b_ktrace_$m.log" 2>&1
+          summary+=("s22b ktrace $m rc=$?")
+          python3 tools/ktrace_summary.py "$OUT/s22b_ktrace_$m.csv"
         done
       fi
       ;;

@@ -61,6 +61,7 @@ struct RouterCase {
     int E, T;
     bool ties;       // experts 5, 9 and 20 share one weight row and bias: exact ties, lower index wins
     bool same_rows;  // every token has the same hidden row: all tokens pick the same experts
+    int H = 2880;
 };
 
 TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
@@ -76,15 +77,21 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         cases.push_back({64, T, false, false});
         cases.push_back({20, T, false, false});
     }
-    const int H = 2880, K = 4;
+    // Rows wider than one chunk a thread in the cluster kernel (hidden 4096: two), and 256 experts
+    // (beyond the cluster kernel's 128: the ticket kernel).
+    cases.push_back({32, 3, false, false, 4096});
+    cases.push_back({128, 2, false, false, 4096});
+    cases.push_back({256, 1, false, false});
+    cases.push_back({256, 4, false, false});
+    const int K = 4;
     DeviceBuffer counter(4);
     ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
     for (const RouterCase& rc : cases) {
-        const int E = rc.E, T = rc.T;
+        const int E = rc.E, T = rc.T, H = rc.H;
         auto h = randn(static_cast<size_t>(T) * H, 7 * E + T);
         if (rc.same_rows)
             for (int t = 1; t < T; ++t) std::copy(h.begin(), h.begin() + H, h.begin() + static_cast<size_t>(t) * H);
-        auto wf = randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(2880.0f));
+        auto wf = randn(static_cast<size_t>(E) * H, E + 1, 1.0f / std::sqrt(static_cast<float>(H)));
         auto b = randn(E, E + 2, 0.1f);
         if (rc.ties) {
             // Make 5, 9, 20 the clear favourites and exactly equal (same row, same bias).
@@ -121,7 +128,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
                 ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
             kc::router_plan_small(a, nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << (rc.ties ? " ties" : "")
+            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << " H=" << H << (rc.ties ? " ties" : "")
                                               << (rc.same_rows ? " same rows" : "") << " call " << rep);
             // fp32 dot products of identical inputs on both sides: only the summation order differs.
             EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "router logits"));

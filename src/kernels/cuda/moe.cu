@@ -1,5 +1,6 @@
 // MoE kernels: router top-k, routing plans, weight-only MXFP4 experts (small batches), and the
 // gather / SwiGLU / scatter steps around the grouped bf16 GEMMs (large batches).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <atomic>
@@ -676,6 +677,191 @@ __global__ void __launch_bounds__(kRouterThreads)
     if (threadIdx.x == 0) *a.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
 }
 
+// ---- the same router in one thread-block cluster (session 22) ----------------------------------
+// router_plan_small_kernel ends in a ticket: every CTA fences its logit and takes a global counter,
+// and the last one fences again and reads every logit back from L2 (r36's trace: the kernel adds
+// 9.4 µs to a decode step where a kernel boundary is ~4). Here one cluster of up to 8 CTAs does
+// the same work: CTA r stages experts [r·kEpc, (r+1)·kEpc)'s rows in shared memory by cp.async
+// before pdl_wait (no registers held: the CTA fits beside the O GEMV's, so PDL can start it
+// early), computes their logits for every token (each CTA sums every token's Σ v² itself, as every
+// CTA did before), and stores them into CTA 0's shared memory (DSMEM); one cluster barrier orders
+// them, and CTA 0 runs router_finish on its copy. No global atomics or fences.
+// Thread i of a CTA takes chunks i, i + kRcThreads, ... (kCpt of them) of 8 elements of the row.
+constexpr int kRcThreads = 384;
+constexpr int kRcWarps = kRcThreads / 32;
+constexpr int kRcMaxCtas = 8;  // the portable cluster size
+
+template <int kEpc, int kCpt>
+__global__ void __launch_bounds__(kRcThreads)
+    router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+    extern __shared__ uint4 s_w[];  // [kEpc][kCpt · kRcThreads]: the CTA's rows, 16-byte chunks
+    __shared__ float part[kRouterMaxTokens][kRcWarps][kEpc + 1];  // per warp: kEpc dot products, Σ v²
+    __shared__ float s_inv[kRouterMaxTokens];
+    __shared__ float s_logits[kRouterMaxTokens * kRcMaxCtas * kEpc];  // CTA 0's is the cluster's
+    __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
+    const uint32_t rank = cooperative_groups::this_cluster().block_rank();
+    const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int chunks = H / 8;
+    const bool fused = a.residual != nullptr;
+    const int e0 = static_cast<int>(rank) * kEpc;
+    constexpr int kRow = kCpt * kRcThreads;
+
+    // Before the wait: the CTA's expert rows (each thread the chunks it reads back itself: no CTA
+    // barrier), and the norm weight and bias (weights, constant).
+    const auto* w = static_cast<const __nv_bfloat16*>(a.weight);
+    int cc[kCpt];
+    bool cv[kCpt];
+    float nw[kCpt][8], bb[kCpt][8];
+    auto load8 = [&](const float* p, int t, int c, float(&v)[8]) {
+        const float4* q = reinterpret_cast<const float4*>(p + static_cast<int64_t>(t) * H) + 2 * c;
+        const float4 x0 = __ldg(q), x1 = __ldg(q + 1);
+        v[0] = x0.x, v[1] = x0.y, v[2] = x0.z, v[3] = x0.w, v[4] = x1.x, v[5] = x1.y, v[6] = x1.z, v[7] = x1.w;
+    };
+#pragma unroll
+    for (int i = 0; i < kCpt; ++i) {
+        const int c = threadIdx.x + kRcThreads * i;
+        cv[i] = c < chunks;
+        cc[i] = min(c, chunks - 1);
+#pragma unroll
+        for (int e = 0; e < kEpc; ++e) {
+            uint4* dst = s_w + e * kRow + c;
+            if (cv[i] && e0 + e < E) {
+                const uint4* src = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(e0 + e) * H) + c;
+                const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+            } else {
+                *dst = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) nw[i][j] = bb[i][j] = 0.0f;
+        if (fused) {
+            load8(a.norm_weight, 0, cc[i], nw[i]);
+            if (a.add_bias != nullptr) load8(a.add_bias, 0, cc[i], bb[i]);
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+
+    for (int t = 0; t < T; ++t) {
+        float x[kCpt][8];
+        float ss = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kCpt; ++i) {
+            if (fused) {
+                float r[8], d[8];
+                load8(a.residual, t, cc[i], r);
+                load8(a.add, t, cc[i], d);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    x[i][j] = r[j] + (bb[i][j] + d[j]);  // residual_rmsnorm's order: x + (bias + add)
+                    if (cv[i]) ss += x[i][j] * x[i][j];
+                    x[i][j] *= nw[i][j];
+                }
+            } else {
+                load8(a.h, t, cc[i], x[i]);
+            }
+        }
+        if (t == 0) asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // this thread's chunks of s_w
+        float acc[kEpc];
+#pragma unroll
+        for (int e = 0; e < kEpc; ++e) {
+            acc[e] = 0.0f;
+#pragma unroll
+            for (int i = 0; i < kCpt; ++i) {
+                const uint4 wq = s_w[e * kRow + threadIdx.x + kRcThreads * i];
+                const uint32_t ww[4] = {wq.x, wq.y, wq.z, wq.w};
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    s += __uint_as_float(ww[j] << 16) * x[i][2 * j] +
+                         __uint_as_float(ww[j] & 0xffff0000u) * x[i][2 * j + 1];
+                if (cv[i]) acc[e] += s;
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < kEpc; ++e) acc[e] = warp_sum(acc[e]);
+        if (fused) ss = warp_sum(ss);
+        if (lane == 0) {
+#pragma unroll
+            for (int e = 0; e < kEpc; ++e) part[t][warp][e] = acc[e];
+            part[t][warp][kEpc] = ss;
+        }
+    }
+    __syncthreads();
+    // Thread (t, e): the logit of token t and expert e0 + e, into CTA 0's s_logits (and the global
+    // scratch, as router_plan_small_kernel writes it). Each sums the Σ v² of its token itself.
+    float* s_logits0 = cooperative_groups::this_cluster().map_shared_rank(s_logits, 0);
+    if (threadIdx.x < T * kEpc) {
+        const int t = threadIdx.x / kEpc, e = threadIdx.x % kEpc;
+        float sum = 0.0f, sq = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kRcWarps; ++i) {
+            sum += part[t][i][e];
+            sq += part[t][i][kEpc];
+        }
+        if (fused) {
+            const float inv = rsqrtf(sq / static_cast<float>(H) + a.eps);
+            if (e == 0) s_inv[t] = inv;
+            sum *= inv;
+        }
+        if (e0 + e < E) {
+            const float logit = sum + a.bias[e0 + e];
+            a.logits[static_cast<int64_t>(t) * E + e0 + e] = logit;
+            s_logits0[t * E + e0 + e] = logit;
+        }
+    }
+    __syncthreads();  // s_inv
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    if (fused) {
+        // The updated residual and the normalized rows: CTA r writes chunks [r·chunks/n, (r+1)·chunks/n)
+        // of every token, recomputed from the same loads in the same order (L1 hits).
+        const int n = static_cast<int>(gridDim.x);
+        const int c0 = static_cast<int>(static_cast<int64_t>(rank) * chunks / n);
+        const int c1 = static_cast<int>(static_cast<int64_t>(rank + 1) * chunks / n);
+        for (int c = c0 + static_cast<int>(threadIdx.x); c < c1; c += kRcThreads) {
+            float nw8[8], b8[8] = {};
+            load8(a.norm_weight, 0, c, nw8);
+            if (a.add_bias != nullptr) load8(a.add_bias, 0, c, b8);
+            for (int t = 0; t < T; ++t) {
+                float r[8], d[8], v[8], hn[8];
+                load8(a.residual, t, c, r);
+                load8(a.add, t, c, d);
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    v[j] = r[j] + (b8[j] + d[j]);
+                    hn[j] = v[j] * s_inv[t] * nw8[j];
+                }
+                float4* ro = reinterpret_cast<float4*>(a.residual_out + static_cast<int64_t>(t) * H) + 2 * c;
+                float4* ho = reinterpret_cast<float4*>(a.h_out + static_cast<int64_t>(t) * H) + 2 * c;
+                ro[0] = make_float4(v[0], v[1], v[2], v[3]);
+                ro[1] = make_float4(v[4], v[5], v[6], v[7]);
+                ho[0] = make_float4(hn[0], hn[1], hn[2], hn[3]);
+                ho[1] = make_float4(hn[4], hn[5], hn[6], hn[7]);
+                if (a.h_bf16_out != nullptr) {
+                    uint32_t packed[4];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const __nv_bfloat162 b2 = __floats2bfloat162_rn(hn[2 * j], hn[2 * j + 1]);
+                        packed[j] = *reinterpret_cast<const uint32_t*>(&b2);
+                    }
+                    *(reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.h_bf16_out) +
+                                               static_cast<int64_t>(t) * H) +
+                      c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+                }
+            }
+        }
+    }
+    // Every CTA waits: CTA 0's shared memory must outlive the others' stores into it, and the
+    // acquire makes them visible to CTA 0.
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    if (rank != 0) return;
+    router_finish<(kEpc * kRcMaxCtas + 31) / 32>(
+        a, kRcWarps, [&](int t, int ex) { return s_logits[t * E + ex]; }, s_ids);
+}
+
 // ---- routing plan -----------------------------------------------------------------------------
 __global__ void moe_plan_kernel(const int32_t* __restrict__ ids, int n, int num_experts, bool stable,
                                 int32_t* __restrict__ offsets, int32_t* __restrict__ sorted) {
@@ -1308,6 +1494,15 @@ void topk_softmax(const float* logits, const float* bias, int T, int E, int k, i
     CUDA_CHECK_LAUNCH();
 }
 
+// GPTOSS_ROUTER_CLUSTER=0: the ticket kernel (router_plan_small_kernel) for every size, for A/B runs.
+static bool router_cluster_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_ROUTER_CLUSTER");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
 void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kRouterMaxTokens && a.hidden_size % 8 == 0 &&
                      a.hidden_size >= 8 && a.hidden_size / 8 <= kRouterThreads * kRouterMaxChunks &&
@@ -1322,6 +1517,36 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                      (a.add != nullptr && a.norm_weight != nullptr && a.h_out != nullptr && a.residual_out != nullptr &&
                       !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
                  "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
+    const int chunks = a.hidden_size / 8;
+    const int epc = (a.num_experts + kRcMaxCtas - 1) / kRcMaxCtas;
+    if (router_cluster_enabled() && epc <= 16 && chunks <= 2 * kRcThreads) {
+        // 4 experts a CTA up to 32 experts, else 16 (up to 128), hidden ≤ 6,144: rows of 24-192 KB
+        // in shared memory. Larger sizes take the ticket kernel.
+        const int kepc = epc <= 4 ? 4 : 16;
+        const int ctas = (a.num_experts + kepc - 1) / kepc;
+        const int cpt = chunks <= kRcThreads ? 1 : 2;
+        auto kernel = kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1> : router_plan_cluster_kernel<16, 2>)
+                                 : (cpt == 1 ? router_plan_cluster_kernel<4, 1> : router_plan_cluster_kernel<4, 2>);
+        const size_t smem = static_cast<size_t>(kepc) * cpt * kRcThreads * sizeof(uint4);
+        fit_dynamic_smem(kernel, smem);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(ctas);
+        cfg.blockDim = dim3(kRcThreads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+        attr[1].id = cudaLaunchAttributeClusterDimension;
+        attr[1].val.clusterDim.x = ctas;
+        attr[1].val.clusterDim.y = 1;
+        attr[1].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 2;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     launch_pdl(router_plan_small_kernel, a.num_experts, kRouterThreads, 0, stream, a);
     CUDA_CHECK_LAUNCH();
 }
