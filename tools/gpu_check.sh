@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -749,6 +749,31 @@ for stage in "$@"; do
           summary+=("s22a ktrace split=$v rc=$?")
           python3 tools/ktrace_summary.py "$OUT/s22a_ktrace_split$v.csv"
         done
+      fi
+      ;;
+    s22c)
+      # Session 22: the decode attention's split merge inside the kernel (splits of a kv head in one
+      # cluster, partials read from the CTAs' shared memory; GPTOSS_ATTN_DECODE_CLUSTER=0 the combine
+      # launch). Attention and model / engine tests, then 20b / 120b --fp8 decode at 1k (batch 1, 8),
+      # off / on twice, and the 20b kernel trace with it on.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s22c_tests.log" 2>&1
+      rc=$?
+      summary+=("s22c tests rc=$rc")
+      grep -E "FAILED|Failure|OK \]" "$OUT/s22c_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for m in gpt-oss-20b gpt-oss-120b; do
+          for v in 0 1 0 1; do
+            GPTOSS_ATTN_DECODE_CLUSTER=$v timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,8 \
+              --context 1024 --decode-steps 32 --markdown "$OUT/s22c_${m}_$v.md" >> "$OUT/s22c_${m}_$v.log" 2>&1
+            summary+=("s22c $m attn_cluster=$v rc=$?")
+            echo "$m attn_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s22c_${m}_$v.md"
+          done
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s22c_ktrace.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s22c_ktrace.log" 2>&1
+        summary+=("s22c ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s22c_ktrace.csv"
       fi
       ;;
     s22b)

@@ -25,6 +25,7 @@
 #include "kernels/cuda/tensor_map.h"
 #include "kernels/cuda/wgmma.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -34,6 +35,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -1448,7 +1450,22 @@ __device__ __forceinline__ void combine_head(const PagedAttentionArgs& a, int se
     *reinterpret_cast<uint32_t*>(dst + lane * 2) = pack_bf16x2(o.x * inv, o.y * inv);
 }
 
-template <bool kFp8Direct>
+// The cluster variant (session 22, kCluster): a sequence's splits of one kv head form one thread-block
+// cluster (cluster dims 1 × num_splits, at most 8), and the merge runs in split 0's CTA on the
+// partials the others leave in their own shared memory (DSMEM reads), between two cluster
+// barriers, instead of through the global workspace and the combine launch (~5 µs a layer at
+// batch 1 in r36's trace). CTAs without work (split ≥ num_active) still take part in the barriers.
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+constexpr int kDecodePartOffset = 16 * 1024;  // bytes into the decode smem: [head][64] acc, then [head] (m, l)
+constexpr int kMaxClusterSplits = 8;
+static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
+                  kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 <= kDecodeSmem,
+              "the partial sits past the merge scratch, inside the decode smem");
+
+template <bool kFp8Direct, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeThreads)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     pdl_wait();
@@ -1465,7 +1482,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (a.query_start[seq + 1] - q_row != 1) return;  // padding sequence (or not a decode batch)
     const int pos = a.seq_start_pos[seq];
     const DecodeSplit sp = decode_split(pos, a.sliding_window, num_splits, split);
-    if (split >= sp.num_active) return;
+    if (split >= sp.num_active) {
+        if (kCluster && sp.num_active > 1) {  // the merge's two barriers (cluster-uniform condition)
+            cluster_sync_all();
+            cluster_sync_all();
+        }
+        return;
+    }
     const KvSource src = make_kv_source(a, seq, kv_head);
     const float qk_scale = a.scale * kLog2e;
 
@@ -1668,6 +1691,57 @@ __global__ void __launch_bounds__(kDecodeThreads)
             static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim + d0;
         *reinterpret_cast<uint2*>(dst) =
             make_uint2(pack_bf16x2(o4[0] * scale, o4[1] * scale), pack_bf16x2(o4[2] * scale, o4[3] * scale));
+    } else if constexpr (kCluster) {
+        // This split's partial into its own shared memory (past the merge scratch `red`), then split
+        // 0 merges every active split's as combine_head does: M = max(sink, max_s m_s), out =
+        // Σ_s 2^(m_s − M) acc_s / (Σ_s 2^(m_s − M) l_s + 2^(sink − M)).
+        float* part = reinterpret_cast<float*>(smem + kDecodePartOffset);  // [kGroup][64], then [kGroup][2]
+        *reinterpret_cast<float4*>(part + h * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
+        if ((tid & 15) == 0) {
+            part[kGroup * kHeadDim + 2 * h] = mw;
+            part[kGroup * kHeadDim + 2 * h + 1] = lw;
+        }
+        cluster_sync_all();  // every active split's partial is in its CTA's shared memory
+        if (split == 0) {
+            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            const int active = sp.num_active;
+            const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
+            float ms[kMaxClusterSplits], ls[kMaxClusterSplits];
+            float4 os[kMaxClusterSplits];
+#pragma unroll
+            for (int s2 = 0; s2 < kMaxClusterSplits; ++s2) {
+                if (s2 < active) {
+                    const float* r = cluster.map_shared_rank(part, s2);
+                    os[s2] = *reinterpret_cast<const float4*>(r + h * kHeadDim + d0);
+                    ms[s2] = r[kGroup * kHeadDim + 2 * h];
+                    ls[s2] = r[kGroup * kHeadDim + 2 * h + 1];
+                }
+            }
+            float mx = sink;
+#pragma unroll
+            for (int s2 = 0; s2 < kMaxClusterSplits; ++s2)
+                if (s2 < active) mx = fmaxf(mx, ms[s2]);
+            float den = 0.0f;
+            float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int s2 = 0; s2 < kMaxClusterSplits; ++s2) {
+                if (s2 < active) {
+                    const float f = fast_exp2(ms[s2] - mx);
+                    den += ls[s2] * f;
+                    o[0] += f * os[s2].x;
+                    o[1] += f * os[s2].y;
+                    o[2] += f * os[s2].z;
+                    o[3] += f * os[s2].w;
+                }
+            }
+            den += fast_exp2(sink - mx);
+            const float inv = 1.0f / den;
+            __nv_bfloat16* dst =
+                static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim + d0;
+            *reinterpret_cast<uint2*>(dst) =
+                make_uint2(pack_bf16x2(o[0] * inv, o[1] * inv), pack_bf16x2(o[2] * inv, o[3] * inv));
+        }
+        cluster_sync_all();  // the partials stay until split 0 has read them
     } else {
         const int64_t idx = ws_index(a, seq, head, num_splits, split);
         *reinterpret_cast<float4*>(a.workspace + idx * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
@@ -1818,6 +1892,10 @@ void ensure_decode_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<false, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -1959,6 +2037,31 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
+    static const bool cluster_on = [] {  // GPTOSS_ATTN_DECODE_CLUSTER=0: the combine launch for every split count
+        const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    if (cluster_on && num_splits > 1 && num_splits <= kMaxClusterSplits) {
+        auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
+                                               : bf16_paged_attention_decode_kernel<false, true>;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(kDecodeThreads);
+        cfg.dynamicSmemBytes = kDecodeSmem;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+        attr[1].id = cudaLaunchAttributeClusterDimension;
+        attr[1].val.clusterDim.x = 1;
+        attr[1].val.clusterDim.y = num_splits;
+        attr[1].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 2;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+        CUDA_CHECK_LAUNCH();
+        return;
+    }
     if (a.kv_fp8 && a.fp8_direct)
         launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a);
     else
