@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -749,6 +749,29 @@ for stage in "$@"; do
           summary+=("s22a ktrace split=$v rc=$?")
           python3 tools/ktrace_summary.py "$OUT/s22a_ktrace_split$v.csv"
         done
+      fi
+      ;;
+    s22d)
+      # Session 22: s22c with up to 16 splits a cluster (non-portable size) and the auto split count
+      # capped there, so the full layers' merge runs in the kernel too. Tests, then decode off / on.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s22d_tests.log" 2>&1
+      rc=$?
+      summary+=("s22d tests rc=$rc")
+      grep -E "FAILED|Failure|OK \]" "$OUT/s22d_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for run in "gpt-oss-20b 1,8 1024 0" "gpt-oss-20b 1,8 1024 1" "gpt-oss-20b 1,8 1024 0" "gpt-oss-20b 1,8 1024 1" \
+                   "gpt-oss-120b 1 1024 0" "gpt-oss-120b 1 1024 1" "gpt-oss-20b 1 8192 0" "gpt-oss-20b 1 8192 1"; do
+          set -- $run
+          GPTOSS_ATTN_DECODE_CLUSTER=$4 timeout 120 $BIN/gptoss bench --synthetic $1 --fp8 --prefill "" --batch $2 \
+            --context $3 --decode-steps 32 --markdown "$OUT/s22d_$1_$3_$4.md" >> "$OUT/s22d_$1_$3_$4.log" 2>&1
+          summary+=("s22d $run rc=$?")
+          echo "$1 ctx $3 attn_cluster=$4:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s22d_$1_$3_$4.md"
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s22d_ktrace.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s22d_ktrace.log" 2>&1
+        summary+=("s22d ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s22d_ktrace.csv"
       fi
       ;;
     s22c)

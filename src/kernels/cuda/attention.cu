@@ -1451,7 +1451,7 @@ __device__ __forceinline__ void combine_head(const PagedAttentionArgs& a, int se
 }
 
 // The cluster variant (session 22, kCluster): a sequence's splits of one kv head form one thread-block
-// cluster (cluster dims 1 × num_splits, at most 8), and the merge runs in split 0's CTA on the
+// cluster (cluster dims 1 × num_splits, at most 16), and the merge runs in split 0's CTA on the
 // partials the others leave in their own shared memory (DSMEM reads), between two cluster
 // barriers, instead of through the global workspace and the combine launch (~5 µs a layer at
 // batch 1 in r36's trace). CTAs without work (split ≥ num_active) still take part in the barriers.
@@ -1460,7 +1460,7 @@ __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 constexpr int kDecodePartOffset = 16 * 1024;  // bytes into the decode smem: [head][64] acc, then [head] (m, l)
-constexpr int kMaxClusterSplits = 8;
+constexpr int kMaxClusterSplits = 16;         // a non-portable cluster size (Hopper allows 16)
 static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
                   kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 <= kDecodeSmem,
               "the partial sits past the merge scratch, inside the decode smem");
@@ -1892,10 +1892,11 @@ void ensure_decode_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<false, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
+    for (auto kernel :
+         {bf16_paged_attention_decode_kernel<false, true>, bf16_paged_attention_decode_kernel<true, true>}) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -2027,6 +2028,33 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
                               a.out_q_scale, stream);
 }
 
+// The largest split count the cluster variant launches with: 16 where the device schedules a
+// 16-CTA cluster of the decode kernel, else 8 (the portable size); 0 with GPTOSS_ATTN_DECODE_CLUSTER=0.
+static int max_cluster_splits() {
+    static const int n = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
+        if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
+        ensure_decode_smem(current_device());
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1, kMaxClusterSplits, 1);
+        cfg.blockDim = dim3(kDecodeThreads);
+        cfg.dynamicSmemBytes = kDecodeSmem;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = kMaxClusterSplits;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        const cudaError_t e =
+            cudaOccupancyMaxActiveClusters(&clusters, bf16_paged_attention_decode_kernel<false, true>, &cfg);
+        if (e != cudaSuccess) (void)cudaGetLastError();
+        return e == cudaSuccess && clusters > 0 ? kMaxClusterSplits : 8;
+    }();
+    return n;
+}
+
 void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
     validate(a, "paged_attention_decode");
     ENGINE_CHECK(a.q_raw == nullptr && a.q != nullptr, "paged_attention_decode: q is required (q_raw is prefill's)");
@@ -2037,11 +2065,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
-    static const bool cluster_on = [] {  // GPTOSS_ATTN_DECODE_CLUSTER=0: the combine launch for every split count
-        const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    if (cluster_on && num_splits > 1 && num_splits <= kMaxClusterSplits) {
+    if (num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
         cudaLaunchConfig_t cfg = {};
@@ -2073,8 +2097,11 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
 }
 
 void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
-    const int splits = choose_decode_splits(a.num_seqs, a.num_kv_heads, a.max_context_len, a.sliding_window,
-                                            a.max_splits, num_sms(current_device()));
+    int splits = choose_decode_splits(a.num_seqs, a.num_kv_heads, a.max_context_len, a.sliding_window, a.max_splits,
+                                      num_sms(current_device()));
+    // At most a cluster's worth (16 at batch 1: 128 CTAs, about one an SM) so that the merge runs
+    // inside the decode kernel; more splits only add parallelism beyond one wave.
+    if (const int c = max_cluster_splits(); c > 1) splits = std::min(splits, c);
     paged_attention_decode_splits(a, splits, stream);
 }
 
