@@ -2065,7 +2065,10 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
-    if (num_splits > 1 && num_splits <= max_cluster_splits()) {
+    // One sequence only: r37 call 4 measured the cluster merge at batch 1 (20b 1k: 1.678 → 1.646-1.653 ms
+    // a step; 120b 2.551 → 2.493; 20b 8k context 1.786 → 1.728) and at batch 8 (6 splits: 5.25-5.28 →
+    // 5.30-5.31 ms, slower), so larger batches keep the combine launch.
+    if (a.num_seqs == 1 && num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
         cudaLaunchConfig_t cfg = {};
@@ -2099,9 +2102,10 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
 void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
     int splits = choose_decode_splits(a.num_seqs, a.num_kv_heads, a.max_context_len, a.sliding_window, a.max_splits,
                                       num_sms(current_device()));
-    // At most a cluster's worth (16 at batch 1: 128 CTAs, about one an SM) so that the merge runs
-    // inside the decode kernel; more splits only add parallelism beyond one wave.
-    if (const int c = max_cluster_splits(); c > 1) splits = std::min(splits, c);
+    // One sequence: at most a cluster's worth of splits (16: 128 CTAs, about one an SM) so that the
+    // merge runs inside the decode kernel (r37 call 4: 49 → 16 splits at 8k context, 1.786 → 1.728 ms
+    // a 20b step, the combine launch gone with them).
+    if (const int c = max_cluster_splits(); a.num_seqs == 1 && c > 1) splits = std::min(splits, c);
     paged_attention_decode_splits(a, splits, stream);
 }
 
