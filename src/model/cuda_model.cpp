@@ -290,13 +290,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ROPE_TABLE");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // Decode at one token, FP8 weights: the layer's input norm inside the QKV GEMV (kc::QkvNormArgs;
-    // one launch less a layer: r36 item 7 has each decode kernel adding ~4-6 us to the step).
-    // GPTOSS_DECODE_NORM_IN_QKV=1: on (session 21: compiled only, off until measured).
-    bool decode_norm_in_qkv = [] {
-        const char* v = std::getenv("GPTOSS_DECODE_NORM_IN_QKV");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
     bool attn_prefill_pipe = [] {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -1557,26 +1550,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn.q_m_pad = kc::fp8_gemm_m_pad(T);
                 if (kc::residual_rmsnorm_fuses_quant(rn)) rn.out = nullptr;
             }
-            // Decode at one token with FP8 weights: the input norm inside the QKV GEMV
-            // (kc::QkvNormArgs), the residual's update into the other buffer, which then becomes xr.
-            bool norm_in_qkv = decode_norm_in_qkv && fuse_qkv && fp8 && T == 1 && dp == 1 && !rn.add_bf16;
-            if (norm_in_qkv) {  // the kernel's own conditions (k, the kernel choice, the adds)
-                kc::GemvArgs probe;
-                probe.w = D.qkv_f8.q.get();
-                probe.w_scale = D.qkv_f8.scales.as<float>();
-                probe.w_ld = D.qkv_f8.k_pad;
-                probe.fp8_kernel = gemv_fp8;
-                probe.num_tokens = T;
-                probe.n = qkvw;
-                probe.k = H;
-                kc::QkvRopeArgs probe_r;
-                probe_r.head_dim = c.head_dim;
-                norm_in_qkv = kc::qkv_norm_inside_supported(probe, probe_r, rn.add != nullptr ? rn.num_add : 0);
-            }
-            if (!norm_in_qkv) {
-                kc::residual_rmsnorm(rn, stream);
-                mark("norm");
-            }
+            kc::residual_rmsnorm(rn, stream);
+            mark("norm");
             if (norm_quant)
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.qkv_f8, qkv.as<float>(), T, qkv_bf16);
             else if (!fuse_qkv && fp8)
@@ -1613,18 +1588,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 g.num_tokens = T;
                 g.n = qkvw;
                 g.k = H;
-                kc::QkvNormArgs nq_args;
-                if (norm_in_qkv) {
-                    nq_args.x = xr;
-                    nq_args.x_out = xo;
-                    nq_args.add = rn.add;
-                    nq_args.add_weights = rn.add_weights;
-                    nq_args.num_add = rn.add != nullptr ? rn.num_add : 0;
-                    nq_args.weight = rn.weight;
-                    nq_args.eps = rn.eps;
-                }
-                kc::qkv_gemv_rope(g, r, stream, norm_in_qkv ? &nq_args : nullptr);
-                if (norm_in_qkv) std::swap(xr, xo);
+                kc::qkv_gemv_rope(g, r, stream);
             } else {
                 kc::qkv_bias_rope_kv_write(r, stream);
             }

@@ -471,77 +471,9 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
     }
 }
 
-// QkvNormArgs: the token's input norm in this CTA (one token). The residual row and the add
-// rows land in shared memory by cp.async (no registers: the weights' are live by now), then
-// residual_rmsnorm_kernel's arithmetic in its order: virtual thread v = tid + 256q (q < 4) owns
-// elements v + 1,024j as thread v of that 1,024-thread kernel does, its warp's shuffle tree is this
-// real warp's (v's warp is warp + 8q, its lane this lane), and the 32 virtual warps' sums meet in
-// one warp as block_reduce's do. The normed row goes to s_h as bf16 (the MMA kernel's rounding of
-// x). s_in: [(1 + num_add) · k] floats, 16-byte aligned.
-constexpr int kNormInMaxAdd = 4;
-constexpr int kNormInVirtual = 1024;  // residual_rmsnorm_kernel's threads
-__device__ __forceinline__ void norm_row_in_cta(const QkvNormArgs& n, int k, float* s_in, __nv_bfloat16* s_h,
-                                                float* s_red) {
-    constexpr int kThreads = kMmaWarps * 32, kQ = kNormInVirtual / kThreads, kJ = 4;  // k ≤ 4,096
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int na = n.add != nullptr ? n.num_add : 0;
-    const int chunks = k / 4;  // 16-byte pieces a row
-    for (int c = tid; c < (1 + na) * chunks; c += kThreads) {
-        const int row = c / chunks, o = c % chunks;
-        const float* src = row == 0 ? n.x + 4 * o : n.add + static_cast<int64_t>(row - 1) * k + 4 * o;
-        const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(s_in + row * k + 4 * o));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-    float wts[kNormInMaxAdd];
-#pragma unroll
-    for (int i = 0; i < kNormInMaxAdd; ++i) wts[i] = i < na && n.add_weights ? n.add_weights[i] : 1.0f;
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    __syncthreads();
-    float ss[kQ];
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-        float sq = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kJ; ++j) {
-            const int i = tid + kThreads * q + kNormInVirtual * j;
-            if (i < k) {
-                float xi = s_in[i];
-                if (na > 0) {
-                    float acc = 0.0f;  // residual_rmsnorm_rows' bias term (none here)
-#pragma unroll
-                    for (int m = 0; m < kNormInMaxAdd; ++m)
-                        if (m < na) acc += wts[m] * s_in[(1 + m) * k + i];
-                    xi += acc;
-                    s_in[i] = xi;  // this thread's element only
-                }
-                if (blockIdx.x == 0) n.x_out[i] = xi;
-                sq += xi * xi;
-            }
-        }
-        ss[q] = sq;
-    }
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-        const float v = warp_sum(ss[q]);
-        if (lane == 0) s_red[warp + (kThreads / 32) * q] = v;
-    }
-    __syncthreads();
-    const float inv = rsqrtf(warp_sum(s_red[lane]) / static_cast<float>(k) + n.eps);
-#pragma unroll
-    for (int q = 0; q < kQ; ++q)
-#pragma unroll
-        for (int j = 0; j < kJ; ++j) {
-            const int i = tid + kThreads * q + kNormInVirtual * j;
-            if (i < k) s_h[i] = __float2bfloat16(__fmul_rn(__fmul_rn(s_in[i], inv), __ldg(n.weight + i)));
-        }
-    __syncthreads();
-}
-
-template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kNorm = false>
+template <typename XT, bool kRope, int kSteps = kMmaSteps>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
-    gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r,
-                        const __grid_constant__ QkvNormArgs nrm) {
+    gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
     constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
     __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
@@ -593,15 +525,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     pdl_wait();
     pdl_trigger();                               // after the wait: at most this kernel and the next one in flight
     if constexpr (kSmemScales) __syncthreads();  // s_scale
-    static_assert(!kNorm || (kRope && kSmemScales && std::is_same_v<XT, float>), "the norm is the decode QKV's");
-    [[maybe_unused]] __nv_bfloat16* s_h = nullptr;  // kNorm: the normed row, bf16
-    if constexpr (kNorm) {
-        extern __shared__ __align__(16) float norm_smem[];
-        __shared__ float s_red[32];
-        const int na = nrm.add != nullptr ? nrm.num_add : 0;
-        s_h = reinterpret_cast<__nv_bfloat16*>(norm_smem + (1 + na) * a.k);
-        norm_row_in_cta(nrm, a.k, norm_smem, s_h, s_red);
-    }
 
     const bool has_x = g < a.num_tokens;
     const XT* x = static_cast<const XT*>(a.x) + static_cast<int64_t>(has_x ? g : 0) * a.k + 16 * t;
@@ -613,16 +536,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
             const int s = base + kMmaWarps * i;
             if (s >= S) break;
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-            if constexpr (kNorm) {
-                if (has_x) {  // token 0's 16 bf16 at k = 64s + 16t, from the normed row
-                    const uint4* p = reinterpret_cast<const uint4*>(s_h + s * 64 + 16 * t);
-                    const uint4 v0 = p[0], v1 = p[1];
-                    xw[0] = v0.x, xw[1] = v0.y, xw[2] = v0.z, xw[3] = v0.w;
-                    xw[4] = v1.x, xw[5] = v1.y, xw[6] = v1.z, xw[7] = v1.w;
-                }
-            } else if (has_x) {
-                load_x16_bf16(x + s * 64, xw);
-            }
+            if (has_x) load_x16_bf16(x + s * 64, xw);
             const uint32_t lo[4] = {wl[i].x, wl[i].y, wl[i].z, wl[i].w};
             const uint32_t hi[4] = {wh[i].x, wh[i].y, wh[i].z, wh[i].w};
             float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -689,16 +603,15 @@ void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream
     if (one_wave && a.w_ld <= kOneWaveMaxK) {
         constexpr int kS = kMmaStepsOneWave;
         if (a.x_bf16)
-            launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r,
-                       QkvNormArgs{});
+            launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
         else
-            launch_pdl(gemv_fp8_mma_kernel<float, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r, QkvNormArgs{});
+            launch_pdl(gemv_fp8_mma_kernel<float, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
         return;
     }
     if (a.x_bf16)
-        launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r, QkvNormArgs{});
+        launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
     else
-        launch_pdl(gemv_fp8_mma_kernel<float, kRope>, grid, kMmaWarps * 32, 0, stream, a, r, QkvNormArgs{});
+        launch_pdl(gemv_fp8_mma_kernel<float, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
 }
 
 template <typename XT, int NC>
@@ -723,31 +636,13 @@ bool v2_dispatch(const GemvArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
-bool qkv_norm_inside_supported(const GemvArgs& g, const QkvRopeArgs& r, int num_add) {
-    return g.w_scale != nullptr && fp8_mma_ok(g, &r) && g.num_tokens == 1 && g.w_ld <= kOneWaveMaxK && g.k % 4 == 0 &&
-           g.k <= kNormInVirtual * 4 && num_add >= 0 && num_add <= kNormInMaxAdd;
-}
-
-void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream, const QkvNormArgs* norm) {
+void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream) {
     const bool fp8 = g.w_scale != nullptr;
     ENGINE_CHECK(g.num_tokens >= 1 && g.num_tokens <= kGemvMaxTokens && g.k % (fp8 ? 16 : 8) == 0 &&
                      r.head_dim % 2 == 0 && g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim &&
                      g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
     ENGINE_CHECK(r.q_out != nullptr, "qkv_gemv_rope: q_out is required");
-    if (norm != nullptr) {  // the input norm inside (QkvNormArgs)
-        const int na = norm->add != nullptr ? norm->num_add : 0;
-        ENGINE_CHECK(qkv_norm_inside_supported(g, r, na) && norm->x != nullptr && norm->x_out != nullptr &&
-                         norm->x_out != norm->x && norm->weight != nullptr,
-                     "qkv_gemv_rope: the input norm inside needs one token, FP8 weights on the tensor cores (k %d, "
-                     "%d adds)",
-                     g.k, na);
-        auto kernel = gemv_fp8_mma_kernel<float, true, kMmaStepsOneWave, true>;
-        const size_t smem = static_cast<size_t>(1 + na) * g.k * 4 + static_cast<size_t>(g.k) * 2;
-        fit_dynamic_smem(kernel, smem);
-        launch_pdl(kernel, g.n / 16, kMmaWarps * 32, smem, stream, g, r, *norm);  // a tile a CTA, as fp8_mma_launch
-        return;
-    }
     if (fp8_mma_ok(g, &r)) {
         fp8_mma_launch<true>(g, r, stream);
         return;

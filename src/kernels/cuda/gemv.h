@@ -42,24 +42,6 @@ struct GemvArgs {
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 
-// qkv_gemv_rope at one token, FP8 weights on the tensor cores (GPTOSS_DECODE_NORM_IN_QKV in the CUDA
-// model): the layer's input norm inside the projection, one launch less a layer (r36 item 7: each
-// decode kernel adds ~4-6 us to the step's critical path). GemvArgs::x is then not read: every CTA
-// stages the residual row x and the num_add rows of add (fp32, weights add_weights; add null on the
-// first layer) in shared memory, forms x + Σ w·add and its RMS norm times weight with
-// residual_rmsnorm's arithmetic (its 1,024-thread reduction order emulated, so the bits of that
-// kernel's fp32 output), and CTA 0 writes the updated residual to x_out, which must not be x (the
-// other CTAs are still reading it).
-struct QkvNormArgs {
-    const float* x = nullptr;            // [k]
-    float* x_out = nullptr;              // [k]
-    const float* add = nullptr;          // [num_add, k] or null
-    const float* add_weights = nullptr;  // [num_add] or null (all 1)
-    int num_add = 0;                     // ≤ 4
-    const float* weight = nullptr;       // [k]
-    float eps = 1e-5f;
-};
-
 // The decode QKV projection fused with what follows it (ops.h qkv_bias_rope_kv_write): rows i and
 // i + head_dim/2 of a head (the pair RoPE rotates) are computed together for every token, then the
 // bias is added, q and k heads rotated, q written (bf16) and k, v stored into the paged cache (bf16
@@ -69,10 +51,6 @@ struct QkvNormArgs {
 // concatenated [q; k; v] weight, g.n = (num_heads + 2·num_kv_heads)·head_dim, g.bias and g.y unused
 // (the bias is r.bias); r.qkv unused.
 struct QkvRopeArgs;
-// Whether qkv_gemv_rope takes QkvNormArgs with these arguments (one token, FP8 weights on the
-// tensor cores' one-wave kernel, k % 4 == 0, ≤ 4 adds); else the caller runs the norm kernel first.
-bool qkv_norm_inside_supported(const GemvArgs& g, const QkvRopeArgs& r, int num_add);
-// norm: the input norm inside (QkvNormArgs above), or null.
-void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream, const QkvNormArgs* norm = nullptr);
+void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream);
 
 }  // namespace gptoss::kernels::cuda
