@@ -6,9 +6,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-cuda"
 [ -f "$build/build.ninja" ] || cmake -S "$root" -B "$build" -G Ninja -DGPTOSS_CUDA=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C "$build" gptoss cuda_kernel_tests attention_bench moe_bench gemv_bench
+ninja -C "$build" gptoss cuda_kernel_tests attention_bench moe_bench gemv_bench boundary_bench
 mkdir -p "$root/.device"
-cp "$build/gptoss" "$build/tests/cuda_kernel_tests" "$build/bench/kernels/attention_bench" "$build/bench/kernels/moe_bench" "$build/bench/kernels/gemv_bench" "$root/.device/"
+cp "$build/gptoss" "$build/tests/cuda_kernel_tests" "$build/bench/kernels/attention_bench" "$build/bench/kernels/moe_bench" "$build/bench/kernels/gemv_bench" "$build/bench/kernels/boundary_bench" "$root/.device/"
 # Debian's cpp-httplib is a shared library only (its header is the split, declarations-only
 # form): carry it and its brotli dependencies; tools/gpu_check.sh puts .device/lib on the path.
 mkdir -p "$root/.device/lib"
