@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -751,6 +751,35 @@ for stage in "$@"; do
           summary+=("s22a ktrace split=$v rc=$?")
           python3 tools/ktrace_summary.py "$OUT/s22a_ktrace_split$v.csv"
         done
+      fi
+      ;;
+    s23a)
+      # Written in session 22 (compiled only): moe_fp8's persistent gate_up gathering its tile rows
+      # from the token rows (1-row TMA boxes; GPTOSS_MOE_GATHER_TMA=1), no moe_fp8_gather_rows. Its
+      # bytes test, the model and engine tests with it on, then 20b 8k prefill on / off (twice).
+      switch_prefill_ab s23a GPTOSS_MOE_GATHER_TMA 'CudaMoeFp8.GatherInTheProducerMatchesGatheredRows' 'moe' \
+        'gpt-oss-20b gpt-oss-20b'
+      ;;
+    s23b)
+      # Written in session 22 (compiled only): the decode router in clusters of up to 16 CTAs
+      # (GPTOSS_ROUTER_CLUSTER=16; 120b: 16 CTAs of 8 experts, half the rows a CTA stages after its
+      # late cluster start). Router tests (cluster_ctas 0 and 16), 120b batch 1 at 1k 1 / 16 twice,
+      # and the trace with 16.
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaDecodeFusion.Router*' > "$OUT/s23b_tests.log" 2>&1
+      rc=$?
+      summary+=("s23b tests rc=$rc")
+      grep -E "FAILED|Failure|OK \]" "$OUT/s23b_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for v in 1 16 1 16; do
+          GPTOSS_ROUTER_CLUSTER=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 32 --markdown "$OUT/s23b_$v.md" >> "$OUT/s23b_$v.log" 2>&1
+          summary+=("s23b 120b router_cluster=$v rc=$?")
+          echo "120b router_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s23b_$v.md"
+        done
+        GPTOSS_ROUTER_CLUSTER=16 GPTOSS_KERNEL_TRACE="$OUT/s23b_ktrace.csv" timeout 100 $BIN/gptoss bench --synthetic \
+          gpt-oss-120b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s23b_ktrace.log" 2>&1
+        summary+=("s23b ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s23b_ktrace.csv"
       fi
       ;;
     boundary)

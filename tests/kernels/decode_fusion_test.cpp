@@ -121,15 +121,18 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         a.hidden_size = H;
         a.num_experts = E;
         a.experts_per_token = K;
-        // Three calls on the same counter: each must find it reset by the one before; outputs
-        // poisoned again.
-        for (int rep = 0; rep < 3; ++rep) {
+        // Five calls on the same counter (the ticket kernel's, 256 experts): each must find it reset
+        // by the one before; outputs poisoned again. Calls 3 and 4 ask for clusters of up to 16 CTAs
+        // (RouterPlanSmallArgs::cluster_ctas: 8 experts a CTA for 65-128 experts, 4 for 33-64).
+        for (int rep = 0; rep < 5; ++rep) {
             for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted})
                 ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
+            a.cluster_ctas = rep >= 3 ? 16 : 0;
             kc::router_plan_small(a, nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << " H=" << H << (rc.ties ? " ties" : "")
-                                              << (rc.same_rows ? " same rows" : "") << " call " << rep);
+            SCOPED_TRACE(::testing::Message()
+                         << "E=" << E << " T=" << T << " H=" << H << " cluster " << a.cluster_ctas
+                         << (rc.ties ? " ties" : "") << (rc.same_rows ? " same rows" : "") << " call " << rep);
             // fp32 dot products of identical inputs on both sides: only the summation order differs.
             EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "router logits"));
             // Random fp32 logits: the chance of a near-tie flipping the order is negligible; the
@@ -212,7 +215,9 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
             a.residual_out = dxo.as<float>();
             a.h_out = dh.as<float>();
             a.h_bf16_out = dh16.get();
-            {
+            for (int cc : {0, 16}) {  // clusters of up to 8 CTAs (the default), of up to 16
+                SCOPED_TRACE(::testing::Message() << "cluster " << cc);
+                a.cluster_ctas = cc;
                 for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})
                     ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
                 kc::router_plan_small(a, nullptr);

@@ -689,15 +689,16 @@ __global__ void __launch_bounds__(kRouterThreads)
 // Thread i of a CTA takes chunks i, i + kRcThreads, ... (kCpt of them) of 8 elements of the row.
 constexpr int kRcThreads = 384;
 constexpr int kRcWarps = kRcThreads / 32;
-constexpr int kRcMaxCtas = 8;  // the portable cluster size
+constexpr int kRcMaxCtas = 16;      // a non-portable cluster size (RouterPlanSmallArgs::cluster_ctas)
+constexpr int kRcPortableCtas = 8;  // the default
 
-template <int kEpc, int kCpt>
+template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas>
 __global__ void __launch_bounds__(kRcThreads)
     router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
     extern __shared__ uint4 s_w[];  // [kEpc][kCpt · kRcThreads]: the CTA's rows, 16-byte chunks
     __shared__ float part[kRouterMaxTokens][kRcWarps][kEpc + 1];  // per warp: kEpc dot products, Σ v²
     __shared__ float s_inv[kRouterMaxTokens];
-    __shared__ float s_logits[kRouterMaxTokens * kRcMaxCtas * kEpc];  // CTA 0's is the cluster's
+    __shared__ float s_logits[kRouterMaxTokens * kMaxCtas * kEpc];  // CTA 0's is the cluster's
     __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
     const uint32_t rank = cooperative_groups::this_cluster().block_rank();
     const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts;
@@ -858,7 +859,7 @@ __global__ void __launch_bounds__(kRcThreads)
     // acquire makes them visible to CTA 0.
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
     if (rank != 0) return;
-    router_finish<(kEpc * kRcMaxCtas + 31) / 32>(
+    router_finish<(kEpc * kMaxCtas + 31) / 32>(
         a, kRcWarps, [&](int t, int ex) { return s_logits[t * E + ex]; }, s_ids);
 }
 
@@ -1494,13 +1495,43 @@ void topk_softmax(const float* logits, const float* bias, int T, int E, int k, i
     CUDA_CHECK_LAUNCH();
 }
 
-// GPTOSS_ROUTER_CLUSTER=0: the ticket kernel (router_plan_small_kernel) for every size, for A/B runs.
-static bool router_cluster_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("GPTOSS_ROUTER_CLUSTER");
-        return v == nullptr || std::strcmp(v, "0") != 0;
+// GPTOSS_ROUTER_CLUSTER: 0 the ticket kernel (router_plan_small_kernel) for every size, for A/B
+// runs; 16 clusters of up to 16 CTAs (RouterPlanSmallArgs::cluster_ctas) for every call.
+static int router_cluster_env() {
+    static const int v = [] {
+        const char* e = std::getenv("GPTOSS_ROUTER_CLUSTER");
+        if (e == nullptr) return 1;
+        return std::strcmp(e, "0") == 0 ? 0 : std::strcmp(e, "16") == 0 ? 16 : 1;
     }();
-    return on;
+    return v;
+}
+// Whether the device schedules a 16-CTA cluster of the 8-experts-a-CTA kernel (with the shared
+// memory of hidden ≤ 3,072); the non-portable attribute set on every kernel that may launch so.
+static bool router_cluster16_ok() {
+    static const bool ok = [] {
+        for (auto kernel : {router_plan_cluster_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_kernel<4, 2, kRcMaxCtas>,
+                            router_plan_cluster_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_kernel<8, 2, kRcMaxCtas>})
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        auto kernel = router_plan_cluster_kernel<8, 2, kRcMaxCtas>;
+        const size_t smem = static_cast<size_t>(8) * 2 * kRcThreads * sizeof(uint4);
+        fit_dynamic_smem(kernel, smem);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(kRcMaxCtas);
+        cfg.blockDim = dim3(kRcThreads);
+        cfg.dynamicSmemBytes = smem;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = kRcMaxCtas;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+        if (e != cudaSuccess) (void)cudaGetLastError();
+        return e == cudaSuccess && clusters > 0;
+    }();
+    return ok;
 }
 
 void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
@@ -1518,15 +1549,25 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                       !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
                  "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
     const int chunks = a.hidden_size / 8;
-    const int epc = (a.num_experts + kRcMaxCtas - 1) / kRcMaxCtas;
-    if (router_cluster_enabled() && epc <= 16 && chunks <= 2 * kRcThreads) {
-        // 4 experts a CTA up to 32 experts, else 16 (up to 128), hidden ≤ 6,144: rows of 24-192 KB
-        // in shared memory. Larger sizes take the ticket kernel.
-        const int kepc = epc <= 4 ? 4 : 16;
+    const int env = router_cluster_env();
+    const bool wide = (a.cluster_ctas == 16 || env == 16) && router_cluster16_ok();
+    const int max_ctas = wide ? kRcMaxCtas : kRcPortableCtas;
+    const int epc = (a.num_experts + max_ctas - 1) / max_ctas;
+    if (env != 0 && epc <= 16 && chunks <= 2 * kRcThreads) {
+        // 4, 8 or 16 experts a CTA (up to 8 CTAs, or 16 where wide), hidden ≤ 6,144: rows of
+        // 24-192 KB in shared memory. Larger sizes take the ticket kernel.
+        const int kepc = epc <= 4 ? 4 : epc <= 8 ? 8 : 16;
         const int ctas = (a.num_experts + kepc - 1) / kepc;
         const int cpt = chunks <= kRcThreads ? 1 : 2;
-        auto kernel = kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1> : router_plan_cluster_kernel<16, 2>)
-                                 : (cpt == 1 ? router_plan_cluster_kernel<4, 1> : router_plan_cluster_kernel<4, 2>);
+        // The kernels sized for 16 CTAs (logits array, top-k) only where more than 8 run; the others
+        // are the ones r37 measured.
+        auto kernel = ctas > kRcPortableCtas ? (kepc == 8 ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, kRcMaxCtas>
+                                                                      : router_plan_cluster_kernel<8, 2, kRcMaxCtas>)
+                                                          : (cpt == 1 ? router_plan_cluster_kernel<4, 1, kRcMaxCtas>
+                                                                      : router_plan_cluster_kernel<4, 2, kRcMaxCtas>))
+                      : kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1> : router_plan_cluster_kernel<16, 2>)
+                      : kepc == 8  ? (cpt == 1 ? router_plan_cluster_kernel<8, 1> : router_plan_cluster_kernel<8, 2>)
+                                   : (cpt == 1 ? router_plan_cluster_kernel<4, 1> : router_plan_cluster_kernel<4, 2>);
         const size_t smem = static_cast<size_t>(kepc) * cpt * kRcThreads * sizeof(uint4);
         fit_dynamic_smem(kernel, smem);
         cudaLaunchConfig_t cfg = {};
