@@ -15,6 +15,8 @@ export PYTHONUNBUFFERED=1
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-/tmp/gpu_check_out}
 mkdir -p "$OUT"
+# Everything printed also lands in the archive (the tables the results READMEs quote).
+exec > >(tee -a "$OUT/gpu_check_stdout.log") 2>&1
 BIN=.device
 [ -x $BIN/gptoss ] || { [ -f .device_pack/device.tgz ] && tar -xzf .device_pack/device.tgz; }
 export LD_LIBRARY_PATH="$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -1262,7 +1264,8 @@ for stage in "$@"; do
   echo "== stage $stage: $(( $(date +%s) - t0 )) s"
 done
 echo "===== summary ====="
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+sleep 1  # tee's last lines into gpu_check_stdout.log before the archive
 # The device tool brings back only a few files per call: pack everything into one archive
 # (GPU_CHECK_TAR=0 keeps the files as they are).
 if [ "${GPU_CHECK_TAR:-1}" != 0 ]; then
