@@ -1056,6 +1056,8 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             m.act_q = nullptr;
         } else {
             kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
+            m.xq = xq8.as<uint8_t>();  // (gate_up may have read the token rows)
+            m.x_scale = xs8.as<float>();
         }
         m.wq = down_q;
         m.w_scale = down_s;

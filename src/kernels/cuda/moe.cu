@@ -701,6 +701,9 @@ __global__ void __launch_bounds__(kRcThreads)
     __shared__ float s_logits[kRouterMaxTokens * kMaxCtas * kEpc];  // CTA 0's is the cluster's
     __shared__ int32_t s_ids[kRouterMaxTokens * kRouterMaxK];
     const uint32_t rank = cooperative_groups::this_cluster().block_rank();
+    // Every CTA of the cluster has started before any stores into CTA 0's shared memory: this
+    // arrival, and the wait just before those stores (long satisfied by then).
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     const int T = a.num_tokens, H = a.hidden_size, E = a.num_experts;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int chunks = H / 8;
@@ -795,6 +798,7 @@ __global__ void __launch_bounds__(kRcThreads)
     // Thread (t, e): the logit of token t and expert e0 + e, into CTA 0's s_logits (and the global
     // scratch, as router_plan_small_kernel writes it). Each sums the Σ v² of its token itself.
     float* s_logits0 = cooperative_groups::this_cluster().map_shared_rank(s_logits, 0);
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // the entry arrivals: CTA 0 runs
     if (threadIdx.x < T * kEpc) {
         const int t = threadIdx.x / kEpc, e = threadIdx.x % kEpc;
         float sum = 0.0f, sq = 0.0f;
@@ -1506,12 +1510,21 @@ static int router_cluster_env() {
     return v;
 }
 // Whether the device schedules a 16-CTA cluster of the 8-experts-a-CTA kernel (with the shared
-// memory of hidden ≤ 3,072); the non-portable attribute set on every kernel that may launch so.
+// memory of hidden 6,144), asked once (the process's GPUs are one kind); the non-portable attribute
+// is set per device (it is per device) on every kernel that may launch so.
 static bool router_cluster16_ok() {
-    static const bool ok = [] {
+    constexpr int kMaxDev = 64;
+    static std::atomic<bool> attr_done[kMaxDev];
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev >= kMaxDev) return false;
+    if (!attr_done[dev].load(std::memory_order_acquire)) {
         for (auto kernel : {router_plan_cluster_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_kernel<4, 2, kRcMaxCtas>,
                             router_plan_cluster_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_kernel<8, 2, kRcMaxCtas>})
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        attr_done[dev].store(true, std::memory_order_release);
+    }
+    static const bool ok = [] {
         auto kernel = router_plan_cluster_kernel<8, 2, kRcMaxCtas>;
         const size_t smem = static_cast<size_t>(8) * 2 * kRcThreads * sizeof(uint4);
         fit_dynamic_smem(kernel, smem);
@@ -1550,7 +1563,8 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                  "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
     const int chunks = a.hidden_size / 8;
     const int env = router_cluster_env();
-    const bool wide = (a.cluster_ctas == 16 || env == 16) && router_cluster16_ok();
+    // 16 CTAs of at most 8 experts: up to 128 experts (more take the 8-CTA sizing, so the ticket kernel).
+    const bool wide = (a.cluster_ctas == 16 || env == 16) && a.num_experts <= kRcMaxCtas * 8 && router_cluster16_ok();
     const int max_ctas = wide ? kRcMaxCtas : kRcPortableCtas;
     const int epc = (a.num_experts + max_ctas - 1) / max_ctas;
     if (env != 0 && epc <= 16 && chunks <= 2 * kRcThreads) {
