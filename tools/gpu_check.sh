@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -765,9 +765,10 @@ for stage in "$@"; do
     s23b)
       # Written in session 22 (compiled only): the decode router in clusters of up to 16 CTAs
       # (GPTOSS_ROUTER_CLUSTER=16; 120b: 16 CTAs of 8 experts, half the rows a CTA stages after its
-      # late cluster start). Router tests (cluster_ctas 0 and 16), 120b batch 1 at 1k 1 / 16 twice,
-      # and the trace with 16.
-      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaDecodeFusion.Router*' > "$OUT/s23b_tests.log" 2>&1
+      # late cluster start). Router tests (cluster_ctas 0 and 16) and the model and engine tests (the
+      # default router gained an entry cluster barrier after r37's run), 120b batch 1 at 1k 1 / 16
+      # twice, and the trace with 16.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaDecodeFusion.Router*:CudaModel.*:CudaEngine.*' > "$OUT/s23b_tests.log" 2>&1
       rc=$?
       summary+=("s23b tests rc=$rc")
       grep -E "FAILED|Failure|OK \]" "$OUT/s23b_tests.log" | head -20
@@ -783,6 +784,16 @@ for stage in "$@"; do
         summary+=("s23b ktrace rc=$?")
         python3 tools/ktrace_summary.py "$OUT/s23b_ktrace.csv"
       fi
+      ;;
+    s23c)
+      # The decode attention's cluster merge at batches 2-4 (r37 measured 1: faster, 8: slower):
+      # GPTOSS_ATTN_DECODE_CLUSTER=all against the default (one sequence only), twice.
+      for v in 1 all 1 all; do
+        GPTOSS_ATTN_DECODE_CLUSTER=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+          --batch 1,2,4 --context 1024 --decode-steps 32 --markdown "$OUT/s23c_$v.md" >> "$OUT/s23c_$v.log" 2>&1
+        summary+=("s23c attn_cluster=$v rc=$?")
+        echo "20b attn_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s23c_$v.md"
+      done
       ;;
     boundary)
       # What a phase boundary costs: N dependent phases as graph launches with / without PDL and as

@@ -2030,6 +2030,16 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
 
 // The largest split count the cluster variant launches with: 16 where the device schedules a
 // 16-CTA cluster of the decode kernel, else 8 (the portable size); 0 with GPTOSS_ATTN_DECODE_CLUSTER=0.
+// The most sequences a decode batch may have for the cluster merge: 1 (r37 measured batch 1 faster,
+// batch 8 slower); GPTOSS_ATTN_DECODE_CLUSTER=all: any batch (A/B runs for batches 2-4, unmeasured).
+static int max_cluster_seqs() {
+    static const int n = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
+        return v != nullptr && std::strcmp(v, "all") == 0 ? INT_MAX : 1;
+    }();
+    return n;
+}
+
 static int max_cluster_splits() {
     static const int n = [] {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
@@ -2068,7 +2078,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     // One sequence only: r37 call 4 measured the cluster merge at batch 1 (20b 1k: 1.678 → 1.646-1.653 ms
     // a step; 120b 2.551 → 2.493; 20b 8k context 1.786 → 1.728) and at batch 8 (6 splits: 5.25-5.28 →
     // 5.30-5.31 ms, slower), so larger batches keep the combine launch.
-    if (a.num_seqs == 1 && num_splits > 1 && num_splits <= max_cluster_splits()) {
+    if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
         cudaLaunchConfig_t cfg = {};
@@ -2105,7 +2115,7 @@ void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
     // One sequence: at most a cluster's worth of splits (16: 128 CTAs, about one an SM) so that the
     // merge runs inside the decode kernel (r37 call 4: 49 → 16 splits at 8k context, 1.786 → 1.728 ms
     // a 20b step, the combine launch gone with them).
-    if (const int c = max_cluster_splits(); a.num_seqs == 1 && c > 1) splits = std::min(splits, c);
+    if (const int c = max_cluster_splits(); a.num_seqs <= max_cluster_seqs() && c > 1) splits = std::min(splits, c);
     paged_attention_decode_splits(a, splits, stream);
 }
 
