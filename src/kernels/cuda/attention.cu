@@ -2045,22 +2045,10 @@ static int max_cluster_splits() {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
         if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
         ensure_decode_smem(current_device());
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(1, kMaxClusterSplits, 1);
-        cfg.blockDim = dim3(kDecodeThreads);
-        cfg.dynamicSmemBytes = kDecodeSmem;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1;
-        attr[0].val.clusterDim.y = kMaxClusterSplits;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        int clusters = 0;
-        const cudaError_t e =
-            cudaOccupancyMaxActiveClusters(&clusters, bf16_paged_attention_decode_kernel<false, true>, &cfg);
-        if (e != cudaSuccess) (void)cudaGetLastError();
-        return e == cudaSuccess && clusters > 0 ? kMaxClusterSplits : 8;
+        return max_active_clusters(bf16_paged_attention_decode_kernel<false, true>, dim3(1, kMaxClusterSplits, 1),
+                                   dim3(kDecodeThreads), kDecodeSmem) > 0
+                   ? kMaxClusterSplits
+                   : 8;
     }();
     return n;
 }
@@ -2081,21 +2069,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(kDecodeThreads);
-        cfg.dynamicSmemBytes = kDecodeSmem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[2];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-        attr[1].id = cudaLaunchAttributeClusterDimension;
-        attr[1].val.clusterDim.x = 1;
-        attr[1].val.clusterDim.y = num_splits;
-        attr[1].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 2;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }

@@ -51,4 +51,49 @@ void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t sme
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// launch_pdl with thread-block clusters of `cluster` CTAs (grid a multiple of it in each dimension;
+// more than 8 a cluster needs cudaFuncAttributeNonPortableClusterSizeAllowed on the kernel).
+template <typename... KernelArgs, typename... Args>
+void launch_pdl_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
+                        cudaStream_t stream, Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = cluster.x;
+    attr[1].val.clusterDim.y = cluster.y;
+    attr[1].val.clusterDim.z = cluster.z;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// How many clusters of `cluster` CTAs of `kernel` (block threads, smem bytes) the device can hold
+// at once; 0 where it cannot schedule one (or the query fails; its error is cleared).
+template <typename... KernelArgs>
+int max_active_clusters(void (*kernel)(KernelArgs...), dim3 cluster, dim3 block, size_t smem) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = cluster;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster.x;
+    attr[0].val.clusterDim.y = cluster.y;
+    attr[0].val.clusterDim.z = cluster.z;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return clusters;
+}
+
 }  // namespace gptoss::kernels::cuda

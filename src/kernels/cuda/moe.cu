@@ -1528,21 +1528,7 @@ static bool router_cluster16_ok() {
         auto kernel = router_plan_cluster_kernel<8, 2, kRcMaxCtas>;
         const size_t smem = static_cast<size_t>(8) * 2 * kRcThreads * sizeof(uint4);
         fit_dynamic_smem(kernel, smem);
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(kRcMaxCtas);
-        cfg.blockDim = dim3(kRcThreads);
-        cfg.dynamicSmemBytes = smem;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = kRcMaxCtas;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        int clusters = 0;
-        const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-        if (e != cudaSuccess) (void)cudaGetLastError();
-        return e == cudaSuccess && clusters > 0;
+        return max_active_clusters(kernel, dim3(kRcMaxCtas), dim3(kRcThreads), smem) > 0;
     }();
     return ok;
 }
@@ -1584,21 +1570,7 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                                    : (cpt == 1 ? router_plan_cluster_kernel<4, 1> : router_plan_cluster_kernel<4, 2>);
         const size_t smem = static_cast<size_t>(kepc) * cpt * kRcThreads * sizeof(uint4);
         fit_dynamic_smem(kernel, smem);
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(ctas);
-        cfg.blockDim = dim3(kRcThreads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[2];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-        attr[1].id = cudaLaunchAttributeClusterDimension;
-        attr[1].val.clusterDim.x = ctas;
-        attr[1].val.clusterDim.y = 1;
-        attr[1].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 2;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+        launch_pdl_cluster(kernel, dim3(ctas), dim3(ctas), dim3(kRcThreads), smem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
