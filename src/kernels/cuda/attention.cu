@@ -2028,8 +2028,6 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
                               a.out_q_scale, stream);
 }
 
-// The largest split count the cluster variant launches with: 16 where the device schedules a
-// 16-CTA cluster of the decode kernel, else 8 (the portable size); 0 with GPTOSS_ATTN_DECODE_CLUSTER=0.
 // The most sequences a decode batch may have for the cluster merge: 1 (r37 measured batch 1 faster,
 // batch 8 slower); GPTOSS_ATTN_DECODE_CLUSTER=all: any batch (A/B runs for batches 2-4, unmeasured).
 static int max_cluster_seqs() {
@@ -2040,6 +2038,8 @@ static int max_cluster_seqs() {
     return n;
 }
 
+// The largest split count the cluster variant launches with: 16 where the device schedules a
+// 16-CTA cluster of the decode kernel, else 8 (the portable size); 0 with GPTOSS_ATTN_DECODE_CLUSTER=0.
 static int max_cluster_splits() {
     static const int n = [] {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");

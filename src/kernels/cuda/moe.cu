@@ -682,10 +682,12 @@ __global__ void __launch_bounds__(kRouterThreads)
 // and the last one fences again and reads every logit back from L2 (r36's trace: the kernel adds
 // 9.4 µs to a decode step where a kernel boundary is ~4). Here one cluster of up to 8 CTAs does
 // the same work: CTA r stages experts [r·kEpc, (r+1)·kEpc)'s rows in shared memory by cp.async
-// before pdl_wait (no registers held: the CTA fits beside the O GEMV's, so PDL can start it
-// early), computes their logits for every token (each CTA sums every token's Σ v² itself, as every
-// CTA did before), and stores them into CTA 0's shared memory (DSMEM); one cluster barrier orders
-// them, and CTA 0 runs router_finish on its copy. No global atomics or fences.
+// before pdl_wait (no registers held, so that the CTA fits beside the O GEMV's; r37's trace still
+// has cluster launches starting only 0.7-2.3 µs before the previous kernel ends, against ~4 for
+// plain ones), computes their logits for every token (each CTA sums every token's Σ v² itself, as
+// every CTA did before), and stores them into CTA 0's shared memory (DSMEM); one cluster barrier
+// orders them, and CTA 0 runs router_finish on its copy. No global atomics or fences. r37: the
+// router adds 5.8 µs to a 20b step instead of 9.4.
 // Thread i of a CTA takes chunks i, i + kRcThreads, ... (kCpt of them) of 8 elements of the row.
 constexpr int kRcThreads = 384;
 constexpr int kRcWarps = kRcThreads / 32;
