@@ -35,24 +35,9 @@ void fit_dynamic_smem(void (*kernel)(KernelArgs...), size_t smem) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
 }
 
-template <typename... KernelArgs, typename... Args>
-void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
 // launch_pdl with thread-block clusters of `cluster` CTAs (grid a multiple of it in each dimension;
-// more than 8 a cluster needs cudaFuncAttributeNonPortableClusterSizeAllowed on the kernel).
+// more than 8 a cluster needs cudaFuncAttributeNonPortableClusterSizeAllowed on the kernel). A
+// cluster of one CTA is a plain launch (no cluster attribute).
 template <typename... KernelArgs, typename... Args>
 void launch_pdl_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
                         cudaStream_t stream, Args&&... args) {
@@ -69,8 +54,14 @@ void launch_pdl_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 cluster, 
     attr[1].val.clusterDim.y = cluster.y;
     attr[1].val.clusterDim.z = cluster.z;
     cfg.attrs = attr;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... KernelArgs, typename... Args>
+void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+    launch_pdl_cluster(kernel, grid, dim3(1, 1, 1), block, smem, stream, std::forward<Args>(args)...);
 }
 
 // How many clusters of `cluster` CTAs of `kernel` (block threads, smem bytes) the device can hold

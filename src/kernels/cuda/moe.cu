@@ -495,6 +495,29 @@ __device__ __forceinline__ void router_finish(const RouterPlanSmallArgs& a, int 
     }
 }
 
+// The fused norm's outputs for token t's chunk c (elements 8c .. 8c + 7): the updated residual v,
+// the normalized row hn in fp32 and, if asked, in bf16. Both router kernels write them so.
+__device__ __forceinline__ void router_store_norm_chunk(const RouterPlanSmallArgs& a, int t, int c, const float (&v)[8],
+                                                        const float (&hn)[8]) {
+    const int64_t H = a.hidden_size;
+    float4* ro = reinterpret_cast<float4*>(a.residual_out + t * H) + 2 * c;
+    float4* ho = reinterpret_cast<float4*>(a.h_out + t * H) + 2 * c;
+    ro[0] = make_float4(v[0], v[1], v[2], v[3]);
+    ro[1] = make_float4(v[4], v[5], v[6], v[7]);
+    ho[0] = make_float4(hn[0], hn[1], hn[2], hn[3]);
+    ho[1] = make_float4(hn[4], hn[5], hn[6], hn[7]);
+    if (a.h_bf16_out != nullptr) {
+        uint32_t packed[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const __nv_bfloat162 b2 = __floats2bfloat162_rn(hn[2 * j], hn[2 * j + 1]);
+            packed[j] = *reinterpret_cast<const uint32_t*>(&b2);
+        }
+        *(reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.h_bf16_out) + t * H) + c) =
+            make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
+}
+
 __global__ void __launch_bounds__(kRouterThreads)
     router_plan_small_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
     __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
@@ -645,23 +668,7 @@ __global__ void __launch_bounds__(kRouterThreads)
                 float hn[8];
 #pragma unroll
                 for (int j = 0; j < 8; ++j) hn[j] = v[j] * s_inv[t] * nw[j];
-                float4* ro = reinterpret_cast<float4*>(a.residual_out + static_cast<int64_t>(t) * H) + 2 * c;
-                float4* ho = reinterpret_cast<float4*>(a.h_out + static_cast<int64_t>(t) * H) + 2 * c;
-                ro[0] = make_float4(v[0], v[1], v[2], v[3]);
-                ro[1] = make_float4(v[4], v[5], v[6], v[7]);
-                ho[0] = make_float4(hn[0], hn[1], hn[2], hn[3]);
-                ho[1] = make_float4(hn[4], hn[5], hn[6], hn[7]);
-                if (a.h_bf16_out != nullptr) {
-                    uint32_t packed[4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const __nv_bfloat162 b2 = __floats2bfloat162_rn(hn[2 * j], hn[2 * j + 1]);
-                        packed[j] = *reinterpret_cast<const uint32_t*>(&b2);
-                    }
-                    *(reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.h_bf16_out) +
-                                               static_cast<int64_t>(t) * H) +
-                      c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                }
+                router_store_norm_chunk(a, t, c, v, hn);
             }
         }
     }
@@ -841,23 +848,7 @@ __global__ void __launch_bounds__(kRcThreads)
                     v[j] = r[j] + (b8[j] + d[j]);
                     hn[j] = v[j] * s_inv[t] * nw8[j];
                 }
-                float4* ro = reinterpret_cast<float4*>(a.residual_out + static_cast<int64_t>(t) * H) + 2 * c;
-                float4* ho = reinterpret_cast<float4*>(a.h_out + static_cast<int64_t>(t) * H) + 2 * c;
-                ro[0] = make_float4(v[0], v[1], v[2], v[3]);
-                ro[1] = make_float4(v[4], v[5], v[6], v[7]);
-                ho[0] = make_float4(hn[0], hn[1], hn[2], hn[3]);
-                ho[1] = make_float4(hn[4], hn[5], hn[6], hn[7]);
-                if (a.h_bf16_out != nullptr) {
-                    uint32_t packed[4];
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const __nv_bfloat162 b2 = __floats2bfloat162_rn(hn[2 * j], hn[2 * j + 1]);
-                        packed[j] = *reinterpret_cast<const uint32_t*>(&b2);
-                    }
-                    *(reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.h_bf16_out) +
-                                               static_cast<int64_t>(t) * H) +
-                      c) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-                }
+                router_store_norm_chunk(a, t, c, v, hn);
             }
         }
     }
