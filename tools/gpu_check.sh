@@ -756,9 +756,9 @@ for stage in "$@"; do
       fi
       ;;
     s23a)
-      # Written in session 22 (compiled only): moe_fp8's persistent gate_up gathering its tile rows
-      # from the token rows (1-row TMA boxes; GPTOSS_MOE_GATHER_TMA=1), no moe_fp8_gather_rows. Its
-      # bytes test, the model and engine tests with it on, then 20b 8k prefill on / off (twice).
+      # Session 22's gather of moe_fp8's tile rows by 1-row TMA boxes (GPTOSS_MOE_GATHER_TMA=1): r38
+      # call 1 measured it 3.7x slower (MoE 41 -> 150 ms at 20b 8k) and it was removed (b1a8599 has
+      # it); kept as the record of that call (the switch is gone: both runs are the default now).
       switch_prefill_ab s23a GPTOSS_MOE_GATHER_TMA 'CudaMoeFp8.GatherInTheProducerMatchesGatheredRows' 'moe' \
         'gpt-oss-20b gpt-oss-20b'
       ;;

@@ -168,14 +168,6 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_MOE_ROWQ");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    // With the token rows (rows_q) and the persistent kernel: moe_fp8's gate_up producer brings each
-    // tile row from its token's row itself (MoeFp8Args::gather_tokens), no moe_fp8_gather_rows copy
-    // (~94 MB written and read back a layer at 8k tokens). GPTOSS_MOE_GATHER_TMA=1: on (session 22,
-    // compiled only: off until measured).
-    bool gather_tma = [] {
-        const char* v = std::getenv("GPTOSS_MOE_GATHER_TMA");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
     DeviceBuffer hq_tok, hs_tok;
     // Whether moe(rows, ...) quantizes h's rows for the grouped FP8 or MX kernels (the order of its
     // tests). Where it says so, the norm writes the e4m3 rows and skips h's bf16 rows, and moe()
@@ -1017,20 +1009,14 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     // + SwiGLU into e4m3 act, down into y. No host synchronisation.
     auto grouped_fp8 = [&](const uint8_t* gu_q, const float* gu_s, const uint8_t* down_q, const float* down_s) {
         kc::MoeFp8Args m = grouped_args();
-        const bool gather = rows_q && gather_tma && fp8_grouped_persistent;
-        if (gather) {  // the kernel's producer reads the token rows itself
-            m.gather_tokens = true;
-            m.num_tokens = T;
-            m.experts_per_token = K;
-        } else if (rows_q) {
+        if (rows_q)
             kc::moe_fp8_gather_rows(hq_tok.as<uint8_t>(), hs_tok.as<float>(), sorted.as<int32_t>(), K, A, H, false, H,
                                     xq8.as<uint8_t>(), xs8.as<float>(), stream);
-        } else {
+        else
             kc::moe_fp8_quant_rows(need_h(), true, sorted.as<int32_t>(), K, A, H, xq8.as<uint8_t>(), xs8.as<float>(),
                                    stream);
-        }
-        m.xq = gather ? hq_tok.as<uint8_t>() : xq8.as<uint8_t>();
-        m.x_scale = gather ? hs_tok.as<float>() : xs8.as<float>();
+        m.xq = xq8.as<uint8_t>();
+        m.x_scale = xs8.as<float>();
         m.wq = gu_q;
         m.w_scale = gu_s;
         m.bias = D.gu_b.as<float>();
@@ -1048,7 +1034,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             m.act_q_inv_scale = 1.0f / act_scale;
         }
         kc::moe_fp8(m, true, stream);
-        m.gather_tokens = false;  // down reads act's rows in tile order
         if (act_scale > 0.0f) {
             m.xq = actb.as<uint8_t>();
             m.x_scale = nullptr;
@@ -1056,8 +1041,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             m.act_q = nullptr;
         } else {
             kc::moe_fp8_quant_rows(actb.get(), false, nullptr, K, A, I, xq8.as<uint8_t>(), xs8.as<float>(), stream);
-            m.xq = xq8.as<uint8_t>();  // (gate_up may have read the token rows)
-            m.x_scale = xs8.as<float>();
         }
         m.wq = down_q;
         m.w_scale = down_s;

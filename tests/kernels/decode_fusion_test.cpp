@@ -122,12 +122,13 @@ TEST(CudaDecodeFusion, RouterPlanSmallMatchesCpu) {
         a.num_experts = E;
         a.experts_per_token = K;
         // Five calls on the same counter (the ticket kernel's, 256 experts): each must find it reset
-        // by the one before; outputs poisoned again. Calls 3 and 4 ask for clusters of up to 16 CTAs
-        // (RouterPlanSmallArgs::cluster_ctas: 8 experts a CTA for 65-128 experts, 4 for 33-64).
+        // by the one before; outputs poisoned again. Calls 0-2 ask for clusters of up to 8 CTAs, calls
+        // 3 and 4 for up to 16 (RouterPlanSmallArgs::cluster_ctas: 8 experts a CTA for 65-128 experts,
+        // 4 for 33-64).
         for (int rep = 0; rep < 5; ++rep) {
             for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted})
                 ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
-            a.cluster_ctas = rep >= 3 ? 16 : 0;
+            a.cluster_ctas = rep >= 3 ? 16 : 8;
             kc::router_plan_small(a, nullptr);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             SCOPED_TRACE(::testing::Message()
@@ -215,7 +216,7 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
             a.residual_out = dxo.as<float>();
             a.h_out = dh.as<float>();
             a.h_bf16_out = dh16.get();
-            for (int cc : {0, 16}) {  // clusters of up to 8 CTAs (the default), of up to 16
+            for (int cc : {8, 16}) {  // clusters of up to 8 CTAs, of up to 16 (the default)
                 SCOPED_TRACE(::testing::Message() << "cluster " << cc);
                 a.cluster_ctas = cc;
                 for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})

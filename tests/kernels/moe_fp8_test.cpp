@@ -832,68 +832,6 @@ TEST(CudaMoeFp8, NarrowTailsMatchTheWideTiles) {
     EXPECT_EQ(widths, 63) << "partial tiles of every width (8, 16, 32, 64, 96, 128 tokens)";
 }
 
-// The persistent gate_up's producer gathering the tile rows from the token rows itself
-// (MoeFp8Args::gather_tokens: 1-row TMA boxes at each row's place in the stage) against
-// moe_fp8_gather_rows' copy and the ordinary kernel: the same act_q bytes. It holds only if the
-// 128-byte swizzle of a 1-row box follows its shared-memory address (row r at tile + 128·r gets row
-// r's pattern) and every row box counts on the stage's barrier. Partial tiles of every width, a
-// token count that is no multiple of 128, CTAs looping over items (7), both CTA shapes.
-TEST(CudaMoeFp8, GatherInTheProducerMatchesGatheredRows) {
-    REQUIRE_GPU();
-    for (const auto& [E, T, seed] : {std::tuple{6, 150, 61u}, std::tuple{7, 333, 67u}, std::tuple{64, 100, 89u}}) {
-        RoutingCase c(E, 2880, 1440, T, 4, seed);
-        const int A = c.A();
-        Fp8Experts gu(E, 2 * c.I, c.H, seed + 2);
-        auto dh = to_device(c.h), doff = to_device(c.offsets), dsorted = to_device(c.sorted);
-        const int max_tiles = (A + kMoeFp8BlockTokens - 1) / kMoeFp8BlockTokens + E;
-        DeviceBuffer tiles(2 * max_tiles * 4), count(4);
-        moe_mma_tiles(doff.as<int32_t>(), E, kMoeFp8BlockTokens, max_tiles, tiles.as<int32_t>(), count.as<int32_t>(),
-                      nullptr);
-        // The token rows and their scales (as the norm writes them), then the gathered copy.
-        DeviceBuffer xt(static_cast<size_t>(T) * c.H), st(static_cast<size_t>(T) * 4);
-        moe_fp8_quant_rows(dh.get(), false, nullptr, 1, T, c.H, xt.as<uint8_t>(), st.as<float>(), nullptr);
-        DeviceBuffer xa(static_cast<size_t>(A) * c.H), sa(static_cast<size_t>(A) * 4);
-        moe_fp8_gather_rows(xt.as<uint8_t>(), st.as<float>(), dsorted.as<int32_t>(), c.K, A, c.H, false, c.H,
-                            xa.as<uint8_t>(), sa.as<float>(), nullptr);
-        auto dguq = to_device(gu.q), dgus = to_device(gu.s), dgub = to_device(gu.bias);
-        DeviceBuffer act(static_cast<size_t>(A) * c.I);
-        for (int wg : {3, 2})
-            for (int ctas : {0, 7}) {
-                std::vector<uint8_t> out[2];  // gathered rows (reference), the producer's gather
-                for (int g = 0; g < 2; ++g) {
-                    EXPECT_EQ(cudaMemset(act.get(), 0x7f, act.bytes()), cudaSuccess);  // e4m3 NaN: unwritten fail
-                    MoeFp8Args a = g == 0 ? rows_args(xa, sa, A, doff, dsorted, tiles, count, max_tiles)
-                                          : rows_args(xt, st, A, doff, dsorted, tiles, count, max_tiles);
-                    a.gather_tokens = g == 1;
-                    a.num_tokens = T;
-                    a.experts_per_token = c.K;
-                    a.wq = dguq.as<uint8_t>();
-                    a.w_scale = dgus.as<float>();
-                    a.bias = dgub.as<float>();
-                    a.act_q = act.as<uint8_t>();
-                    a.act_q_inv_scale = 1.0f / moe_fp8_act_scale(a.swiglu_limit);
-                    a.n = gu.n;
-                    a.k = gu.k;
-                    a.k_pad = gu.k_pad;
-                    a.num_experts = E;
-                    a.warpgroups = wg;
-                    a.persistent = true;
-                    a.persistent_ctas = ctas;
-                    moe_fp8(a, true, nullptr);
-                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                    out[g] = to_host<uint8_t>(act, static_cast<size_t>(A) * c.I);
-                }
-                int differ = 0;
-                for (size_t i = 0; i < out[0].size(); ++i) differ += out[0][i] != out[1][i];
-                std::printf(
-                    "  moe_fp8 gate_up, gather in the producer (E %d, T %d, %d warpgroups, %d CTAs): %d of "
-                    "%zu bytes differ\n",
-                    E, T, wg, ctas, differ, out[0].size());
-                EXPECT_EQ(differ, 0) << "E " << E << ", T " << T << ", " << wg << " warpgroups, " << ctas << " CTAs";
-            }
-    }
-}
-
 TEST(CudaMoeMx, NarrowTailsMatchTheWideTiles) {
     REQUIRE_GPU();
     int widths = 0;

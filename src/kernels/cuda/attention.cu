@@ -2028,12 +2028,13 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
                               a.out_q_scale, stream);
 }
 
-// The most sequences a decode batch may have for the cluster merge: 1 (r37 measured batch 1 faster,
-// batch 8 slower); GPTOSS_ATTN_DECODE_CLUSTER=all: any batch (A/B runs for batches 2-4, unmeasured).
+// The most sequences a decode batch may have for the cluster merge: 2 (r37: batch 1 faster, batch
+// 8 slower; r38 call 1, 20b: batch 2 2.248 / 2.236 → 2.225 / 2.204 ms a step, batch 4 3.215 / 3.202
+// → 3.261 / 3.237); GPTOSS_ATTN_DECODE_CLUSTER=all: any batch (A/B runs).
 static int max_cluster_seqs() {
     static const int n = [] {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
-        return v != nullptr && std::strcmp(v, "all") == 0 ? INT_MAX : 1;
+        return v != nullptr && std::strcmp(v, "all") == 0 ? INT_MAX : 2;
     }();
     return n;
 }
@@ -2063,9 +2064,10 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
-    // One sequence only: r37 call 4 measured the cluster merge at batch 1 (20b 1k: 1.678 → 1.646-1.653 ms
-    // a step; 120b 2.551 → 2.493; 20b 8k context 1.786 → 1.728) and at batch 8 (6 splits: 5.25-5.28 →
-    // 5.30-5.31 ms, slower), so larger batches keep the combine launch.
+    // One or two sequences: r37 call 4 measured the cluster merge at batch 1 (20b 1k: 1.678 →
+    // 1.646-1.653 ms a step; 120b 2.551 → 2.493; 20b 8k context 1.786 → 1.728) and at batch 8 (6
+    // splits: 5.25-5.28 → 5.30-5.31 ms, slower), r38 call 1 at 2 (faster) and 4 (slower), so larger
+    // batches keep the combine launch.
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
@@ -2086,7 +2088,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
 void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
     int splits = choose_decode_splits(a.num_seqs, a.num_kv_heads, a.max_context_len, a.sliding_window, a.max_splits,
                                       num_sms(current_device()));
-    // One sequence: at most a cluster's worth of splits (16: 128 CTAs, about one an SM) so that the
+    // One or two sequences: at most a cluster's worth of splits (16: 128 CTAs, about one an SM) so that the
     // merge runs inside the decode kernel (r37 call 4: 49 → 16 splits at 8k context, 1.786 → 1.728 ms
     // a 20b step, the combine launch gone with them).
     if (const int c = max_cluster_splits(); a.num_seqs <= max_cluster_seqs() && c > 1) splits = std::min(splits, c);

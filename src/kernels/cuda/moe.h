@@ -83,10 +83,10 @@ struct RouterPlanSmallArgs {
     float* residual_out = nullptr;
     float* h_out = nullptr;
     void* h_bf16_out = nullptr;
-    // The cluster kernel's CTAs at most: 0 = 8 (the portable size); 16 = up to 16 (a non-portable
+    // The cluster kernel's CTAs at most: 8 (the portable size); 16 = up to 16 (a non-portable
     // cluster, 8 experts a CTA for 65-128 experts: half the rows each CTA stages; where the device
-    // cannot schedule it, 8). GPTOSS_ROUTER_CLUSTER=16 sets 16 for every call (session 22, compiled
-    // only).
+    // cannot schedule it, 8); 0 = GPTOSS_ROUTER_CLUSTER's choice (16 unless it says 8; r38 call 1:
+    // 120b batch 1 2.48 → 2.40 ms a step with 16).
     int cluster_ctas = 0;
 };
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
@@ -259,13 +259,6 @@ struct MoeFp8Args {
     // positions of the last 128-block past n/2 are not written (the caller zeroes them).
     bool act_mx_order = false;
     int act_q_stride = 0;
-    // gate_up, persistent kernel only (session 22, compiled only; GPTOSS_MOE_GATHER_TMA=1 in the
-    // model): xq and x_scale are the token rows [num_tokens, k] and their scales [num_tokens] (the
-    // norm's e4m3 rows), and the producer brings tile row i from token sorted_assignments[i] /
-    // experts_per_token, one 1-row TMA box a row (in place of moe_fp8_gather_rows' copy).
-    bool gather_tokens = false;
-    int num_tokens = 0;
-    int experts_per_token = 0;
 };
 // The MX K order: within each 128-wide block of K, element p (the weights' order) sits at
 // position moe_mx_k_position(p) of the activation row, so that in the kernel's register A

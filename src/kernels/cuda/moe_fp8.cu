@@ -94,15 +94,10 @@ struct RowInputs {
     float xs = 0.0f;
     int assignment = 0;
 };
-// kGather (MoeFp8Args::gather_tokens): the scale is the row's token's.
-template <bool kGather = false>
 __device__ __forceinline__ RowInputs load_row_inputs(const MoeFp8Args& a, bool gate_up, int row0, int rows, int q) {
     RowInputs r;
     if (q < rows) {
-        if constexpr (kGather)
-            r.xs = __ldg(a.x_scale + __ldg(a.sorted_assignments + row0 + q) / a.experts_per_token);
-        else
-            r.xs = a.x_scale != nullptr ? __ldg(a.x_scale + row0 + q) : a.x_scale_value;
+        r.xs = a.x_scale != nullptr ? __ldg(a.x_scale + row0 + q) : a.x_scale_value;
         if (!gate_up) r.assignment = __ldg(a.sorted_assignments + row0 + q);
     }
     return r;
@@ -569,17 +564,10 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, u
 // item's first stages while the consumers run the previous item's epilogue, the stage ring running
 // on across items. The weight scales come through the cache, each loaded before its K block's
 // wgmmas are issued (the shared-memory copy would have to be double-buffered across items).
-// kGather (gate_up, MoeFp8Args::gather_tokens): x_map is over the token rows in boxes of one row,
-// and the producer warp's 32 lanes bring a tile's 128 rows (4 a lane) from their tokens, each row
-// box landing at its row's place in the stage (128 bytes apart: the 128-byte swizzle is a function
-// of the shared-memory address, so a row at tile + 128·r gets row r's pattern, as in a whole box;
-// CudaMoeFp8.GatherInTheProducerMatchesGatheredRows checks the bytes). Lane 0 adds the stage's
-// expected bytes and the weight box; rows past the item's are copies of its last row (never stored).
-template <bool kGateUp, int W, bool kGather = false>
+template <bool kGateUp, int W>
 __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     moe_fp8_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
                               const __grid_constant__ CUtensorMap w_map) {
-    static_assert(!kGather || kGateUp, "the token gather is gate_up's");
     using S = Shape<W>;
     constexpr int kFeatures = S::kFeatures, kStages = S::kStages;
     constexpr int kWTile = S::kWTile, kStageBytes = S::kStageBytes;
@@ -608,33 +596,6 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const int role = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform (ptxas C7520)
     if (role >= W) {                                          // the producer: one lane issues every copy
         if constexpr (W == 3) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegsW3));
-        if constexpr (kGather) {  // the producer's first warp: 4 row boxes a lane a stage
-            if (tid < 128 * W + 32) {
-                const int lane = tid & 31;
-                int gkb = 0;
-                for (int it = blockIdx.x; it < items; it += gridDim.x) {
-                    const WorkItem w = item_at(it);
-                    int tok[kTokens / 32];
-#pragma unroll
-                    for (int j = 0; j < kTokens / 32; ++j)
-                        tok[j] =
-                            __ldg(a.sorted_assignments + w.row0 + min(lane + 32 * j, w.rows - 1)) / a.experts_per_token;
-                    for (int kb = 0; kb < nkb; ++kb, ++gkb) {
-                        const int slot = gkb % kStages;
-                        if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
-                        if (lane == 0) {
-                            mbar_expect_tx(&full[slot], kStageBytes);
-                            tma_load_2d(s_w(slot), &w_map, kb * kKBlock, w.e * N + w.n0, &full[slot]);
-                        }
-#pragma unroll
-                        for (int j = 0; j < kTokens / 32; ++j)
-                            tma_load_2d(s_x(slot) + kKBlock * (lane + 32 * j), &x_map, kb * kKBlock, tok[j],
-                                        &full[slot]);
-                    }
-                }
-            }
-            return;
-        }
         if (tid == 128 * W) {
             int gkb = 0;  // K blocks issued so far (all items)
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
@@ -658,7 +619,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         const WorkItem w = item_at(it);
         // The epilogue's inputs, loaded now and landing under the K loop: this thread's row of the
         // item (RowInputs) and this lane's biases.
-        const RowInputs row = load_row_inputs<kGather>(a, kGateUp, w.row0, w.rows, tid & 127);
+        const RowInputs row = load_row_inputs(a, kGateUp, w.row0, w.rows, tid & 127);
         const float2 bias = load_bias_pair(a, w.e, w.n0, wg, warp, g);
         // A warpgroup past the last feature (n not a multiple of 64·W) reads block nbs − 1's scales:
         // its rows are never stored, but the read must stay inside w_scale.
@@ -1071,11 +1032,9 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
     const cuuint32_t unit[2] = {1, 1};
     const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
     const cuuint32_t elem = bf16 ? 2 : 1, box_k = kKBlock / elem;
-    // gather_tokens: the token rows, a box a row (moe_fp8_persistent_kernel's kGather).
-    const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k),
-                                  static_cast<cuuint64_t>(a.gather_tokens ? a.num_tokens : a.num_rows)};
+    const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(a.num_rows)};
     const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k) * elem};
-    const cuuint32_t x_box[2] = {box_k, a.gather_tokens ? 1u : static_cast<cuuint32_t>(kTokens)};
+    const cuuint32_t x_box[2] = {box_k, kTokens};
     if (encode(x_map, type, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
@@ -1206,9 +1165,6 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
     ENGINE_CHECK(!gate_up || a.n % 2 == 0, "moe_fp8: gate_up needs (gate, up) row pairs (n %d)", a.n);
     ENGINE_CHECK(!gate_up || a.act_q == nullptr || a.act_q_inv_scale > 0.0f, "moe_fp8: act_q without a scale");
     ENGINE_CHECK(a.warpgroups == 0 || a.warpgroups == 2 || a.warpgroups == 3, "moe_fp8: %d warpgroups", a.warpgroups);
-    ENGINE_CHECK(!a.gather_tokens || (gate_up && a.persistent && a.num_tokens > 0 && a.experts_per_token > 0 &&
-                                      a.sorted_assignments != nullptr && a.x_scale != nullptr),
-                 "moe_fp8: the token gather is the persistent gate_up's, with the tokens' scales and the plan");
     if (a.max_tiles <= 0) return;
     auto run = [&](auto w) {
         constexpr int W = decltype(w)::value;
@@ -1221,9 +1177,7 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
             CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
             if (a.persistent_ctas > 0) sms = a.persistent_ctas;
             const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
-            auto kernel = a.gather_tokens ? moe_fp8_persistent_kernel<true, W, true>
-                          : gate_up       ? moe_fp8_persistent_kernel<true, W>
-                                          : moe_fp8_persistent_kernel<false, W>;
+            auto kernel = gate_up ? moe_fp8_persistent_kernel<true, W> : moe_fp8_persistent_kernel<false, W>;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(S::kSmemBytes)));
             kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), S::kThreads, S::kSmemBytes, stream>>>(a, x_map,
