@@ -1545,8 +1545,8 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     const int chunks = a.hidden_size / 8;
     const int env = router_cluster_env();
     // 16 CTAs of at most 8 experts: up to 128 experts (more take the 8-CTA sizing, so the ticket kernel).
-    const bool wide = (a.cluster_ctas == 16 || (a.cluster_ctas == 0 && env == 16)) &&
-                      a.num_experts <= kRcMaxCtas * 8 && router_cluster16_ok();
+    const bool wide = (a.cluster_ctas == 16 || (a.cluster_ctas == 0 && env == 16)) && a.num_experts <= kRcMaxCtas * 8 &&
+                      router_cluster16_ok();
     const int max_ctas = wide ? kRcMaxCtas : kRcPortableCtas;
     const int epc = (a.num_experts + max_ctas - 1) / max_ctas;
     if (env != 0 && epc <= 16 && chunks <= 2 * kRcThreads) {
