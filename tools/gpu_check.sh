@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c moe_loop
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -794,6 +794,46 @@ for stage in "$@"; do
         summary+=("s23c attn_cluster=$v rc=$?")
         echo "20b attn_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s23c_$v.md"
       done
+      ;;
+    moe_loop)
+      # Session 23 (compiled only before this run): moe_decode_mma's loop form at <= 8 assignments
+      # (GPTOSS_MOE_DECODE_LOOP=4|8 warps a CTA; 0 one CTA a tile). Its tests (4 warps bit-identical
+      # to one CTA a tile), the model and engine tests with each, moe_bench 1-2 tokens, then decode
+      # A/B: 20b batch 1-2 and 120b batch 1 with 0 / 4 / 8 twice, and a kernel trace of each at 20b.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMma*' \
+        > "$OUT/moe_loop_tests.log" 2>&1
+      rc=$?
+      for v in 4 8; do
+        GPTOSS_MOE_DECODE_LOOP=$v timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+          >> "$OUT/moe_loop_tests.log" 2>&1 || rc=1
+      done
+      summary+=("moe_loop tests rc=$rc")
+      grep -E "FAILED|Failure|OK \]" "$OUT/moe_loop_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for v in 0 4 8; do
+          GPTOSS_MOE_DECODE_LOOP=$v timeout 100 $BIN/moe_bench 1 2 > "$OUT/moe_loop_bench_$v.log" 2>&1
+          summary+=("moe_loop moe_bench $v rc=$?")
+          echo "moe_bench loop=$v:"; grep "^|" "$OUT/moe_loop_bench_$v.log"
+        done
+        for v in 0 4 8 0 4 8; do
+          GPTOSS_MOE_DECODE_LOOP=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+            --batch 1,2 --context 1024 --decode-steps 32 --markdown "$OUT/moe_loop_20b_$v.md" >> "$OUT/moe_loop_20b_$v.log" 2>&1
+          summary+=("moe_loop 20b loop=$v rc=$?")
+          echo "20b loop=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_loop_20b_$v.md"
+        done
+        for v in 0 4 8 0 4 8; do
+          GPTOSS_MOE_DECODE_LOOP=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
+            --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/moe_loop_120b_$v.md" >> "$OUT/moe_loop_120b_$v.log" 2>&1
+          summary+=("moe_loop 120b loop=$v rc=$?")
+          echo "120b loop=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_loop_120b_$v.md"
+        done
+        for v in 4 8; do
+          GPTOSS_MOE_DECODE_LOOP=$v GPTOSS_KERNEL_TRACE="$OUT/moe_loop_ktrace_$v.csv" timeout 100 $BIN/gptoss bench \
+            --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/moe_loop_ktrace_$v.log" 2>&1
+          summary+=("moe_loop ktrace $v rc=$?")
+          python3 tools/ktrace_summary.py "$OUT/moe_loop_ktrace_$v.csv"
+        done
+      fi
       ;;
     boundary)
       # What a phase boundary costs: N dependent phases as graph launches with / without PDL and as

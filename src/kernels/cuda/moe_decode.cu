@@ -33,6 +33,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
@@ -134,9 +135,10 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
 }
 
 // The warps' partial sums (lane (g, t): rows g, g + 8 × columns 2t, 2t + 1) meet in shared memory;
-// gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows (column
-// s_col[tk], the token, for the tile's assignment tk), down adds the bias and writes fp32 y rows at
-// the assignment's index (column tk).
+// gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
+// the bias and writes fp32 y rows. The tile's assignment tk is s_as[tk] (act's / y's row) in MMA
+// column s_col[tk] (gate_up at 1-2 tokens and the loop form: its token or its sorted position;
+// else tk).
 template <bool kGateUp, int kWarps>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
@@ -166,12 +168,153 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
         }
     } else {
         if (threadIdx.x < kRows * ntok) {
-            const int r = threadIdx.x & 15, tk = threadIdx.x >> 4;
+            const int r = threadIdx.x & 15, tk = threadIdx.x >> 4, c = s_col[tk];
             float v = 0.0f;
 #pragma unroll
-            for (int w = 0; w < kWarps; ++w) v += red[w][r][tk];
+            for (int w = 0; w < kWarps; ++w) v += red[w][r][c];
             a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] =
                 v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+        }
+    }
+}
+
+// A warp's K range: its 128-wide steps [s0, s0 + ns) of the input's G MXFP4 groups, groups
+// [gbeg, gbeg + ng) (4 a step; ng ≥ 1 wherever ns > 0).
+template <int kWarps>
+struct WarpK {
+    int s0, ns, gbeg, ng;
+    __device__ __forceinline__ explicit WarpK(int G) {
+        const int warp = threadIdx.x >> 5;
+        const int S = (G + 3) / 4;
+        s0 = warp * S / kWarps;
+        const int s1 = (warp + 1) * S / kWarps;
+        ns = s1 - s0;
+        gbeg = 4 * s0;
+        ng = min(4 * s1, G) - gbeg;
+    }
+};
+
+// Stage a warp's groups of `nrows` input rows (row_ptr(r): the row's first element, fp32 or bf16)
+// into xs as bf16 pairs in MMA order: uint4 (row, local group, word q) = pairs (8q + i, 8q + i + 4),
+// i = 0..3. Items at index row · kItemsPerToken + 4 · gl + q, the slots past a warp's 4 · ng
+// skipped: no division by a runtime value (r32 ncu: the old index math, two divisions an item, was
+// 30% of gate_up's instructions at batch 1). Four items a lane at a time, their loads issued together
+// (the item clamped, its store skipped past the end): one L2 round trip for a row's whole K range
+// at batch 1.
+template <int kWarps, bool kF32, typename RowPtr>
+__device__ __forceinline__ void stage_rows(uint4* xs, int nrows, const WarpK<kWarps>& wk, RowPtr row_ptr) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kItemsPerToken = 4 * Sh::kMaxGroups;
+    const int lane = threadIdx.x & 31;
+    const int n_items = nrows * kItemsPerToken, n_live = 4 * wk.ng;
+    for (int base = lane; base < n_items; base += 32 * 4) {
+        float v[4][8];
+        int dst[4];
+        bool live[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int it = base + 32 * u, tk = min(it / kItemsPerToken, nrows - 1), r = it % kItemsPerToken;
+            live[u] = it < n_items && r < n_live;
+            const int q = r & 3, gl = min(r >> 2, wk.ng - 1);
+            const int col = (wk.gbeg + gl) * 32 + 8 * q;
+            dst[u] = tk * Sh::kTokenSlots + gl * kGroupSlots + q;
+            if constexpr (kF32) {
+                const float* src = static_cast<const float*>(row_ptr(tk)) + col;
+                const float4 x0 = *reinterpret_cast<const float4*>(src);
+                const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+                v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
+                v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
+            } else {
+                const uint4 w4 = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(row_ptr(tk)) + col);
+                const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    v[u][2 * i] = __uint_as_float(wds[i] << 16);
+                    v[u][2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (live[u])
+                xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
+                                        pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
+    }
+}
+
+// A warp's weights of one 16-row tile: lane (g, t) holds group 4(s0 + i) + t of rows g and g + 8 for
+// each of its steps i (zero words and scale 127 past the warp's steps or G).
+template <int kMaxSteps>
+struct DecodeWeights {
+    uint4 lo[kMaxSteps], hi[kMaxSteps];
+    uint32_t slo[kMaxSteps], shi[kMaxSteps];
+};
+// All of them requested now (r_lo: row g's index in the [E · rows] weight rows).
+template <int kMaxSteps, int kWarps>
+__device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const uint8_t* blocks, const uint8_t* scales,
+                                            int64_t r_lo, int G, const WarpK<kWarps>& wk) {
+    const int t = threadIdx.x & 3;
+    const int64_t r_hi = r_lo + 8;
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) {
+        const int grp = 4 * (wk.s0 + i) + t;
+        if (i < wk.ns && grp < G) {
+            w.lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
+            w.hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
+            w.slo[i] = __ldg(scales + r_lo * G + grp);
+            w.shi[i] = __ldg(scales + r_hi * G + grp);
+        } else {
+            w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
+            w.slo[i] = w.shi[i] = 127u;
+        }
+    }
+}
+// Whether any of the warp's scales needs the second multiply (s > 128).
+template <int kMaxSteps>
+__device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
+    uint32_t big = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) big |= (w.slo[i] | w.shi[i]) > 128u;
+    return __any_sync(0xffffffffu, big != 0);
+}
+
+// acc (rows g, g + 8 × columns 2t, 2t + 1) += the warp's K range of the tile × its staged rows. No
+// branch in a q step (r32: 20b batch 1 1.825 -> 1.781 ms a step, 120b 2.681 -> 2.612): the second
+// scale multiply is chosen once for the warp's steps (kTwo: two loop bodies), and the x fragment is
+// read unconditionally: lanes g >= nrows read row nrows - 1 (their MMA column is never stored) and
+// lanes past G a staged group (their A is zero, so the product is).
+template <int kWarps, bool kTwo>
+__device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeights<DecodeShape<kWarps>::kMaxSteps>& w,
+                                             const uint4* xs, int nrows, const WarpK<kWarps>& wk) {
+    using Sh = DecodeShape<kWarps>;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < Sh::kMaxSteps; ++i) {
+        if (i >= wk.ns) break;
+        const int gl = 4 * i + t;
+        const uint4* xrow = xs + min(g, nrows - 1) * Sh::kTokenSlots + min(gl, wk.ng - 1) * kGroupSlots;
+        const uint32_t m_lo = scale_first(w.slo[i]), m_hi = scale_first(w.shi[i]);
+        const uint32_t m2_lo = scale_second(w.slo[i]), m2_hi = scale_second(w.shi[i]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint4 xb = xrow[q];
+            const uint32_t wl = q == 0 ? w.lo[i].x : q == 1 ? w.lo[i].y : q == 2 ? w.lo[i].z : w.lo[i].w;
+            const uint32_t wh = q == 0 ? w.hi[i].x : q == 1 ? w.hi[i].y : q == 2 ? w.hi[i].z : w.hi[i].w;
+            uint32_t rl[4], rh[4];
+            e2m1x8_raw(wl, rl);
+            e2m1x8_raw(wh, rh);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                rl[j] = bf16x2_mul(rl[j], m_lo);
+                rh[j] = bf16x2_mul(rh[j], m_hi);
+                if (kTwo) {
+                    rl[j] = bf16x2_mul(rl[j], m2_lo);
+                    rh[j] = bf16x2_mul(rh[j], m2_hi);
+                }
+            }
+            // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
+            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
         }
     }
 }
@@ -194,7 +337,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[8];
-    __shared__ int s_col[8];          // gate_up: the MMA column of the tile's assignment
+    __shared__ int s_col[8];          // the MMA column of the tile's assignment
     __shared__ const void* s_src[8];  // the input row of the tile's assignment (not kEarly)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -203,59 +346,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     const int rows = kGateUp ? 2 * I : H;
     const int max_tokens = min(a.num_tokens, 8);
     const bool in_f32 = !kGateUp || a.h_f32 != nullptr;
-
-    // This warp's K steps [s0, s1) of 4 groups each (groups [gbeg, gbeg + ng)).
-    const int S = (G + 3) / 4;
-    const int s0 = warp * S / kWarps, s1 = (warp + 1) * S / kWarps;
-    const int ns = s1 - s0;
-    const int gbeg = 4 * s0, ng = min(4 * s1, G) - gbeg;
-
-    // Stage this warp's groups of `nrows` input rows (row_ptr(r): the row's first element) as bf16
-    // pairs in MMA order: uint4 (row, local group, word q) = pairs (8q + i, 8q + i + 4), i = 0..3.
-    // Items at index row · kItemsPerToken + 4 · gl + q, the slots past a warp's 4 · ng skipped: no
-    // division by a runtime value (r32 ncu: the old index math, two divisions an item, was 30% of
-    // gate_up's instructions at batch 1). Four items a lane at a time, their loads issued together
-    // (the item clamped, its store skipped past the end): one L2 round trip for a row's whole K
-    // range at batch 1.
+    const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
-    constexpr int kItemsPerToken = 4 * Sh::kMaxGroups;
-    const auto stage = [&]<bool kF32>(int nrows, auto row_ptr) {
-        const int n_items = nrows * kItemsPerToken, n_live = 4 * ng;
-        for (int base = lane; base < n_items; base += 32 * 4) {
-            float v[4][8];
-            int dst[4];
-            bool live[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int it = base + 32 * u, tk = min(it / kItemsPerToken, nrows - 1), r = it % kItemsPerToken;
-                live[u] = it < n_items && r < n_live;
-                const int q = r & 3, gl = min(r >> 2, ng - 1);
-                const int col = (gbeg + gl) * 32 + 8 * q;
-                dst[u] = tk * kTokenSlots + gl * kGroupSlots + q;
-                if constexpr (kF32) {
-                    const float* src = static_cast<const float*>(row_ptr(tk)) + col;
-                    const float4 x0 = *reinterpret_cast<const float4*>(src);
-                    const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-                    v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
-                    v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
-                } else {
-                    const uint4 w4 =
-                        *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(row_ptr(tk)) + col);
-                    const uint32_t wds[4] = {w4.x, w4.y, w4.z, w4.w};
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        v[u][2 * i] = __uint_as_float(wds[i] << 16);
-                        v[u][2 * i + 1] = __uint_as_float(wds[i] & 0xffff0000u);
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (live[u])
-                    xs[dst[u]] = make_uint4(pack_bf16x2(v[u][0], v[u][4]), pack_bf16x2(v[u][1], v[u][5]),
-                                            pack_bf16x2(v[u][2], v[u][6]), pack_bf16x2(v[u][3], v[u][7]));
-        }
-    };
 
     // The tile. kEarly (gate_up at 1-2 tokens): the MMA columns are the tokens (every one staged
     // whether this expert has it or not: the tensor cores' n = 8 costs the same), so x is staged
@@ -273,12 +365,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         pdl_wait();  // the plan and h come from the kernel just before
         if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
         nrows = max_tokens;
-        if (ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
+        if (wk.ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
             if (in_f32)
-                stage.template operator()<true>(
-                    nrows, [&](int r) -> const void* { return a.h_f32 + static_cast<int64_t>(r) * H; });
+                stage_rows<kWarps, true>(xs, nrows, wk,
+                                         [&](int r) -> const void* { return a.h_f32 + static_cast<int64_t>(r) * H; });
             else
-                stage.template operator()<false>(nrows, [&](int r) -> const void* {
+                stage_rows<kWarps, false>(xs, nrows, wk, [&](int r) -> const void* {
                     return static_cast<const __nv_bfloat16*>(a.h) + static_cast<int64_t>(r) * H;
                 });
         }
@@ -300,26 +392,19 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // This warp's weight loads: all of them, now.
     const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
     const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
-    const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + g, r_hi = r_lo + 8;
-    uint4 w_lo[kMaxSteps], w_hi[kMaxSteps];
-    uint32_t sc_lo[kMaxSteps], sc_hi[kMaxSteps];
+    const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + g;
+    DecodeWeights<kMaxSteps> w;
+    if constexpr (kDiag == 2 || kDiag == 3) {
 #pragma unroll
-    for (int i = 0; i < kMaxSteps; ++i) {
-        const int grp = 4 * (s0 + i) + t;
-        if ((kDiag == 2 || kDiag == 3) && i < ns && grp < G) {
+        for (int i = 0; i < kMaxSteps; ++i) {
             const uint32_t h = (blockIdx.x * 0x9e3779b9u) ^ (threadIdx.x * 0x85ebca6bu) ^ static_cast<uint32_t>(i);
-            w_lo[i] = make_uint4(h, h * 3u, h * 5u, h * 7u);
-            w_hi[i] = make_uint4(h * 11u, h * 13u, h * 17u, h * 19u);
-            sc_lo[i] = sc_hi[i] = 127u;
-        } else if (i < ns && grp < G) {
-            w_lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
-            w_hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
-            sc_lo[i] = __ldg(scales + r_lo * G + grp);
-            sc_hi[i] = __ldg(scales + r_hi * G + grp);
-        } else {
-            w_lo[i] = w_hi[i] = make_uint4(0u, 0u, 0u, 0u);
-            sc_lo[i] = sc_hi[i] = 127u;
+            const bool live = i < wk.ns && 4 * (wk.s0 + i) + t < G;
+            w.lo[i] = live ? make_uint4(h, h * 3u, h * 5u, h * 7u) : make_uint4(0u, 0u, 0u, 0u);
+            w.hi[i] = live ? make_uint4(h * 11u, h * 13u, h * 17u, h * 19u) : make_uint4(0u, 0u, 0u, 0u);
+            w.slo[i] = w.shi[i] = 127u;
         }
+    } else {
+        decode_load(w, blocks, scales, r_lo, G, wk);
     }
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
     // the epilogue (stored there, before its barrier); else their input rows are staged now.
@@ -342,11 +427,11 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
         pdl_trigger();                       // after the wait: at most this kernel and the next in flight
         __syncthreads();                     // s_as, s_col, s_src
-        if (ng > 0) {                        // a warp without K steps stages nothing
+        if (wk.ng > 0) {                     // a warp without K steps stages nothing
             if (in_f32)
-                stage.template operator()<true>(nrows, [&](int r) { return s_src[r]; });
+                stage_rows<kWarps, true>(xs, nrows, wk, [&](int r) { return s_src[r]; });
             else
-                stage.template operator()<false>(nrows, [&](int r) { return s_src[r]; });
+                stage_rows<kWarps, false>(xs, nrows, wk, [&](int r) { return s_src[r]; });
         }
     }
     __syncwarp();
@@ -355,57 +440,17 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // "wait" from 1.06 to 0.85 stalled warps an instruction and the time not at all, 23.39 ->
     // 23.26 us at one token, for 25 more registers: not kept.)
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint32_t big = 0;
-#pragma unroll
-    for (int i = 0; i < kMaxSteps; ++i) big |= (sc_lo[i] | sc_hi[i]) > 128u;
-    const bool two = __any_sync(0xffffffffu, big != 0);
-    // No branch in a q step (r32: 20b batch 1 1.825 -> 1.781 ms a step, 120b 2.681 -> 2.612): the
-    // second scale multiply is chosen once for the warp's steps (two loop bodies), and the x
-    // fragment is read unconditionally: lanes g >= nrows read row nrows - 1 (their MMA column is
-    // never stored) and lanes past G a staged group (their A is zero, so the product is). (ng,
-    // the warp's staged groups, is >= 1 wherever ns > 0.)
-    const auto steps = [&]<bool kTwo>() {
-#pragma unroll
-        for (int i = 0; i < kMaxSteps; ++i) {
-            if (i >= ns) break;
-            const int gl = 4 * i + t;
-            const uint4* xrow = xs + min(g, nrows - 1) * kTokenSlots + min(gl, ng - 1) * kGroupSlots;
-            const uint32_t m_lo = scale_first(sc_lo[i]), m_hi = scale_first(sc_hi[i]);
-            const uint32_t m2_lo = scale_second(sc_lo[i]), m2_hi = scale_second(sc_hi[i]);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const uint4 xb = xrow[q];
-                const uint32_t wl = q == 0 ? w_lo[i].x : q == 1 ? w_lo[i].y : q == 2 ? w_lo[i].z : w_lo[i].w;
-                const uint32_t wh = q == 0 ? w_hi[i].x : q == 1 ? w_hi[i].y : q == 2 ? w_hi[i].z : w_hi[i].w;
-                uint32_t rl[4], rh[4];
-                e2m1x8_raw(wl, rl);
-                e2m1x8_raw(wh, rh);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    rl[j] = bf16x2_mul(rl[j], m_lo);
-                    rh[j] = bf16x2_mul(rh[j], m_hi);
-                    if (kTwo) {
-                        rl[j] = bf16x2_mul(rl[j], m2_lo);
-                        rh[j] = bf16x2_mul(rh[j], m2_hi);
-                    }
-                }
-                // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
-                mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
-                mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
-            }
-        }
-    };
     if constexpr (kDiag == 1 || kDiag == 3) {  // every loaded word consumed, ~2 instructions a word
         uint32_t f = 0;
 #pragma unroll
         for (int i = 0; i < kMaxSteps; ++i)
-            f ^= w_lo[i].x ^ w_lo[i].y ^ w_lo[i].z ^ w_lo[i].w ^ w_hi[i].x ^ w_hi[i].y ^ w_hi[i].z ^ w_hi[i].w ^
-                 sc_lo[i] ^ (sc_hi[i] << 8);
+            f ^= w.lo[i].x ^ w.lo[i].y ^ w.lo[i].z ^ w.lo[i].w ^ w.hi[i].x ^ w.hi[i].y ^ w.hi[i].z ^ w.hi[i].w ^
+                 w.slo[i] ^ (w.shi[i] << 8);
         acc[0] = __uint_as_float(f & 0x3f7fffffu);
-    } else if (two) {
-        steps.template operator()<true>();
+    } else if (decode_two(w)) {
+        decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
     } else {
-        steps.template operator()<false>();
+        decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
     }
 
     if constexpr (kEarly) {
@@ -415,6 +460,141 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     }
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
+}
+
+// ---- The loop form (batches of ≤ kMoeDecodeLoopMaxCols assignments) ---------------------------
+//
+// r35 (moe_bench, 1 token): the kernel above is F + loads + math (12.0 + 12.0 + 11.4 µs for
+// gate_up + down), not F + max: a CTA issues all its loads, then does all its math, and ~2.2 waves
+// of CTAs that start together load together and compute together. Here a CTA stays for several
+// tiles (tile blockIdx.x, then + gridDim.x, ...; the grid is what the device holds at once) and
+// requests its next tile's weights (a second register buffer) before the current tile's math, so
+// each SM has weight loads in flight while it computes.
+// - Every column is staged once a CTA: gate_up's are the tokens (as kEarly), down's the
+//   assignments in sorted order (act's rows), so a tile of any expert finds its columns staged.
+//   Hence ≤ 8 assignments (2 tokens at k = 4).
+// - The active experts (≤ 8) and the sorted assignments are read once into shared memory; the
+//   tiles are the active experts' 16-row tiles in expert order.
+// - down requests its first tile's weights before pdl_wait (the plan is the router's, complete
+//   before gate_up passed its wait), then stages act.
+// - The same per-tile math and epilogue as the kernel above (decode_steps, decode_epilogue), so
+//   with 4 warps its outputs are that kernel's bits.
+// 12 or 16 warps an SM (two register buffers: 167-181 registers a thread at 4 warps unbounded).
+template <int kWarps>
+constexpr int kLoopMinBlocks = kWarps == 4 ? 3 : 2;
+template <bool kGateUp, int kWarps>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kLoopMinBlocks<kWarps>)
+    moe_decode_loop_kernel(const MoeMxfp4Args a) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kMaxSteps = Sh::kMaxSteps, kCols = kMoeDecodeLoopMaxCols;
+    extern __shared__ uint4 xs_all[];  // [kWarps][ncols][kTokenSlots]
+    __shared__ float red[kWarps][kRows][8];
+    __shared__ int s_e[kCols], s_lo[kCols], s_n[kCols];  // the active experts in expert order
+    __shared__ int s_slots;
+    __shared__ int s_as[kCols];   // the sorted assignments
+    __shared__ int s_col[kCols];  // the MMA column of sorted assignment j
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int H = a.hidden_size, I = a.intermediate_size;
+    const int G = (kGateUp ? H : I) / 32;
+    const int rows = kGateUp ? 2 * I : H, tiles = rows / kRows;
+    const int na = a.num_tokens * a.experts_per_token;  // ≤ kCols (the host checks)
+    const int ncols = kGateUp ? a.num_tokens : na;
+    const WarpK<kWarps> wk(G);
+    uint4* xs = xs_all + warp * ncols * Sh::kTokenSlots;
+
+    if constexpr (kGateUp) pdl_wait();  // the plan and h come from the kernel just before
+    if (warp == 0) {
+        // The active experts: all offsets in one round trip (≤ 256 experts), then ballots.
+        constexpr int kChunks = kMaxExpertsScan / 32;
+        int los[kChunks], his[kChunks];
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+            const int e = 32 * i + lane;
+            los[i] = e < a.num_experts ? __ldcg(a.expert_offsets + e) : 0;
+            his[i] = e < a.num_experts ? __ldcg(a.expert_offsets + e + 1) : 0;
+        }
+        const int as = lane < na ? __ldcg(a.sorted_assignments + lane) : 0;
+        int n = 0;
+#pragma unroll
+        for (int i = 0; i < kChunks; ++i) {
+            const bool active = his[i] > los[i];
+            const unsigned m = __ballot_sync(0xffffffffu, active);
+            const int slot = n + __popc(m & ((1u << lane) - 1u));
+            if (active && slot < kCols) {
+                s_e[slot] = 32 * i + lane;
+                s_lo[slot] = los[i];
+                s_n[slot] = min(his[i] - los[i], kCols);
+            }
+            n += __popc(m);
+        }
+        if (lane < na) {
+            s_as[lane] = as;
+            s_col[lane] = kGateUp ? as / a.experts_per_token : lane;
+        }
+        if (lane == 0) s_slots = min(n, kCols);
+    }
+    if constexpr (kGateUp) {
+        if (wk.ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
+            if (a.h_f32 != nullptr)
+                stage_rows<kWarps, true>(xs, ncols, wk,
+                                         [&](int r) -> const void* { return a.h_f32 + static_cast<int64_t>(r) * H; });
+            else
+                stage_rows<kWarps, false>(xs, ncols, wk, [&](int r) -> const void* {
+                    return static_cast<const __nv_bfloat16*>(a.h) + static_cast<int64_t>(r) * H;
+                });
+        }
+    }
+    __syncthreads();  // the slots, the assignments, gate_up's staging
+    const int total = s_slots * tiles;
+    int tile = blockIdx.x;
+    if (tile >= total) {
+        if constexpr (!kGateUp) pdl_wait();
+        pdl_trigger();
+        return;
+    }
+
+    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
+    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
+    const auto row_lo = [&](int tl) { return static_cast<int64_t>(s_e[tl / tiles]) * rows + (tl % tiles) * kRows + g; };
+    DecodeWeights<kMaxSteps> wa, wb;
+    decode_load(wa, blocks, scales, row_lo(tile), G, wk);
+    if constexpr (kGateUp) {
+        pdl_trigger();
+    } else {
+        pdl_wait();     // act is the gate_up kernel's output
+        pdl_trigger();  // after the wait: at most this kernel and the next in flight
+        if (wk.ng > 0)
+            stage_rows<kWarps, true>(xs, ncols, wk,
+                                     [&](int r) -> const void* { return a.act + static_cast<int64_t>(s_as[r]) * I; });
+    }
+    __syncwarp();
+
+    // One tile's math and epilogue from weights w; the barrier after it frees red for the next.
+    const auto run_tile = [&](const DecodeWeights<kMaxSteps>& w, int tl) {
+        const int slot = tl / tiles, lo = s_lo[slot];
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (decode_two(w))
+            decode_steps<kWarps, true>(acc, w, xs, ncols, wk);
+        else
+            decode_steps<kWarps, false>(acc, w, xs, ncols, wk);
+        decode_epilogue<kGateUp, kWarps>(a, acc, red, s_e[slot], (tl % tiles) * kRows, s_n[slot], s_as + lo,
+                                         s_col + lo);
+        __syncthreads();
+    };
+    // Two buffers, unrolled by hand so that both stay in registers.
+    for (;;) {
+        int next = tile + static_cast<int>(gridDim.x);
+        if (next < total) decode_load(wb, blocks, scales, row_lo(next), G, wk);
+        run_tile(wa, tile);
+        if (next >= total) break;
+        tile = next;
+        next = tile + static_cast<int>(gridDim.x);
+        if (next < total) decode_load(wa, blocks, scales, row_lo(next), G, wk);
+        run_tile(wb, tile);
+        if (next >= total) break;
+        tile = next;
+    }
 }
 
 template <bool kGateUp, int kWarps>
@@ -445,6 +625,33 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
+}
+
+// The loop form's launch: the grid is the CTAs the device holds at once (asked once a column
+// count and device kind), at most the tiles.
+template <bool kGateUp, int kWarps>
+void launch_loop(const MoeMxfp4Args& a, cudaStream_t stream) {
+    using Sh = DecodeShape<kWarps>;
+    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
+    const int na = a.num_tokens * a.experts_per_token;
+    const int ncols = kGateUp ? a.num_tokens : na;
+    const int64_t tiles = static_cast<int64_t>(std::min(a.num_experts, na)) * (rows / kRows);
+    const size_t smem = static_cast<size_t>(kWarps) * ncols * Sh::kTokenSlots * sizeof(uint4);
+    auto kernel = moe_decode_loop_kernel<kGateUp, kWarps>;
+    fit_dynamic_smem(kernel, smem);
+    static std::atomic<int> resident[kMoeDecodeLoopMaxCols + 1];
+    int ctas = resident[ncols].load(std::memory_order_relaxed);
+    if (ctas == 0) {
+        int dev = 0, sms = 0, per_sm = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::kThreads, smem));
+        ctas = std::max(1, per_sm) * sms;
+        resident[ncols].store(ctas, std::memory_order_relaxed);
+    }
+    if (a.decode_loop_ctas > 0) ctas = a.decode_loop_ctas;
+    const int grid = static_cast<int>(std::min<int64_t>(tiles, ctas));
+    launch_pdl(kernel, grid, Sh::kThreads, smem, stream, a);
 }
 
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
@@ -696,6 +903,21 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
 void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    static const int env_loop = [] {  // see MoeMxfp4Args::decode_loop
+        const char* v = std::getenv("GPTOSS_MOE_DECODE_LOOP");
+        return v == nullptr ? 0 : std::atoi(v);
+    }();
+    const int loop = a.decode_loop >= 0 ? a.decode_loop : env_loop;
+    if ((loop == 4 || loop == 8) && a.num_tokens * a.experts_per_token <= kMoeDecodeLoopMaxCols) {
+        if (loop == 4) {
+            launch_loop<true, 4>(a, stream);
+            launch_loop<false, 4>(a, stream);
+        } else {
+            launch_loop<true, 8>(a, stream);
+            launch_loop<false, 8>(a, stream);
+        }
+        return;
+    }
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
 }
