@@ -799,7 +799,8 @@ for stage in "$@"; do
       # Session 23 (compiled only before this run): moe_decode_mma's loop form at <= 8 assignments
       # (GPTOSS_MOE_DECODE_LOOP=4|8 warps a CTA; 0 one CTA a tile). Its tests (4 warps bit-identical
       # to one CTA a tile), the model and engine tests with each, moe_bench 1-2 tokens, then decode
-      # A/B: 20b batch 1-2 and 120b batch 1 with 0 / 4 / 8 twice, and a kernel trace of each at 20b.
+      # A/B: 20b batch 1-2 with 0 / 4 / 8 twice, 120b batch 1 (MOE_LOOP_120B, default 0 4 8), and a kernel
+      # trace at 20b (MOE_LOOP_TRACE, default 4 8).
       timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMma*' \
         > "$OUT/moe_loop_tests.log" 2>&1
       rc=$?
@@ -821,13 +822,13 @@ for stage in "$@"; do
           summary+=("moe_loop 20b loop=$v rc=$?")
           echo "20b loop=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_loop_20b_$v.md"
         done
-        for v in 0 4 8 0 4 8; do
+        for v in ${MOE_LOOP_120B:-0 4 8}; do
           GPTOSS_MOE_DECODE_LOOP=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
             --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/moe_loop_120b_$v.md" >> "$OUT/moe_loop_120b_$v.log" 2>&1
           summary+=("moe_loop 120b loop=$v rc=$?")
           echo "120b loop=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_loop_120b_$v.md"
         done
-        for v in 4 8; do
+        for v in ${MOE_LOOP_TRACE:-4 8}; do
           GPTOSS_MOE_DECODE_LOOP=$v GPTOSS_KERNEL_TRACE="$OUT/moe_loop_ktrace_$v.csv" timeout 100 $BIN/gptoss bench \
             --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/moe_loop_ktrace_$v.log" 2>&1
           summary+=("moe_loop ktrace $v rc=$?")
