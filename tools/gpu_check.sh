@@ -796,8 +796,9 @@ for stage in "$@"; do
       done
       ;;
     moe_loop)
-      # Session 23 (compiled only before this run): moe_decode_mma's loop form at <= 8 assignments
-      # (GPTOSS_MOE_DECODE_LOOP=4|8 warps a CTA; 0 one CTA a tile). Its tests (4 warps bit-identical
+      # Session 23: moe_decode_mma's loop form at <= 8 assignments (GPTOSS_MOE_DECODE_LOOP=4|8 warps a
+      # CTA; 0 one CTA a tile). r38 call 3 measured it slower (20b batch 1 1.648-1.655 -> 1.682-1.685
+      # ms with 8 warps, 1.736-1.738 with 4) and it was removed (e524c5d has it); kept as the record. Its tests (4 warps bit-identical
       # to one CTA a tile), the model and engine tests with each, moe_bench 1-2 tokens, then decode
       # A/B: 20b batch 1-2 with 0 / 4 / 8 twice, 120b batch 1 (MOE_LOOP_120B, default 0 4 8), and a kernel
       # trace at 20b (MOE_LOOP_TRACE, default 4 8).

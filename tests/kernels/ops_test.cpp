@@ -1,6 +1,5 @@
 // CUDA ops against their CPU references (kernels/cpu) on fresh random inputs, over gpt-oss shapes.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -874,25 +873,15 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
-            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1),
-            // the latter one CTA a tile (loop 0) and, up to 2 tokens, in its loop form with 4 and
-            // 8 warps (the grid the device holds, or 7 CTAs: many tiles each).
-            struct Variant {
-                int kernel, loop, ctas;
-            };
-            for (const Variant v : {Variant{0, 0, 0}, Variant{1, 0, 0}, Variant{1, 4, 0}, Variant{1, 8, 0},
-                                    Variant{1, 4, 7}, Variant{1, 8, 7}})
+            // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
+            for (int kernel : {0, 1})
                 for (bool f32_input : {false, true}) {
-                    const int kernel = v.kernel;
-                    if (v.loop != 0 && T * K > kc::kMoeDecodeLoopMaxCols) continue;
                     auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
                     kc::MoeMxfp4Args a =
                         mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
                                    f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
                     a.kernel = kernel;
-                    a.decode_loop = v.loop;
-                    a.decode_loop_ctas = v.ctas;
                     EXPECT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);  // poison again
                     kc::moe_mxfp4(a, nullptr);
                     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -903,8 +892,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
                     const bool mma = kernel != 0 && T <= kc::kMoeDecodeMmaMaxTokens;
                     EXPECT_TRUE(close(got, ref, mma ? kTolBf16Out : kTolF32, mma ? "moe decode mma" : "moe mxfp4"))
                         << "E=" << E << " T=" << T << (c.same_experts ? " same experts" : "")
-                        << (f32_input ? " f32 input" : " bf16 input") << " kernel " << kernel << " loop " << v.loop
-                        << " ctas " << v.ctas;
+                        << (f32_input ? " f32 input" : " bf16 input") << " kernel " << kernel;
                 }
         }
     }
@@ -940,36 +928,15 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
         kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
         for (bool f32_input : {true, false}) {  // h_f32, or the bf16 rows (the same values)
-            // One CTA a tile (loop 0), then up to 2 tokens the loop form: with 4 warps the same
-            // per-tile math, so the same bits as loop 0 (the grid the device holds, 1 CTA, 5 CTAs);
-            // with 8 warps another K split (within the tolerance).
-            std::vector<float> y_tiles;
-            struct Variant {
-                int loop, ctas;
-            };
-            for (const Variant v :
-                 {Variant{0, 0}, Variant{4, 0}, Variant{4, 1}, Variant{4, 5}, Variant{8, 0}, Variant{8, 5}}) {
-                if (v.loop != 0 && T * K > kc::kMoeDecodeLoopMaxCols) continue;
-                auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
-                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-                kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
-                                                f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
-                a.decode_loop = v.loop;
-                a.decode_loop_ctas = v.ctas;
-                ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-                kc::moe_decode_mma(a, nullptr);
-                EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                const std::vector<float> ys = to_host<float>(y, static_cast<size_t>(T) * K * H);
-                EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
-                    << "T=" << T << (f32_input ? " fp32 h" : " bf16 h") << " loop " << v.loop << " ctas " << v.ctas;
-                if (v.loop == 0) {
-                    y_tiles = ys;
-                } else if (v.loop == 4) {
-                    EXPECT_EQ(std::memcmp(ys.data(), y_tiles.data(), ys.size() * sizeof(float)), 0)
-                        << "loop form's bits differ: T=" << T << (f32_input ? " fp32 h" : " bf16 h") << " ctas "
-                        << v.ctas;
-                }
-            }
+            auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+            auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+            kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
+                                            f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
+            ASSERT_TRUE(kc::moe_decode_mma_supported(a));
+            kc::moe_decode_mma(a, nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+                << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
         }
     }
 }

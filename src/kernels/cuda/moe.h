@@ -125,19 +125,11 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma at ≤ kMoeDecodeLoopMaxCols assignments (2 tokens at k = 4): the loop form
-    // (moe_decode_loop_kernel: fewer CTAs than tiles, each loading its next tile's weights before
-    // the current tile's math) with this many warps a CTA (4 or 8); 0: one CTA a tile; -1:
-    // GPTOSS_MOE_DECODE_LOOP's choice (session 23, compiled only: default 0 until measured).
-    int decode_loop = -1;
-    // The loop form's grid (tests: many tiles a CTA); 0: the CTAs the device holds at once.
-    int decode_loop_ctas = 0;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 inline constexpr int kMoeDecodeMmaMaxTokens = 8;
-inline constexpr int kMoeDecodeLoopMaxCols = 8;
 bool moe_decode_mma_supported(const MoeMxfp4Args& args);
 void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 // The same batches with e4m3 activations (W4A8) on wgmma m64n8k32: each token row (h for gate_up,

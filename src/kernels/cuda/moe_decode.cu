@@ -33,7 +33,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include "kernels/cuda/common.cuh"
@@ -137,8 +136,7 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
 // The warps' partial sums (lane (g, t): rows g, g + 8 × columns 2t, 2t + 1) meet in shared memory;
 // gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
 // the bias and writes fp32 y rows. The tile's assignment tk is s_as[tk] (act's / y's row) in MMA
-// column s_col[tk] (gate_up at 1-2 tokens and the loop form: its token or its sorted position;
-// else tk).
+// column s_col[tk] (gate_up at 1-2 tokens: its token; else tk).
 template <bool kGateUp, int kWarps>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
@@ -462,141 +460,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
 }
 
-// ---- The loop form (batches of ≤ kMoeDecodeLoopMaxCols assignments) ---------------------------
-//
-// r35 (moe_bench, 1 token): the kernel above is F + loads + math (12.0 + 12.0 + 11.4 µs for
-// gate_up + down), not F + max: a CTA issues all its loads, then does all its math, and ~2.2 waves
-// of CTAs that start together load together and compute together. Here a CTA stays for several
-// tiles (tile blockIdx.x, then + gridDim.x, ...; the grid is what the device holds at once) and
-// requests its next tile's weights (a second register buffer) before the current tile's math, so
-// each SM has weight loads in flight while it computes.
-// - Every column is staged once a CTA: gate_up's are the tokens (as kEarly), down's the
-//   assignments in sorted order (act's rows), so a tile of any expert finds its columns staged.
-//   Hence ≤ 8 assignments (2 tokens at k = 4).
-// - The active experts (≤ 8) and the sorted assignments are read once into shared memory; the
-//   tiles are the active experts' 16-row tiles in expert order.
-// - down requests its first tile's weights before pdl_wait (the plan is the router's, complete
-//   before gate_up passed its wait), then stages act.
-// - The same per-tile math and epilogue as the kernel above (decode_steps, decode_epilogue), so
-//   with 4 warps its outputs are that kernel's bits.
-// 12 or 16 warps an SM (two register buffers: 167-181 registers a thread at 4 warps unbounded).
-template <int kWarps>
-constexpr int kLoopMinBlocks = kWarps == 4 ? 3 : 2;
-template <bool kGateUp, int kWarps>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kLoopMinBlocks<kWarps>)
-    moe_decode_loop_kernel(const MoeMxfp4Args a) {
-    using Sh = DecodeShape<kWarps>;
-    constexpr int kMaxSteps = Sh::kMaxSteps, kCols = kMoeDecodeLoopMaxCols;
-    extern __shared__ uint4 xs_all[];  // [kWarps][ncols][kTokenSlots]
-    __shared__ float red[kWarps][kRows][8];
-    __shared__ int s_e[kCols], s_lo[kCols], s_n[kCols];  // the active experts in expert order
-    __shared__ int s_slots;
-    __shared__ int s_as[kCols];   // the sorted assignments
-    __shared__ int s_col[kCols];  // the MMA column of sorted assignment j
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2;
-    const int H = a.hidden_size, I = a.intermediate_size;
-    const int G = (kGateUp ? H : I) / 32;
-    const int rows = kGateUp ? 2 * I : H, tiles = rows / kRows;
-    const int na = a.num_tokens * a.experts_per_token;  // ≤ kCols (the host checks)
-    const int ncols = kGateUp ? a.num_tokens : na;
-    const WarpK<kWarps> wk(G);
-    uint4* xs = xs_all + warp * ncols * Sh::kTokenSlots;
-
-    if constexpr (kGateUp) pdl_wait();  // the plan and h come from the kernel just before
-    if (warp == 0) {
-        // The active experts: all offsets in one round trip (≤ 256 experts), then ballots.
-        constexpr int kChunks = kMaxExpertsScan / 32;
-        int los[kChunks], his[kChunks];
-#pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-            const int e = 32 * i + lane;
-            los[i] = e < a.num_experts ? __ldcg(a.expert_offsets + e) : 0;
-            his[i] = e < a.num_experts ? __ldcg(a.expert_offsets + e + 1) : 0;
-        }
-        const int as = lane < na ? __ldcg(a.sorted_assignments + lane) : 0;
-        int n = 0;
-#pragma unroll
-        for (int i = 0; i < kChunks; ++i) {
-            const bool active = his[i] > los[i];
-            const unsigned m = __ballot_sync(0xffffffffu, active);
-            const int slot = n + __popc(m & ((1u << lane) - 1u));
-            if (active && slot < kCols) {
-                s_e[slot] = 32 * i + lane;
-                s_lo[slot] = los[i];
-                s_n[slot] = min(his[i] - los[i], kCols);
-            }
-            n += __popc(m);
-        }
-        if (lane < na) {
-            s_as[lane] = as;
-            s_col[lane] = kGateUp ? as / a.experts_per_token : lane;
-        }
-        if (lane == 0) s_slots = min(n, kCols);
-    }
-    if constexpr (kGateUp) {
-        if (wk.ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
-            if (a.h_f32 != nullptr)
-                stage_rows<kWarps, true>(xs, ncols, wk,
-                                         [&](int r) -> const void* { return a.h_f32 + static_cast<int64_t>(r) * H; });
-            else
-                stage_rows<kWarps, false>(xs, ncols, wk, [&](int r) -> const void* {
-                    return static_cast<const __nv_bfloat16*>(a.h) + static_cast<int64_t>(r) * H;
-                });
-        }
-    }
-    __syncthreads();  // the slots, the assignments, gate_up's staging
-    const int total = s_slots * tiles;
-    int tile = blockIdx.x;
-    if (tile >= total) {
-        if constexpr (!kGateUp) pdl_wait();
-        pdl_trigger();
-        return;
-    }
-
-    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
-    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
-    const auto row_lo = [&](int tl) { return static_cast<int64_t>(s_e[tl / tiles]) * rows + (tl % tiles) * kRows + g; };
-    DecodeWeights<kMaxSteps> wa, wb;
-    decode_load(wa, blocks, scales, row_lo(tile), G, wk);
-    if constexpr (kGateUp) {
-        pdl_trigger();
-    } else {
-        pdl_wait();     // act is the gate_up kernel's output
-        pdl_trigger();  // after the wait: at most this kernel and the next in flight
-        if (wk.ng > 0)
-            stage_rows<kWarps, true>(xs, ncols, wk,
-                                     [&](int r) -> const void* { return a.act + static_cast<int64_t>(s_as[r]) * I; });
-    }
-    __syncwarp();
-
-    // One tile's math and epilogue from weights w; the barrier after it frees red for the next.
-    const auto run_tile = [&](const DecodeWeights<kMaxSteps>& w, int tl) {
-        const int slot = tl / tiles, lo = s_lo[slot];
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (decode_two(w))
-            decode_steps<kWarps, true>(acc, w, xs, ncols, wk);
-        else
-            decode_steps<kWarps, false>(acc, w, xs, ncols, wk);
-        decode_epilogue<kGateUp, kWarps>(a, acc, red, s_e[slot], (tl % tiles) * kRows, s_n[slot], s_as + lo,
-                                         s_col + lo);
-        __syncthreads();
-    };
-    // Two buffers, unrolled by hand so that both stay in registers.
-    for (;;) {
-        int next = tile + static_cast<int>(gridDim.x);
-        if (next < total) decode_load(wb, blocks, scales, row_lo(next), G, wk);
-        run_tile(wa, tile);
-        if (next >= total) break;
-        tile = next;
-        next = tile + static_cast<int>(gridDim.x);
-        if (next < total) decode_load(wa, blocks, scales, row_lo(next), G, wk);
-        run_tile(wb, tile);
-        if (next >= total) break;
-        tile = next;
-    }
-}
-
 template <bool kGateUp, int kWarps>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     using Sh = DecodeShape<kWarps>;
@@ -625,33 +488,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
-}
-
-// The loop form's launch: the grid is the CTAs the device holds at once (asked once a column
-// count and device kind), at most the tiles.
-template <bool kGateUp, int kWarps>
-void launch_loop(const MoeMxfp4Args& a, cudaStream_t stream) {
-    using Sh = DecodeShape<kWarps>;
-    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
-    const int na = a.num_tokens * a.experts_per_token;
-    const int ncols = kGateUp ? a.num_tokens : na;
-    const int64_t tiles = static_cast<int64_t>(std::min(a.num_experts, na)) * (rows / kRows);
-    const size_t smem = static_cast<size_t>(kWarps) * ncols * Sh::kTokenSlots * sizeof(uint4);
-    auto kernel = moe_decode_loop_kernel<kGateUp, kWarps>;
-    fit_dynamic_smem(kernel, smem);
-    static std::atomic<int> resident[kMoeDecodeLoopMaxCols + 1];
-    int ctas = resident[ncols].load(std::memory_order_relaxed);
-    if (ctas == 0) {
-        int dev = 0, sms = 0, per_sm = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::kThreads, smem));
-        ctas = std::max(1, per_sm) * sms;
-        resident[ncols].store(ctas, std::memory_order_relaxed);
-    }
-    if (a.decode_loop_ctas > 0) ctas = a.decode_loop_ctas;
-    const int grid = static_cast<int>(std::min<int64_t>(tiles, ctas));
-    launch_pdl(kernel, grid, Sh::kThreads, smem, stream, a);
 }
 
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
@@ -903,21 +739,6 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
 void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    static const int env_loop = [] {  // see MoeMxfp4Args::decode_loop
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_LOOP");
-        return v == nullptr ? 0 : std::atoi(v);
-    }();
-    const int loop = a.decode_loop >= 0 ? a.decode_loop : env_loop;
-    if ((loop == 4 || loop == 8) && a.num_tokens * a.experts_per_token <= kMoeDecodeLoopMaxCols) {
-        if (loop == 4) {
-            launch_loop<true, 4>(a, stream);
-            launch_loop<false, 4>(a, stream);
-        } else {
-            launch_loop<true, 8>(a, stream);
-            launch_loop<false, 8>(a, stream);
-        }
-        return;
-    }
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
 }
