@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c moe_loop
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c moe_loop l2pf
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -794,6 +794,39 @@ for stage in "$@"; do
         summary+=("s23c attn_cluster=$v rc=$?")
         echo "20b attn_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s23c_$v.md"
       done
+      ;;
+    l2pf)
+      # Session 23 (compiled only before this run): the decode MoE asks L2 for the next layer's QKV,
+      # O and router weights and marks its own weight loads evict-first (GPTOSS_L2_PREFETCH=1). The
+      # tests of this session's defaults (decode attention cluster merge at 2 sequences, 16-CTA
+      # router) and of the prefetch (bits equal), the model and engine tests with it on; then 20b
+      # batch 1-2 off / on twice, 120b batch 1 off / on, and a 20b trace with it on.
+      timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4MatchesCpu:PagedAttentionCuda.*:CudaDecodeFusion.*' \
+        > "$OUT/l2pf_tests.log" 2>&1
+      rc=$?
+      GPTOSS_L2_PREFETCH=1 timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/l2pf_tests.log" 2>&1 || rc=1
+      summary+=("l2pf tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/l2pf_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for v in 0 1 0 1; do
+          GPTOSS_L2_PREFETCH=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+            --batch 1,2 --context 1024 --decode-steps 32 --markdown "$OUT/l2pf_20b_$v.md" >> "$OUT/l2pf_20b_$v.log" 2>&1
+          summary+=("l2pf 20b $v rc=$?")
+          echo "20b l2_prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/l2pf_20b_$v.md"
+        done
+        for v in 0 1; do
+          GPTOSS_L2_PREFETCH=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
+            --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/l2pf_120b_$v.md" >> "$OUT/l2pf_120b_$v.log" 2>&1
+          summary+=("l2pf 120b $v rc=$?")
+          echo "120b l2_prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/l2pf_120b_$v.md"
+        done
+        GPTOSS_L2_PREFETCH=1 GPTOSS_KERNEL_TRACE="$OUT/l2pf_ktrace.csv" timeout 100 $BIN/gptoss bench --synthetic \
+          gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/l2pf_ktrace.log" 2>&1
+        summary+=("l2pf ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/l2pf_ktrace.csv"
+      fi
       ;;
     moe_loop)
       # Session 23: moe_decode_mma's loop form at <= 8 assignments (GPTOSS_MOE_DECODE_LOOP=4|8 warps a
