@@ -796,8 +796,10 @@ for stage in "$@"; do
       done
       ;;
     l2pf)
-      # Session 23 (compiled only before this run): the decode MoE asks L2 for the next layer's QKV,
-      # O and router weights and marks its own weight loads evict-first (GPTOSS_L2_PREFETCH=1). The
+      # Session 23: the decode MoE asks L2 for the next layer's QKV, O and router weights and marks its
+      # own weight loads evict-first (GPTOSS_L2_PREFETCH=1). r38 call 4: slower (20b batch 1
+      # 1.696-1.699 -> 1.748-1.774 ms, 120b 2.447 -> 2.518; QKV's time unchanged with its weights in
+      # L2, gate_up +3 us); removed (3e416b8 has it), kept as the record. The
       # tests of this session's defaults (decode attention cluster merge at 2 sequences, 16-CTA
       # router) and of the prefetch (bits equal), the model and engine tests with it on; then 20b
       # batch 1-2 off / on twice, 120b batch 1 off / on, and a 20b trace with it on.

@@ -121,13 +121,6 @@ struct CudaModel::Impl {
     // 120b 8k prefill 207.8 -> 169.8 ms, r28). CudaModelOptions::moe_mx / GPTOSS_MOE_MX=0: off.
     bool mx_grouped = false;
     int decode_kernel = -1;  // MoeMxfp4Args::kernel for decode batches (CudaModelOptions::moe_decode_wg)
-    // Decode batches with FP8 weights: the MoE asks L2 for the next layer's QKV, O and router weights
-    // (MoeMxfp4Args::l2_prefetch). GPTOSS_L2_PREFETCH=1: on (session 23, compiled only: off until
-    // measured).
-    bool l2_prefetch = [] {
-        const char* v = std::getenv("GPTOSS_L2_PREFETCH");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
     DeviceBuffer jit_gu_q, jit_gu_s, jit_down_q, jit_down_s;
     kc::Fp8Weight lm_head_f8, gu_f8_scratch, down_f8_scratch;
     std::unique_ptr<kc::Fp8GemmRunner> fp8_gemm;
@@ -1180,16 +1173,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.kernel = decode_kernel;
-        if (l2_prefetch && fp8 && l + 1 < static_cast<int>(layers.size())) {
-            // The next layer's QKV, O and router weights into L2 while the experts stream
-            // (MoeMxfp4Args::l2_prefetch): 20b ~27 MB beside the 50 MB L2.
-            const DeviceLayer& N = layers[l + 1];
-            const DeviceBuffer* ranges[] = {&N.qkv_f8.q, &N.o_f8.q, &N.router_w};
-            for (int r = 0; r < kc::MoeMxfp4Args::kMaxL2Prefetch; ++r) {
-                m.l2_prefetch[r] = ranges[r]->get();
-                m.l2_prefetch_bytes[r] = ranges[r]->bytes() & ~size_t{15};
-            }
-        }
         kc::moe_mxfp4(m, stream);
         return;
     }

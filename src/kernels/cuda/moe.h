@@ -125,14 +125,6 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma: byte ranges (16-byte aligned) the gate_up launch asks L2 to prefetch while
-    // the MoE runs, its CTAs a share each before pdl_wait (the model: the next layer's QKV, O and
-    // router weights, read next by kernels whose time is mostly their weights' DRAM latency). Where
-    // any is set, both launches' weight loads are marked L2 evict-first, so that the expert stream
-    // (~53 MB a 20b layer at batch 1) does not push them out of the 50 MB L2. (Session 23.)
-    static constexpr int kMaxL2Prefetch = 3;
-    const void* l2_prefetch[kMaxL2Prefetch] = {};
-    size_t l2_prefetch_bytes[kMaxL2Prefetch] = {};
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.

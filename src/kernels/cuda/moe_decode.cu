@@ -247,19 +247,18 @@ struct DecodeWeights {
     uint4 lo[kMaxSteps], hi[kMaxSteps];
     uint32_t slo[kMaxSteps], shi[kMaxSteps];
 };
-// All of them requested now (r_lo: row g's index in the [E · rows] weight rows), the blocks with L2
-// policy `policy` (l2_policy).
+// All of them requested now (r_lo: row g's index in the [E · rows] weight rows).
 template <int kMaxSteps, int kWarps>
 __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const uint8_t* blocks, const uint8_t* scales,
-                                            int64_t r_lo, int G, const WarpK<kWarps>& wk, uint64_t policy) {
+                                            int64_t r_lo, int G, const WarpK<kWarps>& wk) {
     const int t = threadIdx.x & 3;
     const int64_t r_hi = r_lo + 8;
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) {
         const int grp = 4 * (wk.s0 + i) + t;
         if (i < wk.ns && grp < G) {
-            w.lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16, policy);
-            w.hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16, policy);
+            w.lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
+            w.hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
             w.slo[i] = __ldg(scales + r_lo * G + grp);
             w.shi[i] = __ldg(scales + r_hi * G + grp);
         } else {
@@ -318,26 +317,6 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
     }
 }
 
-// MoeMxfp4Args::l2_prefetch: whether any range is set, and this CTA's share of each (thread 0).
-__device__ __forceinline__ bool prefetching(const MoeMxfp4Args& a) {
-    bool any = false;
-#pragma unroll
-    for (int r = 0; r < MoeMxfp4Args::kMaxL2Prefetch; ++r) any |= a.l2_prefetch_bytes[r] > 0;
-    return any;
-}
-__device__ __forceinline__ void prefetch_share(const MoeMxfp4Args& a) {
-#pragma unroll
-    for (int r = 0; r < MoeMxfp4Args::kMaxL2Prefetch; ++r) {
-        const size_t n = a.l2_prefetch_bytes[r];
-        if (n == 0) continue;
-        const size_t share = ((n + gridDim.x - 1) / gridDim.x + 15) & ~size_t{15};
-        const size_t off = blockIdx.x * share;
-        if (off < n)
-            prefetch_l2_bulk(static_cast<const uint8_t*>(a.l2_prefetch[r]) + off,
-                             static_cast<uint32_t>(min(share, n - off)));
-    }
-}
-
 // kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
 // loads, 97 registers at 4; a fifth CTA needs <= 96).
 template <bool kEarly>
@@ -367,8 +346,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     const bool in_f32 = !kGateUp || a.h_f32 != nullptr;
     const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * max_tokens * kTokenSlots;
-    if constexpr (kGateUp)  // weights only: before pdl_wait
-        if (threadIdx.x == 0) prefetch_share(a);
 
     // The tile. kEarly (gate_up at 1-2 tokens): the MMA columns are the tokens (every one staged
     // whether this expert has it or not: the tensor cores' n = 8 costs the same), so x is staged
@@ -425,7 +402,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             w.slo[i] = w.shi[i] = 127u;
         }
     } else {
-        decode_load(w, blocks, scales, r_lo, G, wk, l2_policy(prefetching(a)));
+        decode_load(w, blocks, scales, r_lo, G, wk);
     }
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
     // the epilogue (stored there, before its barrier); else their input rows are staged now.
