@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c moe_loop l2pf
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c moe_loop l2pf pf
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -794,6 +794,30 @@ for stage in "$@"; do
         summary+=("s23c attn_cluster=$v rc=$?")
         echo "20b attn_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s23c_$v.md"
       done
+      ;;
+    pf)
+      # Session 23 (compiled only before this run): gate_up CTAs at 1-2 tokens ask L2 for the tiles
+      # of the CTAs one and two resident grids later and of down's CTA of their index
+      # (GPTOSS_MOE_DECODE_PREFETCH=1; 2 also marks the expert loads evict-first). Its test (same
+      # bits), the FP8 model test with 2, moe_bench 1 token and 20b batch 1 with 0 / 1 / 2 (twice).
+      timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*' > "$OUT/pf_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_DECODE_PREFETCH=2 timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.Fp8WeightsStayCloseToFp32' \
+        >> "$OUT/pf_tests.log" 2>&1 || rc=1
+      summary+=("pf tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/pf_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for v in 0 1 2; do
+          GPTOSS_MOE_DECODE_PREFETCH=$v timeout 30 $BIN/moe_bench 1 > "$OUT/pf_moe_bench_$v.log" 2>&1
+          echo "moe_bench prefetch=$v:"; grep "^| 1 " "$OUT/pf_moe_bench_$v.log"
+        done
+        for v in 0 1 2 0 1 2; do
+          GPTOSS_MOE_DECODE_PREFETCH=$v timeout 60 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+            --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/pf_20b_$v.md" >> "$OUT/pf_20b_$v.log" 2>&1
+          summary+=("pf 20b $v rc=$?")
+          echo "20b prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/pf_20b_$v.md" | tail -1
+        done
+      fi
       ;;
     l2pf)
       # Session 23: the decode MoE asks L2 for the next layer's QKV, O and router weights and marks its
