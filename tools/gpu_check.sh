@@ -796,7 +796,8 @@ for stage in "$@"; do
       done
       ;;
     pf)
-      # Session 23 (compiled only before this run): gate_up CTAs at 1-2 tokens ask L2 for the tiles
+      # Session 23: removed after r38 call 5 measured it slower (20b batch 1 1.675-1.680 -> 1.715-1.719
+      # ms with 1, 1.690-1.693 with 2; bae59b6 has it), kept as the record. gate_up CTAs at 1-2 tokens ask L2 for the tiles
       # of the CTAs one and two resident grids later and of down's CTA of their index
       # (GPTOSS_MOE_DECODE_PREFETCH=1; 2 also marks the expert loads evict-first). Its test (same
       # bits), the FP8 model test with 2, moe_bench 1 token and 20b batch 1 with 0 / 1 / 2 (twice).

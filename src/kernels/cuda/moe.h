@@ -125,13 +125,6 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma at 1-2 tokens: each gate_up CTA asks L2 (bulk prefetch) for the weight tiles of
-    // the gate_up CTAs one and two resident grids later and of the down CTA of its index, so the
-    // later waves' loads find L2 while the first computes (r35: loads and math did not overlap).
-    // 1: that; 2: that and the expert loads marked L2 evict-first; 0: neither; -1:
-    // GPTOSS_MOE_DECODE_PREFETCH's choice (session 23, compiled only: default 0 until measured).
-    int prefetch = -1;
-    int prefetch_stride = 0;  // gate_up CTAs resident at once (0: asked of the device)
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.

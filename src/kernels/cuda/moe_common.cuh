@@ -22,28 +22,6 @@ __device__ __forceinline__ uint4 ldg_stream(const void* p) {
     return v;
 }
 
-// The same with an L2 cache policy (createpolicy: l2_policy below).
-__device__ __forceinline__ uint4 ldg_stream(const void* p, uint64_t policy) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "l"(policy));
-    return v;
-}
-// An L2 policy for loads: evict-first (read once, make room for others) or evict-normal.
-__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
-    uint64_t p;
-    if (evict_first)
-        asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-    else
-        asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
-// Ask L2 to bring bytes [p, p + n) in (n a multiple of 16, p 16-byte aligned); no completion.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t n) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(n) : "memory");
-}
-
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -78,10 +78,7 @@ __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
 // reads the plan before pdl_wait, so nothing may come from a stale L1 line).
 // All of a lane's offsets are loaded before the first ballot: one L2 round trip, not one per 32
 // experts (120b: 4).
-// kExtra: also the expert of each of `extra`'s slots into s_extra (-1 past the list).
-template <int kExtra = 0>
-__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info,
-                                          const int* extra = nullptr, int* s_extra = nullptr) {
+__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
     constexpr int kChunks = kMaxExpertsScan / 32;
     const int lane = threadIdx.x & 31;
     int los[kChunks], his[kChunks];
@@ -93,26 +90,17 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
     }
     int n = 0;
     int found = 0;
-    if constexpr (kExtra > 0) {
-        if (lane == 0)
-            for (int q = 0; q < kExtra; ++q) s_extra[q] = -1;
-        __syncwarp();
-    }
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
         const int e = 32 * i + lane;
         const int lo = los[i], hi = his[i];
         const bool active = hi > lo;
         const unsigned m = __ballot_sync(0xffffffffu, active);
-        const int pos = n + __popc(m & ((1u << lane) - 1u));
-        if (active && pos == slot) {
+        if (active && n + __popc(m & ((1u << lane) - 1u)) == slot) {
             s_info[0] = e;
             s_info[1] = lo;
             s_info[2] = hi - lo;
         }
-#pragma unroll
-        for (int q = 0; q < kExtra; ++q)
-            if (active && pos == extra[q]) s_extra[q] = e;
         found |= (n + __popc(m) > slot);
         n += __popc(m);
     }
@@ -259,19 +247,18 @@ struct DecodeWeights {
     uint4 lo[kMaxSteps], hi[kMaxSteps];
     uint32_t slo[kMaxSteps], shi[kMaxSteps];
 };
-// All of them requested now (r_lo: row g's index in the [E · rows] weight rows), the blocks with L2
-// policy `policy` (l2_policy).
+// All of them requested now (r_lo: row g's index in the [E · rows] weight rows).
 template <int kMaxSteps, int kWarps>
 __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const uint8_t* blocks, const uint8_t* scales,
-                                            int64_t r_lo, int G, const WarpK<kWarps>& wk, uint64_t policy) {
+                                            int64_t r_lo, int G, const WarpK<kWarps>& wk) {
     const int t = threadIdx.x & 3;
     const int64_t r_hi = r_lo + 8;
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) {
         const int grp = 4 * (wk.s0 + i) + t;
         if (i < wk.ns && grp < G) {
-            w.lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16, policy);
-            w.hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16, policy);
+            w.lo[i] = ldg_stream(blocks + (r_lo * G + grp) * 16);
+            w.hi[i] = ldg_stream(blocks + (r_hi * G + grp) * 16);
             w.slo[i] = __ldg(scales + r_lo * G + grp);
             w.shi[i] = __ldg(scales + r_hi * G + grp);
         } else {
@@ -330,29 +317,6 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
     }
 }
 
-// MoeMxfp4Args::prefetch_stride R (gate_up at 1-2 tokens): CTA b asks L2 for the 16-row tiles of
-// gate_up CTAs b + R and b + 2R (the later waves: R is the CTAs resident at once) and of down CTA
-// b, whose experts warp 0 found beside its own (s_pf; -1: no such tile). One bulk prefetch a
-// tile's blocks and one its scales, from thread 0.
-__device__ __forceinline__ void prefetch_tile(const uint8_t* blocks, const uint8_t* scales, int64_t row0, int G) {
-    prefetch_l2_bulk(blocks + row0 * G * 16, static_cast<uint32_t>(kRows * G * 16));
-    prefetch_l2_bulk(scales + row0 * G, static_cast<uint32_t>(kRows * G));
-}
-__device__ __forceinline__ void prefetch_ahead(const MoeMxfp4Args& a, const int* s_pf) {
-    const int H = a.hidden_size, I = a.intermediate_size;
-    const int gu_tiles = 2 * I / kRows, dn_tiles = H / kRows;
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-        const int t = static_cast<int>(blockIdx.x) + (q + 1) * a.prefetch_stride;
-        if (s_pf[q] >= 0)
-            prefetch_tile(a.gate_up_blocks, a.gate_up_scales,
-                          static_cast<int64_t>(s_pf[q]) * 2 * I + (t % gu_tiles) * kRows, H / 32);
-    }
-    if (s_pf[2] >= 0)
-        prefetch_tile(a.down_blocks, a.down_scales, static_cast<int64_t>(s_pf[2]) * H + (blockIdx.x % dn_tiles) * kRows,
-                      I / 32);
-}
-
 // kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
 // loads, 97 registers at 4; a fifth CTA needs <= 96).
 template <bool kEarly>
@@ -370,7 +334,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
-    __shared__ int s_pf[3];  // kEarly with prefetch_stride: the experts of the tiles prefetch_ahead asks for
     __shared__ int s_as[8];
     __shared__ int s_col[8];          // the MMA column of the tile's assignment
     __shared__ const void* s_src[8];  // the input row of the tile's assignment (not kEarly)
@@ -398,15 +361,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const int tiles = rows / kRows, slot = blockIdx.x / tiles;
         row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
         pdl_wait();  // the plan and h come from the kernel just before
-        if (warp == 0) {
-            if (a.prefetch_stride > 0) {
-                const int b = static_cast<int>(blockIdx.x), R = a.prefetch_stride;
-                const int extra[3] = {(b + R) / tiles, (b + 2 * R) / tiles, b / (H / kRows)};
-                find_slot<3>(a.expert_offsets, a.num_experts, slot, s_info, extra, s_pf);
-            } else {
-                find_slot(a.expert_offsets, a.num_experts, slot, s_info);
-            }
-        }
+        if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
         nrows = max_tokens;
         if (wk.ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
             if (in_f32)
@@ -447,9 +402,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             w.slo[i] = w.shi[i] = 127u;
         }
     } else {
-        decode_load(w, blocks, scales, r_lo, G, wk, l2_policy(a.prefetch == 2));
-        if constexpr (kEarly)  // after this CTA's own loads
-            if (a.prefetch_stride > 0 && threadIdx.x == 0) prefetch_ahead(a, s_pf);
+        decode_load(w, blocks, scales, r_lo, G, wk);
     }
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
     // the epilogue (stored there, before its barrier); else their input rows are staged now.
@@ -786,34 +739,8 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
 void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    static const int env_prefetch = [] {  // see MoeMxfp4Args::prefetch
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_PREFETCH");
-        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
-    }();
-    const int prefetch = a.prefetch >= 0 ? a.prefetch : env_prefetch;
-    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    MoeMxfp4Args b = a;
-    b.prefetch = 0;
-    b.prefetch_stride = 0;
-    if (prefetch > 0 && a.num_tokens <= 2 && aligned16(a.gate_up_blocks) && aligned16(a.gate_up_scales) &&
-        aligned16(a.down_blocks) && aligned16(a.down_scales)) {
-        // The gate_up CTAs resident at once (asked once; the process's GPUs are one kind).
-        static const int resident = [] {
-            using Sh = DecodeShape<4>;
-            auto kernel = moe_decode_mma_kernel<true, 4, true>;
-            const size_t smem = static_cast<size_t>(4) * 2 * Sh::kTokenSlots * sizeof(uint4);
-            fit_dynamic_smem(kernel, smem);
-            int dev = 0, sms = 0, per_sm = 0;
-            CUDA_CHECK(cudaGetDevice(&dev));
-            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Sh::kThreads, smem));
-            return std::max(1, per_sm) * sms;
-        }();
-        b.prefetch = prefetch;
-        b.prefetch_stride = a.prefetch_stride > 0 ? a.prefetch_stride : resident;
-    }
-    launch<true, 4>(b, stream);
-    launch<false, 4>(b, stream);
+    launch<true, 4>(a, stream);
+    launch<false, 4>(a, stream);
 }
 
 bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
