@@ -27,8 +27,11 @@
 //   fixed-latency waits first). A persistent form (one CTA an SM, gate_up and down in one launch,
 //   16-row tiles through a TMA bulk-copy ring, a grid-wide barrier) took the same 41 us a layer
 //   under ncu and was slower in the graph (20b batch 1 1.827 -> 1.993 ms: one CTA of ~216 KB an
-//   SM leaves no room for the next kernel's early launch); removed (b3407c2 has it). Fewer
-//   instructions a weight is the lever.
+//   SM leaves no room for the next kernel's early launch); removed (b3407c2 has it). r38 tried two
+//   more ways to keep DRAM busy during the math, both slower and removed: CTAs looping over tiles
+//   with the next tile's weights in a second register buffer (e524c5d), and L2 bulk prefetch of the
+//   later waves' tiles (bae59b6: with the weights in L2, gate_up was no faster). Fewer
+//   instructions and shorter dependency chains a tile are the lever.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
