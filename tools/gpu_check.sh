@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23a s23b s23c moe_loop l2pf pf
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -755,13 +755,9 @@ for stage in "$@"; do
         done
       fi
       ;;
-    s23a)
-      # Session 22's gather of moe_fp8's tile rows by 1-row TMA boxes (GPTOSS_MOE_GATHER_TMA=1): r38
-      # call 1 measured it 3.7x slower (MoE 41 -> 150 ms at 20b 8k) and it was removed (b1a8599 has
-      # it); kept as the record of that call (the switch is gone: both runs are the default now).
-      switch_prefill_ab s23a GPTOSS_MOE_GATHER_TMA 'CudaMoeFp8.GatherInTheProducerMatchesGatheredRows' 'moe' \
-        'gpt-oss-20b gpt-oss-20b'
-      ;;
+    # Stages of removed switches are gone from here; each ran at the revision its results README
+    # names, where the script still has it (r38: s23a at 8f90f54, moe_loop at e524c5d, l2pf at
+    # 3e416b8, pf at bae59b6).
     s23b)
       # Written in session 22 (compiled only): the decode router in clusters of up to 16 CTAs
       # (GPTOSS_ROUTER_CLUSTER=16; 120b: 16 CTAs of 8 experts, half the rows a CTA stages after its
@@ -794,108 +790,6 @@ for stage in "$@"; do
         summary+=("s23c attn_cluster=$v rc=$?")
         echo "20b attn_cluster=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s23c_$v.md"
       done
-      ;;
-    pf)
-      # Session 23: removed after r38 call 5 measured it slower (20b batch 1 1.675-1.680 -> 1.715-1.719
-      # ms with 1, 1.690-1.693 with 2; bae59b6 has it), kept as the record. gate_up CTAs at 1-2 tokens ask L2 for the tiles
-      # of the CTAs one and two resident grids later and of down's CTA of their index
-      # (GPTOSS_MOE_DECODE_PREFETCH=1; 2 also marks the expert loads evict-first). Its test (same
-      # bits), the FP8 model test with 2, moe_bench 1 token and 20b batch 1 with 0 / 1 / 2 (twice).
-      timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*' > "$OUT/pf_tests.log" 2>&1
-      rc=$?
-      GPTOSS_MOE_DECODE_PREFETCH=2 timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.Fp8WeightsStayCloseToFp32' \
-        >> "$OUT/pf_tests.log" 2>&1 || rc=1
-      summary+=("pf tests rc=$rc")
-      grep -E "FAILED|Failure|PASSED" "$OUT/pf_tests.log" | head -20
-      if [ $rc = 0 ]; then
-        for v in 0 1 2; do
-          GPTOSS_MOE_DECODE_PREFETCH=$v timeout 30 $BIN/moe_bench 1 > "$OUT/pf_moe_bench_$v.log" 2>&1
-          echo "moe_bench prefetch=$v:"; grep "^| 1 " "$OUT/pf_moe_bench_$v.log"
-        done
-        for v in 0 1 2 0 1 2; do
-          GPTOSS_MOE_DECODE_PREFETCH=$v timeout 60 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
-            --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/pf_20b_$v.md" >> "$OUT/pf_20b_$v.log" 2>&1
-          summary+=("pf 20b $v rc=$?")
-          echo "20b prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/pf_20b_$v.md" | tail -1
-        done
-      fi
-      ;;
-    l2pf)
-      # Session 23: the decode MoE asks L2 for the next layer's QKV, O and router weights and marks its
-      # own weight loads evict-first (GPTOSS_L2_PREFETCH=1). r38 call 4: slower (20b batch 1
-      # 1.696-1.699 -> 1.748-1.774 ms, 120b 2.447 -> 2.518; QKV's time unchanged with its weights in
-      # L2, gate_up +3 us); removed (3e416b8 has it), kept as the record. The
-      # tests of this session's defaults (decode attention cluster merge at 2 sequences, 16-CTA
-      # router) and of the prefetch (bits equal), the model and engine tests with it on; then 20b
-      # batch 1-2 off / on twice, 120b batch 1 off / on, and a 20b trace with it on.
-      timeout 200 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4MatchesCpu:PagedAttentionCuda.*:CudaDecodeFusion.*' \
-        > "$OUT/l2pf_tests.log" 2>&1
-      rc=$?
-      GPTOSS_L2_PREFETCH=1 timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
-        >> "$OUT/l2pf_tests.log" 2>&1 || rc=1
-      summary+=("l2pf tests rc=$rc")
-      grep -E "FAILED|Failure|PASSED" "$OUT/l2pf_tests.log" | head -30
-      if [ $rc = 0 ]; then
-        for v in 0 1 0 1; do
-          GPTOSS_L2_PREFETCH=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
-            --batch 1,2 --context 1024 --decode-steps 32 --markdown "$OUT/l2pf_20b_$v.md" >> "$OUT/l2pf_20b_$v.log" 2>&1
-          summary+=("l2pf 20b $v rc=$?")
-          echo "20b l2_prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/l2pf_20b_$v.md"
-        done
-        for v in 0 1; do
-          GPTOSS_L2_PREFETCH=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
-            --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/l2pf_120b_$v.md" >> "$OUT/l2pf_120b_$v.log" 2>&1
-          summary+=("l2pf 120b $v rc=$?")
-          echo "120b l2_prefetch=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/l2pf_120b_$v.md"
-        done
-        GPTOSS_L2_PREFETCH=1 GPTOSS_KERNEL_TRACE="$OUT/l2pf_ktrace.csv" timeout 100 $BIN/gptoss bench --synthetic \
-          gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/l2pf_ktrace.log" 2>&1
-        summary+=("l2pf ktrace rc=$?")
-        python3 tools/ktrace_summary.py "$OUT/l2pf_ktrace.csv"
-      fi
-      ;;
-    moe_loop)
-      # Session 23: moe_decode_mma's loop form at <= 8 assignments (GPTOSS_MOE_DECODE_LOOP=4|8 warps a
-      # CTA; 0 one CTA a tile). r38 call 3 measured it slower (20b batch 1 1.648-1.655 -> 1.682-1.685
-      # ms with 8 warps, 1.736-1.738 with 4) and it was removed (e524c5d has it); kept as the record. Its tests (4 warps bit-identical
-      # to one CTA a tile), the model and engine tests with each, moe_bench 1-2 tokens, then decode
-      # A/B: 20b batch 1-2 with 0 / 4 / 8 twice, 120b batch 1 (MOE_LOOP_120B, default 0 4 8), and a kernel
-      # trace at 20b (MOE_LOOP_TRACE, default 4 8).
-      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeMxfp4MatchesCpu:CudaOps.MoeDecodeMma*' \
-        > "$OUT/moe_loop_tests.log" 2>&1
-      rc=$?
-      for v in 4 8; do
-        GPTOSS_MOE_DECODE_LOOP=$v timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
-          >> "$OUT/moe_loop_tests.log" 2>&1 || rc=1
-      done
-      summary+=("moe_loop tests rc=$rc")
-      grep -E "FAILED|Failure|OK \]" "$OUT/moe_loop_tests.log" | head -30
-      if [ $rc = 0 ]; then
-        for v in 0 4 8; do
-          GPTOSS_MOE_DECODE_LOOP=$v timeout 100 $BIN/moe_bench 1 2 > "$OUT/moe_loop_bench_$v.log" 2>&1
-          summary+=("moe_loop moe_bench $v rc=$?")
-          echo "moe_bench loop=$v:"; grep "^|" "$OUT/moe_loop_bench_$v.log"
-        done
-        for v in 0 4 8 0 4 8; do
-          GPTOSS_MOE_DECODE_LOOP=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
-            --batch 1,2 --context 1024 --decode-steps 32 --markdown "$OUT/moe_loop_20b_$v.md" >> "$OUT/moe_loop_20b_$v.log" 2>&1
-          summary+=("moe_loop 20b loop=$v rc=$?")
-          echo "20b loop=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_loop_20b_$v.md"
-        done
-        for v in ${MOE_LOOP_120B:-0 4 8}; do
-          GPTOSS_MOE_DECODE_LOOP=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
-            --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/moe_loop_120b_$v.md" >> "$OUT/moe_loop_120b_$v.log" 2>&1
-          summary+=("moe_loop 120b loop=$v rc=$?")
-          echo "120b loop=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/moe_loop_120b_$v.md"
-        done
-        for v in ${MOE_LOOP_TRACE:-4 8}; do
-          GPTOSS_MOE_DECODE_LOOP=$v GPTOSS_KERNEL_TRACE="$OUT/moe_loop_ktrace_$v.csv" timeout 100 $BIN/gptoss bench \
-            --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/moe_loop_ktrace_$v.log" 2>&1
-          summary+=("moe_loop ktrace $v rc=$?")
-          python3 tools/ktrace_summary.py "$OUT/moe_loop_ktrace_$v.csv"
-        done
-      fi
       ;;
     boundary)
       # What a phase boundary costs: N dependent phases as graph launches with / without PDL and as
