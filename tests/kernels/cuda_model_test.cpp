@@ -436,5 +436,85 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     fs::remove_all(dir);
 }
 
+// The O projection inside the decode attention (GPTOSS_ATTN_FUSED_O; on for one sequence by default,
+// =2 for two): a prompt then 8 decode steps of one sequence, and of two, with --fp8. Against the O
+// GEMV (=0), only the decode steps may move, by the partials' bf16 rounding (each kv head's fp32
+// sum rounded once: ~2^-9 of the projection, which the random real-width layers carry to the
+// logits at ~1e-3; bound 2e-2), and both stay within Fp8WeightsStayCloseToFp32's bounds against
+// fp32. The fused run must differ from the unfused one (else the fused kernel did not run).
+TEST(CudaModel, Fp8DecodeFusesTheOProjection) {
+    REQUIRE_GPU();
+    const model::GptOssConfig c = real_width_config();
+    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_fusedo_");
+    auto w = model::GptOssWeights::load(dir);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    const int V = c.vocab_size;
+    for (int nseq : {1, 2}) {
+        SCOPED_TRACE(::testing::Message() << nseq << " sequences");
+        std::mt19937 rng(17 + nseq);
+        std::vector<std::vector<int32_t>> steps_ids[9];
+        steps_ids[0].push_back(random_token_ids(rng, 150, V));
+        if (nseq == 2) steps_ids[0].push_back(random_token_ids(rng, 30, V));
+        for (int st = 1; st < 9; ++st)
+            for (int s = 0; s < nseq; ++s) steps_ids[st].push_back(random_token_ids(rng, 1, V));
+        std::vector<std::vector<int32_t>> tables(nseq);
+        for (int s = 0; s < nseq; ++s) {
+            tables[s].resize(20);
+            for (int b = 0; b < 20; ++b) tables[s][b] = s * 20 + b;
+        }
+        auto run = [&](auto&& fwd) {
+            std::vector<float> all;
+            std::vector<int32_t> lens(nseq, 0);
+            for (int st = 0; st < 9; ++st) {
+                std::vector<ForwardSequence> batch;
+                for (int s = 0; s < nseq; ++s)
+                    batch.push_back({steps_ids[st][s], lens[s], tables[s], tables[s], st == 0});
+                std::vector<float> out;
+                EXPECT_TRUE(fwd(batch, &out));
+                all.insert(all.end(), out.begin(), out.end());
+                for (int s = 0; s < nseq; ++s) lens[s] += static_cast<int>(steps_ids[st][s].size());
+            }
+            return all;
+        };
+        model::CpuForward cpu32(**w);
+        model::CpuKvCache cpu32_kv(c, 16, 64, 64);
+        const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
+        std::vector<float> got[2];
+        for (int fused : {0, 1}) {
+            auto o = small_options();
+            o.fp8 = true;
+            ::setenv("GPTOSS_ATTN_FUSED_O", fused ? (nseq == 2 ? "2" : "1") : "0", 1);  // read when the model is made
+            auto m = CudaModel::create(**w, o);
+            ::unsetenv("GPTOSS_ATTN_FUSED_O");
+            ASSERT_TRUE(m.ok()) << m.status().to_string();
+            got[fused] = run([&](auto& b, auto* out) { return (*m)->forward(b, out).ok(); });
+            ASSERT_EQ(got[fused].size(), ref.size());
+            Agreement agree;
+            for (size_t row = 0; row < ref.size() / V; ++row)
+                agree.add(got[fused].data() + row * V, ref.data() + row * V, V);
+            std::printf("  fp8, O %s, %d seqs, vs fp32 CPU: rel L2 median %.3g p90 %.3g, argmax agreement %.4f\n",
+                        fused ? "fused" : "GEMV", nseq, agree.percentile(0.5), agree.percentile(0.9),
+                        agree.agreement());
+            EXPECT_LE(agree.percentile(0.5), 0.08);
+            EXPECT_LE(agree.percentile(0.9), 0.1);
+            EXPECT_GE(agree.agreement(), 0.97);
+        }
+        const size_t prompt = (nseq == 2 ? 180 : 150) * static_cast<size_t>(V);
+        ASSERT_LE(prompt, got[0].size());
+        EXPECT_TRUE(std::equal(got[0].begin(), got[0].begin() + prompt, got[1].begin()))
+            << "the prompt step changed (the fusion is decode-only)";
+        double num = 0, den = 0;
+        for (size_t i = prompt; i < got[0].size(); ++i) {
+            num += (got[1][i] - got[0][i]) * (got[1][i] - got[0][i]);
+            den += got[0][i] * got[0][i];
+        }
+        const double rel = std::sqrt(num / den);
+        std::printf("  fused O vs the O GEMV, %d seqs, decode steps: rel L2 %.3g\n", nseq, rel);
+        EXPECT_LE(rel, 2e-2);
+        EXPECT_GT(rel, 0.0) << "the fused O projection did not run";
+    }
+    fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gptoss::test
