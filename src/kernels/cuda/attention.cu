@@ -1467,93 +1467,111 @@ static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
 
 // The fused O projection (kOutProj, session 24; PagedAttentionArgs::o_w .. o_partial). The 16 CTAs
 // of a kv head's cluster each own 11-12 of o_w's 16-row tiles (o_n = 2,880: 180 tiles) over the
-// kv head's 512 columns. Their rows (96 KB at most) come by bulk copies before pdl_wait, so they
-// land while the attention runs. After the merge, split 0 leaves the 8 heads' output (bf16, as the
-// GEMV would round it) in its shared memory; every CTA copies it (DSMEM), multiplies its tiles on
-// the tensor cores as gemv_fp8_mma_kernel does (e4m3 widened exactly to bf16, fp32 accumulation,
-// the block scale per 128 columns) and writes fp32 partials without the bias. This replaces the O
-// GEMV launch (r37's trace: 4.6 µs a layer at batch 1); the router sums the 8 partials.
-// Shared memory past the decode ring: W rows [kOpMaxTiles · 16][512 B], x [512] bf16, the tiles'
-// block scales [kOpMaxTiles][4], the mbarrier.
-constexpr int kOpK = kGroup * kHeadDim;  // 512 inputs a kv head
-constexpr int kOpMaxTiles = 12;          // 16-row tiles a CTA: o_n ≤ 16 CTAs · 12 · 16 = 3,072
-constexpr int kOpWOffset = kDecodeSmem;
-constexpr int kOpXOffset = kOpWOffset + kOpMaxTiles * 16 * kOpK;
-constexpr int kOpScaleOffset = kOpXOffset + kOpK * 2;
-constexpr int kOpBarOffset = kOpScaleOffset + kOpMaxTiles * 4 * 4;
-constexpr int kOpSmem = kOpBarOffset + 16;
-static_assert(kOpXOffset % 16 == 0 && kOpBarOffset % 8 == 0 && kOpK * 2 == kDecodeThreads * 8,
-              "x is 8 bytes a thread; the barrier 8-byte aligned");
+// kv head's 512 columns (≤ 96 KB a CTA). Before pdl_wait each CTA asks L2 for its rows (bulk
+// prefetches), so they are there once the attention is done. After the merge, split 0 leaves the 8
+// heads' output (bf16, as the GEMV would round it) in its shared memory; every CTA copies it
+// (DSMEM), streams its tiles from L2 into registers (two tiles in flight a warp) and multiplies
+// them on the tensor cores as gemv_fp8_mma_kernel does (e4m3 widened exactly to bf16, fp32
+// accumulation, the block scale per 128 columns), then writes the partials without the bias,
+// rounded to bf16. This replaces the O GEMV launch (r37's trace: 4.6 µs a layer at batch 1); the
+// router sums the 8 partials. The shared memory stays the decode kernel's 64 KB: staging the tiles
+// there (165 KB a CTA, one CTA an SM) made the 16-CTA clusters wait for whole GPCs (session 24 call
+// 1: 20b batch 1 1.65 → 2.01 ms a step).
+constexpr int kOpK = kGroup * kHeadDim;                   // 512 inputs a kv head
+constexpr int kOpMaxTiles = 12;                           // 16-row tiles a CTA: o_n ≤ 16 · 12 · 16 = 3,072
+constexpr int kOpWarpTiles = kOpMaxTiles / kDecodeWarps;  // 3 a warp
+constexpr int kOpXOffset = kDecodePartOffset + 4 * 1024;  // x [512] bf16, past the merge's partial
+static_assert(kOpXOffset >= kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 && kOpXOffset + kOpK * 2 <= kDecodeSmem &&
+                  kOpK * 2 == kDecodeThreads * 8,
+              "x sits in the ring's free space after the attention, 8 bytes a thread");
 
-// size bytes (a multiple of 16, both addresses 16-byte aligned) global -> this CTA's shared memory,
-// completing on the mbarrier's transaction count.
-__device__ __forceinline__ void attn_bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
+// A 16-row tile's weights for lane (g, t): rows g and g + 8, bytes 16t .. 16t + 15 of each 64-wide
+// step of the kv head's 512 columns (L2 hits after the prologue's prefetch), and its 4 block scales.
+struct OpTile {
+    uint4 lo[kOpK / 64], hi[kOpK / 64];
+    float sc[kOpK / 128];
+};
+__device__ __forceinline__ void op_load(OpTile& w, const PagedAttentionArgs& a, int kv_head, int tile) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const uint8_t* lo = a.o_w + static_cast<int64_t>(tile * 16 + g) * a.o_ld + kv_head * kOpK + 16 * tig;
+    const uint8_t* hi = lo + static_cast<int64_t>(8) * a.o_ld;
+#pragma unroll
+    for (int s = 0; s < kOpK / 64; ++s) {
+        w.lo[s] = __ldg(reinterpret_cast<const uint4*>(lo + s * 64));
+        w.hi[s] = __ldg(reinterpret_cast<const uint4*>(hi + s * 64));
+    }
+    const float* sc = a.o_w_scale + static_cast<int64_t>(tile * 16 / 128) * (a.o_ld / 128) + kv_head * (kOpK / 128);
+#pragma unroll
+    for (int kb = 0; kb < kOpK / 128; ++kb) w.sc[kb] = __ldg(sc + kb);
+}
+// Rows g, g + 8 of the tile × the token (MMA column 0; lanes g > 0 give zero B fragments) into the
+// bf16 partials.
+__device__ __forceinline__ void op_tile(const OpTile& w, const PagedAttentionArgs& a, const __nv_bfloat16* xs,
+                                        int kv_head, int q_row, int tile) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int kb = 0; kb < kOpK / 128; ++kb) {
+        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int hs = 0; hs < 2; ++hs) {
+            const int s = 2 * kb + hs;
+            uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
+            if (g == 0) {
+                x0 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig);
+                x1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig + 8);
+            }
+            const uint32_t lo[4] = {w.lo[s].x, w.lo[s].y, w.lo[s].z, w.lo[s].w};
+            const uint32_t hi[4] = {w.hi[s].x, w.hi[s].y, w.hi[s].z, w.hi[s].w};
+            const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                uint32_t af[4];
+                e4m3x4_to_bf16x2(lo[j], af[0], af[2]);
+                e4m3x4_to_bf16x2(hi[j], af[1], af[3]);
+                // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
+                mma_bf16(tmp, af, __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410),
+                         __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632));
+            }
+        }
+        acc[0] = fmaf(w.sc[kb], tmp[0], acc[0]);
+        acc[2] = fmaf(w.sc[kb], tmp[2], acc[2]);
+    }
+    if (tig == 0) {
+        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.o_partial) +
+                             (static_cast<int64_t>(kv_head) * a.num_tokens + q_row) * a.o_n + tile * 16 + g;
+        dst[0] = __float2bfloat16_rn(acc[0]);
+        dst[8] = __float2bfloat16_rn(acc[2]);
+    }
 }
 
 // The fused O projection's tail, in every CTA of the cluster after the merge's second barrier:
 // split 0's x into this CTA's copy, then tiles [t0, t0 + nt) of o_w × x into o_partial.
 __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uint8_t* smem, int kv_head, int split,
                                                 int q_row, int t0, int nt) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, tig = lane & 3;
+    const int tid = threadIdx.x, warp = tid >> 5;
+    // The first tiles' loads go out before the copy of x (they do not depend on it).
+    OpTile wa, wb;
+    if (warp < nt) op_load(wa, a, kv_head, t0 + warp);
+    if (warp + kDecodeWarps < nt) op_load(wb, a, kv_head, t0 + warp + kDecodeWarps);
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const uint2 xv = reinterpret_cast<const uint2*>(cluster.map_shared_rank(smem + kOpXOffset, 0))[tid];
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");  // done with split 0's x
     if (split != 0) reinterpret_cast<uint2*>(smem + kOpXOffset)[tid] = xv;
     __syncthreads();
-    attn_mbar_wait(smem_addr(smem + kOpBarOffset), 0);  // the tiles (landed during the attention)
     const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(smem + kOpXOffset);
-    const float* s_sc = reinterpret_cast<const float*>(smem + kOpScaleOffset);
-    for (int i = warp; i < nt; i += kDecodeWarps) {
-        // Lane (g, t): rows g, g + 8 of the tile, bytes 16t .. 16t + 15 of each 64-wide step; the
-        // token is MMA column 0 (lanes g > 0 give zero B fragments).
-        const uint8_t* r_lo = smem + kOpWOffset + (i * 16 + g) * kOpK + 16 * tig;
-        const uint8_t* r_hi = r_lo + 8 * kOpK;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int kb = 0; kb < kOpK / 128; ++kb) {
-            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int hs = 0; hs < 2; ++hs) {
-                const int s = 2 * kb + hs;
-                const uint4 wl = *reinterpret_cast<const uint4*>(r_lo + s * 64);
-                const uint4 wh = *reinterpret_cast<const uint4*>(r_hi + s * 64);
-                uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
-                if (g == 0) {
-                    x0 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig);
-                    x1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig + 8);
-                }
-                const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
-                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    uint32_t af[4];
-                    e4m3x4_to_bf16x2(lo[j], af[0], af[2]);
-                    e4m3x4_to_bf16x2(hi[j], af[1], af[3]);
-                    // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
-                    mma_bf16(tmp, af, __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410),
-                             __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632));
-                }
-            }
-            const float sc = s_sc[i * 4 + kb];
-            acc[0] = fmaf(sc, tmp[0], acc[0]);
-            acc[2] = fmaf(sc, tmp[2], acc[2]);
-        }
-        if (tig == 0) {
-            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.o_partial) +
-                                 (static_cast<int64_t>(kv_head) * a.num_tokens + q_row) * a.o_n + (t0 + i) * 16 + g;
-            dst[0] = __float2bfloat16_rn(acc[0]);
-            dst[8] = __float2bfloat16_rn(acc[2]);
-        }
-    }
+    static_assert(kOpWarpTiles == 3, "tiles warp, warp + 4, warp + 8: two in flight");
+    if (warp < nt) op_tile(wa, a, xs, kv_head, q_row, t0 + warp);
+    if (warp + 2 * kDecodeWarps < nt) op_load(wa, a, kv_head, t0 + warp + 2 * kDecodeWarps);
+    if (warp + kDecodeWarps < nt) op_tile(wb, a, xs, kv_head, q_row, t0 + warp + kDecodeWarps);
+    if (warp + 2 * kDecodeWarps < nt) op_tile(wa, a, xs, kv_head, q_row, t0 + warp + 2 * kDecodeWarps);
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");  // split 0's x outlives every read
 }
 
+// kOutProj: at most 168 registers (3 CTAs an SM by registers, as the shared memory allows), so that
+// a CTA shares its SM with one of the router's (384 threads × 112 with add_parts).
 template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kDecodeThreads, kOutProj ? 3 : 1)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     static_assert(kCluster || !kOutProj, "the fused O projection runs in the cluster kernel");
     extern __shared__ __align__(128) uint8_t smem[];
@@ -1565,40 +1583,22 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int num_splits = gridDim.y;
     int op_t0 = 0, op_nt = 0;  // kOutProj: this CTA's o_w tiles
     if constexpr (kOutProj) {
-        // Before the wait (weights do not change): the tiles' rows × the kv head's 512 columns by
-        // bulk copies, 512 bytes a row, and their block scales.
+        // Before the wait (weights do not change): the tiles' rows × the kv head's 512 columns into
+        // L2, 512 bytes a prefetch.
         const int tiles = a.o_n / 16;
         op_t0 = split * tiles / num_splits;
         op_nt = (split + 1) * tiles / num_splits - op_t0;
-        const uint32_t bar = smem_addr(smem + kOpBarOffset);
-        if (tid == 0) {
-            attn_mbar_init(bar, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        __syncthreads();
-        if (warp == 0) {
-            const int rows = op_nt * 16;
-            if (lane == 0) attn_mbar_expect_tx(bar, static_cast<uint32_t>(rows * kOpK));
-            __syncwarp();
-            const uint8_t* src = a.o_w + static_cast<int64_t>(op_t0) * 16 * a.o_ld + kv_head * kOpK;
-            for (int r = lane; r < rows; r += 32)
-                attn_bulk_copy(smem_addr(smem + kOpWOffset + r * kOpK), src + static_cast<int64_t>(r) * a.o_ld, kOpK,
-                               bar);
-        }
-        if (tid < op_nt * 4) {
-            const int i = tid >> 2, kb = tid & 3;
-            reinterpret_cast<float*>(smem + kOpScaleOffset)[tid] =
-                __ldg(a.o_w_scale + static_cast<int64_t>((op_t0 + i) * 16 / 128) * (a.o_ld / 128) + kv_head * 4 + kb);
-        }
+        const uint8_t* src = a.o_w + static_cast<int64_t>(op_t0) * 16 * a.o_ld + kv_head * kOpK;
+        for (int r = tid; r < op_nt * 16; r += kDecodeThreads)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src + static_cast<int64_t>(r) * a.o_ld),
+                         "r"(kOpK)
+                         : "memory");
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
 
     const int q_row = a.query_start[seq];
-    if (a.query_start[seq + 1] - q_row != 1) {  // padding sequence (or not a decode batch): the whole cluster
-        if constexpr (kOutProj) attn_mbar_wait(smem_addr(smem + kOpBarOffset), 0);  // no copy outlives the CTA
-        return;
-    }
+    if (a.query_start[seq + 1] - q_row != 1) return;  // padding sequence (or not a decode batch; the whole cluster)
     const int pos = a.seq_start_pos[seq];
     const DecodeSplit sp = decode_split(pos, a.sliding_window, num_splits, split);
     if (split >= sp.num_active) {
@@ -2028,7 +2028,7 @@ void ensure_decode_smem(int dev) {
     }
     for (auto kernel : {bf16_paged_attention_decode_kernel<false, true, true>,
                         bf16_paged_attention_decode_kernel<true, true, true>}) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOpSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
@@ -2188,14 +2188,14 @@ static int max_cluster_splits() {
     return n;
 }
 
-// Whether the device schedules the fused O projection's kernel as 16-CTA clusters (its ~161 KB of
-// shared memory a CTA: one an SM); GPTOSS_ATTN_DECODE_CLUSTER=0 turns it off with the cluster merge.
+// Whether the device schedules the fused O projection's kernel as 16-CTA clusters;
+// GPTOSS_ATTN_DECODE_CLUSTER=0 turns it off with the cluster merge.
 static bool fused_o_schedulable() {
     static const bool ok = [] {
         if (max_cluster_splits() != kMaxClusterSplits) return false;
         ensure_decode_smem(current_device());
         return max_active_clusters(bf16_paged_attention_decode_kernel<false, true, true>, dim3(1, kMaxClusterSplits, 1),
-                                   dim3(kDecodeThreads), kOpSmem) > 0;
+                                   dim3(kDecodeThreads), kDecodeSmem) > 0;
     }();
     return ok;
 }
@@ -2223,7 +2223,7 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
         const dim3 grid(a.num_kv_heads, kMaxClusterSplits, a.num_seqs);
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true, true>
                                                : bf16_paged_attention_decode_kernel<false, true, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, a);
+        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
