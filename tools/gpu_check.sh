@@ -775,6 +775,12 @@ for stage in "$@"; do
           summary+=("s24a 20b fused_o=$v rc=$? ($(( $(date +%s) - t0 )) s)")
           echo "20b fused_o=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s24a_20b_$v.md"
         done
+        for v in 0 1; do
+          GPTOSS_ATTN_FUSED_O=$v GPTOSS_KERNEL_TRACE="$OUT/s24a_ktrace_$v.csv" timeout 100 $BIN/gptoss bench --synthetic \
+            gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s24a_ktrace_$v.log" 2>&1
+          summary+=("s24a ktrace fused_o=$v rc=$?")
+          echo "ktrace fused_o=$v:"; python3 tools/ktrace_summary.py "$OUT/s24a_ktrace_$v.csv" | head -30
+        done
       fi
       ;;
     s24b)
