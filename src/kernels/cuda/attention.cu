@@ -1568,10 +1568,11 @@ __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uin
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");  // split 0's x outlives every read
 }
 
-// kOutProj: at most 168 registers (3 CTAs an SM by registers, as the shared memory allows), so that
-// a CTA shares its SM with one of the router's (384 threads × 112 with add_parts).
-template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false>
-__global__ void __launch_bounds__(kDecodeThreads, kOutProj ? 3 : 1)
+// kOpCap (with kOutProj; GPTOSS_ATTN_FUSED_O_CAP=1, an A/B switch): at most 168 registers, 3 CTAs an
+// SM by registers as by shared memory (session 24 call 2: with the cap, 20b batch 1 1.64 → 1.84 ms a
+// step, the kernel ~12 µs longer; the out-projection's loads seemingly no longer all in flight).
+template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false, bool kOpCap = false>
+__global__ void __launch_bounds__(kDecodeThreads, kOpCap ? 3 : 0)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     static_assert(kCluster || !kOutProj, "the fused O projection runs in the cluster kernel");
     extern __shared__ __align__(128) uint8_t smem[];
@@ -2026,8 +2027,10 @@ void ensure_decode_smem(int dev) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
-    for (auto kernel : {bf16_paged_attention_decode_kernel<false, true, true>,
-                        bf16_paged_attention_decode_kernel<true, true, true>}) {
+    for (auto kernel :
+         {bf16_paged_attention_decode_kernel<false, true, true>, bf16_paged_attention_decode_kernel<true, true, true>,
+          bf16_paged_attention_decode_kernel<false, true, true, true>,
+          bf16_paged_attention_decode_kernel<true, true, true, true>}) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
@@ -2221,8 +2224,14 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (paged_attention_decode_fuses_o(a)) {
         // Always the full cluster: its 16 CTAs split the projection's rows whatever the KV range.
         const dim3 grid(a.num_kv_heads, kMaxClusterSplits, a.num_seqs);
-        auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true, true>
-                                               : bf16_paged_attention_decode_kernel<false, true, true>;
+        static const bool cap = [] {
+            const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_CAP");
+            return v != nullptr && std::strcmp(v, "1") == 0;
+        }();
+        auto kernel = a.kv_fp8 && a.fp8_direct ? (cap ? bf16_paged_attention_decode_kernel<true, true, true, true>
+                                                      : bf16_paged_attention_decode_kernel<true, true, true>)
+                                               : (cap ? bf16_paged_attention_decode_kernel<false, true, true, true>
+                                                      : bf16_paged_attention_decode_kernel<false, true, true>);
         launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;

@@ -737,9 +737,8 @@ constexpr int kRcWarps = kRcThreads / 32;
 constexpr int kRcMaxCtas = 16;      // a non-portable cluster size (RouterPlanSmallArgs::cluster_ctas)
 constexpr int kRcPortableCtas = 8;  // the default
 
-template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas, bool kParts = false>
-__global__ void __launch_bounds__(kRcThreads)
-    router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+template <int kEpc, int kCpt, int kMaxCtas, bool kParts>
+__device__ __forceinline__ void router_plan_cluster_body(const RouterPlanSmallArgs& a) {
     extern __shared__ uint4 s_w[];  // [kEpc][kCpt · kRcThreads]: the CTA's rows, 16-byte chunks
     __shared__ float part[kRouterMaxTokens][kRcWarps][kEpc + 1];  // per warp: kEpc dot products, Σ v²
     __shared__ float s_inv[kRouterMaxTokens];
@@ -894,6 +893,18 @@ __global__ void __launch_bounds__(kRcThreads)
     if (rank != 0) return;
     router_finish<(kEpc * kMaxCtas + 31) / 32>(
         a, kRcWarps, [&](int t, int ex) { return s_logits[t * E + ex]; }, s_ids);
+}
+
+template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas>
+__global__ void __launch_bounds__(kRcThreads)
+    router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+    router_plan_cluster_body<kEpc, kCpt, kMaxCtas, false>(a);
+}
+// With add_parts: at most 96 registers (the 8 parts' loads in flight took 105), so that a CTA fits
+// on an SM beside one of the decode attention's with the fused O projection (128 threads × 182).
+template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas>
+__global__ void __maxnreg__(96) router_plan_cluster_parts_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
+    router_plan_cluster_body<kEpc, kCpt, kMaxCtas, true>(a);
 }
 
 // ---- routing plan -----------------------------------------------------------------------------
@@ -1553,8 +1564,8 @@ static bool router_cluster16_ok() {
         for (auto kernel :
              {router_plan_cluster_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_kernel<4, 2, kRcMaxCtas>,
               router_plan_cluster_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_kernel<8, 2, kRcMaxCtas>,
-              router_plan_cluster_kernel<4, 1, kRcMaxCtas, true>, router_plan_cluster_kernel<4, 2, kRcMaxCtas, true>,
-              router_plan_cluster_kernel<8, 1, kRcMaxCtas, true>, router_plan_cluster_kernel<8, 2, kRcMaxCtas, true>})
+              router_plan_cluster_parts_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_parts_kernel<4, 2, kRcMaxCtas>,
+              router_plan_cluster_parts_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_parts_kernel<8, 2, kRcMaxCtas>})
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         attr_done[dev].store(true, std::memory_order_release);
     }
@@ -1571,15 +1582,24 @@ static bool router_cluster16_ok() {
 template <bool kParts>
 static auto router_cluster_kernel(int ctas, int kepc, int cpt) {
     constexpr int M = kRcMaxCtas, P = kRcPortableCtas;
-    return ctas > P     ? (kepc == 8 ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, M, kParts>
-                                                 : router_plan_cluster_kernel<8, 2, M, kParts>)
-                                     : (cpt == 1 ? router_plan_cluster_kernel<4, 1, M, kParts>
-                                                 : router_plan_cluster_kernel<4, 2, M, kParts>))
-           : kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1, P, kParts>
-                                    : router_plan_cluster_kernel<16, 2, P, kParts>)
-           : kepc == 8
-               ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, P, kParts> : router_plan_cluster_kernel<8, 2, P, kParts>)
-               : (cpt == 1 ? router_plan_cluster_kernel<4, 1, P, kParts> : router_plan_cluster_kernel<4, 2, P, kParts>);
+    if constexpr (kParts) {
+        return ctas > P     ? (kepc == 8 ? (cpt == 1 ? router_plan_cluster_parts_kernel<8, 1, M>
+                                                     : router_plan_cluster_parts_kernel<8, 2, M>)
+                                         : (cpt == 1 ? router_plan_cluster_parts_kernel<4, 1, M>
+                                                     : router_plan_cluster_parts_kernel<4, 2, M>))
+               : kepc == 16 ? (cpt == 1 ? router_plan_cluster_parts_kernel<16, 1, P>
+                                        : router_plan_cluster_parts_kernel<16, 2, P>)
+               : kepc == 8
+                   ? (cpt == 1 ? router_plan_cluster_parts_kernel<8, 1, P> : router_plan_cluster_parts_kernel<8, 2, P>)
+                   : (cpt == 1 ? router_plan_cluster_parts_kernel<4, 1, P> : router_plan_cluster_parts_kernel<4, 2, P>);
+    } else {
+        return ctas > P     ? (kepc == 8
+                                   ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, M> : router_plan_cluster_kernel<8, 2, M>)
+                                   : (cpt == 1 ? router_plan_cluster_kernel<4, 1, M> : router_plan_cluster_kernel<4, 2, M>))
+               : kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1, P> : router_plan_cluster_kernel<16, 2, P>)
+               : kepc == 8  ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, P> : router_plan_cluster_kernel<8, 2, P>)
+                            : (cpt == 1 ? router_plan_cluster_kernel<4, 1, P> : router_plan_cluster_kernel<4, 2, P>);
+    }
 }
 
 void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
