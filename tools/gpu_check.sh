@@ -787,6 +787,18 @@ for stage in "$@"; do
         done
       fi
       ;;
+    s24c)
+      # Where the fused O projection's ~12 µs go (call 3's trace: the kernel adds 19.8 µs against
+      # attention 7.9 + O GEMV 4.6): traces with GPTOSS_ATTN_FUSED_O_DIAG 1 (no L2 prefetch), 2
+      # (per-line prefetches), 4 (no projection: barriers only), 5 (neither), and the default.
+      for v in 0 1 2 4 5; do
+        GPTOSS_ATTN_FUSED_O_DIAG=$v GPTOSS_KERNEL_TRACE="$OUT/s24c_ktrace_$v.csv" timeout 100 \
+          $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 \
+          > "$OUT/s24c_ktrace_$v.log" 2>&1
+        summary+=("s24c ktrace diag=$v rc=$?")
+        echo "ktrace diag=$v:"; python3 tools/ktrace_summary.py "$OUT/s24c_ktrace_$v.csv" | sed -n 1,9p | grep -E "step|attention|router|gemv_fp8_mma_kernel<__nv"
+      done
+      ;;
     s24b)
       # The same on 120b batch 1 (twice), 20b batch 2 with GPTOSS_ATTN_FUSED_O=2 against 0, and the
       # kernel trace of 20b batch 1 with it on.

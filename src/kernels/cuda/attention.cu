@@ -1550,6 +1550,7 @@ __device__ __forceinline__ void op_tile(const OpTile& w, const PagedAttentionArg
 __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uint8_t* smem, int kv_head, int split,
                                                 int q_row, int t0, int nt) {
     const int tid = threadIdx.x, warp = tid >> 5;
+    if (a.o_diag & 4) nt = 0;  // diagnostic: the barriers only
     // The first tiles' loads go out before the copy of x (they do not depend on it).
     OpTile wa, wb;
     if (warp < nt) op_load(wa, a, kv_head, t0 + warp);
@@ -1590,10 +1591,18 @@ __global__ void __launch_bounds__(kDecodeThreads, kOpCap ? 3 : 0)
         op_t0 = split * tiles / num_splits;
         op_nt = (split + 1) * tiles / num_splits - op_t0;
         const uint8_t* src = a.o_w + static_cast<int64_t>(op_t0) * 16 * a.o_ld + kv_head * kOpK;
-        for (int r = tid; r < op_nt * 16; r += kDecodeThreads)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src + static_cast<int64_t>(r) * a.o_ld),
-                         "r"(kOpK)
-                         : "memory");
+        if ((a.o_diag & 3) == 0) {
+            for (int r = tid; r < op_nt * 16; r += kDecodeThreads)
+                asm volatile(
+                    "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src + static_cast<int64_t>(r) * a.o_ld),
+                    "r"(kOpK)
+                    : "memory");
+        } else if ((a.o_diag & 3) == 2) {
+            for (int i = tid; i < op_nt * 16 * (kOpK / 128); i += kDecodeThreads)
+                asm volatile(
+                    "prefetch.global.L2 [%0];\n" ::"l"(src + static_cast<int64_t>(i >> 2) * a.o_ld + (i & 3) * 128)
+                    : "memory");
+        }
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
@@ -2228,11 +2237,17 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
             const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_CAP");
             return v != nullptr && std::strcmp(v, "1") == 0;
         }();
+        static const int diag = [] {
+            const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_DIAG");
+            return v == nullptr ? 0 : std::atoi(v);
+        }();
+        PagedAttentionArgs b = a;
+        b.o_diag = diag;
         auto kernel = a.kv_fp8 && a.fp8_direct ? (cap ? bf16_paged_attention_decode_kernel<true, true, true, true>
                                                       : bf16_paged_attention_decode_kernel<true, true, true>)
                                                : (cap ? bf16_paged_attention_decode_kernel<false, true, true, true>
                                                       : bf16_paged_attention_decode_kernel<false, true, true>);
-        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
+        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, b);
         CUDA_CHECK_LAUNCH();
         return;
     }
