@@ -768,36 +768,20 @@ for stage in "$@"; do
       summary+=("s24a tests rc=$rc ($(( $(date +%s) - t0 )) s)")
       grep -E "FAILED|Failure|OK \]|fused O \(o_n 2880|fused O vs|O fused|O GEMV" "$OUT/s24a_tests.log" | head -60
       if [ $rc = 0 ]; then
-        # c: fused with the kernel capped at 168 registers (GPTOSS_ATTN_FUSED_O_CAP=1).
-        for v in 0 1 c 0 1 c; do
+        for v in 0 1 0 1; do
           t0=$(date +%s)
-          f=$v; cap=0; if [ $v = c ]; then f=1; cap=1; fi
-          GPTOSS_ATTN_FUSED_O=$f GPTOSS_ATTN_FUSED_O_CAP=$cap timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-            --prefill "" --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/s24a_20b_$v.md" >> "$OUT/s24a_20b_$v.log" 2>&1
+          GPTOSS_ATTN_FUSED_O=$v timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 32 --markdown "$OUT/s24a_20b_$v.md" >> "$OUT/s24a_20b_$v.log" 2>&1
           summary+=("s24a 20b fused_o=$v rc=$? ($(( $(date +%s) - t0 )) s)")
           echo "20b fused_o=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s24a_20b_$v.md"
         done
-        for v in 0 1 c; do
-          f=$v; cap=0; if [ $v = c ]; then f=1; cap=1; fi
-          GPTOSS_ATTN_FUSED_O=$f GPTOSS_ATTN_FUSED_O_CAP=$cap GPTOSS_KERNEL_TRACE="$OUT/s24a_ktrace_$v.csv" timeout 100 \
-            $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 \
-            > "$OUT/s24a_ktrace_$v.log" 2>&1
+        for v in 0 1; do
+          GPTOSS_ATTN_FUSED_O=$v GPTOSS_KERNEL_TRACE="$OUT/s24a_ktrace_$v.csv" timeout 100 $BIN/gptoss bench --synthetic \
+            gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s24a_ktrace_$v.log" 2>&1
           summary+=("s24a ktrace fused_o=$v rc=$?")
-          echo "ktrace fused_o=$v:"; python3 tools/ktrace_summary.py "$OUT/s24a_ktrace_$v.csv" | sed -n 3,9p
+          echo "ktrace fused_o=$v:"; python3 tools/ktrace_summary.py "$OUT/s24a_ktrace_$v.csv" | sed -n 1,9p
         done
       fi
-      ;;
-    s24c)
-      # Where the fused O projection's ~12 µs go (call 3's trace: the kernel adds 19.8 µs against
-      # attention 7.9 + O GEMV 4.6): traces with GPTOSS_ATTN_FUSED_O_DIAG 1 (no L2 prefetch), 2
-      # (per-line prefetches), 4 (no projection: barriers only), 5 (neither), and the default.
-      for v in 0 1 2 4 5; do
-        GPTOSS_ATTN_FUSED_O_DIAG=$v GPTOSS_KERNEL_TRACE="$OUT/s24c_ktrace_$v.csv" timeout 100 \
-          $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 \
-          > "$OUT/s24c_ktrace_$v.log" 2>&1
-        summary+=("s24c ktrace diag=$v rc=$?")
-        echo "ktrace diag=$v:"; python3 tools/ktrace_summary.py "$OUT/s24c_ktrace_$v.csv" | sed -n 1,9p | grep -E "step|attention|router|gemv_fp8_mma_kernel<__nv"
-      done
       ;;
     s24b)
       # The same on 120b batch 1 (twice), 20b batch 2 with GPTOSS_ATTN_FUSED_O=2 against 0, and the

@@ -81,10 +81,6 @@ struct PagedAttentionArgs {
     int o_ld = 0;
     int o_n = 0;
     void* o_partial = nullptr;  // [num_kv_heads, num_tokens, o_n] bf16
-    // Timing diagnostics of the fused projection (the launcher sets it from GPTOSS_ATTN_FUSED_O_DIAG;
-    // 4 leaves o_partial unwritten): 1 no L2 prefetch of the weights, 2 per-line prefetches
-    // (prefetch.global.L2) instead of bulk ones, 4 no projection after the merge (barriers only).
-    int o_diag = 0;
 
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]

@@ -1467,113 +1467,120 @@ static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
 
 // The fused O projection (kOutProj, session 24; PagedAttentionArgs::o_w .. o_partial). The 16 CTAs
 // of a kv head's cluster each own 11-12 of o_w's 16-row tiles (o_n = 2,880: 180 tiles) over the
-// kv head's 512 columns (≤ 96 KB a CTA). Before pdl_wait each CTA asks L2 for its rows (bulk
-// prefetches), so they are there once the attention is done. After the merge, split 0 leaves the 8
-// heads' output (bf16, as the GEMV would round it) in its shared memory; every CTA copies it
-// (DSMEM), streams its tiles from L2 into registers (two tiles in flight a warp) and multiplies
-// them on the tensor cores as gemv_fp8_mma_kernel does (e4m3 widened exactly to bf16, fp32
-// accumulation, the block scale per 128 columns), then writes the partials without the bias,
-// rounded to bf16. This replaces the O GEMV launch (r37's trace: 4.6 µs a layer at batch 1); the
-// router sums the 8 partials. The shared memory stays the decode kernel's 64 KB: staging the tiles
-// there (165 KB a CTA, one CTA an SM) made the 16-CTA clusters wait for whole GPCs (session 24 call
-// 1: 20b batch 1 1.65 → 2.01 ms a step).
-constexpr int kOpK = kGroup * kHeadDim;                   // 512 inputs a kv head
-constexpr int kOpMaxTiles = 12;                           // 16-row tiles a CTA: o_n ≤ 16 · 12 · 16 = 3,072
-constexpr int kOpWarpTiles = kOpMaxTiles / kDecodeWarps;  // 3 a warp
-constexpr int kOpXOffset = kDecodePartOffset + 4 * 1024;  // x [512] bf16, past the merge's partial
-static_assert(kOpXOffset >= kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 && kOpXOffset + kOpK * 2 <= kDecodeSmem &&
-                  kOpK * 2 == kDecodeThreads * 8,
-              "x sits in the ring's free space after the attention, 8 bytes a thread");
-
-// A 16-row tile's weights for lane (g, t): rows g and g + 8, bytes 16t .. 16t + 15 of each 64-wide
-// step of the kv head's 512 columns (L2 hits after the prologue's prefetch), and its 4 block scales.
-struct OpTile {
-    uint4 lo[kOpK / 64], hi[kOpK / 64];
-    float sc[kOpK / 128];
-};
-__device__ __forceinline__ void op_load(OpTile& w, const PagedAttentionArgs& a, int kv_head, int tile) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    const uint8_t* lo = a.o_w + static_cast<int64_t>(tile * 16 + g) * a.o_ld + kv_head * kOpK + 16 * tig;
-    const uint8_t* hi = lo + static_cast<int64_t>(8) * a.o_ld;
-#pragma unroll
-    for (int s = 0; s < kOpK / 64; ++s) {
-        w.lo[s] = __ldg(reinterpret_cast<const uint4*>(lo + s * 64));
-        w.hi[s] = __ldg(reinterpret_cast<const uint4*>(hi + s * 64));
-    }
-    const float* sc = a.o_w_scale + static_cast<int64_t>(tile * 16 / 128) * (a.o_ld / 128) + kv_head * (kOpK / 128);
-#pragma unroll
-    for (int kb = 0; kb < kOpK / 128; ++kb) w.sc[kb] = __ldg(sc + kb);
+// kv head's 512 columns: 8 KB a tile. Their rows come into shared memory by bulk copies while the
+// attention runs: tiles 0-5 into 48 KB past the KV ring before pdl_wait, tiles 6-11 into ring
+// stages 1-3 as soon as the CTA knows the attention leaves a stage unused (at 1k context a split
+// has one KV tile; a split without keys uses none), else after its last KV tile. After the merge,
+// split 0 leaves the 8 heads' output (bf16, as the GEMV would round it) in its shared memory; every
+// CTA copies it (DSMEM) and multiplies its tiles on the tensor cores as gemv_fp8_mma_kernel does
+// (e4m3 widened exactly to bf16, fp32 accumulation, the block scale per 128 columns), then writes
+// the partials without the bias, rounded to bf16. The router sums the 8 partials; the O GEMV launch
+// (r37's trace: 4.6 µs a layer at batch 1) goes. Session 24 measured two other ways and dropped them:
+// all 96 KB past the ring (165 KB a CTA, one an SM: the 16-CTA clusters waited for whole GPCs; call
+// 1, 20b batch 1 1.65 → 2.01 ms a step), and the tiles streamed from global memory into registers
+// after the merge (4 warps an SM pull 96 KB at ~10 GB/s: +10 µs a layer, with or without an L2
+// prefetch during the attention; calls 2-4).
+// Shared memory (114.7 KB: two CTAs an SM): the ring [0, 64 KB), its stage 0 holding the merge
+// scratch, the partial (kOpPartOffset) and x (kOpXOffset) after the attention; tiles 0-5 at
+// [64 KB, 112 KB), 6-11 at [16 KB, 64 KB); two mbarriers.
+constexpr int kOpK = kGroup * kHeadDim;  // 512 inputs a kv head
+constexpr int kOpMaxTiles = 12;          // 16-row tiles a CTA: o_n ≤ 16 · 12 · 16 = 3,072
+constexpr int kOpTileBytes = 16 * kOpK;  // 8 KB
+constexpr int kOpEarlyTiles = 6;         // past the ring
+constexpr int kOpPartOffset = 9 * 1024;  // the merge's partial, past the merge scratch
+constexpr int kOpXOffset = 12 * 1024;    // x [512] bf16
+constexpr int kOpBarOffset = kDecodeSmem + kOpEarlyTiles * kOpTileBytes;
+constexpr int kOpSmem = kOpBarOffset + 16;
+static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kOpPartOffset &&
+                  kOpPartOffset + kGroup * (kHeadDim + 2) * 4 <= kOpXOffset &&
+                  kOpXOffset + kOpK * 2 <= 2 * kTileBytes && kOpK * 2 == kDecodeThreads * 8,
+              "stage 0 holds the merge scratch, the partial and x (8 bytes a thread)");
+static_assert(2 * kTileBytes + (kOpMaxTiles - kOpEarlyTiles) * kOpTileBytes == kDecodeSmem,
+              "tiles 6-11 fill ring stages 1-3");
+__device__ __forceinline__ int op_slot(int j) {  // tile j's bytes into the dynamic shared memory
+    return j < kOpEarlyTiles ? kDecodeSmem + j * kOpTileBytes : 2 * kTileBytes + (j - kOpEarlyTiles) * kOpTileBytes;
 }
-// Rows g, g + 8 of the tile × the token (MMA column 0; lanes g > 0 give zero B fragments) into the
-// bf16 partials.
-__device__ __forceinline__ void op_tile(const OpTile& w, const PagedAttentionArgs& a, const __nv_bfloat16* xs,
-                                        int kv_head, int q_row, int tile) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int kb = 0; kb < kOpK / 128; ++kb) {
-        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int hs = 0; hs < 2; ++hs) {
-            const int s = 2 * kb + hs;
-            uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
-            if (g == 0) {
-                x0 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig);
-                x1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig + 8);
-            }
-            const uint32_t lo[4] = {w.lo[s].x, w.lo[s].y, w.lo[s].z, w.lo[s].w};
-            const uint32_t hi[4] = {w.hi[s].x, w.hi[s].y, w.hi[s].z, w.hi[s].w};
-            const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                uint32_t af[4];
-                e4m3x4_to_bf16x2(lo[j], af[0], af[2]);
-                e4m3x4_to_bf16x2(hi[j], af[1], af[3]);
-                // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
-                mma_bf16(tmp, af, __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410),
-                         __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632));
-            }
-        }
-        acc[0] = fmaf(w.sc[kb], tmp[0], acc[0]);
-        acc[2] = fmaf(w.sc[kb], tmp[2], acc[2]);
-    }
-    if (tig == 0) {
-        __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.o_partial) +
-                             (static_cast<int64_t>(kv_head) * a.num_tokens + q_row) * a.o_n + tile * 16 + g;
-        dst[0] = __float2bfloat16_rn(acc[0]);
-        dst[8] = __float2bfloat16_rn(acc[2]);
-    }
+// The ring stage tile j (≥ kOpEarlyTiles) occupies.
+__device__ __forceinline__ int op_stage(int j) { return (op_slot(j) / (2 * kTileBytes)); }
+
+// size bytes (a multiple of 16, both addresses 16-byte aligned) global -> this CTA's shared memory,
+// completing on the mbarrier's transaction count.
+__device__ __forceinline__ void attn_bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+// Warp 0: the bulk copies of tiles [j0, j1) of the CTA's (first tile t0), 512 bytes a row.
+__device__ __forceinline__ void op_issue(const PagedAttentionArgs& a, uint8_t* smem, int kv_head, int t0, int j0,
+                                         int j1, uint32_t bar) {
+    const int lane = threadIdx.x & 31;
+    for (int r = j0 * 16 + lane; r < j1 * 16; r += 32)
+        attn_bulk_copy(smem_addr(smem + op_slot(r >> 4) + (r & 15) * kOpK),
+                       a.o_w + static_cast<int64_t>(t0 * 16 + r) * a.o_ld + kv_head * kOpK, kOpK, bar);
 }
 
 // The fused O projection's tail, in every CTA of the cluster after the merge's second barrier:
 // split 0's x into this CTA's copy, then tiles [t0, t0 + nt) of o_w × x into o_partial.
 __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uint8_t* smem, int kv_head, int split,
                                                 int q_row, int t0, int nt) {
-    const int tid = threadIdx.x, warp = tid >> 5;
-    if (a.o_diag & 4) nt = 0;  // diagnostic: the barriers only
-    // The first tiles' loads go out before the copy of x (they do not depend on it).
-    OpTile wa, wb;
-    if (warp < nt) op_load(wa, a, kv_head, t0 + warp);
-    if (warp + kDecodeWarps < nt) op_load(wb, a, kv_head, t0 + warp + kDecodeWarps);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, tig = lane & 3;
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
     const uint2 xv = reinterpret_cast<const uint2*>(cluster.map_shared_rank(smem + kOpXOffset, 0))[tid];
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");  // done with split 0's x
     if (split != 0) reinterpret_cast<uint2*>(smem + kOpXOffset)[tid] = xv;
     __syncthreads();
     const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(smem + kOpXOffset);
-    static_assert(kOpWarpTiles == 3, "tiles warp, warp + 4, warp + 8: two in flight");
-    if (warp < nt) op_tile(wa, a, xs, kv_head, q_row, t0 + warp);
-    if (warp + 2 * kDecodeWarps < nt) op_load(wa, a, kv_head, t0 + warp + 2 * kDecodeWarps);
-    if (warp + kDecodeWarps < nt) op_tile(wb, a, xs, kv_head, q_row, t0 + warp + kDecodeWarps);
-    if (warp + 2 * kDecodeWarps < nt) op_tile(wa, a, xs, kv_head, q_row, t0 + warp + 2 * kDecodeWarps);
+    const uint32_t bar0 = smem_addr(smem + kOpBarOffset);
+    for (int i = warp; i < nt; i += kDecodeWarps) {
+        attn_mbar_wait(i < kOpEarlyTiles ? bar0 : bar0 + 8, 0);
+        // Lane (g, t): rows g, g + 8 of the tile, bytes 16t .. 16t + 15 of each 64-wide step; the
+        // token is MMA column 0 (lanes g > 0 give zero B fragments).
+        const uint8_t* r_lo = smem + op_slot(i) + g * kOpK + 16 * tig;
+        const uint8_t* r_hi = r_lo + 8 * kOpK;
+        const float* sc = a.o_w_scale + static_cast<int64_t>((t0 + i) * 16 / 128) * (a.o_ld / 128) + kv_head * 4;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int kb = 0; kb < kOpK / 128; ++kb) {
+            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int hs = 0; hs < 2; ++hs) {
+                const int s = 2 * kb + hs;
+                const uint4 wl = *reinterpret_cast<const uint4*>(r_lo + s * 64);
+                const uint4 wh = *reinterpret_cast<const uint4*>(r_hi + s * 64);
+                uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
+                if (g == 0) {
+                    x0 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig);
+                    x1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig + 8);
+                }
+                const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
+                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t af[4];
+                    e4m3x4_to_bf16x2(lo[j], af[0], af[2]);
+                    e4m3x4_to_bf16x2(hi[j], af[1], af[3]);
+                    // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
+                    mma_bf16(tmp, af, __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410),
+                             __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632));
+                }
+            }
+            const float scale = __ldg(sc + kb);
+            acc[0] = fmaf(scale, tmp[0], acc[0]);
+            acc[2] = fmaf(scale, tmp[2], acc[2]);
+        }
+        if (tig == 0) {
+            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.o_partial) +
+                                 (static_cast<int64_t>(kv_head) * a.num_tokens + q_row) * a.o_n + (t0 + i) * 16 + g;
+            dst[0] = __float2bfloat16_rn(acc[0]);
+            dst[8] = __float2bfloat16_rn(acc[2]);
+        }
+    }
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");  // split 0's x outlives every read
 }
 
-// kOpCap (with kOutProj; GPTOSS_ATTN_FUSED_O_CAP=1, an A/B switch): at most 168 registers, 3 CTAs an
-// SM by registers as by shared memory (session 24 call 2: with the cap, 20b batch 1 1.64 → 1.84 ms a
-// step, the kernel ~12 µs longer; the out-projection's loads seemingly no longer all in flight).
-template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false, bool kOpCap = false>
-__global__ void __launch_bounds__(kDecodeThreads, kOpCap ? 3 : 0)
+template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false>
+__global__ void __launch_bounds__(kDecodeThreads)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     static_assert(kCluster || !kOutProj, "the fused O projection runs in the cluster kernel");
     extern __shared__ __align__(128) uint8_t smem[];
@@ -1585,32 +1592,48 @@ __global__ void __launch_bounds__(kDecodeThreads, kOpCap ? 3 : 0)
     const int num_splits = gridDim.y;
     int op_t0 = 0, op_nt = 0;  // kOutProj: this CTA's o_w tiles
     if constexpr (kOutProj) {
-        // Before the wait (weights do not change): the tiles' rows × the kv head's 512 columns into
-        // L2, 512 bytes a prefetch.
+        // Before the wait (weights do not change): tiles 0-5 past the ring (mbarrier 0; tiles 6-11
+        // come on mbarrier 1 below).
         const int tiles = a.o_n / 16;
         op_t0 = split * tiles / num_splits;
         op_nt = (split + 1) * tiles / num_splits - op_t0;
-        const uint8_t* src = a.o_w + static_cast<int64_t>(op_t0) * 16 * a.o_ld + kv_head * kOpK;
-        if ((a.o_diag & 3) == 0) {
-            for (int r = tid; r < op_nt * 16; r += kDecodeThreads)
-                asm volatile(
-                    "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src + static_cast<int64_t>(r) * a.o_ld),
-                    "r"(kOpK)
-                    : "memory");
-        } else if ((a.o_diag & 3) == 2) {
-            for (int i = tid; i < op_nt * 16 * (kOpK / 128); i += kDecodeThreads)
-                asm volatile(
-                    "prefetch.global.L2 [%0];\n" ::"l"(src + static_cast<int64_t>(i >> 2) * a.o_ld + (i & 3) * 128)
-                    : "memory");
+        const uint32_t bar0 = smem_addr(smem + kOpBarOffset);
+        if (tid == 0) {
+            attn_mbar_init(bar0, 1);
+            attn_mbar_init(bar0 + 8, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
+        if (warp == 0) {
+            const int early = min(op_nt, kOpEarlyTiles);
+            if (lane == 0) attn_mbar_expect_tx(bar0, static_cast<uint32_t>(early * kOpTileBytes));
+            __syncwarp();
+            op_issue(a, smem, kv_head, op_t0, 0, early, bar0);
         }
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
 
     const int q_row = a.query_start[seq];
-    if (a.query_start[seq + 1] - q_row != 1) return;  // padding sequence (or not a decode batch; the whole cluster)
+    if (a.query_start[seq + 1] - q_row != 1) {  // padding sequence (or not a decode batch; the whole cluster)
+        if constexpr (kOutProj) attn_mbar_wait(smem_addr(smem + kOpBarOffset), 0);  // no copy outlives the CTA
+        return;
+    }
     const int pos = a.seq_start_pos[seq];
     const DecodeSplit sp = decode_split(pos, a.sliding_window, num_splits, split);
+    // kOutProj: tiles 6.. into the ring stages this split's attention leaves unused (all but stage 0
+    // for a split without keys) now, the others after its last KV tile.
+    if constexpr (kOutProj) {
+        const int used = split < sp.num_active ? sp.tile_end - sp.tile_begin : 1;  // ring stages the attention takes
+        if (warp == 0) {
+            const uint32_t bar1 = smem_addr(smem + kOpBarOffset) + 8;
+            if (lane == 0)
+                attn_mbar_expect_tx(bar1, static_cast<uint32_t>(max(op_nt - kOpEarlyTiles, 0) * kOpTileBytes));
+            __syncwarp();
+            for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
+                if (op_stage(jt) >= used) op_issue(a, smem, kv_head, op_t0, jt, jt + 1, bar1);
+        }
+    }
     if (split >= sp.num_active) {
         if (kOutProj || (kCluster && sp.num_active > 1)) {  // the merge's two barriers (cluster-uniform condition)
             cluster_sync_all();
@@ -1776,6 +1799,15 @@ __global__ void __launch_bounds__(kDecodeThreads, kOpCap ? 3 : 0)
     // and every warp left the loop).
     cp_async_wait<0>();
     __syncthreads();
+    if constexpr (kOutProj) {  // the projection's tiles in the stages the attention used (not stage 0)
+        if (warp == 0) {
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the ring's reads before the copies
+            const int used = sp.tile_end - sp.tile_begin;
+            for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
+                if (op_stage(jt) < used)
+                    op_issue(a, smem, kv_head, op_t0, jt, jt + 1, smem_addr(smem + kOpBarOffset) + 8);
+        }
+    }
     float* red = reinterpret_cast<float*>(smem);  // [warp][head][kRedStride]
     l = quad_sum(l);
     {
@@ -1832,7 +1864,8 @@ __global__ void __launch_bounds__(kDecodeThreads, kOpCap ? 3 : 0)
         // This split's partial into its own shared memory (past the merge scratch `red`), then split
         // 0 merges every active split's as combine_head does: M = max(sink, max_s m_s), out =
         // Σ_s 2^(m_s − M) acc_s / (Σ_s 2^(m_s − M) l_s + 2^(sink − M)).
-        float* part = reinterpret_cast<float*>(smem + kDecodePartOffset);  // [kGroup][64], then [kGroup][2]
+        float* part = reinterpret_cast<float*>(
+            smem + (kOutProj ? kOpPartOffset : kDecodePartOffset));  // [kGroup][64], then [kGroup][2]
         *reinterpret_cast<float4*>(part + h * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
         if ((tid & 15) == 0) {
             part[kGroup * kHeadDim + 2 * h] = mw;
@@ -2036,11 +2069,9 @@ void ensure_decode_smem(int dev) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
-    for (auto kernel :
-         {bf16_paged_attention_decode_kernel<false, true, true>, bf16_paged_attention_decode_kernel<true, true, true>,
-          bf16_paged_attention_decode_kernel<false, true, true, true>,
-          bf16_paged_attention_decode_kernel<true, true, true, true>}) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
+    for (auto kernel : {bf16_paged_attention_decode_kernel<false, true, true>,
+                        bf16_paged_attention_decode_kernel<true, true, true>}) {
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOpSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
@@ -2207,7 +2238,7 @@ static bool fused_o_schedulable() {
         if (max_cluster_splits() != kMaxClusterSplits) return false;
         ensure_decode_smem(current_device());
         return max_active_clusters(bf16_paged_attention_decode_kernel<false, true, true>, dim3(1, kMaxClusterSplits, 1),
-                                   dim3(kDecodeThreads), kDecodeSmem) > 0;
+                                   dim3(kDecodeThreads), kOpSmem) > 0;
     }();
     return ok;
 }
@@ -2233,21 +2264,9 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (paged_attention_decode_fuses_o(a)) {
         // Always the full cluster: its 16 CTAs split the projection's rows whatever the KV range.
         const dim3 grid(a.num_kv_heads, kMaxClusterSplits, a.num_seqs);
-        static const bool cap = [] {
-            const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_CAP");
-            return v != nullptr && std::strcmp(v, "1") == 0;
-        }();
-        static const int diag = [] {
-            const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_DIAG");
-            return v == nullptr ? 0 : std::atoi(v);
-        }();
-        PagedAttentionArgs b = a;
-        b.o_diag = diag;
-        auto kernel = a.kv_fp8 && a.fp8_direct ? (cap ? bf16_paged_attention_decode_kernel<true, true, true, true>
-                                                      : bf16_paged_attention_decode_kernel<true, true, true>)
-                                               : (cap ? bf16_paged_attention_decode_kernel<false, true, true, true>
-                                                      : bf16_paged_attention_decode_kernel<false, true, true>);
-        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, b);
+        auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true, true>
+                                               : bf16_paged_attention_decode_kernel<false, true, true>;
+        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
