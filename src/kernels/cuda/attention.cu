@@ -1503,20 +1503,13 @@ __device__ __forceinline__ int op_slot(int j) {  // tile j's bytes into the dyna
 // The ring stage tile j (≥ kOpEarlyTiles) occupies.
 __device__ __forceinline__ int op_stage(int j) { return (op_slot(j) / (2 * kTileBytes)); }
 
-// size bytes (a multiple of 16, both addresses 16-byte aligned) global -> this CTA's shared memory,
-// completing on the mbarrier's transaction count.
-__device__ __forceinline__ void attn_bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-// Warp 0: the bulk copies of tiles [j0, j1) of the CTA's (first tile t0), 512 bytes a row.
-__device__ __forceinline__ void op_issue(const PagedAttentionArgs& a, uint8_t* smem, int kv_head, int t0, int j0,
-                                         int j1, uint32_t bar) {
+// Tiles [j0, j1) of the CTA's (first tile t0) by TMA boxes of 16 rows × 512 bytes (o_map: o_w as
+// uint32 [o_n, o_ld / 4]); one lane a tile.
+__device__ __forceinline__ void op_issue(const CUtensorMap* o_map, uint8_t* smem, int kv_head, int t0, int j0, int j1,
+                                         uint32_t bar) {
     const int lane = threadIdx.x & 31;
-    for (int r = j0 * 16 + lane; r < j1 * 16; r += 32)
-        attn_bulk_copy(smem_addr(smem + op_slot(r >> 4) + (r & 15) * kOpK),
-                       a.o_w + static_cast<int64_t>(t0 * 16 + r) * a.o_ld + kv_head * kOpK, kOpK, bar);
+    if (j0 + lane < j1)
+        attn_tma_2d(smem_addr(smem + op_slot(j0 + lane)), o_map, kv_head * (kOpK / 4), (t0 + j0 + lane) * 16, bar);
 }
 
 // The fused O projection's tail, in every CTA of the cluster after the merge's second barrier:
@@ -1581,7 +1574,8 @@ __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uin
 
 template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false>
 __global__ void __launch_bounds__(kDecodeThreads)
-    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a,
+                                       const __grid_constant__ CUtensorMap o_map) {
     static_assert(kCluster || !kOutProj, "the fused O projection runs in the cluster kernel");
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1608,7 +1602,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
             const int early = min(op_nt, kOpEarlyTiles);
             if (lane == 0) attn_mbar_expect_tx(bar0, static_cast<uint32_t>(early * kOpTileBytes));
             __syncwarp();
-            op_issue(a, smem, kv_head, op_t0, 0, early, bar0);
+            op_issue(&o_map, smem, kv_head, op_t0, 0, early, bar0);
         }
     }
     pdl_wait();
@@ -1631,7 +1625,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
                 attn_mbar_expect_tx(bar1, static_cast<uint32_t>(max(op_nt - kOpEarlyTiles, 0) * kOpTileBytes));
             __syncwarp();
             for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
-                if (op_stage(jt) >= used) op_issue(a, smem, kv_head, op_t0, jt, jt + 1, bar1);
+                if (op_stage(jt) >= used) op_issue(&o_map, smem, kv_head, op_t0, jt, jt + 1, bar1);
         }
     }
     if (split >= sp.num_active) {
@@ -1805,7 +1799,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
             const int used = sp.tile_end - sp.tile_begin;
             for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
                 if (op_stage(jt) < used)
-                    op_issue(a, smem, kv_head, op_t0, jt, jt + 1, smem_addr(smem + kOpBarOffset) + 8);
+                    op_issue(&o_map, smem, kv_head, op_t0, jt, jt + 1, smem_addr(smem + kOpBarOffset) + 8);
         }
     }
     float* red = reinterpret_cast<float*>(smem);  // [warp][head][kRedStride]
@@ -2134,6 +2128,32 @@ bool kv_tensor_maps(const PagedAttentionArgs& a, CUtensorMap* k_map, CUtensorMap
     return true;
 }
 
+// The fused O projection's TMA map of o_w: uint32 elements [o_n, o_ld / 4] in boxes of 16 rows ×
+// 128 (512 bytes: one kv head's columns of a 16-row tile), no swizzle; encoded once per weight.
+bool o_tensor_map(const PagedAttentionArgs& a, CUtensorMap* map) {
+    static std::mutex mu;
+    static std::map<std::tuple<const void*, int, int>, CUtensorMap> cache;
+    const auto key = std::make_tuple(static_cast<const void*>(a.o_w), a.o_n, a.o_ld);
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) {
+        *map = it->second;
+        return true;
+    }
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (encode == nullptr) return false;
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.o_ld) / 4, static_cast<cuuint64_t>(a.o_n)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.o_ld)};
+    const cuuint32_t box[2] = {kOpK / 4, 16}, unit[2] = {1, 1};
+    CUtensorMap m;
+    if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(a.o_w), dims, strides, box, unit,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    cache.emplace(key, m);
+    *map = m;
+    return true;
+}
+
 }  // namespace
 
 int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, int sliding_window, int max_splits,
@@ -2249,7 +2269,7 @@ bool paged_attention_decode_fuses_o(const PagedAttentionArgs& a) {
            a.num_seqs <= max_cluster_seqs() && a.num_heads == kGroup * a.num_kv_heads && a.head_dim == kHeadDim &&
            a.o_n >= 16 && a.o_n % 16 == 0 && a.o_n / 16 <= kMaxClusterSplits * kOpMaxTiles && a.o_ld % 128 == 0 &&
            a.o_ld >= a.num_heads * kHeadDim && aligned16(a.o_w) && a.max_splits >= kMaxClusterSplits &&
-           fused_o_schedulable();
+           tensor_map_encoder() != nullptr && fused_o_schedulable();
 }
 
 void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
@@ -2264,9 +2284,12 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (paged_attention_decode_fuses_o(a)) {
         // Always the full cluster: its 16 CTAs split the projection's rows whatever the KV range.
         const dim3 grid(a.num_kv_heads, kMaxClusterSplits, a.num_seqs);
+        CUtensorMap o_map;
+        ENGINE_CHECK(o_tensor_map(a, &o_map), "paged_attention_decode: the O weight's tensor map failed to encode");
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true, true>
                                                : bf16_paged_attention_decode_kernel<false, true, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, a);
+        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, a,
+                           o_map);
         CUDA_CHECK_LAUNCH();
         return;
     }
@@ -2278,14 +2301,17 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
+        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a,
+                           CUtensorMap{});
         CUDA_CHECK_LAUNCH();
         return;
     }
     if (a.kv_fp8 && a.fp8_direct)
-        launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a);
+        launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a,
+                   CUtensorMap{});
     else
-        launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a);
+        launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a,
+                   CUtensorMap{});
     if (num_splits > 1) {
         const dim3 cgrid(a.num_kv_heads, a.num_seqs);
         launch_pdl(bf16_paged_attention_decode_combine_kernel, cgrid, kCombineThreads, 0, stream, a, num_splits);
