@@ -81,6 +81,9 @@ struct PagedAttentionArgs {
     int o_ld = 0;
     int o_n = 0;
     void* o_partial = nullptr;  // [num_kv_heads, num_tokens, o_n] bf16
+    // The weights' first TMA loads after the split's first KV loads instead of before pdl_wait (the
+    // launcher sets it from GPTOSS_ATTN_FUSED_O_ISSUE=1; an A/B switch).
+    bool o_issue_late = false;
 
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]

@@ -1490,7 +1490,8 @@ constexpr int kOpEarlyTiles = 6;         // past the ring
 constexpr int kOpPartOffset = 9 * 1024;  // the merge's partial, past the merge scratch
 constexpr int kOpXOffset = 12 * 1024;    // x [512] bf16
 constexpr int kOpBarOffset = kDecodeSmem + kOpEarlyTiles * kOpTileBytes;
-constexpr int kOpSmem = kOpBarOffset + 16;
+constexpr int kOpScaleOffset = kOpBarOffset + 16;  // the tiles' block scales [kOpMaxTiles][4]
+constexpr int kOpSmem = kOpScaleOffset + kOpMaxTiles * 4 * 4;
 static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kOpPartOffset &&
                   kOpPartOffset + kGroup * (kHeadDim + 2) * 4 <= kOpXOffset &&
                   kOpXOffset + kOpK * 2 <= 2 * kTileBytes && kOpK * 2 == kDecodeThreads * 8,
@@ -1531,7 +1532,7 @@ __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uin
         // token is MMA column 0 (lanes g > 0 give zero B fragments).
         const uint8_t* r_lo = smem + op_slot(i) + g * kOpK + 16 * tig;
         const uint8_t* r_hi = r_lo + 8 * kOpK;
-        const float* sc = a.o_w_scale + static_cast<int64_t>((t0 + i) * 16 / 128) * (a.o_ld / 128) + kv_head * 4;
+        const float* sc = reinterpret_cast<const float*>(smem + kOpScaleOffset) + 4 * i;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int kb = 0; kb < kOpK / 128; ++kb) {
@@ -1558,7 +1559,7 @@ __device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uin
                              __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632));
                 }
             }
-            const float scale = __ldg(sc + kb);
+            const float scale = sc[kb];
             acc[0] = fmaf(scale, tmp[0], acc[0]);
             acc[2] = fmaf(scale, tmp[2], acc[2]);
         }
@@ -1598,36 +1599,49 @@ __global__ void __launch_bounds__(kDecodeThreads)
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
         __syncthreads();
-        if (warp == 0) {
+        if (warp == 0 && !a.o_issue_late) {
             const int early = min(op_nt, kOpEarlyTiles);
             if (lane == 0) attn_mbar_expect_tx(bar0, static_cast<uint32_t>(early * kOpTileBytes));
             __syncwarp();
             op_issue(&o_map, smem, kv_head, op_t0, 0, early, bar0);
         }
+        if (tid < op_nt * 4)
+            reinterpret_cast<float*>(smem + kOpScaleOffset)[tid] =
+                __ldg(a.o_w_scale + static_cast<int64_t>((op_t0 + (tid >> 2)) * 16 / 128) * (a.o_ld / 128) +
+                      kv_head * 4 + (tid & 3));
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
 
     const int q_row = a.query_start[seq];
     if (a.query_start[seq + 1] - q_row != 1) {  // padding sequence (or not a decode batch; the whole cluster)
-        if constexpr (kOutProj) attn_mbar_wait(smem_addr(smem + kOpBarOffset), 0);  // no copy outlives the CTA
+        if constexpr (kOutProj)
+            if (!a.o_issue_late) attn_mbar_wait(smem_addr(smem + kOpBarOffset), 0);  // no copy outlives the CTA
         return;
     }
     const int pos = a.seq_start_pos[seq];
     const DecodeSplit sp = decode_split(pos, a.sliding_window, num_splits, split);
     // kOutProj: tiles 6.. into the ring stages this split's attention leaves unused (all but stage 0
     // for a split without keys) now, the others after its last KV tile.
-    if constexpr (kOutProj) {
-        const int used = split < sp.num_active ? sp.tile_end - sp.tile_begin : 1;  // ring stages the attention takes
-        if (warp == 0) {
-            const uint32_t bar1 = smem_addr(smem + kOpBarOffset) + 8;
-            if (lane == 0)
-                attn_mbar_expect_tx(bar1, static_cast<uint32_t>(max(op_nt - kOpEarlyTiles, 0) * kOpTileBytes));
+    // With o_issue_late, tiles 0-5 go out here too, after the split's first KV loads (below) if it
+    // has keys.
+    const auto op_issue_early = [&](int used) {
+        if (warp != 0) return;
+        const uint32_t bar0 = smem_addr(smem + kOpBarOffset), bar1 = bar0 + 8;
+        if (a.o_issue_late) {
+            const int early = min(op_nt, kOpEarlyTiles);
+            if (lane == 0) attn_mbar_expect_tx(bar0, static_cast<uint32_t>(early * kOpTileBytes));
             __syncwarp();
-            for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
-                if (op_stage(jt) >= used) op_issue(&o_map, smem, kv_head, op_t0, jt, jt + 1, bar1);
+            op_issue(&o_map, smem, kv_head, op_t0, 0, early, bar0);
         }
-    }
+        if (lane == 0) attn_mbar_expect_tx(bar1, static_cast<uint32_t>(max(op_nt - kOpEarlyTiles, 0) * kOpTileBytes));
+        __syncwarp();
+        for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
+            if (op_stage(jt) >= used) op_issue(&o_map, smem, kv_head, op_t0, jt, jt + 1, bar1);
+    };
+    if constexpr (kOutProj)
+        if (split >= sp.num_active || !a.o_issue_late)
+            op_issue_early(split < sp.num_active ? sp.tile_end - sp.tile_begin : 1);
     if (split >= sp.num_active) {
         if (kOutProj || (kCluster && sp.num_active > 1)) {  // the merge's two barriers (cluster-uniform condition)
             cluster_sync_all();
@@ -1683,6 +1697,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
         cp_async_commit();  // always commit so that group i is tile i
     }
+    if constexpr (kOutProj)
+        if (a.o_issue_late) op_issue_early(n_tiles);
 
     for (int i = 0; i < n_tiles; ++i) {
         cp_async_wait<kDecodeStages - 2>();  // groups 0..i complete for this thread
@@ -2286,9 +2302,15 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
         const dim3 grid(a.num_kv_heads, kMaxClusterSplits, a.num_seqs);
         CUtensorMap o_map;
         ENGINE_CHECK(o_tensor_map(a, &o_map), "paged_attention_decode: the O weight's tensor map failed to encode");
+        static const bool late = [] {
+            const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_ISSUE");
+            return v != nullptr && std::strcmp(v, "1") == 0;
+        }();
+        PagedAttentionArgs b = a;
+        b.o_issue_late = b.o_issue_late || late;
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true, true>
                                                : bf16_paged_attention_decode_kernel<false, true, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, a,
+        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, b,
                            o_map);
         CUDA_CHECK_LAUNCH();
         return;
