@@ -758,55 +758,6 @@ for stage in "$@"; do
     # Stages of removed switches are gone from here; each ran at the revision its results README
     # names, where the script still has it (r38: s23a at 8f90f54, moe_loop at e524c5d, l2pf at
     # 3e416b8, pf at bae59b6).
-    s24a)
-      # Session 24: the O projection inside the decode attention's clusters (GPTOSS_ATTN_FUSED_O,
-      # default on for one sequence). Its tests (kernel bits and bounds, the router's bf16 partials,
-      # the model with it on and off), then 20b batch 1 off / on twice.
-      t0=$(date +%s)
-      timeout 240 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.DecodeFusedOProjection:PagedAttentionCuda.DecodeBatch1:CudaDecodeFusion.Router*:CudaModel.Fp8DecodeFusesTheOProjection:CudaEngine.*' > "$OUT/s24a_tests.log" 2>&1
-      rc=$?
-      summary+=("s24a tests rc=$rc ($(( $(date +%s) - t0 )) s)")
-      grep -E "FAILED|Failure|OK \]|fused O \(o_n 2880|fused O vs|O fused|O GEMV" "$OUT/s24a_tests.log" | head -60
-      if [ $rc = 0 ]; then
-        # L: fused, the weights' first TMA loads after the split's first KV loads (GPTOSS_ATTN_FUSED_O_ISSUE=1).
-        GPTOSS_ATTN_FUSED_O_ISSUE=1 timeout 60 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.DecodeFusedOProjection' \
-          > "$OUT/s24a_tests_late.log" 2>&1
-        summary+=("s24a tests late issue rc=$?")
-        for v in 0 1 L 0 1 L; do
-          t0=$(date +%s)
-          f=$v; late=0; if [ $v = L ]; then f=1; late=1; fi
-          GPTOSS_ATTN_FUSED_O=$f GPTOSS_ATTN_FUSED_O_ISSUE=$late timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-            --prefill "" --batch 1 --context 1024 --decode-steps 32 --markdown "$OUT/s24a_20b_$v.md" >> "$OUT/s24a_20b_$v.log" 2>&1
-          summary+=("s24a 20b fused_o=$v rc=$? ($(( $(date +%s) - t0 )) s)")
-          echo "20b fused_o=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s24a_20b_$v.md"
-        done
-        for v in 1 L; do
-          f=$v; late=0; if [ $v = L ]; then f=1; late=1; fi
-          GPTOSS_ATTN_FUSED_O=$f GPTOSS_ATTN_FUSED_O_ISSUE=$late GPTOSS_KERNEL_TRACE="$OUT/s24a_ktrace_$v.csv" timeout 100 \
-            $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 \
-            > "$OUT/s24a_ktrace_$v.log" 2>&1
-          summary+=("s24a ktrace fused_o=$v rc=$?")
-          echo "ktrace fused_o=$v:"; python3 tools/ktrace_summary.py "$OUT/s24a_ktrace_$v.csv" | sed -n 4,9p
-        done
-      fi
-      ;;
-    s24b)
-      # The same on 120b batch 1 (twice), 20b batch 2 with GPTOSS_ATTN_FUSED_O=2 against 0, and the
-      # kernel trace of 20b batch 1 with it on.
-      for run in "gpt-oss-120b 1 0" "gpt-oss-120b 1 1" "gpt-oss-120b 1 0" "gpt-oss-120b 1 1" "gpt-oss-20b 2 0" \
-                 "gpt-oss-20b 2 2"; do
-        set -- $run
-        t0=$(date +%s)
-        GPTOSS_ATTN_FUSED_O=$3 timeout 150 $BIN/gptoss bench --synthetic $1 --fp8 --prefill "" --batch $2 \
-          --context 1024 --decode-steps 32 --markdown "$OUT/s24b_$1_$2_$3.md" >> "$OUT/s24b_$1_$2_$3.log" 2>&1
-        summary+=("s24b $run rc=$? ($(( $(date +%s) - t0 )) s)")
-        echo "$1 batch $2 fused_o=$3:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s24b_$1_$2_$3.md"
-      done
-      GPTOSS_KERNEL_TRACE="$OUT/s24b_ktrace.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-        --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s24b_ktrace.log" 2>&1
-      summary+=("s24b ktrace rc=$?")
-      python3 tools/ktrace_summary.py "$OUT/s24b_ktrace.csv"
-      ;;
     s23b)
       # Written in session 22 (compiled only): the decode router in clusters of up to 16 CTAs
       # (GPTOSS_ROUTER_CLUSTER=16; 120b: 16 CTAs of 8 experts, half the rows a CTA stages after its

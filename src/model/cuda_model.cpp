@@ -381,15 +381,6 @@ struct CudaModel::Impl {
         if (v != nullptr && std::strcmp(v, "1") == 0) return kc::kGemvMaxTokens;
         return 2;
     }();
-    // With --fp8 on one GPU, decode batches of up to fused_o_max_seqs sequences whose router fuses
-    // the norm: the O projection inside the decode attention's clusters
-    // (PagedAttentionArgs::o_partial; one partial a kv head, summed by the router), one launch less
-    // a layer (session 24). GPTOSS_ATTN_FUSED_O=0: the O GEMV; =2: up to 2 sequences (A/B runs).
-    int fused_o_max_seqs = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_FUSED_O");
-        return v == nullptr ? 1 : std::clamp(std::atoi(v), 0, 2);
-    }();
-    DeviceBuffer o_parts;  // [num_kv_heads, 2, H] bf16: the fused O projection's partials
     // GPTOSS_GEMV_FP8=row|mma|mma1: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on
     // the tensor cores (gemv.h); mma1: only the one-wave tensor-core variant (the default where k ≤
     // 3,072). (r29 measured and removed a W8A8 form, a8: e4m3 mma.sync is emulated on sm_90; 20b
@@ -830,7 +821,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     hsel = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * H * 2);
     logits = DeviceBuffer(static_cast<int64_t>(kLogitChunk) * V * 4);
     attn_workspace = DeviceBuffer(S * c.num_attention_heads * kMaxSplits * (c.head_dim + 2) * 4);
-    o_parts = DeviceBuffer(static_cast<int64_t>(c.num_key_value_heads) * 2 * H * 2);
     router_logits = DeviceBuffer(  // the decode router's logits, or router_topk's scratch
         std::max<int64_t>(kc::kGemvMaxTokens * Er,
                           kc::router_topk_scratch(static_cast<int>(Tm), static_cast<int>(Er))) *
@@ -1649,36 +1639,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 pa.out_q_scale = xs8.as<float>();
                 pa.out_q_m_pad = kc::fp8_gemm_m_pad(T);
             }
-            // Decode-sized batches: the router's logits, top-k, softmax and MoE plan in one launch
-            // (its plan is over every expert, so not under EP); on one DP group it also does the
-            // residual update and the post-attention norm.
-            const bool fused_router = small_moe && decode_fused && ep == 1;
-            const bool norm_in_router = fused_router && dp == 1 && T <= fused_norm_max_tokens;
-            // The O projection inside the decode attention (fused_o_max_seqs): its partials go to the
-            // router's norm, so only where the router does the norm, on one TP rank.
-            bool o_fused = false;
-            if (decode && fp8 && tp == 1 && norm_in_router && S <= fused_o_max_seqs && T <= 2) {
-                pa.o_w = D.o_f8.q.as<uint8_t>();
-                pa.o_w_scale = D.o_f8.scales.as<float>();
-                pa.o_ld = D.o_f8.k_pad;
-                pa.o_n = static_cast<int>(H);
-                pa.o_partial = o_parts.get();
-                o_fused = kc::paged_attention_decode_fuses_o(pa);
-                if (!o_fused) {
-                    pa.o_w = nullptr;
-                    pa.o_w_scale = nullptr;
-                    pa.o_partial = nullptr;
-                }
-            }
             if (decode)
                 kc::paged_attention_decode(pa, stream);
             else
                 kc::paged_attention_prefill(pa, stream);
             mark("attention");
             const bool o_bf16 = fp8 && !small && tp == 1 && gemm_bf16_out;  // a TP reduce sums fp32
-            if (o_fused) {
-                // projected by the attention
-            } else if (o_in_q) {
+            if (o_in_q) {
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.o_f8, o.as<float>(), T, o_bf16);
             } else if (fp8) {
                 linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>(), true, o_bf16);
@@ -1701,6 +1668,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 collective(opt.comms->tp->all_reduce_sum(o.get(), static_cast<size_t>(T) * H, DType::kF32, stream));
                 mark("tp_allreduce");
             }
+            // Decode-sized batches: the router's logits, top-k, softmax and MoE plan in one launch
+            // (its plan is over every expert, so not under EP); on one DP group it also does the
+            // residual update and the post-attention norm.
+            const bool fused_router = small_moe && decode_fused && ep == 1;
+            const bool norm_in_router = fused_router && dp == 1 && T <= fused_norm_max_tokens;
             bool moe_rows_q = false, h_skipped = false;
             // Larger batches on one DP group whose experts read only bf16 h: the router normalizes
             // the residual itself (the same fp32 bits), so the norm skips its [T, H] fp32 copy.
@@ -1782,12 +1754,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                     rp.h = nullptr;
                     rp.residual = xr;
                     rp.add = o.as<float>();
-                    if (o_fused) {  // the kv heads' partials instead of the GEMV's row
-                        rp.add = nullptr;
-                        rp.add_parts = static_cast<const __nv_bfloat16*>(o_parts.get());
-                        rp.num_add_parts = static_cast<int>(nkv);
-                        rp.add_parts_stride = static_cast<int64_t>(T) * H;
-                    }
                     rp.add_bias = D.o_b.as<float>();
                     rp.norm_weight = D.post_norm.as<float>();
                     rp.eps = static_cast<float>(c.rms_norm_eps);

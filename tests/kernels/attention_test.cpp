@@ -34,7 +34,6 @@
 #include "kernels/args/paged_attention_args.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/fp8_gemm.h"
-#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/ops.h"
 
@@ -496,95 +495,6 @@ void check_out_q(DeviceCase& d, const HostCase& c, const std::string& label, con
     EXPECT_EQ(ds, 0u) << label << ": scales differ from quantize_act_fp8_bf16 of the bf16 rows";
 }
 
-// The O projection inside the decode kernel (PagedAttentionArgs::o_w .. o_partial) on random e4m3
-// weights with 128 × 128 block scales (Fp8Weight::from_bf16), o_n outputs:
-// - its attention output equals, bit for bit, the unfused kernel's at 16 splits (`unfused16`): the
-//   same splits, the same merge;
-// - the sum of its kv heads' bf16 partials matches the FP8 GEMV (gemv_bf16w, the unfused model's O
-//   projection) of that output within the partials' rounding: each is a fp32 sum rounded once to
-//   bf16 (relative 2^-9), so |Σ p_j − y| ≤ 2^-8 Σ |p_j| (twice that bound, plus fp32 order noise).
-// The partials start poisoned (NaN). Cases where the launcher does not fuse (more than 2 sequences,
-// no 16-CTA cluster) check that paged_attention_decode_fuses_o says so for the batch size only.
-void check_fused_o(DeviceCase& d, const HostCase& c, const std::string& label, int o_n, uint64_t seed) {
-    const int K = kHeads * kHeadDim, T = c.num_tokens;
-    std::vector<uint16_t> w(static_cast<size_t>(o_n) * K);
-    Rng rng(seed);
-    for (auto& v : w) v = f32_to_bf16(rng.sym(0.05f));
-    DevBuf dw, parts, y;
-    ASSERT_TRUE(dw.alloc(w.size() * 2) && parts.alloc(static_cast<size_t>(kKvHeads) * std::max(T, 1) * o_n * 2) &&
-                y.alloc(static_cast<size_t>(std::max(T, 1)) * o_n * 4));
-    CK(cudaMemcpy(dw.as(), w.data(), w.size() * 2, cudaMemcpyHostToDevice));
-    const cuda::Fp8Weight f8 = cuda::Fp8Weight::from_bf16(dw.as(), o_n, K, nullptr);
-    PagedAttentionArgs& a = d.args;
-    a.o_w = f8.q.as<uint8_t>();
-    a.o_w_scale = f8.scales.as<float>();
-    a.o_ld = f8.k_pad;
-    a.o_n = o_n;
-    a.o_partial = parts.as();
-    const bool fused = cuda::paged_attention_decode_fuses_o(a);
-    if (c.num_seqs > 2) {
-        EXPECT_FALSE(fused) << label << ": more than 2 sequences must take the O GEMV";
-    }
-    if (!fused) {
-        std::printf("%s: not fused (%d sequences)\n", label.c_str(), c.num_seqs);
-        a.o_w = nullptr, a.o_w_scale = nullptr, a.o_partial = nullptr;
-        return;
-    }
-    // The unfused kernel at 16 splits, for the bit comparison.
-    a.o_partial = nullptr;
-    std::vector<uint16_t> unfused16;
-    run_kernel(d, Kernel::kDecode, 16, unfused16);
-    a.o_partial = parts.as();
-    CK(cudaMemset(parts.as(), 0xFF, static_cast<size_t>(kKvHeads) * T * o_n * 2));
-    std::vector<uint16_t> got;
-    run_kernel(d, Kernel::kDecode, 0, got);
-    a.o_w = nullptr, a.o_w_scale = nullptr, a.o_partial = nullptr;
-    if (::testing::Test::HasFatalFailure()) return;
-    size_t differ = 0;
-    for (size_t i = 0; i < got.size(); ++i) differ += got[i] != unfused16[i];
-    EXPECT_EQ(differ, 0u) << label << ": the fused kernel's attention output differs from the unfused one's";
-    if (T == 0) return;
-    // The GEMV on the fused kernel's own output.
-    cuda::GemvArgs g;
-    g.x = d.out.as();
-    g.x_bf16 = true;
-    g.w = f8.q.get();
-    g.w_scale = f8.scales.as<float>();
-    g.w_ld = f8.k_pad;
-    g.y = y.as<float>();
-    g.num_tokens = T;
-    g.n = o_n;
-    g.k = K;
-    cuda::gemv_bf16w(g, nullptr);
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    std::vector<uint16_t> hp(static_cast<size_t>(kKvHeads) * T * o_n);
-    std::vector<float> hy(static_cast<size_t>(T) * o_n);
-    CK(cudaMemcpy(hp.data(), parts.as(), hp.size() * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hy.data(), y.as(), hy.size() * 4, cudaMemcpyDeviceToHost));
-    double worst = 0.0, ymax = 0.0;
-    size_t bad = 0;
-    for (int t = 0; t < T; ++t) {
-        for (int n = 0; n < o_n; ++n) {
-            double sum = 0.0, mag = 0.0;
-            for (int j = 0; j < kKvHeads; ++j) {
-                const double p = bf16_to_f32(hp[(static_cast<size_t>(j) * T + t) * o_n + n]);
-                sum += p;
-                mag += std::fabs(p);
-            }
-            const double want = hy[static_cast<size_t>(t) * o_n + n];
-            const double err = std::fabs(sum - want), tol = std::ldexp(mag, -8) + 1e-5 * mag + 1e-6;
-            ymax = std::max(ymax, std::fabs(want));
-            worst = std::max(worst, err / tol);
-            bad += !(err <= tol);  // NaN (an unwritten partial) fails
-        }
-    }
-    std::printf("%s: fused O (o_n %d, %d tokens): worst error / bound %.3f, max |y| %.3g\n", label.c_str(), o_n, T,
-                worst, ymax);
-    EXPECT_EQ(bad, 0u) << label << ": " << bad << " outputs past the bound (worst error / bound " << worst << ")";
-    EXPECT_GT(ymax, 1e-3) << label << ": the projection is ~0, so the comparison says nothing";
-}
-
 // q straight from the QKV rows (PagedAttentionArgs::q_raw): random bf16 QKV rows (no bias, not
 // rotated), a bias, positions from the case's sequences and YaRN-like frequencies; the RoPE kernel
 // (qkv_bias_rope_kv_write, no cache writes: every slot −1) makes q, then every prefill kernel runs
@@ -724,11 +634,6 @@ public:
         fp8_ = true;
         return *this;
     }
-    // Decode: also the O projection fused into the kernel (check_fused_o), for these output sizes.
-    AttentionTester& fused_o(std::vector<int> o_ns) {
-        fused_o_ = std::move(o_ns);
-        return *this;
-    }
 
     void run() {
         const HostCase c = make_case(seqs_, window_, block_size_, q_amp_, seed_, fp8_);
@@ -832,15 +737,6 @@ public:
                 check(std::string(tag) + which, got, ref, c);
                 check(std::string(tag) + which + " vs reference_cuda", got, to_f32(ref_gpu), c);
             }
-            for (size_t i = 0; i < fused_o_.size(); ++i) {
-                check_fused_o(d, c, std::string(tag) + " fused O", fused_o_[i], seed_ * 31 + i);
-                if (c.fp8) {  // and on the direct e4m3 kernel
-                    d.args.fp8_direct = true;
-                    check_fused_o(d, c, std::string(tag) + " fused O fp8 direct", fused_o_[i], seed_ * 37 + i);
-                    d.args.fp8_direct = false;
-                }
-                if (::testing::Test::HasFatalFailure()) return;
-            }
         }
     }
 
@@ -862,7 +758,6 @@ private:
     int ref_stride_ = 1;
     uint64_t seed_ = 1;
     bool fp8_ = false;
-    std::vector<int> fused_o_;
 };
 
 uint64_t case_seed(const std::string& s, int i) {
@@ -1110,43 +1005,6 @@ TEST(PagedAttentionCuda, DecodeBatch64And128) {
         .block_size(16)
         .decode({0, 1})
         .seed(14)
-        .run();
-}
-
-// The O projection inside the decode kernel (check_fused_o): one and two sequences, contexts from one
-// key (one split active) to 33k (all 16), sliding windows (2-3 splits), bf16 and e4m3 caches, and an
-// output of 48 rows (3 tiles: 13 of the 16 CTAs without rows) beside the models' 2,880. Three
-// sequences check that the launcher declines.
-TEST(PagedAttentionCuda, DecodeFusedOProjection) {
-    REQUIRE_GPU();
-    int i = 0;
-    for (const std::vector<int>& ctxs : {std::vector<int>{1}, std::vector<int>{1000}, std::vector<int>{33000},
-                                         std::vector<int>{129, 8192}, std::vector<int>{5, 77, 300}}) {
-        for (int window : {0, 128}) {
-            for (bool fp8 : {false, true}) {
-                const int bs = i % 2 ? 32 : 16;
-                const uint64_t seed = case_seed("fusedo", i++);
-                AttentionTester t;
-                t.name("decode fused O B" + std::to_string(ctxs.size()) + " ctx" + std::to_string(ctxs.back()))
-                    .seqs(decode_batch(ctxs))
-                    .window(window)
-                    .block_size(bs)
-                    .q_amp(2.0f)
-                    .decode({0})
-                    .fused_o({2880, 48})
-                    .seed(seed);
-                if (fp8) t.fp8_kv();
-                t.run();
-            }
-        }
-    }
-    // A padding sequence beside a real one (graph buckets): its cluster exits without writing.
-    AttentionTester()
-        .name("decode fused O with an empty seq")
-        .seqs({{99, 1}, {0, 0}})
-        .decode({0})
-        .fused_o({2880})
-        .seed(case_seed("fusedo", i++))
         .run();
 }
 

@@ -161,123 +161,100 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
     const float eps = 1e-5f;
     DeviceBuffer counter(4);
     ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
-    for (int parts : {0, 8})  // o as one fp32 row, or as 8 bf16 partials (RouterPlanSmallArgs::add_parts)
-        for (int E : {32, 64, 128})
-            for (int T : {1, 3, 8}) {
-                SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T << " parts=" << parts);
-                const auto x = randn(static_cast<size_t>(T) * H, 31 * E + T, 3.0f);
-                auto o = randn(static_cast<size_t>(T) * H, 37 * E + T, 0.5f);
-                // The partials [parts][T + 1 rows apart][H] and o = their fp32 sum in index order (the
-                // kernel's order), so that v is still exact.
-                const int64_t pstride = static_cast<int64_t>(T + 1) * H;
-                std::vector<uint16_t> pbits;
-                if (parts > 0) {
-                    pbits = to_bf16(randn(static_cast<size_t>(parts) * pstride, 53 * E + T, 0.2f));
-                    for (size_t j = 0; j < o.size(); ++j) {
-                        float sum = bf16_to_f32(pbits[j]);
-                        for (int p = 1; p < parts; ++p) sum += bf16_to_f32(pbits[p * pstride + j]);
-                        o[j] = sum;
-                    }
+    for (int E : {32, 64, 128})
+        for (int T : {1, 3, 8}) {
+            SCOPED_TRACE(::testing::Message() << "E=" << E << " T=" << T);
+            const auto x = randn(static_cast<size_t>(T) * H, 31 * E + T, 3.0f);
+            const auto o = randn(static_cast<size_t>(T) * H, 37 * E + T, 0.5f);
+            const auto ob = randn(H, 41, 0.1f);
+            auto nw = randn(H, 43, 0.2f);
+            for (auto& v : nw) v += 1.0f;
+            std::vector<float> v(x.size()), hn(x.size());
+            for (int t = 0; t < T; ++t) {
+                double ss = 0.0;
+                for (int i = 0; i < H; ++i) {
+                    const size_t j = static_cast<size_t>(t) * H + i;
+                    v[j] = x[j] + (ob[i] + o[j]);
+                    ss += static_cast<double>(v[j]) * v[j];
                 }
-                const auto ob = randn(H, 41, 0.1f);
-                auto nw = randn(H, 43, 0.2f);
-                for (auto& v : nw) v += 1.0f;
-                std::vector<float> v(x.size()), hn(x.size());
-                for (int t = 0; t < T; ++t) {
-                    double ss = 0.0;
-                    for (int i = 0; i < H; ++i) {
-                        const size_t j = static_cast<size_t>(t) * H + i;
-                        v[j] = x[j] + (ob[i] + o[j]);
-                        ss += static_cast<double>(v[j]) * v[j];
-                    }
-                    const float inv = static_cast<float>(1.0 / std::sqrt(ss / H + eps));
-                    for (int i = 0; i < H; ++i) {
-                        const size_t j = static_cast<size_t>(t) * H + i;
-                        hn[j] = v[j] * inv * nw[i];
-                    }
-                }
-                auto wf = randn(static_cast<size_t>(E) * H, E + 5, 1.0f / std::sqrt(2880.0f));
-                auto b = randn(E, E + 6, 0.1f);
-                auto w = to_bf16(wf);
-                const RouterRef ref = cpu_router_plan(hn, w, b, T, H, E, K);
-                const auto &ids_ref = ref.ids, &off_ref = ref.offsets, &sorted_ref = ref.sorted;
-                const auto &w_ref = ref.weights, &logits_ref = ref.logits;
-
-                auto dx = to_device(x), dox = to_device(o), dob = to_device(ob), dnw = to_device(nw), dw = to_device(w),
-                     db = to_device(b);
-                auto dl = poisoned(logits_ref.size() * 4), dids = poisoned(ids_ref.size() * 4),
-                     dws = poisoned(w_ref.size() * 4), doff = poisoned((E + 1) * 4), dsorted = poisoned(T * K * 4),
-                     dxo = poisoned(x.size() * 4), dh = poisoned(x.size() * 4), dh16 = poisoned(x.size() * 2);
-                kc::RouterPlanSmallArgs a;
-                a.weight = dw.get();
-                a.bias = db.as<float>();
-                a.logits = dl.as<float>();
-                a.expert_ids = dids.as<int32_t>();
-                a.expert_weights = dws.as<float>();
-                a.expert_offsets = doff.as<int32_t>();
-                a.sorted_assignments = dsorted.as<int32_t>();
-                a.counter = counter.as<uint32_t>();
-                a.num_tokens = T;
-                a.hidden_size = H;
-                a.num_experts = E;
-                a.experts_per_token = K;
-                a.residual = dx.as<float>();
-                a.add = dox.as<float>();
-                DeviceBuffer dparts;
-                if (parts > 0) {
-                    dparts = to_device(pbits);
-                    a.add = nullptr;
-                    a.add_parts = dparts.as<__nv_bfloat16>();
-                    a.num_add_parts = parts;
-                    a.add_parts_stride = pstride;
-                }
-                a.add_bias = dob.as<float>();
-                a.norm_weight = dnw.as<float>();
-                a.eps = eps;
-                a.residual_out = dxo.as<float>();
-                a.h_out = dh.as<float>();
-                a.h_bf16_out = dh16.get();
-                for (int cc : {8, 16}) {  // clusters of up to 8 CTAs, of up to 16 (the default)
-                    SCOPED_TRACE(::testing::Message() << "cluster " << cc);
-                    a.cluster_ctas = cc;
-                    for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})
-                        ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
-                    kc::router_plan_small(a, nullptr);
-                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                    EXPECT_EQ(to_host<float>(dxo, v.size()), v);
-                    EXPECT_TRUE(close(to_host<float>(dh, hn.size()), hn, kTolF32, "fused norm h"));
-                    {  // against the unfused kernel it replaces: the same residual bit for bit
-                        auto dx2 = to_device(x), dh2 = poisoned(x.size() * 4), dh2b = poisoned(x.size() * 2);
-                        kc::ResidualRmsNormArgs rn;
-                        rn.x = dx2.as<float>();
-                        rn.add = dox.as<float>();
-                        rn.add_bias = dob.as<float>();
-                        rn.num_add = 1;
-                        rn.weight = dnw.as<float>();
-                        rn.out = dh2b.get();
-                        rn.out_f32 = dh2.as<float>();
-                        rn.num_tokens = T;
-                        rn.hidden_size = H;
-                        rn.eps = eps;
-                        kc::residual_rmsnorm(rn, nullptr);
-                        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                        EXPECT_EQ(to_host<float>(dxo, v.size()), to_host<float>(dx2, v.size()));
-                        EXPECT_TRUE(close(to_host<float>(dh, hn.size()), to_host<float>(dh2, hn.size()), kTolF32,
-                                          "fused norm h vs residual_rmsnorm"));
-                    }
-                    EXPECT_TRUE(
-                        close(from_bf16(to_host<uint16_t>(dh16, hn.size())), hn, kTolBf16Out, "fused norm h bf16"));
-                    // The logits come from Σ w·(v·w_norm) times 1/rms (the unfused kernel scales first):
-                    // fp32 rounding apart, the same sums.
-                    EXPECT_TRUE(
-                        close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "fused router logits"));
-                    EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref);
-                    EXPECT_TRUE(close(to_host<float>(dws, w_ref.size()), w_ref, kTolF32, "fused router weights"));
-                    EXPECT_EQ(to_host<int32_t>(doff, E + 1), off_ref);
-                    EXPECT_EQ(to_host<int32_t>(dsorted, T * K), sorted_ref);
-                    EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
+                const float inv = static_cast<float>(1.0 / std::sqrt(ss / H + eps));
+                for (int i = 0; i < H; ++i) {
+                    const size_t j = static_cast<size_t>(t) * H + i;
+                    hn[j] = v[j] * inv * nw[i];
                 }
             }
+            auto wf = randn(static_cast<size_t>(E) * H, E + 5, 1.0f / std::sqrt(2880.0f));
+            auto b = randn(E, E + 6, 0.1f);
+            auto w = to_bf16(wf);
+            const RouterRef ref = cpu_router_plan(hn, w, b, T, H, E, K);
+            const auto &ids_ref = ref.ids, &off_ref = ref.offsets, &sorted_ref = ref.sorted;
+            const auto &w_ref = ref.weights, &logits_ref = ref.logits;
+
+            auto dx = to_device(x), dox = to_device(o), dob = to_device(ob), dnw = to_device(nw), dw = to_device(w),
+                 db = to_device(b);
+            auto dl = poisoned(logits_ref.size() * 4), dids = poisoned(ids_ref.size() * 4),
+                 dws = poisoned(w_ref.size() * 4), doff = poisoned((E + 1) * 4), dsorted = poisoned(T * K * 4),
+                 dxo = poisoned(x.size() * 4), dh = poisoned(x.size() * 4), dh16 = poisoned(x.size() * 2);
+            kc::RouterPlanSmallArgs a;
+            a.weight = dw.get();
+            a.bias = db.as<float>();
+            a.logits = dl.as<float>();
+            a.expert_ids = dids.as<int32_t>();
+            a.expert_weights = dws.as<float>();
+            a.expert_offsets = doff.as<int32_t>();
+            a.sorted_assignments = dsorted.as<int32_t>();
+            a.counter = counter.as<uint32_t>();
+            a.num_tokens = T;
+            a.hidden_size = H;
+            a.num_experts = E;
+            a.experts_per_token = K;
+            a.residual = dx.as<float>();
+            a.add = dox.as<float>();
+            a.add_bias = dob.as<float>();
+            a.norm_weight = dnw.as<float>();
+            a.eps = eps;
+            a.residual_out = dxo.as<float>();
+            a.h_out = dh.as<float>();
+            a.h_bf16_out = dh16.get();
+            for (int cc : {8, 16}) {  // clusters of up to 8 CTAs, of up to 16 (the default)
+                SCOPED_TRACE(::testing::Message() << "cluster " << cc);
+                a.cluster_ctas = cc;
+                for (DeviceBuffer* b : {&dl, &dids, &dws, &doff, &dsorted, &dxo, &dh, &dh16})
+                    ASSERT_EQ(cudaMemset(b->get(), 0xff, b->bytes()), cudaSuccess);
+                kc::router_plan_small(a, nullptr);
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                EXPECT_EQ(to_host<float>(dxo, v.size()), v);
+                EXPECT_TRUE(close(to_host<float>(dh, hn.size()), hn, kTolF32, "fused norm h"));
+                {  // against the unfused kernel it replaces: the same residual bit for bit
+                    auto dx2 = to_device(x), dh2 = poisoned(x.size() * 4), dh2b = poisoned(x.size() * 2);
+                    kc::ResidualRmsNormArgs rn;
+                    rn.x = dx2.as<float>();
+                    rn.add = dox.as<float>();
+                    rn.add_bias = dob.as<float>();
+                    rn.num_add = 1;
+                    rn.weight = dnw.as<float>();
+                    rn.out = dh2b.get();
+                    rn.out_f32 = dh2.as<float>();
+                    rn.num_tokens = T;
+                    rn.hidden_size = H;
+                    rn.eps = eps;
+                    kc::residual_rmsnorm(rn, nullptr);
+                    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                    EXPECT_EQ(to_host<float>(dxo, v.size()), to_host<float>(dx2, v.size()));
+                    EXPECT_TRUE(close(to_host<float>(dh, hn.size()), to_host<float>(dh2, hn.size()), kTolF32,
+                                      "fused norm h vs residual_rmsnorm"));
+                }
+                EXPECT_TRUE(close(from_bf16(to_host<uint16_t>(dh16, hn.size())), hn, kTolBf16Out, "fused norm h bf16"));
+                // The logits come from Σ w·(v·w_norm) times 1/rms (the unfused kernel scales first):
+                // fp32 rounding apart, the same sums.
+                EXPECT_TRUE(close(to_host<float>(dl, logits_ref.size()), logits_ref, kTolF32, "fused router logits"));
+                EXPECT_EQ(to_host<int32_t>(dids, ids_ref.size()), ids_ref);
+                EXPECT_TRUE(close(to_host<float>(dws, w_ref.size()), w_ref, kTolF32, "fused router weights"));
+                EXPECT_EQ(to_host<int32_t>(doff, E + 1), off_ref);
+                EXPECT_EQ(to_host<int32_t>(dsorted, T * K), sorted_ref);
+                EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
+            }
+        }
 }
 
 // The fused router inside a CUDA graph, replayed: the counter protocol must survive replays.

@@ -69,22 +69,6 @@ struct PagedAttentionArgs {
     uint8_t* out_q = nullptr;
     float* out_q_scale = nullptr;
     int out_q_m_pad = 0;
-    // CUDA decode only, where paged_attention_decode_fuses_o (kernels/cuda/attention.h) says so:
-    // the O projection inside the decode kernel. Each kv head's cluster multiplies its 8 heads'
-    // output (rounded to bf16, as the GEMV would) by its 512 columns of o_w (e4m3, 128 × 128 block
-    // scales o_w_scale [ceil(o_n / 128), o_ld / 128], fp8_gemm.h's layout) and writes the partial
-    // o_partial[kv_head, token, 0 .. o_n) without the bias, fp32 sums rounded to bf16; the O
-    // projection is the sum of the num_kv_heads partials (RouterPlanSmallArgs::add_parts). out is
-    // still written.
-    const uint8_t* o_w = nullptr;  // [o_n, o_ld]
-    const float* o_w_scale = nullptr;
-    int o_ld = 0;
-    int o_n = 0;
-    void* o_partial = nullptr;  // [num_kv_heads, num_tokens, o_n] bf16
-    // The weights' first TMA loads after the split's first KV loads instead of before pdl_wait (the
-    // launcher sets it from GPTOSS_ATTN_FUSED_O_ISSUE=1; an A/B switch).
-    bool o_issue_late = false;
-
     const int32_t* block_tables = nullptr;   // [num_seqs, max_blocks_per_seq]
     const int32_t* seq_start_pos = nullptr;  // [num_seqs]
     const int32_t* query_start = nullptr;    // [num_seqs + 1], query_start[0] = 0

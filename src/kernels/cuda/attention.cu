@@ -1465,119 +1465,11 @@ static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
                   kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 <= kDecodeSmem,
               "the partial sits past the merge scratch, inside the decode smem");
 
-// The fused O projection (kOutProj, session 24; PagedAttentionArgs::o_w .. o_partial). The 16 CTAs
-// of a kv head's cluster each own 11-12 of o_w's 16-row tiles (o_n = 2,880: 180 tiles) over the
-// kv head's 512 columns: 8 KB a tile. Their rows come into shared memory by bulk copies while the
-// attention runs: tiles 0-5 into 48 KB past the KV ring before pdl_wait, tiles 6-11 into ring
-// stages 1-3 as soon as the CTA knows the attention leaves a stage unused (at 1k context a split
-// has one KV tile; a split without keys uses none), else after its last KV tile. After the merge,
-// split 0 leaves the 8 heads' output (bf16, as the GEMV would round it) in its shared memory; every
-// CTA copies it (DSMEM) and multiplies its tiles on the tensor cores as gemv_fp8_mma_kernel does
-// (e4m3 widened exactly to bf16, fp32 accumulation, the block scale per 128 columns), then writes
-// the partials without the bias, rounded to bf16. The router sums the 8 partials; the O GEMV launch
-// (r37's trace: 4.6 µs a layer at batch 1) goes. Session 24 measured two other ways and dropped them:
-// all 96 KB past the ring (165 KB a CTA, one an SM: the 16-CTA clusters waited for whole GPCs; call
-// 1, 20b batch 1 1.65 → 2.01 ms a step), and the tiles streamed from global memory into registers
-// after the merge (4 warps an SM pull 96 KB at ~10 GB/s: +10 µs a layer, with or without an L2
-// prefetch during the attention; calls 2-4).
-// Shared memory (114.7 KB: two CTAs an SM): the ring [0, 64 KB), its stage 0 holding the merge
-// scratch, the partial (kOpPartOffset) and x (kOpXOffset) after the attention; tiles 0-5 at
-// [64 KB, 112 KB), 6-11 at [16 KB, 64 KB); two mbarriers.
-constexpr int kOpK = kGroup * kHeadDim;  // 512 inputs a kv head
-constexpr int kOpMaxTiles = 12;          // 16-row tiles a CTA: o_n ≤ 16 · 12 · 16 = 3,072
-constexpr int kOpTileBytes = 16 * kOpK;  // 8 KB
-constexpr int kOpEarlyTiles = 6;         // past the ring
-constexpr int kOpPartOffset = 9 * 1024;  // the merge's partial, past the merge scratch
-constexpr int kOpXOffset = 12 * 1024;    // x [512] bf16
-constexpr int kOpBarOffset = kDecodeSmem + kOpEarlyTiles * kOpTileBytes;
-constexpr int kOpScaleOffset = kOpBarOffset + 16;  // the tiles' block scales [kOpMaxTiles][4]
-constexpr int kOpSmem = kOpScaleOffset + kOpMaxTiles * 4 * 4;
-static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kOpPartOffset &&
-                  kOpPartOffset + kGroup * (kHeadDim + 2) * 4 <= kOpXOffset &&
-                  kOpXOffset + kOpK * 2 <= 2 * kTileBytes && kOpK * 2 == kDecodeThreads * 8,
-              "stage 0 holds the merge scratch, the partial and x (8 bytes a thread)");
-static_assert(2 * kTileBytes + (kOpMaxTiles - kOpEarlyTiles) * kOpTileBytes == kDecodeSmem,
-              "tiles 6-11 fill ring stages 1-3");
-__device__ __forceinline__ int op_slot(int j) {  // tile j's bytes into the dynamic shared memory
-    return j < kOpEarlyTiles ? kDecodeSmem + j * kOpTileBytes : 2 * kTileBytes + (j - kOpEarlyTiles) * kOpTileBytes;
-}
-// The ring stage tile j (≥ kOpEarlyTiles) occupies.
-__device__ __forceinline__ int op_stage(int j) { return (op_slot(j) / (2 * kTileBytes)); }
-
-// Tiles [j0, j1) of the CTA's (first tile t0) by TMA boxes of 16 rows × 512 bytes (o_map: o_w as
-// uint32 [o_n, o_ld / 4]); one lane a tile.
-__device__ __forceinline__ void op_issue(const CUtensorMap* o_map, uint8_t* smem, int kv_head, int t0, int j0, int j1,
-                                         uint32_t bar) {
-    const int lane = threadIdx.x & 31;
-    if (j0 + lane < j1)
-        attn_tma_2d(smem_addr(smem + op_slot(j0 + lane)), o_map, kv_head * (kOpK / 4), (t0 + j0 + lane) * 16, bar);
-}
-
-// The fused O projection's tail, in every CTA of the cluster after the merge's second barrier:
-// split 0's x into this CTA's copy, then tiles [t0, t0 + nt) of o_w × x into o_partial.
-__device__ __forceinline__ void decode_out_proj(const PagedAttentionArgs& a, uint8_t* smem, int kv_head, int split,
-                                                int q_row, int t0, int nt) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, tig = lane & 3;
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    const uint2 xv = reinterpret_cast<const uint2*>(cluster.map_shared_rank(smem + kOpXOffset, 0))[tid];
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");  // done with split 0's x
-    if (split != 0) reinterpret_cast<uint2*>(smem + kOpXOffset)[tid] = xv;
-    __syncthreads();
-    const __nv_bfloat16* xs = reinterpret_cast<const __nv_bfloat16*>(smem + kOpXOffset);
-    const uint32_t bar0 = smem_addr(smem + kOpBarOffset);
-    for (int i = warp; i < nt; i += kDecodeWarps) {
-        attn_mbar_wait(i < kOpEarlyTiles ? bar0 : bar0 + 8, 0);
-        // Lane (g, t): rows g, g + 8 of the tile, bytes 16t .. 16t + 15 of each 64-wide step; the
-        // token is MMA column 0 (lanes g > 0 give zero B fragments).
-        const uint8_t* r_lo = smem + op_slot(i) + g * kOpK + 16 * tig;
-        const uint8_t* r_hi = r_lo + 8 * kOpK;
-        const float* sc = reinterpret_cast<const float*>(smem + kOpScaleOffset) + 4 * i;
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int kb = 0; kb < kOpK / 128; ++kb) {
-            float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int hs = 0; hs < 2; ++hs) {
-                const int s = 2 * kb + hs;
-                const uint4 wl = *reinterpret_cast<const uint4*>(r_lo + s * 64);
-                const uint4 wh = *reinterpret_cast<const uint4*>(r_hi + s * 64);
-                uint4 x0 = make_uint4(0u, 0u, 0u, 0u), x1 = x0;
-                if (g == 0) {
-                    x0 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig);
-                    x1 = *reinterpret_cast<const uint4*>(xs + s * 64 + 16 * tig + 8);
-                }
-                const uint32_t lo[4] = {wl.x, wl.y, wl.z, wl.w}, hi[4] = {wh.x, wh.y, wh.z, wh.w};
-                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    uint32_t af[4];
-                    e4m3x4_to_bf16x2(lo[j], af[0], af[2]);
-                    e4m3x4_to_bf16x2(hi[j], af[1], af[3]);
-                    // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
-                    mma_bf16(tmp, af, __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410),
-                             __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632));
-                }
-            }
-            const float scale = sc[kb];
-            acc[0] = fmaf(scale, tmp[0], acc[0]);
-            acc[2] = fmaf(scale, tmp[2], acc[2]);
-        }
-        if (tig == 0) {
-            __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(a.o_partial) +
-                                 (static_cast<int64_t>(kv_head) * a.num_tokens + q_row) * a.o_n + (t0 + i) * 16 + g;
-            dst[0] = __float2bfloat16_rn(acc[0]);
-            dst[8] = __float2bfloat16_rn(acc[2]);
-        }
-    }
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");  // split 0's x outlives every read
-}
-
-template <bool kFp8Direct, bool kCluster = false, bool kOutProj = false>
+template <bool kFp8Direct, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeThreads)
-    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a,
-                                       const __grid_constant__ CUtensorMap o_map) {
-    static_assert(kCluster || !kOutProj, "the fused O projection runs in the cluster kernel");
+    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
@@ -1585,69 +1477,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
     // slots run side by side, so each 1 KB slot is fetched from DRAM in one visit.
     const int kv_head = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
     const int num_splits = gridDim.y;
-    int op_t0 = 0, op_nt = 0;  // kOutProj: this CTA's o_w tiles
-    if constexpr (kOutProj) {
-        // Before the wait (weights do not change): tiles 0-5 past the ring (mbarrier 0; tiles 6-11
-        // come on mbarrier 1 below).
-        const int tiles = a.o_n / 16;
-        op_t0 = split * tiles / num_splits;
-        op_nt = (split + 1) * tiles / num_splits - op_t0;
-        const uint32_t bar0 = smem_addr(smem + kOpBarOffset);
-        if (tid == 0) {
-            attn_mbar_init(bar0, 1);
-            attn_mbar_init(bar0 + 8, 1);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        __syncthreads();
-        if (warp == 0 && !a.o_issue_late) {
-            const int early = min(op_nt, kOpEarlyTiles);
-            if (lane == 0) attn_mbar_expect_tx(bar0, static_cast<uint32_t>(early * kOpTileBytes));
-            __syncwarp();
-            op_issue(&o_map, smem, kv_head, op_t0, 0, early, bar0);
-        }
-        if (tid < op_nt * 4)
-            reinterpret_cast<float*>(smem + kOpScaleOffset)[tid] =
-                __ldg(a.o_w_scale + static_cast<int64_t>((op_t0 + (tid >> 2)) * 16 / 128) * (a.o_ld / 128) +
-                      kv_head * 4 + (tid & 3));
-    }
-    pdl_wait();
-    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
 
     const int q_row = a.query_start[seq];
-    if (a.query_start[seq + 1] - q_row != 1) {  // padding sequence (or not a decode batch; the whole cluster)
-        if constexpr (kOutProj)
-            if (!a.o_issue_late) attn_mbar_wait(smem_addr(smem + kOpBarOffset), 0);  // no copy outlives the CTA
-        return;
-    }
+    if (a.query_start[seq + 1] - q_row != 1) return;  // padding sequence (or not a decode batch)
     const int pos = a.seq_start_pos[seq];
     const DecodeSplit sp = decode_split(pos, a.sliding_window, num_splits, split);
-    // kOutProj: tiles 6.. into the ring stages this split's attention leaves unused (all but stage 0
-    // for a split without keys) now, the others after its last KV tile.
-    // With o_issue_late, tiles 0-5 go out here too, after the split's first KV loads (below) if it
-    // has keys.
-    const auto op_issue_early = [&](int used) {
-        if (warp != 0) return;
-        const uint32_t bar0 = smem_addr(smem + kOpBarOffset), bar1 = bar0 + 8;
-        if (a.o_issue_late) {
-            const int early = min(op_nt, kOpEarlyTiles);
-            if (lane == 0) attn_mbar_expect_tx(bar0, static_cast<uint32_t>(early * kOpTileBytes));
-            __syncwarp();
-            op_issue(&o_map, smem, kv_head, op_t0, 0, early, bar0);
-        }
-        if (lane == 0) attn_mbar_expect_tx(bar1, static_cast<uint32_t>(max(op_nt - kOpEarlyTiles, 0) * kOpTileBytes));
-        __syncwarp();
-        for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
-            if (op_stage(jt) >= used) op_issue(&o_map, smem, kv_head, op_t0, jt, jt + 1, bar1);
-    };
-    if constexpr (kOutProj)
-        if (split >= sp.num_active || !a.o_issue_late)
-            op_issue_early(split < sp.num_active ? sp.tile_end - sp.tile_begin : 1);
     if (split >= sp.num_active) {
-        if (kOutProj || (kCluster && sp.num_active > 1)) {  // the merge's two barriers (cluster-uniform condition)
+        if (kCluster && sp.num_active > 1) {  // the merge's two barriers (cluster-uniform condition)
             cluster_sync_all();
             cluster_sync_all();
         }
-        if constexpr (kOutProj) decode_out_proj(a, smem, kv_head, split, q_row, op_t0, op_nt);
         return;
     }
     const KvSource src = make_kv_source(a, seq, kv_head);
@@ -1697,8 +1536,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
         cp_async_commit();  // always commit so that group i is tile i
     }
-    if constexpr (kOutProj)
-        if (a.o_issue_late) op_issue_early(n_tiles);
 
     for (int i = 0; i < n_tiles; ++i) {
         cp_async_wait<kDecodeStages - 2>();  // groups 0..i complete for this thread
@@ -1809,15 +1646,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
     // and every warp left the loop).
     cp_async_wait<0>();
     __syncthreads();
-    if constexpr (kOutProj) {  // the projection's tiles in the stages the attention used (not stage 0)
-        if (warp == 0) {
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // the ring's reads before the copies
-            const int used = sp.tile_end - sp.tile_begin;
-            for (int jt = kOpEarlyTiles; jt < op_nt; ++jt)
-                if (op_stage(jt) < used)
-                    op_issue(&o_map, smem, kv_head, op_t0, jt, jt + 1, smem_addr(smem + kOpBarOffset) + 8);
-        }
-    }
     float* red = reinterpret_cast<float*>(smem);  // [warp][head][kRedStride]
     l = quad_sum(l);
     {
@@ -1861,21 +1689,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
         const float scale = f / (lw * f + fast_exp2(sink - mx_all));
         __nv_bfloat16* dst =
             static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim + d0;
-        const uint2 o2 =
+        *reinterpret_cast<uint2*>(dst) =
             make_uint2(pack_bf16x2(o4[0] * scale, o4[1] * scale), pack_bf16x2(o4[2] * scale, o4[3] * scale));
-        *reinterpret_cast<uint2*>(dst) = o2;
-        if constexpr (kOutProj) {  // split 0: x for the projection; the merge's barriers without a merge
-            *reinterpret_cast<uint2*>(smem + kOpXOffset + (h * kHeadDim + d0) * 2) = o2;
-            cluster_sync_all();
-            cluster_sync_all();
-            decode_out_proj(a, smem, kv_head, split, q_row, op_t0, op_nt);
-        }
     } else if constexpr (kCluster) {
         // This split's partial into its own shared memory (past the merge scratch `red`), then split
         // 0 merges every active split's as combine_head does: M = max(sink, max_s m_s), out =
         // Σ_s 2^(m_s − M) acc_s / (Σ_s 2^(m_s − M) l_s + 2^(sink − M)).
-        float* part = reinterpret_cast<float*>(
-            smem + (kOutProj ? kOpPartOffset : kDecodePartOffset));  // [kGroup][64], then [kGroup][2]
+        float* part = reinterpret_cast<float*>(smem + kDecodePartOffset);  // [kGroup][64], then [kGroup][2]
         *reinterpret_cast<float4*>(part + h * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
         if ((tid & 15) == 0) {
             part[kGroup * kHeadDim + 2 * h] = mw;
@@ -1918,12 +1738,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
             const float inv = 1.0f / den;
             __nv_bfloat16* dst =
                 static_cast<__nv_bfloat16*>(a.out) + (static_cast<int64_t>(q_row) * a.num_heads + head) * kHeadDim + d0;
-            const uint2 o2 = make_uint2(pack_bf16x2(o[0] * inv, o[1] * inv), pack_bf16x2(o[2] * inv, o[3] * inv));
-            *reinterpret_cast<uint2*>(dst) = o2;
-            if constexpr (kOutProj) *reinterpret_cast<uint2*>(smem + kOpXOffset + (h * kHeadDim + d0) * 2) = o2;
+            *reinterpret_cast<uint2*>(dst) =
+                make_uint2(pack_bf16x2(o[0] * inv, o[1] * inv), pack_bf16x2(o[2] * inv, o[3] * inv));
         }
-        cluster_sync_all();  // the partials stay until split 0 has read them (and x is in its smem)
-        if constexpr (kOutProj) decode_out_proj(a, smem, kv_head, split, q_row, op_t0, op_nt);
+        cluster_sync_all();  // the partials stay until split 0 has read them
     } else {
         const int64_t idx = ws_index(a, seq, head, num_splits, split);
         *reinterpret_cast<float4*>(a.workspace + idx * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
@@ -2079,11 +1897,6 @@ void ensure_decode_smem(int dev) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
-    for (auto kernel : {bf16_paged_attention_decode_kernel<false, true, true>,
-                        bf16_paged_attention_decode_kernel<true, true, true>}) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kOpSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -2141,32 +1954,6 @@ bool kv_tensor_maps(const PagedAttentionArgs& a, CUtensorMap* k_map, CUtensorMap
     cache.emplace(key, maps);
     *k_map = maps.first;
     *v_map = maps.second;
-    return true;
-}
-
-// The fused O projection's TMA map of o_w: uint32 elements [o_n, o_ld / 4] in boxes of 16 rows ×
-// 128 (512 bytes: one kv head's columns of a 16-row tile), no swizzle; encoded once per weight.
-bool o_tensor_map(const PagedAttentionArgs& a, CUtensorMap* map) {
-    static std::mutex mu;
-    static std::map<std::tuple<const void*, int, int>, CUtensorMap> cache;
-    const auto key = std::make_tuple(static_cast<const void*>(a.o_w), a.o_n, a.o_ld);
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = cache.find(key); it != cache.end()) {
-        *map = it->second;
-        return true;
-    }
-    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (encode == nullptr) return false;
-    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.o_ld) / 4, static_cast<cuuint64_t>(a.o_n)};
-    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.o_ld)};
-    const cuuint32_t box[2] = {kOpK / 4, 16}, unit[2] = {1, 1};
-    CUtensorMap m;
-    if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint8_t*>(a.o_w), dims, strides, box, unit,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-        return false;
-    cache.emplace(key, m);
-    *map = m;
     return true;
 }
 
@@ -2267,27 +2054,6 @@ static int max_cluster_splits() {
     return n;
 }
 
-// Whether the device schedules the fused O projection's kernel as 16-CTA clusters;
-// GPTOSS_ATTN_DECODE_CLUSTER=0 turns it off with the cluster merge.
-static bool fused_o_schedulable() {
-    static const bool ok = [] {
-        if (max_cluster_splits() != kMaxClusterSplits) return false;
-        ensure_decode_smem(current_device());
-        return max_active_clusters(bf16_paged_attention_decode_kernel<false, true, true>, dim3(1, kMaxClusterSplits, 1),
-                                   dim3(kDecodeThreads), kOpSmem) > 0;
-    }();
-    return ok;
-}
-
-bool paged_attention_decode_fuses_o(const PagedAttentionArgs& a) {
-    const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return a.o_w != nullptr && a.o_w_scale != nullptr && a.o_partial != nullptr && a.num_seqs >= 1 &&
-           a.num_seqs <= max_cluster_seqs() && a.num_heads == kGroup * a.num_kv_heads && a.head_dim == kHeadDim &&
-           a.o_n >= 16 && a.o_n % 16 == 0 && a.o_n / 16 <= kMaxClusterSplits * kOpMaxTiles && a.o_ld % 128 == 0 &&
-           a.o_ld >= a.num_heads * kHeadDim && aligned16(a.o_w) && a.max_splits >= kMaxClusterSplits &&
-           tensor_map_encoder() != nullptr && fused_o_schedulable();
-}
-
 void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
     validate(a, "paged_attention_decode");
     ENGINE_CHECK(a.q_raw == nullptr && a.q != nullptr, "paged_attention_decode: q is required (q_raw is prefill's)");
@@ -2297,24 +2063,6 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
                  "paged_attention_decode: %d splits need a 16-byte aligned workspace", num_splits);
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
-    if (paged_attention_decode_fuses_o(a)) {
-        // Always the full cluster: its 16 CTAs split the projection's rows whatever the KV range.
-        const dim3 grid(a.num_kv_heads, kMaxClusterSplits, a.num_seqs);
-        CUtensorMap o_map;
-        ENGINE_CHECK(o_tensor_map(a, &o_map), "paged_attention_decode: the O weight's tensor map failed to encode");
-        static const bool late = [] {
-            const char* v = std::getenv("GPTOSS_ATTN_FUSED_O_ISSUE");
-            return v != nullptr && std::strcmp(v, "1") == 0;
-        }();
-        PagedAttentionArgs b = a;
-        b.o_issue_late = b.o_issue_late || late;
-        auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true, true>
-                                               : bf16_paged_attention_decode_kernel<false, true, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kOpSmem, stream, b,
-                           o_map);
-        CUDA_CHECK_LAUNCH();
-        return;
-    }
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
     // One or two sequences: r37 call 4 measured the cluster merge at batch 1 (20b 1k: 1.678 →
     // 1.646-1.653 ms a step; 120b 2.551 → 2.493; 20b 8k context 1.786 → 1.728) and at batch 8 (6
@@ -2323,17 +2071,14 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
         auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
                                                : bf16_paged_attention_decode_kernel<false, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a,
-                           CUtensorMap{});
+        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
     if (a.kv_fp8 && a.fp8_direct)
-        launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a,
-                   CUtensorMap{});
+        launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a);
     else
-        launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a,
-                   CUtensorMap{});
+        launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a);
     if (num_splits > 1) {
         const dim3 cgrid(a.num_kv_heads, a.num_seqs);
         launch_pdl(bf16_paged_attention_decode_combine_kernel, cgrid, kCombineThreads, 0, stream, a, num_splits);

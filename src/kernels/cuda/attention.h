@@ -28,12 +28,6 @@ void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream
 // num_seqs · num_heads · max_splits · (head_dim + 2) floats whenever max_splits > 1.
 void paged_attention_decode(const PagedAttentionArgs& args, cudaStream_t stream);
 
-// Whether paged_attention_decode runs the O projection inside the decode kernel for these
-// arguments (PagedAttentionArgs::o_w ... o_partial): one or two sequences, the 16-CTA cluster
-// kernel schedulable, o_n a multiple of 16 up to 3,072, o_ld a multiple of 128 covering the heads.
-// Where it returns false, paged_attention_decode ignores the fields and the caller projects.
-bool paged_attention_decode_fuses_o(const PagedAttentionArgs& args);
-
 // Same as paged_attention_decode with an explicit split count (1 ≤ num_splits ≤ args.max_splits),
 // for tests and benchmarks. The device spreads each sequence's KV range over at most num_splits
 // CTAs (fewer when the context is short); num_splits is only the grid's upper bound.

@@ -35,15 +35,4 @@ __device__ __forceinline__ uint8_t to_e4m3(float v) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
-// Bytes (0, 2) and (1, 3) of an e4m3 word as bf16x2 pairs (the lower byte in the low half), exact:
-// the sign, exponent and mantissa bits moved into a bf16's (value · 2^-120), then one bf16x2
-// multiply by 2^120 (the FP8 decode GEMVs' A operand: gemv.cu, and attention.cu's fused O).
-__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& even, uint32_t& odd) {
-    constexpr uint32_t k2p120 = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
-    const uint32_t e = ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u);
-    const uint32_t o = ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u);
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(even) : "r"(e), "r"(k2p120));
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(odd) : "r"(o), "r"(k2p120));
-}
-
 }  // namespace gptoss::kernels::cuda

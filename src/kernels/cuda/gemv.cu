@@ -8,7 +8,6 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/fp8_quant.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe_common.cuh"
@@ -447,6 +446,13 @@ constexpr int kMmaSteps = 8;  // 64-byte K steps a warp keeps in flight
 // Measured (r23, 20b --fp8, 1k context): batch 1 2.055 → 2.005 ms a step, batch 4 3.797 → 3.715.
 constexpr int kMmaStepsOneWave = 6;
 constexpr int kOneWaveMaxK = kMmaWarps * kMmaStepsOneWave * 64;  // 3,072
+
+// Bytes (0, 2) and (1, 3) of an e4m3 word as bf16x2 pairs (the lower byte in the low half), exact.
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& even, uint32_t& odd) {
+    constexpr uint32_t k2p120 = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
+    even = bf16x2_mul(((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u), k2p120);
+    odd = bf16x2_mul(((w >> 4) & 0x07f007f0u) | (w & 0x80008000u), k2p120);
+}
 
 // Token values k .. k + 15 as 8 bf16x2 words, word q = (x[2q], x[2q + 1]).
 __device__ __forceinline__ void load_x16_bf16(const float* x, uint32_t (&w)[8]) {

@@ -518,42 +518,6 @@ __device__ __forceinline__ void router_store_norm_chunk(const RouterPlanSmallArg
     }
 }
 
-// Elements 8c .. 8c + 7 of token t's add row, or the sum of its add_parts rows in index order
-// (RouterPlanSmallArgs::add_parts). Every part's load is issued before the first add: one L2 round
-// trip however many there are.
-constexpr int kRouterMaxParts = 8;
-template <bool kParts>
-__device__ __forceinline__ void router_add8(const RouterPlanSmallArgs& a, int t, int c, float (&d)[8]) {
-    if constexpr (kParts) {
-        uint4 x[kRouterMaxParts];
-#pragma unroll
-        for (int j = 0; j < kRouterMaxParts; ++j)
-            if (j < a.num_add_parts)
-                x[j] = __ldg(reinterpret_cast<const uint4*>(a.add_parts + j * a.add_parts_stride +
-                                                            static_cast<int64_t>(t) * a.hidden_size) +
-                             c);
-#pragma unroll
-        for (int j = 0; j < kRouterMaxParts; ++j) {
-            if (j < a.num_add_parts) {
-                const uint32_t w[4] = {x[j].x, x[j].y, x[j].z, x[j].w};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const float lo = __uint_as_float(w[k] << 16), hi = __uint_as_float(w[k] & 0xffff0000u);
-                    d[2 * k] = j == 0 ? lo : d[2 * k] + lo;
-                    d[2 * k + 1] = j == 0 ? hi : d[2 * k + 1] + hi;
-                }
-            }
-        }
-        return;
-    }
-    const float4* q = reinterpret_cast<const float4*>(a.add + static_cast<int64_t>(t) * a.hidden_size) + 2 * c;
-    const float4 x0 = __ldg(q), x1 = __ldg(q + 1);
-    d[0] = x0.x, d[1] = x0.y, d[2] = x0.z, d[3] = x0.w, d[4] = x1.x, d[5] = x1.y, d[6] = x1.z, d[7] = x1.w;
-}
-
-// kParts: the add rows are RouterPlanSmallArgs::add_parts (separate kernels: the parts' loads in
-// flight take ~50 more registers a thread).
-template <bool kParts>
 __global__ void __launch_bounds__(kRouterThreads)
     router_plan_small_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
     __shared__ float part[kRouterMaxTokens][kRouterThreads / 32];
@@ -590,7 +554,7 @@ __global__ void __launch_bounds__(kRouterThreads)
     auto residual8 = [&](int t, int c, float(&v)[8]) {  // v = residual + add (+ add_bias)
         float r[8], d[8], b[8] = {};
         load8(a.residual, t, c, r);
-        router_add8<kParts>(a, t, c, d);
+        load8(a.add, t, c, d);
         if (a.add_bias != nullptr) load8(a.add_bias, 0, c, b);
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[j] = r[j] + (b[j] + d[j]);  // residual_rmsnorm's order: x + (bias + add)
@@ -630,7 +594,7 @@ __global__ void __launch_bounds__(kRouterThreads)
 #pragma unroll
                 for (int i = 0; i < kRouterMaxChunks; ++i) {
                     load8(a.residual, t, cc[i], r[i]);
-                    router_add8<kParts>(a, t, cc[i], d[i]);
+                    load8(a.add, t, cc[i], d[i]);
                 }
 #pragma unroll
                 for (int i = 0; i < kRouterMaxChunks; ++i) {
@@ -737,8 +701,9 @@ constexpr int kRcWarps = kRcThreads / 32;
 constexpr int kRcMaxCtas = 16;      // a non-portable cluster size (RouterPlanSmallArgs::cluster_ctas)
 constexpr int kRcPortableCtas = 8;  // the default
 
-template <int kEpc, int kCpt, int kMaxCtas, bool kParts>
-__device__ __forceinline__ void router_plan_cluster_body(const RouterPlanSmallArgs& a) {
+template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas>
+__global__ void __launch_bounds__(kRcThreads)
+    router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
     extern __shared__ uint4 s_w[];  // [kEpc][kCpt · kRcThreads]: the CTA's rows, 16-byte chunks
     __shared__ float part[kRouterMaxTokens][kRcWarps][kEpc + 1];  // per warp: kEpc dot products, Σ v²
     __shared__ float s_inv[kRouterMaxTokens];
@@ -801,7 +766,7 @@ __device__ __forceinline__ void router_plan_cluster_body(const RouterPlanSmallAr
             if (fused) {
                 float r[8], d[8];
                 load8(a.residual, t, cc[i], r);
-                router_add8<kParts>(a, t, cc[i], d);
+                load8(a.add, t, cc[i], d);
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     x[i][j] = r[j] + (bb[i][j] + d[j]);  // residual_rmsnorm's order: x + (bias + add)
@@ -877,7 +842,7 @@ __device__ __forceinline__ void router_plan_cluster_body(const RouterPlanSmallAr
             for (int t = 0; t < T; ++t) {
                 float r[8], d[8], v[8], hn[8];
                 load8(a.residual, t, c, r);
-                router_add8<kParts>(a, t, c, d);
+                load8(a.add, t, c, d);
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     v[j] = r[j] + (b8[j] + d[j]);
@@ -893,18 +858,6 @@ __device__ __forceinline__ void router_plan_cluster_body(const RouterPlanSmallAr
     if (rank != 0) return;
     router_finish<(kEpc * kMaxCtas + 31) / 32>(
         a, kRcWarps, [&](int t, int ex) { return s_logits[t * E + ex]; }, s_ids);
-}
-
-template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas>
-__global__ void __launch_bounds__(kRcThreads)
-    router_plan_cluster_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
-    router_plan_cluster_body<kEpc, kCpt, kMaxCtas, false>(a);
-}
-// With add_parts: at most 96 registers (the 8 parts' loads in flight took 105), so that a CTA fits
-// on an SM beside one of the decode attention's with the fused O projection (128 threads × 182).
-template <int kEpc, int kCpt, int kMaxCtas = kRcPortableCtas>
-__global__ void __maxnreg__(96) router_plan_cluster_parts_kernel(const __grid_constant__ RouterPlanSmallArgs a) {
-    router_plan_cluster_body<kEpc, kCpt, kMaxCtas, true>(a);
 }
 
 // ---- routing plan -----------------------------------------------------------------------------
@@ -1561,11 +1514,8 @@ static bool router_cluster16_ok() {
     CUDA_CHECK(cudaGetDevice(&dev));
     if (dev >= kMaxDev) return false;
     if (!attr_done[dev].load(std::memory_order_acquire)) {
-        for (auto kernel :
-             {router_plan_cluster_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_kernel<4, 2, kRcMaxCtas>,
-              router_plan_cluster_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_kernel<8, 2, kRcMaxCtas>,
-              router_plan_cluster_parts_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_parts_kernel<4, 2, kRcMaxCtas>,
-              router_plan_cluster_parts_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_parts_kernel<8, 2, kRcMaxCtas>})
+        for (auto kernel : {router_plan_cluster_kernel<4, 1, kRcMaxCtas>, router_plan_cluster_kernel<4, 2, kRcMaxCtas>,
+                            router_plan_cluster_kernel<8, 1, kRcMaxCtas>, router_plan_cluster_kernel<8, 2, kRcMaxCtas>})
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         attr_done[dev].store(true, std::memory_order_release);
     }
@@ -1578,30 +1528,6 @@ static bool router_cluster16_ok() {
     return ok;
 }
 
-// The cluster kernel for ctas CTAs of kepc experts and cpt chunks a thread.
-template <bool kParts>
-static auto router_cluster_kernel(int ctas, int kepc, int cpt) {
-    constexpr int M = kRcMaxCtas, P = kRcPortableCtas;
-    if constexpr (kParts) {
-        return ctas > P     ? (kepc == 8 ? (cpt == 1 ? router_plan_cluster_parts_kernel<8, 1, M>
-                                                     : router_plan_cluster_parts_kernel<8, 2, M>)
-                                         : (cpt == 1 ? router_plan_cluster_parts_kernel<4, 1, M>
-                                                     : router_plan_cluster_parts_kernel<4, 2, M>))
-               : kepc == 16 ? (cpt == 1 ? router_plan_cluster_parts_kernel<16, 1, P>
-                                        : router_plan_cluster_parts_kernel<16, 2, P>)
-               : kepc == 8
-                   ? (cpt == 1 ? router_plan_cluster_parts_kernel<8, 1, P> : router_plan_cluster_parts_kernel<8, 2, P>)
-                   : (cpt == 1 ? router_plan_cluster_parts_kernel<4, 1, P> : router_plan_cluster_parts_kernel<4, 2, P>);
-    } else {
-        return ctas > P     ? (kepc == 8
-                                   ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, M> : router_plan_cluster_kernel<8, 2, M>)
-                                   : (cpt == 1 ? router_plan_cluster_kernel<4, 1, M> : router_plan_cluster_kernel<4, 2, M>))
-               : kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1, P> : router_plan_cluster_kernel<16, 2, P>)
-               : kepc == 8  ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, P> : router_plan_cluster_kernel<8, 2, P>)
-                            : (cpt == 1 ? router_plan_cluster_kernel<4, 1, P> : router_plan_cluster_kernel<4, 2, P>);
-    }
-}
-
 void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kRouterMaxTokens && a.hidden_size % 8 == 0 &&
                      a.hidden_size >= 8 && a.hidden_size / 8 <= kRouterThreads * kRouterMaxChunks &&
@@ -1611,19 +1537,11 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
                  a.num_experts, a.experts_per_token);
     // Fused norm: other CTAs read residual and add while the outputs are written, so no output may
     // alias them.
-    auto aliases = [&](const void* p) {
-        return p != nullptr && (p == a.residual || p == a.add || (a.add_parts != nullptr && p == a.add_parts));
-    };
-    ENGINE_CHECK(a.residual == nullptr || ((a.add != nullptr || a.add_parts != nullptr) && a.norm_weight != nullptr &&
-                                           a.h_out != nullptr && a.residual_out != nullptr &&
-                                           !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
+    auto aliases = [&](const void* p) { return p != nullptr && (p == a.residual || p == a.add); };
+    ENGINE_CHECK(a.residual == nullptr ||
+                     (a.add != nullptr && a.norm_weight != nullptr && a.h_out != nullptr && a.residual_out != nullptr &&
+                      !aliases(a.residual_out) && !aliases(a.h_out) && !aliases(a.h_bf16_out)),
                  "router_plan_small: the fused norm needs add, norm_weight, h_out and outputs apart from its inputs");
-    ENGINE_CHECK(a.residual == nullptr || a.add_parts == nullptr ||
-                     (a.num_add_parts >= 2 && a.num_add_parts <= kRouterMaxParts && a.add_parts_stride % 8 == 0 &&
-                      a.add_parts_stride >= static_cast<int64_t>(a.num_tokens) * a.hidden_size &&
-                      reinterpret_cast<uintptr_t>(a.add_parts) % 16 == 0),
-                 "router_plan_small: %d add parts a token (stride %lld) unsupported", a.num_add_parts,
-                 static_cast<long long>(a.add_parts_stride));
     const int chunks = a.hidden_size / 8;
     const int env = router_cluster_env();
     // 16 CTAs of at most 8 experts: up to 128 experts (more take the 8-CTA sizing, so the ticket kernel).
@@ -1639,16 +1557,20 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
         const int cpt = chunks <= kRcThreads ? 1 : 2;
         // The kernels sized for 16 CTAs (logits array, top-k) only where more than 8 run; the others
         // are the ones r37 measured.
-        auto kernel = a.add_parts != nullptr ? router_cluster_kernel<true>(ctas, kepc, cpt)
-                                             : router_cluster_kernel<false>(ctas, kepc, cpt);
+        auto kernel = ctas > kRcPortableCtas ? (kepc == 8 ? (cpt == 1 ? router_plan_cluster_kernel<8, 1, kRcMaxCtas>
+                                                                      : router_plan_cluster_kernel<8, 2, kRcMaxCtas>)
+                                                          : (cpt == 1 ? router_plan_cluster_kernel<4, 1, kRcMaxCtas>
+                                                                      : router_plan_cluster_kernel<4, 2, kRcMaxCtas>))
+                      : kepc == 16 ? (cpt == 1 ? router_plan_cluster_kernel<16, 1> : router_plan_cluster_kernel<16, 2>)
+                      : kepc == 8  ? (cpt == 1 ? router_plan_cluster_kernel<8, 1> : router_plan_cluster_kernel<8, 2>)
+                                   : (cpt == 1 ? router_plan_cluster_kernel<4, 1> : router_plan_cluster_kernel<4, 2>);
         const size_t smem = static_cast<size_t>(kepc) * cpt * kRcThreads * sizeof(uint4);
         fit_dynamic_smem(kernel, smem);
         launch_pdl_cluster(kernel, dim3(ctas), dim3(ctas), dim3(kRcThreads), smem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
-    launch_pdl(a.add_parts != nullptr ? router_plan_small_kernel<true> : router_plan_small_kernel<false>, a.num_experts,
-               kRouterThreads, 0, stream, a);
+    launch_pdl(router_plan_small_kernel, a.num_experts, kRouterThreads, 0, stream, a);
     CUDA_CHECK_LAUNCH();
 }
 

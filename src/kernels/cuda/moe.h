@@ -3,7 +3,6 @@
 // path for large batches (prefill: gather → per-expert GEMM → SwiGLU → GEMM → scatter).
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -79,14 +78,6 @@ struct RouterPlanSmallArgs {
     const float* residual = nullptr;  // [num_tokens, hidden_size]
     const float* add = nullptr;       // [num_tokens, hidden_size]
     const float* add_bias = nullptr;  // [hidden_size]
-    // Instead of add (which is then unused): num_add_parts bf16 rows a token, add_parts_stride
-    // elements apart, summed in fp32 in index order: v = residual + (bias + ((p_0 + p_1) + ...)).
-    // The decode attention's fused O projection leaves one partial a kv head
-    // (PagedAttentionArgs::o_partial). bf16, not fp32: 8 fp32 chunks in flight a thread doubled the
-    // router's registers (55 → 128), too many to share an SM with the attention's CTA. 2 .. 8.
-    const __nv_bfloat16* add_parts = nullptr;  // [num_add_parts, num_tokens, hidden_size] at most
-    int num_add_parts = 0;
-    int64_t add_parts_stride = 0;
     const float* norm_weight = nullptr;
     float eps = 1e-5f;
     float* residual_out = nullptr;
