@@ -705,6 +705,18 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s25a)
+      # Session 25: the host's share of a decode step. GPTOSS_STEP_EVENTS=1 times each sampled step
+      # on the device (upload to the ids' copy back) beside the bench's wall step; 20b batch 1, 4
+      # and 64, 120b batch 1, 1k context.
+      for m in gpt-oss-20b gpt-oss-120b; do
+        bs=1,4,64; [ $m = gpt-oss-120b ] && bs=1
+        GPTOSS_STEP_EVENTS=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch "$bs" \
+          --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s25a_$m.log" 2>&1
+        summary+=("s25a $m rc=$?")
+        grep -E "ms/step" "$OUT/s25a_$m.log"
+      done
+      ;;
     ktrace)
       # Session 21: one decode step kernel by kernel inside the replayed graph (CUPTI activity
       # records, GPTOSS_KERNEL_TRACE; cli/kernel_trace.h): 20b then 120b --fp8, batch 1, 1k context.

@@ -280,7 +280,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             std::vector<int32_t> tokens = random_ids(B);
             std::vector<model::CudaModel::SampleParams> params(B);
             std::vector<int32_t> next;
-            std::vector<double> times;
+            std::vector<double> times, spans;
             if (trace) trace->start();
             for (int step = 0; step < steps + 2; ++step) {
                 std::vector<model::ForwardSequence> seqs(B);
@@ -292,6 +292,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
                 if (!st.ok()) return st.message();
                 tokens = next;
                 if (step >= 2) times.push_back(std::chrono::duration<double>(t1 - t0).count());
+                if (step >= 2 && m.last_step_span_ms() >= 0) spans.push_back(m.last_step_span_ms() * 1e-3);
             }
             const GpuTelemetrySummary tel = telemetry.stop();
             if (trace) trace->stop("context " + std::to_string(C) + " batch " + std::to_string(B), "embedding");
@@ -321,6 +322,12 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             md += line;
             std::fprintf(stderr, "%s decode ctx %6d batch %4d: %8.3f ms/step\n", layout.to_string().c_str(), C, B,
                          t * 1e3);
+            if (!spans.empty()) {  // GPTOSS_STEP_EVENTS=1: the device's span of a step against the wall step
+                const double span = median(spans);
+                report["decode"].back()["device_span_ms"] = span * 1e3;
+                std::fprintf(stderr, "%s decode ctx %6d batch %4d: device span %8.3f ms/step (host share %.3f)\n",
+                             layout.to_string().c_str(), C, B, span * 1e3, (t - span) * 1e3);
+            }
         }
     }
     md += "\n";

@@ -213,6 +213,14 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_PACKED_UPLOAD");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // GPTOSS_STEP_EVENTS=1: each sampled step's device span (upload to the ids' copy back) by two
+    // timing events, for the bench to set against the wall step (the host's share of a step).
+    bool step_events = [] {
+        const char* v = std::getenv("GPTOSS_STEP_EVENTS");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    cudaEvent_t span_begin = nullptr, span_end = nullptr;
+    float last_span_ms = -1.0f;
     DeviceBuffer hsel, logits, attn_workspace, router_logits;
     // With the FP8 KV cache, decode attention's MMAs read the e4m3 tile directly
     // (PagedAttentionArgs::fp8_direct; r23: B=128 at 32k 1,673 → 1,442 µs, 20b step 30.3 → 28.0 ms).
@@ -439,6 +447,8 @@ struct CudaModel::Impl {
     ~Impl() {
         for (auto& [k, g] : graphs) cudaGraphExecDestroy(g.exec);
         if (step_uploaded) cudaEventDestroy(step_uploaded);
+        if (span_begin) cudaEventDestroy(span_begin);
+        if (span_end) cudaEventDestroy(span_end);
         if (step_host) cudaFreeHost(step_host);
         if (!profile || profiled_calls == 0) return;
         double total = 0;
@@ -1431,6 +1441,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         put(12, seed.data(), S * 8);
         put(13, draw.data(), S * 8);
     }
+    const bool span = step_events && sampled != nullptr;
+    if (span) {
+        if (!span_begin) CUDA_CHECK(cudaEventCreate(&span_begin));
+        if (!span_end) CUDA_CHECK(cudaEventCreate(&span_end));
+        CUDA_CHECK(cudaEventRecord(span_begin, stream));
+    }
     if (packed_upload)
         CUDA_CHECK(cudaMemcpyAsync(step_arena.get(), step_host, step_bytes, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaEventRecord(step_uploaded, stream));
@@ -1889,7 +1905,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                                                static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, stream));
         sampled->resize(S);
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
+        if (span) CUDA_CHECK(cudaEventRecord(span_end, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
+        if (span) CUDA_CHECK(cudaEventElapsedTime(&last_span_ms, span_begin, span_end));
         collect();
         return ok_status();
     }
@@ -1967,6 +1985,7 @@ int CudaModel::block_size() const { return impl_->opt.block_size; }
 int CudaModel::num_blocks(bool sliding) const { return sliding ? impl_->num_blocks_sliding : impl_->num_blocks_full; }
 size_t CudaModel::weight_bytes() const { return impl_->weight_bytes; }
 size_t CudaModel::kv_cache_bytes() const { return impl_->kv_bytes; }
+float CudaModel::last_step_span_ms() const { return impl_->last_span_ms; }
 
 bool cuda_available() { return cuda_device_count() > 0; }
 
@@ -1999,6 +2018,7 @@ int CudaModel::block_size() const { return 0; }
 int CudaModel::num_blocks(bool) const { return 0; }
 size_t CudaModel::weight_bytes() const { return 0; }
 size_t CudaModel::kv_cache_bytes() const { return 0; }
+float CudaModel::last_step_span_ms() const { return -1.0f; }
 Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<const SampleParams>, std::vector<int32_t>*,
                                  int, std::vector<float>*) {
     return unimplemented("no CUDA backend");

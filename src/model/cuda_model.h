@@ -126,6 +126,9 @@ public:
     // Device bytes held by weights, KV cache and activations.
     size_t weight_bytes() const;
     size_t kv_cache_bytes() const;
+    // With GPTOSS_STEP_EVENTS=1, the last forward_sample's device span in ms (its upload to its ids'
+    // copy back, by timing events); -1 otherwise.
+    float last_step_span_ms() const;
 
     struct Impl;
 

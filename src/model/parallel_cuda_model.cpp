@@ -396,6 +396,7 @@ void ParallelCudaModel::fill_kv_random(uint64_t seed) {
 }
 
 int ParallelCudaModel::block_size() const { return models_[0]->block_size(); }
+float ParallelCudaModel::last_step_span_ms() const { return models_[0]->last_step_span_ms(); }
 int ParallelCudaModel::num_blocks(bool sliding) const {
     return models_[0]->num_blocks(sliding) - (workers_ ? 1 : 0);  // the scratch block is hidden
 }

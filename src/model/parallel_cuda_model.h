@@ -44,6 +44,8 @@ public:
     const GptOssConfig& config() const { return full_.config; }
     int block_size() const;
     int num_blocks(bool sliding) const;
+    // Rank 0's CudaModel::last_step_span_ms (GPTOSS_STEP_EVENTS=1).
+    float last_step_span_ms() const;
     size_t weight_bytes() const;    // summed over ranks
     size_t kv_cache_bytes() const;  // summed over ranks
 
