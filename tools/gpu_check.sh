@@ -705,6 +705,17 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s25b)
+      # Session 25: one 8k --fp8 prefill kernel by kernel (CUPTI; GPTOSS_KERNEL_TRACE), 20b and 120b:
+      # where the time goes inside the run and how much of it the GPU sits idle between kernels.
+      for m in gpt-oss-20b gpt-oss-120b; do
+        GPTOSS_KERNEL_TRACE="$OUT/s25b_$m.csv" timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+          --batch "" --repeats 2 > "$OUT/s25b_$m.log" 2>&1
+        summary+=("s25b $m rc=$?")
+        grep -E "kernel trace|prefill   8192" "$OUT/s25b_$m.log"
+        python3 tools/ktrace_summary.py "$OUT/s25b_$m.csv" | head -60
+      done
+      ;;
     s25a)
       # Session 25: the host's share of a decode step. GPTOSS_STEP_EVENTS=1 times each sampled step
       # on the device (upload to the ids' copy back) beside the bench's wall step; 20b batch 1, 4

@@ -39,7 +39,21 @@ def summarise(path):
             d[3] += (prev_end - s) if prev_end is not None else 0.0
             prev_end = e
         total = sum(v[1] for v in agg.values())
-        print(f"{path}: {label}: step {float(rs[0]['step_us']):.1f} us start to start, kernels {total:.1f} us")
+        # Time some kernel was running (the union of the intervals) against the span: the rest is
+        # the GPU idle between kernels inside the step.
+        busy, cur_s, cur_e = 0.0, None, None
+        for r in sorted(rs, key=lambda r: float(r["start_us"])):
+            s, e = float(r["start_us"]), float(r["end_us"])
+            if cur_e is None or s > cur_e:
+                if cur_e is not None:
+                    busy += cur_e - cur_s
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        if cur_e is not None:
+            busy += cur_e - cur_s
+        print(f"{path}: {label}: step {float(rs[0]['step_us']):.1f} us start to start, kernels {total:.1f} us, "
+              f"busy {busy:.1f} us, idle inside {total - busy:.1f} us")
         print(f"  {'kernel':70s} {'n':>4s} {'adds':>7s} {'dur':>7s} {'early':>6s} {'total':>8s}")
         for k, (n, adds, dur, early) in agg.items():
             print(f"  {k:70s} {n:4d} {adds / n:7.2f} {dur / n:7.2f} {early / n:6.2f} {adds:8.1f}")

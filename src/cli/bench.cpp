@@ -191,6 +191,10 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
           "| SM MHz mean (min) | W max |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
     // ---- prefill ----
+    // GPTOSS_KERNEL_TRACE=<csv>: each prompt length's last run and each decode configuration's last
+    // step, kernel by kernel, through CUPTI (cli/kernel_trace.h). Tracing costs time: the tables'
+    // figures of a traced run are not the engine's.
+    const std::unique_ptr<KernelTrace> trace = KernelTrace::from_env();
     for (int L : prefill) {
         const int blocks = (L + bs - 1) / bs;
         if (blocks > m.num_blocks(false) || blocks > m.num_blocks(true)) {
@@ -206,7 +210,8 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             std::vector<float> logits;
             std::vector<int32_t> first;
             model::ForwardSequence s{ids, 0, table, table, false};
-            if (r == 1) telemetry.start();  // over the timed runs
+            if (r == 1) telemetry.start();                                 // over the timed runs
+            if (trace && r == std::max(0, o.repeats - 1)) trace->start();  // two starts: one whole run
             auto t0 = Clock::now();
             Status st = o.prefill_logits ? m.forward(std::span(&s, 1), &logits)
                                          : m.forward_sample(std::span(&s, 1), std::span(&greedy, 1), &first);
@@ -214,6 +219,7 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
             if (!st.ok()) return st.message();
             if (r > 0) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // first run warms up
         }
+        if (trace) trace->stop("prefill " + std::to_string(L), "embedding");
         const GpuTelemetrySummary tel = telemetry.stop();
         note_limits(tel);
         const double t = median(times);
@@ -252,10 +258,6 @@ std::string run_layout(const BenchOptions& o, const Lists& lists, const model::G
         "$ "
         "/ 1M output tok |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     m.fill_kv_random(7);
-    // GPTOSS_KERNEL_TRACE=<csv>: each configuration's last decode step, kernel by kernel, through
-    // CUPTI (cli/kernel_trace.h). Tracing costs time: the table's figures of a traced run are not
-    // the engine's.
-    const std::unique_ptr<KernelTrace> trace = KernelTrace::from_env();
     for (int C : contexts) {
         for (int B : batches) {
             const int steps = o.decode_steps;
