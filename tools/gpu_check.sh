@@ -705,6 +705,16 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s25c)
+      # Session 25: the host's timeline of an 8k --fp8 prefill against the GPU's (GPTOSS_HOST_TIMING=1:
+      # host time and event time between points of the launch sequence), untraced, 20b and 120b.
+      for m in gpt-oss-20b gpt-oss-120b; do
+        GPTOSS_HOST_TIMING=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" \
+          --repeats 3 > "$OUT/s25c_$m.log" 2>&1
+        summary+=("s25c $m rc=$?")
+        grep -E "host timing \(8192|prefill   8192" "$OUT/s25c_$m.log" | tail -4
+      done
+      ;;
     s25b)
       # Session 25: one 8k --fp8 prefill kernel by kernel (CUPTI; GPTOSS_KERNEL_TRACE), 20b and 120b:
       # where the time goes inside the run and how much of it the GPU sits idle between kernels.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -221,6 +222,40 @@ struct CudaModel::Impl {
     }();
     cudaEvent_t span_begin = nullptr, span_end = nullptr;
     float last_span_ms = -1.0f;
+    // GPTOSS_HOST_TIMING=1: for each forward call, the host's time at a few points of the launch
+    // sequence and, by an event at each, where the GPU's timeline stood (a diagnostic for gaps in
+    // which the GPU waits for the host), printed on stderr after the call.
+    bool host_timing = [] {
+        const char* v = std::getenv("GPTOSS_HOST_TIMING");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    static constexpr int kTimingPoints = 8;
+    cudaEvent_t timing_ev[kTimingPoints] = {};
+    std::chrono::steady_clock::time_point timing_host[kTimingPoints];
+    const char* timing_name[kTimingPoints] = {};
+    int timing_n = 0;
+    void timing_point(const char* name) {
+        if (!host_timing || timing_n >= kTimingPoints) return;
+        if (!timing_ev[timing_n]) CUDA_CHECK(cudaEventCreate(&timing_ev[timing_n]));
+        timing_host[timing_n] = std::chrono::steady_clock::now();
+        CUDA_CHECK(cudaEventRecord(timing_ev[timing_n], stream));
+        timing_name[timing_n++] = name;
+    }
+    void timing_report(int tokens) {  // after the stream's synchronisation
+        if (!host_timing || timing_n == 0) return;
+        std::string line = "host timing (" + std::to_string(tokens) + " tokens):";
+        for (int i = 1; i < timing_n; ++i) {
+            float gpu_ms = 0.0f;
+            CUDA_CHECK(cudaEventElapsedTime(&gpu_ms, timing_ev[i - 1], timing_ev[i]));
+            const double host_ms =
+                std::chrono::duration<double, std::milli>(timing_host[i] - timing_host[i - 1]).count();
+            char buf[160];
+            std::snprintf(buf, sizeof buf, " | %s host %.3f gpu %.3f ms", timing_name[i], host_ms, gpu_ms);
+            line += buf;
+        }
+        std::fprintf(stderr, "%s\n", line.c_str());
+        timing_n = 0;
+    }
     DeviceBuffer hsel, logits, attn_workspace, router_logits;
     // With the FP8 KV cache, decode attention's MMAs read the e4m3 tile directly
     // (PagedAttentionArgs::fp8_direct; r23: B=128 at 32k 1,673 → 1,442 µs, 20b step 30.3 → 28.0 ms).
@@ -448,6 +483,8 @@ struct CudaModel::Impl {
         for (auto& [k, g] : graphs) cudaGraphExecDestroy(g.exec);
         if (step_uploaded) cudaEventDestroy(step_uploaded);
         if (span_begin) cudaEventDestroy(span_begin);
+        for (cudaEvent_t e : timing_ev)
+            if (e) cudaEventDestroy(e);
         if (span_end) cudaEventDestroy(span_end);
         if (step_host) cudaFreeHost(step_host);
         if (!profile || profiled_calls == 0) return;
@@ -1350,6 +1387,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     if (kv_bytes == 0) return failed_precondition("forward before the KV cache was allocated");
     // Under parallelism every rank must join every collective: an empty step is the driver's bug.
     if (seqs.empty()) return opt.comms ? invalid_argument("a parallel rank needs a sequence every step") : ok_status();
+    timing_n = 0;
+    timing_point("entry");
     RETURN_IF_ERROR(validate(seqs, sampled != nullptr, num_blocks_full, num_blocks_sliding));
     // Host-side metadata (the batch is valid from here on).
     std::vector<int32_t> h_ids, h_pos, h_sf, h_ss, h_rows, h_seq_start, h_qstart = {0};
@@ -1441,6 +1480,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         put(12, seed.data(), S * 8);
         put(13, draw.data(), S * 8);
     }
+    timing_point("prepared");
     const bool span = step_events && sampled != nullptr;
     if (span) {
         if (!span_begin) CUDA_CHECK(cudaEventCreate(&span_begin));
@@ -1531,14 +1571,18 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         // The residual stream: x, or x_alt after a router that fused the norm wrote the update there.
         float* xr = x.as<float>();
         float* xo = x_alt.as<float>();
+        timing_point("uploaded");
         kc::embedding(ids.as<int32_t>(), T, embed.get(), H, xr, stream);
         mark("embedding");
+        timing_point("embedding");
         // Prompt batches: the RoPE (cos, sin) of every token once, for all layers (rope_table).
         const bool use_rope_table = rope_table && !small && !decode;
         if (use_rope_table)
             kc::rope_cos_sin_table(positions.as<int32_t>(), T, inv_freq.as<float>(), c.head_dim / 2, attention_scaling,
                                    rope_cs.as<float>(), stream);
+        timing_point("rope_table");
         for (int l = 0; l < c.num_hidden_layers; ++l) {
+            if (l == 1) timing_point("layer0");
             DeviceLayer& D = layers[l];
             const bool sliding = c.is_sliding(l);
             // x += Σ_k w_k · y_k (previous layer's MoE), then the attention norm.
@@ -1815,6 +1859,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 mark("moe_allreduce");
             }
         }
+        timing_point("layers");
         // Final residual update and norm, then lm_head on the requested rows, a chunk at a time.
         kc::ResidualRmsNormArgs rn;
         rn.x = xr;
@@ -1903,11 +1948,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                     CUDA_CHECK(cudaMemcpyAsync(out->data() + out_base + static_cast<size_t>(host_row[i]) * V,
                                                logits.as<float>() + static_cast<size_t>(i) * V,
                                                static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, stream));
+        timing_point("body");
         sampled->resize(S);
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
         if (span) CUDA_CHECK(cudaEventRecord(span_end, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
         if (span) CUDA_CHECK(cudaEventElapsedTime(&last_span_ms, span_begin, span_end));
+        timing_report(T);
         collect();
         return ok_status();
     }
@@ -1920,7 +1967,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                                    static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
     }
     mark("lm_head_copy");
+    timing_point("body");
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    timing_report(T);
     collect();
     return ok_status();
 }
