@@ -705,6 +705,30 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s25d)
+      # Session 25: the routing plan as a stable ballot counting sort, and PDL launches for topk, the
+      # plan, the tile list and the row gather. Tests (the plan against a host sort; every kernel
+      # test that routes through the plan; model and engine), then the 8k trace (s25b), 8k --fp8
+      # prefill untraced (20b twice, 120b) and batch 1 / 64 decode (20b; topk at 64).
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.*:CudaMoeFp8.*:CudaMoeMx.*:CudaDecodeFusion.*:CudaMoeDecodeWg.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s25d_tests.log" 2>&1
+      rc=$?
+      summary+=("s25d tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s25d_tests.log" | head -60
+      if [ $rc = 0 ]; then
+        bash "$0" s25b
+        for m in gpt-oss-20b gpt-oss-20b gpt-oss-120b; do
+          timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
+            >> "$OUT/s25d_prefill_$m.log" 2>&1
+          summary+=("s25d prefill $m rc=$?")
+          echo "$m:"; grep -E "prefill   8192" "$OUT/s25d_prefill_$m.log" | tail -1
+        done
+        timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,64 --context 1024 \
+          --decode-steps 32 --repeats 3 > "$OUT/s25d_decode.log" 2>&1
+        summary+=("s25d decode rc=$?")
+        grep -E "ms/step" "$OUT/s25d_decode.log"
+      fi
+      ;;
     s25c)
       # Session 25: the host's timeline of an 8k --fp8 prefill against the GPU's (GPTOSS_HOST_TIMING=1:
       # host time and event time between points of the launch sequence), untraced, 20b and 120b.

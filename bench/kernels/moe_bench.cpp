@@ -223,8 +223,8 @@ int main(int argc, char** argv) {
             for (int l = 0; l < kLayers && fp8; ++l) {
                 const int A = T * kTopK, bm = cuda::kMoeFp8BlockTokens;
                 const int max_tiles = (A + bm - 1) / bm + kExperts;
-                cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
-                               sorted[l].as<int32_t>(), stream);
+                cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, offsets[l].as<int32_t>(), sorted[l].as<int32_t>(),
+                               stream);
                 cuda::moe_mma_tiles(offsets[l].as<int32_t>(), kExperts, bm, max_tiles, tiles.as<int32_t>(),
                                     tile_count.as<int32_t>(), stream);
                 cuda::moe_fp8_quant_rows(hb.p, true, sorted[l].as<int32_t>(), kTopK, A, kHidden, xq.as<uint8_t>(),
@@ -272,8 +272,8 @@ int main(int argc, char** argv) {
                 int bm = wgmma ? cuda::moe_wgmma_block_tokens(A, kExperts) : cuda::moe_mma_block_rows(large);
                 if (w4a8) bm = bm <= 32 ? 32 : 64;
                 const int max_tiles = (A + bm - 1) / bm + kExperts;
-                cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, false, offsets[l].as<int32_t>(),
-                               sorted[l].as<int32_t>(), stream);
+                cuda::moe_plan(ids[l].as<int32_t>(), A, kExperts, offsets[l].as<int32_t>(), sorted[l].as<int32_t>(),
+                               stream);
                 cuda::moe_mma_tiles(offsets[l].as<int32_t>(), kExperts, bm, max_tiles, tiles.as<int32_t>(),
                                     tile_count.as<int32_t>(), stream);
                 cuda::MoeMmaArgs m;
@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
                 run(false);
             }
             for (int l = 0; l < kLayers && !mma; ++l) {
-                cuda::moe_plan(ids[l].as<int32_t>(), T * kTopK, kExperts, true, offsets[l].as<int32_t>(),
+                cuda::moe_plan(ids[l].as<int32_t>(), T * kTopK, kExperts, offsets[l].as<int32_t>(),
                                sorted[l].as<int32_t>(), stream);
                 cuda::MoeMxfp4Args a;
                 a.h_f32 = h32.as<float>();

@@ -995,9 +995,9 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         // Other ranks' experts go to bucket E, which no expert kernel reads: their rows of y must
         // read as zero in the combine.
         CUDA_CHECK(cudaMemsetAsync(y.get(), 0, static_cast<size_t>(A) * H * 4, stream));
-        kc::moe_plan(expert_ids.as<int32_t>(), A, E + 1, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+        kc::moe_plan(expert_ids.as<int32_t>(), A, E + 1, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     } else if (!plan_done) {
-        kc::moe_plan(expert_ids.as<int32_t>(), A, E, small, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+        kc::moe_plan(expert_ids.as<int32_t>(), A, E, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     }
     // Arguments of the grouped kernels' gate_up launch, after listing the tiles of `bm` rows.
     auto mma_args = [&](int bm) {

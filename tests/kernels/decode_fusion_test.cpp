@@ -18,7 +18,7 @@ namespace kc = kernels::cuda;
 namespace cpu = kernels::cpu;
 using kc::DeviceBuffer;
 
-// moe_plan(stable = true) on the host: offsets[e] = #assignments with a lower expert; inside an
+// moe_plan on the host: offsets[e] = #assignments with a lower expert; inside an
 // expert, assignments in index order.
 void host_plan(const std::vector<int32_t>& ids, int E, std::vector<int32_t>* offsets, std::vector<int32_t>* sorted) {
     offsets->assign(E + 1, 0);

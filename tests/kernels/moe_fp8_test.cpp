@@ -962,7 +962,7 @@ void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed) {
 
     auto dids = to_device(ids), dh = to_device(hb), dh32 = to_device(h);
     DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
-    moe_plan(dids.as<int32_t>(), A, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    moe_plan(dids.as<int32_t>(), A, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
     auto dgc = to_device(gu.codes), dgs = to_device(gu.scales), dgb = to_device(gu.bias);
     auto ddc = to_device(dn.codes), dds = to_device(dn.scales), ddb = to_device(dn.bias);
 

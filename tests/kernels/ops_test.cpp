@@ -833,6 +833,46 @@ TEST(CudaOps, RouterSmallBatchMatchesCpu) {
 // Routing weights differ per slot (random, summing to 1 per token) so that a wrong pairing of
 // outputs and assignments shows. Batches cover one pass (1, 2), partial passes of 4 (5, 17), many
 // experts, 128 experts (120b), and every token on the same 4 experts (several passes per expert).
+// moe_plan against a host counting sort: offsets are the exclusive prefix sums of the counts and,
+// inside an expert, assignments keep their index order. Sizes around the kernel's warp chunks and
+// 128-assignment groups (1, 31, 33, 1,000, 32,768 = 20b's 8k prompt, 65,537), expert counts of the
+// models (32, 128), an EP plan's extra bucket (129, 257), one expert, and skewed routings (every
+// assignment to one expert; two experts alternating) where many lanes of a warp share an expert.
+TEST(CudaOps, MoePlanIsAStableCountingSort) {
+    REQUIRE_GPU();
+    std::mt19937 rng(3);
+    struct Case {
+        int n, E, mode;  // mode 0 uniform, 1 all to the last expert, 2 two experts alternating, 3 skewed
+    };
+    const Case cases[] = {{1, 32, 0},      {31, 32, 0},     {33, 128, 0},   {1000, 32, 0},        {32768, 32, 0},
+                          {32768, 128, 0}, {65537, 129, 0}, {5000, 257, 0}, {4096, 1, 0},         {32768, 32, 1},
+                          {9999, 128, 2},  {32768, 128, 3}, {0, 32, 0},     {128 * 32 + 5, 64, 0}};
+    for (const Case& c : cases) {
+        std::vector<int32_t> ids(c.n);
+        std::uniform_int_distribution<int> uni(0, c.E - 1);
+        for (int i = 0; i < c.n; ++i) {
+            switch (c.mode) {
+                case 1: ids[i] = c.E - 1; break;
+                case 2: ids[i] = (i & 1) ? 0 : c.E - 1; break;
+                case 3: ids[i] = uni(rng) % 4 == 0 ? uni(rng) : uni(rng) % 3; break;
+                default: ids[i] = uni(rng);
+            }
+        }
+        std::vector<int32_t> ref_off(c.E + 1, 0), ref_sorted(c.n, -1);
+        for (int32_t e : ids) ++ref_off[e + 1];
+        for (int e = 0; e < c.E; ++e) ref_off[e + 1] += ref_off[e];
+        std::vector<int32_t> fill(ref_off.begin(), ref_off.end() - 1);
+        for (int i = 0; i < c.n; ++i) ref_sorted[fill[ids[i]]++] = i;
+        auto dids = to_device(ids.empty() ? std::vector<int32_t>{0} : ids);
+        auto offsets = poisoned((c.E + 1) * 4), sorted = poisoned(std::max(c.n, 1) * 4);
+        kc::moe_plan(dids.as<int32_t>(), c.n, c.E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        EXPECT_EQ(to_host<int32_t>(offsets, c.E + 1), ref_off) << "n " << c.n << " E " << c.E << " mode " << c.mode;
+        if (c.n > 0) {
+            EXPECT_EQ(to_host<int32_t>(sorted, c.n), ref_sorted) << "n " << c.n << " E " << c.E << " mode " << c.mode;
+        }
+    }
+}
+
 TEST(CudaOps, MoeMxfp4MatchesCpu) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4;
@@ -871,7 +911,7 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
-            kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // Both input forms: bf16 rows (h) and fp32 rows (h_f32, the decode path); same values.
             // Both kernels: the fp32 weight-only ones (0) and, up to 8 tokens, moe_decode_mma (1).
             for (int kernel : {0, 1})
@@ -926,7 +966,7 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
         auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
         DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
-        kc::moe_plan(dids.as<int32_t>(), T * K, E, true, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
         for (bool f32_input : {true, false}) {  // h_f32, or the bf16 rows (the same values)
             auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
             auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
@@ -1058,7 +1098,7 @@ DeviceBuffer run_moe_mma(const RandomExperts& ex, const DeviceBuffer& dh, const 
     return y;
 }
 
-// The tensor-core grouped path (moe_plan unstable, moe_mma_tiles, moe_mma gate_up + down) against
+// The tensor-core grouped path (moe_plan, moe_mma_tiles, moe_mma gate_up + down) against
 // the fp32 CPU MoE. The GPU rounds h and the SwiGLU output to bf16 (the inputs of the bf16 MMAs):
 // relative error ~2^-9 per element, so the bf16-output tolerance (rel L2 5e-3) applies; a wrong
 // fragment, scale or row mapping is O(1). Every grouped kernel and tile height; batches with a few rows per expert,
@@ -1091,7 +1131,7 @@ TEST(CudaOps, MoeMmaMatchesCpu) {
             const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K);
             auto dids = to_device(ids), dh = to_device(to_bf16(h));
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
-            kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // W4A8 also against its own scheme on the CPU, tightly (the fp32 check above bounds the
             // scheme's error; this one the kernel's), where the CPU emulation is cheap (≤ 40 tokens).
             std::vector<float> ref_w4a8;
@@ -1142,7 +1182,7 @@ TEST(CudaOps, MoeMmaEdgeShapesAndScales) {
     const std::vector<float> ref_w4a8 = cpu_moe_w4a8(ex, h, ids, wts, T, K);
     auto dids = to_device(ids), dh = to_device(to_bf16(h));
     DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
-    kc::moe_plan(dids.as<int32_t>(), T * K, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
     for (const GroupedKernel& kind : kGroupedKernels) {
         if (kind.rows == 64 && !kind.wgmma) continue;  // MoeMmaMatchesCpu covers it; the 16-row tiles run here
         const DeviceBuffer y = run_moe_mma(ex, dh, offsets, sorted, T, K, kind);
@@ -1218,7 +1258,7 @@ TEST(CudaOps, MoeW4A8ExactActivations) {
             for (int k = 0; k < K; ++k) ids[t * K + k] = (t + k) % E;
         auto dids = to_device(ids), dh = to_device(to_bf16(h));
         DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
-        kc::moe_plan(dids.as<int32_t>(), A, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        kc::moe_plan(dids.as<int32_t>(), A, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
         DeviceBuffer xq(static_cast<size_t>(A) * H), xs(A * 4);
         kc::moe_quant_rows_fp8(dh.get(), true, sorted.as<int32_t>(), K, A, H, xq.as<uint8_t>(), xs.as<float>(),
                                nullptr);
@@ -1330,7 +1370,7 @@ TEST(CudaOps, MoeW4A8ExactDown) {
         for (int k = 0; k < K; ++k) ids[t * K + k] = (t + k) % E;
     auto dids = to_device(ids), dx = to_device(to_bf16(x));
     DeviceBuffer offsets((E + 1) * 4), sorted(A * 4);
-    kc::moe_plan(dids.as<int32_t>(), A, E, false, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    kc::moe_plan(dids.as<int32_t>(), A, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
     DeviceBuffer xq(static_cast<size_t>(A) * I), xs(A * 4);
     kc::moe_quant_rows_fp8(dx.get(), false, nullptr, K, A, I, xq.as<uint8_t>(), xs.as<float>(), nullptr);
     const auto srt = to_host<int32_t>(sorted, A), off = to_host<int32_t>(offsets, E + 1);

@@ -92,9 +92,10 @@ struct RouterPlanSmallArgs {
 void router_plan_small(const RouterPlanSmallArgs& args, cudaStream_t stream);
 
 // Groups the num_assignments = num_tokens·k assignments (index t·k + slot) by expert:
-// expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments].
-// `stable` keeps assignment order inside an expert (deterministic; O(A²) work, for small batches).
-void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, bool stable, int32_t* expert_offsets,
+// expert_offsets[E + 1] (exclusive prefix sums of counts) and sorted_assignments[num_assignments],
+// in assignment order inside an expert (a stable sort: deterministic). E ≤ 257 (256 experts and an
+// EP plan's bucket for other ranks' experts); every id in [0, E).
+void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, int32_t* expert_offsets,
               int32_t* sorted_assignments, cudaStream_t stream);
 
 // Weight-only MXFP4 experts for small batches. Every expert's weights are read from memory once per

@@ -39,6 +39,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
 
@@ -981,6 +982,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
                             const int32_t* __restrict__ sorted, int experts_per_token, int rows, int dim, int dim_pad,
                             uint8_t* __restrict__ xq, float* __restrict__ xs) {
     pdl_wait();
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int i = blockIdx.x * kQuantWarps + (threadIdx.x >> 5);
     if (i >= rows) return;
@@ -1141,11 +1143,11 @@ void moe_fp8_gather_rows(const uint8_t* xq_tok, const float* xs_tok, const int32
     if (rows == 0) return;
     const int grid = (rows + kQuantWarps - 1) / kQuantWarps;
     if (mx)
-        gather_rows_e4m3_kernel<true><<<grid, kQuantWarps * 32, 0, stream>>>(xq_tok, xs_tok, sorted, experts_per_token,
-                                                                             rows, dim, dim_pad, xq, xs);
+        launch_pdl(gather_rows_e4m3_kernel<true>, grid, kQuantWarps * 32, 0, stream, xq_tok, xs_tok, sorted,
+                   experts_per_token, rows, dim, dim_pad, xq, xs);
     else
-        gather_rows_e4m3_kernel<false>
-            <<<grid, kQuantWarps * 32, 0, stream>>>(xq_tok, xs_tok, sorted, experts_per_token, rows, dim, dim, xq, xs);
+        launch_pdl(gather_rows_e4m3_kernel<false>, grid, kQuantWarps * 32, 0, stream, xq_tok, xs_tok, sorted,
+                   experts_per_token, rows, dim, dim, xq, xs);
     CUDA_CHECK_LAUNCH();
 }
 

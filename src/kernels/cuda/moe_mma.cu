@@ -495,6 +495,8 @@ __global__ void __launch_bounds__(kV4Threads, kMinBlocks) moe_mma_v4_kernel(cons
 __global__ void moe_mma_tiles_kernel(const int32_t* offsets, int num_experts, int bm, int max_tiles, int32_t* tiles,
                                      int32_t* count) {
     __shared__ int start[kMaxMoeMmaExperts + 1];
+    pdl_wait();  // the offsets come from the plan just before
+    pdl_trigger();
     const int e = threadIdx.x;
     const int n = e < num_experts ? (offsets[e + 1] - offsets[e] + bm - 1) / bm : 0;
     if (e < num_experts) start[e + 1] = n;
@@ -568,8 +570,8 @@ void moe_mma_tiles(const int32_t* expert_offsets, int num_experts, int block_row
                    int32_t* tile_count, cudaStream_t stream) {
     ENGINE_CHECK(num_experts >= 1 && num_experts <= kMaxMoeMmaExperts && block_rows > 0, "moe_mma_tiles: %d experts",
                  num_experts);
-    moe_mma_tiles_kernel<<<1, kMaxMoeMmaExperts, 0, stream>>>(expert_offsets, num_experts, block_rows, max_tiles, tiles,
-                                                              tile_count);
+    launch_pdl(moe_mma_tiles_kernel, 1, kMaxMoeMmaExperts, 0, stream, expert_offsets, num_experts, block_rows,
+               max_tiles, tiles, tile_count);
     CUDA_CHECK_LAUNCH();
 }
 
