@@ -716,7 +716,7 @@ for stage in "$@"; do
       summary+=("s25d tests rc=$rc")
       grep -E "OK \]|FAILED|Failure" "$OUT/s25d_tests.log" | head -60
       if [ $rc = 0 ]; then
-        bash "$0" s25b
+        GPU_CHECK_TAR=0 bash "$0" s25b
         for m in gpt-oss-20b gpt-oss-20b gpt-oss-120b; do
           timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
             >> "$OUT/s25d_prefill_$m.log" 2>&1
@@ -727,6 +727,25 @@ for stage in "$@"; do
           --decode-steps 32 --repeats 3 > "$OUT/s25d_decode.log" 2>&1
         summary+=("s25d decode rc=$?")
         grep -E "ms/step" "$OUT/s25d_decode.log"
+      fi
+      ;;
+    s25e)
+      # Session 25: the routing plan in one 8-CTA cluster (from 4,096 assignments). The plan test and
+      # a few routing consumers, then the 8k trace (s25b) and 8k --fp8 prefill untraced (20b, 120b).
+      timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoePlan*:CudaMoeFp8.MatchesCpuSchemeAtRealWidths:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s25e_tests.log" 2>&1
+      rc=$?
+      summary+=("s25e tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s25e_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        GPU_CHECK_TAR=0 bash "$0" s25b
+        for m in gpt-oss-20b gpt-oss-120b; do
+          timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
+            >> "$OUT/s25e_prefill_$m.log" 2>&1
+          summary+=("s25e prefill $m rc=$?")
+          echo "$m:"; grep -E "prefill   8192" "$OUT/s25e_prefill_$m.log" | tail -1
+        done
       fi
       ;;
     s25c)

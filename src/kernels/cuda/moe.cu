@@ -863,17 +863,22 @@ __global__ void __launch_bounds__(kRcThreads)
 }
 
 // ---- routing plan -----------------------------------------------------------------------------
-// A stable counting sort of the assignments by expert in one CTA of kPlanWarps warps. Warp w takes
-// the assignments [w·chunk, (w + 1)·chunk) in order, 32 at a time; the lanes holding the same expert
-// find each other by one ballot per bit of the expert index (no atomics). Pass 1 counts per
-// (warp, expert) in shared memory; a scan gives each (warp, expert) its first slot; pass 2 scatters
-// each assignment to its (warp, expert) slot plus its rank among the lower lanes with its expert.
-// Inside an expert the order is the assignment order (deterministic at any size). r40 trace, 20b
-// 8k prefill: the kernel it replaced (shared-memory atomics on E counters, 2 an assignment; the
-// stable order only by an O(n²) scan) took 25.6 µs a layer at 32,768 assignments, 34.7 on 120b.
+// A stable counting sort of the assignments by expert, by kC CTAs of kPlanWarps warps (one thread-
+// block cluster; kC = 1 for small batches). Global warp w takes the assignments [w·chunk,
+// (w + 1)·chunk) in order, 32 at a time; the lanes holding the same expert find each other by one
+// ballot per bit of the expert index (no atomics). Pass 1 counts per (warp, expert) in shared
+// memory; each CTA sums its warps, the CTAs exchange their sums through distributed shared memory,
+// and a scan gives each (warp, expert) its first slot; pass 2 scatters each assignment to its slot
+// plus its rank among the lower lanes with its expert. Inside an expert the order is the assignment
+// order (deterministic at any size). r40 trace, 8k prompt (32,768 assignments): the kernel it
+// replaced (shared-memory atomics on E counters in one CTA; the stable order only by an O(n²) scan)
+// took 25.6 µs a layer on 20b, 34.7 on 120b; this form in one CTA 44.2 / 50.8 (4 schedulers issue
+// every ballot: hence the cluster).
 constexpr int kPlanWarps = 32;
 constexpr int kPlanMaxExperts = kMaxExperts + 1;  // an EP plan's extra bucket (other ranks' experts)
 constexpr int kPlanUnroll = 4;                    // 32-assignment groups a warp loads ahead
+constexpr int kPlanCluster = 8;                   // CTAs (portable cluster size) from kPlanClusterMin on
+constexpr int kPlanClusterMin = 4096;
 
 // The lanes whose expert equals this lane's (e < 2^bits; every lane of the warp takes part).
 __device__ __forceinline__ unsigned plan_peers(int e, int bits) {
@@ -908,18 +913,21 @@ __device__ __forceinline__ void plan_warp_groups(const int32_t* __restrict__ ids
     }
 }
 
+template <int kC>
 __global__ void __launch_bounds__(kPlanWarps * 32)
     moe_plan_kernel(const int32_t* __restrict__ ids, int n, int num_experts, int32_t* __restrict__ offsets,
                     int32_t* __restrict__ sorted) {
-    __shared__ int hist[kPlanWarps * kPlanMaxExperts];  // [warp][expert]: counts, then first slots
-    __shared__ int total[kPlanMaxExperts];
+    __shared__ int hist[kPlanWarps * kPlanMaxExperts];               // [warp][expert]: counts, then first slots
+    __shared__ int ctot[kPlanMaxExperts];                            // this CTA's counts (read by the cluster)
+    __shared__ int total[kPlanMaxExperts], before[kPlanMaxExperts];  // all CTAs' / earlier CTAs' counts
     __shared__ int starts[kPlanMaxExperts + 1];
     pdl_wait();  // the ids come from the router just before
     pdl_trigger();
     const int E = num_experts, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int rank = kC > 1 ? static_cast<int>(cooperative_groups::this_cluster().block_rank()) : 0;
     const int bits = 32 - __clz(E);  // E itself (the bucket past a warp's range) needs these bits
-    const int chunk = ((n + kPlanWarps - 1) / kPlanWarps + 31) & ~31;
-    const int beg = min(n, warp * chunk), end = min(n, beg + chunk);
+    const int chunk = ((n + kC * kPlanWarps - 1) / (kC * kPlanWarps) + 31) & ~31;
+    const int beg = min(n, (rank * kPlanWarps + warp) * chunk), end = min(n, beg + chunk);
     int* h = hist + warp * E;
     for (int e = lane; e < E; e += 32) h[e] = 0;
     __syncwarp();
@@ -927,7 +935,7 @@ __global__ void __launch_bounds__(kPlanWarps * 32)
         if (e < E && lane == __ffs(peers) - 1) h[e] += __popc(peers);  // one leader an expert
     });
     __syncthreads();
-    // Per expert: the warps' exclusive prefix (in place) and the total.
+    // Per expert: the warps' exclusive prefix (in place) and the CTA's count.
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int run = 0;
         for (int w = 0; w < kPlanWarps; ++w) {
@@ -935,7 +943,31 @@ __global__ void __launch_bounds__(kPlanWarps * 32)
             hist[w * E + e] = run;
             run += c;
         }
-        total[e] = run;
+        ctot[e] = run;
+    }
+    if constexpr (kC > 1) {  // every CTA's counts written (and every CTA started) before any is read
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            int all = 0, earlier = 0;
+#pragma unroll
+            for (int r = 0; r < kC; ++r) {
+                const int v = cluster.map_shared_rank(ctot, r)[e];
+                all += v;
+                earlier += r < rank ? v : 0;
+            }
+            total[e] = all;
+            before[e] = earlier;
+        }
+        // The remote reads are done: the wait before the exit keeps this CTA's counts alive for the others.
+        asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    } else {
+        __syncthreads();
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            total[e] = ctot[e];
+            before[e] = 0;
+        }
     }
     __syncthreads();
     if (warp == 0) {  // exclusive scan of the totals: lane j sums experts [j·per, (j + 1)·per)
@@ -958,8 +990,9 @@ __global__ void __launch_bounds__(kPlanWarps * 32)
         if (lane == 31) starts[E] = incl;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = starts[e];
-    for (int e = lane; e < E; e += 32) h[e] += starts[e];
+    if (rank == 0)
+        for (int e = threadIdx.x; e <= E; e += blockDim.x) offsets[e] = starts[e];
+    for (int e = lane; e < E; e += 32) h[e] += starts[e] + before[e];
     __syncwarp();
     plan_warp_groups(ids, beg, end, E, bits, [&](int i, int e, unsigned peers) {
         const int base = e < E ? h[e] : 0;
@@ -969,6 +1002,7 @@ __global__ void __launch_bounds__(kPlanWarps * 32)
             if (lane == __ffs(peers) - 1) h[e] = base + __popc(peers);
         }
     });
+    if constexpr (kC > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 // ---- weight-only MXFP4 experts ------------------------------------------------------------------
@@ -1650,7 +1684,11 @@ void router_plan_small(const RouterPlanSmallArgs& a, cudaStream_t stream) {
 void moe_plan(const int32_t* ids, int n, int num_experts, int32_t* offsets, int32_t* sorted, cudaStream_t stream) {
     ENGINE_CHECK(num_experts >= 1 && num_experts <= kPlanMaxExperts && n >= 0, "moe_plan: %d experts, %d assignments",
                  num_experts, n);
-    launch_pdl(moe_plan_kernel, 1, kPlanWarps * 32, 0, stream, ids, n, num_experts, offsets, sorted);
+    if (n >= kPlanClusterMin)
+        launch_pdl_cluster(moe_plan_kernel<kPlanCluster>, dim3(kPlanCluster), dim3(kPlanCluster), dim3(kPlanWarps * 32),
+                           0, stream, ids, n, num_experts, offsets, sorted);
+    else
+        launch_pdl(moe_plan_kernel<1>, 1, kPlanWarps * 32, 0, stream, ids, n, num_experts, offsets, sorted);
     CUDA_CHECK_LAUNCH();
 }
 
