@@ -730,17 +730,17 @@ for stage in "$@"; do
       fi
       ;;
     s25e)
-      # Session 25: the routing plan in one 8-CTA cluster (from 4,096 assignments). The plan test and
-      # a few routing consumers, then the 8k trace (s25b) and 8k --fp8 prefill untraced (20b, 120b).
+      # Session 25: the routing plan in one 8-CTA cluster (from 4,096 assignments). The plan test, the
+      # model and engine tests, then the 8k trace (s25b) and an 8k --fp8 20b prefill untraced.
       timeout 200 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoePlan*:CudaMoeFp8.MatchesCpuSchemeAtRealWidths:CudaModel.*:CudaEngine.*' \
+        --gtest_filter='CudaOps.MoePlan*:CudaModel.*:CudaEngine.*' \
         > "$OUT/s25e_tests.log" 2>&1
       rc=$?
       summary+=("s25e tests rc=$rc")
       grep -E "OK \]|FAILED|Failure" "$OUT/s25e_tests.log" | head -30
       if [ $rc = 0 ]; then
         GPU_CHECK_TAR=0 bash "$0" s25b
-        for m in gpt-oss-20b gpt-oss-120b; do
+        for m in gpt-oss-20b; do
           timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
             >> "$OUT/s25e_prefill_$m.log" 2>&1
           summary+=("s25e prefill $m rc=$?")
