@@ -123,8 +123,10 @@ void set_error(httplib::Response& res, const ApiError& e) {
 }
 
 // Writes a RouteResponse into httplib's response; SSE bodies are pulled from the producer by the
-// connection's worker thread as httplib writes the chunked body.
-void send(httplib::Response& res, RouteResponse r) {
+// connection's worker thread as httplib writes the body: chunked for HTTP/1.1, and for an HTTP/1.0
+// client (which cannot decode chunked encoding, RFC 9112 §6.1) unframed, the end of the body being
+// the end of the connection.
+void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) {
     res.status = r.status;
     if (r.status == 503) res.set_header("Retry-After", "1");
     if (!r.stream) {
@@ -134,7 +136,7 @@ void send(httplib::Response& res, RouteResponse r) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     std::shared_ptr<SseProducer> producer(std::move(r.stream));
-    res.set_chunked_content_provider(r.content_type, [producer](size_t, httplib::DataSink& sink) {
+    auto provide = [producer](size_t, httplib::DataSink& sink) {
         // httplib does not guard content providers: nothing may escape from here (an exception
         // would end the worker thread, and with it the process).
         try {
@@ -156,7 +158,13 @@ void send(httplib::Response& res, RouteResponse r) {
             LOG_ERROR("stream aborted by an unknown exception");
         }
         return false;
-    });
+    };
+    if (req.version == "HTTP/1.0") {
+        res.set_header("Connection", "close");
+        res.set_content_provider(r.content_type, provide);
+    } else {
+        res.set_chunked_content_provider(r.content_type, provide);
+    }
 }
 
 }  // namespace
@@ -248,7 +256,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 if (fd == -2) fd = find_connection_fd(req.remote_addr, req.remote_port, port_);
                 return fd >= 0 && peer_closed(fd);
             };
-            send(res, handler(body, client_gone));
+            send(req, res, handler(body, client_gone));
         });
     };
     post("/v1/chat/completions",
@@ -257,12 +265,15 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.responses(b, g); });
     post("/v1/completions",
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.completions(b, g); });
-    svr.Get("/v1/models", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.models()); });
+    svr.Get("/v1/models",
+            [&routes](const httplib::Request& req, httplib::Response& res) { send(req, res, routes.models()); });
     svr.Get("/v1/models/(.+)", [&routes](const httplib::Request& req, httplib::Response& res) {
-        send(res, routes.model(req.matches[1].str()));
+        send(req, res, routes.model(req.matches[1].str()));
     });
-    svr.Get("/health", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.health()); });
-    svr.Get("/metrics", [&routes](const httplib::Request&, httplib::Response& res) { send(res, routes.metrics()); });
+    svr.Get("/health",
+            [&routes](const httplib::Request& req, httplib::Response& res) { send(req, res, routes.health()); });
+    svr.Get("/metrics",
+            [&routes](const httplib::Request& req, httplib::Response& res) { send(req, res, routes.metrics()); });
 
     // Known paths with the wrong method: 405 with Allow. Methods that may carry a body take
     // httplib's content-reader form, so the body is never waited for (a PUT without a length held
@@ -323,6 +334,18 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             svr.Options(path, h);
         }
     }
+    // Any other path with a method that may carry a body: 404 at once, the body unread and the
+    // connection closed (httplib would first wait for a body that may never come: a bodiless POST to
+    // /v1/embeddings held a worker for the read timeout, then got 400). Registered after every known
+    // route: httplib tries its content-reader handlers in order.
+    auto not_found_with_body = httplib::Server::HandlerWithContentReader(
+        [](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader&) {
+            res.set_header("Connection", "close");
+            set_error(res, api_error(404, "unknown route " + req.method + " " + req.path));
+        });
+    svr.Post(".*", not_found_with_body);
+    svr.Put(".*", not_found_with_body);
+    svr.Patch(".*", not_found_with_body);
     if (cors) {
         svr.set_post_routing_handler([origin = options.cors_origin](const httplib::Request&, httplib::Response& res) {
             res.set_header("Access-Control-Allow-Origin", origin);

@@ -60,14 +60,20 @@ public:
         const Json* v = get(key);
         if (!v || !ok()) return std::nullopt;
         int64_t i;
+        const auto out_of_range = [&](const std::string& got) {
+            return fail(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + got);
+        };
         if (v->is_number_unsigned()) {
-            uint64_t u = v->get<uint64_t>();
-            i = u > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(u);
+            const uint64_t u = v->get<uint64_t>();
+            if (u > static_cast<uint64_t>(INT64_MAX)) return out_of_range(std::to_string(u));
+            i = static_cast<int64_t>(u);
         } else if (v->is_number_integer()) {
             i = v->get<int64_t>();
         } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>() &&
                    std::fabs(v->get<double>()) < 9.0e18) {
             i = static_cast<int64_t>(v->get<double>());  // 16.0 (as vLLM's pydantic models accept)
+        } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>()) {
+            return out_of_range(format(v->get<double>()));  // an integer past 64 bits (parsed as a double)
         } else {
             return fail(key, "must be an integer, not " + type_name(*v));
         }
@@ -177,7 +183,21 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     // smallest positive nucleus does (a positive double rounding to 0 as a float too).
     if (auto p = f.number("top_p", 0.0, 1.0))
         out->sampling.top_p = std::max(static_cast<float>(*p), std::numeric_limits<float>::min());
-    if (auto s = f.integer("seed", INT64_MIN, INT64_MAX)) out->sampling.seed = static_cast<uint64_t>(*s);
+    // A seed is any 64-bit integer, signed or unsigned (2^63 .. 2^64 - 1 are seeds of their own).
+    if (const Json* sv = f.get("seed"); sv != nullptr && sv->is_number_unsigned())
+        out->sampling.seed = sv->get<uint64_t>();
+    else if (auto s = f.integer("seed", INT64_MIN, INT64_MAX))
+        out->sampling.seed = static_cast<uint64_t>(*s);
+    // vLLM's and llama.cpp's sampling extensions, with vLLM's ranges: top_k ≥ 1 (-1 or 0: off),
+    // min_p in [0, 1] (0: off), repetition_penalty > 0 (1: off).
+    if (auto k = f.integer("top_k", -1, INT32_MAX)) out->sampling.top_k = *k < 0 ? 0 : static_cast<int>(*k);
+    if (auto mp = f.number("min_p", 0.0, 1.0)) out->sampling.min_p = static_cast<float>(*mp);
+    if (auto rp = f.number("repetition_penalty", 0.0, std::numeric_limits<float>::max())) {
+        if (*rp > 0.0)
+            out->sampling.repetition_penalty = static_cast<float>(*rp);
+        else
+            f.fail("repetition_penalty", "must be greater than 0");
+    }
     if (auto pp = f.number("presence_penalty", -2.0, 2.0)) out->sampling.presence_penalty = static_cast<float>(*pp);
     if (auto fp = f.number("frequency_penalty", -2.0, 2.0)) out->sampling.frequency_penalty = static_cast<float>(*fp);
     if (const Json* bias = f.object("logit_bias")) {
@@ -242,6 +262,10 @@ void read_n(Fields& f) {
 
 void read_stream(Fields& f, bool* stream, bool* include_usage) {
     *stream = f.boolean("stream").value_or(false);
+    if (f.has("stream_options") && !*stream && f.ok()) {  // as OpenAI and vLLM answer
+        f.fail("stream_options", "is only allowed when stream is true");
+        return;
+    }
     if (const Json* so = f.object("stream_options")) {
         Fields s(*so, f.param("stream_options"));
         *include_usage = s.boolean("include_usage").value_or(false);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -575,10 +576,63 @@ TEST_F(HttpServerTest, BrokenFramingIsAnsweredAtOnce) {
         EXPECT_EQ(line.substr(0, 12), "HTTP/1.1 405") << line;
         EXPECT_LT(secs, 2.0);
     }
+    // An unknown path with a method that may carry a body, no body sent: 404 at once (before session
+    // 25 it held a worker for the read timeout, then answered 400).
+    for (const char* request : {"POST /v1/embeddings", "PUT /v1/foo", "PATCH /v1/foo", "POST /"}) {
+        SCOPED_TRACE(request);
+        const auto [line, secs] = raw_exchange(s.http.port(), std::string(request) + " HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_EQ(line.substr(0, 12), "HTTP/1.1 404") << line;
+        EXPECT_LT(secs, 2.0);
+    }
     EXPECT_EQ(s.engine.submitted(), 0);
     auto ok = s.post("/v1/chat/completions", kChat);
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200);
+}
+
+// Raw bytes to the server; everything it sends until it closes the connection (5 s at most).
+std::string raw_read_all(int port, const std::string& bytes) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return "";
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string got;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size())) {
+        char buf[4096];
+        for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return got;
+}
+
+// An HTTP/1.0 client cannot decode chunked encoding (RFC 9112 §6.1): its stream comes unframed, the
+// connection's close ending it (before session 25 it was chunked).
+TEST_F(HttpServerTest, Http10StreamIsNotChunked) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    const std::string body =
+        R"({"model":"test-model","messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stream":true})";
+    const std::string got = raw_read_all(s.http.port(),
+                                         "POST /v1/chat/completions HTTP/1.0\r\nContent-Type: "
+                                         "application/json\r\nContent-Length: " +
+                                             std::to_string(body.size()) + "\r\n\r\n" + body);
+    const size_t split = got.find("\r\n\r\n");
+    ASSERT_NE(split, std::string::npos) << got;
+    std::string head = got.substr(0, split);
+    std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+    EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 200") << got;
+    EXPECT_EQ(head.find("transfer-encoding"), std::string::npos) << head;
+    EXPECT_NE(head.find("connection: close"), std::string::npos) << head;
+    const std::string sse = got.substr(split + 4);
+    EXPECT_EQ(sse.rfind("data: {", 0), 0u) << sse;
+    ASSERT_GE(sse.size(), 14u) << sse;
+    EXPECT_EQ(sse.substr(sse.size() - 14), "data: [DONE]\n\n") << sse;
+    EXPECT_NE(sse.find("Hello"), std::string::npos) << sse;
 }
 
 TEST_F(HttpServerTest, DisconnectWhileQueuedIsNoticed) {

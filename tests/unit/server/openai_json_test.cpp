@@ -104,6 +104,20 @@ TEST(ParseChatRequest, NamesTheBadField) {
         {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5})", "max_tokens"},
         {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5})", "max_tokens"},
         {R"({"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0})", "max_completion_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 18446744073709551616})", "max_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9223372036854775808})", "max_tokens"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_k": "x"})", "top_k"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_k": -2})", "top_k"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "top_k": 1.5})", "top_k"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "min_p": 2})", "min_p"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "min_p": -0.1})", "min_p"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 0})", "repetition_penalty"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": -1})", "repetition_penalty"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": "high"})", "repetition_penalty"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})",
+         "stream_options"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "stream": false, "stream_options": {}})",
+         "stream_options"},
         {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
         {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
         {R"({"messages": [{"role": "user", "content": "x"}], "stop": 5})", "stop"},
@@ -163,6 +177,36 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
     auto d = parse_responses_request(j(R"({"input": "x"})"));
     ASSERT_TRUE(d.ok());
     EXPECT_TRUE(d->echo["temperature"].is_number());
+}
+
+// vLLM's and llama.cpp's sampling extensions reach the engine's parameters (they were ignored
+// before session 25); -1 and 0 turn top_k off; a seed may be any 64-bit integer, signed or unsigned.
+TEST(ParseChatRequest, SamplingExtensionsAndSeeds) {
+    auto p = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "top_k": 1, "min_p": 0.25,
+                                     "repetition_penalty": 1.3, "seed": 18446744073709551615})"));
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->sampling.sampling.top_k, 1);
+    EXPECT_FLOAT_EQ(p->sampling.sampling.min_p, 0.25f);
+    EXPECT_FLOAT_EQ(p->sampling.sampling.repetition_penalty, 1.3f);
+    ASSERT_TRUE(p->sampling.sampling.seed.has_value());
+    EXPECT_EQ(*p->sampling.sampling.seed, 18446744073709551615ull);
+    for (const char* k : {"-1", "0"}) {
+        auto q = parse_chat_request(
+            j((std::string(R"({"messages": [{"role": "user", "content": "x"}], "top_k": )") + k + "}").c_str()));
+        ASSERT_TRUE(q.ok()) << q.status().message();
+        EXPECT_EQ(q->sampling.sampling.top_k, 0) << k;
+    }
+    auto neg = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": -1})"));
+    ASSERT_TRUE(neg.ok()) << neg.status().message();
+    EXPECT_EQ(*neg->sampling.sampling.seed, 18446744073709551615ull);  // -1 as two's complement: the same seed
+    auto big =
+        parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": 9223372036854775808})"));
+    ASSERT_TRUE(big.ok()) << big.status().message();
+    EXPECT_EQ(*big->sampling.sampling.seed, 9223372036854775808ull);
+    auto streamed = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+                                            "stream_options": {"include_usage": true}})"));
+    ASSERT_TRUE(streamed.ok()) << streamed.status().message();
+    EXPECT_TRUE(streamed->include_usage);
 }
 
 TEST(ParseChatRequest, IntegralFloatsAreIntegers) {
