@@ -361,7 +361,19 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         // Range requests do not apply to API answers (RFC 9110 §14.2: a server may ignore Range):
         // httplib would cut any 2xx body to the range, leaving a 200 with a fragment of JSON. The
         // request object is httplib's own non-const local; the handler is only given it as const.
-        const_cast<httplib::Request&>(req).ranges.clear();
+        auto& mreq = const_cast<httplib::Request&>(req);
+        mreq.ranges.clear();
+        // A target in absolute form (`GET http://host:port/health`, as proxies send) names the same
+        // resource as its path (RFC 9112 §3.2.2: a server must accept it); httplib routes on the path.
+        for (const std::string scheme : {"http://", "https://"}) {
+            if (req.path.size() > scheme.size() &&
+                std::equal(scheme.begin(), scheme.end(), req.path.begin(),
+                           [](char a, char b) { return std::tolower(static_cast<unsigned char>(b)) == a; })) {
+                const size_t slash = req.path.find('/', scheme.size());
+                mreq.path = slash == std::string::npos ? "/" : req.path.substr(slash);
+                break;
+            }
+        }
         std::string enc = req.get_header_value("Content-Encoding");
         std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
         if (enc.empty() || enc == "identity") return httplib::Server::HandlerResponse::Unhandled;

@@ -585,6 +585,11 @@ TEST_F(HttpServerTest, BrokenFramingIsAnsweredAtOnce) {
         EXPECT_LT(secs, 2.0);
     }
     EXPECT_EQ(s.engine.submitted(), 0);
+    // A target in absolute form names its path (RFC 9112 §3.2.2; before session 25: 404).
+    for (const std::string target : {"http://127.0.0.1/health", "HTTP://localhost:8000/health"}) {
+        const auto [line, secs] = raw_exchange(s.http.port(), "GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_EQ(line.substr(0, 12), "HTTP/1.1 200") << target << ": " << line;
+    }
     auto ok = s.post("/v1/chat/completions", kChat);
     ASSERT_TRUE(ok);
     EXPECT_EQ(ok->status, 200);
