@@ -236,6 +236,9 @@ struct CudaModel::Impl {
     int timing_n = 0;
     void timing_point(const char* name) {
         if (!host_timing || timing_n >= kTimingPoints) return;
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+        if (capturing != cudaStreamCaptureStatusNone) return;  // a graph's body: no host time to compare
         if (!timing_ev[timing_n]) CUDA_CHECK(cudaEventCreate(&timing_ev[timing_n]));
         timing_host[timing_n] = std::chrono::steady_clock::now();
         CUDA_CHECK(cudaEventRecord(timing_ev[timing_n], stream));
