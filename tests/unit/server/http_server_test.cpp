@@ -519,25 +519,34 @@ TEST_F(HttpServerTest, NonStreamingClientDisconnectCancels) {
     EXPECT_EQ(ok->status, 200);
 }
 
-// Raw bytes to the server; the first line of its answer (or "" if none within 3 s), and how long it took.
-std::pair<std::string, double> raw_exchange(int port, const std::string& bytes) {
+// A loopback socket to the server with a receive timeout, `bytes` sent; -1 if that failed.
+int send_raw(int port, const std::string& bytes, int timeout_s) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return {"", 0.0};
-    timeval tv{3, 0};
+    if (fd < 0) return -1;
+    timeval tv{timeout_s, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::send(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+// Raw bytes to the server; the first line of its answer (or "" if none within 3 s), and how long it took.
+std::pair<std::string, double> raw_exchange(int port, const std::string& bytes) {
     const auto t0 = std::chrono::steady_clock::now();
     std::string got;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size())) {
+    if (const int fd = send_raw(port, bytes, 3); fd >= 0) {
         char buf[512];
         const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
         if (n > 0) got.assign(buf, static_cast<size_t>(n));
+        ::close(fd);
     }
-    ::close(fd);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return {got.substr(0, got.find("\r\n")), secs};
 }
@@ -597,21 +606,12 @@ TEST_F(HttpServerTest, BrokenFramingIsAnsweredAtOnce) {
 
 // Raw bytes to the server; everything it sends until it closes the connection (5 s at most).
 std::string raw_read_all(int port, const std::string& bytes) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return "";
-    timeval tv{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string got;
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-        ::send(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size())) {
+    if (const int fd = send_raw(port, bytes, 5); fd >= 0) {
         char buf[4096];
         for (ssize_t n; (n = ::recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+        ::close(fd);
     }
-    ::close(fd);
     return got;
 }
 
