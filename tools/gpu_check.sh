@@ -705,6 +705,45 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s26a)
+      # Session 26: gate_up and down of the decode MoE in one launch (moe_decode_pair; GPTOSS_MOE_PAIR
+      # 0 two launches, 1 default, 2 with 4 CTAs an SM at 1-2 tokens) and the decode attention's KV
+      # tiles requested before pdl_wait (GPTOSS_ATTN_EARLY_KV, default on). Tests (the pair against the
+      # two launches bit for bit; attention; model and engine, also with PAIR=2), moe_bench per pair
+      # mode, then decode at 1k: 20b batch 1,2,4,8 and 120b batch 1, each configuration twice.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodePair*:CudaOps.MoeMxfp4*:CudaOps.MoeDecodeMma*:PagedAttentionCuda.*:CudaDecodeFusion.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s26a_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_PAIR=2 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        > "$OUT/s26a_tests_pair2.log" 2>&1
+      rc2=$?
+      summary+=("s26a tests rc=$rc pair2 rc=$rc2")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s26a_tests.log" "$OUT/s26a_tests_pair2.log" | head -60
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for v in 0 1 2; do
+          GPTOSS_MOE_PAIR=$v timeout 60 $BIN/moe_bench 1 2 4 8 > "$OUT/s26a_moe_bench_pair$v.log" 2>&1
+          echo "moe_bench pair=$v:"; grep "^|" "$OUT/s26a_moe_bench_pair$v.log" | tail -4
+        done
+        for i in 1 2; do
+          for cfg in "GPTOSS_MOE_PAIR=0 GPTOSS_ATTN_EARLY_KV=0" "GPTOSS_MOE_PAIR=0" "GPTOSS_ATTN_EARLY_KV=0" \
+              "GPTOSS_MOE_PAIR=1" "GPTOSS_MOE_PAIR=2"; do
+            tag=${cfg// /_}
+            env $cfg timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,8 \
+              --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s26a_20b_${tag}_$i.log" 2>&1
+            summary+=("s26a 20b $tag $i rc=$?")
+            echo "20b $cfg ($i):"; grep -E "ms/step" "$OUT/s26a_20b_${tag}_$i.log"
+          done
+          for cfg in "GPTOSS_MOE_PAIR=0 GPTOSS_ATTN_EARLY_KV=0" "GPTOSS_MOE_PAIR=1" "GPTOSS_MOE_PAIR=2"; do
+            tag=${cfg// /_}
+            env $cfg timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s26a_120b_${tag}_$i.log" 2>&1
+            summary+=("s26a 120b $tag $i rc=$?")
+            echo "120b $cfg ($i):"; grep -E "ms/step" "$OUT/s26a_120b_${tag}_$i.log"
+          done
+        done
+      fi
+      ;;
     s25d)
       # Session 25: the routing plan as a stable ballot counting sort, and PDL launches for topk, the
       # plan, the tile list and the row gather. Tests (the plan against a host sort; every kernel

@@ -981,6 +981,71 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     }
 }
 
+// moe_decode_pair (gate_up and down in one launch, down waiting on per-expert counters) against
+// moe_decode_mma's two launches: the same act and y bits, at 1-8 tokens (the early-staged gate_up
+// form at 1-2), a TP2 shard's widths and 64 experts, with every token sharing one expert or not;
+// three pair launches back to back on the stream (each relies on the last one's counter reset), and
+// the counters zero afterwards.
+TEST(CudaOps, MoeDecodePairMatchesTheTwoLaunches) {
+    REQUIRE_GPU();
+    const int H = 2880, K = 4;
+    struct Shape {
+        int E, I;
+    };
+    for (const Shape sh : {Shape{32, 2880}, Shape{64, 1440}}) {
+        const int E = sh.E, I = sh.I;
+        RandomExperts ex(E, H, I, 200 + E);
+        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+             dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+        DeviceBuffer sync((kc::kPairSlots + 1) * 4);
+        ASSERT_EQ(cudaMemset(sync.get(), 0, sync.bytes()), cudaSuccess);
+        for (int T : {1, 2, 3, 5, 8})
+            for (bool shared : {false, true}) {
+                std::vector<int32_t> ids(T * K);
+                std::mt19937 rng(E * 100 + T + (shared ? 50 : 0));
+                for (int t = 0; t < T; ++t) {
+                    std::vector<int> perm(E);
+                    std::iota(perm.begin(), perm.end(), 0);
+                    std::shuffle(perm.begin(), perm.end(), rng);
+                    if (shared) {  // expert 5 in every token's list, at a varying place
+                        std::erase(perm, 5);
+                        perm.insert(perm.begin() + t % K, 5);
+                    }
+                    for (int k = 0; k < K; ++k) ids[t * K + k] = perm[k];
+                }
+                auto h = randn(static_cast<size_t>(T) * H, 300 + T);
+                auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
+                DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+                kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+                for (bool f32_input : {true, false}) {
+                    const std::string what = "E=" + std::to_string(E) + " I=" + std::to_string(I) +
+                                             " T=" + std::to_string(T) + (shared ? " shared" : "") +
+                                             (f32_input ? " fp32 h" : " bf16 h");
+                    auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+                    auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+                    kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
+                                                    f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
+                    kc::moe_decode_mma(a, nullptr);
+                    const auto act_ref = to_host<uint32_t>(act, act.bytes() / 4);
+                    const auto y_ref = to_host<uint32_t>(y, y.bytes() / 4);
+                    a.pair_sync = sync.as<int32_t>();
+                    ASSERT_TRUE(kc::moe_decode_pair_supported(a)) << what;
+                    for (int rep = 0; rep < 2; ++rep) {
+                        ASSERT_EQ(cudaMemset(act.get(), 0xff, act.bytes()), cudaSuccess);
+                        ASSERT_EQ(cudaMemset(y.get(), 0xff, y.bytes()), cudaSuccess);
+                        for (int n = 0; n < (rep == 0 ? 1 : 3); ++n) kc::moe_decode_pair(a, nullptr);
+                        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+                        EXPECT_EQ(to_host<uint32_t>(act, act.bytes() / 4), act_ref) << what << " act, rep " << rep;
+                        EXPECT_EQ(to_host<uint32_t>(y, y.bytes() / 4), y_ref) << what << " y, rep " << rep;
+                        EXPECT_EQ(to_host<int32_t>(sync, kc::kPairSlots + 1),
+                                  std::vector<int32_t>(kc::kPairSlots + 1, 0))
+                            << what << " counters, rep " << rep;
+                    }
+                }
+            }
+    }
+}
+
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
 // moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the
