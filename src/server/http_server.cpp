@@ -23,6 +23,18 @@ namespace {
 
 constexpr std::chrono::milliseconds kStreamPoll{100};
 
+// Ends the connection after this response. httplib 0.11 decides that from the request alone: with
+// `Connection: close` in the request it writes the response header itself (once) and closes; a
+// response header set here was sent beside its own (twice) or beside `Keep-Alive` on a connection
+// it kept open. The request object is httplib's own non-const one; handlers are only given it as const.
+void close_after(const httplib::Request& req) {
+    auto& mreq = const_cast<httplib::Request&>(req);
+    if (mreq.get_header_value("Connection") != "close") {
+        mreq.headers.erase("Connection");
+        mreq.headers.emplace("Connection", "close");
+    }
+}
+
 // The server-side socket of a connection, found by its peer address among this process's open
 // descriptors (httplib 0.11 hands a handler no socket, and has no is_connection_closed); -1 when none
 // matches. While the handler runs, httplib keeps that connection (and so the descriptor) open.
@@ -160,7 +172,7 @@ void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) 
         return false;
     };
     if (req.version == "HTTP/1.0") {
-        res.set_header("Connection", "close");
+        close_after(req);
         res.set_content_provider(r.content_type, provide);
     } else {
         res.set_chunked_content_provider(r.content_type, provide);
@@ -214,13 +226,13 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
                 conflicting |= req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0);
             if (conflicting) {
-                res.set_header("Connection", "close");
+                close_after(req);
                 set_error(res, api_error(400, "the request has Content-Length headers that disagree"));
                 return;
             }
             if (auto early = framing_error(te, req.has_header("Content-Length"), req.get_header_value("Content-Length"),
                                            body_limit)) {
-                res.set_header("Connection", "close");
+                close_after(req);
                 set_error(res, *early);
                 return;
             }
@@ -235,7 +247,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 return true;
             });
             if (too_large || (!read && res.status == 413)) {
-                res.set_header("Connection", "close");
+                close_after(req);
                 set_error(res, api_error(413,
                                          "the request body is larger than the limit of " + std::to_string(body_limit) +
                                              " bytes",
@@ -243,7 +255,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 return;
             }
             if (!read) {
-                res.set_header("Connection", "close");
+                close_after(req);
                 set_error(res, api_error(400,
                                          "the request body could not be read (a short body or a malformed "
                                          "chunked encoding)"));
@@ -292,7 +304,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         return httplib::Server::HandlerWithContentReader([allow, not_allowed_error](const httplib::Request& req,
                                                                                     httplib::Response& res,
                                                                                     const httplib::ContentReader&) {
-            res.set_header("Connection", "close");
+            close_after(req);
             not_allowed_error(req, res, allow);
         });
     };
@@ -340,7 +352,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     // route: httplib tries its content-reader handlers in order.
     auto not_found_with_body = httplib::Server::HandlerWithContentReader(
         [](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader&) {
-            res.set_header("Connection", "close");
+            close_after(req);
             set_error(res, api_error(404, "unknown route " + req.method + " " + req.path));
         });
     svr.Post(".*", not_found_with_body);
@@ -363,6 +375,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         // request object is httplib's own non-const local; the handler is only given it as const.
         auto& mreq = const_cast<httplib::Request&>(req);
         mreq.ranges.clear();
+        // HTTP/1.0: httplib closes the connection after the answer but announced `Keep-Alive` in it;
+        // say `Connection: close` instead (RFC 9112 §9.3).
+        if (req.version == "HTTP/1.0") close_after(req);
         // A target in absolute form (`GET http://host:port/health`, as proxies send) names the same
         // resource as its path (RFC 9112 §3.2.2: a server must accept it); httplib routes on the path.
         for (const std::string scheme : {"http://", "https://"}) {
@@ -377,7 +392,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         std::string enc = req.get_header_value("Content-Encoding");
         std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
         if (enc.empty() || enc == "identity") return httplib::Server::HandlerResponse::Unhandled;
-        res.set_header("Connection", "close");
+        close_after(req);
         set_error(res, api_error(415,
                                  "Content-Encoding '" + req.get_header_value("Content-Encoding") +
                                      "' is not supported: send the request body uncompressed",

@@ -615,6 +615,31 @@ std::string raw_read_all(int port, const std::string& bytes) {
     return got;
 }
 
+// Answers on a connection that ends say so once: `Connection: close` a single time and no
+// `Keep-Alive` beside it (before session 26: twice where the request asked for close, and HTTP/1.0
+// answers announced Keep-Alive on a connection the server then closed).
+TEST_F(HttpServerTest, ConnectionCloseIsSaidOnce) {
+    TestServer s;
+    for (const char* request : {"POST /v1/foo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                "PUT /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                "Transfer-Encoding: gzip\r\n\r\n",
+                                "GET /health HTTP/1.0\r\n\r\n", "GET /v1/models HTTP/1.0\r\nHost: x\r\n\r\n"}) {
+        SCOPED_TRACE(request);
+        const std::string got = raw_read_all(s.http.port(), request);
+        const size_t split = got.find("\r\n\r\n");
+        ASSERT_NE(split, std::string::npos) << got;
+        std::string head = got.substr(0, split + 2);
+        std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+        size_t n = 0;
+        for (size_t at = head.find("\r\nconnection:"); at != std::string::npos; at = head.find("\r\nconnection:", at + 1))
+            ++n;
+        EXPECT_EQ(n, 1u) << head;
+        EXPECT_NE(head.find("\r\nconnection: close\r\n"), std::string::npos) << head;
+        EXPECT_EQ(head.find("keep-alive"), std::string::npos) << head;
+    }
+}
+
 // An HTTP/1.0 client cannot decode chunked encoding (RFC 9112 §6.1): its stream comes unframed, the
 // connection's close ending it (before session 25 it was chunked).
 TEST_F(HttpServerTest, Http10StreamIsNotChunked) {
