@@ -710,9 +710,10 @@ for stage in "$@"; do
       # 0 two launches, 1 default, 2 with 4 CTAs an SM at 1-2 tokens) and the decode attention's KV
       # tiles requested before pdl_wait (GPTOSS_ATTN_EARLY_KV, default on). Tests (the pair against the
       # two launches bit for bit; attention; model and engine, also with PAIR=2), moe_bench per pair
-      # mode, then decode at 1k: 20b batch 1,2,4,8 and 120b batch 1, each configuration twice.
+      # mode, then decode at 1k: 20b batch 1,2,4,8 and 120b batch 1, each configuration twice. The
+      # sampling kernels launch with PDL now (all configurations).
       timeout 300 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodePair*:CudaOps.MoeMxfp4*:CudaOps.MoeDecodeMma*:PagedAttentionCuda.*:CudaDecodeFusion.*:CudaModel.*:CudaEngine.*' \
+        --gtest_filter='CudaOps.Sampling*:CudaOps.MoeDecodePair*:CudaOps.MoeMxfp4*:CudaOps.MoeDecodeMma*:PagedAttentionCuda.*:CudaDecodeFusion.*:CudaModel.*:CudaEngine.*' \
         > "$OUT/s26a_tests.log" 2>&1
       rc=$?
       GPTOSS_MOE_PAIR=2 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
