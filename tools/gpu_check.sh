@@ -705,6 +705,26 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s26b)
+      # Session 26's closing figures at the call's defaults: the batch-1 decode step kernel by kernel
+      # (20b, CUPTI trace), decode batch 1 at 1k (20b, 120b), 8k --fp8 prefill (20b twice, 120b).
+      GPTOSS_KERNEL_TRACE="$OUT/s26b_ktrace_20b.csv" timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+        --prefill "" --batch 1 --context 1024 --decode-steps 8 --repeats 1 > "$OUT/s26b_ktrace_20b.log" 2>&1
+      summary+=("s26b ktrace rc=$?")
+      python3 tools/ktrace_summary.py "$OUT/s26b_ktrace_20b.csv" | head -20
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+          --repeats 3 --markdown "$OUT/s26b_decode_$m.md" > "$OUT/s26b_decode_$m.log" 2>&1
+        summary+=("s26b decode $m rc=$?")
+        echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s26b_decode_$m.md"
+      done
+      for m in gpt-oss-20b gpt-oss-20b gpt-oss-120b; do
+        timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 \
+          >> "$OUT/s26b_prefill_$m.log" 2>&1
+        summary+=("s26b prefill $m rc=$?")
+        echo "$m:"; grep -E "prefill   8192" "$OUT/s26b_prefill_$m.log" | tail -1
+      done
+      ;;
     s26a)
       # Session 26: gate_up and down of the decode MoE in one launch (moe_decode_pair; GPTOSS_MOE_PAIR
       # 0 two launches, 1 default, 2 with 4 CTAs an SM at 1-2 tokens) and the decode attention's KV
