@@ -1023,8 +1023,9 @@ TEST(CudaOps, MoeDecodePairMatchesTheTwoLaunches) {
                                              (f32_input ? " fp32 h" : " bf16 h");
                     auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-                    kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
-                                                    f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
+                    kc::MoeMxfp4Args a =
+                        mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
+                                   f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
                     kc::moe_decode_mma(a, nullptr);
                     const auto act_ref = to_host<uint32_t>(act, act.bytes() / 4);
                     const auto y_ref = to_host<uint32_t>(y, y.bytes() / 4);

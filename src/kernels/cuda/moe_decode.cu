@@ -228,7 +228,8 @@ __device__ __forceinline__ void stage_rows(uint4* xs, int nrows, const WarpK<kWa
             dst[u] = tk * Sh::kTokenSlots + gl * kGroupSlots + q;
             if constexpr (kF32) {
                 const float* src = static_cast<const float*>(row_ptr(tk)) + col;
-                const float4 x0 = kCg ? __ldcg(reinterpret_cast<const float4*>(src)) : *reinterpret_cast<const float4*>(src);
+                const float4 x0 =
+                    kCg ? __ldcg(reinterpret_cast<const float4*>(src)) : *reinterpret_cast<const float4*>(src);
                 const float4 x1 =
                     kCg ? __ldcg(reinterpret_cast<const float4*>(src + 4)) : *reinterpret_cast<const float4*>(src + 4);
                 v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;

@@ -632,7 +632,8 @@ TEST_F(HttpServerTest, ConnectionCloseIsSaidOnce) {
         std::string head = got.substr(0, split + 2);
         std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
         size_t n = 0;
-        for (size_t at = head.find("\r\nconnection:"); at != std::string::npos; at = head.find("\r\nconnection:", at + 1))
+        for (size_t at = head.find("\r\nconnection:"); at != std::string::npos;
+             at = head.find("\r\nconnection:", at + 1))
             ++n;
         EXPECT_EQ(n, 1u) << head;
         EXPECT_NE(head.find("\r\nconnection: close\r\n"), std::string::npos) << head;
