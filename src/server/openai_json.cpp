@@ -611,7 +611,8 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         std::vector<std::string> tool_names;
         RETURN_IF_ERROR(check_chat_tools(body, &tool_names));
         RETURN_IF_ERROR(check_tool_choice(body, tool_names));
-        f.one_of("reasoning_effort", {"low", "medium", "high"});
+        // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
+        f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
         read_response_format(f, "response_format");
         f.object("metadata");
@@ -754,7 +755,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         Json reasoning_echo = {{"effort", nullptr}, {"summary", nullptr}};
         if (const Json* reasoning = f.object("reasoning")) {
             Fields rf(*reasoning, "reasoning");
-            if (auto effort = rf.one_of("effort", {"low", "medium", "high"})) {
+            if (auto effort = rf.one_of("effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"})) {
                 chat["reasoning_effort"] = *effort;
                 reasoning_echo["effort"] = *effort;
             }

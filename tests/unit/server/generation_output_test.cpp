@@ -233,6 +233,31 @@ TEST_F(GenerationOutputTest, ResponsesOutputItems) {
     EXPECT_NE(prompt.find("# Instructions\n\nBe nice."), std::string::npos);
 }
 
+// Effort names past low / medium / high are clamped, not refused (HARMONY.md §3.2; before session 26
+// both routes answered 400): minimal and none to low, xhigh and max to high.
+TEST_F(GenerationOutputTest, ReasoningEffortIsClamped) {
+    script("<|channel|>final<|message|>Done.<|return|>");
+    const struct {
+        const char* effort;
+        const char* want;
+    } cases[] = {{"minimal", "Reasoning: low"},
+                 {"none", "Reasoning: low"},
+                 {"xhigh", "Reasoning: high"},
+                 {"max", "Reasoning: high"},
+                 {"medium", "Reasoning: medium"}};
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.effort);
+        post_json(
+            "/v1/chat/completions",
+            std::string(R"({"messages":[{"role":"user","content":"hi"}],"reasoning_effort":")") + c.effort + R"("})");
+        EXPECT_NE(test_tokenizer()->decode(server_.engine.last_request().prompt)->find(c.want), std::string::npos);
+        Json r =
+            post_json("/v1/responses", std::string(R"({"input":"hi","reasoning":{"effort":")") + c.effort + R"("}})");
+        EXPECT_EQ(r["status"], "completed") << r.dump();
+        EXPECT_NE(test_tokenizer()->decode(server_.engine.last_request().prompt)->find(c.want), std::string::npos);
+    }
+}
+
 TEST_F(GenerationOutputTest, ResponsesFunctionCallAndOutputRoundTrip) {
     script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>");
     const char* tools = R"("tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])";

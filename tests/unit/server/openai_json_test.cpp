@@ -228,7 +228,7 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0].type"},
         {R"({"input": "x", "max_output_tokens": 0})", "max_output_tokens"},
         {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
-        {R"({"input": "x", "reasoning": {"effort": "max"}})", "reasoning.effort"},
+        {R"({"input": "x", "reasoning": {"effort": "turbo"}})", "reasoning.effort"},
         {R"({"input": "x", "background": true})", "background"},
         {R"({"input": "x", "background": "yes"})", "background"},
         {R"({"input": "x", "text": {"format": {"type": "json_object"}}})", "text.format.type"},
