@@ -428,6 +428,17 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
     }
     if (!input.is_array()) return field_error("input", "must be a string or an array of input items");
     if (input.empty()) return field_error("input", "must contain at least one item");
+    // A reasoning item is kept only after the last assistant message item and while a tool loop is
+    // in progress (the last item a function_call_output); otherwise it is dropped (HARMONY.md §5.3).
+    size_t after_assistant = 0;
+    for (size_t i = 0; i < input.size(); ++i) {
+        const Json& item = input[i];
+        if (item.is_object() && item.value("type", std::string("message")) == "message" &&
+            item.value("role", std::string()) == "assistant")
+            after_assistant = i + 1;
+    }
+    const bool tool_loop =
+        input.back().is_object() && input.back().value("type", std::string()) == "function_call_output";
     for (size_t i = 0; i < input.size(); ++i) {
         const Json& item = input[i];
         const std::string p = indexed("input", i);
@@ -486,7 +497,8 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
                     text += part["text"].get<std::string>();
                 }
             }
-            messages->push_back({{"role", "assistant"}, {"reasoning_content", text}});
+            if (tool_loop && i >= after_assistant)
+                messages->push_back({{"role", "assistant"}, {"reasoning_content", text}});
         } else {
             return field_error(p + ".type", "input item type '" + type + "' is not supported");
         }

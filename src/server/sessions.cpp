@@ -366,7 +366,7 @@ private:
         const Json id = item_["id"];
         if (kind_ == Kind::kFunctionCall) {
             item_["arguments"] = text_;
-            item_["status"] = complete ? "completed" : "incomplete";
+            item_["status"] = complete ? "completed" : "in_progress";  // HARMONY.md §6.6: a cut call stays in progress
             emit(sse, "response.function_call_arguments.done",
                  Json{{"item_id", id}, {"output_index", index_}, {"name", item_["name"]}, {"arguments", text_}});
         } else {

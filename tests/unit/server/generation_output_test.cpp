@@ -329,6 +329,20 @@ TEST_F(GenerationOutputTest, ResponsesIncompleteAtMaxOutputTokens) {
     EXPECT_EQ(r["usage"]["output_tokens"], 5);
 }
 
+// A function call cut by max_output_tokens stays an item with status in_progress (HARMONY.md §6.6;
+// before session 26: incomplete, the message items' word).
+TEST_F(GenerationOutputTest, ResponsesCutFunctionCallIsInProgress) {
+    script(
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo and "
+        "more\"}<|call|>");
+    const char* tools = R"("tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])";
+    Json r = post_json("/v1/responses", std::string(R"({"input":"Weather?","max_output_tokens":12,)") + tools + "}");
+    EXPECT_EQ(r["status"], "incomplete") << r.dump();
+    ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["output"][0]["type"], "function_call");
+    EXPECT_EQ(r["output"][0]["status"], "in_progress") << r.dump();
+}
+
 TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     std::vector<int32_t> answer = harmony_ids(" jumps over the lazy dog");
     std::vector<int32_t> with_stop = answer;

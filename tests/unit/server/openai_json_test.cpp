@@ -158,7 +158,8 @@ TEST(ParseResponsesRequest, TranslatesItemsToChatMessages) {
     ASSERT_EQ(chat["messages"].size(), 5u);
     EXPECT_EQ(chat["messages"][0]["role"], "developer");
     EXPECT_EQ(chat["messages"][1]["content"], "weather?");
-    EXPECT_EQ(chat["messages"][2]["reasoning_content"], "think");
+    // The reasoning item is dropped: an assistant message item follows it (HARMONY.md §5.3).
+    EXPECT_FALSE(chat["messages"][2].contains("reasoning_content")) << chat["messages"][2].dump();
     EXPECT_EQ(chat["messages"][2]["tool_calls"][0]["function"]["name"], "f");
     EXPECT_EQ(chat["messages"][3]["role"], "tool");
     EXPECT_EQ(chat["messages"][3]["tool_call_id"], "c1");
@@ -167,6 +168,36 @@ TEST(ParseResponsesRequest, TranslatesItemsToChatMessages) {
     EXPECT_EQ(chat["reasoning_effort"], "low");
     EXPECT_EQ(r->chat.sampling.max_tokens, 9);
     EXPECT_EQ(r->echo["instructions"], "be brief");
+}
+
+// HARMONY.md §5.3: a reasoning item is kept only after the last assistant message item and while
+// the last input item is a function_call_output (before session 26 it was kept unless a final
+// followed, the chat rule).
+TEST(ParseResponsesRequest, ReasoningItemsKeptOnlyInAToolLoop) {
+    const std::string reasoning =
+        R"({"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]})";
+    const std::string call = R"({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"})";
+    const std::string output = R"({"type": "function_call_output", "call_id": "c1", "output": "sunny"})";
+    const std::string user = R"({"role": "user", "content": "q"})";
+    const std::string assistant =
+        R"({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]})";
+    const struct {
+        std::string items;
+        bool kept;
+    } cases[] = {
+        {user + "," + reasoning + "," + call + "," + output, true},
+        {user + "," + assistant + "," + user + "," + reasoning + "," + call + "," + output, true},
+        {user + "," + reasoning + "," + user, false},
+        {user + "," + reasoning + "," + call + "," + output + "," + user, false},
+        {user + "," + reasoning + "," + assistant + "," + user + "," + call + "," + output, false},
+    };
+    for (const auto& c : cases) {
+        auto r = parse_responses_request(j((R"({"input": [)" + c.items + "]}").c_str()));
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        bool found = false;
+        for (const Json& m : r->chat.chat_body["messages"]) found |= m.contains("reasoning_content");
+        EXPECT_EQ(found, c.kept) << c.items;
+    }
 }
 
 TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
