@@ -14,13 +14,18 @@ std::string random_tool_call_id() {
     return id;
 }
 
-std::string trim_ascii(const std::string& s) {
-    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-    size_t b = 0, e = s.size();
-    while (b < e && space(s[b])) ++b;
-    while (e > b && space(s[e - 1])) --e;
-    return s.substr(b, e - b);
+bool ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+std::string ltrim_ascii(const std::string& s) {
+    size_t b = 0;
+    while (b < s.size() && ascii_space(s[b])) ++b;
+    return s.substr(b);
 }
+std::string rtrim_ascii(const std::string& s) {
+    size_t e = s.size();
+    while (e > 0 && ascii_space(s[e - 1])) --e;
+    return s.substr(0, e);
+}
+std::string trim_ascii(const std::string& s) { return rtrim_ascii(ltrim_ascii(s)); }
 
 bool is_bare_function_word(const std::string& r) {
     static const char* const kNotFunctions[] = {"assistant", "all",    "user",    "system",   "developer",
@@ -95,10 +100,23 @@ std::vector<ChatDelta> ChatMapper::on_events(const std::vector<Event>& events) {
                 switch (route_) {
                     case ChatRoute::kContent: d.content = append(content_, has_content_); break;
                     case ChatRoute::kReasoning: d.reasoning_content = append(reasoning_, has_reasoning_); break;
-                    case ChatRoute::kToolCall:
-                        calls_.back().call.arguments += e.delta;
-                        d.tool_call = ToolCallDelta{calls_.size() - 1, std::nullopt, std::nullopt, e.delta};
+                    case ChatRoute::kToolCall: {
+                        Call& c = calls_.back();
+                        c.call.arguments += e.delta;
+                        std::string text = e.delta;
+                        if (!c.args_started) {
+                            text = ltrim_ascii(text);
+                            if (text.empty()) continue;
+                            c.args_started = true;
+                        }
+                        text = c.args_held + text;
+                        const size_t keep = rtrim_ascii(text).size();
+                        c.args_held = text.substr(keep);
+                        if (keep == 0) continue;
+                        text.resize(keep);
+                        d.tool_call = ToolCallDelta{calls_.size() - 1, std::nullopt, std::nullopt, text};
                         break;
+                    }
                     case ChatRoute::kHidden: continue;
                 }
                 first_delta_ = false;

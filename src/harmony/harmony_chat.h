@@ -70,6 +70,10 @@ private:
     struct Call {
         ToolCall call;
         bool terminated = false;
+        // Streamed arguments are the trimmed text too (HARMONY.md §6.5: streamed == non-streamed):
+        // leading whitespace is never sent, trailing whitespace waits for the next non-space text.
+        bool args_started = false;
+        std::string args_held;
     };
     ChatMappingOptions options_;
     ChatRoute route_ = ChatRoute::kHidden;

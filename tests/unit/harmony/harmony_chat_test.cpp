@@ -122,5 +122,35 @@ TEST(HarmonyChatMapping, StreamedDeltasMatchResult) {
     EXPECT_EQ(streamed.finish_reason, "tool_calls");
 }
 
+// A call's streamed arguments add up to the non-streamed (trimmed) text, whatever the deltas'
+// whitespace (HARMONY.md §6.5; before session 26 the streamed text was the raw content).
+TEST(HarmonyChatMapping, StreamedArgumentsAreTrimmedLikeTheResult) {
+    ChatMapper mapper;
+    std::vector<Event> events(1);
+    events[0].type = EventType::kMessageStart;
+    events[0].header.channel = "commentary";
+    events[0].header.recipient = "functions.f";
+    std::string streamed;
+    auto collect = [&](const std::vector<ChatDelta>& ds) {
+        for (const ChatDelta& d : ds)
+            if (d.tool_call) streamed += d.tool_call->arguments;
+    };
+    collect(mapper.on_events(events));
+    for (const char* piece : {" ", "\n ", "{\"a\"", ": 1 ", "\n", " ", "}", " \n", "\t"}) {
+        Event e;
+        e.type = EventType::kContentDelta;
+        e.delta = piece;
+        collect(mapper.on_events({e}));
+    }
+    Event end;
+    end.type = EventType::kMessageEnd;
+    end.terminator = Terminator::kCall;
+    collect(mapper.on_events({end}));
+    const ChatCompletion c = mapper.result(false);
+    ASSERT_EQ(c.tool_calls.size(), 1u);
+    EXPECT_EQ(c.tool_calls[0].arguments, "{\"a\": 1 \n }");
+    EXPECT_EQ(streamed, c.tool_calls[0].arguments);
+}
+
 }  // namespace
 }  // namespace gptoss::harmony
