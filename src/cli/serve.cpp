@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -43,7 +44,30 @@ struct ServeOptions {
     std::string served_model_name;
     std::string tokenizer;
     int request_timeout_s = 600;
+    // Harmony rendering (HARMONY.md §3.1, §5.2, §6.5): the system message's date and cutoff, the
+    // content type of historical tool calls, the commentary channel without function tools, and
+    // the reasoning's second field name.
+    std::string current_date;  // YYYY-MM-DD; empty: today (UTC)
+    std::string knowledge_cutoff;
+    std::string history_tool_call_content_type = "<|constrain|>json";
+    bool drop_commentary_without_tools = false;
+    bool reasoning_alias = false;
 };
+
+// YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
+bool valid_date(const std::string& s, bool day) {
+    const size_t n = day ? 10 : 7;
+    if (s.size() != n || s[4] != '-' || (day && s[7] != '-')) return false;
+    for (size_t i = 0; i < n; ++i)
+        if (i != 4 && i != 7 && !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+    const int month = std::stoi(s.substr(5, 2));
+    if (month < 1 || month > 12) return false;
+    if (!day) return true;
+    const int year = std::stoi(s.substr(0, 4)), d = std::stoi(s.substr(8, 2));
+    static constexpr int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return d >= 1 && d <= (month == 2 && !leap ? 28 : kDays[month - 1]);
+}
 
 int run_serve(const ServeOptions& o) {
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
@@ -57,6 +81,14 @@ int run_serve(const ServeOptions& o) {
     const auto kv_fp8_or = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8_or.ok()) return fail(kv_fp8_or.status().message());
     const bool kv_fp8 = *kv_fp8_or;
+    if (!o.current_date.empty() && !valid_date(o.current_date, true))
+        return fail("--current-date must be a date YYYY-MM-DD, got '" + o.current_date + "'");
+    if (!o.knowledge_cutoff.empty() && !valid_date(o.knowledge_cutoff, false))
+        return fail("--knowledge-cutoff must be YYYY-MM, got '" + o.knowledge_cutoff + "'");
+    if (o.history_tool_call_content_type != "" && o.history_tool_call_content_type != "<|constrain|>json" &&
+        o.history_tool_call_content_type != "json")
+        return fail("--history-tool-call-content-type must be '<|constrain|>json', 'json' or '' (none), got '" +
+                    o.history_tool_call_content_type + "'");
 
     // Block the stop signals in every thread (all are created below, and inherit the mask); one
     // thread waits for them with sigwait, so no handler runs inside a worker.
@@ -106,6 +138,11 @@ int run_serve(const ServeOptions& o) {
                                   : o.served_model_name;
     if (routes_options.model_id.empty()) routes_options.model_id = "gpt-oss";
     routes_options.request_timeout = std::chrono::seconds(o.request_timeout_s);
+    if (!o.current_date.empty()) routes_options.harmony.current_date = o.current_date;
+    if (!o.knowledge_cutoff.empty()) routes_options.harmony.knowledge_cutoff = o.knowledge_cutoff;
+    routes_options.harmony.history_tool_call_content_type = o.history_tool_call_content_type;
+    routes_options.harmony.drop_commentary_without_tools = o.drop_commentary_without_tools;
+    routes_options.reasoning_alias = o.reasoning_alias;
     server::OpenAiRoutes routes(queue, **tok, routes_options);
     server::HttpServerOptions http_options;
     http_options.host = o.host;
@@ -177,6 +214,17 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--request-timeout", o->request_timeout_s,
                     "Seconds a request may go without a token (queued or stalled) before it is ended")
         ->capture_default_str();
+    sub->add_option("--current-date", o->current_date,
+                    "Date in the Harmony system message, YYYY-MM-DD (default: today, UTC): pin it for reproducible "
+                    "prompts and prefix-cache hits across days");
+    sub->add_option("--knowledge-cutoff", o->knowledge_cutoff, "Knowledge cutoff in the system message, YYYY-MM");
+    sub->add_option("--history-tool-call-content-type", o->history_tool_call_content_type,
+                    "Content type rendered on earlier turns' tool calls: '<|constrain|>json', 'json' or '' (none)")
+        ->capture_default_str();
+    sub->add_flag("--drop-commentary-without-tools", o->drop_commentary_without_tools,
+                  "Declare only the analysis and final channels when a request has no function tools");
+    sub->add_flag("--reasoning-field-alias", o->reasoning_alias,
+                  "Chat answers repeat reasoning_content as `reasoning` (newer vLLM's field name)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });
 });
 

@@ -98,12 +98,17 @@ HarmonyOutput::Step HarmonyOutput::push(int32_t id) {
 
 HarmonyOutput::Step HarmonyOutput::finish() { return mapped(parser_.finish()); }
 
-harmony::Json chat_message_json(const harmony::ChatCompletion& completion) {
+harmony::Json chat_message_json(const harmony::ChatCompletion& completion, bool reasoning_alias) {
     harmony::Json j = harmony::chat_completion_to_json(completion)["message"];
     j["role"] = "assistant";
+    if (reasoning_alias) j["reasoning"] = j["reasoning_content"];
     return j;
 }
 
-harmony::Json chat_delta_json(const harmony::ChatDelta& delta) { return harmony::chat_delta_to_json(delta); }
+harmony::Json chat_delta_json(const harmony::ChatDelta& delta, bool reasoning_alias) {
+    harmony::Json j = harmony::chat_delta_to_json(delta);
+    if (reasoning_alias && j.contains("reasoning_content")) j["reasoning"] = j["reasoning_content"];
+    return j;
+}
 
 }  // namespace gptoss::server

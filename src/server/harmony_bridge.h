@@ -69,8 +69,8 @@ private:
 };
 
 // {"role":"assistant","content","reasoning_content","tool_calls"?} of a chat.completion.
-harmony::Json chat_message_json(const harmony::ChatCompletion& completion);
+harmony::Json chat_message_json(const harmony::ChatCompletion& completion, bool reasoning_alias = false);
 // A chat.completion.chunk delta object.
-harmony::Json chat_delta_json(const harmony::ChatDelta& delta);
+harmony::Json chat_delta_json(const harmony::ChatDelta& delta, bool reasoning_alias = false);
 
 }  // namespace gptoss::server

@@ -199,7 +199,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.stop_ids = generation_stop_ids();
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
-    SessionContext ctx{&tokenizer_, options_.model_id};
+    SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     return generate(
         std::move(req), [&] { return make_chat_session(ctx, *prompt, *params, n); }, params->stream, arrival,
         client_gone);
@@ -223,7 +223,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = generation_stop_ids();
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
-    SessionContext ctx{&tokenizer_, options_.model_id};
+    SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
         client_gone);
@@ -253,7 +253,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
     req.stop_ids = generation_stop_ids();
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->logprobs;
-    SessionContext ctx{&tokenizer_, options_.model_id};
+    SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     return generate(
         std::move(req), [&] { return make_completion_session(ctx, *params, n); }, params->stream, arrival, client_gone);
 }

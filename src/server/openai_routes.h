@@ -20,6 +20,9 @@ namespace gptoss::server {
 struct RoutesOptions {
     std::string model_id = "gpt-oss";  // what /v1/models lists and responses name
     harmony::ServerOptions harmony;
+    // Chat answers carry the reasoning as `reasoning` too, beside `reasoning_content` (newer vLLM
+    // and TensorRT-LLM use the former; HARMONY.md §6.5 makes it a server option).
+    bool reasoning_alias = false;
     // A request (streaming or not) that gets no token for this long (queued or stalled) is ended.
     std::chrono::seconds request_timeout{600};
     // A stream that has had nothing to send for this long gets an SSE comment, so a client that

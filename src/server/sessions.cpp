@@ -124,7 +124,8 @@ public:
     }
 
     Json body() const override {
-        Json choice = {{"index", 0}, {"message", chat_message_json(result_)}, {"logprobs", nullptr}};
+        Json choice = {
+            {"index", 0}, {"message", chat_message_json(result_, ctx_.reasoning_alias)}, {"logprobs", nullptr}};
         if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}};
         choice["finish_reason"] = result_.finish_reason;
         Json j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", ctx_.model_id}};
@@ -170,7 +171,7 @@ private:
                 std::string text = stop_.push(*d.content);
                 if (!text.empty()) emit_content(text, sse);
             } else {
-                emit(sse, chat_delta_json(d), nullptr);
+                emit(sse, chat_delta_json(d, ctx_.reasoning_alias), nullptr);
             }
         }
         if (token && logprobs_ && token_has_content) {

@@ -34,6 +34,7 @@ private:
 struct SessionContext {
     const tokenizer::BpeTokenizer* tokenizer = nullptr;
     std::string model_id;
+    bool reasoning_alias = false;  // RoutesOptions::reasoning_alias
 };
 
 class Session {

@@ -343,6 +343,41 @@ TEST_F(GenerationOutputTest, ResponsesCutFunctionCallIsInProgress) {
     EXPECT_EQ(r["output"][0]["status"], "in_progress") << r.dump();
 }
 
+// RoutesOptions::reasoning_alias (serve --reasoning-field-alias): the reasoning also as `reasoning`,
+// whole and streamed; off by default.
+TEST(GenerationOutputOptions, ReasoningFieldAlias) {
+    REQUIRE_TOKENIZER();
+    for (bool alias : {false, true}) {
+        TestServerOptions o = default_test_options();
+        o.routes.reasoning_alias = alias;
+        TestServer s(o);
+        const std::vector<int32_t> ids = harmony_ids(
+            "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>");
+        s.engine.set_script([ids](const EngineRequest&) { return ids; });
+        auto r = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+        ASSERT_TRUE(r);
+        const Json m = Json::parse(r->body)["choices"][0]["message"];
+        EXPECT_EQ(m["reasoning_content"], "Think.");
+        EXPECT_EQ(m.contains("reasoning"), alias) << m.dump();
+        if (alias) {
+            EXPECT_EQ(m["reasoning"], "Think.");
+        }
+        auto st = s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"stream":true})");
+        ASSERT_TRUE(st);
+        std::string reasoning, alias_text;
+        size_t at = 0;
+        for (size_t nl; (nl = st->body.find("\n", at)) != std::string::npos; at = nl + 1) {
+            const std::string line = st->body.substr(at, nl - at);
+            if (line.rfind("data: {", 0) != 0) continue;
+            const Json d = Json::parse(line.substr(6))["choices"][0]["delta"];
+            if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+            if (d.contains("reasoning")) alias_text += d["reasoning"].get<std::string>();
+        }
+        EXPECT_EQ(reasoning, "Think.");
+        EXPECT_EQ(alias_text, alias ? "Think." : "");
+    }
+}
+
 TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     std::vector<int32_t> answer = harmony_ids(" jumps over the lazy dog");
     std::vector<int32_t> with_stop = answer;
