@@ -274,6 +274,7 @@ void read_stream(Fields& f, bool* stream, bool* include_usage) {
 }
 
 // A content value of a chat message: a string, an array of text parts, or null.
+// null_ok: an assistant message's content, which may also hold refusal parts (their text is rendered).
 Status check_chat_content(const Json& content, const std::string& param, bool null_ok) {
     if (content.is_null()) return null_ok ? ok_status() : field_error(param, "is required");
     if (content.is_string()) return ok_status();
@@ -285,6 +286,11 @@ Status check_chat_content(const Json& content, const std::string& param, bool nu
         auto type = part.find("type");
         if (type == part.end() || !type->is_string()) return field_error(p + ".type", "is required");
         const std::string t = type->get<std::string>();
+        if (t == "refusal" && null_ok) {
+            auto refusal = part.find("refusal");
+            if (refusal == part.end() || !refusal->is_string()) return field_error(p + ".refusal", "must be a string");
+            continue;
+        }
         if (t != "text" && t != "input_text" && t != "output_text") {
             return field_error(p + ".type", "content part type '" + t + "' is not supported (text only)");
         }

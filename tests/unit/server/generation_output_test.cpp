@@ -258,6 +258,21 @@ TEST_F(GenerationOutputTest, ReasoningEffortIsClamped) {
     }
 }
 
+// An assistant message's refusal content part (as OpenAI's API returns them) is history text, not a
+// 400 (before session 26); on a user message it still is.
+TEST_F(GenerationOutputTest, AssistantRefusalPartsAreAccepted) {
+    script("<|channel|>final<|message|>Done.<|return|>");
+    post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"a"},
+        {"role":"assistant","content":[{"type":"refusal","refusal":"I cannot help with that."}]},
+        {"role":"user","content":"b"}]})");
+    EXPECT_NE(test_tokenizer()->decode(server_.engine.last_request().prompt)->find("I cannot help with that."),
+              std::string::npos);
+    auto r = server_.post("/v1/chat/completions",
+                          R"({"messages":[{"role":"user","content":[{"type":"refusal","refusal":"x"}]}]})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+}
+
 TEST_F(GenerationOutputTest, ResponsesFunctionCallAndOutputRoundTrip) {
     script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>");
     const char* tools = R"("tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])";
