@@ -726,6 +726,8 @@ for stage in "$@"; do
       done
       ;;
     s26a)
+      # Ran once, at 463ed9b (r41 call 1); both switches were removed after it (0ec3d19 has them), so
+      # at later revisions every configuration is the default.
       # Session 26: gate_up and down of the decode MoE in one launch (moe_decode_pair; GPTOSS_MOE_PAIR
       # 0 two launches, 1 default, 2 with 4 CTAs an SM at 1-2 tokens) and the decode attention's KV
       # tiles requested before pdl_wait (GPTOSS_ATTN_EARLY_KV, default on). Tests (the pair against the

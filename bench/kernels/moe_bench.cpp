@@ -169,9 +169,6 @@ int main(int argc, char** argv) {
     }
     DevBuf h32 = upload(randn(static_cast<size_t>(max_t) * kHidden, 7, 1.0f));
     DevBuf act(static_cast<size_t>(max_t) * kTopK * kInter * 4), y(static_cast<size_t>(max_t) * kTopK * kHidden * 4);
-    // moe_decode_pair's counters (the default at <= 8 tokens; GPTOSS_MOE_PAIR=0: two launches).
-    DevBuf pair_sync((cuda::kPairSlots + 1) * 4);
-    CHECK_CUDA(cudaMemset(pair_sync.p, 0, (cuda::kPairSlots + 1) * 4));
     std::vector<uint16_t> h16(static_cast<size_t>(max_t) * kHidden);
     {
         const auto hf = randn(h16.size(), 7, 1.0f);
@@ -353,7 +350,6 @@ int main(int argc, char** argv) {
                 a.intermediate_size = kInter;
                 a.num_experts = kExperts;
                 a.experts_per_token = kTopK;
-                a.pair_sync = static_cast<int*>(pair_sync.p);
                 cuda::moe_mxfp4(a, stream);
             }
         };

@@ -349,7 +349,6 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
-    DeviceBuffer moe_pair_sync;   // [kPairSlots + 1] moe_decode_pair's counters (kept zero between calls)
     static constexpr int kLogitChunk = 256;
     static constexpr int kMxfp4MmaCrossover = 4;  // weight-only MXFP4 kernels up to this many MoE rows
     static constexpr int kMaxSplits = 64;
@@ -887,8 +886,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     router_counter = DeviceBuffer(4);
     CUDA_CHECK(cudaMemsetAsync(router_counter.get(), 0, 4, stream));
-    moe_pair_sync = DeviceBuffer((kc::kPairSlots + 1) * 4);
-    CUDA_CHECK(cudaMemsetAsync(moe_pair_sync.get(), 0, (kc::kPairSlots + 1) * 4, stream));
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
@@ -1226,7 +1223,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.kernel = decode_kernel;
-        m.pair_sync = moe_pair_sync.as<int32_t>();
         kc::moe_mxfp4(m, stream);
         return;
     }

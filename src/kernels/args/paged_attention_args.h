@@ -46,11 +46,6 @@ struct PagedAttentionArgs {
     // r34: ~1% faster on full layers past 2k queries, slower on sliding ones (the CUDA model's rule,
     // CudaModel kPingPongMinQuery).
     bool prefill_pingpong = false;
-    // CUDA decode: the KV tiles before the one holding the new token are requested before pdl_wait
-    // (written by earlier steps; only the new token's row comes from the kernel just before), so
-    // their DRAM latency overlaps the QKV kernel's tail. paged_attention_decode sets it unless
-    // GPTOSS_ATTN_EARLY_KV=0.
-    bool decode_early_kv = false;
     // CUDA prefill only: q straight from the QKV projection's rows instead of `q`: the kernel adds
     // the bias and rotates (YaRN RoPE at q_positions) as it loads each query tile, the same bf16 bits
     // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves

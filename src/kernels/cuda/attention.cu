@@ -1465,15 +1465,14 @@ static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
                   kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 <= kDecodeSmem,
               "the partial sits past the merge scratch, inside the decode smem");
 
+// r41 requested the KV tiles of earlier steps before pdl_wait (0ec3d19): no measurable change (20b
+// batch 1 1.650-1.658 ms a step against 1.650-1.655): the kernel starts only ~1.4 µs before the QKV
+// GEMV it waits for ends (r39's trace), so there is little to hide the loads behind. Removed.
 template <bool kFp8Direct, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeThreads)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
-    // decode_early_kv: only the metadata (uploaded before the step's first kernel) and the KV of
-    // earlier steps are read before pdl_wait; q and the new token's K/V row after it.
-    if (!a.decode_early_kv) {
-        pdl_wait();
-        pdl_trigger();  // after the wait: at most this kernel and the next one in flight
-    }
+    pdl_wait();
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
@@ -1495,27 +1494,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     const KvSource src = make_kv_source(a, seq, kv_head);
     const float qk_scale = a.scale * kLog2e;
-    const uint32_t ring = smem_addr(smem);
-    const int n_tiles = sp.tile_end - sp.tile_begin;
-    // The ring's first tiles (cp.async group st is tile st): those wholly before the new token's
-    // tile before pdl_wait when decode_early_kv, the rest after it.
-    const auto load_first = [&](int st) {
-        const uint32_t dst = ring + st * 2 * kTileBytes;
-        if constexpr (kFp8Direct)
-            load_kv_tile_e4m3<true>(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
-        else
-            load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
-    };
-    int n_early = 0;
-    if (a.decode_early_kv) {
-        const int new_tile = pos / kKvTile;
-        for (; n_early < kDecodeStages - 1 && n_early < n_tiles && sp.tile_begin + n_early < new_tile; ++n_early) {
-            load_first(n_early);
-            cp_async_commit();
-        }
-        pdl_wait();
-        pdl_trigger();
-    }
 
     // Q as the A operand with the 8 heads in rows 0-7 (rows 8-15 zero: half of each MMA is
     // wasted, irrelevant at 8 FLOP/byte). Thread (g, t) holds head g, dims 16kc + 2t (+8); in the
@@ -1548,8 +1526,17 @@ __global__ void __launch_bounds__(kDecodeThreads)
         for (int e = 0; e < 4; ++e) acc[dt][e] = 0.0f;
     float m = kNegBig, l = 0.0f;  // sink-free partial softmax state of head g (scaled, base 2)
 
-    for (int st = n_early; st < kDecodeStages - 1; ++st) {
-        if (st < n_tiles) load_first(st);
+    const uint32_t ring = smem_addr(smem);
+    const int n_tiles = sp.tile_end - sp.tile_begin;
+#pragma unroll
+    for (int st = 0; st < kDecodeStages - 1; ++st) {
+        if (st < n_tiles) {
+            const uint32_t dst = ring + st * 2 * kTileBytes;
+            if constexpr (kFp8Direct)
+                load_kv_tile_e4m3<true>(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+            else
+                load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+        }
         cp_async_commit();  // always commit so that group i is tile i
     }
 
@@ -2070,13 +2057,7 @@ static int max_cluster_splits() {
     return n;
 }
 
-void paged_attention_decode_splits(const PagedAttentionArgs& args, int num_splits, cudaStream_t stream) {
-    static const bool early_kv = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_EARLY_KV");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    PagedAttentionArgs a = args;
-    a.decode_early_kv = early_kv;
+void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
     validate(a, "paged_attention_decode");
     ENGINE_CHECK(a.q_raw == nullptr && a.q != nullptr, "paged_attention_decode: q is required (q_raw is prefill's)");
     ENGINE_CHECK(num_splits >= 1 && num_splits <= std::max(a.max_splits, 1) && num_splits <= 65535,

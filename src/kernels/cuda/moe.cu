@@ -1773,14 +1773,6 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         moe_decode_wg(a, stream);
         return;
     }
-    static const bool pair = [] {
-        const char* v = std::getenv("GPTOSS_MOE_PAIR");
-        return v == nullptr || std::atoi(v) != 0;
-    }();
-    if (decode_kernel == 1 && pair && moe_decode_pair_supported(a)) {
-        moe_decode_pair(a, stream);
-        return;
-    }
     if (decode_kernel == 1 && moe_decode_mma_supported(a)) {
         moe_decode_mma(a, stream);
         return;

@@ -122,9 +122,6 @@ struct MoeMxfp4Args {
     int experts_per_token = 0;
     float swiglu_limit = 7.0f;
     float swiglu_alpha = 1.702f;
-    // moe_decode_pair's counters: kPairSlots + 1 ints, zero before the first launch (each launch
-    // leaves them zero). Null: gate_up and down as two launches.
-    int* pair_sync = nullptr;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
@@ -136,12 +133,6 @@ void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);
 inline constexpr int kMoeDecodeMmaMaxTokens = 8;
 bool moe_decode_mma_supported(const MoeMxfp4Args& args);
 void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
-// moe_decode_mma's two kernels as one launch (gate_up's CTAs, then down's, each down CTA waiting
-// on its expert's counter in pair_sync rather than for the whole gate_up grid): same bits. Used by
-// moe_mxfp4 in moe_decode_mma's place when pair_sync is set and GPTOSS_MOE_PAIR is not 0.
-inline constexpr int kPairSlots = 64;  // most experts with tokens in one launch
-bool moe_decode_pair_supported(const MoeMxfp4Args& args);
-void moe_decode_pair(const MoeMxfp4Args& args, cudaStream_t stream);
 // The same batches with e4m3 activations (W4A8) on wgmma m64n8k32: each token row (h for gate_up,
 // the fp32 act for down) quantized in 1×128 blocks (scale amax / 448, round to nearest even), the
 // MXFP4 weights exact, a k32 wgmma a group of every row, the group and block scales applied in

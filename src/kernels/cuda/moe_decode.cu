@@ -30,8 +30,11 @@
 //   SM leaves no room for the next kernel's early launch); removed (b3407c2 has it). r38 tried two
 //   more ways to keep DRAM busy during the math, both slower and removed: CTAs looping over tiles
 //   with the next tile's weights in a second register buffer (e524c5d), and L2 bulk prefetch of the
-//   later waves' tiles (bae59b6: with the weights in L2, gate_up was no faster). Fewer
-//   instructions and shorter dependency chains a tile are the lever.
+//   later waves' tiles (bae59b6: with the weights in L2, gate_up was no faster). r41 put gate_up and
+//   down in one launch, each down CTA waiting on a per-expert counter instead of the whole gate_up
+//   grid (0ec3d19: same bits; 20b batch 1 1.650-1.655 -> 1.664-1.680 ms a step, 120b 2.413 ->
+//   2.449; much slower at 4-8 tokens): removed. Fewer instructions and shorter dependency chains a
+//   tile are the lever.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -55,12 +58,6 @@ constexpr int kRows = 16;          // output rows per CTA
 constexpr int kStepsPerTile = 24;  // kWarps · kMaxSteps
 constexpr int kGroupSlots = 5;     // uint4 slots per staged group (4 words + 1 padding)
 constexpr int kMaxExpertsScan = 256;
-
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 template <int kWarps>
 struct DecodeShape {
     static constexpr int kThreads = kWarps * 32;
@@ -123,11 +120,11 @@ struct DecodeTile {
 };
 // kTileRows: the rows a CTA covers.
 template <bool kGateUp, int kTileRows = kRows>
-__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info, int cta) {
+__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int tiles = rows / kTileRows;
-    const int slot = cta / tiles;
-    DecodeTile d{-1, 0, 0, (cta % tiles) * kTileRows};
+    const int slot = blockIdx.x / tiles;
+    DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kTileRows};
     if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
     if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
     __syncthreads();
@@ -208,8 +205,7 @@ struct WarpK {
 // 30% of gate_up's instructions at batch 1). Four items a lane at a time, their loads issued together
 // (the item clamped, its store skipped past the end): one L2 round trip for a row's whole K range
 // at batch 1.
-// kCg: loads through L2 only (rows written by other CTAs of the same launch: moe_decode_pair's act).
-template <int kWarps, bool kF32, bool kCg = false, typename RowPtr>
+template <int kWarps, bool kF32, typename RowPtr>
 __device__ __forceinline__ void stage_rows(uint4* xs, int nrows, const WarpK<kWarps>& wk, RowPtr row_ptr) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kItemsPerToken = 4 * Sh::kMaxGroups;
@@ -228,10 +224,8 @@ __device__ __forceinline__ void stage_rows(uint4* xs, int nrows, const WarpK<kWa
             dst[u] = tk * Sh::kTokenSlots + gl * kGroupSlots + q;
             if constexpr (kF32) {
                 const float* src = static_cast<const float*>(row_ptr(tk)) + col;
-                const float4 x0 =
-                    kCg ? __ldcg(reinterpret_cast<const float4*>(src)) : *reinterpret_cast<const float4*>(src);
-                const float4 x1 =
-                    kCg ? __ldcg(reinterpret_cast<const float4*>(src + 4)) : *reinterpret_cast<const float4*>(src + 4);
+                const float4 x0 = *reinterpret_cast<const float4*>(src);
+                const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
                 v[u][0] = x0.x, v[u][1] = x0.y, v[u][2] = x0.z, v[u][3] = x0.w;
                 v[u][4] = x1.x, v[u][5] = x1.y, v[u][6] = x1.z, v[u][7] = x1.w;
             } else {
@@ -338,11 +332,9 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kPair (moe_decode_pair below): gate_up and down in one launch. `cta` is the CTA's index among its
-// kind's; gate_up tiles count themselves done on sync[slot] and down tiles wait there for their
-// expert's act instead of pdl_wait.
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kPair = false>
-__device__ __forceinline__ void moe_decode_mma_body(const MoeMxfp4Args& a, int cta) {
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
+    moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
@@ -370,11 +362,10 @@ __device__ __forceinline__ void moe_decode_mma_body(const MoeMxfp4Args& a, int c
     // of the batch's rows staged by every CTA, before its weight loads); so 1-2 tokens only.
     // down's columns are always the assignments (act is a row an assignment).
     static_assert(kGateUp || !kEarly, "kEarly is gate_up's");
-    const int slot = cta / (rows / kRows);
     int e, tok0, ntok, row0, nrows;
     if constexpr (kEarly) {
-        const int tiles = rows / kRows;
-        row0 = (cta % tiles) * kRows;
+        const int tiles = rows / kRows, slot = blockIdx.x / tiles;
+        row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
         pdl_wait();  // the plan and h come from the kernel just before
         if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
         nrows = max_tokens;
@@ -396,8 +387,7 @@ __device__ __forceinline__ void moe_decode_mma_body(const MoeMxfp4Args& a, int c
         tok0 = s_info[1];
         ntok = min(s_info[2], 8);
     } else {
-        if constexpr (kPair && !kGateUp) pdl_wait();  // the plan (gate_up CTAs of this launch wait for it too)
-        const DecodeTile tile = decode_tile<kGateUp>(a, s_info, cta);
+        const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
         if (tile.e < 0) return;
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
         nrows = ntok;
@@ -438,23 +428,12 @@ __device__ __forceinline__ void moe_decode_mma_body(const MoeMxfp4Args& a, int c
                 s_src[threadIdx.x] = a.act + static_cast<int64_t>(my_as) * I;
             }
         }
-        if constexpr (!kGateUp) {
-            if constexpr (kPair) {
-                // act comes from this launch's gate_up CTAs of the same expert: wait for all of its
-                // tiles (each counts itself on sync[slot] after its stores), then read act through L2.
-                if (threadIdx.x == 0) {
-                    const int want = 2 * I / kRows;
-                    while (ld_acquire_gpu(a.pair_sync + slot) < want) __nanosleep(64);
-                }
-            } else {
-                pdl_wait();  // act is the gate_up kernel's output
-            }
-        }
-        pdl_trigger();    // after the wait: at most this kernel and the next in flight
-        __syncthreads();  // s_as, s_col, s_src
-        if (wk.ng > 0) {  // a warp without K steps stages nothing
+        if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
+        pdl_trigger();                       // after the wait: at most this kernel and the next in flight
+        __syncthreads();                     // s_as, s_col, s_src
+        if (wk.ng > 0) {                     // a warp without K steps stages nothing
             if (in_f32)
-                stage_rows<kWarps, true, kPair>(xs, nrows, wk, [&](int r) { return s_src[r]; });
+                stage_rows<kWarps, true>(xs, nrows, wk, [&](int r) { return s_src[r]; });
             else
                 stage_rows<kWarps, false>(xs, nrows, wk, [&](int r) { return s_src[r]; });
         }
@@ -485,42 +464,6 @@ __device__ __forceinline__ void moe_decode_mma_body(const MoeMxfp4Args& a, int c
         }
     }
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
-    if constexpr (kPair && kGateUp) {
-        __threadfence();  // this thread's act stores, before the count that publishes them
-        __syncthreads();
-        if (threadIdx.x == 0) atomicAdd(a.pair_sync + slot, 1);
-    }
-}
-
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
-    moe_decode_mma_kernel(const MoeMxfp4Args a) {
-    moe_decode_mma_body<kGateUp, kWarps, kEarly, kDiag>(a, static_cast<int>(blockIdx.x));
-}
-
-// moe_decode_pair: gate_up's CTAs [0, n_gate_up), then down's, in one launch. A down CTA issues its
-// weight loads as soon as it is resident and waits only for its own expert's gate_up tiles, so down
-// fills the SMs that gate_up's last, partial wave leaves idle, and one kernel boundary a layer goes.
-// CTAs are dispatched in index order, so every gate_up CTA is resident or done before any down CTA
-// waits: no deadlock. The last down CTA to finish (a ticket in pair_sync[kPairSlots]) zeroes the
-// counters for the next launch, which cannot start before this one ends (its pdl_wait, or stream
-// order). Same arithmetic as moe_decode_mma: same bits.
-// kMinBlocks: gate_up's occupancy (5 at 1-2 tokens) caps down's registers at 96 (48 bytes of spill);
-// 4 gives down its 127 and gate_up one CTA an SM fewer (GPTOSS_MOE_PAIR=2).
-template <int kWarps, bool kEarly, int kMinBlocks = kDecodeMinBlocks<kEarly>>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kMinBlocks)
-    moe_decode_pair_kernel(const MoeMxfp4Args a, int n_gate_up, int n_down) {
-    const int b = static_cast<int>(blockIdx.x);
-    if (b < n_gate_up) {
-        moe_decode_mma_body<true, kWarps, kEarly, 0, true>(a, b);
-        return;
-    }
-    moe_decode_mma_body<false, kWarps, false, 0, true>(a, b - n_gate_up);
-    __syncthreads();  // every thread is past its wait (inactive CTAs returned at once)
-    if (threadIdx.x == 0 && atomicAdd(a.pair_sync + kPairSlots, 1) == n_down - 1) {
-        for (int i = 0; i <= kPairSlots; ++i) a.pair_sync[i] = 0;
-        __threadfence();
-    }
 }
 
 template <bool kGateUp, int kWarps>
@@ -604,7 +547,7 @@ __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a
     const int rows = kGateUp ? 2 * I : H;
     float* xsc = reinterpret_cast<float*>(xb + nb * 1024);
     uint8_t* s_sc = xb + nb * 1024 + 8 * kWgMaxBlocks * 4;
-    const DecodeTile tile = decode_tile<kGateUp, kWgRows>(a, s_info, static_cast<int>(blockIdx.x));
+    const DecodeTile tile = decode_tile<kGateUp, kWgRows>(a, s_info);
     if (tile.e < 0) return;
     const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
     const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
@@ -804,31 +747,6 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
-}
-
-bool moe_decode_pair_supported(const MoeMxfp4Args& a) {
-    return a.pair_sync != nullptr && moe_decode_mma_supported(a) &&
-           std::min(a.num_experts, a.num_tokens * a.experts_per_token) <= kPairSlots;
-}
-
-void moe_decode_pair(const MoeMxfp4Args& a, cudaStream_t stream) {
-    ENGINE_CHECK(moe_decode_pair_supported(a), "moe_decode_pair: %d tokens, sizes %d/%d, %d experts unsupported",
-                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    constexpr int kWarps = 4;
-    using Sh = DecodeShape<kWarps>;
-    const int max_tokens = std::min(a.num_tokens, 8);
-    const int experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
-    const int n_gate_up = experts * (2 * a.intermediate_size / kRows), n_down = experts * (a.hidden_size / kRows);
-    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
-    static const int variant = [] {
-        const char* v = std::getenv("GPTOSS_MOE_PAIR");
-        return v == nullptr ? 1 : std::atoi(v);
-    }();
-    auto kernel = a.num_tokens > 2 ? moe_decode_pair_kernel<kWarps, false>
-                  : variant == 2   ? moe_decode_pair_kernel<kWarps, true, 4>
-                                   : moe_decode_pair_kernel<kWarps, true>;
-    fit_dynamic_smem(kernel, smem);
-    launch_pdl(kernel, n_gate_up + n_down, Sh::kThreads, smem, stream, a, n_gate_up, n_down);
 }
 
 bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
