@@ -705,6 +705,40 @@ for stage in "$@"; do
         echo "$m decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s21f_decode_$m.md"
       done
       ;;
+    s26c)
+      # Session 26: moe_decode_wgk, the W4A8 decode MoE with K split over a 4-CTA cluster
+      # (GPTOSS_MOE_DECODE=6; 1 is moe_decode_mma, the default). Tests (its W4A8 bounds; model and
+      # engine tests with it), moe_bench 1 / 6, then decode at 1k: 20b batch 1,2,8 twice each way,
+      # 120b batch 1 once each way.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeDecodeWgk.*:CudaMoeDecodeWg.MatchesCpuAtRealWidths' \
+        > "$OUT/s26c_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_DECODE=6 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        > "$OUT/s26c_tests_model.log" 2>&1
+      rc2=$?
+      summary+=("s26c tests rc=$rc model rc=$rc2")
+      grep -E "OK \]|FAILED|Failure|moe_decode_wg" "$OUT/s26c_tests.log" "$OUT/s26c_tests_model.log" | head -40
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for v in 1 6; do
+          GPTOSS_MOE_DECODE=$v timeout 60 $BIN/moe_bench 1 2 4 8 > "$OUT/s26c_moe_bench_$v.log" 2>&1
+          echo "moe_bench MOE_DECODE=$v:"; grep "^|" "$OUT/s26c_moe_bench_$v.log" | tail -4
+        done
+        for i in 1 2; do
+          for v in 1 6; do
+            GPTOSS_MOE_DECODE=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,8 \
+              --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s26c_20b_${v}_$i.log" 2>&1
+            summary+=("s26c 20b $v $i rc=$?")
+            echo "20b MOE_DECODE=$v ($i):"; grep -E "ms/step" "$OUT/s26c_20b_${v}_$i.log"
+          done
+        done
+        for v in 1 6; do
+          GPTOSS_MOE_DECODE=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s26c_120b_$v.log" 2>&1
+          summary+=("s26c 120b $v rc=$?")
+          echo "120b MOE_DECODE=$v:"; grep -E "ms/step" "$OUT/s26c_120b_$v.log"
+        done
+      fi
+      ;;
     s26b)
       # Session 26's closing figures at the call's defaults: the batch-1 decode step kernel by kernel
       # (20b, CUPTI trace), decode batch 1 at 1k (20b, 120b), 8k --fp8 prefill (20b twice, 120b).
