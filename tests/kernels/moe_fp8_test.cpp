@@ -935,9 +935,7 @@ PreAct decode_row(const float* w, const float* q, const float* xs, int k, float 
 // random-sign sums). One expert takes every token (T columns of an MMA), a zero block.
 // moe_decode_wg (the W4A8 scheme on wgmma m64n8k32; the mma.sync form, moe_decode_w4a8, was
 // measured slower in r29 and removed).
-// split: moe_decode_wgk (K over a 4-CTA cluster) instead of moe_decode_wg; the same W4A8 bounds (its
-// partial sums meet in another order, which the bounds' accumulation term covers).
-void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed, bool split = false) {
+void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed) {
     const int K = 4, A = T * K;
     MxExperts gu(E, 2 * I, H, seed, 115, 8), dn(E, H, I, seed + 7, 115, 8);
     std::vector<int32_t> ids(A);
@@ -1017,13 +1015,8 @@ void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed, bool split = 
         a.intermediate_size = I;
         a.num_experts = E;
         a.experts_per_token = K;
-        if (split) {
-            ASSERT_TRUE(moe_decode_wgk_supported(a));
-            moe_decode_wgk(a, nullptr);
-        } else {
-            ASSERT_TRUE(moe_decode_wg_supported(a));
-            moe_decode_wg(a, nullptr);
-        }
+        ASSERT_TRUE(moe_decode_wg_supported(a));
+        moe_decode_wg(a, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         got_act = to_host<float>(act, ref_act.size());
         int bad = 0;
@@ -1032,7 +1025,7 @@ void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed, bool split = 
         std::printf(
             "  moe_decode_%s gate_up (E %d, H %d, I %d, %d tokens, %s rows): rel L2 %.3g, %d outside "
             "the bound (worst error/bound %.3g)\n",
-            split ? "wgk" : "wg", E, H, I, T, f32_input ? "fp32" : "bf16", rel, bad, worst);
+            "wg", E, H, I, T, f32_input ? "fp32" : "bf16", rel, bad, worst);
         EXPECT_EQ(bad, 0) << "gate_up act, T " << T;
         EXPECT_LT(rel, 1e-3) << "T " << T;  // a fragment or staging mistake: O(0.5)
 
@@ -1063,9 +1056,9 @@ void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed, bool split = 
         int unused = 0;
         const double rel_exact = check(got_y, exact_y, tol_y, &unused);
         std::printf(
-            "  moe_decode_%s down: rel L2 %.3g, %d outside the bound (worst error/bound %.3g); against "
+            "  moe_decode_wg down: rel L2 %.3g, %d outside the bound (worst error/bound %.3g); against "
             "unquantized act: rel L2 %.3g\n",
-            split ? "wgk" : "wg", rel_y, bad, worst, rel_exact);
+            rel_y, bad, worst, rel_exact);
         EXPECT_EQ(bad, 0) << "down y, T " << T;
         EXPECT_LT(rel_y, 1e-3) << "T " << T;
         EXPECT_LT(rel_exact, 0.1) << "T " << T;
@@ -1075,17 +1068,6 @@ void run_decode_wg_case(int E, int H, int I, int T, uint32_t seed, bool split = 
 TEST(CudaMoeDecodeWg, MatchesCpuAtRealWidths) {
     REQUIRE_GPU();
     for (int T : {1, 3, 8}) run_decode_wg_case(32, 2880, 2880, T, 71 + T);
-}
-
-TEST(CudaMoeDecodeWgk, MatchesCpuAtRealWidths) {
-    REQUIRE_GPU();
-    for (int T : {1, 2, 3, 8}) run_decode_wg_case(32, 2880, 2880, T, 71 + T, true);
-}
-
-TEST(CudaMoeDecodeWgk, MatchesCpuAtShardWidthsAnd128Experts) {
-    REQUIRE_GPU();
-    // I = 1440: down's K is 12 blocks (3 a CTA; the last block one group).
-    for (int T : {2, 8}) run_decode_wg_case(128, 2880, 1440, T, 81 + T, true);
 }
 
 TEST(CudaMoeDecodeWg, MatchesCpuAtShardWidthsAnd128Experts) {

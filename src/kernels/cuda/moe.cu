@@ -1769,10 +1769,6 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         return v == nullptr ? 1 : std::atoi(v);
     }();
     const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
-    if (decode_kernel == 6 && moe_decode_wgk_supported(a)) {
-        moe_decode_wgk(a, stream);
-        return;
-    }
     if (decode_kernel == 4 && moe_decode_wg_supported(a)) {
         moe_decode_wg(a, stream);
         return;

@@ -124,7 +124,6 @@ struct MoeMxfp4Args {
     float swiglu_alpha = 1.702f;
     // -1: GPTOSS_MOE_DECODE's choice (default 1); 1: the tensor-core kernel (moe_decode_mma) where
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
-    // 6: moe_decode_wgk there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
 };
@@ -143,11 +142,6 @@ void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 // mma.sync form (moe_decode_w4a8, e4m3 MMAs emulated on sm_90) was slower still and is removed.
 bool moe_decode_wg_supported(const MoeMxfp4Args& args);
 void moe_decode_wg(const MoeMxfp4Args& args, cudaStream_t stream);
-// moe_decode_wg's arithmetic with K split over the 4 CTAs of a thread-block cluster (each CTA's
-// codes requested at once; partial sums met by DSMEM, in rank order). kernel = 6 /
-// GPTOSS_MOE_DECODE=6. K ≤ 3,072, at least 4 blocks of 128.
-bool moe_decode_wgk_supported(const MoeMxfp4Args& args);
-void moe_decode_wgk(const MoeMxfp4Args& args, cudaStream_t stream);
 
 // Grouped expert GEMMs on the tensor cores for batches past the weight-only kernels (moe_mma.cu):
 // MXFP4 weights dequantized in registers, bf16 activations, fp32 accumulation; no host

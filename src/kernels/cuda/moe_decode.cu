@@ -35,7 +35,6 @@
 //   grid (0ec3d19: same bits; 20b batch 1 1.650-1.655 -> 1.664-1.680 ms a step, 120b 2.413 ->
 //   2.449; much slower at 4-8 tokens): removed. Fewer instructions and shorter dependency chains a
 //   tile are the lever.
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -120,14 +119,12 @@ struct DecodeTile {
     int e, tok0, ntok, row0;
 };
 // kTileRows: the rows a CTA covers.
-// cta: the tile's index in the launch (blockIdx.x; a cluster's index where a cluster shares a tile).
 template <bool kGateUp, int kTileRows = kRows>
-__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info,
-                                                  int cta = static_cast<int>(blockIdx.x)) {
+__device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int tiles = rows / kTileRows;
-    const int slot = cta / tiles;
-    DecodeTile d{-1, 0, 0, (cta % tiles) * kTileRows};
+    const int slot = blockIdx.x / tiles;
+    DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kTileRows};
     if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
     if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
     __syncthreads();
@@ -501,6 +498,12 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
 
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
 //
+// r41 split its K over the 4 CTAs of a cluster (moe_decode_wgk, 8a6eda7: each CTA 64 rows × a
+// quarter of K with every code word requested at once, partials met by DSMEM; 96 registers, 5 CTAs
+// an SM): correct within the W4A8 bounds but much slower, moe_bench 1 token 33.9 -> 56.3 µs, 20b
+// batch 1 1.65 -> 2.19 ms a step, 120b 2.39 -> 3.23. Removed. Not separated (no ncu): its six
+// serialized wgmma waits a CTA, the per-CTA x quantization, the cluster launches.
+//
 // mma.sync e4m3 is emulated on sm_90 (converted to f16 by ptxas: NVIDIA/cutlass#1986; an mma.sync
 // form of this kernel was measured slower and removed in r29); wgmma's are native. The bf16 kernel
 // above issues ~2.3 instructions a weight (r25: 312 warp instructions a KB) and runs at 1.1-1.5
@@ -736,225 +739,6 @@ void launch_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
     launch_pdl(kernel, static_cast<int>(grid), 128, smem, stream, a);
 }
 
-// ---- moe_decode_wgk: moe_decode_wg's W4A8 arithmetic with K split over a 4-CTA cluster -----------
-//
-// r29 measured moe_decode_wg slower than moe_decode_mma for too few bytes in flight: a CTA is one
-// warpgroup over 64 rows and all of K, its loads in rounds. Here the four CTAs of a cluster take a
-// quarter of K each (whole 128-wide blocks), so a CTA has all of its ~23 KB of codes requested at
-// once, as moe_decode_mma's 24.5 KB tiles, while issuing about a quarter of its instructions a
-// weight (e2m1 -> e4m3 by two bit moves a word, no per-weight scale multiply). Each CTA leaves its
-// 64 × 8 partial sums in shared memory; after a cluster barrier, CTA r sums rows [16r, 16r + 16)
-// of all four in rank order (DSMEM; the same order every run) and writes them (gate_up: bias and
-// clamped SwiGLU into act; down: bias into y). A second barrier keeps the partials alive until
-// every CTA has read them. The x tile (this CTA's blocks of each of the tile's assignments'
-// rows, quantized in 1×128 blocks) and the k32 wgmmas are moe_decode_wg's. Opt-in:
-// MoeMxfp4Args::kernel = 6 / GPTOSS_MOE_DECODE=6.
-constexpr int kWgkSplit = 4;                           // CTAs a cluster = K parts
-constexpr int kWgkMaxBlocks = 6;                       // 128-wide K blocks a CTA (K ≤ 4 · 6 · 128 = 3,072)
-constexpr int kWgkMaxGroups = 4 * kWgkMaxBlocks;       // MXFP4 groups a CTA
-constexpr int kWgkSmem = 1024 + kWgkMaxBlocks * 1024;  // the B atoms, 1024-aligned
-
-template <bool kGateUp>
-__global__ void __launch_bounds__(128, 5) moe_decode_wgk_kernel(const MoeMxfp4Args a) {
-    extern __shared__ __align__(16) uint8_t wgk_smem_raw[];
-    uint8_t* xb = wgk_smem_raw + ((1024 - (smem_addr(wgk_smem_raw) & 1023)) & 1023);
-    __shared__ float red[kWgRows][8];                              // this CTA's partial sums (read by the cluster)
-    __shared__ float xsc[8][kWgkMaxBlocks];                        // the x blocks' scales (× 64: the e4m3 codes' 2^-6)
-    __shared__ __align__(4) uint8_t s_sc[kWgRows][kWgkMaxGroups];  // the tile's group scale bytes
-    __shared__ int s_info[3];
-    __shared__ int s_as[8];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int H = a.hidden_size, I = a.intermediate_size, K = a.experts_per_token;
-    const int in_dim = kGateUp ? H : I, G = in_dim / 32, nb = (G + 3) / 4;
-    const int rows = kGateUp ? 2 * I : H;
-    const int rank = static_cast<int>(blockIdx.x) % kWgkSplit;
-    const int b0 = rank * nb / kWgkSplit, nblk = (rank + 1) * nb / kWgkSplit - b0;  // this CTA's K blocks
-    const int g0 = 4 * b0, ng = min(4 * (b0 + nblk), G) - g0;                       // and groups
-    const DecodeTile tile = decode_tile<kGateUp, kWgRows>(a, s_info, static_cast<int>(blockIdx.x) / kWgkSplit);
-    if (tile.e < 0) return;  // the whole cluster (one tile)
-    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
-    const uint8_t* blocks = kGateUp ? a.gate_up_blocks : a.down_blocks;
-    const uint8_t* scales = kGateUp ? a.gate_up_scales : a.down_scales;
-
-    // Every code word of this thread's two rows, requested now: lane t, bytes 4t.. of each group.
-    const int64_t r_lo = static_cast<int64_t>(e) * rows + row0 + 16 * warp + g;
-    const uint8_t* w_lo = blocks + (r_lo * G + g0) * 16 + 4 * t;
-    const uint8_t* w_hi = w_lo + static_cast<int64_t>(8) * G * 16;
-    uint32_t wl[kWgkMaxGroups], wh[kWgkMaxGroups];
-#pragma unroll
-    for (int i = 0; i < kWgkMaxGroups; ++i) {
-        const int gi = min(i, ng - 1);  // past the CTA's groups: a repeat, never used
-        wl[i] = __ldg(reinterpret_cast<const uint32_t*>(w_lo + gi * 16));
-        wh[i] = __ldg(reinterpret_cast<const uint32_t*>(w_hi + gi * 16));
-    }
-    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
-    // The tile's scale bytes for this CTA's groups (64 rows × ng) straight into shared memory (the
-    // weights never change, so before pdl_wait too).
-    for (int c = threadIdx.x; c < kWgRows * kWgkMaxGroups; c += 128) {
-        const int rr = c / kWgkMaxGroups, j = c % kWgkMaxGroups;
-        s_sc[rr][j] = j < ng ? __ldg(scales + (static_cast<int64_t>(e) * rows + row0 + rr) * G + g0 + j) : 127u;
-    }
-    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
-    pdl_trigger();
-    __syncthreads();  // s_as, s_sc
-
-    // x: this CTA's blocks of the tile's assignment rows as e4m3 B atoms (moe_decode_wg's layout);
-    // rows of tokens >= ntok zero; warp w quantizes local blocks w, w + 4 of each row.
-    for (int i = threadIdx.x; i < nblk * 8 * 128 / 16; i += 128) {
-        const int n = (i >> 3) & 7;
-        if (n >= ntok) *reinterpret_cast<uint4*>(xb + 16 * i) = make_uint4(0u, 0u, 0u, 0u);
-    }
-    for (int tk = 0; tk < ntok; ++tk) {
-        const int as = s_as[tk];
-#pragma unroll
-        for (int jj = 0; jj < (kWgkMaxBlocks + 3) / 4; ++jj) {
-            const int j = warp + 4 * jj;
-            if (j >= nblk) break;  // warp-uniform
-            const int col = 128 * (b0 + j) + 4 * lane;
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (col < in_dim) {
-                if (!kGateUp || a.h_f32 != nullptr) {
-                    const float* src = kGateUp ? a.h_f32 + static_cast<int64_t>(as / K) * H + col
-                                               : a.act + static_cast<int64_t>(as) * I + col;
-                    const float4 x4 = *reinterpret_cast<const float4*>(src);
-                    v[0] = x4.x, v[1] = x4.y, v[2] = x4.z, v[3] = x4.w;
-                } else {
-                    const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(a.h) +
-                                                                    static_cast<int64_t>(as / K) * H + col);
-                    v[0] = __uint_as_float(u.x << 16), v[1] = __uint_as_float(u.x & 0xffff0000u);
-                    v[2] = __uint_as_float(u.y << 16), v[3] = __uint_as_float(u.y & 0xffff0000u);
-                }
-            }
-            const float m = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
-            const float inv = m > 0.0f ? fminf(__fdiv_rn(448.0f, m), 3.0e38f) : 1.0f;
-            if (lane == 0) xsc[tk][j] = (m > 0.0f ? __fdiv_rn(m, 448.0f) : 1.0f) * 64.0f;
-            const int gi = lane >> 3, e0 = 4 * (lane & 7);
-            uint8_t* atom = xb + j * 1024;
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-                atom[wg_b_offset(tk, gi, e0 + q)] =
-                    static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fmul_rn(v[q], inv), __NV_SATFINITE, __NV_E4M3));
-        }
-    }
-    fence_proxy_async();  // the generic-proxy stores, before wgmma reads them through the async proxy
-    __syncthreads();
-
-    // Block j: 4 k32 wgmmas (a group of every row each) into tmps from zero; the next block's A
-    // fragments converted while they run; then the group scales (fp32) and the x block's scale.
-    const uint32_t xb_addr = smem_addr(xb);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    uint32_t af[4][4], an[4][4];
-    const auto convert = [&](int j, uint32_t(&f)[4][4]) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int i = min(4 * j + q, kWgkMaxGroups - 1);
-            f[q][0] = e2m1_lo_to_e4m3(wl[i]);
-            f[q][1] = e2m1_lo_to_e4m3(wh[i]);
-            f[q][2] = e2m1_hi_to_e4m3(wl[i]);
-            f[q][3] = e2m1_hi_to_e4m3(wh[i]);
-        }
-    };
-    convert(0, af);
-#pragma unroll
-    for (int j = 0; j < kWgkMaxBlocks; ++j) {
-        if (j >= nblk) break;
-        float tmp[4][4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) tmp[q][r] = 0.0f;
-        wgmma_fence();
-#pragma unroll
-        for (int q = 0; q < 4; ++q) wgmma_e4m3_n8_rs(tmp[q], af[q], desc_sw128(xb_addr + j * 1024 + 32 * q));
-        wgmma_commit();
-        if (j + 1 < kWgkMaxBlocks) convert(j + 1, an);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                reg_fence(tmp[q][r]);
-                reg_fence(af[q][r]);
-            }
-        float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int gl = 4 * j + q;
-            if (gl >= ng) break;
-            const float s0 = e8m0_to_f32(s_sc[16 * warp + g][gl]);
-            const float s1 = e8m0_to_f32(s_sc[16 * warp + g + 8][gl]);
-            blk[0] = fmaf(s0, tmp[q][0], blk[0]);
-            blk[1] = fmaf(s0, tmp[q][1], blk[1]);
-            blk[2] = fmaf(s1, tmp[q][2], blk[2]);
-            blk[3] = fmaf(s1, tmp[q][3], blk[3]);
-        }
-        const float x0 = 2 * t < ntok ? xsc[2 * t][j] : 0.0f;
-        const float x1 = 2 * t + 1 < ntok ? xsc[2 * t + 1][j] : 0.0f;
-        acc[0] = fmaf(x0, blk[0], acc[0]);
-        acc[1] = fmaf(x1, blk[1], acc[1]);
-        acc[2] = fmaf(x0, blk[2], acc[2]);
-        acc[3] = fmaf(x1, blk[3], acc[3]);
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-#pragma unroll
-            for (int r = 0; r < 4; ++r) af[q][r] = an[q][r];
-    }
-
-    // The cluster's sum: partials in shared memory, one barrier, CTA `rank` finishes rows
-    // [16·rank, 16·rank + 16) from all four (rank order), a second barrier before anyone exits.
-    red[16 * warp + g][2 * t] = acc[0];
-    red[16 * warp + g][2 * t + 1] = acc[1];
-    red[16 * warp + g + 8][2 * t] = acc[2];
-    red[16 * warp + g + 8][2 * t + 1] = acc[3];
-    auto cluster = cooperative_groups::this_cluster();
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-    const float* parts[kWgkSplit];
-#pragma unroll
-    for (int r = 0; r < kWgkSplit; ++r) parts[r] = cluster.map_shared_rank(&red[0][0], r);
-    const int rbase = 16 * rank;
-    if constexpr (kGateUp) {
-        // Rows 2p, 2p + 1 of the CTA's 16 are gate and up of intermediate column (row0 + rbase) / 2 + p.
-        if (threadIdx.x < 8 * ntok) {
-            const int p = threadIdx.x & 7, c = threadIdx.x >> 3;
-            const int rr = rbase + 2 * p;
-            float gate = 0.0f, up = 0.0f;
-#pragma unroll
-            for (int r = 0; r < kWgkSplit; ++r) {
-                gate += parts[r][rr * 8 + c];
-                up += parts[r][(rr + 1) * 8 + c];
-            }
-            const int64_t b = static_cast<int64_t>(e) * rows + row0 + rr;
-            a.act[static_cast<int64_t>(s_as[c]) * I + (row0 + rr) / 2] =
-                swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
-        }
-    } else {
-        if (threadIdx.x < 16 * ntok) {
-            const int rr = rbase + (threadIdx.x & 15), c = threadIdx.x >> 4;
-            float v = 0.0f;
-#pragma unroll
-            for (int r = 0; r < kWgkSplit; ++r) v += parts[r][rr * 8 + c];
-            a.y[static_cast<int64_t>(s_as[c]) * H + row0 + rr] =
-                v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + rr];
-        }
-    }
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-
-template <bool kGateUp>
-void launch_wgk(const MoeMxfp4Args& a, cudaStream_t stream) {
-    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
-    const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
-    const int64_t grid = experts * (rows / kWgRows) * kWgkSplit;
-    auto kernel = moe_decode_wgk_kernel<kGateUp>;
-    fit_dynamic_smem(kernel, kWgkSmem);
-    launch_pdl_cluster(kernel, dim3(static_cast<unsigned>(grid)), dim3(kWgkSplit, 1, 1), dim3(128), kWgkSmem, stream,
-                       a);
-    CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace
 
 bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
@@ -977,20 +761,6 @@ bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
            (2 * a.intermediate_size) % kWgRows == 0 && a.hidden_size % kWgRows == 0 && a.hidden_size % 32 == 0 &&
            a.intermediate_size % 32 == 0 && (a.hidden_size / 32 + 3) / 4 <= kWgMaxBlocks &&
            (a.intermediate_size / 32 + 3) / 4 <= kWgMaxBlocks;
-}
-
-bool moe_decode_wgk_supported(const MoeMxfp4Args& a) {
-    const int nb_h = (a.hidden_size / 32 + 3) / 4, nb_i = (a.intermediate_size / 32 + 3) / 4;
-    return moe_decode_mma_supported(a) && (2 * a.intermediate_size) % kWgRows == 0 && a.hidden_size % kWgRows == 0 &&
-           nb_h >= kWgkSplit && nb_i >= kWgkSplit && (nb_h + kWgkSplit - 1) / kWgkSplit <= kWgkMaxBlocks &&
-           (nb_i + kWgkSplit - 1) / kWgkSplit <= kWgkMaxBlocks;
-}
-
-void moe_decode_wgk(const MoeMxfp4Args& a, cudaStream_t stream) {
-    ENGINE_CHECK(moe_decode_wgk_supported(a), "moe_decode_wgk: %d tokens, sizes %d/%d, %d experts unsupported",
-                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    launch_wgk<true>(a, stream);
-    launch_wgk<false>(a, stream);
 }
 
 void moe_decode_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
