@@ -19,12 +19,18 @@ std::vector<harmony::Segment> forced_reply_start(const harmony::ChatRequest& req
     std::vector<harmony::Segment> s;
     auto special = [&](int32_t id) { s.push_back(harmony::Segment{id, ""}); };
     auto text = [&](std::string t) { s.push_back(harmony::Segment{-1, std::move(t)}); };
-    if (request.tool_choice == harmony::ToolChoice::kRequired) {
+    // `required` with one declared function can only mean that function: the whole header is forced
+    // (its name then cannot come out misspelled or undeclared).
+    std::optional<std::string> named;
+    if (request.tool_choice == harmony::ToolChoice::kFunction) named = request.forced_function;
+    if (request.tool_choice == harmony::ToolChoice::kRequired && request.declared_functions.size() == 1)
+        named = request.declared_functions[0];
+    if (request.tool_choice == harmony::ToolChoice::kRequired && !named) {
         special(harmony::kChannel);
         text("commentary to=functions.");
-    } else if (request.tool_choice == harmony::ToolChoice::kFunction && request.forced_function) {
+    } else if (named) {
         special(harmony::kChannel);
-        text("commentary to=functions." + *request.forced_function + " ");
+        text("commentary to=functions." + *named + " ");
         special(harmony::kConstrain);
         text("json");
         special(harmony::kMessage);

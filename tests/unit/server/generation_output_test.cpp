@@ -50,6 +50,11 @@ protected:
 
 const char* kTools = R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather",
     "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+// Two functions: tool_choice required then forces only `commentary to=functions.` (one function
+// forces its whole header).
+const char* kTwoTools = R"("tools":[{"type":"function","function":{"name":"get_weather","description":"Weather",
+    "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},
+    {"type":"function","function":{"name":"get_time","parameters":{"type":"object"}}}])";
 
 TEST_F(GenerationOutputTest, ChatToolCall) {
     script(
@@ -562,7 +567,7 @@ TEST_F(GenerationOutputTest, ToolChoiceRequiredForcesRecipientPrefix) {
     const std::string generated = "get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>";
     script(generated);
     Json j = post_json("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") +
-                                                   kTools + R"(,"tool_choice":"required"})");
+                                                   kTwoTools + R"(,"tool_choice":"required"})");
     const std::vector<int32_t> prompt = server_.engine.last_request().prompt;
     EXPECT_TRUE(ends_with(prompt, forced_required_header())) << *test_tokenizer()->decode(prompt);
     const Json& c = j["choices"][0];
@@ -577,8 +582,8 @@ TEST_F(GenerationOutputTest, ToolChoiceRequiredForcesRecipientPrefix) {
 
     // Streamed: one call, its name from the generated header.
     std::vector<Json> chunks = post_stream(
-        "/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)") + kTools +
-                                    R"(,"tool_choice":"required"})");
+        "/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],"stream":true,)") +
+                                    kTwoTools + R"(,"tool_choice":"required"})");
     std::string args, name, finish;
     for (const Json& ch : chunks) {
         const Json& choice = ch["choices"][0];
@@ -601,12 +606,13 @@ TEST_F(GenerationOutputTest, ToolChoiceRequiredCutInTheNameGivesNoCallAndNoText)
     for (const char* path : {"/v1/chat/completions", "/v1/responses"}) {
         SCOPED_TRACE(path);
         const bool chat = std::string(path) == "/v1/chat/completions";
-        Json j =
-            post_json(path, chat ? std::string(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1,)") +
-                                       kTools + R"(,"tool_choice":"required"})"
-                                 : std::string(R"({"input":"Hi","max_output_tokens":1,"tools":[{"type":"function",)"
-                                               R"("name":"get_weather","parameters":{"type":"object"}}],)"
-                                               R"("tool_choice":"required"})"));
+        Json j = post_json(
+            path, chat ? std::string(R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1,)") + kTwoTools +
+                             R"(,"tool_choice":"required"})"
+                       : std::string(R"({"input":"Hi","max_output_tokens":1,"tools":[{"type":"function",)"
+                                     R"("name":"get_weather","parameters":{"type":"object"}},)"
+                                     R"({"type":"function","name":"get_time","parameters":{"type":"object"}}],)"
+                                     R"("tool_choice":"required"})"));
         if (chat) {
             const Json& c = j["choices"][0];
             EXPECT_EQ(c["finish_reason"], "length");
@@ -619,6 +625,20 @@ TEST_F(GenerationOutputTest, ToolChoiceRequiredCutInTheNameGivesNoCallAndNoText)
             EXPECT_TRUE(j["output"].empty()) << j.dump();
         }
     }
+}
+
+// tool_choice required with a single declared function forces that function's whole header, as a
+// named choice does (before session 26: only `commentary to=functions.`, the name left to the model).
+TEST_F(GenerationOutputTest, ToolChoiceRequiredWithOneFunctionForcesItsName) {
+    script("{\"city\":\"Oslo\"}<|call|>");
+    Json j = post_json("/v1/chat/completions", std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") +
+                                                   kTools + R"(,"tool_choice":"required"})");
+    EXPECT_TRUE(ends_with(server_.engine.last_request().prompt, forced_named_header("get_weather")));
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls") << j.dump();
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << j.dump();
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(c["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Oslo\"}");
 }
 
 TEST_F(GenerationOutputTest, ToolChoiceNoneAndAutoForceNothing) {
