@@ -16,6 +16,9 @@ struct BatchSequence {
     std::span<const int32_t> block_table_full;
     std::span<const int32_t> block_table_sliding;
     bool need_logits = false;  // logits of the last new token (the sequence samples this step)
+    // With need_logits: logits of every new token, in order (a speculative step's verification).
+    bool all_logits = false;
+    int num_logits() const { return need_logits ? (all_logits ? static_cast<int>(tokens.size()) : 1) : 0; }
 };
 
 struct Batch {
@@ -23,7 +26,7 @@ struct Batch {
     int num_tokens = 0;  // sum of tokens.size()
     int num_logits() const {
         int n = 0;
-        for (const BatchSequence& s : seqs) n += s.need_logits ? 1 : 0;
+        for (const BatchSequence& s : seqs) n += s.num_logits();
         return n;
     }
 };

@@ -58,7 +58,7 @@ Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
         f.start_pos = s.start_pos;
         f.block_table_full = s.block_table_full;
         f.block_table_sliding = s.block_table_sliding;
-        f.all_logits = false;
+        f.all_logits = s.need_logits && s.all_logits;
         seqs_.push_back(f);
     }
     // CpuForward gives the last token's logits for every sequence; keep the rows asked for.
@@ -71,11 +71,15 @@ Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
     } else {
         RETURN_IF_ERROR(forward_.forward(seqs_, *kv_, &rows_));
     }
+    // Rows in batch order: every new token's for all_logits, else the last one's.
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
+    size_t row = 0;
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
-        if (!batch.seqs[i].need_logits) continue;
-        logits->insert(logits->end(), rows_.begin() + static_cast<long>(i * V),
-                       rows_.begin() + static_cast<long>((i + 1) * V));
+        const size_t n = seqs_[i].all_logits ? batch.seqs[i].tokens.size() : 1;
+        if (batch.seqs[i].need_logits)
+            logits->insert(logits->end(), rows_.begin() + static_cast<long>(row * V),
+                           rows_.begin() + static_cast<long>((row + n) * V));
+        row += n;
     }
     return ok_status();
 }

@@ -43,8 +43,23 @@ Status CudaModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) 
 
 void CudaModelRunner::prepare(const Batch& batch) {
     seqs_.clear();
-    for (const BatchSequence& s : batch.seqs)
-        seqs_.push_back({s.tokens, s.start_pos, s.block_table_full, s.block_table_sliding, false});
+    seq_of_.clear();
+    need_.clear();
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        const BatchSequence& s = batch.seqs[i];
+        if (s.need_logits && s.all_logits) {
+            for (size_t t = 0; t < s.tokens.size(); ++t) {
+                seqs_.push_back({s.tokens.subspan(t, 1), s.start_pos + static_cast<int>(t), s.block_table_full,
+                                 s.block_table_sliding, false});
+                seq_of_.push_back(static_cast<int>(i));
+                need_.push_back(1);
+            }
+        } else {
+            seqs_.push_back({s.tokens, s.start_pos, s.block_table_full, s.block_table_sliding, false});
+            seq_of_.push_back(static_cast<int>(i));
+            need_.push_back(s.need_logits ? 1 : 0);
+        }
+    }
     rows_.clear();
     dp_group_.clear();
     const int dp = model_->layout().dp;
@@ -53,10 +68,11 @@ void CudaModelRunner::prepare(const Batch& batch) {
 
 // A non-finite row means a backend bug: fail the step with a clear error rather than sampling
 // from garbage (rows sampled on the device come back as id -1).
-Status CudaModelRunner::check_row(const Batch& batch, size_t i, const float* row) const {
+Status CudaModelRunner::check_row(const Batch& batch, size_t e, const float* row) const {
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
     if (row != nullptr && std::all_of(row, row + V, [](float v) { return std::isfinite(v); })) return ok_status();
-    const BatchSequence& s = batch.seqs[i];
+    const size_t i = static_cast<size_t>(seq_of_[e]);
+    const model::ForwardSequence& s = seqs_[e];
     return internal_error("non-finite logits from the CUDA backend for sequence " + std::to_string(i) + " of " +
                           std::to_string(batch.seqs.size()) + " (positions " + std::to_string(s.start_pos) + ".." +
                           std::to_string(s.start_pos + static_cast<int>(s.tokens.size()) - 1) + ", batch of " +
@@ -65,14 +81,14 @@ Status CudaModelRunner::check_row(const Batch& batch, size_t i, const float* row
 
 Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
     prepare(batch);
-    // CudaModel returns the last token's logits for every sequence; keep the rows asked for.
+    // CudaModel returns the last token's logits for every entry; keep the rows asked for.
     RETURN_IF_ERROR(model_->forward(seqs_, &rows_, dp_group_));
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
-    for (size_t i = 0; i < batch.seqs.size(); ++i) {
-        if (!batch.seqs[i].need_logits) continue;
-        RETURN_IF_ERROR(check_row(batch, i, rows_.data() + i * V));
-        logits->insert(logits->end(), rows_.begin() + static_cast<long>(i * V),
-                       rows_.begin() + static_cast<long>((i + 1) * V));
+    for (size_t e = 0; e < seqs_.size(); ++e) {
+        if (!need_[e]) continue;
+        RETURN_IF_ERROR(check_row(batch, e, rows_.data() + e * V));
+        logits->insert(logits->end(), rows_.begin() + static_cast<long>(e * V),
+                       rows_.begin() + static_cast<long>((e + 1) * V));
     }
     return ok_status();
 }
@@ -80,28 +96,28 @@ Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) 
 Status CudaModelRunner::forward_sample(const Batch& batch, std::span<const DeviceSample> params,
                                        std::vector<int32_t>* ids, std::vector<float>* logits) {
     prepare(batch);
-    // Every sequence gets a row and a draw on the device; those without need_logits are dropped.
-    params_.assign(batch.seqs.size(), {});
+    // Every entry gets a row and a draw on the device; those not asked for are dropped.
+    params_.assign(seqs_.size(), {});
     size_t k = 0;
-    for (size_t i = 0; i < batch.seqs.size(); ++i) {
-        if (!batch.seqs[i].need_logits) continue;
-        if (k >= params.size()) return invalid_argument("forward_sample: fewer parameter sets than sampled sequences");
+    for (size_t e = 0; e < seqs_.size(); ++e) {
+        if (!need_[e]) continue;
+        if (k >= params.size()) return invalid_argument("forward_sample: fewer parameter sets than logits rows");
         const DeviceSample& p = params[k++];
-        params_[i] = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits};
+        params_[e] = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits};
     }
-    if (k != params.size()) return invalid_argument("forward_sample: more parameter sets than sampled sequences");
+    if (k != params.size()) return invalid_argument("forward_sample: more parameter sets than logits rows");
     RETURN_IF_ERROR(model_->forward_sample(seqs_, params_, &ids_, dp_group_, &rows_));
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
     size_t row = 0;
-    for (size_t i = 0; i < batch.seqs.size(); ++i) {
-        if (!batch.seqs[i].need_logits) continue;
-        if (!params_[i].return_logits) {
-            if (ids_[i] < 0) return check_row(batch, i, nullptr);
-            ids->push_back(ids_[i]);
+    for (size_t e = 0; e < seqs_.size(); ++e) {
+        if (!need_[e]) continue;
+        if (!params_[e].return_logits) {
+            if (ids_[e] < 0) return check_row(batch, e, nullptr);
+            ids->push_back(ids_[e]);
             continue;
         }
         const float* r = rows_.data() + (row++) * V;
-        RETURN_IF_ERROR(check_row(batch, i, r));
+        RETURN_IF_ERROR(check_row(batch, e, r));
         ids->push_back(-1);
         logits->insert(logits->end(), r, r + V);
     }

@@ -39,7 +39,11 @@ private:
                     std::unique_ptr<model::ParallelCudaModel> model, int kv_heads, bool kv_fp8)
         : weights_(std::move(weights)), model_(std::move(model)), kv_heads_(kv_heads), kv_fp8_(kv_fp8) {}
 
-    void prepare(const Batch& batch);  // seqs_ and dp_group_ for this batch
+    // seqs_, need_ and dp_group_ for this batch. A sequence asking for all_logits (a speculative
+    // verification) becomes one single-token entry a position, all on its block tables: the
+    // model writes every entry's K/V before any attention reads the cache in a layer, so entry
+    // p + 1 sees entry p's, and the step stays a decode step (CUDA graphs, device sampling).
+    void prepare(const Batch& batch);
     Status check_row(const Batch& batch, size_t i, const float* row) const;
 
     std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
@@ -47,7 +51,9 @@ private:
     int kv_heads_;                                        // per rank
     bool kv_fp8_;                                         // e4m3 KV cache (CudaModelOptions::kv_fp8)
     std::vector<int> dp_group_;                           // scratch
-    std::vector<model::ForwardSequence> seqs_;            // scratch
+    std::vector<model::ForwardSequence> seqs_;            // scratch: the model's entries
+    std::vector<int> seq_of_;                             // scratch: entry -> batch sequence
+    std::vector<uint8_t> need_;                           // scratch: entry's row is asked for
     std::vector<float> rows_;                             // [num_seqs, vocab_size] scratch
     std::vector<model::CudaModel::SampleParams> params_;  // scratch
     std::vector<int32_t> ids_;                            // scratch

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <optional>
 #include <random>
 #include <unordered_map>
 
@@ -113,6 +114,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> ru
             return resource_exhausted("the KV budget gives " + std::to_string(counts.sliding) +
                                       " sliding-window blocks; a sequence needs " + std::to_string(need));
     }
+    RETURN_IF_ERROR(validate_speculative_config(config.speculative));
     RETURN_IF_ERROR(runner->allocate_kv_cache(config.block_size, counts));
     return std::unique_ptr<Engine>(new Engine(std::move(runner), std::move(config), counts));
 }
@@ -272,7 +274,32 @@ void Engine::loop() {
     publish_stats();
 }
 
+void Engine::propose_drafts() {
+    const SpeculativeConfig& sc = config_.speculative;
+    const std::vector<Sequence*>& running = scheduler_.running();
+    const int R = static_cast<int>(running.size());
+    if (sc.num_tokens <= 0 || R == 0 || (sc.max_running > 0 && R > sc.max_running)) return;
+    // Every verified token is a logits row (and, on the CUDA runner, a batch entry): keep the
+    // running sequences' rows within max_num_seqs.
+    int room = config_.scheduler.max_num_seqs - R;
+    for (Sequence* s : running) {
+        if (room <= 0) break;
+        if (s->num_draft != 0 || s->num_computed != s->num_tokens() - 1) continue;  // not decoding
+        const Active& a = *active_.at(s->id);
+        // Never past max_tokens: the step's last row gives one more token after the drafts.
+        const int k = std::min({sc.num_tokens, a.request.max_tokens - s->num_generated() - 1, room});
+        if (k <= 0) continue;
+        const int n = propose_ngram_drafts(s->tokens, k, sc.ngram_min, sc.ngram_max, &draft_scratch_);
+        if (n == 0) continue;
+        s->tokens.insert(s->tokens.end(), draft_scratch_.end() - n, draft_scratch_.end());
+        s->num_draft = n;
+        draft_scratch_.clear();
+        room -= n;
+    }
+}
+
 void Engine::step() {
+    propose_drafts();
     const SchedulerOutput out = scheduler_.schedule();
     if (out.empty()) return;  // only preemptions happened; the next step readmits
 
@@ -288,30 +315,45 @@ void Engine::step() {
         b.block_table_sliding = kv_.has_sliding() ? std::span<const int32_t>(s.block_table_sliding)
                                                   : std::span<const int32_t>(s.block_table_full);
         b.need_logits = ss.sample;
+        b.all_logits = ss.num_draft > 0;  // verification: row i checks draft i + 1
         batch.seqs.push_back(b);
         batch.num_tokens += ss.num_new_tokens;
     }
-    // Sequences that reached their last token draw one; on the device where that draws the same
-    // distribution as the host sampler (no logprobs, min-p, penalties or bias asked for).
+    // Sequences that reached their last token draw one (1 + num_draft rows each); on the device
+    // where that draws the same distribution as the host sampler (no logprobs, min-p, penalties or
+    // bias asked for). Row r of sampler i: the output token at index first_index[i] + r.
     std::vector<Active*> samplers;
-    for (const ScheduledSequence& ss : out.seqs)
-        if (ss.sample) samplers.push_back(active_.at(ss.seq->id).get());
+    std::vector<int> num_rows, first_row, first_index;
+    int total_rows = 0;
+    for (const ScheduledSequence& ss : out.seqs) {
+        if (!ss.sample) continue;
+        Active* a = active_.at(ss.seq->id).get();
+        samplers.push_back(a);
+        num_rows.push_back(1 + ss.num_draft);
+        first_row.push_back(total_rows);
+        first_index.push_back(a->seq.num_generated());
+        total_rows += 1 + ss.num_draft;
+        counters_.num_draft_tokens += ss.num_draft;
+    }
     logits_.clear();
     device_ids_.clear();
     Status st;
     if (device_sampling_) {
         device_params_.clear();
-        for (const Active* a : samplers) {
+        for (size_t i = 0; i < samplers.size(); ++i) {
+            const Active* a = samplers[i];
             const SamplingParams& p = a->request.sampling;
             ModelRunner::DeviceSample d;
             d.temperature = p.temperature;
             d.top_p = p.top_p;
             d.top_k = p.top_k;
             d.seed = a->seed;
-            d.draw_index = static_cast<uint64_t>(a->seq.num_generated());
             d.want_logits = a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
                             p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
-            device_params_.push_back(d);
+            for (int r = 0; r < num_rows[i]; ++r) {
+                d.draw_index = static_cast<uint64_t>(first_index[i] + r);
+                device_params_.push_back(d);
+            }
         }
         st = runner_->forward_sample(batch, device_params_, &device_ids_, &logits_);
     } else {
@@ -326,52 +368,88 @@ void Engine::step() {
         }
         return;
     }
-    scheduler_.on_step_done(out);
     for (const ScheduledSequence& ss : out.seqs) active_.at(ss.seq->id)->stream->mark_progress();
     ++counters_.num_steps;
     counters_.num_tokens_computed += out.num_tokens;
 
-    // The host draws the rest (their logits rows in order). Each draw depends only on its own row,
-    // parameters, seed and tokens, so doing them in parallel changes nothing.
+    // Rows drawn on the host read logits row host_row[row] (device-drawn rows have -1).
     const int V = runner_->config().vocab_size;
-    std::vector<SampledToken> drawn(samplers.size());
-    std::vector<int64_t> host;  // samplers drawn on the host; host[j] reads logits row j
-    for (size_t i = 0; i < samplers.size(); ++i) {
-        if (device_sampling_ && device_ids_[i] >= 0)
-            drawn[i].id = device_ids_[i];
-        else
-            host.push_back(static_cast<int64_t>(i));
+    std::vector<int64_t> host_row(static_cast<size_t>(total_rows), -1);
+    {
+        int64_t next = 0;
+        for (int r = 0; r < total_rows; ++r)
+            if (!device_sampling_ || device_ids_[static_cast<size_t>(r)] < 0) host_row[static_cast<size_t>(r)] = next++;
     }
+    // Each sampler's tokens: row r drawn as a plain decode step would draw that position (its output
+    // so far includes drafts 1..r, which are kept if row r is reached), draft r + 1 kept while it
+    // equals the token drawn at row r. The first mismatch or the last row ends the list. A draw
+    // depends only on its own row, parameters, seed and tokens, so samplers run in parallel.
+    std::vector<std::vector<SampledToken>> emitted(samplers.size());
     auto sample_range = [&](int64_t begin, int64_t end) {
-        Sampler sampler(V);
-        for (int64_t j = begin; j < end; ++j) {
-            const Active& a = *samplers[host[j]];
-            drawn[host[j]] = sampler.sample(logits_.data() + static_cast<size_t>(j) * V, a.request.sampling, a.seed,
-                                            a.seq.prompt(), a.seq.output(), a.request.logprobs);
+        std::optional<Sampler> sampler;
+        for (int64_t i = begin; i < end; ++i) {
+            const Active& a = *samplers[i];
+            const int nd = num_rows[i] - 1;
+            const std::span<const int32_t> all = a.seq.tokens;  // prompt, output, the drafts
+            for (int r = 0; r <= nd; ++r) {
+                const int row = first_row[i] + r;
+                SampledToken t;
+                if (host_row[static_cast<size_t>(row)] < 0) {
+                    t.id = device_ids_[static_cast<size_t>(row)];
+                } else {
+                    if (!sampler) sampler.emplace(V);
+                    const auto output = all.subspan(static_cast<size_t>(a.seq.num_prompt_tokens),
+                                                    static_cast<size_t>(first_index[i] + r));
+                    t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,
+                                        a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs);
+                }
+                const bool keep = r < nd && t.id == all[all.size() - static_cast<size_t>(nd - r)];
+                emitted[i].push_back(std::move(t));
+                if (!keep) break;
+            }
         }
     };
-    if (host.size() > 1) {
-        ThreadPool::global().parallel_for(static_cast<int64_t>(host.size()), sample_range, 1);
+    if (samplers.size() > 1) {
+        ThreadPool::global().parallel_for(static_cast<int64_t>(samplers.size()), sample_range, 1);
     } else {
-        sample_range(0, static_cast<int64_t>(host.size()));
+        sample_range(0, static_cast<int64_t>(samplers.size()));
     }
+
+    // Rejected drafts leave the tokens before the scheduler counts what was computed (it indexes
+    // complete blocks by their tokens); kept drafts stay, as ordinary output tokens.
+    std::vector<int> rejected(out.seqs.size(), 0);
+    for (size_t i = 0, j = 0; i < out.seqs.size(); ++i) {
+        if (!out.seqs[i].sample) continue;
+        Sequence& s = samplers[j]->seq;
+        const int kept = static_cast<int>(emitted[j].size()) - 1;
+        rejected[i] = s.num_draft - kept;
+        s.tokens.resize(s.tokens.size() - static_cast<size_t>(rejected[i]));
+        s.num_draft = 0;
+        counters_.num_accepted_tokens += kept;
+        ++j;
+    }
+    scheduler_.on_step_done(out, rejected);
 
     for (size_t i = 0; i < samplers.size(); ++i) {
         Active& a = *samplers[i];
-        a.seq.tokens.push_back(drawn[i].id);
-        ++counters_.num_tokens_generated;
-        TokenEvent ev;
-        ev.id = drawn[i].id;
-        ev.index = a.seq.num_generated() - 1;
-        ev.logprob = drawn[i].logprob;
-        ev.top_logprobs = std::move(drawn[i].top_logprobs);
-        if (std::optional<StopResult> stop = a.stop.push(ev.id, a.seq.num_generated())) {
-            ev.finish_reason = stop->reason;
-            ev.stop_id = stop->stop_id;
-            ev.stop_string_index = stop->stop_string_index;
-            ev.trim_bytes = stop->trim_bytes;
-            finish(a, std::move(ev));
-        } else {
+        a.seq.tokens.push_back(emitted[i].back().id);  // the kept drafts are in already
+        for (size_t r = 0; r < emitted[i].size(); ++r) {
+            SampledToken& t = emitted[i][r];
+            ++counters_.num_tokens_generated;
+            const int index = first_index[i] + static_cast<int>(r);
+            TokenEvent ev;
+            ev.id = t.id;
+            ev.index = index;
+            ev.logprob = t.logprob;
+            ev.top_logprobs = std::move(t.top_logprobs);
+            if (std::optional<StopResult> stop = a.stop.push(ev.id, index + 1)) {
+                ev.finish_reason = stop->reason;
+                ev.stop_id = stop->stop_id;
+                ev.stop_string_index = stop->stop_string_index;
+                ev.trim_bytes = stop->trim_bytes;
+                finish(a, std::move(ev));  // destroys `a`; the tokens after the stop are dropped
+                break;
+            }
             a.stream->push(std::move(ev));
         }
     }

@@ -29,6 +29,7 @@
 #include "runtime/request_stream.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
+#include "runtime/speculative.h"
 #include "runtime/stop_checker.h"
 
 namespace gptoss::runtime {
@@ -93,6 +94,10 @@ struct EngineConfig {
     // turns it off too. A seed then names a draw of the device's stream (Gumbel-max on
     // counter-based noise), not of the host sampler's: same distribution, different tokens.
     bool device_sampling = true;
+    // N-gram speculative decoding (runtime/speculative.h); off unless num_tokens > 0. A verification
+    // feeds 1 + drafts tokens of a sequence, so the runner's max_num_seqs-sized step limits count
+    // them: drafts are proposed only while every running sequence's tokens fit max_num_seqs.
+    SpeculativeConfig speculative;
 };
 
 struct EngineStats {
@@ -109,6 +114,8 @@ struct EngineStats {
     int64_t num_preemptions = 0;
     int64_t num_cached_prompt_tokens = 0;  // reused from the prefix cache (admissions and readmissions)
     int64_t num_finished = 0;
+    int64_t num_draft_tokens = 0;     // speculative drafts fed to the model
+    int64_t num_accepted_tokens = 0;  // of them, kept
 };
 
 class Engine {
@@ -138,6 +145,7 @@ private:
     struct Active;
     Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlockCounts counts);
     void loop();
+    void propose_drafts();
     void step();
     void finish(Active& a, TokenEvent event);
     void publish_stats();
@@ -152,6 +160,7 @@ private:
     std::vector<float> logits_;
     std::vector<int32_t> device_ids_;
     std::vector<ModelRunner::DeviceSample> device_params_;
+    std::vector<int32_t> draft_scratch_;
     bool device_sampling_ = false;
     EngineStats counters_;
 

@@ -35,6 +35,7 @@ void Scheduler::remove(Sequence* seq) {
 }
 
 void Scheduler::preempt(Sequence* seq) {
+    seq->drop_drafts();
     kv_->free(*seq);
     ++seq->num_preemptions;
     ++num_preemptions_;
@@ -46,9 +47,15 @@ SchedulerOutput Scheduler::schedule() {
     int budget = config_.max_num_batched_tokens;
 
     // 1. Running sequences, oldest first.
-    for (size_t i = 0; i < running_.size() && budget > 0;) {
+    size_t i = 0;
+    for (; i < running_.size() && budget > 0;) {
         Sequence* s = running_[i];
-        const int n = std::min({s->num_tokens() - s->num_computed, budget, max_chunk_});
+        int n = std::min({s->num_tokens() - s->num_computed, budget, max_chunk_});
+        // Drafts go whole or not at all, and never cost another sequence its blocks.
+        if (s->num_draft > 0 && (n < s->num_tokens() - s->num_computed || !kv_->can_allocate(*s, n))) {
+            s->drop_drafts();
+            n = std::min({s->num_tokens() - s->num_computed, budget, max_chunk_});
+        }
         ENGINE_CHECK(n > 0, "running sequence %llu has nothing to compute", static_cast<unsigned long long>(s->id));
         bool preempted_self = false;
         while (!kv_->can_allocate(*s, n)) {
@@ -63,15 +70,20 @@ SchedulerOutput Scheduler::schedule() {
         }
         if (preempted_self) break;
         kv_->allocate(*s, n);
-        out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
+        out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens(), s->num_draft});
         out.num_tokens += n;
         budget -= n;
         ++i;
     }
 
-    // 2. Waiting sequences, FCFS.
+    for (; i < running_.size(); ++i) running_[i]->drop_drafts();  // not scheduled this step
+
+    // 2. Waiting sequences, FCFS. A draft takes a place of max_num_seqs too (the runner gets one
+    // logits row, and on some backends one batch entry, per verified token).
+    int drafts = 0;
+    for (const ScheduledSequence& ss : out.seqs) drafts += ss.num_draft;
     while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-           static_cast<int>(running_.size()) < config_.max_num_seqs) {
+           static_cast<int>(running_.size()) + drafts < config_.max_num_seqs) {
         Sequence* s = waiting_.front();
         const int cached = kv_->match_prefix(*s);
         const int n = std::min({s->num_tokens() - cached, budget, max_chunk_});
@@ -90,9 +102,15 @@ SchedulerOutput Scheduler::schedule() {
     return out;
 }
 
-void Scheduler::on_step_done(const SchedulerOutput& out) {
-    for (const ScheduledSequence& ss : out.seqs) {
-        ss.seq->num_computed += ss.num_new_tokens;
+void Scheduler::on_step_done(const SchedulerOutput& out, std::span<const int> rejected) {
+    ENGINE_CHECK(rejected.empty() || rejected.size() == out.seqs.size(), "rejected drafts for %zu of %zu sequences",
+                 rejected.size(), out.seqs.size());
+    for (size_t i = 0; i < out.seqs.size(); ++i) {
+        const ScheduledSequence& ss = out.seqs[i];
+        const int r = rejected.empty() ? 0 : rejected[i];
+        ENGINE_CHECK(r >= 0 && r <= ss.num_draft && ss.seq->num_draft == 0, "bad rejected draft count %d of %d", r,
+                     ss.num_draft);
+        ss.seq->num_computed += ss.num_new_tokens - r;
         kv_->on_computed(*ss.seq);
     }
 }

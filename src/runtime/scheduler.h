@@ -13,9 +13,13 @@
 //      first chunk; it reuses what the prefix cache has.
 // Prefill chunks and decode tokens mix freely in one step; a sequence samples when its scheduled
 // tokens reach the end of what it has (the last chunk of a prefill, or a decode token).
+// Speculative drafts (Sequence::num_draft) are scheduled whole or not at all: a sequence whose
+// drafts do not fit the budget, the chunk limit or the free blocks loses them (before anyone is
+// preempted for them) and decodes its one token; a preempted sequence loses them too.
 #pragma once
 
 #include <deque>
+#include <span>
 #include <vector>
 
 #include "runtime/kv_cache.h"
@@ -33,6 +37,7 @@ struct ScheduledSequence {
     int start_pos = 0;       // = seq->num_computed when scheduled
     int num_new_tokens = 0;  // tokens [start_pos, start_pos + num_new_tokens) go through the model
     bool sample = false;     // these reach the sequence's last token: sample the next one
+    int num_draft = 0;       // of them, speculative drafts at the end (sample is then true)
 };
 
 struct SchedulerOutput {
@@ -53,7 +58,11 @@ public:
 
     SchedulerOutput schedule();
     // After the forward of `out`: advances num_computed, indexes complete blocks, slides windows.
-    void on_step_done(const SchedulerOutput& out);
+    // rejected[i] (empty: none): drafts of out.seqs[i] the model did not keep; the caller has already
+    // removed them from the sequence's tokens. Their KV stays in the blocks, to be overwritten.
+    void on_step_done(const SchedulerOutput& out, std::span<const int> rejected = {});
+    // Running sequences, oldest first (the engine proposes drafts for them before schedule()).
+    const std::vector<Sequence*>& running() const { return running_; }
 
     bool has_work() const { return !waiting_.empty() || !running_.empty(); }
     int num_waiting() const { return static_cast<int>(waiting_.size()); }

@@ -31,13 +31,24 @@ struct Sequence {
     std::vector<uint64_t> block_hashes;  // prefix hash of each complete block of `tokens` so far
     int num_indexed_blocks = 0;          // leading blocks already offered to the prefix index
 
+    // Speculative drafts at the end of `tokens` (runtime/speculative.h): fed with the last token in
+    // one step and kept only as far as the model agrees; never part of the prompt or the output.
+    int num_draft = 0;
+
     int num_cached_tokens = -1;  // prompt tokens found in the prefix cache at first admission
     int num_preemptions = 0;
 
     int num_tokens() const { return static_cast<int>(tokens.size()); }
-    int num_generated() const { return num_tokens() - num_prompt_tokens; }
+    int num_generated() const { return num_tokens() - num_prompt_tokens - num_draft; }  // drafts excluded
     std::span<const int32_t> prompt() const { return std::span(tokens).first(num_prompt_tokens); }
-    std::span<const int32_t> output() const { return std::span(tokens).subspan(num_prompt_tokens); }
+    std::span<const int32_t> output() const {  // the generated tokens, drafts excluded
+        return std::span(tokens).subspan(num_prompt_tokens, static_cast<size_t>(num_generated()));
+    }
+    // Removes the drafts (a step that cannot take them all, a preemption).
+    void drop_drafts() {
+        tokens.resize(tokens.size() - static_cast<size_t>(num_draft));
+        num_draft = 0;
+    }
 };
 
 }  // namespace gptoss::runtime
