@@ -17,6 +17,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "parallel/world.h"
 #include "runtime/cpu_model_runner.h"
 #include "runtime/cuda_model_runner.h"
@@ -51,6 +52,7 @@ struct GenerateOptions {
     int max_num_seqs = 256;
     int max_batched_tokens = 512;
     int block_size = 16;
+    SpeculativeFlags speculative;
 };
 
 struct Line {
@@ -226,6 +228,9 @@ int run_generate(const GenerateOptions& o) {
         runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout, *kv_fp8);  // ranks as threads
     }
     runtime::EngineConfig ec;
+    auto spec = resolve_speculative_flags(o.speculative);
+    if (!spec.ok()) return fail(spec.status().message());
+    ec.speculative = *spec;
     ec.block_size = o.block_size;
     ec.kv_budget = default_budget(o, *runner, lines);
     ec.scheduler =
@@ -301,6 +306,13 @@ int run_generate(const GenerateOptions& o) {
                              {"decode_tokens", ids.empty() ? 0 : ids.size() - 1},
                              {"decode_s", decode_s},
                              {"decode_tok_per_s", ids.size() > 1 ? (ids.size() - 1) / decode_s : 0.0}};
+            if (o.speculative.config.num_tokens > 0 || !o.speculative.config_json.empty()) {
+                (*engine)->wait_idle(std::chrono::seconds(10));  // the last step's counters published
+                const runtime::EngineStats st = (*engine)->stats();
+                out["timing"]["steps"] = st.num_steps;
+                out["timing"]["draft_tokens"] = st.num_draft_tokens;
+                out["timing"]["accepted_tokens"] = st.num_accepted_tokens;
+            }
         }
         std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     }
@@ -344,6 +356,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--max-batched-tokens", o->max_batched_tokens, "Token budget of one engine step")
         ->capture_default_str();
     sub->add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
+    add_speculative_flags(sub, &o->speculative);
     sub->callback([o, &exit_code] { exit_code = run_generate(*o); });
 });
 

@@ -14,6 +14,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "model/gpt_oss_weights.h"
 #include "parallel/world.h"
 #include "runtime/cpu_model_runner.h"
@@ -52,6 +53,7 @@ struct ServeOptions {
     std::string history_tool_call_content_type = "<|constrain|>json";
     bool drop_commentary_without_tools = false;
     bool reasoning_alias = false;
+    SpeculativeFlags speculative;
 };
 
 // YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
@@ -107,6 +109,9 @@ int run_serve(const ServeOptions& o) {
     runtime::EngineConfig engine_config;
     engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
+    auto spec = resolve_speculative_flags(o.speculative);
+    if (!spec.ok()) return fail(spec.status().message());
+    engine_config.speculative = *spec;
     const bool cuda = o.backend == "cuda";
     const bool fp8 = o.fp8, fp8_experts = o.fp8_experts;
     auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8,
@@ -223,6 +228,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->capture_default_str();
     sub->add_flag("--drop-commentary-without-tools", o->drop_commentary_without_tools,
                   "Declare only the analysis and final channels when a request has no function tools");
+    add_speculative_flags(sub, &o->speculative);
     sub->add_flag("--reasoning-field-alias", o->reasoning_alias,
                   "Chat answers repeat reasoning_content as `reasoning` (newer vLLM's field name)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });

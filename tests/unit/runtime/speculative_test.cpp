@@ -44,11 +44,11 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLongestLatestMatch) {
 }
 
 TEST(NgramDrafter, NothingBelowTheMinimumOrWithoutRoom) {
-    EXPECT_TRUE(propose({1, 2, 3, 4}, 3, 1, 4).empty());            // the last token never occurred before
-    EXPECT_TRUE(propose({1, 2, 9, 5, 2}, 3, 2, 4).empty());         // (2) matches, (5 2) does not: below min 2
+    EXPECT_TRUE(propose({1, 2, 3, 4}, 3, 1, 4).empty());     // the last token never occurred before
+    EXPECT_TRUE(propose({1, 2, 9, 5, 2}, 3, 2, 4).empty());  // (2) matches, (5 2) does not: below min 2
     EXPECT_EQ(propose({1, 2, 9, 5, 2}, 3, 1, 4), (std::vector<int32_t>{9, 5, 2}));
-    EXPECT_TRUE(propose({1, 2, 1, 2}, 0, 1, 4).empty());            // no room
-    EXPECT_TRUE(propose({7}, 3, 1, 4).empty());                     // nothing earlier
+    EXPECT_TRUE(propose({1, 2, 1, 2}, 0, 1, 4).empty());  // no room
+    EXPECT_TRUE(propose({7}, 3, 1, 4).empty());           // nothing earlier
     EXPECT_TRUE(propose({}, 3, 1, 4).empty());
     EXPECT_EQ(propose({3, 3}, 2, 1, 64), (std::vector<int32_t>{3}));  // ngram_max past the tokens
 }
@@ -248,7 +248,7 @@ TEST_F(SpeculativeEngineTest, BatchMatchesTheReferenceAndKeepsDrafts) {
         expect_batch_matches_reference(weights_, spec_config(k), mixed_requests(40, 5, 8, 90, 3 + k), &st);
         EXPECT_GT(st.num_draft_tokens, 0) << k;
         EXPECT_GT(st.num_accepted_tokens, st.num_draft_tokens / 4) << k;  // cycles: most drafts kept
-        EXPECT_LT(st.num_steps, st.num_tokens_generated) << k;           // fewer steps than tokens
+        EXPECT_LT(st.num_steps, st.num_tokens_generated) << k;            // fewer steps than tokens
     }
 }
 
@@ -362,11 +362,13 @@ TEST_F(SpeculativeEngineTest, OffAboveMaxRunningAndAtZeroTokens) {
     expect_batch_matches_reference(weights_, spec_config(0), reqs, &off);
     EXPECT_LT(st.num_draft_tokens, all.num_draft_tokens);
     EXPECT_EQ(off.num_draft_tokens, 0);
-    EXPECT_FALSE(Engine::create(std::make_unique<CpuModelRunner>(weights_), [] {
-                     EngineConfig c = spec_config(4);
-                     c.speculative.ngram_min = 0;
-                     return c;
-                 }()).ok());
+    EXPECT_FALSE(Engine::create(std::make_unique<CpuModelRunner>(weights_),
+                                [] {
+                                    EngineConfig c = spec_config(4);
+                                    c.speculative.ngram_min = 0;
+                                    return c;
+                                }())
+                     .ok());
 }
 
 // A runner that draws on the "device" (greedy rows: argmax; rows with logprobs or penalties come
