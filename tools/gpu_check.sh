@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -880,6 +880,42 @@ for stage in "$@"; do
         summary+=("s25a $m rc=$?")
         grep -E "ms/step" "$OUT/s25a_$m.log"
       done
+      ;;
+    spec)
+      # Session 27: n-gram speculative decoding on the CUDA runner. The engine tests (the speculative
+      # one prints its step counts), then 20b --fp8 greedy generation of 1,024 tokens from a random
+      # 64-token prompt with 0 / 2 / 4 drafts a step (decode tok/s, steps, drafts kept, and whether
+      # the ids match the plain run), then the decode step at 1-5 sequences (a verification of k
+      # drafts is a k + 1-entry decode step).
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaEngine.*' > "$OUT/spec_tests.log" 2>&1
+      summary+=("spec tests rc=$?")
+      grep -E "^\[spec\]|OK \]|FAILED|Failure|first difference" "$OUT/spec_tests.log" | head -20
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1 > /dev/null
+      ids=$(python3 -c 'import random; r=random.Random(5); print(",".join(str(r.randrange(200000)) for _ in range(64)))')
+      for k in 0 2 4; do
+        timeout 150 $BIN/gptoss generate --model "$WORK/gpt-oss-20b" --backend cuda --fp8 --ids "$ids" --max-tokens 1024 \
+          --temperature 0 --ignore-eos --max-num-seqs 8 --speculative-tokens $k --ngram-min 1 --ngram-max 4 \
+          --speculative-max-running 0 > "$OUT/spec_gen_$k.json" 2> "$OUT/spec_gen_$k.err"
+        summary+=("spec generate k=$k rc=$?")
+      done
+      python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+runs = {k: json.load(open(f"{out}/spec_gen_{k}.json")) for k in (0, 2, 4)}
+base = runs[0]["ids"]
+print("| drafts | decode tok/s | steps | drafts fed | kept | ids = plain |")
+print("|---:|---:|---:|---:|---:|---|")
+for k, r in runs.items():
+    t = r["timing"]
+    print(f"| {k} | {t['decode_tok_per_s']:.1f} | {t.get('steps', '-')} | {t.get('draft_tokens', 0)} | "
+          f"{t.get('accepted_tokens', 0)} | {r['ids'] == base} |")
+cyc = next((i for i in range(1, len(base)) if base[i:i + 8] in [base[j:j + 8] for j in range(i)]), None)
+print("first 8-gram repeat in the plain output at token", cyc)
+PY
+      timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,3,4,5 --context 1024 \
+        --decode-steps 32 --repeats 3 > "$OUT/spec_steps.log" 2>&1
+      summary+=("spec steps rc=$?")
+      grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/spec_steps.log" | head -8
       ;;
     ktrace)
       # Session 21: one decode step kernel by kernel inside the replayed graph (CUPTI activity
