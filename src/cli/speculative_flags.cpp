@@ -15,6 +15,9 @@ void add_speculative_flags(CLI::App* sub, SpeculativeFlags* f) {
     sub->add_option("--speculative-max-running", f->config.max_running,
                     "Draft only while at most this many sequences run (0 = always)")
         ->capture_default_str();
+    sub->add_option("--speculative-max-backoff", f->config.max_backoff,
+                    "Steps a sequence waits after drafts all rejected, doubling up to this (0 = never wait)")
+        ->capture_default_str();
     sub->add_option("--speculative-config", f->config_json,
                     "vLLM's form: '{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'");
 }

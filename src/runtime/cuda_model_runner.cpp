@@ -20,7 +20,7 @@ StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::shared_p
     ASSIGN_OR_RETURN(model::WeightShard shard, model::plan_shard(weights->config, layout, 0));
     ASSIGN_OR_RETURN(auto m, model::ParallelCudaModel::create(*weights, layout, opt));
     return std::unique_ptr<CudaModelRunner>(
-        new CudaModelRunner(std::move(weights), std::move(m), shard.num_kv_heads, kv_fp8));
+        new CudaModelRunner(std::move(weights), std::move(m), shard.num_kv_heads, kv_fp8, opt.max_seqs));
 }
 
 KvGeometry CudaModelRunner::kv_geometry(int block_size) const {

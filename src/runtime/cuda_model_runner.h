@@ -31,13 +31,18 @@ public:
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
     bool samples_on_device() const override { return true; }
+    int max_batch_entries() const override { return max_entries_; }
     Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override;
 
 private:
     CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
-                    std::unique_ptr<model::ParallelCudaModel> model, int kv_heads, bool kv_fp8)
-        : weights_(std::move(weights)), model_(std::move(model)), kv_heads_(kv_heads), kv_fp8_(kv_fp8) {}
+                    std::unique_ptr<model::ParallelCudaModel> model, int kv_heads, bool kv_fp8, int max_entries)
+        : weights_(std::move(weights)),
+          model_(std::move(model)),
+          kv_heads_(kv_heads),
+          kv_fp8_(kv_fp8),
+          max_entries_(max_entries) {}
 
     // seqs_, need_ and dp_group_ for this batch. A sequence asking for all_logits (a speculative
     // verification) becomes one single-token entry a position, all on its block tables: the
@@ -50,6 +55,7 @@ private:
     std::unique_ptr<model::ParallelCudaModel> model_;
     int kv_heads_;                                        // per rank
     bool kv_fp8_;                                         // e4m3 KV cache (CudaModelOptions::kv_fp8)
+    int max_entries_;                                     // CudaModelOptions::max_seqs
     std::vector<int> dp_group_;                           // scratch
     std::vector<model::ForwardSequence> seqs_;            // scratch: the model's entries
     std::vector<int> seq_of_;                             // scratch: entry -> batch sequence

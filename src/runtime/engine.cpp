@@ -84,6 +84,8 @@ struct Engine::Active {
     uint64_t seed = 0;
     std::shared_ptr<RequestStream> stream;
     StopChecker stop;
+    int spec_wait = 0;     // steps before this sequence proposes drafts again
+    int spec_backoff = 0;  // the last wait (doubles while verifications keep nothing)
 };
 
 namespace {
@@ -281,11 +283,15 @@ void Engine::propose_drafts() {
     if (sc.num_tokens <= 0 || R == 0 || (sc.max_running > 0 && R > sc.max_running)) return;
     // Every verified token is a logits row (and, on the CUDA runner, a batch entry): keep the
     // running sequences' rows within max_num_seqs.
-    int room = config_.scheduler.max_num_seqs - R;
+    int room = std::min(config_.scheduler.max_num_seqs, runner_->max_batch_entries()) - R;
     for (Sequence* s : running) {
         if (room <= 0) break;
         if (s->num_draft != 0 || s->num_computed != s->num_tokens() - 1) continue;  // not decoding
-        const Active& a = *active_.at(s->id);
+        Active& a = *active_.at(s->id);
+        if (a.spec_wait > 0) {
+            --a.spec_wait;
+            continue;
+        }
         // Never past max_tokens: the step's last row gives one more token after the drafts.
         const int k = std::min({sc.num_tokens, a.request.max_tokens - s->num_generated() - 1, room});
         if (k <= 0) continue;
@@ -423,6 +429,11 @@ void Engine::step() {
         Sequence& s = samplers[j]->seq;
         const int kept = static_cast<int>(emitted[j].size()) - 1;
         rejected[i] = s.num_draft - kept;
+        if (s.num_draft > 0) {  // back off while verifications keep nothing
+            Active& a = *samplers[j];
+            a.spec_backoff = kept > 0 ? 0 : std::min(std::max(1, 2 * a.spec_backoff), config_.speculative.max_backoff);
+            a.spec_wait = a.spec_backoff;
+        }
         s.tokens.resize(s.tokens.size() - static_cast<size_t>(rejected[i]));
         s.num_draft = 0;
         counters_.num_accepted_tokens += kept;

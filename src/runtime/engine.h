@@ -95,8 +95,8 @@ struct EngineConfig {
     // counter-based noise), not of the host sampler's: same distribution, different tokens.
     bool device_sampling = true;
     // N-gram speculative decoding (runtime/speculative.h); off unless num_tokens > 0. A verification
-    // feeds 1 + drafts tokens of a sequence, so the runner's max_num_seqs-sized step limits count
-    // them: drafts are proposed only while every running sequence's tokens fit max_num_seqs.
+    // feeds 1 + drafts tokens of a sequence, each a logits row: drafts are proposed only while the
+    // running sequences plus their drafts fit max_num_seqs and the runner's max_batch_entries().
     SpeculativeConfig speculative;
 };
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -41,6 +42,10 @@ public:
         bool want_logits = false;  // the caller samples this row itself: return its logits instead
     };
     virtual bool samples_on_device() const { return false; }
+    // Most entries one step may hold: sequences, plus one per speculative draft verified (the CUDA
+    // runner runs a verification as one decode entry a token). The engine proposes no more drafts
+    // than fit.
+    virtual int max_batch_entries() const { return std::numeric_limits<int>::max(); }
     // Runs one step like forward(), and for each sequence with need_logits (params in the same
     // order) appends the token drawn on the device to `ids`, or, for params with want_logits, -1
     // to `ids` and the row to `logits` (in that order).

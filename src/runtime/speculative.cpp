@@ -14,6 +14,9 @@ Status validate_speculative_config(const SpeculativeConfig& c) {
                                 std::to_string(c.ngram_min) + ", max " + std::to_string(c.ngram_max));
     if (c.max_running < 0)
         return invalid_argument("the speculation batch limit must be >= 0, got " + std::to_string(c.max_running));
+    if (c.max_backoff < 0 || c.max_backoff > 1024)
+        return invalid_argument("the speculation back-off must be in [0, 1024] steps, got " +
+                                std::to_string(c.max_backoff));
     return ok_status();
 }
 

@@ -29,9 +29,15 @@ struct SpeculativeConfig {
     // Propose only while at most this many sequences run (0: any number). A draft costs a full token
     // of compute whether kept or not; at large batches the step is compute-bound and drafts lose.
     int max_running = 8;
+    // After a verification that keeps none of a sequence's drafts, it proposes none for the next
+    // 1, 2, 4, ... steps (doubling, up to this; 0: never wait); a kept draft resets the wait. On
+    // text that does not repeat its context, rejected drafts then cost a step in ~max_backoff
+    // rather than every step (a k-draft verification costs like a (k + 1)-sequence step).
+    int max_backoff = 32;
 };
 
-// Ranges: num_tokens in [0, 16], 1 <= ngram_min <= ngram_max <= 64, max_running >= 0.
+// Ranges: num_tokens in [0, 16], 1 <= ngram_min <= ngram_max <= 64, max_running >= 0,
+// max_backoff in [0, 1024].
 Status validate_speculative_config(const SpeculativeConfig& config);
 
 // The longest suffix of `tokens` of length in [ngram_min, ngram_max] that also occurs earlier (its

@@ -30,6 +30,7 @@ std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w
     if (!runner.ok()) return {};
     runtime::EngineConfig cfg;
     cfg.device_sampling = device_sampling;
+    cfg.scheduler.max_num_seqs = 8;  // the runner's
     cfg.speculative = {.num_tokens = speculative_tokens, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
     cfg.kv_budget.bytes = size_t{64} << 20;
     auto engine = runtime::Engine::create(std::move(*runner), cfg);

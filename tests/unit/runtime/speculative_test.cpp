@@ -371,6 +371,23 @@ TEST_F(SpeculativeEngineTest, OffAboveMaxRunningAndAtZeroTokens) {
                      .ok());
 }
 
+// Backing off after verifications that keep nothing: fewer drafts fed, a larger share of them
+// kept, the same tokens.
+TEST_F(SpeculativeEngineTest, BackOffAfterRejectedDrafts) {
+    const std::vector<Request> reqs = mixed_requests(40, 5, 6, 90, 17);
+    EngineConfig eager = spec_config(4), patient = spec_config(4);
+    eager.speculative.max_backoff = 0;
+    patient.speculative.max_backoff = 32;
+    EngineStats e, p;
+    expect_batch_matches_reference(weights_, eager, reqs, &e);
+    expect_batch_matches_reference(weights_, patient, reqs, &p);
+    EXPECT_LT(p.num_draft_tokens, e.num_draft_tokens);
+    EXPECT_GT(p.num_accepted_tokens * e.num_draft_tokens, e.num_accepted_tokens * p.num_draft_tokens);
+    EXPECT_GT(p.num_accepted_tokens, 0);
+    EXPECT_FALSE(validate_speculative_config({.num_tokens = 2, .max_backoff = -1}).ok());
+    EXPECT_FALSE(validate_speculative_config({.num_tokens = 2, .max_backoff = 1025}).ok());
+}
+
 // A runner that draws on the "device" (greedy rows: argmax; rows with logprobs or penalties come
 // back as logits): a verification asks for one draw a fed token, each with its own draw index.
 class DeviceSamplingRunner : public ModelRunner {
@@ -384,6 +401,7 @@ public:
     }
     Status forward(const Batch& batch, std::vector<float>* logits) override { return inner_.forward(batch, logits); }
     bool samples_on_device() const override { return true; }
+    int max_batch_entries() const override { return 5; }
     Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override {
         rows_.clear();
@@ -434,6 +452,7 @@ TEST_F(SpeculativeEngineTest, DeviceDrawsOneRowPerVerifiedToken) {
     ASSERT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
     EXPECT_GT((*engine)->stats().num_accepted_tokens, 0);
     EXPECT_GT(r->max_rows, static_cast<int>(reqs.size()));  // some step verified drafts
+    EXPECT_LE(r->max_rows, r->max_batch_entries());         // never more rows than the runner takes
 }
 }  // namespace
 }  // namespace gptoss::runtime
