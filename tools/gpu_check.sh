@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -879,6 +879,16 @@ for stage in "$@"; do
           --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s25a_$m.log" 2>&1
         summary+=("s25a $m rc=$?")
         grep -E "ms/step" "$OUT/s25a_$m.log"
+      done
+      ;;
+    s27a)
+      # Session 27: the decode step jumps from 3.22 ms at 4 sequences to 4.59 at 5 (r42 call 2; 8:
+      # ~5.2): trace batches 4, 5 and 8 (20b --fp8, 1k context) kernel by kernel.
+      for b in 4 5 8; do
+        GPTOSS_KERNEL_TRACE="$OUT/ktrace_b$b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch $b --context 1024 --decode-steps 6 > "$OUT/ktrace_b$b.log" 2>&1
+        summary+=("s27a ktrace b$b rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/ktrace_b$b.csv"
       done
       ;;
     spec)
