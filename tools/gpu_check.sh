@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -902,6 +902,20 @@ for stage in "$@"; do
           summary+=("s27b $m crossover $v rc=$?")
           echo "$m, weight-only MoE up to $v rows:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s27b_${m}_$v.log"
         done
+      done
+      ;;
+    s27c)
+      # Session 27: the weight-only MoE up to 5 rows now (kMxfp4MmaCrossover, from s27b): the MoE
+      # kernel tests, the model and engine tests, then decode batches 1, 4, 5, 6 of 20b and 120b.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeMxfp4*:CudaOps.MoeDecodeMma*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s27c_tests.log" 2>&1
+      summary+=("s27c tests rc=$?")
+      grep -E "^\[spec\]|OK \]|FAILED|Failure" "$OUT/s27c_tests.log" | head -20
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 200 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1,4,5,6 --context 1024 \
+          --decode-steps 32 --repeats 3 > "$OUT/s27c_$m.log" 2>&1
+        summary+=("s27c $m rc=$?")
+        echo "$m:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s27c_$m.log"
       done
       ;;
     spec)

@@ -350,7 +350,10 @@ struct CudaModel::Impl {
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
     static constexpr int kLogitChunk = 256;
-    static constexpr int kMxfp4MmaCrossover = 4;  // weight-only MXFP4 kernels up to this many MoE rows
+    // Weight-only MXFP4 kernels (moe_decode_mma) up to this many MoE rows, the grouped moe_mma_v4
+    // above. r42 (20b / 120b --fp8, 1k context, ms a step, crossover 4 vs 8): 5 rows 4.618 → 3.766 /
+    // 7.368 → 6.042, 6 rows 4.865 → 5.178 / 7.840 → 8.939, 7 and 8 within ±4% either way.
+    static constexpr int kMxfp4MmaCrossover = 5;
     static constexpr int kMaxSplits = 64;
 
     Status init(const GptOssWeights& w);
@@ -766,8 +769,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                                                          : 2048;
     if (const char* v = std::getenv("GPTOSS_MOE_MMA_MAX_TOKENS")) mma_tokens = std::max(0, std::atoi(v));
     // With the grouped kernels the weight-only ones keep only the smallest batches (20b, step ms,
-    // weight-only vs grouped: 1 token 2.89 vs 4.31, 2: 4.06 vs 5.75, 4: 7.31 vs 7.69, 8: 12.6 vs
-    // 11.3, 16: 21.1 vs 11.6).
+    // weight-only vs grouped, r16's kernels: 1 token 2.89 vs 4.31, 2: 4.06 vs 5.75, 4: 7.31 vs 7.69,
+    // 8: 12.6 vs 11.3, 16: 21.1 vs 11.6; r42's moe_decode_mma: see kMxfp4MmaCrossover).
     if (mma_ok && mma_tokens > 0) mxfp4_tokens = std::min(opt.mxfp4_max_tokens, kMxfp4MmaCrossover);
     if (const char* v = std::getenv("GPTOSS_MXFP4_MAX_TOKENS")) mxfp4_tokens = std::max(0, std::atoi(v));
     experts_per_token = c.experts_per_token;
