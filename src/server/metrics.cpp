@@ -133,6 +133,10 @@ std::string ServerMetrics::render(const EngineStats& engine, int64_t requests_in
     counter(out, "gptoss_generation_tokens_total", "Tokens generated.", static_cast<double>(generated_tokens_.load()));
     counter(out, "gptoss_requests_cancelled_total", "Requests cancelled before they finished (client gone).",
             static_cast<double>(cancelled_.load()));
+    counter(out, "gptoss_spec_decode_draft_tokens_total", "Speculative draft tokens fed to the model.",
+            static_cast<double>(engine.spec_draft_tokens));
+    counter(out, "gptoss_spec_decode_accepted_tokens_total", "Speculative draft tokens kept.",
+            static_cast<double>(engine.spec_accepted_tokens));
     ttft_.render(out, "gptoss_time_to_first_token_seconds", "Time from request arrival to its first token.");
     itl_.render(out, "gptoss_inter_token_latency_seconds", "Time between two tokens of one request.");
     gauge(out, "gptoss_requests_in_flight", "Requests the server is handling now.",

@@ -135,6 +135,8 @@ EngineStats RuntimeEngineAdapter::stats() const {
     s.running_sequences = r.num_running;
     s.kv_blocks_in_use = static_cast<int64_t>(r.num_blocks_in_use.full) + r.num_blocks_in_use.sliding;
     s.kv_blocks_total = static_cast<int64_t>(r.num_blocks.full) + r.num_blocks.sliding;
+    s.spec_draft_tokens = r.num_draft_tokens;
+    s.spec_accepted_tokens = r.num_accepted_tokens;
     return s;
 }
 

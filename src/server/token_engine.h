@@ -61,6 +61,8 @@ struct EngineStats {
     int64_t running_sequences = 0;  // scheduled, holding KV blocks
     int64_t kv_blocks_in_use = 0;
     int64_t kv_blocks_total = 0;
+    int64_t spec_draft_tokens = 0;     // speculative drafts fed to the model (counter)
+    int64_t spec_accepted_tokens = 0;  // of them, kept (counter)
 };
 
 class TokenEngine {

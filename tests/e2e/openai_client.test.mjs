@@ -123,7 +123,11 @@ before(async () => {
   base = `http://127.0.0.1:${port}`;
   server = spawn(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', String(port),
                        '--served-model-name', MODEL, '--max-body-bytes', String(MAX_BODY),
-                       '--kv-cache-mb', String(KV_CACHE_MB)],
+                       '--kv-cache-mb', String(KV_CACHE_MB),
+                       // n-gram speculation on (drafts from any 1-token match). The tiny model's random
+                       // text seldom repeats, so this checks the flags and the lookup on every step; the
+                       // drafts' verification is runtime_tests' Speculative* and CudaEngine's.
+                       '--speculative-tokens', '3', '--ngram-min', '1', '--speculative-max-running', '0'],
                  { stdio: ['ignore', 'pipe', 'pipe'] });
   server.stdout.on('data', (d) => { serverLog += d; });
   server.stderr.on('data', (d) => { serverLog += d; });
@@ -438,6 +442,8 @@ describe('metrics', () => {
     }
     assert.ok(m.value('gptoss_generation_tokens_total') > 0);
     assert.ok(m.value('gptoss_kv_blocks_total') > 0);
+    assert.ok(m.text.includes('gptoss_spec_decode_draft_tokens_total'));
+    assert.ok(m.value('gptoss_spec_decode_accepted_tokens_total') <= m.value('gptoss_spec_decode_draft_tokens_total'));
   });
 });
 
