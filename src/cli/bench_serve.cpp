@@ -19,6 +19,7 @@
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "model/synthetic_weights.h"
 #include "parallel/world.h"
 #include "runtime/cpu_model_runner.h"
@@ -45,6 +46,7 @@ struct BenchServeOptions {
     int block_size = 16;
     bool json_output = false;
     std::string markdown;
+    SpeculativeFlags speculative;
 };
 
 struct Run {
@@ -53,6 +55,8 @@ struct Run {
     int64_t prompt_tokens = 0;
     int64_t generated = 0;
     int64_t steps = 0;
+    int64_t drafts = 0;    // speculative drafts fed
+    int64_t accepted = 0;  // of them, kept
 };
 
 StatusOr<Run> run_once(runtime::Engine& engine, int vocab, int concurrency, int prompt_len, int max_tokens,
@@ -66,7 +70,7 @@ StatusOr<Run> run_once(runtime::Engine& engine, int vocab, int concurrency, int 
         r.sampling.temperature = temperature;
         r.sampling.seed = rng();
     }
-    const int64_t steps0 = engine.stats().num_steps;
+    const runtime::EngineStats before = engine.stats();
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<runtime::RequestHandle> handles;
     for (runtime::Request& r : reqs) {
@@ -96,7 +100,10 @@ StatusOr<Run> run_once(runtime::Engine& engine, int vocab, int concurrency, int 
     run.wall_s = std::chrono::duration<double>(last - t0).count();
     run.mean_ttft_s /= concurrency;
     engine.wait_idle(std::chrono::milliseconds(10000));
-    run.steps = engine.stats().num_steps - steps0;
+    const runtime::EngineStats after = engine.stats();
+    run.steps = after.num_steps - before.num_steps;
+    run.drafts = after.num_draft_tokens - before.num_draft_tokens;
+    run.accepted = after.num_accepted_tokens - before.num_accepted_tokens;
     return run;
 }
 
@@ -147,6 +154,9 @@ int run_bench_serve(const BenchServeOptions& o) {
     runtime::EngineConfig ec;
     ec.block_size = o.block_size;
     ec.enable_prefix_caching = false;  // distinct prompts: measure the plain path
+    auto spec = resolve_speculative_flags(o.speculative);
+    if (!spec.ok()) return fail(spec.status().message());
+    ec.speculative = *spec;
     ec.scheduler = runtime::SchedulerConfig{.max_num_seqs = max_c, .max_num_batched_tokens = batched};
     const int64_t per_seq = (static_cast<int64_t>(o.prompt_len) + o.max_tokens + o.block_size - 1) / o.block_size + 1;
     const int64_t window = weights->config.sliding_window;
@@ -201,7 +211,9 @@ int run_bench_serve(const BenchServeOptions& o) {
                                 {"generated_tok_per_s", gen_tps},
                                 {"total_tok_per_s", total_tps},
                                 {"mean_ttft_s", best.mean_ttft_s},
-                                {"steps", best.steps}};
+                                {"steps", best.steps},
+                                {"draft_tokens", best.drafts},
+                                {"accepted_tokens", best.accepted}};
             std::cout << j.dump() << "\n" << std::flush;
         } else {
             std::cout << line << std::flush;
@@ -233,6 +245,7 @@ void add_options(CLI::App* sub, const std::shared_ptr<BenchServeOptions>& o) {
     sub->add_option("--block-size", o->block_size, "KV block size in tokens")->capture_default_str();
     sub->add_flag("--json", o->json_output, "JSON lines instead of a Markdown table");
     sub->add_option("--markdown", o->markdown, "Also write the table to this file");
+    add_speculative_flags(sub, &o->speculative);
 }
 
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
