@@ -27,8 +27,9 @@ public:
     virtual size_t free_memory_bytes() const = 0;
     // Allocates the paged cache; called once, before forward().
     virtual Status allocate_kv_cache(int block_size, KvBlockCounts counts) = 0;
-    // Runs one step. Appends one row of vocab_size logits per sequence with need_logits (for its
-    // last new token), in batch order. Writes the new tokens' K/V into their blocks.
+    // Runs one step. Appends vocab_size logits rows in batch order: for each sequence with
+    // need_logits, its last new token's row, or with all_logits one row per new token (a
+    // speculative verification). Writes the new tokens' K/V into their blocks.
     virtual Status forward(const Batch& batch, std::vector<float>* logits) = 0;
 
     // Sampling on the device, where the backend has it (kernels/cuda/sampling.h: greedy,
@@ -46,9 +47,9 @@ public:
     // runner runs a verification as one decode entry a token). The engine proposes no more drafts
     // than fit.
     virtual int max_batch_entries() const { return std::numeric_limits<int>::max(); }
-    // Runs one step like forward(), and for each sequence with need_logits (params in the same
-    // order) appends the token drawn on the device to `ids`, or, for params with want_logits, -1
-    // to `ids` and the row to `logits` (in that order).
+    // Runs one step like forward(), and for each logits row forward() would give (params in the
+    // same order, one set a row) appends the token drawn on the device to `ids`, or, for params
+    // with want_logits, -1 to `ids` and the row to `logits` (in that order).
     virtual Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                                   std::vector<float>* logits) {
         (void)batch, (void)params, (void)ids, (void)logits;
