@@ -413,6 +413,12 @@ struct CudaModel::Impl {
     // and print the accumulated table at exit. A debugging aid, off by default.
     bool profile = std::getenv("GPTOSS_PROFILE") != nullptr;
     bool use_graphs = std::getenv("GPTOSS_NO_GRAPHS") == nullptr;
+    // GPTOSS_LM_HEAD_X_F32=1: the FP8 lm_head GEMV reads the final norm's fp32 rows (before r42),
+    // not its bf16 ones (the same bits; an A/B switch).
+    bool lm_head_x_f32 = [] {
+        const char* v = std::getenv("GPTOSS_LM_HEAD_X_F32");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     // Decode-path switches for A/B runs (bench/NOTES.md r11): GPTOSS_DECODE_FUSED=0 goes back to
     // the three router launches (logits, top-k, plan); GPTOSS_GEMV_V1=1 to the r2 GEMV kernel.
     bool decode_fused = [] {
@@ -1542,7 +1548,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         float* dst = tp > 1 ? logits_local.as<float>() : logits.as<float>();
         const int rows = tp > 1 ? vocab_chunk : V;
         if (fp8 && small && R == T) {
-            linear_f8(h32.get(), false, lm_head_f8, dst, T, xq8.as<uint8_t>(), xs8.as<float>());
+            // The GEMV rounds its x to bf16 (RN) before the MMAs; h holds the norm's output rounded
+            // the same way, so reading h is the same bits with half of x's bytes and no conversion.
+            const bool x32 = lm_head_x_f32;
+            linear_f8(x32 ? h32.get() : h.get(), !x32, lm_head_f8, dst, T, xq8.as<uint8_t>(), xs8.as<float>());
         } else if (fp8) {
             kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
             linear_f8(hsel.get(), true, lm_head_f8, dst, n, xq8.as<uint8_t>(), xs8.as<float>());
@@ -1872,7 +1881,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         moe_residual(rn);
         rn.weight = final_norm.as<float>();
         rn.out = h.get();
-        rn.out_f32 = small ? h32.as<float>() : nullptr;
+        rn.out_f32 = small && (!fp8 || lm_head_x_f32) ? h32.as<float>() : nullptr;  // lm_head_rows' x
         rn.num_tokens = T;
         rn.hidden_size = H;
         rn.eps = static_cast<float>(c.rms_norm_eps);

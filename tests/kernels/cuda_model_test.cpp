@@ -7,6 +7,7 @@
 // of positions (a flip needs a near-tie in the top two logits or in the router).
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -303,6 +304,54 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
 // per-expert cuBLASLt GEMMs on the FP8 copy (activations per 1×128), and the same without the copy
 // (one expert converted at a time). Each must meet the bounds; the last two must give the same
 // logits (same bytes, same GEMMs).
+// The FP8 lm_head GEMV of decode-sized batches reads the final norm's bf16 rows (r42); the GEMV
+// rounds x to bf16 (RN) itself, so the logits are the same bits as from the fp32 rows
+// (GPTOSS_LM_HEAD_X_F32=1), at 1, 2, 5 and 8 sequences.
+TEST(CudaModel, Fp8LmHeadOnBf16RowsIsTheSameBits) {
+    REQUIRE_GPU();
+    const model::GptOssConfig c = real_width_config();
+    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_lmhead_");
+    auto w = model::GptOssWeights::load(dir);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    std::mt19937 rng(9);
+    std::vector<std::vector<float>> got(2);
+    for (int variant = 0; variant < 2; ++variant) {
+        auto o = small_options();
+        o.fp8 = true;
+        if (variant == 1) ::setenv("GPTOSS_LM_HEAD_X_F32", "1", 1);  // read when the model is made
+        auto m = CudaModel::create(**w, o);
+        ::unsetenv("GPTOSS_LM_HEAD_X_F32");
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        std::mt19937 r(rng);  // the same ids for both variants
+        for (int n : {1, 2, 5, 8}) {
+            std::vector<std::vector<int32_t>> tables(static_cast<size_t>(n)), prompts(static_cast<size_t>(n));
+            for (int s = 0; s < n; ++s) {
+                tables[s].resize(4);
+                for (int b = 0; b < 4; ++b) tables[s][b] = s * 4 + b;
+                prompts[s] = random_token_ids(r, 5 + s, c.vocab_size);
+            }
+            std::vector<ForwardSequence> batch;
+            for (int s = 0; s < n; ++s) batch.push_back({prompts[s], 0, tables[s], tables[s], false});
+            std::vector<float> out;
+            ASSERT_TRUE((*m)->forward(batch, &out).ok());
+            for (int step = 0; step < 2; ++step) {  // decode steps: every row asked for, n <= 8
+                std::vector<std::vector<int32_t>> ids(static_cast<size_t>(n));
+                batch.clear();
+                for (int s = 0; s < n; ++s) {
+                    ids[s] = random_token_ids(r, 1, c.vocab_size);
+                    batch.push_back({ids[s], 5 + s + step, tables[s], tables[s], false});
+                }
+                out.clear();
+                ASSERT_TRUE((*m)->forward(batch, &out).ok());
+                got[variant].insert(got[variant].end(), out.begin(), out.end());
+            }
+        }
+    }
+    ASSERT_EQ(got[0].size(), got[1].size());
+    ASSERT_GT(got[0].size(), 0u);
+    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0);
+}
+
 TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     REQUIRE_GPU();
     const model::GptOssConfig c = real_width_config();
