@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -919,6 +919,8 @@ for stage in "$@"; do
       done
       ;;
     s27d)
+      # Ran at 3ecdd3c (r42 call 6). Since then the switch is GPTOSS_GEMV_X_F32 (QKV and lm_head) and
+      # the test CudaModel.Fp8GemvsOnBf16RowsAreTheSameBits: s27e.
       # Session 27: the CUDA engine tests (the speculative test's near-tie form), the lm_head GEMV on
       # the final norm's bf16 rows (same bits: its test), then its A/B in the same run
       # (GPTOSS_LM_HEAD_X_F32=1 the fp32 rows, as before) at batches 1, 4, 8 (20b) and 1 (120b).
@@ -938,6 +940,22 @@ for stage in "$@"; do
           --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s27d_120b_$v.log" 2>&1
         summary+=("s27d 120b x_f32=$v rc=$?")
         echo "120b, lm_head x fp32=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s27d_120b_$v.log"
+      done
+      ;;
+    s27e)
+      # Session 27: the fused decode QKV GEMV on the norm's bf16 rows too (same bits; one switch
+      # for both GEMVs now, GPTOSS_GEMV_X_F32=1 the fp32 rows): the test, then 20b batch 1 and 4,
+      # interleaved, twice.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.Fp8Gemvs*:CudaModel.Fp8Weights*:CudaEngine.DeviceSampling*' > "$OUT/s27e_tests.log" 2>&1
+      summary+=("s27e tests rc=$?")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s27e_tests.log" | head -10
+      for pass in 1 2; do
+        for v in 0 1; do
+          GPTOSS_GEMV_X_F32=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,4 \
+            --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s27e_20b_${v}_$pass.log" 2>&1
+          summary+=("s27e 20b x_f32=$v pass $pass rc=$?")
+          echo "20b, GEMV x fp32=$v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s27e_20b_${v}_$pass.log"
+        done
       done
       ;;
     spec)

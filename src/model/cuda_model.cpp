@@ -413,12 +413,15 @@ struct CudaModel::Impl {
     // and print the accumulated table at exit. A debugging aid, off by default.
     bool profile = std::getenv("GPTOSS_PROFILE") != nullptr;
     bool use_graphs = std::getenv("GPTOSS_NO_GRAPHS") == nullptr;
-    // GPTOSS_LM_HEAD_X_F32=1: the FP8 lm_head GEMV reads the final norm's fp32 rows (before r42),
-    // not its bf16 ones (the same bits; an A/B switch).
-    bool lm_head_x_f32 = [] {
-        const char* v = std::getenv("GPTOSS_LM_HEAD_X_F32");
+    // The FP8 tensor-core GEMVs (every gemv_fp8 but kRowPerWarp) round x to bf16 (RN) before their
+    // MMAs, and the norms write those RN bf16 rows (h) beside the fp32 ones: the decode QKV and
+    // lm_head GEMVs read h, the same bits with half of x's bytes and no conversion (r42).
+    // GPTOSS_GEMV_X_F32=1: the fp32 rows, as before r42 (an A/B switch).
+    bool gemv_x_f32 = [] {
+        const char* v = std::getenv("GPTOSS_GEMV_X_F32");
         return v != nullptr && std::strcmp(v, "1") == 0;
     }();
+    bool gemv_x_bf16() const { return fp8 && !gemv_x_f32 && gemv_fp8 != kc::GemvFp8Kernel::kRowPerWarp; }
     // Decode-path switches for A/B runs (bench/NOTES.md r11): GPTOSS_DECODE_FUSED=0 goes back to
     // the three router launches (logits, top-k, plan); GPTOSS_GEMV_V1=1 to the r2 GEMV kernel.
     bool decode_fused = [] {
@@ -1548,10 +1551,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         float* dst = tp > 1 ? logits_local.as<float>() : logits.as<float>();
         const int rows = tp > 1 ? vocab_chunk : V;
         if (fp8 && small && R == T) {
-            // The GEMV rounds its x to bf16 (RN) before the MMAs; h holds the norm's output rounded
-            // the same way, so reading h is the same bits with half of x's bytes and no conversion.
-            const bool x32 = lm_head_x_f32;
-            linear_f8(x32 ? h32.get() : h.get(), !x32, lm_head_f8, dst, T, xq8.as<uint8_t>(), xs8.as<float>());
+            const bool xb = gemv_x_bf16();  // the same bits either way
+            linear_f8(xb ? h.get() : h32.get(), xb, lm_head_f8, dst, T, xq8.as<uint8_t>(), xs8.as<float>());
         } else if (fp8) {
             kc::moe_gather(h.get(), logit_rows.as<int32_t>() + r0, n, 1, H, hsel.get(), stream);
             linear_f8(hsel.get(), true, lm_head_f8, dst, n, xq8.as<uint8_t>(), xs8.as<float>());
@@ -1607,11 +1608,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             if (l == 0) rn.add = nullptr;
             rn.weight = D.input_norm.as<float>();
             rn.out = h.get();
-            rn.out_f32 = small ? h32.as<float>() : nullptr;
+            const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
+            const bool qkv_x_bf16 = fuse_qkv && gemv_x_bf16();  // the fused QKV GEMV reads h (same bits)
+            rn.out_f32 = small && !qkv_x_bf16 ? h32.as<float>() : nullptr;
             rn.num_tokens = T;
             rn.hidden_size = H;
             rn.eps = static_cast<float>(c.rms_norm_eps);
-            const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
             const bool qkv_bf16 = fp8 && !small && gemm_bf16_out;
             // The prompt path's FP8 QKV: the norm also writes its rows quantized (the bytes of
             // quantize_act_fp8_bf16 of h; in the norm kernel where it can, then without h, which only
@@ -1655,7 +1657,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             r.head_dim = c.head_dim;
             if (fuse_qkv) {  // decode: the QKV GEMV writes q and the cache itself (same arithmetic)
                 kc::GemvArgs g;
-                g.x = h32.get();
+                g.x = qkv_x_bf16 ? h.get() : h32.get();
+                g.x_bf16 = qkv_x_bf16;
                 g.w = fp8 ? D.qkv_f8.q.get() : D.qkv_w.get();
                 g.w_scale = fp8 ? D.qkv_f8.scales.as<float>() : nullptr;
                 g.w_ld = fp8 ? D.qkv_f8.k_pad : 0;
@@ -1881,7 +1884,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         moe_residual(rn);
         rn.weight = final_norm.as<float>();
         rn.out = h.get();
-        rn.out_f32 = small && (!fp8 || lm_head_x_f32) ? h32.as<float>() : nullptr;  // lm_head_rows' x
+        rn.out_f32 = small && !gemv_x_bf16() ? h32.as<float>() : nullptr;  // lm_head_rows' x
         rn.num_tokens = T;
         rn.hidden_size = H;
         rn.eps = static_cast<float>(c.rms_norm_eps);

@@ -304,10 +304,10 @@ TEST(CudaModel, MatchesCpuAtRealWidthsWithBatchesAndLongPrompts) {
 // per-expert cuBLASLt GEMMs on the FP8 copy (activations per 1×128), and the same without the copy
 // (one expert converted at a time). Each must meet the bounds; the last two must give the same
 // logits (same bytes, same GEMMs).
-// The FP8 lm_head GEMV of decode-sized batches reads the final norm's bf16 rows (r42); the GEMV
-// rounds x to bf16 (RN) itself, so the logits are the same bits as from the fp32 rows
-// (GPTOSS_LM_HEAD_X_F32=1), at 1, 2, 5 and 8 sequences.
-TEST(CudaModel, Fp8LmHeadOnBf16RowsIsTheSameBits) {
+// The FP8 decode QKV and lm_head GEMVs read the norms' bf16 rows (r42); the GEMVs round x to bf16
+// (RN) themselves, so the logits are the same bits as from the fp32 rows (GPTOSS_GEMV_X_F32=1),
+// at 1, 2, 5 and 8 sequences.
+TEST(CudaModel, Fp8GemvsOnBf16RowsAreTheSameBits) {
     REQUIRE_GPU();
     const model::GptOssConfig c = real_width_config();
     const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_lmhead_");
@@ -318,9 +318,9 @@ TEST(CudaModel, Fp8LmHeadOnBf16RowsIsTheSameBits) {
     for (int variant = 0; variant < 2; ++variant) {
         auto o = small_options();
         o.fp8 = true;
-        if (variant == 1) ::setenv("GPTOSS_LM_HEAD_X_F32", "1", 1);  // read when the model is made
+        if (variant == 1) ::setenv("GPTOSS_GEMV_X_F32", "1", 1);  // read when the model is made
         auto m = CudaModel::create(**w, o);
-        ::unsetenv("GPTOSS_LM_HEAD_X_F32");
+        ::unsetenv("GPTOSS_GEMV_X_F32");
         ASSERT_TRUE(m.ok()) << m.status().to_string();
         std::mt19937 r(rng);  // the same ids for both variants
         for (int n : {1, 2, 5, 8}) {
