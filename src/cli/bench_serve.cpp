@@ -141,9 +141,12 @@ int run_bench_serve(const BenchServeOptions& o) {
         if (!w.ok()) return fail(w.status().message());
         weights = std::move(*w);
     }
+    auto spec = resolve_speculative_flags(o.speculative);
+    if (!spec.ok()) return fail(spec.status().message());
     std::unique_ptr<runtime::ModelRunner> runner;
     if (cuda) {
-        auto r = runtime::CudaModelRunner::create(weights, max_c, batched, *layout, o.fp8, *kv_fp8, o.fp8_experts);
+        auto r = runtime::CudaModelRunner::create(weights, max_c + runtime::speculative_extra_entries(*spec, max_c),
+                                                  batched, *layout, o.fp8, *kv_fp8, o.fp8_experts);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
@@ -154,8 +157,6 @@ int run_bench_serve(const BenchServeOptions& o) {
     runtime::EngineConfig ec;
     ec.block_size = o.block_size;
     ec.enable_prefix_caching = false;  // distinct prompts: measure the plain path
-    auto spec = resolve_speculative_flags(o.speculative);
-    if (!spec.ok()) return fail(spec.status().message());
     ec.speculative = *spec;
     ec.scheduler = runtime::SchedulerConfig{.max_num_seqs = max_c, .max_num_batched_tokens = batched};
     const int64_t per_seq = (static_cast<int64_t>(o.prompt_len) + o.max_tokens + o.block_size - 1) / o.block_size + 1;

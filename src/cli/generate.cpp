@@ -212,6 +212,8 @@ int run_generate(const GenerateOptions& o) {
         tok = std::move(*t);
     }
 
+    auto spec = resolve_speculative_flags(o.speculative);
+    if (!spec.ok()) return fail(spec.status().message());
     std::unique_ptr<runtime::ModelRunner> runner;
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
@@ -220,16 +222,15 @@ int run_generate(const GenerateOptions& o) {
     const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     if (o.backend == "cuda") {
-        auto r = runtime::CudaModelRunner::create(weights, o.max_num_seqs, o.max_batched_tokens, *layout, o.fp8,
-                                                  *kv_fp8, o.fp8_experts);
+        auto r = runtime::CudaModelRunner::create(
+            weights, o.max_num_seqs + runtime::speculative_extra_entries(*spec, o.max_num_seqs), o.max_batched_tokens,
+            *layout, o.fp8, *kv_fp8, o.fp8_experts);
         if (!r.ok()) return fail(r.status().message());
         runner = std::move(*r);
     } else {
         runner = std::make_unique<runtime::CpuModelRunner>(weights, *layout, *kv_fp8);  // ranks as threads
     }
     runtime::EngineConfig ec;
-    auto spec = resolve_speculative_flags(o.speculative);
-    if (!spec.ok()) return fail(spec.status().message());
     ec.speculative = *spec;
     ec.block_size = o.block_size;
     ec.kv_budget = default_budget(o, *runner, lines);

@@ -120,9 +120,12 @@ int run_serve(const ServeOptions& o) {
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
         if (cuda) {
-            ASSIGN_OR_RETURN(runner, runtime::CudaModelRunner::create(shared, engine_config.scheduler.max_num_seqs,
-                                                                      engine_config.scheduler.max_num_batched_tokens,
-                                                                      layout, fp8, kv_fp8, fp8_experts));
+            const int seqs =
+                engine_config.scheduler.max_num_seqs +
+                runtime::speculative_extra_entries(engine_config.speculative, engine_config.scheduler.max_num_seqs);
+            ASSIGN_OR_RETURN(
+                runner, runtime::CudaModelRunner::create(shared, seqs, engine_config.scheduler.max_num_batched_tokens,
+                                                         layout, fp8, kv_fp8, fp8_experts));
         } else {
             runner = std::make_unique<runtime::CpuModelRunner>(shared, layout, kv_fp8);  // ranks as threads
         }

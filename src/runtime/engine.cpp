@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <random>
 #include <unordered_map>
@@ -281,9 +282,11 @@ void Engine::propose_drafts() {
     const std::vector<Sequence*>& running = scheduler_.running();
     const int R = static_cast<int>(running.size());
     if (sc.num_tokens <= 0 || R == 0 || (sc.max_running > 0 && R > sc.max_running)) return;
-    // Every verified token is a logits row (and, on the CUDA runner, a batch entry): keep the
-    // running sequences' rows within max_num_seqs.
-    int room = std::min(config_.scheduler.max_num_seqs, runner_->max_batch_entries()) - R;
+    // Every verified token is a logits row (and, on the CUDA runner, a batch entry). The step may
+    // hold max_num_seqs sequences (this step's admissions included), so the drafts get what the
+    // runner takes beyond that (the CLI sizes the CUDA runner by speculative_extra_entries).
+    const int entries = runner_->max_batch_entries();
+    int room = entries == std::numeric_limits<int>::max() ? entries : entries - config_.scheduler.max_num_seqs;
     for (Sequence* s : running) {
         if (room <= 0) break;
         if (s->num_draft != 0 || s->num_computed != s->num_tokens() - 1) continue;  // not decoding

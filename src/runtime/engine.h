@@ -95,8 +95,9 @@ struct EngineConfig {
     // counter-based noise), not of the host sampler's: same distribution, different tokens.
     bool device_sampling = true;
     // N-gram speculative decoding (runtime/speculative.h); off unless num_tokens > 0. A verification
-    // feeds 1 + drafts tokens of a sequence, each a logits row: drafts are proposed only while the
-    // running sequences plus their drafts fit max_num_seqs and the runner's max_batch_entries().
+    // feeds 1 + drafts tokens of a sequence, each a logits row: the drafts of a step are at most the
+    // runner's max_batch_entries() beyond max_num_seqs (create the CUDA runner for max_num_seqs +
+    // speculative_extra_entries(speculative, max_num_seqs) sequences).
     SpeculativeConfig speculative;
 };
 

@@ -78,12 +78,9 @@ SchedulerOutput Scheduler::schedule() {
 
     for (; i < running_.size(); ++i) running_[i]->drop_drafts();  // not scheduled this step
 
-    // 2. Waiting sequences, FCFS. A draft takes a place of max_num_seqs too (the runner gets one
-    // logits row, and on some backends one batch entry, per verified token).
-    int drafts = 0;
-    for (const ScheduledSequence& ss : out.seqs) drafts += ss.num_draft;
+    // 2. Waiting sequences, FCFS.
     while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-           static_cast<int>(running_.size()) + drafts < config_.max_num_seqs) {
+           static_cast<int>(running_.size()) < config_.max_num_seqs) {
         Sequence* s = waiting_.front();
         const int cached = kv_->match_prefix(*s);
         const int n = std::min({s->num_tokens() - cached, budget, max_chunk_});

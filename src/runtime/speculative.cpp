@@ -20,6 +20,12 @@ Status validate_speculative_config(const SpeculativeConfig& c) {
     return ok_status();
 }
 
+int speculative_extra_entries(const SpeculativeConfig& c, int max_num_seqs) {
+    if (c.num_tokens <= 0 || max_num_seqs <= 0) return 0;
+    const int drafting = c.max_running > 0 ? std::min(c.max_running, max_num_seqs) : max_num_seqs;
+    return c.num_tokens * drafting;
+}
+
 int propose_ngram_drafts(std::span<const int32_t> tokens, int max_drafts, int ngram_min, int ngram_max,
                          std::vector<int32_t>* drafts) {
     const int L = static_cast<int>(tokens.size());

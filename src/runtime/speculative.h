@@ -36,6 +36,10 @@ struct SpeculativeConfig {
     int max_backoff = 32;
 };
 
+// Batch entries a runner needs beyond max_num_seqs for the drafts (the CUDA runner runs a
+// verification as one decode entry a token): num_tokens for each sequence that may draft.
+int speculative_extra_entries(const SpeculativeConfig& config, int max_num_seqs);
+
 // Ranges: num_tokens in [0, 16], 1 <= ngram_min <= ngram_max <= 64, max_running >= 0,
 // max_backoff in [0, 1024].
 Status validate_speculative_config(const SpeculativeConfig& config);

@@ -27,13 +27,14 @@ using runtime::testing::random_ids;
 std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w, bool device_sampling,
                                    const std::vector<Request>& reqs, int speculative_tokens = 0,
                                    runtime::EngineStats* stats = nullptr) {
-    auto runner = runtime::CudaModelRunner::create(w, 8, 256);
+    runtime::SpeculativeConfig spec{.num_tokens = speculative_tokens, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
+    auto runner = runtime::CudaModelRunner::create(w, 8 + runtime::speculative_extra_entries(spec, 8), 256);
     EXPECT_TRUE(runner.ok()) << runner.status().to_string();
     if (!runner.ok()) return {};
     runtime::EngineConfig cfg;
     cfg.device_sampling = device_sampling;
-    cfg.scheduler.max_num_seqs = 8;  // the runner's
-    cfg.speculative = {.num_tokens = speculative_tokens, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
+    cfg.scheduler.max_num_seqs = 8;  // the runner's, plus the drafts' entries
+    cfg.speculative = spec;
     cfg.kv_budget.bytes = size_t{64} << 20;
     auto engine = runtime::Engine::create(std::move(*runner), cfg);
     EXPECT_TRUE(engine.ok()) << engine.status().to_string();

@@ -171,19 +171,29 @@ TEST(SpeculativeScheduler, DraftsNeverCostAnotherSequenceItsBlocks) {
     EXPECT_EQ(a.num_tokens(), 7);
 }
 
-TEST(SpeculativeScheduler, DraftsTakePlacesOfMaxNumSeqs) {
+// Drafts do not count against max_num_seqs (concurrency): a waiting sequence is admitted beside
+// a drafting one. The runner's extra entries for them are the engine's and the CLI's business.
+TEST(SpeculativeScheduler, DraftsDoNotTakePlacesOfMaxNumSeqs) {
     KvCacheManager kv(4, 0, {64, 64}, false);
-    Scheduler sched({.max_num_seqs = 3, .max_num_batched_tokens = 32}, &kv);
+    Scheduler sched({.max_num_seqs = 2, .max_num_batched_tokens = 32}, &kv);
     Sequence a = decoding_sequence(1, 3);
     sched.add(&a);
     prefill(sched, a);
     Sequence b = decoding_sequence(2, 3);
     sched.add(&b);
     add_drafts(a, {1, 2});
-    SchedulerOutput out = sched.schedule();  // a: 1 + 2 places of 3, so b waits
-    ASSERT_EQ(out.seqs.size(), 1u);
+    SchedulerOutput out = sched.schedule();
+    ASSERT_EQ(out.seqs.size(), 2u);
     EXPECT_EQ(out.seqs[0].num_draft, 2);
-    EXPECT_EQ(sched.num_waiting(), 1);
+    EXPECT_EQ(out.seqs[1].seq, &b);
+    EXPECT_EQ(sched.num_waiting(), 0);
+}
+
+TEST(SpeculativeConfigTest, ExtraRunnerEntries) {
+    EXPECT_EQ(speculative_extra_entries({.num_tokens = 0}, 8), 0);
+    EXPECT_EQ(speculative_extra_entries({.num_tokens = 4, .max_running = 8}, 1), 4);     // one drafting sequence
+    EXPECT_EQ(speculative_extra_entries({.num_tokens = 4, .max_running = 8}, 256), 32);  // at most 8 draft
+    EXPECT_EQ(speculative_extra_entries({.num_tokens = 3, .max_running = 0}, 16), 48);   // all may
 }
 
 // ---- the engine ----
@@ -401,7 +411,7 @@ public:
     }
     Status forward(const Batch& batch, std::vector<float>* logits) override { return inner_.forward(batch, logits); }
     bool samples_on_device() const override { return true; }
-    int max_batch_entries() const override { return 5; }
+    int max_batch_entries() const override { return 16 + 2; }  // spec_config's max_num_seqs + 2
     Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override {
         rows_.clear();
@@ -452,7 +462,8 @@ TEST_F(SpeculativeEngineTest, DeviceDrawsOneRowPerVerifiedToken) {
     ASSERT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
     EXPECT_GT((*engine)->stats().num_accepted_tokens, 0);
     EXPECT_GT(r->max_rows, static_cast<int>(reqs.size()));  // some step verified drafts
-    EXPECT_LE(r->max_rows, r->max_batch_entries());         // never more rows than the runner takes
+    // The drafts of a step take at most the runner's 2 entries beyond max_num_seqs.
+    EXPECT_LE(r->max_rows, static_cast<int>(reqs.size()) + 2);
 }
 }  // namespace
 }  // namespace gptoss::runtime
