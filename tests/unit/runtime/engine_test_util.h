@@ -94,6 +94,29 @@ inline Generation reference_generate(const model::GptOssWeights& w, const Reques
     }
 }
 
+// A 3-layer random gpt-oss (hidden 64, 8 / 1 heads, 6 experts, window 5: sliding, full, sliding)
+// small enough for engine tests on the CPU; EOS 1, pad 2.
+inline model::GptOssConfig small_engine_config(int vocab_size, int max_position_embeddings) {
+    auto c = model::GptOssConfig::preset("tiny");
+    EXPECT_TRUE(c.ok());
+    model::GptOssConfig cfg = *c;
+    cfg.hidden_size = 64;
+    cfg.intermediate_size = 64;
+    cfg.num_hidden_layers = 3;
+    cfg.num_attention_heads = 8;
+    cfg.num_key_value_heads = 1;
+    cfg.num_experts = 6;
+    cfg.vocab_size = vocab_size;
+    cfg.sliding_window = 5;
+    cfg.max_position_embeddings = max_position_embeddings;
+    cfg.layer_types = {model::LayerType::kSlidingAttention, model::LayerType::kFullAttention,
+                       model::LayerType::kSlidingAttention};
+    cfg.eos_token_ids = {1};
+    cfg.pad_token_id = 2;
+    cfg.bos_token_id.reset();
+    return cfg;
+}
+
 inline std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg,
                                            const parallel::ParallelConfig& layout = {}) {
     auto e = Engine::create(std::make_unique<CpuModelRunner>(std::move(w), layout), std::move(cfg));

@@ -198,26 +198,8 @@ TEST(SpeculativeConfigTest, ExtraRunnerEntries) {
 
 // ---- the engine ----
 
-model::GptOssConfig small_config() {
-    auto c = model::GptOssConfig::preset("tiny");
-    EXPECT_TRUE(c.ok());
-    model::GptOssConfig cfg = *c;
-    cfg.hidden_size = 64;
-    cfg.intermediate_size = 64;
-    cfg.num_hidden_layers = 3;
-    cfg.num_attention_heads = 8;
-    cfg.num_key_value_heads = 1;
-    cfg.num_experts = 6;
-    cfg.vocab_size = 40;  // small: random weights fall into loops the drafter predicts
-    cfg.sliding_window = 5;
-    cfg.max_position_embeddings = 128;
-    cfg.layer_types = {model::LayerType::kSlidingAttention, model::LayerType::kFullAttention,
-                       model::LayerType::kSlidingAttention};
-    cfg.eos_token_ids = {1};
-    cfg.pad_token_id = 2;
-    cfg.bos_token_id.reset();
-    return cfg;
-}
+// Vocabulary 40: small: random weights fall into loops the drafter predicts.
+model::GptOssConfig small_config() { return small_engine_config(40, 128); }
 
 EngineConfig spec_config(int num_tokens, int full_blocks = 256, int sliding_blocks = 128) {
     EngineConfig c;
