@@ -384,16 +384,17 @@ void Engine::step() {
     // Rows drawn on the host read logits row host_row[row] (device-drawn rows have -1).
     const int V = runner_->config().vocab_size;
     std::vector<int64_t> host_row(static_cast<size_t>(total_rows), -1);
-    {
-        int64_t next = 0;
-        for (int r = 0; r < total_rows; ++r)
-            if (!device_sampling_ || device_ids_[static_cast<size_t>(r)] < 0) host_row[static_cast<size_t>(r)] = next++;
-    }
+    int64_t num_host_rows = 0;
+    for (int r = 0; r < total_rows; ++r)
+        if (!device_sampling_ || device_ids_[static_cast<size_t>(r)] < 0)
+            host_row[static_cast<size_t>(r)] = num_host_rows++;
     // Each sampler's tokens: row r drawn as a plain decode step would draw that position (its output
     // so far includes drafts 1..r, which are kept if row r is reached), draft r + 1 kept while it
     // equals the token drawn at row r. The first mismatch or the last row ends the list. A draw
-    // depends only on its own row, parameters, seed and tokens, so samplers run in parallel.
-    std::vector<std::vector<SampledToken>> emitted(samplers.size());
+    // depends only on its own row, parameters, seed and tokens, so samplers run in parallel (when
+    // the host draws any). drawn[first_row[i] + r]: sampler i's r-th token, num_emitted[i] of them.
+    std::vector<SampledToken> drawn(static_cast<size_t>(total_rows));
+    std::vector<int> num_emitted(samplers.size(), 0);
     auto sample_range = [&](int64_t begin, int64_t end) {
         std::optional<Sampler> sampler;
         for (int64_t i = begin; i < end; ++i) {
@@ -413,12 +414,13 @@ void Engine::step() {
                                         a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs);
                 }
                 const bool keep = r < nd && t.id == all[all.size() - static_cast<size_t>(nd - r)];
-                emitted[i].push_back(std::move(t));
+                drawn[static_cast<size_t>(row)] = std::move(t);
+                ++num_emitted[i];
                 if (!keep) break;
             }
         }
     };
-    if (samplers.size() > 1) {
+    if (samplers.size() > 1 && num_host_rows > 1) {
         ThreadPool::global().parallel_for(static_cast<int64_t>(samplers.size()), sample_range, 1);
     } else {
         sample_range(0, static_cast<int64_t>(samplers.size()));
@@ -430,7 +432,7 @@ void Engine::step() {
     for (size_t i = 0, j = 0; i < out.seqs.size(); ++i) {
         if (!out.seqs[i].sample) continue;
         Sequence& s = samplers[j]->seq;
-        const int kept = static_cast<int>(emitted[j].size()) - 1;
+        const int kept = num_emitted[j] - 1;
         rejected[i] = s.num_draft - kept;
         if (s.num_draft > 0) {  // back off while verifications keep nothing
             Active& a = *samplers[j];
@@ -446,11 +448,11 @@ void Engine::step() {
 
     for (size_t i = 0; i < samplers.size(); ++i) {
         Active& a = *samplers[i];
-        a.seq.tokens.push_back(emitted[i].back().id);  // the kept drafts are in already
-        for (size_t r = 0; r < emitted[i].size(); ++r) {
-            SampledToken& t = emitted[i][r];
+        a.seq.tokens.push_back(drawn[static_cast<size_t>(first_row[i] + num_emitted[i] - 1)].id);  // drafts kept: in
+        for (int r = 0; r < num_emitted[i]; ++r) {
+            SampledToken& t = drawn[static_cast<size_t>(first_row[i] + r)];
             ++counters_.num_tokens_generated;
-            const int index = first_index[i] + static_cast<int>(r);
+            const int index = first_index[i] + r;
             TokenEvent ev;
             ev.id = t.id;
             ev.index = index;
