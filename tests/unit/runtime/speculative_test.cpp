@@ -43,6 +43,27 @@ TEST(NgramDrafter, ProposesWhatFollowedTheLongestLatestMatch) {
     EXPECT_EQ(propose({4, 4, 4, 4}, 5, 2, 3), (std::vector<int32_t>{4}));
 }
 
+// Matches far apart in a long context (the scan goes by blocks of 64): the longest wins, the
+// latest among equals, whatever block they sit in.
+TEST(NgramDrafter, LongContextMatchesAcrossBlocks) {
+    std::vector<int32_t> t(1000);
+    for (int i = 0; i < 1000; ++i) t[i] = 1000 + i;  // no accidental matches
+    const std::vector<int32_t> tail = {1, 2, 3, 4};
+    auto plant = [&](int at, std::vector<int32_t> gram, int32_t next) {
+        for (size_t k = 0; k < gram.size(); ++k) t[at + k] = gram[k];
+        t[at + gram.size()] = next;
+    };
+    plant(100, {1, 2, 3, 4}, 501);  // the 4-gram, far back
+    plant(500, {2, 3, 4}, 502);     // a 3-gram
+    plant(900, {3, 4}, 503);        // a 2-gram, latest
+    plant(63, {3, 4}, 504);         // a 2-gram at a block edge
+    t.insert(t.end(), tail.begin(), tail.end());
+    EXPECT_EQ(propose(t, 1, 2, 4), (std::vector<int32_t>{501}));
+    EXPECT_EQ(propose(t, 1, 2, 3), (std::vector<int32_t>{502}));
+    EXPECT_EQ(propose(t, 1, 2, 2), (std::vector<int32_t>{503}));
+    EXPECT_EQ(propose(t, 2, 4, 4), (std::vector<int32_t>{501, 1105}));
+}
+
 TEST(NgramDrafter, NothingBelowTheMinimumOrWithoutRoom) {
     EXPECT_TRUE(propose({1, 2, 3, 4}, 3, 1, 4).empty());     // the last token never occurred before
     EXPECT_TRUE(propose({1, 2, 9, 5, 2}, 3, 2, 4).empty());  // (2) matches, (5 2) does not: below min 2
