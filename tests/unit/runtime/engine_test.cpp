@@ -30,29 +30,17 @@ using namespace gptoss::runtime::testing;
 model::GptOssConfig small_config() { return small_engine_config(300, 96); }
 
 EngineConfig test_config(int full_blocks = 256, int sliding_blocks = 128) {
-    EngineConfig c;
-    c.block_size = 4;
-    c.kv_budget = KvBudget{.num_blocks_full = full_blocks, .num_blocks_sliding = sliding_blocks};
-    c.scheduler = SchedulerConfig{.max_num_seqs = 16, .max_num_batched_tokens = 24};
-    return c;
+    return small_engine_test_config(full_blocks, sliding_blocks);
 }
 
 class EngineTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = (fs::temp_directory_path() / ("gptoss_engine_test_" + std::to_string(::getpid()))).string();
-        model::RandomCheckpointOptions opt;
-        opt.seed = 11;
-        Status st = model::write_random_checkpoint(small_config(), dir_, opt);
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        auto w = model::GptOssWeights::load(dir_);
-        ASSERT_TRUE(w.ok()) << w.status().to_string();
-        weights_ = std::shared_ptr<const model::GptOssWeights>(std::move(*w));
+        weights_ = load_random_checkpoint(small_config(), 11, "gptoss_engine_test_", &dir_);
     }
     static void TearDownTestSuite() {
         weights_.reset();
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
+        remove_checkpoint(dir_);
     }
     static inline std::string dir_;
     static inline std::shared_ptr<const model::GptOssWeights> weights_;

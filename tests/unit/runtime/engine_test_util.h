@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -13,6 +16,7 @@
 
 #include "model/gpt_oss_forward.h"
 #include "model/gpt_oss_weights.h"
+#include "model/random_checkpoint.h"
 #include "runtime/cpu_model_runner.h"
 #include "runtime/engine.h"
 
@@ -115,6 +119,35 @@ inline model::GptOssConfig small_engine_config(int vocab_size, int max_position_
     cfg.pad_token_id = 2;
     cfg.bos_token_id.reset();
     return cfg;
+}
+
+// Writes a random checkpoint of `c` into a fresh temporary directory named `name` + pid (set in
+// *dir) and loads it. For a suite's SetUpTestSuite; remove_checkpoint(*dir) in TearDownTestSuite.
+inline std::shared_ptr<const model::GptOssWeights> load_random_checkpoint(const model::GptOssConfig& c, uint64_t seed,
+                                                                          const std::string& name, std::string* dir) {
+    *dir = (std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()))).string();
+    model::RandomCheckpointOptions opt;
+    opt.seed = seed;
+    Status st = model::write_random_checkpoint(c, *dir, opt);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    if (!st.ok()) return nullptr;
+    auto w = model::GptOssWeights::load(*dir);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    return w.ok() ? std::shared_ptr<const model::GptOssWeights>(std::move(*w)) : nullptr;
+}
+inline void remove_checkpoint(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+}
+
+// The engine tests' small engine: blocks of 4 (full / sliding counts as given), 16 sequences, 24
+// tokens a step.
+inline EngineConfig small_engine_test_config(int full_blocks = 256, int sliding_blocks = 128) {
+    EngineConfig c;
+    c.block_size = 4;
+    c.kv_budget = KvBudget{.num_blocks_full = full_blocks, .num_blocks_sliding = sliding_blocks};
+    c.scheduler = SchedulerConfig{.max_num_seqs = 16, .max_num_batched_tokens = 24};
+    return c;
 }
 
 inline std::unique_ptr<Engine> make_engine(std::shared_ptr<const model::GptOssWeights> w, EngineConfig cfg,

@@ -223,30 +223,17 @@ TEST(SpeculativeConfigTest, ExtraRunnerEntries) {
 model::GptOssConfig small_config() { return small_engine_config(40, 128); }
 
 EngineConfig spec_config(int num_tokens, int full_blocks = 256, int sliding_blocks = 128) {
-    EngineConfig c;
-    c.block_size = 4;
-    c.kv_budget = KvBudget{.num_blocks_full = full_blocks, .num_blocks_sliding = sliding_blocks};
-    c.scheduler = SchedulerConfig{.max_num_seqs = 16, .max_num_batched_tokens = 24};
+    EngineConfig c = small_engine_test_config(full_blocks, sliding_blocks);
     c.speculative = SpeculativeConfig{.num_tokens = num_tokens, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
     return c;
 }
 
 class SpeculativeEngineTest : public ::testing::Test {
 protected:
-    static void SetUpTestSuite() {
-        dir_ = (fs::temp_directory_path() / ("gptoss_spec_test_" + std::to_string(::getpid()))).string();
-        model::RandomCheckpointOptions opt;
-        opt.seed = 5;
-        Status st = model::write_random_checkpoint(small_config(), dir_, opt);
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        auto w = model::GptOssWeights::load(dir_);
-        ASSERT_TRUE(w.ok()) << w.status().to_string();
-        weights_ = std::shared_ptr<const model::GptOssWeights>(std::move(*w));
-    }
+    static void SetUpTestSuite() { weights_ = load_random_checkpoint(small_config(), 5, "gptoss_spec_test_", &dir_); }
     static void TearDownTestSuite() {
         weights_.reset();
-        std::error_code ec;
-        fs::remove_all(dir_, ec);
+        remove_checkpoint(dir_);
     }
     static inline std::string dir_;
     static inline std::shared_ptr<const model::GptOssWeights> weights_;
