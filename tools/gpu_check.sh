@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -957,6 +957,58 @@ for stage in "$@"; do
           echo "20b, GEMV x fp32=$v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s27e_20b_${v}_$pass.log"
         done
       done
+      ;;
+    s28a)
+      # Session 28: (1) the engine and GEMV tests at the speculative changes never run on a GPU
+      # (drafts beyond max_num_seqs, the flat drawn vector), and the CLI at --max-num-seqs 1 with
+      # drafts on tiny_a (drafts must be fed and kept: the runner is sized for them); (2) ncu on the
+      # MX prompt MoE (120b's) against the FP8 one on the same 20b 8k prompt (GPTOSS_FP8_EXPERT_COPY=0
+      # sends 20b to the MX kernel): SOL, pipes, stalls by instruction; (3) ncu on the TMA prefill
+      # attention (pipes and stalls at 8k, full causal).
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaEngine.*:CudaModel.Fp8Gemvs*' > "$OUT/s28a_tests.log" 2>&1
+      summary+=("s28a tests rc=$?")
+      grep -E "^\[spec\]|OK \]|FAILED|Failure|first difference" "$OUT/s28a_tests.log" | head -20
+      ids=$(python3 -c 'import random; r=random.Random(5); print(",".join(str(r.randrange(64)) for _ in range(24)))')
+      for k in 0 4; do
+        timeout 100 $BIN/gptoss generate --model tests/data/checkpoints/tiny_a --backend cuda --ids "$ids" --max-tokens 400 \
+          --temperature 0 --ignore-eos --max-num-seqs 1 --speculative-tokens $k > "$OUT/s28a_gen_$k.json" 2> "$OUT/s28a_gen_$k.err"
+        summary+=("s28a generate max-num-seqs 1 k=$k rc=$?")
+      done
+      python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+runs = {k: json.load(open(f"{out}/s28a_gen_{k}.json")) for k in (0, 4)}
+for k, r in runs.items():
+    t = r["timing"]
+    print(f"tiny_a --max-num-seqs 1, drafts {k}: steps {t.get('steps', '-')}, fed {t.get('draft_tokens', 0)}, "
+          f"kept {t.get('accepted_tokens', 0)}, ids = plain: {r['ids'] == runs[0]['ids']}")
+PY
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1 > /dev/null
+      for kind in mx fp8; do
+        if [ $kind = mx ]; then kern=moe_mx_persistent; copy=0; else kern=moe_fp8_persistent; copy=1; fi
+        GPTOSS_FP8_EXPERT_COPY=$copy timeout 300 $NCU --clock-control none --cache-control none --section SourceCounters \
+          --section WarpStateStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
+          --metrics 'regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,smsp__sass_inst_executed.sum' \
+          -k regex:$kern -c 1 -f -o "$OUT/s28a_ncu_$kind" $BIN/gptoss bench --model "$WORK/gpt-oss-20b" --fp8 --prefill 8192 \
+          --batch "" --repeats 1 > "$OUT/s28a_ncu_$kind.log" 2>&1
+        summary+=("s28a ncu $kind rc=$?")
+        $NCU -i "$OUT/s28a_ncu_$kind.ncu-rep" --page source --csv --print-source sass > "$OUT/s28a_ncu_${kind}_src.csv" 2>&1
+        $NCU -i "$OUT/s28a_ncu_$kind.ncu-rep" --page details > "$OUT/s28a_ncu_${kind}_details.txt" 2>&1
+        echo "== $kern (20b 8k, gate_up's first launch)"
+        grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Warp|Eligible Warps|Executed Ipc|Registers Per|inst_executed.sum" "$OUT/s28a_ncu_${kind}_details.txt" | head -12
+        awk '/(pipe_)/ && $NF+0 > 3 && /pct/ {print "   ", $1, $NF}' "$OUT/s28a_ncu_${kind}_details.txt" | head -24
+        grep -E "Stall|stall" "$OUT/s28a_ncu_${kind}_details.txt" | head -12
+        python3 tools/ncu_stall_top.py "$OUT/s28a_ncu_${kind}_src.csv" 25 | tee "$OUT/s28a_ncu_${kind}_top.txt"
+      done
+      timeout 180 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis \
+        --metrics 'regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__sass_inst_executed.sum' \
+        -k regex:prefill_tma -c 1 $BIN/attention_bench "prefill T=8192" > "$OUT/s28a_ncu_attn.txt" 2>&1
+      summary+=("s28a ncu attn rc=$?")
+      echo "== prefill attention (TMA kernel, 8k full causal)"
+      grep -E 'prefill_tma|Duration|Issued Warp|Eligible Warps|Active Warps Per|Registers|inst_executed.sum' "$OUT/s28a_ncu_attn.txt" | head -12
+      awk '/(pipe_|issue_stalled)/ && $NF+0 > 3 && /pct/ {print "   ", $1, $NF} /issue_stalled/ && $NF+0 > 0.05 {print "   ", $1, $NF}' "$OUT/s28a_ncu_attn.txt" | head -40
       ;;
     spec)
       # Session 27: n-gram speculative decoding on the CUDA runner. The engine tests (the speculative
