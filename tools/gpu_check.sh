@@ -985,7 +985,7 @@ for k, r in runs.items():
 PY
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       [ -f "$WORK/gpt-oss-20b/config.json" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/gpt-oss-20b" --seed 1 > /dev/null
-      for kind in mx fp8; do
+      for kind in ${S28A_NCU_KINDS:-mx fp8}; do
         if [ $kind = mx ]; then kern=moe_mx_persistent; copy=0; else kern=moe_fp8_persistent; copy=1; fi
         GPTOSS_FP8_EXPERT_COPY=$copy timeout 300 $NCU --clock-control none --cache-control none --section SourceCounters \
           --section WarpStateStats --section SpeedOfLight --section ComputeWorkloadAnalysis --section Occupancy \
@@ -1001,6 +1001,7 @@ PY
         grep -E "Stall|stall" "$OUT/s28a_ncu_${kind}_details.txt" | head -12
         python3 tools/ncu_stall_top.py "$OUT/s28a_ncu_${kind}_src.csv" 25 | tee "$OUT/s28a_ncu_${kind}_top.txt"
       done
+      [ "${S28A_NCU_ATTN:-1}" = 1 ] || continue
       timeout 180 $NCU --clock-control none --cache-control none --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats --section Occupancy --section ComputeWorkloadAnalysis \
         --metrics 'regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__sass_inst_executed.sum' \
