@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1010,6 +1010,33 @@ PY
       echo "== prefill attention (TMA kernel, 8k full causal)"
       grep -E 'prefill_tma|Duration|Issued Warp|Eligible Warps|Active Warps Per|Registers|inst_executed.sum' "$OUT/s28a_ncu_attn.txt" | head -12
       awk '/(pipe_|issue_stalled)/ && $NF+0 > 3 && /pct/ {print "   ", $1, $NF} /issue_stalled/ && $NF+0 > 0.05 {print "   ", $1, $NF}' "$OUT/s28a_ncu_attn.txt" | head -40
+      ;;
+    s28b)
+      # Session 28: the MoE prompt kernels' K loops with fewer instructions (ring slot and phase as
+      # counters, descriptors by offset, the MX kernel's conversion interleaved with its wgmmas). The
+      # MoE, model and engine tests, then 8k --fp8 prefill with the previous binary (gptoss_old.gz in
+      # .device_pack, the revision before) and this one, interleaved: 20b (FP8 kernel), 20b with
+      # GPTOSS_FP8_EXPERT_COPY=0 (the MX kernel), 120b (MX kernel). Latency rows and profile stages.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeMx.*:CudaMoeFp8.*:CudaModel.*:CudaEngine.*' > "$OUT/s28b_tests.log" 2>&1
+      rc=$?
+      summary+=("s28b tests rc=$rc")
+      grep -E "^\[spec\]|OK \]|FAILED|Failure|moe_mxfp4_fp8 (gate_up|down) \(E 3" "$OUT/s28b_tests.log" | head -40
+      [ $rc = 0 ] || [ "${S28B_FORCE:-0}" = 1 ] || continue
+      gunzip -c .device_pack/gptoss_old.gz > $BIN/gptoss_old && chmod +x $BIN/gptoss_old
+      for pass in 1 2; do
+        for m in "20b" "20b_mx" "120b"; do
+          [ $m = 120b ] && [ $pass = 2 ] && continue
+          for b in old new; do
+            exe=$BIN/gptoss; [ $b = old ] && exe=$BIN/gptoss_old
+            model=gpt-oss-20b; [ $m = 120b ] && model=gpt-oss-120b
+            copy=1; [ $m = 20b_mx ] && copy=0
+            GPTOSS_FP8_EXPERT_COPY=$copy GPTOSS_PROFILE=1 timeout 200 $exe bench --synthetic $model --fp8 --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/s28b_${m}_${b}_$pass.log" 2>&1
+            summary+=("s28b $m $b pass $pass rc=$?")
+            echo "$m $b (pass $pass):"; grep -E "prefill +8192 tokens|  (moe|total) " "$OUT/s28b_${m}_${b}_$pass.log" | head -4
+          done
+        done
+      done
       ;;
     spec)
       # Session 27: n-gram speculative decoding on the CUDA runner. The engine tests (the speculative

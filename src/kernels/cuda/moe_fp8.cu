@@ -520,15 +520,35 @@ __device__ __forceinline__ void with_width(int n, const F& f) {
     }
 }
 
+// A consumer's position in the stage ring across items: the slot and the phase parity its full
+// barrier completes next (the producer's K block gkb is slot gkb % kStages, parity (gkb / kStages)
+// & 1). Kept as two counters rather than derived from gkb: the divisions by kStages (7 or 5) cost
+// ~8 instructions a K block in the consumers' loops (r43 ncu of the MX kernel).
+template <int kStages>
+struct RingPos {
+    int slot = 0;
+    uint32_t phase = 0;
+    __device__ __forceinline__ void next() {
+        if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+};
+
 // One work item's K loop in a consumer warpgroup of the persistent kernels: K block kb's four k32
 // wgmmas (kN tokens wide, item_width) into tmp once its stage (running index gkb) has landed, the
 // stage released, its sums added to acc times the block's weight scale (DeepGEMM's promotion); acc
 // past kN tokens stays 0. One K block in flight a warpgroup: promoting block kb while kb + 1's
 // wgmmas run would need 192 accumulator registers, and ptxas then serializes the wgmmas anyway
 // (C7514); the other warpgroups' wgmmas fill the tensor pipe meanwhile.
+// Descriptors: the tiles' slot-0 descriptors plus the slot's and the k32 step's offset in 16-byte
+// units (addresses stay below 2^18, so the sum never leaves the descriptor's address field).
 template <int kN, int kStages, int kStageBytes, typename Release>
 __device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, uint32_t w_base, uint32_t x_base,
-                                             const float* wscale, int nkb, int& gkb, const Release& release) {
+                                             const float* wscale, int nkb, RingPos<kStages>& pos,
+                                             const Release& release) {
+    const uint64_t w_desc0 = desc_sw128(w_base), x_desc0 = desc_sw128(x_base);
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     // The block's weight scale, loaded one K block ahead (r27 ncu: the load right before its use
@@ -538,18 +558,18 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, u
     // item would be live across items and its registers held through narrower items (ptxas then
     // serialized the wgmmas, C7511).
     float tmp[kN / 2];
-    for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+    for (int kb = 0; kb < nkb; ++kb, pos.next()) {
         const float ws = ws_next;
         ws_next = __ldg(wscale + min(kb + 1, nkb - 1));
-        const int slot = gkb % kStages;
-        mbar_wait(&full[slot], (gkb / kStages) & 1);
+        const int slot = pos.slot;
+        mbar_wait(&full[slot], pos.phase);
+        const uint64_t off = static_cast<uint64_t>(slot * (kStageBytes >> 4));
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
 #pragma unroll
         for (int kk = 0; kk < kKBlock / 32; ++kk)
-            wgmma_e4m3_ss<kN>(tmp, desc_sw128(w_base + slot * kStageBytes + kk * 32),
-                              desc_sw128(x_base + slot * kStageBytes + kk * 32), kk);
+            wgmma_e4m3_ss<kN>(tmp, w_desc0 + off + 2 * kk, x_desc0 + off + 2 * kk, kk);
         wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll
@@ -615,7 +635,8 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
     const uint32_t w_base = smem_addr(s_w(0)) + wg * 64 * kKBlock;
     const uint32_t x_base = smem_addr(s_x(0));
     float acc[64];
-    int gkb = 0, parity = 0;
+    RingPos<kStages> pos;
+    int parity = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
         const WorkItem w = item_at(it);
         // The epilogue's inputs, loaded now and landing under the K loop: this thread's row of the
@@ -628,7 +649,7 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
         const float* wscale = a.w_scale + (static_cast<int64_t>(w.e) * nbs + sb) * static_cast<int64_t>(kbp);
         with_width(item_width(a, w.rows), [&](auto width) {
             consume_item<decltype(width)::value, kStages, kStageBytes>(
-                acc, full, w_base, x_base, wscale, nkb, gkb, [&](int slot) {
+                acc, full, w_base, x_base, wscale, nkb, pos, [&](int slot) {
                     if ((tid & 127) == 0) mbar_arrive(&empty[slot]);  // this warpgroup's reads are done
                 });
         });
@@ -733,9 +754,11 @@ __global__ void __launch_bounds__(kMxThreads, 1)
     const int g = lane >> 2, t = lane & 3;
     const int r0 = 64 * wg + 16 * warp + g;                      // this lane's rows r0 and r0 + 8 of the CTA's 192
     const uint8_t* codes0 = smem + r0 * (kKBlock / 2) + 16 * t;  // its 16 bytes of row r0 in slot 0
-    const uint32_t x_base = smem_addr(smem + kMxWTile);
+    // The x tile's slot-0 descriptor; slot and k32 step add 16-byte units (consume_item).
+    const uint64_t x_desc0 = desc_sw128(smem_addr(smem + kMxWTile));
     float acc[64];
-    int gkb = 0, parity = 0;
+    RingPos<kStages> pos;
+    int parity = 0;
     for (int it = blockIdx.x; it < items; it += gridDim.x, parity ^= 1) {
         const WorkItem w = item_at(it);
         const RowInputs row = load_row_inputs(a, kGateUp, w.row0, w.rows, tid & 127);
@@ -756,7 +779,7 @@ __global__ void __launch_bounds__(kMxThreads, 1)
         with_width(item_width(a, w.rows), [&](auto width) {  // kN tokens a wgmma (consume_item)
             constexpr int kN = decltype(width)::value;
             float tmp[kN / 2];  // the block's sums (local to the item: consume_item)
-            for (int kb = 0; kb < nkb; ++kb, ++gkb) {
+            for (int kb = 0; kb < nkb; ++kb, pos.next()) {
                 const uint2 sc = sc_next;
                 sc_next = scales_of(min(kb + 1, nkb - 1));
                 // The rows' largest scale in the block: the quad's four groups.
@@ -765,14 +788,17 @@ __global__ void __launch_bounds__(kMxThreads, 1)
                 m0 = max(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
                 m1 = max(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
                 const uint2 lut0 = s_lut[min(m0 - sc.x, 31u)], lut1 = s_lut[min(m1 - sc.y, 31u)];
-                const int slot = gkb % kStages;
-                mbar_wait(&full[slot], (gkb / kStages) & 1);
+                const int slot = pos.slot;
+                mbar_wait(&full[slot], pos.phase);
                 const uint4 c0 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes);
                 const uint4 c1 = *reinterpret_cast<const uint4*>(codes0 + slot * kStageBytes + 8 * (kKBlock / 2));
-                const uint32_t q0[4] = {c0.x, c0.y, c0.z, c0.w}, q1[4] = {c1.x, c1.y, c1.z, c1.w};
+                uint32_t q0[4] = {c0.x, c0.y, c0.z, c0.w}, q1[4] = {c1.x, c1.y, c1.z, c1.w};
+                const uint64_t x_desc = x_desc0 + static_cast<uint64_t>(slot * (kStageBytes >> 4));
                 // k32 step s: word s of each row, its low half a0 / a1, its high half a2 / a3; each
-                // step converted right before its wgmma (fewer registers live: 16 for the fragments in
-                // flight, not 16 + the 8 words), a fence between the fragment's writes and its wgmma.
+                // step converted right before its wgmma, a fence between the fragment's writes and its
+                // wgmma. The words of step s + 1 pass a register fence after wgmma s is issued: without
+                // it the compiler hoisted all four steps' conversions above the first wgmma (r43 ncu),
+                // so the tensor cores waited for the whole block's conversion.
                 uint32_t af[4][4];
 #pragma unroll
                 for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
@@ -783,7 +809,11 @@ __global__ void __launch_bounds__(kMxThreads, 1)
                     af[s][2] = mx_codes_to_e4m3(q0[s] >> 16, lut0);
                     af[s][3] = mx_codes_to_e4m3(q1[s] >> 16, lut1);
                     wgmma_fence();
-                    wgmma_e4m3_rs<kN>(tmp, af[s], desc_sw128(x_base + slot * kStageBytes + s * 32), s);
+                    wgmma_e4m3_rs<kN>(tmp, af[s], x_desc + 2 * s, s);
+                    if (s + 1 < 4) {
+                        reg_fence(q0[s + 1]);
+                        reg_fence(q1[s + 1]);
+                    }
                 }
                 wgmma_commit();
                 wgmma_wait<0>();
