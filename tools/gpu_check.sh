@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1036,6 +1036,43 @@ PY
             echo "$m $b (pass $pass):"; grep -E "prefill +8192 tokens|  (moe|total) " "$OUT/s28b_${m}_${b}_$pass.log" | head -4
           done
         done
+      done
+      ;;
+    s28c)
+      # Session 28: (1) the MX prompt kernel's K loop in SASS (gate_up): where its four QGMMAs sit
+      # among the conversion's PRMT/LOP3 (was the conversion interleaved with the wgmmas?); (2) ncu
+      # of the decode attention at one sequence and at eight, 32k context (attention_bench's cases):
+      # memory throughput, stalls.
+      CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+      $CUOBJDUMP -sass -fun '_ZN6gptoss7kernels4cuda43_GLOBAL__N__d5678c0d_10_moe_fp8_cu_27fbc23e24moe_mx_persistent_kernelILb1EEEvNS1_10MoeFp8ArgsE14CUtensorMap_stS5_' \
+        $BIN/gptoss > "$OUT/s28c_mx.sass" 2>&1 || $CUOBJDUMP -sass $BIN/gptoss 2>/dev/null | awk '/Function :.*moe_mx_persistent_kernelILb1/{p=1} p&&/Function :/&&!/moe_mx_persistent_kernelILb1/{p=0} p' > "$OUT/s28c_mx.sass"
+      summary+=("s28c sass lines $(wc -l < "$OUT/s28c_mx.sass")")
+      python3 - "$OUT/s28c_mx.sass" <<'PY'
+import re, sys
+lines = [l for l in open(sys.argv[1]) if re.search(r"/\*[0-9a-f]{4}\*/", l)]
+ops = [(i, l.split("*/", 1)[1].strip().split(";")[0]) for i, l in enumerate(lines)]
+q = [i for i, o in ops if "QGMMA" in o and "E4M3" in o]
+print(f"{len(lines)} instructions, {len(q)} QGMMA at", q[:12])
+# Between consecutive QGMMAs of the main (width-128) loop: how many conversion ops.
+for a, b in zip(q, q[1:]):
+    if b - a > 400: continue
+    seg = [o for _, o in ops[a + 1:b]]
+    print(f"  QGMMA {a} -> {b}: {sum('PRMT' in o for o in seg)} PRMT, {sum('LOP3' in o for o in seg)} LOP3, {len(seg)} instructions")
+first = q[0] if q else 0
+seg = [o for _, o in ops[max(0, first - 200):first]]
+print(f"  200 before the first QGMMA: {sum('PRMT' in o for o in seg)} PRMT")
+PY
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for c in "B=1 ctx=32768" "B=8 ctx=32768"; do
+        tag=$(echo "$c" | tr -d ' =')
+        timeout 120 $NCU --clock-control none --cache-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section WarpStateStats --section Occupancy --section LaunchStats \
+          --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
+          -k regex:decode_kernel -c 1 $BIN/attention_bench "decode $c" > "$OUT/s28c_ncu_attn_$tag.txt" 2>&1
+        summary+=("s28c ncu attn $tag rc=$?")
+        echo "== decode attention $c"
+        grep -E "decode_kernel|Duration|DRAM Throughput|Memory Throughput|dram__|Grid Size|Waves Per SM|Achieved Occupancy|Issued Warp" "$OUT/s28c_ncu_attn_$tag.txt" | head -14
+        awk '/issue_stalled/ && $NF+0 > 0.2 {print "   ", $1, $NF}' "$OUT/s28c_ncu_attn_$tag.txt" | head -12
       done
       ;;
     spec)
