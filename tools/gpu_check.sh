@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1073,6 +1073,30 @@ PY
         echo "== decode attention $c"
         grep -E "decode_kernel|Duration|DRAM Throughput|Memory Throughput|dram__|Grid Size|Waves Per SM|Achieved Occupancy|Issued Warp" "$OUT/s28c_ncu_attn_$tag.txt" | head -14
         awk '/issue_stalled/ && $NF+0 > 0.2 {print "   ", $1, $NF}' "$OUT/s28c_ncu_attn_$tag.txt" | head -12
+      done
+      ;;
+    s28d)
+      # Session 28: the decode attention's cluster variant (<= 2 sequences) on a 7-stage ring
+      # (GPTOSS_ATTN_DECODE_STAGES=4: the old 4-stage ring). Tests (attention, model, engine), then
+      # attention_bench at one sequence both ways, then 20b --fp8 decode at batch 1 and 2, contexts
+      # 1k and 32k, both ways, interleaved.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8Weights*:CudaEngine.*' \
+        > "$OUT/s28d_tests.log" 2>&1
+      rc=$?
+      summary+=("s28d tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s28d_tests.log" | head -30
+      [ $rc = 0 ] || continue
+      for v in 4 7; do
+        GPTOSS_ATTN_DECODE_STAGES=$v timeout 60 $BIN/attention_bench "decode B=1 ctx" > "$OUT/s28d_attn_$v.log" 2>&1
+        echo "attention_bench, cluster ring $v stages:"; grep -E "^decode" "$OUT/s28d_attn_$v.log"
+      done
+      for pass in 1 2; do
+        for v in 4 7; do
+          GPTOSS_ATTN_DECODE_STAGES=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+            --context 1024,32768 --decode-steps 32 --repeats 3 > "$OUT/s28d_20b_${v}_$pass.log" 2>&1
+          summary+=("s28d 20b stages=$v pass $pass rc=$?")
+          echo "20b, cluster ring $v stages (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s28d_20b_${v}_$pass.log"
+        done
       done
       ;;
     spec)
