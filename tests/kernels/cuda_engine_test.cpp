@@ -189,10 +189,11 @@ TEST(CudaEngine, SpeculativeDecodingKeepsTheTokens) {
             };
             const int32_t cpu_draw =
                 runtime::sample_token(l.cpu.data(), V, reqs[i].sampling, *reqs[i].sampling.seed, first_diff);
-            std::printf("[spec] seeded request %zu parts at token %zu: plain %d, speculative %d, CPU logits' draw %d "
-                        "(CPU logits %.5f / %.5f, CUDA error %.5f); within 2 x error: plain %s, speculative %s\n",
-                        i, first_diff, a, b, cpu_draw, l.cpu[a], l.cpu[b], err, drawable(a) ? "drawn" : "never drawn",
-                        drawable(b) ? "drawn" : "never drawn");
+            std::printf(
+                "[spec] seeded request %zu parts at token %zu: plain %d, speculative %d, CPU logits' draw %d "
+                "(CPU logits %.5f / %.5f, CUDA error %.5f); within 2 x error: plain %s, speculative %s\n",
+                i, first_diff, a, b, cpu_draw, l.cpu[a], l.cpu[b], err, drawable(a) ? "drawn" : "never drawn",
+                drawable(b) ? "drawn" : "never drawn");
             EXPECT_TRUE(drawable(b)) << i;
             continue;
         }

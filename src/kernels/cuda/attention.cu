@@ -2071,12 +2071,12 @@ static int max_cluster_splits() {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
         if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
         ensure_decode_smem(current_device());
-        const int active = deep_cluster_ring()
-                               ? max_active_clusters(bf16_paged_attention_decode_kernel<false, true, kClusterDecodeStages>,
-                                                     dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads),
-                                                     kClusterDecodeSmem)
-                               : max_active_clusters(bf16_paged_attention_decode_kernel<false, true>,
-                                                     dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kDecodeSmem);
+        const int active =
+            deep_cluster_ring()
+                ? max_active_clusters(bf16_paged_attention_decode_kernel<false, true, kClusterDecodeStages>,
+                                      dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kClusterDecodeSmem)
+                : max_active_clusters(bf16_paged_attention_decode_kernel<false, true>, dim3(1, kMaxClusterSplits, 1),
+                                      dim3(kDecodeThreads), kDecodeSmem);
         return active > 0 ? kMaxClusterSplits : 8;
     }();
     return n;
