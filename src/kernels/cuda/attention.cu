@@ -84,13 +84,10 @@ constexpr int kDecodeThreads = kDecodeWarps * 32;
 constexpr int kDecodeStages = 4;
 constexpr int kDecodeSmem = kDecodeStages * 2 * kTileBytes;  // 64 KB → 3 CTAs per SM
 constexpr int kDecodeCtasPerSm = 3;
-// The cluster variant (≤ 2 sequences: 8 kv heads × ≤ 16 splits, about one CTA an SM) streams
-// through a 7-stage ring (96 KB in flight a CTA, 112 KB of shared memory: still 2 CTAs an SM, so a
-// 16-CTA cluster needs only 8 SMs of a GPC). r43's ncu at one sequence, 32k context: the 4-stage
-// ring held 48 KB in flight an SM and drew 2.17 TB/s (45% of DRAM), against 4.21 TB/s at 8
-// sequences with three CTAs an SM. GPTOSS_ATTN_DECODE_STAGES=4: the 4-stage ring there too (A/B).
-constexpr int kClusterDecodeStages = 7;
-constexpr int kClusterDecodeSmem = kClusterDecodeStages * 2 * kTileBytes;
+// r43 (efedcfb) ran the cluster variant (<= 2 sequences, about one CTA an SM) on a 7-stage ring
+// (96 KB in flight, 112 KB of shared memory): slower everywhere (attention_bench one sequence 8k
+// 11.0 -> 13.1 us, 32k 28.7 -> 30.5; 20b batch 1 at 1k 1.620 -> 1.645 ms a step, batch 2 at 32k
+// 2.61 -> 2.86), so the 2.17 TB/s ncu measured at one sequence, 32k, is not for want of bytes in flight.
 constexpr int kMinTilesPerSplit = 2;          // ≥ 128 keys (32 KB of K/V) per split against 2 KB of partials
 constexpr int kRedStride = kHeadDim + 4;      // per (warp, head) row of the merge scratch: acc[64], m, l, pad
 constexpr int kCombineThreads = kGroup * 32;  // one warp per query head
@@ -1475,7 +1472,7 @@ static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
 // r41 requested the KV tiles of earlier steps before pdl_wait (0ec3d19): no measurable change (20b
 // batch 1 1.650-1.658 ms a step against 1.650-1.655): the kernel starts only ~1.4 µs before the QKV
 // GEMV it waits for ends (r39's trace), so there is little to hide the loads behind. Removed.
-template <bool kFp8Direct, bool kCluster = false, int kStages = kDecodeStages>
+template <bool kFp8Direct, bool kCluster = false>
 __global__ void __launch_bounds__(kDecodeThreads)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     pdl_wait();
@@ -1536,7 +1533,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const uint32_t ring = smem_addr(smem);
     const int n_tiles = sp.tile_end - sp.tile_begin;
 #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
+    for (int st = 0; st < kDecodeStages - 1; ++st) {
         if (st < n_tiles) {
             const uint32_t dst = ring + st * 2 * kTileBytes;
             if constexpr (kFp8Direct)
@@ -1548,12 +1545,12 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
 
     for (int i = 0; i < n_tiles; ++i) {
-        cp_async_wait<kStages - 2>();  // groups 0..i complete for this thread
-        __syncthreads();               // for all threads; and stage (i−1) % kStages is free again
+        cp_async_wait<kDecodeStages - 2>();  // groups 0..i complete for this thread
+        __syncthreads();                     // for all threads; and stage (i−1) % 4 is free again
         {
-            const int next = i + kStages - 1;
+            const int next = i + kDecodeStages - 1;
             if (next < n_tiles) {
-                const uint32_t dst = ring + (next % kStages) * 2 * kTileBytes;
+                const uint32_t dst = ring + (next % kDecodeStages) * 2 * kTileBytes;
                 if constexpr (kFp8Direct)
                     load_kv_tile_e4m3<true>(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
                 else
@@ -1561,7 +1558,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
             }
             cp_async_commit();
         }
-        const uint32_t k_s = ring + (i % kStages) * 2 * kTileBytes;
+        const uint32_t k_s = ring + (i % kDecodeStages) * 2 * kTileBytes;
         const uint32_t v_s = k_s + kTileBytes;
         if constexpr (!kFp8Direct) {
             if (src.fp8) {
@@ -1894,8 +1891,7 @@ int num_sms(int dev) {
     return n;
 }
 
-// The decode kernel needs 64 KB of dynamic shared memory (over the 48 KB default), its cluster
-// variant's deep ring 112 KB.
+// The decode kernel needs 64 KB of dynamic shared memory (over the 48 KB default).
 void ensure_decode_smem(int dev) {
     static std::atomic<bool> done[kMaxDevices];
     if (dev < kMaxDevices && done[dev].load(std::memory_order_acquire)) return;
@@ -1906,11 +1902,6 @@ void ensure_decode_smem(int dev) {
     for (auto kernel :
          {bf16_paged_attention_decode_kernel<false, true>, bf16_paged_attention_decode_kernel<true, true>}) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    }
-    for (auto kernel : {bf16_paged_attention_decode_kernel<false, true, kClusterDecodeStages>,
-                        bf16_paged_attention_decode_kernel<true, true, kClusterDecodeStages>}) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kClusterDecodeSmem));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
@@ -2055,15 +2046,6 @@ static int max_cluster_seqs() {
     return n;
 }
 
-// The cluster variant's ring: kClusterDecodeStages, or 4 with GPTOSS_ATTN_DECODE_STAGES=4 (A/B runs).
-static bool deep_cluster_ring() {
-    static const bool deep = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_DECODE_STAGES");
-        return !(v != nullptr && std::atoi(v) == kDecodeStages);
-    }();
-    return deep;
-}
-
 // The largest split count the cluster variant launches with: 16 where the device schedules a
 // 16-CTA cluster of the decode kernel, else 8 (the portable size); 0 with GPTOSS_ATTN_DECODE_CLUSTER=0.
 static int max_cluster_splits() {
@@ -2071,13 +2053,10 @@ static int max_cluster_splits() {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
         if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
         ensure_decode_smem(current_device());
-        const int active =
-            deep_cluster_ring()
-                ? max_active_clusters(bf16_paged_attention_decode_kernel<false, true, kClusterDecodeStages>,
-                                      dim3(1, kMaxClusterSplits, 1), dim3(kDecodeThreads), kClusterDecodeSmem)
-                : max_active_clusters(bf16_paged_attention_decode_kernel<false, true>, dim3(1, kMaxClusterSplits, 1),
-                                      dim3(kDecodeThreads), kDecodeSmem);
-        return active > 0 ? kMaxClusterSplits : 8;
+        return max_active_clusters(bf16_paged_attention_decode_kernel<false, true>, dim3(1, kMaxClusterSplits, 1),
+                                   dim3(kDecodeThreads), kDecodeSmem) > 0
+                   ? kMaxClusterSplits
+                   : 8;
     }();
     return n;
 }
@@ -2097,17 +2076,9 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     // splits: 5.25-5.28 → 5.30-5.31 ms, slower), r38 call 1 at 2 (faster) and 4 (slower), so larger
     // batches keep the combine launch.
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
-        const bool fp8 = a.kv_fp8 && a.fp8_direct;
-        if (deep_cluster_ring()) {
-            auto kernel = fp8 ? bf16_paged_attention_decode_kernel<true, true, kClusterDecodeStages>
-                              : bf16_paged_attention_decode_kernel<false, true, kClusterDecodeStages>;
-            launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kClusterDecodeSmem, stream,
-                               a);
-        } else {
-            auto kernel =
-                fp8 ? bf16_paged_attention_decode_kernel<true, true> : bf16_paged_attention_decode_kernel<false, true>;
-            launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
-        }
+        auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
+                                               : bf16_paged_attention_decode_kernel<false, true>;
+        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
