@@ -796,9 +796,10 @@ __global__ void __launch_bounds__(kMxThreads, 1)
                 const uint64_t x_desc = x_desc0 + static_cast<uint64_t>(slot * (kStageBytes >> 4));
                 // k32 step s: word s of each row, its low half a0 / a1, its high half a2 / a3; each
                 // step converted right before its wgmma, a fence between the fragment's writes and its
-                // wgmma. The words of step s + 1 pass a register fence after wgmma s is issued: without
-                // it the compiler hoisted all four steps' conversions above the first wgmma (r43 ncu),
-                // so the tensor cores waited for the whole block's conversion.
+                // wgmma. The words of step s + 1 pass a register fence after wgmma s is issued, so that
+                // the conversion overlaps the wgmmas: ptxas had hoisted all four steps' conversions
+                // above the first wgmma (r43 call 3). The fence orders only the PTX: in the SASS (r43
+                // call 8) the 8- to 96-token instantiations interleave, the 128-token one does not.
                 uint32_t af[4][4];
 #pragma unroll
                 for (int i = 0; i < kN / 2; ++i) reg_fence(tmp[i]);
