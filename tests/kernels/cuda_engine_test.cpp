@@ -54,11 +54,17 @@ std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w
     return out;
 }
 
+// The tiny_a test checkpoint (nullptr, with a test failure, if it does not load).
+std::shared_ptr<const model::GptOssWeights> load_tiny_a() {
+    auto loaded = model::GptOssWeights::load(std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/tiny_a");
+    EXPECT_TRUE(loaded.ok()) << loaded.status().to_string();
+    return loaded.ok() ? std::shared_ptr<const model::GptOssWeights>(std::move(*loaded)) : nullptr;
+}
+
 TEST(CudaEngine, DeviceSamplingMatchesHostSampling) {
     REQUIRE_GPU();
-    auto loaded = model::GptOssWeights::load(std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/tiny_a");
-    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    std::shared_ptr<const model::GptOssWeights> w(std::move(*loaded));
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
     const int V = w->config.vocab_size;
     std::vector<Request> reqs;
     for (int i = 0; i < 4; ++i)  // greedy, on the device
@@ -131,9 +137,8 @@ PositionLogits position_logits(std::shared_ptr<const model::GptOssWeights> w, co
 // row would part at the first kept draft, where no boundary is near as a rule).
 TEST(CudaEngine, SpeculativeDecodingKeepsTheTokens) {
     REQUIRE_GPU();
-    auto loaded = model::GptOssWeights::load(std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/tiny_a");
-    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
-    std::shared_ptr<const model::GptOssWeights> w(std::move(*loaded));
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
     const int V = w->config.vocab_size;
     std::vector<Request> reqs;
     for (int i = 0; i < 3; ++i)

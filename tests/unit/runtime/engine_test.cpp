@@ -33,17 +33,11 @@ EngineConfig test_config(int full_blocks = 256, int sliding_blocks = 128) {
     return small_engine_test_config(full_blocks, sliding_blocks);
 }
 
-class EngineTest : public ::testing::Test {
-protected:
-    static void SetUpTestSuite() {
-        weights_ = load_random_checkpoint(small_config(), 11, "gptoss_engine_test_", &dir_);
-    }
-    static void TearDownTestSuite() {
-        weights_.reset();
-        remove_checkpoint(dir_);
-    }
-    static inline std::string dir_;
-    static inline std::shared_ptr<const model::GptOssWeights> weights_;
+class EngineTest : public RandomCheckpointTest<EngineTest> {
+public:
+    static model::GptOssConfig config() { return small_config(); }
+    static constexpr uint64_t kSeed = 11;
+    static constexpr const char* kName = "gptoss_engine_test_";
 };
 
 TEST_F(EngineTest, SingleRequestMatchesTheUnpagedReference) {

@@ -140,6 +140,23 @@ inline void remove_checkpoint(const std::string& dir) {
     std::filesystem::remove_all(dir, ec);
 }
 
+// A test suite on one random checkpoint, written and loaded once for the suite (weights_) and
+// removed after it. Derived (CRTP) gives `static model::GptOssConfig config()`, `kSeed` and `kName`
+// (the temporary directory's prefix).
+template <class Derived>
+class RandomCheckpointTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        weights_ = load_random_checkpoint(Derived::config(), Derived::kSeed, Derived::kName, &dir_);
+    }
+    static void TearDownTestSuite() {
+        weights_.reset();
+        remove_checkpoint(dir_);
+    }
+    static inline std::string dir_;
+    static inline std::shared_ptr<const model::GptOssWeights> weights_;
+};
+
 // The engine tests' small engine: blocks of 4 (full / sliding counts as given), 16 sequences, 24
 // tokens a step.
 inline EngineConfig small_engine_test_config(int full_blocks = 256, int sliding_blocks = 128) {

@@ -228,15 +228,11 @@ EngineConfig spec_config(int num_tokens, int full_blocks = 256, int sliding_bloc
     return c;
 }
 
-class SpeculativeEngineTest : public ::testing::Test {
-protected:
-    static void SetUpTestSuite() { weights_ = load_random_checkpoint(small_config(), 5, "gptoss_spec_test_", &dir_); }
-    static void TearDownTestSuite() {
-        weights_.reset();
-        remove_checkpoint(dir_);
-    }
-    static inline std::string dir_;
-    static inline std::shared_ptr<const model::GptOssWeights> weights_;
+class SpeculativeEngineTest : public RandomCheckpointTest<SpeculativeEngineTest> {
+public:
+    static model::GptOssConfig config() { return small_config(); }
+    static constexpr uint64_t kSeed = 5;
+    static constexpr const char* kName = "gptoss_spec_test_";
 };
 
 // Greedy, seeded, top-p, penalised and logprob requests, half joining mid-flight: every one equals
