@@ -218,10 +218,7 @@ Result bench_decode(Common& common, int batch, int ctx, int window, cudaStream_t
     a.max_query_len = 1;
     a.max_context_len = ctx;
     a.sliding_window = window;
-    int dev = 0, sms = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int splits = cuda::choose_decode_splits(batch, kKvHeads, ctx, window, a.max_splits, sms);
+    const int splits = cuda::paged_attention_decode_split_count(a);  // what paged_attention_decode launches
 
     a.block_tables = tables.as<int32_t>();
     cuda::paged_attention_decode(a, stream);  // warm-up outside capture
@@ -364,7 +361,7 @@ int main(int argc, char** argv) {
     cudaStream_t stream;
     CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     Common common(128);
-    for (int batch : {1, 8, 32, 64, 128}) {
+    for (int batch : {1, 2, 4, 8, 16, 32, 64, 128}) {
         for (int ctx : {1024, 8192, 32768}) {
             const std::string tag = "decode B=" + std::to_string(batch) + " ctx=" + std::to_string(ctx);
             if (tag.find(filter) == std::string::npos && !filter.empty()) continue;

@@ -2092,14 +2092,18 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     }
 }
 
-void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
+int paged_attention_decode_split_count(const PagedAttentionArgs& a) {
     int splits = choose_decode_splits(a.num_seqs, a.num_kv_heads, a.max_context_len, a.sliding_window, a.max_splits,
                                       num_sms(current_device()));
     // One or two sequences: at most a cluster's worth of splits (16: 128 CTAs, about one an SM) so that the
     // merge runs inside the decode kernel (r37 call 4: 49 → 16 splits at 8k context, 1.786 → 1.728 ms
     // a 20b step, the combine launch gone with them).
     if (const int c = max_cluster_splits(); a.num_seqs <= max_cluster_seqs() && c > 1) splits = std::min(splits, c);
-    paged_attention_decode_splits(a, splits, stream);
+    return splits;
+}
+
+void paged_attention_decode(const PagedAttentionArgs& a, cudaStream_t stream) {
+    paged_attention_decode_splits(a, paged_attention_decode_split_count(a), stream);
 }
 
 void paged_attention_reference_cuda(const PagedAttentionArgs& a, cudaStream_t stream) {

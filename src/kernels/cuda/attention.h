@@ -24,9 +24,14 @@ void paged_attention_prefill(const PagedAttentionArgs& args, cudaStream_t stream
 // Decode: exactly one new token per sequence (query_start[s] = s; a sequence with zero new tokens
 // is skipped, which lets graph buckets pad the batch), at position seq_start_pos[s], context
 // seq_start_pos[s] + 1. Split-KV flash-decoding: the number of splits comes from
-// choose_decode_splits(…, args.max_splits, …); the workspace must hold
+// paged_attention_decode_split_count; the workspace must hold
 // num_seqs · num_heads · max_splits · (head_dim + 2) floats whenever max_splits > 1.
 void paged_attention_decode(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// The split count paged_attention_decode launches with: choose_decode_splits(…, args.max_splits, …),
+// capped for one or two sequences at the thread-block cluster that merges the splits inside the
+// kernel (16 on the H200, else 8).
+int paged_attention_decode_split_count(const PagedAttentionArgs& args);
 
 // Same as paged_attention_decode with an explicit split count (1 ≤ num_splits ≤ args.max_splits),
 // for tests and benchmarks. The device spreads each sequence's KV range over at most num_splits
