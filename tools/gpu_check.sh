@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1096,6 +1096,40 @@ PY
             --context 1024,32768 --decode-steps 32 --repeats 3 > "$OUT/s28d_20b_${v}_$pass.log" 2>&1
           summary+=("s28d 20b stages=$v pass $pass rc=$?")
           echo "20b, cluster ring $v stages (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s28d_20b_${v}_$pass.log"
+        done
+      done
+      ;;
+    s29a)
+      # Session 29: the decode attention's cluster variant (<= 2 sequences) with 8 warps in two
+      # streams of tiles (GPTOSS_ATTN_DECODE_STREAMS=2, the default; 1 = the r43 kernel, 4 warps; 3 =
+      # 8 warps on a 6-slot ring, 96 KB). Tests with each mode, attention_bench at 1 and 2 sequences
+      # each mode (and the whole decode table once, default), then 20b --fp8 decode at batch 1 and 2,
+      # contexts 1k / 8k / 32k, each mode, interleaved, two passes.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8Weights*:CudaEngine.*' \
+        > "$OUT/s29a_tests.log" 2>&1
+      rc=$?
+      for v in 1 3; do
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 100 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.Decode*:PagedAttentionCuda.Fp8KvCache' \
+          > "$OUT/s29a_tests_$v.log" 2>&1
+        rc=$((rc + $?))
+      done
+      summary+=("s29a tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT"/s29a_tests*.log | head -40
+      [ $rc = 0 ] || continue
+      for v in 1 2 3; do
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=1 " > "$OUT/s29a_attn_$v.log" 2>&1
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=2 " >> "$OUT/s29a_attn_$v.log" 2>&1
+        echo "attention_bench, streams mode $v:"; grep -E "^decode" "$OUT/s29a_attn_$v.log"
+      done
+      timeout 200 $BIN/attention_bench "decode" > "$OUT/s29a_attn_all.log" 2>&1
+      summary+=("s29a attention_bench all rc=$?")
+      echo "attention_bench decode, default:"; grep -E "^decode" "$OUT/s29a_attn_all.log"
+      for pass in 1 2; do
+        for v in 1 2 3; do
+          GPTOSS_ATTN_DECODE_STREAMS=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+            --context 1024,8192,32768 --decode-steps 32 --repeats 3 > "$OUT/s29a_20b_${v}_$pass.log" 2>&1
+          summary+=("s29a 20b streams=$v pass $pass rc=$?")
+          echo "20b, streams mode $v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29a_20b_${v}_$pass.log"
         done
       done
       ;;

@@ -31,9 +31,11 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -1463,23 +1465,38 @@ __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
     asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-constexpr int kDecodePartOffset = 16 * 1024;  // bytes into the decode smem: [head][64] acc, then [head] (m, l)
-constexpr int kMaxClusterSplits = 16;         // a non-portable cluster size (Hopper allows 16)
-static_assert(kDecodeWarps * kGroup * kRedStride * 4 <= kDecodePartOffset &&
-                  kDecodePartOffset + kGroup * (kHeadDim + 2) * 4 <= kDecodeSmem,
-              "the partial sits past the merge scratch, inside the decode smem");
+// Bytes into the decode smem of a split's partial ([head][64] acc, then [head] (m, l)): past the
+// merge scratch of kWarps warps (16 KB for 4 warps, 18 KB for 8).
+__host__ __device__ constexpr int decode_part_offset(int warps) { return warps <= kDecodeWarps ? 16 * 1024 : 18 * 1024; }
+constexpr int kMaxClusterSplits = 16;  // a non-portable cluster size (Hopper allows 16)
 
 // r41 requested the KV tiles of earlier steps before pdl_wait (0ec3d19): no measurable change (20b
 // batch 1 1.650-1.658 ms a step against 1.650-1.655): the kernel starts only ~1.4 µs before the QKV
 // GEMV it waits for ends (r39's trace), so there is little to hide the loads behind. Removed.
-template <bool kFp8Direct, bool kCluster = false>
-__global__ void __launch_bounds__(kDecodeThreads)
+//
+// kWarps = 8 (session 29, the cluster variant at one or two sequences): two streams of 4 warps, stream
+// s taking tiles s, s + 2, ... of the split, so that two tiles' chains run at once on an SM that
+// holds one CTA (r43: one CTA an SM issues ~340 instructions a 64-key tile a warp at ~5 cycles each;
+// more bytes in flight did not help). The ring's kSlots tile slots then hold kSlots / 2 rounds of
+// two tiles. Not for an e4m3 cache converted to bf16 in shared memory (convert_fp8_kv_tile's CTA-wide
+// barriers): that case keeps 4 warps (the launch's choice).
+template <bool kFp8Direct, bool kCluster = false, int kWarps = kDecodeWarps, int kSlots = kDecodeStages>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 1)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
+    constexpr int kStreams = kWarps / kDecodeWarps;
+    constexpr int kRoundSlots = kSlots / kStreams;  // rounds of kStreams tiles the ring holds
+    static_assert(kStreams * kDecodeWarps == kWarps && kRoundSlots * kStreams == kSlots && kRoundSlots >= 2,
+                  "decode ring shape");
+    static_assert(kWarps * kGroup * kRedStride * 4 <= decode_part_offset(kWarps) &&
+                      decode_part_offset(kWarps) + kGroup * (kHeadDim + 2) * 4 <= kSlots * 2 * kTileBytes,
+                  "the merge scratch and the partial fit in the ring");
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, tig = lane & 3;
+    // This warp's stream (which tiles of the split) and its 16 keys of each 64-key tile.
+    const int stream = warp / kDecodeWarps, wq = warp % kDecodeWarps, stid = tid % kDecodeThreads;
     // kv head fastest: the 8 CTAs that read the 8 interleaved 128-byte rows of the same cache
     // slots run side by side, so each 1 KB slot is fetched from DRAM in one visit.
     const int kv_head = blockIdx.x, split = blockIdx.y, seq = blockIdx.z;
@@ -1532,40 +1549,42 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
     const uint32_t ring = smem_addr(smem);
     const int n_tiles = sp.tile_end - sp.tile_begin;
-#pragma unroll
-    for (int st = 0; st < kDecodeStages - 1; ++st) {
-        if (st < n_tiles) {
-            const uint32_t dst = ring + st * 2 * kTileBytes;
+    const int n_rounds = (n_tiles + kStreams - 1) / kStreams;
+    // Round r's tile of this stream (split-relative r·kStreams + stream) into round slot rs.
+    auto load_round = [&](int r, int rs) {
+        const int tl = r * kStreams + stream;
+        if (tl < n_tiles) {
+            const uint32_t dst = ring + (rs * kStreams + stream) * 2 * kTileBytes;
             if constexpr (kFp8Direct)
-                load_kv_tile_e4m3<true>(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+                load_kv_tile_e4m3<true>(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid);
             else
-                load_kv_tile(src, sp.tile_begin + st, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
+                load_kv_tile(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid);
         }
-        cp_async_commit();  // always commit so that group i is tile i
+    };
+#pragma unroll
+    for (int st = 0; st < kRoundSlots - 1; ++st) {
+        if (st < n_rounds) load_round(st, st);
+        cp_async_commit();  // always commit so that group r is round r
     }
 
-    for (int i = 0; i < n_tiles; ++i) {
-        cp_async_wait<kDecodeStages - 2>();  // groups 0..i complete for this thread
-        __syncthreads();                     // for all threads; and stage (i−1) % 4 is free again
+    for (int r = 0; r < n_rounds; ++r) {
+        cp_async_wait<kRoundSlots - 2>();  // groups 0..r complete for this thread
+        __syncthreads();                   // for all threads; and round slot (r−1) % kRoundSlots is free again
         {
-            const int next = i + kDecodeStages - 1;
-            if (next < n_tiles) {
-                const uint32_t dst = ring + (next % kDecodeStages) * 2 * kTileBytes;
-                if constexpr (kFp8Direct)
-                    load_kv_tile_e4m3<true>(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
-                else
-                    load_kv_tile(src, sp.tile_begin + next, sp.kv_lo, pos, dst, dst + kTileBytes, tid);
-            }
+            const int next = r + kRoundSlots - 1;
+            if (next < n_rounds) load_round(next, next % kRoundSlots);
             cp_async_commit();
         }
-        const uint32_t k_s = ring + (i % kDecodeStages) * 2 * kTileBytes;
+        const int tl = r * kStreams + stream;  // this stream's tile of the round (split-relative)
+        const uint32_t k_s = ring + ((r % kRoundSlots) * kStreams + stream) * 2 * kTileBytes;
         const uint32_t v_s = k_s + kTileBytes;
-        if constexpr (!kFp8Direct) {
+        if constexpr (!kFp8Direct && kStreams == 1) {
             if (src.fp8) {
                 convert_fp8_kv_tile(k_s, v_s, tid);
                 __syncthreads();
             }
         }
+        if (kStreams > 1 && tl >= n_tiles) continue;  // an odd tile count: the last round's second stream
 
         // S (8 heads × this warp's 16 keys): n-tile 0 = keys 16w..16w+7, n-tile 1 = 16w+8..16w+15.
         float s[2][4];
@@ -1578,19 +1597,19 @@ __global__ void __launch_bounds__(kDecodeThreads)
             if constexpr (kFp8Direct) {
 #pragma unroll
                 for (int nt = 0; nt < 2; ++nt) {  // key warp·16 + 8nt + g, bytes 16kc + 4t .. + 3
-                    const int row = warp * 16 + nt * 8 + g;
+                    const int row = wq * 16 + nt * 8 + g;
                     uint32_t w;
                     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w) : "r"(k_s + fp8_tile_offset(row, kc) + 4 * tig));
                     mma_f16(s[nt], qa[kc], e4m3x2_to_f16x2(w), e4m3x2_to_f16x2(w >> 16));
                 }
             } else {
                 uint32_t kb[4];
-                ldmatrix_x4(kb, k_s + swizzle(warp * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1)));
+                ldmatrix_x4(kb, k_s + swizzle(wq * 16 + (lane & 7) + ((lane >> 4) << 3), kc * 2 + ((lane >> 3) & 1)));
                 mma_bf16(s[0], qa[kc], kb[0], kb[1]);
                 mma_bf16(s[1], qa[kc], kb[2], kb[3]);
             }
         }
-        const int key0 = (sp.tile_begin + i) * kKvTile + warp * 16 + tig * 2;
+        const int key0 = (sp.tile_begin + tl) * kKvTile + wq * 16 + tig * 2;
         float mx = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
@@ -1624,7 +1643,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
             for (int bb = 0; bb < 2; ++bb) {  // 16-dim blocks 2bb and 2bb + 1
                 // Lanes 0-7 / 8-15: keys 0-7 / 8-15 of this warp in block 2bb; 16-31 the same in 2bb + 1.
-                const int row = warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+                const int row = wq * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
                 uint32_t vb[4];
                 ldmatrix_x4_trans(vb, v_s + fp8_tile_offset(row, 2 * bb + (lane >> 4)));
 #pragma unroll
@@ -1642,7 +1661,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
             for (int dp = 0; dp < 4; ++dp) {
                 uint32_t vb[4];
                 ldmatrix_x4_trans(
-                    vb, v_s + swizzle(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+                    vb, v_s + swizzle(wq * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
                 mma_bf16(acc[2 * dp], pa, vb[0], vb[1]);
                 mma_bf16(acc[2 * dp + 1], pa, vb[2], vb[3]);
             }
@@ -1673,22 +1692,28 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
     }
     __syncthreads();
-    const int h = tid >> 4;         // head within the group
-    const int d0 = (tid & 15) * 4;  // 4 output dims per thread
+    // The first 128 threads merge (head h, 4 dims each); with 8 warps the rest only take part in the
+    // cluster barriers.
+    const bool merger = tid < kDecodeThreads;
+    const int h = (tid >> 4) & (kGroup - 1);  // head within the group
+    const int d0 = (tid & 15) * 4;            // 4 output dims per thread
     float mw = kNegBig;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) mw = fmaxf(mw, red[(w * kGroup + h) * kRedStride + kHeadDim]);
     float lw = 0.0f, o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (merger) {
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
-        const float* r = red + (w * kGroup + h) * kRedStride;
-        const float f = fast_exp2(r[kHeadDim] - mw);
-        lw += f * r[kHeadDim + 1];
+        for (int w = 0; w < kWarps; ++w) mw = fmaxf(mw, red[(w * kGroup + h) * kRedStride + kHeadDim]);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) o4[k] += f * r[d0 + k];
+        for (int w = 0; w < kWarps; ++w) {
+            const float* r = red + (w * kGroup + h) * kRedStride;
+            const float f = fast_exp2(r[kHeadDim] - mw);
+            lw += f * r[kHeadDim + 1];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) o4[k] += f * r[d0 + k];
+        }
     }
     const int head = kv_head * kGroup + h;
     if (sp.num_active == 1) {
+        if (!merger) return;
         // The only split: finalise here, sink included (once).
         const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
         const float mx_all = fmaxf(mw, sink);
@@ -1702,14 +1727,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
         // This split's partial into its own shared memory (past the merge scratch `red`), then split
         // 0 merges every active split's as combine_head does: M = max(sink, max_s m_s), out =
         // Σ_s 2^(m_s − M) acc_s / (Σ_s 2^(m_s − M) l_s + 2^(sink − M)).
-        float* part = reinterpret_cast<float*>(smem + kDecodePartOffset);  // [kGroup][64], then [kGroup][2]
-        *reinterpret_cast<float4*>(part + h * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
-        if ((tid & 15) == 0) {
-            part[kGroup * kHeadDim + 2 * h] = mw;
-            part[kGroup * kHeadDim + 2 * h + 1] = lw;
+        float* part = reinterpret_cast<float*>(smem + decode_part_offset(kWarps));  // [kGroup][64], [kGroup][2]
+        if (merger) {
+            *reinterpret_cast<float4*>(part + h * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
+            if ((tid & 15) == 0) {
+                part[kGroup * kHeadDim + 2 * h] = mw;
+                part[kGroup * kHeadDim + 2 * h + 1] = lw;
+            }
         }
         cluster_sync_all();  // every active split's partial is in its CTA's shared memory
-        if (split == 0) {
+        if (split == 0 && merger) {
             cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
             const int active = sp.num_active;
             const float sink = fmaxf(a.sinks[head] * kLog2e, kNegBig);
@@ -1750,6 +1777,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
         cluster_sync_all();  // the partials stay until split 0 has read them
     } else {
+        if (!merger) return;
         const int64_t idx = ws_index(a, seq, head, num_splits, split);
         *reinterpret_cast<float4*>(a.workspace + idx * kHeadDim + d0) = make_float4(o4[0], o4[1], o4[2], o4[3]);
         if ((tid & 15) == 0) {
@@ -1891,6 +1919,51 @@ int num_sms(int dev) {
     return n;
 }
 
+// The cluster variant's shapes (bf16_paged_attention_decode_kernel's kWarps / kSlots), chosen by
+// GPTOSS_ATTN_DECODE_STREAMS: 1 = 4 warps, 4 tile slots (r37-r43); 2 = 8 warps in two streams on the
+// same 64 KB (default); 3 = 8 warps on 6 slots (96 KB). An e4m3 cache converted to bf16 in shared
+// memory (kv_fp8 without fp8_direct) always takes 1.
+struct DecodeClusterKernel {
+    void (*kernel)(PagedAttentionArgs);
+    int threads;
+    int smem;
+};
+template <bool kFp8Direct, int kWarps, int kSlots>
+constexpr DecodeClusterKernel decode_cluster_kernel() {
+    return {bf16_paged_attention_decode_kernel<kFp8Direct, true, kWarps, kSlots>, kWarps * 32,
+            kSlots * 2 * kTileBytes};
+}
+constexpr int kDecodeStreamModes = 3;
+static DecodeClusterKernel decode_cluster_kernel_at(int mode, bool fp8_direct) {
+    switch (mode) {
+        case 1: return fp8_direct ? decode_cluster_kernel<true, 4, 4>() : decode_cluster_kernel<false, 4, 4>();
+        case 3: return fp8_direct ? decode_cluster_kernel<true, 8, 6>() : decode_cluster_kernel<false, 8, 6>();
+        default: return fp8_direct ? decode_cluster_kernel<true, 8, 4>() : decode_cluster_kernel<false, 8, 4>();
+    }
+}
+static std::array<DecodeClusterKernel, 2 * kDecodeStreamModes> decode_cluster_kernels() {
+    std::array<DecodeClusterKernel, 2 * kDecodeStreamModes> all{};
+    for (int m = 1; m <= kDecodeStreamModes; ++m)
+        for (int f = 0; f < 2; ++f) all[2 * (m - 1) + f] = decode_cluster_kernel_at(m, f == 1);
+    return all;
+}
+static int decode_streams_mode() {
+    static const int mode = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_DECODE_STREAMS");
+        if (v == nullptr || *v == '\0') return 2;
+        const int m = std::atoi(v);
+        if (m < 1 || m > kDecodeStreamModes) {
+            std::fprintf(stderr, "GPTOSS_ATTN_DECODE_STREAMS=%s: expected 1, 2 or 3; using 2\n", v);
+            return 2;
+        }
+        return m;
+    }();
+    return mode;
+}
+static DecodeClusterKernel decode_cluster_kernel_for(const PagedAttentionArgs& a) {
+    return decode_cluster_kernel_at(a.kv_fp8 && !a.fp8_direct ? 1 : decode_streams_mode(), a.kv_fp8 && a.fp8_direct);
+}
+
 // The decode kernel needs 64 KB of dynamic shared memory (over the 48 KB default).
 void ensure_decode_smem(int dev) {
     static std::atomic<bool> done[kMaxDevices];
@@ -1899,10 +1972,9 @@ void ensure_decode_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
-    for (auto kernel :
-         {bf16_paged_attention_decode_kernel<false, true>, bf16_paged_attention_decode_kernel<true, true>}) {
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    for (const DecodeClusterKernel& k : decode_cluster_kernels()) {
+        CUDA_CHECK(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem));
+        CUDA_CHECK(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
@@ -2053,10 +2125,10 @@ static int max_cluster_splits() {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_CLUSTER");
         if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
         ensure_decode_smem(current_device());
-        return max_active_clusters(bf16_paged_attention_decode_kernel<false, true>, dim3(1, kMaxClusterSplits, 1),
-                                   dim3(kDecodeThreads), kDecodeSmem) > 0
-                   ? kMaxClusterSplits
-                   : 8;
+        // Every shape the launch may pick must schedule 16-CTA clusters.
+        for (const DecodeClusterKernel& k : decode_cluster_kernels())
+            if (max_active_clusters(k.kernel, dim3(1, kMaxClusterSplits, 1), dim3(k.threads), k.smem) <= 0) return 8;
+        return kMaxClusterSplits;
     }();
     return n;
 }
@@ -2076,9 +2148,8 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     // splits: 5.25-5.28 → 5.30-5.31 ms, slower), r38 call 1 at 2 (faster) and 4 (slower), so larger
     // batches keep the combine launch.
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
-        auto kernel = a.kv_fp8 && a.fp8_direct ? bf16_paged_attention_decode_kernel<true, true>
-                                               : bf16_paged_attention_decode_kernel<false, true>;
-        launch_pdl_cluster(kernel, grid, dim3(1, num_splits, 1), dim3(kDecodeThreads), kDecodeSmem, stream, a);
+        const DecodeClusterKernel k = decode_cluster_kernel_for(a);
+        launch_pdl_cluster(k.kernel, grid, dim3(1, num_splits, 1), dim3(k.threads), k.smem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
