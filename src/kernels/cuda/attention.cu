@@ -1467,7 +1467,9 @@ __device__ __forceinline__ void cluster_sync_all() {
 }
 // Bytes into the decode smem of a split's partial ([head][64] acc, then [head] (m, l)): past the
 // merge scratch of kWarps warps (16 KB for 4 warps, 18 KB for 8).
-__host__ __device__ constexpr int decode_part_offset(int warps) { return warps <= kDecodeWarps ? 16 * 1024 : 18 * 1024; }
+__host__ __device__ constexpr int decode_part_offset(int warps) {
+    return warps <= kDecodeWarps ? 16 * 1024 : 18 * 1024;
+}
 constexpr int kMaxClusterSplits = 16;  // a non-portable cluster size (Hopper allows 16)
 
 // r41 requested the KV tiles of earlier steps before pdl_wait (0ec3d19): no measurable change (20b
@@ -1660,8 +1662,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 1)
 #pragma unroll
             for (int dp = 0; dp < 4; ++dp) {
                 uint32_t vb[4];
-                ldmatrix_x4_trans(
-                    vb, v_s + swizzle(wq * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
+                ldmatrix_x4_trans(vb,
+                                  v_s + swizzle(wq * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)));
                 mma_bf16(acc[2 * dp], pa, vb[0], vb[1]);
                 mma_bf16(acc[2 * dp + 1], pa, vb[2], vb[3]);
             }
@@ -1930,8 +1932,7 @@ struct DecodeClusterKernel {
 };
 template <bool kFp8Direct, int kWarps, int kSlots>
 constexpr DecodeClusterKernel decode_cluster_kernel() {
-    return {bf16_paged_attention_decode_kernel<kFp8Direct, true, kWarps, kSlots>, kWarps * 32,
-            kSlots * 2 * kTileBytes};
+    return {bf16_paged_attention_decode_kernel<kFp8Direct, true, kWarps, kSlots>, kWarps * 32, kSlots * 2 * kTileBytes};
 }
 constexpr int kDecodeStreamModes = 3;
 static DecodeClusterKernel decode_cluster_kernel_at(int mode, bool fp8_direct) {
