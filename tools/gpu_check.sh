@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1131,6 +1131,32 @@ PY
           summary+=("s29a 20b streams=$v pass $pass rc=$?")
           echo "20b, streams mode $v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29a_20b_${v}_$pass.log"
         done
+      done
+      ;;
+    s29b)
+      # Session 29, call 2: s29a again with the 8-warp variants at 128 registers (two CTAs an SM;
+      # call 1 had 179, one CTA an SM). Decode attention tests with modes 2 and 3, attention_bench at
+      # 1 and 2 sequences each mode, then 20b --fp8 decode at batch 1 and 2, contexts 1k / 8k / 32k,
+      # each mode once.
+      rc=0
+      for v in 2 3; do
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 100 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.Decode*:PagedAttentionCuda.Fp8KvCache' \
+          > "$OUT/s29b_tests_$v.log" 2>&1
+        rc=$((rc + $?))
+      done
+      summary+=("s29b tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT"/s29b_tests*.log | head -40
+      [ $rc = 0 ] || continue
+      for v in 1 2 3; do
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=1 " > "$OUT/s29b_attn_$v.log" 2>&1
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=2 " >> "$OUT/s29b_attn_$v.log" 2>&1
+        echo "attention_bench, streams mode $v:"; grep -E "^decode" "$OUT/s29b_attn_$v.log"
+      done
+      for v in 1 2 3; do
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+          --context 1024,8192,32768 --decode-steps 32 --repeats 3 > "$OUT/s29b_20b_$v.log" 2>&1
+        summary+=("s29b 20b streams=$v rc=$?")
+        echo "20b, streams mode $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29b_20b_$v.log"
       done
       ;;
     spec)

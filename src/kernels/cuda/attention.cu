@@ -1481,9 +1481,11 @@ constexpr int kMaxClusterSplits = 16;  // a non-portable cluster size (Hopper al
 // holds one CTA (r43: one CTA an SM issues ~340 instructions a 64-key tile a warp at ~5 cycles each;
 // more bytes in flight did not help). The ring's kSlots tile slots then hold kSlots / 2 rounds of
 // two tiles. Not for an e4m3 cache converted to bf16 in shared memory (convert_fp8_kv_tile's CTA-wide
-// barriers): that case keeps 4 warps (the launch's choice).
+// barriers): that case keeps 4 warps (the launch's choice). Two CTAs an SM (128 registers): at 179
+// registers, one CTA an SM, s29 call 1 ran 8k one sequence 11.1 -> 19.9 us and two sequences at
+// 1k 5.9 -> 10.3 (a 16-CTA cluster then needs 16 free SMs of a GPC: r39's lesson).
 template <bool kFp8Direct, bool kCluster = false, int kWarps = kDecodeWarps, int kSlots = kDecodeStages>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 1)
+__global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 2)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     constexpr int kStreams = kWarps / kDecodeWarps;
     constexpr int kRoundSlots = kSlots / kStreams;  // rounds of kStreams tiles the ring holds
