@@ -1152,6 +1152,14 @@ PY
         GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=2 " >> "$OUT/s29b_attn_$v.log" 2>&1
         echo "attention_bench, streams mode $v:"; grep -E "^decode" "$OUT/s29b_attn_$v.log"
       done
+      # The cluster merge at 4 and 8 sequences too (GPTOSS_ATTN_DECODE_CLUSTER=all), modes 1 and 2.
+      for v in 1 2; do
+        for b in 4 8; do
+          GPTOSS_ATTN_DECODE_CLUSTER=all GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=$b " \
+            >> "$OUT/s29b_attn_all_$v.log" 2>&1
+        done
+        echo "attention_bench, cluster at any batch, streams mode $v:"; grep -E "^decode" "$OUT/s29b_attn_all_$v.log"
+      done
       for v in 1 2 3; do
         GPTOSS_ATTN_DECODE_STREAMS=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
           --context 1024,8192,32768 --decode-steps 32 --repeats 3 > "$OUT/s29b_20b_$v.log" 2>&1
