@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1166,6 +1166,32 @@ PY
         summary+=("s29b 20b streams=$v rc=$?")
         echo "20b, streams mode $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29b_20b_$v.log"
       done
+      ;;
+    s29c)
+      # Session 29, call 3: does the decode attention's bandwidth at few sequences follow the KV
+      # cache layout? attention_bench with the head-major layout (GPTOSS_ATTN_KV_HEAD_MAJOR=1: a kv
+      # head's keys of a block contiguous; random data, so only the access pattern changes) against
+      # the model's, for the cluster path (streams modes 1 and 3), the combine path at one sequence
+      # (GPTOSS_ATTN_DECODE_CLUSTER=0) and the cluster path at 4 and 8 sequences (=all).
+      for hm in 0 1; do
+        for v in 1 3; do
+          f="$OUT/s29c_attn_hm${hm}_m$v.log"
+          for b in 1 2 4 8 32; do
+            GPTOSS_ATTN_KV_HEAD_MAJOR=$hm GPTOSS_ATTN_DECODE_STREAMS=$v timeout 60 $BIN/attention_bench "decode B=$b " >> "$f" 2>&1
+          done
+          echo "attention_bench, head-major $hm, streams mode $v:"; grep -E "^decode" "$f"
+        done
+        f="$OUT/s29c_attn_hm${hm}_nocluster.log"
+        GPTOSS_ATTN_KV_HEAD_MAJOR=$hm GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 " >> "$f" 2>&1
+        GPTOSS_ATTN_KV_HEAD_MAJOR=$hm GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=2 " >> "$f" 2>&1
+        echo "attention_bench, head-major $hm, no cluster:"; grep -E "^decode" "$f"
+        f="$OUT/s29c_attn_hm${hm}_cluster_all.log"
+        for b in 4 8; do
+          GPTOSS_ATTN_KV_HEAD_MAJOR=$hm GPTOSS_ATTN_DECODE_CLUSTER=all GPTOSS_ATTN_DECODE_STREAMS=1 timeout 60 $BIN/attention_bench "decode B=$b " >> "$f" 2>&1
+        done
+        echo "attention_bench, head-major $hm, cluster at any batch:"; grep -E "^decode" "$f"
+      done
+      summary+=("s29c done")
       ;;
     spec)
       # Session 27: n-gram speculative decoding on the CUDA runner. The engine tests (the speculative

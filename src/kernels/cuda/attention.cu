@@ -183,8 +183,9 @@ struct KvSource {
     const uint8_t* v;
     bool fp8;
     const int32_t* table;  // this sequence's row of block_tables
-    int64_t slot_stride;   // elements from one slot to the next: num_kv_heads · 64
-    int head_offset;       // kv_head · 64
+    int64_t block_stride;  // elements from one block to the next: block_size · num_kv_heads · 64
+    int row_stride;        // elements from one slot of a block to the next: num_kv_heads · 64 (kv_head_major: 64)
+    int head_offset;       // kv_head · 64 (kv_head_major: kv_head · block_size · 64)
     int bs_shift;          // log2(block_size)
     int bs_mask;           // block_size − 1
 };
@@ -195,8 +196,9 @@ __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, 
     s.v = static_cast<const uint8_t*>(a.v_cache);
     s.fp8 = a.kv_fp8;
     s.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
-    s.slot_stride = static_cast<int64_t>(a.num_kv_heads) * kHeadDim;
-    s.head_offset = kv_head * kHeadDim;
+    s.block_stride = static_cast<int64_t>(a.block_size) * a.num_kv_heads * kHeadDim;
+    s.row_stride = a.kv_head_major ? kHeadDim : a.num_kv_heads * kHeadDim;
+    s.head_offset = a.kv_head_major ? kv_head * a.block_size * kHeadDim : kv_head * kHeadDim;
     s.bs_shift = __ffs(a.block_size) - 1;
     s.bs_mask = a.block_size - 1;
     return s;
@@ -207,8 +209,7 @@ __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, 
 __device__ __forceinline__ int64_t kv_offset(const KvSource& src, int j, bool valid, int col) {
     if (!valid) return 0;
     const int64_t block = __ldg(src.table + (j >> src.bs_shift));
-    const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
-    return slot * src.slot_stride + src.head_offset + col;
+    return block * src.block_stride + (j & src.bs_mask) * src.row_stride + src.head_offset + col;
 }
 
 // Stages keys [tile·64, tile·64 + 64) of an e4m3 cache as [64 keys][64 bytes] tiles at k_dst and
@@ -2067,6 +2068,7 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
 
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     validate(a, "paged_attention_prefill");
+    ENGINE_CHECK(!a.kv_head_major, "paged_attention_prefill: kv_head_major is a decode-only experiment");
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
     const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
@@ -2185,6 +2187,7 @@ void paged_attention_reference_cuda(const PagedAttentionArgs& a, cudaStream_t st
                      a.num_heads % kRefWarps == 0 && a.block_size > 0,
                  "paged_attention_reference_cuda: unsupported shape");
     ENGINE_CHECK(a.q != nullptr, "paged_attention_reference_cuda: q is required (q_raw is the prefill kernels')");
+    ENGINE_CHECK(!a.kv_head_major, "paged_attention_reference_cuda: kv_head_major is a decode-only experiment");
     if (a.num_seqs == 0 || a.num_tokens == 0) return;
     const dim3 grid(a.num_tokens, a.num_heads / kRefWarps);
     bf16_paged_attention_reference_kernel<<<grid, kRefWarps * 32, 0, stream>>>(a);
