@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1192,6 +1192,31 @@ PY
         echo "attention_bench, head-major $hm, cluster at any batch:"; grep -E "^decode" "$f"
       done
       summary+=("s29c done")
+      ;;
+    s29d)
+      # Session 29, call 4: the default by batch size (8 warps on 6 slots at one sequence, 4 warps at
+      # two). Tests (attention, model, engine), then 20b and 120b --fp8 decode at batch 1 and 2, 1k and
+      # 32k, default against GPTOSS_ATTN_DECODE_STREAMS=1 (the r43 kernel), interleaved.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8Weights*:CudaEngine.*' \
+        > "$OUT/s29d_tests.log" 2>&1
+      rc=$?
+      summary+=("s29d tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s29d_tests.log" | head -30
+      [ $rc = 0 ] || continue
+      for pass in 1 2; do
+        for v in "" 1; do
+          GPTOSS_ATTN_DECODE_STREAMS=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+            --context 1024,32768 --decode-steps 32 --repeats 3 > "$OUT/s29d_20b_${v:-auto}_$pass.log" 2>&1
+          summary+=("s29d 20b streams=${v:-auto} pass $pass rc=$?")
+          echo "20b, streams ${v:-auto} (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29d_20b_${v:-auto}_$pass.log"
+        done
+      done
+      for v in "" 1; do
+        GPTOSS_ATTN_DECODE_STREAMS=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+          --context 1024,32768 --decode-steps 32 --repeats 3 > "$OUT/s29d_120b_${v:-auto}.log" 2>&1
+        summary+=("s29d 120b streams=${v:-auto} rc=$?")
+        echo "120b, streams ${v:-auto}:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29d_120b_${v:-auto}.log"
+      done
       ;;
     spec)
       # Session 27: n-gram speculative decoding on the CUDA runner. The engine tests (the speculative

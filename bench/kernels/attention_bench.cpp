@@ -218,10 +218,6 @@ Result bench_decode(Common& common, int batch, int ctx, int window, cudaStream_t
     a.max_query_len = 1;
     a.max_context_len = ctx;
     a.sliding_window = window;
-    // GPTOSS_ATTN_KV_HEAD_MAJOR=1: the head-major cache layout (PagedAttentionArgs::kv_head_major, an
-    // experiment of session 29; the data are random, so only the access pattern changes).
-    const char* hm = std::getenv("GPTOSS_ATTN_KV_HEAD_MAJOR");
-    a.kv_head_major = hm != nullptr && std::string(hm) == "1";
     const int splits = cuda::paged_attention_decode_split_count(a);  // what paged_attention_decode launches
 
     a.block_tables = tables.as<int32_t>();

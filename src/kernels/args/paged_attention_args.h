@@ -29,10 +29,6 @@ struct PagedAttentionArgs {
     // With kv_fp8, the decode kernel's f16 MMAs take K and V straight from the e4m3 tile instead of
     // a widened bf16 copy (kernels/cuda/attention.cu; opt-in, session 7, not yet run).
     bool fp8_direct = false;
-    // Session 29 experiment (decode kernels and attention_bench only): the caches laid out as
-    // [num_blocks, num_kv_heads, block_size, head_dim], so that one kv head's keys of a block are one
-    // contiguous run (block_size · 128 bytes) instead of 128-byte pieces 1 KB apart.
-    bool kv_head_major = false;
     // Prefill on warpgroup MMAs (wgmma) instead of mma.sync (kernels/cuda/attention.cu; the CUDA
     // model sets it unless GPTOSS_ATTN_PREFILL_WGMMA=0).
     bool prefill_wgmma = false;

@@ -183,9 +183,8 @@ struct KvSource {
     const uint8_t* v;
     bool fp8;
     const int32_t* table;  // this sequence's row of block_tables
-    int64_t block_stride;  // elements from one block to the next: block_size · num_kv_heads · 64
-    int row_stride;        // elements from one slot of a block to the next: num_kv_heads · 64 (kv_head_major: 64)
-    int head_offset;       // kv_head · 64 (kv_head_major: kv_head · block_size · 64)
+    int64_t slot_stride;   // elements from one slot to the next: num_kv_heads · 64
+    int head_offset;       // kv_head · 64
     int bs_shift;          // log2(block_size)
     int bs_mask;           // block_size − 1
 };
@@ -196,9 +195,8 @@ __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, 
     s.v = static_cast<const uint8_t*>(a.v_cache);
     s.fp8 = a.kv_fp8;
     s.table = a.block_tables + static_cast<int64_t>(seq) * a.max_blocks_per_seq;
-    s.block_stride = static_cast<int64_t>(a.block_size) * a.num_kv_heads * kHeadDim;
-    s.row_stride = a.kv_head_major ? kHeadDim : a.num_kv_heads * kHeadDim;
-    s.head_offset = a.kv_head_major ? kv_head * a.block_size * kHeadDim : kv_head * kHeadDim;
+    s.slot_stride = static_cast<int64_t>(a.num_kv_heads) * kHeadDim;
+    s.head_offset = kv_head * kHeadDim;
     s.bs_shift = __ffs(a.block_size) - 1;
     s.bs_mask = a.block_size - 1;
     return s;
@@ -209,7 +207,8 @@ __device__ __forceinline__ KvSource make_kv_source(const PagedAttentionArgs& a, 
 __device__ __forceinline__ int64_t kv_offset(const KvSource& src, int j, bool valid, int col) {
     if (!valid) return 0;
     const int64_t block = __ldg(src.table + (j >> src.bs_shift));
-    return block * src.block_stride + (j & src.bs_mask) * src.row_stride + src.head_offset + col;
+    const int64_t slot = (block << src.bs_shift) + (j & src.bs_mask);
+    return slot * src.slot_stride + src.head_offset + col;
 }
 
 // Stages keys [tile·64, tile·64 + 64) of an e4m3 cache as [64 keys][64 bytes] tiles at k_dst and
@@ -1484,7 +1483,10 @@ constexpr int kMaxClusterSplits = 16;  // a non-portable cluster size (Hopper al
 // two tiles. Not for an e4m3 cache converted to bf16 in shared memory (convert_fp8_kv_tile's CTA-wide
 // barriers): that case keeps 4 warps (the launch's choice). Two CTAs an SM (128 registers): at 179
 // registers, one CTA an SM, s29 call 1 ran 8k one sequence 11.1 -> 19.9 us and two sequences at
-// 1k 5.9 -> 10.3 (a 16-CTA cluster then needs 16 free SMs of a GPC: r39's lesson).
+// 1k 5.9 -> 10.3 (a 16-CTA cluster then needs 16 free SMs of a GPC: r39's lesson). At 128 (calls
+// 2-3) one sequence runs 32k in 28.0-28.4 us against 28.9-29.0 on 6 slots, 8k 11.7-11.8 against
+// 11.1-11.2: so the per-tile chain was not what held one sequence at ~2.3 TB/s, and neither was the
+// cache layout (call 3: kv heads' keys contiguous per block, same times).
 template <bool kFp8Direct, bool kCluster = false, int kWarps = kDecodeWarps, int kSlots = kDecodeStages>
 __global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 2)
     bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
@@ -1924,10 +1926,13 @@ int num_sms(int dev) {
     return n;
 }
 
-// The cluster variant's shapes (bf16_paged_attention_decode_kernel's kWarps / kSlots), chosen by
-// GPTOSS_ATTN_DECODE_STREAMS: 1 = 4 warps, 4 tile slots (r37-r43); 2 = 8 warps in two streams on the
-// same 64 KB (default); 3 = 8 warps on 6 slots (96 KB). An e4m3 cache converted to bf16 in shared
-// memory (kv_fp8 without fp8_direct) always takes 1.
+// The cluster variant's shapes (bf16_paged_attention_decode_kernel's kWarps / kSlots): 1 = 4 warps,
+// 4 tile slots (r37-r43); 2 = 8 warps in two streams on the same 64 KB; 3 = 8 warps on 6 slots (96
+// KB). Default: 3 at one sequence, 1 at two (s29 calls 1-2, 20b --fp8 decode, ms a step, one pass
+// each: batch 1 at 1k 1.622 / 1.606 / 1.607 for modes 1 / 2 / 3, at 32k 1.956 / 1.953 / 1.902;
+// batch 2 at 1k 2.190 / 2.238 / 2.219, at 32k 2.614 / 2.918 / 2.815: two sequences' 256 CTAs of 8
+// warps no longer fit in one wave of clusters). GPTOSS_ATTN_DECODE_STREAMS=1, 2 or 3 sets both. An
+// e4m3 cache converted to bf16 in shared memory (kv_fp8 without fp8_direct) always takes 1.
 struct DecodeClusterKernel {
     void (*kernel)(PagedAttentionArgs);
     int threads;
@@ -1951,21 +1956,25 @@ static std::array<DecodeClusterKernel, 2 * kDecodeStreamModes> decode_cluster_ke
         for (int f = 0; f < 2; ++f) all[2 * (m - 1) + f] = decode_cluster_kernel_at(m, f == 1);
     return all;
 }
-static int decode_streams_mode() {
+// GPTOSS_ATTN_DECODE_STREAMS as a mode, or 0 (unset: the default by batch size).
+static int decode_streams_override() {
     static const int mode = [] {
         const char* v = std::getenv("GPTOSS_ATTN_DECODE_STREAMS");
-        if (v == nullptr || *v == '\0') return 2;
+        if (v == nullptr || *v == '\0') return 0;
         const int m = std::atoi(v);
         if (m < 1 || m > kDecodeStreamModes) {
-            std::fprintf(stderr, "GPTOSS_ATTN_DECODE_STREAMS=%s: expected 1, 2 or 3; using 2\n", v);
-            return 2;
+            std::fprintf(stderr, "GPTOSS_ATTN_DECODE_STREAMS=%s: expected 1, 2 or 3; using the default\n", v);
+            return 0;
         }
         return m;
     }();
     return mode;
 }
 static DecodeClusterKernel decode_cluster_kernel_for(const PagedAttentionArgs& a) {
-    return decode_cluster_kernel_at(a.kv_fp8 && !a.fp8_direct ? 1 : decode_streams_mode(), a.kv_fp8 && a.fp8_direct);
+    int mode = decode_streams_override();
+    if (mode == 0) mode = a.num_seqs == 1 ? 3 : 1;
+    if (a.kv_fp8 && !a.fp8_direct) mode = 1;
+    return decode_cluster_kernel_at(mode, a.kv_fp8 && a.fp8_direct);
 }
 
 // The decode kernel needs 64 KB of dynamic shared memory (over the 48 KB default).
@@ -2068,7 +2077,6 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
 
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     validate(a, "paged_attention_prefill");
-    ENGINE_CHECK(!a.kv_head_major, "paged_attention_prefill: kv_head_major is a decode-only experiment");
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
     const int qtiles = std::min((a.max_query_len + kPrefillTokens - 1) / kPrefillTokens, 65535);
     const dim3 grid(a.num_kv_heads, qtiles, a.num_seqs);
@@ -2187,7 +2195,6 @@ void paged_attention_reference_cuda(const PagedAttentionArgs& a, cudaStream_t st
                      a.num_heads % kRefWarps == 0 && a.block_size > 0,
                  "paged_attention_reference_cuda: unsupported shape");
     ENGINE_CHECK(a.q != nullptr, "paged_attention_reference_cuda: q is required (q_raw is the prefill kernels')");
-    ENGINE_CHECK(!a.kv_head_major, "paged_attention_reference_cuda: kv_head_major is a decode-only experiment");
     if (a.num_seqs == 0 || a.num_tokens == 0) return;
     const dim3 grid(a.num_tokens, a.num_heads / kRefWarps);
     bf16_paged_attention_reference_kernel<<<grid, kRefWarps * 32, 0, stream>>>(a);
