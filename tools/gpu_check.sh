@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -1216,6 +1216,21 @@ PY
           --context 1024,32768 --decode-steps 32 --repeats 3 > "$OUT/s29d_120b_${v:-auto}.log" 2>&1
         summary+=("s29d 120b streams=${v:-auto} rc=$?")
         echo "120b, streams ${v:-auto}:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29d_120b_${v:-auto}.log"
+      done
+      ;;
+    s29e)
+      # Session 29: ncu of the decode attention at 8 sequences, 32k, launched as clusters
+      # (GPTOSS_ATTN_DECODE_CLUSTER=all: 70-75% of the bandwidth in attention_bench) and without
+      # (92-100%): does the cluster kernel run slower by itself (placement), or only back to back?
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for cl in all 1; do
+        GPTOSS_ATTN_DECODE_CLUSTER=$cl timeout 120 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+          --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_sectors_srcunit_ltcfabric.sum,gpu__time_duration.sum' \
+          -k regex:decode_kernel --launch-skip 4 -c 1 $BIN/attention_bench "decode B=8 ctx=32768" > "$OUT/s29e_ncu_cluster_$cl.txt" 2>&1
+        summary+=("s29e ncu cluster=$cl rc=$?")
+        echo "== decode attention B=8 32k, GPTOSS_ATTN_DECODE_CLUSTER=$cl"
+        grep -E "decode_kernel|Duration|DRAM Throughput|Memory Throughput|dram__|lts__|Cluster|Grid Size|Achieved Occupancy|L2 Hit" "$OUT/s29e_ncu_cluster_$cl.txt" | head -20
       done
       ;;
     spec)
