@@ -1218,6 +1218,41 @@ PY
         echo "120b, streams ${v:-auto}:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s29d_120b_${v:-auto}.log"
       done
       ;;
+    s30a)
+      # Session 30: the norm after each decode MoE inside its down kernel (kc::MoeTailNorm; the last
+      # CTA by a ticket; GPTOSS_DECODE_NORM_IN_DOWN=n up to n tokens, default 2, 0 never). Tests (the
+      # kernel against the norm kernel bit for bit, the model's logits bit for bit, the model, engine
+      # and decode MoE tests), then 20b and 120b --fp8 decode at batch 1 and 2, 1k context, off (0)
+      # against on (2), interleaved; the kernel trace with it on; 120b 8k prefill with --fp8-experts.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.ResidualRmsNorm*:CudaModel.NormInsideTheDecodeMoeIsTheSameBits:CudaModel.Fp8GemvsOnBf16RowsAreTheSameBits:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8Weights*:CudaEngine.*' \
+        > "$OUT/s30a_tests.log" 2>&1
+      rc=$?
+      summary+=("s30a tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s30a_tests.log" | head -30
+      [ $rc = 0 ] || continue
+      for pass in 1 2; do
+        for v in 0 2; do
+          GPTOSS_DECODE_NORM_IN_DOWN=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+            --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30a_20b_${v}_$pass.log" 2>&1
+          summary+=("s30a 20b norm_in_down=$v pass $pass rc=$?")
+          echo "20b, norm in down $v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30a_20b_${v}_$pass.log"
+        done
+      done
+      for v in 0 2; do
+        GPTOSS_DECODE_NORM_IN_DOWN=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+          --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30a_120b_$v.log" 2>&1
+        summary+=("s30a 120b norm_in_down=$v rc=$?")
+        echo "120b, norm in down $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30a_120b_$v.log"
+      done
+      GPTOSS_KERNEL_TRACE="$OUT/s30a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+        --batch 1 --context 1024 --decode-steps 6 > "$OUT/s30a_ktrace_20b.log" 2>&1
+      summary+=("s30a ktrace 20b rc=$?")
+      python3 tools/ktrace_summary.py "$OUT/s30a_ktrace_20b.csv"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill 8192 --batch "" --repeats 3 \
+        > "$OUT/s30a_120b_fp8x_prefill.log" 2>&1
+      summary+=("s30a 120b fp8-experts 8k prefill rc=$?")
+      grep -E "prefill +8192" "$OUT/s30a_120b_fp8x_prefill.log"
+      ;;
     s29e)
       # Session 29: ncu of the decode attention at 8 sequences, 32k, launched as clusters
       # (GPTOSS_ATTN_DECODE_CLUSTER=all: 70-75% of the bandwidth in attention_bench) and without

@@ -981,6 +981,86 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     }
 }
 
+// MoeTailNorm: the down kernel's last CTA does the residual update and RMSNorm that
+// residual_rmsnorm would do after it (add = y, the routing weights, no bias): x, the bf16 rows and
+// the fp32 rows must be the same bits. 1-8 tokens (tokens sharing experts, so some of the grid's
+// CTAs have no tile and only take their ticket), hidden 2,880 (three elements a virtual thread
+// of the norm's 1,024) and 512 (most virtual threads empty); each case twice on the same counter,
+// which must be back at zero (graph replays reuse it).
+TEST(CudaOps, MoeDecodeMmaTailNormIsTheNormKernelsBits) {
+    REQUIRE_GPU();
+    for (int H : {2880, 512}) {
+        const int I = H == 2880 ? 1440 : 256, K = 4, E = 32;
+        RandomExperts ex(E, H, I, 97 + H);
+        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+             dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+        const auto gain = randn(H, 98, 0.5f, 1.0f);
+        auto dgain = to_device(gain);
+        DeviceBuffer counter(4);
+        ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
+        for (int T : {1, 2, 5, 8}) {
+            const size_t n = static_cast<size_t>(T) * H;
+            auto h = bf16_round(randn(n, 99 + T));
+            const auto x0 = randn(n, 100 + T, 2.0f);
+            std::vector<int32_t> ids(T * K);
+            for (int t = 0; t < T; ++t)
+                for (int k = 0; k < K; ++k) ids[t * K + k] = (t % 3 + 5 * k) % E;  // tokens t, t + 3 share
+            const auto wts = randn(static_cast<size_t>(T) * K, 101 + T, 0.2f, 0.25f);
+            auto dids = to_device(ids), dh = to_device(to_bf16(h)), dh32 = to_device(h), dw = to_device(wts);
+            DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+            auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+            kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(), dh32.as<float>(),
+                                            offsets, sorted, act, y, T, K);
+            a.kernel = 1;
+            ASSERT_TRUE(kc::moe_mxfp4_tail_norm_ok(a));
+            // The reference: the MoE, then the norm kernel.
+            auto x_ref = to_device(x0);
+            auto out_ref = poisoned(n * 2), out32_ref = poisoned(n * 4);
+            kc::moe_mxfp4(a, nullptr);
+            kc::ResidualRmsNormArgs rn;
+            rn.x = x_ref.as<float>();
+            rn.add = y.as<float>();
+            rn.add_weights = dw.as<float>();
+            rn.num_add = K;
+            rn.weight = dgain.as<float>();
+            rn.out = out_ref.get();
+            rn.out_f32 = out32_ref.as<float>();
+            rn.num_tokens = T;
+            rn.hidden_size = H;
+            rn.eps = 1e-5f;
+            kc::residual_rmsnorm(rn, nullptr);
+            const auto xr = to_host<float>(x_ref, n), o32r = to_host<float>(out32_ref, n);
+            const auto o16r = to_host<uint16_t>(out_ref, n);
+            for (int rep = 0; rep < 2; ++rep) {
+                auto x = to_device(x0);
+                auto out = poisoned(n * 2), out32 = poisoned(n * 4);
+                auto y2 = poisoned(static_cast<size_t>(T) * K * H * 4);
+                kc::MoeMxfp4Args b = a;
+                b.y = y2.as<float>();
+                b.tail.x = x.as<float>();
+                b.tail.expert_weights = dw.as<float>();
+                b.tail.weight = dgain.as<float>();
+                b.tail.out = out.get();
+                b.tail.out_f32 = rep == 0 ? out32.as<float>() : nullptr;
+                b.tail.eps = 1e-5f;
+                b.tail.counter = counter.as<uint32_t>();
+                kc::moe_mxfp4(b, nullptr);
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                EXPECT_EQ(to_host<float>(x, n), xr) << "x, hidden " << H << ", " << T << " tokens, pass " << rep;
+                EXPECT_EQ(to_host<uint16_t>(out, n), o16r) << "bf16 rows, hidden " << H << ", " << T << " tokens";
+                if (rep == 0) {
+                    EXPECT_EQ(to_host<float>(out32, n), o32r) << "fp32 rows, hidden " << H << ", " << T << " tokens";
+                }
+                EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
+            }
+            // The norm really moved x (a test that cannot pass on untouched buffers).
+            EXPECT_NE(xr, x0);
+        }
+    }
+}
+
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
 // moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the
