@@ -1253,6 +1253,43 @@ PY
       summary+=("s30a 120b fp8-experts 8k prefill rc=$?")
       grep -E "prefill +8192" "$OUT/s30a_120b_fp8x_prefill.log"
       ;;
+    s30b)
+      # Session 30, call 2: s30a measured the norm in the down kernel slower (20b batch 1 1.604-1.614
+      # -> 1.707-1.712 ms; down adds 18.6 us a layer against 10.6 + the norm's 5). Where its ~8 us go:
+      # the ticket as one acq_rel atomic (GPTOSS_DECODE_TAIL_TICKET=acqrel, the default now) against
+      # fence + atomicAdd + fence (=fence), and the ticket alone (GPTOSS_DECODE_NORM_IN_DOWN_DIAG=1:
+      # no norm; a timing diagnostic). Then the prefill stage profiles of 120b --fp8 --fp8-experts and
+      # 20b --fp8 at 8k (GPTOSS_PROFILE=1).
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaTailNorm*:CudaModel.NormInsideTheDecodeMoeIsTheSameBits' \
+        > "$OUT/s30b_tests.log" 2>&1
+      rc=$?
+      summary+=("s30b tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s30b_tests.log" | head -30
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in off acqrel fence diag; do
+            env_v="GPTOSS_DECODE_NORM_IN_DOWN=2"
+            case $v in
+              off) env_v="GPTOSS_DECODE_NORM_IN_DOWN=0" ;;
+              fence) env_v="GPTOSS_DECODE_NORM_IN_DOWN=2 GPTOSS_DECODE_TAIL_TICKET=fence" ;;
+              diag) env_v="GPTOSS_DECODE_NORM_IN_DOWN=2 GPTOSS_DECODE_NORM_IN_DOWN_DIAG=1" ;;
+            esac
+            env $env_v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30b_20b_${v}_$pass.log" 2>&1
+            summary+=("s30b 20b $v pass $pass rc=$?")
+            echo "20b, $v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30b_20b_${v}_$pass.log"
+          done
+        done
+      fi
+      GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill 8192 --batch "" \
+        --repeats 3 > "$OUT/s30b_120b_fp8x_profile.log" 2>&1
+      summary+=("s30b 120b fp8-experts profile rc=$?")
+      grep -E "prefill +8192|^  [a-z_]+ +[0-9.]+ ms" "$OUT/s30b_120b_fp8x_profile.log"
+      GPTOSS_PROFILE=1 timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "" \
+        --repeats 3 > "$OUT/s30b_20b_profile.log" 2>&1
+      summary+=("s30b 20b profile rc=$?")
+      grep -E "prefill +8192|^  [a-z_]+ +[0-9.]+ ms" "$OUT/s30b_20b_profile.log"
+      ;;
     s29e)
       # Session 29: ncu of the decode attention at 8 sequences, 32k, launched as clusters
       # (GPTOSS_ATTN_DECODE_CLUSTER=all: 70-75% of the bandwidth in attention_bench) and without

@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -330,22 +331,33 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
 // the 32 warps' sums by one more; out = (v · inv) · gain, each product rounded. Here virtual thread
 // v' = tid + 128q is real thread tid's q-th: its warp is warp + 4q, its lane this lane, so a real
 // warp's tree is the virtual warp's. s_x: hidden_size floats of shared memory.
-template <int kWarps>
+// kTailAtomicAcqRel: the ticket as one atom.acq_rel.gpu (else fence, atomicAdd, fence); kTailDiag:
+// the ticket alone (GPTOSS_DECODE_NORM_IN_DOWN_DIAG=1, a timing diagnostic: the norm is not done).
+template <int kWarps, bool kTailAtomicAcqRel, bool kTailDiag>
 __device__ __forceinline__ void decode_tail_norm(const MoeMxfp4Args& a, float* s_x) {
     constexpr int kThreads = kWarps * 32, kVirtual = 1024, kQ = kVirtual / kThreads;
     constexpr int kJ = kMoeTailNormMaxHidden / kVirtual, kBatch = 3;  // float4 pieces a thread per round trip
     __shared__ float s_red[32];
     __shared__ bool s_last;
     const MoeTailNorm& n = a.tail;
-    __syncthreads();  // the CTA's y stores come before thread 0's fence (cumulative)
+    __syncthreads();  // the CTA's y stores come before thread 0's release (cumulative)
     if (threadIdx.x == 0) {
-        __threadfence();
-        const bool last = atomicAdd(n.counter, 1u) == gridDim.x - 1;
-        if (last) __threadfence();  // acquire for the whole CTA: ordered before the barrier below
-        s_last = last;
+        uint32_t prev;
+        if (kTailAtomicAcqRel) {  // one acq_rel atomic: release of the CTA's stores, acquire of the others'
+            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(n.counter) : "memory");
+        } else {
+            __threadfence();
+            prev = atomicAdd(n.counter, 1u);
+            if (prev == gridDim.x - 1) __threadfence();  // acquire for the whole CTA: before the barrier below
+        }
+        s_last = prev == gridDim.x - 1;
     }
     __syncthreads();
     if (!s_last) return;  // CTA-uniform
+    if (kTailDiag) {      // timing only: the ticket without the norm (x and the rows are left as they were)
+        if (threadIdx.x == 0) *n.counter = 0u;
+        return;
+    }
     const int H = a.hidden_size, K = a.experts_per_token, chunks = H / 4;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int t = 0; t < a.num_tokens; ++t) {
@@ -424,11 +436,12 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kTail (down only): MoeTailNorm after the epilogue (decode_tail_norm).
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kTail = false>
+// kTail (down only): MoeTailNorm after the epilogue (decode_tail_norm): 1 fence + atomicAdd, 2 one
+// acq_rel atomic, 3 that and the ticket only (a diagnostic).
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, int kTail = 0>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
-    static_assert(!kTail || !kGateUp, "the tail norm follows down");
+    static_assert(kTail == 0 || !kGateUp, "the tail norm follows down");
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
@@ -483,7 +496,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     } else {
         const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
         if (tile.e < 0) {
-            if constexpr (kTail) decode_tail_norm<kWarps>(a, reinterpret_cast<float*>(xs_all));
+            if constexpr (kTail > 0)
+                decode_tail_norm<kWarps, kTail >= 2, kTail == 3>(a, reinterpret_cast<float*>(xs_all));
             return;
         }
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
@@ -561,7 +575,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     }
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
-    if constexpr (kTail) decode_tail_norm<kWarps>(a, reinterpret_cast<float*>(xs_all));
+    if constexpr (kTail > 0) decode_tail_norm<kWarps, kTail >= 2, kTail == 3>(a, reinterpret_cast<float*>(xs_all));
 }
 
 template <bool kGateUp, int kWarps>
@@ -578,8 +592,16 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     if constexpr (!kGateUp) {
-        if (a.tail.x != nullptr) {  // the last CTA's row of x in the same shared memory
-            kernel = moe_decode_mma_kernel<kGateUp, kWarps, false, 0, true>;
+        if (a.tail.x != nullptr) {             // the last CTA's row of x in the same shared memory
+            static const int tail_form = [] {  // GPTOSS_DECODE_TAIL_TICKET=fence|acqrel; ..._DIAG=1
+                const char* v = std::getenv("GPTOSS_DECODE_TAIL_TICKET");
+                const char* d = std::getenv("GPTOSS_DECODE_NORM_IN_DOWN_DIAG");
+                if (d != nullptr && std::strcmp(d, "1") == 0) return 3;
+                return v != nullptr && std::strcmp(v, "fence") == 0 ? 1 : 2;
+            }();
+            kernel = tail_form == 1   ? moe_decode_mma_kernel<kGateUp, kWarps, false, 0, 1>
+                     : tail_form == 2 ? moe_decode_mma_kernel<kGateUp, kWarps, false, 0, 2>
+                                      : moe_decode_mma_kernel<kGateUp, kWarps, false, 0, 3>;
             smem = std::max(smem, static_cast<size_t>(a.hidden_size) * sizeof(float));
         }
     }
