@@ -1219,6 +1219,9 @@ PY
       done
       ;;
     s30a)
+      # Ran at ba3ed5d / 5ce394c (r45 calls 1-2): slower (20b batch 1 1.604-1.623 -> 1.695-1.720 ms a
+      # step); the switch, kernel variant and tests were removed after it (5ce394c has them). Kept as
+      # the record of what ran.
       # Session 30: the norm after each decode MoE inside its down kernel (kc::MoeTailNorm; the last
       # CTA by a ticket; GPTOSS_DECODE_NORM_IN_DOWN=n up to n tokens, default 2, 0 never). Tests (the
       # kernel against the norm kernel bit for bit, the model's logits bit for bit, the model, engine

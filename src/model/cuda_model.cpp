@@ -349,7 +349,6 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
-    DeviceBuffer down_counter;    // [1] u32 ticket of the decode MoE's down kernel with the norm (MoeTailNorm)
     static constexpr int kLogitChunk = 256;
     // Weight-only MXFP4 kernels (moe_decode_mma) up to this many MoE rows, the grouped moe_mma_v4
     // above. r42 (20b / 120b --fp8, 1k context, ms a step, crossover 4 vs 8): 5 rows 4.618 → 3.766 /
@@ -366,10 +365,7 @@ struct CudaModel::Impl {
     Status validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full, int blocks_sliding) const;
     // The experts on T rows of (h_bf16, h_f32); expert ids are this rank's (localized under EP).
     // rows_q: hq_tok / hs_tok hold h's rows quantized (ResidualRmsNormArgs::out_row_q).
-    // tail: the next residual update and norm, for the down kernel to do (MoeTailNorm) where the
-    // decode MoE takes moe_decode_mma; returns whether it took it (else the caller runs the norm).
-    bool moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q = false,
-             const kc::MoeTailNorm* tail = nullptr);
+    void moe(int T, int layer, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q = false);
     // y[m, w.n] = x[m, w.k] · Wᵀ with FP8 weights: the weight-only GEMV up to kGemvMaxTokens rows
     // (x fp32 or bf16), else x (bf16) quantized per 1×128 into (xq, xs) and the cuBLASLt W8A8
     // GEMM, which writes fp8_gemm_m_pad(m) rows of y.
@@ -442,14 +438,6 @@ struct CudaModel::Impl {
         if (v != nullptr && std::strcmp(v, "0") == 0) return 0;
         if (v != nullptr && std::strcmp(v, "1") == 0) return kc::kGemvMaxTokens;
         return 2;
-    }();
-    // The residual update + RMSNorm after a decode MoE (the next layer's input norm, or the final
-    // norm) inside the MoE's down kernel (kc::MoeTailNorm: its last CTA, by a ticket; the same bits),
-    // for batches of up to norm_in_down_max_tokens on one rank (r45). GPTOSS_DECODE_NORM_IN_DOWN=n:
-    // up to n tokens (0: never).
-    int norm_in_down_max_tokens = [] {
-        const char* v = std::getenv("GPTOSS_DECODE_NORM_IN_DOWN");
-        return v == nullptr ? 2 : std::clamp(std::atoi(v), 0, kc::kMoeDecodeMmaMaxTokens);
     }();
     // GPTOSS_GEMV_FP8=row|mma|mma1: the FP8 decode GEMVs (QKV, O, lm_head) by one warp per row or on
     // the tensor cores (gemv.h); mma1: only the one-wave tensor-core variant (the default where k ≤
@@ -910,8 +898,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     router_counter = DeviceBuffer(4);
     CUDA_CHECK(cudaMemsetAsync(router_counter.get(), 0, 4, stream));
-    down_counter = DeviceBuffer(4);
-    CUDA_CHECK(cudaMemsetAsync(down_counter.get(), 0, 4, stream));
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
@@ -1007,8 +993,7 @@ void CudaModel::Impl::gemm_f8(const uint8_t* xq, const float* xs, const kc::Fp8W
         kc::fp8_gemm_reference(xq, xs, w, nullptr, yout, m, stream, y_bf16);
 }
 
-bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q,
-                          const kc::MoeTailNorm* tail) {
+void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, const float* h_f32, bool rows_q) {
     const auto need_h = [&] {
         ENGINE_CHECK(h_bf16 != nullptr,
                      "moe: %d rows took a branch that reads h's bf16 rows, which the norm skipped "
@@ -1171,7 +1156,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.k = I;
         m.k_pad = kp_i;
         kc::moe_mxfp4_fp8(m, false, stream);
-        return false;
+        return;
     }
     if (fp8_jit && T >= fp8_jit_tokens) {
         // This layer's active experts converted to FP8 into the scratch (stream order: the previous
@@ -1183,7 +1168,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
                                       kc::fp8_gemm_k_pad(I), offsets.as<int32_t>(), jit_down_q.as<uint8_t>(),
                                       jit_down_s.as<float>(), stream);
         grouped_fp8(jit_gu_q.as<uint8_t>(), jit_gu_s.as<float>(), jit_down_q.as<uint8_t>(), jit_down_s.as<float>());
-        return false;
+        return;
     }
     if (use_wgmma(T) && w4a8) {  // e4m3 rows of h, then of act (one scale per row)
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts) <= 32 ? 32 : 64;
@@ -1199,7 +1184,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.x = xq8w.get();
         m.x_by_token = false;
         kc::moe_w4a8(m, false, bt, stream);
-        return false;
+        return;
     }
     if (use_wgmma(T)) {
         const int bt = kc::moe_wgmma_block_tokens(A, num_experts);  // rows per local expert ≈ A / all experts
@@ -1215,7 +1200,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         to_down(m);
         m.num_rows = A;
         kc::moe_wgmma(m, false, bt, stream, ws);
-        return false;
+        return;
     }
     if (use_mma(T)) {
         // Tensor-core grouped GEMMs: 64-row tiles once experts average ≥ 64 rows, else 16-row ones
@@ -1226,7 +1211,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::moe_mma(m, true, stream);
         to_down(m);
         kc::moe_mma(m, false, stream);
-        return false;
+        return;
     }
     if (small) {
         kc::MoeMxfp4Args m;
@@ -1250,14 +1235,12 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.kernel = decode_kernel;
-        const bool tail_here = tail != nullptr && kc::moe_mxfp4_tail_norm_ok(m);
-        if (tail_here) m.tail = *tail;
         kc::moe_mxfp4(m, stream);
-        return tail_here;
+        return;
     }
     if (fp8_grouped) {
         grouped_fp8(D.gu_f8q.as<uint8_t>(), D.gu_f8s.as<float>(), D.down_f8q.as<uint8_t>(), D.down_f8s.as<float>());
-        return false;
+        return;
     }
     if (bf16_grouped && have_bf16_experts && !fp8) {
         // The bf16 expert copy, grouped (moe_bf16_grouped): x gathered into tile-row order, gate_up +
@@ -1279,7 +1262,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.n = H;
         m.k = m.k_pad = I;
         kc::moe_bf16_grouped(m, false, stream);
-        return false;
+        return;
     }
     // Large batch: per-expert bf16 GEMMs over the tokens grouped by expert. The group sizes are
     // needed on the host to launch the GEMMs (prefill only; decode batches take the path above).
@@ -1333,7 +1316,7 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         expert_gemms(actb.as<uint16_t>(), I, kpi, D.down_f8, down_f8_scratch, false, yd.as<float>(), H);
         kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), An, H,
                         y.as<float>(), stream);
-        return false;
+        return;
     }
     for (int e = 0; e < E; ++e) {
         const int n = off[e + 1] - off[e];
@@ -1365,7 +1348,6 @@ bool CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     }
     kc::moe_scatter(yd.as<float>(), D.down_b.as<float>(), offsets.as<int32_t>(), E, sorted.as<int32_t>(), An, H,
                     y.as<float>(), stream);
-    return false;
 }
 
 Status CudaModel::Impl::validate(std::span<const ForwardSequence> seqs, bool sample, int blocks_full,
@@ -1615,26 +1597,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             kc::rope_cos_sin_table(positions.as<int32_t>(), T, inv_freq.as<float>(), c.head_dim / 2, attention_scaling,
                                    rope_cs.as<float>(), stream);
         timing_point("rope_table");
-        const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
-        const bool qkv_x_bf16 = fuse_qkv && gemv_x_bf16();  // the fused QKV GEMV reads h (same bits)
-        // The norm after layer l's MoE (layer l + 1's input norm, or the final norm) inside its down
-        // kernel (kc::MoeTailNorm) where moe() can: decode batches of up to norm_in_down_max_tokens
-        // on one rank. Its outputs are those the norm kernel below would write.
-        const bool tail_allowed =
-            decode && small && !world_reduce && dp == 1 && Tm == T && T <= norm_in_down_max_tokens;
-        bool norm_done = false;  // the previous layer's down kernel did this layer's input norm
-        auto moe_tail = [&](int l) {
-            kc::MoeTailNorm t;
-            const bool last = l + 1 == c.num_hidden_layers;
-            t.x = xr;
-            t.expert_weights = expert_w.as<float>();
-            t.weight = last ? final_norm.as<float>() : layers[l + 1].input_norm.as<float>();
-            t.out = h.get();
-            t.out_f32 = (last ? !gemv_x_bf16() : !qkv_x_bf16) ? h32.as<float>() : nullptr;
-            t.eps = static_cast<float>(c.rms_norm_eps);
-            t.counter = down_counter.as<uint32_t>();
-            return t;
-        };
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             if (l == 1) timing_point("layer0");
             DeviceLayer& D = layers[l];
@@ -1646,6 +1608,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             if (l == 0) rn.add = nullptr;
             rn.weight = D.input_norm.as<float>();
             rn.out = h.get();
+            const bool fuse_qkv = small && qkv_fused && (!fp8 || H % 16 == 0);
+            const bool qkv_x_bf16 = fuse_qkv && gemv_x_bf16();  // the fused QKV GEMV reads h (same bits)
             rn.out_f32 = small && !qkv_x_bf16 ? h32.as<float>() : nullptr;
             rn.num_tokens = T;
             rn.hidden_size = H;
@@ -1663,8 +1627,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn.q_m_pad = kc::fp8_gemm_m_pad(T);
                 if (kc::residual_rmsnorm_fuses_quant(rn)) rn.out = nullptr;
             }
-            if (!norm_done) kc::residual_rmsnorm(rn, stream);
-            norm_done = false;
+            kc::residual_rmsnorm(rn, stream);
             mark("norm");
             if (norm_quant)
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.qkv_f8, qkv.as<float>(), T, qkv_bf16);
@@ -1905,8 +1868,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
-            const kc::MoeTailNorm tail = moe_tail(l);
-            norm_done = moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q, tail_allowed ? &tail : nullptr);
+            moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q);
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world
                 kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);
@@ -1926,7 +1888,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         rn.num_tokens = T;
         rn.hidden_size = H;
         rn.eps = static_cast<float>(c.rms_norm_eps);
-        if (!norm_done) kc::residual_rmsnorm(rn, stream);
+        kc::residual_rmsnorm(rn, stream);
         mark("norm");
         if (sampled != nullptr) {
             // One row per sequence; lm_head and sampling stay on the device, only ids come back.

@@ -1757,36 +1757,18 @@ void moe_mxfp4_v2(const MoeMxfp4Args& a, cudaStream_t stream) {
     v2_launch<false, kT>(a, stream);
 }
 
-// MoeMxfp4Args::kernel, or GPTOSS_MOE_DECODE's choice (default 1: moe_decode_mma) where it is -1.
-int mxfp4_decode_kernel(const MoeMxfp4Args& a) {
-    static const int decode_default = [] {
-        const char* v = std::getenv("GPTOSS_MOE_DECODE");
-        return v == nullptr ? 1 : std::atoi(v);
-    }();
-    return a.kernel >= 0 ? a.kernel : decode_default;
-}
-
 }  // namespace
-
-bool moe_mxfp4_tail_norm_ok(const MoeMxfp4Args& a) {
-    return mxfp4_decode_kernel(a) == 1 && moe_decode_mma_supported(a) && a.hidden_size <= kMoeTailNormMaxHidden &&
-           a.hidden_size % 4 == 0;
-}
 
 void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(a.hidden_size % 32 == 0 && a.intermediate_size % 32 == 0 && a.hidden_size <= 4096 &&
                      a.intermediate_size <= 4096 && a.num_experts <= kMaxExperts,
                  "moe_mxfp4: unsupported sizes %d/%d/%d", a.hidden_size, a.intermediate_size, a.num_experts);
     if (a.num_tokens == 0) return;
-    const int decode_kernel = mxfp4_decode_kernel(a);
-    if (a.tail.x != nullptr) {
-        ENGINE_CHECK(moe_mxfp4_tail_norm_ok(a) && a.tail.weight != nullptr && a.tail.out != nullptr &&
-                         a.tail.expert_weights != nullptr && a.tail.counter != nullptr,
-                     "moe_mxfp4: the tail norm needs moe_decode_mma (%d tokens, hidden %d, kernel %d) and its buffers",
-                     a.num_tokens, a.hidden_size, decode_kernel);
-        moe_decode_mma(a, stream);
-        return;
-    }
+    static const int decode_default = [] {
+        const char* v = std::getenv("GPTOSS_MOE_DECODE");
+        return v == nullptr ? 1 : std::atoi(v);
+    }();
+    const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
     if (decode_kernel == 4 && moe_decode_wg_supported(a)) {
         moe_decode_wg(a, stream);
         return;

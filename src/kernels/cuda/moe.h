@@ -102,22 +102,6 @@ void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, i
 // call, whatever number of tokens chose it (up to 4 tokens per pass; an expert with more tokens
 // re-reads a 128-row tile from L2 per further pass). Two launches (gate_up + SwiGLU into act, then
 // down into y) on a persistent grid whose size does not depend on the routing: graph-capturable.
-// The residual update and RMSNorm that follow a decode MoE, done by moe_decode_mma's down kernel
-// in place of residual_rmsnorm (ops.h) with add = y, add_weights = expert_weights, num_add =
-// experts_per_token, no add_bias: every down CTA takes a ticket after its y stores, and the last one
-// updates x and writes the normed rows, in residual_rmsnorm_kernel's arithmetic and its 1,024-thread
-// summation order (the same bits). One kernel boundary less a decode layer (r45).
-struct MoeTailNorm {
-    float* x = nullptr;                     // [num_tokens, hidden_size] residual, updated in place
-    const float* expert_weights = nullptr;  // [num_tokens, experts_per_token]
-    const float* weight = nullptr;          // [hidden_size] the norm's gain
-    void* out = nullptr;                    // [num_tokens, hidden_size] bf16
-    float* out_f32 = nullptr;               // optional fp32 copy of out's values
-    float eps = 1e-5f;
-    uint32_t* counter = nullptr;  // one u32, zero between calls (the last CTA resets it)
-};
-inline constexpr int kMoeTailNormMaxHidden = 4096;  // residual_rmsnorm_kernel's 1,024 threads × 4
-
 struct MoeMxfp4Args {
     const void* h = nullptr;                      // [num_tokens, hidden_size] bf16 (post-norm)
     const float* h_f32 = nullptr;                 // same rows in fp32; used instead of h when set
@@ -142,13 +126,7 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
-    // Optional (tail.x set): the next residual update and norm inside the down launch; only where
-    // moe_mxfp4_tail_norm_ok says so (moe_mxfp4 refuses it elsewhere).
-    MoeTailNorm tail;
 };
-// Whether moe_mxfp4(args) takes moe_decode_mma, which can do args.tail (the other fields are
-// checked by moe_mxfp4).
-bool moe_mxfp4_tail_norm_ok(const MoeMxfp4Args& args);
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);

@@ -40,7 +40,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -324,109 +323,6 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
     }
 }
 
-// MoeTailNorm, after the down CTA's y stores (every CTA, the ones without a tile too): a ticket,
-// and the last CTA updates x and writes the normed rows of every token. residual_rmsnorm_kernel's
-// arithmetic: v = x + (0 + Σ_k w_k · y_k) per element (fused multiply-adds in k order), Σ v² by its
-// thread v' of 1,024 over elements v' + 1,024j in j order, each warp's sum by the shuffle tree,
-// the 32 warps' sums by one more; out = (v · inv) · gain, each product rounded. Here virtual thread
-// v' = tid + 128q is real thread tid's q-th: its warp is warp + 4q, its lane this lane, so a real
-// warp's tree is the virtual warp's. s_x: hidden_size floats of shared memory.
-// kTailAtomicAcqRel: the ticket as one atom.acq_rel.gpu (else fence, atomicAdd, fence); kTailDiag:
-// the ticket alone (GPTOSS_DECODE_NORM_IN_DOWN_DIAG=1, a timing diagnostic: the norm is not done).
-template <int kWarps, bool kTailAtomicAcqRel, bool kTailDiag>
-__device__ __forceinline__ void decode_tail_norm(const MoeMxfp4Args& a, float* s_x) {
-    constexpr int kThreads = kWarps * 32, kVirtual = 1024, kQ = kVirtual / kThreads;
-    constexpr int kJ = kMoeTailNormMaxHidden / kVirtual, kBatch = 3;  // float4 pieces a thread per round trip
-    __shared__ float s_red[32];
-    __shared__ bool s_last;
-    const MoeTailNorm& n = a.tail;
-    __syncthreads();  // the CTA's y stores come before thread 0's release (cumulative)
-    if (threadIdx.x == 0) {
-        uint32_t prev;
-        if (kTailAtomicAcqRel) {  // one acq_rel atomic: release of the CTA's stores, acquire of the others'
-            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(n.counter) : "memory");
-        } else {
-            __threadfence();
-            prev = atomicAdd(n.counter, 1u);
-            if (prev == gridDim.x - 1) __threadfence();  // acquire for the whole CTA: before the barrier below
-        }
-        s_last = prev == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!s_last) return;  // CTA-uniform
-    if (kTailDiag) {      // timing only: the ticket without the norm (x and the rows are left as they were)
-        if (threadIdx.x == 0) *n.counter = 0u;
-        return;
-    }
-    const int H = a.hidden_size, K = a.experts_per_token, chunks = H / 4;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    for (int t = 0; t < a.num_tokens; ++t) {
-        float* x = n.x + static_cast<int64_t>(t) * H;
-        const float* yt = a.y + static_cast<int64_t>(t) * K * H;
-        for (int c0 = tid; c0 < chunks; c0 += kBatch * kThreads) {
-            float4 xv[kBatch], acc[kBatch];
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                const int c = min(c0 + b * kThreads, chunks - 1);  // clamped: loads without a branch
-                xv[b] = __ldcg(reinterpret_cast<const float4*>(x) + c);
-                acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // residual_rmsnorm_rows' bias term (none)
-            }
-            for (int k = 0; k < K; ++k) {  // other CTAs' rows: from L2
-                const float w = __ldcg(n.expert_weights + t * K + k);
-                float4 yv[kBatch];
-#pragma unroll
-                for (int b = 0; b < kBatch; ++b)
-                    yv[b] = __ldcg(reinterpret_cast<const float4*>(yt + static_cast<int64_t>(k) * H) +
-                                   min(c0 + b * kThreads, chunks - 1));
-#pragma unroll
-                for (int b = 0; b < kBatch; ++b) {
-                    acc[b].x += w * yv[b].x;
-                    acc[b].y += w * yv[b].y;
-                    acc[b].z += w * yv[b].z;
-                    acc[b].w += w * yv[b].w;
-                }
-            }
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                const int c = c0 + b * kThreads;
-                if (c < chunks) {
-                    const float4 v =
-                        make_float4(xv[b].x + acc[b].x, xv[b].y + acc[b].y, xv[b].z + acc[b].z, xv[b].w + acc[b].w);
-                    reinterpret_cast<float4*>(x)[c] = v;
-                    reinterpret_cast<float4*>(s_x)[c] = v;
-                }
-            }
-        }
-        __syncthreads();  // s_x
-        float ss[kQ];
-#pragma unroll
-        for (int q = 0; q < kQ; ++q) {
-            float sq = 0.0f;
-#pragma unroll
-            for (int j = 0; j < kJ; ++j) {
-                const int i = tid + kThreads * q + kVirtual * j;
-                if (i < H) sq += s_x[i] * s_x[i];
-            }
-            ss[q] = sq;
-        }
-#pragma unroll
-        for (int q = 0; q < kQ; ++q) {
-            const float v = warp_sum(ss[q]);
-            if (lane == 0) s_red[warp + kWarps * q] = v;
-        }
-        __syncthreads();  // s_red
-        const float inv = rsqrtf(warp_sum(s_red[lane]) / static_cast<float>(H) + n.eps);
-        auto* out = static_cast<__nv_bfloat16*>(n.out) + static_cast<int64_t>(t) * H;
-        for (int i = tid; i < H; i += kThreads) {
-            const float v = __fmul_rn(__fmul_rn(s_x[i], inv), __ldg(n.weight + i));
-            out[i] = __float2bfloat16(v);
-            if (n.out_f32 != nullptr) n.out_f32[static_cast<int64_t>(t) * H + i] = v;
-        }
-        __syncthreads();  // s_x and s_red are the next token's
-    }
-    if (threadIdx.x == 0) *n.counter = 0u;  // every other CTA has taken its ticket: reset for the next call
-}
-
 // kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
 // loads, 97 registers at 4; a fifth CTA needs <= 96).
 template <bool kEarly>
@@ -436,12 +332,9 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kTail (down only): MoeTailNorm after the epilogue (decode_tail_norm): 1 fence + atomicAdd, 2 one
-// acq_rel atomic, 3 that and the ticket only (a diagnostic).
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, int kTail = 0>
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
-    static_assert(kTail == 0 || !kGateUp, "the tail norm follows down");
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
@@ -495,11 +388,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         ntok = min(s_info[2], 8);
     } else {
         const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
-        if (tile.e < 0) {
-            if constexpr (kTail > 0)
-                decode_tail_norm<kWarps, kTail >= 2, kTail == 3>(a, reinterpret_cast<float*>(xs_all));
-            return;
-        }
+        if (tile.e < 0) return;
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
         nrows = ntok;
     }
@@ -575,7 +464,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     }
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
-    if constexpr (kTail > 0) decode_tail_norm<kWarps, kTail >= 2, kTail == 3>(a, reinterpret_cast<float*>(xs_all));
 }
 
 template <bool kGateUp, int kWarps>
@@ -586,32 +474,16 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     // At most min(E, tokens · k) experts have tokens.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
-    size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
+    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
     const bool early = kGateUp && a.num_tokens <= 2;
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
-    if constexpr (!kGateUp) {
-        if (a.tail.x != nullptr) {             // the last CTA's row of x in the same shared memory
-            static const int tail_form = [] {  // GPTOSS_DECODE_TAIL_TICKET=fence|acqrel; ..._DIAG=1
-                const char* v = std::getenv("GPTOSS_DECODE_TAIL_TICKET");
-                const char* d = std::getenv("GPTOSS_DECODE_NORM_IN_DOWN_DIAG");
-                if (d != nullptr && std::strcmp(d, "1") == 0) return 3;
-                return v != nullptr && std::strcmp(v, "fence") == 0 ? 1 : 2;
-            }();
-            kernel = tail_form == 1   ? moe_decode_mma_kernel<kGateUp, kWarps, false, 0, 1>
-                     : tail_form == 2 ? moe_decode_mma_kernel<kGateUp, kWarps, false, 0, 2>
-                                      : moe_decode_mma_kernel<kGateUp, kWarps, false, 0, 3>;
-            smem = std::max(smem, static_cast<size_t>(a.hidden_size) * sizeof(float));
-        }
-    }
     static const int diag = [] {  // see kDiag
         const char* v = std::getenv("GPTOSS_MOE_DECODE_DIAG");
         return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
     }();
-    if (a.tail.x != nullptr) {
-        // The diagnostics have no tail norm.
-    } else if (diag == 1)
+    if (diag == 1)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 1>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 1>;
     else if (diag == 2)
