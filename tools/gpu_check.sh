@@ -1293,6 +1293,45 @@ PY
       summary+=("s30b 20b profile rc=$?")
       grep -E "prefill +8192|^  [a-z_]+ +[0-9.]+ ms" "$OUT/s30b_20b_profile.log"
       ;;
+    s30c)
+      # Session 30, call 3: moe_decode_mma with its weights through shared memory (cp.async, one
+      # commit group a K step, so that a warp's math on step i waits only for step i's words;
+      # GPTOSS_MOE_DECODE_SMEM=1; 64-79 registers, 6 CTAs an SM). Tests (the same bits as the
+      # register kernel; the decode MoE, model and engine tests with it on), moe_bench at 1-8 tokens
+      # each way, then 20b --fp8 decode at batch 1, 2, 4, 5 and 120b at batch 1, 1k, off against on,
+      # interleaved.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*' > "$OUT/s30c_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_DECODE_SMEM=1 timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8*:CudaEngine.*' \
+        >> "$OUT/s30c_tests.log" 2>&1
+      rc2=$?
+      summary+=("s30c tests rc=$rc, with smem weights rc=$rc2")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s30c_tests.log" | head -40
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for v in 0 1; do
+          GPTOSS_MOE_DECODE_SMEM=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/s30c_moe_bench_$v.log" 2>&1
+          echo "moe_bench, smem weights $v:"; grep "^|" "$OUT/s30c_moe_bench_$v.log"
+        done
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_MOE_DECODE_SMEM=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,5 \
+              --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30c_20b_${v}_$pass.log" 2>&1
+            summary+=("s30c 20b smem=$v pass $pass rc=$?")
+            echo "20b, smem weights $v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30c_20b_${v}_$pass.log"
+          done
+        done
+        for v in 0 1; do
+          GPTOSS_MOE_DECODE_SMEM=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30c_120b_$v.log" 2>&1
+          summary+=("s30c 120b smem=$v rc=$?")
+          echo "120b, smem weights $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30c_120b_$v.log"
+        done
+        GPTOSS_MOE_DECODE_SMEM=1 GPTOSS_KERNEL_TRACE="$OUT/s30c_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b \
+          --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s30c_ktrace_20b.log" 2>&1
+        summary+=("s30c ktrace 20b rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s30c_ktrace_20b.csv"
+      fi
+      ;;
     s29e)
       # Session 29: ncu of the decode attention at 8 sequences, 32k, launched as clusters
       # (GPTOSS_ATTN_DECODE_CLUSTER=all: 70-75% of the bandwidth in attention_bench) and without
