@@ -1332,6 +1332,43 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s30c_ktrace_20b.csv"
       fi
       ;;
+    s30d)
+      # Session 30, call 4: s30c had the shared-memory weights slower in all (20b batch 1 1.630-1.634
+      # -> 1.651-1.659 ms; gate_up adds 26.0 us a layer against 21.7) but down faster (7.6 against
+      # 10.6: its 720 CTAs in one wave at 6 an SM). Down only (GPTOSS_MOE_DECODE_SMEM=2): tests,
+      # moe_bench, 20b batch 1, 2, 4, 5 and 120b batch 1 at 1k, off against on, interleaved; trace.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*' > "$OUT/s30d_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_DECODE_SMEM=2 timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8*:CudaEngine.*' \
+        >> "$OUT/s30d_tests.log" 2>&1
+      rc2=$?
+      summary+=("s30d tests rc=$rc, with smem weights in down rc=$rc2")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s30d_tests.log" | head -40
+      if [ $rc = 0 ] && [ $rc2 = 0 ]; then
+        for v in 0 2; do
+          GPTOSS_MOE_DECODE_SMEM=$v timeout 100 $BIN/moe_bench 1 2 4 8 > "$OUT/s30d_moe_bench_$v.log" 2>&1
+          echo "moe_bench, smem weights $v:"; grep "^| [0-9]" "$OUT/s30d_moe_bench_$v.log"
+        done
+        for pass in 1 2; do
+          for v in 0 2; do
+            GPTOSS_MOE_DECODE_SMEM=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,5 \
+              --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30d_20b_${v}_$pass.log" 2>&1
+            summary+=("s30d 20b smem=$v pass $pass rc=$?")
+            echo "20b, smem weights $v (pass $pass):"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30d_20b_${v}_$pass.log"
+          done
+        done
+        for v in 0 2; do
+          GPTOSS_MOE_DECODE_SMEM=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1,2 \
+            --context 1024 --decode-steps 32 --repeats 3 > "$OUT/s30d_120b_$v.log" 2>&1
+          summary+=("s30d 120b smem=$v rc=$?")
+          echo "120b, smem weights $v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30d_120b_$v.log"
+        done
+        GPTOSS_MOE_DECODE_SMEM=2 GPTOSS_KERNEL_TRACE="$OUT/s30d_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b \
+          --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s30d_ktrace_20b.log" 2>&1
+        summary+=("s30d ktrace 20b rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s30d_ktrace_20b.csv"
+      fi
+      ;;
     s29e)
       # Session 29: ncu of the decode attention at 8 sequences, 32k, launched as clusters
       # (GPTOSS_ATTN_DECODE_CLUSTER=all: 70-75% of the bandwidth in attention_bench) and without

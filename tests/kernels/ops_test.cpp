@@ -1006,8 +1006,8 @@ TEST(CudaOps, MoeDecodeMmaSharedMemoryWeightsAreTheSameBits) {
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             for (bool f32_input : {true, false}) {
-                std::vector<float> acts[2], ys[2];
-                for (int sw = 0; sw < 2; ++sw) {
+                std::vector<float> acts[3], ys[3];
+                for (int sw = 0; sw < 3; ++sw) {  // registers, shared memory in both launches, in down's
                     auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
                     auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
                     kc::MoeMxfp4Args a =
@@ -1020,10 +1020,14 @@ TEST(CudaOps, MoeDecodeMmaSharedMemoryWeightsAreTheSameBits) {
                     acts[sw] = to_host<float>(act, static_cast<size_t>(T) * K * I);
                     ys[sw] = to_host<float>(y, static_cast<size_t>(T) * K * H);
                 }
-                EXPECT_EQ(std::memcmp(acts[0].data(), acts[1].data(), acts[0].size() * 4), 0)
-                    << "act, hidden " << H << ", " << T << " tokens" << (f32_input ? ", fp32 h" : ", bf16 h");
-                EXPECT_EQ(std::memcmp(ys[0].data(), ys[1].data(), ys[0].size() * 4), 0)
-                    << "y, hidden " << H << ", " << T << " tokens" << (f32_input ? ", fp32 h" : ", bf16 h");
+                for (int sw = 1; sw < 3; ++sw) {
+                    EXPECT_EQ(std::memcmp(acts[0].data(), acts[sw].data(), acts[0].size() * 4), 0)
+                        << "act, hidden " << H << ", " << T << " tokens" << (f32_input ? ", fp32 h" : ", bf16 h")
+                        << ", smem_weights " << sw;
+                    EXPECT_EQ(std::memcmp(ys[0].data(), ys[sw].data(), ys[0].size() * 4), 0)
+                        << "y, hidden " << H << ", " << T << " tokens" << (f32_input ? ", fp32 h" : ", bf16 h")
+                        << ", smem_weights " << sw;
+                }
                 // Not vacuous: every row was written (no poison left) and the outputs are not all zero.
                 EXPECT_TRUE(std::all_of(ys[1].begin(), ys[1].end(), [](float v) { return std::isfinite(v); }));
                 EXPECT_TRUE(std::any_of(ys[1].begin(), ys[1].end(), [](float v) { return v != 0.0f; }));

@@ -127,7 +127,8 @@ struct MoeMxfp4Args {
     // 0: always the fp32 kernels.
     int kernel = -1;
     // moe_decode_mma's weights through shared memory by cp.async, one group a K step (r45): -1
-    // GPTOSS_MOE_DECODE_SMEM's choice (=1 on, default off), 0 registers, 1 shared memory. Same bits.
+    // GPTOSS_MOE_DECODE_SMEM's choice (default 0), 0 registers, 1 shared memory in both launches,
+    // 2 in the down launch only. Same bits.
     int smem_weights = -1;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor

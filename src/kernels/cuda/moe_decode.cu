@@ -40,7 +40,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -555,11 +554,12 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         const char* v = std::getenv("GPTOSS_MOE_DECODE_DIAG");
         return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
     }();
-    static const bool smem_w = [] {  // see kSmemW
+    static const int smem_w = [] {  // see kSmemW and MoeMxfp4Args::smem_weights
         const char* v = std::getenv("GPTOSS_MOE_DECODE_SMEM");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
     }();
-    if (a.smem_weights == 1 || (a.smem_weights < 0 && smem_w)) {
+    const int sw = a.smem_weights >= 0 ? a.smem_weights : smem_w;
+    if (sw == 1 || (sw == 2 && !kGateUp)) {
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 0, true>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 0, true>;
         smem += static_cast<size_t>(kWarps) * Sh::kMaxSteps * 64 * sizeof(uint4);
