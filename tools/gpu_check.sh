@@ -1294,6 +1294,9 @@ PY
       grep -E "prefill +8192|^  [a-z_]+ +[0-9.]+ ms" "$OUT/s30b_20b_profile.log"
       ;;
     s30c)
+      # Ran at c785f65 (r45 call 3) and, down only, s30d at 0cbcc61 (call 4): not kept (both launches
+      # slower; down only within the spread at batch 1 and slower at 2-5); the switch, kernel variant
+      # and test were removed (0cbcc61 has them). Kept as the record of what ran.
       # Session 30, call 3: moe_decode_mma with its weights through shared memory (cp.async, one
       # commit group a K step, so that a warp's math on step i waits only for step i's words;
       # GPTOSS_MOE_DECODE_SMEM=1; 64-79 registers, 6 CTAs an SM). Tests (the same bits as the
@@ -1368,6 +1371,26 @@ PY
         summary+=("s30d ktrace 20b rc=$?")
         python3 tools/ktrace_summary.py "$OUT/s30d_ktrace_20b.csv"
       fi
+      ;;
+    s30e)
+      # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
+      # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
+      # decode at 1k, 20b and 120b (MX experts) 8k prefill.
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaModel.MatchesCpuAtRealWidthsWithBatchesAndLongPrompts:CudaModel.Fp8*:CudaEngine.*' \
+        > "$OUT/s30e_tests.log" 2>&1
+      summary+=("s30e tests rc=$?")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s30e_tests.log" | head -20
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+          --repeats 3 > "$OUT/s30e_decode_$m.log" 2>&1
+        summary+=("s30e decode $m rc=$?")
+        echo "$m batch 1:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s30e_decode_$m.log"
+      done
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 --batch "" --repeats 3 > "$OUT/s30e_prefill_$m.log" 2>&1
+        summary+=("s30e prefill $m rc=$?")
+        grep -E "prefill +8192" "$OUT/s30e_prefill_$m.log"
+      done
       ;;
     s29e)
       # Session 29: ncu of the decode attention at 8 sequences, 32k, launched as clusters

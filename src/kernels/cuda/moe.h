@@ -126,10 +126,6 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
-    // moe_decode_mma's weights through shared memory by cp.async, one group a K step (r45): -1
-    // GPTOSS_MOE_DECODE_SMEM's choice (default 0), 0 registers, 1 shared memory in both launches,
-    // 2 in the down launch only. Same bits.
-    int smem_weights = -1;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.

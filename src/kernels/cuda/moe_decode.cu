@@ -273,49 +273,6 @@ __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const u
         }
     }
 }
-// kSmemW (GPTOSS_MOE_DECODE_SMEM=1, r45): the same words by cp.async into this warp's
-// shared-memory slots ws[(2i + half) · 32 + lane] (lane-contiguous: conflict-free 16-byte reads),
-// one commit group a step, so that step i's math waits only for step i's words
-// (decode_steps_smem's cp.async.wait_group), not for every load of the warp. The scales stay
-// register loads. Zero words past G, as decode_load.
-template <int kMaxSteps, int kWarps>
-__device__ __forceinline__ void decode_load_smem(DecodeWeights<kMaxSteps>& w, uint4* ws, const uint8_t* blocks,
-                                                 const uint8_t* scales, int64_t r_lo, int G, const WarpK<kWarps>& wk) {
-    const int lane = threadIdx.x & 31, t = lane & 3;
-    const int64_t r_hi = r_lo + 8;
-#pragma unroll
-    for (int i = 0; i < kMaxSteps; ++i) {
-        const int grp = 4 * (wk.s0 + i) + t;
-        const bool live = i < wk.ns && grp < G;
-        const int gc = min(grp, G - 1);  // a valid address for the zero-filled copies
-        if (i < wk.ns) {                 // warp-uniform
-            cp_async16(ws + (2 * i) * 32 + lane, blocks + (r_lo * G + gc) * 16, live);
-            cp_async16(ws + (2 * i + 1) * 32 + lane, blocks + (r_hi * G + gc) * 16, live);
-        }
-        cp_async_commit();  // one group a step, empty past ns: the waits count steps
-        w.slo[i] = live ? __ldg(scales + r_lo * G + grp) : 127u;
-        w.shi[i] = live ? __ldg(scales + r_hi * G + grp) : 127u;
-    }
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait_shared() {  // and no shared-memory read moves above it
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// Wait until at most n of this thread's cp.async groups are pending (n < 8; a constant once the
-// step loop is unrolled, so the switch folds to one wait).
-__device__ __forceinline__ void cp_async_wait_pending(int n) {
-    switch (n) {
-        case 0: cp_async_wait_shared<0>(); break;
-        case 1: cp_async_wait_shared<1>(); break;
-        case 2: cp_async_wait_shared<2>(); break;
-        case 3: cp_async_wait_shared<3>(); break;
-        case 4: cp_async_wait_shared<4>(); break;
-        case 5: cp_async_wait_shared<5>(); break;
-        case 6: cp_async_wait_shared<6>(); break;
-        default: cp_async_wait_shared<7>(); break;
-    }
-}
-
 // Whether any of the warp's scales needs the second multiply (s > 128).
 template <int kMaxSteps>
 __device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
@@ -330,18 +287,14 @@ __device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
 // scale multiply is chosen once for the warp's steps (kTwo: two loop bodies), and the x fragment is
 // read unconditionally: lanes g >= nrows read row nrows - 1 (their MMA column is never stored) and
 // lanes past G a staged group (their A is zero, so the product is).
-// words(i, lo, hi): step i's code words of rows g and g + 8 (the registers of decode_load, or the
-// shared-memory slots of decode_load_smem after their wait).
-template <int kWarps, bool kTwo, typename Words>
+template <int kWarps, bool kTwo>
 __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeights<DecodeShape<kWarps>::kMaxSteps>& w,
-                                             const uint4* xs, int nrows, const WarpK<kWarps>& wk, Words words) {
+                                             const uint4* xs, int nrows, const WarpK<kWarps>& wk) {
     using Sh = DecodeShape<kWarps>;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < Sh::kMaxSteps; ++i) {
         if (i >= wk.ns) break;
-        uint4 wlo, whi;
-        words(i, wlo, whi);
         const int gl = 4 * i + t;
         const uint4* xrow = xs + min(g, nrows - 1) * Sh::kTokenSlots + min(gl, wk.ng - 1) * kGroupSlots;
         const uint32_t m_lo = scale_first(w.slo[i]), m_hi = scale_first(w.shi[i]);
@@ -349,8 +302,8 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const uint4 xb = xrow[q];
-            const uint32_t wl = q == 0 ? wlo.x : q == 1 ? wlo.y : q == 2 ? wlo.z : wlo.w;
-            const uint32_t wh = q == 0 ? whi.x : q == 1 ? whi.y : q == 2 ? whi.z : whi.w;
+            const uint32_t wl = q == 0 ? w.lo[i].x : q == 1 ? w.lo[i].y : q == 2 ? w.lo[i].z : w.lo[i].w;
+            const uint32_t wh = q == 0 ? w.hi[i].x : q == 1 ? w.hi[i].y : q == 2 ? w.hi[i].z : w.hi[i].w;
             uint32_t rl[4], rh[4];
             e2m1x8_raw(wl, rl);
             e2m1x8_raw(wh, rh);
@@ -379,18 +332,12 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kSmemW: the weights through shared memory (decode_load_smem), which frees their registers:
-// 6 CTAs an SM.
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kSmemW = false>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kSmemW ? 6 : kDecodeMinBlocks<kEarly>)
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
-    static_assert(!kSmemW || kDiag == 0, "the diagnostics are the register kernel's");
-    static_assert(kMaxSteps <= 8, "cp_async_wait_pending");
-    // [kWarps][kMaxSteps · 2 · 32] weight slots (kSmemW), then [kWarps][max tokens][kTokenSlots]
-    extern __shared__ uint4 smem_all[];
-    uint4* xs_all = smem_all + (kSmemW ? kWarps * kMaxSteps * 64 : 0);
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[8];
@@ -460,8 +407,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kSmemW ? 6 : kD
             w.hi[i] = live ? make_uint4(h * 11u, h * 13u, h * 17u, h * 19u) : make_uint4(0u, 0u, 0u, 0u);
             w.slo[i] = w.shi[i] = 127u;
         }
-    } else if constexpr (kSmemW) {
-        decode_load_smem(w, smem_all + warp * kMaxSteps * 64, blocks, scales, r_lo, G, wk);
     } else {
         decode_load(w, blocks, scales, r_lo, G, wk);
     }
@@ -506,26 +451,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kSmemW ? 6 : kD
             f ^= w.lo[i].x ^ w.lo[i].y ^ w.lo[i].z ^ w.lo[i].w ^ w.hi[i].x ^ w.hi[i].y ^ w.hi[i].z ^ w.hi[i].w ^
                  w.slo[i] ^ (w.shi[i] << 8);
         acc[0] = __uint_as_float(f & 0x3f7fffffu);
-    } else if constexpr (kSmemW) {
-        const uint4* ws = smem_all + warp * kMaxSteps * 64;
-        const auto words = [&](int i, uint4& lo, uint4& hi) {
-            cp_async_wait_pending(kMaxSteps - 1 - i);
-            lo = ws[(2 * i) * 32 + lane];
-            hi = ws[(2 * i + 1) * 32 + lane];
-        };
-        if (decode_two(w))
-            decode_steps<kWarps, true>(acc, w, xs, nrows, wk, words);
-        else
-            decode_steps<kWarps, false>(acc, w, xs, nrows, wk, words);
+    } else if (decode_two(w)) {
+        decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
     } else {
-        const auto words = [&](int i, uint4& lo, uint4& hi) {
-            lo = w.lo[i];
-            hi = w.hi[i];
-        };
-        if (decode_two(w))
-            decode_steps<kWarps, true>(acc, w, xs, nrows, wk, words);
-        else
-            decode_steps<kWarps, false>(acc, w, xs, nrows, wk, words);
+        decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
     }
 
     if constexpr (kEarly) {
@@ -545,7 +474,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     // At most min(E, tokens · k) experts have tokens.
     const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
     const int64_t grid = experts * (rows / kRows);
-    size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
+    const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
     const bool early = kGateUp && a.num_tokens <= 2;
     auto kernel =
@@ -554,16 +483,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         const char* v = std::getenv("GPTOSS_MOE_DECODE_DIAG");
         return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
     }();
-    static const int smem_w = [] {  // see kSmemW and MoeMxfp4Args::smem_weights
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_SMEM");
-        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
-    }();
-    const int sw = a.smem_weights >= 0 ? a.smem_weights : smem_w;
-    if (sw == 1 || (sw == 2 && !kGateUp)) {
-        kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 0, true>
-                       : moe_decode_mma_kernel<kGateUp, kWarps, false, 0, true>;
-        smem += static_cast<size_t>(kWarps) * Sh::kMaxSteps * 64 * sizeof(uint4);
-    } else if (diag == 1)
+    if (diag == 1)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 1>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 1>;
     else if (diag == 2)
