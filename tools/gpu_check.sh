@@ -1257,6 +1257,7 @@ PY
       grep -E "prefill +8192" "$OUT/s30a_120b_fp8x_prefill.log"
       ;;
     s30b)
+      # Ran at 5ce394c (r45 call 2); the switches were removed after it (see s30a).
       # Session 30, call 2: s30a measured the norm in the down kernel slower (20b batch 1 1.604-1.614
       # -> 1.707-1.712 ms; down adds 18.6 us a layer against 10.6 + the norm's 5). Where its ~8 us go:
       # the ticket as one acq_rel atomic (GPTOSS_DECODE_TAIL_TICKET=acqrel, the default now) against
@@ -1336,6 +1337,7 @@ PY
       fi
       ;;
     s30d)
+      # Ran at 0cbcc61 (r45 call 4); the switch was removed after it (see s30c).
       # Session 30, call 4: s30c had the shared-memory weights slower in all (20b batch 1 1.630-1.634
       # -> 1.651-1.659 ms; gate_up adds 26.0 us a layer against 21.7) but down faster (7.6 against
       # 10.6: its 720 CTAs in one wave at 6 an SM). Down only (GPTOSS_MOE_DECODE_SMEM=2): tests,
