@@ -1374,6 +1374,22 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s30d_ktrace_20b.csv"
       fi
       ;;
+    s31a)
+      # Session 31: the 8k prefill kernel by kernel (CUPTI trace of the last repeat; the traced
+      # latency is not the engine's): 20b --fp8, 120b --fp8 --fp8-experts, 120b --fp8 (MX experts);
+      # then attention_bench's prefill rows.
+      for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts" "gpt-oss-120b|"; do
+        m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+        GPTOSS_KERNEL_TRACE="$OUT/s31a_ptrace_$tag.csv" timeout 150 $BIN/gptoss bench --synthetic $m --fp8 $x \
+          --prefill 8192 --batch "" --repeats 2 > "$OUT/s31a_ptrace_$tag.log" 2>&1
+        summary+=("s31a ptrace $tag rc=$?")
+        grep -E "prefill +8192" "$OUT/s31a_ptrace_$tag.log"
+        python3 tools/ktrace_summary.py "$OUT/s31a_ptrace_$tag.csv" | head -40
+      done
+      timeout 120 $BIN/attention_bench prefill > "$OUT/s31a_attention_bench.log" 2>&1
+      summary+=("s31a attention_bench rc=$?")
+      grep -E "prefill" "$OUT/s31a_attention_bench.log" | head
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
