@@ -1390,6 +1390,32 @@ PY
       summary+=("s31a attention_bench rc=$?")
       grep -E "prefill" "$OUT/s31a_attention_bench.log" | head
       ;;
+    s31b)
+      # Session 31: PagedAttentionArgs::prefill_next_q (sliding layers, several query tiles a CTA,
+      # the next one's Q and first KV tiles under the current one). Attention tests (the bits
+      # against the pipelined kernel), the model tests, then attention_bench prefill and 8k
+      # prefill A/B (GPTOSS_ATTN_NEXTQ=0 / 1, interleaved, profile stages).
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s31b_tests.log" 2>&1
+      rc=$?
+      summary+=("s31b tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|differs" "$OUT/s31b_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for v in 0 1 2 4; do
+          GPTOSS_ATTN_NEXTQ=$v timeout 60 $BIN/attention_bench prefill > "$OUT/s31b_attn_$v.log" 2>&1
+          echo "GPTOSS_ATTN_NEXTQ=$v"; grep -E "sliding" "$OUT/s31b_attn_$v.log"
+        done
+        for pass in 1 2; do
+          for m in gpt-oss-20b gpt-oss-120b; do
+            for v in 0 1; do
+              GPTOSS_ATTN_NEXTQ=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill 8192 \
+                --batch "" --repeats 3 > "$OUT/s31b_${m}_${v}_$pass.log" 2>&1
+              summary+=("s31b $m nextq=$v pass $pass rc=$?")
+              echo "$m NEXTQ=$v pass $pass:"; grep -E "prefill +8192|  (attention|total) " "$OUT/s31b_${m}_${v}_$pass.log"
+            done
+          done
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
