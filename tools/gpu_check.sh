@@ -1391,6 +1391,8 @@ PY
       grep -E "prefill" "$OUT/s31a_attention_bench.log" | head
       ;;
     s31b)
+      # Ran at 9dd093f (r46 call 2): no faster (sliding 8k 156.6 -> 157.8 us), and the switch,
+      # kernel variant and tests were removed after it; kept as the record of what ran.
       # Session 31: PagedAttentionArgs::prefill_next_q (sliding layers, several query tiles a CTA,
       # the next one's Q and first KV tiles under the current one). Attention tests (the bits
       # against the pipelined kernel), the model tests, then attention_bench prefill and 8k

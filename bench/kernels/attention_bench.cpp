@@ -137,8 +137,6 @@ struct Common {
     // Prefill rows quantized for the O projection in the epilogue (PagedAttentionArgs::out_q, the FP8
     // model's default) with GPTOSS_ATTN_OUT_Q=1; bf16 rows otherwise.
     bool out_q = false;
-    // PagedAttentionArgs::prefill_next_q as the model's default (1); GPTOSS_ATTN_NEXTQ=n sets it.
-    int next_q = 1;
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -161,8 +159,6 @@ struct Common {
         rope_table = rt == nullptr || std::string(rt) != "0";
         const char* oq = std::getenv("GPTOSS_ATTN_OUT_Q");
         out_q = oq != nullptr && std::string(oq) == "1";
-        const char* nq = std::getenv("GPTOSS_ATTN_NEXTQ");
-        next_q = nq == nullptr ? 1 : std::max(0, std::atoi(nq));
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -183,7 +179,6 @@ PagedAttentionArgs base_args(const Common& c) {
     a.prefill_tma = c.prefill_tma;
     a.prefill_pipe = c.prefill_pipe;
     a.prefill_pingpong = c.pingpong == 1;
-    a.prefill_next_q = c.next_q;
     return a;
 }
 

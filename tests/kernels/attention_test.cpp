@@ -549,12 +549,12 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
     struct Variant {
         const char* name;
         bool wgmma, tma, pipe, pingpong;
-        int next_q;  // PagedAttentionArgs::prefill_next_q (sliding layers)
     };
-    const Variant variants[] = {{"mma.sync", false, false, false, false, 0}, {"wgmma", true, false, false, false, 0},
-                                {"tma", true, true, false, false, 0},        {"pipe", true, true, true, false, 0},
-                                {"pingpong", true, true, true, true, 0},     {"next_q 2", true, true, true, false, 2},
-                                {"next_q 3", true, true, true, false, 3}};
+    const Variant variants[] = {{"mma.sync", false, false, false, false},
+                                {"wgmma", true, false, false, false},
+                                {"tma", true, true, false, false},
+                                {"pipe", true, true, true, false},
+                                {"pingpong", true, true, true, true}};
     const PagedAttentionArgs base = d.args;
     for (const Variant& v : variants) {
         d.args = base;
@@ -562,7 +562,6 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
         d.args.prefill_tma = v.tma;
         d.args.prefill_pipe = v.pipe;
         d.args.prefill_pingpong = v.pingpong;
-        d.args.prefill_next_q = v.next_q;
         d.args.q = dq.as();
         std::vector<uint16_t> want, got;
         run_kernel(d, Kernel::kPrefill, 0, want);
@@ -696,24 +695,6 @@ public:
                 size_t differ = 0;
                 for (size_t i = 0; i < got.size(); ++i) differ += piped[i] != got[i];
                 EXPECT_EQ(differ, 0u) << tag << ": the pipelined kernel differs from the TMA kernel";
-                // Several query tiles a CTA with the next one's loads under the current one
-                // (prefill_next_q; sliding layers): the pipelined kernel's arithmetic, the same bits.
-                // 2 and 3 tiles a CTA (odd and even counts of the two Q buffers, a last CTA with
-                // fewer), and the launcher's own count.
-                for (int nq : {2, 3, 1}) {
-                    std::vector<uint16_t> next_q;
-                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;
-                    d.args.prefill_next_q = nq;
-                    run_kernel(d, Kernel::kPrefill, 0, next_q);
-                    if (nq == 3) check_out_q(d, c, std::string(tag) + " out_q next_q", next_q);
-                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = false;
-                    d.args.prefill_next_q = 0;
-                    if (::testing::Test::HasFatalFailure()) return;
-                    size_t nq_differ = 0;
-                    for (size_t i = 0; i < got.size(); ++i) nq_differ += next_q[i] != piped[i];
-                    EXPECT_EQ(nq_differ, 0u)
-                        << tag << ": prefill_next_q=" << nq << " differs from the pipelined kernel";
-                }
                 // Its warpgroups taking turns at the tensor cores (prefill_pingpong): only the order of
                 // issue changes, so the same bits.
                 std::vector<uint16_t> turns;

@@ -46,12 +46,6 @@ struct PagedAttentionArgs {
     // r34: ~1% faster on full layers past 2k queries, slower on sliding ones (the CUDA model's rule,
     // CudaModel kPingPongMinQuery).
     bool prefill_pingpong = false;
-    // With prefill_pipe, not prefill_pingpong, a sliding window: each CTA takes several query tiles
-    // in turn, and the next one's Q (and cos / sin) and first KV tiles load while the current one
-    // computes, so a sliding layer's ~3 KV tiles a query tile no longer wait for the tile's loads
-    // (r46; same bits). 0: off (one query tile a CTA); 1: the query tiles a CTA from the SM count
-    // (two CTAs an SM, one wave); n ≥ 2: n query tiles a CTA (tests).
-    int prefill_next_q = 0;
     // CUDA prefill only: q straight from the QKV projection's rows instead of `q`: the kernel adds
     // the bias and rotates (YaRN RoPE at q_positions) as it loads each query tile, the same bf16 bits
     // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves

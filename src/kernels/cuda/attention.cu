@@ -366,19 +366,15 @@ __device__ __forceinline__ float2 (*q_rope_cs())[kHeadDim / 2] {
     __shared__ __align__(16) float2 cs[kPrefillTokens][kHeadDim / 2];  // 16: cp.async from the table
     return cs;
 }
-// The next query tile's cos / sin (PagedAttentionArgs::prefill_next_q): only its kernel declares it.
-__device__ __forceinline__ float2 (*q_rope_cs_next())[kHeadDim / 2] {
-    __shared__ __align__(16) float2 cs[kPrefillTokens][kHeadDim / 2];
-    return cs;
-}
 __device__ __forceinline__ float* q_rope_bias() {
     __shared__ __align__(16) float bias[kGroup * kHeadDim];
     return bias;
 }
 template <int kThreads>
 __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n_valid, int kv_head, uint32_t q_smem,
-                                              int tid, float2 (*cs)[kHeadDim / 2] = nullptr) {
-    if (cs == nullptr) cs = q_rope_cs();
+                                              int tid) {
+    constexpr int kHalf = kHeadDim / 2;
+    float2(*cs)[kHalf] = q_rope_cs();
 #pragma unroll
     for (int k = 0; k < kPrefillRows * 4 / kThreads; ++k) {
         const int it = tid + k * kThreads;
@@ -450,11 +446,10 @@ __device__ __forceinline__ void load_q_tile(const PagedAttentionArgs& a, const _
 // so that the positions' round trip is not in front of them; r34 call 4 had it before the TMA issue
 // and the 8k layers 30 us slower).
 template <int kThreads>
-__device__ __forceinline__ void q_tile_cos_sin(const PagedAttentionArgs& a, int first, int n_valid, int tid,
-                                               float2 (*cs)[kHeadDim / 2] = nullptr) {
+__device__ __forceinline__ void q_tile_cos_sin(const PagedAttentionArgs& a, int first, int n_valid, int tid) {
     if (a.q_raw == nullptr) return;
     constexpr int kHalf = kHeadDim / 2;
-    if (cs == nullptr) cs = q_rope_cs();
+    float2(*cs)[kHalf] = q_rope_cs();
     if (a.q_rope_cs != nullptr) {  // the table's rows by cp.async, a group of their own (the caller waits for all)
         constexpr int kChunks = kPrefillTokens * kHalf * 8 / 16;  // 16-byte pieces of the tile's rows
         const uint32_t base = smem_addr(&cs[0][0]);
@@ -988,9 +983,6 @@ constexpr int tma_prefill_smem(int stages) {
 constexpr int kTmaPrefillSmem = tma_prefill_smem(kTmaStages);
 constexpr int kPipePrefillSmem = tma_prefill_smem(kPipeStages);
 constexpr int kPingPongPrefillSmem = tma_prefill_smem(kPingPongStages);
-constexpr int kNextQPrefillSmem = kPipePrefillSmem + kPrefillRows * kRowBytes;  // + the second Q buffer
-static_assert(2 * (kNextQPrefillSmem + 2 * 4096 + 2048 + 1024) <= 227 * 1024,
-              "two next-Q CTAs an SM (+ the static cos / sin and bias buffers, 1 KB reserved each)");
 static_assert(2 * (kPingPongPrefillSmem + 1024) <= 227 * 1024, "two ping-pong CTAs an SM (1 KB reserved each)");
 
 __device__ __forceinline__ void attn_mbar_init(uint32_t bar, uint32_t count) {
@@ -1102,18 +1094,11 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k
 // kOutQ (PagedAttentionArgs::out_q): the epilogue writes the rows quantized for the O projection's
 // FP8 GEMM instead of bf16 (a separate instantiation, so the bf16 kernel's code stays as measured:
 // r35 saw a dead block in the epilogue cost the ping-pong kernel 15%).
-// kNextQ (PagedAttentionArgs::prefill_next_q; r46): a CTA runs query tiles blockIdx.y,
-// blockIdx.y + gridDim.y, ... with two Q buffers (and two cos / sin buffers): after the current
-// tile's rotation the next tile's Q is copied into the other buffer, and thread 0's KV issue runs on
-// past the current tile's last KV tile into the next tile's first ones (one ring index across query
-// tiles), so a query tile starts with its Q and first KV tiles landed. The arithmetic is the
-// pipelined kernel's, so the same bits.
-template <bool kPipe, bool kPingPong = false, bool kOutQ = false, bool kNextQ = false>
+template <bool kPipe, bool kPingPong = false, bool kOutQ = false>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
                                             const __grid_constant__ CUtensorMap v_map) {
-    static_assert(!kNextQ || (kPipe && !kPingPong), "kNextQ is the pipelined kernel's (without turns)");
     constexpr int kStages = kPingPong ? kPingPongStages : kPipe ? kPipeStages : kTmaStages;
     constexpr int kAhead = 2;  // tiles in flight ahead of the one in use (see kPipe above)
     // kPipe holds a stage one iteration longer: thread 0 must never wait for a stage its own warp
@@ -1141,10 +1126,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const float sink = fmaxf(a.sinks[kv_head * kGroup + g] * kLog2e, kNegBig);
     const float qk_scale = a.scale * kLog2e;
 
-    const uint32_t q_smem0 = (smem_addr(smem) + 1023u) & ~1023u;
-    // kNextQ: the second Q buffer (query tiles alternate between the two).
-    const uint32_t kv_smem =
-        q_smem0 + (kNextQ ? 2 : 1) * kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
+    const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
+    const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
     const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
     const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
@@ -1184,75 +1167,25 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // kPingPong: warpgroup 0 issues first (each warpgroup issues n_tiles + 1 groups a query tile, so
     // the turns stay balanced across query tiles; warpgroup 0 takes the last pass after the loop).
     if (kPingPong && wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-    // Query tile `rev` (counted from the sequence's end): its first token, rows, positions and KV tiles.
-    struct QTile {
-        int t0, n_valid, p0, p_last, kv_lo, tile_first, n_tiles;
-    };
-    const auto query_tile = [&](int rev) {
-        QTile t;
-        t.t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
-        t.n_valid = min(kPrefillTokens, n_q - t.t0);
-        t.p0 = start_pos + t.t0;
-        t.p_last = t.p0 + t.n_valid - 1;
-        t.kv_lo = window > 0 ? max(0, t.p0 - window + 1) : 0;
-        t.tile_first = t.kv_lo / kKvTile;
-        t.n_tiles = t.p_last / kKvTile - t.tile_first + 1;
-        return t;
-    };
     int idx0 = 0;
-    [[maybe_unused]] int issued = 0;  // kNextQ, thread 0: ring indices issued so far
-    [[maybe_unused]] int qbuf = 0;    // kNextQ: the current query tile's Q buffer
-    if constexpr (kNextQ) {           // the first query tile's Q and cos / sin (waited for at the loop's top)
-        const QTile f = query_tile(blockIdx.y);
-        load_q_tile<kWgPrefillThreads>(a, q, q_begin + f.t0, f.n_valid, kv_head, q_smem0, tid);
-        cp_async_commit();
-        q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + f.t0, f.n_valid, tid, q_rope_cs());
-    }
     for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
-        const QTile cur = query_tile(rev);
-        const int t0 = cur.t0, n_valid = cur.n_valid, p0 = cur.p0, p_last = cur.p_last, kv_lo = cur.kv_lo;
-        const int tile_first = cur.tile_first, n_tiles = cur.n_tiles;
-        const uint32_t q_smem = q_smem0 + (kNextQ ? qbuf * kPrefillRows * kRowBytes : 0u);
-        [[maybe_unused]] QTile nxt{};  // kNextQ: the CTA's next query tile (n_tiles 0: none)
-        // kNextQ, thread 0: ring indices up to `target` (exclusive), the current query tile's KV
-        // tiles and then the next one's.
-        [[maybe_unused]] const auto issue_upto = [&](int target) {
-            for (; issued < target; ++issued) {
-                const int i = issued - idx0;
-                if (i < n_tiles)
-                    issue(issued, tile_first + i, kv_lo, p_last);
-                else if (i - n_tiles < nxt.n_tiles)
-                    issue(issued, nxt.tile_first + i - n_tiles, nxt.kv_lo, nxt.p_last);
-                else
-                    break;
-            }
-        };
+        const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
+        const int n_valid = min(kPrefillTokens, n_q - t0);
+        const int p0 = start_pos + t0;
+        const int p_last = p0 + n_valid - 1;
+        const int kv_lo = window > 0 ? max(0, p0 - window + 1) : 0;
+        const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
+        const int n_tiles = tile_last - tile_first + 1;
 
-        if constexpr (kNextQ) {
-            if (rev + static_cast<int>(gridDim.y) < n_qtiles) nxt = query_tile(rev + gridDim.y);
-            if (tid == 0) issue_upto(idx0 + min(kAhead, n_tiles));  // the CTA's first query tile only
-            cp_async_wait<0>();
-            __syncthreads();  // Q and cos / sin landed; the previous query tile is done with the other buffer
-            float2(*cs)[kHeadDim / 2] = qbuf ? q_rope_cs_next() : q_rope_cs();
-            if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid, cs);
-            if (nxt.n_tiles > 0) {  // the next query tile's Q into the other buffer, under this one's work
-                load_q_tile<kWgPrefillThreads>(a, q, q_begin + nxt.t0, nxt.n_valid, kv_head,
-                                               q_smem0 + (qbuf ^ 1) * kPrefillRows * kRowBytes, tid);
-                cp_async_commit();
-                q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + nxt.t0, nxt.n_valid, tid,
-                                                  qbuf ? q_rope_cs() : q_rope_cs_next());
-            }
-        } else {
-            __syncthreads();  // the previous query tile is done with Q
-            load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
-            cp_async_commit();
-            if (tid == 0)
-                for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
-            q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
-            cp_async_wait<0>();
-            __syncthreads();  // Q from every thread's cp.async
-            if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
-        }
+        __syncthreads();  // the previous query tile is done with Q
+        load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
+        cp_async_commit();
+        if (tid == 0)
+            for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
+        q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
+        cp_async_wait<0>();
+        __syncthreads();  // Q from every thread's cp.async
+        if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
         float o[32];  // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
@@ -1272,11 +1205,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         // zeroed, Q's fragments reloaded (see above); returns the stage's K address and first key.
         const auto tile_front = [&](int it, uint32_t(&qa)[4][4], int& key0) {
             const int tile = tile_first + it, idx = idx0 + it, stage = idx % kStages;
-            if constexpr (kNextQ) {
-                if (tid == 0) issue_upto(idx + kAhead + 1);
-            } else if (tid == 0 && it + kAhead < n_tiles) {
-                issue(idx + kAhead, tile + kAhead, kv_lo, p_last);
-            }
+            if (tid == 0 && it + kAhead < n_tiles) issue(idx + kAhead, tile + kAhead, kv_lo, p_last);
             attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kStages) & 1));
             const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
             const uint32_t v_s = k_s + kTileBytes;
@@ -1374,7 +1303,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             release(n_tiles - 1);
         }
         idx0 += n_tiles;
-        if constexpr (kNextQ) qbuf ^= 1;
 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -2084,10 +2012,6 @@ void ensure_prefill_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, false, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kNextQPrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kNextQPrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -2159,29 +2083,6 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_prefill_smem(current_device());
-        // PagedAttentionArgs::prefill_next_q: sliding layers, the pipelined kernel without turns.
-        if (a.prefill_pipe && !a.prefill_pingpong && a.prefill_next_q > 0 && a.sliding_window > 0) {
-            int per_cta = a.prefill_next_q;
-            if (per_cta == 1) {  // one wave of two CTAs an SM
-                const int64_t tasks = static_cast<int64_t>(qtiles) * a.num_kv_heads * a.num_seqs;
-                const int64_t slots = 2 * static_cast<int64_t>(std::max(num_sms(current_device()), 1));
-                per_cta = static_cast<int>(std::max<int64_t>(1, (tasks + slots - 1) / slots));
-            }
-            const dim3 grid_n(a.num_kv_heads, (qtiles + per_cta - 1) / per_cta, a.num_seqs);
-            if (a.out_q != nullptr)
-                bf16_paged_attention_prefill_tma_kernel<true, false, true, true>
-                    <<<grid_n, kWgPrefillThreads, kNextQPrefillSmem, stream>>>(a, k_map, v_map);
-            else
-                bf16_paged_attention_prefill_tma_kernel<true, false, false, true>
-                    <<<grid_n, kWgPrefillThreads, kNextQPrefillSmem, stream>>>(a, k_map, v_map);
-            CUDA_CHECK_LAUNCH();
-            if (a.out_q != nullptr && a.out_q_m_pad > a.num_tokens) {
-                act_q_pad_rows_kernel<<<1, 256, 0, stream>>>(a.out_q, a.out_q_scale, a.num_tokens, a.out_q_m_pad,
-                                                             a.num_heads * kHeadDim);
-                CUDA_CHECK_LAUNCH();
-            }
-            return;
-        }
         if (a.prefill_pipe && a.out_q != nullptr) {  // the epilogue quantizes (PagedAttentionArgs::out_q)
             if (a.prefill_pingpong)
                 bf16_paged_attention_prefill_tma_kernel<true, true, true>
