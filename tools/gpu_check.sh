@@ -1418,6 +1418,35 @@ PY
         done
       fi
       ;;
+    s31c)
+      # Session 31: the TMA prompt attention zeroes V rows only where one may be an unwritten slot
+      # (PagedAttentionArgs::prefill_zero_all_rows; GPTOSS_ATTN_ZERO_ALL=1: every tile with rows
+      # outside the query tile's keys, as before). Attention tests (the bits against the old rule,
+      # NaN in unused slots), model tests, then attention_bench prefill and 8k prefill A/B.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s31c_tests.log" 2>&1
+      rc=$?
+      summary+=("s31c tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|changes the output" "$OUT/s31c_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 1 0; do
+            GPTOSS_ATTN_ZERO_ALL=$v timeout 60 $BIN/attention_bench prefill > "$OUT/s31c_attn_${v}_$pass.log" 2>&1
+            echo "GPTOSS_ATTN_ZERO_ALL=$v pass $pass"; grep -E "prefill T=(8192|32768)" "$OUT/s31c_attn_${v}_$pass.log"
+          done
+        done
+        for pass in 1 2; do
+          for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts"; do
+            m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+            for v in 1 0; do
+              GPTOSS_ATTN_ZERO_ALL=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 \
+                --batch "" --repeats 3 > "$OUT/s31c_${tag}_${v}_$pass.log" 2>&1
+              summary+=("s31c $tag zero_all=$v pass $pass rc=$?")
+              echo "$tag ZERO_ALL=$v pass $pass:"; grep -E "prefill +8192|  (attention|total) " "$OUT/s31c_${tag}_${v}_$pass.log"
+            done
+          done
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

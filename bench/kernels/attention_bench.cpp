@@ -137,6 +137,8 @@ struct Common {
     // Prefill rows quantized for the O projection in the epilogue (PagedAttentionArgs::out_q, the FP8
     // model's default) with GPTOSS_ATTN_OUT_Q=1; bf16 rows otherwise.
     bool out_q = false;
+    // PagedAttentionArgs::prefill_zero_all_rows with GPTOSS_ATTN_ZERO_ALL=1 (the kernel before r46).
+    bool zero_all = false;
     Common(int max_seqs) : workspace(static_cast<size_t>(max_seqs) * kHeads * 132 * (kHeadDim + 2) * 4) {
         std::vector<float> s(kHeads);
         for (int h = 0; h < kHeads; ++h) s[h] = static_cast<float>(h % 7) * 0.5f - 1.5f;
@@ -159,6 +161,8 @@ struct Common {
         rope_table = rt == nullptr || std::string(rt) != "0";
         const char* oq = std::getenv("GPTOSS_ATTN_OUT_Q");
         out_q = oq != nullptr && std::string(oq) == "1";
+        const char* za = std::getenv("GPTOSS_ATTN_ZERO_ALL");
+        zero_all = za != nullptr && std::string(za) == "1";
     }
     double kv_elem_bytes() const { return fp8_kv ? 1.0 : 2.0; }
 };
@@ -179,6 +183,7 @@ PagedAttentionArgs base_args(const Common& c) {
     a.prefill_tma = c.prefill_tma;
     a.prefill_pipe = c.prefill_pipe;
     a.prefill_pingpong = c.pingpong == 1;
+    a.prefill_zero_all_rows = c.zero_all;
     return a;
 }
 

@@ -340,6 +340,12 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_ATTN_PREFILL_PIPE");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // PagedAttentionArgs::prefill_zero_all_rows (the prompt attention before r46) with
+    // GPTOSS_ATTN_ZERO_ALL=1 (A/B runs).
+    bool attn_zero_all = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_ZERO_ALL");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
     // The router logits of batches past the fused decode router on the tensor cores
     // (RouterTopkArgs::tensor_cores): 8k --fp8 prefill, router 15.9 -> 5.9 ms on 120b, 3.6 -> 2.2 ms
     // on 20b (r25, with the K split; 7.5 and 4.1 ms without), then 5.7 -> 3.5 and 2.1 -> 1.2 ms
@@ -1693,6 +1699,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             pa.prefill_tma = attn_prefill_tma;
             pa.prefill_pipe = attn_prefill_pipe;
             pa.prefill_pingpong = attn_pingpong < 0 ? !sliding && max_q >= kPingPongMinQuery : attn_pingpong == 1;
+            pa.prefill_zero_all_rows = attn_zero_all;
             pa.block_tables = sliding ? tables_sliding.as<int32_t>() : tables_full.as<int32_t>();
             pa.seq_start_pos = seq_start.as<int32_t>();
             pa.query_start = query_start.as<int32_t>();

@@ -695,6 +695,23 @@ public:
                 size_t differ = 0;
                 for (size_t i = 0; i < got.size(); ++i) differ += piped[i] != got[i];
                 EXPECT_EQ(differ, 0u) << tag << ": the pipelined kernel differs from the TMA kernel";
+                // With every V row outside a query tile's keys zeroed (prefill_zero_all_rows, the
+                // kernel before r46): the same bits, since the rows no longer zeroed are written keys
+                // (the unused slots are NaN here, so a missed one shows).
+                for (bool pingpong : {false, true}) {
+                    std::vector<uint16_t> zeroed;
+                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;
+                    d.args.prefill_pingpong = pingpong;
+                    d.args.prefill_zero_all_rows = true;
+                    run_kernel(d, Kernel::kPrefill, 0, zeroed);
+                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = false;
+                    d.args.prefill_pingpong = d.args.prefill_zero_all_rows = false;
+                    if (::testing::Test::HasFatalFailure()) return;
+                    size_t zd = 0;
+                    for (size_t i = 0; i < got.size(); ++i) zd += zeroed[i] != piped[i];
+                    EXPECT_EQ(zd, 0u) << tag << ": zeroing every row outside the keys changes the output (pingpong "
+                                      << pingpong << ")";
+                }
                 // Its warpgroups taking turns at the tensor cores (prefill_pingpong): only the order of
                 // issue changes, so the same bits.
                 std::vector<uint16_t> turns;

@@ -1176,6 +1176,10 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         const int kv_lo = window > 0 ? max(0, p0 - window + 1) : 0;
         const int tile_first = kv_lo / kKvTile, tile_last = p_last / kKvTile;
         const int n_tiles = tile_last - tile_first + 1;
+        // The tile's pieces are 16 keys of one block (block_size % 16 == 0), clamped into [kv_lo,
+        // p_last]: every loaded row is a key of this sequence in [kv_lo & ~15, p_last | 15], written
+        // (earlier positions, or this batch's by the RoPE kernel) unless past the sequence's last key.
+        const bool may_hold_unwritten = a.prefill_zero_all_rows || (p_last | 15) > start_pos + n_q - 1;
 
         __syncthreads();  // the previous query tile is done with Q
         load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
@@ -1210,7 +1214,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
             const uint32_t v_s = k_s + kTileBytes;
             key0 = tile * kKvTile;
-            if (key0 < kv_lo || key0 + kKvTile - 1 > p_last) {  // V rows outside [kv_lo, p_last] to zero
+            // V rows outside [kv_lo, p_last] to zero, where one may be a slot past the sequence's
+            // last key (PagedAttentionArgs::prefill_zero_all_rows).
+            if ((key0 < kv_lo || key0 + kKvTile - 1 > p_last) && may_hold_unwritten) {
                 for (int c = tid & 127; c < kKvTile * 8; c += 128) {
                     const int j = key0 + (c >> 3);
                     if (j < kv_lo || j > p_last)
