@@ -1447,6 +1447,22 @@ PY
         done
       fi
       ;;
+    s31d)
+      # Session 31, the closing run on the shipped code: the bars. 20b and 120b --fp8 batch-1 decode
+      # at 1k; 8k prefill of 20b, 120b (MX experts) and 120b --fp8-experts.
+      for m in gpt-oss-20b gpt-oss-120b; do
+        timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+          --repeats 3 > "$OUT/s31d_decode_$m.log" 2>&1
+        summary+=("s31d decode $m rc=$?")
+        echo "$m batch 1:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s31d_decode_$m.log"
+      done
+      for cfg in "gpt-oss-20b|" "gpt-oss-120b|" "gpt-oss-120b|--fp8-experts"; do
+        m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+        timeout 120 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" --repeats 3 > "$OUT/s31d_prefill_$tag.log" 2>&1
+        summary+=("s31d prefill $tag rc=$?")
+        echo "$tag:"; grep -E "prefill +8192" "$OUT/s31d_prefill_$tag.log"
+      done
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
