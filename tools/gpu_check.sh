@@ -1463,6 +1463,35 @@ PY
         echo "$tag:"; grep -E "prefill +8192" "$OUT/s31d_prefill_$tag.log"
       done
       ;;
+    s31e)
+      # Session 31: the prompt router's logits on wgmma (GPTOSS_ROUTER_WGMMA=0: the mma.sync kernel).
+      # Router and model tests; 8k prefill A/B (20b, 120b --fp8-experts; router stage); then the
+      # closing bars if the tests pass: batch-1 decode 20b / 120b, 120b MX 8k prefill.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.Router*:CudaModel.*:CudaEngine.*' > "$OUT/s31e_tests.log" 2>&1
+      rc=$?
+      summary+=("s31e tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|router logits on tensor" "$OUT/s31e_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts"; do
+          m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+          for v in 0 1; do
+            GPTOSS_ROUTER_WGMMA=$v GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 \
+              --batch "" --repeats 3 > "$OUT/s31e_${tag}_$v.log" 2>&1
+            summary+=("s31e $tag router_wgmma=$v rc=$?")
+            echo "$tag ROUTER_WGMMA=$v:"; grep -E "prefill +8192|  (router|total) " "$OUT/s31e_${tag}_$v.log"
+          done
+        done
+        for m in gpt-oss-20b gpt-oss-120b; do
+          timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+            --repeats 3 > "$OUT/s31e_decode_$m.log" 2>&1
+          summary+=("s31e decode $m rc=$?")
+          echo "$m batch 1:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s31e_decode_$m.log"
+        done
+        timeout 120 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill 8192 --batch "" --repeats 3 > "$OUT/s31e_prefill_120b_mx.log" 2>&1
+        summary+=("s31e prefill 120b MX rc=$?")
+        echo "120b MX:"; grep -E "prefill +8192" "$OUT/s31e_prefill_120b_mx.log"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -14,6 +14,7 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -389,8 +390,198 @@ __global__ void __launch_bounds__(kRmThreads)
         }
 }
 
+// ---- router logits on warpgroup MMAs (r46) ------------------------------------------------------
+// router_logits_mma_kernel's tiles, loads and fragments with the products as wgmma m64nNk16 (N = 8 ·
+// kN experts): the CTA's 128 threads are one warpgroup, its 64 tokens the M rows, the h hi / lo
+// fragments (the mma.sync A layout, which is wgmma's register A layout a warp) the A operand, the
+// weight chunk in shared memory the B operand (K-major rows of 128 bytes, 16-byte pieces at
+// piece ^ (row & 7): the hardware's 128-byte swizzle on a 1 KB-aligned base). The accumulators are
+// laid out as the mma kernel's n8 tiles (d[4j + e] = acc[j][e]), so the epilogue is the same. Why:
+// the mma kernel issues 32 mma.sync and 8 ldmatrix a warp a k16 step for 16 tokens × 128 experts
+// (120b: 63.6 us a layer at 8k, r46 call 1, against ~23 for its 94 MB of fp32 rows); here 2
+// wgmma a warpgroup. GPTOSS_ROUTER_WGMMA=0: the mma kernel (A/B runs).
+// D[64 tokens, N] += A[64, 16] (bf16 registers) · B[N, 16]ᵀ (shared memory by descriptor).
+template <int N>
+__device__ __forceinline__ void rm_wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
+template <>
+__device__ __forceinline__ void rm_wgmma_rs<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+template <>
+__device__ __forceinline__ void rm_wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+template <>
+__device__ __forceinline__ void rm_wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+        "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+template <int kN, bool kNorm>
+__global__ void __launch_bounds__(kRmThreads)
+    router_logits_wgmma_kernel(const float* __restrict__ h, const __nv_bfloat16* __restrict__ w, int T, int H, int E,
+                               float* __restrict__ logits, const float* __restrict__ inv_rms,
+                               const float* __restrict__ norm_weight) {
+    static_assert(kRmThreads == 128, "one warpgroup");
+    static_assert(kN == 4 || kN == 8 || kN == 16, "wgmma n32, n64, n128");
+    constexpr int kRowsW = 8 * kN;
+    extern __shared__ __align__(16) uint8_t rm_smem[];
+    // The two weight chunks first, 1 KB-aligned (rm_smem_bytes + 1 KB), then h, then the norm weight.
+    uint8_t* s_w = rm_smem + (((smem_addr(rm_smem) + 1023u) & ~1023u) - smem_addr(rm_smem));
+    float* s_h = reinterpret_cast<float*>(s_w + 2 * kRowsW * 128);  // [2][kRmTokens][kRmHStride]
+    float* s_nw = s_h + 2 * kRmTokens * kRmHStride;                 // kNorm: [2][kRmChunk]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int t0 = blockIdx.x * kRmTokens;
+    const int chunks = H / kRmChunk, S = gridDim.z, z = blockIdx.z;
+    const int c0 = chunks * z / S, c1 = chunks * (z + 1) / S;  // this CTA's K chunks
+    logits += static_cast<int64_t>(z) * T * E;
+    float inv0 = 0.0f, inv1 = 0.0f;
+    if constexpr (kNorm) {
+        const int r0 = t0 + warp * 16 + g;
+        inv0 = r0 < T ? inv_rms[r0] : 0.0f;
+        inv1 = r0 + 8 < T ? inv_rms[r0 + 8] : 0.0f;
+    }
+    const auto load = [&](int c, int stage) {
+        const int k0 = c * kRmChunk;
+        float* dh = s_h + stage * kRmTokens * kRmHStride;
+#pragma unroll
+        for (int i = tid; i < kRmTokens * 16; i += kRmThreads) {
+            const int r = i >> 4, q = i & 15;
+            const bool ok = t0 + r < T;
+            cp_async16(dh + r * kRmHStride + q * 4, h + static_cast<int64_t>(ok ? t0 + r : 0) * H + k0 + q * 4, ok);
+        }
+        uint8_t* dw = s_w + stage * kRowsW * 128;
+#pragma unroll
+        for (int i = tid; i < kRowsW * 8; i += kRmThreads) {
+            const int r = i >> 3, q = i & 7;
+            const bool ok = r < E;
+            cp_async16(dw + r * 128 + ((q ^ (r & 7)) << 4), w + static_cast<int64_t>(ok ? r : 0) * H + k0 + q * 8, ok);
+        }
+        if constexpr (kNorm) {
+            if (tid < kRmChunk / 4) cp_async16(s_nw + stage * kRmChunk + tid * 4, norm_weight + k0 + tid * 4);
+        }
+    };
+
+    float acc[4 * kN];
+#pragma unroll
+    for (int i = 0; i < 4 * kN; ++i) acc[i] = 0.0f;
+    if (c0 < c1) load(c0, 0);
+    cp_async_commit();
+    for (int c = c0; c < c1; ++c) {
+        const int stage = (c - c0) & 1;
+        if (c + 1 < c1) load(c + 1, stage ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();   // chunk c has landed (this thread's copies)
+        fence_proxy_async();  // ... visible to wgmma's async proxy
+        __syncthreads();      // ... and every thread's
+        const float* hh = s_h + stage * kRmTokens * kRmHStride + warp * 16 * kRmHStride;
+        const uint32_t wb = smem_addr(s_w + stage * kRowsW * 128);
+        const auto pair = [&](int r, int k, float inv) {
+            float2 v = *reinterpret_cast<const float2*>(hh + r * kRmHStride + k);
+            if constexpr (kNorm) {
+                const float2 nw = *reinterpret_cast<const float2*>(s_nw + stage * kRmChunk + k);
+                v = make_float2(__fmul_rn(__fmul_rn(v.x, inv), nw.x), __fmul_rn(__fmul_rn(v.y, inv), nw.y));
+            }
+            return v;
+        };
+        uint32_t hi[kRmChunk / 16][4], lo[kRmChunk / 16][4];  // a0..a3 as router_logits_mma_kernel's
+#pragma unroll
+        for (int ks = 0; ks < kRmChunk / 16; ++ks) {
+            const int kk = ks * 16 + 2 * t;
+            split_bf16x2(pair(g, kk, inv0), hi[ks][0], lo[ks][0]);
+            split_bf16x2(pair(g + 8, kk, inv1), hi[ks][1], lo[ks][1]);
+            split_bf16x2(pair(g, kk + 8, inv0), hi[ks][2], lo[ks][2]);
+            split_bf16x2(pair(g + 8, kk + 8, inv1), hi[ks][3], lo[ks][3]);
+        }
+        // The fragments and accumulators written before wgmma.fence (see wgmma_prefill_tile).
+#pragma unroll
+        for (int ks = 0; ks < kRmChunk / 16; ++ks)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                reg_fence(hi[ks][i]);
+                reg_fence(lo[ks][i]);
+            }
+#pragma unroll
+        for (int i = 0; i < 4 * kN; ++i) reg_fence(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < kRmChunk / 16; ++ks) {
+            rm_wgmma_rs<8 * kN>(acc, hi[ks], desc_sw128(wb + ks * 32));
+            rm_wgmma_rs<8 * kN>(acc, lo[ks], desc_sw128(wb + ks * 32));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 4 * kN; ++i) reg_fence(acc[i]);
+#pragma unroll
+        for (int ks = 0; ks < kRmChunk / 16; ++ks)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                reg_fence(hi[ks][i]);
+                reg_fence(lo[ks][i]);
+            }
+        __syncthreads();  // the stage is refilled next iteration
+    }
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 4; ++e2) {
+            const int tok = t0 + warp * 16 + g + 8 * (e2 >> 1), ex = 8 * j + 2 * t + (e2 & 1);
+            if (tok < T && ex < E) logits[static_cast<int64_t>(tok) * E + ex] = acc[4 * j + e2];
+        }
+}
+
+// The router logits on wgmma (default) or mma.sync (GPTOSS_ROUTER_WGMMA=0).
+bool router_wgmma() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_ROUTER_WGMMA");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
 template <int kN, bool kNorm>
 void launch_router_logits_mma(dim3 grid, const RouterTopkArgs& a, cudaStream_t stream) {
+    if (router_wgmma()) {
+        constexpr int smem = rm_smem_bytes(kN, kNorm) + 1024;  // + the 1 KB alignment of the weight chunks
+        fit_dynamic_smem(router_logits_wgmma_kernel<kN, kNorm>, smem);
+        router_logits_wgmma_kernel<kN, kNorm>
+            <<<grid, kRmThreads, smem, stream>>>(a.h, static_cast<const __nv_bfloat16*>(a.weight), a.num_tokens,
+                                                 a.hidden_size, a.num_experts, a.logits, a.norm_inv_rms, a.norm_weight);
+        return;
+    }
     constexpr int smem = rm_smem_bytes(kN, kNorm);
     fit_dynamic_smem(router_logits_mma_kernel<kN, kNorm>, smem);
     router_logits_mma_kernel<kN, kNorm>
