@@ -1464,6 +1464,8 @@ PY
       done
       ;;
     s31e)
+      # Ran at 0db548b (r46 call 5): the same speed (router stage 20b 1.226 -> 1.215 ms, 120b
+      # 2.986 -> 2.910), and the kernel was removed after it; kept as the record of what ran.
       # Session 31: the prompt router's logits on wgmma (GPTOSS_ROUTER_WGMMA=0: the mma.sync kernel).
       # Router and model tests; 8k prefill A/B (20b, 120b --fp8-experts; router stage); then the
       # closing bars if the tests pass: batch-1 decode 20b / 120b, 120b MX 8k prefill.
