@@ -1494,6 +1494,27 @@ PY
         echo "120b MX:"; grep -E "prefill +8192" "$OUT/s31e_prefill_120b_mx.log"
       fi
       ;;
+    s32a)
+      # Session 32: where the full-layer prompt attention's instructions go. ncu source counters
+      # (executed warp instructions and stall samples a SASS line) of the first ping-pong kernel
+      # launch of attention_bench "prefill T=8192" (full causal, 8k), its details page, and the
+      # static SASS of attention_bench's prefill_tma kernels.
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      timeout 240 $NCU --clock-control none --cache-control none --section SourceCounters --section InstructionStats \
+        --section WarpStateStats --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis \
+        --kernel-name-base demangled -k 'regex:prefill_tma_kernel<true, true' -c 1 -f -o "$WORK/s32a_attn" \
+        $BIN/attention_bench "prefill T=8192" > "$OUT/s32a_ncu.log" 2>&1
+      summary+=("s32a ncu rc=$?")
+      $NCU -i "$WORK/s32a_attn.ncu-rep" --page details > "$OUT/s32a_details.txt" 2>&1
+      $NCU -i "$WORK/s32a_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s32a_source.csv" 2>&1
+      summary+=("s32a source lines=$(wc -l < "$OUT/s32a_source.csv")")
+      grep -E "Duration|Issue Slots Busy|Executed Instructions  |Eligible Warps|Active Warps Per|Warp Cycles Per Issued|Registers|Pipe" \
+        "$OUT/s32a_details.txt" | head -20
+      python3 tools/ncu_sass_mix.py "$OUT/s32a_source.csv" --top 25 | head -40
+      CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+      [ -n "$CUOBJ" ] && $CUOBJ -sass $BIN/attention_bench 2>/dev/null | awk '/Function :/{p = /prefill_tma/} p' > "$OUT/s32a_sass.txt"
+      summary+=("s32a sass lines=$(wc -l < "$OUT/s32a_sass.txt" 2>/dev/null)")
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
