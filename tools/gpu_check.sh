@@ -1502,7 +1502,7 @@ PY
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       timeout 240 $NCU --clock-control none --cache-control none --section SourceCounters --section InstructionStats \
         --section WarpStateStats --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis \
-        --kernel-name-base demangled -k 'regex:prefill_tma_kernel<true, true' -c 1 -f -o "$WORK/s32a_attn" \
+        --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1' -c 1 -f -o "$WORK/s32a_attn" \
         $BIN/attention_bench "prefill T=8192" > "$OUT/s32a_ncu.log" 2>&1
       summary+=("s32a ncu rc=$?")
       $NCU -i "$WORK/s32a_attn.ncu-rep" --page details > "$OUT/s32a_details.txt" 2>&1
