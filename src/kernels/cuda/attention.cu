@@ -958,11 +958,12 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 //
 // The kernel above loads each KV tile by cp.async from all 256 threads and meets at a __syncthreads
 // every tile (r25 ncu at 8k: 1.34 warps stalled at the barrier per issued instruction, the two
-// warpgroups in lock step, so one's softmax does not overlap the other's MMAs). Here thread 0
-// issues a tile as eight TMA boxes (K and V, 16 rows × 64 bf16 of one block each, 128-byte
-// swizzled: the layout the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring. A
-// stage's full mbarrier completes on its 16 KB; its empty one on the 8 warps' arrivals after their
-// P·V. Tile t + 2 is issued as tile t starts, so a warpgroup may run a tile ahead of the other.
+// warpgroups in lock step, so one's softmax does not overlap the other's MMAs). Here a tile comes
+// as eight TMA boxes (K and V, 16 rows × 64 bf16 of one block each, 128-byte swizzled: the layout
+// the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring, each issued by one
+// warp's lane 0 (thread 0 issued all eight until session 32). A stage's full mbarrier completes on
+// the 8 warps' arrivals (each with its box's expect_tx) and its 16 KB; its empty one on the 8 warps'
+// arrivals after their P·V. Tile t + 2 is issued as tile t starts, so a warpgroup may run a tile ahead of the other.
 // Pieces outside [kv_lo, p_last] load the block of the nearest visible key instead (the table is
 // only read for visible keys); those rows are masked in S, and every V row outside the range is
 // zeroed in shared memory before the P·V (P = 0 times a non-finite cache row would be NaN), by each
@@ -972,7 +973,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 constexpr int kTmaStages = 3;
 constexpr int kTmaStageBytes = 2 * kTileBytes;  // K, then V
 constexpr int kPipeStages = 4;                  // the pipelined variant's ring (kPipe)
-// kPingPong's ring: one stage more. With 4, thread 0 (warpgroup 0) issuing tile t + 2 waits for
+// kPingPong's ring: one stage more. With 4, warpgroup 0 issuing tile t + 2 waits for
 // warpgroup 1 to release tile t - 2, which it does after its softmax of t - 1, so warpgroup 0
 // could not issue before the other's softmax ended: the overlap the turns are for (a review's
 // point). With 5 the stage of t - 3 is reused, released half an iteration earlier.
@@ -1030,11 +1031,28 @@ __device__ __forceinline__ void turn_pass(int wg) {
                  : "memory");
 }
 
+// A ring position: slot and the parity of its use count.
+template <int kStages>
+struct AttnRing {
+    int slot = 0;
+    uint32_t phase = 0;
+    __device__ __forceinline__ void next() {
+        if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+};
+
 // ---- The pieces of the pipelined tile loop (kPipe below): S(t) and P(t - 1)·V(t - 1) issued
 // together, the softmax of S(t) while P·V runs. Issue functions only issue: the caller waits and
 // then fences the operand registers (qa after S, pa and o after P·V), which keeps the compiler from
 // reusing or touching them while the asynchronous wgmma still reads or writes them.
-__device__ __forceinline__ void pipe_issue_s(uint32_t (&qa)[4][4], uint32_t k_s, float (&s)[32]) {
+// Descriptors (session 32): the stage's K (or V) tile descriptor, k16 step kc at + 2·kc (32 bytes, K)
+// or + 128·kc (2 KB, V) in 16-byte units; the kernel forms each stage's from one base descriptor
+// (shared addresses stay below 2^18, so the sum stays inside the address field). r32's ncu: forming
+// desc_sw128(address) for each wgmma was ~5 uniform instructions a wgmma, 40 of ~315 a warp a tile.
+__device__ __forceinline__ void pipe_issue_s(uint32_t (&qa)[4][4], uint64_t k_desc, float (&s)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) reg_fence(s[i]);
 #pragma unroll
@@ -1043,10 +1061,10 @@ __device__ __forceinline__ void pipe_issue_s(uint32_t (&qa)[4][4], uint32_t k_s,
         for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
     wgmma_fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], k_desc + 2 * kc, kc);
     wgmma_commit();
 }
-__device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint32_t v_s, float (&o)[32]) {
+__device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint64_t v_desc, float (&o)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) reg_fence(o[i]);
 #pragma unroll
@@ -1055,14 +1073,14 @@ __device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint32_t v_s
         for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
     wgmma_fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
     wgmma_commit();
 }
 // Both at once: one wgmma.fence for the two groups, no other instruction between them (ptxas
 // serializes wgmmas when a non-wgmma instruction touches an accumulator inside the pipeline stage,
 // C7514: the register fences of a second issue call did).
-__device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k_s, float (&s)[32],
-                                                uint32_t (&pa)[4][4], uint32_t v_s, float (&o)[32]) {
+__device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint64_t k_desc, float (&s)[32],
+                                                uint32_t (&pa)[4][4], uint64_t v_desc, float (&o)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
         reg_fence(s[i]);
@@ -1077,10 +1095,10 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint32_t k
         }
     wgmma_fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], desc_sw128(k_s + kc * 32), kc);
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], k_desc + 2 * kc, kc);
     wgmma_commit();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], desc_sw128(v_s + kc * 2048), 1);
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
     wgmma_commit();
 }
 // kPipe (PagedAttentionArgs::prefill_pipe; session 11, compiled only): the tile loop above with the
@@ -1131,35 +1149,43 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
     const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
+    // A stage's full barrier counts 8 arrivals: each warp's lane 0 issues one of the tile's eight
+    // 16-row boxes (warps 0-3 K's pieces, 4-7 V's) with its own expect_tx (session 32). Until r46
+    // thread 0 issued all eight; r32's ncu of the 8k full layer had its ~135 extra instructions a
+    // tile (four table reads, eight TMAs) holding its warpgroup's first wgmma ("barrier" stalls on
+    // it, 15% of the samples) and the other warpgroup's turn with it.
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            attn_mbar_init(full_bar(s), 1);
+            attn_mbar_init(full_bar(s), kWgPrefillThreads / 32);
             attn_mbar_init(empty_bar(s), kWgPrefillThreads / 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    // Stage descriptors: K of slot s at k_desc0 + s · kTmaStageBytes / 16, its V kTileBytes / 16 later.
+    const uint64_t k_desc0 = desc_sw128(kv_smem);
+    const auto k_desc = [&](int s) { return k_desc0 + static_cast<uint64_t>(s * (kTmaStageBytes >> 4)); };
+    const auto v_desc = [&](int s) { return k_desc(s) + static_cast<uint64_t>(kTileBytes >> 4); };
 
-    // Thread 0: KV tile `tile` into the stage of running index idx (phases run on across query
-    // tiles), once every warp has released that stage's previous tile.
-    const auto issue = [&](int idx, int tile, int kv_lo, int p_last) {
-        const int s = idx % kStages;
-        // The pieces' slots first (four table reads in flight at once; the TMAs' "memory" clobbers
-        // would otherwise serialize them): a piece's first key, or the nearest visible one (its rows
-        // are then all masked).
-        int y[kKvTile / 16];
-#pragma unroll
-        for (int pc = 0; pc < kKvTile / 16; ++pc) {
+    // Ring positions (running across query tiles): `iss` the next tile to issue, `cur` the next to
+    // consume. A slot's u-th refill waits for the empty barrier's phase u - 1, parity phase ^ 1; for
+    // u = 0 that is the phase before a fresh barrier's first, which counts as complete.
+    AttnRing<kStages> iss, cur;
+    // KV tile `tile` into slot iss.slot, once every warp has released that slot's previous tile.
+    // Every thread calls it at the same points, so the counter stays uniform.
+    const auto issue = [&](int tile, int kv_lo, int p_last) {
+        const int s = iss.slot;
+        const uint32_t ph = iss.phase;
+        iss.next();
+        if (lane == 0) {
+            const int pc = warp & 3;
+            // The piece's first key, or the nearest visible one (its rows are then all masked).
             const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
-            y[pc] = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
-        }
-        if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
-        attn_mbar_expect_tx(full_bar(s), kTmaStageBytes);
-        const uint32_t k_dst = kv_smem + s * kTmaStageBytes;
-#pragma unroll
-        for (int pc = 0; pc < kKvTile / 16; ++pc) {
-            attn_tma_2d(k_dst + pc * 16 * kRowBytes, &k_map, kv_head * kHeadDim, y[pc], full_bar(s));
-            attn_tma_2d(k_dst + kTileBytes + pc * 16 * kRowBytes, &v_map, kv_head * kHeadDim, y[pc], full_bar(s));
+            const int y = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
+            const uint32_t dst = kv_smem + s * kTmaStageBytes + (warp >> 2) * kTileBytes + pc * 16 * kRowBytes;
+            attn_mbar_wait(empty_bar(s), ph ^ 1u);
+            attn_mbar_expect_tx(full_bar(s), 16 * kRowBytes);
+            attn_tma_2d(dst, warp < 4 ? &k_map : &v_map, kv_head * kHeadDim, y, full_bar(s));
         }
     };
 
@@ -1167,7 +1193,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // kPingPong: warpgroup 0 issues first (each warpgroup issues n_tiles + 1 groups a query tile, so
     // the turns stay balanced across query tiles; warpgroup 0 takes the last pass after the loop).
     if (kPingPong && wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-    int idx0 = 0;
     for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
         const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
         const int n_valid = min(kPrefillTokens, n_q - t0);
@@ -1184,8 +1209,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         __syncthreads();  // the previous query tile is done with Q
         load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         cp_async_commit();
-        if (tid == 0)
-            for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
+        for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(tile_first + i, kv_lo, p_last);
         q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
         __syncthreads();  // Q from every thread's cp.async
@@ -1205,14 +1229,14 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         for (int i = 0; i < 32; ++i) o[i] = s[i] = 0.0f;
         [[maybe_unused]] uint32_t pa[4][4];  // kPipe: the previous tile's P, packed
 
-        // Tile it's front: tile it + kAhead issued, its stage landed, V rows outside [kv_lo, p_last]
-        // zeroed, Q's fragments reloaded (see above); returns the stage's K address and first key.
+        // Tile it's front: tile it + kAhead issued, its stage (cur's slot, returned) landed, V rows
+        // outside [kv_lo, p_last] zeroed, Q's fragments reloaded (see above); key0 its first key.
         const auto tile_front = [&](int it, uint32_t(&qa)[4][4], int& key0) {
-            const int tile = tile_first + it, idx = idx0 + it, stage = idx % kStages;
-            if (tid == 0 && it + kAhead < n_tiles) issue(idx + kAhead, tile + kAhead, kv_lo, p_last);
-            attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kStages) & 1));
-            const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
-            const uint32_t v_s = k_s + kTileBytes;
+            const int tile = tile_first + it, slot = cur.slot;
+            if (it + kAhead < n_tiles) issue(tile + kAhead, kv_lo, p_last);
+            attn_mbar_wait(full_bar(slot), cur.phase);
+            cur.next();
+            const uint32_t v_s = kv_smem + slot * kTmaStageBytes + kTileBytes;
             key0 = tile * kKvTile;
             // V rows outside [kv_lo, p_last] to zero, where one may be a slot past the sequence's
             // last key (PagedAttentionArgs::prefill_zero_all_rows).
@@ -1231,22 +1255,22 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
                 ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
-            return k_s;
+            return slot;
         };
-        const auto v_of = [&](int it) { return kv_smem + ((idx0 + it) % kStages) * kTmaStageBytes + kTileBytes; };
-        const auto release = [&](int it) {  // this warp is done with tile it's stage
+        const auto release = [&](int slot) {  // this warp is done with that slot's tile
             __syncwarp();
-            if (lane == 0) attn_mbar_arrive(empty_bar((idx0 + it) % kStages));
+            if (lane == 0) attn_mbar_arrive(empty_bar(slot));
         };
 
         if constexpr (!kPipe) {
             for (int it = 0; it < n_tiles; ++it) {
                 uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk]
                 int key0;
-                const uint32_t k_s = tile_front(it, qa, key0);
+                const int slot = tile_front(it, qa, key0);
+                const uint32_t k_s = kv_smem + slot * kTmaStageBytes;
                 wgmma_prefill_tile(qa, k_s, k_s + kTileBytes, key0, p0, p_last, window, tig, row_pos, qk_scale, s, o, m,
                                    l);
-                release(it);
+                release(slot);
             }
         } else {
             // The first tile alone (no P·V before it), then S(t) with P(t - 1)·V(t - 1) behind it and
@@ -1254,12 +1278,13 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             // no branch between an issue and its wait (ptxas then serializes the wgmmas, C7514).
             float corr[2];
             bool moved[2];
+            int prev;  // the slot of tile it - 1
             {
                 uint32_t qa[4][4];
                 int key0;
-                const uint32_t k_s = tile_front(0, qa, key0);
+                prev = tile_front(0, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s(qa, k_s, s);
+                pipe_issue_s(qa, k_desc(prev), s);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<0>();
 #pragma unroll
@@ -1274,9 +1299,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             for (int it = 1; it < n_tiles; ++it) {
                 uint32_t qa[4][4];
                 int key0;
-                const uint32_t k_s = tile_front(it, qa, key0);
+                const int slot = tile_front(it, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s_pv(qa, k_s, s, pa, v_of(it - 1), o);
+                pipe_issue_s_pv(qa, k_desc(slot), s, pa, v_desc(prev), o);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
@@ -1293,11 +1318,12 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-                release(it - 1);
+                release(prev);
+                prev = slot;
                 tile_rescale_pack(s, corr, moved, o, pa);
             }
             if constexpr (kPingPong) turn_wait(wg);
-            pipe_issue_pv(pa, v_of(n_tiles - 1), o);  // the last tile's P·V
+            pipe_issue_pv(pa, v_desc(prev), o);  // the last tile's P·V
             if constexpr (kPingPong) turn_pass(wg);
             wgmma_wait<0>();
 #pragma unroll
@@ -1306,9 +1332,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-            release(n_tiles - 1);
+            release(prev);
         }
-        idx0 += n_tiles;
 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
