@@ -1516,6 +1516,8 @@ PY
       summary+=("s32a sass lines=$(wc -l < "$OUT/s32a_sass.txt" 2>/dev/null)")
       ;;
     s32b)
+      # Ran at cee2aa8 (r47 call 3): full 8k 1,436 -> 1,374 us, sliding and 1k 2-3% slower, 12% more
+      # instructions (the ring counters' descriptors in vector registers); reworked after it (s32c).
       # Session 32: the TMA prompt-attention kernels with each warp's lane 0 issuing one of a KV
       # tile's eight boxes, the stage descriptors from one base and ring counters (cee2aa8). The
       # attention, model and engine tests; attention_bench prefill against the previous binary
@@ -1551,6 +1553,45 @@ PY
             > "$OUT/s32b_prefill_$tag.log" 2>&1
           summary+=("s32b prefill $tag rc=$?")
           echo "$tag:"; grep -E "prefill +8192|  (attention|moe|total) " "$OUT/s32b_prefill_$tag.log"
+        done
+      fi
+      ;;
+    s32c)
+      # Session 32, second form: the spread issue in the ping-pong kernel only, the pipelined
+      # kernels' descriptors from one base by the uniform stage index (no ring counters). The
+      # attention, model and engine tests; attention_bench prefill against the previous binary
+      # (.device_pack/attention_bench_old.gz, 0db548b: the r46 kernels), interleaved, two passes;
+      # ncu source counters of the new full-layer kernel (as s32a); 8k prefill with the stage
+      # profile (20b --fp8, 120b --fp8 --fp8-experts).
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s32c_tests.log" 2>&1
+      rc=$?
+      summary+=("s32c tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s32c_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs" "$OUT/s32c_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
+        for pass in 1 2; do
+          for v in old new; do
+            b=$BIN/attention_bench; [ $v = old ] && b="$WORK/attention_bench_old"
+            timeout 90 $b prefill > "$OUT/s32c_attn_${v}_$pass.log" 2>&1
+            echo "attention_bench $v pass $pass:"; grep -E "^prefill" "$OUT/s32c_attn_${v}_$pass.log"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters --section InstructionStats \
+          --section WarpStateStats --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1' -c 1 -f -o "$WORK/s32c_attn" \
+          $BIN/attention_bench "prefill T=8192" > "$OUT/s32c_ncu.log" 2>&1
+        summary+=("s32c ncu rc=$?")
+        $NCU -i "$WORK/s32c_attn.ncu-rep" --page details > "$OUT/s32c_details.txt" 2>&1
+        $NCU -i "$WORK/s32c_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s32c_source.csv" 2>&1
+        grep -E "Duration|Issue Slots Busy|Executed Instructions  |Eligible Warps|Warp Cycles Per Issued" "$OUT/s32c_details.txt" | head -8
+        python3 tools/ncu_sass_mix.py "$OUT/s32c_source.csv" --top 12 | head -16
+        for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts"; do
+          m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+          GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+            > "$OUT/s32c_prefill_$tag.log" 2>&1
+          summary+=("s32c prefill $tag rc=$?")
+          echo "$tag:"; grep -E "prefill +8192|  (attention|moe|total) " "$OUT/s32c_prefill_$tag.log"
         done
       fi
       ;;

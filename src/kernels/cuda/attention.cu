@@ -960,12 +960,11 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 // every tile (r25 ncu at 8k: 1.34 warps stalled at the barrier per issued instruction, the two
 // warpgroups in lock step, so one's softmax does not overlap the other's MMAs). Here a tile comes
 // as eight TMA boxes (K and V, 16 rows × 64 bf16 of one block each, 128-byte swizzled: the layout
-// the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring, each issued by one
-// warp's lane 0 (thread 0 issued all eight until session 32). A stage's full mbarrier completes on
-// the 8 warps' arrivals (each with its box's expect_tx) and its 16 KB; its empty one on the 8 warps'
-// arrivals after their P·V. Tile t + 2 is issued as tile t starts, so a warpgroup may run a tile ahead of the other.
-// Pieces outside [kv_lo, p_last] load the block of the nearest visible key instead (the table is
-// only read for visible keys); those rows are masked in S, and every V row outside the range is
+// the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring, issued by thread 0 (by
+// each warp's lane 0 in the ping-pong kernel: kSpread below). A stage's full mbarrier completes on
+// its 16 KB; its empty one on the 8 warps' arrivals after their P·V. Tile t + 2 is issued as tile t starts, so a
+// warpgroup may run a tile ahead of the other. Pieces outside [kv_lo, p_last] load the block of the nearest visible key
+// instead (the table is only read for visible keys); those rows are masked in S, and every V row outside the range is
 // zeroed in shared memory before the P·V (P = 0 times a non-finite cache row would be NaN), by each
 // warpgroup for itself (both write the same zeros: a benign race). The stage's refill waits for
 // both warpgroups' arrivals, so no TMA overwrites a tile in use.
@@ -1031,27 +1030,13 @@ __device__ __forceinline__ void turn_pass(int wg) {
                  : "memory");
 }
 
-// A ring position: slot and the parity of its use count.
-template <int kStages>
-struct AttnRing {
-    int slot = 0;
-    uint32_t phase = 0;
-    __device__ __forceinline__ void next() {
-        if (++slot == kStages) {
-            slot = 0;
-            phase ^= 1u;
-        }
-    }
-};
-
 // ---- The pieces of the pipelined tile loop (kPipe below): S(t) and P(t - 1)·V(t - 1) issued
 // together, the softmax of S(t) while P·V runs. Issue functions only issue: the caller waits and
 // then fences the operand registers (qa after S, pa and o after P·V), which keeps the compiler from
 // reusing or touching them while the asynchronous wgmma still reads or writes them.
-// Descriptors (session 32): the stage's K (or V) tile descriptor, k16 step kc at + 2·kc (32 bytes, K)
-// or + 128·kc (2 KB, V) in 16-byte units; the kernel forms each stage's from one base descriptor
-// (shared addresses stay below 2^18, so the sum stays inside the address field). r32's ncu: forming
-// desc_sw128(address) for each wgmma was ~5 uniform instructions a wgmma, 40 of ~315 a warp a tile.
+// The issue functions take the K (or V) tile's descriptor; k16 step kc is at + 2·kc (32 bytes, K)
+// or + 128·kc (2 KB, V) in 16-byte units (session 32: desc_sw128 of each step's address was ~5
+// uniform instructions a wgmma, 40 of the ~315 a warp issued a tile in r32's ncu).
 __device__ __forceinline__ void pipe_issue_s(uint32_t (&qa)[4][4], uint64_t k_desc, float (&s)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) reg_fence(s[i]);
@@ -1149,43 +1134,57 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
     const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
-    // A stage's full barrier counts 8 arrivals: each warp's lane 0 issues one of the tile's eight
-    // 16-row boxes (warps 0-3 K's pieces, 4-7 V's) with its own expect_tx (session 32). Until r46
-    // thread 0 issued all eight; r32's ncu of the 8k full layer had its ~135 extra instructions a
-    // tile (four table reads, eight TMAs) holding its warpgroup's first wgmma ("barrier" stalls on
-    // it, 15% of the samples) and the other warpgroup's turn with it.
+    // kSpread (the ping-pong kernel, session 32): each warp's lane 0 issues one of a tile's eight
+    // 16-row boxes (warps 0-3 K's pieces, 4-7 V's) with its own expect_tx, and a stage's full barrier
+    // counts the 8 arrivals. Otherwise thread 0 issues all eight. r32's ncu of the 8k full layer:
+    // thread 0's ~135 extra instructions a tile (four table reads, eight TMAs) held its warpgroup's
+    // first wgmma ("barrier" stalls on it, 15% of the samples) and, through the turns, the other
+    // warpgroup; spread, attention_bench full 8k 1,436 -> 1,374 us. The pipelined kernel without
+    // turns (sliding layers, short prompts) lost 2-3% spread (every warp then pays for a box).
+    constexpr bool kSpread = kPingPong;
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            attn_mbar_init(full_bar(s), kWgPrefillThreads / 32);
+            attn_mbar_init(full_bar(s), kSpread ? kWgPrefillThreads / 32 : 1);
             attn_mbar_init(empty_bar(s), kWgPrefillThreads / 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    // Stage descriptors: K of slot s at k_desc0 + s · kTmaStageBytes / 16, its V kTileBytes / 16 later.
-    const uint64_t k_desc0 = desc_sw128(kv_smem);
-    const auto k_desc = [&](int s) { return k_desc0 + static_cast<uint64_t>(s * (kTmaStageBytes >> 4)); };
-    const auto v_desc = [&](int s) { return k_desc(s) + static_cast<uint64_t>(kTileBytes >> 4); };
+    const uint64_t k_desc0 = desc_sw128(kv_smem);  // stage 0's K tile
 
-    // Ring positions (running across query tiles): `iss` the next tile to issue, `cur` the next to
-    // consume. A slot's u-th refill waits for the empty barrier's phase u - 1, parity phase ^ 1; for
-    // u = 0 that is the phase before a fresh barrier's first, which counts as complete.
-    AttnRing<kStages> iss, cur;
-    // KV tile `tile` into slot iss.slot, once every warp has released that slot's previous tile.
-    // Every thread calls it at the same points, so the counter stays uniform.
-    const auto issue = [&](int tile, int kv_lo, int p_last) {
-        const int s = iss.slot;
-        const uint32_t ph = iss.phase;
-        iss.next();
-        if (lane == 0) {
+    // KV tile `tile` into the stage of running index idx (phases run on across query tiles), once
+    // every warp has released that stage's previous tile. Called by every thread; the issuing lanes
+    // are each warp's lane 0 (kSpread) or thread 0.
+    const auto issue = [&](int idx, int tile, int kv_lo, int p_last) {
+        const int s = idx % kStages;
+        if constexpr (kSpread) {
+            if (lane != 0) return;
             const int pc = warp & 3;
             // The piece's first key, or the nearest visible one (its rows are then all masked).
             const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
             const int y = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
-            const uint32_t dst = kv_smem + s * kTmaStageBytes + (warp >> 2) * kTileBytes + pc * 16 * kRowBytes;
-            attn_mbar_wait(empty_bar(s), ph ^ 1u);
+            if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
             attn_mbar_expect_tx(full_bar(s), 16 * kRowBytes);
+            const uint32_t dst = kv_smem + s * kTmaStageBytes + (warp >> 2) * kTileBytes + pc * 16 * kRowBytes;
             attn_tma_2d(dst, warp < 4 ? &k_map : &v_map, kv_head * kHeadDim, y, full_bar(s));
+        } else {
+            if (tid != 0) return;
+            // The pieces' slots first (four table reads in flight at once; the TMAs' "memory"
+            // clobbers would otherwise serialize them).
+            int y[kKvTile / 16];
+#pragma unroll
+            for (int pc = 0; pc < kKvTile / 16; ++pc) {
+                const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
+                y[pc] = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
+            }
+            if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
+            attn_mbar_expect_tx(full_bar(s), kTmaStageBytes);
+            const uint32_t k_dst = kv_smem + s * kTmaStageBytes;
+#pragma unroll
+            for (int pc = 0; pc < kKvTile / 16; ++pc) {
+                attn_tma_2d(k_dst + pc * 16 * kRowBytes, &k_map, kv_head * kHeadDim, y[pc], full_bar(s));
+                attn_tma_2d(k_dst + kTileBytes + pc * 16 * kRowBytes, &v_map, kv_head * kHeadDim, y[pc], full_bar(s));
+            }
         }
     };
 
@@ -1193,6 +1192,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // kPingPong: warpgroup 0 issues first (each warpgroup issues n_tiles + 1 groups a query tile, so
     // the turns stay balanced across query tiles; warpgroup 0 takes the last pass after the loop).
     if (kPingPong && wg == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+    int idx0 = 0;
     for (int rev = blockIdx.y; rev < n_qtiles; rev += gridDim.y) {
         const int t0 = (n_qtiles - 1 - rev) * kPrefillTokens;
         const int n_valid = min(kPrefillTokens, n_q - t0);
@@ -1209,7 +1209,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         __syncthreads();  // the previous query tile is done with Q
         load_q_tile<kWgPrefillThreads>(a, q, q_begin + t0, n_valid, kv_head, q_smem, tid);
         cp_async_commit();
-        for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(tile_first + i, kv_lo, p_last);
+        for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
         q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
         __syncthreads();  // Q from every thread's cp.async
@@ -1229,14 +1229,14 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         for (int i = 0; i < 32; ++i) o[i] = s[i] = 0.0f;
         [[maybe_unused]] uint32_t pa[4][4];  // kPipe: the previous tile's P, packed
 
-        // Tile it's front: tile it + kAhead issued, its stage (cur's slot, returned) landed, V rows
-        // outside [kv_lo, p_last] zeroed, Q's fragments reloaded (see above); key0 its first key.
+        // Tile it's front: tile it + kAhead issued, its stage landed, V rows outside [kv_lo, p_last]
+        // zeroed, Q's fragments reloaded (see above); returns the stage's K address and first key.
         const auto tile_front = [&](int it, uint32_t(&qa)[4][4], int& key0) {
-            const int tile = tile_first + it, slot = cur.slot;
-            if (it + kAhead < n_tiles) issue(tile + kAhead, kv_lo, p_last);
-            attn_mbar_wait(full_bar(slot), cur.phase);
-            cur.next();
-            const uint32_t v_s = kv_smem + slot * kTmaStageBytes + kTileBytes;
+            const int tile = tile_first + it, idx = idx0 + it, stage = idx % kStages;
+            if (it + kAhead < n_tiles) issue(idx + kAhead, tile + kAhead, kv_lo, p_last);
+            attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kStages) & 1));
+            const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
+            const uint32_t v_s = k_s + kTileBytes;
             key0 = tile * kKvTile;
             // V rows outside [kv_lo, p_last] to zero, where one may be a slot past the sequence's
             // last key (PagedAttentionArgs::prefill_zero_all_rows).
@@ -1255,22 +1255,27 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 #pragma unroll
             for (int kc = 0; kc < 4; ++kc)
                 ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
-            return slot;
+            return k_s;
         };
-        const auto release = [&](int slot) {  // this warp is done with that slot's tile
+        // The descriptors of tile it's K and V (stage (idx0 + it) % kStages): one base, the stage's
+        // offset in 16-byte units (shared addresses stay below 2^18, inside the address field).
+        const auto k_desc = [&](int it) {
+            return k_desc0 + static_cast<uint64_t>(((idx0 + it) % kStages) * (kTmaStageBytes >> 4));
+        };
+        const auto v_desc = [&](int it) { return k_desc(it) + static_cast<uint64_t>(kTileBytes >> 4); };
+        const auto release = [&](int it) {  // this warp is done with tile it's stage
             __syncwarp();
-            if (lane == 0) attn_mbar_arrive(empty_bar(slot));
+            if (lane == 0) attn_mbar_arrive(empty_bar((idx0 + it) % kStages));
         };
 
         if constexpr (!kPipe) {
             for (int it = 0; it < n_tiles; ++it) {
                 uint32_t qa[4][4];  // Q A-fragments [16-wide k chunk]
                 int key0;
-                const int slot = tile_front(it, qa, key0);
-                const uint32_t k_s = kv_smem + slot * kTmaStageBytes;
+                const uint32_t k_s = tile_front(it, qa, key0);
                 wgmma_prefill_tile(qa, k_s, k_s + kTileBytes, key0, p0, p_last, window, tig, row_pos, qk_scale, s, o, m,
                                    l);
-                release(slot);
+                release(it);
             }
         } else {
             // The first tile alone (no P·V before it), then S(t) with P(t - 1)·V(t - 1) behind it and
@@ -1278,13 +1283,12 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             // no branch between an issue and its wait (ptxas then serializes the wgmmas, C7514).
             float corr[2];
             bool moved[2];
-            int prev;  // the slot of tile it - 1
             {
                 uint32_t qa[4][4];
                 int key0;
-                prev = tile_front(0, qa, key0);
+                tile_front(0, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s(qa, k_desc(prev), s);
+                pipe_issue_s(qa, k_desc(0), s);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<0>();
 #pragma unroll
@@ -1299,9 +1303,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             for (int it = 1; it < n_tiles; ++it) {
                 uint32_t qa[4][4];
                 int key0;
-                const int slot = tile_front(it, qa, key0);
+                tile_front(it, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s_pv(qa, k_desc(slot), s, pa, v_desc(prev), o);
+                pipe_issue_s_pv(qa, k_desc(it), s, pa, v_desc(it - 1), o);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
@@ -1318,12 +1322,11 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-                release(prev);
-                prev = slot;
+                release(it - 1);
                 tile_rescale_pack(s, corr, moved, o, pa);
             }
             if constexpr (kPingPong) turn_wait(wg);
-            pipe_issue_pv(pa, v_desc(prev), o);  // the last tile's P·V
+            pipe_issue_pv(pa, v_desc(n_tiles - 1), o);  // the last tile's P·V
             if constexpr (kPingPong) turn_pass(wg);
             wgmma_wait<0>();
 #pragma unroll
@@ -1332,8 +1335,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-            release(prev);
+            release(n_tiles - 1);
         }
+        idx0 += n_tiles;
 
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
