@@ -1595,6 +1595,28 @@ PY
         done
       fi
       ;;
+    s32d)
+      # Session 32, experiment: the KV issue forms (GPTOSS_ATTN_ISSUE 0 thread 0, 1 eight warps a box
+      # each, 2 four warps two boxes each by tile parity; unset: the kernel's choice, 1 in the
+      # ping-pong kernel, 0 elsewhere). Attention tests (every form the same bits), then
+      # attention_bench prefill per form, interleaved, two passes.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*' > "$OUT/s32d_tests.log" 2>&1
+      rc=$?
+      summary+=("s32d tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s32d_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|changes" "$OUT/s32d_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 1 2 d; do
+            if [ $v = d ]; then
+              timeout 90 $BIN/attention_bench prefill > "$OUT/s32d_attn_${v}_$pass.log" 2>&1
+            else
+              GPTOSS_ATTN_ISSUE=$v timeout 90 $BIN/attention_bench prefill > "$OUT/s32d_attn_${v}_$pass.log" 2>&1
+            fi
+            echo "GPTOSS_ATTN_ISSUE=$v pass $pass:"; grep -E "^prefill" "$OUT/s32d_attn_${v}_$pass.log"
+          done
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -1141,10 +1141,12 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // first wgmma ("barrier" stalls on it, 15% of the samples) and, through the turns, the other
     // warpgroup; spread, attention_bench full 8k 1,436 -> 1,374 us. The pipelined kernel without
     // turns (sliding layers, short prompts) lost 2-3% spread (every warp then pays for a box).
-    constexpr bool kSpread = kPingPong;
+    // EXPERIMENT (session 32): PagedAttentionArgs::prefill_issue 0 thread 0, 1 eight warps a box
+    // each, 2 four warps (warpgroup idx & 1) two boxes each; -1 the kernel's choice.
+    const int mode = a.prefill_issue >= 0 ? a.prefill_issue : (kPingPong ? 1 : 0);
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            attn_mbar_init(full_bar(s), kSpread ? kWgPrefillThreads / 32 : 1);
+            attn_mbar_init(full_bar(s), mode == 0 ? 1 : mode == 1 ? 8 : 4);
             attn_mbar_init(empty_bar(s), kWgPrefillThreads / 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -1157,7 +1159,17 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // are each warp's lane 0 (kSpread) or thread 0.
     const auto issue = [&](int idx, int tile, int kv_lo, int p_last) {
         const int s = idx % kStages;
-        if constexpr (kSpread) {
+        if (mode == 2) {
+            if (lane != 0 || (warp >> 2) != (idx & 1)) return;
+            const int pc = warp & 3;
+            const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
+            const int y = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
+            if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
+            attn_mbar_expect_tx(full_bar(s), 2 * 16 * kRowBytes);
+            const uint32_t dst = kv_smem + s * kTmaStageBytes + pc * 16 * kRowBytes;
+            attn_tma_2d(dst, &k_map, kv_head * kHeadDim, y, full_bar(s));
+            attn_tma_2d(dst + kTileBytes, &v_map, kv_head * kHeadDim, y, full_bar(s));
+        } else if (mode == 1) {
             if (lane != 0) return;
             const int pc = warp & 3;
             // The piece's first key, or the nearest visible one (its rows are then all masked).
