@@ -1596,7 +1596,8 @@ PY
       fi
       ;;
     s32d)
-      # Session 32, experiment: the KV issue forms (GPTOSS_ATTN_ISSUE 0 thread 0, 1 eight warps a box
+      # Ran at 2c2bca6 (r47 call 6); the switch (PagedAttentionArgs::prefill_issue) was removed after
+      # it, form 2 kept as the only one. Session 32, experiment: the KV issue forms (GPTOSS_ATTN_ISSUE 0 thread 0, 1 eight warps a box
       # each, 2 four warps two boxes each by tile parity; unset: the kernel's choice, 1 in the
       # ping-pong kernel, 0 elsewhere). Attention tests (every form the same bits), then
       # attention_bench prefill per form, interleaved, two passes.
@@ -1614,6 +1615,49 @@ PY
             fi
             echo "GPTOSS_ATTN_ISSUE=$v pass $pass:"; grep -E "^prefill" "$OUT/s32d_attn_${v}_$pass.log"
           done
+        done
+      fi
+      ;;
+    s32e)
+      # Session 32, the closing run: the shipped code (the KV tiles issued by one warpgroup's four
+      # lane 0s, alternating by tile). Attention, model and engine tests; attention_bench prefill
+      # against the r46 binary (.device_pack/attention_bench_old.gz), interleaved, two passes; ncu
+      # source counters of the full-layer kernel; the bars: batch-1 decode at 1k (20b, 120b --fp8),
+      # 8k prefill (20b; 120b MX experts; 120b --fp8-experts) with the stage profile.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s32e_tests.log" 2>&1
+      rc=$?
+      summary+=("s32e tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s32e_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs" "$OUT/s32e_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
+        for pass in 1 2; do
+          for v in old new; do
+            b=$BIN/attention_bench; [ $v = old ] && b="$WORK/attention_bench_old"
+            timeout 90 $b prefill > "$OUT/s32e_attn_${v}_$pass.log" 2>&1
+            echo "attention_bench $v pass $pass:"; grep -E "^prefill" "$OUT/s32e_attn_${v}_$pass.log"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters --section InstructionStats \
+          --section WarpStateStats --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1' -c 1 -f -o "$WORK/s32e_attn" \
+          $BIN/attention_bench "prefill T=8192" > "$OUT/s32e_ncu.log" 2>&1
+        summary+=("s32e ncu rc=$?")
+        $NCU -i "$WORK/s32e_attn.ncu-rep" --page details > "$OUT/s32e_details.txt" 2>&1
+        $NCU -i "$WORK/s32e_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s32e_source.csv" 2>&1
+        grep -E "Duration|Issue Slots Busy|Executed Instructions  |Eligible Warps|Warp Cycles Per Issued" "$OUT/s32e_details.txt" | head -8
+        for m in gpt-oss-20b gpt-oss-120b; do
+          timeout 150 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+            --repeats 3 > "$OUT/s32e_decode_$m.log" 2>&1
+          summary+=("s32e decode $m rc=$?")
+          echo "$m batch 1:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s32e_decode_$m.log"
+        done
+        for cfg in "gpt-oss-20b|" "gpt-oss-120b|" "gpt-oss-120b|--fp8-experts"; do
+          m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+          GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+            > "$OUT/s32e_prefill_$tag.log" 2>&1
+          summary+=("s32e prefill $tag rc=$?")
+          echo "$tag:"; grep -E "prefill +8192|  (attention|moe|total) " "$OUT/s32e_prefill_$tag.log"
         done
       fi
       ;;

@@ -184,7 +184,6 @@ PagedAttentionArgs base_args(const Common& c) {
     a.prefill_pipe = c.prefill_pipe;
     a.prefill_pingpong = c.pingpong == 1;
     a.prefill_zero_all_rows = c.zero_all;
-    if (const char* pi = std::getenv("GPTOSS_ATTN_ISSUE")) a.prefill_issue = std::atoi(pi);  // EXPERIMENT
     return a;
 }
 

@@ -54,7 +54,6 @@ struct PagedAttentionArgs {
     // attention_bench sliding 8k 157.6 -> 152.4 us). true: zero them on every such tile, as before
     // r46 (A/B runs, tests).
     bool prefill_zero_all_rows = false;
-    int prefill_issue = -1;  // EXPERIMENT (session 32): the TMA kernels' KV issue, see attention.cu
     // CUDA prefill only: q straight from the QKV projection's rows instead of `q`: the kernel adds
     // the bias and rotates (YaRN RoPE at q_positions) as it loads each query tile, the same bf16 bits
     // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves

@@ -960,14 +960,15 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
 // every tile (r25 ncu at 8k: 1.34 warps stalled at the barrier per issued instruction, the two
 // warpgroups in lock step, so one's softmax does not overlap the other's MMAs). Here a tile comes
 // as eight TMA boxes (K and V, 16 rows × 64 bf16 of one block each, 128-byte swizzled: the layout
-// the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring, issued by thread 0 (by
-// each warp's lane 0 in the ping-pong kernel: kSpread below). A stage's full mbarrier completes on
-// its 16 KB; its empty one on the 8 warps' arrivals after their P·V. Tile t + 2 is issued as tile t starts, so a
-// warpgroup may run a tile ahead of the other. Pieces outside [kv_lo, p_last] load the block of the nearest visible key
-// instead (the table is only read for visible keys); those rows are masked in S, and every V row outside the range is
-// zeroed in shared memory before the P·V (P = 0 times a non-finite cache row would be NaN), by each
-// warpgroup for itself (both write the same zeros: a benign race). The stage's refill waits for
-// both warpgroups' arrivals, so no TMA overwrites a tile in use.
+// the cp.async path writes, the tiles starting on 1 KB) into a 3-stage ring, issued by one
+// warpgroup's four lane 0s (two boxes each; the warpgroups alternate by tile). A stage's full
+// mbarrier completes on those 4 arrivals and its 16 KB; its empty one on the 8 warps' arrivals
+// after their P·V. Tile t + 2 is issued as tile t starts, so a warpgroup may run a tile ahead of
+// the other. Pieces outside [kv_lo, p_last] load the block of the nearest visible key instead (the
+// table is only read for visible keys); those rows are masked in S, and every V row outside the
+// range is zeroed in shared memory before the P·V (P = 0 times a non-finite cache row would be
+// NaN), by each warpgroup for itself (both write the same zeros: a benign race). The stage's
+// refill waits for both warpgroups' arrivals, so no TMA overwrites a tile in use.
 // ================================================================================================
 constexpr int kTmaStages = 3;
 constexpr int kTmaStageBytes = 2 * kTileBytes;  // K, then V
@@ -1134,19 +1135,18 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
     const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
-    // kSpread (the ping-pong kernel, session 32): each warp's lane 0 issues one of a tile's eight
-    // 16-row boxes (warps 0-3 K's pieces, 4-7 V's) with its own expect_tx, and a stage's full barrier
-    // counts the 8 arrivals. Otherwise thread 0 issues all eight. r32's ncu of the 8k full layer:
-    // thread 0's ~135 extra instructions a tile (four table reads, eight TMAs) held its warpgroup's
-    // first wgmma ("barrier" stalls on it, 15% of the samples) and, through the turns, the other
-    // warpgroup; spread, attention_bench full 8k 1,436 -> 1,374 us. The pipelined kernel without
-    // turns (sliding layers, short prompts) lost 2-3% spread (every warp then pays for a box).
-    // EXPERIMENT (session 32): PagedAttentionArgs::prefill_issue 0 thread 0, 1 eight warps a box
-    // each, 2 four warps (warpgroup idx & 1) two boxes each; -1 the kernel's choice.
-    const int mode = a.prefill_issue >= 0 ? a.prefill_issue : (kPingPong ? 1 : 0);
+    // A tile's eight 16-row boxes are issued by one warpgroup's four lane 0s, warpgroup idx & 1 for
+    // the tile of running index idx: warp w's lane 0 the K and V boxes of piece w & 3, with one
+    // expect_tx for its two boxes. A stage's full barrier counts those 4 arrivals and its 16 KB.
+    // Session 32: until r46 thread 0 issued all eight, and r32's ncu of the 8k full layer had its
+    // ~135 extra instructions a tile (four table reads, eight TMAs) holding its warpgroup's first
+    // wgmma ("barrier" stalls on it, 15% of the samples) and, through the turns, the other
+    // warpgroup. attention_bench, same run (r47 call 6): thread 0 / eight warps a box each / this,
+    // full 8k 1,472-1,491 / 1,346-1,353 / 1,283-1,286 us, sliding 8k 154-155 / 155-156 / 146 (the
+    // thread-0 form was 1,438-1,444 in its own binary, call 4, without the switch between forms).
     if (tid == 0) {
         for (int s = 0; s < kStages; ++s) {
-            attn_mbar_init(full_bar(s), mode == 0 ? 1 : mode == 1 ? 8 : 4);
+            attn_mbar_init(full_bar(s), 4);
             attn_mbar_init(empty_bar(s), kWgPrefillThreads / 32);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -1155,49 +1155,18 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const uint64_t k_desc0 = desc_sw128(kv_smem);  // stage 0's K tile
 
     // KV tile `tile` into the stage of running index idx (phases run on across query tiles), once
-    // every warp has released that stage's previous tile. Called by every thread; the issuing lanes
-    // are each warp's lane 0 (kSpread) or thread 0.
+    // every warp has released that stage's previous tile. Called by every thread at the same points.
     const auto issue = [&](int idx, int tile, int kv_lo, int p_last) {
-        const int s = idx % kStages;
-        if (mode == 2) {
-            if (lane != 0 || (warp >> 2) != (idx & 1)) return;
-            const int pc = warp & 3;
-            const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
-            const int y = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
-            if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
-            attn_mbar_expect_tx(full_bar(s), 2 * 16 * kRowBytes);
-            const uint32_t dst = kv_smem + s * kTmaStageBytes + pc * 16 * kRowBytes;
-            attn_tma_2d(dst, &k_map, kv_head * kHeadDim, y, full_bar(s));
-            attn_tma_2d(dst + kTileBytes, &v_map, kv_head * kHeadDim, y, full_bar(s));
-        } else if (mode == 1) {
-            if (lane != 0) return;
-            const int pc = warp & 3;
-            // The piece's first key, or the nearest visible one (its rows are then all masked).
-            const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
-            const int y = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
-            if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
-            attn_mbar_expect_tx(full_bar(s), 16 * kRowBytes);
-            const uint32_t dst = kv_smem + s * kTmaStageBytes + (warp >> 2) * kTileBytes + pc * 16 * kRowBytes;
-            attn_tma_2d(dst, warp < 4 ? &k_map : &v_map, kv_head * kHeadDim, y, full_bar(s));
-        } else {
-            if (tid != 0) return;
-            // The pieces' slots first (four table reads in flight at once; the TMAs' "memory"
-            // clobbers would otherwise serialize them).
-            int y[kKvTile / 16];
-#pragma unroll
-            for (int pc = 0; pc < kKvTile / 16; ++pc) {
-                const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
-                y[pc] = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
-            }
-            if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
-            attn_mbar_expect_tx(full_bar(s), kTmaStageBytes);
-            const uint32_t k_dst = kv_smem + s * kTmaStageBytes;
-#pragma unroll
-            for (int pc = 0; pc < kKvTile / 16; ++pc) {
-                attn_tma_2d(k_dst + pc * 16 * kRowBytes, &k_map, kv_head * kHeadDim, y[pc], full_bar(s));
-                attn_tma_2d(k_dst + kTileBytes + pc * 16 * kRowBytes, &v_map, kv_head * kHeadDim, y[pc], full_bar(s));
-            }
-        }
+        if (lane != 0 || (warp >> 2) != (idx & 1)) return;
+        const int s = idx % kStages, pc = warp & 3;
+        // The piece's first key, or the nearest visible one (its rows are then all masked).
+        const int j = min(max(tile * kKvTile + 16 * pc, kv_lo), p_last);
+        const int y = __ldg(table + (j >> bs_shift)) * a.block_size + ((j & bs_mask) & ~15);
+        if (idx >= kStages) attn_mbar_wait(empty_bar(s), static_cast<uint32_t>((idx / kStages - 1) & 1));
+        attn_mbar_expect_tx(full_bar(s), 2 * 16 * kRowBytes);
+        const uint32_t dst = kv_smem + s * kTmaStageBytes + pc * 16 * kRowBytes;
+        attn_tma_2d(dst, &k_map, kv_head * kHeadDim, y, full_bar(s));
+        attn_tma_2d(dst + kTileBytes, &v_map, kv_head * kHeadDim, y, full_bar(s));
     };
 
     static_assert(kPipe || !kPingPong, "turns are the pipelined loop's");
