@@ -416,7 +416,6 @@ __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n
                      "r"(hi[3])
                      : "memory");
     }
-    fence_proxy_async();  // the rotated rows, visible to wgmma reading Q from shared memory
     __syncthreads();
 }
 
@@ -736,21 +735,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(kTransB));
 }
 
-// D (+)= A·B, m64n64k16, bf16, both operands by descriptor (K-major).
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
 // The masks and the online softmax of a finished S, without touching o: P in s, the row max and sum
 // updated, o's correction factors in corr (moved: the max moved). Row max and sum as trees (depth
 // 4, not chains of 16: r25 ncu had "wait", fixed-latency dependencies, as the largest stall).
@@ -1054,14 +1038,16 @@ __device__ __forceinline__ void turn_pass(int wg) {
 // The issue functions take the K (or V) tile's descriptor; k16 step kc is at + 2·kc (32 bytes, K)
 // or + 128·kc (2 KB, V) in 16-byte units (session 32: desc_sw128 of each step's address was ~5
 // uniform instructions a wgmma, 40 of the ~315 a warp issued a tile in r32's ncu).
-// S = Q·Kᵀ takes Q from shared memory too (q_desc: this warpgroup's 64 rows; session 32): no
-// fragments a tile in registers, and the ldmatrix reload of r24 (see the cp.async kernel) goes.
-__device__ __forceinline__ void pipe_issue_s(uint64_t q_desc, uint64_t k_desc, float (&s)[32]) {
+__device__ __forceinline__ void pipe_issue_s(uint32_t (&qa)[4][4], uint64_t k_desc, float (&s)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
     wgmma_fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_ss(s, q_desc + 2 * kc, k_desc + 2 * kc, kc);
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], k_desc + 2 * kc, kc);
     wgmma_commit();
 }
 __device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint64_t v_desc, float (&o)[32]) {
@@ -1079,8 +1065,8 @@ __device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint64_t v_d
 // Both at once: one wgmma.fence for the two groups, no other instruction between them (ptxas
 // serializes wgmmas when a non-wgmma instruction touches an accumulator inside the pipeline stage,
 // C7514: the register fences of a second issue call did).
-__device__ __forceinline__ void pipe_issue_s_pv(uint64_t q_desc, uint64_t k_desc, float (&s)[32], uint32_t (&pa)[4][4],
-                                                uint64_t v_desc, float (&o)[32]) {
+__device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint64_t k_desc, float (&s)[32],
+                                                uint32_t (&pa)[4][4], uint64_t v_desc, float (&o)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
         reg_fence(s[i]);
@@ -1089,10 +1075,13 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint64_t q_desc, uint64_t k_desc
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+        for (int i = 0; i < 4; ++i) {
+            reg_fence(qa[kc][i]);
+            reg_fence(pa[kc][i]);
+        }
     wgmma_fence();
 #pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_ss(s, q_desc + 2 * kc, k_desc + 2 * kc, kc);
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<0>(s, qa[kc], k_desc + 2 * kc, kc);
     wgmma_commit();
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
@@ -1204,8 +1193,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
         q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
-        fence_proxy_async();  // Q's bytes, visible to the pipelined kernels' wgmma (q_desc)
-        __syncthreads();      // Q from every thread's cp.async
+        __syncthreads();  // Q from every thread's cp.async
         if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
@@ -1245,15 +1233,11 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
                 warpgroup_barrier(wg);
             }
-            if constexpr (!kPipe) {  // the pipelined kernels read Q from shared memory (q_desc)
 #pragma unroll
-                for (int kc = 0; kc < 4; ++kc)
-                    ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
-            }
+            for (int kc = 0; kc < 4; ++kc)
+                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
             return k_s;
         };
-        // This warpgroup's 64 Q rows (1 KB-aligned: the tile starts on 1 KB, 8 KB a warpgroup).
-        [[maybe_unused]] const uint64_t q_desc = desc_sw128(q_smem + wg * 64 * kRowBytes);
         // The descriptors of tile it's K and V (stage (idx0 + it) % kStages): one base, the stage's
         // offset in 16-byte units (shared addresses stay below 2^18, inside the address field).
         const auto k_desc = [&](int it) {
@@ -1285,11 +1269,15 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 int key0;
                 tile_front(0, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s(q_desc, k_desc(0), s);
+                pipe_issue_s(qa, k_desc(0), s);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
                 tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
                 tile_rescale_pack(s, corr, moved, o, pa);
             }
@@ -1298,11 +1286,15 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 int key0;
                 tile_front(it, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s_pv(q_desc, k_desc(it), s, pa, v_desc(it - 1), o);
+                pipe_issue_s_pv(qa, k_desc(it), s, pa, v_desc(it - 1), o);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
                 tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
                 wgmma_wait<0>();  // P(t - 1)·V(t - 1) is done: o final for it, its stage free
 #pragma unroll
