@@ -1661,6 +1661,39 @@ PY
         done
       fi
       ;;
+    s32f)
+      # Ran at bcdba6a (r47 call 9): full 8k 1,352-1,355 us against the r46 binary's 1,441-1,442,
+      # where 7f7aa2e (Q fragments in registers) ran 1,271-1,285 against 1,427-1,433 (call 7): slower,
+      # reverted (22ad563). Session 32, last call: the pipelined kernels' S = Q·Kᵀ with Q from shared memory (wgmma
+      # SS; no Q fragments in registers). Attention, model and engine tests; attention_bench prefill
+      # against the r46 binary, interleaved, two passes; ncu source counters of the full-layer
+      # kernel; one 20b 8k prefill.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s32f_tests.log" 2>&1
+      rc=$?
+      summary+=("s32f tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s32f_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs" "$OUT/s32f_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
+        for pass in 1 2; do
+          for v in old new; do
+            b=$BIN/attention_bench; [ $v = old ] && b="$WORK/attention_bench_old"
+            timeout 90 $b prefill > "$OUT/s32f_attn_${v}_$pass.log" 2>&1
+            echo "attention_bench $v pass $pass:"; grep -E "^prefill" "$OUT/s32f_attn_${v}_$pass.log"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        timeout 100 $NCU --clock-control none --cache-control none --section SourceCounters --section InstructionStats \
+          --section WarpStateStats --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1' -c 1 -f -o "$WORK/s32f_attn" \
+          $BIN/attention_bench "prefill T=8192" > "$OUT/s32f_ncu.log" 2>&1
+        $NCU -i "$WORK/s32f_attn.ncu-rep" --page details > "$OUT/s32f_details.txt" 2>&1
+        $NCU -i "$WORK/s32f_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s32f_source.csv" 2>&1
+        grep -E "Duration|Issue Slots Busy|Executed Instructions  |Warp Cycles Per Issued" "$OUT/s32f_details.txt" | head -6
+        timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "" --repeats 3 > "$OUT/s32f_prefill_20b.log" 2>&1
+        summary+=("s32f prefill 20b rc=$?")
+        grep -E "prefill +8192" "$OUT/s32f_prefill_20b.log"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
