@@ -1629,10 +1629,12 @@ PY
       summary+=("s32e tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s32e_tests.log" | tr '\n' ' ')")
       grep -E "FAILED|Failure|differs" "$OUT/s32e_tests.log" | head -20
       if [ $rc = 0 ]; then
-        gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
+        [ -f .device_pack/attention_bench_old.gz ] &&
+          gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
         for pass in 1 2; do
           for v in old new; do
             b=$BIN/attention_bench; [ $v = old ] && b="$WORK/attention_bench_old"
+            [ -x "$b" ] || { echo "no $b (.device_pack/attention_bench_old.gz: the r46 attention_bench)"; continue; }
             timeout 90 $b prefill > "$OUT/s32e_attn_${v}_$pass.log" 2>&1
             echo "attention_bench $v pass $pass:"; grep -E "^prefill" "$OUT/s32e_attn_${v}_$pass.log"
           done
