@@ -803,6 +803,77 @@ __device__ __forceinline__ void tile_rescale_pack(const float (&s)[32], const fl
     }
 }
 
+// The pipelined kernels' softmax of S(t) while P(t - 1)·V still runs (session 32, not yet run on a
+// GPU): the masks, the row max, the exponentials, then P(t) packed into pn (a second register set:
+// P(t - 1)'s is still the in-flight wgmma's A operand), then the row sums reduced in place in s
+// (dead once packed) instead of in fresh temporaries. r47 call 7's SASS had ptxas put the row-sum
+// tree in P(t - 1)'s registers, so it waited for that P·V before the softmax. The same expressions
+// as tile_softmax and tile_rescale_pack, so the same bits; o's rescale (tile_rescale) after the wait.
+__device__ __forceinline__ void tile_softmax_pack(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
+                                                  const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
+                                                  float (&corr)[2], bool (&moved)[2], uint32_t (&pn)[4][4]) {
+    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
+    if (need_mask) {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
+                const int pos = row_pos[e >> 1];
+                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float t8[8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
+        const float mx = quad_max(t8[0]);
+        const float m_new = fmaxf(m[h], mx * qk_scale);
+        moved[h] = m_new != m[h];
+        corr[h] = fast_exp2(m[h] - m_new);
+        m[h] = m_new;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
+        }
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) {
+        pn[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
+        pn[kc][1] = pack_bf16x2(s[8 * kc + 2], s[8 * kc + 3]);
+        pn[kc][2] = pack_bf16x2(s[8 * kc + 4], s[8 * kc + 5]);
+        pn[kc][3] = pack_bf16x2(s[8 * kc + 6], s[8 * kc + 7]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        // tile_softmax's sum tree (t8[i] += t8[i + w]), its t8[nt] kept in s[4·nt + 2h].
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) s[4 * nt + 2 * h] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
+#pragma unroll
+        for (int w = 4; w > 0; w >>= 1)
+#pragma unroll
+            for (int i = 0; i < w; ++i) s[4 * i + 2 * h] += s[4 * (i + w) + 2 * h];
+        l[h] = l[h] * corr[h] + s[2 * h];
+    }
+}
+__device__ __forceinline__ void tile_rescale(const float (&corr)[2], const bool (&moved)[2], float (&o)[32]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+        if (moved[h]) {
+#pragma unroll
+            for (int dt = 0; dt < 8; ++dt) {
+                o[4 * dt + 2 * h] *= corr[h];
+                o[4 * dt + 2 * h + 1] *= corr[h];
+            }
+        }
+}
+
 // One KV tile of a query tile in both wgmma prefill kernels (the K and V tiles in shared memory,
 // visible to the async proxy): S = Q·Kᵀ, the masks, the online softmax, O += P·V.
 __device__ __forceinline__ void wgmma_prefill_tile(const uint32_t (&qa)[4][4], uint32_t k_s, uint32_t v_s, int key0,
@@ -1208,7 +1279,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         }
 #pragma unroll
         for (int i = 0; i < 32; ++i) o[i] = s[i] = 0.0f;
-        [[maybe_unused]] uint32_t pa[4][4];  // kPipe: the previous tile's P, packed
 
         // Tile it's front: tile it + kAhead issued, its stage landed, V rows outside [kv_lo, p_last]
         // zeroed, Q's fragments reloaded (see above); returns the stage's K address and first key.
@@ -1262,8 +1332,12 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
             // The first tile alone (no P·V before it), then S(t) with P(t - 1)·V(t - 1) behind it and
             // the softmax of S(t) while that P·V runs. The first tile is peeled so that the loop has
             // no branch between an issue and its wait (ptxas then serializes the wgmmas, C7514).
+            // P alternates between two register sets (pa0, pa1): P(t) is packed while P(t - 1)'s
+            // set is still the running P·V's A operand (tile_softmax_pack), so the loop runs two
+            // tiles an iteration with the sets swapped.
             float corr[2];
             bool moved[2];
+            uint32_t pa0[4][4], pa1[4][4];
             {
                 uint32_t qa[4][4];
                 int key0;
@@ -1278,15 +1352,17 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
-                tile_rescale_pack(s, corr, moved, o, pa);
+                tile_softmax_pack(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved, pa0);
+                tile_rescale(corr, moved, o);
             }
-            for (int it = 1; it < n_tiles; ++it) {
+            // Tile it: S(it) and P(it - 1)·V (pu) issued, the softmax of S(it) packed into pn, then
+            // the P·V's wait, its stage released and o rescaled.
+            const auto step = [&](int it, uint32_t(&pu)[4][4], uint32_t(&pn)[4][4]) {
                 uint32_t qa[4][4];
                 int key0;
                 tile_front(it, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s_pv(qa, k_desc(it), s, pa, v_desc(it - 1), o);
+                pipe_issue_s_pv(qa, k_desc(it), s, pu, v_desc(it - 1), o);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
@@ -1295,27 +1371,45 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                tile_softmax(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved);
+                tile_softmax_pack(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved, pn);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(pn[kc][i]);
                 wgmma_wait<0>();  // P(t - 1)·V(t - 1) is done: o final for it, its stage free
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(o[i]);
 #pragma unroll
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+                    for (int i = 0; i < 4; ++i) reg_fence(pu[kc][i]);
                 release(it - 1);
-                tile_rescale_pack(s, corr, moved, o, pa);
+                tile_rescale(corr, moved, o);
+            };
+            // The last tile's P·V, from set pl.
+            const auto last_pv = [&](uint32_t(&pl)[4][4]) {
+                if constexpr (kPingPong) turn_wait(wg);
+                pipe_issue_pv(pl, v_desc(n_tiles - 1), o);
+                if constexpr (kPingPong) turn_pass(wg);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < 32; ++i) reg_fence(o[i]);
+#pragma unroll
+                for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reg_fence(pl[kc][i]);
+            };
+            int it = 1;
+            for (; it + 1 < n_tiles; it += 2) {
+                step(it, pa0, pa1);
+                step(it + 1, pa1, pa0);
             }
-            if constexpr (kPingPong) turn_wait(wg);
-            pipe_issue_pv(pa, v_desc(n_tiles - 1), o);  // the last tile's P·V
-            if constexpr (kPingPong) turn_pass(wg);
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < 32; ++i) reg_fence(o[i]);
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+            if (it < n_tiles) {
+                step(it, pa0, pa1);
+                last_pv(pa1);
+            } else {
+                last_pv(pa0);
+            }
             release(n_tiles - 1);
         }
         idx0 += n_tiles;
