@@ -1696,6 +1696,45 @@ PY
         grep -E "prefill +8192" "$OUT/s32f_prefill_20b.log"
       fi
       ;;
+    s33a)
+      # Session 33, call 1: branch s33-pv-overlap (P(t) packed into a second register set before the
+      # P·V wait; loop by two tiles). Attention, model and engine tests; attention_bench prefill
+      # against the r47 binary (.device_pack/attention_bench_old.gz = 8c07e86), interleaved, two
+      # passes; ncu source counters of the full-layer kernel; 20b and 120b --fp8-experts 8k prefill
+      # with the stage profile.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s33a_tests.log" 2>&1
+      rc=$?
+      summary+=("s33a tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s33a_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs" "$OUT/s33a_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        [ -f .device_pack/attention_bench_old.gz ] &&
+          gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
+        for pass in 1 2; do
+          for v in old new; do
+            b=$BIN/attention_bench; [ $v = old ] && b="$WORK/attention_bench_old"
+            [ -x "$b" ] || { echo "no $b"; continue; }
+            timeout 90 $b prefill > "$OUT/s33a_attn_${v}_$pass.log" 2>&1
+            echo "attention_bench $v pass $pass:"; grep -E "^prefill" "$OUT/s33a_attn_${v}_$pass.log"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters --section InstructionStats \
+          --section WarpStateStats --section SpeedOfLight --section SchedulerStats --section ComputeWorkloadAnalysis \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1' -c 1 -f -o "$WORK/s33a_attn" \
+          $BIN/attention_bench "prefill T=8192" > "$OUT/s33a_ncu.log" 2>&1
+        summary+=("s33a ncu rc=$?")
+        $NCU -i "$WORK/s33a_attn.ncu-rep" --page details > "$OUT/s33a_details.txt" 2>&1
+        $NCU -i "$WORK/s33a_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s33a_source.csv" 2>&1
+        grep -E "Duration|Issue Slots Busy|Executed Instructions  |Eligible Warps|Warp Cycles Per Issued" "$OUT/s33a_details.txt" | head -8
+        for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts"; do
+          m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+          GPTOSS_PROFILE=1 timeout 150 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+            > "$OUT/s33a_prefill_$tag.log" 2>&1
+          summary+=("s33a prefill $tag rc=$?")
+          echo "$tag:"; grep -E "prefill +8192|  (attention|moe|total) " "$OUT/s33a_prefill_$tag.log"
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
