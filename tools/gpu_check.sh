@@ -1735,6 +1735,33 @@ PY
         done
       fi
       ;;
+    s33c)
+      # Session 33, closing call: the persistent MoE kernels load an item's x rows by a box of its
+      # width (XMaps; GPTOSS_MOE_NARROW_X=0 the old 128-row boxes). MoE, attention, model and
+      # engine tests; 8k prefill with the stage profile, 120b --fp8-experts narrow on / off twice,
+      # 120b MX on / off, 20b on; batch-1 decode at 1k, 20b and 120b (the bars).
+      timeout 240 $BIN/cuda_kernel_tests --gtest_filter='CudaMoeFp8*:CudaMoeMx*:PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s33c_tests.log" 2>&1
+      rc=$?
+      summary+=("s33c tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s33c_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs" "$OUT/s33c_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for cfg in "gpt-oss-120b|--fp8-experts|1" "gpt-oss-120b|--fp8-experts|0" "gpt-oss-120b|--fp8-experts|1" \
+                   "gpt-oss-120b|--fp8-experts|0" "gpt-oss-120b||1" "gpt-oss-120b||0" "gpt-oss-20b||1"; do
+          m=${cfg%%|*}; r=${cfg#*|}; x=${r%%|*}; nx=${r#*|}; tag=$m${x:+_fp8x}_nx$nx
+          GPTOSS_MOE_NARROW_X=$nx GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" \
+            --repeats 2 > "$OUT/s33c_prefill_$tag.log" 2>&1
+          summary+=("s33c $tag rc=$?")
+          echo "$tag: $(grep -E "prefill +8192" "$OUT/s33c_prefill_$tag.log" | head -1)"
+          grep -E "^  (moe|attention) " "$OUT/s33c_prefill_$tag.log"
+        done
+        for m in gpt-oss-20b gpt-oss-120b; do
+          timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+            --repeats 3 > "$OUT/s33c_decode_$m.log" 2>&1
+          summary+=("s33c decode $m rc=$?")
+          echo "$m batch 1:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s33c_decode_$m.log"
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -805,11 +805,11 @@ __device__ __forceinline__ void tile_rescale_pack(const float (&s)[32], const fl
 
 // The pipelined kernels' softmax of S(t) while P(t - 1)·V still runs (session 32; r48 call 1:
 // full 8k 1,267 -> 1,258-1,266 us, sliding 8k 146.2-146.4 -> 143.2-144.0, 675 -> 642 M
-// instructions, tests the same bits): the masks, the row max, the exponentials, then P(t) packed into pn (a second register set:
-// P(t - 1)'s is still the in-flight wgmma's A operand), then the row sums reduced in place in s
-// (dead once packed) instead of in fresh temporaries. r47 call 7's SASS had ptxas put the row-sum
-// tree in P(t - 1)'s registers, so it waited for that P·V before the softmax. The same expressions
-// as tile_softmax and tile_rescale_pack, so the same bits; o's rescale (tile_rescale) after the wait.
+// instructions, tests the same bits): the masks, the row max, the exponentials, then P(t) packed into pn (a second
+// register set: P(t - 1)'s is still the in-flight wgmma's A operand), then the row sums reduced in place in s (dead
+// once packed) instead of in fresh temporaries. r47 call 7's SASS had ptxas put the row-sum tree in P(t - 1)'s
+// registers, so it waited for that P·V before the softmax. The same expressions as tile_softmax and tile_rescale_pack,
+// so the same bits; o's rescale (tile_rescale) after the wait.
 __device__ __forceinline__ void tile_softmax_pack(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
                                                   const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
                                                   float (&corr)[2], bool (&moved)[2], uint32_t (&pn)[4][4]) {

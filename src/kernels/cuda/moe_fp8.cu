@@ -86,6 +86,27 @@ __device__ __forceinline__ WorkItem work_item(const MoeFp8Args& a, int it, int n
     return WorkItem{e, row0, min(kTokens, a.expert_offsets[e + 1] - row0), (it % nblk) * features};
 }
 
+// The persistent kernels' activation maps, one a tile width (item_width: 8, 16, 32, 64, 96, 128):
+// an item of width N loads only its N rows a K block (box N rows × 128 bytes), where a 128-row box
+// brought 128 − N unused rows (r48: 120b's third tiles an expert are mostly 32 wide: 12 of a stage's
+// 40 KB). A box of N rows fills the first N rows of the stage's x tile, in the same 1 KB swizzle
+// atoms as a 128-row box, which is all an m64nN wgmma reads. GPTOSS_MOE_NARROW_X=0: all six are
+// 128-row maps (the old loads; A/B).
+struct XMaps {
+    CUtensorMap m[6];
+};
+__device__ __forceinline__ const CUtensorMap* x_map_for(const XMaps& x, int width) {
+    switch (width) {
+        case 8: return &x.m[0];
+        case 16: return &x.m[1];
+        case 32: return &x.m[2];
+        case 64: return &x.m[3];
+        case 96: return &x.m[4];
+        default: return &x.m[5];
+    }
+}
+constexpr int kXMapRows[6] = {8, 16, 32, 64, 96, 128};
+
 // The epilogue's per-row inputs of an item in shared memory: the activation rows' scales (0 past the
 // item's rows) and, for down, the assignment each row's result goes to. Before r27 every lane loaded
 // its 32 rows' scales from global memory in the epilogue, with all three warpgroups (so the tensor
@@ -317,15 +338,17 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty) {
 // (K blocks issued before); returns the position after. A slot is refilled once the consumers
 // released its previous use. Boxes are always whole (zero-filled past the tensor) and count in full.
 // w_step: the weight map's x advance a block where it differs from step (0: step; MXFP4: bytes).
+// x_rows: the rows of x_map's box (kTokens, or an item's width with the narrow maps, XMaps).
 template <int kStages, int kStageBytes, int kWTile>
 __device__ __forceinline__ int produce_item(uint8_t* smem, uint64_t* full, uint64_t* empty, const CUtensorMap* w_map,
                                             const CUtensorMap* x_map, int wy, int row0, int nkb, int step, int gkb,
-                                            int w_step = 0) {
+                                            int w_step = 0, int x_rows = kTokens) {
     if (w_step == 0) w_step = step;
+    const uint32_t bytes = kStageBytes - (kTokens - x_rows) * kKBlock;
     for (int kb = 0; kb < nkb; ++kb, ++gkb) {
         const int slot = gkb % kStages;
         if (gkb >= kStages) mbar_wait(&empty[slot], ((gkb / kStages) & 1) ^ 1);
-        mbar_expect_tx(&full[slot], kStageBytes);
+        mbar_expect_tx(&full[slot], bytes);
         tma_load_2d(smem + slot * kStageBytes, w_map, kb * w_step, wy, &full[slot]);
         tma_load_2d(smem + slot * kStageBytes + kWTile, x_map, kb * step, row0, &full[slot]);
     }
@@ -587,7 +610,7 @@ __device__ __forceinline__ void consume_item(float (&acc)[64], uint64_t* full, u
 // wgmmas are issued (the shared-memory copy would have to be double-buffered across items).
 template <bool kGateUp, int W>
 __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
-    moe_fp8_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+    moe_fp8_persistent_kernel(const MoeFp8Args a, const __grid_constant__ XMaps x_maps,
                               const __grid_constant__ CUtensorMap w_map) {
     using S = Shape<W>;
     constexpr int kFeatures = S::kFeatures, kStages = S::kStages;
@@ -621,8 +644,9 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
             int gkb = 0;  // K blocks issued so far (all items)
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
                 const WorkItem w = item_at(it);
-                gkb = produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, &x_map, w.e * N + w.n0,
-                                                                 w.row0, nkb, kKBlock, gkb);
+                const int width = item_width(a, w.rows);
+                gkb = produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, x_map_for(x_maps, width),
+                                                                 w.e * N + w.n0, w.row0, nkb, kKBlock, gkb, 0, width);
             }
         }
         return;
@@ -706,7 +730,7 @@ __device__ __forceinline__ float e8m0_value(uint32_t e) { return __uint_as_float
 
 template <bool kGateUp>
 __global__ void __launch_bounds__(kMxThreads, 1)
-    moe_mx_persistent_kernel(const MoeFp8Args a, const __grid_constant__ CUtensorMap x_map,
+    moe_mx_persistent_kernel(const MoeFp8Args a, const __grid_constant__ XMaps x_maps,
                              const __grid_constant__ CUtensorMap w_map) {
     constexpr int W = 3, kStages = kMxStages, kStageBytes = kMxStageBytes;
     extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -742,8 +766,10 @@ __global__ void __launch_bounds__(kMxThreads, 1)
             int gkb = 0;
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
                 const WorkItem w = item_at(it);
-                gkb = produce_item<kStages, kStageBytes, kMxWTile>(smem, full, empty, &w_map, &x_map, w.e * N + w.n0,
-                                                                   w.row0, nkb, kKBlock, gkb, kKBlock / 2);
+                const int width = item_width(a, w.rows);
+                gkb = produce_item<kStages, kStageBytes, kMxWTile>(smem, full, empty, &w_map, x_map_for(x_maps, width),
+                                                                   w.e * N + w.n0, w.row0, nkb, kKBlock, gkb,
+                                                                   kKBlock / 2, width);
             }
         }
         return;
@@ -1059,7 +1085,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
 // x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
 // of 128 bytes × `features` rows, both 128-byte swizzled. False if encoding fails.
 // bf16: both hold bf16 elements (boxes of 64 elements, the same 128 bytes), the weights' rows k long.
-bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map, bool bf16 = false) {
+bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map, bool bf16 = false,
+               int x_rows = kTokens) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (encode == nullptr) return false;
     const cuuint32_t unit[2] = {1, 1};
@@ -1067,7 +1094,7 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
     const cuuint32_t elem = bf16 ? 2 : 1, box_k = kKBlock / elem;
     const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k), static_cast<cuuint64_t>(a.num_rows)};
     const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k) * elem};
-    const cuuint32_t x_box[2] = {box_k, kTokens};
+    const cuuint32_t x_box[2] = {box_k, static_cast<cuuint32_t>(x_rows)};
     if (encode(x_map, type, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
@@ -1083,13 +1110,13 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
 // moe_mxfp4_fp8's maps: x as [num_rows, k_pad] e4m3 (the MX K order) in 128-byte swizzled boxes of
 // 128 bytes × kTokens rows, the codes as [E·n, k/2] bytes in unswizzled boxes of 64 bytes (a 128-K
 // block) × kMxFeatures rows.
-bool make_maps_mx(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
+bool make_maps_mx(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map, int x_rows = kTokens) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (encode == nullptr) return false;
     const cuuint32_t unit[2] = {1, 1};
     const cuuint64_t x_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_rows)};
     const cuuint64_t x_strides[1] = {static_cast<cuuint64_t>(a.k_pad)};
-    const cuuint32_t x_box[2] = {kKBlock, kTokens};
+    const cuuint32_t x_box[2] = {kKBlock, static_cast<cuuint32_t>(x_rows)};
     if (encode(x_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.xq), x_dims, x_strides, x_box, unit,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
@@ -1100,6 +1127,26 @@ bool make_maps_mx(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map) {
     return encode(w_map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(a.w_mx), w_dims, w_strides, w_box, unit,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// GPTOSS_MOE_NARROW_X (XMaps): 1 (default) narrow boxes, 0 every box 128 rows.
+bool narrow_x_boxes() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_MOE_NARROW_X");
+        return v == nullptr || std::atoi(v) != 0;
+    }();
+    return on;
+}
+// The persistent kernels' XMaps (and their weight map) by make_maps / make_maps_mx.
+bool make_x_maps(const MoeFp8Args& a, int features, bool mx, XMaps* x, CUtensorMap* w_map) {
+    const bool narrow = narrow_x_boxes();
+    for (int i = 0; i < 6; ++i) {
+        const int rows = narrow ? kXMapRows[i] : kTokens;
+        CUtensorMap unused;
+        CUtensorMap* w = i == 5 ? w_map : &unused;
+        if (!(mx ? make_maps_mx(a, &x->m[i], w, rows) : make_maps(a, features, &x->m[i], w, false, rows))) return false;
+    }
+    return true;
 }
 
 }  // namespace
@@ -1120,8 +1167,9 @@ void moe_mxfp4_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
                  "moe_mxfp4_fp8: gate_up writes e4m3 act_q in the MX K order (n %d, stride %d)", a.n, a.act_q_stride);
     ENGINE_CHECK(gate_up || a.y != nullptr, "moe_mxfp4_fp8: down writes y");
     if (a.max_tiles <= 0) return;
-    CUtensorMap x_map, w_map;
-    ENGINE_CHECK(make_maps_mx(a, &x_map, &w_map), "moe_mxfp4_fp8: tensor maps could not be encoded");
+    XMaps x_maps;
+    CUtensorMap w_map;
+    ENGINE_CHECK(make_x_maps(a, kMxFeatures, true, &x_maps, &w_map), "moe_mxfp4_fp8: tensor maps could not be encoded");
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -1130,7 +1178,7 @@ void moe_mxfp4_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
     auto kernel = gate_up ? moe_mx_persistent_kernel<true> : moe_mx_persistent_kernel<false>;
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMxSmemBytes)));
-    kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), kMxThreads, kMxSmemBytes, stream>>>(a, x_map, w_map);
+    kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), kMxThreads, kMxSmemBytes, stream>>>(a, x_maps, w_map);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1205,6 +1253,9 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
         CUtensorMap x_map, w_map;
         ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
         if (a.persistent) {  // one CTA an SM (at most one an item)
+            XMaps x_maps;
+            ENGINE_CHECK(make_x_maps(a, S::kFeatures, false, &x_maps, &w_map),
+                         "moe_fp8: tensor maps could not be encoded");
             int dev = 0, sms = 0;
             CUDA_CHECK(cudaGetDevice(&dev));
             CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -1213,7 +1264,7 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
             auto kernel = gate_up ? moe_fp8_persistent_kernel<true, W> : moe_fp8_persistent_kernel<false, W>;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(S::kSmemBytes)));
-            kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), S::kThreads, S::kSmemBytes, stream>>>(a, x_map,
+            kernel<<<static_cast<int>(std::min<int64_t>(items, sms)), S::kThreads, S::kSmemBytes, stream>>>(a, x_maps,
                                                                                                             w_map);
             CUDA_CHECK_LAUNCH();
             return;
