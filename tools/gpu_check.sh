@@ -1762,6 +1762,20 @@ PY
         done
       fi
       ;;
+    s33d)
+      # Session 33, last call: s33c's A/B again with the off path fixed (s33c's GPTOSS_MOE_NARROW_X=0
+      # runs hung: the producer expected the narrow bytes from 128-row boxes). 120b --fp8-experts
+      # 8k prefill, narrow x boxes on / off, interleaved, twice.
+      for nx in 1 0 1 0; do
+        tag=gpt-oss-120b_fp8x_nx$nx
+        GPTOSS_MOE_NARROW_X=$nx GPTOSS_PROFILE=1 timeout 70 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill 8192 --batch "" \
+          --repeats 2 > "$OUT/s33d_prefill_${tag}_$pass$nx.log" 2>&1
+        summary+=("s33d $tag rc=$?")
+        echo "$tag: $(grep -E "prefill +8192" "$OUT/s33d_prefill_${tag}_$pass$nx.log" | head -1)"
+        grep -E "^  moe " "$OUT/s33d_prefill_${tag}_$pass$nx.log"
+        pass=$((pass + 1))
+      done
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

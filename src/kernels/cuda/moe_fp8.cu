@@ -94,15 +94,16 @@ __device__ __forceinline__ WorkItem work_item(const MoeFp8Args& a, int it, int n
 // 128-row maps (the old loads; A/B).
 struct XMaps {
     CUtensorMap m[6];
+    int rows[6];  // m[i]'s box rows (the bytes its load brings: rows · 128)
 };
-__device__ __forceinline__ const CUtensorMap* x_map_for(const XMaps& x, int width) {
+__device__ __forceinline__ int x_map_index(int width) {
     switch (width) {
-        case 8: return &x.m[0];
-        case 16: return &x.m[1];
-        case 32: return &x.m[2];
-        case 64: return &x.m[3];
-        case 96: return &x.m[4];
-        default: return &x.m[5];
+        case 8: return 0;
+        case 16: return 1;
+        case 32: return 2;
+        case 64: return 3;
+        case 96: return 4;
+        default: return 5;
     }
 }
 constexpr int kXMapRows[6] = {8, 16, 32, 64, 96, 128};
@@ -644,9 +645,10 @@ __global__ void __launch_bounds__(Shape<W>::kThreads, 1)
             int gkb = 0;  // K blocks issued so far (all items)
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
                 const WorkItem w = item_at(it);
-                const int width = item_width(a, w.rows);
-                gkb = produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, x_map_for(x_maps, width),
-                                                                 w.e * N + w.n0, w.row0, nkb, kKBlock, gkb, 0, width);
+                const int xi = x_map_index(item_width(a, w.rows));
+                gkb =
+                    produce_item<kStages, kStageBytes, kWTile>(smem, full, empty, &w_map, &x_maps.m[xi], w.e * N + w.n0,
+                                                               w.row0, nkb, kKBlock, gkb, 0, x_maps.rows[xi]);
             }
         }
         return;
@@ -766,10 +768,10 @@ __global__ void __launch_bounds__(kMxThreads, 1)
             int gkb = 0;
             for (int it = blockIdx.x; it < items; it += gridDim.x) {
                 const WorkItem w = item_at(it);
-                const int width = item_width(a, w.rows);
-                gkb = produce_item<kStages, kStageBytes, kMxWTile>(smem, full, empty, &w_map, x_map_for(x_maps, width),
+                const int xi = x_map_index(item_width(a, w.rows));
+                gkb = produce_item<kStages, kStageBytes, kMxWTile>(smem, full, empty, &w_map, &x_maps.m[xi],
                                                                    w.e * N + w.n0, w.row0, nkb, kKBlock, gkb,
-                                                                   kKBlock / 2, width);
+                                                                   kKBlock / 2, x_maps.rows[xi]);
             }
         }
         return;
@@ -1142,6 +1144,7 @@ bool make_x_maps(const MoeFp8Args& a, int features, bool mx, XMaps* x, CUtensorM
     const bool narrow = narrow_x_boxes();
     for (int i = 0; i < 6; ++i) {
         const int rows = narrow ? kXMapRows[i] : kTokens;
+        x->rows[i] = rows;
         CUtensorMap unused;
         CUtensorMap* w = i == 5 ? w_map : &unused;
         if (!(mx ? make_maps_mx(a, &x->m[i], w, rows) : make_maps(a, features, &x->m[i], w, false, rows))) return false;
