@@ -1766,6 +1766,7 @@ PY
       # Session 33, last call: s33c's A/B again with the off path fixed (s33c's GPTOSS_MOE_NARROW_X=0
       # runs hung: the producer expected the narrow bytes from 128-row boxes). 120b --fp8-experts
       # 8k prefill, narrow x boxes on / off, interleaved, twice.
+      pass=0
       for nx in 1 0 1 0; do
         tag=gpt-oss-120b_fp8x_nx$nx
         GPTOSS_MOE_NARROW_X=$nx GPTOSS_PROFILE=1 timeout 70 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill 8192 --batch "" \
