@@ -803,7 +803,7 @@ __device__ __forceinline__ void tile_rescale_pack(const float (&s)[32], const fl
     }
 }
 
-// The pipelined kernels' softmax of S(t) while P(t - 1)·V still runs (session 32; r48 call 1:
+// The pipelined kernels' softmax of S(t) while P(t - 1)·V still runs (session 32; r48 call 2:
 // full 8k 1,267 -> 1,258-1,266 us, sliding 8k 146.2-146.4 -> 143.2-144.0, 675 -> 642 M
 // instructions, tests the same bits): the masks, the row max, the exponentials, then P(t) packed into pn (a second
 // register set: P(t - 1)'s is still the in-flight wgmma's A operand), then the row sums reduced in place in s (dead
