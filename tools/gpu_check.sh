@@ -1777,6 +1777,42 @@ PY
         pass=$((pass + 1))
       done
       ;;
+    s34a)
+      # Session 34, call 1: the cleanups (persistent MoE maps encoded once; tile_mask_max_exp shared)
+      # and Q by descriptor from shared memory in the pipelined prompt attention (GPTOSS_ATTN_Q_SMEM=1,
+      # kQs). Tests; attention_bench prefill with Q_SMEM 0 / 1 interleaved, two passes; ncu source of
+      # the kQs ping-pong kernel at 8k (DEPBAR 0x0 against the MUFUs); 120b --fp8-experts 8k prefill
+      # with 0 / 1 twice, with the stage profile.
+      timeout 240 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaMoeFp8.MatchesCpuSchemeAtRealWidths:CudaMoeFp8.NarrowTails*:CudaMoeMx.MatchesCpuAtRealWidths:CudaMoeMx.NarrowTails*:CudaModel.*:CudaEngine.*' > "$OUT/s34a_tests.log" 2>&1
+      rc=$?
+      summary+=("s34a tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s34a_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs|changes" "$OUT/s34a_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_ATTN_Q_SMEM=$v timeout 90 $BIN/attention_bench prefill > "$OUT/s34a_attn_qs${v}_$pass.log" 2>&1
+            echo "attention_bench Q_SMEM=$v pass $pass:"; grep -E "^prefill" "$OUT/s34a_attn_qs${v}_$pass.log"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        GPTOSS_ATTN_Q_SMEM=1 timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters \
+          --section InstructionStats --section WarpStateStats --section SpeedOfLight --section SchedulerStats \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1, .bool.0, .bool.1' -c 1 -f \
+          -o "$WORK/s34a_attn" $BIN/attention_bench "prefill T=8192" > "$OUT/s34a_ncu.log" 2>&1
+        summary+=("s34a ncu rc=$?")
+        $NCU -i "$WORK/s34a_attn.ncu-rep" --page details > "$OUT/s34a_details.txt" 2>&1
+        $NCU -i "$WORK/s34a_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s34a_source.csv" 2>&1
+        grep -E "Duration|Issue Slots Busy|Executed Instructions  |Eligible Warps|Warp Cycles Per Issued|Registers Per" "$OUT/s34a_details.txt" | head -8
+        for v in 0 1 0 1; do
+          GPTOSS_ATTN_Q_SMEM=$v GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts \
+            --prefill 8192 --batch "" --repeats 2 > "$OUT/s34a_prefill_120b_qs$v.$RANDOM.log" 2>&1
+          summary+=("s34a 120b qs=$v rc=$?")
+          f=$(ls -t "$OUT"/s34a_prefill_120b_qs$v.*.log | head -1)
+          echo "120b --fp8-experts Q_SMEM=$v: $(grep -E "prefill +8192" "$f" | head -1)"
+          grep -E "^  (moe|attention|total) " "$f"
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -549,12 +549,15 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
     struct Variant {
         const char* name;
         bool wgmma, tma, pipe, pingpong;
+        int q_smem;
     };
-    const Variant variants[] = {{"mma.sync", false, false, false, false},
-                                {"wgmma", true, false, false, false},
-                                {"tma", true, true, false, false},
-                                {"pipe", true, true, true, false},
-                                {"pingpong", true, true, true, true}};
+    const Variant variants[] = {{"mma.sync", false, false, false, false, 0},
+                                {"wgmma", true, false, false, false, 0},
+                                {"tma", true, true, false, false, 0},
+                                {"pipe", true, true, true, false, 0},
+                                {"pingpong", true, true, true, true, 0},
+                                {"pipe q_smem", true, true, true, false, 1},
+                                {"pingpong q_smem", true, true, true, true, 1}};
     const PagedAttentionArgs base = d.args;
     for (const Variant& v : variants) {
         d.args = base;
@@ -562,6 +565,7 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
         d.args.prefill_tma = v.tma;
         d.args.prefill_pipe = v.pipe;
         d.args.prefill_pingpong = v.pingpong;
+        d.args.prefill_q_smem = v.q_smem;
         d.args.q = dq.as();
         std::vector<uint16_t> want, got;
         run_kernel(d, Kernel::kPrefill, 0, want);
@@ -722,6 +726,26 @@ public:
                 size_t moved = 0;
                 for (size_t i = 0; i < got.size(); ++i) moved += turns[i] != piped[i];
                 EXPECT_EQ(moved, 0u) << tag << ": the ping-pong kernel differs from the pipelined kernel";
+                // Q by descriptor from shared memory (prefill_q_smem): the same products, so the same bits as
+                // the register form, in both loops and with the quantizing epilogue.
+                for (bool pingpong : {false, true}) {
+                    std::vector<uint16_t> reg_q, smem_q;
+                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;
+                    d.args.prefill_pingpong = pingpong;
+                    d.args.prefill_q_smem = 0;
+                    run_kernel(d, Kernel::kPrefill, 0, reg_q);
+                    d.args.prefill_q_smem = 1;
+                    run_kernel(d, Kernel::kPrefill, 0, smem_q);
+                    check_out_q(d, c, std::string(tag) + " out_q q_smem pingpong " + std::to_string(pingpong),
+                                smem_q);
+                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = d.args.prefill_pingpong = false;
+                    d.args.prefill_q_smem = -1;
+                    if (::testing::Test::HasFatalFailure()) return;
+                    size_t qd = 0;
+                    for (size_t i = 0; i < got.size(); ++i) qd += smem_q[i] != reg_q[i] || reg_q[i] != piped[i];
+                    EXPECT_EQ(qd, 0u) << tag << ": Q from shared memory changes the output (pingpong " << pingpong
+                                      << ")";
+                }
                 // The rows quantized for the O projection: in the epilogue of the pipelined and
                 // ping-pong kernels; after the TMA kernel by the quantizer.
                 d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;

@@ -46,6 +46,10 @@ struct PagedAttentionArgs {
     // r34: ~1% faster on full layers past 2k queries, slower on sliding ones (the CUDA model's rule,
     // CudaModel kPingPongMinQuery).
     bool prefill_pingpong = false;
+    // With prefill_pipe: S = Q·Kᵀ reads Q by descriptor from shared memory (wgmma SS) instead of
+    // register fragments reloaded every KV tile (same bits; session 34, kernels/cuda/attention.cu
+    // kQs). -1: GPTOSS_ATTN_Q_SMEM (unset: off), 0 off, 1 on.
+    int prefill_q_smem = -1;
     // The TMA prefill kernels zero a KV tile's V rows outside the query tile's visible keys
     // [kv_lo, p_last] in shared memory (P = 0 times a non-finite row would be NaN) only where a
     // row can hold a slot past the sequence's last written key: every row they load is a key of

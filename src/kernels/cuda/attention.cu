@@ -372,7 +372,7 @@ __device__ __forceinline__ float* q_rope_bias() {
 }
 template <int kThreads>
 __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n_valid, int kv_head, uint32_t q_smem,
-                                              int tid) {
+                                              int tid, bool async_reads = false) {
     constexpr int kHalf = kHeadDim / 2;
     float2(*cs)[kHalf] = q_rope_cs();
 #pragma unroll
@@ -416,6 +416,7 @@ __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n
                      "r"(hi[3])
                      : "memory");
     }
+    if (async_reads) fence_proxy_async();  // the rotated rows, visible to wgmma's async proxy (Q by descriptor)
     __syncthreads();
 }
 
@@ -735,12 +736,12 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scale_d), "n"(kTransB));
 }
 
-// The masks and the online softmax of a finished S, without touching o: P in s, the row max and sum
-// updated, o's correction factors in corr (moved: the max moved). Row max and sum as trees (depth
-// 4, not chains of 16: r25 ncu had "wait", fixed-latency dependencies, as the largest stall).
-__device__ __forceinline__ void tile_softmax(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
-                                             const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
-                                             float (&corr)[2], bool (&moved)[2]) {
+// The masks, the row max and the exponentials of a finished S: P (unnormalized) in s, m updated, o's
+// correction factors in corr (moved: the max moved). Row max as a tree (depth 4, not a chain of 16:
+// r25 ncu had "wait", fixed-latency dependencies, as the largest stall).
+__device__ __forceinline__ void tile_mask_max_exp(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
+                                                  const int (&row_pos)[2], float qk_scale, float (&m)[2],
+                                                  float (&corr)[2], bool (&moved)[2]) {
     const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
     if (need_mask) {
 #pragma unroll
@@ -771,6 +772,17 @@ __device__ __forceinline__ void tile_softmax(float (&s)[32], int key0, int p0, i
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
         }
+    }
+}
+// The masks and the online softmax of a finished S, without touching o: P in s, the row max and sum
+// updated (the sum as a tree too), o's correction factors in corr.
+__device__ __forceinline__ void tile_softmax(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
+                                             const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
+                                             float (&corr)[2], bool (&moved)[2]) {
+    tile_mask_max_exp(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, corr, moved);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float t8[8];
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) t8[nt] = s[4 * nt + 2 * h] + s[4 * nt + 2 * h + 1];
 #pragma unroll
@@ -808,42 +820,12 @@ __device__ __forceinline__ void tile_rescale_pack(const float (&s)[32], const fl
 // instructions, tests the same bits): the masks, the row max, the exponentials, then P(t) packed into pn (a second
 // register set: P(t - 1)'s is still the in-flight wgmma's A operand), then the row sums reduced in place in s (dead
 // once packed) instead of in fresh temporaries. r47 call 7's SASS had ptxas put the row-sum tree in P(t - 1)'s
-// registers, so it waited for that P·V before the softmax. The same expressions as tile_softmax and tile_rescale_pack,
-// so the same bits; o's rescale (tile_rescale) after the wait.
+// registers, so it waited for that P·V before the softmax. tile_mask_max_exp, then tile_softmax's sum tree and
+// tile_rescale_pack's packing: the same bits; o's rescale (tile_rescale) after the wait.
 __device__ __forceinline__ void tile_softmax_pack(float (&s)[32], int key0, int p0, int p_last, int window, int tig,
                                                   const int (&row_pos)[2], float qk_scale, float (&m)[2], float (&l)[2],
                                                   float (&corr)[2], bool (&moved)[2], uint32_t (&pn)[4][4]) {
-    const bool need_mask = key0 + kKvTile - 1 > p0 || (window > 0 && key0 <= p_last - window);
-    if (need_mask) {
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key0 + nt * 8 + tig * 2 + (e & 1);
-                const int pos = row_pos[e >> 1];
-                if (key > pos || (window > 0 && key <= pos - window)) s[4 * nt + e] = -INFINITY;
-            }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float t8[8];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) t8[nt] = fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]);
-#pragma unroll
-        for (int w = 4; w > 0; w >>= 1)
-#pragma unroll
-            for (int i = 0; i < w; ++i) t8[i] = fmaxf(t8[i], t8[i + w]);
-        const float mx = quad_max(t8[0]);
-        const float m_new = fmaxf(m[h], mx * qk_scale);
-        moved[h] = m_new != m[h];
-        corr[h] = fast_exp2(m[h] - m_new);
-        m[h] = m_new;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-            for (int e = 2 * h; e < 2 * h + 2; ++e) s[4 * nt + e] = fast_exp2(fmaf(s[4 * nt + e], qk_scale, -m_new));
-        }
-    }
+    tile_mask_max_exp(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, corr, moved);
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc) {
         pn[kc][0] = pack_bf16x2(s[8 * kc + 0], s[8 * kc + 1]);
@@ -1103,6 +1085,21 @@ __device__ __forceinline__ void turn_pass(int wg) {
                  : "memory");
 }
 
+// D (+)= A·B, m64n64k16, bf16, A and B by descriptor (both K-major: S = Q·Kᵀ with Q from shared memory).
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
 // ---- The pieces of the pipelined tile loop (kPipe below): S(t) and P(t - 1)·V(t - 1) issued
 // together, the softmax of S(t) while P·V runs. Issue functions only issue: the caller waits and
 // then fences the operand registers (qa after S, pa and o after P·V), which keeps the compiler from
@@ -1130,6 +1127,34 @@ __device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint64_t v_d
 #pragma unroll
         for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
     wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
+    wgmma_commit();
+}
+// Q by descriptor (kQs below): q_desc is the warpgroup's 64 Q rows, k16 step kc at + 2·kc.
+__device__ __forceinline__ void pipe_issue_s_qs(uint64_t q_desc, uint64_t k_desc, float (&s)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_ss(s, q_desc + 2 * kc, k_desc + 2 * kc, kc);
+    wgmma_commit();
+}
+__device__ __forceinline__ void pipe_issue_s_pv_qs(uint64_t q_desc, uint64_t k_desc, float (&s)[32],
+                                                   uint32_t (&pa)[4][4], uint64_t v_desc, float (&o)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        reg_fence(s[i]);
+        reg_fence(o[i]);
+    }
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_ss(s, q_desc + 2 * kc, k_desc + 2 * kc, kc);
+    wgmma_commit();
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
     wgmma_commit();
@@ -1170,7 +1195,11 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint64_t k
 // kOutQ (PagedAttentionArgs::out_q): the epilogue writes the rows quantized for the O projection's
 // FP8 GEMM instead of bf16 (a separate instantiation, so the bf16 kernel's code stays as measured:
 // r35 saw a dead block in the epilogue cost the ping-pong kernel 15%).
-template <bool kPipe, bool kPingPong = false, bool kOutQ = false>
+// kQs (PagedAttentionArgs::prefill_q_smem; session 34): S = Q·Kᵀ with Q read by descriptor from shared
+// memory (wgmma SS) instead of ldmatrix'd fragments: no reload a tile and 16 registers fewer, which
+// ptxas may use to keep P(t) apart from the in-flight P(t - 1) (r48 item 1). r47 measured the SS
+// form alone (one P set) slower: full 8k -6.1% against -10.6% for the register form.
+template <bool kPipe, bool kPingPong = false, bool kOutQ = false, bool kQs = false>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
@@ -1180,6 +1209,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // kPipe holds a stage one iteration longer: thread 0 must never wait for a stage its own warp
     // releases later in the same iteration.
     static_assert(kAhead <= kStages - (kPipe ? 2 : 1), "the ring is too short for the lookahead");
+    static_assert(kPipe || !kQs, "Q by descriptor is the pipelined loop's");
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
@@ -1225,6 +1255,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     }
     __syncthreads();
     const uint64_t k_desc0 = desc_sw128(kv_smem);  // stage 0's K tile
+    // kQs: the warpgroup's 64 Q rows (8 KB, 1 KB-aligned; the Q tile's swizzle is the hardware's).
+    const uint64_t q_desc = desc_sw128(q_smem + static_cast<uint32_t>(wg * 64 * kRowBytes));
 
     // KV tile `tile` into the stage of running index idx (phases run on across query tiles), once
     // every warp has released that stage's previous tile. Called by every thread at the same points.
@@ -1265,8 +1297,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
         q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
+        if constexpr (kQs) fence_proxy_async();  // this thread's cp.async bytes, visible to wgmma
         __syncthreads();  // Q from every thread's cp.async
-        if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
+        if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid, kQs);
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
         float o[32];  // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
@@ -1304,9 +1337,11 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
                 warpgroup_barrier(wg);
             }
+            if constexpr (!kQs) {
 #pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
+                for (int kc = 0; kc < 4; ++kc)
+                    ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
+            }
             return k_s;
         };
         // The descriptors of tile it's K and V (stage (idx0 + it) % kStages): one base, the stage's
@@ -1344,15 +1379,20 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 int key0;
                 tile_front(0, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s(qa, k_desc(0), s);
+                if constexpr (kQs)
+                    pipe_issue_s_qs(q_desc, k_desc(0), s);
+                else
+                    pipe_issue_s(qa, k_desc(0), s);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+                if constexpr (!kQs) {
 #pragma unroll
-                for (int kc = 0; kc < 4; ++kc)
+                    for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+                        for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+                }
                 tile_softmax_pack(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved, pa0);
                 tile_rescale(corr, moved, o);
             }
@@ -1363,15 +1403,20 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 int key0;
                 tile_front(it, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                pipe_issue_s_pv(qa, k_desc(it), s, pu, v_desc(it - 1), o);
+                if constexpr (kQs)
+                    pipe_issue_s_pv_qs(q_desc, k_desc(it), s, pu, v_desc(it - 1), o);
+                else
+                    pipe_issue_s_pv(qa, k_desc(it), s, pu, v_desc(it - 1), o);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
+                if constexpr (!kQs) {
 #pragma unroll
-                for (int kc = 0; kc < 4; ++kc)
+                    for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+                        for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
+                }
                 tile_softmax_pack(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved, pn);
 #pragma unroll
                 for (int kc = 0; kc < 4; ++kc)
@@ -2123,6 +2168,14 @@ void ensure_prefill_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, false, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, false, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true, true>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -2186,6 +2239,15 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
     return std::max(1, std::min({splits, useful, max_splits}));
 }
 
+// PagedAttentionArgs::prefill_q_smem = -1: GPTOSS_ATTN_Q_SMEM=1 on, else off.
+static bool prefill_q_smem_default() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_Q_SMEM");
+        return v != nullptr && std::atoi(v) != 0;
+    }();
+    return on;
+}
+
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     validate(a, "paged_attention_prefill");
     if (a.num_seqs == 0 || a.max_query_len <= 0) return;
@@ -2194,13 +2256,14 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_prefill_smem(current_device());
+        const bool qs = a.prefill_pipe && (a.prefill_q_smem < 0 ? prefill_q_smem_default() : a.prefill_q_smem != 0);
+        const size_t pipe_smem = a.prefill_pingpong ? kPingPongPrefillSmem : kPipePrefillSmem;
         if (a.prefill_pipe && a.out_q != nullptr) {  // the epilogue quantizes (PagedAttentionArgs::out_q)
-            if (a.prefill_pingpong)
-                bf16_paged_attention_prefill_tma_kernel<true, true, true>
-                    <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
-            else
-                bf16_paged_attention_prefill_tma_kernel<true, false, true>
-                    <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
+            auto kernel = a.prefill_pingpong ? (qs ? bf16_paged_attention_prefill_tma_kernel<true, true, true, true>
+                                                   : bf16_paged_attention_prefill_tma_kernel<true, true, true>)
+                                             : (qs ? bf16_paged_attention_prefill_tma_kernel<true, false, true, true>
+                                                   : bf16_paged_attention_prefill_tma_kernel<true, false, true>);
+            kernel<<<grid, kWgPrefillThreads, pipe_smem, stream>>>(a, k_map, v_map);
             CUDA_CHECK_LAUNCH();
             if (a.out_q_m_pad > a.num_tokens) {
                 act_q_pad_rows_kernel<<<1, 256, 0, stream>>>(a.out_q, a.out_q_scale, a.num_tokens, a.out_q_m_pad,
@@ -2209,13 +2272,13 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
             }
             return;
         }
-        if (a.prefill_pipe && a.prefill_pingpong)
-            bf16_paged_attention_prefill_tma_kernel<true, true>
-                <<<grid, kWgPrefillThreads, kPingPongPrefillSmem, stream>>>(a, k_map, v_map);
-        else if (a.prefill_pipe)
-            bf16_paged_attention_prefill_tma_kernel<true>
-                <<<grid, kWgPrefillThreads, kPipePrefillSmem, stream>>>(a, k_map, v_map);
-        else
+        if (a.prefill_pipe) {
+            auto kernel = a.prefill_pingpong ? (qs ? bf16_paged_attention_prefill_tma_kernel<true, true, false, true>
+                                                   : bf16_paged_attention_prefill_tma_kernel<true, true>)
+                                             : (qs ? bf16_paged_attention_prefill_tma_kernel<true, false, false, true>
+                                                   : bf16_paged_attention_prefill_tma_kernel<true>);
+            kernel<<<grid, kWgPrefillThreads, pipe_smem, stream>>>(a, k_map, v_map);
+        } else
             bf16_paged_attention_prefill_tma_kernel<false>
                 <<<grid, kWgPrefillThreads, kTmaPrefillSmem, stream>>>(a, k_map, v_map);
     } else if (a.prefill_wgmma) {

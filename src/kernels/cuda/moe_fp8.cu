@@ -1086,7 +1086,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
 }
 
 // x as [num_rows, k] e4m3 in boxes of 128 bytes × kTokens rows, the weights as [E·n, k_pad] in boxes
-// of 128 bytes × `features` rows, both 128-byte swizzled. False if encoding fails.
+// of 128 bytes × `features` rows, both 128-byte swizzled (w_map null: x only). False if encoding fails.
 // bf16: both hold bf16 elements (boxes of 64 elements, the same 128 bytes), the weights' rows k long.
 bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMap* w_map, bool bf16 = false,
                int x_rows = kTokens) {
@@ -1102,6 +1102,7 @@ bool make_maps(const MoeFp8Args& a, int features, CUtensorMap* x_map, CUtensorMa
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
+    if (w_map == nullptr) return true;  // x only (make_x_maps' narrow boxes)
     const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k_pad), static_cast<cuuint64_t>(a.num_experts) * a.n};
     const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k_pad) * elem};
     const cuuint32_t w_box[2] = {box_k, static_cast<cuuint32_t>(features)};
@@ -1124,6 +1125,7 @@ bool make_maps_mx(const MoeFp8Args& a, CUtensorMap* x_map, CUtensorMap* w_map, i
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
+    if (w_map == nullptr) return true;  // x only (make_x_maps' narrow boxes)
     const cuuint64_t w_dims[2] = {static_cast<cuuint64_t>(a.k / 2), static_cast<cuuint64_t>(a.num_experts) * a.n};
     const cuuint64_t w_strides[1] = {static_cast<cuuint64_t>(a.k / 2)};
     const cuuint32_t w_box[2] = {kKBlock / 2, kMxFeatures};
@@ -1140,17 +1142,24 @@ bool narrow_x_boxes() {
     }();
     return on;
 }
-// The persistent kernels' XMaps (and their weight map) by make_maps / make_maps_mx.
+// The persistent kernels' XMaps and their weight map (encoded once, with the first x map) by
+// make_maps / make_maps_mx.
 bool make_x_maps(const MoeFp8Args& a, int features, bool mx, XMaps* x, CUtensorMap* w_map) {
     const bool narrow = narrow_x_boxes();
     for (int i = 0; i < 6; ++i) {
         const int rows = narrow ? kXMapRows[i] : kTokens;
         x->rows[i] = rows;
-        CUtensorMap unused;
-        CUtensorMap* w = i == 5 ? w_map : &unused;
+        CUtensorMap* w = i == 0 ? w_map : nullptr;
         if (!(mx ? make_maps_mx(a, &x->m[i], w, rows) : make_maps(a, features, &x->m[i], w, false, rows))) return false;
     }
     return true;
+}
+// The SM count of the current device (a launch's grid for the persistent kernels).
+int device_sms() {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
 }
 
 }  // namespace
@@ -1174,10 +1183,7 @@ void moe_mxfp4_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
     XMaps x_maps;
     CUtensorMap w_map;
     ENGINE_CHECK(make_x_maps(a, kMxFeatures, true, &x_maps, &w_map), "moe_mxfp4_fp8: tensor maps could not be encoded");
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    if (a.persistent_ctas > 0) sms = a.persistent_ctas;
+    const int sms = a.persistent_ctas > 0 ? a.persistent_ctas : device_sms();
     const int64_t items = static_cast<int64_t>((a.n + kMxFeatures - 1) / kMxFeatures) * a.max_tiles;
     auto kernel = gate_up ? moe_mx_persistent_kernel<true> : moe_mx_persistent_kernel<false>;
     CUDA_CHECK(
@@ -1255,15 +1261,11 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
         constexpr int W = decltype(w)::value;
         using S = Shape<W>;
         CUtensorMap x_map, w_map;
-        ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
         if (a.persistent) {  // one CTA an SM (at most one an item)
             XMaps x_maps;
             ENGINE_CHECK(make_x_maps(a, S::kFeatures, false, &x_maps, &w_map),
                          "moe_fp8: tensor maps could not be encoded");
-            int dev = 0, sms = 0;
-            CUDA_CHECK(cudaGetDevice(&dev));
-            CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-            if (a.persistent_ctas > 0) sms = a.persistent_ctas;
+            const int sms = a.persistent_ctas > 0 ? a.persistent_ctas : device_sms();
             const int64_t items = static_cast<int64_t>((a.n + S::kFeatures - 1) / S::kFeatures) * a.max_tiles;
             auto kernel = gate_up ? moe_fp8_persistent_kernel<true, W> : moe_fp8_persistent_kernel<false, W>;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1273,6 +1275,7 @@ void moe_fp8(const MoeFp8Args& a, bool gate_up, cudaStream_t stream) {
             CUDA_CHECK_LAUNCH();
             return;
         }
+        ENGINE_CHECK(make_maps(a, S::kFeatures, &x_map, &w_map), "moe_fp8: tensor maps could not be encoded");
         const dim3 grid((a.n + S::kFeatures - 1) / S::kFeatures, a.max_tiles);
         auto kernel = gate_up ? moe_fp8_kernel<true, W> : moe_fp8_kernel<false, W>;
         CUDA_CHECK(
