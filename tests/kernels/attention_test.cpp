@@ -551,13 +551,11 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
         bool wgmma, tma, pipe, pingpong;
         int q_smem;
     };
-    const Variant variants[] = {{"mma.sync", false, false, false, false, 0},
-                                {"wgmma", true, false, false, false, 0},
-                                {"tma", true, true, false, false, 0},
-                                {"pipe", true, true, true, false, 0},
-                                {"pingpong", true, true, true, true, 0},
-                                {"pipe q_smem", true, true, true, false, 1},
-                                {"pingpong q_smem", true, true, true, true, 1}};
+    const Variant variants[] = {
+        {"mma.sync", false, false, false, false, 0},   {"wgmma", true, false, false, false, 0},
+        {"tma", true, true, false, false, 0},          {"pipe", true, true, true, false, 0},
+        {"pingpong", true, true, true, true, 0},       {"pipe q_smem", true, true, true, false, 1},
+        {"pingpong q_smem", true, true, true, true, 1}};
     const PagedAttentionArgs base = d.args;
     for (const Variant& v : variants) {
         d.args = base;
@@ -736,8 +734,7 @@ public:
                     run_kernel(d, Kernel::kPrefill, 0, reg_q);
                     d.args.prefill_q_smem = 1;
                     run_kernel(d, Kernel::kPrefill, 0, smem_q);
-                    check_out_q(d, c, std::string(tag) + " out_q q_smem pingpong " + std::to_string(pingpong),
-                                smem_q);
+                    check_out_q(d, c, std::string(tag) + " out_q q_smem pingpong " + std::to_string(pingpong), smem_q);
                     d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = d.args.prefill_pingpong = false;
                     d.args.prefill_q_smem = -1;
                     if (::testing::Test::HasFatalFailure()) return;

@@ -1298,7 +1298,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
         if constexpr (kQs) fence_proxy_async();  // this thread's cp.async bytes, visible to wgmma
-        __syncthreads();  // Q from every thread's cp.async
+        __syncthreads();                         // Q from every thread's cp.async
         if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid, kQs);
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
