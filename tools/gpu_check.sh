@@ -1813,6 +1813,47 @@ PY
         done
       fi
       ;;
+    s34b)
+      # Session 34, call 2: the softmax ordered before the P·V wait by a store of the row sums
+      # (GPTOSS_ATTN_SOFTMAX_ORDER=1, kOrder), alone and with Q from shared memory. Attention tests;
+      # attention_bench prefill opts 0 / 2 / 3 interleaved, two passes; ncu source of the kOrder
+      # ping-pong kernel at 8k; 120b --fp8-experts 8k prefill order 0 / 1 twice if full 8k gained >= 1%.
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*' > "$OUT/s34b_tests.log" 2>&1
+      rc=$?
+      summary+=("s34b tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s34b_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs|changes" "$OUT/s34b_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for o in 0 2 3; do
+            GPTOSS_ATTN_Q_SMEM=$((o & 1)) GPTOSS_ATTN_SOFTMAX_ORDER=$((o >> 1)) timeout 90 $BIN/attention_bench prefill \
+              > "$OUT/s34b_attn_opt${o}_$pass.log" 2>&1
+            echo "attention_bench opt $o pass $pass:"; grep -E "^prefill" "$OUT/s34b_attn_opt${o}_$pass.log"
+          done
+        done
+        full8k() { cat "$OUT"/s34b_attn_opt$1_*.log | awk -F'|' '/^prefill T=8192 +full/ {s += $2; n++} END {print s / n}'; }
+        f0=$(full8k 0); f2=$(full8k 2)
+        echo "full 8k mean: opt 0 $f0 us, opt 2 $f2 us"
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        GPTOSS_ATTN_SOFTMAX_ORDER=1 timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters \
+          --section InstructionStats --section WarpStateStats --section SpeedOfLight --section SchedulerStats \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1, .bool.0, 2' -c 1 -f \
+          -o "$WORK/s34b_attn" $BIN/attention_bench "prefill T=8192" > "$OUT/s34b_ncu.log" 2>&1
+        summary+=("s34b ncu rc=$?")
+        $NCU -i "$WORK/s34b_attn.ncu-rep" --page details > "$OUT/s34b_details.txt" 2>&1
+        $NCU -i "$WORK/s34b_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s34b_source.csv" 2>&1
+        grep -E "Duration|Executed Instructions  |Eligible Warps|Warp Cycles Per Issued" "$OUT/s34b_details.txt" | head -6
+        if awk -v a="$f0" -v b="$f2" 'BEGIN {exit !(b < 0.99 * a)}'; then
+          for v in 0 1 0 1; do
+            f="$OUT/s34b_prefill_120b_order$v.$RANDOM.log"
+            GPTOSS_ATTN_SOFTMAX_ORDER=$v GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \
+              --fp8-experts --prefill 8192 --batch "" --repeats 2 > "$f" 2>&1
+            summary+=("s34b 120b order=$v rc=$?")
+            echo "120b --fp8-experts ORDER=$v: $(grep -E "prefill +8192" "$f" | head -1)"
+            grep -E "^  (moe|attention|total) " "$f"
+          done
+        fi
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

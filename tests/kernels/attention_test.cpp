@@ -549,7 +549,7 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
     struct Variant {
         const char* name;
         bool wgmma, tma, pipe, pingpong;
-        int q_smem;
+        int opt;  // prefill_q_smem (bit 0), prefill_softmax_order (bit 1)
     };
     const Variant variants[] = {
         {"mma.sync", false, false, false, false, 0},   {"wgmma", true, false, false, false, 0},
@@ -563,7 +563,8 @@ void check_q_raw(const HostCase& c, DeviceCase& d, const std::string& tag, uint6
         d.args.prefill_tma = v.tma;
         d.args.prefill_pipe = v.pipe;
         d.args.prefill_pingpong = v.pingpong;
-        d.args.prefill_q_smem = v.q_smem;
+        d.args.prefill_q_smem = v.opt & 1;
+        d.args.prefill_softmax_order = v.opt >> 1;
         d.args.q = dq.as();
         std::vector<uint16_t> want, got;
         run_kernel(d, Kernel::kPrefill, 0, want);
@@ -724,24 +725,28 @@ public:
                 size_t moved = 0;
                 for (size_t i = 0; i < got.size(); ++i) moved += turns[i] != piped[i];
                 EXPECT_EQ(moved, 0u) << tag << ": the ping-pong kernel differs from the pipelined kernel";
-                // Q by descriptor from shared memory (prefill_q_smem): the same products, so the same bits as
-                // the register form, in both loops and with the quantizing epilogue.
+                // Q by descriptor from shared memory (prefill_q_smem) and the softmax ordered before the
+                // P·V wait (prefill_softmax_order): the same products and expressions, so the same bits
+                // as the register form, in both loops and with the quantizing epilogue.
                 for (bool pingpong : {false, true}) {
-                    std::vector<uint16_t> reg_q, smem_q;
-                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;
-                    d.args.prefill_pingpong = pingpong;
-                    d.args.prefill_q_smem = 0;
-                    run_kernel(d, Kernel::kPrefill, 0, reg_q);
-                    d.args.prefill_q_smem = 1;
-                    run_kernel(d, Kernel::kPrefill, 0, smem_q);
-                    check_out_q(d, c, std::string(tag) + " out_q q_smem pingpong " + std::to_string(pingpong), smem_q);
-                    d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = d.args.prefill_pingpong = false;
-                    d.args.prefill_q_smem = -1;
-                    if (::testing::Test::HasFatalFailure()) return;
-                    size_t qd = 0;
-                    for (size_t i = 0; i < got.size(); ++i) qd += smem_q[i] != reg_q[i] || reg_q[i] != piped[i];
-                    EXPECT_EQ(qd, 0u) << tag << ": Q from shared memory changes the output (pingpong " << pingpong
-                                      << ")";
+                    for (int opt = 1; opt < 4; ++opt) {
+                        std::vector<uint16_t> rows;
+                        d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = true;
+                        d.args.prefill_pingpong = pingpong;
+                        d.args.prefill_q_smem = opt & 1;
+                        d.args.prefill_softmax_order = opt >> 1;
+                        run_kernel(d, Kernel::kPrefill, 0, rows);
+                        const std::string what = " q_smem " + std::to_string(opt & 1) + " order " +
+                                                 std::to_string(opt >> 1) + " pingpong " + std::to_string(pingpong);
+                        check_out_q(d, c, std::string(tag) + " out_q" + what, rows);
+                        d.args.prefill_wgmma = d.args.prefill_tma = d.args.prefill_pipe = false;
+                        d.args.prefill_pingpong = false;
+                        d.args.prefill_q_smem = d.args.prefill_softmax_order = 0;
+                        if (::testing::Test::HasFatalFailure()) return;
+                        size_t od = 0;
+                        for (size_t i = 0; i < got.size(); ++i) od += rows[i] != piped[i];
+                        EXPECT_EQ(od, 0u) << tag << ":" << what << " changes the output";
+                    }
                 }
                 // The rows quantized for the O projection: in the epilogue of the pipelined and
                 // ping-pong kernels; after the TMA kernel by the quantizer.

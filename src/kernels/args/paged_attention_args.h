@@ -50,6 +50,9 @@ struct PagedAttentionArgs {
     // register fragments reloaded every KV tile (same bits; session 34, kernels/cuda/attention.cu
     // kQs). -1: GPTOSS_ATTN_Q_SMEM (unset: off), 0 off, 1 on.
     int prefill_q_smem = -1;
+    // With prefill_pipe: the softmax kept before the P·V wait by a store of the row sums (same bits;
+    // session 34, kernels/cuda/attention.cu kOrder). -1: GPTOSS_ATTN_SOFTMAX_ORDER (unset: off), 0, 1.
+    int prefill_softmax_order = -1;
     // The TMA prefill kernels zero a KV tile's V rows outside the query tile's visible keys
     // [kv_lo, p_last] in shared memory (P = 0 times a non-finite row would be NaN) only where a
     // row can hold a slot past the sequence's last written key: every row they load is a key of

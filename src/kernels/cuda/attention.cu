@@ -41,6 +41,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "core/check.h"
@@ -1033,7 +1034,7 @@ constexpr int kPipeStages = 4;                  // the pipelined variant's ring 
 // point). With 5 the stage of t - 3 is reused, released half an iteration earlier.
 constexpr int kPingPongStages = 5;
 constexpr int tma_prefill_smem(int stages) {
-    return 1024 + kPrefillRows * kRowBytes + stages * kTmaStageBytes + 16 * stages;
+    return 1024 + kPrefillRows * kRowBytes + stages * kTmaStageBytes + 16 * stages + 16;  // + kOrder's scratch
 }
 constexpr int kTmaPrefillSmem = tma_prefill_smem(kTmaStages);
 constexpr int kPipePrefillSmem = tma_prefill_smem(kPipeStages);
@@ -1199,7 +1200,13 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint64_t k
 // memory (wgmma SS) instead of ldmatrix'd fragments: no reload a tile and 16 registers fewer, which
 // ptxas may use to keep P(t) apart from the in-flight P(t - 1) (r48 item 1). r47 measured the SS
 // form alone (one P set) slower: full 8k -6.1% against -10.6% for the register form.
-template <bool kPipe, bool kPingPong = false, bool kOutQ = false, bool kQs = false>
+// kOrder (PagedAttentionArgs::prefill_softmax_order; session 34): the row sums stored to a scratch
+// word of shared memory right before the P·V wait. r48's SASS had ptxas schedule that wait
+// (WARPGROUP.DEPBAR 0x0) ahead of the row-max tree and all MUFUs even where no register of the
+// in-flight P·V was touched (s34a call 1): the store depends on every exponential and stays before
+// the wait (memory order), so the softmax runs under the P·V.
+// kOpt: bit 0 kQs, bit 1 kOrder.
+template <bool kPipe, bool kPingPong = false, bool kOutQ = false, int kOpt = 0>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
@@ -1209,7 +1216,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // kPipe holds a stage one iteration longer: thread 0 must never wait for a stage its own warp
     // releases later in the same iteration.
     static_assert(kAhead <= kStages - (kPipe ? 2 : 1), "the ring is too short for the lookahead");
-    static_assert(kPipe || !kQs, "Q by descriptor is the pipelined loop's");
+    constexpr bool kQs = (kOpt & 1) != 0, kOrder = (kOpt & 2) != 0;
+    static_assert(kPipe || kOpt == 0, "Q by descriptor and the ordered wait are the pipelined loop's");
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
@@ -1235,6 +1243,7 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     const uint32_t q_smem = (smem_addr(smem) + 1023u) & ~1023u;
     const uint32_t kv_smem = q_smem + kPrefillRows * kRowBytes;  // stage s: K at +s·16 KB, V 8 KB later
     const uint32_t bars = kv_smem + kStages * kTmaStageBytes;
+    const uint32_t scratch = bars + 16u * kStages;  // kOrder's 8 bytes, never read
     const auto full_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(s); };
     const auto empty_bar = [&](int s) { return bars + 8u * static_cast<uint32_t>(kStages + s); };
     // A tile's eight 16-row boxes are issued by one warpgroup's four lane 0s, warpgroup idx & 1 for
@@ -1422,6 +1431,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
                     for (int i = 0; i < 4; ++i) reg_fence(pn[kc][i]);
+                if constexpr (kOrder)  // the softmax before the wait (see kOrder)
+                    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(scratch), "f"(l[0]), "f"(l[1]) : "memory");
                 wgmma_wait<0>();  // P(t - 1)·V(t - 1) is done: o final for it, its stage free
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(o[i]);
@@ -2168,14 +2179,20 @@ void ensure_prefill_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, false, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, false, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true, true>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+    const auto pipe_attrs = [](auto opt) {
+        constexpr int kOpt = decltype(opt)::value;
+        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, false, kOpt>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, false, kOpt>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true, kOpt>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true, kOpt>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+    };
+    pipe_attrs(std::integral_constant<int, 1>{});
+    pipe_attrs(std::integral_constant<int, 2>{});
+    pipe_attrs(std::integral_constant<int, 3>{});
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -2239,13 +2256,17 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
     return std::max(1, std::min({splits, useful, max_splits}));
 }
 
-// PagedAttentionArgs::prefill_q_smem = -1: GPTOSS_ATTN_Q_SMEM=1 on, else off.
-static bool prefill_q_smem_default() {
-    static const bool on = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_Q_SMEM");
-        return v != nullptr && std::atoi(v) != 0;
+// PagedAttentionArgs::prefill_q_smem (bit 0) / prefill_softmax_order (bit 1) = -1: GPTOSS_ATTN_Q_SMEM /
+// GPTOSS_ATTN_SOFTMAX_ORDER = 1 on, else off.
+static int prefill_opt_default(int bit) {
+    static const int opts = [] {
+        const auto on = [](const char* name) {
+            const char* v = std::getenv(name);
+            return v != nullptr && std::atoi(v) != 0;
+        };
+        return (on("GPTOSS_ATTN_Q_SMEM") ? 1 : 0) | (on("GPTOSS_ATTN_SOFTMAX_ORDER") ? 2 : 0);
     }();
-    return on;
+    return opts & (1 << bit);
 }
 
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
@@ -2256,13 +2277,27 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_prefill_smem(current_device());
-        const bool qs = a.prefill_pipe && (a.prefill_q_smem < 0 ? prefill_q_smem_default() : a.prefill_q_smem != 0);
+        const int opt = (a.prefill_q_smem < 0    ? prefill_opt_default(0)
+                         : a.prefill_q_smem != 0 ? 1
+                                                 : 0) |
+                        (a.prefill_softmax_order < 0    ? prefill_opt_default(1)
+                         : a.prefill_softmax_order != 0 ? 2
+                                                        : 0);
         const size_t pipe_smem = a.prefill_pingpong ? kPingPongPrefillSmem : kPipePrefillSmem;
+        // The pipelined kernels by (ping-pong, quantizing epilogue, kOpt).
+        const auto pipe_kernel = [&](auto pp, auto oq) {
+            constexpr bool kPP = decltype(pp)::value, kOQ = decltype(oq)::value;
+            switch (opt) {
+                case 1: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 1>;
+                case 2: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 2>;
+                case 3: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 3>;
+                default: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 0>;
+            }
+        };
+        using T = std::true_type;
+        using F = std::false_type;
         if (a.prefill_pipe && a.out_q != nullptr) {  // the epilogue quantizes (PagedAttentionArgs::out_q)
-            auto kernel = a.prefill_pingpong ? (qs ? bf16_paged_attention_prefill_tma_kernel<true, true, true, true>
-                                                   : bf16_paged_attention_prefill_tma_kernel<true, true, true>)
-                                             : (qs ? bf16_paged_attention_prefill_tma_kernel<true, false, true, true>
-                                                   : bf16_paged_attention_prefill_tma_kernel<true, false, true>);
+            auto kernel = a.prefill_pingpong ? pipe_kernel(T{}, T{}) : pipe_kernel(F{}, T{});
             kernel<<<grid, kWgPrefillThreads, pipe_smem, stream>>>(a, k_map, v_map);
             CUDA_CHECK_LAUNCH();
             if (a.out_q_m_pad > a.num_tokens) {
@@ -2273,10 +2308,7 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
             return;
         }
         if (a.prefill_pipe) {
-            auto kernel = a.prefill_pingpong ? (qs ? bf16_paged_attention_prefill_tma_kernel<true, true, false, true>
-                                                   : bf16_paged_attention_prefill_tma_kernel<true, true>)
-                                             : (qs ? bf16_paged_attention_prefill_tma_kernel<true, false, false, true>
-                                                   : bf16_paged_attention_prefill_tma_kernel<true>);
+            auto kernel = a.prefill_pingpong ? pipe_kernel(T{}, F{}) : pipe_kernel(F{}, F{});
             kernel<<<grid, kWgPrefillThreads, pipe_smem, stream>>>(a, k_map, v_map);
         } else
             bf16_paged_attention_prefill_tma_kernel<false>
