@@ -1854,6 +1854,47 @@ PY
         fi
       fi
       ;;
+    s34c)
+      # Session 34, closing call: kOrder on by default (GPTOSS_ATTN_SOFTMAX_ORDER=0 the old schedule),
+      # Q from shared memory removed. Attention, model and engine tests; attention_bench prefill
+      # order 1 / 0 interleaved, two passes; ncu source of the default ping-pong kernel at 8k; the
+      # bars: 8k prefill 20b, 120b --fp8-experts (stage profile), batch-1 decode at 1k 20b and 120b.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*:CudaModel.*:CudaEngine.*' > "$OUT/s34c_tests.log" 2>&1
+      rc=$?
+      summary+=("s34c tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s34c_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs|changes" "$OUT/s34c_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 1 0; do
+            GPTOSS_ATTN_SOFTMAX_ORDER=$v timeout 90 $BIN/attention_bench prefill > "$OUT/s34c_attn_order${v}_$pass.log" 2>&1
+            echo "attention_bench order $v pass $pass:"; grep -E "^prefill T=(8192|32768)" "$OUT/s34c_attn_order${v}_$pass.log"
+          done
+        done
+        NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+        timeout 120 $NCU --clock-control none --cache-control none --section SourceCounters \
+          --section InstructionStats --section WarpStateStats --section SpeedOfLight --section SchedulerStats \
+          --kernel-name-base demangled -k 'regex:prefill_tma_kernel<.bool.1, .bool.1, .bool.0, .bool.1' -c 1 -f \
+          -o "$WORK/s34c_attn" $BIN/attention_bench "prefill T=8192" > "$OUT/s34c_ncu.log" 2>&1
+        summary+=("s34c ncu rc=$?")
+        $NCU -i "$WORK/s34c_attn.ncu-rep" --page details > "$OUT/s34c_details.txt" 2>&1
+        $NCU -i "$WORK/s34c_attn.ncu-rep" --page source --csv --print-source sass > "$OUT/s34c_source.csv" 2>&1
+        grep -E "Duration|Executed Instructions  |Eligible Warps|Warp Cycles Per Issued" "$OUT/s34c_details.txt" | head -6
+        for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts"; do
+          m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+          GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" --repeats 2 \
+            > "$OUT/s34c_prefill_$tag.log" 2>&1
+          summary+=("s34c prefill $tag rc=$?")
+          echo "$tag: $(grep -E "prefill +8192" "$OUT/s34c_prefill_$tag.log" | head -1)"
+          grep -E "^  (moe|attention|total) " "$OUT/s34c_prefill_$tag.log"
+        done
+        for m in gpt-oss-20b gpt-oss-120b; do
+          timeout 100 $BIN/gptoss bench --synthetic $m --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 32 \
+            --repeats 3 > "$OUT/s34c_decode_$m.log" 2>&1
+          summary+=("s34c decode $m rc=$?")
+          echo "$m batch 1:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s34c_decode_$m.log"
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -46,12 +46,9 @@ struct PagedAttentionArgs {
     // r34: ~1% faster on full layers past 2k queries, slower on sliding ones (the CUDA model's rule,
     // CudaModel kPingPongMinQuery).
     bool prefill_pingpong = false;
-    // With prefill_pipe: S = Q·Kᵀ reads Q by descriptor from shared memory (wgmma SS) instead of
-    // register fragments reloaded every KV tile (same bits; session 34, kernels/cuda/attention.cu
-    // kQs). -1: GPTOSS_ATTN_Q_SMEM (unset: off), 0 off, 1 on.
-    int prefill_q_smem = -1;
     // With prefill_pipe: the softmax kept before the P·V wait by a store of the row sums (same bits;
-    // session 34, kernels/cuda/attention.cu kOrder). -1: GPTOSS_ATTN_SOFTMAX_ORDER (unset: off), 0, 1.
+    // session 34, kernels/cuda/attention.cu kOrder; full 8k -1.7%). -1: on unless
+    // GPTOSS_ATTN_SOFTMAX_ORDER=0; 0 off; 1 on.
     int prefill_softmax_order = -1;
     // The TMA prefill kernels zero a KV tile's V rows outside the query tile's visible keys
     // [kv_lo, p_last] in shared memory (P = 0 times a non-finite row would be NaN) only where a

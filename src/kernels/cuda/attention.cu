@@ -373,7 +373,7 @@ __device__ __forceinline__ float* q_rope_bias() {
 }
 template <int kThreads>
 __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n_valid, int kv_head, uint32_t q_smem,
-                                              int tid, bool async_reads = false) {
+                                              int tid) {
     constexpr int kHalf = kHeadDim / 2;
     float2(*cs)[kHalf] = q_rope_cs();
 #pragma unroll
@@ -417,7 +417,6 @@ __device__ __forceinline__ void rotate_q_tile(const PagedAttentionArgs& a, int n
                      "r"(hi[3])
                      : "memory");
     }
-    if (async_reads) fence_proxy_async();  // the rotated rows, visible to wgmma's async proxy (Q by descriptor)
     __syncthreads();
 }
 
@@ -1086,21 +1085,6 @@ __device__ __forceinline__ void turn_pass(int wg) {
                  : "memory");
 }
 
-// D (+)= A·B, m64n64k16, bf16, A and B by descriptor (both K-major: S = Q·Kᵀ with Q from shared memory).
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "%32, %33, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
-
 // ---- The pieces of the pipelined tile loop (kPipe below): S(t) and P(t - 1)·V(t - 1) issued
 // together, the softmax of S(t) while P·V runs. Issue functions only issue: the caller waits and
 // then fences the operand registers (qa after S, pa and o after P·V), which keeps the compiler from
@@ -1128,34 +1112,6 @@ __device__ __forceinline__ void pipe_issue_pv(uint32_t (&pa)[4][4], uint64_t v_d
 #pragma unroll
         for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
     wgmma_fence();
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
-    wgmma_commit();
-}
-// Q by descriptor (kQs below): q_desc is the warpgroup's 64 Q rows, k16 step kc at + 2·kc.
-__device__ __forceinline__ void pipe_issue_s_qs(uint64_t q_desc, uint64_t k_desc, float (&s)[32]) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_ss(s, q_desc + 2 * kc, k_desc + 2 * kc, kc);
-    wgmma_commit();
-}
-__device__ __forceinline__ void pipe_issue_s_pv_qs(uint64_t q_desc, uint64_t k_desc, float (&s)[32],
-                                                   uint32_t (&pa)[4][4], uint64_t v_desc, float (&o)[32]) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        reg_fence(s[i]);
-        reg_fence(o[i]);
-    }
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) reg_fence(pa[kc][i]);
-    wgmma_fence();
-#pragma unroll
-    for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_ss(s, q_desc + 2 * kc, k_desc + 2 * kc, kc);
-    wgmma_commit();
 #pragma unroll
     for (int kc = 0; kc < 4; ++kc) wgmma_m64n64k16_rs<1>(o, pa[kc], v_desc + 128 * kc, 1);
     wgmma_commit();
@@ -1196,17 +1152,15 @@ __device__ __forceinline__ void pipe_issue_s_pv(uint32_t (&qa)[4][4], uint64_t k
 // kOutQ (PagedAttentionArgs::out_q): the epilogue writes the rows quantized for the O projection's
 // FP8 GEMM instead of bf16 (a separate instantiation, so the bf16 kernel's code stays as measured:
 // r35 saw a dead block in the epilogue cost the ping-pong kernel 15%).
-// kQs (PagedAttentionArgs::prefill_q_smem; session 34): S = Q·Kᵀ with Q read by descriptor from shared
-// memory (wgmma SS) instead of ldmatrix'd fragments: no reload a tile and 16 registers fewer, which
-// ptxas may use to keep P(t) apart from the in-flight P(t - 1) (r48 item 1). r47 measured the SS
-// form alone (one P set) slower: full 8k -6.1% against -10.6% for the register form.
-// kOrder (PagedAttentionArgs::prefill_softmax_order; session 34): the row sums stored to a scratch
-// word of shared memory right before the P·V wait. r48's SASS had ptxas schedule that wait
-// (WARPGROUP.DEPBAR 0x0) ahead of the row-max tree and all MUFUs even where no register of the
-// in-flight P·V was touched (s34a call 1): the store depends on every exponential and stays before
-// the wait (memory order), so the softmax runs under the P·V.
-// kOpt: bit 0 kQs, bit 1 kOrder.
-template <bool kPipe, bool kPingPong = false, bool kOutQ = false, int kOpt = 0>
+// kOrder (PagedAttentionArgs::prefill_softmax_order; session 34): the pipelined loop stores its row
+// sums to a scratch word of shared memory right before the P·V wait. r48's SASS had ptxas schedule
+// that wait (WARPGROUP.DEPBAR 0x0) ahead of the row-max tree and all MUFUs, though none of them
+// touched a register of the in-flight P·V (s34a call 1). The store depends on every exponential and
+// stays before the wait (memory order), so the softmax runs under the P·V. attention_bench (s34b
+// call 2, interleaved, two passes): full 8k 1,268 -> 1,247 us (-1.7%), 32k 20,070 -> 19,880 (-1%),
+// 1k and sliding unchanged. (Q by descriptor from shared memory for S, with or without it: full 8k
+// +0.3% alone, +2% with it; not kept.)
+template <bool kPipe, bool kPingPong = false, bool kOutQ = false, bool kOrder = true>
 __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     bf16_paged_attention_prefill_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
                                             const __grid_constant__ CUtensorMap k_map,
@@ -1216,8 +1170,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     // kPipe holds a stage one iteration longer: thread 0 must never wait for a stage its own warp
     // releases later in the same iteration.
     static_assert(kAhead <= kStages - (kPipe ? 2 : 1), "the ring is too short for the lookahead");
-    constexpr bool kQs = (kOpt & 1) != 0, kOrder = (kOpt & 2) != 0;
-    static_assert(kPipe || kOpt == 0, "Q by descriptor and the ordered wait are the pipelined loop's");
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31;
     const int warp = __shfl_sync(0xffffffffu, tid >> 5, 0);  // warp-uniform for the compiler
@@ -1264,8 +1216,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
     }
     __syncthreads();
     const uint64_t k_desc0 = desc_sw128(kv_smem);  // stage 0's K tile
-    // kQs: the warpgroup's 64 Q rows (8 KB, 1 KB-aligned; the Q tile's swizzle is the hardware's).
-    const uint64_t q_desc = desc_sw128(q_smem + static_cast<uint32_t>(wg * 64 * kRowBytes));
 
     // KV tile `tile` into the stage of running index idx (phases run on across query tiles), once
     // every warp has released that stage's previous tile. Called by every thread at the same points.
@@ -1306,9 +1256,8 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         for (int i = 0; i < min(kAhead, n_tiles); ++i) issue(idx0 + i, tile_first + i, kv_lo, p_last);
         q_tile_cos_sin<kWgPrefillThreads>(a, q_begin + t0, n_valid, tid);
         cp_async_wait<0>();
-        if constexpr (kQs) fence_proxy_async();  // this thread's cp.async bytes, visible to wgmma
-        __syncthreads();                         // Q from every thread's cp.async
-        if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid, kQs);
+        __syncthreads();  // Q from every thread's cp.async
+        if (a.q_raw != nullptr) rotate_q_tile<kWgPrefillThreads>(a, n_valid, kv_head, q_smem, tid);
 
         float s[32];  // S accumulators, then P (layout as o's, keys for dims)
         float o[32];  // O accumulators: d[4·dt + e], dims 8dt + 2tig + (e & 1), row g + 8·(e >> 1)
@@ -1346,11 +1295,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
                 warpgroup_barrier(wg);
             }
-            if constexpr (!kQs) {
 #pragma unroll
-                for (int kc = 0; kc < 4; ++kc)
-                    ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
-            }
+            for (int kc = 0; kc < 4; ++kc)
+                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
             return k_s;
         };
         // The descriptors of tile it's K and V (stage (idx0 + it) % kStages): one base, the stage's
@@ -1388,20 +1335,15 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 int key0;
                 tile_front(0, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                if constexpr (kQs)
-                    pipe_issue_s_qs(q_desc, k_desc(0), s);
-                else
-                    pipe_issue_s(qa, k_desc(0), s);
+                pipe_issue_s(qa, k_desc(0), s);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<0>();
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-                if constexpr (!kQs) {
 #pragma unroll
-                    for (int kc = 0; kc < 4; ++kc)
+                for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                }
+                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
                 tile_softmax_pack(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved, pa0);
                 tile_rescale(corr, moved, o);
             }
@@ -1412,20 +1354,15 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 int key0;
                 tile_front(it, qa, key0);
                 if constexpr (kPingPong) turn_wait(wg);
-                if constexpr (kQs)
-                    pipe_issue_s_pv_qs(q_desc, k_desc(it), s, pu, v_desc(it - 1), o);
-                else
-                    pipe_issue_s_pv(qa, k_desc(it), s, pu, v_desc(it - 1), o);
+                pipe_issue_s_pv(qa, k_desc(it), s, pu, v_desc(it - 1), o);
                 if constexpr (kPingPong) turn_pass(wg);
                 wgmma_wait<1>();  // S(t) (committed first) is done
 #pragma unroll
                 for (int i = 0; i < 32; ++i) reg_fence(s[i]);
-                if constexpr (!kQs) {
 #pragma unroll
-                    for (int kc = 0; kc < 4; ++kc)
+                for (int kc = 0; kc < 4; ++kc)
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
-                }
+                    for (int i = 0; i < 4; ++i) reg_fence(qa[kc][i]);
                 tile_softmax_pack(s, key0, p0, p_last, window, tig, row_pos, qk_scale, m, l, corr, moved, pn);
 #pragma unroll
                 for (int kc = 0; kc < 4; ++kc)
@@ -2179,20 +2116,15 @@ void ensure_prefill_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
-    const auto pipe_attrs = [](auto opt) {
-        constexpr int kOpt = decltype(opt)::value;
-        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, false, kOpt>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, false, kOpt>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true, kOpt>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
-        CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true, kOpt>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
-    };
-    pipe_attrs(std::integral_constant<int, 1>{});
-    pipe_attrs(std::integral_constant<int, 2>{});
-    pipe_attrs(std::integral_constant<int, 3>{});
+    // kOrder off (GPTOSS_ATTN_SOFTMAX_ORDER=0: A/B runs).
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, false, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, false, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, false, true, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPipePrefillSmem));
+    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_prefill_tma_kernel<true, true, true, false>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, kPingPongPrefillSmem));
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
 
@@ -2256,17 +2188,13 @@ int choose_decode_splits(int num_seqs, int num_kv_heads, int max_context_len, in
     return std::max(1, std::min({splits, useful, max_splits}));
 }
 
-// PagedAttentionArgs::prefill_q_smem (bit 0) / prefill_softmax_order (bit 1) = -1: GPTOSS_ATTN_Q_SMEM /
-// GPTOSS_ATTN_SOFTMAX_ORDER = 1 on, else off.
-static int prefill_opt_default(int bit) {
-    static const int opts = [] {
-        const auto on = [](const char* name) {
-            const char* v = std::getenv(name);
-            return v != nullptr && std::atoi(v) != 0;
-        };
-        return (on("GPTOSS_ATTN_Q_SMEM") ? 1 : 0) | (on("GPTOSS_ATTN_SOFTMAX_ORDER") ? 2 : 0);
+// PagedAttentionArgs::prefill_softmax_order = -1: on unless GPTOSS_ATTN_SOFTMAX_ORDER=0.
+static bool prefill_softmax_order_default() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_ATTN_SOFTMAX_ORDER");
+        return v == nullptr || std::atoi(v) != 0;
     }();
-    return opts & (1 << bit);
+    return on;
 }
 
 void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
@@ -2277,22 +2205,13 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
     CUtensorMap k_map, v_map;
     if (a.prefill_wgmma && a.prefill_tma && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map)) {
         ensure_prefill_smem(current_device());
-        const int opt = (a.prefill_q_smem < 0    ? prefill_opt_default(0)
-                         : a.prefill_q_smem != 0 ? 1
-                                                 : 0) |
-                        (a.prefill_softmax_order < 0    ? prefill_opt_default(1)
-                         : a.prefill_softmax_order != 0 ? 2
-                                                        : 0);
+        const bool order = a.prefill_softmax_order < 0 ? prefill_softmax_order_default() : a.prefill_softmax_order != 0;
         const size_t pipe_smem = a.prefill_pingpong ? kPingPongPrefillSmem : kPipePrefillSmem;
-        // The pipelined kernels by (ping-pong, quantizing epilogue, kOpt).
+        // The pipelined kernels by (ping-pong, quantizing epilogue, kOrder).
         const auto pipe_kernel = [&](auto pp, auto oq) {
             constexpr bool kPP = decltype(pp)::value, kOQ = decltype(oq)::value;
-            switch (opt) {
-                case 1: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 1>;
-                case 2: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 2>;
-                case 3: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 3>;
-                default: return bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, 0>;
-            }
+            return order ? bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, true>
+                         : bf16_paged_attention_prefill_tma_kernel<true, kPP, kOQ, false>;
         };
         using T = std::true_type;
         using F = std::false_type;
