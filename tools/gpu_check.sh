@@ -1895,6 +1895,33 @@ PY
         done
       fi
       ;;
+    s34d)
+      # Session 34, last call: Q's fragments loaded before the KV tile's issue and wait (tile_front).
+      # Attention tests; attention_bench prefill against the s34c binary (.device_pack/attention_bench_old.gz
+      # = 199dde4), interleaved, two passes; 8k prefill 20b and 120b --fp8-experts (stage profile).
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='PagedAttentionCuda.*' > "$OUT/s34d_tests.log" 2>&1
+      rc=$?
+      summary+=("s34d tests rc=$rc $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/s34d_tests.log" | tr '\n' ' ')")
+      grep -E "FAILED|Failure|differs|changes" "$OUT/s34d_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        gunzip -c .device_pack/attention_bench_old.gz > "$WORK/attention_bench_old" && chmod +x "$WORK/attention_bench_old"
+        for pass in 1 2; do
+          for v in old new; do
+            b=$BIN/attention_bench; [ $v = old ] && b="$WORK/attention_bench_old"
+            timeout 90 $b prefill > "$OUT/s34d_attn_${v}_$pass.log" 2>&1
+            echo "attention_bench $v pass $pass:"; grep -E "^prefill" "$OUT/s34d_attn_${v}_$pass.log"
+          done
+        done
+        for cfg in "gpt-oss-20b|" "gpt-oss-120b|--fp8-experts"; do
+          m=${cfg%%|*}; x=${cfg#*|}; tag=$m${x:+_fp8x}
+          GPTOSS_PROFILE=1 timeout 100 $BIN/gptoss bench --synthetic $m --fp8 $x --prefill 8192 --batch "" --repeats 2 \
+            > "$OUT/s34d_prefill_$tag.log" 2>&1
+          summary+=("s34d prefill $tag rc=$?")
+          echo "$tag: $(grep -E "prefill +8192" "$OUT/s34d_prefill_$tag.log" | head -1)"
+          grep -E "^  (moe|attention|total) " "$OUT/s34d_prefill_$tag.log"
+        done
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
