@@ -1276,12 +1276,6 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
         // zeroed, Q's fragments reloaded (see above); returns the stage's K address and first key.
         const auto tile_front = [&](int it, uint32_t(&qa)[4][4], int& key0) {
             const int tile = tile_first + it, idx = idx0 + it, stage = idx % kStages;
-            // Q's fragments first: their shared-memory latency under the issue and the wait (s34c's
-            // ncu had the S wgmma's WARPGROUP.ARRIVE waiting on them, short scoreboard, ~2% of the
-            // stall samples, when they were loaded after the wait).
-#pragma unroll
-            for (int kc = 0; kc < 4; ++kc)
-                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
             if (it + kAhead < n_tiles) issue(idx + kAhead, tile + kAhead, kv_lo, p_last);
             attn_mbar_wait(full_bar(stage), static_cast<uint32_t>((idx / kStages) & 1));
             const uint32_t k_s = kv_smem + stage * kTmaStageBytes;
@@ -1301,6 +1295,9 @@ __global__ void __launch_bounds__(kWgPrefillThreads, 2)
                 fence_proxy_async();  // the zeros, visible to this warpgroup's wgmma
                 warpgroup_barrier(wg);
             }
+#pragma unroll
+            for (int kc = 0; kc < 4; ++kc)
+                ldmatrix_x4(qa[kc], q_smem + swizzle(warp * 16 + (lane & 15), kc * 2 + (lane >> 4)));
             return k_s;
         };
         // The descriptors of tile it's K and V (stage (idx0 + it) % kStages): one base, the stage's
