@@ -1922,6 +1922,26 @@ PY
         done
       fi
       ;;
+    s34e)
+      # Session 34, budget's end: with the softmax now ahead of the P·V wait (kOrder), are the
+      # ping-pong turns still worth it on full layers? attention_bench prefill (the model's rule /
+      # GPTOSS_ATTN_PINGPONG=0), interleaved, two passes; 120b --fp8-experts 8k prefill once each.
+      for pass in 1 2; do
+        for v in rule 0; do
+          if [ $v = rule ]; then e=(env); else e=(env GPTOSS_ATTN_PINGPONG=0); fi
+          "${e[@]}" GPTOSS_ATTN_OUT_Q=1 timeout 60 $BIN/attention_bench prefill > "$OUT/s34e_attn_pp${v}_$pass.log" 2>&1
+          echo "attention_bench pingpong $v pass $pass:"; grep -E "^prefill T=(8192|32768) +full" "$OUT/s34e_attn_pp${v}_$pass.log"
+        done
+      done
+      for v in rule 0; do
+        if [ $v = rule ]; then e=(env); else e=(env GPTOSS_ATTN_PINGPONG=0); fi
+        "${e[@]}" GPTOSS_PROFILE=1 timeout 80 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill 8192 \
+          --batch "" --repeats 2 > "$OUT/s34e_prefill_120b_pp$v.log" 2>&1
+        summary+=("s34e 120b pingpong $v rc=$?")
+        echo "120b --fp8-experts pingpong $v: $(grep -E "prefill +8192" "$OUT/s34e_prefill_120b_pp$v.log" | head -1)"
+        grep -E "^  (moe|attention|total) " "$OUT/s34e_prefill_120b_pp$v.log"
+      done
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
