@@ -1942,6 +1942,39 @@ PY
         grep -E "^  (moe|attention|total) " "$OUT/s34e_prefill_120b_pp$v.log"
       done
       ;;
+    s35a)
+      # Session 35: the FP8 GEMVs' MMAs in f16 (e4m3 -> f16 by cvt, x staged once a CTA as f16;
+      # GemvArgs::mma_f16, GPTOSS_GEMV_F16=0 for the bf16 MMAs). Tests, gemv_bench both ways, then
+      # decode at 1k interleaved (20b batches 1-8 two passes, 120b batch 1), and the 20b kernel trace.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaFp8Gemv.*:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s35a_tests.log" 2>&1
+      rc=$?
+      summary+=("s35a tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s35a_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for v in 0 1; do
+          GPTOSS_GEMV_F16=$v timeout 120 $BIN/gemv_bench 1 4 8 > "$OUT/s35a_gemv_f16$v.log" 2>&1
+          echo "gemv_bench f16=$v:"; grep -E "^\|" "$OUT/s35a_gemv_f16$v.log" | grep -v -- "---"
+        done
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_GEMV_F16=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,8 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s35a_20b_f16${v}_$pass.log" 2>&1
+            summary+=("s35a 20b f16=$v pass $pass rc=$?")
+            echo "20b f16=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35a_20b_f16${v}_$pass.log"
+          done
+        done
+        for v in 0 1; do
+          GPTOSS_GEMV_F16=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s35a_120b_f16$v.log" 2>&1
+          summary+=("s35a 120b f16=$v rc=$?")
+          echo "120b f16=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35a_120b_f16$v.log"
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s35a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s35a_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s35a_ktrace_20b.csv"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -5,7 +5,8 @@
 // (GemvFp8Kernel::kMma) rounds x to bf16, and its reference does too. Shapes: the QKV (5120 × 2880),
 // O (2880 × 4096), a row count that leaves a partial 128-row block and a partial 16-row tile (700),
 // many rows (20,000 × 512) and fewer rows than a tile (3 × 128). A second test feeds every e4m3
-// code (subnormals included) with scales far from 1.
+// code (subnormals included) with scales far from 1. The tensor-core kernels run with f16 MMAs (the
+// default, GemvArgs::mma_f16) and bf16 ones; a third test covers the f16 path's x beyond f16's range.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,7 +25,7 @@ using test::kTolF32;
 
 // y = x · Wᵀ + bias for T tokens through `kind`, W the FP8 weight f8.
 GemvArgs fp8_gemv_args(const Fp8Weight& f8, const DeviceBuffer& x, bool x_bf16, const DeviceBuffer& bias,
-                       DeviceBuffer& y, int T, GemvFp8Kernel kind) {
+                       DeviceBuffer& y, int T, GemvFp8Kernel kind, bool f16 = true) {
     GemvArgs g;
     g.x = x.get();
     g.x_bf16 = x_bf16;
@@ -37,6 +38,7 @@ GemvArgs fp8_gemv_args(const Fp8Weight& f8, const DeviceBuffer& x, bool x_bf16, 
     g.n = f8.n;
     g.k = f8.k;
     g.fp8_kernel = kind;
+    g.mma_f16 = f16;
     return g;
 }
 
@@ -81,16 +83,18 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                 if (xb) x = test::bf16_round(x);
                 const std::vector<float> ref_x = reference(x, T);  // the row kernel multiplies x
                 const std::vector<float> ref_bf16 = xb ? ref_x : reference(test::bf16_round(x), T);  // the MMA ones
-                for (GemvFp8Kernel kind :
-                     {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
-                    const bool mma = kind != GemvFp8Kernel::kRowPerWarp;
+                for (int variant = 0; variant < 5; ++variant) {  // row; MMA, one-wave MMA in f16, in bf16
+                    const GemvFp8Kernel kind = variant == 0       ? GemvFp8Kernel::kRowPerWarp
+                                               : variant % 2 == 1 ? GemvFp8Kernel::kMma
+                                                                  : GemvFp8Kernel::kMmaOneWave;
+                    const bool mma = variant > 0, f16 = variant <= 2;
                     const std::vector<float>& ref = mma ? ref_bf16 : ref_x;
                     auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
                     auto dy = test::poisoned(ref.size() * 4);
-                    gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind), nullptr);
+                    gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind, f16), nullptr);
                     EXPECT_TRUE(close(test::to_host<float>(dy, ref.size()), ref, kTolF32, "fp8 gemv"))
                         << "n " << n << " k " << k << " T " << T << " bf16 x " << xb << " kernel "
-                        << static_cast<int>(kind);
+                        << static_cast<int>(kind) << " f16 " << f16;
                 }
             }
         }
@@ -139,18 +143,78 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
                 mag[static_cast<size_t>(t) * n + r] = m;
             }
         auto dx = test::to_device(test::to_bf16(x));
-        for (GemvFp8Kernel kind : {GemvFp8Kernel::kRowPerWarp, GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
+        for (int variant = 0; variant < 5; ++variant) {  // as above
+            const GemvFp8Kernel kind = variant == 0       ? GemvFp8Kernel::kRowPerWarp
+                                       : variant % 2 == 1 ? GemvFp8Kernel::kMma
+                                                          : GemvFp8Kernel::kMmaOneWave;
             auto dy = test::poisoned(ref.size() * 4);
-            gemv_bf16w(fp8_gemv_args(f8, dx, true, db, dy, T, kind), nullptr);
+            gemv_bf16w(fp8_gemv_args(f8, dx, true, db, dy, T, kind, variant <= 2), nullptr);
             const auto got = test::to_host<float>(dy, ref.size());
             int bad = 0;
             for (size_t i = 0; i < ref.size(); ++i) {
                 const double tol = 1e-4 * mag[i] + 1e-6 * std::fabs(ref[i]);  // + bias rounding
                 if (!(std::fabs(got[i] - ref[i]) <= tol) && ++bad <= 5)
-                    ADD_FAILURE() << "T " << T << " kernel " << static_cast<int>(kind) << " token " << i / n << " row "
-                                  << i % n << ": " << got[i] << " vs " << ref[i] << " (tol " << tol << ")";
+                    ADD_FAILURE() << "T " << T << " variant " << variant << " token " << i / n << " row " << i % n
+                                  << ": " << got[i] << " vs " << ref[i] << " (tol " << tol << ")";
             }
-            EXPECT_EQ(bad, 0) << "T " << T << " kernel " << static_cast<int>(kind);
+            EXPECT_EQ(bad, 0) << "T " << T << " variant " << variant;
+        }
+    }
+}
+
+// The f16 MMAs' overflow path: tokens whose x reaches f16's range (|x| ≥ 65504) are staged times
+// 2^-16 and scaled back; the others in the same CTA are not. Tokens 1 and 4 (of 6) hold x · 2^17,
+// a third of their values beyond f16's range. Reference as above (x rounded to bf16, double sums).
+// Tolerance per output: the fp32 one of EveryCodeAndScale, 1e-4 · Σ|w·x|, plus for the scaled tokens
+// Σ|w| · 2^-9 (their staged values below 4 round within 2^-9). A scaling applied to the wrong token,
+// or not at all (inf), or not undone (2^16 off) fails by orders of magnitude.
+TEST(CudaFp8Gemv, F16ScalesTokensBeyondItsRange) {
+    REQUIRE_GPU();
+    for (const auto& [n, k] : {std::pair{700, 2880}, {256, 4096}}) {
+        const int T = 6;
+        const auto wf = test::randn(static_cast<size_t>(n) * k, 51, 0.02f);
+        DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
+        const Fp8Weight f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto q = test::to_host<uint8_t>(f8.q, static_cast<size_t>(n) * f8.k_pad);
+        const int kb = f8.k_pad / 128;
+        const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
+        const auto bias = test::randn(n, 52, 0.1f);
+        DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
+        auto x = test::randn(static_cast<size_t>(T) * k, 53);
+        for (int t : {1, 4})
+            for (int c = 0; c < k; ++c) x[static_cast<size_t>(t) * k + c] *= 131072.0f;
+        x = test::bf16_round(x);
+        for (GemvFp8Kernel kind : {GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
+            if (kind == GemvFp8Kernel::kMmaOneWave && f8.k_pad > 3072) continue;  // kMma then
+            for (bool xb : {false, true}) {
+                auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
+                auto dy = test::poisoned(static_cast<size_t>(T) * n * 4);
+                gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind, true), nullptr);
+                const auto got = test::to_host<float>(dy, static_cast<size_t>(T) * n);
+                int bad = 0;
+                for (int t = 0; t < T; ++t)
+                    for (int r = 0; r < n; ++r) {
+                        double acc = 0, mag = 0, wsum = 0;
+                        for (int c = 0; c < k; ++c) {
+                            const double w =
+                                static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
+                                sc[static_cast<size_t>(r / 128) * kb + c / 128];
+                            const double p = w * x[static_cast<size_t>(t) * k + c];
+                            acc += p;
+                            mag += std::fabs(p);
+                            wsum += std::fabs(w);
+                        }
+                        const double ref = acc + bias[r];
+                        const double tol = 1e-4 * mag + 1e-6 * std::fabs(ref) + (t == 1 || t == 4 ? wsum / 512.0 : 0.0);
+                        const float v = got[static_cast<size_t>(t) * n + r];
+                        if (!(std::fabs(v - ref) <= tol) && ++bad <= 5)
+                            ADD_FAILURE() << "n " << n << " k " << k << " kernel " << static_cast<int>(kind)
+                                          << " bf16 x " << xb << " token " << t << " row " << r << ": " << v << " vs "
+                                          << ref << " (tol " << tol << ")";
+                    }
+                EXPECT_EQ(bad, 0);
+            }
         }
     }
 }

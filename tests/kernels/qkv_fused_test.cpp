@@ -6,7 +6,8 @@
 // tensor-core kernel, and its one-wave variant, against the plain GEMV of the same kind (the same
 // tiles' sums, other rows per tile); the tensor-core kernel again with an FP8 (e4m3) KV cache,
 // whose bytes must agree but for ≤ 0.1% that are neighbouring e4m3 codes (the same
-// FMA-contraction caveat, one e4m3 step instead of one bf16 ulp).
+// FMA-contraction caveat, one e4m3 step instead of one bf16 ulp); and the tensor-core kernels' f16
+// MMAs (the default) against their bf16 MMAs, under the same bounds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,12 +27,14 @@ namespace {
 TEST(CudaQkvFused, MatchesGemvThenRope) {
     REQUIRE_GPU();
     const int H = 2880, hd = 64;
-    // bf16; FP8 one warp per row; FP8 on the tensor cores; + FP8 KV; the one-wave tensor-core variant
-    for (int variant : {0, 1, 2, 3, 4}) {
-        const bool fp8 = variant > 0, kv8 = variant == 3;
-        const GemvFp8Kernel kind = variant == 4   ? GemvFp8Kernel::kMmaOneWave
-                                   : variant >= 2 ? GemvFp8Kernel::kMma
-                                                  : GemvFp8Kernel::kRowPerWarp;
+    // bf16; FP8 one warp per row; FP8 on the tensor cores; + FP8 KV; the one-wave tensor-core variant;
+    // 5, 6: the tensor-core kernel and its one-wave variant (f16 MMAs, the default) against the plain
+    // GEMV with bf16 MMAs (GemvArgs::mma_f16 = false: the same products but for x below 2^-14).
+    for (int variant : {0, 1, 2, 3, 4, 5, 6}) {
+        const bool fp8 = variant > 0, kv8 = variant == 3, ref_bf16_mma = variant >= 5;
+        const GemvFp8Kernel kind = variant == 4 || variant == 6 ? GemvFp8Kernel::kMmaOneWave
+                                   : variant >= 2               ? GemvFp8Kernel::kMma
+                                                                : GemvFp8Kernel::kRowPerWarp;
         for (int nkv : {8, 4, 1}) {
             const int nq = 8 * nkv, n = (nq + 2 * nkv) * hd;
             for (int T : {1, 3, 8}) {
@@ -88,6 +91,7 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                     if (p == 0) {
                         g.y = qkv.as<float>();
                         g.legacy = true;
+                        g.mma_f16 = !ref_bf16_mma;
                         gemv_bf16w(g, nullptr);
                         qkv_bias_rope_kv_write(r, nullptr);
                     } else {

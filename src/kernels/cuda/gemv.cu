@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "kernels/cuda/common.cuh"
@@ -471,7 +473,90 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
     }
 }
 
-template <typename XT, bool kRope, int kSteps = kMmaSteps>
+// kF16 (GemvArgs::mma_f16, session 35): the same MMAs in f16. An e4m3 pair becomes an f16 pair in
+// one instruction (cvt.rn.f16x2.e4m3x2, F2FP.F16.E4M3.UNPACK_B: exact, subnormals included)
+// where the bf16 route above takes five; cvt_bench measured 141 against 65 values an SM-clock. x is
+// rounded to bf16 as before (so the products are the same), then staged once a CTA in shared memory
+// as f16, which holds every bf16 value of [2^-14, 65504] exactly (below, f16's subnormals round it
+// within 2^-25). A token whose x reaches 65504 in magnitude is staged again as x · 2^-16 and its sums
+// scaled back by 2^16 (exact), which leaves its values below 4 rounded within 2^-9.
+__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2_lo(uint32_t w) {
+    uint32_t d;
+    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(w));
+    return d;
+}
+__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2_hi(uint32_t w) {
+    uint32_t d;
+    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(w));
+    return d;
+}
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// x values as bf16 (rounded to nearest even from fp32), then times `scale` (1 or 2^-16, exact), as f16.
+__device__ __forceinline__ void x8_bf16(const float* x, float (&v)[8]) {
+    float4 p[2];
+    p[0] = __ldg(reinterpret_cast<const float4*>(x));
+    p[1] = __ldg(reinterpret_cast<const float4*>(x) + 1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const uint32_t a = pack_bf16x2(p[i].x, p[i].y), b = pack_bf16x2(p[i].z, p[i].w);
+        v[4 * i] = __uint_as_float(a << 16);
+        v[4 * i + 1] = __uint_as_float(a & 0xffff0000u);
+        v[4 * i + 2] = __uint_as_float(b << 16);
+        v[4 * i + 3] = __uint_as_float(b & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void x8_bf16(const __nv_bfloat16* x, float (&v)[8]) {
+    const uint4 u = __ldg(reinterpret_cast<const uint4*>(x));
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+// Row pitch of the staged x in 32-bit words: k / 2 + 4 (16 bytes of padding: the 8 rows that lanes g
+// read at one offset fall in different banks).
+__device__ __forceinline__ int xs_pitch_words(int k) { return k / 2 + 4; }
+// Stages x[m, 0..k) as f16 into xs for the tokens m < num_tokens of `tokens` (a bit each), times
+// 2^-16 where `down`; returns the tokens with a staged magnitude ≥ 65504 (inf in f16; NaN is not
+// counted), as bits.
+template <typename XT>
+__device__ __forceinline__ uint32_t stage_x_f16(const GemvArgs& a, uint32_t* xs, uint32_t tokens, bool down) {
+    const XT* x = static_cast<const XT*>(a.x);
+    const int pitch = xs_pitch_words(a.k), n8 = a.k / 8;
+    const float scale = down ? 1.0f / 65536.0f : 1.0f;
+    uint32_t big = 0;
+    for (int m = 0; m < a.num_tokens; ++m) {
+        if (!((tokens >> m) & 1u)) continue;
+        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+            float v[8];
+            x8_bf16(x + static_cast<int64_t>(m) * a.k + 8 * c, v);
+            bool b = false;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[i] *= scale;
+                b |= fabsf(v[i]) >= 65504.0f;
+            }
+            big |= static_cast<uint32_t>(b) << m;
+            *reinterpret_cast<uint4*>(xs + m * pitch + 4 * c) = make_uint4(
+                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
+        }
+    }
+    return big;
+}
+
+template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
     constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
@@ -523,11 +608,29 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
             s_scale[i / kb][i % kb] = __ldg((i < kb ? lo : hi) + i % kb);
     }
     pdl_wait();
-    pdl_trigger();                               // after the wait: at most this kernel and the next one in flight
-    if constexpr (kSmemScales) __syncthreads();  // s_scale
+    pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    // kF16: x staged once a CTA (the barrier also covers s_scale). The tokens of `down` (a bit each)
+    // are staged again times 2^-16 (nothing has read xs_f16 before the second barrier), and their
+    // sums scaled back in the epilogue.
+    extern __shared__ uint32_t xs_f16[];
+    __shared__ uint32_t s_big[kF16 ? kMmaWarps : 1];
+    uint32_t down = 0;
+    if constexpr (kF16) {
+        const uint32_t big = __reduce_or_sync(0xffffffffu, stage_x_f16<XT>(a, xs_f16, 0xffu, false));
+        if (lane == 0) s_big[warp] = big;
+        if (__syncthreads_or(big != 0)) {
+#pragma unroll
+            for (int w = 0; w < kMmaWarps; ++w) down |= s_big[w];
+            stage_x_f16<XT>(a, xs_f16, down, true);
+            __syncthreads();
+        }
+    } else if constexpr (kSmemScales) {
+        __syncthreads();  // s_scale
+    }
 
     const bool has_x = g < a.num_tokens;
     const XT* x = static_cast<const XT*>(a.x) + static_cast<int64_t>(has_x ? g : 0) * a.k + 16 * t;
+    const uint32_t* xrow = xs_f16 + (has_x ? g : 0) * xs_pitch_words(a.k) + 8 * t;  // kF16
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // rows g, g + 8 × tokens 2t, 2t + 1
     for (int base = warp; base < S; base += kMmaWarps * kSteps) {
         if (base != warp) load(base);
@@ -536,19 +639,34 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
             const int s = base + kMmaWarps * i;
             if (s >= S) break;
             uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
-            if (has_x) load_x16_bf16(x + s * 64, xw);
             const uint32_t lo[4] = {wl[i].x, wl[i].y, wl[i].z, wl[i].w};
             const uint32_t hi[4] = {wh[i].x, wh[i].y, wh[i].z, wh[i].w};
             float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if constexpr (kF16) {
+                // Word j of the lane's 16 bytes feeds MMA j: bytes (0, 1) are the pair at logical k
+                // (2t, 2t + 1), bytes (2, 3) at (2t + 8, 2t + 9); x word q is the pair (x[2q], x[2q + 1]).
+                if (has_x) {
+                    const uint4 x0 = *reinterpret_cast<const uint4*>(xrow + 32 * s);
+                    const uint4 x1 = *reinterpret_cast<const uint4*>(xrow + 32 * s + 4);
+                    xw[0] = x0.x, xw[1] = x0.y, xw[2] = x0.z, xw[3] = x0.w;
+                    xw[4] = x1.x, xw[5] = x1.y, xw[6] = x1.z, xw[7] = x1.w;
+                }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                uint32_t le, lodd, he, hodd;
-                e4m3x4_to_bf16x2(lo[j], le, lodd);
-                e4m3x4_to_bf16x2(hi[j], he, hodd);
-                // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
-                const uint32_t b0 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410);
-                const uint32_t b1 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632);
-                mma_bf16(tmp, le, he, lodd, hodd, b0, b1);
+                for (int j = 0; j < 4; ++j)
+                    mma_f16(tmp, cvt_e4m3x2_f16x2_lo(lo[j]), cvt_e4m3x2_f16x2_lo(hi[j]), cvt_e4m3x2_f16x2_hi(lo[j]),
+                            cvt_e4m3x2_f16x2_hi(hi[j]), xw[2 * j], xw[2 * j + 1]);
+            } else {
+                if (has_x) load_x16_bf16(x + s * 64, xw);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t le, lodd, he, hodd;
+                    e4m3x4_to_bf16x2(lo[j], le, lodd);
+                    e4m3x4_to_bf16x2(hi[j], he, hodd);
+                    // x pairs at the same k: (x[4j], x[4j + 2]) and (x[4j + 1], x[4j + 3]).
+                    const uint32_t b0 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x5410);
+                    const uint32_t b1 = __byte_perm(xw[2 * j], xw[2 * j + 1], 0x7632);
+                    mma_bf16(tmp, le, he, lodd, hodd, b0, b1);
+                }
             }
             const float s_lo = kSmemScales ? s_scale[0][s >> 1] : sl[i];
             const float s_hi = kSmemScales ? s_scale[1][s >> 1] : sh[i];
@@ -575,6 +693,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                     s1 += red[v][p + 8][m];
                 }
                 const int row0 = head * r.head_dim + i0 + p;
+                if (kF16 && ((down >> m) & 1u)) s0 *= 65536.0f, s1 *= 65536.0f;
                 rope_store(r, head, i0 + p, m, s0 + r.bias[row0], s1 + r.bias[row0 + r.head_dim / 2]);
             }
         }
@@ -584,6 +703,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
             float v = 0.0f;
 #pragma unroll
             for (int u = 0; u < kMmaWarps; ++u) v += red[u][rr][m];
+            if (kF16 && ((down >> m) & 1u)) v *= 65536.0f;
             a.y[static_cast<int64_t>(m) * a.n + row] = v + (a.bias ? a.bias[row] : 0.0f);
         }
     }
@@ -596,22 +716,44 @@ bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
     return a.fp8_kernel != GemvFp8Kernel::kRowPerWarp;
 }
 
-template <bool kRope>
-void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+// GPTOSS_GEMV_F16=0: the bf16 MMAs whatever GemvArgs::mma_f16 says (A/B runs).
+bool gemv_f16_allowed() {
+    static const bool on = [] {
+        const char* v = std::getenv("GPTOSS_GEMV_F16");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+template <bool kRope, bool kF16>
+void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
+    // kF16's staged x: num_tokens rows of k / 2 + 4 words.
+    const size_t smem = kF16 ? static_cast<size_t>(a.num_tokens) * (a.k / 2 + 4) * 4 : 0;
     const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto;
+    const auto go = [&](auto kernel) {
+        fit_dynamic_smem(kernel, smem);
+        launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
+    };
     if (one_wave && a.w_ld <= kOneWaveMaxK) {
         constexpr int kS = kMmaStepsOneWave;
         if (a.x_bf16)
-            launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
+            go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS, kF16>);
         else
-            launch_pdl(gemv_fp8_mma_kernel<float, kRope, kS>, grid, kMmaWarps * 32, 0, stream, a, r);
+            go(gemv_fp8_mma_kernel<float, kRope, kS, kF16>);
         return;
     }
     if (a.x_bf16)
-        launch_pdl(gemv_fp8_mma_kernel<__nv_bfloat16, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
+        go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kMmaSteps, kF16>);
     else
-        launch_pdl(gemv_fp8_mma_kernel<float, kRope>, grid, kMmaWarps * 32, 0, stream, a, r);
+        go(gemv_fp8_mma_kernel<float, kRope, kMmaSteps, kF16>);
+}
+template <bool kRope>
+void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+    if (a.mma_f16 && gemv_f16_allowed())
+        fp8_mma_launch_as<kRope, true>(a, r, stream);
+    else
+        fp8_mma_launch_as<kRope, false>(a, r, stream);
 }
 
 template <typename XT, int NC>
