@@ -1975,6 +1975,39 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s35a_ktrace_20b.csv"
       fi
       ;;
+    s35b)
+      # Session 35: s35a's f16 MMAs at one token only, and lm_head's 12,568 tiles on the 2-an-SM
+      # kernel in f16 (kAuto). Tests, gemv_bench, decode at 1k interleaved (20b batches 1-2 two
+      # passes, 120b batch 1 two passes), the 20b kernel trace.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaFp8Gemv.*:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s35b_tests.log" 2>&1
+      rc=$?
+      summary+=("s35b tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s35b_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        timeout 120 $BIN/gemv_bench 1 > "$OUT/s35b_gemv.log" 2>&1
+        grep -E "^\| (lm_head|qkv|o_proj)" "$OUT/s35b_gemv.log" | grep mma
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_GEMV_F16=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s35b_20b_f16${v}_$pass.log" 2>&1
+            summary+=("s35b 20b f16=$v pass $pass rc=$?")
+            echo "20b f16=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35b_20b_f16${v}_$pass.log"
+          done
+        done
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_GEMV_F16=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s35b_120b_f16${v}_$pass.log" 2>&1
+            summary+=("s35b 120b f16=$v pass $pass rc=$?")
+            echo "120b f16=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35b_120b_f16${v}_$pass.log"
+          done
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s35b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s35b_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s35b_ktrace_20b.csv"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

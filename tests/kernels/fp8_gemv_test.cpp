@@ -83,11 +83,13 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
                 if (xb) x = test::bf16_round(x);
                 const std::vector<float> ref_x = reference(x, T);  // the row kernel multiplies x
                 const std::vector<float> ref_bf16 = xb ? ref_x : reference(test::bf16_round(x), T);  // the MMA ones
-                for (int variant = 0; variant < 5; ++variant) {  // row; MMA, one-wave MMA in f16, in bf16
+                // row; MMA, one-wave MMA with f16 MMAs (at one token), with bf16 MMAs; kAuto
+                for (int variant = 0; variant < 6; ++variant) {
                     const GemvFp8Kernel kind = variant == 0       ? GemvFp8Kernel::kRowPerWarp
+                                               : variant == 5     ? GemvFp8Kernel::kAuto
                                                : variant % 2 == 1 ? GemvFp8Kernel::kMma
                                                                   : GemvFp8Kernel::kMmaOneWave;
-                    const bool mma = variant > 0, f16 = variant <= 2;
+                    const bool mma = variant > 0, f16 = variant <= 2 || variant == 5;
                     const std::vector<float>& ref = mma ? ref_bf16 : ref_x;
                     auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
                     auto dy = test::poisoned(ref.size() * 4);
@@ -162,16 +164,15 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
     }
 }
 
-// The f16 MMAs' overflow path: tokens whose x reaches f16's range (|x| ≥ 65504) are staged times
-// 2^-16 and scaled back; the others in the same CTA are not. Tokens 1 and 4 (of 6) hold x · 2^17,
-// a third of their values beyond f16's range. Reference as above (x rounded to bf16, double sums).
-// Tolerance per output: the fp32 one of EveryCodeAndScale, 1e-4 · Σ|w·x|, plus for the scaled tokens
-// Σ|w| · 2^-9 (their staged values below 4 round within 2^-9). A scaling applied to the wrong token,
-// or not at all (inf), or not undone (2^16 off) fails by orders of magnitude.
-TEST(CudaFp8Gemv, F16ScalesTokensBeyondItsRange) {
+// The f16 MMAs' overflow path (one token): x reaching f16's range (|x| ≥ 65504) is staged times 2^-16
+// and the sums scaled back. Cases: every value × 2^17 (a third beyond the range), one value of 2^20
+// among plain ones, and plain x (the normal path). Reference as above (x rounded to bf16, double
+// sums). Tolerance per output: the fp32 one of EveryCodeAndScale, 1e-4 · Σ|w·x|, plus for the scaled
+// cases Σ|w| · 2^-9 (their staged values below 4 round within 2^-9). A scaling missed (inf) or not
+// undone (2^16 off) fails by orders of magnitude.
+TEST(CudaFp8Gemv, F16ScalesXBeyondItsRange) {
     REQUIRE_GPU();
     for (const auto& [n, k] : {std::pair{700, 2880}, {256, 4096}}) {
-        const int T = 6;
         const auto wf = test::randn(static_cast<size_t>(n) * k, 51, 0.02f);
         DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
         const Fp8Weight f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);
@@ -181,39 +182,39 @@ TEST(CudaFp8Gemv, F16ScalesTokensBeyondItsRange) {
         const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
         const auto bias = test::randn(n, 52, 0.1f);
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
-        auto x = test::randn(static_cast<size_t>(T) * k, 53);
-        for (int t : {1, 4})
-            for (int c = 0; c < k; ++c) x[static_cast<size_t>(t) * k + c] *= 131072.0f;
-        x = test::bf16_round(x);
-        for (GemvFp8Kernel kind : {GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
-            if (kind == GemvFp8Kernel::kMmaOneWave && f8.k_pad > 3072) continue;  // kMma then
-            for (bool xb : {false, true}) {
-                auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
-                auto dy = test::poisoned(static_cast<size_t>(T) * n * 4);
-                gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, T, kind, true), nullptr);
-                const auto got = test::to_host<float>(dy, static_cast<size_t>(T) * n);
-                int bad = 0;
-                for (int t = 0; t < T; ++t)
+        for (int c = 0; c < 3; ++c) {
+            auto x = test::randn(static_cast<size_t>(k), 53 + c);
+            if (c == 0)
+                for (float& v : x) v *= 131072.0f;
+            if (c == 1) x[k / 3] = 1048576.0f;
+            x = test::bf16_round(x);
+            for (GemvFp8Kernel kind : {GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
+                if (kind == GemvFp8Kernel::kMmaOneWave && f8.k_pad > 3072) continue;  // kMma then
+                for (bool xb : {false, true}) {
+                    auto dx = xb ? test::to_device(test::to_bf16(x)) : test::to_device(x);
+                    auto dy = test::poisoned(static_cast<size_t>(n) * 4);
+                    gemv_bf16w(fp8_gemv_args(f8, dx, xb, db, dy, 1, kind, true), nullptr);
+                    const auto got = test::to_host<float>(dy, static_cast<size_t>(n));
+                    int bad = 0;
                     for (int r = 0; r < n; ++r) {
                         double acc = 0, mag = 0, wsum = 0;
-                        for (int c = 0; c < k; ++c) {
+                        for (int i = 0; i < k; ++i) {
                             const double w =
-                                static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
-                                sc[static_cast<size_t>(r / 128) * kb + c / 128];
-                            const double p = w * x[static_cast<size_t>(t) * k + c];
-                            acc += p;
-                            mag += std::fabs(p);
+                                static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + i])) *
+                                sc[static_cast<size_t>(r / 128) * kb + i / 128];
+                            acc += w * x[i];
+                            mag += std::fabs(w * x[i]);
                             wsum += std::fabs(w);
                         }
                         const double ref = acc + bias[r];
-                        const double tol = 1e-4 * mag + 1e-6 * std::fabs(ref) + (t == 1 || t == 4 ? wsum / 512.0 : 0.0);
-                        const float v = got[static_cast<size_t>(t) * n + r];
-                        if (!(std::fabs(v - ref) <= tol) && ++bad <= 5)
-                            ADD_FAILURE() << "n " << n << " k " << k << " kernel " << static_cast<int>(kind)
-                                          << " bf16 x " << xb << " token " << t << " row " << r << ": " << v << " vs "
-                                          << ref << " (tol " << tol << ")";
+                        const double tol = 1e-4 * mag + 1e-6 * std::fabs(ref) + (c < 2 ? wsum / 512.0 : 0.0);
+                        if (!(std::fabs(got[r] - ref) <= tol) && ++bad <= 5)
+                            ADD_FAILURE() << "n " << n << " k " << k << " case " << c << " kernel "
+                                          << static_cast<int>(kind) << " bf16 x " << xb << " row " << r << ": "
+                                          << got[r] << " vs " << ref << " (tol " << tol << ")";
                     }
-                EXPECT_EQ(bad, 0);
+                    EXPECT_EQ(bad, 0) << "case " << c;
+                }
             }
         }
     }

@@ -730,7 +730,16 @@ void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t str
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
     // kF16's staged x: num_tokens rows of k / 2 + 4 words.
     const size_t smem = kF16 ? static_cast<size_t>(a.num_tokens) * (a.k / 2 + 4) * 4 : 0;
-    const bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto;
+    // kAuto: the one-wave variant for grids its 3 CTAs an SM hold at once (the QKV projection), but
+    // not in f16 beyond that: lm_head at 1 token (12,568 tiles; gemv_bench, r50) 169.4 µs one-wave
+    // and 179.0 the 2-an-SM kernel in bf16, 190.1 and 143.9 in f16.
+    bool one_wave = a.fp8_kernel == GemvFp8Kernel::kMmaOneWave || a.fp8_kernel == GemvFp8Kernel::kAuto;
+    if (kF16 && a.fp8_kernel == GemvFp8Kernel::kAuto) {
+        int dev = 0, sms = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        one_wave = grid <= 3 * sms;
+    }
     const auto go = [&](auto kernel) {
         fit_dynamic_smem(kernel, smem);
         launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
@@ -748,9 +757,13 @@ void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t str
     else
         go(gemv_fp8_mma_kernel<float, kRope, kMmaSteps, kF16>);
 }
+// f16 at one token only: its staging converts every x value a CTA (~30 instructions for 8), which
+// at more tokens costs more than the bf16 MMAs' decode it saves (gemv_bench, r50: lm_head at 8 tokens
+// 253 -> 382 µs, the QKV one-wave kernel even; 20b decode batch 4 3.17 -> 3.26 ms a step, batch 8
+// 5.10 -> 5.30, batch 2 even).
 template <bool kRope>
 void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
-    if (a.mma_f16 && gemv_f16_allowed())
+    if (a.mma_f16 && a.num_tokens == 1 && gemv_f16_allowed())
         fp8_mma_launch_as<kRope, true>(a, r, stream);
     else
         fp8_mma_launch_as<kRope, false>(a, r, stream);

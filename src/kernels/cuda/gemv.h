@@ -39,9 +39,9 @@ struct GemvArgs {
     // (it rounds x to bf16; r22: 1.7× the one-warp-per-row kernel at 1 token, 6× at 4), else one
     // warp per row; kAuto takes its one-wave variant where w_ld ≤ 3,072.
     GemvFp8Kernel fp8_kernel = GemvFp8Kernel::kAuto;
-    // The tensor-core kernels' MMAs in f16 (e4m3 -> f16 in one instruction; x rounded to bf16, then
-    // staged as f16 once a CTA): the same products as bf16 MMAs but for x below 2^-14 in magnitude
-    // (rounded within 2^-25). false, or GPTOSS_GEMV_F16=0: bf16 MMAs (gemv.cu).
+    // The tensor-core kernels' MMAs in f16 at one token (e4m3 -> f16 in one instruction; x rounded
+    // to bf16, then staged as f16 once a CTA): the same products as bf16 MMAs but for x below 2^-14
+    // in magnitude (rounded within 2^-25). false, GPTOSS_GEMV_F16=0, or more tokens: bf16 MMAs.
     bool mma_f16 = true;
 };
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
