@@ -2008,6 +2008,37 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s35b_ktrace_20b.csv"
       fi
       ;;
+    s35c)
+      # Session 35: decode MoE on the FP8 copy of the experts (moe_decode_fp8; the model takes it up to
+      # GPTOSS_MOE_DECODE_FP8_MAX_TOKENS rows, default 8, 0 = the MXFP4 kernels). Tests, then decode at
+      # 1k interleaved: 20b batches 1-8 two passes, 120b --fp8-experts batches 1-2 (its FP8 copy is the
+      # only one: off = the grouped prompt kernels), and the 20b kernel trace.
+      timeout 400 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeFp8*:CudaOps.MoeDecodeMma*:CudaFp8Gemv.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s35c_tests.log" 2>&1
+      rc=$?
+      summary+=("s35c tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|moe decode fp8" "$OUT/s35c_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 8; do
+            GPTOSS_MOE_DECODE_FP8_MAX_TOKENS=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+              --batch 1,2,4,8 --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s35c_20b_fp8moe${v}_$pass.log" 2>&1
+            summary+=("s35c 20b fp8 moe max $v pass $pass rc=$?")
+            echo "20b decode MoE on FP8 up to $v rows, pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35c_20b_fp8moe${v}_$pass.log"
+          done
+        done
+        for v in 0 8; do
+          GPTOSS_MOE_DECODE_FP8_MAX_TOKENS=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts \
+            --prefill "" --batch 1,2 --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s35c_120b_fp8moe$v.log" 2>&1
+          summary+=("s35c 120b --fp8-experts fp8 moe max $v rc=$?")
+          echo "120b --fp8-experts, decode MoE on FP8 up to $v rows:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35c_120b_fp8moe$v.log"
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s35c_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s35c_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s35c_ktrace_20b.csv"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -174,7 +174,13 @@ struct CudaModel::Impl {
     // tests). Where it says so, the norm writes the e4m3 rows and skips h's bf16 rows, and moe()
     // gets h_bf16 = null: a branch that would read h then stops with an error (need_h in moe())
     // instead of reading stale rows.
+    // Decode batches of up to fp8_decode_tokens MoE rows on the FP8 copy (moe_decode_fp8): where the
+    // copy is one array a projection (fp8_grouped). GPTOSS_MOE_DECODE_FP8_MAX_TOKENS sets the bound
+    // (0: never; A/B runs).
+    int fp8_decode_tokens = 0;
+    bool use_fp8_decode(int rows) const { return rows <= fp8_decode_tokens; }
     bool moe_reads_fp8_rows(int rows) const {
+        if (use_fp8_decode(rows)) return false;
         if (mx_grouped && rows >= fp8_jit_tokens) return true;
         if (fp8_jit && rows >= fp8_jit_tokens) return true;
         if (use_wgmma(rows) || use_mma(rows) || (mxfp4 && rows <= mxfp4_tokens)) return false;
@@ -805,7 +811,13 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         mma_tiles = DeviceBuffer(static_cast<size_t>(2 * (A / kc::moe_mma_block_rows(false) + E + 2)) * 4);
         mma_count = DeviceBuffer(4);
     }
-    act = DeviceBuffer(static_cast<int64_t>(mxfp4_tokens) * K * I * 4);
+    if (fp8_grouped && ep == 1 &&
+        kc::moe_decode_fp8_shapes_ok(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E))) {
+        fp8_decode_tokens = kc::kMoeDecodeMmaMaxTokens;
+        if (const char* v = std::getenv("GPTOSS_MOE_DECODE_FP8_MAX_TOKENS"))
+            fp8_decode_tokens = std::clamp(std::atoi(v), 0, kc::kMoeDecodeMmaMaxTokens);
+    }
+    act = DeviceBuffer(static_cast<int64_t>(std::max(mxfp4_tokens, fp8_decode_tokens)) * K * I * 4);
     y = DeviceBuffer(A * H * 4);
     if (mxfp4 && !have_bf16_experts && !have_fp8_experts) {  // one expert's weights at a time (large batches)
         gu_scratch = DeviceBuffer(2 * I * H * 2);
@@ -1019,6 +1031,32 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         kc::moe_plan(expert_ids.as<int32_t>(), A, E + 1, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     } else if (!plan_done) {
         kc::moe_plan(expert_ids.as<int32_t>(), A, E, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
+    }
+    if (use_fp8_decode(T)) {  // decode batches on the FP8 copy
+        kc::MoeMxfp4Args m;
+        m.h_f32 = h_f32;  // as the MXFP4 decode kernels: unrounded inputs where the norm wrote them
+        m.h = h_f32 != nullptr ? h_bf16 : need_h();
+        m.expert_offsets = offsets.as<int32_t>();
+        m.sorted_assignments = sorted.as<int32_t>();
+        m.gate_up_f8 = D.gu_f8q.as<uint8_t>();
+        m.gate_up_f8_scale = D.gu_f8s.as<float>();
+        m.gate_up_k_pad = static_cast<int>(kc::fp8_gemm_k_pad(H));
+        m.gate_up_bias = D.gu_b.as<float>();
+        m.down_f8 = D.down_f8q.as<uint8_t>();
+        m.down_f8_scale = D.down_f8s.as<float>();
+        m.down_k_pad = static_cast<int>(kc::fp8_gemm_k_pad(I));
+        m.down_bias = D.down_b.as<float>();
+        m.act = act.as<float>();
+        m.y = y.as<float>();
+        m.num_tokens = T;
+        m.hidden_size = H;
+        m.intermediate_size = I;
+        m.num_experts = E;
+        m.experts_per_token = K;
+        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
+        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        kc::moe_decode_fp8(m, stream);
+        return;
     }
     // Arguments of the grouped kernels' gate_up launch, after listing the tiles of `bm` rows.
     auto mma_args = [&](int bm) {

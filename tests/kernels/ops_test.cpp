@@ -508,7 +508,8 @@ kc::MoeMxfp4Args mxfp4_args(const RandomExperts& ex, const DeviceBuffer& gub, co
 // The CPU MoE (fp32) on T tokens of h with the given routing: the reference the expert kernels are
 // compared with.
 std::vector<float> cpu_moe_reference(const RandomExperts& ex, const std::vector<float>& h,
-                                     const std::vector<int32_t>& ids, const std::vector<float>& wts, int T, int K) {
+                                     const std::vector<int32_t>& ids, const std::vector<float>& wts, int T, int K,
+                                     float swiglu_limit = 7.0f) {
     std::vector<float> ref(static_cast<size_t>(T) * ex.H);
     kernels::MoeArgs m;
     m.x = h.data();
@@ -526,6 +527,7 @@ std::vector<float> cpu_moe_reference(const RandomExperts& ex, const std::vector<
     m.intermediate_size = ex.I;
     m.num_experts = ex.E;
     m.experts_per_token = K;
+    m.swiglu_limit = swiglu_limit;
     cpu::moe(m);
     return ref;
 }
@@ -977,6 +979,109 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
             EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
                 << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
+        }
+    }
+}
+
+// moe_decode_fp8: the decode MoE on the FP8 copy of the experts, made as the model makes it (MXFP4
+// -> bf16 -> FP8 128×128 with power-of-two block scales: lossless at these group scales), against
+// the CPU MoE on the MXFP4 weights at moe_decode_mma's tolerance (both round the inputs and act to
+// bf16; the products are the same, the fp32 sums' order differs). E 32 and 128 (find_slot past 32
+// experts), 1, 2, 5 and 8 tokens, fp32 and bf16 h, a pair of experts shared by every token (tiles
+// with several assignments: MMA columns past 0). Then the staging's second pass: token 1's h times
+// 2^17 (beyond f16's 65504) with the SwiGLU clamp lifted, so that act passes f16's range too; every
+// token compared on its own (the large one would hide the others' errors).
+TEST(CudaOps, MoeDecodeFp8MatchesCpu) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 77 + E);
+        const int kph = kc::fp8_gemm_k_pad(H), kpi = kc::fp8_gemm_k_pad(I);
+        const auto nb = [](int n) { return (n + 127) / 128; };
+        DeviceBuffer guq(static_cast<size_t>(E) * 2 * I * kph),
+            gus(static_cast<size_t>(E) * nb(2 * I) * (kph / 128) * 4), dnq(static_cast<size_t>(E) * H * kpi),
+            dns(static_cast<size_t>(E) * nb(H) * (kpi / 128) * 4);
+        {
+            auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+                 dds = to_device(ex.down_scales);
+            DeviceBuffer tmp(static_cast<size_t>(2) * I * H * 2);
+            for (int e = 0; e < E; ++e) {
+                kc::mxfp4_to_bf16(dgub.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * H / 2,
+                                  dgus.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * H / 32, 2 * I, H, tmp.get(),
+                                  nullptr);
+                kc::quantize_weight_fp8_bf16(
+                    tmp.get(), 2 * I, H, kph, guq.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * kph,
+                    gus.as<float>() + static_cast<size_t>(e) * nb(2 * I) * (kph / 128), nullptr);
+                kc::mxfp4_to_bf16(ddb.as<uint8_t>() + static_cast<size_t>(e) * H * I / 2,
+                                  dds.as<uint8_t>() + static_cast<size_t>(e) * H * I / 32, H, I, tmp.get(), nullptr);
+                kc::quantize_weight_fp8_bf16(tmp.get(), H, I, kpi, dnq.as<uint8_t>() + static_cast<size_t>(e) * H * kpi,
+                                             dns.as<float>() + static_cast<size_t>(e) * nb(H) * (kpi / 128), nullptr);
+            }
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        }
+        auto dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+        for (int c = 0; c < 5; ++c) {
+            const int T = c == 4 ? 3 : c == 0 ? 1 : c == 1 ? 2 : c == 2 ? 5 : 8;
+            const bool big = c == 4;
+            const float limit = big ? 1e30f : 7.0f;
+            auto h = randn(static_cast<size_t>(T) * H, 300 * E + c);
+            if (big)
+                for (int i = 0; i < H; ++i) h[H + i] *= 131072.0f;
+            h = bf16_round(h);
+            std::vector<int32_t> ids(T * K);
+            std::vector<float> wts(T * K);
+            std::mt19937 rng(500 * E + c);
+            std::uniform_real_distribution<float> uni(0.05f, 1.0f);
+            for (int t = 0; t < T; ++t) {
+                std::vector<int> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), rng);
+                std::erase_if(perm, [&](int e) { return e == 5 || e == E - 2; });
+                ids[t * K] = 5, ids[t * K + 1] = E - 2, ids[t * K + 2] = perm[0], ids[t * K + 3] = perm[1];
+                float sum = 0.0f;
+                for (int k = 0; k < K; ++k) sum += (wts[t * K + k] = uni(rng));
+                for (int k = 0; k < K; ++k) wts[t * K + k] /= sum;
+            }
+            const std::vector<float> ref = cpu_moe_reference(ex, h, ids, wts, T, K, limit);
+            auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
+            DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            for (bool f32_input : {true, false}) {
+                auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+                kc::MoeMxfp4Args a;
+                a.h = dh.get();
+                a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
+                a.expert_offsets = offsets.as<int32_t>();
+                a.sorted_assignments = sorted.as<int32_t>();
+                a.gate_up_f8 = guq.as<uint8_t>();
+                a.gate_up_f8_scale = gus.as<float>();
+                a.gate_up_k_pad = kph;
+                a.gate_up_bias = dgubias.as<float>();
+                a.down_f8 = dnq.as<uint8_t>();
+                a.down_f8_scale = dns.as<float>();
+                a.down_k_pad = kpi;
+                a.down_bias = ddbias.as<float>();
+                a.act = act.as<float>();
+                a.y = y.as<float>();
+                a.num_tokens = T;
+                a.hidden_size = H;
+                a.intermediate_size = I;
+                a.num_experts = E;
+                a.experts_per_token = K;
+                a.swiglu_limit = limit;
+                ASSERT_TRUE(kc::moe_decode_fp8_supported(a));
+                kc::moe_decode_fp8(a, nullptr);
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                const std::vector<float> got = combine_assignments(y, wts, T, K, H);
+                for (int t = 0; t < T; ++t) {
+                    const std::vector<float> gt(got.begin() + t * H, got.begin() + (t + 1) * H);
+                    const std::vector<float> rt(ref.begin() + t * H, ref.begin() + (t + 1) * H);
+                    EXPECT_TRUE(close(gt, rt, kTolBf16Out, "moe decode fp8"))
+                        << "E=" << E << " T=" << T << " token " << t << (big ? " (token 1 x 2^17)" : "")
+                        << (f32_input ? " fp32 h" : " bf16 h");
+                }
+            }
         }
     }
 }

@@ -480,24 +480,6 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // as f16, which holds every bf16 value of [2^-14, 65504] exactly (below, f16's subnormals round it
 // within 2^-25). A token whose x reaches 65504 in magnitude is staged again as x · 2^-16 and its sums
 // scaled back by 2^16 (exact), which leaves its values below 4 rounded within 2^-9.
-__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2_lo(uint32_t w) {
-    uint32_t d;
-    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(w));
-    return d;
-}
-__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2_hi(uint32_t w) {
-    uint32_t d;
-    asm("{ .reg .b16 l, h;\n mov.b32 {l, h}, %1;\n cvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(w));
-    return d;
-}
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 // x values as bf16 (rounded to nearest even from fp32), then times `scale` (1 or 2^-16, exact), as f16.
 __device__ __forceinline__ void x8_bf16(const float* x, float (&v)[8]) {
     float4 p[2];
@@ -520,10 +502,6 @@ __device__ __forceinline__ void x8_bf16(const __nv_bfloat16* x, float (&v)[8]) {
         v[2 * i] = __uint_as_float(w[i] << 16);
         v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
-}
-__device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
 }
 // Row pitch of the staged x in 32-bit words: k / 2 + 4 (16 bytes of padding: the 8 rows that lanes g
 // read at one offset fall in different banks).

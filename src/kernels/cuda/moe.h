@@ -126,6 +126,14 @@ struct MoeMxfp4Args {
     // it applies (≤ 8 tokens), else the fp32 weight-only kernels; 4: moe_decode_wg there instead;
     // 0: always the fp32 kernels.
     int kernel = -1;
+    // The FP8 copy of the experts for moe_decode_fp8 (MoeFp8Args' layout: e4m3 [E, n, k_pad], zero
+    // past k, and 128×128 block scales [E, ⌈n/128⌉, k_pad/128]); the MXFP4 fields above are then unused.
+    const uint8_t* gate_up_f8 = nullptr;
+    const float* gate_up_f8_scale = nullptr;
+    int gate_up_k_pad = 0;
+    const uint8_t* down_f8 = nullptr;
+    const float* down_f8_scale = nullptr;
+    int down_k_pad = 0;
 };
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
@@ -140,6 +148,13 @@ void moe_decode_mma(const MoeMxfp4Args& args, cudaStream_t stream);
 // GPTOSS_MOE_DECODE=4. Rows a multiple of 64, K ≤ 4,096. Opt-in: r29 measured it slower than
 // moe_decode_mma (20b batch 1 2.310 vs 1.872 ms a step; too few bytes in flight a CTA). Its
 // mma.sync form (moe_decode_w4a8, e4m3 MMAs emulated on sm_90) was slower still and is removed.
+// The same batches on the FP8 copy of the experts (gate_up_f8 and down_f8 set): 16-row tiles of the
+// active experts, e4m3 -> f16 in registers (one instruction a pair), the input rows rounded to bf16
+// and staged as f16, f16 MMAs with fp32 sums, the block scales in fp32 (moe_decode.cu). Twice
+// MXFP4's bytes for a fraction of moe_decode_mma's instructions. H and I multiples of 64, ≤ 3,072.
+bool moe_decode_fp8_shapes_ok(int hidden, int inter, int num_experts);
+bool moe_decode_fp8_supported(const MoeMxfp4Args& args);
+void moe_decode_fp8(const MoeMxfp4Args& args, cudaStream_t stream);
 bool moe_decode_wg_supported(const MoeMxfp4Args& args);
 void moe_decode_wg(const MoeMxfp4Args& args, cudaStream_t stream);
 

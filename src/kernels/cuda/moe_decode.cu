@@ -739,6 +739,219 @@ void launch_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
     launch_pdl(kernel, static_cast<int>(grid), 128, smem, stream, a);
 }
 
+// ---- moe_decode_fp8: the same batches on the FP8 copy of the experts (session 35) ---------------
+//
+// Where the model holds the experts in FP8 as well (20b --fp8; 120b --fp8-experts), a decode step
+// can read those: twice MXFP4's bytes, but an e4m3 pair becomes an f16 pair in one instruction
+// (cvt.rn.f16x2.e4m3x2) where moe_decode_mma spends ~3 on an e2m1 pair plus its scale multiply, and
+// it is that kernel's instructions, not its bytes, that bound it (r31, r45). The FP8 GEMVs' f16 form
+// (gemv.cu) reads lm_head at 98% of the copy bandwidth (gemv_bench, r50). A CTA is one 16-row tile
+// of one active expert, as in moe_decode_mma: 8 warps take the tile's 64-byte K steps in turn (warp w:
+// steps w, w + 8, ...; K ≤ 3,072 in one round of loads, all issued before any math), lane (g, t)
+// bytes 16t .. 16t + 15 of each step of rows g and g + 8; word j of those feeds MMA j, bytes (0, 1)
+// at logical k (2t, 2t + 1) and (2, 3) at (2t + 8, 2t + 9). The tile's rows share one 128-row block
+// scale a step (16 | 128), applied to each step's MMA sums in fp32. The MMA columns are the tile's
+// assignments (≤ 8), their input rows (gate_up: the token's h; down: the assignment's act) rounded
+// to bf16 as moe_decode_mma rounds them, then staged once a CTA in shared memory as f16 (exact for
+// bf16 values of [2^-14, 65504]; a row reaching 65504 is staged again times 2^-16 and its sums scaled
+// back). The FP8 copy is MXFP4's values exactly (model/fp8_convert.h), so the products are
+// moe_decode_mma's; only the order of the fp32 sums differs. Epilogues as moe_decode_mma's.
+constexpr int kF8Warps = 8;
+constexpr int kF8Steps = 6;                         // 64-byte K steps a warp
+constexpr int kF8MaxK = kF8Warps * kF8Steps * 64;   // 3,072
+constexpr int kF8MaxRows = kMoeDecodeMmaMaxTokens;  // staged input rows (assignments) a tile
+__host__ __device__ __forceinline__ int f8_pitch_words(int k) { return k / 2 + 4; }  // 16 bytes of padding a row
+
+// Stages input row j < n (row_ptr(j): fp32 when f32, else bf16; k values) of the rows in `which` (a
+// bit each) as f16 pairs into xs, times 2^-16 where `down`; returns the rows with a staged magnitude
+// ≥ 65504 (inf in f16), as bits.
+template <typename RowPtr>
+__device__ __forceinline__ uint32_t f8_stage_rows(uint32_t* xs, int n, int k, bool f32, RowPtr row_ptr, uint32_t which,
+                                                  bool down) {
+    const int pitch = f8_pitch_words(k), n8 = k / 8;
+    const float scale = down ? 1.0f / 65536.0f : 1.0f;
+    uint32_t big = 0;
+    for (int j = 0; j < n; ++j) {
+        if (!((which >> j) & 1u)) continue;
+        const void* row = row_ptr(j);
+        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+            float v[8];
+            if (f32) {
+                const float4 p0 = *(reinterpret_cast<const float4*>(row) + 2 * c);
+                const float4 p1 = *(reinterpret_cast<const float4*>(row) + 2 * c + 1);
+                const uint32_t b[4] = {pack_bf16x2(p0.x, p0.y), pack_bf16x2(p0.z, p0.w), pack_bf16x2(p1.x, p1.y),
+                                       pack_bf16x2(p1.z, p1.w)};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    v[2 * i] = __uint_as_float(b[i] << 16);
+                    v[2 * i + 1] = __uint_as_float(b[i] & 0xffff0000u);
+                }
+            } else {
+                const uint4 u = *(reinterpret_cast<const uint4*>(row) + c);
+                const uint32_t b[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    v[2 * i] = __uint_as_float(b[i] << 16);
+                    v[2 * i + 1] = __uint_as_float(b[i] & 0xffff0000u);
+                }
+            }
+            bool bb = false;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                v[i] *= scale;
+                bb |= fabsf(v[i]) >= 65504.0f;
+            }
+            big |= static_cast<uint32_t>(bb) << j;
+            *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) = make_uint4(
+                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
+        }
+    }
+    return big;
+}
+
+template <bool kGateUp>
+__global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const __grid_constant__ MoeMxfp4Args a) {
+    extern __shared__ uint32_t xs[];  // [rows][f8_pitch_words(K)]: the tile's input rows as f16 pairs
+    __shared__ float red[kF8Warps][kRows][8];
+    __shared__ int s_info[3];
+    __shared__ int s_as[kF8MaxRows];
+    __shared__ uint32_t s_big[kF8Warps];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int H = a.hidden_size, I = a.intermediate_size;
+    const int K = kGateUp ? H : I, rows = kGateUp ? 2 * I : H;
+    const int k_pad = kGateUp ? a.gate_up_k_pad : a.down_k_pad;
+    const int tiles = rows / kRows, slot = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * kRows;
+    const int S = K / 64, kb = k_pad / 128;
+
+    // The tile. gate_up: the plan comes from the kernel just before. down: it was complete before
+    // the gate_up launch passed its wait (so before this launch began): the tile and its weight
+    // loads come before pdl_wait, which only act needs.
+    if constexpr (kGateUp) pdl_wait();
+    if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
+    __syncthreads();
+    const int e = s_info[0];
+    if (e < 0) {
+        if constexpr (!kGateUp) pdl_wait();
+        pdl_trigger();
+        return;
+    }
+    const int tok0 = s_info[1], ntok = min(s_info[2], kF8MaxRows);
+
+    // This warp's weights and block scales: all of them, now.
+    const uint8_t* wq =
+        (kGateUp ? a.gate_up_f8 : a.down_f8) + (static_cast<int64_t>(e) * rows + row0 + g) * k_pad + 16 * t;
+    const float* wsc = (kGateUp ? a.gate_up_f8_scale : a.down_f8_scale) +
+                       (static_cast<int64_t>(e) * ((rows + 127) / 128) + row0 / 128) * kb;
+    uint4 wl[kF8Steps], wh[kF8Steps];
+    float sc[kF8Steps];
+#pragma unroll
+    for (int i = 0; i < kF8Steps; ++i) {
+        const int s = warp + kF8Warps * i;
+        if (s < S) {
+            wl[i] = ldg_stream(wq + s * 64);
+            wh[i] = ldg_stream(wq + 8 * static_cast<int64_t>(k_pad) + s * 64);
+            sc[i] = __ldg(wsc + (s >> 1));
+        }
+    }
+    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+    if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
+    pdl_trigger();                       // after the wait: at most this kernel and the next in flight
+    __syncthreads();                     // s_as
+
+    // The input rows, staged (again times 2^-16 for a row beyond f16's range).
+    const bool f32 = !kGateUp || a.h_f32 != nullptr;
+    const auto row_ptr = [&](int j) -> const void* {
+        if constexpr (kGateUp) {
+            const int64_t tok = s_as[j] / a.experts_per_token;
+            return f32 ? static_cast<const void*>(a.h_f32 + tok * H)
+                       : static_cast<const void*>(static_cast<const __nv_bfloat16*>(a.h) + tok * H);
+        } else {
+            return a.act + static_cast<int64_t>(s_as[j]) * I;
+        }
+    };
+    uint32_t down = 0;
+    {
+        const uint32_t big = __reduce_or_sync(0xffffffffu, f8_stage_rows(xs, ntok, K, f32, row_ptr, 0xffu, false));
+        if (lane == 0) s_big[warp] = big;
+        if (__syncthreads_or(big != 0)) {  // nothing has read xs yet
+#pragma unroll
+            for (int w = 0; w < kF8Warps; ++w) down |= s_big[w];
+            f8_stage_rows(xs, ntok, K, f32, row_ptr, down, true);
+            __syncthreads();
+        }
+    }
+
+    // Rows g, g + 8 × assignments 2t, 2t + 1 (lanes g ≥ ntok feed zero columns).
+    const bool has_x = g < ntok;
+    const uint32_t* xrow = xs + (has_x ? g : 0) * f8_pitch_words(K) + 8 * t;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kF8Steps; ++i) {
+        const int s = warp + kF8Warps * i;
+        if (s >= S) break;
+        uint32_t xw[8] = {0u, 0u, 0u, 0u, 0u, 0u, 0u, 0u};
+        if (has_x) {
+            const uint4 x0 = *reinterpret_cast<const uint4*>(xrow + 32 * s);
+            const uint4 x1 = *reinterpret_cast<const uint4*>(xrow + 32 * s + 4);
+            xw[0] = x0.x, xw[1] = x0.y, xw[2] = x0.z, xw[3] = x0.w;
+            xw[4] = x1.x, xw[5] = x1.y, xw[6] = x1.z, xw[7] = x1.w;
+        }
+        const uint32_t lo[4] = {wl[i].x, wl[i].y, wl[i].z, wl[i].w};
+        const uint32_t hi[4] = {wh[i].x, wh[i].y, wh[i].z, wh[i].w};
+        float tmp[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            mma_f16(tmp, cvt_e4m3x2_f16x2_lo(lo[j]), cvt_e4m3x2_f16x2_lo(hi[j]), cvt_e4m3x2_f16x2_hi(lo[j]),
+                    cvt_e4m3x2_f16x2_hi(hi[j]), xw[2 * j], xw[2 * j + 1]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[r] = fmaf(sc[i], tmp[r], acc[r]);
+    }
+
+    // The warps' sums meet in shared memory, in warp order; then the epilogue of moe_decode_mma.
+    red[warp][g][2 * t] = acc[0];
+    red[warp][g][2 * t + 1] = acc[1];
+    red[warp][g + 8][2 * t] = acc[2];
+    red[warp][g + 8][2 * t + 1] = acc[3];
+    __syncthreads();
+    if constexpr (kGateUp) {
+        // Rows 2p, 2p + 1 of the tile are gate and up of intermediate column (row0 / 2 + p).
+        if (threadIdx.x < 8 * ntok) {
+            const int p = threadIdx.x & 7, j = threadIdx.x >> 3;
+            float gate = 0.0f, up = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kF8Warps; ++w) {
+                gate += red[w][2 * p][j];
+                up += red[w][2 * p + 1][j];
+            }
+            if ((down >> j) & 1u) gate *= 65536.0f, up *= 65536.0f;
+            const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
+            a.act[static_cast<int64_t>(s_as[j]) * I + row0 / 2 + p] =
+                swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
+        }
+    } else {
+        if (threadIdx.x < kRows * ntok) {
+            const int r = threadIdx.x & 15, j = threadIdx.x >> 4;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kF8Warps; ++w) v += red[w][r][j];
+            if ((down >> j) & 1u) v *= 65536.0f;
+            a.y[static_cast<int64_t>(s_as[j]) * H + row0 + r] =
+                v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+        }
+    }
+}
+
+template <bool kGateUp>
+void launch_fp8(const MoeMxfp4Args& a, cudaStream_t stream) {
+    const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
+    const int K = kGateUp ? a.hidden_size : a.intermediate_size;
+    const int64_t experts = std::min(a.num_experts, a.num_tokens * a.experts_per_token);
+    const int64_t grid = experts * (rows / kRows);
+    // An expert has at most one assignment of each token: num_tokens input rows at most.
+    const size_t smem = static_cast<size_t>(std::min(a.num_tokens, kF8MaxRows)) * f8_pitch_words(K) * 4;
+    fit_dynamic_smem(moe_decode_fp8_kernel<kGateUp>, smem);
+    launch_pdl(moe_decode_fp8_kernel<kGateUp>, static_cast<int>(grid), kF8Warps * 32, smem, stream, a);
+}
 }  // namespace
 
 bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
@@ -753,6 +966,26 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
+}
+
+bool moe_decode_fp8_shapes_ok(int hidden, int inter, int num_experts) {
+    return hidden % 64 == 0 && inter % 64 == 0 && hidden > 0 && inter > 0 && hidden <= kF8MaxK && inter <= kF8MaxK &&
+           num_experts >= 1 && num_experts <= kMaxExpertsScan;
+}
+
+bool moe_decode_fp8_supported(const MoeMxfp4Args& a) {
+    const int H = a.hidden_size, I = a.intermediate_size;
+    return moe_decode_fp8_shapes_ok(H, I, a.num_experts) && a.gate_up_f8 != nullptr && a.gate_up_f8_scale != nullptr &&
+           a.down_f8 != nullptr && a.down_f8_scale != nullptr && a.num_tokens >= 1 &&
+           a.num_tokens <= kMoeDecodeMmaMaxTokens && a.gate_up_k_pad >= H && a.gate_up_k_pad % 128 == 0 &&
+           a.down_k_pad >= I && a.down_k_pad % 128 == 0;
+}
+
+void moe_decode_fp8(const MoeMxfp4Args& a, cudaStream_t stream) {
+    ENGINE_CHECK(moe_decode_fp8_supported(a), "moe_decode_fp8: %d tokens, sizes %d/%d, %d experts unsupported",
+                 a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    launch_fp8<true>(a, stream);
+    launch_fp8<false>(a, stream);
 }
 
 bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
