@@ -164,12 +164,14 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
     }
 }
 
-// The f16 MMAs' overflow path (one token): x reaching f16's range (|x| ≥ 65504) is staged times 2^-16
-// and the sums scaled back. Cases: every value × 2^17 (a third beyond the range), one value of 2^20
-// among plain ones, and plain x (the normal path). Reference as above (x rounded to bf16, double
+// The f16 MMAs' overflow path (one token): x reaching f16's range (|x| ≥ 65504) is staged again scaled
+// down by 2^s (its largest magnitude then below 2^15) and the sums scaled back. Cases: every value
+// × 2^17 (a third beyond the range), one value of 2^20 among plain ones, every value × 2^100 (far past
+// any fixed scale), and plain x (the normal path). Reference as above (x rounded to bf16, double
 // sums). Tolerance per output: the fp32 one of EveryCodeAndScale, 1e-4 · Σ|w·x|, plus for the scaled
-// cases Σ|w| · 2^-9 (their staged values below 4 round within 2^-9). A scaling missed (inf) or not
-// undone (2^16 off) fails by orders of magnitude.
+// cases Σ|w| · 2^-9 (a bound on the rounding of their small values: f16's subnormal step is then
+// max|x| · 2^-38, at most 2^-17 here but for the 2^100 case, whose Σ|w·x| term dominates). A
+// scaling missed (inf) or not undone (2^s off) fails by orders of magnitude.
 TEST(CudaFp8Gemv, F16ScalesXBeyondItsRange) {
     REQUIRE_GPU();
     for (const auto& [n, k] : {std::pair{700, 2880}, {256, 4096}}) {
@@ -182,11 +184,13 @@ TEST(CudaFp8Gemv, F16ScalesXBeyondItsRange) {
         const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
         const auto bias = test::randn(n, 52, 0.1f);
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
-        for (int c = 0; c < 3; ++c) {
+        for (int c = 0; c < 4; ++c) {
             auto x = test::randn(static_cast<size_t>(k), 53 + c);
             if (c == 0)
                 for (float& v : x) v *= 131072.0f;
             if (c == 1) x[k / 3] = 1048576.0f;
+            if (c == 2)
+                for (float& v : x) v = std::ldexp(v, 100);
             x = test::bf16_round(x);
             for (GemvFp8Kernel kind : {GemvFp8Kernel::kMma, GemvFp8Kernel::kMmaOneWave}) {
                 if (kind == GemvFp8Kernel::kMmaOneWave && f8.k_pad > 3072) continue;  // kMma then
@@ -207,7 +211,7 @@ TEST(CudaFp8Gemv, F16ScalesXBeyondItsRange) {
                             wsum += std::fabs(w);
                         }
                         const double ref = acc + bias[r];
-                        const double tol = 1e-4 * mag + 1e-6 * std::fabs(ref) + (c < 2 ? wsum / 512.0 : 0.0);
+                        const double tol = 1e-4 * mag + 1e-6 * std::fabs(ref) + (c < 3 ? wsum / 512.0 : 0.0);
                         if (!(std::fabs(got[r] - ref) <= tol) && ++bad <= 5)
                             ADD_FAILURE() << "n " << n << " k " << k << " case " << c << " kernel "
                                           << static_cast<int>(kind) << " bf16 x " << xb << " row " << r << ": "

@@ -478,61 +478,11 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // where the bf16 route above takes five; cvt_bench measured 141 against 65 values an SM-clock. x is
 // rounded to bf16 as before (so the products are the same), then staged once a CTA in shared memory
 // as f16, which holds every bf16 value of [2^-14, 65504] exactly (below, f16's subnormals round it
-// within 2^-25). A token whose x reaches 65504 in magnitude is staged again as x · 2^-16 and its sums
-// scaled back by 2^16 (exact), which leaves its values below 4 rounded within 2^-9.
-// x values as bf16 (rounded to nearest even from fp32), then times `scale` (1 or 2^-16, exact), as f16.
-__device__ __forceinline__ void x8_bf16(const float* x, float (&v)[8]) {
-    float4 p[2];
-    p[0] = __ldg(reinterpret_cast<const float4*>(x));
-    p[1] = __ldg(reinterpret_cast<const float4*>(x) + 1);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const uint32_t a = pack_bf16x2(p[i].x, p[i].y), b = pack_bf16x2(p[i].z, p[i].w);
-        v[4 * i] = __uint_as_float(a << 16);
-        v[4 * i + 1] = __uint_as_float(a & 0xffff0000u);
-        v[4 * i + 2] = __uint_as_float(b << 16);
-        v[4 * i + 3] = __uint_as_float(b & 0xffff0000u);
-    }
-}
-__device__ __forceinline__ void x8_bf16(const __nv_bfloat16* x, float (&v)[8]) {
-    const uint4 u = __ldg(reinterpret_cast<const uint4*>(x));
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[2 * i] = __uint_as_float(w[i] << 16);
-        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-}
+// within 2^-25). A token whose x reaches 65504 in magnitude is staged again scaled down by a power of
+// two and its sums scaled back (moe_common.cuh f16_stage_rows).
 // Row pitch of the staged x in 32-bit words: k / 2 + 4 (16 bytes of padding: the 8 rows that lanes g
 // read at one offset fall in different banks).
-__device__ __forceinline__ int xs_pitch_words(int k) { return k / 2 + 4; }
-// Stages x[m, 0..k) as f16 into xs for the tokens m < num_tokens of `tokens` (a bit each), times
-// 2^-16 where `down`; returns the tokens with a staged magnitude ≥ 65504 (inf in f16; NaN is not
-// counted), as bits.
-template <typename XT>
-__device__ __forceinline__ uint32_t stage_x_f16(const GemvArgs& a, uint32_t* xs, uint32_t tokens, bool down) {
-    const XT* x = static_cast<const XT*>(a.x);
-    const int pitch = xs_pitch_words(a.k), n8 = a.k / 8;
-    const float scale = down ? 1.0f / 65536.0f : 1.0f;
-    uint32_t big = 0;
-    for (int m = 0; m < a.num_tokens; ++m) {
-        if (!((tokens >> m) & 1u)) continue;
-        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
-            float v[8];
-            x8_bf16(x + static_cast<int64_t>(m) * a.k + 8 * c, v);
-            bool b = false;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                v[i] *= scale;
-                b |= fabsf(v[i]) >= 65504.0f;
-            }
-            big |= static_cast<uint32_t>(b) << m;
-            *reinterpret_cast<uint4*>(xs + m * pitch + 4 * c) = make_uint4(
-                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
-        }
-    }
-    return big;
-}
+__host__ __device__ __forceinline__ int xs_pitch_words(int k) { return k / 2 + 4; }
 
 template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
@@ -587,21 +537,15 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
-    // kF16: x staged once a CTA (the barrier also covers s_scale). The tokens of `down` (a bit each)
-    // are staged again times 2^-16 (nothing has read xs_f16 before the second barrier), and their
-    // sums scaled back in the epilogue.
+    // kF16: x staged once a CTA (moe_common.cuh f16_stage_rows; its barrier also covers s_scale).
     extern __shared__ uint32_t xs_f16[];
-    __shared__ uint32_t s_big[kF16 ? kMmaWarps : 1];
+    __shared__ F16StageShared s_stage;
     uint32_t down = 0;
     if constexpr (kF16) {
-        const uint32_t big = __reduce_or_sync(0xffffffffu, stage_x_f16<XT>(a, xs_f16, 0xffu, false));
-        if (lane == 0) s_big[warp] = big;
-        if (__syncthreads_or(big != 0)) {
-#pragma unroll
-            for (int w = 0; w < kMmaWarps; ++w) down |= s_big[w];
-            stage_x_f16<XT>(a, xs_f16, down, true);
-            __syncthreads();
-        }
+        const XT* xin = static_cast<const XT*>(a.x);
+        down = f16_stage_rows(
+            xs_f16, xs_pitch_words(a.k), a.num_tokens, a.k, std::is_same_v<XT, float>,
+            [&](int m) -> const void* { return xin + static_cast<int64_t>(m) * a.k; }, s_stage);
     } else if constexpr (kSmemScales) {
         __syncthreads();  // s_scale
     }
@@ -671,7 +615,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                     s1 += red[v][p + 8][m];
                 }
                 const int row0 = head * r.head_dim + i0 + p;
-                if (kF16 && ((down >> m) & 1u)) s0 *= 65536.0f, s1 *= 65536.0f;
+                if constexpr (kF16) s0 = f16_unstage(s0, down, m, s_stage), s1 = f16_unstage(s1, down, m, s_stage);
                 rope_store(r, head, i0 + p, m, s0 + r.bias[row0], s1 + r.bias[row0 + r.head_dim / 2]);
             }
         }
@@ -681,7 +625,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
             float v = 0.0f;
 #pragma unroll
             for (int u = 0; u < kMmaWarps; ++u) v += red[u][rr][m];
-            if (kF16 && ((down >> m) & 1u)) v *= 65536.0f;
+            if constexpr (kF16) v = f16_unstage(v, down, m, s_stage);
             a.y[static_cast<int64_t>(m) * a.n + row] = v + (a.bias ? a.bias[row] : 0.0f);
         }
     }

@@ -122,6 +122,103 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
     const __half2 h = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&h);
 }
+// ---- Input rows staged as f16 for the f16 MMAs (the decode GEMVs, moe_decode_fp8) ---------------
+// Row j < n (row_ptr(j): k values, fp32 where f32, else bf16) is rounded to bf16 (as the bf16 MMA
+// paths round it), then written as f16 pairs to xs + j · pitch (k/2 words; 16-byte aligned). f16 holds
+// every bf16 value of [2^-14, 65504] exactly (below, its subnormals round within 2^-25). A row with a
+// magnitude ≥ 65504 (inf in f16) is staged again times 2^-s, s = ⌊log2 max⌋ - 14 (its values then
+// below 2^15; those under max · 2^-38 round within that), and its sums are to be scaled back by 2^s.
+inline constexpr int kF16StageMaxRows = 8;
+inline constexpr int kF16StageMaxWarps = 8;
+struct F16StageShared {
+    uint32_t red[kF16StageMaxWarps][kF16StageMaxRows];  // the rows' magnitudes' bits, a warp each
+    int shift[kF16StageMaxRows];                        // s of each row staged down (valid for its bit)
+};
+__device__ __forceinline__ void f16_stage_load8(const void* row, int c, bool f32, float (&v)[8]) {
+    uint32_t b[4];
+    if (f32) {
+        const float4 p0 = *(reinterpret_cast<const float4*>(row) + 2 * c);
+        const float4 p1 = *(reinterpret_cast<const float4*>(row) + 2 * c + 1);
+        b[0] = pack_bf16x2(p0.x, p0.y), b[1] = pack_bf16x2(p0.z, p0.w);
+        b[2] = pack_bf16x2(p1.x, p1.y), b[3] = pack_bf16x2(p1.z, p1.w);
+    } else {
+        const uint4 u = *(reinterpret_cast<const uint4*>(row) + c);
+        b[0] = u.x, b[1] = u.y, b[2] = u.z, b[3] = u.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        v[2 * i] = __uint_as_float(b[i] << 16);
+        v[2 * i + 1] = __uint_as_float(b[i] & 0xffff0000u);
+    }
+}
+// Every thread of the CTA calls it (blockDim.x ≤ 32 · kF16StageMaxWarps, n ≤ kF16StageMaxRows); it ends
+// in a barrier. Returns the rows staged down (bits, the same in every thread); sh.shift holds their s.
+template <typename RowPtr>
+__device__ __forceinline__ uint32_t f16_stage_rows(uint32_t* xs, int pitch, int n, int k, bool f32, RowPtr row_ptr,
+                                                   F16StageShared& sh) {
+    const int n8 = k / 8;
+    bool big = false;
+    for (int j = 0; j < n; ++j) {
+        const void* row = row_ptr(j);
+        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+            float v[8];
+            f16_stage_load8(row, c, f32, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) big |= !(fabsf(v[i]) < 65504.0f);  // NaN too: harmless
+            *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) = make_uint4(
+                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
+        }
+    }
+    if (!__syncthreads_or(big)) return 0u;  // nothing has read xs yet
+    // Each row's largest magnitude (its bits: non-negative floats order as integers).
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = (blockDim.x + 31) >> 5;
+#pragma unroll
+    for (int j = 0; j < kF16StageMaxRows; ++j) {
+        uint32_t m = 0;
+        if (j < n)
+            for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+                float v[8];
+                f16_stage_load8(row_ptr(j), c, f32, v);
+#pragma unroll
+                for (int i = 0; i < 8; ++i) m = max(m, __float_as_uint(fabsf(v[i])));
+            }
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0) sh.red[warp][j] = m;
+    }
+    __syncthreads();
+    const auto row_max = [&](int j) {
+        uint32_t m = 0;
+        for (int w = 0; w < warps; ++w) m = max(m, sh.red[w][j]);
+        return m;
+    };
+    // s = ⌊log2 max⌋ - 14 (a max ≥ 65504 is normal, or inf / NaN: s ≤ 114).
+    const auto shift_of = [](uint32_t m) { return static_cast<int>(m >> 23) - 127 - 14; };
+    uint32_t down = 0;
+    for (int j = 0; j < n; ++j) {
+        const uint32_t m = row_max(j);
+        if (!(__uint_as_float(m) < 65504.0f)) down |= 1u << j;
+        if (threadIdx.x == 0) sh.shift[j] = shift_of(m);
+    }
+    for (int j = 0; j < n; ++j) {
+        if (!((down >> j) & 1u)) continue;
+        const float scale = __uint_as_float(static_cast<uint32_t>(127 - shift_of(row_max(j))) << 23);  // 2^-s
+        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
+            float v[8];
+            f16_stage_load8(row_ptr(j), c, f32, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] *= scale;
+            *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) = make_uint4(
+                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
+        }
+    }
+    __syncthreads();
+    return down;
+}
+// A sum of row j's staged values, scaled back: × 2^s where j was staged down.
+__device__ __forceinline__ float f16_unstage(float v, uint32_t down, int j, const F16StageShared& sh) {
+    return ((down >> j) & 1u) ? v * __uint_as_float(static_cast<uint32_t>(127 + sh.shift[j]) << 23) : v;
+}
+
 __device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
     gate = fminf(gate, limit);
     up = fminf(fmaxf(up, -limit), limit);

@@ -753,61 +753,15 @@ void launch_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
 // scale a step (16 | 128), applied to each step's MMA sums in fp32. The MMA columns are the tile's
 // assignments (≤ 8), their input rows (gate_up: the token's h; down: the assignment's act) rounded
 // to bf16 as moe_decode_mma rounds them, then staged once a CTA in shared memory as f16 (exact for
-// bf16 values of [2^-14, 65504]; a row reaching 65504 is staged again times 2^-16 and its sums scaled
-// back). The FP8 copy is MXFP4's values exactly (model/fp8_convert.h), so the products are
-// moe_decode_mma's; only the order of the fp32 sums differs. Epilogues as moe_decode_mma's.
+// bf16 values of [2^-14, 65504]; a row reaching 65504 is staged again scaled down by a power of two
+// and its sums scaled back: moe_common.cuh f16_stage_rows). The FP8 copy is MXFP4's values exactly
+// (model/fp8_convert.h), so the products are moe_decode_mma's; only the order of the fp32 sums differs. Epilogues as
+// moe_decode_mma's.
 constexpr int kF8Warps = 8;
 constexpr int kF8Steps = 6;                         // 64-byte K steps a warp
 constexpr int kF8MaxK = kF8Warps * kF8Steps * 64;   // 3,072
 constexpr int kF8MaxRows = kMoeDecodeMmaMaxTokens;  // staged input rows (assignments) a tile
 __host__ __device__ __forceinline__ int f8_pitch_words(int k) { return k / 2 + 4; }  // 16 bytes of padding a row
-
-// Stages input row j < n (row_ptr(j): fp32 when f32, else bf16; k values) of the rows in `which` (a
-// bit each) as f16 pairs into xs, times 2^-16 where `down`; returns the rows with a staged magnitude
-// ≥ 65504 (inf in f16), as bits.
-template <typename RowPtr>
-__device__ __forceinline__ uint32_t f8_stage_rows(uint32_t* xs, int n, int k, bool f32, RowPtr row_ptr, uint32_t which,
-                                                  bool down) {
-    const int pitch = f8_pitch_words(k), n8 = k / 8;
-    const float scale = down ? 1.0f / 65536.0f : 1.0f;
-    uint32_t big = 0;
-    for (int j = 0; j < n; ++j) {
-        if (!((which >> j) & 1u)) continue;
-        const void* row = row_ptr(j);
-        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
-            float v[8];
-            if (f32) {
-                const float4 p0 = *(reinterpret_cast<const float4*>(row) + 2 * c);
-                const float4 p1 = *(reinterpret_cast<const float4*>(row) + 2 * c + 1);
-                const uint32_t b[4] = {pack_bf16x2(p0.x, p0.y), pack_bf16x2(p0.z, p0.w), pack_bf16x2(p1.x, p1.y),
-                                       pack_bf16x2(p1.z, p1.w)};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    v[2 * i] = __uint_as_float(b[i] << 16);
-                    v[2 * i + 1] = __uint_as_float(b[i] & 0xffff0000u);
-                }
-            } else {
-                const uint4 u = *(reinterpret_cast<const uint4*>(row) + c);
-                const uint32_t b[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    v[2 * i] = __uint_as_float(b[i] << 16);
-                    v[2 * i + 1] = __uint_as_float(b[i] & 0xffff0000u);
-                }
-            }
-            bool bb = false;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                v[i] *= scale;
-                bb |= fabsf(v[i]) >= 65504.0f;
-            }
-            big |= static_cast<uint32_t>(bb) << j;
-            *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) = make_uint4(
-                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
-        }
-    }
-    return big;
-}
 
 template <bool kGateUp>
 __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const __grid_constant__ MoeMxfp4Args a) {
@@ -815,7 +769,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
     __shared__ float red[kF8Warps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[kF8MaxRows];
-    __shared__ uint32_t s_big[kF8Warps];
+    __shared__ F16StageShared s_stage;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
     const int K = kGateUp ? H : I, rows = kGateUp ? 2 * I : H;
@@ -858,7 +812,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
     pdl_trigger();                       // after the wait: at most this kernel and the next in flight
     __syncthreads();                     // s_as
 
-    // The input rows, staged (again times 2^-16 for a row beyond f16's range).
+    // The input rows, staged (moe_common.cuh f16_stage_rows: again, scaled down, for a row beyond f16).
     const bool f32 = !kGateUp || a.h_f32 != nullptr;
     const auto row_ptr = [&](int j) -> const void* {
         if constexpr (kGateUp) {
@@ -869,17 +823,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
             return a.act + static_cast<int64_t>(s_as[j]) * I;
         }
     };
-    uint32_t down = 0;
-    {
-        const uint32_t big = __reduce_or_sync(0xffffffffu, f8_stage_rows(xs, ntok, K, f32, row_ptr, 0xffu, false));
-        if (lane == 0) s_big[warp] = big;
-        if (__syncthreads_or(big != 0)) {  // nothing has read xs yet
-#pragma unroll
-            for (int w = 0; w < kF8Warps; ++w) down |= s_big[w];
-            f8_stage_rows(xs, ntok, K, f32, row_ptr, down, true);
-            __syncthreads();
-        }
-    }
+    const uint32_t down = f16_stage_rows(xs, f8_pitch_words(K), ntok, K, f32, row_ptr, s_stage);
 
     // Rows g, g + 8 × assignments 2t, 2t + 1 (lanes g ≥ ntok feed zero columns).
     const bool has_x = g < ntok;
@@ -923,7 +867,8 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
                 gate += red[w][2 * p][j];
                 up += red[w][2 * p + 1][j];
             }
-            if ((down >> j) & 1u) gate *= 65536.0f, up *= 65536.0f;
+            gate = f16_unstage(gate, down, j, s_stage);
+            up = f16_unstage(up, down, j, s_stage);
             const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
             a.act[static_cast<int64_t>(s_as[j]) * I + row0 / 2 + p] =
                 swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
@@ -934,7 +879,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
             float v = 0.0f;
 #pragma unroll
             for (int w = 0; w < kF8Warps; ++w) v += red[w][r][j];
-            if ((down >> j) & 1u) v *= 65536.0f;
+            v = f16_unstage(v, down, j, s_stage);
             a.y[static_cast<int64_t>(s_as[j]) * H + row0 + r] =
                 v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
         }
