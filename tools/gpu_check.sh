@@ -2039,6 +2039,32 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s35c_ktrace_20b.csv"
       fi
       ;;
+    s35d)
+      # Session 35, the closing run: the changed tests, then the bars with the shipped defaults (f16
+      # GEMVs at one token; moe_decode_fp8 only where the FP8 experts are the only copy, at 1 row):
+      # batch-1 decode at 1k (20b, 120b, 120b --fp8-experts), 8k prefill (20b, 120b --fp8-experts).
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaModel.Fp8WeightsStayCloseToFp32:CudaOps.MoeDecodeFp8*:CudaFp8Gemv.*:CudaQkvFused.*' \
+        > "$OUT/s35d_tests.log" 2>&1
+      summary+=("s35d tests rc=$?")
+      grep -E "OK \]|FAILED|Failure|decode MoE on the FP8|experts only vs|converted a layer" "$OUT/s35d_tests.log" | head -30
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s35d_20b_decode.log" 2>&1
+      summary+=("s35d 20b decode rc=$?")
+      echo "20b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35d_20b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s35d_120b_decode.log" 2>&1
+      summary+=("s35d 120b decode rc=$?")
+      echo "120b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35d_120b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill 8192 --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 2 > "$OUT/s35d_120b_fp8x.log" 2>&1
+      summary+=("s35d 120b --fp8-experts rc=$?")
+      echo "120b --fp8 --fp8-experts:"; grep -E "prefill +8192|^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35d_120b_fp8x.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill 8192 --batch "" --repeats 3 \
+        > "$OUT/s35d_20b_prefill.log" 2>&1
+      summary+=("s35d 20b prefill rc=$?")
+      echo "20b --fp8 8k prefill: $(grep -E "prefill +8192" "$OUT/s35d_20b_prefill.log" | head -1)"
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

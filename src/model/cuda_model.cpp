@@ -175,8 +175,7 @@ struct CudaModel::Impl {
     // gets h_bf16 = null: a branch that would read h then stops with an error (need_h in moe())
     // instead of reading stale rows.
     // Decode batches of up to fp8_decode_tokens MoE rows on the FP8 copy (moe_decode_fp8): where the
-    // copy is one array a projection (fp8_grouped). GPTOSS_MOE_DECODE_FP8_MAX_TOKENS sets the bound
-    // (0: never; A/B runs).
+    // copy is one array a projection (fp8_grouped); CudaModelOptions::moe_decode_fp8_tokens.
     int fp8_decode_tokens = 0;
     bool use_fp8_decode(int rows) const { return rows <= fp8_decode_tokens; }
     bool moe_reads_fp8_rows(int rows) const {
@@ -813,9 +812,9 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     if (fp8_grouped && ep == 1 &&
         kc::moe_decode_fp8_shapes_ok(static_cast<int>(H), static_cast<int>(I), static_cast<int>(E))) {
-        fp8_decode_tokens = kc::kMoeDecodeMmaMaxTokens;
-        if (const char* v = std::getenv("GPTOSS_MOE_DECODE_FP8_MAX_TOKENS"))
-            fp8_decode_tokens = std::clamp(std::atoi(v), 0, kc::kMoeDecodeMmaMaxTokens);
+        fp8_decode_tokens = opt.moe_decode_fp8_tokens >= 0 ? opt.moe_decode_fp8_tokens : fp8_only ? 1 : 0;
+        if (const char* v = std::getenv("GPTOSS_MOE_DECODE_FP8_MAX_TOKENS")) fp8_decode_tokens = std::atoi(v);
+        fp8_decode_tokens = std::clamp(fp8_decode_tokens, 0, kc::kMoeDecodeMmaMaxTokens);
     }
     act = DeviceBuffer(static_cast<int64_t>(std::max(mxfp4_tokens, fp8_decode_tokens)) * K * I * 4);
     y = DeviceBuffer(A * H * 4);

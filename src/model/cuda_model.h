@@ -59,6 +59,12 @@ struct CudaModelOptions {
     // blocks, the MXFP4 experts exact, wgmma; 1) instead of moe_decode_mma (bf16 activations; 0);
     // -1 GPTOSS_MOE_DECODE's choice (moe_decode_mma unless =4). r29: slower (kernels/cuda/moe.h).
     int moe_decode_wg = -1;
+    // With fp8 and the FP8 experts in one array a projection: decode batches of up to this many MoE
+    // rows through moe_decode_fp8 (the FP8 copy, e4m3 -> f16, f16 MMAs) instead of the MXFP4 kernels
+    // or the grouped FP8 ones. -1: 1 where the FP8 copy is the only one (fp8_experts), else 0
+    // (r50, batch-1 step: 20b 1.54 -> 1.70 ms beside MXFP4; 120b --fp8-experts 2.72 -> 2.49, batch 2
+    // even); GPTOSS_MOE_DECODE_FP8_MAX_TOKENS overrides. At most kMoeDecodeMmaMaxTokens (8).
+    int moe_decode_fp8_tokens = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

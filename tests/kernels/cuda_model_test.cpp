@@ -362,8 +362,7 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     std::mt19937 rng(5);
     auto random_ids = [&](int n) { return random_token_ids(rng, n, V); };
     // A 300-token and a 20-token prompt in one batch (W8A8 GEMMs, FP8 experts), then 6 decode
-    // steps of both (FP8 GEMVs; the experts on moe_decode_fp8 where the FP8 copy is one array a
-    // projection, variants 0 and 6, else on the MXFP4 kernels).
+    // steps of both (FP8 GEMVs, MXFP4 experts; or the FP8 ones: variants 6, 10, 11).
     std::vector<std::vector<int32_t>> steps_ids[7];
     steps_ids[0] = {random_ids(300), random_ids(20)};
     for (int st = 1; st < 7; ++st) steps_ids[st] = {random_ids(1), random_ids(1)};
@@ -388,7 +387,7 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     model::CpuForward cpu32(**w);
     model::CpuKvCache cpu32_kv(c, 16, 256, 256);
     const auto ref = run([&](auto& b, auto* out) { return cpu32.forward(b, cpu32_kv, out).ok(); });
-    const char* names[10] = {"grouped FP8 experts",
+    const char* names[12] = {"grouped FP8 experts",
                              "per-expert cuBLASLt",
                              "no expert copy",
                              "no expert copy, converted a layer at a time",
@@ -397,12 +396,15 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
                              "FP8 experts only (--fp8-experts)",
                              "MXFP4 experts as they are at every batch (decode steps too)",
                              "grouped FP8 experts, h's rows quantized per assignment (GPTOSS_MOE_ROWQ=0)",
-                             "MXFP4 experts as they are, h's rows quantized per assignment (GPTOSS_MOE_ROWQ=0)"};
-    std::vector<float> got[10];
-    for (int v_run = 0; v_run < 10; ++v_run) {
+                             "MXFP4 experts as they are, h's rows quantized per assignment (GPTOSS_MOE_ROWQ=0)",
+                             "grouped FP8 experts, decode steps on the FP8 copy (moe_decode_fp8)",
+                             "FP8 experts only, decode steps on moe_decode_fp8"};
+    std::vector<float> got[12];
+    for (int v_run = 0; v_run < 12; ++v_run) {
         // 8 and 9: variants 0 and 4 without the norm's e4m3 token rows (the MoE quantizes h's rows
-        // per assignment itself): the same bytes reach the same kernels.
-        const int v = v_run == 8 ? 0 : v_run == 9 ? 4 : v_run;
+        // per assignment itself): the same bytes reach the same kernels. 10 and 11: variants 0 and 6
+        // with their decode steps' experts on moe_decode_fp8.
+        const int v = v_run == 8 || v_run == 10 ? 0 : v_run == 9 ? 4 : v_run == 11 ? 6 : v_run;
         auto o = small_options();
         o.fp8 = true;
         o.bf16_experts = v < 2;  // false: no FP8 expert copy either (one expert at a time)
@@ -415,6 +417,7 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
         o.moe_mma_max_tokens = 0;          // the 320-row prompt step through the FP8 experts,
         o.moe_wgmma = 0;                   // not the grouped MXFP4 kernels
         o.fp8_experts = v == 6;            // the MXFP4 bytes dropped: the decode steps on the grouped FP8 kernels too
+        o.moe_decode_fp8_tokens = v_run >= 10 ? 8 : 0;
         if (v_run >= 8) ::setenv("GPTOSS_MOE_ROWQ", "0", 1);  // read when the model is made
         auto m = CudaModel::create(**w, o);
         if (v_run >= 8) ::unsetenv("GPTOSS_MOE_ROWQ");
@@ -448,20 +451,9 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     std::printf("  fp8 without the expert copy vs with: rel L2 %.3g\n", rel(got[2], got[1]));
     EXPECT_LE(rel(got[2], got[1]), 1e-6);
     // The same expert bytes (quantize_weight_fp8_mxfp4 against the load-time conversion) through
-    // the same grouped kernels: the same prompt logits. The decode steps differ in kernel only
-    // (moe_decode_fp8 on the copy against moe_decode_mma on MXFP4: the same products, the fp32 sums
-    // in another order, then bf16 roundings downstream; measured 3.0e-4 at r50), bounded by the
-    // bf16-output tolerance's rel L2 (kTolBf16Out, 5e-3).
-    const size_t prompt = (steps_ids[0][0].size() + steps_ids[0][1].size()) * V;
-    ASSERT_LE(prompt, got[3].size());
-    EXPECT_TRUE(std::equal(got[3].begin(), got[3].begin() + prompt, got[0].begin()))
-        << "the layer-at-a-time conversion's prompt step differs from the FP8 copy's";
-    std::printf(
-        "  fp8 converted a layer at a time vs the grouped FP8 copy: rel L2 %.3g (decode steps: MXFP4 vs "
-        "FP8 experts)\n",
-        rel(got[3], got[0]));
-    EXPECT_LE(rel(got[3], got[0]), 5e-3);
-    EXPECT_GT(rel(got[3], got[0]), 0.0) << "the decode steps took the same expert kernel";
+    // the same grouped kernels: the same logits.
+    std::printf("  fp8 converted a layer at a time vs the grouped FP8 copy: rel L2 %.3g\n", rel(got[3], got[0]));
+    EXPECT_LE(rel(got[3], got[0]), 1e-6);
     // moe_mxfp4_fp8: the exact MXFP4 weights instead of their FP8 128×128 rounding, the same
     // activation rows: within the bounds above against fp32 (checked in the loop), and near the
     // converted copy (the two differ by the conversion's rounding only: well under the ~0.06 each
@@ -474,10 +466,27 @@ TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     // against fp32 above.
     std::printf("  fp8 with W4A8 decode experts (wgmma) vs bf16-activation ones: rel L2 %.3g\n", rel(got[5], got[4]));
     EXPECT_GT(rel(got[5], got[4]), 0.0) << "moe_decode_wg did not run";
-    // FP8 experts only: every step is variant 0's bit for bit (the same converted bytes through the
-    // same kernels: the grouped ones for the prompt, moe_decode_fp8 for the decode steps).
-    std::printf("  fp8 experts only vs the FP8 copy beside MXFP4: rel L2 %.3g\n", rel(got[6], got[0]));
-    EXPECT_EQ(got[6], got[0]) << "the FP8-only model differs from the FP8 copy beside MXFP4";
+    // FP8 experts only: the prompt step's rows are variant 0's bit for bit (the same converted bytes
+    // through the same grouped kernels); the decode steps, on the FP8 experts instead of the MXFP4
+    // weight-only kernels, differ (within the bounds against fp32 above).
+    const size_t prompt = (steps_ids[0][0].size() + steps_ids[0][1].size()) * V;
+    ASSERT_LE(prompt, got[6].size());
+    EXPECT_TRUE(std::equal(got[6].begin(), got[6].begin() + prompt, got[0].begin()))
+        << "the FP8-only prompt step differs from the FP8 copy's";
+    std::printf("  fp8 experts only vs the FP8 copy beside MXFP4: rel L2 %.3g (decode steps)\n", rel(got[6], got[0]));
+    EXPECT_GT(rel(got[6], got[0]), 0.0) << "the decode steps did not take the FP8 experts";
+    // moe_decode_fp8 for the 2-row decode steps (CudaModelOptions::moe_decode_fp8_tokens): the prompt
+    // step is variant 0's bit for bit; the decode steps differ from variant 0's MXFP4 kernel by the
+    // order of the fp32 sums only (the same products; then bf16 roundings downstream: 3.0e-4 at
+    // r50), bounded by kTolBf16Out's rel L2 (5e-3). With the FP8 copy as the only one, the same
+    // kernels on the same bytes: variant 10's logits bit for bit.
+    ASSERT_LE(prompt, got[10].size());
+    EXPECT_TRUE(std::equal(got[10].begin(), got[10].begin() + prompt, got[0].begin()))
+        << "moe_decode_fp8 changed the prompt step";
+    std::printf("  fp8 decode MoE on the FP8 copy vs on MXFP4: rel L2 %.3g (decode steps)\n", rel(got[10], got[0]));
+    EXPECT_LE(rel(got[10], got[0]), 5e-3);
+    EXPECT_GT(rel(got[10], got[0]), 0.0) << "moe_decode_fp8 did not run";
+    EXPECT_EQ(got[11], got[10]) << "moe_decode_fp8 with the FP8 copy alone differs from beside MXFP4";
     // The MX kernels at every batch size: the prompt step is variant 4's bit for bit (the same
     // kernels); the 2-token decode steps run them too (32-token-wide wgmmas by default, 8 with
     // GPTOSS_MOE_NARROW_TAIL=8, as gpu_check's mx_decode runs this test too; e4m3 activations)
