@@ -2065,6 +2065,20 @@ PY
       summary+=("s35d 20b prefill rc=$?")
       echo "20b --fp8 8k prefill: $(grep -E "prefill +8192" "$OUT/s35d_20b_prefill.log" | head -1)"
       ;;
+    s35e)
+      # Session 35, budget's end: the f16 GEMVs (GPTOSS_GEMV_F16=0 / default) at 8k and 32k context,
+      # 20b batch 1 interleaved; 120b batch 1 at 1k once more (the bar's figure, a second sample).
+      for v in 0 1; do
+        GPTOSS_GEMV_F16=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+          --context 8192,32768 --decode-steps 64 --repeats 3 > "$OUT/s35e_20b_f16$v.log" 2>&1
+        summary+=("s35e 20b f16=$v rc=$?")
+        echo "20b f16=$v:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35e_20b_f16$v.log"
+      done
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s35e_120b.log" 2>&1
+      summary+=("s35e 120b rc=$?")
+      echo "120b:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35e_120b.log"
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
