@@ -2079,6 +2079,18 @@ PY
       summary+=("s35e 120b rc=$?")
       echo "120b:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35e_120b.log"
       ;;
+    s35f)
+      # Session 35, after the review's refactor (moe_decode_fp8 through moe_decode_mma's epilogue; the
+      # model's decode MoE arguments shared; PTX of moe_decode_mma unchanged): the tests, 20b batch 1.
+      timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeFp8*:CudaFp8Gemv.*:CudaModel.*:CudaEngine.*' > "$OUT/s35f_tests.log" 2>&1
+      summary+=("s35f tests rc=$?")
+      grep -E "OK \]|FAILED|Failure" "$OUT/s35f_tests.log" | head -20
+      timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s35f_20b.log" 2>&1
+      summary+=("s35f 20b rc=$?")
+      echo "20b:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35f_20b.log"
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

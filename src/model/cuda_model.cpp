@@ -1031,19 +1031,15 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
     } else if (!plan_done) {
         kc::moe_plan(expert_ids.as<int32_t>(), A, E, offsets.as<int32_t>(), sorted.as<int32_t>(), stream);
     }
-    if (use_fp8_decode(T)) {  // decode batches on the FP8 copy
+    // The decode kernels' arguments (moe_mxfp4 on MXFP4, moe_decode_fp8 on the FP8 copy) but for the
+    // weights. The fp32 rows where the norm wrote them: experts see unrounded inputs.
+    auto decode_args = [&] {
         kc::MoeMxfp4Args m;
-        m.h_f32 = h_f32;  // as the MXFP4 decode kernels: unrounded inputs where the norm wrote them
+        m.h_f32 = h_f32;
         m.h = h_f32 != nullptr ? h_bf16 : need_h();
         m.expert_offsets = offsets.as<int32_t>();
         m.sorted_assignments = sorted.as<int32_t>();
-        m.gate_up_f8 = D.gu_f8q.as<uint8_t>();
-        m.gate_up_f8_scale = D.gu_f8s.as<float>();
-        m.gate_up_k_pad = static_cast<int>(kc::fp8_gemm_k_pad(H));
         m.gate_up_bias = D.gu_b.as<float>();
-        m.down_f8 = D.down_f8q.as<uint8_t>();
-        m.down_f8_scale = D.down_f8s.as<float>();
-        m.down_k_pad = static_cast<int>(kc::fp8_gemm_k_pad(I));
         m.down_bias = D.down_b.as<float>();
         m.act = act.as<float>();
         m.y = y.as<float>();
@@ -1054,6 +1050,16 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        return m;
+    };
+    if (use_fp8_decode(T)) {  // decode batches on the FP8 copy
+        kc::MoeMxfp4Args m = decode_args();
+        m.gate_up_f8 = D.gu_f8q.as<uint8_t>();
+        m.gate_up_f8_scale = D.gu_f8s.as<float>();
+        m.gate_up_k_pad = static_cast<int>(kc::fp8_gemm_k_pad(H));
+        m.down_f8 = D.down_f8q.as<uint8_t>();
+        m.down_f8_scale = D.down_f8s.as<float>();
+        m.down_k_pad = static_cast<int>(kc::fp8_gemm_k_pad(I));
         kc::moe_decode_fp8(m, stream);
         return;
     }
@@ -1257,26 +1263,12 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         return;
     }
     if (small) {
-        kc::MoeMxfp4Args m;
-        m.h = need_h();
-        m.h_f32 = h_f32;  // written by the post-attention norm: experts see unrounded inputs
-        m.expert_offsets = offsets.as<int32_t>();
-        m.sorted_assignments = sorted.as<int32_t>();
+        kc::MoeMxfp4Args m = decode_args();
+        m.h = need_h();  // the fp32 weight-only and W4A8 kernels read the bf16 rows
         m.gate_up_blocks = D.gu_blocks.as<uint8_t>();
         m.gate_up_scales = D.gu_scales.as<uint8_t>();
-        m.gate_up_bias = D.gu_b.as<float>();
         m.down_blocks = D.down_blocks.as<uint8_t>();
         m.down_scales = D.down_scales.as<uint8_t>();
-        m.down_bias = D.down_b.as<float>();
-        m.act = act.as<float>();
-        m.y = y.as<float>();
-        m.num_tokens = T;
-        m.hidden_size = H;
-        m.intermediate_size = I;
-        m.num_experts = E;
-        m.experts_per_token = K;
-        m.swiglu_limit = static_cast<float>(c.swiglu_limit);
-        m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.kernel = decode_kernel;
         kc::moe_mxfp4(m, stream);
         return;

@@ -42,29 +42,40 @@ GemvArgs fp8_gemv_args(const Fp8Weight& f8, const DeviceBuffer& x, bool x_bf16, 
     return g;
 }
 
+// A random n × k weight (N(0, 0.02)) quantized by Fp8Weight::from_bf16, and its dequantized values
+// read back: e4m3 times a float scale is exact in double, the same products as decoding each element.
+struct QuantizedWeight {
+    Fp8Weight f8;
+    std::vector<double> w;  // [n, k]
+    QuantizedWeight(int n, int k, uint32_t seed) {
+        const auto wf = test::randn(static_cast<size_t>(n) * k, seed, 0.02f);
+        DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
+        f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto q = test::to_host<uint8_t>(f8.q, static_cast<size_t>(n) * f8.k_pad);
+        const int kb = f8.k_pad / 128;
+        const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
+        w.resize(static_cast<size_t>(n) * k);
+        for (int r = 0; r < n; ++r)
+            for (int c = 0; c < k; ++c)
+                w[static_cast<size_t>(r) * k + c] =
+                    static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
+                    sc[static_cast<size_t>(r / 128) * kb + c / 128];
+    }
+};
+
 TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
     REQUIRE_GPU();
     // 20,000 × 512: enough rows that every ring warp wraps its 4 slots several times; 3 × 128: fewer
     // rows than warps, and lanes with no chunk; k 3,072: the one-wave variant's largest k.
     for (const auto& [n, k] :
          {std::pair{5120, 2880}, {2880, 4096}, {700, 2880}, {20000, 512}, {3, 128}, {1000, 3072}}) {
-        const auto wf = test::randn(static_cast<size_t>(n) * k, 21, 0.02f);
-        DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
-        const Fp8Weight f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const auto q = test::to_host<uint8_t>(f8.q, static_cast<size_t>(n) * f8.k_pad);
-        const int kb = f8.k_pad / 128;
-        const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
+        const QuantizedWeight qw(n, k, 21);
+        const Fp8Weight& f8 = qw.f8;
+        const std::vector<double>& wd = qw.w;
         const auto bias = test::randn(n, 22, 0.1f);
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
-        // The dequantized weights once (e4m3 times a float scale is exact in double: the same
-        // products as decoding each element in the loop), and one reference per distinct input.
-        std::vector<double> wd(static_cast<size_t>(n) * k);
-        for (int r = 0; r < n; ++r)
-            for (int c = 0; c < k; ++c)
-                wd[static_cast<size_t>(r) * k + c] =
-                    static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + c])) *
-                    sc[static_cast<size_t>(r / 128) * kb + c / 128];
+        // One reference per distinct input.
         const auto reference = [&](const std::vector<float>& xr, int T) {
             std::vector<float> ref(static_cast<size_t>(T) * n);
             for (int t = 0; t < T; ++t)
@@ -175,13 +186,8 @@ TEST(CudaFp8Gemv, EveryCodeAndScale) {
 TEST(CudaFp8Gemv, F16ScalesXBeyondItsRange) {
     REQUIRE_GPU();
     for (const auto& [n, k] : {std::pair{700, 2880}, {256, 4096}}) {
-        const auto wf = test::randn(static_cast<size_t>(n) * k, 51, 0.02f);
-        DeviceBuffer dwb = DeviceBuffer::from_host(test::to_bf16(wf).data(), wf.size() * 2);
-        const Fp8Weight f8 = Fp8Weight::from_bf16(dwb.get(), n, k, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const auto q = test::to_host<uint8_t>(f8.q, static_cast<size_t>(n) * f8.k_pad);
-        const int kb = f8.k_pad / 128;
-        const auto sc = test::to_host<float>(f8.scales, static_cast<size_t>((n + 127) / 128) * kb);
+        const QuantizedWeight qw(n, k, 51);
+        const Fp8Weight& f8 = qw.f8;
         const auto bias = test::randn(n, 52, 0.1f);
         DeviceBuffer db = DeviceBuffer::from_host(bias.data(), bias.size() * 4);
         for (int c = 0; c < 4; ++c) {
@@ -203,9 +209,7 @@ TEST(CudaFp8Gemv, F16ScalesXBeyondItsRange) {
                     for (int r = 0; r < n; ++r) {
                         double acc = 0, mag = 0, wsum = 0;
                         for (int i = 0; i < k; ++i) {
-                            const double w =
-                                static_cast<double>(fp8e4m3_to_f32(q[static_cast<size_t>(r) * f8.k_pad + i])) *
-                                sc[static_cast<size_t>(r / 128) * kb + i / 128];
+                            const double w = qw.w[static_cast<size_t>(r) * k + i];
                             acc += w * x[i];
                             mag += std::fabs(w * x[i]);
                             wsum += std::fabs(w);

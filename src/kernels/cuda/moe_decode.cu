@@ -142,11 +142,15 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
 // The warps' partial sums (lane (g, t): rows g, g + 8 × columns 2t, 2t + 1) meet in shared memory;
 // gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
 // the bias and writes fp32 y rows. The tile's assignment tk is s_as[tk] (act's / y's row) in MMA
-// column s_col[tk] (gate_up at 1-2 tokens: its token; else tk).
-template <bool kGateUp, int kWarps>
+// column s_col[tk] (gate_up at 1-2 tokens: its token; else tk). back(sum, tk) scales assignment tk's
+// sums back (moe_decode_fp8's f16 staging), before the bias.
+struct NoScaleBack {
+    __device__ __forceinline__ float operator()(float v, int) const { return v; }
+};
+template <bool kGateUp, int kWarps, typename Back = NoScaleBack>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
-                                                const int* s_as, const int* s_col) {
+                                                const int* s_as, const int* s_col, Back back = {}) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -166,6 +170,8 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
                 gate += red[w][2 * p][c];
                 up += red[w][2 * p + 1][c];
             }
+            gate = back(gate, tk);
+            up = back(up, tk);
             const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
             a.act[static_cast<int64_t>(s_as[tk]) * I + row0 / 2 + p] =
                 swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
@@ -177,7 +183,7 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
 #pragma unroll
             for (int w = 0; w < kWarps; ++w) v += red[w][r][c];
             a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] =
-                v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
+                back(v, tk) + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
         }
     }
 }
@@ -769,6 +775,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
     __shared__ float red[kF8Warps][kRows][8];
     __shared__ int s_info[3];
     __shared__ int s_as[kF8MaxRows];
+    __shared__ int s_col[kF8MaxRows];
     __shared__ F16StageShared s_stage;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -807,7 +814,10 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
             sc[i] = __ldg(wsc + (s >> 1));
         }
     }
-    if (threadIdx.x < ntok) s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+    if (threadIdx.x < ntok) {
+        s_as[threadIdx.x] = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+        s_col[threadIdx.x] = threadIdx.x;
+    }
     if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
     pdl_trigger();                       // after the wait: at most this kernel and the next in flight
     __syncthreads();                     // s_as
@@ -851,39 +861,10 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
         for (int r = 0; r < 4; ++r) acc[r] = fmaf(sc[i], tmp[r], acc[r]);
     }
 
-    // The warps' sums meet in shared memory, in warp order; then the epilogue of moe_decode_mma.
-    red[warp][g][2 * t] = acc[0];
-    red[warp][g][2 * t + 1] = acc[1];
-    red[warp][g + 8][2 * t] = acc[2];
-    red[warp][g + 8][2 * t + 1] = acc[3];
-    __syncthreads();
-    if constexpr (kGateUp) {
-        // Rows 2p, 2p + 1 of the tile are gate and up of intermediate column (row0 / 2 + p).
-        if (threadIdx.x < 8 * ntok) {
-            const int p = threadIdx.x & 7, j = threadIdx.x >> 3;
-            float gate = 0.0f, up = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kF8Warps; ++w) {
-                gate += red[w][2 * p][j];
-                up += red[w][2 * p + 1][j];
-            }
-            gate = f16_unstage(gate, down, j, s_stage);
-            up = f16_unstage(up, down, j, s_stage);
-            const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
-            a.act[static_cast<int64_t>(s_as[j]) * I + row0 / 2 + p] =
-                swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
-        }
-    } else {
-        if (threadIdx.x < kRows * ntok) {
-            const int r = threadIdx.x & 15, j = threadIdx.x >> 4;
-            float v = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kF8Warps; ++w) v += red[w][r][j];
-            v = f16_unstage(v, down, j, s_stage);
-            a.y[static_cast<int64_t>(s_as[j]) * H + row0 + r] =
-                v + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
-        }
-    }
+    // The warps' sums meet in shared memory, in warp order: moe_decode_mma's epilogue, the MMA column
+    // of assignment j being j, and the staging's scale undone.
+    decode_epilogue<kGateUp, kF8Warps>(a, acc, red, e, row0, ntok, s_as, s_col,
+                                       [&](float v, int j) { return f16_unstage(v, down, j, s_stage); });
 }
 
 template <bool kGateUp>
