@@ -2091,6 +2091,39 @@ PY
       summary+=("s35f 20b rc=$?")
       echo "20b:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s35f_20b.log"
       ;;
+    s36a)
+      # Session 36: the residual update after each decode MoE in its down launch (MoeResidualTail) and
+      # the next norm's 1 / rms in the QKV GEMV (no norm kernel between them; GPTOSS_MOE_TAIL=0 off).
+      # Tests, then decode at 1k interleaved (20b batches 1-2 and 120b batch 1, two passes each), the
+      # 20b kernel trace with the tail.
+      timeout 450 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeResidualTail*:CudaOps.MoeDecodeFp8*:CudaOps.MoeDecodeMma*:CudaFp8Gemv.*:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s36a_tests.log" 2>&1
+      rc=$?
+      summary+=("s36a tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|residual tail|x_ss_parts" "$OUT/s36a_tests.log" | head -60
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_MOE_TAIL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s36a_20b_tail${v}_$pass.log" 2>&1
+            summary+=("s36a 20b tail=$v pass $pass rc=$?")
+            echo "20b tail=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36a_20b_tail${v}_$pass.log"
+          done
+        done
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_MOE_TAIL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s36a_120b_tail${v}_$pass.log" 2>&1
+            summary+=("s36a 120b tail=$v pass $pass rc=$?")
+            echo "120b tail=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36a_120b_tail${v}_$pass.log"
+          done
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s36a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s36a_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s36a_ktrace_20b.csv"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

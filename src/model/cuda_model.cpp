@@ -360,6 +360,18 @@ struct CudaModel::Impl {
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     DeviceBuffer router_counter;  // [1] u32 ticket of the fused decode router (kept zero between calls)
+    // MoeResidualTail (one token): the tiles' Σ x² and tickets (kept zero between calls), and the
+    // tail the next moe() call passes to its decode kernels (set by the layer loop).
+    DeviceBuffer tail_parts, tail_counters;
+    kc::MoeResidualTail moe_tail;
+    bool tail_enabled = true;
+    // Whether moe(rows, ...) takes the decode kernels that apply MoeResidualTail (the order of its tests).
+    bool moe_takes_tail(int rows) const {
+        if (use_fp8_decode(rows)) return true;
+        if ((mx_grouped || fp8_jit) && rows >= fp8_jit_tokens) return false;
+        if (use_wgmma(rows) || use_mma(rows)) return false;
+        return mxfp4 && rows <= mxfp4_tokens;
+    }
     static constexpr int kLogitChunk = 256;
     // Weight-only MXFP4 kernels (moe_decode_mma) up to this many MoE rows, the grouped moe_mma_v4
     // above. r42 (20b / 120b --fp8, 1k context, ms a step, crossover 4 vs 8): 5 rows 4.618 → 3.766 /
@@ -915,6 +927,14 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     router_counter = DeviceBuffer(4);
     CUDA_CHECK(cudaMemsetAsync(router_counter.get(), 0, 4, stream));
+    if (H % kc::kMoeTailTile == 0) {
+        const int64_t tiles = H / kc::kMoeTailTile;
+        tail_parts = DeviceBuffer(tiles * 4);
+        tail_counters = DeviceBuffer(tiles * 4);
+        CUDA_CHECK(cudaMemsetAsync(tail_counters.get(), 0, tiles * 4, stream));
+    }
+    tail_enabled = opt.moe_residual_tail && H % kc::kMoeTailTile == 0;
+    if (const char* v = std::getenv("GPTOSS_MOE_TAIL")) tail_enabled = tail_enabled && std::strcmp(v, "0") != 0;
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
@@ -1050,8 +1070,11 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.experts_per_token = K;
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
+        m.tail = moe_tail;
         return m;
     };
+    ENGINE_CHECK(moe_tail.x == nullptr || (T == 1 && moe_takes_tail(T) && ep == 1),
+                 "moe: the residual tail was set for %d rows on a path without it", T);
     if (use_fp8_decode(T)) {  // decode batches on the FP8 copy
         kc::MoeMxfp4Args m = decode_args();
         m.gate_up_f8 = D.gu_f8q.as<uint8_t>();
@@ -1632,6 +1655,22 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             kc::rope_cos_sin_table(positions.as<int32_t>(), T, inv_freq.as<float>(), c.head_dim / 2, attention_scaling,
                                    rope_cs.as<float>(), stream);
         timing_point("rope_table");
+        // MoeResidualTail (one token, one GPU): each layer's down launch updates the residual and writes
+        // the next layer's h = x · gain and Σ x² parts; that layer's QKV GEMV applies 1 / rms (no norm kernel).
+        const bool tail_path = [&] {
+            if (!tail_enabled || T != 1 || Tm != 1 || !fp8 || !small || !qkv_fused || !gemv_x_bf16() || world_reduce ||
+                ep != 1 || tp != 1 || dp != 1 || !moe_takes_tail(Tm) || H % 64 != 0)
+                return false;
+            kc::GemvArgs g;
+            g.w_scale = layers[0].qkv_f8.scales.as<float>();
+            g.w_ld = layers[0].qkv_f8.k_pad;
+            g.fp8_kernel = gemv_fp8;
+            g.num_tokens = 1;
+            g.n = qkvw;
+            g.k = H;
+            return kc::gemv_fp8_mma_applies(g, true, c.head_dim);
+        }();
+        bool tail_in = false;  // this layer's h and Σ x² parts come from the previous layer's down launch
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             if (l == 1) timing_point("layer0");
             DeviceLayer& D = layers[l];
@@ -1662,8 +1701,10 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 rn.q_m_pad = kc::fp8_gemm_m_pad(T);
                 if (kc::residual_rmsnorm_fuses_quant(rn)) rn.out = nullptr;
             }
-            kc::residual_rmsnorm(rn, stream);
-            mark("norm");
+            if (!tail_in) {
+                kc::residual_rmsnorm(rn, stream);
+                mark("norm");
+            }
             if (norm_quant)
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.qkv_f8, qkv.as<float>(), T, qkv_bf16);
             else if (!fuse_qkv && fp8)
@@ -1701,6 +1742,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 g.num_tokens = T;
                 g.n = qkvw;
                 g.k = H;
+                if (tail_in) {  // h = x · gain: the GEMV applies the norm's 1 / rms
+                    g.x = h.get();
+                    g.x_bf16 = true;
+                    g.x_ss_parts = tail_parts.as<float>();
+                    g.x_ss_n = H / kc::kMoeTailTile;
+                    g.x_eps = static_cast<float>(c.rms_norm_eps);
+                }
                 kc::qkv_gemv_rope(g, r, stream);
             } else {
                 kc::qkv_bias_rope_kv_write(r, stream);
@@ -1904,7 +1952,17 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
+            tail_in = tail_path && l + 1 < c.num_hidden_layers;
+            if (tail_in) {
+                moe_tail.x = xr;
+                moe_tail.weights = expert_w.as<float>();
+                moe_tail.gain = layers[l + 1].input_norm.as<float>();
+                moe_tail.h = h.get();
+                moe_tail.ss_parts = tail_parts.as<float>();
+                moe_tail.counters = tail_counters.as<uint32_t>();
+            }
             moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q);
+            moe_tail = {};
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world
                 kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);

@@ -65,6 +65,10 @@ struct CudaModelOptions {
     // (r50, batch-1 step: 20b 1.54 -> 1.70 ms beside MXFP4; 120b --fp8-experts 2.72 -> 2.49, batch 2
     // even); GPTOSS_MOE_DECODE_FP8_MAX_TOKENS overrides. At most kMoeDecodeMmaMaxTokens (8).
     int moe_decode_fp8_tokens = -1;
+    // With fp8, one token a step on one GPU: the residual update after each layer's MoE in the down
+    // launch (kernels/cuda/moe.h MoeResidualTail) and the next layer's norm scale in its QKV GEMV,
+    // instead of a norm kernel between them. GPTOSS_MOE_TAIL=0 turns it off (A/B runs).
+    bool moe_residual_tail = true;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

@@ -318,6 +318,7 @@ TEST(CudaModel, Fp8GemvsOnBf16RowsAreTheSameBits) {
     for (int variant = 0; variant < 2; ++variant) {
         auto o = small_options();
         o.fp8 = true;
+        o.moe_residual_tail = false;  // on the bf16 rows only (its h rounds other values; tested below)
         if (variant == 1) ::setenv("GPTOSS_GEMV_X_F32", "1", 1);  // read when the model is made
         auto m = CudaModel::create(**w, o);
         ::unsetenv("GPTOSS_GEMV_X_F32");
@@ -350,6 +351,55 @@ TEST(CudaModel, Fp8GemvsOnBf16RowsAreTheSameBits) {
     ASSERT_EQ(got[0].size(), got[1].size());
     ASSERT_GT(got[0].size(), 0u);
     EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0);
+}
+
+// MoeResidualTail (session 36): one-sequence decode steps with the residual update in each layer's down
+// launch and the next norm's 1 / rms in the QKV GEMV, against the norm kernel between them. The h the
+// GEMV reads rounds x · gain to bf16 instead of (x / rms) · gain, and Σ x² is summed in another order, so
+// the logits differ a little: rel L2 ≤ 5e-3 (kTolBf16Out's; r51 measured, see the printout), and they
+// must differ (else the tail did not run). For the decode MoE on MXFP4 (moe_decode_mma, the ticket in
+// its down CTAs), on moe_decode_wg (moe_residual_tail after it), and on the FP8 experts alone
+// (moe_decode_fp8).
+TEST(CudaModel, Fp8ResidualTailStaysClose) {
+    REQUIRE_GPU();
+    const model::GptOssConfig c = real_width_config();
+    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_tail_");
+    auto w = model::GptOssWeights::load(dir);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    const char* names[3] = {"moe_decode_mma", "moe_decode_wg", "FP8 experts only (moe_decode_fp8)"};
+    for (int kind = 0; kind < 3; ++kind) {
+        std::vector<float> got[2];
+        for (int tail = 0; tail < 2; ++tail) {
+            auto o = small_options();
+            o.fp8 = true;
+            o.moe_residual_tail = tail == 1;
+            o.moe_decode_wg = kind == 1 ? 1 : 0;
+            o.fp8_experts = kind == 2;
+            auto m = CudaModel::create(**w, o);
+            ASSERT_TRUE(m.ok()) << m.status().to_string();
+            std::mt19937 r(31);  // the same ids for both
+            const std::vector<int32_t> table = {0, 1, 2, 3};
+            std::vector<ForwardSequence> batch = {{random_token_ids(r, 7, c.vocab_size), 0, table, table, false}};
+            std::vector<float> out;
+            ASSERT_TRUE((*m)->forward(batch, &out).ok());
+            for (int step = 0; step < 6; ++step) {
+                batch = {{random_token_ids(r, 1, c.vocab_size), 7 + step, table, table, false}};
+                out.clear();
+                ASSERT_TRUE((*m)->forward(batch, &out).ok());
+                got[tail].insert(got[tail].end(), out.begin(), out.end());
+            }
+        }
+        ASSERT_EQ(got[0].size(), got[1].size());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < got[0].size(); ++i) {
+            num += (got[1][i] - got[0][i]) * (got[1][i] - got[0][i]);
+            den += got[0][i] * got[0][i];
+        }
+        const double rel = std::sqrt(num / den);
+        std::printf("  residual tail (%s) vs the norm kernel: rel L2 %.3g over 6 decode steps\n", names[kind], rel);
+        EXPECT_LE(rel, 5e-3) << names[kind];
+        EXPECT_GT(rel, 0.0) << names[kind] << ": the same bits (did the tail run?)";
+    }
 }
 
 TEST(CudaModel, Fp8WeightsStayCloseToFp32) {

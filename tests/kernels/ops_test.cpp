@@ -991,34 +991,53 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
 // with several assignments: MMA columns past 0). Then the staging's second pass: token 1's h times
 // 2^17 (beyond f16's 65504) with the SwiGLU clamp lifted, so that act passes f16's range too; every
 // token compared on its own (the large one would hide the others' errors).
+// The FP8 copy of RandomExperts in moe_decode_fp8's layout (MoeFp8Args': e4m3 [E, n, k_pad] and 128×128
+// block scales), converted on the device from their MXFP4 bytes as the model converts them at load.
+struct Fp8ExpertCopy {
+    int kph = 0, kpi = 0;
+    DeviceBuffer guq, gus, dnq, dns;
+    explicit Fp8ExpertCopy(const RandomExperts& ex) {
+        const int E = ex.E, H = ex.H, I = ex.I;
+        kph = kc::fp8_gemm_k_pad(H), kpi = kc::fp8_gemm_k_pad(I);
+        const auto nb = [](int n) { return (n + 127) / 128; };
+        guq = DeviceBuffer(static_cast<size_t>(E) * 2 * I * kph);
+        gus = DeviceBuffer(static_cast<size_t>(E) * nb(2 * I) * (kph / 128) * 4);
+        dnq = DeviceBuffer(static_cast<size_t>(E) * H * kpi);
+        dns = DeviceBuffer(static_cast<size_t>(E) * nb(H) * (kpi / 128) * 4);
+        auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
+             dds = to_device(ex.down_scales);
+        DeviceBuffer tmp(static_cast<size_t>(2) * I * H * 2);
+        for (int e = 0; e < E; ++e) {
+            kc::mxfp4_to_bf16(dgub.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * H / 2,
+                              dgus.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * H / 32, 2 * I, H, tmp.get(),
+                              nullptr);
+            kc::quantize_weight_fp8_bf16(tmp.get(), 2 * I, H, kph,
+                                         guq.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * kph,
+                                         gus.as<float>() + static_cast<size_t>(e) * nb(2 * I) * (kph / 128), nullptr);
+            kc::mxfp4_to_bf16(ddb.as<uint8_t>() + static_cast<size_t>(e) * H * I / 2,
+                              dds.as<uint8_t>() + static_cast<size_t>(e) * H * I / 32, H, I, tmp.get(), nullptr);
+            kc::quantize_weight_fp8_bf16(tmp.get(), H, I, kpi, dnq.as<uint8_t>() + static_cast<size_t>(e) * H * kpi,
+                                         dns.as<float>() + static_cast<size_t>(e) * nb(H) * (kpi / 128), nullptr);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());  // tmp is freed on return
+    }
+    void fill(kc::MoeMxfp4Args& a) const {
+        a.gate_up_f8 = guq.as<uint8_t>();
+        a.gate_up_f8_scale = gus.as<float>();
+        a.gate_up_k_pad = kph;
+        a.down_f8 = dnq.as<uint8_t>();
+        a.down_f8_scale = dns.as<float>();
+        a.down_k_pad = kpi;
+    }
+};
+
 TEST(CudaOps, MoeDecodeFp8MatchesCpu) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4;
     for (int E : {32, 128}) {
         RandomExperts ex(E, H, I, 77 + E);
-        const int kph = kc::fp8_gemm_k_pad(H), kpi = kc::fp8_gemm_k_pad(I);
-        const auto nb = [](int n) { return (n + 127) / 128; };
-        DeviceBuffer guq(static_cast<size_t>(E) * 2 * I * kph),
-            gus(static_cast<size_t>(E) * nb(2 * I) * (kph / 128) * 4), dnq(static_cast<size_t>(E) * H * kpi),
-            dns(static_cast<size_t>(E) * nb(H) * (kpi / 128) * 4);
-        {
-            auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
-                 dds = to_device(ex.down_scales);
-            DeviceBuffer tmp(static_cast<size_t>(2) * I * H * 2);
-            for (int e = 0; e < E; ++e) {
-                kc::mxfp4_to_bf16(dgub.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * H / 2,
-                                  dgus.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * H / 32, 2 * I, H, tmp.get(),
-                                  nullptr);
-                kc::quantize_weight_fp8_bf16(
-                    tmp.get(), 2 * I, H, kph, guq.as<uint8_t>() + static_cast<size_t>(e) * 2 * I * kph,
-                    gus.as<float>() + static_cast<size_t>(e) * nb(2 * I) * (kph / 128), nullptr);
-                kc::mxfp4_to_bf16(ddb.as<uint8_t>() + static_cast<size_t>(e) * H * I / 2,
-                                  dds.as<uint8_t>() + static_cast<size_t>(e) * H * I / 32, H, I, tmp.get(), nullptr);
-                kc::quantize_weight_fp8_bf16(tmp.get(), H, I, kpi, dnq.as<uint8_t>() + static_cast<size_t>(e) * H * kpi,
-                                             dns.as<float>() + static_cast<size_t>(e) * nb(H) * (kpi / 128), nullptr);
-            }
-            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        }
+        const Fp8ExpertCopy f8(ex);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         auto dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
         for (int c = 0; c < 5; ++c) {
             const int T = c == 4 ? 3 : c == 0 ? 1 : c == 1 ? 2 : c == 2 ? 5 : 8;
@@ -1054,13 +1073,8 @@ TEST(CudaOps, MoeDecodeFp8MatchesCpu) {
                 a.h_f32 = f32_input ? dh32.as<float>() : nullptr;
                 a.expert_offsets = offsets.as<int32_t>();
                 a.sorted_assignments = sorted.as<int32_t>();
-                a.gate_up_f8 = guq.as<uint8_t>();
-                a.gate_up_f8_scale = gus.as<float>();
-                a.gate_up_k_pad = kph;
+                f8.fill(a);
                 a.gate_up_bias = dgubias.as<float>();
-                a.down_f8 = dnq.as<uint8_t>();
-                a.down_f8_scale = dns.as<float>();
-                a.down_k_pad = kpi;
                 a.down_bias = ddbias.as<float>();
                 a.act = act.as<float>();
                 a.y = y.as<float>();
@@ -1080,6 +1094,101 @@ TEST(CudaOps, MoeDecodeFp8MatchesCpu) {
                     EXPECT_TRUE(close(gt, rt, kTolBf16Out, "moe decode fp8"))
                         << "E=" << E << " T=" << T << " token " << t << (big ? " (token 1 x 2^17)" : "")
                         << (f32_input ? " fp32 h" : " bf16 h");
+                }
+            }
+        }
+    }
+}
+
+// MoeResidualTail (session 36): at one token the decode MoE's down launch also updates the residual,
+// x[i] += Σ_k w_k · y_k[i], and writes h = bf16(x · gain) and each 16-element tile's Σ x². Checked
+// against the host on the launch's own y rows, to the bit (the tail's fused multiply-adds in k order,
+// its rounded product and its 16-lane tree are written out here): moe_decode_mma (a ticket a tile in its
+// down CTAs), moe_decode_fp8 (the same epilogue behind its own plan), the fp32 weight-only kernels and
+// moe_decode_wg (moe_residual_tail after them). Each twice: the tickets must leave the counters at zero.
+TEST(CudaOps, MoeResidualTailMatchesTheHost) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4, tiles = H / kc::kMoeTailTile;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 91 + E);
+        const Fp8ExpertCopy f8(ex);
+        auto gub = to_device(ex.gu_blocks), gus = to_device(ex.gu_scales), gubias = to_device(ex.gu_bias);
+        auto db = to_device(ex.down_blocks), ds = to_device(ex.down_scales), dbias = to_device(ex.down_bias);
+        const auto h = bf16_round(randn(H, 17 * E));
+        auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
+        // Experts 0 and E - 1 (the scan's ends) and two others; weights summing to one.
+        const std::vector<int32_t> ids = {E - 1, 0, E / 2 + 1, 3};
+        const std::vector<float> wts = {0.4f, 0.1f, 0.3f, 0.2f};
+        auto dids = to_device(ids), dw = to_device(wts);
+        DeviceBuffer offsets((E + 1) * 4), sorted(K * 4);
+        kc::moe_plan(dids.as<int32_t>(), K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        const auto x0 = randn(H, 23 * E, 4.0f);
+        const auto gain = randn(H, 29 * E, 0.3f, 1.0f);
+        auto dgain = to_device(gain);
+        // -1: moe_decode_fp8; else MoeMxfp4Args::kernel (1 moe_decode_mma, 0 the fp32 kernels, 4 moe_decode_wg).
+        for (int kernel : {1, -1, 0, 4}) {
+            DeviceBuffer counters(tiles * 4);
+            CUDA_CHECK(cudaMemset(counters.get(), 0, tiles * 4));
+            for (int rep = 0; rep < 2; ++rep) {
+                auto act = poisoned(static_cast<size_t>(K) * I * 4);
+                auto y = poisoned(static_cast<size_t>(K) * H * 4);
+                auto dx = to_device(x0);
+                auto hb = poisoned(static_cast<size_t>(H) * 2);
+                auto parts = poisoned(static_cast<size_t>(tiles) * 4);
+                kc::MoeMxfp4Args a = mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), dh32.as<float>(),
+                                                offsets, sorted, act, y, 1, K);
+                a.tail.x = dx.as<float>();
+                a.tail.weights = dw.as<float>();
+                a.tail.gain = dgain.as<float>();
+                a.tail.h = hb.get();
+                a.tail.ss_parts = parts.as<float>();
+                a.tail.counters = counters.as<uint32_t>();
+                const char* name = kernel == -1  ? "moe_decode_fp8"
+                                   : kernel == 1 ? "moe_decode_mma"
+                                   : kernel == 4 ? "moe_decode_wg"
+                                                 : "fp32 kernels";
+                if (kernel == -1) {
+                    f8.fill(a);
+                    ASSERT_TRUE(kc::moe_decode_fp8_supported(a));
+                    kc::moe_decode_fp8(a, nullptr);
+                } else {
+                    a.kernel = kernel;
+                    kc::moe_mxfp4(a, nullptr);
+                }
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
+                const auto yh = to_host<float>(y, static_cast<size_t>(K) * H);
+                const auto xg = to_host<float>(dx, H);
+                const auto hg = to_host<uint16_t>(hb, H);
+                const auto pg = to_host<float>(parts, tiles);
+                const auto cg = to_host<uint32_t>(counters, tiles);
+                size_t bad_x = 0, bad_h = 0, bad_p = 0;
+                for (int j = 0; j < tiles; ++j) {
+                    float sq[kc::kMoeTailTile];
+                    for (int l = 0; l < kc::kMoeTailTile; ++l) {
+                        const int i = j * kc::kMoeTailTile + l;
+                        float acc = 0.0f;
+                        for (int k = 0; k < K; ++k) acc = std::fmaf(wts[k], yh[static_cast<size_t>(k) * H + i], acc);
+                        const float v = x0[i] + acc;
+                        bad_x += xg[i] != v;
+                        bad_h += hg[i] != f32_to_bf16(v * gain[i]);
+                        sq[l] = v * v;
+                    }
+                    for (int o = 8; o > 0; o >>= 1) {  // the 16-lane butterfly: lane l adds lane l ^ o
+                        float nx[kc::kMoeTailTile];
+                        for (int l = 0; l < kc::kMoeTailTile; ++l) nx[l] = sq[l] + sq[l ^ o];
+                        std::copy(nx, nx + kc::kMoeTailTile, sq);
+                    }
+                    bad_p += pg[j] != sq[0];
+                }
+                EXPECT_EQ(bad_x, 0u) << name << " E=" << E << " rep " << rep << ": residual";
+                EXPECT_EQ(bad_h, 0u) << name << " E=" << E << " rep " << rep << ": h = x · gain";
+                EXPECT_EQ(bad_p, 0u) << name << " E=" << E << " rep " << rep << ": Σ x² of the tiles";
+                EXPECT_EQ(std::count(cg.begin(), cg.end(), 0u), tiles) << name << " E=" << E << ": counters left set";
+                // y itself: the MoE of h (W4A8's e4m3 activations have their own tests and bounds).
+                if (kernel != 4) {
+                    EXPECT_TRUE(close(combine_assignments(y, wts, 1, K, H), cpu_moe_reference(ex, h, ids, wts, 1, K),
+                                      kTolBf16Out, name))
+                        << name << " E=" << E;
                 }
             }
         }

@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "core/dtype.h"
 #include "cuda_test_util.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fp8_gemm.h"
@@ -132,6 +133,124 @@ TEST(CudaQkvFused, MatchesGemvThenRope) {
                     << "variant " << variant << " nkv " << nkv << " T " << T << ": " << differ << " of " << total;
                 EXPECT_LE(worst, 1.0f / 128) << "variant " << variant << " nkv " << nkv << " T " << T;
             }
+        }
+    }
+}
+
+// GemvArgs::x_ss_parts (MoeResidualTail's consumer, session 36): the GEMV of h = bf16(x · gain) with
+// its sums scaled by 1 / rms from the tiles' Σ x², against the GEMV of the norm kernel's h =
+// bf16((x · 1/rms) · gain). The two round different values to bf16 (≤ 2^-9 relative each), so the
+// outputs agree to about that: a rel L2 bound of 4e-3 over q, k and v (measured: see the printout), and
+// they must differ somewhere (else the scale was not applied). The QKV kernels with f16 and bf16 MMAs,
+// one-wave and not, and the plain GEMV (y); a residual large enough that x · gain passes f16's range
+// (the f16 staging's scaled-down pass).
+TEST(CudaQkvFused, AppliesTheNormScale) {
+    REQUIRE_GPU();
+    const int H = 2880, hd = 64, nkv = 8, nq = 64, n = (nq + 2 * nkv) * hd, tiles = H / 16;
+    const float eps = 1e-5f;
+    const auto w = test::to_bf16(test::randn(static_cast<size_t>(n) * H, 41, 0.02f));
+    DeviceBuffer dw = DeviceBuffer::from_host(w.data(), w.size() * 2);
+    const Fp8Weight f8 = Fp8Weight::from_bf16(dw.get(), n, H, nullptr);
+    const auto b = test::randn(n, 43, 0.1f);
+    std::vector<float> inv_freq(hd / 2);
+    for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * i / hd);
+    const std::vector<int32_t> pos = {777}, slot = {9};
+    DeviceBuffer db = DeviceBuffer::from_host(b.data(), b.size() * 4);
+    DeviceBuffer df = DeviceBuffer::from_host(inv_freq.data(), inv_freq.size() * 4);
+    DeviceBuffer dp = DeviceBuffer::from_host(pos.data(), 4), ds = DeviceBuffer::from_host(slot.data(), 4);
+    const auto gain = test::randn(H, 45, 0.3f, 1.0f);
+    DeviceBuffer dgain = DeviceBuffer::from_host(gain.data(), H * 4);
+    for (float scale : {8.0f, 40000.0f}) {  // the second: |x · gain| past 65504
+        const auto x = test::randn(H, 47, scale);
+        // The tail's outputs, written out on the host: h = bf16(x · gain), Σ x² a tile.
+        std::vector<uint16_t> hx(H);
+        std::vector<float> parts(tiles, 0.0f);
+        float hmax = 0;
+        for (int i = 0; i < H; ++i) {
+            hx[i] = f32_to_bf16(x[i] * gain[i]);
+            hmax = std::max(hmax, std::fabs(x[i] * gain[i]));
+            parts[i / 16] += x[i] * x[i];
+        }
+        if (scale > 1000) {
+            ASSERT_GT(hmax, 65504.0f);
+        }
+        DeviceBuffer dhx = DeviceBuffer::from_host(hx.data(), H * 2),
+                     dparts = DeviceBuffer::from_host(parts.data(), tiles * 4);
+        // The reference's h: the norm kernel on x.
+        DeviceBuffer dx = DeviceBuffer::from_host(x.data(), H * 4), dhn(H * 2);
+        ResidualRmsNormArgs rn;
+        rn.x = dx.as<float>();
+        rn.weight = dgain.as<float>();
+        rn.out = dhn.get();
+        rn.num_tokens = 1;
+        rn.hidden_size = H;
+        rn.eps = eps;
+        residual_rmsnorm(rn, nullptr);
+        for (int variant = 0; variant < 5; ++variant) {
+            const bool plain = variant == 4, f16 = variant % 2 == 0;
+            const GemvFp8Kernel kind = variant < 2 ? GemvFp8Kernel::kMmaOneWave : GemvFp8Kernel::kMma;
+            const size_t q_bytes = static_cast<size_t>(nq) * hd * 2, c_bytes = static_cast<size_t>(16) * nkv * hd * 2;
+            std::vector<float> out[2];
+            for (int p = 0; p < 2; ++p) {
+                DeviceBuffer q(q_bytes), kc(c_bytes), vc(c_bytes), y(static_cast<size_t>(n) * 4);
+                CUDA_CHECK(cudaMemset(q.get(), 0, q_bytes));
+                CUDA_CHECK(cudaMemset(kc.get(), 0, c_bytes));
+                CUDA_CHECK(cudaMemset(vc.get(), 0, c_bytes));
+                GemvArgs g;
+                g.x = p == 0 ? dhn.get() : dhx.get();
+                g.x_bf16 = true;
+                g.w = f8.q.get();
+                g.w_scale = f8.scales.as<float>();
+                g.w_ld = f8.k_pad;
+                g.fp8_kernel = kind;
+                g.mma_f16 = f16;
+                g.num_tokens = 1;
+                g.n = n;
+                g.k = H;
+                if (p == 1) {
+                    g.x_ss_parts = dparts.as<float>();
+                    g.x_ss_n = tiles;
+                    g.x_eps = eps;
+                }
+                ASSERT_TRUE(gemv_fp8_mma_applies(g, !plain, hd));
+                if (plain) {
+                    g.y = y.as<float>();
+                    g.bias = db.as<float>();
+                    gemv_bf16w(g, nullptr);
+                    CUDA_CHECK(cudaDeviceSynchronize());
+                    out[p] = test::to_host<float>(y, n);
+                    continue;
+                }
+                QkvRopeArgs r;
+                r.bias = db.as<float>();
+                r.positions = dp.as<int32_t>();
+                r.slot_mapping = ds.as<int32_t>();
+                r.inv_freq = df.as<float>();
+                r.attention_scaling = 1.3465736f;
+                r.q_out = q.get();
+                r.k_cache = kc.get();
+                r.v_cache = vc.get();
+                r.num_tokens = 1;
+                r.num_heads = nq;
+                r.num_kv_heads = nkv;
+                r.head_dim = hd;
+                qkv_gemv_rope(g, r, nullptr);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                for (DeviceBuffer* d : {&q, &kc, &vc}) {
+                    const auto v = test::from_bf16(test::to_host<uint16_t>(*d, d->bytes() / 2));
+                    out[p].insert(out[p].end(), v.begin(), v.end());
+                }
+            }
+            double num = 0, den = 0;
+            for (size_t i = 0; i < out[0].size(); ++i) {
+                num += (out[1][i] - out[0][i]) * (out[1][i] - out[0][i]);
+                den += out[0][i] * out[0][i];
+            }
+            const double rel = std::sqrt(num / den);
+            std::printf("  x_ss_parts, x x %g, variant %d: rel L2 %.3g against the norm kernel's h\n", scale, variant,
+                        rel);
+            EXPECT_LE(rel, 4e-3) << "variant " << variant << " x scale " << scale;
+            EXPECT_GT(rel, 0.0) << "variant " << variant << ": the same bits (was the scale applied?)";
         }
     }
 }

@@ -537,6 +537,16 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
+    // GemvArgs::x_ss_parts: the last warp sums them (loads issued now, the sum read in the epilogue,
+    // after the barrier there).
+    __shared__ float s_inv;
+    if (a.x_ss_parts != nullptr && warp == kMmaWarps - 1) {
+        float ss = 0.0f;
+        for (int i = lane; i < a.x_ss_n; i += 32) ss += __ldcg(a.x_ss_parts + i);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) s_inv = rsqrtf(ss / static_cast<float>(a.k) + a.x_eps);
+    }
     // kF16: x staged once a CTA (moe_common.cuh f16_stage_rows; its barrier also covers s_scale).
     extern __shared__ uint32_t xs_f16[];
     __shared__ F16StageShared s_stage;
@@ -604,6 +614,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     red[warp][g + 8][2 * t] = acc[2];
     red[warp][g + 8][2 * t + 1] = acc[3];
     __syncthreads();
+    const float inv = a.x_ss_parts != nullptr ? s_inv : 1.0f;
     if constexpr (kRope) {
         if (threadIdx.x < 64) {
             const int p = threadIdx.x & 7, m = threadIdx.x >> 3;
@@ -616,6 +627,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                 }
                 const int row0 = head * r.head_dim + i0 + p;
                 if constexpr (kF16) s0 = f16_unstage(s0, down, m, s_stage), s1 = f16_unstage(s1, down, m, s_stage);
+                s0 *= inv, s1 *= inv;
                 rope_store(r, head, i0 + p, m, s0 + r.bias[row0], s1 + r.bias[row0 + r.head_dim / 2]);
             }
         }
@@ -626,6 +638,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
 #pragma unroll
             for (int u = 0; u < kMmaWarps; ++u) v += red[u][rr][m];
             if constexpr (kF16) v = f16_unstage(v, down, m, s_stage);
+            v *= inv;
             a.y[static_cast<int64_t>(m) * a.n + row] = v + (a.bias ? a.bias[row] : 0.0f);
         }
     }
@@ -637,6 +650,16 @@ bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
     if (r != nullptr && ((r->head_dim / 2) % 8 != 0 || a.n % r->head_dim != 0)) return false;
     return a.fp8_kernel != GemvFp8Kernel::kRowPerWarp;
 }
+
+}  // namespace
+
+bool gemv_fp8_mma_applies(const GemvArgs& a, bool qkv, int head_dim) {
+    QkvRopeArgs r;
+    r.head_dim = head_dim;
+    return fp8_mma_ok(a, qkv ? &r : nullptr);
+}
+
+namespace {
 
 // GPTOSS_GEMV_F16=0: the bf16 MMAs whatever GemvArgs::mma_f16 says (A/B runs).
 bool gemv_f16_allowed() {
@@ -720,6 +743,8 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream)
                      g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
     ENGINE_CHECK(r.q_out != nullptr, "qkv_gemv_rope: q_out is required");
+    ENGINE_CHECK(g.x_ss_parts == nullptr || (fp8_mma_ok(g, &r) && g.num_tokens == 1),
+                 "qkv_gemv_rope: x_ss_parts needs one token on the tensor-core FP8 kernels");
     if (fp8_mma_ok(g, &r)) {
         fp8_mma_launch<true>(g, r, stream);
         return;
@@ -746,6 +771,8 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % (fp8 ? 16 : 8) == 0 &&
                      (!fp8 || (a.w_ld >= a.k && a.w_ld % 128 == 0)),
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
+    ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1),
+                 "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels");
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops

@@ -43,7 +43,17 @@ struct GemvArgs {
     // to bf16, then staged as f16 once a CTA): the same products as bf16 MMAs but for x below 2^-14
     // in magnitude (rounded within 2^-25). false, GPTOSS_GEMV_F16=0, or more tokens: bf16 MMAs.
     bool mma_f16 = true;
+    // Optional, FP8 weights on the tensor-core kernels (gemv_fp8_mma_applies): x is a norm's output
+    // before its 1 / rms (MoeResidualTail's h = x · gain, one token), and every sum is scaled by
+    // rsqrt(Σ_{i < x_ss_n} x_ss_parts[i] / k + x_eps) before the bias (the sum in a fixed order, the
+    // same in every CTA).
+    const float* x_ss_parts = nullptr;
+    int x_ss_n = 0;
+    float x_eps = 0.0f;
 };
+// Whether the tensor-core FP8 kernels run these arguments (qkv: with RoPE, as qkv_gemv_rope): the
+// kernels that take GemvArgs::x_ss_parts.
+bool gemv_fp8_mma_applies(const GemvArgs& args, bool qkv, int head_dim);
 void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 
 // The decode QKV projection fused with what follows it (ops.h qkv_bias_rope_kv_write): rows i and

@@ -1780,16 +1780,17 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
     const int v2_max = 32 * 32 * kV2GroupsPerLane;
     if (kMoeMxfp4Legacy || a.hidden_size > v2_max || a.intermediate_size > v2_max) {
         moe_mxfp4_legacy(a, stream);
-        return;
-    }
-    // An expert has at most num_tokens tokens (a token picks an expert once): the narrowest kT that
-    // takes them in one pass, up to 4.
-    if (a.num_tokens == 1)
+    } else if (a.num_tokens == 1) {
+        // An expert has at most num_tokens tokens (a token picks an expert once): the narrowest kT
+        // that takes them in one pass, up to 4.
         moe_mxfp4_v2<1>(a, stream);
-    else if (a.num_tokens == 2)
+    } else if (a.num_tokens == 2) {
         moe_mxfp4_v2<2>(a, stream);
-    else
+    } else {
         moe_mxfp4_v2<4>(a, stream);
+    }
+    // The fp32 kernels have no in-kernel residual tail.
+    if (a.tail.x != nullptr) moe_residual_tail(a.tail, a.y, a.hidden_size, a.experts_per_token, stream);
 }
 
 void moe_gather(const void* h, const int32_t* sorted, int n, int k, int H, void* xg, cudaStream_t stream) {

@@ -102,6 +102,25 @@ void moe_plan(const int32_t* expert_ids, int num_assignments, int num_experts, i
 // call, whatever number of tokens chose it (up to 4 tokens per pass; an expert with more tokens
 // re-reads a 128-row tile from L2 per further pass). Two launches (gate_up + SwiGLU into act, then
 // down into y) on a persistent grid whose size does not depend on the routing: graph-capturable.
+// The decode step's residual update after the MoE at one token, fused into the down launch (session 36):
+// instead of a norm kernel between the MoE and the next layer's QKV GEMV, the last down CTA of each
+// 16-element tile of the hidden row (a ticket a tile; one CTA an active expert) updates
+// x[i] += Σ_k w_k · y_k[i] (k in order, fused multiply-adds: residual_rmsnorm's arithmetic) for its 16
+// elements, writes h[i] = bf16(x[i] · gain[i]) (the next norm's output before its 1 / rms) and the
+// tile's Σ x[i]² to ss_parts[tile]. The consumer (GemvArgs::x_ss_parts) scales its sums by
+// 1 / rms = rsqrt(Σ ss_parts / hidden + eps), which is linear, so the GEMV of h times 1 / rms is the
+// GEMV of the normed row. num_tokens == 1, hidden_size % 16 == 0. Where the chosen decode kernel has no
+// ticket (the fp32 weight-only kernels, moe_decode_wg), moe_mxfp4 runs moe_residual_tail after it.
+struct MoeResidualTail {
+    float* x = nullptr;              // [hidden_size] the residual row, updated in place
+    const float* weights = nullptr;  // [experts_per_token] the routing weights of the token's assignments
+    const float* gain = nullptr;     // [hidden_size] the next norm's weight
+    void* h = nullptr;               // [hidden_size] bf16 out: x · gain
+    float* ss_parts = nullptr;       // [hidden_size / 16] Σ x² of each tile
+    uint32_t* counters = nullptr;    // [hidden_size / 16] tickets, zero between launches (left zero)
+};
+inline constexpr int kMoeTailTile = 16;
+
 struct MoeMxfp4Args {
     const void* h = nullptr;                      // [num_tokens, hidden_size] bf16 (post-norm)
     const float* h_f32 = nullptr;                 // same rows in fp32; used instead of h when set
@@ -134,7 +153,13 @@ struct MoeMxfp4Args {
     const uint8_t* down_f8 = nullptr;
     const float* down_f8_scale = nullptr;
     int down_k_pad = 0;
+    // Optional (tail.x set): the residual update after the down projection (MoeResidualTail).
+    MoeResidualTail tail;
 };
+// The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
+// token's experts_per_token assignments): one CTA a tile.
+void moe_residual_tail(const MoeResidualTail& tail, const float* y, int hidden_size, int experts_per_token,
+                       cudaStream_t stream);
 // Batches of up to 8 tokens: moe_decode_mma (bf16 activations, fp32 accumulation on the tensor
 // cores) unless kernel / GPTOSS_MOE_DECODE=0 says otherwise; else fp32 weight-only kernels.
 void moe_mxfp4(const MoeMxfp4Args& args, cudaStream_t stream);

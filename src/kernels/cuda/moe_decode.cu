@@ -110,11 +110,14 @@ __device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slo
         found |= (n + __popc(m) > slot);
         n += __popc(m);
     }
-    if (lane == 0 && !found) s_info[0] = -1;
+    if (lane == 0) {
+        if (!found) s_info[0] = -1;
+        s_info[3] = n;  // the active experts (MoeResidualTail's tickets a tile)
+    }
 }
 
 // The CTA's tile: the slot-th active expert (e < 0: none, and the PDL handshake is done: return),
-// its tokens and the tile's first row. s_info: 3 ints of shared memory. Every thread calls it.
+// its tokens and the tile's first row. s_info: 4 ints of shared memory. Every thread calls it.
 struct DecodeTile {
     int e, tok0, ntok, row0;
 };
@@ -139,6 +142,53 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
     return d;
 }
 
+// MoeResidualTail: element i of tile j by thread i - 16j of a 16-thread group (lanes 0-15 of a warp);
+// returns the tile's Σ x² (the same fixed tree in every form, so the in-kernel tail and
+// moe_residual_tail give the same bits). y: the token's K rows of H.
+__device__ __forceinline__ void residual_tail_tile(const MoeResidualTail& t, const float* y, int H, int K, int j) {
+    const int i = j * kMoeTailTile + (threadIdx.x & 15);
+    // Every load issued before the sums (indices clamped, the values past K unused): one L2 round trip.
+    constexpr int kMaxK = 4;
+    float w[kMaxK], yk[kMaxK];
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k) {
+        const int kc = min(k, K - 1);
+        w[k] = __ldcg(t.weights + kc);
+        yk[k] = __ldcg(y + static_cast<int64_t>(kc) * H + i);
+    }
+    const float x = __ldcg(t.x + i), gain = __ldg(t.gain + i);
+    float acc = 0.0f;  // residual_rmsnorm_rows: x + (0 + Σ_k w_k · y_k), fused multiply-adds in k order
+#pragma unroll
+    for (int k = 0; k < kMaxK; ++k)
+        if (k < K) acc = __fmaf_rn(w[k], yk[k], acc);
+    for (int k = kMaxK; k < K; ++k)
+        acc = __fmaf_rn(__ldcg(t.weights + k), __ldcg(y + static_cast<int64_t>(k) * H + i), acc);
+    const float v = __fadd_rn(x, acc);
+    t.x[i] = v;
+    static_cast<__nv_bfloat16*>(t.h)[i] = __float2bfloat16(__fmul_rn(v, gain));
+    float ss = __fmul_rn(v, v);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0x0000ffffu, ss, o, 16));
+    if ((threadIdx.x & 15) == 0) t.ss_parts[j] = ss;
+}
+// After a down CTA's y stores (at one token): a ticket for the tile of H at row0; the last of its
+// n_active CTAs (one an active expert) does the tile's residual update. The ticket is one
+// atom.acq_rel.gpu (r45: cheaper than fence + atomicAdd + fence): the release covers the CTA's y stores
+// (before the barrier, cumulative), the acquire the other CTAs'. The last one leaves the counter at zero.
+__device__ __forceinline__ void residual_tail_ticket(const MoeMxfp4Args& a, int row0, int n_active) {
+    __shared__ int s_last;
+    const int j = row0 / kMoeTailTile;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t prev;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(a.tail.counters + j) : "memory");
+        s_last = static_cast<int>(prev) + 1 >= n_active;
+        if (s_last) a.tail.counters[j] = 0u;  // every CTA of the tile has taken its ticket
+    }
+    __syncthreads();
+    if (s_last && threadIdx.x < kMoeTailTile) residual_tail_tile(a.tail, a.y, a.hidden_size, a.experts_per_token, j);
+}
+
 // The warps' partial sums (lane (g, t): rows g, g + 8 × columns 2t, 2t + 1) meet in shared memory;
 // gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
 // the bias and writes fp32 y rows. The tile's assignment tk is s_as[tk] (act's / y's row) in MMA
@@ -147,10 +197,11 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
 struct NoScaleBack {
     __device__ __forceinline__ float operator()(float v, int) const { return v; }
 };
+// n_active: the active experts (find_slot's s_info[3]), for down's MoeResidualTail.
 template <bool kGateUp, int kWarps, typename Back = NoScaleBack>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
-                                                const int* s_as, const int* s_col, Back back = {}) {
+                                                const int* s_as, const int* s_col, int n_active, Back back = {}) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -185,6 +236,7 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
             a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] =
                 back(v, tk) + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
         }
+        if (a.tail.x != nullptr) residual_tail_ticket(a, row0, n_active);
     }
 }
 
@@ -345,7 +397,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[kWarps][kRows][8];
-    __shared__ int s_info[3];
+    __shared__ int s_info[4];
     __shared__ int s_as[8];
     __shared__ int s_col[8];          // the MMA column of the tile's assignment
     __shared__ const void* s_src[8];  // the input row of the tile's assignment (not kEarly)
@@ -469,7 +521,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             s_col[threadIdx.x] = my_as / a.experts_per_token;  // the assignment's token
         }
     }
-    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col);
+    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
 template <bool kGateUp, int kWarps>
@@ -550,7 +602,7 @@ __global__ void __launch_bounds__(128) moe_decode_wg_kernel(const MoeMxfp4Args a
     // 1024-aligned B atoms [blocks][8 rows][128 bytes], then the block scales [8][kWgMaxBlocks],
     // then the tile's group scale bytes [64 rows][G].
     uint8_t* xb = wg_smem_raw + ((1024 - (smem_addr(wg_smem_raw) & 1023)) & 1023);
-    __shared__ int s_info[3];
+    __shared__ int s_info[4];
     __shared__ int s_as[8];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
@@ -773,7 +825,7 @@ template <bool kGateUp>
 __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const __grid_constant__ MoeMxfp4Args a) {
     extern __shared__ uint32_t xs[];  // [rows][f8_pitch_words(K)]: the tile's input rows as f16 pairs
     __shared__ float red[kF8Warps][kRows][8];
-    __shared__ int s_info[3];
+    __shared__ int s_info[4];
     __shared__ int s_as[kF8MaxRows];
     __shared__ int s_col[kF8MaxRows];
     __shared__ F16StageShared s_stage;
@@ -863,7 +915,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
 
     // The warps' sums meet in shared memory, in warp order: moe_decode_mma's epilogue, the MMA column
     // of assignment j being j, and the staging's scale undone.
-    decode_epilogue<kGateUp, kF8Warps>(a, acc, red, e, row0, ntok, s_as, s_col,
+    decode_epilogue<kGateUp, kF8Warps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3],
                                        [&](float v, int j) { return f16_unstage(v, down, j, s_stage); });
 }
 
@@ -878,7 +930,23 @@ void launch_fp8(const MoeMxfp4Args& a, cudaStream_t stream) {
     fit_dynamic_smem(moe_decode_fp8_kernel<kGateUp>, smem);
     launch_pdl(moe_decode_fp8_kernel<kGateUp>, static_cast<int>(grid), kF8Warps * 32, smem, stream, a);
 }
+// MoeResidualTail without a ticket: CTA j the tile j (after kernels without the in-kernel tail).
+__global__ void __launch_bounds__(32) moe_residual_tail_kernel(const MoeResidualTail t, const float* y, int H, int K) {
+    pdl_wait();  // y comes from the kernel just before
+    pdl_trigger();
+    if (threadIdx.x < kMoeTailTile) residual_tail_tile(t, y, H, K, static_cast<int>(blockIdx.x));
+}
 }  // namespace
+
+void moe_residual_tail(const MoeResidualTail& t, const float* y, int hidden_size, int experts_per_token,
+                       cudaStream_t stream) {
+    ENGINE_CHECK(t.x != nullptr && t.weights != nullptr && t.gain != nullptr && t.h != nullptr &&
+                     t.ss_parts != nullptr && hidden_size > 0 && hidden_size % kMoeTailTile == 0 &&
+                     experts_per_token >= 1,
+                 "moe_residual_tail: hidden %d, k %d unsupported", hidden_size, experts_per_token);
+    launch_pdl(moe_residual_tail_kernel, hidden_size / kMoeTailTile, 32, 0, stream, t, y, hidden_size,
+               experts_per_token);
+}
 
 bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
     const int G_h = a.hidden_size / 32, G_i = a.intermediate_size / 32;
@@ -890,6 +958,8 @@ bool moe_decode_mma_supported(const MoeMxfp4Args& a) {
 void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_mma_supported(a), "moe_decode_mma: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    ENGINE_CHECK(a.tail.x == nullptr || (a.num_tokens == 1 && a.tail.counters != nullptr),
+                 "moe_decode_mma: the residual tail needs one token and its counters");
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
 }
@@ -910,6 +980,8 @@ bool moe_decode_fp8_supported(const MoeMxfp4Args& a) {
 void moe_decode_fp8(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_fp8_supported(a), "moe_decode_fp8: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
+    ENGINE_CHECK(a.tail.x == nullptr || (a.num_tokens == 1 && a.tail.counters != nullptr),
+                 "moe_decode_fp8: the residual tail needs one token and its counters");
     launch_fp8<true>(a, stream);
     launch_fp8<false>(a, stream);
 }
@@ -927,6 +999,7 @@ void moe_decode_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     launch_wg<true>(a, stream);
     launch_wg<false>(a, stream);
+    if (a.tail.x != nullptr) moe_residual_tail(a.tail, a.y, a.hidden_size, a.experts_per_token, stream);
 }
 
 }  // namespace gptoss::kernels::cuda
