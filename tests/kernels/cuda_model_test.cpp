@@ -379,13 +379,17 @@ TEST(CudaModel, Fp8ResidualTailStaysClose) {
             ASSERT_TRUE(m.ok()) << m.status().to_string();
             std::mt19937 r(31);  // the same ids for both
             const std::vector<int32_t> table = {0, 1, 2, 3};
-            std::vector<ForwardSequence> batch = {{random_token_ids(r, 7, c.vocab_size), 0, table, table, false}};
+            std::vector<int32_t> ids = random_token_ids(r, 7, c.vocab_size);  // the span's storage
+            std::vector<ForwardSequence> batch = {{ids, 0, table, table, false}};
             std::vector<float> out;
-            ASSERT_TRUE((*m)->forward(batch, &out).ok());
+            Status st = (*m)->forward(batch, &out);
+            ASSERT_TRUE(st.ok()) << st.to_string();
             for (int step = 0; step < 6; ++step) {
-                batch = {{random_token_ids(r, 1, c.vocab_size), 7 + step, table, table, false}};
+                ids = random_token_ids(r, 1, c.vocab_size);
+                batch = {{ids, 7 + step, table, table, false}};
                 out.clear();
-                ASSERT_TRUE((*m)->forward(batch, &out).ok());
+                st = (*m)->forward(batch, &out);
+                ASSERT_TRUE(st.ok()) << st.to_string();
                 got[tail].insert(got[tail].end(), out.begin(), out.end());
             }
         }
