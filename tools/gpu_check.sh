@@ -2124,6 +2124,29 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36a_ktrace_20b.csv"
       fi
       ;;
+    s36b)
+      # s36a's measurements without its tests (the binary's tests ran in s36a): decode at 1k
+      # interleaved, GPTOSS_MOE_TAIL 0 / 1 (20b batches 1-2 and 120b batch 1, two passes), the 20b trace.
+      for pass in 1 2; do
+        for v in 0 1; do
+          GPTOSS_MOE_TAIL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2 \
+            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s36b_20b_tail${v}_$pass.log" 2>&1
+          summary+=("s36b 20b tail=$v pass $pass rc=$?")
+          echo "20b tail=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36b_20b_tail${v}_$pass.log"
+        done
+      done
+      for pass in 1 2; do
+        for v in 0 1; do
+          GPTOSS_MOE_TAIL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s36b_120b_tail${v}_$pass.log" 2>&1
+          summary+=("s36b 120b tail=$v pass $pass rc=$?")
+          echo "120b tail=$v pass $pass:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36b_120b_tail${v}_$pass.log"
+        done
+      done
+      GPTOSS_KERNEL_TRACE="$OUT/s36b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+        --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s36b_ktrace_20b.log" 2>&1
+      python3 tools/ktrace_summary.py "$OUT/s36b_ktrace_20b.csv"
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

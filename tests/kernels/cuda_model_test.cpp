@@ -356,10 +356,11 @@ TEST(CudaModel, Fp8GemvsOnBf16RowsAreTheSameBits) {
 // MoeResidualTail (session 36): one-sequence decode steps with the residual update in each layer's down
 // launch and the next norm's 1 / rms in the QKV GEMV, against the norm kernel between them. The h the
 // GEMV reads rounds x · gain to bf16 instead of (x / rms) · gain, and Σ x² is summed in another order, so
-// the logits differ a little: rel L2 ≤ 5e-3 (kTolBf16Out's; r51 measured, see the printout), and they
-// must differ (else the tail did not run). For the decode MoE on MXFP4 (moe_decode_mma, the ticket in
-// its down CTAs), on moe_decode_wg (moe_residual_tail after it), and on the FP8 experts alone
-// (moe_decode_fp8).
+// the logits differ a little: rel L2 ≤ 5e-3 (kTolBf16Out's; r51 measured 2.4e-3), and they must differ
+// (else the tail did not run). For the decode MoE on MXFP4 (moe_decode_mma, the ticket in its down CTAs),
+// on the FP8 experts alone (moe_decode_fp8), and on moe_decode_wg (moe_residual_tail after it), whose
+// e4m3 activations (3 mantissa bits) turn the same perturbation into more: r51 measured 1.07e-2, bound
+// 2e-2 (still a fifth of that path's distance from the fp32 CPU, Fp8WeightsStayCloseToFp32).
 TEST(CudaModel, Fp8ResidualTailStaysClose) {
     REQUIRE_GPU();
     const model::GptOssConfig c = real_width_config();
@@ -401,7 +402,7 @@ TEST(CudaModel, Fp8ResidualTailStaysClose) {
         }
         const double rel = std::sqrt(num / den);
         std::printf("  residual tail (%s) vs the norm kernel: rel L2 %.3g over 6 decode steps\n", names[kind], rel);
-        EXPECT_LE(rel, 5e-3) << names[kind];
+        EXPECT_LE(rel, kind == 1 ? 2e-2 : 5e-3) << names[kind];
         EXPECT_GT(rel, 0.0) << names[kind] << ": the same bits (did the tail run?)";
     }
 }
