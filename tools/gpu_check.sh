@@ -2147,6 +2147,27 @@ PY
         --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s36b_ktrace_20b.log" 2>&1
       python3 tools/ktrace_summary.py "$OUT/s36b_ktrace_20b.csv"
       ;;
+    s36c)
+      # Session 36, the closing run: s36a's tests on the shipped code, then the batch-1 decode bars at 1k
+      # with the residual tail on (the default): 20b batches 1-8, 120b, 120b --fp8-experts.
+      timeout 450 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeResidualTail*:CudaOps.MoeDecodeFp8*:CudaOps.MoeDecodeMma*:CudaFp8Gemv.*:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s36c_tests.log" 2>&1
+      summary+=("s36c tests rc=$?")
+      grep -E "OK \]|FAILED|Failure|residual tail" "$OUT/s36c_tests.log" | head -40
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s36c_20b_decode.log" 2>&1
+      summary+=("s36c 20b decode rc=$?")
+      echo "20b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36c_20b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s36c_120b_decode.log" 2>&1
+      summary+=("s36c 120b decode rc=$?")
+      echo "120b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36c_120b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s36c_120b_fp8x_decode.log" 2>&1
+      summary+=("s36c 120b --fp8-experts decode rc=$?")
+      echo "120b --fp8 --fp8-experts decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36c_120b_fp8x_decode.log"
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
