@@ -2168,6 +2168,37 @@ PY
       summary+=("s36c 120b --fp8-experts decode rc=$?")
       echo "120b --fp8 --fp8-experts decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36c_120b_fp8x_decode.log"
       ;;
+    s36d)
+      # Session 36: MoeResidualTail::cluster (GPTOSS_MOE_TAIL=2: the down launch as clusters of a tile's
+      # CTAs meeting in CTA 0's shared memory) against the ticket (1) and no tail (0). Tests (the tail
+      # test covers both forms; the model test with =2), then decode at 1k interleaved: 20b and 120b
+      # batch 1, two passes; the 20b trace with =2.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeResidualTail*:CudaQkvFused.AppliesTheNormScale' \
+        > "$OUT/s36d_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_TAIL=2 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.Fp8ResidualTailStaysClose' \
+        >> "$OUT/s36d_tests.log" 2>&1
+      rc=$((rc + $?))
+      summary+=("s36d tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|residual tail" "$OUT/s36d_tests.log" | head -20
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 1 2 0; do
+            GPTOSS_MOE_TAIL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s36d_20b_tail${v}_$pass.log" 2>&1
+            echo "20b tail=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36d_20b_tail${v}_$pass.log")"
+          done
+          for v in 1 2 0; do
+            GPTOSS_MOE_TAIL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s36d_120b_tail${v}_$pass.log" 2>&1
+            echo "120b tail=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36d_120b_tail${v}_$pass.log")"
+          done
+        done
+        GPTOSS_MOE_TAIL=2 GPTOSS_KERNEL_TRACE="$OUT/s36d_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b \
+          --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s36d_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1
