@@ -2169,6 +2169,7 @@ PY
       echo "120b --fp8 --fp8-experts decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s36c_120b_fp8x_decode.log"
       ;;
     s36d)
+      # (Measured slower and removed after the run: ce9dc31 has the form.)
       # Session 36: MoeResidualTail::cluster (GPTOSS_MOE_TAIL=2: the down launch as clusters of a tile's
       # CTAs meeting in CTA 0's shared memory) against the ticket (1) and no tail (0). Tests (the tail
       # test covers both forms; the model test with =2), then decode at 1k interleaved: 20b batch 1

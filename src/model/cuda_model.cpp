@@ -364,7 +364,7 @@ struct CudaModel::Impl {
     // tail the next moe() call passes to its decode kernels (set by the layer loop).
     DeviceBuffer tail_parts, tail_counters;
     kc::MoeResidualTail moe_tail;
-    bool tail_enabled = true, tail_cluster = false;
+    bool tail_enabled = true;
     // Whether moe(rows, ...) takes the decode kernels that apply MoeResidualTail (the order of its tests).
     bool moe_takes_tail(int rows) const {
         if (use_fp8_decode(rows)) return true;
@@ -934,10 +934,7 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         CUDA_CHECK(cudaMemsetAsync(tail_counters.get(), 0, tiles * 4, stream));
     }
     tail_enabled = opt.moe_residual_tail && H % kc::kMoeTailTile == 0;
-    if (const char* v = std::getenv("GPTOSS_MOE_TAIL")) {
-        tail_enabled = tail_enabled && std::strcmp(v, "0") != 0;
-        tail_cluster = std::strcmp(v, "2") == 0;  // MoeResidualTail::cluster (an A/B form)
-    }
+    if (const char* v = std::getenv("GPTOSS_MOE_TAIL")) tail_enabled = tail_enabled && std::strcmp(v, "0") != 0;
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
@@ -1963,7 +1960,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 moe_tail.h = h.get();
                 moe_tail.ss_parts = tail_parts.as<float>();
                 moe_tail.counters = tail_counters.as<uint32_t>();
-                moe_tail.cluster = tail_cluster;
             }
             moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q);
             moe_tail = {};

@@ -1104,9 +1104,8 @@ TEST(CudaOps, MoeDecodeFp8MatchesCpu) {
 // x[i] += Σ_k w_k · y_k[i], and writes h = bf16(x · gain) and each 16-element tile's Σ x². Checked
 // against the host on the launch's own y rows, to the bit (the tail's fused multiply-adds in k order,
 // its rounded product and its 16-lane tree are written out here): moe_decode_mma (a ticket a tile in its
-// down CTAs, or clusters of a tile's CTAs: MoeResidualTail::cluster), moe_decode_fp8 (the same epilogue
-// behind its own plan), the fp32 weight-only kernels and moe_decode_wg (moe_residual_tail after them). Each twice: the
-// tickets must leave the counters at zero.
+// down CTAs), moe_decode_fp8 (the same epilogue behind its own plan), the fp32 weight-only kernels and
+// moe_decode_wg (moe_residual_tail after them). Each twice: the tickets must leave the counters at zero.
 TEST(CudaOps, MoeResidualTailMatchesTheHost) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4, tiles = H / kc::kMoeTailTile;
@@ -1126,9 +1125,8 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
         const auto x0 = randn(H, 23 * E, 4.0f);
         const auto gain = randn(H, 29 * E, 0.3f, 1.0f);
         auto dgain = to_device(gain);
-        // -1: moe_decode_fp8; 2: moe_decode_mma with MoeResidualTail::cluster; else MoeMxfp4Args::kernel
-        // (1 moe_decode_mma, 0 the fp32 kernels, 4 moe_decode_wg).
-        for (int kernel : {1, 2, -1, 0, 4}) {
+        // -1: moe_decode_fp8; else MoeMxfp4Args::kernel (1 moe_decode_mma, 0 the fp32 kernels, 4 moe_decode_wg).
+        for (int kernel : {1, -1, 0, 4}) {
             DeviceBuffer counters(tiles * 4);
             CUDA_CHECK(cudaMemset(counters.get(), 0, tiles * 4));
             for (int rep = 0; rep < 2; ++rep) {
@@ -1145,10 +1143,8 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
                 a.tail.h = hb.get();
                 a.tail.ss_parts = parts.as<float>();
                 a.tail.counters = counters.as<uint32_t>();
-                a.tail.cluster = kernel == 2;
                 const char* name = kernel == -1  ? "moe_decode_fp8"
                                    : kernel == 1 ? "moe_decode_mma"
-                                   : kernel == 2 ? "moe_decode_mma (cluster tail)"
                                    : kernel == 4 ? "moe_decode_wg"
                                                  : "fp32 kernels";
                 if (kernel == -1) {
@@ -1156,7 +1152,7 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
                     ASSERT_TRUE(kc::moe_decode_fp8_supported(a));
                     kc::moe_decode_fp8(a, nullptr);
                 } else {
-                    a.kernel = kernel == 2 ? 1 : kernel;
+                    a.kernel = kernel;
                     kc::moe_mxfp4(a, nullptr);
                 }
                 ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;

@@ -118,10 +118,6 @@ struct MoeResidualTail {
     void* h = nullptr;               // [hidden_size] bf16 out: x · gain
     float* ss_parts = nullptr;       // [hidden_size / 16] Σ x² of each tile
     uint32_t* counters = nullptr;    // [hidden_size / 16] tickets, zero between launches (left zero)
-    // moe_decode_mma's down launch as clusters of a tile's CTAs (one an active expert, ≤ 8), meeting in
-    // CTA 0's shared memory instead of by a ticket (the same bits; GPTOSS_MOE_TAIL=2 in the model, an
-    // A/B form). Other kernels take the ticket.
-    bool cluster = false;
 };
 inline constexpr int kMoeTailTile = 16;
 

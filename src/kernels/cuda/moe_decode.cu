@@ -35,7 +35,6 @@
 //   grid (0ec3d19: same bits; 20b batch 1 1.650-1.655 -> 1.664-1.680 ms a step, 120b 2.413 ->
 //   2.449; much slower at 4-8 tokens): removed. Fewer instructions and shorter dependency chains a
 //   tile are the lever.
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -123,15 +122,12 @@ struct DecodeTile {
     int e, tok0, ntok, row0;
 };
 // kTileRows: the rows a CTA covers.
-// kSlotMinor (MoeResidualTail::cluster): CTA b is slot b % slots of tile b / slots (a tile's CTAs adjacent).
-template <bool kGateUp, int kTileRows = kRows, bool kSlotMinor = false>
+template <bool kGateUp, int kTileRows = kRows>
 __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_info) {
     const int rows = kGateUp ? 2 * a.intermediate_size : a.hidden_size;
     const int tiles = rows / kTileRows;
-    const int slots = static_cast<int>(gridDim.x) / tiles;
-    const int slot = kSlotMinor ? static_cast<int>(blockIdx.x) % slots : static_cast<int>(blockIdx.x) / tiles;
-    const int tile = kSlotMinor ? static_cast<int>(blockIdx.x) / slots : static_cast<int>(blockIdx.x) % tiles;
-    DecodeTile d{-1, 0, 0, tile * kTileRows};
+    const int slot = blockIdx.x / tiles;
+    DecodeTile d{-1, 0, 0, static_cast<int>(blockIdx.x % tiles) * kTileRows};
     if constexpr (kGateUp) pdl_wait();  // the plan comes from the kernel just before
     if ((threadIdx.x >> 5) == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
     __syncthreads();
@@ -147,11 +143,9 @@ __device__ __forceinline__ DecodeTile decode_tile(const MoeMxfp4Args& a, int* s_
 }
 
 // MoeResidualTail: element i of tile j by thread i - 16j of a 16-thread group (lanes 0-15 of a warp);
-// writes the tile's Σ x² (the same fixed tree in every form, so the in-kernel tails and
-// moe_residual_tail give the same bits).
-// y_at(k, i): element i of the token's assignment k's row.
-template <typename YAt>
-__device__ __forceinline__ void residual_tail_tile(const MoeResidualTail& t, YAt y_at, int K, int j) {
+// returns the tile's Σ x² (the same fixed tree in every form, so the in-kernel tail and
+// moe_residual_tail give the same bits). y: the token's K rows of H.
+__device__ __forceinline__ void residual_tail_tile(const MoeResidualTail& t, const float* y, int H, int K, int j) {
     const int i = j * kMoeTailTile + (threadIdx.x & 15);
     // Every load issued before the sums (indices clamped, the values past K unused): one L2 round trip.
     constexpr int kMaxK = 4;
@@ -160,14 +154,15 @@ __device__ __forceinline__ void residual_tail_tile(const MoeResidualTail& t, YAt
     for (int k = 0; k < kMaxK; ++k) {
         const int kc = min(k, K - 1);
         w[k] = __ldcg(t.weights + kc);
-        yk[k] = y_at(kc, i);
+        yk[k] = __ldcg(y + static_cast<int64_t>(kc) * H + i);
     }
     const float x = __ldcg(t.x + i), gain = __ldg(t.gain + i);
     float acc = 0.0f;  // residual_rmsnorm_rows: x + (0 + Σ_k w_k · y_k), fused multiply-adds in k order
 #pragma unroll
     for (int k = 0; k < kMaxK; ++k)
         if (k < K) acc = __fmaf_rn(w[k], yk[k], acc);
-    for (int k = kMaxK; k < K; ++k) acc = __fmaf_rn(__ldcg(t.weights + k), y_at(k, i), acc);
+    for (int k = kMaxK; k < K; ++k)
+        acc = __fmaf_rn(__ldcg(t.weights + k), __ldcg(y + static_cast<int64_t>(k) * H + i), acc);
     const float v = __fadd_rn(x, acc);
     t.x[i] = v;
     static_cast<__nv_bfloat16*>(t.h)[i] = __float2bfloat16(__fmul_rn(v, gain));
@@ -191,23 +186,8 @@ __device__ __forceinline__ void residual_tail_ticket(const MoeMxfp4Args& a, int 
         if (s_last) a.tail.counters[j] = 0u;  // every CTA of the tile has taken its ticket
     }
     __syncthreads();
-    if (s_last && threadIdx.x < kMoeTailTile)
-        residual_tail_tile(
-            a.tail, [&](int k, int i) { return __ldcg(a.y + static_cast<int64_t>(k) * a.hidden_size + i); },
-            a.experts_per_token, j);
+    if (s_last && threadIdx.x < kMoeTailTile) residual_tail_tile(a.tail, a.y, a.hidden_size, a.experts_per_token, j);
 }
-// MoeResidualTail::cluster: every thread of the CTAs of a cluster (rank = slot) calls these. At entry, an
-// arrival (the wait before the first store into CTA 0's shared memory: every CTA has started by then).
-__device__ __forceinline__ void tail_cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void tail_cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
-// The release of the stores into CTA 0 and their acquire there.
-__device__ __forceinline__ void tail_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-constexpr int kTailClusterMaxK = 8;
 
 // The warps' partial sums (lane (g, t): rows g, g + 8 × columns 2t, 2t + 1) meet in shared memory;
 // gate_up applies bias + clamped SwiGLU per (gate, up) row pair and writes fp32 act rows, down adds
@@ -218,7 +198,7 @@ struct NoScaleBack {
     __device__ __forceinline__ float operator()(float v, int) const { return v; }
 };
 // n_active: the active experts (find_slot's s_info[3]), for down's MoeResidualTail.
-template <bool kGateUp, int kWarps, bool kClusterTail = false, typename Back = NoScaleBack>
+template <bool kGateUp, int kWarps, typename Back = NoScaleBack>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
                                                 const int* s_as, const int* s_col, int n_active, Back back = {}) {
@@ -248,31 +228,15 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
                 swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
         }
     } else {
-        // kClusterTail: the tile's y rows also go to CTA 0's s_tail (row k: assignment k), which sums them.
-        __shared__ float s_tail[kClusterTail ? kTailClusterMaxK : 1][kRows];
-        float* tail0 = nullptr;
-        if constexpr (kClusterTail) {
-            tail0 = cooperative_groups::this_cluster().map_shared_rank(&s_tail[0][0], 0);
-            tail_cluster_wait();  // the entry arrivals: CTA 0 has started
-        }
         if (threadIdx.x < kRows * ntok) {
             const int r = threadIdx.x & 15, tk = threadIdx.x >> 4, c = s_col[tk];
             float v = 0.0f;
 #pragma unroll
             for (int w = 0; w < kWarps; ++w) v += red[w][r][c];
-            v = back(v, tk) + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
-            a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] = v;
-            if constexpr (kClusterTail) tail0[min(s_as[tk], kTailClusterMaxK - 1) * kRows + r] = v;
+            a.y[static_cast<int64_t>(s_as[tk]) * H + row0 + r] =
+                back(v, tk) + a.down_bias[static_cast<int64_t>(e) * rows + row0 + r];
         }
-        if constexpr (kClusterTail) {
-            tail_cluster_sync();
-            if (cooperative_groups::this_cluster().block_rank() == 0 && threadIdx.x < kMoeTailTile)
-                residual_tail_tile(
-                    a.tail, [&](int k, int i) { return s_tail[k][i - row0]; }, a.experts_per_token,
-                    row0 / kMoeTailTile);
-        } else if (a.tail.x != nullptr) {
-            residual_tail_ticket(a, row0, n_active);
-        }
+        if (a.tail.x != nullptr) residual_tail_ticket(a, row0, n_active);
     }
 }
 
@@ -426,12 +390,9 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kClusterTail (down at one token with MoeResidualTail::cluster): launched as clusters of a tile's CTAs.
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kClusterTail = false>
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
-    static_assert(!kClusterTail || !kGateUp, "the cluster tail is down's");
-    if constexpr (kClusterTail) tail_cluster_arrive();
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
@@ -484,11 +445,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         tok0 = s_info[1];
         ntok = min(s_info[2], 8);
     } else {
-        const DecodeTile tile = decode_tile<kGateUp, kRows, kClusterTail>(a, s_info);
-        if (tile.e < 0) {
-            if constexpr (kClusterTail) tail_cluster_wait(), tail_cluster_sync();  // the others' barriers
-            return;
-        }
+        const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
+        if (tile.e < 0) return;
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
         nrows = ntok;
     }
@@ -563,7 +521,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             s_col[threadIdx.x] = my_as / a.experts_per_token;  // the assignment's token
         }
     }
-    decode_epilogue<kGateUp, kWarps, kClusterTail>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
+    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
 template <bool kGateUp, int kWarps>
@@ -592,15 +550,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     else if (diag == 3)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 3>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
-    if (!kGateUp && diag == 0 && a.tail.x != nullptr && a.tail.cluster && experts <= kTailClusterMaxK &&
-        a.experts_per_token <= kTailClusterMaxK) {
-        // MoeResidualTail::cluster: a tile's CTAs (one a slot) adjacent, one cluster.
-        kernel = moe_decode_mma_kernel<kGateUp, kWarps, false, 0, !kGateUp>;
-        fit_dynamic_smem(kernel, smem);
-        launch_pdl_cluster(kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(experts)),
-                           dim3(Sh::kThreads), smem, stream, a);
-        return;
-    }
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
@@ -985,10 +934,7 @@ void launch_fp8(const MoeMxfp4Args& a, cudaStream_t stream) {
 __global__ void __launch_bounds__(32) moe_residual_tail_kernel(const MoeResidualTail t, const float* y, int H, int K) {
     pdl_wait();  // y comes from the kernel just before
     pdl_trigger();
-    if (threadIdx.x < kMoeTailTile)
-        residual_tail_tile(
-            t, [&](int k, int i) { return __ldcg(y + static_cast<int64_t>(k) * H + i); }, K,
-            static_cast<int>(blockIdx.x));
+    if (threadIdx.x < kMoeTailTile) residual_tail_tile(t, y, H, K, static_cast<int>(blockIdx.x));
 }
 }  // namespace
 
