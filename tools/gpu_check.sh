@@ -2201,6 +2201,44 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s37a)
+      # Session 37: GemvRouterTail (the post-attention norm and the router in the O GEMV at one token,
+      # GPTOSS_ROUTER_IN_O=0 off). Tests (the kernel against the host, h_inv_rms in the decode MoE, the
+      # model against the router launch, the neighbours), then decode at 1k interleaved off / on: 20b
+      # batch 1 two passes, 120b two, 120b --fp8-experts one, 20b batch 2 once (off the path); then the
+      # 20b trace with it on.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaDecodeFusion.*:CudaOps.MoeDecodeApplies*:CudaOps.MoeResidualTail*:CudaOps.MoeDecodeFp8*:CudaFp8Gemv.*:CudaModel.Fp8RouterInO*:CudaModel.Fp8ResidualTail*:CudaModel.Fp8GemvsOnBf16*' \
+        > "$OUT/s37a_tests.log" 2>&1
+      rc=$?
+      summary+=("s37a tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|rel L2" "$OUT/s37a_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 1; do
+            GPTOSS_ROUTER_IN_O=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s37a_20b_o${v}_$pass.log" 2>&1
+            echo "20b router_in_o=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37a_20b_o${v}_$pass.log")"
+          done
+          for v in 0 1; do
+            GPTOSS_ROUTER_IN_O=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s37a_120b_o${v}_$pass.log" 2>&1
+            echo "120b router_in_o=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37a_120b_o${v}_$pass.log")"
+          done
+        done
+        for v in 0 1; do
+          GPTOSS_ROUTER_IN_O=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill "" \
+            --batch 1 --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s37a_120bx_o${v}.log" 2>&1
+          echo "120b --fp8-experts router_in_o=$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37a_120bx_o${v}.log")"
+        done
+        timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 2 \
+          --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s37a_20b_b2.log" 2>&1
+        echo "20b batch 2: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37a_20b_b2.log")"
+        GPTOSS_KERNEL_TRACE="$OUT/s37a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b \
+          --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s37a_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s37a_ktrace_20b.csv"
+      fi
+      ;;
     s30e)
       # Session 30, the last call: the shipped code (the r44 kernels; the session's experiments
       # removed). Tests (decode MoE, model, engine), then the bars: 20b and 120b --fp8 batch-1

@@ -6,6 +6,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
@@ -255,6 +256,140 @@ TEST(CudaDecodeFusion, RouterPlanSmallFusesTheNorm) {
                 EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u);
             }
         }
+}
+
+// GemvRouterTail (session 37): the O projection's FP8 GEMV at one token also does the post-attention
+// residual update, the norm's parts and the router, its last CTA the router's end. Against the plain
+// GEMV (the same kernel variant) and the host:
+// - v = x + (o_bias + o) to the bit, o from the plain GEMV's output (the same sums); h = bf16(v · gain)
+//   to the bit; 1 / rms within fp32 rounding of the double sum;
+// - the logits (Σ w · (v · gain) · 1 / rms + b) at the fp32 tolerance against the host in double, and
+//   the ids, weights and plan of the host router on the kernel's own logits exactly (near-ties then
+//   cannot make the check flaky);
+// - the counter back at zero, and a second call the same bits (the sums' order is fixed).
+// Shapes: the models' O (2880 × 4096; 32 and 128 experts, k 4), and a one-wave O (512 × 1024) with
+// 20 experts (not a multiple of 16) and k 3; f16 and bf16 MMAs.
+TEST(CudaDecodeFusion, RouterInTheOGemvMatchesTheHost) {
+    REQUIRE_GPU();
+    struct Case {
+        int H, k, E, K;
+    };
+    const float eps = 1e-5f;
+    DeviceBuffer counter(4);
+    ASSERT_EQ(cudaMemset(counter.get(), 0, 4), cudaSuccess);
+    for (const Case& cs : {Case{2880, 4096, 32, 4}, Case{2880, 4096, 128, 4}, Case{512, 1024, 20, 3}}) {
+        const int H = cs.H, E = cs.E, K = cs.K;
+        const auto wo = randn(static_cast<size_t>(H) * cs.k, 3 * E + H, 0.02f);
+        DeviceBuffer dwo = to_device(to_bf16(wo));
+        const kc::Fp8Weight f8 = kc::Fp8Weight::from_bf16(dwo.get(), H, cs.k, nullptr);
+        const auto attn = bf16_round(randn(cs.k, 5 * E + 1));
+        const auto x = randn(H, 7 * E + 2, 3.0f);
+        const auto ob = randn(H, 11 * E + 3, 0.1f);
+        auto nw = randn(H, 13 * E + 4, 0.2f);
+        for (auto& g : nw) g += 1.0f;
+        const auto wr = to_bf16(randn(static_cast<size_t>(E) * H, 17 * E + 5, 1.0f / std::sqrt(static_cast<float>(H))));
+        const auto br = randn(E, 19 * E + 6, 0.1f);
+        auto dattn = to_device(to_bf16(attn)), dx = to_device(x), dob = to_device(ob), dnw = to_device(nw),
+             dwr = to_device(wr), dbr = to_device(br);
+        DeviceBuffer parts(static_cast<size_t>(H / 16) * kc::gemv_router_parts_stride(E) * 4);
+        for (bool f16 : {true, false}) {
+            SCOPED_TRACE(::testing::Message() << "H=" << H << " k=" << cs.k << " E=" << E << " K=" << K
+                                              << (f16 ? " f16" : " bf16") << " MMAs");
+            kc::GemvArgs g;
+            g.x = dattn.get();
+            g.x_bf16 = true;
+            g.w = f8.q.get();
+            g.w_scale = f8.scales.as<float>();
+            g.w_ld = f8.k_pad;
+            g.num_tokens = 1;
+            g.n = H;
+            g.k = cs.k;
+            g.mma_f16 = f16;
+            ASSERT_TRUE(kc::gemv_router_tail_applies(g));
+            // The plain GEMV's o.
+            auto dy = poisoned(static_cast<size_t>(H) * 4);
+            g.y = dy.as<float>();
+            kc::gemv_bf16w(g, nullptr);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const auto o = to_host<float>(dy, H);
+            std::vector<float> v(H), hn(H);
+            std::vector<uint16_t> h16(H);
+            double ss = 0.0;
+            for (int i = 0; i < H; ++i) {
+                v[i] = x[i] + (ob[i] + o[i]);
+                hn[i] = v[i] * nw[i];
+                h16[i] = f32_to_bf16(hn[i]);
+                ss += static_cast<double>(v[i]) * v[i];
+            }
+            const double inv_ref = 1.0 / std::sqrt(ss / H + eps);
+            std::vector<float> logits_ref(E);
+            for (int e = 0; e < E; ++e) {
+                double d = 0.0;
+                for (int i = 0; i < H; ++i)
+                    d += static_cast<double>(bf16_to_f32(wr[static_cast<size_t>(e) * H + i])) * hn[i];
+                logits_ref[e] = static_cast<float>(d * inv_ref + br[e]);
+            }
+            g.y = nullptr;
+            std::vector<float> first_logits;
+            for (int rep = 0; rep < 2; ++rep) {
+                auto dxo = poisoned(static_cast<size_t>(H) * 4), dh = poisoned(static_cast<size_t>(H) * 2),
+                     dinv = poisoned(4), dl = poisoned(static_cast<size_t>(E) * 4), dids = poisoned(K * 4),
+                     dws = poisoned(K * 4), doff = poisoned((E + 1) * 4), dsorted = poisoned(K * 4);
+                kc::GemvRouterTail& rt = g.router;
+                rt.residual = dx.as<float>();
+                rt.o_bias = dob.as<float>();
+                rt.norm_weight = dnw.as<float>();
+                rt.router_w = dwr.get();
+                rt.router_b = dbr.as<float>();
+                rt.eps = eps;
+                rt.residual_out = dxo.as<float>();
+                rt.h_out = dh.get();
+                rt.inv_rms_out = dinv.as<float>();
+                rt.parts = parts.as<float>();
+                rt.counter = counter.as<uint32_t>();
+                rt.logits = dl.as<float>();
+                rt.expert_ids = dids.as<int32_t>();
+                rt.expert_weights = dws.as<float>();
+                rt.expert_offsets = doff.as<int32_t>();
+                rt.sorted_assignments = dsorted.as<int32_t>();
+                rt.num_experts = E;
+                rt.experts_per_token = K;
+                kc::gemv_bf16w(g, nullptr);
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "call " << rep;
+                EXPECT_EQ(to_host<float>(dxo, H), v) << "call " << rep << ": the residual";
+                EXPECT_EQ(to_host<uint16_t>(dh, H), h16) << "call " << rep << ": h = bf16(v · gain)";
+                const float inv = to_host<float>(dinv, 1)[0];
+                EXPECT_NEAR(inv, inv_ref, 1e-5 * inv_ref) << "call " << rep << ": 1 / rms";
+                const auto logits = to_host<float>(dl, E);
+                EXPECT_TRUE(close(logits, logits_ref, kTolF32, "router logits in the O GEMV")) << "call " << rep;
+                // The host router (top-k, softmax, plan) on the kernel's own logits: b = 0, x = logits, W = I.
+                std::vector<int32_t> ids(K);
+                std::vector<int> order(E);
+                std::iota(order.begin(), order.end(), 0);
+                std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+                std::vector<float> wts(K);
+                float sum = 0.0f;
+                for (int s = 0; s < K; ++s) {
+                    ids[s] = order[s];
+                    wts[s] = std::exp(logits[order[s]] - logits[order[0]]);
+                    sum += wts[s];
+                }
+                for (float& w : wts) w /= sum;
+                std::vector<int32_t> off_ref, sorted_ref;
+                host_plan(ids, E, &off_ref, &sorted_ref);
+                EXPECT_EQ(to_host<int32_t>(dids, K), ids) << "call " << rep;
+                EXPECT_TRUE(close(to_host<float>(dws, K), wts, kTolF32, "router weights in the O GEMV"));
+                EXPECT_EQ(to_host<int32_t>(doff, E + 1), off_ref) << "call " << rep;
+                EXPECT_EQ(to_host<int32_t>(dsorted, K), sorted_ref) << "call " << rep;
+                EXPECT_EQ(to_host<uint32_t>(counter, 1)[0], 0u) << "call " << rep << ": counter left set";
+                if (rep == 0)
+                    first_logits = logits;
+                else
+                    EXPECT_EQ(logits, first_logits) << "the second call's logits";
+            }
+            g.router = {};
+        }
+    }
 }
 
 // The fused router inside a CUDA graph, replayed: the counter protocol must survive replays.

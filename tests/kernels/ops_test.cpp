@@ -1195,6 +1195,70 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
     }
 }
 
+// MoeMxfp4Args::h_inv_rms (session 37, GemvRouterTail): at one token gate_up scales its sums by it
+// before the bias. h · 2^3 with h_inv_rms = 2^-3 must give h's outputs: to the bit on moe_decode_mma
+// (bf16 staging: the scaled products and fp32 sums are exact powers of two of the unscaled ones), and
+// within fp32 rounding on moe_decode_fp8 (its f16 staging rounds values below 2^-14 on another grid
+// once scaled). And h_inv_rms = 1 is the same bits as none on both.
+TEST(CudaOps, MoeDecodeAppliesHInvRms) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4, E = 32;
+    RandomExperts ex(E, H, I, 191);
+    const Fp8ExpertCopy f8(ex);
+    auto gub = to_device(ex.gu_blocks), gus = to_device(ex.gu_scales), gubias = to_device(ex.gu_bias);
+    auto db = to_device(ex.down_blocks), ds = to_device(ex.down_scales), dbias = to_device(ex.down_bias);
+    const auto h = bf16_round(randn(H, 193));
+    std::vector<float> h8(h);
+    for (float& v : h8) v *= 8.0f;
+    auto dh = to_device(to_bf16(h)), dh8 = to_device(to_bf16(h8));
+    const std::vector<int32_t> ids = {E - 1, 0, 7, 3};
+    auto dids = to_device(ids);
+    DeviceBuffer offsets((E + 1) * 4), sorted(K * 4);
+    kc::moe_plan(dids.as<int32_t>(), K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+    const std::vector<float> one = {1.0f}, eighth = {0.125f};
+    auto d_one = to_device(one), d_eighth = to_device(eighth);
+    for (bool fp8 : {false, true}) {
+        const char* name = fp8 ? "moe_decode_fp8" : "moe_decode_mma";
+        // 0: h, none; 1: h, 1; 2: h · 8, 1 / 8.
+        std::vector<float> acts[3], ys[3];
+        for (int v = 0; v < 3; ++v) {
+            auto act = poisoned(static_cast<size_t>(K) * I * 4);
+            auto y = poisoned(static_cast<size_t>(K) * H * 4);
+            kc::MoeMxfp4Args a = mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, v == 2 ? dh8.get() : dh.get(), nullptr,
+                                            offsets, sorted, act, y, 1, K);
+            a.h_inv_rms = v == 0 ? nullptr : v == 1 ? d_one.as<float>() : d_eighth.as<float>();
+            if (fp8) {
+                f8.fill(a);
+                kc::moe_decode_fp8(a, nullptr);
+            } else {
+                a.kernel = 1;
+                ASSERT_TRUE(kc::moe_mxfp4_takes_h_inv_rms(a));
+                kc::moe_mxfp4(a, nullptr);
+            }
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << name;
+            acts[v] = to_host<float>(act, static_cast<size_t>(K) * I);
+            ys[v] = to_host<float>(y, static_cast<size_t>(K) * H);
+        }
+        EXPECT_EQ(acts[1], acts[0]) << name << ": h_inv_rms = 1";
+        EXPECT_EQ(ys[1], ys[0]) << name << ": h_inv_rms = 1";
+        if (fp8) {
+            EXPECT_TRUE(close(acts[2], acts[0], kTolF32, "fp8 act, h · 8 and 1 / 8")) << name;
+            EXPECT_TRUE(close(ys[2], ys[0], kTolF32, "fp8 y, h · 8 and 1 / 8")) << name;
+        } else {
+            EXPECT_EQ(acts[2], acts[0]) << name << ": h · 8 and 1 / 8";
+            EXPECT_EQ(ys[2], ys[0]) << name << ": h · 8 and 1 / 8";
+        }
+    }
+    kc::MoeMxfp4Args q;
+    q.num_tokens = 1, q.hidden_size = H, q.intermediate_size = I, q.num_experts = E, q.experts_per_token = K;
+    q.kernel = 0;
+    EXPECT_FALSE(kc::moe_mxfp4_takes_h_inv_rms(q)) << "the fp32 kernels do not take it";
+    q.kernel = 4;
+    EXPECT_FALSE(kc::moe_mxfp4_takes_h_inv_rms(q)) << "moe_decode_wg does not take it";
+    q.kernel = 1, q.num_tokens = 2;
+    EXPECT_FALSE(kc::moe_mxfp4_takes_h_inv_rms(q)) << "one token only";
+}
+
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
 // moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the

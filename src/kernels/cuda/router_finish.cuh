@@ -1,0 +1,102 @@
+// The decode router's end, shared by the fused router kernels (moe.cu) and the O projection's
+// router tail (gemv.cu, GemvRouterTail): top-k, softmax over the chosen k, and the stable MoE plan
+// from logits every thread of the CTA can read.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gptoss::kernels::cuda {
+
+constexpr int kRouterMaxK = 8;
+
+// The router's end (router_plan_small_kernel's last CTA; Args: RouterPlanSmallArgs or GemvRouterTail,
+// their plan fields): every logit is readable through `load(t, e)`; a warp per token takes the top-k by k rounds of a
+// warp arg-max over (value descending, index ascending), a strict total order, so every lane of the butterfly ends with
+// the same winner and ties go to the lower index as in cpu::router; softmax over the chosen k; then the stable plan of
+// moe_plan (offsets[e] = #assignments with a lower expert; an assignment's place = its expert's
+// offset + #earlier assignments of the same expert; ≤ 64 assignments). Every thread of the CTA calls
+// it; `warps` = the CTA's warps, kChunks · 32 ≥ the experts.
+template <int kChunks, typename Args, typename Load>
+__device__ __forceinline__ void router_finish(const Args& a, int warps, Load load, int32_t* s_ids) {
+    const int T = a.num_tokens, E = a.num_experts, K = a.experts_per_token;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int t = warp; t < T; t += warps) {
+        float v[kChunks];
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+            const int ex = lane + 32 * j;
+            v[j] = ex < E ? load(t, ex) : 0.0f;
+        }
+        uint32_t taken = 0;
+        float top_v[kRouterMaxK];
+        int top_e[kRouterMaxK];
+#pragma unroll
+        for (int s = 0; s < kRouterMaxK; ++s) {
+            top_v[s] = 0.0f;
+            top_e[s] = 0;
+            if (s < K) {
+                float bv = 0.0f;
+                int be = -1;  // none
+#pragma unroll
+                for (int j = 0; j < kChunks; ++j) {
+                    const int ex = lane + 32 * j;
+                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
+                        bv = v[j];
+                        be = ex;
+                    }
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
+                        bv = ov;
+                        be = oe;
+                    }
+                }
+                if ((be & 31) == lane) taken |= 1u << (be >> 5);
+                top_v[s] = bv;
+                top_e[s] = be;
+            }
+        }
+        if (lane == 0) {
+            float w[kRouterMaxK];
+            float sum = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
+                sum += w[s];
+            }
+#pragma unroll
+            for (int s = 0; s < kRouterMaxK; ++s) {
+                if (s < K) {
+                    a.expert_ids[t * K + s] = top_e[s];
+                    a.expert_weights[t * K + s] = w[s] / sum;
+                    s_ids[t * K + s] = top_e[s];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // The stable plan of moe_plan: offsets[e] = #assignments with a lower expert; an assignment's
+    // place = its expert's offset + #earlier assignments of the same expert (≤ 64 assignments).
+    const int A = T * K;
+    for (int i = threadIdx.x; i <= E; i += blockDim.x) {
+        int c = 0;
+        for (int j = 0; j < A; ++j) c += s_ids[j] < i;
+        a.expert_offsets[i] = c;
+    }
+    for (int i = threadIdx.x; i < A; i += blockDim.x) {
+        const int ei = s_ids[i];
+        int start = 0, rank = 0;
+        for (int j = 0; j < A; ++j) {
+            start += s_ids[j] < ei;
+            rank += j < i && s_ids[j] == ei;
+        }
+        a.sorted_assignments[start + rank] = i;
+    }
+}
+
+}  // namespace gptoss::kernels::cuda
