@@ -2201,6 +2201,31 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s37b)
+      # Session 37: s37a after its look back: the router's top-k as two warp reductions a round (both
+      # forms), the O tail's logit parts by 4-lane trees and its last CTA's loads issued 16 at a time.
+      # Tests, then 20b / 120b batch 1 at 1k interleaved GPTOSS_ROUTER_IN_O=0 / 1, two passes; the trace.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaDecodeFusion.*:CudaOps.Router*:CudaOps.MoeDecodeApplies*:CudaModel.Fp8RouterInO*:CudaModel.Fp8ResidualTail*' \
+        > "$OUT/s37b_tests.log" 2>&1
+      rc=$?
+      summary+=("s37b tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|rel L2 [0-9.e-]+ over" "$OUT/s37b_tests.log" | head -40
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for m in 20b 120b; do
+            for v in 0 1; do
+              GPTOSS_ROUTER_IN_O=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1 \
+                --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s37b_${m}_o${v}_$pass.log" 2>&1
+              echo "$m router_in_o=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37b_${m}_o${v}_$pass.log")"
+            done
+          done
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s37b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b \
+          --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s37b_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s37b_ktrace_20b.csv"
+      fi
+      ;;
     s37a)
       # Session 37: GemvRouterTail (the post-attention norm and the router in the O GEMV at one token,
       # GPTOSS_ROUTER_IN_O=0 off). Tests (the kernel against the host, h_inv_rms in the decode MoE, the

@@ -514,15 +514,22 @@ __device__ __forceinline__ void gemv_router_tail(const GemvRouterTail& rt, int H
         if (rr == 0) part[E] = ss;
     }
     __syncthreads();
-    {  // expert e0 + (thread / 16) of each round, row thread % 16: a 16-lane tree a logit part
-        const int rr = threadIdx.x & 15, eg = threadIdx.x >> 4;
-        const float hn = s_hn[rr];
-        for (int e0 = 0; e0 < E; e0 += 16) {  // the same trip count in every lane
-            const int e = e0 + eg;
-            float p = e < E ? __bfloat162float(s_rw[e * 16 + rr]) * hn : 0.0f;
+    {  // expert e0 + thread / 4 of each round, rows 4 · (thread % 4) .. + 3: a 4-lane tree a logit part
+        const int r4 = threadIdx.x & 3, eg = threadIdx.x >> 2;
+        float hn[4];
 #pragma unroll
-            for (int off = 8; off > 0; off >>= 1) p += __shfl_xor_sync(0xffffffffu, p, off, 16);
-            if (rr == 0 && e < E) part[e] = p;
+        for (int q = 0; q < 4; ++q) hn[q] = s_hn[4 * r4 + q];
+        for (int e0 = 0; e0 < E; e0 += kMmaWarps * 8) {  // the same trip count in every lane
+            const int e = e0 + eg;
+            float p = 0.0f;
+            if (e < E) {
+                const uint2 w4 = *reinterpret_cast<const uint2*>(s_rw + e * 16 + 4 * r4);
+                p = __uint_as_float(w4.x << 16) * hn[0] + __uint_as_float(w4.x & 0xffff0000u) * hn[1] +
+                    __uint_as_float(w4.y << 16) * hn[2] + __uint_as_float(w4.y & 0xffff0000u) * hn[3];
+            }
+            p += __shfl_xor_sync(0xffffffffu, p, 1);
+            p += __shfl_xor_sync(0xffffffffu, p, 2);
+            if (r4 == 0 && e < E) part[e] = p;
         }
     }
     // The ticket: the release covers this CTA's parts (ordered before it by the barrier), the
@@ -546,13 +553,23 @@ __device__ __forceinline__ void gemv_router_tail(const GemvRouterTail& rt, int H
     if (static_cast<int>(threadIdx.x) < S * P4) {
         const int i4 = threadIdx.x % P4, sl = threadIdx.x / P4;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-        for (int c = sl; c < n_cta; c += S) {
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(rt.parts + static_cast<int64_t>(c) * P) + i4);
-            acc.x += v.x;
-            acc.y += v.y;
-            acc.z += v.z;
-            acc.w += v.w;
+        // kBatch loads issued before their sums (a runtime-bounded loop would wait for each in turn).
+        constexpr int kBatch = 16;
+        for (int c0 = sl; c0 < n_cta; c0 += kBatch * S) {
+            float4 v[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                const int c = c0 + u * S;
+                v[u] = c < n_cta ? __ldcg(reinterpret_cast<const float4*>(rt.parts + static_cast<int64_t>(c) * P) + i4)
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                acc.x += v[u].x;
+                acc.y += v[u].y;
+                acc.z += v[u].z;
+                acc.w += v[u].w;
+            }
         }
         s_red[sl * P4 + i4] = acc;
     }
@@ -572,8 +589,15 @@ __device__ __forceinline__ void gemv_router_tail(const GemvRouterTail& rt, int H
     }
     if (threadIdx.x == 0) *rt.inv_rms_out = inv_rms;
     __syncthreads();
-    router_finish<kRouterTailMaxExperts / 32>(
-        rt, kMmaWarps, [&](int, int ex) { return s_logit[ex]; }, s_ids);
+    const auto load = [&](int, int ex) { return s_logit[ex]; };
+    if (E <= 32)  // the fewest chunks a lane that hold the experts (a round scans them)
+        router_finish<1>(rt, kMmaWarps, load, s_ids);
+    else if (E <= 64)
+        router_finish<2>(rt, kMmaWarps, load, s_ids);
+    else if (E <= 128)
+        router_finish<4>(rt, kMmaWarps, load, s_ids);
+    else
+        router_finish<kRouterTailMaxExperts / 32>(rt, kMmaWarps, load, s_ids);
 }
 
 // kRouter (GemvArgs::router, one token, session 37): the O projection's router tail. Before pdl_wait a

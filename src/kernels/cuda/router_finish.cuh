@@ -13,8 +13,8 @@ constexpr int kRouterMaxK = 8;
 
 // The router's end (router_plan_small_kernel's last CTA; Args: RouterPlanSmallArgs or GemvRouterTail,
 // their plan fields): every logit is readable through `load(t, e)`; a warp per token takes the top-k by k rounds of a
-// warp arg-max over (value descending, index ascending), a strict total order, so every lane of the butterfly ends with
-// the same winner and ties go to the lower index as in cpu::router; softmax over the chosen k; then the stable plan of
+// warp arg-max over (value descending, index ascending), a strict total order, so every lane ends with the same winner
+// and ties go to the lower index as in cpu::router; softmax over the chosen k; then the stable plan of
 // moe_plan (offsets[e] = #assignments with a lower expert; an assignment's place = its expert's
 // offset + #earlier assignments of the same expert; ≤ 64 assignments). Every thread of the CTA calls
 // it; `warps` = the CTA's warps, kChunks · 32 ≥ the experts.
@@ -29,6 +29,16 @@ __device__ __forceinline__ void router_finish(const Args& a, int warps, Load loa
             const int ex = lane + 32 * j;
             v[j] = ex < E ? load(t, ex) : 0.0f;
         }
+        // Each value as an unsigned key in the same order (-0 as +0: they tie, as the float compare
+        // has them; NaN lowest), so that a round is two warp reductions (redux.sync): the largest key,
+        // then the lowest index holding it. r52: the butterfly of (value, index) pairs it replaces
+        // took 5 shuffle pairs a round.
+        uint32_t key[kChunks];
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) {
+            const uint32_t u = v[j] == 0.0f ? 0u : __float_as_uint(v[j]);
+            key[j] = v[j] != v[j] ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+        }
         uint32_t taken = 0;
         float top_v[kRouterMaxK];
         int top_e[kRouterMaxK];
@@ -37,27 +47,20 @@ __device__ __forceinline__ void router_finish(const Args& a, int warps, Load loa
             top_v[s] = 0.0f;
             top_e[s] = 0;
             if (s < K) {
-                float bv = 0.0f;
-                int be = -1;  // none
+                uint32_t bk = 0u, bi = 0xffffffffu;  // this lane's best: key descending, index ascending
 #pragma unroll
                 for (int j = 0; j < kChunks; ++j) {
                     const int ex = lane + 32 * j;
-                    if (ex < E && !((taken >> j) & 1u) && (be < 0 || v[j] > bv)) {
-                        bv = v[j];
-                        be = ex;
+                    if (ex < E && !((taken >> j) & 1u) && (bi == 0xffffffffu || key[j] > bk)) {
+                        bk = key[j];
+                        bi = static_cast<uint32_t>(ex);
                     }
                 }
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                    const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                    if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) {
-                        bv = ov;
-                        be = oe;
-                    }
-                }
+                const uint32_t wk = __reduce_max_sync(0xffffffffu, bi == 0xffffffffu ? 0u : bk);
+                const uint32_t we = __reduce_min_sync(0xffffffffu, bi != 0xffffffffu && bk == wk ? bi : 0xffffffffu);
+                const int be = static_cast<int>(we);
                 if ((be & 31) == lane) taken |= 1u << (be >> 5);
-                top_v[s] = bv;
+                top_v[s] = __uint_as_float((wk & 0x80000000u) ? (wk & 0x7fffffffu) : ~wk);
                 top_e[s] = be;
             }
         }
