@@ -365,28 +365,6 @@ struct CudaModel::Impl {
     DeviceBuffer tail_parts, tail_counters;
     kc::MoeResidualTail moe_tail;
     bool tail_enabled = true;
-    // GemvRouterTail (one token): its parts and ticket (kept zero between calls), the norm's 1 / rms,
-    // and the value the next moe() call passes as MoeMxfp4Args::h_inv_rms (set by the layer loop).
-    DeviceBuffer router_parts, router_o_counter, router_inv_rms;
-    const float* moe_h_inv = nullptr;
-    bool router_o_enabled = true;
-    // Whether moe(rows, ...) takes a decode kernel that applies MoeMxfp4Args::h_inv_rms (the order of
-    // its tests, as moe_takes_tail).
-    bool moe_takes_h_inv(int rows) const {
-        if (rows != 1) return false;
-        if (use_fp8_decode(rows)) return true;
-        if ((mx_grouped || fp8_jit) && rows >= fp8_jit_tokens) return false;
-        if (use_wgmma(rows) || use_mma(rows)) return false;
-        if (!(mxfp4 && rows <= mxfp4_tokens)) return false;
-        kc::MoeMxfp4Args m;
-        m.num_tokens = rows;
-        m.hidden_size = c.hidden_size;
-        m.intermediate_size = sh.inter_size;
-        m.num_experts = sh.num_experts;
-        m.experts_per_token = c.experts_per_token;
-        m.kernel = decode_kernel;
-        return kc::moe_mxfp4_takes_h_inv_rms(m);
-    }
     // Whether moe(rows, ...) takes the decode kernels that apply MoeResidualTail (the order of its tests).
     bool moe_takes_tail(int rows) const {
         if (use_fp8_decode(rows)) return true;
@@ -957,16 +935,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     tail_enabled = opt.moe_residual_tail && H % kc::kMoeTailTile == 0;
     if (const char* v = std::getenv("GPTOSS_MOE_TAIL")) tail_enabled = tail_enabled && std::strcmp(v, "0") != 0;
-    router_o_enabled = opt.router_in_o && H % 16 == 0;
-    if (const char* v = std::getenv("GPTOSS_ROUTER_IN_O"))
-        router_o_enabled = router_o_enabled && std::strcmp(v, "0") != 0;
-    if (router_o_enabled) {
-        router_parts =
-            DeviceBuffer(static_cast<int64_t>(H / 16) * kc::gemv_router_parts_stride(static_cast<int>(Er)) * 4);
-        router_o_counter = DeviceBuffer(4);
-        router_inv_rms = DeviceBuffer(4);
-        CUDA_CHECK(cudaMemsetAsync(router_o_counter.get(), 0, 4, stream));
-    }
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
@@ -1103,13 +1071,10 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.tail = moe_tail;
-        m.h_inv_rms = moe_h_inv;
         return m;
     };
     ENGINE_CHECK(moe_tail.x == nullptr || (T == 1 && moe_takes_tail(T) && ep == 1),
                  "moe: the residual tail was set for %d rows on a path without it", T);
-    ENGINE_CHECK(moe_h_inv == nullptr || (moe_takes_h_inv(T) && ep == 1),
-                 "moe: h_inv_rms was set for %d rows on a path without it", T);
     if (use_fp8_decode(T)) {  // decode batches on the FP8 copy
         kc::MoeMxfp4Args m = decode_args();
         m.gate_up_f8 = D.gu_f8q.as<uint8_t>();
@@ -1705,23 +1670,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             g.k = H;
             return kc::gemv_fp8_mma_applies(g, true, c.head_dim);
         }();
-        // GemvRouterTail (one token, one GPU): the O projection's GEMV does the residual update, the
-        // post-attention norm (its 1 / rms applied by the MoE's gate_up) and the router.
-        const bool router_o_path = [&] {
-            if (!router_o_enabled || T != 1 || Tm != 1 || !fp8 || !small || !decode_fused || world_reduce || ep != 1 ||
-                tp != 1 || dp != 1 || T > fused_norm_max_tokens || c.num_experts > 256 || c.experts_per_token > 8 ||
-                !moe_takes_h_inv(Tm))
-                return false;
-            kc::GemvArgs g;
-            g.x_bf16 = true;
-            g.w_scale = layers[0].o_f8.scales.as<float>();
-            g.w_ld = layers[0].o_f8.k_pad;
-            g.fp8_kernel = gemv_fp8;
-            g.num_tokens = 1;
-            g.n = layers[0].o_f8.n;
-            g.k = layers[0].o_f8.k;
-            return g.n == H && kc::gemv_router_tail_applies(g);
-        }();
         bool tail_in = false;  // this layer's h and Σ x² parts come from the previous layer's down launch
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             if (l == 1) timing_point("layer0");
@@ -1859,38 +1807,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 kc::paged_attention_prefill(pa, stream);
             mark("attention");
             const bool o_bf16 = fp8 && !small && tp == 1 && gemm_bf16_out;  // a TP reduce sums fp32
-            if (router_o_path) {  // x and h into their other buffers, the plan (the router below is skipped)
-                kc::GemvArgs g;
-                g.x = attn.get();
-                g.x_bf16 = true;
-                g.w = D.o_f8.q.get();
-                g.w_scale = D.o_f8.scales.as<float>();
-                g.w_ld = D.o_f8.k_pad;
-                g.num_tokens = 1;
-                g.n = D.o_f8.n;
-                g.k = D.o_f8.k;
-                g.fp8_kernel = gemv_fp8;
-                kc::GemvRouterTail& rt = g.router;
-                rt.residual = xr;
-                rt.o_bias = D.o_b.as<float>();
-                rt.norm_weight = D.post_norm.as<float>();
-                rt.router_w = D.router_w.get();
-                rt.router_b = D.router_b.as<float>();
-                rt.eps = static_cast<float>(c.rms_norm_eps);
-                rt.residual_out = xo;
-                rt.h_out = h.get();
-                rt.inv_rms_out = router_inv_rms.as<float>();
-                rt.parts = router_parts.as<float>();
-                rt.counter = router_o_counter.as<uint32_t>();
-                rt.logits = router_logits.as<float>();
-                rt.expert_ids = expert_ids.as<int32_t>();
-                rt.expert_weights = expert_w.as<float>();
-                rt.expert_offsets = offsets.as<int32_t>();
-                rt.sorted_assignments = sorted.as<int32_t>();
-                rt.num_experts = c.num_experts;
-                rt.experts_per_token = K;
-                kc::gemv_bf16w(g, stream);
-            } else if (o_in_q) {
+            if (o_in_q) {
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.o_f8, o.as<float>(), T, o_bf16);
             } else if (fp8) {
                 linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>(), true, o_bf16);
@@ -1980,9 +1897,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 mark("dp_gather");
             }
 
-            if (router_o_path) {
-                std::swap(xr, xo);  // the O GEMV wrote the updated residual there
-            } else if (fused_router) {
+            if (fused_router) {
                 kc::RouterPlanSmallArgs rp;
                 rp.h = moe_h32;
                 rp.weight = D.router_w.get();
@@ -2046,9 +1961,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 moe_tail.ss_parts = tail_parts.as<float>();
                 moe_tail.counters = tail_counters.as<uint32_t>();
             }
-            if (router_o_path) moe_h_inv = router_inv_rms.as<float>();  // h is x · gain: gate_up applies 1 / rms
-            moe(Tm, l, fused_router, moe_h, router_o_path ? nullptr : moe_h32, moe_rows_q);
-            moe_h_inv = nullptr;
+            moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q);
             moe_tail = {};
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world

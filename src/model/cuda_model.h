@@ -69,11 +69,6 @@ struct CudaModelOptions {
     // launch (kernels/cuda/moe.h MoeResidualTail) and the next layer's norm scale in its QKV GEMV,
     // instead of a norm kernel between them. GPTOSS_MOE_TAIL=0 turns it off (A/B runs).
     bool moe_residual_tail = true;
-    // With fp8, one token a step on one GPU: the post-attention residual update, norm and router in
-    // the O projection's GEMV (kernels/cuda/gemv.h GemvRouterTail: the router's end in its last CTA)
-    // instead of a router launch after it; the MoE's gate_up applies the norm's 1 / rms. Where the
-    // decode MoE is moe_decode_mma or moe_decode_fp8. GPTOSS_ROUTER_IN_O=0 turns it off (A/B runs).
-    bool router_in_o = true;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

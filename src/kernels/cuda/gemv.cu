@@ -14,7 +14,6 @@
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe_common.cuh"
 #include "kernels/cuda/ops.h"
-#include "kernels/cuda/router_finish.cuh"
 
 namespace gptoss::kernels::cuda {
 namespace {
@@ -485,132 +484,9 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // read at one offset fall in different banks).
 __host__ __device__ __forceinline__ int xs_pitch_words(int k) { return k / 2 + 4; }
 
-constexpr int kRouterTailMaxExperts = 256;
-
-// GemvRouterTail's epilogue (one token): red holds the 8 warps' sums of the tile's 16 rows (column 0),
-// unstage(sum) the GEMV's output o. Every thread of the CTA calls it.
-template <typename Unstage>
-__device__ __forceinline__ void gemv_router_tail(const GemvRouterTail& rt, int H, const float (&red)[8][16][8],
-                                                 const __nv_bfloat16* s_rw, const float* s_rv, Unstage unstage) {
-    __shared__ float s_hn[16];
-    __shared__ int s_last;
-    const int E = rt.num_experts, P = gemv_router_parts_stride(E);
-    const int row0 = blockIdx.x * 16;
-    float* part = rt.parts + static_cast<int64_t>(blockIdx.x) * P;
-    if (threadIdx.x < 16) {
-        const int rr = threadIdx.x;
-        float o = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 8; ++u) o += red[u][rr][0];
-        o = unstage(o);
-        const float v = s_rv[rr] + (s_rv[16 + rr] + o);  // residual_rmsnorm's order: x + (bias + add)
-        rt.residual_out[row0 + rr] = v;
-        const float hn = v * s_rv[32 + rr];
-        static_cast<__nv_bfloat16*>(rt.h_out)[row0 + rr] = __float2bfloat16(hn);
-        s_hn[rr] = hn;
-        float ss = v * v;
-#pragma unroll
-        for (int off = 8; off > 0; off >>= 1) ss += __shfl_xor_sync(0x0000ffffu, ss, off, 16);
-        if (rr == 0) part[E] = ss;
-    }
-    __syncthreads();
-    {  // expert e0 + thread / 4 of each round, rows 4 · (thread % 4) .. + 3: a 4-lane tree a logit part
-        const int r4 = threadIdx.x & 3, eg = threadIdx.x >> 2;
-        float hn[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) hn[q] = s_hn[4 * r4 + q];
-        for (int e0 = 0; e0 < E; e0 += kMmaWarps * 8) {  // the same trip count in every lane
-            const int e = e0 + eg;
-            float p = 0.0f;
-            if (e < E) {
-                const uint2 w4 = *reinterpret_cast<const uint2*>(s_rw + e * 16 + 4 * r4);
-                p = __uint_as_float(w4.x << 16) * hn[0] + __uint_as_float(w4.x & 0xffff0000u) * hn[1] +
-                    __uint_as_float(w4.y << 16) * hn[2] + __uint_as_float(w4.y & 0xffff0000u) * hn[3];
-            }
-            p += __shfl_xor_sync(0xffffffffu, p, 1);
-            p += __shfl_xor_sync(0xffffffffu, p, 2);
-            if (r4 == 0 && e < E) part[e] = p;
-        }
-    }
-    // The ticket: the release covers this CTA's parts (ordered before it by the barrier), the
-    // acquire the other CTAs'. The last CTA leaves the counter at zero.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t prev;
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(rt.counter) : "memory");
-        s_last = prev + 1 == gridDim.x;
-        if (s_last) *rt.counter = 0u;
-    }
-    __syncthreads();
-    if (!s_last) return;
-
-    // The last CTA: column block i4 (4 floats) of CTA slice s (CTAs s, s + S, ...), then the slices
-    // in order: the same sums in every run.
-    __shared__ float4 s_red[kMmaWarps * 32];
-    __shared__ float s_logit[kRouterTailMaxExperts + 1];
-    __shared__ int32_t s_ids[kRouterMaxK];
-    const int P4 = P / 4, S = (kMmaWarps * 32) / P4, n_cta = static_cast<int>(gridDim.x);
-    if (static_cast<int>(threadIdx.x) < S * P4) {
-        const int i4 = threadIdx.x % P4, sl = threadIdx.x / P4;
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        // kBatch loads issued before their sums (a runtime-bounded loop would wait for each in turn).
-        constexpr int kBatch = 16;
-        for (int c0 = sl; c0 < n_cta; c0 += kBatch * S) {
-            float4 v[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                const int c = c0 + u * S;
-                v[u] = c < n_cta ? __ldcg(reinterpret_cast<const float4*>(rt.parts + static_cast<int64_t>(c) * P) + i4)
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                acc.x += v[u].x;
-                acc.y += v[u].y;
-                acc.z += v[u].z;
-                acc.w += v[u].w;
-            }
-        }
-        s_red[sl * P4 + i4] = acc;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i <= E; i += kMmaWarps * 32) {
-        const float* red4 = reinterpret_cast<const float*>(s_red);
-        float tot = 0.0f;
-        for (int sl = 0; sl < S; ++sl) tot += red4[sl * P + i];
-        s_logit[i] = tot;  // [E]: Σ v²
-    }
-    __syncthreads();
-    const float inv_rms = rsqrtf(s_logit[E] / static_cast<float>(H) + rt.eps);
-    if (static_cast<int>(threadIdx.x) < E) {
-        const float logit = s_logit[threadIdx.x] * inv_rms + rt.router_b[threadIdx.x];
-        s_logit[threadIdx.x] = logit;
-        rt.logits[threadIdx.x] = logit;
-    }
-    if (threadIdx.x == 0) *rt.inv_rms_out = inv_rms;
-    __syncthreads();
-    const auto load = [&](int, int ex) { return s_logit[ex]; };
-    if (E <= 32)  // the fewest chunks a lane that hold the experts (a round scans them)
-        router_finish<1>(rt, kMmaWarps, load, s_ids);
-    else if (E <= 64)
-        router_finish<2>(rt, kMmaWarps, load, s_ids);
-    else if (E <= 128)
-        router_finish<4>(rt, kMmaWarps, load, s_ids);
-    else
-        router_finish<kRouterTailMaxExperts / 32>(rt, kMmaWarps, load, s_ids);
-}
-
-// kRouter (GemvArgs::router, one token, session 37): the O projection's router tail. Before pdl_wait a
-// CTA copies its 16 columns of the router weights (32 bytes an expert) and its rows of the residual,
-// the O bias and the norm gain into shared memory (cp.async: no registers held through the loop). In
-// the epilogue threads 0-15 form v, write it and bf16(v · gain), and the 16-lane trees give the CTA's
-// Σ v² and each expert's Σ w · (v · gain) (the router's products); then a ticket (one atom.acq_rel.gpu,
-// as MoeResidualTail's), and the last CTA sums the 180 rows of parts in a fixed order (float4 columns,
-// CTA slices, then the slices in order) and ends as router_plan_small does.
-template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false, bool kRouter = false>
+template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
-    static_assert(!kRouter || !kRope, "the router tail is the O projection's");
     constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
     __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
@@ -658,24 +534,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         const float* hi = a.w_scale + static_cast<int64_t>(min(row_hi - g, a.n - 1) / 128) * kb;
         for (int i = threadIdx.x; i < 2 * kb; i += kMmaWarps * 32)
             s_scale[i / kb][i % kb] = __ldg((i < kb ? lo : hi) + i % kb);
-    }
-    // kRouter: the tile's router columns and row vectors (all written before the kernels this one
-    // waits for: weights, and the residual two launches back).
-    __shared__ __align__(16) __nv_bfloat16 s_rw[kRouter ? kRouterTailMaxExperts * 16 : 8];
-    __shared__ __align__(16) float s_rv[kRouter ? 3 * 16 : 4];  // residual, O bias, norm gain
-    if constexpr (kRouter) {
-        const GemvRouterTail& rt = a.router;
-        const int row0 = blockIdx.x * 16;
-        const auto* rw = static_cast<const __nv_bfloat16*>(rt.router_w);
-        for (int i = threadIdx.x; i < 2 * rt.num_experts; i += kMmaWarps * 32)
-            cp_async16(s_rw + (i >> 1) * 16 + (i & 1) * 8,
-                       rw + static_cast<int64_t>(i >> 1) * a.n + row0 + (i & 1) * 8);
-        if (threadIdx.x < 12) {
-            const int v = threadIdx.x >> 2, q = threadIdx.x & 3;
-            const float* src = v == 0 ? rt.residual : v == 1 ? rt.o_bias : rt.norm_weight;
-            cp_async16(s_rv + 16 * v + 4 * q, src + row0 + 4 * q);
-        }
-        cp_async_commit();
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
@@ -751,19 +609,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         }
     }
 
-    if constexpr (kRouter) cp_async_wait<0>();  // s_rw, s_rv: visible to all after the barrier below
     red[warp][g][2 * t] = acc[0];
     red[warp][g][2 * t + 1] = acc[1];
     red[warp][g + 8][2 * t] = acc[2];
     red[warp][g + 8][2 * t + 1] = acc[3];
     __syncthreads();
     const float inv = a.x_ss_parts != nullptr ? s_inv : 1.0f;
-    if constexpr (kRouter) {
-        gemv_router_tail(a.router, a.n, red, s_rw, s_rv, [&](float v) {
-            if constexpr (kF16) v = f16_unstage(v, down, 0, s_stage);
-            return v;
-        });
-    } else if constexpr (kRope) {
+    if constexpr (kRope) {
         if (threadIdx.x < 64) {
             const int p = threadIdx.x & 7, m = threadIdx.x >> 3;
             if (m < a.num_tokens) {
@@ -801,11 +653,6 @@ bool fp8_mma_ok(const GemvArgs& a, const QkvRopeArgs* r) {
 
 }  // namespace
 
-bool gemv_router_tail_applies(const GemvArgs& a) {
-    return a.w_scale != nullptr && fp8_mma_ok(a, nullptr) && a.num_tokens == 1 && a.x_bf16 && a.n % 16 == 0 &&
-           a.k % 64 == 0;
-}
-
 bool gemv_fp8_mma_applies(const GemvArgs& a, bool qkv, int head_dim) {
     QkvRopeArgs r;
     r.head_dim = head_dim;
@@ -842,15 +689,6 @@ void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t str
         fit_dynamic_smem(kernel, smem);
         launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
     };
-    if constexpr (!kRope) {
-        if (a.router.parts != nullptr) {  // gemv_bf16w checked the arguments (bf16 x, one token)
-            if (one_wave && a.w_ld <= kOneWaveMaxK)
-                go(gemv_fp8_mma_kernel<__nv_bfloat16, false, kMmaStepsOneWave, kF16, true>);
-            else
-                go(gemv_fp8_mma_kernel<__nv_bfloat16, false, kMmaSteps, kF16, true>);
-            return;
-        }
-    }
     if (one_wave && a.w_ld <= kOneWaveMaxK) {
         constexpr int kS = kMmaStepsOneWave;
         if (a.x_bf16)
@@ -935,21 +773,6 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1),
                  "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels");
-    if (a.router.parts != nullptr) {
-        const GemvRouterTail& rt = a.router;
-        ENGINE_CHECK(gemv_router_tail_applies(a) && a.x_ss_parts == nullptr && rt.num_tokens == 1 &&
-                         rt.num_experts >= 1 && rt.num_experts <= kRouterTailMaxExperts && rt.experts_per_token >= 1 &&
-                         rt.experts_per_token <= kRouterMaxK && rt.experts_per_token <= rt.num_experts &&
-                         rt.residual != nullptr && rt.o_bias != nullptr && rt.norm_weight != nullptr &&
-                         rt.router_w != nullptr && rt.router_b != nullptr && rt.residual_out != nullptr &&
-                         rt.residual_out != rt.residual && rt.h_out != nullptr && rt.inv_rms_out != nullptr &&
-                         rt.counter != nullptr && rt.logits != nullptr && rt.expert_ids != nullptr &&
-                         rt.expert_weights != nullptr && rt.expert_offsets != nullptr &&
-                         rt.sorted_assignments != nullptr,
-                     "gemv: the router tail needs FP8 weights on the tensor-core kernel, one token of bf16 x, n a "
-                     "multiple of 16, 1-%d experts, k 1-%d and every buffer (n %d, %d experts, k %d)",
-                     kRouterTailMaxExperts, kRouterMaxK, a.n, rt.num_experts, rt.experts_per_token);
-    }
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops

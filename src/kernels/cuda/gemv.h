@@ -10,8 +10,6 @@
 
 #include <cstdint>
 
-#include "kernels/host_device.h"
-
 namespace gptoss::kernels::cuda {
 
 constexpr int kGemvMaxTokens = 8;
@@ -19,40 +17,6 @@ constexpr int kGemvMaxTokens = 8;
 // kMmaOneWave: the tensor-core kernel with 6 K steps a warp and its block scales in shared memory,
 // 3 CTAs an SM (k ≤ 3,072; else kMma). kAuto: kMmaOneWave where k allows, else kMma.
 enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma, kMmaOneWave };
-
-// The O projection's router tail (one token, FP8 weights on the tensor-core kernels): each CTA of 16
-// output rows also does their part of the post-attention residual update, RMSNorm and router
-// logits, and the last CTA (a ticket) the router's end, instead of a router_plan_small launch after
-// the GEMV. v = residual + (o_bias + o) (residual_rmsnorm's order) goes to residual_out, v · norm_weight
-// to h_out as bf16 (the norm's output before its 1 / rms: the MoE scales its gate_up sums by
-// inv_rms_out, MoeMxfp4Args::h_inv_rms), each CTA's Σ v² and Σ_i router_w[e, i] · (v_i · norm_weight_i)
-// to parts; the last CTA sums the parts in CTA order, writes 1 / rms, the logits
-// (Σ · 1 / rms + router_b, as router_plan_small), and runs router_finish: expert ids, weights and the
-// plan. GemvArgs::y is not written.
-struct GemvRouterTail {
-    const float* residual = nullptr;     // [hidden] the residual stream before the update
-    const float* o_bias = nullptr;       // [hidden]
-    const float* norm_weight = nullptr;  // [hidden] the post-attention norm's gain
-    const void* router_w = nullptr;      // [num_experts, hidden] bf16
-    const float* router_b = nullptr;     // [num_experts]
-    float eps = 1e-5f;
-    float* residual_out = nullptr;  // [hidden], not residual
-    void* h_out = nullptr;          // [hidden] bf16
-    float* inv_rms_out = nullptr;   // [1]
-    float* parts = nullptr;         // [⌈hidden / 16⌉, gemv_router_parts_stride(num_experts)] scratch
-    uint32_t* counter = nullptr;    // one word, zero before the first call; every call leaves it zero
-    // The plan (RouterPlanSmallArgs' fields of the same names; one token).
-    float* logits = nullptr;  // [num_experts]
-    int32_t* expert_ids = nullptr;
-    float* expert_weights = nullptr;
-    int32_t* expert_offsets = nullptr;
-    int32_t* sorted_assignments = nullptr;
-    int num_tokens = 1;
-    int num_experts = 0;        // ≤ 256
-    int experts_per_token = 0;  // ≤ 8
-};
-// Floats a CTA's row of GemvRouterTail::parts (the E logit parts, then Σ v², padded to 4).
-GPTOSS_HOST_DEVICE int gemv_router_parts_stride(int num_experts) { return (num_experts + 1 + 3) / 4 * 4; }
 
 struct GemvArgs {
     const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
@@ -86,12 +50,7 @@ struct GemvArgs {
     const float* x_ss_parts = nullptr;
     int x_ss_n = 0;
     float x_eps = 0.0f;
-    // Optional (router.parts set): the router tail above (gemv_router_tail_applies).
-    GemvRouterTail router;
 };
-// Whether gemv_bf16w runs these arguments (without the router) on the tensor-core kernel that takes
-// GemvRouterTail: FP8 weights, one token of bf16 x, n a multiple of 16.
-bool gemv_router_tail_applies(const GemvArgs& args);
 // Whether the tensor-core FP8 kernels run these arguments (qkv: with RoPE, as qkv_gemv_rope): the
 // kernels that take GemvArgs::x_ss_parts.
 bool gemv_fp8_mma_applies(const GemvArgs& args, bool qkv, int head_dim);

@@ -155,14 +155,7 @@ struct MoeMxfp4Args {
     int down_k_pad = 0;
     // Optional (tail.x set): the residual update after the down projection (MoeResidualTail).
     MoeResidualTail tail;
-    // Optional, one token (GemvRouterTail): h is the norm's output before its 1 / rms, which this holds
-    // ([1]); gate_up scales its sums by it before the bias (the projection is linear). Taken by
-    // moe_decode_mma and moe_decode_fp8 only (moe_mxfp4_takes_h_inv_rms).
-    const float* h_inv_rms = nullptr;
 };
-// Whether moe_mxfp4 runs these arguments on moe_decode_mma (the kernel of its family that takes
-// MoeMxfp4Args::h_inv_rms).
-bool moe_mxfp4_takes_h_inv_rms(const MoeMxfp4Args& args);
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.
 void moe_residual_tail(const MoeResidualTail& tail, const float* y, int hidden_size, int experts_per_token,

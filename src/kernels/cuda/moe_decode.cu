@@ -198,12 +198,10 @@ struct NoScaleBack {
     __device__ __forceinline__ float operator()(float v, int) const { return v; }
 };
 // n_active: the active experts (find_slot's s_info[3]), for down's MoeResidualTail.
-// in_scale: gate_up's sums times it before the bias (MoeMxfp4Args::h_inv_rms; 1 without).
 template <bool kGateUp, int kWarps, typename Back = NoScaleBack>
 __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
                                                 float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
-                                                const int* s_as, const int* s_col, int n_active, Back back = {},
-                                                float in_scale = 1.0f) {
+                                                const int* s_as, const int* s_col, int n_active, Back back = {}) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -223,8 +221,8 @@ __device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const flo
                 gate += red[w][2 * p][c];
                 up += red[w][2 * p + 1][c];
             }
-            gate = back(gate, tk) * in_scale;
-            up = back(up, tk) * in_scale;
+            gate = back(gate, tk);
+            up = back(up, tk);
             const int64_t b = static_cast<int64_t>(e) * rows + row0 + 2 * p;
             a.act[static_cast<int64_t>(s_as[tk]) * I + row0 / 2 + p] =
                 swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha);
@@ -403,7 +401,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     __shared__ int s_as[8];
     __shared__ int s_col[8];          // the MMA column of the tile's assignment
     __shared__ const void* s_src[8];  // the input row of the tile's assignment (not kEarly)
-    __shared__ float s_hinv;          // kEarly: MoeMxfp4Args::h_inv_rms's value (else 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int H = a.hidden_size, I = a.intermediate_size;
@@ -428,10 +425,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const int tiles = rows / kRows, slot = blockIdx.x / tiles;
         row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
         pdl_wait();  // the plan and h come from the kernel just before
-        // h_inv_rms: requested before find_slot's loads, stored after them (no round trip of its own).
-        const float hinv = threadIdx.x == 0 && a.h_inv_rms != nullptr ? __ldcg(a.h_inv_rms) : 1.0f;
         if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
-        if (threadIdx.x == 0) s_hinv = hinv;
         nrows = max_tokens;
         if (wk.ng > 0) {  // a warp without K steps (K < 128 · kWarps) stages nothing
             if (in_f32)
@@ -527,8 +521,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             s_col[threadIdx.x] = my_as / a.experts_per_token;  // the assignment's token
         }
     }
-    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3], NoScaleBack{},
-                                     kEarly ? s_hinv : 1.0f);
+    decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
 template <bool kGateUp, int kWarps>
@@ -847,10 +840,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
     // the gate_up launch passed its wait (so before this launch began): the tile and its weight
     // loads come before pdl_wait, which only act needs.
     if constexpr (kGateUp) pdl_wait();
-    __shared__ float s_hinv;  // gate_up: MoeMxfp4Args::h_inv_rms's value (else 1), requested with the plan
-    const float hinv = kGateUp && threadIdx.x == 0 && a.h_inv_rms != nullptr ? __ldcg(a.h_inv_rms) : 1.0f;
     if (warp == 0) find_slot(a.expert_offsets, a.num_experts, slot, s_info);
-    if (threadIdx.x == 0) s_hinv = hinv;
     __syncthreads();
     const int e = s_info[0];
     if (e < 0) {
@@ -925,9 +915,8 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
 
     // The warps' sums meet in shared memory, in warp order: moe_decode_mma's epilogue, the MMA column
     // of assignment j being j, and the staging's scale undone.
-    decode_epilogue<kGateUp, kF8Warps>(
-        a, acc, red, e, row0, ntok, s_as, s_col, s_info[3],
-        [&](float v, int j) { return f16_unstage(v, down, j, s_stage); }, s_hinv);
+    decode_epilogue<kGateUp, kF8Warps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3],
+                                       [&](float v, int j) { return f16_unstage(v, down, j, s_stage); });
 }
 
 template <bool kGateUp>
@@ -971,7 +960,6 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     ENGINE_CHECK(a.tail.x == nullptr || (a.num_tokens == 1 && a.tail.counters != nullptr),
                  "moe_decode_mma: the residual tail needs one token and its counters");
-    ENGINE_CHECK(a.h_inv_rms == nullptr || a.num_tokens == 1, "moe_decode_mma: h_inv_rms needs one token");
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
 }
@@ -994,7 +982,6 @@ void moe_decode_fp8(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     ENGINE_CHECK(a.tail.x == nullptr || (a.num_tokens == 1 && a.tail.counters != nullptr),
                  "moe_decode_fp8: the residual tail needs one token and its counters");
-    ENGINE_CHECK(a.h_inv_rms == nullptr || a.num_tokens == 1, "moe_decode_fp8: h_inv_rms needs one token");
     launch_fp8<true>(a, stream);
     launch_fp8<false>(a, stream);
 }
@@ -1010,7 +997,6 @@ bool moe_decode_wg_supported(const MoeMxfp4Args& a) {
 void moe_decode_wg(const MoeMxfp4Args& a, cudaStream_t stream) {
     ENGINE_CHECK(moe_decode_wg_supported(a), "moe_decode_wg: %d tokens, sizes %d/%d, %d experts unsupported",
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
-    ENGINE_CHECK(a.h_inv_rms == nullptr, "moe_decode_wg: h_inv_rms is not taken");
     launch_wg<true>(a, stream);
     launch_wg<false>(a, stream);
     if (a.tail.x != nullptr) moe_residual_tail(a.tail, a.y, a.hidden_size, a.experts_per_token, stream);
