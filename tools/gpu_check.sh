@@ -2201,6 +2201,40 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s37c)
+      # Session 37: the f16 GEMVs' staging with a thread's two chunks in flight and the x_ss_parts sum from
+      # shared memory (cp.async) in the epilogue, against the r51 forms (GPTOSS_GEMV_SERIAL=1): the same
+      # bits. Tests (GEMVs, QKV, the decode MoE's f16 staging, the model and engine), then 20b / 120b batch
+      # 1 at 1k interleaved serial 1 / 0, two passes; the trace; the bars (20b batches 1-8, 120b,
+      # 120b --fp8-experts).
+      timeout 400 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaFp8Gemv.*:CudaQkvFused.*:CudaDecodeFusion.*:CudaOps.MoeDecodeFp8*:CudaOps.MoeResidualTail*:CudaOps.Router*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s37c_tests.log" 2>&1
+      rc=$?
+      summary+=("s37c tests rc=$rc")
+      grep -E "OK \]|FAILED|Failure|tests ran|PASSED" "$OUT/s37c_tests.log" | tail -8
+      grep -cE "OK \]" "$OUT/s37c_tests.log"
+      for pass in 1 2; do
+        for m in 20b 120b; do
+          for v in 1 0; do
+            GPTOSS_GEMV_SERIAL=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s37c_${m}_s${v}_$pass.log" 2>&1
+            echo "$m serial=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37c_${m}_s${v}_$pass.log")"
+          done
+        done
+      done
+      GPTOSS_KERNEL_TRACE="$OUT/s37c_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b \
+        --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s37c_ktrace_20b.log" 2>&1
+      python3 tools/ktrace_summary.py "$OUT/s37c_ktrace_20b.csv"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s37c_20b_decode.log" 2>&1
+      summary+=("s37c 20b decode rc=$?")
+      echo "20b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37c_20b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s37c_120b_fp8x_decode.log" 2>&1
+      summary+=("s37c 120b --fp8-experts decode rc=$?")
+      echo "120b --fp8 --fp8-experts decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37c_120b_fp8x_decode.log"
+      ;;
     s37b)
       # Session 37: s37a after its look back: the router's top-k as two warp reductions a round (both
       # forms), the O tail's logit parts by 4-lane trees and its last CTA's loads issued 16 at a time.
