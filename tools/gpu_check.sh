@@ -2201,6 +2201,27 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s37d)
+      # Session 37, the closing run: the shipped code (the r51 decode path with the router's top-k as two
+      # warp reductions a round). Tests, then the bars: 20b batches 1-8, 120b, 120b --fp8-experts at 1k.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaDecodeFusion.Router*:CudaOps.Router*:CudaFp8Gemv.*:CudaQkvFused.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s37d_tests.log" 2>&1
+      summary+=("s37d tests rc=$?")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s37d_tests.log" | tail -5
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1,2,4,8 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s37d_20b_decode.log" 2>&1
+      summary+=("s37d 20b decode rc=$?")
+      echo "20b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37d_20b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s37d_120b_decode.log" 2>&1
+      summary+=("s37d 120b decode rc=$?")
+      echo "120b --fp8 decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37d_120b_decode.log"
+      timeout 200 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --fp8-experts --prefill "" --batch 1 --context 1024 \
+        --decode-steps 64 --repeats 3 > "$OUT/s37d_120b_fp8x_decode.log" 2>&1
+      summary+=("s37d 120b --fp8-experts decode rc=$?")
+      echo "120b --fp8 --fp8-experts decode:"; grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s37d_120b_fp8x_decode.log"
+      ;;
     s37c)
       # Session 37: the f16 GEMVs' staging with a thread's two chunks in flight and the x_ss_parts sum from
       # shared memory (cp.async) in the epilogue, against the r51 forms (GPTOSS_GEMV_SERIAL=1): the same

@@ -1659,8 +1659,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         // the next layer's h = x · gain and Σ x² parts; that layer's QKV GEMV applies 1 / rms (no norm kernel).
         const bool tail_path = [&] {
             if (!tail_enabled || T != 1 || Tm != 1 || !fp8 || !small || !qkv_fused || !gemv_x_bf16() || world_reduce ||
-                ep != 1 || tp != 1 || dp != 1 || !moe_takes_tail(Tm) || H % 64 != 0 ||
-                H > kc::kMoeTailTile * kc::kGemvMaxSsParts)
+                ep != 1 || tp != 1 || dp != 1 || !moe_takes_tail(Tm) || H % 64 != 0)
                 return false;
             kc::GemvArgs g;
             g.w_scale = layers[0].qkv_f8.scales.as<float>();

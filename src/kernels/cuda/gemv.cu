@@ -537,23 +537,15 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     }
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
-    // GemvArgs::x_ss_parts: the last warp copies them into shared memory now (cp.async through L2: no
-    // register and no wait) and sums them in the epilogue, before the barrier there. (r51 summed them
-    // here: its loop waited for an L2 round trip a remainder iteration, three in all, before the warp's
-    // share of the staging below, which every warp waits for.)
+    // GemvArgs::x_ss_parts: the last warp sums them (loads issued now, the sum read in the epilogue,
+    // after the barrier there).
     __shared__ float s_inv;
-    __shared__ __align__(16) float s_ss[kGemvMaxSsParts];
     if (a.x_ss_parts != nullptr && warp == kMmaWarps - 1) {
-        if (a.serial) {
-            float ss = 0.0f;
-            for (int i = lane; i < a.x_ss_n; i += 32) ss += __ldcg(a.x_ss_parts + i);
+        float ss = 0.0f;
+        for (int i = lane; i < a.x_ss_n; i += 32) ss += __ldcg(a.x_ss_parts + i);
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            if (lane == 0) s_inv = rsqrtf(ss / static_cast<float>(a.k) + a.x_eps);
-        } else {
-            for (int q = lane; q < a.x_ss_n / 4; q += 32) cp_async16(s_ss + 4 * q, a.x_ss_parts + 4 * q);
-            cp_async_commit();
-        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) s_inv = rsqrtf(ss / static_cast<float>(a.k) + a.x_eps);
     }
     // kF16: x staged once a CTA (moe_common.cuh f16_stage_rows; its barrier also covers s_scale).
     extern __shared__ uint32_t xs_f16[];
@@ -563,7 +555,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         const XT* xin = static_cast<const XT*>(a.x);
         down = f16_stage_rows(
             xs_f16, xs_pitch_words(a.k), a.num_tokens, a.k, std::is_same_v<XT, float>,
-            [&](int m) -> const void* { return xin + static_cast<int64_t>(m) * a.k; }, s_stage, a.serial);
+            [&](int m) -> const void* { return xin + static_cast<int64_t>(m) * a.k; }, s_stage);
     } else if constexpr (kSmemScales) {
         __syncthreads();  // s_scale
     }
@@ -617,15 +609,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         }
     }
 
-    if (a.x_ss_parts != nullptr && !a.serial && warp == kMmaWarps - 1) {  // the same sums as r51's loop
-        cp_async_wait<0>();
-        __syncwarp();
-        float ss = 0.0f;
-        for (int i = lane; i < a.x_ss_n; i += 32) ss += s_ss[i];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) s_inv = rsqrtf(ss / static_cast<float>(a.k) + a.x_eps);
-    }
     red[warp][g][2 * t] = acc[0];
     red[warp][g][2 * t + 1] = acc[1];
     red[warp][g + 8][2 * t] = acc[2];
@@ -724,13 +707,7 @@ void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t str
 // 253 -> 382 µs, the QKV one-wave kernel even; 20b decode batch 4 3.17 -> 3.26 ms a step, batch 8
 // 5.10 -> 5.30, batch 2 even).
 template <bool kRope>
-void fp8_mma_launch(const GemvArgs& args, const QkvRopeArgs& r, cudaStream_t stream) {
-    static const bool serial = [] {
-        const char* v = std::getenv("GPTOSS_GEMV_SERIAL");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    GemvArgs a = args;
-    a.serial = a.serial || serial;
+void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
     if (a.mma_f16 && a.num_tokens == 1 && gemv_f16_allowed())
         fp8_mma_launch_as<kRope, true>(a, r, stream);
     else
@@ -766,11 +743,8 @@ void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream)
                      g.num_tokens == r.num_tokens && (!fp8 || (g.w_ld >= g.k && g.w_ld % 128 == 0)),
                  "qkv_gemv_rope: %d tokens, n %d, k %d unsupported", g.num_tokens, g.n, g.k);
     ENGINE_CHECK(r.q_out != nullptr, "qkv_gemv_rope: q_out is required");
-    ENGINE_CHECK(g.x_ss_parts == nullptr || (fp8_mma_ok(g, &r) && g.num_tokens == 1 && g.x_ss_n % 4 == 0 &&
-                                             g.x_ss_n > 0 && g.x_ss_n <= kGemvMaxSsParts),
-                 "qkv_gemv_rope: x_ss_parts needs one token on the tensor-core FP8 kernels and 4-%d parts, a "
-                 "multiple of 4 (%d)",
-                 kGemvMaxSsParts, g.x_ss_n);
+    ENGINE_CHECK(g.x_ss_parts == nullptr || (fp8_mma_ok(g, &r) && g.num_tokens == 1),
+                 "qkv_gemv_rope: x_ss_parts needs one token on the tensor-core FP8 kernels");
     if (fp8_mma_ok(g, &r)) {
         fp8_mma_launch<true>(g, r, stream);
         return;
@@ -797,11 +771,8 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
     ENGINE_CHECK(a.num_tokens >= 1 && a.num_tokens <= kGemvMaxTokens && a.k % (fp8 ? 16 : 8) == 0 &&
                      (!fp8 || (a.w_ld >= a.k && a.w_ld % 128 == 0)),
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
-    ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1 && a.x_ss_n % 4 == 0 &&
-                                             a.x_ss_n > 0 && a.x_ss_n <= kGemvMaxSsParts),
-                 "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels and 4-%d parts, a multiple of 4 "
-                 "(%d)",
-                 kGemvMaxSsParts, a.x_ss_n);
+    ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1),
+                 "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels");
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops

@@ -48,13 +48,9 @@ struct GemvArgs {
     // rsqrt(Σ_{i < x_ss_n} x_ss_parts[i] / k + x_eps) before the bias (the sum in a fixed order, the
     // same in every CTA).
     const float* x_ss_parts = nullptr;
-    int x_ss_n = 0;  // a multiple of 4, at most kGemvMaxSsParts
+    int x_ss_n = 0;
     float x_eps = 0.0f;
-    // A/B runs only (GPTOSS_GEMV_SERIAL=1, read at launch): the r51 forms of the f16 staging's loads and
-    // of the x_ss_parts sum.
-    bool serial = false;
 };
-inline constexpr int kGemvMaxSsParts = 256;
 // Whether the tensor-core FP8 kernels run these arguments (qkv: with RoPE, as qkv_gemv_rope): the
 // kernels that take GemvArgs::x_ss_parts.
 bool gemv_fp8_mma_applies(const GemvArgs& args, bool qkv, int head_dim);

@@ -134,38 +134,6 @@ struct F16StageShared {
     uint32_t red[kF16StageMaxWarps][kF16StageMaxRows];  // the rows' magnitudes' bits, a warp each
     int shift[kF16StageMaxRows];                        // s of each row staged down (valid for its bit)
 };
-// A chunk's bytes as loaded (bf16: 16 bytes in lo; fp32: 32 bytes in lo, hi), then its 8 values
-// rounded to bf16: two chunks in flight hold 8 or 16 registers, not 16 floats.
-struct F16StageRaw {
-    uint4 lo, hi;
-};
-__device__ __forceinline__ F16StageRaw f16_stage_raw8(const void* row, int c, bool f32) {
-    F16StageRaw r;
-    if (f32) {
-        r.lo = *(reinterpret_cast<const uint4*>(row) + 2 * c);
-        r.hi = *(reinterpret_cast<const uint4*>(row) + 2 * c + 1);
-    } else {
-        r.lo = *(reinterpret_cast<const uint4*>(row) + c);
-        r.hi = make_uint4(0u, 0u, 0u, 0u);
-    }
-    return r;
-}
-__device__ __forceinline__ void f16_stage_values8(const F16StageRaw& r, bool f32, float (&v)[8]) {
-    uint32_t b[4];
-    if (f32) {
-        b[0] = pack_bf16x2(__uint_as_float(r.lo.x), __uint_as_float(r.lo.y));
-        b[1] = pack_bf16x2(__uint_as_float(r.lo.z), __uint_as_float(r.lo.w));
-        b[2] = pack_bf16x2(__uint_as_float(r.hi.x), __uint_as_float(r.hi.y));
-        b[3] = pack_bf16x2(__uint_as_float(r.hi.z), __uint_as_float(r.hi.w));
-    } else {
-        b[0] = r.lo.x, b[1] = r.lo.y, b[2] = r.lo.z, b[3] = r.lo.w;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        v[2 * i] = __uint_as_float(b[i] << 16);
-        v[2 * i + 1] = __uint_as_float(b[i] & 0xffff0000u);
-    }
-}
 __device__ __forceinline__ void f16_stage_load8(const void* row, int c, bool f32, float (&v)[8]) {
     uint32_t b[4];
     if (f32) {
@@ -185,45 +153,20 @@ __device__ __forceinline__ void f16_stage_load8(const void* row, int c, bool f32
 }
 // Every thread of the CTA calls it (blockDim.x ≤ 32 · kF16StageMaxWarps, n ≤ kF16StageMaxRows); it ends
 // in a barrier. Returns the rows staged down (bits, the same in every thread); sh.shift holds their s.
-// A thread's chunks of a row are loaded two at a time before either is converted (r52: with one a
-// loop iteration, a thread holding two of the 360 chunks of a 2,880-wide row waited for two L2 round
-// trips in turn).
 template <typename RowPtr>
 __device__ __forceinline__ uint32_t f16_stage_rows(uint32_t* xs, int pitch, int n, int k, bool f32, RowPtr row_ptr,
-                                                   F16StageShared& sh, bool serial = false) {
+                                                   F16StageShared& sh) {
     const int n8 = k / 8;
     bool big = false;
-    const auto store8 = [&](int j, int c, const float(&v)[8]) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) big |= !(fabsf(v[i]) < 65504.0f);  // NaN too: harmless
-        *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) =
-            make_uint4(pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
-    };
     for (int j = 0; j < n; ++j) {
         const void* row = row_ptr(j);
-        if (serial) {  // one chunk at a time (the r51 form)
-            for (int c = threadIdx.x; c < n8; c += blockDim.x) {
-                float v[8];
-                f16_stage_load8(row, c, f32, v);
-#pragma unroll
-                for (int i = 0; i < 8; ++i) big |= !(fabsf(v[i]) < 65504.0f);  // NaN too: harmless
-                *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) = make_uint4(
-                    pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
-            }
-            continue;
-        }
-        for (int c0 = threadIdx.x; c0 < n8; c0 += 2 * blockDim.x) {
-            const int c1 = c0 + blockDim.x;
-            const F16StageRaw r0 = f16_stage_raw8(row, c0, f32);
-            F16StageRaw r1{};
-            if (c1 < n8) r1 = f16_stage_raw8(row, c1, f32);
+        for (int c = threadIdx.x; c < n8; c += blockDim.x) {
             float v[8];
-            f16_stage_values8(r0, f32, v);
-            store8(j, c0, v);
-            if (c1 < n8) {
-                f16_stage_values8(r1, f32, v);
-                store8(j, c1, v);
-            }
+            f16_stage_load8(row, c, f32, v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) big |= !(fabsf(v[i]) < 65504.0f);  // NaN too: harmless
+            *reinterpret_cast<uint4*>(xs + j * pitch + 4 * c) = make_uint4(
+                pack_f16x2(v[0], v[1]), pack_f16x2(v[2], v[3]), pack_f16x2(v[4], v[5]), pack_f16x2(v[6], v[7]));
         }
     }
     if (!__syncthreads_or(big)) return 0u;  // nothing has read xs yet

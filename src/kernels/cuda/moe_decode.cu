@@ -885,8 +885,7 @@ __global__ void __launch_bounds__(kF8Warps * 32, 3) moe_decode_fp8_kernel(const 
             return a.act + static_cast<int64_t>(s_as[j]) * I;
         }
     };
-    // One chunk at a time (serial): the two-in-flight form spills here (80 registers, 3 CTAs an SM).
-    const uint32_t down = f16_stage_rows(xs, f8_pitch_words(K), ntok, K, f32, row_ptr, s_stage, true);
+    const uint32_t down = f16_stage_rows(xs, f8_pitch_words(K), ntok, K, f32, row_ptr, s_stage);
 
     // Rows g, g + 8 × assignments 2t, 2t + 1 (lanes g ≥ ntok feed zero columns).
     const bool has_x = g < ntok;
