@@ -2201,6 +2201,35 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s38a)
+      # Prepared in session 37 (branch s38-moe-loop, compiled only): moe_decode_mma_loop_kernel, gate_up at 1-2
+      # tokens as a loop over tiles on the resident grid (GPTOSS_MOE_LOOP=1). Tests (the same bits as the
+      # one-tile kernel; the model and engine with it on), then decode at 1k interleaved 0 / 1: 20b and 120b
+      # batch 1 and 20b batch 2, two passes; the 20b trace with it on.
+      timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' \
+        > "$OUT/s38a_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_LOOP=1 timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/s38a_tests.log" 2>&1
+      rc=$((rc + $?))
+      summary+=("s38a tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38a_tests.log" | tail -6
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for cfg in "20b 1" "120b 1" "20b 2"; do
+            set -- $cfg
+            for v in 0 1; do
+              GPTOSS_MOE_LOOP=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch $2 \
+                --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38a_$1_b$2_loop${v}_$pass.log" 2>&1
+              echo "$1 batch $2 loop=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38a_$1_b$2_loop${v}_$pass.log")"
+            done
+          done
+        done
+        GPTOSS_MOE_LOOP=1 GPTOSS_KERNEL_TRACE="$OUT/s38a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
+          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s38a_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s38a_ktrace_20b.csv"
+      fi
+      ;;
     s37d)
       # Session 37, the closing run: the shipped code (the r51 decode path with the router's top-k as two
       # warp reductions a round). Tests, then the bars: 20b batches 1-8, 120b, 120b --fp8-experts at 1k.

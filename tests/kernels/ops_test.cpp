@@ -1195,6 +1195,47 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
     }
 }
 
+// moe_decode_mma_loop_kernel (session 37, MoeMxfp4Args::decode_loop): gate_up at 1-2 tokens as a loop
+// over tiles must give the one-tile kernel's act to the bit (the same sums in the same order), with the
+// resident grid and with 7 and 1 CTAs (hundreds of tiles a CTA: the copies of red and s_as rotate), at
+// 32 and 128 experts, with experts shared by both tokens at 2; and down after it the same y.
+TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 301 + E);
+        auto gub = to_device(ex.gu_blocks), gus = to_device(ex.gu_scales), gubias = to_device(ex.gu_bias);
+        auto db = to_device(ex.down_blocks), ds = to_device(ex.down_scales), dbias = to_device(ex.down_bias);
+        for (int T : {1, 2}) {
+            const auto h = bf16_round(randn(static_cast<size_t>(T) * H, 303 + E + T));
+            auto dh = to_device(to_bf16(h));
+            std::vector<int32_t> ids = {E - 1, 0, 7, 3};
+            if (T == 2) ids.insert(ids.end(), {3, E / 2, E - 1, 11});  // experts 3 and E - 1 in both tokens
+            auto dids = to_device(ids);
+            DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
+            kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+            std::vector<float> acts[4], ys[4];
+            for (int v = 0; v < 4; ++v) {  // one-tile kernel; loop on the resident grid, 7 CTAs, 1 CTA
+                auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+                kc::MoeMxfp4Args a =
+                    mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), nullptr, offsets, sorted, act, y, T, K);
+                a.kernel = 1;
+                a.decode_loop = v == 0 ? 0 : 1;
+                a.decode_loop_grid = v == 2 ? 7 : v == 3 ? 1 : 0;
+                kc::moe_mxfp4(a, nullptr);
+                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+                acts[v] = to_host<float>(act, static_cast<size_t>(T) * K * I);
+                ys[v] = to_host<float>(y, static_cast<size_t>(T) * K * H);
+            }
+            for (int v = 1; v < 4; ++v) {
+                EXPECT_EQ(acts[v], acts[0]) << "E=" << E << " T=" << T << " variant " << v << ": act";
+                EXPECT_EQ(ys[v], ys[0]) << "E=" << E << " T=" << T << " variant " << v << ": y";
+            }
+        }
+    }
+}
+
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
 // moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the

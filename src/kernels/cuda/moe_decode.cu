@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -198,18 +199,23 @@ struct NoScaleBack {
     __device__ __forceinline__ float operator()(float v, int) const { return v; }
 };
 // n_active: the active experts (find_slot's s_info[3]), for down's MoeResidualTail.
-template <bool kGateUp, int kWarps, typename Back = NoScaleBack>
-__device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
-                                                float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
-                                                const int* s_as, const int* s_col, int n_active, Back back = {}) {
+template <int kWarps>
+__device__ __forceinline__ void decode_red_store(const float (&acc)[4], float (&red)[kWarps][kRows][8]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int H = a.hidden_size, I = a.intermediate_size;
-    const int rows = kGateUp ? 2 * I : H;
     red[warp][g][2 * t] = acc[0];
     red[warp][g][2 * t + 1] = acc[1];
     red[warp][g + 8][2 * t] = acc[2];
     red[warp][g + 8][2 * t + 1] = acc[3];
+}
+// kRedStored: the caller stored acc into red already (decode_red_store; acc unread).
+template <bool kGateUp, int kWarps, typename Back = NoScaleBack, bool kRedStored = false>
+__device__ __forceinline__ void decode_epilogue(const MoeMxfp4Args& a, const float (&acc)[4],
+                                                float (&red)[kWarps][kRows][8], int e, int row0, int ntok,
+                                                const int* s_as, const int* s_col, int n_active, Back back = {}) {
+    const int H = a.hidden_size, I = a.intermediate_size;
+    const int rows = kGateUp ? 2 * I : H;
+    if constexpr (!kRedStored) decode_red_store<kWarps>(acc, red);
     __syncthreads();
     if constexpr (kGateUp) {
         // Rows 2p, 2p + 1 of the tile are gate and up of intermediate column (row0 / 2 + p).
@@ -524,6 +530,132 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
+// ---- gate_up at 1-2 tokens as a loop over tiles (session 37, prepared for an A/B; GPTOSS_MOE_LOOP=1) ----
+// moe_decode_mma_kernel<true, 4, true> runs 1,440 CTAs at batch 1 (20b) in 2.2 waves of the 660 that are
+// resident (5 an SM); every later-wave CTA pays its own start (find_slot's round trip, x staged again)
+// before its weight loads go out, and r34's diagnostics put the pair's fixed part at 12 µs of 33.4. Here
+// the grid is the resident CTAs; each finds every active expert once (find_all), stages x once, and
+// takes tiles b, b + grid, ...: after a tile's q loop its weight registers are free, so the next tile's
+// loads are issued before the tile's epilogue (its barrier and stores). No second register buffer (r38's
+// loop form held two and fell to 2-3 CTAs an SM; this one keeps 5). Tile i's sums go to red copy i % 2
+// and its assignments to s_as / s_col copy i % 3 (loaded with tile i's weights during tile i - 1, stored
+// after tile i - 1's epilogue, so that their round trip is not in front of its barrier): a thread
+// writes a copy only after passing the barrier that follows every thread's last reads of it (red: tile
+// i - 2's reads end before tile i - 1's barrier; s_as: tile i - 3's before tile i - 1's). The same sums in the same
+// order as the one-tile kernel (the same bits).
+constexpr int kLoopMaxSlots = 16;  // active experts at ≤ 2 tokens (k ≤ 8)
+// Every active expert in expert order into s_exp / s_tok0 / s_ntok (at most kLoopMaxSlots), their count
+// into *s_n. Warp 0 only; find_slot's loads (one L2 round trip).
+__device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_exp, int* s_tok0, int* s_ntok,
+                                         int* s_n) {
+    constexpr int kChunks = kMaxExpertsScan / 32;
+    const int lane = threadIdx.x & 31;
+    int los[kChunks], his[kChunks];
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+        const int e = 32 * i + lane;
+        los[i] = e < E ? __ldcg(offsets + e) : 0;
+        his[i] = e < E ? __ldcg(offsets + e + 1) : 0;
+    }
+    int n = 0;
+#pragma unroll
+    for (int i = 0; i < kChunks; ++i) {
+        const int e = 32 * i + lane;
+        const bool active = his[i] > los[i];
+        const unsigned m = __ballot_sync(0xffffffffu, active);
+        const int rank = n + __popc(m & ((1u << lane) - 1u));
+        if (active && rank < kLoopMaxSlots) {
+            s_exp[rank] = e;
+            s_tok0[rank] = los[i];
+            s_ntok[rank] = his[i] - los[i];
+        }
+        n += __popc(m);
+    }
+    if (lane == 0) *s_n = min(n, kLoopMaxSlots);
+}
+
+template <int kWarps>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
+    moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kMaxSteps = Sh::kMaxSteps;
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
+    __shared__ float red[2][kWarps][kRows][8];
+    __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
+    __shared__ int s_nact;
+    __shared__ int s_as[3][8], s_col[3][8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int H = a.hidden_size, I = a.intermediate_size, G = H / 32, rows = 2 * I, tiles = rows / kRows;
+    const int nrows = min(a.num_tokens, 8);
+    const WarpK<kWarps> wk(G);
+    uint4* xs = xs_all + warp * nrows * Sh::kTokenSlots;
+
+    pdl_wait();  // the plan and h come from the kernel just before
+    if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
+    if (wk.ng > 0) {
+        if (a.h_f32 != nullptr)
+            stage_rows<kWarps, true>(xs, nrows, wk,
+                                     [&](int r) -> const void* { return a.h_f32 + static_cast<int64_t>(r) * H; });
+        else
+            stage_rows<kWarps, false>(xs, nrows, wk, [&](int r) -> const void* {
+                return static_cast<const __nv_bfloat16*>(a.h) + static_cast<int64_t>(r) * H;
+            });
+    }
+    __syncthreads();  // s_exp.., every warp's staging
+    const int total = s_nact * tiles;
+    int cur = blockIdx.x;
+    if (cur >= total) {
+        pdl_trigger();
+        return;
+    }
+    DecodeWeights<kMaxSteps> w;
+    // The tile's weight loads, then the load of its assignment (threads < its tokens), returned.
+    const auto issue = [&](int tile) {
+        const int slot = tile / tiles, ntok = min(s_ntok[slot], 8);
+        decode_load(w, a.gate_up_blocks, a.gate_up_scales,
+                    static_cast<int64_t>(s_exp[slot]) * rows + (tile % tiles) * kRows + g, G, wk);
+        return threadIdx.x < ntok ? __ldcg(a.sorted_assignments + s_tok0[slot] + threadIdx.x) : 0;
+    };
+    // Tile i's assignments into copy i % 3 of s_as / s_col.
+    const auto put_as = [&](int as, int p) {
+        if (threadIdx.x < 8) {
+            s_as[p][threadIdx.x] = as;
+            s_col[p][threadIdx.x] = as / a.experts_per_token;  // the assignment's token
+        }
+    };
+    put_as(issue(cur), 0);  // waits for the assignment's round trip here only (the weights' is longer)
+    pdl_trigger();
+    for (int it = 0;; ++it) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (decode_two(w))
+            decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
+        else
+            decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
+        // The tile's sums into copy p (their registers free), the next tile's loads (the weight
+        // registers are free after the q loop), then the epilogue's barrier and stores.
+        const int p = it & 1, q = it % 3;
+        decode_red_store<kWarps>(acc, red[p]);
+        const int next = cur + static_cast<int>(gridDim.x);
+        const int next_as = next < total ? issue(next) : 0;
+        const int slot = cur / tiles;
+        decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], (cur % tiles) * kRows,
+                                                         min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
+        if (next >= total) break;
+        put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
+        cur = next;
+    }
+}
+
+// Resident CTAs of the loop kernel on this device (host-only queries: capturable).
+int loop_grid_capacity(size_t smem) {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_decode_mma_loop_kernel<4>,
+                                                             DecodeShape<4>::kThreads, smem));
+    return std::max(1, per_sm) * sms;
+}
+
 template <bool kGateUp, int kWarps>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     using Sh = DecodeShape<kWarps>;
@@ -535,6 +667,19 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
     const bool early = kGateUp && a.num_tokens <= 2;
+    static const bool loop_env = [] {  // moe_decode_mma_loop_kernel (MoeMxfp4Args::decode_loop)
+        const char* v = std::getenv("GPTOSS_MOE_LOOP");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    if constexpr (kGateUp && kWarps == 4) {
+        if (early && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {
+            fit_dynamic_smem(moe_decode_mma_loop_kernel<4>, smem);
+            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(smem);
+            launch_pdl(moe_decode_mma_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
+                       smem, stream, a);
+            return;
+        }
+    }
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     static const int diag = [] {  // see kDiag
