@@ -2201,6 +2201,22 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s38q)
+      # Session 37's last minutes of device time: s38a cut to the bitwise test and one interleaved pass.
+      timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoop*' > "$OUT/s38q_tests.log" 2>&1
+      rc=$?
+      summary+=("s38q tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38q_tests.log" | tail -4
+      if [ $rc = 0 ]; then
+        for m in 20b 120b; do
+          for v in 0 1; do
+            GPTOSS_MOE_LOOP=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38q_${m}_loop$v.log" 2>&1
+            echo "$m batch 1 loop=$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38q_${m}_loop$v.log")"
+          done
+        done
+      fi
+      ;;
     s38a)
       # Prepared in session 37 (branch s38-moe-loop, compiled only): moe_decode_mma_loop_kernel, gate_up at 1-2
       # tokens as a loop over tiles on the resident grid (GPTOSS_MOE_LOOP=1). Tests (the same bits as the
