@@ -2218,10 +2218,10 @@ PY
       fi
       ;;
     s38a)
-      # Prepared in session 37 (branch s38-moe-loop, compiled only): moe_decode_mma_loop_kernel, gate_up at 1-2
-      # tokens as a loop over tiles on the resident grid (GPTOSS_MOE_LOOP=1). Tests (the same bits as the
-      # one-tile kernel; the model and engine with it on), then decode at 1k interleaved 0 / 1: 20b and 120b
-      # batch 1 and 20b batch 2, two passes; the 20b trace with it on.
+      # For session 38: moe_decode_mma_loop_kernel (the default since session 37, whose last call, s38q, ran only
+      # its bitwise test and one pass): gate_up at 1-2 tokens as a loop over tiles on the resident grid.
+      # Tests (the same bits as the one-tile kernel; the model and engine with it on), then decode at 1k
+      # interleaved GPTOSS_MOE_LOOP=0 / 1: 20b and 120b batch 1 and 20b batch 2, two passes; the 20b trace.
       timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' \
         > "$OUT/s38a_tests.log" 2>&1
       rc=$?

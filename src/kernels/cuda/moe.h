@@ -155,9 +155,10 @@ struct MoeMxfp4Args {
     int down_k_pad = 0;
     // Optional (tail.x set): the residual update after the down projection (MoeResidualTail).
     MoeResidualTail tail;
-    // moe_decode_mma's gate_up at 1-2 tokens as a loop over tiles (moe_decode_mma_loop_kernel, session 37,
-    // an A/B candidate): 1 on, 0 off, -1 GPTOSS_MOE_LOOP's choice (off unless =1). decode_loop_grid: its
-    // CTAs (0: the resident ones; a test sets fewer).
+    // moe_decode_mma's gate_up at 1-2 tokens as a loop over tiles on the resident grid
+    // (moe_decode_mma_loop_kernel, session 37; the same bits as one tile a CTA): 1 on, 0 off, -1
+    // GPTOSS_MOE_LOOP's choice (on unless =0). decode_loop_grid: its CTAs (0: the resident ones; a test
+    // sets fewer).
     int decode_loop = -1;
     int decode_loop_grid = 0;
 };

@@ -33,12 +33,16 @@
 //   later waves' tiles (bae59b6: with the weights in L2, gate_up was no faster). r41 put gate_up and
 //   down in one launch, each down CTA waiting on a per-expert counter instead of the whole gate_up
 //   grid (0ec3d19: same bits; 20b batch 1 1.650-1.655 -> 1.664-1.680 ms a step, 120b 2.413 ->
-//   2.449; much slower at 4-8 tokens): removed. Fewer instructions and shorter dependency chains a
-//   tile are the lever.
+//   2.449; much slower at 4-8 tokens): removed. r52: gate_up at 1-2 tokens as a loop over tiles on
+//   the resident grid, with no second register buffer (5 CTAs an SM kept) and the next tile's loads
+//   issued before the current tile's epilogue: 20b batch 1 1.493 -> 1.414 ms a step
+//   (moe_decode_mma_loop_kernel below, the default). What the later waves paid was their start (the
+//   plan's and x's round trips before the weight loads), not the overlap.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -530,7 +534,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
-// ---- gate_up at 1-2 tokens as a loop over tiles (session 37, prepared for an A/B; GPTOSS_MOE_LOOP=1) ----
+// ---- gate_up at 1-2 tokens as a loop over tiles (session 37; the default, GPTOSS_MOE_LOOP=0 off) -------
 // moe_decode_mma_kernel<true, 4, true> runs 1,440 CTAs at batch 1 (20b) in 2.2 waves of the 660 that are
 // resident (5 an SM); every later-wave CTA pays its own start (find_slot's round trip, x staged again)
 // before its weight loads go out, and r34's diagnostics put the pair's fixed part at 12 µs of 33.4. Here
@@ -542,7 +546,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
 // after tile i - 1's epilogue, so that their round trip is not in front of its barrier): a thread
 // writes a copy only after passing the barrier that follows every thread's last reads of it (red: tile
 // i - 2's reads end before tile i - 1's barrier; s_as: tile i - 3's before tile i - 1's). The same sums in the same
-// order as the one-tile kernel (the same bits).
+// order as the one-tile kernel (the same bits). r52 (s38q, one pass): 20b batch 1 at 1k 1.493 -> 1.414 ms
+// a step, 120b 2.161 -> 2.081.
 constexpr int kLoopMaxSlots = 16;  // active experts at ≤ 2 tokens (k ≤ 8)
 // Every active expert in expert order into s_exp / s_tok0 / s_ntok (at most kLoopMaxSlots), their count
 // into *s_n. Warp 0 only; find_slot's loads (one L2 round trip).
@@ -646,14 +651,25 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
-// Resident CTAs of the loop kernel on this device (host-only queries: capturable).
-int loop_grid_capacity(size_t smem) {
-    int dev = 0, sms = 0, per_sm = 0;
+// Resident CTAs of the loop kernel on this device at `tokens` (1 or 2: its shared memory), measured once
+// a device (host-only queries: capturable).
+int loop_grid_capacity(int tokens, size_t smem) {
+    constexpr int kDevices = 64;
+    static std::atomic<int> cached[kDevices][2];
+    int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
+    const int slot = std::clamp(tokens, 1, 2) - 1;
+    if (dev < kDevices) {
+        const int c = cached[dev][slot].load(std::memory_order_relaxed);
+        if (c > 0) return c;
+    }
+    int sms = 0, per_sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_decode_mma_loop_kernel<4>,
                                                              DecodeShape<4>::kThreads, smem));
-    return std::max(1, per_sm) * sms;
+    const int cap = std::max(1, per_sm) * sms;
+    if (dev < kDevices) cached[dev][slot].store(cap, std::memory_order_relaxed);
+    return cap;
 }
 
 template <bool kGateUp, int kWarps>
@@ -669,12 +685,12 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const bool early = kGateUp && a.num_tokens <= 2;
     static const bool loop_env = [] {  // moe_decode_mma_loop_kernel (MoeMxfp4Args::decode_loop)
         const char* v = std::getenv("GPTOSS_MOE_LOOP");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     if constexpr (kGateUp && kWarps == 4) {
         if (early && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {
             fit_dynamic_smem(moe_decode_mma_loop_kernel<4>, smem);
-            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(smem);
+            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(a.num_tokens, smem);
             launch_pdl(moe_decode_mma_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
                        smem, stream, a);
             return;
