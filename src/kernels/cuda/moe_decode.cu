@@ -683,12 +683,16 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     const size_t smem = static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots * sizeof(uint4);
     // gate_up's x staged before its weight loads at 1-2 tokens (kEarly; r32 calls 4-5).
     const bool early = kGateUp && a.num_tokens <= 2;
+    static const int diag = [] {  // see kDiag
+        const char* v = std::getenv("GPTOSS_MOE_DECODE_DIAG");
+        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
+    }();
     static const bool loop_env = [] {  // moe_decode_mma_loop_kernel (MoeMxfp4Args::decode_loop)
         const char* v = std::getenv("GPTOSS_MOE_LOOP");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
     if constexpr (kGateUp && kWarps == 4) {
-        if (early && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {
+        if (early && diag == 0 && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {  // kDiag: one tile a CTA
             fit_dynamic_smem(moe_decode_mma_loop_kernel<4>, smem);
             const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(a.num_tokens, smem);
             launch_pdl(moe_decode_mma_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
@@ -698,10 +702,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     }
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
-    static const int diag = [] {  // see kDiag
-        const char* v = std::getenv("GPTOSS_MOE_DECODE_DIAG");
-        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 3);
-    }();
     if (diag == 1)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 1>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 1>;
