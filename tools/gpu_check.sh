@@ -2201,6 +2201,69 @@ PY
         python3 tools/ktrace_summary.py "$OUT/s36d_ktrace_20b.csv"
       fi
       ;;
+    s38b)
+      # Branch s38-down-loop (session 37, compiled only): moe_decode_mma_down_loop_kernel, down at 1-2 tokens
+      # as a loop over tiles (GPTOSS_MOE_DOWN_LOOP=1). The bitwise test (with MoeResidualTail), the model and
+      # engine tests with it on, then decode at 1k interleaved 0 / 1: 20b and 120b batch 1, 20b batch 2, two passes.
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoop*' > "$OUT/s38b_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_DOWN_LOOP=1 timeout 300 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/s38b_tests.log" 2>&1
+      rc=$((rc + $?))
+      summary+=("s38b tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38b_tests.log" | tail -6
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for cfg in "20b 1" "120b 1" "20b 2"; do
+            set -- $cfg
+            for v in 0 1; do
+              GPTOSS_MOE_DOWN_LOOP=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" \
+                --batch $2 --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38b_$1_b$2_down${v}_$pass.log" 2>&1
+              echo "$1 batch $2 down_loop=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38b_$1_b$2_down${v}_$pass.log")"
+            done
+          done
+        done
+      fi
+      ;;
+    s38c)
+      # Session 38, first call: s38a and s38b in one. gate_up's loop kernel (the default since session 37, run
+      # only by s38q) and the down loop kernel (GPTOSS_MOE_DOWN_LOOP=1, never run). Kernel tests (the same bits
+      # as the one-tile kernels, with MoeResidualTail), the model and engine tests with both loops on (and with
+      # gate_up's alone should that fail), then decode at 1k interleaved: loop=0 / loop=1 / loop=1 + down=1
+      # (20b batch 1 two passes, 20b batch 2 one; 120b batch 1 without loop=0, which s38q measured); the trace.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' \
+        > "$OUT/s38c_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_DOWN_LOOP=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        >> "$OUT/s38c_tests.log" 2>&1
+      rc_down=$?
+      if [ $rc_down != 0 ]; then
+        timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' > "$OUT/s38c_tests_loop.log" 2>&1
+        summary+=("s38c model tests, gate_up loop alone rc=$?")
+      fi
+      summary+=("s38c tests rc=$rc down rc=$rc_down")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38c_tests.log" | tail -8
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for cfg in "20b 1" "120b 1" "20b 2"; do
+            set -- $cfg
+            [ $pass = 2 ] && [ "$1 $2" != "20b 1" ] && continue
+            for v in "0 0" "1 0" "1 1"; do
+              set -- $cfg $v
+              [ $1 = 120b ] && [ $3 = 0 ] && continue
+              [ $rc_down != 0 ] && [ $4 = 1 ] && continue
+              GPTOSS_MOE_LOOP=$3 GPTOSS_MOE_DOWN_LOOP=$4 timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 \
+                --prefill "" --batch $2 --context 1024 --decode-steps 64 --repeats 3 \
+                > "$OUT/s38c_$1_b$2_loop$3_down$4_$pass.log" 2>&1
+              echo "$1 batch $2 loop=$3 down=$4 pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38c_$1_b$2_loop$3_down$4_$pass.log")"
+            done
+          done
+        done
+        GPTOSS_MOE_DOWN_LOOP=$((rc_down == 0)) GPTOSS_KERNEL_TRACE="$OUT/s38c_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
+          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s38c_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s38c_ktrace_20b.csv"
+      fi
+      ;;
     s38q)
       # Session 37's last minutes of device time: s38a cut to the bitwise test and one interleaved pass.
       timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoop*' > "$OUT/s38q_tests.log" 2>&1

@@ -1198,7 +1198,9 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
 // moe_decode_mma_loop_kernel (session 37, MoeMxfp4Args::decode_loop): gate_up at 1-2 tokens as a loop
 // over tiles must give the one-tile kernel's act to the bit (the same sums in the same order), with the
 // resident grid and with 7 and 1 CTAs (hundreds of tiles a CTA: the copies of red and s_as rotate), at
-// 32 and 128 experts, with experts shared by both tokens at 2; and down after it the same y.
+// 32 and 128 experts, with experts shared by both tokens at 2; and down after it the same y. Down as a loop
+// too (moe_decode_mma_down_loop_kernel, decode_down_loop) in variants 4-6, and at one token with
+// MoeResidualTail: the same residual, h and Σ x² parts, the counters back at zero.
 TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4;
@@ -1214,23 +1216,59 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-            std::vector<float> acts[4], ys[4];
-            for (int v = 0; v < 4; ++v) {  // one-tile kernel; loop on the resident grid, 7 CTAs, 1 CTA
+            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping.
+            constexpr int kVariants = 7;
+            const int tiles = H / kc::kMoeTailTile;
+            const auto x0 = randn(H, 307 + E, 4.0f);
+            const auto gain = randn(H, 309 + E, 0.3f, 1.0f);
+            auto dgain = to_device(gain);
+            const std::vector<float> wts = {0.4f, 0.1f, 0.3f, 0.2f};
+            auto dw = to_device(wts);
+            DeviceBuffer counters(tiles * 4);
+            CUDA_CHECK(cudaMemset(counters.get(), 0, tiles * 4));
+            std::vector<float> acts[kVariants], ys[kVariants], xs[kVariants], parts_h[kVariants];
+            std::vector<uint16_t> hs[kVariants];
+            for (int v = 0; v < kVariants; ++v) {
                 auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
                 auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
                 kc::MoeMxfp4Args a =
                     mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), nullptr, offsets, sorted, act, y, T, K);
                 a.kernel = 1;
                 a.decode_loop = v == 0 ? 0 : 1;
-                a.decode_loop_grid = v == 2 ? 7 : v == 3 ? 1 : 0;
+                a.decode_down_loop = v >= 4 ? 1 : 0;
+                const int shape = v >= 4 ? v - 3 : v;
+                a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : 0;
+                auto dx = to_device(x0);
+                auto hb = poisoned(static_cast<size_t>(H) * 2);
+                auto parts = poisoned(static_cast<size_t>(tiles) * 4);
+                if (T == 1) {  // MoeResidualTail in down's epilogue
+                    a.tail.x = dx.as<float>();
+                    a.tail.weights = dw.as<float>();
+                    a.tail.gain = dgain.as<float>();
+                    a.tail.h = hb.get();
+                    a.tail.ss_parts = parts.as<float>();
+                    a.tail.counters = counters.as<uint32_t>();
+                }
                 kc::moe_mxfp4(a, nullptr);
                 ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
                 acts[v] = to_host<float>(act, static_cast<size_t>(T) * K * I);
                 ys[v] = to_host<float>(y, static_cast<size_t>(T) * K * H);
+                if (T == 1) {
+                    xs[v] = to_host<float>(dx, H);
+                    hs[v] = to_host<uint16_t>(hb, H);
+                    parts_h[v] = to_host<float>(parts, tiles);
+                    const auto cg = to_host<uint32_t>(counters, tiles);
+                    EXPECT_EQ(std::count(cg.begin(), cg.end(), 0u), tiles) << "variant " << v << ": counters left set";
+                }
             }
-            for (int v = 1; v < 4; ++v) {
+            for (int v = 1; v < kVariants; ++v) {
                 EXPECT_EQ(acts[v], acts[0]) << "E=" << E << " T=" << T << " variant " << v << ": act";
                 EXPECT_EQ(ys[v], ys[0]) << "E=" << E << " T=" << T << " variant " << v << ": y";
+                if (T == 1) {
+                    EXPECT_EQ(xs[v], xs[0]) << "E=" << E << " variant " << v << ": the residual tail's x";
+                    EXPECT_EQ(hs[v], hs[0]) << "E=" << E << " variant " << v << ": the residual tail's h";
+                    EXPECT_EQ(parts_h[v], parts_h[0]) << "E=" << E << " variant " << v << ": Σ x² parts";
+                }
             }
         }
     }

@@ -651,24 +651,92 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
-// Resident CTAs of the loop kernel on this device at `tokens` (1 or 2: its shared memory), measured once
-// a device (host-only queries: capturable).
-int loop_grid_capacity(int tokens, size_t smem) {
+// down at 1-2 tokens as a loop over tiles (session 37, compiled only, not run: GPTOSS_MOE_DOWN_LOOP=1):
+// moe_decode_mma_loop_kernel's form for down's 720 tiles (20b batch 1; 1.36 waves at 4 CTAs an SM). The
+// plan, the tile's experts and the assignments (≤ 16 at ≤ 2 tokens, into shared memory) and the first
+// tile's weights come before pdl_wait, as in the one-tile kernel; each tile stages its expert's act rows
+// (per warp, into the warp's own region: no CTA barrier), runs the q loop, stores its sums, issues the next
+// tile's weight loads, then its epilogue (y, and MoeResidualTail's ticket). The same sums as the one-tile
+// kernel.
+template <int kWarps>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<false>)
+    moe_decode_mma_down_loop_kernel(const MoeMxfp4Args a) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kMaxSteps = Sh::kMaxSteps;
+    constexpr int kMaxAs = 16;         // assignments at ≤ 2 tokens (k ≤ 8)
+    extern __shared__ uint4 xs_all[];  // [kWarps][2][kTokenSlots]
+    __shared__ float red[2][kWarps][kRows][8];
+    __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
+    __shared__ int s_nact;
+    __shared__ int s_sorted[kMaxAs];
+    __shared__ int s_col[8];  // column tk is the tile's assignment tk
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int H = a.hidden_size, I = a.intermediate_size, G = I / 32, tiles = H / kRows;
+    const int A = min(a.num_tokens * a.experts_per_token, kMaxAs);
+    const WarpK<kWarps> wk(G);
+    uint4* xs = xs_all + warp * 2 * Sh::kTokenSlots;
+
+    // The plan was complete before the gate_up launch passed its wait (so before this one began).
+    if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
+    if (static_cast<int>(threadIdx.x) < A) s_sorted[threadIdx.x] = __ldcg(a.sorted_assignments + threadIdx.x);
+    if (threadIdx.x < 8) s_col[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    const int total = s_nact * tiles;
+    int cur = blockIdx.x;
+    if (cur >= total) {
+        pdl_wait();
+        pdl_trigger();
+        return;
+    }
+    DecodeWeights<kMaxSteps> w;
+    const auto issue = [&](int tile) {
+        decode_load(w, a.down_blocks, a.down_scales,
+                    static_cast<int64_t>(s_exp[tile / tiles]) * H + (tile % tiles) * kRows + g, G, wk);
+    };
+    issue(cur);
+    pdl_wait();  // act is the gate_up kernel's output
+    pdl_trigger();
+    for (int it = 0;; ++it) {
+        const int slot = cur / tiles, ntok = min(s_ntok[slot], 8);
+        const int* as = s_sorted + s_tok0[slot];
+        if (wk.ng > 0)
+            stage_rows<kWarps, true>(xs, ntok, wk,
+                                     [&](int r) -> const void* { return a.act + static_cast<int64_t>(as[r]) * I; });
+        __syncwarp();
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (decode_two(w))
+            decode_steps<kWarps, true>(acc, w, xs, ntok, wk);
+        else
+            decode_steps<kWarps, false>(acc, w, xs, ntok, wk);
+        const int p = it & 1;
+        decode_red_store<kWarps>(acc, red[p]);
+        const int next = cur + static_cast<int>(gridDim.x);
+        if (next < total) issue(next);
+        decode_epilogue<false, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], (cur % tiles) * kRows, ntok, as,
+                                                          s_col, s_nact);
+        if (next >= total) break;
+        cur = next;
+    }
+}
+
+// Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
+// memory), measured once a device (host-only queries: capturable).
+template <typename Kernel>
+int loop_grid_capacity(Kernel kernel, int which, int tokens, size_t smem) {
     constexpr int kDevices = 64;
-    static std::atomic<int> cached[kDevices][2];
+    static std::atomic<int> cached[kDevices][2][2];
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     const int slot = std::clamp(tokens, 1, 2) - 1;
     if (dev < kDevices) {
-        const int c = cached[dev][slot].load(std::memory_order_relaxed);
+        const int c = cached[dev][which][slot].load(std::memory_order_relaxed);
         if (c > 0) return c;
     }
     int sms = 0, per_sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_decode_mma_loop_kernel<4>,
-                                                             DecodeShape<4>::kThreads, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, DecodeShape<4>::kThreads, smem));
     const int cap = std::max(1, per_sm) * sms;
-    if (dev < kDevices) cached[dev][slot].store(cap, std::memory_order_relaxed);
+    if (dev < kDevices) cached[dev][which][slot].store(cap, std::memory_order_relaxed);
     return cap;
 }
 
@@ -694,9 +762,27 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     if constexpr (kGateUp && kWarps == 4) {
         if (early && diag == 0 && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {  // kDiag: one tile a CTA
             fit_dynamic_smem(moe_decode_mma_loop_kernel<4>, smem);
-            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(a.num_tokens, smem);
+            const int cap = a.decode_loop_grid > 0
+                                ? a.decode_loop_grid
+                                : loop_grid_capacity(moe_decode_mma_loop_kernel<4>, 0, a.num_tokens, smem);
             launch_pdl(moe_decode_mma_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
                        smem, stream, a);
+            return;
+        }
+    }
+    static const bool down_loop_env = [] {  // moe_decode_mma_down_loop_kernel (MoeMxfp4Args::decode_down_loop)
+        const char* v = std::getenv("GPTOSS_MOE_DOWN_LOOP");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    if constexpr (!kGateUp && kWarps == 4) {
+        if (a.num_tokens <= 2 && diag == 0 && (a.decode_down_loop < 0 ? down_loop_env : a.decode_down_loop == 1)) {
+            const size_t dsmem = static_cast<size_t>(kWarps) * 2 * Sh::kTokenSlots * sizeof(uint4);
+            fit_dynamic_smem(moe_decode_mma_down_loop_kernel<4>, dsmem);
+            const int cap = a.decode_loop_grid > 0
+                                ? a.decode_loop_grid
+                                : loop_grid_capacity(moe_decode_mma_down_loop_kernel<4>, 1, a.num_tokens, dsmem);
+            launch_pdl(moe_decode_mma_down_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
+                       dsmem, stream, a);
             return;
         }
     }
