@@ -2225,6 +2225,37 @@ PY
         done
       fi
       ;;
+    s38d)
+      # Session 38: the loop kernels' next tile through a shared-memory stage by bulk copy (GPTOSS_MOE_LOOP_STAGE=1;
+      # gate_up's loop, and down's loop when GPTOSS_MOE_DOWN_LOOP=1). The bitwise test (13 variants), the model
+      # and engine tests with both staged loops on, then decode at 1k interleaved stage/down 0/0, 1/0, 1/1:
+      # 20b batch 1 two passes, 120b batch 1 and 20b batch 2 one; the 20b trace with the stage on.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoop*' > "$OUT/s38d_tests.log" 2>&1
+      rc=$?
+      GPTOSS_MOE_LOOP_STAGE=1 GPTOSS_MOE_DOWN_LOOP=1 timeout 200 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaModel.*:CudaEngine.*' >> "$OUT/s38d_tests.log" 2>&1
+      rc=$((rc + $?))
+      summary+=("s38d tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38d_tests.log" | tail -8
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for cfg in "20b 1" "120b 1" "20b 2"; do
+            set -- $cfg
+            [ $pass = 2 ] && [ "$1 $2" != "20b 1" ] && continue
+            for v in "0 0" "1 0" "1 1"; do
+              set -- $cfg $v
+              GPTOSS_MOE_LOOP_STAGE=$3 GPTOSS_MOE_DOWN_LOOP=$4 timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$1 \
+                --fp8 --prefill "" --batch $2 --context 1024 --decode-steps 64 --repeats 3 \
+                > "$OUT/s38d_$1_b$2_stage$3_down$4_$pass.log" 2>&1
+              echo "$1 batch $2 stage=$3 down=$4 pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38d_$1_b$2_stage$3_down$4_$pass.log")"
+            done
+          done
+        done
+        GPTOSS_MOE_LOOP_STAGE=1 GPTOSS_KERNEL_TRACE="$OUT/s38d_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
+          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 > "$OUT/s38d_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s38d_ktrace_20b.csv"
+      fi
+      ;;
     s38c)
       # Session 38, first call: s38a and s38b in one. gate_up's loop kernel (the default since session 37, run
       # only by s38q) and the down loop kernel (GPTOSS_MOE_DOWN_LOOP=1, never run). Kernel tests (the same bits
