@@ -2225,6 +2225,16 @@ PY
         done
       fi
       ;;
+    s38e)
+      # Session 38: down as a loop at 2 tokens (GPTOSS_MOE_DOWN_LOOP=0 / 1), 20b batch 2 at 1k, two passes.
+      for pass in 1 2; do
+        for v in 0 1; do
+          GPTOSS_MOE_DOWN_LOOP=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 2 \
+            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38e_20b_b2_down${v}_$pass.log" 2>&1
+          echo "20b batch 2 down=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38e_20b_b2_down${v}_$pass.log")"
+        done
+      done
+      ;;
     s38d)
       # Session 38: the loop kernels' next tile through a shared-memory stage by bulk copy (GPTOSS_MOE_LOOP_STAGE=1;
       # gate_up's loop, and down's loop when GPTOSS_MOE_DOWN_LOOP=1). The bitwise test (13 variants), the model
