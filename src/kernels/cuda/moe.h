@@ -164,9 +164,6 @@ struct MoeMxfp4Args {
     // The same for down (moe_decode_mma_down_loop_kernel, session 37, compiled only): 1 on, 0 off, -1
     // GPTOSS_MOE_DOWN_LOOP's choice (off unless =1). decode_loop_grid applies to it too.
     int decode_down_loop = -1;
-    // The loop kernel's next tile through a shared-memory stage by bulk copy (moe_decode_mma_loop_kernel's
-    // kStage): -1 GPTOSS_MOE_LOOP_STAGE's choice (off unless =1), 0 off, 1 on.
-    int decode_loop_stage = -1;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

@@ -48,7 +48,6 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
@@ -342,45 +341,6 @@ __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const u
         }
     }
 }
-// decode_load's words from a tile staged in shared memory in the global layout (kStage of the loop
-// kernel: [16 rows][G groups][16 bytes], then [16 rows][G] scale bytes; rows g and g + 8 of the tile).
-// 16-byte reads of rows g at a pitch of 16G bytes: 2-way bank conflicts at G = 90, ~1 read a lane a step.
-template <int kMaxSteps, int kWarps>
-__device__ __forceinline__ void decode_load_staged(DecodeWeights<kMaxSteps>& w, uint32_t stage, int G,
-                                                   const WarpK<kWarps>& wk) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    // Row g's word of group 4 s0 + t, and its scale byte (32-bit shared addresses).
-    const uint32_t b_lo = stage + (g * G + 4 * wk.s0 + t) * 16, s_lo = stage + kRows * G * 16 + g * G + 4 * wk.s0 + t;
-    const uint32_t row8 = 8 * G;
-#pragma unroll
-    for (int i = 0; i < kMaxSteps; ++i) {
-        const int grp = 4 * (wk.s0 + i) + t;
-        if (i < wk.ns && grp < G) {
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(w.lo[i].x), "=r"(w.lo[i].y), "=r"(w.lo[i].z), "=r"(w.lo[i].w)
-                         : "r"(b_lo + 64 * i)
-                         : "memory");
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(w.hi[i].x), "=r"(w.hi[i].y), "=r"(w.hi[i].z), "=r"(w.hi[i].w)
-                         : "r"(b_lo + 16 * row8 + 64 * i)
-                         : "memory");
-            asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(w.slo[i]) : "r"(s_lo + 4 * i) : "memory");
-            asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(w.shi[i]) : "r"(s_lo + row8 + 4 * i) : "memory");
-        } else {
-            w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
-            w.slo[i] = w.shi[i] = 127u;
-        }
-    }
-}
-// One bulk copy (TMA, no tensor map) of `bytes` (a multiple of 16, both addresses 16-byte aligned) into
-// shared memory, completing its bytes on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
 // Whether any of the warp's scales needs the second multiply (s > 128).
 template <int kMaxSteps>
 __device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
@@ -619,35 +579,21 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
     if (lane == 0) *s_n = min(n, kLoopMaxSlots);
 }
 
-//
-// kStage (session 38, MoeMxfp4Args::decode_loop_stage): the tile after the one in registers comes by one
-// bulk copy (TMA) into a shared-memory stage, issued as soon as the stage is free (at the start for the
-// CTA's second tile, then after each epilogue's barrier), so that a tile's DRAM latency lies behind the
-// previous tile's q loop instead of between the two. The registers are filled from the stage after the
-// q loop (where the plain form issues its global loads). The same words, so the same sums and bits.
-template <int kWarps, bool kStage = false>
+template <int kWarps>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps;
-    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots], then kStage's stage
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[2][kWarps][kRows][8];
     __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
     __shared__ int s_nact;
     __shared__ int s_as[3][8], s_col[3][8];
-    __shared__ uint64_t s_bar;  // kStage: the stage's bulk copies
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     const int H = a.hidden_size, I = a.intermediate_size, G = H / 32, rows = 2 * I, tiles = rows / kRows;
     const int nrows = min(a.num_tokens, 8);
     const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * nrows * Sh::kTokenSlots;
-    uint8_t* stage = reinterpret_cast<uint8_t*>(xs_all + kWarps * nrows * Sh::kTokenSlots);  // kStage
-    // The issuing thread: warp 1's lane 0, which has no epilogue stores at ≤ 2 tokens (threads < 16).
-    constexpr int kIssuer = 32;
-    if (kStage && threadIdx.x == kIssuer) {
-        mbar_init(&s_bar, 1);
-        mbar_init_fence();
-    }
 
     pdl_wait();  // the plan and h come from the kernel just before
     if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
@@ -682,18 +628,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             s_col[p][threadIdx.x] = as / a.experts_per_token;  // the assignment's token
         }
     };
-    // kStage: tile `tile` into the stage (the issuer only; the stage free).
-    const auto stage_issue = [&](int tile) {
-        const int64_t r0 = static_cast<int64_t>(s_exp[tile / tiles]) * rows + (tile % tiles) * kRows;
-        const uint32_t wbytes = kRows * G * 16, sbytes = kRows * G;
-        mbar_expect_tx(&s_bar, wbytes + sbytes);
-        bulk_load(stage, a.gate_up_blocks + r0 * G * 16, wbytes, &s_bar);
-        bulk_load(stage + wbytes, a.gate_up_scales + r0 * G, sbytes, &s_bar);
-    };
     put_as(issue(cur), 0);  // waits for the assignment's round trip here only (the weights' is longer)
-    if constexpr (kStage)
-        if (threadIdx.x == kIssuer && cur + static_cast<int>(gridDim.x) < total)
-            stage_issue(cur + static_cast<int>(gridDim.x));
     pdl_trigger();
     for (int it = 0;; ++it) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -706,29 +641,11 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const int p = it & 1, q = it % 3;
         decode_red_store<kWarps>(acc, red[p]);
         const int next = cur + static_cast<int>(gridDim.x);
-        int next_as = 0;
-        if (next < total) {
-            if constexpr (kStage) {
-                mbar_wait(&s_bar, static_cast<uint32_t>(it & 1));  // the stage's it-th fill: tile `next`
-                decode_load_staged(w, smem_addr(stage), G, wk);
-                const int slot = next / tiles;
-                next_as =
-                    threadIdx.x < min(s_ntok[slot], 8) ? __ldcg(a.sorted_assignments + s_tok0[slot] + threadIdx.x) : 0;
-            } else {
-                next_as = issue(next);
-            }
-        }
+        const int next_as = next < total ? issue(next) : 0;
         const int slot = cur / tiles;
         decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], (cur % tiles) * kRows,
                                                          min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
         if (next >= total) break;
-        // After the epilogue's barrier every thread's reads of the stage are done: refill it (the
-        // generic-proxy reads ordered before the bulk copy's writes by the proxy fence).
-        if constexpr (kStage)
-            if (threadIdx.x == kIssuer && next + static_cast<int>(gridDim.x) < total) {
-                fence_proxy_async();
-                stage_issue(next + static_cast<int>(gridDim.x));
-            }
         put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
         cur = next;
     }
@@ -741,8 +658,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
 // (per warp, into the warp's own region: no CTA barrier), runs the q loop, stores its sums, issues the next
 // tile's weight loads, then its epilogue (y, and MoeResidualTail's ticket). The same sums as the one-tile
 // kernel.
-// kStage: as moe_decode_mma_loop_kernel's (the second tile's bulk copy also before pdl_wait).
-template <int kWarps, bool kStage = false>
+template <int kWarps>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<false>)
     moe_decode_mma_down_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -753,19 +669,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
     __shared__ int s_nact;
     __shared__ int s_sorted[kMaxAs];
-    __shared__ int s_col[8];    // column tk is the tile's assignment tk
-    __shared__ uint64_t s_bar;  // kStage
+    __shared__ int s_col[8];  // column tk is the tile's assignment tk
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     const int H = a.hidden_size, I = a.intermediate_size, G = I / 32, tiles = H / kRows;
     const int A = min(a.num_tokens * a.experts_per_token, kMaxAs);
     const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * 2 * Sh::kTokenSlots;
-    uint8_t* stage = reinterpret_cast<uint8_t*>(xs_all + kWarps * 2 * Sh::kTokenSlots);  // kStage
-    constexpr int kIssuer = 32;  // no y stores at ≤ 2 tokens (threads < 32), no tail (threads < 16)
-    if (kStage && threadIdx.x == kIssuer) {
-        mbar_init(&s_bar, 1);
-        mbar_init_fence();
-    }
 
     // The plan was complete before the gate_up launch passed its wait (so before this one began).
     if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
@@ -784,17 +693,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         decode_load(w, a.down_blocks, a.down_scales,
                     static_cast<int64_t>(s_exp[tile / tiles]) * H + (tile % tiles) * kRows + g, G, wk);
     };
-    const auto stage_issue = [&](int tile) {
-        const int64_t r0 = static_cast<int64_t>(s_exp[tile / tiles]) * H + (tile % tiles) * kRows;
-        const uint32_t wbytes = kRows * G * 16, sbytes = kRows * G;
-        mbar_expect_tx(&s_bar, wbytes + sbytes);
-        bulk_load(stage, a.down_blocks + r0 * G * 16, wbytes, &s_bar);
-        bulk_load(stage + wbytes, a.down_scales + r0 * G, sbytes, &s_bar);
-    };
     issue(cur);
-    if constexpr (kStage)
-        if (threadIdx.x == kIssuer && cur + static_cast<int>(gridDim.x) < total)
-            stage_issue(cur + static_cast<int>(gridDim.x));
     pdl_wait();  // act is the gate_up kernel's output
     pdl_trigger();
     for (int it = 0;; ++it) {
@@ -812,32 +711,20 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const int p = it & 1;
         decode_red_store<kWarps>(acc, red[p]);
         const int next = cur + static_cast<int>(gridDim.x);
-        if (next < total) {
-            if constexpr (kStage) {
-                mbar_wait(&s_bar, static_cast<uint32_t>(it & 1));
-                decode_load_staged(w, smem_addr(stage), G, wk);
-            } else {
-                issue(next);
-            }
-        }
+        if (next < total) issue(next);
         decode_epilogue<false, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], (cur % tiles) * kRows, ntok, as,
                                                           s_col, s_nact);
         if (next >= total) break;
-        if constexpr (kStage)
-            if (threadIdx.x == kIssuer && next + static_cast<int>(gridDim.x) < total) {
-                fence_proxy_async();
-                stage_issue(next + static_cast<int>(gridDim.x));
-            }
         cur = next;
     }
 }
 
-// Resident CTAs of a loop kernel (0: gate_up's, 1: down's, 2 / 3: the same with kStage) on this device at `tokens` (1
-// or 2: its shared memory), measured once a device (host-only queries: capturable).
+// Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
+// memory), measured once a device (host-only queries: capturable).
 template <typename Kernel>
 int loop_grid_capacity(Kernel kernel, int which, int tokens, size_t smem) {
     constexpr int kDevices = 64;
-    static std::atomic<int> cached[kDevices][4][2];  // [gate_up, down, gate_up staged, down staged]
+    static std::atomic<int> cached[kDevices][2][2];
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     const int slot = std::clamp(tokens, 1, 2) - 1;
@@ -872,24 +759,14 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         const char* v = std::getenv("GPTOSS_MOE_LOOP");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    static const bool loop_stage_env = [] {  // MoeMxfp4Args::decode_loop_stage
-        const char* v = std::getenv("GPTOSS_MOE_LOOP_STAGE");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
     if constexpr (kGateUp && kWarps == 4) {
         if (early && diag == 0 && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {  // kDiag: one tile a CTA
-            // kStage needs 16-byte aligned tiles: the blocks' and scales' bases (the tiles' offsets are
-            // multiples of 16 · G bytes).
-            const bool stage = (a.decode_loop_stage < 0 ? loop_stage_env : a.decode_loop_stage == 1) &&
-                               reinterpret_cast<uintptr_t>(a.gate_up_blocks) % 16 == 0 &&
-                               reinterpret_cast<uintptr_t>(a.gate_up_scales) % 16 == 0;
-            const auto kernel = stage ? moe_decode_mma_loop_kernel<4, true> : moe_decode_mma_loop_kernel<4, false>;
-            const int G = a.hidden_size / 32;
-            const size_t lsmem = smem + (stage ? static_cast<size_t>(kRows) * G * 17 : 0);
-            fit_dynamic_smem(kernel, lsmem);
-            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid
-                                                   : loop_grid_capacity(kernel, stage ? 2 : 0, a.num_tokens, lsmem);
-            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, lsmem, stream, a);
+            fit_dynamic_smem(moe_decode_mma_loop_kernel<4>, smem);
+            const int cap = a.decode_loop_grid > 0
+                                ? a.decode_loop_grid
+                                : loop_grid_capacity(moe_decode_mma_loop_kernel<4>, 0, a.num_tokens, smem);
+            launch_pdl(moe_decode_mma_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
+                       smem, stream, a);
             return;
         }
     }
@@ -899,18 +776,13 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     }();
     if constexpr (!kGateUp && kWarps == 4) {
         if (a.num_tokens <= 2 && diag == 0 && (a.decode_down_loop < 0 ? down_loop_env : a.decode_down_loop == 1)) {
-            const bool stage = (a.decode_loop_stage < 0 ? loop_stage_env : a.decode_loop_stage == 1) &&
-                               reinterpret_cast<uintptr_t>(a.down_blocks) % 16 == 0 &&
-                               reinterpret_cast<uintptr_t>(a.down_scales) % 16 == 0;
-            const auto kernel =
-                stage ? moe_decode_mma_down_loop_kernel<4, true> : moe_decode_mma_down_loop_kernel<4, false>;
-            const int G = a.intermediate_size / 32;
-            const size_t dsmem = static_cast<size_t>(kWarps) * 2 * Sh::kTokenSlots * sizeof(uint4) +
-                                 (stage ? static_cast<size_t>(kRows) * G * 17 : 0);
-            fit_dynamic_smem(kernel, dsmem);
-            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid
-                                                   : loop_grid_capacity(kernel, stage ? 3 : 1, a.num_tokens, dsmem);
-            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, dsmem, stream, a);
+            const size_t dsmem = static_cast<size_t>(kWarps) * 2 * Sh::kTokenSlots * sizeof(uint4);
+            fit_dynamic_smem(moe_decode_mma_down_loop_kernel<4>, dsmem);
+            const int cap = a.decode_loop_grid > 0
+                                ? a.decode_loop_grid
+                                : loop_grid_capacity(moe_decode_mma_down_loop_kernel<4>, 1, a.num_tokens, dsmem);
+            launch_pdl(moe_decode_mma_down_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
+                       dsmem, stream, a);
             return;
         }
     }
