@@ -2225,6 +2225,30 @@ PY
         done
       fi
       ;;
+    s38f)
+      # Session 38: decode_load's lean index math (one 64-bit base a row; GPTOSS_MOE_LEAN_LOAD=0 the old, in
+      # the gate_up loop kernel; the one-tile kernels take the lean form always). Tests (MoeDecodeMma* against
+      # the CPU and the loop's bits, the model and engine), then decode at 1k interleaved lean 0 / 1: 20b batch
+      # 1 two passes, 120b batch 1 and 20b batch 2 one.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s38f_tests.log" 2>&1
+      rc=$?
+      summary+=("s38f tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38f_tests.log" | tail -8
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for cfg in "20b 1" "120b 1" "20b 2"; do
+            set -- $cfg
+            [ $pass = 2 ] && [ "$1 $2" != "20b 1" ] && continue
+            for v in 0 1; do
+              GPTOSS_MOE_LEAN_LOAD=$v timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch $2 \
+                --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38f_$1_b$2_lean${v}_$pass.log" 2>&1
+              echo "$1 batch $2 lean=$v pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38f_$1_b$2_lean${v}_$pass.log")"
+            done
+          done
+        done
+      fi
+      ;;
     s38e)
       # Session 38: down as a loop at 2 tokens (GPTOSS_MOE_DOWN_LOOP=0 / 1), 20b batch 2 at 1k, two passes.
       for pass in 1 2; do
