@@ -2225,6 +2225,21 @@ PY
         done
       fi
       ;;
+    s38g)
+      # Session 38, the closing run: down as the loop at 2 tokens by default (GPTOSS_MOE_DOWN_LOOP unset). The loop
+      # test, the model and engine tests at the default, then 20b batch 2 default / =0 and batch 1 at 1k.
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoop*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s38g_tests.log" 2>&1
+      rc=$?
+      summary+=("s38g tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38g_tests.log" | tail -6
+      for cfg in "2 " "2 0" "1 "; do
+        set -- $cfg
+        env ${2:+GPTOSS_MOE_DOWN_LOOP=$2} timeout 60 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+          --batch $1 --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38g_20b_b$1_down${2:-default}.log" 2>&1
+        echo "20b batch $1 down=${2:-default}: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s38g_20b_b$1_down${2:-default}.log")"
+      done
+      ;;
     s38f)
       # Session 38: decode_load's lean index math (one 64-bit base a row; GPTOSS_MOE_LEAN_LOAD=0 the old, in
       # the gate_up loop kernel; the one-tile kernels take the lean form always). Tests (MoeDecodeMma* against

@@ -161,8 +161,9 @@ struct MoeMxfp4Args {
     // sets fewer).
     int decode_loop = -1;
     int decode_loop_grid = 0;
-    // The same for down (moe_decode_mma_down_loop_kernel, session 37, compiled only): 1 on, 0 off, -1
-    // GPTOSS_MOE_DOWN_LOOP's choice (off unless =1). decode_loop_grid applies to it too.
+    // The same for down (moe_decode_mma_down_loop_kernel, session 37; run in session 38): 1 on at 1-2 tokens,
+    // 0 off, -1 GPTOSS_MOE_DOWN_LOOP's choice (unset: at 2 tokens only; =1 at 1-2; =0 never).
+    // decode_loop_grid applies to it too.
     int decode_down_loop = -1;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the

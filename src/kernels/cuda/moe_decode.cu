@@ -651,7 +651,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
-// down at 1-2 tokens as a loop over tiles (session 37, compiled only, not run: GPTOSS_MOE_DOWN_LOOP=1):
+// down at 1-2 tokens as a loop over tiles (session 37; the default at 2 tokens since session 38, GPTOSS_MOE_DOWN_LOOP):
 // moe_decode_mma_loop_kernel's form for down's 720 tiles (20b batch 1; 1.36 waves at 4 CTAs an SM). The
 // plan, the tile's experts and the assignments (≤ 16 at ≤ 2 tokens, into shared memory) and the first
 // tile's weights come before pdl_wait, as in the one-tile kernel; each tile stages its expert's act rows
@@ -770,12 +770,16 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             return;
         }
     }
-    static const bool down_loop_env = [] {  // moe_decode_mma_down_loop_kernel (MoeMxfp4Args::decode_down_loop)
+    // moe_decode_mma_down_loop_kernel (MoeMxfp4Args::decode_down_loop): GPTOSS_MOE_DOWN_LOOP=1 at 1-2 tokens, =0
+    // never; unset, at 2 tokens only (r53: 20b batch 2 −7 to −20 µs a step in three interleaved pairs, batch 1
+    // +9 to +18).
+    static const int down_loop_env = [] {
         const char* v = std::getenv("GPTOSS_MOE_DOWN_LOOP");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return v == nullptr ? -1 : std::strcmp(v, "1") == 0 ? 1 : 0;
     }();
+    const int down_loop = a.decode_down_loop >= 0 ? a.decode_down_loop : down_loop_env;
     if constexpr (!kGateUp && kWarps == 4) {
-        if (a.num_tokens <= 2 && diag == 0 && (a.decode_down_loop < 0 ? down_loop_env : a.decode_down_loop == 1)) {
+        if (a.num_tokens <= 2 && diag == 0 && (down_loop == 1 || (down_loop < 0 && a.num_tokens == 2))) {
             const size_t dsmem = static_cast<size_t>(kWarps) * 2 * Sh::kTokenSlots * sizeof(uint4);
             fit_dynamic_smem(moe_decode_mma_down_loop_kernel<4>, dsmem);
             const int cap = a.decode_loop_grid > 0
