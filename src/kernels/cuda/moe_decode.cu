@@ -37,7 +37,11 @@
 //   the resident grid, with no second register buffer (5 CTAs an SM kept) and the next tile's loads
 //   issued before the current tile's epilogue: 20b batch 1 1.493 -> 1.414 ms a step
 //   (moe_decode_mma_loop_kernel below, the default). What the later waves paid was their start (the
-//   plan's and x's round trips before the weight loads), not the overlap.
+//   plan's and x's round trips before the weight loads), not the overlap. r53: the loop's next tile
+//   by one bulk copy into a shared-memory stage as soon as the stage was free (the same bits) was
+//   slower (20b batch 1 +20-30 µs a step, 120b +84; bench/results/2026-12-04_h200_r53/
+//   s38d-loop-stage.patch), and ncu put the loop kernel at 43% of its issue slots with 1.26 eligible
+//   warps a scheduler, 34% of DRAM peak: its q loop is 17.5 instructions an HMMA (bench/NOTES.md r53).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
