@@ -505,6 +505,18 @@ kc::MoeMxfp4Args mxfp4_args(const RandomExperts& ex, const DeviceBuffer& gub, co
     return a;
 }
 
+// MoeResidualTail in down's epilogue (one token): the residual x, the token's routing weights, the next
+// norm's gain, and the outputs h, the Σ x² parts and the tickets' counters.
+void attach_tail(kc::MoeMxfp4Args& a, DeviceBuffer& x, const DeviceBuffer& weights, const DeviceBuffer& gain,
+                 DeviceBuffer& h, DeviceBuffer& ss_parts, DeviceBuffer& counters) {
+    a.tail.x = x.as<float>();
+    a.tail.weights = weights.as<float>();
+    a.tail.gain = gain.as<float>();
+    a.tail.h = h.get();
+    a.tail.ss_parts = ss_parts.as<float>();
+    a.tail.counters = counters.as<uint32_t>();
+}
+
 // The CPU MoE (fp32) on T tokens of h with the given routing: the reference the expert kernels are
 // compared with.
 std::vector<float> cpu_moe_reference(const RandomExperts& ex, const std::vector<float>& h,
@@ -1137,12 +1149,7 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
                 auto parts = poisoned(static_cast<size_t>(tiles) * 4);
                 kc::MoeMxfp4Args a = mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), dh32.as<float>(),
                                                 offsets, sorted, act, y, 1, K);
-                a.tail.x = dx.as<float>();
-                a.tail.weights = dw.as<float>();
-                a.tail.gain = dgain.as<float>();
-                a.tail.h = hb.get();
-                a.tail.ss_parts = parts.as<float>();
-                a.tail.counters = counters.as<uint32_t>();
+                attach_tail(a, dx, dw, dgain, hb, parts, counters);
                 const char* name = kernel == -1  ? "moe_decode_fp8"
                                    : kernel == 1 ? "moe_decode_mma"
                                    : kernel == 4 ? "moe_decode_wg"
@@ -1241,14 +1248,7 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                 auto dx = to_device(x0);
                 auto hb = poisoned(static_cast<size_t>(H) * 2);
                 auto parts = poisoned(static_cast<size_t>(tiles) * 4);
-                if (T == 1) {  // MoeResidualTail in down's epilogue
-                    a.tail.x = dx.as<float>();
-                    a.tail.weights = dw.as<float>();
-                    a.tail.gain = dgain.as<float>();
-                    a.tail.h = hb.get();
-                    a.tail.ss_parts = parts.as<float>();
-                    a.tail.counters = counters.as<uint32_t>();
-                }
+                if (T == 1) attach_tail(a, dx, dw, dgain, hb, parts, counters);  // MoeResidualTail in down's epilogue
                 kc::moe_mxfp4(a, nullptr);
                 ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
                 acts[v] = to_host<float>(act, static_cast<size_t>(T) * K * I);
