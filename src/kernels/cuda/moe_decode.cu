@@ -93,16 +93,23 @@ __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
 // reads the plan before pdl_wait, so nothing may come from a stale L1 line).
 // All of a lane's offsets are loaded before the first ballot: one L2 round trip, not one per 32
 // experts (120b: 4).
-__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
-    constexpr int kChunks = kMaxExpertsScan / 32;
+constexpr int kPlanChunks = kMaxExpertsScan / 32;
+// A lane's experts 32i + lane: their plan offsets (lo, hi), all loads issued before any is used.
+__device__ __forceinline__ void load_plan_offsets(const int32_t* offsets, int E, int (&los)[kPlanChunks],
+                                                  int (&his)[kPlanChunks]) {
     const int lane = threadIdx.x & 31;
-    int los[kChunks], his[kChunks];
 #pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
+    for (int i = 0; i < kPlanChunks; ++i) {
         const int e = 32 * i + lane;
         los[i] = e < E ? __ldcg(offsets + e) : 0;
         his[i] = e < E ? __ldcg(offsets + e + 1) : 0;
     }
+}
+__device__ __forceinline__ void find_slot(const int32_t* offsets, int E, int slot, int* s_info) {
+    constexpr int kChunks = kPlanChunks;
+    const int lane = threadIdx.x & 31;
+    int los[kChunks], his[kChunks];
+    load_plan_offsets(offsets, E, los, his);
     int n = 0;
     int found = 0;
 #pragma unroll
@@ -557,15 +564,10 @@ constexpr int kLoopMaxSlots = 16;  // active experts at ≤ 2 tokens (k ≤ 8)
 // into *s_n. Warp 0 only; find_slot's loads (one L2 round trip).
 __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_exp, int* s_tok0, int* s_ntok,
                                          int* s_n) {
-    constexpr int kChunks = kMaxExpertsScan / 32;
+    constexpr int kChunks = kPlanChunks;
     const int lane = threadIdx.x & 31;
     int los[kChunks], his[kChunks];
-#pragma unroll
-    for (int i = 0; i < kChunks; ++i) {
-        const int e = 32 * i + lane;
-        los[i] = e < E ? __ldcg(offsets + e) : 0;
-        his[i] = e < E ? __ldcg(offsets + e + 1) : 0;
-    }
+    load_plan_offsets(offsets, E, los, his);
     int n = 0;
 #pragma unroll
     for (int i = 0; i < kChunks; ++i) {
