@@ -2225,6 +2225,24 @@ PY
         done
       fi
       ;;
+    s38h)
+      # Session 38: s38f's lean index math with an opaque zero that keeps it out of the loop kernel's hoisting (no
+      # spill now). Tests (MoeDecodeMma* against the CPU and the loop's bits, MoeResidualTail*), then 20b batch 1
+      # lean 0 / 1 two passes and 120b batch 1 one, at 1k.
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' \
+        > "$OUT/s38h_tests.log" 2>&1
+      rc=$?
+      summary+=("s38h tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s38h_tests.log" | tail -4
+      if [ $rc = 0 ]; then
+        for cfg in "20b 0" "20b 1" "120b 0" "120b 1" "20b 0" "20b 1"; do
+          set -- $cfg
+          GPTOSS_MOE_LEAN_LOAD=$2 timeout 70 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s38h_$1_lean$2_$SECONDS.log" 2>&1
+          echo "$1 batch 1 lean=$2: $(grep -hE "^\| [0-9]+ \| [0-9]+ \|" $(ls -t "$OUT"/s38h_$1_lean$2_*.log | head -1))"
+        done
+      fi
+      ;;
     s38g)
       # Session 38, the closing run: down as the loop at 2 tokens by default (GPTOSS_MOE_DOWN_LOOP unset). The loop
       # test, the model and engine tests at the default, then 20b batch 2 default / =0 and batch 1 at 1k.

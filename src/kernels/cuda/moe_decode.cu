@@ -332,11 +332,36 @@ struct DecodeWeights {
     uint4 lo[kMaxSteps], hi[kMaxSteps];
     uint32_t slo[kMaxSteps], shi[kMaxSteps];
 };
-// All of them requested now (r_lo: row g's index in the [E · rows] weight rows).
-template <int kMaxSteps, int kWarps>
+// All of them requested now (r_lo: row g's index in the [E · rows] weight rows). kLean (session 38): the
+// step's group index from one 64-bit base a row (r53's ncu of the loop kernel found the per-step 64-bit
+// index math, ~300 instructions a warp a tile, a fifth of its instructions); the same addresses.
+template <int kMaxSteps, int kWarps, bool kLean = true>
 __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const uint8_t* blocks, const uint8_t* scales,
                                             int64_t r_lo, int G, const WarpK<kWarps>& wk) {
     const int t = threadIdx.x & 3;
+    if constexpr (kLean) {
+        // An opaque zero keeps this index math here: hoisted out of the loop kernel's tile loop it spilled
+        // 20 bytes at the 96-register cap (r53 s38f).
+        int z;
+        asm volatile("mov.u32 %0, 0;" : "=r"(z));
+        const int64_t first = r_lo * G + (4 * wk.s0 + t + z);  // row g's group of step 0
+        const int row8 = 8 * G + z;                            // row g + 8
+        const int g_left = G - 4 * wk.s0 - t + z;              // step i's group is in range while 4i < g_left
+#pragma unroll
+        for (int i = 0; i < kMaxSteps; ++i) {
+            if (i < wk.ns && 4 * i < g_left) {
+                const int64_t gi = first + 4 * i;
+                w.lo[i] = ldg_stream(blocks + gi * 16);
+                w.hi[i] = ldg_stream(blocks + (gi + row8) * 16);
+                w.slo[i] = __ldg(scales + gi);
+                w.shi[i] = __ldg(scales + gi + row8);
+            } else {
+                w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
+                w.slo[i] = w.shi[i] = 127u;
+            }
+        }
+        return;
+    }
     const int64_t r_hi = r_lo + 8;
 #pragma unroll
     for (int i = 0; i < kMaxSteps; ++i) {
@@ -585,7 +610,8 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
     if (lane == 0) *s_n = min(n, kLoopMaxSlots);
 }
 
-template <int kWarps>
+// kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B).
+template <int kWarps, bool kLean = true>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -623,8 +649,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // The tile's weight loads, then the load of its assignment (threads < its tokens), returned.
     const auto issue = [&](int tile) {
         const int slot = tile / tiles, ntok = min(s_ntok[slot], 8);
-        decode_load(w, a.gate_up_blocks, a.gate_up_scales,
-                    static_cast<int64_t>(s_exp[slot]) * rows + (tile % tiles) * kRows + g, G, wk);
+        decode_load<kMaxSteps, kWarps, kLean>(w, a.gate_up_blocks, a.gate_up_scales,
+                                              static_cast<int64_t>(s_exp[slot]) * rows + (tile % tiles) * kRows + g, G,
+                                              wk);
         return threadIdx.x < ntok ? __ldcg(a.sorted_assignments + s_tok0[slot] + threadIdx.x) : 0;
     };
     // Tile i's assignments into copy i % 3 of s_as / s_col.
@@ -767,12 +794,15 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     }();
     if constexpr (kGateUp && kWarps == 4) {
         if (early && diag == 0 && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {  // kDiag: one tile a CTA
-            fit_dynamic_smem(moe_decode_mma_loop_kernel<4>, smem);
-            const int cap = a.decode_loop_grid > 0
-                                ? a.decode_loop_grid
-                                : loop_grid_capacity(moe_decode_mma_loop_kernel<4>, 0, a.num_tokens, smem);
-            launch_pdl(moe_decode_mma_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
-                       smem, stream, a);
+            static const bool lean = [] {  // decode_load's kLean (on unless GPTOSS_MOE_LEAN_LOAD=0)
+                const char* v = std::getenv("GPTOSS_MOE_LEAN_LOAD");
+                return v == nullptr || std::strcmp(v, "0") != 0;
+            }();
+            const auto kernel = lean ? moe_decode_mma_loop_kernel<4, true> : moe_decode_mma_loop_kernel<4, false>;
+            fit_dynamic_smem(kernel, smem);
+            const int cap =
+                a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
+            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, a);
             return;
         }
     }
