@@ -627,6 +627,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * nrows * Sh::kTokenSlots;
 
+    __shared__ int s_step[2];  // gridDim.x as (slots, tiles)
+    if (threadIdx.x == 32)
+        s_step[0] = static_cast<int>(gridDim.x) / tiles, s_step[1] = static_cast<int>(gridDim.x) % tiles;
     pdl_wait();  // the plan and h come from the kernel just before
     if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
     if (wk.ng > 0) {
@@ -639,19 +642,20 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             });
     }
     __syncthreads();  // s_exp.., every warp's staging
-    const int total = s_nact * tiles;
-    int cur = blockIdx.x;
-    if (cur >= total) {
+    // The tile (blockIdx.x, then + gridDim.x a round) as (active expert slot, 16-row tile of it): one division a
+    // CTA, none a tile. The step comes through an opaque zero so that ptxas keeps it out of registers across the
+    // q loop (the register form spilled 20 bytes at the 96 cap, r53).
+    int slot = static_cast<int>(blockIdx.x) / tiles, trow = static_cast<int>(blockIdx.x) % tiles;
+    if (slot >= s_nact) {
         pdl_trigger();
         return;
     }
     DecodeWeights<kMaxSteps> w;
     // The tile's weight loads, then the load of its assignment (threads < its tokens), returned.
-    const auto issue = [&](int tile) {
-        const int slot = tile / tiles, ntok = min(s_ntok[slot], 8);
+    const auto issue = [&](int slot, int trow) {
+        const int ntok = min(s_ntok[slot], 8);
         decode_load<kMaxSteps, kWarps, kLean>(w, a.gate_up_blocks, a.gate_up_scales,
-                                              static_cast<int64_t>(s_exp[slot]) * rows + (tile % tiles) * kRows + g, G,
-                                              wk);
+                                              static_cast<int64_t>(s_exp[slot]) * rows + trow * kRows + g, G, wk);
         return threadIdx.x < ntok ? __ldcg(a.sorted_assignments + s_tok0[slot] + threadIdx.x) : 0;
     };
     // Tile i's assignments into copy i % 3 of s_as / s_col.
@@ -661,7 +665,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             s_col[p][threadIdx.x] = as / a.experts_per_token;  // the assignment's token
         }
     };
-    put_as(issue(cur), 0);  // waits for the assignment's round trip here only (the weights' is longer)
+    put_as(issue(slot, trow), 0);  // waits for the assignment's round trip here only (the weights' is longer)
     pdl_trigger();
     for (int it = 0;; ++it) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -673,14 +677,15 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         // registers are free after the q loop), then the epilogue's barrier and stores.
         const int p = it & 1, q = it % 3;
         decode_red_store<kWarps>(acc, red[p]);
-        const int next = cur + static_cast<int>(gridDim.x);
-        const int next_as = next < total ? issue(next) : 0;
-        const int slot = cur / tiles;
-        decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], (cur % tiles) * kRows,
+        int nslot = slot + s_step[0], nrow = trow + s_step[1];
+        if (nrow >= tiles) nrow -= tiles, ++nslot;
+        const bool more = nslot < s_nact;
+        const int next_as = more ? issue(nslot, nrow) : 0;
+        decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], trow * kRows,
                                                          min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
-        if (next >= total) break;
+        if (!more) break;
         put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
-        cur = next;
+        slot = nslot, trow = nrow;
     }
 }
 
