@@ -2226,11 +2226,10 @@ PY
       fi
       ;;
     s39a)
-      # Session 39: the gate_up loop kernel's tile stepping without runtime divisions (r53's s39-tile-step.patch),
-      # against the previous binary (.device_pack/gptoss_old.gz, a8d3df7). Tests (the loop's bits, MoeDecodeMma*
-      # against the CPU, MoeResidualTail*, the model and engine), then decode at 1k interleaved old / new: 20b
-      # batch 1 three pairs, 120b batch 1 two, 20b batch 2 one; then a 120b kernel trace with the new binary.
-      gunzip -c .device_pack/gptoss_old.gz > "$WORK/gptoss_old" && chmod +x "$WORK/gptoss_old"
+      # Session 39: the gate_up loop kernel's tile stepping without runtime divisions (r53's s39-tile-step.patch;
+      # GPTOSS_MOE_TILE_STEP=0 the division form). Tests (the loop's bits, MoeDecodeMma* against the CPU,
+      # MoeResidualTail*, the model and engine), then decode at 1k interleaved step 0 / 1: 20b batch 1 three
+      # pairs, 120b batch 1 two, 20b batch 2 one; then a 120b kernel trace at the default.
       timeout 240 $BIN/cuda_kernel_tests \
         --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.*:CudaEngine.*' \
         > "$OUT/s39a_tests.log" 2>&1
@@ -2240,11 +2239,10 @@ PY
       if [ $rc = 0 ]; then
         for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 2 1" "120b 1 2" "20b 1 3"; do
           set -- $cfg
-          for v in old new; do
-            exe=$BIN/gptoss; [ $v = old ] && exe="$WORK/gptoss_old"
-            timeout 100 $exe bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch $2 --context 1024 \
-              --decode-steps 64 --repeats 3 > "$OUT/s39a_$1_b$2_${v}_$3.log" 2>&1
-            echo "$1 batch $2 $v pass $3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39a_$1_b$2_${v}_$3.log")"
+          for v in 0 1; do
+            GPTOSS_MOE_TILE_STEP=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch $2 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39a_$1_b$2_step${v}_$3.log" 2>&1
+            echo "$1 batch $2 step=$v pass $3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39a_$1_b$2_step${v}_$3.log")"
           done
         done
         GPTOSS_KERNEL_TRACE="$OUT/s39a_ktrace_120b.csv" timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \

@@ -610,8 +610,10 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
     if (lane == 0) *s_n = min(n, kLoopMaxSlots);
 }
 
-// kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B).
-template <int kWarps, bool kLean = true>
+// kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B). kStep (session 39): the next
+// tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
+// divisions by `tiles` a tile, for A/B).
+template <int kWarps, bool kLean = true, bool kStep = true>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -646,6 +648,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // CTA, none a tile. The step comes through an opaque zero so that ptxas keeps it out of registers across the
     // q loop (the register form spilled 20 bytes at the 96 cap, r53).
     int slot = static_cast<int>(blockIdx.x) / tiles, trow = static_cast<int>(blockIdx.x) % tiles;
+    int cur = static_cast<int>(blockIdx.x);  // !kStep: the tile's index, divided by `tiles` where used
     if (slot >= s_nact) {
         pdl_trigger();
         return;
@@ -677,15 +680,22 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         // registers are free after the q loop), then the epilogue's barrier and stores.
         const int p = it & 1, q = it % 3;
         decode_red_store<kWarps>(acc, red[p]);
-        int nslot = slot + s_step[0], nrow = trow + s_step[1];
-        if (nrow >= tiles) nrow -= tiles, ++nslot;
+        int nslot, nrow, next = 0;
+        if constexpr (kStep) {
+            nslot = slot + s_step[0], nrow = trow + s_step[1];
+            if (nrow >= tiles) nrow -= tiles, ++nslot;
+        } else {
+            next = cur + static_cast<int>(gridDim.x);
+            nslot = next / tiles, nrow = next % tiles;
+        }
         const bool more = nslot < s_nact;
         const int next_as = more ? issue(nslot, nrow) : 0;
+        if constexpr (!kStep) slot = cur / tiles, trow = cur % tiles;
         decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], trow * kRows,
                                                          min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
         if (!more) break;
         put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
-        slot = nslot, trow = nrow;
+        slot = nslot, trow = nrow, cur = next;
     }
 }
 
@@ -803,7 +813,13 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                 const char* v = std::getenv("GPTOSS_MOE_LEAN_LOAD");
                 return v == nullptr || std::strcmp(v, "0") != 0;
             }();
-            const auto kernel = lean ? moe_decode_mma_loop_kernel<4, true> : moe_decode_mma_loop_kernel<4, false>;
+            static const bool step = [] {  // the loop kernel's kStep (on unless GPTOSS_MOE_TILE_STEP=0)
+                const char* v = std::getenv("GPTOSS_MOE_TILE_STEP");
+                return v == nullptr || std::strcmp(v, "0") != 0;
+            }();
+            const auto kernel = !step  ? moe_decode_mma_loop_kernel<4, true, false>
+                                : lean ? moe_decode_mma_loop_kernel<4, true>
+                                       : moe_decode_mma_loop_kernel<4, false>;
             fit_dynamic_smem(kernel, smem);
             const int cap =
                 a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
