@@ -427,42 +427,9 @@ __device__ __forceinline__ void router_finish(const RouterPlanSmallArgs& a, int 
             const int ex = lane + 32 * j;
             v[j] = ex < E ? load(t, ex) : 0.0f;
         }
-        // Each value as an unsigned key in the same order (-0 as +0: they tie, as the float compare
-        // has them; NaN lowest), so that a round is two warp reductions (redux.sync): the largest key,
-        // then the lowest index holding it, where the butterfly of (value, index) pairs it replaced took
-        // 5 shuffle pairs a round (r52: 20b batch 1 at 1k 1.516-1.517 ms a step before it, 1.497-1.503
-        // after, in two device calls).
-        uint32_t key[kChunks];
-#pragma unroll
-        for (int j = 0; j < kChunks; ++j) {
-            const uint32_t u = v[j] == 0.0f ? 0u : __float_as_uint(v[j]);
-            key[j] = v[j] != v[j] ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-        }
-        uint32_t taken = 0;
         float top_v[kRouterMaxK];
         int top_e[kRouterMaxK];
-#pragma unroll
-        for (int s = 0; s < kRouterMaxK; ++s) {
-            top_v[s] = 0.0f;
-            top_e[s] = 0;
-            if (s < K) {
-                uint32_t bk = 0u, bi = 0xffffffffu;  // this lane's best: key descending, index ascending
-#pragma unroll
-                for (int j = 0; j < kChunks; ++j) {
-                    const int ex = lane + 32 * j;
-                    if (ex < E && !((taken >> j) & 1u) && (bi == 0xffffffffu || key[j] > bk)) {
-                        bk = key[j];
-                        bi = static_cast<uint32_t>(ex);
-                    }
-                }
-                const uint32_t wk = __reduce_max_sync(0xffffffffu, bi == 0xffffffffu ? 0u : bk);
-                const uint32_t we = __reduce_min_sync(0xffffffffu, bi != 0xffffffffu && bk == wk ? bi : 0xffffffffu);
-                const int be = static_cast<int>(we);
-                if ((be & 31) == lane) taken |= 1u << (be >> 5);
-                top_v[s] = __uint_as_float((wk & 0x80000000u) ? (wk & 0x7fffffffu) : ~wk);
-                top_e[s] = be;
-            }
-        }
+        warp_topk(v, E, K, top_v, top_e);  // moe_common.cuh
         if (lane == 0) {
             float w[kRouterMaxK];
             float sum = 0.0f;
@@ -1773,6 +1740,8 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         return v == nullptr ? 1 : std::atoi(v);
     }();
     const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
+    ENGINE_CHECK(a.fold.logits_pre == nullptr || (decode_kernel == 1 && moe_decode_mma_supported(a)),
+                 "moe_mxfp4: the router fold (MoeRouterFold) runs on moe_decode_mma only");
     if (decode_kernel == 4 && moe_decode_wg_supported(a)) {
         moe_decode_wg(a, stream);
         return;

@@ -219,6 +219,47 @@ __device__ __forceinline__ float f16_unstage(float v, uint32_t down, int j, cons
     return ((down >> j) & 1u) ? v * __uint_as_float(static_cast<uint32_t>(127 + sh.shift[j]) << 23) : v;
 }
 
+// The top k of a warp's values (lane + 32j holds value v[j] of index lane + 32j, indices < n) by k rounds of a
+// warp arg-max over (value descending, index ascending), a strict total order: every lane ends with the same
+// top_v / top_e (s < k), and ties go to the lower index as in cpu::router. Each value is mapped to an unsigned
+// key in the same order (-0 as +0: they tie, as the float compare has them; NaN lowest), so that a round is two
+// warp reductions (redux.sync): the largest key, then the lowest index holding it (r52: where a butterfly of
+// (value, index) shuffle pairs took 5 pairs a round, 20b batch 1 −20 µs a step). kMaxK ≥ k.
+template <int kChunks, int kMaxK>
+__device__ __forceinline__ void warp_topk(const float (&v)[kChunks], int n, int k, float (&top_v)[kMaxK],
+                                          int (&top_e)[kMaxK]) {
+    const int lane = threadIdx.x & 31;
+    uint32_t key[kChunks];
+#pragma unroll
+    for (int j = 0; j < kChunks; ++j) {
+        const uint32_t u = v[j] == 0.0f ? 0u : __float_as_uint(v[j]);
+        key[j] = v[j] != v[j] ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    }
+    uint32_t taken = 0;
+#pragma unroll
+    for (int s = 0; s < kMaxK; ++s) {
+        top_v[s] = 0.0f;
+        top_e[s] = 0;
+        if (s < k) {
+            uint32_t bk = 0u, bi = 0xffffffffu;  // this lane's best: key descending, index ascending
+#pragma unroll
+            for (int j = 0; j < kChunks; ++j) {
+                const int ex = lane + 32 * j;
+                if (ex < n && !((taken >> j) & 1u) && (bi == 0xffffffffu || key[j] > bk)) {
+                    bk = key[j];
+                    bi = static_cast<uint32_t>(ex);
+                }
+            }
+            const uint32_t wk = __reduce_max_sync(0xffffffffu, bi == 0xffffffffu ? 0u : bk);
+            const uint32_t we = __reduce_min_sync(0xffffffffu, bi != 0xffffffffu && bk == wk ? bi : 0xffffffffu);
+            const int be = static_cast<int>(we);
+            if ((be & 31) == lane) taken |= 1u << (be >> 5);
+            top_v[s] = __uint_as_float((wk & 0x80000000u) ? (wk & 0x7fffffffu) : ~wk);
+            top_e[s] = be;
+        }
+    }
+}
+
 __device__ __forceinline__ float swiglu(float gate, float up, float limit, float alpha) {
     gate = fminf(gate, limit);
     up = fminf(fmaxf(up, -limit), limit);
