@@ -114,6 +114,124 @@ TEST(CudaFp8Gemv, MatchesCpuOnTheQuantizedWeights) {
     }
 }
 
+// GemvFold (session 39): the router folded into the O projection at one token. gemv_fold_weights' rows against the
+// host (wx = bf16(router · gain) to the bit; wa and c against double sums over the dequantized e4m3 weights, wa
+// within its bf16 rounding plus fp32 summation); then the O GEMV with the fold: v = residual + (o_bias + o) and
+// v · gain to the bit against the plain GEMV's o (the same kernel, kMma), each tile's Σ v² as its 16-lane
+// butterfly sums it, and the router CTAs' logits_pre against a double sum over the device's own bf16 rows (|Δ| ≤
+// 1e-5 · Σ |terms|: fp32 summation of ≤ 7,000 terms). The O shape at 32 and 128 experts (one and two rows a
+// router CTA), and a small one (512 × 1024) at 20 experts with a partial 16-row tile (n 520) and bf16 x.
+TEST(CudaFp8Gemv, RouterFoldMatchesTheHost) {
+    REQUIRE_GPU();
+    struct Shape {
+        int n, k, E;
+    };
+    for (const Shape sh : {Shape{2880, 4096, 32}, Shape{2880, 4096, 128}, Shape{520, 1024, 20}}) {
+        const int n = sh.n, k = sh.k, E = sh.E, tiles = (n + 15) / 16;
+        const QuantizedWeight qw(n, k, 31 + E);
+        const Fp8Weight& f8 = qw.f8;
+        const auto rw = test::bf16_round(test::randn(static_cast<size_t>(E) * n, 32 + E, 0.05f));
+        const auto gain = test::randn(n, 33 + E, 0.3f, 1.0f);
+        const auto ob = test::randn(n, 34 + E, 0.1f);
+        const auto res = test::randn(n, 35 + E, 2.0f);
+        const auto x = test::bf16_round(test::randn(k, 36 + E));
+        auto drw = test::to_device(test::to_bf16(rw)), dgain = test::to_device(gain), dob = test::to_device(ob);
+        auto dres = test::to_device(res), dx = test::to_device(test::to_bf16(x));
+        auto wx = test::poisoned(static_cast<size_t>(E) * n * 2), wa = test::poisoned(static_cast<size_t>(E) * k * 2);
+        auto c = test::poisoned(static_cast<size_t>(E) * 4);
+        gemv_fold_weights(drw.get(), dgain.as<float>(), f8.q.as<uint8_t>(), f8.scales.as<float>(), f8.k_pad,
+                          dob.as<float>(), n, k, E, wx.get(), wa.get(), c.as<float>(), nullptr);
+        const auto wxh = test::from_bf16(test::to_host<uint16_t>(wx, static_cast<size_t>(E) * n));
+        const auto wah = test::from_bf16(test::to_host<uint16_t>(wa, static_cast<size_t>(E) * k));
+        const auto ch = test::to_host<float>(c, E);
+        size_t bad_wx = 0, bad_wa = 0, bad_c = 0;
+        for (int e = 0; e < E; ++e) {
+            std::vector<double> wg(n);
+            double cs = 0, cabs = 0;
+            for (int i = 0; i < n; ++i) {
+                const float p = rw[static_cast<size_t>(e) * n + i] * gain[i];
+                bad_wx += wxh[static_cast<size_t>(e) * n + i] != bf16_to_f32(f32_to_bf16(p));
+                wg[i] = p;
+                cs += wg[i] * ob[i];
+                cabs += std::fabs(wg[i] * ob[i]);
+            }
+            bad_c += std::fabs(ch[e] - cs) > 1e-5 * cabs + 1e-30;
+            for (int j = 0; j < k; ++j) {
+                double s = 0, sabs = 0;
+                for (int i = 0; i < n; ++i) {
+                    const double t = wg[i] * qw.w[static_cast<size_t>(i) * k + j];
+                    s += t;
+                    sabs += std::fabs(t);
+                }
+                bad_wa +=
+                    std::fabs(wah[static_cast<size_t>(e) * k + j] - s) > std::ldexp(std::fabs(s), -8) + 1e-5 * sabs;
+            }
+        }
+        EXPECT_EQ(bad_wx, 0u) << "n " << n << " E " << E << ": wx";
+        EXPECT_EQ(bad_wa, 0u) << "n " << n << " E " << E << ": wa";
+        EXPECT_EQ(bad_c, 0u) << "n " << n << " E " << E << ": c";
+        // The plain GEMV's o (no bias), then the fold.
+        DeviceBuffer none;
+        auto dy = test::poisoned(static_cast<size_t>(n) * 4);
+        gemv_bf16w(fp8_gemv_args(f8, dx, true, none, dy, 1, GemvFp8Kernel::kMma), nullptr);
+        const auto o = test::to_host<float>(dy, n);
+        auto v_out = test::poisoned(static_cast<size_t>(n) * 4), hg = test::poisoned(static_cast<size_t>(n) * 4);
+        auto parts = test::poisoned(static_cast<size_t>(tiles) * 4), pre = test::poisoned(static_cast<size_t>(E) * 4);
+        GemvArgs g = fp8_gemv_args(f8, dx, true, none, dy, 1, GemvFp8Kernel::kMma);
+        g.fold.residual = dres.as<float>();
+        g.fold.o_bias = dob.as<float>();
+        g.fold.gain = dgain.as<float>();
+        g.fold.v_out = v_out.as<float>();
+        g.fold.hg_out = hg.as<float>();
+        g.fold.ss_parts = parts.as<float>();
+        g.fold.wx = wx.get();
+        g.fold.wa = wa.get();
+        g.fold.c = c.as<float>();
+        g.fold.logits_pre = pre.as<float>();
+        g.fold.num_experts = E;
+        gemv_bf16w(g, nullptr);
+        const auto vh = test::to_host<float>(v_out, n), hgh = test::to_host<float>(hg, n);
+        const auto ph = test::to_host<float>(parts, tiles), preh = test::to_host<float>(pre, E);
+        size_t bad_v = 0, bad_h = 0, bad_p = 0, bad_pre = 0;
+        for (int j = 0; j < tiles; ++j) {
+            float sq[16];
+            for (int l = 0; l < 16; ++l) {
+                const int i = j * 16 + l;
+                sq[l] = 0.0f;
+                if (i >= n) continue;
+                const float v = res[i] + (ob[i] + o[i]);
+                bad_v += vh[i] != v;
+                bad_h += hgh[i] != v * gain[i];
+                sq[l] = v * v;
+            }
+            for (int s = 8; s > 0; s >>= 1) {  // the 16-lane butterfly: lane l adds lane l ^ s
+                float nx[16];
+                for (int l = 0; l < 16; ++l) nx[l] = sq[l] + sq[l ^ s];
+                std::copy(nx, nx + 16, sq);
+            }
+            bad_p += ph[j] != sq[0];
+        }
+        for (int e = 0; e < E; ++e) {
+            double s = ch[e], sabs = std::fabs(ch[e]);
+            for (int i = 0; i < n; ++i) {
+                const double t = static_cast<double>(wxh[static_cast<size_t>(e) * n + i]) * res[i];
+                s += t;
+                sabs += std::fabs(t);
+            }
+            for (int j = 0; j < k; ++j) {
+                const double t = static_cast<double>(wah[static_cast<size_t>(e) * k + j]) * x[j];
+                s += t;
+                sabs += std::fabs(t);
+            }
+            bad_pre += std::fabs(preh[e] - s) > 1e-5 * sabs;
+        }
+        EXPECT_EQ(bad_v, 0u) << "n " << n << " E " << E << ": v = residual + (o_bias + o)";
+        EXPECT_EQ(bad_h, 0u) << "n " << n << " E " << E << ": v · gain";
+        EXPECT_EQ(bad_p, 0u) << "n " << n << " E " << E << ": Σ v² parts";
+        EXPECT_EQ(bad_pre, 0u) << "n " << n << " E " << E << ": logits_pre";
+    }
+}
+
 // Every byte but the two NaNs, block scales 2^-20 .. 2^20, a partial last K block and a partial
 // 128-row block; rows r ≡ 5 (mod 16) hold subnormal codes only (exponent bits 0), so a kernel that
 // flushed or misread them would lose those rows' whole sums. The check is per output: |Δ| ≤ 1e-4 ·

@@ -1274,6 +1274,118 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
     }
 }
 
+// MoeRouterFold (session 39): the decode MoE kernels route the one token themselves from the O GEMV's router
+// rows (logits before 1 / rms, Σ v² parts, the router's bias), with h_f32 the norm's input times its gain. Against
+// the same kernels on the plan of the host's routing (top-k, ties to the lower index, softmax over the k) with
+// h_f32 = that input times the host's 1 / rms: gate_up's CTA 0 writes the same expert ids and the plan
+// (offsets, sorted assignments) to the bit, the weights to fp32 rounding; act, y and MoeResidualTail's x and h
+// within the bf16 staging's rounding (the fold stages v · gain, the plan path v · gain / rms: one bf16 rounding
+// each, of different values). At 32 and 128 experts, with the resident grid and with 7 CTAs.
+TEST(CudaOps, MoeRouterFoldMatchesThePlan) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4, tiles = H / kc::kMoeTailTile;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 401 + E);
+        auto gub = to_device(ex.gu_blocks), gus = to_device(ex.gu_scales), gubias = to_device(ex.gu_bias);
+        auto db = to_device(ex.down_blocks), ds = to_device(ex.down_scales), dbias = to_device(ex.down_bias);
+        // The fold's inputs: the norm's input times its gain (rms ~3), its Σ v² parts, the router's rows.
+        const auto hg = randn(H, 403 + E, 3.0f);
+        std::vector<float> parts(tiles);
+        for (int j = 0; j < tiles; ++j) {
+            float q = 0.0f;
+            for (int l = 0; l < kc::kMoeTailTile; ++l) q += hg[j * kc::kMoeTailTile + l] * hg[j * kc::kMoeTailTile + l];
+            parts[j] = q;
+        }
+        const auto pre = randn(E, 405 + E, 6.0f);
+        const auto bias = randn(E, 407 + E, 0.5f);
+        const float eps = 1e-5f;
+        // The host's routing, in double: a clear gap between the k-th and the next logit (else reseed).
+        double ss = 0;
+        for (float p : parts) ss += p;
+        const double inv = 1.0 / std::sqrt(ss / H + eps);
+        std::vector<std::pair<double, int>> lg(E);
+        for (int e = 0; e < E; ++e) lg[e] = {pre[e] * inv + bias[e], e};
+        std::sort(lg.begin(), lg.end(),
+                  [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+        ASSERT_GT(lg[K - 1].first - lg[K].first, 1e-4) << "E=" << E << ": a near tie in the random logits";
+        std::vector<int32_t> ids(K);
+        std::vector<float> wts(K);
+        double den = 0;
+        for (int s = 0; s < K; ++s) den += std::exp(lg[s].first - lg[0].first);
+        for (int s = 0; s < K; ++s) {
+            ids[s] = lg[s].second;
+            wts[s] = static_cast<float>(std::exp(lg[s].first - lg[0].first) / den);
+        }
+        auto dids = to_device(ids), dw_ref = to_device(wts);
+        DeviceBuffer offsets_ref((E + 1) * 4), sorted_ref(K * 4);
+        kc::moe_plan(dids.as<int32_t>(), K, E, offsets_ref.as<int32_t>(), sorted_ref.as<int32_t>(), nullptr);
+        std::vector<float> h_ref(H);
+        for (int i = 0; i < H; ++i) h_ref[i] = static_cast<float>(hg[i] * inv);
+        auto dh_ref = to_device(h_ref), dhg = to_device(hg);
+        auto dpre = to_device(pre), dparts = to_device(parts), dbias_r = to_device(bias);
+        const auto x0 = randn(H, 409 + E, 4.0f);
+        const auto gain = randn(H, 411 + E, 0.3f, 1.0f);
+        auto dgain = to_device(gain);
+        DeviceBuffer counters(tiles * 4);
+        CUDA_CHECK(cudaMemset(counters.get(), 0, tiles * 4));
+        // Variant 0: the plan path; 1: the fold on the resident grid; 2: the fold on 7 CTAs.
+        std::vector<float> acts[3], ys[3], xs[3];
+        std::vector<uint16_t> hs[3];
+        for (int v = 0; v < 3; ++v) {
+            auto act = poisoned(static_cast<size_t>(K) * I * 4);
+            auto y = poisoned(static_cast<size_t>(K) * H * 4);
+            auto offsets = v == 0 ? DeviceBuffer() : poisoned((E + 1) * 4);
+            auto sorted = v == 0 ? DeviceBuffer() : poisoned(K * 4);
+            auto fids = poisoned(K * 4), fw = poisoned(K * 4);
+            kc::MoeMxfp4Args a =
+                mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, nullptr, v == 0 ? dh_ref.as<float>() : dhg.as<float>(),
+                           v == 0 ? offsets_ref : offsets, v == 0 ? sorted_ref : sorted, act, y, 1, K);
+            a.kernel = 1;
+            a.decode_loop = 1;
+            a.decode_loop_grid = v == 2 ? 7 : 0;
+            auto dx = to_device(x0);
+            auto hb = poisoned(static_cast<size_t>(H) * 2);
+            auto tparts = poisoned(static_cast<size_t>(tiles) * 4);
+            attach_tail(a, dx, v == 0 ? dw_ref : fw, dgain, hb, tparts, counters);
+            if (v > 0) {
+                a.fold.logits_pre = dpre.as<float>();
+                a.fold.ss_parts = dparts.as<float>();
+                a.fold.ss_n = tiles;
+                a.fold.bias = dbias_r.as<float>();
+                a.fold.eps = eps;
+                a.fold.expert_ids = fids.as<int32_t>();
+                a.fold.expert_weights = fw.as<float>();
+                a.fold.expert_offsets = offsets.as<int32_t>();
+                a.fold.sorted_assignments = sorted.as<int32_t>();
+            }
+            kc::moe_mxfp4(a, nullptr);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "variant " << v;
+            acts[v] = to_host<float>(act, static_cast<size_t>(K) * I);
+            ys[v] = to_host<float>(y, static_cast<size_t>(K) * H);
+            xs[v] = to_host<float>(dx, H);
+            hs[v] = to_host<uint16_t>(hb, H);
+            const auto cg = to_host<uint32_t>(counters, tiles);
+            EXPECT_EQ(std::count(cg.begin(), cg.end(), 0u), tiles) << "variant " << v << ": counters left set";
+            if (v > 0) {
+                EXPECT_EQ(to_host<int32_t>(fids, K), ids) << "E=" << E << " variant " << v << ": expert ids";
+                EXPECT_TRUE(close(to_host<float>(fw, K), wts, kTolF32, "fold routing weights")) << "E=" << E;
+                EXPECT_EQ(to_host<int32_t>(offsets, E + 1), to_host<int32_t>(offsets_ref, E + 1))
+                    << "E=" << E << " variant " << v << ": plan offsets";
+                EXPECT_EQ(to_host<int32_t>(sorted, K), to_host<int32_t>(sorted_ref, K))
+                    << "E=" << E << " variant " << v << ": sorted assignments";
+            }
+        }
+        for (int v = 1; v < 3; ++v) {
+            EXPECT_TRUE(close(acts[v], acts[0], kTolBf16In, "fold act")) << "E=" << E << " variant " << v;
+            EXPECT_TRUE(close(ys[v], ys[0], kTolBf16In, "fold y")) << "E=" << E << " variant " << v;
+            EXPECT_TRUE(close(xs[v], xs[0], kTolBf16Out, "fold tail x")) << "E=" << E << " variant " << v;
+            EXPECT_TRUE(close(from_bf16(hs[v]), from_bf16(hs[0]), kTolBf16Out, "fold tail h")) << "E=" << E;
+        }
+        EXPECT_EQ(acts[1], acts[2]) << "E=" << E << ": the fold on 7 CTAs, act";
+        EXPECT_EQ(ys[1], ys[2]) << "E=" << E << ": the fold on 7 CTAs, y";
+    }
+}
+
 // Grouped tensor-core kernels: moe_mma with 16- or 64-row tiles, moe_wgmma with 16- to 128-row
 // tiles, itself or warp-specialized (x gathered first).
 // moe_mma's 16-row tiles (small: MoeMmaArgs::small_kernel): the register-weights kernel (2, the
