@@ -2225,6 +2225,35 @@ PY
         done
       fi
       ;;
+    s39b)
+      # Session 39: the router folded into the O projection (GPTOSS_ROUTER_FOLD=1, opt-in). Its tests and the tests
+      # of the kernels it touched, the model and engine tests with the fold on, then decode at 1k interleaved fold
+      # 0 / 1: 20b batch 1 two pairs, 120b batch 1 two; then a 20b kernel trace with the fold.
+      timeout 200 $BIN/cuda_kernel_tests --gtest_filter='*RouterFold*:CudaFp8Gemv.*:CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaOps.Router*:CudaDecodeFusion.*' \
+        > "$OUT/s39b_tests.log" 2>&1
+      rc=$?
+      summary+=("s39b tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED|router fold|fold " "$OUT/s39b_tests.log" | tail -24
+      GPTOSS_ROUTER_FOLD=1 timeout 200 $BIN/cuda_kernel_tests --gtest_filter='CudaModel.*:CudaEngine.*' \
+        > "$OUT/s39b_tests_fold_env.log" 2>&1
+      rc2=$?
+      summary+=("s39b model/engine tests with GPTOSS_ROUTER_FOLD=1 rc=$rc2")
+      grep -E "FAILED|PASSED" "$OUT/s39b_tests_fold_env.log" | tail -12
+      if [ $rc = 0 ]; then
+        for cfg in "20b 1" "120b 1" "20b 2" "120b 2"; do
+          set -- $cfg
+          for v in 0 1; do
+            GPTOSS_ROUTER_FOLD=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch 1 \
+              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39b_$1_fold${v}_$2.log" 2>&1
+            echo "$1 batch 1 fold=$v pass $2: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39b_$1_fold${v}_$2.log")"
+          done
+        done
+        GPTOSS_ROUTER_FOLD=1 GPTOSS_KERNEL_TRACE="$OUT/s39b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic \
+          gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s39b_ktrace_20b.log" 2>&1
+        summary+=("s39b ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s39b_ktrace_20b.csv" | head -20
+      fi
+      ;;
     s39a)
       # Session 39: the gate_up loop kernel's tile stepping without runtime divisions (r53's s39-tile-step.patch;
       # GPTOSS_MOE_TILE_STEP=0 the division form). Tests (the loop's bits, MoeDecodeMma* against the CPU,

@@ -524,8 +524,9 @@ __device__ __forceinline__ void fold_router_cta(const GemvArgs& a, int cta) {
                                  : __ldg(reinterpret_cast<const uint4*>(wa + static_cast<int64_t>(e) * a.k) + ch - cx);
         }
         if (ch < cx) {
-            const float4 x0 = __ldg(reinterpret_cast<const float4*>(f.residual) + 2 * ch);
-            const float4 x1 = __ldg(reinterpret_cast<const float4*>(f.residual) + 2 * ch + 1);
+            // Through L2 only: the residual was written by an earlier kernel, and this is before pdl_wait.
+            const float4 x0 = __ldcg(reinterpret_cast<const float4*>(f.residual) + 2 * ch);
+            const float4 x1 = __ldcg(reinterpret_cast<const float4*>(f.residual) + 2 * ch + 1);
             xin[i][0] = x0.x, xin[i][1] = x0.y, xin[i][2] = x0.z, xin[i][3] = x0.w;
             xin[i][4] = x1.x, xin[i][5] = x1.y, xin[i][6] = x1.z, xin[i][7] = x1.w;
         }
