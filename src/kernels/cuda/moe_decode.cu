@@ -710,7 +710,6 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
     if (lane == 0) *s_n = min(n, kLoopMaxSlots);
 }
 
-
 // kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B). kStep (session 39): the next
 // tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
 // divisions by `tiles` a tile, for A/B).
