@@ -2225,6 +2225,28 @@ PY
         done
       fi
       ;;
+    s39c)
+      # Session 39: the gate_up loop kernel's grid (GPTOSS_MOE_LOOP_GRID; default the resident 660 = 5 an SM). Fewer
+      # gate_up CTAs an SM leave registers for down's first CTAs to become resident early and issue their weight
+      # loads before their pdl_wait. 20b batch 1 at 1k: 660 / 528 / 594 / 396, two passes; 120b 660 / 528; then a
+      # 20b trace at 528.
+      for pass in 1 2; do
+        for gr in 660 528 594 396; do
+          GPTOSS_MOE_LOOP_GRID=$gr timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39c_20b_grid${gr}_$pass.log" 2>&1
+          echo "20b batch 1 grid=$gr pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39c_20b_grid${gr}_$pass.log")"
+        done
+      done
+      for gr in 660 528; do
+        GPTOSS_MOE_LOOP_GRID=$gr timeout 100 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
+          --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39c_120b_grid${gr}.log" 2>&1
+        echo "120b batch 1 grid=$gr: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39c_120b_grid${gr}.log")"
+      done
+      GPTOSS_MOE_LOOP_GRID=528 GPTOSS_KERNEL_TRACE="$OUT/s39c_ktrace_20b_528.csv" timeout 100 $BIN/gptoss bench \
+        --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 \
+        > "$OUT/s39c_ktrace_20b_528.log" 2>&1
+      python3 tools/ktrace_summary.py "$OUT/s39c_ktrace_20b_528.csv" | head -20
+      ;;
     s39b)
       # Session 39: the router folded into the O projection (GPTOSS_ROUTER_FOLD=1, opt-in). Its tests and the tests
       # of the kernels it touched, the model and engine tests with the fold on, then decode at 1k interleaved fold

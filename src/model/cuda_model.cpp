@@ -64,9 +64,6 @@ struct DeviceLayer {
     // options.fp8 where moe_fp8 runs: the FP8 experts in one allocation each instead (gu_f8 and
     // down_f8 stay empty): e4m3 [E, n, k_pad] and block scales [E, ⌈n/128⌉, k_pad/128].
     DeviceBuffer gu_f8q, gu_f8s, down_f8q, down_f8s;
-    // The router fold's rows (CudaModelOptions::router_fold; kernels/cuda/gemv.h gemv_fold_weights): wx [E, H]
-    // bf16, wa [E, qw] bf16, c [E] f32.
-    DeviceBuffer fold_wx, fold_wa, fold_c;
 };
 
 }  // namespace
@@ -368,11 +365,6 @@ struct CudaModel::Impl {
     DeviceBuffer tail_parts, tail_counters;
     kc::MoeResidualTail moe_tail;
     bool tail_enabled = true;
-    // The router fold (CudaModelOptions::router_fold): on for this model, the O tiles' Σ v² parts, and the fold
-    // the next moe() call passes to its decode kernels (set by the layer loop).
-    bool fold_enabled = false;
-    DeviceBuffer fold_parts;
-    kc::MoeRouterFold moe_fold;
     // Whether moe(rows, ...) takes the decode kernels that apply MoeResidualTail (the order of its tests).
     bool moe_takes_tail(int rows) const {
         if (use_fp8_decode(rows)) return true;
@@ -642,12 +634,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     // Staging for the load-time conversions: one expert's gate_up (the largest matrix) in bf16.
     DeviceBuffer expert_tmp;
     if (have_fp8_experts) expert_tmp = DeviceBuffer(static_cast<size_t>(std::max(2 * I * H, H * I)) * 2);
-    {
-        const char* v = std::getenv("GPTOSS_ROUTER_FOLD");
-        const bool asked = opt.router_fold == 1 || (opt.router_fold < 0 && v != nullptr && std::strcmp(v, "1") == 0);
-        fold_enabled = asked && fp8 && mxfp4 && !fp8_only && tp == 1 && ep == 1 && dp == 1 && Er == E &&
-                       E <= kc::kGemvFoldMaxCtas * 2 && H % 16 == 0 && qw % 64 == 0 && (H + qw) / 8 <= 1024;
-    }
     layers.resize(c.num_hidden_layers);
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const LayerWeights& L = w.layers[l];
@@ -686,18 +672,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         D.sinks = upload_f32(L.sinks);
         D.router_w = upload_bf16(L.router.data, L.router.dtype, Er * H);
         D.router_b = upload_f32(L.router_bias);
-        if (fold_enabled) {  // the router fold's rows, from the FP8 O weights the GEMV reads
-            D.fold_wx = DeviceBuffer(static_cast<size_t>(E * H) * 2);
-            D.fold_wa = DeviceBuffer(static_cast<size_t>(E * qw) * 2);
-            D.fold_c = DeviceBuffer(static_cast<size_t>(E) * 4);
-            CUDA_CHECK(cudaDeviceSynchronize());  // the uploads land before `stream` reads them
-            kc::gemv_fold_weights(D.router_w.get(), D.post_norm.as<float>(), D.o_f8.q.as<uint8_t>(),
-                                  D.o_f8.scales.as<float>(), D.o_f8.k_pad, D.o_b.as<float>(), static_cast<int>(H),
-                                  static_cast<int>(qw), static_cast<int>(E), D.fold_wx.get(), D.fold_wa.get(),
-                                  D.fold_c.as<float>(), stream);
-            CUDA_CHECK(cudaStreamSynchronize(stream));
-            weight_bytes += D.fold_wx.bytes() + D.fold_wa.bytes() + D.fold_c.bytes();
-        }
         D.gu_b = upload_f32(L.gate_up_bias);
         // A MoE-TP rank other than 0 adds no down bias (zeros keep every kernel's contract).
         D.down_b = upload_f32(L.down_bias.empty() ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : L.down_bias);
@@ -956,7 +930,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     if (H % kc::kMoeTailTile == 0) {
         const int64_t tiles = H / kc::kMoeTailTile;
         tail_parts = DeviceBuffer(tiles * 4);
-        fold_parts = DeviceBuffer(tiles * 4);
         tail_counters = DeviceBuffer(tiles * 4);
         CUDA_CHECK(cudaMemsetAsync(tail_counters.get(), 0, tiles * 4, stream));
     }
@@ -1098,7 +1071,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.swiglu_limit = static_cast<float>(c.swiglu_limit);
         m.swiglu_alpha = static_cast<float>(c.swiglu_alpha);
         m.tail = moe_tail;
-        m.fold = moe_fold;
         return m;
     };
     ENGINE_CHECK(moe_tail.x == nullptr || (T == 1 && moe_takes_tail(T) && ep == 1),
@@ -1835,48 +1807,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 kc::paged_attention_prefill(pa, stream);
             mark("attention");
             const bool o_bf16 = fp8 && !small && tp == 1 && gemm_bf16_out;  // a TP reduce sums fp32
-            // The router fold (CudaModelOptions::router_fold): the O GEMV's launch does the residual update, the
-            // norm's input times its gain, its Σ v² parts and the router's logits before 1 / rms; the MoE kernels
-            // route the token. No norm or router launch.
-            const bool fold_now = fold_enabled && decode && T == 1 && Tm == 1 && small_moe && decode_fused &&
-                                  fused_norm_max_tokens >= 1 && !world_reduce && mxfp4 && mxfp4_tokens >= 1 &&
-                                  !use_fp8_decode(1) && !use_wgmma(1) && !use_mma(1) && decode_kernel != 4 && !o_in_q &&
-                                  gemv_fp8 != kc::GemvFp8Kernel::kRowPerWarp;
-            if (fold_now) {
-                kc::GemvArgs g;
-                g.x = attn.get();
-                g.x_bf16 = true;
-                g.w = D.o_f8.q.get();
-                g.w_scale = D.o_f8.scales.as<float>();
-                g.w_ld = D.o_f8.k_pad;
-                g.y = o.as<float>();
-                g.num_tokens = 1;
-                g.n = D.o_f8.n;
-                g.k = D.o_f8.k;
-                g.fp8_kernel = gemv_fp8;
-                g.fold.residual = xr;
-                g.fold.o_bias = D.o_b.as<float>();
-                g.fold.gain = D.post_norm.as<float>();
-                g.fold.v_out = xo;
-                g.fold.hg_out = h32.as<float>();
-                g.fold.ss_parts = fold_parts.as<float>();
-                g.fold.wx = D.fold_wx.get();
-                g.fold.wa = D.fold_wa.get();
-                g.fold.c = D.fold_c.as<float>();
-                g.fold.logits_pre = router_logits.as<float>();
-                g.fold.num_experts = c.num_experts;
-                kc::gemv_bf16w(g, stream);
-                std::swap(xr, xo);  // the residual after the attention is xo's now
-                moe_fold.logits_pre = router_logits.as<float>();
-                moe_fold.ss_parts = fold_parts.as<float>();
-                moe_fold.ss_n = static_cast<int>((H + 15) / 16);
-                moe_fold.bias = D.router_b.as<float>();
-                moe_fold.eps = static_cast<float>(c.rms_norm_eps);
-                moe_fold.expert_ids = expert_ids.as<int32_t>();
-                moe_fold.expert_weights = expert_w.as<float>();
-                moe_fold.expert_offsets = offsets.as<int32_t>();
-                moe_fold.sorted_assignments = sorted.as<int32_t>();
-            } else if (o_in_q) {
+            if (o_in_q) {
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.o_f8, o.as<float>(), T, o_bf16);
             } else if (fp8) {
                 linear_f8(attn.get(), true, D.o_f8, o.as<float>(), T, xq8.as<uint8_t>(), xs8.as<float>(), true, o_bf16);
@@ -1902,14 +1833,14 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // Decode-sized batches: the router's logits, top-k, softmax and MoE plan in one launch
             // (its plan is over every expert, so not under EP); on one DP group it also does the
             // residual update and the post-attention norm.
-            const bool fused_router = small_moe && decode_fused && ep == 1 && !fold_now;
+            const bool fused_router = small_moe && decode_fused && ep == 1;
             const bool norm_in_router = fused_router && dp == 1 && T <= fused_norm_max_tokens;
             bool moe_rows_q = false, h_skipped = false;
             // Larger batches on one DP group whose experts read only bf16 h: the router normalizes
             // the residual itself (the same fp32 bits), so the norm skips its [T, H] fp32 copy.
             const bool router_norms = router_norm_allowed && !small_moe && dp == 1 && !(mxfp4 && Tm <= mxfp4_tokens) &&
                                       kc::router_topk_normalizes(c.num_experts, H, router_mma);
-            if (!norm_in_router && !fold_now) {
+            if (!norm_in_router) {
                 kc::ResidualRmsNormArgs rn2;
                 rn2.x = xr;
                 rn2.add = o.as<float>();
@@ -1994,7 +1925,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                     std::swap(xr, xo);
                 }
                 kc::router_plan_small(rp, stream);
-            } else if (fold_now) {   // routed inside the MoE launches
             } else if (small_moe) {  // router logits by the GEMV (fp32 h), then the top-k selection
                 kc::router_logits_small(moe_h32, D.router_w.get(), Tm, H, c.num_experts, router_logits.as<float>(),
                                         stream);
@@ -2031,9 +1961,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 moe_tail.ss_parts = tail_parts.as<float>();
                 moe_tail.counters = tail_counters.as<uint32_t>();
             }
-            moe(Tm, l, fused_router || fold_now, moe_h, moe_h32, moe_rows_q);
+            moe(Tm, l, fused_router, moe_h, moe_h32, moe_rows_q);
             moe_tail = {};
-            moe_fold = {};
             mark("moe");
             if (world_reduce) {  // partial over experts / units: combine, then sum over the world
                 kc::moe_combine(y.as<float>(), expert_w.as<float>(), Tm, K, H, ycomb.as<float>(), stream);

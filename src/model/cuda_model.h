@@ -69,12 +69,6 @@ struct CudaModelOptions {
     // launch (kernels/cuda/moe.h MoeResidualTail) and the next layer's norm scale in its QKV GEMV,
     // instead of a norm kernel between them. GPTOSS_MOE_TAIL=0 turns it off (A/B runs).
     bool moe_residual_tail = true;
-    // With fp8 and MXFP4 experts, one token a step on one GPU: the router folded into the O projection (session
-    // 39; kernels/cuda/gemv.h GemvFold, moe.h MoeRouterFold): the O GEMV's launch also computes the router's
-    // logits before the norm's 1 / rms (from precomputed router rows: the router times the norm's gain, and that
-    // times O), and the decode MoE kernels route the token themselves: no router launch. -1: GPTOSS_ROUTER_FOLD=1
-    // turns it on (off by default until measured), 0 off, 1 on.
-    int router_fold = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

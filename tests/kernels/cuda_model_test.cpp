@@ -407,52 +407,6 @@ TEST(CudaModel, Fp8ResidualTailStaysClose) {
     }
 }
 
-// The router folded into the O projection (CudaModelOptions::router_fold, session 39) against the router launch:
-// the same model, prompt and 6 decode steps (one token: where the fold runs). The fold's logits come from
-// precomputed bf16 rows (the router times the norm's gain, and that times O) and its MoE input is staged before
-// 1 / rms, so the two differ by bf16 roundings: within 1e-2 rel L2 over the steps' logits (the residual tail's
-// differences were ~2e-3 on this model), unless a near tie in some layer's top-k picks another expert.
-TEST(CudaModel, RouterFoldStaysClose) {
-    REQUIRE_GPU();
-    const model::GptOssConfig c = real_width_config();
-    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_fold_");
-    auto w = model::GptOssWeights::load(dir);
-    ASSERT_TRUE(w.ok()) << w.status().to_string();
-    std::vector<float> got[2];
-    for (int fold = 0; fold < 2; ++fold) {
-        auto o = small_options();
-        o.fp8 = true;
-        o.router_fold = fold;
-        auto m = CudaModel::create(**w, o);
-        ASSERT_TRUE(m.ok()) << m.status().to_string();
-        std::mt19937 r(41);  // the same ids for both
-        const std::vector<int32_t> table = {0, 1, 2, 3};
-        std::vector<int32_t> ids = random_token_ids(r, 7, c.vocab_size);
-        std::vector<ForwardSequence> batch = {{ids, 0, table, table, false}};
-        std::vector<float> out;
-        Status st = (*m)->forward(batch, &out);
-        ASSERT_TRUE(st.ok()) << st.to_string();
-        for (int step = 0; step < 6; ++step) {
-            ids = random_token_ids(r, 1, c.vocab_size);
-            batch = {{ids, 7 + step, table, table, false}};
-            out.clear();
-            st = (*m)->forward(batch, &out);
-            ASSERT_TRUE(st.ok()) << st.to_string();
-            got[fold].insert(got[fold].end(), out.begin(), out.end());
-        }
-    }
-    ASSERT_EQ(got[0].size(), got[1].size());
-    double num = 0, den = 0;
-    for (size_t i = 0; i < got[0].size(); ++i) {
-        num += (got[1][i] - got[0][i]) * (got[1][i] - got[0][i]);
-        den += got[0][i] * got[0][i];
-    }
-    const double rel = std::sqrt(num / den);
-    std::printf("  router fold vs the router launch: rel L2 %.3g over 6 decode steps\n", rel);
-    EXPECT_LE(rel, 1e-2);
-    EXPECT_GT(rel, 0.0) << "the same bits (did the fold run?)";
-}
-
 TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     REQUIRE_GPU();
     const model::GptOssConfig c = real_width_config();

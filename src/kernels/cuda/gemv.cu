@@ -484,104 +484,6 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // read at one offset fall in different banks).
 __host__ __device__ __forceinline__ int xs_pitch_words(int k) { return k / 2 + 4; }
 
-// GemvFold's router rows: CTA `cta` of the min(E, kGemvFoldMaxCtas) past the O tiles takes experts [cta · R,
-// cta · R + R). Its 256 threads take the 16-byte chunks c = thread + 256 i of [wx | wa]'s row (wx's n / 8 chunks
-// against the residual, then wa's k / 8 against x): every weight chunk and the residual's are loaded before
-// pdl_wait (constant, and the residual final since before the attention), the residual part summed, then x's
-// chunks loaded and summed after it; a warp sum, then the 8 warps' in order.
-constexpr int kFoldMaxRows = 2;    // experts a CTA: num_experts ≤ 128
-constexpr int kFoldMaxChunks = 4;  // chunks a thread: (n + k) / 8 ≤ 1,024
-__device__ __forceinline__ float bf16x8_dot(const uint4& w, const float (&x)[8], float acc) {
-    const uint32_t ww[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        acc = fmaf(__uint_as_float(ww[j] << 16), x[2 * j], acc);
-        acc = fmaf(__uint_as_float(ww[j] & 0xffff0000u), x[2 * j + 1], acc);
-    }
-    return acc;
-}
-template <typename XT>
-__device__ __forceinline__ void fold_router_cta(const GemvArgs& a, int cta) {
-    const GemvFold& f = a.fold;
-    const int E = f.num_experts, nrc = min(E, kGemvFoldMaxCtas), R = (E + nrc - 1) / nrc, e0 = cta * R;
-    const int cx = a.n / 8, C = cx + a.k / 8;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __shared__ float s_part[kMmaWarps][kFoldMaxRows];
-    const auto* wx = static_cast<const __nv_bfloat16*>(f.wx);
-    const auto* wa = static_cast<const __nv_bfloat16*>(f.wa);
-    uint4 wv[kFoldMaxRows][kFoldMaxChunks];
-    float xin[kFoldMaxChunks][8];
-    float acc[kFoldMaxRows] = {};
-#pragma unroll
-    for (int i = 0; i < kFoldMaxChunks; ++i) {
-        const int ch = threadIdx.x + kMmaWarps * 32 * i;
-#pragma unroll
-        for (int r = 0; r < kFoldMaxRows; ++r) {
-            const int e = e0 + r;
-            const bool ok = ch < C && r < R && e < E;
-            wv[r][i] = !ok       ? make_uint4(0u, 0u, 0u, 0u)
-                       : ch < cx ? __ldg(reinterpret_cast<const uint4*>(wx + static_cast<int64_t>(e) * a.n) + ch)
-                                 : __ldg(reinterpret_cast<const uint4*>(wa + static_cast<int64_t>(e) * a.k) + ch - cx);
-        }
-        if (ch < cx) {
-            // Through L2 only: the residual was written by an earlier kernel, and this is before pdl_wait.
-            const float4 x0 = __ldcg(reinterpret_cast<const float4*>(f.residual) + 2 * ch);
-            const float4 x1 = __ldcg(reinterpret_cast<const float4*>(f.residual) + 2 * ch + 1);
-            xin[i][0] = x0.x, xin[i][1] = x0.y, xin[i][2] = x0.z, xin[i][3] = x0.w;
-            xin[i][4] = x1.x, xin[i][5] = x1.y, xin[i][6] = x1.z, xin[i][7] = x1.w;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kFoldMaxChunks; ++i)
-        if (threadIdx.x + kMmaWarps * 32 * i < cx)
-#pragma unroll
-            for (int r = 0; r < kFoldMaxRows; ++r) acc[r] = bf16x8_dot(wv[r][i], xin[i], acc[r]);
-    pdl_wait();  // x is the attention's output
-    pdl_trigger();
-#pragma unroll
-    for (int i = 0; i < kFoldMaxChunks; ++i) {
-        const int ch = threadIdx.x + kMmaWarps * 32 * i;
-        if (ch >= cx && ch < C) {
-            const int xc = ch - cx;
-            if constexpr (std::is_same_v<XT, float>) {
-                const float4 x0 = __ldcg(reinterpret_cast<const float4*>(a.x) + 2 * xc);
-                const float4 x1 = __ldcg(reinterpret_cast<const float4*>(a.x) + 2 * xc + 1);
-                xin[i][0] = x0.x, xin[i][1] = x0.y, xin[i][2] = x0.z, xin[i][3] = x0.w;
-                xin[i][4] = x1.x, xin[i][5] = x1.y, xin[i][6] = x1.z, xin[i][7] = x1.w;
-            } else {
-                const uint4 v = __ldcg(reinterpret_cast<const uint4*>(a.x) + xc);
-                const uint32_t vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    xin[i][2 * j] = __uint_as_float(vv[j] << 16);
-                    xin[i][2 * j + 1] = __uint_as_float(vv[j] & 0xffff0000u);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kFoldMaxChunks; ++i) {
-        const int ch = threadIdx.x + kMmaWarps * 32 * i;
-        if (ch >= cx && ch < C)
-#pragma unroll
-            for (int r = 0; r < kFoldMaxRows; ++r) acc[r] = bf16x8_dot(wv[r][i], xin[i], acc[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < kFoldMaxRows; ++r) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) s_part[warp][r] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x < R && e0 + static_cast<int>(threadIdx.x) < E) {
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w) v += s_part[w][threadIdx.x];
-        f.logits_pre[e0 + threadIdx.x] = v + f.c[e0 + threadIdx.x];
-    }
-}
-
 template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
@@ -589,12 +491,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
     __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
     __shared__ float s_scale[2][kSmemScales ? kOneWaveMaxK / 128 : 1];
-    if constexpr (!kRope) {  // GemvFold's router rows: the CTAs past the O tiles
-        if (kSteps == kMmaSteps && a.fold.v_out != nullptr && static_cast<int>(blockIdx.x) >= (a.n + 15) / 16) {
-            fold_router_cta<XT>(a, static_cast<int>(blockIdx.x) - (a.n + 15) / 16);
-            return;
-        }
-    }
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int head = 0, i0 = 0, row_lo, row_hi;  // this lane's rows g and g + 8 of the tile
     if constexpr (kRope) {
@@ -735,27 +631,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                 rope_store(r, head, i0 + p, m, s0 + r.bias[row0], s1 + r.bias[row0 + r.head_dim / 2]);
             }
         }
-    } else if (kSteps == kMmaSteps && a.fold.v_out != nullptr) {  // GemvFold (one token): v, v · gain, Σ v²
-        if (threadIdx.x < 16) {
-            const GemvFold& f = a.fold;
-            const int row = blockIdx.x * 16 + threadIdx.x;
-            float q = 0.0f;
-            if (row < a.n) {
-                float v = 0.0f;
-#pragma unroll
-                for (int u = 0; u < kMmaWarps; ++u) v += red[u][threadIdx.x][0];
-                if constexpr (kF16) v = f16_unstage(v, down, 0, s_stage);
-                v *= inv;
-                const float d = v + (a.bias ? a.bias[row] : 0.0f);       // what y would hold
-                const float vv = f.residual[row] + (f.o_bias[row] + d);  // the router's x + (bias + add)
-                f.v_out[row] = vv;
-                f.hg_out[row] = vv * f.gain[row];
-                q = vv * vv;
-            }
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) q += __shfl_xor_sync(0x0000ffffu, q, o, 16);
-            if (threadIdx.x == 0) f.ss_parts[blockIdx.x] = q;
-        }
     } else if (threadIdx.x < 128) {
         const int rr = threadIdx.x & 15, m = threadIdx.x >> 4, row = blockIdx.x * 16 + rr;
         if (m < a.num_tokens && row < a.n) {
@@ -797,8 +672,7 @@ bool gemv_f16_allowed() {
 
 template <bool kRope, bool kF16>
 void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
-    const int grid =
-        kRope ? a.n / 16 : (a.n + 15) / 16 + (a.fold.v_out ? std::min(a.fold.num_experts, kGemvFoldMaxCtas) : 0);
+    const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
     // kF16's staged x: num_tokens rows of k / 2 + 4 words.
     const size_t smem = kF16 ? static_cast<size_t>(a.num_tokens) * (a.k / 2 + 4) * 4 : 0;
     // kAuto: the one-wave variant for grids its 3 CTAs an SM hold at once (the QKV projection), but
@@ -815,7 +689,7 @@ void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t str
         fit_dynamic_smem(kernel, smem);
         launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
     };
-    if (one_wave && a.w_ld <= kOneWaveMaxK && a.fold.v_out == nullptr) {  // GemvFold: the kMmaSteps kernel
+    if (one_wave && a.w_ld <= kOneWaveMaxK) {
         constexpr int kS = kMmaStepsOneWave;
         if (a.x_bf16)
             go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS, kF16>);
@@ -899,15 +773,6 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1),
                  "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels");
-    ENGINE_CHECK(
-        a.fold.v_out == nullptr ||
-            (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1 && a.n % 8 == 0 && a.fold.num_experts >= 1 &&
-             a.fold.num_experts <= kGemvFoldMaxCtas * kFoldMaxRows &&
-             (a.n + a.k) / 8 <= kMmaWarps * 32 * kFoldMaxChunks && a.fold.residual && a.fold.o_bias && a.fold.gain &&
-             a.fold.hg_out && a.fold.ss_parts && a.fold.wx && a.fold.wa && a.fold.c && a.fold.logits_pre),
-        "gemv: the router fold needs one token on the tensor-core FP8 kernels, n %% 8 == 0, <= %d experts, "
-        "(n + k) / 8 <= %d and every pointer",
-        kGemvFoldMaxCtas * kFoldMaxRows, kMmaWarps * 32 * kFoldMaxChunks);
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops
@@ -935,52 +800,6 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
         launch_pdl(gemv_kernel<__nv_bfloat16, Bf16W, kUnroll>, blocks, kWarps * 32, 0, stream, a);
     else
         launch_pdl(gemv_kernel<float, Bf16W, kUnroll>, blocks, kWarps * 32, 0, stream, a);
-}
-
-namespace {
-// gemv_fold_weights: CTA (x, e) computes wa[e, j] for 256 columns j, with expert e's wx' row in shared memory;
-// CTAs (0, e) also write wx[e] and c[e] (one thread, in i order).
-__global__ void fold_weights_kernel(const __nv_bfloat16* router_w, const float* gain, const uint8_t* o_q,
-                                    const float* o_scale, int o_ld, const float* o_bias, int n, int k,
-                                    __nv_bfloat16* wx, __nv_bfloat16* wa, float* c) {
-    extern __shared__ float wrg[];  // [n]
-    const int e = blockIdx.y;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        wrg[i] = __bfloat162float(router_w[static_cast<int64_t>(e) * n + i]) * gain[i];
-    __syncthreads();
-    const int j = blockIdx.x * blockDim.x + threadIdx.x, kb = o_ld / 128;
-    if (j < k) {
-        float acc = 0.0f;
-        for (int i = 0; i < n; ++i) {
-            __nv_fp8_e4m3 q;
-            q.__x = o_q[static_cast<int64_t>(i) * o_ld + j];
-            acc = fmaf(wrg[i], static_cast<float>(q) * o_scale[static_cast<int64_t>(i / 128) * kb + j / 128], acc);
-        }
-        wa[static_cast<int64_t>(e) * k + j] = __float2bfloat16(acc);
-    }
-    if (blockIdx.x == 0) {
-        for (int i = threadIdx.x; i < n; i += blockDim.x)
-            wx[static_cast<int64_t>(e) * n + i] = __float2bfloat16(wrg[i]);
-        if (threadIdx.x == 0) {
-            float s = 0.0f;
-            for (int i = 0; i < n; ++i) s = fmaf(wrg[i], o_bias[i], s);
-            c[e] = s;
-        }
-    }
-}
-}  // namespace
-
-void gemv_fold_weights(const void* router_w, const float* gain, const uint8_t* o_q, const float* o_scale, int o_ld,
-                       const float* o_bias, int n, int k, int num_experts, void* wx, void* wa, float* c,
-                       cudaStream_t stream) {
-    ENGINE_CHECK(n >= 1 && k >= 1 && num_experts >= 1 && o_ld >= k && o_ld % 128 == 0,
-                 "gemv_fold_weights: n %d, k %d, %d experts, o_ld %d", n, k, num_experts, o_ld);
-    const size_t smem = static_cast<size_t>(n) * sizeof(float);
-    fit_dynamic_smem(fold_weights_kernel, smem);
-    fold_weights_kernel<<<dim3((k + 255) / 256, num_experts), 256, smem, stream>>>(
-        static_cast<const __nv_bfloat16*>(router_w), gain, o_q, o_scale, o_ld, o_bias, n, k,
-        static_cast<__nv_bfloat16*>(wx), static_cast<__nv_bfloat16*>(wa), c);
-    CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace gptoss::kernels::cuda

@@ -18,34 +18,6 @@ constexpr int kGemvMaxTokens = 8;
 // 3 CTAs an SM (k ≤ 3,072; else kMma). kAuto: kMmaOneWave where k allows, else kMma.
 enum class GemvFp8Kernel { kAuto, kRowPerWarp, kMma, kMmaOneWave };
 
-// The router folded into the O projection (session 39; one token, the FP8 tensor-core kernels; moe.h's
-// MoeRouterFold reads what it writes). The O rows' epilogue writes v = residual + (o_bias + o) to v_out (the
-// router kernel's residual update, in its order), v · gain to hg_out (the post-attention norm before its 1 / rms)
-// and Σ v² of each 16-row tile to ss_parts[tile] (fixed order); y is not written. Past the O tiles the same launch
-// runs min(num_experts, 64) more CTAs that write logits_pre[e] = Σ_i wx[e, i] · residual[i] + Σ_j wa[e, j] · x[j]
-// + c[e], with wx = the router's rows times the norm's gain, wa = wx · O and c = wx · o_bias (gemv_fold_weights),
-// so that the router's logit is logits_pre[e] / rms(v) + bias[e]: no router launch after the O projection.
-struct GemvFold {
-    const float* residual = nullptr;  // [n]
-    const float* o_bias = nullptr;    // [n]
-    const float* gain = nullptr;      // [n]
-    float* v_out = nullptr;           // [n]; set: the fold is on
-    float* hg_out = nullptr;          // [n]
-    float* ss_parts = nullptr;        // [⌈n / 16⌉]
-    const void* wx = nullptr;         // [num_experts, n] bf16
-    const void* wa = nullptr;         // [num_experts, k] bf16
-    const float* c = nullptr;         // [num_experts]
-    float* logits_pre = nullptr;      // [num_experts]
-    int num_experts = 0;
-};
-inline constexpr int kGemvFoldMaxCtas = 64;
-// The fold's router rows of one layer (device pointers): wx[e, i] = bf16(router_w[e, i] · gain[i]), wa[e, j] =
-// bf16(Σ_i wx'[e, i] · O[i, j]) and c[e] = Σ_i wx'[e, i] · o_bias[i], with wx' the unrounded product and O the
-// e4m3 weights [n, o_ld] times their 128 × 128 block scales (o_scale [⌈n / 128⌉, o_ld / 128]), in fp32.
-void gemv_fold_weights(const void* router_w, const float* gain, const uint8_t* o_q, const float* o_scale, int o_ld,
-                       const float* o_bias, int n, int k, int num_experts, void* wx, void* wa, float* c,
-                       cudaStream_t stream);
-
 struct GemvArgs {
     const void* x = nullptr;  // [num_tokens, k], fp32 (x_bf16 = false) or bf16
     bool x_bf16 = false;
@@ -78,8 +50,6 @@ struct GemvArgs {
     const float* x_ss_parts = nullptr;
     int x_ss_n = 0;
     float x_eps = 0.0f;
-    // Optional (fold.v_out set): GemvFold.
-    GemvFold fold;
 };
 // Whether the tensor-core FP8 kernels run these arguments (qkv: with RoPE, as qkv_gemv_rope): the
 // kernels that take GemvArgs::x_ss_parts.

@@ -1740,8 +1740,6 @@ void moe_mxfp4(const MoeMxfp4Args& a, cudaStream_t stream) {
         return v == nullptr ? 1 : std::atoi(v);
     }();
     const int decode_kernel = a.kernel >= 0 ? a.kernel : decode_default;
-    ENGINE_CHECK(a.fold.logits_pre == nullptr || (decode_kernel == 1 && moe_decode_mma_supported(a)),
-                 "moe_mxfp4: the router fold (MoeRouterFold) runs on moe_decode_mma only");
     if (decode_kernel == 4 && moe_decode_wg_supported(a)) {
         moe_decode_wg(a, stream);
         return;

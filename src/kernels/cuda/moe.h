@@ -121,25 +121,6 @@ struct MoeResidualTail {
 };
 inline constexpr int kMoeTailTile = 16;
 
-// The router folded into the O projection (session 39, one token; GemvFold in gemv.h writes its inputs): the
-// decode MoE kernels route the token themselves instead of reading a router kernel's plan. logit[e] =
-// logits_pre[e] · inv + bias[e] with inv = rsqrt(Σ_i ss_parts[i] / hidden_size + eps) (the post-attention norm's
-// 1 / rms); top-k with ties to the lower index, softmax over the chosen k, as router_plan_small. Every CTA computes
-// the same routing from the same data in the same order. gate_up's CTA 0 writes the plan (expert_ids,
-// expert_weights, and MoeMxfp4Args' expert_offsets and sorted_assignments) for the readers after the MoE; h_f32
-// is then the norm's input times its gain (before 1 / rms), and gate_up scales its sums by inv.
-struct MoeRouterFold {
-    const float* logits_pre = nullptr;  // [num_experts]
-    const float* ss_parts = nullptr;    // [ss_n]
-    int ss_n = 0;
-    const float* bias = nullptr;  // [num_experts] the router's bias
-    float eps = 0.0f;
-    int32_t* expert_ids = nullptr;          // [k] written by gate_up's CTA 0
-    float* expert_weights = nullptr;        // [k]
-    int32_t* expert_offsets = nullptr;      // [num_experts + 1]
-    int32_t* sorted_assignments = nullptr;  // [k]
-};
-
 struct MoeMxfp4Args {
     const void* h = nullptr;                      // [num_tokens, hidden_size] bf16 (post-norm)
     const float* h_f32 = nullptr;                 // same rows in fp32; used instead of h when set
@@ -184,8 +165,6 @@ struct MoeMxfp4Args {
     // 0 off, -1 GPTOSS_MOE_DOWN_LOOP's choice (unset: at 2 tokens only; =1 at 1-2; =0 never).
     // decode_loop_grid applies to it too.
     int decode_down_loop = -1;
-    // Optional (fold.logits_pre set; one token, gate_up on the loop kernel, down one tile a CTA): MoeRouterFold.
-    MoeRouterFold fold;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

@@ -427,83 +427,6 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
     }
 }
 
-// ---- the router folded into the O projection (session 39, MoeRouterFold) ---------------------------------
-// Warp 0 of a CTA: the one token's routing from the O GEMV's router rows (gemv.h GemvFold): its k experts in
-// expert order into s_exp (s_tok0 their place in the plan, s_ntok 1, s_asg the assignment), k into *s_n and the
-// norm's 1 / rms into *s_inv; with `plan` (gate_up's CTA 0), also the plan's arrays in global memory. Every load
-// is issued before any sum (one L2 round trip), and the sums run in a fixed order, so every CTA of both MoE
-// launches computes the same routing to the bit.
-constexpr int kFoldMaxParts = 256;  // ss_parts: hidden_size / 16 ≤ 4,096 / 16
-constexpr int kFoldMaxK = 8;
-__device__ __forceinline__ void fold_route(const MoeMxfp4Args& a, bool plan, int* s_exp, int* s_tok0, int* s_ntok,
-                                           int* s_asg, int* s_n, float* s_inv) {
-    const MoeRouterFold& f = a.fold;
-    const int lane = threadIdx.x & 31, E = a.num_experts, K = a.experts_per_token;
-    float pre[kPlanChunks], bias[kPlanChunks], part[kFoldMaxParts / 32];
-#pragma unroll
-    for (int j = 0; j < kPlanChunks; ++j) {
-        const int ex = lane + 32 * j;
-        pre[j] = ex < E ? __ldcg(f.logits_pre + ex) : 0.0f;
-        bias[j] = ex < E ? __ldg(f.bias + ex) : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kFoldMaxParts / 32; ++j) {
-        const int i = lane + 32 * j;
-        part[j] = i < f.ss_n ? __ldcg(f.ss_parts + i) : 0.0f;
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kFoldMaxParts / 32; ++j) ss = __fadd_rn(ss, part[j]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o));
-    const float inv = rsqrtf(__fadd_rn(__fdiv_rn(ss, static_cast<float>(a.hidden_size)), f.eps));
-    float v[kPlanChunks];
-#pragma unroll
-    for (int j = 0; j < kPlanChunks; ++j) v[j] = __fmaf_rn(pre[j], inv, bias[j]);
-    float top_v[kFoldMaxK];
-    int top_e[kFoldMaxK];
-    warp_topk(v, E, K, top_v, top_e);  // moe_common.cuh
-    float w[kFoldMaxK], sum = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kFoldMaxK; ++s) {
-        w[s] = s < K ? expf(top_v[s] - top_v[0]) : 0.0f;
-        sum += w[s];
-    }
-    // Lane s < k: assignment s, at place pos (its expert's rank among the k: one token's experts differ).
-    int my_e = 0;
-    float my_w = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kFoldMaxK; ++s)
-        if (s == lane) my_e = top_e[s], my_w = w[s] / sum;
-    int pos = 0;
-#pragma unroll
-    for (int s = 0; s < kFoldMaxK; ++s) pos += s < K && top_e[s] < my_e;
-    if (lane < K) {
-        s_exp[pos] = my_e;
-        s_tok0[pos] = pos;
-        s_ntok[pos] = 1;
-        s_asg[pos] = lane;
-        if (plan) {
-            f.expert_ids[lane] = my_e;
-            f.expert_weights[lane] = my_w;
-            f.sorted_assignments[pos] = lane;
-        }
-    }
-    if (plan)
-        for (int i = lane; i <= E; i += 32) {
-            int c = 0;
-#pragma unroll
-            for (int s = 0; s < kFoldMaxK; ++s) c += s < K && top_e[s] < i;
-            f.expert_offsets[i] = c;
-        }
-    if (lane == 0) *s_n = K, *s_inv = inv;
-}
-// The fold's scaling of gate_up's sums by the norm's 1 / rms (decode_epilogue's back).
-struct FoldScale {
-    float inv;
-    __device__ __forceinline__ float operator()(float v, int) const { return v * inv; }
-};
-
 // kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
 // loads, 97 registers at 4; a fifth CTA needs <= 96).
 template <bool kEarly>
@@ -513,8 +436,7 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kFold (down at one token, session 39): MoeRouterFold's routing instead of find_slot's plan.
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kFold = false>
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -544,7 +466,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // of the batch's rows staged by every CTA, before its weight loads); so 1-2 tokens only.
     // down's columns are always the assignments (act is a row an assignment).
     static_assert(kGateUp || !kEarly, "kEarly is gate_up's");
-    int e, tok0, ntok, row0, nrows, fold_as = 0;
+    int e, tok0, ntok, row0, nrows;
     if constexpr (kEarly) {
         const int tiles = rows / kRows, slot = blockIdx.x / tiles;
         row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
@@ -568,24 +490,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
         tok0 = s_info[1];
         ntok = min(s_info[2], 8);
-    } else if constexpr (kFold) {
-        static_assert(!kGateUp, "the fold's gate_up is the loop kernel");
-        __shared__ int f_exp[kFoldMaxK], f_tok0[kFoldMaxK], f_ntok[kFoldMaxK], f_asg[kFoldMaxK], f_n;
-        __shared__ float f_inv;
-        const int tiles = rows / kRows, slot = blockIdx.x / tiles;
-        row0 = static_cast<int>(blockIdx.x % tiles) * kRows;
-        if (warp == 0) {
-            fold_route(a, false, f_exp, f_tok0, f_ntok, f_asg, &f_n, &f_inv);
-            if (lane == 0) s_info[3] = a.experts_per_token;  // the active experts (MoeResidualTail's tickets)
-        }
-        __syncthreads();
-        if (slot >= f_n) {
-            pdl_wait();
-            pdl_trigger();
-            return;
-        }
-        e = f_exp[slot], tok0 = slot, ntok = 1, nrows = 1;
-        fold_as = f_asg[slot];
     } else {
         const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
         if (tile.e < 0) return;
@@ -612,11 +516,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
     // the epilogue (stored there, before its barrier); else their input rows are staged now.
-    int my_as = 0;
-    if constexpr (kFold)
-        my_as = threadIdx.x < ntok ? fold_as : 0;
-    else
-        my_as = threadIdx.x < ntok ? __ldcg(a.sorted_assignments + tok0 + threadIdx.x) : 0;
+    const int my_as = threadIdx.x < ntok ? __ldcg(a.sorted_assignments + tok0 + threadIdx.x) : 0;
     if constexpr (kEarly) {
         pdl_trigger();
     } else {
@@ -713,8 +613,7 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
 // kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B). kStep (session 39): the next
 // tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
 // divisions by `tiles` a tile, for A/B).
-// kFold: MoeRouterFold's routing (one token) instead of find_all's plan.
-template <int kWarps, bool kLean = true, bool kStep = true, bool kFold = false>
+template <int kWarps, bool kLean = true, bool kStep = true>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -724,8 +623,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
     __shared__ int s_nact;
     __shared__ int s_as[3][8], s_col[3][8];
-    __shared__ int s_asg[kFold ? kLoopMaxSlots : 1];  // kFold: the slot's assignment
-    __shared__ float s_inv;                           // kFold: the norm's 1 / rms
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
     const int H = a.hidden_size, I = a.intermediate_size, G = H / 32, rows = 2 * I, tiles = rows / kRows;
     const int nrows = min(a.num_tokens, 8);
@@ -736,12 +633,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     if (threadIdx.x == 32)
         s_step[0] = static_cast<int>(gridDim.x) / tiles, s_step[1] = static_cast<int>(gridDim.x) % tiles;
     pdl_wait();  // the plan and h come from the kernel just before
-    if (warp == 0) {
-        if constexpr (kFold)
-            fold_route(a, blockIdx.x == 0, s_exp, s_tok0, s_ntok, s_asg, &s_nact, &s_inv);
-        else
-            find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
-    }
+    if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
     if (wk.ng > 0) {
         if (a.h_f32 != nullptr)
             stage_rows<kWarps, true>(xs, nrows, wk,
@@ -767,7 +659,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const int ntok = min(s_ntok[slot], 8);
         decode_load<kMaxSteps, kWarps, kLean>(w, a.gate_up_blocks, a.gate_up_scales,
                                               static_cast<int64_t>(s_exp[slot]) * rows + trow * kRows + g, G, wk);
-        if constexpr (kFold) return threadIdx.x < ntok ? s_asg[slot] : 0;
         return threadIdx.x < ntok ? __ldcg(a.sorted_assignments + s_tok0[slot] + threadIdx.x) : 0;
     };
     // Tile i's assignments into copy i % 3 of s_as / s_col.
@@ -800,13 +691,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const bool more = nslot < s_nact;
         const int next_as = more ? issue(nslot, nrow) : 0;
         if constexpr (!kStep) slot = cur / tiles, trow = cur % tiles;
-        if constexpr (kFold)
-            decode_epilogue<true, kWarps, FoldScale, true>(a, acc, red[p], s_exp[slot], trow * kRows,
-                                                           min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact,
-                                                           FoldScale{s_inv});
-        else
-            decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], trow * kRows,
-                                                             min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
+        decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], trow * kRows,
+                                                         min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
         if (!more) break;
         put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
         slot = nslot, trow = nrow, cur = next;
@@ -886,7 +772,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
 template <typename Kernel>
 int loop_grid_capacity(Kernel kernel, int which, int tokens, size_t smem) {
     constexpr int kDevices = 64;
-    static std::atomic<int> cached[kDevices][3][2];  // which: gate_up, down, the fold's gate_up
+    static std::atomic<int> cached[kDevices][2][2];
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     const int slot = std::clamp(tokens, 1, 2) - 1;
@@ -921,29 +807,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         const char* v = std::getenv("GPTOSS_MOE_LOOP");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
-    if (a.fold.logits_pre != nullptr) {  // MoeRouterFold: gate_up on the loop kernel, down one tile a CTA
-        ENGINE_CHECK(a.num_tokens == 1 && a.experts_per_token <= kFoldMaxK && a.fold.ss_n >= 1 &&
-                         a.fold.ss_n <= kFoldMaxParts && a.num_experts <= kMaxExpertsScan && a.fold.bias != nullptr &&
-                         a.fold.ss_parts != nullptr && a.fold.expert_ids != nullptr &&
-                         a.fold.expert_weights != nullptr && a.fold.expert_offsets != nullptr &&
-                         a.fold.sorted_assignments != nullptr && kWarps == 4,
-                     "moe_mxfp4: the router fold takes one token, k <= %d, <= %d norm parts and every output",
-                     kFoldMaxK, kFoldMaxParts);
-        if constexpr (kWarps == 4) {
-            if constexpr (kGateUp) {
-                const auto kernel = moe_decode_mma_loop_kernel<4, true, true, true>;
-                fit_dynamic_smem(kernel, smem);
-                const int cap =
-                    a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(kernel, 2, a.num_tokens, smem);
-                launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, a);
-            } else {
-                const auto kernel = moe_decode_mma_kernel<false, 4, false, 0, true>;
-                fit_dynamic_smem(kernel, smem);
-                launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
-            }
-        }
-        return;
-    }
     if constexpr (kGateUp && kWarps == 4) {
         if (early && diag == 0 && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {  // kDiag: one tile a CTA
             static const bool lean = [] {  // decode_load's kLean (on unless GPTOSS_MOE_LEAN_LOAD=0)
@@ -958,8 +821,15 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                                 : lean ? moe_decode_mma_loop_kernel<4, true>
                                        : moe_decode_mma_loop_kernel<4, false>;
             fit_dynamic_smem(kernel, smem);
-            const int cap =
-                a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
+            // GPTOSS_MOE_LOOP_GRID=N: N CTAs instead of the resident count (A/B runs, session 39: fewer gate_up CTAs
+            // an SM leave registers for down's first CTAs, whose weight loads go out before their pdl_wait).
+            static const int grid_env = [] {
+                const char* v = std::getenv("GPTOSS_MOE_LOOP_GRID");
+                return v == nullptr ? 0 : std::max(0, std::atoi(v));
+            }();
+            const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid
+                            : grid_env > 0         ? grid_env
+                                                   : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
             launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, a);
             return;
         }
