@@ -667,7 +667,11 @@ __global__ void __launch_bounds__(kRouterThreads)
 // plain ones), computes their logits for every token (each CTA sums every token's Σ v² itself, as
 // every CTA did before), and stores them into CTA 0's shared memory (DSMEM); one cluster barrier
 // orders them, and CTA 0 runs router_finish on its copy. No global atomics or fences. r37: the
-// router adds 5.8 µs to a 20b step instead of 9.4.
+// router adds 5.8 µs to a 20b step instead of 9.4. Two ways of removing this launch were correct and slower: its
+// work in the O GEMV's last CTA by a ticket (r52), and its logits from precomputed rows (the router times the norm's
+// gain, and that times O) in extra CTAs of the O GEMV with the MoE kernels routing the token themselves (r54,
+// bench/results/2026-12-04_h200_r54/s39b-router-fold.patch: 20b batch 1 1.395 -> 1.48 ms a step): the routing's
+// chain moved into gate_up's start, and gate_up's CTAs lost their residency behind this kernel's few CTAs.
 // Thread i of a CTA takes chunks i, i + kRcThreads, ... (kCpt of them) of 8 elements of the row.
 constexpr int kRcThreads = 384;
 constexpr int kRcWarps = kRcThreads / 32;
