@@ -629,7 +629,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * nrows * Sh::kTokenSlots;
 
-    __shared__ int s_step[2];  // gridDim.x as (slots, tiles)
+    __shared__ int s_step[2];  // gridDim.x as (slots, tiles), by warp 1 (warp 0 finds the experts)
+    static_assert(kWarps >= 2, "s_step is written by thread 32");
     if (threadIdx.x == 32)
         s_step[0] = static_cast<int>(gridDim.x) / tiles, s_step[1] = static_cast<int>(gridDim.x) % tiles;
     pdl_wait();  // the plan and h come from the kernel just before
