@@ -58,6 +58,17 @@ switch_prefill_ab() {
   done
 }
 
+# One decode row at 1k context, batch-1-style bench (`--fp8`, 64 steps, 3 repeats) with the given environment:
+# decode_row <log name> <model: 20b|120b> <batch> [VAR=value ...]; the log goes to $OUT/<log name>.log and its table
+# row is printed after the name.
+decode_row() {
+  local name=$1 model=$2 batch=$3
+  shift 3
+  env "$@" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-$model --fp8 --prefill "" --batch $batch --context 1024 \
+    --decode-steps 64 --repeats 3 > "$OUT/$name.log" 2>&1
+  echo "$name: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/$name.log")"
+}
+
 for stage in "$@"; do
   t0=$(date +%s)
   case "$stage" in
@@ -2225,23 +2236,27 @@ PY
         done
       fi
       ;;
+    s39d)
+      # Session 39, the closing check of the shipped code (after comment-only commits and a static_assert): the
+      # decode MoE, router and model / engine tests, then the bars at 1k (20b and 120b batch 1, the defaults).
+      timeout 240 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaOps.Router*:CudaDecodeFusion.Router*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s39d_tests.log" 2>&1
+      rc=$?
+      summary+=("s39d tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s39d_tests.log" | tail -6
+      decode_row s39d_20b_b1 20b 1
+      decode_row s39d_120b_b1 120b 1
+      ;;
     s39c)
       # Session 39: the gate_up loop kernel's grid (GPTOSS_MOE_LOOP_GRID; default the resident 660 = 5 an SM). Fewer
       # gate_up CTAs an SM leave registers for down's first CTAs to become resident early and issue their weight
       # loads before their pdl_wait. 20b batch 1 at 1k: 660 / 528 / 594 / 396, two passes; 120b 660 / 528; then a
       # 20b trace at 528.
       for pass in 1 2; do
-        for gr in 660 528 594 396; do
-          GPTOSS_MOE_LOOP_GRID=$gr timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
-            --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39c_20b_grid${gr}_$pass.log" 2>&1
-          echo "20b batch 1 grid=$gr pass $pass: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39c_20b_grid${gr}_$pass.log")"
-        done
+        for gr in 660 528 594 396; do decode_row "s39c_20b_grid${gr}_$pass" 20b 1 GPTOSS_MOE_LOOP_GRID=$gr; done
       done
-      for gr in 660 528; do
-        GPTOSS_MOE_LOOP_GRID=$gr timeout 100 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" --batch 1 \
-          --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39c_120b_grid${gr}.log" 2>&1
-        echo "120b batch 1 grid=$gr: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39c_120b_grid${gr}.log")"
-      done
+      for gr in 660 528; do decode_row "s39c_120b_grid${gr}" 120b 1 GPTOSS_MOE_LOOP_GRID=$gr; done
       GPTOSS_MOE_LOOP_GRID=528 GPTOSS_KERNEL_TRACE="$OUT/s39c_ktrace_20b_528.csv" timeout 100 $BIN/gptoss bench \
         --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 \
         > "$OUT/s39c_ktrace_20b_528.log" 2>&1
@@ -2264,11 +2279,7 @@ PY
       if [ $rc = 0 ]; then
         for cfg in "20b 1" "120b 1" "20b 2" "120b 2"; do
           set -- $cfg
-          for v in 0 1; do
-            GPTOSS_ROUTER_FOLD=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch 1 \
-              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39b_$1_fold${v}_$2.log" 2>&1
-            echo "$1 batch 1 fold=$v pass $2: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39b_$1_fold${v}_$2.log")"
-          done
+          for v in 0 1; do decode_row "s39b_$1_fold${v}_$2" $1 1 GPTOSS_ROUTER_FOLD=$v; done
         done
         GPTOSS_ROUTER_FOLD=1 GPTOSS_KERNEL_TRACE="$OUT/s39b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic \
           gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s39b_ktrace_20b.log" 2>&1
@@ -2290,11 +2301,7 @@ PY
       if [ $rc = 0 ]; then
         for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 2 1" "120b 1 2" "20b 1 3"; do
           set -- $cfg
-          for v in 0 1; do
-            GPTOSS_MOE_TILE_STEP=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-$1 --fp8 --prefill "" --batch $2 \
-              --context 1024 --decode-steps 64 --repeats 3 > "$OUT/s39a_$1_b$2_step${v}_$3.log" 2>&1
-            echo "$1 batch $2 step=$v pass $3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s39a_$1_b$2_step${v}_$3.log")"
-          done
+          for v in 0 1; do decode_row "s39a_$1_b$2_step${v}_$3" $1 $2 GPTOSS_MOE_TILE_STEP=$v; done
         done
         GPTOSS_KERNEL_TRACE="$OUT/s39a_ktrace_120b.csv" timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \
           --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s39a_ktrace_120b.log" 2>&1
