@@ -2236,6 +2236,34 @@ PY
         done
       fi
       ;;
+    s40a)
+      # Session 40: the step's edges. GPTOSS_STEP_EDGE_TAIL (the embedding kernel writes layer 0's h and Σ x² parts,
+      # the last layer's down launch the final norm's: no norm kernel in a decode step) and GPTOSS_LMHEAD_ARGMAX (the
+      # lm_head GEMV leaves each greedy row's token in a 64-bit key: no arg-max kernel). Tests (the new kernel tests,
+      # sampling, the FP8 GEMVs, the tail, the model and engine), then decode at 1k interleaved off (both 0) / on
+      # (the defaults): 20b batch 1 three pairs, 120b batch 1 one, 20b batch 2 one; each alone once on 20b; the
+      # gate_up loop grid at 480 (three whole rounds of tiles) once; then a 20b kernel trace at the defaults.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.Embedding*:CudaOps.Sampling*:CudaFp8Gemv.*:CudaOps.MoeResidualTail*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s40a_tests.log" 2>&1
+      rc=$?
+      summary+=("s40a tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED|residual tail" "$OUT/s40a_tests.log" | tail -12
+      if [ $rc = 0 ]; then
+        for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 2 1" "20b 1 3"; do
+          set -- $cfg
+          decode_row "s40a_$1_b$2_off_$3" $1 $2 GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0
+          decode_row "s40a_$1_b$2_on_$3" $1 $2
+        done
+        decode_row s40a_20b_b1_edge_only 20b 1 GPTOSS_LMHEAD_ARGMAX=0
+        decode_row s40a_20b_b1_argmax_only 20b 1 GPTOSS_STEP_EDGE_TAIL=0
+        decode_row s40a_20b_b1_grid480 20b 1 GPTOSS_MOE_LOOP_GRID=480
+        GPTOSS_KERNEL_TRACE="$OUT/s40a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40a_ktrace_20b.log" 2>&1
+        summary+=("s40a ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s40a_ktrace_20b.csv" | head -20
+      fi
+      ;;
     s39d)
       # Session 39, the closing check of the shipped code (after comment-only commits and a static_assert): the
       # decode MoE, router and model / engine tests, then the bars at 1k (20b and 120b batch 1, the defaults).

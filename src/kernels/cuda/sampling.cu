@@ -83,6 +83,21 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     const float* row = a.logits + static_cast<int64_t>(s) * n;
     const float temp = a.temperature[s];
     const bool greedy = is_greedy(a, s);
+    if (a.argmax_keys != nullptr) {  // the GEMV's key (gemv.h GemvArgs::argmax_key), reset for the next step
+        if (threadIdx.x == 0) {
+            const uint64_t key = a.argmax_keys[s];
+            a.argmax_keys[s] = 0;
+            if (greedy) {
+                const uint32_t i = ~static_cast<uint32_t>(key);
+                // All ones: a NaN or infinity in the row; zero: no GEMV wrote the key (a finite logit's
+                // order-preserving bits are at least 2^23): both fail the step as a bad row does.
+                a.out[s] = key == ~uint64_t{0} || key == 0 ? -1
+                           : i < static_cast<uint32_t>(n)  ? static_cast<int>(i)
+                                                           : 0;
+            }
+        }
+        if (greedy) return;
+    }
     if (greedy && a.workspace != nullptr) return;  // argmax_split_kernel's row
 
     uint32_t min_key = 0;  // tokens with key < min_key are excluded
@@ -198,7 +213,7 @@ size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seq
 
 void sample(const SampleArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0) return;
-    if (a.workspace != nullptr) {
+    if (a.workspace != nullptr && a.argmax_keys == nullptr) {
         // Both launched with PDL (r39's trace: 5.8 + 1.4 µs a batch-1 step, each after a full launch gap).
         launch_pdl(argmax_split_kernel, dim3(a.num_seqs, kSplit), dim3(kSplitThreads), 0, stream, a);
         CUDA_CHECK_LAUNCH();
