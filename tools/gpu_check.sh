@@ -2236,6 +2236,36 @@ PY
         done
       fi
       ;;
+    s40c)
+      # Session 40, after s40b: the final norm back as a kernel (its fold cost the lm_head +96 µs), the embedding
+      # kernel lets the first QKV GEMV launch at once (PDL), the lm_head's keys spread over 32 slots a row. Tests,
+      # then decode at 1k interleaved off (both 0) / on: 20b batch 1 three pairs, 120b batch 1 one; each alone once
+      # on 20b; 20b kernel traces off and on, a 120b trace on.
+      timeout 300 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.Embedding*:CudaOps.Sampling*:CudaFp8Gemv.*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s40c_tests.log" 2>&1
+      rc=$?
+      summary+=("s40c tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED|residual tail" "$OUT/s40c_tests.log" | tail -12
+      if [ $rc = 0 ]; then
+        for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 1 3"; do
+          set -- $cfg
+          decode_row "s40c_$1_b$2_off_$3" $1 $2 GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0
+          decode_row "s40c_$1_b$2_on_$3" $1 $2
+        done
+        decode_row s40c_20b_b1_edge_only 20b 1 GPTOSS_LMHEAD_ARGMAX=0
+        decode_row s40c_20b_b1_argmax_only 20b 1 GPTOSS_STEP_EDGE_TAIL=0
+        for v in off on; do
+          envs=(); [ $v = off ] && envs=(GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0)
+          env "${envs[@]}" GPTOSS_KERNEL_TRACE="$OUT/s40c_ktrace_20b_$v.csv" timeout 100 $BIN/gptoss bench --synthetic \
+            gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40c_ktrace_20b_$v.log" 2>&1
+          python3 tools/ktrace_summary.py "$OUT/s40c_ktrace_20b_$v.csv" | head -12
+        done
+        GPTOSS_KERNEL_TRACE="$OUT/s40c_ktrace_120b_on.csv" timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40c_ktrace_120b_on.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s40c_ktrace_120b_on.csv" | head -12
+      fi
+      ;;
     s40b)
       # Session 40, after s40a's one failure (CudaModel.Fp8ResidualTailStaysClose: moe_decode_wg's bound 2e-2, measured
       # 2.64e-2 with the edges): that test with the edges off (the r51 figure 1.07e-2 expected) and on (bound now 4e-2),

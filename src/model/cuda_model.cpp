@@ -431,12 +431,14 @@ struct CudaModel::Impl {
     }
     ArenaView s_temp, s_top_p, s_top_k, s_seed, s_draw;
     DeviceBuffer s_out, s_work;
-    // GemvArgs::argmax_key of the decode lm_head, one a row (≤ kGemvMaxTokens), zero between steps (session 40).
+    // GemvArgs::argmax_key of the decode lm_head, kLmKeySlots a row (≤ kGemvMaxTokens rows), zero between steps
+    // (session 40).
+    static constexpr int kLmKeySlots = 32;
     DeviceBuffer s_keys;
     // Session 40's step edges, each on unless its variable is 0 (A/B runs): GPTOSS_STEP_EDGE_TAIL, the
-    // embedding kernel writes layer 0's h and Σ x² parts and the last layer's down launch the final norm's
-    // (where MoeResidualTail runs: no norm kernel in a decode step); GPTOSS_LMHEAD_ARGMAX, the lm_head
-    // GEMV leaves each greedy row's token in a key (no arg-max kernel).
+    // embedding kernel writes layer 0's h and Σ x² parts (where MoeResidualTail runs: no norm kernel before
+    // the first QKV GEMV); GPTOSS_LMHEAD_ARGMAX, the lm_head GEMV leaves each greedy row's token in keys
+    // (no arg-max kernel).
     bool edge_tail = [] {
         const char* v = std::getenv("GPTOSS_STEP_EDGE_TAIL");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -952,8 +954,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
-    s_keys = DeviceBuffer(kc::kGemvMaxTokens * 8);
-    CUDA_CHECK(cudaMemsetAsync(s_keys.get(), 0, kc::kGemvMaxTokens * 8, stream));
+    s_keys = DeviceBuffer(kc::kGemvMaxTokens * kLmKeySlots * 8);
+    CUDA_CHECK(cudaMemsetAsync(s_keys.get(), 0, kc::kGemvMaxTokens * kLmKeySlots * 8, stream));
     if (opt.defer_kv_cache) return ok_status();
     // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
     const size_t block_bytes = kv_block_bytes(opt.block_size);
@@ -1636,22 +1638,15 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         g.fp8_kernel = gemv_fp8;
         return g;
     };
-    // lm_tail: h = x · gain and the Σ x² parts come from the last layer's down launch (the GEMV applies
-    // 1 / rms); keys: GemvArgs::argmax_key for the sampler.
-    auto lm_head_rows = [&](int r0, int n, bool lm_tail = false, uint64_t* keys = nullptr) {
+    // keys: GemvArgs::argmax_key for the sampler.
+    auto lm_head_rows = [&](int r0, int n, uint64_t* keys = nullptr) {
         // TP: this rank's ceil(V / tp) vocabulary rows, gathered over the group and interleaved.
         float* dst = tp > 1 ? logits_local.as<float>() : logits.as<float>();
         const int rows = tp > 1 ? vocab_chunk : V;
-        if (fp8 && small && R == T && (lm_tail || keys != nullptr)) {
+        if (fp8 && small && R == T && keys != nullptr) {
             kc::GemvArgs g = lm_head_gemv(dst);
-            if (lm_tail) {
-                g.x = h.get();
-                g.x_bf16 = true;
-                g.x_ss_parts = tail_parts.as<float>();
-                g.x_ss_n = H / kc::kMoeTailTile;
-                g.x_eps = static_cast<float>(c.rms_norm_eps);
-            }
             g.argmax_key = keys;
+            g.argmax_key_slots = kLmKeySlots;
             kc::gemv_bf16w(g, stream);
         } else if (fp8 && small && R == T) {
             const bool xb = gemv_x_bf16();  // the same bits either way
@@ -1712,11 +1707,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             g.k = H;
             return kc::gemv_fp8_mma_applies(g, true, c.head_dim);
         }();
-        // The step's edges (session 40): layer 0's h and Σ x² parts from the embedding kernel, and, where
-        // the lm_head GEMV takes them (every row requested, the tensor-core FP8 kernel), the final norm's
-        // from the last layer's down launch. No norm kernel then runs in the step.
+        // The step's first edge (session 40): layer 0's h and Σ x² parts from the embedding kernel (no norm
+        // kernel before the first QKV GEMV, whose weight loads start while the embedding runs). The final norm
+        // stays a kernel: s40b folded it into the last down launch the same way, and the lm_head GEMV's
+        // 12,568 CTAs each summing the 180 parts after pdl_wait cost +96 µs a 20b step.
         const bool edge = tail_path && edge_tail;
-        const bool lm_tail = edge && R == T && tp == 1 && kc::gemv_fp8_mma_applies(lm_head_gemv(nullptr), false, 0);
         // The sampler's greedy rows from the lm_head GEMV's keys (one chunk, the GEMV path, one rank).
         const bool lm_keys = sampled != nullptr && lm_argmax && fp8 && small && R == T && tp == 1 &&
                              kc::gemv_fp8_mma_applies(lm_head_gemv(nullptr), false, 0);
@@ -2010,11 +2005,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
             const bool last = l + 1 == c.num_hidden_layers;
-            tail_in = tail_path && (!last || lm_tail);
+            tail_in = tail_path && !last;
             if (tail_in) {
                 moe_tail.x = xr;
                 moe_tail.weights = expert_w.as<float>();
-                moe_tail.gain = last ? final_norm.as<float>() : layers[l + 1].input_norm.as<float>();
+                moe_tail.gain = layers[l + 1].input_norm.as<float>();
                 moe_tail.h = h.get();
                 moe_tail.ss_parts = tail_parts.as<float>();
                 moe_tail.counters = tail_counters.as<uint32_t>();
@@ -2040,15 +2035,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         rn.num_tokens = T;
         rn.hidden_size = H;
         rn.eps = static_cast<float>(c.rms_norm_eps);
-        if (!lm_tail) {
-            kc::residual_rmsnorm(rn, stream);
-            mark("norm");
-        }
+        kc::residual_rmsnorm(rn, stream);
+        mark("norm");
         if (sampled != nullptr) {
             // One row per sequence; lm_head and sampling stay on the device, only ids come back.
             for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
                 const int n = std::min(kLogitChunk, R - r0);
-                lm_head_rows(r0, n, lm_tail, lm_keys ? s_keys.as<uint64_t>() + r0 : nullptr);
+                lm_head_rows(r0, n, lm_keys ? s_keys.as<uint64_t>() + r0 * kLmKeySlots : nullptr);
                 kc::SampleArgs sa;
                 sa.logits = logits.as<float>();
                 sa.temperature = s_temp.as<float>() + r0;
@@ -2060,7 +2053,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 sa.num_seqs = n;
                 sa.vocab_size = V;
                 sa.workspace = s_work.get();
-                sa.argmax_keys = lm_keys ? s_keys.as<uint64_t>() + r0 : nullptr;
+                sa.argmax_keys = lm_keys ? s_keys.as<uint64_t>() + r0 * kLmKeySlots : nullptr;
+                sa.argmax_key_slots = kLmKeySlots;
                 kc::sample(sa, stream);
                 // Rows the caller samples itself: from this chunk's logits (a batch this large never
                 // runs as a graph; smaller ones are copied after the step).
@@ -2073,7 +2067,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             }
             mark("lm_head_sample");
         } else if (R <= kLogitChunk) {
-            lm_head_rows(0, R, lm_tail);  // one chunk: inside the step (and its graph); copied out below
+            lm_head_rows(0, R);  // one chunk: inside the step (and its graph); copied out below
         }
     };
     // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):

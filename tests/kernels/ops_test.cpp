@@ -1775,8 +1775,10 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     // The split arg-max's workspace (zeroed once; the kernels must leave it zeroed).
     DeviceBuffer work(kc::sample_workspace_bytes(S));
     ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
-    // The GEMV's keys (GemvArgs::argmax_key) of each row, as the lm_head writes them.
-    DeviceBuffer keys(S * 8);
+    // The GEMV's keys (GemvArgs::argmax_key) of each row, as the lm_head writes them: kSlots a row, the
+    // row's keys spread over them (the largest in slot s % kSlots).
+    constexpr int kSlots = 5;
+    DeviceBuffer keys(S * kSlots * 8);
     auto key_of = [](float v, int i) -> uint64_t {
         if (!std::isfinite(v)) return ~uint64_t{0};
         uint32_t u = 0;
@@ -1785,10 +1787,13 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         return (static_cast<uint64_t>(k) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(i));
     };
     auto set_keys = [&](const std::vector<float>& rows_host) {
-        std::vector<uint64_t> kh(S, 0);
+        std::vector<uint64_t> kh(S * kSlots, 0);
         for (int s = 0; s < S; ++s)
-            for (int i = 0; i < V; ++i) kh[s] = std::max(kh[s], key_of(rows_host[static_cast<size_t>(s) * V + i], i));
-        ASSERT_EQ(cudaMemcpy(keys.get(), kh.data(), S * 8, cudaMemcpyHostToDevice), cudaSuccess);
+            for (int i = 0; i < V; ++i) {
+                uint64_t& k = kh[static_cast<size_t>(s) * kSlots + (i * 7 + s) % kSlots];
+                k = std::max(k, key_of(rows_host[static_cast<size_t>(s) * V + i], i));
+            }
+        ASSERT_EQ(cudaMemcpy(keys.get(), kh.data(), kh.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
     };
     // temps: per-row temperatures (empty: `temp` for all); split: greedy rows by argmax_split_kernel;
     // with_keys: greedy rows from `keys` (which the sampler resets).
@@ -1814,6 +1819,7 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         a.vocab_size = V;
         a.workspace = split ? work.get() : nullptr;
         a.argmax_keys = with_keys ? keys.as<uint64_t>() : nullptr;
+        a.argmax_key_slots = kSlots;
         kc::sample(a, nullptr);
         return to_host<int32_t>(out, n);
     };
@@ -1858,14 +1864,14 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         with_keys = true;
         set_keys(logits);
         EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
-        EXPECT_EQ(to_host<uint64_t>(keys, S), std::vector<uint64_t>(S, 0));
+        EXPECT_EQ(to_host<uint64_t>(keys, S * kSlots), std::vector<uint64_t>(S * kSlots, 0));
         std::vector<float> mixed(S);
         for (int s = 0; s < S; ++s) mixed[s] = s % 3 ? 0.7f : 0.0f;
         const auto sampled = run(0.7f, 1.0f, 0, 9, 2);  // keys all zero: every row sampled, none read
         set_keys(logits);
         const auto got = run(0.0f, 1.0f, 0, 9, 2, true, mixed);
         for (int s = 0; s < S; ++s) EXPECT_EQ(got[s], s % 3 ? sampled[s] : greedy[s]) << s;
-        EXPECT_EQ(to_host<uint64_t>(keys, S), std::vector<uint64_t>(S, 0));
+        EXPECT_EQ(to_host<uint64_t>(keys, S * kSlots), std::vector<uint64_t>(S * kSlots, 0));
         auto bad = logits;
         bad[3 * static_cast<size_t>(V) + 777] = std::numeric_limits<float>::quiet_NaN();
         bad[5 * static_cast<size_t>(V) + 12] = -std::numeric_limits<float>::infinity();

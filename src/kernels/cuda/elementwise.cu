@@ -53,6 +53,9 @@ __global__ void __launch_bounds__(kEmbedTailThreads)
                           float* __restrict__ x, const float* __restrict__ gain, __nv_bfloat16* __restrict__ h,
                           float* __restrict__ ss_parts) {
     constexpr int kTile = 16, kGroups = kEmbedTailThreads / kTile;
+    // The first QKV GEMV (launched with PDL) may start now and issue its weight loads while this runs; its
+    // pdl_wait still waits for this grid to complete.
+    pdl_trigger();
     const int l = threadIdx.x & (kTile - 1), r = threadIdx.x / kTile, tiles = hidden / kTile;
     const __nv_bfloat16* row = table + static_cast<int64_t>(__ldg(ids)) * hidden;
     float v[kEmbedTailIters], gn[kEmbedTailIters];

@@ -660,7 +660,10 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                 const uint64_t other = __shfl_xor_sync(0xffffffffu, key, o, 16);
                 key = other > key ? other : key;
             }
-            if (rr == 0 && m < a.num_tokens) atomicMax(reinterpret_cast<unsigned long long*>(a.argmax_key + m), key);
+            if (rr == 0 && m < a.num_tokens)
+                atomicMax(reinterpret_cast<unsigned long long*>(a.argmax_key + m * a.argmax_key_slots +
+                                                                blockIdx.x % a.argmax_key_slots),
+                          key);
         }
     }
 }
@@ -794,7 +797,7 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1),
                  "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels");
-    ENGINE_CHECK(a.argmax_key == nullptr || (fp8 && fp8_mma_ok(a, nullptr)),
+    ENGINE_CHECK(a.argmax_key == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.argmax_key_slots >= 1),
                  "gemv: argmax_key needs the tensor-core FP8 kernels");
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
