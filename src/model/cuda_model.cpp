@@ -431,22 +431,6 @@ struct CudaModel::Impl {
     }
     ArenaView s_temp, s_top_p, s_top_k, s_seed, s_draw;
     DeviceBuffer s_out, s_work;
-    // GemvArgs::argmax_key of the decode lm_head, kLmKeySlots a row (≤ kGemvMaxTokens rows), zero between steps
-    // (session 40).
-    static constexpr int kLmKeySlots = 32;
-    DeviceBuffer s_keys;
-    // Session 40's step edges, each on unless its variable is 0 (A/B runs): GPTOSS_STEP_EDGE_TAIL, the
-    // embedding kernel writes layer 0's h and Σ x² parts (where MoeResidualTail runs: no norm kernel before
-    // the first QKV GEMV); GPTOSS_LMHEAD_ARGMAX, the lm_head GEMV leaves each greedy row's token in keys
-    // (no arg-max kernel).
-    bool edge_tail = [] {
-        const char* v = std::getenv("GPTOSS_STEP_EDGE_TAIL");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    bool lm_argmax = [] {
-        const char* v = std::getenv("GPTOSS_LMHEAD_ARGMAX");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
@@ -954,8 +938,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
-    s_keys = DeviceBuffer(kc::kGemvMaxTokens * kLmKeySlots * 8);
-    CUDA_CHECK(cudaMemsetAsync(s_keys.get(), 0, kc::kGemvMaxTokens * kLmKeySlots * 8, stream));
     if (opt.defer_kv_cache) return ok_status();
     // KV cache: sliding layers need a window's worth of blocks per sequence; full layers get the rest.
     const size_t block_bytes = kv_block_bytes(opt.block_size);
@@ -1622,33 +1604,11 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     auto collective = [&](Status st) {
         if (comm_status.ok() && !st.ok()) comm_status = st;
     };
-    // The decode lm_head's GEMV arguments (fp8, small, every row requested).
-    auto lm_head_gemv = [&](float* dst) {
-        kc::GemvArgs g;
-        const bool xb = gemv_x_bf16();  // the same bits either way
-        g.x = xb ? h.get() : h32.get();
-        g.x_bf16 = xb;
-        g.w = lm_head_f8.q.get();
-        g.w_scale = lm_head_f8.scales.as<float>();
-        g.w_ld = lm_head_f8.k_pad;
-        g.y = dst;
-        g.num_tokens = T;
-        g.n = lm_head_f8.n;
-        g.k = lm_head_f8.k;
-        g.fp8_kernel = gemv_fp8;
-        return g;
-    };
-    // keys: GemvArgs::argmax_key for the sampler.
-    auto lm_head_rows = [&](int r0, int n, uint64_t* keys = nullptr) {
+    auto lm_head_rows = [&](int r0, int n) {
         // TP: this rank's ceil(V / tp) vocabulary rows, gathered over the group and interleaved.
         float* dst = tp > 1 ? logits_local.as<float>() : logits.as<float>();
         const int rows = tp > 1 ? vocab_chunk : V;
-        if (fp8 && small && R == T && keys != nullptr) {
-            kc::GemvArgs g = lm_head_gemv(dst);
-            g.argmax_key = keys;
-            g.argmax_key_slots = kLmKeySlots;
-            kc::gemv_bf16w(g, stream);
-        } else if (fp8 && small && R == T) {
+        if (fp8 && small && R == T) {
             const bool xb = gemv_x_bf16();  // the same bits either way
             linear_f8(xb ? h.get() : h32.get(), xb, lm_head_f8, dst, T, xq8.as<uint8_t>(), xs8.as<float>());
         } else if (fp8) {
@@ -1686,6 +1646,9 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         float* xr = x.as<float>();
         float* xo = x_alt.as<float>();
         timing_point("uploaded");
+        kc::embedding(ids.as<int32_t>(), T, embed.get(), H, xr, stream);
+        mark("embedding");
+        timing_point("embedding");
         // Prompt batches: the RoPE (cos, sin) of every token once, for all layers (rope_table).
         const bool use_rope_table = rope_table && !small && !decode;
         if (use_rope_table)
@@ -1707,22 +1670,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             g.k = H;
             return kc::gemv_fp8_mma_applies(g, true, c.head_dim);
         }();
-        // The step's first edge (session 40): layer 0's h and Σ x² parts from the embedding kernel (no norm
-        // kernel before the first QKV GEMV, whose weight loads start while the embedding runs). The final norm
-        // stays a kernel: s40b folded it into the last down launch the same way, and the lm_head GEMV's
-        // 12,568 CTAs each summing the 180 parts after pdl_wait cost +96 µs a 20b step.
-        const bool edge = tail_path && edge_tail;
-        // The sampler's greedy rows from the lm_head GEMV's keys (one chunk, the GEMV path, one rank).
-        const bool lm_keys = sampled != nullptr && lm_argmax && fp8 && small && R == T && tp == 1 &&
-                             kc::gemv_fp8_mma_applies(lm_head_gemv(nullptr), false, 0);
-        if (edge)
-            kc::embedding_tail(ids.as<int32_t>(), embed.get(), H, xr, layers[0].input_norm.as<float>(), h.get(),
-                               tail_parts.as<float>(), stream);
-        else
-            kc::embedding(ids.as<int32_t>(), T, embed.get(), H, xr, stream);
-        mark("embedding");
-        timing_point("embedding");
-        bool tail_in = edge;  // this layer's h and Σ x² parts come from the previous layer's down launch
+        bool tail_in = false;  // this layer's h and Σ x² parts come from the previous layer's down launch
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             if (l == 1) timing_point("layer0");
             DeviceLayer& D = layers[l];
@@ -2004,8 +1952,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             }
             if (ep > 1) kc::ep_localize(expert_ids.as<int32_t>(), Tm * K, sh.expert_begin, sh.num_experts, stream);
             mark("router");
-            const bool last = l + 1 == c.num_hidden_layers;
-            tail_in = tail_path && !last;
+            tail_in = tail_path && l + 1 < c.num_hidden_layers;
             if (tail_in) {
                 moe_tail.x = xr;
                 moe_tail.weights = expert_w.as<float>();
@@ -2041,7 +1988,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             // One row per sequence; lm_head and sampling stay on the device, only ids come back.
             for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
                 const int n = std::min(kLogitChunk, R - r0);
-                lm_head_rows(r0, n, lm_keys ? s_keys.as<uint64_t>() + r0 * kLmKeySlots : nullptr);
+                lm_head_rows(r0, n);
                 kc::SampleArgs sa;
                 sa.logits = logits.as<float>();
                 sa.temperature = s_temp.as<float>() + r0;
@@ -2053,8 +2000,6 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 sa.num_seqs = n;
                 sa.vocab_size = V;
                 sa.workspace = s_work.get();
-                sa.argmax_keys = lm_keys ? s_keys.as<uint64_t>() + r0 * kLmKeySlots : nullptr;
-                sa.argmax_key_slots = kLmKeySlots;
                 kc::sample(sa, stream);
                 // Rows the caller samples itself: from this chunk's logits (a batch this large never
                 // runs as a graph; smaller ones are copied after the step).

@@ -359,11 +359,8 @@ TEST(CudaModel, Fp8GemvsOnBf16RowsAreTheSameBits) {
 // the logits differ a little: rel L2 ≤ 5e-3 (kTolBf16Out's; r51 measured 2.4e-3), and they must differ
 // (else the tail did not run). For the decode MoE on MXFP4 (moe_decode_mma, the ticket in its down CTAs),
 // on the FP8 experts alone (moe_decode_fp8), and on moe_decode_wg (moe_residual_tail after it), whose
-// e4m3 activations (3 mantissa bits) turn the same perturbation into more: r51 measured 1.07e-2. Session
-// 40 moved the first norm the same way (embedding_tail), which perturbs every layer after it; with the
-// final norm moved too (s40b, since reverted) moe_decode_mma and moe_decode_fp8 measured 3.9e-3 and
-// moe_decode_wg 2.64e-2 (e4m3 roundings flipped by the changed inputs): bound 4e-2 for it, still below that
-// path's own distance from the fp32 CPU (0.064 worst, Fp8WeightsStayCloseToFp32).
+// e4m3 activations (3 mantissa bits) turn the same perturbation into more: r51 measured 1.07e-2, bound
+// 2e-2 (still a fifth of that path's distance from the fp32 CPU, Fp8WeightsStayCloseToFp32).
 TEST(CudaModel, Fp8ResidualTailStaysClose) {
     REQUIRE_GPU();
     const model::GptOssConfig c = real_width_config();
@@ -405,7 +402,7 @@ TEST(CudaModel, Fp8ResidualTailStaysClose) {
         }
         const double rel = std::sqrt(num / den);
         std::printf("  residual tail (%s) vs the norm kernel: rel L2 %.3g over 6 decode steps\n", names[kind], rel);
-        EXPECT_LE(rel, kind == 1 ? 4e-2 : 5e-3) << names[kind];
+        EXPECT_LE(rel, kind == 1 ? 2e-2 : 5e-3) << names[kind];
         EXPECT_GT(rel, 0.0) << names[kind] << ": the same bits (did the tail run?)";
     }
 }

@@ -1,8 +1,5 @@
 // CUDA ops against their CPU references (kernels/cpu) on fresh random inputs, over gpt-oss shapes.
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -40,61 +37,6 @@ TEST(CudaOps, EmbeddingCopiesTheTableRows) {
             for (int i = 0; i < H; ++i)
                 ref[static_cast<size_t>(t) * H + i] = bf16_to_f32(table[static_cast<size_t>(ids[t]) * H + i]);
         EXPECT_EQ(got, ref) << "hidden " << H;
-    }
-}
-
-// embedding_tail (session 40): one token's row as embedding() copies it, h = bf16(x · gain) and each
-// 16-element tile's Σ x² by MoeResidualTail's 16-lane tree, to the bit (that tree written out here as in
-// MoeResidualTailMatchesTheHost): hidden 2,880 (180 tiles: the last group of 64 partly idle), 4,096 (the
-// largest), 64 and 16 (one tile). The rows of x, h and the parts past hidden stay untouched.
-TEST(CudaOps, EmbeddingTailMatchesTheHost) {
-    REQUIRE_GPU();
-    for (int H : {2880, 4096, 64, 16}) {
-        const int V = 50, tiles = H / 16, id = 37;
-        auto tf = randn(static_cast<size_t>(V) * H, 3 + H, 3.0f);
-        tf[static_cast<size_t>(id) * H + 1] = 0.0f;
-        tf[static_cast<size_t>(id) * H + 2] = -0.0f;
-        const auto table = to_bf16(tf);
-        const auto gain = randn(H, 5 + H, 0.3f, 1.0f);
-        auto dt = to_device(table), dg = to_device(gain), di = to_device(std::vector<int32_t>{id});
-        auto dx = poisoned(static_cast<size_t>(H + 16) * 4), dh = poisoned(static_cast<size_t>(H + 16) * 2);
-        auto dp = poisoned(static_cast<size_t>(tiles + 4) * 4);
-        const auto x_before = to_host<uint32_t>(dx, H + 16);
-        const auto h_before = to_host<uint16_t>(dh, H + 16);
-        const auto p_before = to_host<uint32_t>(dp, tiles + 4);
-        kc::embedding_tail(di.as<int32_t>(), dt.get(), H, dx.as<float>(), dg.as<float>(), dh.get(), dp.as<float>(),
-                           nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const auto xg = to_host<float>(dx, H + 16);
-        const auto hg = to_host<uint16_t>(dh, H + 16);
-        const auto pg = to_host<float>(dp, tiles + 4);
-        size_t bad_x = 0, bad_h = 0, bad_p = 0;
-        for (int j = 0; j < tiles; ++j) {
-            float sq[16];
-            for (int l = 0; l < 16; ++l) {
-                const int i = j * 16 + l;
-                const float v = bf16_to_f32(table[static_cast<size_t>(id) * H + i]);
-                bad_x += std::memcmp(&xg[i], &v, 4) != 0;
-                bad_h += hg[i] != f32_to_bf16(v * gain[i]);
-                sq[l] = v * v;
-            }
-            for (int o = 8; o > 0; o >>= 1) {  // the 16-lane butterfly: lane l adds lane l ^ o
-                float nx[16];
-                for (int l = 0; l < 16; ++l) nx[l] = sq[l] + sq[l ^ o];
-                std::copy(nx, nx + 16, sq);
-            }
-            bad_p += pg[j] != sq[0];
-        }
-        EXPECT_EQ(bad_x, 0u) << "hidden " << H << ": x";
-        EXPECT_EQ(bad_h, 0u) << "hidden " << H << ": h = x · gain";
-        EXPECT_EQ(bad_p, 0u) << "hidden " << H << ": Σ x² of the tiles";
-        const auto xr = to_host<uint32_t>(dx, H + 16);
-        const auto pr = to_host<uint32_t>(dp, tiles + 4);
-        for (int i = H; i < H + 16; ++i) {
-            EXPECT_EQ(xr[i], x_before[i]) << "hidden " << H << ": x written past the row";
-            EXPECT_EQ(hg[i], h_before[i]) << "hidden " << H << ": h written past the row";
-        }
-        for (int j = tiles; j < tiles + 4; ++j) EXPECT_EQ(pr[j], p_before[j]) << "hidden " << H << ": parts";
     }
 }
 
@@ -1775,29 +1717,7 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     // The split arg-max's workspace (zeroed once; the kernels must leave it zeroed).
     DeviceBuffer work(kc::sample_workspace_bytes(S));
     ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
-    // The GEMV's keys (GemvArgs::argmax_key) of each row, as the lm_head writes them: kSlots a row, the
-    // row's keys spread over them (the largest in slot s % kSlots).
-    constexpr int kSlots = 5;
-    DeviceBuffer keys(S * kSlots * 8);
-    auto key_of = [](float v, int i) -> uint64_t {
-        if (!std::isfinite(v)) return ~uint64_t{0};
-        uint32_t u = 0;
-        if (v != 0.0f) std::memcpy(&u, &v, 4);
-        const uint32_t k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-        return (static_cast<uint64_t>(k) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(i));
-    };
-    auto set_keys = [&](const std::vector<float>& rows_host) {
-        std::vector<uint64_t> kh(S * kSlots, 0);
-        for (int s = 0; s < S; ++s)
-            for (int i = 0; i < V; ++i) {
-                uint64_t& k = kh[static_cast<size_t>(s) * kSlots + (i * 7 + s) % kSlots];
-                k = std::max(k, key_of(rows_host[static_cast<size_t>(s) * V + i], i));
-            }
-        ASSERT_EQ(cudaMemcpy(keys.get(), kh.data(), kh.size() * 8, cudaMemcpyHostToDevice), cudaSuccess);
-    };
-    // temps: per-row temperatures (empty: `temp` for all); split: greedy rows by argmax_split_kernel;
-    // with_keys: greedy rows from `keys` (which the sampler resets).
-    bool with_keys = false;
+    // temps: per-row temperatures (empty: `temp` for all); split: greedy rows by argmax_split_kernel.
     auto run = [&](float temp, float top_p, int top_k, uint64_t seed, uint64_t draw, bool split = false,
                    std::vector<float> t = {}, const DeviceBuffer* rows = nullptr, int n = 0) {
         if (n == 0) n = S;
@@ -1818,8 +1738,6 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
         a.num_seqs = n;
         a.vocab_size = V;
         a.workspace = split ? work.get() : nullptr;
-        a.argmax_keys = with_keys ? keys.as<uint64_t>() : nullptr;
-        a.argmax_key_slots = kSlots;
         kc::sample(a, nullptr);
         return to_host<int32_t>(out, n);
     };
@@ -1857,29 +1775,6 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
             EXPECT_EQ(a[s], 70000 + s);
             EXPECT_EQ(b[s], 70000 + s);
         }
-    }
-    {  // greedy rows from the GEMV's keys (no arg-max kernel): the same tokens, and every key reset to
-       // zero after, sampled rows included; a mixed batch's sampled rows as without keys; a NaN or
-       // infinity in a row (its key all ones) and a key never written (zero): -1, as for a bad row.
-        with_keys = true;
-        set_keys(logits);
-        EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, true), greedy);
-        EXPECT_EQ(to_host<uint64_t>(keys, S * kSlots), std::vector<uint64_t>(S * kSlots, 0));
-        std::vector<float> mixed(S);
-        for (int s = 0; s < S; ++s) mixed[s] = s % 3 ? 0.7f : 0.0f;
-        const auto sampled = run(0.7f, 1.0f, 0, 9, 2);  // keys all zero: every row sampled, none read
-        set_keys(logits);
-        const auto got = run(0.0f, 1.0f, 0, 9, 2, true, mixed);
-        for (int s = 0; s < S; ++s) EXPECT_EQ(got[s], s % 3 ? sampled[s] : greedy[s]) << s;
-        EXPECT_EQ(to_host<uint64_t>(keys, S * kSlots), std::vector<uint64_t>(S * kSlots, 0));
-        auto bad = logits;
-        bad[3 * static_cast<size_t>(V) + 777] = std::numeric_limits<float>::quiet_NaN();
-        bad[5 * static_cast<size_t>(V) + 12] = -std::numeric_limits<float>::infinity();
-        set_keys(bad);
-        const auto b = run(0.0f, 1.0f, 0, 1, 0, false);
-        for (int s = 0; s < S; ++s) EXPECT_EQ(b[s], s == 3 || s == 5 ? -1 : greedy[s]) << s;
-        EXPECT_EQ(run(0.0f, 1.0f, 0, 1, 0, false), std::vector<int32_t>(S, -1));  // keys zero: never written
-        with_keys = false;
     }
     // top-k 5: every draw is among the 5 largest; top-p 0.5 at temperature 0.5: inside the nucleus.
     for (uint64_t draw = 0; draw < 20; ++draw) {

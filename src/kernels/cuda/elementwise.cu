@@ -44,41 +44,6 @@ __global__ void __launch_bounds__(kEmbedThreads)
     }
 }
 
-// embedding_tail: 1,024 threads, 64 groups of 16; group r takes tiles r, r + 64, r + 128, r + 192
-// (hidden ≤ 4,096), all of a thread's loads issued before any store.
-constexpr int kEmbedTailThreads = 1024;
-constexpr int kEmbedTailIters = 4;
-__global__ void __launch_bounds__(kEmbedTailThreads)
-    embedding_tail_kernel(const int32_t* __restrict__ ids, const __nv_bfloat16* __restrict__ table, int hidden,
-                          float* __restrict__ x, const float* __restrict__ gain, __nv_bfloat16* __restrict__ h,
-                          float* __restrict__ ss_parts) {
-    constexpr int kTile = 16, kGroups = kEmbedTailThreads / kTile;
-    // The first QKV GEMV (launched with PDL) may start now and issue its weight loads while this runs; its
-    // pdl_wait still waits for this grid to complete.
-    pdl_trigger();
-    const int l = threadIdx.x & (kTile - 1), r = threadIdx.x / kTile, tiles = hidden / kTile;
-    const __nv_bfloat16* row = table + static_cast<int64_t>(__ldg(ids)) * hidden;
-    float v[kEmbedTailIters], gn[kEmbedTailIters];
-#pragma unroll
-    for (int it = 0; it < kEmbedTailIters; ++it) {
-        const int j = r + it * kGroups, i = j * kTile + l;
-        v[it] = j < tiles ? __bfloat162float(row[i]) : 0.0f;
-        gn[it] = j < tiles ? __ldg(gain + i) : 0.0f;
-    }
-#pragma unroll
-    for (int it = 0; it < kEmbedTailIters; ++it) {
-        const int j = r + it * kGroups, i = j * kTile + l;
-        float ss = __fmul_rn(v[it], v[it]);  // moe_decode.cu residual_tail_tile's tree
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0xffffffffu, ss, o, kTile));
-        if (j < tiles) {
-            x[i] = v[it];
-            h[i] = __float2bfloat16(__fmul_rn(v[it], gn[it]));
-            if (l == 0) ss_parts[j] = ss;
-        }
-    }
-}
-
 // One block per token. hidden_size ≤ 4 · blockDim · kMaxPerThread values kept in registers.
 // 1024 threads: at decode (one block per token) the block's latency is the cost, so each thread
 // handles only a few elements.
@@ -556,15 +521,6 @@ void embedding(const int32_t* ids, int num_tokens, const void* table, int hidden
                                                                        hidden / 8, reinterpret_cast<float4*>(x));
     else
         embedding_kernel<<<num_tokens, 256, 0, stream>>>(ids, static_cast<const __nv_bfloat16*>(table), hidden, x);
-    CUDA_CHECK_LAUNCH();
-}
-
-void embedding_tail(const int32_t* ids, const void* table, int hidden, float* x, const float* gain, void* h,
-                    float* ss_parts, cudaStream_t stream) {
-    ENGINE_CHECK(hidden % 16 == 0 && hidden <= kEmbedTailThreads / 16 * kEmbedTailIters * 16,
-                 "embedding_tail: hidden %d (a multiple of 16, at most 4,096)", hidden);
-    embedding_tail_kernel<<<1, kEmbedTailThreads, 0, stream>>>(ids, static_cast<const __nv_bfloat16*>(table), hidden, x,
-                                                               gain, static_cast<__nv_bfloat16*>(h), ss_parts);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -449,15 +449,6 @@ constexpr int kMmaSteps = 8;  // 64-byte K steps a warp keeps in flight
 constexpr int kMmaStepsOneWave = 6;
 constexpr int kOneWaveMaxK = kMmaWarps * kMmaStepsOneWave * 64;  // 3,072
 
-// GemvArgs::argmax_key's key of logit v at row: the float's order-preserving bits (-0 as +0) above ~row,
-// so that the larger logit wins and, between equal ones, the lower row; all ones for a NaN or infinity.
-__device__ __forceinline__ uint64_t logit_argmax_key(float v, int row) {
-    if (!isfinite(v)) return ~uint64_t{0};
-    const uint32_t u = v == 0.0f ? 0u : __float_as_uint(v);
-    const uint32_t k = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return (static_cast<uint64_t>(k) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(row));
-}
-
 // Bytes (0, 2) and (1, 3) of an e4m3 word as bf16x2 pairs (the lower byte in the low half), exact.
 __device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& even, uint32_t& odd) {
     constexpr uint32_t k2p120 = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
@@ -642,28 +633,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         }
     } else if (threadIdx.x < 128) {
         const int rr = threadIdx.x & 15, m = threadIdx.x >> 4, row = blockIdx.x * 16 + rr;
-        const bool valid = m < a.num_tokens && row < a.n;
-        float out = 0.0f;
-        if (valid) {
+        if (m < a.num_tokens && row < a.n) {
             float v = 0.0f;
 #pragma unroll
             for (int u = 0; u < kMmaWarps; ++u) v += red[u][rr][m];
             if constexpr (kF16) v = f16_unstage(v, down, m, s_stage);
             v *= inv;
-            out = v + (a.bias ? a.bias[row] : 0.0f);
-            a.y[static_cast<int64_t>(m) * a.n + row] = out;
-        }
-        if (a.argmax_key != nullptr) {  // warps 0-3 whole: the 16 rows of token m in one half-warp
-            uint64_t key = valid ? logit_argmax_key(out, row) : 0;
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) {
-                const uint64_t other = __shfl_xor_sync(0xffffffffu, key, o, 16);
-                key = other > key ? other : key;
-            }
-            if (rr == 0 && m < a.num_tokens)
-                atomicMax(reinterpret_cast<unsigned long long*>(a.argmax_key + m * a.argmax_key_slots +
-                                                                blockIdx.x % a.argmax_key_slots),
-                          key);
+            a.y[static_cast<int64_t>(m) * a.n + row] = v + (a.bias ? a.bias[row] : 0.0f);
         }
     }
 }
@@ -797,8 +773,6 @@ void gemv_bf16w(const GemvArgs& a, cudaStream_t stream) {
                  "gemv: %d tokens, k %d unsupported", a.num_tokens, a.k);
     ENGINE_CHECK(a.x_ss_parts == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.num_tokens == 1),
                  "gemv: x_ss_parts needs one token on the tensor-core FP8 kernels");
-    ENGINE_CHECK(a.argmax_key == nullptr || (fp8 && fp8_mma_ok(a, nullptr) && a.argmax_key_slots >= 1),
-                 "gemv: argmax_key needs the tensor-core FP8 kernels");
     if (a.n == 0) return;
     const int blocks = (a.n + kWarps - 1) / kWarps;
     if (fp8) {  // one round of loads: 6 chunks a lane for k ≤ 3072, 8 for k ≤ 4096 (O), else loops

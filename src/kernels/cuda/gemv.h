@@ -50,14 +50,6 @@ struct GemvArgs {
     const float* x_ss_parts = nullptr;
     int x_ss_n = 0;
     float x_eps = 0.0f;
-    // Optional [num_tokens][argmax_key_slots], zero on entry, FP8 weights on the tensor-core kernels
-    // (session 40; the decode lm_head): each token's greedy choice as 64-bit atomic maxima, CTA b into
-    // slot b % argmax_key_slots (fewer same-address atomics), key = (order-preserving bits of y, -0 as +0)
-    // << 32 | ~row, all ones for a NaN or infinity: the max over the slots is the largest logit, ties to
-    // the lower row (the CPU's rule), and any non-finite logit wins. SampleArgs::argmax_keys reads and
-    // resets them.
-    uint64_t* argmax_key = nullptr;
-    int argmax_key_slots = 1;
 };
 // Whether the tensor-core FP8 kernels run these arguments (qkv: with RoPE, as qkv_gemv_rope): the
 // kernels that take GemvArgs::x_ss_parts.

@@ -11,13 +11,6 @@ namespace gptoss::kernels::cuda {
 // x[t, :] = embed[ids[t], :] (bf16 table -> fp32).
 void embedding(const int32_t* ids, int num_tokens, const void* table_bf16, int hidden_size, float* x,
                cudaStream_t stream);
-// One token (session 40): x = embed[ids[0], :] as embedding() writes it, and the first norm's input as
-// MoeResidualTail (moe.h) leaves it for the next layer: h = bf16(x · gain) and ss_parts[j] = Σ x² over
-// the 16-element tile j (the same 16-lane tree), so that the first QKV GEMV applies 1 / rms itself
-// (GemvArgs::x_ss_parts) and no norm kernel runs. It lets the next kernel launch at once (PDL), so that
-// the first QKV GEMV's weight loads overlap it. hidden_size % 16 == 0, ≤ 4,096.
-void embedding_tail(const int32_t* ids, const void* table_bf16, int hidden_size, float* x, const float* gain, void* h,
-                    float* ss_parts, cudaStream_t stream);
 
 // Residual update fused with the next RMSNorm:
 //   x[t] += Σ_{k<num_add} add_weights[t, k] · add[t, k, :] + add_bias      (skipped when add == nullptr)

@@ -83,28 +83,6 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     const float* row = a.logits + static_cast<int64_t>(s) * n;
     const float temp = a.temperature[s];
     const bool greedy = is_greedy(a, s);
-    if (a.argmax_keys != nullptr) {  // the GEMV's keys (gemv.h GemvArgs::argmax_key), reset for the next step
-        if (threadIdx.x < 32) {
-            const int lane = threadIdx.x;
-            uint64_t* slot = a.argmax_keys + static_cast<int64_t>(s) * a.argmax_key_slots + lane;
-            uint64_t key = lane < a.argmax_key_slots ? *slot : 0;
-            if (lane < a.argmax_key_slots) *slot = 0;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const uint64_t other = __shfl_xor_sync(0xffffffffu, key, o);
-                key = other > key ? other : key;
-            }
-            if (greedy && lane == 0) {
-                const uint32_t i = ~static_cast<uint32_t>(key);
-                // All ones: a NaN or infinity in the row; zero: no GEMV wrote the key (a finite logit's
-                // order-preserving bits are at least 2^23): both fail the step as a bad row does.
-                a.out[s] = key == ~uint64_t{0} || key == 0 ? -1
-                           : i < static_cast<uint32_t>(n)  ? static_cast<int>(i)
-                                                           : 0;
-            }
-        }
-        if (greedy) return;
-    }
     if (greedy && a.workspace != nullptr) return;  // argmax_split_kernel's row
 
     uint32_t min_key = 0;  // tokens with key < min_key are excluded
@@ -220,9 +198,7 @@ size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seq
 
 void sample(const SampleArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0) return;
-    ENGINE_CHECK(a.argmax_keys == nullptr || (a.argmax_key_slots >= 1 && a.argmax_key_slots <= 32),
-                 "sample: %d key slots a row (1 to 32)", a.argmax_key_slots);
-    if (a.workspace != nullptr && a.argmax_keys == nullptr) {
+    if (a.workspace != nullptr) {
         // Both launched with PDL (r39's trace: 5.8 + 1.4 µs a batch-1 step, each after a full launch gap).
         launch_pdl(argmax_split_kernel, dim3(a.num_seqs, kSplit), dim3(kSplitThreads), 0, stream, a);
         CUDA_CHECK_LAUNCH();

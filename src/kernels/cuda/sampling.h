@@ -24,12 +24,6 @@ struct SampleArgs {
     // rows then take a split arg-max over many CTAs (one CTA reading a 201k-entry row took 87 µs
     // on the H200) and the one-CTA kernel only the sampled rows.
     void* workspace = nullptr;
-    // Optional [num_seqs][argmax_key_slots ≤ 32], GemvArgs::argmax_key of the GEMV that wrote the logits
-    // (session 40): greedy rows take their token from the largest of their keys (the logit's
-    // order-preserving bits above ~index, all ones where the row has a NaN or infinity) and no arg-max
-    // kernel runs; every key is reset to zero here, so the next GEMV finds it so.
-    uint64_t* argmax_keys = nullptr;
-    int argmax_key_slots = 1;
 };
 size_t sample_workspace_bytes(int num_seqs);
 void sample(const SampleArgs& args, cudaStream_t stream);
