@@ -2236,6 +2236,31 @@ PY
         done
       fi
       ;;
+    s40d)
+      # Session 40: down with its tile's weights in shared memory (moe_decode_mma_down_smem_kernel; GPTOSS_MOE_DOWN_SMEM
+      # unset: at 1 token, =0 never, =1 at 1-2). Tests (the decode MoE against the CPU and the loop / smem variants'
+      # bits, the residual tail, the model and engine), then decode at 1k interleaved smem 0 / default: 20b batch 1
+      # three pairs, 120b batch 1 two; 20b batch 2 0 / 1 one pair; then a 20b kernel trace at the default.
+      timeout 240 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.*:CudaEngine.*' \
+        > "$OUT/s40d_tests.log" 2>&1
+      rc=$?
+      summary+=("s40d tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s40d_tests.log" | tail -8
+      if [ $rc = 0 ]; then
+        for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "120b 1 2" "20b 1 3"; do
+          set -- $cfg
+          decode_row "s40d_$1_b$2_smem0_$3" $1 $2 GPTOSS_MOE_DOWN_SMEM=0
+          decode_row "s40d_$1_b$2_smemdef_$3" $1 $2
+        done
+        decode_row s40d_20b_b2_smem0 20b 2 GPTOSS_MOE_DOWN_SMEM=0
+        decode_row s40d_20b_b2_smem1 20b 2 GPTOSS_MOE_DOWN_SMEM=1
+        GPTOSS_KERNEL_TRACE="$OUT/s40d_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
+          --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40d_ktrace_20b.log" 2>&1
+        summary+=("s40d ktrace rc=$?")
+        python3 tools/ktrace_summary.py "$OUT/s40d_ktrace_20b.csv" | head -12
+      fi
+      ;;
     s40c)
       # Session 40, after s40b: the final norm back as a kernel (its fold cost the lm_head +96 µs), the embedding
       # kernel lets the first QKV GEMV launch at once (PDL), the lm_head's keys spread over 32 slots a row. Tests,
