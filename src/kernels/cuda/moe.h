@@ -165,10 +165,6 @@ struct MoeMxfp4Args {
     // 0 off, -1 GPTOSS_MOE_DOWN_LOOP's choice (unset: at 2 tokens only; =1 at 1-2; =0 never).
     // decode_loop_grid applies to it too.
     int decode_down_loop = -1;
-    // down with its tile's weights in shared memory (moe_decode_mma_down_smem_kernel, session 40; the same bits):
-    // 1 on at 1-2 tokens, 0 off, -1 GPTOSS_MOE_DOWN_SMEM's choice (unset: at 1 token; =1 at 1-2; =0 never).
-    // Ahead of decode_down_loop where both apply.
-    int decode_down_smem = -1;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

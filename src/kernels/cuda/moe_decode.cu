@@ -391,10 +391,9 @@ __device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
 // scale multiply is chosen once for the warp's steps (kTwo: two loop bodies), and the x fragment is
 // read unconditionally: lanes g >= nrows read row nrows - 1 (their MMA column is never stored) and
 // lanes past G a staged group (their A is zero, so the product is).
-// fetch(i, lo, hi, slo, shi): step i's words and scales of rows g and g + 8 (registers, or shared memory).
-template <int kWarps, bool kTwo, typename Fetch>
-__device__ __forceinline__ void decode_steps_with(float (&acc)[4], Fetch fetch, const uint4* xs, int nrows,
-                                                  const WarpK<kWarps>& wk) {
+template <int kWarps, bool kTwo>
+__device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeights<DecodeShape<kWarps>::kMaxSteps>& w,
+                                             const uint4* xs, int nrows, const WarpK<kWarps>& wk) {
     using Sh = DecodeShape<kWarps>;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -402,16 +401,13 @@ __device__ __forceinline__ void decode_steps_with(float (&acc)[4], Fetch fetch, 
         if (i >= wk.ns) break;
         const int gl = 4 * i + t;
         const uint4* xrow = xs + min(g, nrows - 1) * Sh::kTokenSlots + min(gl, wk.ng - 1) * kGroupSlots;
-        uint4 lo, hi;
-        uint32_t slo, shi;
-        fetch(i, lo, hi, slo, shi);
-        const uint32_t m_lo = scale_first(slo), m_hi = scale_first(shi);
-        const uint32_t m2_lo = scale_second(slo), m2_hi = scale_second(shi);
+        const uint32_t m_lo = scale_first(w.slo[i]), m_hi = scale_first(w.shi[i]);
+        const uint32_t m2_lo = scale_second(w.slo[i]), m2_hi = scale_second(w.shi[i]);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const uint4 xb = xrow[q];
-            const uint32_t wl = q == 0 ? lo.x : q == 1 ? lo.y : q == 2 ? lo.z : lo.w;
-            const uint32_t wh = q == 0 ? hi.x : q == 1 ? hi.y : q == 2 ? hi.z : hi.w;
+            const uint32_t wl = q == 0 ? w.lo[i].x : q == 1 ? w.lo[i].y : q == 2 ? w.lo[i].z : w.lo[i].w;
+            const uint32_t wh = q == 0 ? w.hi[i].x : q == 1 ? w.hi[i].y : q == 2 ? w.hi[i].z : w.hi[i].w;
             uint32_t rl[4], rh[4];
             e2m1x8_raw(wl, rl);
             e2m1x8_raw(wh, rh);
@@ -429,16 +425,6 @@ __device__ __forceinline__ void decode_steps_with(float (&acc)[4], Fetch fetch, 
             mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
         }
     }
-}
-template <int kWarps, bool kTwo>
-__device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeights<DecodeShape<kWarps>::kMaxSteps>& w,
-                                             const uint4* xs, int nrows, const WarpK<kWarps>& wk) {
-    decode_steps_with<kWarps, kTwo>(
-        acc,
-        [&](int i, uint4& lo, uint4& hi, uint32_t& slo, uint32_t& shi) {
-            lo = w.lo[i], hi = w.hi[i], slo = w.slo[i], shi = w.shi[i];
-        },
-        xs, nrows, wk);
 }
 
 // kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
@@ -582,97 +568,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     }
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
-}
-
-// ---- down with its tile's weights in shared memory (session 40) ------------------------------------------
-// moe_decode_mma_kernel<false> holds a tile's 24.5 KB of MXFP4 words in registers (48 a thread; 4 CTAs an
-// SM), so at one token 528 of down's 720 CTAs (4 experts × 180 tiles, 20b and 120b) are resident when
-// gate_up ends and the other 192 request their weights only as the first ones retire: a second round of
-// DRAM latency, staging and q loop after the first. Here a CTA copies its tile (16 rows × G groups of 16
-// bytes, then the 16 × G scale bytes: contiguous runs of both arrays) into shared memory by cp.async before
-// pdl_wait, and the q loop reads each step's words from there (decode_steps_with): ≤ 85 registers and
-// ~34 KB of shared memory, 6 CTAs an SM (792 slots), so every down CTA can be resident, its weights
-// requested, as gate_up's CTAs retire. The same words, decode and order as decode_steps: the same bits.
-constexpr int kDownSmemMinBlocks = 6;
-template <int kWarps>
-__device__ __forceinline__ bool decode_two_smem(const uint8_t* ssm, int G, const WarpK<kWarps>& wk) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    bool big = false;
-    for (int i = 0; i < wk.ns; ++i) {
-        const int grp = wk.gbeg + 4 * i + t;
-        if (grp < G) big = big || ssm[g * G + grp] > 128u || ssm[(g + 8) * G + grp] > 128u;
-    }
-    return __any_sync(0xffffffffu, big);
-}
-// Bytes of dynamic shared memory: the staged act rows, then the tile's words and scales.
-__host__ __device__ constexpr size_t down_smem_bytes(int warps, int token_slots, int max_tokens, int G) {
-    return static_cast<size_t>(warps) * max_tokens * token_slots * 16 + static_cast<size_t>(kRows) * G * 17;
-}
-template <int kWarps>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlocks)
-    moe_decode_mma_down_smem_kernel(const MoeMxfp4Args a) {
-    using Sh = DecodeShape<kWarps>;
-    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots], the tile's words, its scales
-    __shared__ float red[kWarps][kRows][8];
-    __shared__ int s_info[4];
-    __shared__ int s_as[8];
-    __shared__ int s_col[8];
-    __shared__ const void* s_src[8];
-    const int warp = threadIdx.x >> 5;
-    const int H = a.hidden_size, I = a.intermediate_size, G = I / 32;
-    const int max_tokens = min(a.num_tokens, 8);
-    const WarpK<kWarps> wk(G);
-    uint4* xs = xs_all + warp * max_tokens * Sh::kTokenSlots;
-    uint4* wsm = xs_all + kWarps * max_tokens * Sh::kTokenSlots;  // [16 rows][G] words
-    uint8_t* ssm = reinterpret_cast<uint8_t*>(wsm + kRows * G);   // [16 rows][G] scales
-
-    const DecodeTile tile = decode_tile<false>(a, s_info);
-    if (tile.e < 0) return;
-    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
-    // The tile's words and scales (rows e·H + row0 .. + 15 of both arrays), before pdl_wait: the plan was
-    // complete before gate_up passed its own wait.
-    {
-        const int64_t r0 = static_cast<int64_t>(e) * H + row0;
-        const uint4* src_w = reinterpret_cast<const uint4*>(a.down_blocks) + r0 * G;
-        const uint4* src_s = reinterpret_cast<const uint4*>(a.down_scales + r0 * G);
-        const int nw = kRows * G, n = nw + kRows * G / 16;
-        for (int c = threadIdx.x; c < n; c += Sh::kThreads) {
-            if (c < nw)
-                cp_async16(wsm + c, src_w + c);
-            else
-                cp_async16(reinterpret_cast<uint4*>(ssm) + (c - nw), src_s + (c - nw));
-        }
-        cp_async_commit();
-    }
-    if (threadIdx.x < ntok) {
-        const int as = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
-        s_as[threadIdx.x] = as;
-        s_col[threadIdx.x] = threadIdx.x;
-        s_src[threadIdx.x] = a.act + static_cast<int64_t>(as) * I;
-    }
-    pdl_wait();       // act is the gate_up kernel's output
-    pdl_trigger();    // after the wait: at most this kernel and the next in flight
-    __syncthreads();  // s_as, s_col, s_src
-    if (wk.ng > 0) stage_rows<kWarps, true>(xs, ntok, wk, [&](int r) { return s_src[r]; });
-    cp_async_wait<0>();
-    __syncthreads();  // every thread's copies landed
-
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const auto fetch = [&](int i, uint4& lo, uint4& hi, uint32_t& slo, uint32_t& shi) {
-        const int grp = wk.gbeg + 4 * i + t;
-        const bool live = grp < G;
-        const int c = g * G + min(grp, G - 1);
-        lo = live ? wsm[c] : make_uint4(0u, 0u, 0u, 0u);
-        hi = live ? wsm[c + 8 * G] : make_uint4(0u, 0u, 0u, 0u);
-        slo = live ? ssm[c] : 127u;
-        shi = live ? ssm[c + 8 * G] : 127u;
-    };
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (decode_two_smem(ssm, G, wk))
-        decode_steps_with<kWarps, true>(acc, fetch, xs, ntok, wk);
-    else
-        decode_steps_with<kWarps, false>(acc, fetch, xs, ntok, wk);
-    decode_epilogue<false, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
 // ---- gate_up at 1-2 tokens as a loop over tiles (session 37; the default, GPTOSS_MOE_LOOP=0 off) -------
@@ -938,23 +833,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                             : grid_env > 0         ? grid_env
                                                    : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
             launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, a);
-            return;
-        }
-    }
-    // moe_decode_mma_down_smem_kernel (MoeMxfp4Args::decode_down_smem): GPTOSS_MOE_DOWN_SMEM=1 at 1-2 tokens, =0
-    // never; unset, at 1 token.
-    static const int down_smem_env = [] {
-        const char* v = std::getenv("GPTOSS_MOE_DOWN_SMEM");
-        return v == nullptr ? -1 : std::strcmp(v, "1") == 0 ? 1 : 0;
-    }();
-    if constexpr (!kGateUp && kWarps == 4) {
-        const int want = a.decode_down_smem >= 0 ? a.decode_down_smem : down_smem_env;
-        const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-        if (a.num_tokens <= 2 && diag == 0 && (want == 1 || (want < 0 && a.num_tokens == 1)) &&
-            aligned16(a.down_blocks) && aligned16(a.down_scales)) {
-            const size_t ssmem = down_smem_bytes(kWarps, Sh::kTokenSlots, max_tokens, a.intermediate_size / 32);
-            fit_dynamic_smem(moe_decode_mma_down_smem_kernel<4>, ssmem);
-            launch_pdl(moe_decode_mma_down_smem_kernel<4>, static_cast<int>(grid), Sh::kThreads, ssmem, stream, a);
             return;
         }
     }
