@@ -2236,6 +2236,20 @@ PY
         done
       fi
       ;;
+    s40e)
+      # Session 40: the gate_up loop kernel's first-tile requests staggered over W ns (GPTOSS_MOE_STAGGER_NS=W; CTA b
+      # sleeps b / grid of W): s40d's slowdown said gate_up waits on DRAM's queue, and with every CTA's first tile
+      # requested at once, fair interleaving completes all of them late. The loop test's bits with W = 2000, then
+      # 20b batch 1 at W 0 / 1000 / 2000 / 4000 two passes, 120b batch 1 at 0 / 2000.
+      GPTOSS_MOE_STAGGER_NS=2000 timeout 60 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoopIsTheSameBits' \
+        > "$OUT/s40e_tests.log" 2>&1
+      summary+=("s40e loop bits test with stagger rc=$?")
+      grep -E "FAILED|PASSED" "$OUT/s40e_tests.log" | tail -3
+      for pass in 1 2; do
+        for w in 0 1000 2000 4000; do decode_row "s40e_20b_b1_w${w}_$pass" 20b 1 GPTOSS_MOE_STAGGER_NS=$w; done
+      done
+      for w in 0 2000; do decode_row "s40e_120b_b1_w${w}" 120b 1 GPTOSS_MOE_STAGGER_NS=$w; done
+      ;;
     s40d)
       # Session 40: down with its tile's weights in shared memory (moe_decode_mma_down_smem_kernel; GPTOSS_MOE_DOWN_SMEM
       # unset: at 1 token, =0 never, =1 at 1-2). Tests (the decode MoE against the CPU and the loop / smem variants'

@@ -670,6 +670,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             s_col[p][threadIdx.x] = as / a.experts_per_token;  // the assignment's token
         }
     };
+    // MoeMxfp4Args::decode_stagger_ns (session 40, A/B): CTA b requests its first tile b / grid of the window
+    // later, so that DRAM serves the first tiles in an order instead of all of them interleaved.
+    if (a.decode_stagger_ns > 0)
+        __nanosleep(static_cast<unsigned>(static_cast<uint64_t>(blockIdx.x) * a.decode_stagger_ns / gridDim.x));
     put_as(issue(slot, trow), 0);  // waits for the assignment's round trip here only (the weights' is longer)
     pdl_trigger();
     for (int it = 0;; ++it) {
@@ -832,7 +836,14 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid
                             : grid_env > 0         ? grid_env
                                                    : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
-            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, a);
+            // GPTOSS_MOE_STAGGER_NS=W: the first tiles' requests spread over W ns (A/B runs, session 40).
+            static const int stagger_env = [] {
+                const char* v = std::getenv("GPTOSS_MOE_STAGGER_NS");
+                return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 100000);
+            }();
+            MoeMxfp4Args b = a;
+            if (b.decode_stagger_ns == 0) b.decode_stagger_ns = stagger_env;
+            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, b);
             return;
         }
     }
