@@ -2236,6 +2236,16 @@ PY
         done
       fi
       ;;
+    s40f)
+      # Session 40, the closing check of the shipped code (the gate_up loop kernel's first tiles staggered over 2,000 ns
+      # at one token, the default now): the decode MoE's tests against the CPU and the loop's bits, the FP8 model tests,
+      # the engine tests; then 20b batch 1 at 1k.
+      timeout 90 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaModel.Fp8*:CudaEngine.*' \
+        > "$OUT/s40f_tests.log" 2>&1
+      summary+=("s40f tests rc=$?")
+      grep -E "FAILED|PASSED" "$OUT/s40f_tests.log" | tail -4
+      decode_row s40f_20b_b1 20b 1
+      ;;
     s40e)
       # Session 40: the gate_up loop kernel's first-tile requests staggered over W ns (GPTOSS_MOE_STAGGER_NS=W; CTA b
       # sleeps b / grid of W): s40d's slowdown said gate_up waits on DRAM's queue, and with every CTA's first tile

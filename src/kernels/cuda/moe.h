@@ -165,9 +165,11 @@ struct MoeMxfp4Args {
     // 0 off, -1 GPTOSS_MOE_DOWN_LOOP's choice (unset: at 2 tokens only; =1 at 1-2; =0 never).
     // decode_loop_grid applies to it too.
     int decode_down_loop = -1;
-    // The gate_up loop kernel's first-tile requests spread over this many ns (CTA b sleeps b / grid of it):
-    // 0 (default) GPTOSS_MOE_STAGGER_NS's value (unset: none). Timing only, the same bits (session 40, A/B).
-    int decode_stagger_ns = 0;
+    // The gate_up loop kernel's first-tile requests spread over this many ns (CTA b sleeps b / grid of it
+    // before its first weight loads, so that DRAM serves the first tiles in an order rather than all of them
+    // interleaved and late): -1 GPTOSS_MOE_STAGGER_NS's value (unset: 2,000 at one token, 0 at two), 0 none.
+    // Timing only, the same bits (session 40; r55 measured 20b batch 1 −9 to −23 µs a step, 120b −8).
+    int decode_stagger_ns = -1;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

@@ -571,6 +571,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
 }
 
 // ---- gate_up at 1-2 tokens as a loop over tiles (session 37; the default, GPTOSS_MOE_LOOP=0 off) -------
+constexpr int kDefaultStaggerNs = 2000;  // MoeMxfp4Args::decode_stagger_ns's default at one token (session 40)
 // moe_decode_mma_kernel<true, 4, true> runs 1,440 CTAs at batch 1 (20b) in 2.2 waves of the 660 that are
 // resident (5 an SM); every later-wave CTA pays its own start (find_slot's round trip, x staged again)
 // before its weight loads go out, and r34's diagnostics put the pair's fixed part at 12 µs of 33.4. Here
@@ -672,7 +673,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     };
     // MoeMxfp4Args::decode_stagger_ns (session 40, A/B): CTA b requests its first tile b / grid of the window
     // later, so that DRAM serves the first tiles in an order instead of all of them interleaved.
-    if (a.decode_stagger_ns > 0)
+    if (a.decode_stagger_ns > 0)  // the host resolves -1 (the default) before the launch
         __nanosleep(static_cast<unsigned>(static_cast<uint64_t>(blockIdx.x) * a.decode_stagger_ns / gridDim.x));
     put_as(issue(slot, trow), 0);  // waits for the assignment's round trip here only (the weights' is longer)
     pdl_trigger();
@@ -836,13 +837,16 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid
                             : grid_env > 0         ? grid_env
                                                    : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
-            // GPTOSS_MOE_STAGGER_NS=W: the first tiles' requests spread over W ns (A/B runs, session 40).
+            // The first tiles' requests spread over W ns (MoeMxfp4Args::decode_stagger_ns; GPTOSS_MOE_STAGGER_NS=W,
+            // unset: 2,000 at one token, none at two). r55 (s40e, 20b batch 1, two interleaved passes): W 0 1.394 /
+            // 1.408 ms a step, 1000 1.390 / 1.395, 2000 1.385 / 1.385, 4000 1.404 / 1.393; 120b 0 2.058, 2000 2.050.
             static const int stagger_env = [] {
                 const char* v = std::getenv("GPTOSS_MOE_STAGGER_NS");
-                return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 100000);
+                return v == nullptr ? -1 : std::clamp(std::atoi(v), 0, 100000);
             }();
             MoeMxfp4Args b = a;
-            if (b.decode_stagger_ns == 0) b.decode_stagger_ns = stagger_env;
+            if (b.decode_stagger_ns < 0)
+                b.decode_stagger_ns = stagger_env >= 0 ? stagger_env : a.num_tokens == 1 ? kDefaultStaggerNs : 0;
             launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, b);
             return;
         }
