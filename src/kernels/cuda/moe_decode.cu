@@ -42,6 +42,10 @@
 //   slower (20b batch 1 +20-30 µs a step, 120b +84; bench/results/2026-12-04_h200_r53/
 //   s38d-loop-stage.patch), and ncu put the loop kernel at 43% of its issue slots with 1.26 eligible
 //   warps a scheduler, 34% of DRAM peak: its q loop is 17.5 instructions an HMMA (bench/NOTES.md r53).
+//   r55: down's tile in shared memory (all 720 one-token CTAs resident, their weights requested early) made gate_up
+//   +3.5 µs a layer and down +2.2 (bench/results/2026-12-04_h200_r55/s40d-down-smem.patch): gate_up is bound by
+//   DRAM's queue, and any other traffic during it comes out of its time; its first tiles' requests are staggered
+//   (MoeMxfp4Args::decode_stagger_ns: 20b batch 1 -9 to -23 µs a step).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
