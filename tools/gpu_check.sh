@@ -2236,6 +2236,23 @@ PY
         done
       fi
       ;;
+    s41a)
+      # For session 41 (written in session 40 after the device time ran out; compiled only): the gate_up loop kernel's
+      # next tile through a shared-memory stage (GPTOSS_MOE_LOOP_STAGE=1: r53's form, the first fill at the start;
+      # =2: the first fill once the first tile's words have arrived). The loop test's bits (stage variants 7-12) and
+      # the decode MoE tests, then 20b batch 1 at 1k stage 0 / 1 / 2 two passes, 120b 0 / 2.
+      timeout 120 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' \
+        > "$OUT/s41a_tests.log" 2>&1
+      rc=$?
+      summary+=("s41a tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s41a_tests.log" | tail -6
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 1 2; do decode_row "s41a_20b_b1_stage${v}_$pass" 20b 1 GPTOSS_MOE_LOOP_STAGE=$v; done
+        done
+        for v in 0 2; do decode_row "s41a_120b_b1_stage${v}" 120b 1 GPTOSS_MOE_LOOP_STAGE=$v; done
+      fi
+      ;;
     s40f)
       # Session 40, the closing check of the shipped code (the gate_up loop kernel's first tiles staggered over 2,000 ns
       # at one token, the default now): the decode MoE's tests against the CPU and the loop's bits, the FP8 model tests,
