@@ -2253,6 +2253,26 @@ PY
         for v in 0 2; do decode_row "s41a_120b_b1_stage${v}" 120b 1 GPTOSS_MOE_LOOP_STAGE=$v; done
       fi
       ;;
+    s41b)
+      # For session 41 (compiled only in session 40): down's weight loads after its pdl_wait (GPTOSS_MOE_DOWN_WAIT_FIRST=1)
+      # against before (the default); r55 found every kernel's early prefetch slowing the kernel it overlaps. The
+      # MoE tests with it, then 20b batch 1 at 1k 0 / 1 three passes, 120b 0 / 1, and a 20b trace with it.
+      GPTOSS_MOE_DOWN_WAIT_FIRST=1 timeout 120 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' > "$OUT/s41b_tests.log" 2>&1
+      rc=$?
+      summary+=("s41b tests (wait first) rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s41b_tests.log" | tail -4
+      if [ $rc = 0 ]; then
+        for pass in 1 2 3; do
+          for v in 0 1; do decode_row "s41b_20b_b1_wf${v}_$pass" 20b 1 GPTOSS_MOE_DOWN_WAIT_FIRST=$v; done
+        done
+        for v in 0 1; do decode_row "s41b_120b_b1_wf${v}" 120b 1 GPTOSS_MOE_DOWN_WAIT_FIRST=$v; done
+        GPTOSS_MOE_DOWN_WAIT_FIRST=1 GPTOSS_KERNEL_TRACE="$OUT/s41b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
+          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 \
+          > "$OUT/s41b_ktrace_20b.log" 2>&1
+        python3 tools/ktrace_summary.py "$OUT/s41b_ktrace_20b.csv" | head -12
+      fi
+      ;;
     s40f)
       # Session 40, the closing check of the shipped code (the gate_up loop kernel's first tiles staggered over 2,000 ns
       # at one token, the default now): the decode MoE's tests against the CPU and the loop's bits, the FP8 model tests,

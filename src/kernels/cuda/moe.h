@@ -174,6 +174,10 @@ struct MoeMxfp4Args {
     // compiled only, r53's form): 1 the stage's first fill at the start (r53), 2 once the first tile's words have
     // arrived, 0 off, -1 GPTOSS_MOE_LOOP_STAGE's value (unset: off). The same bits.
     int decode_loop_stage = -1;
+    // moe_decode_mma's one-tile down kernel issues its weight loads after pdl_wait instead of before (session 40,
+    // compiled only; GPTOSS_MOE_DOWN_WAIT_FIRST=1 sets it): whether their early requests, queued in DRAM beside
+    // gate_up's last tiles, cost gate_up more than they save down. The same bits.
+    bool down_wait_first = false;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

@@ -554,6 +554,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             w.slo[i] = w.shi[i] = 127u;
         }
     } else {
+        // MoeMxfp4Args::down_wait_first (session 40, A/B): down's weight loads after pdl_wait, so that they do not
+        // queue in DRAM beside gate_up's last tiles (a second griddepcontrol.wait below returns at once).
+        if constexpr (!kGateUp)
+            if (a.down_wait_first) pdl_wait();
         decode_load(w, blocks, scales, r_lo, G, wk);
     }
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
@@ -980,6 +984,13 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             return;
         }
     }
+    // GPTOSS_MOE_DOWN_WAIT_FIRST=1: down's weight loads after its pdl_wait (MoeMxfp4Args::down_wait_first; A/B).
+    static const bool wait_first_env = [] {
+        const char* v = std::getenv("GPTOSS_MOE_DOWN_WAIT_FIRST");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    MoeMxfp4Args b = a;
+    b.down_wait_first = a.down_wait_first || wait_first_env;
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     if (diag == 1)
@@ -992,7 +1003,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 3>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
     fit_dynamic_smem(kernel, smem);
-    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
+    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, b);
 }
 
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
