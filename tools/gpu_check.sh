@@ -68,6 +68,28 @@ decode_row() {
     --decode-steps 64 --repeats 3 > "$OUT/$name.log" 2>&1
   echo "$name: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/$name.log")"
 }
+# ktrace_row <name> <20b|120b> [VAR=val ...]: a kernel trace of 6 decode steps at batch 1, 1k context, and its summary.
+ktrace_row() {
+  local name=$1 model=$2
+  shift 2
+  env "$@" GPTOSS_KERNEL_TRACE="$OUT/$name.csv" timeout 150 $BIN/gptoss bench --synthetic gpt-oss-$model --fp8 \
+    --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/$name.log" 2>&1
+  summary+=("$name rc=$?")
+  python3 tools/ktrace_summary.py "$OUT/$name.csv" | head -20
+}
+# Session 40's step-edge rows (s40a, s40b): off / on interleaved, each alone, the loop grid at 480, a 20b trace.
+s40_edge_rows() {
+  local p=$1
+  for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 2 1" "20b 1 3"; do
+    set -- $cfg
+    decode_row "${p}_$1_b$2_off_$3" $1 $2 GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0
+    decode_row "${p}_$1_b$2_on_$3" $1 $2
+  done
+  decode_row ${p}_20b_b1_edge_only 20b 1 GPTOSS_LMHEAD_ARGMAX=0
+  decode_row ${p}_20b_b1_argmax_only 20b 1 GPTOSS_STEP_EDGE_TAIL=0
+  decode_row ${p}_20b_b1_grid480 20b 1 GPTOSS_MOE_LOOP_GRID=480
+  ktrace_row ${p}_ktrace_20b 20b
+}
 
 for stage in "$@"; do
   t0=$(date +%s)
@@ -2237,6 +2259,7 @@ PY
       fi
       ;;
     s41a)
+      # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied (git apply; then build_for_gpu.sh).
       # For session 41 (written in session 40 after the device time ran out; compiled only): the gate_up loop kernel's
       # next tile through a shared-memory stage (GPTOSS_MOE_LOOP_STAGE=1: r53's form, the first fill at the start;
       # =2: the first fill once the first tile's words have arrived). The loop test's bits (stage variants 7-12) and
@@ -2254,6 +2277,7 @@ PY
       fi
       ;;
     s41b)
+      # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied (git apply; then build_for_gpu.sh).
       # For session 41 (compiled only in session 40): down's weight loads after its pdl_wait (GPTOSS_MOE_DOWN_WAIT_FIRST=1)
       # against before (the default); r55 found every kernel's early prefetch slowing the kernel it overlaps. The
       # MoE tests with it, then 20b batch 1 at 1k 0 / 1 three passes, 120b 0 / 1, and a 20b trace with it.
@@ -2267,10 +2291,7 @@ PY
           for v in 0 1; do decode_row "s41b_20b_b1_wf${v}_$pass" 20b 1 GPTOSS_MOE_DOWN_WAIT_FIRST=$v; done
         done
         for v in 0 1; do decode_row "s41b_120b_b1_wf${v}" 120b 1 GPTOSS_MOE_DOWN_WAIT_FIRST=$v; done
-        GPTOSS_MOE_DOWN_WAIT_FIRST=1 GPTOSS_KERNEL_TRACE="$OUT/s41b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench \
-          --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 \
-          > "$OUT/s41b_ktrace_20b.log" 2>&1
-        python3 tools/ktrace_summary.py "$OUT/s41b_ktrace_20b.csv" | head -12
+        ktrace_row s41b_ktrace_20b 20b GPTOSS_MOE_DOWN_WAIT_FIRST=1
       fi
       ;;
     s40f)
@@ -2316,10 +2337,7 @@ PY
         done
         decode_row s40d_20b_b2_smem0 20b 2 GPTOSS_MOE_DOWN_SMEM=0
         decode_row s40d_20b_b2_smem1 20b 2 GPTOSS_MOE_DOWN_SMEM=1
-        GPTOSS_KERNEL_TRACE="$OUT/s40d_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-          --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40d_ktrace_20b.log" 2>&1
-        summary+=("s40d ktrace rc=$?")
-        python3 tools/ktrace_summary.py "$OUT/s40d_ktrace_20b.csv" | head -12
+        ktrace_row s40d_ktrace_20b 20b
       fi
       ;;
     s40c)
@@ -2341,15 +2359,9 @@ PY
         done
         decode_row s40c_20b_b1_edge_only 20b 1 GPTOSS_LMHEAD_ARGMAX=0
         decode_row s40c_20b_b1_argmax_only 20b 1 GPTOSS_STEP_EDGE_TAIL=0
-        for v in off on; do
-          envs=(); [ $v = off ] && envs=(GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0)
-          env "${envs[@]}" GPTOSS_KERNEL_TRACE="$OUT/s40c_ktrace_20b_$v.csv" timeout 100 $BIN/gptoss bench --synthetic \
-            gpt-oss-20b --fp8 --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40c_ktrace_20b_$v.log" 2>&1
-          python3 tools/ktrace_summary.py "$OUT/s40c_ktrace_20b_$v.csv" | head -12
-        done
-        GPTOSS_KERNEL_TRACE="$OUT/s40c_ktrace_120b_on.csv" timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 \
-          --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40c_ktrace_120b_on.log" 2>&1
-        python3 tools/ktrace_summary.py "$OUT/s40c_ktrace_120b_on.csv" | head -12
+        ktrace_row s40c_ktrace_20b_off 20b GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0
+        ktrace_row s40c_ktrace_20b_on 20b
+        ktrace_row s40c_ktrace_120b_on 120b
       fi
       ;;
     s40b)
@@ -2362,18 +2374,7 @@ PY
         summary+=("s40b tail test edge=$v rc=$?")
         grep -E "residual tail|FAILED|PASSED" "$OUT/s40b_tail_test_edge$v.log" | head -5
       done
-      for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 2 1" "20b 1 3"; do
-        set -- $cfg
-        decode_row "s40b_$1_b$2_off_$3" $1 $2 GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0
-        decode_row "s40b_$1_b$2_on_$3" $1 $2
-      done
-      decode_row s40b_20b_b1_edge_only 20b 1 GPTOSS_LMHEAD_ARGMAX=0
-      decode_row s40b_20b_b1_argmax_only 20b 1 GPTOSS_STEP_EDGE_TAIL=0
-      decode_row s40b_20b_b1_grid480 20b 1 GPTOSS_MOE_LOOP_GRID=480
-      GPTOSS_KERNEL_TRACE="$OUT/s40b_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-        --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40b_ktrace_20b.log" 2>&1
-      summary+=("s40b ktrace rc=$?")
-      python3 tools/ktrace_summary.py "$OUT/s40b_ktrace_20b.csv" | head -20
+      s40_edge_rows s40b
       ;;
     s40a)
       # Session 40: the step's edges. GPTOSS_STEP_EDGE_TAIL (the embedding kernel writes layer 0's h and Σ x² parts,
@@ -2388,20 +2389,7 @@ PY
       rc=$?
       summary+=("s40a tests rc=$rc")
       grep -E "FAILED|Failure|PASSED|residual tail" "$OUT/s40a_tests.log" | tail -12
-      if [ $rc = 0 ]; then
-        for cfg in "20b 1 1" "120b 1 1" "20b 1 2" "20b 2 1" "20b 1 3"; do
-          set -- $cfg
-          decode_row "s40a_$1_b$2_off_$3" $1 $2 GPTOSS_STEP_EDGE_TAIL=0 GPTOSS_LMHEAD_ARGMAX=0
-          decode_row "s40a_$1_b$2_on_$3" $1 $2
-        done
-        decode_row s40a_20b_b1_edge_only 20b 1 GPTOSS_LMHEAD_ARGMAX=0
-        decode_row s40a_20b_b1_argmax_only 20b 1 GPTOSS_STEP_EDGE_TAIL=0
-        decode_row s40a_20b_b1_grid480 20b 1 GPTOSS_MOE_LOOP_GRID=480
-        GPTOSS_KERNEL_TRACE="$OUT/s40a_ktrace_20b.csv" timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 \
-          --prefill "" --batch 1 --context 1024 --decode-steps 6 --repeats 1 > "$OUT/s40a_ktrace_20b.log" 2>&1
-        summary+=("s40a ktrace rc=$?")
-        python3 tools/ktrace_summary.py "$OUT/s40a_ktrace_20b.csv" | head -20
-      fi
+      [ $rc = 0 ] && s40_edge_rows s40a
       ;;
     s39d)
       # Session 39, the closing check of the shipped code (after comment-only commits and a static_assert): the

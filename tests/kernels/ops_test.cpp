@@ -1206,10 +1206,8 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
 // over tiles must give the one-tile kernel's act to the bit (the same sums in the same order), with the
 // resident grid and with 7 and 1 CTAs (hundreds of tiles a CTA: the copies of red and s_as rotate), at
 // 32 and 128 experts, with experts shared by both tokens at 2; and down after it the same y. Down as a loop
-// too (moe_decode_mma_down_loop_kernel, decode_down_loop) in variants 4-6, gate_up's next tile through a
-// shared-memory stage (decode_loop_stage 1 and 2, session 40: at 7 and 1 CTAs the stage is refilled hundreds of
-// times, its mbarrier's parity alternating) in 7-12, and at one token with MoeResidualTail: the same residual, h
-// and Σ x² parts, the counters back at zero.
+// too (moe_decode_mma_down_loop_kernel, decode_down_loop) in variants 4-6, and at one token with
+// MoeResidualTail: the same residual, h and Σ x² parts, the counters back at zero.
 TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4;
@@ -1225,9 +1223,8 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping;
-            // gate_up looping with its next tile through the stage (decode_loop_stage 1 and 2), the same three each.
-            constexpr int kVariants = 13;
+            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping.
+            constexpr int kVariants = 7;
             const int tiles = H / kc::kMoeTailTile;
             const auto x0 = randn(H, 307 + E, 4.0f);
             const auto gain = randn(H, 309 + E, 0.3f, 1.0f);
@@ -1245,9 +1242,8 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                     mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), nullptr, offsets, sorted, act, y, T, K);
                 a.kernel = 1;
                 a.decode_loop = v == 0 ? 0 : 1;
-                a.decode_down_loop = v >= 4 && v < 7 ? 1 : 0;
-                a.decode_loop_stage = v >= 10 ? 2 : v >= 7 ? 1 : 0;
-                const int shape = v >= 10 ? v - 9 : v >= 7 ? v - 6 : v >= 4 ? v - 3 : v;
+                a.decode_down_loop = v >= 4 ? 1 : 0;
+                const int shape = v >= 4 ? v - 3 : v;
                 a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : 0;
                 auto dx = to_device(x0);
                 auto hb = poisoned(static_cast<size_t>(H) * 2);

@@ -170,14 +170,6 @@ struct MoeMxfp4Args {
     // interleaved and late): -1 GPTOSS_MOE_STAGGER_NS's value (unset: 2,000 at one token, 0 at two), 0 none.
     // Timing only, the same bits (session 40; r55 measured 20b batch 1 −9 to −23 µs a step, 120b −8).
     int decode_stagger_ns = -1;
-    // The gate_up loop kernel's next tile through a shared-memory stage by bulk copy (kStage; session 40,
-    // compiled only, r53's form): 1 the stage's first fill at the start (r53), 2 once the first tile's words have
-    // arrived, 0 off, -1 GPTOSS_MOE_LOOP_STAGE's value (unset: off). The same bits.
-    int decode_loop_stage = -1;
-    // moe_decode_mma's one-tile down kernel issues its weight loads after pdl_wait instead of before (session 40,
-    // compiled only; GPTOSS_MOE_DOWN_WAIT_FIRST=1 sets it): whether their early requests, queued in DRAM beside
-    // gate_up's last tiles, cost gate_up more than they save down. The same bits.
-    bool down_wait_first = false;
 };
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

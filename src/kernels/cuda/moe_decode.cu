@@ -56,7 +56,6 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/moe_common.cuh"
@@ -382,43 +381,6 @@ __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const u
         }
     }
 }
-// decode_load's words from a tile staged in shared memory in the global layout ([16 rows][G groups][16 bytes],
-// then [16 rows][G] scale bytes; rows g and g + 8 of the tile): the loop kernel's kStage (r53's form).
-template <int kMaxSteps, int kWarps>
-__device__ __forceinline__ void decode_load_staged(DecodeWeights<kMaxSteps>& w, uint32_t stage, int G,
-                                                   const WarpK<kWarps>& wk) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const uint32_t b_lo = stage + (g * G + 4 * wk.s0 + t) * 16, s_lo = stage + kRows * G * 16 + g * G + 4 * wk.s0 + t;
-    const uint32_t row8 = 8 * G;
-#pragma unroll
-    for (int i = 0; i < kMaxSteps; ++i) {
-        const int grp = 4 * (wk.s0 + i) + t;
-        if (i < wk.ns && grp < G) {
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(w.lo[i].x), "=r"(w.lo[i].y), "=r"(w.lo[i].z), "=r"(w.lo[i].w)
-                         : "r"(b_lo + 64 * i)
-                         : "memory");
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=r"(w.hi[i].x), "=r"(w.hi[i].y), "=r"(w.hi[i].z), "=r"(w.hi[i].w)
-                         : "r"(b_lo + 16 * row8 + 64 * i)
-                         : "memory");
-            asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(w.slo[i]) : "r"(s_lo + 4 * i) : "memory");
-            asm volatile("ld.shared.u8 %0, [%1];\n" : "=r"(w.shi[i]) : "r"(s_lo + row8 + 4 * i) : "memory");
-        } else {
-            w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
-            w.slo[i] = w.shi[i] = 127u;
-        }
-    }
-}
-// One bulk copy (TMA, no tensor map) of `bytes` (a multiple of 16, both addresses 16-byte aligned) into shared
-// memory, completing its bytes on `bar`.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
 // Whether any of the warp's scales needs the second multiply (s > 128).
 template <int kMaxSteps>
 __device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
@@ -554,10 +516,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             w.slo[i] = w.shi[i] = 127u;
         }
     } else {
-        // MoeMxfp4Args::down_wait_first (session 40, A/B): down's weight loads after pdl_wait, so that they do not
-        // queue in DRAM beside gate_up's last tiles (a second griddepcontrol.wait below returns at once).
-        if constexpr (!kGateUp)
-            if (a.down_wait_first) pdl_wait();
         decode_load(w, blocks, scales, r_lo, G, wk);
     }
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
@@ -660,19 +618,12 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
 // kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B). kStep (session 39): the next
 // tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
 // divisions by `tiles` a tile, for A/B).
-// kStage (session 40, compiled only; MoeMxfp4Args::decode_loop_stage): r53's stage (s38d-loop-stage.patch) with
-// the first fill's timing as a switch. The tile after the one in the registers comes by two bulk copies into a
-// shared-memory stage, refilled after each epilogue's barrier, and the registers are filled from it after the q
-// loop. r53 issued the first fill at the start (stage 1), which doubled the first burst of requests: all 660 CTAs'
-// first two tiles interleaved in DRAM's queue; stage 2 issues it once the issuer's first words of the first tile
-// have arrived (its copies' address depends on them), so that it queues behind the first burst. The same words:
-// the same bits.
-template <int kWarps, bool kLean = true, bool kStep = true, bool kStage = false>
+template <int kWarps, bool kLean = true, bool kStep = true>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps;
-    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots], then kStage's stage
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
     __shared__ float red[2][kWarps][kRows][8];
     __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
     __shared__ int s_nact;
@@ -682,14 +633,6 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     const int nrows = min(a.num_tokens, 8);
     const WarpK<kWarps> wk(G);
     uint4* xs = xs_all + warp * nrows * Sh::kTokenSlots;
-    uint8_t* stage = reinterpret_cast<uint8_t*>(xs_all + kWarps * nrows * Sh::kTokenSlots);  // kStage
-    __shared__ uint64_t s_bar;                                                               // kStage
-    // The issuer: warp 1's lane 0 (no epilogue stores at ≤ 2 tokens: threads < 16).
-    constexpr int kIssuer = 32;
-    if (kStage && threadIdx.x == kIssuer) {
-        mbar_init(&s_bar, 1);
-        mbar_init_fence();
-    }
 
     __shared__ int s_step[2];  // gridDim.x as (slots, tiles), by warp 1 (warp 0 finds the experts)
     static_assert(kWarps >= 2, "s_step is written by thread 32");
@@ -736,32 +679,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // later, so that DRAM serves the first tiles in an order instead of all of them interleaved.
     if (a.decode_stagger_ns > 0)  // the host resolves -1 (the default) before the launch
         __nanosleep(static_cast<unsigned>(static_cast<uint64_t>(blockIdx.x) * a.decode_stagger_ns / gridDim.x));
-    // kStage: the tile a step after (slot, trow) into the stage (the issuer only; the stage free). `dep`: zero, but
-    // computed from a value the copies must wait for.
-    const auto stage_issue = [&](int sl, int tr, int dep) {
-        int ns = sl + s_step[0], nr = tr + s_step[1];
-        if (nr >= tiles) nr -= tiles, ++ns;
-        if (ns >= s_nact) return;
-        const int64_t r0 = static_cast<int64_t>(s_exp[ns]) * rows + nr * kRows + dep;
-        const uint32_t wbytes = kRows * G * 16, sbytes = kRows * G;
-        mbar_expect_tx(&s_bar, wbytes + sbytes);
-        bulk_load(stage, a.gate_up_blocks + r0 * G * 16, wbytes, &s_bar);
-        bulk_load(stage + wbytes, a.gate_up_scales + r0 * G, sbytes, &s_bar);
-    };
-    const bool stage_late = kStage && a.decode_loop_stage == 2;
     put_as(issue(slot, trow), 0);  // waits for the assignment's round trip here only (the weights' is longer)
-    if constexpr (kStage)
-        if (threadIdx.x == kIssuer && !stage_late) stage_issue(slot, trow, 0);
     pdl_trigger();
     for (int it = 0;; ++it) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (kStage) {
-            if (it == 0 && stage_late && threadIdx.x == kIssuer) {  // once this tile's first word is here
-                int z;
-                asm volatile("mov.u32 %0, 0;" : "=r"(z));
-                stage_issue(slot, trow, z * static_cast<int>(w.lo[0].x));
-            }
-        }
         if (decode_two(w))
             decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
         else
@@ -779,29 +700,11 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             nslot = next / tiles, nrow = next % tiles;
         }
         const bool more = nslot < s_nact;
-        int next_as = 0;
-        if (more) {
-            if constexpr (kStage) {
-                mbar_wait(&s_bar, static_cast<uint32_t>(it & 1));  // the stage's it-th fill: tile (nslot, nrow)
-                decode_load_staged(w, smem_addr(stage), G, wk);
-                next_as = threadIdx.x < min(s_ntok[nslot], 8)
-                              ? __ldcg(a.sorted_assignments + s_tok0[nslot] + threadIdx.x)
-                              : 0;
-            } else {
-                next_as = issue(nslot, nrow);
-            }
-        }
+        const int next_as = more ? issue(nslot, nrow) : 0;
         if constexpr (!kStep) slot = cur / tiles, trow = cur % tiles;
         decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], trow * kRows,
                                                          min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
         if (!more) break;
-        // After the epilogue's barrier every thread's reads of the stage are done: refill it with the tile after
-        // the next (the generic-proxy reads ordered before the bulk copies' writes by the proxy fence).
-        if constexpr (kStage)
-            if (threadIdx.x == kIssuer) {
-                fence_proxy_async();
-                stage_issue(nslot, nrow, 0);
-            }
         put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
         slot = nslot, trow = nrow, cur = next;
     }
@@ -875,12 +778,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
-// Resident CTAs of a loop kernel (0: gate_up's, 1: down's, 2: gate_up's with kStage) on this device at `tokens`
-// (1 or 2: its shared memory), measured once a device (host-only queries: capturable).
+// Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
+// memory), measured once a device (host-only queries: capturable).
 template <typename Kernel>
 int loop_grid_capacity(Kernel kernel, int which, int tokens, size_t smem) {
     constexpr int kDevices = 64;
-    static std::atomic<int> cached[kDevices][3][2];
+    static std::atomic<int> cached[kDevices][2][2];
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     const int slot = std::clamp(tokens, 1, 2) - 1;
@@ -925,21 +828,10 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                 const char* v = std::getenv("GPTOSS_MOE_TILE_STEP");
                 return v == nullptr || std::strcmp(v, "0") != 0;
             }();
-            // kStage: MoeMxfp4Args::decode_loop_stage, or GPTOSS_MOE_LOOP_STAGE=1 / 2 (the first fill at the start /
-            // after the first tile's words); off by default (session 40, compiled only). 16-byte aligned bases.
-            static const int stage_env = [] {
-                const char* v = std::getenv("GPTOSS_MOE_LOOP_STAGE");
-                return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
-            }();
-            const int stage_mode = a.decode_loop_stage >= 0 ? std::min(a.decode_loop_stage, 2) : stage_env;
-            const bool stage = stage_mode > 0 && reinterpret_cast<uintptr_t>(a.gate_up_blocks) % 16 == 0 &&
-                               reinterpret_cast<uintptr_t>(a.gate_up_scales) % 16 == 0;
-            const auto kernel = stage   ? moe_decode_mma_loop_kernel<4, true, true, true>
-                                : !step ? moe_decode_mma_loop_kernel<4, true, false>
-                                : lean  ? moe_decode_mma_loop_kernel<4, true>
-                                        : moe_decode_mma_loop_kernel<4, false>;
-            const size_t lsmem = smem + (stage ? static_cast<size_t>(kRows) * (a.hidden_size / 32) * 17 : 0);
-            fit_dynamic_smem(kernel, lsmem);
+            const auto kernel = !step  ? moe_decode_mma_loop_kernel<4, true, false>
+                                : lean ? moe_decode_mma_loop_kernel<4, true>
+                                       : moe_decode_mma_loop_kernel<4, false>;
+            fit_dynamic_smem(kernel, smem);
             // GPTOSS_MOE_LOOP_GRID=N: N CTAs instead of the resident count (A/B runs, session 39: fewer gate_up CTAs
             // an SM leave registers for down's first CTAs, whose weight loads go out before their pdl_wait).
             static const int grid_env = [] {
@@ -948,7 +840,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             }();
             const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid
                             : grid_env > 0         ? grid_env
-                                                   : loop_grid_capacity(kernel, stage ? 2 : 0, a.num_tokens, lsmem);
+                                                   : loop_grid_capacity(kernel, 0, a.num_tokens, smem);
             // The first tiles' requests spread over W ns (MoeMxfp4Args::decode_stagger_ns; GPTOSS_MOE_STAGGER_NS=W,
             // unset: 2,000 at one token, none at two). r55 (s40e, 20b batch 1, two interleaved passes): W 0 1.394 /
             // 1.408 ms a step, 1000 1.390 / 1.395, 2000 1.385 / 1.385, 4000 1.404 / 1.393; 120b 0 2.058, 2000 2.050.
@@ -957,10 +849,9 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                 return v == nullptr ? -1 : std::clamp(std::atoi(v), 0, 100000);
             }();
             MoeMxfp4Args b = a;
-            b.decode_loop_stage = stage ? stage_mode : 0;
             if (b.decode_stagger_ns < 0)
                 b.decode_stagger_ns = stagger_env >= 0 ? stagger_env : a.num_tokens == 1 ? kDefaultStaggerNs : 0;
-            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, lsmem, stream, b);
+            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, b);
             return;
         }
     }
@@ -984,13 +875,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             return;
         }
     }
-    // GPTOSS_MOE_DOWN_WAIT_FIRST=1: down's weight loads after its pdl_wait (MoeMxfp4Args::down_wait_first; A/B).
-    static const bool wait_first_env = [] {
-        const char* v = std::getenv("GPTOSS_MOE_DOWN_WAIT_FIRST");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
-    MoeMxfp4Args b = a;
-    b.down_wait_first = a.down_wait_first || wait_first_env;
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
     if (diag == 1)
@@ -1003,7 +887,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 3>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
     fit_dynamic_smem(kernel, smem);
-    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, b);
+    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
 
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
