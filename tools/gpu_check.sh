@@ -2258,6 +2258,30 @@ PY
         done
       fi
       ;;
+    s41c)
+      # Session 41: the decode MoE's per-CTA timeline (GPTOSS_MOE_STAMPS: %globaltimer stamps of the gate_up loop
+      # kernel's and the one-tile down kernel's events, the last step; tools/moe_stamps.py), 20b and 120b batch 1
+      # at 1k, with a 20b row without stamps beside it (what the stamps cost); then the sliding layers' attention
+      # in one split (GPTOSS_ATTN_SINGLE_SPLIT_TILES=3: no 2-CTA cluster) against the default, interleaved.
+      GPTOSS_MOE_STAMPS="$OUT/s41c_stamps_test.csv" timeout 120 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' > "$OUT/s41c_tests.log" 2>&1
+      summary+=("s41c tests (stamps on) rc=$?")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s41c_tests.log" | tail -4
+      rm -f "$OUT/s41c_stamps_test.csv"
+      decode_row s41c_20b_b1_base 20b 1
+      decode_row s41c_20b_b1_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s41c_stamps_20b.csv"
+      python3 tools/moe_stamps.py "$OUT/s41c_stamps_20b.csv" > "$OUT/s41c_stamps_20b.txt" 2>&1
+      cat "$OUT/s41c_stamps_20b.txt"
+      decode_row s41c_120b_b1_stamps 120b 1 GPTOSS_MOE_STAMPS="$OUT/s41c_stamps_120b.csv"
+      python3 tools/moe_stamps.py "$OUT/s41c_stamps_120b.csv" > "$OUT/s41c_stamps_120b.txt" 2>&1
+      gzip -f "$OUT"/s41c_stamps_*.csv
+      for pass in 1 2; do
+        decode_row "s41c_20b_b1_ss0_$pass" 20b 1
+        decode_row "s41c_20b_b1_ss3_$pass" 20b 1 GPTOSS_ATTN_SINGLE_SPLIT_TILES=3
+      done
+      decode_row s41c_120b_b1_ss0 120b 1
+      decode_row s41c_120b_b1_ss3 120b 1 GPTOSS_ATTN_SINGLE_SPLIT_TILES=3
+      ;;
     s41a)
       # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied (git apply; then build_for_gpu.sh).
       # For session 41 (written in session 40 after the device time ran out; compiled only): the gate_up loop kernel's

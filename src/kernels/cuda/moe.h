@@ -170,7 +170,12 @@ struct MoeMxfp4Args {
     // interleaved and late): -1 GPTOSS_MOE_STAGGER_NS's value (unset: 2,000 at one token, 0 at two), 0 none.
     // Timing only, the same bits (session 40; r55 measured 20b batch 1 −9 to −23 µs a step, 120b −8).
     int decode_stagger_ns = -1;
+    // Set by the launcher only (GPTOSS_MOE_STAMPS=path, a timing diagnostic; session 41): this launch's rows of
+    // the stamp buffer ([CTA][kMoeStampEvents] %globaltimer ns), written by thread 0 of every CTA of the
+    // stamping instantiations of the gate_up loop and one-tile down kernels; dumped to the path at exit.
+    unsigned long long* stamps = nullptr;
 };
+inline constexpr int kMoeStampEvents = 16;
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.
 void moe_residual_tail(const MoeResidualTail& tail, const float* y, int hidden_size, int experts_per_token,

@@ -51,8 +51,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -90,6 +94,25 @@ __device__ __forceinline__ uint32_t scale_first(uint32_t s) {
 __device__ __forceinline__ uint32_t scale_second(uint32_t s) {
     const uint32_t h = (s <= 128u ? 127u : s) << 7;  // 1.0 when the first multiply was the whole scale
     return h | (h << 16);
+}
+
+// GPTOSS_MOE_STAMPS (session 41, a timing diagnostic; MoeMxfp4Args::stamps): thread 0 writes %globaltimer (ns)
+// for event ev of its CTA. `dep` is an input of the timer read, so the read waits for the value it depends on
+// (e.g. the first use of a tile's weights). Event kMoeStampEvents - 1 holds the CTA's SM id.
+template <bool kOn>
+__device__ __forceinline__ void moe_stamp(unsigned long long* stamps, int ev, uint32_t dep = 0u) {
+    if constexpr (kOn) {
+        if (threadIdx.x == 0) {
+            unsigned long long t;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep) : "memory");
+            stamps[static_cast<int64_t>(blockIdx.x) * kMoeStampEvents + ev] = t;
+            if (ev == 0) {
+                uint32_t sm;
+                asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+                stamps[static_cast<int64_t>(blockIdx.x) * kMoeStampEvents + kMoeStampEvents - 1] = sm;
+            }
+        }
+    }
 }
 
 // The active experts in expert order (the same list in every CTA): the `slot`-th one's id and
@@ -440,9 +463,11 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0>
+// kStamps: GPTOSS_MOE_STAMPS's instantiation (down at one token; events in moe_stamps_dump's legend).
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kStamps = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
+    moe_stamp<kStamps>(a.stamps, 0);
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps, kTokenSlots = Sh::kTokenSlots;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
@@ -496,6 +521,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         ntok = min(s_info[2], 8);
     } else {
         const DecodeTile tile = decode_tile<kGateUp>(a, s_info);
+        moe_stamp<kStamps>(a.stamps, 1, static_cast<uint32_t>(tile.e));
         if (tile.e < 0) return;
         e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
         nrows = ntok;
@@ -518,6 +544,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     } else {
         decode_load(w, blocks, scales, r_lo, G, wk);
     }
+    moe_stamp<kStamps>(a.stamps, 2);
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
     // the epilogue (stored there, before its barrier); else their input rows are staged now.
     const int my_as = threadIdx.x < ntok ? __ldcg(a.sorted_assignments + tok0 + threadIdx.x) : 0;
@@ -537,9 +564,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             }
         }
         if constexpr (!kGateUp) pdl_wait();  // act is the gate_up kernel's output
-        pdl_trigger();                       // after the wait: at most this kernel and the next in flight
-        __syncthreads();                     // s_as, s_col, s_src
-        if (wk.ng > 0) {                     // a warp without K steps stages nothing
+        moe_stamp<kStamps>(a.stamps, 3);
+        pdl_trigger();    // after the wait: at most this kernel and the next in flight
+        __syncthreads();  // s_as, s_col, s_src
+        if (wk.ng > 0) {  // a warp without K steps stages nothing
             if (in_f32)
                 stage_rows<kWarps, true>(xs, nrows, wk, [&](int r) { return s_src[r]; });
             else
@@ -547,6 +575,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     }
     __syncwarp();
+    moe_stamp<kStamps>(a.stamps, 4, xs[0].x);
 
     // Rows g, g + 8 × tokens 2t, 2t + 1. (r25: four independent MMA chains instead of this one took
     // "wait" from 1.06 to 0.85 stalled warps an instruction and the time not at all, 23.39 ->
@@ -559,10 +588,14 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             f ^= w.lo[i].x ^ w.lo[i].y ^ w.lo[i].z ^ w.lo[i].w ^ w.hi[i].x ^ w.hi[i].y ^ w.hi[i].z ^ w.hi[i].w ^
                  w.slo[i] ^ (w.shi[i] << 8);
         acc[0] = __uint_as_float(f & 0x3f7fffffu);
-    } else if (decode_two(w)) {
-        decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
     } else {
-        decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
+        const bool two = decode_two(w);
+        moe_stamp<kStamps>(a.stamps, 5, two);
+        if (two)
+            decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
+        else
+            decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
+        moe_stamp<kStamps>(a.stamps, 6, __float_as_uint(acc[0]));
     }
 
     if constexpr (kEarly) {
@@ -572,6 +605,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         }
     }
     decode_epilogue<kGateUp, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
+    moe_stamp<kStamps>(a.stamps, 7);
 }
 
 // ---- gate_up at 1-2 tokens as a loop over tiles (session 37; the default, GPTOSS_MOE_LOOP=0 off) -------
@@ -618,9 +652,11 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
 // kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B). kStep (session 39): the next
 // tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
 // divisions by `tiles` a tile, for A/B).
-template <int kWarps, bool kLean = true, bool kStep = true>
+// kStamps: GPTOSS_MOE_STAMPS's instantiation (events in moe_stamps_dump's legend).
+template <int kWarps, bool kLean = true, bool kStep = true, bool kStamps = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
+    moe_stamp<kStamps>(a.stamps, 0);
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps;
     extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots]
@@ -639,6 +675,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     if (threadIdx.x == 32)
         s_step[0] = static_cast<int>(gridDim.x) / tiles, s_step[1] = static_cast<int>(gridDim.x) % tiles;
     pdl_wait();  // the plan and h come from the kernel just before
+    moe_stamp<kStamps>(a.stamps, 1);
     if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
     if (wk.ng > 0) {
         if (a.h_f32 != nullptr)
@@ -650,6 +687,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             });
     }
     __syncthreads();  // s_exp.., every warp's staging
+    moe_stamp<kStamps>(a.stamps, 2);
     // The tile (blockIdx.x, then + gridDim.x a round) as (active expert slot, 16-row tile of it): one division a
     // CTA, none a tile (kStep). The step is read from shared memory where it is used, so that ptxas does not keep
     // it in registers across the q loop (a register form spilled 20 bytes at the 96 cap, r53). r54: 120b batch 1
@@ -657,6 +695,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     int slot = static_cast<int>(blockIdx.x) / tiles, trow = static_cast<int>(blockIdx.x) % tiles;
     int cur = static_cast<int>(blockIdx.x);  // !kStep: the tile's index, divided by `tiles` where used
     if (slot >= s_nact) {
+        moe_stamp<kStamps>(a.stamps, 14);
         pdl_trigger();
         return;
     }
@@ -679,14 +718,22 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // later, so that DRAM serves the first tiles in an order instead of all of them interleaved.
     if (a.decode_stagger_ns > 0)  // the host resolves -1 (the default) before the launch
         __nanosleep(static_cast<unsigned>(static_cast<uint64_t>(blockIdx.x) * a.decode_stagger_ns / gridDim.x));
-    put_as(issue(slot, trow), 0);  // waits for the assignment's round trip here only (the weights' is longer)
+    moe_stamp<kStamps>(a.stamps, 3);
+    {
+        const int as0 = issue(slot, trow);
+        moe_stamp<kStamps>(a.stamps, 4, static_cast<uint32_t>(as0));
+        put_as(as0, 0);  // waits for the assignment's round trip here only (the weights' is longer)
+    }
     pdl_trigger();
     for (int it = 0;; ++it) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (decode_two(w))
+        const bool two = decode_two(w);
+        if (it < 3) moe_stamp<kStamps>(a.stamps, 5 + 3 * it, two);
+        if (two)
             decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
         else
             decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
+        if (it < 3) moe_stamp<kStamps>(a.stamps, 6 + 3 * it, __float_as_uint(acc[0]));
         // The tile's sums into copy p (their registers free), the next tile's loads (the weight
         // registers are free after the q loop), then the epilogue's barrier and stores.
         const int p = it & 1, q = it % 3;
@@ -704,10 +751,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         if constexpr (!kStep) slot = cur / tiles, trow = cur % tiles;
         decode_epilogue<true, kWarps, NoScaleBack, true>(a, acc, red[p], s_exp[slot], trow * kRows,
                                                          min(s_ntok[slot], 8), s_as[q], s_col[q], s_nact);
+        if (it < 3) moe_stamp<kStamps>(a.stamps, 7 + 3 * it);
         if (!more) break;
         put_as(next_as, (it + 1) % 3);  // after the barrier: the round trip off the epilogue's path
         slot = nslot, trow = nrow, cur = next;
     }
+    moe_stamp<kStamps>(a.stamps, 14);
 }
 
 // down at 1-2 tokens as a loop over tiles (session 37; the default at 2 tokens since session 38, GPTOSS_MOE_DOWN_LOOP):
@@ -799,6 +848,82 @@ int loop_grid_capacity(Kernel kernel, int which, int tokens, size_t smem) {
     return cap;
 }
 
+// GPTOSS_MOE_STAMPS=path (session 41, a timing diagnostic): the gate_up loop kernel and the one-tile down kernel
+// run their kStamps instantiations, which write %globaltimer stamps a CTA (thread 0) into a device buffer: a slot
+// a layer (the launches' gate_up_blocks pointer, numbered in first-seen order, so the first step's layer order),
+// [slot][kernel (0 gate_up, 1 down)][CTA][event]. Every replay overwrites its rows, so at exit (atexit) the
+// buffer holds the last step's stamps; it is written to `path` as CSV (slot,kernel,cta,event,ns; event 15 is
+// the CTA's SM) for tools/moe_stamps.py. Events, gate_up loop: 0 entry, 1 after pdl_wait, 2 after find_all and
+// the staging barrier, 3 before the first tile's loads (after the stagger), 4 after them (the assignment's
+// load returned), then for tiles 0-2: 5 + 3i the weights' first use (decode_two), 6 + 3i the q loop done,
+// 7 + 3i the epilogue done; 14 exit. Down (one tile a CTA): 0 entry, 1 the tile found, 2 its loads issued,
+// 3 after pdl_wait, 4 act staged, 5 the weights' first use, 6 the q loop done, 7 the epilogue (and the
+// residual tail's ticket) done.
+class MoeStamps {
+public:
+    static constexpr int kSlots = 64, kMaxCtas = 1024;
+    static MoeStamps& get() {
+        static MoeStamps s;
+        return s;
+    }
+    bool on() const { return !path_.empty(); }
+    // The launch's rows, or nullptr (off, too many CTAs or layers, or the buffer could not be made).
+    unsigned long long* rows(const void* key, int kernel, int64_t grid) {
+        if (!on() || grid > kMaxCtas) return nullptr;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (buf_ == nullptr) {
+            if (cudaMalloc(&buf_, bytes()) != cudaSuccess || cudaMemset(buf_, 0, bytes()) != cudaSuccess) {
+                (void)cudaGetLastError();
+                std::fprintf(stderr, "GPTOSS_MOE_STAMPS: no device buffer; stamps off\n");
+                buf_ = nullptr;
+                path_.clear();
+                return nullptr;
+            }
+            std::atexit([] { get().dump(); });
+        }
+        int slot = 0;
+        while (slot < static_cast<int>(keys_.size()) && keys_[slot] != key) ++slot;
+        if (slot == static_cast<int>(keys_.size())) {
+            if (slot >= kSlots) return nullptr;
+            keys_.push_back(key);
+        }
+        return buf_ + (static_cast<int64_t>(slot) * 2 + kernel) * kMaxCtas * kMoeStampEvents;
+    }
+
+private:
+    MoeStamps() {
+        const char* v = std::getenv("GPTOSS_MOE_STAMPS");
+        if (v != nullptr) path_ = v;
+    }
+    static size_t bytes() { return static_cast<size_t>(kSlots) * 2 * kMaxCtas * kMoeStampEvents * 8; }
+    void dump() {
+        if (buf_ == nullptr) return;
+        std::vector<unsigned long long> h(bytes() / 8);
+        if (cudaDeviceSynchronize() != cudaSuccess ||
+            cudaMemcpy(h.data(), buf_, bytes(), cudaMemcpyDeviceToHost) != cudaSuccess) {
+            std::fprintf(stderr, "GPTOSS_MOE_STAMPS: could not read the stamps back\n");
+            return;
+        }
+        FILE* f = std::fopen(path_.c_str(), "w");
+        if (f == nullptr) {
+            std::fprintf(stderr, "GPTOSS_MOE_STAMPS: cannot write %s\n", path_.c_str());
+            return;
+        }
+        std::fprintf(f, "slot,kernel,cta,event,ns\n");
+        for (size_t i = 0; i < h.size(); ++i) {
+            if (h[i] == 0) continue;
+            const size_t ev = i % kMoeStampEvents, cta = i / kMoeStampEvents % kMaxCtas;
+            const size_t kernel = i / (kMoeStampEvents * kMaxCtas) % 2, slot = i / (kMoeStampEvents * kMaxCtas * 2);
+            std::fprintf(f, "%zu,%zu,%zu,%zu,%llu\n", slot, kernel, cta, ev, h[i]);
+        }
+        std::fclose(f);
+    }
+    std::string path_;
+    std::mutex mu_;
+    std::vector<const void*> keys_;
+    unsigned long long* buf_ = nullptr;
+};
+
 template <bool kGateUp, int kWarps>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     using Sh = DecodeShape<kWarps>;
@@ -851,7 +976,15 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             MoeMxfp4Args b = a;
             if (b.decode_stagger_ns < 0)
                 b.decode_stagger_ns = stagger_env >= 0 ? stagger_env : a.num_tokens == 1 ? kDefaultStaggerNs : 0;
-            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, smem, stream, b);
+            const int lgrid = static_cast<int>(std::min<int64_t>(grid, cap));
+            if (step && lean && a.num_tokens == 1) b.stamps = MoeStamps::get().rows(a.gate_up_blocks, 0, lgrid);
+            if (b.stamps != nullptr) {
+                const auto skernel = moe_decode_mma_loop_kernel<4, true, true, true>;
+                fit_dynamic_smem(skernel, smem);
+                launch_pdl(skernel, lgrid, Sh::kThreads, smem, stream, b);
+                return;
+            }
+            launch_pdl(kernel, lgrid, Sh::kThreads, smem, stream, b);
             return;
         }
     }
@@ -886,6 +1019,18 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     else if (diag == 3)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 3>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
+    if constexpr (!kGateUp && kWarps == 4) {
+        if (diag == 0 && a.num_tokens == 1) {
+            MoeMxfp4Args b = a;
+            b.stamps = MoeStamps::get().rows(a.gate_up_blocks, 1, grid);
+            if (b.stamps != nullptr) {
+                const auto skernel = moe_decode_mma_kernel<false, 4, false, 0, true>;
+                fit_dynamic_smem(skernel, smem);
+                launch_pdl(skernel, static_cast<int>(grid), Sh::kThreads, smem, stream, b);
+                return;
+            }
+        }
+    }
     fit_dynamic_smem(kernel, smem);
     launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
 }
