@@ -2258,6 +2258,25 @@ PY
         done
       fi
       ;;
+    s41d)
+      # Session 41: down at one token with the tiles past its resident grid (192 of 720) as second tiles of its first
+      # CTAs, through shared memory (GPTOSS_MOE_DOWN2=1: copied before pdl_wait; =2: after it). r56 call 2's stamps
+      # put that second round at ~7 µs of down's ~13 a layer. The bits test (variants 7-9) and the decode MoE, FP8
+      # model and engine tests with it on; then 20b batch 1 at 1k 0 / 1 / 2 two passes, 120b 0 / 1 / 2, a 20b trace.
+      GPTOSS_MOE_DOWN2=1 timeout 150 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        > "$OUT/s41d_tests.log" 2>&1
+      rc=$?
+      summary+=("s41d tests (down2 on) rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s41d_tests.log" | tail -6
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          for v in 0 1 2; do decode_row "s41d_20b_b1_down2_${v}_$pass" 20b 1 GPTOSS_MOE_DOWN2=$v; done
+        done
+        for v in 0 1 2; do decode_row "s41d_120b_b1_down2_$v" 120b 1 GPTOSS_MOE_DOWN2=$v; done
+        ktrace_row s41d_ktrace_20b_down2 20b GPTOSS_MOE_DOWN2=1
+      fi
+      ;;
     s41c)
       # Session 41: the decode MoE's per-CTA timeline (GPTOSS_MOE_STAMPS: %globaltimer stamps of the gate_up loop
       # kernel's and the one-tile down kernel's events, the last step; tools/moe_stamps.py), 20b and 120b batch 1
