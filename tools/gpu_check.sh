@@ -2258,7 +2258,19 @@ PY
         done
       fi
       ;;
+    s41e)
+      # Session 41, the closing check of the shipped code (r55's plus the GPTOSS_MOE_STAMPS instantiations, off by
+      # default): the decode MoE, residual tail, FP8 model and engine tests; 20b and 120b batch 1 at 1k.
+      timeout 100 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        > "$OUT/s41e_tests.log" 2>&1
+      summary+=("s41e tests rc=$?")
+      grep -E "FAILED|PASSED" "$OUT/s41e_tests.log" | tail -4
+      decode_row s41e_20b_b1 20b 1
+      decode_row s41e_120b_b1 120b 1
+      ;;
     s41d)
+      # Needs bench/results/2026-12-04_h200_r56/s41d-down2.patch applied (ran in r56 call 3: same bits, slower; removed).
       # Session 41: down at one token with the tiles past its resident grid (192 of 720) as second tiles of its first
       # CTAs, through shared memory (GPTOSS_MOE_DOWN2=1: copied before pdl_wait; =2: after it). r56 call 2's stamps
       # put that second round at ~7 µs of down's ~13 a layer. The bits test (variants 7-9) and the decode MoE, FP8

@@ -1223,10 +1223,8 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping;
-            // down with the tiles past its resident grid as second tiles in shared memory (decode_down2; one token;
-            // copied before / after pdl_wait, on the resident grid, and on half the tiles: every CTA two tiles).
-            constexpr int kVariants = 10;
+            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping.
+            constexpr int kVariants = 7;
             const int tiles = H / kc::kMoeTailTile;
             const auto x0 = randn(H, 307 + E, 4.0f);
             const auto gain = randn(H, 309 + E, 0.3f, 1.0f);
@@ -1243,11 +1241,10 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                 kc::MoeMxfp4Args a =
                     mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), nullptr, offsets, sorted, act, y, T, K);
                 a.kernel = 1;
-                a.decode_loop = v == 0 || v >= 7 ? 0 : 1;
-                a.decode_down_loop = v >= 4 && v < 7 ? 1 : 0;
-                a.decode_down2 = v == 7 || v == 9 ? 1 : v == 8 ? 2 : 0;
-                const int shape = v >= 7 ? 0 : v >= 4 ? v - 3 : v;
-                a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : v == 9 ? K * (H / 16) / 2 : 0;
+                a.decode_loop = v == 0 ? 0 : 1;
+                a.decode_down_loop = v >= 4 ? 1 : 0;
+                const int shape = v >= 4 ? v - 3 : v;
+                a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : 0;
                 auto dx = to_device(x0);
                 auto hb = poisoned(static_cast<size_t>(H) * 2);
                 auto parts = poisoned(static_cast<size_t>(tiles) * 4);

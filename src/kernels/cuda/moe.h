@@ -170,11 +170,6 @@ struct MoeMxfp4Args {
     // interleaved and late): -1 GPTOSS_MOE_STAGGER_NS's value (unset: 2,000 at one token, 0 at two), 0 none.
     // Timing only, the same bits (session 40; r55 measured 20b batch 1 −9 to −23 µs a step, 120b −8).
     int decode_stagger_ns = -1;
-    // down at one token on the resident grid, the tiles past it as second tiles of its first CTAs through shared
-    // memory (moe_decode_mma_down2_kernel, session 41; the same bits as the one-tile kernel): 1 with the second tiles
-    // copied before pdl_wait, 2 after it, 0 off, -1 GPTOSS_MOE_DOWN2's choice (unset: off). decode_loop_grid, when
-    // set, is its grid (at least half the tiles).
-    int decode_down2 = -1;
     // Set by the launcher only (GPTOSS_MOE_STAMPS=path, a timing diagnostic; session 41): this launch's rows of
     // the stamp buffer ([CTA][kMoeStampEvents] %globaltimer ns), written by thread 0 of every CTA of the
     // stamping instantiations of the gate_up loop and one-tile down kernels; dumped to the path at exit.

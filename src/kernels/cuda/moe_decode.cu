@@ -454,61 +454,6 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
     }
 }
 
-// decode_steps with the words and scales read from shared memory instead of registers (moe_decode_mma_down2_kernel's
-// second tile, session 41): wsm [16 rows][G] words and ssm [16 rows][G] scale bytes of the tile, as the tile's rows
-// lie in global memory. The same words, decode and order as decode_steps (kept apart from it so that the register
-// kernels' code is untouched): the same sums.
-template <int kWarps, bool kTwo>
-__device__ __forceinline__ void decode_steps_smem(float (&acc)[4], const uint4* wsm, const uint8_t* ssm, int G,
-                                                  const uint4* xs, int nrows, const WarpK<kWarps>& wk) {
-    using Sh = DecodeShape<kWarps>;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < Sh::kMaxSteps; ++i) {
-        if (i >= wk.ns) break;
-        const int gl = 4 * i + t, grp = wk.gbeg + gl;
-        const uint4* xrow = xs + min(g, nrows - 1) * Sh::kTokenSlots + min(gl, wk.ng - 1) * kGroupSlots;
-        const bool live = grp < G;  // past G: zero words (scale 127), as decode_load leaves them
-        const int c = g * G + min(grp, G - 1);
-        const uint4 lo = live ? wsm[c] : make_uint4(0u, 0u, 0u, 0u);
-        const uint4 hi = live ? wsm[c + 8 * G] : make_uint4(0u, 0u, 0u, 0u);
-        const uint32_t slo = live ? ssm[c] : 127u, shi = live ? ssm[c + 8 * G] : 127u;
-        const uint32_t m_lo = scale_first(slo), m_hi = scale_first(shi);
-        const uint32_t m2_lo = scale_second(slo), m2_hi = scale_second(shi);
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const uint4 xb = xrow[q];
-            const uint32_t wl = q == 0 ? lo.x : q == 1 ? lo.y : q == 2 ? lo.z : lo.w;
-            const uint32_t wh = q == 0 ? hi.x : q == 1 ? hi.y : q == 2 ? hi.z : hi.w;
-            uint32_t rl[4], rh[4];
-            e2m1x8_raw(wl, rl);
-            e2m1x8_raw(wh, rh);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                rl[j] = bf16x2_mul(rl[j], m_lo);
-                rh[j] = bf16x2_mul(rh[j], m_hi);
-                if (kTwo) {
-                    rl[j] = bf16x2_mul(rl[j], m2_lo);
-                    rh[j] = bf16x2_mul(rh[j], m2_hi);
-                }
-            }
-            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
-            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
-        }
-    }
-}
-// Whether any of the warp's scales of a tile in shared memory needs the second multiply (decode_two's).
-template <int kWarps>
-__device__ __forceinline__ bool decode_two_smem(const uint8_t* ssm, int G, const WarpK<kWarps>& wk) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    bool big = false;
-    for (int i = 0; i < wk.ns; ++i) {
-        const int grp = wk.gbeg + 4 * i + t;
-        if (grp < G) big = big || ssm[g * G + grp] > 128u || ssm[(g + 8) * G + grp] > 128u;
-    }
-    return __any_sync(0xffffffffu, big);
-}
-
 // kEarly (gate_up at 1-2 tokens): 5 CTAs an SM (session 17: its x is staged before its weight
 // loads, 97 registers at 4; a fifth CTA needs <= 96).
 template <bool kEarly>
@@ -882,108 +827,12 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
-// ---- down at one token with the second round's tiles riding on the first (session 41) ---------------------------
-// The one-tile down kernel holds a tile's weights in registers (4 CTAs an SM): at one token 528 of its 720 CTAs
-// (4 experts × 180 tiles, 20b and 120b) are resident as gate_up ends and the other 192 start only as the first
-// ones retire. r56's stamps (GPTOSS_MOE_STAMPS, 20b): the first round's CTAs are done ~27.5 µs after gate_up's
-// first CTA entered, the second round's at ~34.5: that round is ~7 µs of down's ~13. Here the grid is the
-// resident CTAs (C), and CTA b < T - C (T = the tiles) also takes tile C + b, whose words and scales it copies
-// into shared memory (cp.async; before pdl_wait, or after it with kSecondLate) while its first tile's stream into
-// registers. After the first tile's q loop and epilogue it runs the second's from shared memory
-// (decode_steps_smem) and its epilogue. Each tile is summed by one CTA in the one-tile kernel's order: the same
-// bits. ~45 KB of shared memory a CTA (the two tiles' act rows, the second tile), 4 CTAs an SM as before.
-constexpr int kDown2MaxSlots = kLoopMaxSlots;
-__host__ __device__ constexpr size_t down2_smem_bytes(int warps, int token_slots, int G) {
-    return static_cast<size_t>(2) * warps * token_slots * 16 + static_cast<size_t>(kRows) * G * 17;
-}
-template <int kWarps, bool kSecondLate>
-__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<false>)
-    moe_decode_mma_down2_kernel(const MoeMxfp4Args a) {
-    using Sh = DecodeShape<kWarps>;
-    constexpr int kMaxSteps = Sh::kMaxSteps;
-    extern __shared__ uint4 xs_all[];  // [2 tiles][kWarps][kTokenSlots] act rows, the second tile's words, scales
-    __shared__ float red[kWarps][kRows][8];
-    __shared__ int s_exp[kDown2MaxSlots], s_tok0[kDown2MaxSlots], s_ntok[kDown2MaxSlots];
-    __shared__ int s_nact;
-    __shared__ int s_as[2][8], s_col[8];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-    const int H = a.hidden_size, I = a.intermediate_size, G = I / 32, tiles = H / kRows;
-    const WarpK<kWarps> wk(G);
-    uint4* xs0 = xs_all + warp * Sh::kTokenSlots;                // the first tile's act row (one token)
-    uint4* xs1 = xs_all + (kWarps + warp) * Sh::kTokenSlots;     // the second's
-    uint4* wsm = xs_all + 2 * kWarps * Sh::kTokenSlots;          // [16 rows][G] words of the second tile
-    uint8_t* ssm = reinterpret_cast<uint8_t*>(wsm + kRows * G);  // [16 rows][G] its scales
-
-    // The plan was complete before the gate_up launch passed its wait (so before this one began).
-    if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
-    if (threadIdx.x < 8) s_col[threadIdx.x] = threadIdx.x;
-    __syncthreads();
-    const int total = s_nact * tiles, C = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-    if (b >= total) {
-        pdl_wait();
-        pdl_trigger();
-        return;
-    }
-    const int slot0 = b / tiles, row0 = (b % tiles) * kRows, e0 = s_exp[slot0];
-    const bool second = C + b < total;
-    const int slot1 = second ? (C + b) / tiles : 0, row1 = ((C + b) % tiles) * kRows, e1 = s_exp[slot1];
-    DecodeWeights<kMaxSteps> w;
-    decode_load(w, a.down_blocks, a.down_scales, static_cast<int64_t>(e0) * H + row0 + g, G, wk);
-    // The second tile's rows e1·H + row1 .. + 15 of both arrays (contiguous runs) into shared memory.
-    const auto copy_second = [&] {
-        const int64_t r0 = static_cast<int64_t>(e1) * H + row1;
-        const uint4* src_w = reinterpret_cast<const uint4*>(a.down_blocks) + r0 * G;
-        const uint4* src_s = reinterpret_cast<const uint4*>(a.down_scales + r0 * G);
-        const int nw = kRows * G, n = nw + kRows * G / 16;
-        for (int c = threadIdx.x; c < n; c += Sh::kThreads) {
-            if (c < nw)
-                cp_async16(wsm + c, src_w + c);
-            else
-                cp_async16(reinterpret_cast<uint4*>(ssm) + (c - nw), src_s + (c - nw));
-        }
-        cp_async_commit();
-    };
-    if (second && !kSecondLate) copy_second();
-    // The tiles' assignments (one token: one each), loaded after the weight loads are issued.
-    if (threadIdx.x == 0) s_as[0][0] = __ldcg(a.sorted_assignments + s_tok0[slot0]);
-    if (threadIdx.x == 1 && second) s_as[1][0] = __ldcg(a.sorted_assignments + s_tok0[slot1]);
-    pdl_wait();  // act is the gate_up kernel's output
-    if (second && kSecondLate) copy_second();
-    pdl_trigger();    // after the wait: at most this kernel and the next in flight
-    __syncthreads();  // s_as
-    if (wk.ng > 0) {
-        stage_rows<kWarps, true>(xs0, 1, wk,
-                                 [&](int) -> const void* { return a.act + static_cast<int64_t>(s_as[0][0]) * I; });
-        if (second)
-            stage_rows<kWarps, true>(xs1, 1, wk,
-                                     [&](int) -> const void* { return a.act + static_cast<int64_t>(s_as[1][0]) * I; });
-    }
-    __syncwarp();
-    {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (decode_two(w))
-            decode_steps<kWarps, true>(acc, w, xs0, 1, wk);
-        else
-            decode_steps<kWarps, false>(acc, w, xs0, 1, wk);
-        decode_epilogue<false, kWarps>(a, acc, red, e0, row0, 1, s_as[0], s_col, s_nact);
-    }
-    if (!second) return;
-    cp_async_wait<0>();
-    __syncthreads();  // every thread's copies landed; and the first epilogue's reads of red are done
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (decode_two_smem(ssm, G, wk))
-        decode_steps_smem<kWarps, true>(acc, wsm, ssm, G, xs1, 1, wk);
-    else
-        decode_steps_smem<kWarps, false>(acc, wsm, ssm, G, xs1, 1, wk);
-    decode_epilogue<false, kWarps>(a, acc, red, e1, row1, 1, s_as[1], s_col, s_nact);
-}
-
-// Resident CTAs of a loop kernel (0: gate_up's, 1: down's, 2: moe_decode_mma_down2_kernel's) on this device at `tokens`
-// (1 or 2: its shared memory), measured once a device (host-only queries: capturable).
+// Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
+// memory), measured once a device (host-only queries: capturable).
 template <typename Kernel>
 int loop_grid_capacity(Kernel kernel, int which, int tokens, size_t smem) {
     constexpr int kDevices = 64;
-    static std::atomic<int> cached[kDevices][3][2];
+    static std::atomic<int> cached[kDevices][2][2];
     int dev = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     const int slot = std::clamp(tokens, 1, 2) - 1;
@@ -1170,28 +1019,6 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     else if (diag == 3)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 3>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
-    // moe_decode_mma_down2_kernel (MoeMxfp4Args::decode_down2): GPTOSS_MOE_DOWN2=1 (second tiles copied before
-    // pdl_wait) or =2 (after it) at one token; unset or 0, off.
-    static const int down2_env = [] {
-        const char* v = std::getenv("GPTOSS_MOE_DOWN2");
-        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 2);
-    }();
-    if constexpr (!kGateUp && kWarps == 4) {
-        const int down2 = a.decode_down2 >= 0 ? a.decode_down2 : down2_env;
-        const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-        if (down2 > 0 && a.num_tokens == 1 && diag == 0 && a.hidden_size % 16 == 0 && aligned16(a.down_blocks) &&
-            aligned16(a.down_scales) && experts <= kDown2MaxSlots) {
-            const size_t smem2 = down2_smem_bytes(kWarps, Sh::kTokenSlots, a.intermediate_size / 32);
-            const auto kernel2 =
-                down2 == 1 ? moe_decode_mma_down2_kernel<4, false> : moe_decode_mma_down2_kernel<4, true>;
-            fit_dynamic_smem(kernel2, smem2);
-            const int64_t cap =
-                a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(kernel2, 2, a.num_tokens, smem2);
-            const int64_t grid2 = std::min<int64_t>(grid, std::max<int64_t>(cap, (grid + 1) / 2));
-            launch_pdl(kernel2, static_cast<int>(grid2), Sh::kThreads, smem2, stream, a);
-            return;
-        }
-    }
     if constexpr (!kGateUp && kWarps == 4) {
         if (diag == 0 && a.num_tokens == 1) {
             MoeMxfp4Args b = a;
