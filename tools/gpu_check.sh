@@ -2258,6 +2258,41 @@ PY
         done
       fi
       ;;
+    s42a)
+      # Needs bench/results/2026-12-04_h200_r56/s42-spin-stagger-down5.patch applied (git apply; build_for_gpu.sh).
+      # Session 42 (written in session 41, compiled only), from r56's stamps: (1) the gate_up loop kernel's stagger
+      # waiting on %globaltimer from pdl_wait (GPTOSS_MOE_STAGGER_SPIN=1; __nanosleep slept at most ~0.8 µs, so W 2000
+      # was a 0.4-0.8 µs stagger); (2) down's one-tile kernel at 5 CTAs an SM (GPTOSS_MOE_DOWN_MINBLOCKS=5: 96
+      # registers, 104 bytes of spill; 660 of 720 tiles resident, a second round of 60 instead of 192). Tests with
+      # both on, then 20b batch 1 default / spin W 2000 / 3000 / 4000 / down5 two passes, 120b default / spin 3000 /
+      # down5, and stamped 20b rows of spin 3000 and down5.
+      GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_DOWN_MINBLOCKS=5 timeout 150 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        > "$OUT/s42a_tests.log" 2>&1
+      rc=$?
+      summary+=("s42a tests (spin + down5) rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s42a_tests.log" | tail -6
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          decode_row "s42a_20b_b1_default_$pass" 20b 1
+          for w in 2000 3000 4000; do
+            decode_row "s42a_20b_b1_spin${w}_$pass" 20b 1 GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_STAGGER_NS=$w
+          done
+          decode_row "s42a_20b_b1_down5_$pass" 20b 1 GPTOSS_MOE_DOWN_MINBLOCKS=5
+        done
+        decode_row s42a_120b_b1_default 120b 1
+        decode_row s42a_120b_b1_spin3000 120b 1 GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_STAGGER_NS=3000
+        decode_row s42a_120b_b1_down5 120b 1 GPTOSS_MOE_DOWN_MINBLOCKS=5
+        decode_row s42a_20b_b1_spin3000_stamps 20b 1 GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_STAGGER_NS=3000 \
+          GPTOSS_MOE_STAMPS="$OUT/s42a_stamps_spin3000.csv"
+        decode_row s42a_20b_b1_down5_stamps 20b 1 GPTOSS_MOE_DOWN_MINBLOCKS=5 GPTOSS_MOE_STAMPS="$OUT/s42a_stamps_down5.csv"
+        for f in spin3000 down5; do
+          python3 tools/moe_stamps.py "$OUT/s42a_stamps_$f.csv" > "$OUT/s42a_stamps_$f.txt" 2>&1
+          head -40 "$OUT/s42a_stamps_$f.txt"
+        done
+        gzip -f "$OUT"/s42a_stamps_*.csv
+      fi
+      ;;
     s41e)
       # Session 41, the closing check of the shipped code (r55's plus the GPTOSS_MOE_STAMPS instantiations, off by
       # default): the decode MoE, residual tail, FP8 model and engine tests; 20b and 120b batch 1 at 1k.
