@@ -2259,7 +2259,8 @@ PY
       fi
       ;;
     s42a)
-      # Needs bench/results/2026-12-04_h200_r56/s42-spin-stagger-down5.patch applied (git apply; build_for_gpu.sh).
+      # Needs bench/results/2026-12-04_h200_r56/s42-spin-stagger-down5.patch (or s42-combined.patch) applied (git
+      # apply; build_for_gpu.sh).
       # Session 42 (written in session 41, compiled only), from r56's stamps: (1) the gate_up loop kernel's stagger
       # waiting on %globaltimer from pdl_wait (GPTOSS_MOE_STAGGER_SPIN=1; __nanosleep slept at most ~0.8 µs, so W 2000
       # was a 0.4-0.8 µs stagger); (2) down's one-tile kernel at 5 CTAs an SM (GPTOSS_MOE_DOWN_MINBLOCKS=5: 96
@@ -2291,6 +2292,27 @@ PY
           head -40 "$OUT/s42a_stamps_$f.txt"
         done
         gzip -f "$OUT"/s42a_stamps_*.csv
+      fi
+      ;;
+    s42b)
+      # Needs bench/results/2026-12-04_h200_r56/s42-combined.patch applied (r55's stage and wait-first switches, r56's
+      # down2 and s42a's switches, with the stamping instantiations of the stage form and of down2; compiled only).
+      # The per-CTA timelines of the forms that lost without a reason (NOTES r56 Next 2-3): the gate_up stage form 2
+      # and down2 (second tiles copied before pdl_wait), beside a stamped default row; the bits test (stage
+      # variants 7-12, down2 13-15) first.
+      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoopIsTheSameBits' > "$OUT/s42b_tests.log" 2>&1
+      rc=$?
+      summary+=("s42b bits test rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s42b_tests.log" | tail -4
+      if [ $rc = 0 ]; then
+        decode_row s42b_20b_b1_default_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_default.csv"
+        decode_row s42b_20b_b1_stage2_stamps 20b 1 GPTOSS_MOE_LOOP_STAGE=2 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_stage2.csv"
+        decode_row s42b_20b_b1_down2_stamps 20b 1 GPTOSS_MOE_DOWN2=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_down2.csv"
+        for f in default stage2 down2; do
+          python3 tools/moe_stamps.py "$OUT/s42b_stamps_$f.csv" > "$OUT/s42b_stamps_$f.txt" 2>&1
+          head -42 "$OUT/s42b_stamps_$f.txt"
+        done
+        gzip -f "$OUT"/s42b_stamps_*.csv
       fi
       ;;
     s41e)

@@ -16,7 +16,8 @@ GATE_UP = {0: "entry", 1: "pdl_wait done", 2: "find_all + staging done", 3: "fir
            8: "tile 1 weights used", 9: "tile 1 q loop done", 10: "tile 1 epilogue done", 11: "tile 2 weights used",
            12: "tile 2 q loop done", 13: "tile 2 epilogue done", 14: "exit"}
 DOWN = {0: "entry", 1: "tile found", 2: "loads issued", 3: "pdl_wait done", 4: "act staged", 5: "weights used",
-        6: "q loop done", 7: "epilogue + tail done"}
+        6: "q loop done", 7: "epilogue + tail done", 8: "2nd tile copies landed", 9: "2nd tile q loop done",
+        10: "2nd tile epilogue done"}  # 8-10: moe_decode_mma_down2_kernel's second tiles
 
 
 def pct(xs, p):
