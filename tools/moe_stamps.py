@@ -5,7 +5,7 @@ layer. For each event, the spread over CTAs (min / p10 / p50 / p90 / max, µs af
 entered), as the median over layers of each statistic; then the gate_up tiles' q-loop times, and how many CTAs
 are still working as time goes on (the tail).
 
-Usage: moe_stamps.py STAMPS.csv [--layer N]"""
+Usage: moe_stamps.py STAMPS.csv [--layer N] [--tile-bytes B (default 16 · 90 · 17, hidden 2880)]"""
 import collections
 import csv
 import statistics
@@ -41,6 +41,10 @@ def main():
     wait = collections.defaultdict(list)   # tile -> loads issued (or last epilogue) -> weights used, µs
     busy_curves = []
     down_wait, down_q = [], []
+    arrivals = []
+    tile_bytes = 16 * (2880 // 32) * 17  # 16 rows of 90 groups: 16-byte code words and a scale byte each
+    if "--tile-bytes" in sys.argv:
+        tile_bytes = int(sys.argv[sys.argv.index("--tile-bytes") + 1])
     for s in slots:
         gu, dn = data[s][0], data[s][1]
         if not gu:
@@ -63,6 +67,8 @@ def main():
             if 2 in c and 5 in c and 6 in c:
                 down_wait.append((c[5] - c[2]) / 1000.0)
                 down_q.append((c[6] - c[5]) / 1000.0)
+        tw = statistics.median(c[1] for c in gu.values() if 1 in c)
+        arrivals.append([(c[e] - tw) / 1000.0 for c in gu.values() for e in (5, 8, 11) if e in c])
         exits = sorted((c[14] - t0) / 1000.0 for c in gu.values() if 14 in c)
         busy_curves.append(exits)
     print(f"{path}: {len(slots)} layers; µs after the layer's first gate_up CTA entered (median over layers)")
@@ -86,6 +92,16 @@ def main():
         print(f"down: q loop p10 {pct(down_q, 0.1):5.2f} p50 {pct(down_q, 0.5):5.2f} p90 {pct(down_q, 0.9):5.2f} | "
               f"loads issued -> weights used p10 {pct(down_wait, 0.1):5.2f} p50 {pct(down_wait, 0.5):5.2f} "
               f"p90 {pct(down_wait, 0.9):5.2f}")
+    if arrivals:
+        # Tiles whose weights were first used in each µs after pdl_wait returned, as TB/s of their bytes (a tile is
+        # 16 rows × (G × 16 + G) bytes): when DRAM delivered, as the kernel saw it (a use can lag its arrival).
+        print("\ngate_up tiles' weights used a µs after pdl_wait (median over layers), as TB/s of 16-row tiles:")
+        end = int(max(max(x) for x in arrivals if x)) + 1
+        line = []
+        for t in range(0, end + 1):
+            n = statistics.median(sum(1 for x in xs if t <= x < t + 1) for xs in arrivals)
+            line.append(f"{t}:{n * tile_bytes / 1e6:.1f}")
+        print("  " + " ".join(line))
     if busy_curves:
         print("\ngate_up CTAs still running (median over layers) at µs after the first entry:")
         end = max(max(b) for b in busy_curves if b)
