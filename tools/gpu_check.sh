@@ -2300,15 +2300,25 @@ PY
       # The per-CTA timelines of the forms that lost without a reason (NOTES r56 Next 2-3): the gate_up stage form 2
       # and down2 (second tiles copied before pdl_wait), beside a stamped default row; the bits test (stage
       # variants 7-12, down2 13-15) first.
+      # The q loop's second multiply decided a step at a time (GPTOSS_MOE_STEP_TWO=1: the first MMA waits for its own
+      # step's loads only, not for the tile's last scale): its tests, three A/B pairs at 20b, one at 120b, a stamped row.
       timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoopIsTheSameBits' > "$OUT/s42b_tests.log" 2>&1
       rc=$?
-      summary+=("s42b bits test rc=$rc")
-      grep -E "FAILED|Failure|PASSED" "$OUT/s42b_tests.log" | tail -4
+      GPTOSS_MOE_STEP_TWO=1 timeout 150 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' >> "$OUT/s42b_tests.log" 2>&1
+      rc=$((rc + $?))
+      summary+=("s42b tests rc=$rc")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s42b_tests.log" | tail -6
       if [ $rc = 0 ]; then
+        for pass in 1 2 3; do
+          for v in 0 1; do decode_row "s42b_20b_b1_steptwo${v}_$pass" 20b 1 GPTOSS_MOE_STEP_TWO=$v; done
+        done
+        for v in 0 1; do decode_row "s42b_120b_b1_steptwo$v" 120b 1 GPTOSS_MOE_STEP_TWO=$v; done
         decode_row s42b_20b_b1_default_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_default.csv"
         decode_row s42b_20b_b1_stage2_stamps 20b 1 GPTOSS_MOE_LOOP_STAGE=2 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_stage2.csv"
         decode_row s42b_20b_b1_down2_stamps 20b 1 GPTOSS_MOE_DOWN2=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_down2.csv"
-        for f in default stage2 down2; do
+        decode_row s42b_20b_b1_steptwo_stamps 20b 1 GPTOSS_MOE_STEP_TWO=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_steptwo.csv"
+        for f in default stage2 down2 steptwo; do
           python3 tools/moe_stamps.py "$OUT/s42b_stamps_$f.csv" > "$OUT/s42b_stamps_$f.txt" 2>&1
           head -42 "$OUT/s42b_stamps_$f.txt"
         done
