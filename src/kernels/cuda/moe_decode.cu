@@ -463,7 +463,7 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // (the memory side's time); 2 the q loop on words made from the CTA index, no weight loads (the
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
-// kStamps: GPTOSS_MOE_STAMPS's instantiation (down at one token; events in moe_stamps_dump's legend).
+// kStamps: GPTOSS_MOE_STAMPS's instantiation (down at one token; events in MoeStamps's legend, below).
 template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kStamps = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
@@ -652,7 +652,7 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
 // kLean: decode_load's (GPTOSS_MOE_LEAN_LOAD=0 the old index math, for A/B). kStep (session 39): the next
 // tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
 // divisions by `tiles` a tile, for A/B).
-// kStamps: GPTOSS_MOE_STAMPS's instantiation (events in moe_stamps_dump's legend).
+// kStamps: GPTOSS_MOE_STAMPS's instantiation (events in MoeStamps's legend, below).
 template <int kWarps, bool kLean = true, bool kStep = true, bool kStamps = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
