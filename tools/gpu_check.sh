@@ -2318,6 +2318,14 @@ PY
         decode_row s42b_20b_b1_stage2_stamps 20b 1 GPTOSS_MOE_LOOP_STAGE=2 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_stage2.csv"
         decode_row s42b_20b_b1_down2_stamps 20b 1 GPTOSS_MOE_DOWN2=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_down2.csv"
         decode_row s42b_20b_b1_steptwo_stamps 20b 1 GPTOSS_MOE_STEP_TWO=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_steptwo.csv"
+        # The loop kernels' SASS (the default's and kStepTwo's: where the q loop's first MMA waits on the tile's
+        # loads, i.e. which scoreboards the first step's uses wait for), for reading offline.
+        CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+        if [ -n "$CUOBJDUMP" ]; then
+          $CUOBJDUMP -sass $BIN/gptoss | awk '/Function :/{p = ($3 ~ /moe_decode_mma_loop_kernel/)} p' \
+            > "$OUT/s42b_loop_sass.txt" 2>&1
+          gzip -f "$OUT/s42b_loop_sass.txt"
+        fi
         for f in default stage2 down2 steptwo; do
           python3 tools/moe_stamps.py "$OUT/s42b_stamps_$f.csv" > "$OUT/s42b_stamps_$f.txt" 2>&1
           head -42 "$OUT/s42b_stamps_$f.txt"
