@@ -2301,19 +2301,22 @@ PY
       # and down2 (second tiles copied before pdl_wait), beside a stamped default row; the bits test (stage
       # variants 7-12, down2 13-15) first.
       # The q loop's second multiply decided a step at a time (GPTOSS_MOE_STEP_TWO=1: the first MMA waits for its own
-      # step's loads only, not for the tile's last scale): its tests, three A/B pairs at 20b, one at 120b, a stamped row.
+      # step's loads only, not for the tile's last scale): its tests and a stamped row (its A/B is s42c).
       timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoopIsTheSameBits' > "$OUT/s42b_tests.log" 2>&1
       rc=$?
       GPTOSS_MOE_STEP_TWO=1 timeout 150 $BIN/cuda_kernel_tests \
         --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' >> "$OUT/s42b_tests.log" 2>&1
       rc=$((rc + $?))
+      # The loop's q loop in two halves, the next tile's halves loaded as each half's registers free up
+      # (GPTOSS_MOE_LOOP_HALVES=1; the same bits): its tests with the model and engine tests.
+      GPTOSS_MOE_LOOP_HALVES=1 timeout 150 $BIN/cuda_kernel_tests \
+        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        >> "$OUT/s42b_tests.log" 2>&1
+      rc=$((rc + $?))
       summary+=("s42b tests rc=$rc")
       grep -E "FAILED|Failure|PASSED" "$OUT/s42b_tests.log" | tail -6
       if [ $rc = 0 ]; then
-        for pass in 1 2 3; do
-          for v in 0 1; do decode_row "s42b_20b_b1_steptwo${v}_$pass" 20b 1 GPTOSS_MOE_STEP_TWO=$v; done
-        done
-        for v in 0 1; do decode_row "s42b_120b_b1_steptwo$v" 120b 1 GPTOSS_MOE_STEP_TWO=$v; done
+        decode_row s42b_20b_b1_halves_stamps 20b 1 GPTOSS_MOE_LOOP_HALVES=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_halves.csv"
         decode_row s42b_20b_b1_default_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_default.csv"
         decode_row s42b_20b_b1_stage2_stamps 20b 1 GPTOSS_MOE_LOOP_STAGE=2 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_stage2.csv"
         decode_row s42b_20b_b1_down2_stamps 20b 1 GPTOSS_MOE_DOWN2=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_down2.csv"
@@ -2326,12 +2329,25 @@ PY
             > "$OUT/s42b_loop_sass.txt" 2>&1
           gzip -f "$OUT/s42b_loop_sass.txt"
         fi
-        for f in default stage2 down2 steptwo; do
+        for f in default stage2 down2 steptwo halves; do
           python3 tools/moe_stamps.py "$OUT/s42b_stamps_$f.csv" > "$OUT/s42b_stamps_$f.txt" 2>&1
-          head -42 "$OUT/s42b_stamps_$f.txt"
+          head -22 "$OUT/s42b_stamps_$f.txt"
         done
         gzip -f "$OUT"/s42b_stamps_*.csv
       fi
+      ;;
+    s42c)
+      # Needs s42-combined.patch (see s42b; run s42b first for the tests). The A/B of the two loop forms s42b stamps:
+      # the second multiply decided a step at a time (GPTOSS_MOE_STEP_TWO=1) and the q loop in halves with the next
+      # tile's halves loaded as they free up (GPTOSS_MOE_LOOP_HALVES=1): three interleaved 20b pairs each, one 120b.
+      for pass in 1 2 3; do
+        decode_row "s42c_20b_b1_default_$pass" 20b 1
+        decode_row "s42c_20b_b1_steptwo_$pass" 20b 1 GPTOSS_MOE_STEP_TWO=1
+        decode_row "s42c_20b_b1_halves_$pass" 20b 1 GPTOSS_MOE_LOOP_HALVES=1
+      done
+      decode_row s42c_120b_b1_default 120b 1
+      decode_row s42c_120b_b1_steptwo 120b 1 GPTOSS_MOE_STEP_TWO=1
+      decode_row s42c_120b_b1_halves 120b 1 GPTOSS_MOE_LOOP_HALVES=1
       ;;
     s41e)
       # Session 41, the closing check of the shipped code (r55's plus the GPTOSS_MOE_STAMPS instantiations, off by
