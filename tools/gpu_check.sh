@@ -2405,7 +2405,8 @@ PY
       decode_row s41c_120b_b1_ss3 120b 1 GPTOSS_ATTN_SINGLE_SPLIT_TILES=3
       ;;
     s41a)
-      # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied (git apply; then build_for_gpu.sh).
+      # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied on 55899f8 (git apply; then
+      # build_for_gpu.sh); on later main, r56's s42-combined.patch holds the same switches. Ran in r56 call 1.
       # For session 41 (written in session 40 after the device time ran out; compiled only): the gate_up loop kernel's
       # next tile through a shared-memory stage (GPTOSS_MOE_LOOP_STAGE=1: r53's form, the first fill at the start;
       # =2: the first fill once the first tile's words have arrived). The loop test's bits (stage variants 7-12) and
@@ -2423,7 +2424,8 @@ PY
       fi
       ;;
     s41b)
-      # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied (git apply; then build_for_gpu.sh).
+      # Needs bench/results/2026-12-04_h200_r55/s41-stage-and-wait-first.patch applied on 55899f8 (git apply; then
+      # build_for_gpu.sh); on later main, r56's s42-combined.patch holds the same switches. Ran in r56 call 1.
       # For session 41 (compiled only in session 40): down's weight loads after its pdl_wait (GPTOSS_MOE_DOWN_WAIT_FIRST=1)
       # against before (the default); r55 found every kernel's early prefetch slowing the kernel it overlaps. The
       # MoE tests with it, then 20b batch 1 at 1k 0 / 1 three passes, 120b 0 / 1, and a 20b trace with it.
