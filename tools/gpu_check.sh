@@ -68,6 +68,16 @@ decode_row() {
     --decode-steps 64 --repeats 3 > "$OUT/$name.log" 2>&1
   echo "$name: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/$name.log")"
 }
+# tests_row <name> <gtest filter> [VAR=val ...]: cuda_kernel_tests with that filter and environment (150 s at most) into
+# $OUT/<name>.log, its result in the summary and in $rc, the pass / fail lines printed.
+tests_row() {
+  local name=$1 filter=$2
+  shift 2
+  env "$@" timeout 150 $BIN/cuda_kernel_tests --gtest_filter="$filter" > "$OUT/$name.log" 2>&1
+  rc=$?
+  summary+=("$name rc=$rc")
+  grep -E "FAILED|Failure|PASSED" "$OUT/$name.log" | tail -6
+}
 # ktrace_row <name> <20b|120b> [VAR=val ...]: a kernel trace of 6 decode steps at batch 1, 1k context, and its summary.
 ktrace_row() {
   local name=$1 model=$2
@@ -2267,12 +2277,7 @@ PY
       # registers, 104 bytes of spill; 660 of 720 tiles resident, a second round of 60 instead of 192). Tests with
       # both on, then 20b batch 1 default / spin W 2000 / 3000 / 4000 / down5 two passes, 120b default / spin 3000 /
       # down5, and stamped 20b rows of spin 3000 and down5.
-      GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_DOWN_MINBLOCKS=5 timeout 150 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
-        > "$OUT/s42a_tests.log" 2>&1
-      rc=$?
-      summary+=("s42a tests (spin + down5) rc=$rc")
-      grep -E "FAILED|Failure|PASSED" "$OUT/s42a_tests.log" | tail -6
+      tests_row s42a_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_DOWN_MINBLOCKS=5
       if [ $rc = 0 ]; then
         for pass in 1 2; do
           decode_row "s42a_20b_b1_default_$pass" 20b 1
@@ -2302,20 +2307,15 @@ PY
       # variants 7-12, down2 13-15) first.
       # The q loop's second multiply decided a step at a time (GPTOSS_MOE_STEP_TWO=1: the first MMA waits for its own
       # step's loads only, not for the tile's last scale): its tests and a stamped row (its A/B is s42c).
-      timeout 150 $BIN/cuda_kernel_tests --gtest_filter='CudaOps.MoeDecodeMmaLoopIsTheSameBits' > "$OUT/s42b_tests.log" 2>&1
-      rc=$?
-      GPTOSS_MOE_STEP_TWO=1 timeout 150 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' >> "$OUT/s42b_tests.log" 2>&1
-      rc=$((rc + $?))
+      tests_row s42b_tests_bits 'CudaOps.MoeDecodeMmaLoopIsTheSameBits'
+      failed=$rc
+      tests_row s42b_tests_steptwo 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' GPTOSS_MOE_STEP_TWO=1
+      failed=$((failed + rc))
       # The loop's q loop in two halves, the next tile's halves loaded as each half's registers free up
       # (GPTOSS_MOE_LOOP_HALVES=1; the same bits): its tests with the model and engine tests.
-      GPTOSS_MOE_LOOP_HALVES=1 timeout 150 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
-        >> "$OUT/s42b_tests.log" 2>&1
-      rc=$((rc + $?))
-      summary+=("s42b tests rc=$rc")
-      grep -E "FAILED|Failure|PASSED" "$OUT/s42b_tests.log" | tail -6
-      if [ $rc = 0 ]; then
+      tests_row s42b_tests_halves 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        GPTOSS_MOE_LOOP_HALVES=1
+      if [ $((failed + rc)) = 0 ]; then
         decode_row s42b_20b_b1_halves_stamps 20b 1 GPTOSS_MOE_LOOP_HALVES=1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_halves.csv"
         decode_row s42b_20b_b1_default_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_default.csv"
         decode_row s42b_20b_b1_stage2_stamps 20b 1 GPTOSS_MOE_LOOP_STAGE=2 GPTOSS_MOE_STAMPS="$OUT/s42b_stamps_stage2.csv"
@@ -2352,11 +2352,7 @@ PY
     s41e)
       # Session 41, the closing check of the shipped code (r55's plus the GPTOSS_MOE_STAMPS instantiations, off by
       # default): the decode MoE, residual tail, FP8 model and engine tests; 20b and 120b batch 1 at 1k.
-      timeout 100 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
-        > "$OUT/s41e_tests.log" 2>&1
-      summary+=("s41e tests rc=$?")
-      grep -E "FAILED|PASSED" "$OUT/s41e_tests.log" | tail -4
+      tests_row s41e_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*'
       decode_row s41e_20b_b1 20b 1
       decode_row s41e_120b_b1 120b 1
       ;;
@@ -2366,12 +2362,7 @@ PY
       # CTAs, through shared memory (GPTOSS_MOE_DOWN2=1: copied before pdl_wait; =2: after it). r56 call 2's stamps
       # put that second round at ~7 µs of down's ~13 a layer. The bits test (variants 7-9) and the decode MoE, FP8
       # model and engine tests with it on; then 20b batch 1 at 1k 0 / 1 / 2 two passes, 120b 0 / 1 / 2, a 20b trace.
-      GPTOSS_MOE_DOWN2=1 timeout 150 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
-        > "$OUT/s41d_tests.log" 2>&1
-      rc=$?
-      summary+=("s41d tests (down2 on) rc=$rc")
-      grep -E "FAILED|Failure|PASSED" "$OUT/s41d_tests.log" | tail -6
+      tests_row s41d_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' GPTOSS_MOE_DOWN2=1
       if [ $rc = 0 ]; then
         for pass in 1 2; do
           for v in 0 1 2; do decode_row "s41d_20b_b1_down2_${v}_$pass" 20b 1 GPTOSS_MOE_DOWN2=$v; done
@@ -2385,10 +2376,7 @@ PY
       # kernel's and the one-tile down kernel's events, the last step; tools/moe_stamps.py), 20b and 120b batch 1
       # at 1k, with a 20b row without stamps beside it (what the stamps cost); then the sliding layers' attention
       # in one split (GPTOSS_ATTN_SINGLE_SPLIT_TILES=3: no 2-CTA cluster) against the default, interleaved.
-      GPTOSS_MOE_STAMPS="$OUT/s41c_stamps_test.csv" timeout 120 $BIN/cuda_kernel_tests \
-        --gtest_filter='CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' > "$OUT/s41c_tests.log" 2>&1
-      summary+=("s41c tests (stamps on) rc=$?")
-      grep -E "FAILED|Failure|PASSED" "$OUT/s41c_tests.log" | tail -4
+      tests_row s41c_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' GPTOSS_MOE_STAMPS="$OUT/s41c_stamps_test.csv"
       rm -f "$OUT/s41c_stamps_test.csv"
       decode_row s41c_20b_b1_base 20b 1
       decode_row s41c_20b_b1_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s41c_stamps_20b.csv"
