@@ -2336,6 +2336,30 @@ PY
         gzip -f "$OUT"/s42b_stamps_*.csv
       fi
       ;;
+    s42d)
+      # Needs bench/results/2026-12-04_h200_r57/s42d-attn-tail.patch applied (session 42, compiled only). A sliding
+      # layer's decode attention at one token inside the QKV kernel (GPTOSS_QKV_ATTN_TAIL=1; gemv.h QkvAttnTailArgs):
+      # the last of each kv head's 40 CTAs (ticket) reads q and the window's K / V (prefetched into L2 before
+      # pdl_wait) and writes the output, no attention launch. r56's trace: the sliding layers' attention adds ~7.3 µs
+      # after the QKV kernel's end for a 128-key window. Its test (against the CPU and the decode kernel), the
+      # attention, FP8 model and engine tests with it on; then 20b batch 1 off / on three passes, batch 2 (the tail
+      # does not apply: equal), 120b off / on, and a 20b trace with it on.
+      tests_row s42d_tests 'CudaQkvFused.*:PagedAttentionCuda.Decode*'
+      failed=$rc
+      tests_row s42d_tests_model 'CudaModel.*:CudaEngine.*' GPTOSS_QKV_ATTN_TAIL=1
+      if [ $((failed + rc)) = 0 ]; then
+        for pass in 1 2 3; do
+          decode_row "s42d_20b_b1_off_$pass" 20b 1
+          decode_row "s42d_20b_b1_tail_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=1
+        done
+        decode_row s42d_20b_b2_off 20b 2
+        decode_row s42d_20b_b2_tail 20b 2 GPTOSS_QKV_ATTN_TAIL=1
+        decode_row s42d_120b_b1_off 120b 1
+        decode_row s42d_120b_b1_tail 120b 1 GPTOSS_QKV_ATTN_TAIL=1
+        ktrace_row s42d_ktrace_20b_tail 20b GPTOSS_QKV_ATTN_TAIL=1
+        gzip -f "$OUT"/s42d_ktrace_*.csv
+      fi
+      ;;
     s42c)
       # Needs s42-combined.patch (see s42b; run s42b first for the tests). The A/B of the two loop forms s42b stamps:
       # the second multiply decided a step at a time (GPTOSS_MOE_STEP_TWO=1) and the q loop in halves with the next
