@@ -2337,26 +2337,24 @@ PY
       fi
       ;;
     s42d)
-      # Needs bench/results/2026-12-04_h200_r57/s42d-attn-tail.patch applied (session 42, compiled only). A sliding
-      # layer's decode attention at one token inside the QKV kernel (GPTOSS_QKV_ATTN_TAIL=1; gemv.h QkvAttnTailArgs):
-      # the last of each kv head's 40 CTAs (ticket) reads q and the window's K / V (prefetched into L2 before
-      # pdl_wait) and writes the output, no attention launch. r56's trace: the sliding layers' attention adds ~7.3 µs
-      # after the QKV kernel's end for a 128-key window. Its test (against the CPU and the decode kernel), the
-      # attention, FP8 model and engine tests with it on; then 20b batch 1 off / on three passes, batch 2 (the tail
-      # does not apply: equal), 120b off / on, and a 20b trace with it on.
+      # Needs bench/results/2026-12-04_h200_r57/s42d-attn-tail.patch applied (session 42, compiled only). The decode
+      # attention at one token inside the QKV kernel (GPTOSS_QKV_ATTN_TAIL=1: sliding layers, =2: full layers too;
+      # gemv.h QkvAttnTailArgs): the last of each kv head's 40 CTAs (ticket) reads q and the visible K / V (the
+      # first 256 keys prefetched into L2 before pdl_wait) in 128-key chunks and writes the output; no attention
+      # launch. r56's trace: the attention adds ~7.3 µs after the QKV kernel's end in sliding and full layers alike.
+      # Its tests (against the CPU and the decode kernel), the FP8 model and engine tests with =2; then 20b batch 1
+      # off / 1 / 2 three passes, batch 2 (the tail does not apply: equal), 120b off / 1 / 2, a 20b trace with =2.
       tests_row s42d_tests 'CudaQkvFused.*:PagedAttentionCuda.Decode*'
       failed=$rc
-      tests_row s42d_tests_model 'CudaModel.*:CudaEngine.*' GPTOSS_QKV_ATTN_TAIL=1
+      tests_row s42d_tests_model 'CudaModel.Fp8*:CudaEngine.*' GPTOSS_QKV_ATTN_TAIL=2
       if [ $((failed + rc)) = 0 ]; then
         for pass in 1 2 3; do
-          decode_row "s42d_20b_b1_off_$pass" 20b 1
-          decode_row "s42d_20b_b1_tail_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=1
+          for v in 0 1 2; do decode_row "s42d_20b_b1_tail${v}_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=$v; done
         done
-        decode_row s42d_20b_b2_off 20b 2
-        decode_row s42d_20b_b2_tail 20b 2 GPTOSS_QKV_ATTN_TAIL=1
-        decode_row s42d_120b_b1_off 120b 1
-        decode_row s42d_120b_b1_tail 120b 1 GPTOSS_QKV_ATTN_TAIL=1
-        ktrace_row s42d_ktrace_20b_tail 20b GPTOSS_QKV_ATTN_TAIL=1
+        decode_row s42d_20b_b2_tail0 20b 2
+        decode_row s42d_20b_b2_tail2 20b 2 GPTOSS_QKV_ATTN_TAIL=2
+        for v in 0 1 2; do decode_row "s42d_120b_b1_tail$v" 120b 1 GPTOSS_QKV_ATTN_TAIL=$v; done
+        ktrace_row s42d_ktrace_20b_tail2 20b GPTOSS_QKV_ATTN_TAIL=2
         gzip -f "$OUT"/s42d_ktrace_*.csv
       fi
       ;;
