@@ -551,6 +551,33 @@ std::pair<std::string, double> raw_exchange(int port, const std::string& bytes) 
     return {got.substr(0, got.find("\r\n")), secs};
 }
 
+// A non-streaming request whose client resets the connection (RST: SO_LINGER 0) right after sending it is
+// cancelled too. The server looked the socket up at its first poll, 100 ms in, when a reset socket no longer
+// has the peer address it is found by; that request ran to its 2,000 tokens for nobody.
+TEST_F(HttpServerTest, NonStreamingClientResetCancels) {
+    TestServer s(slow_engine_options());
+    script_long_answer(s, 2000);
+    const std::string body = R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2000})";
+    const std::string req =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    const int fd = send_raw(s.http.port(), req, 3);
+    ASSERT_GE(fd, 0);
+    // Reset once the request is generating and before the server's first check (100 ms in).
+    const auto sent = std::chrono::steady_clock::now();
+    while (s.engine.submitted() == 0 && std::chrono::steady_clock::now() - sent < std::chrono::seconds(2))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(s.engine.submitted(), 1);
+    linger lg{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    ::close(fd);  // RST
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(s.wait_engine_idle()) << "running=" << s.engine.stats().running_sequences;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_EQ(s.engine.cancelled_unfinished(), 1);
+}
+
 // Request framing httplib would end only at its 30 s read timeout is answered at once.
 TEST_F(HttpServerTest, BrokenFramingIsAnsweredAtOnce) {
     TestServer s;
