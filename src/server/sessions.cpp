@@ -163,21 +163,23 @@ private:
     }
 
     void handle(const HarmonyOutput::Step& step, const EngineEvent* token, std::string* sse) {
-        bool token_has_content = false;
+        // A token with content: its logprob entry waits before the content is emitted, so that the chunk
+        // carrying its text carries it too (it was added after, and rode with the next chunk).
+        if (token && logprobs_ && !stop_.matched() &&
+            std::any_of(step.deltas.begin(), step.deltas.end(),
+                        [](const harmony::ChatDelta& d) { return d.content.has_value(); })) {
+            Json entry = logprob_entry(*token);
+            all_logprobs_.push_back(entry);
+            pending_logprobs_.push_back(std::move(entry));
+        }
         for (const harmony::ChatDelta& d : step.deltas) {
             if (stop_.matched()) break;  // nothing after a stop string
             if (d.content) {
-                token_has_content = true;
                 std::string text = stop_.push(*d.content);
                 if (!text.empty()) emit_content(text, sse);
             } else {
                 emit(sse, chat_delta_json(d, ctx_.reasoning_alias), nullptr);
             }
-        }
-        if (token && logprobs_ && token_has_content) {
-            Json entry = logprob_entry(*token);
-            all_logprobs_.push_back(entry);
-            pending_logprobs_.push_back(std::move(entry));
         }
     }
 

@@ -215,6 +215,24 @@ TEST_F(GenerationOutputTest, ChatLogprobsCoverContentTokens) {
         EXPECT_EQ(e["top_logprobs"].size(), 2u);
     }
     EXPECT_EQ(text, "Hello world");
+
+    // Streamed: each chunk's logprobs are the tokens of its own content (they rode one chunk late: the
+    // first content chunk had none and the finish chunk, with no content, had the last token's).
+    std::vector<Json> chunks = post_stream(
+        "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"stream":true})");
+    size_t entries = 0;
+    for (const Json& c : chunks) {
+        if (c["choices"].empty()) continue;
+        const Json& choice = c["choices"][0];
+        const std::string content = choice["delta"].value("content", std::string());
+        std::string tokens;
+        if (choice["logprobs"].is_object()) {
+            for (const Json& e : choice["logprobs"]["content"]) tokens += e["token"].get<std::string>();
+            entries += choice["logprobs"]["content"].size();
+        }
+        EXPECT_EQ(tokens, content) << c.dump();
+    }
+    EXPECT_EQ(entries, lp.size());
 }
 
 TEST_F(GenerationOutputTest, ResponsesOutputItems) {
