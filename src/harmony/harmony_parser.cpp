@@ -638,8 +638,11 @@ void StreamParser::recover_header(Terminator terminator, std::vector<Event>& out
     HeaderParseResult r = parse_header_robust(text, role, false, options_.declared_functions, warnings);
     warnings_.insert(warnings_.end(), warnings.begin(), warnings.end());
     // A stream that ends inside a call's header (max_tokens, or a forced "to=functions." prefix the
-    // model never completed): the header's words are not content, and no call was made.
-    if (terminator == Terminator::kNone && (r.header.recipient || text.find("to=") != std::string::npos)) {
+    // model never completed), or a header whose "to=" names no recipient ended by any terminator (the
+    // model stopped right after tool_choice "required"'s forced "to=functions."): the header's words are
+    // not content (they were partly the server's own prompt), and no call was made.
+    const bool has_to = text.find("to=") != std::string::npos;
+    if ((terminator == Terminator::kNone && (r.header.recipient || has_to)) || (!r.header.recipient && has_to)) {
         warn("header of a cut call dropped");
         return;
     }

@@ -313,6 +313,17 @@ TEST(HarmonyParser, RobustStreamEndingInACallHeaderGivesNothing) {
         EXPECT_TRUE(p.messages.empty());
         EXPECT_EQ(p.warnings, (std::vector<std::string>{"header of a cut call dropped"}));
     }
+    // The same header ended by a stop token, its recipient never named (the model stopped right after the
+    // forced "to=functions."): nothing, where it was recovered as content ("to=functions." as reasoning).
+    for (const char* stopped :
+         {"<|channel|>commentary to=functions.<|call|>", "<|channel|>commentary to=functions.<|end|>",
+          "<|channel|>commentary to=functions. <|constrain|><|return|>"}) {
+        SCOPED_TRACE(stopped);
+        Parsed p = parse(stopped, ParseMode::kRobust, std::vector<std::string>{"get_weather"});
+        EXPECT_TRUE(p.status.ok());
+        EXPECT_TRUE(p.messages.empty());
+        EXPECT_EQ(p.warnings, (std::vector<std::string>{"header of a cut call dropped"}));
+    }
 }
 
 TEST(HarmonyParser, RobustUnicodeJunkAroundRecipient) {  // X11
