@@ -40,4 +40,26 @@ std::string json_float(float v) {
     return std::string(buf, ptr);
 }
 
+std::string json_nesting_error(std::string_view text, int limit) {
+    int depth = 0;
+    bool in_string = false, escape = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escape)
+                escape = false;
+            else if (c == '\\')
+                escape = true;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit) return "the JSON is nested deeper than " + std::to_string(limit) + " levels";
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            --depth;
+        }
+    }
+    return "";
+}
+
 }  // namespace gptoss::cli

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -18,5 +19,10 @@ StatusOr<bool> parse_kv_cache_dtype(const std::string& text);
 
 // Shortest round-trip text of a float, as JSON wants it (nan/inf become null).
 std::string json_float(float v);
+
+// Why JSON text from a file or stdin is refused before parsing, or "" when it is within bounds: nested
+// deeper than `limit` levels (brackets outside strings). nlohmann's values copy and free themselves
+// recursively, so a document some 60,000 levels deep overflowed the stack (the server refuses past 64).
+std::string json_nesting_error(std::string_view text, int limit = 512);
 
 }  // namespace gptoss::cli

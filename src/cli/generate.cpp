@@ -9,11 +9,15 @@
 // Every line is submitted at once; the output has one JSON object a line, in input order:
 //   {"ids":[...], "finish_reason":"stop"|"length"}   or   {"error":"..."} for a rejected line.
 // Blank lines are skipped. Throughput goes to stderr.
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <type_traits>
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
@@ -69,18 +73,53 @@ StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> load_tokenizer(const Generate
 
 // Reads an optional field of a batch line, type-checked.
 template <typename T>
-Status get_field(const json& j, const char* key, T* out) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) return ok_status();
-    try {
-        *out = it->get<T>();
-    } catch (const json::exception&) {
-        return invalid_argument(std::string("field \"") + key + "\" has the wrong type");
-    }
+Status get_field(const json& j, const char* key, T* out);
+
+// An integer field's value: a JSON integer (not 1.9, not 1e99) in T's range. nlohmann's get<int> converts
+// any number without a check (4294967297 became id 1, 1.9 became 1).
+template <typename T>
+Status get_integer(const json& v, const std::string& what, T* out) {
+    static_assert(std::is_integral_v<T>);
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                      : v.is_number_integer()
+                          ? (std::is_signed_v<T> ? v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                                       v.get<int64_t>() <= std::numeric_limits<T>::max()
+                                                 : v.get<int64_t>() >= 0)
+                          : false;
+    if (!v.is_number_integer() || !fits)
+        return invalid_argument(what + " must be an integer in [" + std::to_string(std::numeric_limits<T>::min()) +
+                                ", " + std::to_string(std::numeric_limits<T>::max()) + "], got " + v.dump());
+    *out =
+        static_cast<T>(v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>()));
     return ok_status();
 }
 
+template <typename T>
+Status get_field(const json& j, const char* key, T* out) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return ok_status();
+    const std::string what = std::string("field \"") + key + "\"";
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        return get_integer(*it, what, out);
+    } else if constexpr (std::is_same_v<T, std::vector<int32_t>>) {
+        if (!it->is_array()) return invalid_argument(what + " must be an array of integers");
+        std::vector<int32_t> v(it->size());
+        for (size_t i = 0; i < it->size(); ++i)
+            RETURN_IF_ERROR(get_integer((*it)[i], what + "[" + std::to_string(i) + "]", &v[i]));
+        *out = std::move(v);
+        return ok_status();
+    } else {
+        try {
+            *out = it->get<T>();
+        } catch (const json::exception&) {
+            return invalid_argument(what + " has the wrong type");
+        }
+        return ok_status();
+    }
+}
+
 Status parse_line(const std::string& text, const GenerateOptions& o, const std::vector<int>& eos, Line* line) {
+    if (std::string e = json_nesting_error(text); !e.empty()) return invalid_argument(e);
     json j;
     try {
         j = json::parse(text);
@@ -152,6 +191,17 @@ runtime::KvBudget default_budget(const GenerateOptions& o, const runtime::ModelR
 int run_generate(const GenerateOptions& o) {
     const int modes = !o.ids.empty() + !o.prompt.empty() + !o.batch_file.empty();
     if (modes != 1) return fail("give exactly one of --ids, --prompt and --batch-file");
+    if (o.block_size <= 0) return fail("--block-size must be positive, got " + std::to_string(o.block_size));
+    if (!(o.kv_cache_mb >= 0) || o.kv_cache_mb > 1e9)  // NaN, negative, or past any machine (a PB)
+        return fail("--kv-cache-mb must be between 0 (room for every request) and 1e9");
+    if (o.backend != "cuda" && o.kv_cache_mb > 0) {  // the CPU cache is zeroed at once: more than RAM is killed
+        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+        const double ram_mb =
+            pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) / 1048576.0 : 0;
+        if (ram_mb > 0 && o.kv_cache_mb > ram_mb)
+            return fail("--kv-cache-mb " + std::to_string(o.kv_cache_mb) + " is more than this machine's memory (" +
+                        std::to_string(static_cast<int64_t>(ram_mb)) + " MiB)");
+    }
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
 
     auto loaded = model::GptOssWeights::load(o.model);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "harmony/harmony_chat.h"
 #include "harmony/harmony_json.h"
@@ -36,6 +37,7 @@ StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> load_tokenizer(const std::str
 // stdin as one JSON object; a whole vector ({"kind", "input", ...}) is accepted too.
 StatusOr<Json> read_input() {
     std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (std::string e = json_nesting_error(text); !e.empty()) return invalid_argument("stdin: " + e);
     Json j = Json::parse(text, nullptr, false);
     if (j.is_discarded()) return invalid_argument("stdin is not valid JSON");
     if (!j.is_object()) return invalid_argument("stdin must be a JSON object");

@@ -1,4 +1,6 @@
 #include <cstdio>
+#include <exception>
+#include <new>
 
 #include "cli/command.h"
 
@@ -28,6 +30,14 @@ int main(int argc, char** argv) {
         if (e.get_exit_code() == 0) return app.exit(e);
         std::fprintf(stderr, "error: %s\n", e.what());
         return 2;
+    } catch (const std::bad_alloc&) {  // a size from the command line past what the machine can give
+        std::fprintf(stderr,
+                     "error: out of memory (a buffer too large to allocate: check sizes such as "
+                     "--kv-cache-mb and --max-batched-tokens)\n");
+        return 1;
+    } catch (const std::exception& e) {  // never an abort with a C++ message: one error line
+        std::fprintf(stderr, "error: %s\n", e.what());
+        return 1;
     }
     return exit_code;
 }

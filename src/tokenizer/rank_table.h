@@ -122,6 +122,9 @@ private:
 // BPE. Ids instead of bytes: a probe compares one 64-bit key, with no memcmp into the arena.
 class PairTable {
 public:
+    // Room from the start: find() on a table nothing was reserved for (a tokenizer.json without merges)
+    // indexed an empty slot array.
+    PairTable() { reserve(0); }
     void reserve(size_t num_pairs);
     // False if the pair is already there (the first insert wins).
     bool insert(uint32_t left, uint32_t right, uint32_t merged);

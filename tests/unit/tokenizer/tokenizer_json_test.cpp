@@ -148,6 +148,19 @@ TEST(MiniTokenizer, WholePiecesMergesAndLeftmostTies) {
     EXPECT_EQ(*text, "abc aa");
 }
 
+// The bytes alone, no merges and no token to split into pairs: pieces come out byte by byte (the pair table,
+// never sized, was indexed empty: a segfault on the first piece of two bytes).
+TEST(MiniTokenizer, BytesOnlyWithoutMerges) {
+    MiniTokenizer mini;  // no tokens past the 256 bytes: merges() is []
+    auto tok = load(mini.text());
+    ASSERT_TRUE(tok);
+    const std::vector<int32_t> ids = tok->encode_ordinary("ab c");
+    EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', ' ', 'c'}));  // byte b is id b
+    auto text = tok->decode(ids);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(*text, "ab c");
+}
+
 TEST(MiniTokenizer, LegacyMergeStringsAndAddedTokens) {
     MiniTokenizer mini;
     mini.tokens = {"ab", "bc", "abc"};
