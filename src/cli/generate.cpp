@@ -288,10 +288,9 @@ int run_generate(const GenerateOptions& o) {
         runtime::SchedulerConfig{.max_num_seqs = o.max_num_seqs, .max_num_batched_tokens = o.max_batched_tokens};
     if (tok) {
         const tokenizer::BpeTokenizer* t = tok.get();
-        ec.detokenizer = [t](std::span<const int32_t> ids) {
-            auto s = t->decode(ids);
-            return s.ok() ? *s : std::string();
-        };
+        // Output ids the tokenizer file does not list (o200k_harmony's reserved ones) add no text; a strict
+        // decode failed the whole window, and stop strings across it went unseen.
+        ec.detokenizer = [t](std::span<const int32_t> ids) { return t->decode_lossy(ids); };
     }
     auto engine = runtime::Engine::create(std::move(runner), std::move(ec));
     if (!engine.ok()) return fail(engine.status().message());
@@ -346,8 +345,9 @@ int run_generate(const GenerateOptions& o) {
         }
         if (o.batch_file.empty()) {
             if (tok) {
-                auto text = tok->decode(ids);
-                if (text.ok()) out["text"] = text->substr(0, text->size() - std::min<size_t>(text->size(), trim));
+                // decode_lossy: a reserved id the tokenizer file does not list dropped the whole "text" field.
+                const std::string text = tok->decode_lossy(ids);
+                out["text"] = text.substr(0, text.size() - std::min<size_t>(text.size(), trim));
             }
             const auto t2 = std::chrono::steady_clock::now();
             const double prefill_s = std::chrono::duration<double>(first_token.value_or(t2) - t0).count();

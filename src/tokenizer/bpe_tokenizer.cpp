@@ -244,6 +244,14 @@ StatusOr<std::string> BpeTokenizer::decode(std::span<const int32_t> ids) const {
     return out;
 }
 
+std::string BpeTokenizer::decode_lossy(std::span<const int32_t> ids) const {
+    std::string out;
+    for (int32_t id : ids) {
+        if (auto bytes = token_bytes(id)) out.append(*bytes);
+    }
+    return out;
+}
+
 std::optional<std::string_view> BpeTokenizer::token_bytes(int32_t id) const {
     if (id < 0 || id >= impl_->vocab_size) return std::nullopt;
     std::string_view bytes = impl_->id_bytes[static_cast<size_t>(id)];

@@ -32,6 +32,10 @@ public:
     // Ids to raw bytes (specials as their literal text). May end inside a UTF-8 character when the
     // ids do; use StreamingDecoder for incremental, UTF-8-safe text. Unknown ids give an error.
     StatusOr<std::string> decode(std::span<const int32_t> ids) const;
+    // The same, an id without bytes (out of range, or one of the model's ids the tokenizer file does not
+    // list, e.g. o200k_harmony's reserved 200019-201087 in a tokenizer.json that stops at 200018) adding
+    // nothing, as Hugging Face tokenizers' decode skips it: for text made of a model's output.
+    std::string decode_lossy(std::span<const int32_t> ids) const;
     // Bytes of a single token (literal text for specials); nullopt for an unknown id.
     std::optional<std::string_view> token_bytes(int32_t id) const;
     std::optional<int32_t> special_token_id(std::string_view text) const;

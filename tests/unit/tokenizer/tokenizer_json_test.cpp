@@ -159,6 +159,11 @@ TEST(MiniTokenizer, BytesOnlyWithoutMerges) {
     auto text = tok->decode(ids);
     ASSERT_TRUE(text.ok());
     EXPECT_EQ(*text, "ab c");
+    // An id the file does not list: decode refuses it, decode_lossy adds nothing for it (a model's output
+    // of o200k_harmony's reserved ids past the tokenizer.json's last one dropped generate's whole text).
+    const std::vector<int32_t> with_unknown = {'a', 300, 'b', -1, 201087};
+    EXPECT_FALSE(tok->decode(with_unknown).ok());
+    EXPECT_EQ(tok->decode_lossy(with_unknown), "ab");
 }
 
 TEST(MiniTokenizer, LegacyMergeStringsAndAddedTokens) {
