@@ -349,6 +349,19 @@ StatusOr<SafetensorsHeader> SafetensorsFile::parse_header(const uint8_t* bytes, 
                                  printable(cur->name) + " " + range(cur) + " overlap");
             }
         }
+        // The data region ends where the last tensor does (the reference reader's rule too): a header length
+        // a few bytes short still parsed (its padding spaces absorbed it) and shifted every tensor onto the
+        // header's last bytes, NaN logits with exit 0; trailing bytes are refused with it.
+        uint64_t data_end = 0;
+        for (const auto& t : header.tensors) {
+            if (t.nbytes > 0)
+                data_end = std::max<uint64_t>(data_end, static_cast<uint64_t>(t.data - data_base) + t.nbytes);
+        }
+        if (data_end != data_size) {
+            return data_loss(file + ": the data region holds " + std::to_string(data_size) +
+                             " bytes but the tensors end at " + std::to_string(data_end) +
+                             " (a wrong header length, or trailing bytes)");
+        }
         // root.items() iterates a std::map, so tensors are already sorted by name (find() relies on it).
         return header;
     });

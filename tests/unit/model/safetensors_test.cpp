@@ -117,8 +117,27 @@ TEST(SafetensorsParse, AcceptsUnpaddedHeader) {
 TEST(SafetensorsParse, AcceptsGapsBetweenTensors) {
     auto r = parse(make_file(R"({"x":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
                              R"("y":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})",
-                             10));
+                             8));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
+}
+
+// The data region must end where the last tensor does: trailing bytes, or a header length a few bytes short
+// (the header's padding spaces let the JSON parse, and every tensor then starts that many bytes early), are
+// refused (they loaded as shifted weights: NaN logits, exit 0).
+TEST(SafetensorsParse, RejectsADataRegionLongerThanItsTensors) {
+    const std::string h = R"({"x":{"dtype":"U8","shape":[3],"data_offsets":[0,3]}})";
+    auto trailing = parse(make_file(h, 5));
+    ASSERT_FALSE(trailing.ok());
+    EXPECT_NE(trailing.status().message().find("the tensors end at 3"), std::string::npos)
+        << trailing.status().message();
+    Bytes b = make_file(h, 3);  // padded header
+    ASSERT_TRUE(parse(b).ok());
+    uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(b[i]) << (8 * i);
+    ASSERT_GT(n, h.size());  // the padding this needs
+    const uint64_t shorter = n - 1;
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(shorter >> (8 * i));
+    EXPECT_FALSE(parse(b).ok());
 }
 
 TEST(SafetensorsParse, AcceptsScalarsEmptyTensorsAndEmptyHeader) {
