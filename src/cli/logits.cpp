@@ -1,4 +1,5 @@
 // gptoss logits --model DIR --ids 1,2,3 [--positions last|all] [--backend cpu] [--layout tp=2,ep=2]
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -90,13 +91,24 @@ int run_logits(const LogitsOptions& o) {
         w.add("logits", DType::kF32, Shape{rows, vocab}, std::move(lbytes));
         // The writer names its file model.safetensors: write into a private temporary directory
         // beside the target, then move the file into place.
+        // The directory is made by mkdtemp (a name no one else has: a fixed "<out>.tmp-dir" removed whatever
+        // directory of that name was there), in the target's directory, which must exist.
         namespace fs = std::filesystem;
         const fs::path out(o.out);
-        const fs::path tmp = fs::path(o.out + ".tmp-dir");
-        if (Status st = w.write(tmp.string(), {{"backend", o.backend}}); !st.ok()) return fail(st.message());
+        const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
         std::error_code ec;
+        if (!fs::is_directory(parent, ec)) return fail("cannot write " + o.out + ": no directory " + parent.string());
+        std::string pattern = (parent / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
+        if (::mkdtemp(pattern.data()) == nullptr)
+            return fail("cannot write " + o.out + ": cannot make a temporary directory beside it");
+        const fs::path tmp(pattern);
+        if (Status st = w.write(tmp.string(), {{"backend", o.backend}}); !st.ok()) {
+            fs::remove_all(tmp, ec);
+            return fail(st.message());
+        }
         fs::rename(tmp / "model.safetensors", out, ec);
-        fs::remove_all(tmp);
+        std::error_code ec2;
+        fs::remove_all(tmp, ec2);
         if (ec) return fail("cannot write " + o.out + ": " + ec.message());
         return 0;
     }
