@@ -75,6 +75,9 @@ int run_serve(const ServeOptions& o) {
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
     if (o.port < 0 || o.port > 65535) return fail("--port must be in [0, 65535]");
     if (o.http_threads < 8) return fail("--http-threads must be at least 8");
+    // 0 started a server that answered 503 to every request.
+    if (o.max_in_flight < 1) return fail("--max-in-flight must be at least 1, got " + std::to_string(o.max_in_flight));
+    if (o.max_num_seqs < 1) return fail("--max-num-seqs must be at least 1, got " + std::to_string(o.max_num_seqs));
     auto layout_or = parallel::ParallelConfig::parse(o.layout);
     if (!layout_or.ok()) return fail(layout_or.status().message());
     const parallel::ParallelConfig layout = *layout_or;
