@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include "cli/cli_util.h"
 
 #include <charconv>
@@ -60,6 +62,11 @@ std::string json_nesting_error(std::string_view text, int limit) {
         }
     }
     return "";
+}
+
+size_t physical_memory_mib() {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (static_cast<size_t>(pages) * static_cast<size_t>(page)) >> 20 : 0;
 }
 
 }  // namespace gptoss::cli

@@ -1,6 +1,7 @@
 // Small helpers shared by the CLI subcommands.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -24,5 +25,8 @@ std::string json_float(float v);
 // deeper than `limit` levels (brackets outside strings). nlohmann's values copy and free themselves
 // recursively, so a document some 60,000 levels deep overflowed the stack (the server refuses past 64).
 std::string json_nesting_error(std::string_view text, int limit = 512);
+
+// This machine's physical memory in MiB (0 when unknown): a bound for sizes the CPU backend allocates at once.
+size_t physical_memory_mib();
 
 }  // namespace gptoss::cli

@@ -9,8 +9,6 @@
 // Every line is submitted at once; the output has one JSON object a line, in input order:
 //   {"ids":[...], "finish_reason":"stop"|"length"}   or   {"error":"..."} for a rejected line.
 // Blank lines are skipped. Throughput goes to stderr.
-#include <unistd.h>
-
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -89,8 +87,7 @@ Status get_integer(const json& v, const std::string& what, T* out) {
     if (!v.is_number_integer() || !fits)
         return invalid_argument(what + " must be an integer in [" + std::to_string(std::numeric_limits<T>::min()) +
                                 ", " + std::to_string(std::numeric_limits<T>::max()) + "], got " + v.dump());
-    *out =
-        static_cast<T>(v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>()));
+    *out = v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
     return ok_status();
 }
 
@@ -194,14 +191,10 @@ int run_generate(const GenerateOptions& o) {
     if (o.block_size <= 0) return fail("--block-size must be positive, got " + std::to_string(o.block_size));
     if (!(o.kv_cache_mb >= 0) || o.kv_cache_mb > 1e9)  // NaN, negative, or past any machine (a PB)
         return fail("--kv-cache-mb must be between 0 (room for every request) and 1e9");
-    if (o.backend != "cuda" && o.kv_cache_mb > 0) {  // the CPU cache is zeroed at once: more than RAM is killed
-        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-        const double ram_mb =
-            pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) / 1048576.0 : 0;
-        if (ram_mb > 0 && o.kv_cache_mb > ram_mb)
-            return fail("--kv-cache-mb " + std::to_string(o.kv_cache_mb) + " is more than this machine's memory (" +
-                        std::to_string(static_cast<int64_t>(ram_mb)) + " MiB)");
-    }
+    // The CPU cache is zeroed at once: more than the machine's memory got the process killed.
+    if (const size_t ram_mb = physical_memory_mib(); o.backend != "cuda" && ram_mb > 0 && o.kv_cache_mb > ram_mb)
+        return fail("--kv-cache-mb " + std::to_string(o.kv_cache_mb) + " is more than this machine's memory (" +
+                    std::to_string(ram_mb) + " MiB)");
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
 
     auto loaded = model::GptOssWeights::load(o.model);

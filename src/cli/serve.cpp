@@ -112,14 +112,9 @@ int run_serve(const ServeOptions& o) {
     // the process there (std::bad_alloc; -1 wraps to 2^64 - 1) or had it killed for memory.
     if (o.kv_cache_mb == 0 || o.kv_cache_mb > (size_t{1} << 24))
         return fail("--kv-cache-mb must be between 1 and 16777216 (16 TiB), got " + std::to_string(o.kv_cache_mb));
-    if (o.backend != "cuda") {
-        const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-        const size_t ram_mb =
-            pages > 0 && page > 0 ? (static_cast<size_t>(pages) * static_cast<size_t>(page)) >> 20 : 0;
-        if (ram_mb > 0 && o.kv_cache_mb > ram_mb)
-            return fail("--kv-cache-mb " + std::to_string(o.kv_cache_mb) + " is more than this machine's memory (" +
-                        std::to_string(ram_mb) + " MiB)");
-    }
+    if (const size_t ram_mb = physical_memory_mib(); o.backend != "cuda" && ram_mb > 0 && o.kv_cache_mb > ram_mb)
+        return fail("--kv-cache-mb " + std::to_string(o.kv_cache_mb) + " is more than this machine's memory (" +
+                    std::to_string(ram_mb) + " MiB)");
     const std::string model_dir = o.model;
     runtime::EngineConfig engine_config;
     engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
