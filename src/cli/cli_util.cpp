@@ -42,28 +42,6 @@ std::string json_float(float v) {
     return std::string(buf, ptr);
 }
 
-std::string json_nesting_error(std::string_view text, int limit) {
-    int depth = 0;
-    bool in_string = false, escape = false;
-    for (char c : text) {
-        if (in_string) {
-            if (escape)
-                escape = false;
-            else if (c == '\\')
-                escape = true;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (++depth > limit) return "the JSON is nested deeper than " + std::to_string(limit) + " levels";
-        } else if ((c == ']' || c == '}') && depth > 0) {
-            --depth;
-        }
-    }
-    return "";
-}
-
 size_t physical_memory_mib() {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (static_cast<size_t>(pages) * static_cast<size_t>(page)) >> 20 : 0;

@@ -21,10 +21,10 @@ StatusOr<bool> parse_kv_cache_dtype(const std::string& text);
 // Shortest round-trip text of a float, as JSON wants it (nan/inf become null).
 std::string json_float(float v);
 
-// Why JSON text from a file or stdin is refused before parsing, or "" when it is within bounds: nested
-// deeper than `limit` levels (brackets outside strings). nlohmann's values copy and free themselves
-// recursively, so a document some 60,000 levels deep overflowed the stack (the server refuses past 64).
-std::string json_nesting_error(std::string_view text, int limit = 512);
+// JSON from a file or stdin: refused past this nesting or object size, before parsing (server/openai_json.h
+// json_shape_error; ~60,000 levels overflowed the stack in nlohmann's recursion).
+inline constexpr int kCliJsonDepth = 512;
+inline constexpr int kCliJsonMembers = 1 << 16;
 
 // This machine's physical memory in MiB (0 when unknown): a bound for sizes the CPU backend allocates at once.
 size_t physical_memory_mib();

@@ -24,6 +24,7 @@
 #include "runtime/cpu_model_runner.h"
 #include "runtime/cuda_model_runner.h"
 #include "runtime/engine.h"
+#include "server/openai_json.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::cli {
@@ -116,7 +117,8 @@ Status get_field(const json& j, const char* key, T* out) {
 }
 
 Status parse_line(const std::string& text, const GenerateOptions& o, const std::vector<int>& eos, Line* line) {
-    if (std::string e = json_nesting_error(text); !e.empty()) return invalid_argument(e);
+    if (std::string e = server::json_shape_error(text, kCliJsonDepth, kCliJsonMembers, "the line"); !e.empty())
+        return invalid_argument(e);
     json j;
     try {
         j = json::parse(text);

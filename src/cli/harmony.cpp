@@ -16,6 +16,7 @@
 #include "harmony/harmony_json.h"
 #include "harmony/harmony_parser.h"
 #include "harmony/harmony_render.h"
+#include "server/openai_json.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::cli {
@@ -37,7 +38,8 @@ StatusOr<std::unique_ptr<tokenizer::BpeTokenizer>> load_tokenizer(const std::str
 // stdin as one JSON object; a whole vector ({"kind", "input", ...}) is accepted too.
 StatusOr<Json> read_input() {
     std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    if (std::string e = json_nesting_error(text); !e.empty()) return invalid_argument("stdin: " + e);
+    if (std::string e = server::json_shape_error(text, kCliJsonDepth, kCliJsonMembers, "the JSON"); !e.empty())
+        return invalid_argument("stdin: " + e);
     Json j = Json::parse(text, nullptr, false);
     if (j.is_discarded()) return invalid_argument("stdin is not valid JSON");
     if (!j.is_object()) return invalid_argument("stdin must be a JSON object");

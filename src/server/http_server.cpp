@@ -261,13 +261,14 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                                          "chunked encoding)"));
                 return;
             }
-            // The connection's socket is looked up as soon as the body is in, while its peer is there: a
-            // socket the client has reset no longer has a peer address to be found by (getpeername fails),
-            // so a lookup at the first question, a poll interval later, missed a client that sent its
-            // request and reset the connection at once, whose request then ran to max_tokens for nobody.
-            // Not found (a reset in the microseconds before this line, or no /proc): never gone.
-            const int fd = find_connection_fd(req.remote_addr, req.remote_port, port_);
-            const OpenAiRoutes::ClientGone client_gone = [fd] { return fd >= 0 && peer_closed(fd); };
+            // The connection's socket is looked up on the first question (a streaming request never pays for
+            // the scan; a non-streaming one asks before its request reaches the engine, OpenAiRoutes::generate);
+            // not found: never gone.
+            int fd = -2;
+            const OpenAiRoutes::ClientGone client_gone = [&] {
+                if (fd == -2) fd = find_connection_fd(req.remote_addr, req.remote_port, port_);
+                return fd >= 0 && peer_closed(fd);
+            };
             send(req, res, handler(body, client_gone));
         });
     };

@@ -141,41 +141,6 @@ private:
 
 std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
-// Why a body's shape is refused before parsing, or "" when it is within bounds (brackets and colons
-// outside strings, stopping at the first excess): nested deeper than depth_limit, or an object with
-// more than member_limit members. Both bound the parser's cost: it recurses per level (a body of a
-// million '[' never reaches it), and its insertion-ordered objects find each new key by a linear
-// search, so n keys cost n²/2 comparisons (200,000 keys in 1.9 MB took 29 s before this check).
-std::string json_shape_error(std::string_view body, int depth_limit, int member_limit) {
-    std::vector<int> members;  // per open container: members so far (-1 for an array)
-    bool in_string = false, escape = false;
-    for (char c : body) {
-        if (in_string) {
-            if (escape) {
-                escape = false;
-            } else if (c == '\\') {
-                escape = true;
-            } else if (c == '"') {
-                in_string = false;
-            }
-            continue;
-        }
-        if (c == '"') {
-            in_string = true;
-        } else if (c == '[' || c == '{') {
-            if (static_cast<int>(members.size()) >= depth_limit)
-                return "the request body is nested deeper than " + std::to_string(depth_limit) + " levels";
-            members.push_back(c == '{' ? 0 : -1);
-        } else if (c == ']' || c == '}') {
-            if (!members.empty()) members.pop_back();
-        } else if (c == ':' && !members.empty() && members.back() >= 0) {
-            if (++members.back() > member_limit)
-                return "the request body has an object with more than " + std::to_string(member_limit) + " members";
-        }
-    }
-    return "";
-}
-
 // Sampling fields shared by the three endpoints.
 void read_sampling(Fields& f, SamplingRequest* out) {
     if (auto t = f.number("temperature", 0.0, 2.0)) out->sampling.temperature = static_cast<float>(*t);
@@ -514,6 +479,37 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
 }
 
 }  // namespace
+
+std::string json_shape_error(std::string_view body, int depth_limit, int member_limit, std::string_view subject) {
+    std::vector<int> members;  // per open container: members so far (-1 for an array)
+    bool in_string = false, escape = false;
+    for (char c : body) {
+        if (in_string) {
+            if (escape) {
+                escape = false;
+            } else if (c == '\\') {
+                escape = true;
+            } else if (c == '"') {
+                in_string = false;
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (static_cast<int>(members.size()) >= depth_limit)
+                return std::string(subject) + " is nested deeper than " + std::to_string(depth_limit) + " levels";
+            members.push_back(c == '{' ? 0 : -1);
+        } else if (c == ']' || c == '}') {
+            if (!members.empty()) members.pop_back();
+        } else if (c == ':' && !members.empty() && members.back() >= 0) {
+            if (++members.back() > member_limit)
+                return std::string(subject) + " has an object with more than " + std::to_string(member_limit) +
+                       " members";
+        }
+    }
+    return "";
+}
 
 // ---- errors -------------------------------------------------------------------------------------
 

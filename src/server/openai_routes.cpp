@@ -129,6 +129,12 @@ StatusOr<int64_t> OpenAiRoutes::max_tokens_for(int64_t prompt_tokens, const std:
 RouteResponse OpenAiRoutes::generate(EngineRequest request,
                                      const std::function<std::unique_ptr<Session>()>& make_session, bool stream,
                                      Clock::time_point arrival, const ClientGone& client_gone) {
+    // A non-streaming request asks once before it reaches the engine: that finds the connection's socket
+    // while its peer is there. A socket the client has reset has no peer address left to be found by, so
+    // a first question a poll interval in missed a client that reset at once, and its request ran to
+    // max_tokens for nobody.
+    if (!stream && client_gone && client_gone())
+        return error(api_error(499, "the client closed the connection", "client_closed"));
     StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(request), arrival);
     if (!submitted.ok()) return error(api_error(submitted.status()));
     std::unique_ptr<GenerationStream> gen = std::move(*submitted);
