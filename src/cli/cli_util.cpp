@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "runtime/sampler.h"
+
 namespace gptoss::cli {
 
 StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
@@ -33,6 +35,21 @@ StatusOr<bool> parse_kv_cache_dtype(const std::string& text) {
     if (text == "auto" || text == "bf16" || text == "bfloat16") return false;
     if (text == "fp8" || text == "fp8_e4m3") return true;
     return invalid_argument("--kv-cache-dtype '" + text + "': expected auto, bf16, fp8 or fp8_e4m3");
+}
+
+StatusOr<std::optional<uint64_t>> parse_seed(std::string_view text) {
+    const char* end = text.data() + text.size();
+    if (!text.empty() && text[0] == '-') {
+        int64_t v = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc() && ptr == end) return runtime::seed_from_signed(v);
+    } else {
+        uint64_t v = 0;
+        auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc() && ptr == end) return std::optional<uint64_t>(v);
+    }
+    return invalid_argument("seed \"" + std::string(text) +
+                            "\": expected an integer in [-9223372036854775808, 18446744073709551615] (-1: random)");
 }
 
 std::string json_float(float v) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,10 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
 // --kv-cache-dtype (vLLM's names): "auto" or "bf16" -> false, "fp8" or "fp8_e4m3" -> true (an e4m3
 // KV cache, model::CudaModelOptions::kv_fp8); anything else is an error naming the choices.
 StatusOr<bool> parse_kv_cache_dtype(const std::string& text);
+
+// --seed / a batch line's seed: a decimal 64-bit integer, signed or unsigned; -1 asks for a random seed
+// (nullopt), as in vLLM and llama.cpp (runtime::seed_from_signed).
+StatusOr<std::optional<uint64_t>> parse_seed(std::string_view text);
 
 // Shortest round-trip text of a float, as JSON wants it (nan/inf become null).
 std::string json_float(float v);

@@ -145,10 +145,15 @@ Status parse_line(const std::string& text, const GenerateOptions& o, const std::
     RETURN_IF_ERROR(get_field(j, "presence_penalty", &r.sampling.presence_penalty));
     RETURN_IF_ERROR(get_field(j, "frequency_penalty", &r.sampling.frequency_penalty));
     RETURN_IF_ERROR(get_field(j, "repetition_penalty", &r.sampling.repetition_penalty));
-    uint64_t seed = 0;
-    if (j.contains("seed") && !j["seed"].is_null()) {
-        RETURN_IF_ERROR(get_field(j, "seed", &seed));
-        r.sampling.seed = seed;
+    if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
+        // As the server reads it: any 64-bit integer, -1 for a random seed.
+        if (it->is_number_unsigned()) {
+            r.sampling.seed = it->get<uint64_t>();
+        } else {
+            int64_t seed = 0;
+            RETURN_IF_ERROR(get_field(j, "seed", &seed));
+            r.sampling.seed = runtime::seed_from_signed(seed);
+        }
     }
     RETURN_IF_ERROR(get_field(j, "stop_ids", &r.stop_ids));
     RETURN_IF_ERROR(get_field(j, "stop", &r.stop_strings));
@@ -384,7 +389,14 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--top-p", o->top_p, "Nucleus sampling threshold")->capture_default_str();
     sub->add_option("--top-k", o->top_k, "Top-k (0 = off)")->capture_default_str();
     sub->add_option("--min-p", o->min_p, "Min-p (0 = off)")->capture_default_str();
-    sub->add_option("--seed", o->seed, "Sampling seed (default: random per request)");
+    sub->add_option_function<std::string>(
+        "--seed",
+        [o](const std::string& text) {
+            auto seed = parse_seed(text);
+            if (!seed.ok()) throw CLI::ValidationError("--seed", seed.status().message());
+            o->seed = *seed;
+        },
+        "Sampling seed, any 64-bit integer (default or -1: random per request)");
     sub->add_option("--stop", o->stop, "Stop string (repeatable; needs a tokenizer)");
     sub->add_flag("--ignore-eos", o->ignore_eos, "Do not stop at the model's EOS ids");
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();

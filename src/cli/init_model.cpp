@@ -46,7 +46,11 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->check(CLI::IsMember({"tiny", "gpt-oss-20b", "gpt-oss-120b"}))
         ->capture_default_str();
     sub->add_option("--out", o->out, "Output directory")->required();
-    sub->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+    sub->add_option("--seed", o->seed, "Random seed (0 to 2^64 - 1)")
+        ->capture_default_str()
+        ->check([](const std::string& text) {
+            return !text.empty() && text[0] == '-' ? std::string("the seed must be 0 or more") : std::string();
+        });
     sub->add_option("--shard-gb", o->shard_gb, "Shard size in GB (default: 5 for full-size presets)");
     sub->callback([o, &exit_code] { exit_code = run_init_model(*o); });
 });

@@ -39,6 +39,13 @@ struct SamplingParams {
     std::vector<std::pair<int32_t, float>> logit_bias{};  // (token id, bias added to its logit)
 };
 
+// A request's seed as vLLM and llama.cpp read it: -1 asks for a random draw (nullopt); any other
+// 64-bit integer, signed or unsigned, is a seed of its own (a negative one by its two's complement).
+inline std::optional<uint64_t> seed_from_signed(int64_t seed) {
+    if (seed == -1) return std::nullopt;
+    return static_cast<uint64_t>(seed);
+}
+
 // Checks ranges (temperature >= 0, 0 < top_p <= 1, top_k >= 0, 0 <= min_p <= 1,
 // repetition_penalty > 0, finite penalties, logit_bias ids in [0, vocab_size)).
 Status validate_sampling_params(const SamplingParams& params, int vocab_size);

@@ -148,11 +148,12 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     // smallest positive nucleus does (a positive double rounding to 0 as a float too).
     if (auto p = f.number("top_p", 0.0, 1.0))
         out->sampling.top_p = std::max(static_cast<float>(*p), std::numeric_limits<float>::min());
-    // A seed is any 64-bit integer, signed or unsigned (2^63 .. 2^64 - 1 are seeds of their own).
+    // A seed is any 64-bit integer, signed or unsigned (2^63 .. 2^64 - 1 are seeds of their own);
+    // -1 asks for a random one, as in vLLM and llama.cpp (runtime::seed_from_signed).
     if (const Json* sv = f.get("seed"); sv != nullptr && sv->is_number_unsigned())
         out->sampling.seed = sv->get<uint64_t>();
     else if (auto s = f.integer("seed", INT64_MIN, INT64_MAX))
-        out->sampling.seed = static_cast<uint64_t>(*s);
+        out->sampling.seed = runtime::seed_from_signed(*s);
     // vLLM's and llama.cpp's sampling extensions, with vLLM's ranges: top_k ≥ 1 (-1 or 0: off),
     // min_p in [0, 1] (0: off), repetition_penalty > 0 (1: off).
     if (auto k = f.integer("top_k", -1, INT32_MAX)) out->sampling.top_k = *k < 0 ? 0 : static_cast<int>(*k);

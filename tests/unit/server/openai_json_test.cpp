@@ -211,7 +211,7 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
 }
 
 // vLLM's and llama.cpp's sampling extensions reach the engine's parameters (they were ignored
-// before session 25); -1 and 0 turn top_k off; a seed may be any 64-bit integer, signed or unsigned.
+// before session 25); -1 and 0 turn top_k off; a seed may be any 64-bit integer, signed or unsigned (-1: random).
 TEST(ParseChatRequest, SamplingExtensionsAndSeeds) {
     auto p = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "top_k": 1, "min_p": 0.25,
                                      "repetition_penalty": 1.3, "seed": 18446744073709551615})"));
@@ -227,9 +227,14 @@ TEST(ParseChatRequest, SamplingExtensionsAndSeeds) {
         ASSERT_TRUE(q.ok()) << q.status().message();
         EXPECT_EQ(q->sampling.sampling.top_k, 0) << k;
     }
-    auto neg = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": -1})"));
+    // -1 asks for a random seed (vLLM, llama.cpp); other negative seeds are seeds by their two's complement.
+    auto random = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": -1})"));
+    ASSERT_TRUE(random.ok()) << random.status().message();
+    EXPECT_FALSE(random->sampling.sampling.seed.has_value());
+    auto neg = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": -2})"));
     ASSERT_TRUE(neg.ok()) << neg.status().message();
-    EXPECT_EQ(*neg->sampling.sampling.seed, 18446744073709551615ull);  // -1 as two's complement: the same seed
+    ASSERT_TRUE(neg->sampling.sampling.seed.has_value());
+    EXPECT_EQ(*neg->sampling.sampling.seed, 18446744073709551614ull);
     auto big =
         parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": 9223372036854775808})"));
     ASSERT_TRUE(big.ok()) << big.status().message();
