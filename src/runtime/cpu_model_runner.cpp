@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -76,9 +77,18 @@ Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
     size_t row = 0;
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
         const size_t n = seqs_[i].all_logits ? batch.seqs[i].tokens.size() : 1;
-        if (batch.seqs[i].need_logits)
-            logits->insert(logits->end(), rows_.begin() + static_cast<long>(row * V),
-                           rows_.begin() + static_cast<long>((row + n) * V));
+        if (batch.seqs[i].need_logits) {
+            // Non-finite logits (NaN or Inf in a checkpoint's weights, or an overflow) leave nothing to sample
+            // from: fail the step with a clear error, as the CUDA runner does, rather than draw token 0.
+            const auto first = rows_.begin() + static_cast<long>(row * V), last = first + static_cast<long>(n * V);
+            if (!std::all_of(first, last, [](float v) { return std::isfinite(v); }))
+                return internal_error(
+                    "non-finite logits from the CPU backend for sequence " + std::to_string(i) + " of " +
+                    std::to_string(batch.seqs.size()) + " (positions " + std::to_string(batch.seqs[i].start_pos) +
+                    ".." + std::to_string(batch.seqs[i].start_pos + static_cast<int>(batch.seqs[i].tokens.size()) - 1) +
+                    "): the checkpoint or the activations hold NaN or Inf");
+            logits->insert(logits->end(), first, last);
+        }
         row += n;
     }
     return ok_status();

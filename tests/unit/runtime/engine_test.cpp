@@ -357,6 +357,34 @@ TEST_F(EngineTest, BadRequestsGetClearErrors) {
     EXPECT_EQ(collect(*ok).ids.size(), 2u);
 }
 
+// A checkpoint whose weights hold a NaN gives non-finite logits: the request ends with an error that says so
+// (the CPU runner sampled token 0 from a NaN row), for greedy and sampled requests one after the other.
+TEST_F(EngineTest, NonFiniteLogitsEndTheRequestWithAnError) {
+    auto loaded = model::GptOssWeights::load(dir_);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+    std::shared_ptr<model::GptOssWeights> nan_weights = std::move(*loaded);
+    nan_weights->norm[1] = std::nanf("");  // the final norm's gain: every logit reads hidden[1]
+    auto engine = make_engine(nan_weights, test_config());
+    ASSERT_TRUE(engine);
+    for (float temperature : {0.0f, 1.0f}) {
+        auto h = engine->submit(Request{.prompt = {5, 6}, .sampling = {.temperature = temperature}, .max_tokens = 3});
+        ASSERT_TRUE(h.ok()) << h.status().to_string();
+        std::optional<TokenEvent> last;
+        int tokens = 0;
+        while (auto ev = h->next(std::chrono::milliseconds(60000))) {
+            if (ev->id >= 0) ++tokens;
+            if (ev->is_final()) {
+                last = std::move(ev);
+                break;
+            }
+        }
+        ASSERT_TRUE(last.has_value());
+        EXPECT_EQ(tokens, 0) << temperature;
+        EXPECT_EQ(*last->finish_reason, FinishReason::kError) << temperature;
+        EXPECT_NE(last->error.find("non-finite logits"), std::string::npos) << last->error;
+    }
+}
+
 TEST_F(EngineTest, StopIdsAndStopStringsEndWithStop) {
     // Detokenizer: each id is two bytes "<letter><digit>".
     EngineConfig cfg = test_config();
