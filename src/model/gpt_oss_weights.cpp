@@ -1,9 +1,11 @@
 #include "model/gpt_oss_weights.h"
 
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "core/dtype.h"
+#include "core/logging.h"
 #include "core/progress.h"
 #include "kernels/cpu/cpu_common.h"
 
@@ -20,6 +22,7 @@ public:
         if (ckpt_.find(name) == nullptr && ckpt_.find(name + "_fp8") != nullptr)
             return dense_fp8(name, rows, cols, out);
         ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, Shape{rows, cols}));
+        used_.insert(name);
         *out = DenseWeight{t->data, t->dtype, static_cast<int>(rows), static_cast<int>(cols)};
         return ok_status();
     }
@@ -31,6 +34,8 @@ public:
         const auto blocks = [](int64_t n) { return (n + 127) / 128; };
         const int64_t bc = blocks(cols);
         ASSIGN_OR_RETURN(const TensorInfo* st, ckpt_.get(name + "_fp8_scale", DType::kF32, Shape{blocks(rows), bc}));
+        used_.insert(name + "_fp8");
+        used_.insert(name + "_fp8_scale");
         std::vector<uint8_t> buf(static_cast<size_t>(rows * cols) * 2);
         for (int64_t r = 0; r < rows; ++r) {
             for (int64_t c = 0; c < cols; ++c) {
@@ -48,6 +53,7 @@ public:
     // Any float tensor of `shape`, converted to fp32.
     Status vec(const std::string& name, const Shape& shape, std::vector<float>* out) {
         ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, shape));
+        used_.insert(name);
         out->resize(static_cast<size_t>(shape.numel()));
         kernels::cpu::row_to_f32(t->data, t->dtype, static_cast<int>(shape.numel()), out->data());
         return ok_status();
@@ -59,6 +65,8 @@ public:
         const auto blocks = [](int64_t n) { return (n + 127) / 128; };
         ASSIGN_OR_RETURN(const TensorInfo* st,
                          ckpt_.get(name + "_scale", DType::kF32, Shape{e, blocks(rows), blocks(cols)}));
+        used_.insert(name);
+        used_.insert(name + "_scale");
         if (reinterpret_cast<uintptr_t>(st->data) % alignof(float) != 0) {  // safetensors data is only byte-aligned
             std::vector<uint8_t> copy(st->data, st->data + st->nbytes);
             w_.owned.push_back(std::move(copy));
@@ -71,6 +79,7 @@ public:
 
     Status u8(const std::string& name, const Shape& shape, const uint8_t** out) {
         ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get(name, DType::kU8, shape));
+        used_.insert(name);
         *out = t->data;
         return ok_status();
     }
@@ -79,6 +88,7 @@ public:
     Status transposed_experts(const std::string& name, int64_t e, int64_t in, int64_t out_f, const void** out,
                               DType* dtype) {
         ASSIGN_OR_RETURN(const TensorInfo* t, ckpt_.get_any(name, kFloatTypes, Shape{e, in, out_f}));
+        used_.insert(name);
         const size_t es = dtype_size(t->dtype);
         std::vector<uint8_t> buf(t->nbytes);
         for (int64_t x = 0; x < e; ++x) {
@@ -95,9 +105,18 @@ public:
         return ok_status();
     }
 
+    // The checkpoint's tensors that no call above read, sorted.
+    std::vector<std::string> unused() const {
+        std::vector<std::string> out;
+        for (const std::string& name : ckpt_.names())
+            if (!used_.contains(name)) out.push_back(name);
+        return out;
+    }
+
 private:
     const SafetensorsCheckpoint& ckpt_;
     GptOssWeights& w_;
+    std::set<std::string> used_;
 };
 
 }  // namespace
@@ -167,6 +186,16 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
         RETURN_IF_ERROR(ld.vec(x + "gate_up_proj_bias", Shape{E, 2 * I}, &L.gate_up_bias));
         RETURN_IF_ERROR(ld.vec(x + "down_proj_bias", Shape{E, H}, &L.down_bias));
         progress.advance(1);
+    }
+    // Tensors gpt-oss does not read are ignored, as transformers does, with a warning: a checkpoint with more
+    // layers than config.json's num_hidden_layers, or another model's tensors, should not load silently.
+    w->unused_tensors = ld.unused();
+    if (!w->unused_tensors.empty()) {
+        std::string some;
+        for (size_t i = 0; i < w->unused_tensors.size() && i < 3; ++i) some += (i ? ", " : "") + w->unused_tensors[i];
+        LOG_WARN("%s: %zu tensor%s not used by gpt-oss and ignored (%s%s); check config.json against the checkpoint",
+                 dir.c_str(), w->unused_tensors.size(), w->unused_tensors.size() == 1 ? " is" : "s are", some.c_str(),
+                 w->unused_tensors.size() > 3 ? ", ..." : "");
     }
     w->shard = WeightShard{0, c.num_attention_heads, 0, c.num_key_value_heads, 0,    c.num_experts,
                            0, c.intermediate_size,   0, c.vocab_size,          true, true};

@@ -75,6 +75,7 @@ struct GptOssWeights {
     std::unique_ptr<SafetensorsCheckpoint> checkpoint;  // owns the mappings the views point into (null in
                                                         // a shard: the full weights must outlive it)
     std::vector<std::vector<uint8_t>> owned;            // buffers made at load (transposed experts)
+    std::vector<std::string> unused_tensors;            // checkpoint tensors load() did not read (warned), sorted
 
     // Loads config.json and the safetensors of a Hugging Face gpt-oss directory, in the published
     // layout (MXFP4 expert blocks/scales) or the dequantized layout transformers saves

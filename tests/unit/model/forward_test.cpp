@@ -194,5 +194,24 @@ TEST_F(ForwardTest, LoadReportsMissingAndMisshapenTensors) {
     fs::remove_all(dir2);
 }
 
+// Tensors the model does not read are listed (and warned about at load): here a config with one layer fewer
+// than the file. The full checkpoint reads every tensor it holds.
+TEST_F(ForwardTest, LoadListsTensorsItDoesNotRead) {
+    EXPECT_TRUE(weights_->unused_tensors.empty()) << weights_->unused_tensors.front();
+    std::string dir2 = dir_ + "_short";
+    fs::create_directories(dir2);
+    fs::copy_file(dir_ + "/model.safetensors", dir2 + "/model.safetensors", fs::copy_options::overwrite_existing);
+    GptOssConfig c = small_config();
+    c.num_hidden_layers = 1;
+    c.layer_types.pop_back();
+    std::ofstream(dir2 + "/config.json") << c.to_hf_json().dump();
+    auto w = GptOssWeights::load(dir2);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    const std::vector<std::string>& unused = (*w)->unused_tensors;
+    EXPECT_EQ(unused.size(), 19u);  // one layer's tensors (MXFP4 experts: blocks and scales, 4 of them)
+    for (const std::string& name : unused) EXPECT_EQ(name.rfind("model.layers.1.", 0), 0u) << name;
+    fs::remove_all(dir2);
+}
+
 }  // namespace
 }  // namespace gptoss::model
