@@ -171,15 +171,18 @@ runtime::KvBudget default_budget(const GenerateOptions& o, const runtime::ModelR
         return b;
     }
     const runtime::KvGeometry g = runner.kv_geometry(o.block_size);
-    int64_t blocks = 0;
+    int64_t blocks = 0, tokens = 0;
     for (const Line& l : lines) {
-        blocks +=
-            (static_cast<int64_t>(l.request.prompt.size()) + l.request.max_tokens + o.block_size - 1) / o.block_size +
-            1;
+        const int64_t n = static_cast<int64_t>(l.request.prompt.size()) + l.request.max_tokens;
+        blocks += (n + o.block_size - 1) / o.block_size + 1;
+        tokens += n;
     }
+    // A step's new tokens sit in the sliding cache beside each window: at most --max-batched-tokens, and never
+    // more than the requests hold (a huge --max-batched-tokens sized gigabytes for a two-token prompt).
+    const int64_t step_tokens = std::min<int64_t>(o.max_batched_tokens, tokens);
     const int64_t window_blocks = g.sliding_window > 0 ? (g.sliding_window + o.block_size - 1) / o.block_size + 2 : 0;
-    const int64_t sliding = static_cast<int64_t>(lines.size()) * window_blocks +
-                            (o.max_batched_tokens + o.block_size - 1) / o.block_size + 2;
+    const int64_t sliding =
+        static_cast<int64_t>(lines.size()) * window_blocks + (step_tokens + o.block_size - 1) / o.block_size + 2;
     const size_t want =
         static_cast<size_t>(blocks) * g.bytes_per_block_full + static_cast<size_t>(sliding) * g.bytes_per_block_sliding;
     const size_t cap = runner.free_memory_bytes() / 2;

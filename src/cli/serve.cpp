@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "cli/cli_util.h"
@@ -40,8 +41,10 @@ struct ServeOptions {
     std::string cors_origin = "*";
     int http_threads = 512;
     int64_t max_in_flight = 1024;
-    size_t kv_cache_mb = 512;
+    std::optional<size_t> kv_cache_mb;  // default: 512 on the CPU; CUDA: by gpu_memory_utilization
+    double gpu_memory_utilization = 0.9;
     int max_num_seqs = 256;
+    int max_num_batched_tokens = 0;  // 0: 512 on the CPU, 8192 on CUDA (bench serve's settings)
     std::string served_model_name;
     std::string tokenizer;
     int request_timeout_s = 600;
@@ -78,6 +81,11 @@ int run_serve(const ServeOptions& o) {
     // 0 started a server that answered 503 to every request.
     if (o.max_in_flight < 1) return fail("--max-in-flight must be at least 1, got " + std::to_string(o.max_in_flight));
     if (o.max_num_seqs < 1) return fail("--max-num-seqs must be at least 1, got " + std::to_string(o.max_num_seqs));
+    if (o.max_num_batched_tokens < 0)
+        return fail("--max-num-batched-tokens must be at least 1 (0: the backend's default), got " +
+                    std::to_string(o.max_num_batched_tokens));
+    if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
+        return fail("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(o.gpu_memory_utilization));
     auto layout_or = parallel::ParallelConfig::parse(o.layout);
     if (!layout_or.ok()) return fail(layout_or.status().message());
     const parallel::ParallelConfig layout = *layout_or;
@@ -110,22 +118,31 @@ int run_serve(const ServeOptions& o) {
 
     // The KV cache is allocated when the model loads, on a loader thread: a size no machine can give aborted
     // the process there (std::bad_alloc; -1 wraps to 2^64 - 1) or had it killed for memory.
-    if (o.kv_cache_mb == 0 || o.kv_cache_mb > (size_t{1} << 24))
-        return fail("--kv-cache-mb must be between 1 and 16777216 (16 TiB), got " + std::to_string(o.kv_cache_mb));
-    if (const size_t ram_mb = physical_memory_mib(); o.backend != "cuda" && ram_mb > 0 && o.kv_cache_mb > ram_mb)
-        return fail("--kv-cache-mb " + std::to_string(o.kv_cache_mb) + " is more than this machine's memory (" +
+    const bool cuda = o.backend == "cuda";
+    // The default KV cache: 512 MiB on the CPU; on CUDA what --gpu-memory-utilization leaves once the model is
+    // loaded (as vLLM sizes it), found in `load` below.
+    const std::optional<size_t> kv_cache_mb = o.kv_cache_mb ? o.kv_cache_mb
+                                              : cuda        ? std::nullopt
+                                                            : std::optional<size_t>(512);
+    if (kv_cache_mb && (*kv_cache_mb == 0 || *kv_cache_mb > (size_t{1} << 24)))
+        return fail("--kv-cache-mb must be between 1 and 16777216 (16 TiB), got " + std::to_string(*kv_cache_mb));
+    if (const size_t ram_mb = physical_memory_mib(); !cuda && ram_mb > 0 && kv_cache_mb.value_or(0) > ram_mb)
+        return fail("--kv-cache-mb " + std::to_string(*kv_cache_mb) + " is more than this machine's memory (" +
                     std::to_string(ram_mb) + " MiB)");
     const std::string model_dir = o.model;
     runtime::EngineConfig engine_config;
-    engine_config.kv_budget = runtime::KvBudget{.bytes = o.kv_cache_mb << 20};
+    if (kv_cache_mb) engine_config.kv_budget = runtime::KvBudget{.bytes = *kv_cache_mb << 20};
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
+    engine_config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens
+                                                     : cuda                       ? 8192
+                                                                                  : 512;
     auto spec = resolve_speculative_flags(o.speculative);
     if (!spec.ok()) return fail(spec.status().message());
     engine_config.speculative = *spec;
-    const bool cuda = o.backend == "cuda";
     const bool fp8 = o.fp8, fp8_experts = o.fp8_experts;
-    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8,
-                 fp8_experts]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    const double utilization = o.gpu_memory_utilization;
+    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8, fp8_experts,
+                 utilization]() mutable -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
@@ -138,6 +155,13 @@ int run_serve(const ServeOptions& o) {
                                                          layout, fp8, kv_fp8, fp8_experts));
         } else {
             runner = std::make_unique<runtime::CpuModelRunner>(shared, layout, kv_fp8);  // ranks as threads
+        }
+        if (engine_config.kv_budget.bytes == 0) {
+            ASSIGN_OR_RETURN(engine_config.kv_budget.bytes,
+                             runtime::kv_bytes_for_utilization(runner->free_memory_bytes(),
+                                                               runner->total_memory_bytes(), utilization));
+            std::fprintf(stderr, "[serve] KV cache: %zu MiB (--gpu-memory-utilization %.2f)\n",
+                         engine_config.kv_budget.bytes >> 20, utilization);
         }
         return runtime::Engine::create(std::move(runner), engine_config);
     };
@@ -225,8 +249,16 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--http-threads", o->http_threads, "HTTP worker threads = concurrent connections")
         ->capture_default_str();
     sub->add_option("--max-in-flight", o->max_in_flight, "Requests handled at once (more: 503)")->capture_default_str();
-    sub->add_option("--kv-cache-mb", o->kv_cache_mb, "KV cache size in MiB")->capture_default_str();
+    sub->add_option("--kv-cache-mb", o->kv_cache_mb,
+                    "KV cache size in MiB (default: 512 on the CPU; CUDA: --gpu-memory-utilization)");
+    sub->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                    "cuda without --kv-cache-mb: the share of the GPU's memory the server may hold; the KV cache gets "
+                    "what the model leaves of it (vLLM's flag)")
+        ->capture_default_str();
     sub->add_option("--max-num-seqs", o->max_num_seqs, "Sequences generated at once")->capture_default_str();
+    sub->add_option("--max-num-batched-tokens,--max-batched-tokens", o->max_num_batched_tokens,
+                    "Token budget of one engine step (0: 512 on the CPU, 8192 on CUDA)")
+        ->capture_default_str();
     sub->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: directory name)");
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
     sub->add_option("--request-timeout", o->request_timeout_s,

@@ -2120,6 +2120,11 @@ Status CudaModel::validate(std::span<const ForwardSequence> seqs, bool sample, i
     return impl_->validate(seqs, sample, blocks_full < 0 ? impl_->num_blocks_full : blocks_full,
                            blocks_sliding < 0 ? impl_->num_blocks_sliding : blocks_sliding);
 }
+size_t CudaModel::total_device_memory() {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return total_b;
+}
 size_t CudaModel::free_device_memory(int device) {
     if (device >= 0 && cudaSetDevice(device) != cudaSuccess) return 0;
     return free_device_memory();
@@ -2188,6 +2193,7 @@ void CudaModel::fill_kv_random(uint64_t) {}
 Status CudaModel::allocate_kv_cache(int, int, int) { return unimplemented("no CUDA backend"); }
 size_t CudaModel::free_device_memory() { return 0; }
 size_t CudaModel::free_device_memory(int) { return 0; }
+size_t CudaModel::total_device_memory() { return 0; }
 Status CudaModel::validate(std::span<const ForwardSequence>, bool, int, int) const {
     return unimplemented("no CUDA backend");
 }

@@ -100,6 +100,8 @@ public:
     // Free device memory now (0 without a device), on the current device or on `device`.
     static size_t free_device_memory();
     static size_t free_device_memory(int device);
+    // The current device's whole memory (0 without a device).
+    static size_t total_device_memory();
 
     // The host-side checks forward() starts with (batch and token limits, token ids, positions,
     // block tables against the given block counts; -1 = this model's), without running anything.

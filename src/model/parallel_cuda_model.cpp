@@ -273,6 +273,15 @@ size_t ParallelCudaModel::free_device_memory() {
     return *std::min_element(free_b.begin(), free_b.end());
 }
 
+size_t ParallelCudaModel::total_device_memory() {
+    std::vector<size_t> total_b(models_.size());
+    (void)run_all([&](int r) {
+        total_b[r] = CudaModel::total_device_memory();
+        return ok_status();
+    });
+    return *std::min_element(total_b.begin(), total_b.end());
+}
+
 Status ParallelCudaModel::split(std::span<const ForwardSequence> seqs, std::span<const int> dp_group, bool sample,
                                 std::vector<std::vector<ForwardSequence>>* per_group,
                                 std::vector<std::vector<size_t>>* members, int* max_tokens) const {

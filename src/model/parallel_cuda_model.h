@@ -39,6 +39,7 @@ public:
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);
     // The least free device memory over the ranks.
     size_t free_device_memory();
+    size_t total_device_memory();  // the smallest of the ranks' devices
 
     const parallel::ParallelConfig& layout() const { return layout_; }
     const GptOssConfig& config() const { return full_.config; }

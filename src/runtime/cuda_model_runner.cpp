@@ -36,6 +36,7 @@ KvGeometry CudaModelRunner::kv_geometry(int block_size) const {
 }
 
 size_t CudaModelRunner::free_memory_bytes() const { return model_->free_device_memory(); }
+size_t CudaModelRunner::total_memory_bytes() const { return model_->total_device_memory(); }
 
 Status CudaModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) {
     return model_->allocate_kv_cache(block_size, counts.full, counts.sliding);

@@ -28,6 +28,7 @@ public:
     const model::GptOssConfig& config() const override { return weights_->config; }
     KvGeometry kv_geometry(int block_size) const override;
     size_t free_memory_bytes() const override;
+    size_t total_memory_bytes() const override;
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
     bool samples_on_device() const override { return true; }

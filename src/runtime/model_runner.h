@@ -25,6 +25,8 @@ public:
     virtual KvGeometry kv_geometry(int block_size) const = 0;
     // Memory the KV cache may draw from now (host: MemAvailable; CUDA: free device memory).
     virtual size_t free_memory_bytes() const = 0;
+    // The device's whole memory (CUDA: the smallest of the runner's GPUs); 0 where it does not apply (host).
+    virtual size_t total_memory_bytes() const { return 0; }
     // Allocates the paged cache; called once, before forward().
     virtual Status allocate_kv_cache(int block_size, KvBlockCounts counts) = 0;
     // Runs one step. Appends vocab_size logits rows in batch order: for each sequence with

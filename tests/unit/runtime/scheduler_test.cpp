@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <random>
 #include <unordered_map>
@@ -380,6 +381,26 @@ TEST(KvBudgetTest, PlansBlocksFromBytesAndFractions) {
     auto n = plan_kv_blocks(full_only, KvBudget{.bytes = 1000}, 0, 1, 1);
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(n->full, 10);
+}
+
+// --gpu-memory-utilization as vLLM reads it: the KV cache gets free − (1 − u) · total.
+TEST(KvBudgetTest, BytesForAGpuMemoryUtilization) {
+    constexpr size_t kGiB = size_t{1} << 30;
+    auto kv = kv_bytes_for_utilization(100 * kGiB, 140 * kGiB, 0.9);  // 40 GiB held by the model
+    ASSERT_TRUE(kv.ok()) << kv.status().to_string();
+    EXPECT_EQ(*kv, 86 * kGiB);  // 0.9 · 140 − 40
+    auto all = kv_bytes_for_utilization(100 * kGiB, 140 * kGiB, 1.0);
+    ASSERT_TRUE(all.ok());
+    EXPECT_EQ(*all, 100 * kGiB);
+    // The model already holds more than the share: an error that gives the figures.
+    auto none = kv_bytes_for_utilization(10 * kGiB, 140 * kGiB, 0.9);
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(none.status().message().find("holds 133120 of 143360 MiB"), std::string::npos) << none.status().message();
+    for (double bad : {0.0, -0.5, 1.5, std::nan("")})
+        EXPECT_EQ(kv_bytes_for_utilization(100 * kGiB, 140 * kGiB, bad).status().code(), StatusCode::kInvalidArgument)
+            << bad;
+    EXPECT_FALSE(kv_bytes_for_utilization(0, 0, 0.9).ok());  // no device memory known (a host runner)
 }
 
 }  // namespace
