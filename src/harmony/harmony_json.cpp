@@ -31,7 +31,7 @@ StatusOr<bool> opt_bool(const Json& obj, const char* key, bool fallback, const s
     return v->get<bool>();
 }
 
-std::string compact(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string compact(const Json& j) { return json_compact(j); }
 
 Json opt_json(const std::optional<std::string>& s) { return s ? Json(*s) : Json(nullptr); }
 
@@ -81,12 +81,19 @@ StatusOr<std::string> content_text(const Json& msg, const std::string& where) {
 }
 
 // A function's parameter schema, normalized: absent/null or an object schema without properties
-// renders `() => any` (HARMONY.md §4.3 normalization).
+// renders `() => any` (HARMONY.md §4.3 normalization). A schema without "type" is an object schema
+// unless it says otherwise (oneOf / anyOf / allOf / enum / const / items): a top-level union renders
+// as the parameter `_` (`(_: \n | string\n | number) => any`), as the harmony library does, not as
+// a function without arguments.
 std::optional<Json> normalized_parameters(const Json* params) {
     if (params == nullptr) return std::nullopt;
     if (params->is_object()) {
         const Json* type = field(*params, "type");
-        bool object_schema = type == nullptr || (type->is_string() && type->get<std::string>() == "object");
+        bool typed_otherwise = false;
+        for (const char* key : {"oneOf", "anyOf", "allOf", "enum", "const", "items"})
+            typed_otherwise = typed_otherwise || field(*params, key) != nullptr;
+        bool object_schema =
+            type == nullptr ? !typed_otherwise : type->is_string() && type->get<std::string>() == "object";
         const Json* props = field(*params, "properties");
         if (object_schema && (props == nullptr || !props->is_object() || props->empty())) return std::nullopt;
     }

@@ -27,8 +27,8 @@ bool get_bool(const Json& j, const char* key) {
     return v != nullptr && v->is_boolean() && v->get<bool>();
 }
 
-// Compact JSON, as serde_json's Display writes it. Invalid UTF-8 is replaced, never thrown on.
-std::string compact(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+// Compact JSON, as serde_json's Display writes it (json_compact).
+std::string compact(const Json& j) { return json_compact(j); }
 
 bool is_enum(const Json& schema) {
     const Json* e = get(schema, "enum");

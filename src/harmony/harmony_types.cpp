@@ -1,6 +1,77 @@
 #include "harmony/harmony_types.h"
 
+#include <charconv>
+#include <cmath>
+
 namespace gptoss::harmony {
+
+std::string json_float_text(double v) {
+    if (!std::isfinite(v)) return "null";
+    if (v == 0.0) return std::signbit(v) ? "-0.0" : "0.0";
+    // The shortest round-trip digits d1 d2 ... dn and the exponent, then ryu's layout (ryu::pretty::format64):
+    // with 10^(kk-1) <= |v| < 10^kk and k = kk - n, plain digits up to 16 integer places, "0.000ddd" down to
+    // 1e-5, scientific ("1e16", "1.5e-7": no '+', no leading zeros in the exponent) beyond.
+    char buf[64];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), std::fabs(v), std::chars_format::scientific);
+    if (ec != std::errc()) return "null";
+    const std::string_view sci(buf, static_cast<size_t>(end - buf));
+    const size_t e = sci.find('e');
+    std::string digits;
+    for (char c : sci.substr(0, e))
+        if (c != '.') digits += c;
+    int exp10 = 0;
+    std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+'), sci.data() + sci.size(), exp10);
+    const int n = static_cast<int>(digits.size()), kk = exp10 + 1, k = kk - n;
+    std::string out = v < 0 ? "-" : "";
+    if (k >= 0 && kk <= 16) {
+        out += digits + std::string(static_cast<size_t>(k), '0') + ".0";
+    } else if (kk > 0 && kk <= 16) {
+        out += digits.substr(0, static_cast<size_t>(kk)) + "." + digits.substr(static_cast<size_t>(kk));
+    } else if (kk > -5 && kk <= 0) {
+        out += "0." + std::string(static_cast<size_t>(-kk), '0') + digits;
+    } else if (n == 1) {
+        out += digits + "e" + std::to_string(kk - 1);
+    } else {
+        out += digits.substr(0, 1) + "." + digits.substr(1) + "e" + std::to_string(kk - 1);
+    }
+    return out;
+}
+
+namespace {
+
+void write_compact(const Json& j, std::string& out) {
+    if (j.is_object()) {
+        out += '{';
+        bool first = true;
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (!first) out += ',';
+            first = false;
+            out += Json(it.key()).dump(-1, ' ', false, Json::error_handler_t::replace);
+            out += ':';
+            write_compact(it.value(), out);
+        }
+        out += '}';
+    } else if (j.is_array()) {
+        out += '[';
+        for (size_t i = 0; i < j.size(); ++i) {
+            if (i) out += ',';
+            write_compact(j[i], out);
+        }
+        out += ']';
+    } else if (j.is_number_float()) {
+        out += json_float_text(j.get<double>());
+    } else {
+        out += j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    }
+}
+
+}  // namespace
+
+std::string json_compact(const Json& j) {
+    std::string out;
+    write_compact(j, out);
+    return out;
+}
 
 std::optional<std::string> special_token_text(int32_t id) {
     if (id < kFirstSpecialId || id >= kVocabEnd) return std::nullopt;

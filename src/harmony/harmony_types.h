@@ -28,6 +28,13 @@ inline constexpr int32_t kEndOfPrompt = 200018;  // unused by Harmony
 inline constexpr int32_t kFirstSpecialId = 199998;
 inline constexpr int32_t kVocabEnd = 201088;  // one past the largest id of o200k_harmony
 
+// Compact JSON as serde_json writes it (the harmony library's renderer): no spaces, floats in ryu's shortest form
+// (1e-5 -> 0.00001, 1e15 -> 1000000000000000.0, 1e16 -> 1e16, -0.0 -> -0.0) where nlohmann writes 1e-05 /
+// 1e+15 / -0.0 differently. Invalid UTF-8 in strings is replaced, never thrown on.
+std::string json_compact(const Json& j);
+// A finite double as serde_json / ryu writes it; NaN and infinities as null.
+std::string json_float_text(double v);
+
 // Literal text of a special id ("<|start|>", "<|reserved_200013|>"); nullopt for ordinary ids.
 std::optional<std::string> special_token_text(int32_t id);
 // Ids that end generation (HARMONY.md §2.4): <|return|>, <|call|>, and <|endoftext|> as a safety net.

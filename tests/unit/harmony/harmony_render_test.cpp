@@ -41,6 +41,36 @@ TEST(HarmonySchema, TopLevelOneOf) {
               "\n | \"a\" // d default: \"a\"\n | number | null");
 }
 
+// Numbers in default comments as the harmony library's serde_json writes them (ryu's shortest form), not
+// nlohmann's (1e-05, 1e+15); the expected texts are openai/harmony's at ec7606d.
+TEST(HarmonySchema, DefaultNumbersAsSerdeJsonWritesThem) {
+    const std::pair<const char*, const char*> cases[] = {{"1e-5", "0.00001"},
+                                                         {"1e-7", "1e-7"},
+                                                         {"1e15", "1000000000000000.0"},
+                                                         {"1e16", "1e16"},
+                                                         {"1.5", "1.5"},
+                                                         {"-2.25", "-2.25"},
+                                                         {"100", "100"},
+                                                         {"1.0", "1.0"},
+                                                         {"0.0", "0.0"},
+                                                         {"-0.0", "-0.0"},
+                                                         {"123456.789e3", "123456789.0"},
+                                                         {"1.2345e-6", "1.2345e-6"},
+                                                         {"1.2345e-5", "0.000012345"},
+                                                         {"2.5e-300", "2.5e-300"},
+                                                         {"1.7976931348623157e308", "1.7976931348623157e308"},
+                                                         {"1e21", "1e21"},
+                                                         {"18446744073709551616", "1.8446744073709552e19"}};
+    for (const auto& [in, want] : cases) {
+        EXPECT_EQ(
+            ts((std::string(R"({"type":"object","properties":{"a":{"type":"number","default":)") + in + "}}}").c_str()),
+            std::string("{\na?: number, // default: ") + want + "\n}")
+            << in;
+    }
+    EXPECT_EQ(json_compact(Json::parse(R"({"b":[1e-5,{"c":"\u00e9\n"}],"a":true})")),
+              "{\"b\":[0.00001,{\"c\":\"\u00e9\\n\"}],\"a\":true}");
+}
+
 TEST(HarmonySchema, PropertyOneOfWithSharedDescription) {
     EXPECT_EQ(ts(R"({"type":"object","properties":{"v":{"description":"same","oneOf":[{"type":"string",
                  "description":"same"},{"type":"number","description":"num"}]}}})"),
@@ -180,6 +210,25 @@ TEST(HarmonyChat, ReasoningAliasesAndEffortClamping) {
     EXPECT_EQ(r->reasoning_effort, ReasoningEffort::kLow);
     EXPECT_EQ(r->conversation.messages.back().channel, "analysis");
     EXPECT_EQ(r->conversation.messages.back().content, "t");
+}
+
+// A top-level union is a parameter, not "no arguments" (it rendered `() => any`); `{}`, a bare object and empty
+// properties still normalize to `() => any` (HARMONY.md §4.3).
+TEST(HarmonyChat, TopLevelUnionParametersAreRendered) {
+    auto tool_text = [](const char* parameters) {
+        std::string text = chat_text((std::string(R"({"tools":[{"type":"function","function":{"name":"f",
+            "parameters":)") + parameters +
+                                      R"(}}],"messages":[{"role":"user","content":"q"}]})")
+                                         .c_str());
+        const size_t at = text.find("type f = ");
+        return at == std::string::npos ? text : text.substr(at, text.find('\n', text.find("=> any", at)) - at);
+    };
+    EXPECT_EQ(tool_text(R"({"oneOf":[{"type":"string"},{"type":"number"}]})"),
+              "type f = (_: \n | string\n | number) => any;");
+    EXPECT_EQ(tool_text(R"({"anyOf":[{"type":"string"},{"type":"number"}]})"), "type f = (_: any) => any;");
+    EXPECT_EQ(tool_text(R"({"enum":["a","b"]})"), "type f = (_: any) => any;");
+    for (const char* none : {"{}", R"({"type":"object"})", R"({"type":"object","properties":{}})", "null"})
+        EXPECT_EQ(tool_text(none), "type f = () => any;") << none;
 }
 
 TEST(HarmonyChat, ToolChoiceNoneRendersNoFunctions) {
