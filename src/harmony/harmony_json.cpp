@@ -390,6 +390,12 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
         } else if (*role == "tool" || *role == "function") {
             ASSIGN_OR_RETURN(std::optional<std::string> call_id, opt_string(m, "tool_call_id", where));
             ASSIGN_OR_RETURN(std::optional<std::string> name_field, opt_string(m, "name", where));
+            // An id that no call in the conversation has is an error, as OpenAI's (it was given to the last call):
+            // unless the message names its function itself.
+            if (call_id && !call_id->empty() && call_names.count(*call_id) == 0 &&
+                !(name_field && !name_field->empty()))
+                return invalid_argument(where + ".tool_call_id: \"" + *call_id +
+                                        "\" matches no tool call in the conversation");
             std::optional<std::string> name;
             if (call_id && call_names.count(*call_id) != 0) name = call_names[*call_id];
             if (!name && name_field && !name_field->empty()) name = *name_field;

@@ -228,6 +228,15 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
         {"/v1/responses",
          R"({"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"g"}})", 400,
          "tool_choice.name"},
+        // An id that no call has is an error even when other calls exist (it was given to the last call).
+        {"/v1/chat/completions",
+         R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"id":"a","type":"function",)"
+         R"("function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"zz","content":"1"}]})",
+         400, "messages[2].tool_call_id"},
+        {"/v1/responses",
+         R"({"input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"a","name":"f","arguments":"{}"},)"
+         R"({"type":"function_call_output","call_id":"zz","output":"1"}]})",
+         400, "input[2].call_id"},
         {"/v1/chat/completions", long_prompt, 400, "messages"},
         {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", 400, nullptr},
         {"/v1/responses", R"({"model":"m"})", 400, "input"},
