@@ -107,6 +107,7 @@ HarmonyOutput::Step HarmonyOutput::finish() { return mapped(parser_.finish()); }
 harmony::Json chat_message_json(const harmony::ChatCompletion& completion, bool reasoning_alias) {
     harmony::Json j = harmony::chat_completion_to_json(completion)["message"];
     j["role"] = "assistant";
+    if (!j.contains("refusal")) j["refusal"] = nullptr;  // OpenAI's message always has it
     if (reasoning_alias) j["reasoning"] = j["reasoning_content"];
     return j;
 }

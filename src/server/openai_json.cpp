@@ -623,6 +623,13 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         for (size_t i = 0; i < messages->size(); ++i) {
             RETURN_IF_ERROR(check_chat_message((*messages)[i], indexed("messages", i)));
         }
+        // The deprecated function-calling fields are refused, not ignored (the functions were not offered to the
+        // model, and its answer would not come back as message.function_call).
+        for (const char* old_field : {"functions", "function_call"}) {
+            if (const Json* v = f.get(old_field); v != nullptr && !v->is_null())
+                return unimplemented(std::string(old_field) + ": the deprecated function-calling fields are not " +
+                                     "supported; use tools and tool_choice");
+        }
         std::vector<std::string> tool_names;
         RETURN_IF_ERROR(check_chat_tools(body, &tool_names));
         RETURN_IF_ERROR(check_tool_choice(body, tool_names));
@@ -698,6 +705,15 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
                 const std::string v = it.get<std::string>();
                 if (v == "reasoning.encrypted_content" || v == "message.output_text.logprobs")
                     return unimplemented(indexed("include", i) + ": '" + v + "' is not supported by this server");
+                // OpenAI's other values name output of tools this server refuses: accepted, nothing to add.
+                static constexpr const char* kKnown[] = {"file_search_call.results",
+                                                         "web_search_call.results",
+                                                         "web_search_call.action.sources",
+                                                         "message.input_image.image_url",
+                                                         "computer_call_output.output.image_url",
+                                                         "code_interpreter_call.outputs"};
+                if (std::find(std::begin(kKnown), std::end(kKnown), v) == std::end(kKnown))
+                    return field_error(indexed("include", i), "'" + v + "' is not an include value");
             }
         }
         if (auto k = f.integer("top_logprobs", 0, 20); k && *k > 0) {
@@ -774,7 +790,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
                 chat["reasoning_effort"] = *effort;
                 reasoning_echo["effort"] = *effort;
             }
-            rf.string("summary");
+            rf.one_of("summary", {"auto", "concise", "detailed"});  // no summaries are made: echoed as null
+            rf.one_of("generate_summary", {"auto", "concise", "detailed"});
             RETURN_IF_ERROR(rf.status());
         }
         read_sampling(f, &p.sampling);
@@ -796,8 +813,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
             read_response_format(t, "format");
             f.fail_status(t.status());
         }
-        f.string("user");
-        f.string("truncation");
+        const std::optional<std::string> user = f.string("user");
+        // "auto" would drop input items to fit the context: not done here (an input over the context is a 400),
+        // so the answer says "disabled".
+        f.one_of("truncation", {"auto", "disabled"});
         RETURN_IF_ERROR(f.status());
         if (chat.contains("tool_choice")) {
             std::vector<std::string> names;
@@ -833,6 +852,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         echo["top_p"] =
             body.contains("top_p") && body["top_p"].is_number() ? body["top_p"] : Json(p.sampling.sampling.top_p);
         echo["truncation"] = "disabled";
+        echo["user"] = user ? Json(*user) : Json(nullptr);
         return r;
     } catch (const Json::exception& e) {
         return invalid_argument(std::string("malformed request: ") + e.what());
@@ -885,7 +905,8 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         if (auto lp = f.integer("logprobs", 0, 5)) p.logprobs = static_cast<int>(*lp);
         if (f.boolean("echo").value_or(false)) f.fail("echo", "is not supported");
         if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.fail("best_of", "only best_of=1 is supported");
-        if (f.has("suffix")) f.fail("suffix", "is not supported");
+        // An empty suffix is no suffix (OpenAI accepts it); text after the completion is not supported.
+        if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) f.fail("suffix", "is not supported");
         f.string("user");
         read_stream(f, &p.stream, &p.include_usage);
         RETURN_IF_ERROR(f.status());

@@ -43,9 +43,11 @@ std::string StopMatcher::flush() {
 
 namespace {
 
+// A token's bytes; o200k_harmony's reserved ids that the tokenizer file does not list by their Harmony name
+// ("<|reserved_200013|>"), so that a logprobs entry never names a token "".
 std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
-    std::optional<std::string_view> b = tok.token_bytes(id);
-    return b ? std::string(*b) : std::string();
+    if (std::optional<std::string_view> b = tok.token_bytes(id)) return std::string(*b);
+    return harmony::special_token_text(id).value_or(std::string());
 }
 
 const char* finish_reason_name(FinishReason r, bool hit_stop_string) {
@@ -103,10 +105,15 @@ public:
         }
         result_ = out_.result(hit_length_ && !stop_.matched());
         if (stop_.matched() && result_.tool_calls.empty()) result_.finish_reason = "stop";
-        if (stop_.active()) result_.content = has_content_ ? std::optional<std::string>(content_) : std::nullopt;
+        // Content cut to nothing by a stop string is "" (there was an answer), not null (there was none).
+        if (stop_.active())
+            result_.content = has_content_      ? std::optional<std::string>(content_)
+                              : result_.content ? std::optional<std::string>("")
+                                                : std::nullopt;
         if (!stream_) return;
         Json choice = {{"index", 0}, {"delta", Json::object()}, {"logprobs", nullptr}};
-        if (!pending_logprobs_.empty()) choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}};
+        if (!pending_logprobs_.empty())
+            choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
         Json chunk = base_chunk();
         chunk["choices"] = Json::array({choice});
@@ -126,7 +133,7 @@ public:
     Json body() const override {
         Json choice = {
             {"index", 0}, {"message", chat_message_json(result_, ctx_.reasoning_alias)}, {"logprobs", nullptr}};
-        if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}};
+        if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
         Json j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", ctx_.model_id}};
         j["choices"] = Json::array({choice});
@@ -148,7 +155,7 @@ private:
         if (!stream_) return;
         Json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
         if (choice["delta"].contains("content") && !pending_logprobs_.empty()) {
-            choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}};
+            choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}, {"refusal", nullptr}};
         }
         choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
         Json chunk = base_chunk();
@@ -464,7 +471,7 @@ public:
 
     Json body() const override {
         Json choice = {{"index", 0}, {"text", text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
-        if (logprobs_ >= 0) choice["logprobs"] = all_logprobs_;
+        if (logprobs_ >= 0) choice["logprobs"] = stop_.matched() ? logprobs_within_text() : all_logprobs_;
         Json j = base();
         j["choices"] = Json::array({choice});
         j["usage"] = usage_json();
@@ -490,6 +497,20 @@ private:
         j["choices"] = Json::array({choice});
         if (include_usage_) j["usage"] = nullptr;
         return j;
+    }
+
+    // A stop string cut the text: the tokens that start at or past its end are not part of the answer.
+    Json logprobs_within_text() const {
+        const int64_t chars = std::count_if(text_.begin(), text_.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+        Json out = {{"tokens", Json::array()},
+                    {"token_logprobs", Json::array()},
+                    {"top_logprobs", Json::array()},
+                    {"text_offset", Json::array()}};
+        const Json& offsets = all_logprobs_["text_offset"];
+        for (size_t i = 0; i < offsets.size() && offsets[i].get<int64_t>() < chars; ++i)
+            for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+                out[k].push_back(all_logprobs_[k][i]);
+        return out;
     }
 
     // Complete UTF-8 text decoded so far, through the stop matcher.

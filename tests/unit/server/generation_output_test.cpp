@@ -476,6 +476,53 @@ TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     }
 }
 
+// A stop string cuts the text and, with it, the logprobs: tokens that start at or past the cut are dropped (the
+// second " jumps" started at offset 6 of a 4-character text); an empty suffix is no suffix.
+TEST_F(GenerationOutputTest, CompletionsStopStringCutsTheLogprobsToo) {
+    std::vector<int32_t> ids = harmony_ids(" jumps jumps");
+    server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    Json j = post_json("/v1/completions", R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["ps j"],"suffix":""})");
+    EXPECT_EQ(j["choices"][0]["text"], " jum");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    const Json& lp = j["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), 1u) << lp.dump();
+    EXPECT_EQ(lp["tokens"][0], " jumps");
+    EXPECT_EQ(lp["text_offset"], Json::array({0}));
+    EXPECT_EQ(lp["token_logprobs"].size(), 1u);
+    EXPECT_EQ(lp["top_logprobs"].size(), 1u);
+}
+
+// Chat answer details OpenAI's clients read: content cut to nothing by a stop string is "" (not null: there was
+// an answer), the message and the logprobs carry "refusal": null, and a reserved id the tokenizer file does not
+// list is named in logprobs ("<|reserved_200013|>"), never "".
+TEST_F(GenerationOutputTest, ChatContentRefusalAndReservedTokenNames) {
+    script("<|channel|>final<|message|>END of it<|return|>");
+    Json j = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"x"}],"stop":["END"],"logprobs":true})");
+    const Json& choice = j["choices"][0];
+    EXPECT_EQ(choice["message"]["content"], "");
+    EXPECT_TRUE(choice["message"].contains("refusal") && choice["message"]["refusal"].is_null()) << choice.dump();
+    EXPECT_TRUE(choice["logprobs"].contains("refusal") && choice["logprobs"]["refusal"].is_null()) << choice.dump();
+
+    std::vector<int32_t> ids = harmony_ids("<|channel|>final<|message|>a");
+    ids.push_back(200013);
+    ids.push_back(200002);
+    server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    Json r = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1})");
+    bool named = false;
+    for (const Json& e : r["choices"][0]["logprobs"]["content"]) {
+        EXPECT_NE(e["token"], "") << e.dump();
+        named = named || e["token"] == "<|reserved_200013|>";
+    }
+    Json c = post_json("/v1/completions", R"({"prompt":"a","logprobs":0,"max_tokens":8})");
+    for (const Json& t : c["choices"][0]["logprobs"]["tokens"]) {
+        EXPECT_NE(t, "");
+        named = named || t == "<|reserved_200013|>";
+    }
+    EXPECT_TRUE(named);
+}
+
 // ---- tool_choice "required" / named function: the reply start is forced in the prompt -----------
 
 std::vector<int32_t> forced_named_header(const std::string& name) {

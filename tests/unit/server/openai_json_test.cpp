@@ -208,6 +208,26 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
     auto d = parse_responses_request(j(R"({"input": "x"})"));
     ASSERT_TRUE(d.ok());
     EXPECT_TRUE(d->echo["temperature"].is_number());
+    EXPECT_TRUE(d->echo["user"].is_null());
+    auto u = parse_responses_request(
+        j(R"({"input": "x", "user": "u1", "truncation": "auto", "reasoning": {"summary": "auto"}})"));
+    ASSERT_TRUE(u.ok()) << u.status().message();
+    EXPECT_EQ(u->echo["user"], "u1");
+    EXPECT_EQ(u->echo["truncation"], "disabled");  // nothing is dropped to fit the context
+}
+
+// The deprecated function-calling fields are refused with OpenAI's unsupported_parameter code (they were
+// silently ignored: the functions never reached the model).
+TEST(ParseChatRequest, RefusesTheDeprecatedFunctionFields) {
+    for (const char* field :
+         {R"("functions": [{"name": "f", "parameters": {"type": "object"}}])", R"("function_call": "auto")"}) {
+        auto r = parse_chat_request(
+            j((std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + field + "}").c_str()));
+        ASSERT_FALSE(r.ok()) << field;
+        EXPECT_EQ(r.status().code(), StatusCode::kUnimplemented) << field;
+        EXPECT_NE(r.status().message().find("use tools and tool_choice"), std::string::npos) << r.status().message();
+    }
+    EXPECT_TRUE(parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "functions": null})")).ok());
 }
 
 // vLLM's and llama.cpp's sampling extensions reach the engine's parameters (they were ignored
@@ -275,6 +295,10 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "include": [5]})", "include[0]"},
         {R"({"input": "x", "include": "reasoning.encrypted_content"})", "include"},
         {R"({"input": "x", "top_logprobs": 2})", "top_logprobs"},
+        // Values OpenAI refuses are refused here too (they were accepted).
+        {R"({"input": "x", "include": ["bogus"]})", "include[0]"},
+        {R"({"input": "x", "truncation": "bogus"})", "truncation"},
+        {R"({"input": "x", "reasoning": {"summary": "long"}})", "reasoning.summary"},
     };
     for (const auto& [body, param] : cases) {
         auto r = parse_responses_request(j(body));
