@@ -356,6 +356,14 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
     auto del = s.client().Delete("/v1/models");
     expect_error(del, 405);
     expect_error(s.post("/health", "{}"), 405);
+    // The stored-response routes say that nothing is stored (they were "unknown route").
+    for (int k = 0; k < 3; ++k) {
+        Json e = expect_error(k == 0   ? s.get("/v1/responses/resp_1")
+                              : k == 1 ? s.client().Delete("/v1/responses/resp_1")
+                                       : s.post("/v1/responses/resp_1/cancel", "{}"),
+                              404);
+        EXPECT_NE(e["message"].get<std::string>().find("stores no responses"), std::string::npos) << e.dump();
+    }
     // None of that reached the engine (but the chunked, the ranged and the identity-encoded
     // requests) or disturbed the server.
     EXPECT_EQ(s.engine.submitted(), 3);
