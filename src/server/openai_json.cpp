@@ -222,9 +222,8 @@ void read_response_format(Fields& f, const char* key) {
     f.fail_status(r.status());
 }
 
-void read_n(Fields& f) {
-    if (auto n = f.integer("n", 1, 128); n && *n != 1) f.fail("n", "only n=1 is supported");
-}
+// n: choices per prompt, each generated as its own request (at most kMaxChoices in a request).
+int read_n(Fields& f) { return static_cast<int>(f.integer("n", 1, kMaxChoices).value_or(1)); }
 
 void read_stream(Fields& f, bool* stream, bool* include_usage) {
     *stream = f.boolean("stream").value_or(false);
@@ -640,7 +639,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         f.object("metadata");
         f.string("user");
         read_sampling(f, &p.sampling);
-        read_n(f);
+        p.n = read_n(f);
         // max_completion_tokens is the current name; max_tokens the deprecated one. Both count.
         std::optional<int64_t> mt = f.integer("max_tokens", INT64_MIN, INT64_MAX);
         std::optional<int64_t> mct = f.integer("max_completion_tokens", INT64_MIN, INT64_MAX);
@@ -866,36 +865,53 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         f.string("model");
         auto prompt = body.find("prompt");
         if (prompt == body.end() || prompt->is_null()) return field_error("prompt", "is required");
-        const Json* pr = &*prompt;
-        // A batch of one prompt is the same as the prompt (n=1, one choice).
-        if (pr->is_array() && pr->size() == 1 && ((*pr)[0].is_string() || (*pr)[0].is_array())) pr = &(*pr)[0];
-        if (pr->is_string()) {
-            if (pr->get<std::string>().empty()) return field_error("prompt", "must not be empty");
-            p.prompt_text = pr->get<std::string>();
-        } else if (pr->is_array()) {
-            if (pr->empty()) return field_error("prompt", "must not be empty");
-            for (size_t i = 0; i < pr->size(); ++i) {
-                const Json& id = (*pr)[i];
-                if (!id.is_number_integer()) {
+        // One prompt (text or token ids), or a batch: an array of texts or of token-id arrays.
+        auto one = [&](const Json& pr, const std::string& param) -> Status {
+            CompletionPrompt out;
+            if (pr.is_string()) {
+                if (pr.get<std::string>().empty()) return field_error(param, "must not be empty");
+                out.text = pr.get<std::string>();
+            } else if (pr.is_array()) {
+                if (pr.empty()) return field_error(param, "must not be empty");
+                for (size_t i = 0; i < pr.size(); ++i) {
+                    const Json& id = pr[i];
+                    if (!id.is_number_integer())
+                        return field_error(indexed(param, i), "must be a token id (an integer), not " + type_name(id));
+                    // (id.dump(), not v: an id past INT64_MAX would be reported wrapped negative)
+                    const bool huge = id.is_number_unsigned() && id.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
+                    const int64_t v = huge ? INT64_MAX : id.get<int64_t>();
+                    if (v < 0 || v >= vocab_size) {
+                        return field_error(indexed(param, i), "token id " + id.dump() +
+                                                                  " is outside the vocabulary [0, " +
+                                                                  std::to_string(vocab_size) + ")");
+                    }
+                    out.ids.push_back(static_cast<int32_t>(v));
+                }
+            } else {
+                return field_error(param, "must be a string or an array of token ids, not " + type_name(pr));
+            }
+            p.prompts.push_back(std::move(out));
+            return ok_status();
+        };
+        const Json& pr = *prompt;
+        const bool batch = pr.is_array() && !pr.empty() && (pr[0].is_string() || pr[0].is_array());
+        if (batch) {
+            for (size_t i = 0; i < pr.size(); ++i) {
+                if (!pr[i].is_string() && !pr[i].is_array())
                     return field_error(indexed("prompt", i),
-                                       "must be a token id (an integer); batches of several "
-                                       "prompts are not supported");
-                }
-                // (id.dump(), not v: an id past INT64_MAX would be reported wrapped negative)
-                const bool huge = id.is_number_unsigned() && id.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX);
-                const int64_t v = huge ? INT64_MAX : id.get<int64_t>();
-                if (v < 0 || v >= vocab_size) {
-                    return field_error(
-                        indexed("prompt", i),
-                        "token id " + id.dump() + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
-                }
-                p.prompt_ids.push_back(static_cast<int32_t>(v));
+                                       "must be a string or an array of token ids, like the "
+                                       "batch's first prompt, not " +
+                                           type_name(pr[i]));
+                RETURN_IF_ERROR(one(pr[i], indexed("prompt", i)));
             }
         } else {
-            return field_error("prompt", "must be a string or an array of token ids, not " + type_name(*pr));
+            RETURN_IF_ERROR(one(pr, "prompt"));
         }
         read_sampling(f, &p.sampling);
-        read_n(f);
+        p.n = read_n(f);
+        if (static_cast<int64_t>(p.prompts.size()) * p.n > kMaxChoices)
+            f.fail("n", "the batch of " + std::to_string(p.prompts.size()) + " prompts with n=" + std::to_string(p.n) +
+                            " asks for more than " + std::to_string(kMaxChoices) + " choices");
         if (auto mt = f.integer("max_tokens", INT64_MIN, INT64_MAX)) {
             if (*mt <= 0) f.fail("max_tokens", "must be at least 1");
             p.sampling.max_tokens = mt;

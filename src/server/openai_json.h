@@ -69,6 +69,7 @@ struct SamplingRequest {
 
 struct ChatParams {
     Json chat_body;  // the request, passed on to harmony's chat adapter (or built from a Responses body)
+    int n = 1;       // choices (each its own engine request; a seed s gives choice i the seed s + i)
     SamplingRequest sampling;
     bool logprobs = false;
     int top_logprobs = 0;
@@ -91,9 +92,16 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body);
 // (message_params; a tool message's tool_call_id is its item's call_id).
 Status responses_status(const Status& status, const ResponsesParams& params);
 
+// Choices one request may ask for: n × the prompts of a completions batch (each is an engine request).
+inline constexpr int kMaxChoices = 128;
+
+struct CompletionPrompt {
+    std::optional<std::string> text;  // exactly one of text / ids
+    std::vector<int32_t> ids;
+};
 struct CompletionParams {
-    std::optional<std::string> prompt_text;  // exactly one of prompt_text / prompt_ids
-    std::vector<int32_t> prompt_ids;
+    std::vector<CompletionPrompt> prompts;  // a batch: one choice (or n) per prompt, in order
+    int n = 1;                              // choices per prompt
     SamplingRequest sampling;
     int logprobs = -1;  // -1: none; k: logprob of each token + the k best
     bool stream = false;

@@ -97,7 +97,244 @@ private:
     bool done_ = false;
 };
 
+// n copies of a request for n choices; a seeded request's choice i draws with seed + i (distinct
+// choices, reproducible), an unseeded one draws its own seed per choice.
+std::vector<EngineRequest> choice_requests(const EngineRequest& req, int n) {
+    std::vector<EngineRequest> out(static_cast<size_t>(n), req);
+    for (int i = 0; i < n; ++i)
+        if (req.sampling.seed)
+            out[static_cast<size_t>(i)].sampling.seed = *req.sampling.seed + static_cast<uint64_t>(i);
+    return out;
+}
+
+// ---- several choices in one answer (n > 1, a completions batch) ---------------------------------
+// Each choice is its own engine request and Session; the answer is one body with their choices in
+// order (index i), or one stream whose chunks carry their choice's index under the first choice's id,
+// the usage summed (a prompt counted once however many choices it has) and one [DONE] at the end.
+
+// Adds the token counts of `u` into `total`; prompt counts only when `counts_prompt`.
+void add_usage(Json& total, const Json& u, bool counts_prompt) {
+    if (!u.is_object()) return;
+    for (auto it = u.begin(); it != u.end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "total_tokens" || (!counts_prompt && (k == "prompt_tokens" || k == "prompt_tokens_details"))) continue;
+        if (it->is_object()) {
+            if (!total.contains(k)) total[k] = Json::object();
+            add_usage(total[k], *it, true);
+        } else if (it->is_number_integer()) {
+            total[k] = total.value(k, int64_t{0}) + it->get<int64_t>();
+        }
+    }
+    total["total_tokens"] = total.value("prompt_tokens", int64_t{0}) + total.value("completion_tokens", int64_t{0});
+}
+
+struct Choice {
+    std::unique_ptr<GenerationStream> gen;
+    std::unique_ptr<Session> session;
+    bool counts_prompt = true;  // the first choice of its prompt
+    bool done = false;
+};
+
+// Runs one choice's events through its session; sets `failure` when the request failed.
+void feed(Choice& c, const std::vector<EngineEvent>& events, std::string* sse, std::optional<ApiError>* failure) {
+    for (const EngineEvent& e : events) {
+        if (c.session->on_event(e, sse)) {
+            c.gen->stop();
+            c.session->close(FinishReason::kStop, sse);
+            c.done = true;
+            return;
+        }
+        if (e.finish == FinishReason::kError) {
+            *failure = engine_error(e.error);
+            return;
+        }
+        if (e.finish == FinishReason::kCancelled) {
+            *failure = shutdown_error();
+            return;
+        }
+        if (e.finish != FinishReason::kNone) {
+            c.session->close(e.finish, sse);
+            c.done = true;
+            return;
+        }
+    }
+}
+
+class MultiSseStream final : public SseProducer {
+public:
+    MultiSseStream(RequestQueue& queue, std::vector<Choice> choices, std::chrono::seconds stall_timeout,
+                   std::chrono::milliseconds keepalive)
+        : queue_(queue), choices_(std::move(choices)), stall_timeout_(stall_timeout), keepalive_(keepalive) {}
+
+    bool next(std::string* out, std::chrono::milliseconds timeout) override {
+        if (done_) return false;
+        const size_t before = out->size();
+        if (!opened_) {
+            for (size_t i = 0; i < choices_.size(); ++i) {
+                std::string sse;
+                choices_[i].session->open(&sse);
+                relabel(sse, i, out);
+            }
+            opened_ = true;
+        } else {
+            size_t live = 0;
+            for (const Choice& c : choices_) live += !c.done;
+            const auto wait =
+                std::max(std::chrono::milliseconds(1), timeout / static_cast<int>(std::max<size_t>(live, 1)));
+            bool any = false;
+            for (size_t i = 0; i < choices_.size() && !done_; ++i) {
+                Choice& c = choices_[i];
+                if (c.done) continue;
+                events_.clear();
+                if (!c.gen->next(&events_, any ? std::chrono::milliseconds(0) : wait)) continue;
+                any = true;
+                last_event_ = Clock::now();
+                std::string sse;
+                std::optional<ApiError> failure;
+                feed(c, events_, &sse, &failure);
+                relabel(sse, i, out);
+                if (failure) fail(*failure, out);
+            }
+            if (!done_ && std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.done; })) {
+                if (usage_template_.is_object()) {
+                    usage_template_["usage"] = usage_;
+                    *out += sse_event(usage_template_);
+                }
+                *out += kSseDone;
+                done_ = true;
+            } else if (!done_ && !any) {
+                Clock::time_point progress = last_event_;
+                for (const Choice& c : choices_) progress = std::max(progress, c.gen->last_progress());
+                if (queue_.shutting_down()) {
+                    fail(shutdown_error(), out);
+                } else if (Clock::now() - progress > stall_timeout_) {
+                    fail(timeout_error(), out);
+                } else if (Clock::now() - last_output_ > keepalive_) {
+                    *out += ": keep-alive\n\n";
+                }
+            }
+        }
+        if (out->size() > before) last_output_ = Clock::now();
+        return true;
+    }
+
+private:
+    // A choice's SSE text with its choices' index set to `index`, under the first choice's id and time;
+    // usage-only chunks summed (sent once at the end), [DONE] dropped.
+    void relabel(std::string_view sse, size_t index, std::string* out) {
+        size_t at = 0;
+        while (at < sse.size()) {
+            size_t end = sse.find("\n\n", at);
+            if (end == std::string_view::npos) end = sse.size();
+            std::string_view event = sse.substr(at, end - at);
+            at = end + 2;
+            if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+            Json j = Json::parse(event.substr(6), nullptr, false);
+            if (j.is_discarded() || !j.is_object() || !j.contains("choices")) {  // an error event: as it is
+                *out += std::string(event) + "\n\n";
+                continue;
+            }
+            if (id_.is_null()) {
+                id_ = j.value("id", Json());
+                created_ = j.value("created", Json());
+            }
+            j["id"] = id_;
+            j["created"] = created_;
+            if (j["choices"].empty() && j.contains("usage") && j["usage"].is_object()) {
+                add_usage(usage_, j["usage"], choices_[index].counts_prompt);
+                usage_template_ = j;
+                continue;
+            }
+            for (Json& c : j["choices"]) c["index"] = index;
+            *out += sse_event(j);
+        }
+    }
+    void fail(const ApiError& error, std::string* out) {
+        std::string sse;
+        choices_.front().session->fail(error, &sse);
+        *out += sse;
+        *out += kSseDone;
+        done_ = true;
+    }
+
+    RequestQueue& queue_;
+    std::vector<Choice> choices_;
+    const std::chrono::seconds stall_timeout_;
+    const std::chrono::milliseconds keepalive_;
+    std::vector<EngineEvent> events_;
+    Json id_, created_;
+    Json usage_ = Json::object();
+    Json usage_template_;
+    Clock::time_point last_output_ = Clock::now();
+    Clock::time_point last_event_ = Clock::now();
+    bool opened_ = false;
+    bool done_ = false;
+};
+
 }  // namespace
+
+RouteResponse OpenAiRoutes::generate_many(std::vector<EngineRequest> requests,
+                                          const std::function<std::unique_ptr<Session>(size_t)>& make_session,
+                                          const std::vector<bool>& counts_prompt, bool stream,
+                                          Clock::time_point arrival, const ClientGone& client_gone) {
+    if (!stream && client_gone && client_gone())
+        return error(api_error(499, "the client closed the connection", "client_closed"));
+    // All or nothing: a choice refused (the in-flight limit) cancels those already submitted.
+    std::vector<Choice> choices;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(requests[i]), arrival);
+        if (!submitted.ok()) return error(api_error(submitted.status()));
+        choices.push_back(Choice{std::move(*submitted), make_session(i), counts_prompt[i], false});
+    }
+    if (stream) {
+        RouteResponse r;
+        r.content_type = "text/event-stream";
+        r.stream = std::make_unique<MultiSseStream>(queue_, std::move(choices), options_.request_timeout,
+                                                    options_.keepalive_interval);
+        return r;
+    }
+    std::string unused;  // a non-streaming session writes no events
+    for (Choice& c : choices) c.session->open(&unused);
+    std::vector<EngineEvent> events;
+    Clock::time_point last_event = arrival;
+    Clock::time_point last_check = Clock::now();
+    while (!std::all_of(choices.begin(), choices.end(), [](const Choice& c) { return c.done; })) {
+        if (client_gone && Clock::now() - last_check >= kPollInterval) {
+            last_check = Clock::now();
+            if (client_gone()) return error(api_error(499, "the client closed the connection", "client_closed"));
+        }
+        bool any = false;
+        for (Choice& c : choices) {
+            if (c.done) continue;
+            events.clear();
+            if (!c.gen->next(&events, any ? std::chrono::milliseconds(0) : std::chrono::milliseconds(10))) continue;
+            any = true;
+            last_event = Clock::now();
+            std::optional<ApiError> failure;
+            feed(c, events, &unused, &failure);
+            if (failure) return error(*failure);
+        }
+        if (!any) {
+            if (queue_.shutting_down()) return error(shutdown_error());
+            Clock::time_point progress = last_event;
+            for (const Choice& c : choices) progress = std::max(progress, c.gen->last_progress());
+            if (Clock::now() - progress > options_.request_timeout) return error(timeout_error());
+        }
+    }
+    Json body = choices.front().session->body();
+    Json all = Json::array();
+    Json usage = Json::object();
+    for (size_t i = 0; i < choices.size(); ++i) {
+        Json b = i == 0 ? body : choices[i].session->body();
+        Json choice = b["choices"][0];
+        choice["index"] = i;
+        all.push_back(std::move(choice));
+        add_usage(usage, b["usage"], choices[i].counts_prompt);
+    }
+    body["choices"] = std::move(all);
+    body["usage"] = std::move(usage);
+    return json_response(200, body);
+}
 
 OpenAiRoutes::OpenAiRoutes(RequestQueue& queue, const tokenizer::BpeTokenizer& tokenizer, RoutesOptions options)
     : queue_(queue), tokenizer_(tokenizer), options_(std::move(options)), created_(unix_time_now()) {}
@@ -206,6 +443,14 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
+    if (params->n > 1) {
+        std::vector<EngineRequest> reqs = choice_requests(req, params->n);
+        std::vector<bool> counts(reqs.size(), false);
+        counts[0] = true;  // one prompt, n choices: its tokens count once
+        return generate_many(
+            std::move(reqs), [&](size_t) { return make_chat_session(ctx, *prompt, *params, n); }, counts,
+            params->stream, arrival, client_gone);
+    }
     return generate(
         std::move(req), [&] { return make_chat_session(ctx, *prompt, *params, n); }, params->stream, arrival,
         client_gone);
@@ -242,26 +487,45 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
     if (!json.ok()) return error(api_error(json.status()));
     StatusOr<CompletionParams> params = parse_completion_request(*json, queue_.engine().vocab_size());
     if (!params.ok()) return error(api_error(params.status()));
-    std::vector<int32_t> ids = params->prompt_ids;
-    if (params->prompt_text) {
-        // The raw interface: special-token text in the prompt is the special token (the whole
-        // prompt is the caller's, so there is no chat framing to protect).
-        ids = tokenizer_.encode(*params->prompt_text, {}, /*allow_all_special=*/true);
-        if (ids.empty()) return error(api_error(invalid_argument("prompt: encodes to no tokens")));
+    // One engine request per prompt of the batch and choice (n of each).
+    std::vector<EngineRequest> reqs;
+    std::vector<int64_t> prompt_tokens;
+    std::vector<bool> counts;
+    const bool batch = params->prompts.size() > 1;
+    for (size_t p = 0; p < params->prompts.size(); ++p) {
+        const CompletionPrompt& cp = params->prompts[p];
+        const std::string param = batch ? "prompt[" + std::to_string(p) + "]" : "prompt";
+        std::vector<int32_t> ids = cp.ids;
+        if (cp.text) {
+            // The raw interface: special-token text in the prompt is the special token (the whole
+            // prompt is the caller's, so there is no chat framing to protect).
+            ids = tokenizer_.encode(*cp.text, {}, /*allow_all_special=*/true);
+            if (ids.empty()) return error(api_error(invalid_argument(param + ": encodes to no tokens")));
+        }
+        const int64_t n = static_cast<int64_t>(ids.size());
+        StatusOr<int64_t> max_tokens = max_tokens_for(n, params->sampling.max_tokens, param.c_str(), "max_tokens");
+        if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
+        EngineRequest req;
+        req.prompt = std::move(ids);
+        req.sampling = params->sampling.sampling;
+        req.stop_ids = generation_stop_ids();
+        req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+        req.top_logprobs = params->logprobs;
+        for (EngineRequest& r : choice_requests(req, params->n)) {
+            counts.push_back(prompt_tokens.size() % static_cast<size_t>(params->n) == 0);  // first of its prompt
+            prompt_tokens.push_back(n);
+            reqs.push_back(std::move(r));
+        }
     }
-    const int64_t n = static_cast<int64_t>(ids.size());
-    StatusOr<int64_t> max_tokens = max_tokens_for(n, params->sampling.max_tokens, "prompt", "max_tokens");
-    if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
-
-    EngineRequest req;
-    req.prompt = std::move(ids);
-    req.sampling = params->sampling.sampling;
-    req.stop_ids = generation_stop_ids();
-    req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
-    req.top_logprobs = params->logprobs;
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
+    if (reqs.size() > 1) {
+        return generate_many(
+            std::move(reqs), [&](size_t i) { return make_completion_session(ctx, *params, prompt_tokens[i]); }, counts,
+            params->stream, arrival, client_gone);
+    }
     return generate(
-        std::move(req), [&] { return make_completion_session(ctx, *params, n); }, params->stream, arrival, client_gone);
+        std::move(reqs[0]), [&] { return make_completion_session(ctx, *params, prompt_tokens[0]); }, params->stream,
+        arrival, client_gone);
 }
 
 // The context length once known: null while the engine warms up (it is sized then).

@@ -71,6 +71,12 @@ private:
     // Checks readiness and the context, submits, and runs `session` to the end or as a stream.
     RouteResponse generate(EngineRequest request, const std::function<std::unique_ptr<Session>()>& make_session,
                            bool stream, Clock::time_point arrival, const ClientGone& client_gone);
+    // The same for several choices (n > 1, a completions batch): request i answered by session i; a
+    // choice's prompt tokens count in the usage when counts_prompt[i].
+    RouteResponse generate_many(std::vector<EngineRequest> requests,
+                                const std::function<std::unique_ptr<Session>(size_t)>& make_session,
+                                const std::vector<bool>& counts_prompt, bool stream, Clock::time_point arrival,
+                                const ClientGone& client_gone);
     // max_tokens for the engine: the requested one if prompt + it fits the context, else an error
     // (out_of_range); by default all the context left after the prompt.
     StatusOr<int64_t> max_tokens_for(int64_t prompt_tokens, const std::optional<int64_t>& requested,

@@ -181,6 +181,23 @@ describe('chat.completions', () => {
     checkChatUsage(r.usage, 12, c.finish_reason);
   });
 
+  test('n choices, whole and streamed through the SDK helper; a completions batch', async () => {
+    const params = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 6, seed: 3, n: 3 };
+    const r = await client.chat.completions.create(params);
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+    const s = await client.chat.completions.stream(params).finalChatCompletion();
+    assert.equal(s.choices.length, 3);
+    for (let i = 0; i < 3; ++i) {
+      // (the stream's role chunk carries content "", as OpenAI's does: a choice without content is "" there)
+      assert.equal(s.choices[i].message.content || null, r.choices[i].message.content || null);
+      assert.equal(s.choices[i].message.reasoning_content ?? null, r.choices[i].message.reasoning_content ?? null);
+    }
+    const b = await client.completions.create({ model: MODEL, prompt: ['one', 'two'], max_tokens: 4, seed: 3 });
+    assert.deepEqual(b.choices.map((c) => c.index), [0, 1]);
+    const alone = await client.completions.create({ model: MODEL, prompt: 'two', max_tokens: 4, seed: 3 });
+    assert.equal(b.choices[1].text, alone.choices[0].text);
+  });
+
   test('streaming: chunks, one finish, usage, [DONE]; equals the non-streamed result', async () => {
     const params = { model: MODEL, messages: [{ role: 'user', content: 'Count to three.' }], max_completion_tokens: 16,
                      temperature: 0 };
@@ -380,7 +397,7 @@ describe('bad input', () => {
     await expectApiError(chat({ messages: user, max_tokens: -1 }), 400, 'max_tokens');
     await expectApiError(chat({ messages: user, max_tokens: undefined, max_completion_tokens: 0 }), 400,
                          'max_completion_tokens');
-    await expectApiError(chat({ messages: user, n: 2 }), 400, 'n');
+    await expectApiError(chat({ messages: user, n: 129 }), 400, 'n');
     await expectApiError(chat({ messages: user, top_logprobs: 2 }), 400, 'top_logprobs');
     await expectApiError(client.responses.create({ model: MODEL }), 400, 'input');
     await expectApiError(client.responses.create({ model: MODEL, input: 'x', max_output_tokens: 0 }), 400,

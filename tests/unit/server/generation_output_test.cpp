@@ -2,6 +2,7 @@
 // final content, tool calls (streamed and whole), tool results in history, malformed output,
 // stop strings, logprobs; the Responses event sequence; raw completions.
 #include <algorithm>
+#include <mutex>
 
 #include "server_test_util.h"
 
@@ -521,6 +522,105 @@ TEST_F(GenerationOutputTest, ChatContentRefusalAndReservedTokenNames) {
         named = named || t == "<|reserved_200013|>";
     }
     EXPECT_TRUE(named);
+}
+
+// n > 1: n engine requests (a seed s gives choice i the seed s + i), one answer with choices 0..n-1, the prompt
+// counted once in the usage; streamed, every chunk carries its choice's index under one id, one usage chunk
+// and one [DONE] at the end, and each choice's text equals the non-streamed one.
+TEST_F(GenerationOutputTest, ChatNChoices) {
+    std::mutex mu;
+    std::vector<uint64_t> seeds;
+    server_.engine.set_script([&](const EngineRequest& r) {
+        std::lock_guard<std::mutex> lock(mu);
+        seeds.push_back(r.sampling.seed.value_or(0));
+        return harmony_ids("<|channel|>final<|message|>Choice " + std::to_string(*r.sampling.seed) + "<|return|>");
+    });
+    Json one = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"seed":7})");
+    Json three = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"seed":7,"n":3})");
+    ASSERT_EQ(three["choices"].size(), 3u) << three.dump();
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(three["choices"][i]["index"], i);
+        EXPECT_EQ(three["choices"][i]["message"]["content"], "Choice " + std::to_string(7 + i));
+        EXPECT_EQ(three["choices"][i]["finish_reason"], "stop");
+    }
+    EXPECT_EQ(three["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"]);
+    EXPECT_EQ(three["usage"]["completion_tokens"], 3 * one["usage"]["completion_tokens"].get<int>());
+    EXPECT_EQ(three["usage"]["total_tokens"],
+              three["usage"]["prompt_tokens"].get<int>() + three["usage"]["completion_tokens"].get<int>());
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        std::vector<uint64_t> got(seeds.begin() + 1, seeds.end());
+        std::sort(got.begin(), got.end());
+        EXPECT_EQ(got, (std::vector<uint64_t>{7, 8, 9}));
+    }
+
+    bool done = false;
+    std::vector<Json> chunks =
+        post_stream("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"x"}],"seed":7,"n":3,"stream":true,)"
+                    R"("stream_options":{"include_usage":true}})",
+                    &done);
+    EXPECT_TRUE(done);
+    std::vector<std::string> content(3);
+    std::vector<int> finishes(3, 0), roles(3, 0);
+    int usage_chunks = 0;
+    for (const Json& c : chunks) {
+        EXPECT_EQ(c["id"], chunks.front()["id"]);
+        if (c["choices"].empty()) {
+            ++usage_chunks;
+            EXPECT_EQ(c["usage"], three["usage"]);
+            continue;
+        }
+        const Json& ch = c["choices"][0];
+        const int i = ch["index"].get<int>();
+        ASSERT_TRUE(i >= 0 && i < 3) << c.dump();
+        if (ch["delta"].contains("role")) ++roles[i];
+        if (ch["delta"].contains("content")) content[i] += ch["delta"]["content"].get<std::string>();
+        if (!ch["finish_reason"].is_null()) ++finishes[i];
+    }
+    EXPECT_EQ(usage_chunks, 1);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(content[i], three["choices"][i]["message"]["content"]) << i;
+        EXPECT_EQ(finishes[i], 1) << i;
+        EXPECT_EQ(roles[i], 1) << i;
+    }
+    // One choice failing fails the request (and the others are cancelled).
+    server_.engine.fail_next_request("boom");
+    auto failed = server_.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2})");
+    ASSERT_TRUE(failed);
+    EXPECT_EQ(failed->status, 500) << failed->body;
+    EXPECT_TRUE(server_.wait_engine_idle());
+}
+
+// A completions batch: one choice per prompt (times n), in order; prompt tokens summed over the prompts.
+TEST_F(GenerationOutputTest, CompletionsBatchOfPrompts) {
+    server_.engine.set_script([](const EngineRequest& r) {
+        std::vector<int32_t> out = harmony_ids(" after " + std::to_string(r.prompt.size()));
+        out.push_back(200002);
+        return out;
+    });
+    Json j = post_json("/v1/completions", R"({"prompt":["one", [1, 2, 3], "one two three four"],"max_tokens":8})");
+    ASSERT_EQ(j["choices"].size(), 3u) << j.dump();
+    const int64_t a = harmony_ids("one").size(), c = harmony_ids("one two three four").size();
+    EXPECT_EQ(j["choices"][0]["text"], " after " + std::to_string(a));
+    EXPECT_EQ(j["choices"][1]["text"], " after 3");
+    EXPECT_EQ(j["choices"][2]["text"], " after " + std::to_string(c));
+    EXPECT_EQ(j["usage"]["prompt_tokens"], a + 3 + c);
+    Json n2 = post_json("/v1/completions", R"({"prompt":["one", [1, 2, 3]],"max_tokens":8,"n":2})");
+    ASSERT_EQ(n2["choices"].size(), 4u);
+    EXPECT_EQ(n2["choices"][1]["text"], " after " + std::to_string(a));  // prompt 0, choice 1
+    EXPECT_EQ(n2["choices"][2]["text"], " after 3");
+    EXPECT_EQ(n2["usage"]["prompt_tokens"], a + 3);  // each prompt once
+
+    bool done = false;
+    std::vector<Json> chunks =
+        post_stream("/v1/completions", R"({"prompt":["one", [1, 2, 3]],"max_tokens":8,"stream":true})", &done);
+    EXPECT_TRUE(done);
+    std::vector<std::string> text(2);
+    for (const Json& ch : chunks) text.at(ch["choices"][0]["index"].get<size_t>()) += ch["choices"][0]["text"];
+    EXPECT_EQ(text[0], " after " + std::to_string(a));
+    EXPECT_EQ(text[1], " after 3");
+    EXPECT_TRUE(server_.wait_engine_idle());
 }
 
 // ---- tool_choice "required" / named function: the reply start is forced in the prompt -----------

@@ -118,7 +118,7 @@ TEST(ParseChatRequest, NamesTheBadField) {
          "stream_options"},
         {R"({"messages": [{"role": "user", "content": "x"}], "stream": false, "stream_options": {}})",
          "stream_options"},
-        {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "n": 129})", "n"},
         {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", "stream"},
         {R"({"messages": [{"role": "user", "content": "x"}], "stop": 5})", "stop"},
         {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3})", "top_logprobs"},
@@ -311,15 +311,25 @@ TEST(ParseResponsesRequest, Rejects) {
 TEST(ParseCompletionRequest, PromptForms) {
     auto text = parse_completion_request(j(R"({"prompt": "hello"})"), 100);
     ASSERT_TRUE(text.ok());
-    EXPECT_EQ(text->prompt_text, "hello");
+    ASSERT_EQ(text->prompts.size(), 1u);
+    EXPECT_EQ(text->prompts[0].text, "hello");
     EXPECT_EQ(text->sampling.max_tokens, 16);  // OpenAI's default for completions
     auto ids = parse_completion_request(j(R"({"prompt": [1, 2, 99], "logprobs": 2, "max_tokens": 4})"), 100);
     ASSERT_TRUE(ids.ok());
-    EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 2, 99}));
+    ASSERT_EQ(ids->prompts.size(), 1u);
+    EXPECT_EQ(ids->prompts[0].ids, (std::vector<int32_t>{1, 2, 99}));
     EXPECT_EQ(ids->logprobs, 2);
     auto one_of_batch = parse_completion_request(j(R"({"prompt": ["a"]})"), 100);
     ASSERT_TRUE(one_of_batch.ok());
-    EXPECT_EQ(one_of_batch->prompt_text, "a");
+    ASSERT_EQ(one_of_batch->prompts.size(), 1u);
+    EXPECT_EQ(one_of_batch->prompts[0].text, "a");
+    // Batches (OpenAI's and vLLM's): texts or token-id lists, mixed; n choices of each.
+    auto batch = parse_completion_request(j(R"({"prompt": ["a", [5, 6], "b"], "n": 2})"), 100);
+    ASSERT_TRUE(batch.ok()) << batch.status().message();
+    ASSERT_EQ(batch->prompts.size(), 3u);
+    EXPECT_EQ(batch->prompts[1].ids, (std::vector<int32_t>{5, 6}));
+    EXPECT_EQ(batch->prompts[2].text, "b");
+    EXPECT_EQ(batch->n, 2);
 
     const std::pair<const char*, const char*> bad[] = {
         {R"({})", "prompt"},
@@ -327,12 +337,15 @@ TEST(ParseCompletionRequest, PromptForms) {
         {R"({"prompt": []})", "prompt"},
         {R"({"prompt": [1, 100]})", "prompt[1]"},
         {R"({"prompt": [1, -1]})", "prompt[1]"},
-        {R"({"prompt": ["a", "b"]})", "prompt[0]"},
+        {R"({"prompt": ["a", 5]})", "prompt[1]"},
+        {R"({"prompt": ["a", ""]})", "prompt[1]"},
+        {R"({"prompt": [[1], [1, 100]]})", "prompt[1][1]"},
         {R"({"prompt": {"x": 1}})", "prompt"},
         {R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
         {R"({"prompt": "a", "logprobs": 9})", "logprobs"},
         {R"({"prompt": "a", "echo": true})", "echo"},
-        {R"({"prompt": "a", "n": 3})", "n"},
+        {R"({"prompt": "a", "n": 129})", "n"},
+        {R"({"prompt": ["a", "b", "c"], "n": 43})", "n"},  // 129 choices
     };
     for (const auto& [body, param] : bad) {
         auto r = parse_completion_request(j(body), 100);
