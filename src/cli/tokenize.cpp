@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "harmony/harmony_types.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::cli {
@@ -101,6 +102,22 @@ StatusOr<std::vector<int32_t>> parse_ids(std::string_view text) {
     return ids;
 }
 
+// Ids to bytes as tiktoken's o200k_harmony decodes them: o200k_harmony's reserved ids that the tokenizer file
+// does not list (200019-201087 in one that stops at 200018) by their names ("<|reserved_200019|>").
+StatusOr<std::string> decode_ids(const tokenizer::BpeTokenizer& tok, const std::vector<int32_t>& ids) {
+    std::string out;
+    for (int32_t id : ids) {
+        if (std::optional<std::string_view> bytes = tok.token_bytes(id)) {
+            out.append(*bytes);
+        } else if (std::optional<std::string> name = harmony::special_token_text(id)) {
+            out += *name;
+        } else {
+            return invalid_argument("unknown token id " + std::to_string(id));
+        }
+    }
+    return out;
+}
+
 int run_detokenize(const TokenizeOptions& o) {
     auto tok = load_tokenizer(o.tokenizer);
     if (!tok.ok()) return fail(tok.status().message());
@@ -108,7 +125,7 @@ int run_detokenize(const TokenizeOptions& o) {
     if (!o.jsonl) {
         auto ids = parse_ids(input);
         if (!ids.ok()) return fail(ids.status().message());
-        auto text = (*tok)->decode(*ids);
+        auto text = decode_ids(**tok, *ids);
         if (!text.ok()) return fail(text.status().message());
         std::fwrite(text->data(), 1, text->size(), stdout);
         return 0;
@@ -116,7 +133,7 @@ int run_detokenize(const TokenizeOptions& o) {
     return for_each_line(input, [&](std::string_view line, int line_number) {
         auto ids = parse_ids(line);
         if (!ids.ok()) return fail("line " + std::to_string(line_number) + ": " + ids.status().message());
-        auto text = (*tok)->decode(*ids);
+        auto text = decode_ids(**tok, *ids);
         if (!text.ok()) return fail("line " + std::to_string(line_number) + ": " + text.status().message());
         // Bytes that are not UTF-8 (ids ending inside a character) become U+FFFD in the JSON string.
         std::string out = Json(*text).dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
