@@ -2336,6 +2336,24 @@ PY
         gzip -f "$OUT"/s42b_stamps_*.csv
       fi
       ;;
+    s43a)
+      # Session 43, the check of the shipped code with the attention in the QKV kernel's tail on by default in
+      # sliding layers (r58 call 1's s42d: mode 1 won, mode 2 lost): the QKV / attention / model / engine tests at the
+      # default, then 20b batch 1 default against GPTOSS_QKV_ATTN_TAIL=0 (three interleaved pairs), 120b two pairs,
+      # 20b batch 2.
+      tests_row s43a_tests 'CudaQkvFused.*:PagedAttentionCuda.*:CudaModel.*:CudaEngine.*'
+      if [ "$rc" = 0 ]; then
+        for pass in 1 2 3; do
+          decode_row "s43a_20b_b1_default_$pass" 20b 1
+          decode_row "s43a_20b_b1_off_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=0
+        done
+        for pass in 1 2; do
+          decode_row "s43a_120b_b1_default_$pass" 120b 1
+          decode_row "s43a_120b_b1_off_$pass" 120b 1 GPTOSS_QKV_ATTN_TAIL=0
+        done
+        decode_row s43a_20b_b2_default 20b 2
+      fi
+      ;;
     s42d)
       # Needs bench/results/2026-12-04_h200_r57/s42d-attn-tail.patch applied (session 42, compiled only). The decode
       # attention at one token inside the QKV kernel (GPTOSS_QKV_ATTN_TAIL=1: sliding layers, =2: full layers too;

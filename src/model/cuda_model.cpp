@@ -480,6 +480,9 @@ struct CudaModel::Impl {
         const char* v = std::getenv("GPTOSS_QKV_FUSED");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // CudaModelOptions::qkv_attn_tail (set at load): 0 off, 1 sliding layers, 2 every layer.
+    int qkv_attn_tail = 0;
+    DeviceBuffer attn_tail_counters;  // [num_kv_heads] u32 tickets of the QKV kernel's attention tail (zero)
     bool gemv_v1 = [] {
         const char* v = std::getenv("GPTOSS_GEMV_V1");
         return v == nullptr || std::strcmp(v, "0") != 0;
@@ -927,6 +930,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     router_counter = DeviceBuffer(4);
     CUDA_CHECK(cudaMemsetAsync(router_counter.get(), 0, 4, stream));
+    attn_tail_counters = DeviceBuffer(static_cast<size_t>(std::max(nkv, 1)) * 4);
+    CUDA_CHECK(cudaMemsetAsync(attn_tail_counters.get(), 0, attn_tail_counters.bytes(), stream));
     if (H % kc::kMoeTailTile == 0) {
         const int64_t tiles = H / kc::kMoeTailTile;
         tail_parts = DeviceBuffer(tiles * 4);
@@ -934,6 +939,12 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         CUDA_CHECK(cudaMemsetAsync(tail_counters.get(), 0, tiles * 4, stream));
     }
     tail_enabled = opt.moe_residual_tail && H % kc::kMoeTailTile == 0;
+    if (opt.qkv_attn_tail >= 0) {
+        qkv_attn_tail = std::min(opt.qkv_attn_tail, 2);
+    } else {
+        const char* v = std::getenv("GPTOSS_QKV_ATTN_TAIL");
+        qkv_attn_tail = v != nullptr ? std::clamp(std::atoi(v), 0, 2) : 1;
+    }
     if (const char* v = std::getenv("GPTOSS_MOE_TAIL")) tail_enabled = tail_enabled && std::strcmp(v, "0") != 0;
     s_out = DeviceBuffer(S * 4);
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
@@ -1713,48 +1724,8 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             else if (!fuse_qkv)
                 linear(small ? h32.get() : h.get(), D.qkv_w.get(), nullptr, qkv.as<float>(), qkvw, H);
             mark("qkv_gemm");
-            kc::QkvRopeArgs r;
-            r.qkv = qkv.get();
-            r.qkv_bf16 = qkv_bf16;
-            r.bias = D.qkv_b.as<float>();
-            r.positions = positions.as<int32_t>();
-            r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
-            r.inv_freq = inv_freq.as<float>();
-            r.attention_scaling = attention_scaling;
             // The prompt path's attention rotates q itself (attn_q_rope); the GEMV path writes q.
             const bool q_in_attention = attn_q_rope && !decode && !fuse_qkv && qkv_bf16;
-            r.q_out = q_in_attention ? nullptr : q.get();
-            r.k_cache = D.k_cache.get();
-            r.v_cache = D.v_cache.get();
-            r.kv_fp8 = opt.kv_fp8;
-            r.num_tokens = T;
-            r.num_heads = nq;
-            r.num_kv_heads = nkv;
-            r.head_dim = c.head_dim;
-            if (fuse_qkv) {  // decode: the QKV GEMV writes q and the cache itself (same arithmetic)
-                kc::GemvArgs g;
-                g.x = qkv_x_bf16 ? h.get() : h32.get();
-                g.x_bf16 = qkv_x_bf16;
-                g.w = fp8 ? D.qkv_f8.q.get() : D.qkv_w.get();
-                g.w_scale = fp8 ? D.qkv_f8.scales.as<float>() : nullptr;
-                g.w_ld = fp8 ? D.qkv_f8.k_pad : 0;
-                g.fp8_kernel = gemv_fp8;
-                g.num_tokens = T;
-                g.n = qkvw;
-                g.k = H;
-                if (tail_in) {  // h = x · gain: the GEMV applies the norm's 1 / rms
-                    g.x = h.get();
-                    g.x_bf16 = true;
-                    g.x_ss_parts = tail_parts.as<float>();
-                    g.x_ss_n = H / kc::kMoeTailTile;
-                    g.x_eps = static_cast<float>(c.rms_norm_eps);
-                }
-                kc::qkv_gemv_rope(g, r, stream);
-            } else {
-                kc::qkv_bias_rope_kv_write(r, stream);
-            }
-            mark("rope_kv");
-
             kernels::PagedAttentionArgs pa;
             pa.q = q_in_attention ? nullptr : q.get();
             if (q_in_attention) {
@@ -1801,11 +1772,71 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 pa.out_q_scale = xs8.as<float>();
                 pa.out_q_m_pad = kc::fp8_gemm_m_pad(T);
             }
-            if (decode)
+            kc::QkvRopeArgs r;
+            r.qkv = qkv.get();
+            r.qkv_bf16 = qkv_bf16;
+            r.bias = D.qkv_b.as<float>();
+            r.positions = positions.as<int32_t>();
+            r.slot_mapping = sliding ? slots_sliding.as<int32_t>() : slots_full.as<int32_t>();
+            r.inv_freq = inv_freq.as<float>();
+            r.attention_scaling = attention_scaling;
+            r.q_out = q_in_attention ? nullptr : q.get();
+            r.k_cache = D.k_cache.get();
+            r.v_cache = D.v_cache.get();
+            r.kv_fp8 = opt.kv_fp8;
+            r.num_tokens = T;
+            r.num_heads = nq;
+            r.num_kv_heads = nkv;
+            r.head_dim = c.head_dim;
+            bool attn_tail = false;  // the attention ran in the QKV kernel (qkv_attn_tail)
+            if (fuse_qkv) {          // decode: the QKV GEMV writes q and the cache itself (same arithmetic)
+                kc::GemvArgs g;
+                g.x = qkv_x_bf16 ? h.get() : h32.get();
+                g.x_bf16 = qkv_x_bf16;
+                g.w = fp8 ? D.qkv_f8.q.get() : D.qkv_w.get();
+                g.w_scale = fp8 ? D.qkv_f8.scales.as<float>() : nullptr;
+                g.w_ld = fp8 ? D.qkv_f8.k_pad : 0;
+                g.fp8_kernel = gemv_fp8;
+                g.num_tokens = T;
+                g.n = qkvw;
+                g.k = H;
+                if (tail_in) {  // h = x · gain: the GEMV applies the norm's 1 / rms
+                    g.x = h.get();
+                    g.x_bf16 = true;
+                    g.x_ss_parts = tail_parts.as<float>();
+                    g.x_ss_n = H / kc::kMoeTailTile;
+                    g.x_eps = static_cast<float>(c.rms_norm_eps);
+                }
+                attn_tail =
+                    qkv_attn_tail >= (sliding ? 1 : 2) && decode && !q_in_attention &&
+                    kc::qkv_attention_tail_applies(g, r, S, pa.sliding_window, opt.kv_fp8, bs, pa.max_context_len);
+                if (attn_tail) {
+                    kc::QkvAttnTailArgs ta;
+                    ta.out = pa.out;
+                    ta.sinks = pa.sinks;
+                    ta.block_table = pa.block_tables;
+                    ta.seq_start_pos = pa.seq_start_pos;
+                    ta.query_start = pa.query_start;
+                    ta.counters = attn_tail_counters.as<uint32_t>();
+                    ta.block_size = pa.block_size;
+                    ta.window = pa.sliding_window;
+                    ta.scale = pa.scale;
+                    kc::qkv_gemv_rope_attention(g, r, ta, stream);
+                } else {
+                    kc::qkv_gemv_rope(g, r, stream);
+                }
+            } else {
+                kc::qkv_bias_rope_kv_write(r, stream);
+            }
+            mark("rope_kv");
+
+            if (attn_tail)
+                ;  // the QKV kernel ran it
+            else if (decode)
                 kc::paged_attention_decode(pa, stream);
             else
                 kc::paged_attention_prefill(pa, stream);
-            mark("attention");
+            if (!attn_tail) mark("attention");                              // else its time is rope_kv's
             const bool o_bf16 = fp8 && !small && tp == 1 && gemm_bf16_out;  // a TP reduce sums fp32
             if (o_in_q) {
                 gemm_f8(xq8.as<uint8_t>(), xs8.as<float>(), D.o_f8, o.as<float>(), T, o_bf16);

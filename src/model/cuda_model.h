@@ -69,6 +69,11 @@ struct CudaModelOptions {
     // launch (kernels/cuda/moe.h MoeResidualTail) and the next layer's norm scale in its QKV GEMV,
     // instead of a norm kernel between them. GPTOSS_MOE_TAIL=0 turns it off (A/B runs).
     bool moe_residual_tail = true;
+    // With fp8, one sequence decoding: the attention inside the QKV kernel (kernels/cuda/gemv.h QkvAttnTailArgs)
+    // instead of its own launch: 1 in sliding layers, 2 in every layer (full ones while the table holds at most
+    // 2,048 keys), 0 off. -1: GPTOSS_QKV_ATTN_TAIL if set, else 1 (r58: 20b batch 1 at 1k 1.389-1.407 -> 1.362-1.369
+    // ms, 120b 2.058 -> 2.016; mode 2 was 12-15% slower: one CTA walking ~1,000 keys).
+    int qkv_attn_tail = -1;
     // ParallelCudaModel: small fp32 all-reduces (decode's per-layer TP and MoE reductions) through
     // the one-shot peer kernel (kernels/cuda/peer_allreduce.h) instead of NCCL. Also
     // GPTOSS_PEER_ALLREDUCE=1. Needs peer access between the GPUs.

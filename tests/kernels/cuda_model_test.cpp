@@ -407,6 +407,60 @@ TEST(CudaModel, Fp8ResidualTailStaysClose) {
     }
 }
 
+// CudaModelOptions::qkv_attn_tail (session 42): one-sequence decode steps with the attention in the QKV kernel's
+// last CTAs (gemv.h QkvAttnTailArgs; 1: the sliding layer, 2: both layers), against its own launch. A 150-token
+// prompt, so that the decode steps see a full 128-key window that is not 64-aligned, through a permuted block
+// table. The tail's P rounds to bf16 under per-warp maxima instead of per-tile ones (≤ 2^-9 relative a weight,
+// the attention tests' bound), the same size of perturbation as the residual tail's h rounding above: rel L2
+// ≤ 5e-3, and the logits must differ (else the tail did not run).
+TEST(CudaModel, Fp8AttentionTailStaysClose) {
+    REQUIRE_GPU();
+    const model::GptOssConfig c = real_width_config();
+    const std::string dir = write_real_width_checkpoint(c, "gptoss_cuda_attn_tail_");
+    auto w = model::GptOssWeights::load(dir);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    std::vector<float> got[3];
+    for (int mode = 0; mode < 3; ++mode) {
+        auto o = small_options();
+        o.fp8 = true;
+        o.qkv_attn_tail = mode;
+        auto m = CudaModel::create(**w, o);
+        ASSERT_TRUE(m.ok()) << m.status().to_string();
+        std::mt19937 r(37);  // the same ids for every mode
+        std::vector<int32_t> table(16);
+        for (int i = 0; i < 16; ++i) table[i] = (i * 5 + 3) % 16;  // a permutation of 0..15
+        std::vector<int32_t> ids = random_token_ids(r, 150, c.vocab_size);
+        std::vector<ForwardSequence> batch = {{ids, 0, table, table, false}};
+        std::vector<float> out;
+        Status st = (*m)->forward(batch, &out);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        for (int step = 0; step < 6; ++step) {
+            ids = random_token_ids(r, 1, c.vocab_size);
+            batch = {{ids, 150 + step, table, table, false}};
+            out.clear();
+            st = (*m)->forward(batch, &out);
+            ASSERT_TRUE(st.ok()) << st.to_string();
+            got[mode].insert(got[mode].end(), out.begin(), out.end());
+        }
+    }
+    for (int mode = 1; mode < 3; ++mode) {
+        ASSERT_EQ(got[0].size(), got[mode].size());
+        double num = 0, den = 0, num12 = 0;
+        for (size_t i = 0; i < got[0].size(); ++i) {
+            num += (got[mode][i] - got[0][i]) * (got[mode][i] - got[0][i]);
+            den += got[0][i] * got[0][i];
+            num12 += (got[mode][i] - got[1][i]) * (got[mode][i] - got[1][i]);
+        }
+        const double rel = std::sqrt(num / den);
+        std::printf("  attention tail %d vs the decode attention launch: rel L2 %.3g over 6 decode steps\n", mode, rel);
+        EXPECT_LE(rel, 5e-3) << "mode " << mode;
+        EXPECT_GT(rel, 0.0) << "mode " << mode << ": the same bits (did the tail run?)";
+        if (mode == 2) {
+            EXPECT_GT(num12, 0.0) << "mode 2 the same bits as mode 1 (did the full layer's tail run?)";
+        }
+    }
+}
+
 TEST(CudaModel, Fp8WeightsStayCloseToFp32) {
     REQUIRE_GPU();
     const model::GptOssConfig c = real_width_config();

@@ -10,13 +10,17 @@
 // MMAs (the default) against their bf16 MMAs, under the same bounds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "cuda_test_util.h"
+#include "kernels/args/paged_attention_args.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fp8_gemm.h"
 #include "kernels/cuda/gemv.h"
@@ -253,6 +257,264 @@ TEST(CudaQkvFused, AppliesTheNormScale) {
             EXPECT_GT(rel, 0.0) << "variant " << variant << ": the same bits (was the scale applied?)";
         }
     }
+}
+
+// qkv_gemv_rope_attention (gemv.h QkvAttnTailArgs): the decode attention in the QKV kernel's last CTA of each kv
+// head. Against qkv_gemv_rope then paged_attention_decode on copies of the same cache: q and the cache to the bit
+// (the same projection), and the attention output against an fp64 CPU attention of the q and cache the kernel
+// wrote, with the attention tests' bounds (attention_test.cpp: bf16 output and P rounded to bf16 for P·V:
+// max |Δ| ≤ 1e-2 · max|ref|, rel L2 ≤ 5e-3, each head's row ≤ 1e-2 ‖ref row‖ + 2e-3 · max|ref|). The cache holds
+// NaN in every slot that is not a visible key of the sequence and −1 in the table entries the window must not
+// read, so a read outside the window is a NaN output; the output is poisoned before each launch. Positions from
+// an empty history to a full window not aligned to 64, windows 128, 40 and 300 and full layers (up to 2,048 keys:
+// 16 chunks), 8 and 2 kv heads, block sizes 16, 32 and 64, the kernel variants (one-wave or not, f16 or bf16
+// MMAs, x in bf16 or fp32), the norm's 1 / rms applied (x_ss_parts). The tickets must be back at zero after
+// every launch (the next layer, or a replayed graph, reuses them).
+TEST(CudaQkvFused, AttentionTailMatchesTheCpu) {
+    REQUIRE_GPU();
+    const int H = 2880, hd = 64;
+    struct Case {
+        int nkv, window, bs, variant;
+        std::vector<int> positions;
+    };
+    // window 0: a full layer (chunks of 128 keys one after another, double-buffered); 300: a window past one chunk.
+    const std::vector<Case> cases = {
+        {8, 128, 16, 0, {0, 1, 63, 126, 127, 128, 200, 1000}},
+        {8, 128, 64, 1, {5, 127, 130, 777}},
+        {2, 40, 16, 2, {0, 39, 40, 41, 300}},
+        {8, 128, 32, 3, {129, 999}},
+        {8, 0, 16, 0, {0, 100, 127, 128, 255, 256, 1000, 2047}},
+        {2, 0, 64, 3, {383, 1500}},
+        {8, 300, 16, 1, {299, 300, 1200}},
+        {8, 128, 16, 4, {500}},
+        {8, 0, 16, 4, {700}},
+    };
+    for (const Case& cs : cases) {
+        const int nkv = cs.nkv, nq = 8 * nkv, n = (nq + 2 * nkv) * hd, bs = cs.bs;
+        // Variants: 0 one-wave, f16 MMAs, the norm's 1 / rms (x_ss_parts); 1 two CTAs an SM, f16; 2 one-wave, bf16
+        // MMAs; 3 two an SM, bf16; 4 one-wave, f16, x in fp32 (GPTOSS_GEMV_X_F32=1's rows).
+        const bool one_wave = cs.variant % 2 == 0, f16 = cs.variant < 2 || cs.variant == 4, ss = cs.variant == 0,
+                   x32 = cs.variant == 4;
+        const auto w = test::to_bf16(test::randn(static_cast<size_t>(n) * H, 61 + nkv, 0.02f));
+        DeviceBuffer dw = DeviceBuffer::from_host(w.data(), w.size() * 2);
+        const Fp8Weight f8 = Fp8Weight::from_bf16(dw.get(), n, H, nullptr);
+        const auto b = test::randn(n, 63, 0.1f);
+        std::vector<float> inv_freq(hd / 2);
+        for (int i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * i / hd);
+        std::vector<float> sinks = test::randn(nq, 65, 1.0f);
+        sinks[1] = 8.0f, sinks[3] = -30.0f;  // a head the sink dominates, one it does not touch
+        DeviceBuffer db = DeviceBuffer::from_host(b.data(), b.size() * 4);
+        DeviceBuffer df = DeviceBuffer::from_host(inv_freq.data(), inv_freq.size() * 4);
+        DeviceBuffer dsink = DeviceBuffer::from_host(sinks.data(), sinks.size() * 4);
+        DeviceBuffer counters(static_cast<size_t>(nkv) * 4);
+        CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+        for (int pos : cs.positions) {
+            const auto x = test::randn(H, 67 + pos, 1.0f);
+            // Variant 0 the norm's form: h = bf16(x) and Σ x² parts of mean 0.25 (the sums times 1 / rms = 2).
+            std::vector<uint16_t> hx = test::to_bf16(x);
+            std::vector<float> parts(H / 16, 0.25f * 16);
+            DeviceBuffer dx = DeviceBuffer::from_host(hx.data(), H * 2), dparts = test::to_device(parts);
+            DeviceBuffer dx32 = test::to_device(x);
+            // Blocks shuffled through the table; the blocks wholly before the window are −1.
+            const int kv_lo = cs.window > 0 ? std::max(0, pos - cs.window + 1) : 0, nblk = pos / bs + 1,
+                      phys = nblk + 3;
+            std::vector<int32_t> table(nblk + 2, -1), perm(phys);
+            for (int i = 0; i < phys; ++i) perm[i] = i;
+            std::mt19937 rng(pos + 1);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            for (int blk = kv_lo / bs; blk < nblk; ++blk) table[blk] = perm[blk];
+            // Earlier keys of the window random bf16; every other slot NaN (the token's own is written).
+            const size_t row = static_cast<size_t>(nkv) * hd, slots = static_cast<size_t>(phys) * bs;
+            std::vector<uint16_t> kc0(slots * row, 0xFFFFu), vc0(slots * row, 0xFFFFu);
+            std::mt19937 rk(pos + 5);
+            std::normal_distribution<float> nd(0.0f, 1.0f);
+            for (int j = kv_lo; j < pos; ++j) {
+                const size_t slot = static_cast<size_t>(table[j / bs]) * bs + j % bs;
+                for (size_t e = 0; e < row; ++e) {
+                    kc0[slot * row + e] = f32_to_bf16(2.0f * nd(rk));
+                    vc0[slot * row + e] = f32_to_bf16(nd(rk));
+                }
+            }
+            const int32_t slot_now = table[pos / bs] * bs + pos % bs;
+            const std::vector<int32_t> vpos = {pos}, vslot = {slot_now}, qstart = {0, 1};
+            DeviceBuffer dp = test::to_device(vpos), ds = test::to_device(vslot), dq0 = test::to_device(qstart);
+            DeviceBuffer dtable = test::to_device(table);
+            const int max_splits = 64;
+            DeviceBuffer ws(static_cast<size_t>(nq) * max_splits * (hd + 2) * 4);
+            std::vector<uint16_t> q_out[2], k_out[2], v_out[2], a_out[2];
+            for (int p = 0; p < 2; ++p) {
+                DeviceBuffer q = test::poisoned(static_cast<size_t>(nq) * hd * 2);
+                DeviceBuffer kc = test::to_device(kc0), vc = test::to_device(vc0);
+                DeviceBuffer out = test::poisoned(static_cast<size_t>(nq) * hd * 2);
+                GemvArgs g;
+                g.x = x32 ? dx32.get() : dx.get();
+                g.x_bf16 = !x32;
+                g.w = f8.q.get();
+                g.w_scale = f8.scales.as<float>();
+                g.w_ld = f8.k_pad;
+                g.fp8_kernel = one_wave ? GemvFp8Kernel::kMmaOneWave : GemvFp8Kernel::kMma;
+                g.mma_f16 = f16;
+                g.num_tokens = 1;
+                g.n = n;
+                g.k = H;
+                if (ss) {
+                    g.x_ss_parts = dparts.as<float>();
+                    g.x_ss_n = H / 16;
+                    g.x_eps = 0.0f;
+                }
+                QkvRopeArgs r;
+                r.bias = db.as<float>();
+                r.positions = dp.as<int32_t>();
+                r.slot_mapping = ds.as<int32_t>();
+                r.inv_freq = df.as<float>();
+                r.attention_scaling = 1.3465736f;
+                r.q_out = q.get();
+                r.k_cache = kc.get();
+                r.v_cache = vc.get();
+                r.num_tokens = 1;
+                r.num_heads = nq;
+                r.num_kv_heads = nkv;
+                r.head_dim = hd;
+                ASSERT_TRUE(qkv_attention_tail_applies(g, r, 1, cs.window, false, bs, 2048));
+                if (p == 0) {
+                    qkv_gemv_rope(g, r, nullptr);
+                    PagedAttentionArgs pa;
+                    pa.q = q.get();
+                    pa.out = out.get();
+                    pa.sinks = dsink.as<float>();
+                    pa.k_cache = kc.get();
+                    pa.v_cache = vc.get();
+                    pa.block_tables = dtable.as<int32_t>();
+                    pa.seq_start_pos = dp.as<int32_t>();
+                    pa.query_start = dq0.as<int32_t>();
+                    pa.max_blocks_per_seq = static_cast<int>(table.size());
+                    pa.num_seqs = 1;
+                    pa.num_tokens = 1;
+                    pa.max_query_len = 1;
+                    pa.max_context_len = pos + 1;
+                    pa.num_heads = nq;
+                    pa.num_kv_heads = nkv;
+                    pa.head_dim = hd;
+                    pa.block_size = bs;
+                    pa.sliding_window = cs.window;
+                    pa.scale = 0.125f;
+                    pa.workspace = ws.as<float>();
+                    pa.max_splits = max_splits;
+                    paged_attention_decode(pa, nullptr);
+                } else {
+                    QkvAttnTailArgs t;
+                    t.out = out.get();
+                    t.sinks = dsink.as<float>();
+                    t.block_table = dtable.as<int32_t>();
+                    t.seq_start_pos = dp.as<int32_t>();
+                    t.query_start = dq0.as<int32_t>();
+                    t.counters = counters.as<uint32_t>();
+                    t.block_size = bs;
+                    t.window = cs.window;
+                    t.scale = 0.125f;
+                    // Twice without a host sync: the second launch takes the tickets the first left at zero (as
+                    // the next layer's, or a replayed graph's, does), and writes the same values again.
+                    qkv_gemv_rope_attention(g, r, t, nullptr);
+                    qkv_gemv_rope_attention(g, r, t, nullptr);
+                }
+                CUDA_CHECK(cudaDeviceSynchronize());
+                q_out[p] = test::to_host<uint16_t>(q, static_cast<size_t>(nq) * hd);
+                k_out[p] = test::to_host<uint16_t>(kc, kc0.size());
+                v_out[p] = test::to_host<uint16_t>(vc, vc0.size());
+                a_out[p] = test::to_host<uint16_t>(out, static_cast<size_t>(nq) * hd);
+            }
+            const std::string where = "nkv " + std::to_string(nkv) + " window " + std::to_string(cs.window) + " bs " +
+                                      std::to_string(bs) + " variant " + std::to_string(cs.variant) + " pos " +
+                                      std::to_string(pos);
+            EXPECT_TRUE(q_out[0] == q_out[1]) << where << ": q differs";
+            EXPECT_TRUE(k_out[0] == k_out[1]) << where << ": the K cache differs";
+            EXPECT_TRUE(v_out[0] == v_out[1]) << where << ": the V cache differs";
+            for (uint32_t c : test::to_host<uint32_t>(counters, nkv)) EXPECT_EQ(c, 0u) << where << ": a ticket left";
+            // fp64 attention of the written q and cache (MODEL.md §4.4: the sink in the denominator only).
+            std::vector<double> ref(static_cast<size_t>(nq) * hd);
+            for (int h = 0; h < nq; ++h) {
+                const int kvh = h / 8;
+                std::vector<double> sc;
+                double mx = sinks[h];
+                for (int j = kv_lo; j <= pos; ++j) {
+                    const size_t base = (static_cast<size_t>(table[j / bs]) * bs + j % bs) * row + kvh * hd;
+                    double d = 0;
+                    for (int e = 0; e < hd; ++e)
+                        d += static_cast<double>(bf16_to_f32(q_out[1][h * hd + e])) * bf16_to_f32(k_out[1][base + e]);
+                    sc.push_back(d * 0.125);
+                    mx = std::max(mx, sc.back());
+                }
+                double den = std::exp(sinks[h] - mx);
+                for (int j = kv_lo; j <= pos; ++j) {
+                    const double pj = std::exp(sc[j - kv_lo] - mx);
+                    den += pj;
+                    const size_t base = (static_cast<size_t>(table[j / bs]) * bs + j % bs) * row + kvh * hd;
+                    for (int e = 0; e < hd; ++e) ref[h * hd + e] += pj * bf16_to_f32(v_out[1][base + e]);
+                }
+                for (int e = 0; e < hd; ++e) ref[h * hd + e] /= den;
+            }
+            double max_ref = 0;
+            for (double v : ref) max_ref = std::max(max_ref, std::fabs(v));
+            for (int p = 0; p < 2; ++p) {
+                double max_err = 0, e2 = 0, r2 = 0, worst_row = 0;
+                for (int h = 0; h < nq; ++h) {
+                    double re2 = 0, rr2 = 0;
+                    for (int e = 0; e < hd; ++e) {
+                        const double got = bf16_to_f32(a_out[p][h * hd + e]), want = ref[h * hd + e];
+                        const double d = std::isfinite(got) ? std::fabs(got - want) : INFINITY;
+                        max_err = std::max(max_err, d);
+                        re2 += d * d;
+                        rr2 += want * want;
+                    }
+                    e2 += re2;
+                    r2 += rr2;
+                    worst_row = std::max(worst_row, std::sqrt(re2) / (1e-2 * std::sqrt(rr2) + 2e-3 * max_ref));
+                }
+                const double rel = std::sqrt(e2 / r2);
+                std::printf("  attention tail %s: %s max|d| %.2e (max|ref| %.2e) rel L2 %.2e worst row %.2f of tol\n",
+                            where.c_str(), p == 0 ? "decode kernel" : "tail        ", max_err, max_ref, rel, worst_row);
+                EXPECT_LE(max_err, 1e-2 * max_ref) << where << (p ? " tail" : " decode kernel");
+                EXPECT_LE(rel, 5e-3) << where << (p ? " tail" : " decode kernel");
+                EXPECT_LE(worst_row, 1.0) << where << (p ? " tail" : " decode kernel");
+            }
+        }
+    }
+}
+
+// Where the tail applies (host only: runs without a GPU).
+TEST(CudaQkvFused, AttentionTailApplies) {
+    GemvArgs g;
+    g.w = reinterpret_cast<const void*>(16);
+    g.w_scale = reinterpret_cast<const float*>(16);
+    g.w_ld = 3072;
+    g.num_tokens = 1;
+    g.n = 80 * 64;
+    g.k = 2880;
+    QkvRopeArgs r;
+    r.num_tokens = 1;
+    r.num_heads = 64;
+    r.num_kv_heads = 8;
+    r.head_dim = 64;
+    EXPECT_TRUE(qkv_attention_tail_applies(g, r, 1, 128, false, 16, 1 << 20));  // one chunk at any context
+    EXPECT_TRUE(qkv_attention_tail_applies(g, r, 1, 1, false, 64, 4096));
+    EXPECT_TRUE(qkv_attention_tail_applies(g, r, 1, 0, false, 16, 2048));  // a full layer: ≤ 16 chunks
+    EXPECT_FALSE(qkv_attention_tail_applies(g, r, 1, 0, false, 16, 2049));
+    EXPECT_TRUE(qkv_attention_tail_applies(g, r, 1, 300, false, 16, 1 << 20));  // 300 keys at most
+    EXPECT_FALSE(qkv_attention_tail_applies(g, r, 1, 4000, false, 16, 1 << 20));
+    EXPECT_FALSE(qkv_attention_tail_applies(g, r, 2, 128, false, 16, 2048));  // two sequences
+    EXPECT_FALSE(qkv_attention_tail_applies(g, r, 1, 128, true, 16, 2048));   // an e4m3 cache
+    EXPECT_FALSE(qkv_attention_tail_applies(g, r, 1, 128, false, 24, 2048));  // block size not a power of two
+    GemvArgs g2 = g;
+    g2.num_tokens = 2;
+    EXPECT_FALSE(qkv_attention_tail_applies(g2, r, 1, 128, false, 16, 2048));
+    g2 = g;
+    g2.w_scale = nullptr;  // bf16 weights: not the tensor-core kernels
+    EXPECT_FALSE(qkv_attention_tail_applies(g2, r, 1, 128, false, 16, 2048));
+    QkvRopeArgs r2 = r;
+    r2.num_heads = 32;  // 4 q heads a kv head
+    g2 = g;
+    g2.n = (32 + 16) * 64;
+    EXPECT_FALSE(qkv_attention_tail_applies(g2, r2, 1, 128, false, 16, 2048));
 }
 
 }  // namespace

@@ -484,9 +484,238 @@ __device__ __forceinline__ void load_x16_bf16(const __nv_bfloat16* x, uint32_t (
 // read at one offset fall in different banks).
 __host__ __device__ __forceinline__ int xs_pitch_words(int k) { return k / 2 + 4; }
 
-template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false>
+// ---- a sliding layer's decode attention in the QKV kernel's last CTA of each kv head (kTail) -----
+// QkvAttnTailArgs (gemv.h). The window's keys (at most kTailKeys) land as rows of two [128][64] bf16
+// tiles in shared memory (K, V; the attention kernels' XOR swizzle), warp w takes rows 16w .. 16w + 15
+// as the decode attention kernel's warps take 16 keys of a 64-key tile (Q with the 8 heads in MMA rows
+// 0-7, S = Q·Kᵀ, masked, a sink-free partial (m, l, acc) a warp), and the 8 partials meet in shared
+// memory with the sink added once, as that kernel's one-split merge does.
+constexpr int kTailKeys = kMmaWarps * 16;            // 128
+constexpr int kTailTileBytes = kTailKeys * 128;      // 16 KB: K (or V) rows of one kv head
+constexpr int kTailSmem = 2 * kTailTileBytes + 128;  // + slack to align the tiles to 128 bytes
+constexpr int kTailRedStride = 68;                   // a (warp, head) row of the merge: acc[64], m, l, pad
+constexpr float kTailLog2e = 1.4426950408889634f;
+constexpr float kTailNegBig = -1.0e30f;  // attention.cu's kNegBig
+static_assert(kMmaWarps * 8 * kTailRedStride * 4 <= 2 * kTailTileBytes, "the merge scratch reuses the tiles");
+
+__device__ __forceinline__ uint32_t tail_swizzle(int row, int chunk) {
+    return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+__device__ __forceinline__ void tail_ldsm_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
+    if (trans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr));
+}
+__device__ __forceinline__ float tail_exp2(float x) {  // ex2.approx(−inf) = +0: masked keys drop out
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float tail_quad(float v, bool is_max) {
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+        const float u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, u) : v + u;
+    }
+    return v;
+}
+
+// Whether the tail's keys come in more than one chunk (full layers, or windows past kTailKeys): two
+// chunk buffers then (double buffering), one otherwise. The launch sizes its shared memory by the same rule.
+__host__ __device__ __forceinline__ bool tail_two_buffers(int window) { return window < 1 || window > kTailKeys; }
+constexpr int kTailPrefetchKeys = 2 * kTailKeys;  // the keys prefetched into L2: the first two chunks
+// qkv_attention_tail_applies: at most this many visible keys past one chunk (16 chunks a CTA, one after another).
+constexpr int kTailMaxKeys = 16 * kTailKeys;
+
+// Before pdl_wait: the first kTailPrefetchKeys visible keys' K and V rows of every kv head into L2 (a
+// 128-byte line a thread), so that the ticket's last CTAs read them from L2; later chunks stream behind
+// the first ones' math. Keys of earlier steps; the token's own row is written by this launch (a prefetch
+// of it is harmless). The position and the block table are the step's inputs, written before the
+// graph's first kernel.
+__device__ __forceinline__ void attention_tail_prefetch(const QkvRopeArgs& r, const QkvAttnTailArgs& t) {
+    const int pos = t.seq_start_pos[0];
+    const int kv_lo = t.window > 0 ? max(0, pos - t.window + 1) : 0, nkv = r.num_kv_heads;
+    const int lines = 2 * min(pos - kv_lo + 1, kTailPrefetchKeys) * nkv;  // (key, K or V) pairs × a kv head's line
+    const int shift = __ffs(t.block_size) - 1;
+    for (int f = blockIdx.x * blockDim.x + threadIdx.x; f < lines; f += gridDim.x * blockDim.x) {
+        const int pair = f / nkv, line = f - pair * nkv, j = kv_lo + (pair >> 1);
+        const int64_t slot =
+            (static_cast<int64_t>(__ldg(t.block_table + (j >> shift))) << shift) + (j & (t.block_size - 1));
+        const uint8_t* c = static_cast<const uint8_t*>((pair & 1) ? r.v_cache : r.k_cache);
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(c + (slot * nkv + line) * 128));
+    }
+}
+
+// After the CTA's q / k / v stores (rope_store): a ticket for kv head kvh; the last of its `ctas` CTAs
+// runs the attention. The ticket is MoeResidualTail's (moe_decode.cu): one atom.acq_rel.gpu by thread 0
+// after a CTA barrier (the release covers the CTA's stores, cumulative), the acquire the other CTAs';
+// the reads below go to L2 (cp.async.cg, ld.global.cg). smem: free to reuse, kTailSmem bytes (two
+// buffers: 2 · kTailSmem; tail_two_buffers).
+// The visible keys [kv_lo, pos] come in chunks of kTailKeys (chunk c's row i = key kv_lo + 128c + i,
+// zeros past pos); warp w takes rows 16w .. 16w + 15 of every chunk with the decode kernel's online
+// softmax (running max m, sum l, acc rescaled by 2^(m_old − m_new)).
+__device__ __forceinline__ void attention_tail(const QkvRopeArgs& r, const QkvAttnTailArgs& t, int kvh, int ctas,
+                                               void* smem) {
+    __shared__ int s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t prev;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(prev) : "l"(t.counters + kvh) : "memory");
+        s_last = static_cast<int>(prev) + 1 >= ctas;
+        if (s_last) t.counters[kvh] = 0u;  // every CTA of the kv head has taken its ticket
+    }
+    __syncthreads();
+    if (!s_last) return;
+    const int q_row = t.query_start[0];
+    if (t.query_start[1] - q_row != 1) return;  // not a decode token (as the decode attention kernel)
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int pos = t.seq_start_pos[0];
+    const int kv_lo = t.window > 0 ? max(0, pos - t.window + 1) : 0, nkeys = pos - kv_lo + 1;
+    const int n_chunks = (nkeys + kTailKeys - 1) / kTailKeys, nkv = r.num_kv_heads;
+    const int shift = __ffs(t.block_size) - 1, bmask = t.block_size - 1;
+    uint8_t* base =
+        reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem) + 127) & ~static_cast<uintptr_t>(127));
+    // Chunk c's K and V tiles into buffer c & 1 (K at its start, V kTailTileBytes on), one commit group.
+    const auto load_chunk = [&](int c) {
+        uint8_t* buf = base + (c & 1) * 2 * kTailTileBytes;
+#pragma unroll
+        for (int i = 0; i < kTailKeys * 8 / (kMmaWarps * 32); ++i) {  // rows × 16-byte chunks, 4 a thread
+            const int e = tid + kMmaWarps * 32 * i, row = e >> 3, part = e & 7, key = c * kTailKeys + row;
+            const bool valid = key < nkeys;
+            int64_t off = 0;
+            if (valid) {
+                const int j = kv_lo + key;
+                const int64_t slot = (static_cast<int64_t>(__ldg(t.block_table + (j >> shift))) << shift) + (j & bmask);
+                off = (slot * nkv + kvh) * 128 + part * 16;
+            }
+            const uint32_t d = tail_swizzle(row, part);
+            cp_async16(buf + d, static_cast<const uint8_t*>(r.k_cache) + off, valid);  // zeros past the last key
+            cp_async16(buf + kTailTileBytes + d, static_cast<const uint8_t*>(r.v_cache) + off, valid);
+        }
+        cp_async_commit();
+    };
+    load_chunk(0);
+    // Q as the A operand, heads in rows 0-7 (rows 8-15 zero): lane (g, t) holds head g, dims 16kc + 2t (+8).
+    const uint32_t* qh = reinterpret_cast<const uint32_t*>(
+        static_cast<const __nv_bfloat16*>(r.q_out) + (static_cast<int64_t>(q_row) * r.num_heads + kvh * 8 + g) * 64);
+    uint32_t qa[4][2];
+#pragma unroll
+    for (int kc4 = 0; kc4 < 4; ++kc4) {
+        qa[kc4][0] = __ldcg(qh + kc4 * 8 + tig);
+        qa[kc4][1] = __ldcg(qh + kc4 * 8 + 4 + tig);
+    }
+    const float qk_scale = t.scale * kTailLog2e;
+    float m = kTailNegBig, l = 0.0f;  // this warp's sink-free partial softmax state of head g (base 2)
+    float acc[8][4];                  // [d tile][c]: c0, c1 = head g, dims 8dt + 2t, +1 (c2, c3 stay 0)
+#pragma unroll
+    for (int dt = 0; dt < 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[dt][e] = 0.0f;
+#pragma unroll 1
+    for (int c = 0; c < n_chunks; ++c) {
+        if (c + 1 < n_chunks) {  // the next chunk into the other buffer (freed by the previous barrier)
+            load_chunk(c + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // chunk c has landed for every thread
+        const uint32_t ks = smem_addr(base + (c & 1) * 2 * kTailTileBytes), vs = ks + kTailTileBytes;
+        // S: 8 heads × this warp's 16 keys (n-tile 0: rows 16w .. 16w + 7, n-tile 1: the next 8).
+        float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kc4 = 0; kc4 < 4; ++kc4) {
+            uint32_t kb[4];
+            tail_ldsm_x4(
+                kb, ks + tail_swizzle(warp * 16 + (lane & 7) + ((lane >> 4) << 3), kc4 * 2 + ((lane >> 3) & 1)), false);
+            mma_bf16(s[0], qa[kc4][0], 0u, qa[kc4][1], 0u, kb[0], kb[1]);
+            mma_bf16(s[1], qa[kc4][0], 0u, qa[kc4][1], 0u, kb[2], kb[3]);
+        }
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (c * kTailKeys + warp * 16 + nt * 8 + tig * 2 + e >= nkeys) s[nt][e] = -INFINITY;
+                mx = fmaxf(mx, s[nt][e]);
+            }
+        mx = tail_quad(mx, true);
+        const float m_new = fmaxf(m, mx * qk_scale);  // stays kNegBig while all keys are masked
+        const float corr = tail_exp2(m - m_new);
+        m = m_new;
+        float p[2][2], sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                p[nt][e] = tail_exp2(fmaf(s[nt][e], qk_scale, -m_new));
+                sum += p[nt][e];
+            }
+        l = l * corr + sum;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt) {
+            acc[dt][0] *= corr;
+            acc[dt][1] *= corr;
+        }
+        // P·V: P as the A operand (rows 0-7 = heads, k = this warp's 16 keys), V by transposed ldmatrix.
+        const uint32_t pa0 = pack_bf16x2(p[0][0], p[0][1]), pa2 = pack_bf16x2(p[1][0], p[1][1]);
+#pragma unroll
+        for (int dp = 0; dp < 4; ++dp) {
+            uint32_t vb[4];
+            tail_ldsm_x4(vb, vs + tail_swizzle(warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4)),
+                         true);
+            mma_bf16(acc[2 * dp], pa0, 0u, pa2, 0u, vb[0], vb[1]);
+            mma_bf16(acc[2 * dp + 1], pa0, 0u, pa2, 0u, vb[2], vb[3]);
+        }
+        __syncthreads();  // every warp is done with chunk c's buffer (the next load, or the merge scratch)
+    }
+    float* red = reinterpret_cast<float*>(base);  // [warp][head][kTailRedStride]
+    l = tail_quad(l, false);
+    {
+        float* mine = red + (warp * 8 + g) * kTailRedStride;
+#pragma unroll
+        for (int dt = 0; dt < 8; ++dt)
+            *reinterpret_cast<float2*>(mine + dt * 8 + tig * 2) = make_float2(acc[dt][0], acc[dt][1]);
+        if (tig == 0) {
+            mine[64] = m;
+            mine[65] = l;
+        }
+    }
+    __syncthreads();
+    // Thread (h = warp, lane): head kvh · 8 + h, dims 2·lane and 2·lane + 1; the sink once.
+    const int h = warp, d0 = 2 * lane;
+    float mw = kTailNegBig;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) mw = fmaxf(mw, red[(w * 8 + h) * kTailRedStride + 64]);
+    float lw = 0.0f, o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kMmaWarps; ++w) {
+        const float* rw = red + (w * 8 + h) * kTailRedStride;
+        const float f = tail_exp2(rw[64] - mw);
+        lw += f * rw[65];
+        o0 += f * rw[d0];
+        o1 += f * rw[d0 + 1];
+    }
+    const int head = kvh * 8 + h;
+    const float sink = fmaxf(t.sinks[head] * kTailLog2e, kTailNegBig);
+    const float mx_all = fmaxf(mw, sink);
+    const float f = tail_exp2(mw - mx_all);
+    const float sc = f / (lw * f + tail_exp2(sink - mx_all));
+    __nv_bfloat16* dst =
+        static_cast<__nv_bfloat16*>(t.out) + (static_cast<int64_t>(q_row) * r.num_heads + head) * 64 + d0;
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(o0 * sc, o1 * sc);
+}
+
+template <typename XT, bool kRope, int kSteps = kMmaSteps, bool kF16 = false, bool kTail = false>
 __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
-    gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r) {
+    gemv_fp8_mma_kernel(const __grid_constant__ GemvArgs a, const __grid_constant__ QkvRopeArgs r,
+                        const __grid_constant__ QkvAttnTailArgs tail) {
+    static_assert(!kTail || kRope, "the attention tail follows the QKV projection");
     constexpr bool kSmemScales = kSteps != kMmaSteps;  // the one-wave variant
     __shared__ float red[kMmaWarps][16][8];            // [warp][tile row][token]
     // One-wave variant: the block scales of tile rows 0-7 and 8-15 (k ≤ 3,072: ≤ 24 blocks each).
@@ -535,6 +764,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
         for (int i = threadIdx.x; i < 2 * kb; i += kMmaWarps * 32)
             s_scale[i / kb][i % kb] = __ldg((i < kb ? lo : hi) + i % kb);
     }
+    if constexpr (kTail) attention_tail_prefetch(r, tail);
     pdl_wait();
     pdl_trigger();  // after the wait: at most this kernel and the next one in flight
     // GemvArgs::x_ss_parts: the last warp sums them (loads issued now, the sum read in the epilogue,
@@ -631,6 +861,11 @@ __global__ void __launch_bounds__(kMmaWarps * 32, kSteps == kMmaSteps ? 2 : 3)
                 rope_store(r, head, i0 + p, m, s0 + r.bias[row0], s1 + r.bias[row0 + r.head_dim / 2]);
             }
         }
+        if constexpr (kTail) {  // this CTA's kv head: of its q heads, its k head or its v head
+            const int nq = r.num_heads, nkv = r.num_kv_heads;
+            const int kvh = head < nq ? head / (nq / nkv) : head < nq + nkv ? head - nq : head - nq - nkv;
+            attention_tail(r, tail, kvh, (nq / nkv + 2) * (r.head_dim / 16), xs_f16);
+        }
     } else if (threadIdx.x < 128) {
         const int rr = threadIdx.x & 15, m = threadIdx.x >> 4, row = blockIdx.x * 16 + rr;
         if (m < a.num_tokens && row < a.n) {
@@ -670,11 +905,14 @@ bool gemv_f16_allowed() {
     return on;
 }
 
-template <bool kRope, bool kF16>
-void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+template <bool kRope, bool kF16, bool kTail = false>
+void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, const QkvAttnTailArgs& t, cudaStream_t stream) {
     const int grid = kRope ? a.n / 16 : (a.n + 15) / 16;
     // kF16's staged x: num_tokens rows of k / 2 + 4 words.
-    const size_t smem = kF16 ? static_cast<size_t>(a.num_tokens) * (a.k / 2 + 4) * 4 : 0;
+    // kTail: the attention's tiles reuse it (after the projection), kTailSmem at least.
+    const size_t xs_bytes = kF16 ? static_cast<size_t>(a.num_tokens) * (a.k / 2 + 4) * 4 : 0;
+    const size_t tail_bytes = static_cast<size_t>(kTailSmem) * (tail_two_buffers(t.window) ? 2 : 1);
+    const size_t smem = kTail ? std::max(xs_bytes, tail_bytes) : xs_bytes;
     // kAuto: the one-wave variant for grids its 3 CTAs an SM hold at once (the QKV projection), but
     // not in f16 beyond that: lm_head at 1 token (12,568 tiles; gemv_bench, r50) 169.4 µs one-wave
     // and 179.0 the 2-an-SM kernel in bf16, 190.1 and 143.9 in f16.
@@ -687,31 +925,31 @@ void fp8_mma_launch_as(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t str
     }
     const auto go = [&](auto kernel) {
         fit_dynamic_smem(kernel, smem);
-        launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r);
+        launch_pdl(kernel, grid, kMmaWarps * 32, smem, stream, a, r, t);
     };
     if (one_wave && a.w_ld <= kOneWaveMaxK) {
         constexpr int kS = kMmaStepsOneWave;
         if (a.x_bf16)
-            go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS, kF16>);
+            go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kS, kF16, kTail>);
         else
-            go(gemv_fp8_mma_kernel<float, kRope, kS, kF16>);
+            go(gemv_fp8_mma_kernel<float, kRope, kS, kF16, kTail>);
         return;
     }
     if (a.x_bf16)
-        go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kMmaSteps, kF16>);
+        go(gemv_fp8_mma_kernel<__nv_bfloat16, kRope, kMmaSteps, kF16, kTail>);
     else
-        go(gemv_fp8_mma_kernel<float, kRope, kMmaSteps, kF16>);
+        go(gemv_fp8_mma_kernel<float, kRope, kMmaSteps, kF16, kTail>);
 }
 // f16 at one token only: its staging converts every x value a CTA (~30 instructions for 8), which
 // at more tokens costs more than the bf16 MMAs' decode it saves (gemv_bench, r50: lm_head at 8 tokens
 // 253 -> 382 µs, the QKV one-wave kernel even; 20b decode batch 4 3.17 -> 3.26 ms a step, batch 8
 // 5.10 -> 5.30, batch 2 even).
-template <bool kRope>
-void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream) {
+template <bool kRope, bool kTail = false>
+void fp8_mma_launch(const GemvArgs& a, const QkvRopeArgs& r, cudaStream_t stream, const QkvAttnTailArgs& t = {}) {
     if (a.mma_f16 && a.num_tokens == 1 && gemv_f16_allowed())
-        fp8_mma_launch_as<kRope, true>(a, r, stream);
+        fp8_mma_launch_as<kRope, true, kTail>(a, r, t, stream);
     else
-        fp8_mma_launch_as<kRope, false>(a, r, stream);
+        fp8_mma_launch_as<kRope, false, kTail>(a, r, t, stream);
 }
 
 template <typename XT, int NC>
@@ -735,6 +973,34 @@ bool v2_dispatch(const GemvArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+namespace {
+// What the tail kernels compute correctly: one token on the tensor-core FP8 QKV kernels, a bf16 cache, 8 q heads
+// of 64 a kv head, a power-of-two block size.
+bool tail_shapes_ok(const GemvArgs& g, const QkvRopeArgs& r, int block_size) {
+    return fp8_mma_ok(g, &r) && g.num_tokens == 1 && r.num_tokens == 1 && !r.kv_fp8 && r.head_dim == 64 &&
+           r.num_kv_heads >= 1 && r.num_heads == 8 * r.num_kv_heads && block_size > 0 &&
+           (block_size & (block_size - 1)) == 0 && g.n == (r.num_heads + 2 * r.num_kv_heads) * r.head_dim &&
+           g.w_ld >= g.k;
+}
+}  // namespace
+
+bool qkv_attention_tail_applies(const GemvArgs& g, const QkvRopeArgs& r, int num_seqs, int window, bool kv_fp8,
+                                int block_size, int max_context_len) {
+    if (!tail_shapes_ok(g, r, block_size) || num_seqs != 1 || kv_fp8) return false;
+    const int keys = window > 0 ? std::min(window, max_context_len) : max_context_len;
+    return (window > 0 && window <= kTailKeys) || keys <= kTailMaxKeys;
+}
+
+void qkv_gemv_rope_attention(const GemvArgs& g, const QkvRopeArgs& r, const QkvAttnTailArgs& t, cudaStream_t stream) {
+    ENGINE_CHECK(tail_shapes_ok(g, r, t.block_size),
+                 "qkv_gemv_rope_attention: %d tokens, n %d, k %d, block size %d unsupported", g.num_tokens, g.n, g.k,
+                 t.block_size);
+    ENGINE_CHECK(r.q_out != nullptr && t.out != nullptr && t.sinks != nullptr && t.block_table != nullptr &&
+                     t.seq_start_pos != nullptr && t.query_start != nullptr && t.counters != nullptr,
+                 "qkv_gemv_rope_attention: q_out, out, sinks, the block table, positions and counters are required");
+    fp8_mma_launch<true, true>(g, r, stream, t);
+}
 
 void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream) {
     const bool fp8 = g.w_scale != nullptr;

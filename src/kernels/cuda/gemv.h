@@ -67,4 +67,28 @@ void gemv_bf16w(const GemvArgs& args, cudaStream_t stream);
 struct QkvRopeArgs;
 void qkv_gemv_rope(const GemvArgs& g, const QkvRopeArgs& r, cudaStream_t stream);
 
+// The decode attention of one token inside the QKV kernel (qkv_gemv_rope_attention): the last of the
+// 10 · head_dim / 16 CTAs of each kv head (its 8 q heads, its k and its v head; a ticket) reads q and the
+// visible keys and values (the token's own just written) and writes that kv head's 8 query heads of the
+// attention output, as paged_attention_decode does (sink once, P in bf16 for P·V, fp32 sums; 8 warps of 16
+// keys a 128-key chunk with an online softmax, merged at the end, so not the same bits). One sequence of
+// one token, bf16 KV cache, head_dim 64, 8 q heads a kv head (qkv_attention_tail_applies).
+struct QkvAttnTailArgs {
+    void* out = nullptr;                     // [num_heads, 64] bf16 (PagedAttentionArgs::out)
+    const float* sinks = nullptr;            // [num_heads]
+    const int32_t* block_table = nullptr;    // the sequence's row of the block table
+    const int32_t* seq_start_pos = nullptr;  // [1]: the token's position
+    const int32_t* query_start = nullptr;    // [2]: a decode token when query_start[1] − query_start[0] = 1
+    uint32_t* counters = nullptr;            // [num_kv_heads] tickets, zero between launches (the last CTA resets)
+    int block_size = 16;                     // a power of two
+    int window = 128;                        // 0: a full (causal) layer
+    float scale = 0.125f;                    // of q · k
+};
+// Whether the tail takes these: FP8 weights on the tensor-core kernels and the shapes above; a sliding
+// window of 1-128 keys (one chunk), or at most 2,048 visible keys by max_context_len (a full layer: the
+// chunks run one after another in one CTA a kv head).
+bool qkv_attention_tail_applies(const GemvArgs& g, const QkvRopeArgs& r, int num_seqs, int window, bool kv_fp8,
+                                int block_size, int max_context_len);
+void qkv_gemv_rope_attention(const GemvArgs& g, const QkvRopeArgs& r, const QkvAttnTailArgs& t, cudaStream_t stream);
+
 }  // namespace gptoss::kernels::cuda
