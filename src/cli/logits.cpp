@@ -1,4 +1,6 @@
 // gptoss logits --model DIR --ids 1,2,3 [--positions last|all] [--backend cpu] [--layout tp=2,ep=2]
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -79,6 +81,15 @@ int run_logits(const LogitsOptions& o) {
     const int vocab = (*weights)->config.vocab_size;
     const int rows = static_cast<int>(logits.size() / vocab);
     const int first = static_cast<int>(ids->size()) - rows;
+    // NaN or Inf logits (NaN in the checkpoint, or an overflow) are an error, as generate's: they were printed as
+    // null (or written) with exit status 0.
+    if (auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
+        bad != logits.end()) {
+        const long at = bad - logits.begin();
+        return fail("non-finite logits (" + std::to_string(*bad) + " at position " +
+                    std::to_string(first + at / vocab) + ", token " + std::to_string(at % vocab) +
+                    "): the checkpoint or the activations hold NaN or Inf");
+    }
     if (!o.out.empty()) {
         model::SafetensorsWriter w;
         std::vector<int32_t> pos(rows);

@@ -188,10 +188,19 @@ Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir, boo
     q.extra = {
         {"format_version", kFp8FormatVersion}, {"weight_block_size", {kFp8Block, kFp8Block}}, {"dense_fp8", dense}};
     out.quantization = q;
-    std::ofstream(fs::path(out_dir) / "config.json") << out.to_hf_json().dump(2) << "\n";
+    // The small files replace what --out held (a symbolic link there is replaced, not written through: it wrote
+    // the new config.json into the linked checkpoint).
+    const fs::path config_path = fs::path(out_dir) / "config.json";
+    fs::remove(config_path, ec);
+    std::ofstream config(config_path);
+    config << out.to_hf_json().dump(2) << "\n";
+    config.close();
+    if (!config) return invalid_argument("cannot write " + config_path.string());
     for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}) {
-        if (fs::exists(fs::path(in_dir) / f))
+        if (fs::exists(fs::path(in_dir) / f)) {
+            fs::remove(fs::path(out_dir) / f, ec);
             fs::copy_file(fs::path(in_dir) / f, fs::path(out_dir) / f, fs::copy_options::overwrite_existing, ec);
+        }
     }
     return ok_status();
 }
