@@ -2336,6 +2336,12 @@ PY
         gzip -f "$OUT"/s42b_stamps_*.csv
       fi
       ;;
+    s43b)
+      # Session 43's closing check of the shipped build (host-side changes after s43a: logits, convert).
+      tests_row s43b_tests 'CudaQkvFused.*:CudaModel.Fp8*:CudaEngine.*'
+      decode_row s43b_20b_b1 20b 1
+      decode_row s43b_120b_b1 120b 1
+      ;;
     s43a)
       # Session 43, the check of the shipped code with the attention in the QKV kernel's tail on by default in
       # sliding layers (r58 call 1's s42d: mode 1 won, mode 2 lost): the QKV / attention / model / engine tests at the
