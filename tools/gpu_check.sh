@@ -78,6 +78,39 @@ tests_row() {
   summary+=("$name rc=$rc")
   grep -E "FAILED|Failure|PASSED" "$OUT/$name.log" | tail -6
 }
+# serve_check <name>: `gptoss serve --backend cuda` on a tiny random checkpoint with the default KV sizing
+# (--gpu-memory-utilization 0.9): waits for /health, sends a chat completion (plain and streamed) and a completion,
+# prints the "KV cache" line and the answers, stops the server with SIGTERM and checks its exit status.
+serve_check() {
+  local name=$1 port=8391 i code
+  $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
+  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port > "$OUT/${name}.log" 2>&1 &
+  local pid=$!
+  for i in $(seq 1 120); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health || true)
+    [ "$code" = 200 ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "$name: /health $code after ~$((i / 2)) s"
+  curl -s -m 60 http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":16,"temperature":0}' \
+    > "$OUT/${name}_chat.json"
+  curl -s -m 60 -N http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":16,"stream":true,"n":2}' \
+    > "$OUT/${name}_stream.txt"
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":["a b c","d e"],"max_tokens":8,"temperature":0}' > "$OUT/${name}_completions.json"
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  local src=$?
+  grep -E "KV cache|error|listening|ready" "$OUT/${name}.log" | head -8
+  head -c 600 "$OUT/${name}_chat.json"; echo
+  grep -c '^data: ' "$OUT/${name}_stream.txt" | sed 's/^/stream data lines: /'
+  tail -c 300 "$OUT/${name}_stream.txt"; echo
+  head -c 600 "$OUT/${name}_completions.json"; echo
+  summary+=("$name health=$code server_exit=$src")
+}
 # ktrace_row <name> <20b|120b> [VAR=val ...]: a kernel trace of 6 decode steps at batch 1, 1k context, and its summary.
 ktrace_row() {
   local name=$1 model=$2
@@ -2335,6 +2368,41 @@ PY
         done
         gzip -f "$OUT"/s42b_stamps_*.csv
       fi
+      ;;
+    s44a)
+      # Needs bench/results/2026-12-04_h200_r56/s42-combined.patch applied (session 44: r56's queue in one call, A/B
+      # only, no stamps). The switches: the q loop's second multiply decided a step at a time (GPTOSS_MOE_STEP_TWO=1),
+      # the q loop in halves with the next tile's halves loaded as they free up (GPTOSS_MOE_LOOP_HALVES=1), the stagger
+      # spinning on %globaltimer (GPTOSS_MOE_STAGGER_SPIN=1, W 3000 ns) and down's one-tile kernel at 5 CTAs an SM
+      # (GPTOSS_MOE_DOWN_MINBLOCKS=5). Their tests, the CUDA serve check, then 20b batch 1 at 1k two interleaved
+      # passes of the five forms, 120b default / step-two / halves.
+      tests_row s44a_tests_bits 'CudaOps.MoeDecodeMmaLoopIsTheSameBits'
+      failed=$rc
+      tests_row s44a_tests_steptwo 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' GPTOSS_MOE_STEP_TWO=1
+      failed=$((failed + rc))
+      tests_row s44a_tests_halves 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        GPTOSS_MOE_LOOP_HALVES=1
+      failed=$((failed + rc))
+      tests_row s44a_tests_spin_down5 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*' GPTOSS_MOE_STAGGER_SPIN=1 \
+        GPTOSS_MOE_DOWN_MINBLOCKS=5
+      failed=$((failed + rc))
+      serve_check s44a_serve
+      if [ $failed = 0 ]; then
+        for pass in 1 2; do
+          decode_row "s44a_20b_b1_default_$pass" 20b 1
+          decode_row "s44a_20b_b1_steptwo_$pass" 20b 1 GPTOSS_MOE_STEP_TWO=1
+          decode_row "s44a_20b_b1_halves_$pass" 20b 1 GPTOSS_MOE_LOOP_HALVES=1
+          decode_row "s44a_20b_b1_spin3000_$pass" 20b 1 GPTOSS_MOE_STAGGER_SPIN=1 GPTOSS_MOE_STAGGER_NS=3000
+          decode_row "s44a_20b_b1_down5_$pass" 20b 1 GPTOSS_MOE_DOWN_MINBLOCKS=5
+        done
+        decode_row s44a_120b_b1_default 120b 1
+        decode_row s44a_120b_b1_steptwo 120b 1 GPTOSS_MOE_STEP_TWO=1
+        decode_row s44a_120b_b1_halves 120b 1 GPTOSS_MOE_LOOP_HALVES=1
+      fi
+      ;;
+    serve_cuda)
+      # `gptoss serve --backend cuda` end to end (session 43's --gpu-memory-utilization KV sizing): see serve_check.
+      serve_check serve_cuda
       ;;
     s43b)
       # Session 43's closing check of the shipped build (host-side changes after s43a: logits, convert).
