@@ -112,19 +112,25 @@ std::vector<EngineRequest> choice_requests(const EngineRequest& req, int n) {
 // order (index i), or one stream whose chunks carry their choice's index under the first choice's id,
 // the usage summed (a prompt counted once however many choices it has) and one [DONE] at the end.
 
-// Adds the token counts of `u` into `total`; prompt counts only when `counts_prompt`.
-void add_usage(Json& total, const Json& u, bool counts_prompt) {
+// Adds the integer counts of `u` into `total`, nested objects (the *_details) key by key; skips
+// total_tokens (the caller recomputes it) and, unless `counts_prompt`, the prompt's counts.
+void add_counts(Json& total, const Json& u, bool counts_prompt) {
     if (!u.is_object()) return;
     for (auto it = u.begin(); it != u.end(); ++it) {
         const std::string& k = it.key();
         if (k == "total_tokens" || (!counts_prompt && (k == "prompt_tokens" || k == "prompt_tokens_details"))) continue;
         if (it->is_object()) {
             if (!total.contains(k)) total[k] = Json::object();
-            add_usage(total[k], *it, true);
+            add_counts(total[k], *it, true);
         } else if (it->is_number_integer()) {
             total[k] = total.value(k, int64_t{0}) + it->get<int64_t>();
         }
     }
+}
+
+// Adds the token counts of `u` into `total`; prompt counts only when `counts_prompt`.
+void add_usage(Json& total, const Json& u, bool counts_prompt) {
+    add_counts(total, u, counts_prompt);
     total["total_tokens"] = total.value("prompt_tokens", int64_t{0}) + total.value("completion_tokens", int64_t{0});
 }
 

@@ -606,6 +606,11 @@ TEST_F(GenerationOutputTest, CompletionsBatchOfPrompts) {
     EXPECT_EQ(j["choices"][1]["text"], " after 3");
     EXPECT_EQ(j["choices"][2]["text"], " after " + std::to_string(c));
     EXPECT_EQ(j["usage"]["prompt_tokens"], a + 3 + c);
+    // The summed usage has the one-choice shape: total_tokens at the top only, details by key.
+    EXPECT_EQ(j["usage"]["total_tokens"],
+              j["usage"]["prompt_tokens"].get<int64_t>() + j["usage"]["completion_tokens"].get<int64_t>());
+    for (const char* details : {"prompt_tokens_details", "completion_tokens_details"})
+        EXPECT_FALSE(j["usage"].value(details, Json::object()).contains("total_tokens")) << j["usage"];
     Json n2 = post_json("/v1/completions", R"({"prompt":["one", [1, 2, 3]],"max_tokens":8,"n":2})");
     ASSERT_EQ(n2["choices"].size(), 4u);
     EXPECT_EQ(n2["choices"][1]["text"], " after " + std::to_string(a));  // prompt 0, choice 1
