@@ -211,6 +211,19 @@ int run_generate(const GenerateOptions& o) {
     if (!loaded.ok()) return fail(loaded.status().message());
     std::shared_ptr<const model::GptOssWeights> weights(std::move(*loaded));
     const model::GptOssConfig& c = weights->config;
+    // Stop ids: config.json's eos_token_id and generation_config.json's, as transformers' and vLLM's
+    // generate use (the published checkpoints list <|return|>, <|endoftext|> and <|call|> in the latter).
+    std::vector<int32_t> eos_ids(c.eos_token_ids.begin(), c.eos_token_ids.end());
+    {
+        auto gen_eos = model::GptOssConfig::generation_eos_ids(o.model);
+        if (!gen_eos.ok()) return fail(gen_eos.status().message());
+        for (int id : *gen_eos) {
+            if (id < 0 || id >= c.vocab_size)
+                return fail("generation_config.json: eos_token_id " + std::to_string(id) +
+                            " is outside the vocabulary (" + std::to_string(c.vocab_size) + ")");
+            if (std::find(eos_ids.begin(), eos_ids.end(), id) == eos_ids.end()) eos_ids.push_back(id);
+        }
+    }
 
     // The tokenizer: needed for --prompt and stop strings; used for "text" in single mode if found.
     std::unique_ptr<tokenizer::BpeTokenizer> tok;
@@ -234,7 +247,7 @@ int run_generate(const GenerateOptions& o) {
             if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
             Line line;
             line.line_number = n;
-            if (Status st = parse_line(text, o, c.eos_token_ids, &line); !st.ok()) {
+            if (Status st = parse_line(text, o, eos_ids, &line); !st.ok()) {
                 line.error = "line " + std::to_string(n) + ": " + st.message();
             }
             any_stop_strings = any_stop_strings || !line.request.stop_strings.empty();
@@ -255,7 +268,7 @@ int run_generate(const GenerateOptions& o) {
         r.sampling = runtime::SamplingParams{
             .temperature = o.temperature, .top_p = o.top_p, .top_k = o.top_k, .min_p = o.min_p, .seed = o.seed};
         r.stop_strings = o.stop;
-        if (!o.ignore_eos) r.stop_ids = c.eos_token_ids;
+        if (!o.ignore_eos) r.stop_ids = eos_ids;
         any_stop_strings = !o.stop.empty();
         lines.push_back(std::move(line));
     }

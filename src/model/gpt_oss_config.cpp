@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -433,6 +434,32 @@ StatusOr<GptOssConfig> GptOssConfig::from_file(const std::string& path) {
     auto c = from_json_text(text);
     if (!c.ok()) return c.status().with_context(path);
     return c;
+}
+
+StatusOr<std::vector<int>> GptOssConfig::generation_eos_ids(const std::string& dir) {
+    const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::vector<int>{};
+    std::string text;
+    char buf[1 << 16];
+    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+        text.append(buf, static_cast<size_t>(in.gcount()));
+        if (text.size() > kMaxConfigBytes) return invalid_argument(path + ": larger than any plausible config");
+    }
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return invalid_argument(path + ": not valid JSON");
+    if (!j.is_object()) return invalid_argument(path + ": not a JSON object");
+    std::vector<int> ids;
+    auto eos = j.find("eos_token_id");
+    if (eos == j.end() || eos->is_null()) return ids;
+    const json list = eos->is_array() ? *eos : json::array({*eos});
+    for (size_t i = 0; i < list.size(); ++i) {
+        int id = 0;
+        Status st = get_int("eos_token_id[" + std::to_string(i) + "]", list[i], &id);
+        if (!st.ok()) return st.with_context(path);
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    }
+    return ids;
 }
 
 StatusOr<GptOssConfig> GptOssConfig::preset(std::string_view name) {

@@ -80,6 +80,11 @@ struct GptOssConfig {
     // "gpt-oss-20b", "gpt-oss-120b" (MODEL.md §1.1) or "tiny" (4 layers, hidden 256, 8 experts;
     // real vocabulary so the real tokenizer works).
     static StatusOr<GptOssConfig> preset(std::string_view name);
+    // eos_token_id of `dir`/generation_config.json (an int or a list; the published checkpoints list
+    // <|return|>, <|endoftext|> and <|call|> there, config.json only <|return|>): what transformers'
+    // and vLLM's generate stop on. Empty when the file is absent or has no eos_token_id; an error when
+    // it is not JSON or the ids are not integers.
+    static StatusOr<std::vector<int>> generation_eos_ids(const std::string& dir);
 
     // The published config.json spelling: rope_scaling + rope_theta, num_local_experts,
     // num_experts_per_tok (and the leftover experts_per_token), plus every key in `extra`.
