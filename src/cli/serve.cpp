@@ -175,9 +175,11 @@ int run_serve(const ServeOptions& o) {
     queue_options.max_in_flight = o.max_in_flight;
     server::RequestQueue queue(engine, metrics, queue_options);
     server::RoutesOptions routes_options;
-    routes_options.model_id = o.served_model_name.empty()
-                                  ? std::filesystem::path(o.model).lexically_normal().filename().string()
-                                  : o.served_model_name;
+    // The directory's name, also when given with a trailing separator ("dir/" normalizes to a path
+    // whose filename is empty).
+    std::filesystem::path model_path = std::filesystem::path(o.model).lexically_normal();
+    if (!model_path.has_filename()) model_path = model_path.parent_path();
+    routes_options.model_id = o.served_model_name.empty() ? model_path.filename().string() : o.served_model_name;
     if (routes_options.model_id.empty()) routes_options.model_id = "gpt-oss";
     routes_options.request_timeout = std::chrono::seconds(o.request_timeout_s);
     if (!o.current_date.empty()) routes_options.harmony.current_date = o.current_date;
