@@ -152,10 +152,17 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
         RETURN_IF_ERROR(ld.dense(p + "self_attn.k_proj.weight", kvw, H, &L.k_proj));
         RETURN_IF_ERROR(ld.dense(p + "self_attn.v_proj.weight", kvw, H, &L.v_proj));
         RETURN_IF_ERROR(ld.dense(p + "self_attn.o_proj.weight", H, qw, &L.o_proj));
-        RETURN_IF_ERROR(ld.vec(p + "self_attn.q_proj.bias", Shape{qw}, &L.q_bias));
-        RETURN_IF_ERROR(ld.vec(p + "self_attn.k_proj.bias", Shape{kvw}, &L.k_bias));
-        RETURN_IF_ERROR(ld.vec(p + "self_attn.v_proj.bias", Shape{kvw}, &L.v_bias));
-        RETURN_IF_ERROR(ld.vec(p + "self_attn.o_proj.bias", Shape{H}, &L.o_bias));
+        if (c.attention_bias) {
+            RETURN_IF_ERROR(ld.vec(p + "self_attn.q_proj.bias", Shape{qw}, &L.q_bias));
+            RETURN_IF_ERROR(ld.vec(p + "self_attn.k_proj.bias", Shape{kvw}, &L.k_bias));
+            RETURN_IF_ERROR(ld.vec(p + "self_attn.v_proj.bias", Shape{kvw}, &L.v_bias));
+            RETURN_IF_ERROR(ld.vec(p + "self_attn.o_proj.bias", Shape{H}, &L.o_bias));
+        } else {  // transformers' GptOssAttention: nn.Linear(..., bias=config.attention_bias); zeros add nothing
+            L.q_bias.assign(static_cast<size_t>(qw), 0.0f);
+            L.k_bias.assign(static_cast<size_t>(kvw), 0.0f);
+            L.v_bias.assign(static_cast<size_t>(kvw), 0.0f);
+            L.o_bias.assign(static_cast<size_t>(H), 0.0f);
+        }
         RETURN_IF_ERROR(ld.vec(p + "self_attn.sinks", Shape{c.num_attention_heads}, &L.sinks));
         RETURN_IF_ERROR(ld.vec(p + "post_attention_layernorm.weight", Shape{H}, &L.post_attention_layernorm));
         RETURN_IF_ERROR(ld.dense(p + "mlp.router.weight", E, H, &L.router));

@@ -213,5 +213,58 @@ TEST_F(ForwardTest, LoadListsTensorsItDoesNotRead) {
     fs::remove_all(dir2);
 }
 
+// attention_bias: false (transformers' GptOssAttention then has no q/k/v/o biases): a checkpoint without those
+// tensors loads and runs as the same checkpoint with them zeroed; with the tensors present they go unread.
+TEST_F(ForwardTest, AttentionBiasFalseReadsNoAttentionBiases) {
+    const auto is_attn_bias = [](const std::string& n) {
+        return n.find("self_attn.") != std::string::npos && n.size() > 10 && n.rfind("_proj.bias") == n.size() - 10;
+    };
+    std::string dir2 = dir_ + "_nobias";
+    fs::create_directories(dir2);
+    SafetensorsWriter writer;
+    int dropped = 0;
+    for (const std::string& name : weights_->checkpoint->names()) {
+        if (is_attn_bias(name)) {
+            ++dropped;
+            continue;
+        }
+        const TensorInfo* t = weights_->checkpoint->find(name);
+        writer.add(name, t->dtype, t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes));
+    }
+    EXPECT_EQ(dropped, 4 * small_config().num_hidden_layers);
+    ASSERT_TRUE(writer.write(dir2, {{"format", "pt"}}).ok());
+    GptOssConfig c = small_config();
+    std::ofstream(dir2 + "/config.json") << c.to_hf_json().dump();
+    auto missing = GptOssWeights::load(dir2);  // attention_bias true: the biases are required
+    ASSERT_FALSE(missing.ok());
+    EXPECT_NE(missing.status().message().find("self_attn.q_proj.bias"), std::string::npos)
+        << missing.status().to_string();
+    c.attention_bias = false;
+    std::ofstream(dir2 + "/config.json") << c.to_hf_json().dump();
+    auto w = GptOssWeights::load(dir2);
+    ASSERT_TRUE(w.ok()) << w.status().to_string();
+    EXPECT_TRUE((*w)->unused_tensors.empty());
+
+    auto zeroed = GptOssWeights::load(dir_);
+    ASSERT_TRUE(zeroed.ok());
+    for (LayerWeights& L : (*zeroed)->layers)
+        for (std::vector<float>* b : {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias}) std::fill(b->begin(), b->end(), 0.f);
+    auto ids = random_ids(11, 5);
+    std::vector<float> a, b, orig;
+    SingleSequence s1(**w, 11), s2(**zeroed, 11), s3(*weights_, 11);
+    ASSERT_TRUE(s1.append(ids, true, &a).ok());
+    ASSERT_TRUE(s2.append(ids, true, &b).ok());
+    ASSERT_TRUE(s3.append(ids, true, &orig).ok());
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, orig);  // the biases mattered: the test would see them read
+
+    // The original file (biases present) under attention_bias false: they are listed as unread.
+    fs::copy_file(dir_ + "/model.safetensors", dir2 + "/model.safetensors", fs::copy_options::overwrite_existing);
+    auto w2 = GptOssWeights::load(dir2);
+    ASSERT_TRUE(w2.ok()) << w2.status().to_string();
+    EXPECT_EQ((*w2)->unused_tensors.size(), static_cast<size_t>(dropped));
+    fs::remove_all(dir2);
+}
+
 }  // namespace
 }  // namespace gptoss::model
