@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/dtype.h"
 #include "core/progress.h"
@@ -101,10 +102,13 @@ Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir, boo
     const auto blocks = [](int n) { return static_cast<int64_t>((n + kFp8Block - 1) / kFp8Block); };
     // Everything but the expert weights (and, with `dense`, the attention and lm_head weights),
     // byte for byte.
+    // Tensors the model does not read (a config with fewer layers than the file, extra tensors) are copied as
+    // they are, experts included: the output holds what the input held, converted where the model reads it.
+    const std::set<std::string> unread(w->unused_tensors.begin(), w->unused_tensors.end());
     for (const std::string& name : w->checkpoint->names()) {
-        if (is_expert_weight(name)) continue;
+        if (is_expert_weight(name) && !unread.contains(name)) continue;
         const TensorInfo* t = w->checkpoint->find(name);
-        if (dense && is_dense_target(name)) {
+        if (dense && is_dense_target(name) && !unread.contains(name)) {
             if (t->shape.rank != 2 || (t->dtype != DType::kBF16 && t->dtype != DType::kF16 && t->dtype != DType::kF32))
                 return invalid_argument(name + ": expected a 2-D float tensor");
             const int rows = static_cast<int>(t->shape[0]), cols = static_cast<int>(t->shape[1]);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "core/dtype.h"
@@ -197,6 +199,46 @@ TEST_F(Fp8CheckpointTest, DenseConversionQuantizesAttentionAndLmHead) {
         std::error_code ec;
         fs::remove_all(dst, ec);
     }
+}
+
+// A config with fewer layers than the file: the layers it reads are converted, the rest copied as they are (the
+// output held the unread layer's attention but not its experts: half a layer). The output lists the same unread
+// tensors as its source, with --dense too.
+TEST_F(Fp8CheckpointTest, UnreadTensorsAreCopiedWhole) {
+    const std::string fixture = std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/tiny_a";
+    const std::string src = out_dir("short_src");
+    fs::create_directories(src);
+    fs::copy_file(fixture + "/model.safetensors", src + "/model.safetensors", fs::copy_options::overwrite_existing);
+    auto full = GptOssConfig::from_file(fixture + "/config.json");
+    ASSERT_TRUE(full.ok());
+    GptOssConfig c = *full;
+    c.num_hidden_layers -= 1;
+    c.layer_types.pop_back();
+    std::ofstream(src + "/config.json") << c.to_hf_json().dump();
+    auto a = GptOssWeights::load(src);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    const std::string last = "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+    ASSERT_FALSE((*a)->unused_tensors.empty());
+    for (const std::string& n : (*a)->unused_tensors) EXPECT_EQ(n.rfind(last, 0), 0u) << n;
+    for (bool dense : {false, true}) {
+        const std::string dst = out_dir(dense ? "short_dense" : "short");
+        Status st = convert_to_fp8(src, dst, dense);
+        ASSERT_TRUE(st.ok()) << st.to_string();
+        auto b = GptOssWeights::load(dst);
+        ASSERT_TRUE(b.ok()) << b.status().to_string();
+        EXPECT_EQ((*b)->unused_tensors, (*a)->unused_tensors) << "dense " << dense;
+        for (const std::string& n : (*a)->unused_tensors) {
+            const TensorInfo* x = (*a)->checkpoint->find(n);
+            const TensorInfo* y = (*b)->checkpoint->find(n);
+            ASSERT_NE(y, nullptr) << n;
+            EXPECT_EQ(x->dtype, y->dtype) << n;
+            EXPECT_TRUE(x->nbytes == y->nbytes && std::memcmp(x->data, y->data, x->nbytes) == 0) << n;
+        }
+        std::error_code ec;
+        fs::remove_all(dst, ec);
+    }
+    std::error_code ec;
+    fs::remove_all(src, ec);
 }
 
 TEST_F(Fp8CheckpointTest, RejectsBadInvocations) {
