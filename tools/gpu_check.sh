@@ -2400,6 +2400,33 @@ PY
         decode_row s44a_120b_b1_halves 120b 1 GPTOSS_MOE_LOOP_HALVES=1
       fi
       ;;
+    s44t)
+      # Session 44's closing call: issue 6's tables on the shipped build (the `tables` stage: prefill by input length,
+      # decode batch 1-128 at 8k and 32k, 20b with the FP8 KV cache at 32k), the 120b --fp8-experts prefill rows, the
+      # batch-1 bars, and the CUDA serve check.
+      decode_row s44t_20b_b1 20b 1
+      decode_row s44t_120b_b1 120b 1
+      for m in gpt-oss-20b gpt-oss-120b; do
+        [ $m = gpt-oss-20b ] && pf=1024,2048,4096,8192,16384 || pf=1024,2048,4096,8192
+        timeout 240 $BIN/gptoss bench --synthetic $m --fp8 --prefill $pf --batch 1,2,4,8,16,32,64,128 \
+          --context 8192,32768 --decode-steps 8 --repeats 2 --json "$OUT/tables_$m.json" --markdown "$OUT/tables_$m.md" \
+          > "$OUT/tables_$m.log" 2>&1
+        summary+=("tables $m rc=$?")
+        grep -E "^\| [0-9]+ \|" "$OUT/tables_$m.md" | head -40
+        echo "== tables $m done at $(( $(date +%s) - t0 )) s"
+      done
+      timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --kv-cache-dtype fp8 --prefill "" \
+        --batch 1,8,64,128 --context 32768 --decode-steps 8 --json "$OUT/tables_20b_kvfp8.json" \
+        --markdown "$OUT/tables_20b_kvfp8.md" > "$OUT/tables_20b_kvfp8.log" 2>&1
+      summary+=("tables 20b kv fp8 rc=$?")
+      grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
+      timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8-experts --fp8 --prefill 1024,2048,4096,8192 --batch "" \
+        --repeats 3 --json "$OUT/prefill_120bfp8experts.json" --markdown "$OUT/prefill_120bfp8experts.md" \
+        > "$OUT/prefill_120bfp8experts.log" 2>&1
+      summary+=("prefill 120b fp8-experts rc=$?")
+      grep -E "^\| [0-9]+ \|" "$OUT/prefill_120bfp8experts.md"
+      serve_check s44t_serve
+      ;;
     serve_cuda)
       # `gptoss serve --backend cuda` end to end (session 43's --gpu-memory-utilization KV sizing): see serve_check.
       serve_check serve_cuda
