@@ -2403,7 +2403,8 @@ PY
     s44t)
       # Session 44's closing call: issue 6's tables on the shipped build (the `tables` stage: prefill by input length,
       # decode batch 1-128 at 8k and 32k, 20b with the FP8 KV cache at 32k), the 120b --fp8-experts prefill rows, the
-      # batch-1 bars, and the CUDA serve check.
+      # batch-1 bars, and the CUDA serve check; first the model and engine tests (host-side loading changed).
+      tests_row s44t_tests 'CudaModel.*:CudaEngine.*'
       decode_row s44t_20b_b1 20b 1
       decode_row s44t_120b_b1 120b 1
       for m in gpt-oss-20b gpt-oss-120b; do
