@@ -119,8 +119,9 @@ bool peer_closed(int fd) {
 // Endpoint label for the request counter: known routes by name, everything else "other" (a label
 // per unknown path would let clients grow the metrics without bound).
 std::string endpoint_label(const std::string& path) {
-    static const char* const kKnown[] = {"/v1/chat/completions", "/v1/responses", "/v1/completions",
-                                         "/v1/models",           "/health",       "/metrics"};
+    static const char* const kKnown[] = {
+        "/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize",
+        "/detokenize"};
     for (const char* k : kKnown) {
         if (path == k) return k;
     }
@@ -278,6 +279,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.responses(b, g); });
     post("/v1/completions",
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.completions(b, g); });
+    post("/tokenize", [&routes](std::string_view b, const OpenAiRoutes::ClientGone&) { return routes.tokenize(b); });
+    post("/detokenize",
+         [&routes](std::string_view b, const OpenAiRoutes::ClientGone&) { return routes.detokenize(b); });
     svr.Get("/v1/models",
             [&routes](const httplib::Request& req, httplib::Response& res) { send(req, res, routes.models()); });
     svr.Get("/v1/models/(.+)", [&routes](const httplib::Request& req, httplib::Response& res) {
@@ -321,7 +325,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             res.set_header("Access-Control-Max-Age", "600");
         };
     };
-    for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/completions"}) {
+    for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/completions", "/tokenize", "/detokenize"}) {
         auto h = not_allowed("POST");
         auto hb = not_allowed_with_body("POST");
         svr.Get(path, h);

@@ -1,5 +1,7 @@
 #include "server/openai_routes.h"
 
+#include <algorithm>
+
 #include "server/harmony_bridge.h"
 
 namespace gptoss::server {
@@ -532,6 +534,90 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
     return generate(
         std::move(reqs[0]), [&] { return make_completion_session(ctx, *params, prompt_tokens[0]); }, params->stream,
         arrival, client_gone);
+}
+
+namespace {
+
+// An optional boolean field: `fallback` when absent or null, an error when not a boolean.
+StatusOr<bool> optional_bool(const Json& body, const char* key, bool fallback) {
+    auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) return invalid_argument(std::string(key) + ": must be a boolean");
+    return it->get<bool>();
+}
+
+// The largest id a request may name: the model's vocabulary once the engine knows it, else the tokenizer's.
+int32_t id_limit(const TokenEngine& engine, const tokenizer::BpeTokenizer& tok) {
+    return engine.ready() ? std::max<int32_t>(engine.vocab_size(), tok.vocab_size()) : tok.vocab_size();
+}
+
+}  // namespace
+
+RouteResponse OpenAiRoutes::tokenize(std::string_view body) const {
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    const Json& j = *json;
+    StatusOr<bool> add_generation_prompt = optional_bool(j, "add_generation_prompt", true);
+    if (!add_generation_prompt.ok()) return error(api_error(add_generation_prompt.status()));
+    StatusOr<bool> return_token_strs = optional_bool(j, "return_token_strs", false);
+    if (!return_token_strs.ok()) return error(api_error(return_token_strs.status()));
+    if (auto it = j.find("model"); it != j.end() && !it->is_null() && !it->is_string())
+        return error(api_error(invalid_argument("model: must be a string")));
+    const bool has_messages = j.contains("messages") && !j["messages"].is_null();
+    const bool has_prompt = j.contains("prompt") && !j["prompt"].is_null();
+    if (has_messages == has_prompt)
+        return error(api_error(invalid_argument("give exactly one of prompt and messages")));
+    std::vector<int32_t> ids;
+    if (has_prompt) {
+        if (!j["prompt"].is_string()) return error(api_error(invalid_argument("prompt: must be a string")));
+        // As /v1/completions encodes a text prompt: special-token text is the special token.
+        ids = tokenizer_.encode(j["prompt"].get_ref<const std::string&>(), {}, /*allow_all_special=*/true);
+    } else {
+        StatusOr<ChatParams> params = parse_chat_request(j);
+        if (!params.ok()) return error(api_error(params.status()));
+        if (*add_generation_prompt) {
+            StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
+            if (!prompt.ok()) return error(api_error(prompt.status()));
+            ids = std::move(prompt->ids);
+        } else {
+            StatusOr<harmony::ChatRequest> request =
+                harmony::chat_request_from_json(params->chat_body, options_.harmony);
+            if (!request.ok()) return error(api_error(request.status()));
+            request->render_options.mode = harmony::RenderMode::kConversation;
+            StatusOr<std::vector<int32_t>> rendered =
+                harmony::render(tokenizer_, request->conversation, request->render_options);
+            if (!rendered.ok()) return error(api_error(rendered.status()));
+            ids = std::move(*rendered);
+        }
+    }
+    Json strs = nullptr;
+    if (*return_token_strs) {
+        strs = Json::array();
+        for (int32_t id : ids) strs.push_back(lossy_utf8(token_text(tokenizer_, id)));
+    }
+    return json_response(200, Json{{"count", ids.size()},
+                                   {"max_model_len", max_model_len()},
+                                   {"tokens", ids},
+                                   {"token_strs", std::move(strs)}});
+}
+
+RouteResponse OpenAiRoutes::detokenize(std::string_view body) const {
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    const Json& j = *json;
+    auto tokens = j.find("tokens");
+    if (tokens == j.end() || tokens->is_null()) return error(api_error(invalid_argument("tokens: is required")));
+    if (!tokens->is_array()) return error(api_error(invalid_argument("tokens: must be an array of token ids")));
+    const int32_t limit = id_limit(queue_.engine(), tokenizer_);
+    std::string bytes;
+    for (size_t i = 0; i < tokens->size(); ++i) {
+        const Json& t = (*tokens)[i];
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= limit)
+            return error(api_error(invalid_argument("tokens[" + std::to_string(i) + "]: must be a token id in [0, " +
+                                                    std::to_string(limit) + ")")));
+        bytes += token_text(tokenizer_, static_cast<int32_t>(t.get<int64_t>()));
+    }
+    return json_response(200, Json{{"prompt", lossy_utf8(bytes)}});
 }
 
 // The context length once known: null while the engine warms up (it is sized then).

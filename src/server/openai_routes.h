@@ -58,6 +58,12 @@ public:
     RouteResponse chat_completions(std::string_view body, const ClientGone& client_gone = {});
     RouteResponse responses(std::string_view body, const ClientGone& client_gone = {});
     RouteResponse completions(std::string_view body, const ClientGone& client_gone = {});
+    // vLLM's /tokenize and /detokenize: {"prompt": text} (encoded as /v1/completions does) or {"messages": [...]}
+    // (rendered as /v1/chat/completions does; "add_generation_prompt": false leaves off "<|start|>assistant"),
+    // answered with {"count", "max_model_len", "tokens", "token_strs"}; {"tokens": [ids]} answered with
+    // {"prompt": text}. Neither runs the model.
+    RouteResponse tokenize(std::string_view body) const;
+    RouteResponse detokenize(std::string_view body) const;
     RouteResponse models() const;
     RouteResponse model(std::string_view id) const;
     RouteResponse health() const;

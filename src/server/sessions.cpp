@@ -41,14 +41,12 @@ std::string StopMatcher::flush() {
     return out;
 }
 
-namespace {
-
-// A token's bytes; o200k_harmony's reserved ids that the tokenizer file does not list by their Harmony name
-// ("<|reserved_200013|>"), so that a logprobs entry never names a token "".
 std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
     if (std::optional<std::string_view> b = tok.token_bytes(id)) return std::string(*b);
     return harmony::special_token_text(id).value_or(std::string());
 }
+
+namespace {
 
 const char* finish_reason_name(FinishReason r, bool hit_stop_string) {
     if (hit_stop_string) return "stop";

@@ -31,6 +31,10 @@ private:
     bool matched_ = false;
 };
 
+// A token's bytes; o200k_harmony's reserved ids that the tokenizer file does not list by their Harmony name
+// ("<|reserved_200013|>"), so that a logprobs entry never names a token "". "" for an id neither knows.
+std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id);
+
 struct SessionContext {
     const tokenizer::BpeTokenizer* tokenizer = nullptr;
     std::string model_id;

@@ -79,6 +79,68 @@ TEST_F(HttpServerTest, HealthModelsMetrics) {
     }
 }
 
+// vLLM's /tokenize and /detokenize: a prompt encodes as /v1/completions encodes it, messages render to exactly the
+// ids a chat completion feeds the engine (without "<|start|>assistant" when add_generation_prompt is false);
+// detokenize inverts; bad input is a 400; neither needs the engine warmed up.
+TEST_F(HttpServerTest, TokenizeAndDetokenize) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    auto t = s.post("/tokenize", R"({"prompt":"Hello world<|end|>","return_token_strs":true})");
+    ASSERT_TRUE(t);
+    ASSERT_EQ(t->status, 200) << t->body;
+    Json tj = parse(t->body);
+    EXPECT_EQ(tj["tokens"].get<std::vector<int32_t>>(), harmony_ids("Hello world<|end|>"));
+    EXPECT_EQ(tj["count"], tj["tokens"].size());
+    EXPECT_EQ(tj["max_model_len"], 4096);
+    ASSERT_EQ(tj["token_strs"].size(), tj["tokens"].size());
+    EXPECT_EQ(tj["token_strs"][0], "Hello");
+    EXPECT_EQ(tj["token_strs"].back(), "<|end|>");
+    EXPECT_TRUE(parse(s.post("/tokenize", R"({"prompt":"x"})")->body)["token_strs"].is_null());
+
+    auto d = s.post("/detokenize", Json{{"tokens", tj["tokens"]}}.dump());
+    ASSERT_TRUE(d);
+    ASSERT_EQ(d->status, 200) << d->body;
+    EXPECT_EQ(parse(d->body)["prompt"], "Hello world<|end|>");
+    // An id the tokenizer file does not list but o200k_harmony reserves is named as the model's output names it.
+    EXPECT_EQ(parse(s.post("/detokenize", R"({"tokens":[200013]})")->body)["prompt"], "<|reserved_200013|>");
+
+    // Messages: the same ids the chat completion gives the engine.
+    const std::string messages =
+        R"("messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}])";
+    auto c = s.post("/v1/chat/completions", "{" + messages + "}");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    const std::vector<int32_t> fed = s.engine.last_request().prompt;
+    auto tm = s.post("/tokenize", "{" + messages + "}");
+    ASSERT_TRUE(tm);
+    ASSERT_EQ(tm->status, 200) << tm->body;
+    EXPECT_EQ(parse(tm->body)["tokens"].get<std::vector<int32_t>>(), fed);
+    auto conv = s.post("/tokenize", "{" + messages + R"(,"add_generation_prompt":false})");
+    ASSERT_TRUE(conv);
+    const std::vector<int32_t> conv_ids = parse(conv->body)["tokens"].get<std::vector<int32_t>>();
+    const std::vector<int32_t> gen_prompt = harmony_ids("<|start|>assistant");
+    ASSERT_EQ(conv_ids.size() + gen_prompt.size(), fed.size()) << conv->body;
+    EXPECT_TRUE(std::equal(conv_ids.begin(), conv_ids.end(), fed.begin()));
+    EXPECT_TRUE(std::equal(gen_prompt.begin(), gen_prompt.end(), fed.end() - static_cast<long>(gen_prompt.size())));
+
+    for (const char* bad : {R"({})", R"({"prompt":"a","messages":[{"role":"user","content":"b"}]})",
+                            R"({"prompt":[1,2]})", R"({"prompt":"a","return_token_strs":"yes"})", R"({"messages":[]})",
+                            R"([1])", "{", R"({"prompt":"a","add_generation_prompt":1})"})
+        expect_error(s.post("/tokenize", bad), 400);
+    for (const char* bad : {R"({})", R"({"tokens":"1 2"})", R"({"tokens":[-1]})", R"({"tokens":[1.5]})",
+                            R"({"tokens":[201088]})", R"({"tokens":[1,"a"]})"})
+        expect_error(s.post("/detokenize", bad), 400);
+    expect_error(s.get("/tokenize"), 405);
+
+    TestServerOptions o = default_test_options();
+    o.engine.ready = false;
+    TestServer warming(o);
+    auto w = warming.post("/tokenize", R"({"prompt":"Hello"})");
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->status, 200) << w->body;
+    EXPECT_TRUE(parse(w->body)["max_model_len"].is_null());
+}
+
 TEST_F(HttpServerTest, ChatCompletionShapeAndUsage) {
     TestServer s;
     s.engine.set_script([](const EngineRequest&) {
