@@ -84,7 +84,14 @@ tests_row() {
 serve_check() {
   local name=$1 port=8391 i code
   $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
-  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port > "$OUT/${name}.log" 2>&1 &
+  # The device has no tokenizer fixture: .device_pack/tokenizer.json.gz (gzip of .cache/tokenizer/tokenizer.json) is
+  # carried beside the binaries.
+  local tok=()
+  if [ -f .device_pack/tokenizer.json.gz ]; then
+    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && tok=(--tokenizer "$WORK/tokenizer.json")
+  fi
+  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${tok[@]}" \
+    > "$OUT/${name}.log" 2>&1 &
   local pid=$!
   for i in $(seq 1 120); do
     code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health || true)
