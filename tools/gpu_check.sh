@@ -116,7 +116,9 @@ serve_check() {
   grep -c '^data: ' "$OUT/${name}_stream.txt" | sed 's/^/stream data lines: /'
   tail -c 300 "$OUT/${name}_stream.txt"; echo
   head -c 600 "$OUT/${name}_completions.json"; echo
-  summary+=("$name health=$code server_exit=$src")
+  local kv
+  kv=$(grep -o 'KV cache: [0-9]* MiB' "$OUT/${name}.log" | head -1)
+  summary+=("$name health=$code server_exit=$src ${kv:-no KV cache line (sized by --kv-cache-mb or not by utilization)}")
 }
 # ktrace_row <name> <20b|120b> [VAR=val ...]: a kernel trace of 6 decode steps at batch 1, 1k context, and its summary.
 ktrace_row() {

@@ -142,8 +142,11 @@ int run_serve(const ServeOptions& o) {
     engine_config.speculative = *spec;
     const bool fp8 = o.fp8, fp8_experts = o.fp8_experts;
     const double utilization = o.gpu_memory_utilization;
-    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8, fp8_experts,
-                 utilization]() mutable -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    // EngineConfig's default budget is 512 MiB, so whether to size by utilization is this flag, not bytes == 0 (which
+    // left every CUDA server at 512 MiB until r59 ran serve on the H200).
+    const bool size_by_utilization = !kv_cache_mb;
+    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8, fp8_experts, utilization,
+                 size_by_utilization]() mutable -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
@@ -157,7 +160,8 @@ int run_serve(const ServeOptions& o) {
         } else {
             runner = std::make_unique<runtime::CpuModelRunner>(shared, layout, kv_fp8);  // ranks as threads
         }
-        if (engine_config.kv_budget.bytes == 0) {
+        if (size_by_utilization) {
+            engine_config.kv_budget = runtime::KvBudget{};
             ASSIGN_OR_RETURN(engine_config.kv_budget.bytes,
                              runtime::kv_bytes_for_utilization(runner->free_memory_bytes(),
                                                                runner->total_memory_bytes(), utilization));
