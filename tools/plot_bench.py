@@ -33,6 +33,16 @@ def main():
     many = len(runs) > 1
     price = rep["assumptions"].get("price_per_gpu_hour", 3.0)
 
+    wrote = []
+    if any(d.get("fits") for run in runs for d in run.get("decode", [])):
+        wrote.append(plot_decode(runs, many, price, args))
+    if any(run.get("prefill") for run in runs):
+        wrote.append(plot_prefill(runs, args))
+    print("wrote", " and ".join(wrote) if wrote else "nothing (no decode or prefill rows)")
+
+
+def plot_decode(runs, many, price, args):
+    """decode.png: tok/s per user against $ per 1M output tokens, a line per context."""
     fig, ax = plt.subplots(figsize=(7, 5))
     for run in runs:
         decode = [d for d in run.get("decode", []) if d.get("fits")]
@@ -48,12 +58,17 @@ def main():
     ax.set_xlabel("decode tok/s per user")
     ax.set_ylabel("\\$ per 1M output tokens (at \\$%.2f/GPU-hour)" % price)
     ax.set_yscale("log")
-    ax.set_title(args.title + ": decode (labels = batch size)")
+    ax.set_title(args.title + ": decode (labels = batch size)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7 if many else None)
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "decode.png"), dpi=120)
+    path = os.path.join(args.out, "decode.png")
+    fig.savefig(path, dpi=120)
+    return path
 
+
+def plot_prefill(runs, args):
+    """prefill.png: latency against input length, $ per 1M input tokens on a second axis."""
     fig, ax = plt.subplots(figsize=(7, 5))
     for run in runs:
         pre = sorted(run.get("prefill", []), key=lambda d: d["tokens"])
@@ -69,7 +84,7 @@ def main():
     ax.set_yscale("log")
     ax.set_xlabel("input tokens (batch 1)")
     ax.set_ylabel("prefill latency (ms)")
-    ax.set_title(args.title + ": prefill")
+    ax.set_title(args.title + ": prefill", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax2 = ax.twinx()
     ax2.plot([d["tokens"] for d in pre], [d["usd_per_m_tokens"] for d in pre], color="gray", linestyle=":",
@@ -79,8 +94,9 @@ def main():
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left")
     fig.tight_layout()
-    fig.savefig(os.path.join(args.out, "prefill.png"), dpi=120)
-    print("wrote", os.path.join(args.out, "decode.png"), "and", os.path.join(args.out, "prefill.png"))
+    path = os.path.join(args.out, "prefill.png")
+    fig.savefig(path, dpi=120)
+    return path
 
 
 if __name__ == "__main__":
