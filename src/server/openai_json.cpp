@@ -183,6 +183,36 @@ void read_sampling(Fields& f, SamplingRequest* out) {
             out->sampling.logit_bias.emplace_back(std::stoi(key), it.value().get<float>());
         }
     }
+    // vLLM's stop_token_ids and ignore_eos (its benchmark clients send the latter for exact output lengths).
+    if (const Json* ids = f.get("stop_token_ids")) {
+        if (!ids->is_array() || ids->size() > 1024) {
+            f.fail("stop_token_ids", "must be an array of at most 1024 token ids");
+            return;
+        }
+        for (size_t i = 0; i < ids->size(); ++i) {
+            const Json& id = (*ids)[i];
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+                f.fail_status(field_error(indexed(f.param("stop_token_ids"), i), "must be a token id"));
+                return;
+            }
+            out->stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+        }
+    }
+    out->ignore_eos = f.boolean("ignore_eos").value_or(false);
+    // vLLM's fields this server cannot honour are refused, not ignored: min_tokens needs the stop ids masked in the
+    // sampler, the guided / structured forms need constrained decoding (as response_format's JSON modes), bad_words
+    // a banned-sequence filter.
+    if (f.integer("min_tokens", 0, INT32_MAX).value_or(0) > 0)
+        f.fail_status(unimplemented(f.param("min_tokens") + ": is not supported (only 0)"));
+    for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
+        if (f.ok() && f.has(key))
+            f.fail_status(unimplemented(f.param(key) + ": is not supported (no constrained decoding)"));
+    }
+    if (f.ok() && f.boolean("guided_json_object").value_or(false))
+        f.fail_status(unimplemented(f.param("guided_json_object") + ": is not supported (no constrained decoding)"));
+    if (const Json* bw = f.get("bad_words"); f.ok() && bw != nullptr && !(bw->is_array() && bw->empty()))
+        f.fail_status(unimplemented(f.param("bad_words") + ": is not supported"));
+    if (!f.ok()) return;
     if (const Json* stop = f.get("stop")) {
         if (stop->is_string()) {
             if (!stop->get<std::string>().empty()) out->stop.push_back(stop->get<std::string>());

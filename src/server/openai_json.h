@@ -65,6 +65,10 @@ struct SamplingRequest {
     runtime::SamplingParams sampling;
     std::optional<int64_t> max_tokens;  // nullopt: up to the context
     std::vector<std::string> stop;      // stop strings (matched on user-visible text)
+    // vLLM's extensions: more ids that end generation (the one that does is not shown, as vLLM's detokenizer
+    // drops it), and generation past the model's own stop ids (<|return|>, <|call|>, <|endoftext|>).
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
 };
 
 struct ChatParams {

@@ -99,6 +99,14 @@ private:
     bool done_ = false;
 };
 
+// The ids that end a request's generation: the model's own (unless ignore_eos) and the request's stop_token_ids.
+std::vector<int32_t> request_stop_ids(const SamplingRequest& s) {
+    std::vector<int32_t> ids = s.ignore_eos ? std::vector<int32_t>{} : generation_stop_ids();
+    for (int32_t id : s.stop_token_ids)
+        if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    return ids;
+}
+
 // n copies of a request for n choices; a seeded request's choice i draws with seed + i (distinct
 // choices, reproducible), an unseeded one draws its own seed per choice.
 std::vector<EngineRequest> choice_requests(const EngineRequest& req, int n) {
@@ -447,7 +455,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     EngineRequest req;
     req.prompt = prompt->ids;
     req.sampling = params->sampling.sampling;
-    req.stop_ids = generation_stop_ids();
+    req.stop_ids = request_stop_ids(params->sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -480,7 +488,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     EngineRequest req;
     req.prompt = prompt->ids;
     req.sampling = params->chat.sampling.sampling;
-    req.stop_ids = generation_stop_ids();
+    req.stop_ids = request_stop_ids(params->chat.sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     return generate(
@@ -516,7 +524,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         EngineRequest req;
         req.prompt = std::move(ids);
         req.sampling = params->sampling.sampling;
-        req.stop_ids = generation_stop_ids();
+        req.stop_ids = request_stop_ids(params->sampling);
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
         req.top_logprobs = params->logprobs;
         for (EngineRequest& r : choice_requests(req, params->n)) {

@@ -48,6 +48,13 @@ std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
 
 namespace {
 
+// The token that ended generation on one of the request's stop_token_ids: counted, not shown (vLLM's detokenizer
+// drops it too).
+bool is_request_stop(const EngineEvent& e, const std::vector<int32_t>& stop_token_ids) {
+    return e.finish == FinishReason::kStop &&
+           std::find(stop_token_ids.begin(), stop_token_ids.end(), e.token_id) != stop_token_ids.end();
+}
+
 const char* finish_reason_name(FinishReason r, bool hit_stop_string) {
     if (hit_stop_string) return "stop";
     switch (r) {
@@ -68,6 +75,7 @@ public:
         : ctx_(ctx),
           out_(*ctx.tokenizer, prompt),
           stop_(params.sampling.stop),
+          stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
@@ -84,7 +92,7 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
-            handle(out_.push(e.token_id), &e, sse);
+            if (!is_request_stop(e, stop_token_ids_)) handle(out_.push(e.token_id), &e, sse);
         }
         if (e.finish != FinishReason::kNone) {
             hit_length_ = e.finish == FinishReason::kLength;
@@ -205,6 +213,7 @@ private:
     const SessionContext ctx_;
     HarmonyOutput out_;
     StopMatcher stop_;
+    const std::vector<int32_t> stop_token_ids_;
     const bool stream_, include_usage_, logprobs_;
     const int top_logprobs_;
     const std::string id_;
@@ -228,6 +237,7 @@ public:
           out_(*ctx.tokenizer, prompt),
           stream_(params.chat.stream),
           echo_(params.echo),
+          stop_token_ids_(params.chat.sampling.stop_token_ids),
           id_(random_id("resp_")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
@@ -243,7 +253,8 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         if (e.token_id >= 0) {
             ++usage_.completion_tokens;
-            for (const harmony::Event& h : out_.push(e.token_id).events) handle(h, sse);
+            if (!is_request_stop(e, stop_token_ids_))
+                for (const harmony::Event& h : out_.push(e.token_id).events) handle(h, sse);
         }
         if (e.finish != FinishReason::kNone) {
             if (e.finish == FinishReason::kLength) hit_length_ = true;
@@ -401,6 +412,7 @@ private:
     HarmonyOutput out_;
     const bool stream_;
     const Json echo_;
+    const std::vector<int32_t> stop_token_ids_;
     const std::string id_;
     const int64_t created_;
     Usage usage_;
@@ -421,6 +433,7 @@ public:
     CompletionSession(const SessionContext& ctx, const CompletionParams& params, int64_t prompt_tokens)
         : ctx_(ctx),
           stop_(params.sampling.stop),
+          stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
@@ -438,7 +451,8 @@ public:
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
             // The stop id that ended generation is counted but not shown (as other servers do).
-            const bool final_stop = e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id);
+            const bool final_stop = (e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id)) ||
+                                    is_request_stop(e, stop_token_ids_);
             const std::string bytes = token_text(*ctx_.tokenizer, e.token_id);
             if (!final_stop) pending_ += bytes;
             text = take_text(e.finish != FinishReason::kNone);
@@ -544,6 +558,7 @@ private:
 
     const SessionContext ctx_;
     StopMatcher stop_;
+    const std::vector<int32_t> stop_token_ids_;
     const bool stream_, include_usage_;
     const int logprobs_;
     const std::string id_;

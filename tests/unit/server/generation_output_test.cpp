@@ -592,6 +592,46 @@ TEST_F(GenerationOutputTest, ChatNChoices) {
     EXPECT_TRUE(server_.wait_engine_idle());
 }
 
+// vLLM's stop_token_ids (generation ends on them; the id that ends it is counted, not shown) and ignore_eos (the
+// model's own stop ids no longer end it); its min_tokens > 0 and guided / structured fields are refused, not ignored.
+TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
+    const std::vector<int32_t> two = harmony_ids(" two");
+    ASSERT_EQ(two.size(), 1u);
+    std::vector<int32_t> ids = harmony_ids(" one two three");
+    ids.push_back(200002);  // <|return|>
+    for (int32_t id : harmony_ids(" four five")) ids.push_back(id);
+    server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    const std::string stop_two = R"("stop_token_ids":[)" + std::to_string(two[0]) + "]";
+    Json a = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,)" + stop_two + "}");
+    EXPECT_EQ(a["choices"][0]["text"], " one") << a.dump();
+    EXPECT_EQ(a["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(a["usage"]["completion_tokens"], 2);
+    Json b = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20})");
+    EXPECT_EQ(b["choices"][0]["text"], " one two three") << b.dump();
+    EXPECT_EQ(b["usage"]["completion_tokens"], 4);
+    Json c = post_json("/v1/completions", R"({"prompt":"x","max_tokens":5,"ignore_eos":true})");
+    EXPECT_EQ(c["choices"][0]["text"], " one two three<|return|> four") << c.dump();
+    EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(c["usage"]["completion_tokens"], 5);
+
+    script("<|channel|>final<|message|>Hello two more<|return|>");
+    Json d = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],)" + stop_two + "}");
+    EXPECT_EQ(d["choices"][0]["message"]["content"], "Hello") << d.dump();
+    EXPECT_EQ(d["choices"][0]["finish_reason"], "stop");
+    Json e = post_json("/v1/responses", R"({"input":"hi",)" + stop_two + "}");
+    EXPECT_EQ(e["output"].back()["content"][0]["text"], "Hello") << e.dump();
+
+    for (const char* bad : {R"("min_tokens":2)", R"("guided_json":{"type":"object"})", R"("guided_choice":["a","b"])",
+                            R"("structured_outputs":{"json":{}})", R"("guided_json_object":true)",
+                            R"("bad_words":["x"])", R"("stop_token_ids":"1")", R"("stop_token_ids":[-1])",
+                            R"("stop_token_ids":[1.5])", R"("ignore_eos":"yes")"}) {
+        Json err = expect_error(server_.post("/v1/completions", std::string(R"({"prompt":"x",)") + bad + "}"), 400);
+        EXPECT_FALSE(err.is_null()) << bad;
+    }
+    post_json("/v1/completions", R"({"prompt":"x","min_tokens":0,"bad_words":[],"guided_json":null})");
+    EXPECT_TRUE(server_.wait_engine_idle());
+}
+
 // A completions batch: one choice per prompt (times n), in order; prompt tokens summed over the prompts.
 TEST_F(GenerationOutputTest, CompletionsBatchOfPrompts) {
     server_.engine.set_script([](const EngineRequest& r) {
