@@ -252,6 +252,17 @@ void read_response_format(Fields& f, const char* key) {
     f.fail_status(r.status());
 }
 
+// metadata: an object of string values (OpenAI's type; other values were accepted and dropped).
+void read_metadata(Fields& f) {
+    const Json* m = f.object("metadata");
+    if (m == nullptr) return;
+    for (auto it = m->begin(); it != m->end(); ++it)
+        if (!it.value().is_string()) {
+            f.fail("metadata", "values must be strings ('" + it.key() + "' is " + type_name(it.value()) + ")");
+            return;
+        }
+}
+
 // n: choices per prompt, each generated as its own request (at most kMaxChoices in a request).
 int read_n(Fields& f) { return static_cast<int>(f.integer("n", 1, kMaxChoices).value_or(1)); }
 
@@ -409,12 +420,16 @@ std::string random_alnum(size_t n) {
     return s;
 }
 
-// Text of a Responses content value (string, or parts with "text").
-StatusOr<std::string> responses_text(const Json& content, const std::string& param) {
+// Text of a Responses content value (string, or parts with "text"; an assistant message's output may also hold
+// refusal parts, as OpenAI's output messages do: their text is the message's, as chat renders them).
+StatusOr<std::string> responses_text(const Json& content, const std::string& param, bool assistant) {
     if (content.is_string()) return content.get<std::string>();
-    RETURN_IF_ERROR(check_chat_content(content, param, false));
+    if (content.is_null()) return field_error(param, "is required");
+    RETURN_IF_ERROR(check_chat_content(content, param, assistant));
     std::string text;
-    for (const Json& part : content) text += part["text"].get<std::string>();
+    for (const Json& part : content)
+        text += part.value("type", std::string()) == "refusal" ? part["refusal"].get<std::string>()
+                                                               : part["text"].get<std::string>();
     return text;
 }
 
@@ -454,7 +469,7 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
             if (!role) return field_error(p + ".role", "is required");
             auto content = item.find("content");
             if (content == item.end()) return field_error(p + ".content", "is required");
-            ASSIGN_OR_RETURN(std::string text, responses_text(*content, p + ".content"));
+            ASSIGN_OR_RETURN(std::string text, responses_text(*content, p + ".content", *role == "assistant"));
             messages->push_back({{"role", *role}, {"content", text}});
         } else if (type == "function_call") {
             std::optional<std::string> call_id = f.string("call_id");
@@ -482,7 +497,7 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
             if (!call_id) return field_error(p + ".call_id", "is required");
             auto output = item.find("output");
             if (output == item.end()) return field_error(p + ".output", "is required");
-            ASSIGN_OR_RETURN(std::string text, responses_text(*output, p + ".output"));
+            ASSIGN_OR_RETURN(std::string text, responses_text(*output, p + ".output", false));
             messages->push_back({{"role", "tool"}, {"tool_call_id", *call_id}, {"content", text}});
         } else if (type == "reasoning") {
             std::string text;
@@ -666,7 +681,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
         read_response_format(f, "response_format");
-        f.object("metadata");
+        read_metadata(f);
         f.string("user");
         read_sampling(f, &p.sampling);
         p.n = read_n(f);
@@ -725,6 +740,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         if (const Json* conv = f.get("conversation"); conv != nullptr && !conv->is_null()) {
             return unimplemented("conversation: this server keeps no conversations; send the whole input");
         }
+        // A stored prompt template (OpenAI's dashboard prompts) would be answered from `input` alone.
+        if (f.has("prompt")) return unimplemented("prompt: this server keeps no prompt templates; send the input");
         // include: the extra output this server can add is none; the entries that ask for output
         // it would silently leave out are refused (tool-call result entries name tools it refuses).
         if (const Json* include = f.array("include")) {
@@ -836,7 +853,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         p.stream = f.boolean("stream").value_or(false);
         f.boolean("store");
         f.boolean("parallel_tool_calls");
-        f.object("metadata");
+        read_metadata(f);
         if (const Json* text = f.object("text")) {
             Fields t(*text, "text");
             read_response_format(t, "format");

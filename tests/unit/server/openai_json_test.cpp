@@ -97,6 +97,7 @@ TEST(ParseChatRequest, NamesTheBadField) {
         {R"({"messages": [{"role": "user"}]})", "messages[0].content"},
         {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
         {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "metadata": {"k": ["v"]}})", "metadata"},
         {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
         {R"({"messages": [{"role": "user", "content": "x"}], "top_p": -0.1})", "top_p"},
         {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", "top_p"},
@@ -165,6 +166,12 @@ TEST(ParseResponsesRequest, TranslatesItemsToChatMessages) {
     EXPECT_EQ(chat["messages"][3]["tool_call_id"], "c1");
     EXPECT_EQ(chat["messages"][4]["content"], "ok");
     EXPECT_EQ(chat["tools"][0]["function"]["name"], "f");
+    // An earlier answer fed back with a refusal part (OpenAI's output message content: output_text | refusal).
+    auto refused = parse_responses_request(j(R"({"input": [{"role": "user", "content": "x"},
+        {"type": "message", "role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+        {"role": "user", "content": "y"}]})"));
+    ASSERT_TRUE(refused.ok()) << refused.status().to_string();
+    EXPECT_EQ(refused->chat.chat_body["messages"][1]["content"], "no");
     EXPECT_EQ(chat["reasoning_effort"], "low");
     EXPECT_EQ(r->chat.sampling.max_tokens, 9);
     EXPECT_EQ(r->echo["instructions"], "be brief");
@@ -299,6 +306,12 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "include": ["bogus"]})", "include[0]"},
         {R"({"input": "x", "truncation": "bogus"})", "truncation"},
         {R"({"input": "x", "reasoning": {"summary": "long"}})", "reasoning.summary"},
+        // A stored prompt template was answered from input alone; metadata values must be strings (OpenAI's type).
+        {R"({"input": "x", "prompt": {"id": "pmpt_1"}})", "prompt"},
+        {R"({"input": "x", "metadata": {"a": 1}})", "metadata"},
+        // A refusal part is an assistant message's only (OpenAI's output content), not a user's.
+        {R"({"input": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]})",
+         "input[0].content[0].type"},
     };
     for (const auto& [body, param] : cases) {
         auto r = parse_responses_request(j(body));
