@@ -2438,8 +2438,12 @@ PY
       serve_check s44t_serve
       ;;
     serve_cuda)
-      # `gptoss serve --backend cuda` end to end (session 43's --gpu-memory-utilization KV sizing): see serve_check.
+      # `gptoss serve --backend cuda` end to end (session 43's --gpu-memory-utilization KV sizing): see serve_check;
+      # then the engine tests and a batch-1 row of each model (the closing check of a host-side change).
       serve_check serve_cuda
+      tests_row serve_cuda_tests 'CudaEngine.*:CudaModel.Fp8*'
+      decode_row serve_cuda_20b_b1 20b 1
+      decode_row serve_cuda_120b_b1 120b 1
       ;;
     s43b)
       # Session 43's closing check of the shipped build (host-side changes after s43a: logits, convert).
