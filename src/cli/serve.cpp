@@ -145,9 +145,18 @@ int run_serve(const ServeOptions& o) {
     // EngineConfig's default budget is 512 MiB, so whether to size by utilization is this flag, not bytes == 0 (which
     // left every CUDA server at 512 MiB until r59 ran serve on the H200).
     const bool size_by_utilization = !kv_cache_mb;
-    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8, fp8_experts, utilization,
-                 size_by_utilization]() mutable -> StatusOr<std::unique_ptr<runtime::Engine>> {
+    // The largest Harmony id the chat endpoints render (<|start|> and its kin, 2000xx): a model whose vocabulary
+    // stops below it can answer only token-id completions; said once at load rather than as every request's 400.
+    const int32_t harmony_start = (*tok)->special_token_id("<|start|>").value_or(-1);
+    auto load = [model_dir, engine_config, cuda, layout, fp8, kv_fp8, fp8_experts, utilization, size_by_utilization,
+                 harmony_start]() mutable -> StatusOr<std::unique_ptr<runtime::Engine>> {
         ASSIGN_OR_RETURN(std::unique_ptr<model::GptOssWeights> weights, model::GptOssWeights::load(model_dir));
+        if (harmony_start >= weights->config.vocab_size)
+            std::fprintf(stderr,
+                         "[serve] warning: the tokenizer's Harmony tokens (<|start|> = %d) are outside the model's "
+                         "vocabulary (%d): chat and responses requests will be refused; only /v1/completions with "
+                         "token ids inside the vocabulary can run\n",
+                         harmony_start, weights->config.vocab_size);
         std::shared_ptr<const model::GptOssWeights> shared(std::move(weights));
         std::unique_ptr<runtime::ModelRunner> runner;
         if (cuda) {
