@@ -78,6 +78,25 @@ tests_row() {
   summary+=("$name rc=$rc")
   grep -E "FAILED|Failure|PASSED" "$OUT/$name.log" | tail -6
 }
+# issue6_tables: issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input length,
+# decode tok/s per user against cost for batch 1-128 at 8k and 32k context; both models --fp8 with the bf16 KV cache,
+# and 20b with the FP8 cache at 32k (batch 128 fits only so).
+issue6_tables() {
+  local m pf
+  for m in gpt-oss-20b gpt-oss-120b; do
+    [ $m = gpt-oss-20b ] && pf=1024,2048,4096,8192,16384 || pf=1024,2048,4096,8192
+    timeout 240 $BIN/gptoss bench --synthetic $m --fp8 --prefill $pf --batch 1,2,4,8,16,32,64,128 \
+      --context 8192,32768 --decode-steps 8 --repeats 2 --json "$OUT/tables_$m.json" --markdown "$OUT/tables_$m.md" \
+      > "$OUT/tables_$m.log" 2>&1
+    summary+=("tables $m rc=$?")
+    grep -E "^\| [0-9]+ \|" "$OUT/tables_$m.md" | head -40
+  done
+  timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --kv-cache-dtype fp8 --prefill "" \
+    --batch 1,8,64,128 --context 32768 --decode-steps 8 --json "$OUT/tables_20b_kvfp8.json" \
+    --markdown "$OUT/tables_20b_kvfp8.md" > "$OUT/tables_20b_kvfp8.log" 2>&1
+  summary+=("tables 20b kv fp8 rc=$?")
+  grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
+}
 # serve_check <name>: `gptoss serve --backend cuda` on a tiny random checkpoint with the default KV sizing
 # (--gpu-memory-utilization 0.9): waits for /health, sends a chat completion (plain and streamed) and a completion,
 # prints the "KV cache" line and the answers, stops the server with SIGTERM and checks its exit status.
@@ -2416,20 +2435,7 @@ PY
       tests_row s44t_tests 'CudaModel.*:CudaEngine.*'
       decode_row s44t_20b_b1 20b 1
       decode_row s44t_120b_b1 120b 1
-      for m in gpt-oss-20b gpt-oss-120b; do
-        [ $m = gpt-oss-20b ] && pf=1024,2048,4096,8192,16384 || pf=1024,2048,4096,8192
-        timeout 240 $BIN/gptoss bench --synthetic $m --fp8 --prefill $pf --batch 1,2,4,8,16,32,64,128 \
-          --context 8192,32768 --decode-steps 8 --repeats 2 --json "$OUT/tables_$m.json" --markdown "$OUT/tables_$m.md" \
-          > "$OUT/tables_$m.log" 2>&1
-        summary+=("tables $m rc=$?")
-        grep -E "^\| [0-9]+ \|" "$OUT/tables_$m.md" | head -40
-        echo "== tables $m done at $(( $(date +%s) - t0 )) s"
-      done
-      timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --kv-cache-dtype fp8 --prefill "" \
-        --batch 1,8,64,128 --context 32768 --decode-steps 8 --json "$OUT/tables_20b_kvfp8.json" \
-        --markdown "$OUT/tables_20b_kvfp8.md" > "$OUT/tables_20b_kvfp8.log" 2>&1
-      summary+=("tables 20b kv fp8 rc=$?")
-      grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
+      issue6_tables
       timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8-experts --fp8 --prefill 1024,2048,4096,8192 --batch "" \
         --repeats 3 --json "$OUT/prefill_120bfp8experts.json" --markdown "$OUT/prefill_120bfp8experts.md" \
         > "$OUT/prefill_120bfp8experts.log" 2>&1
@@ -3534,19 +3540,7 @@ PY
       # Issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input
       # length, decode tok/s per user against cost for batch 1-128 at 8k and 32k context; both models
       # --fp8 with the bf16 KV cache, and 20b with the FP8 cache at 32k (batch 128 fits only so).
-      for m in gpt-oss-20b gpt-oss-120b; do
-        [ $m = gpt-oss-20b ] && pf=1024,2048,4096,8192,16384 || pf=1024,2048,4096,8192
-        timeout 240 $BIN/gptoss bench --synthetic $m --fp8 --prefill $pf --batch 1,2,4,8,16,32,64,128 \
-          --context 8192,32768 --decode-steps 8 --repeats 2 --json "$OUT/tables_$m.json" --markdown "$OUT/tables_$m.md" \
-          > "$OUT/tables_$m.log" 2>&1
-        summary+=("tables $m rc=$?")
-        grep -E "^\| [0-9]+ \|" "$OUT/tables_$m.md" | head -40
-      done
-      timeout 120 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --kv-cache-dtype fp8 --prefill "" \
-        --batch 1,8,64,128 --context 32768 --decode-steps 8 --json "$OUT/tables_20b_kvfp8.json" \
-        --markdown "$OUT/tables_20b_kvfp8.md" > "$OUT/tables_20b_kvfp8.log" 2>&1
-      summary+=("tables 20b kv fp8 rc=$?")
-      grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
+      issue6_tables
       ;;
     ncu_prefill)
       # Kernel durations of prefill forwards (NCU_PREFILL_ARGS: model and length; default 20b --fp8
