@@ -115,7 +115,6 @@ int run_serve(const ServeOptions& o) {
     if (!tok_path) return fail("no tokenizer.json in " + o.model + " and none given with --tokenizer");
     auto tok = tokenizer::BpeTokenizer::from_file(*tok_path);
     if (!tok.ok()) return fail(tok.status().message());
-    std::fprintf(stderr, "[serve] tokenizer: %s\n", tok_path->c_str());  // the model's, or the fallback found
 
     // The KV cache is allocated when the model loads, on a loader thread: a size no machine can give aborted
     // the process there (std::bad_alloc; -1 wraps to 2^64 - 1) or had it killed for memory.
@@ -211,6 +210,7 @@ int run_serve(const ServeOptions& o) {
     http = std::make_unique<server::HttpServer>(routes, metrics, http_options);
     Status st = http->bind();
     if (!st.ok()) return fail(st.message());
+    std::fprintf(stderr, "[serve] tokenizer: %s\n", tok_path->c_str());  // the model's, or the fallback found
     std::fprintf(stderr, "[serve] listening on http://%s:%d (model %s, loading)\n", o.host.c_str(), http->port(),
                  routes_options.model_id.c_str());
     std::fflush(stderr);
