@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -422,31 +423,36 @@ StatusOr<GptOssConfig> GptOssConfig::from_json_text(std::string_view text) {
     return from_json(j);
 }
 
-StatusOr<GptOssConfig> GptOssConfig::from_file(const std::string& path) {
+namespace {
+
+// A config file's text (at most kMaxConfigBytes); nullopt when it cannot be opened.
+StatusOr<std::optional<std::string>> read_config_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
-    if (!in) return not_found(path + ": cannot open config");
+    if (!in) return std::optional<std::string>{};
     std::string text;
     char buf[1 << 16];
     while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
         text.append(buf, static_cast<size_t>(in.gcount()));
         if (text.size() > kMaxConfigBytes) return invalid_argument(path + ": larger than any plausible config");
     }
-    auto c = from_json_text(text);
+    return std::optional<std::string>(std::move(text));
+}
+
+}  // namespace
+
+StatusOr<GptOssConfig> GptOssConfig::from_file(const std::string& path) {
+    ASSIGN_OR_RETURN(std::optional<std::string> text, read_config_text(path));
+    if (!text) return not_found(path + ": cannot open config");
+    auto c = from_json_text(*text);
     if (!c.ok()) return c.status().with_context(path);
     return c;
 }
 
 StatusOr<std::vector<int>> GptOssConfig::generation_eos_ids(const std::string& dir) {
     const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::vector<int>{};
-    std::string text;
-    char buf[1 << 16];
-    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-        text.append(buf, static_cast<size_t>(in.gcount()));
-        if (text.size() > kMaxConfigBytes) return invalid_argument(path + ": larger than any plausible config");
-    }
-    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSIGN_OR_RETURN(std::optional<std::string> text, read_config_text(path));
+    if (!text) return std::vector<int>{};
+    json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return invalid_argument(path + ": not valid JSON");
     if (!j.is_object()) return invalid_argument(path + ": not a JSON object");
     std::vector<int> ids;
