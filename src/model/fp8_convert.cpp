@@ -135,7 +135,7 @@ Status convert_to_fp8(const std::string& in_dir, const std::string& out_dir, boo
             });
             continue;
         }
-        writer.add_lazy(name, t->dtype, t->shape, [t](uint8_t* dst) { std::memcpy(dst, t->data, t->nbytes); });
+        writer.add_copy(*t);
     }
     for (int l = 0; l < c.num_hidden_layers; ++l) {
         const LayerWeights* L = &w->layers[l];

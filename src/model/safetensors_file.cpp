@@ -157,9 +157,10 @@ Status parse_entry(const std::string& file, const std::string& name, const json&
     }
     const auto& dtype_str = dtype_it->get_ref<const std::string&>();
     auto dtype = safetensors_dtype_from_string(dtype_str);
-    if (!dtype.ok()) {
+    const int foreign_bits = dtype.ok() ? 0 : safetensors_foreign_dtype_bits(dtype_str);
+    if (!dtype.ok() && foreign_bits == 0) {
         return invalid_argument(file + ": unsupported dtype " + printable(dtype_str) + " for tensor " +
-                                printable(name) + " (supported: F32, BF16, F16, F8_E4M3, U8, I32, I64)");
+                                printable(name) + " (not a safetensors dtype)");
     }
 
     const json& shape_j = *shape_it;
@@ -183,10 +184,15 @@ Status parse_entry(const std::string& file, const std::string& name, const json&
         overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
     }
     uint64_t nbytes = 0;
-    overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(*dtype)), &nbytes);
-    if (overflow || nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    const uint64_t elem_bits = foreign_bits > 0 ? static_cast<uint64_t>(foreign_bits) : 8 * dtype_size(*dtype);
+    overflow = overflow || __builtin_mul_overflow(numel, elem_bits, &nbytes);
+    if (overflow || nbytes / 8 > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         return data_loss(where + ": shape " + shape.to_string() + " overflows (element count × dtype size > 2^63)");
     }
+    if (nbytes % 8 != 0) {  // sub-byte types (F4, F6_*): whole bytes only, as the safetensors library requires
+        return data_loss(where + ": " + dtype_str + " " + shape.to_string() + " is not a whole number of bytes");
+    }
+    nbytes /= 8;
 
     const json& off_j = *offsets_it;
     uint64_t begin = 0, end = 0;
@@ -208,7 +214,8 @@ Status parse_entry(const std::string& file, const std::string& name, const json&
     }
 
     out->name = name;
-    out->dtype = *dtype;
+    out->dtype = foreign_bits > 0 ? DType::kU8 : *dtype;
+    out->foreign_dtype = foreign_bits > 0 ? dtype_str : std::string();
     out->shape = shape;
     out->data = data_base + begin;
     out->nbytes = static_cast<size_t>(nbytes);
@@ -248,6 +255,19 @@ StatusOr<DType> safetensors_dtype_from_string(std::string_view s) {
     if (s == "I32") return DType::kI32;
     if (s == "I64") return DType::kI64;
     return invalid_argument("unsupported dtype " + printable(s));
+}
+
+int safetensors_foreign_dtype_bits(std::string_view s) {
+    static constexpr std::pair<std::string_view, int> kTypes[] = {
+        {"BOOL", 8}, {"I8", 8},      {"I16", 16},    {"U16", 16}, {"U32", 32},    {"U64", 64},   {"F64", 64},
+        {"C64", 64}, {"F8_E5M2", 8}, {"F8_E8M0", 8}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}};
+    for (const auto& [name, bits] : kTypes)
+        if (s == name) return bits;
+    return 0;
+}
+
+std::string TensorInfo::dtype_string() const {
+    return foreign_dtype.empty() ? std::string(safetensors_dtype_string(dtype)) : foreign_dtype;
 }
 
 std::string_view safetensors_dtype_string(DType dtype) {
@@ -539,11 +559,10 @@ StatusOr<const TensorInfo*> SafetensorsCheckpoint::get_any(std::string_view name
                                                            const Shape& shape) const {
     const TensorInfo* t = find(name);
     if (t == nullptr) return not_found("tensor " + printable(name) + " not found in checkpoint " + dir_);
-    bool dtype_ok = std::find(dtypes.begin(), dtypes.end(), t->dtype) != dtypes.end();
+    bool dtype_ok = t->foreign_dtype.empty() && std::find(dtypes.begin(), dtypes.end(), t->dtype) != dtypes.end();
     if (!dtype_ok || !(t->shape == shape)) {
         return invalid_argument("tensor " + printable(name) + " in " + t->file + ": expected " + dtype_list(dtypes) +
-                                " " + shape.to_string() + ", got " + std::string(safetensors_dtype_string(t->dtype)) +
-                                " " + t->shape.to_string());
+                                " " + shape.to_string() + ", got " + t->dtype_string() + " " + t->shape.to_string());
     }
     return t;
 }
@@ -605,7 +624,8 @@ void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, std::vec
                                      " bytes given but " + std::string(safetensors_dtype_string(dtype)) + " " +
                                      shape.to_string() + " needs " + std::to_string(*nbytes));
     }
-    entries_.push_back(Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, std::move(bytes), nullptr});
+    entries_.push_back(
+        Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, std::move(bytes), nullptr, {}, 1});
     if (!nbytes.ok() && deferred_.ok()) deferred_ = nbytes.status();
 }
 
@@ -613,7 +633,22 @@ void SafetensorsWriter::add_lazy(std::string name, DType dtype, Shape shape, Fil
     auto nbytes = checked_nbytes(name, dtype, shape);
     if (!nbytes.ok() && deferred_.ok()) deferred_ = nbytes.status();
     if (!fill && deferred_.ok()) deferred_ = invalid_argument("tensor " + printable(name) + ": empty fill function");
-    entries_.push_back(Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, {}, std::move(fill)});
+    entries_.push_back(Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, {}, std::move(fill), {}, 1});
+}
+
+void SafetensorsWriter::add_copy(const TensorInfo& t) {
+    if (t.foreign_dtype.empty()) {
+        add_lazy(t.name, t.dtype, t.shape, [&t](uint8_t* dst) { std::memcpy(dst, t.data, t.nbytes); });
+        return;
+    }
+    entries_.push_back(Entry{t.name,
+                             DType::kU8,
+                             t.shape,
+                             t.nbytes,
+                             {},
+                             [&t](uint8_t* dst) { std::memcpy(dst, t.data, t.nbytes); },
+                             t.foreign_dtype,
+                             static_cast<size_t>(std::max(1, safetensors_foreign_dtype_bits(t.foreign_dtype) / 8))});
 }
 
 uint64_t SafetensorsWriter::total_bytes() const {
@@ -628,8 +663,8 @@ Status SafetensorsWriter::write_file(const std::string& path, const std::vector<
     // Larger elements first (stable), so every tensor starts at a multiple of its element size with
     // no padding between tensors: the header is padded to 8 bytes, and HF's reader rejects gaps.
     std::vector<const Entry*> order = entries;
-    std::stable_sort(order.begin(), order.end(),
-                     [](const Entry* a, const Entry* b) { return dtype_size(a->dtype) > dtype_size(b->dtype); });
+    const auto elem = [](const Entry* e) { return e->foreign_dtype.empty() ? dtype_size(e->dtype) : e->align; };
+    std::stable_sort(order.begin(), order.end(), [&](const Entry* a, const Entry* b) { return elem(a) > elem(b); });
     std::string text;
     try {
         json header = json::object();
@@ -638,7 +673,8 @@ Status SafetensorsWriter::write_file(const std::string& path, const std::vector<
         for (const Entry* e : order) {
             json shape = json::array();
             for (int i = 0; i < e->shape.rank; ++i) shape.push_back(e->shape.dims[i]);
-            header[e->name] = {{"dtype", safetensors_dtype_string(e->dtype)},
+            header[e->name] = {{"dtype", e->foreign_dtype.empty() ? std::string(safetensors_dtype_string(e->dtype))
+                                                                  : e->foreign_dtype},
                                {"shape", shape},
                                {"data_offsets", {offset, offset + e->nbytes}}};
             offset += e->nbytes;

@@ -29,20 +29,31 @@ constexpr const char* kSafetensorsSingleFile = "model.safetensors";
 // "F32", "BF16", "F16", "F8_E4M3", "U8", "I32", "I64". Anything else is invalid_argument.
 StatusOr<DType> safetensors_dtype_from_string(std::string_view s);
 std::string_view safetensors_dtype_string(DType dtype);
+// The other dtypes of the safetensors format (BOOL, I8, I16, U16, U32, U64, F64, C64, F8_E5M2, F8_E8M0, F4,
+// F6_E2M3, F6_E3M2): bits an element, 0 for a string that is not a safetensors dtype at all. A checkpoint may
+// hold tensors of these types that the model does not read; they load (and convert copies them) as raw bytes.
+int safetensors_foreign_dtype_bits(std::string_view s);
 
 // One tensor inside a mapped file (or inside the buffer given to SafetensorsFile::parse).
 struct TensorInfo {
     std::string name;
     DType dtype = DType::kU8;
     Shape shape;
+    // The file's dtype when it is none of DType's (safetensors_foreign_dtype_bits): dtype is then kU8 as a
+    // placeholder, SafetensorsCheckpoint::get / get_any refuse the tensor, and view() is its raw bytes.
+    std::string foreign_dtype;
     // Points into the mapping; valid while the file object lives. Aligned to the element size when
     // the header is padded to 8 bytes and tensors are packed by element size (our writer does both;
     // foreign files may not, so copy with memcpy rather than casting if alignment matters).
     const uint8_t* data = nullptr;
-    size_t nbytes = 0;  // == shape.numel() * dtype_size(dtype)
+    size_t nbytes = 0;  // == shape.numel() * dtype_size(dtype) (foreign: numel × bits / 8)
     std::string file;   // path of the file that holds it (for error messages)
 
-    TensorView view() const { return TensorView{data, dtype, shape}; }
+    TensorView view() const {
+        return foreign_dtype.empty() ? TensorView{data, dtype, shape}
+                                     : TensorView{data, DType::kU8, Shape{static_cast<int64_t>(nbytes)}};
+    }
+    std::string dtype_string() const;  // as the file names it
 };
 
 // A parsed header: tensors sorted by name, pointing into the buffer that was parsed.
@@ -129,6 +140,8 @@ public:
     void add(std::string name, DType dtype, Shape shape, std::vector<uint8_t> bytes);
     // `fill` runs during write(), once per tensor, into a scratch buffer that is then written out.
     void add_lazy(std::string name, DType dtype, Shape shape, FillFn fill);
+    // `t`'s bytes as they are, under its dtype (foreign ones included) and shape; `t` must outlive write().
+    void add_copy(const TensorInfo& t);
 
     // Writes model.safetensors, or, when max_shard_bytes > 0 and the tensors do not fit in one
     // shard, model-0000i-of-0000N.safetensors (1-based, HF's convention) plus
@@ -149,6 +162,8 @@ private:
         uint64_t nbytes;
         std::vector<uint8_t> bytes;  // used when fill is empty
         FillFn fill;
+        std::string foreign_dtype;  // add_copy of a foreign tensor: the dtype written (`dtype` unused)
+        size_t align = 1;           // element size, for the order in the file
     };
     Status write_file(const std::string& path, const std::vector<const Entry*>& entries,
                       const std::map<std::string, std::string>& metadata, std::vector<uint8_t>& scratch) const;

@@ -20,7 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string* prev_name = nullptr;
     for (const auto& t : header->tensors) {
         if (t.data < data_begin || t.data > end || t.nbytes > static_cast<size_t>(end - t.data)) std::abort();
-        if (static_cast<uint64_t>(t.shape.numel()) * gptoss::dtype_size(t.dtype) != t.nbytes) std::abort();
+        const uint64_t bits =
+            t.foreign_dtype.empty()
+                ? 8 * gptoss::dtype_size(t.dtype)
+                : static_cast<uint64_t>(gptoss::model::safetensors_foreign_dtype_bits(t.foreign_dtype));
+        if (bits == 0 || static_cast<uint64_t>(t.shape.numel()) * bits != 8 * t.nbytes) std::abort();
         if (t.view().nbytes() != t.nbytes) std::abort();
         // Names are unique and sorted (find() binary-searches them).
         if (prev_name != nullptr && !(*prev_name < t.name)) std::abort();

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "core/dtype.h"
 #include "kernels/cpu/cpu_common.h"
 #include "model/fp8_convert.h"
@@ -238,6 +240,56 @@ TEST_F(Fp8CheckpointTest, UnreadTensorsAreCopiedWhole) {
         fs::remove_all(dst, ec);
     }
     std::error_code ec;
+    fs::remove_all(src, ec);
+}
+
+// Tensors of dtypes the engine does not compute with (F64, BOOL, sub-byte F4) beside the model's, in a second shard
+// of an indexed checkpoint: the model loads (they are unread) and convert writes them back as they were.
+TEST_F(Fp8CheckpointTest, ForeignDtypeTensorsLoadAndAreCopied) {
+    const std::string fixture = std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/tiny_a";
+    const std::string src = out_dir("foreign_src");
+    fs::create_directories(src);
+    fs::copy_file(fixture + "/config.json", src + "/config.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(fixture + "/model.safetensors", src + "/model-00001-of-00002.safetensors",
+                  fs::copy_options::overwrite_existing);
+    std::string header = R"({"extra.f64":{"dtype":"F64","shape":[2,2],"data_offsets":[0,32]},)"
+                         R"("extra.mask":{"dtype":"BOOL","shape":[3],"data_offsets":[32,35]},)"
+                         R"("extra.f4":{"dtype":"F4","shape":[2,4],"data_offsets":[35,39]}})";
+    header.append((8 - header.size() % 8) % 8, ' ');
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    bytes += header;
+    for (int i = 0; i < 39; ++i) bytes.push_back(static_cast<char>(i * 37 + 5));
+    std::ofstream(src + "/model-00002-of-00002.safetensors", std::ios::binary) << bytes;
+    nlohmann::json index;
+    {
+        auto fx = SafetensorsCheckpoint::open_dir(fixture);
+        ASSERT_TRUE(fx.ok()) << fx.status().to_string();
+        for (const std::string& n : (*fx)->names()) index["weight_map"][n] = "model-00001-of-00002.safetensors";
+    }
+    for (const char* n : {"extra.f64", "extra.mask", "extra.f4"})
+        index["weight_map"][n] = "model-00002-of-00002.safetensors";
+    std::ofstream(src + "/model.safetensors.index.json") << index.dump();
+
+    auto a = GptOssWeights::load(src);
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    EXPECT_EQ((*a)->unused_tensors, (std::vector<std::string>{"extra.f4", "extra.f64", "extra.mask"}));
+    const std::string dst = out_dir("foreign_dst");
+    Status st = convert_to_fp8(src, dst, false);
+    ASSERT_TRUE(st.ok()) << st.to_string();
+    auto b = GptOssWeights::load(dst);
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ((*b)->unused_tensors, (*a)->unused_tensors);
+    for (const std::string& n : (*a)->unused_tensors) {
+        const TensorInfo* x = (*a)->checkpoint->find(n);
+        const TensorInfo* y = (*b)->checkpoint->find(n);
+        ASSERT_NE(y, nullptr) << n;
+        EXPECT_EQ(y->dtype_string(), x->dtype_string()) << n;
+        EXPECT_TRUE(y->shape == x->shape) << n;
+        EXPECT_TRUE(x->nbytes == y->nbytes && std::memcmp(x->data, y->data, x->nbytes) == 0) << n;
+    }
+    std::error_code ec;
+    fs::remove_all(dst, ec);
     fs::remove_all(src, ec);
 }
 

@@ -308,11 +308,38 @@ TEST(SafetensorsParse, RejectsDuplicateKeysInsideAnEntry) {
                  "duplicate key 'dtype'");
 }
 
-TEST(SafetensorsParse, RejectsUnsupportedDtypes) {
-    for (const char* d : {"F64", "I8", "BOOL", "F8_E5M2", "u8", ""}) {
+TEST(SafetensorsParse, RejectsStringsThatAreNoDtype) {
+    for (const char* d : {"u8", "", "F128", "float32", "F8_E4M3 "}) {
         expect_error(make_file(std::string(R"({"w":{"dtype":")") + d + R"(","shape":[1],"data_offsets":[0,1]}})", 8),
                      std::string("unsupported dtype '") + d + "' for tensor 'w'", StatusCode::kInvalidArgument);
     }
+}
+
+// The format's other dtypes load as raw bytes of the right size (a checkpoint may carry tensors the model does not
+// read); reading one as a model tensor is refused by name.
+TEST(SafetensorsParse, CarriesForeignDtypesAsRawBytes) {
+    const std::tuple<const char*, const char*, size_t> kTypes[] = {
+        {"F64", "[2,3]", 48},  {"BOOL", "[5]", 5},    {"I8", "[3]", 3},   {"I16", "[3]", 6},
+        {"U16", "[3]", 6},     {"U32", "[2]", 8},     {"U64", "[2]", 16}, {"C64", "[1]", 8},
+        {"F8_E5M2", "[7]", 7}, {"F8_E8M0", "[4]", 4}, {"F4", "[2,3]", 3}, {"F6_E2M3", "[4]", 3},
+        {"F6_E3M2", "[8]", 6}, {"F64", "[0]", 0}};
+    for (const auto& [d, shape, n] : kTypes) {
+        Bytes b = make_file(std::string(R"({"w":{"dtype":")") + d + R"(","shape":)" + shape + R"(,"data_offsets":[0,)" +
+                                std::to_string(n) + "]}}",
+                            n);
+        auto r = parse(b);
+        ASSERT_TRUE(r.ok()) << d << ": " << r.status().to_string();
+        const TensorInfo& t = (*r)[0];
+        EXPECT_EQ(t.nbytes, n) << d;
+        EXPECT_EQ(t.foreign_dtype, d);
+        EXPECT_EQ(t.dtype_string(), d);
+        EXPECT_EQ(t.view().nbytes(), n) << d;
+    }
+    // Sub-byte types must fill whole bytes; sizes are still checked.
+    expect_error(make_file(R"({"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2),
+                 "F4 [3] is not a whole number of bytes");
+    expect_error(make_file(R"({"w":{"dtype":"F64","shape":[2],"data_offsets":[0,8]}})", 8),
+                 "hold 8 bytes but F64 [2] needs 16");
 }
 
 TEST(SafetensorsParse, RejectsRankAboveFour) {
@@ -331,7 +358,7 @@ TEST(SafetensorsParse, RejectsDeepNesting) {
 }
 
 TEST(SafetensorsParse, HostileNamesArePrintedEscaped) {
-    auto r = parse(make_file("{\"a\\u0001b\":{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8));
+    auto r = parse(make_file("{\"a\\u0001b\":{\"dtype\":\"F128\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8));
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("'a\\x01b'"), std::string::npos) << r.status().message();
 }
@@ -644,12 +671,53 @@ TEST(SafetensorsCheckpoint, EmptyOrMissingDirectoryIsNotFound) {
 TEST(SafetensorsCheckpoint, CorruptShardErrorNamesTheShard) {
     TempDir dir;
     write_bytes(dir.file("model.safetensors"),
-                make_file(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8));
+                make_file(R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", 16));
     auto ck = SafetensorsCheckpoint::open_dir(dir.str());
     ASSERT_FALSE(ck.ok());
-    EXPECT_NE(ck.status().message().find(dir.file("model.safetensors") + ": unsupported dtype 'F64' for tensor 'a'"),
+    EXPECT_NE(ck.status().message().find(dir.file("model.safetensors") + ": unsupported dtype 'F128' for tensor 'a'"),
               std::string::npos)
         << ck.status().message();
+}
+
+// A foreign dtype's placeholder (U8) never passes for a U8 tensor; add_copy writes it back under its own dtype,
+// byte for byte, beside ordinary tensors.
+TEST(SafetensorsCheckpoint, ForeignDtypesAreRefusedByGetAndCopiedWhole) {
+    TempDir src, dst;
+    Bytes b = make_file(R"({"flags":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]},)"
+                        R"("d":{"dtype":"F64","shape":[2],"data_offsets":[8,24]}})",
+                        24);
+    for (size_t i = b.size() - 24; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + 1);
+    write_bytes(src.file("model.safetensors"), b);
+    auto ck = SafetensorsCheckpoint::open_dir(src.str());
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    auto as_u8 = (*ck)->get("flags", DType::kU8, Shape{3});
+    ASSERT_FALSE(as_u8.ok());
+    EXPECT_NE(as_u8.status().message().find("expected U8 [3], got BOOL [3]"), std::string::npos)
+        << as_u8.status().message();
+    EXPECT_FALSE((*ck)->get_any("d", {DType::kF32, DType::kU8}, Shape{2}).ok());
+    EXPECT_EQ((*ck)->total_bytes(), 19u);
+
+    SafetensorsWriter w;
+    w.add("n", DType::kF32, Shape{1}, iota_bytes(4));
+    for (const std::string& name : (*ck)->names()) w.add_copy(*(*ck)->find(name));
+    ASSERT_TRUE(w.write(dst.str(), {}).ok());
+    auto back = SafetensorsCheckpoint::open_dir(dst.str());
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    for (const std::string& name : (*ck)->names()) {
+        const TensorInfo* x = (*ck)->find(name);
+        const TensorInfo* y = (*back)->find(name);
+        ASSERT_NE(y, nullptr) << name;
+        EXPECT_EQ(y->dtype_string(), x->dtype_string());
+        EXPECT_TRUE(y->shape == x->shape) << name;
+        ASSERT_EQ(y->nbytes, x->nbytes);
+        EXPECT_EQ(std::memcmp(y->data, x->data, x->nbytes), 0) << name;
+        // The writer packs by element size: the F64 tensor starts 8-byte aligned (the mapping is page-aligned).
+        if (name == "d") {
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(y->data) % 8, 0u);
+        }
+    }
+    auto n = (*back)->get("n", DType::kF32, Shape{1});
+    EXPECT_TRUE(n.ok());
 }
 
 TEST(SafetensorsCheckpoint, CheckedGet) {
