@@ -2443,6 +2443,35 @@ PY
       grep -E "^\| [0-9]+ \|" "$OUT/prefill_120bfp8experts.md"
       serve_check s44t_serve
       ;;
+    s45a)
+      # Needs bench/results/2026-12-05_h200_r60/s45-split-tail.patch applied (session 45, compiled only; r57's Next item
+      # 2). GPTOSS_QKV_ATTN_TAIL=3: sliding layers as 1, and each full layer's decode attention split over its kv head's
+      # 40 QKV CTAs: chunk c (keys 128c ..) in the CTA of q head 8·kvh + c / 4, tile c % 4, copied into shared memory
+      # before pdl_wait; after the projection a spin on the kv head's ticket (the grid is resident: checked), the
+      # token's own row, the chunk, a partial a head; the last split merges them with the sink. Its tests (the kernel
+      # against the CPU and the decode kernel, to 4,096 keys; the model and engine with =3), then 20b batch 1 at 1k
+      # mode 1 / 3 three interleaved pairs, 120b two, 20b at 3,968 context (32 chunks) one pair, a 20b trace with =3.
+      tests_row s45a_tests 'CudaQkvFused.*:PagedAttentionCuda.Decode*'
+      failed=$rc
+      tests_row s45a_tests_model 'CudaModel.Fp8*:CudaEngine.*' GPTOSS_QKV_ATTN_TAIL=3
+      if [ $((failed + rc)) = 0 ]; then
+        for pass in 1 2 3; do
+          decode_row "s45a_20b_b1_tail1_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=1
+          decode_row "s45a_20b_b1_tail3_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=3
+        done
+        for pass in 1 2; do
+          decode_row "s45a_120b_b1_tail1_$pass" 120b 1 GPTOSS_QKV_ATTN_TAIL=1
+          decode_row "s45a_120b_b1_tail3_$pass" 120b 1 GPTOSS_QKV_ATTN_TAIL=3
+        done
+        for v in 1 3; do
+          env GPTOSS_QKV_ATTN_TAIL=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+            --context 3968 --decode-steps 64 --repeats 3 > "$OUT/s45a_20b_b1_ctx4k_tail$v.log" 2>&1
+          echo "s45a_20b_b1_ctx4k_tail$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s45a_20b_b1_ctx4k_tail$v.log")"
+        done
+        ktrace_row s45a_ktrace_20b_tail3 20b GPTOSS_QKV_ATTN_TAIL=3
+        gzip -f "$OUT"/s45a_ktrace_*.csv
+      fi
+      ;;
     serve_cuda)
       # `gptoss serve --backend cuda` end to end (session 43's --gpu-memory-utilization KV sizing): see serve_check;
       # then the engine tests and a batch-1 row of each model (the closing check of a host-side change).
