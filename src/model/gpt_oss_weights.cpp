@@ -133,8 +133,18 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     Loader ld(*w->checkpoint, *w);
 
     RETURN_IF_ERROR(ld.dense("model.embed_tokens.weight", V, H, &w->embed_tokens));
+    // tie_word_embeddings: the output projection is the embedding, unless the checkpoint holds its own lm_head.weight,
+    // which is then used (as transformers' tie_weights and vLLM do; a warning when it differs from the embedding).
     if (w->checkpoint->find("lm_head.weight") != nullptr || !c.tie_word_embeddings) {
         RETURN_IF_ERROR(ld.dense("lm_head.weight", V, H, &w->lm_head));
+        const DenseWeight& e = w->embed_tokens;
+        const DenseWeight& o = w->lm_head;
+        if (c.tie_word_embeddings &&
+            (o.dtype != e.dtype || std::memcmp(o.data, e.data, static_cast<size_t>(V) * H * dtype_size(e.dtype)) != 0))
+            LOG_WARN(
+                "%s: config.json ties the word embeddings but the checkpoint's lm_head.weight differs from "
+                "model.embed_tokens.weight; using lm_head.weight",
+                dir.c_str());
     } else {
         w->lm_head = w->embed_tokens;
     }

@@ -266,5 +266,49 @@ TEST_F(ForwardTest, AttentionBiasFalseReadsNoAttentionBiases) {
     fs::remove_all(dir2);
 }
 
+// tie_word_embeddings: without lm_head.weight the output projection is the embedding (the logits are those of the
+// same model with its lm_head replaced by the embedding); untied, the missing lm_head is an error; tied with an
+// lm_head.weight present, that tensor is used (transformers and vLLM keep a checkpoint's own head).
+TEST_F(ForwardTest, TiedWordEmbeddings) {
+    std::string dir2 = dir_ + "_tied";
+    fs::create_directories(dir2);
+    SafetensorsWriter writer;
+    for (const std::string& name : weights_->checkpoint->names())
+        if (name != "lm_head.weight") writer.add_copy(*weights_->checkpoint->find(name));
+    ASSERT_TRUE(writer.write(dir2, {{"format", "pt"}}).ok());
+    GptOssConfig c = small_config();
+    std::ofstream(dir2 + "/config.json") << c.to_hf_json().dump();
+    auto untied = GptOssWeights::load(dir2);
+    ASSERT_FALSE(untied.ok());
+    EXPECT_NE(untied.status().message().find("lm_head.weight"), std::string::npos) << untied.status().to_string();
+    c.tie_word_embeddings = true;
+    std::ofstream(dir2 + "/config.json") << c.to_hf_json().dump();
+    auto tied = GptOssWeights::load(dir2);
+    ASSERT_TRUE(tied.ok()) << tied.status().to_string();
+    EXPECT_EQ((*tied)->lm_head.data, (*tied)->embed_tokens.data);
+    auto replaced = GptOssWeights::load(dir_);
+    ASSERT_TRUE(replaced.ok());
+    (*replaced)->lm_head = (*replaced)->embed_tokens;
+    auto ids = random_ids(9, 7);
+    std::vector<float> a, b, orig;
+    SingleSequence s1(**tied, 9), s2(**replaced, 9), s3(*weights_, 9);
+    ASSERT_TRUE(s1.append(ids, true, &a).ok());
+    ASSERT_TRUE(s2.append(ids, true, &b).ok());
+    ASSERT_TRUE(s3.append(ids, true, &orig).ok());
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, orig);  // the head mattered
+
+    // Tied, with the original file's own lm_head.weight: it is read and used.
+    fs::copy_file(dir_ + "/model.safetensors", dir2 + "/model.safetensors", fs::copy_options::overwrite_existing);
+    auto own = GptOssWeights::load(dir2);
+    ASSERT_TRUE(own.ok()) << own.status().to_string();
+    EXPECT_TRUE((*own)->unused_tensors.empty());
+    std::vector<float> d;
+    SingleSequence s4(**own, 9);
+    ASSERT_TRUE(s4.append(ids, true, &d).ok());
+    EXPECT_EQ(d, orig);
+    fs::remove_all(dir2);
+}
+
 }  // namespace
 }  // namespace gptoss::model
