@@ -12,7 +12,8 @@
 
 namespace gptoss {
 
-constexpr int kMaxDims = 4;
+// Ranks up to 8: the model's tensors have at most 4 dimensions, a checkpoint's unread extras may have more.
+constexpr int kMaxDims = 8;
 
 struct Shape {
     int rank = 0;
