@@ -203,6 +203,20 @@ TEST_F(Fp8CheckpointTest, DenseConversionQuantizesAttentionAndLmHead) {
     }
 }
 
+// The converted checkpoint `b` lists the same unread tensors as its source `a`, each under the same dtype (as the
+// file names it) and shape, byte for byte.
+void expect_unread_copied(const GptOssWeights& a, const GptOssWeights& b) {
+    EXPECT_EQ(b.unused_tensors, a.unused_tensors);
+    for (const std::string& n : a.unused_tensors) {
+        const TensorInfo* x = a.checkpoint->find(n);
+        const TensorInfo* y = b.checkpoint->find(n);
+        ASSERT_NE(y, nullptr) << n;
+        EXPECT_EQ(y->dtype_string(), x->dtype_string()) << n;
+        EXPECT_TRUE(y->shape == x->shape) << n;
+        EXPECT_TRUE(x->nbytes == y->nbytes && std::memcmp(x->data, y->data, x->nbytes) == 0) << n;
+    }
+}
+
 // A config with fewer layers than the file: the layers it reads are converted, the rest copied as they are (the
 // output held the unread layer's attention but not its experts: half a layer). The output lists the same unread
 // tensors as its source, with --dense too.
@@ -228,14 +242,8 @@ TEST_F(Fp8CheckpointTest, UnreadTensorsAreCopiedWhole) {
         ASSERT_TRUE(st.ok()) << st.to_string();
         auto b = GptOssWeights::load(dst);
         ASSERT_TRUE(b.ok()) << b.status().to_string();
-        EXPECT_EQ((*b)->unused_tensors, (*a)->unused_tensors) << "dense " << dense;
-        for (const std::string& n : (*a)->unused_tensors) {
-            const TensorInfo* x = (*a)->checkpoint->find(n);
-            const TensorInfo* y = (*b)->checkpoint->find(n);
-            ASSERT_NE(y, nullptr) << n;
-            EXPECT_EQ(x->dtype, y->dtype) << n;
-            EXPECT_TRUE(x->nbytes == y->nbytes && std::memcmp(x->data, y->data, x->nbytes) == 0) << n;
-        }
+        SCOPED_TRACE(dense ? "dense" : "experts only");
+        expect_unread_copied(**a, **b);
         std::error_code ec;
         fs::remove_all(dst, ec);
     }
@@ -279,15 +287,7 @@ TEST_F(Fp8CheckpointTest, ForeignDtypeTensorsLoadAndAreCopied) {
     ASSERT_TRUE(st.ok()) << st.to_string();
     auto b = GptOssWeights::load(dst);
     ASSERT_TRUE(b.ok()) << b.status().to_string();
-    EXPECT_EQ((*b)->unused_tensors, (*a)->unused_tensors);
-    for (const std::string& n : (*a)->unused_tensors) {
-        const TensorInfo* x = (*a)->checkpoint->find(n);
-        const TensorInfo* y = (*b)->checkpoint->find(n);
-        ASSERT_NE(y, nullptr) << n;
-        EXPECT_EQ(y->dtype_string(), x->dtype_string()) << n;
-        EXPECT_TRUE(y->shape == x->shape) << n;
-        EXPECT_TRUE(x->nbytes == y->nbytes && std::memcmp(x->data, y->data, x->nbytes) == 0) << n;
-    }
+    expect_unread_copied(**a, **b);
     std::error_code ec;
     fs::remove_all(dst, ec);
     fs::remove_all(src, ec);
