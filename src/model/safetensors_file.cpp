@@ -624,8 +624,8 @@ void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, std::vec
                                      " bytes given but " + std::string(safetensors_dtype_string(dtype)) + " " +
                                      shape.to_string() + " needs " + std::to_string(*nbytes));
     }
-    entries_.push_back(
-        Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, std::move(bytes), nullptr, {}, 1});
+    entries_.push_back(Entry{
+        std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, std::move(bytes), nullptr, {}, dtype_size(dtype)});
     if (!nbytes.ok() && deferred_.ok()) deferred_ = nbytes.status();
 }
 
@@ -633,7 +633,8 @@ void SafetensorsWriter::add_lazy(std::string name, DType dtype, Shape shape, Fil
     auto nbytes = checked_nbytes(name, dtype, shape);
     if (!nbytes.ok() && deferred_.ok()) deferred_ = nbytes.status();
     if (!fill && deferred_.ok()) deferred_ = invalid_argument("tensor " + printable(name) + ": empty fill function");
-    entries_.push_back(Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, {}, std::move(fill), {}, 1});
+    entries_.push_back(
+        Entry{std::move(name), dtype, shape, nbytes.ok() ? *nbytes : 0, {}, std::move(fill), {}, dtype_size(dtype)});
 }
 
 void SafetensorsWriter::add_copy(const TensorInfo& t) {
@@ -663,8 +664,7 @@ Status SafetensorsWriter::write_file(const std::string& path, const std::vector<
     // Larger elements first (stable), so every tensor starts at a multiple of its element size with
     // no padding between tensors: the header is padded to 8 bytes, and HF's reader rejects gaps.
     std::vector<const Entry*> order = entries;
-    const auto elem = [](const Entry* e) { return e->foreign_dtype.empty() ? dtype_size(e->dtype) : e->align; };
-    std::stable_sort(order.begin(), order.end(), [&](const Entry* a, const Entry* b) { return elem(a) > elem(b); });
+    std::stable_sort(order.begin(), order.end(), [](const Entry* a, const Entry* b) { return a->align > b->align; });
     std::string text;
     try {
         json header = json::object();

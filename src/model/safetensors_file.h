@@ -163,7 +163,7 @@ private:
         std::vector<uint8_t> bytes;  // used when fill is empty
         FillFn fill;
         std::string foreign_dtype;  // add_copy of a foreign tensor: the dtype written (`dtype` unused)
-        size_t align = 1;           // element size, for the order in the file
+        size_t align = 1;           // bytes an element (at least 1): the order in the file
     };
     Status write_file(const std::string& path, const std::vector<const Entry*>& entries,
                       const std::map<std::string, std::string>& metadata, std::vector<uint8_t>& scratch) const;
