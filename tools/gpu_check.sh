@@ -2443,6 +2443,34 @@ PY
       grep -E "^\| [0-9]+ \|" "$OUT/prefill_120bfp8experts.md"
       serve_check s44t_serve
       ;;
+    s45b)
+      # Needs bench/results/2026-12-05_h200_r60/s45-plan-first.patch applied (session 45, compiled only; it applies
+      # with or without s45-split-tail.patch). The gate_up loop kernel's warp 0 requests the plan's offsets, then its
+      # share of x, and reads the offsets after (kPlanFirst; GPTOSS_MOE_PLAN_FIRST=0 the old order): r56's stamps had
+      # find_all then the staging, 1.4 µs from pdl_wait to the first tile's loads. The same bits (the loop test), then
+      # 20b batch 1 at 1k new / old three interleaved pairs, 120b two, and a stamped row of each (event 2: the
+      # barrier before the first tile's loads).
+      tests_row s45b_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*'
+      failed=$rc
+      tests_row s45b_tests_old 'CudaOps.MoeDecodeMmaLoopIsTheSameBits' GPTOSS_MOE_PLAN_FIRST=0
+      if [ $((failed + rc)) = 0 ]; then
+        for pass in 1 2 3; do
+          decode_row "s45b_20b_b1_planfirst_$pass" 20b 1
+          decode_row "s45b_20b_b1_old_$pass" 20b 1 GPTOSS_MOE_PLAN_FIRST=0
+        done
+        for pass in 1 2; do
+          decode_row "s45b_120b_b1_planfirst_$pass" 120b 1
+          decode_row "s45b_120b_b1_old_$pass" 120b 1 GPTOSS_MOE_PLAN_FIRST=0
+        done
+        decode_row s45b_20b_b1_planfirst_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s45b_stamps_planfirst.csv"
+        decode_row s45b_20b_b1_old_stamps 20b 1 GPTOSS_MOE_PLAN_FIRST=0 GPTOSS_MOE_STAMPS="$OUT/s45b_stamps_old.csv"
+        for f in planfirst old; do
+          python3 tools/moe_stamps.py "$OUT/s45b_stamps_$f.csv" > "$OUT/s45b_stamps_$f.txt" 2>&1
+          head -12 "$OUT/s45b_stamps_$f.txt"
+        done
+        gzip -f "$OUT"/s45b_stamps_*.csv
+      fi
+      ;;
     s45a)
       # Needs bench/results/2026-12-05_h200_r60/s45-split-tail.patch applied (session 45, compiled only; r57's Next item
       # 2). GPTOSS_QKV_ATTN_TAIL=3: sliding layers as 1, and each full layer's decode attention split over its kv head's
