@@ -2443,6 +2443,26 @@ PY
       grep -E "^\| [0-9]+ \|" "$OUT/prefill_120bfp8experts.md"
       serve_check s44t_serve
       ;;
+    s45c)
+      # Needs bench/results/2026-12-05_h200_r60/s45-down-prefetch.patch applied (session 45, compiled only; applies
+      # with the other two). GPTOSS_MOE_DOWN_PREFETCH=1: down's one-tile kernel at one token, CTA b < grid − R (R the
+      # resident CTAs) asks L2 for tile R + b's weights and scales after its pdl_wait (gate_up done), so that down's
+      # second round (r56: ~6-7 µs a layer, its loads issued at its start) reads L2. The same bits: the MoE / model /
+      # engine tests with it on; then 20b batch 1 at 1k off / on three interleaved pairs, 120b two (the stamping
+      # instantiation has no prefetch: GPTOSS_MOE_STAMPS takes precedence).
+      tests_row s45c_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        GPTOSS_MOE_DOWN_PREFETCH=1
+      if [ "$rc" = 0 ]; then
+        for pass in 1 2 3; do
+          decode_row "s45c_20b_b1_off_$pass" 20b 1
+          decode_row "s45c_20b_b1_prefetch_$pass" 20b 1 GPTOSS_MOE_DOWN_PREFETCH=1
+        done
+        for pass in 1 2; do
+          decode_row "s45c_120b_b1_off_$pass" 120b 1
+          decode_row "s45c_120b_b1_prefetch_$pass" 120b 1 GPTOSS_MOE_DOWN_PREFETCH=1
+        done
+      fi
+      ;;
     s45b)
       # Needs bench/results/2026-12-05_h200_r60/s45-plan-first.patch applied (session 45, compiled only; it applies
       # with or without s45-split-tail.patch). The gate_up loop kernel's warp 0 requests the plan's offsets, then its
