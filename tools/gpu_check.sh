@@ -68,6 +68,18 @@ decode_row() {
     --decode-steps 64 --repeats 3 > "$OUT/$name.log" 2>&1
   echo "$name: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/$name.log")"
 }
+# ab_pairs <prefix> <name A> <env A> <name B> <env B>: batch-1 decode rows of A and B interleaved, three pairs on
+# 20b and two on 120b, named <prefix>_<model>_b1_<name>_<pass> (env "-": none).
+ab_pairs() {
+  local p=$1 na=$2 ea=$3 nb=$4 eb=$5 m n pass
+  for m in "20b 3" "120b 2"; do
+    set -- $m
+    for pass in $(seq 1 "$2"); do
+      if [ "$ea" = - ]; then decode_row "${p}_$1_b1_${na}_$pass" "$1" 1; else decode_row "${p}_$1_b1_${na}_$pass" "$1" 1 "$ea"; fi
+      if [ "$eb" = - ]; then decode_row "${p}_$1_b1_${nb}_$pass" "$1" 1; else decode_row "${p}_$1_b1_${nb}_$pass" "$1" 1 "$eb"; fi
+    done
+  done
+}
 # tests_row <name> <gtest filter> [VAR=val ...]: cuda_kernel_tests with that filter and environment (150 s at most) into
 # $OUT/<name>.log, its result in the summary and in $rc, the pass / fail lines printed.
 tests_row() {
@@ -2453,14 +2465,7 @@ PY
       tests_row s45c_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
         GPTOSS_MOE_DOWN_PREFETCH=1
       if [ "$rc" = 0 ]; then
-        for pass in 1 2 3; do
-          decode_row "s45c_20b_b1_off_$pass" 20b 1
-          decode_row "s45c_20b_b1_prefetch_$pass" 20b 1 GPTOSS_MOE_DOWN_PREFETCH=1
-        done
-        for pass in 1 2; do
-          decode_row "s45c_120b_b1_off_$pass" 120b 1
-          decode_row "s45c_120b_b1_prefetch_$pass" 120b 1 GPTOSS_MOE_DOWN_PREFETCH=1
-        done
+        ab_pairs s45c off - prefetch GPTOSS_MOE_DOWN_PREFETCH=1
       fi
       ;;
     s45b)
@@ -2474,14 +2479,7 @@ PY
       failed=$rc
       tests_row s45b_tests_old 'CudaOps.MoeDecodeMmaLoopIsTheSameBits' GPTOSS_MOE_PLAN_FIRST=0
       if [ $((failed + rc)) = 0 ]; then
-        for pass in 1 2 3; do
-          decode_row "s45b_20b_b1_planfirst_$pass" 20b 1
-          decode_row "s45b_20b_b1_old_$pass" 20b 1 GPTOSS_MOE_PLAN_FIRST=0
-        done
-        for pass in 1 2; do
-          decode_row "s45b_120b_b1_planfirst_$pass" 120b 1
-          decode_row "s45b_120b_b1_old_$pass" 120b 1 GPTOSS_MOE_PLAN_FIRST=0
-        done
+        ab_pairs s45b planfirst - old GPTOSS_MOE_PLAN_FIRST=0
         decode_row s45b_20b_b1_planfirst_stamps 20b 1 GPTOSS_MOE_STAMPS="$OUT/s45b_stamps_planfirst.csv"
         decode_row s45b_20b_b1_old_stamps 20b 1 GPTOSS_MOE_PLAN_FIRST=0 GPTOSS_MOE_STAMPS="$OUT/s45b_stamps_old.csv"
         for f in planfirst old; do
@@ -2503,14 +2501,7 @@ PY
       failed=$rc
       tests_row s45a_tests_model 'CudaModel.Fp8*:CudaEngine.*' GPTOSS_QKV_ATTN_TAIL=3
       if [ $((failed + rc)) = 0 ]; then
-        for pass in 1 2 3; do
-          decode_row "s45a_20b_b1_tail1_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=1
-          decode_row "s45a_20b_b1_tail3_$pass" 20b 1 GPTOSS_QKV_ATTN_TAIL=3
-        done
-        for pass in 1 2; do
-          decode_row "s45a_120b_b1_tail1_$pass" 120b 1 GPTOSS_QKV_ATTN_TAIL=1
-          decode_row "s45a_120b_b1_tail3_$pass" 120b 1 GPTOSS_QKV_ATTN_TAIL=3
-        done
+        ab_pairs s45a tail1 GPTOSS_QKV_ATTN_TAIL=1 tail3 GPTOSS_QKV_ATTN_TAIL=3
         for v in 1 3; do
           env GPTOSS_QKV_ATTN_TAIL=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
             --context 3968 --decode-steps 64 --repeats 3 > "$OUT/s45a_20b_b1_ctx4k_tail$v.log" 2>&1
