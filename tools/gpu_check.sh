@@ -2455,6 +2455,26 @@ PY
       grep -E "^\| [0-9]+ \|" "$OUT/prefill_120bfp8experts.md"
       serve_check s44t_serve
       ;;
+    s45bc)
+      # s45b and s45c in one call (session 46: device time for two calls only): needs the plan-first and
+      # down-prefetch patches of bench/results/2026-12-05_h200_r60 applied. Their tests with both on (and the loop's
+      # same-bits test in the old order), then 20b batch 1 at 1k three interleaved passes of old order (PLAN_FIRST=0) /
+      # plan first (the patch's default) / plan first + down prefetch, 120b two passes. No stamps.
+      tests_row s45bc_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*:CudaEngine.*' \
+        GPTOSS_MOE_DOWN_PREFETCH=1
+      failed=$rc
+      tests_row s45bc_tests_old 'CudaOps.MoeDecodeMmaLoopIsTheSameBits' GPTOSS_MOE_PLAN_FIRST=0
+      if [ $((failed + rc)) = 0 ]; then
+        for m in "20b 3" "120b 2"; do
+          set -- $m
+          for pass in $(seq 1 "$2"); do
+            decode_row "s45bc_$1_b1_old_$pass" "$1" 1 GPTOSS_MOE_PLAN_FIRST=0
+            decode_row "s45bc_$1_b1_planfirst_$pass" "$1" 1
+            decode_row "s45bc_$1_b1_both_$pass" "$1" 1 GPTOSS_MOE_DOWN_PREFETCH=1
+          done
+        done
+      fi
+      ;;
     s45c)
       # Needs bench/results/2026-12-05_h200_r60/s45-down-prefetch.patch applied (session 45, compiled only; applies
       # with the other two). GPTOSS_MOE_DOWN_PREFETCH=1: down's one-tile kernel at one token, CTA b < grid − R (R the
