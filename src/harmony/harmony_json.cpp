@@ -333,7 +333,7 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
             } else {  // a later system/developer message: its own developer message, in place
                 Message dev;
                 dev.role = Role::kDeveloper;
-                dev.developer_content = DeveloperContent{text, {}};
+                dev.developer_content = DeveloperContent{text, {}, std::nullopt};
                 history.push_back(std::move(dev));
             }
             continue;
@@ -420,6 +420,29 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
     return ok_status();
 }
 
+// response_format {"type": "json_schema", "json_schema": {"name", "description"?, "schema"?}}: the format
+// the developer message names (the server holds the output to the schema; this only renders it).
+// Other types ("text", "json_object") render nothing.
+StatusOr<std::optional<ResponseFormat>> response_format_from_request(const Json& request) {
+    const Json* rf = field(request, "response_format");
+    if (rf == nullptr || !rf->is_object()) return std::optional<ResponseFormat>{};
+    const Json* type = field(*rf, "type");
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "json_schema")
+        return std::optional<ResponseFormat>{};
+    const Json* js = field(*rf, "json_schema");
+    if (js == nullptr || !js->is_object()) return must_be("response_format.json_schema", "an object");
+    ResponseFormat out;
+    ASSIGN_OR_RETURN(std::optional<std::string> name, opt_string(*js, "name", "response_format.json_schema"));
+    if (!name) return invalid_argument("response_format.json_schema.name is required");
+    out.name = *name;
+    ASSIGN_OR_RETURN(out.description, opt_string(*js, "description", "response_format.json_schema"));
+    if (const Json* schema = field(*js, "schema"))
+        out.schema = *schema;
+    else
+        out.schema = Json::object();
+    return std::optional<ResponseFormat>(std::move(out));
+}
+
 StatusOr<ChatRequest> chat_request_from_json_impl(const Json& request, const ServerOptions& options) {
     if (!request.is_object()) return must_be("the request", "a JSON object");
     const Json* messages = field(request, "messages");
@@ -460,12 +483,14 @@ StatusOr<ChatRequest> chat_request_from_json_impl(const Json& request, const Ser
 
     std::string joined;
     for (size_t i = 0; i < instructions.size(); ++i) joined += (i > 0 ? "\n\n" : "") + instructions[i];
-    if (!joined.empty() || render_functions) {
+    ASSIGN_OR_RETURN(std::optional<ResponseFormat> format, response_format_from_request(request));
+    if (!joined.empty() || render_functions || format) {
         Message dev;
         dev.role = Role::kDeveloper;
         DeveloperContent content;
         if (!joined.empty()) content.instructions = joined;
         if (render_functions) content.tools.push_back(ToolNamespace{"functions", std::nullopt, tools.functions});
+        content.response_format = std::move(format);
         dev.developer_content = std::move(content);
         out.conversation.messages.push_back(std::move(dev));
     }

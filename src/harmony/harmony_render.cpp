@@ -329,6 +329,15 @@ std::string render_developer_body(const DeveloperContent& dev) {
         sections.push_back(*dev.instructions);
     }
     if (!dev.tools.empty()) sections.push_back(render_tools_section(dev.tools));
+    if (dev.response_format) {
+        const ResponseFormat& rf = *dev.response_format;
+        std::string section = "# Response Formats\n\n## " + rf.name + "\n\n";
+        if (rf.description) {
+            for (std::string_view line : lines(*rf.description)) section += "// " + std::string(line) + "\n";
+        }
+        section += rf.schema.dump();
+        sections.push_back(std::move(section));
+    }
     return join(sections, "\n\n");
 }
 

@@ -77,9 +77,17 @@ struct SystemContent {
     std::vector<ToolNamespace> tools;  // built-ins; rendered sorted by namespace name
 };
 
+// A structured-output format (HARMONY.md §4.4): rendered after the tools as "# Response Formats".
+struct ResponseFormat {
+    std::string name;
+    std::optional<std::string> description;
+    Json schema;  // rendered compact
+};
+
 struct DeveloperContent {
     std::optional<std::string> instructions;  // rendered only when non-empty
     std::vector<ToolNamespace> tools;         // normally one namespace, "functions"
+    std::optional<ResponseFormat> response_format{};
 };
 
 // One Harmony message. For role kTool, `name` is the author ("functions.get_weather"); for other

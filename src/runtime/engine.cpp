@@ -85,8 +85,10 @@ struct Engine::Active {
     uint64_t seed = 0;
     std::shared_ptr<RequestStream> stream;
     StopChecker stop;
-    int spec_wait = 0;     // steps before this sequence proposes drafts again
-    int spec_backoff = 0;  // the last wait (doubles while verifications keep nothing)
+    int spec_wait = 0;                              // steps before this sequence proposes drafts again
+    int spec_backoff = 0;                           // the last wait (doubles while verifications keep nothing)
+    std::unique_ptr<TokenConstraint> constraint{};  // from request.constraint
+    std::vector<uint8_t> allowed{};                 // the constraint's last mask
 };
 
 namespace {
@@ -249,6 +251,7 @@ void Engine::loop() {
                 Active{Sequence{}, std::move(s.request), s.seed, std::move(s.stream), StopChecker({}, {}, 0, nullptr)});
             a->stop =
                 StopChecker(a->request.stop_ids, a->request.stop_strings, a->request.max_tokens, &config_.detokenizer);
+            if (a->request.constraint) a->constraint = a->request.constraint->start();
             a->seq.id = s.id;
             a->seq.tokens = a->request.prompt;
             a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
@@ -291,6 +294,7 @@ void Engine::propose_drafts() {
         if (room <= 0) break;
         if (s->num_draft != 0 || s->num_computed != s->num_tokens() - 1) continue;  // not decoding
         Active& a = *active_.at(s->id);
+        if (a.constraint) continue;  // drafts are not checked against the constraint
         if (a.spec_wait > 0) {
             --a.spec_wait;
             continue;
@@ -357,8 +361,9 @@ void Engine::step() {
             d.top_p = p.top_p;
             d.top_k = p.top_k;
             d.seed = a->seed;
-            d.want_logits = a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
-                            p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
+            d.want_logits = a->constraint != nullptr || a->request.logprobs >= 0 || p.min_p > 0.0f ||
+                            p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f ||
+                            !p.logit_bias.empty();
             for (int r = 0; r < num_rows[i]; ++r) {
                 d.draw_index = static_cast<uint64_t>(first_index[i] + r);
                 device_params_.push_back(d);
@@ -398,7 +403,7 @@ void Engine::step() {
     auto sample_range = [&](int64_t begin, int64_t end) {
         std::optional<Sampler> sampler;
         for (int64_t i = begin; i < end; ++i) {
-            const Active& a = *samplers[i];
+            Active& a = *samplers[i];
             const int nd = num_rows[i] - 1;
             const std::span<const int32_t> all = a.seq.tokens;  // prompt, output, the drafts
             for (int r = 0; r <= nd; ++r) {
@@ -410,8 +415,13 @@ void Engine::step() {
                     if (!sampler) sampler.emplace(V);
                     const auto output = all.subspan(static_cast<size_t>(a.seq.num_prompt_tokens),
                                                     static_cast<size_t>(first_index[i] + r));
+                    // A constrained request has no drafts (propose_drafts), so its one row follows its
+                    // constraint's state.
+                    const uint8_t* allowed =
+                        a.constraint && a.constraint->allowed_next(&a.allowed) ? a.allowed.data() : nullptr;
                     t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,
-                                        a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs);
+                                        a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs,
+                                        allowed);
                 }
                 const bool keep = r < nd && t.id == all[all.size() - static_cast<size_t>(nd - r)];
                 drawn[static_cast<size_t>(row)] = std::move(t);
@@ -453,6 +463,7 @@ void Engine::step() {
             SampledToken& t = drawn[static_cast<size_t>(first_row[i] + r)];
             ++counters_.num_tokens_generated;
             const int index = first_index[i] + r;
+            if (a.constraint) a.constraint->accept(t.id);
             TokenEvent ev;
             ev.id = t.id;
             ev.index = index;

@@ -31,6 +31,7 @@
 #include "runtime/scheduler.h"
 #include "runtime/speculative.h"
 #include "runtime/stop_checker.h"
+#include "runtime/token_constraint.h"
 
 namespace gptoss::runtime {
 
@@ -41,6 +42,8 @@ struct Request {
     std::vector<std::string> stop_strings{};  // non-empty; need EngineConfig::detokenizer
     int max_tokens = 16;                      // > 0; prompt + max_tokens must fit the context
     int logprobs = -1;                        // -1: none; 0: the sampled token's; N <= 20: also top N
+    // Optional: which tokens may come next (structured outputs); one TokenConstraint per request.
+    std::shared_ptr<const TokenConstraintFactory> constraint{};
     // Optional: receives every event on the engine thread instead of the handle's queue. It must
     // return quickly and not call into the engine (cancel() excepted).
     std::function<void(const TokenEvent&)> on_event{};

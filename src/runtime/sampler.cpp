@@ -173,7 +173,8 @@ int32_t sample_token(const float* logits, int vocab_size, const SamplingParams& 
 Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size) {}
 
 SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint64_t seed,
-                             std::span<const int32_t> prompt, std::span<const int32_t> output, int num_logprobs) {
+                             std::span<const int32_t> prompt, std::span<const int32_t> output, int num_logprobs,
+                             const uint8_t* allowed) {
     const int V = vocab_size_;
     SampledToken out;
 
@@ -225,9 +226,23 @@ SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint6
         }
         processed = work_.data();
     }
+    if (allowed != nullptr) {
+        if (processed != work_.data()) work_.assign(logits, logits + V);
+        for (int i = 0; i < V; ++i)
+            if (!allowed[i]) work_[i] = -INFINITY;
+        processed = work_.data();
+    }
 
     // 3-4. Draw.
     out.id = draw(processed, V, p, seed, output.size(), DrawScratch{prob_, keys_, ids_, flags_});
+    if (allowed != nullptr && !allowed[out.id]) {
+        // Every allowed logit is -inf or NaN (a broken row): the first allowed token, never another.
+        for (int i = 0; i < V; ++i)
+            if (allowed[i]) {
+                out.id = i;
+                break;
+            }
+    }
     if (num_logprobs >= 0) out.logprob = static_cast<float>(logits[out.id] - lse);
     return out;
 }

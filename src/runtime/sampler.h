@@ -68,9 +68,12 @@ public:
 
     // `logits`: one raw row [vocab_size], not modified. `prompt` and `output` are the request's
     // tokens so far (for penalties); the draw index is output.size(). num_logprobs < 0: none;
-    // 0: only the sampled token's; N: also the top N.
+    // 0: only the sampled token's; N: also the top N. `allowed` (optional, [vocab_size], at least one
+    // set): only tokens with allowed[id] != 0 may be drawn; they are masked after the bias and
+    // penalties (logprobs stay those of the raw logits, as vLLM's).
     SampledToken sample(const float* logits, const SamplingParams& params, uint64_t seed,
-                        std::span<const int32_t> prompt, std::span<const int32_t> output, int num_logprobs);
+                        std::span<const int32_t> prompt, std::span<const int32_t> output, int num_logprobs,
+                        const uint8_t* allowed = nullptr);
 
 private:
     int vocab_size_;

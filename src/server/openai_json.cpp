@@ -8,6 +8,7 @@
 #include <random>
 
 #include "harmony/harmony_parser.h"
+#include "structured/json_grammar.h"
 
 namespace gptoss::server {
 namespace {
@@ -235,21 +236,61 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
 }
 
-// response_format (chat) / text.format (responses): "text" only. The JSON modes need decoding
-// constrained to a grammar, which this server does not do; a clear refusal beats free text sent to
-// a client that expects JSON (before session 15 they were silently ignored).
-void read_response_format(Fields& f, const char* key) {
+// response_format (chat: {"type", "json_schema": {"name", "schema", ...}}) / text.format (responses:
+// {"type", "name", "schema", ...}): "text", "json_object" (any JSON object) or "json_schema" (the schema
+// compiled into a grammar; what it cannot enforce is refused by name). The grammar holds the final
+// channel's message (structured/harmony_json.h); null for "text". `chat_form` (optional) gets the
+// chat.completions shape of the format, which the developer message renders.
+std::shared_ptr<const structured::JsonGrammar> read_response_format(Fields& f, const char* key, bool responses_shape,
+                                                                    Json* chat_form) {
     const Json* rf = f.object(key);
-    if (rf == nullptr) return;
+    if (rf == nullptr) return nullptr;
     Fields r(*rf, f.param(key));
     const std::optional<std::string> type = r.one_of("type", {"text", "json_object", "json_schema"});
     if (r.ok() && !type) r.fail("type", "is required");
-    if (r.ok() && *type != "text") {
-        r.fail_status(unimplemented(r.param("type") + ": '" + *type +
-                                    "' is not supported (no constrained decoding); use 'text' or leave " +
-                                    f.param(key) + " out"));
+    if (!r.ok() || *type == "text") {
+        f.fail_status(r.status());
+        return nullptr;
     }
+    if (*type == "json_object") {
+        if (chat_form) *chat_form = {{"type", "json_object"}};
+        return structured::JsonGrammar::any_object();
+    }
+    const Json* js = responses_shape ? rf : r.object("json_schema");
+    if (js == nullptr) {
+        if (r.ok()) r.fail("json_schema", "is required for type 'json_schema'");
+        f.fail_status(r.status());
+        return nullptr;
+    }
+    Fields s(*js, responses_shape ? f.param(key) : r.param("json_schema"));
+    const std::optional<std::string> name = s.string("name");
+    if (s.ok() && !name) s.fail("name", "is required");
+    if (s.ok() && (name->empty() || name->size() > 64 || !std::all_of(name->begin(), name->end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                   })))
+        s.fail("name", "must be 1 to 64 characters of a-z, A-Z, 0-9, '_' and '-'");
+    const std::optional<std::string> description = s.string("description");
+    const std::optional<bool> strict = s.boolean("strict");
+    const Json* schema = s.object("schema");
+    std::shared_ptr<const structured::JsonGrammar> grammar;
+    if (s.ok()) {
+        auto g = structured::JsonGrammar::compile(schema ? *schema : Json::object());
+        if (g.ok())
+            grammar = *g;
+        else
+            s.fail("schema", g.status().message());
+    }
+    r.fail_status(s.status());
     f.fail_status(r.status());
+    if (!f.ok()) return nullptr;
+    if (chat_form) {
+        Json j = {{"name", *name}};
+        if (description) j["description"] = *description;
+        j["schema"] = schema ? *schema : Json::object();
+        if (strict) j["strict"] = *strict;
+        *chat_form = {{"type", "json_schema"}, {"json_schema", std::move(j)}};
+    }
+    return grammar;
 }
 
 // metadata: an object of string values (OpenAI's type; other values were accepted and dropped).
@@ -680,7 +721,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
-        read_response_format(f, "response_format");
+        p.grammar = read_response_format(f, "response_format", /*responses_shape=*/false, nullptr);
         read_metadata(f);
         f.string("user");
         read_sampling(f, &p.sampling);
@@ -854,10 +895,13 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         f.boolean("store");
         f.boolean("parallel_tool_calls");
         read_metadata(f);
+        Json text_format = {{"type", "text"}};  // echoed back
+        Json chat_format;
         if (const Json* text = f.object("text")) {
             Fields t(*text, "text");
-            read_response_format(t, "format");
+            p.grammar = read_response_format(t, "format", /*responses_shape=*/true, &chat_format);
             f.fail_status(t.status());
+            if (p.grammar) text_format = (*text)["format"];
         }
         const std::optional<std::string> user = f.string("user");
         // "auto" would drop input items to fit the context: not done here (an input over the context is a 400),
@@ -877,6 +921,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
                 return Status(s.code(), m);
             }
         }
+        if (!chat_format.is_null()) chat["response_format"] = std::move(chat_format);
         p.chat_body = std::move(chat);
 
         Json& echo = r.echo;
@@ -892,7 +937,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         echo["temperature"] = body.contains("temperature") && body["temperature"].is_number()
                                   ? body["temperature"]
                                   : Json(p.sampling.sampling.temperature);
-        echo["text"] = {{"format", {{"type", "text"}}}};
+        echo["text"] = {{"format", std::move(text_format)}};
         echo["tool_choice"] = tool_choice_echo;
         echo["tools"] = tools_echo;
         echo["top_p"] =

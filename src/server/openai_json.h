@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -16,6 +17,10 @@
 #include "core/status.h"
 #include "harmony/harmony_types.h"
 #include "runtime/sampler.h"
+
+namespace gptoss::structured {
+class JsonGrammar;
+}
 
 namespace gptoss::server {
 
@@ -79,6 +84,9 @@ struct ChatParams {
     int top_logprobs = 0;
     bool stream = false;
     bool include_usage = false;
+    // response_format (chat) / text.format (responses) json_object or json_schema: what the final
+    // message must match; null for plain text.
+    std::shared_ptr<const structured::JsonGrammar> grammar;
 };
 StatusOr<ChatParams> parse_chat_request(const Json& body);
 

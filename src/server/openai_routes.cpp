@@ -437,6 +437,20 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
     return json_response(200, session->body());
 }
 
+StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
+    const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced) const {
+    if (!grammar) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
+    std::lock_guard<std::mutex> lock(structured_mu_);
+    if (!structured_) {
+        StatusOr<std::shared_ptr<structured::HarmonyStructuredOutputs>> so =
+            structured::HarmonyStructuredOutputs::create(tokenizer_, queue_.engine().vocab_size());
+        if (!so.ok())
+            return unimplemented("response_format: structured outputs are unavailable: " + so.status().message());
+        structured_ = std::move(*so);
+    }
+    return structured_->final_json(grammar, forced);
+}
+
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
     const Clock::time_point arrival = Clock::now();
     if (!queue_.engine().ready()) return error(not_ready_error());
@@ -458,6 +472,10 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.stop_ids = request_stop_ids(params->sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
+        constraint_for(params->grammar, prompt->forced);
+    if (!constraint.ok()) return error(api_error(constraint.status()));
+    req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     if (params->n > 1) {
         std::vector<EngineRequest> reqs = choice_requests(req, params->n);
@@ -490,6 +508,10 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = request_stop_ids(params->chat.sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
+        constraint_for(params->chat.grammar, prompt->forced);
+    if (!constraint.ok()) return error(api_error(constraint.status()));
+    req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,7 @@
 #include "server/openai_json.h"
 #include "server/request_queue.h"
 #include "server/sessions.h"
+#include "structured/harmony_json.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::server {
@@ -88,10 +90,17 @@ private:
     StatusOr<int64_t> max_tokens_for(int64_t prompt_tokens, const std::optional<int64_t>& requested,
                                      const char* prompt_param, const char* max_tokens_param) const;
 
+    // The constraint for a response format's grammar (null grammar: none); the final channel's
+    // message is held to it, `forced` (the prompt's start of the reply) followed first.
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint_for(
+        const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced) const;
+
     RequestQueue& queue_;
     const tokenizer::BpeTokenizer& tokenizer_;
     const RoutesOptions options_;
     const int64_t created_;
+    mutable std::mutex structured_mu_;
+    mutable std::shared_ptr<structured::HarmonyStructuredOutputs> structured_;  // made on first use
 };
 
 }  // namespace gptoss::server

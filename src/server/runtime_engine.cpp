@@ -77,6 +77,7 @@ StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
     r.stop_ids = std::move(request.stop_ids);
     r.max_tokens = request.max_tokens;
     r.logprobs = request.top_logprobs;
+    r.constraint = std::move(request.constraint);
     StatusOr<runtime::RequestHandle> handle = engine_->submit(std::move(r));
     if (!handle.ok()) {
         // Past the KV cache's capacity is, for a client, past the context (400, not 413).

@@ -10,11 +10,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "runtime/sampler.h"
+#include "runtime/token_constraint.h"
 
 namespace gptoss::server {
 
@@ -28,6 +30,8 @@ struct EngineRequest {
     std::vector<int32_t> stop_ids;
     int max_tokens = 16;    // tokens to generate at most, > 0
     int top_logprobs = -1;  // -1: no logprobs; k >= 0: the sampled token's logprob + the k best
+    // Optional: which tokens may come next (structured outputs; runtime/token_constraint.h).
+    std::shared_ptr<const runtime::TokenConstraintFactory> constraint;
 };
 
 enum class FinishReason {

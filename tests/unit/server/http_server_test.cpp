@@ -278,10 +278,16 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
         {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"response_format":{}})", 400,
          "response_format.type"},
         {"/v1/chat/completions",
-         R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})", 400,
-         "response_format.type"},
+         R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})", 400,
+         "response_format.json_schema"},
+        {"/v1/chat/completions",
+         R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":)"
+         R"({"name":"n","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}}}}})",
+         400, "response_format.json_schema.schema"},
         {"/v1/responses", R"({"input":"x","text":{"format":{"type":"json_schema","schema":{}}}})", 400,
-         "text.format.type"},
+         "text.format.name"},
+        {"/v1/responses", R"({"input":"x","text":{"format":{"type":"json_schema","name":"a b","schema":{}}}})", 400,
+         "text.format.name"},
         // Errors found in the chat form name the Responses field.
         {"/v1/responses",
          R"({"instructions":"be brief","input":[{"role":"user","content":"x"},)"

@@ -5,6 +5,7 @@
 #include "server/metrics.h"
 #include "server/openai_json.h"
 #include "server/sessions.h"
+#include "structured/json_grammar.h"
 
 namespace gptoss::server {
 namespace {
@@ -45,15 +46,60 @@ TEST(ParseJsonBody, RejectsNonObjectsInvalidUtf8AndDeepNesting) {
     EXPECT_TRUE(parse_json_body(colons).ok());
 }
 
-TEST(ParseChatRequest, ResponseFormatTextOnly) {
-    EXPECT_TRUE(
-        parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"))
-            .ok());
-    auto js = parse_chat_request(
-        j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{}}})"));
-    ASSERT_FALSE(js.ok());
-    EXPECT_EQ(js.status().code(), StatusCode::kUnimplemented);  // code "unsupported_parameter"
-    EXPECT_EQ(api_error(js.status()).param, "response_format.type");
+TEST(ParseChatRequest, ResponseFormats) {
+    auto text =
+        parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"));
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(text->grammar, nullptr);
+    auto object = parse_chat_request(
+        j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})"));
+    ASSERT_TRUE(object.ok()) << object.status().to_string();
+    ASSERT_NE(object->grammar, nullptr);
+    EXPECT_EQ(object->grammar->node(object->grammar->root()).kind, structured::SchemaNode::Kind::kObject);
+    auto schema = parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{
+        "type":"json_schema","json_schema":{"name":"point","strict":true,
+        "schema":{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]}}}})"));
+    ASSERT_TRUE(schema.ok()) << schema.status().to_string();
+    ASSERT_NE(schema->grammar, nullptr);
+    structured::JsonMatcher m(*schema->grammar);
+    EXPECT_TRUE(m.feed(R"({"x":1.5})") && m.accepting());
+    // Errors name the field: a missing name, a bad one, a schema keyword the output cannot be held to.
+    const std::pair<const char*, const char*> bad[] = {
+        {R"({"type":"json_schema","json_schema":{}})", "response_format.json_schema.name"},
+        {R"({"type":"json_schema","json_schema":{"name":"a/b"}})", "response_format.json_schema.name"},
+        {R"({"type":"json_schema","json_schema":{"name":"n","schema":[]}})", "response_format.json_schema.schema"},
+        {R"({"type":"json_schema","json_schema":{"name":"n","schema":{"properties":{"a":{"minimum":1}}}}})",
+         "response_format.json_schema.schema"},
+        {R"({"type":"json_schema"})", "response_format.json_schema"},
+        {R"({"type":"yaml"})", "response_format.type"},
+    };
+    for (const auto& [rf, param] : bad) {
+        auto p = parse_chat_request(
+            j((std::string(R"({"messages":[{"role":"user","content":"x"}],"response_format":)") + rf + "}").c_str()));
+        ASSERT_FALSE(p.ok()) << rf;
+        EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << rf;
+        EXPECT_EQ(api_error(p.status()).param, param) << p.status().to_string();
+    }
+    auto minimum = parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{
+        "type":"json_schema","json_schema":{"name":"n","schema":{"properties":{"a":{"minimum":1}}}}}})"));
+    EXPECT_NE(minimum.status().message().find("/properties/a/minimum"), std::string::npos)
+        << minimum.status().to_string();
+}
+
+TEST(ParseResponsesRequest, TextFormatJsonSchema) {
+    auto r = parse_responses_request(j(R"({"input":"x","text":{"format":{"type":"json_schema","name":"p",
+        "description":"a point","schema":{"type":"object","properties":{"x":{"type":"integer"}}},"strict":true}}})"));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_NE(r->chat.grammar, nullptr);
+    // The chat form carries it for the developer message; the echo gives the format back.
+    EXPECT_EQ(r->chat.chat_body["response_format"]["type"], "json_schema");
+    EXPECT_EQ(r->chat.chat_body["response_format"]["json_schema"]["name"], "p");
+    EXPECT_EQ(r->chat.chat_body["response_format"]["json_schema"]["description"], "a point");
+    EXPECT_EQ(r->echo["text"]["format"]["name"], "p");
+    auto o = parse_responses_request(j(R"({"input":"x","text":{"format":{"type":"json_object"}}})"));
+    ASSERT_TRUE(o.ok());
+    EXPECT_NE(o->chat.grammar, nullptr);
+    EXPECT_EQ(o->echo["text"]["format"]["type"], "json_object");
 }
 
 TEST(ParseChatRequest, AcceptsAFullRequest) {
@@ -294,7 +340,8 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "reasoning": {"effort": "turbo"}})", "reasoning.effort"},
         {R"({"input": "x", "background": true})", "background"},
         {R"({"input": "x", "background": "yes"})", "background"},
-        {R"({"input": "x", "text": {"format": {"type": "json_object"}}})", "text.format.type"},
+        {R"({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}})", "text.format.name"},
+        {R"({"input": "x", "text": {"format": {"type": "jsonl"}}})", "text.format.type"},
         // Stored state and output this server cannot give: refused, not ignored.
         {R"({"input": "x", "conversation": "conv_1"})", "conversation"},
         {R"({"input": "x", "include": ["reasoning.encrypted_content"]})", "include[0]"},

@@ -1,0 +1,56 @@
+// Structured outputs for gpt-oss: the final channel's message held to a JSON grammar, everything
+// before it (analysis, commentary, headers) left free (HARMONY.md §4.4, as vLLM after its PR 28000).
+//
+//   auto so = HarmonyStructuredOutputs::create(tokenizer, model_vocab_size);   // once per server
+//   request.constraint = (*so)->final_json(grammar);                          // per request
+//
+// The generated tokens are followed through the Harmony framing: the header after <|start|> (the
+// prompt ends inside the first one, after "assistant") is free; at its <|message|> a header whose
+// channel is `final` starts the constrained body: only tokens that keep the text a prefix of an
+// accepted document, and <|return|> once it is complete. A body of another channel is free until
+// its <|end|> (or <|call|>); the next <|start|> opens a header again.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/token_constraint.h"
+#include "structured/json_grammar.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace gptoss::structured {
+
+struct HarmonyTokenIds {
+    int32_t start = -1, channel = -1, message = -1, end = -1, ret = -1, call = -1;
+};
+
+class HarmonyStructuredOutputs : public std::enable_shared_from_this<HarmonyStructuredOutputs> {
+public:
+    // token_bytes[id]: an ordinary token's bytes, empty for special tokens and unused ids
+    // (model_vocab_size entries); the ids of the Harmony specials.
+    static StatusOr<std::shared_ptr<HarmonyStructuredOutputs>> create(const tokenizer::BpeTokenizer& tokenizer,
+                                                                      int model_vocab_size);
+    HarmonyStructuredOutputs(std::vector<std::string> token_bytes, HarmonyTokenIds ids);
+
+    // A factory for requests whose final message must match `grammar`. `forced`: tokens of the reply
+    // that are part of the prompt (the server's forced start of a tool call), followed first.
+    std::shared_ptr<const runtime::TokenConstraintFactory> final_json(std::shared_ptr<const JsonGrammar> grammar,
+                                                                      std::vector<int32_t> forced = {}) const;
+
+    const std::vector<std::string>& token_bytes() const { return token_bytes_; }
+    const HarmonyTokenIds& ids() const { return ids_; }
+    // The trie over token_bytes, built on first use (~1 s for o200k) and shared.
+    const TokenTrie& trie() const;
+
+private:
+    std::vector<std::string> token_bytes_;
+    HarmonyTokenIds ids_;
+    mutable std::once_flag trie_once_;
+    mutable std::unique_ptr<TokenTrie> trie_;
+};
+
+}  // namespace gptoss::structured

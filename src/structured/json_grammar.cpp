@@ -1,0 +1,905 @@
+#include "structured/json_grammar.h"
+
+#include <algorithm>
+#include <bit>
+#include <functional>
+#include <map>
+#include <utility>
+
+namespace gptoss::structured {
+
+using Json = nlohmann::ordered_json;
+
+namespace {
+
+bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+// A string's next byte. kStart: a character begins (counted); kMore: inside one; kClose: the closing quote.
+enum class StrByte { kFail, kStart, kMore, kClose };
+
+StrByte string_byte(JsonFrame& f, uint8_t c) {
+    if (f.esc == 1) {
+        if (c == 'u') {
+            f.esc = 5;  // four hex digits follow
+            return StrByte::kMore;
+        }
+        if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+            f.esc = 0;
+            return StrByte::kMore;
+        }
+        return StrByte::kFail;
+    }
+    if (f.esc >= 2) {
+        if (!is_hex(c)) return StrByte::kFail;
+        f.esc = f.esc == 2 ? 0 : static_cast<uint8_t>(f.esc - 1);
+        return StrByte::kMore;
+    }
+    if (f.pending > 0) {
+        if ((c & 0xC0) != 0x80) return StrByte::kFail;
+        --f.pending;
+        return StrByte::kMore;
+    }
+    if (c == '"') return StrByte::kClose;
+    if (c == '\\') {
+        f.esc = 1;
+        return StrByte::kStart;
+    }
+    if (c < 0x20) return StrByte::kFail;
+    if (c < 0x80) return StrByte::kStart;
+    if (c >= 0xC2 && c <= 0xDF)
+        f.pending = 1;
+    else if (c >= 0xE0 && c <= 0xEF)
+        f.pending = 2;
+    else if (c >= 0xF0 && c <= 0xF4)
+        f.pending = 3;
+    else
+        return StrByte::kFail;
+    return StrByte::kStart;
+}
+
+// The continuation-byte state after plain string byte c (-1: c cannot appear there).
+int plain_next(uint8_t c, int pending) {
+    if (pending > 0) return (c & 0xC0) == 0x80 ? pending - 1 : -1;
+    if (c == '"' || c == '\\' || c < 0x20) return -1;
+    if (c < 0x80) return 0;
+    if (c >= 0xC2 && c <= 0xDF) return 1;
+    if (c >= 0xE0 && c <= 0xEF) return 2;
+    if (c >= 0xF0 && c <= 0xF4) return 3;
+    return -1;
+}
+
+enum ObjPhase : uint8_t { kObjOpen, kObjKey, kObjColon, kObjAfterValue, kObjComma };
+enum ArrPhase : uint8_t { kArrOpen, kArrAfterValue, kArrComma };
+// Number phases; the terminal ones (a complete number) are kZero, kInt, kFrac, kExp.
+enum NumPhase : uint8_t { kMinus = 1, kZero, kInt, kDot, kFrac, kE, kESign, kExp };
+
+bool number_terminal(uint8_t p) { return p == kZero || p == kInt || p == kFrac || p == kExp; }
+
+uint64_t low_bits(int n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
+
+// Named properties that may come next in an object at count (properties in order, none required skipped).
+uint64_t allowed_names(const SchemaNode& n, int count) {
+    const int num = static_cast<int>(n.names.size());
+    if (count >= num) return 0;
+    const uint64_t ge = low_bits(num) & ~low_bits(count);
+    const uint64_t req = n.required & ge;
+    if (req == 0) return ge;
+    const uint64_t first = req & (~req + 1);
+    return ge & (first | (first - 1));
+}
+
+bool required_done(const SchemaNode& n, int count) {
+    const int num = static_cast<int>(n.names.size());
+    return count >= num || (n.required & ~low_bits(count)) == 0;
+}
+
+bool extra_ok(const SchemaNode& n, int count) { return n.additional >= 0 && required_done(n, count); }
+
+int item_node(const SchemaNode& n, int index) {
+    if (index < static_cast<int>(n.prefix_items.size())) return n.prefix_items[static_cast<size_t>(index)];
+    return n.items;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Grammar
+
+JsonGrammar::JsonGrammar() {
+    any_ = add({});
+    SchemaNode obj;
+    obj.kind = SchemaNode::Kind::kObject;
+    obj.additional = any_;
+    any_object_ = add(obj);
+    SchemaNode arr;
+    arr.kind = SchemaNode::Kind::kArray;
+    arr.items = any_;
+    any_array_ = add(arr);
+    SchemaNode str;
+    str.kind = SchemaNode::Kind::kString;
+    any_string_ = add(str);
+    SchemaNode num;
+    num.kind = SchemaNode::Kind::kNumber;
+    any_number_ = add(num);
+    SchemaNode b;
+    b.kind = SchemaNode::Kind::kLiteral;
+    b.literals = {"true", "false"};
+    bool_ = add(b);
+    SchemaNode null;
+    null.kind = SchemaNode::Kind::kLiteral;
+    null.literals = {"null"};
+    null_ = add(null);
+}
+
+int JsonGrammar::add(SchemaNode n) {
+    nodes_.push_back(std::move(n));
+    return static_cast<int>(nodes_.size()) - 1;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
+    auto g = std::shared_ptr<JsonGrammar>(new JsonGrammar());
+    g->root_ = g->any_object_;
+    return g;
+}
+
+class SchemaCompiler {
+public:
+    SchemaCompiler(const Json& root, JsonGrammar* g) : root_(root), g_(g) {}
+
+    StatusOr<int> compile(const Json& s, const std::string& ptr, int depth) {
+        if (depth > kMaxDepth) return fail(ptr, "is nested too deeply (at most " + std::to_string(kMaxDepth) + ")");
+        if (s.is_boolean()) {
+            if (s.get<bool>()) return g_->any_;
+            return fail(ptr, "is the schema false, which no value matches");
+        }
+        if (!s.is_object()) return fail(ptr, "must be an object or a boolean");
+        for (const char* k : {"pattern",
+                              "patternProperties",
+                              "minimum",
+                              "maximum",
+                              "exclusiveMinimum",
+                              "exclusiveMaximum",
+                              "multipleOf",
+                              "uniqueItems",
+                              "not",
+                              "if",
+                              "then",
+                              "else",
+                              "dependentRequired",
+                              "dependentSchemas",
+                              "dependencies",
+                              "propertyNames",
+                              "contains",
+                              "minContains",
+                              "maxContains",
+                              "minProperties",
+                              "maxProperties",
+                              "unevaluatedItems",
+                              "unevaluatedProperties",
+                              "additionalItems",
+                              "$dynamicRef",
+                              "$recursiveRef"}) {
+            if (s.contains(k))
+                return fail(ptr + "/" + k, "is not supported in structured outputs (the output cannot be held to it)");
+        }
+        if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, ptr + "/$ref", depth);
+        int node;
+        if (s.contains("enum") || s.contains("const")) {
+            StatusOr<int> n = literal(s, ptr);
+            if (!n.ok()) return n.status();
+            node = *n;
+        } else if (s.contains("anyOf") || s.contains("oneOf")) {
+            const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
+            if (s.contains("anyOf") && s.contains("oneOf")) return fail(ptr, "has both anyOf and oneOf");
+            for (const char* k : {"type", "properties", "items", "allOf"})
+                if (s.contains(k)) return fail(ptr + "/" + k, std::string("beside ") + key + " is not supported");
+            const Json& list = s[key];
+            if (!list.is_array() || list.empty()) return fail(ptr + "/" + key, "must be a non-empty array of schemas");
+            SchemaNode u;
+            u.kind = SchemaNode::Kind::kUnion;
+            for (size_t i = 0; i < list.size(); ++i) {
+                StatusOr<int> o = compile(list[i], ptr + "/" + key + "/" + std::to_string(i), depth + 1);
+                if (!o.ok()) return o.status();
+                add_option(&u, *o);
+            }
+            node = g_->add(std::move(u));
+        } else if (s.contains("allOf")) {
+            const Json& list = s["allOf"];
+            if (!list.is_array() || list.size() != 1)
+                return fail(ptr + "/allOf", "is supported with exactly one schema (no merging)");
+            StatusOr<int> o = compile(list[0], ptr + "/allOf/0", depth + 1);
+            if (!o.ok()) return o.status();
+            node = *o;
+        } else if (const auto t = s.find("type"); t != s.end()) {
+            if (t->is_string()) {
+                StatusOr<int> n = typed(s, t->get<std::string>(), ptr, depth);
+                if (!n.ok()) return n.status();
+                node = *n;
+            } else if (t->is_array() && !t->empty()) {
+                SchemaNode u;
+                u.kind = SchemaNode::Kind::kUnion;
+                for (size_t i = 0; i < t->size(); ++i) {
+                    if (!(*t)[i].is_string()) return fail(ptr + "/type/" + std::to_string(i), "must be a string");
+                    StatusOr<int> o = typed(s, (*t)[i].get<std::string>(), ptr, depth);
+                    if (!o.ok()) return o.status();
+                    add_option(&u, *o);
+                }
+                node = g_->add(std::move(u));
+            } else {
+                return fail(ptr + "/type", "must be a type name or a non-empty array of them");
+            }
+        } else if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) {
+            StatusOr<int> n = typed(s, "object", ptr, depth);
+            if (!n.ok()) return n.status();
+            node = *n;
+        } else if (s.contains("items") || s.contains("prefixItems")) {
+            StatusOr<int> n = typed(s, "array", ptr, depth);
+            if (!n.ok()) return n.status();
+            node = *n;
+        } else {
+            node = g_->any_;
+        }
+        if (const auto nb = s.find("nullable"); nb != s.end() && nb->is_boolean() && nb->get<bool>()) {
+            SchemaNode u;
+            u.kind = SchemaNode::Kind::kUnion;
+            add_option(&u, node);
+            add_option(&u, g_->null_);
+            node = g_->add(std::move(u));
+        }
+        return node;
+    }
+
+private:
+    static Status fail(const std::string& ptr, const std::string& what) {
+        return invalid_argument("at " + (ptr.empty() ? std::string("the root") : ptr) + ": " + what);
+    }
+
+    // Unions are flat: an option that is itself a union contributes its options.
+    void add_option(SchemaNode* u, int option) {
+        const SchemaNode& o = g_->nodes_[static_cast<size_t>(option)];
+        if (o.kind == SchemaNode::Kind::kUnion && !o.options.empty()) {
+            const std::vector<int> inner = o.options;
+            for (int i : inner) add_option(u, i);
+            return;
+        }
+        if (std::find(u->options.begin(), u->options.end(), option) == u->options.end()) u->options.push_back(option);
+    }
+
+    StatusOr<int> ref(const Json& r, const std::string& ptr, int depth) {
+        if (!r.is_string()) return fail(ptr, "must be a string");
+        const std::string target = r.get<std::string>();
+        if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+        if (target.empty() || target[0] != '#')
+            return fail(ptr, "'" + target + "' is not supported (only references into this schema, '#...')");
+        const Json* at = nullptr;
+        try {
+            const std::string pointer = target.substr(1);
+            const Json::json_pointer jp(pointer);
+            if (root_.contains(jp)) at = &root_.at(jp);
+        } catch (const std::exception&) {
+            return fail(ptr, "'" + target + "' is not a valid JSON pointer");
+        }
+        if (at == nullptr) return fail(ptr, "'" + target + "' names nothing in the schema");
+        // A placeholder first, so that a recursive reference resolves to it: a one-option union.
+        SchemaNode placeholder;
+        placeholder.kind = SchemaNode::Kind::kUnion;
+        const int node = g_->add(std::move(placeholder));
+        refs_[target] = node;
+        StatusOr<int> body = compile(*at, target, depth + 1);
+        if (!body.ok()) return body.status();
+        if (*body == node) return fail(ptr, "'" + target + "' refers only to itself");
+        g_->nodes_[static_cast<size_t>(node)].options = {*body};
+        return node;
+    }
+
+    StatusOr<int> literal(const Json& s, const std::string& ptr) {
+        SchemaNode n;
+        n.kind = SchemaNode::Kind::kLiteral;
+        if (s.contains("const")) {
+            n.literals.push_back(s["const"].dump());
+        } else {
+            const Json& e = s["enum"];
+            if (!e.is_array() || e.empty()) return fail(ptr + "/enum", "must be a non-empty array");
+            if (e.size() > static_cast<size_t>(kMaxEnumValues))
+                return fail(ptr + "/enum", "has more than " + std::to_string(kMaxEnumValues) + " values");
+            for (const Json& v : e) {
+                std::string text = v.dump();
+                if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
+                    n.literals.push_back(std::move(text));
+            }
+        }
+        return g_->add(std::move(n));
+    }
+
+    StatusOr<int> nonneg(const Json& s, const char* key, const std::string& ptr, int fallback, int* out) {
+        *out = fallback;
+        const auto it = s.find(key);
+        if (it == s.end()) return 0;
+        if (!it->is_number_integer() || it->get<int64_t>() < 0)
+            return fail(ptr + "/" + key, "must be a non-negative integer");
+        *out = static_cast<int>(std::min<int64_t>(it->get<int64_t>(), INT32_MAX));
+        return 0;
+    }
+
+    StatusOr<int> typed(const Json& s, const std::string& type, const std::string& ptr, int depth) {
+        SchemaNode n;
+        if (type == "object") {
+            n.kind = SchemaNode::Kind::kObject;
+            if (const auto p = s.find("properties"); p != s.end()) {
+                if (!p->is_object()) return fail(ptr + "/properties", "must be an object");
+                if (p->size() > static_cast<size_t>(kMaxNamedProperties))
+                    return fail(ptr + "/properties",
+                                "has more than " + std::to_string(kMaxNamedProperties) + " properties");
+                for (auto it = p->begin(); it != p->end(); ++it) {
+                    const std::string quoted = Json(it.key()).dump();
+                    n.names.push_back(quoted.substr(1, quoted.size() - 2));
+                    n.props.push_back(-1);  // compiled below (a recursive $ref may reach this node first)
+                }
+            }
+            if (const auto r = s.find("required"); r != s.end()) {
+                if (!r->is_array()) return fail(ptr + "/required", "must be an array of property names");
+                for (size_t i = 0; i < r->size(); ++i) {
+                    const Json& name = (*r)[i];
+                    const std::string rp = ptr + "/required/" + std::to_string(i);
+                    if (!name.is_string()) return fail(rp, "must be a string");
+                    const std::string quoted = Json(name.get<std::string>()).dump();
+                    const auto at = std::find(n.names.begin(), n.names.end(), quoted.substr(1, quoted.size() - 2));
+                    if (at == n.names.end())
+                        return fail(rp, "'" + name.get<std::string>() + "' is not among the properties");
+                    n.required |= uint64_t{1} << (at - n.names.begin());
+                }
+            }
+            const auto ap = s.find("additionalProperties");
+            if (ap == s.end()) {
+                n.additional = n.names.empty() ? g_->any_ : -1;
+            } else if (ap->is_boolean()) {
+                n.additional = ap->get<bool>() ? g_->any_ : -1;
+            } else {
+                StatusOr<int> a = compile(*ap, ptr + "/additionalProperties", depth + 1);
+                if (!a.ok()) return a.status();
+                n.additional = *a;
+            }
+            if (const auto p = s.find("properties"); p != s.end()) {
+                size_t i = 0;
+                for (auto it = p->begin(); it != p->end(); ++it, ++i) {
+                    StatusOr<int> v = compile(it.value(), ptr + "/properties/" + it.key(), depth + 1);
+                    if (!v.ok()) return v.status();
+                    n.props[i] = *v;
+                }
+            }
+        } else if (type == "array") {
+            n.kind = SchemaNode::Kind::kArray;
+            if (const auto p = s.find("prefixItems"); p != s.end()) {
+                if (!p->is_array()) return fail(ptr + "/prefixItems", "must be an array of schemas");
+                for (size_t i = 0; i < p->size(); ++i) {
+                    StatusOr<int> v = compile((*p)[i], ptr + "/prefixItems/" + std::to_string(i), depth + 1);
+                    if (!v.ok()) return v.status();
+                    n.prefix_items.push_back(*v);
+                }
+            }
+            const auto items = s.find("items");
+            if (items == s.end()) {
+                n.items = g_->any_;
+            } else if (items->is_boolean()) {
+                n.items = items->get<bool>() ? g_->any_ : -1;
+            } else if (items->is_array()) {
+                return fail(ptr + "/items", "as an array (draft 4 tuples) is not supported: use prefixItems");
+            } else {
+                StatusOr<int> v = compile(*items, ptr + "/items", depth + 1);
+                if (!v.ok()) return v.status();
+                n.items = *v;
+            }
+            if (StatusOr<int> r = nonneg(s, "minItems", ptr, 0, &n.min_items); !r.ok()) return r.status();
+            if (StatusOr<int> r = nonneg(s, "maxItems", ptr, INT32_MAX, &n.max_items); !r.ok()) return r.status();
+            if (n.min_items > n.max_items) return fail(ptr + "/minItems", "is above maxItems");
+            if (n.items < 0 && n.min_items > static_cast<int>(n.prefix_items.size()))
+                return fail(ptr + "/minItems", "asks for more items than the schema allows");
+        } else if (type == "string") {
+            n.kind = SchemaNode::Kind::kString;
+            if (StatusOr<int> r = nonneg(s, "minLength", ptr, 0, &n.min_length); !r.ok()) return r.status();
+            if (StatusOr<int> r = nonneg(s, "maxLength", ptr, INT32_MAX, &n.max_length); !r.ok()) return r.status();
+            if (n.min_length > n.max_length) return fail(ptr + "/minLength", "is above maxLength");
+        } else if (type == "number") {
+            n.kind = SchemaNode::Kind::kNumber;
+        } else if (type == "integer") {
+            n.kind = SchemaNode::Kind::kInteger;
+        } else if (type == "boolean") {
+            return g_->bool_;
+        } else if (type == "null") {
+            return g_->null_;
+        } else {
+            return fail(ptr + "/type", "'" + type + "' is not a JSON Schema type");
+        }
+        return g_->add(std::move(n));
+    }
+
+    const Json& root_;
+    JsonGrammar* g_;
+    std::map<std::string, int> refs_;
+};
+
+StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::compile(const Json& schema) {
+    auto g = std::shared_ptr<JsonGrammar>(new JsonGrammar());
+    SchemaCompiler c(schema, g.get());
+    StatusOr<int> root = c.compile(schema, "", 0);
+    if (!root.ok()) return root.status();
+    g->root_ = *root;
+    // Unions reach their options without reading a byte: a cycle among them (a $ref chain back to
+    // itself) would never end. 0 unseen, 1 on the path, 2 done.
+    std::vector<uint8_t> mark(g->nodes_.size(), 0);
+    std::function<bool(int)> cyclic = [&](int i) {
+        if (mark[static_cast<size_t>(i)] == 1) return true;
+        if (mark[static_cast<size_t>(i)] == 2 || g->nodes_[static_cast<size_t>(i)].kind != SchemaNode::Kind::kUnion)
+            return false;
+        mark[static_cast<size_t>(i)] = 1;
+        for (int o : g->nodes_[static_cast<size_t>(i)].options)
+            if (cyclic(o)) return true;
+        mark[static_cast<size_t>(i)] = 2;
+        return false;
+    };
+    for (size_t i = 0; i < g->nodes_.size(); ++i)
+        if (cyclic(static_cast<int>(i)))
+            return invalid_argument("a $ref cycle that produces nothing (a reference back to itself)");
+    return std::shared_ptr<const JsonGrammar>(std::move(g));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Matcher
+
+JsonMatcher::JsonMatcher(const JsonGrammar& grammar) : g_(&grammar) {
+    JsonThread t;
+    t.stack.push_back(JsonFrame{.node = grammar.root(), .kind = JsonFrame::kValue});
+    threads_.push_back(std::move(t));
+}
+
+bool JsonMatcher::push_value(JsonThread& t, int node) const {
+    if (node < 0 || static_cast<int>(t.stack.size()) >= kMaxDepth) return false;
+    t.stack.push_back(JsonFrame{.node = node, .kind = JsonFrame::kValue});
+    return true;
+}
+
+void JsonMatcher::finish_value(JsonThread& t) const {
+    t.stack.pop_back();
+    t.ws_run = 0;
+}
+
+// The top is a value frame of a concrete (non-union) node and c is not whitespace.
+bool JsonMatcher::start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>* out) const {
+    JsonFrame& f = t.stack.back();
+    const SchemaNode* n = &g_->node(f.node);
+    if (n->kind == SchemaNode::Kind::kAny) {
+        int node;
+        if (c == '{')
+            node = g_->any_object_node();
+        else if (c == '[')
+            node = g_->any_array_node();
+        else if (c == '"')
+            node = g_->any_string_node();
+        else if (c == '-' || is_digit(c))
+            node = g_->any_number_node();
+        else if (c == 't' || c == 'f')
+            node = g_->bool_node();
+        else if (c == 'n')
+            node = g_->null_node();
+        else
+            return false;
+        f.node = node;
+        n = &g_->node(node);
+    }
+    t.ws_run = 0;
+    switch (n->kind) {
+        case SchemaNode::Kind::kObject:
+            if (c != '{') return false;
+            f = JsonFrame{.node = f.node, .kind = JsonFrame::kObject, .phase = kObjOpen};
+            break;
+        case SchemaNode::Kind::kArray:
+            if (c != '[') return false;
+            f = JsonFrame{.node = f.node, .kind = JsonFrame::kArray, .phase = kArrOpen};
+            break;
+        case SchemaNode::Kind::kString:
+            if (c != '"') return false;
+            f = JsonFrame{.node = f.node, .kind = JsonFrame::kString};
+            break;
+        case SchemaNode::Kind::kNumber:
+        case SchemaNode::Kind::kInteger:
+            if (c == '-')
+                f = JsonFrame{.node = f.node, .kind = JsonFrame::kNumber, .phase = kMinus, .count = 1};
+            else if (c == '0')
+                f = JsonFrame{.node = f.node, .kind = JsonFrame::kNumber, .phase = kZero, .count = 1};
+            else if (is_digit(c))
+                f = JsonFrame{.node = f.node, .kind = JsonFrame::kNumber, .phase = kInt, .count = 1};
+            else
+                return false;
+            break;
+        case SchemaNode::Kind::kLiteral: {
+            uint64_t cand = 0;
+            bool all_done = true;
+            for (size_t i = 0; i < n->literals.size(); ++i)
+                if (static_cast<uint8_t>(n->literals[i][0]) == c) {
+                    cand |= uint64_t{1} << i;
+                    all_done = all_done && n->literals[i].size() == 1;
+                }
+            if (cand == 0) return false;
+            f = JsonFrame{.node = f.node, .kind = JsonFrame::kLiteral, .count = 1, .cand = cand};
+            if (all_done) finish_value(t);
+            break;
+        }
+        case SchemaNode::Kind::kAny:
+        case SchemaNode::Kind::kUnion: return false;  // not reached: any and unions are resolved before
+    }
+    out->push_back(std::move(t));
+    return true;
+}
+
+bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* out) const {
+    for (;;) {
+        auto whitespace = [&]() {
+            if (++t.ws_run > kMaxWhitespaceRun) return false;
+            out->push_back(std::move(t));
+            return true;
+        };
+        if (t.stack.empty()) return is_ws(c) && whitespace();
+        JsonFrame& f = t.stack.back();
+        const SchemaNode& n = g_->node(f.node);
+        switch (f.kind) {
+            case JsonFrame::kValue: {
+                if (is_ws(c)) return whitespace();
+                if (n.kind == SchemaNode::Kind::kUnion) {
+                    bool any = false;
+                    for (int o : n.options) {
+                        JsonThread u = t;
+                        u.stack.back().node = o;
+                        if (g_->node(o).kind == SchemaNode::Kind::kUnion) {
+                            any = step_thread(std::move(u), c, out) || any;  // a $ref placeholder
+                        } else {
+                            any = start_value(u, c, out) || any;
+                        }
+                    }
+                    return any;
+                }
+                return start_value(t, c, out);
+            }
+            case JsonFrame::kObject: {
+                switch (f.phase) {
+                    case kObjOpen:
+                    case kObjComma:
+                        if (is_ws(c)) return whitespace();
+                        if (c == '"') {
+                            const uint64_t allowed = allowed_names(n, f.count);
+                            if (allowed == 0 && !extra_ok(n, f.count)) return false;
+                            f.phase = kObjKey;
+                            f.esc = 0;
+                            f.pending = 0;
+                            f.aux = 0;
+                            f.cand = low_bits(static_cast<int>(n.names.size()));
+                            t.ws_run = 0;
+                            out->push_back(std::move(t));
+                            return true;
+                        }
+                        if (c == '}' && f.phase == kObjOpen && required_done(n, f.count)) {
+                            finish_value(t);
+                            out->push_back(std::move(t));
+                            return true;
+                        }
+                        return false;
+                    case kObjKey: {
+                        const StrByte b = string_byte(f, c);
+                        if (b == StrByte::kFail) return false;
+                        const uint64_t allowed = allowed_names(n, f.count);
+                        if (b == StrByte::kClose) {
+                            int exact = -1;
+                            for (uint64_t m = f.cand; m != 0; m &= m - 1) {
+                                const int j = std::countr_zero(m);
+                                if (static_cast<int>(n.names[static_cast<size_t>(j)].size()) == f.aux) exact = j;
+                            }
+                            if (exact >= 0) {
+                                if (!((allowed >> exact) & 1)) return false;  // a repeat, or out of order
+                                f.count = exact + 1;
+                                f.aux = n.props[static_cast<size_t>(exact)];
+                            } else {
+                                if (!extra_ok(n, f.count)) return false;
+                                f.count = static_cast<int32_t>(n.names.size());
+                                f.aux = n.additional;
+                            }
+                            f.cand = 0;
+                            f.phase = kObjColon;
+                            out->push_back(std::move(t));
+                            return true;
+                        }
+                        uint64_t cand = 0;
+                        for (uint64_t m = f.cand; m != 0; m &= m - 1) {
+                            const int j = std::countr_zero(m);
+                            const std::string& name = n.names[static_cast<size_t>(j)];
+                            if (static_cast<int>(name.size()) > f.aux && static_cast<uint8_t>(name[f.aux]) == c)
+                                cand |= uint64_t{1} << j;
+                        }
+                        f.cand = cand;
+                        ++f.aux;
+                        if ((cand & allowed) == 0 && !extra_ok(n, f.count)) return false;
+                        out->push_back(std::move(t));
+                        return true;
+                    }
+                    case kObjColon:
+                        if (is_ws(c)) return whitespace();
+                        if (c != ':') return false;
+                        f.phase = kObjAfterValue;
+                        t.ws_run = 0;
+                        if (!push_value(t, f.aux)) return false;
+                        out->push_back(std::move(t));
+                        return true;
+                    case kObjAfterValue:
+                        if (is_ws(c)) return whitespace();
+                        if (c == ',') {
+                            if (allowed_names(n, f.count) == 0 && !extra_ok(n, f.count)) return false;
+                            f.phase = kObjComma;
+                            t.ws_run = 0;
+                            out->push_back(std::move(t));
+                            return true;
+                        }
+                        if (c == '}' && required_done(n, f.count)) {
+                            finish_value(t);
+                            out->push_back(std::move(t));
+                            return true;
+                        }
+                        return false;
+                    default: return false;
+                }
+            }
+            case JsonFrame::kArray: {
+                if (is_ws(c)) return whitespace();
+                if (c == ']' && f.phase != kArrComma) {
+                    if (f.count < n.min_items) return false;
+                    finish_value(t);
+                    out->push_back(std::move(t));
+                    return true;
+                }
+                if (f.phase == kArrAfterValue) {
+                    if (c != ',' || f.count >= n.max_items || item_node(n, f.count) < 0) return false;
+                    f.phase = kArrComma;
+                    t.ws_run = 0;
+                    out->push_back(std::move(t));
+                    return true;
+                }
+                // An item begins with c.
+                if (f.count >= n.max_items) return false;
+                const int item = item_node(n, f.count);
+                f.phase = kArrAfterValue;
+                ++f.count;
+                if (!push_value(t, item)) return false;
+                continue;  // c starts the item
+            }
+            case JsonFrame::kString: {
+                const StrByte b = string_byte(f, c);
+                if (b == StrByte::kFail) return false;
+                if (b == StrByte::kClose) {
+                    if (f.count < n.min_length) return false;
+                    finish_value(t);
+                } else if (b == StrByte::kStart) {
+                    if (f.count >= n.max_length) return false;
+                    ++f.count;
+                }
+                out->push_back(std::move(t));
+                return true;
+            }
+            case JsonFrame::kNumber: {
+                const bool integer = n.kind == SchemaNode::Kind::kInteger;
+                uint8_t next = 0;
+                switch (f.phase) {
+                    case kMinus: next = c == '0' ? kZero : is_digit(c) ? kInt : 0; break;
+                    case kZero:
+                    case kInt:
+                        if (f.phase == kInt && is_digit(c))
+                            next = kInt;
+                        else if (c == '.' && !integer)
+                            next = kDot;
+                        else if ((c == 'e' || c == 'E') && !integer)
+                            next = kE;
+                        break;
+                    case kDot:
+                    case kFrac:
+                        if (is_digit(c))
+                            next = kFrac;
+                        else if (f.phase == kFrac && (c == 'e' || c == 'E'))
+                            next = kE;
+                        break;
+                    case kE: next = (c == '+' || c == '-') ? kESign : is_digit(c) ? kExp : 0; break;
+                    case kESign:
+                    case kExp: next = is_digit(c) ? kExp : 0; break;
+                    default: break;
+                }
+                if (next != 0) {
+                    if (++f.count > kMaxNumberBytes) return false;
+                    f.phase = next;
+                    out->push_back(std::move(t));
+                    return true;
+                }
+                if (!number_terminal(f.phase)) return false;
+                finish_value(t);
+                continue;  // c belongs to what follows the number
+            }
+            case JsonFrame::kLiteral: {
+                uint64_t cand = 0;
+                bool complete = false, all_done = true;
+                for (uint64_t m = f.cand; m != 0; m &= m - 1) {
+                    const int j = std::countr_zero(m);
+                    const std::string& lit = n.literals[static_cast<size_t>(j)];
+                    if (static_cast<int>(lit.size()) == f.count) complete = true;
+                    if (static_cast<int>(lit.size()) > f.count && static_cast<uint8_t>(lit[f.count]) == c) {
+                        cand |= uint64_t{1} << j;
+                        all_done = all_done && static_cast<int>(lit.size()) == f.count + 1;
+                    }
+                }
+                if (cand != 0) {
+                    f.cand = cand;
+                    ++f.count;
+                    if (all_done) finish_value(t);
+                    out->push_back(std::move(t));
+                    return true;
+                }
+                if (!complete) return false;
+                finish_value(t);
+                continue;  // c follows the literal (a number among the literals)
+            }
+        }
+        return false;
+    }
+}
+
+bool JsonMatcher::feed_byte(uint8_t c) {
+    scratch_.clear();
+    for (const JsonThread& t : threads_) step_thread(t, c, &scratch_);
+    if (scratch_.empty()) return false;
+    // Alternatives that reached the same position are one.
+    size_t kept = 0;
+    for (size_t i = 0; i < scratch_.size(); ++i) {
+        bool dup = false;
+        for (size_t j = 0; j < kept && !dup; ++j) dup = scratch_[j] == scratch_[i];
+        if (dup || kept >= static_cast<size_t>(kMaxThreads)) continue;
+        if (kept != i) scratch_[kept] = std::move(scratch_[i]);
+        ++kept;
+    }
+    scratch_.resize(kept);
+    threads_.swap(scratch_);
+    return true;
+}
+
+bool JsonMatcher::feed(std::string_view bytes) {
+    const std::vector<JsonThread> saved = threads_;
+    for (char ch : bytes)
+        if (!feed_byte(static_cast<uint8_t>(ch))) {
+            threads_ = saved;
+            return false;
+        }
+    return true;
+}
+
+bool JsonMatcher::accepting() const {
+    for (const JsonThread& t : threads_) {
+        if (t.stack.empty()) return true;
+        if (t.stack.size() != 1) continue;
+        const JsonFrame& f = t.stack.back();
+        if (f.kind == JsonFrame::kNumber && number_terminal(f.phase)) return true;
+        if (f.kind == JsonFrame::kLiteral) {
+            const SchemaNode& n = g_->node(f.node);
+            for (uint64_t m = f.cand; m != 0; m &= m - 1)
+                if (static_cast<int>(n.literals[static_cast<size_t>(std::countr_zero(m))].size()) == f.count)
+                    return true;
+        }
+    }
+    return false;
+}
+
+bool JsonMatcher::in_plain_string(int* room, int* pending) const {
+    if (threads_.size() != 1 || threads_[0].stack.empty()) return false;
+    const JsonFrame& f = threads_[0].stack.back();
+    if (f.esc != 0) return false;
+    const SchemaNode& n = g_->node(f.node);
+    if (f.kind == JsonFrame::kString) {
+        *room = n.max_length == INT32_MAX ? INT32_MAX : n.max_length - f.count;
+    } else if (f.kind == JsonFrame::kObject && f.phase == kObjKey && n.names.empty() && n.additional >= 0) {
+        *room = INT32_MAX;
+    } else {
+        return false;
+    }
+    *pending = f.pending;
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Token trie
+
+TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes) : vocab_size_(static_cast<int>(token_bytes.size())) {
+    for (size_t id = 0; id < token_bytes.size(); ++id)
+        if (!token_bytes[id].empty()) order_.push_back(static_cast<int32_t>(id));
+    std::sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) {
+        return token_bytes[static_cast<size_t>(a)] != token_bytes[static_cast<size_t>(b)]
+                   ? token_bytes[static_cast<size_t>(a)] < token_bytes[static_cast<size_t>(b)]
+                   : a < b;
+    });
+    auto bytes_of = [&](uint32_t k) -> const std::string& { return token_bytes[static_cast<size_t>(order_[k])]; };
+    nodes_.push_back(Node{.lo = 0, .hi = static_cast<uint32_t>(order_.size())});
+    // Children of node i (depth d) over its range: entries longer than d, grouped by their byte d.
+    struct Todo {
+        uint32_t node;
+        uint32_t depth;
+    };
+    std::vector<Todo> todo{{0, 0}};
+    while (!todo.empty()) {
+        const Todo cur = todo.back();
+        todo.pop_back();
+        Node& nd = nodes_[cur.node];
+        uint32_t k = nd.lo;
+        while (k < nd.hi && bytes_of(k).size() == cur.depth) ++k;
+        nodes_[cur.node].own = k - nodes_[cur.node].lo;
+        const uint32_t hi = nodes_[cur.node].hi;
+        const uint32_t first = static_cast<uint32_t>(nodes_.size());
+        while (k < hi) {
+            const uint8_t b = static_cast<uint8_t>(bytes_of(k)[cur.depth]);
+            uint32_t e = k;
+            while (e < hi && static_cast<uint8_t>(bytes_of(e)[cur.depth]) == b) ++e;
+            nodes_.push_back(Node{.lo = k, .hi = e, .byte = b});
+            k = e;
+        }
+        nodes_[cur.node].first_child = first;
+        nodes_[cur.node].num_children = static_cast<uint32_t>(nodes_.size()) - first;
+        for (uint32_t c = first; c < nodes_.size(); ++c) todo.push_back({c, cur.depth + 1});
+        max_len_ = std::max(max_len_, static_cast<int>(cur.depth));
+    }
+    // Bottom-up (children come after their parent): the longest token below, and which continuation
+    // states leave every path below plain string text.
+    for (size_t i = nodes_.size(); i-- > 1;) {
+        Node& nd = nodes_[i];
+        uint16_t rest = 0;
+        uint8_t safe = 0;
+        for (int p = 0; p < 4; ++p) {
+            const int next = plain_next(nd.byte, p);
+            bool ok = next >= 0;
+            for (uint32_t c = nd.first_child; ok && c < nd.first_child + nd.num_children; ++c)
+                ok = (nodes_[c].safe >> next) & 1;
+            if (ok) safe |= static_cast<uint8_t>(1u << p);
+        }
+        for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c)
+            rest = std::max(rest, nodes_[c].max_rest);
+        nd.max_rest = static_cast<uint16_t>(std::min(rest + 1, 65535));
+        nd.safe = safe;
+    }
+}
+
+void TokenTrie::take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) const {
+    for (uint32_t k = lo; k < hi; ++k) mask[order_[k]] = 1;
+    *count += hi - lo;
+}
+
+void TokenTrie::walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const {
+    const Node& nd = nodes_[node];
+    const JsonMatcher& cur = levels[static_cast<size_t>(depth)];
+    int room = 0, pending = 0;
+    const bool plain = cur.in_plain_string(&room, &pending);
+    for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
+        const Node& ch = nodes_[c];
+        if (plain && ((ch.safe >> pending) & 1) && ch.max_rest <= room) {
+            take(ch.lo, ch.hi, mask, count);
+            continue;
+        }
+        JsonMatcher& next = levels[static_cast<size_t>(depth) + 1];
+        next.threads_ = cur.threads_;
+        if (!next.feed_byte(ch.byte)) continue;
+        take(ch.lo, ch.lo + ch.own, mask, count);
+        if (ch.num_children > 0) walk(c, depth + 1, levels, mask, count);
+    }
+}
+
+int64_t TokenTrie::fill_mask(const JsonMatcher& m, std::vector<uint8_t>* mask, std::vector<JsonMatcher>* levels) const {
+    if (mask->size() < static_cast<size_t>(vocab_size_)) mask->resize(static_cast<size_t>(vocab_size_));
+    std::fill(mask->begin(), mask->end(), 0);
+    if (levels->size() < static_cast<size_t>(max_len_) + 2 || &(*levels)[0].grammar() != &m.grammar())
+        levels->assign(static_cast<size_t>(max_len_) + 2, m);
+    (*levels)[0].threads_ = m.threads_;
+    int64_t count = 0;
+    walk(0, 0, *levels, mask->data(), &count);
+    return count;
+}
+
+}  // namespace gptoss::structured

@@ -1,0 +1,170 @@
+// Structured outputs: JSON (optionally shaped by a JSON Schema) as a byte-level matcher, and the
+// set of vocabulary tokens that keep a partial output a prefix of some accepted document.
+//
+//   auto grammar = JsonGrammar::compile(schema);          // or JsonGrammar::any_object()
+//   JsonMatcher m(*grammar);
+//   m.feed("{\"a\":");                                   // false: not a prefix of any accepted text
+//   TokenTrie trie(token_bytes);                          // once per vocabulary
+//   trie.fill_mask(m, &mask);                             // mask[id] = 1 where feeding id's bytes stays valid
+//   m.accepting();                                        // a complete document (end of output allowed)
+//
+// The supported JSON Schema subset (as xgrammar's, which vLLM uses): type (one or a list), enum,
+// const, properties / required / additionalProperties (properties are generated in the schema's
+// order; without additionalProperties an object with properties takes no others, as OpenAI's strict
+// mode), items / prefixItems / minItems / maxItems, minLength / maxLength, anyOf / oneOf (matched as
+// anyOf), a one-element allOf, nullable, $ref into #/$defs or #/definitions (recursion allowed).
+// Annotations (title, description, default, examples, format, ...) are ignored. Validation keywords
+// the matcher cannot enforce (pattern, minimum, multipleOf, uniqueItems, not, if, ...) are refused
+// with an error naming them, rather than ignored.
+//
+// Bounds that keep generation finite: a run of whitespace is at most kMaxWhitespaceRun bytes, a
+// number at most kMaxNumberBytes, nesting at most kMaxDepth; at most kMaxThreads alternatives of an
+// anyOf are followed at once (the first ones).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace gptoss::structured {
+
+inline constexpr int kMaxWhitespaceRun = 40;
+inline constexpr int kMaxNumberBytes = 40;
+inline constexpr int kMaxDepth = 64;
+inline constexpr int kMaxThreads = 16;
+inline constexpr int kMaxNamedProperties = 64;  // per object (a 64-bit candidate set)
+inline constexpr int kMaxEnumValues = 64;
+
+struct SchemaNode {
+    enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kLiteral, kUnion };
+    Kind kind = Kind::kAny;
+    // kObject: named properties in order, their JSON-escaped names (the bytes between the quotes).
+    std::vector<std::string> names;
+    std::vector<int> props;  // node of each named property
+    uint64_t required = 0;   // bit i: names[i] is required
+    int additional = -1;     // node of other properties' values; -1: none allowed
+    // kArray
+    std::vector<int> prefix_items;
+    int items = -1;  // node of items past prefix_items; -1: none allowed
+    int min_items = 0, max_items = INT32_MAX;
+    // kString (characters: code points, an escape counts once)
+    int min_length = 0, max_length = INT32_MAX;
+    // kLiteral: compact JSON texts, one of which must be produced exactly
+    std::vector<std::string> literals;
+    // kUnion
+    std::vector<int> options;
+};
+
+class JsonGrammar {
+public:
+    // Any JSON object at the top (response_format {"type": "json_object"}).
+    static std::shared_ptr<const JsonGrammar> any_object();
+    // A JSON Schema (a boolean or an object). Errors name the keyword and its JSON pointer.
+    static StatusOr<std::shared_ptr<const JsonGrammar>> compile(const nlohmann::ordered_json& schema);
+
+    const SchemaNode& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
+    int root() const { return root_; }
+    // The nodes an unconstrained value takes by its first byte.
+    int any_node() const { return any_; }
+    int any_object_node() const { return any_object_; }
+    int any_array_node() const { return any_array_; }
+    int any_string_node() const { return any_string_; }
+    int any_number_node() const { return any_number_; }
+    int bool_node() const { return bool_; }
+    int null_node() const { return null_; }
+
+private:
+    friend class SchemaCompiler;
+    JsonGrammar();
+    int add(SchemaNode n);
+    std::vector<SchemaNode> nodes_;
+    int root_ = 0, any_ = 0, any_object_ = 0, any_array_ = 0, any_string_ = 0, any_number_ = 0, bool_ = 0, null_ = 0;
+};
+
+// One position of the pushdown matcher.
+struct JsonFrame {
+    enum Kind : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral };
+    int32_t node = 0;
+    uint8_t kind = kValue;
+    uint8_t phase = 0;
+    uint8_t esc = 0;      // string / key: 0 plain, 1 after '\', 2-5 hex digits left + 1
+    uint8_t pending = 0;  // string / key: UTF-8 continuation bytes still expected
+    int32_t count = 0;  // object: next named property; array: items begun; string: characters; number / literal: bytes
+    int32_t aux = 0;    // object: the value node of the key just read; key: its length in bytes
+    uint64_t cand = 0;  // object key: named properties it may still be; literal: literals it may still be
+    bool operator==(const JsonFrame&) const = default;
+};
+
+struct JsonThread {
+    std::vector<JsonFrame> stack;  // empty: the document is complete
+    int ws_run = 0;
+    bool operator==(const JsonThread&) const = default;
+};
+
+class JsonMatcher {
+public:
+    explicit JsonMatcher(const JsonGrammar& grammar);
+
+    // Feeds bytes; false (and the matcher unchanged) if they leave no accepted continuation.
+    bool feed(std::string_view bytes);
+    bool feed_byte(uint8_t c);
+    // A complete document: the output may end here.
+    bool accepting() const;
+    // The plain inside of a string (no escape or partial character pending, one alternative) whose
+    // characters are unrestricted, or restricted only by a maximum length: `room` gets the characters
+    // still allowed (INT32_MAX: any), `pending` the continuation bytes of a character begun. Used by
+    // TokenTrie to accept whole subtrees at once.
+    bool in_plain_string(int* room, int* pending) const;
+    bool dead() const { return threads_.empty(); }
+    const JsonGrammar& grammar() const { return *g_; }
+
+private:
+    friend class TokenTrie;
+    bool step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* out) const;
+    bool start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>* out) const;
+    void finish_value(JsonThread& t) const;
+    bool push_value(JsonThread& t, int node) const;
+
+    const JsonGrammar* g_;
+    std::vector<JsonThread> threads_;
+    std::vector<JsonThread> scratch_;
+};
+
+// The ordinary tokens of a vocabulary as a byte trie: for a matcher, the tokens whose bytes it
+// accepts. Built once per vocabulary (~1 s for 200k tokens), shared by every request.
+class TokenTrie {
+public:
+    // token_bytes[id]: the bytes of token id; empty for ids that are never allowed (special tokens,
+    // ids past the tokenizer's vocabulary).
+    explicit TokenTrie(const std::vector<std::string>& token_bytes);
+    int vocab_size() const { return vocab_size_; }
+    // mask[id] = 1 for every token that `m` accepts, 0 for every other (mask: vocab_size() entries or
+    // more); returns the count allowed. `levels`: the caller's scratch (fill_mask keeps no state).
+    int64_t fill_mask(const JsonMatcher& m, std::vector<uint8_t>* mask, std::vector<JsonMatcher>* levels) const;
+
+private:
+    struct Node {
+        uint32_t first_child = 0;
+        uint32_t num_children = 0;
+        uint32_t lo = 0, hi = 0;  // the subtree's tokens: order_[lo, hi), those ending here first
+        uint32_t own = 0;         // how many end here
+        uint16_t max_rest = 0;    // the longest token below, in bytes past this node's parent
+        uint8_t byte = 0;
+        uint8_t safe =
+            0;  // bit p: every path from this byte down is plain string text when p continuation bytes are due
+    };
+    void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
+    void take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) const;
+    int vocab_size_;
+    int max_len_ = 0;
+    std::vector<Node> nodes_;     // nodes_[0]: the root; a node's children are contiguous
+    std::vector<int32_t> order_;  // token ids by their bytes
+};
+
+}  // namespace gptoss::structured

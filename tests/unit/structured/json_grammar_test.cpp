@@ -1,0 +1,211 @@
+#include "structured/json_grammar.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace gptoss::structured {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::shared_ptr<const JsonGrammar> compile(const char* schema) {
+    auto g = JsonGrammar::compile(Json::parse(schema));
+    EXPECT_TRUE(g.ok()) << g.status().to_string();
+    return g.ok() ? *g : nullptr;
+}
+
+// Whether `text` is accepted whole (a complete document), and whether it is a prefix of one.
+bool complete(const JsonGrammar& g, std::string_view text) {
+    JsonMatcher m(g);
+    return m.feed(text) && m.accepting();
+}
+bool prefix(const JsonGrammar& g, std::string_view text) {
+    JsonMatcher m(g);
+    return m.feed(text);
+}
+
+TEST(JsonGrammar, AnyObjectAcceptsJsonObjectsOnly) {
+    auto g = JsonGrammar::any_object();
+    for (const char* ok : {"{}", "{\"a\":1}", " { \"a\" : [1, -2.5e+3, true, null, \"x\\u00e9\\n\", {}] } ",
+                           "{\"k\":{\"n\":{\"m\":[[],[{}]]}},\"k\":0}", "{\"\xc3\xa9\":\"\xe2\x82\xac\"}"})
+        EXPECT_TRUE(complete(*g, ok)) << ok;
+    for (const char* bad : {"[]", "1", "\"s\"", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{,}", "{\"a\":01}", "{\"a\":1.}",
+                            "{\"a\":tru}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}", "{'a':1}", "{\"a\":\"\xc3\"}",
+                            "{\"a\":\"\xff\"}", "{\"a\":1}}", "{\"a\":-}"})
+        EXPECT_FALSE(complete(*g, bad)) << bad;
+    // Prefixes of documents are accepted as such, not as complete.
+    EXPECT_TRUE(prefix(*g, "{\"a\":[1,"));
+    EXPECT_FALSE(complete(*g, "{\"a\":[1,"));
+    EXPECT_TRUE(prefix(*g, "{\"a\":\"\xe2\x82"));  // a character split between tokens
+    EXPECT_FALSE(prefix(*g, "x"));
+}
+
+TEST(JsonGrammar, WhitespaceRunsAndNumbersAreBounded) {
+    auto g = JsonGrammar::any_object();
+    // (std::string::append: GCC 12 warns falsely on operator+ here.)
+    auto text = [](const char* head, int n, char c) { return std::string(head).append(static_cast<size_t>(n), c); };
+    EXPECT_TRUE(prefix(*g, text("{", kMaxWhitespaceRun, ' ')));
+    EXPECT_FALSE(prefix(*g, text("{", kMaxWhitespaceRun + 1, ' ')));
+    EXPECT_TRUE(prefix(*g, text("{\"a\":", kMaxNumberBytes, '1')));
+    EXPECT_FALSE(prefix(*g, text("{\"a\":", kMaxNumberBytes + 1, '1')));
+    // Spaces inside strings are not whitespace runs.
+    EXPECT_TRUE(prefix(*g, text("{\"a\":\"", 3 * kMaxWhitespaceRun, ' ')));
+    // Depth.
+    std::string deep = "{\"a\":";
+    for (int i = 0; i < kMaxDepth; ++i) deep += "[";
+    EXPECT_FALSE(prefix(*g, deep));
+}
+
+TEST(JsonGrammar, ObjectPropertiesInOrderWithRequired) {
+    auto g = compile(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},
+                         "tags":{"type":"array","items":{"type":"string"}}},"required":["name","tags"]})");
+    EXPECT_TRUE(complete(*g, R"({"name":"x","age":3,"tags":[]})"));
+    EXPECT_TRUE(complete(*g, R"({"name":"x","tags":["a","b"]})"));
+    EXPECT_TRUE(complete(*g, "{\n  \"name\": \"x\",\n  \"tags\": [ \"a\" ]\n}"));
+    EXPECT_FALSE(complete(*g, R"({"name":"x"})"));                      // tags required
+    EXPECT_FALSE(prefix(*g, R"({"age":3)"));                            // name must come first
+    EXPECT_FALSE(prefix(*g, R"({"name":"x","name")"));                  // no repeats
+    EXPECT_FALSE(prefix(*g, R"({"name":"x","other")"));                 // no additional properties
+    EXPECT_FALSE(prefix(*g, R"({"name":"x","age":3.5)"));               // integer
+    EXPECT_FALSE(prefix(*g, R"({"name":1)"));                           // string
+    EXPECT_FALSE(prefix(*g, R"({"name":"x","tags":[1)"));               // items are strings
+    EXPECT_FALSE(prefix(*g, R"({"nam")") && !prefix(*g, R"({"name)"));  // a key prefix is fine
+    EXPECT_TRUE(prefix(*g, R"({"nam)"));
+    EXPECT_FALSE(prefix(*g, R"({"nb)"));
+}
+
+TEST(JsonGrammar, AdditionalPropertiesAndPrefixKeys) {
+    auto g = compile(R"({"type":"object","properties":{"a":{"type":"integer"},"ab":{"type":"boolean"}},
+                         "additionalProperties":{"type":"null"}})");
+    EXPECT_TRUE(complete(*g, R"({"a":1,"ab":true,"zz":null})"));
+    EXPECT_TRUE(complete(*g, R"({"ab":false})"));
+    EXPECT_TRUE(complete(*g, R"({"abc":null})"));
+    EXPECT_FALSE(complete(*g, R"({"abc":1})"));
+    EXPECT_FALSE(complete(*g, R"({"zz":null,"a":1})"));  // named ones come before the others
+    EXPECT_FALSE(complete(*g, R"({"ab":true,"a":1})"));  // a is out of order
+}
+
+TEST(JsonGrammar, EnumsConstsUnionsAndNullable) {
+    auto g = compile(R"({"type":"object","properties":{
+        "unit":{"enum":["celsius","fahrenheit"]},
+        "n":{"enum":[1,12,"12"]},
+        "c":{"const":{"x":[1,2]}},
+        "u":{"anyOf":[{"type":"string"},{"type":"integer"},{"type":"object","properties":{"k":{"type":"null"}}}]},
+        "o":{"type":["boolean","null"]},
+        "s":{"type":"string","nullable":true}},
+        "required":["unit","n","c","u","o","s"]})");
+    EXPECT_TRUE(complete(*g, R"({"unit":"celsius","n":12,"c":{"x":[1,2]},"u":"s","o":null,"s":null})"));
+    EXPECT_TRUE(complete(*g, R"({"unit":"fahrenheit","n":1,"c":{"x":[1,2]},"u":5,"o":true,"s":"t"})"));
+    EXPECT_TRUE(complete(*g, R"({"unit":"fahrenheit","n":"12","c":{"x":[1,2]},"u":{"k":null},"o":false,"s":""})"));
+    EXPECT_FALSE(prefix(*g, R"({"unit":"kelvin")"));
+    EXPECT_FALSE(prefix(*g, R"({"unit":"celsius","n":2)"));
+    EXPECT_FALSE(prefix(*g, R"({"unit":"celsius","n":123)"));
+    EXPECT_FALSE(prefix(*g, R"({"unit":"celsius","n":1,"c":{"x":[2)"));
+    EXPECT_FALSE(prefix(*g, R"({"unit":"celsius","n":1,"c":{"x":[1,2]},"u":true)"));
+    EXPECT_FALSE(prefix(*g, R"({"unit":"celsius","n":1,"c":{"x":[1,2]},"u":1,"o":"x")"));
+}
+
+TEST(JsonGrammar, ArraysStringsAndRefs) {
+    auto g = compile(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
+                           "kids":{"type":"array","items":{"$ref":"#/$defs/node"},"maxItems":2}},
+                           "required":["v"]}},
+                         "type":"object","properties":{
+                           "tree":{"$ref":"#/$defs/node"},
+                           "pair":{"type":"array","prefixItems":[{"type":"string"},{"type":"number"}],"items":false},
+                           "code":{"type":"string","minLength":2,"maxLength":3}},
+                         "required":["tree","pair","code"]})");
+    EXPECT_TRUE(complete(*g, R"({"tree":{"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]},"pair":["a",1.5],"code":"ab"})"));
+    EXPECT_TRUE(complete(*g, R"({"tree":{"v":1},"pair":["a",0],"code":"\u00e9\n\u0041"})"));
+    EXPECT_FALSE(prefix(*g, R"({"tree":{"v":1,"kids":[{"v":2},{"v":3},)"));      // maxItems 2
+    EXPECT_FALSE(prefix(*g, R"({"tree":{"v":1},"pair":["a",1,)"));               // items false
+    EXPECT_FALSE(prefix(*g, R"({"tree":{"v":1},"pair":["a",1],"code":"a")"));    // minLength
+    EXPECT_FALSE(prefix(*g, R"({"tree":{"v":1},"pair":["a",1],"code":"abcd)"));  // maxLength
+    EXPECT_TRUE(prefix(*g, "{\"tree\":{\"v\":1},\"pair\":[\"a\",1],\"code\":\"\xc3\xa9\xc3\xa9\xc3\xa9"));
+    EXPECT_FALSE(prefix(*g, "{\"tree\":{\"v\":1},\"pair\":[\"a\",1],\"code\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3"));
+}
+
+TEST(JsonGrammar, TopLevelScalarsEndWhereTheTextEnds) {
+    auto num = compile(R"({"type":"number"})");
+    EXPECT_TRUE(complete(*num, "12"));
+    EXPECT_TRUE(complete(*num, "-0.5e3 "));
+    EXPECT_FALSE(complete(*num, "1."));
+    auto lit = compile(R"({"enum":[1,12]})");
+    EXPECT_TRUE(complete(*lit, "1"));
+    EXPECT_TRUE(complete(*lit, "12"));
+    EXPECT_FALSE(complete(*lit, "2"));
+    EXPECT_TRUE(complete(*compile("true"), "[{\"x\":null}]"));
+}
+
+TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
+    const std::pair<const char*, const char*> cases[] = {
+        {R"({"type":"string","pattern":"^a"})", "/pattern"},
+        {R"({"type":"integer","minimum":0})", "/minimum"},
+        {R"({"type":"thing"})", "/type"},
+        {R"({"properties":{"a":{}},"required":["b"]})", "/required/0"},
+        {R"({"$ref":"#/$defs/missing"})", "names nothing"},
+        {R"({"$ref":"https://example.com/s.json"})", "only references"},
+        {R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", "cycle"},
+        {"false", "no value"},
+        {"3", "must be an object"},
+        {R"({"type":"array","minItems":3,"maxItems":2})", "/minItems"},
+        {R"({"enum":[]})", "/enum"},
+        {R"({"allOf":[{"type":"string"},{"minLength":1}]})", "/allOf"},
+    };
+    for (const auto& [schema, what] : cases) {
+        auto g = JsonGrammar::compile(Json::parse(schema));
+        ASSERT_FALSE(g.ok()) << schema;
+        EXPECT_NE(g.status().to_string().find(what), std::string::npos) << schema << ": " << g.status().to_string();
+    }
+    // Annotations are ignored.
+    EXPECT_TRUE(JsonGrammar::compile(Json::parse(R"({"title":"T","description":"d","type":"string","format":"date",
+                                                     "default":"x","examples":["y"],"$schema":"s"})"))
+                    .ok());
+}
+
+// The token mask against the byte matcher: a token is in the mask exactly when feeding its bytes
+// succeeds, for every state along random documents (the subtree shortcut included).
+TEST(TokenTrie, MaskEqualsFeedingEachToken) {
+    std::vector<std::string> vocab;
+    for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+    for (const char* t :
+         {"{\"",    "\":",         "\",",          "\"}",      "\"}}",     "},",     "]}",          "[\"",      "name",
+          "na",     "nam",         "ab",           "abc",      " \"",      "  ",     "\n  ",        "\\n",      "\\u00",
+          "true",   "null",        "false",        "12",       "-1",       ".5",     "e+",          "\xc3\xa9", "\xc3",
+          "\xa9\"", "caf\xc3\xa9", "\xe2\x82\xac", "\xe2\x82", "\x82\xac", "\"\xe2", "hello world", " world",   "x\"",
+          "\"x",    ",\"",         "\":\"",        "\": ",     "\":[",     "1,",     "\t",          "\r\n"})
+        vocab.push_back(t);
+    vocab.push_back("");  // an id that is never allowed (a special)
+    TokenTrie trie(vocab);
+    auto schemas = {
+        JsonGrammar::any_object(),
+        compile(R"({"type":"object","properties":{"name":{"type":"string","maxLength":5},
+                    "tags":{"type":"array","items":{"enum":["ab","abc",12]}}},"required":["name"]})"),
+    };
+    std::mt19937 rng(7);
+    std::vector<uint8_t> mask;
+    std::vector<JsonMatcher> levels;
+    for (const auto& g : schemas) {
+        for (int doc = 0; doc < 20; ++doc) {
+            JsonMatcher m(*g);
+            for (int step = 0; step < 40; ++step) {
+                const int64_t n = trie.fill_mask(m, &mask, &levels);
+                std::vector<int> allowed;
+                for (size_t id = 0; id < vocab.size(); ++id) {
+                    JsonMatcher probe = m;
+                    const bool fits = !vocab[id].empty() && probe.feed(vocab[id]);
+                    ASSERT_EQ(mask[id] != 0, fits) << "token '" << vocab[id] << "' at step " << step;
+                    if (fits) allowed.push_back(static_cast<int>(id));
+                }
+                ASSERT_EQ(n, static_cast<int64_t>(allowed.size()));
+                if (m.accepting() || allowed.empty()) break;
+                ASSERT_TRUE(m.feed(vocab[static_cast<size_t>(allowed[rng() % allowed.size()])]));
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace gptoss::structured
