@@ -20,6 +20,7 @@
 #include "model/gpt_oss_forward.h"
 #include "model/random_checkpoint.h"
 #include "runtime/cpu_model_runner.h"
+#include "runtime/token_constraint.h"
 
 namespace gptoss::runtime {
 namespace {
@@ -472,6 +473,84 @@ TEST_F(EngineTest, ShutdownCancelsWhatIsLeft) {
         EXPECT_TRUE(g.finish == FinishReason::kCancelled || g.finish == FinishReason::kLength);
     }
     hs.clear();  // handles outlive the engine safely
+}
+
+// A constraint that allows, at output index i, only the ids congruent to i mod 5 (until `free_after`
+// tokens, then none): every drawn token must obey the mask of its own position, so the engine must
+// ask before each draw and report each emitted token.
+class ModuloConstraint : public TokenConstraint {
+public:
+    ModuloConstraint(int vocab, int free_after) : vocab_(vocab), free_after_(free_after) {}
+    bool allowed_next(std::vector<uint8_t>* mask) override {
+        if (n_ >= free_after_) return false;
+        mask->assign(static_cast<size_t>(vocab_), 0);
+        for (int id = n_ % 5; id < vocab_; id += 5) (*mask)[static_cast<size_t>(id)] = 1;
+        return true;
+    }
+    void accept(int32_t) override { ++n_; }
+
+private:
+    int vocab_, free_after_, n_ = 0;
+};
+
+class ModuloFactory : public TokenConstraintFactory {
+public:
+    ModuloFactory(int vocab, int free_after) : vocab_(vocab), free_after_(free_after) {}
+    std::unique_ptr<TokenConstraint> start() const override {
+        ++started;
+        return std::make_unique<ModuloConstraint>(vocab_, free_after_);
+    }
+    mutable std::atomic<int> started{0};
+
+private:
+    int vocab_, free_after_;
+};
+
+TEST_F(EngineTest, ConstrainedRequestsDrawOnlyAllowedTokens) {
+    const int V = small_config().vocab_size;
+    auto factory = std::make_shared<ModuloFactory>(V, 1000);
+    for (bool device : {true, false}) {
+        for (int spec : {0, 3}) {
+            auto runner = std::make_unique<DeviceSamplingRunner>(weights_);
+            DeviceSamplingRunner* r = runner.get();
+            EngineConfig cfg = test_config();
+            cfg.device_sampling = device;
+            if (spec > 0) cfg.speculative = SpeculativeConfig{.num_tokens = spec, .ngram_min = 1, .ngram_max = 3};
+            auto engine = Engine::create(std::move(runner), cfg);
+            ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+            std::vector<RequestHandle> hs;
+            // Greedy and seeded constrained requests beside an unconstrained greedy one (a repetitive
+            // prompt, so that n-gram drafts would be proposed).
+            std::vector<int32_t> prompt = random_ids(6, 300, 90);
+            for (int k = 0; k < 3; ++k) prompt.insert(prompt.end(), prompt.begin(), prompt.begin() + 6);
+            for (float t : {0.0f, 1.0f}) {
+                Request req{.prompt = prompt, .sampling = {.temperature = t, .seed = 5}, .max_tokens = 16};
+                req.constraint = factory;
+                auto h = (*engine)->submit(req);
+                ASSERT_TRUE(h.ok());
+                hs.push_back(std::move(*h));
+            }
+            auto free =
+                (*engine)->submit(Request{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 16});
+            ASSERT_TRUE(free.ok());
+            for (int k = 0; k < 2; ++k) {
+                const Generation g = collect(hs[static_cast<size_t>(k)]);
+                ASSERT_EQ(g.ids.size(), 16u) << describe(g);
+                for (size_t i = 0; i < g.ids.size(); ++i)
+                    EXPECT_EQ(g.ids[i] % 5, static_cast<int32_t>(i % 5)) << device << spec << " " << describe(g);
+            }
+            const Generation g = collect(*free);
+            EXPECT_EQ(g.ids.size(), 16u);
+            // The unconstrained one is not all congruent (it would be by chance with odds 5^-15).
+            bool all = true;
+            for (size_t i = 0; i < g.ids.size(); ++i) all = all && g.ids[i] % 5 == static_cast<int32_t>(i % 5);
+            EXPECT_FALSE(all) << describe(g);
+            if (device) {
+                EXPECT_EQ(r->host_rows, 2 * 16) << "constrained rows are drawn on the host";
+            }
+        }
+    }
+    EXPECT_EQ(factory->started.load(), 8);
 }
 
 TEST_F(EngineTest, RejectsAKvBudgetTooSmallForTheWindow) {

@@ -78,6 +78,68 @@ TEST_F(GenerationOutputTest, ChatToolCall) {
     EXPECT_NE(prompt.find("type get_weather = (_: {"), std::string::npos) << prompt;
 }
 
+// response_format json_schema: the developer message names the format (HARMONY.md §4.4), the engine
+// request carries a constraint that leaves the analysis free and holds the final message to the
+// schema, and the JSON answer comes back as the content.
+TEST_F(GenerationOutputTest, StructuredOutputsRenderAndConstrainTheFinalMessage) {
+    const std::string reply =
+        "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>{\"x\": "
+        "1.5}<|return|>";
+    script(reply);
+    Json j = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"A point?"}],
+        "response_format":{"type":"json_schema","json_schema":{"name":"point","description":"A point",
+        "schema":{"type":"object","properties":{"x":{"type":"number"}},"required":["x"]},"strict":true}}})");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "{\"x\": 1.5}");
+    const EngineRequest req = server_.engine.last_request();
+    const std::string prompt = *test_tokenizer()->decode(req.prompt);
+    EXPECT_NE(prompt.find("<|start|>developer<|message|># Response Formats\n\n## point\n\n// A point\n"
+                          "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"number\"}},\"required\":[\"x\"]}"
+                          "<|end|>"),
+              std::string::npos)
+        << prompt;
+    ASSERT_NE(req.constraint, nullptr);
+    // Replaying the scripted reply through the request's constraint: free until the final message,
+    // then each token of it allowed, the ones that break the schema not, <|return|> only at the end.
+    auto c = req.constraint->start();
+    std::vector<uint8_t> mask;
+    const std::vector<int32_t> ids = harmony_ids(reply);
+    const int32_t ret = *test_tokenizer()->special_token_id("<|return|>");
+    bool constrained = false;
+    for (int32_t id : ids) {
+        const bool masked = c->allowed_next(&mask);
+        if (masked) {
+            EXPECT_TRUE(mask[static_cast<size_t>(id)]) << id;
+            EXPECT_EQ(mask[static_cast<size_t>(ret)] != 0, id == ret);
+            if (!constrained) {  // the message's first token: an object opens (or whitespace)
+                for (const char* bad : {"}", "\"", "true", "[", "Sure"})
+                    for (int32_t b : test_tokenizer()->encode_ordinary(bad))
+                        EXPECT_FALSE(mask[static_cast<size_t>(b)]) << bad;
+                for (int32_t b : test_tokenizer()->encode_ordinary("{")) EXPECT_TRUE(mask[static_cast<size_t>(b)]);
+            }
+            constrained = true;
+        }
+        c->accept(id);
+    }
+    EXPECT_TRUE(constrained);
+    // json_object: no section, an object constraint; text: none.
+    post_json("/v1/chat/completions",
+              R"({"messages":[{"role":"user","content":"JSON please"}],"response_format":{"type":"json_object"}})");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    EXPECT_EQ(test_tokenizer()->decode(server_.engine.last_request().prompt)->find("# Response Formats"),
+              std::string::npos);
+    post_json("/v1/chat/completions",
+              R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})");
+    EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
+    // Responses: text.format json_schema, echoed back.
+    Json r = post_json("/v1/responses", R"({"input":"A point?","text":{"format":{"type":"json_schema","name":"point",
+        "schema":{"type":"object","properties":{"x":{"type":"number"}}}}}})");
+    EXPECT_EQ(r["output"][1]["content"][0]["text"], "{\"x\": 1.5}") << r.dump();
+    EXPECT_EQ(r["text"]["format"]["name"], "point");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    EXPECT_NE(test_tokenizer()->decode(server_.engine.last_request().prompt)->find("## point\n\n{\"type\":\"object\""),
+              std::string::npos);
+}
+
 TEST_F(GenerationOutputTest, ChatToolCallStreamed) {
     script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
     bool done = false;

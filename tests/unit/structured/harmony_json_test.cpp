@@ -1,0 +1,201 @@
+#include "structured/harmony_json.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "unit/tokenizer/tokenizer_fixture.h"
+
+namespace gptoss::structured {
+namespace {
+
+// A toy vocabulary: the 256 bytes, some words, then the Harmony specials (no bytes).
+class HarmonyJsonTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        for (int b = 0; b < 256; ++b) bytes_.push_back(std::string(1, static_cast<char>(b)));
+        for (const char* w : {"analysis", "final", "commentary", " to=functions.f", "json", "assistant", "{\"",
+                              "\":", "\"}", "hello", " "})
+            add(w);
+        for (const char* s :
+             {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|return|>", "<|call|>", "<|constrain|>"}) {
+            special_[s] = static_cast<int32_t>(bytes_.size());
+            bytes_.push_back("");
+        }
+        bytes_.resize(bytes_.size() + 3);  // unused ids past the tokenizer's vocabulary
+        HarmonyTokenIds ids{.start = special_["<|start|>"],
+                            .channel = special_["<|channel|>"],
+                            .message = special_["<|message|>"],
+                            .end = special_["<|end|>"],
+                            .ret = special_["<|return|>"],
+                            .call = special_["<|call|>"]};
+        so_ = std::make_shared<HarmonyStructuredOutputs>(bytes_, ids);
+    }
+    void add(const std::string& w) {
+        words_[w] = static_cast<int32_t>(bytes_.size());
+        bytes_.push_back(w);
+    }
+    int32_t id(const std::string& s) const {
+        if (auto it = special_.find(s); it != special_.end()) return it->second;
+        if (auto it = words_.find(s); it != words_.end()) return it->second;
+        EXPECT_EQ(s.size(), 1u) << s;
+        return static_cast<uint8_t>(s[0]);
+    }
+    void feed(runtime::TokenConstraint& c, std::initializer_list<const char*> toks) const {
+        for (const char* t : toks) c.accept(id(t));
+    }
+
+    std::vector<std::string> bytes_;
+    std::map<std::string, int32_t> special_, words_;
+    std::shared_ptr<HarmonyStructuredOutputs> so_;
+};
+
+TEST_F(HarmonyJsonTest, OnlyTheFinalMessageIsConstrained) {
+    auto c = so_->final_json(JsonGrammar::any_object())->start();
+    std::vector<uint8_t> mask;
+    // The analysis header and body are free.
+    EXPECT_FALSE(c->allowed_next(&mask));
+    feed(*c, {"<|channel|>", "analysis", "<|message|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+    feed(*c, {"hello", "<|end|>", "<|start|>", "assistant"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+    // A commentary tool call is free too.
+    feed(*c, {"<|channel|>", "commentary", " to=functions.f", " ", "<|constrain|>", "json", "<|message|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+    feed(*c, {"x", "<|call|>", "<|start|>", "assistant", "<|channel|>", "final", " ", "<|constrain|>", "json"});
+    EXPECT_FALSE(c->allowed_next(&mask));  // still in the header
+    feed(*c, {"<|message|>"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    ASSERT_EQ(mask.size(), bytes_.size());
+    EXPECT_TRUE(mask[static_cast<size_t>(id("{"))]);
+    EXPECT_TRUE(mask[static_cast<size_t>(id("{\""))]);
+    EXPECT_TRUE(mask[static_cast<size_t>(id(" "))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("\""))]);
+    for (const char* s : {"<|return|>", "<|end|>", "<|start|>", "<|channel|>", "<|message|>", "<|call|>"})
+        EXPECT_FALSE(mask[static_cast<size_t>(id(s))]) << s;
+    for (size_t i = bytes_.size() - 3; i < bytes_.size(); ++i) EXPECT_FALSE(mask[i]);
+    feed(*c, {"{\"", "hello", "\":"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|return|>"))]);
+    EXPECT_TRUE(mask[static_cast<size_t>(id("1"))]);
+    feed(*c, {"1", "}"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|return|>"))]);  // complete: the end is allowed
+    EXPECT_TRUE(mask[static_cast<size_t>(id(" "))]);           // and trailing whitespace
+    EXPECT_FALSE(mask[static_cast<size_t>(id(","))]);
+    feed(*c, {"<|return|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+}
+
+TEST_F(HarmonyJsonTest, TheForcedStartOfTheReplyIsFollowedFirst) {
+    auto schema = JsonGrammar::compile(nlohmann::ordered_json::parse(R"({"enum":["hello"]})"));
+    ASSERT_TRUE(schema.ok());
+    auto factory = so_->final_json(*schema, {id("<|channel|>"), id("final"), id("<|message|>")});
+    auto c = factory->start();
+    std::vector<uint8_t> mask;
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("\""))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("{"))]);
+    feed(*c, {"\"", "hello"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    int64_t n = 0;
+    for (uint8_t m : mask) n += m;
+    EXPECT_EQ(n, 1);  // the closing quote alone ('"}' would go past the literal)
+    EXPECT_TRUE(mask[static_cast<size_t>(id("\""))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("\"}"))]);
+    // Each start is its own state.
+    auto other = factory->start();
+    ASSERT_TRUE(other->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("\""))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("h"))]);
+}
+
+}  // namespace
+}  // namespace gptoss::structured
+
+namespace gptoss::structured {
+namespace {
+
+// The o200k_harmony vocabulary: random documents drawn token by token under the masks end as
+// documents of the schema, and the mask agrees with feeding the token's bytes on a sample of ids at
+// every step (multi-byte characters split across tokens included).
+TEST(HarmonyJsonO200k, RandomDocumentsUnderTheMaskMatchTheSchema) {
+    GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto so = HarmonyStructuredOutputs::create(*tok, 201088);
+    ASSERT_TRUE(so.ok()) << so.status().to_string();
+    (*so)->trie();
+    const double build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    auto schema = JsonGrammar::compile(nlohmann::ordered_json::parse(R"({"type":"object","properties":{
+        "name":{"type":"string","maxLength":12},
+        "kind":{"enum":["cat","dog",3]},
+        "scores":{"type":"array","items":{"type":"number"},"maxItems":4},
+        "ok":{"type":"boolean"},
+        "child":{"anyOf":[{"type":"null"},{"type":"object","properties":{"v":{"type":"integer"}},"required":["v"]}]}},
+        "required":["name","kind","scores","ok","child"]})"));
+    ASSERT_TRUE(schema.ok()) << schema.status().to_string();
+    const HarmonyTokenIds& ids = (*so)->ids();
+    const std::vector<std::string>& bytes = (*so)->token_bytes();
+    std::mt19937 rng(3);
+    std::vector<uint8_t> mask;
+    int complete = 0, steps = 0;
+    double mask_ms = 0;
+    for (int doc = 0; doc < 12; ++doc) {
+        auto c = (*so)->final_json(*schema, {ids.channel})->start();
+        for (int32_t t : tok->encode_ordinary("final")) c->accept(t);
+        c->accept(ids.message);
+        JsonMatcher m(**schema);
+        std::string text;
+        for (int step = 0; step < 300; ++step, ++steps) {
+            const auto s0 = std::chrono::steady_clock::now();
+            ASSERT_TRUE(c->allowed_next(&mask));
+            mask_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+            ASSERT_EQ(mask.size(), 201088u);
+            for (int k = 0; k < 300; ++k) {
+                const size_t id = rng() % mask.size();
+                if (bytes[id].empty()) {
+                    ASSERT_TRUE(!mask[id] || static_cast<int32_t>(id) == ids.ret) << id;
+                    continue;
+                }
+                JsonMatcher probe = m;
+                ASSERT_EQ(mask[id] != 0, probe.feed(bytes[id]))
+                    << "id " << id << " '" << bytes[id] << "' after " << text;
+            }
+            std::vector<int32_t> allowed, closing;
+            for (size_t id = 0; id < mask.size(); ++id) {
+                if (!mask[id]) continue;
+                allowed.push_back(static_cast<int32_t>(id));
+                if (!bytes[id].empty() && bytes[id].find_first_of("\"}],") != std::string::npos)
+                    closing.push_back(static_cast<int32_t>(id));
+            }
+            ASSERT_FALSE(allowed.empty());
+            if (mask[static_cast<size_t>(ids.ret)] && rng() % 2 == 0) {
+                ++complete;
+                EXPECT_TRUE(m.accepting());
+                const auto j = nlohmann::ordered_json::parse(text);
+                EXPECT_TRUE(j["name"].is_string() && j["scores"].is_array() && j["ok"].is_boolean()) << text;
+                EXPECT_TRUE(j["kind"] == "cat" || j["kind"] == "dog" || j["kind"] == 3) << text;
+                EXPECT_TRUE(j["child"].is_null() || j["child"]["v"].is_number_integer()) << text;
+                EXPECT_LE(j["scores"].size(), 4u);
+                break;
+            }
+            const std::vector<int32_t>& pool = !closing.empty() && rng() % 3 == 0 ? closing : allowed;
+            const int32_t pick = pool[rng() % pool.size()];
+            if (pick == ids.ret) continue;
+            c->accept(pick);
+            ASSERT_TRUE(m.feed(bytes[static_cast<size_t>(pick)]));
+            text += bytes[static_cast<size_t>(pick)];
+        }
+    }
+    EXPECT_GE(complete, 6) << "too few documents completed to check";
+    std::printf("trie build %.0f ms; mask %.2f ms a step over %d steps\n", build_ms, mask_ms / steps, steps);
+}
+
+}  // namespace
+}  // namespace gptoss::structured
