@@ -143,6 +143,36 @@ private:
 std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
 // Sampling fields shared by the three endpoints.
+// A JSON Schema given as an object (or a boolean), or as a string of JSON text (vLLM takes both for
+// guided_json), compiled; errors (bad JSON, keywords the output cannot be held to) name `key`.
+std::shared_ptr<const structured::JsonGrammar> schema_grammar(Fields& f, const char* key, const Json& v) {
+    Json schema;
+    if (v.is_string()) {
+        const std::string& text = v.get_ref<const std::string&>();
+        if (std::string why = json_shape_error(text, kMaxJsonDepth, kMaxJsonMembers); !why.empty()) {
+            f.fail(key, why);
+            return nullptr;
+        }
+        try {
+            schema = Json::parse(text);
+        } catch (const Json::exception&) {
+            f.fail(key, "is not valid JSON");
+            return nullptr;
+        }
+    } else if (v.is_object() || v.is_boolean()) {
+        schema = v;
+    } else {
+        f.fail(key, "must be a JSON Schema (an object, or a string of one), not " + type_name(v));
+        return nullptr;
+    }
+    auto g = structured::JsonGrammar::compile(schema);
+    if (!g.ok()) {
+        f.fail(key, g.status().message());
+        return nullptr;
+    }
+    return *g;
+}
+
 void read_sampling(Fields& f, SamplingRequest* out) {
     if (auto t = f.number("temperature", 0.0, 2.0)) out->sampling.temperature = static_cast<float>(*t);
     // top_p 0 (OpenAI's range is 0-1 inclusive) keeps only the most probable token, as the
@@ -201,16 +231,51 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
     out->ignore_eos = f.boolean("ignore_eos").value_or(false);
     // vLLM's fields this server cannot honour are refused, not ignored: min_tokens needs the stop ids masked in the
-    // sampler, the guided / structured forms need constrained decoding (as response_format's JSON modes), bad_words
-    // a banned-sequence filter.
+    // sampler, bad_words a banned-sequence filter, the guided forms other than JSON (regex, choice, grammar)
+    // a grammar this server does not build.
     if (f.integer("min_tokens", 0, INT32_MAX).value_or(0) > 0)
         f.fail_status(unimplemented(f.param("min_tokens") + ": is not supported (only 0)"));
-    for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"}) {
+    for (const char* key : {"guided_regex", "guided_choice", "guided_grammar"}) {
         if (f.ok() && f.has(key))
-            f.fail_status(unimplemented(f.param(key) + ": is not supported (no constrained decoding)"));
+            f.fail_status(unimplemented(f.param(key) +
+                                        ": is not supported (JSON constraints only: guided_json, guided_json_object, "
+                                        "response_format)"));
     }
-    if (f.ok() && f.boolean("guided_json_object").value_or(false))
-        f.fail_status(unimplemented(f.param("guided_json_object") + ": is not supported (no constrained decoding)"));
+    // vLLM's JSON constraints: guided_json (a schema, or a string of one), guided_json_object, structured_outputs
+    // {"json": schema} / {"json_object": true}. At most one.
+    int given = 0;
+    if (const Json* gj = f.get("guided_json"); gj != nullptr && f.ok()) {
+        out->grammar = schema_grammar(f, "guided_json", *gj);
+        ++given;
+    }
+    if (f.ok() && f.boolean("guided_json_object").value_or(false)) {
+        out->grammar = structured::JsonGrammar::any_object();
+        ++given;
+    }
+    if (const Json* so = f.object("structured_outputs"); so != nullptr && f.ok()) {
+        Fields s(*so, f.param("structured_outputs"));
+        for (auto it = so->begin(); it != so->end() && s.ok(); ++it) {
+            if (it.value().is_null()) continue;
+            if (it.key() == "json") {
+                out->grammar = schema_grammar(s, "json", it.value());
+                ++given;
+            } else if (it.key() == "json_object") {
+                if (s.boolean("json_object").value_or(false)) {
+                    out->grammar = structured::JsonGrammar::any_object();
+                    ++given;
+                }
+            } else if (it.key() == "regex" || it.key() == "choice" || it.key() == "grammar" ||
+                       it.key() == "structural_tag") {
+                s.fail_status(unimplemented(s.param(it.key().c_str()) +
+                                            ": is not supported (JSON constraints only: json, json_object)"));
+            }
+        }
+        f.fail_status(s.status());
+    }
+    if (f.ok() && given > 1)
+        f.fail_status(field_error("guided_json",
+                                  "give one JSON constraint (guided_json, guided_json_object or "
+                                  "structured_outputs), not several"));
     if (const Json* bw = f.get("bad_words"); f.ok() && bw != nullptr && !(bw->is_array() && bw->empty()))
         f.fail_status(unimplemented(f.param("bad_words") + ": is not supported"));
     if (!f.ok()) return;
@@ -722,9 +787,17 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
         p.grammar = read_response_format(f, "response_format", /*responses_shape=*/false, nullptr);
+        const bool response_format_grammar = p.grammar != nullptr;
         read_metadata(f);
         f.string("user");
         read_sampling(f, &p.sampling);
+        if (p.sampling.grammar) {
+            if (response_format_grammar)
+                f.fail_status(field_error("response_format",
+                                          "give one of response_format and vLLM's guided_json / "
+                                          "structured_outputs, not both"));
+            p.grammar = p.sampling.grammar;
+        }
         p.n = read_n(f);
         // max_completion_tokens is the current name; max_tokens the deprecated one. Both count.
         std::optional<int64_t> mt = f.integer("max_tokens", INT64_MIN, INT64_MAX);
@@ -883,6 +956,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         }
         read_sampling(f, &p.sampling);
         if (!p.sampling.stop.empty()) f.fail("stop", "is not a Responses API parameter");
+        for (const char* k : {"guided_json", "guided_json_object", "structured_outputs"})
+            if (f.has(k)) f.fail(k, "is not a Responses API parameter: use text.format");
         // Chat's names for the length limit are refused, not ignored (a request meant to be capped
         // would run to the context's end): as OpenAI's API answers them.
         for (const char* k : {"max_tokens", "max_completion_tokens"})

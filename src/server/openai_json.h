@@ -74,6 +74,9 @@ struct SamplingRequest {
     // drops it), and generation past the model's own stop ids (<|return|>, <|call|>, <|endoftext|>).
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    // vLLM's guided_json / guided_json_object / structured_outputs: what the output must match (chat: its
+    // final message; completions: the whole text); null: free.
+    std::shared_ptr<const structured::JsonGrammar> grammar;
 };
 
 struct ChatParams {

@@ -438,7 +438,7 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
 }
 
 StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
-    const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced) const {
+    const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced, bool raw) const {
     if (!grammar) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
@@ -448,7 +448,7 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
             return unimplemented("response_format: structured outputs are unavailable: " + so.status().message());
         structured_ = std::move(*so);
     }
-    return structured_->final_json(grammar, forced);
+    return raw ? structured_->raw_json(grammar) : structured_->final_json(grammar, forced);
 }
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
@@ -549,6 +549,10 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         req.stop_ids = request_stop_ids(params->sampling);
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
         req.top_logprobs = params->logprobs;
+        StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
+            constraint_for(params->sampling.grammar, {}, /*raw=*/true);
+        if (!constraint.ok()) return error(api_error(constraint.status()));
+        req.constraint = std::move(*constraint);
         for (EngineRequest& r : choice_requests(req, params->n)) {
             counts.push_back(prompt_tokens.size() % static_cast<size_t>(params->n) == 0);  // first of its prompt
             prompt_tokens.push_back(n);

@@ -8,8 +8,12 @@ namespace {
 
 class FinalJsonConstraint : public runtime::TokenConstraint {
 public:
-    FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> grammar)
-        : so_(std::move(so)), grammar_(std::move(grammar)), matcher_(*grammar_) {}
+    FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> grammar,
+                        bool raw)
+        : so_(std::move(so)),
+          grammar_(std::move(grammar)),
+          matcher_(*grammar_),
+          state_(raw ? State::kJson : State::kHeader) {}
 
     bool allowed_next(std::vector<uint8_t>* mask) override {
         if (state_ != State::kJson) return false;
@@ -77,7 +81,7 @@ private:
     std::shared_ptr<const JsonGrammar> grammar_;
     JsonMatcher matcher_;
     std::vector<JsonMatcher> levels_;
-    State state_ = State::kHeader;  // the prompt ends with "<|start|>assistant"
+    State state_;  // kHeader: the prompt ends with "<|start|>assistant"; kJson: raw
     bool in_channel_ = false;
     std::string channel_;
 };
@@ -85,10 +89,10 @@ private:
 class FinalJsonFactory : public runtime::TokenConstraintFactory {
 public:
     FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> grammar,
-                     std::vector<int32_t> forced)
-        : so_(std::move(so)), grammar_(std::move(grammar)), forced_(std::move(forced)) {}
+                     std::vector<int32_t> forced, bool raw)
+        : so_(std::move(so)), grammar_(std::move(grammar)), forced_(std::move(forced)), raw_(raw) {}
     std::unique_ptr<runtime::TokenConstraint> start() const override {
-        auto c = std::make_unique<FinalJsonConstraint>(so_, grammar_);
+        auto c = std::make_unique<FinalJsonConstraint>(so_, grammar_, raw_);
         for (int32_t id : forced_) c->accept(id);
         return c;
     }
@@ -97,6 +101,7 @@ private:
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
     std::shared_ptr<const JsonGrammar> grammar_;
     std::vector<int32_t> forced_;
+    bool raw_;
 };
 
 }  // namespace
@@ -132,7 +137,12 @@ const TokenTrie& HarmonyStructuredOutputs::trie() const {
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::final_json(
     std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced) const {
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(forced));
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(forced), false);
+}
+
+std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::raw_json(
+    std::shared_ptr<const JsonGrammar> grammar) const {
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::vector<int32_t>{}, true);
 }
 
 }  // namespace gptoss::structured

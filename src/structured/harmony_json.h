@@ -41,6 +41,10 @@ public:
     std::shared_ptr<const runtime::TokenConstraintFactory> final_json(std::shared_ptr<const JsonGrammar> grammar,
                                                                       std::vector<int32_t> forced = {}) const;
 
+    // A factory for raw completions (no Harmony framing): the whole output must match `grammar`,
+    // then <|return|> ends it.
+    std::shared_ptr<const runtime::TokenConstraintFactory> raw_json(std::shared_ptr<const JsonGrammar> grammar) const;
+
     const std::vector<std::string>& token_bytes() const { return token_bytes_; }
     const HarmonyTokenIds& ids() const { return ids_; }
     // The trie over token_bytes, built on first use (~1 s for o200k) and shared.

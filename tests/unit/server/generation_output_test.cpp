@@ -655,7 +655,8 @@ TEST_F(GenerationOutputTest, ChatNChoices) {
 }
 
 // vLLM's stop_token_ids (generation ends on them; the id that ends it is counted, not shown) and ignore_eos (the
-// model's own stop ids no longer end it); its min_tokens > 0 and guided / structured fields are refused, not ignored.
+// model's own stop ids no longer end it); its min_tokens > 0, bad_words and non-JSON guided forms are refused, not
+// ignored; its JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
 TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     const std::vector<int32_t> two = harmony_ids(" two");
     ASSERT_EQ(two.size(), 1u);
@@ -683,14 +684,37 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     Json e = post_json("/v1/responses", R"({"input":"hi",)" + stop_two + "}");
     EXPECT_EQ(e["output"].back()["content"][0]["text"], "Hello") << e.dump();
 
-    for (const char* bad : {R"("min_tokens":2)", R"("guided_json":{"type":"object"})", R"("guided_choice":["a","b"])",
-                            R"("structured_outputs":{"json":{}})", R"("guided_json_object":true)",
-                            R"("bad_words":["x"])", R"("stop_token_ids":"1")", R"("stop_token_ids":[-1])",
-                            R"("stop_token_ids":[1.5])", R"("ignore_eos":"yes")"}) {
+    for (const char* bad :
+         {R"("min_tokens":2)", R"("guided_choice":["a","b"])", R"("guided_regex":"a+")",
+          R"("structured_outputs":{"regex":"a+"})", R"("guided_json":"{not json")", R"("guided_json":5)",
+          R"("guided_json":{"type":"string","pattern":"x"})", R"("guided_json":{},"guided_json_object":true)",
+          R"("bad_words":["x"])", R"("stop_token_ids":"1")", R"("stop_token_ids":[-1])", R"("stop_token_ids":[1.5])",
+          R"("ignore_eos":"yes")"}) {
         Json err = expect_error(server_.post("/v1/completions", std::string(R"({"prompt":"x",)") + bad + "}"), 400);
         EXPECT_FALSE(err.is_null()) << bad;
     }
     post_json("/v1/completions", R"({"prompt":"x","min_tokens":0,"bad_words":[],"guided_json":null})");
+    EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
+    // vLLM's JSON constraints: on completions the whole output is held to them from its first token.
+    for (const char* json : {R"("guided_json":{"type":"object"})", R"("guided_json":"{\"type\":\"object\"}")",
+                             R"("structured_outputs":{"json":{"type":"object"}})", R"("guided_json_object":true)"}) {
+        post_json("/v1/completions", std::string(R"({"prompt":"x","max_tokens":3,)") + json + "}");
+        ASSERT_NE(server_.engine.last_request().constraint, nullptr) << json;
+        std::vector<uint8_t> mask;
+        auto c = server_.engine.last_request().constraint->start();
+        ASSERT_TRUE(c->allowed_next(&mask)) << json;
+        EXPECT_TRUE(mask[static_cast<size_t>(harmony_ids("{")[0])]);
+        EXPECT_FALSE(mask[static_cast<size_t>(harmony_ids("[")[0])]);
+    }
+    // On chat, guided_json holds the final message (as response_format), and only one of them may be given.
+    script("<|channel|>final<|message|>{}<|return|>");
+    post_json("/v1/chat/completions",
+              R"({"messages":[{"role":"user","content":"hi"}],"guided_json":{"type":"object"}})");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    expect_error(server_.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],
+        "guided_json":{"type":"object"},"response_format":{"type":"json_object"}})"),
+                 400);
+    expect_error(server_.post("/v1/responses", R"({"input":"hi","guided_json":{"type":"object"}})"), 400);
     EXPECT_TRUE(server_.wait_engine_idle());
 }
 
