@@ -1,6 +1,7 @@
 #include "structured/harmony_json.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace gptoss::structured {
 
@@ -8,22 +9,20 @@ namespace {
 
 class FinalJsonConstraint : public runtime::TokenConstraint {
 public:
-    FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> grammar,
-                        bool raw)
-        : so_(std::move(so)),
-          grammar_(std::move(grammar)),
-          matcher_(*grammar_),
-          state_(raw ? State::kJson : State::kHeader) {}
+    FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
+                        std::shared_ptr<const ToolGrammars> tools, bool raw)
+        : so_(std::move(so)), final_(std::move(final)), tools_(std::move(tools)) {
+        if (raw) begin(final_.get(), so_->ids().ret);
+    }
 
     bool allowed_next(std::vector<uint8_t>* mask) override {
         if (state_ != State::kJson) return false;
         const TokenTrie& trie = so_->trie();
-        const int64_t n = trie.fill_mask(matcher_, mask, &levels_);
-        const int32_t ret = so_->ids().ret;
-        if (ret >= 0 && static_cast<size_t>(ret) < mask->size()) {
+        const int64_t n = trie.fill_mask(*matcher_, mask, &levels_);
+        if (end_id_ >= 0 && static_cast<size_t>(end_id_) < mask->size()) {
             // The end once the document is complete; also when nothing else is left (a dead end the
             // grammar's bounds should never reach), rather than an empty mask.
-            if (matcher_.accepting() || n == 0) (*mask)[static_cast<size_t>(ret)] = 1;
+            if (matcher_->accepting() || n == 0) (*mask)[static_cast<size_t>(end_id_)] = 1;
         }
         return true;
     }
@@ -35,22 +34,15 @@ public:
             id >= 0 && static_cast<size_t>(id) < bytes.size() && !bytes[static_cast<size_t>(id)].empty();
         switch (state_) {
             case State::kHeader:
-                if (id == t.channel) {
-                    in_channel_ = true;
-                    channel_.clear();
-                } else if (id == t.message) {
-                    const std::string name = channel_.substr(0, channel_.find_first_of(" \t\n<"));
-                    state_ = in_channel_ && name == "final" ? State::kJson : State::kBody;
-                    if (state_ == State::kJson) matcher_ = JsonMatcher(*grammar_);
+                if (id == t.message) {
+                    open_body();
                 } else if (id == t.start) {
-                    in_channel_ = false;
-                    channel_.clear();
-                } else if (in_channel_) {
-                    if (ordinary) {
-                        if (channel_.size() < 256) channel_ += bytes[static_cast<size_t>(id)];
-                    } else {
-                        channel_ += ' ';  // a special (<|constrain|>) ends the channel's name
-                    }
+                    header_.clear();
+                } else if (header_.size() < 1024) {
+                    if (ordinary)
+                        header_ += bytes[static_cast<size_t>(id)];
+                    else
+                        header_ += id == t.channel ? '\x01' : ' ';  // <|channel|>; other specials end a word
                 }
                 break;
             case State::kBody:
@@ -60,7 +52,7 @@ public:
                 if (ordinary) {
                     // Drawn under the mask, so it fits; a token from elsewhere (no mask asked) that
                     // does not leaves the matcher as it was.
-                    matcher_.feed(bytes[static_cast<size_t>(id)]);
+                    matcher_->feed(bytes[static_cast<size_t>(id)]);
                 } else if (id == t.end || id == t.ret || id == t.call) {
                     state_ = State::kBetween;
                 }
@@ -68,8 +60,7 @@ public:
             case State::kBetween:
                 if (id == t.start) {
                     state_ = State::kHeader;
-                    in_channel_ = false;
-                    channel_.clear();
+                    header_.clear();
                 }
                 break;
         }
@@ -77,29 +68,69 @@ public:
 
 private:
     enum class State { kHeader, kBody, kJson, kBetween };
+
+    // The word of `header_` after `from` (skipping spaces), up to a space, '<' or <|channel|>.
+    std::string word_after(size_t from) const {
+        while (from < header_.size() && (header_[from] == ' ' || header_[from] == '\t' || header_[from] == '\n'))
+            ++from;
+        const size_t to = header_.find_first_of(" \t\n<\x01", from);
+        return header_.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    }
+
+    // At a header's <|message|>: a call to a strict function (recipient "functions.NAME", in the role slot
+    // or after the channel) is held to its parameters and ends with <|call|>; a final message to the
+    // response format and ends with <|return|>; anything else is free.
+    void open_body() {
+        const size_t ch = header_.find('\x01');
+        const std::string channel = ch == std::string::npos ? std::string() : word_after(ch + 1);
+        const size_t to = header_.find("to=");
+        const std::string recipient = to == std::string::npos ? std::string() : word_after(to + 3);
+        state_ = State::kBody;
+        if (tools_ && recipient.rfind("functions.", 0) == 0) {
+            if (auto it = tools_->find(recipient.substr(10)); it != tools_->end())
+                begin(it->second.get(), so_->ids().call);
+        } else if (final_ && recipient.empty() && channel == "final") {
+            begin(final_.get(), so_->ids().ret);
+        }
+        header_.clear();
+    }
+
+    void begin(const JsonGrammar* g, int32_t end_id) {
+        matcher_.emplace(*g);
+        levels_.clear();
+        end_id_ = end_id;
+        state_ = State::kJson;
+    }
+
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
-    std::shared_ptr<const JsonGrammar> grammar_;
-    JsonMatcher matcher_;
+    std::shared_ptr<const JsonGrammar> final_;
+    std::shared_ptr<const ToolGrammars> tools_;
+    std::optional<JsonMatcher> matcher_;
     std::vector<JsonMatcher> levels_;
-    State state_;  // kHeader: the prompt ends with "<|start|>assistant"; kJson: raw
-    bool in_channel_ = false;
-    std::string channel_;
+    int32_t end_id_ = -1;
+    State state_ = State::kHeader;  // the prompt ends with "<|start|>assistant"
+    std::string header_;            // the current header's text, <|channel|> as \x01
 };
 
 class FinalJsonFactory : public runtime::TokenConstraintFactory {
 public:
-    FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> grammar,
-                     std::vector<int32_t> forced, bool raw)
-        : so_(std::move(so)), grammar_(std::move(grammar)), forced_(std::move(forced)), raw_(raw) {}
+    FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
+                     std::shared_ptr<const ToolGrammars> tools, std::vector<int32_t> forced, bool raw)
+        : so_(std::move(so)),
+          final_(std::move(final)),
+          tools_(std::move(tools)),
+          forced_(std::move(forced)),
+          raw_(raw) {}
     std::unique_ptr<runtime::TokenConstraint> start() const override {
-        auto c = std::make_unique<FinalJsonConstraint>(so_, grammar_, raw_);
+        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, tools_, raw_);
         for (int32_t id : forced_) c->accept(id);
         return c;
     }
 
 private:
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
-    std::shared_ptr<const JsonGrammar> grammar_;
+    std::shared_ptr<const JsonGrammar> final_;
+    std::shared_ptr<const ToolGrammars> tools_;
     std::vector<int32_t> forced_;
     bool raw_;
 };
@@ -136,13 +167,16 @@ const TokenTrie& HarmonyStructuredOutputs::trie() const {
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::final_json(
-    std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced) const {
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(forced), false);
+    std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced,
+    std::shared_ptr<const ToolGrammars> tools) const {
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(tools),
+                                              std::move(forced), false);
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::raw_json(
     std::shared_ptr<const JsonGrammar> grammar) const {
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::vector<int32_t>{}, true);
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), nullptr, std::vector<int32_t>{},
+                                              true);
 }
 
 }  // namespace gptoss::structured

@@ -8,10 +8,12 @@
 // prompt ends inside the first one, after "assistant") is free; at its <|message|> a header whose
 // channel is `final` starts the constrained body: only tokens that keep the text a prefix of an
 // accepted document, and <|return|> once it is complete. A body of another channel is free until
-// its <|end|> (or <|call|>); the next <|start|> opens a header again.
+// its <|end|> (or <|call|>); the next <|start|> opens a header again. A call to a function declared
+// strict (recipient "functions.NAME") is held to its parameters' schema the same way, ended by <|call|>.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,6 +25,9 @@
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::structured {
+
+// Function name -> the grammar of its arguments (tools declared with strict: true).
+using ToolGrammars = std::map<std::string, std::shared_ptr<const JsonGrammar>>;
 
 struct HarmonyTokenIds {
     int32_t start = -1, channel = -1, message = -1, end = -1, ret = -1, call = -1;
@@ -36,10 +41,13 @@ public:
                                                                       int model_vocab_size);
     HarmonyStructuredOutputs(std::vector<std::string> token_bytes, HarmonyTokenIds ids);
 
-    // A factory for requests whose final message must match `grammar`. `forced`: tokens of the reply
-    // that are part of the prompt (the server's forced start of a tool call), followed first.
-    std::shared_ptr<const runtime::TokenConstraintFactory> final_json(std::shared_ptr<const JsonGrammar> grammar,
-                                                                      std::vector<int32_t> forced = {}) const;
+    // A factory for requests whose final message must match `grammar` (null: free) and whose calls to
+    // the functions in `tools` must match their parameters' grammars (a message to "functions.NAME",
+    // ended by <|call|>). `forced`: tokens of the reply that are part of the prompt (the server's
+    // forced start of a tool call), followed first.
+    std::shared_ptr<const runtime::TokenConstraintFactory> final_json(
+        std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced = {},
+        std::shared_ptr<const ToolGrammars> tools = nullptr) const;
 
     // A factory for raw completions (no Harmony framing): the whole output must match `grammar`,
     // then <|return|> ends it.

@@ -93,6 +93,47 @@ TEST_F(HarmonyJsonTest, OnlyTheFinalMessageIsConstrained) {
     EXPECT_FALSE(c->allowed_next(&mask));
 }
 
+TEST_F(HarmonyJsonTest, CallsToStrictFunctionsAreHeldToTheirParameters) {
+    auto params = JsonGrammar::compile(nlohmann::ordered_json::parse(
+        R"({"type":"object","properties":{"hello":{"type":"integer"}},"required":["hello"]})"));
+    ASSERT_TRUE(params.ok());
+    auto tools = std::make_shared<ToolGrammars>();
+    (*tools)["f"] = *params;
+    auto c = so_->final_json(nullptr, {}, tools)->start();
+    std::vector<uint8_t> mask;
+    // The final message is free (no response format), a call to another function too.
+    feed(*c, {"<|channel|>", "final", "<|message|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+    feed(*c, {"x", "<|end|>", "<|start|>", "assistant", "<|channel|>", "commentary", " ", "t", "o", "=", "g",
+              "<|message|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+    // A call to f, its recipient in the role slot: held to f's parameters, ended by <|call|>.
+    feed(*c, {"x", "<|call|>", "<|start|>", "assistant", " to=functions.f", "<|channel|>", "commentary", " ",
+              "<|constrain|>", "json", "<|message|>"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("{\""))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|call|>"))]);
+    feed(*c, {"{\"", "hello", "\":"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_FALSE(mask[static_cast<size_t>(id("\""))]);  // an integer, not a string
+    EXPECT_TRUE(mask[static_cast<size_t>(id("1"))]);
+    feed(*c, {"1", "}"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|call|>"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|return|>"))]);
+    feed(*c, {"<|call|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));
+    // The forced start of a named call (tool_choice) begins inside f's arguments.
+    auto forced = so_->final_json(nullptr,
+                                  {id("<|channel|>"), id("commentary"), id(" to=functions.f"), id(" "),
+                                   id("<|constrain|>"), id("json"), id("<|message|>")},
+                                  tools)
+                      ->start();
+    ASSERT_TRUE(forced->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("{"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]);
+}
+
 TEST_F(HarmonyJsonTest, TheForcedStartOfTheReplyIsFollowedFirst) {
     auto schema = JsonGrammar::compile(nlohmann::ordered_json::parse(R"({"enum":["hello"]})"));
     ASSERT_TRUE(schema.ok());
