@@ -8,6 +8,7 @@
 #include <random>
 
 #include "harmony/harmony_parser.h"
+#include "structured/harmony_json.h"
 #include "structured/json_grammar.h"
 
 namespace gptoss::server {
@@ -461,7 +462,19 @@ Status check_chat_message(const Json& m, const std::string& param) {
     return check_chat_content(content == m.end() ? Json() : *content, param + ".content", false);
 }
 
-Status check_chat_tools(const Json& body, std::vector<std::string>* names) {
+// The arguments' grammar of a function declared strict: its parameters schema (none: an empty object).
+// Errors name `param` (the parameters' field).
+StatusOr<std::shared_ptr<const structured::JsonGrammar>> strict_tool_grammar(const Json* parameters,
+                                                                             const std::string& param) {
+    auto g = structured::JsonGrammar::compile(parameters ? *parameters
+                                                         : Json{{"type", "object"}, {"properties", Json::object()}});
+    if (!g.ok())
+        return field_error(param, g.status().message() + " (the function is strict: its arguments are held to it)");
+    return *g;
+}
+
+// `grammars` (optional) gets the argument grammars of the functions declared strict.
+Status check_chat_tools(const Json& body, std::vector<std::string>* names, structured::ToolGrammars* grammars) {
     auto tools = body.find("tools");
     if (tools == body.end() || tools->is_null()) return ok_status();
     if (!tools->is_array()) return field_error("tools", "must be an array");
@@ -480,11 +493,16 @@ Status check_chat_tools(const Json& body, std::vector<std::string>* names) {
         Fields ff(*fn, p + ".function");
         std::optional<std::string> name = ff.string("name");
         ff.string("description");
-        ff.object("parameters");
-        ff.boolean("strict");
+        const Json* parameters = ff.object("parameters");
+        const bool strict = ff.boolean("strict").value_or(false);
         RETURN_IF_ERROR(ff.status());
         if (!name || name->empty()) return field_error(p + ".function.name", "is required");
         names->push_back(*name);
+        if (strict && grammars) {
+            ASSIGN_OR_RETURN(std::shared_ptr<const structured::JsonGrammar> g,
+                             strict_tool_grammar(parameters, p + ".function.parameters"));
+            (*grammars)[*name] = std::move(g);
+        }
     }
     return ok_status();
 }
@@ -781,7 +799,9 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
                                      "supported; use tools and tool_choice");
         }
         std::vector<std::string> tool_names;
-        RETURN_IF_ERROR(check_chat_tools(body, &tool_names));
+        auto tool_grammars = std::make_shared<structured::ToolGrammars>();
+        RETURN_IF_ERROR(check_chat_tools(body, &tool_names, tool_grammars.get()));
+        if (!tool_grammars->empty()) p.tool_grammars = std::move(tool_grammars);
         RETURN_IF_ERROR(check_tool_choice(body, tool_names));
         // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
@@ -915,9 +935,15 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
                 std::optional<std::string> name = tf.string("name");
                 std::optional<std::string> description = tf.string("description");
                 const Json* parameters = tf.object("parameters");
-                tf.boolean("strict");
+                const bool strict = tf.boolean("strict").value_or(false);
                 RETURN_IF_ERROR(tf.status());
                 if (!name || name->empty()) return field_error(tp + ".name", "is required");
+                if (strict) {
+                    ASSIGN_OR_RETURN(std::shared_ptr<const structured::JsonGrammar> g,
+                                     strict_tool_grammar(parameters, tp + ".parameters"));
+                    if (!p.tool_grammars) p.tool_grammars = std::make_shared<structured::ToolGrammars>();
+                    std::const_pointer_cast<structured::ToolGrammars>(p.tool_grammars)->emplace(*name, std::move(g));
+                }
                 Json fn = {{"name", *name}};
                 if (description) fn["description"] = *description;
                 if (parameters) fn["parameters"] = *parameters;

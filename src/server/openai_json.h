@@ -18,9 +18,7 @@
 #include "harmony/harmony_types.h"
 #include "runtime/sampler.h"
 
-namespace gptoss::structured {
-class JsonGrammar;
-}
+#include "structured/harmony_json.h"
 
 namespace gptoss::server {
 
@@ -90,6 +88,8 @@ struct ChatParams {
     // response_format (chat) / text.format (responses) json_object or json_schema: what the final
     // message must match; null for plain text.
     std::shared_ptr<const structured::JsonGrammar> grammar;
+    // Functions declared strict: true, by name: their calls' arguments are held to their parameters.
+    std::shared_ptr<const structured::ToolGrammars> tool_grammars;
 };
 StatusOr<ChatParams> parse_chat_request(const Json& body);
 

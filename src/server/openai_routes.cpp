@@ -438,8 +438,9 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
 }
 
 StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
-    const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced, bool raw) const {
-    if (!grammar) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
+    const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced, bool raw,
+    const std::shared_ptr<const structured::ToolGrammars>& tools) const {
+    if (!grammar && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
         StatusOr<std::shared_ptr<structured::HarmonyStructuredOutputs>> so =
@@ -448,7 +449,7 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
             return unimplemented("response_format: structured outputs are unavailable: " + so.status().message());
         structured_ = std::move(*so);
     }
-    return raw ? structured_->raw_json(grammar) : structured_->final_json(grammar, forced);
+    return raw ? structured_->raw_json(grammar) : structured_->final_json(grammar, forced, tools);
 }
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
@@ -473,7 +474,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->grammar, prompt->forced);
+        constraint_for(params->grammar, prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -509,7 +510,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.stop_ids = request_stop_ids(params->chat.sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->chat.grammar, prompt->forced);
+        constraint_for(params->chat.grammar, prompt->forced, false, params->chat.tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};

@@ -90,12 +90,12 @@ private:
     StatusOr<int64_t> max_tokens_for(int64_t prompt_tokens, const std::optional<int64_t>& requested,
                                      const char* prompt_param, const char* max_tokens_param) const;
 
-    // The constraint for a response format's grammar (null grammar: none): the final channel's message
-    // is held to it, `forced` (the prompt's start of the reply) followed first; `raw` (completions):
-    // the whole output is.
+    // The constraint for a response format's grammar and strict functions' argument grammars (none of
+    // either: no constraint): the final channel's message and the calls are held to them, `forced` (the
+    // prompt's start of the reply) followed first; `raw` (completions): the whole output is.
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint_for(
         const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced,
-        bool raw = false) const;
+        bool raw = false, const std::shared_ptr<const structured::ToolGrammars>& tools = nullptr) const;
 
     RequestQueue& queue_;
     const tokenizer::BpeTokenizer& tokenizer_;

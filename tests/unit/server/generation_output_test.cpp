@@ -140,6 +140,44 @@ TEST_F(GenerationOutputTest, StructuredOutputsRenderAndConstrainTheFinalMessage)
               std::string::npos);
 }
 
+// A function declared strict: true has its calls' arguments held to its parameters (the request carries
+// a constraint; with tool_choice naming it the forced header already opens the arguments); one that is
+// not strict adds no constraint; a strict function whose schema cannot be enforced is a 400.
+TEST_F(GenerationOutputTest, StrictFunctionsConstrainTheirCalls) {
+    const char* strict_tools = R"("tools":[{"type":"function","function":{"name":"get_weather","strict":true,
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+    script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+    post_json("/v1/chat/completions",
+              std::string(R"({"messages":[{"role":"user","content":"Weather?"}],)") + kTools + "}");
+    EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
+    script("{\"city\":\"Paris\"}<|call|>");  // after the forced header
+    Json j = post_json("/v1/chat/completions",
+                       std::string(R"({"messages":[{"role":"user","content":"Weather?"}],)") + strict_tools +
+                           R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+    EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    const EngineRequest req = server_.engine.last_request();
+    ASSERT_NE(req.constraint, nullptr);
+    auto c = req.constraint->start();
+    std::vector<uint8_t> mask;
+    ASSERT_TRUE(c->allowed_next(&mask));  // the forced header opened the arguments
+    for (int32_t b : test_tokenizer()->encode_ordinary("{\"")) EXPECT_TRUE(mask[static_cast<size_t>(b)]);
+    for (int32_t b : test_tokenizer()->encode_ordinary("Sure")) EXPECT_FALSE(mask[static_cast<size_t>(b)]);
+    EXPECT_FALSE(mask[static_cast<size_t>(*test_tokenizer()->special_token_id("<|call|>"))]);
+    // Responses: a strict function tool.
+    post_json("/v1/responses", R"({"input":"Weather?","tools":[{"type":"function","name":"get_weather","strict":true,
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}]})");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    Json err = expect_error(server_.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],
+        "tools":[{"type":"function","function":{"name":"f","strict":true,
+        "parameters":{"type":"object","properties":{"n":{"type":"integer","minimum":0}}}}}]})"),
+                            400);
+    EXPECT_EQ(err["param"], "tools[0].function.parameters") << err.dump();
+    err = expect_error(server_.post("/v1/responses", R"({"input":"x","tools":[{"type":"function","name":"f",
+        "strict":true,"parameters":{"type":"object","properties":{"n":{"pattern":"a"}}}}]})"),
+                       400);
+    EXPECT_EQ(err["param"], "tools[0].parameters") << err.dump();
+}
+
 TEST_F(GenerationOutputTest, ChatToolCallStreamed) {
     script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
     bool done = false;
