@@ -174,6 +174,39 @@ TEST_F(RuntimeEngineTest, CompletionsAndChatThroughTheRealEngine) {
     EXPECT_TRUE(s.wait_idle());
 }
 
+// Structured outputs through the real engine and sampler: the scripted model prefers one token the
+// schema never allows, so every draw is decided by the mask (ties to the lowest id). The completion is
+// held to the schema from its first token and ends with <|return|> (a stop) once it is complete.
+TEST_F(RuntimeEngineTest, GuidedJsonHoldsTheCompletion) {
+    RuntimeServer s(std::chrono::microseconds(0));
+    ASSERT_TRUE(s.wait_ready());
+    for (const char* schema :
+         {R"({"enum":["no","yes"]})", R"({"type":"array","items":{"type":"boolean"},"maxItems":2})",
+          R"({"type":"object","properties":{"a":{"type":"null"}},"required":["a"]})"}) {
+        auto r = s.post("/v1/completions",
+                        std::string(R"({"prompt":"Answer:","max_tokens":100,"guided_json":)") + schema + "}");
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const Json j = parse(r->body);
+        EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << r->body;
+        const std::string text = j["choices"][0]["text"];
+        Json doc;
+        ASSERT_NO_THROW(doc = Json::parse(text)) << text;
+        if (doc.is_string()) {
+            EXPECT_TRUE(doc == "no" || doc == "yes") << text;
+        }
+        if (doc.is_array()) {
+            EXPECT_LE(doc.size(), 2u);
+            for (const Json& b : doc) EXPECT_TRUE(b.is_boolean()) << text;
+        }
+        if (doc.is_object()) {
+            EXPECT_TRUE(doc.size() == 1 && doc["a"].is_null()) << text;
+        }
+        EXPECT_FALSE(doc.is_number()) << text;
+    }
+    EXPECT_TRUE(s.wait_idle());
+}
+
 TEST_F(RuntimeEngineTest, DisconnectFreesKvBlocks) {
     RuntimeServer s(std::chrono::milliseconds(2));
     ASSERT_TRUE(s.wait_ready());
