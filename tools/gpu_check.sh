@@ -2455,6 +2455,28 @@ PY
       grep -E "^\| [0-9]+ \|" "$OUT/prefill_120bfp8experts.md"
       serve_check s44t_serve
       ;;
+    s45a_ab)
+      # s45a's rows without its test gate (r61 call 1: the model test found mode 3 giving mode 1's bits, i.e. the
+      # full layers' split not taken there): 20b / 120b batch 1 at 1k tail1 / tail3 interleaved, 20b at 3,968.
+      ab_pairs s45a tail1 GPTOSS_QKV_ATTN_TAIL=1 tail3 GPTOSS_QKV_ATTN_TAIL=3
+      for v in 1 3; do
+        env GPTOSS_QKV_ATTN_TAIL=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+          --context 3968 --decode-steps 64 --repeats 3 > "$OUT/s45a_20b_b1_ctx4k_tail$v.log" 2>&1
+        echo "s45a_20b_b1_ctx4k_tail$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s45a_20b_b1_ctx4k_tail$v.log")"
+      done
+      ;;
+    s45bc_ab)
+      # s45bc's rows without its test gate (r61 call 2: its filter took in the mode-3 model test, which fails;
+      # the MoE tests passed): 20b three interleaved passes of old / plan first / both, 120b one.
+      for m in "20b 3" "120b 1"; do
+        set -- $m
+        for pass in $(seq 1 "$2"); do
+          decode_row "s45bc_$1_b1_old_$pass" "$1" 1 GPTOSS_MOE_PLAN_FIRST=0
+          decode_row "s45bc_$1_b1_planfirst_$pass" "$1" 1
+          decode_row "s45bc_$1_b1_both_$pass" "$1" 1 GPTOSS_MOE_DOWN_PREFETCH=1
+        done
+      done
+      ;;
     s45bc)
       # s45b and s45c in one call (session 46: device time for two calls only): needs the plan-first and
       # down-prefetch patches of bench/results/2026-12-05_h200_r60 applied. Their tests with both on (and the loop's
