@@ -281,3 +281,39 @@ TEST(HarmonyChat, InvalidRequestsAreInvalidArgument) {
 
 }  // namespace
 }  // namespace gptoss::harmony
+
+namespace gptoss::harmony {
+namespace {
+
+// HARMONY.md §4.4: the response format after the instructions and tools, its description as comment
+// lines, the schema compact; and the chat adapter builds it from response_format json_schema only.
+TEST(HarmonyResponseFormat, RenderedAfterTheToolsAndFromTheChatRequest) {
+    DeveloperContent dev;
+    dev.instructions = "Be brief.";
+    dev.response_format = ResponseFormat{"shopping_list", "Entries\nof the list",
+                                         Json::parse(R"({"type": "object", "properties": {"items": {}}})")};
+    EXPECT_EQ(render_developer_body(dev),
+              "# Instructions\n\nBe brief.\n\n# Response Formats\n\n## shopping_list\n\n// Entries\n// of the list\n"
+              "{\"type\":\"object\",\"properties\":{\"items\":{}}}");
+    ServerOptions options;
+    options.current_date = "2026-01-01";
+    auto with = chat_request_from_json(Json::parse(R"({"messages":[{"role":"user","content":"x"}],
+        "response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"string"}}}})"),
+                                       options);
+    ASSERT_TRUE(with.ok()) << with.status().to_string();
+    const std::string text = *render_text(with->conversation, with->render_options);
+    EXPECT_NE(text.find("<|start|>developer<|message|># Response Formats\n\n## n\n\n{\"type\":\"string\"}<|end|>"),
+              std::string::npos)
+        << text;
+    for (const char* rf : {R"({"type":"json_object"})", R"({"type":"text"})"}) {
+        auto without = chat_request_from_json(
+            Json::parse(std::string(R"({"messages":[{"role":"user","content":"x"}],"response_format":)") + rf + "}"),
+            options);
+        ASSERT_TRUE(without.ok());
+        EXPECT_EQ(render_text(without->conversation, without->render_options)->find("Response Formats"),
+                  std::string::npos);
+    }
+}
+
+}  // namespace
+}  // namespace gptoss::harmony
