@@ -1,6 +1,7 @@
 #include "structured/harmony_json.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 
 namespace gptoss::structured {
@@ -81,15 +82,26 @@ private:
     // or after the channel) is held to its parameters and ends with <|call|>; a final message to the
     // response format and ends with <|return|>; anything else is free.
     void open_body() {
+        // As the server's robust header parser reads it: the channel's word case-folded and without
+        // trailing punctuation ("Final", "final."); the recipient after "to=", else a word naming
+        // "functions.NAME" anywhere in the header; a declared function may be named bare.
         const size_t ch = header_.find('\x01');
-        const std::string channel = ch == std::string::npos ? std::string() : word_after(ch + 1);
-        const size_t to = header_.find("to=");
-        const std::string recipient = to == std::string::npos ? std::string() : word_after(to + 3);
+        std::string channel = ch == std::string::npos ? std::string() : word_after(ch + 1);
+        for (char& c : channel) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        while (!channel.empty() && !std::isalnum(static_cast<unsigned char>(channel.back()))) channel.pop_back();
+        std::string recipient;
+        if (const size_t to = header_.find("to="); to != std::string::npos) {
+            recipient = word_after(to + 3);
+        } else if (const size_t fn = header_.find("functions."); fn != std::string::npos) {
+            recipient = word_after(fn);
+        }
         state_ = State::kBody;
-        if (tools_ && recipient.rfind("functions.", 0) == 0) {
-            if (auto it = tools_->find(recipient.substr(10)); it != tools_->end())
-                begin(it->second.get(), so_->ids().call);
-        } else if (final_ && recipient.empty() && channel == "final") {
+        if (!recipient.empty()) {
+            const std::string name = recipient.rfind("functions.", 0) == 0 ? recipient.substr(10) : recipient;
+            if (tools_) {
+                if (auto it = tools_->find(name); it != tools_->end()) begin(it->second.get(), so_->ids().call);
+            }
+        } else if (final_ && channel == "final") {
             begin(final_.get(), so_->ids().ret);
         }
         header_.clear();

@@ -150,6 +150,8 @@ public:
 
     StatusOr<int> compile(const Json& s, const std::string& ptr, int depth) {
         if (depth > kMaxDepth) return fail(ptr, "is nested too deeply (at most " + std::to_string(kMaxDepth) + ")");
+        if (g_->nodes_.size() > static_cast<size_t>(kMaxNodes))
+            return fail(ptr, "makes the schema too large (over " + std::to_string(kMaxNodes) + " nodes)");
         if (s.is_boolean()) {
             if (s.get<bool>()) return g_->any_;
             return fail(ptr, "is the schema false, which no value matches");
@@ -204,6 +206,8 @@ public:
                 if (!o.ok()) return o.status();
                 add_option(&u, *o);
             }
+            if (u.options.size() > static_cast<size_t>(kMaxThreads))
+                return fail(ptr + "/" + key, "has more than " + std::to_string(kMaxThreads) + " options");
             node = g_->add(std::move(u));
         } else if (s.contains("allOf")) {
             const Json& list = s["allOf"];
@@ -220,8 +224,12 @@ public:
             } else if (t->is_array() && !t->empty()) {
                 SchemaNode u;
                 u.kind = SchemaNode::Kind::kUnion;
+                std::vector<std::string> seen;
                 for (size_t i = 0; i < t->size(); ++i) {
                     if (!(*t)[i].is_string()) return fail(ptr + "/type/" + std::to_string(i), "must be a string");
+                    if (std::find(seen.begin(), seen.end(), (*t)[i].get<std::string>()) != seen.end())
+                        return fail(ptr + "/type/" + std::to_string(i), "repeats a type");
+                    seen.push_back((*t)[i].get<std::string>());
                     StatusOr<int> o = typed(s, (*t)[i].get<std::string>(), ptr, depth);
                     if (!o.ok()) return o.status();
                     add_option(&u, *o);
@@ -259,7 +267,7 @@ private:
     // Unions are flat: an option that is itself a union contributes its options.
     void add_option(SchemaNode* u, int option) {
         const SchemaNode& o = g_->nodes_[static_cast<size_t>(option)];
-        if (o.kind == SchemaNode::Kind::kUnion && !o.options.empty()) {
+        if (o.kind == SchemaNode::Kind::kUnion && !o.ref) {
             const std::vector<int> inner = o.options;
             for (int i : inner) add_option(u, i);
             return;
@@ -285,6 +293,7 @@ private:
         // A placeholder first, so that a recursive reference resolves to it: a one-option union.
         SchemaNode placeholder;
         placeholder.kind = SchemaNode::Kind::kUnion;
+        placeholder.ref = true;
         const int node = g_->add(std::move(placeholder));
         refs_[target] = node;
         StatusOr<int> body = compile(*at, target, depth + 1);
@@ -353,7 +362,7 @@ private:
             }
             const auto ap = s.find("additionalProperties");
             if (ap == s.end()) {
-                n.additional = n.names.empty() ? g_->any_ : -1;
+                n.additional = s.contains("properties") ? -1 : g_->any_;  // properties {} alone: only {}
             } else if (ap->is_boolean()) {
                 n.additional = ap->get<bool>() ? g_->any_ : -1;
             } else {
@@ -442,6 +451,40 @@ StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::compile(const Json& sc
     for (size_t i = 0; i < g->nodes_.size(); ++i)
         if (cyclic(static_cast<int>(i)))
             return invalid_argument("a $ref cycle that produces nothing (a reference back to itself)");
+    // Which nodes admit a finite document (a least fixed point): the root must; anyOf options that do
+    // not are dropped, so that generation cannot walk into one and meet the depth bound.
+    std::vector<uint8_t> finite(g->nodes_.size(), 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < g->nodes_.size(); ++i) {
+            if (finite[i]) continue;
+            const SchemaNode& n = g->nodes_[i];
+            auto ok = [&](int node) { return node >= 0 && finite[static_cast<size_t>(node)]; };
+            bool f = true;
+            switch (n.kind) {
+                case SchemaNode::Kind::kUnion: f = std::any_of(n.options.begin(), n.options.end(), ok); break;
+                case SchemaNode::Kind::kObject:
+                    for (size_t j = 0; j < n.names.size() && f; ++j)
+                        if ((n.required >> j) & 1) f = ok(n.props[j]);
+                    break;
+                case SchemaNode::Kind::kArray:
+                    for (int k = 0; k < n.min_items && f; ++k) f = ok(item_node(n, k));
+                    break;
+                default: break;
+            }
+            if (f) {
+                finite[i] = 1;
+                changed = true;
+            }
+        }
+    }
+    if (!finite[static_cast<size_t>(g->root_)])
+        return invalid_argument("admits no finite document (a required property or item refers back to itself)");
+    for (size_t i = 0; i < g->nodes_.size(); ++i) {
+        std::vector<int>& opts = g->nodes_[i].options;
+        if (g->nodes_[i].kind == SchemaNode::Kind::kUnion && finite[i])
+            std::erase_if(opts, [&](int o) { return !finite[static_cast<size_t>(o)]; });
+    }
     return std::shared_ptr<const JsonGrammar>(std::move(g));
 }
 
@@ -491,11 +534,11 @@ bool JsonMatcher::start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>*
     t.ws_run = 0;
     switch (n->kind) {
         case SchemaNode::Kind::kObject:
-            if (c != '{') return false;
+            if (c != '{' || static_cast<int>(t.stack.size()) >= kMaxDepth) return false;  // room for a child
             f = JsonFrame{.node = f.node, .kind = JsonFrame::kObject, .phase = kObjOpen};
             break;
         case SchemaNode::Kind::kArray:
-            if (c != '[') return false;
+            if (c != '[' || static_cast<int>(t.stack.size()) >= kMaxDepth) return false;
             f = JsonFrame{.node = f.node, .kind = JsonFrame::kArray, .phase = kArrOpen};
             break;
         case SchemaNode::Kind::kString:
@@ -618,6 +661,8 @@ bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* 
                         f.cand = cand;
                         ++f.aux;
                         if ((cand & allowed) == 0 && !extra_ok(n, f.count)) return false;
+                        // Keys are canonical: a \u escape could spell a named key another way.
+                        if (c == 'u' && f.esc == 5 && cand == 0 && !n.names.empty()) return false;
                         out->push_back(std::move(t));
                         return true;
                     }
@@ -710,7 +755,9 @@ bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* 
                     default: break;
                 }
                 if (next != 0) {
-                    if (++f.count > kMaxNumberBytes) return false;
+                    // A phase that needs another digit to end is entered only with room for it.
+                    if (++f.count + (number_terminal(next) ? 0 : 1) > kMaxNumberBytes) return false;
+                    if (next == kExp && ++f.aux > kMaxExponentDigits) return false;
                     f.phase = next;
                     out->push_back(std::move(t));
                     return true;

@@ -18,8 +18,11 @@
 // with an error naming them, rather than ignored.
 //
 // Bounds that keep generation finite: a run of whitespace is at most kMaxWhitespaceRun bytes, a
-// number at most kMaxNumberBytes, nesting at most kMaxDepth; at most kMaxThreads alternatives of an
-// anyOf are followed at once (the first ones).
+// number at most kMaxNumberBytes (exponents of at most kMaxExponentDigits digits), nesting at most
+// kMaxDepth; at most kMaxThreads alternatives are followed at once (an anyOf may have no more).
+// Object keys are matched in their canonical JSON form (as JSON.stringify writes them): a \u escape
+// in a key is allowed only where a named property's canonical form has one. A schema that admits no
+// finite document is refused; anyOf options that admit none are dropped.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +40,9 @@ namespace gptoss::structured {
 inline constexpr int kMaxWhitespaceRun = 40;
 inline constexpr int kMaxNumberBytes = 40;
 inline constexpr int kMaxDepth = 64;
-inline constexpr int kMaxThreads = 16;
+inline constexpr int kMaxThreads = 32;          // also the most options an anyOf may have
+inline constexpr int kMaxNodes = 20000;         // compiled schema size
+inline constexpr int kMaxExponentDigits = 2;    // 1e99 at most: parsers' doubles overflow past 1e308
 inline constexpr int kMaxNamedProperties = 64;  // per object (a 64-bit candidate set)
 inline constexpr int kMaxEnumValues = 64;
 
@@ -59,6 +64,7 @@ struct SchemaNode {
     std::vector<std::string> literals;
     // kUnion
     std::vector<int> options;
+    bool ref = false;  // a $ref's placeholder (one option, its target): never flattened into another union
 };
 
 class JsonGrammar {

@@ -134,6 +134,30 @@ TEST_F(HarmonyJsonTest, CallsToStrictFunctionsAreHeldToTheirParameters) {
     EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]);
 }
 
+// Headers as the server's robust parser reads them: "Final" / "final." are the final channel; a
+// "functions.f" word without "to=", or a declared function named bare, is a call.
+TEST_F(HarmonyJsonTest, HeaderVariantsAreRoutedAsTheParserRoutesThem) {
+    add("Final");
+    add("final.");
+    add(" functions.f");
+    add(" to=f");
+    so_ = std::make_shared<HarmonyStructuredOutputs>(bytes_, so_->ids());  // with the words added
+    auto tools = std::make_shared<ToolGrammars>();
+    (*tools)["f"] = JsonGrammar::any_object();
+    auto factory = so_->final_json(JsonGrammar::any_object(), {}, tools);
+    std::vector<uint8_t> mask;
+    for (auto header :
+         std::vector<std::vector<const char*>>{{"<|channel|>", "Final", "<|message|>"},
+                                               {"<|channel|>", "final.", "<|message|>"},
+                                               {"<|channel|>", "commentary", " functions.f", "<|message|>"},
+                                               {"<|channel|>", "commentary", " to=f", "<|message|>"}}) {
+        auto c = factory->start();
+        for (const char* t : header) c->accept(id(t));
+        ASSERT_TRUE(c->allowed_next(&mask)) << header[1];
+        EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]) << header[1];
+    }
+}
+
 TEST_F(HarmonyJsonTest, TheForcedStartOfTheReplyIsFollowedFirst) {
     auto schema = JsonGrammar::compile(nlohmann::ordered_json::parse(R"({"enum":["hello"]})"));
     ASSERT_TRUE(schema.ok());

@@ -22,6 +22,13 @@ bool complete(const JsonGrammar& g, std::string_view text) {
     JsonMatcher m(g);
     return m.feed(text) && m.accepting();
 }
+// (append, not operator+: GCC 12 warns falsely on some string sums.)
+template <class... T>
+std::string cat(const T&... parts) {
+    std::string s;
+    (s.append(parts), ...);
+    return s;
+}
 bool prefix(const JsonGrammar& g, std::string_view text) {
     JsonMatcher m(g);
     return m.feed(text);
@@ -163,6 +170,60 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
     EXPECT_TRUE(JsonGrammar::compile(Json::parse(R"({"title":"T","description":"d","type":"string","format":"date",
                                                      "default":"x","examples":["y"],"$schema":"s"})"))
                     .ok());
+}
+
+// Review findings (session 46): each once crashed, blew up, dead-ended or let the output past the schema.
+TEST(JsonGrammar, RecursionBoundsAndCanonicalKeys) {
+    // A $ref back to the root inside an anyOf: refused as a cycle when nothing else ends it, fine beside null.
+    EXPECT_FALSE(JsonGrammar::compile(Json::parse(R"({"anyOf":[{"$ref":"#"}]})")).ok());
+    auto list = compile(R"({"anyOf":[{"type":"null"},{"type":"array","items":{"$ref":"#"},"maxItems":2}]})");
+    EXPECT_TRUE(complete(*list, "[[null],[[],null]]"));
+    EXPECT_TRUE(complete(*list, "null"));
+    // A required self-reference admits no finite document.
+    auto inf =
+        JsonGrammar::compile(Json::parse(R"({"$defs":{"n":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},
+        "required":["c"]}},"$ref":"#/$defs/n"})"));
+    ASSERT_FALSE(inf.ok());
+    EXPECT_NE(inf.status().message().find("no finite document"), std::string::npos) << inf.status().to_string();
+    // An anyOf option with no finite document is dropped: only the other can be started.
+    auto drop = compile(R"({"$defs":{"n":{"type":"object","properties":{"c":{"$ref":"#/$defs/n"}},"required":["c"]}},
+        "anyOf":[{"$ref":"#/$defs/n"},{"type":"string"}]})");
+    EXPECT_FALSE(prefix(*drop, "{"));
+    EXPECT_TRUE(complete(*drop, "\"s\""));
+    // Repeated type names are refused (each copy compiled its properties again: 2^depth).
+    EXPECT_FALSE(JsonGrammar::compile(Json::parse(R"({"type":["object","object"]})")).ok());
+    std::string deep = R"({"type":"string"})";
+    for (int i = 0; i < 16; ++i)  // 2^16 nodes' worth
+        deep = R"({"type":["object","array"],"properties":{"x":)" + deep + R"(},"items":)" + deep + "}";
+    EXPECT_FALSE(JsonGrammar::compile(Json::parse(deep)).ok());  // over the node budget, not minutes of compiling
+    // More anyOf options than are followed at once: refused, not silently cut.
+    std::string many = R"({"anyOf":[)";
+    for (int i = 0; i <= kMaxThreads; ++i) many = cat(many, i ? "," : "", R"({"const":)", std::to_string(i), "}");
+    EXPECT_FALSE(JsonGrammar::compile(Json::parse(cat(many, "]}"))).ok());
+    // Numbers end within their byte bound; exponents stay within a double's range.
+    auto num = compile(R"({"type":"number"})");
+    const std::string d38(38, '1'), d39(39, '1');
+    EXPECT_FALSE(prefix(*num, cat(d39, ".")));
+    EXPECT_TRUE(complete(*num, cat(d38, "e1")));
+    EXPECT_FALSE(prefix(*num, cat(d38, "e-")));
+    EXPECT_TRUE(complete(*num, "1e99"));
+    EXPECT_FALSE(prefix(*num, "1e100"));
+    // A container opens only where its children fit under the depth bound.
+    auto any = JsonGrammar::any_object();
+    std::string nest = "{";
+    for (int i = 0; i < kMaxDepth - 2; ++i) nest.append(R"("k":{)");
+    EXPECT_TRUE(prefix(*any, nest));
+    EXPECT_FALSE(prefix(*any, cat(nest, R"("k":{)")));
+    EXPECT_TRUE(prefix(*any, cat(nest, R"("k":1)")));
+    // Keys are canonical: \u0061 would be "a" another way (a repeat, or a value of the wrong type).
+    auto keys = compile(R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})");
+    EXPECT_FALSE(prefix(*keys, R"({"\u0061")"));
+    EXPECT_FALSE(prefix(*keys, R"({"a":1,"\u0061")"));
+    EXPECT_TRUE(complete(*keys, R"({"a":1,"b\n":"x"})"));
+    // properties {} alone takes only {} (OpenAI's strict reading).
+    auto empty = compile(R"({"type":"object","properties":{}})");
+    EXPECT_TRUE(complete(*empty, "{}"));
+    EXPECT_FALSE(prefix(*empty, "{\""));
 }
 
 // The token mask against the byte matcher: a token is in the mask exactly when feeding its bytes
