@@ -62,7 +62,9 @@ ChatRoute chat_route(const MessageHeader& header, const ChatMappingOptions& opti
         return ChatRoute::kReasoning;  // built-in tools, unknown recipients, disabled calls
     }
     if (header.recovered) return ChatRoute::kReasoning;
-    if (header.channel && (*header.channel == "final" || *header.channel == "commentary")) return ChatRoute::kContent;
+    if (header.channel && *header.channel == "final") return ChatRoute::kContent;
+    if (header.channel && *header.channel == "commentary" && !options.preambles_to_reasoning)
+        return ChatRoute::kContent;
     return ChatRoute::kReasoning;
 }
 

@@ -20,6 +20,9 @@ struct ChatMappingOptions {
     std::optional<std::vector<std::string>> declared_functions;
     // false for tool_choice "none": calls become hidden text (reasoning).
     bool function_calls_enabled = true;
+    // Commentary without a recipient (a preamble) goes to reasoning instead of content: set when the
+    // content must be exactly the final message (a response format's JSON).
+    bool preambles_to_reasoning = false;
     // Tool-call ids; default "call_" + 24 random alphanumerics.
     std::function<std::string()> make_tool_call_id;
 };

@@ -461,6 +461,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(prompt.status()));
+    if (params->grammar) prompt->mapping.preambles_to_reasoning = true;  // the content is the final JSON alone
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens =
         max_tokens_for(n, params->sampling.max_tokens, "messages",
@@ -500,6 +501,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
+    if (params->chat.grammar) prompt->mapping.preambles_to_reasoning = true;
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));

@@ -121,6 +121,14 @@ TEST_F(GenerationOutputTest, StructuredOutputsRenderAndConstrainTheFinalMessage)
         c->accept(id);
     }
     EXPECT_TRUE(constrained);
+    // A preamble (commentary without a recipient) would join the content; with a format it goes to reasoning.
+    script(
+        "<|channel|>commentary<|message|>One moment.<|end|><|start|>assistant<|channel|>final<|message|>{}<|return|>");
+    Json pre = post_json("/v1/chat/completions",
+                         R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}})");
+    EXPECT_EQ(pre["choices"][0]["message"]["content"], "{}") << pre.dump();
+    EXPECT_EQ(pre["choices"][0]["message"]["reasoning_content"], "One moment.") << pre.dump();
+    script(reply);
     // json_object: no section, an object constraint; text: none.
     post_json("/v1/chat/completions",
               R"({"messages":[{"role":"user","content":"JSON please"}],"response_format":{"type":"json_object"}})");
