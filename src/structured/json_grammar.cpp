@@ -16,6 +16,39 @@ bool is_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; 
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
+// Strict UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF), one byte at a time.
+// State: 0 between characters; 1-3 that many continuation bytes (80-BF) left; 4 after E0 (A0-BF, then
+// 1 more), 5 after ED (80-9F, then 1), 6 after F0 (90-BF, then 2), 7 after F4 (80-8F, then 2).
+// Returns the next state, -1 for a byte that cannot come here.
+int utf8_next(int state, uint8_t c) {
+    switch (state) {
+        case 0:
+            if (c < 0x80) return 0;
+            if (c >= 0xC2 && c <= 0xDF) return 1;
+            if (c == 0xE0) return 4;
+            if (c == 0xED) return 5;
+            if (c >= 0xE1 && c <= 0xEF) return 2;
+            if (c == 0xF0) return 6;
+            if (c == 0xF4) return 7;
+            if (c >= 0xF1 && c <= 0xF3) return 3;
+            return -1;
+        case 1:
+        case 2:
+        case 3:
+            return c >= 0x80 && c <= 0xBF ? state - 1 : -1;
+        case 4:
+            return c >= 0xA0 && c <= 0xBF ? 1 : -1;
+        case 5:
+            return c >= 0x80 && c <= 0x9F ? 1 : -1;
+        case 6:
+            return c >= 0x90 && c <= 0xBF ? 2 : -1;
+        case 7:
+            return c >= 0x80 && c <= 0x8F ? 2 : -1;
+        default:
+            return -1;
+    }
+}
+
 // A string's next byte. kStart: a character begins (counted); kMore: inside one; kClose: the closing quote.
 enum class StrByte { kFail, kStart, kMore, kClose };
 
@@ -37,8 +70,9 @@ StrByte string_byte(JsonFrame& f, uint8_t c) {
         return StrByte::kMore;
     }
     if (f.pending > 0) {
-        if ((c & 0xC0) != 0x80) return StrByte::kFail;
-        --f.pending;
+        const int next = utf8_next(f.pending, c);
+        if (next < 0) return StrByte::kFail;
+        f.pending = static_cast<uint8_t>(next);
         return StrByte::kMore;
     }
     if (c == '"') return StrByte::kClose;
@@ -48,26 +82,16 @@ StrByte string_byte(JsonFrame& f, uint8_t c) {
     }
     if (c < 0x20) return StrByte::kFail;
     if (c < 0x80) return StrByte::kStart;
-    if (c >= 0xC2 && c <= 0xDF)
-        f.pending = 1;
-    else if (c >= 0xE0 && c <= 0xEF)
-        f.pending = 2;
-    else if (c >= 0xF0 && c <= 0xF4)
-        f.pending = 3;
-    else
-        return StrByte::kFail;
+    const int next = utf8_next(0, c);
+    if (next < 0) return StrByte::kFail;
+    f.pending = static_cast<uint8_t>(next);
     return StrByte::kStart;
 }
 
-// The continuation-byte state after plain string byte c (-1: c cannot appear there).
+// The UTF-8 state after plain string byte c from state `pending` (-1: c cannot appear there).
 int plain_next(uint8_t c, int pending) {
-    if (pending > 0) return (c & 0xC0) == 0x80 ? pending - 1 : -1;
-    if (c == '"' || c == '\\' || c < 0x20) return -1;
-    if (c < 0x80) return 0;
-    if (c >= 0xC2 && c <= 0xDF) return 1;
-    if (c >= 0xE0 && c <= 0xEF) return 2;
-    if (c >= 0xF0 && c <= 0xF4) return 3;
-    return -1;
+    if (pending == 0 && (c == '"' || c == '\\' || c < 0x20)) return -1;
+    return utf8_next(pending, c);
 }
 
 enum ObjPhase : uint8_t { kObjOpen, kObjKey, kObjColon, kObjAfterValue, kObjComma };
@@ -900,7 +924,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes) : vocab_size_(
         Node& nd = nodes_[i];
         uint16_t rest = 0;
         uint8_t safe = 0;
-        for (int p = 0; p < 4; ++p) {
+        for (int p = 0; p < 8; ++p) {
             const int next = plain_next(nd.byte, p);
             bool ok = next >= 0;
             for (uint32_t c = nd.first_child; ok && c < nd.first_child + nd.num_children; ++c)

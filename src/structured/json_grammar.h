@@ -100,7 +100,7 @@ struct JsonFrame {
     uint8_t kind = kValue;
     uint8_t phase = 0;
     uint8_t esc = 0;      // string / key: 0 plain, 1 after '\', 2-5 hex digits left + 1
-    uint8_t pending = 0;  // string / key: UTF-8 continuation bytes still expected
+    uint8_t pending = 0;  // string / key: the UTF-8 state within a character (json_grammar.cpp utf8_next)
     int32_t count = 0;  // object: next named property; array: items begun; string: characters; number / literal: bytes
     int32_t aux = 0;    // object: the value node of the key just read; key: its length in bytes
     uint64_t cand = 0;  // object key: named properties it may still be; literal: literals it may still be
@@ -163,7 +163,7 @@ private:
         uint16_t max_rest = 0;    // the longest token below, in bytes past this node's parent
         uint8_t byte = 0;
         uint8_t safe =
-            0;  // bit p: every path from this byte down is plain string text when p continuation bytes are due
+            0;  // bit p: every path from this byte down is plain string text from UTF-8 state p
     };
     void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
     void take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) const;

@@ -226,17 +226,30 @@ TEST(JsonGrammar, RecursionBoundsAndCanonicalKeys) {
     EXPECT_FALSE(prefix(*empty, "{\""));
 }
 
+// Strings are strict UTF-8: no overlong forms, surrogates or code points past U+10FFFF.
+TEST(JsonGrammar, StringsAreStrictUtf8) {
+    auto g = compile(R"({"type":"string"})");
+    for (const char* ok :
+         {"\"\xe2\x82\xac\"", "\"\xf0\x9f\x98\x80\"", "\"\xed\x9f\xbf\"", "\"\xf4\x8f\xbf\xbf\"", "\"\xc2\x80\""})
+        EXPECT_TRUE(complete(*g, ok)) << ok;
+    for (const char* bad : {"\"\xe0\x80\x80\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"",
+                            "\"\xf0\x80\x80\x80\"", "\"\xf5\x80\x80\x80\"", "\"\x80\""})
+        EXPECT_FALSE(prefix(*g, bad)) << bad;
+}
+
 // The token mask against the byte matcher: a token is in the mask exactly when feeding its bytes
 // succeeds, for every state along random documents (the subtree shortcut included).
 TEST(TokenTrie, MaskEqualsFeedingEachToken) {
     std::vector<std::string> vocab;
     for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
     for (const char* t :
-         {"{\"",    "\":",         "\",",          "\"}",      "\"}}",     "},",     "]}",          "[\"",      "name",
-          "na",     "nam",         "ab",           "abc",      " \"",      "  ",     "\n  ",        "\\n",      "\\u00",
-          "true",   "null",        "false",        "12",       "-1",       ".5",     "e+",          "\xc3\xa9", "\xc3",
-          "\xa9\"", "caf\xc3\xa9", "\xe2\x82\xac", "\xe2\x82", "\x82\xac", "\"\xe2", "hello world", " world",   "x\"",
-          "\"x",    ",\"",         "\":\"",        "\": ",     "\":[",     "1,",     "\t",          "\r\n"})
+         {"{\"",    "\":",      "\",",      "\"}",      "\"}}",        "},",           "]}",       "[\"",
+          "name",   "na",       "nam",      "ab",       "abc",         " \"",          "  ",       "\n  ",
+          "\\n",    "\\u00",    "true",     "null",     "false",       "12",           "-1",       ".5",
+          "e+",     "\xc3\xa9", "\xc3",     "\xa9\"",   "caf\xc3\xa9", "\xe2\x82\xac", "\xe2\x82", "\x82\xac",
+          "\"\xe2", "\xed",     "\xa0\x80", "\x9f\xbf", "\xf0\x9f",    "\x98\x80",     "\xf4\x90", "hello world",
+          " world", "x\"",      "\"x",      ",\"",      "\":\"",       "\": ",         "\":[",     "1,",
+          "\t",     "\r\n"})
         vocab.push_back(t);
     vocab.push_back("");  // an id that is never allowed (a special)
     TokenTrie trie(vocab);
