@@ -162,8 +162,7 @@ private:
         uint32_t own = 0;         // how many end here
         uint16_t max_rest = 0;    // the longest token below, in bytes past this node's parent
         uint8_t byte = 0;
-        uint8_t safe =
-            0;  // bit p: every path from this byte down is plain string text from UTF-8 state p
+        uint8_t safe = 0;  // bit p: every path from this byte down is plain string text from UTF-8 state p
     };
     void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
     void take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) const;
