@@ -34,18 +34,12 @@ int utf8_next(int state, uint8_t c) {
             return -1;
         case 1:
         case 2:
-        case 3:
-            return c >= 0x80 && c <= 0xBF ? state - 1 : -1;
-        case 4:
-            return c >= 0xA0 && c <= 0xBF ? 1 : -1;
-        case 5:
-            return c >= 0x80 && c <= 0x9F ? 1 : -1;
-        case 6:
-            return c >= 0x90 && c <= 0xBF ? 2 : -1;
-        case 7:
-            return c >= 0x80 && c <= 0x8F ? 2 : -1;
-        default:
-            return -1;
+        case 3: return c >= 0x80 && c <= 0xBF ? state - 1 : -1;
+        case 4: return c >= 0xA0 && c <= 0xBF ? 1 : -1;
+        case 5: return c >= 0x80 && c <= 0x9F ? 1 : -1;
+        case 6: return c >= 0x90 && c <= 0xBF ? 2 : -1;
+        case 7: return c >= 0x80 && c <= 0x8F ? 2 : -1;
+        default: return -1;
     }
 }
 
