@@ -856,20 +856,24 @@ bool JsonMatcher::accepting() const {
     return false;
 }
 
-bool JsonMatcher::in_plain_string(int* room, int* pending) const {
-    if (threads_.size() != 1 || threads_[0].stack.empty()) return false;
-    const JsonFrame& f = threads_[0].stack.back();
-    if (f.esc != 0) return false;
-    const SchemaNode& n = g_->node(f.node);
-    if (f.kind == JsonFrame::kString) {
-        *room = n.max_length == INT32_MAX ? INT32_MAX : n.max_length - f.count;
-    } else if (f.kind == JsonFrame::kObject && f.phase == kObjKey && n.names.empty() && n.additional >= 0) {
-        *room = INT32_MAX;
-    } else {
-        return false;
+int JsonMatcher::plain_strings(PlainString* out) const {
+    int n_out = 0;
+    for (const JsonThread& t : threads_) {
+        if (t.stack.empty()) continue;
+        const JsonFrame& f = t.stack.back();
+        if (f.esc != 0) continue;
+        const SchemaNode& n = g_->node(f.node);
+        int room;
+        if (f.kind == JsonFrame::kString) {
+            room = n.max_length == INT32_MAX ? INT32_MAX : n.max_length - f.count;
+        } else if (f.kind == JsonFrame::kObject && f.phase == kObjKey && extra_ok(n, f.count)) {
+            room = INT32_MAX;  // the key may be any other name: plain text never fails it
+        } else {
+            continue;
+        }
+        out[n_out++] = PlainString{room, f.pending};
     }
-    *pending = f.pending;
-    return true;
+    return n_out;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -940,11 +944,16 @@ void TokenTrie::take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) co
 void TokenTrie::walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const {
     const Node& nd = nodes_[node];
     const JsonMatcher& cur = levels[static_cast<size_t>(depth)];
-    int room = 0, pending = 0;
-    const bool plain = cur.in_plain_string(&room, &pending);
+    JsonMatcher::PlainString plain[kMaxThreads];
+    const int num_plain = cur.plain_strings(plain);
     for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
         const Node& ch = nodes_[c];
-        if (plain && ((ch.safe >> pending) & 1) && ch.max_rest <= room) {
+        // One alternative inside a plain string that takes the whole subtree is enough (the mask is
+        // the union over the alternatives).
+        bool whole = false;
+        for (int k = 0; k < num_plain && !whole; ++k)
+            whole = ((ch.safe >> plain[k].pending) & 1) && ch.max_rest <= plain[k].room;
+        if (whole) {
             take(ch.lo, ch.hi, mask, count);
             continue;
         }

@@ -122,11 +122,15 @@ public:
     bool feed_byte(uint8_t c);
     // A complete document: the output may end here.
     bool accepting() const;
-    // The plain inside of a string (no escape or partial character pending, one alternative) whose
-    // characters are unrestricted, or restricted only by a maximum length: `room` gets the characters
-    // still allowed (INT32_MAX: any), `pending` the continuation bytes of a character begun. Used by
-    // TokenTrie to accept whole subtrees at once.
-    bool in_plain_string(int* room, int* pending) const;
+    // The alternatives inside a string (a value, or an object key that may be any name) with no escape
+    // pending: `room` the characters still allowed (INT32_MAX: any), `pending` the UTF-8 state. Plain
+    // text never fails them (up to room). TokenTrie takes whole subtrees by these. Returns how many
+    // (out: kMaxThreads entries).
+    struct PlainString {
+        int room;
+        int pending;
+    };
+    int plain_strings(PlainString* out) const;
     bool dead() const { return threads_.empty(); }
     const JsonGrammar& grammar() const { return *g_; }
 

@@ -257,6 +257,9 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
         JsonGrammar::any_object(),
         compile(R"({"type":"object","properties":{"name":{"type":"string","maxLength":5},
                     "tags":{"type":"array","items":{"enum":["ab","abc",12]}}},"required":["name"]})"),
+        // Other keys beside named ones (plain keys), two string alternatives alive at once.
+        compile(R"({"type":"object","properties":{"na":{"type":"string"}},
+                    "additionalProperties":{"anyOf":[{"enum":["ab","x\u00e9"]},{"type":"string","maxLength":3}]}})"),
     };
     std::mt19937 rng(7);
     std::vector<uint8_t> mask;
