@@ -80,6 +80,19 @@ ab_pairs() {
     done
   done
 }
+# s45bc_rows <120b passes>: batch-1 rows of the MoE prologue forms interleaved, three passes on 20b: old order
+# (GPTOSS_MOE_PLAN_FIRST=0), plan first (r60's patch default), plan first + down prefetch.
+s45bc_rows() {
+  local m pass
+  for m in "20b 3" "120b $1"; do
+    set -- $m
+    for pass in $(seq 1 "$2"); do
+      decode_row "s45bc_$1_b1_old_$pass" "$1" 1 GPTOSS_MOE_PLAN_FIRST=0
+      decode_row "s45bc_$1_b1_planfirst_$pass" "$1" 1
+      decode_row "s45bc_$1_b1_both_$pass" "$1" 1 GPTOSS_MOE_DOWN_PREFETCH=1
+    done
+  done
+}
 # tests_row <name> <gtest filter> [VAR=val ...]: cuda_kernel_tests with that filter and environment (150 s at most) into
 # $OUT/<name>.log, its result in the summary and in $rc, the pass / fail lines printed.
 tests_row() {
@@ -2468,14 +2481,7 @@ PY
     s45bc_ab)
       # s45bc's rows without its test gate (r61 call 2: its filter took in the mode-3 model test, which fails;
       # the MoE tests passed): 20b three interleaved passes of old / plan first / both, 120b one.
-      for m in "20b 3" "120b 1"; do
-        set -- $m
-        for pass in $(seq 1 "$2"); do
-          decode_row "s45bc_$1_b1_old_$pass" "$1" 1 GPTOSS_MOE_PLAN_FIRST=0
-          decode_row "s45bc_$1_b1_planfirst_$pass" "$1" 1
-          decode_row "s45bc_$1_b1_both_$pass" "$1" 1 GPTOSS_MOE_DOWN_PREFETCH=1
-        done
-      done
+      s45bc_rows 1
       ;;
     s45bc)
       # s45b and s45c in one call (session 46: device time for two calls only): needs the plan-first and
@@ -2487,14 +2493,7 @@ PY
       failed=$rc
       tests_row s45bc_tests_old 'CudaOps.MoeDecodeMmaLoopIsTheSameBits' GPTOSS_MOE_PLAN_FIRST=0
       if [ $((failed + rc)) = 0 ]; then
-        for m in "20b 3" "120b 2"; do
-          set -- $m
-          for pass in $(seq 1 "$2"); do
-            decode_row "s45bc_$1_b1_old_$pass" "$1" 1 GPTOSS_MOE_PLAN_FIRST=0
-            decode_row "s45bc_$1_b1_planfirst_$pass" "$1" 1
-            decode_row "s45bc_$1_b1_both_$pass" "$1" 1 GPTOSS_MOE_DOWN_PREFETCH=1
-          done
-        done
+        s45bc_rows 2
       fi
       ;;
     s45c)
