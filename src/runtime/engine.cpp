@@ -417,8 +417,11 @@ void Engine::step() {
                                                     static_cast<size_t>(first_index[i] + r));
                     // A constrained request has no drafts (propose_drafts), so its one row follows its
                     // constraint's state.
-                    const uint8_t* allowed =
-                        a.constraint && a.constraint->allowed_next(&a.allowed) ? a.allowed.data() : nullptr;
+                    const uint8_t* allowed = nullptr;
+                    if (a.constraint && a.constraint->allowed_next(&a.allowed)) {
+                        if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
+                        allowed = a.allowed.data();
+                    }
                     t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,
                                         a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs,
                                         allowed);
