@@ -80,6 +80,17 @@ ab_pairs() {
     done
   done
 }
+# s45a_rows: batch-1 rows of QKV attention tail mode 1 / 3 interleaved at 1k (ab_pairs), then 20b at 3,968 context
+# one pair (32 chunks).
+s45a_rows() {
+  local v
+  ab_pairs s45a tail1 GPTOSS_QKV_ATTN_TAIL=1 tail3 GPTOSS_QKV_ATTN_TAIL=3
+  for v in 1 3; do
+    env GPTOSS_QKV_ATTN_TAIL=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
+      --context 3968 --decode-steps 64 --repeats 3 > "$OUT/s45a_20b_b1_ctx4k_tail$v.log" 2>&1
+    echo "s45a_20b_b1_ctx4k_tail$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s45a_20b_b1_ctx4k_tail$v.log")"
+  done
+}
 # s45bc_rows <120b passes>: batch-1 rows of the MoE prologue forms interleaved, three passes on 20b: old order
 # (GPTOSS_MOE_PLAN_FIRST=0), plan first (r60's patch default), plan first + down prefetch.
 s45bc_rows() {
@@ -2471,12 +2482,7 @@ PY
     s45a_ab)
       # s45a's rows without its test gate (r61 call 1: the model test found mode 3 giving mode 1's bits, i.e. the
       # full layers' split not taken there): 20b / 120b batch 1 at 1k tail1 / tail3 interleaved, 20b at 3,968.
-      ab_pairs s45a tail1 GPTOSS_QKV_ATTN_TAIL=1 tail3 GPTOSS_QKV_ATTN_TAIL=3
-      for v in 1 3; do
-        env GPTOSS_QKV_ATTN_TAIL=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
-          --context 3968 --decode-steps 64 --repeats 3 > "$OUT/s45a_20b_b1_ctx4k_tail$v.log" 2>&1
-        echo "s45a_20b_b1_ctx4k_tail$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s45a_20b_b1_ctx4k_tail$v.log")"
-      done
+      s45a_rows
       ;;
     s45bc_ab)
       # s45bc's rows without its test gate (r61 call 2: its filter took in the mode-3 model test, which fails;
@@ -2542,12 +2548,7 @@ PY
       failed=$rc
       tests_row s45a_tests_model 'CudaModel.Fp8*:CudaEngine.*' GPTOSS_QKV_ATTN_TAIL=3
       if [ $((failed + rc)) = 0 ]; then
-        ab_pairs s45a tail1 GPTOSS_QKV_ATTN_TAIL=1 tail3 GPTOSS_QKV_ATTN_TAIL=3
-        for v in 1 3; do
-          env GPTOSS_QKV_ATTN_TAIL=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" --batch 1 \
-            --context 3968 --decode-steps 64 --repeats 3 > "$OUT/s45a_20b_b1_ctx4k_tail$v.log" 2>&1
-          echo "s45a_20b_b1_ctx4k_tail$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s45a_20b_b1_ctx4k_tail$v.log")"
-        done
+        s45a_rows
         ktrace_row s45a_ktrace_20b_tail3 20b GPTOSS_QKV_ATTN_TAIL=3
         gzip -f "$OUT"/s45a_ktrace_*.csv
       fi
