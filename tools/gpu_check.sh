@@ -163,6 +163,39 @@ serve_check() {
     > "$OUT/${name}_stream.txt"
   curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"m","prompt":["a b c","d e"],"max_tokens":8,"temperature":0}' > "$OUT/${name}_completions.json"
+  # Session 47: structured outputs and echoed prompt logprobs (lm-evaluation-harness's loglikelihood form) on CUDA.
+  curl -s -m 60 http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","messages":[{"role":"user","content":"n?"}],"max_tokens":300,"temperature":0,"response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}}}}' \
+    > "$OUT/${name}_json.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":[11,12,13,14,15,16,17,18,19],"max_tokens":1,"logprobs":1,"echo":true,"temperature":0,"prompt_logprobs":2}' \
+    > "$OUT/${name}_echo.json"
+  local extra
+  extra=$(python3 - "$OUT/${name}_json.json" "$OUT/${name}_echo.json" <<'PY'
+import json, math, sys
+out = []
+try:
+    c = json.load(open(sys.argv[1]))["choices"][0]
+    content = c["message"].get("content")
+    try:
+        ok = isinstance(json.loads(content or ""), dict)
+    except Exception:
+        ok = False
+    out.append(f"json_schema finish={c['finish_reason']} content_parses={ok}")
+except Exception as e:
+    out.append(f"json_schema unreadable ({e})")
+try:
+    c = json.load(open(sys.argv[2]))["choices"][0]
+    lp = c["logprobs"]["token_logprobs"]
+    good = lp[0] is None and all(isinstance(x, float) and x <= 0 and math.isfinite(x) for x in lp[1:])
+    plp = c["prompt_logprobs"]
+    out.append(f"echo entries={len(lp)} first_null_rest_finite={good} prompt_logprobs={len(plp)}")
+except Exception as e:
+    out.append(f"echo unreadable ({e})")
+print(" ".join(out))
+PY
+)
+  echo "$extra"
   kill -TERM $pid 2>/dev/null
   wait $pid
   local src=$?
@@ -173,7 +206,7 @@ serve_check() {
   head -c 600 "$OUT/${name}_completions.json"; echo
   local kv
   kv=$(grep -o 'KV cache: [0-9]* MiB' "$OUT/${name}.log" | head -1)
-  summary+=("$name health=$code server_exit=$src ${kv:-no KV cache line (sized by --kv-cache-mb or not by utilization)}")
+  summary+=("$name health=$code server_exit=$src ${kv:-no KV cache line (sized by --kv-cache-mb or not by utilization)} $extra")
 }
 # ktrace_row <name> <20b|120b> [VAR=val ...]: a kernel trace of 6 decode steps at batch 1, 1k context, and its summary.
 ktrace_row() {

@@ -16,8 +16,11 @@ struct BatchSequence {
     std::span<const int32_t> block_table_full;
     std::span<const int32_t> block_table_sliding;
     bool need_logits = false;  // logits of the last new token (the sequence samples this step)
-    // With need_logits: logits of every new token, in order (a speculative step's verification).
+    // With need_logits: logits of every new token, in order (a speculative step's verification, or
+    // a prompt chunk scored for its prompt logprobs).
     bool all_logits = false;
+    // With all_logits: the rows are a prompt chunk's (Sequence::score_prompt), not a verification's.
+    bool score_prompt = false;
     int num_logits() const { return need_logits ? (all_logits ? static_cast<int>(tokens.size()) : 1) : 0; }
 };
 

@@ -48,7 +48,7 @@ void CudaModelRunner::prepare(const Batch& batch) {
     need_.clear();
     for (size_t i = 0; i < batch.seqs.size(); ++i) {
         const BatchSequence& s = batch.seqs[i];
-        if (s.need_logits && s.all_logits) {
+        if (s.need_logits && s.all_logits && !s.score_prompt) {
             for (size_t t = 0; t < s.tokens.size(); ++t) {
                 seqs_.push_back({s.tokens.subspan(t, 1), s.start_pos + static_cast<int>(t), s.block_table_full,
                                  s.block_table_sliding, false});
@@ -56,7 +56,8 @@ void CudaModelRunner::prepare(const Batch& batch) {
                 need_.push_back(1);
             }
         } else {
-            seqs_.push_back({s.tokens, s.start_pos, s.block_table_full, s.block_table_sliding, false});
+            const bool all = s.need_logits && s.all_logits;
+            seqs_.push_back({s.tokens, s.start_pos, s.block_table_full, s.block_table_sliding, all});
             seq_of_.push_back(static_cast<int>(i));
             need_.push_back(s.need_logits ? 1 : 0);
         }
@@ -82,14 +83,19 @@ Status CudaModelRunner::check_row(const Batch& batch, size_t e, const float* row
 
 Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
     prepare(batch);
-    // CudaModel returns the last token's logits for every entry; keep the rows asked for.
+    // CudaModel returns the last token's logits for every entry (a scored chunk's: every token's); keep
+    // the rows asked for.
     RETURN_IF_ERROR(model_->forward(seqs_, &rows_, dp_group_));
     const size_t V = static_cast<size_t>(weights_->config.vocab_size);
+    size_t row = 0;
     for (size_t e = 0; e < seqs_.size(); ++e) {
-        if (!need_[e]) continue;
-        RETURN_IF_ERROR(check_row(batch, e, rows_.data() + e * V));
-        logits->insert(logits->end(), rows_.begin() + static_cast<long>(e * V),
-                       rows_.begin() + static_cast<long>((e + 1) * V));
+        const size_t n = model_rows(e);
+        if (need_[e]) {
+            for (size_t r = row; r < row + n; ++r) RETURN_IF_ERROR(check_row(batch, e, rows_.data() + r * V));
+            logits->insert(logits->end(), rows_.begin() + static_cast<long>(row * V),
+                           rows_.begin() + static_cast<long>((row + n) * V));
+        }
+        row += n;
     }
     return ok_status();
 }
@@ -97,6 +103,71 @@ Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) 
 Status CudaModelRunner::forward_sample(const Batch& batch, std::span<const DeviceSample> params,
                                        std::vector<int32_t>* ids, std::vector<float>* logits) {
     prepare(batch);
+    if (std::none_of(seqs_.begin(), seqs_.end(), [](const model::ForwardSequence& s) { return s.all_logits; }))
+        return sample_entries(batch, params, ids, logits);
+    // Scored prompt chunks want every row on the host, and the model draws one row an entry: they
+    // run through forward() first, the other entries through forward_sample() after them (each
+    // entry writes only its own blocks, so the order does not matter), and the rows are merged
+    // back into batch order. Their rows come back as host rows (id -1) whatever their parameters.
+    size_t total = 0;
+    for (size_t e = 0; e < seqs_.size(); ++e) total += need_[e] ? model_rows(e) : 0;
+    if (params.size() != total)
+        return invalid_argument("forward_sample: " + std::to_string(params.size()) + " parameter sets for " +
+                                std::to_string(total) + " logits rows");
+    std::vector<model::ForwardSequence> scored, rest;
+    std::vector<int> scored_dp, rest_dp;
+    std::vector<model::CudaModel::SampleParams> rest_params;
+    size_t k = 0;
+    for (size_t e = 0; e < seqs_.size(); ++e) {
+        const size_t n = need_[e] ? model_rows(e) : 0;
+        if (seqs_[e].all_logits) {
+            scored.push_back(seqs_[e]);
+            scored_dp.push_back(dp_group_[e]);
+        } else {
+            rest.push_back(seqs_[e]);
+            rest_dp.push_back(dp_group_[e]);
+            model::CudaModel::SampleParams sp{};
+            if (n > 0) {
+                const DeviceSample& p = params[k];
+                sp = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits};
+            }
+            rest_params.push_back(sp);
+        }
+        k += n;
+    }
+    std::vector<float> scored_rows, rest_rows;
+    RETURN_IF_ERROR(model_->forward(scored, &scored_rows, scored_dp));
+    std::vector<int32_t> rest_ids;
+    if (!rest.empty()) RETURN_IF_ERROR(model_->forward_sample(rest, rest_params, &rest_ids, rest_dp, &rest_rows));
+    const size_t V = static_cast<size_t>(weights_->config.vocab_size);
+    size_t ri = 0, srow = 0, rrow = 0;
+    for (size_t e = 0; e < seqs_.size(); ++e) {
+        if (seqs_[e].all_logits) {
+            for (size_t r = 0; r < seqs_[e].tokens.size(); ++r, ++srow) {
+                const float* row = scored_rows.data() + srow * V;
+                RETURN_IF_ERROR(check_row(batch, e, row));
+                ids->push_back(-1);
+                logits->insert(logits->end(), row, row + V);
+            }
+            continue;
+        }
+        const size_t j = ri++;
+        if (!need_[e]) continue;
+        if (!rest_params[j].return_logits) {
+            if (rest_ids[j] < 0) return check_row(batch, e, nullptr);
+            ids->push_back(rest_ids[j]);
+            continue;
+        }
+        const float* row = rest_rows.data() + (rrow++) * V;
+        RETURN_IF_ERROR(check_row(batch, e, row));
+        ids->push_back(-1);
+        logits->insert(logits->end(), row, row + V);
+    }
+    return ok_status();
+}
+
+Status CudaModelRunner::sample_entries(const Batch& batch, std::span<const DeviceSample> params,
+                                       std::vector<int32_t>* ids, std::vector<float>* logits) {
     // Every entry gets a row and a draw on the device; those not asked for are dropped.
     params_.assign(seqs_.size(), {});
     size_t k = 0;

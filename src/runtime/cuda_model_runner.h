@@ -45,11 +45,17 @@ private:
           kv_fp8_(kv_fp8),
           max_entries_(max_entries) {}
 
-    // seqs_, need_ and dp_group_ for this batch. A sequence asking for all_logits (a speculative
-    // verification) becomes one single-token entry a position, all on its block tables: the
+    // seqs_, need_ and dp_group_ for this batch. A sequence asking for all_logits for a speculative
+    // verification becomes one single-token entry a position, all on its block tables: the
     // model writes every entry's K/V before any attention reads the cache in a layer, so entry
-    // p + 1 sees entry p's, and the step stays a decode step (CUDA graphs, device sampling).
+    // p + 1 sees entry p's, and the step stays a decode step (CUDA graphs, device sampling). A
+    // scored prompt chunk stays one entry with all of its rows.
     void prepare(const Batch& batch);
+    // Rows the model gives entry e (every entry gets its last token's; a scored chunk every token's).
+    size_t model_rows(size_t e) const { return seqs_[e].all_logits ? seqs_[e].tokens.size() : 1; }
+    // forward_sample() for batches without scored chunks: the model draws every entry's row.
+    Status sample_entries(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
+                          std::vector<float>* logits);
     Status check_row(const Batch& batch, size_t i, const float* row) const;
 
     std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
@@ -60,7 +66,7 @@ private:
     std::vector<int> dp_group_;                           // scratch
     std::vector<model::ForwardSequence> seqs_;            // scratch: the model's entries
     std::vector<int> seq_of_;                             // scratch: entry -> batch sequence
-    std::vector<uint8_t> need_;                           // scratch: entry's row is asked for
+    std::vector<uint8_t> need_;                           // scratch: entry's rows are asked for
     std::vector<float> rows_;                             // [num_seqs, vocab_size] scratch
     std::vector<model::CudaModel::SampleParams> params_;  // scratch
     std::vector<int32_t> ids_;                            // scratch

@@ -89,6 +89,7 @@ struct Engine::Active {
     int spec_backoff = 0;                           // the last wait (doubles while verifications keep nothing)
     std::unique_ptr<TokenConstraint> constraint{};  // from request.constraint
     std::vector<uint8_t> allowed{};                 // the constraint's last mask
+    std::vector<PromptLogprob> prompt_lps{};        // request.prompt_logprobs: prompt tokens 1.. so far
 };
 
 namespace {
@@ -172,6 +173,9 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
     if (r.logprobs < -1 || r.logprobs > kMaxLogprobs)
         return invalid_argument("logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " +
                                 std::to_string(r.logprobs));
+    if (r.prompt_logprobs < -1 || r.prompt_logprobs > kMaxLogprobs)
+        return invalid_argument("prompt_logprobs must be in [-1, " + std::to_string(kMaxLogprobs) + "], got " +
+                                std::to_string(r.prompt_logprobs));
     for (int32_t id : r.stop_ids) {
         if (id < 0 || id >= c.vocab_size)
             return invalid_argument("stop id " + std::to_string(id) + " is outside the vocabulary");
@@ -255,6 +259,7 @@ void Engine::loop() {
             a->seq.id = s.id;
             a->seq.tokens = a->request.prompt;
             a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
+            a->seq.score_prompt = a->request.prompt_logprobs >= 0 && a->seq.num_prompt_tokens > 1;
             scheduler_.add(&a->seq);
             active_.emplace(s.id, std::move(a));
         }
@@ -311,12 +316,62 @@ void Engine::propose_drafts() {
     }
 }
 
+void Engine::score_prompts(const SchedulerOutput& out, std::span<const int> row_base,
+                           std::span<const int64_t> host_row) {
+    // Row j of a scored chunk is position p = start_pos + j: the distribution of prompt token p + 1.
+    // Positions recorded before (a chunk recomputed after a preemption) are not scored again.
+    struct Job {
+        Active* a;
+        int pos;
+        int64_t row;
+    };
+    std::vector<Job> jobs;
+    for (size_t j = 0; j < out.seqs.size(); ++j) {
+        const ScheduledSequence& ss = out.seqs[j];
+        if (!ss.seq->score_prompt) continue;
+        Active* a = active_.at(ss.seq->id).get();
+        for (int t = 0; t < ss.num_new_tokens; ++t) {
+            const int pos = ss.start_pos + t;
+            if (pos < static_cast<int>(a->prompt_lps.size()) || pos + 1 >= a->seq.num_prompt_tokens) continue;
+            const int64_t row = host_row[static_cast<size_t>(row_base[j] + t)];
+            ENGINE_CHECK(row >= 0, "a scored prompt row was drawn on the device");
+            jobs.push_back({a, pos, row});
+        }
+    }
+    if (jobs.empty()) return;
+    const int V = runner_->config().vocab_size;
+    std::vector<PromptLogprob> scored(jobs.size());
+    auto score_range = [&](int64_t begin, int64_t end) {
+        Sampler sampler(V);
+        for (int64_t i = begin; i < end; ++i) {
+            const Job& job = jobs[static_cast<size_t>(i)];
+            scored[static_cast<size_t>(i)] =
+                sampler.score(logits_.data() + static_cast<size_t>(job.row) * static_cast<size_t>(V),
+                              job.a->seq.tokens[static_cast<size_t>(job.pos) + 1], job.a->request.prompt_logprobs);
+        }
+    };
+    if (jobs.size() > 1) {
+        ThreadPool::global().parallel_for(static_cast<int64_t>(jobs.size()), score_range, 8);
+    } else {
+        score_range(0, 1);
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Active* a = jobs[i].a;
+        a->prompt_lps.push_back(std::move(scored[i]));  // jobs are in position order per sequence
+        if (static_cast<int>(a->prompt_lps.size()) == a->seq.num_prompt_tokens - 1) a->seq.score_prompt = false;
+    }
+}
+
 void Engine::step() {
     propose_drafts();
     const SchedulerOutput out = scheduler_.schedule();
     if (out.empty()) return;  // only preemptions happened; the next step readmits
 
+    // Logits rows in batch order: a sampling sequence's 1 + num_draft, a scored prompt chunk's one a
+    // token (its last one the sampling row when the chunk ends the prompt).
     Batch batch;
+    std::vector<int> row_base;
+    int total_rows = 0;
     for (const ScheduledSequence& ss : out.seqs) {
         const Sequence& s = *ss.seq;
         BatchSequence b;
@@ -327,34 +382,41 @@ void Engine::step() {
         // Without sliding layers the sliding tables are unused; the full ones stand in for them.
         b.block_table_sliding = kv_.has_sliding() ? std::span<const int32_t>(s.block_table_sliding)
                                                   : std::span<const int32_t>(s.block_table_full);
-        b.need_logits = ss.sample;
-        b.all_logits = ss.num_draft > 0;  // verification: row i checks draft i + 1
+        b.score_prompt = s.score_prompt;
+        b.need_logits = ss.sample || b.score_prompt;
+        b.all_logits = ss.num_draft > 0 || b.score_prompt;  // verification: row i checks draft i + 1
+        row_base.push_back(total_rows);
+        total_rows += b.num_logits();
         batch.seqs.push_back(b);
         batch.num_tokens += ss.num_new_tokens;
     }
     // Sequences that reached their last token draw one (1 + num_draft rows each); on the device
     // where that draws the same distribution as the host sampler (no logprobs, min-p, penalties or
-    // bias asked for). Row r of sampler i: the output token at index first_index[i] + r.
+    // bias asked for). Row r of sampler i is row first_row[i] + r: the output token at index
+    // first_index[i] + r.
     std::vector<Active*> samplers;
     std::vector<int> num_rows, first_row, first_index;
-    int total_rows = 0;
-    for (const ScheduledSequence& ss : out.seqs) {
+    for (size_t j = 0; j < out.seqs.size(); ++j) {
+        const ScheduledSequence& ss = out.seqs[j];
         if (!ss.sample) continue;
         Active* a = active_.at(ss.seq->id).get();
         samplers.push_back(a);
         num_rows.push_back(1 + ss.num_draft);
-        first_row.push_back(total_rows);
+        first_row.push_back(row_base[j] + batch.seqs[j].num_logits() - (1 + ss.num_draft));
         first_index.push_back(a->seq.num_generated());
-        total_rows += 1 + ss.num_draft;
         counters_.num_draft_tokens += ss.num_draft;
     }
     logits_.clear();
     device_ids_.clear();
     Status st;
     if (device_sampling_) {
-        device_params_.clear();
+        // One parameter set a row. Scored prompt rows come to the host, and so does the first draw of a
+        // request with prompt logprobs (its chunks, and so whether that row is a scored chunk's, depend
+        // on the other requests: a seeded draw must not).
+        device_params_.assign(static_cast<size_t>(total_rows), ModelRunner::DeviceSample{.want_logits = true});
         for (size_t i = 0; i < samplers.size(); ++i) {
             const Active* a = samplers[i];
+            if (a->request.prompt_logprobs >= 0 && first_index[i] == 0) continue;
             const SamplingParams& p = a->request.sampling;
             ModelRunner::DeviceSample d;
             d.temperature = p.temperature;
@@ -366,12 +428,24 @@ void Engine::step() {
                             !p.logit_bias.empty();
             for (int r = 0; r < num_rows[i]; ++r) {
                 d.draw_index = static_cast<uint64_t>(first_index[i] + r);
-                device_params_.push_back(d);
+                device_params_[static_cast<size_t>(first_row[i] + r)] = d;
             }
         }
         st = runner_->forward_sample(batch, device_params_, &device_ids_, &logits_);
     } else {
         st = runner_->forward(batch, &logits_);
+    }
+    if (st.ok()) {
+        // A runner that returns fewer rows than the batch asked for is a bug: fail the step, never read past them.
+        int64_t want = 0;
+        for (int r = 0; r < total_rows; ++r)
+            if (!device_sampling_ || (static_cast<size_t>(r) < device_ids_.size() && device_ids_[r] < 0)) ++want;
+        const size_t V = static_cast<size_t>(runner_->config().vocab_size);
+        if ((device_sampling_ && device_ids_.size() != static_cast<size_t>(total_rows)) ||
+            logits_.size() != static_cast<size_t>(want) * V)
+            st = internal_error("the model runner returned " + std::to_string(logits_.size() / V) +
+                                " logits rows and " + std::to_string(device_ids_.size()) + " ids for a step of " +
+                                std::to_string(total_rows) + " rows");
     }
     if (!st.ok()) {
         for (const ScheduledSequence& ss : out.seqs) {
@@ -393,6 +467,7 @@ void Engine::step() {
     for (int r = 0; r < total_rows; ++r)
         if (!device_sampling_ || device_ids_[static_cast<size_t>(r)] < 0)
             host_row[static_cast<size_t>(r)] = num_host_rows++;
+    score_prompts(out, row_base, host_row);
     // Each sampler's tokens: row r drawn as a plain decode step would draw that position (its output
     // so far includes drafts 1..r, which are kept if row r is reached), draft r + 1 kept while it
     // equals the token drawn at row r. The first mismatch or the last row ends the list. A draw
@@ -472,6 +547,7 @@ void Engine::step() {
             ev.index = index;
             ev.logprob = t.logprob;
             ev.top_logprobs = std::move(t.top_logprobs);
+            if (index == 0) ev.prompt_logprobs = std::move(a.prompt_lps);
             if (std::optional<StopResult> stop = a.stop.push(ev.id, index + 1)) {
                 ev.finish_reason = stop->reason;
                 ev.stop_id = stop->stop_id;

@@ -42,6 +42,9 @@ struct Request {
     std::vector<std::string> stop_strings{};  // non-empty; need EngineConfig::detokenizer
     int max_tokens = 16;                      // > 0; prompt + max_tokens must fit the context
     int logprobs = -1;                        // -1: none; 0: the sampled token's; N <= 20: also top N
+    // -1: none; N in [0, 20]: each prompt token's logprob (from the first) under the positions before it,
+    // its rank and the top N, on the first event. The prompt is then computed whole (no cached prefix).
+    int prompt_logprobs = -1;
     // Optional: which tokens may come next (structured outputs); one TokenConstraint per request.
     std::shared_ptr<const TokenConstraintFactory> constraint{};
     // Optional: receives every event on the engine thread instead of the handle's queue. It must
@@ -88,7 +91,7 @@ private:
 struct EngineConfig {
     int block_size = 16;
     KvBudget kv_budget{.bytes = size_t{512} << 20};
-    SchedulerConfig scheduler;
+    SchedulerConfig scheduler;  // its max_scored_tokens bounds the logits rows of prompt logprobs a step
     bool enable_prefix_caching = true;
     Detokenizer detokenizer;  // for stop strings; may be empty when no request uses them
     // Draw tokens on the device where the runner can (ModelRunner::samples_on_device) for requests
@@ -150,6 +153,8 @@ private:
     Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlockCounts counts);
     void loop();
     void propose_drafts();
+    // Records the prompt logprobs of this step's scored chunks (rows at host_row[row_base[i] + t]).
+    void score_prompts(const SchedulerOutput& out, std::span<const int> row_base, std::span<const int64_t> host_row);
     void step();
     void finish(Active& a, TokenEvent event);
     void publish_stats();

@@ -24,6 +24,8 @@ struct TokenEvent {
     int index = -1;                          // its position in the output (0, 1, …)
     float logprob = 0;                       // raw logprob of `id` (when the request asked for logprobs)
     std::vector<TokenLogprob> top_logprobs;  // top-N raw logprobs (when asked for)
+    // On the request's first event, with Request::prompt_logprobs: entry i for prompt token i + 1.
+    std::vector<PromptLogprob> prompt_logprobs;
     // Set on the request's last event only.
     std::optional<FinishReason> finish_reason;
     std::optional<int32_t> stop_id;              // finish_reason stop: the stop id that ended it

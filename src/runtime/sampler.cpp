@@ -172,6 +172,34 @@ int32_t sample_token(const float* logits, int vocab_size, const SamplingParams& 
 
 Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size) {}
 
+double Sampler::log_sum_exp_and_top(const float* logits, int num, std::vector<TokenLogprob>* top) {
+    const int V = vocab_size_;
+    const float mx = logits[argmax(logits, V)];
+    double sum = 0.0;
+    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+    const double lse = mx + std::log(sum);
+    const int n = std::min(num, V);
+    if (n > 0) {
+        keys_.resize(static_cast<size_t>(V));
+        for (int i = 0; i < V; ++i) keys_[i] = candidate_key(logits[i], i);
+        std::partial_sort(keys_.begin(), keys_.begin() + n, keys_.end(), std::greater<>());
+        for (int i = 0; i < n; ++i) {
+            const int32_t id = key_id(keys_[i]);
+            top->push_back({id, static_cast<float>(logits[id] - lse)});
+        }
+    }
+    return lse;
+}
+
+PromptLogprob Sampler::score(const float* logits, int32_t token, int num_logprobs) {
+    PromptLogprob out;
+    const double lse = log_sum_exp_and_top(logits, num_logprobs, &out.top);
+    out.logprob = static_cast<float>(logits[token] - lse);
+    const float x = logits[token];
+    out.rank = 1 + static_cast<int>(std::count_if(logits, logits + vocab_size_, [x](float v) { return v > x; }));
+    return out;
+}
+
 SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint64_t seed,
                              std::span<const int32_t> prompt, std::span<const int32_t> output, int num_logprobs,
                              const uint8_t* allowed) {
@@ -180,22 +208,7 @@ SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint6
 
     // 1. Logprobs from the raw logits.
     double lse = 0.0;
-    if (num_logprobs >= 0) {
-        const float mx = logits[argmax(logits, V)];
-        double sum = 0.0;
-        for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
-        lse = mx + std::log(sum);
-        const int n = std::min(num_logprobs, V);
-        if (n > 0) {
-            keys_.resize(static_cast<size_t>(V));
-            for (int i = 0; i < V; ++i) keys_[i] = candidate_key(logits[i], i);
-            std::partial_sort(keys_.begin(), keys_.begin() + n, keys_.end(), std::greater<>());
-            for (int i = 0; i < n; ++i) {
-                const int32_t id = key_id(keys_[i]);
-                out.top_logprobs.push_back({id, static_cast<float>(logits[id] - lse)});
-            }
-        }
-    }
+    if (num_logprobs >= 0) lse = log_sum_exp_and_top(logits, num_logprobs, &out.top_logprobs);
 
     // 2. Bias and penalties on a private copy (only when there are any).
     const float* processed = logits;

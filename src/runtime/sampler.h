@@ -55,6 +55,13 @@ struct TokenLogprob {
     float logprob = 0.0f;
 };
 
+// A prompt token's logprob under the logits of the position before it (vLLM's prompt_logprobs).
+struct PromptLogprob {
+    float logprob = 0.0f;             // of the prompt token, raw logits
+    int rank = 0;                     // 1 + the ids whose logit is larger than the prompt token's
+    std::vector<TokenLogprob> top{};  // the top-N raw logprobs, most probable first
+};
+
 struct SampledToken {
     int32_t id = 0;
     float logprob = 0.0f;                    // of `id` under the raw logits (when logprobs were asked)
@@ -74,8 +81,13 @@ public:
     SampledToken sample(const float* logits, const SamplingParams& params, uint64_t seed,
                         std::span<const int32_t> prompt, std::span<const int32_t> output, int num_logprobs,
                         const uint8_t* allowed = nullptr);
+    // The raw logprob of `token` under one row, its rank, and the top `num_logprobs` (0..vocab).
+    PromptLogprob score(const float* logits, int32_t token, int num_logprobs);
 
 private:
+    // log Σ exp(logits) and, with n > 0, the n most probable ids' logprobs into `top` (ties to the lower id).
+    double log_sum_exp_and_top(const float* logits, int n, std::vector<TokenLogprob>* top);
+
     int vocab_size_;
     std::vector<float> work_;      // [vocab_size] processed logits
     std::vector<float> prob_;      // [vocab_size] probabilities relative to the most probable token

@@ -45,12 +45,19 @@ void Scheduler::preempt(Sequence* seq) {
 SchedulerOutput Scheduler::schedule() {
     SchedulerOutput out;
     int budget = config_.max_num_batched_tokens;
+    int scored = std::max(1, config_.max_scored_tokens);
+    // A sequence scoring its prompt takes no more than the step's scored tokens left.
+    auto cap = [&](const Sequence* s, int n) { return s->score_prompt ? std::min(n, scored) : n; };
 
     // 1. Running sequences, oldest first.
     size_t i = 0;
     for (; i < running_.size() && budget > 0;) {
         Sequence* s = running_[i];
-        int n = std::min({s->num_tokens() - s->num_computed, budget, max_chunk_});
+        if (s->score_prompt && scored == 0) {  // its turn comes next step
+            ++i;
+            continue;
+        }
+        int n = cap(s, std::min({s->num_tokens() - s->num_computed, budget, max_chunk_}));
         // Drafts go whole or not at all, and never cost another sequence its blocks.
         if (s->num_draft > 0 && (n < s->num_tokens() - s->num_computed || !kv_->can_allocate(*s, n))) {
             s->drop_drafts();
@@ -73,6 +80,7 @@ SchedulerOutput Scheduler::schedule() {
         out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens(), s->num_draft});
         out.num_tokens += n;
         budget -= n;
+        if (s->score_prompt) scored -= n;
         ++i;
     }
 
@@ -82,8 +90,11 @@ SchedulerOutput Scheduler::schedule() {
     while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
            static_cast<int>(running_.size()) < config_.max_num_seqs) {
         Sequence* s = waiting_.front();
-        const int cached = kv_->match_prefix(*s);
-        const int n = std::min({s->num_tokens() - cached, budget, max_chunk_});
+        if (s->score_prompt && scored == 0) break;
+        // match_prefix also extends the block hashes the prefix index needs later.
+        const int matched = kv_->match_prefix(*s);
+        const int cached = s->score_prompt ? 0 : matched;  // every prompt position's row is wanted
+        const int n = cap(s, std::min({s->num_tokens() - cached, budget, max_chunk_}));
         if (!kv_->can_admit(*s, cached, n)) break;
         kv_->admit(*s, cached);
         kv_->allocate(*s, n);
@@ -95,6 +106,7 @@ SchedulerOutput Scheduler::schedule() {
         out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
         out.num_tokens += n;
         budget -= n;
+        if (s->score_prompt) scored -= n;
     }
     return out;
 }

@@ -10,7 +10,7 @@
 //   2. If nobody was preempted, waiting sequences in arrival order (FCFS: the head blocks the
 //      rest) while the budget, the cap on running sequences and the free blocks allow. A sequence
 //      is admitted when the full pool can hold all its current tokens and the sliding pool its
-//      first chunk; it reuses what the prefix cache has.
+//      first chunk; it reuses what the prefix cache has (unless it scores its prompt).
 // Prefill chunks and decode tokens mix freely in one step; a sequence samples when its scheduled
 // tokens reach the end of what it has (the last chunk of a prefill, or a decode token).
 // Speculative drafts (Sequence::num_draft) are scheduled whole or not at all: a sequence whose
@@ -30,6 +30,9 @@ namespace gptoss::runtime {
 struct SchedulerConfig {
     int max_num_seqs = 256;            // cap on running sequences
     int max_num_batched_tokens = 512;  // token budget of one step
+    // Tokens of sequences with score_prompt one step may feed (each is a logits row for the host:
+    // vocab_size floats), within the step's budget.
+    int max_scored_tokens = 256;
 };
 
 struct ScheduledSequence {

@@ -35,6 +35,11 @@ struct Sequence {
     // one step and kept only as far as the model agrees; never part of the prompt or the output.
     int num_draft = 0;
 
+    // The prompt's logprobs are still being computed (Request::prompt_logprobs): each of its chunks
+    // returns a logits row a token, so it reuses no cached prefix and its chunks draw on the step's
+    // SchedulerConfig::max_scored_tokens.
+    bool score_prompt = false;
+
     int num_cached_tokens = -1;  // prompt tokens found in the prefix cache at first admission
     int num_preemptions = 0;
 

@@ -177,6 +177,16 @@ void FakeEngine::step_locked() {
         }
         const int64_t len_before = static_cast<int64_t>(s.request.prompt.size() + s.generated);
         EngineEvent e;
+        if (s.generated == 0 && s.request.prompt_logprobs >= 0) {
+            // Made-up but checkable: prompt token i scores -(i % 4) / 2 - 1/8 at rank 1 + i % 3, then the k best.
+            const std::vector<int32_t>& p = s.request.prompt;
+            for (size_t i = 1; i < p.size(); ++i) {
+                PromptLogprob lp{-0.5f * static_cast<float>(i % 4) - 0.125f, 1 + static_cast<int>(i % 3), {}};
+                for (int k = 0; k < s.request.prompt_logprobs; ++k)
+                    lp.top.push_back({(p[i] + 1 + k) % options_.vocab_size, -0.0625f - static_cast<float>(k)});
+                e.prompt_logprobs.push_back(std::move(lp));
+            }
+        }
         e.token_id = s.script[s.generated++];
         if (s.request.top_logprobs >= 0) {
             e.logprob = -0.25f;

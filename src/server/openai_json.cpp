@@ -1111,8 +1111,11 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         } else {
             p.sampling.max_tokens = 16;  // the OpenAI default for completions
         }
-        if (auto lp = f.integer("logprobs", 0, 5)) p.logprobs = static_cast<int>(*lp);
-        if (f.boolean("echo").value_or(false)) f.fail("echo", "is not supported");
+        // OpenAI's limit is 5; vLLM's (and the engine's) 20.
+        if (auto lp = f.integer("logprobs", 0, runtime::kMaxLogprobs)) p.logprobs = static_cast<int>(*lp);
+        p.echo = f.boolean("echo").value_or(false);
+        if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))
+            p.prompt_logprobs = static_cast<int>(*plp);
         if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.fail("best_of", "only best_of=1 is supported");
         // An empty suffix is no suffix (OpenAI accepts it); text after the completion is not supported.
         if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) f.fail("suffix", "is not supported");

@@ -119,6 +119,10 @@ struct CompletionParams {
     int n = 1;                              // choices per prompt
     SamplingRequest sampling;
     int logprobs = -1;  // -1: none; k: logprob of each token + the k best
+    // The prompt before the completion in the text (and, with logprobs, the prompt tokens' logprobs,
+    // the first one's null, before the completion's).
+    bool echo = false;
+    int prompt_logprobs = -1;  // vLLM's: -1 none; k: each prompt token's logprob, rank and the k best
     bool stream = false;
     bool include_usage = false;
 };

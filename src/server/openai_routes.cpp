@@ -530,7 +530,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
     if (!params.ok()) return error(api_error(params.status()));
     // One engine request per prompt of the batch and choice (n of each).
     std::vector<EngineRequest> reqs;
-    std::vector<int64_t> prompt_tokens;
+    std::vector<size_t> prompt_of;  // request -> its prompt in the batch
+    std::vector<std::vector<int32_t>> prompt_ids;
     std::vector<bool> counts;
     const bool batch = params->prompts.size() > 1;
     for (size_t p = 0; p < params->prompts.size(); ++p) {
@@ -552,25 +553,32 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         req.stop_ids = request_stop_ids(params->sampling);
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
         req.top_logprobs = params->logprobs;
+        // Prompt logprobs for vLLM's prompt_logprobs, and for the echoed prompt's entries under logprobs.
+        req.prompt_logprobs = std::max(params->prompt_logprobs, params->echo ? params->logprobs : -1);
         StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
             constraint_for(params->sampling.grammar, {}, /*raw=*/true);
         if (!constraint.ok()) return error(api_error(constraint.status()));
         req.constraint = std::move(*constraint);
         for (EngineRequest& r : choice_requests(req, params->n)) {
-            counts.push_back(prompt_tokens.size() % static_cast<size_t>(params->n) == 0);  // first of its prompt
-            prompt_tokens.push_back(n);
+            counts.push_back(prompt_of.size() % static_cast<size_t>(params->n) == 0);  // first of its prompt
+            prompt_of.push_back(p);
             reqs.push_back(std::move(r));
         }
+        prompt_ids.push_back(reqs.back().prompt);
     }
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     if (reqs.size() > 1) {
         return generate_many(
-            std::move(reqs), [&](size_t i) { return make_completion_session(ctx, *params, prompt_tokens[i]); }, counts,
-            params->stream, arrival, client_gone);
+            std::move(reqs),
+            [&](size_t i) {
+                const size_t p = prompt_of[i];
+                return make_completion_session(ctx, *params, params->prompts[p], prompt_ids[p]);
+            },
+            counts, params->stream, arrival, client_gone);
     }
     return generate(
-        std::move(reqs[0]), [&] { return make_completion_session(ctx, *params, prompt_tokens[0]); }, params->stream,
-        arrival, client_gone);
+        std::move(reqs[0]), [&] { return make_completion_session(ctx, *params, params->prompts[0], prompt_ids[0]); },
+        params->stream, arrival, client_gone);
 }
 
 namespace {

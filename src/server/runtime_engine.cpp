@@ -21,6 +21,12 @@ EngineEvent convert(const runtime::TokenEvent& t) {
     e.logprob = t.logprob;
     e.top_logprobs.reserve(t.top_logprobs.size());
     for (const runtime::TokenLogprob& lp : t.top_logprobs) e.top_logprobs.push_back({lp.id, lp.logprob});
+    e.prompt_logprobs.reserve(t.prompt_logprobs.size());
+    for (const runtime::PromptLogprob& p : t.prompt_logprobs) {
+        PromptLogprob q{p.logprob, p.rank, {}};
+        for (const runtime::TokenLogprob& lp : p.top) q.top.push_back({lp.id, lp.logprob});
+        e.prompt_logprobs.push_back(std::move(q));
+    }
     if (t.finish_reason) e.finish = convert(*t.finish_reason);
     e.error = t.error;
     e.cached_prompt_tokens = t.num_cached_tokens;
@@ -77,6 +83,7 @@ StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
     r.stop_ids = std::move(request.stop_ids);
     r.max_tokens = request.max_tokens;
     r.logprobs = request.top_logprobs;
+    r.prompt_logprobs = request.prompt_logprobs;
     r.constraint = std::move(request.constraint);
     StatusOr<runtime::RequestHandle> handle = engine_->submit(std::move(r));
     if (!handle.ok()) {

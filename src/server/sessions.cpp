@@ -430,23 +430,40 @@ private:
 
 class CompletionSession final : public Session {
 public:
-    CompletionSession(const SessionContext& ctx, const CompletionParams& params, int64_t prompt_tokens)
+    CompletionSession(const SessionContext& ctx, const CompletionParams& params, const CompletionPrompt& prompt,
+                      std::vector<int32_t> prompt_ids)
         : ctx_(ctx),
           stop_(params.sampling.stop),
           stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
+          echo_(params.echo),
+          prompt_logprobs_(params.prompt_logprobs),
+          prompt_ids_(std::move(prompt_ids)),
           id_(random_id("cmpl-")),
           created_(unix_time_now()) {
-        usage_.prompt_tokens = prompt_tokens;
+        usage_.prompt_tokens = static_cast<int64_t>(prompt_ids_.size());
+        if (echo_) {
+            if (prompt.text) {
+                echo_text_ = *prompt.text;
+            } else {
+                std::string bytes;
+                for (int32_t id : prompt_ids_) bytes += token_text(*ctx_.tokenizer, id);
+                echo_text_ = lossy_utf8(bytes);
+            }
+        }
     }
 
     void open(std::string*) override {}
 
     bool on_event(const EngineEvent& e, std::string* sse) override {
-        std::string text;
+        std::string text = take_prompt(e);
         Json lp = nullptr;
+        if (echo_ && logprobs_ >= 0 && !echo_logprobs_sent_) {
+            lp = all_logprobs_;  // the prompt's entries, the first chunk's
+            echo_logprobs_sent_ = true;
+        }
         if (e.finish != FinishReason::kNone) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
@@ -455,20 +472,35 @@ public:
                                     is_request_stop(e, stop_token_ids_);
             const std::string bytes = token_text(*ctx_.tokenizer, e.token_id);
             if (!final_stop) pending_ += bytes;
-            text = take_text(e.finish != FinishReason::kNone);
-            if (logprobs_ >= 0) lp = add_logprobs(e, bytes);
+            text += take_text(e.finish != FinishReason::kNone);
+            if (logprobs_ >= 0) {
+                Json one = add_logprobs(e, bytes);
+                if (lp.is_null()) {
+                    lp = std::move(one);
+                } else {
+                    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+                        lp[k].push_back(one[k][0]);
+                }
+            }
         } else if (e.finish != FinishReason::kNone) {
-            text = take_text(true);
+            text += take_text(true);
         }
-        if (stream_ && (!text.empty() || !lp.is_null())) *sse += sse_event(chunk(text, std::move(lp), nullptr));
+        Json plp = nullptr;
+        if (!prompt_lp_sent_ && !prompt_lp_json_.is_null()) {
+            plp = prompt_lp_json_;
+            prompt_lp_sent_ = true;
+        }
+        if (stream_ && (!text.empty() || !lp.is_null() || !plp.is_null()))
+            *sse += sse_event(chunk(text, std::move(lp), nullptr, std::move(plp)));
         return stop_.matched();
     }
 
     void close(FinishReason reason, std::string* sse) override {
-        std::string tail = take_text(true);
+        std::string tail = take_prompt(EngineEvent{});
+        tail += take_text(true);
         finish_reason_ = finish_reason_name(reason, stop_.matched());
         if (!stream_) return;
-        *sse += sse_event(chunk(tail, nullptr, finish_reason_));
+        *sse += sse_event(chunk(tail, nullptr, finish_reason_, nullptr));
         if (include_usage_) {
             Json u = base();
             u["choices"] = Json::array();
@@ -482,8 +514,10 @@ public:
     }
 
     Json body() const override {
-        Json choice = {{"index", 0}, {"text", text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
+        Json choice = {
+            {"index", 0}, {"text", echo_text_ + text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
         if (logprobs_ >= 0) choice["logprobs"] = stop_.matched() ? logprobs_within_text() : all_logprobs_;
+        if (prompt_logprobs_ >= 0) choice["prompt_logprobs"] = prompt_lp_json_;
         Json j = base();
         j["choices"] = Json::array({choice});
         j["usage"] = usage_json();
@@ -502,27 +536,92 @@ private:
                     {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
                     {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens}}}};
     }
-    Json chunk(const std::string& text, Json logprobs, const char* finish_reason) const {
+    Json chunk(const std::string& text, Json logprobs, const char* finish_reason, Json prompt_logprobs) const {
         Json j = base();
         Json choice = {{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}};
         choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
+        if (!prompt_logprobs.is_null()) choice["prompt_logprobs"] = std::move(prompt_logprobs);
         j["choices"] = Json::array({choice});
         if (include_usage_) j["usage"] = nullptr;
         return j;
     }
 
-    // A stop string cut the text: the tokens that start at or past its end are not part of the answer.
+    // Once, at the first event (or at the close when none came): the echoed prompt's text, its tokens'
+    // logprobs entries (logprobs with echo) and vLLM's prompt_logprobs list, from the event's prompt
+    // logprobs (entry i for prompt token i + 1; absent ones, after an error, are null).
+    std::string take_prompt(const EngineEvent& e) {
+        if (prompt_taken_) return {};
+        prompt_taken_ = true;
+        const std::vector<PromptLogprob>& plp = e.prompt_logprobs;
+        auto entry = [&](size_t i) -> const PromptLogprob* {
+            return i >= 1 && i - 1 < plp.size() ? &plp[i - 1] : nullptr;
+        };
+        if (echo_ && logprobs_ >= 0) {
+            for (size_t i = 0; i < prompt_ids_.size(); ++i) {
+                const std::string tok = lossy_utf8(token_text(*ctx_.tokenizer, prompt_ids_[i]));
+                const PromptLogprob* p = entry(i);
+                Json top = nullptr;
+                if (p != nullptr) {
+                    top = Json::object();
+                    for (size_t k = 0; k < p->top.size() && static_cast<int>(k) < logprobs_; ++k)
+                        top[lossy_utf8(token_text(*ctx_.tokenizer, p->top[k].id))] = p->top[k].logprob;
+                    if (!top.contains(tok)) top[tok] = p->logprob;  // the prompt token is always among them
+                }
+                all_logprobs_["tokens"].push_back(tok);
+                all_logprobs_["token_logprobs"].push_back(p != nullptr ? Json(p->logprob) : Json(nullptr));
+                all_logprobs_["top_logprobs"].push_back(std::move(top));
+                all_logprobs_["text_offset"].push_back(text_offset_);
+                text_offset_ += std::count_if(tok.begin(), tok.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+            }
+            num_prompt_entries_ = prompt_ids_.size();
+        }
+        if (prompt_logprobs_ >= 0) {
+            // vLLM's shape: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], the prompt token
+            // and the k best.
+            prompt_lp_json_ = Json::array();
+            for (size_t i = 0; i < prompt_ids_.size(); ++i) {
+                const PromptLogprob* p = entry(i);
+                if (p == nullptr) {
+                    prompt_lp_json_.push_back(nullptr);
+                    continue;
+                }
+                Json d = Json::object();
+                auto put = [&](int32_t id, float logprob, int rank) {
+                    d[std::to_string(id)] = {{"logprob", logprob},
+                                             {"rank", rank},
+                                             {"decoded_token", lossy_utf8(token_text(*ctx_.tokenizer, id))}};
+                };
+                put(prompt_ids_[i], p->logprob, p->rank);
+                for (size_t k = 0; k < p->top.size() && static_cast<int>(k) < prompt_logprobs_; ++k)
+                    put(p->top[k].id, p->top[k].logprob, static_cast<int>(k) + 1);
+                prompt_lp_json_.push_back(std::move(d));
+            }
+        }
+        return echo_text_;
+    }
+
+    // A stop string cut the text: the generated tokens that start at or past its end are not part of the
+    // answer (the echoed prompt's entries all are).
     Json logprobs_within_text() const {
-        const int64_t chars = std::count_if(text_.begin(), text_.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+        const int64_t chars =
+            prompt_chars() + std::count_if(text_.begin(), text_.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
         Json out = {{"tokens", Json::array()},
                     {"token_logprobs", Json::array()},
                     {"top_logprobs", Json::array()},
                     {"text_offset", Json::array()}};
         const Json& offsets = all_logprobs_["text_offset"];
-        for (size_t i = 0; i < offsets.size() && offsets[i].get<int64_t>() < chars; ++i)
+        for (size_t i = 0; i < offsets.size() && (i < num_prompt_entries_ || offsets[i].get<int64_t>() < chars); ++i)
             for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
                 out[k].push_back(all_logprobs_[k][i]);
         return out;
+    }
+    // Characters the echoed prompt's entries span (where the completion's offsets begin).
+    int64_t prompt_chars() const {
+        if (num_prompt_entries_ == 0) return 0;
+        const Json& t = all_logprobs_["tokens"][num_prompt_entries_ - 1];
+        const std::string& last = t.get_ref<const std::string&>();
+        return all_logprobs_["text_offset"][num_prompt_entries_ - 1].get<int64_t>() +
+               std::count_if(last.begin(), last.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
     }
 
     // Complete UTF-8 text decoded so far, through the stop matcher.
@@ -561,11 +660,18 @@ private:
     const std::vector<int32_t> stop_token_ids_;
     const bool stream_, include_usage_;
     const int logprobs_;
+    const bool echo_;
+    const int prompt_logprobs_;
+    const std::vector<int32_t> prompt_ids_;
     const std::string id_;
     const int64_t created_;
     Usage usage_;
-    std::string pending_;  // generated bytes not yet decoded (an incomplete UTF-8 character)
-    std::string text_;
+    std::string echo_text_;  // with echo: the prompt, before the completion
+    bool prompt_taken_ = false, echo_logprobs_sent_ = false, prompt_lp_sent_ = false;
+    size_t num_prompt_entries_ = 0;  // leading entries of all_logprobs_ that are the echoed prompt's
+    Json prompt_lp_json_ = nullptr;  // vLLM's prompt_logprobs, once taken
+    std::string pending_;            // generated bytes not yet decoded (an incomplete UTF-8 character)
+    std::string text_;               // the completion (after the echoed prompt)
     int64_t text_offset_ = 0;
     Json all_logprobs_ = {{"tokens", Json::array()},
                           {"token_logprobs", Json::array()},
@@ -587,8 +693,8 @@ std::unique_ptr<Session> make_responses_session(const SessionContext& ctx, const
 }
 
 std::unique_ptr<Session> make_completion_session(const SessionContext& ctx, const CompletionParams& params,
-                                                 int64_t prompt_tokens) {
-    return std::make_unique<CompletionSession>(ctx, params, prompt_tokens);
+                                                 const CompletionPrompt& prompt, std::vector<int32_t> prompt_ids) {
+    return std::make_unique<CompletionSession>(ctx, params, prompt, std::move(prompt_ids));
 }
 
 }  // namespace gptoss::server

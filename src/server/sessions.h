@@ -62,7 +62,8 @@ std::unique_ptr<Session> make_chat_session(const SessionContext& ctx, const Chat
                                            const ChatParams& params, int64_t prompt_tokens);
 std::unique_ptr<Session> make_responses_session(const SessionContext& ctx, const ChatPrompt& prompt,
                                                 const ResponsesParams& params, int64_t prompt_tokens);
+// prompt_ids: the prompt as the engine gets it (the echo's tokens; a text prompt echoes as given).
 std::unique_ptr<Session> make_completion_session(const SessionContext& ctx, const CompletionParams& params,
-                                                 int64_t prompt_tokens);
+                                                 const CompletionPrompt& prompt, std::vector<int32_t> prompt_ids);
 
 }  // namespace gptoss::server

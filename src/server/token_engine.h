@@ -30,6 +30,9 @@ struct EngineRequest {
     std::vector<int32_t> stop_ids;
     int max_tokens = 16;    // tokens to generate at most, > 0
     int top_logprobs = -1;  // -1: no logprobs; k >= 0: the sampled token's logprob + the k best
+    // -1: none; k >= 0: each prompt token's logprob (from the second), its rank and the k best, on the
+    // first event. The prompt is then computed whole (no prefix-cache reuse).
+    int prompt_logprobs = -1;
     // Optional: which tokens may come next (structured outputs; runtime/token_constraint.h).
     std::shared_ptr<const runtime::TokenConstraintFactory> constraint;
 };
@@ -47,12 +50,21 @@ struct TokenLogprob {
     float logprob = 0.0f;
 };
 
+// A prompt token's logprob under the positions before it (EngineRequest::prompt_logprobs).
+struct PromptLogprob {
+    float logprob = 0.0f;
+    int rank = 0;                   // 1 + the ids more probable than the prompt token
+    std::vector<TokenLogprob> top;  // best first
+};
+
 // One generated token, or the end of the request. The last event of every request has
 // finish != kNone; it carries a token (token_id >= 0) when a token ended it (stop id, length).
 struct EngineEvent {
     int32_t token_id = -1;                   // -1: no token (an end without a token: cancelled, error)
     float logprob = 0.0f;                    // of token_id, when logprobs were asked for
     std::vector<TokenLogprob> top_logprobs;  // [top_logprobs] best first
+    // The first token's event, with EngineRequest::prompt_logprobs: entry i for prompt token i + 1.
+    std::vector<PromptLogprob> prompt_logprobs;
     FinishReason finish = FinishReason::kNone;
     std::string error;             // kError only
     int cached_prompt_tokens = 0;  // last event: prompt tokens served from the prefix cache

@@ -218,5 +218,75 @@ TEST(CudaEngine, SpeculativeDecodingKeepsTheTokens) {
     EXPECT_EQ(spec_st.num_blocks_in_use.full, 0);
 }
 
+// Prompt logprobs on the CUDA runner: a scored prompt chunk is one entry with every row (forward()), and
+// beside device-sampled requests it runs through forward() before the others' forward_sample(). The values
+// must be the CPU reference's within the backend's own error: each is a logit minus the row's log-sum-exp, so
+// within twice the largest |CUDA - CPU| over the prompt's rows (measured here by the runner's forward of the
+// whole prompt as one scored entry) plus float rounding.
+TEST(CudaEngine, PromptLogprobsMatchTheCpuReference) {
+    REQUIRE_GPU();
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
+    const int V = w->config.vocab_size;
+    const std::vector<int32_t> prompt = random_ids(45, V, 61);
+    std::vector<float> cpu_rows, cuda_rows;
+    {
+        model::SingleSequence seq(*w, static_cast<int>(prompt.size()) + 1, 16);
+        ASSERT_TRUE(seq.append(prompt, true, &cpu_rows).ok());
+        auto runner = runtime::CudaModelRunner::create(w, 1, static_cast<int>(prompt.size()));
+        ASSERT_TRUE(runner.ok()) << runner.status().to_string();
+        const int nb = static_cast<int>(prompt.size()) / 16 + 1;
+        ASSERT_TRUE((*runner)->allocate_kv_cache(16, {nb, nb}).ok());
+        std::vector<int32_t> table(static_cast<size_t>(nb));
+        for (int b = 0; b < nb; ++b) table[static_cast<size_t>(b)] = b;
+        runtime::Batch batch;
+        batch.seqs.push_back({prompt, 0, table, table, true, true, true});
+        batch.num_tokens = static_cast<int>(prompt.size());
+        ASSERT_TRUE((*runner)->forward(batch, &cuda_rows).ok());
+    }
+    ASSERT_EQ(cpu_rows.size(), prompt.size() * static_cast<size_t>(V));
+    ASSERT_EQ(cuda_rows.size(), cpu_rows.size());
+    float max_err = 0.0f;
+    for (size_t i = 0; i < cpu_rows.size(); ++i) max_err = std::max(max_err, std::fabs(cpu_rows[i] - cuda_rows[i]));
+    const float tol = 2.0f * max_err + 1e-4f;
+    std::printf("prompt logprobs: max |CUDA - CPU| over the prompt's rows %.4g, tolerance %.4g\n", max_err, tol);
+    runtime::Sampler sampler(V);
+    std::vector<runtime::PromptLogprob> want;
+    for (size_t p = 0; p + 1 < prompt.size(); ++p)
+        want.push_back(sampler.score(cpu_rows.data() + p * static_cast<size_t>(V), prompt[p + 1], 3));
+
+    auto runner = runtime::CudaModelRunner::create(w, 8, 256);
+    ASSERT_TRUE(runner.ok()) << runner.status().to_string();
+    runtime::EngineConfig cfg;
+    cfg.scheduler.max_num_seqs = 8;
+    cfg.scheduler.max_scored_tokens = 7;  // several chunks
+    cfg.kv_budget.bytes = size_t{64} << 20;
+    auto engine = runtime::Engine::create(std::move(*runner), cfg);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    std::vector<runtime::RequestHandle> hs;
+    for (int i = 0; i < 3; ++i) {  // greedy requests drawn on the device share the steps
+        auto h = (*engine)->submit(
+            Request{.prompt = random_ids(9 + i, V, 70 + i), .sampling = {.temperature = 0.0f}, .max_tokens = 12});
+        ASSERT_TRUE(h.ok());
+        hs.push_back(std::move(*h));
+    }
+    Request scored{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 6};
+    scored.prompt_logprobs = 3;
+    auto h = (*engine)->submit(scored);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    const Generation g = collect(*h);
+    for (auto& o : hs) EXPECT_EQ(collect(o).ids.size(), 12u);
+    EXPECT_EQ(g.ids.size(), 6u) << describe(g);
+    ASSERT_EQ(g.prompt_lps.size(), want.size());
+    for (size_t p = 0; p < want.size(); ++p) {
+        const runtime::PromptLogprob& a = g.prompt_lps[p];
+        EXPECT_NEAR(a.logprob, want[p].logprob, tol) << p;
+        ASSERT_EQ(a.top.size(), 3u) << p;
+        EXPECT_NEAR(a.top[0].logprob, want[p].top[0].logprob, tol) << p;
+        EXPECT_EQ(a.rank == 1, a.top[0].id == prompt[p + 1] || a.top[0].logprob == a.logprob) << p;
+    }
+    EXPECT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
+}
+
 }  // namespace
 }  // namespace gptoss::test

@@ -175,6 +175,70 @@ TEST_F(EngineTest, DeviceSamplingRunnerMatchesHostSampling) {
     }
 }
 
+// Prompt logprobs (vLLM's prompt_logprobs): every prompt token from the second scored under the rows
+// before it, equal to the unpaged reference's all-rows forward, with chunks of at most 5 scored
+// tokens a step shared by two scoring requests, a prompt whose prefix is cached (scored whole
+// anyway), a request without them beside, and on a runner that samples on the device.
+TEST_F(EngineTest, PromptLogprobsScoreEveryPromptToken) {
+    std::vector<Request> reqs;
+    const std::vector<int32_t> shared = random_ids(40, 300, 91);
+    reqs.push_back(Request{.prompt = shared, .sampling = {.temperature = 0.0f}, .max_tokens = 3});
+    Request scored = reqs[0];
+    scored.prompt_logprobs = 3;
+    reqs.push_back(scored);
+    Request second{.prompt = random_ids(17, 300, 92), .sampling = {.temperature = 0.0f}, .max_tokens = 4};
+    second.prompt_logprobs = 0;
+    second.logprobs = 2;
+    reqs.push_back(second);
+    Request one{.prompt = {7}, .sampling = {.temperature = 0.0f}, .max_tokens = 2};  // nothing to score
+    one.prompt_logprobs = 5;
+    reqs.push_back(one);
+    std::vector<Generation> want;
+    for (const Request& r : reqs) want.push_back(reference_generate(*weights_, r));
+    ASSERT_EQ(want[1].prompt_lps.size(), 39u);
+    for (size_t p = 0; p < want[1].prompt_lps.size(); ++p) {  // the reference's own consistency
+        const PromptLogprob& lp = want[1].prompt_lps[p];
+        ASSERT_EQ(lp.top.size(), 3u);
+        EXPECT_LE(lp.logprob, 0.0f);
+        EXPECT_EQ(lp.rank == 1, lp.top[0].id == shared[p + 1] || lp.logprob == lp.top[0].logprob) << p;
+        EXPECT_GE(lp.top[0].logprob, lp.logprob);
+    }
+    for (bool device : {false, true}) {
+        EngineConfig cfg = test_config();
+        cfg.scheduler.max_scored_tokens = 5;
+        cfg.device_sampling = device;
+        auto runner = std::make_unique<DeviceSamplingRunner>(weights_);
+        auto engine = Engine::create(std::move(runner), cfg);
+        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+        std::vector<Generation> got;
+        auto h0 = (*engine)->submit(reqs[0]);  // caches the shared prompt's blocks
+        ASSERT_TRUE(h0.ok());
+        got.push_back(collect(*h0));
+        std::vector<RequestHandle> hs;
+        for (size_t i = 1; i < reqs.size(); ++i) {
+            auto h = (*engine)->submit(reqs[i]);
+            ASSERT_TRUE(h.ok()) << h.status().to_string();
+            hs.push_back(std::move(*h));
+        }
+        for (auto& h : hs) got.push_back(collect(h));
+        for (size_t i = 0; i < reqs.size(); ++i)
+            EXPECT_TRUE(got[i].same_tokens(want[i]))
+                << device << " " << i << ": " << describe(got[i]) << " (" << got[i].prompt_lps.size()
+                << " prompt logprobs) vs " << describe(want[i]);
+        EXPECT_EQ(got[1].num_cached_tokens, 0) << "a scored prompt reuses no cached prefix";
+        EXPECT_EQ(got[2].prompt_lps.size(), 16u);
+        ASSERT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
+        EngineStats st = (*engine)->stats();
+        EXPECT_EQ(st.num_blocks_in_use.full, 0);
+        // The same prompt without prompt logprobs afterwards still hits the cache.
+        auto again = (*engine)->submit(reqs[0]);
+        ASSERT_TRUE(again.ok());
+        Generation g = collect(*again);
+        EXPECT_TRUE(g.same_tokens(want[0]));
+        EXPECT_GT(g.num_cached_tokens, 0);
+    }
+}
+
 TEST_F(EngineTest, ConcurrentBatchEqualsEachRequestAlone) {
     EngineConfig cfg = test_config();
     cfg.enable_prefix_caching = false;
@@ -340,6 +404,9 @@ TEST_F(EngineTest, BadRequestsGetClearErrors) {
     expect_error(Request{.prompt = {5}, .max_tokens = 0}, StatusCode::kInvalidArgument, "max_tokens");
     expect_error(Request{.prompt = {5}, .sampling = {.top_p = 2.0f}}, StatusCode::kInvalidArgument, "top_p");
     expect_error(Request{.prompt = {5}, .logprobs = 21}, StatusCode::kInvalidArgument, "logprobs");
+    Request bad_prompt_lp = Request{.prompt = {5, 6}};
+    bad_prompt_lp.prompt_logprobs = 21;
+    expect_error(bad_prompt_lp, StatusCode::kInvalidArgument, "prompt_logprobs");
     Request bad_stop_id = Request{.prompt = {5}};
     bad_stop_id.stop_ids.push_back(301);
     expect_error(bad_stop_id, StatusCode::kInvalidArgument, "stop id");

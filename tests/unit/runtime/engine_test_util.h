@@ -22,22 +22,40 @@
 
 namespace gptoss::runtime::testing {
 
+// Prompt logprobs equal: ranks and top ids exactly, logprobs within `tol`.
+inline bool same_prompt_logprobs(const std::vector<PromptLogprob>& a, const std::vector<PromptLogprob>& b, float tol) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].rank != b[i].rank || a[i].top.size() != b[i].top.size() ||
+            std::fabs(a[i].logprob - b[i].logprob) > tol)
+            return false;
+        for (size_t k = 0; k < a[i].top.size(); ++k)
+            if (a[i].top[k].id != b[i].top[k].id || std::fabs(a[i].top[k].logprob - b[i].top[k].logprob) > tol)
+                return false;
+    }
+    return true;
+}
+
 struct Generation {
     std::vector<int32_t> ids;
     std::vector<float> logprobs;
     std::vector<std::vector<TokenLogprob>> top;
+    std::vector<PromptLogprob> prompt_lps;  // Request::prompt_logprobs, from the first event
     FinishReason finish = FinishReason::kError;
     int num_cached_tokens = 0;
     int trim_bytes = 0;
 
-    bool same_tokens(const Generation& o) const { return ids == o.ids && logprobs == o.logprobs && finish == o.finish; }
+    bool same_tokens(const Generation& o) const {
+        return ids == o.ids && logprobs == o.logprobs && finish == o.finish &&
+               same_prompt_logprobs(prompt_lps, o.prompt_lps, 0.0f);
+    }
     // Same ids and finish; logprobs within `tol` (sums regrouped across simulated ranks).
     bool same_tokens(const Generation& o, float tol) const {
         if (tol == 0.0f) return same_tokens(o);
         if (ids != o.ids || finish != o.finish || logprobs.size() != o.logprobs.size()) return false;
         for (size_t i = 0; i < logprobs.size(); ++i)
             if (std::fabs(logprobs[i] - o.logprobs[i]) > tol) return false;
-        return true;
+        return same_prompt_logprobs(prompt_lps, o.prompt_lps, tol);
     }
 };
 
@@ -51,6 +69,7 @@ inline std::string describe(const Generation& g) {
 inline Generation collect(RequestHandle& h) {
     Generation g;
     while (auto ev = h.next(std::chrono::milliseconds(60000))) {
+        if (!ev->prompt_logprobs.empty()) g.prompt_lps = std::move(ev->prompt_logprobs);
         if (ev->id >= 0) {
             g.ids.push_back(ev->id);
             g.logprobs.push_back(ev->logprob);
@@ -77,8 +96,16 @@ inline Generation reference_generate(const model::GptOssWeights& w, const Reques
     StopChecker stop(r.stop_ids, r.stop_strings, r.max_tokens, detok);
     const uint64_t seed = r.sampling.seed.value_or(0);
     std::vector<float> logits;
-    Status st = seq.append(r.prompt, false, &logits);
+    // With prompt logprobs, every prompt position's row: row p scores prompt token p + 1, the last samples.
+    const bool score = r.prompt_logprobs >= 0;
+    Status st = seq.append(r.prompt, score, &logits);
     EXPECT_TRUE(st.ok()) << st.to_string();
+    if (score) {
+        const size_t V = static_cast<size_t>(w.config.vocab_size);
+        for (size_t p = 0; p + 1 < r.prompt.size(); ++p)
+            g.prompt_lps.push_back(sampler.score(logits.data() + p * V, r.prompt[p + 1], r.prompt_logprobs));
+        logits.erase(logits.begin(), logits.end() - static_cast<long>(V));
+    }
     for (;;) {
         SampledToken t = sampler.sample(logits.data(), r.sampling, seed, r.prompt, g.ids, r.logprobs);
         g.ids.push_back(t.id);
@@ -203,6 +230,7 @@ inline std::vector<Request> mixed_requests(int vocab, int window, int count, int
                 break;
         }
         r.logprobs = i % 3 == 0 ? 3 : (i % 3 == 1 ? 0 : -1);
+        r.prompt_logprobs = i % 5 == 2 ? 2 : (i % 5 == 4 ? 0 : -1);
         reqs.push_back(r);
     }
     return reqs;
@@ -231,6 +259,7 @@ inline void expect_batch_matches_reference(std::shared_ptr<const model::GptOssWe
     for (int k = 0; k < 2; ++k) {
         auto ev = handles[0].next(std::chrono::milliseconds(60000));
         ASSERT_TRUE(ev);
+        if (!ev->prompt_logprobs.empty()) got[0].prompt_lps = std::move(ev->prompt_logprobs);
         if (ev->id >= 0) {
             got[0].ids.push_back(ev->id);
             got[0].logprobs.push_back(ev->logprob);

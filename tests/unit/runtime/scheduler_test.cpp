@@ -244,6 +244,49 @@ TEST(SchedulerTest, AdmissionIsFcfsAndWaitsForFreeBlocks) {
     sched.remove(c.get());
 }
 
+// Sequences scoring their prompt (prompt logprobs) share max_scored_tokens a step and reuse no cached prefix;
+// the others are not held back by them while running, and admission stays FCFS.
+TEST(SchedulerTest, ScoredPromptsShareTheirBudgetAndSkipThePrefixCache) {
+    KvCacheManager kv(4, 0, {64, 64}, true);
+    Scheduler sched(SchedulerConfig{.max_num_seqs = 8, .max_num_batched_tokens = 100, .max_scored_tokens = 5}, &kv);
+    const std::vector<int32_t> prompt(12, 7);
+    auto warm = make_seq(1, prompt);  // fills the prefix cache with the prompt's blocks
+    sched.add(warm.get());
+    SchedulerOutput o = sched.schedule();
+    ASSERT_EQ(o.seqs.size(), 1u);
+    sched.on_step_done(o);
+    sched.remove(warm.get());
+
+    auto a = make_seq(2, prompt);
+    a->score_prompt = true;
+    auto b = make_seq(3, std::vector<int32_t>(9, 8));
+    b->score_prompt = true;
+    auto c = make_seq(4, prompt);  // not scoring: hits the cache
+    sched.add(a.get());
+    sched.add(b.get());
+    sched.add(c.get());
+    o = sched.schedule();
+    ASSERT_EQ(o.seqs.size(), 1u);  // a takes the 5 scored tokens; b waits, and c behind it (FCFS)
+    EXPECT_EQ(o.seqs[0].seq, a.get());
+    EXPECT_EQ(o.seqs[0].start_pos, 0) << "a scored prompt reuses no cached prefix";
+    EXPECT_EQ(o.seqs[0].num_new_tokens, 5);
+    sched.on_step_done(o);
+    o = sched.schedule();  // a's next 5; b still waits
+    ASSERT_EQ(o.seqs.size(), 1u);
+    EXPECT_EQ(o.seqs[0].num_new_tokens, 5);
+    sched.on_step_done(o);
+    a->score_prompt = false;  // (the engine clears it once the prompt is scored)
+    o = sched.schedule();     // a's last 2 tokens unscored; b its 5; c admitted with its cached blocks
+    ASSERT_EQ(o.seqs.size(), 3u);
+    EXPECT_EQ(o.seqs[0].num_new_tokens, 2);
+    EXPECT_EQ(o.seqs[1].seq, b.get());
+    EXPECT_EQ(o.seqs[1].num_new_tokens, 5);
+    EXPECT_EQ(o.seqs[2].seq, c.get());
+    EXPECT_EQ(o.seqs[2].start_pos, 8);
+    sched.on_step_done(o);
+    for (auto* s : {a.get(), b.get(), c.get()}) sched.remove(s);
+}
+
 TEST(SchedulerTest, PreemptsTheNewestSequenceWhenBlocksRunOut) {
     KvCacheManager kv(2, 0, {4, 4}, false);
     Scheduler sched(SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 100}, &kv);

@@ -601,6 +601,107 @@ TEST_F(GenerationOutputTest, CompletionsStopStringCutsTheLogprobsToo) {
     EXPECT_EQ(lp["top_logprobs"].size(), 1u);
 }
 
+// echo: the prompt before the completion (text as given, ids decoded), and with logprobs the prompt's tokens'
+// entries first, the first one's null (lm-evaluation-harness's loglikelihood requests: ids, echo, logprobs 1,
+// max_tokens 1); vLLM's prompt_logprobs as [null, {"<id>": {logprob, rank, decoded_token}}, ...]. Streamed
+// chunks add up to the same text, entries and list. The fake engine scores prompt token i at
+// -(i % 4) / 2 - 1/8, rank 1 + i % 3, its k best (prompt[i] + 1 + k) at -1/16 - k.
+TEST_F(GenerationOutputTest, CompletionsEchoAndPromptLogprobs) {
+    std::vector<int32_t> answer = harmony_ids(" jumps over");
+    server_.engine.set_script([answer](const EngineRequest&) { return answer; });
+    const std::vector<int32_t> prompt = harmony_ids("The quick brown fox");
+    ASSERT_GE(prompt.size(), 3u);
+    Json ids = prompt;
+    Json j = post_json("/v1/completions",
+                       R"({"prompt":)" + ids.dump() + R"(,"max_tokens":1,"logprobs":1,"echo":true,"temperature":0})");
+    EXPECT_EQ(server_.engine.last_request().prompt_logprobs, 1);
+    const Json& c = j["choices"][0];
+    EXPECT_EQ(c["text"], "The quick brown fox" + *test_tokenizer()->decode(std::vector<int32_t>{answer[0]}));
+    EXPECT_FALSE(c.contains("prompt_logprobs"));
+    const Json& lp = c["logprobs"];
+    const size_t n = prompt.size();
+    ASSERT_EQ(lp["tokens"].size(), n + 1) << lp.dump();
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    int64_t chars = 0;
+    for (size_t i = 0; i < n + 1; ++i) {
+        const std::string t = lp["tokens"][i];
+        EXPECT_EQ(lp["text_offset"][i], chars) << i;
+        chars += std::count_if(t.begin(), t.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+        if (i == 0 || i == n) continue;
+        EXPECT_EQ(t, token_text(*test_tokenizer(), prompt[i]));
+        EXPECT_EQ(lp["token_logprobs"][i].get<float>(), -0.5f * static_cast<float>(i % 4) - 0.125f) << i;
+        // logprobs 1: the best token and the prompt token itself.
+        const Json& top = lp["top_logprobs"][i];
+        EXPECT_EQ(top.size(), 2u) << top.dump();
+        EXPECT_EQ(top[t], lp["token_logprobs"][i]);
+        EXPECT_EQ(top[token_text(*test_tokenizer(), prompt[i] + 1)].get<float>(), -0.0625f);
+    }
+    EXPECT_EQ(lp["token_logprobs"][n].get<float>(), -0.25f);  // the completion's token
+
+    // prompt_logprobs 2 without echo: the text is the completion's; the engine scores with 2.
+    Json v = post_json("/v1/completions",
+                       R"({"prompt":"The quick brown fox","max_tokens":2,"prompt_logprobs":2,"logprobs":0})");
+    EXPECT_EQ(server_.engine.last_request().prompt_logprobs, 2);
+    const Json& vc = v["choices"][0];
+    EXPECT_EQ(vc["text"], *test_tokenizer()->decode(std::vector<int32_t>(answer.begin(), answer.begin() + 2)));
+    EXPECT_EQ(vc["logprobs"]["tokens"].size(), 2u);
+    const Json& plp = vc["prompt_logprobs"];
+    ASSERT_EQ(plp.size(), n) << plp.dump();
+    EXPECT_TRUE(plp[0].is_null());
+    for (size_t i = 1; i < n; ++i) {
+        const Json& d = plp[i];
+        ASSERT_EQ(d.size(), 3u) << d.dump();  // the prompt token and the 2 best (all different ids here)
+        const Json& self = d[std::to_string(prompt[i])];
+        EXPECT_EQ(self["rank"], 1 + static_cast<int>(i % 3));
+        EXPECT_EQ(self["logprob"].get<float>(), -0.5f * static_cast<float>(i % 4) - 0.125f);
+        EXPECT_EQ(self["decoded_token"], token_text(*test_tokenizer(), prompt[i]));
+        EXPECT_EQ(d[std::to_string(prompt[i] + 2)]["rank"], 2);
+    }
+
+    // Streamed: the same text, entries and list.
+    for (const char* body :
+         {R"({"prompt":"The quick brown fox","max_tokens":2,"logprobs":1,"echo":true,"stream":true})",
+          R"({"prompt":"The quick brown fox","max_tokens":2,"prompt_logprobs":2,"stream":true})"}) {
+        Json whole_req = parse(body);
+        whole_req.erase("stream");
+        Json whole = post_json("/v1/completions", whole_req.dump());
+        std::string text;
+        Json entries = {{"tokens", Json::array()},
+                        {"token_logprobs", Json::array()},
+                        {"top_logprobs", Json::array()},
+                        {"text_offset", Json::array()}};
+        Json list = nullptr;
+        for (const Json& ch : post_stream("/v1/completions", body)) {
+            const Json& cc = ch["choices"][0];
+            text += cc["text"].get<std::string>();
+            if (cc["logprobs"].is_object())
+                for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+                    for (const Json& x : cc["logprobs"][k]) entries[k].push_back(x);
+            if (cc.contains("prompt_logprobs")) {
+                EXPECT_TRUE(list.is_null()) << "prompt_logprobs sent twice";
+                list = cc["prompt_logprobs"];
+            }
+        }
+        const Json& wc = whole["choices"][0];
+        EXPECT_EQ(text, wc["text"]) << body;
+        if (wc["logprobs"].is_object()) {
+            EXPECT_EQ(entries, wc["logprobs"]) << body;
+        }
+        EXPECT_EQ(list, wc.contains("prompt_logprobs") ? wc["prompt_logprobs"] : Json(nullptr)) << body;
+    }
+
+    // echo with a stop string: the prompt stays whole, the completion is cut (and its entries with it).
+    std::vector<int32_t> jj = harmony_ids(" jumps jumps");
+    server_.engine.set_script([jj](const EngineRequest&) { return jj; });
+    Json s2 =
+        post_json("/v1/completions", R"({"prompt":"a b","logprobs":0,"echo":true,"max_tokens":8,"stop":["ps j"]})");
+    EXPECT_EQ(s2["choices"][0]["text"], "a b jum");
+    const Json& s2lp = s2["choices"][0]["logprobs"];
+    ASSERT_EQ(s2lp["tokens"].size(), harmony_ids("a b").size() + 1) << s2lp.dump();
+    EXPECT_EQ(s2lp["tokens"].back(), " jumps");
+}
+
 // Chat answer details OpenAI's clients read: content cut to nothing by a stop string is "" (not null: there was
 // an answer), the message and the logprobs carry "refusal": null, and a reserved id the tokenizer file does not
 // list is named in logprobs ("<|reserved_200013|>"), never "".

@@ -379,6 +379,18 @@ TEST(ParseCompletionRequest, PromptForms) {
     ASSERT_EQ(ids->prompts.size(), 1u);
     EXPECT_EQ(ids->prompts[0].ids, (std::vector<int32_t>{1, 2, 99}));
     EXPECT_EQ(ids->logprobs, 2);
+    EXPECT_FALSE(ids->echo);
+    EXPECT_EQ(ids->prompt_logprobs, -1);
+    // lm-evaluation-harness's loglikelihood request; vLLM's prompt_logprobs (null is none); logprobs to 20.
+    auto scored = parse_completion_request(
+        j(R"({"prompt": [1, 2], "echo": true, "logprobs": 20, "max_tokens": 1, "prompt_logprobs": 3})"), 100);
+    ASSERT_TRUE(scored.ok()) << scored.status().message();
+    EXPECT_TRUE(scored->echo);
+    EXPECT_EQ(scored->logprobs, 20);
+    EXPECT_EQ(scored->prompt_logprobs, 3);
+    auto null_plp = parse_completion_request(j(R"({"prompt": [1], "prompt_logprobs": null, "echo": false})"), 100);
+    ASSERT_TRUE(null_plp.ok());
+    EXPECT_EQ(null_plp->prompt_logprobs, -1);
     auto one_of_batch = parse_completion_request(j(R"({"prompt": ["a"]})"), 100);
     ASSERT_TRUE(one_of_batch.ok());
     ASSERT_EQ(one_of_batch->prompts.size(), 1u);
@@ -402,8 +414,10 @@ TEST(ParseCompletionRequest, PromptForms) {
         {R"({"prompt": [[1], [1, 100]]})", "prompt[1][1]"},
         {R"({"prompt": {"x": 1}})", "prompt"},
         {R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
-        {R"({"prompt": "a", "logprobs": 9})", "logprobs"},
-        {R"({"prompt": "a", "echo": true})", "echo"},
+        {R"({"prompt": "a", "logprobs": 21})", "logprobs"},
+        {R"({"prompt": "a", "echo": "yes"})", "echo"},
+        {R"({"prompt": "a", "prompt_logprobs": 21})", "prompt_logprobs"},
+        {R"({"prompt": "a", "prompt_logprobs": -1})", "prompt_logprobs"},
         {R"({"prompt": "a", "n": 129})", "n"},
         {R"({"prompt": ["a", "b", "c"], "n": 43})", "n"},  // 129 choices
     };

@@ -16,7 +16,7 @@ constexpr int kBlockSize = 16;
 constexpr int kBlocks = 64;  // context: 64 blocks of 16 tokens = 1024 tokens
 constexpr int32_t kToken = 1234;
 
-// Always predicts kToken (a one-hot row), optionally slowly.
+// Always predicts kToken (10 against -30 for every other id), optionally slowly.
 class ScriptedRunner final : public runtime::ModelRunner {
 public:
     explicit ScriptedRunner(std::chrono::microseconds step_time) : step_time_(step_time) {
@@ -36,10 +36,11 @@ public:
     Status forward(const runtime::Batch& batch, std::vector<float>* logits) override {
         std::this_thread::sleep_for(step_time_);
         for (const runtime::BatchSequence& s : batch.seqs) {
-            if (!s.need_logits) continue;
-            const size_t at = logits->size();
-            logits->resize(at + static_cast<size_t>(config_.vocab_size), -30.0f);
-            (*logits)[at + kToken] = 10.0f;
+            for (int r = 0; r < s.num_logits(); ++r) {
+                const size_t at = logits->size();
+                logits->resize(at + static_cast<size_t>(config_.vocab_size), -30.0f);
+                (*logits)[at + kToken] = 10.0f;
+            }
         }
         return ok_status();
     }
@@ -203,6 +204,44 @@ TEST_F(RuntimeEngineTest, GuidedJsonHoldsTheCompletion) {
             EXPECT_TRUE(doc.size() == 1 && doc["a"].is_null()) << text;
         }
         EXPECT_FALSE(doc.is_number()) << text;
+    }
+    EXPECT_TRUE(s.wait_idle());
+}
+
+// lm-evaluation-harness's loglikelihood request through the real engine: every prompt token's logprob under
+// the runner's rows (kToken: log of ~1, any other: -40 at rank 2), the prompt computed whole even when its
+// prefix is cached, and vLLM's prompt_logprobs alongside.
+TEST_F(RuntimeEngineTest, EchoedPromptLogprobsThroughTheRealEngine) {
+    RuntimeServer s(std::chrono::microseconds(0));
+    ASSERT_TRUE(s.wait_ready());
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 40; ++i) prompt.push_back(i % 3 == 0 ? kToken : 100 + i);
+    const std::string body = R"({"prompt":)" + Json(prompt).dump() +
+                             R"(,"max_tokens":1,"logprobs":1,"echo":true,"temperature":0,"prompt_logprobs":0})";
+    for (int round = 0; round < 2; ++round) {  // the second finds the prompt's blocks cached
+        auto r = s.post("/v1/completions", body);
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const Json j = parse(r->body);
+        EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << round;
+        const Json& c = j["choices"][0];
+        const Json& lp = c["logprobs"];
+        ASSERT_EQ(lp["token_logprobs"].size(), prompt.size() + 1);
+        EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+        const Json& plp = c["prompt_logprobs"];
+        ASSERT_EQ(plp.size(), prompt.size());
+        EXPECT_TRUE(plp[0].is_null());
+        const std::string best = token_text(*test_tokenizer(), kToken);
+        for (size_t i = 1; i <= prompt.size(); ++i) {
+            const bool hit = i == prompt.size() || prompt[i] == kToken;  // the last entry is the completion's
+            const float got = lp["token_logprobs"][i].get<float>();
+            EXPECT_NEAR(got, hit ? 0.0f : -40.0f, 1e-4f) << i;
+            EXPECT_NEAR(lp["top_logprobs"][i][best].get<float>(), 0.0f, 1e-4f) << i;
+            if (i == prompt.size()) continue;
+            const Json& self = plp[i][std::to_string(prompt[i])];
+            EXPECT_EQ(self["rank"], hit ? 1 : 2) << i;
+            EXPECT_EQ(self["logprob"], lp["token_logprobs"][i]) << i;
+        }
     }
     EXPECT_TRUE(s.wait_idle());
 }
