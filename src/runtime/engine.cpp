@@ -161,6 +161,9 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
         return out_of_range("the prompt has " + std::to_string(n) + " tokens, more than the model's context of " +
                             std::to_string(c.max_position_embeddings));
     if (r.max_tokens <= 0) return invalid_argument("max_tokens must be positive, got " + std::to_string(r.max_tokens));
+    if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
+        return invalid_argument("min_tokens must be in [0, max_tokens = " + std::to_string(r.max_tokens) + "], got " +
+                                std::to_string(r.min_tokens));
     if (n + r.max_tokens > c.max_position_embeddings)
         return out_of_range("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                             std::to_string(r.max_tokens) + ") exceed the model's context of " +
@@ -253,8 +256,8 @@ void Engine::loop() {
         for (Submission& s : submissions) {
             auto a = std::make_unique<Active>(
                 Active{Sequence{}, std::move(s.request), s.seed, std::move(s.stream), StopChecker({}, {}, 0, nullptr)});
-            a->stop =
-                StopChecker(a->request.stop_ids, a->request.stop_strings, a->request.max_tokens, &config_.detokenizer);
+            a->stop = StopChecker(a->request.stop_ids, a->request.stop_strings, a->request.max_tokens,
+                                  &config_.detokenizer, a->request.min_tokens);
             if (a->request.constraint) a->constraint = a->request.constraint->start();
             a->seq.id = s.id;
             a->seq.tokens = a->request.prompt;
@@ -299,7 +302,8 @@ void Engine::propose_drafts() {
         if (room <= 0) break;
         if (s->num_draft != 0 || s->num_computed != s->num_tokens() - 1) continue;  // not decoding
         Active& a = *active_.at(s->id);
-        if (a.constraint) continue;  // drafts are not checked against the constraint
+        if (a.constraint) continue;                               // drafts are not checked against the constraint
+        if (s->num_generated() < a.request.min_tokens) continue;  // nor against min_tokens' mask
         if (a.spec_wait > 0) {
             --a.spec_wait;
             continue;
@@ -314,6 +318,21 @@ void Engine::propose_drafts() {
         draft_scratch_.clear();
         room -= n;
     }
+}
+
+// min_tokens: the request's stop ids taken out of `allowed` (null: every id) in a.allowed, unless they are all
+// that is allowed (a constraint that can only end: it wins).
+const uint8_t* Engine::mask_stop_ids(Active& a, const uint8_t* allowed, int V) {
+    std::vector<uint8_t>& m = a.allowed;
+    if (allowed == nullptr) m.assign(static_cast<size_t>(V), 1);
+    std::vector<std::pair<int32_t, uint8_t>> saved;
+    for (int32_t id : a.request.stop_ids) {
+        saved.emplace_back(id, m[static_cast<size_t>(id)]);
+        m[static_cast<size_t>(id)] = 0;
+    }
+    if (std::none_of(m.begin(), m.end(), [](uint8_t v) { return v != 0; }))
+        for (const auto& [id, v] : saved) m[static_cast<size_t>(id)] = v;
+    return m.data();
 }
 
 void Engine::score_prompts(const SchedulerOutput& out, std::span<const int> row_base,
@@ -423,9 +442,9 @@ void Engine::step() {
             d.top_p = p.top_p;
             d.top_k = p.top_k;
             d.seed = a->seed;
-            d.want_logits = a->constraint != nullptr || a->request.logprobs >= 0 || p.min_p > 0.0f ||
-                            p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f ||
-                            !p.logit_bias.empty();
+            d.want_logits = a->constraint != nullptr || first_index[i] < a->request.min_tokens ||
+                            a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
+                            p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
             for (int r = 0; r < num_rows[i]; ++r) {
                 d.draw_index = static_cast<uint64_t>(first_index[i] + r);
                 device_params_[static_cast<size_t>(first_row[i] + r)] = d;
@@ -497,6 +516,8 @@ void Engine::step() {
                         if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
                         allowed = a.allowed.data();
                     }
+                    if (first_index[i] + r < a.request.min_tokens && !a.request.stop_ids.empty())
+                        allowed = mask_stop_ids(a, allowed, V);
                     t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,
                                         a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs,
                                         allowed);

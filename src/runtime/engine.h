@@ -41,7 +41,10 @@ struct Request {
     std::vector<int32_t> stop_ids{};          // generation ends after emitting one of these
     std::vector<std::string> stop_strings{};  // non-empty; need EngineConfig::detokenizer
     int max_tokens = 16;                      // > 0; prompt + max_tokens must fit the context
-    int logprobs = -1;                        // -1: none; 0: the sampled token's; N <= 20: also top N
+    // vLLM's: the first min_tokens (<= max_tokens) tokens are never stop ids, and no stop id or string ends
+    // generation before the token after them.
+    int min_tokens = 0;
+    int logprobs = -1;  // -1: none; 0: the sampled token's; N <= 20: also top N
     // -1: none; N in [0, 20]: each prompt token's logprob (from the first) under the positions before it,
     // its rank and the top N, on the first event. The prompt is then computed whole (no cached prefix).
     int prompt_logprobs = -1;
@@ -156,6 +159,7 @@ private:
     // Records the prompt logprobs of this step's scored chunks (rows at host_row[row_base[i] + t]).
     void score_prompts(const SchedulerOutput& out, std::span<const int> row_base, std::span<const int64_t> host_row);
     void step();
+    const uint8_t* mask_stop_ids(Active& a, const uint8_t* allowed, int V);
     void finish(Active& a, TokenEvent event);
     void publish_stats();
 

@@ -15,16 +15,18 @@ const char* finish_reason_name(FinishReason reason) {
 }
 
 StopChecker::StopChecker(std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings, int max_tokens,
-                         const Detokenizer* detokenizer)
+                         const Detokenizer* detokenizer, int min_tokens)
     : stop_ids_(std::move(stop_ids)),
       stop_strings_(std::move(stop_strings)),
       max_tokens_(max_tokens),
-      detokenizer_(detokenizer) {
+      detokenizer_(detokenizer),
+      min_tokens_(min_tokens) {
     for (const std::string& s : stop_strings_) max_stop_len_ = std::max(max_stop_len_, s.size());
 }
 
 std::optional<StopResult> StopChecker::push(int32_t id, int num_generated) {
-    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+    const bool armed = num_generated > min_tokens_;
+    if (armed && std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
         StopResult r;
         r.stop_id = id;
         return r;
@@ -36,7 +38,7 @@ std::optional<StopResult> StopChecker::push(int32_t id, int num_generated) {
         tail_ += piece;
         std::optional<StopResult> best;
         size_t best_pos = 0;
-        for (size_t i = 0; i < stop_strings_.size(); ++i) {
+        for (size_t i = 0; armed && i < stop_strings_.size(); ++i) {
             const std::string& s = stop_strings_[i];
             if (s.empty()) continue;
             const size_t from = old_len >= s.size() - 1 ? old_len - (s.size() - 1) : 0;

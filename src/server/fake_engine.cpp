@@ -196,8 +196,10 @@ void FakeEngine::step_locked() {
             }
             if (s.request.top_logprobs == 0) e.top_logprobs.clear();
         }
+        // (The real engine never draws a stop id among the first min_tokens: a scripted one does not end it.)
         const bool stop =
-            std::find(s.request.stop_ids.begin(), s.request.stop_ids.end(), e.token_id) != s.request.stop_ids.end();
+            std::find(s.request.stop_ids.begin(), s.request.stop_ids.end(), e.token_id) != s.request.stop_ids.end() &&
+            static_cast<int>(s.generated) > s.request.min_tokens;
         const int64_t len = len_before + 1;
         kv_blocks_in_use_ += blocks_for(len) - blocks_for(len_before);
         if (stop) {

@@ -143,6 +143,46 @@ private:
 
 std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
+// A regular expression (a string) or a choice (an array of non-empty strings) compiled to a regex grammar;
+// errors name `key`.
+std::shared_ptr<const structured::RegexGrammar> regex_grammar(Fields& f, const char* key, const Json& v, bool choice) {
+    StatusOr<std::shared_ptr<const structured::RegexGrammar>> g = invalid_argument("");
+    if (choice) {
+        if (!v.is_array() || v.empty()) {
+            f.fail(key, "must be a non-empty array of strings");
+            return nullptr;
+        }
+        if (v.size() > 1024) {
+            f.fail(key, "at most 1024 choices");
+            return nullptr;
+        }
+        std::vector<std::string> options;
+        for (size_t i = 0; i < v.size(); ++i) {
+            if (!v[i].is_string() || v[i].get_ref<const std::string&>().empty()) {
+                f.fail_status(field_error(indexed(f.param(key), i), "must be a non-empty string"));
+                return nullptr;
+            }
+            options.push_back(v[i].get<std::string>());
+        }
+        g = structured::RegexGrammar::choice(options);
+    } else {
+        if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+            f.fail(key, "must be a non-empty string (a regular expression)");
+            return nullptr;
+        }
+        if (v.get_ref<const std::string&>().size() > 65536) {
+            f.fail(key, "is longer than 65,536 bytes");
+            return nullptr;
+        }
+        g = structured::RegexGrammar::compile(v.get_ref<const std::string&>());
+    }
+    if (!g.ok()) {
+        f.fail(key, g.status().message());
+        return nullptr;
+    }
+    return *g;
+}
+
 // Sampling fields shared by the three endpoints.
 // A JSON Schema given as an object (or a boolean), or as a string of JSON text (vLLM takes both for
 // guided_json), compiled; errors (bad JSON, keywords the output cannot be held to) name `key`.
@@ -231,20 +271,23 @@ void read_sampling(Fields& f, SamplingRequest* out) {
         }
     }
     out->ignore_eos = f.boolean("ignore_eos").value_or(false);
-    // vLLM's fields this server cannot honour are refused, not ignored: min_tokens needs the stop ids masked in the
-    // sampler, bad_words a banned-sequence filter, the guided forms other than JSON (regex, choice, grammar)
-    // a grammar this server does not build.
-    if (f.integer("min_tokens", 0, INT32_MAX).value_or(0) > 0)
-        f.fail_status(unimplemented(f.param("min_tokens") + ": is not supported (only 0)"));
-    for (const char* key : {"guided_regex", "guided_choice", "guided_grammar"}) {
-        if (f.ok() && f.has(key))
-            f.fail_status(unimplemented(f.param(key) +
-                                        ": is not supported (JSON constraints only: guided_json, guided_json_object, "
-                                        "response_format)"));
-    }
-    // vLLM's JSON constraints: guided_json (a schema, or a string of one), guided_json_object, structured_outputs
-    // {"json": schema} / {"json_object": true}. At most one.
+    out->min_tokens = static_cast<int>(f.integer("min_tokens", 0, INT32_MAX).value_or(0));
+    // vLLM's fields this server cannot honour are refused, not ignored: bad_words needs a banned-sequence filter,
+    // guided_grammar (EBNF) a grammar this server does not build.
+    if (f.ok() && f.has("guided_grammar"))
+        f.fail_status(unimplemented(f.param("guided_grammar") +
+                                    ": is not supported (guided_json, guided_json_object, guided_regex, guided_choice, "
+                                    "response_format)"));
+    // vLLM's constraints: guided_json (a schema, or a string of one), guided_json_object, guided_regex,
+    // guided_choice, structured_outputs {"json": schema} / {"json_object": true} / {"regex": ...} /
+    // {"choice": [...]}. At most one.
     int given = 0;
+    for (const char* key : {"guided_regex", "guided_choice"}) {
+        if (const Json* v = f.get(key); v != nullptr && f.ok()) {
+            out->regex = regex_grammar(f, key, *v, key[7] == 'c');
+            ++given;
+        }
+    }
     if (const Json* gj = f.get("guided_json"); gj != nullptr && f.ok()) {
         out->grammar = schema_grammar(f, "guided_json", *gj);
         ++given;
@@ -265,18 +308,21 @@ void read_sampling(Fields& f, SamplingRequest* out) {
                     out->grammar = structured::JsonGrammar::any_object();
                     ++given;
                 }
-            } else if (it.key() == "regex" || it.key() == "choice" || it.key() == "grammar" ||
-                       it.key() == "structural_tag") {
-                s.fail_status(unimplemented(s.param(it.key().c_str()) +
-                                            ": is not supported (JSON constraints only: json, json_object)"));
+            } else if (it.key() == "regex" || it.key() == "choice") {
+                out->regex =
+                    regex_grammar(s, it.key() == "regex" ? "regex" : "choice", it.value(), it.key() == "choice");
+                ++given;
+            } else if (it.key() == "grammar" || it.key() == "structural_tag") {
+                s.fail_status(
+                    unimplemented(s.param(it.key().c_str()) + ": is not supported (json, json_object, regex, choice)"));
             }
         }
         f.fail_status(s.status());
     }
     if (f.ok() && given > 1)
         f.fail_status(field_error("guided_json",
-                                  "give one JSON constraint (guided_json, guided_json_object or "
-                                  "structured_outputs), not several"));
+                                  "give one constraint (guided_json, guided_json_object, guided_regex, guided_choice "
+                                  "or structured_outputs), not several"));
     if (const Json* bw = f.get("bad_words"); f.ok() && bw != nullptr && !(bw->is_array() && bw->empty()))
         f.fail_status(unimplemented(f.param("bad_words") + ": is not supported"));
     if (!f.ok()) return;
@@ -811,10 +857,10 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         read_metadata(f);
         f.string("user");
         read_sampling(f, &p.sampling);
-        if (p.sampling.grammar) {
+        if (p.sampling.grammar || p.sampling.regex) {
             if (response_format_grammar)
                 f.fail_status(field_error("response_format",
-                                          "give one of response_format and vLLM's guided_json / "
+                                          "give one of response_format and vLLM's guided_* / "
                                           "structured_outputs, not both"));
             p.grammar = p.sampling.grammar;
         }

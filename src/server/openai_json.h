@@ -72,9 +72,12 @@ struct SamplingRequest {
     // drops it), and generation past the model's own stop ids (<|return|>, <|call|>, <|endoftext|>).
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
+    int min_tokens = 0;  // vLLM's: no stop id or stop string ends generation within the first min_tokens
     // vLLM's guided_json / guided_json_object / structured_outputs: what the output must match (chat: its
     // final message; completions: the whole text); null: free.
     std::shared_ptr<const structured::JsonGrammar> grammar;
+    // vLLM's guided_regex / guided_choice / structured_outputs regex, choice (no grammar then).
+    std::shared_ptr<const structured::RegexGrammar> regex;
 };
 
 struct ChatParams {

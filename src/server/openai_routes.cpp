@@ -100,6 +100,15 @@ private:
 };
 
 // The ids that end a request's generation: the model's own (unless ignore_eos) and the request's stop_token_ids.
+// vLLM's min_tokens, at most the request's max_tokens (its own, or what the context leaves).
+Status set_min_tokens(const SamplingRequest& s, const char* max_tokens_param, EngineRequest* req) {
+    if (s.min_tokens > req->max_tokens)
+        return invalid_argument("min_tokens: must be at most " + std::string(max_tokens_param) + " (" +
+                                std::to_string(req->max_tokens) + "), got " + std::to_string(s.min_tokens));
+    req->min_tokens = s.min_tokens;
+    return ok_status();
+}
+
 std::vector<int32_t> request_stop_ids(const SamplingRequest& s) {
     std::vector<int32_t> ids = s.ignore_eos ? std::vector<int32_t>{} : generation_stop_ids();
     for (int32_t id : s.stop_token_ids)
@@ -438,9 +447,10 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
 }
 
 StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
-    const std::shared_ptr<const structured::JsonGrammar>& grammar, const std::vector<int32_t>& forced, bool raw,
+    const std::shared_ptr<const structured::JsonGrammar>& grammar,
+    const std::shared_ptr<const structured::RegexGrammar>& regex, const std::vector<int32_t>& forced, bool raw,
     const std::shared_ptr<const structured::ToolGrammars>& tools) const {
-    if (!grammar && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
+    if (!grammar && !regex && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
         StatusOr<std::shared_ptr<structured::HarmonyStructuredOutputs>> so =
@@ -449,7 +459,7 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
             return unimplemented("response_format: structured outputs are unavailable: " + so.status().message());
         structured_ = std::move(*so);
     }
-    return raw ? structured_->raw_json(grammar) : structured_->final_json(grammar, forced, tools);
+    return raw ? structured_->raw_json(grammar, regex) : structured_->final_json(grammar, forced, tools, regex);
 }
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
@@ -461,7 +471,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(prompt.status()));
-    if (params->grammar) prompt->mapping.preambles_to_reasoning = true;  // the content is the final JSON alone
+    // The content is the final message alone (JSON, or the pattern's text).
+    if (params->grammar || params->sampling.regex) prompt->mapping.preambles_to_reasoning = true;
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens =
         max_tokens_for(n, params->sampling.max_tokens, "messages",
@@ -473,9 +484,10 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.sampling = params->sampling.sampling;
     req.stop_ids = request_stop_ids(params->sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+    if (Status st = set_min_tokens(params->sampling, "max_tokens", &req); !st.ok()) return error(api_error(st));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->grammar, prompt->forced, false, params->tool_grammars);
+        constraint_for(params->grammar, params->sampling.regex, prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -501,7 +513,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
-    if (params->chat.grammar) prompt->mapping.preambles_to_reasoning = true;
+    if (params->chat.grammar || params->chat.sampling.regex) prompt->mapping.preambles_to_reasoning = true;
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
@@ -511,8 +523,10 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = request_stop_ids(params->chat.sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
-    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->chat.grammar, prompt->forced, false, params->chat.tool_grammars);
+    if (Status st = set_min_tokens(params->chat.sampling, "max_output_tokens", &req); !st.ok())
+        return error(api_error(st));
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint = constraint_for(
+        params->chat.grammar, params->chat.sampling.regex, prompt->forced, false, params->chat.tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -552,11 +566,12 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         req.sampling = params->sampling.sampling;
         req.stop_ids = request_stop_ids(params->sampling);
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+        if (Status st = set_min_tokens(params->sampling, "max_tokens", &req); !st.ok()) return error(api_error(st));
         req.top_logprobs = params->logprobs;
         // Prompt logprobs for vLLM's prompt_logprobs, and for the echoed prompt's entries under logprobs.
         req.prompt_logprobs = std::max(params->prompt_logprobs, params->echo ? params->logprobs : -1);
         StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-            constraint_for(params->sampling.grammar, {}, /*raw=*/true);
+            constraint_for(params->sampling.grammar, params->sampling.regex, {}, /*raw=*/true);
         if (!constraint.ok()) return error(api_error(constraint.status()));
         req.constraint = std::move(*constraint);
         for (EngineRequest& r : choice_requests(req, params->n)) {

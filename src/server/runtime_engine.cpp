@@ -82,6 +82,7 @@ StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
     r.sampling = request.sampling;
     r.stop_ids = std::move(request.stop_ids);
     r.max_tokens = request.max_tokens;
+    r.min_tokens = request.min_tokens;
     r.logprobs = request.top_logprobs;
     r.prompt_logprobs = request.prompt_logprobs;
     r.constraint = std::move(request.constraint);

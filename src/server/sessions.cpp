@@ -10,8 +10,15 @@ std::string StopMatcher::push(std::string_view text) {
     if (matched_) return "";
     if (stops_.empty()) return std::string(text);
     held_ += text;
+    total_ += text.size();
+    if (hold_) protect_end_ = total_;
+    const size_t base = total_ - held_.size();  // held_[0]'s byte in the whole text
     size_t first = std::string::npos;
-    for (const std::string& s : stops_) first = std::min(first, held_.find(s));
+    for (const std::string& s : stops_) {
+        // A match at p ends at base + p + size: past protect_end_ from p = protect_end_ - base - size + 1.
+        const size_t from = protect_end_ + 1 > base + s.size() ? protect_end_ + 1 - base - s.size() : 0;
+        first = std::min(first, held_.find(s, from));
+    }
     if (first != std::string::npos) {
         matched_ = true;
         std::string out = held_.substr(0, first);
@@ -80,6 +87,7 @@ public:
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
           top_logprobs_(params.top_logprobs),
+          min_tokens_(params.sampling.min_tokens),
           id_(random_id("chatcmpl-")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
@@ -92,6 +100,7 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
+            stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
             if (!is_request_stop(e, stop_token_ids_)) handle(out_.push(e.token_id), &e, sse);
         }
         if (e.finish != FinishReason::kNone) {
@@ -216,6 +225,7 @@ private:
     const std::vector<int32_t> stop_token_ids_;
     const bool stream_, include_usage_, logprobs_;
     const int top_logprobs_;
+    const int min_tokens_;
     const std::string id_;
     const int64_t created_;
     Usage usage_;
@@ -440,6 +450,7 @@ public:
           logprobs_(params.logprobs),
           echo_(params.echo),
           prompt_logprobs_(params.prompt_logprobs),
+          min_tokens_(params.sampling.min_tokens),
           prompt_ids_(std::move(prompt_ids)),
           id_(random_id("cmpl-")),
           created_(unix_time_now()) {
@@ -467,6 +478,7 @@ public:
         if (e.finish != FinishReason::kNone) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
+            stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
             // The stop id that ended generation is counted but not shown (as other servers do).
             const bool final_stop = (e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id)) ||
                                     is_request_stop(e, stop_token_ids_);
@@ -662,6 +674,7 @@ private:
     const int logprobs_;
     const bool echo_;
     const int prompt_logprobs_;
+    const int min_tokens_;
     const std::vector<int32_t> prompt_ids_;
     const std::string id_;
     const int64_t created_;

@@ -24,11 +24,16 @@ public:
     std::string flush();  // the held-back tail, at the end of generation
     bool matched() const { return matched_; }
     bool active() const { return !stops_.empty(); }
+    // vLLM's min_tokens: while on, the text pushed may not end a match (a match found later must end past it).
+    void hold(bool on) { hold_ = on; }
 
 private:
     std::vector<std::string> stops_;
     std::string held_;
     bool matched_ = false;
+    bool hold_ = false;
+    size_t total_ = 0;        // bytes pushed
+    size_t protect_end_ = 0;  // no match may end at or before this byte (pushed while held)
 };
 
 // A token's bytes; o200k_harmony's reserved ids that the tokenizer file does not list by their Harmony name

@@ -11,19 +11,21 @@ namespace {
 class FinalJsonConstraint : public runtime::TokenConstraint {
 public:
     FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
-                        std::shared_ptr<const ToolGrammars> tools, bool raw)
-        : so_(std::move(so)), final_(std::move(final)), tools_(std::move(tools)) {
-        if (raw) begin(final_.get(), so_->ids().ret);
+                        std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const ToolGrammars> tools, bool raw)
+        : so_(std::move(so)), final_(std::move(final)), regex_(std::move(regex)), tools_(std::move(tools)) {
+        if (raw) begin_final();
     }
 
     bool allowed_next(std::vector<uint8_t>* mask) override {
         if (state_ != State::kJson) return false;
         const TokenTrie& trie = so_->trie();
-        const int64_t n = trie.fill_mask(*matcher_, mask, &levels_);
+        const bool regex = rstate_ >= 0;
+        const int64_t n = regex ? trie.fill_mask(*regex_, rstate_, mask) : trie.fill_mask(*matcher_, mask, &levels_);
         if (end_id_ >= 0 && static_cast<size_t>(end_id_) < mask->size()) {
             // The end once the document is complete; also when nothing else is left (a dead end the
             // grammar's bounds should never reach), rather than an empty mask.
-            if (matcher_->accepting() || n == 0) (*mask)[static_cast<size_t>(end_id_)] = 1;
+            const bool done = regex ? regex_->accepting(rstate_) : matcher_->accepting();
+            if (done || n == 0) (*mask)[static_cast<size_t>(end_id_)] = 1;
         }
         return true;
     }
@@ -53,7 +55,12 @@ public:
                 if (ordinary) {
                     // Drawn under the mask, so it fits; a token from elsewhere (no mask asked) that
                     // does not leaves the matcher as it was.
-                    matcher_->feed(bytes[static_cast<size_t>(id)]);
+                    if (rstate_ >= 0) {
+                        const int next = regex_->feed(rstate_, bytes[static_cast<size_t>(id)]);
+                        if (next >= 0) rstate_ = next;
+                    } else {
+                        matcher_->feed(bytes[static_cast<size_t>(id)]);
+                    }
                 } else if (id == t.end || id == t.ret || id == t.call) {
                     state_ = State::kBetween;
                 }
@@ -101,8 +108,8 @@ private:
             if (tools_) {
                 if (auto it = tools_->find(name); it != tools_->end()) begin(it->second.get(), so_->ids().call);
             }
-        } else if (final_ && channel == "final") {
-            begin(final_.get(), so_->ids().ret);
+        } else if ((final_ || regex_) && channel == "final") {
+            begin_final();
         }
         header_.clear();
     }
@@ -110,14 +117,27 @@ private:
     void begin(const JsonGrammar* g, int32_t end_id) {
         matcher_.emplace(*g);
         levels_.clear();
+        rstate_ = -1;
         end_id_ = end_id;
+        state_ = State::kJson;
+    }
+    // The final message (or a raw completion): the JSON grammar or the regex, ended by <|return|>.
+    void begin_final() {
+        if (final_) {
+            begin(final_.get(), so_->ids().ret);
+            return;
+        }
+        rstate_ = regex_->start();
+        end_id_ = so_->ids().ret;
         state_ = State::kJson;
     }
 
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
     std::shared_ptr<const JsonGrammar> final_;
+    std::shared_ptr<const RegexGrammar> regex_;  // the final message's pattern (when final_ is null)
     std::shared_ptr<const ToolGrammars> tools_;
     std::optional<JsonMatcher> matcher_;
+    int rstate_ = -1;  // >= 0: the body follows regex_ (its DFA state)
     std::vector<JsonMatcher> levels_;
     int32_t end_id_ = -1;
     State state_ = State::kHeader;  // the prompt ends with "<|start|>assistant"
@@ -127,14 +147,16 @@ private:
 class FinalJsonFactory : public runtime::TokenConstraintFactory {
 public:
     FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
-                     std::shared_ptr<const ToolGrammars> tools, std::vector<int32_t> forced, bool raw)
+                     std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const ToolGrammars> tools,
+                     std::vector<int32_t> forced, bool raw)
         : so_(std::move(so)),
           final_(std::move(final)),
+          regex_(std::move(regex)),
           tools_(std::move(tools)),
           forced_(std::move(forced)),
           raw_(raw) {}
     std::unique_ptr<runtime::TokenConstraint> start() const override {
-        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, tools_, raw_);
+        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, tools_, raw_);
         for (int32_t id : forced_) c->accept(id);
         return c;
     }
@@ -142,6 +164,7 @@ public:
 private:
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
     std::shared_ptr<const JsonGrammar> final_;
+    std::shared_ptr<const RegexGrammar> regex_;
     std::shared_ptr<const ToolGrammars> tools_;
     std::vector<int32_t> forced_;
     bool raw_;
@@ -179,16 +202,18 @@ const TokenTrie& HarmonyStructuredOutputs::trie() const {
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::final_json(
-    std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced,
-    std::shared_ptr<const ToolGrammars> tools) const {
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(tools),
-                                              std::move(forced), false);
+    std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced, std::shared_ptr<const ToolGrammars> tools,
+    std::shared_ptr<const RegexGrammar> regex) const {
+    if (grammar) regex.reset();
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex),
+                                              std::move(tools), std::move(forced), false);
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::raw_json(
-    std::shared_ptr<const JsonGrammar> grammar) const {
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), nullptr, std::vector<int32_t>{},
-                                              true);
+    std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const RegexGrammar> regex) const {
+    if (grammar) regex.reset();
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), nullptr,
+                                              std::vector<int32_t>{}, true);
 }
 
 }  // namespace gptoss::structured

@@ -146,6 +146,8 @@ private:
     std::vector<JsonThread> scratch_;
 };
 
+class RegexGrammar;  // structured/regex_grammar.h
+
 // The ordinary tokens of a vocabulary as a byte trie: for a matcher, the tokens whose bytes it
 // accepts. Built once per vocabulary (~1 s for 200k tokens), shared by every request.
 class TokenTrie {
@@ -157,6 +159,8 @@ public:
     // mask[id] = 1 for every token that `m` accepts, 0 for every other (mask: vocab_size() entries or
     // more); returns the count allowed. `levels`: the caller's scratch (fill_mask keeps no state).
     int64_t fill_mask(const JsonMatcher& m, std::vector<uint8_t>* mask, std::vector<JsonMatcher>* levels) const;
+    // The same for a regex's DFA in `state` (regex_grammar.cpp).
+    int64_t fill_mask(const RegexGrammar& g, int state, std::vector<uint8_t>* mask) const;
 
 private:
     struct Node {

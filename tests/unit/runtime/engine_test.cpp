@@ -239,6 +239,63 @@ TEST_F(EngineTest, PromptLogprobsScoreEveryPromptToken) {
     }
 }
 
+// min_tokens (vLLM's): the stop ids are masked out of the first min_tokens draws, so a request whose greedy
+// output would stop at once runs on; equal to the reference sampler given the same mask, on the host and on a
+// runner that draws on the device (the masked draws come to the host), with speculation on.
+TEST_F(EngineTest, MinTokensMasksTheStopIds) {
+    const std::vector<int32_t> prompt = random_ids(9, 300, 401);
+    Request free_run{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 12};
+    const Generation g0 = reference_generate(*weights_, free_run);
+    // Stop on the greedy output's first, third and fifth tokens: without min_tokens it stops at once.
+    Request r = free_run;
+    r.stop_ids = {g0.ids[0], g0.ids[2], g0.ids[4]};
+    ASSERT_EQ(reference_generate(*weights_, r).ids.size(), 1u);
+    r.min_tokens = 6;
+    std::vector<Request> reqs = {r};
+    Request seeded = r;
+    seeded.sampling = SamplingParams{.temperature = 1.0f, .seed = 5};
+    reqs.push_back(seeded);
+    Request plain{.prompt = random_ids(5, 300, 402), .sampling = {.temperature = 0.0f}, .max_tokens = 10};
+    reqs.push_back(plain);
+    std::vector<Generation> want;
+    for (const Request& q : reqs) want.push_back(reference_generate(*weights_, q));
+    for (size_t i = 0; i < 2; ++i) {
+        ASSERT_GE(want[i].ids.size(), 7u) << describe(want[i]);
+        for (int k = 0; k < 6; ++k)
+            EXPECT_EQ(std::count(r.stop_ids.begin(), r.stop_ids.end(), want[i].ids[static_cast<size_t>(k)]), 0);
+    }
+    for (bool device : {false, true}) {
+        EngineConfig cfg = test_config();
+        cfg.device_sampling = device;
+        cfg.speculative = SpeculativeConfig{.num_tokens = 3, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
+        auto engine = Engine::create(std::make_unique<DeviceSamplingRunner>(weights_), cfg);
+        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+        std::vector<RequestHandle> hs;
+        for (const Request& q : reqs) {
+            auto h = (*engine)->submit(q);
+            ASSERT_TRUE(h.ok()) << h.status().to_string();
+            hs.push_back(std::move(*h));
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            const Generation g = collect(hs[i]);
+            if (device && i == 1) {  // seeded: the draws past min_tokens are the device stream's (arg-max here)
+                EXPECT_EQ(std::vector<int32_t>(g.ids.begin(), g.ids.begin() + 6),
+                          std::vector<int32_t>(want[i].ids.begin(), want[i].ids.begin() + 6));
+                continue;
+            }
+            EXPECT_TRUE(g.same_tokens(want[i]))
+                << device << " " << i << ": " << describe(g) << " vs " << describe(want[i]);
+        }
+    }
+    Request bad = r;
+    bad.min_tokens = 13;
+    auto engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(engine);
+    auto h = engine->submit(bad);
+    ASSERT_FALSE(h.ok());
+    EXPECT_NE(h.status().message().find("min_tokens"), std::string::npos) << h.status().to_string();
+}
+
 TEST_F(EngineTest, ConcurrentBatchEqualsEachRequestAlone) {
     EngineConfig cfg = test_config();
     cfg.enable_prefix_caching = false;

@@ -93,7 +93,7 @@ inline Generation reference_generate(const model::GptOssWeights& w, const Reques
     const int total = static_cast<int>(r.prompt.size()) + r.max_tokens;
     model::SingleSequence seq(w, total, 8);
     Sampler sampler(w.config.vocab_size);
-    StopChecker stop(r.stop_ids, r.stop_strings, r.max_tokens, detok);
+    StopChecker stop(r.stop_ids, r.stop_strings, r.max_tokens, detok, r.min_tokens);
     const uint64_t seed = r.sampling.seed.value_or(0);
     std::vector<float> logits;
     // With prompt logprobs, every prompt position's row: row p scores prompt token p + 1, the last samples.
@@ -106,8 +106,12 @@ inline Generation reference_generate(const model::GptOssWeights& w, const Reques
             g.prompt_lps.push_back(sampler.score(logits.data() + p * V, r.prompt[p + 1], r.prompt_logprobs));
         logits.erase(logits.begin(), logits.end() - static_cast<long>(V));
     }
+    std::vector<uint8_t> no_stop(static_cast<size_t>(w.config.vocab_size), 1);  // min_tokens: stop ids masked
+    for (int32_t id : r.stop_ids) no_stop[static_cast<size_t>(id)] = 0;
     for (;;) {
-        SampledToken t = sampler.sample(logits.data(), r.sampling, seed, r.prompt, g.ids, r.logprobs);
+        const bool masked = static_cast<int>(g.ids.size()) < r.min_tokens && !r.stop_ids.empty();
+        SampledToken t = sampler.sample(logits.data(), r.sampling, seed, r.prompt, g.ids, r.logprobs,
+                                        masked ? no_stop.data() : nullptr);
         g.ids.push_back(t.id);
         g.logprobs.push_back(t.logprob);
         g.top.push_back(t.top_logprobs);

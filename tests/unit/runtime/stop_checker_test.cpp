@@ -67,6 +67,29 @@ TEST(StopCheckerTest, EarliestStopStringWinsAndLongTailsAreBounded) {
     EXPECT_EQ(e->trim_bytes, 3);
 }
 
+// min_tokens (vLLM's): no stop id or string ends generation at or before token min_tokens; a string found later
+// must end in a later token's bytes (it may begin earlier); max_tokens still applies.
+TEST(StopCheckerTest, MinTokensHoldsStopsBack) {
+    Detokenizer detok = fake_detokenizer();
+    StopChecker c({5}, {"lo", "END"}, 100, &detok, 2);
+    EXPECT_FALSE(c.push(1, 1));  // "Hel"
+    EXPECT_FALSE(c.push(2, 2));  // "Hello": "lo" ends in token 2, not past min_tokens
+    EXPECT_FALSE(c.push(6, 3));  // "EN"
+    auto r = c.push(7, 4);       // "D": "END" began in token 3, ends in token 4
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->stop_string_index, 1);
+    EXPECT_EQ(r->trim_bytes, 3);
+    StopChecker d({5}, {}, 100, nullptr, 1);
+    EXPECT_FALSE(d.push(5, 1));  // a stop id at token 1 of min_tokens 1 does not end it
+    auto e = d.push(5, 2);
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->stop_id, 5);
+    StopChecker f({5}, {}, 3, nullptr, 3);  // min_tokens == max_tokens: length
+    EXPECT_FALSE(f.push(5, 1));
+    EXPECT_FALSE(f.push(5, 2));
+    EXPECT_EQ(f.push(5, 3)->reason, FinishReason::kLength);
+}
+
 TEST(StopCheckerTest, FinishReasonNames) {
     EXPECT_STREQ(finish_reason_name(FinishReason::kStop), "stop");
     EXPECT_STREQ(finish_reason_name(FinishReason::kLength), "length");

@@ -802,8 +802,8 @@ TEST_F(GenerationOutputTest, ChatNChoices) {
 }
 
 // vLLM's stop_token_ids (generation ends on them; the id that ends it is counted, not shown) and ignore_eos (the
-// model's own stop ids no longer end it); its min_tokens > 0, bad_words and non-JSON guided forms are refused, not
-// ignored; its JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
+// model's own stop ids no longer end it); its bad_words and non-JSON guided forms are refused, not ignored; its
+// JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
 TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     const std::vector<int32_t> two = harmony_ids(" two");
     ASSERT_EQ(two.size(), 1u);
@@ -831,16 +831,46 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     Json e = post_json("/v1/responses", R"({"input":"hi",)" + stop_two + "}");
     EXPECT_EQ(e["output"].back()["content"][0]["text"], "Hello") << e.dump();
 
-    for (const char* bad :
-         {R"("min_tokens":2)", R"("guided_choice":["a","b"])", R"("guided_regex":"a+")",
-          R"("structured_outputs":{"regex":"a+"})", R"("guided_json":"{not json")", R"("guided_json":5)",
-          R"("guided_json":{"type":"string","pattern":"x"})", R"("guided_json":{},"guided_json_object":true)",
-          R"("bad_words":["x"])", R"("stop_token_ids":"1")", R"("stop_token_ids":[-1])", R"("stop_token_ids":[1.5])",
-          R"("ignore_eos":"yes")"}) {
+    for (const char* bad : {R"("min_tokens":21)",
+                            R"("min_tokens":-1)",
+                            R"("guided_choice":[])",
+                            R"("guided_choice":["a",""])",
+                            R"("guided_choice":"a")",
+                            R"("guided_regex":"a(")",
+                            R"("guided_regex":"(?=a)b")",
+                            R"("guided_regex":7)",
+                            R"("guided_regex":"a","guided_choice":["b"])",
+                            R"("guided_regex":"a","guided_json":{})",
+                            R"("structured_outputs":{"regex":"\1"})",
+                            R"("structured_outputs":{"grammar":"root ::= x"})",
+                            R"("guided_grammar":"root ::= x")",
+                            R"("guided_json":"{not json")",
+                            R"("guided_json":5)",
+                            R"("guided_json":{"type":"string","pattern":"x"})",
+                            R"("guided_json":{},"guided_json_object":true)",
+                            R"("bad_words":["x"])",
+                            R"("stop_token_ids":"1")",
+                            R"("stop_token_ids":[-1])",
+                            R"("stop_token_ids":[1.5])",
+                            R"("ignore_eos":"yes")"}) {
         Json err = expect_error(server_.post("/v1/completions", std::string(R"({"prompt":"x",)") + bad + "}"), 400);
         EXPECT_FALSE(err.is_null()) << bad;
     }
     post_json("/v1/completions", R"({"prompt":"x","min_tokens":0,"bad_words":[],"guided_json":null})");
+    server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    // min_tokens reaches the engine; a stop string inside its first min_tokens tokens does not cut (" one two"
+    // is 2 tokens: " two" is the second), one ending later does; a stop id before it does not end (the fake
+    // engine skips it as the real one never draws it).
+    Json m = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"min_tokens":2,"stop":["two"]})");
+    EXPECT_EQ(server_.engine.last_request().min_tokens, 2);
+    EXPECT_EQ(m["choices"][0]["text"], " one two three") << m.dump();
+    Json m2 = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"min_tokens":1,"stop":["two"]})");
+    EXPECT_EQ(m2["choices"][0]["text"], " one ") << m2.dump();
+    Json m3 = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"min_tokens":4})");
+    EXPECT_EQ(m3["choices"][0]["text"], " one two three<|return|> four five") << m3.dump();
+    expect_error(server_.post("/v1/chat/completions",
+                              R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3,"min_tokens":4})"),
+                 400);
     EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
     // vLLM's JSON constraints: on completions the whole output is held to them from its first token.
     for (const char* json : {R"("guided_json":{"type":"object"})", R"("guided_json":"{\"type\":\"object\"}")",
@@ -862,6 +892,61 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
         "guided_json":{"type":"object"},"response_format":{"type":"json_object"}})"),
                  400);
     expect_error(server_.post("/v1/responses", R"({"input":"hi","guided_json":{"type":"object"}})"), 400);
+    EXPECT_TRUE(server_.wait_engine_idle());
+}
+
+// vLLM's guided_choice / guided_regex (and structured_outputs' choice / regex): on completions the whole output,
+// on chat the final message (preambles go to the reasoning), <|return|> once the text matches.
+TEST_F(GenerationOutputTest, GuidedChoiceAndRegex) {
+    const int32_t ret = 200002;
+    auto first_mask = [&](const std::string& body, const char* path) {
+        post_json(path, body);
+        std::vector<uint8_t> mask;
+        auto f = server_.engine.last_request().constraint;
+        EXPECT_NE(f, nullptr) << body;
+        if (!f) return mask;
+        auto c = f->start();
+        EXPECT_TRUE(c->allowed_next(&mask)) << body;
+        return mask;
+    };
+    auto id = [](const std::string& t) {
+        std::vector<int32_t> ids = harmony_ids(t);
+        EXPECT_EQ(ids.size(), 1u) << t;
+        return static_cast<size_t>(ids[0]);
+    };
+    server_.engine.set_script([](const EngineRequest&) { return harmony_ids("yes"); });
+    for (const char* body : {R"({"prompt":"ok?","max_tokens":3,"guided_choice":["yes","no"]})",
+                             R"({"prompt":"ok?","max_tokens":3,"structured_outputs":{"choice":["yes","no"]}})",
+                             R"J({"prompt":"ok?","max_tokens":3,"guided_regex":"(yes|no)"})J",
+                             R"({"prompt":"ok?","max_tokens":3,"structured_outputs":{"regex":"yes|no"}})"}) {
+        std::vector<uint8_t> m = first_mask(body, "/v1/completions");
+        ASSERT_FALSE(m.empty());
+        EXPECT_TRUE(m[id("yes")] && m[id("no")] && m[id("y")]) << body;
+        EXPECT_FALSE(m[id("maybe")] || m[id(" yes")] || m[ret]) << body;
+    }
+    // A number pattern: digits only, then <|return|> once there are two.
+    std::vector<uint8_t> m =
+        first_mask(R"({"prompt":"n?","max_tokens":3,"guided_regex":"[0-9]{2,3}"})", "/v1/completions");
+    ASSERT_FALSE(m.empty());
+    EXPECT_TRUE(m[id("7")] && m[id("42")] && m[id("123")]);
+    EXPECT_FALSE(m[id("a")] || m[id(" ")] || m[ret]);
+    auto c = server_.engine.last_request().constraint->start();
+    c->accept(static_cast<int32_t>(id("42")));
+    ASSERT_TRUE(c->allowed_next(&m));
+    EXPECT_TRUE(m[ret] && m[id("7")]);
+    EXPECT_FALSE(m[id("42")]);
+    // Chat: the final message; the analysis before it is free.
+    script("<|channel|>final<|message|>no<|return|>");
+    Json j = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"guided_choice":["yes","no"]})");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "no");
+    auto chat = server_.engine.last_request().constraint;
+    ASSERT_NE(chat, nullptr);
+    auto cc = chat->start();
+    EXPECT_FALSE(cc->allowed_next(&m));  // the header is free
+    expect_error(server_.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],
+        "guided_regex":"a+","response_format":{"type":"json_object"}})"),
+                 400);
     EXPECT_TRUE(server_.wait_engine_idle());
 }
 

@@ -489,6 +489,29 @@ TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
     EXPECT_EQ(none.push("anything"), "anything");
 }
 
+// min_tokens: text pushed while held may not end a match; a match ending later may begin in it.
+TEST(StopMatcher, HeldTextEndsNoMatch) {
+    StopMatcher m({"ab", "xyz"});
+    m.hold(true);
+    EXPECT_EQ(m.push("1ab2ab x"), "1ab2ab ");  // two "ab" inside the held text: shown; " x" may begin "xyz"
+    EXPECT_EQ(m.push("y"), "");
+    m.hold(false);
+    EXPECT_EQ(m.push("z tail"), "");  // "xyz" ends past the held text: a match
+    EXPECT_TRUE(m.matched());
+    StopMatcher n({"ab"});
+    n.hold(true);
+    EXPECT_EQ(n.push("a"), "");
+    n.hold(false);
+    EXPECT_EQ(n.push("b c"), "");  // "ab" begins in held text, ends past it
+    EXPECT_TRUE(n.matched());
+    StopMatcher o({"ab"});
+    o.hold(true);
+    EXPECT_EQ(o.push("ab"), "ab");
+    o.hold(false);
+    EXPECT_EQ(o.push("c"), "c");
+    EXPECT_FALSE(o.matched());
+}
+
 TEST(ServerMetrics, RendersPrometheusText) {
     ServerMetrics m;
     m.count_request("/v1/chat/completions", 200);

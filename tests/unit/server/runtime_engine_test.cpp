@@ -1,6 +1,7 @@
 // The server over the real runtime::Engine (through RuntimeEngineAdapter), with a scripted model
 // runner instead of weights: warm-up gating, usage, logprobs, the context limit, and a client that
 // disconnects mid-stream freeing its KV blocks in the real block allocator.
+#include <regex>
 #include <thread>
 
 #include "model/gpt_oss_config.h"
@@ -204,6 +205,20 @@ TEST_F(RuntimeEngineTest, GuidedJsonHoldsTheCompletion) {
             EXPECT_TRUE(doc.size() == 1 && doc["a"].is_null()) << text;
         }
         EXPECT_FALSE(doc.is_number()) << text;
+    }
+    // guided_choice / guided_regex: the runner always prefers another token; the output still matches.
+    for (const char* c : {R"("guided_choice":["no","yes","maybe"])", R"J("guided_regex":"[0-9]{2,4}(px|em)")J"}) {
+        auto r = s.post("/v1/completions", std::string(R"({"prompt":"Answer:","max_tokens":50,)") + c + "}");
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const Json j = parse(r->body);
+        EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << r->body;
+        const std::string text = j["choices"][0]["text"];
+        if (std::string(c).find("choice") != std::string::npos) {
+            EXPECT_TRUE(text == "no" || text == "yes" || text == "maybe") << text;
+        } else {
+            EXPECT_TRUE(std::regex_match(text, std::regex("[0-9]{2,4}(px|em)"))) << text;
+        }
     }
     EXPECT_TRUE(s.wait_idle());
 }
