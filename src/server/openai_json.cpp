@@ -272,6 +272,11 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
     out->ignore_eos = f.boolean("ignore_eos").value_or(false);
     out->min_tokens = static_cast<int>(f.integer("min_tokens", 0, INT32_MAX).value_or(0));
+    out->include_stop_str = f.boolean("include_stop_str_in_output").value_or(false);
+    if (auto t = f.integer("truncate_prompt_tokens", -1, INT32_MAX)) {
+        if (*t == 0) f.fail("truncate_prompt_tokens", "must be at least 1 (or -1: the context)");
+        out->truncate_prompt_tokens = *t;
+    }
     // vLLM's fields this server cannot honour are refused, not ignored: bad_words needs a banned-sequence filter,
     // guided_grammar (EBNF) a grammar this server does not build.
     if (f.ok() && f.has("guided_grammar"))
@@ -876,6 +881,8 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
             if (!p.logprobs) f.fail("top_logprobs", "requires logprobs to be true");
             p.top_logprobs = static_cast<int>(*k);
         }
+        if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))
+            p.prompt_logprobs = static_cast<int>(*plp);
         read_stream(f, &p.stream, &p.include_usage);
         RETURN_IF_ERROR(f.status());
         p.chat_body = body;

@@ -72,7 +72,10 @@ struct SamplingRequest {
     // drops it), and generation past the model's own stop ids (<|return|>, <|call|>, <|endoftext|>).
     std::vector<int32_t> stop_token_ids;
     bool ignore_eos = false;
-    int min_tokens = 0;  // vLLM's: no stop id or stop string ends generation within the first min_tokens
+    int min_tokens = 0;             // vLLM's: no stop id or stop string ends generation within the first min_tokens
+    bool include_stop_str = false;  // vLLM's include_stop_str_in_output: the matched stop string is shown
+    // vLLM's truncate_prompt_tokens: keep only the prompt's last k tokens (-1: the context less one); 0: off.
+    int64_t truncate_prompt_tokens = 0;
     // vLLM's guided_json / guided_json_object / structured_outputs: what the output must match (chat: its
     // final message; completions: the whole text); null: free.
     std::shared_ptr<const structured::JsonGrammar> grammar;
@@ -86,6 +89,7 @@ struct ChatParams {
     SamplingRequest sampling;
     bool logprobs = false;
     int top_logprobs = 0;
+    int prompt_logprobs = -1;  // vLLM's (chat only): -1 none; k: each prompt token's logprob, rank and the k best
     bool stream = false;
     bool include_usage = false;
     // response_format (chat) / text.format (responses) json_object or json_schema: what the final

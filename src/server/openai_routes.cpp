@@ -100,6 +100,16 @@ private:
 };
 
 // The ids that end a request's generation: the model's own (unless ignore_eos) and the request's stop_token_ids.
+// vLLM's truncate_prompt_tokens: the prompt's last k tokens (-1: the context less one, leaving room for one
+// generated token). True when it cut something.
+bool truncate_prompt(const SamplingRequest& s, int64_t context, std::vector<int32_t>* ids) {
+    if (s.truncate_prompt_tokens == 0) return false;
+    const int64_t k = s.truncate_prompt_tokens < 0 ? context - 1 : s.truncate_prompt_tokens;
+    if (k < 1 || static_cast<int64_t>(ids->size()) <= k) return false;
+    ids->erase(ids->begin(), ids->end() - k);
+    return true;
+}
+
 // vLLM's min_tokens, at most the request's max_tokens (its own, or what the context leaves).
 Status set_min_tokens(const SamplingRequest& s, const char* max_tokens_param, EngineRequest* req) {
     if (s.min_tokens > req->max_tokens)
@@ -473,6 +483,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (!prompt.ok()) return error(api_error(prompt.status()));
     // The content is the final message alone (JSON, or the pattern's text).
     if (params->grammar || params->sampling.regex) prompt->mapping.preambles_to_reasoning = true;
+    truncate_prompt(params->sampling, queue_.engine().max_context_tokens(), &prompt->ids);  // (as vLLM: the start)
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens =
         max_tokens_for(n, params->sampling.max_tokens, "messages",
@@ -486,6 +497,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     if (Status st = set_min_tokens(params->sampling, "max_tokens", &req); !st.ok()) return error(api_error(st));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
+    req.prompt_logprobs = params->prompt_logprobs;
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
         constraint_for(params->grammar, params->sampling.regex, prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
@@ -514,6 +526,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
     if (params->chat.grammar || params->chat.sampling.regex) prompt->mapping.preambles_to_reasoning = true;
+    truncate_prompt(params->chat.sampling, queue_.engine().max_context_tokens(), &prompt->ids);
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
@@ -546,6 +559,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
     std::vector<EngineRequest> reqs;
     std::vector<size_t> prompt_of;  // request -> its prompt in the batch
     std::vector<std::vector<int32_t>> prompt_ids;
+    std::vector<CompletionPrompt> shown;  // what echo shows: the text as given, or the (truncated) ids
     std::vector<bool> counts;
     const bool batch = params->prompts.size() > 1;
     for (size_t p = 0; p < params->prompts.size(); ++p) {
@@ -558,6 +572,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
             ids = tokenizer_.encode(*cp.text, {}, /*allow_all_special=*/true);
             if (ids.empty()) return error(api_error(invalid_argument(param + ": encodes to no tokens")));
         }
+        const bool truncated = truncate_prompt(params->sampling, queue_.engine().max_context_tokens(), &ids);
+        shown.push_back(truncated ? CompletionPrompt{std::nullopt, ids} : cp);
         const int64_t n = static_cast<int64_t>(ids.size());
         StatusOr<int64_t> max_tokens = max_tokens_for(n, params->sampling.max_tokens, param.c_str(), "max_tokens");
         if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
@@ -587,12 +603,12 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
             std::move(reqs),
             [&](size_t i) {
                 const size_t p = prompt_of[i];
-                return make_completion_session(ctx, *params, params->prompts[p], prompt_ids[p]);
+                return make_completion_session(ctx, *params, shown[p], prompt_ids[p]);
             },
             counts, params->stream, arrival, client_gone);
     }
     return generate(
-        std::move(reqs[0]), [&] { return make_completion_session(ctx, *params, params->prompts[0], prompt_ids[0]); },
+        std::move(reqs[0]), [&] { return make_completion_session(ctx, *params, shown[0], prompt_ids[0]); },
         params->stream, arrival, client_gone);
 }
 

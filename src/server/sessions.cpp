@@ -13,15 +13,19 @@ std::string StopMatcher::push(std::string_view text) {
     total_ += text.size();
     if (hold_) protect_end_ = total_;
     const size_t base = total_ - held_.size();  // held_[0]'s byte in the whole text
-    size_t first = std::string::npos;
+    size_t first = std::string::npos, first_len = 0;
     for (const std::string& s : stops_) {
         // A match at p ends at base + p + size: past protect_end_ from p = protect_end_ - base - size + 1.
         const size_t from = protect_end_ + 1 > base + s.size() ? protect_end_ + 1 - base - s.size() : 0;
-        first = std::min(first, held_.find(s, from));
+        const size_t at = held_.find(s, from);
+        if (at < first || (at == first && at != std::string::npos && s.size() > first_len)) {
+            first = at;
+            first_len = s.size();
+        }
     }
     if (first != std::string::npos) {
         matched_ = true;
-        std::string out = held_.substr(0, first);
+        std::string out = held_.substr(0, first + (include_ ? first_len : 0));
         held_.clear();
         return out;
     }
@@ -55,6 +59,31 @@ std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
 
 namespace {
 
+// vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], entry i for prompt
+// token i (from an engine event's prompt logprobs, entry i - 1): the prompt token and the k best; null where
+// there is none (the first, or after an error).
+Json vllm_prompt_logprobs(const tokenizer::BpeTokenizer& tok, const std::vector<int32_t>& prompt,
+                          const std::vector<PromptLogprob>& plp, int k) {
+    Json out = Json::array();
+    for (size_t i = 0; i < prompt.size(); ++i) {
+        if (i == 0 || i - 1 >= plp.size()) {
+            out.push_back(nullptr);
+            continue;
+        }
+        const PromptLogprob& p = plp[i - 1];
+        Json d = Json::object();
+        auto put = [&](int32_t id, float logprob, int rank) {
+            d[std::to_string(id)] = {
+                {"logprob", logprob}, {"rank", rank}, {"decoded_token", lossy_utf8(token_text(tok, id))}};
+        };
+        put(prompt[i], p.logprob, p.rank);
+        for (size_t j = 0; j < p.top.size() && static_cast<int>(j) < k; ++j)
+            put(p.top[j].id, p.top[j].logprob, static_cast<int>(j) + 1);
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
 // The token that ended generation on one of the request's stop_token_ids: counted, not shown (vLLM's detokenizer
 // drops it too).
 bool is_request_stop(const EngineEvent& e, const std::vector<int32_t>& stop_token_ids) {
@@ -81,13 +110,15 @@ public:
     ChatSession(const SessionContext& ctx, const ChatPrompt& prompt, const ChatParams& params, int64_t prompt_tokens)
         : ctx_(ctx),
           out_(*ctx.tokenizer, prompt),
-          stop_(params.sampling.stop),
+          stop_(params.sampling.stop, params.sampling.include_stop_str),
           stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
           top_logprobs_(params.top_logprobs),
           min_tokens_(params.sampling.min_tokens),
+          prompt_logprobs_(params.prompt_logprobs),
+          prompt_ids_(params.prompt_logprobs >= 0 ? prompt.ids : std::vector<int32_t>{}),
           id_(random_id("chatcmpl-")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
@@ -98,6 +129,16 @@ public:
     }
 
     bool on_event(const EngineEvent& e, std::string* sse) override {
+        if (prompt_logprobs_ >= 0 && prompt_lp_json_.is_null()) {
+            // The first event carries them (or nothing, after an error): the body's, and the first chunk's.
+            prompt_lp_json_ = vllm_prompt_logprobs(*ctx_.tokenizer, prompt_ids_, e.prompt_logprobs, prompt_logprobs_);
+            if (stream_) {
+                Json chunk = base_chunk();
+                chunk["choices"] = Json::array();
+                chunk["prompt_logprobs"] = prompt_lp_json_;
+                *sse += sse_event(chunk);
+            }
+        }
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
             stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
@@ -154,6 +195,7 @@ public:
         j["choices"] = Json::array({choice});
         j["usage"] = chat_usage_json(usage_);
         j["system_fingerprint"] = nullptr;
+        if (prompt_logprobs_ >= 0) j["prompt_logprobs"] = prompt_lp_json_;
         return j;
     }
 
@@ -226,6 +268,9 @@ private:
     const bool stream_, include_usage_, logprobs_;
     const int top_logprobs_;
     const int min_tokens_;
+    const int prompt_logprobs_;
+    const std::vector<int32_t> prompt_ids_;  // with prompt_logprobs
+    Json prompt_lp_json_ = nullptr;          // vLLM's prompt_logprobs, from the first event
     const std::string id_;
     const int64_t created_;
     Usage usage_;
@@ -443,7 +488,7 @@ public:
     CompletionSession(const SessionContext& ctx, const CompletionParams& params, const CompletionPrompt& prompt,
                       std::vector<int32_t> prompt_ids)
         : ctx_(ctx),
-          stop_(params.sampling.stop),
+          stop_(params.sampling.stop, params.sampling.include_stop_str),
           stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
@@ -587,28 +632,8 @@ private:
             }
             num_prompt_entries_ = prompt_ids_.size();
         }
-        if (prompt_logprobs_ >= 0) {
-            // vLLM's shape: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], the prompt token
-            // and the k best.
-            prompt_lp_json_ = Json::array();
-            for (size_t i = 0; i < prompt_ids_.size(); ++i) {
-                const PromptLogprob* p = entry(i);
-                if (p == nullptr) {
-                    prompt_lp_json_.push_back(nullptr);
-                    continue;
-                }
-                Json d = Json::object();
-                auto put = [&](int32_t id, float logprob, int rank) {
-                    d[std::to_string(id)] = {{"logprob", logprob},
-                                             {"rank", rank},
-                                             {"decoded_token", lossy_utf8(token_text(*ctx_.tokenizer, id))}};
-                };
-                put(prompt_ids_[i], p->logprob, p->rank);
-                for (size_t k = 0; k < p->top.size() && static_cast<int>(k) < prompt_logprobs_; ++k)
-                    put(p->top[k].id, p->top[k].logprob, static_cast<int>(k) + 1);
-                prompt_lp_json_.push_back(std::move(d));
-            }
-        }
+        if (prompt_logprobs_ >= 0)
+            prompt_lp_json_ = vllm_prompt_logprobs(*ctx_.tokenizer, prompt_ids_, plp, prompt_logprobs_);
         return echo_text_;
     }
 

@@ -19,7 +19,9 @@ namespace gptoss::server {
 // that could still begin a stop string.
 class StopMatcher {
 public:
-    explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+    // include: the matched stop string is shown too (vLLM's include_stop_str_in_output).
+    explicit StopMatcher(std::vector<std::string> stops, bool include = false)
+        : stops_(std::move(stops)), include_(include) {}
     std::string push(std::string_view text);
     std::string flush();  // the held-back tail, at the end of generation
     bool matched() const { return matched_; }
@@ -29,6 +31,7 @@ public:
 
 private:
     std::vector<std::string> stops_;
+    bool include_ = false;
     std::string held_;
     bool matched_ = false;
     bool hold_ = false;

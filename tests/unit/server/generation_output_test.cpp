@@ -691,6 +691,28 @@ TEST_F(GenerationOutputTest, CompletionsEchoAndPromptLogprobs) {
         EXPECT_EQ(list, wc.contains("prompt_logprobs") ? wc["prompt_logprobs"] : Json(nullptr)) << body;
     }
 
+    // Chat: vLLM's prompt_logprobs at the top level of the body, and in a chunk of its own before the content.
+    script("<|channel|>final<|message|>Hi<|return|>");
+    Json chat =
+        post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":1})");
+    const std::vector<int32_t> chat_prompt = server_.engine.last_request().prompt;
+    EXPECT_EQ(server_.engine.last_request().prompt_logprobs, 1);
+    ASSERT_EQ(chat["prompt_logprobs"].size(), chat_prompt.size()) << chat.dump();
+    EXPECT_TRUE(chat["prompt_logprobs"][0].is_null());
+    EXPECT_EQ(chat["prompt_logprobs"][1][std::to_string(chat_prompt[1])]["rank"], 2);
+    std::vector<Json> chunks = post_stream(
+        "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":1,"stream":true})");
+    size_t with = 0;
+    for (const Json& ch : chunks)
+        if (ch.contains("prompt_logprobs")) {
+            ++with;
+            EXPECT_EQ(ch["prompt_logprobs"], chat["prompt_logprobs"]);
+        }
+    EXPECT_EQ(with, 1u);
+    EXPECT_FALSE(post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})")
+                     .contains("prompt_logprobs"));
+    server_.engine.set_script([answer](const EngineRequest&) { return answer; });
+
     // echo with a stop string: the prompt stays whole, the completion is cut (and its entries with it).
     std::vector<int32_t> jj = harmony_ids(" jumps jumps");
     server_.engine.set_script([jj](const EngineRequest&) { return jj; });
@@ -866,6 +888,24 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     EXPECT_EQ(m["choices"][0]["text"], " one two three") << m.dump();
     Json m2 = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"min_tokens":1,"stop":["two"]})");
     EXPECT_EQ(m2["choices"][0]["text"], " one ") << m2.dump();
+    // vLLM's truncate_prompt_tokens: the prompt's last k tokens reach the engine; echo shows them.
+    Json tr =
+        post_json("/v1/completions", R"({"prompt":[5,6,7,8,9],"max_tokens":1,"truncate_prompt_tokens":2,"echo":true})");
+    EXPECT_EQ(server_.engine.last_request().prompt, (std::vector<int32_t>{8, 9}));
+    EXPECT_EQ(tr["usage"]["prompt_tokens"], 2);
+    EXPECT_EQ(
+        tr["choices"][0]["text"].get<std::string>().rfind(*test_tokenizer()->decode(std::vector<int32_t>{8, 9}), 0), 0u)
+        << tr.dump();
+    post_json("/v1/completions", R"({"prompt":[5,6],"max_tokens":1,"truncate_prompt_tokens":4})");
+    EXPECT_EQ(server_.engine.last_request().prompt, (std::vector<int32_t>{5, 6}));
+    post_json("/v1/chat/completions",
+              R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"truncate_prompt_tokens":3})");
+    EXPECT_EQ(server_.engine.last_request().prompt.size(), 3u);
+    expect_error(server_.post("/v1/completions", R"({"prompt":"x","truncate_prompt_tokens":0})"), 400);
+    Json inc = post_json("/v1/completions",
+                         R"({"prompt":"x","max_tokens":20,"stop":["two"],"include_stop_str_in_output":true})");
+    EXPECT_EQ(inc["choices"][0]["text"], " one two") << inc.dump();
+    EXPECT_EQ(inc["choices"][0]["finish_reason"], "stop");
     Json m3 = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"min_tokens":4})");
     EXPECT_EQ(m3["choices"][0]["text"], " one two three<|return|> four five") << m3.dump();
     expect_error(server_.post("/v1/chat/completions",

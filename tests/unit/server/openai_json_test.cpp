@@ -489,6 +489,16 @@ TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
     EXPECT_EQ(none.push("anything"), "anything");
 }
 
+// vLLM's include_stop_str_in_output: the matched string is shown; the longer of two matches at one place.
+TEST(StopMatcher, IncludeShowsTheStopString) {
+    StopMatcher m({"ST", "STOP"}, /*include=*/true);
+    EXPECT_EQ(m.push("hello S"), "hello ");
+    EXPECT_EQ(m.push("TOP and more"), "STOP");
+    EXPECT_TRUE(m.matched());
+    StopMatcher n({"b"}, true);
+    EXPECT_EQ(n.push("abc"), "ab");
+}
+
 // min_tokens: text pushed while held may not end a match; a match ending later may begin in it.
 TEST(StopMatcher, HeldTextEndsNoMatch) {
     StopMatcher m({"ab", "xyz"});

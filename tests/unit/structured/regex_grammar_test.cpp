@@ -150,6 +150,8 @@ TEST(RegexGrammar, RefusalsNameTheProblem) {
         {"\xff", "UTF-8"},
         {"(a|b)*a(a|b){16}", "too large"},
         {"(((((((((((a{999}){999}){999})))))))))", "too large"},
+        {"((a{0,30}){0,30}){0,30}", "too complex"},
+        {"(\\w+\\s?){1,1000}", "too complex"},
         {"a**", "multiple repeat"},
         {"a{2}{3}", "multiple repeat"},
     };
