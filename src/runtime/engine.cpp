@@ -183,6 +183,12 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
         if (id < 0 || id >= c.vocab_size)
             return invalid_argument("stop id " + std::to_string(id) + " is outside the vocabulary");
     }
+    for (const std::vector<int32_t>& w : r.bad_words) {
+        if (w.empty()) return invalid_argument("a bad_words sequence is empty");
+        for (int32_t id : w)
+            if (id < 0 || id >= c.vocab_size)
+                return invalid_argument("bad_words id " + std::to_string(id) + " is outside the vocabulary");
+    }
     for (const std::string& s : r.stop_strings) {
         if (s.empty()) return invalid_argument("a stop string is empty");
     }
@@ -302,8 +308,9 @@ void Engine::propose_drafts() {
         if (room <= 0) break;
         if (s->num_draft != 0 || s->num_computed != s->num_tokens() - 1) continue;  // not decoding
         Active& a = *active_.at(s->id);
-        if (a.constraint) continue;                               // drafts are not checked against the constraint
-        if (s->num_generated() < a.request.min_tokens) continue;  // nor against min_tokens' mask
+        if (a.constraint) continue;  // drafts are not checked against the constraint
+        if (s->num_generated() < a.request.min_tokens || !a.request.bad_words.empty())
+            continue;  // nor against min_tokens' or bad_words' masks
         if (a.spec_wait > 0) {
             --a.spec_wait;
             continue;
@@ -320,18 +327,25 @@ void Engine::propose_drafts() {
     }
 }
 
-// min_tokens: the request's stop ids taken out of `allowed` (null: every id) in a.allowed, unless they are all
-// that is allowed (a constraint that can only end: it wins).
-const uint8_t* Engine::mask_stop_ids(Active& a, const uint8_t* allowed, int V) {
+const uint8_t* Engine::mask_banned(Active& a, const uint8_t* allowed, int V, int index,
+                                   std::span<const int32_t> output) {
+    std::vector<int32_t> banned;
+    if (index < a.request.min_tokens) banned = a.request.stop_ids;  // min_tokens: no stop id yet
+    for (const std::vector<int32_t>& w : a.request.bad_words) {
+        const size_t n = w.size() - 1;  // the output must end with w[0, n)
+        if (output.size() >= n && std::equal(w.begin(), w.end() - 1, output.end() - static_cast<std::ptrdiff_t>(n)))
+            banned.push_back(w.back());
+    }
+    if (banned.empty()) return allowed;
     std::vector<uint8_t>& m = a.allowed;
     if (allowed == nullptr) m.assign(static_cast<size_t>(V), 1);
     std::vector<std::pair<int32_t, uint8_t>> saved;
-    for (int32_t id : a.request.stop_ids) {
+    for (int32_t id : banned) {
         saved.emplace_back(id, m[static_cast<size_t>(id)]);
         m[static_cast<size_t>(id)] = 0;
     }
     if (std::none_of(m.begin(), m.end(), [](uint8_t v) { return v != 0; }))
-        for (const auto& [id, v] : saved) m[static_cast<size_t>(id)] = v;
+        for (auto it = saved.rbegin(); it != saved.rend(); ++it) m[static_cast<size_t>(it->first)] = it->second;
     return m.data();
 }
 
@@ -443,8 +457,9 @@ void Engine::step() {
             d.top_k = p.top_k;
             d.seed = a->seed;
             d.want_logits = a->constraint != nullptr || first_index[i] < a->request.min_tokens ||
-                            a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
-                            p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
+                            !a->request.bad_words.empty() || a->request.logprobs >= 0 || p.min_p > 0.0f ||
+                            p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f ||
+                            !p.logit_bias.empty();
             for (int r = 0; r < num_rows[i]; ++r) {
                 d.draw_index = static_cast<uint64_t>(first_index[i] + r);
                 device_params_[static_cast<size_t>(first_row[i] + r)] = d;
@@ -516,8 +531,7 @@ void Engine::step() {
                         if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
                         allowed = a.allowed.data();
                     }
-                    if (first_index[i] + r < a.request.min_tokens && !a.request.stop_ids.empty())
-                        allowed = mask_stop_ids(a, allowed, V);
+                    allowed = mask_banned(a, allowed, V, first_index[i] + r, output);
                     t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,
                                         a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs,
                                         allowed);

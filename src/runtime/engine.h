@@ -44,6 +44,9 @@ struct Request {
     // vLLM's: the first min_tokens (<= max_tokens) tokens are never stop ids, and no stop id or string ends
     // generation before the token after them.
     int min_tokens = 0;
+    // vLLM's bad_words as token sequences: the last token of each is never drawn where the output so far ends with
+    // the others (a one-token sequence: never).
+    std::vector<std::vector<int32_t>> bad_words{};
     int logprobs = -1;  // -1: none; 0: the sampled token's; N <= 20: also top N
     // -1: none; N in [0, 20]: each prompt token's logprob (from the first) under the positions before it,
     // its rank and the top N, on the first event. The prompt is then computed whole (no cached prefix).
@@ -159,7 +162,9 @@ private:
     // Records the prompt logprobs of this step's scored chunks (rows at host_row[row_base[i] + t]).
     void score_prompts(const SchedulerOutput& out, std::span<const int> row_base, std::span<const int64_t> host_row);
     void step();
-    const uint8_t* mask_stop_ids(Active& a, const uint8_t* allowed, int V);
+    // `allowed` (null: every id) less the ids min_tokens and bad_words ban at output index `index`, in a.allowed;
+    // the same pointer when nothing is banned. Bans that would leave nothing allowed are dropped (a constraint wins).
+    const uint8_t* mask_banned(Active& a, const uint8_t* allowed, int V, int index, std::span<const int32_t> output);
     void finish(Active& a, TokenEvent event);
     void publish_stats();
 

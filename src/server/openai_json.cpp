@@ -277,8 +277,24 @@ void read_sampling(Fields& f, SamplingRequest* out) {
         if (*t == 0) f.fail("truncate_prompt_tokens", "must be at least 1 (or -1: the context)");
         out->truncate_prompt_tokens = *t;
     }
-    // vLLM's fields this server cannot honour are refused, not ignored: bad_words needs a banned-sequence filter,
-    // guided_grammar (EBNF) a grammar this server does not build.
+    if (const Json* bw = f.get("bad_words"); bw != nullptr && f.ok()) {
+        if (!bw->is_array()) {
+            f.fail("bad_words", "must be an array of strings");
+        } else if (bw->size() > 256) {
+            f.fail("bad_words", "at most 256 words");
+        } else {
+            for (size_t i = 0; i < bw->size() && f.ok(); ++i) {
+                const Json& w = (*bw)[i];
+                if (!w.is_string() || w.get_ref<const std::string&>().size() > 1024)
+                    f.fail_status(
+                        field_error(indexed(f.param("bad_words"), i), "must be a string of at most 1024 bytes"));
+                else if (!w.get_ref<const std::string&>().empty())
+                    out->bad_words.push_back(w.get<std::string>());
+            }
+        }
+    }
+    // vLLM's fields this server cannot honour are refused, not ignored: guided_grammar (EBNF) needs a grammar
+    // this server does not build.
     if (f.ok() && f.has("guided_grammar"))
         f.fail_status(unimplemented(f.param("guided_grammar") +
                                     ": is not supported (guided_json, guided_json_object, guided_regex, guided_choice, "
@@ -328,8 +344,6 @@ void read_sampling(Fields& f, SamplingRequest* out) {
         f.fail_status(field_error("guided_json",
                                   "give one constraint (guided_json, guided_json_object, guided_regex, guided_choice "
                                   "or structured_outputs), not several"));
-    if (const Json* bw = f.get("bad_words"); f.ok() && bw != nullptr && !(bw->is_array() && bw->empty()))
-        f.fail_status(unimplemented(f.param("bad_words") + ": is not supported"));
     if (!f.ok()) return;
     if (const Json* stop = f.get("stop")) {
         if (stop->is_string()) {

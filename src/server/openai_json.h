@@ -74,6 +74,7 @@ struct SamplingRequest {
     bool ignore_eos = false;
     int min_tokens = 0;             // vLLM's: no stop id or stop string ends generation within the first min_tokens
     bool include_stop_str = false;  // vLLM's include_stop_str_in_output: the matched stop string is shown
+    std::vector<std::string> bad_words;  // vLLM's: words never generated (their last token banned after the rest)
     // vLLM's truncate_prompt_tokens: keep only the prompt's last k tokens (-1: the context less one); 0: off.
     int64_t truncate_prompt_tokens = 0;
     // vLLM's guided_json / guided_json_object / structured_outputs: what the output must match (chat: its

@@ -110,12 +110,24 @@ bool truncate_prompt(const SamplingRequest& s, int64_t context, std::vector<int3
     return true;
 }
 
-// vLLM's min_tokens, at most the request's max_tokens (its own, or what the context leaves).
-Status set_min_tokens(const SamplingRequest& s, const char* max_tokens_param, EngineRequest* req) {
+// vLLM's min_tokens, at most the request's max_tokens (its own, or what the context leaves), and its bad_words
+// as token sequences: each word (leading spaces stripped) as it encodes, and with a space before it when that
+// encodes to as many tokens from another first token (vLLM's rule: the word inside text too).
+Status set_min_tokens_and_bad_words(const SamplingRequest& s, const char* max_tokens_param,
+                                    const tokenizer::BpeTokenizer& tok, EngineRequest* req) {
     if (s.min_tokens > req->max_tokens)
         return invalid_argument("min_tokens: must be at most " + std::string(max_tokens_param) + " (" +
                                 std::to_string(req->max_tokens) + "), got " + std::to_string(s.min_tokens));
     req->min_tokens = s.min_tokens;
+    for (const std::string& word : s.bad_words) {
+        const std::string w = word.substr(std::min(word.find_first_not_of(' '), word.size()));
+        if (w.empty()) continue;
+        std::vector<int32_t> plain = tok.encode_ordinary(w), spaced = tok.encode_ordinary(" " + w);
+        if (plain.empty()) continue;
+        const bool both = !spaced.empty() && spaced.size() == plain.size() && spaced[0] != plain[0];
+        req->bad_words.push_back(std::move(plain));
+        if (both) req->bad_words.push_back(std::move(spaced));
+    }
     return ok_status();
 }
 
@@ -495,7 +507,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.sampling = params->sampling.sampling;
     req.stop_ids = request_stop_ids(params->sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
-    if (Status st = set_min_tokens(params->sampling, "max_tokens", &req); !st.ok()) return error(api_error(st));
+    if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
+        return error(api_error(st));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
     req.prompt_logprobs = params->prompt_logprobs;
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
@@ -536,7 +549,8 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = request_stop_ids(params->chat.sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
-    if (Status st = set_min_tokens(params->chat.sampling, "max_output_tokens", &req); !st.ok())
+    if (Status st = set_min_tokens_and_bad_words(params->chat.sampling, "max_output_tokens", tokenizer_, &req);
+        !st.ok())
         return error(api_error(st));
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint = constraint_for(
         params->chat.grammar, params->chat.sampling.regex, prompt->forced, false, params->chat.tool_grammars);
@@ -582,7 +596,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         req.sampling = params->sampling.sampling;
         req.stop_ids = request_stop_ids(params->sampling);
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
-        if (Status st = set_min_tokens(params->sampling, "max_tokens", &req); !st.ok()) return error(api_error(st));
+        if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
+            return error(api_error(st));
         req.top_logprobs = params->logprobs;
         // Prompt logprobs for vLLM's prompt_logprobs, and for the echoed prompt's entries under logprobs.
         req.prompt_logprobs = std::max(params->prompt_logprobs, params->echo ? params->logprobs : -1);

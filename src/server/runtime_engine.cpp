@@ -83,6 +83,7 @@ StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
     r.stop_ids = std::move(request.stop_ids);
     r.max_tokens = request.max_tokens;
     r.min_tokens = request.min_tokens;
+    r.bad_words = std::move(request.bad_words);
     r.logprobs = request.top_logprobs;
     r.prompt_logprobs = request.prompt_logprobs;
     r.constraint = std::move(request.constraint);

@@ -28,8 +28,10 @@ struct EngineRequest {
     runtime::SamplingParams sampling;
     // Generation ends after emitting one of these ids (the id itself is the last event's token).
     std::vector<int32_t> stop_ids;
-    int max_tokens = 16;    // tokens to generate at most, > 0
-    int min_tokens = 0;     // vLLM's: the first min_tokens are never stop ids; no stop id or string ends before
+    int max_tokens = 16;  // tokens to generate at most, > 0
+    int min_tokens = 0;   // vLLM's: the first min_tokens are never stop ids; no stop id or string ends before
+    // vLLM's bad_words as token sequences (runtime::Request::bad_words).
+    std::vector<std::vector<int32_t>> bad_words;
     int top_logprobs = -1;  // -1: no logprobs; k >= 0: the sampled token's logprob + the k best
     // -1: none; k >= 0: each prompt token's logprob (from the second), its rank and the k best, on the
     // first event. The prompt is then computed whole (no prefix-cache reuse).

@@ -288,5 +288,29 @@ TEST(CudaEngine, PromptLogprobsMatchTheCpuReference) {
     EXPECT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
 }
 
+// min_tokens on the CUDA runner: the first min_tokens draws come to the host with the stop ids masked, the rest
+// are drawn on the device; the tokens equal an all-host engine's (one request alone: the same batch shapes, so the
+// same logits; arg-max with the same tie rule).
+TEST(CudaEngine, MinTokensMasksTheStopIds) {
+    REQUIRE_GPU();
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
+    Request free_run{
+        .prompt = random_ids(12, w->config.vocab_size, 81), .sampling = {.temperature = 0.0f}, .max_tokens = 10};
+    const std::vector<Generation> base = run_engine(w, true, {free_run});
+    ASSERT_EQ(base.size(), 1u);
+    ASSERT_EQ(base[0].ids.size(), 10u);
+    Request r = free_run;
+    r.stop_ids = {base[0].ids[0], base[0].ids[1]};
+    r.min_tokens = 4;
+    const std::vector<Generation> dev = run_engine(w, true, {r}), host = run_engine(w, false, {r});
+    ASSERT_EQ(dev.size(), 1u);
+    ASSERT_EQ(host.size(), 1u);
+    ASSERT_GE(dev[0].ids.size(), 5u) << describe(dev[0]);
+    for (size_t k = 0; k < 4; ++k)
+        EXPECT_EQ(std::count(r.stop_ids.begin(), r.stop_ids.end(), dev[0].ids[k]), 0) << k << ": " << describe(dev[0]);
+    EXPECT_EQ(dev[0].ids, host[0].ids) << describe(dev[0]) << " vs " << describe(host[0]);
+}
+
 }  // namespace
 }  // namespace gptoss::test

@@ -296,6 +296,52 @@ TEST_F(EngineTest, MinTokensMasksTheStopIds) {
     EXPECT_NE(h.status().message().find("min_tokens"), std::string::npos) << h.status().to_string();
 }
 
+// bad_words (vLLM's, as token sequences): a one-token word is never drawn, a longer one's last token never after
+// the rest; equal to the reference sampler given the same mask, on the host and on a device-sampling runner.
+TEST_F(EngineTest, BadWordsAreNeverCompleted) {
+    Request free_run{.prompt = random_ids(11, 300, 501), .sampling = {.temperature = 0.0f}, .max_tokens = 10};
+    const Generation g0 = reference_generate(*weights_, free_run);
+    ASSERT_EQ(g0.ids.size(), 10u);
+    Request one = free_run, two = free_run;
+    one.bad_words = {{g0.ids[0]}};
+    two.bad_words = {{g0.ids[0], g0.ids[1]}, {299, 298, 297}};
+    Request seeded = two;
+    seeded.sampling = SamplingParams{.temperature = 1.0f, .seed = 3};
+    const std::vector<Request> reqs = {one, two, seeded};
+    std::vector<Generation> want;
+    for (const Request& q : reqs) want.push_back(reference_generate(*weights_, q));
+    EXPECT_NE(want[0].ids[0], g0.ids[0]);
+    EXPECT_EQ(want[1].ids[0], g0.ids[0]);
+    EXPECT_NE(want[1].ids[1], g0.ids[1]);
+    for (bool device : {false, true}) {
+        EngineConfig cfg = test_config();
+        cfg.device_sampling = device;
+        cfg.speculative = SpeculativeConfig{.num_tokens = 3, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
+        auto engine = Engine::create(std::make_unique<DeviceSamplingRunner>(weights_), cfg);
+        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+        std::vector<RequestHandle> hs;
+        for (const Request& q : reqs) {
+            auto h = (*engine)->submit(q);
+            ASSERT_TRUE(h.ok()) << h.status().to_string();
+            hs.push_back(std::move(*h));
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            const Generation g = collect(hs[i]);
+            EXPECT_TRUE(g.same_tokens(want[i]))
+                << device << " " << i << ": " << describe(g) << " vs " << describe(want[i]);
+            for (size_t k = 1; k < g.ids.size(); ++k)
+                EXPECT_FALSE(i > 0 && g.ids[k - 1] == g0.ids[0] && g.ids[k] == g0.ids[1]) << describe(g);
+        }
+    }
+    auto engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(engine);
+    Request bad = free_run;
+    bad.bad_words = {{}};
+    EXPECT_FALSE(engine->submit(bad).ok());
+    bad.bad_words = {{5, 300}};
+    EXPECT_FALSE(engine->submit(bad).ok());
+}
+
 TEST_F(EngineTest, ConcurrentBatchEqualsEachRequestAlone) {
     EngineConfig cfg = test_config();
     cfg.enable_prefix_caching = false;

@@ -106,12 +106,20 @@ inline Generation reference_generate(const model::GptOssWeights& w, const Reques
             g.prompt_lps.push_back(sampler.score(logits.data() + p * V, r.prompt[p + 1], r.prompt_logprobs));
         logits.erase(logits.begin(), logits.end() - static_cast<long>(V));
     }
-    std::vector<uint8_t> no_stop(static_cast<size_t>(w.config.vocab_size), 1);  // min_tokens: stop ids masked
-    for (int32_t id : r.stop_ids) no_stop[static_cast<size_t>(id)] = 0;
+    std::vector<uint8_t> mask;
     for (;;) {
-        const bool masked = static_cast<int>(g.ids.size()) < r.min_tokens && !r.stop_ids.empty();
+        // min_tokens: stop ids masked; bad_words: a sequence's last id where the output ends with the rest.
+        mask.assign(static_cast<size_t>(w.config.vocab_size), 1);
+        bool masked = false;
+        if (static_cast<int>(g.ids.size()) < r.min_tokens)
+            for (int32_t id : r.stop_ids) masked = true, mask[static_cast<size_t>(id)] = 0;
+        for (const std::vector<int32_t>& b : r.bad_words) {
+            const size_t n = b.size() - 1;
+            if (g.ids.size() >= n && std::equal(b.begin(), b.end() - 1, g.ids.end() - static_cast<std::ptrdiff_t>(n)))
+                masked = true, mask[static_cast<size_t>(b.back())] = 0;
+        }
         SampledToken t = sampler.sample(logits.data(), r.sampling, seed, r.prompt, g.ids, r.logprobs,
-                                        masked ? no_stop.data() : nullptr);
+                                        masked ? mask.data() : nullptr);
         g.ids.push_back(t.id);
         g.logprobs.push_back(t.logprob);
         g.top.push_back(t.top_logprobs);

@@ -824,7 +824,7 @@ TEST_F(GenerationOutputTest, ChatNChoices) {
 }
 
 // vLLM's stop_token_ids (generation ends on them; the id that ends it is counted, not shown) and ignore_eos (the
-// model's own stop ids no longer end it); its bad_words and non-JSON guided forms are refused, not ignored; its
+// model's own stop ids no longer end it); its guided_grammar and malformed fields are refused, not ignored; its
 // JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
 TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     const std::vector<int32_t> two = harmony_ids(" two");
@@ -870,7 +870,8 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("guided_json":5)",
                             R"("guided_json":{"type":"string","pattern":"x"})",
                             R"("guided_json":{},"guided_json_object":true)",
-                            R"("bad_words":["x"])",
+                            R"("bad_words":"x")",
+                            R"("bad_words":[1])",
                             R"("stop_token_ids":"1")",
                             R"("stop_token_ids":[-1])",
                             R"("stop_token_ids":[1.5])",
@@ -888,6 +889,15 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     EXPECT_EQ(m["choices"][0]["text"], " one two three") << m.dump();
     Json m2 = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"min_tokens":1,"stop":["two"]})");
     EXPECT_EQ(m2["choices"][0]["text"], " one ") << m2.dump();
+    // vLLM's bad_words: each word (leading spaces stripped) as token ids, and with a space before it where that is
+    // as many tokens from another first token.
+    post_json("/v1/completions", R"({"prompt":"x","max_tokens":2,"bad_words":["hello","  world",""]})");
+    const std::vector<std::vector<int32_t>>& bw = server_.engine.last_request().bad_words;
+    ASSERT_EQ(bw.size(), 4u);
+    EXPECT_EQ(bw[0], harmony_ids("hello"));
+    EXPECT_EQ(bw[1], harmony_ids(" hello"));
+    EXPECT_EQ(bw[2], harmony_ids("world"));
+    EXPECT_EQ(bw[3], harmony_ids(" world"));
     // vLLM's truncate_prompt_tokens: the prompt's last k tokens reach the engine; echo shows them.
     Json tr =
         post_json("/v1/completions", R"({"prompt":[5,6,7,8,9],"max_tokens":1,"truncate_prompt_tokens":2,"echo":true})");
