@@ -404,6 +404,43 @@ describe('completions', () => {
     assert.equal(usage.prompt_tokens, 4);
     assert.equal(tokens, usage.completion_tokens);
   });
+
+  test('lm-evaluation-harness loglikelihood form: echo, logprobs 1, max_tokens 1; vLLM prompt_logprobs', async () => {
+    const prompt = [200006, 1428, 200008, 12194, 11, 2375];
+    const r = await client.completions.create({ model: MODEL, prompt, max_tokens: 1, logprobs: 1, echo: true,
+      temperature: 0, seed: 1234, prompt_logprobs: 2 });
+    const c = r.choices[0];
+    const lp = c.logprobs;
+    assert.equal(lp.token_logprobs.length, prompt.length + 1);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    for (let i = 1; i <= prompt.length; ++i) {
+      assert.ok(Number.isFinite(lp.token_logprobs[i]) && lp.token_logprobs[i] <= 0, `entry ${i}`);
+      // lm-eval's greedy check: the token's logprob against the best of top_logprobs.
+      assert.ok(Math.max(...Object.values(lp.top_logprobs[i])) >= lp.token_logprobs[i]);
+    }
+    assert.equal(c.prompt_logprobs.length, prompt.length);
+    assert.equal(c.prompt_logprobs[0], null);
+    // The scored prompt matches the echoed entries (same logits, same positions).
+    for (let i = 1; i < prompt.length; ++i)
+      assert.equal(c.prompt_logprobs[i][String(prompt[i])].logprob, lp.token_logprobs[i]);
+    assert.ok(c.text.length > 0);
+    assert.equal(r.usage.prompt_tokens, prompt.length);
+  });
+
+  test('guided_choice and guided_regex hold the output', async () => {
+    const choice = await client.completions.create({ model: MODEL, prompt: 'Pick:', max_tokens: 8,
+      temperature: 1, guided_choice: ['red', 'green', 'blue'] });
+    if (choice.choices[0].finish_reason === 'stop') assert.ok(['red', 'green', 'blue'].includes(choice.choices[0].text));
+    else assert.match(choice.choices[0].text, /^(r|re|red|g|gr|gre|gree|green|b|bl|blu|blue)?$/);
+    const regex = await client.completions.create({ model: MODEL, prompt: 'Code:', max_tokens: 12,
+      temperature: 1, guided_regex: '[A-Z]{2}-[0-9]{3}' });
+    const t = regex.choices[0].text;
+    if (regex.choices[0].finish_reason === 'stop') assert.match(t, /^[A-Z]{2}-[0-9]{3}$/);
+    else assert.match(t, /^[A-Z]{0,2}(-[0-9]{0,3})?$/);
+    await expectApiError(client.completions.create({ model: MODEL, prompt: 'x', guided_regex: '(?=a)b' }), 400,
+      'guided_regex');
+  });
 });
 
 describe('bad input', () => {
