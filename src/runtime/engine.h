@@ -41,8 +41,8 @@ struct Request {
     std::vector<int32_t> stop_ids{};          // generation ends after emitting one of these
     std::vector<std::string> stop_strings{};  // non-empty; need EngineConfig::detokenizer
     int max_tokens = 16;                      // > 0; prompt + max_tokens must fit the context
-    // vLLM's: the first min_tokens (<= max_tokens) tokens are never stop ids, and no stop id or string ends
-    // generation before the token after them.
+    // vLLM's: the first min_tokens (<= max_tokens) tokens are never stop ids (unless a constraint allows nothing
+    // else: that one ends it), and no stop string ends generation before the token after them.
     int min_tokens = 0;
     // vLLM's bad_words as token sequences: the last token of each is never drawn where the output so far ends with
     // the others (a one-token sequence: never).

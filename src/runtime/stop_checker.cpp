@@ -25,8 +25,10 @@ StopChecker::StopChecker(std::vector<int32_t> stop_ids, std::vector<std::string>
 }
 
 std::optional<StopResult> StopChecker::push(int32_t id, int num_generated) {
+    // A stop id ends it even within min_tokens: the engine masks them there, so one drawn anyway is the end a
+    // constraint left as the only choice. Stop strings wait.
     const bool armed = num_generated > min_tokens_;
-    if (armed && std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
+    if (std::find(stop_ids_.begin(), stop_ids_.end(), id) != stop_ids_.end()) {
         StopResult r;
         r.stop_id = id;
         return r;

@@ -41,8 +41,9 @@ struct StopResult {
 class StopChecker {
 public:
     // `detokenizer` is used only when there are stop strings (it must then be set). min_tokens (vLLM's):
-    // no stop id or stop string ends generation while num_generated <= min_tokens (a string matched later
-    // must end in a later token's bytes).
+    // no stop string ends generation while num_generated <= min_tokens (a string matched later must end in a
+    // later token's bytes). Stop ids still do: the engine masks them out of those draws, so one drawn there is the
+    // end a constraint left as the only choice.
     StopChecker(std::vector<int32_t> stop_ids, std::vector<std::string> stop_strings, int max_tokens,
                 const Detokenizer* detokenizer, int min_tokens = 0);
 

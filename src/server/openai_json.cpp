@@ -1172,15 +1172,21 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         if (static_cast<int64_t>(p.prompts.size()) * p.n > kMaxChoices)
             f.fail("n", "the batch of " + std::to_string(p.prompts.size()) + " prompts with n=" + std::to_string(p.n) +
                             " asks for more than " + std::to_string(kMaxChoices) + " choices");
+        p.echo = f.boolean("echo").value_or(false);
         if (auto mt = f.integer("max_tokens", INT64_MIN, INT64_MAX)) {
-            if (*mt <= 0) f.fail("max_tokens", "must be at least 1");
+            // max_tokens 0 with echo scores the prompt alone (OpenAI's legacy form, vLLM's echo without generation:
+            // one token is generated and dropped).
+            if (*mt == 0 && p.echo) {
+                p.echo_only = true;
+                mt = 1;
+            }
+            if (*mt <= 0) f.fail("max_tokens", "must be at least 1 (0 only with echo)");
             p.sampling.max_tokens = mt;
         } else {
             p.sampling.max_tokens = 16;  // the OpenAI default for completions
         }
         // OpenAI's limit is 5; vLLM's (and the engine's) 20.
         if (auto lp = f.integer("logprobs", 0, runtime::kMaxLogprobs)) p.logprobs = static_cast<int>(*lp);
-        p.echo = f.boolean("echo").value_or(false);
         if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))
             p.prompt_logprobs = static_cast<int>(*plp);
         if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.fail("best_of", "only best_of=1 is supported");

@@ -130,6 +130,7 @@ struct CompletionParams {
     // The prompt before the completion in the text (and, with logprobs, the prompt tokens' logprobs,
     // the first one's null, before the completion's).
     bool echo = false;
+    bool echo_only = false;    // max_tokens 0 with echo: the prompt alone (one token generated and dropped)
     int prompt_logprobs = -1;  // vLLM's: -1 none; k: each prompt token's logprob, rank and the k best
     bool stream = false;
     bool include_usage = false;

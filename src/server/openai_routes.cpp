@@ -100,6 +100,18 @@ private:
 };
 
 // The ids that end a request's generation: the model's own (unless ignore_eos) and the request's stop_token_ids.
+// Prompt logprobs entries (a prompt token's logprob and its k best) a request may ask for, over its prompts and
+// choices: the answer's JSON holds each (~0.5 KB as a tree), and the engine brings a logits row a prompt token to
+// the host.
+constexpr int64_t kMaxPromptLogprobEntries = 1 << 18;
+
+Status check_prompt_logprob_entries(int64_t entries, const char* param) {
+    if (entries <= kMaxPromptLogprobEntries) return ok_status();
+    return invalid_argument(std::string(param) + ": the prompt's tokens × (k + 1) × choices come to " +
+                            std::to_string(entries) + " logprob entries, more than " +
+                            std::to_string(kMaxPromptLogprobEntries) + " (shorten the prompt, lower k or n)");
+}
+
 // vLLM's truncate_prompt_tokens: the prompt's last k tokens (-1: the context less one, leaving room for one
 // generated token). True when it cut something.
 bool truncate_prompt(const SamplingRequest& s, int64_t context, std::vector<int32_t>* ids) {
@@ -510,7 +522,10 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
         return error(api_error(st));
     req.top_logprobs = params->logprobs ? params->top_logprobs : -1;
-    req.prompt_logprobs = params->prompt_logprobs;
+    req.prompt_logprobs = params->prompt_logprobs;  // (one choice scores the prompt: the answer has one list)
+    if (params->prompt_logprobs >= 0)
+        if (Status st = check_prompt_logprob_entries(n * (params->prompt_logprobs + 1), "prompt_logprobs"); !st.ok())
+            return error(api_error(st));
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
         constraint_for(params->grammar, params->sampling.regex, prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
@@ -518,10 +533,11 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     if (params->n > 1) {
         std::vector<EngineRequest> reqs = choice_requests(req, params->n);
+        for (size_t i = 1; i < reqs.size(); ++i) reqs[i].prompt_logprobs = -1;
         std::vector<bool> counts(reqs.size(), false);
         counts[0] = true;  // one prompt, n choices: its tokens count once
         return generate_many(
-            std::move(reqs), [&](size_t) { return make_chat_session(ctx, *prompt, *params, n); }, counts,
+            std::move(reqs), [&](size_t i) { return make_chat_session(ctx, *prompt, *params, n, i == 0); }, counts,
             params->stream, arrival, client_gone);
     }
     return generate(
@@ -576,6 +592,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
     std::vector<CompletionPrompt> shown;  // what echo shows: the text as given, or the (truncated) ids
     std::vector<bool> counts;
     const bool batch = params->prompts.size() > 1;
+    const int score_k = std::max(params->prompt_logprobs, params->echo ? params->logprobs : -1);
+    int64_t scored_entries = 0;
     for (size_t p = 0; p < params->prompts.size(); ++p) {
         const CompletionPrompt& cp = params->prompts[p];
         const std::string param = batch ? "prompt[" + std::to_string(p) + "]" : "prompt";
@@ -589,6 +607,13 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         const bool truncated = truncate_prompt(params->sampling, queue_.engine().max_context_tokens(), &ids);
         shown.push_back(truncated ? CompletionPrompt{std::nullopt, ids} : cp);
         const int64_t n = static_cast<int64_t>(ids.size());
+        if (score_k >= 0) {
+            scored_entries += n * (score_k + 1) * params->n;
+            if (Status st = check_prompt_logprob_entries(scored_entries,
+                                                         params->prompt_logprobs >= 0 ? "prompt_logprobs" : "echo");
+                !st.ok())
+                return error(api_error(st));
+        }
         StatusOr<int64_t> max_tokens = max_tokens_for(n, params->sampling.max_tokens, param.c_str(), "max_tokens");
         if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
         EngineRequest req;

@@ -107,7 +107,8 @@ const char* finish_reason_name(FinishReason r, bool hit_stop_string) {
 
 class ChatSession final : public Session {
 public:
-    ChatSession(const SessionContext& ctx, const ChatPrompt& prompt, const ChatParams& params, int64_t prompt_tokens)
+    ChatSession(const SessionContext& ctx, const ChatPrompt& prompt, const ChatParams& params, int64_t prompt_tokens,
+                bool scores_prompt)
         : ctx_(ctx),
           out_(*ctx.tokenizer, prompt),
           stop_(params.sampling.stop, params.sampling.include_stop_str),
@@ -117,8 +118,8 @@ public:
           logprobs_(params.logprobs),
           top_logprobs_(params.top_logprobs),
           min_tokens_(params.sampling.min_tokens),
-          prompt_logprobs_(params.prompt_logprobs),
-          prompt_ids_(params.prompt_logprobs >= 0 ? prompt.ids : std::vector<int32_t>{}),
+          prompt_logprobs_(scores_prompt ? params.prompt_logprobs : -1),
+          prompt_ids_(prompt_logprobs_ >= 0 ? prompt.ids : std::vector<int32_t>{}),
           id_(random_id("chatcmpl-")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
@@ -494,6 +495,7 @@ public:
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
           echo_(params.echo),
+          echo_only_(params.echo_only),
           prompt_logprobs_(params.prompt_logprobs),
           min_tokens_(params.sampling.min_tokens),
           prompt_ids_(std::move(prompt_ids)),
@@ -521,7 +523,7 @@ public:
             echo_logprobs_sent_ = true;
         }
         if (e.finish != FinishReason::kNone) usage_.cached_tokens = e.cached_prompt_tokens;
-        if (e.token_id >= 0 && !stop_.matched()) {
+        if (e.token_id >= 0 && !stop_.matched() && !echo_only_) {
             ++usage_.completion_tokens;
             stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
             // The stop id that ended generation is counted but not shown (as other servers do).
@@ -555,7 +557,7 @@ public:
     void close(FinishReason reason, std::string* sse) override {
         std::string tail = take_prompt(EngineEvent{});
         tail += take_text(true);
-        finish_reason_ = finish_reason_name(reason, stop_.matched());
+        finish_reason_ = echo_only_ ? "length" : finish_reason_name(reason, stop_.matched());
         if (!stream_) return;
         *sse += sse_event(chunk(tail, nullptr, finish_reason_, nullptr));
         if (include_usage_) {
@@ -698,6 +700,7 @@ private:
     const bool stream_, include_usage_;
     const int logprobs_;
     const bool echo_;
+    const bool echo_only_;  // max_tokens 0: the generated token is dropped
     const int prompt_logprobs_;
     const int min_tokens_;
     const std::vector<int32_t> prompt_ids_;
@@ -721,8 +724,8 @@ private:
 }  // namespace
 
 std::unique_ptr<Session> make_chat_session(const SessionContext& ctx, const ChatPrompt& prompt,
-                                           const ChatParams& params, int64_t prompt_tokens) {
-    return std::make_unique<ChatSession>(ctx, prompt, params, prompt_tokens);
+                                           const ChatParams& params, int64_t prompt_tokens, bool scores_prompt) {
+    return std::make_unique<ChatSession>(ctx, prompt, params, prompt_tokens, scores_prompt);
 }
 
 std::unique_ptr<Session> make_responses_session(const SessionContext& ctx, const ChatPrompt& prompt,

@@ -66,8 +66,9 @@ public:
     virtual bool sends_done() const { return true; }
 };
 
+// scores_prompt: this choice answers params.prompt_logprobs (the first of n).
 std::unique_ptr<Session> make_chat_session(const SessionContext& ctx, const ChatPrompt& prompt,
-                                           const ChatParams& params, int64_t prompt_tokens);
+                                           const ChatParams& params, int64_t prompt_tokens, bool scores_prompt = true);
 std::unique_ptr<Session> make_responses_session(const SessionContext& ctx, const ChatPrompt& prompt,
                                                 const ResponsesParams& params, int64_t prompt_tokens);
 // prompt_ids: the prompt as the engine gets it (the echo's tokens; a text prompt echoes as given).

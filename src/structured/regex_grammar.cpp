@@ -162,8 +162,8 @@ private:
         auto number = [&](int* out) {
             const size_t s = j;
             long v = 0;
-            while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9' && v <= 1000000) v = v * 10 + (p_[j++] - '0');
-            *out = static_cast<int>(std::min<long>(v, 1000001));
+            while (j < p_.size() && p_[j] >= '0' && p_[j] <= '9') v = std::min<long>(v * 10 + (p_[j++] - '0'), 1000001);
+            *out = static_cast<int>(v);
             return j > s;
         };
         int a = 0, b = -1;
@@ -175,8 +175,7 @@ private:
             ++j;
             const bool has_b = number(&b);
             if (!has_b) b = -1;
-            if (!has_a && !has_b) return false;
-            if (!has_a) a = 0;
+            if (!has_a) a = 0;  // {,m}; {,} is {0,} (as Python reads them)
             if (j >= p_.size() || p_[j] != '}') return false;
         } else {
             return false;
@@ -265,8 +264,17 @@ private:
             if (q) return error("nothing to repeat");
         }
         if (c == '^' || c == '$') {
+            // The whole output matches, so anchors are implied: accepted where they can only be that (a pattern's
+            // or an alternative's start / end), refused elsewhere (a^b matches nothing in Python).
+            const bool at_start =
+                i_ == 0 || p_[i_ - 1] == '(' || p_[i_ - 1] == '|' || (i_ >= 3 && p_.compare(i_ - 3, 3, "(?:") == 0);
+            const bool at_end = i_ + 1 == p_.size() || p_[i_ + 1] == ')' || p_[i_ + 1] == '|';
+            if (c == '^' ? !at_start : !at_end)
+                return error(std::string(1, c) + " only at the start / end of the pattern or of an alternative");
             ++i_;
-            return make(Node::Kind::kEmpty);  // the whole output matches: anchors are implied
+            if (more() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{'))
+                return error("nothing to repeat");
+            return make(Node::Kind::kEmpty);
         }
         if (c == '.') {
             ++i_;
@@ -316,7 +324,9 @@ private:
             case 'r': return one('\r');
             case 'f': return one('\f');
             case 'v': return one('\v');
-            case '0': return one(0);
+            case '0':
+                if (more() && peek() >= '0' && peek() <= '7') return error("octal escapes are not supported");
+                return one(0);
             case 'x': return hex(2);
             case 'u': return hex(4);
             case 'U': return hex(8);
@@ -369,7 +379,9 @@ private:
                 if (!next_code_point(p_, &i_, &lo)) return error("invalid UTF-8");
                 item = {{lo, lo}};
             }
-            // A range lo-hi (a '-' before ']' is a literal).
+            // A range lo-hi (a '-' before ']' is a literal); a set (\d) cannot begin one.
+            if (!single && more() && peek() == '-' && i_ + 1 < p_.size() && p_[i_ + 1] != ']')
+                return error("bad character range");
             if (single && more() && peek() == '-' && i_ + 1 < p_.size() && p_[i_ + 1] != ']') {
                 ++i_;
                 uint32_t hi = 0;

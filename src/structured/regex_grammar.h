@@ -9,8 +9,9 @@
 // Syntax (Python's re): literals (UTF-8), ., [...] classes with ranges and negation, \d \w \s (ASCII, as
 // JSON Schema's ECMA-262 patterns read them) and their negations, \n \t \r \f \v \0 \xHH \uHHHH \UHHHHHHHH and
 // escaped punctuation, groups ( ), (?: ), (?P<name> ), (?<name> ), alternation, the quantifiers * + ? {n} {n,}
-// {n,m} {,m} and their lazy forms (the same language). '.' and negated classes match any code point but
-// '\n' (the surrogates never). Backreferences, lookaround, \b, possessive quantifiers, inline flags and POSIX
+// {n,m} {,m} and their lazy forms (the same language). '.' matches any code point but '\n', a negated class any
+// outside it, '\n' included (the surrogates never). ^ and $ only where they can only be the output's start and
+// end. Backreferences, lookaround, \b, possessive and stacked quantifiers, octal escapes, inline flags and POSIX
 // classes are refused by position. Bounded: 200,000 automaton states while compiling, 20,000 in the DFA.
 #pragma once
 

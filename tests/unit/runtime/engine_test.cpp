@@ -676,6 +676,53 @@ private:
     int vocab_, free_after_;
 };
 
+// A constraint that allows only `end` from output index `at` (anything before): with min_tokens past `at`, the
+// stop id is the only choice and ends the request there (vLLM's mask would leave nothing), never running on
+// unconstrained.
+class EndAtConstraint : public TokenConstraint {
+public:
+    EndAtConstraint(int vocab, int at, int32_t end) : vocab_(vocab), at_(at), end_(end) {}
+    bool allowed_next(std::vector<uint8_t>* mask) override {
+        if (n_ < at_) return false;
+        mask->assign(static_cast<size_t>(vocab_), 0);
+        (*mask)[static_cast<size_t>(end_)] = 1;
+        return true;
+    }
+    void accept(int32_t) override { ++n_; }
+
+private:
+    int vocab_, at_;
+    int32_t end_;
+    int n_ = 0;
+};
+class EndAtFactory : public TokenConstraintFactory {
+public:
+    EndAtFactory(int vocab, int at, int32_t end) : vocab_(vocab), at_(at), end_(end) {}
+    std::unique_ptr<TokenConstraint> start() const override {
+        return std::make_unique<EndAtConstraint>(vocab_, at_, end_);
+    }
+
+private:
+    int vocab_, at_;
+    int32_t end_;
+};
+
+TEST_F(EngineTest, MinTokensYieldToAConstraintThatCanOnlyEnd) {
+    auto engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(engine);
+    Request r{.prompt = random_ids(7, 300, 77), .sampling = {.temperature = 0.0f}, .max_tokens = 12};
+    r.stop_ids = {1, 17};
+    r.min_tokens = 8;
+    r.constraint = std::make_shared<EndAtFactory>(300, 3, 17);
+    auto h = engine->submit(r);
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    const Generation g = collect(*h);
+    ASSERT_EQ(g.ids.size(), 4u) << describe(g);
+    EXPECT_EQ(g.ids.back(), 17);
+    EXPECT_EQ(g.finish, FinishReason::kStop);
+    for (size_t k = 0; k < 3; ++k) EXPECT_TRUE(g.ids[k] != 1 && g.ids[k] != 17) << describe(g);
+}
+
 TEST_F(EngineTest, ConstrainedRequestsDrawOnlyAllowedTokens) {
     const int V = small_config().vocab_size;
     auto factory = std::make_shared<ModuloFactory>(V, 1000);

@@ -79,15 +79,15 @@ TEST(StopCheckerTest, MinTokensHoldsStopsBack) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->stop_string_index, 1);
     EXPECT_EQ(r->trim_bytes, 3);
+    // A stop id drawn within min_tokens (the engine masks them; a constraint that allows nothing else) ends it.
     StopChecker d({5}, {}, 100, nullptr, 1);
-    EXPECT_FALSE(d.push(5, 1));  // a stop id at token 1 of min_tokens 1 does not end it
-    auto e = d.push(5, 2);
+    auto e = d.push(5, 1);
     ASSERT_TRUE(e);
     EXPECT_EQ(e->stop_id, 5);
     StopChecker f({5}, {}, 3, nullptr, 3);  // min_tokens == max_tokens: length
-    EXPECT_FALSE(f.push(5, 1));
-    EXPECT_FALSE(f.push(5, 2));
-    EXPECT_EQ(f.push(5, 3)->reason, FinishReason::kLength);
+    EXPECT_FALSE(f.push(1, 1));
+    EXPECT_FALSE(f.push(1, 2));
+    EXPECT_EQ(f.push(1, 3)->reason, FinishReason::kLength);
 }
 
 TEST(StopCheckerTest, FinishReasonNames) {

@@ -711,6 +711,29 @@ TEST_F(GenerationOutputTest, CompletionsEchoAndPromptLogprobs) {
     EXPECT_EQ(with, 1u);
     EXPECT_FALSE(post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})")
                      .contains("prompt_logprobs"));
+    // n > 1: one choice scores the prompt; one list in the answer, one chunk in the stream.
+    Json two =
+        post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":1,"n":2})");
+    EXPECT_EQ(two["prompt_logprobs"], chat["prompt_logprobs"]);
+    with = 0;
+    for (const Json& ch : post_stream("/v1/chat/completions",
+                                      R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":1,"n":2,
+                                          "stream":true})"))
+        with += ch.contains("prompt_logprobs");
+    EXPECT_EQ(with, 1u);
+    // At most 262,144 entries a request: 2,000 tokens × 21 × 7 choices is too many.
+    Json long_prompt = std::vector<int32_t>(2000, 1000);
+    expect_error(server_.post("/v1/completions",
+                              R"({"prompt":)" + long_prompt.dump() + R"(,"max_tokens":1,"prompt_logprobs":20,"n":7})"),
+                 400);
+    // max_tokens 0 with echo: the prompt alone (a token generated and dropped).
+    Json only = post_json("/v1/completions", R"({"prompt":[5,6,7],"max_tokens":0,"echo":true,"logprobs":1})");
+    EXPECT_EQ(server_.engine.last_request().max_tokens, 1);
+    EXPECT_EQ(only["choices"][0]["text"], *test_tokenizer()->decode(std::vector<int32_t>{5, 6, 7})) << only.dump();
+    EXPECT_EQ(only["choices"][0]["logprobs"]["tokens"].size(), 3u);
+    EXPECT_EQ(only["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(only["usage"]["completion_tokens"], 0);
+    expect_error(server_.post("/v1/completions", R"({"prompt":[5],"max_tokens":0})"), 400);
     server_.engine.set_script([answer](const EngineRequest&) { return answer; });
 
     // echo with a stop string: the prompt stays whole, the completion is cut (and its entries with it).

@@ -153,6 +153,13 @@ TEST(RegexGrammar, RefusalsNameTheProblem) {
         {"((a{0,30}){0,30}){0,30}", "too complex"},
         {"(\\w+\\s?){1,1000}", "too complex"},
         {"a**", "multiple repeat"},
+        {"a{99999999}", "repetition"},
+        {"\\012", "octal"},
+        {"[\\d-z]", "bad character range"},
+        {"^*a", "nothing to repeat"},
+        {"a$+", "start / end"},
+        {"a^b", "start / end"},
+        {"a$b", "start / end"},
         {"a{2}{3}", "multiple repeat"},
     };
     for (const auto& [p, words] : bad) {
@@ -161,6 +168,13 @@ TEST(RegexGrammar, RefusalsNameTheProblem) {
         EXPECT_NE(g.status().message().find(words), std::string::npos) << p << ": " << g.status().message();
     }
     EXPECT_TRUE(RegexGrammar::compile("(a|b)*a(a|b){8}").ok());  // 2^9 states: fine
+    // Python's readings: {,} is *, anchors at alternatives' edges, \0 alone is NUL.
+    auto star = compile("a{,}b");
+    EXPECT_TRUE(matches(*star, "b") && matches(*star, "aaab"));
+    auto alts = compile("^ab$|(^c)|(?:^d$)");
+    EXPECT_TRUE(matches(*alts, "ab") && matches(*alts, "c") && matches(*alts, "d"));
+    auto nul = compile("a\\0");
+    EXPECT_TRUE(matches(*nul, std::string("a\0", 2)));
 }
 
 TEST(RegexGrammar, Choices) {
