@@ -143,26 +143,29 @@ Status CudaModelRunner::forward_sample(const Batch& batch, std::span<const Devic
     size_t ri = 0, srow = 0, rrow = 0;
     for (size_t e = 0; e < seqs_.size(); ++e) {
         if (seqs_[e].all_logits) {
-            for (size_t r = 0; r < seqs_[e].tokens.size(); ++r, ++srow) {
-                const float* row = scored_rows.data() + srow * V;
-                RETURN_IF_ERROR(check_row(batch, e, row));
-                ids->push_back(-1);
-                logits->insert(logits->end(), row, row + V);
-            }
+            for (size_t r = 0; r < seqs_[e].tokens.size(); ++r, ++srow)
+                RETURN_IF_ERROR(emit_row(batch, e, true, -1, scored_rows.data() + srow * V, ids, logits));
             continue;
         }
         const size_t j = ri++;
         if (!need_[e]) continue;
-        if (!rest_params[j].return_logits) {
-            if (rest_ids[j] < 0) return check_row(batch, e, nullptr);
-            ids->push_back(rest_ids[j]);
-            continue;
-        }
-        const float* row = rest_rows.data() + (rrow++) * V;
-        RETURN_IF_ERROR(check_row(batch, e, row));
-        ids->push_back(-1);
-        logits->insert(logits->end(), row, row + V);
+        const bool host = rest_params[j].return_logits;
+        RETURN_IF_ERROR(
+            emit_row(batch, e, host, rest_ids[j], host ? rest_rows.data() + (rrow++) * V : nullptr, ids, logits));
     }
+    return ok_status();
+}
+
+Status CudaModelRunner::emit_row(const Batch& batch, size_t e, bool host, int32_t id, const float* row,
+                                 std::vector<int32_t>* ids, std::vector<float>* logits) const {
+    if (!host) {
+        if (id < 0) return check_row(batch, e, nullptr);
+        ids->push_back(id);
+        return ok_status();
+    }
+    RETURN_IF_ERROR(check_row(batch, e, row));
+    ids->push_back(-1);
+    logits->insert(logits->end(), row, row + weights_->config.vocab_size);
     return ok_status();
 }
 
@@ -183,15 +186,8 @@ Status CudaModelRunner::sample_entries(const Batch& batch, std::span<const Devic
     size_t row = 0;
     for (size_t e = 0; e < seqs_.size(); ++e) {
         if (!need_[e]) continue;
-        if (!params_[e].return_logits) {
-            if (ids_[e] < 0) return check_row(batch, e, nullptr);
-            ids->push_back(ids_[e]);
-            continue;
-        }
-        const float* r = rows_.data() + (row++) * V;
-        RETURN_IF_ERROR(check_row(batch, e, r));
-        ids->push_back(-1);
-        logits->insert(logits->end(), r, r + V);
+        const bool host = params_[e].return_logits;
+        RETURN_IF_ERROR(emit_row(batch, e, host, ids_[e], host ? rows_.data() + (row++) * V : nullptr, ids, logits));
     }
     return ok_status();
 }

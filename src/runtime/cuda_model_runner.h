@@ -57,6 +57,9 @@ private:
     Status sample_entries(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits);
     Status check_row(const Batch& batch, size_t i, const float* row) const;
+    // Entry e's result: the id drawn on the device, or (host) -1 and its logits row.
+    Status emit_row(const Batch& batch, size_t e, bool host, int32_t id, const float* row, std::vector<int32_t>* ids,
+                    std::vector<float>* logits) const;
 
     std::shared_ptr<const model::GptOssWeights> weights_;  // the model's host copy stays mapped
     std::unique_ptr<model::ParallelCudaModel> model_;

@@ -239,6 +239,27 @@ TEST_F(EngineTest, PromptLogprobsScoreEveryPromptToken) {
     }
 }
 
+// `reqs` at once on a DeviceSamplingRunner (drawing on the "device" or not), speculation on; each one's tokens.
+std::vector<Generation> run_on_sampling_runner(std::shared_ptr<const model::GptOssWeights> w,
+                                               const std::vector<Request>& reqs, bool device) {
+    EngineConfig cfg = test_config();
+    cfg.device_sampling = device;
+    cfg.speculative = SpeculativeConfig{.num_tokens = 3, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
+    auto engine = Engine::create(std::make_unique<DeviceSamplingRunner>(std::move(w)), cfg);
+    EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+    if (!engine.ok()) return {};
+    std::vector<RequestHandle> hs;
+    for (const Request& q : reqs) {
+        auto h = (*engine)->submit(q);
+        EXPECT_TRUE(h.ok()) << h.status().to_string();
+        if (!h.ok()) return {};
+        hs.push_back(std::move(*h));
+    }
+    std::vector<Generation> out;
+    for (auto& h : hs) out.push_back(collect(h));
+    return out;
+}
+
 // min_tokens (vLLM's): the stop ids are masked out of the first min_tokens draws, so a request whose greedy
 // output would stop at once runs on; equal to the reference sampler given the same mask, on the host and on a
 // runner that draws on the device (the masked draws come to the host), with speculation on.
@@ -265,19 +286,10 @@ TEST_F(EngineTest, MinTokensMasksTheStopIds) {
             EXPECT_EQ(std::count(r.stop_ids.begin(), r.stop_ids.end(), want[i].ids[static_cast<size_t>(k)]), 0);
     }
     for (bool device : {false, true}) {
-        EngineConfig cfg = test_config();
-        cfg.device_sampling = device;
-        cfg.speculative = SpeculativeConfig{.num_tokens = 3, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
-        auto engine = Engine::create(std::make_unique<DeviceSamplingRunner>(weights_), cfg);
-        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-        std::vector<RequestHandle> hs;
-        for (const Request& q : reqs) {
-            auto h = (*engine)->submit(q);
-            ASSERT_TRUE(h.ok()) << h.status().to_string();
-            hs.push_back(std::move(*h));
-        }
+        const std::vector<Generation> got = run_on_sampling_runner(weights_, reqs, device);
+        ASSERT_EQ(got.size(), reqs.size());
         for (size_t i = 0; i < reqs.size(); ++i) {
-            const Generation g = collect(hs[i]);
+            const Generation& g = got[i];
             if (device && i == 1) {  // seeded: the draws past min_tokens are the device stream's (arg-max here)
                 EXPECT_EQ(std::vector<int32_t>(g.ids.begin(), g.ids.begin() + 6),
                           std::vector<int32_t>(want[i].ids.begin(), want[i].ids.begin() + 6));
@@ -314,19 +326,10 @@ TEST_F(EngineTest, BadWordsAreNeverCompleted) {
     EXPECT_EQ(want[1].ids[0], g0.ids[0]);
     EXPECT_NE(want[1].ids[1], g0.ids[1]);
     for (bool device : {false, true}) {
-        EngineConfig cfg = test_config();
-        cfg.device_sampling = device;
-        cfg.speculative = SpeculativeConfig{.num_tokens = 3, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
-        auto engine = Engine::create(std::make_unique<DeviceSamplingRunner>(weights_), cfg);
-        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-        std::vector<RequestHandle> hs;
-        for (const Request& q : reqs) {
-            auto h = (*engine)->submit(q);
-            ASSERT_TRUE(h.ok()) << h.status().to_string();
-            hs.push_back(std::move(*h));
-        }
+        const std::vector<Generation> got = run_on_sampling_runner(weights_, reqs, device);
+        ASSERT_EQ(got.size(), reqs.size());
         for (size_t i = 0; i < reqs.size(); ++i) {
-            const Generation g = collect(hs[i]);
+            const Generation& g = got[i];
             EXPECT_TRUE(g.same_tokens(want[i]))
                 << device << " " << i << ": " << describe(g) << " vs " << describe(want[i]);
             for (size_t k = 1; k < g.ids.size(); ++k)
