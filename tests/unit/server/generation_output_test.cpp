@@ -736,6 +736,14 @@ TEST_F(GenerationOutputTest, CompletionsEchoAndPromptLogprobs) {
     expect_error(server_.post("/v1/completions", R"({"prompt":[5],"max_tokens":0})"), 400);
     server_.engine.set_script([answer](const EngineRequest&) { return answer; });
 
+    // A character split over two tokens (o200k's byte tokens 127 = 0xC3 and 102 = 0xA9: "é") is counted once,
+    // where it began: offsets follow the text, not each token's lossy bytes.
+    server_.engine.set_script([](const EngineRequest&) { return std::vector<int32_t>{127, 102, 64}; });
+    Json split = post_json("/v1/completions", R"({"prompt":[64,127,102,64],"max_tokens":3,"logprobs":0,"echo":true})");
+    EXPECT_EQ(split["choices"][0]["text"], "aéaéa") << split.dump();
+    EXPECT_EQ(split["choices"][0]["logprobs"]["text_offset"], Json::array({0, 1, 1, 2, 3, 3, 4})) << split.dump();
+    server_.engine.set_script([answer](const EngineRequest&) { return answer; });
+
     // echo with a stop string: the prompt stays whole, the completion is cut (and its entries with it).
     std::vector<int32_t> jj = harmony_ids(" jumps jumps");
     server_.engine.set_script([jj](const EngineRequest&) { return jj; });
