@@ -11,8 +11,13 @@ namespace {
 class FinalJsonConstraint : public runtime::TokenConstraint {
 public:
     FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
-                        std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const ToolGrammars> tools, bool raw)
-        : so_(std::move(so)), final_(std::move(final)), regex_(std::move(regex)), tools_(std::move(tools)) {
+                        std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
+                        std::shared_ptr<const ToolGrammars> tools, bool raw)
+        : so_(std::move(so)),
+          final_(std::move(final)),
+          regex_(std::move(regex)),
+          ebnf_(std::move(ebnf)),
+          tools_(std::move(tools)) {
         if (raw) begin_final();
     }
 
@@ -20,11 +25,15 @@ public:
         if (state_ != State::kJson) return false;
         const TokenTrie& trie = so_->trie();
         const bool regex = rstate_ >= 0;
-        const int64_t n = regex ? trie.fill_mask(*regex_, rstate_, mask) : trie.fill_mask(*matcher_, mask, &levels_);
+        const int64_t n = regex       ? trie.fill_mask(*regex_, rstate_, mask)
+                          : ematcher_ ? trie.fill_mask(*ematcher_, mask)
+                                      : trie.fill_mask(*matcher_, mask, &levels_);
         if (end_id_ >= 0 && static_cast<size_t>(end_id_) < mask->size()) {
             // The end once the document is complete; also when nothing else is left (a dead end the
             // grammar's bounds should never reach), rather than an empty mask.
-            const bool done = regex ? regex_->accepting(rstate_) : matcher_->accepting();
+            const bool done = regex       ? regex_->accepting(rstate_)
+                              : ematcher_ ? ematcher_->accepting()
+                                          : matcher_->accepting();
             if (done || n == 0) (*mask)[static_cast<size_t>(end_id_)] = 1;
         }
         return true;
@@ -58,6 +67,8 @@ public:
                     if (rstate_ >= 0) {
                         const int next = regex_->feed(rstate_, bytes[static_cast<size_t>(id)]);
                         if (next >= 0) rstate_ = next;
+                    } else if (ematcher_) {
+                        ematcher_->feed(bytes[static_cast<size_t>(id)]);
                     } else {
                         matcher_->feed(bytes[static_cast<size_t>(id)]);
                     }
@@ -108,7 +119,7 @@ private:
             if (tools_) {
                 if (auto it = tools_->find(name); it != tools_->end()) begin(it->second.get(), so_->ids().call);
             }
-        } else if ((final_ || regex_) && channel == "final") {
+        } else if ((final_ || regex_ || ebnf_) && channel == "final") {
             begin_final();
         }
         header_.clear();
@@ -116,15 +127,24 @@ private:
 
     void begin(const JsonGrammar* g, int32_t end_id) {
         matcher_.emplace(*g);
+        ematcher_.reset();
         levels_.clear();
         rstate_ = -1;
         end_id_ = end_id;
         state_ = State::kJson;
     }
-    // The final message (or a raw completion): the JSON grammar or the regex, ended by <|return|>.
+    // The final message (or a raw completion): the JSON grammar, the EBNF grammar or the regex, ended by
+    // <|return|>.
     void begin_final() {
         if (final_) {
             begin(final_.get(), so_->ids().ret);
+            return;
+        }
+        if (ebnf_) {
+            ematcher_.emplace(*ebnf_);
+            rstate_ = -1;
+            end_id_ = so_->ids().ret;
+            state_ = State::kJson;
             return;
         }
         rstate_ = regex_->start();
@@ -135,9 +155,11 @@ private:
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
     std::shared_ptr<const JsonGrammar> final_;
     std::shared_ptr<const RegexGrammar> regex_;  // the final message's pattern (when final_ is null)
+    std::shared_ptr<const EbnfGrammar> ebnf_;    // or its grammar (when final_ is null)
     std::shared_ptr<const ToolGrammars> tools_;
     std::optional<JsonMatcher> matcher_;
-    int rstate_ = -1;  // >= 0: the body follows regex_ (its DFA state)
+    std::optional<EbnfMatcher> ematcher_;  // the body follows ebnf_'s
+    int rstate_ = -1;                      // >= 0: the body follows regex_ (its DFA state)
     std::vector<JsonMatcher> levels_;
     int32_t end_id_ = -1;
     State state_ = State::kHeader;  // the prompt ends with "<|start|>assistant"
@@ -147,16 +169,17 @@ private:
 class FinalJsonFactory : public runtime::TokenConstraintFactory {
 public:
     FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
-                     std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const ToolGrammars> tools,
-                     std::vector<int32_t> forced, bool raw)
+                     std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
+                     std::shared_ptr<const ToolGrammars> tools, std::vector<int32_t> forced, bool raw)
         : so_(std::move(so)),
           final_(std::move(final)),
           regex_(std::move(regex)),
+          ebnf_(std::move(ebnf)),
           tools_(std::move(tools)),
           forced_(std::move(forced)),
           raw_(raw) {}
     std::unique_ptr<runtime::TokenConstraint> start() const override {
-        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, tools_, raw_);
+        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, ebnf_, tools_, raw_);
         for (int32_t id : forced_) c->accept(id);
         return c;
     }
@@ -165,6 +188,7 @@ private:
     std::shared_ptr<const HarmonyStructuredOutputs> so_;
     std::shared_ptr<const JsonGrammar> final_;
     std::shared_ptr<const RegexGrammar> regex_;
+    std::shared_ptr<const EbnfGrammar> ebnf_;
     std::shared_ptr<const ToolGrammars> tools_;
     std::vector<int32_t> forced_;
     bool raw_;
@@ -203,17 +227,20 @@ const TokenTrie& HarmonyStructuredOutputs::trie() const {
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::final_json(
     std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced, std::shared_ptr<const ToolGrammars> tools,
-    std::shared_ptr<const RegexGrammar> regex) const {
-    if (grammar) regex.reset();
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex),
+    std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf) const {
+    if (grammar) regex.reset(), ebnf.reset();
+    if (ebnf) regex.reset();
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), std::move(ebnf),
                                               std::move(tools), std::move(forced), false);
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::raw_json(
-    std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const RegexGrammar> regex) const {
-    if (grammar) regex.reset();
-    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), nullptr,
-                                              std::vector<int32_t>{}, true);
+    std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const RegexGrammar> regex,
+    std::shared_ptr<const EbnfGrammar> ebnf) const {
+    if (grammar) regex.reset(), ebnf.reset();
+    if (ebnf) regex.reset();
+    return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), std::move(ebnf),
+                                              nullptr, std::vector<int32_t>{}, true);
 }
 
 }  // namespace gptoss::structured

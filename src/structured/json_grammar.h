@@ -147,6 +147,7 @@ private:
 };
 
 class RegexGrammar;  // structured/regex_grammar.h
+class EbnfMatcher;   // structured/ebnf_grammar.h
 
 // The ordinary tokens of a vocabulary as a byte trie: for a matcher, the tokens whose bytes it
 // accepts. Built once per vocabulary (~1 s for 200k tokens), shared by every request.
@@ -161,6 +162,8 @@ public:
     int64_t fill_mask(const JsonMatcher& m, std::vector<uint8_t>* mask, std::vector<JsonMatcher>* levels) const;
     // The same for a regex's DFA in `state` (regex_grammar.cpp).
     int64_t fill_mask(const RegexGrammar& g, int state, std::vector<uint8_t>* mask) const;
+    // The same for a grammar's matcher (ebnf_grammar.cpp); `m` keeps its recent masks.
+    int64_t fill_mask(EbnfMatcher& m, std::vector<uint8_t>* mask) const;
 
 private:
     struct Node {

@@ -1,0 +1,372 @@
+#include "structured/byte_nfa.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+
+namespace gptoss::structured::detail {
+
+Ranges normalize(Ranges r) {
+    std::sort(r.begin(), r.end());
+    Ranges out;
+    for (const auto& [lo, hi] : r) {
+        if (!out.empty() && lo <= out.back().second + 1) {
+            out.back().second = std::max(out.back().second, hi);
+        } else {
+            out.push_back({lo, hi});
+        }
+    }
+    // Take out the surrogates (not characters; never valid UTF-8).
+    Ranges clean;
+    for (const auto& [lo, hi] : out) {
+        if (hi < 0xD800 || lo > 0xDFFF) {
+            clean.push_back({lo, hi});
+            continue;
+        }
+        if (lo < 0xD800) clean.push_back({lo, 0xD7FF});
+        if (hi > 0xDFFF) clean.push_back({0xE000, hi});
+    }
+    return clean;
+}
+
+Ranges complement(const Ranges& r) {
+    Ranges out;
+    uint32_t next = 0;
+    for (const auto& [lo, hi] : r) {
+        if (lo > next) out.push_back({next, lo - 1});
+        next = hi + 1;
+    }
+    if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
+    return normalize(out);
+}
+
+NodePtr make_node(Node::Kind k) {
+    auto n = std::make_unique<Node>();
+    n->kind = k;
+    return n;
+}
+NodePtr make_set(Ranges r) {
+    NodePtr n = make_node(Node::Kind::kSet);
+    n->set = normalize(std::move(r));
+    return n;
+}
+
+bool next_code_point(std::string_view s, size_t* i, uint32_t* cp) {
+    const auto b0 = static_cast<uint8_t>(s[*i]);
+    int n = b0 < 0x80 ? 1 : (b0 >> 5) == 6 ? 2 : (b0 >> 4) == 14 ? 3 : (b0 >> 3) == 30 ? 4 : 0;
+    if (n == 0 || *i + static_cast<size_t>(n) > s.size()) return false;
+    uint32_t c = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
+    for (int k = 1; k < n; ++k) {
+        const auto b = static_cast<uint8_t>(s[*i + static_cast<size_t>(k)]);
+        if ((b & 0xC0) != 0x80) return false;
+        c = (c << 6) | (b & 0x3F);
+    }
+    static const uint32_t min_of[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (c < min_of[n] || c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) return false;
+    *i += static_cast<size_t>(n);
+    *cp = c;
+    return true;
+}
+
+bool hex_code_point(std::string_view s, size_t* i, int digits, uint32_t* cp) {
+    uint32_t v = 0;
+    for (int k = 0; k < digits; ++k) {
+        if (*i >= s.size() || !std::isxdigit(static_cast<unsigned char>(s[*i]))) return false;
+        const char h = s[(*i)++];
+        v = v * 16 + static_cast<uint32_t>(h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) return false;
+    *cp = v;
+    return true;
+}
+
+NodePtr make_literal(std::string_view s) {
+    NodePtr cat = make_node(Node::Kind::kConcat);
+    for (size_t i = 0; i < s.size();) {
+        uint32_t cp = 0;
+        if (!next_code_point(s, &i, &cp)) break;
+        cat->kids.push_back(make_set({{cp, cp}}));
+    }
+    return cat;
+}
+
+namespace {
+
+void encode_utf8(uint32_t c, int n, uint8_t* out) {
+    if (n == 1) {
+        out[0] = static_cast<uint8_t>(c);
+        return;
+    }
+    static const uint8_t lead[] = {0, 0, 0xC0, 0xE0, 0xF0};
+    for (int k = n - 1; k > 0; --k) {
+        out[k] = static_cast<uint8_t>(0x80 | (c & 0x3F));
+        c >>= 6;
+    }
+    out[0] = static_cast<uint8_t>(lead[n] | c);
+}
+
+}  // namespace
+
+// ---- NFA over bytes ----
+
+int32_t Nfa::add() {
+    if (states.size() >= kMaxNfaStates) {
+        overflow = true;
+        return 0;
+    }
+    states.emplace_back();
+    return static_cast<int32_t>(states.size() - 1);
+}
+
+void Nfa::eps(int32_t a, int32_t b) {
+    if (!overflow) states[static_cast<size_t>(a)].eps.push_back(b);
+}
+
+void Nfa::edge(int32_t a, uint8_t lo, uint8_t hi, int32_t b) {
+    if (overflow) return;
+    NfaState& s = states[static_cast<size_t>(a)];
+    s.lo = lo, s.hi = hi, s.next = b;
+}
+
+// Builds `n` from state `from`; returns its end state.
+int32_t Nfa::build(const Node& n, int32_t from) {
+    if (overflow) return from;
+    switch (n.kind) {
+        case Node::Kind::kEmpty: return from;
+        case Node::Kind::kRef: {
+            const int32_t end = add();
+            const int32_t s = add();  // one edge a state: a fresh state off `from`
+            eps(from, s);
+            if (!overflow) {
+                states[static_cast<size_t>(s)].ref = n.rule;
+                states[static_cast<size_t>(s)].next = end;
+            }
+            return end;
+        }
+        case Node::Kind::kSet: return build_set(n.set, from);
+        case Node::Kind::kConcat: {
+            int32_t at = from;
+            for (const NodePtr& k : n.kids) at = build(*k, at);
+            return at;
+        }
+        case Node::Kind::kAlt: {
+            const int32_t end = add();
+            for (const NodePtr& k : n.kids) {
+                const int32_t s = add();
+                eps(from, s);
+                eps(build(*k, s), end);
+            }
+            return end;
+        }
+        case Node::Kind::kRepeat: {
+            const Node& k = *n.kids[0];
+            int32_t at = from;
+            for (int i = 0; i < n.min && !overflow; ++i) at = build(k, at);
+            if (n.max < 0) {  // a loop: at -> body -> at
+                const int32_t loop = add();
+                eps(at, loop);
+                const int32_t body = add();
+                eps(loop, body);
+                eps(build(k, body), loop);
+                return loop;
+            }
+            const int32_t end = add();
+            for (int i = n.min; i < n.max && !overflow; ++i) {
+                eps(at, end);
+                at = build(k, at);
+            }
+            eps(at, end);
+            return end;
+        }
+    }
+    return from;
+}
+
+// A code-point set as alternatives of UTF-8 byte-range sequences.
+int32_t Nfa::build_set(const Ranges& set, int32_t from) {
+    const int32_t end = add();
+    for (const auto& [lo, hi] : set) {
+        static const uint32_t bounds[][2] = {{0, 0x7F}, {0x80, 0x7FF}, {0x800, 0xFFFF}, {0x10000, 0x10FFFF}};
+        for (int n = 0; n < 4; ++n) {
+            const uint32_t a = std::max(lo, bounds[n][0]), b = std::min(hi, bounds[n][1]);
+            if (a <= b) split(a, b, n + 1, from, end);
+        }
+    }
+    return end;
+}
+// [a, b], all of encoded length n, as products of byte ranges (split where a continuation byte's range
+// would not cover 0x80-0xBF under a varying prefix).
+void Nfa::split(uint32_t a, uint32_t b, int n, int32_t from, int32_t end) {
+    if (overflow) return;
+    for (int i = 1; i < n; ++i) {
+        const uint32_t m = (1u << (6 * i)) - 1;
+        if ((a & ~m) != (b & ~m)) {
+            if ((a & m) != 0) {
+                split(a, a | m, n, from, end);
+                split((a | m) + 1, b, n, from, end);
+                return;
+            }
+            if ((b & m) != m) {
+                split(a, (b & ~m) - 1, n, from, end);
+                split(b & ~m, b, n, from, end);
+                return;
+            }
+        }
+    }
+    uint8_t ea[4], eb[4];
+    encode_utf8(a, n, ea);
+    encode_utf8(b, n, eb);
+    int32_t at = from;
+    for (int k = 0; k < n; ++k) {
+        const int32_t to = k + 1 == n ? end : add();
+        const int32_t s = add();  // one edge a state: a fresh state off `at`
+        eps(at, s);
+        edge(s, ea[k], eb[k], to);
+        at = to;
+    }
+}
+
+int byte_classes(const Nfa& nfa, uint8_t* class_of) {
+    std::vector<uint8_t> cut(257, 0);
+    for (const NfaState& s : nfa.states) {
+        if (s.lo > s.hi) continue;
+        cut[s.lo] = 1;
+        cut[static_cast<size_t>(s.hi) + 1] = 1;
+    }
+    int cls = -1;
+    for (int b = 0; b < 256; ++b) {
+        if (b == 0 || cut[static_cast<size_t>(b)]) ++cls;
+        class_of[b] = static_cast<uint8_t>(cls);
+    }
+    return cls + 1;
+}
+
+}  // namespace gptoss::structured::detail
+
+namespace gptoss::structured::detail {
+
+Status determinize(const Nfa& nfa, const std::vector<int32_t>& starts, size_t max_states, int64_t max_work,
+                   const std::string& what, Dfa* out) {
+    Dfa& d = *out;
+    d.num_classes = byte_classes(nfa, d.class_of);
+    const size_t C = static_cast<size_t>(d.num_classes);
+    std::vector<uint8_t> rep(C);  // a byte of each class
+    for (int b = 255; b >= 0; --b) rep[d.class_of[b]] = static_cast<uint8_t>(b);
+    std::vector<uint32_t> mark(nfa.states.size(), 0);
+    uint32_t gen = 0;
+    int64_t work = 0;
+    auto closure = [&](std::vector<int32_t> set) {
+        ++gen;
+        std::vector<int32_t> stack = set, closed;
+        for (int32_t s : set) mark[static_cast<size_t>(s)] = gen;
+        while (!stack.empty()) {
+            const int32_t s = stack.back();
+            stack.pop_back();
+            closed.push_back(s);
+            ++work;
+            for (int32_t t : nfa.states[static_cast<size_t>(s)].eps)
+                if (mark[static_cast<size_t>(t)] != gen) {
+                    mark[static_cast<size_t>(t)] = gen;
+                    stack.push_back(t);
+                }
+        }
+        std::sort(closed.begin(), closed.end());
+        return closed;
+    };
+    std::map<std::vector<int32_t>, int32_t> index;
+    auto intern = [&](std::vector<int32_t> set) -> StatusOr<int32_t> {
+        std::vector<int32_t> cl = closure(std::move(set));
+        if (work > max_work)
+            return invalid_argument(what + " is too complex to compile (over " + std::to_string(max_work) +
+                                    " automaton steps)");
+        auto [it, fresh] = index.emplace(cl, static_cast<int32_t>(d.sets.size()));
+        if (fresh) {
+            work += static_cast<int64_t>(cl.size());
+            if (d.sets.size() >= max_states)
+                return invalid_argument(what + "'s automaton is too large (over " + std::to_string(max_states) +
+                                        " states)");
+            d.sets.push_back(std::move(cl));
+        }
+        return it->second;
+    };
+    for (int32_t s : starts) {
+        StatusOr<int32_t> st = intern({s});
+        if (!st.ok()) return st.status();
+        d.start_of.push_back(*st);
+    }
+    for (size_t k = 0; k < d.sets.size(); ++k) {
+        d.table.resize((k + 1) * C, -1);
+        d.refs.resize(k + 1);
+        for (size_t c = 0; c < C; ++c) {
+            const uint8_t b = rep[c];
+            std::vector<int32_t> to;
+            for (int32_t s : d.sets[k]) {
+                const NfaState& ns = nfa.states[static_cast<size_t>(s)];
+                if (ns.lo <= b && b <= ns.hi) to.push_back(ns.next);
+            }
+            if (to.empty()) continue;
+            std::sort(to.begin(), to.end());
+            to.erase(std::unique(to.begin(), to.end()), to.end());
+            StatusOr<int32_t> t = intern(std::move(to));
+            if (!t.ok()) return t.status();
+            d.table[k * C + c] = *t;
+        }
+        // Rule references: one target set a rule.
+        std::map<int32_t, std::vector<int32_t>> by_rule;
+        for (int32_t s : d.sets[k]) {
+            const NfaState& ns = nfa.states[static_cast<size_t>(s)];
+            if (ns.ref >= 0) by_rule[ns.ref].push_back(ns.next);
+        }
+        for (auto& [rule, to] : by_rule) {
+            std::sort(to.begin(), to.end());
+            to.erase(std::unique(to.begin(), to.end()), to.end());
+            StatusOr<int32_t> t = intern(std::move(to));
+            if (!t.ok()) return t.status();
+            d.refs[k].push_back({rule, *t});
+        }
+    }
+    return ok_status();
+}
+
+std::vector<uint8_t> live_states(const Dfa& dfa, const std::vector<uint8_t>& accepting,
+                                 const std::vector<uint8_t>* usable) {
+    const size_t D = dfa.size(), C = static_cast<size_t>(dfa.num_classes);
+    std::vector<std::vector<int32_t>> rev(D);
+    for (size_t d = 0; d < D; ++d) {
+        for (size_t c = 0; c < C; ++c)
+            if (const int32_t t = dfa.table[d * C + c]; t >= 0)
+                rev[static_cast<size_t>(t)].push_back(static_cast<int32_t>(d));
+        if (usable)
+            for (const auto& [rule, t] : dfa.refs[d])
+                if ((*usable)[static_cast<size_t>(rule)])
+                    rev[static_cast<size_t>(t)].push_back(static_cast<int32_t>(d));
+    }
+    std::vector<uint8_t> live(D, 0);
+    std::vector<int32_t> stack;
+    for (size_t d = 0; d < D; ++d)
+        if (accepting[d]) {
+            live[d] = 1;
+            stack.push_back(static_cast<int32_t>(d));
+        }
+    while (!stack.empty()) {
+        const int32_t t = stack.back();
+        stack.pop_back();
+        for (int32_t s : rev[static_cast<size_t>(t)])
+            if (!live[static_cast<size_t>(s)]) {
+                live[static_cast<size_t>(s)] = 1;
+                stack.push_back(s);
+            }
+    }
+    return live;
+}
+
+void prune(const std::vector<uint8_t>& live, const std::vector<uint8_t>* usable, Dfa* dfa) {
+    for (int32_t& t : dfa->table)
+        if (t >= 0 && !live[static_cast<size_t>(t)]) t = -1;
+    for (auto& refs : dfa->refs)
+        std::erase_if(refs, [&](const std::pair<int32_t, int32_t>& r) {
+            return !usable || !(*usable)[static_cast<size_t>(r.first)] || !live[static_cast<size_t>(r.second)];
+        });
+}
+
+}  // namespace gptoss::structured::detail

@@ -1,0 +1,619 @@
+#include "structured/ebnf_grammar.h"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <map>
+
+#include "structured/byte_nfa.h"
+#include "structured/json_grammar.h"
+
+namespace gptoss::structured {
+
+namespace {
+
+using namespace detail;
+
+constexpr size_t kMaxDfaStates = 20000;
+constexpr int64_t kMaxWork = 5000000;
+constexpr int kMaxRepeat = 1000;
+constexpr int kMaxNesting = 200;
+constexpr size_t kMaxCachedMasks = 8;
+
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }
+
+struct ParsedRule {
+    std::string name;
+    NodePtr body;
+    size_t at = 0;  // where its name is
+};
+
+class Parser {
+public:
+    explicit Parser(std::string_view text) : t_(text) {}
+
+    // Rules in the order of their first mention (definition or reference); `defined` says which were defined.
+    Status parse() {
+        for (;;) {
+            skip_space();
+            if (!more()) break;
+            const size_t at = i_;
+            const std::string name = read_name();
+            if (name.empty()) return error("expected a rule name");
+            skip_space();
+            if (t_.compare(i_, 3, "::=") != 0) return error("expected '::=' after the rule name '" + name + "'");
+            i_ += 3;
+            const int r = rule_index(name, at);
+            if (defined_[static_cast<size_t>(r)]) return error_at(at, "the rule '" + name + "' is defined twice");
+            defined_[static_cast<size_t>(r)] = 1;
+            rules_[static_cast<size_t>(r)].at = at;
+            StatusOr<NodePtr> body = alternation(0);
+            if (!body.ok()) return body.status();
+            rules_[static_cast<size_t>(r)].body = std::move(*body);
+            skip_space();
+            if (more() && peek() == ')') return error("unbalanced ')'");
+        }
+        for (size_t r = 0; r < rules_.size(); ++r)
+            if (!defined_[r]) return error_at(first_use_[r], "the rule '" + rules_[r].name + "' is not defined");
+        if (rules_.empty()) return error("the grammar has no rules");
+        return ok_status();
+    }
+
+    std::vector<ParsedRule>& rules() { return rules_; }
+    Status error_at(size_t at, const std::string& what) const {
+        size_t line = 1, col = 1;
+        for (size_t k = 0; k < at && k < t_.size(); ++k) {
+            if (t_[k] == '\n') {
+                ++line;
+                col = 1;
+            } else {
+                ++col;
+            }
+        }
+        return invalid_argument("the grammar at line " + std::to_string(line) + ", column " + std::to_string(col) +
+                                ": " + what);
+    }
+
+private:
+    Status error(const std::string& what) const { return error_at(i_, what); }
+    bool more() const { return i_ < t_.size(); }
+    char peek() const { return t_[i_]; }
+
+    void skip_space() {
+        while (more()) {
+            const char c = peek();
+            if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+                ++i_;
+            } else if (c == '#') {
+                while (more() && peek() != '\n') ++i_;
+            } else {
+                break;
+            }
+        }
+    }
+    std::string read_name() {
+        const size_t s = i_;
+        while (more() && name_char(peek())) ++i_;
+        return std::string(t_.substr(s, i_ - s));
+    }
+    // A rule definition begins here (`name ::=`): the sequence before it has ended.
+    bool at_definition() {
+        const size_t s = i_;
+        const bool named = !read_name().empty();
+        skip_space();
+        const bool yes = named && t_.compare(i_, 3, "::=") == 0;
+        i_ = s;
+        return yes;
+    }
+    int rule_index(const std::string& name, size_t at) {
+        auto [it, fresh] = index_.emplace(name, static_cast<int>(rules_.size()));
+        if (fresh) {
+            rules_.push_back({name, nullptr, at});
+            defined_.push_back(0);
+            first_use_.push_back(at);
+        }
+        return it->second;
+    }
+
+    StatusOr<NodePtr> alternation(int depth) {
+        if (depth > kMaxNesting) return error("nested too deeply");
+        NodePtr alt = make_node(Node::Kind::kAlt);
+        for (;;) {
+            StatusOr<NodePtr> seq = sequence(depth);
+            if (!seq.ok()) return seq;
+            alt->kids.push_back(std::move(*seq));
+            skip_space();
+            if (more() && peek() == '|') {
+                ++i_;
+                continue;
+            }
+            break;
+        }
+        if (alt->kids.size() == 1) return std::move(alt->kids[0]);
+        return alt;
+    }
+
+    StatusOr<NodePtr> sequence(int depth) {
+        NodePtr cat = make_node(Node::Kind::kConcat);
+        for (;;) {
+            skip_space();
+            if (!more() || peek() == '|' || peek() == ')' || at_definition()) break;
+            StatusOr<NodePtr> item = primary(depth);
+            if (!item.ok()) return item;
+            StatusOr<NodePtr> q = postfix(std::move(*item));
+            if (!q.ok()) return q;
+            cat->kids.push_back(std::move(*q));
+        }
+        return cat;
+    }
+
+    StatusOr<NodePtr> postfix(NodePtr a) {
+        for (;;) {
+            const size_t before = i_;
+            skip_space();
+            if (!more()) return a;
+            int lo = 0, hi = -1;
+            const char c = peek();
+            if (c == '*') {
+                ++i_;
+            } else if (c == '+') {
+                lo = 1, ++i_;
+            } else if (c == '?') {
+                hi = 1, ++i_;
+            } else if (c == '{') {
+                ++i_;
+                RETURN_IF_ERROR(braces(&lo, &hi));
+            } else {
+                i_ = before;
+                return a;
+            }
+            NodePtr r = make_node(Node::Kind::kRepeat);
+            r->min = lo;
+            r->max = hi;
+            r->kids.push_back(std::move(a));
+            a = std::move(r);
+        }
+    }
+
+    // {n}, {n,}, {n,m}, {,m} after the '{'.
+    Status braces(int* lo, int* hi) {
+        auto number = [&](int* out) {
+            skip_space();
+            const size_t s = i_;
+            long v = 0;
+            while (more() && peek() >= '0' && peek() <= '9') v = std::min<long>(v * 10 + (t_[i_++] - '0'), 1000001);
+            *out = static_cast<int>(v);
+            return i_ > s;
+        };
+        int a = 0, b = -1;
+        const bool has_a = number(&a);
+        skip_space();
+        if (more() && peek() == '}') {
+            if (!has_a) return error("an empty repetition count");
+            b = a;
+        } else if (more() && peek() == ',') {
+            ++i_;
+            if (!number(&b)) b = -1;
+            skip_space();
+            if (!more() || peek() != '}') return error("expected '}' to end the repetition count");
+        } else {
+            return error("expected a repetition count {n}, {n,}, {n,m} or {,m}");
+        }
+        ++i_;
+        if (b >= 0 && a > b) return error("a repetition's minimum is above its maximum");
+        if (a > kMaxRepeat || b > kMaxRepeat) return error("a repetition count above " + std::to_string(kMaxRepeat));
+        *lo = a;
+        *hi = b;
+        return ok_status();
+    }
+
+    StatusOr<NodePtr> primary(int depth) {
+        const char c = peek();
+        if (c == '"') return literal();
+        if (c == '[') return char_class();
+        if (c == '.') {
+            ++i_;
+            return make_set(complement({}));
+        }
+        if (c == '(') {
+            ++i_;
+            StatusOr<NodePtr> inner = alternation(depth + 1);
+            if (!inner.ok()) return inner;
+            skip_space();
+            if (!more() || peek() != ')') return error("expected ')'");
+            ++i_;
+            return inner;
+        }
+        if (name_char(c)) {
+            const size_t at = i_;
+            NodePtr ref = make_node(Node::Kind::kRef);
+            ref->rule = rule_index(read_name(), at);
+            return ref;
+        }
+        if (c == '*' || c == '+' || c == '?' || c == '{') return error("nothing to repeat");
+        return error(std::string("unexpected '") + c + "'");
+    }
+
+    // One character of a literal or a class at i_ (an escape or UTF-8).
+    Status character(uint32_t* cp) {
+        if (peek() != '\\') {
+            if (!next_code_point(t_, &i_, cp)) return error("invalid UTF-8");
+            return ok_status();
+        }
+        ++i_;
+        if (!more()) return error("a trailing backslash");
+        const char e = t_[i_++];
+        switch (e) {
+            case 'n': *cp = '\n'; return ok_status();
+            case 'r': *cp = '\r'; return ok_status();
+            case 't': *cp = '\t'; return ok_status();
+            case 'f': *cp = '\f'; return ok_status();
+            case 'v': *cp = '\v'; return ok_status();
+            case '0': *cp = 0; return ok_status();
+            case '\\':
+            case '"':
+            case '\'':
+            case '[':
+            case ']':
+            case '-':
+            case '^':
+            case '/': *cp = static_cast<uint8_t>(e); return ok_status();
+            case 'x':
+            case 'u':
+            case 'U': {
+                const int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
+                const size_t at = i_;
+                if (hex_code_point(t_, &i_, digits, cp)) return ok_status();
+                if (i_ < at + static_cast<size_t>(digits))
+                    return error("\\x, \\u and \\U take " + std::to_string(digits) + " hex digits");
+                return error("not a character");
+            }
+            default: return error_at(i_ - 2, std::string("unknown escape \\") + e);
+        }
+    }
+
+    StatusOr<NodePtr> literal() {
+        ++i_;  // '"'
+        NodePtr cat = make_node(Node::Kind::kConcat);
+        for (;;) {
+            if (!more()) return error("an unterminated string literal");
+            if (peek() == '"') {
+                ++i_;
+                break;
+            }
+            uint32_t cp = 0;
+            RETURN_IF_ERROR(character(&cp));
+            cat->kids.push_back(make_set({{cp, cp}}));
+        }
+        return cat;
+    }
+
+    StatusOr<NodePtr> char_class() {
+        ++i_;  // '['
+        bool negate = false;
+        if (more() && peek() == '^') {
+            negate = true;
+            ++i_;
+        }
+        Ranges r;
+        for (;;) {
+            if (!more()) return error("an unterminated character class");
+            if (peek() == ']') {
+                ++i_;
+                break;
+            }
+            uint32_t lo = 0, hi = 0;
+            RETURN_IF_ERROR(character(&lo));
+            hi = lo;
+            if (more() && peek() == '-' && i_ + 1 < t_.size() && t_[i_ + 1] != ']') {
+                ++i_;
+                RETURN_IF_ERROR(character(&hi));
+                if (hi < lo) return error("a range out of order");
+            }
+            r.push_back({lo, hi});
+        }
+        r = normalize(std::move(r));
+        return make_set(negate ? complement(r) : r);
+    }
+
+    std::string_view t_;
+    size_t i_ = 0;
+    std::vector<ParsedRule> rules_;
+    std::vector<uint8_t> defined_;
+    std::vector<size_t> first_use_;
+    std::map<std::string, int> index_;
+};
+
+}  // namespace
+
+class EbnfCompiler {
+public:
+    static StatusOr<std::shared_ptr<const EbnfGrammar>> compile(std::string_view text) {
+        Parser p(text);
+        RETURN_IF_ERROR(p.parse());
+        std::vector<ParsedRule>& rules = p.rules();
+        const size_t R = rules.size();
+        int root = -1;
+        for (size_t r = 0; r < R; ++r)
+            if (rules[r].name == "root") root = static_cast<int>(r);
+        if (root < 0) return invalid_argument("the grammar has no rule named 'root' (the output matches root)");
+
+        Nfa nfa;
+        std::vector<int32_t> starts(R), accepts(R), first(R);
+        for (size_t r = 0; r < R; ++r) {
+            first[r] = static_cast<int32_t>(nfa.states.size());
+            starts[r] = nfa.add();
+            accepts[r] = nfa.build(*rules[r].body, starts[r]);
+        }
+        if (nfa.overflow)
+            return invalid_argument("the grammar is too large (over " + std::to_string(kMaxNfaStates) +
+                                    " automaton states)");
+        Dfa dfa;
+        RETURN_IF_ERROR(determinize(nfa, starts, kMaxDfaStates, kMaxWork, "the grammar", &dfa));
+        const size_t D = dfa.size();
+        // A DFA state's NFA states all belong to one rule (no epsilon move crosses rules).
+        std::vector<int32_t> rule_of(D);
+        std::vector<uint8_t> acc(D, 0);
+        for (size_t d = 0; d < D; ++d) {
+            const int32_t s = dfa.sets[d][0];
+            rule_of[d] = static_cast<int32_t>(std::upper_bound(first.begin(), first.end(), s) - first.begin()) - 1;
+            acc[d] =
+                std::binary_search(dfa.sets[d].begin(), dfa.sets[d].end(), accepts[static_cast<size_t>(rule_of[d])]);
+        }
+        // Productive rules (those that can finish): a fixpoint over which references may be followed.
+        std::vector<uint8_t> productive(R, 0), live;
+        for (bool changed = true; changed;) {
+            changed = false;
+            live = live_states(dfa, acc, &productive);
+            for (size_t r = 0; r < R; ++r)
+                if (!productive[r] && live[static_cast<size_t>(dfa.start_of[r])]) productive[r] = changed = true;
+        }
+        if (!productive[static_cast<size_t>(root)])
+            return invalid_argument("the grammar admits no finite output (the rule 'root' can never end)");
+        prune(live, &productive, &dfa);
+
+        // Left recursion: a rule that can begin a rule (itself in the end) without reading a byte. Nullable rules
+        // (those that can end without reading) first, then the "begins with" edges over nullable references.
+        std::vector<uint8_t> nullable(R, 0);
+        auto reach_without_bytes = [&](int32_t from, const std::function<void(int32_t)>& visit) {
+            std::vector<int32_t> stack{from};
+            std::vector<uint8_t> seen(D, 0);
+            seen[static_cast<size_t>(from)] = 1;
+            while (!stack.empty()) {
+                const int32_t d = stack.back();
+                stack.pop_back();
+                visit(d);
+                for (const auto& [rule, t] : dfa.refs[static_cast<size_t>(d)])
+                    if (nullable[static_cast<size_t>(rule)] && !seen[static_cast<size_t>(t)]) {
+                        seen[static_cast<size_t>(t)] = 1;
+                        stack.push_back(t);
+                    }
+            }
+        };
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (size_t r = 0; r < R; ++r) {
+                if (nullable[r] || !productive[r]) continue;
+                bool ends = false;
+                reach_without_bytes(dfa.start_of[r], [&](int32_t d) { ends = ends || acc[static_cast<size_t>(d)]; });
+                if (ends) nullable[r] = changed = true;
+            }
+        }
+        std::vector<std::vector<int32_t>> begins(R);
+        for (size_t r = 0; r < R; ++r) {
+            if (!productive[r]) continue;
+            reach_without_bytes(dfa.start_of[r], [&](int32_t d) {
+                for (const auto& [rule, t] : dfa.refs[static_cast<size_t>(d)]) begins[r].push_back(rule);
+            });
+        }
+        std::vector<uint8_t> color(R, 0);  // 0 unseen, 1 on the path, 2 done
+        std::function<int(int)> cycle = [&](int r) -> int {
+            color[static_cast<size_t>(r)] = 1;
+            for (int32_t s : begins[static_cast<size_t>(r)]) {
+                if (color[static_cast<size_t>(s)] == 1) return s;
+                if (color[static_cast<size_t>(s)] == 0)
+                    if (const int c = cycle(s); c >= 0) return c;
+            }
+            color[static_cast<size_t>(r)] = 2;
+            return -1;
+        };
+        for (size_t r = 0; r < R; ++r) {
+            if (!productive[r] || color[r] != 0) continue;
+            if (const int c = cycle(static_cast<int>(r)); c >= 0)
+                return p.error_at(rules[static_cast<size_t>(c)].at,
+                                  "the rule '" + rules[static_cast<size_t>(c)].name +
+                                      "' is left-recursive (it can begin with itself without reading a character); "
+                                      "write the repetition with * or +, e.g. list ::= item (\",\" item)*");
+        }
+
+        auto g = std::shared_ptr<EbnfGrammar>(new EbnfGrammar());
+        g->num_classes_ = dfa.num_classes;
+        std::copy(dfa.class_of, dfa.class_of + 256, g->class_of_);
+        g->table_ = std::move(dfa.table);
+        g->refs_ = std::move(dfa.refs);
+        g->accepting_ = std::move(acc);
+        g->reads_.assign(D, 0);
+        for (size_t d = 0; d < D; ++d)
+            for (size_t c = 0; c < static_cast<size_t>(g->num_classes_); ++c)
+                if (g->table_[d * static_cast<size_t>(g->num_classes_) + c] >= 0) g->reads_[d] = 1;
+        g->start_of_ = std::move(dfa.start_of);
+        for (const ParsedRule& r : rules) g->names_.push_back(r.name);
+        g->root_ = root;
+        return std::shared_ptr<const EbnfGrammar>(std::move(g));
+    }
+};
+
+StatusOr<std::shared_ptr<const EbnfGrammar>> EbnfGrammar::compile(std::string_view text) {
+    return EbnfCompiler::compile(text);
+}
+
+// ---- matcher ----
+
+EbnfMatcher::EbnfMatcher(const EbnfGrammar& grammar) : g_(&grammar) {
+    configs_.push_back(key(g_->start_of(g_->root()), -1));
+    close(&configs_);
+}
+
+int32_t EbnfMatcher::push(int32_t ret, int32_t parent) {
+    const int32_t depth = parent < 0 ? 1 : frames_[static_cast<size_t>(parent)].depth + 1;
+    if (depth > kMaxDepth) return -1;
+    auto [it, fresh] = frame_index_.emplace(key(ret, parent), static_cast<int32_t>(frames_.size()));
+    if (fresh) frames_.push_back({ret, parent, depth});
+    return it->second;
+}
+
+void EbnfMatcher::close(std::vector<uint64_t>* set) {
+    std::vector<uint64_t>& out = *set;
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    const size_t seeds = out.size();
+    auto add = [&](uint64_t k) {
+        if (out.size() >= kMaxConfigs) return;
+        // The seeds are sorted; what closure added is searched in order (a handful, as a rule).
+        if (std::binary_search(out.begin(), out.begin() + static_cast<long>(seeds), k)) return;
+        if (std::find(out.begin() + static_cast<long>(seeds), out.end(), k) != out.end()) return;
+        out.push_back(k);
+    };
+    for (size_t i = 0; i < out.size(); ++i) {
+        const int32_t s = state_of(out[i]), st = stack_of(out[i]);
+        for (const auto& [rule, ret] : g_->refs(s))
+            if (const int32_t f = push(ret, st); f >= 0) add(key(g_->start_of(rule), f));
+        if (st >= 0 && g_->accepting(s)) {
+            const Frame& fr = frames_[static_cast<size_t>(st)];
+            add(key(fr.ret, fr.parent));
+        }
+    }
+    // A configuration that can neither read nor end was only a way into rules (followed above) or is one the
+    // stack bound refused: it adds nothing.
+    std::erase_if(out, [&](uint64_t k) {
+        const int32_t s = state_of(k);
+        return !g_->reads(s) && !(g_->accepting(s) && stack_of(k) < 0);
+    });
+    std::sort(out.begin(), out.end());
+}
+
+bool EbnfMatcher::step(const std::vector<uint64_t>& from, uint8_t byte, std::vector<uint64_t>* to) {
+    to->clear();
+    for (uint64_t k : from)
+        if (const int t = g_->next(state_of(k), byte); t >= 0) to->push_back(key(t, stack_of(k)));
+    if (to->empty()) return false;
+    close(to);
+    return !to->empty();
+}
+
+bool EbnfMatcher::feed(std::string_view bytes) {
+    std::vector<uint64_t> cur = configs_;
+    for (char c : bytes) {
+        if (!step(cur, static_cast<uint8_t>(c), &work_)) return false;
+        cur.swap(work_);
+    }
+    configs_ = std::move(cur);
+    return true;
+}
+
+bool EbnfMatcher::accepting() const {
+    for (uint64_t k : configs_)
+        if (stack_of(k) < 0 && g_->accepting(state_of(k))) return true;
+    return false;
+}
+
+size_t EbnfMatcher::SetHash::operator()(const std::vector<uint64_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t k : v) h = (h ^ k) * 1099511628211ull;
+    return static_cast<size_t>(h ^ (h >> 29));
+}
+
+int32_t EbnfMatcher::intern(const std::vector<uint64_t>& set) {
+    auto [it, fresh] = set_index_.emplace(set, static_cast<int32_t>(sets_.size()));
+    if (fresh) {
+        sets_.push_back(set);
+        next_.resize(sets_.size() * static_cast<size_t>(g_->num_classes()), -2);
+    }
+    return it->second;
+}
+
+int32_t EbnfMatcher::next_set(int32_t id, uint8_t byte) {
+    const size_t at =
+        static_cast<size_t>(id) * static_cast<size_t>(g_->num_classes()) + static_cast<size_t>(g_->class_of(byte));
+    if (next_[at] != -2) return next_[at];
+    // Bytes of one class move every state alike, so the class's answer is the byte's.
+    const int32_t to = step(sets_[static_cast<size_t>(id)], byte, &scratch_) ? intern(scratch_) : -1;
+    next_[at] = to;
+    return to;
+}
+
+void EbnfMatcher::reset_cache() {
+    sets_.clear();
+    set_index_.clear();
+    next_.clear();
+    cache_.clear();
+    if (frames_.size() <= kMaxFrames) return;
+    // Keep the frames the current configurations stand on, renumbered.
+    std::vector<Frame> old;
+    old.swap(frames_);
+    frame_index_.clear();
+    std::unordered_map<int32_t, int32_t> renumbered;
+    std::function<int32_t(int32_t)> copy = [&](int32_t f) -> int32_t {
+        if (f < 0) return -1;
+        if (auto it = renumbered.find(f); it != renumbered.end()) return it->second;
+        const Frame& fr = old[static_cast<size_t>(f)];
+        const int32_t id = push(fr.ret, copy(fr.parent));
+        renumbered[f] = id;
+        return id;
+    };
+    for (uint64_t& k : configs_) k = key(state_of(k), copy(stack_of(k)));
+    std::sort(configs_.begin(), configs_.end());
+}
+
+// TokenTrie's walk for a grammar: a node's configuration set is its parent's after the node's byte.
+int64_t TokenTrie::fill_mask(EbnfMatcher& m, std::vector<uint8_t>* mask) const {
+    if (mask->size() < static_cast<size_t>(vocab_size_)) mask->resize(static_cast<size_t>(vocab_size_));
+    if (m.configs_.empty()) {
+        std::fill(mask->begin(), mask->end(), 0);
+        return 0;
+    }
+    if (m.sets_.size() > EbnfMatcher::kMaxSets || m.frames_.size() > EbnfMatcher::kMaxFrames) m.reset_cache();
+    const int32_t root = m.intern(m.configs_);
+    for (EbnfMatcher::CachedMask& c : m.cache_)
+        if (c.set == root) {
+            std::copy(c.mask.begin(), c.mask.end(), mask->begin());
+            std::fill(mask->begin() + vocab_size_, mask->end(), 0);
+            c.used = ++m.clock_;
+            return c.count;
+        }
+    std::fill(mask->begin(), mask->end(), 0);
+    int64_t count = 0;
+    // Depth-first with an explicit stack of (trie node, its set).
+    struct Frame {
+        uint32_t node;
+        int32_t set;
+    };
+    std::vector<Frame> stack{{0, root}};
+    while (!stack.empty()) {
+        const Frame f = stack.back();
+        stack.pop_back();
+        const Node& nd = nodes_[f.node];
+        for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
+            const Node& ch = nodes_[c];
+            const int32_t next = m.next_set(f.set, ch.byte);
+            if (next < 0) continue;
+            take(ch.lo, ch.lo + ch.own, mask->data(), &count);
+            if (ch.num_children > 0) stack.push_back({c, next});
+        }
+    }
+    // Keep the mask for this set (the least recently used one goes).
+    EbnfMatcher::CachedMask* slot = nullptr;
+    if (m.cache_.size() < kMaxCachedMasks) {
+        slot = &m.cache_.emplace_back();
+    } else {
+        slot = &*std::min_element(m.cache_.begin(), m.cache_.end(),
+                                  [](const auto& a, const auto& b) { return a.used < b.used; });
+    }
+    slot->set = root;
+    slot->mask.assign(mask->begin(), mask->begin() + vocab_size_);
+    slot->count = count;
+    slot->used = ++m.clock_;
+    return count;
+}
+
+}  // namespace gptoss::structured

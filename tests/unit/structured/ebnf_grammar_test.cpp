@@ -1,0 +1,429 @@
+// EbnfGrammar: regular grammars against the regex DFA on random strings, recursive grammars against hand-written
+// recognizers (every prefix the matcher keeps can still finish, every one it drops cannot), refusals by line and
+// column, dead rules dropped, the stack bound, the token mask against feeding each token, the Harmony gate, and
+// the o200k vocabulary under the mask.
+#include "structured/ebnf_grammar.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "structured/harmony_json.h"
+#include "structured/json_grammar.h"
+#include "structured/regex_grammar.h"
+#include "unit/tokenizer/tokenizer_fixture.h"
+
+namespace gptoss::structured {
+namespace {
+
+std::shared_ptr<const EbnfGrammar> compile(const std::string& text) {
+    auto g = EbnfGrammar::compile(text);
+    EXPECT_TRUE(g.ok()) << text << ": " << g.status().to_string();
+    return g.ok() ? *g : nullptr;
+}
+
+bool matches(const EbnfGrammar& g, const std::string& s) {
+    EbnfMatcher m(g);
+    return m.feed(s) && m.accepting();
+}
+bool live(const EbnfGrammar& g, const std::string& s) {
+    EbnfMatcher m(g);
+    return m.feed(s);
+}
+
+std::string random_string(std::mt19937& rng, const std::string& alphabet, int max_len) {
+    std::string s;
+    const int len = static_cast<int>(rng() % static_cast<unsigned>(max_len + 1));
+    for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
+    return s;
+}
+
+// Regular grammars against the regex DFA (itself checked against std::regex): full matches and live prefixes.
+TEST(EbnfGrammar, RegularGrammarsAgreeWithTheRegexDfa) {
+    const std::pair<const char*, const char*> pairs[] = {
+        {R"G(root ::= "abc")G", "abc"},
+        {R"G(root ::= "a" | "b" | "cd")G", "a|b|cd"},
+        {R"G(root ::= ("ab")*)G", "(ab)*"},
+        {R"G(root ::= "a"+ "b"? "c"{2,3})G", "a+b?c{2,3}"},
+        {R"G(root ::= [a-c]{1,4} "d"?)G", "[a-c]{1,4}d?"},
+        {R"G(root ::= [^ab]+)G", "[^ab]+"},
+        {"root ::= x y x\nx ::= [0-9]\ny ::= \"-\"+", "[0-9]-+[0-9]"},
+        {"root ::= item (\",\" item)*\nitem ::= \"a\" | \"bc\"", "(a|bc)(,(a|bc))*"},
+        {R"G(root ::= "a" . "c")G", "a[\\s\\S]c"},
+        {R"G(root ::= "x"{3} | "y"{2,} | "a"{,2} "b")G", "x{3}|y{2,}|a{0,2}b"},
+        {R"G(root ::= ("a" | "") "b"{0,2})G", "(a|)b{0,2}"},
+        {R"G(root ::= [a\-]+)G", "[a\\-]+"},
+        {R"G(root ::= ("a"|"b")* "abb")G", "(a|b)*abb"},
+        {"# a comment\nroot ::= a\n  | b # more\na ::= \"a\"\nb ::= \"b\" \"b\"", "a|bb"},
+        {R"G(root ::= "\x41\u0042\n" [\]] "\"")G", "AB\\n\\]\""},
+        {"root ::= e \"!\"\ne ::= f?\nf ::= \"z\"", "z?!"},
+        {"root ::= w (\" \" w)*\nw ::= [a-d]+", "[a-d]+( [a-d]+)*"},
+        {"root ::= (a | b)+\na ::= \"0\" b?\nb ::= \"1\"", "(01?|1)+"},
+    };
+    std::mt19937 rng(11);
+    const std::string alphabet = "abcdxy0123 -,.\n]AB\"!z";
+    int accepted = 0;
+    for (const auto& [grammar, pattern] : pairs) {
+        auto g = compile(grammar);
+        auto r = RegexGrammar::compile(pattern);
+        ASSERT_TRUE(g && r.ok()) << grammar;
+        for (int t = 0; t < 3000; ++t) {
+            const std::string s = random_string(rng, alphabet, 7);
+            const int st = (*r)->feed((*r)->start(), s);
+            const bool want = st >= 0 && (*r)->accepting(st);
+            ASSERT_EQ(matches(*g, s), want) << grammar << " on '" << s << "'";
+            ASSERT_EQ(live(*g, s), st >= 0) << grammar << " prefix '" << s << "'";
+            accepted += want;
+        }
+    }
+    EXPECT_GT(accepted, 500);  // the random strings do reach the matches
+}
+
+// Balanced brackets and arithmetic: recursion the regex cannot express, checked against recognizers.
+TEST(EbnfGrammar, RecursiveGrammarsAgreeWithRecognizers) {
+    auto parens = compile(R"G(root ::= ( "(" root ")" | "[" root "]" )*)G");
+    ASSERT_TRUE(parens);
+    // A prefix is live while every closer matches the innermost opener; complete when none is open.
+    auto bracket_state = [](const std::string& s, bool* ok) {
+        std::string open;
+        *ok = true;
+        for (char c : s) {
+            if (c == '(' || c == '[') {
+                open += c;
+            } else if ((c == ')' && !open.empty() && open.back() == '(') ||
+                       (c == ']' && !open.empty() && open.back() == '[')) {
+                open.pop_back();
+            } else {
+                *ok = false;
+            }
+        }
+        return open.size();
+    };
+    std::mt19937 rng(3);
+    int balanced = 0;
+    for (int t = 0; t < 20000; ++t) {
+        const std::string s = random_string(rng, "()[]", 12);
+        bool ok = true;
+        const size_t open = bracket_state(s, &ok);
+        ASSERT_EQ(live(*parens, s), ok) << s;
+        ASSERT_EQ(matches(*parens, s), ok && open == 0) << s;
+        balanced += ok && open == 0;
+    }
+    EXPECT_GT(balanced, 200);
+
+    auto arith = compile(R"G(
+        root   ::= expr
+        expr   ::= term (("+" | "-") term)*
+        term   ::= factor (("*" | "/") factor)*
+        factor ::= [0-9]+ | "(" expr ")" | "-" factor
+    )G");
+    ASSERT_TRUE(arith);
+    // Recursive descent over the same language.
+    std::function<bool(const std::string&, size_t&)> expr, term, factor;
+    factor = [&](const std::string& s, size_t& i) -> bool {
+        if (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+            while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+            return true;
+        }
+        if (i < s.size() && s[i] == '-') return factor(s, ++i);
+        if (i < s.size() && s[i] == '(') {
+            if (!expr(s, ++i) || i >= s.size() || s[i] != ')') return false;
+            ++i;
+            return true;
+        }
+        return false;
+    };
+    term = [&](const std::string& s, size_t& i) -> bool {
+        if (!factor(s, i)) return false;
+        while (i < s.size() && (s[i] == '*' || s[i] == '/'))
+            if (!factor(s, ++i)) return false;
+        return true;
+    };
+    expr = [&](const std::string& s, size_t& i) -> bool {
+        if (!term(s, i)) return false;
+        while (i < s.size() && (s[i] == '+' || s[i] == '-'))
+            if (!term(s, ++i)) return false;
+        return true;
+    };
+    auto full = [&](const std::string& s) {
+        size_t i = 0;
+        return expr(s, i) && i == s.size();
+    };
+    int exprs = 0;
+    for (int t = 0; t < 20000; ++t) {
+        const std::string s = random_string(rng, "12+-*/()", 9);
+        const bool want = full(s);
+        ASSERT_EQ(matches(*arith, s), want) << s;
+        exprs += want;
+        // Live: some completion exists. Every live prefix is completed by closing its parentheses after a digit.
+        if (live(*arith, s)) {
+            int depth = 0;
+            for (char c : s) depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+            // An operand if the prefix ends in an operator or an opener, then the closers.
+            std::string done = s;
+            if (done.empty() || (done.back() != ')' && (done.back() < '0' || done.back() > '9'))) done.push_back('1');
+            done.append(static_cast<size_t>(std::max(depth, 0)), ')');
+            EXPECT_TRUE(full(done)) << "the live prefix '" << s << "' has no completion '" << done << "'";
+        }
+    }
+    EXPECT_GT(exprs, 500);
+}
+
+// The vLLM documentation's example (indented, blank lines) and llama.cpp's JSON grammar.
+TEST(EbnfGrammar, PublishedExamples) {
+    auto sql = compile(R"G(
+    root ::= select_statement
+
+    select_statement ::= "SELECT " column " from " table " where " condition
+
+    column ::= "col_1 " | "col_2 "
+
+    table ::= "table_1 " | "table_2 "
+
+    condition ::= column "= " number
+
+    number ::= "1 " | "2 "
+)G");
+    ASSERT_TRUE(sql);
+    EXPECT_TRUE(matches(*sql, "SELECT col_1  from table_2  where col_2 = 1 "));
+    EXPECT_FALSE(matches(*sql, "SELECT col_3  from table_2  where col_2 = 1 "));
+    auto json = compile(R"G(
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+)G");
+    ASSERT_TRUE(json);
+    for (const char* ok : {"{}", "{\"a\": [1, 2.5, \"x\\n\", {\"b\": null}], \"c\": true}", "{ \"é\":-0.5e+3}"})
+        EXPECT_TRUE(matches(*json, ok)) << ok;
+    for (const char* bad : {"[]", "{\"a\" 1}", "{\"a\": tru}", "{\"a\":\"\x01\"}", "{\"a\": [1,]}"})
+        EXPECT_FALSE(matches(*json, bad)) << bad;
+    EXPECT_TRUE(live(*json, "{\"a\": [1, {\"b\""));
+}
+
+TEST(EbnfGrammar, RefusalsNameTheProblem) {
+    const std::pair<const char*, const char*> bad[] = {
+        {"root ::= a", "'a' is not defined"},
+        {"root ::= \"x\"\nroot ::= \"y\"", "defined twice"},
+        {"start ::= \"x\"", "no rule named 'root'"},
+        {"root ::= root \"x\" | \"y\"", "left-recursive"},
+        {"root ::= a\na ::= b \"x\"\nb ::= a | \"y\"", "left-recursive"},
+        {"root ::= \"x\"? root \"y\" | \"z\"", "left-recursive"},
+        {"root ::= e root \"y\" | \"z\"\ne ::= \"q\"*", "left-recursive"},
+        {"root ::= \"a\" root", "no finite output"},
+        {"root ::= \"abc", "unterminated string"},
+        {"root ::= [abc", "unterminated character class"},
+        {"root ::= \"\\q\"", "unknown escape"},
+        {"root ::= \"\\x4\"", "hex digits"},
+        {"root ::= \"\\uD800\"", "not a character"},
+        {"root ::= \"a\"{3,2}", "minimum is above"},
+        {"root ::= \"a\"{1001}", "above 1000"},
+        {"root ::= \"a\"{x}", "repetition count"},
+        {"root ::= [z-a]", "out of order"},
+        {"root = \"a\"", "expected '::='"},
+        {"root ::= (\"a\"", "expected ')'"},
+        {"root ::= \"a\")", "unbalanced ')'"},
+        {"root ::= *", "nothing to repeat"},
+        {"root ::= \"\xff\"", "invalid UTF-8"},
+        {"", "no rules"},
+        {"::= \"a\"", "expected a rule name"},
+        {"root ::= ((((\"a\"){1000}){1000}){1000})", "too large"},
+    };
+    for (const auto& [text, words] : bad) {
+        auto g = EbnfGrammar::compile(text);
+        ASSERT_FALSE(g.ok()) << text;
+        EXPECT_NE(g.status().message().find(words), std::string::npos) << text << ": " << g.status().message();
+    }
+    auto g = EbnfGrammar::compile("root ::= a\n\na ::= \"x\"\n  | b\n");
+    ASSERT_FALSE(g.ok());
+    EXPECT_NE(g.status().message().find("line 4, column 5"), std::string::npos) << g.status().message();
+    // Right recursion is fine; so is a nullable rule after a character.
+    EXPECT_TRUE(EbnfGrammar::compile("root ::= \"x\" root | \"y\"").ok());
+    EXPECT_TRUE(EbnfGrammar::compile("root ::= \"x\" e root | \"\"\ne ::= \"q\"*").ok());
+}
+
+// Dead branches leave nothing live behind them; unreachable or unproductive rules are dropped.
+TEST(EbnfGrammar, DeadRulesAreDropped) {
+    auto g = compile("root ::= \"a\" | \"b\" loop | \"c\" []\nloop ::= \"x\" loop\nunused ::= \"q\"");
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(matches(*g, "a"));
+    EXPECT_FALSE(live(*g, "b"));
+    EXPECT_FALSE(live(*g, "c"));
+    auto empty_ok = compile("root ::= \"\"");
+    EXPECT_TRUE(matches(*empty_ok, ""));
+    EXPECT_FALSE(live(*empty_ok, "a"));
+}
+
+// Nesting past the stack bound is refused, not followed: no crash, no unbounded memory.
+TEST(EbnfGrammar, StackDepthIsBounded) {
+    auto g = compile(R"G(root ::= "(" root ")" | "x")G");
+    ASSERT_TRUE(g);
+    EbnfMatcher m(*g);
+    const int limit = EbnfMatcher::kMaxDepth;
+    ASSERT_TRUE(m.feed(std::string(static_cast<size_t>(limit - 1), '(')));
+    EXPECT_FALSE(m.feed("(("));  // past the bound
+    EXPECT_TRUE(m.feed("x" + std::string(static_cast<size_t>(limit - 1), ')')));
+    EXPECT_TRUE(m.accepting());
+}
+
+std::vector<std::string> random_vocab(const std::string& alphabet, int n, uint32_t seed) {
+    std::vector<std::string> bytes;
+    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
+    std::mt19937 rng(seed);
+    for (int i = 0; i < n; ++i) {
+        std::string w;
+        for (int k = 1 + static_cast<int>(rng() % 6); k > 0; --k) w += alphabet[rng() % alphabet.size()];
+        bytes.push_back(w);
+    }
+    bytes.push_back("");  // a special token: never allowed
+    return bytes;
+}
+
+// The trie's mask is exactly the tokens whose bytes keep the matcher live, from several positions, and a mask
+// from the cache equals the one walked.
+TEST(EbnfGrammar, TrieMaskEqualsFeedingEachToken) {
+    const std::vector<std::string> bytes = random_vocab("()[]a1, \"\xce\xb1", 4000, 5);
+    TokenTrie trie(bytes);
+    auto g = compile(R"G(
+        root ::= list
+        list ::= "[" ws (item ("," ws item)*)? "]"
+        item ::= list | "a"+ | "\"" [^"]* "\"" | "(" root ")"
+        ws ::= " "?
+    )G");
+    ASSERT_TRUE(g);
+    std::vector<uint8_t> mask, again;
+    for (const std::string prefix : {"", "[", "[a", "[[", "[\"", "[\"α", "[([a", "[a, (["}) {
+        EbnfMatcher m(*g);
+        ASSERT_TRUE(m.feed(prefix)) << prefix;
+        const int64_t n = trie.fill_mask(m, &mask);
+        int64_t count = 0;
+        for (size_t id = 0; id < bytes.size(); ++id) {
+            EbnfMatcher copy = m;
+            const bool want = !bytes[id].empty() && copy.feed(bytes[id]);
+            ASSERT_EQ(mask[id] != 0, want) << "after '" << prefix << "': token '" << bytes[id] << "'";
+            count += want;
+        }
+        EXPECT_EQ(n, count);
+        EXPECT_GT(n, 0);
+        EXPECT_EQ(trie.fill_mask(m, &again), n);  // from the cache
+        EXPECT_EQ(again, mask);
+    }
+}
+
+// The Harmony gate with a grammar: the final message only, <|return|> once the text is complete; raw mode
+// from the first token.
+TEST(EbnfGrammar, HarmonyFinalMessageAndRawMode) {
+    std::vector<std::string> bytes;
+    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
+    bytes.push_back("final");
+    const int32_t final_id = 256;
+    HarmonyTokenIds ids{.start = 257, .channel = 258, .message = 259, .end = 260, .ret = 261, .call = 262};
+    bytes.resize(263);
+    auto so = std::make_shared<HarmonyStructuredOutputs>(bytes, ids);
+    auto g = compile(R"G(root ::= "(" root ")" | "x")G");
+    auto c = so->final_json(nullptr, {}, nullptr, nullptr, g)->start();
+    std::vector<uint8_t> mask;
+    EXPECT_FALSE(c->allowed_next(&mask));  // the header is free
+    c->accept(ids.channel);
+    c->accept(final_id);
+    c->accept(ids.message);
+    for (char ch : std::string("((x)")) {
+        ASSERT_TRUE(c->allowed_next(&mask));
+        EXPECT_FALSE(mask[static_cast<size_t>(ids.ret)]);
+        ASSERT_TRUE(mask[static_cast<uint8_t>(ch)]) << ch;
+        c->accept(static_cast<uint8_t>(ch));
+    }
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[')']);
+    EXPECT_EQ(std::count(mask.begin(), mask.end(), 1), 1);
+    c->accept(')');
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(ids.ret)]);
+    EXPECT_EQ(std::count(mask.begin(), mask.end(), 1), 1);
+    auto raw = so->raw_json(nullptr, nullptr, g)->start();
+    ASSERT_TRUE(raw->allowed_next(&mask));
+    EXPECT_TRUE(mask['('] && mask['x'] && !mask[')']);
+}
+
+// Random outputs drawn under the mask over o200k always parse; the mask's cost a step is printed.
+TEST(EbnfGrammarO200k, RandomOutputsUnderTheMaskMatch) {
+    GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
+    auto so = HarmonyStructuredOutputs::create(*tok, 201088);
+    ASSERT_TRUE(so.ok()) << so.status().to_string();
+    (*so)->trie();
+    const std::vector<std::string>& bytes = (*so)->token_bytes();
+    const int32_t ret = (*so)->ids().ret;
+    const char* grammars[] = {
+        // Small alternatives (few tokens a step).
+        R"G(root ::= "SELECT " cols " FROM " name (" WHERE " name " = " num)?
+           cols ::= name (", " name)*
+           name ::= [a-z_]{1,12}
+           num  ::= [0-9]{1,6})G",
+        // Free text inside a recursive structure (most of the vocabulary a step).
+        R"G(root ::= item ("\n" item){0,3}
+           item ::= "- " [^\n]{1,60} | "> " quote
+           quote ::= "(" [^()\n]{0,40} (quote [^()\n]{0,10})? ")")G",
+    };
+    std::mt19937 rng(9);
+    std::vector<uint8_t> mask;
+    for (const char* text : grammars) {
+        auto g = compile(text);
+        ASSERT_TRUE(g);
+        double mask_ms = 0;
+        int steps = 0, done = 0;
+        for (int doc = 0; doc < 8; ++doc) {
+            auto c = (*so)->raw_json(nullptr, nullptr, g)->start();
+            std::string out;
+            for (int step = 0; step < 40; ++step, ++steps) {
+                const auto t0 = std::chrono::steady_clock::now();
+                ASSERT_TRUE(c->allowed_next(&mask));
+                mask_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                std::vector<int32_t> allowed;
+                for (size_t id = 0; id < mask.size(); ++id)
+                    if (mask[id]) allowed.push_back(static_cast<int32_t>(id));
+                ASSERT_FALSE(allowed.empty()) << out;
+                const int32_t pick =
+                    mask[static_cast<size_t>(ret)] && rng() % 3 == 0 ? ret : allowed[rng() % allowed.size()];
+                if (pick == ret) {
+                    EXPECT_TRUE(matches(*g, out)) << out;
+                    ++done;
+                    break;
+                }
+                c->accept(pick);
+                out += bytes[static_cast<size_t>(pick)];
+                ASSERT_TRUE(live(*g, out)) << out;
+            }
+        }
+        std::printf("grammar over o200k: %d steps, mask %.3f ms a step; %d outputs ended\n", steps, mask_ms / steps,
+                    done);
+        EXPECT_GT(done, 0);
+    }
+}
+
+}  // namespace
+}  // namespace gptoss::structured
