@@ -183,6 +183,31 @@ std::shared_ptr<const structured::RegexGrammar> regex_grammar(Fields& f, const c
     return *g;
 }
 
+// A GBNF grammar (a string) compiled; errors name `key`.
+std::shared_ptr<const structured::EbnfGrammar> ebnf_grammar(Fields& f, const char* key, const Json& v) {
+    if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+        f.fail(key, "must be a non-empty string (a GBNF grammar: root ::= ...)");
+        return nullptr;
+    }
+    const std::string& text = v.get_ref<const std::string&>();
+    if (text.size() > 65536) {
+        f.fail(key, "is longer than 65,536 bytes");
+        return nullptr;
+    }
+    if (text.find("::=") == std::string::npos) {
+        f.fail(key,
+               "is not a GBNF / EBNF grammar: rules are written name ::= ..., the output matching root (Lark's "
+               "name: form is not read)");
+        return nullptr;
+    }
+    auto g = structured::EbnfGrammar::compile(text);
+    if (!g.ok()) {
+        f.fail(key, g.status().message());
+        return nullptr;
+    }
+    return *g;
+}
+
 // Sampling fields shared by the three endpoints.
 // A JSON Schema given as an object (or a boolean), or as a string of JSON text (vLLM takes both for
 // guided_json), compiled; errors (bad JSON, keywords the output cannot be held to) name `key`.
@@ -293,16 +318,16 @@ void read_sampling(Fields& f, SamplingRequest* out) {
             }
         }
     }
-    // vLLM's fields this server cannot honour are refused, not ignored: guided_grammar (EBNF) needs a grammar
-    // this server does not build.
-    if (f.ok() && f.has("guided_grammar"))
-        f.fail_status(unimplemented(f.param("guided_grammar") +
-                                    ": is not supported (guided_json, guided_json_object, guided_regex, guided_choice, "
-                                    "response_format)"));
     // vLLM's constraints: guided_json (a schema, or a string of one), guided_json_object, guided_regex,
-    // guided_choice, structured_outputs {"json": schema} / {"json_object": true} / {"regex": ...} /
-    // {"choice": [...]}. At most one.
+    // guided_choice, guided_grammar, structured_outputs {"json": schema} / {"json_object": true} / {"regex": ...}
+    // / {"choice": [...]} / {"grammar": ...}; llama.cpp's grammar. At most one.
     int given = 0;
+    for (const char* key : {"guided_grammar", "grammar"}) {
+        if (const Json* v = f.get(key); v != nullptr && !v->is_null() && f.ok()) {
+            out->ebnf = ebnf_grammar(f, key, *v);
+            ++given;
+        }
+    }
     for (const char* key : {"guided_regex", "guided_choice"}) {
         if (const Json* v = f.get(key); v != nullptr && f.ok()) {
             out->regex = regex_grammar(f, key, *v, key[7] == 'c');
@@ -333,17 +358,20 @@ void read_sampling(Fields& f, SamplingRequest* out) {
                 out->regex =
                     regex_grammar(s, it.key() == "regex" ? "regex" : "choice", it.value(), it.key() == "choice");
                 ++given;
-            } else if (it.key() == "grammar" || it.key() == "structural_tag") {
-                s.fail_status(
-                    unimplemented(s.param(it.key().c_str()) + ": is not supported (json, json_object, regex, choice)"));
+            } else if (it.key() == "grammar") {
+                out->ebnf = ebnf_grammar(s, "grammar", it.value());
+                ++given;
+            } else if (it.key() == "structural_tag") {
+                s.fail_status(unimplemented(s.param("structural_tag") +
+                                            ": is not supported (json, json_object, regex, choice, grammar)"));
             }
         }
         f.fail_status(s.status());
     }
     if (f.ok() && given > 1)
         f.fail_status(field_error("guided_json",
-                                  "give one constraint (guided_json, guided_json_object, guided_regex, guided_choice "
-                                  "or structured_outputs), not several"));
+                                  "give one constraint (guided_json, guided_json_object, guided_regex, guided_choice, "
+                                  "guided_grammar or structured_outputs), not several"));
     if (!f.ok()) return;
     if (const Json* stop = f.get("stop")) {
         if (stop->is_string()) {
@@ -876,7 +904,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         read_metadata(f);
         f.string("user");
         read_sampling(f, &p.sampling);
-        if (p.sampling.grammar || p.sampling.regex) {
+        if (p.sampling.grammar || p.sampling.regex || p.sampling.ebnf) {
             if (response_format_grammar)
                 f.fail_status(field_error("response_format",
                                           "give one of response_format and vLLM's guided_* / "

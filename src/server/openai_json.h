@@ -82,6 +82,8 @@ struct SamplingRequest {
     std::shared_ptr<const structured::JsonGrammar> grammar;
     // vLLM's guided_regex / guided_choice / structured_outputs regex, choice (no grammar then).
     std::shared_ptr<const structured::RegexGrammar> regex;
+    // vLLM's guided_grammar / structured_outputs grammar, llama.cpp's grammar: GBNF (no grammar or regex then).
+    std::shared_ptr<const structured::EbnfGrammar> ebnf;
 };
 
 struct ChatParams {

@@ -482,9 +482,10 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
 
 StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
     const std::shared_ptr<const structured::JsonGrammar>& grammar,
-    const std::shared_ptr<const structured::RegexGrammar>& regex, const std::vector<int32_t>& forced, bool raw,
+    const std::shared_ptr<const structured::RegexGrammar>& regex,
+    const std::shared_ptr<const structured::EbnfGrammar>& ebnf, const std::vector<int32_t>& forced, bool raw,
     const std::shared_ptr<const structured::ToolGrammars>& tools) const {
-    if (!grammar && !regex && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
+    if (!grammar && !regex && !ebnf && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
         StatusOr<std::shared_ptr<structured::HarmonyStructuredOutputs>> so =
@@ -493,7 +494,8 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
             return unimplemented("response_format: structured outputs are unavailable: " + so.status().message());
         structured_ = std::move(*so);
     }
-    return raw ? structured_->raw_json(grammar, regex) : structured_->final_json(grammar, forced, tools, regex);
+    return raw ? structured_->raw_json(grammar, regex, ebnf)
+               : structured_->final_json(grammar, forced, tools, regex, ebnf);
 }
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
@@ -506,7 +508,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(prompt.status()));
     // The content is the final message alone (JSON, or the pattern's text).
-    if (params->grammar || params->sampling.regex) prompt->mapping.preambles_to_reasoning = true;
+    if (params->grammar || params->sampling.regex || params->sampling.ebnf)
+        prompt->mapping.preambles_to_reasoning = true;
     truncate_prompt(params->sampling, queue_.engine().max_context_tokens(), &prompt->ids);  // (as vLLM: the start)
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens =
@@ -526,8 +529,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (params->prompt_logprobs >= 0)
         if (Status st = check_prompt_logprob_entries(n * (params->prompt_logprobs + 1), "prompt_logprobs"); !st.ok())
             return error(api_error(st));
-    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->grammar, params->sampling.regex, prompt->forced, false, params->tool_grammars);
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint = constraint_for(
+        params->grammar, params->sampling.regex, params->sampling.ebnf, prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -554,7 +557,8 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
-    if (params->chat.grammar || params->chat.sampling.regex) prompt->mapping.preambles_to_reasoning = true;
+    if (params->chat.grammar || params->chat.sampling.regex || params->chat.sampling.ebnf)
+        prompt->mapping.preambles_to_reasoning = true;
     truncate_prompt(params->chat.sampling, queue_.engine().max_context_tokens(), &prompt->ids);
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
@@ -568,8 +572,9 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (Status st = set_min_tokens_and_bad_words(params->chat.sampling, "max_output_tokens", tokenizer_, &req);
         !st.ok())
         return error(api_error(st));
-    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint = constraint_for(
-        params->chat.grammar, params->chat.sampling.regex, prompt->forced, false, params->chat.tool_grammars);
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
+        constraint_for(params->chat.grammar, params->chat.sampling.regex, params->chat.sampling.ebnf, prompt->forced,
+                       false, params->chat.tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -627,7 +632,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         // Prompt logprobs for vLLM's prompt_logprobs, and for the echoed prompt's entries under logprobs.
         req.prompt_logprobs = std::max(params->prompt_logprobs, params->echo ? params->logprobs : -1);
         StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-            constraint_for(params->sampling.grammar, params->sampling.regex, {}, /*raw=*/true);
+            constraint_for(params->sampling.grammar, params->sampling.regex, params->sampling.ebnf, {}, /*raw=*/true);
         if (!constraint.ok()) return error(api_error(constraint.status()));
         req.constraint = std::move(*constraint);
         for (EngineRequest& r : choice_requests(req, params->n)) {

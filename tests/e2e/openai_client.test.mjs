@@ -441,6 +441,22 @@ describe('completions', () => {
     await expectApiError(client.completions.create({ model: MODEL, prompt: 'x', guided_regex: '(?=a)b' }), 400,
       'guided_regex');
   });
+
+  test('guided_grammar (GBNF) holds the output, chat and completions', async () => {
+    const grammar = 'root ::= "[" item ("," item){0,2} "]"\nitem ::= [a-c] | root';
+    const done = /^\[([a-c]|\[[^\]]*\])(,([a-c]|\[.*\]))*\]$/;
+    const r = await client.completions.create({ model: MODEL, prompt: 'List:', max_tokens: 16, temperature: 1,
+      guided_grammar: grammar });
+    const t = r.choices[0].text;
+    assert.ok(t.startsWith('['), t);
+    if (r.choices[0].finish_reason === 'stop') assert.match(t, done);
+    assert.match(t, /^[\[\],a-c]*$/);
+    const c = await client.chat.completions.create({ model: MODEL, max_tokens: 24, temperature: 1,
+      messages: [{ role: 'user', content: 'List?' }], structured_outputs: { grammar } });
+    assert.equal(c.choices.length, 1);
+    await expectApiError(client.completions.create({ model: MODEL, prompt: 'x', guided_grammar: 'root ::= a' }), 400,
+      'guided_grammar');
+  });
 });
 
 describe('bad input', () => {

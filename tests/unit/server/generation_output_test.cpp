@@ -855,7 +855,7 @@ TEST_F(GenerationOutputTest, ChatNChoices) {
 }
 
 // vLLM's stop_token_ids (generation ends on them; the id that ends it is counted, not shown) and ignore_eos (the
-// model's own stop ids no longer end it); its guided_grammar and malformed fields are refused, not ignored; its
+// model's own stop ids no longer end it); its structural_tag and malformed fields are refused, not ignored; its
 // JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
 TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     const std::vector<int32_t> two = harmony_ids(" two");
@@ -896,7 +896,12 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("guided_regex":"a","guided_json":{})",
                             R"("structured_outputs":{"regex":"\1"})",
                             R"("structured_outputs":{"grammar":"root ::= x"})",
+                            R"("structured_outputs":{"structural_tag":"{}"})",
                             R"("guided_grammar":"root ::= x")",
+                            R"("guided_grammar":"start: \"a\"")",
+                            R"("guided_grammar":["root ::= \"a\""])",
+                            R"("grammar":"root ::= root \"a\" | \"b\"")",
+                            R"("guided_grammar":"root ::= \"a\"","guided_regex":"a")",
                             R"("guided_json":"{not json")",
                             R"("guided_json":5)",
                             R"("guided_json":{"type":"string","pattern":"x"})",
@@ -1028,6 +1033,55 @@ TEST_F(GenerationOutputTest, GuidedChoiceAndRegex) {
     expect_error(server_.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],
         "guided_regex":"a+","response_format":{"type":"json_object"}})"),
                  400);
+    EXPECT_TRUE(server_.wait_engine_idle());
+}
+
+// vLLM's guided_grammar (and structured_outputs' grammar, llama.cpp's grammar): GBNF; on completions the whole
+// output, on chat the final message, <|return|> once the text is complete; refusals name the line and column.
+TEST_F(GenerationOutputTest, GuidedGrammar) {
+    const int32_t ret = 200002;
+    auto id = [](const std::string& t) {
+        std::vector<int32_t> ids = harmony_ids(t);
+        EXPECT_EQ(ids.size(), 1u) << t;
+        return static_cast<size_t>(ids[0]);
+    };
+    server_.engine.set_script([](const EngineRequest&) { return harmony_ids("(1)"); });
+    const std::string grammar = R"G(root ::= expr\nexpr ::= [0-9]+ | \"(\" expr (\"+\" expr)* \")\")G";
+    for (const std::string& field :
+         {"\"guided_grammar\":\"" + grammar + "\"", "\"structured_outputs\":{\"grammar\":\"" + grammar + "\"}",
+          "\"grammar\":\"" + grammar + "\""}) {
+        post_json("/v1/completions", R"({"prompt":"n?","max_tokens":5,)" + field + "}");
+        auto f = server_.engine.last_request().constraint;
+        ASSERT_NE(f, nullptr) << field;
+        auto c = f->start();
+        std::vector<uint8_t> m;
+        ASSERT_TRUE(c->allowed_next(&m));
+        EXPECT_TRUE(m[id("(")] && m[id("7")] && m[id("42")]) << field;
+        EXPECT_FALSE(m[id(")")] || m[id("a")] || m[id(" (")] || m[ret]) << field;
+        c->accept(static_cast<int32_t>(id("(")));
+        c->accept(static_cast<int32_t>(id("42")));
+        ASSERT_TRUE(c->allowed_next(&m));
+        EXPECT_TRUE(m[id(")")] && m[id("+")] && m[id("7")]);
+        EXPECT_FALSE(m[ret] || m[id("(")]);
+        c->accept(static_cast<int32_t>(id(")")));
+        ASSERT_TRUE(c->allowed_next(&m));
+        EXPECT_TRUE(m[ret]);
+        EXPECT_EQ(std::count(m.begin(), m.end(), 1), 1);
+    }
+    // Chat: the final message; the header before it is free.
+    script("<|channel|>final<|message|>(1)<|return|>");
+    Json j = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hi"}],"guided_grammar":")" + grammar + "\"}");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "(1)") << j.dump();
+    auto chat = server_.engine.last_request().constraint;
+    ASSERT_NE(chat, nullptr);
+    std::vector<uint8_t> m;
+    EXPECT_FALSE(chat->start()->allowed_next(&m));
+    Json err = expect_error(
+        server_.post("/v1/completions", R"({"prompt":"x","guided_grammar":"root ::= a\n\na ::= \"x\" | b"})"), 400);
+    EXPECT_NE(err["message"].get<std::string>().find("line 3, column 13"), std::string::npos) << err.dump();
+    EXPECT_NE(err["message"].get<std::string>().find("'b' is not defined"), std::string::npos) << err.dump();
+    EXPECT_EQ(err["param"], "guided_grammar") << err.dump();
     EXPECT_TRUE(server_.wait_engine_idle());
 }
 

@@ -207,7 +207,8 @@ TEST_F(RuntimeEngineTest, GuidedJsonHoldsTheCompletion) {
         EXPECT_FALSE(doc.is_number()) << text;
     }
     // guided_choice / guided_regex: the runner always prefers another token; the output still matches.
-    for (const char* c : {R"("guided_choice":["no","yes","maybe"])", R"J("guided_regex":"[0-9]{2,4}(px|em)")J"}) {
+    for (const char* c : {R"("guided_choice":["no","yes","maybe"])", R"J("guided_regex":"[0-9]{2,4}(px|em)")J",
+                          R"J("guided_grammar":"root ::= \"(\" num (\",\" num){0,3} \")\"\nnum ::= [0-9]{1,3}")J"}) {
         auto r = s.post("/v1/completions", std::string(R"({"prompt":"Answer:","max_tokens":50,)") + c + "}");
         ASSERT_TRUE(r);
         ASSERT_EQ(r->status, 200) << r->body;
@@ -216,6 +217,8 @@ TEST_F(RuntimeEngineTest, GuidedJsonHoldsTheCompletion) {
         const std::string text = j["choices"][0]["text"];
         if (std::string(c).find("choice") != std::string::npos) {
             EXPECT_TRUE(text == "no" || text == "yes" || text == "maybe") << text;
+        } else if (std::string(c).find("grammar") != std::string::npos) {
+            EXPECT_TRUE(std::regex_match(text, std::regex("\\([0-9]{1,3}(,[0-9]{1,3}){0,3}\\)"))) << text;
         } else {
             EXPECT_TRUE(std::regex_match(text, std::regex("[0-9]{2,4}(px|em)"))) << text;
         }
