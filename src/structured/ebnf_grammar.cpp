@@ -582,25 +582,8 @@ int64_t TokenTrie::fill_mask(EbnfMatcher& m, std::vector<uint8_t>* mask) const {
             return c.count;
         }
     std::fill(mask->begin(), mask->end(), 0);
-    int64_t count = 0;
-    // Depth-first with an explicit stack of (trie node, its set).
-    struct Frame {
-        uint32_t node;
-        int32_t set;
-    };
-    std::vector<Frame> stack{{0, root}};
-    while (!stack.empty()) {
-        const Frame f = stack.back();
-        stack.pop_back();
-        const Node& nd = nodes_[f.node];
-        for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
-            const Node& ch = nodes_[c];
-            const int32_t next = m.next_set(f.set, ch.byte);
-            if (next < 0) continue;
-            take(ch.lo, ch.lo + ch.own, mask->data(), &count);
-            if (ch.num_children > 0) stack.push_back({c, next});
-        }
-    }
+    const int64_t count = walk_states(
+        root, [&](int32_t set, uint8_t byte) { return m.next_set(set, byte); }, mask->data());
     // Keep the mask for this set (the least recently used one goes).
     EbnfMatcher::CachedMask* slot = nullptr;
     if (m.cache_.size() < kMaxCachedMasks) {

@@ -176,6 +176,30 @@ private:
         uint8_t safe = 0;  // bit p: every path from this byte down is plain string text from UTF-8 state p
     };
     void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
+    // Marks the tokens along whose bytes an automaton stays live from `start` (`next(state, byte)`: the state
+    // after the byte, negative when dead); returns how many. The regex's DFA and the grammar's set automaton.
+    template <class Next>
+    int64_t walk_states(int32_t start, Next&& next, uint8_t* mask) const {
+        int64_t count = 0;
+        struct Frame {
+            uint32_t node;
+            int32_t state;
+        };
+        std::vector<Frame> stack{{0, start}};
+        while (!stack.empty()) {
+            const Frame f = stack.back();
+            stack.pop_back();
+            const Node& nd = nodes_[f.node];
+            for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
+                const Node& ch = nodes_[c];
+                const int32_t to = next(f.state, ch.byte);
+                if (to < 0) continue;
+                take(ch.lo, ch.lo + ch.own, mask, &count);
+                if (ch.num_children > 0) stack.push_back({c, to});
+            }
+        }
+        return count;
+    }
     void take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) const;
     int vocab_size_;
     int max_len_ = 0;

@@ -390,26 +390,9 @@ StatusOr<std::shared_ptr<const RegexGrammar>> RegexGrammar::choice(const std::ve
 int64_t TokenTrie::fill_mask(const RegexGrammar& g, int state, std::vector<uint8_t>* mask) const {
     if (mask->size() < static_cast<size_t>(vocab_size_)) mask->resize(static_cast<size_t>(vocab_size_));
     std::fill(mask->begin(), mask->end(), 0);
-    int64_t count = 0;
     if (state < 0) return 0;
-    struct Frame {
-        uint32_t node;
-        int state;
-    };
-    std::vector<Frame> stack{{0, state}};
-    while (!stack.empty()) {
-        const Frame f = stack.back();
-        stack.pop_back();
-        const Node& nd = nodes_[f.node];
-        for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
-            const Node& ch = nodes_[c];
-            const int next = g.next(f.state, ch.byte);
-            if (next < 0) continue;
-            take(ch.lo, ch.lo + ch.own, mask->data(), &count);
-            if (ch.num_children > 0) stack.push_back({c, next});
-        }
-    }
-    return count;
+    return walk_states(
+        state, [&](int32_t s, uint8_t byte) { return g.next(s, byte); }, mask->data());
 }
 
 int RegexGrammar::feed(int state, std::string_view bytes) const {
