@@ -542,7 +542,32 @@ int32_t EbnfMatcher::next_set(int32_t id, uint8_t byte) {
     return to;
 }
 
+const uint64_t* EbnfMatcher::loop_bytes(int32_t id) {
+    if (loops_.size() < sets_.size()) loops_.resize(sets_.size());
+    if (!loops_[static_cast<size_t>(id)].known) {
+        // By class: every byte of a class moves the set alike (next_set may grow loops_: index again after).
+        std::array<int16_t, 256> rep;
+        rep.fill(-1);
+        for (int b = 255; b >= 0; --b)
+            rep[static_cast<size_t>(g_->class_of(static_cast<uint8_t>(b)))] = static_cast<int16_t>(b);
+        std::array<uint8_t, 256> stays{};
+        for (size_t c = 0; c < static_cast<size_t>(g_->num_classes()); ++c)
+            stays[c] = next_set(id, static_cast<uint8_t>(rep[c])) == id;
+        if (loops_.size() < sets_.size()) loops_.resize(sets_.size());
+        Loop& l = loops_[static_cast<size_t>(id)];
+        for (int b = 0; b < 256; ++b)
+            if (stays[static_cast<size_t>(g_->class_of(static_cast<uint8_t>(b)))]) {
+                l.bytes[static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
+                l.any = true;
+            }
+        l.known = true;
+    }
+    const Loop& l = loops_[static_cast<size_t>(id)];
+    return l.any ? l.bytes.data() : nullptr;
+}
+
 void EbnfMatcher::reset_cache() {
+    loops_.clear();
     sets_.clear();
     set_index_.clear();
     next_.clear();
@@ -583,7 +608,8 @@ int64_t TokenTrie::fill_mask(EbnfMatcher& m, std::vector<uint8_t>* mask) const {
         }
     std::fill(mask->begin(), mask->end(), 0);
     const int64_t count = walk_states(
-        root, [&](int32_t set, uint8_t byte) { return m.next_set(set, byte); }, mask->data());
+        root, [&](int32_t set, uint8_t byte) { return m.next_set(set, byte); },
+        [&](int32_t set) { return m.loop_bytes(set); }, mask->data());
     // Keep the mask for this set (the least recently used one goes).
     EbnfMatcher::CachedMask* slot = nullptr;
     if (m.cache_.size() < kMaxCachedMasks) {

@@ -16,6 +16,7 @@
 // 20,000 in the DFAs, 5,000,000 compile steps, rule stacks 1,000 deep, 1,000 configurations at once.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -107,6 +108,8 @@ private:
     int32_t intern(const std::vector<uint64_t>& set);
     // The set after a byte of class `cls` from set `id` (-1: none), computed once.
     int32_t next_set(int32_t id, uint8_t byte);
+    // The bytes that lead from set `id` back to itself (null: none).
+    const uint64_t* loop_bytes(int32_t id);
     // Starts the set cache over (and compacts the frames to those the current set uses).
     void reset_cache();
 
@@ -121,6 +124,11 @@ private:
     std::vector<std::vector<uint64_t>> sets_;  // interned closed sets
     std::unordered_map<std::vector<uint64_t>, int32_t, SetHash> set_index_;
     std::vector<int32_t> next_;  // [set][byte class] -> set, -1 none, -2 not yet computed
+    struct Loop {
+        std::array<uint64_t, 4> bytes{};
+        bool known = false, any = false;
+    };
+    std::vector<Loop> loops_;  // [set]
     std::vector<int32_t> levels_;
     // Masks of recent sets (a loop over free text comes back to the same set).
     struct CachedMask {

@@ -918,8 +918,12 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes) : vocab_size_(
     }
     // Bottom-up (children come after their parent): the longest token below, and which continuation
     // states leave every path below plain string text.
+    below_.assign(nodes_.size(), {});
     for (size_t i = nodes_.size(); i-- > 1;) {
         Node& nd = nodes_[i];
+        below_[i][nd.byte >> 6] |= uint64_t{1} << (nd.byte & 63);
+        for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c)
+            for (int w = 0; w < 4; ++w) below_[i][static_cast<size_t>(w)] |= below_[c][static_cast<size_t>(w)];
         uint16_t rest = 0;
         uint8_t safe = 0;
         for (int p = 0; p < 8; ++p) {

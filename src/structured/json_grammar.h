@@ -25,6 +25,7 @@
 // finite document is refused; anyOf options that admit none are dropped.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -178,8 +179,10 @@ private:
     void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
     // Marks the tokens along whose bytes an automaton stays live from `start` (`next(state, byte)`: the state
     // after the byte, negative when dead); returns how many. The regex's DFA and the grammar's set automaton.
-    template <class Next>
-    int64_t walk_states(int32_t start, Next&& next, uint8_t* mask) const {
+    // `stay(state)`: the bytes that lead from the state back to itself (null: none known); a subtree whose
+    // bytes all do is taken whole (free text under a loop is most of the vocabulary).
+    template <class Next, class Stay>
+    int64_t walk_states(int32_t start, Next&& next, Stay&& stay, uint8_t* mask) const {
         int64_t count = 0;
         struct Frame {
             uint32_t node;
@@ -190,8 +193,14 @@ private:
             const Frame f = stack.back();
             stack.pop_back();
             const Node& nd = nodes_[f.node];
+            const uint64_t* loop = stay(f.state);
             for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
                 const Node& ch = nodes_[c];
+                if (loop && (below_[c][0] & ~loop[0]) == 0 && (below_[c][1] & ~loop[1]) == 0 &&
+                    (below_[c][2] & ~loop[2]) == 0 && (below_[c][3] & ~loop[3]) == 0) {
+                    take(ch.lo, ch.hi, mask, &count);
+                    continue;
+                }
                 const int32_t to = next(f.state, ch.byte);
                 if (to < 0) continue;
                 take(ch.lo, ch.lo + ch.own, mask, &count);
@@ -203,8 +212,9 @@ private:
     void take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) const;
     int vocab_size_;
     int max_len_ = 0;
-    std::vector<Node> nodes_;     // nodes_[0]: the root; a node's children are contiguous
-    std::vector<int32_t> order_;  // token ids by their bytes
+    std::vector<Node> nodes_;                     // nodes_[0]: the root; a node's children are contiguous
+    std::vector<std::array<uint64_t, 4>> below_;  // [node]: the bytes of it and every node below it
+    std::vector<int32_t> order_;                  // token ids by their bytes
 };
 
 }  // namespace gptoss::structured

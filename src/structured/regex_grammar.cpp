@@ -355,6 +355,15 @@ public:
         std::copy(dfa.class_of, dfa.class_of + 256, g->class_of_);
         g->table_ = std::move(dfa.table);
         g->accepting_ = std::move(acc);
+        // The bytes that keep each state where it is ([^"]* and the like).
+        g->loops_.assign(D, {});
+        g->has_loop_.assign(D, 0);
+        for (size_t d = 0; d < D; ++d)
+            for (int b = 0; b < 256; ++b)
+                if (g->next(static_cast<int>(d), static_cast<uint8_t>(b)) == static_cast<int>(d)) {
+                    g->loops_[d][static_cast<size_t>(b >> 6)] |= uint64_t{1} << (b & 63);
+                    g->has_loop_[d] = 1;
+                }
         return std::shared_ptr<const RegexGrammar>(std::move(g));
     }
 };
@@ -392,7 +401,8 @@ int64_t TokenTrie::fill_mask(const RegexGrammar& g, int state, std::vector<uint8
     std::fill(mask->begin(), mask->end(), 0);
     if (state < 0) return 0;
     return walk_states(
-        state, [&](int32_t s, uint8_t byte) { return g.next(s, byte); }, mask->data());
+        state, [&](int32_t s, uint8_t byte) { return g.next(s, byte); }, [&](int32_t s) { return g.loop_bytes(s); },
+        mask->data());
 }
 
 int RegexGrammar::feed(int state, std::string_view bytes) const {

@@ -15,6 +15,7 @@
 // classes are refused by position. Bounded: 200,000 automaton states while compiling, 20,000 in the DFA.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -40,14 +41,20 @@ public:
     int num_states() const { return static_cast<int>(accepting_.size()); }
     // Feeds `bytes` from `state`; -1 once dead.
     int feed(int state, std::string_view bytes) const;
+    // The bytes that lead from `state` back to itself (null: none).
+    const uint64_t* loop_bytes(int state) const {
+        return has_loop_[static_cast<size_t>(state)] ? loops_[static_cast<size_t>(state)].data() : nullptr;
+    }
 
 private:
     friend class RegexCompiler;
     RegexGrammar() = default;
     int num_classes_ = 0;
     uint8_t class_of_[256] = {};
-    std::vector<int32_t> table_;      // [state][class] -> state or -1
-    std::vector<uint8_t> accepting_;  // [state]
+    std::vector<int32_t> table_;                  // [state][class] -> state or -1
+    std::vector<uint8_t> accepting_;              // [state]
+    std::vector<std::array<uint64_t, 4>> loops_;  // [state]: bytes from it back to it
+    std::vector<uint8_t> has_loop_;               // [state]
 };
 
 }  // namespace gptoss::structured

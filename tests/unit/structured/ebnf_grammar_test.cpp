@@ -388,6 +388,8 @@ TEST(EbnfGrammarO200k, RandomOutputsUnderTheMaskMatch) {
         R"G(root ::= item ("\n" item){0,3}
            item ::= "- " [^\n]{1,60} | "> " quote
            quote ::= "(" [^()\n]{0,40} (quote [^()\n]{0,10})? ")")G",
+        // Unbounded free text (a loop: subtrees of the vocabulary taken whole).
+        R"G(root ::= "Answer: " [^\n]* "\nScore: " [0-9]+)G",
     };
     std::mt19937 rng(9);
     std::vector<uint8_t> mask;
