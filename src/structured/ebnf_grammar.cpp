@@ -467,12 +467,22 @@ void EbnfMatcher::close(std::vector<uint64_t>* set) {
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     const size_t seeds = out.size();
+    // The seeds are sorted; what closure adds is searched in order while it is a handful, then hashed.
+    seen_.clear();
     auto add = [&](uint64_t k) {
-        if (out.size() >= kMaxConfigs) return;
-        // The seeds are sorted; what closure added is searched in order (a handful, as a rule).
         if (std::binary_search(out.begin(), out.begin() + static_cast<long>(seeds), k)) return;
-        if (std::find(out.begin() + static_cast<long>(seeds), out.end(), k) != out.end()) return;
+        if (out.size() - seeds <= 32) {
+            if (std::find(out.begin() + static_cast<long>(seeds), out.end(), k) != out.end()) return;
+            if (out.size() - seeds == 32) seen_.insert(out.begin() + static_cast<long>(seeds), out.end());
+        } else if (seen_.count(k)) {
+            return;
+        }
+        if (out.size() >= kMaxConfigs) {
+            truncated_ = true;  // (what is kept can still finish: the output is only held tighter)
+            return;
+        }
         out.push_back(k);
+        if (out.size() - seeds > 32) seen_.insert(k);
     };
     for (size_t i = 0; i < out.size(); ++i) {
         const int32_t s = state_of(out[i]), st = stack_of(out[i]);

@@ -13,7 +13,8 @@
 // points matched as UTF-8. Refused with the line and column: undefined or twice-defined rules, no `root`,
 // left recursion (a rule that can begin with itself without reading a character), a grammar that admits no
 // finite output. Rules that can never finish are dropped. Bounded: 200,000 automaton states while compiling,
-// 20,000 in the DFAs, 5,000,000 compile steps, rule stacks 1,000 deep, 1,000 configurations at once.
+// 20,000 in the DFAs, 5,000,000 compile steps, rule stacks 1,000 deep, 4,096 configurations at once (each way
+// of reading an ambiguous output is one: past the bound the output is held tighter than the grammar, never looser).
 #pragma once
 
 #include <array>
@@ -22,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -73,7 +75,7 @@ private:
 class EbnfMatcher {
 public:
     static constexpr int kMaxDepth = 1000;         // rule stack frames
-    static constexpr size_t kMaxConfigs = 1000;    // configurations followed at once
+    static constexpr size_t kMaxConfigs = 4096;    // configurations followed at once
     static constexpr size_t kMaxSets = 50000;      // interned sets before the cache starts over
     static constexpr size_t kMaxFrames = 1000000;  // stack frames before they are compacted
 
@@ -84,6 +86,9 @@ public:
     // The output may end here.
     bool accepting() const;
     bool dead() const { return configs_.empty(); }
+    // Some configurations were dropped at kMaxConfigs (a highly ambiguous grammar: each way of reading the output
+    // so far is a stack): every continuation offered is still valid, but some valid ones may not be.
+    bool truncated() const { return truncated_; }
     const EbnfGrammar& grammar() const { return *g_; }
 
 private:
@@ -121,6 +126,7 @@ private:
     std::unordered_map<uint64_t, int32_t> frame_index_;  // key(ret, parent) -> frame
     std::vector<uint64_t> configs_;                      // closed, sorted
     std::vector<uint64_t> work_, scratch_;
+    std::unordered_set<uint64_t> seen_;        // close()'s scratch
     std::vector<std::vector<uint64_t>> sets_;  // interned closed sets
     std::unordered_map<std::vector<uint64_t>, int32_t, SetHash> set_index_;
     std::vector<int32_t> next_;  // [set][byte class] -> set, -1 none, -2 not yet computed
@@ -139,6 +145,7 @@ private:
     };
     std::vector<CachedMask> cache_;
     uint64_t clock_ = 0;
+    bool truncated_ = false;
 };
 
 }  // namespace gptoss::structured
