@@ -619,7 +619,8 @@ int64_t TokenTrie::fill_mask(EbnfMatcher& m, std::vector<uint8_t>* mask) const {
     std::fill(mask->begin(), mask->end(), 0);
     const int64_t count = walk_states(
         root, [&](int32_t set, uint8_t byte) { return m.next_set(set, byte); },
-        [&](int32_t set) { return m.loop_bytes(set); }, mask->data());
+        // Near the root only: finding a set's loop bytes costs its every transition, and deep subtrees are small.
+        [&](int32_t set, int32_t depth) { return depth < 2 ? m.loop_bytes(set) : nullptr; }, mask->data());
     // Keep the mask for this set (the least recently used one goes).
     EbnfMatcher::CachedMask* slot = nullptr;
     if (m.cache_.size() < kMaxCachedMasks) {

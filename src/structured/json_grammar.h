@@ -179,21 +179,23 @@ private:
     void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
     // Marks the tokens along whose bytes an automaton stays live from `start` (`next(state, byte)`: the state
     // after the byte, negative when dead); returns how many. The regex's DFA and the grammar's set automaton.
-    // `stay(state)`: the bytes that lead from the state back to itself (null: none known); a subtree whose
-    // bytes all do is taken whole (free text under a loop is most of the vocabulary).
+    // `stay(state, depth)`: the bytes that lead from the state back to itself (null: none known) at a node
+    // `depth` bytes down; a subtree whose bytes all do is taken whole (free text under a loop is most of the
+    // vocabulary).
     template <class Next, class Stay>
     int64_t walk_states(int32_t start, Next&& next, Stay&& stay, uint8_t* mask) const {
         int64_t count = 0;
         struct Frame {
             uint32_t node;
             int32_t state;
+            int32_t depth;
         };
-        std::vector<Frame> stack{{0, start}};
+        std::vector<Frame> stack{{0, start, 0}};
         while (!stack.empty()) {
             const Frame f = stack.back();
             stack.pop_back();
             const Node& nd = nodes_[f.node];
-            const uint64_t* loop = stay(f.state);
+            const uint64_t* loop = stay(f.state, f.depth);
             for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
                 const Node& ch = nodes_[c];
                 if (loop && (below_[c][0] & ~loop[0]) == 0 && (below_[c][1] & ~loop[1]) == 0 &&
@@ -204,7 +206,7 @@ private:
                 const int32_t to = next(f.state, ch.byte);
                 if (to < 0) continue;
                 take(ch.lo, ch.lo + ch.own, mask, &count);
-                if (ch.num_children > 0) stack.push_back({c, to});
+                if (ch.num_children > 0) stack.push_back({c, to, f.depth + 1});
             }
         }
         return count;

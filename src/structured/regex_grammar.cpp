@@ -401,8 +401,8 @@ int64_t TokenTrie::fill_mask(const RegexGrammar& g, int state, std::vector<uint8
     std::fill(mask->begin(), mask->end(), 0);
     if (state < 0) return 0;
     return walk_states(
-        state, [&](int32_t s, uint8_t byte) { return g.next(s, byte); }, [&](int32_t s) { return g.loop_bytes(s); },
-        mask->data());
+        state, [&](int32_t s, uint8_t byte) { return g.next(s, byte); },
+        [&](int32_t s, int32_t) { return g.loop_bytes(s); }, mask->data());
 }
 
 int RegexGrammar::feed(int state, std::string_view bytes) const {
