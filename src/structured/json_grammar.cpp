@@ -1,5 +1,7 @@
 #include "structured/json_grammar.h"
 
+#include "structured/regex_grammar.h"
+
 #include <algorithm>
 #include <bit>
 #include <functional>
@@ -80,6 +82,24 @@ StrByte string_byte(JsonFrame& f, uint8_t c) {
     if (next < 0) return StrByte::kFail;
     f.pending = static_cast<uint8_t>(next);
     return StrByte::kStart;
+}
+
+// The byte a short escape's letter stands for.
+uint8_t unescaped(uint8_t c) {
+    switch (c) {
+        case 'b': return 8;
+        case 'f': return 12;
+        case 'n': return 10;
+        case 'r': return 13;
+        case 't': return 9;
+        default: return c;  // " \ /
+    }
+}
+
+// A string's pattern DFA after `byte` from state s, or -1 (dead, or no longer reachable to a match).
+int pattern_step(const SchemaNode& n, int s, uint8_t byte) {
+    const int t = n.pattern->next(s, byte);
+    return t >= 0 && (*n.pattern_live)[static_cast<size_t>(t)] ? t : -1;
 }
 
 // The UTF-8 state after plain string byte c from state `pending` (-1: c cannot appear there).
@@ -175,8 +195,7 @@ public:
             return fail(ptr, "is the schema false, which no value matches");
         }
         if (!s.is_object()) return fail(ptr, "must be an object or a boolean");
-        for (const char* k : {"pattern",
-                              "patternProperties",
+        for (const char* k : {"patternProperties",
                               "minimum",
                               "maximum",
                               "exclusiveMinimum",
@@ -205,6 +224,17 @@ public:
                 return fail(ptr + "/" + k, "is not supported in structured outputs (the output cannot be held to it)");
         }
         if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, ptr + "/$ref", depth);
+        if (s.contains("pattern")) {  // held only where the value is a string (typed below)
+            const auto t = s.find("type");
+            const bool string_typed =
+                t != s.end() && ((t->is_string() && *t == "string") ||
+                                 (t->is_array() && std::find(t->begin(), t->end(), Json("string")) != t->end()));
+            if (!string_typed || s.contains("enum") || s.contains("const") || s.contains("anyOf") ||
+                s.contains("oneOf") || s.contains("allOf"))
+                return fail(ptr + "/pattern",
+                            "is supported on a schema of type string (without enum, const, anyOf, "
+                            "oneOf or allOf beside it)");
+        }
         int node;
         if (s.contains("enum") || s.contains("const")) {
             StatusOr<int> n = literal(s, ptr);
@@ -280,6 +310,71 @@ public:
 private:
     static Status fail(const std::string& ptr, const std::string& what) {
         return invalid_argument("at " + (ptr.empty() ? std::string("the root") : ptr) + ": " + what);
+    }
+
+    // JSON Schema's `pattern` (a search, anchored only by a leading ^ / trailing $) as a full-match DFA, and the
+    // states from which a match can be reached through bytes a JSON string spells: any from 0x20 up (the quote and
+    // the backslash escaped) and those of the short escapes b, f, n, r, t.
+    static Status string_pattern(const std::string& p, const std::string& ptr, SchemaNode* n) {
+        bool top_alt = false, anchors = false, in_class = false;
+        int depth = 0;
+        for (size_t i = 0; i < p.size(); ++i) {
+            const char c = p[i];
+            if (c == '\\') {
+                ++i;
+                continue;
+            }
+            if (in_class) {
+                in_class = c != ']';
+                continue;
+            }
+            if (c == '[') in_class = true;
+            if (c == '(') ++depth;
+            if (c == ')') --depth;
+            if (c == '|' && depth == 0) top_alt = true;
+            if (c == '^' || c == '$') anchors = true;
+        }
+        if (top_alt && anchors) return fail(ptr, "anchors (^, $) in a pattern with a top-level | are not supported");
+        size_t backslashes = 0;
+        for (size_t i = p.size() - 1; i > 0 && i < p.size() && p[i - 1] == '\\'; --i) ++backslashes;
+        const bool starts = !top_alt && !p.empty() && p[0] == '^';
+        const bool ends = !top_alt && !p.empty() && p.back() == '$' && backslashes % 2 == 0;
+        const std::string full = (starts ? "" : "[\\s\\S]*") + std::string("(?:") + p + ")" + (ends ? "" : "[\\s\\S]*");
+        StatusOr<std::shared_ptr<const RegexGrammar>> g = RegexGrammar::compile(full);
+        if (!g.ok()) {
+            // Offsets name the pattern as given, not the wrapped one.
+            std::string why = g.status().message();
+            return fail(ptr, why);
+        }
+        const RegexGrammar& r = **g;
+        const int D = r.num_states();
+        std::vector<std::vector<int>> rev(static_cast<size_t>(D));
+        for (int s = 0; s < D; ++s)
+            for (int b = 0; b < 256; ++b) {
+                if (b < 0x20 && b != 8 && b != 9 && b != 10 && b != 12 && b != 13) continue;
+                if (const int t = r.next(s, static_cast<uint8_t>(b)); t >= 0) rev[static_cast<size_t>(t)].push_back(s);
+            }
+        auto live = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(D), 0);
+        std::vector<int> stack;
+        for (int s = 0; s < D; ++s)
+            if (r.accepting(s)) {
+                (*live)[static_cast<size_t>(s)] = 1;
+                stack.push_back(s);
+            }
+        while (!stack.empty()) {
+            const int t = stack.back();
+            stack.pop_back();
+            for (int s : rev[static_cast<size_t>(t)])
+                if (!(*live)[static_cast<size_t>(s)]) {
+                    (*live)[static_cast<size_t>(s)] = 1;
+                    stack.push_back(s);
+                }
+        }
+        if (!(*live)[static_cast<size_t>(r.start())])
+            return fail(ptr, "matches no string a JSON document can spell without \\u escapes");
+        n->pattern = *g;
+        n->pattern_live = std::move(live);
+        return ok_status();
     }
 
     // Unions are flat: an option that is itself a union contributes its options.
@@ -428,6 +523,12 @@ private:
             if (StatusOr<int> r = nonneg(s, "minLength", ptr, 0, &n.min_length); !r.ok()) return r.status();
             if (StatusOr<int> r = nonneg(s, "maxLength", ptr, INT32_MAX, &n.max_length); !r.ok()) return r.status();
             if (n.min_length > n.max_length) return fail(ptr + "/minLength", "is above maxLength");
+            if (const auto p = s.find("pattern"); p != s.end()) {
+                if (s.contains("minLength") || s.contains("maxLength"))
+                    return fail(ptr + "/pattern", "together with minLength / maxLength is not supported");
+                if (!p->is_string()) return fail(ptr + "/pattern", "must be a string");
+                RETURN_IF_ERROR(string_pattern(p->get<std::string>(), ptr + "/pattern", &n));
+            }
         } else if (type == "number") {
             n.kind = SchemaNode::Kind::kNumber;
         } else if (type == "integer") {
@@ -561,7 +662,7 @@ bool JsonMatcher::start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>*
             break;
         case SchemaNode::Kind::kString:
             if (c != '"') return false;
-            f = JsonFrame{.node = f.node, .kind = JsonFrame::kString};
+            f = JsonFrame{.node = f.node, .kind = JsonFrame::kString, .aux = n->pattern ? n->pattern->start() : 0};
             break;
         case SchemaNode::Kind::kNumber:
         case SchemaNode::Kind::kInteger:
@@ -734,8 +835,22 @@ bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* 
                 continue;  // c starts the item
             }
             case JsonFrame::kString: {
+                const uint8_t esc_before = f.esc;
                 const StrByte b = string_byte(f, c);
                 if (b == StrByte::kFail) return false;
+                if (n.pattern) {  // the value's bytes through the pattern's DFA (kept in aux)
+                    int s = f.aux;
+                    if (esc_before == 1) {
+                        if (c == 'u') return false;  // \u escapes are not followed under a pattern
+                        s = pattern_step(n, s, unescaped(c));
+                    } else if (b == StrByte::kClose) {
+                        if (!n.pattern->accepting(s)) return false;
+                    } else if (f.esc != 1) {  // (not the backslash itself)
+                        s = pattern_step(n, s, c);
+                    }
+                    if (s < 0) return false;
+                    f.aux = s;
+                }
                 if (b == StrByte::kClose) {
                     if (f.count < n.min_length) return false;
                     finish_value(t);
@@ -865,6 +980,7 @@ int JsonMatcher::plain_strings(PlainString* out) const {
         const SchemaNode& n = g_->node(f.node);
         int room;
         if (f.kind == JsonFrame::kString) {
+            if (n.pattern) continue;  // its text must also follow the pattern
             room = n.max_length == INT32_MAX ? INT32_MAX : n.max_length - f.count;
         } else if (f.kind == JsonFrame::kObject && f.phase == kObjKey && extra_ok(n, f.count)) {
             room = INT32_MAX;  // the key may be any other name: plain text never fails it

@@ -13,9 +13,11 @@
 // order; without additionalProperties an object with properties takes no others, as OpenAI's strict
 // mode), items / prefixItems / minItems / maxItems, minLength / maxLength, anyOf / oneOf (matched as
 // anyOf), a one-element allOf, nullable, $ref into #/$defs or #/definitions (recursion allowed).
-// Annotations (title, description, default, examples, format, ...) are ignored. Validation keywords
-// the matcher cannot enforce (pattern, minimum, multipleOf, uniqueItems, not, if, ...) are refused
-// with an error naming them, rather than ignored.
+// `pattern` on strings (ECMA-262 search semantics: unanchored unless it begins with ^ / ends with $; the
+// regex_grammar.h subset; not with minLength / maxLength, not with anchors inside a top-level alternation;
+// such a string spells characters directly or by the short escapes, not by \u). Annotations (title,
+// description, default, examples, format, ...) are ignored. Validation keywords the matcher cannot enforce
+// (minimum, multipleOf, uniqueItems, not, if, ...) are refused with an error naming them, rather than ignored.
 //
 // Bounds that keep generation finite: a run of whitespace is at most kMaxWhitespaceRun bytes, a
 // number at most kMaxNumberBytes (exponents of at most kMaxExponentDigits digits), nesting at most
@@ -47,6 +49,8 @@ inline constexpr int kMaxExponentDigits = 2;    // 1e99 at most: parsers' double
 inline constexpr int kMaxNamedProperties = 64;  // per object (a 64-bit candidate set)
 inline constexpr int kMaxEnumValues = 64;
 
+class RegexGrammar;  // structured/regex_grammar.h
+
 struct SchemaNode {
     enum class Kind : uint8_t { kAny, kObject, kArray, kString, kNumber, kInteger, kLiteral, kUnion };
     Kind kind = Kind::kAny;
@@ -61,6 +65,10 @@ struct SchemaNode {
     int min_items = 0, max_items = INT32_MAX;
     // kString (characters: code points, an escape counts once)
     int min_length = 0, max_length = INT32_MAX;
+    // kString: `pattern` as a DFA over the value's UTF-8 bytes (search semantics folded in), and which of its
+    // states can still reach a match through bytes a JSON string can spell (\u escapes are not followed).
+    std::shared_ptr<const RegexGrammar> pattern;
+    std::shared_ptr<const std::vector<uint8_t>> pattern_live;
     // kLiteral: compact JSON texts, one of which must be produced exactly
     std::vector<std::string> literals;
     // kUnion
@@ -147,8 +155,7 @@ private:
     std::vector<JsonThread> scratch_;
 };
 
-class RegexGrammar;  // structured/regex_grammar.h
-class EbnfMatcher;   // structured/ebnf_grammar.h
+class EbnfMatcher;  // structured/ebnf_grammar.h
 
 // The ordinary tokens of a vocabulary as a byte trie: for a matcher, the tokens whose bytes it
 // accepts. Built once per vocabulary (~1 s for 200k tokens), shared by every request.

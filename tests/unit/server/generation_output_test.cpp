@@ -904,7 +904,7 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("guided_grammar":"root ::= \"a\"","guided_regex":"a")",
                             R"("guided_json":"{not json")",
                             R"("guided_json":5)",
-                            R"("guided_json":{"type":"string","pattern":"x"})",
+                            R"("guided_json":{"type":"string","pattern":"^x","maxLength":4})",
                             R"("guided_json":{},"guided_json_object":true)",
                             R"("bad_words":"x")",
                             R"("bad_words":[1])",
@@ -968,6 +968,21 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
         ASSERT_TRUE(c->allowed_next(&mask)) << json;
         EXPECT_TRUE(mask[static_cast<size_t>(harmony_ids("{")[0])]);
         EXPECT_FALSE(mask[static_cast<size_t>(harmony_ids("[")[0])]);
+    }
+    // A string pattern (JSON Schema's search semantics): after the opening quote only digits, then the quote.
+    post_json("/v1/completions",
+              R"({"prompt":"x","max_tokens":3,"guided_json":{"type":"string","pattern":"^[0-9]{2,3}$"}})");
+    {
+        auto c = server_.engine.last_request().constraint->start();
+        std::vector<uint8_t> mask;
+        c->accept(harmony_ids("\"")[0]);
+        ASSERT_TRUE(c->allowed_next(&mask));
+        const size_t q = static_cast<size_t>(harmony_ids("\"")[0]);
+        EXPECT_TRUE(mask[static_cast<size_t>(harmony_ids("7")[0])] && mask[static_cast<size_t>(harmony_ids("42")[0])]);
+        EXPECT_FALSE(mask[static_cast<size_t>(harmony_ids("a")[0])] || mask[q]);
+        c->accept(harmony_ids("42")[0]);
+        ASSERT_TRUE(c->allowed_next(&mask));
+        EXPECT_TRUE(mask[q] && mask[static_cast<size_t>(harmony_ids("7")[0])]);
     }
     // On chat, guided_json holds the final message (as response_format), and only one of them may be given.
     script("<|channel|>final<|message|>{}<|return|>");

@@ -282,7 +282,7 @@ TEST_F(HttpServerTest, BadInputStatusesAndErrorShapes) {
          "response_format.json_schema"},
         {"/v1/chat/completions",
          R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":)"
-         R"({"name":"n","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}}}}})",
+         R"({"name":"n","schema":{"type":"object","properties":{"a":{"type":"string","minimum":1}}}}}})",
          400, "response_format.json_schema.schema"},
         {"/v1/responses", R"({"input":"x","text":{"format":{"type":"json_schema","schema":{}}}})", 400,
          "text.format.name"},

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -148,7 +149,13 @@ TEST(JsonGrammar, TopLevelScalarsEndWhereTheTextEnds) {
 
 TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
     const std::pair<const char*, const char*> cases[] = {
-        {R"({"type":"string","pattern":"^a"})", "/pattern"},
+        {R"({"type":"string","pattern":"^a","maxLength":3})", "/pattern"},
+        {R"({"pattern":"^a"})", "/pattern"},
+        {R"J({"type":"string","pattern":"(?=a)"})J", "/pattern"},
+        {R"({"type":"string","pattern":"^a|b"})", "/pattern"},
+        {R"({"type":"string","enum":["a"],"pattern":"a"})", "/pattern"},
+        {R"({"type":"string","pattern":"^\u0001$"})", "/pattern"},
+        {R"({"type":"string","pattern":7})", "/pattern"},
         {R"({"type":"integer","minimum":0})", "/minimum"},
         {R"({"type":"thing"})", "/type"},
         {R"({"properties":{"a":{}},"required":["b"]})", "/required/0"},
@@ -239,6 +246,58 @@ TEST(JsonGrammar, StringsAreStrictUtf8) {
 
 // The token mask against the byte matcher: a token is in the mask exactly when feeding its bytes
 // succeeds, for every state along random documents (the subtree shortcut included).
+// `pattern` on strings: ECMA-262 search semantics (std::regex_search on the decoded value) on random strings,
+// spelled directly or with short escapes; \u escapes are not followed.
+TEST(JsonGrammar, StringPatternsAgreeWithStdRegexSearch) {
+    const char* patterns[] = {"^[0-9]{3}-[0-9]{4}$",
+                              "ab",
+                              "^a",
+                              "b$",
+                              "^(a|bc)+$",
+                              "a.c",
+                              "^$",
+                              "[\"\\\\]x",
+                              "^\\d+(\\.\\d{1,2})?$",
+                              "x|y",
+                              "^\\w+@\\w+\\.com$",
+                              "^a\\nb$"};
+    std::mt19937 rng(17);
+    const std::string alphabet = "abcxy019-.@\"\\\n";
+    int accepted = 0;
+    for (const char* p : patterns) {
+        const std::string schema = Json{{"type", "string"}, {"pattern", p}}.dump();
+        auto g = JsonGrammar::compile(Json::parse(schema));
+        ASSERT_TRUE(g.ok()) << p << ": " << g.status().to_string();
+        const std::regex re(p, std::regex::ECMAScript);
+        for (int t = 0; t < 2000; ++t) {
+            std::string value;
+            for (int k = static_cast<int>(rng() % 9); k > 0; --k) value += alphabet[rng() % alphabet.size()];
+            const bool want = std::regex_search(value, re);
+            // The value as JSON text (nlohmann escapes " \ and \n with the short forms).
+            const std::string doc = Json(value).dump();
+            ASSERT_EQ(complete(**g, doc), want) << p << " on " << doc;
+            accepted += want;
+            if (want) {
+                // Every prefix of an accepted document is live (no dead end on the way).
+                for (size_t k = 0; k < doc.size(); ++k) ASSERT_TRUE(prefix(**g, doc.substr(0, k))) << p << doc;
+            }
+        }
+    }
+    EXPECT_GT(accepted, 1000);
+    auto ab = compile(R"({"type":"string","pattern":"^ab$"})");
+    EXPECT_TRUE(complete(*ab, "\"ab\""));
+    EXPECT_FALSE(prefix(*ab, "\"\\u0061"));  // \u escapes are not followed under a pattern
+    EXPECT_FALSE(prefix(*ab, "\"b"));
+    EXPECT_FALSE(complete(*ab, "\"a\""));
+    // Inside an object, beside other properties and in a nullable type list.
+    auto obj = compile(R"({"type":"object","properties":{"id":{"type":["string","null"],"pattern":"^[A-Z]{2}\\d$"},
+                           "n":{"type":"integer"}},"required":["id","n"]})");
+    EXPECT_TRUE(complete(*obj, R"({"id":"AB1","n":3})"));
+    EXPECT_TRUE(complete(*obj, R"({"id":null,"n":3})"));
+    EXPECT_FALSE(complete(*obj, R"({"id":"A1","n":3})"));
+    EXPECT_FALSE(prefix(*obj, R"({"id":"ABC)"));
+}
+
 TEST(TokenTrie, MaskEqualsFeedingEachToken) {
     std::vector<std::string> vocab;
     for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
@@ -260,6 +319,8 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
         // Other keys beside named ones (plain keys), two string alternatives alive at once.
         compile(R"({"type":"object","properties":{"na":{"type":"string"}},
                     "additionalProperties":{"anyOf":[{"enum":["ab","x\u00e9"]},{"type":"string","maxLength":3}]}})"),
+        // A pattern (no whole plain-text subtrees: the DFA follows every byte).
+        compile(R"({"type":"object","properties":{"name":{"type":"string","pattern":"^(ab|café)( world)?\\n?$"}}})"),
     };
     std::mt19937 rng(7);
     std::vector<uint8_t> mask;
