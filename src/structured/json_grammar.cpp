@@ -845,8 +845,13 @@ bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* 
                         s = pattern_step(n, s, unescaped(c));
                     } else if (b == StrByte::kClose) {
                         if (!n.pattern->accepting(s)) return false;
-                    } else if (f.esc != 1) {  // (not the backslash itself)
+                    } else if (f.esc != 1) {
                         s = pattern_step(n, s, c);
+                    } else {  // the backslash: some short escape must lead on
+                        bool any = false;
+                        for (uint8_t e : {'"', '\\', '/', 'b', 'f', 'n', 'r', 't'})
+                            any = any || pattern_step(n, s, unescaped(e)) >= 0;
+                        if (!any) return false;
                     }
                     if (s < 0) return false;
                     f.aux = s;
@@ -979,15 +984,19 @@ int JsonMatcher::plain_strings(PlainString* out) const {
         if (f.esc != 0) continue;
         const SchemaNode& n = g_->node(f.node);
         int room;
+        const uint64_t* loop = nullptr;
         if (f.kind == JsonFrame::kString) {
-            if (n.pattern) continue;  // its text must also follow the pattern
+            if (n.pattern) {  // its text must also follow the pattern: whole subtrees only where its DFA loops
+                loop = f.pending == 0 ? n.pattern->loop_bytes(f.aux) : nullptr;
+                if (loop == nullptr) continue;
+            }
             room = n.max_length == INT32_MAX ? INT32_MAX : n.max_length - f.count;
         } else if (f.kind == JsonFrame::kObject && f.phase == kObjKey && extra_ok(n, f.count)) {
             room = INT32_MAX;  // the key may be any other name: plain text never fails it
         } else {
             continue;
         }
-        out[n_out++] = PlainString{room, f.pending};
+        out[n_out++] = PlainString{room, f.pending, loop};
     }
     return n_out;
 }
@@ -1071,8 +1080,12 @@ void TokenTrie::walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels,
         // One alternative inside a plain string that takes the whole subtree is enough (the mask is
         // the union over the alternatives).
         bool whole = false;
-        for (int k = 0; k < num_plain && !whole; ++k)
-            whole = ((ch.safe >> plain[k].pending) & 1) && ch.max_rest <= plain[k].room;
+        for (int k = 0; k < num_plain && !whole; ++k) {
+            const uint64_t* l = plain[k].loop;
+            whole = ((ch.safe >> plain[k].pending) & 1) && ch.max_rest <= plain[k].room &&
+                    (l == nullptr || ((below_[c][0] & ~l[0]) == 0 && (below_[c][1] & ~l[1]) == 0 &&
+                                      (below_[c][2] & ~l[2]) == 0 && (below_[c][3] & ~l[3]) == 0));
+        }
         if (whole) {
             take(ch.lo, ch.hi, mask, count);
             continue;

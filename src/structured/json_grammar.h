@@ -138,6 +138,7 @@ public:
     struct PlainString {
         int room;
         int pending;
+        const uint64_t* loop = nullptr;  // a pattern's: only bytes that keep its DFA state (null: no pattern)
     };
     int plain_strings(PlainString* out) const;
     bool dead() const { return threads_.empty(); }

@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
+
+#include "structured/harmony_json.h"
+#include "unit/tokenizer/tokenizer_fixture.h"
 
 namespace gptoss::structured {
 namespace {
@@ -284,6 +289,23 @@ TEST(JsonGrammar, StringPatternsAgreeWithStdRegexSearch) {
         }
     }
     EXPECT_GT(accepted, 1000);
+    // No dead ends: a live prefix of JSON text (escapes, quotes and all) is complete or some byte leads on.
+    for (const char* p : patterns) {
+        auto g = JsonGrammar::compile(Json{{"type", "string"}, {"pattern", p}});
+        ASSERT_TRUE(g.ok());
+        for (int t = 0; t < 3000; ++t) {
+            std::string text = "\"";
+            for (int k = static_cast<int>(rng() % 7); k > 0; --k) text += "abc019-.@\"\\nxy"[rng() % 15];
+            JsonMatcher m(**g);
+            if (!m.feed(text) || m.accepting()) continue;
+            bool on = false;
+            for (int b = 0; b < 256 && !on; ++b) {
+                JsonMatcher probe = m;
+                on = probe.feed(std::string(1, static_cast<char>(b)));
+            }
+            ASSERT_TRUE(on) << p << ": the live prefix " << text << " has no way on";
+        }
+    }
     auto ab = compile(R"({"type":"string","pattern":"^ab$"})");
     EXPECT_TRUE(complete(*ab, "\"ab\""));
     EXPECT_FALSE(prefix(*ab, "\"\\u0061"));  // \u escapes are not followed under a pattern
@@ -319,7 +341,8 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
         // Other keys beside named ones (plain keys), two string alternatives alive at once.
         compile(R"({"type":"object","properties":{"na":{"type":"string"}},
                     "additionalProperties":{"anyOf":[{"enum":["ab","x\u00e9"]},{"type":"string","maxLength":3}]}})"),
-        // A pattern (no whole plain-text subtrees: the DFA follows every byte).
+        // Patterns: one followed byte by byte, one whose loop takes plain-text subtrees whole.
+        compile(R"({"type":"object","properties":{"t":{"type":"string","pattern":"^[a-z \\n]*x?$"}}})"),
         compile(R"({"type":"object","properties":{"name":{"type":"string","pattern":"^(ab|café)( world)?\\n?$"}}})"),
     };
     std::mt19937 rng(7);
@@ -343,6 +366,55 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
             }
         }
     }
+}
+
+// Random documents drawn under the mask over o200k for a schema with patterns: every finished one matches them;
+// the mask's cost a step is printed (a permissive pattern takes plain-text subtrees whole where its DFA loops).
+TEST(JsonGrammarO200k, PatternStringsUnderTheMask) {
+    GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
+    auto so = HarmonyStructuredOutputs::create(*tok, 201088);
+    ASSERT_TRUE(so.ok()) << so.status().to_string();
+    (*so)->trie();
+    auto g = compile(R"({"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},
+                         "note":{"type":"string","pattern":"^[^<>]*$"}},"required":["code","note"]})");
+    ASSERT_TRUE(g);
+    const std::regex code("^[A-Z]{2}-[0-9]{3}$"), note("^[^<>]*$");
+    const std::vector<std::string>& bytes = (*so)->token_bytes();
+    const int32_t ret = (*so)->ids().ret;
+    std::mt19937 rng(4);
+    std::vector<uint8_t> mask;
+    double ms = 0;
+    int steps = 0, done = 0;
+    for (int doc = 0; doc < 6; ++doc) {
+        auto c = (*so)->raw_json(g)->start();
+        std::string out;
+        for (int step = 0; step < 60; ++step, ++steps) {
+            const auto t0 = std::chrono::steady_clock::now();
+            ASSERT_TRUE(c->allowed_next(&mask));
+            ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            std::vector<int32_t> allowed;
+            for (size_t id = 0; id < mask.size(); ++id)
+                if (mask[id]) allowed.push_back(static_cast<int32_t>(id));
+            ASSERT_FALSE(allowed.empty()) << out;
+            // Prefer short tokens past 30 steps so that the note can end.
+            int32_t pick = mask[static_cast<size_t>(ret)] ? ret : allowed[rng() % allowed.size()];
+            if (step > 30)
+                for (int32_t id : allowed)
+                    if (bytes[static_cast<size_t>(id)] == "\"" || bytes[static_cast<size_t>(id)] == "\"}") pick = id;
+            if (pick == ret) {
+                const Json j = Json::parse(out);
+                EXPECT_TRUE(std::regex_search(j["code"].get<std::string>(), code)) << out;
+                EXPECT_TRUE(std::regex_search(j["note"].get<std::string>(), note)) << out;
+                ++done;
+                break;
+            }
+            c->accept(pick);
+            out += bytes[static_cast<size_t>(pick)];
+        }
+    }
+    std::printf("pattern schema over o200k: %d steps, mask %.3f ms a step; %d documents ended\n", steps, ms / steps,
+                done);
+    EXPECT_GT(done, 0);
 }
 
 }  // namespace
