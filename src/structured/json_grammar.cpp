@@ -312,6 +312,25 @@ private:
         return invalid_argument("at " + (ptr.empty() ? std::string("the root") : ptr) + ": " + what);
     }
 
+    // RFC 3339 / JSON Schema formats as anchored patterns (null: not held).
+    static const char* format_pattern(const std::string& format) {
+        static const std::pair<const char*, const char*> table[] = {
+            {"date", "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$"},
+            {"time", "^([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$"},
+            {"date-time",
+             "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])[Tt]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?"
+             "([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$"},
+            {"email", "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*$"},
+            {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+            {"ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$"},
+            {"hostname",
+             "^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"},
+        };
+        for (const auto& [name, p] : table)
+            if (format == name) return p;
+        return nullptr;
+    }
+
     // JSON Schema's `pattern` (a search, anchored only by a leading ^ / trailing $) as a full-match DFA, and the
     // states from which a match can be reached through bytes a JSON string spells: any from 0x20 up (the quote and
     // the backslash escaped) and those of the short escapes b, f, n, r, t.
@@ -528,6 +547,12 @@ private:
                     return fail(ptr + "/pattern", "together with minLength / maxLength is not supported");
                 if (!p->is_string()) return fail(ptr + "/pattern", "must be a string");
                 RETURN_IF_ERROR(string_pattern(p->get<std::string>(), ptr + "/pattern", &n));
+            } else if (const auto f = s.find("format"); f != s.end() && f->is_string() && !s.contains("minLength") &&
+                                                        !s.contains("maxLength")) {
+                // The formats OpenAI's strict mode holds (ipv6 and duration aside) as patterns; others stay
+                // annotations, as does a format beside minLength / maxLength.
+                if (const char* p = format_pattern(f->get<std::string>()))
+                    RETURN_IF_ERROR(string_pattern(p, ptr + "/format", &n));
             }
         } else if (type == "number") {
             n.kind = SchemaNode::Kind::kNumber;

@@ -7,6 +7,7 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "structured/harmony_json.h"
@@ -178,7 +179,7 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
         ASSERT_FALSE(g.ok()) << schema;
         EXPECT_NE(g.status().to_string().find(what), std::string::npos) << schema << ": " << g.status().to_string();
     }
-    // Annotations are ignored.
+    // Annotations are ignored (and a format compiles).
     EXPECT_TRUE(JsonGrammar::compile(Json::parse(R"({"title":"T","description":"d","type":"string","format":"date",
                                                      "default":"x","examples":["y"],"$schema":"s"})"))
                     .ok());
@@ -318,6 +319,29 @@ TEST(JsonGrammar, StringPatternsAgreeWithStdRegexSearch) {
     EXPECT_TRUE(complete(*obj, R"({"id":null,"n":3})"));
     EXPECT_FALSE(complete(*obj, R"({"id":"A1","n":3})"));
     EXPECT_FALSE(prefix(*obj, R"({"id":"ABC)"));
+}
+
+// String formats held as patterns (OpenAI's strict-mode set less ipv6 and duration); others, and a format
+// beside minLength / maxLength, stay annotations.
+TEST(JsonGrammar, StringFormats) {
+    const std::tuple<const char*, std::vector<const char*>, std::vector<const char*>> cases[] = {
+        {"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32"}},
+        {"time", {"23:59:60Z", "08:30:00.123+05:30", "00:00:00z"}, {"24:00:00Z", "08:30:00", "8:30:00Z"}},
+        {"date-time", {"2024-06-01T12:00:00Z", "2024-06-01t12:00:00.5-07:00"}, {"2024-06-01 12:00:00Z", "2024-06-01"}},
+        {"email", {"a.b+c@example.com", "x@y"}, {"@example.com", "a@", "a b@c.d"}},
+        {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567-e89b-12d3-a456-42661417400", "xyz"}},
+        {"ipv4", {"192.168.0.1", "0.0.0.0", "255.255.255.255"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
+        {"hostname", {"example.com", "a-b.c", "x"}, {"-a.com", "a..b", "a_b.com"}},
+    };
+    for (const auto& [format, good, bad] : cases) {
+        auto g = JsonGrammar::compile(Json{{"type", "string"}, {"format", format}});
+        ASSERT_TRUE(g.ok()) << format << ": " << g.status().to_string();
+        for (const char* v : good) EXPECT_TRUE(complete(**g, Json(v).dump())) << format << " " << v;
+        for (const char* v : bad) EXPECT_FALSE(complete(**g, Json(v).dump())) << format << " " << v;
+    }
+    for (const char* free : {R"({"type":"string","format":"date","maxLength":20})",
+                             R"({"type":"string","format":"color"})", R"({"type":"string","format":"ipv6"})"})
+        EXPECT_TRUE(complete(*compile(free), "\"not a date\"")) << free;
 }
 
 TEST(TokenTrie, MaskEqualsFeedingEachToken) {
