@@ -547,8 +547,8 @@ private:
                     return fail(ptr + "/pattern", "together with minLength / maxLength is not supported");
                 if (!p->is_string()) return fail(ptr + "/pattern", "must be a string");
                 RETURN_IF_ERROR(string_pattern(p->get<std::string>(), ptr + "/pattern", &n));
-            } else if (const auto f = s.find("format"); f != s.end() && f->is_string() && !s.contains("minLength") &&
-                                                        !s.contains("maxLength")) {
+            } else if (const auto f = s.find("format");
+                       f != s.end() && f->is_string() && !s.contains("minLength") && !s.contains("maxLength")) {
                 // The formats OpenAI's strict mode holds (ipv6 and duration aside) as patterns; others stay
                 // annotations, as does a format beside minLength / maxLength.
                 if (const char* p = format_pattern(f->get<std::string>()))

@@ -15,8 +15,10 @@
 // anyOf), a one-element allOf, nullable, $ref into #/$defs or #/definitions (recursion allowed).
 // `pattern` on strings (ECMA-262 search semantics: unanchored unless it begins with ^ / ends with $; the
 // regex_grammar.h subset; not with minLength / maxLength, not with anchors inside a top-level alternation;
-// such a string spells characters directly or by the short escapes, not by \u). Annotations (title,
-// description, default, examples, format, ...) are ignored. Validation keywords the matcher cannot enforce
+// such a string spells characters directly or by the short escapes, not by \u); `format` date, time,
+// date-time, email, uuid, ipv4 and hostname the same way (as patterns; another format, or one beside
+// min/maxLength or pattern, is an annotation). Annotations (title, description, default, examples, ...) are
+// ignored. Validation keywords the matcher cannot enforce
 // (minimum, multipleOf, uniqueItems, not, if, ...) are refused with an error naming them, rather than ignored.
 //
 // Bounds that keep generation finite: a run of whitespace is at most kMaxWhitespaceRun bytes, a
