@@ -223,18 +223,18 @@ public:
             if (s.contains(k))
                 return fail(ptr + "/" + k, "is not supported in structured outputs (the output cannot be held to it)");
         }
-        if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, ptr + "/$ref", depth);
         if (s.contains("pattern")) {  // held only where the value is a string (typed below)
             const auto t = s.find("type");
             const bool string_typed =
                 t != s.end() && ((t->is_string() && *t == "string") ||
                                  (t->is_array() && std::find(t->begin(), t->end(), Json("string")) != t->end()));
             if (!string_typed || s.contains("enum") || s.contains("const") || s.contains("anyOf") ||
-                s.contains("oneOf") || s.contains("allOf"))
+                s.contains("oneOf") || s.contains("allOf") || s.contains("$ref"))
                 return fail(ptr + "/pattern",
                             "is supported on a schema of type string (without enum, const, anyOf, "
-                            "oneOf or allOf beside it)");
+                            "oneOf, allOf or $ref beside it)");
         }
+        if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, ptr + "/$ref", depth);
         int node;
         if (s.contains("enum") || s.contains("const")) {
             StatusOr<int> n = literal(s, ptr);

@@ -162,6 +162,7 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
         {R"({"type":"string","enum":["a"],"pattern":"a"})", "/pattern"},
         {R"({"type":"string","pattern":"^\u0001$"})", "/pattern"},
         {R"({"type":"string","pattern":7})", "/pattern"},
+        {R"({"$defs":{"s":{"type":"string"}},"type":"string","$ref":"#/$defs/s","pattern":"a"})", "/pattern"},
         {R"({"type":"integer","minimum":0})", "/minimum"},
         {R"({"type":"thing"})", "/type"},
         {R"({"properties":{"a":{}},"required":["b"]})", "/required/0"},
