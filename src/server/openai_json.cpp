@@ -194,13 +194,17 @@ std::shared_ptr<const structured::EbnfGrammar> ebnf_grammar(Fields& f, const cha
         f.fail(key, "is longer than 65,536 bytes");
         return nullptr;
     }
-    if (text.find("::=") == std::string::npos) {
-        f.fail(key,
-               "is not a GBNF / EBNF grammar: rules are written name ::= ..., the output matching root (Lark's "
-               "name: form is not read)");
-        return nullptr;
+    // Without ::= it is Lark's form, which vLLM converts for its xgrammar backend.
+    std::string converted;
+    if (structured::EbnfGrammar::looks_like_lark(text)) {
+        StatusOr<std::string> gbnf = structured::EbnfGrammar::lark_to_gbnf(text);
+        if (!gbnf.ok()) {
+            f.fail(key, gbnf.status().message());
+            return nullptr;
+        }
+        converted = std::move(*gbnf);
     }
-    auto g = structured::EbnfGrammar::compile(text);
+    auto g = structured::EbnfGrammar::compile(converted.empty() ? text : converted);
     if (!g.ok()) {
         f.fail(key, g.status().message());
         return nullptr;

@@ -443,6 +443,197 @@ public:
     }
 };
 
+// ---- Lark's form ----
+
+namespace {
+
+// A line without its comment (// or # outside quotes and regular expressions).
+std::string_view strip_lark_comment(std::string_view line) {
+    char quote = 0;
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (quote != 0) {
+            if (c == '\\')
+                ++i;
+            else if (c == quote)
+                quote = 0;
+        } else if (c == '"' || c == '\'' || c == '/') {
+            if (c == '/' && i + 1 < line.size() && line[i + 1] == '/') return line.substr(0, i);
+            quote = c;
+        } else if (c == '#') {
+            return line.substr(0, i);
+        }
+    }
+    return line;
+}
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return s;
+}
+
+bool lark_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool lark_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// One Lark expansion (the text after `name:` or `|`) in GBNF; `line` for errors.
+StatusOr<std::string> lark_expansion(std::string_view e, size_t line) {
+    auto error = [&](const std::string& what) {
+        return invalid_argument("the Lark grammar at line " + std::to_string(line) + ": " + what);
+    };
+    std::string out;
+    int optional_depth = 0;
+    for (size_t i = 0; i < e.size();) {
+        const char c = e[i];
+        if (std::isspace(static_cast<unsigned char>(c))) {
+            out += ' ';
+            ++i;
+        } else if (c == '"' || c == '\'') {
+            // A string: its body as a GBNF literal (a single-quoted one's " escaped, \' unescaped).
+            std::string body;
+            size_t j = i + 1;
+            for (; j < e.size() && e[j] != c; ++j) {
+                if (e[j] == '\\' && j + 1 < e.size()) {
+                    if (e[j + 1] == '\'') {
+                        body += '\'';
+                    } else {
+                        body += e[j];
+                        body += e[j + 1];
+                    }
+                    ++j;
+                } else if (e[j] == '"') {
+                    body += "\\\"";
+                } else {
+                    body += e[j];
+                }
+            }
+            if (j >= e.size()) return error("an unterminated string");
+            i = j + 1;
+            if (i < e.size() && e[i] == 'i') return error("case-insensitive strings (\"...\"i) are not supported");
+            // "a".."z": a character range.
+            if (e.compare(i, 2, "..") == 0 && i + 2 < e.size() && (e[i + 2] == '"' || e[i + 2] == '\'')) {
+                const char q = e[i + 2];
+                const size_t close = e.find(q, i + 3);
+                if (close == std::string_view::npos) return error("an unterminated string");
+                out.append(1, '[').append(body).append(1, '-').append(e.substr(i + 3, close - i - 3)).append(1, ']');
+                i = close + 1;
+            } else {
+                out.append(1, '"').append(body).append(1, '"');
+            }
+        } else if (c == '/') {
+            return error("regular-expression terminals (/.../) are not supported: write them as rules");
+        } else if (c == '[') {
+            out += '(';
+            ++optional_depth;
+            ++i;
+        } else if (c == ']') {
+            if (optional_depth == 0) return error("unbalanced ']'");
+            out += ")?";
+            --optional_depth;
+            ++i;
+        } else if (c == '~') {
+            size_t j = i + 1;
+            while (j < e.size() && e[j] == ' ') ++j;
+            const size_t a = j;
+            while (j < e.size() && std::isdigit(static_cast<unsigned char>(e[j]))) ++j;
+            if (j == a) return error("~ takes a count (~n or ~n..m)");
+            std::string rep(1, '{');
+            rep.append(e.substr(a, j - a));
+            if (e.compare(j, 2, "..") == 0) {
+                const size_t b = j + 2;
+                j = b;
+                while (j < e.size() && std::isdigit(static_cast<unsigned char>(e[j]))) ++j;
+                if (j == b) return error("~n..m takes a maximum");
+                rep.append(1, ',').append(e.substr(b, j - b));
+            }
+            out.append(rep).append(1, '}');
+            i = j;
+        } else if (c == '-' && i + 1 < e.size() && e[i + 1] == '>') {
+            i += 2;  // an alias: the name after it is dropped
+            while (i < e.size() && e[i] == ' ') ++i;
+            while (i < e.size() && lark_name_char(e[i])) ++i;
+        } else if (lark_name_start(c)) {
+            size_t j = i;
+            while (j < e.size() && lark_name_char(e[j])) ++j;
+            const std::string_view name = e.substr(i, j - i);
+            out += name == "start" ? std::string("root") : std::string(name);
+            i = j;
+        } else if (c == '(' || c == ')' || c == '|' || c == '*' || c == '+' || c == '?') {
+            out += c;
+            ++i;
+        } else if (c == '%') {
+            return error("directives (%import, %ignore, ...) are not supported");
+        } else {
+            return error(std::string("unexpected '") + c + "'");
+        }
+    }
+    if (optional_depth != 0) return error("unbalanced '['");
+    return out;
+}
+
+}  // namespace
+
+bool EbnfGrammar::looks_like_lark(std::string_view text) {
+    bool any = false;
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t nl = std::min(text.find('\n', at), text.size());
+        const std::string_view line = trim(strip_lark_comment(text.substr(at, nl - at)));
+        at = nl + 1;
+        if (line.empty()) continue;
+        if (line.find("::=") != std::string_view::npos) return false;
+        any = true;
+    }
+    return any;
+}
+
+StatusOr<std::string> EbnfGrammar::lark_to_gbnf(std::string_view text) {
+    std::string out;
+    bool has_start = false, open = false;
+    size_t at = 0, number = 0;
+    while (at <= text.size()) {
+        const size_t nl = std::min(text.find('\n', at), text.size());
+        const std::string_view line = trim(strip_lark_comment(text.substr(at, nl - at)));
+        at = nl + 1;
+        ++number;
+        if (line.empty()) continue;
+        auto error = [&](const std::string& what) {
+            return invalid_argument("the Lark grammar at line " + std::to_string(number) + ": " + what);
+        };
+        if (line.front() == '%') return error("directives (%import, %ignore, ...) are not supported");
+        if (line.front() == '|') {
+            if (!open) return error("an alternative ('|') before any rule");
+            StatusOr<std::string> alt = lark_expansion(line.substr(1), number);
+            if (!alt.ok()) return alt.status();
+            out.append(" | ").append(*alt);
+            continue;
+        }
+        // name: expansion (a ? or ! before the name, a .priority after it).
+        size_t i = 0;
+        if (line[i] == '?' || line[i] == '!') ++i;
+        const size_t name_at = i;
+        if (i >= line.size() || !lark_name_start(line[i])) return error("expected a rule (name: ...)");
+        while (i < line.size() && lark_name_char(line[i])) ++i;
+        const std::string_view name = line.substr(name_at, i - name_at);
+        if (i < line.size() && line[i] == '.') {
+            ++i;
+            while (i < line.size() && (std::isdigit(static_cast<unsigned char>(line[i])) || line[i] == '-')) ++i;
+        }
+        while (i < line.size() && line[i] == ' ') ++i;
+        if (i >= line.size() || line[i] != ':')
+            return error("expected ':' after the rule name '" + std::string(name) + "'");
+        if (name == "root") return error("'root' is the converted grammar's own name for start: rename the rule");
+        StatusOr<std::string> body = lark_expansion(line.substr(i + 1), number);
+        if (!body.ok()) return body.status();
+        has_start = has_start || name == "start";
+        if (open) out += "\n";
+        out.append(name == "start" ? std::string_view("root") : name).append(" ::= ").append(*body);
+        open = true;
+    }
+    if (!has_start) return invalid_argument("the Lark grammar has no start rule");
+    return out + "\n";
+}
+
 StatusOr<std::shared_ptr<const EbnfGrammar>> EbnfGrammar::compile(std::string_view text) {
     return EbnfCompiler::compile(text);
 }

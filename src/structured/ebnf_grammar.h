@@ -35,6 +35,14 @@ class EbnfGrammar {
 public:
     static StatusOr<std::shared_ptr<const EbnfGrammar>> compile(std::string_view text);
 
+    // Lark's form, as vLLM reads a guided_grammar without `::=` (its xgrammar backend converts it to EBNF):
+    // `name: expansion` rules and terminals (a leading ? or !, a .priority ignored), alternatives on lines that
+    // begin with '|', "strings" and 'strings', "a".."z" ranges, [optional], ~n and ~n..m repeats, -> aliases
+    // dropped, // and # comments; `start` is the root. Regular-expression terminals, case-insensitive strings and
+    // %directives (%import, %ignore, ...) are refused by line.
+    static bool looks_like_lark(std::string_view text);
+    static StatusOr<std::string> lark_to_gbnf(std::string_view text);
+
     // DFA states of all rules together; a state belongs to one rule.
     int num_states() const { return static_cast<int>(accepting_.size()); }
     // The state after `byte` within the state's rule, or -1.

@@ -898,7 +898,7 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("structured_outputs":{"grammar":"root ::= x"})",
                             R"("structured_outputs":{"structural_tag":"{}"})",
                             R"("guided_grammar":"root ::= x")",
-                            R"("guided_grammar":"start: \"a\"")",
+                            R"("guided_grammar":"start: /a+/")",
                             R"("guided_grammar":["root ::= \"a\""])",
                             R"("grammar":"root ::= root \"a\" | \"b\"")",
                             R"("guided_grammar":"root ::= \"a\"","guided_regex":"a")",
@@ -1082,6 +1082,17 @@ TEST_F(GenerationOutputTest, GuidedGrammar) {
         ASSERT_TRUE(c->allowed_next(&m));
         EXPECT_TRUE(m[ret]);
         EXPECT_EQ(std::count(m.begin(), m.end(), 1), 1);
+    }
+    // Lark's form (vLLM converts it): the same language.
+    post_json(
+        "/v1/completions",
+        R"({"prompt":"n?","max_tokens":5,"guided_grammar":"start: expr\nexpr: DIGIT+ | \"(\" expr (\"+\" expr)* \")\"\nDIGIT: \"0\"..\"9\""})");
+    {
+        auto c = server_.engine.last_request().constraint->start();
+        std::vector<uint8_t> m;
+        ASSERT_TRUE(c->allowed_next(&m));
+        EXPECT_TRUE(m[id("(")] && m[id("7")] && m[id("42")]);
+        EXPECT_FALSE(m[id(")")] || m[id("a")] || m[ret]);
     }
     // Chat: the final message; the header before it is free.
     script("<|channel|>final<|message|>(1)<|return|>");

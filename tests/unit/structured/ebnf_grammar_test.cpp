@@ -269,6 +269,55 @@ TEST(EbnfGrammar, RefusalsNameTheProblem) {
     EXPECT_TRUE(EbnfGrammar::compile("root ::= \"x\" e root | \"\"\ne ::= \"q\"*").ok());
 }
 
+// Lark's form (as vLLM converts it for xgrammar): rules and alternatives, both quotes, ranges, [optional], ~
+// repeats, aliases and comments; refusals by line.
+TEST(EbnfGrammar, LarkForm) {
+    const std::string lark = R"L(
+// The vLLM documentation's SQL example, in Lark
+?start: select_statement
+?select_statement: "SELECT " column " from " table [" where " condition]
+column: "col_1 " | 'col_2 '    # both quotes
+table: "table_1 "
+     | "table_2 " -> second
+condition: column "= " NUMBER
+NUMBER.2: DIGIT~1..3
+DIGIT: "0".."9"
+)L";
+    ASSERT_TRUE(EbnfGrammar::looks_like_lark(lark));
+    EXPECT_FALSE(EbnfGrammar::looks_like_lark("root ::= \"a\"  # start: x"));
+    EXPECT_FALSE(EbnfGrammar::looks_like_lark("  \n// nothing\n"));
+    auto text = EbnfGrammar::lark_to_gbnf(lark);
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    auto g = compile(*text);
+    ASSERT_TRUE(g) << *text;
+    EXPECT_TRUE(matches(*g, "SELECT col_1  from table_2 "));
+    EXPECT_TRUE(matches(*g, "SELECT col_2  from table_1  where col_1 = 42"));
+    EXPECT_FALSE(matches(*g, "SELECT col_2  from table_1  where col_1 = 4242"));
+    EXPECT_FALSE(matches(*g, "SELECT col_3  from table_1 "));
+    auto quotes = EbnfGrammar::lark_to_gbnf("start: 'say \"hi\"' | \"it\\'s\" x~2\nx: \"x\"");
+    ASSERT_TRUE(quotes.ok()) << quotes.status().to_string();
+    auto q = compile(*quotes);
+    ASSERT_TRUE(q) << *quotes;
+    EXPECT_TRUE(matches(*q, "say \"hi\""));
+    EXPECT_TRUE(matches(*q, "it'sxx"));
+    const std::pair<const char*, const char*> bad[] = {
+        {"start: /[a-z]+/", "line 1: regular-expression"},
+        {"start: \"a\"i", "case-insensitive"},
+        {"%import common.WS\nstart: \"a\"", "line 1: directives"},
+        {"rule: \"a\"", "no start rule"},
+        {"start: \"a\"\n| \"b\"\nfoo bar", "line 3: expected ':'"},
+        {"| \"a\"", "before any rule"},
+        {"start: [\"a\"", "unbalanced '['"},
+        {"start: x~", "count"},
+        {"start: root\nroot: \"a\"", "rename"},
+    };
+    for (const auto& [t, words] : bad) {
+        auto r = EbnfGrammar::lark_to_gbnf(t);
+        ASSERT_FALSE(r.ok()) << t;
+        EXPECT_NE(r.status().message().find(words), std::string::npos) << t << ": " << r.status().message();
+    }
+}
+
 // Dead branches leave nothing live behind them; unreachable or unproductive rules are dropped.
 TEST(EbnfGrammar, DeadRulesAreDropped) {
     auto g = compile("root ::= \"a\" | \"b\" loop | \"c\" []\nloop ::= \"x\" loop\nunused ::= \"q\"");
