@@ -1,6 +1,6 @@
-// Fuzz target: guided_grammar's GBNF compiler and matcher. The input is a grammar and, after a NUL byte, text fed
-// to the matcher one byte at a time; a small token trie's mask is checked against feeding each token at every
-// 16th step, and a live matcher must be able to end or read on (no dead ends). None of it may crash, hang or
+// Fuzz target: guided_grammar's GBNF compiler (and Lark converter) and matcher. The input is a grammar and, after a NUL
+// byte, text fed to the matcher one byte at a time; a small token trie's mask is checked against feeding each token at
+// every 16th step, and a live matcher must be able to end or read on (no dead ends). None of it may crash, hang or
 // throw.
 #include <cstddef>
 #include <cstdint>
@@ -19,7 +19,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view text = in.substr(0, nul);
     const std::string_view input = nul == std::string_view::npos ? std::string_view() : in.substr(nul + 1);
     if (text.size() > 1024) return 0;
-    auto g = EbnfGrammar::compile(text);
+    // Lark's form (no ::=) through the converter first, as the server does.
+    std::string converted;
+    if (EbnfGrammar::looks_like_lark(text)) {
+        auto gbnf = EbnfGrammar::lark_to_gbnf(text);
+        if (!gbnf.ok()) return 0;
+        converted = std::move(*gbnf);
+    }
+    auto g = EbnfGrammar::compile(converted.empty() ? text : std::string_view(converted));
     if (!g.ok()) return 0;
     static const std::vector<std::string> vocab = [] {
         std::vector<std::string> v;
