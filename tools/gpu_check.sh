@@ -170,9 +170,27 @@ serve_check() {
   curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"m","prompt":[11,12,13,14,15,16,17,18,19],"max_tokens":1,"logprobs":1,"echo":true,"temperature":0,"prompt_logprobs":2}' \
     > "$OUT/${name}_echo.json"
+  # Session 48: a GBNF grammar and a schema with a string pattern; then 200 tokens each unconstrained, under a regex
+  # and under a grammar (the same language), to time what host masks cost a request on o200k.
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":"x","max_tokens":40,"temperature":1,"seed":5,"guided_grammar":"root ::= \"[\" item (\",\" item){0,3} \"]\"\nitem ::= [a-c] | root"}' \
+    > "$OUT/${name}_grammar.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":"x","max_tokens":40,"temperature":1,"seed":5,"guided_json":{"type":"object","properties":{"id":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"}},"required":["id"]}}' \
+    > "$OUT/${name}_pattern.json"
+  local kind body
+  : > "$OUT/${name}_times.txt"
+  for kind in free regex grammar; do
+    body='{"model":"m","prompt":"x","max_tokens":200,"min_tokens":200,"temperature":1,"seed":7'
+    [ $kind = regex ] && body="$body"',"guided_regex":"[a-z ]+"'
+    [ $kind = grammar ] && body="$body"',"guided_grammar":"root ::= w (\" \" w)*\nw ::= [a-z]+"'
+    curl -s -m 120 -o "$OUT/${name}_time_$kind.json" -w "$kind %{time_total}\n" http://127.0.0.1:$port/v1/completions \
+      -H 'Content-Type: application/json' -d "$body}" >> "$OUT/${name}_times.txt"
+  done
   local extra
-  extra=$(python3 - "$OUT/${name}_json.json" "$OUT/${name}_echo.json" <<'PY'
-import json, math, sys
+  extra=$(python3 - "$OUT/${name}_json.json" "$OUT/${name}_echo.json" "$OUT/${name}_grammar.json" \
+    "$OUT/${name}_pattern.json" "$OUT/${name}_times.txt" "$OUT/${name}" <<'PY'
+import json, math, re, sys
 out = []
 try:
     c = json.load(open(sys.argv[1]))["choices"][0]
@@ -192,6 +210,45 @@ try:
     out.append(f"echo entries={len(lp)} first_null_rest_finite={good} prompt_logprobs={len(plp)}")
 except Exception as e:
     out.append(f"echo unreadable ({e})")
+def nested(t, i=0):  # the grammar's lists: the index after one at i, or -1
+    if i >= len(t) or t[i] != "[":
+        return -1
+    j = i + 1
+    for k in range(4):
+        j = j + 1 if j < len(t) and t[j] in "abc" else nested(t, j)
+        if j < 0 or j >= len(t):
+            return -1
+        if t[j] == "]":
+            return j + 1
+        if t[j] != "," or k == 3:
+            return -1
+        j += 1
+    return -1
+try:
+    c = json.load(open(sys.argv[3]))["choices"][0]
+    t = c["text"]
+    ok = nested(t) == len(t) if c["finish_reason"] == "stop" else re.fullmatch(r"[\[\],a-c]*", t) is not None
+    out.append(f"grammar finish={c['finish_reason']} text_ok={ok}")
+except Exception as e:
+    out.append(f"grammar unreadable ({e})")
+try:
+    c = json.load(open(sys.argv[4]))["choices"][0]
+    ok = None
+    if c["finish_reason"] == "stop":
+        ok = re.fullmatch(r"[A-Z]{2}-[0-9]{3}", json.loads(c["text"])["id"]) is not None
+    out.append(f"pattern finish={c['finish_reason']} id_ok={ok}")
+except Exception as e:
+    out.append(f"pattern unreadable ({e})")
+try:
+    for line in open(sys.argv[5]):
+        kind, secs = line.split()
+        c = json.load(open(f"{sys.argv[6]}_time_{kind}.json"))
+        n = c["usage"]["completion_tokens"]
+        text = c["choices"][0]["text"]
+        valid = kind == "free" or re.fullmatch(r"[a-z ]+" if kind == "regex" else r"[a-z]+( [a-z]+)*", text) is not None
+        out.append(f"{kind}: {n} tokens {float(secs):.3f} s ({n / float(secs):.0f} tok/s) valid={valid}")
+except Exception as e:
+    out.append(f"timing unreadable ({e})")
 print(" ".join(out))
 PY
 )
