@@ -290,9 +290,18 @@ describe('chat.completions', () => {
     const text = k.choices[0].text;
     assert.match(text, /^\s*\{/);
     if (k.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(text), 'object');
+    // A string pattern (and a format) hold the value; a keyword the output cannot be held to is refused.
+    const p = await client.completions.create({ model: MODEL, prompt: 'x', max_tokens: 24, temperature: 1,
+      guided_json: { type: 'object', properties: { id: { type: 'string', pattern: '^[A-Z]{2}-\\d{3}$' },
+        day: { type: 'string', format: 'date' } }, required: ['id', 'day'] } });
+    if (p.choices[0].finish_reason === 'stop') {
+      const doc = JSON.parse(p.choices[0].text);
+      assert.match(doc.id, /^[A-Z]{2}-\d{3}$/);
+      assert.match(doc.day, /^\d{4}-\d{2}-\d{2}$/);
+    }
     await expectApiError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }],
-      response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a' } } } }),
-      400, 'response_format.json_schema.schema');
+      max_tokens: 8, response_format: { type: 'json_schema', json_schema: { name: 'p',
+        schema: { type: 'integer', minimum: 1 } } } }), 400, 'response_format.json_schema.schema');
   });
 
   test('logprobs and reasoning_effort', async () => {
