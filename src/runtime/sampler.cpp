@@ -239,15 +239,25 @@ SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint6
         }
         processed = work_.data();
     }
+    // 3-4. Draw. Under a mask, over the allowed tokens alone (ascending ids): the masked-out ones would have
+    // probability 0 and rank below every allowed one, so the kept ids, their probabilities and the draw are the
+    // same, for the exponentials of the allowed tokens only.
     if (allowed != nullptr) {
-        if (processed != work_.data()) work_.assign(logits, logits + V);
+        allowed_logits_.clear();
+        allowed_ids_.clear();
         for (int i = 0; i < V; ++i)
-            if (!allowed[i]) work_[i] = -INFINITY;
-        processed = work_.data();
+            if (allowed[i]) {
+                allowed_logits_.push_back(processed[i]);
+                allowed_ids_.push_back(i);
+            }
     }
-
-    // 3-4. Draw.
-    out.id = draw(processed, V, p, seed, output.size(), DrawScratch{prob_, keys_, ids_, flags_});
+    if (allowed != nullptr && !allowed_ids_.empty()) {
+        const int32_t k = draw(allowed_logits_.data(), static_cast<int>(allowed_ids_.size()), p, seed, output.size(),
+                               DrawScratch{prob_, keys_, ids_, flags_});
+        out.id = allowed_ids_[static_cast<size_t>(k)];
+    } else {
+        out.id = draw(processed, V, p, seed, output.size(), DrawScratch{prob_, keys_, ids_, flags_});
+    }
     if (allowed != nullptr && !allowed[out.id]) {
         // Every allowed logit is -inf or NaN (a broken row): the first allowed token, never another.
         for (int i = 0; i < V; ++i)

@@ -178,5 +178,35 @@ TEST(SamplerTest, NonFiniteLogitsStillGiveAnInRangeId) {
     }
 }
 
+// A mask (structured outputs) draws over the allowed tokens alone: the same token as the draw over the whole row
+// with every other logit -inf, for every truncation, and always an allowed one.
+TEST(SamplerTest, MaskedDrawsEqualTheFullRowWithTheRestAtMinusInfinity) {
+    const int V = 5000;
+    Sampler s(V);
+    std::mt19937 rng(21);
+    int checked = 0;
+    for (int trial = 0; trial < 60; ++trial) {
+        const std::vector<float> logits = random_logits(V, 100 + static_cast<uint32_t>(trial), 3.0f);
+        std::vector<uint8_t> mask(V, 0);
+        const int every = 1 + static_cast<int>(rng() % 50);
+        for (int i = static_cast<int>(rng() % 7); i < V; i += every) mask[static_cast<size_t>(i)] = 1;
+        std::vector<float> masked = logits;
+        for (int i = 0; i < V; ++i)
+            if (!mask[static_cast<size_t>(i)]) masked[static_cast<size_t>(i)] = -INFINITY;
+        SamplingParams p;
+        p.temperature = trial % 5 == 0 ? 0.0f : 0.3f + 0.2f * static_cast<float>(trial % 6);
+        p.top_k = trial % 3 == 0 ? 0 : 1 + static_cast<int>(rng() % 200);
+        p.top_p = trial % 4 == 0 ? 1.0f : 0.5f + 0.1f * static_cast<float>(trial % 5);
+        p.min_p = trial % 7 == 0 ? 0.05f : 0.0f;
+        for (uint64_t seed = 0; seed < 20; ++seed) {
+            const SampledToken a = s.sample(logits.data(), p, seed, {}, {}, -1, mask.data());
+            ASSERT_TRUE(mask[static_cast<size_t>(a.id)]) << trial;
+            EXPECT_EQ(a.id, sample_token(masked.data(), V, p, seed, 0)) << "trial " << trial << " seed " << seed;
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 1200);
+}
+
 }  // namespace
 }  // namespace gptoss::runtime
