@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,13 +28,69 @@ using runtime::testing::describe;
 using runtime::testing::Generation;
 using runtime::testing::random_ids;
 
+// The engine's first step waits here until the test opens the gate: the test submits its first request, waits
+// for that step to begin, submits the rest and opens the gate, so that the rest form the second step whatever
+// the threads' timing. The batches, and with them the kernels' arithmetic (which depends on a step's shape), are
+// then the same in every run; a submission racing the engine thread made near-ties fall either way (r64).
+struct StepGate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, open = false;
+    void pass() {
+        std::unique_lock<std::mutex> lock(mu);
+        entered = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return open; });
+    }
+    void wait_entered() {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return entered; });
+    }
+    void release() {
+        std::lock_guard<std::mutex> lock(mu);
+        open = true;
+        cv.notify_all();
+    }
+};
+
+class GatedRunner final : public runtime::ModelRunner {
+public:
+    GatedRunner(std::unique_ptr<runtime::ModelRunner> inner, std::shared_ptr<StepGate> gate)
+        : inner_(std::move(inner)), gate_(std::move(gate)) {}
+    const model::GptOssConfig& config() const override { return inner_->config(); }
+    runtime::KvGeometry kv_geometry(int block_size) const override { return inner_->kv_geometry(block_size); }
+    size_t free_memory_bytes() const override { return inner_->free_memory_bytes(); }
+    size_t total_memory_bytes() const override { return inner_->total_memory_bytes(); }
+    Status allocate_kv_cache(int block_size, runtime::KvBlockCounts counts) override {
+        return inner_->allocate_kv_cache(block_size, counts);
+    }
+    Status forward(const runtime::Batch& batch, std::vector<float>* logits) override {
+        gate_->pass();
+        return inner_->forward(batch, logits);
+    }
+    bool samples_on_device() const override { return inner_->samples_on_device(); }
+    int max_batch_entries() const override { return inner_->max_batch_entries(); }
+    Status forward_sample(const runtime::Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
+                          std::vector<float>* logits) override {
+        gate_->pass();
+        return inner_->forward_sample(batch, params, ids, logits);
+    }
+
+private:
+    std::unique_ptr<runtime::ModelRunner> inner_;
+    std::shared_ptr<StepGate> gate_;
+};
+
 std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w, bool device_sampling,
                                    const std::vector<Request>& reqs, int speculative_tokens = 0,
                                    runtime::EngineStats* stats = nullptr) {
     runtime::SpeculativeConfig spec{.num_tokens = speculative_tokens, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
-    auto runner = runtime::CudaModelRunner::create(w, 8 + runtime::speculative_extra_entries(spec, 8), 256);
-    EXPECT_TRUE(runner.ok()) << runner.status().to_string();
-    if (!runner.ok()) return {};
+    auto cuda_runner = runtime::CudaModelRunner::create(w, 8 + runtime::speculative_extra_entries(spec, 8), 256);
+    EXPECT_TRUE(cuda_runner.ok()) << cuda_runner.status().to_string();
+    if (!cuda_runner.ok()) return {};
+    auto gate = std::make_shared<StepGate>();
+    std::optional<std::unique_ptr<runtime::ModelRunner>> runner =
+        std::make_unique<GatedRunner>(std::move(*cuda_runner), gate);
     runtime::EngineConfig cfg;
     cfg.device_sampling = device_sampling;
     cfg.scheduler.max_num_seqs = 8;  // the runner's, plus the drafts' entries
@@ -41,12 +100,17 @@ std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w
     EXPECT_TRUE(engine.ok()) << engine.status().to_string();
     if (!engine.ok()) return {};
     std::vector<runtime::RequestHandle> handles;
-    for (const Request& r : reqs) {
-        auto h = (*engine)->submit(r);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        auto h = (*engine)->submit(reqs[i]);
         EXPECT_TRUE(h.ok()) << h.status().to_string();
-        if (!h.ok()) return {};
+        if (!h.ok()) {
+            gate->release();
+            return {};
+        }
         handles.push_back(std::move(*h));
+        if (i == 0) gate->wait_entered();  // the first step holds the first request alone
     }
+    gate->release();
     std::vector<Generation> out;
     for (auto& h : handles) out.push_back(collect(h));
     EXPECT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
