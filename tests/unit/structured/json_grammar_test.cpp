@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "structured/harmony_json.h"
+#include "unit/structured/mask_step.h"
 #include "unit/tokenizer/tokenizer_fixture.h"
 
 namespace gptoss::structured {
@@ -414,12 +415,9 @@ TEST(JsonGrammarO200k, PatternStringsUnderTheMask) {
         auto c = (*so)->raw_json(g)->start();
         std::string out;
         for (int step = 0; step < 60; ++step, ++steps) {
-            const auto t0 = std::chrono::steady_clock::now();
-            ASSERT_TRUE(c->allowed_next(&mask));
-            ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            std::vector<int32_t> allowed;
-            for (size_t id = 0; id < mask.size(); ++id)
-                if (mask[id]) allowed.push_back(static_cast<int32_t>(id));
+            const testing::MaskStep s = testing::mask_step(*c, &mask, &ms);
+            ASSERT_TRUE(s.constrained);
+            const std::vector<int32_t>& allowed = s.allowed;
             ASSERT_FALSE(allowed.empty()) << out;
             // Prefer short tokens past 30 steps so that the note can end.
             int32_t pick = mask[static_cast<size_t>(ret)] ? ret : allowed[rng() % allowed.size()];

@@ -13,6 +13,7 @@
 
 #include "structured/harmony_json.h"
 #include "structured/json_grammar.h"
+#include "unit/structured/mask_step.h"
 #include "unit/tokenizer/tokenizer_fixture.h"
 
 namespace gptoss::structured {
@@ -276,12 +277,9 @@ TEST(RegexGrammarO200k, RandomOutputsUnderTheMaskMatch) {
         auto c = (*so)->raw_json(nullptr, g)->start();
         std::string text;
         for (int step = 0; step < 60; ++step, ++steps) {
-            const auto t0 = std::chrono::steady_clock::now();
-            ASSERT_TRUE(c->allowed_next(&mask));
-            mask_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            std::vector<int32_t> allowed;
-            for (size_t id = 0; id < mask.size(); ++id)
-                if (mask[id]) allowed.push_back(static_cast<int32_t>(id));
+            const testing::MaskStep s = testing::mask_step(*c, &mask, &mask_ms);
+            ASSERT_TRUE(s.constrained);
+            const std::vector<int32_t>& allowed = s.allowed;
             ASSERT_FALSE(allowed.empty()) << text;
             const int32_t pick = mask[static_cast<size_t>(ret)] && rng() % 2 ? ret : allowed[rng() % allowed.size()];
             if (pick == ret) {
