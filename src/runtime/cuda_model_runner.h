@@ -32,6 +32,7 @@ public:
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
     bool samples_on_device() const override { return true; }
+    bool host_idle_during_forward() const override { return true; }
     int max_batch_entries() const override { return max_entries_; }
     Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override;

@@ -89,7 +89,10 @@ struct Engine::Active {
     int spec_backoff = 0;                           // the last wait (doubles while verifications keep nothing)
     std::unique_ptr<TokenConstraint> constraint{};  // from request.constraint
     std::vector<uint8_t> allowed{};                 // the constraint's last mask
-    std::vector<PromptLogprob> prompt_lps{};        // request.prompt_logprobs: prompt tokens 1.. so far
+    // This step's constraint answer when computed ahead of the draw (beside the forward): -1 not yet, 0 every token
+    // allowed, 1 the mask in `allowed`.
+    int8_t next_mask = -1;
+    std::vector<PromptLogprob> prompt_lps{};  // request.prompt_logprobs: prompt tokens 1.. so far
 };
 
 namespace {
@@ -439,6 +442,19 @@ void Engine::step() {
         first_index.push_back(a->seq.num_generated());
         counters_.num_draft_tokens += ss.num_draft;
     }
+    // A constrained request's mask depends only on its tokens so far (it has no drafts: one row), so where the
+    // runner's forward leaves this thread waiting on the device, the masks are computed meanwhile on the mask
+    // worker; otherwise at the draw, as before.
+    std::vector<Active*> constrained;
+    if (runner_->host_idle_during_forward())
+        for (Active* a : samplers)
+            if (a->constraint) constrained.push_back(a);
+    if (!constrained.empty()) {
+        if (!mask_worker_) mask_worker_ = std::make_unique<BackgroundWorker>();
+        mask_worker_->run([&constrained] {
+            for (Active* a : constrained) a->next_mask = a->constraint->allowed_next(&a->allowed) ? 1 : 0;
+        });
+    }
     logits_.clear();
     device_ids_.clear();
     Status st;
@@ -469,6 +485,7 @@ void Engine::step() {
     } else {
         st = runner_->forward(batch, &logits_);
     }
+    if (!constrained.empty()) mask_worker_->wait();  // before any use of the masks, or finish() on an error
     if (st.ok()) {
         // A runner that returns fewer rows than the batch asked for is a bug: fail the step, never read past them.
         int64_t want = 0;
@@ -527,9 +544,14 @@ void Engine::step() {
                     // A constrained request has no drafts (propose_drafts), so its one row follows its
                     // constraint's state.
                     const uint8_t* allowed = nullptr;
-                    if (a.constraint && a.constraint->allowed_next(&a.allowed)) {
-                        if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
-                        allowed = a.allowed.data();
+                    if (a.constraint) {
+                        const bool masked =
+                            a.next_mask >= 0 ? a.next_mask == 1 : a.constraint->allowed_next(&a.allowed);
+                        a.next_mask = -1;
+                        if (masked) {
+                            if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
+                            allowed = a.allowed.data();
+                        }
                     }
                     allowed = mask_banned(a, allowed, V, first_index[i] + r, output);
                     t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/background_worker.h"
 #include "core/status.h"
 #include "runtime/kv_cache.h"
 #include "runtime/model_runner.h"
@@ -191,6 +192,7 @@ private:
     EngineStats stats_;
     uint64_t submitted_ = 0;
     bool idle_ = true;
+    std::unique_ptr<BackgroundWorker> mask_worker_;  // constraint masks beside the forward (made when first needed)
     std::thread thread_;
 };
 

@@ -45,6 +45,10 @@ public:
         bool want_logits = false;  // the caller samples this row itself: return its logits instead
     };
     virtual bool samples_on_device() const { return false; }
+    // True where forward() leaves the calling thread waiting (the GPU computes): the engine then computes the
+    // step's structured-output masks on another thread meanwhile. False for a forward that keeps the host's cores
+    // busy itself (the CPU backend), where a second thread would only compete with it.
+    virtual bool host_idle_during_forward() const { return false; }
     // Most entries one step may hold: sequences, plus one per speculative draft verified (the CUDA
     // runner runs a verification as one decode entry a token). The engine proposes no more drafts
     // than fit.

@@ -69,6 +69,7 @@ public:
         return inner_->forward(batch, logits);
     }
     bool samples_on_device() const override { return inner_->samples_on_device(); }
+    bool host_idle_during_forward() const override { return inner_->host_idle_during_forward(); }
     int max_batch_entries() const override { return inner_->max_batch_entries(); }
     Status forward_sample(const runtime::Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override {

@@ -81,9 +81,14 @@ TEST_F(EngineTest, PrefillChunksMarkProgressBeforeTheFirstToken) {
 // A runner that samples "on the device" the way the CUDA runner does: the CPU forward, then an
 // arg-max per row (ties to the lower id) for the rows it draws, and the logits of the rows that ask
 // for them (id -1). It counts which path each row took.
+// With host_idle, it says its forward leaves the engine's thread idle (as the CUDA runner does), and sleeps
+// forward_sleep first (a stand-in for the GPU's time), so the engine computes constraint masks beside it.
 class DeviceSamplingRunner : public ModelRunner {
 public:
-    explicit DeviceSamplingRunner(std::shared_ptr<const model::GptOssWeights> w) : inner_(std::move(w)) {}
+    explicit DeviceSamplingRunner(std::shared_ptr<const model::GptOssWeights> w, bool host_idle = false,
+                                  std::chrono::milliseconds forward_sleep = {})
+        : inner_(std::move(w)), host_idle_(host_idle), forward_sleep_(forward_sleep) {}
+    bool host_idle_during_forward() const override { return host_idle_; }
     const model::GptOssConfig& config() const override { return inner_.config(); }
     KvGeometry kv_geometry(int block_size) const override { return inner_.kv_geometry(block_size); }
     size_t free_memory_bytes() const override { return inner_.free_memory_bytes(); }
@@ -92,11 +97,13 @@ public:
     }
     Status forward(const Batch& batch, std::vector<float>* logits) override {
         ++host_steps;
+        std::this_thread::sleep_for(forward_sleep_);
         return inner_.forward(batch, logits);
     }
     bool samples_on_device() const override { return true; }
     Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override {
+        std::this_thread::sleep_for(forward_sleep_);
         rows_.clear();
         RETURN_IF_ERROR(inner_.forward(batch, &rows_));
         const size_t V = static_cast<size_t>(config().vocab_size);
@@ -118,6 +125,8 @@ public:
 
 private:
     CpuModelRunner inner_;
+    bool host_idle_;
+    std::chrono::milliseconds forward_sleep_;
     std::vector<float> rows_;
 };
 
@@ -653,8 +662,10 @@ TEST_F(EngineTest, ShutdownCancelsWhatIsLeft) {
 // ask before each draw and report each emitted token.
 class ModuloConstraint : public TokenConstraint {
 public:
-    ModuloConstraint(int vocab, int free_after) : vocab_(vocab), free_after_(free_after) {}
+    ModuloConstraint(int vocab, int free_after, std::chrono::milliseconds sleep = {})
+        : vocab_(vocab), free_after_(free_after), sleep_(sleep) {}
     bool allowed_next(std::vector<uint8_t>* mask) override {
+        std::this_thread::sleep_for(sleep_);  // a stand-in for a costly grammar's mask
         if (n_ >= free_after_) return false;
         mask->assign(static_cast<size_t>(vocab_), 0);
         for (int id = n_ % 5; id < vocab_; id += 5) (*mask)[static_cast<size_t>(id)] = 1;
@@ -664,19 +675,22 @@ public:
 
 private:
     int vocab_, free_after_, n_ = 0;
+    std::chrono::milliseconds sleep_;
 };
 
 class ModuloFactory : public TokenConstraintFactory {
 public:
-    ModuloFactory(int vocab, int free_after) : vocab_(vocab), free_after_(free_after) {}
+    ModuloFactory(int vocab, int free_after, std::chrono::milliseconds sleep = {})
+        : vocab_(vocab), free_after_(free_after), sleep_(sleep) {}
     std::unique_ptr<TokenConstraint> start() const override {
         ++started;
-        return std::make_unique<ModuloConstraint>(vocab_, free_after_);
+        return std::make_unique<ModuloConstraint>(vocab_, free_after_, sleep_);
     }
     mutable std::atomic<int> started{0};
 
 private:
     int vocab_, free_after_;
+    std::chrono::milliseconds sleep_;
 };
 
 // A constraint that allows only `end` from output index `at` (anything before): with min_tokens past `at`, the
@@ -729,9 +743,11 @@ TEST_F(EngineTest, MinTokensYieldToAConstraintThatCanOnlyEnd) {
 TEST_F(EngineTest, ConstrainedRequestsDrawOnlyAllowedTokens) {
     const int V = small_config().vocab_size;
     auto factory = std::make_shared<ModuloFactory>(V, 1000);
-    for (bool device : {true, false}) {
+    for (int mode = 0; mode < 4; ++mode) {
+        const bool device = mode % 2 == 0;
+        const bool host_idle = mode >= 2;  // masks computed beside the forward
         for (int spec : {0, 3}) {
-            auto runner = std::make_unique<DeviceSamplingRunner>(weights_);
+            auto runner = std::make_unique<DeviceSamplingRunner>(weights_, host_idle);
             DeviceSamplingRunner* r = runner.get();
             EngineConfig cfg = test_config();
             cfg.device_sampling = device;
@@ -770,7 +786,36 @@ TEST_F(EngineTest, ConstrainedRequestsDrawOnlyAllowedTokens) {
             }
         }
     }
-    EXPECT_EQ(factory->started.load(), 8);
+    EXPECT_EQ(factory->started.load(), 16);
+}
+
+// Where the runner's forward leaves the engine's thread idle, a constraint's mask is computed beside it: with a
+// forward and a mask of 60 ms each, a step takes ~60 ms, not ~120. The tokens are those of the engine that asks at
+// the draw (the same masks, the same logits). Sleeps, not work: the 2-core CI's load does not change them.
+TEST_F(EngineTest, ConstraintMasksAreComputedBesideAForwardThatLeavesTheHostIdle) {
+    const int V = small_config().vocab_size;
+    const auto sleep = std::chrono::milliseconds(60);
+    auto factory = std::make_shared<ModuloFactory>(V, 1000, sleep);
+    Generation gens[2];
+    double seconds[2];
+    for (int host_idle = 0; host_idle < 2; ++host_idle) {
+        auto engine =
+            Engine::create(std::make_unique<DeviceSamplingRunner>(weights_, host_idle == 1, sleep), test_config());
+        ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+        Request req{.prompt = random_ids(5, 300, 93), .sampling = {.temperature = 1.0f, .seed = 9}, .max_tokens = 8};
+        req.constraint = factory;
+        const auto t0 = std::chrono::steady_clock::now();
+        auto h = (*engine)->submit(req);
+        ASSERT_TRUE(h.ok());
+        gens[host_idle] = collect(*h);
+        seconds[host_idle] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ASSERT_EQ(gens[host_idle].ids.size(), 8u) << describe(gens[host_idle]);
+        for (size_t i = 0; i < 8; ++i) EXPECT_EQ(gens[host_idle].ids[i] % 5, static_cast<int32_t>(i % 5));
+    }
+    EXPECT_TRUE(gens[1].same_tokens(gens[0])) << describe(gens[1]) << " vs " << describe(gens[0]);
+    // 8 steps: at the draw ≥ 8 · 120 ms = 0.96 s; beside the forward ~8 · 60 ms = 0.48 s plus the tiny model.
+    EXPECT_GE(seconds[0], 0.96);
+    EXPECT_LT(seconds[1], 0.75) << "at the draw " << seconds[0] << " s";
 }
 
 TEST_F(EngineTest, RejectsAKvBudgetTooSmallForTheWindow) {
