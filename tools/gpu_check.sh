@@ -133,6 +133,50 @@ issue6_tables() {
   summary+=("tables 20b kv fp8 rc=$?")
   grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
 }
+# mask_timing <name>: session 49's structured-output masks beside the forward. A full-size random gpt-oss-20b served
+# with --fp8 on the o200k tokenizer, once with GPTOSS_MASK_OVERLAP=1 (the default) and once with 0 (masks at the draw);
+# each time 200-token completions: free (min_tokens: host draw, no mask), under a regex, under a GBNF grammar and under
+# a JSON schema with a pattern; seconds a request and ms a token into ${name}_times.txt.
+mask_timing() {
+  local name=$1 port=8393 i code ov kind body pid
+  [ -f .device_pack/tokenizer.json.gz ] || { echo "$name: no tokenizer in .device_pack"; return; }
+  gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json"
+  [ -d "$WORK/m20" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/m20" --seed 4 > "$OUT/${name}_init.log" 2>&1
+  : > "$OUT/${name}_times.txt"
+  for ov in 1 0; do
+    GPTOSS_MASK_OVERLAP=$ov $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $port \
+      --tokenizer "$WORK/tokenizer.json" > "$OUT/${name}_serve_ov$ov.log" 2>&1 &
+    pid=$!
+    for i in $(seq 1 400); do
+      code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health || true)
+      [ "$code" = 200 ] && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.5
+    done
+    echo "$name overlap=$ov: /health $code after ~$((i / 2)) s"
+    for kind in warm free regex grammar json free regex grammar json; do
+      body='{"model":"m","prompt":"x","max_tokens":200,"min_tokens":200,"temperature":1,"seed":7'
+      [ $kind = regex ] && body="$body"',"guided_regex":"[a-z ]+"'
+      [ $kind = grammar ] && body="$body"',"guided_grammar":"root ::= w (\" \" w)*\nw ::= [a-z]+"'
+      [ $kind = json ] && body="$body"',"guided_json":{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z ]+$"}},"required":["id"]}'
+      curl -s -m 120 -o "$OUT/${name}_ov${ov}_$kind.json" -w "$ov $kind %{time_total}\n" \
+        http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' -d "$body}" >> "$OUT/${name}_times.txt"
+    done
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  done
+  python3 - "$OUT/${name}_times.txt" "$OUT/${name}" <<'PY'
+import json, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+print("overlap kind      s/request  ms/token  tokens")
+for ov, kind, t in rows:
+    try:
+        n = json.load(open(f"{sys.argv[2]}_ov{ov}_{kind}.json"))["usage"]["completion_tokens"]
+    except Exception as e:
+        n = 0
+    print(f"{ov:>7} {kind:<9} {float(t):9.3f} {1000 * float(t) / max(n, 1):9.3f} {n:7d}")
+PY
+}
+
 # serve_check <name>: `gptoss serve --backend cuda` on a tiny random checkpoint with the default KV sizing
 # (--gpu-memory-utilization 0.9): waits for /health, sends a chat completion (plain and streamed) and a completion,
 # prints the "KV cache" line and the answers, stops the server with SIGTERM and checks its exit status.
@@ -2642,6 +2686,12 @@ PY
         ktrace_row s45a_ktrace_20b_tail3 20b GPTOSS_QKV_ATTN_TAIL=3
         gzip -f "$OUT"/s45a_ktrace_*.csv
       fi
+      ;;
+    mask_overlap)
+      # Session 49: structured-output masks beside the forward (see mask_timing), after the tiny serve check.
+      serve_check mask_overlap_serve
+      tests_row mask_overlap_tests 'CudaEngine.*'
+      mask_timing mask_overlap_20b
       ;;
     serve_cuda)
       # `gptoss serve --backend cuda` end to end (session 43's --gpu-memory-utilization KV sizing): see serve_check;

@@ -140,6 +140,8 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
     device_sampling_ = config_.device_sampling && runner_->samples_on_device();
     if (const char* v = std::getenv("GPTOSS_DEVICE_SAMPLING"); v != nullptr && std::atoi(v) == 0)
         device_sampling_ = false;
+    overlap_masks_ = config_.overlap_masks && runner_->host_idle_during_forward();
+    if (const char* v = std::getenv("GPTOSS_MASK_OVERLAP"); v != nullptr && std::atoi(v) == 0) overlap_masks_ = false;
     counters_.num_blocks = {kv_.full().num_blocks(), kv_.sliding().num_blocks()};
     counters_.max_chunk_tokens = scheduler_.max_chunk_tokens();
     stats_ = counters_;
@@ -446,7 +448,7 @@ void Engine::step() {
     // runner's forward leaves this thread waiting on the device, the masks are computed meanwhile on the mask
     // worker; otherwise at the draw, as before.
     std::vector<Active*> constrained;
-    if (runner_->host_idle_during_forward())
+    if (overlap_masks_)
         for (Active* a : samplers)
             if (a->constraint) constrained.push_back(a);
     if (!constrained.empty()) {

@@ -112,6 +112,9 @@ struct EngineConfig {
     // runner's max_batch_entries() beyond max_num_seqs (create the CUDA runner for max_num_seqs +
     // speculative_extra_entries(speculative, max_num_seqs) sequences).
     SpeculativeConfig speculative;
+    // Structured-output masks computed on a worker thread during the forward where the runner's forward leaves the
+    // host idle (ModelRunner::host_idle_during_forward: the CUDA runner); off, or GPTOSS_MASK_OVERLAP=0: at the draw.
+    bool overlap_masks = true;
 };
 
 struct EngineStats {
@@ -181,6 +184,7 @@ private:
     std::vector<ModelRunner::DeviceSample> device_params_;
     std::vector<int32_t> draft_scratch_;
     bool device_sampling_ = false;
+    bool overlap_masks_ = false;
     EngineStats counters_;
 
     const int64_t capacity_tokens_;
