@@ -133,18 +133,23 @@ issue6_tables() {
   summary+=("tables 20b kv fp8 rc=$?")
   grep -E "^\| [0-9]+ \|" "$OUT/tables_20b_kvfp8.md"
 }
-# mask_timing <name>: session 49's structured-output masks beside the forward. A full-size random gpt-oss-20b served
-# with --fp8 on the o200k tokenizer, once with GPTOSS_MASK_OVERLAP=1 (the default) and once with 0 (masks at the draw);
-# each time 200-token completions: free (min_tokens: host draw, no mask), under a regex, under a GBNF grammar and under
-# a JSON schema with a pattern; seconds a request and ms a token into ${name}_times.txt.
+# mask_timing <name>: session 49's structured-output masks beside the forward and masked draws on the device. A
+# full-size random gpt-oss-20b served with --fp8 on the o200k tokenizer, three times: the default (masks beside the
+# forward, masked draws deferred to the device), GPTOSS_DEFER_MASKED_DRAWS=0 (logits to the host, host draw) and
+# both off (GPTOSS_MASK_OVERLAP=0 too: masks at the draw); each time 200-token completions: free (min_tokens 200: a
+# mask of the stop ids), under a regex, under a GBNF grammar and under a JSON schema with a pattern, and `nomin`
+# (no min_tokens, ignore_eos: no mask at all); seconds a request and ms a token into ${name}_times.txt.
 mask_timing() {
   local name=$1 port=8393 i code ov kind body pid
   [ -f .device_pack/tokenizer.json.gz ] || { echo "$name: no tokenizer in .device_pack"; return; }
   gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json"
   [ -d "$WORK/m20" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/m20" --seed 4 > "$OUT/${name}_init.log" 2>&1
   : > "$OUT/${name}_times.txt"
-  for ov in 1 0; do
-    GPTOSS_MASK_OVERLAP=$ov $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $port \
+  for ov in 1 d 0; do
+    local overlap=1 defer=1
+    [ $ov = d ] && defer=0
+    [ $ov = 0 ] && overlap=0 && defer=0
+    GPTOSS_MASK_OVERLAP=$overlap GPTOSS_DEFER_MASKED_DRAWS=$defer $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $port \
       --tokenizer "$WORK/tokenizer.json" > "$OUT/${name}_serve_ov$ov.log" 2>&1 &
     pid=$!
     for i in $(seq 1 400); do
@@ -154,8 +159,9 @@ mask_timing() {
       sleep 0.5
     done
     echo "$name overlap=$ov: /health $code after ~$((i / 2)) s"
-    for kind in warm free regex grammar json free regex grammar json; do
+    for kind in warm nomin free regex grammar json nomin free regex grammar json; do
       body='{"model":"m","prompt":"x","max_tokens":200,"min_tokens":200,"temperature":1,"seed":7'
+      [ $kind = nomin ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":1,"seed":7'
       [ $kind = regex ] && body="$body"',"guided_regex":"[a-z ]+"'
       [ $kind = grammar ] && body="$body"',"guided_grammar":"root ::= w (\" \" w)*\nw ::= [a-z]+"'
       [ $kind = json ] && body="$body"',"guided_json":{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z ]+$"}},"required":["id"]}'
@@ -167,7 +173,8 @@ mask_timing() {
   python3 - "$OUT/${name}_times.txt" "$OUT/${name}" <<'PY'
 import json, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
-print("overlap kind      s/request  ms/token  tokens")
+print("mode: 1 = masks beside the forward + device draws, d = host draws, 0 = neither")
+print("mode    kind      s/request  ms/token  tokens")
 for ov, kind, t in rows:
     try:
         n = json.load(open(f"{sys.argv[2]}_ov{ov}_{kind}.json"))["usage"]["completion_tokens"]
@@ -2688,9 +2695,10 @@ PY
       fi
       ;;
     mask_overlap)
-      # Session 49: structured-output masks beside the forward (see mask_timing), after the tiny serve check.
+      # Session 49: structured-output masks beside the forward and masked draws on the device (see mask_timing),
+      # after the tiny serve check and the tests they touch.
       serve_check mask_overlap_serve
-      tests_row mask_overlap_tests 'CudaEngine.*'
+      tests_row mask_overlap_tests 'CudaEngine.*:CudaOps.Sampling*'
       mask_timing mask_overlap_20b
       ;;
     serve_cuda)

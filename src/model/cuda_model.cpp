@@ -431,6 +431,15 @@ struct CudaModel::Impl {
     }
     ArenaView s_temp, s_top_p, s_top_k, s_seed, s_draw;
     DeviceBuffer s_out, s_work;
+    // sample_again: the sequences of the last forward_sample whose logits rows are still in `logits` (0: none), and
+    // its inputs (one upload: rows, temperature, top_p, top_k, seed, draw, then the mask words) and ids.
+    int again_rows = 0;
+    DeviceBuffer again_in, again_out;
+    // sample_again's upload for n rows of `words` mask words: the mask words start at again_bits_offset(n).
+    static size_t again_bits_offset(int n) { return ((16u * n + 7) & ~size_t{7}) + 16u * n; }
+    static size_t again_bytes(int n, int words) { return again_bits_offset(n) + 4u * n * words; }
+    Status sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
+                        std::span<const uint32_t> bits, std::vector<int32_t>* ids);
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
@@ -947,6 +956,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
     }
     if (const char* v = std::getenv("GPTOSS_MOE_TAIL")) tail_enabled = tail_enabled && std::strcmp(v, "0") != 0;
     s_out = DeviceBuffer(S * 4);
+    again_in = DeviceBuffer(again_bytes(static_cast<int>(std::min<int64_t>(S, kLogitChunk)), (c.vocab_size + 31) / 32));
+    again_out = DeviceBuffer(4u * std::min<int64_t>(S, kLogitChunk));
     s_work = DeviceBuffer(kc::sample_workspace_bytes(kLogitChunk));
     CUDA_CHECK(cudaMemsetAsync(s_work.get(), 0, kc::sample_workspace_bytes(kLogitChunk), stream));
     if (opt.defer_kv_cache) return ok_status();
@@ -1473,6 +1484,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     if (seqs.empty()) return opt.comms ? invalid_argument("a parallel rank needs a sequence every step") : ok_status();
     timing_n = 0;
     timing_point("entry");
+    again_rows = 0;  // `logits` is about to be overwritten
     RETURN_IF_ERROR(validate(seqs, sampled != nullptr, num_blocks_full, num_blocks_sliding));
     // Host-side metadata (the batch is valid from here on).
     std::vector<int32_t> h_ids, h_pos, h_sf, h_ss, h_rows, h_seq_start, h_qstart = {0};
@@ -2099,6 +2111,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         if (span) CUDA_CHECK(cudaEventElapsedTime(&last_span_ms, span_begin, span_end));
         timing_report(T);
         collect();
+        if (R <= kLogitChunk && opt.comms == nullptr) again_rows = S;  // the rows stay in `logits`
         return ok_status();
     }
     const size_t base = out->size();
@@ -2114,6 +2127,60 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     CUDA_CHECK(cudaStreamSynchronize(stream));
     timing_report(T);
     collect();
+    return ok_status();
+}
+
+Status CudaModel::Impl::sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
+                                     std::span<const uint32_t> bits, std::vector<int32_t>* ids) {
+    const int n = static_cast<int>(rows.size());
+    const int V = c.vocab_size, words = (V + 31) / 32;
+    if (params.size() != rows.size()) return invalid_argument("sample_again: one parameter set per row");
+    if (!bits.empty() && bits.size() != rows.size() * static_cast<size_t>(words))
+        return invalid_argument("sample_again: " + std::to_string(bits.size()) + " mask words for " +
+                                std::to_string(n) + " rows of " + std::to_string(words));
+    if (static_cast<size_t>(n) * 4 > again_out.bytes())
+        return invalid_argument("sample_again: " + std::to_string(n) + " rows, more than the model's " +
+                                std::to_string(again_out.bytes() / 4));
+    for (int r : rows)
+        if (r < 0 || r >= again_rows)
+            return failed_precondition("sample_again: row " + std::to_string(r) +
+                                       " is not a logits row of the last forward_sample on this model");
+    ids->clear();
+    if (n == 0) return ok_status();
+    set_device();
+    // One upload: rows, temperature, top_p, top_k (4 bytes each), seed, draw (8), the mask words.
+    const size_t off_seed = (16u * n + 7) & ~size_t{7}, off_bits = again_bits_offset(n);
+    const size_t bytes = off_bits + 4u * bits.size();  // ≤ again_bytes(n, words) ≤ again_in's
+    std::vector<uint8_t> host(bytes);
+    for (int i = 0; i < n; ++i) {
+        const CudaModel::SampleParams& p = params[static_cast<size_t>(i)];
+        std::memcpy(host.data() + 4u * i, &rows[static_cast<size_t>(i)], 4);
+        std::memcpy(host.data() + 4u * (n + i), &p.temperature, 4);
+        std::memcpy(host.data() + 4u * (2 * n + i), &p.top_p, 4);
+        std::memcpy(host.data() + 4u * (3 * n + i), &p.top_k, 4);
+        std::memcpy(host.data() + off_seed + 8u * i, &p.seed, 8);
+        std::memcpy(host.data() + off_seed + 8u * (n + i), &p.draw_index, 8);
+    }
+    if (!bits.empty()) std::memcpy(host.data() + off_bits, bits.data(), 4u * bits.size());
+    CUDA_CHECK(cudaMemcpyAsync(again_in.get(), host.data(), bytes, cudaMemcpyHostToDevice, stream));
+    const uint8_t* d = static_cast<const uint8_t*>(again_in.get());
+    kc::SampleArgs sa;
+    sa.logits = logits.as<float>();
+    sa.row_index = reinterpret_cast<const int32_t*>(d);
+    sa.temperature = reinterpret_cast<const float*>(d + 4u * n);
+    sa.top_p = reinterpret_cast<const float*>(d + 8u * n);
+    sa.top_k = reinterpret_cast<const int32_t*>(d + 12u * n);
+    sa.seed = reinterpret_cast<const uint64_t*>(d + off_seed);
+    sa.draw_index = reinterpret_cast<const uint64_t*>(d + off_seed + 8u * n);
+    sa.allowed_bits = bits.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + off_bits);
+    sa.out = again_out.as<int32_t>();
+    sa.num_seqs = n;
+    sa.vocab_size = V;
+    sa.workspace = s_work.get();  // zeroed and left zeroed, shared in stream order with the step's draws
+    kc::sample(sa, stream);
+    ids->resize(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpyAsync(ids->data(), again_out.get(), 4u * n, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
     return ok_status();
 }
 
@@ -2159,6 +2226,10 @@ size_t CudaModel::total_device_memory() {
 size_t CudaModel::free_device_memory(int device) {
     if (device >= 0 && cudaSetDevice(device) != cudaSuccess) return 0;
     return free_device_memory();
+}
+Status CudaModel::sample_again(std::span<const int> rows, std::span<const SampleParams> params,
+                               std::span<const uint32_t> bits, std::vector<int32_t>* ids) {
+    return impl_->sample_again(rows, params, bits, ids);
 }
 void CudaModel::fill_kv_random(uint64_t seed) {
     impl_->set_device();
@@ -2218,6 +2289,10 @@ size_t CudaModel::kv_cache_bytes() const { return 0; }
 float CudaModel::last_step_span_ms() const { return -1.0f; }
 Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<const SampleParams>, std::vector<int32_t>*,
                                  int, std::vector<float>*) {
+    return unimplemented("no CUDA backend");
+}
+Status CudaModel::sample_again(std::span<const int>, std::span<const SampleParams>, std::span<const uint32_t>,
+                               std::vector<int32_t>*) {
     return unimplemented("no CUDA backend");
 }
 void CudaModel::fill_kv_random(uint64_t) {}

@@ -134,6 +134,14 @@ public:
     // sequence's all_logits must be false.
     Status forward_sample(std::span<const ForwardSequence> seqs, std::span<const SampleParams> params,
                           std::vector<int32_t>* ids, int dp_max_tokens = 0, std::vector<float>* logits = nullptr);
+    // Draws again, on the device and under masks, rows of the last forward_sample: rows[i] is a sequence index of
+    // that call, drawn with params[i] (return_logits ignored); with `bits` (rows.size() · ⌈V / 32⌉ words, V the
+    // vocabulary) token t of row i may be drawn only where bit t % 32 of word i · ⌈V / 32⌉ + t / 32 is set: the
+    // host sampler's masked draw (the rest at -inf) on the device's noise. ids[i] = -1 where the row holds a NaN
+    // or infinity or its mask allows nothing. Valid only right after forward_sample on a model of one GPU (no
+    // comms) with at most 256 sequences, whose logits stay on the device until the next forward: else an error.
+    Status sample_again(std::span<const int> rows, std::span<const SampleParams> params, std::span<const uint32_t> bits,
+                        std::vector<int32_t>* ids);
     // Fills the KV cache with random bf16 values (benchmarks that pretend a context is cached).
     void fill_kv_random(uint64_t seed);
 

@@ -357,6 +357,12 @@ Status ParallelCudaModel::forward(std::span<const ForwardSequence> seqs, std::ve
     return ok_status();
 }
 
+Status ParallelCudaModel::sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
+                                       std::span<const uint32_t> bits, std::vector<int32_t>* ids) {
+    if (workers_) return failed_precondition("sample_again runs on a model of one GPU");
+    return models_[0]->sample_again(rows, params, bits, ids);
+}
+
 Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,
                                          std::span<const CudaModel::SampleParams> params, std::vector<int32_t>* ids,
                                          std::span<const int> dp_group, std::vector<float>* logits) {

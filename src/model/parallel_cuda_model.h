@@ -34,6 +34,9 @@ public:
     Status forward_sample(std::span<const ForwardSequence> seqs, std::span<const CudaModel::SampleParams> params,
                           std::vector<int32_t>* ids, std::span<const int> dp_group = {},
                           std::vector<float>* logits = nullptr);
+    // CudaModel::sample_again on a world of one rank (else failed_precondition).
+    Status sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
+                        std::span<const uint32_t> bits, std::vector<int32_t>* ids);
     void fill_kv_random(uint64_t seed);
     // With options.defer_kv_cache: allocates num_blocks of each kind on every rank (same ids).
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);

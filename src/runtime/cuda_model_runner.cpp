@@ -103,6 +103,7 @@ Status CudaModelRunner::forward(const Batch& batch, std::vector<float>* logits) 
 Status CudaModelRunner::forward_sample(const Batch& batch, std::span<const DeviceSample> params,
                                        std::vector<int32_t>* ids, std::vector<float>* logits) {
     prepare(batch);
+    deferred_.assign(params.size(), -1);
     if (std::none_of(seqs_.begin(), seqs_.end(), [](const model::ForwardSequence& s) { return s.all_logits; }))
         return sample_entries(batch, params, ids, logits);
     // Scored prompt chunks want every row on the host, and the model draws one row an entry: they
@@ -127,9 +128,9 @@ Status CudaModelRunner::forward_sample(const Batch& batch, std::span<const Devic
             rest.push_back(seqs_[e]);
             rest_dp.push_back(dp_group_[e]);
             model::CudaModel::SampleParams sp{};
-            if (n > 0) {
+            if (n > 0) {  // no deferred draws here: those rows come back as logits
                 const DeviceSample& p = params[k];
-                sp = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits};
+                sp = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits || p.defer};
             }
             rest_params.push_back(sp);
         }
@@ -173,12 +174,19 @@ Status CudaModelRunner::sample_entries(const Batch& batch, std::span<const Devic
                                        std::vector<int32_t>* ids, std::vector<float>* logits) {
     // Every entry gets a row and a draw on the device; those not asked for are dropped.
     params_.assign(seqs_.size(), {});
+    std::vector<bool> deferred(seqs_.size(), false);
+    const bool can_defer = can_defer_draws() && seqs_.size() <= kMaxDeferRows;
     size_t k = 0;
     for (size_t e = 0; e < seqs_.size(); ++e) {
         if (!need_[e]) continue;
         if (k >= params.size()) return invalid_argument("forward_sample: fewer parameter sets than logits rows");
         const DeviceSample& p = params[k++];
-        params_[e] = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits};
+        if (p.defer && can_defer) {  // a greedy draw now (the cheapest; its id is dropped), the real one later
+            deferred[e] = true;
+            deferred_[k - 1] = static_cast<int>(e);
+            continue;
+        }
+        params_[e] = {p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, p.want_logits || p.defer};
     }
     if (k != params.size()) return invalid_argument("forward_sample: more parameter sets than logits rows");
     RETURN_IF_ERROR(model_->forward_sample(seqs_, params_, &ids_, dp_group_, &rows_));
@@ -186,9 +194,53 @@ Status CudaModelRunner::sample_entries(const Batch& batch, std::span<const Devic
     size_t row = 0;
     for (size_t e = 0; e < seqs_.size(); ++e) {
         if (!need_[e]) continue;
+        if (deferred[e]) {
+            ids->push_back(-2);
+            continue;
+        }
         const bool host = params_[e].return_logits;
         RETURN_IF_ERROR(emit_row(batch, e, host, ids_[e], host ? rows_.data() + (row++) * V : nullptr, ids, logits));
     }
+    return ok_status();
+}
+
+bool CudaModelRunner::can_defer_draws() const { return model_->layout().trivial(); }
+
+Status CudaModelRunner::draw_deferred(std::span<const DeferredDraw> draws, std::vector<int32_t>* ids) {
+    const size_t V = static_cast<size_t>(weights_->config.vocab_size), words = (V + 31) / 32;
+    std::vector<int> rows;
+    std::vector<model::CudaModel::SampleParams> params;
+    const bool any_mask = std::any_of(draws.begin(), draws.end(), [](const DeferredDraw& d) { return d.allowed; });
+    std::vector<uint32_t> bits(any_mask ? draws.size() * words : 0, 0u);
+    for (size_t i = 0; i < draws.size(); ++i) {
+        const DeferredDraw& d = draws[i];
+        const int e = d.row >= 0 && static_cast<size_t>(d.row) < deferred_.size() ? deferred_[d.row] : -1;
+        if (e < 0) return invalid_argument("draw_deferred: row " + std::to_string(d.row) + " was not deferred");
+        deferred_[d.row] = -1;  // once
+        rows.push_back(e);
+        const DeviceSample& p = d.params;
+        params.push_back({p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, false});
+        if (!any_mask) continue;
+        uint32_t* w = bits.data() + i * words;
+        if (d.allowed == nullptr) {
+            std::fill(w, w + words, ~0u);
+        } else {
+            for (size_t j = 0; j < words; ++j) {
+                const size_t n = std::min<size_t>(32, V - 32 * j);
+                const uint8_t* a = d.allowed + 32 * j;
+                uint32_t v = 0;
+                for (size_t b = 0; b < n; ++b) v |= static_cast<uint32_t>(a[b] != 0) << b;
+                w[j] = v;
+            }
+        }
+    }
+    std::vector<int32_t> got;
+    RETURN_IF_ERROR(model_->sample_again(rows, params, bits, &got));
+    for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] < 0)
+            return internal_error("the device's masked draw failed for row " + std::to_string(draws[i].row) +
+                                  ": non-finite logits or a mask that allows nothing");
+    ids->insert(ids->end(), got.begin(), got.end());
     return ok_status();
 }
 

@@ -36,6 +36,8 @@ public:
     int max_batch_entries() const override { return max_entries_; }
     Status forward_sample(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override;
+    bool can_defer_draws() const override;
+    Status draw_deferred(std::span<const DeferredDraw> draws, std::vector<int32_t>* ids) override;
 
 private:
     CudaModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
@@ -58,6 +60,9 @@ private:
     Status sample_entries(const Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits);
     Status check_row(const Batch& batch, size_t i, const float* row) const;
+    // For each parameter set of the last forward_sample: the model's logits row of a deferred draw, else -1.
+    std::vector<int> deferred_;
+    static constexpr size_t kMaxDeferRows = 256;  // the model's logits rows kept on the device (one chunk)
     // Entry e's result: the id drawn on the device, or (host) -1 and its logits row.
     Status emit_row(const Batch& batch, size_t e, bool host, int32_t id, const float* row, std::vector<int32_t>* ids,
                     std::vector<float>* logits) const;

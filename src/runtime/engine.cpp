@@ -140,6 +140,9 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
     device_sampling_ = config_.device_sampling && runner_->samples_on_device();
     if (const char* v = std::getenv("GPTOSS_DEVICE_SAMPLING"); v != nullptr && std::atoi(v) == 0)
         device_sampling_ = false;
+    defer_draws_ = device_sampling_ && config_.defer_masked_draws && runner_->can_defer_draws();
+    if (const char* v = std::getenv("GPTOSS_DEFER_MASKED_DRAWS"); v != nullptr && std::atoi(v) == 0)
+        defer_draws_ = false;
     overlap_masks_ = config_.overlap_masks && runner_->host_idle_during_forward();
     if (const char* v = std::getenv("GPTOSS_MASK_OVERLAP"); v != nullptr && std::atoi(v) == 0) overlap_masks_ = false;
     counters_.num_blocks = {kv_.full().num_blocks(), kv_.sliding().num_blocks()};
@@ -332,6 +335,41 @@ void Engine::propose_drafts() {
     }
 }
 
+// The rows forward_sample deferred (id -2): their masks (the constraint's, computed beside the forward or now, and
+// min_tokens' / bad_words') and one device draw for all of them; their ids replace the -2s.
+Status Engine::draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
+                             const std::vector<int>& first_index) {
+    const int V = runner_->config().vocab_size;
+    std::vector<ModelRunner::DeferredDraw> draws;
+    for (size_t i = 0; i < samplers.size(); ++i) {
+        const int row = first_row[i];
+        if (device_ids_[static_cast<size_t>(row)] != -2) continue;
+        Active& a = *samplers[i];
+        const uint8_t* allowed = nullptr;
+        if (a.constraint) {
+            const bool masked = a.next_mask >= 0 ? a.next_mask == 1 : a.constraint->allowed_next(&a.allowed);
+            a.next_mask = -1;
+            if (masked) {
+                if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
+                allowed = a.allowed.data();
+            }
+        }
+        const auto output =
+            std::span<const int32_t>(a.seq.tokens)
+                .subspan(static_cast<size_t>(a.seq.num_prompt_tokens), static_cast<size_t>(first_index[i]));
+        allowed = mask_banned(a, allowed, V, first_index[i], output);
+        draws.push_back({row, device_params_[static_cast<size_t>(row)], allowed});
+    }
+    if (draws.empty()) return ok_status();
+    std::vector<int32_t> ids;
+    RETURN_IF_ERROR(runner_->draw_deferred(draws, &ids));
+    if (ids.size() != draws.size())
+        return internal_error("the model runner drew " + std::to_string(ids.size()) + " of " +
+                              std::to_string(draws.size()) + " deferred rows");
+    for (size_t j = 0; j < draws.size(); ++j) device_ids_[static_cast<size_t>(draws[j].row)] = ids[j];
+    return ok_status();
+}
+
 const uint8_t* Engine::mask_banned(Active& a, const uint8_t* allowed, int V, int index,
                                    std::span<const int32_t> output) {
     std::vector<int32_t> banned;
@@ -474,10 +512,15 @@ void Engine::step() {
             d.top_p = p.top_p;
             d.top_k = p.top_k;
             d.seed = a->seed;
-            d.want_logits = a->constraint != nullptr || first_index[i] < a->request.min_tokens ||
-                            !a->request.bad_words.empty() || a->request.logprobs >= 0 || p.min_p > 0.0f ||
-                            p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f ||
-                            !p.logit_bias.empty();
+            // A draw that only needs a mask (a constraint, min_tokens, bad_words) is deferred where the runner can:
+            // drawn on the device under the mask after the forward. The rest of the host sampler's features need
+            // the logits here.
+            const bool masked =
+                a->constraint != nullptr || first_index[i] < a->request.min_tokens || !a->request.bad_words.empty();
+            const bool host_only = a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
+                                   p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
+            d.defer = masked && !host_only && num_rows[i] == 1 && defer_draws_;
+            d.want_logits = (masked || host_only) && !d.defer;
             for (int r = 0; r < num_rows[i]; ++r) {
                 d.draw_index = static_cast<uint64_t>(first_index[i] + r);
                 device_params_[static_cast<size_t>(first_row[i] + r)] = d;
@@ -488,6 +531,8 @@ void Engine::step() {
         st = runner_->forward(batch, &logits_);
     }
     if (!constrained.empty()) mask_worker_->wait();  // before any use of the masks, or finish() on an error
+    if (st.ok() && device_sampling_ && device_ids_.size() == static_cast<size_t>(total_rows))
+        st = draw_deferred(samplers, first_row, first_index);
     if (st.ok()) {
         // A runner that returns fewer rows than the batch asked for is a bug: fail the step, never read past them.
         int64_t want = 0;

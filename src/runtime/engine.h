@@ -115,6 +115,10 @@ struct EngineConfig {
     // Structured-output masks computed on a worker thread during the forward where the runner's forward leaves the
     // host idle (ModelRunner::host_idle_during_forward: the CUDA runner); off, or GPTOSS_MASK_OVERLAP=0: at the draw.
     bool overlap_masks = true;
+    // With device sampling, draws that need only a mask (a constraint, min_tokens, bad_words) are drawn on the
+    // device under it (ModelRunner::can_defer_draws) instead of bringing their logits to the host;
+    // off, or GPTOSS_DEFER_MASKED_DRAWS=0: on the host. A seed then names a draw of the device's stream.
+    bool defer_masked_draws = true;
 };
 
 struct EngineStats {
@@ -169,6 +173,8 @@ private:
     // `allowed` (null: every id) less the ids min_tokens and bad_words ban at output index `index`, in a.allowed;
     // the same pointer when nothing is banned. Bans that would leave nothing allowed are dropped (a constraint wins).
     const uint8_t* mask_banned(Active& a, const uint8_t* allowed, int V, int index, std::span<const int32_t> output);
+    Status draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
+                         const std::vector<int>& first_index);
     void finish(Active& a, TokenEvent event);
     void publish_stats();
 
@@ -185,6 +191,7 @@ private:
     std::vector<int32_t> draft_scratch_;
     bool device_sampling_ = false;
     bool overlap_masks_ = false;
+    bool defer_draws_ = false;
     EngineStats counters_;
 
     const int64_t capacity_tokens_;

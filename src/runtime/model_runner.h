@@ -43,12 +43,29 @@ public:
         uint64_t seed = 0;
         uint64_t draw_index = 0;
         bool want_logits = false;  // the caller samples this row itself: return its logits instead
+        // Where can_defer_draws(): the row is not drawn now (its id comes back -2, no logits) and its logits stay on
+        // the device for draw_deferred() right after this step, which draws it under a mask the caller computes
+        // meanwhile. A runner that cannot defer it this step returns its logits (id -1) as for want_logits.
+        bool defer = false;
     };
     virtual bool samples_on_device() const { return false; }
     // True where forward() leaves the calling thread waiting (the GPU computes): the engine then computes the
     // step's structured-output masks on another thread meanwhile. False for a forward that keeps the host's cores
     // busy itself (the CPU backend), where a second thread would only compete with it.
     virtual bool host_idle_during_forward() const { return false; }
+    // Whether forward_sample honours DeviceSample::defer (the CUDA runner on one GPU).
+    virtual bool can_defer_draws() const { return false; }
+    struct DeferredDraw {
+        int row = 0;                       // the row's index among the last forward_sample's parameter sets
+        DeviceSample params{};             // the draw's (defer and want_logits ignored)
+        const uint8_t* allowed = nullptr;  // vocab_size bytes, nonzero where the token may be drawn; nullptr: all
+    };
+    // Draws rows the last forward_sample deferred (id -2), each once, on the device's noise: the host sampler's
+    // masked draw (the rest at -inf) with the device's stream for the seed. Appends one id a draw to `ids`.
+    virtual Status draw_deferred(std::span<const DeferredDraw> draws, std::vector<int32_t>* ids) {
+        (void)draws, (void)ids;
+        return unimplemented("this backend does not defer draws");
+    }
     // Most entries one step may hold: sequences, plus one per speculative draft verified (the CUDA
     // runner runs a verification as one decode entry a token). The engine proposes no more drafts
     // than fit.

@@ -3,6 +3,7 @@
 // (same forward passes, arg-max with the same tie rule); requests that need the host sampler
 // (logprobs, penalties) share the batches and still get it; seeded sampled requests repeat.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -36,6 +37,7 @@ struct StepGate {
     std::mutex mu;
     std::condition_variable cv;
     bool entered = false, open = false;
+    std::atomic<int> deferred_rows{0};  // rows GatedRunner::draw_deferred passed on
     void pass() {
         std::unique_lock<std::mutex> lock(mu);
         entered = true;
@@ -70,6 +72,11 @@ public:
     }
     bool samples_on_device() const override { return inner_->samples_on_device(); }
     bool host_idle_during_forward() const override { return inner_->host_idle_during_forward(); }
+    bool can_defer_draws() const override { return inner_->can_defer_draws(); }
+    Status draw_deferred(std::span<const DeferredDraw> draws, std::vector<int32_t>* ids) override {
+        gate_->deferred_rows += static_cast<int>(draws.size());
+        return inner_->draw_deferred(draws, ids);
+    }
     int max_batch_entries() const override { return inner_->max_batch_entries(); }
     Status forward_sample(const runtime::Batch& batch, std::span<const DeviceSample> params, std::vector<int32_t>* ids,
                           std::vector<float>* logits) override {
@@ -84,7 +91,7 @@ private:
 
 std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w, bool device_sampling,
                                    const std::vector<Request>& reqs, int speculative_tokens = 0,
-                                   runtime::EngineStats* stats = nullptr) {
+                                   runtime::EngineStats* stats = nullptr, int* deferred_rows = nullptr) {
     runtime::SpeculativeConfig spec{.num_tokens = speculative_tokens, .ngram_min = 1, .ngram_max = 3, .max_running = 0};
     auto cuda_runner = runtime::CudaModelRunner::create(w, 8 + runtime::speculative_extra_entries(spec, 8), 256);
     EXPECT_TRUE(cuda_runner.ok()) << cuda_runner.status().to_string();
@@ -116,6 +123,7 @@ std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w
     for (auto& h : handles) out.push_back(collect(h));
     EXPECT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
     if (stats) *stats = (*engine)->stats();
+    if (deferred_rows) *deferred_rows = gate->deferred_rows;
     return out;
 }
 
@@ -353,9 +361,9 @@ TEST(CudaEngine, PromptLogprobsMatchTheCpuReference) {
     EXPECT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));
 }
 
-// min_tokens on the CUDA runner: the first min_tokens draws come to the host with the stop ids masked, the rest
-// are drawn on the device; the tokens equal an all-host engine's (one request alone: the same batch shapes, so the
-// same logits; arg-max with the same tie rule).
+// min_tokens on the CUDA runner: the first min_tokens draws are drawn on the device under a mask of the stop ids
+// (deferred draws), the rest as usual; the tokens equal an all-host engine's (one request alone: the same batch
+// shapes, so the same logits; arg-max with the same tie rule).
 TEST(CudaEngine, MinTokensMasksTheStopIds) {
     REQUIRE_GPU();
     const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
@@ -375,6 +383,78 @@ TEST(CudaEngine, MinTokensMasksTheStopIds) {
     for (size_t k = 0; k < 4; ++k)
         EXPECT_EQ(std::count(r.stop_ids.begin(), r.stop_ids.end(), dev[0].ids[k]), 0) << k << ": " << describe(dev[0]);
     EXPECT_EQ(dev[0].ids, host[0].ids) << describe(dev[0]) << " vs " << describe(host[0]);
+}
+
+// At output index i only the ids congruent to i mod 5 (a stand-in for a grammar's mask).
+class ModuloConstraint final : public runtime::TokenConstraint {
+public:
+    explicit ModuloConstraint(int vocab) : vocab_(vocab) {}
+    bool allowed_next(std::vector<uint8_t>* mask) override {
+        mask->assign(static_cast<size_t>(vocab_), 0);
+        for (int id = n_ % 5; id < vocab_; id += 5) (*mask)[static_cast<size_t>(id)] = 1;
+        return true;
+    }
+    void accept(int32_t) override { ++n_; }
+
+private:
+    int vocab_, n_ = 0;
+};
+class ModuloFactory final : public runtime::TokenConstraintFactory {
+public:
+    explicit ModuloFactory(int vocab) : vocab_(vocab) {}
+    std::unique_ptr<runtime::TokenConstraint> start() const override {
+        return std::make_unique<ModuloConstraint>(vocab_);
+    }
+
+private:
+    int vocab_;
+};
+
+// Constrained requests and bad_words on the CUDA runner are drawn on the device under their masks (deferred draws,
+// counted by the gated runner), beside unconstrained ones: the greedy ones give the all-host engine's tokens, the
+// seeded sampled one obeys its mask and repeats in a new engine; every constrained id is allowed.
+TEST(CudaEngine, MaskedDrawsRunOnTheDevice) {
+    REQUIRE_GPU();
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
+    const int V = w->config.vocab_size;
+    auto modulo = std::make_shared<ModuloFactory>(V);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 3; ++i) {
+        Request r{.prompt = random_ids(6 + 5 * i, V, 60 + i), .sampling = {.temperature = 0.0f}, .max_tokens = 12};
+        if (i < 2) r.constraint = modulo;  // the third is unconstrained
+        reqs.push_back(r);
+    }
+    Request bad{.prompt = random_ids(8, V, 70), .sampling = {.temperature = 0.0f}, .max_tokens = 12};
+    reqs.push_back(bad);
+    Request sampled{
+        .prompt = random_ids(7, V, 71), .sampling = {.temperature = 0.9f, .top_p = 0.95f, .seed = 3}, .max_tokens = 12};
+    sampled.constraint = modulo;
+    reqs.push_back(sampled);
+    // bad_words: the unconstrained greedy run's first two tokens, banned everywhere.
+    const std::vector<Generation> free_run = run_engine(w, true, {bad});
+    ASSERT_EQ(free_run.size(), 1u);
+    ASSERT_GE(free_run[0].ids.size(), 2u);
+    reqs[3].bad_words = {{free_run[0].ids[0]}, {free_run[0].ids[1]}};
+
+    int deferred = 0, deferred_host = 0;
+    const std::vector<Generation> dev = run_engine(w, true, reqs, 0, nullptr, &deferred);
+    const std::vector<Generation> host = run_engine(w, false, reqs, 0, nullptr, &deferred_host);
+    ASSERT_EQ(dev.size(), reqs.size());
+    ASSERT_EQ(host.size(), reqs.size());
+    EXPECT_EQ(deferred, 4 * 12) << "two constrained greedy, bad_words and the sampled constrained request";
+    EXPECT_EQ(deferred_host, 0);
+    for (size_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(dev[i].ids.size(), 12u) << i << ": " << describe(dev[i]);
+        EXPECT_EQ(dev[i].ids, host[i].ids) << i << ": " << describe(dev[i]) << " vs " << describe(host[i]);
+    }
+    for (size_t i : {size_t{0}, size_t{1}, size_t{4}})
+        for (size_t k = 0; k < dev[i].ids.size(); ++k)
+            EXPECT_EQ(dev[i].ids[k] % 5, static_cast<int32_t>(k % 5)) << i << ": " << describe(dev[i]);
+    for (int32_t id : dev[3].ids) EXPECT_TRUE(id != free_run[0].ids[0] && id != free_run[0].ids[1]) << describe(dev[3]);
+    const std::vector<Generation> again = run_engine(w, true, reqs);
+    ASSERT_EQ(again.size(), reqs.size());
+    EXPECT_EQ(again[4].ids, dev[4].ids);
 }
 
 }  // namespace

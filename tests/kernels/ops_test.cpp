@@ -1,6 +1,8 @@
 // CUDA ops against their CPU references (kernels/cpu) on fresh random inputs, over gpt-oss shapes.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <random>
 
 #include "cuda_test_util.h"
 #include "kernels/cpu/cpu_common.h"
@@ -1797,6 +1799,97 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     // Same seed and draw -> same token; a different draw index -> (almost surely) some differ.
     EXPECT_EQ(run(1.0f, 1.0f, 0, 77, 4), run(1.0f, 1.0f, 0, 77, 4));
     EXPECT_NE(run(1.0f, 1.0f, 0, 77, 4), run(1.0f, 1.0f, 0, 77, 5));
+}
+
+// The masked draw (SampleArgs::allowed_bits, row_index): token for token the draw on rows whose excluded logits
+// are -1e30 (finite, so the row check still passes; exp underflows to 0 and no Gumbel noise lifts it, so it is the
+// draw with those tokens at -inf), for greedy rows on both arg-max kernels, top-k, top-p and plain temperature;
+// every id allowed; rows read through row_index; an all-excluded row gives -1 and a NaN row -1.
+TEST(CudaOps, SamplingUnderAMaskIsTheDrawWithTheRestAtMinusInfinity) {
+    REQUIRE_GPU();
+    constexpr int S = 6, V = 201088, W = (V + 31) / 32;
+    auto logits = randn(static_cast<size_t>(S) * V, 41, 2.0f);
+    std::vector<uint32_t> bits(static_cast<size_t>(S) * W, 0u);
+    std::vector<float> masked = logits;
+    std::mt19937 rng(5);
+    for (int s = 0; s < S; ++s) {
+        // Row s allows 1 in 2^s of the tokens (row 5 about 6,000), plus the last one (a partial last word).
+        const uint32_t keep = (1u << s) - 1;
+        for (int i = 0; i < V; ++i) {
+            const bool ok = (rng() & keep) == 0 || i == V - 1;
+            if (ok)
+                bits[static_cast<size_t>(s) * W + i / 32] |= 1u << (i % 32);
+            else
+                masked[static_cast<size_t>(s) * V + i] = -1e30f;
+        }
+    }
+    // Rows read in reverse through row_index: the logits buffer holds them as S - 1 - s.
+    std::vector<float> reversed(logits.size());
+    for (int s = 0; s < S; ++s)
+        std::copy_n(logits.data() + static_cast<size_t>(s) * V, V,
+                    reversed.data() + static_cast<size_t>(S - 1 - s) * V);
+    std::vector<int32_t> index(S);
+    for (int s = 0; s < S; ++s) index[s] = S - 1 - s;
+    auto drev = to_device(reversed), dmasked = to_device(masked), dbits = to_device(bits), dindex = to_device(index);
+    DeviceBuffer work(kc::sample_workspace_bytes(S));
+    ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
+    auto run = [&](bool with_mask, float temp, float top_p, int top_k, uint64_t draw, bool split) {
+        std::vector<float> t(S, temp), p(S, top_p);
+        std::vector<int32_t> k(S, top_k);
+        std::vector<uint64_t> sd(S, 13), dr(S, draw);
+        auto dt = to_device(t), dp = to_device(p), dk = to_device(k), dsd = to_device(sd), ddr = to_device(dr);
+        auto out = poisoned(S * 4);
+        kc::SampleArgs a;
+        a.logits = (with_mask ? drev : dmasked).as<float>();
+        a.row_index = with_mask ? dindex.as<int32_t>() : nullptr;
+        a.allowed_bits = with_mask ? dbits.as<uint32_t>() : nullptr;
+        a.temperature = dt.as<float>();
+        a.top_p = dp.as<float>();
+        a.top_k = dk.as<int32_t>();
+        a.seed = dsd.as<uint64_t>();
+        a.draw_index = ddr.as<uint64_t>();
+        a.out = out.as<int32_t>();
+        a.num_seqs = S;
+        a.vocab_size = V;
+        a.workspace = split ? work.get() : nullptr;
+        kc::sample(a, nullptr);
+        return to_host<int32_t>(out, S);
+    };
+    struct Case {
+        float temp, top_p;
+        int top_k;
+        bool split;
+    };
+    for (const Case& c : {Case{0.0f, 1.0f, 0, false}, Case{0.0f, 1.0f, 0, true}, Case{1.0f, 1.0f, 0, false},
+                          Case{0.8f, 1.0f, 20, false}, Case{0.7f, 0.6f, 0, true}, Case{1.2f, 0.9f, 50, false}}) {
+        for (uint64_t draw = 0; draw < 6; ++draw) {
+            const auto got = run(true, c.temp, c.top_p, c.top_k, draw, c.split);
+            const auto want = run(false, c.temp, c.top_p, c.top_k, draw, c.split);
+            EXPECT_EQ(got, want) << c.temp << " " << c.top_p << " " << c.top_k << " " << c.split << " draw " << draw;
+            for (int s = 0; s < S; ++s) {
+                ASSERT_GE(got[s], 0);
+                EXPECT_TRUE((bits[static_cast<size_t>(s) * W + got[s] / 32] >> (got[s] % 32)) & 1u)
+                    << s << " " << got[s];
+            }
+        }
+    }
+    // Nothing allowed in row 2, a NaN in row 4: -1 for those rows only, on both kernels.
+    std::vector<uint32_t> none = bits;
+    std::fill_n(none.begin() + 2 * W, W, 0u);
+    reversed[static_cast<size_t>(S - 1 - 4) * V + 77] = std::nanf("");
+    drev = to_device(reversed);
+    dbits = to_device(none);
+    for (bool split : {false, true})
+        for (float temp : {0.0f, 1.0f}) {
+            const auto got = run(true, temp, 1.0f, 0, 0, split);
+            for (int s = 0; s < S; ++s) {
+                if (s == 2 || s == 4) {
+                    EXPECT_EQ(got[s], -1) << s << " " << split << " " << temp;
+                } else {
+                    EXPECT_GE(got[s], 0) << s;
+                }
+            }
+        }
 }
 
 }  // namespace

@@ -17,6 +17,23 @@ __device__ __forceinline__ bool is_greedy(const SampleArgs& a, int s) {
     return a.temperature[s] <= 0.0f || a.top_k[s] == 1;
 }
 
+// Row s's logits and mask (SampleArgs::row_index, allowed_bits).
+struct RowView {
+    const float* row;
+    const uint32_t* bits;  // nullptr: every token allowed
+    __device__ RowView(const SampleArgs& a, int s) {
+        const int r = a.row_index != nullptr ? a.row_index[s] : s;
+        row = a.logits + static_cast<int64_t>(r) * a.vocab_size;
+        bits =
+            a.allowed_bits != nullptr ? a.allowed_bits + static_cast<int64_t>(s) * ((a.vocab_size + 31) / 32) : nullptr;
+    }
+    __device__ __forceinline__ bool allowed(int i) const {
+        return bits == nullptr || ((bits[i >> 5] >> (i & 31)) & 1u);
+    }
+    // The logit as the draw sees it: -inf where the mask excludes the token.
+    __device__ __forceinline__ float operator[](int i) const { return allowed(i) ? row[i] : -INFINITY; }
+};
+
 // (value, index) arg-max step: larger value, ties to the lower index (the CPU's rule).
 __device__ __forceinline__ void take_best(float& bv, int& bi, float v, int i) {
     if (v > bv || (v == bv && i < bi)) {
@@ -60,7 +77,7 @@ __device__ float block_max(float v, float* scratch) {
 }
 
 // Largest key threshold τ with count(key >= τ) >= k: the k-th largest key (radix select, MSB first).
-__device__ uint32_t kth_largest_key(const float* row, int n, int k, float* scratch) {
+__device__ uint32_t kth_largest_key(const RowView& row, int n, int k, float* scratch) {
     uint32_t prefix = 0;
     for (int bit = 31; bit >= 0; --bit) {
         const uint32_t candidate = prefix | (1u << bit);
@@ -80,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     __shared__ int best_idx[32];
     const int s = blockIdx.x;
     const int n = a.vocab_size;
-    const float* row = a.logits + static_cast<int64_t>(s) * n;
+    const RowView row(a, s);
     const float temp = a.temperature[s];
     const bool greedy = is_greedy(a, s);
     if (greedy && a.workspace != nullptr) return;  // argmax_split_kernel's row
@@ -126,9 +143,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     int bi = n;
     bool finite = true;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float l = row[i];
+        const float l = row.row[i];
         finite = finite && isfinite(l);
-        if (float_key(l) < min_key) continue;
+        if (!row.allowed(i) || float_key(l) < min_key) continue;
         float v = l;
         if (!greedy) {
             const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
@@ -137,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         take_best(bv, bi, v, i);
     }
     const bool bad = block_argmax(bv, bi, finite, best_val, best_idx);
-    if (threadIdx.x == 0) a.out[s] = bad ? -1 : bi < n ? bi : 0;
+    // bi = n: every token masked (or, unmasked, every value -inf: then bad).
+    if (threadIdx.x == 0) a.out[s] = bad ? -1 : bi < n ? bi : row.bits != nullptr ? -1 : 0;
 }
 
 // Greedy rows: CTA (s, y) takes the y-th slice of row s; the last CTA of a row to finish (a ticket
@@ -154,17 +172,25 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     float* part_val = reinterpret_cast<float*>(rec);
     int* part_idx = reinterpret_cast<int*>(rec + kSplit);
     unsigned* ticket = rec + 2 * kSplit;
-    const float* row = a.logits + static_cast<int64_t>(s) * n;
+    const RowView row(a, s);
     const int chunk = (n + kSplit - 1) / kSplit;
     const int lo = blockIdx.y * chunk, hi = min(n, lo + chunk);
     float bv = -FLT_MAX;
     int bi = n;
     bool finite = true;
+    if (row.bits == nullptr) {
 #pragma unroll 8
-    for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
-        const float v = row[i];
-        finite = finite && isfinite(v);
-        take_best(bv, bi, v, i);
+        for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
+            const float v = row.row[i];
+            finite = finite && isfinite(v);
+            take_best(bv, bi, v, i);
+        }
+    } else {
+        for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
+            const float v = row.row[i];
+            finite = finite && isfinite(v);
+            if (row.allowed(i)) take_best(bv, bi, v, i);
+        }
     }
     __shared__ float wv[kSplitThreads / 32];
     __shared__ int wi[kSplitThreads / 32];
@@ -188,7 +214,7 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
         any_bad = any_bad || i < 0;
         if (i >= 0) take_best(bv, bi, v, i);
     }
-    a.out[s] = any_bad ? -1 : bi < n ? bi : 0;
+    a.out[s] = any_bad ? -1 : bi < n ? bi : row.bits != nullptr ? -1 : 0;
     *ticket = 0;
 }
 

@@ -24,6 +24,12 @@ struct SampleArgs {
     // rows then take a split arg-max over many CTAs (one CTA reading a 201k-entry row took 87 µs
     // on the H200) and the one-CTA kernel only the sampled rows.
     void* workspace = nullptr;
+    // Optional: row s of this call is logits row row_index[s] (else row s).
+    const int32_t* row_index = nullptr;
+    // Optional: [num_seqs][⌈vocab_size / 32⌉] words; token i of row s may be drawn where bit i % 32 of word
+    // s · words + i / 32 is set, and the others are drawn as if their logit were -inf (the host sampler's masked
+    // draw: top-k and top-p among the allowed tokens). out[s] = -1 where no token is allowed.
+    const uint32_t* allowed_bits = nullptr;
 };
 size_t sample_workspace_bytes(int num_seqs);
 void sample(const SampleArgs& args, cudaStream_t stream);

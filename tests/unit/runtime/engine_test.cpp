@@ -86,9 +86,27 @@ TEST_F(EngineTest, PrefillChunksMarkProgressBeforeTheFirstToken) {
 class DeviceSamplingRunner : public ModelRunner {
 public:
     explicit DeviceSamplingRunner(std::shared_ptr<const model::GptOssWeights> w, bool host_idle = false,
-                                  std::chrono::milliseconds forward_sleep = {})
-        : inner_(std::move(w)), host_idle_(host_idle), forward_sleep_(forward_sleep) {}
+                                  std::chrono::milliseconds forward_sleep = {}, bool defer = false)
+        : inner_(std::move(w)), host_idle_(host_idle), forward_sleep_(forward_sleep), defer_(defer) {}
     bool host_idle_during_forward() const override { return host_idle_; }
+    // With defer: rows asked to defer come back -2 and draw_deferred takes the arg-max of the allowed ids.
+    bool can_defer_draws() const override { return defer_; }
+    Status draw_deferred(std::span<const DeferredDraw> draws, std::vector<int32_t>* ids) override {
+        const size_t V = static_cast<size_t>(config().vocab_size);
+        for (const DeferredDraw& d : draws) {
+            if (d.row < 0 || static_cast<size_t>(d.row) >= deferred_.size() || !deferred_[d.row])
+                return internal_error("row " + std::to_string(d.row) + " was not deferred");
+            deferred_[d.row] = false;
+            const float* r = rows_.data() + static_cast<size_t>(d.row) * V;
+            int32_t best = -1;
+            for (size_t t = 0; t < V; ++t)
+                if ((d.allowed == nullptr || d.allowed[t]) && (best < 0 || r[t] > r[best]))
+                    best = static_cast<int32_t>(t);
+            ++deferred_rows;
+            ids->push_back(best);
+        }
+        return ok_status();
+    }
     const model::GptOssConfig& config() const override { return inner_.config(); }
     KvGeometry kv_geometry(int block_size) const override { return inner_.kv_geometry(block_size); }
     size_t free_memory_bytes() const override { return inner_.free_memory_bytes(); }
@@ -108,9 +126,13 @@ public:
         RETURN_IF_ERROR(inner_.forward(batch, &rows_));
         const size_t V = static_cast<size_t>(config().vocab_size);
         if (rows_.size() != params.size() * V) return internal_error("one parameter set per sampled row");
+        deferred_.assign(params.size(), false);
         for (size_t i = 0; i < params.size(); ++i) {
             const float* r = rows_.data() + i * V;
-            if (params[i].want_logits) {
+            if (params[i].defer && defer_) {
+                deferred_[i] = true;
+                ids->push_back(-2);
+            } else if (params[i].want_logits || params[i].defer) {
                 ++host_rows;
                 ids->push_back(-1);
                 logits->insert(logits->end(), r, r + V);
@@ -121,13 +143,15 @@ public:
         }
         return ok_status();
     }
-    std::atomic<int> device_rows{0}, host_rows{0}, host_steps{0};
+    std::atomic<int> device_rows{0}, host_rows{0}, host_steps{0}, deferred_rows{0};
 
 private:
     CpuModelRunner inner_;
     bool host_idle_;
     std::chrono::milliseconds forward_sleep_;
+    bool defer_;
     std::vector<float> rows_;
+    std::vector<bool> deferred_;
 };
 
 // The engine with a runner that samples on the device: greedy requests take the device draw, and
@@ -743,11 +767,13 @@ TEST_F(EngineTest, MinTokensYieldToAConstraintThatCanOnlyEnd) {
 TEST_F(EngineTest, ConstrainedRequestsDrawOnlyAllowedTokens) {
     const int V = small_config().vocab_size;
     auto factory = std::make_shared<ModuloFactory>(V, 1000);
-    for (int mode = 0; mode < 4; ++mode) {
+    for (int mode = 0; mode < 8; ++mode) {
         const bool device = mode % 2 == 0;
-        const bool host_idle = mode >= 2;  // masks computed beside the forward
+        const bool host_idle = (mode / 2) % 2 == 1;  // masks computed beside the forward
+        const bool defer = mode >= 4;                // masked draws on the "device"
         for (int spec : {0, 3}) {
-            auto runner = std::make_unique<DeviceSamplingRunner>(weights_, host_idle);
+            auto runner =
+                std::make_unique<DeviceSamplingRunner>(weights_, host_idle, std::chrono::milliseconds{}, defer);
             DeviceSamplingRunner* r = runner.get();
             EngineConfig cfg = test_config();
             cfg.device_sampling = device;
@@ -781,12 +807,20 @@ TEST_F(EngineTest, ConstrainedRequestsDrawOnlyAllowedTokens) {
             bool all = true;
             for (size_t i = 0; i < g.ids.size(); ++i) all = all && g.ids[i] % 5 == static_cast<int32_t>(i % 5);
             EXPECT_FALSE(all) << describe(g);
-            if (device) {
+            if (device && !defer) {
                 EXPECT_EQ(r->host_rows, 2 * 16) << "constrained rows are drawn on the host";
+                EXPECT_EQ(r->deferred_rows, 0);
+            }
+            if (device && defer) {
+                EXPECT_EQ(r->host_rows, 0) << "constrained rows are drawn on the device, under their masks";
+                EXPECT_EQ(r->deferred_rows, 2 * 16);
+            }
+            if (!device) {
+                EXPECT_EQ(r->deferred_rows, 0);
             }
         }
     }
-    EXPECT_EQ(factory->started.load(), 16);
+    EXPECT_EQ(factory->started.load(), 32);
 }
 
 // Where the runner's forward leaves the engine's thread idle, a constraint's mask is computed beside it: with a
