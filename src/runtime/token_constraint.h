@@ -1,7 +1,8 @@
 // A request's restriction of which tokens may come next (structured outputs). The engine creates
 // one TokenConstraint per request from the request's factory, asks it before every draw and reports
-// every token the request emits. Requests with a constraint draw on the host (their logits come
-// back from the device) and take no speculative drafts.
+// every token the request emits. Requests with a constraint take no speculative drafts; their draws run
+// on the device under the mask where the runner can defer them (ModelRunner::can_defer_draws), else on
+// the host (their logits come back from the device).
 #pragma once
 
 #include <cstdint>
