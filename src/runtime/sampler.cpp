@@ -15,10 +15,12 @@ namespace {
 // First maximum wins; NaN never wins (a row of NaN gives 0), so a broken row cannot produce an
 // out-of-range id.
 int32_t argmax(const float* logits, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; ++i)
-        if (logits[i] > logits[best] || (std::isnan(logits[best]) && !std::isnan(logits[i]))) best = i;
-    return best;
+    // The largest non-NaN value (a vectorized pass: NaN compares false), then its first index.
+    float mx = -INFINITY;
+    for (int i = 0; i < n; ++i) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < n; ++i)
+        if (logits[i] == mx) return i;
+    return 0;  // every value NaN
 }
 
 // Candidates are packed as 64-bit keys ordered like "higher logit first, ties to the lower id":
@@ -27,56 +29,149 @@ int32_t argmax(const float* logits, int n) {
 uint64_t candidate_key(float logit, int32_t id) {
     uint32_t bits;
     std::memcpy(&bits, &logit, sizeof(bits));
-    bits = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    bits ^= static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u;  // negative: ~bits (no branch)
     return (static_cast<uint64_t>(bits) << 32) | (0xffffffffu - static_cast<uint32_t>(id));
 }
 
 int32_t key_id(uint64_t key) { return static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(key)); }
 
-// Reorders `keys` so that its first n entries are the nucleus: the n best candidates, n the
-// smallest count whose probability mass reaches top_p of all the candidates' mass. Quickselect on
-// the mass (expected linear time): a flat 200k-token distribution needs no sort.
-size_t nucleus_size(std::vector<uint64_t>& keys, const std::vector<float>& prob, double top_p) {
+// Candidates by the top 12 bits of their key (sign, exponent and 3 mantissa bits of the logit): buckets in key
+// order, so every key of a higher bucket ranks above every key of a lower one. Selections count or weigh the
+// buckets in one pass, then sort only the bucket where the cut falls.
+constexpr int kBucketBits = 12;
+constexpr int kBuckets = 1 << kBucketBits;
+int bucket_of(uint64_t key) { return static_cast<int>(key >> (64 - kBucketBits)); }
+
+// Reorders `keys` so that its first k entries are the k best (in no particular order).
+void select_top_k(std::vector<uint64_t>& keys, size_t k, std::vector<int32_t>& counts) {
+    if (k >= keys.size()) return;
+    counts.assign(kBuckets, 0);
+    for (uint64_t key : keys) ++counts[bucket_of(key)];
+    int cut = kBuckets - 1;
+    size_t above = 0;  // keys in buckets above `cut`
+    while (above + static_cast<size_t>(counts[cut]) < k) above += static_cast<size_t>(counts[cut--]);
+    // Keys above the cut bucket first, then the cut bucket's, whose best k - above complete the set.
+    auto mid = std::partition(keys.begin(), keys.end(), [&](uint64_t key) { return bucket_of(key) > cut; });
+    auto end = std::partition(mid, keys.end(), [&](uint64_t key) { return bucket_of(key) == cut; });
+    std::nth_element(mid, mid + static_cast<long>(k - above) - 1, end, std::greater<>());
+    keys.resize(k);
+}
+
+// keys = the k best candidates of the row (NaN as -inf), in no particular order: bucket counts find the bucket
+// where the k-th falls, keys are made only from there up.
+void top_keys(const float* logits, int n, size_t k, std::vector<int32_t>& counts, std::vector<uint64_t>& keys) {
+    const auto clean = [&](int i) { return logits[i] == logits[i] ? logits[i] : -INFINITY; };
+    counts.assign(kBuckets, 0);
+    for (int i = 0; i < n; ++i) ++counts[bucket_of(candidate_key(clean(i), 0))];
+    int cut = kBuckets - 1;
+    for (size_t above = 0; cut > 0 && above + static_cast<size_t>(counts[cut]) < k;)
+        above += static_cast<size_t>(counts[cut--]);
+    keys.clear();
+    for (int i = 0; i < n; ++i) {
+        const uint64_t key = candidate_key(clean(i), i);
+        if (bucket_of(key) >= cut) keys.push_back(key);
+    }
+    select_top_k(keys, k, counts);
+}
+
+// Reorders `keys` so that its first n entries are the nucleus: the n best candidates, n the smallest count whose
+// probability mass reaches target. `mass` holds the candidates' masses by bucket (every candidate's, though keys
+// may hold only those of the buckets from the cut up: the rest are never inside). The buckets' masses find the
+// bucket where the cut falls; only that bucket is sorted.
+size_t nucleus_size(std::vector<uint64_t>& keys, const std::vector<float>& prob, double target,
+                    const std::vector<double>& mass) {
+    int cut = kBuckets - 1;
+    double acc = 0.0;  // the mass of the buckets above `cut`
+    while (cut > 0 && acc + mass[cut] < target) acc += mass[cut--];
+    auto mid = std::partition(keys.begin(), keys.end(), [&](uint64_t key) { return bucket_of(key) > cut; });
+    auto end = std::partition(mid, keys.end(), [&](uint64_t key) { return bucket_of(key) == cut; });
+    std::sort(mid, end, std::greater<>());
+    for (auto it = mid; it != end; ++it) {
+        acc += prob[key_id(*it)];
+        if (acc >= target) return static_cast<size_t>(it - keys.begin()) + 1;
+    }
+    return std::max<size_t>(1, static_cast<size_t>(end - keys.begin()));
+}
+
+// e^x for x <= 0 (logits relative to their maximum), 0 below 2^-125. Branch-free, so the loops over a row
+// vectorize (glibc's expf is a call a token: ~1 ms a 201k row). 2^x as 2^n · 2^r, |r| <= 1/2, 2^r by its Taylor
+// polynomial of degree 7: relative error below 2e-7 near x = 0, growing with |x| by float's rounding of x · log2 e
+// (5e-6 at e^-87, where the probability is negligible).
+inline float exp_nonpositive(float x) {
+    const float t = x * 1.44269504088896341f;
+    const float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest (|t| < 2^22)
+    const float r = t - n;
+    float p = 1.54035304e-4f;
+    p = p * r + 1.33335581e-3f;
+    p = p * r + 9.61812911e-3f;
+    p = p * r + 5.55041087e-2f;
+    p = p * r + 2.40226507e-1f;
+    p = p * r + 6.93147181e-1f;
+    p = p * r + 1.0f;
+    const int32_t e = (static_cast<int32_t>(std::max(n, -125.0f)) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &e, sizeof(scale));
+    return t < -125.0f ? 0.0f : p * scale;
+}
+
+// prob[i] = e^((logits[i] - mx) · inv_t), 0 for a NaN logit (a broken row).
+void relative_probs(const float* logits, int n, float mx, float inv_t, float* prob) {
+    for (int i = 0; i < n; ++i) {
+        const float l = logits[i];
+        const float e = exp_nonpositive((l - mx) * inv_t);
+        prob[i] = l == l ? e : 0.0f;
+    }
+}
+
+// Σ w[0, n) in double: blocks of 8 interleaved partial sums (vectorized), blocks in order.
+constexpr int kSumBlock = 256;
+double block_sum(const float* w, int n) {
+    double acc[8] = {};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += w[i + j];
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; ++i) s += w[i];
+    return s;
+}
+
+// The index i whose cumulative weight w[0..i] first exceeds u · Σ w (u in [0, 1)), by block sums then one
+// block's scan; the last index with positive weight when rounding leaves u at the total. -1 if every weight is 0.
+int64_t weighted_pick(const float* w, int64_t n, double u) {
+    const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
     double total = 0.0;
-    for (uint64_t k : keys) total += prob[key_id(k)];
-    const double target = top_p * total;
-    size_t lo = 0, hi = keys.size();  // the cut lies in (lo, hi]; keys[0, lo) are all inside
-    double acc = 0.0;                 // mass of keys[0, lo)
-    while (hi - lo > 32) {
-        // Median of three as the pivot; partition the rest into "better than the pivot" first.
-        const uint64_t a = keys[lo], b = keys[lo + (hi - lo) / 2], c = keys[hi - 1];
-        const uint64_t pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));
-        auto split = std::partition(keys.begin() + static_cast<long>(lo), keys.begin() + static_cast<long>(hi),
-                                    [&](uint64_t k) { return k > pivot; });
-        const size_t n_better = static_cast<size_t>(split - keys.begin()) - lo;
-        double mass_better = 0.0;
-        for (size_t i = lo; i < lo + n_better; ++i) mass_better += prob[key_id(keys[i])];
-        if (acc + mass_better >= target) {
-            hi = lo + n_better;
+    std::vector<double> sums(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) {
+        sums[static_cast<size_t>(b)] =
+            block_sum(w + b * kSumBlock, static_cast<int>(std::min<int64_t>(kSumBlock, n - b * kSumBlock)));
+        total += sums[static_cast<size_t>(b)];
+    }
+    if (!(total > 0.0)) return -1;
+    const double target = u * total;
+    double cum = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+        if (cum + sums[static_cast<size_t>(b)] <= target && b + 1 < blocks) {
+            cum += sums[static_cast<size_t>(b)];
             continue;
         }
-        // Everything better is inside; the pivot (the best of the rest) comes next.
-        acc += mass_better;
-        lo += n_better;
-        std::iter_swap(keys.begin() + static_cast<long>(lo),
-                       std::find(keys.begin() + static_cast<long>(lo), keys.begin() + static_cast<long>(hi), pivot));
-        acc += prob[key_id(pivot)];
-        if (acc >= target) return lo + 1;
-        ++lo;
+        for (int64_t i = b * kSumBlock; i < std::min(n, (b + 1) * kSumBlock); ++i) {
+            cum += w[i];
+            if (target < cum) return i;
+        }
     }
-    std::sort(keys.begin() + static_cast<long>(lo), keys.begin() + static_cast<long>(hi), std::greater<>());
-    for (size_t i = lo; i < hi; ++i) {
-        acc += prob[key_id(keys[i])];
-        if (acc >= target) return i + 1;
-    }
-    return std::max<size_t>(1, hi);
+    for (int64_t i = n - 1; i >= 0; --i)
+        if (w[i] > 0.0f) return i;
+    return -1;
 }
 
 struct DrawScratch {
-    std::vector<float>& prob;     // [vocab_size]
-    std::vector<uint64_t>& keys;  // candidates
-    std::vector<int32_t>& ids;    // kept ids, ascending
-    std::vector<uint8_t>& flags;  // [vocab_size]
+    std::vector<float>& prob;      // [vocab_size]
+    std::vector<uint64_t>& keys;   // candidates
+    std::vector<int32_t>& ids;     // kept ids, ascending
+    std::vector<uint8_t>& flags;   // [vocab_size]
+    std::vector<float>& kept;      // the kept ids' probabilities
+    std::vector<int32_t>& counts;  // bucket counts
+    std::vector<double>& mass;     // bucket masses
 };
 
 // Steps 3-4 of the header comment on processed logits.
@@ -88,48 +183,61 @@ int32_t draw(const float* logits, int vocab_size, const SamplingParams& p, uint6
     s.prob.resize(static_cast<size_t>(vocab_size));
     // Relative to the maximum (which gets exactly 1), so min_p compares against 1.
     // A NaN logit (a broken row) counts as -inf: probability 0, ranked last.
-    for (int i = 0; i < vocab_size; ++i) s.prob[i] = std::isnan(logits[i]) ? 0.0f : std::exp((logits[i] - mx) * inv_t);
+    relative_probs(logits, vocab_size, mx, inv_t, s.prob.data());
+    const double u = uniform_at(seed, draw_index);
 
     const bool top_k = p.top_k > 0 && p.top_k < vocab_size;
     if (!top_k && p.top_p >= 1.0f) {
-        // No ranking needed: the kept ids are all ids (minus min_p's cut), already ascending.
-        s.ids.clear();
-        for (int i = 0; i < vocab_size; ++i)
-            if (s.prob[i] >= p.min_p && s.prob[i] > 0.0f) s.ids.push_back(i);
-    } else {
-        s.keys.resize(static_cast<size_t>(vocab_size));
-        for (int i = 0; i < vocab_size; ++i)
-            s.keys[i] = candidate_key(std::isnan(logits[i]) ? -INFINITY : logits[i], i);
-        if (top_k) {
-            std::nth_element(s.keys.begin(), s.keys.begin() + (p.top_k - 1), s.keys.end(), std::greater<>());
-            s.keys.resize(static_cast<size_t>(p.top_k));
-        }
+        // No ranking needed: every id with p >= min_p, in id order; the rest weigh 0.
+        if (p.min_p > 0.0f)
+            for (int i = 0; i < vocab_size; ++i) s.prob[i] = s.prob[i] >= p.min_p ? s.prob[i] : 0.0f;
+        const int64_t i = weighted_pick(s.prob.data(), vocab_size, u);
+        // Non-finite logits (NaN) leave nothing to draw from: fall back to the argmax.
+        return i >= 0 ? static_cast<int32_t>(i) : argmax(logits, vocab_size);
+    }
+    // Ranked: bucket counts (top-k) or masses (top-p) over the row find where the cut can fall; keys are made only
+    // for the candidates from that bucket up.
+    const auto clean = [&](int i) { return logits[i] == logits[i] ? logits[i] : -INFINITY; };
+    const auto bucket = [&](int i) { return bucket_of(candidate_key(clean(i), 0)); };
+    s.keys.clear();
+    if (top_k) {
+        top_keys(logits, vocab_size, static_cast<size_t>(p.top_k), s.counts, s.keys);
         if (p.min_p > 0.0f) std::erase_if(s.keys, [&](uint64_t k) { return s.prob[key_id(k)] < p.min_p; });
-        if (p.top_p < 1.0f) s.keys.resize(nucleus_size(s.keys, s.prob, static_cast<double>(p.top_p)));
-        // Back to ascending ids: a sort when few are kept, else one pass over a flag per id.
-        s.ids.clear();
-        if (s.keys.size() * 16 < static_cast<size_t>(vocab_size)) {
-            for (uint64_t k : s.keys) s.ids.push_back(key_id(k));
-            std::sort(s.ids.begin(), s.ids.end());
-        } else {
-            s.flags.assign(static_cast<size_t>(vocab_size), 0);
-            for (uint64_t k : s.keys) s.flags[key_id(k)] = 1;
-            for (int i = 0; i < vocab_size; ++i)
-                if (s.flags[i]) s.ids.push_back(i);
+        if (p.top_p < 1.0f) {
+            s.mass.assign(kBuckets, 0.0);
+            for (uint64_t k : s.keys) s.mass[bucket_of(k)] += s.prob[key_id(k)];
+            double total = 0.0;
+            for (int b = kBuckets - 1; b >= 0; --b) total += s.mass[b];
+            s.keys.resize(nucleus_size(s.keys, s.prob, static_cast<double>(p.top_p) * total, s.mass));
         }
+    } else {  // top-p over every id with p >= min_p
+        s.mass.assign(kBuckets, 0.0);
+        for (int i = 0; i < vocab_size; ++i)
+            if (s.prob[i] >= p.min_p) s.mass[bucket(i)] += s.prob[i];
+        double total = 0.0;
+        for (int b = kBuckets - 1; b >= 0; --b) total += s.mass[b];
+        const double target = static_cast<double>(p.top_p) * total;
+        int cut = kBuckets - 1;
+        for (double acc = 0.0; cut > 0 && acc + s.mass[cut] < target;) acc += s.mass[cut--];
+        for (int i = 0; i < vocab_size; ++i)
+            if (bucket(i) >= cut && s.prob[i] >= p.min_p) s.keys.push_back(candidate_key(clean(i), i));
+        s.keys.resize(nucleus_size(s.keys, s.prob, target, s.mass));
     }
-    // Non-finite logits (NaN) leave nothing to draw from: fall back to the argmax, never index an
-    // empty list.
-    if (s.ids.empty()) return argmax(logits, vocab_size);
-    double kept = 0.0;
-    for (int32_t id : s.ids) kept += s.prob[id];
-    const double u = uniform_at(seed, draw_index) * kept;
-    double cum = 0.0;
-    for (int32_t id : s.ids) {
-        cum += s.prob[id];
-        if (u < cum) return id;
+    // Back to ascending ids: a sort when few are kept, else one pass over a flag per id.
+    s.ids.clear();
+    if (s.keys.size() * 64 < static_cast<size_t>(vocab_size)) {
+        for (uint64_t k : s.keys) s.ids.push_back(key_id(k));
+        std::sort(s.ids.begin(), s.ids.end());
+    } else {
+        s.flags.assign(static_cast<size_t>(vocab_size), 0);
+        for (uint64_t k : s.keys) s.flags[key_id(k)] = 1;
+        for (int i = 0; i < vocab_size; ++i)
+            if (s.flags[i]) s.ids.push_back(i);
     }
-    return s.ids.back();
+    s.kept.resize(s.ids.size());
+    for (size_t j = 0; j < s.ids.size(); ++j) s.kept[j] = s.prob[s.ids[j]];
+    const int64_t j = weighted_pick(s.kept.data(), static_cast<int64_t>(s.kept.size()), u);
+    return j >= 0 ? s.ids[static_cast<size_t>(j)] : argmax(logits, vocab_size);
 }
 
 }  // namespace
@@ -163,11 +271,12 @@ Status validate_sampling_params(const SamplingParams& p, int vocab_size) {
 
 int32_t sample_token(const float* logits, int vocab_size, const SamplingParams& params, uint64_t seed,
                      uint64_t draw_index) {
-    std::vector<float> prob;
+    std::vector<float> prob, kept;
     std::vector<uint64_t> keys;
-    std::vector<int32_t> ids;
+    std::vector<int32_t> ids, counts;
     std::vector<uint8_t> flags;
-    return draw(logits, vocab_size, params, seed, draw_index, DrawScratch{prob, keys, ids, flags});
+    std::vector<double> mass;
+    return draw(logits, vocab_size, params, seed, draw_index, DrawScratch{prob, keys, ids, flags, kept, counts, mass});
 }
 
 Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size) {}
@@ -175,14 +284,15 @@ Sampler::Sampler(int vocab_size) : vocab_size_(vocab_size) {}
 double Sampler::log_sum_exp_and_top(const float* logits, int num, std::vector<TokenLogprob>* top) {
     const int V = vocab_size_;
     const float mx = logits[argmax(logits, V)];
+    prob_.resize(static_cast<size_t>(V));
+    relative_probs(logits, V, mx, 1.0f, prob_.data());
     double sum = 0.0;
-    for (int i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+    for (int b = 0; b < V; b += kSumBlock) sum += block_sum(prob_.data() + b, std::min(kSumBlock, V - b));
     const double lse = mx + std::log(sum);
     const int n = std::min(num, V);
     if (n > 0) {
-        keys_.resize(static_cast<size_t>(V));
-        for (int i = 0; i < V; ++i) keys_[i] = candidate_key(logits[i], i);
-        std::partial_sort(keys_.begin(), keys_.begin() + n, keys_.end(), std::greater<>());
+        top_keys(logits, V, static_cast<size_t>(n), bucket_counts_, keys_);
+        std::sort(keys_.begin(), keys_.begin() + n, std::greater<>());
         for (int i = 0; i < n; ++i) {
             const int32_t id = key_id(keys_[i]);
             top->push_back({id, static_cast<float>(logits[id] - lse)});
@@ -253,10 +363,11 @@ SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint6
     }
     if (allowed != nullptr && !allowed_ids_.empty()) {
         const int32_t k = draw(allowed_logits_.data(), static_cast<int>(allowed_ids_.size()), p, seed, output.size(),
-                               DrawScratch{prob_, keys_, ids_, flags_});
+                               DrawScratch{prob_, keys_, ids_, flags_, kept_, bucket_counts_, bucket_mass_});
         out.id = allowed_ids_[static_cast<size_t>(k)];
     } else {
-        out.id = draw(processed, V, p, seed, output.size(), DrawScratch{prob_, keys_, ids_, flags_});
+        out.id = draw(processed, V, p, seed, output.size(),
+                      DrawScratch{prob_, keys_, ids_, flags_, kept_, bucket_counts_, bucket_mass_});
     }
     if (allowed != nullptr && !allowed[out.id]) {
         // Every allowed logit is -inf or NaN (a broken row): the first allowed token, never another.

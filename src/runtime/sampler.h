@@ -89,14 +89,17 @@ private:
     double log_sum_exp_and_top(const float* logits, int n, std::vector<TokenLogprob>* top);
 
     int vocab_size_;
-    std::vector<float> work_;            // [vocab_size] processed logits
-    std::vector<float> prob_;            // [vocab_size] probabilities relative to the most probable token
-    std::vector<uint64_t> keys_;         // candidates as (logit, id) sort keys
-    std::vector<int32_t> ids_;           // kept ids, ascending
-    std::vector<uint8_t> flags_;         // [vocab_size]
-    std::vector<int32_t> counts_;        // scratch for penalties
-    std::vector<float> allowed_logits_;  // a mask's allowed logits, ascending ids
-    std::vector<int32_t> allowed_ids_;   // their ids
+    std::vector<float> work_;             // [vocab_size] processed logits
+    std::vector<float> prob_;             // [vocab_size] probabilities relative to the most probable token
+    std::vector<uint64_t> keys_;          // candidates as (logit, id) sort keys
+    std::vector<int32_t> ids_;            // kept ids, ascending
+    std::vector<uint8_t> flags_;          // [vocab_size]
+    std::vector<int32_t> counts_;         // scratch for penalties
+    std::vector<float> allowed_logits_;   // a mask's allowed logits, ascending ids
+    std::vector<int32_t> allowed_ids_;    // their ids
+    std::vector<float> kept_;             // the kept ids' probabilities
+    std::vector<int32_t> bucket_counts_;  // scratch of the top-k selection
+    std::vector<double> bucket_mass_;     // scratch of the nucleus
 };
 
 // Returns the sampled token id from already-processed logits (steps 3-4 above, no penalties).

@@ -90,6 +90,92 @@ TEST(SamplerTest, LargeVocabularyNucleusMatchesAFullSort) {
     for (int i = 0; i < 300; ++i) EXPECT_TRUE(in[sample_token(logits.data(), 20000, p, 5, static_cast<uint64_t>(i))]);
 }
 
+// The bucketed top-k / nucleus selections and the vectorized exponentials against a full sort in double, on rows
+// of up to o200k's size: every draw ranks inside the top k, inside the reference nucleus (one rank of slack at its
+// edge, where float and double exponentials may disagree about the last token), and has p >= min_p (within 1e-5).
+TEST(SamplerTest, TruncationsMatchAFullSortInDouble) {
+    std::mt19937 rng(17);
+    for (int trial = 0; trial < 24; ++trial) {
+        const int V = trial % 3 == 0 ? 201088 : 1000 + 3000 * (trial % 5);
+        const float scale = trial % 4 == 0 ? 0.3f : trial % 4 == 1 ? 1.0f : trial % 4 == 2 ? 3.0f : 8.0f;
+        auto logits = random_logits(V, 100 + trial, scale);
+        if (trial % 6 == 5)  // ties across the row
+            for (int i = 0; i < V; i += 7) logits[i] = logits[(i * 31) % V];
+        SamplingParams p;
+        p.temperature = std::uniform_real_distribution<float>(0.3f, 1.5f)(rng);
+        p.top_k = trial % 2 ? 0 : 1 + static_cast<int>(rng() % 200);
+        p.top_p = trial % 3 == 1 ? 1.0f : std::uniform_real_distribution<float>(0.2f, 0.99f)(rng);
+        p.min_p = trial % 4 == 3 ? 0.05f : 0.0f;
+        std::vector<int32_t> order(V);
+        for (int i = 0; i < V; ++i) order[i] = i;
+        std::sort(order.begin(), order.end(),
+                  [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+        std::vector<int> rank(V);
+        for (int r = 0; r < V; ++r) rank[order[r]] = r;
+        std::vector<double> prob(V);
+        for (int i = 0; i < V; ++i)
+            prob[i] = std::exp((static_cast<double>(logits[i]) - logits[order[0]]) / p.temperature);
+        // The reference kept set: top k, then min_p, then the nucleus of what is left (ranks 0..n-1 of `order`).
+        size_t n = p.top_k > 0 ? static_cast<size_t>(p.top_k) : static_cast<size_t>(V);
+        std::vector<int32_t> kept;
+        for (size_t r = 0; r < n; ++r)
+            if (prob[order[r]] >= p.min_p) kept.push_back(order[r]);
+        double total = 0.0;
+        for (int32_t id : kept) total += prob[id];
+        size_t nucleus = kept.size();
+        if (p.top_p < 1.0f) {
+            double acc = 0.0;
+            for (size_t j = 0; j < kept.size(); ++j)
+                if ((acc += prob[kept[j]]) >= p.top_p * total) {
+                    nucleus = j + 1;
+                    break;
+                }
+        }
+        const int edge = nucleus < kept.size() ? rank[kept[nucleus - 1]] + 1 : V;  // one rank of slack
+        Sampler s(V);
+        for (uint64_t d = 0; d < 40; ++d) {
+            const int32_t id = s.sample(logits.data(), p, 9, {}, std::vector<int32_t>(d, 0), -1).id;
+            ASSERT_GE(id, 0);
+            ASSERT_LT(id, V);
+            if (p.top_k > 0) {
+                EXPECT_LT(rank[id], p.top_k) << trial;
+            }
+            EXPECT_LE(rank[id], edge) << trial << " nucleus " << nucleus;
+            EXPECT_GE(prob[id], p.min_p * (1.0 - 1e-5)) << trial;
+            EXPECT_EQ(id, sample_token(logits.data(), V, p, 9, d)) << trial;
+        }
+    }
+}
+
+// ... and not smaller: on a flat row every one of the top 50 is drawn, and draws under top_p 0.5 reach the last
+// ranks of the reference nucleus (a selection that dropped the bucket where the cut falls fails both).
+TEST(SamplerTest, TruncationsKeepTheWholeSet) {
+    const int V = 20000;
+    auto logits = random_logits(V, 7, 0.05f);
+    std::vector<int32_t> order(V);
+    for (int i = 0; i < V; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    std::vector<int> rank(V);
+    for (int r = 0; r < V; ++r) rank[order[r]] = r;
+    std::vector<int> seen(50, 0);
+    for (uint64_t d = 0; d < 3000; ++d) {
+        const int32_t id = sample_token(logits.data(), V, SamplingParams{.top_k = 50}, 3, d);
+        ASSERT_LT(rank[id], 50);
+        ++seen[rank[id]];
+    }
+    for (int r = 0; r < 50; ++r) EXPECT_GT(seen[r], 0) << "rank " << r << " never drawn";
+    double total = 0.0, acc = 0.0;
+    for (float l : logits) total += std::exp(static_cast<double>(l) - logits[order[0]]);
+    int nucleus = 0;
+    while (acc < 0.5 * total) acc += std::exp(static_cast<double>(logits[order[nucleus++]]) - logits[order[0]]);
+    int deepest = 0;
+    for (uint64_t d = 0; d < 3000; ++d)
+        deepest = std::max(deepest, rank[sample_token(logits.data(), V, SamplingParams{.top_p = 0.5f}, 4, d)]);
+    EXPECT_LE(deepest, nucleus);
+    EXPECT_GE(deepest, nucleus * 95 / 100) << "nucleus " << nucleus;  // ~1/3000 of the mass a rank: reached
+}
+
 TEST(SamplerTest, PenaltiesAndBiasChangeTheChoice) {
     std::vector<float> logits = {3.0f, 2.9f, 1.0f, -2.0f};
     Sampler s(4);
