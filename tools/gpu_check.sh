@@ -138,7 +138,8 @@ issue6_tables() {
 # forward, masked draws deferred to the device), GPTOSS_DEFER_MASKED_DRAWS=0 (logits to the host, host draw) and
 # both off (GPTOSS_MASK_OVERLAP=0 too: masks at the draw); each time 200-token completions: free (min_tokens 200: a
 # mask of the stop ids), under a regex, under a GBNF grammar and under a JSON schema with a pattern, and `nomin`
-# (no min_tokens, ignore_eos: no mask at all); seconds a request and ms a token into ${name}_times.txt.
+# (no min_tokens, ignore_eos: no mask at all), and two host draws in every mode: `lp` (logprobs 5) and `pen`
+# (temperature 0.7, top_p 0.9, frequency_penalty 0.5); seconds a request and ms a token into ${name}_times.txt.
 mask_timing() {
   local name=$1 port=8393 i code ov kind body pid
   [ -f .device_pack/tokenizer.json.gz ] || { echo "$name: no tokenizer in .device_pack"; return; }
@@ -159,9 +160,12 @@ mask_timing() {
       sleep 0.5
     done
     echo "$name overlap=$ov: /health $code after ~$((i / 2)) s"
-    for kind in warm nomin free regex grammar json nomin free regex grammar json; do
+    for kind in warm nomin free regex grammar json lp pen nomin free regex grammar json lp pen; do
       body='{"model":"m","prompt":"x","max_tokens":200,"min_tokens":200,"temperature":1,"seed":7'
       [ $kind = nomin ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":1,"seed":7'
+      # Host draws in every mode: logprobs, and a penalty with top_p (the host sampler's speed).
+      [ $kind = lp ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":1,"seed":7,"logprobs":5'
+      [ $kind = pen ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":0.7,"top_p":0.9,"frequency_penalty":0.5,"seed":7'
       [ $kind = regex ] && body="$body"',"guided_regex":"[a-z ]+"'
       [ $kind = grammar ] && body="$body"',"guided_grammar":"root ::= w (\" \" w)*\nw ::= [a-z]+"'
       [ $kind = json ] && body="$body"',"guided_json":{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z ]+$"}},"required":["id"]}'
