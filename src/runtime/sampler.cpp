@@ -42,19 +42,30 @@ constexpr int kBucketBits = 12;
 constexpr int kBuckets = 1 << kBucketBits;
 int bucket_of(uint64_t key) { return static_cast<int>(key >> (64 - kBucketBits)); }
 
-// Reorders `keys` so that its first k entries are the k best (in no particular order).
+// Reorders `keys` so that its first k entries are the k best (in no particular order): bucket counts by the key's
+// top 12 bits find the bucket where the k-th falls, a large cut bucket (a flat or offset row) is counted again by
+// the next 12 bits (and once more), and nth_element finishes in the last one.
 void select_top_k(std::vector<uint64_t>& keys, size_t k, std::vector<int32_t>& counts) {
     if (k >= keys.size()) return;
-    counts.assign(kBuckets, 0);
-    for (uint64_t key : keys) ++counts[bucket_of(key)];
-    int cut = kBuckets - 1;
-    size_t above = 0;  // keys in buckets above `cut`
-    while (above + static_cast<size_t>(counts[cut]) < k) above += static_cast<size_t>(counts[cut--]);
-    // Keys above the cut bucket first, then the cut bucket's, whose best k - above complete the set.
-    auto mid = std::partition(keys.begin(), keys.end(), [&](uint64_t key) { return bucket_of(key) > cut; });
-    auto end = std::partition(mid, keys.end(), [&](uint64_t key) { return bucket_of(key) == cut; });
-    std::nth_element(mid, mid + static_cast<long>(k - above) - 1, end, std::greater<>());
-    keys.resize(k);
+    constexpr size_t kSelectMax = 4096;
+    auto first = keys.begin(), last = keys.end();  // the k-th lies among [first, last)
+    size_t need = k;                               // of [first, last)
+    for (int shift = 64 - kBucketBits;; shift -= kBucketBits) {
+        const auto sub = [&](uint64_t key) { return static_cast<int>((key >> shift) & (kBuckets - 1)); };
+        counts.assign(kBuckets, 0);
+        for (auto it = first; it != last; ++it) ++counts[sub(*it)];
+        int cut = kBuckets - 1;
+        for (size_t above = 0; cut > 0 && above + static_cast<size_t>(counts[cut]) < need;)
+            above += static_cast<size_t>(counts[cut--]);
+        auto mid = std::partition(first, last, [&](uint64_t key) { return sub(key) > cut; });
+        auto end = std::partition(mid, last, [&](uint64_t key) { return sub(key) == cut; });
+        need -= static_cast<size_t>(mid - first);
+        first = mid;
+        last = end;
+        if (static_cast<size_t>(last - first) <= kSelectMax || shift <= 64 - 3 * kBucketBits) break;
+    }
+    std::nth_element(first, first + static_cast<long>(need) - 1, last, std::greater<>());
+    keys.resize(static_cast<size_t>(first - keys.begin()) + need);
 }
 
 // keys = the k best candidates of the row (NaN as -inf), in no particular order: bucket counts find the bucket
@@ -79,18 +90,33 @@ void top_keys(const float* logits, int n, size_t k, std::vector<int32_t>& counts
 // may hold only those of the buckets from the cut up: the rest are never inside). The buckets' masses find the
 // bucket where the cut falls; only that bucket is sorted.
 size_t nucleus_size(std::vector<uint64_t>& keys, const std::vector<float>& prob, double target,
-                    const std::vector<double>& mass) {
-    int cut = kBuckets - 1;
-    double acc = 0.0;  // the mass of the buckets above `cut`
-    while (cut > 0 && acc + mass[cut] < target) acc += mass[cut--];
-    auto mid = std::partition(keys.begin(), keys.end(), [&](uint64_t key) { return bucket_of(key) > cut; });
-    auto end = std::partition(mid, keys.end(), [&](uint64_t key) { return bucket_of(key) == cut; });
-    std::sort(mid, end, std::greater<>());
-    for (auto it = mid; it != end; ++it) {
+                    std::vector<double>& mass) {
+    // Level 0 buckets by the key's top 12 bits with the given masses; a cut bucket of more than kSortMax keys (a
+    // flat or offset row) is split again by the next 12 bits, and once more (any bit field below an equal prefix
+    // orders keys as the keys do).
+    constexpr size_t kSortMax = 2048;
+    auto first = keys.begin(), last = keys.end();  // the cut lies among [first, last)
+    double acc = 0.0;                              // the mass of keys before `first`
+    for (int shift = 64 - kBucketBits;; shift -= kBucketBits) {
+        const auto sub = [&](uint64_t key) { return static_cast<int>((key >> shift) & (kBuckets - 1)); };
+        if (shift != 64 - kBucketBits) {  // this level's masses, over the keys left
+            mass.assign(kBuckets, 0.0);
+            for (auto it = first; it != last; ++it) mass[sub(*it)] += prob[key_id(*it)];
+        }
+        int cut = kBuckets - 1;
+        while (cut > 0 && acc + mass[cut] < target) acc += mass[cut--];
+        auto mid = std::partition(first, last, [&](uint64_t key) { return sub(key) > cut; });
+        auto end = std::partition(mid, last, [&](uint64_t key) { return sub(key) == cut; });
+        first = mid;
+        last = end;
+        if (static_cast<size_t>(last - first) <= kSortMax || shift <= 64 - 3 * kBucketBits) break;
+    }
+    std::sort(first, last, std::greater<>());
+    for (auto it = first; it != last; ++it) {
         acc += prob[key_id(*it)];
         if (acc >= target) return static_cast<size_t>(it - keys.begin()) + 1;
     }
-    return std::max<size_t>(1, static_cast<size_t>(end - keys.begin()));
+    return std::max<size_t>(1, static_cast<size_t>(last - keys.begin()));
 }
 
 // e^x for x <= 0 (logits relative to their maximum), 0 below 2^-125. Branch-free, so the loops over a row
