@@ -214,6 +214,11 @@ struct CudaModel::Impl {
     ArenaView logit_rows;
     DeviceBuffer step_arena;
     uint8_t* step_host = nullptr;  // pinned, step_arena's size
+    // Logits rows bound for the host land here first (pinned: a D2H copy at full speed; a pageable destination is
+    // staged by the driver at a fraction of it), then one memcpy each into the caller's vector. Steps with more host
+    // rows than fit copy straight to the vector.
+    static constexpr int kPinnedLogitRows = 8;
+    float* logits_host = nullptr;  // [kPinnedLogitRows, V]
     cudaEvent_t step_uploaded = nullptr;
     bool packed_upload = [] {
         const char* v = std::getenv("GPTOSS_PACKED_UPLOAD");
@@ -537,6 +542,7 @@ struct CudaModel::Impl {
             if (e) cudaEventDestroy(e);
         if (span_end) cudaEventDestroy(span_end);
         if (step_host) cudaFreeHost(step_host);
+        if (logits_host) cudaFreeHost(logits_host);
         if (!profile || profiled_calls == 0) return;
         double total = 0;
         for (auto& [k, v] : stage_ms) total += v;
@@ -1001,6 +1007,9 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
         step_arena = DeviceBuffer(bytes);
         if (step_host) CUDA_CHECK(cudaFreeHost(step_host));
         CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&step_host), bytes, cudaHostAllocDefault));
+        if (!logits_host)
+            CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&logits_host),
+                                     static_cast<size_t>(kPinnedLogitRows) * c.vocab_size * 4, cudaHostAllocDefault));
         if (!step_uploaded) CUDA_CHECK(cudaEventCreateWithFlags(&step_uploaded, cudaEventDisableTiming));
     }
     const size_t block_bytes = kv_block_bytes(block_size);
@@ -2096,18 +2105,34 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
         }
     }
     RETURN_IF_ERROR(comm_status);
+    // Rows [0, n) of the host copy: through logits_host when they fit (copied on by finish_rows after the sync).
+    const size_t row_bytes = static_cast<size_t>(V) * 4;
+    int staged = 0;  // rows in logits_host bound for out->data() + out_at
+    size_t out_at = 0;
+    auto finish_rows = [&] {
+        if (staged > 0) std::memcpy(out->data() + out_at, logits_host, static_cast<size_t>(staged) * row_bytes);
+    };
     if (sampled != nullptr) {
-        if (R <= kLogitChunk)
+        if (R <= kLogitChunk) {
+            const int n_host = out != nullptr ? static_cast<int>((out->size() - out_base) / static_cast<size_t>(V)) : 0;
+            const bool pin = logits_host != nullptr && n_host > 0 && n_host <= kPinnedLogitRows;
             for (int i = 0; i < R; ++i)
                 if (host_row[i] >= 0)
-                    CUDA_CHECK(cudaMemcpyAsync(out->data() + out_base + static_cast<size_t>(host_row[i]) * V,
-                                               logits.as<float>() + static_cast<size_t>(i) * V,
-                                               static_cast<size_t>(V) * 4, cudaMemcpyDeviceToHost, stream));
+                    CUDA_CHECK(cudaMemcpyAsync(pin ? logits_host + static_cast<size_t>(host_row[i]) * V
+                                                   : out->data() + out_base + static_cast<size_t>(host_row[i]) * V,
+                                               logits.as<float>() + static_cast<size_t>(i) * V, row_bytes,
+                                               cudaMemcpyDeviceToHost, stream));
+            if (pin) {
+                staged = n_host;
+                out_at = out_base;
+            }
+        }
         timing_point("body");
         sampled->resize(S);
         CUDA_CHECK(cudaMemcpyAsync(sampled->data(), s_out.get(), S * 4, cudaMemcpyDeviceToHost, stream));
         if (span) CUDA_CHECK(cudaEventRecord(span_end, stream));
         CUDA_CHECK(cudaStreamSynchronize(stream));
+        finish_rows();
         if (span) CUDA_CHECK(cudaEventElapsedTime(&last_span_ms, span_begin, span_end));
         timing_report(T);
         collect();
@@ -2116,15 +2141,21 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     }
     const size_t base = out->size();
     out->resize(base + static_cast<size_t>(R) * V);
+    const bool pin = logits_host != nullptr && R <= kPinnedLogitRows;
     for (int r0 = 0; r0 < R; r0 += kLogitChunk) {
         const int n = std::min(kLogitChunk, R - r0);
         if (R > kLogitChunk) lm_head_rows(r0, n);  // else the step already computed the one chunk
-        CUDA_CHECK(cudaMemcpyAsync(out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
-                                   static_cast<size_t>(n) * V * 4, cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaMemcpyAsync(pin ? logits_host : out->data() + base + static_cast<size_t>(r0) * V, logits.get(),
+                                   static_cast<size_t>(n) * row_bytes, cudaMemcpyDeviceToHost, stream));
+    }
+    if (pin) {
+        staged = R;
+        out_at = base;
     }
     mark("lm_head_copy");
     timing_point("body");
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    finish_rows();
     timing_report(T);
     collect();
     return ok_status();
