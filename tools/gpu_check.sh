@@ -153,12 +153,7 @@ mask_timing() {
     GPTOSS_MASK_OVERLAP=$overlap GPTOSS_DEFER_MASKED_DRAWS=$defer $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $port \
       --tokenizer "$WORK/tokenizer.json" > "$OUT/${name}_serve_ov$ov.log" 2>&1 &
     pid=$!
-    for i in $(seq 1 400); do
-      code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health || true)
-      [ "$code" = 200 ] && break
-      kill -0 $pid 2>/dev/null || break
-      sleep 0.5
-    done
+    wait_health $port $pid
     echo "$name overlap=$ov: /health $code after ~$((i / 2)) s"
     for kind in warm nomin free regex grammar json lp pen nomin free regex grammar json lp pen; do
       body='{"model":"m","prompt":"x","max_tokens":200,"min_tokens":200,"temperature":1,"seed":7'
@@ -188,6 +183,15 @@ for ov, kind, t in rows:
 PY
 }
 
+# wait_health <port> <pid>: polls /health until 200 (at most 200 s) or the server exits; sets `code` and `i`.
+wait_health() {
+  for i in $(seq 1 400); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$1/health || true)
+    [ "$code" = 200 ] && break
+    kill -0 $2 2>/dev/null || break
+    sleep 0.5
+  done
+}
 # serve_check <name>: `gptoss serve --backend cuda` on a tiny random checkpoint with the default KV sizing
 # (--gpu-memory-utilization 0.9): waits for /health, sends a chat completion (plain and streamed) and a completion,
 # prints the "KV cache" line and the answers, stops the server with SIGTERM and checks its exit status.
@@ -203,12 +207,7 @@ serve_check() {
   $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${tok[@]}" \
     > "$OUT/${name}.log" 2>&1 &
   local pid=$!
-  for i in $(seq 1 120); do
-    code=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/health || true)
-    [ "$code" = 200 ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.5
-  done
+  wait_health $port $pid
   echo "$name: /health $code after ~$((i / 2)) s"
   curl -s -m 60 http://127.0.0.1:$port/v1/chat/completions -H 'Content-Type: application/json' \
     -d '{"model":"m","messages":[{"role":"user","content":"Hi"}],"max_tokens":16,"temperature":0}' \

@@ -1,6 +1,7 @@
 // CUDA ops against their CPU references (kernels/cpu) on fresh random inputs, over gpt-oss shapes.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -1711,6 +1712,31 @@ TEST(CudaOps, Mxfp4ToBf16IsExact) {
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got[i], ref[i]) << i;
 }
 
+// One call of kc::sample on device logits: every row with the same parameters (temperature per row where `temps`
+// is given); `extra` sets the optional fields (row_index, allowed_bits, workspace) on the args before the call.
+std::vector<int32_t> run_sample(const DeviceBuffer& logits, int rows, int V, std::vector<float> temps, float top_p,
+                                int top_k, uint64_t seed, uint64_t draw,
+                                const std::function<void(kc::SampleArgs&)>& extra = {}) {
+    std::vector<float> p(rows, top_p);
+    std::vector<int32_t> k(rows, top_k);
+    std::vector<uint64_t> sd(rows, seed), dr(rows, draw);
+    auto dt = to_device(temps), dp = to_device(p), dk = to_device(k), dsd = to_device(sd), ddr = to_device(dr);
+    auto out = poisoned(rows * 4);
+    kc::SampleArgs a;
+    a.logits = logits.as<float>();
+    a.temperature = dt.as<float>();
+    a.top_p = dp.as<float>();
+    a.top_k = dk.as<int32_t>();
+    a.seed = dsd.as<uint64_t>();
+    a.draw_index = ddr.as<uint64_t>();
+    a.out = out.as<int32_t>();
+    a.num_seqs = rows;
+    a.vocab_size = V;
+    if (extra) extra(a);
+    kc::sample(a, nullptr);
+    return to_host<int32_t>(out, rows);
+}
+
 TEST(CudaOps, SamplingGreedyTopKTopP) {
     REQUIRE_GPU();
     constexpr int S = 8, V = 201088;
@@ -1724,24 +1750,9 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
                    std::vector<float> t = {}, const DeviceBuffer* rows = nullptr, int n = 0) {
         if (n == 0) n = S;
         if (t.empty()) t.assign(S, temp);
-        std::vector<float> p(S, top_p);
-        std::vector<int32_t> k(S, top_k);
-        std::vector<uint64_t> sd(S, seed), dr(S, draw);
-        auto dt = to_device(t), dp = to_device(p), dk = to_device(k), dsd = to_device(sd), ddr = to_device(dr);
-        auto out = poisoned(S * 4);
-        kc::SampleArgs a;
-        a.logits = (rows != nullptr ? *rows : dl).as<float>();
-        a.temperature = dt.as<float>();
-        a.top_p = dp.as<float>();
-        a.top_k = dk.as<int32_t>();
-        a.seed = dsd.as<uint64_t>();
-        a.draw_index = ddr.as<uint64_t>();
-        a.out = out.as<int32_t>();
-        a.num_seqs = n;
-        a.vocab_size = V;
-        a.workspace = split ? work.get() : nullptr;
-        kc::sample(a, nullptr);
-        return to_host<int32_t>(out, n);
+        t.resize(n);
+        return run_sample(rows != nullptr ? *rows : dl, n, V, t, top_p, top_k, seed, draw,
+                          [&](kc::SampleArgs& a) { a.workspace = split ? work.get() : nullptr; });
     };
     auto greedy = run(0.0f, 1.0f, 0, 1, 0);
     for (int s = 0; s < S; ++s) {
@@ -1834,26 +1845,12 @@ TEST(CudaOps, SamplingUnderAMaskIsTheDrawWithTheRestAtMinusInfinity) {
     DeviceBuffer work(kc::sample_workspace_bytes(S));
     ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
     auto run = [&](bool with_mask, float temp, float top_p, int top_k, uint64_t draw, bool split) {
-        std::vector<float> t(S, temp), p(S, top_p);
-        std::vector<int32_t> k(S, top_k);
-        std::vector<uint64_t> sd(S, 13), dr(S, draw);
-        auto dt = to_device(t), dp = to_device(p), dk = to_device(k), dsd = to_device(sd), ddr = to_device(dr);
-        auto out = poisoned(S * 4);
-        kc::SampleArgs a;
-        a.logits = (with_mask ? drev : dmasked).as<float>();
-        a.row_index = with_mask ? dindex.as<int32_t>() : nullptr;
-        a.allowed_bits = with_mask ? dbits.as<uint32_t>() : nullptr;
-        a.temperature = dt.as<float>();
-        a.top_p = dp.as<float>();
-        a.top_k = dk.as<int32_t>();
-        a.seed = dsd.as<uint64_t>();
-        a.draw_index = ddr.as<uint64_t>();
-        a.out = out.as<int32_t>();
-        a.num_seqs = S;
-        a.vocab_size = V;
-        a.workspace = split ? work.get() : nullptr;
-        kc::sample(a, nullptr);
-        return to_host<int32_t>(out, S);
+        return run_sample(with_mask ? drev : dmasked, S, V, std::vector<float>(S, temp), top_p, top_k, 13, draw,
+                          [&](kc::SampleArgs& a) {
+                              a.row_index = with_mask ? dindex.as<int32_t>() : nullptr;
+                              a.allowed_bits = with_mask ? dbits.as<uint32_t>() : nullptr;
+                              a.workspace = split ? work.get() : nullptr;
+                          });
     };
     struct Case {
         float temp, top_p;

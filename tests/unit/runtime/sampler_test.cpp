@@ -20,6 +20,21 @@ std::vector<float> random_logits(int n, uint32_t seed, float scale = 2.0f) {
 
 int argmax(const std::vector<float>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// The ids by logit, best first (ties to the lower id), and each id's place in that order.
+struct Ranking {
+    std::vector<int32_t> order;
+    std::vector<int> rank;
+};
+Ranking rank_ids(const std::vector<float>& logits) {
+    const int V = static_cast<int>(logits.size());
+    Ranking r{std::vector<int32_t>(V), std::vector<int>(V)};
+    for (int i = 0; i < V; ++i) r.order[i] = i;
+    std::sort(r.order.begin(), r.order.end(),
+              [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    for (int i = 0; i < V; ++i) r.rank[r.order[i]] = i;
+    return r;
+}
+
 TEST(SamplerTest, GreedyAndDegenerateTruncationsPickTheArgmax) {
     auto logits = random_logits(1000, 1);
     Sampler s(1000);
@@ -76,10 +91,7 @@ TEST(SamplerTest, LargeVocabularyNucleusMatchesAFullSort) {
     // The growing partial sort must give the same nucleus as sorting everything.
     auto logits = random_logits(20000, 4, 0.3f);  // flat: the nucleus is large
     SamplingParams p{.top_p = 0.9f};
-    std::vector<int32_t> ids(20000);
-    for (int i = 0; i < 20000; ++i) ids[i] = i;
-    std::sort(ids.begin(), ids.end(),
-              [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+    const std::vector<int32_t> ids = rank_ids(logits).order;
     double z = 0;
     for (float l : logits) z += std::exp(l - logits[ids[0]]);
     double cum = 0;
@@ -108,12 +120,7 @@ TEST(SamplerTest, TruncationsMatchAFullSortInDouble) {
         p.top_k = trial % 2 ? 0 : 1 + static_cast<int>(rng() % 200);
         p.top_p = trial % 3 == 1 ? 1.0f : std::uniform_real_distribution<float>(0.2f, 0.99f)(rng);
         p.min_p = trial % 4 == 3 ? 0.05f : 0.0f;
-        std::vector<int32_t> order(V);
-        for (int i = 0; i < V; ++i) order[i] = i;
-        std::sort(order.begin(), order.end(),
-                  [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-        std::vector<int> rank(V);
-        for (int r = 0; r < V; ++r) rank[order[r]] = r;
+        const auto [order, rank] = rank_ids(logits);
         std::vector<double> prob(V);
         for (int i = 0; i < V; ++i)
             prob[i] = std::exp((static_cast<double>(logits[i]) - logits[order[0]]) / p.temperature);
@@ -154,12 +161,7 @@ TEST(SamplerTest, TruncationsMatchAFullSortInDouble) {
 TEST(SamplerTest, TruncationsKeepTheWholeSet) {
     const int V = 20000;
     auto logits = random_logits(V, 7, 0.05f);
-    std::vector<int32_t> order(V);
-    for (int i = 0; i < V; ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
-    std::vector<int> rank(V);
-    for (int r = 0; r < V; ++r) rank[order[r]] = r;
+    const auto [order, rank] = rank_ids(logits);
     std::vector<int> seen(50, 0);
     for (uint64_t d = 0; d < 3000; ++d) {
         const int32_t id = sample_token(logits.data(), V, SamplingParams{.top_k = 50}, 3, d);
