@@ -440,11 +440,13 @@ struct CudaModel::Impl {
     // its inputs (one upload: rows, temperature, top_p, top_k, seed, draw, then the mask words) and ids.
     int again_rows = 0;
     DeviceBuffer again_in, again_out;
+    DeviceBuffer again_edits;  // sample_again's LogitEdits: grows to the largest set of edits a call has brought
     // sample_again's upload for n rows of `words` mask words: the mask words start at again_bits_offset(n).
-    static size_t again_bits_offset(int n) { return ((16u * n + 7) & ~size_t{7}) + 16u * n; }
+    static size_t again_bits_offset(int n) { return ((20u * n + 7) & ~size_t{7}) + 16u * n; }
     static size_t again_bytes(int n, int words) { return again_bits_offset(n) + 4u * n * words; }
     Status sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
-                        std::span<const uint32_t> bits, std::vector<int32_t>* ids);
+                        std::span<const uint32_t> bits, std::span<const CudaModel::LogitEdits> edits,
+                        std::vector<int32_t>* ids);
 
     // GPTOSS_PROFILE=1: time each stage with CUDA events (device time only; launch gaps excluded)
     // and print the accumulated table at exit. A debugging aid, off by default.
@@ -2162,10 +2164,13 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
 }
 
 Status CudaModel::Impl::sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
-                                     std::span<const uint32_t> bits, std::vector<int32_t>* ids) {
+                                     std::span<const uint32_t> bits, std::span<const CudaModel::LogitEdits> edits,
+                                     std::vector<int32_t>* ids) {
     const int n = static_cast<int>(rows.size());
     const int V = c.vocab_size, words = (V + 31) / 32;
     if (params.size() != rows.size()) return invalid_argument("sample_again: one parameter set per row");
+    if (!edits.empty() && edits.size() != rows.size())
+        return invalid_argument("sample_again: one set of edits per row");
     if (!bits.empty() && bits.size() != rows.size() * static_cast<size_t>(words))
         return invalid_argument("sample_again: " + std::to_string(bits.size()) + " mask words for " +
                                 std::to_string(n) + " rows of " + std::to_string(words));
@@ -2176,11 +2181,20 @@ Status CudaModel::Impl::sample_again(std::span<const int> rows, std::span<const 
         if (r < 0 || r >= again_rows)
             return failed_precondition("sample_again: row " + std::to_string(r) +
                                        " is not a logits row of the last forward_sample on this model");
+    for (const CudaModel::LogitEdits& e : edits) {
+        const auto bad = [V](int32_t id) { return id < 0 || id >= V; };
+        for (const auto& [id, v] : e.add)
+            if (bad(id)) return invalid_argument("sample_again: edit of token " + std::to_string(id));
+        for (int32_t id : e.repeat)
+            if (bad(id)) return invalid_argument("sample_again: edit of token " + std::to_string(id));
+        for (const auto& [id, v] : e.subtract)
+            if (bad(id)) return invalid_argument("sample_again: edit of token " + std::to_string(id));
+    }
     ids->clear();
     if (n == 0) return ok_status();
     set_device();
-    // One upload: rows, temperature, top_p, top_k (4 bytes each), seed, draw (8), the mask words.
-    const size_t off_seed = (16u * n + 7) & ~size_t{7}, off_bits = again_bits_offset(n);
+    // One upload: rows, temperature, top_p, top_k, min_p (4 bytes each), seed, draw (8), the mask words.
+    const size_t off_seed = (20u * n + 7) & ~size_t{7}, off_bits = again_bits_offset(n);
     const size_t bytes = off_bits + 4u * bits.size();  // ≤ again_bytes(n, words) ≤ again_in's
     std::vector<uint8_t> host(bytes);
     for (int i = 0; i < n; ++i) {
@@ -2189,18 +2203,72 @@ Status CudaModel::Impl::sample_again(std::span<const int> rows, std::span<const 
         std::memcpy(host.data() + 4u * (n + i), &p.temperature, 4);
         std::memcpy(host.data() + 4u * (2 * n + i), &p.top_p, 4);
         std::memcpy(host.data() + 4u * (3 * n + i), &p.top_k, 4);
+        std::memcpy(host.data() + 4u * (4 * n + i), &p.min_p, 4);
         std::memcpy(host.data() + off_seed + 8u * i, &p.seed, 8);
         std::memcpy(host.data() + off_seed + 8u * (n + i), &p.draw_index, 8);
     }
     if (!bits.empty()) std::memcpy(host.data() + off_bits, bits.data(), 4u * bits.size());
     CUDA_CHECK(cudaMemcpyAsync(again_in.get(), host.data(), bytes, cudaMemcpyHostToDevice, stream));
     const uint8_t* d = static_cast<const uint8_t*>(again_in.get());
+    const bool edited = std::any_of(edits.begin(), edits.end(), [](const CudaModel::LogitEdits& e) {
+        return !e.add.empty() || !e.repeat.empty() || !e.subtract.empty();
+    });
+    std::vector<int32_t> edit_words;  // offsets (3 · (n + 1)), repetition (n), then ids / values of each list
+    if (edited) {
+        // int32 words: add, repeat, subtract offsets; repetition; add ids, add values; repeat ids; subtract ids,
+        // values.
+        size_t n_add = 0, n_rep = 0, n_sub = 0;
+        for (const auto& e : edits) n_add += e.add.size(), n_rep += e.repeat.size(), n_sub += e.subtract.size();
+        const size_t o_add = 0, o_rep = n + 1, o_sub = 2 * (n + 1), o_r = 3 * (n + 1), o_aid = o_r + n,
+                     o_av = o_aid + n_add, o_rid = o_av + n_add, o_sid = o_rid + n_rep, o_sv = o_sid + n_sub;
+        edit_words.assign(o_sv + n_sub, 0);
+        size_t ja = 0, jr = 0, js = 0;
+        for (int i = 0; i < n; ++i) {
+            const CudaModel::LogitEdits& e = edits[static_cast<size_t>(i)];
+            edit_words[o_add + i] = static_cast<int32_t>(ja);
+            edit_words[o_rep + i] = static_cast<int32_t>(jr);
+            edit_words[o_sub + i] = static_cast<int32_t>(js);
+            std::memcpy(&edit_words[o_r + i], &e.repetition, 4);
+            for (const auto& [id, v] : e.add) {
+                edit_words[o_aid + ja] = id;
+                std::memcpy(&edit_words[o_av + ja++], &v, 4);
+            }
+            for (int32_t id : e.repeat) edit_words[o_rid + jr++] = id;
+            for (const auto& [id, v] : e.subtract) {
+                edit_words[o_sid + js] = id;
+                std::memcpy(&edit_words[o_sv + js++], &v, 4);
+            }
+        }
+        edit_words[o_add + n] = static_cast<int32_t>(ja);
+        edit_words[o_rep + n] = static_cast<int32_t>(jr);
+        edit_words[o_sub + n] = static_cast<int32_t>(js);
+        const size_t edit_bytes = 4u * edit_words.size();
+        if (again_edits.bytes() < edit_bytes) again_edits = DeviceBuffer(std::max(edit_bytes, 2 * again_edits.bytes()));
+        CUDA_CHECK(cudaMemcpyAsync(again_edits.get(), edit_words.data(), edit_bytes, cudaMemcpyHostToDevice, stream));
+        const int32_t* w = again_edits.as<int32_t>();
+        kc::LogitEditArgs ea;
+        ea.logits = logits.as<float>();
+        ea.row_index = reinterpret_cast<const int32_t*>(d);
+        ea.num_seqs = n;
+        ea.vocab_size = V;
+        ea.add_offset = w + o_add;
+        ea.repeat_offset = w + o_rep;
+        ea.subtract_offset = w + o_sub;
+        ea.repetition = reinterpret_cast<const float*>(w + o_r);
+        ea.add_id = w + o_aid;
+        ea.add_value = reinterpret_cast<const float*>(w + o_av);
+        ea.repeat_id = w + o_rid;
+        ea.subtract_id = w + o_sid;
+        ea.subtract_value = reinterpret_cast<const float*>(w + o_sv);
+        kc::edit_logits(ea, stream);
+    }
     kc::SampleArgs sa;
     sa.logits = logits.as<float>();
     sa.row_index = reinterpret_cast<const int32_t*>(d);
     sa.temperature = reinterpret_cast<const float*>(d + 4u * n);
     sa.top_p = reinterpret_cast<const float*>(d + 8u * n);
     sa.top_k = reinterpret_cast<const int32_t*>(d + 12u * n);
+    sa.min_p = reinterpret_cast<const float*>(d + 16u * n);
     sa.seed = reinterpret_cast<const uint64_t*>(d + off_seed);
     sa.draw_index = reinterpret_cast<const uint64_t*>(d + off_seed + 8u * n);
     sa.allowed_bits = bits.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + off_bits);
@@ -2212,6 +2280,8 @@ Status CudaModel::Impl::sample_again(std::span<const int> rows, std::span<const 
     ids->resize(static_cast<size_t>(n));
     CUDA_CHECK(cudaMemcpyAsync(ids->data(), again_out.get(), 4u * n, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
+    // The edited rows are not this step's logits any more: no second draw of them.
+    if (edited) again_rows = 0;
     return ok_status();
 }
 
@@ -2259,8 +2329,9 @@ size_t CudaModel::free_device_memory(int device) {
     return free_device_memory();
 }
 Status CudaModel::sample_again(std::span<const int> rows, std::span<const SampleParams> params,
-                               std::span<const uint32_t> bits, std::vector<int32_t>* ids) {
-    return impl_->sample_again(rows, params, bits, ids);
+                               std::span<const uint32_t> bits, std::span<const LogitEdits> edits,
+                               std::vector<int32_t>* ids) {
+    return impl_->sample_again(rows, params, bits, edits, ids);
 }
 void CudaModel::fill_kv_random(uint64_t seed) {
     impl_->set_device();
@@ -2323,7 +2394,7 @@ Status CudaModel::forward_sample(std::span<const ForwardSequence>, std::span<con
     return unimplemented("no CUDA backend");
 }
 Status CudaModel::sample_again(std::span<const int>, std::span<const SampleParams>, std::span<const uint32_t>,
-                               std::vector<int32_t>*) {
+                               std::span<const LogitEdits>, std::vector<int32_t>*) {
     return unimplemented("no CUDA backend");
 }
 void CudaModel::fill_kv_random(uint64_t) {}

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -128,6 +129,15 @@ public:
         uint64_t seed = 0;
         uint64_t draw_index = 0;
         bool return_logits = false;  // also copy this row's logits to the host (the caller samples it)
+        float min_p = 0.0f;          // sample_again only: drop tokens below min_p times the most probable one's
+    };
+    // sample_again's edits of a row before its draw: the host sampler's bias and penalties in its order (see
+    // runtime/sampler.h LogitEdits, whose fields these are).
+    struct LogitEdits {
+        std::vector<std::pair<int32_t, float>> add;
+        std::vector<int32_t> repeat;
+        float repetition = 1.0f;
+        std::vector<std::pair<int32_t, float>> subtract;
     };
     // Runs the batch and samples one token per sequence on the device (only the ids come back, and
     // with `logits` the rows whose params ask for them, appended in sequence order). Every
@@ -140,8 +150,10 @@ public:
     // host sampler's masked draw (the rest at -inf) on the device's noise. ids[i] = -1 where the row holds a NaN
     // or infinity or its mask allows nothing. Valid only right after forward_sample on a model of one GPU (no
     // comms) with at most 256 sequences, whose logits stay on the device until the next forward: else an error.
+    // `edits` (empty, or one a row) first change the rows in place, bit for bit as the host sampler would (the rows
+    // cannot be drawn again after an edit).
     Status sample_again(std::span<const int> rows, std::span<const SampleParams> params, std::span<const uint32_t> bits,
-                        std::vector<int32_t>* ids);
+                        std::span<const LogitEdits> edits, std::vector<int32_t>* ids);
     // Fills the KV cache with random bf16 values (benchmarks that pretend a context is cached).
     void fill_kv_random(uint64_t seed);
 

@@ -358,9 +358,10 @@ Status ParallelCudaModel::forward(std::span<const ForwardSequence> seqs, std::ve
 }
 
 Status ParallelCudaModel::sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
-                                       std::span<const uint32_t> bits, std::vector<int32_t>* ids) {
+                                       std::span<const uint32_t> bits, std::span<const CudaModel::LogitEdits> edits,
+                                       std::vector<int32_t>* ids) {
     if (workers_) return failed_precondition("sample_again runs on a model of one GPU");
-    return models_[0]->sample_again(rows, params, bits, ids);
+    return models_[0]->sample_again(rows, params, bits, edits, ids);
 }
 
 Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,

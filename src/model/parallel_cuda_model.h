@@ -36,7 +36,8 @@ public:
                           std::vector<float>* logits = nullptr);
     // CudaModel::sample_again on a world of one rank (else failed_precondition).
     Status sample_again(std::span<const int> rows, std::span<const CudaModel::SampleParams> params,
-                        std::span<const uint32_t> bits, std::vector<int32_t>* ids);
+                        std::span<const uint32_t> bits, std::span<const CudaModel::LogitEdits> edits,
+                        std::vector<int32_t>* ids);
     void fill_kv_random(uint64_t seed);
     // With options.defer_kv_cache: allocates num_blocks of each kind on every rank (same ids).
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);

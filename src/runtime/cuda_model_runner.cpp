@@ -220,6 +220,9 @@ Status CudaModelRunner::draw_deferred(std::span<const DeferredDraw> draws, std::
     const size_t V = static_cast<size_t>(weights_->config.vocab_size), words = (V + 31) / 32;
     std::vector<int> rows;
     std::vector<model::CudaModel::SampleParams> params;
+    std::vector<model::CudaModel::LogitEdits> edits;
+    const bool any_edits = std::any_of(draws.begin(), draws.end(),
+                                       [](const DeferredDraw& d) { return d.edits != nullptr && !d.edits->empty(); });
     const bool any_mask = std::any_of(draws.begin(), draws.end(), [](const DeferredDraw& d) { return d.allowed; });
     std::vector<uint32_t> bits(any_mask ? draws.size() * words : 0, 0u);
     for (size_t i = 0; i < draws.size(); ++i) {
@@ -229,7 +232,16 @@ Status CudaModelRunner::draw_deferred(std::span<const DeferredDraw> draws, std::
         deferred_[d.row] = -1;  // once
         rows.push_back(e);
         const DeviceSample& p = d.params;
-        params.push_back({p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, false});
+        params.push_back({p.temperature, p.top_p, p.top_k, p.seed, p.draw_index, false, p.min_p});
+        if (any_edits) {
+            model::CudaModel::LogitEdits& ed = edits.emplace_back();
+            if (d.edits != nullptr) {
+                ed.add = d.edits->add;
+                ed.repeat = d.edits->repeat;
+                ed.repetition = d.edits->repetition;
+                ed.subtract = d.edits->subtract;
+            }
+        }
         if (!any_mask) continue;
         uint32_t* w = bits.data() + i * words;
         if (d.allowed == nullptr) {
@@ -245,7 +257,7 @@ Status CudaModelRunner::draw_deferred(std::span<const DeferredDraw> draws, std::
         }
     }
     std::vector<int32_t> got;
-    RETURN_IF_ERROR(model_->sample_again(rows, params, bits, &got));
+    RETURN_IF_ERROR(model_->sample_again(rows, params, bits, edits, &got));
     for (size_t i = 0; i < got.size(); ++i)
         if (got[i] < 0)
             return internal_error("the device's masked draw failed for row " + std::to_string(draws[i].row) +

@@ -336,11 +336,13 @@ void Engine::propose_drafts() {
 }
 
 // The rows forward_sample deferred (id -2): their masks (the constraint's, computed beside the forward or now, and
-// min_tokens' / bad_words') and one device draw for all of them; their ids replace the -2s.
+// min_tokens' / bad_words'), bias and penalties, and one device draw for all of them; their ids replace the -2s.
 Status Engine::draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
                              const std::vector<int>& first_index) {
     const int V = runner_->config().vocab_size;
     std::vector<ModelRunner::DeferredDraw> draws;
+    std::vector<LogitEdits> edits;
+    edits.reserve(samplers.size());  // draws point into it
     for (size_t i = 0; i < samplers.size(); ++i) {
         const int row = first_row[i];
         if (device_ids_[static_cast<size_t>(row)] != -2) continue;
@@ -358,7 +360,8 @@ Status Engine::draw_deferred(const std::vector<Active*>& samplers, const std::ve
             std::span<const int32_t>(a.seq.tokens)
                 .subspan(static_cast<size_t>(a.seq.num_prompt_tokens), static_cast<size_t>(first_index[i]));
         allowed = mask_banned(a, allowed, V, first_index[i], output);
-        draws.push_back({row, device_params_[static_cast<size_t>(row)], allowed});
+        const LogitEdits& e = edits.emplace_back(logit_edits(a.request.sampling, a.seq.prompt(), output));
+        draws.push_back({row, device_params_[static_cast<size_t>(row)], allowed, e.empty() ? nullptr : &e});
     }
     if (draws.empty()) return ok_status();
     std::vector<int32_t> ids;
@@ -512,15 +515,17 @@ void Engine::step() {
             d.top_p = p.top_p;
             d.top_k = p.top_k;
             d.seed = a->seed;
-            // A draw that only needs a mask (a constraint, min_tokens, bad_words) is deferred where the runner can:
-            // drawn on the device under the mask after the forward. The rest of the host sampler's features need
-            // the logits here.
+            // A draw that needs a mask (a constraint, min_tokens, bad_words), bias, penalties or min_p is deferred
+            // where the runner can: drawn on the device after the forward, with the host sampler's edits and mask.
+            // Logprobs need the logits here.
             const bool masked =
                 a->constraint != nullptr || first_index[i] < a->request.min_tokens || !a->request.bad_words.empty();
-            const bool host_only = a->request.logprobs >= 0 || p.min_p > 0.0f || p.presence_penalty != 0.0f ||
-                                   p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f || !p.logit_bias.empty();
-            d.defer = masked && !host_only && num_rows[i] == 1 && defer_draws_;
-            d.want_logits = (masked || host_only) && !d.defer;
+            const bool edited = p.min_p > 0.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+                                p.repetition_penalty != 1.0f || !p.logit_bias.empty();
+            const bool host_only = a->request.logprobs >= 0;
+            d.min_p = p.min_p;
+            d.defer = (masked || edited) && !host_only && num_rows[i] == 1 && defer_draws_;
+            d.want_logits = (masked || edited || host_only) && !d.defer;
             for (int r = 0; r < num_rows[i]; ++r) {
                 d.draw_index = static_cast<uint64_t>(first_index[i] + r);
                 device_params_[static_cast<size_t>(first_row[i] + r)] = d;

@@ -13,6 +13,7 @@
 #include "model/gpt_oss_config.h"
 #include "runtime/batch.h"
 #include "runtime/kv_cache.h"
+#include "runtime/sampler.h"
 
 namespace gptoss::runtime {
 
@@ -47,6 +48,7 @@ public:
         // the device for draw_deferred() right after this step, which draws it under a mask the caller computes
         // meanwhile. A runner that cannot defer it this step returns its logits (id -1) as for want_logits.
         bool defer = false;
+        float min_p = 0.0f;  // deferred draws only (the host sampler's min_p)
     };
     virtual bool samples_on_device() const { return false; }
     // True where forward() leaves the calling thread waiting (the GPU computes): the engine then computes the
@@ -56,12 +58,14 @@ public:
     // Whether forward_sample honours DeviceSample::defer (the CUDA runner on one GPU).
     virtual bool can_defer_draws() const { return false; }
     struct DeferredDraw {
-        int row = 0;                       // the row's index among the last forward_sample's parameter sets
-        DeviceSample params{};             // the draw's (defer and want_logits ignored)
-        const uint8_t* allowed = nullptr;  // vocab_size bytes, nonzero where the token may be drawn; nullptr: all
+        int row = 0;                        // the row's index among the last forward_sample's parameter sets
+        DeviceSample params{};              // the draw's (defer and want_logits ignored)
+        const uint8_t* allowed = nullptr;   // vocab_size bytes, nonzero where the token may be drawn; nullptr: all
+        const LogitEdits* edits = nullptr;  // bias and penalties to apply first (nullptr: none)
     };
     // Draws rows the last forward_sample deferred (id -2), each once, on the device's noise: the host sampler's
-    // masked draw (the rest at -inf) with the device's stream for the seed. Appends one id a draw to `ids`.
+    // draw (its edits, min_p, the mask with the rest at -inf) with the device's stream for the seed. Appends one id
+    // a draw to `ids`.
     virtual Status draw_deferred(std::span<const DeferredDraw> draws, std::vector<int32_t>* ids) {
         (void)draws, (void)ids;
         return unimplemented("this backend does not defer draws");

@@ -268,6 +268,38 @@ int32_t draw(const float* logits, int vocab_size, const SamplingParams& p, uint6
 
 }  // namespace
 
+LogitEdits logit_edits(const SamplingParams& p, std::span<const int32_t> prompt, std::span<const int32_t> output) {
+    LogitEdits e;
+    e.add = p.logit_bias;
+    if (p.repetition_penalty != 1.0f) {
+        e.repeat.assign(prompt.begin(), prompt.end());
+        e.repeat.insert(e.repeat.end(), output.begin(), output.end());
+        std::sort(e.repeat.begin(), e.repeat.end());
+        e.repeat.erase(std::unique(e.repeat.begin(), e.repeat.end()), e.repeat.end());
+        e.repetition = p.repetition_penalty;
+    }
+    if (!output.empty() && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)) {
+        std::vector<int32_t> counts(output.begin(), output.end());
+        std::sort(counts.begin(), counts.end());
+        for (size_t i = 0; i < counts.size();) {
+            size_t j = i;
+            while (j < counts.size() && counts[j] == counts[i]) ++j;
+            e.subtract.emplace_back(counts[i], p.frequency_penalty * static_cast<float>(j - i) + p.presence_penalty);
+            i = j;
+        }
+    }
+    return e;
+}
+
+void apply_logit_edits(const LogitEdits& e, float* row) {
+    for (const auto& [id, v] : e.add) row[id] += v;
+    for (int32_t id : e.repeat) {
+        float& l = row[id];
+        l = l > 0.0f ? l / e.repetition : l * e.repetition;
+    }
+    for (const auto& [id, v] : e.subtract) row[id] -= v;
+}
+
 double uniform_at(uint64_t seed, uint64_t index) {
     return static_cast<double>(splitmix64(splitmix64(seed) ^ index) >> 11) * 0x1.0p-53;
 }
@@ -285,6 +317,13 @@ Status validate_sampling_params(const SamplingParams& p, int vocab_size) {
                                 std::to_string(p.repetition_penalty));
     if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty))
         return invalid_argument("presence_penalty and frequency_penalty must be finite");
+    std::vector<int32_t> bias_ids;
+    for (const auto& [id, bias] : p.logit_bias) bias_ids.push_back(id);
+    std::sort(bias_ids.begin(), bias_ids.end());
+    if (std::adjacent_find(bias_ids.begin(), bias_ids.end()) != bias_ids.end())
+        return invalid_argument("logit_bias: token id " +
+                                std::to_string(*std::adjacent_find(bias_ids.begin(), bias_ids.end())) +
+                                " appears more than once");
     for (const auto& [id, bias] : p.logit_bias) {
         if (id < 0 || id >= vocab_size)
             return invalid_argument("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
@@ -348,31 +387,10 @@ SampledToken Sampler::sample(const float* logits, const SamplingParams& p, uint6
 
     // 2. Bias and penalties on a private copy (only when there are any).
     const float* processed = logits;
-    const bool penalised = !p.logit_bias.empty() || p.repetition_penalty != 1.0f ||
-                           (!output.empty() && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f));
-    if (penalised) {
+    const LogitEdits edits = logit_edits(p, prompt, output);
+    if (!edits.empty()) {
         work_.assign(logits, logits + V);
-        for (const auto& [id, bias] : p.logit_bias) work_[id] += bias;
-        if (p.repetition_penalty != 1.0f) {
-            counts_.assign(prompt.begin(), prompt.end());
-            counts_.insert(counts_.end(), output.begin(), output.end());
-            std::sort(counts_.begin(), counts_.end());
-            counts_.erase(std::unique(counts_.begin(), counts_.end()), counts_.end());
-            for (int32_t id : counts_) {
-                float& l = work_[id];
-                l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-            }
-        }
-        if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-            counts_.assign(output.begin(), output.end());
-            std::sort(counts_.begin(), counts_.end());
-            for (size_t i = 0; i < counts_.size();) {
-                size_t j = i;
-                while (j < counts_.size() && counts_[j] == counts_[i]) ++j;
-                work_[counts_[i]] -= p.frequency_penalty * static_cast<float>(j - i) + p.presence_penalty;
-                i = j;
-            }
-        }
+        apply_logit_edits(edits, work_.data());
         processed = work_.data();
     }
     // 3-4. Draw. Under a mask, over the allowed tokens alone (ascending ids): the masked-out ones would have

@@ -68,6 +68,22 @@ struct SampledToken {
     std::vector<TokenLogprob> top_logprobs;  // the top-N raw logprobs, most probable first
 };
 
+// The edits bias and penalties make to a row of logits before a draw, in the order applied: logit[id] += value for
+// each `add` entry (logit_bias), then l > 0 ? l / repetition : l · repetition for each `repeat` id (the prompt's
+// and output's, once each), then logit[id] -= value for each `subtract` entry (frequency_penalty · count +
+// presence_penalty, once per output id). Every id appears at most once in each list.
+struct LogitEdits {
+    std::vector<std::pair<int32_t, float>> add;
+    std::vector<int32_t> repeat;
+    float repetition = 1.0f;
+    std::vector<std::pair<int32_t, float>> subtract;
+    bool empty() const { return add.empty() && repeat.empty() && subtract.empty(); }
+};
+// The edits of `p` after `prompt` and `output` (empty without bias or penalties).
+LogitEdits logit_edits(const SamplingParams& p, std::span<const int32_t> prompt, std::span<const int32_t> output);
+// Applies edits to a row (float arithmetic, one rounding each, as written above).
+void apply_logit_edits(const LogitEdits& e, float* row);
+
 // Keeps scratch buffers between calls; one per thread.
 class Sampler {
 public:
@@ -94,7 +110,6 @@ private:
     std::vector<uint64_t> keys_;          // candidates as (logit, id) sort keys
     std::vector<int32_t> ids_;            // kept ids, ascending
     std::vector<uint8_t> flags_;          // [vocab_size]
-    std::vector<int32_t> counts_;         // scratch for penalties
     std::vector<float> allowed_logits_;   // a mask's allowed logits, ascending ids
     std::vector<int32_t> allowed_ids_;    // their ids
     std::vector<float> kept_;             // the kept ids' probabilities

@@ -153,9 +153,12 @@ TEST(CudaEngine, DeviceSamplingMatchesHostSampling) {
                            .sampling = {.temperature = 0.8f, .top_p = 0.9f, .top_k = 40, .seed = 7},
                            .max_tokens = 14});  // sampled on the device, seeded
 
-    const std::vector<Generation> dev = run_engine(w, true, reqs), host = run_engine(w, false, reqs);
+    int deferred = 0;
+    const std::vector<Generation> dev = run_engine(w, true, reqs, 0, nullptr, &deferred),
+                                  host = run_engine(w, false, reqs);
     ASSERT_EQ(dev.size(), reqs.size());
     ASSERT_EQ(host.size(), reqs.size());
+    EXPECT_EQ(deferred, 14) << "the penalty request's draws: edited and drawn on the device";
     for (size_t i = 0; i + 1 < reqs.size(); ++i) {
         EXPECT_EQ(dev[i].ids, host[i].ids) << i << ": " << describe(dev[i]) << " vs " << describe(host[i]);
         EXPECT_EQ(dev[i].finish, runtime::FinishReason::kLength) << i;

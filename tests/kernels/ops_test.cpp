@@ -1,6 +1,7 @@
 // CUDA ops against their CPU references (kernels/cpu) on fresh random inputs, over gpt-oss shapes.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/ops.h"
+#include "runtime/sampler.h"
 
 namespace gptoss::test {
 namespace {
@@ -1810,6 +1812,81 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     // Same seed and draw -> same token; a different draw index -> (almost surely) some differ.
     EXPECT_EQ(run(1.0f, 1.0f, 0, 77, 4), run(1.0f, 1.0f, 0, 77, 4));
     EXPECT_NE(run(1.0f, 1.0f, 0, 77, 4), run(1.0f, 1.0f, 0, 77, 5));
+}
+
+// The host sampler's edits on the device (edit_logits): rows through row_index, bias, repetition (both signs) and
+// penalties, bit for bit the host's apply_logit_edits; then min_p: every draw within the cut.
+TEST(CudaOps, LogitEditsAreTheHostsAndMinPCuts) {
+    REQUIRE_GPU();
+    constexpr int S = 3, V = 201088;
+    auto logits = randn(static_cast<size_t>(S) * V, 77, 2.0f);
+    std::mt19937 rng(3);
+    std::vector<runtime::LogitEdits> edits(S);
+    for (int s = 0; s < S; ++s) {
+        std::vector<int32_t> ids(V);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        runtime::LogitEdits& e = edits[s];
+        for (int j = 0; j < 10 * s; ++j) e.add.emplace_back(ids[j], 0.37f * static_cast<float>(j % 7) - 1.0f);
+        e.repeat.assign(ids.begin() + 100, ids.begin() + 100 + 700 * s);
+        e.repetition = 1.0f + 0.3f * static_cast<float>(s);
+        for (int j = 0; j < 400; ++j) e.subtract.emplace_back(ids[5000 + j], 0.11f * static_cast<float>(j % 5) + 0.5f);
+    }
+    // Device row r holds host row S - 1 - r.
+    std::vector<float> dev(logits.size());
+    for (int s = 0; s < S; ++s)
+        std::copy_n(logits.data() + static_cast<size_t>(s) * V, V, dev.data() + static_cast<size_t>(S - 1 - s) * V);
+    std::vector<int32_t> index(S), add_off{0}, rep_off{0}, sub_off{0}, add_id, rep_id, sub_id;
+    std::vector<float> add_v, rep_f, sub_v;
+    for (int s = 0; s < S; ++s) {
+        index[s] = S - 1 - s;
+        for (auto [id, v] : edits[s].add) add_id.push_back(id), add_v.push_back(v);
+        for (int32_t id : edits[s].repeat) rep_id.push_back(id);
+        for (auto [id, v] : edits[s].subtract) sub_id.push_back(id), sub_v.push_back(v);
+        add_off.push_back(static_cast<int32_t>(add_id.size()));
+        rep_off.push_back(static_cast<int32_t>(rep_id.size()));
+        sub_off.push_back(static_cast<int32_t>(sub_id.size()));
+        rep_f.push_back(edits[s].repetition);
+    }
+    add_id.push_back(0), add_v.push_back(0.0f);  // no empty buffers
+    auto dl = to_device(dev), dindex = to_device(index), dao = to_device(add_off), dro = to_device(rep_off),
+         dso = to_device(sub_off), dai = to_device(add_id), dav = to_device(add_v), dri = to_device(rep_id),
+         drf = to_device(rep_f), dsi = to_device(sub_id), dsv = to_device(sub_v);
+    kc::LogitEditArgs ea;
+    ea.logits = dl.as<float>();
+    ea.row_index = dindex.as<int32_t>();
+    ea.num_seqs = S;
+    ea.vocab_size = V;
+    ea.add_offset = dao.as<int32_t>();
+    ea.add_id = dai.as<int32_t>();
+    ea.add_value = dav.as<float>();
+    ea.repeat_offset = dro.as<int32_t>();
+    ea.repeat_id = dri.as<int32_t>();
+    ea.repetition = drf.as<float>();
+    ea.subtract_offset = dso.as<int32_t>();
+    ea.subtract_id = dsi.as<int32_t>();
+    ea.subtract_value = dsv.as<float>();
+    kc::edit_logits(ea, nullptr);
+    const auto got = to_host<float>(dl, dev.size());
+    for (int s = 0; s < S; ++s) {
+        std::vector<float> want(logits.begin() + static_cast<long>(s) * V,
+                                logits.begin() + static_cast<long>(s + 1) * V);
+        runtime::apply_logit_edits(edits[s], want.data());
+        ASSERT_EQ(std::memcmp(want.data(), got.data() + static_cast<size_t>(S - 1 - s) * V, 4u * V), 0) << s;
+    }
+    // min_p 0.2 at temperature 1 on the edited rows: p / p_max >= 0.2 for every draw (1e-5 for the exp's rounding).
+    const std::vector<float> mp(S, 0.2f);
+    auto dmp = to_device(mp);
+    for (uint64_t draw = 0; draw < 20; ++draw) {
+        const auto ids = run_sample(dl, S, V, std::vector<float>(S, 1.0f), 1.0f, 0, 5, draw,
+                                    [&](kc::SampleArgs& a) { a.min_p = dmp.as<float>(); });
+        for (int s = 0; s < S; ++s) {
+            const float* row = got.data() + static_cast<size_t>(s) * V;
+            const float mx = *std::max_element(row, row + V);
+            ASSERT_GE(ids[s], 0);
+            EXPECT_GE(std::exp(static_cast<double>(row[ids[s]]) - mx), 0.2 * (1 - 1e-5)) << s << " " << ids[s];
+        }
+    }
 }
 
 // The masked draw (SampleArgs::allowed_bits, row_index): token for token the draw on rows whose excluded logits

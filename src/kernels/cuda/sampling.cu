@@ -110,14 +110,19 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         seed = splitmix64(a.seed[s]) ^ (a.draw_index[s] * 0x9e3779b97f4a7c15ull);
         if (a.top_k[s] > 0 && a.top_k[s] < n) min_key = kth_largest_key(row, n, a.top_k[s], scratch);
         const float top_p = a.top_p[s];
+        const float min_p = a.min_p != nullptr ? a.min_p[s] : 0.0f;
+        const float mx = top_p < 1.0f || min_p > 0.0f ? block_max(
+                                                            [&] {
+                                                                float m = -FLT_MAX;
+                                                                for (int i = threadIdx.x; i < n; i += blockDim.x)
+                                                                    m = fmaxf(m, row[i]);
+                                                                return m;
+                                                            }(),
+                                                            scratch)
+                                                      : 0.0f;
+        // min_p: p / p_max = e^((l - mx) / T) >= min_p, i.e. l >= mx + T · ln(min_p).
+        if (min_p > 0.0f) min_key = max(min_key, float_key(mx + temp * logf(min_p)));
         if (top_p < 1.0f) {
-            const float mx = block_max(
-                [&] {
-                    float m = -FLT_MAX;
-                    for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
-                    return m;
-                }(),
-                scratch);
             float z = 0.0f;
             for (int i = threadIdx.x; i < n; i += blockDim.x)
                 if (float_key(row[i]) >= min_key) z += __expf((row[i] - mx) * inv_t);
@@ -218,9 +223,32 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     *ticket = 0;
 }
 
+// One CTA a row; the three lists in order, each in parallel over its (unique) ids.
+__global__ void __launch_bounds__(256) edit_logits_kernel(const LogitEditArgs a) {
+    const int s = blockIdx.x;
+    float* row = a.logits + static_cast<int64_t>(a.row_index != nullptr ? a.row_index[s] : s) * a.vocab_size;
+    for (int j = a.add_offset[s] + threadIdx.x; j < a.add_offset[s + 1]; j += blockDim.x)
+        row[a.add_id[j]] = __fadd_rn(row[a.add_id[j]], a.add_value[j]);
+    __syncthreads();
+    const float r = a.repetition[s];
+    for (int j = a.repeat_offset[s] + threadIdx.x; j < a.repeat_offset[s + 1]; j += blockDim.x) {
+        const float l = row[a.repeat_id[j]];
+        row[a.repeat_id[j]] = l > 0.0f ? __fdiv_rn(l, r) : __fmul_rn(l, r);
+    }
+    __syncthreads();
+    for (int j = a.subtract_offset[s] + threadIdx.x; j < a.subtract_offset[s + 1]; j += blockDim.x)
+        row[a.subtract_id[j]] = __fsub_rn(row[a.subtract_id[j]], a.subtract_value[j]);
+}
+
 }  // namespace
 
 size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seqs) * kRecordWords * 4; }
+
+void edit_logits(const LogitEditArgs& a, cudaStream_t stream) {
+    if (a.num_seqs == 0) return;
+    edit_logits_kernel<<<a.num_seqs, 256, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH();
+}
 
 void sample(const SampleArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0) return;

@@ -30,8 +30,33 @@ struct SampleArgs {
     // s · words + i / 32 is set, and the others are drawn as if their logit were -inf (the host sampler's masked
     // draw: top-k and top-p among the allowed tokens). out[s] = -1 where no token is allowed.
     const uint32_t* allowed_bits = nullptr;
+    // Optional, [num_seqs]: tokens whose probability at the row's temperature is below min_p[s] times the most
+    // probable token's are not drawn (0: no cut), after top-k and before top-p, as the host sampler orders them.
+    const float* min_p = nullptr;
 };
 size_t sample_workspace_bytes(int num_seqs);
 void sample(const SampleArgs& args, cudaStream_t stream);
+
+// The host sampler's bias and penalties on rows of logits, in place (runtime/sampler.h LogitEdits): row s (logits
+// row row_index[s], or s) gets logit[id] += value for its add entries, then l > 0 ? l / repetition[s] :
+// l · repetition[s] for its repeat ids, then logit[id] -= value for its subtract entries; row s's entries of each
+// list are [offset[s], offset[s + 1]), ids unique within a row's list. IEEE single roundings (no contraction), so
+// the rows equal the host's edited rows bit for bit.
+struct LogitEditArgs {
+    float* logits = nullptr;
+    const int32_t* row_index = nullptr;
+    int num_seqs = 0;
+    int vocab_size = 0;
+    const int32_t* add_offset = nullptr;  // [num_seqs + 1]
+    const int32_t* add_id = nullptr;
+    const float* add_value = nullptr;
+    const int32_t* repeat_offset = nullptr;  // [num_seqs + 1]
+    const int32_t* repeat_id = nullptr;
+    const float* repetition = nullptr;         // [num_seqs]
+    const int32_t* subtract_offset = nullptr;  // [num_seqs + 1]
+    const int32_t* subtract_id = nullptr;
+    const float* subtract_value = nullptr;
+};
+void edit_logits(const LogitEditArgs& args, cudaStream_t stream);
 
 }  // namespace gptoss::kernels::cuda

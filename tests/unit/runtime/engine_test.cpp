@@ -98,6 +98,12 @@ public:
                 return internal_error("row " + std::to_string(d.row) + " was not deferred");
             deferred_[d.row] = false;
             const float* r = rows_.data() + static_cast<size_t>(d.row) * V;
+            std::vector<float> edited;
+            if (d.edits != nullptr) {  // the host sampler's bias and penalties, as the device applies them
+                edited.assign(r, r + V);
+                apply_logit_edits(*d.edits, edited.data());
+                r = edited.data();
+            }
             int32_t best = -1;
             for (size_t t = 0; t < V; ++t)
                 if ((d.allowed == nullptr || d.allowed[t]) && (best < 0 || r[t] > r[best]))
@@ -156,7 +162,8 @@ private:
 
 // The engine with a runner that samples on the device: greedy requests take the device draw, and
 // requests with logprobs, penalties or a logit bias get their logits rows in the same steps and
-// the host sampler. Every request's tokens (and logprobs) equal the all-host engine's.
+// the host sampler, or, where the runner defers draws, the penalty and bias ones a deferred draw with their edits.
+// Every request's tokens (and logprobs) equal the all-host engine's.
 TEST_F(EngineTest, DeviceSamplingRunnerMatchesHostSampling) {
     std::vector<Request> reqs;
     for (int i = 0; i < 4; ++i)
@@ -185,8 +192,9 @@ TEST_F(EngineTest, DeviceSamplingRunnerMatchesHostSampling) {
     auto host_engine = make_engine(weights_, test_config());
     ASSERT_TRUE(host_engine);
     const std::vector<Generation> want = run(*host_engine);
-    for (bool device : {true, false}) {
-        auto runner = std::make_unique<DeviceSamplingRunner>(weights_);
+    for (int mode = 0; mode < 3; ++mode) {
+        const bool device = mode != 1, defer = mode == 2;
+        auto runner = std::make_unique<DeviceSamplingRunner>(weights_, false, std::chrono::milliseconds{}, defer);
         DeviceSamplingRunner* r = runner.get();
         EngineConfig cfg = test_config();
         cfg.device_sampling = device;
@@ -197,7 +205,12 @@ TEST_F(EngineTest, DeviceSamplingRunnerMatchesHostSampling) {
         for (size_t i = 0; i < want.size(); ++i)
             EXPECT_TRUE(got[i].same_tokens(want[i]))
                 << device << " " << i << ": " << describe(got[i]) << " vs " << describe(want[i]);
-        if (device) {
+        if (defer) {
+            EXPECT_EQ(r->host_steps, 0);
+            EXPECT_EQ(r->device_rows, 4 * 9);    // the greedy requests' draws
+            EXPECT_EQ(r->host_rows, 9);          // logprobs
+            EXPECT_EQ(r->deferred_rows, 2 * 9);  // penalty, bias: edited on the "device"
+        } else if (device) {
             EXPECT_EQ(r->host_steps, 0);
             EXPECT_EQ(r->device_rows, 4 * 9);  // the greedy requests' draws
             EXPECT_EQ(r->host_rows, 3 * 9);    // logprobs, penalty, bias
