@@ -2701,7 +2701,7 @@ PY
       # Session 49: structured-output masks beside the forward and masked draws on the device (see mask_timing),
       # after the tiny serve check and the tests they touch.
       serve_check mask_overlap_serve
-      tests_row mask_overlap_tests 'CudaEngine.*:CudaOps.Sampling*:CudaModel.Fp8*'
+      tests_row mask_overlap_tests 'CudaEngine.*:CudaOps.Sampling*:CudaOps.LogitEdits*:CudaModel.Fp8*'
       mask_timing mask_overlap_20b
       ;;
     serve_cuda)
