@@ -155,10 +155,12 @@ mask_timing() {
     pid=$!
     wait_health $port $pid
     echo "$name overlap=$ov: /health $code after ~$((i / 2)) s"
-    for kind in warm nomin free regex grammar json lp pen nomin free regex grammar json lp pen; do
+    for kind in warm nomin topp free regex grammar json lp pen nomin topp free regex grammar json lp pen; do
       body='{"model":"m","prompt":"x","max_tokens":200,"min_tokens":200,"temperature":1,"seed":7'
       [ $kind = nomin ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":1,"seed":7'
-      # Host draws in every mode: logprobs, and a penalty with top_p (the host sampler's speed).
+      # topp: a device draw with top_p 0.9 at T 0.7 (the sample kernel's nucleus search). lp: logprobs (host draws
+      # in every mode); pen: a penalty with top_p (deferred by default, else the host sampler).
+      [ $kind = topp ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":0.7,"top_p":0.9,"seed":7'
       [ $kind = lp ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":1,"seed":7,"logprobs":5'
       [ $kind = pen ] && body='{"model":"m","prompt":"x","max_tokens":200,"ignore_eos":true,"temperature":0.7,"top_p":0.9,"frequency_penalty":0.5,"seed":7'
       [ $kind = regex ] && body="$body"',"guided_regex":"[a-z ]+"'

@@ -76,15 +76,54 @@ __device__ float block_max(float v, float* scratch) {
     return warp_max(v);
 }
 
-// Largest key threshold τ with count(key >= τ) >= k: the k-th largest key (radix select, MSB first).
-__device__ uint32_t kth_largest_key(const RowView& row, int n, int k, float* scratch) {
+// Shared scratch of radix_threshold: kHistCopies histograms of 256 bins (a copy per group of warps, fewer
+// same-address atomics), and the pass's result.
+constexpr int kHistCopies = 4;
+struct RadixScratch {
+    unsigned long long hist[kHistCopies][256];
+    uint32_t prefix;
+    unsigned long long above;
+};
+
+// The largest key τ whose weight at or above it reaches `target`: W(key >= τ) >= target > W(key > τ), where a
+// token weighs weight(l) (an integer: 1 to count, its probability in 2^-32 units to weigh; 0 for none) if its key
+// is at least `floor`. Radix select on the 32-bit keys, 8 bits a pass (4 passes), with integer sums, so the result
+// does not depend on the order of the atomics: a draw stays a function of (seed, draw index, logits).
+// Every thread calls it.
+template <typename Weight>
+__device__ uint32_t radix_threshold(const RowView& row, int n, uint32_t floor, unsigned long long target, Weight weight,
+                                    RadixScratch& sc) {
     uint32_t prefix = 0;
-    for (int bit = 31; bit >= 0; --bit) {
-        const uint32_t candidate = prefix | (1u << bit);
-        float cnt = 0.0f;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) cnt += float_key(row[i]) >= candidate ? 1.0f : 0.0f;
-        cnt = block_sum(cnt, scratch);
-        if (cnt >= static_cast<float>(k)) prefix = candidate;
+    unsigned long long above = 0;
+    unsigned long long* hist = sc.hist[(threadIdx.x >> 5) % kHistCopies];
+    for (int pass = 0; pass < 4; ++pass) {
+        const int shift = 24 - 8 * pass;
+        const uint32_t fixed = pass == 0 ? 0u : 0xffffffffu << (32 - 8 * pass);  // the bits decided so far
+        for (int b = threadIdx.x; b < kHistCopies * 256; b += blockDim.x) (&sc.hist[0][0])[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float l = row[i];
+            const uint32_t key = float_key(l);
+            if ((key & fixed) != prefix || key < floor) continue;
+            const unsigned long long w = weight(l);
+            if (w != 0) atomicAdd(&hist[(key >> shift) & 255u], w);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int d = 255;
+            unsigned long long acc = above;
+            for (; d > 0; --d) {
+                unsigned long long m = 0;
+                for (int c = 0; c < kHistCopies; ++c) m += sc.hist[c][d];
+                if (acc + m >= target) break;
+                acc += m;
+            }
+            sc.prefix = prefix | (static_cast<uint32_t>(d) << shift);
+            sc.above = acc;
+        }
+        __syncthreads();
+        prefix = sc.prefix;
+        above = sc.above;
     }
     return prefix;
 }
@@ -95,6 +134,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     __shared__ float scratch[32];
     __shared__ float best_val[32];
     __shared__ int best_idx[32];
+    __shared__ RadixScratch radix;
     const int s = blockIdx.x;
     const int n = a.vocab_size;
     const RowView row(a, s);
@@ -108,7 +148,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     if (!greedy) {
         inv_t = 1.0f / temp;
         seed = splitmix64(a.seed[s]) ^ (a.draw_index[s] * 0x9e3779b97f4a7c15ull);
-        if (a.top_k[s] > 0 && a.top_k[s] < n) min_key = kth_largest_key(row, n, a.top_k[s], scratch);
+        if (a.top_k[s] > 0 && a.top_k[s] < n)  // the k-th largest key
+            min_key = radix_threshold(
+                row, n, 0u, static_cast<unsigned long long>(a.top_k[s]), [](float) { return 1ull; }, radix);
         const float top_p = a.top_p[s];
         const float min_p = a.min_p != nullptr ? a.min_p[s] : 0.0f;
         const float mx = top_p < 1.0f || min_p > 0.0f ? block_max(
@@ -123,24 +165,24 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         // min_p: p / p_max = e^((l - mx) / T) >= min_p, i.e. l >= mx + T · ln(min_p).
         if (min_p > 0.0f) min_key = max(min_key, float_key(mx + temp * logf(min_p)));
         if (top_p < 1.0f) {
-            float z = 0.0f;
-            for (int i = threadIdx.x; i < n; i += blockDim.x)
-                if (float_key(row[i]) >= min_key) z += __expf((row[i] - mx) * inv_t);
-            z = block_sum(z, scratch);
-            // Highest threshold τ whose kept mass Σ_{key >= τ} p >= top_p: the smallest nucleus.
-            // (mass is non-increasing in τ, so an MSB-first bitwise search finds it.)
-            uint32_t prefix = 0;
-            for (int bit = 31; bit >= 0; --bit) {
-                const uint32_t candidate = prefix | (1u << bit);
-                float mass = 0.0f;
-                for (int i = threadIdx.x; i < n; i += blockDim.x) {
-                    const uint32_t key = float_key(row[i]);
-                    if (key >= candidate && key >= min_key) mass += __expf((row[i] - mx) * inv_t);
-                }
-                mass = block_sum(mass, scratch);
-                if (mass >= top_p * z) prefix = candidate;
+            // The smallest nucleus: the highest τ whose kept mass Σ_{key >= τ} p reaches top_p of all kept mass, p
+            // relative to the most probable token in 2^-32 units (integer sums: deterministic).
+            const auto weight = [&](float l) {
+                return static_cast<unsigned long long>(__expf((l - mx) * inv_t) * 4294967296.0f);
+            };
+            unsigned long long z = 0;
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const float l = row[i];
+                if (float_key(l) >= min_key) z += weight(l);
             }
-            min_key = max(min_key, prefix);
+            __shared__ unsigned long long zs[kThreads / 32];
+            for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+            if ((threadIdx.x & 31) == 0) zs[threadIdx.x >> 5] = z;
+            __syncthreads();
+            z = 0;
+            for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) z += zs[w];
+            const auto target = static_cast<unsigned long long>(static_cast<double>(top_p) * static_cast<double>(z));
+            if (target > 0) min_key = max(min_key, radix_threshold(row, n, min_key, target, weight, radix));
         }
     }
     // Argmax of logit (greedy) or of logit/T + Gumbel noise over the kept tokens; ties to the lower id.
