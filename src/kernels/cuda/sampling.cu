@@ -101,13 +101,24 @@ __device__ uint32_t radix_threshold(const RowView& row, int n, uint32_t floor, u
         const uint32_t fixed = pass == 0 ? 0u : 0xffffffffu << (32 - 8 * pass);  // the bits decided so far
         for (int b = threadIdx.x; b < kHistCopies * 256; b += blockDim.x) (&sc.hist[0][0])[b] = 0;
         __syncthreads();
+        // A thread sums a run of tokens in the same bin before its atomic: on a flat row nearly every token falls
+        // in one bin, and same-address atomics serialize.
+        uint32_t run_bin = 0;
+        unsigned long long run = 0;
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
             const float l = row[i];
             const uint32_t key = float_key(l);
             if ((key & fixed) != prefix || key < floor) continue;
             const unsigned long long w = weight(l);
-            if (w != 0) atomicAdd(&hist[(key >> shift) & 255u], w);
+            const uint32_t bin = (key >> shift) & 255u;
+            if (bin != run_bin) {
+                if (run != 0) atomicAdd(&hist[run_bin], run);
+                run_bin = bin;
+                run = 0;
+            }
+            run += w;
         }
+        if (run != 0) atomicAdd(&hist[run_bin], run);
         __syncthreads();
         if (threadIdx.x == 0) {
             int d = 255;
