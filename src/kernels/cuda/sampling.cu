@@ -30,8 +30,6 @@ struct RowView {
     __device__ __forceinline__ bool allowed(int i) const {
         return bits == nullptr || ((bits[i >> 5] >> (i & 31)) & 1u);
     }
-    // The logit as the draw sees it: -inf where the mask excludes the token.
-    __device__ __forceinline__ float operator[](int i) const { return allowed(i) ? row[i] : -INFINITY; }
 };
 
 // (value, index) arg-max step: larger value, ties to the lower index (the CPU's rule).
@@ -76,6 +74,33 @@ __device__ float block_max(float v, float* scratch) {
     return warp_max(v);
 }
 
+// Calls f(i, logit) for this thread's share of a row's tokens, the raw logits (mask not applied). Two 16-byte loads
+// in flight a thread where the row is 16-byte aligned: one CTA reads the whole row per pass, and one load at a time
+// a thread left each pass latency-bound (sample_bench: 119 µs for a plain temperature draw of 201k tokens).
+// The order of the calls is not the tokens' order: callers combine by order-free operations only.
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const RowView& row, int n, F f) {
+    const int step = static_cast<int>(blockDim.x);
+    int first_scalar = 0;
+    if ((reinterpret_cast<uintptr_t>(row.row) & 15u) == 0) {
+        const float4* r4 = reinterpret_cast<const float4*>(row.row);
+        const int n4 = n / 4;
+        int j = threadIdx.x;
+        for (; j + step < n4; j += 2 * step) {
+            const float4 a = r4[j], b = r4[j + step];
+            f(4 * j, a.x), f(4 * j + 1, a.y), f(4 * j + 2, a.z), f(4 * j + 3, a.w);
+            const int k = 4 * (j + step);
+            f(k, b.x), f(k + 1, b.y), f(k + 2, b.z), f(k + 3, b.w);
+        }
+        if (j < n4) {
+            const float4 a = r4[j];
+            f(4 * j, a.x), f(4 * j + 1, a.y), f(4 * j + 2, a.z), f(4 * j + 3, a.w);
+        }
+        first_scalar = 4 * n4;
+    }
+    for (int i = first_scalar + threadIdx.x; i < n; i += step) f(i, row.row[i]);
+}
+
 // Shared scratch of radix_threshold: kHistCopies histograms of 256 bins (a copy per group of warps, fewer
 // same-address atomics), and the pass's result.
 constexpr int kHistCopies = 4;
@@ -105,10 +130,10 @@ __device__ uint32_t radix_threshold(const RowView& row, int n, uint32_t floor, u
         // in one bin, and same-address atomics serialize.
         uint32_t run_bin = 0;
         unsigned long long run = 0;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const float l = row[i];
+        for_each_logit(row, n, [&](int i, float raw) {
+            const float l = row.allowed(i) ? raw : -INFINITY;
             const uint32_t key = float_key(l);
-            if ((key & fixed) != prefix || key < floor) continue;
+            if ((key & fixed) != prefix || key < floor) return;
             const unsigned long long w = weight(l);
             const uint32_t bin = (key >> shift) & 255u;
             if (bin != run_bin) {
@@ -117,7 +142,7 @@ __device__ uint32_t radix_threshold(const RowView& row, int n, uint32_t floor, u
                 run = 0;
             }
             run += w;
-        }
+        });
         if (run != 0) atomicAdd(&hist[run_bin], run);
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -167,8 +192,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         const float mx = top_p < 1.0f || min_p > 0.0f ? block_max(
                                                             [&] {
                                                                 float m = -FLT_MAX;
-                                                                for (int i = threadIdx.x; i < n; i += blockDim.x)
-                                                                    m = fmaxf(m, row[i]);
+                                                                for_each_logit(row, n, [&](int i, float raw) {
+                                                                    if (row.allowed(i)) m = fmaxf(m, raw);
+                                                                });
                                                                 return m;
                                                             }(),
                                                             scratch)
@@ -182,10 +208,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
                 return static_cast<unsigned long long>(__expf((l - mx) * inv_t) * 4294967296.0f);
             };
             unsigned long long z = 0;
-            for (int i = threadIdx.x; i < n; i += blockDim.x) {
-                const float l = row[i];
+            for_each_logit(row, n, [&](int i, float raw) {
+                const float l = row.allowed(i) ? raw : -INFINITY;
                 if (float_key(l) >= min_key) z += weight(l);
-            }
+            });
             __shared__ unsigned long long zs[kThreads / 32];
             for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
             if ((threadIdx.x & 31) == 0) zs[threadIdx.x >> 5] = z;
@@ -200,17 +226,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     float bv = -FLT_MAX;
     int bi = n;
     bool finite = true;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float l = row.row[i];
+    for_each_logit(row, n, [&](int i, float l) {
         finite = finite && isfinite(l);
-        if (!row.allowed(i) || float_key(l) < min_key) continue;
+        if (!row.allowed(i) || float_key(l) < min_key) return;
         float v = l;
         if (!greedy) {
             const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
             v = l * inv_t - logf(-logf(static_cast<float>(u)));
         }
         take_best(bv, bi, v, i);
-    }
+    });
     const bool bad = block_argmax(bv, bi, finite, best_val, best_idx);
     // bi = n: every token masked (or, unmasked, every value -inf: then bad).
     if (threadIdx.x == 0) a.out[s] = bad ? -1 : bi < n ? bi : row.bits != nullptr ? -1 : 0;
