@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
     cudaEvent_t e0, e1;
     CHECK_CUDA(cudaEventCreate(&e0));
     CHECK_CUDA(cudaEventCreate(&e1));
-    std::printf("rows %d, vocab %d: us a call\n%-26s %10s %10s\n", S, V, "case", "peaked", "flat");
+    std::printf("rows %d, vocab %d: us a call (one CTA a sampled row / split_draws)\n%-26s %21s %21s\n", S, V, "case",
+                "peaked", "flat");
     for (const Case& c : cases) {
         const std::vector<float> t(S, c.temp), p(S, c.top_p), m(S, c.min_p);
         const std::vector<int32_t> k(S, c.top_k);
@@ -65,10 +66,11 @@ int main(int argc, char** argv) {
         CHECK_CUDA(cudaMemcpy(d_top_p, p.data(), S * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(d_min_p, m.data(), S * 4, cudaMemcpyHostToDevice));
         CHECK_CUDA(cudaMemcpy(d_top_k, k.data(), S * 4, cudaMemcpyHostToDevice));
-        float us[2];
-        for (int f = 0; f < 2; ++f) {
+        float us[4];
+        for (int f = 0; f < 4; ++f) {
             kc::SampleArgs a;
-            a.logits = f ? d_flat : d_peaked;
+            a.logits = f / 2 ? d_flat : d_peaked;
+            a.split_draws = f % 2 == 1;
             a.temperature = d_temp;
             a.top_p = d_top_p;
             a.top_k = d_top_k;
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
             CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
             us[f] = 1000.0f * ms / 200;
         }
-        std::printf("%-26s %10.1f %10.1f\n", c.name, us[0], us[1]);
+        std::printf("%-26s %10.1f %10.1f %10.1f %10.1f\n", c.name, us[0], us[1], us[2], us[3]);
     }
     return 0;
 }

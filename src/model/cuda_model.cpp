@@ -452,6 +452,11 @@ struct CudaModel::Impl {
     // and print the accumulated table at exit. A debugging aid, off by default.
     bool profile = std::getenv("GPTOSS_PROFILE") != nullptr;
     bool use_graphs = std::getenv("GPTOSS_NO_GRAPHS") == nullptr;
+    // GPTOSS_SPLIT_SAMPLING=0: sampled rows drawn by one CTA each (the kernel before session 49's split draw).
+    bool split_sampling = [] {
+        const char* v = std::getenv("GPTOSS_SPLIT_SAMPLING");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     // The FP8 tensor-core GEMVs (every gemv_fp8 but kRowPerWarp) round x to bf16 (RN) before their
     // MMAs, and the norms write those RN bf16 rows (h) beside the fp32 ones: the decode QKV and
     // lm_head GEMVs read h, the same bits with half of x's bytes and no conversion (r42).
@@ -510,10 +515,10 @@ struct CudaModel::Impl {
         cudaGraphExec_t exec = nullptr;
         uint64_t last_use = 0;
     };
-    std::map<std::tuple<int, int, int, bool>, CachedGraph> graphs;
+    std::map<std::tuple<int, int, int, bool, bool>, CachedGraph> graphs;
     uint64_t graph_clock = 0;
     static constexpr size_t kMaxGraphs = 64;
-    std::set<std::tuple<int, int, int, bool>> warmed;
+    std::set<std::tuple<int, int, int, bool, bool>> warmed;
     std::vector<std::pair<std::string, cudaEvent_t>> marks;
     std::map<std::string, double> stage_ms;
     int profiled_calls = 0;
@@ -1570,6 +1575,12 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     const int R = static_cast<int>(h_rows.size());
     if (sampled != nullptr && (R != S || static_cast<int>(sample_params.size()) != S))
         return invalid_argument("forward_sample needs one logits row and one parameter set per sequence");
+    // A step with a sampled (non-greedy) row draws it with many CTAs a row (kc::SampleArgs::split_draws); a greedy
+    // step keeps the shorter launch sequence. Part of the graph's key.
+    const bool split_draws =
+        sampled != nullptr && split_sampling &&
+        std::any_of(sample_params.begin(), sample_params.end(),
+                    [](const CudaModel::SampleParams& p) { return p.temperature > 0.0f && p.top_k != 1; });
     if (sampled != nullptr) {
         std::vector<float> temp(S), top_p(S);
         std::vector<int32_t> top_k(S);
@@ -2054,6 +2065,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
                 sa.num_seqs = n;
                 sa.vocab_size = V;
                 sa.workspace = s_work.get();
+                sa.split_draws = split_draws;
                 kc::sample(sa, stream);
                 // Rows the caller samples itself: from this chunk's logits (a batch this large never
                 // runs as a graph; smaller ones are copied after the step).
@@ -2069,7 +2081,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
             lm_head_rows(0, R);  // one chunk: inside the step (and its graph); copied out below
         }
     };
-    // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not):
+    // Decode steps replay a graph per (batch, table stride, MoE rows, sampled on device or not, split draws):
     // forward_sample (bench) and forward (the engine, which samples on the host) alike.
     const bool graphable = use_graphs && !profile && decode && (mxfp4 || fp8_only) &&
                            (Tm <= mxfp4_tokens || use_mma(Tm) || use_wgmma(Tm) || fp8_grouped ||
@@ -2078,7 +2090,7 @@ Status CudaModel::Impl::forward(std::span<const ForwardSequence> seqs, std::vect
     if (!graphable) {
         body();
     } else {
-        const auto key = std::make_tuple(S, stride, Tm, sampled != nullptr);
+        const auto key = std::make_tuple(S, stride, Tm, sampled != nullptr, split_draws);
         auto it = graphs.find(key);
         if (it != graphs.end()) {
             it->second.last_use = ++graph_clock;
@@ -2276,6 +2288,8 @@ Status CudaModel::Impl::sample_again(std::span<const int> rows, std::span<const 
     sa.num_seqs = n;
     sa.vocab_size = V;
     sa.workspace = s_work.get();  // zeroed and left zeroed, shared in stream order with the step's draws
+    sa.split_draws = std::any_of(params.begin(), params.end(),
+                                 [](const CudaModel::SampleParams& p) { return p.temperature > 0.0f && p.top_k != 1; });
     kc::sample(sa, stream);
     ids->resize(static_cast<size_t>(n));
     CUDA_CHECK(cudaMemcpyAsync(ids->data(), again_out.get(), 4u * n, cudaMemcpyDeviceToHost, stream));

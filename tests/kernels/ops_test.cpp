@@ -1814,6 +1814,53 @@ TEST(CudaOps, SamplingGreedyTopKTopP) {
     EXPECT_NE(run(1.0f, 1.0f, 0, 77, 4), run(1.0f, 1.0f, 0, 77, 5));
 }
 
+// The split draw (SampleArgs::split_draws: kSplit CTAs a row over a sequence of launches) gives the one-CTA
+// kernel's tokens: peaked and flat rows, greedy rows among sampled ones, temperature alone, top-k, top-p, min-p and
+// their mixes, a mask, many draws; calls in a row and a smaller call between (the per-row state left zeroed).
+TEST(CudaOps, SplitDrawsAreTheOneCtaDraws) {
+    REQUIRE_GPU();
+    constexpr int S = 6, V = 201088, W = (V + 31) / 32;
+    for (int flat = 0; flat < 2; ++flat) {
+        auto logits = randn(static_cast<size_t>(S) * V, 31 + flat, 2.0f);
+        if (flat)
+            for (float& l : logits) l = 6.0f + 0.01f * l;
+        auto dl = to_device(logits);
+        std::vector<uint32_t> bits(static_cast<size_t>(S) * W, ~0u);
+        for (int i = 0; i < V; i += 3) bits[static_cast<size_t>(4) * W + i / 32] &= ~(1u << (i % 32));  // row 4
+        auto dbits = to_device(bits);
+        DeviceBuffer work(kc::sample_workspace_bytes(S));
+        ASSERT_EQ(cudaMemset(work.get(), 0, kc::sample_workspace_bytes(S)), cudaSuccess);
+        const std::vector<float> mp = {0.0f, 0.0f, 0.05f, 0.0f, 0.02f, 0.0f};
+        auto dmp = to_device(mp);
+        struct Case {
+            float top_p;
+            int top_k;
+        };
+        for (const Case& c : {Case{1.0f, 0}, Case{0.9f, 0}, Case{1.0f, 40}, Case{0.8f, 100}, Case{0.5f, 0}}) {
+            for (uint64_t draw = 0; draw < 5; ++draw) {
+                // Rows 1 and 5 greedy; the others at temperatures 0.6-1.4.
+                const std::vector<float> temps = {0.6f, 0.0f, 1.0f, 1.4f, 0.8f, 0.0f};
+                for (int rows : {S, 3}) {
+                    const auto setup = [&](bool split) {
+                        return [&, split](kc::SampleArgs& a) {
+                            a.min_p = dmp.as<float>();
+                            a.allowed_bits = dbits.as<uint32_t>();
+                            a.workspace = split ? work.get() : nullptr;
+                            a.split_draws = split;
+                        };
+                    };
+                    const std::vector<float> t(temps.begin(), temps.begin() + rows);
+                    const auto one = run_sample(dl, rows, V, t, c.top_p, c.top_k, 17, draw, setup(false));
+                    const auto split = run_sample(dl, rows, V, t, c.top_p, c.top_k, 17, draw, setup(true));
+                    EXPECT_EQ(split, one) << "flat " << flat << " top_p " << c.top_p << " top_k " << c.top_k << " draw "
+                                          << draw << " rows " << rows;
+                    for (int r = 0; r < rows; ++r) EXPECT_GE(split[r], 0) << r;
+                }
+            }
+        }
+    }
+}
+
 // The host sampler's edits on the device (edit_logits): rows through row_index, bias, repetition (both signs) and
 // penalties, bit for bit the host's apply_logit_edits; then min_p: every draw within the cut.
 TEST(CudaOps, LogitEditsAreTheHostsAndMinPCuts) {

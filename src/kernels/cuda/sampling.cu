@@ -11,7 +11,21 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kSplit = 32;  // CTAs per greedy row
 constexpr int kSplitThreads = 256;
-constexpr int kRecordWords = 2 * kSplit + 1;  // per row of the workspace
+constexpr int kRecordWords = 2 * kSplit + 1;  // argmax_split_kernel's record a row
+
+// The split draw's state a row (SampleArgs::split_draws), zero between calls (each sequence of launches leaves it
+// so): the key histogram of a radix pass, the nucleus's mass and target, the largest logit's key, the kept floor,
+// the radix prefix, a ticket, and the final pass's partial winners.
+struct SplitState {
+    unsigned long long hist[256];
+    unsigned long long z, target, above;
+    uint32_t mx_key, min_key, prefix, ticket;
+    float part_val[kSplit];
+    int part_idx[kSplit];
+};
+// A row's workspace: argmax_split_kernel's record, then its SplitState; rows at this stride whatever num_seqs is.
+constexpr size_t kRecordBytes = (kRecordWords * 4 + 15) / 16 * 16;
+constexpr size_t kRowBytes = kRecordBytes + (sizeof(SplitState) + 15) / 16 * 16;
 
 __device__ __forceinline__ bool is_greedy(const SampleArgs& a, int s) {
     return a.temperature[s] <= 0.0f || a.top_k[s] == 1;
@@ -251,7 +265,8 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     const int n = a.vocab_size;
     // Row s's record (kSplit values, kSplit indices, its ticket) sits at s · kRecordWords whatever
     // num_seqs is: a later call with fewer rows must find its tickets where they were reset.
-    uint32_t* rec = static_cast<uint32_t*>(a.workspace) + static_cast<size_t>(s) * kRecordWords;
+    uint32_t* rec =
+        reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(a.workspace) + static_cast<size_t>(s) * kRowBytes);
     float* part_val = reinterpret_cast<float*>(rec);
     int* part_idx = reinterpret_cast<int*>(rec + kSplit);
     unsigned* ticket = rec + 2 * kSplit;
@@ -301,6 +316,180 @@ __global__ void __launch_bounds__(kSplitThreads) argmax_split_kernel(const Sampl
     *ticket = 0;
 }
 
+// ---- The split draw (SampleArgs::split_draws): a non-greedy row by kSplit CTAs a launch, in a fixed sequence of
+// launches (the largest logit; top-k's four radix passes; the nucleus's mass; top-p's four radix passes; the Gumbel
+// arg-max), each CTA on one slice of the row, each launch's last CTA a row (a ticket) folding the slices' integer
+// sums or winners into the row's SplitState. The thresholds are the one-CTA kernel's (the same integer sums), and so
+// are the tokens. Greedy rows are argmax_split_kernel's.
+enum SplitPhase { kPhaseMax, kPhaseTopK, kPhaseMass, kPhaseTopP, kPhaseFinal };
+
+__device__ __forceinline__ SplitState& split_state(const SampleArgs& a, int s) {
+    return *reinterpret_cast<SplitState*>(static_cast<uint8_t*>(a.workspace) + static_cast<size_t>(s) * kRowBytes +
+                                          kRecordBytes);
+}
+__device__ __forceinline__ float key_float(uint32_t k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+// Whether this CTA is the last of its row to finish the launch (its writes before it visible to the last).
+__device__ __forceinline__ bool last_of_row(SplitState& st) {
+    __shared__ bool last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&st.ticket, 1u) == kSplit - 1;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+__device__ __forceinline__ unsigned long long block_sum_u64(unsigned long long v) {
+    __shared__ unsigned long long ws[kSplitThreads / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) ws[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = 0;
+    for (int w = 0; w < kSplitThreads / 32; ++w) v += ws[w];
+    return v;
+}
+
+template <SplitPhase kPhase>
+__global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(const SampleArgs a, int pass) {
+    pdl_wait();
+    pdl_trigger();
+    const int s = blockIdx.x;
+    if (is_greedy(a, s)) return;
+    const int n = a.vocab_size;
+    const RowView row(a, s);
+    SplitState& st = split_state(a, s);
+    const int chunk = (n + kSplit - 1) / kSplit;
+    const int lo = blockIdx.y * chunk, hi = min(n, lo + chunk);
+    const float temp = a.temperature[s], inv_t = 1.0f / temp;
+    const int top_k = a.top_k[s];
+    const float top_p = a.top_p[s], min_p = a.min_p != nullptr ? a.min_p[s] : 0.0f;
+    const auto masked = [&](int i) { return row.allowed(i) ? row.row[i] : -INFINITY; };
+    const float mx = key_float(st.mx_key);
+    const auto mass = [&](float l) {
+        return static_cast<unsigned long long>(__expf((l - mx) * inv_t) * 4294967296.0f);
+    };
+    // The floor the draw keeps: top-k's and the nucleus's (in st.min_key), min_p's from the largest logit.
+    const auto floor_with_min_p = [&](uint32_t k) {
+        return min_p > 0.0f ? max(k, float_key(mx + temp * logf(min_p))) : k;
+    };
+    if constexpr (kPhase == kPhaseMax) {
+        float m = -FLT_MAX;
+        for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) m = fmaxf(m, masked(i));
+        __shared__ float scratch[32];
+        m = block_max(m, scratch);
+        if (threadIdx.x == 0) atomicMax(&st.mx_key, float_key(m));
+    } else if constexpr (kPhase == kPhaseTopK || kPhase == kPhaseTopP) {
+        const bool topk = kPhase == kPhaseTopK;
+        if (topk ? !(top_k > 0 && top_k < n) : !(top_p < 1.0f)) return;
+        const unsigned long long target = topk ? static_cast<unsigned long long>(top_k) : st.target;
+        if (target == 0) return;
+        const uint32_t floor = topk ? 0u : st.min_key;
+        const int shift = 24 - 8 * pass;
+        const uint32_t fixed = pass == 0 ? 0u : 0xffffffffu << (32 - 8 * pass);
+        const uint32_t prefix = st.prefix;
+        __shared__ unsigned long long hist[256];
+        for (int b = threadIdx.x; b < 256; b += kSplitThreads) hist[b] = 0;
+        __syncthreads();
+        uint32_t run_bin = 0;
+        unsigned long long run = 0;
+        for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
+            const float l = masked(i);
+            const uint32_t key = float_key(l);
+            if ((key & fixed) != prefix || (!topk && key < floor)) continue;
+            const uint32_t bin = (key >> shift) & 255u;
+            if (bin != run_bin) {
+                if (run != 0) atomicAdd(&hist[run_bin], run);
+                run_bin = bin;
+                run = 0;
+            }
+            run += topk ? 1ull : mass(l);
+        }
+        if (run != 0) atomicAdd(&hist[run_bin], run);
+        __syncthreads();
+        for (int b = threadIdx.x; b < 256; b += kSplitThreads)
+            if (hist[b] != 0) atomicAdd(&st.hist[b], hist[b]);
+        if (!last_of_row(st)) return;
+        if (threadIdx.x == 0) {
+            int d = 255;
+            unsigned long long acc = st.above;
+            for (; d > 0; --d) {
+                const unsigned long long m = __ldcg(&st.hist[d]);
+                if (acc + m >= target) break;
+                acc += m;
+            }
+            const uint32_t next = prefix | (static_cast<uint32_t>(d) << shift);
+            if (pass == 3) {  // the threshold: keep keys >= it
+                st.min_key = max(st.min_key, next);
+                st.prefix = 0;
+                st.above = 0;
+            } else {
+                st.prefix = next;
+                st.above = acc;
+            }
+            st.ticket = 0;
+        }
+        for (int b = threadIdx.x; b < 256; b += kSplitThreads) st.hist[b] = 0;
+    } else if constexpr (kPhase == kPhaseMass) {
+        if (!(top_p < 1.0f)) return;
+        const uint32_t floor = floor_with_min_p(st.min_key);
+        unsigned long long z = 0;
+        for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
+            const float l = masked(i);
+            if (float_key(l) >= floor) z += mass(l);
+        }
+        z = block_sum_u64(z);
+        if (threadIdx.x == 0) atomicAdd(&st.z, z);
+        if (!last_of_row(st)) return;
+        if (threadIdx.x == 0) {
+            const unsigned long long total = __ldcg(&st.z);
+            st.min_key = floor;
+            st.target = static_cast<unsigned long long>(static_cast<double>(top_p) * static_cast<double>(total));
+            st.z = 0;
+            st.ticket = 0;
+        }
+    } else {  // kPhaseFinal: the Gumbel arg-max over the kept tokens of the slice, then of the slices
+        const uint32_t floor = floor_with_min_p(st.min_key);
+        const uint64_t seed = splitmix64(a.seed[s]) ^ (a.draw_index[s] * 0x9e3779b97f4a7c15ull);
+        float bv = -FLT_MAX;
+        int bi = n;
+        bool finite = true;
+        for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) {
+            const float l = row.row[i];
+            finite = finite && isfinite(l);
+            if (!row.allowed(i) || float_key(l) < floor) continue;
+            const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
+            take_best(bv, bi, l * inv_t - logf(-logf(static_cast<float>(u))), i);
+        }
+        __shared__ float wv[kSplitThreads / 32];
+        __shared__ int wi[kSplitThreads / 32];
+        const bool bad = block_argmax(bv, bi, finite, wv, wi);
+        if (threadIdx.x == 0) {
+            st.part_val[blockIdx.y] = bv;
+            st.part_idx[blockIdx.y] = bad ? -1 : bi;
+        }
+        if (!last_of_row(st)) return;
+        if (threadIdx.x != 0) return;
+        bv = -FLT_MAX;
+        bi = n;
+        bool any_bad = false;
+        for (int y = 0; y < kSplit; ++y) {
+            const float v = __ldcg(&st.part_val[y]);
+            const int i = __ldcg(&st.part_idx[y]);
+            any_bad = any_bad || i < 0;
+            if (i >= 0) take_best(bv, bi, v, i);
+        }
+        a.out[s] = any_bad ? -1 : bi < n ? bi : row.bits != nullptr ? -1 : 0;
+        st.mx_key = 0;
+        st.min_key = 0;
+        st.target = 0;
+        st.ticket = 0;
+    }
+}
+
 // One CTA a row; the three lists in order, each in parallel over its (unique) ids.
 __global__ void __launch_bounds__(256) edit_logits_kernel(const LogitEditArgs a) {
     const int s = blockIdx.x;
@@ -320,7 +509,7 @@ __global__ void __launch_bounds__(256) edit_logits_kernel(const LogitEditArgs a)
 
 }  // namespace
 
-size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seqs) * kRecordWords * 4; }
+size_t sample_workspace_bytes(int num_seqs) { return static_cast<size_t>(num_seqs) * kRowBytes; }
 
 void edit_logits(const LogitEditArgs& a, cudaStream_t stream) {
     if (a.num_seqs == 0) return;
@@ -334,6 +523,16 @@ void sample(const SampleArgs& a, cudaStream_t stream) {
         // Both launched with PDL (r39's trace: 5.8 + 1.4 µs a batch-1 step, each after a full launch gap).
         launch_pdl(argmax_split_kernel, dim3(a.num_seqs, kSplit), dim3(kSplitThreads), 0, stream, a);
         CUDA_CHECK_LAUNCH();
+    }
+    if (a.workspace != nullptr && a.split_draws) {
+        const dim3 grid(a.num_seqs, kSplit), block(kSplitThreads);
+        launch_pdl(split_draw_kernel<kPhaseMax>, grid, block, 0, stream, a, 0);
+        for (int pass = 0; pass < 4; ++pass) launch_pdl(split_draw_kernel<kPhaseTopK>, grid, block, 0, stream, a, pass);
+        launch_pdl(split_draw_kernel<kPhaseMass>, grid, block, 0, stream, a, 0);
+        for (int pass = 0; pass < 4; ++pass) launch_pdl(split_draw_kernel<kPhaseTopP>, grid, block, 0, stream, a, pass);
+        launch_pdl(split_draw_kernel<kPhaseFinal>, grid, block, 0, stream, a, 0);
+        CUDA_CHECK_LAUNCH();
+        return;
     }
     launch_pdl(sample_kernel, dim3(a.num_seqs), dim3(kThreads), 0, stream, a);
     CUDA_CHECK_LAUNCH();

@@ -22,7 +22,7 @@ struct SampleArgs {
     // Optional, sample_workspace_bytes(most rows of any call), zeroed once when allocated (the
     // kernels leave it zeroed; calls of any size up to that may share it, in stream order): greedy
     // rows then take a split arg-max over many CTAs (one CTA reading a 201k-entry row took 87 µs
-    // on the H200) and the one-CTA kernel only the sampled rows.
+    // on the H200) and the one-CTA kernel only the sampled rows (or, with split_draws, split ones).
     void* workspace = nullptr;
     // Optional: row s of this call is logits row row_index[s] (else row s).
     const int32_t* row_index = nullptr;
@@ -33,6 +33,11 @@ struct SampleArgs {
     // Optional, [num_seqs]: tokens whose probability at the row's temperature is below min_p[s] times the most
     // probable token's are not drawn (0: no cut), after top-k and before top-p, as the host sampler orders them.
     const float* min_p = nullptr;
+    // With a workspace: draw the non-greedy rows with kSplit CTAs each over a fixed sequence of launches (~30 µs
+    // in all, the one-CTA kernel ~110 µs for a temperature draw of 201k tokens and ~0.7-0.9 ms with top-k or
+    // top-p: sample_bench) instead of one CTA a row; the same tokens. Off, the greedy-only step launches less:
+    // the caller chooses per call (a graph captures one form).
+    bool split_draws = false;
 };
 size_t sample_workspace_bytes(int num_seqs);
 void sample(const SampleArgs& args, cudaStream_t stream);
