@@ -432,6 +432,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(const SampleA
             }
             st.ticket = 0;
         }
+        __syncthreads();  // thread 0 has read the histogram
         for (int b = threadIdx.x; b < 256; b += kSplitThreads) st.hist[b] = 0;
     } else if constexpr (kPhase == kPhaseMass) {
         if (!(top_p < 1.0f)) return;
