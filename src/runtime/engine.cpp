@@ -335,6 +335,17 @@ void Engine::propose_drafts() {
     }
 }
 
+// The constraint's mask for this draw (computed beside the forward, else now), in a.allowed; nullptr where it allows
+// every token or there is none.
+const uint8_t* Engine::constraint_mask(Active& a, int V) {
+    if (!a.constraint) return nullptr;
+    const bool masked = a.next_mask >= 0 ? a.next_mask == 1 : a.constraint->allowed_next(&a.allowed);
+    a.next_mask = -1;
+    if (!masked) return nullptr;
+    if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
+    return a.allowed.data();
+}
+
 // The rows forward_sample deferred (id -2): their masks (the constraint's, computed beside the forward or now, and
 // min_tokens' / bad_words'), bias and penalties, and one device draw for all of them; their ids replace the -2s.
 Status Engine::draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
@@ -347,15 +358,7 @@ Status Engine::draw_deferred(const std::vector<Active*>& samplers, const std::ve
         const int row = first_row[i];
         if (device_ids_[static_cast<size_t>(row)] != -2) continue;
         Active& a = *samplers[i];
-        const uint8_t* allowed = nullptr;
-        if (a.constraint) {
-            const bool masked = a.next_mask >= 0 ? a.next_mask == 1 : a.constraint->allowed_next(&a.allowed);
-            a.next_mask = -1;
-            if (masked) {
-                if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
-                allowed = a.allowed.data();
-            }
-        }
+        const uint8_t* allowed = constraint_mask(a, V);
         const auto output =
             std::span<const int32_t>(a.seq.tokens)
                 .subspan(static_cast<size_t>(a.seq.num_prompt_tokens), static_cast<size_t>(first_index[i]));
@@ -595,16 +598,7 @@ void Engine::step() {
                                                     static_cast<size_t>(first_index[i] + r));
                     // A constrained request has no drafts (propose_drafts), so its one row follows its
                     // constraint's state.
-                    const uint8_t* allowed = nullptr;
-                    if (a.constraint) {
-                        const bool masked =
-                            a.next_mask >= 0 ? a.next_mask == 1 : a.constraint->allowed_next(&a.allowed);
-                        a.next_mask = -1;
-                        if (masked) {
-                            if (a.allowed.size() < static_cast<size_t>(V)) a.allowed.resize(static_cast<size_t>(V), 0);
-                            allowed = a.allowed.data();
-                        }
-                    }
+                    const uint8_t* allowed = constraint_mask(a, V);
                     allowed = mask_banned(a, allowed, V, first_index[i] + r, output);
                     t = sampler->sample(logits_.data() + static_cast<size_t>(host_row[static_cast<size_t>(row)]) * V,
                                         a.request.sampling, a.seed, a.seq.prompt(), output, a.request.logprobs,

@@ -173,6 +173,7 @@ private:
     // `allowed` (null: every id) less the ids min_tokens and bad_words ban at output index `index`, in a.allowed;
     // the same pointer when nothing is banned. Bans that would leave nothing allowed are dropped (a constraint wins).
     const uint8_t* mask_banned(Active& a, const uint8_t* allowed, int V, int index, std::span<const int32_t> output);
+    const uint8_t* constraint_mask(Active& a, int V);
     Status draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
                          const std::vector<int>& first_index);
     void finish(Active& a, TokenEvent event);
