@@ -233,6 +233,34 @@ TEST(SamplerTest, ValidationNamesTheBadField) {
     SamplingParams b;
     b.logit_bias = {{10, 1.0f}};
     EXPECT_NE(validate_sampling_params(b, 10).message().find("logit_bias"), std::string::npos);
+    // An id twice (JSON keys "7" and "07"): refused, since the device applies a row's edits in parallel.
+    b.logit_bias = {{7, 1.0f}, {3, 0.5f}, {7, -2.0f}};
+    const Status dup = validate_sampling_params(b, 10);
+    EXPECT_NE(dup.message().find("token id 7 appears more than once"), std::string::npos) << dup.to_string();
+    b.logit_bias = {{7, 1.0f}, {3, 0.5f}};
+    EXPECT_TRUE(validate_sampling_params(b, 10).ok());
+}
+
+// The edits a draw applies: bias, then repetition over the prompt's and output's ids once each, then frequency and
+// presence per output id, each list without repeats.
+TEST(SamplerTest, LogitEditsListEachIdOnce) {
+    SamplingParams p;
+    p.logit_bias = {{4, 2.0f}};
+    p.repetition_penalty = 1.5f;
+    p.frequency_penalty = 0.25f;
+    p.presence_penalty = 0.5f;
+    const std::vector<int32_t> prompt = {1, 2, 2}, output = {2, 5, 5, 5};
+    const LogitEdits e = logit_edits(p, prompt, output);
+    ASSERT_EQ(e.add.size(), 1u);
+    EXPECT_EQ(e.repeat, (std::vector<int32_t>{1, 2, 5}));
+    EXPECT_EQ(e.repetition, 1.5f);
+    ASSERT_EQ(e.subtract.size(), 2u);
+    EXPECT_EQ(e.subtract[0], (std::pair<int32_t, float>{2, 0.25f + 0.5f}));
+    EXPECT_EQ(e.subtract[1], (std::pair<int32_t, float>{5, 0.25f * 3 + 0.5f}));
+    std::vector<float> row = {1.0f, 3.0f, -2.0f, 0.5f, 0.0f, 6.0f};
+    apply_logit_edits(e, row.data());
+    EXPECT_EQ(row, (std::vector<float>{1.0f, 3.0f / 1.5f, -2.0f * 1.5f - 0.75f, 0.5f, 2.0f, 6.0f / 1.5f - 1.25f}));
+    EXPECT_TRUE(logit_edits(SamplingParams{}, prompt, output).empty());
 }
 
 }  // namespace
