@@ -28,6 +28,9 @@ void rmsnorm(const RmsNormArgs& a) {
 
 void linear(const LinearArgs& a) {
     // Parallel over output rows: each weight row is converted to fp32 once and used for every token.
+    // (Session 49 tried a bf16 dot that converts inside the loop for decode-sized batches: ~25% faster on the tiny
+    // model, but the compiler contracted its multiply-adds differently from dot()'s, so decode and prefill rows no
+    // longer agreed to the bit and the batch-invariance tests failed: one arithmetic path for every batch size.)
     ThreadPool::global().parallel_for(
         a.out_features,
         [&](int64_t begin, int64_t end) {
