@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
+#include <string>
 
 namespace gptoss::structured::detail {
 
@@ -88,6 +90,134 @@ NodePtr make_literal(std::string_view s) {
         cat->kids.push_back(make_set({{cp, cp}}));
     }
     return cat;
+}
+
+Ranges with_other_case(const Ranges& r) {
+    // Upper-case letters [lo, hi] and the distance to their lower case.
+    struct Pair {
+        uint32_t lo, hi;
+        int32_t delta;
+    };
+    static constexpr Pair kPairs[] = {
+        {0x41, 0x5A, 32},   {0xC0, 0xD6, 32},   {0xD8, 0xDE, 32},   {0x178, 0x178, -121},  // Latin: A-Z, À-Þ, Ÿ-ÿ
+        {0x391, 0x3A1, 32}, {0x3A3, 0x3AB, 32}, {0x3A3, 0x3A3, 31},                        // Greek, Σ-ς
+        {0x400, 0x40F, 80}, {0x410, 0x42F, 32},                                            // Cyrillic
+    };
+    auto shifted = [](uint32_t a, uint32_t b, int32_t d) {
+        return std::pair<uint32_t, uint32_t>{static_cast<uint32_t>(static_cast<int64_t>(a) + d),
+                                             static_cast<uint32_t>(static_cast<int64_t>(b) + d)};
+    };
+    Ranges out = normalize(r);
+    // Twice, so that letters with three forms (σ ς Σ) reach each other.
+    for (int pass = 0; pass < 2; ++pass) {
+        Ranges add;
+        for (const auto& [lo, hi] : out)
+            for (const Pair& p : kPairs) {
+                const auto [llo, lhi] = shifted(p.lo, p.hi, p.delta);
+                if (const uint32_t a = std::max(lo, p.lo), b = std::min(hi, p.hi); a <= b)
+                    add.push_back(shifted(a, b, p.delta));
+                if (const uint32_t a = std::max(lo, llo), b = std::min(hi, lhi); a <= b)
+                    add.push_back(shifted(a, b, -p.delta));
+            }
+        out.insert(out.end(), add.begin(), add.end());
+        out = normalize(std::move(out));
+    }
+    return out;
+}
+
+namespace {
+
+// One character in a GBNF literal or class: printable ASCII as is, the rest (and the characters the syntax
+// uses) escaped.
+void gbnf_char(uint32_t cp, bool in_class, std::string* out) {
+    const bool special = cp == '\\' || cp == '"' || cp == '[' || cp == ']' || (in_class && (cp == '-' || cp == '^'));
+    if (cp >= 0x20 && cp < 0x7F && !special) {
+        out->push_back(static_cast<char>(cp));
+        return;
+    }
+    char buf[16];
+    std::snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", cp);
+    out->append(buf);
+}
+
+bool one_character(const Node& n) {
+    return n.kind == Node::Kind::kSet && n.set.size() == 1 && n.set[0].first == n.set[0].second;
+}
+
+void append_gbnf(const Node& n, std::string* out) {
+    switch (n.kind) {
+        case Node::Kind::kEmpty:
+        case Node::Kind::kRef: out->append("\"\""); return;  // (no references in a regular expression's tree)
+        case Node::Kind::kSet:
+            if (one_character(n)) {
+                out->push_back('"');
+                gbnf_char(n.set[0].first, false, out);
+                out->push_back('"');
+                return;
+            }
+            out->push_back('[');
+            for (const auto& [lo, hi] : n.set) {
+                gbnf_char(lo, true, out);
+                if (hi == lo) continue;
+                if (hi > lo + 1) out->push_back('-');
+                gbnf_char(hi, true, out);
+            }
+            out->push_back(']');
+            return;
+        case Node::Kind::kConcat:
+            if (n.kids.empty()) {
+                out->append("\"\"");
+                return;
+            }
+            out->push_back('(');
+            for (size_t k = 0; k < n.kids.size();) {
+                if (k > 0) out->push_back(' ');
+                if (!one_character(*n.kids[k])) {
+                    append_gbnf(*n.kids[k++], out);
+                    continue;
+                }
+                out->push_back('"');  // a run of single characters as one literal
+                for (; k < n.kids.size() && one_character(*n.kids[k]); ++k)
+                    gbnf_char(n.kids[k]->set[0].first, false, out);
+                out->push_back('"');
+            }
+            out->push_back(')');
+            return;
+        case Node::Kind::kAlt:
+            out->push_back('(');
+            for (size_t k = 0; k < n.kids.size(); ++k) {
+                if (k > 0) out->append(" | ");
+                append_gbnf(*n.kids[k], out);
+            }
+            out->push_back(')');
+            return;
+        case Node::Kind::kRepeat:
+            out->push_back('(');
+            append_gbnf(*n.kids[0], out);
+            out->push_back(')');
+            if (n.max < 0 && n.min <= 1) {
+                out->push_back(n.min == 0 ? '*' : '+');
+            } else if (n.min == 0 && n.max == 1) {
+                out->push_back('?');
+            } else {
+                out->push_back('{');
+                out->append(std::to_string(n.min));
+                if (n.max != n.min) {
+                    out->push_back(',');
+                    if (n.max >= 0) out->append(std::to_string(n.max));
+                }
+                out->push_back('}');
+            }
+            return;
+    }
+}
+
+}  // namespace
+
+std::string to_gbnf(const Node& n) {
+    std::string out;
+    append_gbnf(n, &out);
+    return out;
 }
 
 namespace {

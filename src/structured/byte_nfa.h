@@ -44,6 +44,21 @@ NodePtr make_set(Ranges r);
 // The UTF-8 text `s` (valid) as a concatenation of one-character sets.
 NodePtr make_literal(std::string_view s);
 
+// The set with each letter's other case added (a case-insensitive match: ASCII, Latin-1, Greek and Cyrillic
+// letters; other scripts' cases are not paired).
+Ranges with_other_case(const Ranges& r);
+
+// Python's regular-expression flags that change a pattern's language.
+struct RegexFlags {
+    bool ignore_case = false;  // re.I
+    bool dot_all = false;      // re.S: '.' matches '\n' too
+};
+// The pattern's tree (regex_grammar.h's syntax).
+StatusOr<NodePtr> parse_regex(std::string_view pattern, RegexFlags flags = {});
+
+// A tree of sets, concatenations, alternations and repetitions (no references) as a GBNF expression.
+std::string to_gbnf(const Node& n);
+
 struct NfaState {
     std::vector<int32_t> eps;
     uint8_t lo = 1, hi = 0;  // one byte-range edge (lo > hi: none)

@@ -4,6 +4,9 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "structured/byte_nfa.h"
 #include "structured/json_grammar.h"
@@ -447,6 +450,43 @@ public:
 
 namespace {
 
+// Lark's common.lark terminals (what `%import common.NAME` brings in), in GBNF under `common-` names (a '-' no
+// Lark name has). Where Lark's regular expressions use lookbehind (ESCAPED_STRING) or lazy matching (C_COMMENT),
+// the same languages are written without it.
+constexpr std::string_view kLarkCommon = R"G(common-DIGIT ::= [0-9]
+common-HEXDIGIT ::= [a-fA-F0-9]
+common-INT ::= common-DIGIT+
+common-SIGNED_INT ::= [+\-]? common-INT
+common-DECIMAL ::= common-INT "." common-INT? | "." common-INT
+common-_EXP ::= [eE] common-SIGNED_INT
+common-FLOAT ::= common-INT common-_EXP | common-DECIMAL common-_EXP?
+common-SIGNED_FLOAT ::= [+\-]? common-FLOAT
+common-NUMBER ::= common-FLOAT | common-INT
+common-SIGNED_NUMBER ::= [+\-]? common-NUMBER
+common-_STRING_INNER ::= [^\n]*
+common-_STRING_ESC_INNER ::= ([^"\\\n] | "\\" [^\n])*
+common-ESCAPED_STRING ::= "\"" common-_STRING_ESC_INNER "\""
+common-LCASE_LETTER ::= [a-z]
+common-UCASE_LETTER ::= [A-Z]
+common-LETTER ::= common-UCASE_LETTER | common-LCASE_LETTER
+common-WORD ::= common-LETTER+
+common-CNAME ::= ("_" | common-LETTER) ("_" | common-LETTER | common-DIGIT)*
+common-WS_INLINE ::= [ \t]+
+common-WS ::= [ \t\f\r\n]+
+common-CR ::= "\r"
+common-LF ::= "\n"
+common-NEWLINE ::= (common-CR? common-LF)+
+common-SH_COMMENT ::= "#" [^\n]*
+common-CPP_COMMENT ::= "//" [^\n]*
+common-C_COMMENT ::= "/*" ([^*] | "*"+ [^*/])* "*"+ "/"
+common-SQL_COMMENT ::= "--" [^\n]*
+)G";
+
+bool lark_common_has(std::string_view name) {
+    const std::string key = "common-" + std::string(name) + " ::=";
+    return kLarkCommon.find(key) == 0 || kLarkCommon.find("\n" + key) != std::string_view::npos;
+}
+
 // A line without its comment (// or # outside quotes and regular expressions).
 std::string_view strip_lark_comment(std::string_view line) {
     char quote = 0;
@@ -475,13 +515,80 @@ std::string_view trim(std::string_view s) {
 
 bool lark_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool lark_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+// Lark's terminals are named in upper case (an optional leading '_'), its rules in lower case.
+bool lark_is_terminal(std::string_view name) {
+    const size_t i = name.find_first_not_of('_');
+    return i != std::string_view::npos && std::isupper(static_cast<unsigned char>(name[i]));
+}
+
+// A Lark string's body (between its quotes) as characters, its escapes read as Python's string literals read
+// them (an unknown escape keeps its backslash).
+Status lark_string(std::string_view body, std::vector<uint32_t>* out) {
+    for (size_t i = 0; i < body.size();) {
+        uint32_t cp = 0;
+        if (body[i] != '\\' || i + 1 >= body.size()) {
+            if (!next_code_point(body, &i, &cp)) return invalid_argument("a string that is not UTF-8");
+            out->push_back(cp);
+            continue;
+        }
+        const char e = body[i + 1];
+        i += 2;
+        switch (e) {
+            case 'n': out->push_back('\n'); break;
+            case 'r': out->push_back('\r'); break;
+            case 't': out->push_back('\t'); break;
+            case 'f': out->push_back('\f'); break;
+            case 'v': out->push_back('\v'); break;
+            case 'a': out->push_back('\a'); break;
+            case 'b': out->push_back('\b'); break;
+            case '0': out->push_back(0); break;
+            case '\\':
+            case '"':
+            case '\'': out->push_back(static_cast<uint8_t>(e)); break;
+            case 'x':
+            case 'u':
+            case 'U':
+                if (!hex_code_point(body, &i, e == 'x' ? 2 : e == 'u' ? 4 : 8, &cp))
+                    return invalid_argument(std::string("a bad \\") + e + " escape in a string");
+                out->push_back(cp);
+                break;
+            default:
+                out->push_back('\\');
+                i -= 1;  // the character after the backslash is read as itself
+                break;
+        }
+    }
+    return ok_status();
+}
+
+struct LarkContext {
+    bool ignore_before_terminals = false;  // a rule's body under %ignore: `lark-ignore` before each terminal
+    std::string_view start = "root";       // the name `start` becomes
+};
 
 // One Lark expansion (the text after `name:` or `|`) in GBNF; `line` for errors.
-StatusOr<std::string> lark_expansion(std::string_view e, size_t line) {
+StatusOr<std::string> lark_expansion(std::string_view e, size_t line, const LarkContext& ctx) {
     auto error = [&](const std::string& what) {
         return invalid_argument("the Lark grammar at line " + std::to_string(line) + ": " + what);
     };
     std::string out;
+    auto terminal = [&](const std::string& item) {
+        if (ctx.ignore_before_terminals)
+            out.append("(lark-ignore ").append(item).append(")");
+        else
+            out.append(item);
+    };
+    // A quoted string at `i` (at its quote): its characters; `i` past the closing quote.
+    auto string_at = [&](size_t* i, std::vector<uint32_t>* cps) -> Status {
+        const char q = e[*i];
+        size_t j = *i + 1;
+        for (; j < e.size() && e[j] != q; ++j)
+            if (e[j] == '\\') ++j;
+        if (j >= e.size()) return error("an unterminated string");
+        if (Status s = lark_string(e.substr(*i + 1, j - *i - 1), cps); !s.ok()) return error(s.message());
+        *i = j + 1;
+        return ok_status();
+    };
     int optional_depth = 0;
     for (size_t i = 0; i < e.size();) {
         const char c = e[i];
@@ -489,39 +596,45 @@ StatusOr<std::string> lark_expansion(std::string_view e, size_t line) {
             out += ' ';
             ++i;
         } else if (c == '"' || c == '\'') {
-            // A string: its body as a GBNF literal (a single-quoted one's " escaped, \' unescaped).
-            std::string body;
-            size_t j = i + 1;
-            for (; j < e.size() && e[j] != c; ++j) {
-                if (e[j] == '\\' && j + 1 < e.size()) {
-                    if (e[j + 1] == '\'') {
-                        body += '\'';
-                    } else {
-                        body += e[j];
-                        body += e[j + 1];
-                    }
-                    ++j;
-                } else if (e[j] == '"') {
-                    body += "\\\"";
-                } else {
-                    body += e[j];
-                }
-            }
-            if (j >= e.size()) return error("an unterminated string");
-            i = j + 1;
-            if (i < e.size() && e[i] == 'i') return error("case-insensitive strings (\"...\"i) are not supported");
-            // "a".."z": a character range.
+            std::vector<uint32_t> cps;
+            RETURN_IF_ERROR(string_at(&i, &cps));
             if (e.compare(i, 2, "..") == 0 && i + 2 < e.size() && (e[i + 2] == '"' || e[i + 2] == '\'')) {
-                const char q = e[i + 2];
-                const size_t close = e.find(q, i + 3);
-                if (close == std::string_view::npos) return error("an unterminated string");
-                out.append(1, '[').append(body).append(1, '-').append(e.substr(i + 3, close - i - 3)).append(1, ']');
-                i = close + 1;
-            } else {
-                out.append(1, '"').append(body).append(1, '"');
+                // "a".."z": a character range.
+                std::vector<uint32_t> hi;
+                i += 2;
+                RETURN_IF_ERROR(string_at(&i, &hi));
+                if (cps.size() != 1 || hi.size() != 1)
+                    return error("a range \"a\"..\"z\" takes one character each side");
+                if (hi[0] < cps[0]) return error("a range out of order");
+                terminal(to_gbnf(*make_set({{cps[0], hi[0]}})));
+                continue;
             }
+            const bool ignore_case = i < e.size() && e[i] == 'i' && (i + 1 >= e.size() || !lark_name_char(e[i + 1]));
+            if (ignore_case) ++i;
+            NodePtr cat = make_node(Node::Kind::kConcat);
+            for (uint32_t cp : cps)
+                cat->kids.push_back(make_set(ignore_case ? with_other_case({{cp, cp}}) : Ranges{{cp, cp}}));
+            terminal(to_gbnf(*cat));
         } else if (c == '/') {
-            return error("regular-expression terminals (/.../) are not supported: write them as rules");
+            // A regular expression (Python's syntax, as regex_grammar.h reads it) and its flags.
+            size_t j = i + 1;
+            for (; j < e.size() && e[j] != '/'; ++j)
+                if (e[j] == '\\') ++j;
+            if (j >= e.size()) return error("an unterminated regular expression");
+            const std::string_view pattern = e.substr(i + 1, j - i - 1);
+            RegexFlags flags;
+            for (i = j + 1; i < e.size() && std::isalpha(static_cast<unsigned char>(e[i])); ++i) {
+                if (e[i] == 'i')
+                    flags.ignore_case = true;
+                else if (e[i] == 's')
+                    flags.dot_all = true;
+                else if (e[i] != 'm' && e[i] != 'u')
+                    return error(std::string("the regular-expression flag '") + e[i] +
+                                 "' is not supported (i, s, m, u are)");
+            }
+            StatusOr<NodePtr> ast = parse_regex(pattern, flags);
+            if (!ast.ok()) return error("/" + std::string(pattern) + "/: " + ast.status().message());
+            terminal(to_gbnf(**ast));
         } else if (c == '[') {
             out += '(';
             ++optional_depth;
@@ -556,19 +669,68 @@ StatusOr<std::string> lark_expansion(std::string_view e, size_t line) {
             size_t j = i;
             while (j < e.size() && lark_name_char(e[j])) ++j;
             const std::string_view name = e.substr(i, j - i);
-            out += name == "start" ? std::string("root") : std::string(name);
+            if (j < e.size() && e[j] == '{') return error("rule templates (name{...}) are not supported");
+            if (lark_is_terminal(name))
+                terminal(std::string(name));
+            else
+                out += name == "start" ? std::string(ctx.start) : std::string(name);
             i = j;
         } else if (c == '(' || c == ')' || c == '|' || c == '*' || c == '+' || c == '?') {
             out += c;
             ++i;
         } else if (c == '%') {
-            return error("directives (%import, %ignore, ...) are not supported");
+            return error("a directive (%...) inside a rule");
         } else {
             return error(std::string("unexpected '") + c + "'");
         }
     }
     if (optional_depth != 0) return error("unbalanced '['");
     return out;
+}
+
+// `%import common.NAME`, `%import common.NAME -> ALIAS`, `%import common (NAME, ...)`: the (name, alias) pairs.
+StatusOr<std::vector<std::pair<std::string, std::string>>> lark_import(
+    std::string_view rest, const std::function<Status(std::string)>& error) {
+    rest = trim(rest);
+    size_t i = 0;
+    while (i < rest.size() && (lark_name_char(rest[i]) || rest[i] == '.')) ++i;
+    std::string_view path = rest.substr(0, i);
+    std::vector<std::pair<std::string, std::string>> names;
+    std::string_view module;
+    const std::string_view tail = trim(rest.substr(i));
+    if (!tail.empty() && tail.front() == '(') {
+        module = path;
+        if (tail.back() != ')') return error("expected %import module (NAME, ...)");
+        std::string_view list = tail.substr(1, tail.size() - 2);
+        while (!trim(list).empty()) {
+            const size_t comma = std::min(list.find(','), list.size());
+            const std::string_view name = trim(list.substr(0, comma));
+            if (name.empty()) return error("an empty name in %import's list");
+            names.emplace_back(name, name);
+            list = comma < list.size() ? list.substr(comma + 1) : std::string_view();
+        }
+    } else {
+        const size_t dot = path.rfind('.');
+        if (dot == std::string_view::npos) return error("expected %import module.NAME");
+        module = path.substr(0, dot);
+        const std::string_view name = path.substr(dot + 1);
+        std::string alias(name);
+        if (!tail.empty()) {
+            if (tail.compare(0, 2, "->") != 0) return error("expected -> ALIAS after %import's name");
+            alias = std::string(trim(tail.substr(2)));
+        }
+        names.emplace_back(name, alias);
+    }
+    if (module != "common")
+        return error("only Lark's common terminals can be imported (%import common.NAME), not '" + std::string(module) +
+                     "'");
+    for (const auto& [name, alias] : names) {
+        if (!lark_common_has(name)) return error("Lark's common module has no terminal '" + name + "'");
+        if (alias.empty() || !lark_name_start(alias[0]) ||
+            !std::all_of(alias.begin(), alias.end(), [](char c) { return lark_name_char(c); }))
+            return error("'" + alias + "' is not a name");
+    }
+    return names;
 }
 
 }  // namespace
@@ -588,24 +750,70 @@ bool EbnfGrammar::looks_like_lark(std::string_view text) {
 }
 
 StatusOr<std::string> EbnfGrammar::lark_to_gbnf(std::string_view text) {
-    std::string out;
-    bool has_start = false, open = false;
-    size_t at = 0, number = 0;
-    while (at <= text.size()) {
+    struct Line {
+        std::string_view text;
+        size_t number;
+    };
+    std::vector<Line> lines;
+    bool ignore = false;  // %ignore may come after the rules it changes: read the lines first
+    for (size_t at = 0, number = 1; at <= text.size(); ++number) {
         const size_t nl = std::min(text.find('\n', at), text.size());
         const std::string_view line = trim(strip_lark_comment(text.substr(at, nl - at)));
         at = nl + 1;
-        ++number;
         if (line.empty()) continue;
+        lines.push_back({line, number});
+        ignore = ignore || (line.compare(0, 7, "%ignore") == 0);
+    }
+    LarkContext rule_ctx, terminal_ctx;
+    rule_ctx.ignore_before_terminals = ignore;
+    rule_ctx.start = terminal_ctx.start = ignore ? "lark-start" : "root";
+
+    std::string out;
+    std::vector<std::string> ignored;
+    std::set<std::string, std::less<>> defined;
+    bool has_start = false, common = false;
+    const LarkContext* open = nullptr;  // the context of the rule a '|' line continues
+    for (const Line& l : lines) {
+        const std::string_view line = l.text;
         auto error = [&](const std::string& what) {
-            return invalid_argument("the Lark grammar at line " + std::to_string(number) + ": " + what);
+            return invalid_argument("the Lark grammar at line " + std::to_string(l.number) + ": " + what);
         };
-        if (line.front() == '%') return error("directives (%import, %ignore, ...) are not supported");
+        auto define = [&](const std::string& name) -> Status {
+            if (!defined.insert(name).second) return error("'" + name + "' is defined twice");
+            return ok_status();
+        };
+        if (line.front() == '%') {
+            size_t i = 1;
+            while (i < line.size() && std::isalpha(static_cast<unsigned char>(line[i]))) ++i;
+            const std::string_view directive = line.substr(1, i - 1);
+            open = nullptr;
+            if (directive == "ignore") {
+                StatusOr<std::string> x = lark_expansion(line.substr(i), l.number, terminal_ctx);
+                if (!x.ok()) return x.status();
+                if (trim(*x).empty()) return error("%ignore takes a terminal");
+                ignored.push_back(*x);
+            } else if (directive == "import") {
+                StatusOr<std::vector<std::pair<std::string, std::string>>> names =
+                    lark_import(line.substr(i), [&](const std::string& what) { return error(what); });
+                if (!names.ok()) return names.status();
+                for (const auto& [name, alias] : *names) {
+                    RETURN_IF_ERROR(define(alias));
+                    if (alias == "start" || alias == "root") return error("import the terminal under another name");
+                    out.append(alias).append(" ::= common-").append(name).append("\n");
+                }
+                common = true;
+            } else {
+                return error("the directive %" + std::string(directive) +
+                             " is not supported (%import common.NAME and %ignore are)");
+            }
+            continue;
+        }
         if (line.front() == '|') {
-            if (!open) return error("an alternative ('|') before any rule");
-            StatusOr<std::string> alt = lark_expansion(line.substr(1), number);
+            if (open == nullptr) return error("an alternative ('|') before any rule");
+            StatusOr<std::string> alt = lark_expansion(line.substr(1), l.number, *open);
             if (!alt.ok()) return alt.status();
-            out.append(" | ").append(*alt);
+            out.pop_back();  // the rule's newline
+            out.append(" | ").append(*alt).append("\n");
             continue;
         }
         // name: expansion (a ? or ! before the name, a .priority after it).
@@ -620,18 +828,26 @@ StatusOr<std::string> EbnfGrammar::lark_to_gbnf(std::string_view text) {
             while (i < line.size() && (std::isdigit(static_cast<unsigned char>(line[i])) || line[i] == '-')) ++i;
         }
         while (i < line.size() && line[i] == ' ') ++i;
+        if (i < line.size() && line[i] == '{') return error("rule templates (name{...}) are not supported");
         if (i >= line.size() || line[i] != ':')
             return error("expected ':' after the rule name '" + std::string(name) + "'");
         if (name == "root") return error("'root' is the converted grammar's own name for start: rename the rule");
-        StatusOr<std::string> body = lark_expansion(line.substr(i + 1), number);
+        RETURN_IF_ERROR(define(std::string(name)));
+        open = lark_is_terminal(name) ? &terminal_ctx : &rule_ctx;
+        StatusOr<std::string> body = lark_expansion(line.substr(i + 1), l.number, *open);
         if (!body.ok()) return body.status();
         has_start = has_start || name == "start";
-        if (open) out += "\n";
-        out.append(name == "start" ? std::string_view("root") : name).append(" ::= ").append(*body);
-        open = true;
+        out.append(name == "start" ? rule_ctx.start : name).append(" ::= ").append(*body).append("\n");
     }
     if (!has_start) return invalid_argument("the Lark grammar has no start rule");
-    return out + "\n";
+    // Ignored text may come before each terminal of a rule (above) and at the end.
+    if (ignore) {
+        out += "root ::= lark-start lark-ignore\nlark-ignore ::= (";
+        for (size_t k = 0; k < ignored.size(); ++k) out.append(k > 0 ? " | " : "").append(ignored[k]);
+        out += ")*\n";
+    }
+    if (common) out += kLarkCommon;
+    return out;
 }
 
 StatusOr<std::shared_ptr<const EbnfGrammar>> EbnfGrammar::compile(std::string_view text) {

@@ -37,9 +37,12 @@ public:
 
     // Lark's form, as vLLM reads a guided_grammar without `::=` (its xgrammar backend converts it to EBNF):
     // `name: expansion` rules and terminals (a leading ? or !, a .priority ignored), alternatives on lines that
-    // begin with '|', "strings" and 'strings', "a".."z" ranges, [optional], ~n and ~n..m repeats, -> aliases
-    // dropped, // and # comments; `start` is the root. Regular-expression terminals, case-insensitive strings and
-    // %directives (%import, %ignore, ...) are refused by line.
+    // begin with '|', "strings" and 'strings' ("..."i: either case), "a".."z" ranges, /regular expressions/ (flags
+    // i, s; m, u change nothing), [optional], ~n and ~n..m repeats, -> aliases dropped, // and # comments; `start`
+    // is the root. `%import common.NAME [-> ALIAS]` / `%import common (NAME, ...)` bring in Lark's common
+    // terminals; `%ignore X` lets X stand before every terminal of a rule (upper-case names, strings, regexes)
+    // and at the end. The result is a context-free language: Lark's longest-match lexing is not modelled.
+    // Other directives and templates are refused by line.
     static bool looks_like_lark(std::string_view text);
     static StatusOr<std::string> lark_to_gbnf(std::string_view text);
 

@@ -36,7 +36,7 @@ const Ranges& space_ranges() {
 
 class Parser {
 public:
-    explicit Parser(std::string_view p) : p_(p) {}
+    Parser(std::string_view p, RegexFlags flags) : p_(p), flags_(flags) {}
 
     StatusOr<NodePtr> parse() {
         StatusOr<NodePtr> n = alternation(0);
@@ -51,6 +51,8 @@ private:
     }
     bool more() const { return i_ < p_.size(); }
     char peek() const { return p_[i_]; }
+    // A set as the flags read it (a case-insensitive pattern's letters match either case).
+    Ranges cased(Ranges r) const { return flags_.ignore_case ? with_other_case(r) : normalize(std::move(r)); }
 
     StatusOr<NodePtr> alternation(int depth) {
         if (depth > kMaxDepth) return error("nested too deeply");
@@ -203,18 +205,18 @@ private:
         }
         if (c == '.') {
             ++i_;
-            return make_set(complement({{'\n', '\n'}}));
+            return make_set(flags_.dot_all ? complement({}) : complement({{'\n', '\n'}}));
         }
         if (c == '[') return char_class();
         if (c == '\\') {
             Ranges r;
             bool empty = false;
             RETURN_IF_ERROR(escape(/*in_class=*/false, &r, &empty));
-            return empty ? make_node(Node::Kind::kEmpty) : make_set(std::move(r));
+            return empty ? make_node(Node::Kind::kEmpty) : make_set(cased(std::move(r)));
         }
         uint32_t cp;
         if (!next_code_point(p_, &i_, &cp)) return error("invalid UTF-8");
-        return make_set({{cp, cp}});
+        return make_set(cased({{cp, cp}}));
     }
 
     // A backslash escape at i_ (at the '\'): its set, or `empty` for \A \Z \z.
@@ -322,11 +324,12 @@ private:
             }
             r.insert(r.end(), item.begin(), item.end());
         }
-        r = normalize(std::move(r));
+        r = cased(std::move(r));  // (a negated class leaves out both cases of its letters, as Python's does)
         return make_set(negate ? complement(r) : r);
     }
 
     std::string_view p_;
+    RegexFlags flags_;
     size_t i_ = 0;
 };
 
@@ -368,9 +371,12 @@ public:
     }
 };
 
+StatusOr<NodePtr> detail::parse_regex(std::string_view pattern, RegexFlags flags) {
+    return Parser(pattern, flags).parse();
+}
+
 StatusOr<std::shared_ptr<const RegexGrammar>> RegexGrammar::compile(std::string_view pattern) {
-    Parser p(pattern);
-    StatusOr<NodePtr> ast = p.parse();
+    StatusOr<NodePtr> ast = parse_regex(pattern);
     if (!ast.ok()) return ast.status();
     return RegexCompiler::from_ast(**ast);
 }

@@ -898,7 +898,7 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("structured_outputs":{"grammar":"root ::= x"})",
                             R"("structured_outputs":{"structural_tag":"{}"})",
                             R"("guided_grammar":"root ::= x")",
-                            R"("guided_grammar":"start: /a+/")",
+                            R"("guided_grammar":"start: /a+/x")",
                             R"("guided_grammar":["root ::= \"a\""])",
                             R"("grammar":"root ::= root \"a\" | \"b\"")",
                             R"("guided_grammar":"root ::= \"a\"","guided_regex":"a")",
@@ -1093,7 +1093,27 @@ TEST_F(GenerationOutputTest, GuidedGrammar) {
         ASSERT_TRUE(c->allowed_next(&m));
         EXPECT_TRUE(m[id("(")] && m[id("7")] && m[id("42")]);
         EXPECT_FALSE(m[id(")")] || m[id("a")] || m[ret]);
+        EXPECT_FALSE(m[id(" (")]);
     }
+    // With a regular-expression terminal, an import and %ignore: blanks may stand before any token.
+    post_json(
+        "/v1/completions",
+        R"({"prompt":"n?","max_tokens":5,"guided_grammar":"start: expr\nexpr: NUM | \"(\" expr (\"+\" expr)* \")\"\nNUM: /[0-9]+/\n%import common.WS_INLINE\n%ignore WS_INLINE"})");
+    {
+        auto c = server_.engine.last_request().constraint->start();
+        std::vector<uint8_t> m;
+        ASSERT_TRUE(c->allowed_next(&m));
+        EXPECT_TRUE(m[id("(")] && m[id(" (")] && m[id("7")] && m[id("42")]);
+        EXPECT_FALSE(m[id(")")] || m[id("a")] || m[ret]);
+        c->accept(static_cast<int32_t>(id("42")));
+        ASSERT_TRUE(c->allowed_next(&m));
+        EXPECT_TRUE(m[ret] && m[id("7")] && m[id(" ")]);
+        EXPECT_FALSE(m[id("(")] || m[id("a")]);
+    }
+    Json lark_err = expect_error(
+        server_.post("/v1/completions", R"({"prompt":"x","guided_grammar":"%declare X\nstart: \"a\""})"), 400);
+    EXPECT_NE(lark_err["message"].get<std::string>().find("line 1: the directive %declare"), std::string::npos)
+        << lark_err.dump();
     // Chat: the final message; the header before it is free.
     script("<|channel|>final<|message|>(1)<|return|>");
     Json j = post_json("/v1/chat/completions",

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -302,9 +303,16 @@ DIGIT: "0".."9"
     EXPECT_TRUE(matches(*q, "say \"hi\""));
     EXPECT_TRUE(matches(*q, "it'sxx"));
     const std::pair<const char*, const char*> bad[] = {
-        {"start: /[a-z]+/", "line 1: regular-expression"},
-        {"start: \"a\"i", "case-insensitive"},
-        {"%import common.WS\nstart: \"a\"", "line 1: directives"},
+        {"start: /[a-z]+/x", "line 1: the regular-expression flag 'x'"},
+        {"start: /a(/", "line 1: /a(/: the pattern at offset 2"},
+        {"start: /abc", "unterminated regular expression"},
+        {"start: \"ab\"..\"c\"", "one character each side"},
+        {"%import python.NAME\nstart: \"a\"", "line 1: only Lark's common terminals"},
+        {"%import common.NOPE\nstart: \"a\"", "no terminal 'NOPE'"},
+        {"%import common.WS\nstart: \"a\"\nWS: \" \"", "line 3: 'WS' is defined twice"},
+        {"%declare X\nstart: \"a\"", "line 1: the directive %declare is not supported"},
+        {"start: _sep{\"a\"}", "templates"},
+        {"start: \"a\"\nstart: \"b\"", "line 2: 'start' is defined twice"},
         {"rule: \"a\"", "no start rule"},
         {"start: \"a\"\n| \"b\"\nfoo bar", "line 3: expected ':'"},
         {"| \"a\"", "before any rule"},
@@ -316,6 +324,131 @@ DIGIT: "0".."9"
         auto r = EbnfGrammar::lark_to_gbnf(t);
         ASSERT_FALSE(r.ok()) << t;
         EXPECT_NE(r.status().message().find(words), std::string::npos) << t << ": " << r.status().message();
+    }
+}
+
+// Lark's regular-expression terminals are the patterns RegexGrammar reads (checked against std::regex in
+// regex_grammar_test), with or without the i flag (against std::regex's icase here); the s flag lets '.' match '\n'.
+TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
+    const char* patterns[] = {
+        "abc",         "a|b|cd",    "(ab)*",      "a+b?c{2,3}", "[a-c]{1,4}d?", "[^ab]+",       "\\d{2}-\\d+",
+        "\\w+\\s\\w*", "a.c",       "(a|)b{0,2}", "[a\\-]+",    "x{2,}",        "(a?){3}b",     "(cat|car|ca)t?",
+        "\\.\\*\\+",   "\\D\\W\\S", "(a|b)*abb",  "[[]x",       "[\\d\\s]+",    "\\x41\\u0042", "[^\\n]*x",
+    };
+    std::mt19937 rng(11);
+    const std::string alphabet = "abcdxABCX0123 -.*+]\n_[";
+    int accepted = 0;
+    for (const char* p : patterns) {
+        for (const bool icase : {false, true}) {
+            const std::string lark = std::string("start: /") + p + (icase ? "/i" : "/");
+            auto text = EbnfGrammar::lark_to_gbnf(lark);
+            ASSERT_TRUE(text.ok()) << lark << ": " << text.status().to_string();
+            auto g = compile(*text);
+            ASSERT_TRUE(g) << lark << " -> " << *text;
+            const std::regex re(p, icase ? std::regex::ECMAScript | std::regex::icase : std::regex::ECMAScript);
+            for (int t = 0; t < 1500; ++t) {
+                std::string s;
+                const int len = static_cast<int>(rng() % 8);
+                for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
+                const bool want = std::regex_match(s, re);
+                ASSERT_EQ(matches(*g, s), want) << lark << " -> " << *text << " on '" << s << "'";
+                accepted += want;
+            }
+        }
+    }
+    EXPECT_GT(accepted, 1500);
+    auto dot = compile(*EbnfGrammar::lark_to_gbnf("start: /a.b/ | /c.d/s"));
+    ASSERT_TRUE(dot);
+    EXPECT_TRUE(matches(*dot, "a-b"));
+    EXPECT_FALSE(matches(*dot, "a\nb"));
+    EXPECT_TRUE(matches(*dot, "c\nd"));
+    // Case-insensitive strings, beyond ASCII too (Latin-1, Greek's three sigmas, Cyrillic).
+    auto ci = compile(*EbnfGrammar::lark_to_gbnf("start: \"select\"i \" \" \"éσж\"i"));
+    ASSERT_TRUE(ci);
+    EXPECT_TRUE(matches(*ci, "SeLeCT éσж"));
+    EXPECT_TRUE(matches(*ci, "select ÉΣЖ"));
+    EXPECT_TRUE(matches(*ci, "SELECT Éςж"));
+    EXPECT_FALSE(matches(*ci, "SELECT e\xcf\x83ж"));  // e is not é
+    EXPECT_FALSE(matches(*ci, "SELECt  éσж"));
+    auto cs = compile(*EbnfGrammar::lark_to_gbnf("start: \"ab\" \"\\x41\\u00e9\\n\""));
+    ASSERT_TRUE(cs);
+    EXPECT_TRUE(matches(*cs, "abAé\n"));
+    EXPECT_FALSE(matches(*cs, "ABAé\n"));
+}
+
+// Lark's ESCAPED_STRING is /".*?(?<!\\)(\\\\)*?"/: a quote, then text up to the first quote not escaped by an
+// odd run of backslashes, no newline. Its C_COMMENT is "/*" /(.|\n)*?/ "*/": up to the first "*/".
+bool lark_escaped_string(const std::string& s) {
+    if (s.size() < 2 || s[0] != '"') return false;
+    size_t backslashes = 0;
+    for (size_t i = 1; i < s.size(); ++i) {
+        if (s[i] == '\n') return false;
+        if (s[i] == '"' && backslashes % 2 == 0) return i + 1 == s.size();
+        backslashes = s[i] == '\\' ? backslashes + 1 : 0;
+    }
+    return false;
+}
+bool lark_c_comment(const std::string& s) {
+    return s.size() >= 4 && s.compare(0, 2, "/*") == 0 && s.find("*/", 2) == s.size() - 2;
+}
+
+// %import common: the imported terminals are Lark's (checked on random strings where Lark's own definition uses
+// lookbehind or lazy matching); %ignore lets the ignored terminals stand between any two tokens of a rule and at
+// either end, never inside a terminal.
+TEST(EbnfGrammar, LarkImportsAndIgnore) {
+    const std::string json = R"L(
+?start: value
+?value: dict
+      | list
+      | string
+      | SIGNED_NUMBER      -> number
+      | "true" | "false" | "null"
+list : "[" [value ("," value)*] "]"
+dict : "{" [pair ("," pair)*] "}"
+pair : string ":" value
+string : ESCAPED_STRING
+%import common.ESCAPED_STRING
+%import common.SIGNED_NUMBER
+%import common.WS
+%ignore WS
+)L";
+    auto text = EbnfGrammar::lark_to_gbnf(json);
+    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    auto g = compile(*text);
+    ASSERT_TRUE(g) << *text;
+    for (const char* ok : {"{\"a\":1}", " { \"a\" : [1, -2.5e3, \"x\\\"y\" ] ,\n\"b\":true}\n", "[ ]", "\t-7",
+                           "[[],{},null]", "\"\\\\\"", "1.", ".5E+2"})
+        EXPECT_TRUE(matches(*g, ok)) << ok;
+    for (const char* bad : {"{\"a\" 1}", "[1,]", "\"abc", "[tr ue]", "\"a\nb\"", "- 7", "1 .5", "{}x"})
+        EXPECT_FALSE(matches(*g, bad)) << bad;
+
+    auto lists = EbnfGrammar::lark_to_gbnf(
+        "start: N (SEP N)* C?\n%import common (INT, WORD)\n%import common.INT -> N\n%import common.C_COMMENT -> C\n"
+        "SEP: \",\" | WORD\n%ignore \" \"\n%ignore /\\t+/");
+    ASSERT_TRUE(lists.ok()) << lists.status().to_string();
+    auto l = compile(*lists);
+    ASSERT_TRUE(l) << *lists;
+    EXPECT_TRUE(matches(*l, " 1 ,2 and\t\t3 /* note */ "));
+    EXPECT_FALSE(matches(*l, "1 , 2 a nd 3"));
+    EXPECT_FALSE(matches(*l, "1 /* a */ b */"));
+
+    std::mt19937 rng(5);
+    for (const auto& [name, oracle] :
+         {std::pair{"ESCAPED_STRING", &lark_escaped_string}, {"C_COMMENT", &lark_c_comment}}) {
+        auto t = EbnfGrammar::lark_to_gbnf(std::string("start: X\n%import common.") + name + " -> X");
+        ASSERT_TRUE(t.ok()) << t.status().to_string();
+        auto c = compile(*t);
+        ASSERT_TRUE(c) << *t;
+        const std::string alphabet = name[0] == 'E' ? "\"\\a\n" : "/*a\n";
+        int yes = 0;
+        for (int k = 0; k < 20000; ++k) {
+            std::string s = name[0] == 'E' ? "\"" : "/*";
+            const int len = static_cast<int>(rng() % 7);
+            for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
+            ASSERT_EQ(matches(*c, s), oracle(s)) << name << " on '" << s << "'";
+            yes += oracle(s);
+        }
+        EXPECT_GT(yes, 500) << name;
     }
 }
 
@@ -741,11 +874,21 @@ TEST(EbnfGrammarO200k, RandomOutputsUnderTheMaskMatch) {
            quote ::= "(" [^()\n]{0,40} (quote [^()\n]{0,10})? ")")G",
         // Unbounded free text (a loop: subtrees of the vocabulary taken whole).
         R"G(root ::= "Answer: " [^\n]* "\nScore: " [0-9]+)G",
+        // Lark's JSON with %ignore WS (whitespace may stand before every token).
+        "",
     };
     std::mt19937 rng(9);
     std::vector<uint8_t> mask;
+    auto lark = EbnfGrammar::lark_to_gbnf(R"L(?start: value
+?value: dict | list | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
+list : "[" [value ("," value)*] "]"
+dict : "{" [pair ("," pair)*] "}"
+pair : ESCAPED_STRING ":" value
+%import common (ESCAPED_STRING, SIGNED_NUMBER, WS)
+%ignore WS)L");
+    ASSERT_TRUE(lark.ok()) << lark.status().to_string();
     for (const char* text : grammars) {
-        auto g = compile(text);
+        auto g = compile(*text ? std::string(text) : *lark);
         ASSERT_TRUE(g);
         double mask_ms = 0;
         int steps = 0, done = 0;
