@@ -111,6 +111,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> ru
     if (config.block_size <= 0) return invalid_argument("block_size must be positive");
     if (config.scheduler.max_num_seqs <= 0 || config.scheduler.max_num_batched_tokens <= 0)
         return invalid_argument("max_num_seqs and max_num_batched_tokens must be positive");
+    if (const char* v = std::getenv("GPTOSS_SHARED_PREFIX_WAIT"); v != nullptr)
+        config.scheduler.min_shared_prefix_tokens = std::max(0, std::atoi(v));
     const KvGeometry geometry = runner->kv_geometry(config.block_size);
     const bool by_fraction = config.kv_budget.num_blocks_full <= 0 && config.kv_budget.bytes == 0;
     ASSIGN_OR_RETURN(KvBlockCounts counts,

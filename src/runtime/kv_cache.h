@@ -63,6 +63,7 @@ public:
     KvCacheManager(int block_size, int sliding_window, KvBlockCounts counts, bool prefix_caching);
 
     int block_size() const { return block_size_; }
+    bool prefix_caching() const { return prefix_caching_; }
     bool has_sliding() const { return sliding_window_ > 0; }
     const BlockAllocator& full() const { return full_; }
     const BlockAllocator& sliding() const { return sliding_; }

@@ -86,19 +86,24 @@ SchedulerOutput Scheduler::schedule() {
 
     for (; i < running_.size(); ++i) running_[i]->drop_drafts();  // not scheduled this step
 
-    // 2. Waiting sequences, FCFS.
-    while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-           static_cast<int>(running_.size()) < config_.max_num_seqs) {
-        Sequence* s = waiting_.front();
+    // 2. Waiting sequences, FCFS (passing over those that wait for a shared prefix).
+    for (size_t w = 0; out.preempted.empty() && w < waiting_.size() && budget > 0 &&
+                       static_cast<int>(running_.size()) < config_.max_num_seqs;) {
+        Sequence* s = waiting_[w];
         if (s->score_prompt && scored == 0) break;
         // match_prefix also extends the block hashes the prefix index needs later.
         const int matched = kv_->match_prefix(*s);
+        if (!s->score_prompt && waits_for_shared_prefix(*s, matched)) {
+            ++num_shared_prefix_waits_;
+            ++w;
+            continue;
+        }
         const int cached = s->score_prompt ? 0 : matched;  // every prompt position's row is wanted
         const int n = cap(s, std::min({s->num_tokens() - cached, budget, max_chunk_}));
         if (!kv_->can_admit(*s, cached, n)) break;
         kv_->admit(*s, cached);
         kv_->allocate(*s, n);
-        waiting_.pop_front();
+        waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
         if (s->num_cached_tokens < 0) s->num_cached_tokens = std::min(cached, s->num_prompt_tokens);
         num_cached_prompt_tokens_ += cached;
         s->status = SequenceStatus::kRunning;
@@ -109,6 +114,22 @@ SchedulerOutput Scheduler::schedule() {
         if (s->score_prompt) scored -= n;
     }
     return out;
+}
+
+bool Scheduler::waits_for_shared_prefix(const Sequence& seq, int matched) const {
+    if (config_.min_shared_prefix_tokens <= 0 || !kv_->prefix_caching()) return false;
+    const int bs = kv_->block_size();
+    const size_t k = static_cast<size_t>(matched / bs);  // the first block seq would compute
+    for (const Sequence* r : running_) {
+        // Blocks k.. that r shares with seq (a block's hash covers its whole prefix, so they run on from k).
+        size_t j = k;
+        while (j < seq.block_hashes.size() && j < r->block_hashes.size() && seq.block_hashes[j] == r->block_hashes[j])
+            ++j;
+        const int64_t still_to_compute =
+            static_cast<int64_t>(j) * bs - std::max<int64_t>(r->num_computed, static_cast<int64_t>(k) * bs);
+        if (still_to_compute >= config_.min_shared_prefix_tokens) return true;
+    }
+    return false;
 }
 
 void Scheduler::on_step_done(const SchedulerOutput& out, std::span<const int> rejected) {

@@ -10,7 +10,9 @@
 //   2. If nobody was preempted, waiting sequences in arrival order (FCFS: the head blocks the
 //      rest) while the budget, the cap on running sequences and the free blocks allow. A sequence
 //      is admitted when the full pool can hold all its current tokens and the sliding pool its
-//      first chunk; it reuses what the prefix cache has (unless it scores its prompt).
+//      first chunk; it reuses what the prefix cache has (unless it scores its prompt). One whose
+//      next prompt blocks a running sequence is still computing (the same prefix) is passed over
+//      until they are in the prefix cache (SchedulerConfig::min_shared_prefix_tokens).
 // Prefill chunks and decode tokens mix freely in one step; a sequence samples when its scheduled
 // tokens reach the end of what it has (the last chunk of a prefill, or a decode token).
 // Speculative drafts (Sequence::num_draft) are scheduled whole or not at all: a sequence whose
@@ -33,6 +35,11 @@ struct SchedulerConfig {
     // Tokens of sequences with score_prompt one step may feed (each is a logits row for the host:
     // vocab_size floats), within the step's budget.
     int max_scored_tokens = 256;
+    // A waiting sequence whose next prompt blocks a running sequence is still to compute (the same prefix: the
+    // other choices of an n > 1 request, a shared system prompt) waits until they reach the prefix cache, when
+    // that saves it at least this many tokens (0: never waits; GPTOSS_SHARED_PREFIX_WAIT=N sets it for an Engine).
+    // One step's wait for several hundred tokens of prefill a copy.
+    int min_shared_prefix_tokens = 256;
 };
 
 struct ScheduledSequence {
@@ -72,11 +79,15 @@ public:
     int num_running() const { return static_cast<int>(running_.size()); }
     int64_t num_preemptions() const { return num_preemptions_; }
     int64_t num_cached_prompt_tokens() const { return num_cached_prompt_tokens_; }
+    int64_t num_shared_prefix_waits() const { return num_shared_prefix_waits_; }
     int max_chunk_tokens() const { return max_chunk_; }
 
 private:
     void preempt(Sequence* seq);
     void insert_waiting(Sequence* seq);
+    // Whether `seq` (waiting; `matched` tokens found in the prefix cache) should wait for a running sequence
+    // that is computing its next prompt blocks.
+    bool waits_for_shared_prefix(const Sequence& seq, int matched) const;
 
     SchedulerConfig config_;
     KvCacheManager* kv_;
@@ -85,6 +96,7 @@ private:
     std::vector<Sequence*> running_;  // by id
     int64_t num_preemptions_ = 0;
     int64_t num_cached_prompt_tokens_ = 0;  // reused from the prefix cache at admissions
+    int64_t num_shared_prefix_waits_ = 0;   // steps a waiting sequence was passed over for a shared prefix
 };
 
 }  // namespace gptoss::runtime

@@ -411,6 +411,29 @@ TEST_F(EngineTest, ConcurrentBatchWithPrefixCachingAndSharedPrompts) {
     EXPECT_GT(st.num_cached_prompt_tokens, 0);
 }
 
+// The choices of an n > 1 request (copies of one prompt, each its own seed) arriving together: the copies wait for the
+// first one's prompt blocks (SchedulerConfig::min_shared_prefix_tokens) and take them from the prefix cache, with the
+// tokens each would have drawn alone.
+TEST_F(EngineTest, CopiesOfAPromptArrivingTogetherComputeItOnce) {
+    std::vector<Request> reqs = mixed_requests(300, 5, 4, 8, 3);
+    const std::vector<int32_t> prompt = random_ids(41, 300, 17);
+    for (int c = 0; c < 4; ++c)
+        reqs.insert(reqs.begin() + c, Request{.prompt = prompt,
+                                              .sampling = {.temperature = 1.0f, .seed = 500 + c},
+                                              .max_tokens = 6});
+    int64_t cached[2] = {0, 0};
+    for (int wait : {0, 1}) {
+        EngineConfig cfg = test_config();
+        cfg.scheduler.min_shared_prefix_tokens = wait ? 8 : 0;
+        EngineStats st;
+        expect_batch_matches_reference(weights_, cfg, reqs, &st);
+        cached[wait] = st.num_cached_prompt_tokens;
+    }
+    // Three copies each reuse the first's 40 leading tokens (10 blocks of 4) once they wait for them.
+    EXPECT_GE(cached[1], 3 * 40);
+    EXPECT_LT(cached[0], cached[1]);
+}
+
 TEST_F(EngineTest, ParallelLayoutsOnSimulatedRanksGiveTheSameGenerations) {
     // The engine over TP/EP/DP layouts (ranks as threads): every request's tokens equal the
     // unpaged single-rank reference, with prefix caching and shared prompts (under DP a sequence

@@ -108,8 +108,9 @@ struct SimResult {
     int max_running = 0;
 };
 
+// copies > 1: a request comes with up to copies - 1 more of its prompt at once (the choices of an n > 1 request).
 SimResult simulate(int block_size, int window, KvBlockCounts counts, bool prefix_caching, SchedulerConfig cfg,
-                   uint32_t seed, int num_requests, bool cancels) {
+                   uint32_t seed, int num_requests, bool cancels, int copies = 1) {
     KvCacheManager kv(block_size, window, counts, prefix_caching);
     Scheduler sched(cfg, &kv);
     FakeKv mem(kv, window);
@@ -137,9 +138,12 @@ SimResult simulate(int block_size, int window, KvBlockCounts counts, bool prefix
                 prompt.resize(static_cast<size_t>(capacity / 2));
                 max_tokens = static_cast<int>(capacity / 4);
             }
-            reqs.push_back({make_seq(static_cast<uint64_t>(submitted + 1), prompt), max_tokens});
-            sched.add(reqs.back().seq.get());
-            ++submitted;
+            const int n = 1 + static_cast<int>(rng() % static_cast<uint32_t>(copies));
+            for (int c = 0; c < n && submitted < num_requests; ++c) {
+                reqs.push_back({make_seq(static_cast<uint64_t>(submitted + 1), prompt), max_tokens});
+                sched.add(reqs.back().seq.get());
+                ++submitted;
+            }
         }
         if (cancels && !reqs.empty() && rng() % 7 == 0) {
             SimRequest& victim = reqs[rng() % reqs.size()];
@@ -185,6 +189,65 @@ TEST(SchedulerTest, TinyPoolsForcePreemptionAndStayCorrect) {
     SchedulerConfig cfg{.max_num_seqs = 16, .max_num_batched_tokens = 32};
     SimResult r = simulate(4, 6, {40, 12}, true, cfg, 2, 40, false);
     EXPECT_GT(r.preemptions, 0);
+}
+
+// Waiting for a shared prefix under random arrivals, cancellations and preemptions: every KV read stays
+// correct, nothing starves, and more of the prompts come from the cache than without the wait.
+TEST(SchedulerTest, SharedPrefixWaitsStayCorrectUnderRandomWorkloads) {
+    for (uint32_t seed : {1u, 6u, 7u}) {
+        SchedulerConfig cfg{.max_num_seqs = 8, .max_num_batched_tokens = 48, .min_shared_prefix_tokens = 0};
+        const SimResult eager = simulate(4, 6, {200, 60}, true, cfg, seed, 60, false, 4);
+        cfg.min_shared_prefix_tokens = 4;
+        const SimResult waiting = simulate(4, 6, {200, 60}, true, cfg, seed, 60, false, 4);
+        EXPECT_GT(waiting.cached, eager.cached) << seed;
+        simulate(4, 6, {200, 60}, true, cfg, seed, 60, true, 4);
+        simulate(4, 6, {40, 12}, true,
+                 SchedulerConfig{.max_num_seqs = 16, .max_num_batched_tokens = 32, .min_shared_prefix_tokens = 4},
+                 seed, 40, false, 3);
+    }
+}
+
+// A copy of a prompt being computed (another choice of an n > 1 request) waits for its blocks instead of computing
+// them again; sequences behind it are not held up; a prefix shorter than min_shared_prefix_tokens is not waited for.
+TEST(SchedulerTest, SharedPrefixWaitsForTheFirstCopy) {
+    std::vector<int32_t> prompt(30);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+    std::vector<int32_t> twelve(prompt.begin(), prompt.begin() + 12), four(prompt.begin(), prompt.begin() + 4);
+    twelve.insert(twelve.end(), {90, 91, 92});
+    four.insert(four.end(), {93, 94, 95, 96, 97});
+    for (const int min_shared : {0, 8}) {
+        KvCacheManager kv(4, 0, {100, 100}, true);
+        Scheduler sched(
+            SchedulerConfig{.max_num_seqs = 8, .max_num_batched_tokens = 100, .min_shared_prefix_tokens = min_shared},
+            &kv);
+        auto a = make_seq(1, prompt), b = make_seq(2, prompt), c = make_seq(3, std::vector<int32_t>(10, 50));
+        auto d = make_seq(4, twelve), e = make_seq(5, four);
+        for (Sequence* q : {a.get(), b.get(), c.get(), d.get(), e.get()}) sched.add(q);
+        SchedulerOutput o = sched.schedule();
+        std::vector<Sequence*> first;
+        for (const ScheduledSequence& ss : o.seqs) first.push_back(ss.seq);
+        if (min_shared == 0) {
+            EXPECT_EQ(first, (std::vector<Sequence*>{a.get(), b.get(), c.get(), d.get(), e.get()}));
+            EXPECT_EQ(sched.num_shared_prefix_waits(), 0);
+            for (Sequence* q : {a.get(), b.get(), c.get(), d.get(), e.get()}) sched.remove(q);
+            continue;
+        }
+        // b shares 7 blocks with a (28 tokens), d 3 (12): both wait; e shares one block (4 < 8) and goes.
+        EXPECT_EQ(first, (std::vector<Sequence*>{a.get(), c.get(), e.get()}));
+        EXPECT_EQ(sched.num_shared_prefix_waits(), 2);
+        sched.on_step_done(o);
+        for (Sequence* q : {a.get(), c.get(), e.get()}) q->tokens.push_back(1);
+        o = sched.schedule();
+        ASSERT_EQ(o.seqs.size(), 5u);  // a, c, e decode; then b and d are admitted
+        EXPECT_EQ(o.seqs[3].seq, b.get());
+        EXPECT_EQ(o.seqs[3].start_pos, 28);  // a's 7 blocks from the prefix cache
+        EXPECT_EQ(o.seqs[3].num_new_tokens, 2);
+        EXPECT_EQ(o.seqs[4].seq, d.get());
+        EXPECT_EQ(o.seqs[4].start_pos, 12);
+        EXPECT_EQ(sched.num_cached_prompt_tokens(), 28 + 12);
+        for (Sequence* q : {a.get(), b.get(), c.get(), d.get(), e.get()}) sched.remove(q);
+        EXPECT_EQ(kv.full().num_in_use(), 0);
+    }
 }
 
 TEST(SchedulerTest, WithoutPrefixCachingOrSlidingLayers) {
