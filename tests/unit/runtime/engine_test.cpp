@@ -418,9 +418,8 @@ TEST_F(EngineTest, CopiesOfAPromptArrivingTogetherComputeItOnce) {
     std::vector<Request> reqs = mixed_requests(300, 5, 4, 8, 3);
     const std::vector<int32_t> prompt = random_ids(41, 300, 17);
     for (int c = 0; c < 4; ++c)
-        reqs.insert(reqs.begin() + c, Request{.prompt = prompt,
-                                              .sampling = {.temperature = 1.0f, .seed = 500 + c},
-                                              .max_tokens = 6});
+        reqs.insert(reqs.begin() + c,
+                    Request{.prompt = prompt, .sampling = {.temperature = 1.0f, .seed = 500 + c}, .max_tokens = 6});
     int64_t cached[2] = {0, 0};
     for (int wait : {0, 1}) {
         EngineConfig cfg = test_config();

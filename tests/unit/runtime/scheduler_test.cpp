@@ -202,8 +202,8 @@ TEST(SchedulerTest, SharedPrefixWaitsStayCorrectUnderRandomWorkloads) {
         EXPECT_GT(waiting.cached, eager.cached) << seed;
         simulate(4, 6, {200, 60}, true, cfg, seed, 60, true, 4);
         simulate(4, 6, {40, 12}, true,
-                 SchedulerConfig{.max_num_seqs = 16, .max_num_batched_tokens = 32, .min_shared_prefix_tokens = 4},
-                 seed, 40, false, 3);
+                 SchedulerConfig{.max_num_seqs = 16, .max_num_batched_tokens = 32, .min_shared_prefix_tokens = 4}, seed,
+                 40, false, 3);
     }
 }
 
