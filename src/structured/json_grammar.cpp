@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
+#include <cmath>
 #include <functional>
 #include <map>
+#include <string>
 #include <utility>
 
 namespace gptoss::structured {
@@ -115,6 +118,169 @@ enum NumPhase : uint8_t { kMinus = 1, kZero, kInt, kDot, kFrac, kE, kESign, kExp
 
 bool number_terminal(uint8_t p) { return p == kZero || p == kInt || p == kFrac || p == kExp; }
 
+// ---- numbers held to minimum / maximum ----
+// A bounded number's frame keeps its digits (4 bits each in cand, at most kMaxBoundedDigits), how many (esc), how many
+// came before the '.' (pending, once read) and its sign (aux: 1 after '-'; bounded numbers take no exponent).
+
+// A non-negative decimal, mant × 10^-scale: mant without leading zeros ("0" for zero), without trailing zeros
+// where scale > 0.
+struct Dec {
+    std::string mant = "0";
+    int scale = 0;
+};
+
+Dec make_dec(std::string mant, int scale) {
+    const size_t lead = std::min(mant.find_first_not_of('0'), mant.size());
+    mant.erase(0, lead);
+    while (scale > 0 && !mant.empty() && mant.back() == '0') {
+        mant.pop_back();
+        --scale;
+    }
+    if (mant.empty()) return Dec{};
+    return Dec{std::move(mant), scale};
+}
+
+int compare(const Dec& a, const Dec& b) {
+    if (a.mant == "0" || b.mant == "0") return a.mant == b.mant ? 0 : a.mant == "0" ? -1 : 1;
+    const int s = std::max(a.scale, b.scale);
+    const std::string x = a.mant + std::string(static_cast<size_t>(s - a.scale), '0');
+    const std::string y = b.mant + std::string(static_cast<size_t>(s - b.scale), '0');
+    if (x.size() != y.size()) return x.size() < y.size() ? -1 : 1;
+    const int c = x.compare(y);
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+}
+
+// A digit string plus one.
+std::string increment(std::string s) {
+    size_t i = s.size();
+    while (i > 0 && s[i - 1] == '9') s[--i] = '0';
+    if (i == 0)
+        s.insert(s.begin(), '1');
+    else
+        ++s[i - 1];
+    return s;
+}
+
+// The least multiple of 10^-q at or above x (`above`: strictly above).
+Dec grid_ceil(const Dec& x, int q, bool above) {
+    if (x.scale <= q) {
+        if (!above) return x;
+        const std::string m = x.mant == "0" ? "0" : x.mant + std::string(static_cast<size_t>(q - x.scale), '0');
+        return make_dec(increment(m), q);
+    }
+    // x has a nonzero digit past 10^-q (it is normalized): not on the grid.
+    const size_t drop = static_cast<size_t>(x.scale - q);
+    const std::string keep = x.mant.size() > drop ? x.mant.substr(0, x.mant.size() - drop) : "0";
+    return make_dec(increment(keep), q);
+}
+
+// A bound on the magnitude y of a number of known sign.
+struct MagnitudeBound {
+    bool set = false, exclusive = false, negative = false;
+    Dec v;
+};
+
+// The node's bounds as bounds on y = |x| for x of the given sign: x = -y turns [min, max] into [-max, -min].
+void magnitude_bounds(const SchemaNode& n, bool negative, MagnitudeBound* lo, MagnitudeBound* hi) {
+    auto convert = [](const SchemaNode::Bound& b, bool flip) {
+        MagnitudeBound m{.set = b.set, .exclusive = b.exclusive, .negative = false, .v = make_dec(b.digits, b.scale)};
+        m.negative = (b.negative != flip) && m.v.mant != "0";
+        return m;
+    };
+    *lo = convert(negative ? n.max : n.min, negative);
+    *hi = convert(negative ? n.min : n.max, negative);
+}
+
+// Whether some multiple of 10^-q in [low, high) lies within the bounds lo / hi (on y >= 0).
+bool grid_point_within(const Dec& low, const Dec& high, int q, const MagnitudeBound& lo, const MagnitudeBound& hi) {
+    Dec from = low;
+    bool strict = false;
+    if (lo.set && !lo.negative) {
+        if (const int c = compare(lo.v, low); c >= 0) {
+            from = lo.v;
+            strict = lo.exclusive;
+        }
+    }
+    const Dec g = grid_ceil(from, q, strict);
+    if (compare(g, high) >= 0) return false;
+    if (!hi.set) return true;
+    if (hi.negative) return false;
+    const int c = compare(g, hi.v);
+    return c < 0 || (c == 0 && !hi.exclusive);
+}
+
+std::string bounded_digits(const JsonFrame& f) {
+    std::string d;
+    for (int i = 0; i < f.esc; ++i) d.push_back(static_cast<char>('0' + ((f.cand >> (4 * i)) & 15)));
+    return d;
+}
+
+// Whether the integer part `p` (its first digits, not yet ended) can still end inside the bounds with at most
+// `room` more digits.
+bool integer_part_live(const std::string& p, int room, bool integer, const MagnitudeBound& lo,
+                       const MagnitudeBound& hi) {
+    if (p == "0") return grid_point_within(Dec{}, make_dec("1", 0), integer ? 0 : room, lo, hi);
+    for (int k = 0; k <= room; ++k) {
+        const std::string zeros(static_cast<size_t>(k), '0');
+        if (grid_point_within(make_dec(p + zeros, 0), make_dec(increment(p) + zeros, 0), integer ? 0 : room - k, lo,
+                              hi))
+            return true;
+    }
+    return false;
+}
+
+// Whether the bounded number begun in `f` (its phase and digits up to date) can still end inside its node's bounds.
+bool bounded_number_live(const SchemaNode& n, const JsonFrame& f) {
+    const bool integer = n.kind == SchemaNode::Kind::kInteger;
+    MagnitudeBound lo, hi;
+    magnitude_bounds(n, f.aux != 0, &lo, &hi);
+    const std::string digits = bounded_digits(f);
+    const int room = kMaxBoundedDigits - f.esc;
+    switch (f.phase) {
+        case kMinus:  // no digit yet
+            if (room < 1) return false;
+            for (char d = '0'; d <= '9'; ++d)
+                if (integer_part_live(std::string(1, d), room - 1, integer, lo, hi)) return true;
+            return false;
+        case kZero:
+        case kInt: return integer_part_live(digits, room, integer, lo, hi);
+        case kDot:
+        case kFrac: {
+            const int frac = f.esc - f.pending;
+            if (frac == 0 && room == 0) return false;  // a '.' needs a digit
+            return grid_point_within(make_dec(digits, frac), make_dec(increment(digits), frac), frac + room, lo, hi);
+        }
+        default: return false;
+    }
+}
+
+// Whether the number in `f` may end here: a complete number, inside the bounds if its node has them.
+bool number_may_end(const SchemaNode& n, const JsonFrame& f) {
+    if (!number_terminal(f.phase)) return false;
+    if (!n.bounded()) return true;
+    MagnitudeBound lo, hi;
+    magnitude_bounds(n, f.aux != 0, &lo, &hi);
+    const int scale = f.phase == kFrac ? f.esc - f.pending : 0;
+    const Dec v = make_dec(bounded_digits(f), scale);
+    return grid_point_within(v, grid_ceil(v, v.scale, true), v.scale, lo, hi);
+}
+
+// A digit, '.' or '-' read into a bounded number's frame (its phase already advanced); false when the number can
+// no longer end inside its bounds.
+bool bounded_number_read(const SchemaNode& n, JsonFrame& f, uint8_t c) {
+    if (f.phase == kE || f.phase == kESign || f.phase == kExp) return false;  // written without an exponent
+    if (is_digit(c)) {
+        if (f.esc >= kMaxBoundedDigits) return false;
+        f.cand |= uint64_t{static_cast<uint64_t>(c - '0')} << (4 * f.esc);
+        ++f.esc;
+    } else if (c == '.') {
+        f.pending = f.esc;
+    } else if (c == '-') {
+        f.aux = 1;
+    }
+    return bounded_number_live(n, f);
+}
+
 uint64_t low_bits(int n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
 
 // Named properties that may come next in an object at count (properties in order, none required skipped).
@@ -196,10 +362,6 @@ public:
         }
         if (!s.is_object()) return fail(ptr, "must be an object or a boolean");
         for (const char* k : {"patternProperties",
-                              "minimum",
-                              "maximum",
-                              "exclusiveMinimum",
-                              "exclusiveMaximum",
                               "multipleOf",
                               "uniqueItems",
                               "not",
@@ -232,6 +394,18 @@ public:
                 s.contains("oneOf") || s.contains("allOf") || s.contains("$ref"))
                 return fail(ptr + "/pattern",
                             "is supported on a schema of type string (without enum, const, anyOf, "
+                            "oneOf, allOf or $ref beside it)");
+        }
+        for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+            if (!s.contains(k)) continue;  // held only where the value is a number (typed below)
+            const auto t = s.find("type");
+            auto numeric = [](const Json& name) { return name == "number" || name == "integer"; };
+            const bool typed_numeric = t != s.end() && ((t->is_string() && numeric(*t)) ||
+                                                        (t->is_array() && std::any_of(t->begin(), t->end(), numeric)));
+            if (!typed_numeric || s.contains("enum") || s.contains("const") || s.contains("anyOf") ||
+                s.contains("oneOf") || s.contains("allOf") || s.contains("$ref"))
+                return fail(ptr + "/" + k,
+                            "is supported on a schema of type number or integer (without enum, const, anyOf, "
                             "oneOf, allOf or $ref beside it)");
         }
         if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, ptr + "/$ref", depth);
@@ -308,6 +482,79 @@ public:
     }
 
 private:
+    // A JSON number as an exact decimal (a double by its shortest round-trip digits, as it was most likely written).
+    static Status number_bound(const Json& v, const std::string& ptr, bool exclusive, SchemaNode::Bound* b) {
+        if (!v.is_number()) return fail(ptr, "must be a number");
+        std::string text;
+        if (v.is_number_integer()) {
+            text = v.dump();
+        } else {
+            const double d = v.get<double>();
+            if (!std::isfinite(d)) return fail(ptr, "must be finite");
+            char buf[64];
+            const auto r = std::to_chars(buf, buf + sizeof buf, d);
+            text.assign(buf, r.ptr);
+        }
+        SchemaNode::Bound out;
+        out.set = true;
+        out.exclusive = exclusive;
+        size_t i = 0;
+        if (i < text.size() && text[i] == '-') {
+            out.negative = true;
+            ++i;
+        }
+        int frac = 0;
+        bool dot = false;
+        for (; i < text.size() && (is_digit(static_cast<uint8_t>(text[i])) || text[i] == '.'); ++i) {
+            if (text[i] == '.') {
+                dot = true;
+            } else {
+                out.digits.push_back(text[i]);
+                frac += dot ? 1 : 0;
+            }
+        }
+        int exp = 0;
+        if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) exp = std::atoi(text.c_str() + i + 1);
+        out.scale = frac - exp;
+        if (out.scale < 0) {
+            out.digits.append(static_cast<size_t>(-out.scale), '0');
+            out.scale = 0;
+        }
+        if (out.digits.find_first_not_of('0') == std::string::npos) out.negative = false;  // -0 is 0
+        *b = std::move(out);
+        return ok_status();
+    }
+
+    static int compare_bounds(const SchemaNode::Bound& a, const SchemaNode::Bound& b) {
+        if (a.negative != b.negative) return a.negative ? -1 : 1;
+        const int c = compare(make_dec(a.digits, a.scale), make_dec(b.digits, b.scale));
+        return a.negative ? -c : c;
+    }
+
+    // minimum / exclusiveMinimum and maximum / exclusiveMaximum (numbers; draft 4's boolean exclusive* marks
+    // minimum / maximum exclusive); the tighter of two bounds on one side.
+    static Status number_bounds(const Json& s, const std::string& ptr, SchemaNode* n) {
+        for (const bool lower : {true, false}) {
+            const char* key = lower ? "minimum" : "maximum";
+            const char* ex_key = lower ? "exclusiveMinimum" : "exclusiveMaximum";
+            SchemaNode::Bound& side = lower ? n->min : n->max;
+            if (const auto v = s.find(key); v != s.end())
+                RETURN_IF_ERROR(number_bound(*v, ptr + "/" + key, false, &side));
+            const auto e = s.find(ex_key);
+            if (e == s.end()) continue;
+            if (e->is_boolean()) {
+                if (e->get<bool>() && !side.set) return fail(ptr + "/" + ex_key, std::string("true needs ") + key);
+                side.exclusive = side.exclusive || e->get<bool>();
+                continue;
+            }
+            SchemaNode::Bound ex;
+            RETURN_IF_ERROR(number_bound(*e, ptr + "/" + ex_key, true, &ex));
+            const int c = side.set ? compare_bounds(ex, side) : (lower ? 1 : -1);
+            if (c == 0 || (lower ? c > 0 : c < 0)) side = std::move(ex);  // equal: the exclusive one is tighter
+        }
+        return ok_status();
+    }
+
     static Status fail(const std::string& ptr, const std::string& what) {
         return invalid_argument("at " + (ptr.empty() ? std::string("the root") : ptr) + ": " + what);
     }
@@ -554,10 +801,18 @@ private:
                 if (const char* p = format_pattern(f->get<std::string>()))
                     RETURN_IF_ERROR(string_pattern(p, ptr + "/format", &n));
             }
-        } else if (type == "number") {
-            n.kind = SchemaNode::Kind::kNumber;
-        } else if (type == "integer") {
-            n.kind = SchemaNode::Kind::kInteger;
+        } else if (type == "number" || type == "integer") {
+            n.kind = type == "number" ? SchemaNode::Kind::kNumber : SchemaNode::Kind::kInteger;
+            RETURN_IF_ERROR(number_bounds(s, ptr, &n));
+            if (n.bounded()) {
+                JsonFrame probe{.kind = JsonFrame::kNumber, .phase = kMinus};  // no digit yet, either sign
+                bool any = bounded_number_live(n, probe);
+                probe.aux = 1;
+                any = any || bounded_number_live(n, probe);
+                if (!any)
+                    return fail(ptr, "admits no " + type + " of at most " + std::to_string(kMaxBoundedDigits) +
+                                         " digits within its minimum / maximum");
+            }
         } else if (type == "boolean") {
             return g_->bool_;
         } else if (type == "null") {
@@ -699,6 +954,7 @@ bool JsonMatcher::start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>*
                 f = JsonFrame{.node = f.node, .kind = JsonFrame::kNumber, .phase = kInt, .count = 1};
             else
                 return false;
+            if (n->bounded() && !bounded_number_read(*n, f, c)) return false;
             break;
         case SchemaNode::Kind::kLiteral: {
             uint64_t cand = 0;
@@ -922,10 +1178,11 @@ bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* 
                     if (++f.count + (number_terminal(next) ? 0 : 1) > kMaxNumberBytes) return false;
                     if (next == kExp && ++f.aux > kMaxExponentDigits) return false;
                     f.phase = next;
+                    if (n.bounded() && !bounded_number_read(n, f, c)) return false;
                     out->push_back(std::move(t));
                     return true;
                 }
-                if (!number_terminal(f.phase)) return false;
+                if (!number_may_end(n, f)) return false;
                 finish_value(t);
                 continue;  // c belongs to what follows the number
             }
@@ -990,7 +1247,7 @@ bool JsonMatcher::accepting() const {
         if (t.stack.empty()) return true;
         if (t.stack.size() != 1) continue;
         const JsonFrame& f = t.stack.back();
-        if (f.kind == JsonFrame::kNumber && number_terminal(f.phase)) return true;
+        if (f.kind == JsonFrame::kNumber && number_may_end(g_->node(f.node), f)) return true;
         if (f.kind == JsonFrame::kLiteral) {
             const SchemaNode& n = g_->node(f.node);
             for (uint64_t m = f.cand; m != 0; m &= m - 1)

@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include <cmath>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -164,7 +166,15 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
         {R"({"type":"string","pattern":"^\u0001$"})", "/pattern"},
         {R"({"type":"string","pattern":7})", "/pattern"},
         {R"({"$defs":{"s":{"type":"string"}},"type":"string","$ref":"#/$defs/s","pattern":"a"})", "/pattern"},
-        {R"({"type":"integer","minimum":0})", "/minimum"},
+        {R"({"type":"integer","multipleOf":2})", "/multipleOf"},
+        {R"({"minimum":0})", "/minimum"},
+        {R"({"type":"string","maximum":3})", "/maximum"},
+        {R"({"type":"integer","enum":[1,2],"minimum":0})", "/minimum"},
+        {R"({"type":"integer","minimum":"1"})", "/minimum"},
+        {R"({"type":"integer","exclusiveMinimum":true})", "/exclusiveMinimum"},
+        {R"({"type":"integer","minimum":3,"maximum":2})", "admits no integer"},
+        {R"({"type":"integer","exclusiveMinimum":1,"exclusiveMaximum":2})", "admits no integer"},
+        {R"({"type":"number","minimum":1e20})", "admits no number of at most 16 digits"},
         {R"({"type":"thing"})", "/type"},
         {R"({"properties":{"a":{}},"required":["b"]})", "/required/0"},
         {R"({"$ref":"#/$defs/missing"})", "names nothing"},
@@ -188,6 +198,128 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
 }
 
 // Review findings (session 46): each once crashed, blew up, dead-ended or let the output past the schema.
+// A JSON number without exponent (up to 8 digits each side of the point) × 10^8, exactly; nullopt if `s` is not one.
+std::optional<int64_t> units(const std::string& s) {
+    static const std::regex number("-?(0|[1-9][0-9]{0,7})(\\.[0-9]{1,8})?");
+    if (!std::regex_match(s, number)) return std::nullopt;
+    const bool negative = s[0] == '-';
+    const size_t dot = s.find('.');
+    const std::string whole =
+        s.substr(negative ? 1 : 0, dot == std::string::npos ? std::string::npos : dot - (negative ? 1 : 0));
+    std::string frac = dot == std::string::npos ? "" : s.substr(dot + 1);
+    frac.resize(8, '0');
+    const int64_t v = std::stoll(whole) * 100000000 + std::stoll(frac);
+    return negative ? -v : v;
+}
+
+// minimum / maximum / exclusive bounds: every string of up to 4 characters over digits, '.' and '-' (and random
+// longer ones) is accepted exactly when it is a JSON number inside the bounds (an integer for type integer); every
+// prefix the matcher keeps can still end inside them (a random walk over the bytes it allows always finishes).
+TEST(JsonGrammar, NumberBoundsAreExact) {
+    struct Case {
+        const char* bounds;
+        std::optional<int64_t> lo, hi;  // micro-units
+        bool lo_ex, hi_ex;
+    };
+    const Case cases[] = {
+        {R"("minimum":0)", 0, std::nullopt, false, false},
+        {R"("maximum":0)", std::nullopt, 0, false, false},
+        {R"("minimum":-5,"maximum":5)", -5000000, 5000000, false, false},
+        {R"("exclusiveMinimum":0)", 0, std::nullopt, true, false},
+        {R"("minimum":1.5,"maximum":2.25)", 1500000, 2250000, false, false},
+        {R"("exclusiveMinimum":-0.5,"exclusiveMaximum":0.5)", -500000, 500000, true, true},
+        {R"("minimum":10,"maximum":99)", 10000000, 99000000, false, false},
+        {R"("minimum":-100,"exclusiveMaximum":-99.5)", -100000000, -99500000, false, true},
+        {R"("minimum":2,"exclusiveMinimum":true,"maximum":9.99)", 2000000, 9990000, true, false},
+        {R"("minimum":7,"maximum":7)", 7000000, 7000000, false, false},
+        {R"("minimum":0.001,"maximum":-0.0,"exclusiveMaximum":0.01)", 1000, 0, false, false},  // maximum -0 wins
+        {R"("exclusiveMinimum":3,"minimum":3)", 3000000, std::nullopt, true, false},
+        {R"("maximum":1e2,"minimum":-2.5e-1)", -250000, 100000000, false, false},
+    };
+    const std::string alphabet = "0123456789.-";
+    std::mt19937 rng(3);
+    for (const Case& c : cases) {
+        for (const char* type : {"number", "integer"}) {
+            const std::string schema = cat("{\"type\":\"", type, "\",", c.bounds, "}");
+            auto compiled = JsonGrammar::compile(Json::parse(schema));
+            const bool integer = type[0] == 'i';
+            auto inside = [&](const std::string& s) {
+                const std::optional<int64_t> v = units(s);
+                if (!v || (integer && s.find('.') != std::string::npos)) return false;
+                if (c.lo && (*v < *c.lo * 100 || (c.lo_ex && *v == *c.lo * 100))) return false;
+                if (c.hi && (*v > *c.hi * 100 || (c.hi_ex && *v == *c.hi * 100))) return false;
+                return true;
+            };
+            if (!compiled.ok()) {  // only where nothing fits (the 0.001..0 case)
+                EXPECT_TRUE(c.lo && c.hi && *c.lo > *c.hi) << schema << ": " << compiled.status().to_string();
+                continue;
+            }
+            const JsonGrammar& g = **compiled;
+            int yes = 0;
+            auto check = [&](const std::string& s) {
+                const bool want = inside(s);
+                ASSERT_EQ(complete(g, s), want) << schema << " on '" << s << "'";
+                yes += want;
+            };
+            std::string s;
+            for (int len = 1; len <= 4; ++len) {
+                for (int code = 0, total = static_cast<int>(std::pow(12, len)); code < total; ++code) {
+                    s.clear();
+                    for (int k = 0, x = code; k < len; ++k, x /= 12) s.push_back(alphabet[static_cast<size_t>(x % 12)]);
+                    check(s);
+                    if (::testing::Test::HasFatalFailure()) return;
+                }
+            }
+            for (int t = 0; t < 3000; ++t) {
+                s.clear();
+                const int len = 5 + static_cast<int>(rng() % 4);  // (within units()' 8 digits)
+                if (rng() % 2) s.push_back('-');
+                for (int k = 0; k < len; ++k) s.push_back(alphabet[rng() % 11]);  // digits and '.'
+                check(s);
+                if (::testing::Test::HasFatalFailure()) return;
+            }
+            EXPECT_GT(yes, 0) << schema;
+            // Random walks over the allowed bytes never strand: each ends inside the bounds.
+            for (int walk = 0; walk < 200; ++walk) {
+                JsonMatcher m(g);
+                std::string out;
+                for (int step = 0;; ++step) {
+                    std::vector<char> next;
+                    for (char b : alphabet) {
+                        JsonMatcher copy = m;
+                        if (copy.feed(std::string(1, b))) next.push_back(b);
+                    }
+                    if (m.accepting() && (next.empty() || rng() % 4 == 0)) break;
+                    ASSERT_FALSE(next.empty()) << schema << ": stranded after '" << out << "'";
+                    ASSERT_LT(step, 40) << schema << " " << out;
+                    const char b = next[rng() % next.size()];
+                    ASSERT_TRUE(m.feed(std::string(1, b)));
+                    out.push_back(b);
+                }
+                EXPECT_TRUE(out.size() > 8 || inside(out)) << schema << ": '" << out << "'";
+                if (out.size() <= 8) continue;
+                EXPECT_TRUE(m.accepting());
+            }
+        }
+    }
+    // Inside a document, with other values after the number; no exponent under bounds.
+    auto age = compile(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},
+                           "score":{"type":["number","null"],"exclusiveMinimum":0,"maximum":1}},"required":["age"]})");
+    ASSERT_TRUE(age);
+    EXPECT_TRUE(complete(*age, R"({"age":42,"score":0.5})"));
+    EXPECT_TRUE(complete(*age, R"({"age":150,"score":null})"));
+    EXPECT_TRUE(complete(*age, R"({"age": 0 , "score":1})"));
+    EXPECT_FALSE(complete(*age, R"({"age":151})"));
+    EXPECT_TRUE(prefix(*age, R"({"age":-)"));  // -0 is 0
+    EXPECT_FALSE(prefix(*age, R"({"age":-1)"));
+    EXPECT_FALSE(prefix(*age, R"({"age":-0.)"));  // an integer
+    EXPECT_FALSE(prefix(*age, R"({"age":2e)"));
+    EXPECT_TRUE(prefix(*age, R"({"age":42,"score":1.00)"));  // 1.0... is 1, then only zeros
+    EXPECT_FALSE(prefix(*age, R"({"age":42,"score":1.01)"));
+    EXPECT_FALSE(complete(*age, R"({"age":42,"score":0})"));
+    EXPECT_FALSE(prefix(*age, R"({"age":42,"score":-)"));
+}
+
 TEST(JsonGrammar, RecursionBoundsAndCanonicalKeys) {
     // A $ref back to the root inside an anyOf: refused as a cycle when nothing else ends it, fine beside null.
     EXPECT_FALSE(JsonGrammar::compile(Json::parse(R"({"anyOf":[{"$ref":"#"}]})")).ok());
@@ -370,6 +502,8 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
         // Patterns: one followed byte by byte, one whose loop takes plain-text subtrees whole.
         compile(R"({"type":"object","properties":{"t":{"type":"string","pattern":"^[a-z \\n]*x?$"}}})"),
         compile(R"({"type":"object","properties":{"name":{"type":"string","pattern":"^(ab|café)( world)?\\n?$"}}})"),
+        // Numbers held to bounds (multi-digit tokens, a sign, a fraction).
+        compile(R"({"type":"array","items":{"type":"number","minimum":-1.5,"exclusiveMaximum":12}})"),
     };
     std::mt19937 rng(7);
     std::vector<uint8_t> mask;
