@@ -161,18 +161,61 @@ std::string increment(std::string s) {
     return s;
 }
 
-// The least multiple of 10^-q at or above x (`above`: strictly above).
-Dec grid_ceil(const Dec& x, int q, bool above) {
-    if (x.scale <= q) {
-        if (!above) return x;
-        const std::string m = x.mant == "0" ? "0" : x.mant + std::string(static_cast<size_t>(q - x.scale), '0');
-        return make_dec(increment(m), q);
-    }
-    // x has a nonzero digit past 10^-q (it is normalized): not on the grid.
-    const size_t drop = static_cast<size_t>(x.scale - q);
-    const std::string keep = x.mant.size() > drop ? x.mant.substr(0, x.mant.size() - drop) : "0";
-    return make_dec(increment(keep), q);
+using u128 = unsigned __int128;
+
+u128 pow10(int e) {
+    u128 r = 1;
+    while (e-- > 0) r *= 10;
+    return r;
 }
+
+std::string to_digits(u128 v) {
+    std::string d;
+    do {
+        d.push_back(static_cast<char>('0' + static_cast<int>(v % 10)));
+        v /= 10;
+    } while (v != 0);
+    std::reverse(d.begin(), d.end());
+    return d;
+}
+
+// The sum of a digit string and v.
+std::string add(const std::string& a, u128 v) {
+    const std::string b = to_digits(v);
+    std::string out;
+    int carry = 0;
+    for (size_t i = 0; i < std::max(a.size(), b.size()) || carry; ++i) {
+        const int x =
+            (i < a.size() ? a[a.size() - 1 - i] - '0' : 0) + (i < b.size() ? b[b.size() - 1 - i] - '0' : 0) + carry;
+        out.push_back(static_cast<char>('0' + x % 10));
+        carry = x / 10;
+    }
+    std::reverse(out.begin(), out.end());
+    return out;
+}
+
+// The least multiple of d × 10^-s at or above x (`above`: strictly above).
+Dec step_ceil(const Dec& x, u128 d, int s, bool above) {
+    std::string m;  // x × 10^s, rounded up
+    bool exact = true;
+    if (x.scale <= s) {
+        m = x.mant == "0" ? "0" : x.mant + std::string(static_cast<size_t>(s - x.scale), '0');
+    } else {  // x has a nonzero digit past 10^-s (it is normalized)
+        const size_t drop = static_cast<size_t>(x.scale - s);
+        m = increment(x.mant.size() > drop ? x.mant.substr(0, x.mant.size() - drop) : "0");
+        exact = false;
+    }
+    u128 r = 0;
+    for (char c : m) r = (r * 10 + static_cast<u128>(c - '0')) % d;
+    if (r != 0)
+        m = add(m, d - r);
+    else if (above && exact)
+        m = add(m, d);
+    return make_dec(m, s);
+}
+
+// The least multiple of 10^-q at or above x (`above`: strictly above).
+Dec grid_ceil(const Dec& x, int q, bool above) { return step_ceil(x, 1, q, above); }
 
 // A bound on the magnitude y of a number of known sign.
 struct MagnitudeBound {
@@ -180,33 +223,57 @@ struct MagnitudeBound {
     Dec v;
 };
 
-// The node's bounds as bounds on y = |x| for x of the given sign: x = -y turns [min, max] into [-max, -min].
-void magnitude_bounds(const SchemaNode& n, bool negative, MagnitudeBound* lo, MagnitudeBound* hi) {
+// What a number of known sign is held to, as limits on y = |x|: x = -y turns [min, max] into [-max, -min];
+// multipleOf (step) is the same either way.
+struct NumberLimits {
+    MagnitudeBound lo, hi;
+    bool has_step = false;
+    Dec step;
+};
+
+NumberLimits number_limits(const SchemaNode& n, bool negative) {
     auto convert = [](const SchemaNode::Bound& b, bool flip) {
         MagnitudeBound m{.set = b.set, .exclusive = b.exclusive, .negative = false, .v = make_dec(b.digits, b.scale)};
         m.negative = (b.negative != flip) && m.v.mant != "0";
         return m;
     };
-    *lo = convert(negative ? n.max : n.min, negative);
-    *hi = convert(negative ? n.min : n.max, negative);
+    NumberLimits l;
+    l.lo = convert(negative ? n.max : n.min, negative);
+    l.hi = convert(negative ? n.min : n.max, negative);
+    l.has_step = n.multiple.set;
+    if (l.has_step) l.step = make_dec(n.multiple.digits, n.multiple.scale);
+    return l;
 }
 
-// Whether some multiple of 10^-q in [low, high) lies within the bounds lo / hi (on y >= 0).
-bool grid_point_within(const Dec& low, const Dec& high, int q, const MagnitudeBound& lo, const MagnitudeBound& hi) {
+// Whether some multiple of 10^-q (and of the step) in [low, high) lies within the limits (on y >= 0).
+bool grid_point_within(const Dec& low, const Dec& high, int q, const NumberLimits& l) {
     Dec from = low;
     bool strict = false;
-    if (lo.set && !lo.negative) {
-        if (const int c = compare(lo.v, low); c >= 0) {
-            from = lo.v;
-            strict = lo.exclusive;
+    if (l.lo.set && !l.lo.negative) {
+        if (const int c = compare(l.lo.v, low); c >= 0) {
+            from = l.lo.v;
+            strict = l.lo.exclusive;
         }
     }
-    const Dec g = grid_ceil(from, q, strict);
+    // The points: multiples of d × 10^-s, the least common multiple of 10^-q and the step (the step has at most
+    // kMaxStepDigits digits and decimals, so d < 10^28).
+    u128 d = 1;
+    int s = q;
+    if (l.has_step) {
+        s = std::max(q, l.step.scale);
+        u128 g = pow10(s - q), m = 0;
+        for (char c : l.step.mant) m = m * 10 + static_cast<u128>(c - '0');
+        m *= pow10(s - l.step.scale);
+        u128 a = g, b = m;
+        while (b != 0) a = std::exchange(b, a % b);
+        d = g / a * m;
+    }
+    const Dec g = step_ceil(from, d, s, strict);
     if (compare(g, high) >= 0) return false;
-    if (!hi.set) return true;
-    if (hi.negative) return false;
-    const int c = compare(g, hi.v);
-    return c < 0 || (c == 0 && !hi.exclusive);
+    if (!l.hi.set) return true;
+    if (l.hi.negative) return false;
+    const int c = compare(g, l.hi.v);
+    return c < 0 || (c == 0 && !l.hi.exclusive);
 }
 
 std::string bounded_digits(const JsonFrame& f) {
@@ -217,14 +284,13 @@ std::string bounded_digits(const JsonFrame& f) {
 
 // Whether the integer part `p` (its first digits, not yet ended) can still end inside the bounds with at most
 // `room` more digits.
-bool integer_part_live(const std::string& p, int room, bool integer, const MagnitudeBound& lo,
-                       const MagnitudeBound& hi) {
-    if (p == "0") return grid_point_within(Dec{}, make_dec("1", 0), integer ? 0 : room, lo, hi);
+bool integer_part_live(const std::string& p, int room, bool integer, const NumberLimits& l) {
+    if (p == "0") return grid_point_within(Dec{}, make_dec("1", 0), integer ? 0 : room, l);
     for (int k = 0; k <= room; ++k) {
         const std::string zeros(static_cast<size_t>(k), '0');
-        if (grid_point_within(make_dec(p + zeros, 0), make_dec(increment(p) + zeros, 0), integer ? 0 : room - k, lo,
-                              hi))
-            return true;
+        const Dec low = make_dec(p + zeros, 0);
+        if (grid_point_within(low, make_dec(increment(p) + zeros, 0), integer ? 0 : room - k, l)) return true;
+        if (l.hi.set && (l.hi.negative || compare(low, l.hi.v) > 0)) return false;  // longer ones are larger still
     }
     return false;
 }
@@ -232,23 +298,22 @@ bool integer_part_live(const std::string& p, int room, bool integer, const Magni
 // Whether the bounded number begun in `f` (its phase and digits up to date) can still end inside its node's bounds.
 bool bounded_number_live(const SchemaNode& n, const JsonFrame& f) {
     const bool integer = n.kind == SchemaNode::Kind::kInteger;
-    MagnitudeBound lo, hi;
-    magnitude_bounds(n, f.aux != 0, &lo, &hi);
+    const NumberLimits l = number_limits(n, f.aux != 0);
     const std::string digits = bounded_digits(f);
     const int room = kMaxBoundedDigits - f.esc;
     switch (f.phase) {
         case kMinus:  // no digit yet
             if (room < 1) return false;
             for (char d = '0'; d <= '9'; ++d)
-                if (integer_part_live(std::string(1, d), room - 1, integer, lo, hi)) return true;
+                if (integer_part_live(std::string(1, d), room - 1, integer, l)) return true;
             return false;
         case kZero:
-        case kInt: return integer_part_live(digits, room, integer, lo, hi);
+        case kInt: return integer_part_live(digits, room, integer, l);
         case kDot:
         case kFrac: {
             const int frac = f.esc - f.pending;
             if (frac == 0 && room == 0) return false;  // a '.' needs a digit
-            return grid_point_within(make_dec(digits, frac), make_dec(increment(digits), frac), frac + room, lo, hi);
+            return grid_point_within(make_dec(digits, frac), make_dec(increment(digits), frac), frac + room, l);
         }
         default: return false;
     }
@@ -258,11 +323,9 @@ bool bounded_number_live(const SchemaNode& n, const JsonFrame& f) {
 bool number_may_end(const SchemaNode& n, const JsonFrame& f) {
     if (!number_terminal(f.phase)) return false;
     if (!n.bounded()) return true;
-    MagnitudeBound lo, hi;
-    magnitude_bounds(n, f.aux != 0, &lo, &hi);
     const int scale = f.phase == kFrac ? f.esc - f.pending : 0;
     const Dec v = make_dec(bounded_digits(f), scale);
-    return grid_point_within(v, grid_ceil(v, v.scale, true), v.scale, lo, hi);
+    return grid_point_within(v, grid_ceil(v, v.scale, true), v.scale, number_limits(n, f.aux != 0));
 }
 
 // A digit, '.' or '-' read into a bounded number's frame (its phase already advanced); false when the number can
@@ -362,7 +425,6 @@ public:
         }
         if (!s.is_object()) return fail(ptr, "must be an object or a boolean");
         for (const char* k : {"patternProperties",
-                              "multipleOf",
                               "uniqueItems",
                               "not",
                               "if",
@@ -396,7 +458,7 @@ public:
                             "is supported on a schema of type string (without enum, const, anyOf, "
                             "oneOf, allOf or $ref beside it)");
         }
-        for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+        for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
             if (!s.contains(k)) continue;  // held only where the value is a number (typed below)
             const auto t = s.find("type");
             auto numeric = [](const Json& name) { return name == "number" || name == "integer"; };
@@ -551,6 +613,14 @@ private:
             RETURN_IF_ERROR(number_bound(*e, ptr + "/" + ex_key, true, &ex));
             const int c = side.set ? compare_bounds(ex, side) : (lower ? 1 : -1);
             if (c == 0 || (lower ? c > 0 : c < 0)) side = std::move(ex);  // equal: the exclusive one is tighter
+        }
+        if (const auto m = s.find("multipleOf"); m != s.end()) {
+            RETURN_IF_ERROR(number_bound(*m, ptr + "/multipleOf", false, &n->multiple));
+            const Dec step = make_dec(n->multiple.digits, n->multiple.scale);
+            if (n->multiple.negative || step.mant == "0") return fail(ptr + "/multipleOf", "must be above 0");
+            if (static_cast<int>(step.mant.size()) > kMaxStepDigits || step.scale > kMaxStepDigits)
+                return fail(ptr + "/multipleOf", "with more than " + std::to_string(kMaxStepDigits) +
+                                                     " significant digits or decimal places is not supported");
         }
         return ok_status();
     }
@@ -811,7 +881,7 @@ private:
                 any = any || bounded_number_live(n, probe);
                 if (!any)
                     return fail(ptr, "admits no " + type + " of at most " + std::to_string(kMaxBoundedDigits) +
-                                         " digits within its minimum / maximum");
+                                         " digits within its minimum / maximum / multipleOf");
             }
         } else if (type == "boolean") {
             return g_->bool_;

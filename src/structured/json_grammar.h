@@ -18,11 +18,11 @@
 // such a string spells characters directly or by the short escapes, not by \u); `format` date, time,
 // date-time, email, uuid, ipv4 and hostname the same way (as patterns; another format, or one beside
 // min/maxLength or pattern, is an annotation). Annotations (title, description, default, examples, ...) are
-// ignored. minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers, or draft 4's booleans) on a schema of
-// type number or integer: exact decimal bounds; such a number is written without an exponent, in at most
-// kMaxBoundedDigits digits, and only digits that can still end inside the bounds are offered. Validation keywords
-// the matcher cannot enforce (multipleOf, uniqueItems, not, if, ...) are refused with an error naming them, rather
-// than ignored.
+// ignored. minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers, or draft 4's booleans) and multipleOf
+// (at most kMaxStepDigits significant digits and decimals) on a schema of type number or integer: exact decimals;
+// such a number is written without an exponent, in at most kMaxBoundedDigits digits, and only digits that can still
+// end inside the bounds, on a multiple, are offered. Validation keywords the matcher cannot enforce (uniqueItems,
+// not, if, ...) are refused with an error naming them, rather than ignored.
 //
 // Bounds that keep generation finite: a run of whitespace is at most kMaxWhitespaceRun bytes, a
 // number at most kMaxNumberBytes (exponents of at most kMaxExponentDigits digits), nesting at most
@@ -53,7 +53,8 @@ inline constexpr int kMaxNodes = 20000;         // compiled schema size
 inline constexpr int kMaxExponentDigits = 2;    // 1e99 at most: parsers' doubles overflow past 1e308
 inline constexpr int kMaxNamedProperties = 64;  // per object (a 64-bit candidate set)
 inline constexpr int kMaxEnumValues = 64;
-inline constexpr int kMaxBoundedDigits = 16;  // digits of a number held to minimum / maximum
+inline constexpr int kMaxBoundedDigits = 16;  // digits of a number held to minimum / maximum / multipleOf
+inline constexpr int kMaxStepDigits = 12;     // multipleOf: significant digits, and decimal places
 
 class RegexGrammar;  // structured/regex_grammar.h
 
@@ -82,7 +83,8 @@ struct SchemaNode {
         int scale = 0;
     };
     Bound min, max;
-    bool bounded() const { return min.set || max.set; }
+    Bound multiple;  // multipleOf: positive
+    bool bounded() const { return min.set || max.set || multiple.set; }
     // kLiteral: compact JSON texts, one of which must be produced exactly
     std::vector<std::string> literals;
     // kUnion

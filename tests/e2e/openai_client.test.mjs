@@ -301,7 +301,7 @@ describe('chat.completions', () => {
     }
     await expectApiError(client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'x' }],
       max_tokens: 8, response_format: { type: 'json_schema', json_schema: { name: 'p',
-        schema: { type: 'integer', multipleOf: 2 } } } }), 400, 'response_format.json_schema.schema');
+        schema: { type: 'array', uniqueItems: true } } } }), 400, 'response_format.json_schema.schema');
   });
 
   test('logprobs and reasoning_effort', async () => {

@@ -177,7 +177,7 @@ TEST_F(GenerationOutputTest, StrictFunctionsConstrainTheirCalls) {
     EXPECT_NE(server_.engine.last_request().constraint, nullptr);
     Json err = expect_error(server_.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],
         "tools":[{"type":"function","function":{"name":"f","strict":true,
-        "parameters":{"type":"object","properties":{"n":{"type":"integer","multipleOf":2}}}}}]})"),
+        "parameters":{"type":"object","properties":{"n":{"type":"array","uniqueItems":true}}}}}]})"),
                             400);
     EXPECT_EQ(err["param"], "tools[0].function.parameters") << err.dump();
     err = expect_error(server_.post("/v1/responses", R"({"input":"x","tools":[{"type":"function","name":"f",

@@ -166,7 +166,12 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
         {R"({"type":"string","pattern":"^\u0001$"})", "/pattern"},
         {R"({"type":"string","pattern":7})", "/pattern"},
         {R"({"$defs":{"s":{"type":"string"}},"type":"string","$ref":"#/$defs/s","pattern":"a"})", "/pattern"},
-        {R"({"type":"integer","multipleOf":2})", "/multipleOf"},
+        {R"({"type":"array","uniqueItems":true})", "/uniqueItems"},
+        {R"({"multipleOf":2})", "/multipleOf"},
+        {R"({"type":"number","multipleOf":0})", "/multipleOf"},
+        {R"({"type":"number","multipleOf":-2})", "/multipleOf"},
+        {R"({"type":"number","multipleOf":1.0000000000001})", "/multipleOf"},
+        {R"({"type":"integer","multipleOf":5,"minimum":1,"maximum":4})", "admits no integer"},
         {R"({"minimum":0})", "/minimum"},
         {R"({"type":"string","maximum":3})", "/maximum"},
         {R"({"type":"integer","enum":[1,2],"minimum":0})", "/minimum"},
@@ -220,6 +225,7 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
         const char* bounds;
         std::optional<int64_t> lo, hi;  // micro-units
         bool lo_ex, hi_ex;
+        std::optional<int64_t> step = std::nullopt;  // multipleOf, micro-units
     };
     const Case cases[] = {
         {R"("minimum":0)", 0, std::nullopt, false, false},
@@ -235,6 +241,12 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
         {R"("minimum":0.001,"maximum":-0.0,"exclusiveMaximum":0.01)", 1000, 0, false, false},  // maximum -0 wins
         {R"("exclusiveMinimum":3,"minimum":3)", 3000000, std::nullopt, true, false},
         {R"("maximum":1e2,"minimum":-2.5e-1)", -250000, 100000000, false, false},
+        {R"("multipleOf":0.25,"minimum":-1,"maximum":3)", -1000000, 3000000, false, false, 250000},
+        {R"("multipleOf":3)", std::nullopt, std::nullopt, false, false, 3000000},
+        {R"("multipleOf":7,"exclusiveMinimum":14,"maximum":100)", 14000000, 100000000, true, false, 7000000},
+        {R"("multipleOf":0.01)", std::nullopt, std::nullopt, false, false, 10000},
+        {R"("multipleOf":0.5,"exclusiveMaximum":2)", std::nullopt, 2000000, false, true, 500000},
+        {R"("multipleOf":1.5,"minimum":-3)", -3000000, std::nullopt, false, false, 1500000},
     };
     const std::string alphabet = "0123456789.-";
     std::mt19937 rng(3);
@@ -248,7 +260,7 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
                 if (!v || (integer && s.find('.') != std::string::npos)) return false;
                 if (c.lo && (*v < *c.lo * 100 || (c.lo_ex && *v == *c.lo * 100))) return false;
                 if (c.hi && (*v > *c.hi * 100 || (c.hi_ex && *v == *c.hi * 100))) return false;
-                return true;
+                return !c.step || *v % (*c.step * 100) == 0;
             };
             if (!compiled.ok()) {  // only where nothing fits (the 0.001..0 case)
                 EXPECT_TRUE(c.lo && c.hi && *c.lo > *c.hi) << schema << ": " << compiled.status().to_string();
@@ -280,7 +292,7 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
             }
             EXPECT_GT(yes, 0) << schema;
             // Random walks over the allowed bytes never strand: each ends inside the bounds.
-            for (int walk = 0; walk < 200; ++walk) {
+            for (int walk = 0; walk < 60; ++walk) {
                 JsonMatcher m(g);
                 std::string out;
                 for (int step = 0;; ++step) {
@@ -582,7 +594,7 @@ TEST(JsonGrammarO200k, BoundedNumbersUnderTheMask) {
     (*so)->trie();
     auto g = compile(R"({"type":"object","properties":{
         "xs":{"type":"array","items":{"type":"number","minimum":-2.5,"exclusiveMaximum":1000},"maxItems":6},
-        "n":{"type":"integer","minimum":18,"maximum":120}},"required":["xs","n"]})");
+        "n":{"type":"integer","minimum":18,"maximum":120,"multipleOf":3}},"required":["xs","n"]})");
     ASSERT_TRUE(g);
     const std::vector<std::string>& bytes = (*so)->token_bytes();
     const int32_t ret = (*so)->ids().ret;
@@ -604,7 +616,8 @@ TEST(JsonGrammarO200k, BoundedNumbersUnderTheMask) {
             if (pick == ret) {
                 const Json j = Json::parse(out);
                 for (const Json& x : j["xs"]) EXPECT_TRUE(x.get<double>() >= -2.5 && x.get<double>() < 1000) << out;
-                EXPECT_TRUE(j["n"].get<int64_t>() >= 18 && j["n"].get<int64_t>() <= 120) << out;
+                const int64_t n = j["n"].get<int64_t>();
+                EXPECT_TRUE(n >= 18 && n <= 120 && n % 3 == 0) << out;
                 ++done;
                 break;
             }
