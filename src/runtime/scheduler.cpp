@@ -86,9 +86,10 @@ SchedulerOutput Scheduler::schedule() {
 
     for (; i < running_.size(); ++i) running_[i]->drop_drafts();  // not scheduled this step
 
-    // 2. Waiting sequences, FCFS (passing over those that wait for a shared prefix).
+    // 2. Waiting sequences, FCFS (passing over those that wait for a shared prefix; their places among max_num_seqs
+    // are kept for them).
     for (size_t w = 0; out.preempted.empty() && w < waiting_.size() && budget > 0 &&
-                       static_cast<int>(running_.size()) < config_.max_num_seqs;) {
+                       static_cast<int>(running_.size() + w) < config_.max_num_seqs;) {
         Sequence* s = waiting_[w];
         if (s->score_prompt && scored == 0) break;
         // match_prefix also extends the block hashes the prefix index needs later.
@@ -121,6 +122,7 @@ bool Scheduler::waits_for_shared_prefix(const Sequence& seq, int matched) const 
     const int bs = kv_->block_size();
     const size_t k = static_cast<size_t>(matched / bs);  // the first block seq would compute
     for (const Sequence* r : running_) {
+        if (r->score_prompt) continue;  // it computes max_scored_tokens a step: seq would wait long
         // Blocks k.. that r shares with seq (a block's hash covers its whole prefix, so they run on from k).
         size_t j = k;
         while (j < seq.block_hashes.size() && j < r->block_hashes.size() && seq.block_hashes[j] == r->block_hashes[j])

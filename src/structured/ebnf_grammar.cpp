@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -521,9 +522,9 @@ bool lark_is_terminal(std::string_view name) {
     return i != std::string_view::npos && std::isupper(static_cast<unsigned char>(name[i]));
 }
 
-// A Lark string's body (between its quotes) as characters, its escapes read as Python's string literals read
-// them (an unknown escape keeps its backslash).
-Status lark_string(std::string_view body, std::vector<uint32_t>* out) {
+// A Lark string's body (between its `quote`s) as characters, its escapes read as Lark reads them: \n \f \t \r \xHH
+// \uHHHH \UHHHHHHHH, \\ and the escaped quote; any other escape keeps its backslash (Lark's "\b" is two characters).
+Status lark_string(std::string_view body, char quote, std::vector<uint32_t>* out) {
     for (size_t i = 0; i < body.size();) {
         uint32_t cp = 0;
         if (body[i] != '\\' || i + 1 >= body.size()) {
@@ -538,13 +539,7 @@ Status lark_string(std::string_view body, std::vector<uint32_t>* out) {
             case 'r': out->push_back('\r'); break;
             case 't': out->push_back('\t'); break;
             case 'f': out->push_back('\f'); break;
-            case 'v': out->push_back('\v'); break;
-            case 'a': out->push_back('\a'); break;
-            case 'b': out->push_back('\b'); break;
-            case '0': out->push_back(0); break;
-            case '\\':
-            case '"':
-            case '\'': out->push_back(static_cast<uint8_t>(e)); break;
+            case '\\': out->push_back('\\'); break;
             case 'x':
             case 'u':
             case 'U':
@@ -553,12 +548,20 @@ Status lark_string(std::string_view body, std::vector<uint32_t>* out) {
                 out->push_back(cp);
                 break;
             default:
-                out->push_back('\\');
+                if (e != quote) out->push_back('\\');
                 i -= 1;  // the character after the backslash is read as itself
                 break;
         }
     }
     return ok_status();
+}
+
+constexpr int kMaxLarkRegexDepth = 60;
+
+int node_depth(const Node& n) {
+    int d = 0;
+    for (const NodePtr& k : n.kids) d = std::max(d, node_depth(*k));
+    return d + 1;
 }
 
 struct LarkContext {
@@ -585,7 +588,7 @@ StatusOr<std::string> lark_expansion(std::string_view e, size_t line, const Lark
         for (; j < e.size() && e[j] != q; ++j)
             if (e[j] == '\\') ++j;
         if (j >= e.size()) return error("an unterminated string");
-        if (Status s = lark_string(e.substr(*i + 1, j - *i - 1), cps); !s.ok()) return error(s.message());
+        if (Status s = lark_string(e.substr(*i + 1, j - *i - 1), q, cps); !s.ok()) return error(s.message());
         *i = j + 1;
         return ok_status();
     };
@@ -623,17 +626,21 @@ StatusOr<std::string> lark_expansion(std::string_view e, size_t line, const Lark
             if (j >= e.size()) return error("an unterminated regular expression");
             const std::string_view pattern = e.substr(i + 1, j - i - 1);
             RegexFlags flags;
-            for (i = j + 1; i < e.size() && std::isalpha(static_cast<unsigned char>(e[i])); ++i) {
+            for (i = j + 1; i < e.size() && std::strchr("imslux", e[i]) != nullptr; ++i) {  // Lark's flags
                 if (e[i] == 'i')
                     flags.ignore_case = true;
                 else if (e[i] == 's')
                     flags.dot_all = true;
-                else if (e[i] != 'm' && e[i] != 'u')
+                else if (e[i] == 'l' || e[i] == 'x')
                     return error(std::string("the regular-expression flag '") + e[i] +
                                  "' is not supported (i, s, m, u are)");
             }
             StatusOr<NodePtr> ast = parse_regex(pattern, flags);
             if (!ast.ok()) return error("/" + std::string(pattern) + "/: " + ast.status().message());
+            // (each level may print as a group: keep well inside the GBNF parser's nesting bound)
+            if (node_depth(**ast) > kMaxLarkRegexDepth)
+                return error("/" + std::string(pattern) + "/ is nested too deeply (over " +
+                             std::to_string(kMaxLarkRegexDepth) + " levels)");
             terminal(to_gbnf(**ast));
         } else if (c == '[') {
             out += '(';

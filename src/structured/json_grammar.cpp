@@ -514,10 +514,13 @@ public:
                     if (std::find(seen.begin(), seen.end(), (*t)[i].get<std::string>()) != seen.end())
                         return fail(ptr + "/type/" + std::to_string(i), "repeats a type");
                     seen.push_back((*t)[i].get<std::string>());
-                    StatusOr<int> o = typed(s, (*t)[i].get<std::string>(), ptr, depth);
+                    bool admits_none = false;  // (a numeric type empty within the bounds is dropped)
+                    StatusOr<int> o = typed(s, (*t)[i].get<std::string>(), ptr, depth, &admits_none);
                     if (!o.ok()) return o.status();
-                    add_option(&u, *o);
+                    if (!admits_none) add_option(&u, *o);
                 }
+                if (u.options.empty())
+                    return fail(ptr, "admits no value: no type of the list has a number within its bounds");
                 node = g_->add(std::move(u));
             } else {
                 return fail(ptr + "/type", "must be a type name or a non-empty array of them");
@@ -781,7 +784,10 @@ private:
         return 0;
     }
 
-    StatusOr<int> typed(const Json& s, const std::string& type, const std::string& ptr, int depth) {
+    // `admits_none` (a type among several): a number or integer type that no value within its bounds fits sets it and
+    // returns -1 instead of failing.
+    StatusOr<int> typed(const Json& s, const std::string& type, const std::string& ptr, int depth,
+                        bool* admits_none = nullptr) {
         SchemaNode n;
         if (type == "object") {
             n.kind = SchemaNode::Kind::kObject;
@@ -879,6 +885,10 @@ private:
                 bool any = bounded_number_live(n, probe);
                 probe.aux = 1;
                 any = any || bounded_number_live(n, probe);
+                if (!any && admits_none != nullptr) {
+                    *admits_none = true;
+                    return -1;
+                }
                 if (!any)
                     return fail(ptr, "admits no " + type + " of at most " + std::to_string(kMaxBoundedDigits) +
                                          " digits within its minimum / maximum / multipleOf");

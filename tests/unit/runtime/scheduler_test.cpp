@@ -250,6 +250,48 @@ TEST(SchedulerTest, SharedPrefixWaitsForTheFirstCopy) {
     }
 }
 
+// A sequence waiting for a shared prefix keeps its place among max_num_seqs (a later request does not take it and hold
+// it for a whole generation); nobody waits for a sequence that scores its prompt (it computes max_scored_tokens a
+// step).
+TEST(SchedulerTest, SharedPrefixWaitKeepsItsSlotAndSkipsScoredPrompts) {
+    std::vector<int32_t> prompt(40);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i);
+    {
+        KvCacheManager kv(4, 0, {100, 100}, true);
+        Scheduler sched(
+            SchedulerConfig{.max_num_seqs = 2, .max_num_batched_tokens = 100, .min_shared_prefix_tokens = 8}, &kv);
+        auto a = make_seq(1, prompt), b = make_seq(2, prompt), c = make_seq(3, std::vector<int32_t>(6, 77));
+        for (Sequence* q : {a.get(), b.get(), c.get()}) sched.add(q);
+        SchedulerOutput o = sched.schedule();
+        ASSERT_EQ(o.seqs.size(), 1u);  // a; b waits for a's blocks and keeps the second place from c
+        EXPECT_EQ(o.seqs[0].seq, a.get());
+        sched.on_step_done(o);
+        a->tokens.push_back(1);
+        o = sched.schedule();
+        ASSERT_EQ(o.seqs.size(), 2u);
+        EXPECT_EQ(o.seqs[1].seq, b.get());
+        EXPECT_EQ(o.seqs[1].start_pos, 36);
+        for (Sequence* q : {a.get(), b.get(), c.get()}) sched.remove(q);
+    }
+    {
+        KvCacheManager kv(4, 0, {100, 100}, true);
+        Scheduler sched(SchedulerConfig{.max_num_seqs = 4,
+                                        .max_num_batched_tokens = 100,
+                                        .max_scored_tokens = 8,
+                                        .min_shared_prefix_tokens = 8},
+                        &kv);
+        auto a = make_seq(1, prompt), b = make_seq(2, prompt);
+        a->score_prompt = true;
+        for (Sequence* q : {a.get(), b.get()}) sched.add(q);
+        SchedulerOutput o = sched.schedule();
+        ASSERT_EQ(o.seqs.size(), 2u);  // b computes its own prompt beside the scoring a
+        EXPECT_EQ(o.seqs[0].num_new_tokens, 8);
+        EXPECT_EQ(o.seqs[1].seq, b.get());
+        EXPECT_EQ(sched.num_shared_prefix_waits(), 0);
+        for (Sequence* q : {a.get(), b.get()}) sched.remove(q);
+    }
+}
+
 TEST(SchedulerTest, WithoutPrefixCachingOrSlidingLayers) {
     SchedulerConfig cfg{.max_num_seqs = 4, .max_num_batched_tokens = 16};
     SimResult r = simulate(8, 0, {30, 30}, false, cfg, 3, 30, true);

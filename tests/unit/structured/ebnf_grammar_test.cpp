@@ -301,7 +301,7 @@ DIGIT: "0".."9"
     auto q = compile(*quotes);
     ASSERT_TRUE(q) << *quotes;
     EXPECT_TRUE(matches(*q, "say \"hi\""));
-    EXPECT_TRUE(matches(*q, "it'sxx"));
+    EXPECT_TRUE(matches(*q, "it\\'sxx"));  // (Lark keeps the backslash of \' in a "string")
     const std::pair<const char*, const char*> bad[] = {
         {"start: /[a-z]+/x", "line 1: the regular-expression flag 'x'"},
         {"start: /a(/", "line 1: /a(/: the pattern at offset 2"},
@@ -374,6 +374,37 @@ TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
     ASSERT_TRUE(cs);
     EXPECT_TRUE(matches(*cs, "abAé\n"));
     EXPECT_FALSE(matches(*cs, "ABAé\n"));
+    // Escapes as Lark reads them: \n \f \t \r \x \u \U, \\ and the quote; others keep their backslash.
+    auto esc = compile(*EbnfGrammar::lark_to_gbnf(R"L(start: "\b" "\\" "a\"b" 'it\'s' "\'" "\t")L"));
+    ASSERT_TRUE(esc);
+    EXPECT_TRUE(matches(*esc, "\\b\\a\"bit's\\'\t"));
+    EXPECT_FALSE(matches(*esc, "\b\\a\"bit's\\'\t"));
+    // A regex's flags are Lark's letters only: /b/iB is /b/i then the terminal B.
+    auto flags = compile(*EbnfGrammar::lark_to_gbnf("start: /b/iB\nB: \"c\""));
+    ASSERT_TRUE(flags);
+    EXPECT_TRUE(matches(*flags, "Bc"));
+    EXPECT_FALSE(matches(*flags, "BC"));
+    // Nesting the GBNF parser could not take back is refused at the Lark line.
+    std::string deep = "start: /";
+    for (int k = 0; k < 70; ++k) deep += "(?:b";
+    deep += "c";
+    for (int k = 0; k < 70; ++k) deep += "|d)";
+    deep += "/";
+    auto d = EbnfGrammar::lark_to_gbnf(deep);
+    ASSERT_FALSE(d.ok());
+    EXPECT_NE(d.status().message().find("line 1: /"), std::string::npos) << d.status().message();
+    EXPECT_NE(d.status().message().find("nested too deeply"), std::string::npos) << d.status().message();
+    std::string ok_depth = "start: /";
+    for (int k = 0; k < 25; ++k) ok_depth += "(?:b";
+    ok_depth += "c";
+    for (int k = 0; k < 25; ++k) ok_depth += "|d)";
+    ok_depth += "/";
+    auto od = EbnfGrammar::lark_to_gbnf(ok_depth);
+    ASSERT_TRUE(od.ok()) << od.status().to_string();
+    auto odg = compile(*od);
+    ASSERT_TRUE(odg);
+    EXPECT_TRUE(matches(*odg, std::string(25, 'b') + "c"));
+    EXPECT_TRUE(matches(*odg, "bbd"));
 }
 
 // Lark's ESCAPED_STRING is /".*?(?<!\\)(\\\\)*?"/: a quote, then text up to the first quote not escaped by an

@@ -314,6 +314,13 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
             }
         }
     }
+    // A type list keeps the types that have a value within the bounds.
+    auto mixed = compile(R"({"type":["integer","number","null"],"minimum":0.1,"maximum":0.9})");
+    ASSERT_TRUE(mixed);
+    EXPECT_TRUE(complete(*mixed, "0.5"));
+    EXPECT_TRUE(complete(*mixed, "null"));
+    EXPECT_FALSE(complete(*mixed, "1"));
+    EXPECT_FALSE(JsonGrammar::compile(Json::parse(R"({"type":["integer"],"minimum":0.1,"maximum":0.9})")).ok());
     // Inside a document, with other values after the number; no exponent under bounds.
     auto age = compile(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},
                            "score":{"type":["number","null"],"exclusiveMinimum":0,"maximum":1}},"required":["age"]})");
