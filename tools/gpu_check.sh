@@ -185,6 +185,33 @@ for ov, kind, t in rows:
 PY
 }
 
+# shared_prefix_timing <name>: session 50's scheduler change (a waiting request whose next prompt blocks a running
+# request is computing waits for them in the prefix cache; GPTOSS_SHARED_PREFIX_WAIT=0 turns it off) on a served
+# random gpt-oss-20b with --fp8: completions of a ~2,000-token prompt (new words each time, so no earlier request's
+# blocks help) with n = 1 and n = 4, 16 tokens each, three times per setting; prints seconds a request.
+shared_prefix_timing() {
+  local name=$1 port=8394 wait pid n t body
+  [ -f .device_pack/tokenizer.json.gz ] || { echo "$name: no tokenizer in .device_pack"; return; }
+  gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json"
+  [ -d "$WORK/m20" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/m20" --seed 4 > "$OUT/${name}_init.log" 2>&1
+  : > "$OUT/${name}_times.txt"
+  for wait in 256 0; do
+    GPTOSS_SHARED_PREFIX_WAIT=$wait $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $port \
+      --tokenizer "$WORK/tokenizer.json" > "$OUT/${name}_serve_w$wait.log" 2>&1 &
+    pid=$!
+    wait_health $port $pid
+    echo "$name wait=$wait: /health $code after ~$((i / 2)) s"
+    for n in 1 4 1 4 1 4; do
+      body=$(python3 -c "import json,random; print(json.dumps({'model':'m','prompt':' '.join('w%d' % random.randrange(10**6) for _ in range(700)),'max_tokens':16,'ignore_eos':True,'n':$n,'temperature':1}))")
+      curl -s -m 120 -o "$OUT/${name}_last.json" -w "$wait $n %{time_total}\n" http://127.0.0.1:$port/v1/completions \
+        -H 'Content-Type: application/json' -d "$body" >> "$OUT/${name}_times.txt"
+    done
+    kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  done
+  echo "wait n s/request"
+  cat "$OUT/${name}_times.txt"
+}
+
 # wait_health <port> <pid>: polls /health until 200 (at most 200 s) or the server exits; sets `code` and `i`.
 wait_health() {
   for i in $(seq 1 400); do
@@ -2698,6 +2725,14 @@ PY
         ktrace_row s45a_ktrace_20b_tail3 20b GPTOSS_QKV_ATTN_TAIL=3
         gzip -f "$OUT"/s45a_ktrace_*.csv
       fi
+      ;;
+    shared_prefix)
+      # Session 50 (no device that session): the engine tests after the scheduler's shared-prefix wait, the serve
+      # check, and n = 4 completions with and without the wait (see shared_prefix_timing).
+      serve_check shared_prefix_serve
+      tests_row shared_prefix_tests 'CudaEngine.*:CudaModel.Fp8*'
+      shared_prefix_timing shared_prefix_20b
+      decode_row shared_prefix_20b_b1 20b 1
       ;;
     mask_overlap)
       # Session 49: structured-output masks beside the forward and masked draws on the device (see mask_timing),
