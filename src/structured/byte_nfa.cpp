@@ -93,25 +93,53 @@ NodePtr make_literal(std::string_view s) {
 }
 
 Ranges with_other_case(const Ranges& r) {
-    // Upper-case letters [lo, hi] and the distance to their lower case.
+    // Upper-case letters [lo, hi] and the distance to their lower case (single letters too: the other forms of s, k,
+    // å, μ and ß that Python's case-insensitive matching pairs with them).
     struct Pair {
         uint32_t lo, hi;
         int32_t delta;
     };
     static constexpr Pair kPairs[] = {
-        {0x41, 0x5A, 32},   {0xC0, 0xD6, 32},   {0xD8, 0xDE, 32},   {0x178, 0x178, -121},  // Latin: A-Z, À-Þ, Ÿ-ÿ
-        {0x391, 0x3A1, 32}, {0x3A3, 0x3AB, 32}, {0x3A3, 0x3A3, 31},                        // Greek, Σ-ς
-        {0x400, 0x40F, 80}, {0x410, 0x42F, 32},                                            // Cyrillic
+        {0x41, 0x5A, 32},
+        {0xC0, 0xD6, 32},
+        {0xD8, 0xDE, 32},
+        {0x178, 0x178, -121},  // A-Z, À-Þ, Ÿ-ÿ
+        {0x17F, 0x17F, 0x73 - 0x17F},
+        {0x212A, 0x212A, 0x6B - 0x212A},
+        {0x212B, 0x212B, 0xE5 - 0x212B},  // ſ-s, K-k, Å-å
+        {0x1E9E, 0x1E9E, 0xDF - 0x1E9E},
+        {0xB5, 0xB5, 0x3BC - 0xB5},  // ẞ-ß, µ-μ
+        {0x386, 0x386, 38},
+        {0x388, 0x38A, 37},
+        {0x38C, 0x38C, 64},
+        {0x38E, 0x38F, 63},  // Greek, accented
+        {0x391, 0x3A1, 32},
+        {0x3A3, 0x3AB, 32},
+        {0x3A3, 0x3A3, 31},  // Greek, Σ-ς
+        {0x400, 0x40F, 80},
+        {0x410, 0x42F, 32},  // Cyrillic
+        {0x531, 0x556, 48},  // Armenian
+    };
+    // Blocks of alternating pairs: upper lo, lower lo + 1, upper lo + 2, ... up to hi.
+    struct Alternating {
+        uint32_t lo, hi;
+    };
+    static constexpr Alternating kAlternating[] = {
+        {0x100, 0x12F},   {0x132, 0x137},   {0x139, 0x148}, {0x14A, 0x177}, {0x179, 0x17E},  // Latin Extended-A
+        {0x1CD, 0x1DC},   {0x1DE, 0x1EF},   {0x1F8, 0x21F}, {0x222, 0x233},                  // Latin Extended-B
+        {0x3E2, 0x3EF},                                                                      // Coptic in Greek
+        {0x460, 0x481},   {0x48A, 0x4BF},   {0x4C1, 0x4CE}, {0x4D0, 0x52F},                  // Cyrillic
+        {0x1E00, 0x1E95}, {0x1EA0, 0x1EFF},  // Latin Extended Additional
     };
     auto shifted = [](uint32_t a, uint32_t b, int32_t d) {
         return std::pair<uint32_t, uint32_t>{static_cast<uint32_t>(static_cast<int64_t>(a) + d),
                                              static_cast<uint32_t>(static_cast<int64_t>(b) + d)};
     };
     Ranges out = normalize(r);
-    // Twice, so that letters with three forms (σ ς Σ) reach each other.
+    // Twice, so that letters with three forms (σ ς Σ, k K K) reach each other.
     for (int pass = 0; pass < 2; ++pass) {
         Ranges add;
-        for (const auto& [lo, hi] : out)
+        for (const auto& [lo, hi] : out) {
             for (const Pair& p : kPairs) {
                 const auto [llo, lhi] = shifted(p.lo, p.hi, p.delta);
                 if (const uint32_t a = std::max(lo, p.lo), b = std::min(hi, p.hi); a <= b)
@@ -119,6 +147,12 @@ Ranges with_other_case(const Ranges& r) {
                 if (const uint32_t a = std::max(lo, llo), b = std::min(hi, lhi); a <= b)
                     add.push_back(shifted(a, b, -p.delta));
             }
+            for (const Alternating& p : kAlternating)
+                for (uint32_t c = std::max(lo, p.lo), end = std::min(hi, p.hi); c <= end && c <= p.hi; ++c) {
+                    const uint32_t other = (c - p.lo) % 2 == 0 ? c + 1 : c - 1;
+                    add.push_back({other, other});
+                }
+        }
         out.insert(out.end(), add.begin(), add.end());
         out = normalize(std::move(out));
     }

@@ -370,6 +370,12 @@ TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
     EXPECT_TRUE(matches(*ci, "SELECT Éςж"));
     EXPECT_FALSE(matches(*ci, "SELECT e\xcf\x83ж"));  // e is not é
     EXPECT_FALSE(matches(*ci, "SELECt  éσж"));
+    // More scripts' pairs: Latin Extended-A (alternating), Vietnamese, Armenian, accented Greek, Kelvin and long s.
+    auto more = compile(*EbnfGrammar::lark_to_gbnf("start: \"łódź\"i \" \" \"Ếա\"i \" \" \"ά\"i /k/i \"s\"i"));
+    ASSERT_TRUE(more);
+    EXPECT_TRUE(matches(*more, "ŁÓDŹ ếԱ Ά\u212A\u017F"));
+    EXPECT_TRUE(matches(*more, "łóDź ẾԱ άKS"));
+    EXPECT_FALSE(matches(*more, "LODZ ếա άks"));
     auto cs = compile(*EbnfGrammar::lark_to_gbnf("start: \"ab\" \"\\x41\\u00e9\\n\""));
     ASSERT_TRUE(cs);
     EXPECT_TRUE(matches(*cs, "abAé\n"));
