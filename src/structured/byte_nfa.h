@@ -44,8 +44,8 @@ NodePtr make_set(Ranges r);
 // The UTF-8 text `s` (valid) as a concatenation of one-character sets.
 NodePtr make_literal(std::string_view s);
 
-// The set with each letter's other case added (a case-insensitive match: ASCII, Latin-1, Greek and Cyrillic
-// letters; other scripts' cases are not paired).
+// The set with each letter's other case added (a case-insensitive match: Latin, Greek, Cyrillic and Armenian
+// letters with one-to-one pairs, and Python's extra forms of s, k, å, μ, ß; other scripts are not paired).
 Ranges with_other_case(const Ranges& r);
 
 // Python's regular-expression flags that change a pattern's language.
