@@ -424,26 +424,10 @@ public:
             return fail(ptr, "is the schema false, which no value matches");
         }
         if (!s.is_object()) return fail(ptr, "must be an object or a boolean");
-        for (const char* k : {"patternProperties",
-                              "uniqueItems",
-                              "not",
-                              "if",
-                              "then",
-                              "else",
-                              "dependentRequired",
-                              "dependentSchemas",
-                              "dependencies",
-                              "propertyNames",
-                              "contains",
-                              "minContains",
-                              "maxContains",
-                              "minProperties",
-                              "maxProperties",
-                              "unevaluatedItems",
-                              "unevaluatedProperties",
-                              "additionalItems",
-                              "$dynamicRef",
-                              "$recursiveRef"}) {
+        for (const char* k :
+             {"patternProperties", "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+              "propertyNames", "contains", "minContains", "maxContains", "minProperties", "maxProperties",
+              "unevaluatedItems", "unevaluatedProperties", "additionalItems", "$dynamicRef", "$recursiveRef"}) {
             if (s.contains(k))
                 return fail(ptr + "/" + k, "is not supported in structured outputs (the output cannot be held to it)");
         }
@@ -457,6 +441,18 @@ public:
                 return fail(ptr + "/pattern",
                             "is supported on a schema of type string (without enum, const, anyOf, "
                             "oneOf, allOf or $ref beside it)");
+        }
+        if (const auto u = s.find("uniqueItems"); u != s.end() && !(u->is_boolean() && !u->get<bool>())) {
+            const auto t = s.find("type");
+            const bool array_typed =
+                t != s.end() ? ((t->is_string() && *t == "array") ||
+                                (t->is_array() && std::find(t->begin(), t->end(), Json("array")) != t->end()))
+                             : (s.contains("items") || s.contains("prefixItems"));
+            if (!u->is_boolean()) return fail(ptr + "/uniqueItems", "must be a boolean");
+            if (!array_typed || s.contains("enum") || s.contains("const") || s.contains("anyOf") ||
+                s.contains("oneOf") || s.contains("allOf") || s.contains("$ref"))
+                return fail(ptr + "/uniqueItems",
+                            "is supported on a schema of type array whose items are an enum, a const or booleans");
         }
         for (const char* k : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}) {
             if (!s.contains(k)) continue;  // held only where the value is a number (typed below)
@@ -860,6 +856,21 @@ private:
             if (n.min_items > n.max_items) return fail(ptr + "/minItems", "is above maxItems");
             if (n.items < 0 && n.min_items > static_cast<int>(n.prefix_items.size()))
                 return fail(ptr + "/minItems", "asks for more items than the schema allows");
+            if (const auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>()) {
+                // Held where every item is one of a literal node's values: the array remembers which it used.
+                int lit = n.items;
+                while (lit >= 0 && g_->nodes_[static_cast<size_t>(lit)].kind == SchemaNode::Kind::kUnion &&
+                       g_->nodes_[static_cast<size_t>(lit)].options.size() == 1)
+                    lit = g_->nodes_[static_cast<size_t>(lit)].options[0];
+                if (!n.prefix_items.empty() || lit < 0 ||
+                    g_->nodes_[static_cast<size_t>(lit)].kind != SchemaNode::Kind::kLiteral)
+                    return fail(ptr + "/uniqueItems",
+                                "is supported where the items are an enum, a const or booleans (no prefixItems)");
+                n.unique_items = true;
+                n.unique_literals = static_cast<int>(g_->nodes_[static_cast<size_t>(lit)].literals.size());
+                if (n.min_items > n.unique_literals)
+                    return fail(ptr + "/minItems", "asks for more unique items than the items have values");
+            }
         } else if (type == "string") {
             n.kind = SchemaNode::Kind::kString;
             if (StatusOr<int> r = nonneg(s, "minLength", ptr, 0, &n.min_length); !r.ok()) return r.status();
@@ -983,6 +994,19 @@ bool JsonMatcher::push_value(JsonThread& t, int node) const {
 }
 
 void JsonMatcher::finish_value(JsonThread& t) const {
+    // An item of an array with uniqueItems: the array remembers the value (the one literal complete here).
+    if (const JsonFrame& f = t.stack.back(); f.kind == JsonFrame::kLiteral && t.stack.size() >= 2) {
+        JsonFrame& parent = t.stack[t.stack.size() - 2];
+        if (parent.kind == JsonFrame::kArray && g_->node(parent.node).unique_items) {
+            const SchemaNode& n = g_->node(f.node);
+            for (uint64_t m = f.cand; m != 0; m &= m - 1)
+                if (const int j = std::countr_zero(m);
+                    static_cast<int>(n.literals[static_cast<size_t>(j)].size()) == f.count) {
+                    parent.cand |= uint64_t{1} << j;
+                    break;
+                }
+        }
+    }
     t.stack.pop_back();
     t.ws_run = 0;
 }
@@ -1037,10 +1061,14 @@ bool JsonMatcher::start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>*
             if (n->bounded() && !bounded_number_read(*n, f, c)) return false;
             break;
         case SchemaNode::Kind::kLiteral: {
-            uint64_t cand = 0;
+            uint64_t cand = 0, used = 0;  // used: the values an array with uniqueItems already has
+            if (t.stack.size() >= 2) {
+                const JsonFrame& parent = t.stack[t.stack.size() - 2];
+                if (parent.kind == JsonFrame::kArray && g_->node(parent.node).unique_items) used = parent.cand;
+            }
             bool all_done = true;
             for (size_t i = 0; i < n->literals.size(); ++i)
-                if (static_cast<uint8_t>(n->literals[i][0]) == c) {
+                if (static_cast<uint8_t>(n->literals[i][0]) == c && !(used >> i & 1)) {
                     cand |= uint64_t{1} << i;
                     all_done = all_done && n->literals[i].size() == 1;
                 }
@@ -1182,6 +1210,7 @@ bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* 
                 }
                 if (f.phase == kArrAfterValue) {
                     if (c != ',' || f.count >= n.max_items || item_node(n, f.count) < 0) return false;
+                    if (n.unique_items && std::popcount(f.cand) >= n.unique_literals) return false;  // none left
                     f.phase = kArrComma;
                     t.ws_run = 0;
                     out->push_back(std::move(t));

@@ -21,8 +21,9 @@
 // ignored. minimum / maximum / exclusiveMinimum / exclusiveMaximum (numbers, or draft 4's booleans) and multipleOf
 // (at most kMaxStepDigits significant digits and decimals) on a schema of type number or integer: exact decimals;
 // such a number is written without an exponent, in at most kMaxBoundedDigits digits, and only digits that can still
-// end inside the bounds, on a multiple, are offered. Validation keywords the matcher cannot enforce (uniqueItems,
-// not, if, ...) are refused with an error naming them, rather than ignored.
+// end inside the bounds, on a multiple, are offered. uniqueItems where the items are an enum, a const or booleans (no
+// prefixItems). Validation keywords the matcher cannot enforce (uniqueItems on other items, not, if, ...) are refused
+// with an error naming them, rather than ignored.
 //
 // Bounds that keep generation finite: a run of whitespace is at most kMaxWhitespaceRun bytes, a
 // number at most kMaxNumberBytes (exponents of at most kMaxExponentDigits digits), nesting at most
@@ -70,6 +71,10 @@ struct SchemaNode {
     std::vector<int> prefix_items;
     int items = -1;  // node of items past prefix_items; -1: none allowed
     int min_items = 0, max_items = INT32_MAX;
+    // uniqueItems (items that resolve to one kLiteral node of unique_literals values): an array frame's cand holds
+    // the values its items used.
+    bool unique_items = false;
+    int unique_literals = 0;
     // kString (characters: code points, an escape counts once)
     int min_length = 0, max_length = INT32_MAX;
     // kString: `pattern` as a DFA over the value's UTF-8 bytes (search semantics folded in), and which of its

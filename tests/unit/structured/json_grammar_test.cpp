@@ -339,6 +339,66 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
     EXPECT_FALSE(prefix(*age, R"({"age":42,"score":-)"));
 }
 
+// uniqueItems where the items are literals (an enum, via $ref too, or booleans): an array is accepted exactly when its
+// values are distinct; a walk over the allowed bytes never strands (no ',' once every value is used).
+TEST(JsonGrammar, UniqueItemsOfLiterals) {
+    const std::vector<std::string> values = {"\"a\"", "\"b\"", "1", "12", "true", "null"};
+    auto g = compile(R"({"$defs":{"V":{"enum":["a","b",1,12,true,null]}},"type":"array","items":{"$ref":"#/$defs/V"},
+                         "uniqueItems":true,"minItems":1})");
+    ASSERT_TRUE(g);
+    std::mt19937 rng(12);
+    int yes = 0;
+    for (int t = 0; t < 4000; ++t) {
+        const int len = static_cast<int>(rng() % 8);
+        std::vector<size_t> picks;
+        std::string text = "[";
+        for (int k = 0; k < len; ++k) {
+            picks.push_back(rng() % values.size());
+            text += (k ? (rng() % 2 ? ", " : ",") : "") + values[picks.back()];
+        }
+        text += "]";
+        std::vector<size_t> sorted = picks;
+        std::sort(sorted.begin(), sorted.end());
+        const bool want = len >= 1 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+        ASSERT_EQ(complete(*g, text), want) << text;
+        yes += want;
+    }
+    EXPECT_GT(yes, 300);
+    const std::string alphabet = "[],\"ab12truenl ";
+    for (int walk = 0; walk < 200; ++walk) {
+        JsonMatcher m(*g);
+        std::string out;
+        for (int step = 0; !m.accepting() || rng() % 4 != 0; ++step) {
+            std::vector<char> next;
+            for (char b : alphabet) {
+                JsonMatcher copy = m;
+                if (copy.feed(std::string(1, b))) next.push_back(b);
+            }
+            ASSERT_FALSE(next.empty()) << "stranded after " << out;
+            ASSERT_LT(step, 400) << out;
+            const char b = next[rng() % next.size()];
+            ASSERT_TRUE(m.feed(std::string(1, b)));
+            out.push_back(b);
+        }
+        EXPECT_TRUE(Json::parse(out).is_array()) << out;
+    }
+    auto flags = compile(R"({"type":"array","items":{"type":"boolean"},"uniqueItems":true})");
+    ASSERT_TRUE(flags);
+    EXPECT_TRUE(complete(*flags, "[true,false]"));
+    EXPECT_FALSE(complete(*flags, "[false,false]"));
+    EXPECT_FALSE(prefix(*flags, "[true,false,"));
+    EXPECT_TRUE(
+        complete(*compile(R"({"type":"array","items":{"type":"string"},"uniqueItems":false})"), R"(["a","a"])"));
+    for (const char* bad : {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})",
+                            R"({"type":"array","items":{"enum":["a"]},"uniqueItems":true,"minItems":2})",
+                            R"({"type":"array","prefixItems":[{"const":1}],"items":{"enum":[2]},"uniqueItems":true})",
+                            R"({"uniqueItems":true})", R"({"type":"array","items":{"const":1},"uniqueItems":"yes"})"}) {
+        auto r = JsonGrammar::compile(Json::parse(bad));
+        ASSERT_FALSE(r.ok()) << bad;
+        EXPECT_NE(r.status().message().find("/"), std::string::npos) << r.status().message();
+    }
+}
+
 TEST(JsonGrammar, RecursionBoundsAndCanonicalKeys) {
     // A $ref back to the root inside an anyOf: refused as a cycle when nothing else ends it, fine beside null.
     EXPECT_FALSE(JsonGrammar::compile(Json::parse(R"({"anyOf":[{"$ref":"#"}]})")).ok());
@@ -523,6 +583,8 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
         compile(R"({"type":"object","properties":{"name":{"type":"string","pattern":"^(ab|café)( world)?\\n?$"}}})"),
         // Numbers held to bounds (multi-digit tokens, a sign, a fraction).
         compile(R"({"type":"array","items":{"type":"number","minimum":-1.5,"exclusiveMaximum":12}})"),
+        // Unique literal items (the array remembers the values used).
+        compile(R"({"type":"array","items":{"enum":["ab","abc",12,1]},"uniqueItems":true})"),
     };
     std::mt19937 rng(7);
     std::vector<uint8_t> mask;
