@@ -391,21 +391,18 @@ TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
     EXPECT_TRUE(matches(*flags, "Bc"));
     EXPECT_FALSE(matches(*flags, "BC"));
     // Nesting the GBNF parser could not take back is refused at the Lark line.
-    std::string deep = "start: /";
-    for (int k = 0; k < 70; ++k) deep += "(?:b";
-    deep += "c";
-    for (int k = 0; k < 70; ++k) deep += "|d)";
-    deep += "/";
-    auto d = EbnfGrammar::lark_to_gbnf(deep);
+    auto nested = [](int levels) {  // start: /(?:b(?:b...c|d)|d)/
+        std::string t = "start: /";
+        for (int k = 0; k < levels; ++k) t += "(?:b";
+        t += "c";
+        for (int k = 0; k < levels; ++k) t += "|d)";
+        return t + "/";
+    };
+    auto d = EbnfGrammar::lark_to_gbnf(nested(70));
     ASSERT_FALSE(d.ok());
     EXPECT_NE(d.status().message().find("line 1: /"), std::string::npos) << d.status().message();
     EXPECT_NE(d.status().message().find("nested too deeply"), std::string::npos) << d.status().message();
-    std::string ok_depth = "start: /";
-    for (int k = 0; k < 25; ++k) ok_depth += "(?:b";
-    ok_depth += "c";
-    for (int k = 0; k < 25; ++k) ok_depth += "|d)";
-    ok_depth += "/";
-    auto od = EbnfGrammar::lark_to_gbnf(ok_depth);
+    auto od = EbnfGrammar::lark_to_gbnf(nested(25));
     ASSERT_TRUE(od.ok()) << od.status().to_string();
     auto odg = compile(*od);
     ASSERT_TRUE(odg);

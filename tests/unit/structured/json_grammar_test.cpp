@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <random>
 #include <regex>
@@ -611,6 +612,44 @@ TEST(TokenTrie, MaskEqualsFeedingEachToken) {
 
 // Random documents drawn under the mask over o200k for a schema with patterns: every finished one matches them;
 // the mask's cost a step is printed (a permissive pattern takes plain-text subtrees whole where its DFA loops).
+struct DrawnDocuments {
+    int steps = 0, done = 0;
+    double ms = 0;  // mask time, summed
+};
+
+// Documents of `g` drawn under the o200k mask (raw completions): each step an allowed token at random, <|return|> as
+// soon as it is allowed, past `close_after` steps the last allowed token for which `closes(bytes)` holds; `check` gets
+// every finished document. At most `max_steps` steps a document.
+void draw_documents(const HarmonyStructuredOutputs& so, const std::shared_ptr<const JsonGrammar>& g, int docs,
+                    int max_steps, int close_after, uint32_t seed,
+                    const std::function<bool(const std::string&)>& closes,
+                    const std::function<void(const std::string&)>& check, DrawnDocuments* r) {
+    const std::vector<std::string>& bytes = so.token_bytes();
+    const int32_t ret = so.ids().ret;
+    std::mt19937 rng(seed);
+    std::vector<uint8_t> mask;
+    for (int doc = 0; doc < docs; ++doc) {
+        auto c = so.raw_json(g)->start();
+        std::string out;
+        for (int step = 0; step < max_steps; ++step, ++r->steps) {
+            const testing::MaskStep s = testing::mask_step(*c, &mask, &r->ms);
+            ASSERT_TRUE(s.constrained);
+            ASSERT_FALSE(s.allowed.empty()) << out;
+            int32_t pick = mask[static_cast<size_t>(ret)] ? ret : s.allowed[rng() % s.allowed.size()];
+            if (step > close_after && pick != ret)
+                for (int32_t id : s.allowed)
+                    if (closes(bytes[static_cast<size_t>(id)])) pick = id;
+            if (pick == ret) {
+                check(out);
+                ++r->done;
+                break;
+            }
+            c->accept(pick);
+            out += bytes[static_cast<size_t>(pick)];
+        }
+    }
+}
+
 TEST(JsonGrammarO200k, PatternStringsUnderTheMask) {
     GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
     auto so = HarmonyStructuredOutputs::create(*tok, 201088);
@@ -620,39 +659,19 @@ TEST(JsonGrammarO200k, PatternStringsUnderTheMask) {
                          "note":{"type":"string","pattern":"^[^<>]*$"}},"required":["code","note"]})");
     ASSERT_TRUE(g);
     const std::regex code("^[A-Z]{2}-[0-9]{3}$"), note("^[^<>]*$");
-    const std::vector<std::string>& bytes = (*so)->token_bytes();
-    const int32_t ret = (*so)->ids().ret;
-    std::mt19937 rng(4);
-    std::vector<uint8_t> mask;
-    double ms = 0;
-    int steps = 0, done = 0;
-    for (int doc = 0; doc < 6; ++doc) {
-        auto c = (*so)->raw_json(g)->start();
-        std::string out;
-        for (int step = 0; step < 60; ++step, ++steps) {
-            const testing::MaskStep s = testing::mask_step(*c, &mask, &ms);
-            ASSERT_TRUE(s.constrained);
-            const std::vector<int32_t>& allowed = s.allowed;
-            ASSERT_FALSE(allowed.empty()) << out;
-            // Prefer short tokens past 30 steps so that the note can end.
-            int32_t pick = mask[static_cast<size_t>(ret)] ? ret : allowed[rng() % allowed.size()];
-            if (step > 30)
-                for (int32_t id : allowed)
-                    if (bytes[static_cast<size_t>(id)] == "\"" || bytes[static_cast<size_t>(id)] == "\"}") pick = id;
-            if (pick == ret) {
-                const Json j = Json::parse(out);
-                EXPECT_TRUE(std::regex_search(j["code"].get<std::string>(), code)) << out;
-                EXPECT_TRUE(std::regex_search(j["note"].get<std::string>(), note)) << out;
-                ++done;
-                break;
-            }
-            c->accept(pick);
-            out += bytes[static_cast<size_t>(pick)];
-        }
-    }
-    std::printf("pattern schema over o200k: %d steps, mask %.3f ms a step; %d documents ended\n", steps, ms / steps,
-                done);
-    EXPECT_GT(done, 0);
+    DrawnDocuments r;
+    // Prefer a closing quote past 30 steps so that the note can end.
+    draw_documents(
+        **so, g, 6, 60, 30, 4, [](const std::string& t) { return t == "\"" || t == "\"}"; },
+        [&](const std::string& out) {
+            const Json j = Json::parse(out);
+            EXPECT_TRUE(std::regex_search(j["code"].get<std::string>(), code)) << out;
+            EXPECT_TRUE(std::regex_search(j["note"].get<std::string>(), note)) << out;
+        },
+        &r);
+    std::printf("pattern schema over o200k: %d steps, mask %.3f ms a step; %d documents ended\n", r.steps,
+                r.ms / r.steps, r.done);
+    EXPECT_GT(r.done, 0);
 }
 
 // Numbers held to bounds under the o200k mask (multi-digit tokens): every finished document's numbers are inside them.
@@ -665,38 +684,20 @@ TEST(JsonGrammarO200k, BoundedNumbersUnderTheMask) {
         "xs":{"type":"array","items":{"type":"number","minimum":-2.5,"exclusiveMaximum":1000},"maxItems":6},
         "n":{"type":"integer","minimum":18,"maximum":120,"multipleOf":3}},"required":["xs","n"]})");
     ASSERT_TRUE(g);
-    const std::vector<std::string>& bytes = (*so)->token_bytes();
-    const int32_t ret = (*so)->ids().ret;
-    std::mt19937 rng(8);
-    std::vector<uint8_t> mask;
-    double ms = 0;
-    int steps = 0, done = 0;
-    for (int doc = 0; doc < 8; ++doc) {
-        auto c = (*so)->raw_json(g)->start();
-        std::string out;
-        for (int step = 0; step < 80; ++step, ++steps) {
-            const testing::MaskStep s = testing::mask_step(*c, &mask, &ms);
-            ASSERT_TRUE(s.constrained);
-            ASSERT_FALSE(s.allowed.empty()) << out;
-            int32_t pick = mask[static_cast<size_t>(ret)] ? ret : s.allowed[rng() % s.allowed.size()];
-            if (step > 40)  // close the document: prefer structure over more digits
-                for (int32_t id : s.allowed)
-                    if (bytes[static_cast<size_t>(id)].find_first_of("],}") != std::string::npos) pick = id;
-            if (pick == ret) {
-                const Json j = Json::parse(out);
-                for (const Json& x : j["xs"]) EXPECT_TRUE(x.get<double>() >= -2.5 && x.get<double>() < 1000) << out;
-                const int64_t n = j["n"].get<int64_t>();
-                EXPECT_TRUE(n >= 18 && n <= 120 && n % 3 == 0) << out;
-                ++done;
-                break;
-            }
-            c->accept(pick);
-            out += bytes[static_cast<size_t>(pick)];
-        }
-    }
-    std::printf("bounded numbers over o200k: %d steps, mask %.3f ms a step; %d documents ended\n", steps, ms / steps,
-                done);
-    EXPECT_GT(done, 0);
+    DrawnDocuments r;
+    // Past 40 steps prefer structure over more digits, so that the document closes.
+    draw_documents(
+        **so, g, 8, 80, 40, 8, [](const std::string& t) { return t.find_first_of("],}") != std::string::npos; },
+        [](const std::string& out) {
+            const Json j = Json::parse(out);
+            for (const Json& x : j["xs"]) EXPECT_TRUE(x.get<double>() >= -2.5 && x.get<double>() < 1000) << out;
+            const int64_t n = j["n"].get<int64_t>();
+            EXPECT_TRUE(n >= 18 && n <= 120 && n % 3 == 0) << out;
+        },
+        &r);
+    std::printf("bounded numbers over o200k: %d steps, mask %.3f ms a step; %d documents ended\n", r.steps,
+                r.ms / r.steps, r.done);
+    EXPECT_GT(r.done, 0);
 }
 
 }  // namespace
