@@ -556,7 +556,7 @@ Status lark_string(std::string_view body, char quote, std::vector<uint32_t>* out
     return ok_status();
 }
 
-constexpr int kMaxLarkRegexDepth = 60;
+constexpr int kMaxLarkRegexDepth = 120;  // syntax-tree levels (~60 nested groups): GBNF nests at most 200
 
 int node_depth(const Node& n) {
     int d = 0;

@@ -296,11 +296,12 @@ bool integer_part_live(const std::string& p, int room, bool integer, const Numbe
 }
 
 // Whether the bounded number begun in `f` (its phase and digits up to date) can still end inside its node's bounds.
-bool bounded_number_live(const SchemaNode& n, const JsonFrame& f) {
+// `max_digits`: the digit cap (a larger one asks whether any integer at all fits).
+bool bounded_number_live(const SchemaNode& n, const JsonFrame& f, int max_digits = kMaxBoundedDigits) {
     const bool integer = n.kind == SchemaNode::Kind::kInteger;
     const NumberLimits l = number_limits(n, f.aux != 0);
     const std::string digits = bounded_digits(f);
-    const int room = kMaxBoundedDigits - f.esc;
+    const int room = max_digits - f.esc;
     switch (f.phase) {
         case kMinus:  // no digit yet
             if (room < 1) return false;
@@ -515,9 +516,10 @@ public:
                     if (!o.ok()) return o.status();
                     if (!admits_none) add_option(&u, *o);
                 }
-                if (u.options.empty())
+                const auto nb = s.find("nullable");
+                if (u.options.empty() && !(nb != s.end() && nb->is_boolean() && nb->get<bool>()))
                     return fail(ptr, "admits no value: no type of the list has a number within its bounds");
-                node = g_->add(std::move(u));
+                node = u.options.empty() ? g_->null_ : g_->add(std::move(u));
             } else {
                 return fail(ptr + "/type", "must be a type name or a non-empty array of them");
             }
@@ -586,6 +588,20 @@ private:
         return ok_status();
     }
 
+    // Whether no value at all meets a numeric node's bounds, however many digits it had (the digit-capped probe
+    // can refuse more): an integer range without an integer, or min above max. Not decided with multipleOf on a number.
+    static bool numeric_type_empty(const SchemaNode& n) {
+        if (n.kind == SchemaNode::Kind::kInteger) {
+            JsonFrame probe{.kind = JsonFrame::kNumber, .phase = kMinus};
+            if (bounded_number_live(n, probe, 400)) return false;  // (a double's bound has at most 309 digits)
+            probe.aux = 1;
+            return !bounded_number_live(n, probe, 400);
+        }
+        if (n.multiple.set || !n.min.set || !n.max.set) return false;
+        const int c = compare_bounds(n.min, n.max);
+        return c > 0 || (c == 0 && (n.min.exclusive || n.max.exclusive));
+    }
+
     static int compare_bounds(const SchemaNode::Bound& a, const SchemaNode::Bound& b) {
         if (a.negative != b.negative) return a.negative ? -1 : 1;
         const int c = compare(make_dec(a.digits, a.scale), make_dec(b.digits, b.scale));
@@ -618,8 +634,9 @@ private:
             const Dec step = make_dec(n->multiple.digits, n->multiple.scale);
             if (n->multiple.negative || step.mant == "0") return fail(ptr + "/multipleOf", "must be above 0");
             if (static_cast<int>(step.mant.size()) > kMaxStepDigits || step.scale > kMaxStepDigits)
-                return fail(ptr + "/multipleOf", "with more than " + std::to_string(kMaxStepDigits) +
-                                                     " significant digits or decimal places is not supported");
+                return fail(ptr + "/multipleOf",
+                            "with more than " + std::to_string(kMaxStepDigits) +
+                                " digits (trailing zeros count) or decimal places is not supported");
         }
         return ok_status();
     }
@@ -896,7 +913,7 @@ private:
                 bool any = bounded_number_live(n, probe);
                 probe.aux = 1;
                 any = any || bounded_number_live(n, probe);
-                if (!any && admits_none != nullptr) {
+                if (!any && admits_none != nullptr && numeric_type_empty(n)) {
                     *admits_none = true;
                     return -1;
                 }

@@ -322,6 +322,14 @@ TEST(JsonGrammar, NumberBoundsAreExact) {
     EXPECT_TRUE(complete(*mixed, "null"));
     EXPECT_FALSE(complete(*mixed, "1"));
     EXPECT_FALSE(JsonGrammar::compile(Json::parse(R"({"type":["integer"],"minimum":0.1,"maximum":0.9})")).ok());
+    // ... but not one that only the 16-digit cap empties (refused, named); nullable still admits null.
+    auto capped = JsonGrammar::compile(Json::parse(R"({"type":["number","string"],"minimum":1e17})"));
+    ASSERT_FALSE(capped.ok());
+    EXPECT_NE(capped.status().message().find("16 digits"), std::string::npos) << capped.status().message();
+    auto null_only = compile(R"({"type":["integer"],"minimum":0.5,"maximum":0.7,"nullable":true})");
+    ASSERT_TRUE(null_only);
+    EXPECT_TRUE(complete(*null_only, "null"));
+    EXPECT_FALSE(prefix(*null_only, "0"));
     // Inside a document, with other values after the number; no exponent under bounds.
     auto age = compile(R"({"type":"object","properties":{"age":{"type":"integer","minimum":0,"maximum":150},
                            "score":{"type":["number","null"],"exclusiveMinimum":0,"maximum":1}},"required":["age"]})");
