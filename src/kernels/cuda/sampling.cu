@@ -78,6 +78,24 @@ __device__ __forceinline__ uint32_t float_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// The pieces every sample kernel shares, so that the split draw gives the one-CTA kernel's tokens by construction:
+// a draw's noise seed (the request's seed mixed with its draw index); token i's Gumbel-perturbed value l / T + g;
+// a token's probability relative to the most probable one's in 2^-32 units (the nucleus's integer sums); and
+// min_p's floor on the keys (p / p_max >= min_p: l >= mx + T ln(min_p)).
+__device__ __forceinline__ uint64_t draw_seed(const SampleArgs& a, int s) {
+    return splitmix64(a.seed[s]) ^ (a.draw_index[s] * 0x9e3779b97f4a7c15ull);
+}
+__device__ __forceinline__ float gumbel_value(float l, float inv_t, uint64_t seed, int i) {
+    const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
+    return l * inv_t - logf(-logf(static_cast<float>(u)));
+}
+__device__ __forceinline__ unsigned long long mass_weight(float l, float mx, float inv_t) {
+    return static_cast<unsigned long long>(__expf((l - mx) * inv_t) * 4294967296.0f);
+}
+__device__ __forceinline__ uint32_t min_p_key(float mx, float temp, float min_p) {
+    return float_key(mx + temp * logf(min_p));
+}
+
 __device__ float block_max(float v, float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     v = warp_max(v);
@@ -197,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     uint64_t seed = 0;
     if (!greedy) {
         inv_t = 1.0f / temp;
-        seed = splitmix64(a.seed[s]) ^ (a.draw_index[s] * 0x9e3779b97f4a7c15ull);
+        seed = draw_seed(a, s);
         if (a.top_k[s] > 0 && a.top_k[s] < n)  // the k-th largest key
             min_key = radix_threshold(
                 row, n, 0u, static_cast<unsigned long long>(a.top_k[s]), [](float) { return 1ull; }, radix);
@@ -213,14 +231,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
                                                             }(),
                                                             scratch)
                                                       : 0.0f;
-        // min_p: p / p_max = e^((l - mx) / T) >= min_p, i.e. l >= mx + T · ln(min_p).
-        if (min_p > 0.0f) min_key = max(min_key, float_key(mx + temp * logf(min_p)));
+        if (min_p > 0.0f) min_key = max(min_key, min_p_key(mx, temp, min_p));
         if (top_p < 1.0f) {
             // The smallest nucleus: the highest τ whose kept mass Σ_{key >= τ} p reaches top_p of all kept mass, p
             // relative to the most probable token in 2^-32 units (integer sums: deterministic).
-            const auto weight = [&](float l) {
-                return static_cast<unsigned long long>(__expf((l - mx) * inv_t) * 4294967296.0f);
-            };
+            const auto weight = [&](float l) { return mass_weight(l, mx, inv_t); };
             unsigned long long z = 0;
             for_each_logit(row, n, [&](int i, float raw) {
                 const float l = row.allowed(i) ? raw : -INFINITY;
@@ -244,10 +259,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
         finite = finite && isfinite(l);
         if (!row.allowed(i) || float_key(l) < min_key) return;
         float v = l;
-        if (!greedy) {
-            const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
-            v = l * inv_t - logf(-logf(static_cast<float>(u)));
-        }
+        if (!greedy) v = gumbel_value(l, inv_t, seed, i);
         take_best(bv, bi, v, i);
     });
     const bool bad = block_argmax(bv, bi, finite, best_val, best_idx);
@@ -369,13 +381,9 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(const SampleA
     const float top_p = a.top_p[s], min_p = a.min_p != nullptr ? a.min_p[s] : 0.0f;
     const auto masked = [&](int i) { return row.allowed(i) ? row.row[i] : -INFINITY; };
     const float mx = key_float(st.mx_key);
-    const auto mass = [&](float l) {
-        return static_cast<unsigned long long>(__expf((l - mx) * inv_t) * 4294967296.0f);
-    };
+    const auto mass = [&](float l) { return mass_weight(l, mx, inv_t); };
     // The floor the draw keeps: top-k's and the nucleus's (in st.min_key), min_p's from the largest logit.
-    const auto floor_with_min_p = [&](uint32_t k) {
-        return min_p > 0.0f ? max(k, float_key(mx + temp * logf(min_p))) : k;
-    };
+    const auto floor_with_min_p = [&](uint32_t k) { return min_p > 0.0f ? max(k, min_p_key(mx, temp, min_p)) : k; };
     if constexpr (kPhase == kPhaseMax) {
         float m = -FLT_MAX;
         for (int i = lo + threadIdx.x; i < hi; i += kSplitThreads) m = fmaxf(m, masked(i));
@@ -454,7 +462,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(const SampleA
         }
     } else {  // kPhaseFinal: the Gumbel arg-max over the kept tokens of the slice, then of the slices
         const uint32_t floor = floor_with_min_p(st.min_key);
-        const uint64_t seed = splitmix64(a.seed[s]) ^ (a.draw_index[s] * 0x9e3779b97f4a7c15ull);
+        const uint64_t seed = draw_seed(a, s);
         float bv = -FLT_MAX;
         int bi = n;
         bool finite = true;
@@ -462,8 +470,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw_kernel(const SampleA
             const float l = row.row[i];
             finite = finite && isfinite(l);
             if (!row.allowed(i) || float_key(l) < floor) continue;
-            const double u = (static_cast<double>(splitmix64(seed ^ static_cast<uint64_t>(i)) >> 11) + 0.5) * 0x1.0p-53;
-            take_best(bv, bi, l * inv_t - logf(-logf(static_cast<float>(u))), i);
+            take_best(bv, bi, gumbel_value(l, inv_t, seed, i), i);
         }
         __shared__ float wv[kSplitThreads / 32];
         __shared__ int wi[kSplitThreads / 32];
