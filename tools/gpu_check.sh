@@ -2729,8 +2729,9 @@ PY
     shared_prefix)
       # Session 50 (no device that session): the engine tests after the scheduler's shared-prefix wait, the serve
       # check, and n = 4 completions with and without the wait (see shared_prefix_timing).
+      # Also the sample kernels' tests: sampling.cu's shared helpers (90119e8) were checked by their PTX only.
       serve_check shared_prefix_serve
-      tests_row shared_prefix_tests 'CudaEngine.*:CudaModel.Fp8*'
+      tests_row shared_prefix_tests 'CudaEngine.*:CudaModel.Fp8*:CudaOps.Split*:CudaOps.Sampling*:CudaOps.LogitEdits*'
       shared_prefix_timing shared_prefix_20b
       decode_row shared_prefix_20b_b1 20b 1
       ;;
