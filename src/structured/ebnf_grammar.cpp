@@ -522,36 +522,42 @@ bool lark_is_terminal(std::string_view name) {
     return i != std::string_view::npos && std::isupper(static_cast<unsigned char>(name[i]));
 }
 
-// A Lark string's body (between its `quote`s) as characters, its escapes read as Lark reads them: \n \f \t \r \xHH
-// \uHHHH \UHHHHHHHH, \\ and the escaped quote; any other escape keeps its backslash (Lark's "\b" is two characters).
+// A Lark string's body (between its `quote`s) as characters, as Lark reads it: \n \f \t \r \xHH \uHHHH \UHHHHHHHH
+// and the escaped quote are decoded, \\ is two backslashes and any other escape keeps its backslash ("\b" is two
+// characters); then each pair of backslashes is one (so "\\" is one backslash, and so is "\x5c\x5c").
 Status lark_string(std::string_view body, char quote, std::vector<uint32_t>* out) {
+    std::vector<uint32_t> cps;
     for (size_t i = 0; i < body.size();) {
         uint32_t cp = 0;
         if (body[i] != '\\' || i + 1 >= body.size()) {
             if (!next_code_point(body, &i, &cp)) return invalid_argument("a string that is not UTF-8");
-            out->push_back(cp);
+            cps.push_back(cp);
             continue;
         }
         const char e = body[i + 1];
         i += 2;
         switch (e) {
-            case 'n': out->push_back('\n'); break;
-            case 'r': out->push_back('\r'); break;
-            case 't': out->push_back('\t'); break;
-            case 'f': out->push_back('\f'); break;
-            case '\\': out->push_back('\\'); break;
+            case 'n': cps.push_back('\n'); break;
+            case 'r': cps.push_back('\r'); break;
+            case 't': cps.push_back('\t'); break;
+            case 'f': cps.push_back('\f'); break;
+            case '\\': cps.insert(cps.end(), {'\\', '\\'}); break;
             case 'x':
             case 'u':
             case 'U':
                 if (!hex_code_point(body, &i, e == 'x' ? 2 : e == 'u' ? 4 : 8, &cp))
                     return invalid_argument(std::string("a bad \\") + e + " escape in a string");
-                out->push_back(cp);
+                cps.push_back(cp);
                 break;
             default:
-                if (e != quote) out->push_back('\\');
+                if (e != quote) cps.push_back('\\');
                 i -= 1;  // the character after the backslash is read as itself
                 break;
         }
+    }
+    for (size_t k = 0; k < cps.size(); ++k) {
+        out->push_back(cps[k]);
+        if (cps[k] == '\\' && k + 1 < cps.size() && cps[k + 1] == '\\') ++k;
     }
     return ok_status();
 }

@@ -385,6 +385,10 @@ TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
     ASSERT_TRUE(esc);
     EXPECT_TRUE(matches(*esc, "\\b\\a\"bit's\\'\t"));
     EXPECT_FALSE(matches(*esc, "\b\\a\"bit's\\'\t"));
+    // Then pairs of backslashes are one, however they were written.
+    auto pairs = compile(*EbnfGrammar::lark_to_gbnf(R"L(start: "\x5c\x5c" "-" "\\\\" "-" "\x5c\b")L"));
+    ASSERT_TRUE(pairs);
+    EXPECT_TRUE(matches(*pairs, "\\-\\\\-\\b"));
     // A regex's flags are Lark's letters only: /b/iB is /b/i then the terminal B.
     auto flags = compile(*EbnfGrammar::lark_to_gbnf("start: /b/iB\nB: \"c\""));
     ASSERT_TRUE(flags);
