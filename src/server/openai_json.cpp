@@ -365,6 +365,8 @@ void read_sampling(Fields& f, SamplingRequest* out) {
             } else if (it.key() == "grammar") {
                 out->ebnf = ebnf_grammar(s, "grammar", it.value());
                 ++given;
+            } else if (it.key() == "disable_any_whitespace") {
+                out->disable_any_whitespace = s.boolean("disable_any_whitespace").value_or(false);
             } else if (it.key() == "structural_tag") {
                 s.fail_status(unimplemented(s.param("structural_tag") +
                                             ": is not supported (json, json_object, regex, choice, grammar)"));
@@ -372,6 +374,7 @@ void read_sampling(Fields& f, SamplingRequest* out) {
         }
         f.fail_status(s.status());
     }
+    if (f.ok() && out->disable_any_whitespace && out->grammar) out->grammar = out->grammar->without_whitespace();
     if (f.ok() && given > 1)
         f.fail_status(field_error("guided_json",
                                   "give one constraint (guided_json, guided_json_object, guided_regex, guided_choice, "
@@ -915,6 +918,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
                                           "structured_outputs, not both"));
             p.grammar = p.sampling.grammar;
         }
+        if (p.sampling.disable_any_whitespace && p.grammar) p.grammar = p.grammar->without_whitespace();
         p.n = read_n(f);
         // max_completion_tokens is the current name; max_tokens the deprecated one. Both count.
         std::optional<int64_t> mt = f.integer("max_tokens", INT64_MIN, INT64_MAX);

@@ -406,6 +406,12 @@ int JsonGrammar::add(SchemaNode n) {
     return static_cast<int>(nodes_.size()) - 1;
 }
 
+std::shared_ptr<const JsonGrammar> JsonGrammar::without_whitespace() const {
+    auto g = std::shared_ptr<JsonGrammar>(new JsonGrammar(*this));
+    g->max_ws_ = 0;
+    return g;
+}
+
 std::shared_ptr<const JsonGrammar> JsonGrammar::any_object() {
     auto g = std::shared_ptr<JsonGrammar>(new JsonGrammar());
     g->root_ = g->any_object_;
@@ -1104,7 +1110,7 @@ bool JsonMatcher::start_value(JsonThread& t, uint8_t c, std::vector<JsonThread>*
 bool JsonMatcher::step_thread(JsonThread t, uint8_t c, std::vector<JsonThread>* out) const {
     for (;;) {
         auto whitespace = [&]() {
-            if (++t.ws_run > kMaxWhitespaceRun) return false;
+            if (++t.ws_run > g_->max_whitespace_run()) return false;
             out->push_back(std::move(t));
             return true;
         };

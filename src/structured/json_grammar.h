@@ -104,6 +104,11 @@ public:
     // A JSON Schema (a boolean or an object). Errors name the keyword and its JSON pointer.
     static StatusOr<std::shared_ptr<const JsonGrammar>> compile(const nlohmann::ordered_json& schema);
 
+    // The same grammar with no whitespace between tokens (vLLM's structured_outputs disable_any_whitespace).
+    std::shared_ptr<const JsonGrammar> without_whitespace() const;
+    // The longest whitespace run allowed between tokens: kMaxWhitespaceRun, or 0.
+    int max_whitespace_run() const { return max_ws_; }
+
     const SchemaNode& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
     int root() const { return root_; }
     // The nodes an unconstrained value takes by its first byte.
@@ -121,6 +126,7 @@ private:
     int add(SchemaNode n);
     std::vector<SchemaNode> nodes_;
     int root_ = 0, any_ = 0, any_object_ = 0, any_array_ = 0, any_string_ = 0, any_number_ = 0, bool_ = 0, null_ = 0;
+    int max_ws_ = kMaxWhitespaceRun;
 };
 
 // One position of the pushdown matcher.

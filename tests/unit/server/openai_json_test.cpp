@@ -46,6 +46,36 @@ TEST(ParseJsonBody, RejectsNonObjectsInvalidUtf8AndDeepNesting) {
     EXPECT_TRUE(parse_json_body(colons).ok());
 }
 
+// vLLM's structured_outputs disable_any_whitespace: the JSON output (structured_outputs json / json_object, or chat's
+// response_format) takes no whitespace between tokens; without it up to kMaxWhitespaceRun bytes a run.
+TEST(ParseChatRequest, DisableAnyWhitespace) {
+    auto feeds = [](const structured::JsonGrammar& g, const char* text) {
+        structured::JsonMatcher m(g);
+        return m.feed(text) && m.accepting();
+    };
+    auto chat = parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{
+        "type":"json_schema","json_schema":{"name":"p","schema":{"type":"object","properties":{"x":{"type":"array"}}}}},
+        "structured_outputs":{"disable_any_whitespace":true}})"));
+    ASSERT_TRUE(chat.ok()) << chat.status().to_string();
+    ASSERT_NE(chat->grammar, nullptr);
+    EXPECT_TRUE(feeds(*chat->grammar, R"({"x":[1,"a b"]})"));
+    EXPECT_FALSE(feeds(*chat->grammar, R"({"x": [1,"a b"]})"));
+    EXPECT_FALSE(feeds(*chat->grammar, R"({"x":[1, 2]} )"));
+    auto completion = parse_completion_request(
+        j(R"({"prompt":"x","structured_outputs":{"disable_any_whitespace":true,"json_object":true}})"), 1000);
+    ASSERT_TRUE(completion.ok()) << completion.status().to_string();
+    ASSERT_NE(completion->sampling.grammar, nullptr);
+    EXPECT_TRUE(feeds(*completion->sampling.grammar, R"({"a":{}})"));
+    EXPECT_FALSE(feeds(*completion->sampling.grammar, "{ }"));
+    auto spaced = parse_completion_request(j(R"({"prompt":"x","structured_outputs":{"json_object":true}})"), 1000);
+    ASSERT_TRUE(spaced.ok());
+    EXPECT_TRUE(feeds(*spaced->sampling.grammar, "{ }"));
+    auto bad = parse_chat_request(
+        j(R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"disable_any_whitespace":"yes"}})"));
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("disable_any_whitespace"), std::string::npos) << bad.status().message();
+}
+
 TEST(ParseChatRequest, ResponseFormats) {
     auto text =
         parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"));
