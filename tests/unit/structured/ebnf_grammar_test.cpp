@@ -327,6 +327,17 @@ DIGIT: "0".."9"
     }
 }
 
+// The Lark grammar's language on a few texts: each of `yes` accepted whole, none of `no`.
+void expect_lark(const std::string& lark, std::initializer_list<std::string> yes,
+                 std::initializer_list<std::string> no) {
+    auto text = EbnfGrammar::lark_to_gbnf(lark);
+    ASSERT_TRUE(text.ok()) << lark << ": " << text.status().to_string();
+    auto g = compile(*text);
+    ASSERT_TRUE(g) << *text;
+    for (const std::string& t : yes) EXPECT_TRUE(matches(*g, t)) << lark << " on '" << t << "'";
+    for (const std::string& t : no) EXPECT_FALSE(matches(*g, t)) << lark << " on '" << t << "'";
+}
+
 // Lark's regular-expression terminals are the patterns RegexGrammar reads (checked against std::regex in
 // regex_grammar_test), with or without the i flag (against std::regex's icase here); the s flag lets '.' match '\n'.
 TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
@@ -357,43 +368,20 @@ TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
         }
     }
     EXPECT_GT(accepted, 1500);
-    auto dot = compile(*EbnfGrammar::lark_to_gbnf("start: /a.b/ | /c.d/s"));
-    ASSERT_TRUE(dot);
-    EXPECT_TRUE(matches(*dot, "a-b"));
-    EXPECT_FALSE(matches(*dot, "a\nb"));
-    EXPECT_TRUE(matches(*dot, "c\nd"));
+    expect_lark("start: /a.b/ | /c.d/s", {"a-b", "c\nd"}, {"a\nb"});
     // Case-insensitive strings, beyond ASCII too (Latin-1, Greek's three sigmas, Cyrillic).
-    auto ci = compile(*EbnfGrammar::lark_to_gbnf("start: \"select\"i \" \" \"éσж\"i"));
-    ASSERT_TRUE(ci);
-    EXPECT_TRUE(matches(*ci, "SeLeCT éσж"));
-    EXPECT_TRUE(matches(*ci, "select ÉΣЖ"));
-    EXPECT_TRUE(matches(*ci, "SELECT Éςж"));
-    EXPECT_FALSE(matches(*ci, "SELECT e\xcf\x83ж"));  // e is not é
-    EXPECT_FALSE(matches(*ci, "SELECt  éσж"));
+    expect_lark("start: \"select\"i \" \" \"éσж\"i", {"SeLeCT éσж", "select ÉΣЖ", "SELECT Éςж"},
+                {"SELECT e\xcf\x83ж" /* e is not é */, "SELECt  éσж"});
     // More scripts' pairs: Latin Extended-A (alternating), Vietnamese, Armenian, accented Greek, Kelvin and long s.
-    auto more = compile(*EbnfGrammar::lark_to_gbnf("start: \"łódź\"i \" \" \"Ếա\"i \" \" \"ά\"i /k/i \"s\"i"));
-    ASSERT_TRUE(more);
-    EXPECT_TRUE(matches(*more, "ŁÓDŹ ếԱ Ά\u212A\u017F"));
-    EXPECT_TRUE(matches(*more, "łóDź ẾԱ άKS"));
-    EXPECT_FALSE(matches(*more, "LODZ ếա άks"));
-    auto cs = compile(*EbnfGrammar::lark_to_gbnf("start: \"ab\" \"\\x41\\u00e9\\n\""));
-    ASSERT_TRUE(cs);
-    EXPECT_TRUE(matches(*cs, "abAé\n"));
-    EXPECT_FALSE(matches(*cs, "ABAé\n"));
+    expect_lark("start: \"łódź\"i \" \" \"Ếա\"i \" \" \"ά\"i /k/i \"s\"i", {"ŁÓDŹ ếԱ Ά\u212A\u017F", "łóDź ẾԱ άKS"},
+                {"LODZ ếա άks"});
+    expect_lark("start: \"ab\" \"\\x41\\u00e9\\n\"", {"abAé\n"}, {"ABAé\n"});
     // Escapes as Lark reads them: \n \f \t \r \x \u \U, \\ and the quote; others keep their backslash.
-    auto esc = compile(*EbnfGrammar::lark_to_gbnf(R"L(start: "\b" "\\" "a\"b" 'it\'s' "\'" "\t")L"));
-    ASSERT_TRUE(esc);
-    EXPECT_TRUE(matches(*esc, "\\b\\a\"bit's\\'\t"));
-    EXPECT_FALSE(matches(*esc, "\b\\a\"bit's\\'\t"));
+    expect_lark(R"L(start: "\b" "\\" "a\"b" 'it\'s' "\'" "\t")L", {"\\b\\a\"bit's\\'\t"}, {"\b\\a\"bit's\\'\t"});
     // Then pairs of backslashes are one, however they were written.
-    auto pairs = compile(*EbnfGrammar::lark_to_gbnf(R"L(start: "\x5c\x5c" "-" "\\\\" "-" "\x5c\b")L"));
-    ASSERT_TRUE(pairs);
-    EXPECT_TRUE(matches(*pairs, "\\-\\\\-\\b"));
+    expect_lark(R"L(start: "\x5c\x5c" "-" "\\\\" "-" "\x5c\b")L", {"\\-\\\\-\\b"}, {});
     // A regex's flags are Lark's letters only: /b/iB is /b/i then the terminal B.
-    auto flags = compile(*EbnfGrammar::lark_to_gbnf("start: /b/iB\nB: \"c\""));
-    ASSERT_TRUE(flags);
-    EXPECT_TRUE(matches(*flags, "Bc"));
-    EXPECT_FALSE(matches(*flags, "BC"));
+    expect_lark("start: /b/iB\nB: \"c\"", {"Bc"}, {"BC"});
     // Nesting the GBNF parser could not take back is refused at the Lark line.
     auto nested = [](int levels) {  // start: /(?:b(?:b...c|d)|d)/
         std::string t = "start: /";
@@ -406,12 +394,7 @@ TEST(EbnfGrammar, LarkRegexTerminalsAreThePatterns) {
     ASSERT_FALSE(d.ok());
     EXPECT_NE(d.status().message().find("line 1: /"), std::string::npos) << d.status().message();
     EXPECT_NE(d.status().message().find("nested too deeply"), std::string::npos) << d.status().message();
-    auto od = EbnfGrammar::lark_to_gbnf(nested(25));
-    ASSERT_TRUE(od.ok()) << od.status().to_string();
-    auto odg = compile(*od);
-    ASSERT_TRUE(odg);
-    EXPECT_TRUE(matches(*odg, std::string(25, 'b') + "c"));
-    EXPECT_TRUE(matches(*odg, "bbd"));
+    expect_lark(nested(25), {std::string(25, 'b') + "c", "bbd"}, {"bbbd" + std::string(25, 'b')});
 }
 
 // Lark's ESCAPED_STRING is /".*?(?<!\\)(\\\\)*?"/: a quote, then text up to the first quote not escaped by an
