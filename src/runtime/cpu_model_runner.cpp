@@ -94,4 +94,54 @@ Status CpuModelRunner::forward(const Batch& batch, std::vector<float>* logits) {
     return ok_status();
 }
 
+StatusOr<KvFormat> CpuModelRunner::kv_format(int block_size) const {
+    if (!layout_.trivial()) return unimplemented("KV export and import need the single-rank CPU layout");
+    const model::GptOssConfig& c = weights_->config;
+    if (c.num_hidden_layers > 64) return unimplemented("KV transfers carry at most 64 layers");
+    const KvGeometry g = kv_geometry(block_size);
+    return make_kv_format(c, kv_fp8_ ? KvDtype::kF32E4m3 : KvDtype::kF32, c.num_key_value_heads, block_size,
+                          g.bytes_per_block_full, g.bytes_per_block_sliding);
+}
+
+Status CpuModelRunner::copy_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out, const uint8_t* in) {
+    const bool to_cache = in != nullptr;
+    if (!kv_)
+        return failed_precondition(parallel_ ? "KV export and import need the single-rank CPU layout"
+                                             : "the KV cache is not allocated");
+    const model::GptOssConfig& c = weights_->config;
+    // One layer's K (or V) of one block: block_size slots of [num_key_value_heads, head_dim] floats.
+    const size_t per = static_cast<size_t>(kv_->block_size()) * c.num_key_value_heads * c.head_dim;
+    const int n = kv_->num_blocks(sliding);
+    size_t layers = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) layers += c.is_sliding(l) == sliding ? 1 : 0;
+    const size_t block_bytes = layers * 2 * per * sizeof(float);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 && to_cache) continue;
+        if (ids[i] < 0 || ids[i] >= n) return out_of_range("KV block id " + std::to_string(ids[i]) + " out of range");
+        const size_t offset = i * block_bytes;
+        size_t done = 0;
+        for (int l = 0; l < c.num_hidden_layers; ++l) {
+            if (c.is_sliding(l) != sliding) continue;
+            for (float* base : {kv_->k(l), kv_->v(l)}) {
+                float* block = base + static_cast<size_t>(ids[i]) * per;
+                if (to_cache) {
+                    std::memcpy(block, in + offset + done, per * sizeof(float));
+                } else {
+                    std::memcpy(out + offset + done, block, per * sizeof(float));
+                }
+                done += per * sizeof(float);
+            }
+        }
+    }
+    return ok_status();
+}
+
+Status CpuModelRunner::read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* data) {
+    return copy_kv_blocks(sliding, ids, data, nullptr);
+}
+
+Status CpuModelRunner::write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* data) {
+    return copy_kv_blocks(sliding, ids, nullptr, data);
+}
+
 }  // namespace gptoss::runtime

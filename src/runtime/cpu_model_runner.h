@@ -26,8 +26,14 @@ public:
     size_t free_memory_bytes() const override;
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
+    StatusOr<KvFormat> kv_format(int block_size) const override;
+    Status read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* data) override;
+    Status write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* data) override;
 
 private:
+    // Copies one pool's blocks to `out` (read_kv_blocks) or from `in` (write_kv_blocks); one of them is null.
+    Status copy_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out, const uint8_t* in);
+
     std::shared_ptr<const model::GptOssWeights> weights_;
     model::CpuForward forward_;
     std::unique_ptr<model::CpuKvCache> kv_;

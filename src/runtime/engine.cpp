@@ -137,6 +137,7 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
       kv_(config_.block_size, runner_->kv_geometry(config_.block_size).sliding_window, counts,
           config_.enable_prefix_caching),
       scheduler_(config_.scheduler, &kv_),
+      kv_format_(runner_->kv_format(config_.block_size)),
       capacity_tokens_(kv_.capacity_tokens()),
       seed_base_(static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}()) {
     device_sampling_ = config_.device_sampling && runner_->samples_on_device();
@@ -204,6 +205,24 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
     }
     if (!r.stop_strings.empty() && !config_.detokenizer)
         return failed_precondition("stop strings need a detokenizer, and the engine was given none");
+    if (r.export_kv) {
+        if (!kv_format_.ok()) return failed_precondition(kv_format_.status().message());
+        if (n % config_.block_size != 0)
+            return invalid_argument("a KV export needs a prompt of whole blocks (" + std::to_string(n) +
+                                    " tokens, blocks of " + std::to_string(config_.block_size) + ")");
+        r.max_tokens = 1;
+        r.min_tokens = 0;
+    }
+    if (r.kv_prefix) {
+        if (!kv_format_.ok()) return failed_precondition(kv_format_.status().message());
+        if (!config_.enable_prefix_caching) return failed_precondition("importing KV needs prefix caching");
+        RETURN_IF_ERROR(check_kv_transfer(*r.kv_prefix, *kv_format_));
+        const std::vector<int32_t>& t = r.kv_prefix->tokens;
+        if (static_cast<int64_t>(t.size()) >= n || !std::equal(t.begin(), t.end(), r.prompt.begin()))
+            return invalid_argument("the imported KV (" + std::to_string(t.size()) +
+                                    " tokens) is not of a proper prefix of the prompt (" + std::to_string(n) +
+                                    " tokens)");
+    }
 
     Submission s;
     s.id = next_id_.fetch_add(1);
@@ -256,12 +275,66 @@ void Engine::publish_stats() {
 }
 
 void Engine::finish(Active& a, TokenEvent ev) {
+    if (a.request.export_kv && (ev.finish_reason == FinishReason::kStop || ev.finish_reason == FinishReason::kLength)) {
+        StatusOr<std::shared_ptr<const KvTransfer>> kv = export_kv(a.seq);
+        if (kv.ok()) {
+            ev.kv = std::move(*kv);
+            counters_.num_exported_tokens += a.seq.num_prompt_tokens;
+        } else {
+            ev.finish_reason = FinishReason::kError;
+            ev.error = kv.status().to_string();
+        }
+    }
     scheduler_.remove(&a.seq);
     ev.num_prompt_tokens = a.seq.num_prompt_tokens;
     ev.num_cached_tokens = std::max(0, a.seq.num_cached_tokens);
     a.stream->push(std::move(ev));
     ++counters_.num_finished;
     active_.erase(a.seq.id);  // destroys `a`
+}
+
+StatusOr<std::shared_ptr<const KvTransfer>> Engine::export_kv(const Sequence& seq) {
+    const int bs = config_.block_size, P = seq.num_prompt_tokens, k = P / bs;
+    if (seq.num_computed < P || static_cast<int>(seq.block_table_full.size()) < k)
+        return internal_error("the prompt's KV is not all computed");
+    auto t = std::make_shared<KvTransfer>();
+    t->format = *kv_format_;
+    t->tokens.assign(seq.tokens.begin(), seq.tokens.begin() + P);
+    t->first_sliding_block = kv_.has_sliding() ? first_window_block(P, t->format.sliding_window, bs) : k;
+    const std::span<const int32_t> full = std::span(seq.block_table_full).first(static_cast<size_t>(k));
+    t->full.resize(static_cast<size_t>(k) * t->format.bytes_per_block_full);
+    RETURN_IF_ERROR(runner_->read_kv_blocks(false, full, t->full.data()));
+    if (t->first_sliding_block < k) {
+        const std::span<const int32_t> sliding =
+            std::span(seq.block_table_sliding)
+                .subspan(static_cast<size_t>(t->first_sliding_block), static_cast<size_t>(k - t->first_sliding_block));
+        for (int32_t id : sliding)
+            if (id < 0) return internal_error("a sliding-window block of the prompt's last window was released");
+        t->sliding.resize(sliding.size() * t->format.bytes_per_block_sliding);
+        RETURN_IF_ERROR(runner_->read_kv_blocks(true, sliding, t->sliding.data()));
+    }
+    return std::shared_ptr<const KvTransfer>(std::move(t));
+}
+
+void Engine::import_kv(const KvTransfer& t) {
+    KvCacheManager::PrefixImport im;
+    if (!kv_.begin_import(t.tokens, &im)) {
+        ++counters_.num_kv_imports_dropped;
+        return;
+    }
+    Status st = runner_->write_kv_blocks(false, im.write_full, t.full.data());
+    if (st.ok() && !im.write_sliding.empty()) {
+        // The transfer may start its sliding blocks earlier than the window needs.
+        const size_t skip =
+            static_cast<size_t>(im.first_sliding - t.first_sliding_block) * t.format.bytes_per_block_sliding;
+        st = runner_->write_kv_blocks(true, im.write_sliding, t.sliding.data() + skip);
+    }
+    kv_.finish_import(t.tokens, im, st.ok());
+    if (st.ok()) {
+        counters_.num_imported_tokens += static_cast<int64_t>(t.tokens.size());
+    } else {
+        ++counters_.num_kv_imports_dropped;
+    }
 }
 
 void Engine::loop() {
@@ -279,6 +352,10 @@ void Engine::loop() {
             a->seq.tokens = a->request.prompt;
             a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
             a->seq.score_prompt = a->request.prompt_logprobs >= 0 && a->seq.num_prompt_tokens > 1;
+            if (a->request.kv_prefix) {
+                if (!a->seq.score_prompt) import_kv(*a->request.kv_prefix);
+                a->request.kv_prefix.reset();  // its bytes are in the cache now (or dropped)
+            }
             scheduler_.add(&a->seq);
             active_.emplace(s.id, std::move(a));
         }

@@ -26,6 +26,7 @@
 #include "core/background_worker.h"
 #include "core/status.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_transfer.h"
 #include "runtime/model_runner.h"
 #include "runtime/request_stream.h"
 #include "runtime/sampler.h"
@@ -54,6 +55,17 @@ struct Request {
     int prompt_logprobs = -1;
     // Optional: which tokens may come next (structured outputs); one TokenConstraint per request.
     std::shared_ptr<const TokenConstraintFactory> constraint{};
+    // Disaggregated prefill (runtime/kv_transfer.h), the prefill worker's side: the prompt (a whole number of KV
+    // blocks) is computed and the request ends with its first token (max_tokens and min_tokens are taken as 1
+    // and 0), its final event carrying the prompt's KV (TokenEvent::kv). Needs a runner that can read its blocks
+    // (ModelRunner::kv_format).
+    bool export_kv = false;
+    // The decode worker's side: the KV of the prompt's first kv_prefix->tokens.size() positions, computed by a
+    // prefill worker, goes into the prefix cache before the request is queued, so only the rest is computed here.
+    // It must be in this runner's format, a prefix of the prompt and shorter than it (invalid_argument
+    // otherwise), and needs prefix caching. Where the cache has no room for it, it is dropped and the prompt
+    // computed here (EngineStats::num_kv_imports_dropped); with prompt_logprobs it is not used.
+    std::shared_ptr<const KvTransfer> kv_prefix{};
     // Optional: receives every event on the engine thread instead of the handle's queue. It must
     // return quickly and not call into the engine (cancel() excepted).
     std::function<void(const TokenEvent&)> on_event{};
@@ -135,8 +147,11 @@ struct EngineStats {
     int64_t num_preemptions = 0;
     int64_t num_cached_prompt_tokens = 0;  // reused from the prefix cache (admissions and readmissions)
     int64_t num_finished = 0;
-    int64_t num_draft_tokens = 0;     // speculative drafts fed to the model
-    int64_t num_accepted_tokens = 0;  // of them, kept
+    int64_t num_draft_tokens = 0;        // speculative drafts fed to the model
+    int64_t num_accepted_tokens = 0;     // of them, kept
+    int64_t num_imported_tokens = 0;     // prompt positions whose KV came in a Request::kv_prefix
+    int64_t num_kv_imports_dropped = 0;  // kv_prefix transfers not used (no room in the cache, or a copy failed)
+    int64_t num_exported_tokens = 0;     // prompt positions exported (Request::export_kv)
 };
 
 class Engine {
@@ -177,6 +192,10 @@ private:
     Status draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
                          const std::vector<int>& first_index);
     void finish(Active& a, TokenEvent event);
+    // Request::kv_prefix into the prefix cache (on the engine thread, before the request is queued).
+    void import_kv(const KvTransfer& t);
+    // The KV of a computed prompt (Request::export_kv) while the sequence still holds its blocks.
+    StatusOr<std::shared_ptr<const KvTransfer>> export_kv(const Sequence& seq);
     void publish_stats();
 
     std::unique_ptr<ModelRunner> runner_;
@@ -195,6 +214,7 @@ private:
     bool defer_draws_ = false;
     EngineStats counters_;
 
+    const StatusOr<KvFormat> kv_format_;  // the runner's, for KV transfers
     const int64_t capacity_tokens_;
     const uint64_t seed_base_;  // seeds of requests that give none
     std::atomic<uint64_t> next_id_{1};

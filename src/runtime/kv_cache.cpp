@@ -1,5 +1,7 @@
 #include "runtime/kv_cache.h"
 
+#include "runtime/kv_transfer.h"
+
 #include <cstdio>
 
 #include <algorithm>
@@ -12,9 +14,6 @@ namespace gptoss::runtime {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// First logical block the token at position `pos` reads in a sliding layer.
-int first_window_block(int pos, int window, int block_size) { return std::max(0, pos - window + 1) / block_size; }
 
 }  // namespace
 
@@ -221,6 +220,63 @@ void KvCacheManager::free(Sequence& seq) {
     seq.first_held_sliding = 0;
     seq.num_indexed_blocks = 0;
     seq.num_computed = 0;
+}
+
+bool KvCacheManager::begin_import(std::span<const int32_t> tokens, PrefixImport* im) {
+    *im = PrefixImport{};
+    if (!prefix_caching_) return false;
+    const int k = static_cast<int>(tokens.size()) / block_size_;
+    if (k <= 0) return false;
+    std::vector<uint64_t> hashes(static_cast<size_t>(k));
+    for (int b = 0; b < k; ++b)
+        hashes[b] =
+            hash_block(b == 0 ? 0 : hashes[b - 1], tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_));
+    auto block_tokens = [&](int b) { return tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_); };
+    im->first_sliding = has_sliding() ? first_window_block(k * block_size_, sliding_window_, block_size_) : k;
+    // Pin what is cached first, so that allocating the rest cannot evict it.
+    int missing_full = 0, missing_sliding = 0;
+    for (int b = 0; b < k; ++b) {
+        const int id = full_.lookup(hashes[b], block_tokens(b));
+        if (id >= 0) full_.ref(id);
+        im->full.push_back(id);
+        missing_full += id < 0;
+    }
+    for (int b = im->first_sliding; b < k; ++b) {
+        const int id = sliding_.lookup(hashes[b], block_tokens(b));
+        if (id >= 0) sliding_.ref(id);
+        im->sliding.push_back(id);
+        missing_sliding += id < 0;
+    }
+    if (missing_full > full_.num_free() || missing_sliding > sliding_.num_free()) {
+        for (int id : im->full)
+            if (id >= 0) full_.unref(id);
+        for (int id : im->sliding)
+            if (id >= 0) sliding_.unref(id);
+        *im = PrefixImport{};
+        return false;
+    }
+    im->write_full.assign(im->full.size(), -1);
+    im->write_sliding.assign(im->sliding.size(), -1);
+    for (size_t i = 0; i < im->full.size(); ++i)
+        if (im->full[i] < 0) im->full[i] = im->write_full[i] = full_.allocate();
+    for (size_t i = 0; i < im->sliding.size(); ++i)
+        if (im->sliding[i] < 0) im->sliding[i] = im->write_sliding[i] = sliding_.allocate();
+    return true;
+}
+
+void KvCacheManager::finish_import(std::span<const int32_t> tokens, const PrefixImport& im, bool written) {
+    const int k = static_cast<int>(im.full.size());
+    uint64_t hash = 0;
+    for (int b = 0; b < k && written; ++b) {
+        const auto block = tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_);
+        hash = hash_block(hash, block);
+        if (im.write_full[b] >= 0) full_.index(im.write_full[b], hash, block);
+        if (b >= im.first_sliding && im.write_sliding[b - im.first_sliding] >= 0)
+            sliding_.index(im.write_sliding[b - im.first_sliding], hash, block);
+    }
+    // Tail first, as free() does: the LRU list then evicts the prefix's later blocks first.
+    for (size_t i = im.sliding.size(); i-- > 0;) sliding_.unref(im.sliding[i]);
+    for (size_t i = im.full.size(); i-- > 0;) full_.unref(im.full[i]);
 }
 
 }  // namespace gptoss::runtime

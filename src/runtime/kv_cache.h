@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "core/status.h"
 #include "runtime/block_allocator.h"
@@ -93,6 +95,21 @@ public:
     void on_computed(Sequence& seq);
     // Drops every reference the sequence holds (finish, cancel, preemption); resets its progress.
     void free(Sequence& seq);
+
+    // Disaggregated prefill (runtime/kv_transfer.h): room in the prefix cache for the KV of tokens[0, k·bs)
+    // computed elsewhere (k = tokens.size() / block_size): full blocks 0..k-1 and the sliding blocks of the
+    // window of position k·bs. Blocks the cache already has are kept (-1 in write_*: nothing to copy); the others
+    // are allocated for the caller to fill. Every block of the import holds a reference until finish_import, so
+    // nothing it needs is evicted meanwhile. False, holding nothing, without prefix caching or free blocks.
+    struct PrefixImport {
+        int first_sliding = 0;                           // first sliding block of the window
+        std::vector<int32_t> full, sliding;              // [k], [k - first_sliding] the blocks held
+        std::vector<int32_t> write_full, write_sliding;  // the same with -1 where the block was cached
+    };
+    bool begin_import(std::span<const int32_t> tokens, PrefixImport* im);
+    // Indexes the blocks the caller wrote (`written`; else they go back unindexed) and drops the import's
+    // references: the blocks stay in the prefix cache for match_prefix, least recently used last.
+    void finish_import(std::span<const int32_t> tokens, const PrefixImport& im, bool written);
 
 private:
     void extend_hashes(Sequence& seq, int num_blocks) const;

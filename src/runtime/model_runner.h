@@ -13,6 +13,7 @@
 #include "model/gpt_oss_config.h"
 #include "runtime/batch.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_transfer.h"
 #include "runtime/sampler.h"
 
 namespace gptoss::runtime {
@@ -30,6 +31,23 @@ public:
     virtual size_t total_memory_bytes() const { return 0; }
     // Allocates the paged cache; called once, before forward().
     virtual Status allocate_kv_cache(int block_size, KvBlockCounts counts) = 0;
+    // Disaggregated prefill (runtime/kv_transfer.h): the cache's format for `block_size`-token blocks, or
+    // unimplemented where this runner cannot copy its blocks (parallel layouts).
+    virtual StatusOr<KvFormat> kv_format(int block_size) const {
+        (void)block_size;
+        return unimplemented("this backend cannot export or import KV blocks");
+    }
+    // Copies blocks of one pool (`sliding`) between the cache and host memory: block ids[i] <-> data bytes
+    // [i·B, (i+1)·B), B the format's bytes a block of that pool (for each layer of the pool in order, K then V
+    // of the block's slots). write_kv_blocks skips ids of -1. Between steps only (the engine thread).
+    virtual Status read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* data) {
+        (void)sliding, (void)ids, (void)data;
+        return unimplemented("this backend cannot export KV blocks");
+    }
+    virtual Status write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* data) {
+        (void)sliding, (void)ids, (void)data;
+        return unimplemented("this backend cannot import KV blocks");
+    }
     // Runs one step. Appends vocab_size logits rows in batch order: for each sequence with
     // need_logits, its last new token's row, or with all_logits one row per new token (a
     // speculative verification). Writes the new tokens' K/V into their blocks.

@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/kv_transfer.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_checker.h"
 
@@ -34,6 +36,7 @@ struct TokenEvent {
     int num_prompt_tokens = 0;                   // usage, on the last event
     int num_cached_tokens = 0;                   // prompt tokens served by the prefix cache
     std::string error;                           // finish_reason error: what went wrong
+    std::shared_ptr<const KvTransfer> kv;        // Request::export_kv: the prompt's KV, on the last event
     std::chrono::steady_clock::time_point time;  // when the engine produced it
 
     bool is_final() const { return finish_reason.has_value(); }

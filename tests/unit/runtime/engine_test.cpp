@@ -560,6 +560,164 @@ TEST_F(EngineTest, ThousandRandomSubmitCancelOpsLeaveNoBlockAllocated) {
     EXPECT_GT(cancels + drops, 300);
 }
 
+// Disaggregated prefill: the prefill worker's export of a prompt's whole blocks before its last token.
+std::shared_ptr<const KvTransfer> export_prefix(Engine& producer, const std::vector<int32_t>& prompt, int bs,
+                                                Generation* first = nullptr) {
+    const size_t P = (prompt.size() - 1) / static_cast<size_t>(bs) * static_cast<size_t>(bs);
+    if (P == 0) return nullptr;
+    Request r{.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + static_cast<long>(P)), .max_tokens = 9};
+    r.export_kv = true;
+    auto h = producer.submit(std::move(r));
+    EXPECT_TRUE(h.ok()) << h.status().to_string();
+    if (!h.ok()) return nullptr;
+    std::shared_ptr<const KvTransfer> kv;
+    Generation g;
+    while (auto ev = h->next(std::chrono::milliseconds(60000))) {
+        if (ev->id >= 0) g.ids.push_back(ev->id);
+        if (!ev->is_final()) continue;
+        g.finish = *ev->finish_reason;
+        EXPECT_TRUE(ev->kv) << ev->error;
+        kv = ev->kv;
+        break;
+    }
+    EXPECT_EQ(g.ids.size(), 1u);  // the export ends with its first token, whatever max_tokens says
+    if (first) *first = g;
+    return kv;
+}
+
+// A prefill worker exports each prompt's KV and a decode worker imports it and generates: every request's tokens
+// are the unpaged reference's (greedy, seeded, penalties, logprobs), with the imported positions counted as cached
+// and not computed again; on the FP8-rounding cache too. Without the import the decode worker computes everything.
+TEST_F(EngineTest, DisaggregatedPrefillGivesTheReferenceGenerations) {
+    std::vector<Request> reqs = mixed_requests(300, 5, 12, 6, 21);
+    for (Request& r : reqs) r.prompt_logprobs = -1;  // a scored prompt is computed whole: nothing to import
+    reqs.push_back(Request{.prompt = random_ids(60, 300, 9), .sampling = {.temperature = 0.0f}, .max_tokens = 5});
+    for (bool fp8 : {false, true}) {
+        SCOPED_TRACE(fp8 ? "fp8 cache" : "f32 cache");
+        auto make = [&] {
+            auto e = Engine::create(std::make_unique<CpuModelRunner>(weights_, parallel::ParallelConfig{}, fp8),
+                                    test_config());
+            EXPECT_TRUE(e.ok()) << e.status().to_string();
+            return e.ok() ? std::move(*e) : nullptr;
+        };
+        auto producer = make(), consumer = make();
+        ASSERT_TRUE(producer && consumer);
+        int64_t imported = 0, positions = 0;
+        for (const Request& r : reqs) {
+            Request d = r;
+            d.kv_prefix = export_prefix(*producer, r.prompt, 4);
+            const int P = d.kv_prefix ? static_cast<int>(d.kv_prefix->tokens.size()) : 0;
+            imported += P;
+            positions += static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
+            auto h = consumer->submit(std::move(d));
+            ASSERT_TRUE(h.ok()) << h.status().to_string();
+            Generation g = collect(*h);
+            EXPECT_EQ(g.num_cached_tokens, P);
+            if (fp8) {
+                // The e4m3 cache is not the reference's: the same tokens as the producer computing it all.
+                auto whole = producer->submit(copy_request(r));
+                ASSERT_TRUE(whole.ok());
+                const Generation want = collect(*whole);
+                EXPECT_EQ(g.ids, want.ids);
+            } else {
+                const Generation want = reference_generate(*weights_, r);
+                EXPECT_TRUE(g.same_tokens(want)) << describe(g) << " vs " << describe(want);
+            }
+        }
+        ASSERT_TRUE(consumer->wait_idle(std::chrono::milliseconds(10000)));
+        const EngineStats st = consumer->stats();
+        EXPECT_GE(imported, 100);  // 128: the 60-token prompt gives 56, the mixed ones the rest
+        EXPECT_EQ(st.num_imported_tokens, imported);
+        EXPECT_EQ(st.num_kv_imports_dropped, 0);
+        // Each generated token but the last is fed once; each prompt position not imported once.
+        EXPECT_LE(st.num_tokens_computed, positions - imported);
+        EXPECT_EQ(producer->stats().num_exported_tokens, imported);
+    }
+}
+
+// The imported KV is what the decode worker reads: zeroed blocks change the first token's logprob.
+TEST_F(EngineTest, ImportedKvIsWhatTheDecodeWorkerReads) {
+    const std::vector<int32_t> prompt = random_ids(30, 300, 4);
+    auto producer = make_engine(weights_, test_config()), consumer = make_engine(weights_, test_config());
+    ASSERT_TRUE(producer && consumer);
+    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    ASSERT_TRUE(kv);
+    auto zeroed = std::make_shared<KvTransfer>(*kv);
+    std::fill(zeroed->full.begin(), zeroed->full.end(), 0);
+    Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 1, .logprobs = 0};
+    const Generation want = reference_generate(*weights_, r);
+    r.kv_prefix = kv;
+    auto h = consumer->submit(copy_request(r));
+    ASSERT_TRUE(h.ok());
+    EXPECT_TRUE(collect(*h).same_tokens(want));
+    // Another engine (an empty cache), the same prompt with zeroed full-layer KV.
+    auto consumer2 = make_engine(weights_, test_config());
+    ASSERT_TRUE(consumer2);
+    r.kv_prefix = zeroed;
+    auto z = consumer2->submit(copy_request(r));
+    ASSERT_TRUE(z.ok());
+    const Generation got = collect(*z);
+    EXPECT_EQ(got.num_cached_tokens, 28);
+    ASSERT_EQ(got.logprobs.size(), 1u);
+    EXPECT_NE(got.logprobs[0], want.logprobs[0]);
+}
+
+TEST_F(EngineTest, KvTransfersThatDoNotFitAreRefusedOrDropped) {
+    auto producer = make_engine(weights_, test_config());
+    ASSERT_TRUE(producer);
+    const std::vector<int32_t> prompt = random_ids(41, 300, 6);
+    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    ASSERT_TRUE(kv);
+    ASSERT_EQ(kv->tokens.size(), 40u);
+    auto expect_error = [](Engine& e, Request r, StatusCode code, const std::string& words) {
+        auto h = e.submit(std::move(r));
+        ASSERT_FALSE(h.ok());
+        EXPECT_EQ(h.status().code(), code) << h.status().to_string();
+        EXPECT_NE(h.status().message().find(words), std::string::npos) << h.status().message();
+    };
+    Request export_partial{.prompt = random_ids(10, 300, 1)};
+    export_partial.export_kv = true;
+    expect_error(*producer, export_partial, StatusCode::kInvalidArgument, "whole blocks");
+    // Another block size; another prompt; the whole prompt (nothing left to compute).
+    EngineConfig eight = test_config();
+    eight.block_size = 8;
+    auto other = make_engine(weights_, eight);
+    ASSERT_TRUE(other);
+    expect_error(*other, Request{.prompt = prompt, .kv_prefix = kv}, StatusCode::kInvalidArgument, "block 4");
+    std::vector<int32_t> changed = prompt;
+    changed[7] += 1;
+    expect_error(*producer, Request{.prompt = changed, .kv_prefix = kv}, StatusCode::kInvalidArgument, "prefix");
+    expect_error(*producer,
+                 Request{.prompt = std::vector<int32_t>(prompt.begin(), prompt.begin() + 40), .kv_prefix = kv},
+                 StatusCode::kInvalidArgument, "prefix");
+    EngineConfig no_cache = test_config();
+    no_cache.enable_prefix_caching = false;
+    auto uncached = make_engine(weights_, no_cache);
+    ASSERT_TRUE(uncached);
+    expect_error(*uncached, Request{.prompt = prompt, .kv_prefix = kv}, StatusCode::kFailedPrecondition,
+                 "prefix caching");
+    // A simulated-rank layout cannot copy its blocks.
+    auto ranks = make_engine(weights_, test_config(), parallel::ParallelConfig{2, 1, 1});
+    ASSERT_TRUE(ranks);
+    expect_error(*ranks, Request{.prompt = prompt, .kv_prefix = kv}, StatusCode::kFailedPrecondition, "layout");
+    // A cache too small for the 10 blocks: dropped, and the prompt computed here gives the same tokens.
+    auto small = make_engine(weights_, test_config(14, 6));
+    ASSERT_TRUE(small);
+    Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 3};
+    auto busy = small->submit(Request{.prompt = random_ids(20, 300, 2), .max_tokens = 30});  // holds 5+ blocks
+    ASSERT_TRUE(busy.ok());
+    while (small->stats().num_running == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    r.kv_prefix = kv;
+    auto h = small->submit(copy_request(r));
+    ASSERT_TRUE(h.ok());
+    r.kv_prefix.reset();
+    const Generation g = collect(*h);
+    EXPECT_TRUE(g.same_tokens(reference_generate(*weights_, r))) << describe(g);
+    collect(*busy);
+    EXPECT_EQ(small->stats().num_kv_imports_dropped, 1);
+    EXPECT_EQ(small->stats().num_imported_tokens, 0);
+}
+
 TEST_F(EngineTest, BadRequestsGetClearErrors) {
     auto engine = make_engine(weights_, test_config());
     ASSERT_TRUE(engine);

@@ -1,0 +1,201 @@
+// Disaggregated prefill's pieces on their own: the KV transfer's wire format (round trip, every
+// truncation and corruption refused without a crash) and the KV cache's import of a prefix computed
+// elsewhere (found by match_prefix afterwards, cached blocks kept, nothing held when there is no room).
+#include "runtime/kv_transfer.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "runtime/kv_cache.h"
+
+namespace gptoss::runtime {
+namespace {
+
+KvFormat test_format(int block_size = 4, int window = 5) {
+    KvFormat f;
+    f.dtype = KvDtype::kBf16;
+    f.num_hidden_layers = 3;
+    f.num_key_value_heads = 1;
+    f.head_dim = 8;
+    f.hidden_size = 64;
+    f.vocab_size = 300;
+    f.sliding_window = window;
+    f.block_size = block_size;
+    f.layer_kinds = 0b101;
+    f.bytes_per_block_full = 2 * 4 * 8 * 2;                  // one full layer: K and V of 4 slots of 8 bf16
+    f.bytes_per_block_sliding = 2 * f.bytes_per_block_full;  // two sliding layers
+    return f;
+}
+
+KvTransfer random_transfer(int num_blocks, uint32_t seed) {
+    std::mt19937 rng(seed);
+    KvTransfer t;
+    t.format = test_format();
+    const int bs = t.format.block_size;
+    for (int i = 0; i < num_blocks * bs; ++i) t.tokens.push_back(static_cast<int32_t>(rng() % 300));
+    t.first_sliding_block = first_window_block(num_blocks * bs, t.format.sliding_window, bs);
+    t.full.resize(static_cast<size_t>(num_blocks) * t.format.bytes_per_block_full);
+    t.sliding.resize(static_cast<size_t>(num_blocks - t.first_sliding_block) * t.format.bytes_per_block_sliding);
+    for (auto& b : t.full) b = static_cast<uint8_t>(rng());
+    for (auto& b : t.sliding) b = static_cast<uint8_t>(rng());
+    return t;
+}
+
+TEST(KvTransfer, RoundTripsAndPassesItsOwnCheck) {
+    for (int blocks : {1, 2, 7}) {
+        const KvTransfer t = random_transfer(blocks, 10 + blocks);
+        ASSERT_TRUE(check_kv_transfer(t, t.format).ok()) << check_kv_transfer(t, t.format).to_string();
+        const std::string wire = serialize_kv_transfer(t);
+        EXPECT_EQ(wire.size(), 76 + t.tokens.size() * 4 + t.full.size() + t.sliding.size());
+        auto back = parse_kv_transfer(wire);
+        ASSERT_TRUE(back.ok()) << back.status().to_string();
+        EXPECT_TRUE(back->format == t.format);
+        EXPECT_EQ(back->tokens, t.tokens);
+        EXPECT_EQ(back->first_sliding_block, t.first_sliding_block);
+        EXPECT_EQ(back->full, t.full);
+        EXPECT_EQ(back->sliding, t.sliding);
+    }
+}
+
+TEST(KvTransfer, TruncationsAndCorruptionsAreRefusedWithoutACrash) {
+    const KvTransfer t = random_transfer(3, 5);
+    const std::string wire = serialize_kv_transfer(t);
+    // Every truncation and one extra byte: the sizes no longer add up.
+    for (size_t n = 0; n < wire.size(); ++n) EXPECT_FALSE(parse_kv_transfer(wire.substr(0, n)).ok()) << n;
+    EXPECT_FALSE(parse_kv_transfer(wire + "x").ok());
+    auto expect_refused = [](std::string w, const std::string& words) {
+        auto r = parse_kv_transfer(w);
+        ASSERT_FALSE(r.ok());
+        EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+    };
+    std::string bad = wire;
+    bad[0] = 'X';
+    expect_refused(bad, "GPTOSSKV");
+    bad = wire;
+    bad[8] = 2;  // version
+    expect_refused(bad, "version 2");
+    bad = wire;
+    bad[12] = 9;  // dtype
+    expect_refused(bad, "dtype");
+    bad = wire;
+    bad[44] = 4;  // num_blocks 3 -> 4
+    expect_refused(bad, "header describes");
+    bad = wire;
+    bad[47] = static_cast<char>(0x80);  // num_blocks past int32
+    expect_refused(bad, "out of range");
+    bad = wire;
+    bad[48] = 9;  // first sliding block past the blocks
+    expect_refused(bad, "first sliding block");
+    bad = wire;
+    for (int i = 0; i < 8; ++i) bad[60 + i] = static_cast<char>(0xff);  // bytes_per_block_full: 3 × it overflows
+    expect_refused(bad, "overflow");
+    // Random byte flips: parsed or refused, never a crash; what parses and passes the check has consistent sizes.
+    std::mt19937 rng(3);
+    int parsed = 0;
+    for (int i = 0; i < 3000; ++i) {
+        std::string w = wire;
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) w[rng() % 76] = static_cast<char>(rng());
+        auto r = parse_kv_transfer(w);
+        if (!r.ok() || !check_kv_transfer(*r, r->format).ok()) continue;
+        ++parsed;
+        EXPECT_EQ(r->full.size(), r->num_blocks() * r->format.bytes_per_block_full);
+    }
+    EXPECT_GT(parsed, 0);  // flips of the vocabulary, hidden size and other free fields still parse
+}
+
+TEST(KvTransfer, CheckRefusesAnotherFormatOrAShortWindow) {
+    const KvTransfer t = random_transfer(4, 8);
+    KvFormat other = t.format;
+    other.block_size = 8;
+    Status st = check_kv_transfer(t, other);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("block 4"), std::string::npos) << st.message();
+    other = t.format;
+    other.dtype = KvDtype::kE4m3;
+    EXPECT_FALSE(check_kv_transfer(t, other).ok());
+    KvTransfer late = t;  // sliding blocks from one later than the window of position 16 needs
+    late.first_sliding_block += 1;
+    late.sliding.resize(late.sliding.size() - late.format.bytes_per_block_sliding);
+    st = check_kv_transfer(late, t.format);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("window"), std::string::npos) << st.message();
+    KvTransfer short_payload = t;
+    short_payload.full.pop_back();
+    EXPECT_FALSE(check_kv_transfer(short_payload, t.format).ok());
+    KvTransfer bad_id = t;
+    bad_id.tokens[2] = 300;
+    EXPECT_FALSE(check_kv_transfer(bad_id, t.format).ok());
+}
+
+Sequence make_sequence(uint64_t id, std::vector<int32_t> tokens) {
+    Sequence s;
+    s.id = id;
+    s.num_prompt_tokens = static_cast<int>(tokens.size());
+    s.tokens = std::move(tokens);
+    return s;
+}
+
+std::vector<int32_t> ids(int n, int32_t base) {
+    std::vector<int32_t> v;
+    for (int i = 0; i < n; ++i) v.push_back(base + i);
+    return v;
+}
+
+TEST(KvCacheImport, AnImportedPrefixIsFoundByMatchPrefix) {
+    KvCacheManager kv(4, 5, {16, 8}, true);
+    const std::vector<int32_t> prompt = ids(23, 10);
+    const std::span<const int32_t> prefix = std::span(prompt).first(20);  // 5 blocks
+    KvCacheManager::PrefixImport im;
+    ASSERT_TRUE(kv.begin_import(prefix, &im));
+    EXPECT_EQ(im.first_sliding, 4);  // the window of position 20: 16..20
+    EXPECT_EQ(im.full.size(), 5u);
+    EXPECT_EQ(im.sliding.size(), 1u);
+    EXPECT_EQ(im.write_full, im.full);  // nothing was cached: every block to write
+    EXPECT_EQ(kv.full().num_in_use(), 5);
+    kv.finish_import(prefix, im, true);
+    EXPECT_EQ(kv.full().num_in_use(), 0);
+    EXPECT_EQ(kv.full().num_indexed(), 5);
+    Sequence s = make_sequence(1, prompt);
+    EXPECT_EQ(kv.match_prefix(s), 20);
+    kv.admit(s, 20);
+    EXPECT_EQ(std::vector<int32_t>(s.block_table_full.begin(), s.block_table_full.end()), im.full);
+    EXPECT_EQ(s.block_table_sliding[4], im.sliding[0]);
+    kv.free(s);
+    // Another prompt sharing the first three blocks: they are kept (nothing to write), two are new.
+    std::vector<int32_t> other = prompt;
+    other[13] = 299;
+    KvCacheManager::PrefixImport im2;
+    ASSERT_TRUE(kv.begin_import(std::span(other).first(20), &im2));
+    for (int b = 0; b < 3; ++b) {
+        EXPECT_EQ(im2.full[b], im.full[b]);
+        EXPECT_EQ(im2.write_full[b], -1);
+    }
+    EXPECT_GE(im2.write_full[3], 0);
+    EXPECT_GE(im2.write_full[4], 0);
+    kv.finish_import(std::span(other).first(20), im2, true);
+    Sequence s2 = make_sequence(2, other);
+    EXPECT_EQ(kv.match_prefix(s2), 20);
+}
+
+TEST(KvCacheImport, NoRoomOrAFailedWriteLeavesNothingBehind) {
+    KvCacheManager kv(4, 5, {4, 8}, true);
+    const std::vector<int32_t> prompt = ids(21, 3);
+    KvCacheManager::PrefixImport im;
+    EXPECT_FALSE(kv.begin_import(std::span(prompt).first(20), &im));  // 5 full blocks, 4 in the pool
+    EXPECT_EQ(kv.full().num_free(), 4);
+    EXPECT_EQ(kv.sliding().num_free(), 8);
+    ASSERT_TRUE(kv.begin_import(std::span(prompt).first(16), &im));
+    kv.finish_import(std::span(prompt).first(16), im, false);  // the copy failed: nothing indexed
+    EXPECT_EQ(kv.full().num_indexed(), 0);
+    EXPECT_EQ(kv.full().num_free(), 4);
+    EXPECT_EQ(kv.sliding().num_free(), 8);
+    Sequence s = make_sequence(1, prompt);
+    EXPECT_EQ(kv.match_prefix(s), 0);
+    KvCacheManager off(4, 5, {16, 8}, false);  // without prefix caching there is nowhere to put it
+    EXPECT_FALSE(off.begin_import(std::span(prompt).first(16), &im));
+}
+
+}  // namespace
+}  // namespace gptoss::runtime
