@@ -1,6 +1,7 @@
 // gptoss serve --model DIR [--host 127.0.0.1] [--port 8000] [--backend cpu|cuda] [--max-body-bytes N]
 //              [--http-threads N] [--max-in-flight N] [--kv-cache-mb N] [--max-num-seqs N]
 //              [--served-model-name NAME] [--tokenizer FILE] [--request-timeout S]
+//              [--disaggregation-mode none|prefill|decode] [--prefill-url http://host:port]
 // The OpenAI-compatible HTTP server. It listens at once (/health answers 503 while the model loads
 // and warms up) and shuts down cleanly on SIGINT/SIGTERM: open streams end, then the engine.
 #include <pthread.h>
@@ -21,6 +22,7 @@
 #include "runtime/cpu_model_runner.h"
 #include "runtime/cuda_model_runner.h"
 #include "runtime/engine.h"
+#include "server/disaggregation.h"
 #include "server/http_server.h"
 #include "server/runtime_engine.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -57,6 +59,12 @@ struct ServeOptions {
     bool drop_commentary_without_tools = false;
     bool reasoning_alias = false;
     SpeculativeFlags speculative;
+    // Prefill/decode disaggregation (server/disaggregation.h): none, prefill (serve /v1/kv/prefill) or decode
+    // (fetch prompts' KV from --prefill-url).
+    std::string disaggregation_mode = "none";
+    std::string prefill_url;
+    int prefill_min_tokens = 0;
+    int prefill_timeout_s = 600;
 };
 
 // YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
@@ -98,6 +106,20 @@ int run_serve(const ServeOptions& o) {
         return fail("--current-date must be a date YYYY-MM-DD, got '" + o.current_date + "'");
     if (!o.knowledge_cutoff.empty() && !valid_date(o.knowledge_cutoff, false))
         return fail("--knowledge-cutoff must be YYYY-MM, got '" + o.knowledge_cutoff + "'");
+    if (o.disaggregation_mode != "none" && o.disaggregation_mode != "prefill" && o.disaggregation_mode != "decode")
+        return fail("--disaggregation-mode must be none, prefill or decode, got '" + o.disaggregation_mode + "'");
+    if ((o.disaggregation_mode == "decode") != !o.prefill_url.empty())
+        return fail("--prefill-url and --disaggregation-mode decode go together");
+    if (o.prefill_min_tokens < 0)
+        return fail("--prefill-min-tokens must be at least 0, got " + std::to_string(o.prefill_min_tokens));
+    if (o.prefill_timeout_s < 1)
+        return fail("--prefill-timeout must be at least 1 second, got " + std::to_string(o.prefill_timeout_s));
+    std::unique_ptr<server::PrefillClient> prefill_client;
+    if (!o.prefill_url.empty()) {
+        auto client = server::PrefillClient::create(o.prefill_url, std::chrono::seconds(o.prefill_timeout_s));
+        if (!client.ok()) return fail(client.status().message());
+        prefill_client = std::move(*client);
+    }
     if (o.history_tool_call_content_type != "" && o.history_tool_call_content_type != "<|constrain|>json" &&
         o.history_tool_call_content_type != "json")
         return fail("--history-tool-call-content-type must be '<|constrain|>json', 'json' or '' (none), got '" +
@@ -183,10 +205,23 @@ int run_serve(const ServeOptions& o) {
     server::ServerMetrics metrics;
     std::unique_ptr<server::HttpServer> http;
     server::RuntimeEngineAdapter engine;
+    // A decode worker puts the prefill worker's KV in front of its engine.
+    std::unique_ptr<server::DisaggregatedEngine> decode_worker;
+    if (prefill_client) {
+        server::DisaggregationOptions d;
+        d.min_prompt_tokens = o.prefill_min_tokens;
+        decode_worker = std::make_unique<server::DisaggregatedEngine>(
+            engine,
+            [client = prefill_client.get()](const std::vector<int32_t>& prompt, const runtime::KvFormat& format) {
+                return client->prefill(prompt, format);
+            },
+            d);
+    }
 
     server::RequestQueueOptions queue_options;
     queue_options.max_in_flight = o.max_in_flight;
-    server::RequestQueue queue(engine, metrics, queue_options);
+    server::RequestQueue queue(decode_worker ? static_cast<server::TokenEngine&>(*decode_worker) : engine, metrics,
+                               queue_options);
     server::RoutesOptions routes_options;
     // The directory's name, also when given with a trailing separator ("dir/" normalizes to a path
     // whose filename is empty).
@@ -200,6 +235,7 @@ int run_serve(const ServeOptions& o) {
     routes_options.harmony.history_tool_call_content_type = o.history_tool_call_content_type;
     routes_options.harmony.drop_commentary_without_tools = o.drop_commentary_without_tools;
     routes_options.reasoning_alias = o.reasoning_alias;
+    routes_options.kv_producer = o.disaggregation_mode == "prefill";
     server::OpenAiRoutes routes(queue, **tok, routes_options);
     server::HttpServerOptions http_options;
     http_options.host = o.host;
@@ -213,6 +249,8 @@ int run_serve(const ServeOptions& o) {
     std::fprintf(stderr, "[serve] tokenizer: %s\n", tok_path->c_str());  // the model's, or the fallback found
     std::fprintf(stderr, "[serve] listening on http://%s:%d (model %s, loading)\n", o.host.c_str(), http->port(),
                  routes_options.model_id.c_str());
+    if (o.disaggregation_mode == "prefill") std::fprintf(stderr, "[serve] prefill worker: POST /v1/kv/prefill\n");
+    if (prefill_client) std::fprintf(stderr, "[serve] decode worker: prompts' KV from %s\n", o.prefill_url.c_str());
     std::fflush(stderr);
     // Load only once the port is ours, so a bind error does not wait for the weights.
     engine.start(load, [&](const Status& st) {
@@ -290,6 +328,17 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_flag("--drop-commentary-without-tools", o->drop_commentary_without_tools,
                   "Declare only the analysis and final channels when a request has no function tools");
     add_speculative_flags(sub, &o->speculative);
+    sub->add_option("--disaggregation-mode", o->disaggregation_mode,
+                    "Prefill/decode disaggregation: none, prefill (serve POST /v1/kv/prefill to decode workers) or "
+                    "decode (take prompts' KV from --prefill-url); both must load the same checkpoint")
+        ->capture_default_str();
+    sub->add_option("--prefill-url", o->prefill_url, "Decode worker: the prefill worker, http://host:port");
+    sub->add_option("--prefill-min-tokens", o->prefill_min_tokens,
+                    "Decode worker: prompts of at most this many tokens are computed here without asking")
+        ->capture_default_str();
+    sub->add_option("--prefill-timeout", o->prefill_timeout_s,
+                    "Decode worker: seconds to wait for the prefill worker (then the prompt is computed here)")
+        ->capture_default_str();
     sub->add_flag("--reasoning-field-alias", o->reasoning_alias,
                   "Chat answers repeat reasoning_content as `reasoning` (newer vLLM's field name)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });

@@ -214,6 +214,12 @@ struct CudaModel::Impl {
     ArenaView logit_rows;
     DeviceBuffer step_arena;
     uint8_t* step_host = nullptr;  // pinned, step_arena's size
+    // KV transfers (read_kv_blocks / write_kv_blocks): one layer's K or V of up to kv_staging_blocks blocks, and
+    // their ids; allocated with the cache.
+    static constexpr size_t kKvStagingBytes = size_t{8} << 20;
+    DeviceBuffer kv_staging, kv_staging_ids;
+    int kv_staging_blocks = 0;
+    Status copy_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out, const uint8_t* in);
     // Logits rows bound for the host land here first (pinned: a D2H copy at full speed; a pageable destination is
     // staged by the driver at a fraction of it), then one memcpy each into the caller's vector. Steps with more host
     // rows than fit copy straight to the vector.
@@ -1020,6 +1026,9 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
         if (!step_uploaded) CUDA_CHECK(cudaEventCreateWithFlags(&step_uploaded, cudaEventDisableTiming));
     }
     const size_t block_bytes = kv_block_bytes(block_size);
+    kv_staging_blocks = static_cast<int>(std::clamp<size_t>(kKvStagingBytes / (block_bytes / 2), 1, 65536));
+    kv_staging = DeviceBuffer(static_cast<size_t>(kv_staging_blocks) * (block_bytes / 2));
+    kv_staging_ids = DeviceBuffer(static_cast<size_t>(kv_staging_blocks) * sizeof(int32_t));
     size_t need = 0;
     for (int l = 0; l < c.num_hidden_layers; ++l) need += (c.is_sliding(l) ? nsl : nfull) * block_bytes;
     size_t free_b = 0, total_b = 0;
@@ -1032,6 +1041,44 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
         layers[l].k_cache = DeviceBuffer(nb * block_bytes / 2);
         layers[l].v_cache = DeviceBuffer(nb * block_bytes / 2);
         kv_bytes += nb * block_bytes;
+    }
+    return ok_status();
+}
+
+Status CudaModel::Impl::copy_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out, const uint8_t* in) {
+    if (kv_bytes == 0) return failed_precondition("the KV cache is not allocated");
+    const int nb = sliding ? num_blocks_sliding : num_blocks_full;
+    for (int32_t id : ids)
+        if (id >= nb || (id < 0 && in == nullptr))
+            return out_of_range("KV block id " + std::to_string(id) + " out of range");
+    const size_t per = kv_block_bytes(opt.block_size) / 2;  // one layer's K (or V) of a block
+    int pool_layers = 0;
+    for (int l = 0; l < c.num_hidden_layers; ++l) pool_layers += c.is_sliding(l) == sliding ? 1 : 0;
+    const size_t stride = 2 * static_cast<size_t>(pool_layers) * per;  // a block's bytes on the host
+    for (size_t first = 0; first < ids.size(); first += static_cast<size_t>(kv_staging_blocks)) {
+        const int n = static_cast<int>(std::min(ids.size() - first, static_cast<size_t>(kv_staging_blocks)));
+        CUDA_CHECK(cudaMemcpyAsync(kv_staging_ids.get(), ids.data() + first, n * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream));
+        size_t offset = first * stride;  // this layer's K (then V) of the chunk's first block on the host
+        for (int l = 0; l < c.num_hidden_layers; ++l) {
+            if (c.is_sliding(l) != sliding) continue;
+            for (const DeviceBuffer* cache : {&layers[l].k_cache, &layers[l].v_cache}) {
+                if (in == nullptr) {
+                    kc::gather_kv_blocks(cache->get(), kv_staging_ids.as<int32_t>(), n, static_cast<int64_t>(per),
+                                         kv_staging.get(), stream);
+                    CUDA_CHECK(cudaMemcpy2DAsync(out + offset, stride, kv_staging.get(), per, per, n,
+                                                 cudaMemcpyDeviceToHost, stream));
+                } else {
+                    CUDA_CHECK(cudaMemcpy2DAsync(kv_staging.get(), per, in + offset, stride, per, n,
+                                                 cudaMemcpyHostToDevice, stream));
+                    kc::scatter_kv_blocks(kv_staging.get(), kv_staging_ids.as<int32_t>(), n, static_cast<int64_t>(per),
+                                          cache->get(), stream);
+                }
+                offset += per;
+            }
+        }
+        // The staging buffers are reused by the next chunk.
+        CUDA_CHECK(cudaStreamSynchronize(stream));
     }
     return ok_status();
 }
@@ -2364,6 +2411,14 @@ void CudaModel::fill_kv_random(uint64_t seed) {
     }
     CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
+Status CudaModel::read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out) {
+    impl_->set_device();
+    return impl_->copy_kv_blocks(sliding, ids, out, nullptr);
+}
+Status CudaModel::write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* in) {
+    impl_->set_device();
+    return impl_->copy_kv_blocks(sliding, ids, nullptr, in);
+}
 const GptOssConfig& CudaModel::config() const { return impl_->c; }
 int CudaModel::block_size() const { return impl_->opt.block_size; }
 int CudaModel::num_blocks(bool sliding) const { return sliding ? impl_->num_blocks_sliding : impl_->num_blocks_full; }
@@ -2412,6 +2467,10 @@ Status CudaModel::sample_again(std::span<const int>, std::span<const SampleParam
     return unimplemented("no CUDA backend");
 }
 void CudaModel::fill_kv_random(uint64_t) {}
+Status CudaModel::read_kv_blocks(bool, std::span<const int32_t>, uint8_t*) { return unimplemented("no CUDA backend"); }
+Status CudaModel::write_kv_blocks(bool, std::span<const int32_t>, const uint8_t*) {
+    return unimplemented("no CUDA backend");
+}
 Status CudaModel::allocate_kv_cache(int, int, int) { return unimplemented("no CUDA backend"); }
 size_t CudaModel::free_device_memory() { return 0; }
 size_t CudaModel::free_device_memory(int) { return 0; }

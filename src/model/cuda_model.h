@@ -156,6 +156,11 @@ public:
                         std::span<const LogitEdits> edits, std::vector<int32_t>* ids);
     // Fills the KV cache with random bf16 values (benchmarks that pretend a context is cached).
     void fill_kv_random(uint64_t seed);
+    // Disaggregated prefill (runtime/kv_transfer.h): copies blocks of one pool (`sliding`) between the cache and
+    // host memory, block ids[i] <-> bytes [i·B, (i+1)·B) with B = 2 · (layers of the pool) · (bytes of one
+    // layer's K of a block): for each layer of the pool in order, K then V. write skips ids < 0. Synchronous.
+    Status read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out);
+    Status write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* in);
 
     const GptOssConfig& config() const;
     int block_size() const;

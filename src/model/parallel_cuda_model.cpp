@@ -364,6 +364,16 @@ Status ParallelCudaModel::sample_again(std::span<const int> rows, std::span<cons
     return models_[0]->sample_again(rows, params, bits, edits, ids);
 }
 
+Status ParallelCudaModel::read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out) {
+    if (workers_) return failed_precondition("KV export and import need a model of one GPU (no layout)");
+    return models_[0]->read_kv_blocks(sliding, ids, out);
+}
+
+Status ParallelCudaModel::write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* in) {
+    if (workers_) return failed_precondition("KV export and import need a model of one GPU (no layout)");
+    return models_[0]->write_kv_blocks(sliding, ids, in);
+}
+
 Status ParallelCudaModel::forward_sample(std::span<const ForwardSequence> seqs,
                                          std::span<const CudaModel::SampleParams> params, std::vector<int32_t>* ids,
                                          std::span<const int> dp_group, std::vector<float>* logits) {

@@ -39,6 +39,9 @@ public:
                         std::span<const uint32_t> bits, std::span<const CudaModel::LogitEdits> edits,
                         std::vector<int32_t>* ids);
     void fill_kv_random(uint64_t seed);
+    // CudaModel::read_kv_blocks / write_kv_blocks on a world of one rank (else failed_precondition).
+    Status read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out);
+    Status write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* in);
     // With options.defer_kv_cache: allocates num_blocks of each kind on every rank (same ids).
     Status allocate_kv_cache(int block_size, int num_blocks_full, int num_blocks_sliding);
     // The least free device memory over the ranks.

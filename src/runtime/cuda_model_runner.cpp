@@ -36,6 +36,16 @@ KvGeometry CudaModelRunner::kv_geometry(int block_size) const {
     return g;
 }
 
+StatusOr<KvFormat> CudaModelRunner::kv_format(int block_size) const {
+    if (model_->layout().world_size() != 1)
+        return unimplemented("KV export and import need a model of one GPU (no parallel layout)");
+    const model::GptOssConfig& c = weights_->config;
+    if (c.num_hidden_layers > 64) return unimplemented("KV transfers carry at most 64 layers");
+    const KvGeometry g = kv_geometry(block_size);
+    return make_kv_format(c, kv_fp8_ ? KvDtype::kE4m3 : KvDtype::kBf16, kv_heads_, block_size, g.bytes_per_block_full,
+                          g.bytes_per_block_sliding);
+}
+
 size_t CudaModelRunner::free_memory_bytes() const { return model_->free_device_memory(); }
 size_t CudaModelRunner::total_memory_bytes() const { return model_->total_device_memory(); }
 

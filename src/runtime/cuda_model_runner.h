@@ -31,6 +31,13 @@ public:
     size_t total_memory_bytes() const override;
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
+    StatusOr<KvFormat> kv_format(int block_size) const override;
+    Status read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* data) override {
+        return model_->read_kv_blocks(sliding, ids, data);
+    }
+    Status write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* data) override {
+        return model_->write_kv_blocks(sliding, ids, data);
+    }
     bool samples_on_device() const override { return true; }
     bool host_idle_during_forward() const override { return true; }
     int max_batch_entries() const override { return max_entries_; }

@@ -159,7 +159,7 @@ Engine::~Engine() {
     thread_.join();
 }
 
-StatusOr<RequestHandle> Engine::submit(Request r) {
+Status Engine::validate(const Request& r) const {
     const model::GptOssConfig& c = runner_->config();
     const int64_t n = static_cast<int64_t>(r.prompt.size());
     if (n == 0) return invalid_argument("the prompt is empty");
@@ -210,8 +210,6 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
         if (n % config_.block_size != 0)
             return invalid_argument("a KV export needs a prompt of whole blocks (" + std::to_string(n) +
                                     " tokens, blocks of " + std::to_string(config_.block_size) + ")");
-        r.max_tokens = 1;
-        r.min_tokens = 0;
     }
     if (r.kv_prefix) {
         if (!kv_format_.ok()) return failed_precondition(kv_format_.status().message());
@@ -224,6 +222,15 @@ StatusOr<RequestHandle> Engine::submit(Request r) {
                                     " tokens)");
     }
 
+    return ok_status();
+}
+
+StatusOr<RequestHandle> Engine::submit(Request r) {
+    if (r.export_kv) {  // the export ends with its first token
+        r.max_tokens = 1;
+        r.min_tokens = 0;
+    }
+    RETURN_IF_ERROR(validate(r));
     Submission s;
     s.id = next_id_.fetch_add(1);
     s.seed = r.sampling.seed ? *r.sampling.seed : mix_seed(seed_base_ ^ s.id);

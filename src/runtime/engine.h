@@ -168,8 +168,13 @@ public:
     // parameters, a request larger than the whole KV cache) and queues it.
     StatusOr<RequestHandle> submit(Request request);
     void cancel(const RequestHandle& handle) const;
+    // submit()'s checks alone (nothing is queued).
+    Status validate(const Request& request) const;
 
     const model::GptOssConfig& config() const { return runner_->config(); }
+    int block_size() const { return config_.block_size; }
+    // The runner's KV format for transfers (Request::export_kv / kv_prefix), or why it has none.
+    const StatusOr<KvFormat>& kv_format() const { return kv_format_; }
     // Longest sequence (prompt + max_tokens) a request may ask for: the context or the KV cache.
     int64_t max_sequence_tokens() const;
     // A snapshot, refreshed after every engine step.

@@ -280,6 +280,8 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     post("/v1/completions",
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.completions(b, g); });
     post("/tokenize", [&routes](std::string_view b, const OpenAiRoutes::ClientGone&) { return routes.tokenize(b); });
+    post("/v1/kv/prefill",
+         [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.kv_prefill(b, g); });
     post("/detokenize",
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone&) { return routes.detokenize(b); });
     svr.Get("/v1/models",
@@ -325,7 +327,8 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             res.set_header("Access-Control-Max-Age", "600");
         };
     };
-    for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/completions", "/tokenize", "/detokenize"}) {
+    for (const char* path :
+         {"/v1/chat/completions", "/v1/responses", "/v1/completions", "/tokenize", "/detokenize", "/v1/kv/prefill"}) {
         auto h = not_allowed("POST");
         auto hb = not_allowed_with_body("POST");
         svr.Get(path, h);

@@ -137,6 +137,17 @@ std::string ServerMetrics::render(const EngineStats& engine, int64_t requests_in
             static_cast<double>(engine.spec_draft_tokens));
     counter(out, "gptoss_spec_decode_accepted_tokens_total", "Speculative draft tokens kept.",
             static_cast<double>(engine.spec_accepted_tokens));
+    counter(out, "gptoss_kv_imported_tokens_total", "Prompt positions whose KV came from a prefill worker.",
+            static_cast<double>(engine.kv_imported_tokens));
+    counter(out, "gptoss_kv_imports_dropped_total", "KV transfers received but not used (no room in the cache).",
+            static_cast<double>(engine.kv_imports_dropped));
+    counter(out, "gptoss_kv_exported_tokens_total", "Prompt positions whose KV was exported to a decode worker.",
+            static_cast<double>(engine.kv_exported_tokens));
+    counter(out, "gptoss_remote_prefills_total", "Prompts prefilled by the prefill worker.",
+            static_cast<double>(engine.remote_prefills));
+    counter(out, "gptoss_remote_prefill_failures_total",
+            "Prefill worker calls that failed (the prompt was computed here).",
+            static_cast<double>(engine.remote_prefill_failures));
     ttft_.render(out, "gptoss_time_to_first_token_seconds", "Time from request arrival to its first token.");
     itl_.render(out, "gptoss_inter_token_latency_seconds", "Time between two tokens of one request.");
     gauge(out, "gptoss_requests_in_flight", "Requests the server is handling now.",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "server/disaggregation.h"
 #include "server/harmony_bridge.h"
 
 namespace gptoss::server {
@@ -673,6 +674,66 @@ int32_t id_limit(const TokenEngine& engine, const tokenizer::BpeTokenizer& tok) 
 }
 
 }  // namespace
+
+RouteResponse OpenAiRoutes::kv_prefill(std::string_view body, const ClientGone& client_gone) {
+    if (!options_.kv_producer)
+        return error(
+            api_error(404, "this server is not a prefill worker (start it with --disaggregation-mode prefill)"));
+    const Clock::time_point arrival = Clock::now();
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    const Json& j = *json;
+    auto ids_it = j.find("prompt_token_ids");
+    if (ids_it == j.end() || !ids_it->is_array() || ids_it->empty())
+        return error(api_error(invalid_argument("prompt_token_ids: must be a non-empty array of token ids")));
+    EngineRequest request;
+    for (const Json& v : *ids_it) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+            return error(api_error(invalid_argument("prompt_token_ids: must be a non-empty array of token ids")));
+        request.prompt.push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+    if (!queue_.engine().ready()) return error(not_ready_error());
+    StatusOr<runtime::KvFormat> mine = queue_.engine().kv_format();
+    if (!mine.ok()) return error(api_error(mine.status()));
+    if (auto f = j.find("kv_format"); f != j.end() && !f->is_null()) {
+        StatusOr<runtime::KvFormat> theirs = kv_format_from_json(*f);
+        if (!theirs.ok()) return error(api_error(theirs.status()));
+        if (!(*theirs == *mine))
+            return error(api_error(409, "the decode worker's KV format (" + theirs->describe() +
+                                            ") is not this prefill worker's (" + mine->describe() + ")"));
+    }
+    request.max_tokens = 1;
+    request.sampling.temperature = 0.0f;
+    request.export_kv = true;
+    StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(request), arrival);
+    if (!submitted.ok()) return error(api_error(submitted.status()));
+    std::unique_ptr<GenerationStream> gen = std::move(*submitted);
+    std::vector<EngineEvent> events;
+    Clock::time_point last_check = Clock::now();
+    for (;;) {
+        if (client_gone && Clock::now() - last_check >= kPollInterval) {
+            last_check = Clock::now();
+            if (client_gone()) return error(api_error(499, "the client closed the connection", "client_closed"));
+        }
+        events.clear();
+        if (!gen->next(&events, kPollInterval)) {
+            if (queue_.shutting_down()) return error(shutdown_error());
+            if (Clock::now() - std::max(arrival, gen->last_progress()) > options_.request_timeout)
+                return error(timeout_error());
+            continue;
+        }
+        for (const EngineEvent& e : events) {
+            if (e.finish == FinishReason::kNone) continue;
+            if (e.finish == FinishReason::kError) return error(engine_error(e.error));
+            if (e.finish == FinishReason::kCancelled) return error(shutdown_error());
+            if (!e.kv) return error(engine_error("the prompt's KV was not exported"));
+            RouteResponse r;
+            r.content_type = "application/octet-stream";
+            r.body = runtime::serialize_kv_transfer(*e.kv);
+            return r;
+        }
+    }
+}
 
 RouteResponse OpenAiRoutes::tokenize(std::string_view body) const {
     StatusOr<Json> json = parse_json_body(body);

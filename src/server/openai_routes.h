@@ -30,6 +30,8 @@ struct RoutesOptions {
     // A stream that has had nothing to send for this long gets an SSE comment, so a client that
     // went away is noticed (the write fails) even while its request waits in the queue.
     std::chrono::milliseconds keepalive_interval{2000};
+    // A prefill worker of disaggregated serving (server/disaggregation.h): POST /v1/kv/prefill is served.
+    bool kv_producer = false;
 };
 
 // An SSE body pulled by the transport. Destroying it before it is complete cancels the request.
@@ -66,6 +68,9 @@ public:
     // {"prompt": text}. Neither runs the model.
     RouteResponse tokenize(std::string_view body) const;
     RouteResponse detokenize(std::string_view body) const;
+    // Disaggregated prefill (server/disaggregation.h): a prompt's KV for a decode worker, as
+    // application/octet-stream; 404 unless options.kv_producer.
+    RouteResponse kv_prefill(std::string_view body, const ClientGone& client_gone = {});
     RouteResponse models() const;
     RouteResponse model(std::string_view id) const;
     RouteResponse health() const;

@@ -30,6 +30,7 @@ EngineEvent convert(const runtime::TokenEvent& t) {
     if (t.finish_reason) e.finish = convert(*t.finish_reason);
     e.error = t.error;
     e.cached_prompt_tokens = t.num_cached_tokens;
+    e.kv = t.kv;
     e.time = Clock::now();
     return e;
 }
@@ -75,8 +76,16 @@ Status RuntimeEngineAdapter::load_and_warm_up(const Loader& load) {
     return ok_status();
 }
 
-StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
-    if (!ready()) return failed_precondition("the engine is not loaded yet");
+StatusOr<runtime::Request> RuntimeEngineAdapter::to_runtime(EngineRequest request) const {
+    if (request.export_kv) {
+        const size_t bs = static_cast<size_t>(engine_->block_size());
+        const size_t keep = request.prompt.empty() ? 0 : (request.prompt.size() - 1) / bs * bs;
+        if (keep == 0)
+            return invalid_argument("a prompt of " + std::to_string(request.prompt.size()) +
+                                    " tokens has no whole KV block before its last token (blocks of " +
+                                    std::to_string(bs) + ")");
+        request.prompt.resize(keep);
+    }
     runtime::Request r;
     r.prompt = std::move(request.prompt);
     r.sampling = request.sampling;
@@ -87,6 +96,25 @@ StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
     r.logprobs = request.top_logprobs;
     r.prompt_logprobs = request.prompt_logprobs;
     r.constraint = std::move(request.constraint);
+    r.export_kv = request.export_kv;
+    r.kv_prefix = std::move(request.kv_prefix);
+    return r;
+}
+
+Status RuntimeEngineAdapter::validate(const EngineRequest& request) const {
+    if (!ready()) return failed_precondition("the engine is not loaded yet");
+    ASSIGN_OR_RETURN(runtime::Request r, to_runtime(request));
+    return engine_->validate(r);
+}
+
+StatusOr<runtime::KvFormat> RuntimeEngineAdapter::kv_format() const {
+    if (!ready()) return failed_precondition("the engine is not loaded yet");
+    return engine_->kv_format();
+}
+
+StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
+    if (!ready()) return failed_precondition("the engine is not loaded yet");
+    ASSIGN_OR_RETURN(runtime::Request r, to_runtime(std::move(request)));
     StatusOr<runtime::RequestHandle> handle = engine_->submit(std::move(r));
     if (!handle.ok()) {
         // Past the KV cache's capacity is, for a client, past the context (400, not 413).
@@ -147,6 +175,9 @@ EngineStats RuntimeEngineAdapter::stats() const {
     s.kv_blocks_total = static_cast<int64_t>(r.num_blocks.full) + r.num_blocks.sliding;
     s.spec_draft_tokens = r.num_draft_tokens;
     s.spec_accepted_tokens = r.num_accepted_tokens;
+    s.kv_imported_tokens = r.num_imported_tokens;
+    s.kv_imports_dropped = r.num_kv_imports_dropped;
+    s.kv_exported_tokens = r.num_exported_tokens;
     return s;
 }
 

@@ -26,6 +26,8 @@ public:
     ~RuntimeEngineAdapter() override;
 
     StatusOr<RequestId> submit(EngineRequest request) override;
+    Status validate(const EngineRequest& request) const override;
+    StatusOr<runtime::KvFormat> kv_format() const override;
     bool next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) override;
     Clock::time_point last_progress(RequestId id) const override;
     void cancel(RequestId id) override;
@@ -36,6 +38,8 @@ public:
 
 private:
     Status load_and_warm_up(const Loader& load);
+    // The runtime request for `request` (export_kv: the prompt cut to its whole blocks before the last token).
+    StatusOr<runtime::Request> to_runtime(EngineRequest request) const;
 
     std::unique_ptr<runtime::Engine> engine_;  // set once, before ready_
     std::atomic<bool> ready_{false};

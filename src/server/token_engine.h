@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/kv_transfer.h"
 #include "runtime/sampler.h"
 #include "runtime/token_constraint.h"
 
@@ -38,6 +39,12 @@ struct EngineRequest {
     int prompt_logprobs = -1;
     // Optional: which tokens may come next (structured outputs; runtime/token_constraint.h).
     std::shared_ptr<const runtime::TokenConstraintFactory> constraint;
+    // Disaggregated prefill (runtime/kv_transfer.h), the prefill worker's side: the KV of the prompt's whole
+    // blocks before its last token is computed and comes back on the final event (EngineEvent::kv); the request
+    // ends with one token.
+    bool export_kv = false;
+    // The decode worker's side: a prefix of the prompt's KV computed by a prefill worker (runtime::Request::kv_prefix).
+    std::shared_ptr<const runtime::KvTransfer> kv_prefix;
 };
 
 enum class FinishReason {
@@ -69,9 +76,10 @@ struct EngineEvent {
     // The first token's event, with EngineRequest::prompt_logprobs: entry i for prompt token i + 1.
     std::vector<PromptLogprob> prompt_logprobs;
     FinishReason finish = FinishReason::kNone;
-    std::string error;             // kError only
-    int cached_prompt_tokens = 0;  // last event: prompt tokens served from the prefix cache
-    Clock::time_point time;        // when the engine produced it (for the latency histograms)
+    std::string error;                              // kError only
+    int cached_prompt_tokens = 0;                   // last event: prompt tokens served from the prefix cache
+    std::shared_ptr<const runtime::KvTransfer> kv;  // last event of an export_kv request: the prompt's KV
+    Clock::time_point time;                         // when the engine produced it (for the latency histograms)
 };
 
 // Gauges for /metrics and the load tests' leak checks.
@@ -82,6 +90,12 @@ struct EngineStats {
     int64_t kv_blocks_total = 0;
     int64_t spec_draft_tokens = 0;     // speculative drafts fed to the model (counter)
     int64_t spec_accepted_tokens = 0;  // of them, kept (counter)
+    // Disaggregated prefill (counters).
+    int64_t kv_imported_tokens = 0;       // prompt positions whose KV came from a prefill worker
+    int64_t kv_imports_dropped = 0;       // transfers received but not used (no room in the cache)
+    int64_t kv_exported_tokens = 0;       // prompt positions exported to decode workers
+    int64_t remote_prefills = 0;          // prefill worker calls that brought KV back
+    int64_t remote_prefill_failures = 0;  // calls that failed (the prompt was computed here)
 };
 
 class TokenEngine {
@@ -91,6 +105,15 @@ public:
     // Queues a request. Errors (nothing is queued): invalid_argument (bad ids, bad parameters),
     // out_of_range (prompt + max_tokens past the context), failed_precondition (shutting down).
     virtual StatusOr<RequestId> submit(EngineRequest request) = 0;
+    // submit()'s checks alone, nothing queued (the same errors).
+    virtual Status validate(const EngineRequest& request) const {
+        (void)request;
+        return ok_status();
+    }
+    // The KV cache's format for disaggregated prefill's transfers, or why there is none.
+    virtual StatusOr<runtime::KvFormat> kv_format() const {
+        return unimplemented("this engine cannot export or import KV");
+    }
     // Appends the request's buffered events to `out`, waiting up to `timeout` for at least one.
     // Returns false when none came (or the id is unknown). After the event with finish != kNone
     // there are no more events.

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -458,6 +459,109 @@ TEST(CudaEngine, MaskedDrawsRunOnTheDevice) {
     const std::vector<Generation> again = run_engine(w, true, reqs);
     ASSERT_EQ(again.size(), reqs.size());
     EXPECT_EQ(again[4].ids, dev[4].ids);
+}
+
+// The CUDA runner's KV blocks to and from host memory: what was written reads back bit for bit, in any block
+// order, with -1 entries skipped on the way in; on the bf16 and the e4m3 cache.
+TEST(CudaEngine, KvBlocksRoundTripThroughTheHost) {
+    REQUIRE_GPU();
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
+    for (bool kv_fp8 : {false, true}) {
+        SCOPED_TRACE(kv_fp8 ? "e4m3 cache" : "bf16 cache");
+        auto runner = runtime::CudaModelRunner::create(w, 2, 64, {}, false, kv_fp8);
+        ASSERT_TRUE(runner.ok()) << runner.status().to_string();
+        ASSERT_TRUE((*runner)->allocate_kv_cache(16, {12, 8}).ok());
+        auto format = (*runner)->kv_format(16);
+        ASSERT_TRUE(format.ok()) << format.status().to_string();
+        EXPECT_EQ(format->dtype, kv_fp8 ? runtime::KvDtype::kE4m3 : runtime::KvDtype::kBf16);
+        for (bool sliding : {false, true}) {
+            const size_t B = sliding ? format->bytes_per_block_sliding : format->bytes_per_block_full;
+            ASSERT_GT(B, 0u);
+            std::vector<uint8_t> in(4 * B);
+            std::mt19937 rng(sliding ? 5 : 6);
+            for (auto& b : in) b = static_cast<uint8_t>(rng());
+            const std::vector<int32_t> ids = {7, 0, -1, 3};  // the third is skipped
+            ASSERT_TRUE((*runner)->write_kv_blocks(sliding, ids, in.data()).ok());
+            std::vector<uint8_t> out(3 * B);
+            const std::vector<int32_t> back = {3, 7, 0};
+            ASSERT_TRUE((*runner)->read_kv_blocks(sliding, back, out.data()).ok());
+            EXPECT_TRUE(std::equal(out.begin(), out.begin() + B, in.begin() + 3 * B));
+            EXPECT_TRUE(std::equal(out.begin() + B, out.begin() + 2 * B, in.begin()));
+            EXPECT_TRUE(std::equal(out.begin() + 2 * B, out.end(), in.begin() + B));
+            const std::vector<int32_t> bad = {-1};
+            EXPECT_FALSE((*runner)->read_kv_blocks(sliding, bad, out.data()).ok());
+            const std::vector<int32_t> past = {sliding ? 8 : 12};
+            EXPECT_FALSE((*runner)->write_kv_blocks(sliding, past, in.data()).ok());
+        }
+    }
+}
+
+// Disaggregated prefill on the CUDA runner: a decode engine that imports a prefill engine's KV for a prompt's
+// whole blocks gives exactly the tokens and logprobs of an engine that computed those blocks itself by the same
+// prefill (a prefix-cache hit): the same kernels compute the same bits, only the place differs. Prompts shorter
+// and longer than the sliding window (16), greedy and seeded; the bf16 and the e4m3 cache.
+TEST(CudaEngine, DisaggregatedPrefillKeepsTheTokens) {
+    REQUIRE_GPU();
+    const std::shared_ptr<const model::GptOssWeights> w = load_tiny_a();
+    ASSERT_TRUE(w);
+    const int V = w->config.vocab_size;
+    for (bool kv_fp8 : {false, true}) {
+        SCOPED_TRACE(kv_fp8 ? "e4m3 cache" : "bf16 cache");
+        auto make = [&] {
+            auto runner = runtime::CudaModelRunner::create(w, 8, 256, {}, false, kv_fp8);
+            EXPECT_TRUE(runner.ok()) << runner.status().to_string();
+            runtime::EngineConfig cfg;
+            cfg.scheduler.max_num_seqs = 8;
+            cfg.scheduler.max_num_batched_tokens = 256;
+            cfg.kv_budget.bytes = size_t{64} << 20;
+            auto e = runtime::Engine::create(std::move(*runner), cfg);
+            EXPECT_TRUE(e.ok()) << e.status().to_string();
+            return e.ok() ? std::move(*e) : nullptr;
+        };
+        auto producer = make(), consumer = make(), local = make();
+        ASSERT_TRUE(producer && consumer && local);
+        int64_t imported = 0;
+        for (int i = 0; i < 5; ++i) {
+            const int n = std::vector<int>{17, 33, 50, 129, 200}[static_cast<size_t>(i)];
+            Request r{.prompt = random_ids(n, V, 90 + i), .max_tokens = 10, .logprobs = 0};
+            r.sampling = i % 2 ? runtime::SamplingParams{.temperature = 0.0f}
+                               : runtime::SamplingParams{.temperature = 0.9f, .top_p = 0.95f, .seed = 11u + i};
+            const size_t P = static_cast<size_t>(n - 1) / 16 * 16;
+            Request prefix{.prompt = std::vector<int32_t>(r.prompt.begin(), r.prompt.begin() + static_cast<long>(P)),
+                           .max_tokens = 1};
+            // The prefill worker's export, and the local engine's own prefill of the same blocks.
+            Request exp = prefix;
+            exp.export_kv = true;
+            auto eh = producer->submit(std::move(exp));
+            ASSERT_TRUE(eh.ok()) << eh.status().to_string();
+            std::shared_ptr<const runtime::KvTransfer> kv;
+            while (auto ev = eh->next(std::chrono::milliseconds(60000)))
+                if (ev->is_final()) {
+                    kv = ev->kv;
+                    break;
+                }
+            ASSERT_TRUE(kv);
+            auto lh = local->submit(std::move(prefix));
+            ASSERT_TRUE(lh.ok());
+            collect(*lh);
+            Request d = r;
+            d.kv_prefix = kv;
+            auto dh = consumer->submit(std::move(d));
+            ASSERT_TRUE(dh.ok()) << dh.status().to_string();
+            const Generation got = collect(*dh);
+            auto wh = local->submit(r);
+            ASSERT_TRUE(wh.ok());
+            const Generation want = collect(*wh);
+            EXPECT_EQ(got.num_cached_tokens, static_cast<int>(P));
+            EXPECT_EQ(want.num_cached_tokens, static_cast<int>(P));
+            EXPECT_EQ(got.ids, want.ids) << n << ": " << describe(got) << " vs " << describe(want);
+            EXPECT_EQ(got.logprobs, want.logprobs) << n;
+            imported += static_cast<int64_t>(P);
+        }
+        EXPECT_EQ(consumer->stats().num_imported_tokens, imported);
+        EXPECT_EQ(consumer->stats().num_kv_imports_dropped, 0);
+    }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/check.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8_gemm.h"
@@ -483,6 +484,23 @@ __global__ void __launch_bounds__(kRopeThreads) qkv_rope_kv_kernel(const QkvRope
     }
 }
 
+// Block i of the contiguous side <-> block ids[i] of the cache, 16 bytes a thread.
+__global__ void copy_kv_blocks_kernel(const uint4* src, uint4* dst, const int32_t* ids, int n, int64_t block_vecs,
+                                      bool gather) {
+    const int64_t total = static_cast<int64_t>(n) * block_vecs;
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t i = t / block_vecs, j = t % block_vecs;
+        const int64_t id = ids[i];
+        if (id < 0) continue;
+        if (gather) {
+            dst[t] = src[id * block_vecs + j];
+        } else {
+            dst[id * block_vecs + j] = src[t];
+        }
+    }
+}
+
 __global__ void fill_random_bf16_kernel(__nv_bfloat16* out, int64_t n, uint64_t seed) {
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -501,6 +519,24 @@ __global__ void fill_random_fp8_kernel(uint8_t* out, int64_t n, uint64_t seed) {
 }
 
 }  // namespace
+
+void gather_kv_blocks(const void* cache, const int32_t* ids, int n, int64_t block_bytes, void* out,
+                      cudaStream_t stream) {
+    if (n == 0) return;
+    ENGINE_CHECK(block_bytes % 16 == 0, "KV blocks of %lld bytes", static_cast<long long>(block_bytes));
+    copy_kv_blocks_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(cache), static_cast<uint4*>(out), ids, n,
+                                                    block_bytes / 16, true);
+    CUDA_CHECK_LAUNCH();
+}
+
+void scatter_kv_blocks(const void* in, const int32_t* ids, int n, int64_t block_bytes, void* cache,
+                       cudaStream_t stream) {
+    if (n == 0) return;
+    ENGINE_CHECK(block_bytes % 16 == 0, "KV blocks of %lld bytes", static_cast<long long>(block_bytes));
+    copy_kv_blocks_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(in), static_cast<uint4*>(cache), ids, n,
+                                                    block_bytes / 16, false);
+    CUDA_CHECK_LAUNCH();
+}
 
 void fill_random_fp8(void* out, int64_t n, uint64_t seed, cudaStream_t stream) {
     if (n == 0) return;

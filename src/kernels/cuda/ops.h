@@ -82,6 +82,14 @@ void qkv_bias_rope_kv_write(const QkvRopeArgs& args, cudaStream_t stream);
 void rope_cos_sin_table(const int32_t* positions, int num_tokens, const float* inv_freq, int half, float scaling,
                         float* out, cudaStream_t stream);
 
+// Paged KV blocks between one layer's cache (K or V) and a contiguous buffer, for disaggregated prefill's
+// transfers: gather out[i] = cache[ids[i]]; scatter cache[ids[i]] = in[i], skipping ids < 0. Blocks of
+// block_bytes (a multiple of 16); ids[n] on the device.
+void gather_kv_blocks(const void* cache, const int32_t* ids, int n, int64_t block_bytes, void* out,
+                      cudaStream_t stream);
+void scatter_kv_blocks(const void* in, const int32_t* ids, int n, int64_t block_bytes, void* cache,
+                       cudaStream_t stream);
+
 // n bf16 (or e4m3) values, uniform in [-2, 2), from a counter-based hash (benchmark fill).
 void fill_random_bf16(void* out, int64_t n, uint64_t seed, cudaStream_t stream);
 void fill_random_fp8(void* out, int64_t n, uint64_t seed, cudaStream_t stream);

@@ -1,0 +1,263 @@
+#include "server/disaggregation.h"
+
+#include <httplib.h>
+
+#include <cstdio>
+#include <limits>
+
+namespace gptoss::server {
+namespace {
+
+// Whether the request's prompt is worth a prefill worker's call: a whole block before its last token, more than
+// min_prompt_tokens, and nothing that computes the prompt whole here anyway (prompt logprobs).
+bool worth_fetching(const EngineRequest& r, const runtime::KvFormat& f, int min_prompt_tokens) {
+    const int64_t n = static_cast<int64_t>(r.prompt.size());
+    return !r.export_kv && !r.kv_prefix && r.prompt_logprobs < 0 && n > f.block_size && n > min_prompt_tokens;
+}
+
+}  // namespace
+
+Json kv_format_to_json(const runtime::KvFormat& f) {
+    Json j = Json::object();
+    j["dtype"] = runtime::kv_dtype_name(f.dtype);
+    j["dtype_id"] = static_cast<uint32_t>(f.dtype);
+    j["num_hidden_layers"] = f.num_hidden_layers;
+    j["num_key_value_heads"] = f.num_key_value_heads;
+    j["head_dim"] = f.head_dim;
+    j["hidden_size"] = f.hidden_size;
+    j["vocab_size"] = f.vocab_size;
+    j["sliding_window"] = f.sliding_window;
+    j["block_size"] = f.block_size;
+    j["layer_kinds"] = f.layer_kinds;
+    j["bytes_per_block_full"] = f.bytes_per_block_full;
+    j["bytes_per_block_sliding"] = f.bytes_per_block_sliding;
+    return j;
+}
+
+StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j) {
+    if (!j.is_object()) return invalid_argument("kv_format: must be an object");
+    auto number = [&](const char* key, uint64_t max, uint64_t* out) -> Status {
+        auto it = j.find(key);
+        if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > max)
+            return invalid_argument(std::string("kv_format.") + key + ": must be an integer in [0, " +
+                                    std::to_string(max) + "]");
+        *out = it->get<uint64_t>();
+        return ok_status();
+    };
+    constexpr uint64_t kInt = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    uint64_t v[12];
+    const char* keys[12] = {"dtype_id",    "num_hidden_layers",    "num_key_value_heads",     "head_dim",
+                            "hidden_size", "vocab_size",           "sliding_window",          "block_size",
+                            "layer_kinds", "bytes_per_block_full", "bytes_per_block_sliding", nullptr};
+    for (int i = 0; i < 11; ++i)
+        RETURN_IF_ERROR(number(keys[i], i >= 8 ? std::numeric_limits<uint64_t>::max() : kInt, &v[i]));
+    if (v[0] < static_cast<uint64_t>(runtime::KvDtype::kF32) || v[0] > static_cast<uint64_t>(runtime::KvDtype::kE4m3))
+        return invalid_argument("kv_format.dtype_id: unknown dtype " + std::to_string(v[0]));
+    runtime::KvFormat f;
+    f.dtype = static_cast<runtime::KvDtype>(v[0]);
+    f.num_hidden_layers = static_cast<int>(v[1]);
+    f.num_key_value_heads = static_cast<int>(v[2]);
+    f.head_dim = static_cast<int>(v[3]);
+    f.hidden_size = static_cast<int>(v[4]);
+    f.vocab_size = static_cast<int>(v[5]);
+    f.sliding_window = static_cast<int>(v[6]);
+    f.block_size = static_cast<int>(v[7]);
+    f.layer_kinds = v[8];
+    f.bytes_per_block_full = v[9];
+    f.bytes_per_block_sliding = v[10];
+    return f;
+}
+
+StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string& url, std::chrono::seconds timeout) {
+    const std::string scheme = "http://";
+    if (url.rfind("https://", 0) == 0)
+        return invalid_argument("--prefill-url: https is not supported (the prefill worker is a private peer): " + url);
+    if (url.rfind(scheme, 0) != 0 || url.size() == scheme.size())
+        return invalid_argument("--prefill-url: expected http://host:port, got '" + url + "'");
+    std::unique_ptr<PrefillClient> c(new PrefillClient());
+    const size_t slash = url.find('/', scheme.size());
+    c->scheme_host_port_ = url.substr(0, slash);
+    std::string prefix = slash == std::string::npos ? "" : url.substr(slash);
+    while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+    c->path_ = prefix + "/v1/kv/prefill";
+    c->timeout_ = timeout;
+    httplib::Client probe(c->scheme_host_port_);
+    if (!probe.is_valid()) return invalid_argument("--prefill-url: not a usable address: '" + url + "'");
+    return c;
+}
+
+StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(const std::vector<int32_t>& prompt,
+                                                                            const runtime::KvFormat& format) const {
+    httplib::Client cli(scheme_host_port_);
+    cli.set_connection_timeout(std::chrono::seconds(5));
+    cli.set_read_timeout(timeout_);
+    cli.set_write_timeout(std::chrono::seconds(30));
+    Json body = Json::object();
+    body["prompt_token_ids"] = prompt;
+    body["kv_format"] = kv_format_to_json(format);
+    httplib::Result res = cli.Post(path_, dump_json(body), "application/json");
+    if (!res)
+        return failed_precondition("the prefill worker at " + scheme_host_port_ + " did not answer (" +
+                                   httplib::to_string(res.error()) + ")");
+    if (res->status != 200) {
+        std::string msg = res->body.substr(0, 512);
+        return failed_precondition("the prefill worker answered " + std::to_string(res->status) + ": " + msg);
+    }
+    ASSIGN_OR_RETURN(runtime::KvTransfer t, runtime::parse_kv_transfer(res->body));
+    RETURN_IF_ERROR(runtime::check_kv_transfer(t, format));
+    return std::shared_ptr<const runtime::KvTransfer>(std::make_shared<runtime::KvTransfer>(std::move(t)));
+}
+
+DisaggregatedEngine::DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options)
+    : local_(local), fetch_(std::move(fetch)), options_(options) {
+    for (int i = 0; i < std::max(1, options_.fetch_threads); ++i) threads_.emplace_back([this] { fetch_loop(); });
+}
+
+DisaggregatedEngine::~DisaggregatedEngine() {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+    std::vector<RequestId> local;
+    for (auto& [id, e] : entries_)
+        if (e.local_id != 0) local.push_back(e.local_id);
+    for (RequestId id : local) local_.cancel(id);
+}
+
+StatusOr<RequestId> DisaggregatedEngine::submit(EngineRequest request) {
+    if (!local_.ready()) return failed_precondition("the engine is not loaded yet");
+    const StatusOr<runtime::KvFormat> format = local_.kv_format();
+    if (!format.ok() || !worth_fetching(request, *format, options_.min_prompt_tokens)) {
+        ASSIGN_OR_RETURN(RequestId local, local_.submit(std::move(request)));
+        std::lock_guard<std::mutex> lock(mu_);
+        const RequestId id = next_id_++;
+        entries_[id].local_id = local;
+        return id;
+    }
+    RETURN_IF_ERROR(local_.validate(request));
+    RequestId id = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return failed_precondition("the server is shutting down");
+        id = next_id_++;
+        entries_[id].request = std::move(request);
+        jobs_.push_back(id);
+    }
+    cv_.notify_all();
+    return id;
+}
+
+void DisaggregatedEngine::fetch_loop() {
+    for (;;) {
+        RequestId id = 0;
+        std::vector<int32_t> prompt;
+        {
+            std::unique_lock<std::mutex> lock(mu_);
+            cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+            if (stopping_) return;
+            id = jobs_.front();
+            jobs_.pop_front();
+            auto it = entries_.find(id);
+            if (it == entries_.end()) continue;  // cancelled while queued
+            prompt = it->second.request.prompt;
+        }
+        const StatusOr<runtime::KvFormat> format = local_.kv_format();
+        StatusOr<std::shared_ptr<const runtime::KvTransfer>> kv =
+            format.ok() ? fetch_(prompt, *format)
+                        : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = entries_.find(id);
+        if (it == entries_.end()) continue;  // cancelled during the fetch
+        Entry& e = it->second;
+        StatusOr<RequestId> local = failed_precondition("not submitted");
+        if (kv.ok()) {
+            EngineRequest with = e.request;
+            with.kv_prefix = *kv;
+            local = local_.submit(std::move(with));
+            if (local.ok()) ++fetched_;
+        }
+        if (!local.ok()) {  // no KV, or the local engine refused it: compute the prompt here
+            ++fetch_failures_;
+            const Status why = kv.ok() ? local.status() : kv.status();
+            std::fprintf(stderr, "[serve] prefill worker not used for a %zu-token prompt: %s\n", prompt.size(),
+                         why.to_string().c_str());
+            local = local_.submit(std::move(e.request));
+        }
+        e.request = EngineRequest{};
+        if (local.ok()) {
+            e.local_id = *local;
+        } else {
+            e.error = local.status().to_string();
+        }
+        cv_.notify_all();
+    }
+}
+
+bool DisaggregatedEngine::next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) {
+    const Clock::time_point deadline = Clock::now() + timeout;
+    RequestId local = 0;
+    {
+        std::unique_lock<std::mutex> lock(mu_);
+        auto settled = [&] {
+            auto it = entries_.find(id);
+            return stopping_ || it == entries_.end() || it->second.local_id != 0 || !it->second.error.empty();
+        };
+        if (!cv_.wait_until(lock, deadline, settled)) return false;
+        auto it = entries_.find(id);
+        if (it == entries_.end()) return false;
+        if (!it->second.error.empty()) {
+            EngineEvent ev;
+            ev.finish = FinishReason::kError;
+            ev.error = std::move(it->second.error);
+            ev.time = Clock::now();
+            out->push_back(std::move(ev));
+            it->second.error.clear();
+            it->second.local_id = std::numeric_limits<RequestId>::max();  // done: nothing follows
+            return true;
+        }
+        local = it->second.local_id;
+    }
+    if (local == 0 || local == std::numeric_limits<RequestId>::max()) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return local_.next_events(local, out, std::max(left, std::chrono::milliseconds(0)));
+}
+
+void DisaggregatedEngine::cancel(RequestId id) {
+    RequestId local = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = entries_.find(id);
+        if (it == entries_.end()) return;
+        local = it->second.local_id;
+        entries_.erase(it);
+    }
+    cv_.notify_all();
+    if (local != 0 && local != std::numeric_limits<RequestId>::max()) local_.cancel(local);
+}
+
+Clock::time_point DisaggregatedEngine::last_progress(RequestId id) const {
+    RequestId local = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = entries_.find(id);
+        if (it == entries_.end()) return {};
+        // Still with the prefill worker (whose own timeout bounds the call): progressing, not stalled.
+        if (it->second.local_id == 0) return Clock::now();
+        local = it->second.local_id;
+    }
+    return local == std::numeric_limits<RequestId>::max() ? Clock::time_point{} : local_.last_progress(local);
+}
+
+EngineStats DisaggregatedEngine::stats() const {
+    EngineStats s = local_.stats();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : entries_)
+        if (e.local_id == 0 && e.error.empty()) ++s.waiting_requests;
+    s.remote_prefills = fetched_;
+    s.remote_prefill_failures = fetch_failures_;
+    return s;
+}
+
+}  // namespace gptoss::server

@@ -1,0 +1,103 @@
+// Prefill/decode disaggregation across servers (runtime/kv_transfer.h for the engine's side).
+//
+//   gptoss serve --disaggregation-mode prefill --port 8100 ...          the prefill worker
+//   gptoss serve --disaggregation-mode decode --prefill-url http://127.0.0.1:8100 ...
+//
+// Clients talk to the decode worker as to any server. For each request whose prompt has a whole KV
+// block before its last token, the decode worker asks the prefill worker (POST /v1/kv/prefill) for
+// the KV of those blocks, imports it into its prefix cache and computes only the rest (at least the
+// last prompt token, whose logits it samples itself, so seeds and sampling stay the decode worker's).
+// Whatever goes wrong on that path (the prefill worker down or slow, another model or KV format, no
+// room in the cache) costs time, never the answer: the prompt is then computed on the decode worker.
+// Both must load the same checkpoint: the format check sees shapes and dtypes, not weight values.
+//
+// POST /v1/kv/prefill (prefill workers only): {"prompt_token_ids": [ids], "kv_format": {...}} →
+// application/octet-stream, one KV transfer (kv_transfer.h's wire format); 409 when kv_format (the
+// decode worker's, optional) is not this worker's.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "server/openai_json.h"
+#include "server/token_engine.h"
+
+namespace gptoss::server {
+
+Json kv_format_to_json(const runtime::KvFormat& f);
+StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j);
+
+// Asks a prefill worker for a prompt's KV. The URL is "http://host:port" (a path prefix is allowed).
+class PrefillClient {
+public:
+    static StatusOr<std::unique_ptr<PrefillClient>> create(const std::string& url, std::chrono::seconds timeout);
+    // The KV of the prompt's whole blocks before its last token, in `format` (checked again on arrival).
+    StatusOr<std::shared_ptr<const runtime::KvTransfer>> prefill(const std::vector<int32_t>& prompt,
+                                                                 const runtime::KvFormat& format) const;
+
+private:
+    PrefillClient() = default;
+    std::string scheme_host_port_, path_;
+    std::chrono::seconds timeout_{600};
+};
+
+struct DisaggregationOptions {
+    // Prompts of at most this many tokens are computed here without asking (a prefill worker's round trip
+    // costs more than a short prompt); 0: every prompt with a whole block before its last token is sent.
+    int min_prompt_tokens = 0;
+    int fetch_threads = 16;  // prefill worker calls in flight at once; more queue
+};
+
+// The decode worker's engine: a TokenEngine in front of the local one that fetches each request's prompt KV
+// from a prefill worker before submitting it there. submit() validates at once and never waits for the fetch;
+// the request's events start once it is submitted locally.
+class DisaggregatedEngine final : public TokenEngine {
+public:
+    using Fetch = std::function<StatusOr<std::shared_ptr<const runtime::KvTransfer>>(const std::vector<int32_t>& prompt,
+                                                                                     const runtime::KvFormat& format)>;
+    // `local` must outlive this object; `fetch` is called on the fetch threads.
+    DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options = {});
+    // Waits for the fetches in flight (their requests are dropped) and joins the threads.
+    ~DisaggregatedEngine() override;
+
+    StatusOr<RequestId> submit(EngineRequest request) override;
+    Status validate(const EngineRequest& request) const override { return local_.validate(request); }
+    StatusOr<runtime::KvFormat> kv_format() const override { return local_.kv_format(); }
+    bool next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) override;
+    void cancel(RequestId id) override;
+    EngineStats stats() const override;
+    bool ready() const override { return local_.ready(); }
+    int max_context_tokens() const override { return local_.max_context_tokens(); }
+    int vocab_size() const override { return local_.vocab_size(); }
+    Clock::time_point last_progress(RequestId id) const override;
+
+private:
+    struct Entry {
+        EngineRequest request;   // until submitted
+        RequestId local_id = 0;  // 0 while the prompt's KV is being fetched
+        std::string error;       // the local submit failed after the fetch: one error event
+    };
+    void fetch_loop();
+
+    TokenEngine& local_;
+    const Fetch fetch_;
+    const DisaggregationOptions options_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;  // an entry left the fetching state; a job was queued; stopping
+    std::unordered_map<RequestId, Entry> entries_;
+    std::deque<RequestId> jobs_;
+    RequestId next_id_ = 1;
+    bool stopping_ = false;
+    int64_t fetched_ = 0, fetch_failures_ = 0;
+    std::vector<std::thread> threads_;
+};
+
+}  // namespace gptoss::server
