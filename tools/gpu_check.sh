@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e serve_cuda mask_overlap
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e serve_cuda mask_overlap shared_prefix disagg
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -210,6 +210,42 @@ shared_prefix_timing() {
   done
   echo "wait n s/request"
   cat "$OUT/${name}_times.txt"
+}
+
+# disagg_timing <name>: prefill/decode disaggregation (server/disaggregation.h) on one GPU: a prefill worker and a
+# decode worker (each --gpu-memory-utilization 0.4) on the random gpt-oss-20b with --fp8; completions of fresh
+# ~1k / 4k / 8k-token prompts (16 tokens), each sent to the decode worker (its KV fetched over HTTP and imported)
+# and to the prefill worker alone; prints seconds a request and the decode worker's transfer counters.
+disagg_timing() {
+  local name=$1 pp=8395 dp=8396 ppid dpid len t body
+  [ -f .device_pack/tokenizer.json.gz ] || { echo "$name: no tokenizer in .device_pack"; return; }
+  gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json"
+  [ -d "$WORK/m20" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/m20" --seed 4 > "$OUT/${name}_init.log" 2>&1
+  $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $pp --gpu-memory-utilization 0.4 \
+    --disaggregation-mode prefill --tokenizer "$WORK/tokenizer.json" > "$OUT/${name}_prefill.log" 2>&1 &
+  ppid=$!
+  wait_health $pp $ppid
+  echo "$name prefill worker: /health $code after ~$((i / 2)) s"
+  $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $dp --gpu-memory-utilization 0.4 \
+    --disaggregation-mode decode --prefill-url http://127.0.0.1:$pp --tokenizer "$WORK/tokenizer.json" \
+    > "$OUT/${name}_decode.log" 2>&1 &
+  dpid=$!
+  wait_health $dp $dpid
+  echo "$name decode worker: /health $code after ~$((i / 2)) s"
+  : > "$OUT/${name}_times.txt"
+  for len in 350 1400 2800 350 1400 2800; do
+    for port in $dp $pp; do
+      body=$(python3 -c "import json,random; print(json.dumps({'model':'m','prompt':' '.join('w%d' % random.randrange(10**6) for _ in range($len)),'max_tokens':16,'ignore_eos':True,'temperature':0}))")
+      curl -s -m 120 -o "$OUT/${name}_last_$port.json" -w "$([ $port = $dp ] && echo disagg || echo local) $len %{time_total} " \
+        http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' -d "$body" >> "$OUT/${name}_times.txt"
+      python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['usage']; print(u['prompt_tokens'], u.get('prompt_tokens_details',{}).get('cached_tokens'))" \
+        "$OUT/${name}_last_$port.json" >> "$OUT/${name}_times.txt" 2>/dev/null || echo "no answer" >> "$OUT/${name}_times.txt"
+    done
+  done
+  curl -s http://127.0.0.1:$dp/metrics | grep -E '^gptoss_(kv_|remote_prefill)' > "$OUT/${name}_decode_metrics.txt"
+  kill $dpid $ppid 2>/dev/null; wait $dpid $ppid 2>/dev/null
+  echo "path words s/request prompt_tokens cached"
+  cat "$OUT/${name}_times.txt" "$OUT/${name}_decode_metrics.txt"
 }
 
 # wait_health <port> <pid>: polls /health until 200 (at most 200 s) or the server exits; sets `code` and `i`.
@@ -2734,6 +2770,12 @@ PY
       tests_row shared_prefix_tests 'CudaEngine.*:CudaModel.Fp8*:CudaOps.Split*:CudaOps.Sampling*:CudaOps.LogitEdits*'
       shared_prefix_timing shared_prefix_20b
       decode_row shared_prefix_20b_b1 20b 1
+      ;;
+    disagg)
+      # Session 51: the KV block copies and disaggregated prefill on CUDA (CudaEngine.KvBlocks*, .Disaggregated*),
+      # then two servers on one GPU (see disagg_timing).
+      tests_row disagg_tests 'CudaEngine.KvBlocks*:CudaEngine.Disaggregated*'
+      disagg_timing disagg_20b
       ;;
     mask_overlap)
       # Session 49: structured-output masks beside the forward and masked draws on the device (see mask_timing),

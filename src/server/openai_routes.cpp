@@ -693,6 +693,11 @@ RouteResponse OpenAiRoutes::kv_prefill(std::string_view body, const ClientGone& 
         request.prompt.push_back(static_cast<int32_t>(v.get<int64_t>()));
     }
     if (!queue_.engine().ready()) return error(not_ready_error());
+    // Every id, the last one too (the export computes the prompt up to its last whole block).
+    for (int32_t id : request.prompt)
+        if (id >= queue_.engine().vocab_size())
+            return error(api_error(
+                invalid_argument("prompt_token_ids: id " + std::to_string(id) + " is outside the vocabulary")));
     StatusOr<runtime::KvFormat> mine = queue_.engine().kv_format();
     if (!mine.ok()) return error(api_error(mine.status()));
     if (auto f = j.find("kv_format"); f != j.end() && !f->is_null()) {

@@ -1,0 +1,275 @@
+// Prefill/decode disaggregation across servers (server/disaggregation.h): a decode worker whose prompts' KV
+// comes from a prefill worker over HTTP answers exactly as one server alone (a small random checkpoint on the CPU
+// backend, where a cache hit changes no bits), and keeps answering when the prefill worker is down, has another KV
+// format, or the request is cancelled while its KV is fetched; POST /v1/kv/prefill's refusals.
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "runtime/cpu_model_runner.h"
+#include "runtime/engine.h"
+#include "server/disaggregation.h"
+#include "server/runtime_engine.h"
+#include "server_test_util.h"
+#include "unit/runtime/engine_test_util.h"
+
+namespace gptoss::server::testing {
+namespace {
+
+// One server: a CPU engine (blocks of `block_size`) behind the routes; a decode worker when `prefill_port` > 0.
+class Worker {
+public:
+    Worker(std::shared_ptr<const model::GptOssWeights> w, bool producer, int block_size = 4, int prefill_port = 0) {
+        engine.start([w, block_size]() -> StatusOr<std::unique_ptr<runtime::Engine>> {
+            runtime::EngineConfig c = runtime::testing::small_engine_test_config();
+            c.block_size = block_size;
+            return runtime::Engine::create(std::make_unique<runtime::CpuModelRunner>(w), c);
+        });
+        TokenEngine* front = &engine;
+        if (prefill_port > 0) {
+            auto client =
+                PrefillClient::create("http://127.0.0.1:" + std::to_string(prefill_port), std::chrono::seconds(30));
+            EXPECT_TRUE(client.ok()) << client.status().to_string();
+            prefill = std::move(*client);
+            decode = std::make_unique<DisaggregatedEngine>(
+                engine, [c = prefill.get()](const std::vector<int32_t>& p, const runtime::KvFormat& f) {
+                    return c->prefill(p, f);
+                });
+            front = decode.get();
+        }
+        queue = std::make_unique<RequestQueue>(*front, metrics);
+        RoutesOptions o;
+        o.model_id = "small";
+        o.kv_producer = producer;
+        routes = std::make_unique<OpenAiRoutes>(*queue, *test_tokenizer(), o);
+        HttpServerOptions h;
+        h.port = 0;
+        h.threads = 16;
+        http = std::make_unique<HttpServer>(*routes, metrics, h);
+        EXPECT_TRUE(http->start().ok());
+        for (int i = 0; i < 2000 && !engine.ready(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        EXPECT_TRUE(engine.ready());
+    }
+    ~Worker() {
+        queue->shutdown();
+        http->stop();
+    }
+    httplib::Result post(const std::string& path, const std::string& body, const char* type = "application/json") {
+        httplib::Client c("127.0.0.1", http->port());
+        c.set_read_timeout(60, 0);
+        return c.Post(path.c_str(), body, type);
+    }
+    EngineStats stats() const { return queue->engine().stats(); }
+
+    RuntimeEngineAdapter engine;
+    std::unique_ptr<PrefillClient> prefill;
+    std::unique_ptr<DisaggregatedEngine> decode;
+    ServerMetrics metrics;
+    std::unique_ptr<RequestQueue> queue;
+    std::unique_ptr<OpenAiRoutes> routes;
+    std::unique_ptr<HttpServer> http;
+};
+
+class DisaggregationTest : public runtime::testing::RandomCheckpointTest<DisaggregationTest> {
+public:
+    // The real vocabulary's size: the completions route adds the Harmony stop ids (<|return|> 200002, ...).
+    static model::GptOssConfig config() { return runtime::testing::small_engine_config(201088, 256); }
+    static constexpr uint64_t kSeed = 19;
+    static constexpr const char* kName = "gptoss_disaggregation_test_";
+
+protected:
+    void SetUp() override {
+        REQUIRE_TOKENIZER();
+        ASSERT_TRUE(weights_);
+    }
+};
+
+// A completions body over token ids, greedy or seeded, with the sampled tokens' logprobs.
+std::string completion(const std::vector<int32_t>& ids, int max_tokens, int seed) {
+    Json j = Json::object();
+    j["prompt"] = ids;
+    j["max_tokens"] = max_tokens;
+    j["logprobs"] = 1;
+    if (seed < 0) {
+        j["temperature"] = 0;
+    } else {
+        j["temperature"] = 1.0;
+        j["seed"] = seed;
+    }
+    return dump_json(j);
+}
+
+struct Answer {
+    Json logprobs;  // tokens and token_logprobs
+    std::string finish;
+    int cached = 0;
+};
+Answer answer(const httplib::Result& r) {
+    Answer a;
+    EXPECT_TRUE(r);
+    if (!r) return a;
+    EXPECT_EQ(r->status, 200) << r->body;
+    if (r->status != 200) return a;
+    const Json j = parse(r->body);
+    a.logprobs = j["choices"][0]["logprobs"]["token_logprobs"];
+    a.finish = j["choices"][0]["finish_reason"];
+    a.cached = j["usage"]["prompt_tokens_details"]["cached_tokens"];
+    return a;
+}
+
+TEST_F(DisaggregationTest, DecodeWorkerAnswersAsOneServer) {
+    Worker prefill(weights_, true), alone(weights_, false);
+    Worker decode(weights_, false, 4, prefill.http->port());
+    int64_t fetched = 0, imported = 0;
+    for (int i = 0; i < 6; ++i) {
+        const int n = std::vector<int>{3, 5, 9, 30, 61, 100}[static_cast<size_t>(i)];
+        const std::string body = completion(runtime::testing::random_ids(n, 300, 40 + i), 8, i % 2 ? 7 + i : -1);
+        const Answer want = answer(alone.post("/v1/completions", body));
+        const Answer got = answer(decode.post("/v1/completions", body));
+        EXPECT_EQ(got.logprobs, want.logprobs) << n;
+        EXPECT_EQ(got.finish, want.finish) << n;
+        const int P = (n - 1) / 4 * 4;  // the whole blocks before the last prompt token
+        if (n > 4) {
+            ++fetched;
+            imported += P;
+            EXPECT_EQ(got.cached, P) << n;
+        } else {
+            EXPECT_EQ(got.cached, 0);
+        }
+    }
+    const EngineStats st = decode.stats();
+    EXPECT_EQ(st.remote_prefills, fetched);
+    EXPECT_EQ(st.remote_prefill_failures, 0);
+    EXPECT_EQ(st.kv_imported_tokens, imported);
+    EXPECT_EQ(prefill.stats().kv_exported_tokens, imported);
+    httplib::Client c("127.0.0.1", decode.http->port());
+    auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("gptoss_kv_imported_tokens_total " + std::to_string(imported)), std::string::npos);
+}
+
+TEST_F(DisaggregationTest, PrefillWorkerDownOrOfAnotherFormatCostsTimeNotAnswers) {
+    Worker alone(weights_, false);
+    const std::string body = completion(runtime::testing::random_ids(40, 300, 3), 6, -1);
+    const Answer want = answer(alone.post("/v1/completions", body));
+    {
+        // A port nobody listens on: the prompt is computed on the decode worker.
+        int port = 0;
+        {
+            Worker gone(weights_, true);
+            port = gone.http->port();
+        }
+        Worker decode(weights_, false, 4, port);
+        const Answer got = answer(decode.post("/v1/completions", body));
+        EXPECT_EQ(got.logprobs, want.logprobs);
+        EXPECT_EQ(got.cached, 0);
+        EXPECT_EQ(decode.stats().remote_prefill_failures, 1);
+        EXPECT_EQ(decode.stats().remote_prefills, 0);
+    }
+    {
+        // Blocks of 8 at the prefill worker, of 4 here: refused there (409) before any work, computed here.
+        Worker eight(weights_, true, 8);
+        Worker decode(weights_, false, 4, eight.http->port());
+        const Answer got = answer(decode.post("/v1/completions", body));
+        EXPECT_EQ(got.logprobs, want.logprobs);
+        EXPECT_EQ(decode.stats().remote_prefill_failures, 1);
+        EXPECT_EQ(eight.stats().kv_exported_tokens, 0);
+        Json fmt = kv_format_to_json(*decode.engine.kv_format());
+        Json req = Json::object();
+        req["prompt_token_ids"] = runtime::testing::random_ids(20, 300, 1);
+        req["kv_format"] = fmt;
+        Json e = expect_error(eight.post("/v1/kv/prefill", dump_json(req)), 409);
+        EXPECT_NE(e["message"].get<std::string>().find("block 4"), std::string::npos) << e;
+    }
+}
+
+TEST_F(DisaggregationTest, KvPrefillRouteRefusesBadInput) {
+    Worker prefill(weights_, true), plain(weights_, false);
+    expect_error(plain.post("/v1/kv/prefill", R"({"prompt_token_ids":[1,2,3,4,5,6]})"), 404);
+    expect_error(prefill.post("/v1/kv/prefill", "{"), 400);
+    expect_error(prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[]})"), 400);
+    expect_error(prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[1,"a"]})"), 400);
+    expect_error(prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[1,-2,3,4,5,6]})"), 400);
+    expect_error(prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[1,2,3,4,5,201088]})"), 400);
+    Json shorter = expect_error(prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[1,2,3,4]})"), 400);
+    EXPECT_NE(shorter["message"].get<std::string>().find("no whole KV block"), std::string::npos) << shorter;
+    expect_error(prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[1,2,3,4,5,6],"kv_format":{"dtype_id":9}})"),
+                 400);
+    auto get = httplib::Client("127.0.0.1", prefill.http->port()).Get("/v1/kv/prefill");
+    ASSERT_TRUE(get);
+    EXPECT_EQ(get->status, 405);
+    // A good one: a KV transfer of the 4 whole blocks before the last token, in the worker's format.
+    auto ok = prefill.post("/v1/kv/prefill", R"({"prompt_token_ids":[5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21]})");
+    ASSERT_TRUE(ok);
+    ASSERT_EQ(ok->status, 200);
+    EXPECT_EQ(ok->get_header_value("Content-Type"), "application/octet-stream");
+    auto t = runtime::parse_kv_transfer(ok->body);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->tokens.size(), 16u);
+    EXPECT_TRUE(t->format == *prefill.engine.kv_format());
+    EXPECT_TRUE(runtime::check_kv_transfer(*t, t->format).ok());
+}
+
+// A request cancelled while its KV is being fetched never reaches the local engine; one cancelled after leaves
+// nothing running either.
+TEST_F(DisaggregationTest, CancelWhileFetchingLeavesNothingBehind) {
+    Worker local(weights_, false);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    std::atomic<int> calls{0};
+    DisaggregatedEngine d(local.engine,
+                          [&](const std::vector<int32_t>&,
+                              const runtime::KvFormat&) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
+                              ++calls;
+                              std::unique_lock<std::mutex> lock(mu);
+                              cv.wait(lock, [&] { return release; });
+                              return failed_precondition("no prefill worker in this test");
+                          });
+    EngineRequest r;
+    r.prompt = runtime::testing::random_ids(30, 300, 8);
+    r.max_tokens = 4;
+    auto id = d.submit(r);
+    ASSERT_TRUE(id.ok()) << id.status().to_string();
+    while (calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<EngineEvent> events;
+    EXPECT_FALSE(d.next_events(*id, &events, std::chrono::milliseconds(20)));  // still fetching
+    EXPECT_EQ(d.stats().waiting_requests, 1);
+    EXPECT_GT(d.last_progress(*id).time_since_epoch().count(), 0);  // a fetch is not a stall
+    d.cancel(*id);
+    auto second = d.submit(r);  // this one completes once the fetch fails
+    ASSERT_TRUE(second.ok());
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        release = true;
+    }
+    cv.notify_all();
+    events.clear();
+    bool final = false;
+    for (int i = 0; i < 200 && !final; ++i) {
+        d.next_events(*second, &events, std::chrono::milliseconds(100));
+        final = !events.empty() && events.back().finish != FinishReason::kNone;
+    }
+    ASSERT_TRUE(final);
+    EXPECT_EQ(events.back().finish, FinishReason::kLength);
+    d.cancel(*second);
+    EXPECT_FALSE(d.next_events(*id, &events, std::chrono::milliseconds(10)));
+    for (int i = 0; i < 200 && local.engine.stats().running_sequences + local.engine.stats().waiting_requests > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const EngineStats st = d.stats();
+    EXPECT_EQ(st.running_sequences, 0);
+    EXPECT_EQ(st.waiting_requests, 0);
+    EXPECT_EQ(st.kv_blocks_in_use, 0);
+    EXPECT_EQ(st.remote_prefill_failures, 1);  // the cancelled one was never submitted
+    // Invalid requests are refused at once, without a fetch.
+    EngineRequest bad = r;
+    bad.prompt.push_back(201088);
+    auto refused = d.submit(bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(calls.load(), 2);
+}
+
+}  // namespace
+}  // namespace gptoss::server::testing
