@@ -215,7 +215,7 @@ struct CudaModel::Impl {
     DeviceBuffer step_arena;
     uint8_t* step_host = nullptr;  // pinned, step_arena's size
     // KV transfers (read_kv_blocks / write_kv_blocks): one layer's K or V of up to kv_staging_blocks blocks, and
-    // their ids; allocated with the cache.
+    // their ids; allocated at the first transfer.
     static constexpr size_t kKvStagingBytes = size_t{8} << 20;
     DeviceBuffer kv_staging, kv_staging_ids;
     int kv_staging_blocks = 0;
@@ -1026,9 +1026,6 @@ Status CudaModel::Impl::allocate_kv(int block_size, int nfull, int nsl) {
         if (!step_uploaded) CUDA_CHECK(cudaEventCreateWithFlags(&step_uploaded, cudaEventDisableTiming));
     }
     const size_t block_bytes = kv_block_bytes(block_size);
-    kv_staging_blocks = static_cast<int>(std::clamp<size_t>(kKvStagingBytes / (block_bytes / 2), 1, 65536));
-    kv_staging = DeviceBuffer(static_cast<size_t>(kv_staging_blocks) * (block_bytes / 2));
-    kv_staging_ids = DeviceBuffer(static_cast<size_t>(kv_staging_blocks) * sizeof(int32_t));
     size_t need = 0;
     for (int l = 0; l < c.num_hidden_layers; ++l) need += (c.is_sliding(l) ? nsl : nfull) * block_bytes;
     size_t free_b = 0, total_b = 0;
@@ -1052,6 +1049,18 @@ Status CudaModel::Impl::copy_kv_blocks(bool sliding, std::span<const int32_t> id
         if (id >= nb || (id < 0 && in == nullptr))
             return out_of_range("KV block id " + std::to_string(id) + " out of range");
     const size_t per = kv_block_bytes(opt.block_size) / 2;  // one layer's K (or V) of a block
+    if (!kv_staging.get()) {
+        kv_staging_blocks = static_cast<int>(std::clamp<size_t>(kKvStagingBytes / per, 1, 65536));
+        const size_t bytes = static_cast<size_t>(kv_staging_blocks) * per;
+        size_t free_b = 0, total_b = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+        if (free_b < bytes + (size_t{64} << 20))  // a margin for the driver and the allocator's granularity
+            return resource_exhausted("no device memory left for the KV transfer's staging buffer (" +
+                                      std::to_string(bytes >> 20) + " MiB, " + std::to_string(free_b >> 20) +
+                                      " MiB free)");
+        kv_staging = DeviceBuffer(bytes);
+        kv_staging_ids = DeviceBuffer(static_cast<size_t>(kv_staging_blocks) * sizeof(int32_t));
+    }
     int pool_layers = 0;
     for (int l = 0; l < c.num_hidden_layers; ++l) pool_layers += c.is_sliding(l) == sliding ? 1 : 0;
     const size_t stride = 2 * static_cast<size_t>(pool_layers) * per;  // a block's bytes on the host
