@@ -218,6 +218,7 @@ struct CudaModel::Impl {
     // their ids; allocated at the first transfer.
     static constexpr size_t kKvStagingBytes = size_t{8} << 20;
     DeviceBuffer kv_staging, kv_staging_ids;
+    uint8_t* kv_staging_host = nullptr;  // pinned, kv_staging's size: whole copies at full speed, then host memcpys
     int kv_staging_blocks = 0;
     Status copy_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out, const uint8_t* in);
     // Logits rows bound for the host land here first (pinned: a D2H copy at full speed; a pageable destination is
@@ -556,6 +557,7 @@ struct CudaModel::Impl {
         if (span_end) cudaEventDestroy(span_end);
         if (step_host) cudaFreeHost(step_host);
         if (logits_host) cudaFreeHost(logits_host);
+        if (kv_staging_host) cudaFreeHost(kv_staging_host);
         if (!profile || profiled_calls == 0) return;
         double total = 0;
         for (auto& [k, v] : stage_ms) total += v;
@@ -1058,6 +1060,12 @@ Status CudaModel::Impl::copy_kv_blocks(bool sliding, std::span<const int32_t> id
             return resource_exhausted("no device memory left for the KV transfer's staging buffer (" +
                                       std::to_string(bytes >> 20) + " MiB, " + std::to_string(free_b >> 20) +
                                       " MiB free)");
+        if (cudaHostAlloc(reinterpret_cast<void**>(&kv_staging_host), bytes, cudaHostAllocDefault) != cudaSuccess) {
+            (void)cudaGetLastError();
+            kv_staging_host = nullptr;
+            return resource_exhausted("no pinned host memory for the KV transfer's staging buffer (" +
+                                      std::to_string(bytes >> 20) + " MiB)");
+        }
         kv_staging = DeviceBuffer(bytes);
         kv_staging_ids = DeviceBuffer(static_cast<size_t>(kv_staging_blocks) * sizeof(int32_t));
     }
@@ -1071,23 +1079,28 @@ Status CudaModel::Impl::copy_kv_blocks(bool sliding, std::span<const int32_t> id
         size_t offset = first * stride;  // this layer's K (then V) of the chunk's first block on the host
         for (int l = 0; l < c.num_hidden_layers; ++l) {
             if (c.is_sliding(l) != sliding) continue;
+            // One layer's K (then V) of the chunk: gathered into kv_staging, one copy to the pinned buffer, then a
+            // host memcpy a block into its place (the driver may split a strided copy to or from pageable memory into
+            // one copy a row).
             for (const DeviceBuffer* cache : {&layers[l].k_cache, &layers[l].v_cache}) {
                 if (in == nullptr) {
                     kc::gather_kv_blocks(cache->get(), kv_staging_ids.as<int32_t>(), n, static_cast<int64_t>(per),
                                          kv_staging.get(), stream);
-                    CUDA_CHECK(cudaMemcpy2DAsync(out + offset, stride, kv_staging.get(), per, per, n,
-                                                 cudaMemcpyDeviceToHost, stream));
+                    CUDA_CHECK(
+                        cudaMemcpyAsync(kv_staging_host, kv_staging.get(), n * per, cudaMemcpyDeviceToHost, stream));
+                    CUDA_CHECK(cudaStreamSynchronize(stream));
+                    for (int i = 0; i < n; ++i) std::memcpy(out + offset + i * stride, kv_staging_host + i * per, per);
                 } else {
-                    CUDA_CHECK(cudaMemcpy2DAsync(kv_staging.get(), per, in + offset, stride, per, n,
-                                                 cudaMemcpyHostToDevice, stream));
+                    for (int i = 0; i < n; ++i) std::memcpy(kv_staging_host + i * per, in + offset + i * stride, per);
+                    CUDA_CHECK(
+                        cudaMemcpyAsync(kv_staging.get(), kv_staging_host, n * per, cudaMemcpyHostToDevice, stream));
                     kc::scatter_kv_blocks(kv_staging.get(), kv_staging_ids.as<int32_t>(), n, static_cast<int64_t>(per),
                                           cache->get(), stream);
+                    CUDA_CHECK(cudaStreamSynchronize(stream));  // before the pinned buffer is filled again
                 }
                 offset += per;
             }
         }
-        // The staging buffers are reused by the next chunk.
-        CUDA_CHECK(cudaStreamSynchronize(stream));
     }
     return ok_status();
 }

@@ -118,6 +118,40 @@ Answer answer(const httplib::Result& r) {
     return a;
 }
 
+TEST(KvFormatJson, RoundTripsAndRefusesBadFields) {
+    runtime::KvFormat f;
+    f.dtype = runtime::KvDtype::kE4m3;
+    f.num_hidden_layers = 36;
+    f.num_key_value_heads = 8;
+    f.head_dim = 64;
+    f.hidden_size = 2880;
+    f.vocab_size = 201088;
+    f.sliding_window = 128;
+    f.block_size = 16;
+    f.layer_kinds = 0x555555555ull;
+    f.bytes_per_block_full = 18 * 2 * 16 * 8 * 64;
+    f.bytes_per_block_sliding = f.bytes_per_block_full;
+    const Json j = kv_format_to_json(f);
+    auto back = kv_format_from_json(j);
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_TRUE(*back == f);
+    for (const char* key : {"dtype_id", "block_size", "layer_kinds", "bytes_per_block_full"}) {
+        Json missing = j;
+        missing.erase(key);
+        EXPECT_FALSE(kv_format_from_json(missing).ok()) << key;
+        Json negative = j;
+        negative[key] = -1;
+        EXPECT_FALSE(kv_format_from_json(negative).ok()) << key;
+        Json text = j;
+        text[key] = "16";
+        EXPECT_FALSE(kv_format_from_json(text).ok()) << key;
+    }
+    Json big = j;
+    big["block_size"] = uint64_t{1} << 40;
+    EXPECT_FALSE(kv_format_from_json(big).ok());
+    EXPECT_FALSE(kv_format_from_json(Json::array()).ok());
+}
+
 TEST_F(DisaggregationTest, DecodeWorkerAnswersAsOneServer) {
     Worker prefill(weights_, true), alone(weights_, false);
     Worker decode(weights_, false, 4, prefill.http->port());
