@@ -38,7 +38,10 @@ StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j) {
     if (!j.is_object()) return invalid_argument("kv_format: must be an object");
     auto number = [&](const char* key, uint64_t max, uint64_t* out) -> Status {
         auto it = j.find(key);
-        if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > max)
+        // Parsed text holds non-negative integers as unsigned; a Json built in memory may hold them signed.
+        const bool whole =
+            it != j.end() && (it->is_number_unsigned() || (it->is_number_integer() && it->get<int64_t>() >= 0));
+        if (!whole || it->get<uint64_t>() > max)
             return invalid_argument(std::string("kv_format.") + key + ": must be an integer in [0, " +
                                     std::to_string(max) + "]");
         *out = it->get<uint64_t>();
