@@ -518,24 +518,26 @@ __global__ void fill_random_fp8_kernel(uint8_t* out, int64_t n, uint64_t seed) {
     }
 }
 
+// gather: dst[i] = src[ids[i]]; else dst[ids[i]] = src[i] (gather_kv_blocks / scatter_kv_blocks).
+void copy_kv_blocks(const void* src, void* dst, const int32_t* ids, int n, int64_t block_bytes, bool gather,
+                    cudaStream_t stream) {
+    if (n == 0) return;
+    ENGINE_CHECK(block_bytes % 16 == 0, "KV blocks of %lld bytes", static_cast<long long>(block_bytes));
+    copy_kv_blocks_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(src), static_cast<uint4*>(dst), ids, n,
+                                                    block_bytes / 16, gather);
+    CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void gather_kv_blocks(const void* cache, const int32_t* ids, int n, int64_t block_bytes, void* out,
                       cudaStream_t stream) {
-    if (n == 0) return;
-    ENGINE_CHECK(block_bytes % 16 == 0, "KV blocks of %lld bytes", static_cast<long long>(block_bytes));
-    copy_kv_blocks_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(cache), static_cast<uint4*>(out), ids, n,
-                                                    block_bytes / 16, true);
-    CUDA_CHECK_LAUNCH();
+    copy_kv_blocks(cache, out, ids, n, block_bytes, true, stream);
 }
 
 void scatter_kv_blocks(const void* in, const int32_t* ids, int n, int64_t block_bytes, void* cache,
                        cudaStream_t stream) {
-    if (n == 0) return;
-    ENGINE_CHECK(block_bytes % 16 == 0, "KV blocks of %lld bytes", static_cast<long long>(block_bytes));
-    copy_kv_blocks_kernel<<<1024, 256, 0, stream>>>(static_cast<const uint4*>(in), static_cast<uint4*>(cache), ids, n,
-                                                    block_bytes / 16, false);
-    CUDA_CHECK_LAUNCH();
+    copy_kv_blocks(in, cache, ids, n, block_bytes, false, stream);
 }
 
 void fill_random_fp8(void* out, int64_t n, uint64_t seed, cudaStream_t stream) {
