@@ -292,6 +292,7 @@ void Engine::finish(Active& a, TokenEvent ev) {
             ev.error = kv.status().to_string();
         }
     }
+    kv_.drop_import(a.seq.id);
     scheduler_.remove(&a.seq);
     ev.num_prompt_tokens = a.seq.num_prompt_tokens;
     ev.num_cached_tokens = std::max(0, a.seq.num_cached_tokens);
@@ -323,7 +324,7 @@ StatusOr<std::shared_ptr<const KvTransfer>> Engine::export_kv(const Sequence& se
     return std::shared_ptr<const KvTransfer>(std::move(t));
 }
 
-void Engine::import_kv(const KvTransfer& t) {
+void Engine::import_kv(uint64_t seq_id, const KvTransfer& t) {
     KvCacheManager::PrefixImport im;
     if (!kv_.begin_import(t.tokens, &im)) {
         ++counters_.num_kv_imports_dropped;
@@ -336,12 +337,14 @@ void Engine::import_kv(const KvTransfer& t) {
             static_cast<size_t>(im.first_sliding - t.first_sliding_block) * t.format.bytes_per_block_sliding;
         st = runner_->write_kv_blocks(true, im.write_sliding, t.sliding.data() + skip);
     }
-    kv_.finish_import(t.tokens, im, st.ok());
-    if (st.ok()) {
-        counters_.num_imported_tokens += static_cast<int64_t>(t.tokens.size());
-    } else {
+    if (!st.ok()) {
+        kv_.release_import(im);
         ++counters_.num_kv_imports_dropped;
+        return;
     }
+    kv_.index_import(t.tokens, im);
+    kv_.hold_import(seq_id, std::move(im));  // until the request is admitted (or the blocks are needed)
+    counters_.num_imported_tokens += static_cast<int64_t>(t.tokens.size());
 }
 
 void Engine::loop() {
@@ -360,7 +363,7 @@ void Engine::loop() {
             a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
             a->seq.score_prompt = a->request.prompt_logprobs >= 0 && a->seq.num_prompt_tokens > 1;
             if (a->request.kv_prefix) {
-                if (!a->seq.score_prompt) import_kv(*a->request.kv_prefix);
+                if (!a->seq.score_prompt) import_kv(a->seq.id, *a->request.kv_prefix);
                 a->request.kv_prefix.reset();  // its bytes are in the cache now (or dropped)
             }
             scheduler_.add(&a->seq);

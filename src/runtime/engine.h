@@ -197,8 +197,9 @@ private:
     Status draw_deferred(const std::vector<Active*>& samplers, const std::vector<int>& first_row,
                          const std::vector<int>& first_index);
     void finish(Active& a, TokenEvent event);
-    // Request::kv_prefix into the prefix cache (on the engine thread, before the request is queued).
-    void import_kv(const KvTransfer& t);
+    // Request::kv_prefix into the prefix cache (on the engine thread, before request `seq_id` is queued), held for
+    // it until it is admitted (KvCacheManager::hold_import).
+    void import_kv(uint64_t seq_id, const KvTransfer& t);
     // The KV of a computed prompt (Request::export_kv) while the sequence still holds its blocks.
     StatusOr<std::shared_ptr<const KvTransfer>> export_kv(const Sequence& seq);
     void publish_stats();

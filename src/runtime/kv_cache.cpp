@@ -166,6 +166,7 @@ void KvCacheManager::admit(Sequence& seq, int cached_tokens) {
     }
     seq.num_computed = cached_tokens;
     seq.num_indexed_blocks = k;
+    drop_import(seq.id);  // the sequence holds what it uses of it now
 }
 
 int KvCacheManager::blocks_needed(const Sequence& seq, int n) const {
@@ -264,16 +265,38 @@ bool KvCacheManager::begin_import(std::span<const int32_t> tokens, PrefixImport*
     return true;
 }
 
-void KvCacheManager::finish_import(std::span<const int32_t> tokens, const PrefixImport& im, bool written) {
+void KvCacheManager::index_import(std::span<const int32_t> tokens, const PrefixImport& im) {
     const int k = static_cast<int>(im.full.size());
     uint64_t hash = 0;
-    for (int b = 0; b < k && written; ++b) {
+    for (int b = 0; b < k; ++b) {
         const auto block = tokens.subspan(static_cast<size_t>(b) * block_size_, block_size_);
         hash = hash_block(hash, block);
         if (im.write_full[b] >= 0) full_.index(im.write_full[b], hash, block);
         if (b >= im.first_sliding && im.write_sliding[b - im.first_sliding] >= 0)
             sliding_.index(im.write_sliding[b - im.first_sliding], hash, block);
     }
+}
+
+void KvCacheManager::hold_import(uint64_t seq_id, PrefixImport im) {
+    drop_import(seq_id);
+    held_.emplace(seq_id, std::move(im));
+}
+
+void KvCacheManager::drop_import(uint64_t seq_id) {
+    auto it = held_.find(seq_id);
+    if (it == held_.end()) return;
+    release_import(it->second);
+    held_.erase(it);
+}
+
+bool KvCacheManager::release_held_imports() {
+    if (held_.empty()) return false;
+    for (auto& [id, im] : held_) release_import(im);
+    held_.clear();
+    return true;
+}
+
+void KvCacheManager::release_import(const PrefixImport& im) {
     // Tail first, as free() does: the LRU list then evicts the prefix's later blocks first.
     for (size_t i = im.sliding.size(); i-- > 0;) sliding_.unref(im.sliding[i]);
     for (size_t i = im.full.size(); i-- > 0;) full_.unref(im.full[i]);

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -107,9 +108,25 @@ public:
         std::vector<int32_t> write_full, write_sliding;  // the same with -1 where the block was cached
     };
     bool begin_import(std::span<const int32_t> tokens, PrefixImport* im);
-    // Indexes the blocks the caller wrote (`written`; else they go back unindexed) and drops the import's
-    // references: the blocks stay in the prefix cache for match_prefix, least recently used last.
-    void finish_import(std::span<const int32_t> tokens, const PrefixImport& im, bool written);
+    // Indexes the blocks the caller wrote, keeping the import's references: match_prefix finds them, and nothing
+    // evicts them until release_import.
+    void index_import(std::span<const int32_t> tokens, const PrefixImport& im);
+    // An indexed import kept for the waiting sequence `seq_id`: its references go when the sequence is admitted
+    // (admit), when drop_import(seq_id) is called (it ended), or when the scheduler needs blocks and calls
+    // release_held_imports (a held import never costs a running sequence its blocks, or a waiting one its
+    // admission: under pressure it is an ordinary cached prefix again).
+    void hold_import(uint64_t seq_id, PrefixImport im);
+    void drop_import(uint64_t seq_id);
+    bool release_held_imports();  // false: none was held
+    int num_held_imports() const { return static_cast<int>(held_.size()); }
+    // Drops the import's references (tail first): indexed blocks stay in the prefix cache, least recently used
+    // last; blocks never indexed (a failed copy) go back to the free list.
+    void release_import(const PrefixImport& im);
+    // index_import where `written`, then release_import.
+    void finish_import(std::span<const int32_t> tokens, const PrefixImport& im, bool written) {
+        if (written) index_import(tokens, im);
+        release_import(im);
+    }
 
 private:
     void extend_hashes(Sequence& seq, int num_blocks) const;
@@ -119,6 +136,7 @@ private:
     bool prefix_caching_;
     BlockAllocator full_;
     BlockAllocator sliding_;
+    std::unordered_map<uint64_t, PrefixImport> held_;  // hold_import's, by sequence id
 };
 
 }  // namespace gptoss::runtime

@@ -66,6 +66,7 @@ SchedulerOutput Scheduler::schedule() {
         ENGINE_CHECK(n > 0, "running sequence %llu has nothing to compute", static_cast<unsigned long long>(s->id));
         bool preempted_self = false;
         while (!kv_->can_allocate(*s, n)) {
+            if (kv_->release_held_imports()) continue;  // imported prefixes go before any running sequence
             Sequence* victim = running_.back();
             running_.pop_back();
             preempt(victim);
@@ -101,7 +102,14 @@ SchedulerOutput Scheduler::schedule() {
         }
         const int cached = s->score_prompt ? 0 : matched;  // every prompt position's row is wanted
         const int n = cap(s, std::min({s->num_tokens() - cached, budget, max_chunk_}));
-        if (!kv_->can_admit(*s, cached, n)) break;
+        if (!kv_->can_admit(*s, cached, n)) {
+            // Imported prefixes held for waiting requests (s's own among them) become ordinary cached blocks.
+            if (kv_->num_held_imports() > 0) {
+                kv_->release_held_imports();
+                continue;  // s again, with its match redone
+            }
+            break;
+        }
         kv_->admit(*s, cached);
         kv_->allocate(*s, n);
         waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));

@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
+#include <condition_variable>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -662,6 +664,115 @@ TEST_F(EngineTest, ImportedKvIsWhatTheDecodeWorkerReads) {
     EXPECT_NE(got.logprobs[0], want.logprobs[0]);
 }
 
+// A runner whose first forward waits until the test opens the gate (the CPU runner inside does the work).
+struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, opened = false;
+    void pass() {
+        std::unique_lock<std::mutex> lock(mu);
+        entered = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return opened; });
+    }
+    void wait_entered() {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return entered; });
+    }
+    void open() {
+        std::lock_guard<std::mutex> lock(mu);
+        opened = true;
+        cv.notify_all();
+    }
+};
+class GatedRunner final : public ModelRunner {
+public:
+    GatedRunner(std::unique_ptr<ModelRunner> inner, std::shared_ptr<Gate> gate)
+        : inner_(std::move(inner)), gate_(std::move(gate)) {}
+    const model::GptOssConfig& config() const override { return inner_->config(); }
+    KvGeometry kv_geometry(int block_size) const override { return inner_->kv_geometry(block_size); }
+    size_t free_memory_bytes() const override { return inner_->free_memory_bytes(); }
+    Status allocate_kv_cache(int block_size, KvBlockCounts counts) override {
+        return inner_->allocate_kv_cache(block_size, counts);
+    }
+    Status forward(const Batch& batch, std::vector<float>* logits) override {
+        gate_->pass();
+        return inner_->forward(batch, logits);
+    }
+    StatusOr<KvFormat> kv_format(int block_size) const override { return inner_->kv_format(block_size); }
+    Status read_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* data) override {
+        return inner_->read_kv_blocks(sliding, ids, data);
+    }
+    Status write_kv_blocks(bool sliding, std::span<const int32_t> ids, const uint8_t* data) override {
+        return inner_->write_kv_blocks(sliding, ids, data);
+    }
+
+private:
+    std::unique_ptr<ModelRunner> inner_;
+    std::shared_ptr<Gate> gate_;
+};
+
+// An imported prefix waits for its request: while the request queues behind another (one sequence at a time)
+// whose moving window turns the small sliding pool over many times, the imported blocks stay (the request finds
+// all 40 positions cached and gives the reference's tokens).
+TEST_F(EngineTest, ImportedBlocksWaitForTheirRequest) {
+    auto producer = make_engine(weights_, test_config());
+    ASSERT_TRUE(producer);
+    const std::vector<int32_t> prompt = random_ids(41, 300, 12);
+    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    ASSERT_TRUE(kv);
+    EngineConfig one = test_config(256, 8);
+    one.scheduler.max_num_seqs = 1;
+    auto consumer = make_engine(weights_, one);
+    ASSERT_TRUE(consumer);
+    auto busy = consumer->submit(Request{.prompt = random_ids(20, 300, 3), .max_tokens = 60});
+    ASSERT_TRUE(busy.ok());
+    Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 4};
+    const Generation want = reference_generate(*weights_, r);
+    r.kv_prefix = kv;
+    auto h = consumer->submit(std::move(r));
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(collect(*busy).ids.size(), 60u);
+    const Generation got = collect(*h);
+    EXPECT_EQ(got.num_cached_tokens, 40);
+    EXPECT_TRUE(got.same_tokens(want)) << describe(got) << " vs " << describe(want);
+    ASSERT_TRUE(consumer->wait_idle(std::chrono::milliseconds(10000)));
+    EXPECT_EQ(consumer->stats().num_blocks_in_use.full, 0);  // the import's references went with the admission
+    EXPECT_EQ(consumer->stats().num_blocks_in_use.sliding, 0);
+}
+
+// A held import never starves a running request: with 10 of 14 full blocks held for a waiting request and a running
+// one needing more, the held blocks become ordinary cached ones (evictable) and both requests finish with the
+// reference's tokens (before the holds could give way, this run hung).
+TEST_F(EngineTest, HeldImportsGiveWayUnderPressure) {
+    auto producer = make_engine(weights_, test_config());
+    ASSERT_TRUE(producer);
+    const std::vector<int32_t> prompt = random_ids(41, 300, 6);
+    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    ASSERT_TRUE(kv);
+    auto gate = std::make_shared<Gate>();
+    auto gated = Engine::create(std::make_unique<GatedRunner>(std::make_unique<CpuModelRunner>(weights_), gate),
+                                test_config(14, 6));
+    ASSERT_TRUE(gated.ok()) << gated.status().to_string();
+    Engine& e = **gated;
+    const Request busy_req{.prompt = random_ids(20, 300, 2), .sampling = {.temperature = 0.0f}, .max_tokens = 30};
+    auto busy = e.submit(copy_request(busy_req));
+    ASSERT_TRUE(busy.ok());
+    gate->wait_entered();
+    Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 3};
+    const Generation want = reference_generate(*weights_, r);
+    r.kv_prefix = kv;
+    auto h = e.submit(std::move(r));
+    ASSERT_TRUE(h.ok());
+    gate->open();
+    const Generation b = collect(*busy), got = collect(*h);
+    EXPECT_TRUE(b.same_tokens(reference_generate(*weights_, busy_req))) << describe(b);
+    EXPECT_TRUE(got.same_tokens(want)) << describe(got) << " vs " << describe(want);
+    EXPECT_EQ(e.stats().num_imported_tokens, 40);
+    ASSERT_TRUE(e.wait_idle(std::chrono::milliseconds(10000)));
+    EXPECT_EQ(e.stats().num_blocks_in_use.full, 0);
+}
+
 TEST_F(EngineTest, KvTransfersThatDoNotFitAreRefusedOrDropped) {
     auto producer = make_engine(weights_, test_config());
     ASSERT_TRUE(producer);
@@ -700,16 +811,22 @@ TEST_F(EngineTest, KvTransfersThatDoNotFitAreRefusedOrDropped) {
     auto ranks = make_engine(weights_, test_config(), parallel::ParallelConfig{2, 1, 1});
     ASSERT_TRUE(ranks);
     expect_error(*ranks, Request{.prompt = prompt, .kv_prefix = kv}, StatusCode::kFailedPrecondition, "layout");
-    // A cache too small for the 10 blocks: dropped, and the prompt computed here gives the same tokens.
-    auto small = make_engine(weights_, test_config(14, 6));
-    ASSERT_TRUE(small);
+    // A cache too small for the 10 blocks while another request holds 4 of its 13 (its first 16-token chunk):
+    // dropped, and the prompt computed here gives the same tokens. The other request's first step waits at a gate
+    // until the import is queued, so it holds its blocks when the import is taken.
+    auto gate = std::make_shared<Gate>();
+    auto gated = Engine::create(std::make_unique<GatedRunner>(std::make_unique<CpuModelRunner>(weights_), gate),
+                                test_config(13, 6));
+    ASSERT_TRUE(gated.ok()) << gated.status().to_string();
+    Engine* small = gated->get();
     Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 3};
-    auto busy = small->submit(Request{.prompt = random_ids(20, 300, 2), .max_tokens = 30});  // holds 5+ blocks
+    auto busy = small->submit(Request{.prompt = random_ids(20, 300, 2), .max_tokens = 30});
     ASSERT_TRUE(busy.ok());
-    while (small->stats().num_running == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    gate->wait_entered();
     r.kv_prefix = kv;
     auto h = small->submit(copy_request(r));
     ASSERT_TRUE(h.ok());
+    gate->open();
     r.kv_prefix.reset();
     const Generation g = collect(*h);
     EXPECT_TRUE(g.same_tokens(reference_generate(*weights_, r))) << describe(g);

@@ -179,6 +179,45 @@ TEST(KvCacheImport, AnImportedPrefixIsFoundByMatchPrefix) {
     EXPECT_EQ(kv.match_prefix(s2), 20);
 }
 
+TEST(KvCacheImport, HeldImportsLastUntilAdmissionOrPressure) {
+    KvCacheManager kv(4, 5, {16, 8}, true);
+    const std::vector<int32_t> prompt = ids(21, 40);
+    const auto prefix = std::span(prompt).first(20);
+    KvCacheManager::PrefixImport im;
+    ASSERT_TRUE(kv.begin_import(prefix, &im));
+    kv.index_import(prefix, im);
+    kv.hold_import(7, im);
+    EXPECT_EQ(kv.num_held_imports(), 1);
+    EXPECT_EQ(kv.full().num_in_use(), 5);  // held: not evictable
+    // Admission of sequence 7 takes its own references and lets the import's go.
+    Sequence s = make_sequence(7, prompt);
+    ASSERT_EQ(kv.match_prefix(s), 20);
+    kv.admit(s, 20);
+    EXPECT_EQ(kv.num_held_imports(), 0);
+    EXPECT_EQ(kv.full().num_in_use(), 5);
+    kv.free(s);
+    EXPECT_EQ(kv.full().num_in_use(), 0);
+    EXPECT_EQ(kv.full().num_indexed(), 5);
+    // A held import dropped (its request ended), and one released under pressure: both leave cached blocks.
+    std::vector<int32_t> other = prompt;
+    other[0] = 299;
+    ASSERT_TRUE(kv.begin_import(std::span(other).first(20), &im));
+    kv.index_import(std::span(other).first(20), im);
+    kv.hold_import(8, im);
+    kv.drop_import(8);
+    kv.drop_import(8);  // twice: nothing more
+    EXPECT_EQ(kv.full().num_in_use(), 0);
+    other[0] = 298;
+    ASSERT_TRUE(kv.begin_import(std::span(other).first(20), &im));
+    kv.index_import(std::span(other).first(20), im);
+    kv.hold_import(9, im);
+    EXPECT_TRUE(kv.release_held_imports());
+    EXPECT_FALSE(kv.release_held_imports());
+    EXPECT_EQ(kv.full().num_in_use(), 0);
+    Sequence s9 = make_sequence(9, other);
+    EXPECT_EQ(kv.match_prefix(s9), 20);
+}
+
 TEST(KvCacheImport, NoRoomOrAFailedWriteLeavesNothingBehind) {
     KvCacheManager kv(4, 5, {4, 8}, true);
     const std::vector<int32_t> prompt = ids(21, 3);
