@@ -110,6 +110,10 @@ int run_serve(const ServeOptions& o) {
         return fail("--disaggregation-mode must be none, prefill or decode, got '" + o.disaggregation_mode + "'");
     if ((o.disaggregation_mode == "decode") != !o.prefill_url.empty())
         return fail("--prefill-url and --disaggregation-mode decode go together");
+    if (o.disaggregation_mode != "none" && !layout.trivial())
+        return fail(
+            "--disaggregation-mode needs a model on one GPU or rank (no --layout): KV blocks of a parallel "
+            "layout are not exported or imported yet");
     if (o.prefill_min_tokens < 0)
         return fail("--prefill-min-tokens must be at least 0, got " + std::to_string(o.prefill_min_tokens));
     if (o.prefill_timeout_s < 1)
@@ -215,7 +219,7 @@ int run_serve(const ServeOptions& o) {
             [client = prefill_client.get()](const std::vector<int32_t>& prompt, const runtime::KvFormat& format) {
                 return client->prefill(prompt, format);
             },
-            d);
+            d, [client = prefill_client.get()] { client->stop(); });
     }
 
     server::RequestQueueOptions queue_options;

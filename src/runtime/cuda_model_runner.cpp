@@ -41,6 +41,8 @@ StatusOr<KvFormat> CudaModelRunner::kv_format(int block_size) const {
         return unimplemented("KV export and import need a model of one GPU (no parallel layout)");
     const model::GptOssConfig& c = weights_->config;
     if (c.num_hidden_layers > 64) return unimplemented("KV transfers carry at most 64 layers");
+    if ((static_cast<size_t>(block_size) * kv_heads_ * c.head_dim * (kv_fp8_ ? 1 : 2)) % 16 != 0)
+        return unimplemented("KV transfers copy 16-byte pieces: a layer's K of a block must be a multiple of 16 bytes");
     const KvGeometry g = kv_geometry(block_size);
     return make_kv_format(c, kv_fp8_ ? KvDtype::kE4m3 : KvDtype::kBf16, kv_heads_, block_size, g.bytes_per_block_full,
                           g.bytes_per_block_sliding);

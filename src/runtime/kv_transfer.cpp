@@ -159,6 +159,7 @@ Status check_kv_transfer(const KvTransfer& t, const KvFormat& expected) {
     if (bs <= 0 || t.tokens.size() % static_cast<size_t>(bs) != 0)
         return invalid_argument("the KV transfer's tokens are not whole blocks");
     const int k = t.num_blocks();
+    if (k == 0) return invalid_argument("the KV transfer holds no block");
     if (t.first_sliding_block < 0 || t.first_sliding_block > k)
         return invalid_argument("the KV transfer's first sliding block is out of range");
     if (expected.sliding_window > 0 && t.first_sliding_block > first_window_block(k * bs, expected.sliding_window, bs))

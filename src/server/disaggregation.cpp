@@ -95,24 +95,68 @@ StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(cons
     cli.set_connection_timeout(std::chrono::seconds(5));
     cli.set_read_timeout(timeout_);
     cli.set_write_timeout(std::chrono::seconds(30));
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopped_) return failed_precondition("shutting down");
+        active_.push_back(&cli);
+    }
+    struct Unregister {
+        const PrefillClient* c;
+        void* cli;
+        ~Unregister() {
+            std::lock_guard<std::mutex> lock(c->mu_);
+            std::erase(c->active_, cli);
+        }
+    } unregister{this, &cli};
     Json body = Json::object();
     body["prompt_token_ids"] = prompt;
     body["kv_format"] = kv_format_to_json(format);
-    httplib::Result res = cli.Post(path_, dump_json(body), "application/json");
-    if (!res)
+    // The largest answer a prompt of this length can have: the header, its ids and every block of both pools.
+    const size_t blocks = prompt.size() / static_cast<size_t>(std::max(1, format.block_size)) + 1;
+    const size_t limit = 4096 + prompt.size() * sizeof(int32_t) +
+                         blocks * (format.bytes_per_block_full + format.bytes_per_block_sliding);
+    std::string answer;
+    bool too_large = false;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path_;
+    req.headers = {{"Content-Type", "application/json"}};
+    req.body = dump_json(body);
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t total) {
+        if (answer.empty() && total > 0 && total <= limit) answer.reserve(static_cast<size_t>(total));
+        if (n > limit - answer.size()) {
+            too_large = true;
+            return false;
+        }
+        answer.append(data, n);
+        return true;
+    };
+    httplib::Response res;
+    httplib::Error err = httplib::Error::Success;
+    if (!cli.send(req, res, err)) {
+        if (too_large)
+            return failed_precondition("the prefill worker's answer is larger than " + std::to_string(limit) +
+                                       " bytes, the most a transfer of this prompt can be");
         return failed_precondition("the prefill worker at " + scheme_host_port_ + " did not answer (" +
-                                   httplib::to_string(res.error()) + ")");
-    if (res->status != 200) {
-        std::string msg = res->body.substr(0, 512);
-        return failed_precondition("the prefill worker answered " + std::to_string(res->status) + ": " + msg);
+                                   httplib::to_string(err) + ")");
     }
-    ASSIGN_OR_RETURN(runtime::KvTransfer t, runtime::parse_kv_transfer(res->body));
+    if (res.status != 200)
+        return failed_precondition("the prefill worker answered " + std::to_string(res.status) + ": " +
+                                   answer.substr(0, 512));
+    ASSIGN_OR_RETURN(runtime::KvTransfer t, runtime::parse_kv_transfer(answer));
     RETURN_IF_ERROR(runtime::check_kv_transfer(t, format));
     return std::shared_ptr<const runtime::KvTransfer>(std::make_shared<runtime::KvTransfer>(std::move(t)));
 }
 
-DisaggregatedEngine::DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options)
-    : local_(local), fetch_(std::move(fetch)), options_(options) {
+void PrefillClient::stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    for (void* c : active_) static_cast<httplib::Client*>(c)->stop();
+}
+
+DisaggregatedEngine::DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options,
+                                         std::function<void()> interrupt)
+    : local_(local), fetch_(std::move(fetch)), options_(options), interrupt_(std::move(interrupt)) {
     for (int i = 0; i < std::max(1, options_.fetch_threads); ++i) threads_.emplace_back([this] { fetch_loop(); });
 }
 
@@ -122,6 +166,7 @@ DisaggregatedEngine::~DisaggregatedEngine() {
         stopping_ = true;
     }
     cv_.notify_all();
+    if (interrupt_) interrupt_();
     for (std::thread& t : threads_) t.join();
     std::vector<RequestId> local;
     for (auto& [id, e] : entries_)
@@ -145,7 +190,9 @@ StatusOr<RequestId> DisaggregatedEngine::submit(EngineRequest request) {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) return failed_precondition("the server is shutting down");
         id = next_id_++;
-        entries_[id].request = std::move(request);
+        Entry& e = entries_[id];
+        e.request = std::move(request);
+        e.since = Clock::now();
         jobs_.push_back(id);
     }
     cv_.notify_all();
@@ -165,35 +212,47 @@ void DisaggregatedEngine::fetch_loop() {
             auto it = entries_.find(id);
             if (it == entries_.end()) continue;  // cancelled while queued
             prompt = it->second.request.prompt;
+            it->second.since = Clock::now();
         }
         const StatusOr<runtime::KvFormat> format = local_.kv_format();
         StatusOr<std::shared_ptr<const runtime::KvTransfer>> kv =
             format.ok() ? fetch_(prompt, *format)
                         : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = entries_.find(id);
-        if (it == entries_.end()) continue;  // cancelled during the fetch
-        Entry& e = it->second;
+        EngineRequest request;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            auto it = entries_.find(id);
+            if (it == entries_.end() || stopping_) continue;  // cancelled during the fetch
+            request = std::move(it->second.request);
+        }
+        // Submitted outside the lock (the transfer's checks take time proportional to it).
         StatusOr<RequestId> local = failed_precondition("not submitted");
         if (kv.ok()) {
-            EngineRequest with = e.request;
+            EngineRequest with = request;
             with.kv_prefix = *kv;
             local = local_.submit(std::move(with));
-            if (local.ok()) ++fetched_;
         }
+        bool fetched = local.ok();
         if (!local.ok()) {  // no KV, or the local engine refused it: compute the prompt here
-            ++fetch_failures_;
             const Status why = kv.ok() ? local.status() : kv.status();
             std::fprintf(stderr, "[serve] prefill worker not used for a %zu-token prompt: %s\n", prompt.size(),
                          why.to_string().c_str());
-            local = local_.submit(std::move(e.request));
+            local = local_.submit(std::move(request));
         }
-        e.request = EngineRequest{};
-        if (local.ok()) {
-            e.local_id = *local;
-        } else {
-            e.error = local.status().to_string();
+        RequestId orphan = 0;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            ++(fetched ? fetched_ : fetch_failures_);
+            auto it = entries_.find(id);
+            if (it == entries_.end()) {  // cancelled while it was being submitted
+                if (local.ok()) orphan = *local;
+            } else if (local.ok()) {
+                it->second.local_id = *local;
+            } else {
+                it->second.error = local.status().to_string();
+            }
         }
+        if (orphan != 0) local_.cancel(orphan);
         cv_.notify_all();
     }
 }
@@ -246,8 +305,9 @@ Clock::time_point DisaggregatedEngine::last_progress(RequestId id) const {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = entries_.find(id);
         if (it == entries_.end()) return {};
-        // Still with the prefill worker (whose own timeout bounds the call): progressing, not stalled.
-        if (it->second.local_id == 0) return Clock::now();
+        // Queued for a fetch thread, or with the prefill worker: progress as of then (the server's request
+        // timeout ends a request that waits longer).
+        if (it->second.local_id == 0) return it->second.since;
         local = it->second.local_id;
     }
     return local == std::numeric_limits<RequestId>::max() ? Clock::time_point{} : local_.last_progress(local);

@@ -40,13 +40,19 @@ class PrefillClient {
 public:
     static StatusOr<std::unique_ptr<PrefillClient>> create(const std::string& url, std::chrono::seconds timeout);
     // The KV of the prompt's whole blocks before its last token, in `format` (checked again on arrival).
+    // The answer may be at most the transfer's size for the prompt in `format` (a larger one is refused).
     StatusOr<std::shared_ptr<const runtime::KvTransfer>> prefill(const std::vector<int32_t>& prompt,
                                                                  const runtime::KvFormat& format) const;
+    // Ends every call in flight (it fails at once) and refuses new ones: for shutdown.
+    void stop();
 
 private:
     PrefillClient() = default;
     std::string scheme_host_port_, path_;
     std::chrono::seconds timeout_{600};
+    mutable std::mutex mu_;
+    mutable std::vector<void*> active_;  // the httplib::Client of each call in flight
+    bool stopped_ = false;
 };
 
 struct DisaggregationOptions {
@@ -63,9 +69,11 @@ class DisaggregatedEngine final : public TokenEngine {
 public:
     using Fetch = std::function<StatusOr<std::shared_ptr<const runtime::KvTransfer>>(const std::vector<int32_t>& prompt,
                                                                                      const runtime::KvFormat& format)>;
-    // `local` must outlive this object; `fetch` is called on the fetch threads.
-    DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options = {});
-    // Waits for the fetches in flight (their requests are dropped) and joins the threads.
+    // `local` must outlive this object; `fetch` is called on the fetch threads; `interrupt` (optional) makes the
+    // fetches in flight return at once (PrefillClient::stop), for the destructor.
+    DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options = {},
+                        std::function<void()> interrupt = {});
+    // Interrupts the fetches in flight (their requests are dropped) and joins the threads.
     ~DisaggregatedEngine() override;
 
     StatusOr<RequestId> submit(EngineRequest request) override;
@@ -81,15 +89,17 @@ public:
 
 private:
     struct Entry {
-        EngineRequest request;   // until submitted
-        RequestId local_id = 0;  // 0 while the prompt's KV is being fetched
-        std::string error;       // the local submit failed after the fetch: one error event
+        EngineRequest request;    // until submitted
+        RequestId local_id = 0;   // 0 while the prompt's KV is being fetched
+        std::string error;        // the local submit failed after the fetch: one error event
+        Clock::time_point since;  // queued, or its fetch began (last_progress while it is not submitted)
     };
     void fetch_loop();
 
     TokenEngine& local_;
     const Fetch fetch_;
     const DisaggregationOptions options_;
+    const std::function<void()> interrupt_;
     mutable std::mutex mu_;
     std::condition_variable cv_;  // an entry left the fetching state; a job was queued; stopping
     std::unordered_map<RequestId, Entry> entries_;

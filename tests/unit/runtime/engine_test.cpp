@@ -11,9 +11,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <mutex>
 #include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>

@@ -2,6 +2,11 @@
 // comes from a prefill worker over HTTP answers exactly as one server alone (a small random checkpoint on the CPU
 // backend, where a cache hit changes no bits), and keeps answering when the prefill worker is down, has another KV
 // format, or the request is cancelled while its KV is fetched; POST /v1/kv/prefill's refusals.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -303,6 +308,45 @@ TEST_F(DisaggregationTest, CancelWhileFetchingLeavesNothingBehind) {
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ(calls.load(), 2);
+}
+
+// Shutdown does not wait for a prefill worker that never answers: the destructor stops the call in flight (a
+// listening socket that accepts nothing stands in for the worker; the call's own timeout is 60 s).
+TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::listen(fd, 16), 0);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    auto client =
+        PrefillClient::create("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), std::chrono::seconds(60));
+    ASSERT_TRUE(client.ok());
+    Worker local(weights_, false);
+    std::atomic<int> calls{0};
+    auto started = std::chrono::steady_clock::now();
+    {
+        DisaggregatedEngine d(
+            local.engine,
+            [&](const std::vector<int32_t>& p, const runtime::KvFormat& f) {
+                ++calls;
+                return (*client)->prefill(p, f);
+            },
+            {}, [&] { (*client)->stop(); });
+        EngineRequest r;
+        r.prompt = runtime::testing::random_ids(30, 300, 8);
+        r.max_tokens = 2;
+        ASSERT_TRUE(d.submit(r).ok());
+        while (calls.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the call is sent and waits for an answer
+        started = std::chrono::steady_clock::now();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+    EXPECT_FALSE((*client)->prefill({1, 2, 3}, *local.engine.kv_format()).ok());  // stopped: refused at once
+    ::close(fd);
 }
 
 }  // namespace
