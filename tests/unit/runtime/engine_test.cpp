@@ -712,14 +712,25 @@ private:
     std::shared_ptr<Gate> gate_;
 };
 
+// A prefill engine's export of `prompt`'s whole blocks before its last token (blocks of 4).
+std::shared_ptr<const KvTransfer> exported_prefix(std::shared_ptr<const model::GptOssWeights> w,
+                                                  const std::vector<int32_t>& prompt) {
+    auto producer = make_engine(std::move(w), test_config());
+    return producer ? export_prefix(*producer, prompt, 4) : nullptr;
+}
+
+StatusOr<std::unique_ptr<Engine>> gated_engine(std::shared_ptr<const model::GptOssWeights> w,
+                                               std::shared_ptr<Gate> gate, EngineConfig cfg) {
+    return Engine::create(
+        std::make_unique<GatedRunner>(std::make_unique<CpuModelRunner>(std::move(w)), std::move(gate)), std::move(cfg));
+}
+
 // An imported prefix waits for its request: while the request queues behind another (one sequence at a time)
 // whose moving window turns the small sliding pool over many times, the imported blocks stay (the request finds
 // all 40 positions cached and gives the reference's tokens).
 TEST_F(EngineTest, ImportedBlocksWaitForTheirRequest) {
-    auto producer = make_engine(weights_, test_config());
-    ASSERT_TRUE(producer);
     const std::vector<int32_t> prompt = random_ids(41, 300, 12);
-    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    std::shared_ptr<const KvTransfer> kv = exported_prefix(weights_, prompt);
     ASSERT_TRUE(kv);
     EngineConfig one = test_config(256, 8);
     one.scheduler.max_num_seqs = 1;
@@ -745,14 +756,11 @@ TEST_F(EngineTest, ImportedBlocksWaitForTheirRequest) {
 // one needing more, the held blocks become ordinary cached ones (evictable) and both requests finish with the
 // reference's tokens (before the holds could give way, this run hung).
 TEST_F(EngineTest, HeldImportsGiveWayUnderPressure) {
-    auto producer = make_engine(weights_, test_config());
-    ASSERT_TRUE(producer);
     const std::vector<int32_t> prompt = random_ids(41, 300, 6);
-    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    std::shared_ptr<const KvTransfer> kv = exported_prefix(weights_, prompt);
     ASSERT_TRUE(kv);
     auto gate = std::make_shared<Gate>();
-    auto gated = Engine::create(std::make_unique<GatedRunner>(std::make_unique<CpuModelRunner>(weights_), gate),
-                                test_config(14, 6));
+    auto gated = gated_engine(weights_, gate, test_config(14, 6));
     ASSERT_TRUE(gated.ok()) << gated.status().to_string();
     Engine& e = **gated;
     const Request busy_req{.prompt = random_ids(20, 300, 2), .sampling = {.temperature = 0.0f}, .max_tokens = 30};
@@ -774,11 +782,11 @@ TEST_F(EngineTest, HeldImportsGiveWayUnderPressure) {
 }
 
 TEST_F(EngineTest, KvTransfersThatDoNotFitAreRefusedOrDropped) {
-    auto producer = make_engine(weights_, test_config());
-    ASSERT_TRUE(producer);
     const std::vector<int32_t> prompt = random_ids(41, 300, 6);
-    std::shared_ptr<const KvTransfer> kv = export_prefix(*producer, prompt, 4);
+    std::shared_ptr<const KvTransfer> kv = exported_prefix(weights_, prompt);
     ASSERT_TRUE(kv);
+    auto producer = make_engine(weights_, test_config());  // the requests a prefill engine refuses
+    ASSERT_TRUE(producer);
     ASSERT_EQ(kv->tokens.size(), 40u);
     auto expect_error = [](Engine& e, Request r, StatusCode code, const std::string& words) {
         auto h = e.submit(std::move(r));
@@ -815,8 +823,7 @@ TEST_F(EngineTest, KvTransfersThatDoNotFitAreRefusedOrDropped) {
     // dropped, and the prompt computed here gives the same tokens. The other request's first step waits at a gate
     // until the import is queued, so it holds its blocks when the import is taken.
     auto gate = std::make_shared<Gate>();
-    auto gated = Engine::create(std::make_unique<GatedRunner>(std::make_unique<CpuModelRunner>(weights_), gate),
-                                test_config(13, 6));
+    auto gated = gated_engine(weights_, gate, test_config(13, 6));
     ASSERT_TRUE(gated.ok()) << gated.status().to_string();
     Engine* small = gated->get();
     Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 3};
