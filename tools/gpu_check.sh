@@ -213,7 +213,7 @@ shared_prefix_timing() {
 }
 
 # disagg_timing <name>: prefill/decode disaggregation (server/disaggregation.h) on one GPU: a prefill worker and a
-# decode worker (each --gpu-memory-utilization 0.4) on the random gpt-oss-20b with --fp8; completions of fresh
+# decode worker (each --gpu-memory-utilization 0.4, 0.47 on an H100) on the random gpt-oss-20b with --fp8; completions of fresh
 # ~1k / 4k / 8k-token prompts (16 tokens), each sent to the decode worker (its KV fetched over HTTP and imported)
 # and to the prefill worker alone; prints seconds a request and the decode worker's transfer counters.
 disagg_timing() {
@@ -221,12 +221,17 @@ disagg_timing() {
   [ -f .device_pack/tokenizer.json.gz ] || { echo "$name: no tokenizer in .device_pack"; return; }
   gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json"
   [ -d "$WORK/m20" ] || $BIN/gptoss init-model --preset gpt-oss-20b --out "$WORK/m20" --seed 4 > "$OUT/${name}_init.log" 2>&1
-  $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $pp --gpu-memory-utilization 0.4 \
+  # Two servers share the GPU (the share is per server); each holds ~35 GB of --fp8 weights: 0.4 each on an H200
+  # (141 GB), 0.47 on an H100 (80 GB: ~3 GB of KV cache each; 8k tokens of 20b KV are ~0.4 GB).
+  local util=0.4 total
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  [ "${total:-0}" -lt 100000 ] && util=0.47
+  $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $pp --gpu-memory-utilization $util \
     --disaggregation-mode prefill --tokenizer "$WORK/tokenizer.json" > "$OUT/${name}_prefill.log" 2>&1 &
   ppid=$!
   wait_health $pp $ppid
   echo "$name prefill worker: /health $code after ~$((i / 2)) s"
-  $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $dp --gpu-memory-utilization 0.4 \
+  $BIN/gptoss serve --model "$WORK/m20" --backend cuda --fp8 --port $dp --gpu-memory-utilization $util \
     --disaggregation-mode decode --prefill-url http://127.0.0.1:$pp --tokenizer "$WORK/tokenizer.json" \
     > "$OUT/${name}_decode.log" 2>&1 &
   dpid=$!

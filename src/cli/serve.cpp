@@ -196,9 +196,10 @@ int run_serve(const ServeOptions& o) {
         }
         if (size_by_utilization) {
             engine_config.kv_budget = runtime::KvBudget{};
-            ASSIGN_OR_RETURN(engine_config.kv_budget.bytes,
-                             runtime::kv_bytes_for_utilization(runner->free_memory_bytes(),
-                                                               runner->total_memory_bytes(), utilization));
+            ASSIGN_OR_RETURN(
+                engine_config.kv_budget.bytes,
+                runtime::kv_bytes_for_utilization(runner->free_memory_before_bytes(), runner->free_memory_bytes(),
+                                                  runner->total_memory_bytes(), utilization));
             std::fprintf(stderr, "[serve] KV cache: %zu MiB (--gpu-memory-utilization %.2f)\n",
                          engine_config.kv_budget.bytes >> 20, utilization);
         }

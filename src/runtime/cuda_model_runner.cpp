@@ -19,9 +19,16 @@ StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::create(std::shared_p
     opt.max_tokens = std::max({max_batched_tokens, max_num_seqs, 1});
     opt.defer_kv_cache = true;
     ASSIGN_OR_RETURN(model::WeightShard shard, model::plan_shard(weights->config, layout, 0));
+    // What the devices (ranks 0 .. n-1, ParallelCudaModel's default) had free before this process put anything there:
+    // --gpu-memory-utilization counts this process's own use against its share.
+    size_t free_before = SIZE_MAX;
+    for (int d = 0; d < std::max(1, layout.world_size()); ++d)
+        free_before = std::min(free_before, model::CudaModel::free_device_memory(d));
     ASSIGN_OR_RETURN(auto m, model::ParallelCudaModel::create(*weights, layout, opt));
-    return std::unique_ptr<CudaModelRunner>(
+    auto runner = std::unique_ptr<CudaModelRunner>(
         new CudaModelRunner(std::move(weights), std::move(m), shard.num_kv_heads, kv_fp8, opt.max_seqs));
+    runner->free_before_ = free_before == SIZE_MAX ? 0 : free_before;
+    return runner;
 }
 
 KvGeometry CudaModelRunner::kv_geometry(int block_size) const {
@@ -50,6 +57,7 @@ StatusOr<KvFormat> CudaModelRunner::kv_format(int block_size) const {
 
 size_t CudaModelRunner::free_memory_bytes() const { return model_->free_device_memory(); }
 size_t CudaModelRunner::total_memory_bytes() const { return model_->total_device_memory(); }
+size_t CudaModelRunner::free_memory_before_bytes() const { return free_before_; }
 
 Status CudaModelRunner::allocate_kv_cache(int block_size, KvBlockCounts counts) {
     return model_->allocate_kv_cache(block_size, counts.full, counts.sliding);

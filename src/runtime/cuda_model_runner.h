@@ -29,6 +29,7 @@ public:
     KvGeometry kv_geometry(int block_size) const override;
     size_t free_memory_bytes() const override;
     size_t total_memory_bytes() const override;
+    size_t free_memory_before_bytes() const override;
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;
     Status forward(const Batch& batch, std::vector<float>* logits) override;
     StatusOr<KvFormat> kv_format(int block_size) const override;
@@ -79,6 +80,7 @@ private:
     int kv_heads_;                                        // per rank
     bool kv_fp8_;                                         // e4m3 KV cache (CudaModelOptions::kv_fp8)
     int max_entries_;                                     // CudaModelOptions::max_seqs
+    size_t free_before_ = 0;                              // free device memory before create() allocated
     std::vector<int> dp_group_;                           // scratch
     std::vector<model::ForwardSequence> seqs_;            // scratch: the model's entries
     std::vector<int> seq_of_;                             // scratch: entry -> batch sequence

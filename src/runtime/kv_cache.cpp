@@ -17,22 +17,23 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-StatusOr<size_t> kv_bytes_for_utilization(size_t free_bytes, size_t total_bytes, double utilization) {
+StatusOr<size_t> kv_bytes_for_utilization(size_t free_before, size_t free_now, size_t total_bytes, double utilization) {
     if (!(utilization > 0.0 && utilization <= 1.0))
         return invalid_argument("the GPU memory utilization must be in (0, 1], got " + std::to_string(utilization));
-    if (total_bytes == 0 || free_bytes > total_bytes)
-        return failed_precondition("the device's memory is unknown (" + std::to_string(free_bytes) + " bytes free of " +
+    if (total_bytes == 0 || free_before > total_bytes || free_now > total_bytes)
+        return failed_precondition("the device's memory is unknown (" + std::to_string(free_now) + " bytes free of " +
                                    std::to_string(total_bytes) + "): give the KV cache size instead");
-    const double reserve = (1.0 - utilization) * static_cast<double>(total_bytes);
-    const double kv = static_cast<double>(free_bytes) - reserve;
     constexpr double kMiB = 1024.0 * 1024.0;
+    const double held = free_before > free_now ? static_cast<double>(free_before - free_now) : 0.0;
+    const double share = utilization * static_cast<double>(total_bytes);
+    const double kv = std::min(share - held, static_cast<double>(free_now));
     if (kv < kMiB) {
-        char buf[256];
+        char buf[320];
         std::snprintf(buf, sizeof(buf),
-                      "at a GPU memory utilization of %.2f no memory is left for the KV cache: the model holds %.0f of "
-                      "%.0f MiB, and %.0f MiB stay free",
-                      utilization, static_cast<double>(total_bytes - free_bytes) / kMiB,
-                      static_cast<double>(total_bytes) / kMiB, reserve / kMiB);
+                      "at a GPU memory utilization of %.2f no memory is left for the KV cache: the share is %.0f of "
+                      "%.0f MiB, the model holds %.0f MiB, and %.0f MiB are free",
+                      utilization, share / kMiB, static_cast<double>(total_bytes) / kMiB, held / kMiB,
+                      static_cast<double>(free_now) / kMiB);
         return resource_exhausted(buf);
     }
     return static_cast<size_t>(kv);

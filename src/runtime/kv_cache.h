@@ -56,10 +56,11 @@ struct KvBlockCounts {
 StatusOr<KvBlockCounts> plan_kv_blocks(const KvGeometry& geometry, const KvBudget& budget, size_t free_bytes,
                                        int max_num_seqs, int max_num_batched_tokens);
 
-// vLLM's --gpu-memory-utilization: the process may hold `utilization` (in (0, 1]) of the device's `total_bytes`;
-// with `free_bytes` free now (weights and activations allocated), the KV cache gets
-// free − (1 − utilization) · total. An error, with the figures, when that leaves no room.
-StatusOr<size_t> kv_bytes_for_utilization(size_t free_bytes, size_t total_bytes, double utilization);
+// vLLM's --gpu-memory-utilization, a per-instance share: this process may hold `utilization` (in (0, 1]) of the
+// device's `total_bytes`. It held `free_before - free_now` once its weights and activations were allocated, so the KV
+// cache gets utilization · total − that, at most `free_now` (what other processes hold is not this one's share: two
+// servers at 0.45 each fit one GPU). An error, with the figures, when that leaves no room.
+StatusOr<size_t> kv_bytes_for_utilization(size_t free_before, size_t free_now, size_t total_bytes, double utilization);
 
 class KvCacheManager {
 public:

@@ -29,6 +29,9 @@ public:
     virtual size_t free_memory_bytes() const = 0;
     // The device's whole memory (CUDA: the smallest of the runner's GPUs); 0 where it does not apply (host).
     virtual size_t total_memory_bytes() const { return 0; }
+    // The device memory free before this runner allocated anything (CUDA; 0 on the host): with free_memory_bytes()
+    // now, what the runner itself holds.
+    virtual size_t free_memory_before_bytes() const { return 0; }
     // Allocates the paged cache; called once, before forward().
     virtual Status allocate_kv_cache(int block_size, KvBlockCounts counts) = 0;
     // Disaggregated prefill (runtime/kv_transfer.h): the cache's format for `block_size`-token blocks, or

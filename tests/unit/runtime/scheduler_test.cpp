@@ -531,24 +531,38 @@ TEST(KvBudgetTest, PlansBlocksFromBytesAndFractions) {
     EXPECT_EQ(n->full, 10);
 }
 
-// --gpu-memory-utilization as vLLM reads it: the KV cache gets free − (1 − u) · total.
+// --gpu-memory-utilization as vLLM reads it, a share of the device per server: the KV cache gets u · total minus what
+// this process holds, at most what is free.
 TEST(KvBudgetTest, BytesForAGpuMemoryUtilization) {
     constexpr size_t kGiB = size_t{1} << 30;
-    auto kv = kv_bytes_for_utilization(100 * kGiB, 140 * kGiB, 0.9);  // 40 GiB held by the model
+    // Alone on a 140 GiB device (1 GiB held by the driver): the model takes 40 GiB.
+    auto kv = kv_bytes_for_utilization(139 * kGiB, 99 * kGiB, 140 * kGiB, 0.9);
     ASSERT_TRUE(kv.ok()) << kv.status().to_string();
     EXPECT_EQ(*kv, 86 * kGiB);  // 0.9 · 140 − 40
-    auto all = kv_bytes_for_utilization(100 * kGiB, 140 * kGiB, 1.0);
+    auto all = kv_bytes_for_utilization(139 * kGiB, 99 * kGiB, 140 * kGiB, 1.0);
     ASSERT_TRUE(all.ok());
-    EXPECT_EQ(*all, 100 * kGiB);
+    EXPECT_EQ(*all, 99 * kGiB);  // 140 − 40 is more than is free: what is free
+    // A second server beside one that holds 63 GiB (0.45 of the device): its share does not count the other's.
+    auto second = kv_bytes_for_utilization(76 * kGiB, 36 * kGiB, 140 * kGiB, 0.45);
+    ASSERT_TRUE(second.ok());
+    EXPECT_EQ(*second, 23 * kGiB);  // 0.45 · 140 − 40
+    // Another process took what the share would give: what is free.
+    auto squeezed = kv_bytes_for_utilization(50 * kGiB, 10 * kGiB, 140 * kGiB, 0.45);
+    ASSERT_TRUE(squeezed.ok());
+    EXPECT_EQ(*squeezed, 10 * kGiB);
     // The model already holds more than the share: an error that gives the figures.
-    auto none = kv_bytes_for_utilization(10 * kGiB, 140 * kGiB, 0.9);
+    auto none = kv_bytes_for_utilization(139 * kGiB, 9 * kGiB, 140 * kGiB, 0.9);
     ASSERT_FALSE(none.ok());
     EXPECT_EQ(none.status().code(), StatusCode::kResourceExhausted);
-    EXPECT_NE(none.status().message().find("holds 133120 of 143360 MiB"), std::string::npos) << none.status().message();
+    EXPECT_NE(none.status().message().find("the share is 129024 of 143360 MiB, the model holds 133120 MiB"),
+              std::string::npos)
+        << none.status().message();
     for (double bad : {0.0, -0.5, 1.5, std::nan("")})
-        EXPECT_EQ(kv_bytes_for_utilization(100 * kGiB, 140 * kGiB, bad).status().code(), StatusCode::kInvalidArgument)
+        EXPECT_EQ(kv_bytes_for_utilization(139 * kGiB, 99 * kGiB, 140 * kGiB, bad).status().code(),
+                  StatusCode::kInvalidArgument)
             << bad;
-    EXPECT_FALSE(kv_bytes_for_utilization(0, 0, 0.9).ok());  // no device memory known (a host runner)
+    EXPECT_FALSE(kv_bytes_for_utilization(0, 0, 0, 0.9).ok());  // no device memory known (a host runner)
+    EXPECT_FALSE(kv_bytes_for_utilization(150 * kGiB, 99 * kGiB, 140 * kGiB, 0.9).ok());  // more free than the device
 }
 
 }  // namespace
