@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e serve_cuda mask_overlap shared_prefix disagg s51
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e serve_cuda mask_overlap shared_prefix disagg s51 s52
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -2775,6 +2775,12 @@ PY
       tests_row shared_prefix_tests 'CudaEngine.*:CudaModel.Fp8*:CudaOps.Split*:CudaOps.Sampling*:CudaOps.LogitEdits*'
       shared_prefix_timing shared_prefix_20b
       decode_row shared_prefix_20b_b1 20b 1
+      ;;
+    s52)
+      # Session 52: the KV transfer without whole-message copies (pieces on the prefill side, read into the
+      # transfer's buffers on the decode side); the per-server --gpu-memory-utilization share.
+      serve_check s52_serve
+      disagg_timing s52_disagg_20b
       ;;
     s51)
       # Session 51's one call: session 50's checks (the engine and sample-kernel tests, the serve check) and session

@@ -1,5 +1,6 @@
 #include "runtime/kv_transfer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -78,10 +79,10 @@ KvFormat make_kv_format(const model::GptOssConfig& c, KvDtype dtype, int num_key
     return f;
 }
 
-std::string serialize_kv_transfer(const KvTransfer& t) {
+std::string serialize_kv_transfer_head(const KvTransfer& t) {
     const KvFormat& f = t.format;
     std::string out;
-    out.reserve(kHeaderBytes + t.tokens.size() * 4 + t.full.size() + t.sliding.size());
+    out.reserve(kHeaderBytes + t.tokens.size() * 4);
     out.append(kMagic, sizeof(kMagic));
     put<uint32_t>(&out, kVersion);
     put<uint32_t>(&out, static_cast<uint32_t>(f.dtype));
@@ -92,13 +93,30 @@ std::string serialize_kv_transfer(const KvTransfer& t) {
     put<uint64_t>(&out, f.bytes_per_block_full);
     put<uint64_t>(&out, f.bytes_per_block_sliding);
     for (int32_t id : t.tokens) put<int32_t>(&out, id);
+    return out;
+}
+
+size_t kv_transfer_size(const KvTransfer& t) {
+    return kHeaderBytes + t.tokens.size() * sizeof(int32_t) + t.full.size() + t.sliding.size();
+}
+
+std::string serialize_kv_transfer(const KvTransfer& t) {
+    std::string out = serialize_kv_transfer_head(t);
+    out.reserve(kv_transfer_size(t));
     out.append(reinterpret_cast<const char*>(t.full.data()), t.full.size());
     out.append(reinterpret_cast<const char*>(t.sliding.data()), t.sliding.size());
     return out;
 }
 
 StatusOr<KvTransfer> parse_kv_transfer(std::string_view bytes) {
-    if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
+    KvTransferReader reader(bytes.size());
+    RETURN_IF_ERROR(reader.feed(bytes.data(), bytes.size()));
+    return reader.finish();
+}
+
+Status KvTransferReader::parse_head() {
+    const std::string_view bytes = head_;
+    if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0)
         return invalid_argument("not a KV transfer (no GPTOSSKV header)");
     Reader r(bytes.substr(sizeof(kMagic)));
     const uint32_t version = r.get<uint32_t>();
@@ -113,8 +131,7 @@ StatusOr<KvTransfer> parse_kv_transfer(std::string_view bytes) {
     for (uint32_t x : v)
         if (x > static_cast<uint32_t>(std::numeric_limits<int32_t>::max()))
             return invalid_argument("KV transfer: a header field is out of range");
-    KvTransfer t;
-    KvFormat& f = t.format;
+    KvFormat& f = t_.format;
     f.dtype = static_cast<KvDtype>(dtype);
     f.num_hidden_layers = static_cast<int>(v[0]);
     f.num_key_value_heads = static_cast<int>(v[1]);
@@ -124,31 +141,86 @@ StatusOr<KvTransfer> parse_kv_transfer(std::string_view bytes) {
     f.sliding_window = static_cast<int>(v[5]);
     f.block_size = static_cast<int>(v[6]);
     const int num_blocks = static_cast<int>(v[7]);
-    t.first_sliding_block = static_cast<int>(v[8]);
+    t_.first_sliding_block = static_cast<int>(v[8]);
     f.layer_kinds = r.get<uint64_t>();
     f.bytes_per_block_full = r.get<uint64_t>();
     f.bytes_per_block_sliding = r.get<uint64_t>();
     if (f.block_size <= 0) return invalid_argument("KV transfer: block size 0");
-    if (t.first_sliding_block > num_blocks) return invalid_argument("KV transfer: first sliding block past the blocks");
-    size_t n_tokens = 0, token_bytes = 0, full_bytes = 0, sliding_bytes = 0;
+    if (t_.first_sliding_block > num_blocks)
+        return invalid_argument("KV transfer: first sliding block past the blocks");
+    size_t n_tokens = 0;
     if (!mul(static_cast<size_t>(num_blocks), static_cast<size_t>(f.block_size), &n_tokens) ||
-        !mul(n_tokens, sizeof(int32_t), &token_bytes) ||
-        !mul(static_cast<size_t>(num_blocks), f.bytes_per_block_full, &full_bytes) ||
-        !mul(static_cast<size_t>(num_blocks - t.first_sliding_block), f.bytes_per_block_sliding, &sliding_bytes))
+        !mul(n_tokens, sizeof(int32_t), &token_bytes_) ||
+        !mul(static_cast<size_t>(num_blocks), f.bytes_per_block_full, &full_bytes_) ||
+        !mul(static_cast<size_t>(num_blocks - t_.first_sliding_block), f.bytes_per_block_sliding, &sliding_bytes_))
         return invalid_argument("KV transfer: sizes overflow");
-    const size_t rest = bytes.size() - kHeaderBytes;
-    if (token_bytes > rest || full_bytes > rest - token_bytes || sliding_bytes != rest - token_bytes - full_bytes)
-        return invalid_argument("KV transfer: " + std::to_string(bytes.size()) + " bytes, the header describes " +
-                                std::to_string(kHeaderBytes) + " + " + std::to_string(token_bytes) + " + " +
-                                std::to_string(full_bytes) + " + " + std::to_string(sliding_bytes));
-    const char* p = bytes.data() + kHeaderBytes;
-    t.tokens.resize(n_tokens);
-    std::memcpy(t.tokens.data(), p, token_bytes);
-    p += token_bytes;
-    t.full.assign(reinterpret_cast<const uint8_t*>(p), reinterpret_cast<const uint8_t*>(p) + full_bytes);
-    p += full_bytes;
-    t.sliding.assign(reinterpret_cast<const uint8_t*>(p), reinterpret_cast<const uint8_t*>(p) + sliding_bytes);
-    return t;
+    const size_t room = max_bytes_ - kHeaderBytes;  // max_bytes_ ≥ kHeaderBytes: the header arrived within it
+    if (token_bytes_ > room || full_bytes_ > room - token_bytes_ || sliding_bytes_ > room - token_bytes_ - full_bytes_)
+        return invalid_argument("KV transfer: at most " + std::to_string(max_bytes_) + " bytes, the header describes " +
+                                std::to_string(kHeaderBytes) + " + " + std::to_string(token_bytes_) + " + " +
+                                std::to_string(full_bytes_) + " + " + std::to_string(sliding_bytes_));
+    t_.tokens.resize(n_tokens);
+    t_.full.resize(full_bytes_);
+    t_.sliding.resize(sliding_bytes_);
+    return ok_status();
+}
+
+Status KvTransferReader::feed(const char* data, size_t n) {
+    if (!error_.ok()) return error_;
+    if (!have_head_) {
+        if (max_bytes_ < kHeaderBytes) {
+            error_ = invalid_argument("KV transfer: at most " + std::to_string(max_bytes_) +
+                                      " bytes, fewer than its header's " + std::to_string(kHeaderBytes));
+            return error_;
+        }
+        const size_t take = std::min(n, kHeaderBytes - head_.size());
+        head_.append(data, take);
+        data += take;
+        n -= take;
+        if (head_.size() < kHeaderBytes) return ok_status();
+        have_head_ = true;
+        error_ = parse_head();
+        if (!error_.ok()) return error_;
+    }
+    if (n > token_bytes_ + full_bytes_ + sliding_bytes_ - body_received_) {
+        error_ = invalid_argument("KV transfer: more bytes than the header describes (" + std::to_string(kHeaderBytes) +
+                                  " + " + std::to_string(token_bytes_) + " + " + std::to_string(full_bytes_) + " + " +
+                                  std::to_string(sliding_bytes_) + ")");
+        return error_;
+    }
+    // Each region in turn: [0, token_bytes) the ids, then full, then sliding.
+    struct Region {
+        uint8_t* p;
+        size_t size;
+    };
+    const Region regions[3] = {{reinterpret_cast<uint8_t*>(t_.tokens.data()), token_bytes_},
+                               {t_.full.data(), full_bytes_},
+                               {t_.sliding.data(), sliding_bytes_}};
+    size_t start = 0;
+    for (const Region& r : regions) {
+        if (n == 0) break;
+        if (body_received_ < start + r.size) {
+            const size_t at = body_received_ - start, k = std::min(n, r.size - at);
+            std::memcpy(r.p + at, data, k);
+            data += k;
+            n -= k;
+            body_received_ += k;
+        }
+        start += r.size;
+    }
+    return ok_status();
+}
+
+StatusOr<KvTransfer> KvTransferReader::finish() {
+    if (!error_.ok()) return error_;
+    if (!have_head_) return invalid_argument("not a KV transfer (no GPTOSSKV header)");
+    if (body_received_ != token_bytes_ + full_bytes_ + sliding_bytes_)
+        return invalid_argument("KV transfer: " + std::to_string(kHeaderBytes + body_received_) +
+                                " bytes, the header describes " + std::to_string(kHeaderBytes) + " + " +
+                                std::to_string(token_bytes_) + " + " + std::to_string(full_bytes_) + " + " +
+                                std::to_string(sliding_bytes_));
+    error_ = failed_precondition("KvTransferReader: finish() was called already");
+    return std::move(t_);
 }
 
 Status check_kv_transfer(const KvTransfer& t, const KvFormat& expected) {

@@ -74,10 +74,35 @@ inline int first_window_block(int pos, int sliding_window, int block_size) {
     return (start > 0 ? start : 0) / block_size;
 }
 
+// The message: serialize_kv_transfer_head(t) (the header and the ids), then t.full, then t.sliding. A server can
+// send the three pieces as they are rather than joined (the payloads are most of it: ~200 MB for 8k tokens of 20b).
 std::string serialize_kv_transfer(const KvTransfer& t);
+std::string serialize_kv_transfer_head(const KvTransfer& t);
+size_t kv_transfer_size(const KvTransfer& t);
 // Checks every size against the message's own header (never trusts a length before checking it
 // fits): invalid_argument with what is wrong for a short, long or inconsistent message.
 StatusOr<KvTransfer> parse_kv_transfer(std::string_view bytes);
+
+// parse_kv_transfer on a message that arrives in pieces: the payloads are written straight into the transfer's
+// buffers (no copy of the whole message first). A header that describes more than `max_bytes` is refused before
+// anything is allocated. feed() each piece in order (an error sticks), then finish().
+class KvTransferReader {
+public:
+    explicit KvTransferReader(size_t max_bytes) : max_bytes_(max_bytes) {}
+    Status feed(const char* data, size_t n);
+    StatusOr<KvTransfer> finish();
+
+private:
+    Status parse_head();  // head_ holds the whole header: checks it, sizes t_
+
+    size_t max_bytes_;
+    Status error_;
+    std::string head_;  // the header's bytes while it is incomplete
+    bool have_head_ = false;
+    KvTransfer t_;
+    size_t token_bytes_ = 0, full_bytes_ = 0, sliding_bytes_ = 0;
+    size_t body_received_ = 0;  // bytes after the header
+};
 // invalid_argument unless `t` is a well-formed transfer in `expected` format (its sizes, its
 // first_sliding_block at most the window's first block).
 Status check_kv_transfer(const KvTransfer& t, const KvFormat& expected);

@@ -115,35 +115,41 @@ StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(cons
     const size_t blocks = prompt.size() / static_cast<size_t>(std::max(1, format.block_size)) + 1;
     const size_t limit = 4096 + prompt.size() * sizeof(int32_t) +
                          blocks * (format.bytes_per_block_full + format.bytes_per_block_sliding);
-    std::string answer;
-    bool too_large = false;
+    // The answer is read into the transfer's own buffers as it arrives (runtime::KvTransferReader); an error
+    // answer's JSON is kept, its first 512 bytes.
+    runtime::KvTransferReader reader(limit);
+    Status read_error;
+    int status = 0;
+    std::string error_body;
     httplib::Request req;
     req.method = "POST";
     req.path = path_;
     req.headers = {{"Content-Type", "application/json"}};
     req.body = dump_json(body);
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t total) {
-        if (answer.empty() && total > 0 && total <= limit) answer.reserve(static_cast<size_t>(total));
-        if (n > limit - answer.size()) {
-            too_large = true;
-            return false;
-        }
-        answer.append(data, n);
+    req.response_handler = [&](const httplib::Response& r) {
+        status = r.status;
         return true;
+    };
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        if (status != 200) {
+            error_body.append(data, std::min(n, 512 - std::min<size_t>(512, error_body.size())));
+            return true;
+        }
+        read_error = reader.feed(data, n);
+        return read_error.ok();
     };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
     if (!cli.send(req, res, err)) {
-        if (too_large)
-            return failed_precondition("the prefill worker's answer is larger than " + std::to_string(limit) +
-                                       " bytes, the most a transfer of this prompt can be");
+        if (!read_error.ok())
+            return failed_precondition("the prefill worker's answer is not a KV transfer of this prompt (at most " +
+                                       std::to_string(limit) + " bytes): " + read_error.message());
         return failed_precondition("the prefill worker at " + scheme_host_port_ + " did not answer (" +
                                    httplib::to_string(err) + ")");
     }
     if (res.status != 200)
-        return failed_precondition("the prefill worker answered " + std::to_string(res.status) + ": " +
-                                   answer.substr(0, 512));
-    ASSIGN_OR_RETURN(runtime::KvTransfer t, runtime::parse_kv_transfer(answer));
+        return failed_precondition("the prefill worker answered " + std::to_string(res.status) + ": " + error_body);
+    ASSIGN_OR_RETURN(runtime::KvTransfer t, reader.finish());
     RETURN_IF_ERROR(runtime::check_kv_transfer(t, format));
     return std::shared_ptr<const runtime::KvTransfer>(std::make_shared<runtime::KvTransfer>(std::move(t)));
 }
@@ -215,9 +221,11 @@ void DisaggregatedEngine::fetch_loop() {
             it->second.since = Clock::now();
         }
         const StatusOr<runtime::KvFormat> format = local_.kv_format();
+        const Clock::time_point fetch_start = Clock::now();
         StatusOr<std::shared_ptr<const runtime::KvTransfer>> kv =
             format.ok() ? fetch_(prompt, *format)
                         : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
+        const double fetch_seconds = std::chrono::duration<double>(Clock::now() - fetch_start).count();
         EngineRequest request;
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -243,6 +251,10 @@ void DisaggregatedEngine::fetch_loop() {
         {
             std::lock_guard<std::mutex> lock(mu_);
             ++(fetched ? fetched_ : fetch_failures_);
+            if (fetched) {
+                fetch_seconds_ += fetch_seconds;
+                fetched_bytes_ += static_cast<int64_t>((*kv)->full.size() + (*kv)->sliding.size());
+            }
             auto it = entries_.find(id);
             if (it == entries_.end()) {  // cancelled while it was being submitted
                 if (local.ok()) orphan = *local;
@@ -320,6 +332,8 @@ EngineStats DisaggregatedEngine::stats() const {
         if (e.local_id == 0 && e.error.empty()) ++s.waiting_requests;
     s.remote_prefills = fetched_;
     s.remote_prefill_failures = fetch_failures_;
+    s.remote_prefill_seconds = fetch_seconds_;
+    s.remote_prefill_bytes = fetched_bytes_;
     return s;
 }
 

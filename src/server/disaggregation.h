@@ -106,7 +106,8 @@ private:
     std::deque<RequestId> jobs_;
     RequestId next_id_ = 1;
     bool stopping_ = false;
-    int64_t fetched_ = 0, fetch_failures_ = 0;
+    int64_t fetched_ = 0, fetch_failures_ = 0, fetched_bytes_ = 0;
+    double fetch_seconds_ = 0;
     std::vector<std::thread> threads_;
 };
 

@@ -142,6 +142,30 @@ void set_error(httplib::Response& res, const ApiError& e) {
 void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) {
     res.status = r.status;
     if (r.status == 503) res.set_header("Retry-After", "1");
+    if (!r.pieces.empty()) {
+        // The head, then each piece, written from where the last write ended (httplib passes that offset).
+        auto parts = std::make_shared<std::vector<std::string_view>>();
+        auto head = std::make_shared<std::string>(std::move(r.body));
+        parts->push_back(*head);
+        size_t total = head->size();
+        for (std::string_view p : r.pieces) {
+            parts->push_back(p);
+            total += p.size();
+        }
+        res.set_content_provider(total, r.content_type,
+                                 [parts, head, owner = r.pieces_owner](size_t offset, size_t, httplib::DataSink& sink) {
+                                     for (std::string_view p : *parts) {
+                                         if (offset >= p.size()) {
+                                             offset -= p.size();
+                                             continue;
+                                         }
+                                         constexpr size_t kChunk = size_t{4} << 20;
+                                         return sink.write(p.data() + offset, std::min(kChunk, p.size() - offset));
+                                     }
+                                     return false;  // past the end: httplib stops at `total` first
+                                 });
+        return;
+    }
     if (!r.stream) {
         res.set_content(r.body, r.content_type);
         return;

@@ -148,6 +148,11 @@ std::string ServerMetrics::render(const EngineStats& engine, int64_t requests_in
     counter(out, "gptoss_remote_prefill_failures_total",
             "Prefill worker calls that failed (the prompt was computed here).",
             static_cast<double>(engine.remote_prefill_failures));
+    counter(out, "gptoss_remote_prefill_seconds_total",
+            "Time in prefill worker calls that brought KV back (computing the prompt there and the transfer).",
+            engine.remote_prefill_seconds);
+    counter(out, "gptoss_remote_prefill_bytes_total", "KV bytes brought back by prefill worker calls.",
+            static_cast<double>(engine.remote_prefill_bytes));
     ttft_.render(out, "gptoss_time_to_first_token_seconds", "Time from request arrival to its first token.");
     itl_.render(out, "gptoss_inter_token_latency_seconds", "Time between two tokens of one request.");
     gauge(out, "gptoss_requests_in_flight", "Requests the server is handling now.",

@@ -734,7 +734,10 @@ RouteResponse OpenAiRoutes::kv_prefill(std::string_view body, const ClientGone& 
             if (!e.kv) return error(engine_error("the prompt's KV was not exported"));
             RouteResponse r;
             r.content_type = "application/octet-stream";
-            r.body = runtime::serialize_kv_transfer(*e.kv);
+            r.body = runtime::serialize_kv_transfer_head(*e.kv);
+            r.pieces = {std::string_view(reinterpret_cast<const char*>(e.kv->full.data()), e.kv->full.size()),
+                        std::string_view(reinterpret_cast<const char*>(e.kv->sliding.data()), e.kv->sliding.size())};
+            r.pieces_owner = e.kv;
             return r;
         }
     }

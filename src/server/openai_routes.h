@@ -48,6 +48,10 @@ struct RouteResponse {
     std::string content_type = "application/json";
     std::string body;
     std::unique_ptr<SseProducer> stream;  // set: a text/event-stream body instead of `body`
+    // Non-empty: a large body sent as `body` and then these pieces as they are, not joined into one string first
+    // (a KV transfer's payloads); `pieces_owner` keeps them alive until the answer is sent.
+    std::vector<std::string_view> pieces;
+    std::shared_ptr<const void> pieces_owner;
 };
 
 class OpenAiRoutes {

@@ -96,6 +96,8 @@ struct EngineStats {
     int64_t kv_exported_tokens = 0;       // prompt positions exported to decode workers
     int64_t remote_prefills = 0;          // prefill worker calls that brought KV back
     int64_t remote_prefill_failures = 0;  // calls that failed (the prompt was computed here)
+    double remote_prefill_seconds = 0;    // time in the calls that brought KV back (the transfer's share of TTFT)
+    int64_t remote_prefill_bytes = 0;     // KV bytes those calls brought
 };
 
 class TokenEngine {

@@ -105,6 +105,51 @@ TEST(KvTransfer, TruncationsAndCorruptionsAreRefusedWithoutACrash) {
     EXPECT_GT(parsed, 0);  // flips of the vocabulary, hidden size and other free fields still parse
 }
 
+// The reader a client streams an answer into: any split of the message gives parse_kv_transfer's transfer; a header
+// describing more than the reader allows is refused before its buffers are allocated; errors stick.
+TEST(KvTransfer, ReaderTakesTheMessageInAnyPieces) {
+    const KvTransfer t = random_transfer(5, 21);
+    const std::string wire = serialize_kv_transfer(t);
+    EXPECT_EQ(wire.size(), kv_transfer_size(t));
+    EXPECT_EQ(wire.substr(0, serialize_kv_transfer_head(t).size()), serialize_kv_transfer_head(t));
+    std::mt19937 rng(5);
+    for (int rep = 0; rep < 50; ++rep) {
+        KvTransferReader reader(wire.size() + static_cast<size_t>(rep));  // room to spare is fine
+        for (size_t at = 0; at < wire.size();) {
+            const size_t n = std::min<size_t>(wire.size() - at, rep == 0 ? 1 : 1 + rng() % 200);
+            ASSERT_TRUE(reader.feed(wire.data() + at, n).ok()) << at;
+            at += n;
+        }
+        auto back = reader.finish();
+        ASSERT_TRUE(back.ok()) << back.status().to_string();
+        EXPECT_EQ(back->tokens, t.tokens);
+        EXPECT_EQ(back->full, t.full);
+        EXPECT_EQ(back->sliding, t.sliding);
+        EXPECT_EQ(back->first_sliding_block, t.first_sliding_block);
+        EXPECT_FALSE(reader.finish().ok());  // once
+    }
+    // One byte less room than the message: refused at the header, before the payloads arrive.
+    KvTransferReader tight(wire.size() - 1);
+    const Status st = tight.feed(wire.data(), 76);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("header describes"), std::string::npos) << st.message();
+    EXPECT_FALSE(tight.feed(wire.data() + 76, 10).ok());  // the error sticks
+    // A header asking for ~2^60 bytes (no overflow) is refused without allocating them.
+    std::string huge = wire;
+    for (int i = 0; i < 7; ++i) huge[60 + i] = 0;
+    huge[67] = 0x10;  // bytes_per_block_full = 2^60
+    KvTransferReader reader(1 << 20);
+    EXPECT_FALSE(reader.feed(huge.data(), huge.size()).ok());
+    // Past the described end, and short of it.
+    KvTransferReader extra(wire.size() + 10);
+    ASSERT_TRUE(extra.feed(wire.data(), wire.size()).ok());
+    EXPECT_FALSE(extra.feed("x", 1).ok());
+    KvTransferReader short_one(wire.size());
+    ASSERT_TRUE(short_one.feed(wire.data(), wire.size() - 3).ok());
+    EXPECT_FALSE(short_one.finish().ok());
+    EXPECT_FALSE(KvTransferReader(wire.size()).finish().ok());  // nothing fed
+}
+
 TEST(KvTransfer, CheckRefusesAnotherFormatOrAShortWindow) {
     const KvTransfer t = random_transfer(4, 8);
     KvFormat other = t.format;

@@ -182,6 +182,13 @@ TEST_F(DisaggregationTest, DecodeWorkerAnswersAsOneServer) {
     EXPECT_EQ(st.remote_prefill_failures, 0);
     EXPECT_EQ(st.kv_imported_tokens, imported);
     EXPECT_EQ(prefill.stats().kv_exported_tokens, imported);
+    // Every block's full-layer KV, and some sliding-window blocks (at most every block's).
+    const runtime::KvFormat f = *decode.engine.kv_format();
+    const int64_t blocks = imported / 4;
+    EXPECT_GE(st.remote_prefill_bytes, blocks * static_cast<int64_t>(f.bytes_per_block_full));
+    EXPECT_LE(st.remote_prefill_bytes,
+              blocks * static_cast<int64_t>(f.bytes_per_block_full + f.bytes_per_block_sliding));
+    EXPECT_GT(st.remote_prefill_seconds, 0.0);
     httplib::Client c("127.0.0.1", decode.http->port());
     auto metrics = c.Get("/metrics");
     ASSERT_TRUE(metrics);
@@ -347,6 +354,64 @@ TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
     EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
     EXPECT_FALSE((*client)->prefill({1, 2, 3}, *local.engine.kv_format()).ok());  // stopped: refused at once
     ::close(fd);
+}
+
+// PrefillClient against a stand-in prefill worker (a plain HTTP server) that answers what a real one would, in small
+// writes, or what a broken one might: the good answer arrives whole; a wrong, truncated, longer-than-possible or error
+// answer is a clear error, never a crash.
+TEST_F(DisaggregationTest, PrefillClientReadsAnswersAsTheyArrive) {
+    Worker prefill(weights_, true);
+    const std::vector<int32_t> prompt = runtime::testing::random_ids(21, 300, 4);
+    const runtime::KvFormat format = *prefill.engine.kv_format();
+    Json req = Json::object();
+    req["prompt_token_ids"] = prompt;
+    auto real = prefill.post("/v1/kv/prefill", dump_json(req));
+    ASSERT_TRUE(real);
+    ASSERT_EQ(real->status, 200);
+    const std::string good = real->body;
+    std::string answer = good;
+    int status = 200;
+    httplib::Server fake;
+    fake.Post("/v1/kv/prefill", [&](const httplib::Request&, httplib::Response& res) {
+        res.status = status;
+        auto body = std::make_shared<std::string>(answer);
+        res.set_content_provider(body->size(), status == 200 ? "application/octet-stream" : "application/json",
+                                 [body](size_t offset, size_t, httplib::DataSink& sink) {
+                                     return sink.write(body->data() + offset,
+                                                       std::min<size_t>(1000, body->size() - offset));
+                                 });
+    });
+    const int port = fake.bind_to_any_port("127.0.0.1");
+    std::thread th([&] { fake.listen_after_bind(); });
+    while (!fake.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto client = PrefillClient::create("http://127.0.0.1:" + std::to_string(port), std::chrono::seconds(30));
+    ASSERT_TRUE(client.ok());
+    auto got = (*client)->prefill(prompt, format);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    auto want = runtime::parse_kv_transfer(good);
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ((*got)->tokens, want->tokens);
+    EXPECT_EQ((*got)->full, want->full);
+    EXPECT_EQ((*got)->sliding, want->sliding);
+    auto expect_refused = [&](const std::string& words) {
+        auto r = (*client)->prefill(prompt, format);
+        ASSERT_FALSE(r.ok());
+        EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+    };
+    answer = good.substr(0, good.size() - 7);
+    expect_refused("header describes");
+    answer = good + std::string(1 << 20, 'x');  // more than the transfer of this prompt can be
+    expect_refused("more bytes than the header describes");
+    answer = "not a transfer at all, but long enough to hold a header of seventy-six bytes ........";
+    expect_refused("GPTOSSKV");
+    answer = good;
+    answer[28] = 99;  // the hidden size: another format than the one asked for
+    expect_refused("format");
+    status = 500;
+    answer = R"({"error":{"message":"out of memory"}})";
+    expect_refused("answered 500: {\"error\":{\"message\":\"out of memory\"}}");
+    fake.stop();
+    th.join();
 }
 
 }  // namespace
