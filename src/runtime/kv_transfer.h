@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/large_buffer.h"
 #include "core/status.h"
 #include "model/gpt_oss_config.h"
 
@@ -56,14 +57,17 @@ KvFormat make_kv_format(const model::GptOssConfig& c, KvDtype dtype, int num_key
                         size_t bytes_per_block_full, size_t bytes_per_block_sliding);
 
 // The KV of a prompt's first num_blocks() · block_size positions.
+// Payload buffers: hundreds of MB written once right after allocation, so huge pages (core/large_buffer.h).
+using KvBytes = std::vector<uint8_t, LargeBufferAllocator<uint8_t>>;
+
 struct KvTransfer {
     KvFormat format;
     std::vector<int32_t> tokens;  // [num_blocks · block_size] the ids whose KV this is
     // Sliding-window layers: blocks [first_sliding_block, num_blocks) are included (the window of
     // the token at num_blocks · block_size); earlier ones are not needed.
     int first_sliding_block = 0;
-    std::vector<uint8_t> full;     // [num_blocks, bytes_per_block_full]
-    std::vector<uint8_t> sliding;  // [num_blocks − first_sliding_block, bytes_per_block_sliding]
+    KvBytes full;     // [num_blocks, bytes_per_block_full]
+    KvBytes sliding;  // [num_blocks − first_sliding_block, bytes_per_block_sliding]
 
     int num_blocks() const { return format.block_size > 0 ? static_cast<int>(tokens.size()) / format.block_size : 0; }
 };
