@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <deque>
+#include <functional>
+#include <future>
 #include <limits>
 #include <optional>
 #include <random>
@@ -39,6 +41,16 @@ public:
         }
         cv_.notify_one();
     }
+    // `task` runs on the engine thread between steps; false (it never runs) once closed.
+    bool post(std::function<void()> task) {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            if (closed_) return false;
+            tasks_.push_back(std::move(task));
+        }
+        cv_.notify_one();
+        return true;
+    }
     void close() {
         {
             std::lock_guard<std::mutex> lock(mu_);
@@ -47,12 +59,15 @@ public:
         cv_.notify_one();
     }
     // Takes everything queued; waits for something first when `wait` is set. False once closed
-    // (what was queued is still handed over, so every submission gets its final event).
-    bool take(bool wait, std::deque<Submission>* submissions, std::vector<uint64_t>* cancels) {
+    // (what was queued is still handed over, so every submission gets its final event and every task runs).
+    bool take(bool wait, std::deque<Submission>* submissions, std::vector<uint64_t>* cancels,
+              std::vector<std::function<void()>>* tasks) {
         std::unique_lock<std::mutex> lock(mu_);
-        if (wait) cv_.wait(lock, [&] { return closed_ || !submissions_.empty() || !cancels_.empty(); });
+        if (wait)
+            cv_.wait(lock, [&] { return closed_ || !submissions_.empty() || !cancels_.empty() || !tasks_.empty(); });
         submissions->swap(submissions_);
         cancels->swap(cancels_);
+        tasks->swap(tasks_);
         return !closed_;
     }
 
@@ -61,6 +76,7 @@ private:
     std::condition_variable cv_;
     std::deque<Submission> submissions_;
     std::vector<uint64_t> cancels_;
+    std::vector<std::function<void()>> tasks_;
     bool closed_ = false;
 };
 
@@ -152,6 +168,15 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
     counters_.max_chunk_tokens = scheduler_.max_chunk_tokens();
     stats_ = counters_;
     thread_ = std::thread([this] { loop(); });
+}
+
+int Engine::cached_prompt_tokens(std::vector<int32_t> prompt) const {
+    auto answer = std::make_shared<std::promise<int>>();
+    std::future<int> cached = answer->get_future();
+    if (!queue_->post(
+            [this, answer, prompt = std::move(prompt)] { answer->set_value(kv_.cached_prefix_tokens(prompt)); }))
+        return 0;  // shutting down
+    return cached.get();
 }
 
 Engine::~Engine() {
@@ -350,8 +375,9 @@ void Engine::import_kv(uint64_t seq_id, const KvTransfer& t) {
 void Engine::loop() {
     std::deque<Submission> submissions;
     std::vector<uint64_t> cancels;
+    std::vector<std::function<void()>> tasks;
     for (;;) {
-        const bool open = queue_->take(!scheduler_.has_work(), &submissions, &cancels);
+        const bool open = queue_->take(!scheduler_.has_work(), &submissions, &cancels, &tasks);
         for (Submission& s : submissions) {
             auto a = std::make_unique<Active>(
                 Active{Sequence{}, std::move(s.request), s.seed, std::move(s.stream), StopChecker({}, {}, 0, nullptr)});
@@ -378,6 +404,8 @@ void Engine::loop() {
             finish(*it->second, std::move(ev));
         }
         cancels.clear();
+        for (auto& task : tasks) task();
+        tasks.clear();
         if (!open) break;
         if (scheduler_.has_work()) step();
         publish_stats();

@@ -170,6 +170,9 @@ public:
     void cancel(const RequestHandle& handle) const;
     // submit()'s checks alone (nothing is queued).
     Status validate(const Request& request) const;
+    // The prompt tokens a request for `prompt` would find in the prefix cache now (taken on the engine thread
+    // between steps: the call waits up to a step). 0 without prefix caching or once shutting down.
+    int cached_prompt_tokens(std::vector<int32_t> prompt) const;
 
     const model::GptOssConfig& config() const { return runner_->config(); }
     int block_size() const { return config_.block_size; }

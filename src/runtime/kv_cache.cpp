@@ -105,7 +105,18 @@ void KvCacheManager::extend_hashes(Sequence& seq, int num_blocks) const {
 
 int KvCacheManager::match_prefix(Sequence& seq) {
     ENGINE_CHECK(seq.block_table_full.empty(), "match_prefix on a sequence holding blocks");
-    if (!prefix_caching_) return 0;
+    return longest_cached_prefix(seq);
+}
+
+int KvCacheManager::cached_prefix_tokens(std::span<const int32_t> tokens) const {
+    Sequence seq;
+    seq.tokens.assign(tokens.begin(), tokens.end());
+    seq.num_prompt_tokens = seq.num_tokens();
+    return longest_cached_prefix(seq);
+}
+
+int KvCacheManager::longest_cached_prefix(Sequence& seq) const {
+    if (!prefix_caching_ || seq.tokens.empty()) return 0;
     const int max_blocks = (seq.num_tokens() - 1) / block_size_;  // keep at least one token to compute
     extend_hashes(seq, max_blocks);
     auto block_tokens = [&](int b) {

@@ -81,6 +81,8 @@ public:
     // cache (a multiple of block_size, less than num_tokens; 0 without prefix caching). Extends
     // seq.block_hashes.
     int match_prefix(Sequence& seq);
+    // What match_prefix would find for a new sequence of `tokens`, without taking anything (a probe).
+    int cached_prefix_tokens(std::span<const int32_t> tokens) const;
     // Whether a sequence holding no blocks can be admitted reusing `cached_tokens` and computing
     // `num_new_tokens` now, with full blocks free for the rest of its current tokens too.
     bool can_admit(const Sequence& seq, int cached_tokens, int num_new_tokens) const;
@@ -131,6 +133,7 @@ public:
 
 private:
     void extend_hashes(Sequence& seq, int num_blocks) const;
+    int longest_cached_prefix(Sequence& seq) const;  // match_prefix's search (seq gains its block hashes)
 
     int block_size_;
     int sliding_window_;

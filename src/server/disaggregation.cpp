@@ -15,6 +15,15 @@ bool worth_fetching(const EngineRequest& r, const runtime::KvFormat& f, int min_
     return !r.export_kv && !r.kv_prefix && r.prompt_logprobs < 0 && n > f.block_size && n > min_prompt_tokens;
 }
 
+// Whether the local cache's `cached` tokens make a fetch not worth it: the blocks a transfer would add are at most
+// `min_prompt_tokens` (the threshold short prompts have) or fewer than those already here.
+bool mostly_cached(const std::vector<int32_t>& prompt, int cached, const runtime::KvFormat& f, int min_prompt_tokens) {
+    if (cached <= 0 || f.block_size <= 0) return false;
+    const int64_t whole = (static_cast<int64_t>(prompt.size()) - 1) / f.block_size * f.block_size;
+    const int64_t fresh = whole - cached;
+    return fresh <= min_prompt_tokens || fresh < cached;
+}
+
 }  // namespace
 
 Json kv_format_to_json(const runtime::KvFormat& f) {
@@ -221,10 +230,15 @@ void DisaggregatedEngine::fetch_loop() {
             it->second.since = Clock::now();
         }
         const StatusOr<runtime::KvFormat> format = local_.kv_format();
+        // A prompt mostly in the local prefix cache already (the next turn of a conversation this worker decoded)
+        // is computed here: a transfer would carry every block again for a few new ones.
+        const bool skip = format.ok() && mostly_cached(prompt, local_.cached_prompt_tokens(prompt), *format,
+                                                       options_.min_prompt_tokens);
         const Clock::time_point fetch_start = Clock::now();
         StatusOr<std::shared_ptr<const runtime::KvTransfer>> kv =
-            format.ok() ? fetch_(prompt, *format)
-                        : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
+            skip          ? failed_precondition("the local prefix cache holds most of it")
+            : format.ok() ? fetch_(prompt, *format)
+                          : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
         const double fetch_seconds = std::chrono::duration<double>(Clock::now() - fetch_start).count();
         EngineRequest request;
         {
@@ -243,14 +257,15 @@ void DisaggregatedEngine::fetch_loop() {
         bool fetched = local.ok();
         if (!local.ok()) {  // no KV, or the local engine refused it: compute the prompt here
             const Status why = kv.ok() ? local.status() : kv.status();
-            std::fprintf(stderr, "[serve] prefill worker not used for a %zu-token prompt: %s\n", prompt.size(),
-                         why.to_string().c_str());
+            if (!skip)
+                std::fprintf(stderr, "[serve] prefill worker not used for a %zu-token prompt: %s\n", prompt.size(),
+                             why.to_string().c_str());
             local = local_.submit(std::move(request));
         }
         RequestId orphan = 0;
         {
             std::lock_guard<std::mutex> lock(mu_);
-            ++(fetched ? fetched_ : fetch_failures_);
+            ++(fetched ? fetched_ : skip ? skipped_ : fetch_failures_);
             if (fetched) {
                 fetch_seconds_ += fetch_seconds;
                 fetched_bytes_ += static_cast<int64_t>((*kv)->full.size() + (*kv)->sliding.size());
@@ -332,6 +347,7 @@ EngineStats DisaggregatedEngine::stats() const {
         if (e.local_id == 0 && e.error.empty()) ++s.waiting_requests;
     s.remote_prefills = fetched_;
     s.remote_prefill_failures = fetch_failures_;
+    s.remote_prefills_skipped = skipped_;
     s.remote_prefill_seconds = fetch_seconds_;
     s.remote_prefill_bytes = fetched_bytes_;
     return s;

@@ -57,7 +57,9 @@ private:
 
 struct DisaggregationOptions {
     // Prompts of at most this many tokens are computed here without asking (a prefill worker's round trip
-    // costs more than a short prompt); 0: every prompt with a whole block before its last token is sent.
+    // costs more than a short prompt); 0: every prompt with a whole block before its last token is sent. A prompt
+    // whose start is in the local prefix cache is sent only when the blocks the transfer would add are more than
+    // this and at least as many as those cached (a conversation's next turn is computed here).
     int min_prompt_tokens = 0;
     int fetch_threads = 16;  // prefill worker calls in flight at once; more queue
 };
@@ -106,7 +108,7 @@ private:
     std::deque<RequestId> jobs_;
     RequestId next_id_ = 1;
     bool stopping_ = false;
-    int64_t fetched_ = 0, fetch_failures_ = 0, fetched_bytes_ = 0;
+    int64_t fetched_ = 0, fetch_failures_ = 0, skipped_ = 0, fetched_bytes_ = 0;
     double fetch_seconds_ = 0;
     std::vector<std::thread> threads_;
 };

@@ -148,6 +148,9 @@ std::string ServerMetrics::render(const EngineStats& engine, int64_t requests_in
     counter(out, "gptoss_remote_prefill_failures_total",
             "Prefill worker calls that failed (the prompt was computed here).",
             static_cast<double>(engine.remote_prefill_failures));
+    counter(out, "gptoss_remote_prefills_skipped_total",
+            "Prompts mostly in the local prefix cache already, computed here without asking the prefill worker.",
+            static_cast<double>(engine.remote_prefills_skipped));
     counter(out, "gptoss_remote_prefill_seconds_total",
             "Time in prefill worker calls that brought KV back (computing the prompt there and the transfer).",
             engine.remote_prefill_seconds);

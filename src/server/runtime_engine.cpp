@@ -112,6 +112,10 @@ StatusOr<runtime::KvFormat> RuntimeEngineAdapter::kv_format() const {
     return engine_->kv_format();
 }
 
+int RuntimeEngineAdapter::cached_prompt_tokens(const std::vector<int32_t>& prompt) const {
+    return ready() ? engine_->cached_prompt_tokens(prompt) : 0;
+}
+
 StatusOr<RequestId> RuntimeEngineAdapter::submit(EngineRequest request) {
     if (!ready()) return failed_precondition("the engine is not loaded yet");
     ASSIGN_OR_RETURN(runtime::Request r, to_runtime(std::move(request)));

@@ -28,6 +28,7 @@ public:
     StatusOr<RequestId> submit(EngineRequest request) override;
     Status validate(const EngineRequest& request) const override;
     StatusOr<runtime::KvFormat> kv_format() const override;
+    int cached_prompt_tokens(const std::vector<int32_t>& prompt) const override;
     bool next_events(RequestId id, std::vector<EngineEvent>* out, std::chrono::milliseconds timeout) override;
     Clock::time_point last_progress(RequestId id) const override;
     void cancel(RequestId id) override;

@@ -96,6 +96,7 @@ struct EngineStats {
     int64_t kv_exported_tokens = 0;       // prompt positions exported to decode workers
     int64_t remote_prefills = 0;          // prefill worker calls that brought KV back
     int64_t remote_prefill_failures = 0;  // calls that failed (the prompt was computed here)
+    int64_t remote_prefills_skipped = 0;  // prompts mostly in the local prefix cache: computed here, not fetched
     double remote_prefill_seconds = 0;    // time in the calls that brought KV back (the transfer's share of TTFT)
     int64_t remote_prefill_bytes = 0;     // KV bytes those calls brought
 };
@@ -115,6 +116,12 @@ public:
     // The KV cache's format for disaggregated prefill's transfers, or why there is none.
     virtual StatusOr<runtime::KvFormat> kv_format() const {
         return unimplemented("this engine cannot export or import KV");
+    }
+    // The prompt tokens a request for `prompt` would find in the local prefix cache now (may wait up to an engine
+    // step); 0 where nothing is cached or known.
+    virtual int cached_prompt_tokens(const std::vector<int32_t>& prompt) const {
+        (void)prompt;
+        return 0;
     }
     // Appends the request's buffered events to `out`, waiting up to `timeout` for at least one.
     // Returns false when none came (or the id is unknown). After the event with finish != kNone

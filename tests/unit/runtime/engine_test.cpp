@@ -508,6 +508,31 @@ TEST_F(EngineTest, CpuRunnerFp8KvCacheReachesTheForward) {
 
 TEST_F(EngineTest, PrefixCacheHitEqualsCold) { expect_prefix_hits_equal_cold(weights_, test_config(), 29, 3); }
 
+// Engine::cached_prompt_tokens (asked from another thread, answered between steps): what the next request for the
+// prompt reports as cached, also while the engine is busy; 0 before anything is cached.
+TEST_F(EngineTest, CachedPromptTokensIsWhatTheNextRequestFinds) {
+    auto engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(engine);
+    const std::vector<int32_t> prompt = random_ids(27, weights_->config.vocab_size, 7);
+    EXPECT_EQ(engine->cached_prompt_tokens(prompt), 0);
+    Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 3};
+    auto h = engine->submit(copy_request(r));
+    ASSERT_TRUE(h.ok());
+    collect(*h);
+    // A long request keeps the engine stepping while the probe is asked.
+    Request busy{
+        .prompt = random_ids(9, weights_->config.vocab_size, 8), .sampling = {.temperature = 0.0f}, .max_tokens = 40};
+    auto hb = engine->submit(copy_request(busy));
+    ASSERT_TRUE(hb.ok());
+    const int cached = engine->cached_prompt_tokens(prompt);
+    auto h2 = engine->submit(copy_request(r));
+    ASSERT_TRUE(h2.ok());
+    const Generation again = collect(*h2);
+    EXPECT_EQ(cached, again.num_cached_tokens);
+    EXPECT_EQ(cached, (27 - 1) / test_config().block_size * test_config().block_size);
+    collect(*hb);
+}
+
 TEST_F(EngineTest, PreemptionUnderATinyKvBudgetChangesNothing) {
     // 20 full blocks of 4 = 80 positions for 10 requests of up to ~35 tokens each; 6 sliding blocks.
     EngineConfig cfg = test_config(20, 6);

@@ -224,6 +224,31 @@ TEST(KvCacheImport, AnImportedPrefixIsFoundByMatchPrefix) {
     EXPECT_EQ(kv.match_prefix(s2), 20);
 }
 
+// The probe the decode worker asks before a fetch: what match_prefix would find, with nothing taken.
+TEST(KvCacheImport, CachedPrefixTokensIsMatchPrefixWithoutTakingAnything) {
+    KvCacheManager kv(4, 5, {16, 8}, true);
+    const std::vector<int32_t> prompt = ids(23, 10);
+    EXPECT_EQ(kv.cached_prefix_tokens(prompt), 0);
+    KvCacheManager::PrefixImport im;
+    ASSERT_TRUE(kv.begin_import(std::span(prompt).first(20), &im));
+    kv.finish_import(std::span(prompt).first(20), im, true);
+    EXPECT_EQ(kv.cached_prefix_tokens(prompt), 20);
+    EXPECT_EQ(kv.cached_prefix_tokens(std::span(prompt).first(21)), 20);
+    // One token is always computed, so 16 would be the most; but the window at 16 needs sliding block 3, which the
+    // import (of the window at 20) did not bring.
+    EXPECT_EQ(kv.cached_prefix_tokens(std::span(prompt).first(20)), 0);
+    EXPECT_EQ(kv.cached_prefix_tokens(std::span(prompt).first(1)), 0);
+    EXPECT_EQ(kv.cached_prefix_tokens({}), 0);
+    std::vector<int32_t> other = prompt;
+    other[13] = 299;  // block 3 differs: blocks 0-2 match, but block 2's window needs sliding blocks never imported
+    EXPECT_EQ(kv.cached_prefix_tokens(other), 0);
+    EXPECT_EQ(kv.full().num_in_use(), 0);  // nothing taken
+    Sequence s = make_sequence(1, prompt);
+    EXPECT_EQ(kv.match_prefix(s), kv.cached_prefix_tokens(prompt));
+    KvCacheManager off(4, 5, {16, 8}, false);
+    EXPECT_EQ(off.cached_prefix_tokens(prompt), 0);
+}
+
 TEST(KvCacheImport, HeldImportsLastUntilAdmissionOrPressure) {
     KvCacheManager kv(4, 5, {16, 8}, true);
     const std::vector<int32_t> prompt = ids(21, 40);

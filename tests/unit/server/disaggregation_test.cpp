@@ -195,6 +195,45 @@ TEST_F(DisaggregationTest, DecodeWorkerAnswersAsOneServer) {
     EXPECT_NE(metrics->body.find("gptoss_kv_imported_tokens_total " + std::to_string(imported)), std::string::npos);
 }
 
+// A prompt the decode worker's own cache mostly holds (a conversation's next turn) is computed there without a
+// fetch; one sharing only a short start with the cache is still fetched. Answers as one server's either way.
+TEST_F(DisaggregationTest, MostlyCachedPromptsAreNotFetched) {
+    Worker prefill(weights_, true), alone(weights_, false);
+    Worker decode(weights_, false, 4, prefill.http->port());
+    const std::vector<int32_t> first = runtime::testing::random_ids(40, 300, 60);
+    std::vector<int32_t> next = first;
+    for (int32_t id : {7, 8, 9}) next.push_back(id);
+    std::vector<int32_t> other(first.begin(), first.begin() + 8);
+    for (int32_t id : runtime::testing::random_ids(40, 300, 61)) other.push_back(id);
+    int turn = 0;
+    for (const auto& prompt : {first, next, other}) {
+        const std::string body = completion(prompt, 5, -1);
+        const Answer want = answer(alone.post("/v1/completions", body));
+        const Answer got = answer(decode.post("/v1/completions", body));
+        EXPECT_EQ(got.logprobs, want.logprobs) << turn;
+        const EngineStats st = decode.stats();
+        if (turn == 0) {
+            EXPECT_EQ(got.cached, 36);  // imported
+        }
+        if (turn == 1) {
+            EXPECT_EQ(got.cached, 40);  // the first turn's blocks, here already
+            EXPECT_EQ(st.remote_prefills, 1);
+            EXPECT_EQ(st.remote_prefills_skipped, 1);
+        }
+        if (turn == 2) {
+            EXPECT_EQ(got.cached, 44);  // 8 cached + the rest imported
+            EXPECT_EQ(st.remote_prefills, 2);
+            EXPECT_EQ(st.remote_prefills_skipped, 1);
+        }
+        EXPECT_EQ(st.remote_prefill_failures, 0);
+        ++turn;
+    }
+    httplib::Client c("127.0.0.1", decode.http->port());
+    auto metrics = c.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("gptoss_remote_prefills_skipped_total 1"), std::string::npos);
+}
+
 TEST_F(DisaggregationTest, PrefillWorkerDownOrOfAnotherFormatCostsTimeNotAnswers) {
     Worker alone(weights_, false);
     const std::string body = completion(runtime::testing::random_ids(40, 300, 3), 6, -1);
