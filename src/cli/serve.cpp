@@ -339,7 +339,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->capture_default_str();
     sub->add_option("--prefill-url", o->prefill_url, "Decode worker: the prefill worker, http://host:port");
     sub->add_option("--prefill-min-tokens", o->prefill_min_tokens,
-                    "Decode worker: prompts of at most this many tokens are computed here without asking")
+                    "Decode worker: prompts of at most this many tokens (not counting what its prefix cache holds) "
+                    "are computed here without asking")
         ->capture_default_str();
     sub->add_option("--prefill-timeout", o->prefill_timeout_s,
                     "Decode worker: seconds to wait for the prefill worker (then the prompt is computed here)")
