@@ -49,9 +49,17 @@ __device__ __forceinline__ void finish(unsigned long long acc, unsigned long lon
 // 16 whole rows a CTA: 16 × 90 sixteen-byte pieces.
 __global__ void tiles(const uint8_t* w, unsigned long long* sum) {
     const uint4* base = reinterpret_cast<const uint4*>(w + static_cast<size_t>(blockIdx.x) * 16 * kRowBytes);
+    // Every load of the thread issued before any is used (at most 12 a thread at 128 threads).
+    constexpr int kN = 16 * kRowBytes / 16, kMax = 12;
+    uint4 v[kMax];
+#pragma unroll
+    for (int j = 0; j < kMax; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        v[j] = i < kN ? ld_stream(base + i) : make_uint4(0, 0, 0, 0);
+    }
     unsigned long long acc = 0;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < 16 * kRowBytes / 16; i += blockDim.x) acc += words(ld_stream(base + i));
+#pragma unroll
+    for (int j = 0; j < kMax; ++j) acc += words(v[j]);
     finish(acc, sum);
 }
 
@@ -63,11 +71,19 @@ __global__ void groups(const uint8_t* w, unsigned long long* sum, bool group_maj
     const int g = group_major ? blockIdx.x / kExperts : blockIdx.x % kGroups;
     const uint8_t* base = w + static_cast<size_t>(e) * kRows * kRowBytes + static_cast<size_t>(g) * kWidth;
     unsigned long long acc = 0;
-    constexpr int kPieces = kWidth / 16;
-#pragma unroll 8
-    for (int i = threadIdx.x; i < kRows * kPieces; i += blockDim.x) {
-        const int row = i / kPieces, piece = i % kPieces;
-        acc += words(ld_stream(reinterpret_cast<const uint4*>(base + static_cast<size_t>(row) * kRowBytes) + piece));
+    constexpr int kPieces = kWidth / 16, kN = kRows * kPieces, kBatch = 12;
+    // Batches of 12 loads a thread in flight before any is used.
+    for (int i0 = threadIdx.x; i0 < kN; i0 += kBatch * blockDim.x) {
+        uint4 v[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = i0 + j * blockDim.x, row = i / kPieces, piece = i % kPieces;
+            v[j] = i < kN
+                       ? ld_stream(reinterpret_cast<const uint4*>(base + static_cast<size_t>(row) * kRowBytes) + piece)
+                       : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) acc += words(v[j]);
     }
     finish(acc, sum);
 }
