@@ -34,26 +34,8 @@ using runtime::testing::random_ids;
 // for that step to begin, submits the rest and opens the gate, so that the rest form the second step whatever
 // the threads' timing. The batches, and with them the kernels' arithmetic (which depends on a step's shape), are
 // then the same in every run; a submission racing the engine thread made near-ties fall either way (r64).
-struct StepGate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool entered = false, open = false;
+struct StepGate : runtime::testing::Gate {
     std::atomic<int> deferred_rows{0};  // rows GatedRunner::draw_deferred passed on
-    void pass() {
-        std::unique_lock<std::mutex> lock(mu);
-        entered = true;
-        cv.notify_all();
-        cv.wait(lock, [&] { return open; });
-    }
-    void wait_entered() {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return entered; });
-    }
-    void release() {
-        std::lock_guard<std::mutex> lock(mu);
-        open = true;
-        cv.notify_all();
-    }
 };
 
 class GatedRunner final : public runtime::ModelRunner {
@@ -113,13 +95,13 @@ std::vector<Generation> run_engine(std::shared_ptr<const model::GptOssWeights> w
         auto h = (*engine)->submit(reqs[i]);
         EXPECT_TRUE(h.ok()) << h.status().to_string();
         if (!h.ok()) {
-            gate->release();
+            gate->open();
             return {};
         }
         handles.push_back(std::move(*h));
         if (i == 0) gate->wait_entered();  // the first step holds the first request alone
     }
-    gate->release();
+    gate->open();
     std::vector<Generation> out;
     for (auto& h : handles) out.push_back(collect(h));
     EXPECT_TRUE((*engine)->wait_idle(std::chrono::milliseconds(60000)));

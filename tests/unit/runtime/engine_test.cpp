@@ -690,26 +690,6 @@ TEST_F(EngineTest, ImportedKvIsWhatTheDecodeWorkerReads) {
 }
 
 // A runner whose first forward waits until the test opens the gate (the CPU runner inside does the work).
-struct Gate {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool entered = false, opened = false;
-    void pass() {
-        std::unique_lock<std::mutex> lock(mu);
-        entered = true;
-        cv.notify_all();
-        cv.wait(lock, [&] { return opened; });
-    }
-    void wait_entered() {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return entered; });
-    }
-    void open() {
-        std::lock_guard<std::mutex> lock(mu);
-        opened = true;
-        cv.notify_all();
-    }
-};
 class GatedRunner final : public ModelRunner {
 public:
     GatedRunner(std::unique_ptr<ModelRunner> inner, std::shared_ptr<Gate> gate)

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +37,29 @@ inline bool same_prompt_logprobs(const std::vector<PromptLogprob>& a, const std:
     }
     return true;
 }
+
+// A gate a model runner's forward passes through: pass() marks it entered and waits until the test calls open();
+// wait_entered() waits for the first pass. Tests use it to hold the engine's first step while they queue more.
+struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, opened = false;
+    void pass() {
+        std::unique_lock<std::mutex> lock(mu);
+        entered = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return opened; });
+    }
+    void wait_entered() {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return entered; });
+    }
+    void open() {
+        std::lock_guard<std::mutex> lock(mu);
+        opened = true;
+        cv.notify_all();
+    }
+};
 
 struct Generation {
     std::vector<int32_t> ids;
