@@ -50,6 +50,9 @@ struct ServeOptions {
     std::string served_model_name;
     std::string tokenizer;
     int request_timeout_s = 600;
+    // The Responses API's stored responses (server/response_store.h): how many, and their budget in MiB.
+    int64_t responses_store = 1000;
+    int64_t responses_store_mib = 256;
     // Harmony rendering (HARMONY.md §3.1, §5.2, §6.5): the system message's date and cutoff, the
     // content type of historical tool calls, the commentary channel without function tools, and
     // the reasoning's second field name.
@@ -241,6 +244,8 @@ int run_serve(const ServeOptions& o) {
     routes_options.harmony.drop_commentary_without_tools = o.drop_commentary_without_tools;
     routes_options.reasoning_alias = o.reasoning_alias;
     routes_options.kv_producer = o.disaggregation_mode == "prefill";
+    routes_options.responses_store_entries = static_cast<size_t>(o.responses_store);
+    routes_options.responses_store_bytes = static_cast<size_t>(o.responses_store_mib) << 20;
     server::OpenAiRoutes routes(queue, **tok, routes_options);
     server::HttpServerOptions http_options;
     http_options.host = o.host;
@@ -322,6 +327,15 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
     sub->add_option("--request-timeout", o->request_timeout_s,
                     "Seconds a request may go without a token (queued or stalled) before it is ended")
+        ->capture_default_str();
+    sub->add_option("--responses-store", o->responses_store,
+                    "Responses API: answers kept for previous_response_id, GET /v1/responses/{id} and background "
+                    "(0: none; store is then answered false); the least recently used go first")
+        ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+        ->capture_default_str();
+    sub->add_option("--responses-store-mib", o->responses_store_mib,
+                    "Responses API: the stored answers' budget in MiB (their JSON text's size)")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
         ->capture_default_str();
     sub->add_option("--current-date", o->current_date,
                     "Date in the Harmony system message, YYYY-MM-DD (default: today, UTC): pin it for reproducible "

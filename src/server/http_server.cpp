@@ -378,20 +378,23 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             svr.Options(path, h);
         }
     }
-    // The Responses API's stored-response routes (retrieve, delete, cancel, input_items, input_tokens): 404 that
-    // says why, rather than "unknown route" (this server is stateless: store is always false).
-    auto not_stored_error = [](const httplib::Request& req, httplib::Response& res) {
-        set_error(res, api_error(404, "this server stores no responses (every answer has store: false): " + req.method +
-                                          " " + req.path + " has nothing to act on"));
-    };
-    svr.Get("/v1/responses/(.+)", not_stored_error);
-    svr.Delete("/v1/responses/(.+)", not_stored_error);
-    svr.Post("/v1/responses/(.+)", httplib::Server::HandlerWithContentReader(
-                                       [not_stored_error](const httplib::Request& req, httplib::Response& res,
-                                                          const httplib::ContentReader&) {
-                                           close_after(req);
-                                           not_stored_error(req, res);
-                                       }));
+    // The Responses API's stored responses (OpenAiRoutes::retrieve_response and the rest): retrieve (and
+    // input_items), delete, cancel.
+    svr.Get("/v1/responses/(.+)", [&routes](const httplib::Request& req, httplib::Response& res) {
+        send(req, res, routes.retrieve_response(req.matches[1].str(), req.params));
+    });
+    svr.Delete("/v1/responses/(.+)",
+               httplib::Server::HandlerWithContentReader(
+                   [&routes](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader&) {
+                       close_after(req);
+                       send(req, res, routes.delete_response(req.matches[1].str()));
+                   }));
+    svr.Post("/v1/responses/(.+)",
+             httplib::Server::HandlerWithContentReader(
+                 [&routes](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader&) {
+                     close_after(req);
+                     send(req, res, routes.cancel_response(req.matches[1].str()));
+                 }));
     // Any other path with a method that may carry a body: 404 at once, the body unread and the
     // connection closed (httplib would first wait for a body that may never come: a bodiless POST to
     // /v1/embeddings held a worker for the read timeout, then got 400). Registered after every known

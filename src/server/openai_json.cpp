@@ -747,6 +747,44 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
     return ok_status();
 }
 
+// A (valid) Responses input as the items OpenAI lists for it: a string as one user message, a message's string
+// content as one input_text part (output_text for an assistant's), every item with an id (kept where it has one).
+Json input_items_with_ids(const Json& input) {
+    Json items = Json::array();
+    if (input.is_string()) {
+        items.push_back({{"id", random_id("msg_")},
+                         {"type", "message"},
+                         {"role", "user"},
+                         {"status", "completed"},
+                         {"content", Json::array({{{"type", "input_text"}, {"text", input.get<std::string>()}}})}});
+        return items;
+    }
+    for (const Json& given : input) {
+        Json item = given;
+        const std::string type = item.value("type", std::string("message"));
+        item["type"] = type;
+        if (type == "message") {
+            const bool assistant = item.value("role", std::string()) == "assistant";
+            if (item["content"].is_string()) {
+                Json part = {{"type", assistant ? "output_text" : "input_text"},
+                             {"text", item["content"].get<std::string>()}};
+                if (assistant) part["annotations"] = Json::array();
+                item["content"] = Json::array({std::move(part)});
+            }
+            if (!item.contains("status") || item["status"].is_null()) item["status"] = "completed";
+        }
+        if (!item.contains("id") || !item["id"].is_string()) {
+            const char* prefix = type == "message"                ? "msg_"
+                                 : type == "function_call"        ? "fc_"
+                                 : type == "function_call_output" ? "fco_"
+                                                                  : "rs_";
+            item["id"] = random_id(prefix);
+        }
+        items.push_back(std::move(item));
+    }
+    return items;
+}
+
 }  // namespace
 
 std::string json_shape_error(std::string_view body, int depth_limit, int member_limit, std::string_view subject) {
@@ -965,17 +1003,26 @@ Status responses_status(const Status& status, const ResponsesParams& params) {
     return Status(status.code(), origin + rest);
 }
 
-StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
+StatusOr<ResponsesParams> parse_responses_request(const Json& body, const ResponsesContext& context) {
     try {
         ResponsesParams r;
         ChatParams& p = r.chat;
         Fields f(body, "");
         f.string("model");
-        if (f.has("previous_response_id")) {
-            return unimplemented("previous_response_id: this server keeps no responses; send the whole input");
+        r.previous_response_id = f.string("previous_response_id");
+        RETURN_IF_ERROR(f.status());
+        if (r.previous_response_id) {
+            if (!context.store_enabled) {
+                return unimplemented(
+                    "previous_response_id: this server keeps no responses (started with --responses-store 0); send "
+                    "the whole input");
+            }
+            if (context.previous_items == nullptr)
+                return field_error("previous_response_id", "no stored response has this id");
         }
         if (const Json* conv = f.get("conversation"); conv != nullptr && !conv->is_null()) {
-            return unimplemented("conversation: this server keeps no conversations; send the whole input");
+            return unimplemented(
+                "conversation: this server keeps no conversations; send the whole input or use previous_response_id");
         }
         // A stored prompt template (OpenAI's dashboard prompts) would be answered from `input` alone.
         if (f.has("prompt")) return unimplemented("prompt: this server keeps no prompt templates; send the input");
@@ -1004,8 +1051,16 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
                 "top_logprobs: log probabilities are not supported on /v1/responses (use "
                 "/v1/chat/completions with logprobs)");
         }
+        const std::optional<bool> store = f.boolean("store");
+        r.store = context.store_enabled && store.value_or(true);  // OpenAI's default: stored
         if (f.boolean("background").value_or(false)) {
-            return unimplemented("background: this server keeps no responses to poll; leave it out or false");
+            if (!context.store_enabled) {
+                return unimplemented(
+                    "background: this server keeps no responses to poll (started with --responses-store 0); leave it "
+                    "out or false");
+            }
+            if (!r.store) return field_error("background", "needs store: true (a background response is polled by id)");
+            r.background = true;
         }
         RETURN_IF_ERROR(f.status());
         auto input = body.find("input");
@@ -1017,7 +1072,34 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
             messages.push_back({{"role", "developer"}, {"content", *instructions}});
             r.message_params.push_back("instructions");
         }
-        RETURN_IF_ERROR(responses_input_to_messages(*input, &messages, &r.message_params));
+        if (context.previous_items == nullptr) {
+            RETURN_IF_ERROR(responses_input_to_messages(*input, &messages, &r.message_params));
+            r.input_items = input_items_with_ids(*input);
+        } else {
+            // The input's own errors name its own items; then the whole conversation is rendered, the stored items'
+            // messages named previous_response_id.
+            Json unused = Json::array();
+            std::vector<std::string> unused_params;
+            RETURN_IF_ERROR(responses_input_to_messages(*input, &unused, &unused_params));
+            r.input_items = input_items_with_ids(*input);
+            Json all = *context.previous_items;
+            for (const Json& item : r.input_items) all.push_back(item);
+            std::vector<std::string> params;
+            RETURN_IF_ERROR(responses_input_to_messages(all, &messages, &params));
+            const size_t earlier = context.previous_items->size();
+            for (const std::string& origin : params) {
+                size_t index = 0, at = 6;  // "input[<index>]..."
+                while (at < origin.size() && origin[at] >= '0' && origin[at] <= '9')
+                    index = index * 10 + static_cast<size_t>(origin[at++] - '0');
+                if (index < earlier) {
+                    r.message_params.push_back("previous_response_id");
+                } else {
+                    r.message_params.push_back(input->is_string()
+                                                   ? std::string("input")
+                                                   : indexed("input", index - earlier) + origin.substr(at + 1));
+                }
+            }
+        }
 
         Json chat = Json::object();
         chat["messages"] = std::move(messages);
@@ -1096,7 +1178,6 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
             p.sampling.max_tokens = mot;
         }
         p.stream = f.boolean("stream").value_or(false);
-        f.boolean("store");
         f.boolean("parallel_tool_calls");
         read_metadata(f);
         Json text_format = {{"type", "text"}};  // echoed back
@@ -1134,9 +1215,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body) {
         echo["metadata"] =
             body.contains("metadata") && body["metadata"].is_object() ? body["metadata"] : Json::object();
         echo["parallel_tool_calls"] = false;  // gpt-oss makes one call per turn (HARMONY.md §2.4)
-        echo["previous_response_id"] = nullptr;
+        echo["previous_response_id"] = r.previous_response_id ? Json(*r.previous_response_id) : Json(nullptr);
         echo["reasoning"] = reasoning_echo;
-        echo["store"] = false;
+        echo["store"] = r.store;
+        echo["background"] = r.background;
         // the request's own numbers (the sampler's floats would echo 0.3 as 0.30000001192092896)
         echo["temperature"] = body.contains("temperature") && body["temperature"].is_number()
                                   ? body["temperature"]

@@ -114,8 +114,23 @@ struct ResponsesParams {
     // The Responses field each chat message came from ("instructions", "input", "input[3]"), by
     // message index: errors found in the chat form (rendering) name the caller's field.
     std::vector<std::string> message_params;
+    // The stored-response fields (server/response_store.h).
+    std::optional<std::string> previous_response_id;
+    bool store = false;  // the answer is kept (the server keeps responses and the request did not say store: false)
+    bool background = false;  // answered at once, generated in the background (needs store)
+    // This request's input as Responses items (a string input as one user message item), each with an id: what
+    // GET /v1/responses/{id}/input_items lists, and with the items before it and the output, what a follow-up's
+    // previous_response_id continues from.
+    Json input_items = Json::array();
 };
-StatusOr<ResponsesParams> parse_responses_request(const Json& body);
+// What a Responses request is parsed against: whether the server keeps responses, and for a request with
+// previous_response_id the conversation items it continues (that response's context: its earlier items, its input
+// and its output; instructions are not carried over, as OpenAI's).
+struct ResponsesContext {
+    bool store_enabled = false;
+    const Json* previous_items = nullptr;
+};
+StatusOr<ResponsesParams> parse_responses_request(const Json& body, const ResponsesContext& context = {});
 // `status` with a chat message's param ("messages[i]...") renamed to its Responses field
 // (message_params; a tool message's tool_call_id is its item's call_id).
 Status responses_status(const Status& status, const ResponsesParams& params);

@@ -1,6 +1,7 @@
 #include "server/openai_routes.h"
 
 #include <algorithm>
+#include <charconv>
 
 #include "server/disaggregation.h"
 #include "server/harmony_bridge.h"
@@ -32,12 +33,14 @@ ApiError engine_error(const std::string& message) {
 class SseStream final : public SseProducer {
 public:
     SseStream(RequestQueue& queue, std::unique_ptr<GenerationStream> gen, std::unique_ptr<Session> session,
-              std::chrono::seconds stall_timeout, std::chrono::milliseconds keepalive)
+              std::chrono::seconds stall_timeout, std::chrono::milliseconds keepalive,
+              std::function<void(const Json&)> on_done)
         : queue_(queue),
           gen_(std::move(gen)),
           session_(std::move(session)),
           stall_timeout_(stall_timeout),
-          keepalive_(keepalive) {}
+          keepalive_(keepalive),
+          on_done_(std::move(on_done)) {}
 
     bool next(std::string* out, std::chrono::milliseconds timeout) override {
         if (done_) return false;
@@ -81,11 +84,13 @@ private:
         session_->close(reason, out);
         if (session_->sends_done()) *out += kSseDone;
         done_ = true;
+        if (on_done_) on_done_(session_->body());
     }
     void fail(const ApiError& error, std::string* out) {
         session_->fail(error, out);
         if (session_->sends_done()) *out += kSseDone;
         done_ = true;
+        if (on_done_) on_done_(session_->body());
     }
 
     RequestQueue& queue_;
@@ -93,11 +98,38 @@ private:
     std::unique_ptr<Session> session_;
     const std::chrono::seconds stall_timeout_;
     const std::chrono::milliseconds keepalive_;
+    const std::function<void(const Json&)> on_done_;
     std::vector<EngineEvent> events_;
     Clock::time_point last_output_ = Clock::now();
     Clock::time_point last_event_ = Clock::now();
     bool opened_ = false;
     bool done_ = false;
+};
+
+// A background response's events as an SSE body: those after a sequence number, then the rest as they come.
+// Destroying it leaves the run alone (a background response outlives its client).
+class RunTail final : public SseProducer {
+public:
+    RunTail(std::shared_ptr<const BackgroundRun> run, size_t from, std::chrono::milliseconds keepalive)
+        : run_(std::move(run)), next_(from), keepalive_(keepalive) {}
+
+    bool next(std::string* out, std::chrono::milliseconds timeout) override {
+        const size_t before = out->size();
+        if (!run_->events_from(next_, out, &next_, timeout)) return false;
+        if (out->size() > before) {
+            last_output_ = Clock::now();
+        } else if (Clock::now() - last_output_ > keepalive_) {
+            *out += ": keep-alive\n\n";
+            last_output_ = Clock::now();
+        }
+        return true;
+    }
+
+private:
+    std::shared_ptr<const BackgroundRun> run_;
+    size_t next_;
+    const std::chrono::milliseconds keepalive_;
+    Clock::time_point last_output_ = Clock::now();
 };
 
 // The ids that end a request's generation: the model's own (unless ignore_eos) and the request's stop_token_ids.
@@ -397,7 +429,17 @@ RouteResponse OpenAiRoutes::generate_many(std::vector<EngineRequest> requests,
 }
 
 OpenAiRoutes::OpenAiRoutes(RequestQueue& queue, const tokenizer::BpeTokenizer& tokenizer, RoutesOptions options)
-    : queue_(queue), tokenizer_(tokenizer), options_(std::move(options)), created_(unix_time_now()) {}
+    : queue_(queue),
+      tokenizer_(tokenizer),
+      options_(std::move(options)),
+      created_(unix_time_now()),
+      store_(options_.responses_store_entries, options_.responses_store_bytes) {}
+
+OpenAiRoutes::~OpenAiRoutes() {
+    stopping_ = true;
+    std::lock_guard<std::mutex> lock(background_mu_);
+    for (auto& [run, thread] : background_) thread.join();
+}
 
 RouteResponse OpenAiRoutes::error(const ApiError& error) {
     RouteResponse r;
@@ -425,7 +467,8 @@ StatusOr<int64_t> OpenAiRoutes::max_tokens_for(int64_t prompt_tokens, const std:
 
 RouteResponse OpenAiRoutes::generate(EngineRequest request,
                                      const std::function<std::unique_ptr<Session>()>& make_session, bool stream,
-                                     Clock::time_point arrival, const ClientGone& client_gone) {
+                                     Clock::time_point arrival, const ClientGone& client_gone,
+                                     std::function<void(const Json&)> on_done) {
     // A non-streaming request asks once before it reaches the engine: that finds the connection's socket
     // while its peer is there. A socket the client has reset has no peer address left to be found by, so
     // a first question a poll interval in missed a client that reset at once, and its request ran to
@@ -441,7 +484,7 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
         RouteResponse r;
         r.content_type = "text/event-stream";
         r.stream = std::make_unique<SseStream>(queue_, std::move(gen), std::move(session), options_.request_timeout,
-                                               options_.keepalive_interval);
+                                               options_.keepalive_interval, std::move(on_done));
         return r;
     }
 
@@ -478,7 +521,9 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
         }
     }
     session->close(finish, &unused);
-    return json_response(200, session->body());
+    Json body = session->body();
+    if (on_done) on_done(body);
+    return json_response(200, body);
 }
 
 StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
@@ -554,7 +599,30 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!queue_.engine().ready()) return error(not_ready_error());
     StatusOr<Json> json = parse_json_body(body);
     if (!json.ok()) return error(api_error(json.status()));
-    StatusOr<ResponsesParams> params = parse_responses_request(*json);
+    ResponsesContext context{store_.enabled(), nullptr};
+    Json earlier = Json::array();  // previous_response_id's conversation: its context and output
+    if (auto prev = json->find("previous_response_id");
+        store_.enabled() && json->is_object() && prev != json->end() && prev->is_string()) {
+        const std::string id = prev->get<std::string>();
+        std::shared_ptr<const StoredResponse> entry = store_.get(id);
+        if (!entry) {
+            ApiError e = api_error(404, "Previous response with id '" + id + "' not found.",
+                                   std::optional<std::string>("previous_response_not_found"));
+            e.type = "invalid_request_error";
+            e.param = "previous_response_id";
+            return error(e);
+        }
+        const Json previous = entry->current();
+        const std::string status = previous.value("status", std::string());
+        if (status == "queued" || status == "in_progress")
+            return error(api_error(400, "previous_response_id: response '" + id + "' is still " + status +
+                                            "; continue from it once it has finished"));
+        earlier = entry->context;
+        if (previous.contains("output") && previous["output"].is_array())
+            for (const Json& item : previous["output"]) earlier.push_back(item);
+        context.previous_items = &earlier;
+    }
+    StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
@@ -579,9 +647,247 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
+    if (!params->store) {
+        return generate(
+            std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream,
+            arrival, client_gone);
+    }
+    StoredResponse entry;
+    entry.context = std::move(earlier);
+    entry.input_begin = entry.context.size();
+    for (const Json& item : params->input_items) entry.context.push_back(item);
+    if (params->background) {
+        // Its session always makes the stream's events: GET ...?stream=true replays them.
+        ResponsesParams streamed = *params;
+        streamed.chat.stream = true;
+        return start_background(std::move(req), make_responses_session(ctx, *prompt, streamed, n), std::move(entry),
+                                params->chat.stream, arrival);
+    }
+    auto stored = std::make_shared<const StoredResponse>(std::move(entry));
+    std::function<void(const Json&)> on_done = [this, stored](const Json& answer) {
+        auto e = std::make_shared<StoredResponse>(*stored);
+        e->response = answer;
+        store_.put(answer.value("id", std::string()), std::move(e));
+    };
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
-        client_gone);
+        client_gone, std::move(on_done));
+}
+
+RouteResponse OpenAiRoutes::start_background(EngineRequest request, std::unique_ptr<Session> session,
+                                             StoredResponse entry, bool stream, Clock::time_point arrival) {
+    StatusOr<std::unique_ptr<GenerationStream>> submitted = queue_.submit(std::move(request), arrival);
+    if (!submitted.ok()) return error(api_error(submitted.status()));
+    auto run = std::make_shared<BackgroundRun>(std::move(session));
+    const Json queued = run->snapshot();
+    const std::string id = queued.value("id", std::string());
+    entry.response = queued;
+    entry.run = run;
+    auto shared = std::make_shared<StoredResponse>(std::move(entry));
+    store_.put(id, shared);
+    {
+        std::lock_guard<std::mutex> lock(background_mu_);
+        // Threads whose runs are over are joined here (and at shutdown).
+        for (auto it = background_.begin(); it != background_.end();) {
+            if (it->first->done()) {
+                it->second.join();
+                it = background_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        background_.emplace_back(
+            run, std::thread(&OpenAiRoutes::run_background, this, std::move(*submitted), run, std::move(shared), id));
+    }
+    if (!stream) return json_response(200, queued);
+    RouteResponse r;
+    r.content_type = "text/event-stream";
+    r.stream = std::make_unique<RunTail>(run, 0, options_.keepalive_interval);
+    return r;
+}
+
+void OpenAiRoutes::run_background(std::unique_ptr<GenerationStream> gen, std::shared_ptr<BackgroundRun> run,
+                                  std::shared_ptr<StoredResponse> entry, std::string id) {
+    run->step([](Session& s, std::string* sse) { s.open(sse); }, "in_progress", false);
+    std::vector<EngineEvent> events;
+    Clock::time_point last_event = Clock::now();
+    const auto fail = [&](const ApiError& e) {
+        run->step([&](Session& s, std::string* sse) { s.fail(e, sse); }, nullptr, true);
+    };
+    while (!run->done()) {
+        if (stopping_ || queue_.shutting_down()) {
+            fail(shutdown_error());
+            break;
+        }
+        if (run->cancel_requested()) {
+            gen->stop();
+            run->step([](Session&, std::string*) {}, "cancelled", true);
+            break;
+        }
+        events.clear();
+        if (!gen->next(&events, std::chrono::milliseconds(50))) {
+            if (Clock::now() - std::max(last_event, gen->last_progress()) > options_.request_timeout)
+                fail(timeout_error());
+            continue;
+        }
+        last_event = Clock::now();
+        bool ended = false;
+        run->step(
+            [&](Session& s, std::string* sse) {
+                std::optional<ApiError> failure;
+                bool closed = false;
+                for (const EngineEvent& e : events) {
+                    if (s.on_event(e, sse)) {
+                        gen->stop();
+                        s.close(FinishReason::kStop, sse);
+                        closed = true;
+                        break;
+                    }
+                    if (e.finish == FinishReason::kError) {
+                        failure = engine_error(e.error);
+                    } else if (e.finish == FinishReason::kCancelled) {
+                        failure = shutdown_error();
+                    } else if (e.finish != FinishReason::kNone) {
+                        s.close(e.finish, sse);
+                        closed = true;
+                    }
+                    if (failure || closed) break;
+                }
+                if (failure) s.fail(*failure, sse);
+                ended = closed || failure.has_value();
+            },
+            nullptr, false);
+        // The session closed or failed: its body is the answer.
+        if (ended) run->step([](Session&, std::string*) {}, nullptr, true);
+    }
+    gen.reset();  // the engine request ends here (cancelled if still running)
+    // The answer replaces the queued one in the store, unless the response was deleted meanwhile.
+    auto final_entry = std::make_shared<StoredResponse>(*entry);
+    final_entry->response = run->snapshot();
+    store_.replace(id, std::move(final_entry));
+}
+
+namespace {
+
+// "<id>" or "<id>/<action>" after "/v1/responses/".
+std::pair<std::string, std::string> split_response_path(std::string_view path) {
+    const size_t slash = path.find('/');
+    if (slash == std::string_view::npos) return {std::string(path), ""};
+    return {std::string(path.substr(0, slash)), std::string(path.substr(slash + 1))};
+}
+
+ApiError response_not_found(const std::string& id) {
+    return api_error(404, "Response with id '" + id + "' not found.");
+}
+
+ApiError store_disabled(const std::string& method, std::string_view path) {
+    return api_error(404, "this server keeps no responses (started with --responses-store 0): " + method +
+                              " /v1/responses/" + std::string(path) + " has nothing to act on");
+}
+
+// One query parameter's value: absent, or its (last) value.
+std::optional<std::string> query_value(const OpenAiRoutes::QueryParams& q, const char* key) {
+    std::optional<std::string> v;
+    for (auto [it, end] = q.equal_range(key); it != end; ++it) v = it->second;
+    return v;
+}
+
+StatusOr<bool> query_bool(const OpenAiRoutes::QueryParams& q, const char* key) {
+    const std::optional<std::string> v = query_value(q, key);
+    if (!v || *v == "false" || *v == "0") return false;
+    if (*v == "true" || *v == "1") return true;
+    return invalid_argument(std::string(key) + ": must be true or false, got '" + *v + "'");
+}
+
+StatusOr<int64_t> query_int(const OpenAiRoutes::QueryParams& q, const char* key, int64_t lo, int64_t hi,
+                            int64_t fallback) {
+    const std::optional<std::string> v = query_value(q, key);
+    if (!v) return fallback;
+    int64_t x = 0;
+    const char* end = v->data() + v->size();
+    auto [ptr, ec] = std::from_chars(v->data(), end, x);
+    if (ec != std::errc() || ptr != end || v->empty())
+        return invalid_argument(std::string(key) + ": must be an integer, got '" + *v + "'");
+    if (x < lo || x > hi)
+        return invalid_argument(std::string(key) + ": must be between " + std::to_string(lo) + " and " +
+                                std::to_string(hi) + ", got " + *v);
+    return x;
+}
+
+}  // namespace
+
+RouteResponse OpenAiRoutes::retrieve_response(std::string_view path, const QueryParams& query) {
+    if (!store_.enabled()) return error(store_disabled("GET", path));
+    const auto [id, action] = split_response_path(path);
+    if (!action.empty() && action != "input_items")
+        return error(api_error(404, "unknown route GET /v1/responses/" + std::string(path)));
+    std::shared_ptr<const StoredResponse> entry = store_.get(id);
+    if (!entry) return error(response_not_found(id));
+    if (action == "input_items") {
+        StatusOr<int64_t> limit = query_int(query, "limit", 1, 100, 20);
+        if (!limit.ok()) return error(api_error(limit.status()));
+        const std::string order = query_value(query, "order").value_or("desc");
+        if (order != "asc" && order != "desc")
+            return error(api_error(invalid_argument("order: must be 'asc' or 'desc', got '" + order + "'")));
+        std::vector<const Json*> items;
+        for (size_t i = entry->input_begin; i < entry->context.size(); ++i) items.push_back(&entry->context[i]);
+        if (order == "desc") std::reverse(items.begin(), items.end());
+        size_t begin = 0;
+        if (const std::optional<std::string> after = query_value(query, "after")) {
+            auto it = std::find_if(items.begin(), items.end(),
+                                   [&](const Json* item) { return item->value("id", std::string()) == *after; });
+            if (it == items.end())
+                return error(api_error(
+                    invalid_argument("after: response '" + id + "' has no input item with id '" + *after + "'")));
+            begin = static_cast<size_t>(it - items.begin()) + 1;
+        }
+        const size_t end = std::min(items.size(), begin + static_cast<size_t>(*limit));
+        Json data = Json::array();
+        for (size_t i = begin; i < end; ++i) data.push_back(*items[i]);
+        Json list = {{"object", "list"}, {"data", data}, {"has_more", end < items.size()}};
+        list["first_id"] = data.empty() ? Json(nullptr) : data.front().value("id", Json(nullptr));
+        list["last_id"] = data.empty() ? Json(nullptr) : data.back().value("id", Json(nullptr));
+        return json_response(200, list);
+    }
+    StatusOr<bool> stream = query_bool(query, "stream");
+    if (!stream.ok()) return error(api_error(stream.status()));
+    StatusOr<int64_t> after = query_int(query, "starting_after", -1, INT64_MAX - 1, -1);
+    if (!after.ok()) return error(api_error(after.status()));
+    if (!*stream) return json_response(200, entry->current());
+    if (!entry->run) {
+        return error(api_error(400, "stream: only a background response's events can be streamed again (response '" +
+                                        id + "' was answered in its own request)"));
+    }
+    RouteResponse r;
+    r.content_type = "text/event-stream";
+    r.stream = std::make_unique<RunTail>(entry->run, static_cast<size_t>(*after + 1), options_.keepalive_interval);
+    return r;
+}
+
+RouteResponse OpenAiRoutes::delete_response(std::string_view path) {
+    if (!store_.enabled()) return error(store_disabled("DELETE", path));
+    const auto [id, action] = split_response_path(path);
+    if (!action.empty()) return error(api_error(404, "unknown route DELETE /v1/responses/" + std::string(path)));
+    std::shared_ptr<const StoredResponse> entry = store_.get(id);
+    if (!entry || !store_.erase(id)) return error(response_not_found(id));
+    if (entry->run) entry->run->request_cancel();  // a running background response ends with its entry
+    return json_response(200, Json{{"id", id}, {"object", "response"}, {"deleted", true}});
+}
+
+RouteResponse OpenAiRoutes::cancel_response(std::string_view path) {
+    if (!store_.enabled()) return error(store_disabled("POST", path));
+    const auto [id, action] = split_response_path(path);
+    if (action != "cancel") return error(api_error(404, "unknown route POST /v1/responses/" + std::string(path)));
+    std::shared_ptr<const StoredResponse> entry = store_.get(id);
+    if (!entry) return error(response_not_found(id));
+    if (!entry->run) {
+        return error(api_error(400, "Only responses created with background set to true can be cancelled (response '" +
+                                        id + "' was answered in its own request)."));
+    }
+    // A finished run is answered as it is (cancelling is idempotent); a running one ends at its next step.
+    entry->run->request_cancel();
+    entry->run->wait_done(std::chrono::seconds(10));
+    return json_response(200, entry->run->snapshot());
 }
 
 RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone& client_gone) {

@@ -333,12 +333,19 @@ public:
         Json e = {{"code", error.code ? Json(*error.code) : Json(error.type)}, {"message", error.message}};
         e["param"] = error.param ? Json(*error.param) : Json(nullptr);
         emit(sse, "error", e);
-        Json r = response_json("failed", true);
-        r["error"] = {{"code", "server_error"}, {"message", error.message}};
-        emit(sse, "response.failed", Json{{"response", r}});
+        error_ = {{"code", "server_error"}, {"message", error.message}};
+        final_status_ = "failed";
+        emit(sse, "response.failed", Json{{"response", response_json("failed", true)}});
     }
 
     Json body() const override { return response_json(final_status_, true); }
+
+    Json snapshot(const char* status) const override {
+        Json r = response_json(status, true);
+        const std::string s = status;
+        if (s == "queued" || s == "in_progress") r["usage"] = nullptr;
+        return r;
+    }
 
 private:
     enum class Kind { kNone, kMessage, kReasoning, kFunctionCall };
@@ -358,6 +365,7 @@ private:
         r["output"] = with_output ? output_ : Json::array();
         for (auto it = echo_.begin(); it != echo_.end(); ++it) r[it.key()] = it.value();
         r["usage"] = with_output ? responses_usage_json(usage_) : Json(nullptr);
+        if (std::string(status) == "failed") r["error"] = error_;
         return r;
     }
 
@@ -480,6 +488,7 @@ private:
     int64_t index_ = 0;
     std::string text_;
     const char* final_status_ = "completed";
+    Json error_;  // fail()'s, for the failed response
 };
 
 // ---- completions --------------------------------------------------------------------------------

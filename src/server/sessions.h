@@ -60,8 +60,14 @@ public:
     virtual void close(FinishReason reason, std::string* sse) = 0;
     // The request failed after it started: the API's in-stream error.
     virtual void fail(const ApiError& error, std::string* sse) = 0;
-    // The non-streaming body, after close().
+    // The non-streaming body, after close() (or fail(): the Responses API's failed response).
     virtual Json body() const = 0;
+    // The answer as it stands, under `status` (a Responses background run's queued, in_progress or cancelled:
+    // the output so far); the other APIs have no such states and answer body().
+    virtual Json snapshot(const char* status) const {
+        (void)status;
+        return body();
+    }
     // Ends of stream after close()/fail(): chat and completions send "data: [DONE]".
     virtual bool sends_done() const { return true; }
 };

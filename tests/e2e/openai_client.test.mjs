@@ -371,6 +371,59 @@ describe('responses', () => {
     const done = await helper.finalResponse();
     checkOutput(done, 8);
   });
+
+  test('stored responses: previous_response_id, retrieve, input items, delete', async () => {
+    const first = await client.responses.create({ model: MODEL, input: 'Remember the word kiwi.', max_output_tokens: 6 });
+    checkOutput(first, 6);
+    assert.equal(first.store, true);
+    const got = await client.responses.retrieve(first.id);
+    assert.deepEqual(got.output, first.output);
+    assert.equal(got.id, first.id);
+    const second = await client.responses.create({ model: MODEL, input: 'Which word?', previous_response_id: first.id,
+      max_output_tokens: 6 });
+    checkOutput(second, 6);
+    assert.equal(second.previous_response_id, first.id);
+    // The chained prompt is the whole conversation: more input tokens than the first turn's prompt and output.
+    assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens,
+      JSON.stringify([first.usage, second.usage]));
+    const items = [];
+    for await (const item of client.responses.inputItems.list(second.id, { order: 'asc' })) items.push(item);
+    assert.equal(items.length, 1);
+    assert.equal(items[0].role, 'user');
+    assert.deepEqual(items[0].content, [{ type: 'input_text', text: 'Which word?' }]);
+    await client.responses.delete(first.id);
+    await expectApiError(client.responses.retrieve(first.id), 404);
+    await expectApiError(client.responses.create({ model: MODEL, input: 'x', previous_response_id: first.id }), 404,
+      'previous_response_id');
+    // The second response still holds the whole conversation.
+    checkOutput(await client.responses.create({ model: MODEL, input: 'Again?', previous_response_id: second.id,
+      max_output_tokens: 4 }), 4);
+  });
+
+  test('background responses: poll, stream again, cancel', async () => {
+    const queued = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 8, background: true });
+    assert.equal(queued.background, true);
+    assert.ok(['queued', 'in_progress'].includes(queued.status), queued.status);
+    let r = queued;
+    for (let i = 0; i < 600 && ['queued', 'in_progress'].includes(r.status); ++i) {
+      await sleep(50);
+      r = await client.responses.retrieve(queued.id);
+    }
+    checkOutput(r, 8);
+    const replay = await client.responses.retrieve(queued.id, { stream: true, starting_after: 1 });
+    const types = [];
+    for await (const e of replay) types.push(e.type);
+    assert.notEqual(types[0], 'response.created');  // events 0 and 1 (created, in_progress) skipped
+    assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)), types.join());
+
+    const long = await client.responses.create({ model: MODEL, input: 'Write a long story.', max_output_tokens: 4000,
+      background: true });
+    const cancelled = await client.responses.cancel(long.id);
+    assert.ok(['cancelled', 'completed', 'incomplete'].includes(cancelled.status), cancelled.status);
+    assert.equal((await client.responses.retrieve(long.id)).status, cancelled.status);
+    await assertEngineIdle();
+    assert.equal((await client.responses.cancel(queued.id)).status, r.status);  // a finished one: as it is
+  });
 });
 
 describe('completions', () => {

@@ -356,6 +356,56 @@ TEST(ParseChatRequest, IntegralFloatsAreIntegers) {
     EXPECT_EQ(*p->sampling.max_tokens, 16);
 }
 
+TEST(ParseResponsesRequest, StoredResponsesContext) {
+    const ResponsesContext store{true, nullptr};
+    // store: OpenAI's default is true; the echo says what happened.
+    auto r = parse_responses_request(j(R"({"input": "x"})"), store);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(r->store);
+    EXPECT_EQ(r->echo["store"], true);
+    EXPECT_EQ(r->echo["background"], false);
+    EXPECT_TRUE(r->echo["previous_response_id"].is_null());
+    ASSERT_EQ(r->input_items.size(), 1u);
+    EXPECT_EQ(r->input_items[0]["role"], "user");
+    EXPECT_EQ(r->input_items[0]["id"].get<std::string>().rfind("msg_", 0), 0u);
+    EXPECT_FALSE(parse_responses_request(j(R"({"input": "x", "store": false})"), store)->store);
+    EXPECT_FALSE(parse_responses_request(j(R"({"input": "x"})"))->store);  // a server without a store
+    auto bg = parse_responses_request(j(R"({"input": "x", "background": true})"), store);
+    ASSERT_TRUE(bg.ok());
+    EXPECT_TRUE(bg->background);
+    EXPECT_EQ(bg->echo["background"], true);
+    auto no = parse_responses_request(j(R"({"input": "x", "background": true, "store": false})"), store);
+    ASSERT_FALSE(no.ok());
+    EXPECT_EQ(no.status().message().rfind("background: ", 0), 0u) << no.status().message();
+    // Items keep their ids; string contents become parts; the earlier conversation comes first and its messages
+    // are named previous_response_id.
+    const Json earlier = j(R"([{"type": "message", "role": "user", "content": "a", "id": "msg_1"},
+                               {"type": "message", "role": "assistant", "content": "b", "id": "msg_2"}])");
+    const ResponsesContext chained{true, &earlier};
+    auto c = parse_responses_request(
+        j(R"({"input": [{"role": "user", "content": "c", "id": "msg_3"}, {"role": "user", "content": [
+             {"type": "input_text", "text": "d"}]}], "previous_response_id": "resp_1"})"),
+        chained);
+    ASSERT_TRUE(c.ok()) << c.status().message();
+    EXPECT_EQ(c->echo["previous_response_id"], "resp_1");
+    ASSERT_EQ(c->input_items.size(), 2u);
+    EXPECT_EQ(c->input_items[0]["id"], "msg_3");
+    EXPECT_EQ(c->input_items[0]["content"], j(R"([{"type": "input_text", "text": "c"}])"));
+    EXPECT_EQ(c->input_items[1]["content"][0]["text"], "d");
+    const Json& messages = c->chat.chat_body["messages"];
+    ASSERT_EQ(messages.size(), 4u) << messages.dump();
+    EXPECT_EQ(messages[0]["content"], "a");
+    EXPECT_EQ(messages[1]["role"], "assistant");
+    EXPECT_EQ(messages[3]["content"], "d");
+    EXPECT_EQ(c->message_params,
+              (std::vector<std::string>{"previous_response_id", "previous_response_id", "input[0]", "input[1]"}));
+    // previous_response_id without its items (the routes found none) or of the wrong type.
+    EXPECT_FALSE(parse_responses_request(j(R"({"input": "x", "previous_response_id": "resp_1"})"), store).ok());
+    auto t = parse_responses_request(j(R"({"input": "x", "previous_response_id": 5})"), store);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.status().message().rfind("previous_response_id: ", 0), 0u);
+}
+
 TEST(ParseResponsesRequest, Rejects) {
     const std::pair<const char*, const char*> cases[] = {
         {R"({})", "input"},

@@ -2,8 +2,12 @@
 // a FakeEngine-backed server on an ephemeral loopback port, and small HTTP/SSE helpers.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -142,6 +146,24 @@ inline std::vector<SseEvent> parse_sse(const std::string& body, std::string* err
         if (any) out.push_back(std::move(e));
     }
     return out;
+}
+
+// A loopback socket to the server with a receive timeout, `bytes` sent; -1 if that failed.
+inline int send_raw(int port, const std::string& bytes, int timeout_s) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    timeval tv{timeout_s, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::send(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 inline Json parse(const std::string& s) { return Json::parse(s); }

@@ -1,0 +1,386 @@
+// The Responses API's stored responses: the store's budgets, and over HTTP (FakeEngine) store / retrieve /
+// delete / input_items, previous_response_id (the prompt must equal the one the whole input would give),
+// background responses (poll, replayed events, cancel) and the server without a store.
+#include "server/response_store.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "server_test_util.h"
+
+namespace gptoss::server {
+namespace {
+
+using namespace gptoss::server::testing;
+
+std::shared_ptr<const StoredResponse> entry_of(size_t text_bytes) {
+    auto e = std::make_shared<StoredResponse>();
+    e->response = Json{{"t", std::string(text_bytes, 'x')}};
+    return e;
+}
+
+TEST(ResponseStore, DropsTheLeastRecentlyUsedBeyondItsCount) {
+    ResponseStore store(2, size_t{1} << 30);
+    store.put("a", entry_of(1));
+    store.put("b", entry_of(1));
+    ASSERT_NE(store.get("a"), nullptr);  // a is now the most recently used
+    store.put("c", entry_of(1));
+    EXPECT_NE(store.get("a"), nullptr);
+    EXPECT_EQ(store.get("b"), nullptr);
+    EXPECT_NE(store.get("c"), nullptr);
+    EXPECT_EQ(store.size(), 2u);
+    EXPECT_TRUE(store.erase("a"));
+    EXPECT_FALSE(store.erase("a"));
+    EXPECT_EQ(store.size(), 1u);
+}
+
+TEST(ResponseStore, KeepsToItsByteBudgetButAlwaysTheNewest) {
+    const size_t one = entry_of(1000)->bytes();
+    ResponseStore store(100, 3 * one);
+    for (const char* id : {"a", "b", "c"}) store.put(id, entry_of(1000));
+    EXPECT_EQ(store.size(), 3u);
+    EXPECT_EQ(store.bytes(), 3 * one);
+    store.put("d", entry_of(1000));  // over by one: a goes
+    EXPECT_EQ(store.get("a"), nullptr);
+    EXPECT_EQ(store.size(), 3u);
+    store.put("huge", entry_of(10 * 1000));  // larger than the whole budget: kept alone
+    EXPECT_EQ(store.size(), 1u);
+    EXPECT_NE(store.get("huge"), nullptr);
+    // replace() updates an entry (and its bytes) only while it is there.
+    store.replace("gone", entry_of(1));
+    EXPECT_EQ(store.get("gone"), nullptr);
+    store.replace("huge", entry_of(1));
+    EXPECT_EQ(store.bytes(), entry_of(1)->bytes());
+    ResponseStore off(0, 1 << 20);
+    EXPECT_FALSE(off.enabled());
+    off.put("a", entry_of(1));
+    EXPECT_EQ(off.get("a"), nullptr);
+}
+
+FakeScript final_script(const std::string& text) {
+    return [text](const EngineRequest&) { return harmony_ids("<|channel|>final<|message|>" + text + "<|return|>"); };
+}
+
+class StoredResponsesTest : public ::testing::Test {
+protected:
+    void SetUp() override { REQUIRE_TOKENIZER(); }
+
+    static Json post_ok(TestServer& s, const Json& body) {
+        auto r = s.post("/v1/responses", body.dump());
+        EXPECT_TRUE(r);
+        if (!r) return Json();
+        EXPECT_EQ(r->status, 200) << r->body;
+        return Json::parse(r->body, nullptr, false);
+    }
+    static Json get_ok(TestServer& s, const std::string& path) {
+        auto r = s.get(path);
+        EXPECT_TRUE(r);
+        if (!r) return Json();
+        EXPECT_EQ(r->status, 200) << r->body;
+        return Json::parse(r->body, nullptr, false);
+    }
+    // Polls GET /v1/responses/{id} until its status is not queued / in_progress (up to 10 s).
+    static Json wait_finished(TestServer& s, const std::string& id) {
+        Json r;
+        for (int i = 0; i < 1000; ++i) {
+            r = get_ok(s, "/v1/responses/" + id);
+            const std::string st = r.value("status", std::string());
+            if (st != "queued" && st != "in_progress") return r;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        ADD_FAILURE() << "still running: " << r.dump();
+        return r;
+    }
+};
+
+TEST_F(StoredResponsesTest, StoredAnswersAreRetrievedListedAndDeleted) {
+    TestServer s;
+    s.engine.set_script(final_script("Hello"));
+    const Json answer = post_ok(s, {{"input", "Hi there"}, {"metadata", {{"k", "v"}}}});
+    ASSERT_TRUE(answer.is_object());
+    EXPECT_EQ(answer["store"], true);
+    EXPECT_EQ(answer["background"], false);
+    const std::string id = answer["id"];
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + id), answer);  // the same object, output and usage included
+
+    const Json items = get_ok(s, "/v1/responses/" + id + "/input_items");
+    EXPECT_EQ(items["object"], "list");
+    ASSERT_EQ(items["data"].size(), 1u) << items.dump();
+    const Json& item = items["data"][0];
+    EXPECT_EQ(item["type"], "message");
+    EXPECT_EQ(item["role"], "user");
+    EXPECT_EQ(item["content"], Json::parse(R"([{"type":"input_text","text":"Hi there"}])"));
+    EXPECT_EQ(items["first_id"], item["id"]);
+    EXPECT_EQ(items["last_id"], item["id"]);
+    EXPECT_EQ(items["has_more"], false);
+
+    auto del = s.client().Delete(("/v1/responses/" + id).c_str());
+    ASSERT_TRUE(del);
+    ASSERT_EQ(del->status, 200) << del->body;
+    EXPECT_EQ(parse(del->body), (Json{{"id", id}, {"object", "response"}, {"deleted", true}}));
+    Json e = expect_error(s.get("/v1/responses/" + id), 404);
+    EXPECT_NE(e["message"].get<std::string>().find("not found"), std::string::npos) << e.dump();
+    expect_error(s.client().Delete(("/v1/responses/" + id).c_str()), 404);
+
+    // store: false is answered as such and kept nowhere.
+    const Json unstored = post_ok(s, {{"input", "Hi"}, {"store", false}});
+    EXPECT_EQ(unstored["store"], false);
+    expect_error(s.get("/v1/responses/" + unstored["id"].get<std::string>()), 404);
+
+    // A streamed answer is stored as its completed response.
+    auto r = s.post("/v1/responses", R"({"input":"Hi","stream":true})");
+    ASSERT_TRUE(r);
+    std::vector<SseEvent> events = parse_sse(r->body);
+    ASSERT_FALSE(events.empty());
+    const Json completed = parse(events.back().data)["response"];
+    EXPECT_EQ(completed["status"], "completed");
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + completed["id"].get<std::string>()), completed);
+}
+
+TEST_F(StoredResponsesTest, InputItemsPageInEitherOrder) {
+    TestServer s;
+    s.engine.set_script(final_script("ok"));
+    Json input = Json::array();
+    for (int i = 0; i < 5; ++i)
+        input.push_back({{"role", "user"}, {"content", std::string(1, 'm').append(std::to_string(i))}});
+    const std::string id = post_ok(s, {{"input", input}})["id"];
+    const std::string base = "/v1/responses/" + id + "/input_items";
+    const auto texts = [](const Json& list) {
+        std::string t;
+        for (const Json& item : list["data"]) t += item["content"][0]["text"].get<std::string>();
+        return t;
+    };
+    Json desc = get_ok(s, base + "?limit=2");
+    EXPECT_EQ(texts(desc), "m4m3");
+    EXPECT_EQ(desc["has_more"], true);
+    Json next = get_ok(s, base + "?limit=2&after=" + desc["last_id"].get<std::string>());
+    EXPECT_EQ(texts(next), "m2m1");
+    Json asc = get_ok(s, base + "?order=asc&limit=10");
+    EXPECT_EQ(texts(asc), "m0m1m2m3m4");
+    EXPECT_EQ(asc["has_more"], false);
+    // Bad queries are 400s naming the parameter.
+    EXPECT_EQ(expect_error(s.get(base + "?limit=0"), 400)["param"], "limit");
+    EXPECT_EQ(expect_error(s.get(base + "?limit=abc"), 400)["param"], "limit");
+    EXPECT_EQ(expect_error(s.get(base + "?order=up"), 400)["param"], "order");
+    EXPECT_EQ(expect_error(s.get(base + "?after=msg_nope"), 400)["param"], "after");
+    expect_error(s.get("/v1/responses/" + id + "/other"), 404);
+}
+
+TEST_F(StoredResponsesTest, PreviousResponseIdGivesThePromptOfTheWholeInput) {
+    TestServer s;
+    s.engine.set_script(final_script("Hello"));
+    const Json first = post_ok(s, {{"input", "Hi"}, {"instructions", "Be brief."}});
+    const std::string id = first["id"];
+    const Json second = post_ok(s, {{"input", "And again?"}, {"previous_response_id", id}});
+    EXPECT_EQ(second["previous_response_id"], id);
+    const std::vector<int32_t> chained = s.engine.last_request().prompt;
+    // The same conversation sent whole (instructions are not carried over, as OpenAI's).
+    post_ok(s, {{"input", Json::array({{{"role", "user"}, {"content", "Hi"}},
+                                       {{"role", "assistant"}, {"content", "Hello"}},
+                                       {{"role", "user"}, {"content", "And again?"}}})},
+                {"store", false}});
+    EXPECT_EQ(chained, s.engine.last_request().prompt);
+    // A chain of three, with instructions on the last.
+    const Json third =
+        post_ok(s, {{"input", "Once more."}, {"previous_response_id", second["id"]}, {"instructions", "Be kind."}});
+    const std::vector<int32_t> chained3 = s.engine.last_request().prompt;
+    post_ok(s, {{"input", Json::array({{{"role", "user"}, {"content", "Hi"}},
+                                       {{"role", "assistant"}, {"content", "Hello"}},
+                                       {{"role", "user"}, {"content", "And again?"}},
+                                       {{"role", "assistant"}, {"content", "Hello"}},
+                                       {{"role", "user"}, {"content", "Once more."}}})},
+                {"instructions", "Be kind."},
+                {"store", false}});
+    EXPECT_EQ(chained3, s.engine.last_request().prompt);
+    // input_items lists the request's own input only.
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + third["id"].get<std::string>() + "/input_items")["data"].size(), 1u);
+
+    Json e = expect_error(s.post("/v1/responses", R"({"input":"x","previous_response_id":"resp_nope"})"), 404);
+    EXPECT_EQ(e["code"], "previous_response_not_found");
+    EXPECT_EQ(e["param"], "previous_response_id");
+    EXPECT_EQ(expect_error(s.post("/v1/responses", R"({"input":"x","previous_response_id":7})"), 400)["param"],
+              "previous_response_id");
+    // An error in the new input names the new input's item.
+    e = expect_error(s.post("/v1/responses", Json{{"input", Json::array({{{"role", "user"}, {"content", "a"}},
+                                                                         {{"role", "pilot"}, {"content", "b"}}})},
+                                                  {"previous_response_id", id}}
+                                                 .dump()),
+                     400);
+    EXPECT_EQ(e["param"], "input[1].role");
+}
+
+TEST_F(StoredResponsesTest, AToolResultContinuesFromTheCallsResponse) {
+    TestServer s;
+    s.engine.set_script([](const EngineRequest&) {
+        return harmony_ids(
+            "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+            "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
+    });
+    const Json tools = Json::parse(
+        R"([{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}])");
+    const Json first = post_ok(s, {{"input", "Weather in Paris?"}, {"tools", tools}});
+    ASSERT_EQ(first["output"].size(), 2u) << first.dump();
+    const Json call = first["output"][1];
+    ASSERT_EQ(call["type"], "function_call");
+    s.engine.set_script(final_script("Sunny."));
+    const Json result = {{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "sunny"}};
+    // Without the earlier response the result matches no call: a 400.
+    expect_error(s.post("/v1/responses", Json{{"input", Json::array({result})}, {"tools", tools}}.dump()), 400);
+    const Json second =
+        post_ok(s, {{"input", Json::array({result})}, {"tools", tools}, {"previous_response_id", first["id"]}});
+    EXPECT_EQ(second["status"], "completed");
+    const std::vector<int32_t> chained = s.engine.last_request().prompt;
+    // The whole input: the user's message, the reasoning and the call (output items as given), the result.
+    Json whole = Json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
+    for (const Json& item : first["output"]) whole.push_back(item);
+    whole.push_back(result);
+    post_ok(s, {{"input", whole}, {"tools", tools}, {"store", false}});
+    EXPECT_EQ(chained, s.engine.last_request().prompt);
+    const std::string text = test_tokenizer()->decode(chained).value();
+    EXPECT_NE(text.find("Need weather."), std::string::npos) << text;  // the tool loop's reasoning is kept
+}
+
+TEST_F(StoredResponsesTest, BackgroundResponsesArePolledReplayedAndCancelled) {
+    TestServer s;
+    s.engine.set_script(final_script("Hello there"));
+    s.engine.set_paused(true);
+    const Json queued = post_ok(s, {{"input", "Hi"}, {"background", true}});
+    EXPECT_EQ(queued["background"], true);
+    EXPECT_EQ(queued["status"], "queued");
+    EXPECT_EQ(queued["output"], Json::array());
+    const std::string id = queued["id"];
+    const std::string st = get_ok(s, "/v1/responses/" + id)["status"];
+    EXPECT_TRUE(st == "queued" || st == "in_progress") << st;
+    // Continuing from it before it has finished is refused.
+    expect_error(s.post("/v1/responses", Json{{"input", "x"}, {"previous_response_id", id}}.dump()), 400);
+    s.engine.set_paused(false);
+    const Json done = wait_finished(s, id);
+    EXPECT_EQ(done["status"], "completed");
+    EXPECT_EQ(done["background"], true);
+    ASSERT_EQ(done["output"].size(), 1u) << done.dump();
+    EXPECT_EQ(done["output"][0]["content"][0]["text"], "Hello there");
+    EXPECT_TRUE(done["usage"].is_object());
+    EXPECT_TRUE(s.wait_engine_idle());
+
+    // Its events, replayed whole and after a sequence number.
+    auto all = s.get("/v1/responses/" + id + "?stream=true");
+    ASSERT_TRUE(all);
+    ASSERT_EQ(all->status, 200) << all->body;
+    std::vector<SseEvent> events = parse_sse(all->body);
+    ASSERT_GE(events.size(), 4u);
+    EXPECT_EQ(events.front().event, "response.created");
+    EXPECT_EQ(events.back().event, "response.completed");
+    EXPECT_EQ(parse(events.back().data)["response"], done);
+    for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(parse(events[i].data)["sequence_number"], i);
+    auto tail = s.get("/v1/responses/" + id + "?stream=true&starting_after=2");
+    ASSERT_TRUE(tail);
+    std::vector<SseEvent> rest = parse_sse(tail->body);
+    ASSERT_EQ(rest.size(), events.size() - 3);
+    EXPECT_EQ(parse(rest.front().data)["sequence_number"], 3);
+    EXPECT_EQ(expect_error(s.get("/v1/responses/" + id + "?stream=maybe"), 400)["param"], "stream");
+    // Cancelling a finished background response answers it as it is.
+    auto again = s.post("/v1/responses/" + id + "/cancel", "");
+    ASSERT_TRUE(again);
+    EXPECT_EQ(parse(again->body)["status"], "completed");
+
+    // A running one: cancelled, its engine request ended.
+    s.engine.set_paused(true);
+    const std::string id2 = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    auto c = s.post("/v1/responses/" + id2 + "/cancel", "");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    EXPECT_EQ(parse(c->body)["status"], "cancelled");
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + id2)["status"], "cancelled");
+    s.engine.set_paused(false);
+    EXPECT_TRUE(s.wait_engine_idle());
+
+    // Deleting a running one ends it too.
+    s.engine.set_paused(true);
+    const std::string id3 = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    auto del = s.client().Delete(("/v1/responses/" + id3).c_str());
+    ASSERT_TRUE(del);
+    EXPECT_EQ(del->status, 200);
+    s.engine.set_paused(false);
+    EXPECT_TRUE(s.wait_engine_idle());
+    expect_error(s.get("/v1/responses/" + id3), 404);
+
+    // Only background responses can be cancelled or streamed again; unknown ids are 404s.
+    const std::string plain = post_ok(s, {{"input", "Hi"}})["id"];
+    expect_error(s.post("/v1/responses/" + plain + "/cancel", ""), 400);
+    expect_error(s.get("/v1/responses/" + plain + "?stream=true"), 400);
+    expect_error(s.post("/v1/responses/resp_nope/cancel", ""), 404);
+    expect_error(s.post("/v1/responses/" + plain + "/other", ""), 404);
+    EXPECT_EQ(expect_error(s.post("/v1/responses", R"({"input":"x","background":true,"store":false})"), 400)["param"],
+              "background");
+}
+
+TEST_F(StoredResponsesTest, ABackgroundStreamOutlivesItsClient) {
+    TestServer s;
+    s.engine.set_script(final_script("Streamed in the background"));
+    auto r = s.post("/v1/responses", R"({"input":"Hi","background":true,"stream":true})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    std::vector<SseEvent> events = parse_sse(r->body);
+    ASSERT_GE(events.size(), 4u);
+    EXPECT_EQ(events.front().event, "response.created");
+    const Json created = parse(events.front().data)["response"];
+    EXPECT_EQ(created["background"], true);
+    EXPECT_EQ(events.back().event, "response.completed");
+    const std::string id = created["id"];
+    EXPECT_EQ(wait_finished(s, id)["output"][0]["content"][0]["text"], "Streamed in the background");
+
+    // A client that reads a little and goes away leaves the response running to its end.
+    s.engine.set_paused(true);
+    std::string id2;
+    {
+        const std::string body = R"({"input":"Hi","background":true,"stream":true})";
+        const int fd = send_raw(s.http.port(),
+                                "POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " +
+                                    std::to_string(body.size()) + "\r\n\r\n" + body,
+                                5);
+        ASSERT_GE(fd, 0);
+        std::string got;
+        char buf[4096];
+        while (got.find("event: response.in_progress") == std::string::npos) {  // the first two events
+            const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            got.append(buf, static_cast<size_t>(n));
+        }
+        ::close(fd);  // gone, mid-stream
+        const size_t at = got.find("data: {");
+        ASSERT_NE(at, std::string::npos) << got;
+        id2 = parse(got.substr(at + 6, got.find('\n', at) - at - 6))["response"]["id"];
+    }
+    ASSERT_FALSE(id2.empty());
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + id2)["status"], "in_progress");
+    s.engine.set_paused(false);
+    EXPECT_EQ(wait_finished(s, id2)["status"], "completed");
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+TEST_F(StoredResponsesTest, AServerWithoutAStoreSaysSo) {
+    TestServerOptions o = default_test_options();
+    o.routes.responses_store_entries = 0;
+    TestServer s(o);
+    s.engine.set_script(final_script("Hello"));
+    const Json answer = post_ok(s, {{"input", "Hi"}});
+    EXPECT_EQ(answer["store"], false);
+    for (int k = 0; k < 3; ++k) {
+        Json e = expect_error(k == 0   ? s.get("/v1/responses/" + answer["id"].get<std::string>())
+                              : k == 1 ? s.client().Delete("/v1/responses/resp_1")
+                                       : s.post("/v1/responses/resp_1/cancel", "{}"),
+                              404);
+        EXPECT_NE(e["message"].get<std::string>().find("keeps no responses"), std::string::npos) << e.dump();
+    }
+    Json e = expect_error(s.post("/v1/responses", R"({"input":"x","previous_response_id":"resp_1"})"), 400);
+    EXPECT_EQ(e["code"], "unsupported_parameter");
+    e = expect_error(s.post("/v1/responses", R"({"input":"x","background":true})"), 400);
+    EXPECT_EQ(e["code"], "unsupported_parameter");
+}
+
+}  // namespace
+}  // namespace gptoss::server
