@@ -46,6 +46,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else {
         (void)error_body(api_error(responses.status()));
     }
+    // As a follow-up (previous_response_id) of a stored conversation whose output was a tool call: the input's
+    // items after the stored ones, then a follow-up of that answer's own items (input_items as stored).
+    static const Json earlier = Json::parse(
+        R"([{"type":"message","role":"user","content":[{"type":"input_text","text":"hi"}],"id":"msg_1"},
+            {"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"t"}]},
+            {"type":"function_call","id":"fc_1","call_id":"call_1","name":"f","arguments":"{}"}])");
+    const ResponsesContext chained{true, &earlier};
+    if (auto follow = parse_responses_request(*json, chained); follow.ok()) {
+        render(follow->chat.chat_body);
+        Json again = earlier;
+        for (const Json& item : follow->input_items) again.push_back(item);
+        const ResponsesContext twice{true, &again};
+        if (auto second = parse_responses_request(Json{{"input", "next"}, {"previous_response_id", "resp_1"}}, twice);
+            second.ok()) {
+            render(second->chat.chat_body);
+        } else {
+            (void)error_body(api_error(second.status()));
+        }
+    } else {
+        (void)error_body(api_error(follow.status()));
+    }
     if (auto completion = parse_completion_request(*json, 201088); !completion.ok()) {
         (void)error_body(api_error(completion.status()));
     }
