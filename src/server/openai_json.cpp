@@ -10,6 +10,7 @@
 #include "harmony/harmony_parser.h"
 #include "structured/harmony_json.h"
 #include "structured/json_grammar.h"
+#include "tokenizer/utf8.h"
 
 namespace gptoss::server {
 namespace {
@@ -737,6 +738,18 @@ Status responses_input_to_messages(const Json& input, Json* messages, std::vecto
                     text += part["text"].get<std::string>();
                 }
             }
+            // A stateless client's reasoning comes back as encrypted_content alone (its content left out).
+            const std::optional<std::string> encrypted = f.string("encrypted_content");
+            RETURN_IF_ERROR(f.status());
+            if (encrypted) {
+                const std::optional<std::string> decoded = reasoning_from_encrypted_content(*encrypted);
+                if (!decoded) {
+                    return field_error(p + ".encrypted_content",
+                                       "is not reasoning this server encrypted (pass the reasoning item as it was "
+                                       "answered, or its content)");
+                }
+                if (text.empty()) text = *decoded;
+            }
             if (tool_loop && i >= after_assistant)
                 messages->push_back({{"role", "assistant"}, {"reasoning_content", text}});
         } else {
@@ -1033,7 +1046,11 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                 const Json& it = (*include)[i];
                 if (!it.is_string()) return field_error(indexed("include", i), "must be a string");
                 const std::string v = it.get<std::string>();
-                if (v == "reasoning.encrypted_content" || v == "message.output_text.logprobs")
+                if (v == "reasoning.encrypted_content") {
+                    r.include_encrypted_reasoning = true;
+                    continue;
+                }
+                if (v == "message.output_text.logprobs")
                     return unimplemented(indexed("include", i) + ": '" + v + "' is not supported by this server");
                 // OpenAI's other values name output of tools this server refuses: accepted, nothing to add.
                 static constexpr const char* kKnown[] = {"file_search_call.results",
@@ -1338,6 +1355,67 @@ Json responses_usage_json(const Usage& u) {
 }
 
 std::string random_id(std::string_view prefix) { return std::string(prefix) + random_alnum(24); }
+
+namespace {
+constexpr std::string_view kEncryptedReasoningPrefix = "gptoss-reasoning-v1:";
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}  // namespace
+
+std::string reasoning_encrypted_content(std::string_view text) {
+    std::string out(kEncryptedReasoningPrefix);
+    size_t i = 0;
+    for (; i + 3 <= text.size(); i += 3) {
+        const uint32_t v = (static_cast<uint8_t>(text[i]) << 16) | (static_cast<uint8_t>(text[i + 1]) << 8) |
+                           static_cast<uint8_t>(text[i + 2]);
+        for (int s = 18; s >= 0; s -= 6) out += kBase64[(v >> s) & 63];
+    }
+    if (const size_t rest = text.size() - i; rest > 0) {
+        uint32_t v = static_cast<uint8_t>(text[i]) << 16;
+        if (rest == 2) v |= static_cast<uint8_t>(text[i + 1]) << 8;
+        out += kBase64[(v >> 18) & 63];
+        out += kBase64[(v >> 12) & 63];
+        out += rest == 2 ? kBase64[(v >> 6) & 63] : '=';
+        out += '=';
+    }
+    return out;
+}
+
+std::optional<std::string> reasoning_from_encrypted_content(std::string_view encrypted) {
+    if (encrypted.substr(0, kEncryptedReasoningPrefix.size()) != kEncryptedReasoningPrefix) return std::nullopt;
+    std::string_view b = encrypted.substr(kEncryptedReasoningPrefix.size());
+    if (b.size() % 4 != 0) return std::nullopt;
+    size_t pad = 0;
+    while (pad < 2 && !b.empty() && b[b.size() - 1 - pad] == '=') ++pad;
+    std::string out;
+    out.reserve(b.size() / 4 * 3);
+    for (size_t i = 0; i < b.size(); i += 4) {
+        uint32_t v = 0;
+        for (size_t k = 0; k < 4; ++k) {
+            const char c = b[i + k];
+            uint32_t d;
+            if (c >= 'A' && c <= 'Z') {
+                d = static_cast<uint32_t>(c - 'A');
+            } else if (c >= 'a' && c <= 'z') {
+                d = static_cast<uint32_t>(c - 'a' + 26);
+            } else if (c >= '0' && c <= '9') {
+                d = static_cast<uint32_t>(c - '0' + 52);
+            } else if (c == '+') {
+                d = 62;
+            } else if (c == '/') {
+                d = 63;
+            } else if (c == '=' && i + 4 == b.size() && k >= 4 - pad) {
+                d = 0;
+            } else {
+                return std::nullopt;
+            }
+            v = (v << 6) | d;
+        }
+        const size_t bytes = i + 4 == b.size() ? 3 - pad : 3;
+        for (size_t k = 0; k < bytes; ++k) out += static_cast<char>((v >> (16 - 8 * k)) & 0xFF);
+    }
+    if (tokenizer::valid_utf8_prefix(out.data(), out.size()) != out.size()) return std::nullopt;
+    return out;
+}
 
 int64_t unix_time_now() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())

@@ -122,6 +122,8 @@ struct ResponsesParams {
     // GET /v1/responses/{id}/input_items lists, and with the items before it and the output, what a follow-up's
     // previous_response_id continues from.
     Json input_items = Json::array();
+    // include: ["reasoning.encrypted_content"]: reasoning items carry their text as encrypted_content too.
+    bool include_encrypted_reasoning = false;
 };
 // What a Responses request is parsed against: whether the server keeps responses, and for a request with
 // previous_response_id the conversation items it continues (that response's context: its earlier items, its input
@@ -171,6 +173,13 @@ Json responses_usage_json(const Usage& usage);  // input/output/total + details
 
 // "chatcmpl-…", "cmpl-…", "resp_…", "msg_…", "rs_…", "fc_…": prefix + 24 random alphanumerics.
 std::string random_id(std::string_view prefix);
+
+// A reasoning item's encrypted_content (include: ["reasoning.encrypted_content"], for clients that keep no state
+// and send reasoning back that way, as with OpenAI's store: false): its text in an opaque, versioned form (base64,
+// not encrypted: this server shows the reasoning text anyway), and back; nullopt for a string this server did not
+// make.
+std::string reasoning_encrypted_content(std::string_view text);
+std::optional<std::string> reasoning_from_encrypted_content(std::string_view encrypted);
 int64_t unix_time_now();
 
 // One SSE event: "data: <json>\n\n", or with an event name "event: <name>\ndata: <json>\n\n".

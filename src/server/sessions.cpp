@@ -294,6 +294,7 @@ public:
           stream_(params.chat.stream),
           echo_(params.echo),
           stop_token_ids_(params.chat.sampling.stop_token_ids),
+          encrypted_reasoning_(params.include_encrypted_reasoning),
           id_(random_id("resp_")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
@@ -466,6 +467,8 @@ private:
                  Json{{"item_id", id}, {"output_index", index_}, {"content_index", 0}, {"part", part}});
             item_["content"] = Json::array({part});
             if (kind_ == Kind::kMessage) item_["status"] = complete ? "completed" : "incomplete";
+            if (kind_ == Kind::kReasoning && encrypted_reasoning_)
+                item_["encrypted_content"] = reasoning_encrypted_content(text_);
         }
         emit(sse, "response.output_item.done", Json{{"output_index", index_}, {"item", item_}});
         output_.push_back(item_);
@@ -477,6 +480,7 @@ private:
     const bool stream_;
     const Json echo_;
     const std::vector<int32_t> stop_token_ids_;
+    const bool encrypted_reasoning_;  // include: ["reasoning.encrypted_content"]
     const std::string id_;
     const int64_t created_;
     Usage usage_;

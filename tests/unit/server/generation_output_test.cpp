@@ -365,6 +365,60 @@ TEST_F(GenerationOutputTest, ResponsesOutputItems) {
     EXPECT_NE(prompt.find("# Instructions\n\nBe nice."), std::string::npos);
 }
 
+// include: ["reasoning.encrypted_content"] (a stateless client, as OpenAI's store: false): each reasoning item carries
+// its text as encrypted_content, streamed and not; sent back alone (no content) in a tool loop it is the reasoning the
+// prompt renders, as the item with its content would be.
+TEST_F(GenerationOutputTest, ResponsesEncryptedReasoningRoundTrip) {
+    script(
+        "<|channel|>analysis<|message|>Need the weather. Ünïcode ✓<|end|><|start|>assistant<|channel|>commentary "
+        "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>");
+    const std::string tools = R"("tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])";
+    Json r = post_json("/v1/responses",
+                       R"({"input":"hi","include":["reasoning.encrypted_content"],"store":false,)" + tools + "}");
+    ASSERT_EQ(r["output"].size(), 2u) << r.dump();
+    const Json reasoning = r["output"][0];
+    ASSERT_TRUE(reasoning["encrypted_content"].is_string()) << reasoning.dump();
+    EXPECT_EQ(reasoning_from_encrypted_content(reasoning["encrypted_content"].get<std::string>()),
+              "Need the weather. Ünïcode ✓");
+    EXPECT_FALSE(post_json("/v1/responses", R"({"input":"hi",)" + tools + "}")["output"][0].contains(
+        "encrypted_content"));  // only when asked
+    // Streamed: the finished item carries it.
+    auto streamed = server_.post(
+        "/v1/responses", R"({"input":"hi","stream":true,"include":["reasoning.encrypted_content"],)" + tools + "}");
+    ASSERT_TRUE(streamed);
+    bool seen = false;
+    for (const SseEvent& e : parse_sse(streamed->body)) {
+        if (e.event != "response.output_item.done") continue;
+        const Json item = parse(e.data)["item"];
+        if (item["type"] == "reasoning") seen = item["encrypted_content"] == reasoning["encrypted_content"];
+    }
+    EXPECT_TRUE(seen);
+
+    Json sent = reasoning;
+    sent.erase("content");
+    const Json call = r["output"][1];
+    const Json result = {{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "sunny"}};
+    script("<|channel|>final<|message|>Sunny.<|return|>");
+    post_json("/v1/responses", Json{{"input", Json::array({{{"role", "user"}, {"content", "hi"}}, sent, call, result})},
+                                    {"tools", Json::parse("[" + tools.substr(tools.find('{')))}}
+                                   .dump());
+    const std::vector<int32_t> from_encrypted = server_.engine.last_request().prompt;
+    post_json("/v1/responses",
+              Json{{"input", Json::array({{{"role", "user"}, {"content", "hi"}}, reasoning, call, result})},
+                   {"tools", Json::parse("[" + tools.substr(tools.find('{')))}}
+                  .dump());
+    EXPECT_EQ(from_encrypted, server_.engine.last_request().prompt);
+    EXPECT_NE(test_tokenizer()->decode(from_encrypted)->find("Need the weather."), std::string::npos);
+    // Not this server's: a 400 naming the field.
+    sent["encrypted_content"] = "gAAAAABopaque";
+    auto bad =
+        server_.post("/v1/responses",
+                     Json{{"input", Json::array({{{"role", "user"}, {"content", "hi"}}, sent, call, result})}}.dump());
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400);
+    EXPECT_EQ(parse(bad->body)["error"]["param"], "input[1].encrypted_content") << bad->body;
+}
+
 // Effort names past low / medium / high are clamped, not refused (HARMONY.md §3.2; before session 26
 // both routes answered 400): minimal and none to low, xhigh and max to high.
 TEST_F(GenerationOutputTest, ReasoningEffortIsClamped) {

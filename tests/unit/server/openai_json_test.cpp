@@ -356,6 +356,26 @@ TEST(ParseChatRequest, IntegralFloatsAreIntegers) {
     EXPECT_EQ(*p->sampling.max_tokens, 16);
 }
 
+TEST(EncryptedReasoning, RoundTripsAnyTextAndRefusesWhatItDidNotMake) {
+    for (const std::string& text :
+         std::vector<std::string>{"", "a", "ab", "abc", "abcd", "Ünïcode ✓ 思考", std::string(1000, 'z')}) {
+        const std::string e = reasoning_encrypted_content(text);
+        EXPECT_EQ(reasoning_from_encrypted_content(e), text) << e;
+        EXPECT_EQ(e.find(text.size() > 3 ? text : std::string("\x01")), std::string::npos);  // not the plain text
+    }
+    const std::string good = reasoning_encrypted_content("abcd");
+    for (const std::string& bad :
+         std::vector<std::string>{std::string("gAAAAAB"), good.substr(0, good.size() - 1),
+                                  good + "====", good.substr(0, good.size() - 4) + "*AAA",
+                                  good.substr(0, good.size() - 4) + "A=AA", reasoning_encrypted_content("\xff\xfe")}) {
+        EXPECT_EQ(reasoning_from_encrypted_content(bad), std::nullopt) << bad;
+    }
+    auto r = parse_responses_request(j(R"({"input": "x", "include": ["reasoning.encrypted_content"]})"));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(r->include_encrypted_reasoning);
+    EXPECT_FALSE(parse_responses_request(j(R"({"input": "x"})"))->include_encrypted_reasoning);
+}
+
 TEST(ParseResponsesRequest, StoredResponsesContext) {
     const ResponsesContext store{true, nullptr};
     // store: OpenAI's default is true; the echo says what happened.
@@ -424,7 +444,6 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "text": {"format": {"type": "jsonl"}}})", "text.format.type"},
         // Stored state and output this server cannot give: refused, not ignored.
         {R"({"input": "x", "conversation": "conv_1"})", "conversation"},
-        {R"({"input": "x", "include": ["reasoning.encrypted_content"]})", "include[0]"},
         {R"({"input": "x", "include": ["file_search_call.results", "message.output_text.logprobs"]})", "include[1]"},
         {R"({"input": "x", "include": [5]})", "include[0]"},
         {R"({"input": "x", "include": "reasoning.encrypted_content"})", "include"},
