@@ -7,7 +7,7 @@
 #   stages: tests attn_bench verify bench bench_fp8 bench120 serving moe_bench peer multi peer_ab sweep fixtures profile
 #           ncu_decode moe_wgmma ncu_wgmma prefill_ab decode_ab sass ncu_moe profile120 ncu_step mma_v4_ab
 #           gemv_bench ncu_gemv env_ab fp8kv_ab fp8_moe grouped_ab jit_ab attn_wgmma router_ab prefill8k decode_b1 ybf16_ab ncu_attn attn_tma attn_pipe bf16_out ncu_src tables mx norm_quant
-#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e serve_cuda mask_overlap shared_prefix disagg s51 s52
+#           decode_wg router_norm ncu_prefill fp8_experts narrow_tail prefill_tables mx_decode ncu_moe_decode ncu_sass decode_s17 rowq final18 next19 s19a s19b ncu_qraw decode_diag s20 s20b s20c s21 s21d s21b s21f ktrace s22a s22b s22c s22d boundary s23b s23c spec s27a s27b s27c s27d s27e s28a s28b s28c s28d s29a s29b s29c s29d s29e serve_cuda mask_overlap shared_prefix disagg s51 s52 s53
 #   env: TEST_FILTER (gtest filter for tests), BENCH_ARGS, BENCH120_ARGS, PROFILE_ARGS, PROFILE_REPEATS
 #        (prefill runs averaged by the profile, the first a warm-up: use several), VERIFY_ARGS (e.g. --fp8)
 set -uo pipefail
@@ -311,6 +311,41 @@ serve_check() {
     curl -s -m 120 -o "$OUT/${name}_time_$kind.json" -w "$kind %{time_total}\n" http://127.0.0.1:$port/v1/completions \
       -H 'Content-Type: application/json' -d "$body}" >> "$OUT/${name}_times.txt"
   done
+  # Session 53: stored responses on CUDA: a follow-up by previous_response_id (its prompt holds the first turn), and a
+  # background response cancelled mid-generation (its sequence and KV blocks freed).
+  local rid bid
+  curl -s -m 60 http://127.0.0.1:$port/v1/responses -H 'Content-Type: application/json' \
+    -d '{"model":"m","input":"Hi","max_output_tokens":8}' > "$OUT/${name}_resp1.json"
+  rid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$OUT/${name}_resp1.json" 2>/dev/null)
+  curl -s -m 60 http://127.0.0.1:$port/v1/responses -H 'Content-Type: application/json' \
+    -d '{"model":"m","input":"Again","max_output_tokens":8,"previous_response_id":"'"$rid"'"}' > "$OUT/${name}_resp2.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/responses -H 'Content-Type: application/json' \
+    -d '{"model":"m","input":"Again","max_output_tokens":8,"store":false}' > "$OUT/${name}_resp3.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/responses -H 'Content-Type: application/json' \
+    -d '{"model":"m","input":"Long","max_output_tokens":3000,"min_tokens":3000,"background":true}' > "$OUT/${name}_bg.json"
+  bid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$OUT/${name}_bg.json" 2>/dev/null)
+  sleep 0.5
+  curl -s -m 30 -X POST http://127.0.0.1:$port/v1/responses/$bid/cancel > "$OUT/${name}_bg_cancel.json"
+  sleep 0.5
+  curl -s -m 10 http://127.0.0.1:$port/metrics | grep -E '^gptoss_(running_sequences|kv_blocks_in_use) ' \
+    > "$OUT/${name}_bg_metrics.txt"
+  local stored
+  stored=$(python3 - "$OUT/${name}" <<'PY'
+import json, sys
+p = sys.argv[1]
+try:
+    u1, u2, u3 = (json.load(open(p + f"_resp{k}.json"))["usage"] for k in (1, 2, 3))
+    chained = u2["input_tokens"] > u3["input_tokens"]  # the follow-up's prompt holds the first turn
+    c = json.load(open(p + "_bg_cancel.json"))
+    out = [f"stored: chained={chained} ({u2['input_tokens']} input tokens, {u3['input_tokens']} alone)",
+           f"bg_cancel={c.get('status')} output_tokens={(c.get('usage') or {}).get('output_tokens')}"]
+    out.append("metrics " + " ".join(l.split()[0].replace("gptoss_", "") + "=" + l.split()[1]
+                                     for l in open(p + "_bg_metrics.txt")))
+    print(" ".join(out))
+except Exception as e:
+    print(f"stored unreadable ({e})")
+PY
+)
   local extra
   extra=$(python3 - "$OUT/${name}_json.json" "$OUT/${name}_echo.json" "$OUT/${name}_grammar.json" \
     "$OUT/${name}_pattern.json" "$OUT/${name}_times.txt" "$OUT/${name}" <<'PY'
@@ -387,7 +422,7 @@ PY
   head -c 600 "$OUT/${name}_completions.json"; echo
   local kv
   kv=$(grep -o 'KV cache: [0-9]* MiB' "$OUT/${name}.log" | head -1)
-  summary+=("$name health=$code server_exit=$src ${kv:-no KV cache line (sized by --kv-cache-mb or not by utilization)} $extra")
+  summary+=("$name health=$code server_exit=$src ${kv:-no KV cache line (sized by --kv-cache-mb or not by utilization)} $extra $stored")
 }
 # ktrace_row <name> <20b|120b> [VAR=val ...]: a kernel trace of 6 decode steps at batch 1, 1k context, and its summary.
 ktrace_row() {
@@ -2775,6 +2810,20 @@ PY
       tests_row shared_prefix_tests 'CudaEngine.*:CudaModel.Fp8*:CudaOps.Split*:CudaOps.Sampling*:CudaOps.LogitEdits*'
       shared_prefix_timing shared_prefix_20b
       decode_row shared_prefix_20b_b1 20b 1
+      ;;
+    serve_only)
+      # The serve check alone (SERVE_BACKEND=cpu runs it on the development machine, .device/gptoss a build's binary).
+      serve_check serve_only
+      ;;
+    s53)
+      # Session 53: the serve check with stored responses (previous_response_id, a background response cancelled) on
+      # CUDA; the engine tests with the shared test gate (f9a9859, compiled only in session 52); batch-1 rows (120b
+      # only where it fits: more than 100 GB).
+      serve_check s53_serve
+      tests_row s53_tests 'CudaEngine.*:CudaModel.Fp8*:CudaOps.Sampling*:CudaOps.LogitEdits*'
+      decode_row s53_20b_b1 20b 1
+      mem_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+      [ "${mem_mib:-0}" -gt 100000 ] && decode_row s53_120b_b1 120b 1
       ;;
     s52)
       # Session 52: the KV transfer without whole-message copies (pieces on the prefill side, read into the
