@@ -301,6 +301,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.chat_completions(b, g); });
     post("/v1/responses",
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.responses(b, g); });
+    // (before the stored responses' POST /v1/responses/{id}/cancel below)
+    post("/v1/responses/input_tokens",
+         [&routes](std::string_view b, const OpenAiRoutes::ClientGone&) { return routes.responses_input_tokens(b); });
     post("/v1/completions",
          [&routes](std::string_view b, const OpenAiRoutes::ClientGone& g) { return routes.completions(b, g); });
     post("/tokenize", [&routes](std::string_view b, const OpenAiRoutes::ClientGone&) { return routes.tokenize(b); });
@@ -351,8 +354,8 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             res.set_header("Access-Control-Max-Age", "600");
         };
     };
-    for (const char* path :
-         {"/v1/chat/completions", "/v1/responses", "/v1/completions", "/tokenize", "/detokenize", "/v1/kv/prefill"}) {
+    for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/responses/input_tokens", "/v1/completions",
+                             "/tokenize", "/detokenize", "/v1/kv/prefill"}) {
         auto h = not_allowed("POST");
         auto hb = not_allowed_with_body("POST");
         svr.Get(path, h);

@@ -601,27 +601,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!json.ok()) return error(api_error(json.status()));
     ResponsesContext context{store_.enabled(), nullptr};
     Json earlier = Json::array();  // previous_response_id's conversation: its context and output
-    if (auto prev = json->find("previous_response_id");
-        store_.enabled() && json->is_object() && prev != json->end() && prev->is_string()) {
-        const std::string id = prev->get<std::string>();
-        std::shared_ptr<const StoredResponse> entry = store_.get(id);
-        if (!entry) {
-            ApiError e = api_error(404, "Previous response with id '" + id + "' not found.",
-                                   std::optional<std::string>("previous_response_not_found"));
-            e.type = "invalid_request_error";
-            e.param = "previous_response_id";
-            return error(e);
-        }
-        const Json previous = entry->current();
-        const std::string status = previous.value("status", std::string());
-        if (status == "queued" || status == "in_progress")
-            return error(api_error(400, "previous_response_id: response '" + id + "' is still " + status +
-                                            "; continue from it once it has finished"));
-        earlier = entry->context;
-        if (previous.contains("output") && previous["output"].is_array())
-            for (const Json& item : previous["output"]) earlier.push_back(item);
-        context.previous_items = &earlier;
-    }
+    if (std::optional<ApiError> e = previous_conversation(*json, &earlier, &context)) return error(*e);
     StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
@@ -672,6 +652,45 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
         client_gone, std::move(on_done));
+}
+
+std::optional<ApiError> OpenAiRoutes::previous_conversation(const Json& body, Json* earlier,
+                                                            ResponsesContext* context) {
+    auto prev = body.find("previous_response_id");
+    if (!store_.enabled() || !body.is_object() || prev == body.end() || !prev->is_string()) return std::nullopt;
+    const std::string id = prev->get<std::string>();
+    std::shared_ptr<const StoredResponse> entry = store_.get(id);
+    if (!entry) {
+        ApiError e = api_error(404, "Previous response with id '" + id + "' not found.",
+                               std::optional<std::string>("previous_response_not_found"));
+        e.param = "previous_response_id";
+        return e;
+    }
+    const Json previous = entry->current();
+    const std::string status = previous.value("status", std::string());
+    if (status == "queued" || status == "in_progress")
+        return api_error(invalid_argument("previous_response_id: response '" + id + "' is still " + status +
+                                          "; continue from it once it has finished"));
+    *earlier = entry->context;
+    if (previous.contains("output") && previous["output"].is_array())
+        for (const Json& item : previous["output"]) earlier->push_back(item);
+    context->previous_items = earlier;
+    return std::nullopt;
+}
+
+RouteResponse OpenAiRoutes::responses_input_tokens(std::string_view body) {
+    if (!queue_.engine().ready()) return error(not_ready_error());
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return error(api_error(json.status()));
+    ResponsesContext context{store_.enabled(), nullptr};
+    Json earlier = Json::array();
+    if (std::optional<ApiError> e = previous_conversation(*json, &earlier, &context)) return error(*e);
+    StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
+    if (!params.ok()) return error(api_error(params.status()));
+    StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
+    if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
+    return json_response(
+        200, Json{{"object", "response.input_tokens"}, {"input_tokens", static_cast<int64_t>(prompt->ids.size())}});
 }
 
 RouteResponse OpenAiRoutes::start_background(EngineRequest request, std::unique_ptr<Session> session,

@@ -362,6 +362,40 @@ TEST_F(StoredResponsesTest, ABackgroundStreamOutlivesItsClient) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+// POST /v1/responses/input_tokens: the prompt tokens the same body would be answered with (usage.input_tokens),
+// previous_response_id and a forced call included; nothing generated or stored.
+TEST_F(StoredResponsesTest, InputTokensCountsWhatTheRequestWouldSend) {
+    TestServer s;
+    s.engine.set_script(final_script("Hello"));
+    const Json tools = Json::parse(R"([{"type":"function","name":"f","parameters":{"type":"object"}}])");
+    const Json first = post_ok(s, {{"input", "Hi"}, {"instructions", "Be brief."}});
+    const Json bodies[] = {
+        {{"input", "Hi"}},
+        {{"input", "Hi"}, {"instructions", "Be brief."}, {"reasoning", {{"effort", "high"}}}},
+        {{"input", "Again"}, {"previous_response_id", first["id"]}},
+        {{"input", "Call it"}, {"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "f"}}}},
+    };
+    for (const Json& body : bodies) {
+        SCOPED_TRACE(body.dump());
+        const int64_t submitted = s.engine.submitted();
+        auto r = s.post("/v1/responses/input_tokens", body.dump());
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        const Json count = parse(r->body);
+        EXPECT_EQ(count["object"], "response.input_tokens");
+        EXPECT_EQ(s.engine.submitted(), submitted);  // nothing ran
+        Json real = body;
+        real["store"] = false;
+        EXPECT_EQ(count["input_tokens"], post_ok(s, real)["usage"]["input_tokens"]);
+    }
+    EXPECT_EQ(expect_error(s.post("/v1/responses/input_tokens", R"({"input":"x","previous_response_id":"resp_no"})"),
+                           404)["code"],
+              "previous_response_not_found");
+    EXPECT_EQ(expect_error(s.post("/v1/responses/input_tokens", R"({"input":7})"), 400)["param"], "input");
+    expect_error(s.post("/v1/responses/input_tokens", "{"), 400);
+    expect_error(s.get("/v1/responses/input_tokens"), 405);
+}
+
 TEST_F(StoredResponsesTest, AServerWithoutAStoreSaysSo) {
     TestServerOptions o = default_test_options();
     o.routes.responses_store_entries = 0;
