@@ -383,6 +383,9 @@ describe('responses', () => {
       max_output_tokens: 6 });
     checkOutput(second, 6);
     assert.equal(second.previous_response_id, first.id);
+    const counted = await client.responses.inputTokens.count({ model: MODEL, input: 'Which word?',
+      previous_response_id: first.id });
+    assert.equal(counted.input_tokens, second.usage.input_tokens);
     // The chained prompt is the whole conversation: more input tokens than the first turn's prompt and output.
     assert.ok(second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens,
       JSON.stringify([first.usage, second.usage]));
