@@ -1050,8 +1050,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                     r.include_encrypted_reasoning = true;
                     continue;
                 }
-                if (v == "message.output_text.logprobs")
-                    return unimplemented(indexed("include", i) + ": '" + v + "' is not supported by this server");
+                if (v == "message.output_text.logprobs") {
+                    p.logprobs = true;
+                    continue;
+                }
                 // OpenAI's other values name output of tools this server refuses: accepted, nothing to add.
                 static constexpr const char* kKnown[] = {"file_search_call.results",
                                                          "web_search_call.results",
@@ -1063,10 +1065,11 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                     return field_error(indexed("include", i), "'" + v + "' is not an include value");
             }
         }
-        if (auto k = f.integer("top_logprobs", 0, 20); k && *k > 0) {
-            return unimplemented(
-                "top_logprobs: log probabilities are not supported on /v1/responses (use "
-                "/v1/chat/completions with logprobs)");
+        // top_logprobs (OpenAI's 0-20): the k best at each output_text token; with it or the include, each output_text
+        // part carries its tokens' logprobs.
+        if (auto k = f.integer("top_logprobs", 0, 20)) {
+            p.top_logprobs = static_cast<int>(*k);
+            if (*k > 0) p.logprobs = true;
         }
         const std::optional<bool> store = f.boolean("store");
         r.store = context.store_enabled && store.value_or(true);  // OpenAI's default: stored
@@ -1246,6 +1249,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         echo["top_p"] =
             body.contains("top_p") && body["top_p"].is_number() ? body["top_p"] : Json(p.sampling.sampling.top_p);
         echo["truncation"] = "disabled";
+        echo["top_logprobs"] = p.top_logprobs;
         echo["user"] = user ? Json(*user) : Json(nullptr);
         return r;
     } catch (const Json::exception& e) {

@@ -618,6 +618,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = request_stop_ids(params->chat.sampling);
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
+    req.top_logprobs = params->chat.logprobs ? params->chat.top_logprobs : -1;
     if (Status st = set_min_tokens_and_bad_words(params->chat.sampling, "max_output_tokens", tokenizer_, &req);
         !st.ok())
         return error(api_error(st));

@@ -59,6 +59,21 @@ std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
 
 namespace {
 
+// A generated token's logprob entry as chat.completions and the Responses API's output_text show it: {"token",
+// "logprob", "bytes", "top_logprobs": [the top_k best, each {"token", "logprob", "bytes"}]}.
+Json token_logprob_json(const tokenizer::BpeTokenizer& tok, const EngineEvent& e, int top_k) {
+    auto one = [&](int32_t id, float lp) {
+        std::string bytes = token_text(tok, id);
+        return Json{{"token", lossy_utf8(bytes)}, {"logprob", lp}, {"bytes", token_bytes_json(bytes)}};
+    };
+    Json entry = one(e.token_id, e.logprob);
+    Json top = Json::array();
+    for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < top_k; ++i)
+        top.push_back(one(e.top_logprobs[i].id, e.top_logprobs[i].logprob));
+    entry["top_logprobs"] = std::move(top);
+    return entry;
+}
+
 // vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...], entry i for prompt
 // token i (from an engine event's prompt logprobs, entry i - 1): the prompt token and the k best; null where
 // there is none (the first, or after an error).
@@ -248,19 +263,7 @@ private:
         }
     }
 
-    Json logprob_entry(const EngineEvent& e) const {
-        auto one = [&](int32_t id, float lp) {
-            std::string bytes = token_text(*ctx_.tokenizer, id);
-            return Json{{"token", lossy_utf8(bytes)}, {"logprob", lp}, {"bytes", token_bytes_json(bytes)}};
-        };
-        Json entry = one(e.token_id, e.logprob);
-        Json top = Json::array();
-        for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < top_logprobs_; ++i) {
-            top.push_back(one(e.top_logprobs[i].id, e.top_logprobs[i].logprob));
-        }
-        entry["top_logprobs"] = std::move(top);
-        return entry;
-    }
+    Json logprob_entry(const EngineEvent& e) const { return token_logprob_json(*ctx_.tokenizer, e, top_logprobs_); }
 
     const SessionContext ctx_;
     HarmonyOutput out_;
@@ -295,6 +298,8 @@ public:
           echo_(params.echo),
           stop_token_ids_(params.chat.sampling.stop_token_ids),
           encrypted_reasoning_(params.include_encrypted_reasoning),
+          logprobs_(params.chat.logprobs),
+          top_logprobs_(params.chat.top_logprobs),
           id_(random_id("resp_")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
@@ -310,8 +315,11 @@ public:
     bool on_event(const EngineEvent& e, std::string* sse) override {
         if (e.token_id >= 0) {
             ++usage_.completion_tokens;
-            if (!is_request_stop(e, stop_token_ids_))
+            if (!is_request_stop(e, stop_token_ids_)) {
+                token_ = logprobs_ ? &e : nullptr;
                 for (const harmony::Event& h : out_.push(e.token_id).events) handle(h, sse);
+                token_ = nullptr;
+            }
         }
         if (e.finish != FinishReason::kNone) {
             if (e.finish == FinishReason::kLength) hit_length_ = true;
@@ -372,8 +380,10 @@ private:
 
     Json part_json() const {
         if (kind_ == Kind::kMessage) {
-            return Json{
-                {"type", "output_text"}, {"text", text_}, {"annotations", Json::array()}, {"logprobs", Json::array()}};
+            return Json{{"type", "output_text"},
+                        {"text", text_},
+                        {"annotations", Json::array()},
+                        {"logprobs", logprobs_so_far_}};
         }
         return Json{{"type", "reasoning_text"}, {"text", text_}};
     }
@@ -385,12 +395,19 @@ private:
                 if (kind_ == Kind::kNone) break;
                 text_ += h.delta;
                 if (kind_ == Kind::kMessage) {
+                    // The token whose text this is (its first delta: one entry a token).
+                    Json lp = Json::array();
+                    if (token_ != nullptr) {
+                        lp.push_back(token_logprob_json(*ctx_.tokenizer, *token_, top_logprobs_));
+                        logprobs_so_far_.push_back(lp.back());
+                        token_ = nullptr;
+                    }
                     emit(sse, "response.output_text.delta",
                          Json{{"item_id", item_["id"]},
                               {"output_index", index_},
                               {"content_index", 0},
                               {"delta", h.delta},
-                              {"logprobs", Json::array()}});
+                              {"logprobs", std::move(lp)}});
                 } else if (kind_ == Kind::kReasoning) {
                     emit(sse, "response.reasoning_text.delta",
                          Json{{"item_id", item_["id"]},
@@ -408,6 +425,7 @@ private:
 
     void start_item(const harmony::MessageHeader& header, std::string* sse) {
         text_.clear();
+        logprobs_so_far_ = Json::array();
         index_ = static_cast<int64_t>(output_.size());
         switch (out_.route(header)) {
             case harmony::ChatRoute::kHidden: kind_ = Kind::kNone; return;
@@ -461,7 +479,7 @@ private:
                             {"output_index", index_},
                             {"content_index", 0},
                             {"text", text_},
-                            {"logprobs", Json::array()}}
+                            {"logprobs", logprobs_so_far_}}
                      : Json{{"item_id", id}, {"output_index", index_}, {"content_index", 0}, {"text", text_}});
             emit(sse, "response.content_part.done",
                  Json{{"item_id", id}, {"output_index", index_}, {"content_index", 0}, {"part", part}});
@@ -481,6 +499,10 @@ private:
     const Json echo_;
     const std::vector<int32_t> stop_token_ids_;
     const bool encrypted_reasoning_;  // include: ["reasoning.encrypted_content"]
+    const bool logprobs_;             // output_text parts carry their tokens' logprobs
+    const int top_logprobs_;
+    const EngineEvent* token_ = nullptr;    // the token being pushed (logprobs only), until its first text delta
+    Json logprobs_so_far_ = Json::array();  // the message item's entries
     const std::string id_;
     const int64_t created_;
     Usage usage_;

@@ -372,6 +372,22 @@ describe('responses', () => {
     checkOutput(done, 8);
   });
 
+  test('logprobs on output_text (top_logprobs) from the real engine', async () => {
+    const r = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 24, top_logprobs: 2,
+      reasoning: { effort: 'low' }, temperature: 0 });
+    checkOutput(r, 24);
+    assert.equal(r.top_logprobs, 2);
+    for (const item of r.output.filter((x) => x.type === 'message')) {
+      const part = item.content[0];
+      assert.ok(part.logprobs.length > 0 || part.text === '', JSON.stringify(part));
+      for (const e of part.logprobs) {
+        assert.ok(Number.isFinite(e.logprob) && e.logprob <= 0, JSON.stringify(e));
+        assert.equal(e.top_logprobs.length, 2);
+        assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+      }
+    }
+  });
+
   test('stored responses: previous_response_id, retrieve, input items, delete', async () => {
     const first = await client.responses.create({ model: MODEL, input: 'Remember the word kiwi.', max_output_tokens: 6 });
     checkOutput(first, 6);

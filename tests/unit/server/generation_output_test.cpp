@@ -344,6 +344,52 @@ TEST_F(GenerationOutputTest, ChatLogprobsCoverContentTokens) {
     EXPECT_EQ(entries, lp.size());
 }
 
+// Responses logprobs (top_logprobs, include message.output_text.logprobs): the output_text part carries an entry per
+// token of its text (none for the reasoning or the headers); streamed, each output_text delta carries its own
+// token's, and the done events all of them.
+TEST_F(GenerationOutputTest, ResponsesLogprobsCoverOutputTextTokens) {
+    script(
+        "<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Hello world<|return|>");
+    for (const char* ask : {R"("top_logprobs":2)", R"("include":["message.output_text.logprobs"])"}) {
+        SCOPED_TRACE(ask);
+        Json r = post_json("/v1/responses", std::string(R"({"input":"x",)") + ask + "}");
+        ASSERT_EQ(r["output"].size(), 2u) << r.dump();
+        const Json& part = r["output"][1]["content"][0];
+        const Json& lp = part["logprobs"];
+        ASSERT_EQ(lp.size(), harmony_ids("Hello world").size()) << part.dump();
+        std::string text;
+        for (const Json& e : lp) {
+            text += e["token"].get<std::string>();
+            EXPECT_EQ(e["logprob"], -0.25);
+            EXPECT_TRUE(e["bytes"].is_array());
+            EXPECT_EQ(e["top_logprobs"].size(), std::string(ask).find("top_logprobs") != std::string::npos ? 2u : 0u);
+        }
+        EXPECT_EQ(text, "Hello world");
+        EXPECT_EQ(r["top_logprobs"], std::string(ask).find("top_logprobs") != std::string::npos ? 2 : 0);
+    }
+    // Not asked: empty lists, and the engine computes none.
+    Json plain = post_json("/v1/responses", R"({"input":"x"})");
+    EXPECT_EQ(plain["output"][1]["content"][0]["logprobs"], Json::array());
+    EXPECT_EQ(server_.engine.last_request().top_logprobs, -1);
+
+    auto streamed = server_.post("/v1/responses", R"({"input":"x","stream":true,"top_logprobs":1})");
+    ASSERT_TRUE(streamed);
+    size_t entries = 0;
+    Json done_lp;
+    for (const SseEvent& e : parse_sse(streamed->body)) {
+        const Json d = parse(e.data);
+        if (e.event == "response.output_text.delta") {
+            std::string tokens;
+            for (const Json& x : d["logprobs"]) tokens += x["token"].get<std::string>();
+            EXPECT_EQ(tokens, d["delta"]) << d.dump();
+            entries += d["logprobs"].size();
+        }
+        if (e.event == "response.output_text.done") done_lp = d["logprobs"];
+    }
+    EXPECT_EQ(entries, harmony_ids("Hello world").size());
+    EXPECT_EQ(done_lp.size(), entries);
+}
+
 TEST_F(GenerationOutputTest, ResponsesOutputItems) {
     script("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>");
     Json r = post_json("/v1/responses", R"({"input":"hi","instructions":"Be nice.","reasoning":{"effort":"low"}})");

@@ -444,10 +444,9 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "text": {"format": {"type": "jsonl"}}})", "text.format.type"},
         // Stored state and output this server cannot give: refused, not ignored.
         {R"({"input": "x", "conversation": "conv_1"})", "conversation"},
-        {R"({"input": "x", "include": ["file_search_call.results", "message.output_text.logprobs"]})", "include[1]"},
         {R"({"input": "x", "include": [5]})", "include[0]"},
+        {R"({"input": "x", "top_logprobs": 21})", "top_logprobs"},
         {R"({"input": "x", "include": "reasoning.encrypted_content"})", "include"},
-        {R"({"input": "x", "top_logprobs": 2})", "top_logprobs"},
         // Values OpenAI refuses are refused here too (they were accepted).
         {R"({"input": "x", "include": ["bogus"]})", "include[0]"},
         {R"({"input": "x", "truncation": "bogus"})", "truncation"},
