@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -394,6 +395,64 @@ TEST_F(StoredResponsesTest, InputTokensCountsWhatTheRequestWouldSend) {
     EXPECT_EQ(expect_error(s.post("/v1/responses/input_tokens", R"({"input":7})"), 400)["param"], "input");
     expect_error(s.post("/v1/responses/input_tokens", "{"), 400);
     expect_error(s.get("/v1/responses/input_tokens"), 405);
+}
+
+// Many clients at once, each creating responses (background or not, streamed or not), following up, polling,
+// cancelling and deleting, against a store small enough to evict: every answer is well formed, nothing is left
+// running, and the server shuts down with background runs in flight.
+TEST_F(StoredResponsesTest, ConcurrentClientsOnASmallStore) {
+    TestServerOptions o = default_test_options();
+    o.routes.responses_store_entries = 16;
+    o.engine.step_interval = std::chrono::microseconds(2000);
+    auto s = std::make_unique<TestServer>(o);
+    s->engine.set_script(final_script("one two three four five six seven eight"));
+    std::atomic<int> bad{0};
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 12; ++c) {
+        clients.emplace_back([&, c] {
+            httplib::Client http = s->client();
+            std::string last;
+            for (int k = 0; k < 12; ++k) {
+                const int op = (c * 7 + k * 3) % 6;
+                Json body = {{"input", "Hi"}};
+                if (op == 1 || op == 4) body["background"] = true;
+                if (op == 2 || op == 4) body["stream"] = true;
+                if (op == 3 && !last.empty()) body["previous_response_id"] = last;
+                auto r = http.Post("/v1/responses", body.dump(), "application/json");
+                if (!r || (r->status != 200 && r->status != 404)) {  // 404: the previous one was evicted
+                    ++bad;
+                    continue;
+                }
+                if (r->status != 200) continue;
+                std::string id;
+                if (body.contains("stream")) {
+                    std::vector<SseEvent> events = parse_sse(r->body);
+                    if (events.empty()) {
+                        ++bad;
+                        continue;
+                    }
+                    id = parse(events.front().data)["response"]["id"];
+                } else {
+                    id = parse(r->body)["id"];
+                }
+                last = id;
+                const std::string path = "/v1/responses/" + id;
+                if (k % 4 == 1) http.Post((path + "/cancel").c_str(), "", "application/json");
+                if (k % 4 == 2) http.Delete(path.c_str());
+                auto g = http.Get(path.c_str());
+                if (!g || (g->status != 200 && g->status != 404) ||
+                    (g->status == 200 && !parse(g->body).contains("status")))
+                    ++bad;
+            }
+        });
+    }
+    for (std::thread& t : clients) t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_TRUE(s->wait_engine_idle());
+    // Shutting down with background runs in flight ends them (the routes join their threads).
+    s->engine.set_paused(true);
+    for (int i = 0; i < 4; ++i) post_ok(*s, {{"input", "Hi"}, {"background", true}});
+    s.reset();
 }
 
 TEST_F(StoredResponsesTest, AServerWithoutAStoreSaysSo) {
