@@ -86,11 +86,20 @@ void ResponseStore::put(const std::string& id, std::shared_ptr<const StoredRespo
     order_.push_front(id);
     slots_[id] = Slot{std::move(entry), bytes, order_.begin()};
     bytes_ += bytes;
+    // Victims from the least recently used on, past running background responses (they stay pollable and
+    // cancellable until done; the queue's in-flight limit bounds them).
+    auto victim = order_.end();
     while (order_.size() > 1 && (order_.size() > max_entries_ || bytes_ > max_bytes_)) {
-        auto victim = slots_.find(order_.back());
-        bytes_ -= victim->second.bytes;
-        slots_.erase(victim);
-        order_.pop_back();
+        do {
+            --victim;
+            const StoredResponse& e = *slots_.at(*victim).entry;
+            if (!e.run || e.run->done()) break;
+        } while (victim != order_.begin());
+        if (victim == order_.begin()) break;  // nothing evictable but the newest
+        auto slot = slots_.find(*victim);
+        bytes_ -= slot->second.bytes;
+        slots_.erase(slot);
+        victim = order_.erase(victim);
     }
 }
 

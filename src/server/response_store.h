@@ -76,7 +76,8 @@ public:
 
     bool enabled() const { return max_entries_ > 0; }
     // Adds or replaces `id`'s entry, then drops the least recently used entries beyond the budgets (never the one
-    // just put, so one answer larger than the byte budget is kept until the next).
+    // just put, so one answer larger than the byte budget is kept until the next, and never a background response
+    // still running).
     void put(const std::string& id, std::shared_ptr<const StoredResponse> entry);
     // put() where `id` still has an entry (a response deleted meanwhile stays deleted); the entry keeps its place.
     void replace(const std::string& id, std::shared_ptr<const StoredResponse> entry);

@@ -61,6 +61,35 @@ TEST(ResponseStore, KeepsToItsByteBudgetButAlwaysTheNewest) {
     EXPECT_EQ(off.get("a"), nullptr);
 }
 
+class NullSession final : public Session {
+public:
+    void open(std::string*) override {}
+    bool on_event(const EngineEvent&, std::string*) override { return false; }
+    void close(FinishReason, std::string*) override {}
+    void fail(const ApiError&, std::string*) override {}
+    Json body() const override { return Json{{"status", "completed"}}; }
+};
+
+TEST(ResponseStore, NeverDropsARunningBackgroundResponse) {
+    ResponseStore store(2, size_t{1} << 30);
+    auto running = std::make_shared<StoredResponse>();
+    running->run = std::make_shared<BackgroundRun>(std::make_unique<NullSession>());
+    store.put("bg", running);
+    store.put("a", entry_of(1));
+    store.put("b", entry_of(1));  // over by one: a goes, bg (older, running) stays
+    EXPECT_NE(store.get("bg"), nullptr);
+    EXPECT_EQ(store.get("a"), nullptr);
+    store.put("c", entry_of(1));  // bg is now the most recently used; b goes
+    EXPECT_EQ(store.get("b"), nullptr);
+    running->run->step([](Session&, std::string* sse) { *sse += "event: x\ndata: {}\n\n"; }, nullptr, true);
+    EXPECT_TRUE(running->run->done());
+    EXPECT_EQ(running->run->snapshot(), (Json{{"status", "completed"}}));
+    store.put("d", entry_of(1));
+    store.put("e", entry_of(1));  // done now: it goes like any other
+    EXPECT_EQ(store.get("bg"), nullptr);
+    EXPECT_EQ(store.size(), 2u);
+}
+
 FakeScript final_script(const std::string& text) {
     return [text](const EngineRequest&) { return harmony_ids("<|channel|>final<|message|>" + text + "<|return|>"); };
 }
