@@ -220,6 +220,18 @@ void add_usage(Json& total, const Json& u, bool counts_prompt) {
     total["total_tokens"] = total.value("prompt_tokens", int64_t{0}) + total.value("completion_tokens", int64_t{0});
 }
 
+// `sum`'s members in the order of `shape`'s (a choice's own usage), the rest after: the summed usage of several
+// choices in one order, whichever choice's usage came first (a streamed answer's then equals the whole one's).
+Json in_order_of(const Json& sum, const Json& shape) {
+    Json out = Json::object();
+    if (shape.is_object())
+        for (auto it = shape.begin(); it != shape.end(); ++it)
+            if (sum.contains(it.key())) out[it.key()] = sum[it.key()];
+    for (auto it = sum.begin(); it != sum.end(); ++it)
+        if (!out.contains(it.key())) out[it.key()] = it.value();
+    return out;
+}
+
 struct Choice {
     std::unique_ptr<GenerationStream> gen;
     std::unique_ptr<Session> session;
@@ -289,7 +301,7 @@ public:
             }
             if (!done_ && std::all_of(choices_.begin(), choices_.end(), [](const Choice& c) { return c.done; })) {
                 if (usage_template_.is_object()) {
-                    usage_template_["usage"] = usage_;
+                    usage_template_["usage"] = in_order_of(usage_, usage_template_["usage"]);
                     *out += sse_event(usage_template_);
                 }
                 *out += kSseDone;
@@ -424,7 +436,7 @@ RouteResponse OpenAiRoutes::generate_many(std::vector<EngineRequest> requests,
         add_usage(usage, b["usage"], choices[i].counts_prompt);
     }
     body["choices"] = std::move(all);
-    body["usage"] = std::move(usage);
+    body["usage"] = in_order_of(usage, body["usage"]);
     return json_response(200, body);
 }
 
