@@ -608,6 +608,57 @@ Status check_chat_tools(const Json& body, std::vector<std::string>* names, struc
     return ok_status();
 }
 
+// OpenAI's tool_choice {"type": "allowed_tools", ...}: the model may call only the tools listed, as `mode` ("auto":
+// or answer; "required": one of them). `spec` holds mode and tools (chat: tool_choice.allowed_tools, each tool
+// {"type": "function", "function": {"name"}}; Responses: tool_choice itself, each {"type": "function", "name"}).
+// Rewrites `chat` (the chat.completions form harmony renders) to offer only those tools, tool_choice = mode.
+Status apply_allowed_tools(const Json& spec, const std::string& param, bool responses_shape, Json* chat) {
+    if (!spec.is_object()) return field_error(param, "must be an object");
+    Fields f(spec, param);
+    const std::optional<std::string> mode = f.one_of("mode", {"auto", "required"});
+    const Json* tools = f.array("tools");
+    RETURN_IF_ERROR(f.status());
+    if (!mode) return field_error(f.param("mode"), "is required");
+    if (!tools || tools->empty()) return field_error(f.param("tools"), "must list at least one tool");
+    std::vector<std::string> allowed;
+    for (size_t i = 0; i < tools->size(); ++i) {
+        const std::string tp = indexed(f.param("tools"), i);
+        const Json& t = (*tools)[i];
+        if (!t.is_object()) return field_error(tp, "must be an object");
+        Fields tf(t, tp);
+        tf.one_of("type", {"function"});
+        std::optional<std::string> name;
+        if (responses_shape) {
+            name = tf.string("name");
+        } else if (const Json* fn = tf.object("function")) {
+            Fields ff(*fn, tp + ".function");
+            name = ff.string("name");
+            RETURN_IF_ERROR(ff.status());
+        }
+        RETURN_IF_ERROR(tf.status());
+        if (!name) return field_error(tp + (responses_shape ? ".name" : ".function.name"), "is required");
+        allowed.push_back(*name);
+    }
+    Json kept = Json::array();
+    if (chat->contains("tools") && (*chat)["tools"].is_array()) {
+        for (const Json& t : (*chat)["tools"]) {
+            const std::string name = t["function"].value("name", std::string());
+            if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) kept.push_back(t);
+        }
+    }
+    for (size_t i = 0; i < allowed.size(); ++i) {
+        const bool declared = std::any_of(kept.begin(), kept.end(), [&](const Json& t) {
+            return t["function"].value("name", std::string()) == allowed[i];
+        });
+        if (!declared)
+            return field_error(indexed(f.param("tools"), i) + (responses_shape ? ".name" : ".function.name"),
+                               "no tool named '" + allowed[i] + "' in tools");
+    }
+    (*chat)["tools"] = std::move(kept);
+    (*chat)["tool_choice"] = *mode;
+    return ok_status();
+}
+
 // tool_choice of chat.completions: "auto" | "none" | "required" | {"type":"function","function":{"name"}}.
 Status check_tool_choice(const Json& body, const std::vector<std::string>& names) {
     auto tc = body.find("tool_choice");
@@ -623,7 +674,7 @@ Status check_tool_choice(const Json& body, const std::vector<std::string>& names
     }
     if (!tc->is_object()) return field_error("tool_choice", "must be a string or an object");
     Fields f(*tc, "tool_choice");
-    f.one_of("type", {"function"});
+    f.one_of("type", {"function", "allowed_tools"});  // (allowed_tools is rewritten before: apply_allowed_tools)
     const Json* fn = f.object("function");
     RETURN_IF_ERROR(f.status());
     if (!fn) return field_error("tool_choice.function", "is required");
@@ -953,7 +1004,16 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         auto tool_grammars = std::make_shared<structured::ToolGrammars>();
         RETURN_IF_ERROR(check_chat_tools(body, &tool_names, tool_grammars.get()));
         if (!tool_grammars->empty()) p.tool_grammars = std::move(tool_grammars);
-        RETURN_IF_ERROR(check_tool_choice(body, tool_names));
+        // tool_choice allowed_tools: the chat form offers only those tools (the body as harmony renders it).
+        std::optional<Json> restricted;
+        if (auto tc = body.find("tool_choice");
+            tc != body.end() && tc->is_object() && tc->value("type", std::string()) == "allowed_tools") {
+            restricted = body;
+            const Json spec = tc->contains("allowed_tools") ? (*tc)["allowed_tools"] : Json();
+            RETURN_IF_ERROR(apply_allowed_tools(spec, "tool_choice.allowed_tools", false, &*restricted));
+        } else {
+            RETURN_IF_ERROR(check_tool_choice(body, tool_names));
+        }
         // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
@@ -986,7 +1046,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
             p.prompt_logprobs = static_cast<int>(*plp);
         read_stream(f, &p.stream, &p.include_usage);
         RETURN_IF_ERROR(f.status());
-        p.chat_body = body;
+        p.chat_body = restricted ? std::move(*restricted) : body;
         return p;
     } catch (const Json::exception& e) {
         return invalid_argument(std::string("malformed request: ") + e.what());
@@ -1162,9 +1222,11 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         if (const Json* tc = f.get("tool_choice")) {
             if (tc->is_string()) {
                 chat["tool_choice"] = *tc;
+            } else if (tc->is_object() && tc->value("type", std::string()) == "allowed_tools") {
+                RETURN_IF_ERROR(apply_allowed_tools(*tc, "tool_choice", true, &chat));
             } else if (tc->is_object()) {
                 Fields tcf(*tc, "tool_choice");
-                tcf.one_of("type", {"function"});
+                tcf.one_of("type", {"function", "allowed_tools"});
                 std::optional<std::string> name = tcf.string("name");
                 RETURN_IF_ERROR(tcf.status());
                 if (!name) return field_error("tool_choice.name", "is required");

@@ -465,6 +465,31 @@ TEST_F(GenerationOutputTest, ResponsesEncryptedReasoningRoundTrip) {
     EXPECT_EQ(parse(bad->body)["error"]["param"], "input[1].encrypted_content") << bad->body;
 }
 
+// tool_choice allowed_tools: the prompt declares only the allowed functions; mode required with one of them forces
+// its call's header (the same prompt as a named tool_choice), on both APIs.
+TEST_F(GenerationOutputTest, AllowedToolsDeclareOnlyThoseFunctions) {
+    script("<|channel|>commentary to=functions.lookup <|constrain|>json<|message|>{}<|call|>");
+    const std::string tools =
+        R"("tools":[{"type":"function","function":{"name":"lookup","parameters":{"type":"object"}}},
+        {"type":"function","function":{"name":"delete_everything","parameters":{"type":"object"}}}])";
+    post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],)" + tools +
+                                          R"(,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required",
+                  "tools":[{"type":"function","function":{"name":"lookup"}}]}}})");
+    const std::vector<int32_t> allowed = server_.engine.last_request().prompt;
+    const std::string text = *test_tokenizer()->decode(allowed);
+    EXPECT_NE(text.find("type lookup"), std::string::npos) << text;
+    EXPECT_EQ(text.find("delete_everything"), std::string::npos) << text;
+    post_json("/v1/chat/completions",
+              R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"lookup",
+              "parameters":{"type":"object"}}}],"tool_choice":{"type":"function","function":{"name":"lookup"}}})");
+    EXPECT_EQ(allowed, server_.engine.last_request().prompt);
+    Json r = post_json("/v1/responses", R"({"input":"x","tools":[{"type":"function","name":"lookup",
+        "parameters":{"type":"object"}},{"type":"function","name":"delete_everything","parameters":{"type":"object"}}],
+        "tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"lookup"}]}})");
+    EXPECT_EQ(r["output"].back()["type"], "function_call") << r.dump();
+    EXPECT_EQ(*test_tokenizer()->decode(server_.engine.last_request().prompt), text);
+}
+
 // Effort names past low / medium / high are clamped, not refused (HARMONY.md §3.2; before session 26
 // both routes answered 400): minimal and none to low, xhigh and max to high.
 TEST_F(GenerationOutputTest, ReasoningEffortIsClamped) {

@@ -11,6 +11,7 @@ namespace gptoss::server {
 namespace {
 
 Json j(const char* text) { return Json::parse(text); }
+Json j(const std::string& text) { return Json::parse(text); }
 
 std::string param_of(const Status& st) { return api_error(st).param.value_or(""); }
 
@@ -354,6 +355,50 @@ TEST(ParseChatRequest, IntegralFloatsAreIntegers) {
     ASSERT_TRUE(p.ok()) << p.status().message();
     ASSERT_TRUE(p->sampling.max_tokens.has_value());
     EXPECT_EQ(*p->sampling.max_tokens, 16);
+}
+
+// OpenAI's tool_choice allowed_tools: only the listed tools are offered (as the chat form harmony renders), the
+// mode becoming tool_choice; both request shapes.
+TEST(ParseToolChoice, AllowedToolsOfferOnlyThoseTools) {
+    const char* tools = R"("tools": [{"type": "function", "function": {"name": "a"}},
+                                      {"type": "function", "function": {"name": "b"}},
+                                      {"type": "function", "function": {"name": "c"}}])";
+    auto chat = parse_chat_request(j(std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + tools +
+                                     R"(, "tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "required",
+                                        "tools": [{"type": "function", "function": {"name": "c"}},
+                                                  {"type": "function", "function": {"name": "a"}}]}}})"));
+    ASSERT_TRUE(chat.ok()) << chat.status().message();
+    EXPECT_EQ(chat->chat_body["tool_choice"], "required");
+    ASSERT_EQ(chat->chat_body["tools"].size(), 2u);
+    EXPECT_EQ(chat->chat_body["tools"][0]["function"]["name"], "a");  // in the declared order
+    EXPECT_EQ(chat->chat_body["tools"][1]["function"]["name"], "c");
+    auto r = parse_responses_request(j(R"({"input": "x", "tools": [{"type": "function", "name": "a"},
+        {"type": "function", "name": "b"}], "tool_choice": {"type": "allowed_tools", "mode": "auto",
+        "tools": [{"type": "function", "name": "b"}]}})"));
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->chat.chat_body["tool_choice"], "auto");
+    ASSERT_EQ(r->chat.chat_body["tools"].size(), 1u);
+    EXPECT_EQ(r->chat.chat_body["tools"][0]["function"]["name"], "b");
+    EXPECT_EQ(r->echo["tool_choice"]["type"], "allowed_tools");  // echoed as given
+    const std::pair<std::string, const char*> bad[] = {
+        {R"("tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto",
+            "tools": [{"type": "function", "function": {"name": "z"}}]}})",
+         "tool_choice.allowed_tools.tools[0].function.name"},
+        {R"("tool_choice": {"type": "allowed_tools", "allowed_tools": {"tools": [
+            {"type": "function", "function": {"name": "a"}}]}})",
+         "tool_choice.allowed_tools.mode"},
+        {R"("tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "none", "tools": []}})",
+         "tool_choice.allowed_tools.mode"},
+        {R"("tool_choice": {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": []}})",
+         "tool_choice.allowed_tools.tools"},
+        {R"("tool_choice": {"type": "allowed_tools"})", "tool_choice.allowed_tools"},
+    };
+    for (const auto& [choice, param] : bad) {
+        auto e = parse_chat_request(
+            j(std::string(R"({"messages": [{"role": "user", "content": "x"}], )") + tools + ", " + choice + "}"));
+        ASSERT_FALSE(e.ok()) << choice;
+        EXPECT_EQ(api_error(e.status()).param, param) << e.status().message();
+    }
 }
 
 TEST(EncryptedReasoning, RoundTripsAnyTextAndRefusesWhatItDidNotMake) {
