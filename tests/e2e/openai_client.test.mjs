@@ -435,6 +435,15 @@ describe('responses', () => {
     assert.notEqual(types[0], 'response.created');  // events 0 and 1 (created, in_progress) skipped
     assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)), types.join());
 
+    // Background and streamed: the events as they come through the SDK's stream, then the same response polled.
+    const bgStream = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 8, background: true,
+      stream: true });
+    let last;
+    for await (const e of bgStream) last = e;
+    assert.ok(['response.completed', 'response.incomplete'].includes(last.type), last.type);
+    assert.equal(last.response.background, true);
+    assert.deepEqual((await client.responses.retrieve(last.response.id)).output, last.response.output);
+
     const long = await client.responses.create({ model: MODEL, input: 'Write a long story.', max_output_tokens: 4000,
       background: true });
     const cancelled = await client.responses.cancel(long.id);
