@@ -1271,9 +1271,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
             if (p.grammar) text_format = (*text)["format"];
         }
         const std::optional<std::string> user = f.string("user");
-        // "auto" would drop input items to fit the context: not done here (an input over the context is a 400),
-        // so the answer says "disabled".
-        f.one_of("truncation", {"auto", "disabled"});
+        // "auto": a conversation over the context loses its first turns (the routes do it, rendering each try).
+        r.truncation_auto = f.one_of("truncation", {"auto", "disabled"}) == std::optional<std::string>("auto");
         RETURN_IF_ERROR(f.status());
         if (chat.contains("tool_choice")) {
             std::vector<std::string> names;
@@ -1310,7 +1309,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         echo["tools"] = tools_echo;
         echo["top_p"] =
             body.contains("top_p") && body["top_p"].is_number() ? body["top_p"] : Json(p.sampling.sampling.top_p);
-        echo["truncation"] = "disabled";
+        echo["truncation"] = r.truncation_auto ? "auto" : "disabled";
         echo["top_logprobs"] = p.top_logprobs;
         echo["user"] = user ? Json(*user) : Json(nullptr);
         return r;

@@ -124,6 +124,8 @@ struct ResponsesParams {
     Json input_items = Json::array();
     // include: ["reasoning.encrypted_content"]: reasoning items carry their text as encrypted_content too.
     bool include_encrypted_reasoning = false;
+    // truncation: "auto": a conversation over the context loses its first turns (OpenAiRoutes::responses).
+    bool truncation_auto = false;
 };
 // What a Responses request is parsed against: whether the server keeps responses, and for a request with
 // previous_response_id the conversation items it continues (that response's context: its earlier items, its input

@@ -618,6 +618,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!params.ok()) return error(api_error(params.status()));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
+    if (params->truncation_auto) truncate_conversation(*json, &earlier, &*params, &*prompt);
     if (params->chat.grammar || params->chat.sampling.regex || params->chat.sampling.ebnf)
         prompt->mapping.preambles_to_reasoning = true;
     truncate_prompt(params->chat.sampling, queue_.engine().max_context_tokens(), &prompt->ids);
@@ -665,6 +666,61 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
         client_gone, std::move(on_done));
+}
+
+void OpenAiRoutes::truncate_conversation(const Json& body, Json* earlier, ResponsesParams* params,
+                                         ChatPrompt* prompt) const {
+    const int64_t context = queue_.engine().max_context_tokens();
+    const int64_t need = params->chat.sampling.max_tokens.value_or(1);
+    const auto fits = [&](const ChatPrompt& p) { return static_cast<int64_t>(p.ids.size()) + need <= context; };
+    if (fits(*prompt)) return;
+    // The whole conversation as items; a cut may fall only before a user message (a turn's start), so that no tool
+    // result loses its call.
+    Json items = *earlier;
+    for (const Json& item : params->input_items) items.push_back(item);
+    std::vector<size_t> cuts;
+    for (size_t i = 1; i < items.size(); ++i)
+        if (items[i].value("type", std::string()) == "message" && items[i].value("role", std::string()) == "user")
+            cuts.push_back(i);
+    // The request as if it had sent items[cut..] whole, parsed and rendered.
+    const auto attempt = [&](size_t cut) -> std::optional<std::pair<ResponsesParams, ChatPrompt>> {
+        Json b = body;
+        b.erase("previous_response_id");
+        b["input"] = Json(items.begin() + static_cast<std::ptrdiff_t>(cut), items.end());
+        StatusOr<ResponsesParams> p = parse_responses_request(b, ResponsesContext{store_.enabled(), nullptr});
+        if (!p.ok()) return std::nullopt;
+        StatusOr<ChatPrompt> pr = render_chat_prompt(p->chat.chat_body, tokenizer_, options_.harmony);
+        if (!pr.ok()) return std::nullopt;
+        return std::make_pair(std::move(*p), std::move(*pr));
+    };
+    // The earliest cut that fits (fewer items, fewer tokens: a binary search over the cuts).
+    size_t lo = 0, hi = cuts.size();
+    std::optional<std::pair<ResponsesParams, ChatPrompt>> best;
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        auto a = attempt(cuts[mid]);
+        if (a && fits(a->second)) {
+            best = std::move(a);
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    if (!best) return;  // nothing fits: the context error follows, as without truncation
+    const size_t cut = cuts[lo];
+    const size_t before = earlier->size();
+    Json kept_earlier = Json::array();
+    for (size_t i = cut; i < before; ++i) kept_earlier.push_back(items[i]);
+    Json kept_input = Json::array();
+    for (size_t i = std::max(cut, before); i < items.size(); ++i) kept_input.push_back(items[i]);
+    // The truncated request keeps the original's echo (previous_response_id, truncation) and stored-response fields.
+    ResponsesParams& p = best->first;
+    p.echo = params->echo;
+    p.previous_response_id = params->previous_response_id;
+    p.input_items = std::move(kept_input);
+    *params = std::move(p);
+    *prompt = std::move(best->second);
+    *earlier = std::move(kept_earlier);
 }
 
 std::optional<ApiError> OpenAiRoutes::previous_conversation(const Json& body, Json* earlier,

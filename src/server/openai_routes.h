@@ -120,6 +120,11 @@ private:
     // previous_response_id (a string, with a store): `earlier` gets that response's context and output, and
     // `context` points at it; an error for an unknown id or a response still running.
     std::optional<ApiError> previous_conversation(const Json& body, Json* earlier, ResponsesContext* context);
+    // truncation: "auto" (OpenAI's): when the prompt leaves less than max_output_tokens (or 1) of the context, the
+    // conversation (`earlier`, then the request's input items) loses its first items, cut before a user message, the
+    // fewest that make it fit; `params`, `prompt` and `earlier` become the truncated request's. Unchanged when no
+    // cut fits (the context error follows).
+    void truncate_conversation(const Json& body, Json* earlier, ResponsesParams* params, ChatPrompt* prompt) const;
     RouteResponse start_background(EngineRequest request, std::unique_ptr<Session> session, StoredResponse entry,
                                    bool stream, Clock::time_point arrival);
     void run_background(std::unique_ptr<GenerationStream> gen, std::shared_ptr<BackgroundRun> run,

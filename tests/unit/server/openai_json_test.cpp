@@ -297,7 +297,8 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
         j(R"({"input": "x", "user": "u1", "truncation": "auto", "reasoning": {"summary": "auto"}})"));
     ASSERT_TRUE(u.ok()) << u.status().message();
     EXPECT_EQ(u->echo["user"], "u1");
-    EXPECT_EQ(u->echo["truncation"], "disabled");  // nothing is dropped to fit the context
+    EXPECT_EQ(u->echo["truncation"], "auto");  // the first turns are dropped to fit the context (the routes do it)
+    EXPECT_TRUE(u->truncation_auto);
 }
 
 // The deprecated function-calling fields are refused with OpenAI's unsupported_parameter code (they were

@@ -484,6 +484,59 @@ TEST_F(StoredResponsesTest, ConcurrentClientsOnASmallStore) {
     s.reset();
 }
 
+// truncation: "auto": a conversation over the context (4,096 here) loses its first turns, the fewest that make the
+// prompt leave max_output_tokens; the prompt is the one the kept turns sent whole give. "disabled" (the default): a
+// 400 as before. Through previous_response_id too.
+TEST_F(StoredResponsesTest, TruncationAutoDropsTheFirstTurns) {
+    TestServer s;
+    s.engine.set_script(final_script("ok"));
+    std::string words;
+    for (int i = 0; i < 120; ++i) words += " apple";
+    Json turns = Json::array();
+    for (int t = 0; t < 30; ++t) {
+        turns.push_back({{"role", "user"}, {"content", "turn " + std::to_string(t) + words}});
+        turns.push_back({{"role", "assistant"}, {"content", "noted" + words}});
+    }
+    turns.push_back({{"role", "user"}, {"content", "last question"}});
+    const Json body = {{"input", turns}, {"max_output_tokens", 16}, {"store", false}};
+    Json e = expect_error(s.post("/v1/responses", body.dump()), 400);
+    EXPECT_EQ(e["code"], "context_length_exceeded");
+    Json autob = body;
+    autob["truncation"] = "auto";
+    const Json r = post_ok(s, autob);
+    EXPECT_EQ(r["truncation"], "auto");
+    const int64_t used = r["usage"]["input_tokens"];
+    EXPECT_LE(used + 16, 4096);
+    const std::vector<int32_t> truncated = s.engine.last_request().prompt;
+    const std::string text = *test_tokenizer()->decode(truncated);
+    EXPECT_NE(text.find("last question"), std::string::npos);
+    EXPECT_EQ(text.find("turn 0 "), std::string::npos);
+    // The prompt of the kept turns sent whole; one turn more would not have fit.
+    size_t first = 0;
+    while (text.find("turn " + std::to_string(first) + " ") == std::string::npos) ++first;
+    Json kept(turns.begin() + static_cast<std::ptrdiff_t>(2 * first), turns.end());
+    post_ok(s, {{"input", kept}, {"max_output_tokens", 16}, {"store", false}});
+    EXPECT_EQ(s.engine.last_request().prompt, truncated);
+    Json more(turns.begin() + static_cast<std::ptrdiff_t>(2 * first - 2), turns.end());
+    expect_error(s.post("/v1/responses", Json{{"input", more}, {"max_output_tokens", 16}}.dump()), 400);
+
+    // A chain: the stored conversation plus a long new input, truncated; the answer says whose follow-up it is.
+    Json half(turns.begin(), turns.begin() + 30);
+    const Json first_answer = post_ok(s, {{"input", half}, {"max_output_tokens", 16}});
+    Json next(turns.begin() + 30, turns.end());
+    const Json chained = post_ok(s, {{"input", next},
+                                     {"previous_response_id", first_answer["id"]},
+                                     {"truncation", "auto"},
+                                     {"max_output_tokens", 16}});
+    EXPECT_EQ(chained["previous_response_id"], first_answer["id"]);
+    EXPECT_LE(chained["usage"]["input_tokens"].get<int64_t>() + 16, 4096);
+    // Nothing can fit (one message over the context): the context error, as without truncation.
+    std::string huge;
+    for (int i = 0; i < 5000; ++i) huge += " pear";
+    EXPECT_EQ(expect_error(s.post("/v1/responses", Json{{"input", huge}, {"truncation", "auto"}}.dump()), 400)["code"],
+              "context_length_exceeded");
+}
+
 TEST_F(StoredResponsesTest, AServerWithoutAStoreSaysSo) {
     TestServerOptions o = default_test_options();
     o.routes.responses_store_entries = 0;
