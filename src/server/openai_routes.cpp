@@ -657,12 +657,13 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
         return start_background(std::move(req), make_responses_session(ctx, *prompt, streamed, n), std::move(entry),
                                 params->chat.stream, arrival);
     }
-    auto stored = std::make_shared<const StoredResponse>(std::move(entry));
-    std::function<void(const Json&)> on_done = [this, stored](const Json& answer) {
-        auto e = std::make_shared<StoredResponse>(*stored);
-        e->response = answer;
-        store_.put(answer.value("id", std::string()), std::move(e));
-    };
+    // on_done runs once (the session closed or failed): the entry, context and all, moves into the store uncopied.
+    std::function<void(const Json&)> on_done =
+        [this, e = std::make_shared<StoredResponse>(std::move(entry))](const Json& answer) mutable {
+            if (!e) return;
+            e->response = answer;
+            store_.put(answer.value("id", std::string()), std::move(e));
+        };
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
         client_gone, std::move(on_done));
