@@ -12,11 +12,12 @@ class FinalJsonConstraint : public runtime::TokenConstraint {
 public:
     FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
                         std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
-                        std::shared_ptr<const ToolGrammars> tools, bool raw)
+                        std::shared_ptr<const StructuralTag> tag, std::shared_ptr<const ToolGrammars> tools, bool raw)
         : so_(std::move(so)),
           final_(std::move(final)),
           regex_(std::move(regex)),
           ebnf_(std::move(ebnf)),
+          tag_(std::move(tag)),
           tools_(std::move(tools)) {
         if (raw) begin_final();
     }
@@ -27,12 +28,14 @@ public:
         const bool regex = rstate_ >= 0;
         const int64_t n = regex       ? trie.fill_mask(*regex_, rstate_, mask)
                           : ematcher_ ? trie.fill_mask(*ematcher_, mask)
+                          : tmatcher_ ? trie.fill_mask(*tmatcher_, mask, &tlevels_)
                                       : trie.fill_mask(*matcher_, mask, &levels_);
         if (end_id_ >= 0 && static_cast<size_t>(end_id_) < mask->size()) {
             // The end once the document is complete; also when nothing else is left (a dead end the
             // grammar's bounds should never reach), rather than an empty mask.
             const bool done = regex       ? regex_->accepting(rstate_)
                               : ematcher_ ? ematcher_->accepting()
+                              : tmatcher_ ? tmatcher_->accepting()
                                           : matcher_->accepting();
             if (done || n == 0) (*mask)[static_cast<size_t>(end_id_)] = 1;
         }
@@ -69,6 +72,8 @@ public:
                         if (next >= 0) rstate_ = next;
                     } else if (ematcher_) {
                         ematcher_->feed(bytes[static_cast<size_t>(id)]);
+                    } else if (tmatcher_) {
+                        tmatcher_->feed(bytes[static_cast<size_t>(id)]);
                     } else {
                         matcher_->feed(bytes[static_cast<size_t>(id)]);
                     }
@@ -119,7 +124,7 @@ private:
             if (tools_) {
                 if (auto it = tools_->find(name); it != tools_->end()) begin(it->second.get(), so_->ids().call);
             }
-        } else if ((final_ || regex_ || ebnf_) && channel == "final") {
+        } else if ((final_ || regex_ || ebnf_ || tag_) && channel == "final") {
             begin_final();
         }
         header_.clear();
@@ -128,16 +133,24 @@ private:
     void begin(const JsonGrammar* g, int32_t end_id) {
         matcher_.emplace(*g);
         ematcher_.reset();
+        tmatcher_.reset();
         levels_.clear();
         rstate_ = -1;
         end_id_ = end_id;
         state_ = State::kJson;
     }
-    // The final message (or a raw completion): the JSON grammar, the EBNF grammar or the regex, ended by
-    // <|return|>.
+    // The final message (or a raw completion): the JSON grammar, the structural tag, the EBNF grammar or the
+    // regex, ended by <|return|>.
     void begin_final() {
         if (final_) {
             begin(final_.get(), so_->ids().ret);
+            return;
+        }
+        if (tag_) {
+            tmatcher_.emplace(*tag_);
+            rstate_ = -1;
+            end_id_ = so_->ids().ret;
+            state_ = State::kJson;
             return;
         }
         if (ebnf_) {
@@ -156,9 +169,12 @@ private:
     std::shared_ptr<const JsonGrammar> final_;
     std::shared_ptr<const RegexGrammar> regex_;  // the final message's pattern (when final_ is null)
     std::shared_ptr<const EbnfGrammar> ebnf_;    // or its grammar (when final_ is null)
+    std::shared_ptr<const StructuralTag> tag_;   // or its structural tag (when final_ is null)
     std::shared_ptr<const ToolGrammars> tools_;
     std::optional<JsonMatcher> matcher_;
-    std::optional<EbnfMatcher> ematcher_;  // the body follows ebnf_'s
+    std::optional<EbnfMatcher> ematcher_;          // the body follows ebnf_'s
+    std::optional<StructuralTagMatcher> tmatcher_;  // or tag_'s
+    std::vector<StructuralTagMatcher> tlevels_;
     int rstate_ = -1;                      // >= 0: the body follows regex_ (its DFA state)
     std::vector<JsonMatcher> levels_;
     int32_t end_id_ = -1;
@@ -170,16 +186,18 @@ class FinalJsonFactory : public runtime::TokenConstraintFactory {
 public:
     FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
                      std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
-                     std::shared_ptr<const ToolGrammars> tools, std::vector<int32_t> forced, bool raw)
+                     std::shared_ptr<const StructuralTag> tag, std::shared_ptr<const ToolGrammars> tools,
+                     std::vector<int32_t> forced, bool raw)
         : so_(std::move(so)),
           final_(std::move(final)),
           regex_(std::move(regex)),
           ebnf_(std::move(ebnf)),
+          tag_(std::move(tag)),
           tools_(std::move(tools)),
           forced_(std::move(forced)),
           raw_(raw) {}
     std::unique_ptr<runtime::TokenConstraint> start() const override {
-        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, ebnf_, tools_, raw_);
+        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, ebnf_, tag_, tools_, raw_);
         for (int32_t id : forced_) c->accept(id);
         return c;
     }
@@ -189,6 +207,7 @@ private:
     std::shared_ptr<const JsonGrammar> final_;
     std::shared_ptr<const RegexGrammar> regex_;
     std::shared_ptr<const EbnfGrammar> ebnf_;
+    std::shared_ptr<const StructuralTag> tag_;
     std::shared_ptr<const ToolGrammars> tools_;
     std::vector<int32_t> forced_;
     bool raw_;
@@ -227,20 +246,23 @@ const TokenTrie& HarmonyStructuredOutputs::trie() const {
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::final_json(
     std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced, std::shared_ptr<const ToolGrammars> tools,
-    std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf) const {
-    if (grammar) regex.reset(), ebnf.reset();
+    std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
+    std::shared_ptr<const StructuralTag> tag) const {
+    if (grammar) regex.reset(), ebnf.reset(), tag.reset();
+    if (tag) regex.reset(), ebnf.reset();
     if (ebnf) regex.reset();
     return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), std::move(ebnf),
-                                              std::move(tools), std::move(forced), false);
+                                              std::move(tag), std::move(tools), std::move(forced), false);
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::raw_json(
     std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const RegexGrammar> regex,
-    std::shared_ptr<const EbnfGrammar> ebnf) const {
-    if (grammar) regex.reset(), ebnf.reset();
+    std::shared_ptr<const EbnfGrammar> ebnf, std::shared_ptr<const StructuralTag> tag) const {
+    if (grammar) regex.reset(), ebnf.reset(), tag.reset();
+    if (tag) regex.reset(), ebnf.reset();
     if (ebnf) regex.reset();
     return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), std::move(ebnf),
-                                              nullptr, std::vector<int32_t>{}, true);
+                                              std::move(tag), nullptr, std::vector<int32_t>{}, true);
 }
 
 }  // namespace gptoss::structured

@@ -24,6 +24,7 @@
 #include "structured/ebnf_grammar.h"
 #include "structured/json_grammar.h"
 #include "structured/regex_grammar.h"
+#include "structured/structural_tag.h"
 #include "tokenizer/bpe_tokenizer.h"
 
 namespace gptoss::structured {
@@ -44,19 +45,19 @@ public:
     HarmonyStructuredOutputs(std::vector<std::string> token_bytes, HarmonyTokenIds ids);
 
     // A factory for requests whose final message must match `grammar` (null: free; or, without a grammar,
-    // the EBNF grammar `ebnf`, or the pattern `regex`) and whose calls to the functions in `tools` must match their
+    // the structural tag `tag`, the EBNF grammar `ebnf`, or the pattern `regex`) and whose calls to the functions in `tools` must match their
     // parameters' grammars (a message to "functions.NAME", ended by <|call|>). `forced`: tokens of the reply that are
     // part of the prompt (the server's forced start of a tool call), followed first.
     std::shared_ptr<const runtime::TokenConstraintFactory> final_json(
         std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced = {},
         std::shared_ptr<const ToolGrammars> tools = nullptr, std::shared_ptr<const RegexGrammar> regex = nullptr,
-        std::shared_ptr<const EbnfGrammar> ebnf = nullptr) const;
+        std::shared_ptr<const EbnfGrammar> ebnf = nullptr, std::shared_ptr<const StructuralTag> tag = nullptr) const;
 
     // A factory for raw completions (no Harmony framing): the whole output must match `grammar` (or, without
-    // one, `ebnf`, or `regex`), then <|return|> ends it.
+    // one, `tag`, `ebnf`, or `regex`), then <|return|> ends it.
     std::shared_ptr<const runtime::TokenConstraintFactory> raw_json(
         std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const RegexGrammar> regex = nullptr,
-        std::shared_ptr<const EbnfGrammar> ebnf = nullptr) const;
+        std::shared_ptr<const EbnfGrammar> ebnf = nullptr, std::shared_ptr<const StructuralTag> tag = nullptr) const;
 
     const std::vector<std::string>& token_bytes() const { return token_bytes_; }
     const HarmonyTokenIds& ids() const { return ids_; }

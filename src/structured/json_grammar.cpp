@@ -1484,6 +1484,20 @@ void TokenTrie::take(uint32_t lo, uint32_t hi, uint8_t* mask, int64_t* count) co
     *count += hi - lo;
 }
 
+bool TokenTrie::plain_subtree(const JsonMatcher::PlainString* plain, int num_plain, uint32_t c) const {
+    const Node& ch = nodes_[c];
+    // One alternative inside a plain string that takes the whole subtree is enough (the mask is the union over
+    // the alternatives).
+    for (int k = 0; k < num_plain; ++k) {
+        const uint64_t* l = plain[k].loop;
+        if (((ch.safe >> plain[k].pending) & 1) && ch.max_rest <= plain[k].room &&
+            (l == nullptr || ((below_[c][0] & ~l[0]) == 0 && (below_[c][1] & ~l[1]) == 0 &&
+                              (below_[c][2] & ~l[2]) == 0 && (below_[c][3] & ~l[3]) == 0)))
+            return true;
+    }
+    return false;
+}
+
 void TokenTrie::walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const {
     const Node& nd = nodes_[node];
     const JsonMatcher& cur = levels[static_cast<size_t>(depth)];
@@ -1491,16 +1505,7 @@ void TokenTrie::walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels,
     const int num_plain = cur.plain_strings(plain);
     for (uint32_t c = nd.first_child; c < nd.first_child + nd.num_children; ++c) {
         const Node& ch = nodes_[c];
-        // One alternative inside a plain string that takes the whole subtree is enough (the mask is
-        // the union over the alternatives).
-        bool whole = false;
-        for (int k = 0; k < num_plain && !whole; ++k) {
-            const uint64_t* l = plain[k].loop;
-            whole = ((ch.safe >> plain[k].pending) & 1) && ch.max_rest <= plain[k].room &&
-                    (l == nullptr || ((below_[c][0] & ~l[0]) == 0 && (below_[c][1] & ~l[1]) == 0 &&
-                                      (below_[c][2] & ~l[2]) == 0 && (below_[c][3] & ~l[3]) == 0));
-        }
-        if (whole) {
+        if (plain_subtree(plain, num_plain, c)) {
             take(ch.lo, ch.hi, mask, count);
             continue;
         }

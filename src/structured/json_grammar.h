@@ -170,6 +170,8 @@ public:
     int plain_strings(PlainString* out) const;
     bool dead() const { return threads_.empty(); }
     const JsonGrammar& grammar() const { return *g_; }
+    // The same grammar and position.
+    bool operator==(const JsonMatcher& o) const { return g_ == o.g_ && threads_ == o.threads_; }
 
 private:
     friend class TokenTrie;
@@ -183,7 +185,8 @@ private:
     std::vector<JsonThread> scratch_;
 };
 
-class EbnfMatcher;  // structured/ebnf_grammar.h
+class EbnfMatcher;           // structured/ebnf_grammar.h
+class StructuralTagMatcher;  // structured/structural_tag.h
 
 // The ordinary tokens of a vocabulary as a byte trie: for a matcher, the tokens whose bytes it
 // accepts. Built once per vocabulary (~1 s for 200k tokens), shared by every request.
@@ -200,6 +203,9 @@ public:
     int64_t fill_mask(const RegexGrammar& g, int state, std::vector<uint8_t>* mask) const;
     // The same for a grammar's matcher (ebnf_grammar.cpp); `m` keeps its recent masks.
     int64_t fill_mask(EbnfMatcher& m, std::vector<uint8_t>* mask) const;
+    // The same for a structural tag's matcher (structural_tag.cpp); `levels`: the caller's scratch.
+    int64_t fill_mask(const StructuralTagMatcher& m, std::vector<uint8_t>* mask,
+                      std::vector<StructuralTagMatcher>* levels) const;
 
 private:
     struct Node {
@@ -212,6 +218,10 @@ private:
         uint8_t safe = 0;  // bit p: every path from this byte down is plain string text from UTF-8 state p
     };
     void walk(uint32_t node, int depth, std::vector<JsonMatcher>& levels, uint8_t* mask, int64_t* count) const;
+    void walk_tag(uint32_t node, int depth, std::vector<StructuralTagMatcher>& levels, uint8_t* mask,
+                  int64_t* count) const;
+    // Whether every token below child `c` keeps one of a matcher's plain strings (JsonMatcher::plain_strings) alive.
+    bool plain_subtree(const JsonMatcher::PlainString* plain, int num_plain, uint32_t c) const;
     // Marks the tokens along whose bytes an automaton stays live from `start` (`next(state, byte)`: the state
     // after the byte, negative when dead); returns how many. The regex's DFA and the grammar's set automaton.
     // `stay(state, depth)`: the bytes that lead from the state back to itself (null: none known) at a node
