@@ -184,6 +184,29 @@ std::shared_ptr<const structured::RegexGrammar> regex_grammar(Fields& f, const c
     return *g;
 }
 
+// A structural tag (an object, or with `allow_string` a string of one, as vLLM's structured_outputs takes it)
+// compiled; errors name the field inside it ("response_format.format.tags[0].end").
+std::shared_ptr<const structured::StructuralTag> structural_tag(Fields& f, const char* key, const Json& v,
+                                                                bool allow_string) {
+    Json parsed;
+    const Json* j = &v;
+    if (v.is_string() && allow_string) {
+        parsed = Json::parse(v.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+        if (parsed.is_discarded()) {
+            f.fail(key, "must be a structural tag: a JSON object, or a string of one (this string is not JSON)");
+            return nullptr;
+        }
+        j = &parsed;
+    }
+    StatusOr<std::shared_ptr<const structured::StructuralTag>> t = structured::StructuralTag::parse(*j);
+    if (t.ok()) return *t;
+    const std::string m = t.status().message();
+    const size_t colon = m.find(": ");
+    const bool pathed = colon != std::string::npos && m.find(' ') > colon;
+    f.fail_status(Status(t.status().code(), f.param(key) + (pathed ? "." : ": ") + m));
+    return nullptr;
+}
+
 // A GBNF grammar (a string) compiled; errors name `key`.
 std::shared_ptr<const structured::EbnfGrammar> ebnf_grammar(Fields& f, const char* key, const Json& v) {
     if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
@@ -369,13 +392,14 @@ void read_sampling(Fields& f, SamplingRequest* out) {
             } else if (it.key() == "disable_any_whitespace") {
                 out->disable_any_whitespace = s.boolean("disable_any_whitespace").value_or(false);
             } else if (it.key() == "structural_tag") {
-                s.fail_status(unimplemented(s.param("structural_tag") +
-                                            ": is not supported (json, json_object, regex, choice, grammar)"));
+                out->tag = structural_tag(s, "structural_tag", it.value(), /*allow_string=*/true);
+                ++given;
             }
         }
         f.fail_status(s.status());
     }
     if (f.ok() && out->disable_any_whitespace && out->grammar) out->grammar = out->grammar->without_whitespace();
+    if (f.ok() && out->disable_any_whitespace && out->tag) out->tag = out->tag->without_whitespace();
     if (f.ok() && given > 1)
         f.fail_status(field_error("guided_json",
                                   "give one constraint (guided_json, guided_json_object, guided_regex, guided_choice, "
@@ -408,13 +432,21 @@ void read_sampling(Fields& f, SamplingRequest* out) {
 // compiled into a grammar; what it cannot enforce is refused by name). The grammar holds the final
 // channel's message (structured/harmony_json.h); null for "text". `chat_form` (optional) gets the
 // chat.completions shape of the format, which the developer message renders.
-std::shared_ptr<const structured::JsonGrammar> read_response_format(Fields& f, const char* key, bool responses_shape,
-                                                                    Json* chat_form) {
+std::shared_ptr<const structured::JsonGrammar> read_response_format(
+    Fields& f, const char* key, bool responses_shape, Json* chat_form,
+    std::shared_ptr<const structured::StructuralTag>* tag = nullptr) {
     const Json* rf = f.object(key);
     if (rf == nullptr) return nullptr;
     Fields r(*rf, f.param(key));
-    const std::optional<std::string> type = r.one_of("type", {"text", "json_object", "json_schema"});
+    const std::optional<std::string> type =
+        tag ? r.one_of("type", {"text", "json_object", "json_schema", "structural_tag"})
+            : r.one_of("type", {"text", "json_object", "json_schema"});
     if (r.ok() && !type) r.fail("type", "is required");
+    if (r.ok() && *type == "structural_tag") {
+        // (vLLM's and SGLang's chat form: the whole object is the tag)
+        *tag = structural_tag(f, key, *rf, /*allow_string=*/false);
+        return nullptr;
+    }
     if (!r.ok() || *type == "text") {
         f.fail_status(r.status());
         return nullptr;
@@ -1017,17 +1049,21 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
-        p.grammar = read_response_format(f, "response_format", /*responses_shape=*/false, nullptr);
-        const bool response_format_grammar = p.grammar != nullptr;
+        std::shared_ptr<const structured::StructuralTag> format_tag;
+        p.grammar = read_response_format(f, "response_format", /*responses_shape=*/false, nullptr, &format_tag);
+        const bool response_format_grammar = p.grammar != nullptr || format_tag != nullptr;
         read_metadata(f);
         f.string("user");
         read_sampling(f, &p.sampling);
-        if (p.sampling.grammar || p.sampling.regex || p.sampling.ebnf) {
+        if (p.sampling.grammar || p.sampling.regex || p.sampling.ebnf || p.sampling.tag) {
             if (response_format_grammar)
                 f.fail_status(field_error("response_format",
                                           "give one of response_format and vLLM's guided_* / "
                                           "structured_outputs, not both"));
             p.grammar = p.sampling.grammar;
+        } else if (format_tag) {
+            p.sampling.tag = std::move(format_tag);
+            if (p.sampling.disable_any_whitespace) p.sampling.tag = p.sampling.tag->without_whitespace();
         }
         if (p.sampling.disable_any_whitespace && p.grammar) p.grammar = p.grammar->without_whitespace();
         p.n = read_n(f);

@@ -84,6 +84,9 @@ struct SamplingRequest {
     std::shared_ptr<const structured::RegexGrammar> regex;
     // vLLM's guided_grammar / structured_outputs grammar, llama.cpp's grammar: GBNF (no grammar or regex then).
     std::shared_ptr<const structured::EbnfGrammar> ebnf;
+    // vLLM's structured_outputs structural_tag and chat's response_format {"type": "structural_tag"} (none of the
+    // above then): structured/structural_tag.h.
+    std::shared_ptr<const structured::StructuralTag> tag;
     // vLLM's structured_outputs disable_any_whitespace: a JSON output (guided_json, structured_outputs json /
     // json_object, chat's response_format) has no whitespace between its tokens.
     bool disable_any_whitespace = false;

@@ -541,9 +541,10 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
 StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::constraint_for(
     const std::shared_ptr<const structured::JsonGrammar>& grammar,
     const std::shared_ptr<const structured::RegexGrammar>& regex,
-    const std::shared_ptr<const structured::EbnfGrammar>& ebnf, const std::vector<int32_t>& forced, bool raw,
+    const std::shared_ptr<const structured::EbnfGrammar>& ebnf,
+    const std::shared_ptr<const structured::StructuralTag>& tag, const std::vector<int32_t>& forced, bool raw,
     const std::shared_ptr<const structured::ToolGrammars>& tools) const {
-    if (!grammar && !regex && !ebnf && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
+    if (!grammar && !regex && !ebnf && !tag && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
         StatusOr<std::shared_ptr<structured::HarmonyStructuredOutputs>> so =
@@ -552,8 +553,8 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
             return unimplemented("response_format: structured outputs are unavailable: " + so.status().message());
         structured_ = std::move(*so);
     }
-    return raw ? structured_->raw_json(grammar, regex, ebnf)
-               : structured_->final_json(grammar, forced, tools, regex, ebnf);
+    return raw ? structured_->raw_json(grammar, regex, ebnf, tag)
+               : structured_->final_json(grammar, forced, tools, regex, ebnf, tag);
 }
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
@@ -566,7 +567,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(prompt.status()));
     // The content is the final message alone (JSON, or the pattern's text).
-    if (params->grammar || params->sampling.regex || params->sampling.ebnf)
+    if (params->grammar || params->sampling.regex || params->sampling.ebnf || params->sampling.tag)
         prompt->mapping.preambles_to_reasoning = true;
     truncate_prompt(params->sampling, queue_.engine().max_context_tokens(), &prompt->ids);  // (as vLLM: the start)
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
@@ -587,8 +588,9 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (params->prompt_logprobs >= 0)
         if (Status st = check_prompt_logprob_entries(n * (params->prompt_logprobs + 1), "prompt_logprobs"); !st.ok())
             return error(api_error(st));
-    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint = constraint_for(
-        params->grammar, params->sampling.regex, params->sampling.ebnf, prompt->forced, false, params->tool_grammars);
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
+        constraint_for(params->grammar, params->sampling.regex, params->sampling.ebnf, params->sampling.tag,
+                       prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -619,7 +621,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
     if (params->truncation_auto) truncate_conversation(*json, &earlier, &*params, &*prompt);
-    if (params->chat.grammar || params->chat.sampling.regex || params->chat.sampling.ebnf)
+    if (params->chat.grammar || params->chat.sampling.regex || params->chat.sampling.ebnf || params->chat.sampling.tag)
         prompt->mapping.preambles_to_reasoning = true;
     truncate_prompt(params->chat.sampling, queue_.engine().max_context_tokens(), &prompt->ids);
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
@@ -636,8 +638,8 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
         !st.ok())
         return error(api_error(st));
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->chat.grammar, params->chat.sampling.regex, params->chat.sampling.ebnf, prompt->forced,
-                       false, params->chat.tool_grammars);
+        constraint_for(params->chat.grammar, params->chat.sampling.regex, params->chat.sampling.ebnf,
+                       params->chat.sampling.tag, prompt->forced, false, params->chat.tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
@@ -1028,7 +1030,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         // Prompt logprobs for vLLM's prompt_logprobs, and for the echoed prompt's entries under logprobs.
         req.prompt_logprobs = std::max(params->prompt_logprobs, params->echo ? params->logprobs : -1);
         StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-            constraint_for(params->sampling.grammar, params->sampling.regex, params->sampling.ebnf, {}, /*raw=*/true);
+            constraint_for(params->sampling.grammar, params->sampling.regex, params->sampling.ebnf,
+                           params->sampling.tag, {}, /*raw=*/true);
         if (!constraint.ok()) return error(api_error(constraint.status()));
         req.constraint = std::move(*constraint);
         for (EngineRequest& r : choice_requests(req, params->n)) {

@@ -143,11 +143,13 @@ private:
     // The constraint for a response format's grammar and strict functions' argument grammars (none of
     // either: no constraint): the final channel's message and the calls are held to them, `forced` (the
     // prompt's start of the reply) followed first; `raw` (completions): the whole output is.
-    // `regex` / `ebnf`: the final message's (raw: the output's) pattern or GBNF grammar instead of a JSON grammar.
+    // `regex` / `ebnf` / `tag`: the final message's (raw: the output's) pattern, GBNF grammar or structural tag
+    // instead of a JSON grammar.
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint_for(
         const std::shared_ptr<const structured::JsonGrammar>& grammar,
         const std::shared_ptr<const structured::RegexGrammar>& regex,
-        const std::shared_ptr<const structured::EbnfGrammar>& ebnf, const std::vector<int32_t>& forced,
+        const std::shared_ptr<const structured::EbnfGrammar>& ebnf,
+        const std::shared_ptr<const structured::StructuralTag>& tag, const std::vector<int32_t>& forced,
         bool raw = false, const std::shared_ptr<const structured::ToolGrammars>& tools = nullptr) const;
 
     RequestQueue& queue_;

@@ -172,10 +172,10 @@ private:
     std::shared_ptr<const StructuralTag> tag_;   // or its structural tag (when final_ is null)
     std::shared_ptr<const ToolGrammars> tools_;
     std::optional<JsonMatcher> matcher_;
-    std::optional<EbnfMatcher> ematcher_;          // the body follows ebnf_'s
+    std::optional<EbnfMatcher> ematcher_;           // the body follows ebnf_'s
     std::optional<StructuralTagMatcher> tmatcher_;  // or tag_'s
     std::vector<StructuralTagMatcher> tlevels_;
-    int rstate_ = -1;                      // >= 0: the body follows regex_ (its DFA state)
+    int rstate_ = -1;  // >= 0: the body follows regex_ (its DFA state)
     std::vector<JsonMatcher> levels_;
     int32_t end_id_ = -1;
     State state_ = State::kHeader;  // the prompt ends with "<|start|>assistant"

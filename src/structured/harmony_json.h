@@ -45,9 +45,9 @@ public:
     HarmonyStructuredOutputs(std::vector<std::string> token_bytes, HarmonyTokenIds ids);
 
     // A factory for requests whose final message must match `grammar` (null: free; or, without a grammar,
-    // the structural tag `tag`, the EBNF grammar `ebnf`, or the pattern `regex`) and whose calls to the functions in `tools` must match their
-    // parameters' grammars (a message to "functions.NAME", ended by <|call|>). `forced`: tokens of the reply that are
-    // part of the prompt (the server's forced start of a tool call), followed first.
+    // the structural tag `tag`, the EBNF grammar `ebnf`, or the pattern `regex`) and whose calls to the functions in
+    // `tools` must match their parameters' grammars (a message to "functions.NAME", ended by <|call|>). `forced`:
+    // tokens of the reply that are part of the prompt (the server's forced start of a tool call), followed first.
     std::shared_ptr<const runtime::TokenConstraintFactory> final_json(
         std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced = {},
         std::shared_ptr<const ToolGrammars> tools = nullptr, std::shared_ptr<const RegexGrammar> regex = nullptr,

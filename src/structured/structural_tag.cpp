@@ -70,16 +70,30 @@ StopScanner::StopScanner(const std::vector<std::string>& stops) {
 namespace {
 
 struct Format {
-    enum class Kind { kConst, kJson, kRegex, kText, kSeq, kOr, kOptional, kPlus, kStar, kRepeat, kTag, kTriggered,
-                      kTagsSep, kDispatch };
+    enum class Kind {
+        kConst,
+        kJson,
+        kRegex,
+        kText,
+        kSeq,
+        kOr,
+        kOptional,
+        kPlus,
+        kStar,
+        kRepeat,
+        kTag,
+        kTriggered,
+        kTagsSep,
+        kDispatch
+    };
     Kind kind = Kind::kConst;
-    std::string value;                           // kConst; kTag: begin; kTagsSep: separator
-    std::shared_ptr<const JsonGrammar> json;     // kJson
-    std::shared_ptr<const RegexGrammar> regex;   // kRegex
-    std::vector<std::string> strings;            // kText / kTriggered / kDispatch: excludes; kTag: ends
-    std::vector<std::string> triggers;           // kTriggered: triggers; kDispatch: patterns (one a kid)
-    int64_t max_chars = -1;                      // kText
-    int64_t min = 0, max = -1;                   // kRepeat
+    std::string value;                          // kConst; kTag: begin; kTagsSep: separator
+    std::shared_ptr<const JsonGrammar> json;    // kJson
+    std::shared_ptr<const RegexGrammar> regex;  // kRegex
+    std::vector<std::string> strings;           // kText / kTriggered / kDispatch: excludes; kTag: ends
+    std::vector<std::string> triggers;          // kTriggered: triggers; kDispatch: patterns (one a kid)
+    int64_t max_chars = -1;                     // kText
+    int64_t min = 0, max = -1;                  // kRepeat
     bool at_least_one = false, stop_after_first = false, loop = true;
     std::vector<Format> kids;  // kSeq / kOr: elements; kOptional..kRepeat, kTag: content; kTriggered / kTagsSep:
                                // tags; kDispatch: each pattern's format
@@ -114,8 +128,9 @@ public:
             return unimplemented(path + ".type: '" + type +
                                  "' is a token-level format, which is not supported (string-level formats only)");
         if (type == "grammar")
-            return unimplemented(path + ".type: 'grammar' formats are not supported inside a structural tag (use "
-                                        "regex or json_schema, or structured_outputs.grammar for a whole output)");
+            return unimplemented(path +
+                                 ".type: 'grammar' formats are not supported inside a structural tag (use "
+                                 "regex or json_schema, or structured_outputs.grammar for a whole output)");
         if (type == "const_string") {
             RETURN_IF_ERROR(keys(j, path, {"value"}));
             out->kind = Format::Kind::kConst;
@@ -179,7 +194,8 @@ public:
                     mn->get<int64_t>() > kMaxRepeat)
                     return invalid_argument(path + ".min: must be an integer from 0 to " + std::to_string(kMaxRepeat));
                 if (mx == j.end() || !mx->is_number_integer() ||
-                    (mx->get<int64_t>() != -1 && (mx->get<int64_t>() < mn->get<int64_t>() || mx->get<int64_t>() > kMaxRepeat)))
+                    (mx->get<int64_t>() != -1 &&
+                     (mx->get<int64_t>() < mn->get<int64_t>() || mx->get<int64_t>() > kMaxRepeat)))
                     return invalid_argument(path + ".max: must be an integer from min to " +
                                             std::to_string(kMaxRepeat) + ", or -1 (no bound)");
                 out->min = mn->get<int64_t>();
@@ -285,8 +301,7 @@ private:
     }
     static Status string(const Json& j, const std::string& path, const char* key, bool empty_ok, std::string* out) {
         auto v = j.find(key);
-        if (v == j.end() || !v->is_string())
-            return invalid_argument(key_path(path, key) + ": is required (a string)");
+        if (v == j.end() || !v->is_string()) return invalid_argument(key_path(path, key) + ": is required (a string)");
         *out = v->get<std::string>();
         if (!empty_ok && out->empty()) return invalid_argument(key_path(path, key) + ": must not be empty");
         if (out->size() > kMaxStringBytes)
@@ -306,15 +321,16 @@ private:
         for (size_t i = 0; i < v->size(); ++i) {
             const Json& s = (*v)[i];
             if (!s.is_string() || s.get<std::string>().empty() || s.get<std::string>().size() > kMaxStringBytes)
-                return invalid_argument(key_path(path, key) + "[" + std::to_string(i) + "]: must be a non-empty string of at most " +
-                                        std::to_string(kMaxStringBytes) + " bytes");
+                return invalid_argument(key_path(path, key) + "[" + std::to_string(i) +
+                                        "]: must be a non-empty string of at most " + std::to_string(kMaxStringBytes) +
+                                        " bytes");
             out->push_back(s.get<std::string>());
         }
         return ok_status();
     }
     static Status flags(const Json& j, const std::string& path, Format* out) {
-        for (auto [key, flag] : {std::pair{"at_least_one", &out->at_least_one},
-                                 std::pair{"stop_after_first", &out->stop_after_first}}) {
+        for (auto [key, flag] :
+             {std::pair{"at_least_one", &out->at_least_one}, std::pair{"stop_after_first", &out->stop_after_first}}) {
             auto v = j.find(key);
             if (v == j.end()) continue;
             if (!v->is_boolean()) return invalid_argument(key_path(path, key) + ": must be a boolean");
@@ -711,7 +727,8 @@ bool StructuralTagMatcher::feed(std::string_view bytes) {
     return true;
 }
 
-// ---- the token mask --------------------------------------------------------------------------------------------------
+// ---- the token mask
+// --------------------------------------------------------------------------------------------------
 
 void TokenTrie::walk_tag(uint32_t node, int depth, std::vector<StructuralTagMatcher>& levels, uint8_t* mask,
                          int64_t* count) const {

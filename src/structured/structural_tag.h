@@ -78,8 +78,8 @@ public:
     struct Leaf {
         enum class Kind : uint8_t { kLiteral, kJson, kRegex, kText };
         Kind kind = Kind::kLiteral;
-        std::string literal;                       // kLiteral (not empty)
-        std::shared_ptr<const JsonGrammar> json;   // kJson
+        std::string literal;                        // kLiteral (not empty)
+        std::shared_ptr<const JsonGrammar> json;    // kJson
         std::shared_ptr<const RegexGrammar> regex;  // kRegex
         std::shared_ptr<const StopScanner> text;    // kText
         int64_t max_chars = -1;                     // kText: at most this many code points (-1: any)

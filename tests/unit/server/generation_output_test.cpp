@@ -980,8 +980,8 @@ TEST_F(GenerationOutputTest, ChatNChoices) {
 }
 
 // vLLM's stop_token_ids (generation ends on them; the id that ends it is counted, not shown) and ignore_eos (the
-// model's own stop ids no longer end it); its structural_tag and malformed fields are refused, not ignored; its
-// JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
+// model's own stop ids no longer end it); its malformed fields (a structural_tag without a format among them) are
+// refused, not ignored; its JSON ones (guided_json, guided_json_object, structured_outputs.json) constrain the output.
 TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     const std::vector<int32_t> two = harmony_ids(" two");
     ASSERT_EQ(two.size(), 1u);

@@ -6,6 +6,7 @@
 #include "server/openai_json.h"
 #include "server/sessions.h"
 #include "structured/json_grammar.h"
+#include "structured/structural_tag.h"
 
 namespace gptoss::server {
 namespace {
@@ -75,6 +76,72 @@ TEST(ParseChatRequest, DisableAnyWhitespace) {
         j(R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{"disable_any_whitespace":"yes"}})"));
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find("disable_any_whitespace"), std::string::npos) << bad.status().message();
+}
+
+// Structural tags: chat's response_format {"type": "structural_tag", ...} (vLLM's and SGLang's form, legacy or
+// xgrammar's `format`), structured_outputs.structural_tag as an object or as a string of one (vLLM's type) on chat
+// and completions; errors name the field inside the tag; one constraint only.
+TEST(ParseChatRequest, StructuralTags) {
+    auto feeds = [](const structured::StructuralTag& t, const char* text) {
+        structured::StructuralTagMatcher m(t);
+        return m.feed(text) && m.accepting();
+    };
+    const std::string legacy =
+        R"({"type":"structural_tag","structures":[{"begin":"<function=f>","schema":{"type":"object",)"
+        R"("properties":{"a":{"type":"integer"}},"required":["a"]},"end":"</function>"}],"triggers":["<function="]})";
+    auto chat =
+        parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":)" + legacy + "}"));
+    ASSERT_TRUE(chat.ok()) << chat.status().to_string();
+    EXPECT_EQ(chat->grammar, nullptr);
+    ASSERT_NE(chat->sampling.tag, nullptr);
+    EXPECT_TRUE(feeds(*chat->sampling.tag, R"(Calling <function=f>{"a": 1}</function>.)"));
+    EXPECT_FALSE(feeds(*chat->sampling.tag, R"(<function=f>{"a": "1"}</function>)"));
+    // As a string inside structured_outputs, with disable_any_whitespace.
+    auto dense = parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"structured_outputs":{)"
+                                      R"("disable_any_whitespace":true,"structural_tag":)" +
+                                      Json(legacy).dump() + "}}"));
+    ASSERT_TRUE(dense.ok()) << dense.status().to_string();
+    ASSERT_NE(dense->sampling.tag, nullptr);
+    EXPECT_TRUE(feeds(*dense->sampling.tag, R"(<function=f>{"a":1}</function>)"));
+    EXPECT_FALSE(feeds(*dense->sampling.tag, R"(<function=f>{"a": 1}</function>)"));
+    auto completion = parse_completion_request(
+        j(R"({"prompt":"x","structured_outputs":{"structural_tag":{"type":"structural_tag","format":)"
+          R"({"type":"const_string","value":"ok"}}}})"),
+        1000);
+    ASSERT_TRUE(completion.ok()) << completion.status().to_string();
+    ASSERT_NE(completion->sampling.tag, nullptr);
+    EXPECT_TRUE(feeds(*completion->sampling.tag, "ok"));
+    const struct {
+        std::string body;
+        const char* param;
+        StatusCode code;
+    } bad[] = {
+        {R"("response_format":{"type":"structural_tag","format":{"type":"tag","begin":"<a>","content":{"type":"any_text"}}})",
+         "response_format.format.end", StatusCode::kInvalidArgument},
+        {R"("response_format":{"type":"structural_tag","format":{"type":"token","token":3}})",
+         "response_format.format.type", StatusCode::kUnimplemented},
+        {R"("response_format":{"type":"structural_tag"})", "response_format.format", StatusCode::kInvalidArgument},
+        {R"("structured_outputs":{"structural_tag":"{not json"})", "structured_outputs.structural_tag",
+         StatusCode::kInvalidArgument},
+        {R"("structured_outputs":{"structural_tag":7})", "structured_outputs.structural_tag",
+         StatusCode::kInvalidArgument},
+        {R"("structured_outputs":{"structural_tag":"{\"format\":{\"type\":\"regex\",\"pattern\":\"(\"}}"})",
+         "structured_outputs.structural_tag.format.pattern", StatusCode::kInvalidArgument},
+        {R"("structured_outputs":{"structural_tag":{"format":{"type":"const_string","value":"a"}},"regex":"a"})",
+         "guided_json", StatusCode::kInvalidArgument},
+        {R"("response_format":)" + legacy + R"(,"guided_regex":"a")", "response_format", StatusCode::kInvalidArgument},
+    };
+    for (const auto& b : bad) {
+        auto r = parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],)" + b.body + "}"));
+        ASSERT_FALSE(r.ok()) << b.body;
+        EXPECT_EQ(param_of(r.status()), b.param) << r.status().message();
+        EXPECT_EQ(r.status().code(), b.code) << r.status().message();
+    }
+    // The Responses API's text.format has no structural tag (OpenAI's types).
+    auto responses = parse_responses_request(
+        j(R"({"input":"x","text":{"format":{"type":"structural_tag","format":{"type":"any_text"}}}})"), {});
+    ASSERT_FALSE(responses.ok());
+    EXPECT_EQ(param_of(responses.status()), "text.format.type") << responses.status().message();
 }
 
 TEST(ParseChatRequest, ResponseFormats) {

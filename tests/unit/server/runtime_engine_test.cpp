@@ -226,6 +226,48 @@ TEST_F(RuntimeEngineTest, GuidedJsonHoldsTheCompletion) {
     EXPECT_TRUE(s.wait_idle());
 }
 
+// A structural tag through the real engine and sampler: the tag must begin at once and end the output
+// (at_least_one, stop_after_first), so the mask decides every draw: the begin, a JSON document of the schema,
+// the end, then <|return|>.
+TEST_F(RuntimeEngineTest, StructuralTagHoldsTheCompletion) {
+    RuntimeServer s(std::chrono::microseconds(0));
+    ASSERT_TRUE(s.wait_ready());
+    const Json format = {
+        {"type", "triggered_tags"},
+        {"triggers", {"<call="}},
+        {"tags",
+         {{{"type", "tag"},
+           {"begin", "<call=sum>"},
+           {"content",
+            {{"type", "json_schema"},
+             {"json_schema",
+              {{"type", "object"},
+               {"properties", {{"xs", {{"type", "array"}, {"items", {{"type", "integer"}}}, {"maxItems", 3}}}}},
+               {"required", {"xs"}}}}}},
+           {"end", "</call>"}}}},
+        {"at_least_one", true},
+        {"stop_after_first", true}};
+    const Json tag = {{"type", "structural_tag"}, {"format", format}};
+    // (vLLM's structured_outputs takes the tag as a string)
+    const Json body = {
+        {"prompt", "Answer:"}, {"max_tokens", 60}, {"structured_outputs", {{"structural_tag", tag.dump()}}}};
+    auto r = s.post("/v1/completions", body.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json j = parse(r->body);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << r->body;
+    const std::string text = j["choices"][0]["text"];
+    ASSERT_EQ(text.rfind("<call=sum>", 0), 0u) << text;
+    ASSERT_GE(text.size(), std::string("<call=sum></call>").size()) << text;
+    ASSERT_EQ(text.substr(text.size() - 7), "</call>") << text;
+    Json doc;
+    ASSERT_NO_THROW(doc = Json::parse(text.substr(10, text.size() - 17))) << text;
+    ASSERT_TRUE(doc.is_object() && doc.size() == 1 && doc["xs"].is_array()) << text;
+    EXPECT_LE(doc["xs"].size(), 3u);
+    for (const Json& x : doc["xs"]) EXPECT_TRUE(x.is_number_integer()) << text;
+    EXPECT_TRUE(s.wait_idle());
+}
+
 // lm-evaluation-harness's loglikelihood request through the real engine: every prompt token's logprob under
 // the runner's rows (kToken: log of ~1, any other: -40 at rank 2), the prompt computed whole even when its
 // prefix is cached, and vLLM's prompt_logprobs alongside.

@@ -157,8 +157,9 @@ TEST(StructuralTag, TriggeredTagsAgreeWithARecognizer) {
         return false;
     };
     std::mt19937 rng(17);
-    const std::vector<std::string> pieces = {"<", "f", "a", "b", ">", "</f>", "#", ";", "1", "x", "c", " ", "<fa>",
-                                             "<fb>", "<fa>12</f>", "<fb></f>", "#b;", "<fb>x</f>"};
+    const std::vector<std::string> pieces = {"<",    "f",    "a",          "b",        ">",   "</f>",
+                                             "#",    ";",    "1",          "x",        "c",   " ",
+                                             "<fa>", "<fb>", "<fa>12</f>", "<fb></f>", "#b;", "<fb>x</f>"};
     for (const bool at_least_one : {false, true})
         for (const bool stop_after_first : {false, true}) {
             auto t = format_tag({{"type", "triggered_tags"},
@@ -185,38 +186,38 @@ TEST(StructuralTag, TriggeredTagsAgreeWithARecognizer) {
 
 // The forms vLLM, SGLang and xgrammar document, on outputs written by hand.
 TEST(StructuralTag, DocumentedForms) {
-    const Json weather = {{"type", "object"},
-                          {"properties", {{"city", {{"type", "string"}}}}},
-                          {"required", {"city"}}};
+    const Json weather = {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", {"city"}}};
     // vLLM's example (response_format and structured_outputs.structural_tag take this object).
-    auto legacy = tag_of({{"type", "structural_tag"},
-                          {"structures", {{{"begin", "<function=get_weather>"}, {"schema", weather}, {"end", "</function>"}}}},
-                          {"triggers", {"<function="}}});
+    auto legacy =
+        tag_of({{"type", "structural_tag"},
+                {"structures", {{{"begin", "<function=get_weather>"}, {"schema", weather}, {"end", "</function>"}}}},
+                {"triggers", {"<function="}}});
     ASSERT_TRUE(legacy);
     EXPECT_TRUE(matches(*legacy, ""));
     EXPECT_TRUE(matches(*legacy, "No call."));
     EXPECT_TRUE(matches(*legacy, "Calling: <function=get_weather>{\"city\": \"Boston\"}</function> then more text"));
-    EXPECT_TRUE(matches(*legacy, "<function=get_weather>{\"city\":\"A\"}</function><function=get_weather>{\"city\":\"B\"}</function>"));
-    EXPECT_FALSE(matches(*legacy, "<function=get_weather>{}</function>"));           // city is required
-    EXPECT_FALSE(live(*legacy, "<function=get_time>"));                              // no such tag
-    EXPECT_FALSE(matches(*legacy, "<function=get_weather>{\"city\": \"B\"}"));         // no end yet
+    EXPECT_TRUE(matches(
+        *legacy, "<function=get_weather>{\"city\":\"A\"}</function><function=get_weather>{\"city\":\"B\"}</function>"));
+    EXPECT_FALSE(matches(*legacy, "<function=get_weather>{}</function>"));      // city is required
+    EXPECT_FALSE(live(*legacy, "<function=get_time>"));                         // no such tag
+    EXPECT_FALSE(matches(*legacy, "<function=get_weather>{\"city\": \"B\"}"));  // no end yet
     EXPECT_TRUE(live(*legacy, "<function=get_weather>{\"city\": \"B\"}</func"));
     EXPECT_TRUE(matches(*legacy, "a <function b"));  // text that only looks like the trigger
 
     // xgrammar's form: reasoning in a tag (any_text stops at the end), then tool calls in free text.
-    auto seq = format_tag(
-        {{"type", "sequence"},
-         {"elements",
-          {{{"type", "tag"}, {"begin", "<think>"}, {"content", {{"type", "any_text"}}}, {"end", "</think>"}},
-           {{"type", "triggered_tags"},
-            {"triggers", {"<function="}},
-            {"tags",
-             {{{"type", "tag"},
-               {"begin", "<function=get_weather>"},
-               {"content", {{"type", "json_schema"}, {"json_schema", weather}}},
-               {"end", "</function>"}}}},
-            {"at_least_one", true},
-            {"stop_after_first", true}}}}});
+    auto seq =
+        format_tag({{"type", "sequence"},
+                    {"elements",
+                     {{{"type", "tag"}, {"begin", "<think>"}, {"content", {{"type", "any_text"}}}, {"end", "</think>"}},
+                      {{"type", "triggered_tags"},
+                       {"triggers", {"<function="}},
+                       {"tags",
+                        {{{"type", "tag"},
+                          {"begin", "<function=get_weather>"},
+                          {"content", {{"type", "json_schema"}, {"json_schema", weather}}},
+                          {"end", "</function>"}}}},
+                       {"at_least_one", true},
+                       {"stop_after_first", true}}}}});
     ASSERT_TRUE(seq);
     EXPECT_TRUE(matches(*seq, "<think>hmm < / </thin</think><function=get_weather>{\"city\": \"X\"}</function>"));
     EXPECT_FALSE(live(*seq, "<think>a</think>b</think>"));  // the tag ended at the first </think>
@@ -234,18 +235,20 @@ TEST(StructuralTag, DocumentedForms) {
     EXPECT_FALSE(live(*ends, "<r>abcd"));
     EXPECT_FALSE(live(*ends, "<r>a</r>b"));
     auto sep = format_tag({{"type", "tags_with_separator"},
-                           {"tags", {{{"type", "tag"},
-                                      {"begin", "<i>"},
-                                      {"content", {{"type", "json_schema"}, {"json_schema", {{"type", "integer"}}}}},
-                                      {"end", "</i>"}}}},
+                           {"tags",
+                            {{{"type", "tag"},
+                              {"begin", "<i>"},
+                              {"content", {{"type", "json_schema"}, {"json_schema", {{"type", "integer"}}}}},
+                              {"end", "</i>"}}}},
                            {"separator", ","}});
     ASSERT_TRUE(sep);
     for (const char* ok : {"", "<i>1</i>", "<i>1</i>,<i>-2</i>,<i>3</i>"}) EXPECT_TRUE(matches(*sep, ok)) << ok;
     for (const char* bad : {"x", "<i>1</i>,", "<i>1</i> <i>2</i>", "<i>a</i>"}) EXPECT_FALSE(matches(*sep, bad)) << bad;
-    auto dispatch = format_tag({{"type", "dispatch"},
-                                {"rules", Json::array({Json::array({"@n:", {{"type", "regex"}, {"pattern", "[0-9]+;"}}})})},
-                                {"loop", false},
-                                {"excludes", {"END"}}});
+    auto dispatch =
+        format_tag({{"type", "dispatch"},
+                    {"rules", Json::array({Json::array({"@n:", {{"type", "regex"}, {"pattern", "[0-9]+;"}}})})},
+                    {"loop", false},
+                    {"excludes", {"END"}}});
     ASSERT_TRUE(dispatch);
     EXPECT_TRUE(matches(*dispatch, "text @n:42;"));
     EXPECT_TRUE(matches(*dispatch, "text without one"));
@@ -275,36 +278,55 @@ TEST(StructuralTag, RefusalsNameTheField) {
         {{{"type", "json_schema"}}, "type: must be", StatusCode::kInvalidArgument},
         {{{"type", "structural_tag"}}, "format: is required", StatusCode::kInvalidArgument},
         {{{"format", {{"type", "nope"}}}}, "format.type: unknown format 'nope'", StatusCode::kInvalidArgument},
-        {{{"format", {{"type", "token"}, {"token", 5}}}}, "format.type: 'token' is a token-level",
+        {{{"format", {{"type", "token"}, {"token", 5}}}},
+         "format.type: 'token' is a token-level",
          StatusCode::kUnimplemented},
-        {{{"format", {{"type", "grammar"}, {"grammar", "root ::= \"a\""}}}}, "format.type: 'grammar'",
+        {{{"format", {{"type", "grammar"}, {"grammar", "root ::= \"a\""}}}},
+         "format.type: 'grammar'",
          StatusCode::kUnimplemented},
         {{{"format", {{"type", "sequence"}, {"elements", {tag, {{"type", "const_string"}}}}}}},
-         "format.elements[1].value: is required", StatusCode::kInvalidArgument},
+         "format.elements[1].value: is required",
+         StatusCode::kInvalidArgument},
         {{{"format", {{"type", "triggered_tags"}, {"triggers", {"<b"}}, {"tags", {tag}}}}},
-         "format.tags[0].begin: '<a>' does not start with any of the triggers", StatusCode::kInvalidArgument},
+         "format.tags[0].begin: '<a>' does not start with any of the triggers",
+         StatusCode::kInvalidArgument},
         {{{"format", {{"type", "triggered_tags"}, {"triggers", Json::array()}, {"tags", {tag}}}}},
-         "format.triggers: must be a non-empty", StatusCode::kInvalidArgument},
-        {{{"format", {{"type", "tag"}, {"begin", "<a>"}, {"content", {{"type", "any_text"}}}, {"end", "</a>"},
-                      {"extra", 1}}}},
-         "format.extra: unknown field", StatusCode::kInvalidArgument},
+         "format.triggers: must be a non-empty",
+         StatusCode::kInvalidArgument},
+        {{{"format",
+           {{"type", "tag"}, {"begin", "<a>"}, {"content", {{"type", "any_text"}}}, {"end", "</a>"}, {"extra", 1}}}},
+         "format.extra: unknown field",
+         StatusCode::kInvalidArgument},
         {{{"format", {{"type", "json_schema"}, {"json_schema", {{"type", "string"}}}, {"style", "qwen_xml"}}}},
-         "format.style: only \"json\"", StatusCode::kUnimplemented},
-        {{{"format", {{"type", "json_schema"}, {"json_schema", {{"type", "strin"}}}}}}, "format.json_schema: ",
+         "format.style: only \"json\"",
+         StatusCode::kUnimplemented},
+        {{{"format", {{"type", "json_schema"}, {"json_schema", {{"type", "strin"}}}}}},
+         "format.json_schema: ",
          StatusCode::kInvalidArgument},
         {{{"format", {{"type", "regex"}, {"pattern", "a("}}}}, "format.pattern: ", StatusCode::kInvalidArgument},
-        {{{"format", {{"type", "any_text"}, {"max_tokens", 4}}}}, "format.max_tokens: is not supported",
+        {{{"format", {{"type", "any_text"}, {"max_tokens", 4}}}},
+         "format.max_tokens: is not supported",
          StatusCode::kUnimplemented},
-        {{{"format", {{"type", "repeat"}, {"min", 3}, {"max", 2}, {"content", tag}}}}, "format.max: must be",
+        {{{"format", {{"type", "repeat"}, {"min", 3}, {"max", 2}, {"content", tag}}}},
+         "format.max: must be",
          StatusCode::kInvalidArgument},
         {{{"format", {{"type", "tag"}, {"begin", {{"type", "token"}, {"token", 1}}}, {"content", tag}, {"end", "x"}}}},
-         "format.begin: token begins", StatusCode::kUnimplemented},
-        {{{"structures", {{{"begin", "<x>"}, {"schema", {{"type", "object"}}}, {"end", "</x>"}}}}, {"triggers", {"<y"}}},
-         "structures[0].begin: '<x>' does not start", StatusCode::kInvalidArgument},
-        {{{"structures", {{{"begin", "<x>"}, {"end", "</x>"}}}}, {"triggers", {"<"}}}, "structures[0].schema: is required",
+         "format.begin: token begins",
+         StatusCode::kUnimplemented},
+        {{{"structures", {{{"begin", "<x>"}, {"schema", {{"type", "object"}}}, {"end", "</x>"}}}},
+          {"triggers", {"<y"}}},
+         "structures[0].begin: '<x>' does not start",
          StatusCode::kInvalidArgument},
-        {{{"format", {{"type", "repeat"}, {"min", 1000}, {"max", 1000}, {"content", {{"type", "repeat"}, {"min", 1000}, {"max", 1000}, {"content", tag}}}}}},
-         "the structural tag is too large", StatusCode::kInvalidArgument},
+        {{{"structures", {{{"begin", "<x>"}, {"end", "</x>"}}}}, {"triggers", {"<"}}},
+         "structures[0].schema: is required",
+         StatusCode::kInvalidArgument},
+        {{{"format",
+           {{"type", "repeat"},
+            {"min", 1000},
+            {"max", 1000},
+            {"content", {{"type", "repeat"}, {"min", 1000}, {"max", 1000}, {"content", tag}}}}}},
+         "the structural tag is too large",
+         StatusCode::kInvalidArgument},
     };
     for (const auto& c : cases) {
         auto t = StructuralTag::parse(c.j);
@@ -344,18 +366,15 @@ TEST(StructuralTag, TrieMaskEqualsFeedingEachToken) {
                            {"begin", "<f=a>"},
                            {"content", {{"type", "json_schema"}, {"json_schema", schema}}},
                            {"end", "</f>"}};
-    const Json regex_tag = {{"type", "tag"},
-                            {"begin", "<f=aa>"},
-                            {"content", {{"type", "regex"}, {"pattern", "[1x]*"}}},
-                            {"end", "</f>"}};
-    auto t = format_tag({{"type", "triggered_tags"},
-                         {"triggers", {"<f="}},
-                         {"tags", {json_tag, regex_tag}}});
+    const Json regex_tag = {
+        {"type", "tag"}, {"begin", "<f=aa>"}, {"content", {{"type", "regex"}, {"pattern", "[1x]*"}}}, {"end", "</f>"}};
+    auto t = format_tag({{"type", "triggered_tags"}, {"triggers", {"<f="}}, {"tags", {json_tag, regex_tag}}});
     ASSERT_TRUE(t);
     std::vector<uint8_t> mask;
     std::vector<StructuralTagMatcher> levels;
-    for (const std::string prefix : {"", "a", "<", "<f", "<f=", "<f=a", "<f=a>", "<f=a>{\"x\":\"", "<f=a>{\"x\":\"\xce",
-                                     "<f=a>{\"n\":1", "<f=a>{}", "<f=a>{}</", "<f=a>{}</f>", "<f=aa>1x", "<f=aa></f>x"}) {
+    for (const std::string prefix :
+         {"", "a", "<", "<f", "<f=", "<f=a", "<f=a>", "<f=a>{\"x\":\"", "<f=a>{\"x\":\"\xce", "<f=a>{\"n\":1",
+          "<f=a>{}", "<f=a>{}</", "<f=a>{}</f>", "<f=aa>1x", "<f=aa></f>x"}) {
         StructuralTagMatcher m(*t);
         ASSERT_TRUE(m.feed(prefix)) << prefix;
         const int64_t n = trie.fill_mask(m, &mask, &levels);
@@ -381,7 +400,8 @@ TEST(StructuralTag, HarmonyFinalMessageAndRawMode) {
     HarmonyTokenIds ids{.start = 257, .channel = 258, .message = 259, .end = 260, .ret = 261, .call = 262};
     bytes.resize(263);
     auto so = std::make_shared<HarmonyStructuredOutputs>(bytes, ids);
-    auto t = format_tag({{"type", "tag"}, {"begin", "<"}, {"content", {{"type", "regex"}, {"pattern", "x+"}}}, {"end", ">"}});
+    auto t = format_tag(
+        {{"type", "tag"}, {"begin", "<"}, {"content", {{"type", "regex"}, {"pattern", "x+"}}}, {"end", ">"}});
     ASSERT_TRUE(t);
     auto c = so->final_json(nullptr, {}, nullptr, nullptr, nullptr, t)->start();
     std::vector<uint8_t> mask;
@@ -424,7 +444,8 @@ TEST(StructuralTagO200k, RandomOutputsUnderTheMaskMatch) {
                        {"begin", "<function=get_weather>"},
                        {"content", {{"type", "json_schema"}, {"json_schema", weather}}},
                        {"end", "</function>"}};
-    const Json think = {{"type", "tag"}, {"begin", "<think>"}, {"content", {{"type", "any_text"}}}, {"end", "</think>"}};
+    const Json think = {
+        {"type", "tag"}, {"begin", "<think>"}, {"content", {{"type", "any_text"}}}, {"end", "</think>"}};
     const Json free_calls = {{"type", "triggered_tags"}, {"triggers", {"<function="}}, {"tags", {call}}};
     Json one_call = free_calls;
     one_call["at_least_one"] = true;
