@@ -549,6 +549,31 @@ describe('completions', () => {
     await expectApiError(client.completions.create({ model: MODEL, prompt: 'x', guided_grammar: 'root ::= a' }), 400,
       'guided_grammar');
   });
+
+  test('structural tags hold the output (vLLM\'s structured_outputs string, chat response_format)', async () => {
+    // One call forced at once and nothing after it: the begin, the JSON arguments, the end.
+    const format = { type: 'triggered_tags', triggers: ['<f='], at_least_one: true, stop_after_first: true,
+      tags: [{ type: 'tag', begin: '<f=pick>', end: '</f>', content: { type: 'json_schema',
+        json_schema: { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'] } } }] };
+    const r = await client.completions.create({ model: MODEL, prompt: 'Call:', max_tokens: 24, temperature: 1,
+      structured_outputs: { structural_tag: JSON.stringify({ type: 'structural_tag', format }) } });
+    const t = r.choices[0].text;
+    assert.ok('<f=pick>'.startsWith(t) || t.startsWith('<f=pick>'), t);
+    if (r.choices[0].finish_reason === 'stop') {
+      assert.ok(t.endsWith('</f>'), t);
+      assert.equal(typeof JSON.parse(t.slice(8, -4)).n, 'number', t);
+    }
+    // Chat's response_format form (vLLM's example shape): free text with tool calls in it.
+    const c = await client.chat.completions.create({ model: MODEL, max_tokens: 24, temperature: 1,
+      messages: [{ role: 'user', content: 'Weather?' }],
+      response_format: { type: 'structural_tag', triggers: ['<function='], structures: [{ begin: '<function=w>',
+        schema: { type: 'object', properties: { city: { type: 'string' } } }, end: '</function>' }] } });
+    assert.equal(c.choices.length, 1);
+    await expectApiError(client.chat.completions.create({ model: MODEL, max_tokens: 4,
+      messages: [{ role: 'user', content: 'x' }],
+      response_format: { type: 'structural_tag', format: { type: 'token', token: 1 } } }), 400,
+    'response_format.format.type');
+  });
 });
 
 describe('bad input', () => {
