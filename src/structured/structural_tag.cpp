@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
+#include <map>
 #include <set>
 
 namespace gptoss::structured {
@@ -561,9 +562,25 @@ private:
                            int32_t next) {
         a.insert(a.end(), b.begin(), b.end());
         a.erase(std::remove(a.begin(), a.end(), std::string()), a.end());
+        std::sort(a.begin(), a.end());
+        a.erase(std::unique(a.begin(), a.end()), a.end());
+        // One scanner per set of stops (a repeat's copies share theirs); their tables are bounded together.
+        std::string key;
+        size_t bytes = 0;
+        for (const std::string& s : a) key += s + '\0', bytes += s.size();
+        std::shared_ptr<const StopScanner>& scanner = scanners_[key];
+        if (!scanner) {
+            scanner_bytes_ += bytes + 1;
+            if (scanner_bytes_ > kMaxScannerBytes)
+                return invalid_argument(
+                    "the structural tag's free text has too many stop strings (triggers, "
+                    "excludes and ends: more than " +
+                    std::to_string(kMaxScannerBytes) + " bytes of them in all)");
+            scanner = std::make_shared<StopScanner>(a);
+        }
         StructuralTag::Leaf l;
         l.kind = StructuralTag::Leaf::Kind::kText;
-        l.text = std::make_shared<StopScanner>(a);
+        l.text = scanner;
         l.max_chars = max_chars;
         return leaf(std::move(l), next);
     }
@@ -581,7 +598,11 @@ private:
         return literal(f.value, body);
     }
 
+    // The scanners' tables take 1 KB a stop byte: 64 MB at most.
+    static constexpr size_t kMaxScannerBytes = 65536;
     StructuralTag* t_;
+    std::map<std::string, std::shared_ptr<const StopScanner>> scanners_;
+    size_t scanner_bytes_ = 0;
 };
 
 StatusOr<std::shared_ptr<const StructuralTag>> StructuralTag::parse(const Json& j) {

@@ -334,6 +334,24 @@ TEST(StructuralTag, RefusalsNameTheField) {
         EXPECT_EQ(t.status().message().rfind(c.starts, 0), 0u) << t.status().message();
         EXPECT_EQ(t.status().code(), c.code) << t.status().message();
     }
+    // Free text's stop strings are bounded in all (their automata take 1 KB a byte): 17 triggers of 4,096 bytes are
+    // over it, 15 are not; a repeat's copies share one automaton.
+    Json many = {{"type", "triggered_tags"}, {"triggers", Json::array()}, {"tags", Json::array()}};
+    for (int i = 0; i < 17; ++i) {
+        const std::string trigger = std::string(4095, 'a') + static_cast<char>('A' + i);
+        many["triggers"].push_back(trigger);
+        many["tags"].push_back(
+            {{"type", "tag"}, {"begin", trigger}, {"content", {{"type", "any_text"}}}, {"end", "e"}});
+    }
+    auto too_many = StructuralTag::parse({{"format", many}});
+    ASSERT_FALSE(too_many.ok());
+    EXPECT_NE(too_many.status().message().find("too many stop strings"), std::string::npos)
+        << too_many.status().message();
+    for (int i = 16; i >= 15; --i)
+        many["triggers"].erase(static_cast<size_t>(i)), many["tags"].erase(static_cast<size_t>(i));
+    auto repeated =
+        StructuralTag::parse({{"format", {{"type", "repeat"}, {"min", 50}, {"max", 50}, {"content", many}}}});
+    EXPECT_TRUE(repeated.ok()) << repeated.status().message();
     // 32 nested formats are fine; 33 are not.
     Json deep = {{"type", "const_string"}, {"value", "x"}};
     for (int i = 0; i < 32; ++i) deep = {{"type", "optional"}, {"content", deep}};
