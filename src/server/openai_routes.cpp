@@ -615,6 +615,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (!json.ok()) return error(api_error(json.status()));
     ResponsesContext context{store_.enabled(), nullptr};
     Json earlier = Json::array();  // previous_response_id's conversation: its context and output
+    if (std::optional<ApiError> e = resolve_item_references(&*json)) return error(*e);
     if (std::optional<ApiError> e = previous_conversation(*json, &earlier, &context)) return error(*e);
     StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
     if (!params.ok()) return error(api_error(params.status()));
@@ -726,6 +727,36 @@ void OpenAiRoutes::truncate_conversation(const Json& body, Json* earlier, Respon
     *earlier = std::move(kept_earlier);
 }
 
+std::optional<ApiError> OpenAiRoutes::resolve_item_references(Json* body) const {
+    auto input = body->find("input");
+    if (input == body->end() || !input->is_array()) return std::nullopt;
+    for (size_t i = 0; i < input->size(); ++i) {
+        Json& item = (*input)[i];
+        if (!item.is_object()) continue;
+        auto type = item.find("type");
+        // OpenAI's ItemReference: {"id", "type": "item_reference"}, its type optional (an item with neither a type
+        // nor a role).
+        const bool reference =
+            type != item.end() ? *type == "item_reference" : !item.contains("role") && item.contains("id");
+        if (!reference) continue;
+        const std::string param = "input[" + std::to_string(i) + "]";
+        auto id = item.find("id");
+        if (id == item.end() || !id->is_string())
+            return api_error(invalid_argument(param + ".id: is required (the id of a stored item)"));
+        if (!store_.enabled())
+            return api_error(unimplemented(param + ": item references need stored responses, and this server keeps "
+                                                   "none (--responses-store 0)"));
+        std::optional<Json> found = store_.find_item(id->get<std::string>());
+        if (!found) {
+            ApiError e = api_error(404, "Item with id '" + id->get<std::string>() + "' not found.", std::nullopt);
+            e.param = param + ".id";
+            return e;
+        }
+        item = std::move(*found);
+    }
+    return std::nullopt;
+}
+
 std::optional<ApiError> OpenAiRoutes::previous_conversation(const Json& body, Json* earlier,
                                                             ResponsesContext* context) {
     auto prev = body.find("previous_response_id");
@@ -756,6 +787,7 @@ RouteResponse OpenAiRoutes::responses_input_tokens(std::string_view body) {
     if (!json.ok()) return error(api_error(json.status()));
     ResponsesContext context{store_.enabled(), nullptr};
     Json earlier = Json::array();
+    if (std::optional<ApiError> e = resolve_item_references(&*json)) return error(*e);
     if (std::optional<ApiError> e = previous_conversation(*json, &earlier, &context)) return error(*e);
     StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
     if (!params.ok()) return error(api_error(params.status()));

@@ -131,6 +131,24 @@ bool ResponseStore::erase(const std::string& id) {
     return true;
 }
 
+std::optional<Json> ResponseStore::find_item(const std::string& item_id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto has_id = [&](const Json& item) {
+        auto id = item.find("id");
+        return item.is_object() && id != item.end() && id->is_string() && id->get_ref<const std::string&>() == item_id;
+    };
+    for (const std::string& id : order_) {
+        const StoredResponse& e = *slots_.at(id).entry;
+        for (const Json& item : e.context)
+            if (has_id(item)) return item;
+        if (e.run && !e.run->done()) continue;  // (its answer is still the queued one)
+        if (auto out = e.response.find("output"); out != e.response.end() && out->is_array())
+            for (const Json& item : *out)
+                if (has_id(item)) return item;
+    }
+    return std::nullopt;
+}
+
 size_t ResponseStore::size() const {
     std::lock_guard<std::mutex> lock(mu_);
     return slots_.size();

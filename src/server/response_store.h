@@ -11,6 +11,7 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -84,6 +85,9 @@ public:
     // The entry, marked most recently used; null when there is none.
     std::shared_ptr<const StoredResponse> get(const std::string& id);
     bool erase(const std::string& id);
+    // The item with this id (an input or output item of a stored response; a running background response's
+    // input only), most recently used responses first; null when none has it.
+    std::optional<Json> find_item(const std::string& item_id) const;
     size_t size() const;
     size_t bytes() const;
 

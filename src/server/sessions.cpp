@@ -308,7 +308,14 @@ public:
     bool sends_done() const override { return false; }
 
     void open(std::string* sse) override {
-        emit(sse, "response.created", Json{{"response", response_json("in_progress", false)}});
+        // A background response was answered queued; its stream says so first (as OpenAI's: created and queued
+        // with status queued, then in_progress).
+        if (echo_.value("background", false)) {
+            emit(sse, "response.created", Json{{"response", response_json("queued", false)}});
+            emit(sse, "response.queued", Json{{"response", response_json("queued", false)}});
+        } else {
+            emit(sse, "response.created", Json{{"response", response_json("in_progress", false)}});
+        }
         emit(sse, "response.in_progress", Json{{"response", response_json("in_progress", false)}});
     }
 

@@ -432,14 +432,17 @@ describe('responses', () => {
     const replay = await client.responses.retrieve(queued.id, { stream: true, starting_after: 1 });
     const types = [];
     for await (const e of replay) types.push(e.type);
-    assert.notEqual(types[0], 'response.created');  // events 0 and 1 (created, in_progress) skipped
+    assert.equal(types[0], 'response.in_progress');  // events 0 and 1 (created, queued) skipped
     assert.ok(['response.completed', 'response.incomplete'].includes(types.at(-1)), types.join());
 
     // Background and streamed: the events as they come through the SDK's stream, then the same response polled.
     const bgStream = await client.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 8, background: true,
       stream: true });
     let last;
-    for await (const e of bgStream) last = e;
+    const seen = [];
+    for await (const e of bgStream) last = e, seen.push(e);
+    assert.deepEqual(seen.slice(0, 3).map((e) => e.type), ['response.created', 'response.queued', 'response.in_progress']);
+    assert.equal(seen[0].response.status, 'queued');
     assert.ok(['response.completed', 'response.incomplete'].includes(last.type), last.type);
     assert.equal(last.response.background, true);
     assert.deepEqual((await client.responses.retrieve(last.response.id)).output, last.response.output);

@@ -242,6 +242,43 @@ TEST_F(StoredResponsesTest, PreviousResponseIdGivesThePromptOfTheWholeInput) {
     EXPECT_EQ(e["param"], "input[1].role");
 }
 
+// item_reference inputs ({"type": "item_reference", "id"}, or {"id"} alone, OpenAI's ItemReference) stand for the
+// stored item with that id, an input or an output item: the prompt equals the one with the items written out.
+TEST_F(StoredResponsesTest, ItemReferencesStandForStoredItems) {
+    TestServer s;
+    s.engine.set_script(final_script("Hello"));
+    const Json first = post_ok(s, {{"input", "Hi"}});
+    const std::string id = first["id"];
+    const Json input_item = get_ok(s, "/v1/responses/" + id + "/input_items")["data"][0];
+    const Json output_item = first["output"].back();
+    ASSERT_EQ(output_item["type"], "message") << first.dump();
+    post_ok(s, {{"input", Json::array({{{"type", "item_reference"}, {"id", input_item["id"]}},
+                                       {{"id", output_item["id"]}},
+                                       {{"role", "user"}, {"content", "And again?"}}})},
+                {"store", false}});
+    const std::vector<int32_t> referenced = s.engine.last_request().prompt;
+    post_ok(s, {{"input", Json::array({input_item, output_item, {{"role", "user"}, {"content", "And again?"}}})},
+                {"store", false}});
+    EXPECT_EQ(referenced, s.engine.last_request().prompt);
+    post_ok(s, {{"input", Json::array({{{"role", "user"}, {"content", "Hi"}},
+                                       {{"role", "assistant"}, {"content", "Hello"}},
+                                       {{"role", "user"}, {"content", "And again?"}}})},
+                {"store", false}});
+    EXPECT_EQ(referenced, s.engine.last_request().prompt);
+    // A stored request's input items list the referenced items themselves.
+    const Json second = post_ok(s, {{"input", Json::array({{{"type", "item_reference"}, {"id", output_item["id"]}}})}});
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + second["id"].get<std::string>() + "/input_items")["data"][0], output_item);
+    // Unknown ids are 404s naming the item; a reference without an id is a 400.
+    Json e =
+        expect_error(s.post("/v1/responses",
+                            R"({"input":[{"role":"user","content":"x"},{"type":"item_reference","id":"msg_nope"}]})"),
+                     404);
+    EXPECT_EQ(e["param"], "input[1].id");
+    EXPECT_NE(e["message"].get<std::string>().find("msg_nope"), std::string::npos);
+    EXPECT_EQ(expect_error(s.post("/v1/responses", R"({"input":[{"type":"item_reference"}]})"), 400)["param"],
+              "input[0].id");
+}
+
 TEST_F(StoredResponsesTest, AToolResultContinuesFromTheCallsResponse) {
     TestServer s;
     s.engine.set_script([](const EngineRequest&) {
@@ -302,6 +339,9 @@ TEST_F(StoredResponsesTest, BackgroundResponsesArePolledReplayedAndCancelled) {
     std::vector<SseEvent> events = parse_sse(all->body);
     ASSERT_GE(events.size(), 4u);
     EXPECT_EQ(events.front().event, "response.created");
+    EXPECT_EQ(parse(events[0].data)["response"]["status"], "queued");  // as OpenAI's background streams
+    EXPECT_EQ(events[1].event, "response.queued");
+    EXPECT_EQ(events[2].event, "response.in_progress");
     EXPECT_EQ(events.back().event, "response.completed");
     EXPECT_EQ(parse(events.back().data)["response"], done);
     for (size_t i = 0; i < events.size(); ++i) EXPECT_EQ(parse(events[i].data)["sequence_number"], i);
@@ -555,6 +595,9 @@ TEST_F(StoredResponsesTest, AServerWithoutAStoreSaysSo) {
     EXPECT_EQ(e["code"], "unsupported_parameter");
     e = expect_error(s.post("/v1/responses", R"({"input":"x","background":true})"), 400);
     EXPECT_EQ(e["code"], "unsupported_parameter");
+    e = expect_error(s.post("/v1/responses", R"({"input":[{"type":"item_reference","id":"msg_1"}]})"), 400);
+    EXPECT_EQ(e["code"], "unsupported_parameter");
+    EXPECT_EQ(e["param"], "input[0]");
 }
 
 }  // namespace
