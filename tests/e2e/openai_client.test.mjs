@@ -410,6 +410,13 @@ describe('responses', () => {
     assert.equal(items.length, 1);
     assert.equal(items[0].role, 'user');
     assert.deepEqual(items[0].content, [{ type: 'input_text', text: 'Which word?' }]);
+    // Item references: the first turn's items by id count as the items written out.
+    const firstInput = [];
+    for await (const item of client.responses.inputItems.list(first.id)) firstInput.push(item);
+    const byReference = await client.responses.inputTokens.count({ model: MODEL, input: [
+      { type: 'item_reference', id: firstInput[0].id }, ...first.output.map((o) => ({ type: 'item_reference', id: o.id })),
+      { role: 'user', content: 'Which word?' }] });
+    assert.equal(byReference.input_tokens, second.usage.input_tokens);
     await client.responses.delete(first.id);
     await expectApiError(client.responses.retrieve(first.id), 404);
     await expectApiError(client.responses.create({ model: MODEL, input: 'x', previous_response_id: first.id }), 404,
