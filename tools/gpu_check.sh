@@ -302,6 +302,10 @@ serve_check() {
   curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"m","prompt":"x","max_tokens":40,"temperature":1,"seed":5,"guided_json":{"type":"object","properties":{"id":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"}},"required":["id"]}}' \
     > "$OUT/${name}_pattern.json"
+  # Session 54: a structural tag (one call at once, JSON arguments, then the end) drawn under device masks.
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":"x","max_tokens":60,"temperature":1,"seed":5,"structured_outputs":{"structural_tag":{"type":"structural_tag","format":{"type":"triggered_tags","triggers":["<f="],"at_least_one":true,"stop_after_first":true,"tags":[{"type":"tag","begin":"<f=sum>","end":"</f>","content":{"type":"json_schema","json_schema":{"type":"object","properties":{"xs":{"type":"array","items":{"type":"integer"},"maxItems":3}},"required":["xs"]}}}]}}}}' \
+    > "$OUT/${name}_stag.json"
   local kind body
   : > "$OUT/${name}_times.txt"
   for kind in free regex grammar; do
@@ -351,6 +355,16 @@ PY
     "$OUT/${name}_pattern.json" "$OUT/${name}_times.txt" "$OUT/${name}" <<'PY'
 import json, math, re, sys
 out = []
+try:
+    c = json.load(open(sys.argv[6] + "_stag.json"))["choices"][0]
+    t = c["text"]
+    ok = t.startswith("<f=sum>") or "<f=sum>".startswith(t)
+    if c["finish_reason"] == "stop":
+        doc = json.loads(t[len("<f=sum>"):-len("</f>")]) if t.endswith("</f>") else None
+        ok = ok and isinstance(doc, dict) and all(isinstance(x, int) for x in doc["xs"]) and len(doc["xs"]) <= 3
+    out.append(f"structural_tag finish={c['finish_reason']} text_ok={ok} text={t[:60]!r}")
+except Exception as e:
+    out.append(f"structural_tag unreadable ({e})")
 try:
     c = json.load(open(sys.argv[1]))["choices"][0]
     content = c["message"].get("content")
@@ -2814,6 +2828,13 @@ PY
     serve_only)
       # The serve check alone (SERVE_BACKEND=cpu runs it on the development machine, .device/gptoss a build's binary).
       serve_check serve_only
+      ;;
+    s54)
+      # Session 54: the serve check (structural tags under device masks among the rest), then the structured-output
+      # and engine tests.
+      serve_check s54_serve
+      tests_row s54_tests 'CudaEngine.*:CudaOps.Sampling*:CudaOps.LogitEdits*'
+      decode_row s54_20b_b1 20b 1
       ;;
     s53)
       # Session 53: the serve check with stored responses (previous_response_id, a background response cancelled) on
