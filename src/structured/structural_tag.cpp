@@ -757,16 +757,20 @@ void TokenTrie::walk_tag(uint32_t node, int depth, std::vector<StructuralTagMatc
     const StructuralTagMatcher& cur = levels[static_cast<size_t>(depth)];
     // The byte sets whose every subtree one thread takes whole: free text in its start state (no limit), a pattern's
     // loop, a JSON document's plain strings.
-    const uint64_t* loops[kMaxTagThreads];
+    struct Loop {
+        const uint64_t* bytes;
+        int64_t room;  // the most bytes a token below may have (free text under max_chars: the code points left)
+    };
+    Loop loops[kMaxTagThreads];
     int num_loops = 0;
     const JsonMatcher* jsons[kMaxTagThreads];
     int num_jsons = 0;
     for (const TagThread& t : cur.threads_) {
         const StructuralTag::Leaf& l = cur.t_->leaf(cur.t_->node(t.node).leaf);
-        if (l.kind == StructuralTag::Leaf::Kind::kText && t.state == 0 && l.max_chars < 0) {
-            loops[num_loops++] = l.text->start_loop().data();
+        if (l.kind == StructuralTag::Leaf::Kind::kText && t.state == 0) {
+            loops[num_loops++] = {l.text->start_loop().data(), l.max_chars < 0 ? INT64_MAX : l.max_chars - t.chars};
         } else if (l.kind == StructuralTag::Leaf::Kind::kRegex) {
-            if (const uint64_t* lb = l.regex->loop_bytes(t.state)) loops[num_loops++] = lb;
+            if (const uint64_t* lb = l.regex->loop_bytes(t.state)) loops[num_loops++] = {lb, INT64_MAX};
         } else if (l.kind == StructuralTag::Leaf::Kind::kJson) {
             jsons[num_jsons++] = &*t.json;
         }
@@ -776,9 +780,9 @@ void TokenTrie::walk_tag(uint32_t node, int depth, std::vector<StructuralTagMatc
         const Node& ch = nodes_[c];
         bool whole = false;
         for (int k = 0; k < num_loops && !whole; ++k) {
-            const uint64_t* l = loops[k];
-            whole = (below_[c][0] & ~l[0]) == 0 && (below_[c][1] & ~l[1]) == 0 && (below_[c][2] & ~l[2]) == 0 &&
-                    (below_[c][3] & ~l[3]) == 0;
+            const uint64_t* l = loops[k].bytes;
+            whole = ch.max_rest <= loops[k].room && (below_[c][0] & ~l[0]) == 0 && (below_[c][1] & ~l[1]) == 0 &&
+                    (below_[c][2] & ~l[2]) == 0 && (below_[c][3] & ~l[3]) == 0;
         }
         for (int k = 0; k < num_jsons && !whole; ++k) whole = plain_subtree(plain, jsons[k]->plain_strings(plain), c);
         if (whole) {

@@ -386,13 +386,33 @@ TEST(StructuralTag, TrieMaskEqualsFeedingEachToken) {
                            {"end", "</f>"}};
     const Json regex_tag = {
         {"type", "tag"}, {"begin", "<f=aa>"}, {"content", {{"type", "regex"}, {"pattern", "[1x]*"}}}, {"end", "</f>"}};
-    auto t = format_tag({{"type", "triggered_tags"}, {"triggers", {"<f="}}, {"tags", {json_tag, regex_tag}}});
+    const Json text_tag = {
+        {"type", "tag"}, {"begin", "<f=x>"}, {"content", {{"type", "any_text"}, {"max_chars", 7}}}, {"end", "</f>"}};
+    auto t = format_tag({{"type", "triggered_tags"}, {"triggers", {"<f="}}, {"tags", {json_tag, regex_tag, text_tag}}});
     ASSERT_TRUE(t);
     std::vector<uint8_t> mask;
     std::vector<StructuralTagMatcher> levels;
-    for (const std::string prefix :
-         {"", "a", "<", "<f", "<f=", "<f=a", "<f=a>", "<f=a>{\"x\":\"", "<f=a>{\"x\":\"\xce", "<f=a>{\"n\":1",
-          "<f=a>{}", "<f=a>{}</", "<f=a>{}</f>", "<f=aa>1x", "<f=aa></f>x"}) {
+    for (const std::string prefix : {"",
+                                     "a",
+                                     "<",
+                                     "<f",
+                                     "<f=",
+                                     "<f=a",
+                                     "<f=a>",
+                                     "<f=a>{\"x\":\"",
+                                     "<f=a>{\"x\":\"\xce",
+                                     "<f=a>{\"n\":1",
+                                     "<f=a>{}",
+                                     "<f=a>{}</",
+                                     "<f=a>{}</f>",
+                                     "<f=aa>1x",
+                                     "<f=aa></f>x",
+                                     "<f=x>",
+                                     "<f=x>ab",
+                                     "<f=x>\xce\xb1"
+                                     "bcd",
+                                     "<f=x>abcdef",
+                                     "<f=x>abcdefg"}) {
         StructuralTagMatcher m(*t);
         ASSERT_TRUE(m.feed(prefix)) << prefix;
         const int64_t n = trie.fill_mask(m, &mask, &levels);
@@ -447,7 +467,7 @@ TEST(StructuralTag, HarmonyFinalMessageAndRawMode) {
 }
 
 // Random outputs drawn under the mask over o200k always match (tool calls in free text, and a forced reasoning
-// tag then one call); the mask's cost a step is printed.
+// tag, unbounded or of at most 400 characters, then one call); the mask's cost a step is printed.
 TEST(StructuralTagO200k, RandomOutputsUnderTheMaskMatch) {
     GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
     auto so = HarmonyStructuredOutputs::create(*tok, 201088);
@@ -469,10 +489,15 @@ TEST(StructuralTagO200k, RandomOutputsUnderTheMaskMatch) {
     one_call["at_least_one"] = true;
     one_call["stop_after_first"] = true;
     const Json reason_then_call = {{"type", "sequence"}, {"elements", {think, one_call}}};
+    Json bounded_think = think;
+    bounded_think["content"]["max_chars"] = 400;
+    const Json bounded_reason_then_call = {{"type", "sequence"}, {"elements", {bounded_think, one_call}}};
     const std::pair<Json, std::string> tags[] = {
         {{{"type", "structural_tag"}, {"format", free_calls}},
          "Checking. <function=get_weather>{\"city\": \"Paris\", \"days\": 3}</function> Done."},
         {{{"type", "structural_tag"}, {"format", reason_then_call}},
+         "<think>Let me see.</think><function=get_weather>{\"city\": \"Paris\", \"days\": 3}</function>"},
+        {{{"type", "structural_tag"}, {"format", bounded_reason_then_call}},
          "<think>Let me see.</think><function=get_weather>{\"city\": \"Paris\", \"days\": 3}</function>"},
     };
     std::mt19937 rng(3);
