@@ -1404,6 +1404,20 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
             RETURN_IF_ERROR(one(pr, "prompt"));
         }
         read_sampling(f, &p.sampling);
+        // vLLM's completions take chat's response_format too (json_object, json_schema, structural_tag): the whole
+        // output is held to it.
+        std::shared_ptr<const structured::StructuralTag> format_tag;
+        if (std::shared_ptr<const structured::JsonGrammar> g =
+                read_response_format(f, "response_format", /*responses_shape=*/false, nullptr, &format_tag);
+            g || format_tag) {
+            if (p.sampling.grammar || p.sampling.regex || p.sampling.ebnf || p.sampling.tag)
+                f.fail_status(field_error("response_format",
+                                          "give one of response_format and vLLM's guided_* / structured_outputs, "
+                                          "not both"));
+            p.sampling.grammar = p.sampling.disable_any_whitespace && g ? g->without_whitespace() : g;
+            p.sampling.tag =
+                p.sampling.disable_any_whitespace && format_tag ? format_tag->without_whitespace() : format_tag;
+        }
         p.n = read_n(f);
         if (static_cast<int64_t>(p.prompts.size()) * p.n > kMaxChoices)
             f.fail("n", "the batch of " + std::to_string(p.prompts.size()) + " prompts with n=" + std::to_string(p.n) +

@@ -144,6 +144,37 @@ TEST(ParseChatRequest, StructuralTags) {
     EXPECT_EQ(param_of(responses.status()), "text.format.type") << responses.status().message();
 }
 
+// vLLM's completions take chat's response_format (it was ignored here): json_object, json_schema and structural_tag
+// hold the whole output; with a guided_* field it is a 400.
+TEST(ParseCompletionRequest, ResponseFormatHoldsTheOutput) {
+    auto schema = parse_completion_request(
+        j(R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"n","schema":{"type":"integer"}}}})"),
+        1000);
+    ASSERT_TRUE(schema.ok()) << schema.status().to_string();
+    ASSERT_NE(schema->sampling.grammar, nullptr);
+    structured::JsonMatcher m(*schema->sampling.grammar);
+    EXPECT_TRUE(m.feed("12") && m.accepting());
+    EXPECT_FALSE(m.feed("\"a\""));
+    auto object = parse_completion_request(j(R"({"prompt":"x","response_format":{"type":"json_object"}})"), 1000);
+    ASSERT_TRUE(object.ok());
+    EXPECT_NE(object->sampling.grammar, nullptr);
+    auto text = parse_completion_request(j(R"({"prompt":"x","response_format":{"type":"text"}})"), 1000);
+    ASSERT_TRUE(text.ok());
+    EXPECT_EQ(text->sampling.grammar, nullptr);
+    auto tag = parse_completion_request(
+        j(R"({"prompt":"x","response_format":{"type":"structural_tag","format":{"type":"const_string","value":"a"}}})"),
+        1000);
+    ASSERT_TRUE(tag.ok()) << tag.status().to_string();
+    EXPECT_NE(tag->sampling.tag, nullptr);
+    auto both = parse_completion_request(
+        j(R"({"prompt":"x","response_format":{"type":"json_object"},"guided_regex":"a"})"), 1000);
+    ASSERT_FALSE(both.ok());
+    EXPECT_EQ(param_of(both.status()), "response_format");
+    auto bad = parse_completion_request(j(R"({"prompt":"x","response_format":{"type":"xml"}})"), 1000);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_EQ(param_of(bad.status()), "response_format.type");
+}
+
 TEST(ParseChatRequest, ResponseFormats) {
     auto text =
         parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"));
