@@ -117,7 +117,7 @@ constexpr size_t kMaxStringBytes = 4096;
 class Parser {
 public:
     Status format(const Json& j, const std::string& path, int depth, Format* out) {
-        if (depth > kMaxTagDepth)
+        if (depth >= kMaxTagDepth)
             return invalid_argument(path + ": formats nest more than " + std::to_string(kMaxTagDepth) + " deep");
         if (!j.is_object()) return invalid_argument(path + ": must be a format object, not " + type_of(j));
         auto t = j.find("type");
@@ -364,7 +364,8 @@ private:
             if (e->empty()) return invalid_argument(path + ".end: must be a string or a non-empty array of strings");
             for (size_t i = 0; i < e->size(); ++i) {
                 if (!(*e)[i].is_string() || (*e)[i].get<std::string>().size() > kMaxStringBytes)
-                    return invalid_argument(path + ".end[" + std::to_string(i) + "]: must be a string");
+                    return invalid_argument(path + ".end[" + std::to_string(i) + "]: must be a string of at most " +
+                                            std::to_string(kMaxStringBytes) + " bytes");
                 out->strings.push_back((*e)[i].get<std::string>());
             }
         } else {
@@ -399,6 +400,10 @@ public:
     // The node that matches `f` then continues at `next`; `stops`: the enclosing tag's ends, which free text
     // directly inside it does not run through.
     StatusOr<int32_t> build(const Format& f, int32_t next, const std::vector<std::string>& stops) {
+        // (repeats of formats that compile to no node, e.g. empty strings, add no node to count)
+        if (++builds_ > kMaxBuilds)
+            return invalid_argument("the structural tag is too large (more than " + std::to_string(kMaxBuilds) +
+                                    " formats once repeats are unrolled)");
         switch (f.kind) {
             case Format::Kind::kConst: return literal(f.value, next);
             case Format::Kind::kJson: {
@@ -565,10 +570,9 @@ private:
         std::sort(a.begin(), a.end());
         a.erase(std::unique(a.begin(), a.end()), a.end());
         // One scanner per set of stops (a repeat's copies share theirs); their tables are bounded together.
-        std::string key;
         size_t bytes = 0;
-        for (const std::string& s : a) key += s + '\0', bytes += s.size();
-        std::shared_ptr<const StopScanner>& scanner = scanners_[key];
+        for (const std::string& s : a) bytes += s.size();
+        std::shared_ptr<const StopScanner>& scanner = scanners_[a];
         if (!scanner) {
             scanner_bytes_ += bytes + 1;
             if (scanner_bytes_ > kMaxScannerBytes)
@@ -591,17 +595,17 @@ private:
             ends.push_back(n);
         }
         ASSIGN_OR_RETURN(int32_t end, ends.size() == 1 ? StatusOr<int32_t>(ends[0]) : split(std::move(ends)));
-        const Format::Kind ck = f.kids[0].kind;
-        const bool unlimited =
-            ck == Format::Kind::kText || ck == Format::Kind::kTriggered || ck == Format::Kind::kDispatch;
-        ASSIGN_OR_RETURN(int32_t body, build(f.kids[0], end, unlimited ? f.strings : std::vector<std::string>{}));
+        // (only free text, triggered tags, dispatch and the branches of an `or` read them)
+        ASSIGN_OR_RETURN(int32_t body, build(f.kids[0], end, f.strings));
         return literal(f.value, body);
     }
 
     // The scanners' tables take 1 KB a stop byte: 64 MB at most.
     static constexpr size_t kMaxScannerBytes = 65536;
+    static constexpr int64_t kMaxBuilds = 4 * kMaxTagNodes;
+    int64_t builds_ = 0;
     StructuralTag* t_;
-    std::map<std::string, std::shared_ptr<const StopScanner>> scanners_;
+    std::map<std::vector<std::string>, std::shared_ptr<const StopScanner>> scanners_;
     size_t scanner_bytes_ = 0;
 };
 
@@ -629,13 +633,45 @@ StatusOr<std::shared_ptr<const StructuralTag>> StructuralTag::parse(const Json& 
     TagCompiler c(tag.get());
     ASSIGN_OR_RETURN(int32_t accept, c.accept());
     ASSIGN_OR_RETURN(tag->root_, c.build(f, accept, {}));
+    tag->find_accepting();
     return std::shared_ptr<const StructuralTag>(std::move(tag));
+}
+
+bool StructuralTag::empty_ok(const Leaf& l) {
+    return l.kind == Leaf::Kind::kText || (l.kind == Leaf::Kind::kRegex && l.regex->accepting(l.regex->start()));
+}
+
+void StructuralTag::find_accepting() {
+    // Backwards from the accept nodes over the epsilon edges (an alternative, or a leaf that matches the empty text).
+    std::vector<std::vector<int32_t>> preds(nodes_.size());
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+        for (int32_t a : nodes_[n].alts) preds[static_cast<size_t>(a)].push_back(static_cast<int32_t>(n));
+        if (nodes_[n].leaf >= 0 && empty_ok(leaves_[static_cast<size_t>(nodes_[n].leaf)]))
+            preds[static_cast<size_t>(nodes_[n].next)].push_back(static_cast<int32_t>(n));
+    }
+    reaches_accept_.assign(nodes_.size(), 0);
+    std::vector<int32_t> work;
+    for (size_t n = 0; n < nodes_.size(); ++n)
+        if (nodes_[n].accept) reaches_accept_[n] = 1, work.push_back(static_cast<int32_t>(n));
+    while (!work.empty()) {
+        const int32_t n = work.back();
+        work.pop_back();
+        for (int32_t p : preds[static_cast<size_t>(n)])
+            if (!reaches_accept_[static_cast<size_t>(p)])
+                reaches_accept_[static_cast<size_t>(p)] = 1, work.push_back(p);
+    }
 }
 
 std::shared_ptr<const StructuralTag> StructuralTag::without_whitespace() const {
     auto t = std::shared_ptr<StructuralTag>(new StructuralTag(*this));
-    for (Leaf& l : t->leaves_)
-        if (l.json) l.json = l.json->without_whitespace();
+    // One converted grammar for each grammar (a repeat's copies share theirs).
+    std::map<const JsonGrammar*, std::shared_ptr<const JsonGrammar>> converted;
+    for (Leaf& l : t->leaves_) {
+        if (!l.json) continue;
+        std::shared_ptr<const JsonGrammar>& c = converted[l.json.get()];
+        if (!c) c = l.json->without_whitespace();
+        l.json = c;
+    }
     return t;
 }
 
@@ -647,8 +683,15 @@ bool TagThread::operator==(const TagThread& o) const {
 
 StructuralTagMatcher::StructuralTagMatcher(const StructuralTag& tag)
     : t_(&tag), seen_(static_cast<size_t>(tag.num_nodes()), 0) {
-    ++epoch_;
-    enter(tag.root(), 0);
+    next_epoch();
+    enter(tag.root());
+}
+
+void StructuralTagMatcher::next_epoch() {
+    if (++epoch_ == 0) {  // wrapped: every node unseen again
+        std::fill(seen_.begin(), seen_.end(), 0);
+        epoch_ = 1;
+    }
 }
 
 bool StructuralTagMatcher::leaf_accepting(const TagThread& t) const {
@@ -663,28 +706,44 @@ bool StructuralTagMatcher::leaf_accepting(const TagThread& t) const {
 }
 
 void StructuralTagMatcher::add(TagThread t) {
+    for (TagThread& o : threads_) {
+        if (o.node != t.node || o.state != t.state) continue;
+        if (!t.json) {
+            // Free text at the same place: the one with fewer characters so far allows all the other does.
+            o.chars = std::min(o.chars, t.chars);
+            return;
+        }
+        if (o.json == t.json) return;
+    }
     if (threads_.size() >= static_cast<size_t>(kMaxTagThreads)) return;
-    for (const TagThread& o : threads_)
-        if (o == t) return;
     threads_.push_back(std::move(t));
 }
 
-void StructuralTagMatcher::enter(int n, int depth) {
-    if (seen_[static_cast<size_t>(n)] == epoch_ || depth > kMaxTagNodes) return;
-    seen_[static_cast<size_t>(n)] = epoch_;
-    const StructuralTag::Node& nd = t_->node(n);
-    if (nd.accept) accept_ = true;
-    for (int32_t a : nd.alts) enter(a, depth + 1);
-    if (nd.leaf < 0) return;
-    const StructuralTag::Leaf& l = t_->leaf(nd.leaf);
-    TagThread t;
-    t.node = n;
-    if (l.kind == StructuralTag::Leaf::Kind::kRegex) t.state = l.regex->start();
-    if (l.kind == StructuralTag::Leaf::Kind::kJson) t.json.emplace(*l.json);
-    // A leaf that matches the empty text (free text, a pattern that allows it) is also passed over.
-    const bool empty_ok = leaf_accepting(t);
-    add(std::move(t));
-    if (empty_ok) enter(nd.next, depth + 1);
+void StructuralTagMatcher::enter(int start) {
+    // Depth first, alternatives in order (an explicit stack: chains of empty-matching leaves may be long). Whether
+    // the output may end here is known per node (StructuralTag::reaches_accept); once the threads are at their bound
+    // nothing further is explored.
+    std::vector<int32_t>& stack = stack_;
+    stack.assign(1, start);
+    while (!stack.empty()) {
+        const int32_t n = stack.back();
+        stack.pop_back();
+        if (seen_[static_cast<size_t>(n)] == epoch_) continue;
+        seen_[static_cast<size_t>(n)] = epoch_;
+        if (t_->reaches_accept(n)) accept_ = true;
+        if (threads_.size() >= static_cast<size_t>(kMaxTagThreads)) continue;
+        const StructuralTag::Node& nd = t_->node(n);
+        for (size_t k = nd.alts.size(); k-- > 0;) stack.push_back(nd.alts[k]);
+        if (nd.leaf < 0) continue;
+        const StructuralTag::Leaf& l = t_->leaf(nd.leaf);
+        TagThread t;
+        t.node = n;
+        if (l.kind == StructuralTag::Leaf::Kind::kRegex) t.state = l.regex->start();
+        if (l.kind == StructuralTag::Leaf::Kind::kJson) t.json.emplace(*l.json);
+        add(std::move(t));
+        // A leaf that matches the empty text (free text, a pattern that allows it) is also passed over.
+        if (StructuralTag::empty_ok(l)) stack.push_back(nd.next);
+    }
 }
 
 bool StructuralTagMatcher::step(const StructuralTagMatcher& from, uint8_t c) {
@@ -692,7 +751,7 @@ bool StructuralTagMatcher::step(const StructuralTagMatcher& from, uint8_t c) {
     if (seen_.size() != from.seen_.size()) seen_.assign(from.seen_.size(), 0);
     threads_.clear();
     accept_ = false;
-    ++epoch_;
+    next_epoch();
     for (const TagThread& t : from.threads_) {
         const StructuralTag::Leaf& l = t_->leaf(t_->node(t.node).leaf);
         TagThread n;
@@ -710,7 +769,7 @@ bool StructuralTagMatcher::step(const StructuralTagMatcher& from, uint8_t c) {
                 break;
             case StructuralTag::Leaf::Kind::kText:
                 n.state = l.text->next(t.state, c);
-                n.chars = t.chars + ((c & 0xC0) != 0x80);
+                n.chars = l.max_chars < 0 ? 0 : t.chars + ((c & 0xC0) != 0x80);
                 if (n.state < 0 || (l.max_chars >= 0 && n.chars > l.max_chars)) continue;
                 break;
             case StructuralTag::Leaf::Kind::kJson:
@@ -724,7 +783,7 @@ bool StructuralTagMatcher::step(const StructuralTagMatcher& from, uint8_t c) {
     // index bound leaves out).
     const size_t stepped = threads_.size();
     for (size_t i = 0; i < stepped; ++i)
-        if (leaf_accepting(threads_[i])) enter(t_->node(threads_[i].node).next, 0);
+        if (leaf_accepting(threads_[i])) enter(t_->node(threads_[i].node).next);
     return !threads_.empty() || accept_;
 }
 

@@ -93,6 +93,9 @@ public:
         std::vector<int32_t> alts;
     };
     const Leaf& leaf(int i) const { return leaves_[static_cast<size_t>(i)]; }
+    // Whether the output may end once node n is entered (epsilon edges, leaves that match the empty text).
+    bool reaches_accept(int n) const { return reaches_accept_[static_cast<size_t>(n)] != 0; }
+    static bool empty_ok(const Leaf& l);
     const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
     int num_nodes() const { return static_cast<int>(nodes_.size()); }
     int root() const { return root_; }
@@ -100,15 +103,17 @@ public:
 private:
     friend class TagCompiler;
     StructuralTag() = default;
+    void find_accepting();
     std::vector<Leaf> leaves_;
     std::vector<Node> nodes_;
+    std::vector<uint8_t> reaches_accept_;  // [node]
     int root_ = 0;
 };
 
 struct TagThread {
     int32_t node = 0;   // a leaf node
     int32_t state = 0;  // kLiteral: bytes matched; kRegex: the DFA state; kText: the scanner's state
-    int64_t chars = 0;  // kText: code points so far
+    int64_t chars = 0;  // kText under max_chars: code points so far (else 0)
     std::optional<JsonMatcher> json;
     bool operator==(const TagThread& o) const;
 };
@@ -128,8 +133,9 @@ private:
     friend class TokenTrie;
     // *this = `from` after `c`; false when no thread survives (then *this is not a usable matcher).
     bool step(const StructuralTagMatcher& from, uint8_t c);
-    // Adds the threads that begin at node `n` (epsilons followed), marking nodes in this step's `seen_`.
-    void enter(int n, int depth);
+    // Adds the threads that begin at node `start` (epsilons followed), marking nodes in this step's `seen_`.
+    void enter(int start);
+    void next_epoch();
     void add(TagThread t);
     bool leaf_accepting(const TagThread& t) const;
 
@@ -138,6 +144,7 @@ private:
     bool accept_ = false;
     std::vector<uint32_t> seen_;  // [node]: the epoch that entered it
     uint32_t epoch_ = 0;
+    std::vector<int32_t> stack_;  // enter()'s scratch
 };
 
 }  // namespace gptoss::structured

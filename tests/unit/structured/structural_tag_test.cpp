@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -354,10 +356,88 @@ TEST(StructuralTag, RefusalsNameTheField) {
     EXPECT_TRUE(repeated.ok()) << repeated.status().message();
     // 32 nested formats are fine; 33 are not.
     Json deep = {{"type", "const_string"}, {"value", "x"}};
-    for (int i = 0; i < 32; ++i) deep = {{"type", "optional"}, {"content", deep}};
+    for (int i = 0; i < 31; ++i) deep = {{"type", "optional"}, {"content", deep}};
     EXPECT_TRUE(StructuralTag::parse({{"format", deep}}).ok());
     deep = {{"type", "optional"}, {"content", deep}};
     EXPECT_FALSE(StructuralTag::parse({{"format", deep}}).ok());
+}
+
+// What a review found (session 54): repeats of formats that compile to nothing, long chains of empty-matching
+// leaves, free text re-entered by epsilons (its threads never merged, so the thread bound dropped valid ones),
+// stop-string sets that differ only by a NUL, and an `or` directly inside a tag.
+TEST(StructuralTag, ReviewedEdges) {
+    const Json empty = {{"type", "const_string"}, {"value", ""}};
+    Json nested = empty;
+    for (int i = 0; i < 4; ++i) nested = {{"type", "repeat"}, {"min", 1000}, {"max", 1000}, {"content", nested}};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto big = StructuralTag::parse({{"format", nested}});
+    EXPECT_FALSE(big.ok());
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+
+    // 19 free texts 1,000 times over: 19,001 nodes, a step walks the thread bound, not the chain.
+    Json texts = {{"type", "sequence"}, {"elements", Json::array()}};
+    for (int i = 0; i < 19; ++i) texts["elements"].push_back({{"type", "any_text"}, {"excludes", {"zq"}}});
+    auto chain = format_tag({{"type", "repeat"}, {"min", 1000}, {"max", 1000}, {"content", texts}});
+    ASSERT_TRUE(chain);
+    const auto t1 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(matches(*chain, std::string(2000, 'a')));
+    EXPECT_FALSE(live(*chain, "azq"));
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count(), 2.0);
+
+    const Json any = {{"type", "any_text"}};
+    auto two_texts =
+        format_tag({{"type", "sequence"}, {"elements", {any, any, {{"type", "const_string"}, {"value", "END"}}}}});
+    ASSERT_TRUE(two_texts);
+    EXPECT_TRUE(matches(*two_texts, std::string(200, 'a') + "END"));
+    const Json t_tag = {
+        {"type", "tag"}, {"begin", "<t>"}, {"content", {{"type", "const_string"}, {"value", "x"}}}, {"end", "</t>"}};
+    auto loop = format_tag({{"type", "star"}, {"content", {{"type", "sequence"}, {"elements", {any, t_tag}}}}});
+    ASSERT_TRUE(loop);
+    std::string repeated;
+    for (int i = 0; i < 100; ++i) repeated += "a<t>x</t>";
+    EXPECT_TRUE(matches(*loop, repeated));
+    auto star_text = format_tag(
+        {{"type", "tag"}, {"begin", "<a>"}, {"content", {{"type", "star"}, {"content", any}}}, {"end", "</a>"}});
+    ASSERT_TRUE(star_text);
+    EXPECT_TRUE(matches(*star_text, "<a>" + std::string(100, 'b') + "</a>"));
+    auto bounded = format_tag(
+        {{"type", "sequence"},
+         {"elements", {{{"type", "any_text"}, {"max_chars", 3}}, {{"type", "any_text"}, {"max_chars", 2}}}}});
+    ASSERT_TRUE(bounded);
+    EXPECT_TRUE(matches(*bounded, "abcde"));
+    EXPECT_FALSE(live(*bounded, "abcdef"));
+
+    auto nul = format_tag({{"type", "sequence"},
+                           {"elements",
+                            {{{"type", "any_text"}, {"excludes", {std::string("a\0b", 3)}}},
+                             {{"type", "const_string"}, {"value", "|"}},
+                             {{"type", "any_text"}, {"excludes", {"a", "b"}}}}}});
+    ASSERT_TRUE(nul);
+    EXPECT_TRUE(matches(*nul, "xa|"));
+    EXPECT_FALSE(matches(*nul, "x|a"));
+
+    auto alt =
+        format_tag({{"type", "tag"},
+                    {"begin", "<a>"},
+                    {"content", {{"type", "or"}, {"elements", {any, {{"type", "const_string"}, {"value", "z"}}}}}},
+                    {"end", "</a>"}});
+    ASSERT_TRUE(alt);
+    EXPECT_TRUE(matches(*alt, "<a>1</a>"));
+    EXPECT_FALSE(live(*alt, "<a>1</a>2</a>"));
+
+    // disable_any_whitespace converts a shared grammar once (a repeat's copies share it).
+    Json obj = {{"type", "tag"},
+                {"begin", "<j>"},
+                {"content", {{"type", "json_schema"}, {"json_schema", {{"type", "object"}}}}},
+                {"end", "</j>"}};
+    auto many = format_tag({{"type", "repeat"}, {"min", 500}, {"max", 500}, {"content", obj}});
+    ASSERT_TRUE(many);
+    auto dense = many->without_whitespace();
+    std::set<const JsonGrammar*> grammars;
+    for (int n = 0; n < dense->num_nodes(); ++n)
+        if (dense->node(n).leaf >= 0 && dense->leaf(dense->node(n).leaf).json)
+            grammars.insert(dense->leaf(dense->node(n).leaf).json.get());
+    EXPECT_EQ(grammars.size(), 1u);
 }
 
 std::vector<std::string> random_vocab(const std::string& alphabet, int n, uint32_t seed) {
