@@ -98,6 +98,10 @@ struct ChatParams {
     SamplingRequest sampling;
     bool logprobs = false;
     int top_logprobs = 0;
+    // vLLM's return_tokens_as_token_ids: logprob entries name tokens "token_id:<id>" (bytes: of that text).
+    bool tokens_as_ids = false;
+    // vLLM's include_reasoning (chat): false leaves reasoning_content out of the answer and its stream.
+    bool include_reasoning = true;
     int prompt_logprobs = -1;  // vLLM's (chat only): -1 none; k: each prompt token's logprob, rank and the k best
     bool stream = false;
     bool include_usage = false;
@@ -157,8 +161,9 @@ struct CompletionParams {
     // The prompt before the completion in the text (and, with logprobs, the prompt tokens' logprobs,
     // the first one's null, before the completion's).
     bool echo = false;
-    bool echo_only = false;    // max_tokens 0 with echo: the prompt alone (one token generated and dropped)
-    int prompt_logprobs = -1;  // vLLM's: -1 none; k: each prompt token's logprob, rank and the k best
+    bool echo_only = false;      // max_tokens 0 with echo: the prompt alone (one token generated and dropped)
+    int prompt_logprobs = -1;    // vLLM's: -1 none; k: each prompt token's logprob, rank and the k best
+    bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:<id>"
     bool stream = false;
     bool include_usage = false;
 };

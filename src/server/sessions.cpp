@@ -59,11 +59,18 @@ std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
 
 namespace {
 
+// A token as logprobs name it: its text (invalid UTF-8 replaced), or with vLLM's return_tokens_as_token_ids
+// "token_id:<id>".
+std::string token_label(const tokenizer::BpeTokenizer& tok, int32_t id, bool as_id) {
+    return as_id ? "token_id:" + std::to_string(id) : lossy_utf8(token_text(tok, id));
+}
+
 // A generated token's logprob entry as chat.completions and the Responses API's output_text show it: {"token",
-// "logprob", "bytes", "top_logprobs": [the top_k best, each {"token", "logprob", "bytes"}]}.
-Json token_logprob_json(const tokenizer::BpeTokenizer& tok, const EngineEvent& e, int top_k) {
+// "logprob", "bytes", "top_logprobs": [the top_k best, each {"token", "logprob", "bytes"}]}; `as_ids`: tokens as
+// "token_id:<id>" and bytes those of that text (as vLLM's).
+Json token_logprob_json(const tokenizer::BpeTokenizer& tok, const EngineEvent& e, int top_k, bool as_ids = false) {
     auto one = [&](int32_t id, float lp) {
-        std::string bytes = token_text(tok, id);
+        std::string bytes = as_ids ? token_label(tok, id, true) : token_text(tok, id);
         return Json{{"token", lossy_utf8(bytes)}, {"logprob", lp}, {"bytes", token_bytes_json(bytes)}};
     };
     Json entry = one(e.token_id, e.logprob);
@@ -131,6 +138,8 @@ public:
           stream_(params.stream),
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
+          tokens_as_ids_(params.tokens_as_ids),
+          include_reasoning_(params.include_reasoning),
           top_logprobs_(params.top_logprobs),
           min_tokens_(params.sampling.min_tokens),
           prompt_logprobs_(scores_prompt ? params.prompt_logprobs : -1),
@@ -203,8 +212,10 @@ public:
     }
 
     Json body() const override {
+        harmony::ChatCompletion shown = result_;
+        if (!include_reasoning_) shown.reasoning_content.reset();
         Json choice = {
-            {"index", 0}, {"message", chat_message_json(result_, ctx_.reasoning_alias)}, {"logprobs", nullptr}};
+            {"index", 0}, {"message", chat_message_json(shown, ctx_.reasoning_alias)}, {"logprobs", nullptr}};
         if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
         Json j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", ctx_.model_id}};
@@ -257,19 +268,21 @@ private:
             if (d.content) {
                 std::string text = stop_.push(*d.content);
                 if (!text.empty()) emit_content(text, sse);
-            } else {
+            } else if (include_reasoning_ || !d.reasoning_content || d.tool_call) {
                 emit(sse, chat_delta_json(d, ctx_.reasoning_alias), nullptr);
             }
         }
     }
 
-    Json logprob_entry(const EngineEvent& e) const { return token_logprob_json(*ctx_.tokenizer, e, top_logprobs_); }
+    Json logprob_entry(const EngineEvent& e) const {
+        return token_logprob_json(*ctx_.tokenizer, e, top_logprobs_, tokens_as_ids_);
+    }
 
     const SessionContext ctx_;
     HarmonyOutput out_;
     StopMatcher stop_;
     const std::vector<int32_t> stop_token_ids_;
-    const bool stream_, include_usage_, logprobs_;
+    const bool stream_, include_usage_, logprobs_, tokens_as_ids_, include_reasoning_;
     const int top_logprobs_;
     const int min_tokens_;
     const int prompt_logprobs_;
@@ -536,6 +549,7 @@ public:
           stream_(params.stream),
           include_usage_(params.include_usage),
           logprobs_(params.logprobs),
+          tokens_as_ids_(params.tokens_as_ids),
           echo_(params.echo),
           echo_only_(params.echo_only),
           prompt_logprobs_(params.prompt_logprobs),
@@ -659,13 +673,13 @@ private:
         };
         if (echo_ && logprobs_ >= 0) {
             for (size_t i = 0; i < prompt_ids_.size(); ++i) {
-                const std::string tok = lossy_utf8(token_text(*ctx_.tokenizer, prompt_ids_[i]));
+                const std::string tok = token_label(*ctx_.tokenizer, prompt_ids_[i], tokens_as_ids_);
                 const PromptLogprob* p = entry(i);
                 Json top = nullptr;
                 if (p != nullptr) {
                     top = Json::object();
                     for (size_t k = 0; k < p->top.size() && static_cast<int>(k) < logprobs_; ++k)
-                        top[lossy_utf8(token_text(*ctx_.tokenizer, p->top[k].id))] = p->top[k].logprob;
+                        top[token_label(*ctx_.tokenizer, p->top[k].id, tokens_as_ids_)] = p->top[k].logprob;
                     if (!top.contains(tok)) top[tok] = p->logprob;  // the prompt token is always among them
                 }
                 all_logprobs_["tokens"].push_back(tok);
@@ -716,10 +730,10 @@ private:
 
     // Logprobs of one token, in the legacy completions layout (also appended to the totals).
     Json add_logprobs(const EngineEvent& e, const std::string& bytes) {
-        const std::string tok = lossy_utf8(bytes);
+        const std::string tok = tokens_as_ids_ ? token_label(*ctx_.tokenizer, e.token_id, true) : lossy_utf8(bytes);
         Json top = Json::object();
         for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < logprobs_; ++i) {
-            top[lossy_utf8(token_text(*ctx_.tokenizer, e.top_logprobs[i].id))] = e.top_logprobs[i].logprob;
+            top[token_label(*ctx_.tokenizer, e.top_logprobs[i].id, tokens_as_ids_)] = e.top_logprobs[i].logprob;
         }
         // The sampled token is always among them (OpenAI: "up to logprobs + 1 elements", as vLLM
         // does), so logprobs 0 gives the sampled token alone rather than an empty object.
@@ -740,6 +754,7 @@ private:
     const std::vector<int32_t> stop_token_ids_;
     const bool stream_, include_usage_;
     const int logprobs_;
+    const bool tokens_as_ids_;
     const bool echo_;
     const bool echo_only_;  // max_tokens 0: the generated token is dropped
     const int prompt_logprobs_;

@@ -344,6 +344,55 @@ TEST_F(GenerationOutputTest, ChatLogprobsCoverContentTokens) {
     EXPECT_EQ(entries, lp.size());
 }
 
+// vLLM's return_tokens_as_token_ids (tokens named "token_id:<id>", on chat and completions) and include_reasoning
+// (false: no reasoning_content in the answer or its stream; the reasoning tokens still counted).
+TEST_F(GenerationOutputTest, TokensAsIdsAndIncludeReasoning) {
+    script(
+        "<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Hello world<|return|>");
+    Json j = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,)"
+                                               R"("top_logprobs":1,"return_tokens_as_token_ids":true})");
+    const Json& lp = j["choices"][0]["logprobs"]["content"];
+    const std::vector<int32_t> ids = harmony_ids("Hello world");
+    ASSERT_EQ(lp.size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const std::string name = "token_id:" + std::to_string(ids[i]);
+        EXPECT_EQ(lp[i]["token"], name);
+        EXPECT_EQ(lp[i]["bytes"].size(), name.size());
+        EXPECT_EQ(lp[i]["top_logprobs"][0]["token"].get<std::string>().rfind("token_id:", 0), 0u);
+    }
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "hmm");
+
+    Json hidden =
+        post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"include_reasoning":false})");
+    EXPECT_TRUE(hidden["choices"][0]["message"]["reasoning_content"].is_null()) << hidden.dump();
+    EXPECT_EQ(hidden["choices"][0]["message"]["content"], "Hello world");
+    EXPECT_GT(hidden["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+    for (const Json& c : post_stream("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],)"
+                                                             R"("include_reasoning":false,"stream":true})"))
+        if (!c["choices"].empty()) {
+            EXPECT_FALSE(c["choices"][0]["delta"].contains("reasoning_content")) << c.dump();
+        }
+    EXPECT_EQ(expect_error(server_.post("/v1/chat/completions",
+                                        R"({"messages":[{"role":"user","content":"x"}],"include_reasoning":1})"),
+                           400)["param"],
+              "include_reasoning");
+
+    std::vector<int32_t> answer = harmony_ids(" jumps over");
+    answer.push_back(200002);
+    server_.engine.set_script([answer](const EngineRequest&) { return answer; });
+    Json c = post_json("/v1/completions",
+                       R"({"prompt":"The fox","logprobs":1,"max_tokens":9,"return_tokens_as_token_ids":true})");
+    const Json& clp = c["choices"][0]["logprobs"];
+    ASSERT_EQ(clp["tokens"].size(), answer.size());
+    for (size_t i = 0; i < answer.size(); ++i) {
+        const std::string name = "token_id:" + std::to_string(answer[i]);
+        EXPECT_EQ(clp["tokens"][i], name);
+        EXPECT_EQ(clp["top_logprobs"][i][name], clp["token_logprobs"][i]);
+    }
+    EXPECT_EQ(c["choices"][0]["text"], " jumps over");
+}
+
 // Responses logprobs (top_logprobs, include message.output_text.logprobs): the output_text part carries an entry per
 // token of its text (none for the reasoning or the headers); streamed, each output_text delta carries its own
 // token's, and the done events all of them.
