@@ -191,6 +191,12 @@ std::shared_ptr<const structured::StructuralTag> structural_tag(Fields& f, const
     Json parsed;
     const Json* j = &v;
     if (v.is_string() && allow_string) {
+        // (the body's own guards: nesting depth, members an object)
+        if (std::string e = json_shape_error(v.get_ref<const std::string&>(), kMaxJsonDepth, kMaxJsonMembers);
+            !e.empty()) {
+            f.fail(key, "must be a structural tag: " + e);
+            return nullptr;
+        }
         parsed = Json::parse(v.get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
         if (parsed.is_discarded()) {
             f.fail(key, "must be a structural tag: a JSON object, or a string of one (this string is not JSON)");

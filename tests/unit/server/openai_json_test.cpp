@@ -125,6 +125,8 @@ TEST(ParseChatRequest, StructuralTags) {
          StatusCode::kInvalidArgument},
         {R"("structured_outputs":{"structural_tag":7})", "structured_outputs.structural_tag",
          StatusCode::kInvalidArgument},
+        {R"("structured_outputs":{"structural_tag":")" + std::string(300, '[') + R"("})",
+         "structured_outputs.structural_tag", StatusCode::kInvalidArgument},
         {R"("structured_outputs":{"structural_tag":"{\"format\":{\"type\":\"regex\",\"pattern\":\"(\"}}"})",
          "structured_outputs.structural_tag.format.pattern", StatusCode::kInvalidArgument},
         {R"("structured_outputs":{"structural_tag":{"format":{"type":"const_string","value":"a"}},"regex":"a"})",
