@@ -727,33 +727,60 @@ void OpenAiRoutes::truncate_conversation(const Json& body, Json* earlier, Respon
     *earlier = std::move(kept_earlier);
 }
 
-std::optional<ApiError> OpenAiRoutes::resolve_item_references(Json* body) const {
+// Bounds on a request's item references: their count, and the JSON text they resolve to (the same item may be
+// named many times; 4 MiB of references to a large stored item would otherwise build gigabytes).
+constexpr size_t kMaxItemReferences = 1024;
+constexpr size_t kMaxReferencedBytes = size_t{16} << 20;
+
+std::optional<ApiError> OpenAiRoutes::resolve_item_references(Json* body) {
     auto input = body->find("input");
     if (input == body->end() || !input->is_array()) return std::nullopt;
+    // The references, checked; then one pass over the store for all their ids.
+    std::vector<size_t> at;
+    std::vector<std::string> ids;
     for (size_t i = 0; i < input->size(); ++i) {
-        Json& item = (*input)[i];
+        const Json& item = (*input)[i];
         if (!item.is_object()) continue;
         auto type = item.find("type");
-        // OpenAI's ItemReference: {"id", "type": "item_reference"}, its type optional (an item with neither a type
-        // nor a role).
-        const bool reference =
-            type != item.end() ? *type == "item_reference" : !item.contains("role") && item.contains("id");
+        // OpenAI's ItemReference: {"id", "type": "item_reference"}, its type optional and nullable (an item with
+        // neither a type nor a role).
+        const bool untyped = type == item.end() || type->is_null();
+        const bool reference = untyped ? !item.contains("role") && item.contains("id") : *type == "item_reference";
         if (!reference) continue;
         const std::string param = "input[" + std::to_string(i) + "]";
         auto id = item.find("id");
-        if (id == item.end() || !id->is_string())
+        if (id == item.end() || id->is_null())
             return api_error(invalid_argument(param + ".id: is required (the id of a stored item)"));
+        if (!id->is_string()) return api_error(invalid_argument(param + ".id: must be a string"));
         if (!store_.enabled())
             return api_error(unimplemented(param + ": item references need stored responses, and this server keeps "
                                                    "none (--responses-store 0)"));
-        std::optional<Json> found = store_.find_item(id->get<std::string>());
-        if (!found) {
-            ApiError e = api_error(404, "Item with id '" + id->get<std::string>() + "' not found.", std::nullopt);
-            e.param = param + ".id";
+        if (at.size() >= kMaxItemReferences)
+            return api_error(invalid_argument(param + ": at most " + std::to_string(kMaxItemReferences) +
+                                              " item references a request"));
+        at.push_back(i);
+        ids.push_back(id->get<std::string>());
+    }
+    if (at.empty()) return std::nullopt;
+    const std::unordered_map<std::string, Json> found = store_.find_items(ids);
+    // What the references become is bounded as a body is (the same item may be named many times).
+    size_t bytes = 0;
+    std::unordered_map<std::string, size_t> sizes;
+    for (size_t k = 0; k < at.size(); ++k) {
+        auto f = found.find(ids[k]);
+        if (f == found.end()) {
+            ApiError e = api_error(404, "Item with id '" + ids[k] + "' not found.", std::nullopt);
+            e.param = "input[" + std::to_string(at[k]) + "].id";
             return e;
         }
-        item = std::move(*found);
+        auto [sz, fresh] = sizes.emplace(ids[k], 0);
+        if (fresh) sz->second = f->second.dump().size();
+        bytes += sz->second;
+        if (bytes > kMaxReferencedBytes)
+            return api_error(resource_exhausted("input: the referenced items come to more than " +
+                                                std::to_string(kMaxReferencedBytes >> 20) + " MiB"));
     }
+    for (size_t k = 0; k < at.size(); ++k) (*input)[at[k]] = found.at(ids[k]);
     return std::nullopt;
 }
 

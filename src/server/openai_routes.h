@@ -122,7 +122,7 @@ private:
     std::optional<ApiError> previous_conversation(const Json& body, Json* earlier, ResponsesContext* context);
     // A Responses body's `input` items that refer to stored items ({"type": "item_reference", "id"}) replaced by
     // those items.
-    std::optional<ApiError> resolve_item_references(Json* body) const;
+    std::optional<ApiError> resolve_item_references(Json* body);
     // truncation: "auto" (OpenAI's): when the prompt leaves less than max_output_tokens (or 1) of the context, the
     // conversation (`earlier`, then the request's input items) loses its first items, cut before a user message, the
     // fewest that make it fit; `params`, `prompt` and `earlier` become the truncated request's. Unchanged when no

@@ -1,5 +1,7 @@
 #include "server/response_store.h"
 
+#include <unordered_set>
+
 #include <algorithm>
 #include <utility>
 
@@ -131,22 +133,41 @@ bool ResponseStore::erase(const std::string& id) {
     return true;
 }
 
-std::optional<Json> ResponseStore::find_item(const std::string& item_id) const {
+std::unordered_map<std::string, Json> ResponseStore::find_items(const std::vector<std::string>& item_ids) {
+    std::unordered_map<std::string, Json> found;
+    std::unordered_set<std::string> wanted(item_ids.begin(), item_ids.end());
     std::lock_guard<std::mutex> lock(mu_);
-    auto has_id = [&](const Json& item) {
+    std::vector<std::list<std::string>::iterator> used;
+    auto take = [&](const Json& item) {
+        if (!item.is_object()) return false;
         auto id = item.find("id");
-        return item.is_object() && id != item.end() && id->is_string() && id->get_ref<const std::string&>() == item_id;
+        if (id == item.end() || !id->is_string()) return false;
+        auto w = wanted.find(id->get_ref<const std::string&>());
+        if (w == wanted.end()) return false;
+        found.emplace(*w, item);
+        wanted.erase(w);
+        return true;
     };
-    for (const std::string& id : order_) {
-        const StoredResponse& e = *slots_.at(id).entry;
-        for (const Json& item : e.context)
-            if (has_id(item)) return item;
-        if (e.run && !e.run->done()) continue;  // (its answer is still the queued one)
-        if (auto out = e.response.find("output"); out != e.response.end() && out->is_array())
-            for (const Json& item : *out)
-                if (has_id(item)) return item;
+    for (auto it = order_.begin(); it != order_.end() && !wanted.empty(); ++it) {
+        const StoredResponse& e = *slots_.at(*it).entry;
+        bool hit = false;
+        for (const Json& item : e.context) hit |= take(item);
+        // A background response's output: its run's, once done (the entry's answer is replaced a moment later).
+        Json answer;
+        const Json* response = &e.response;
+        if (e.run) {
+            if (!e.run->done())
+                response = nullptr;
+            else
+                response = &(answer = e.run->snapshot());
+        }
+        if (response != nullptr)
+            if (auto out = response->find("output"); out != response->end() && out->is_array())
+                for (const Json& item : *out) hit |= take(item);
+        if (hit) used.push_back(it);
     }
-    return std::nullopt;
+    for (auto it : used) order_.splice(order_.begin(), order_, it);
+    return found;
 }
 
 size_t ResponseStore::size() const {

@@ -85,9 +85,10 @@ public:
     // The entry, marked most recently used; null when there is none.
     std::shared_ptr<const StoredResponse> get(const std::string& id);
     bool erase(const std::string& id);
-    // The item with this id (an input or output item of a stored response; a running background response's
-    // input only), most recently used responses first; null when none has it.
-    std::optional<Json> find_item(const std::string& item_id) const;
+    // The items with these ids (input or output items of stored responses; a running background response's input
+    // only), by id, in one pass over the store, most recently used responses first; the responses they came from
+    // become the most recently used. Ids no response has are left out.
+    std::unordered_map<std::string, Json> find_items(const std::vector<std::string>& item_ids);
     size_t size() const;
     size_t bytes() const;
 

@@ -277,6 +277,25 @@ TEST_F(StoredResponsesTest, ItemReferencesStandForStoredItems) {
     EXPECT_NE(e["message"].get<std::string>().find("msg_nope"), std::string::npos);
     EXPECT_EQ(expect_error(s.post("/v1/responses", R"({"input":[{"type":"item_reference"}]})"), 400)["param"],
               "input[0].id");
+    Json not_string = expect_error(s.post("/v1/responses", R"({"input":[{"type":"item_reference","id":5}]})"), 400);
+    EXPECT_EQ(not_string["param"], "input[0].id");
+    EXPECT_NE(not_string["message"].get<std::string>().find("must be a string"), std::string::npos);
+    // A null type is no type (OpenAI's ItemReference.type is optional and nullable).
+    post_ok(s, {{"input", Json::array({{{"type", nullptr}, {"id", output_item["id"]}}})}, {"store", false}});
+    // At most 1,024 references a request (the same item named many times is bounded by the JSON it resolves to too).
+    Json many = Json::array();
+    for (int i = 0; i < 1025; ++i) many.push_back({{"id", output_item["id"]}});
+    EXPECT_EQ(expect_error(s.post("/v1/responses", Json{{"input", many}, {"store", false}}.dump()), 400)["param"],
+              "input[1024]");
+    many.erase(1024);  // 1,024 resolve (and then make a prompt longer than the test model's context)
+    EXPECT_EQ(expect_error(s.post("/v1/responses", Json{{"input", many}, {"store", false}}.dump()), 400)["code"],
+              "context_length_exceeded");
+    // A finished background response's output items can be referenced.
+    const Json bg = post_ok(s, {{"input", "Hi"}, {"background", true}});
+    const Json done = wait_finished(s, bg["id"]);
+    ASSERT_FALSE(done["output"].empty()) << done.dump();
+    post_ok(s, {{"input", Json::array({{{"type", "item_reference"}, {"id", done["output"].back()["id"]}}})},
+                {"store", false}});
 }
 
 TEST_F(StoredResponsesTest, AToolResultContinuesFromTheCallsResponse) {
