@@ -297,6 +297,19 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
     if (auto pp = f.number("presence_penalty", -2.0, 2.0)) out->sampling.presence_penalty = static_cast<float>(*pp);
     if (auto fp = f.number("frequency_penalty", -2.0, 2.0)) out->sampling.frequency_penalty = static_cast<float>(*fp);
+    if (const Json* allowed = f.get("allowed_token_ids"); allowed != nullptr && f.ok()) {
+        if (!allowed->is_array() || allowed->empty() || allowed->size() > (size_t{1} << 20)) {
+            f.fail("allowed_token_ids", "must be a non-empty array of token ids");
+        } else {
+            for (size_t i = 0; i < allowed->size() && f.ok(); ++i) {
+                const Json& id = (*allowed)[i];
+                if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+                    f.fail_status(field_error(indexed(f.param("allowed_token_ids"), i), "must be a token id"));
+                else
+                    out->allowed_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+            }
+        }
+    }
     if (const Json* bias = f.object("logit_bias")) {
         // {"<token id>": bias in [-100, 100]}; the engine checks the ids against its vocabulary.
         for (auto it = bias->begin(); it != bias->end(); ++it) {

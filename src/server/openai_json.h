@@ -75,6 +75,8 @@ struct SamplingRequest {
     int min_tokens = 0;             // vLLM's: no stop id or stop string ends generation within the first min_tokens
     bool include_stop_str = false;  // vLLM's include_stop_str_in_output: the matched stop string is shown
     std::vector<std::string> bad_words;  // vLLM's: words never generated (their last token banned after the rest)
+    // vLLM's allowed_token_ids: only these ids are ever drawn (within a structured output's mask too).
+    std::vector<int32_t> allowed_token_ids;
     // vLLM's truncate_prompt_tokens: keep only the prompt's last k tokens (-1: the context less one); 0: off.
     int64_t truncate_prompt_tokens = 0;
     // vLLM's guided_json / guided_json_object / structured_outputs: what the output must match (chat: its

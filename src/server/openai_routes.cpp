@@ -176,6 +176,65 @@ Status set_min_tokens_and_bad_words(const SamplingRequest& s, const char* max_to
     return ok_status();
 }
 
+// vLLM's allowed_token_ids: the request's constraint (or none) with every mask cut to the allowed ids. Where the two
+// leave nothing, the allowed ids alone (the request's explicit set wins over a structure it cannot satisfy).
+class AllowedIdsConstraint : public runtime::TokenConstraint {
+public:
+    AllowedIdsConstraint(std::unique_ptr<runtime::TokenConstraint> inner,
+                         std::shared_ptr<const std::vector<uint8_t>> set)
+        : inner_(std::move(inner)), set_(std::move(set)) {}
+    bool allowed_next(std::vector<uint8_t>* mask) override {
+        const std::vector<uint8_t>& set = *set_;
+        if (inner_ && inner_->allowed_next(mask)) {
+            bool any = false;
+            for (size_t i = 0; i < mask->size(); ++i) {
+                (*mask)[i] = (*mask)[i] && i < set.size() && set[i];
+                any |= (*mask)[i] != 0;
+            }
+            if (any) return true;
+        }
+        mask->assign(std::max(mask->size(), set.size()), 0);
+        std::copy(set.begin(), set.end(), mask->begin());
+        return true;
+    }
+    void accept(int32_t id) override {
+        if (inner_) inner_->accept(id);
+    }
+
+private:
+    std::unique_ptr<runtime::TokenConstraint> inner_;
+    std::shared_ptr<const std::vector<uint8_t>> set_;
+};
+
+class AllowedIdsFactory : public runtime::TokenConstraintFactory {
+public:
+    AllowedIdsFactory(std::shared_ptr<const runtime::TokenConstraintFactory> inner,
+                      std::shared_ptr<const std::vector<uint8_t>> set)
+        : inner_(std::move(inner)), set_(std::move(set)) {}
+    std::unique_ptr<runtime::TokenConstraint> start() const override {
+        return std::make_unique<AllowedIdsConstraint>(inner_ ? inner_->start() : nullptr, set_);
+    }
+
+private:
+    std::shared_ptr<const runtime::TokenConstraintFactory> inner_;
+    std::shared_ptr<const std::vector<uint8_t>> set_;
+};
+
+// Wraps req->constraint when the request names allowed_token_ids (each below the model's vocabulary).
+Status restrict_to_allowed_ids(const SamplingRequest& s, int vocab_size, EngineRequest* req) {
+    if (s.allowed_token_ids.empty()) return ok_status();
+    auto set = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(vocab_size), 0);
+    for (size_t i = 0; i < s.allowed_token_ids.size(); ++i) {
+        const int32_t id = s.allowed_token_ids[i];
+        if (id >= vocab_size)
+            return invalid_argument("allowed_token_ids[" + std::to_string(i) + "]: id " + std::to_string(id) +
+                                    " is outside the vocabulary (" + std::to_string(vocab_size) + " ids)");
+        (*set)[static_cast<size_t>(id)] = 1;
+    }
+    req->constraint = std::make_shared<AllowedIdsFactory>(std::move(req->constraint), std::move(set));
+    return ok_status();
+}
+
 std::vector<int32_t> request_stop_ids(const SamplingRequest& s) {
     std::vector<int32_t> ids = s.ignore_eos ? std::vector<int32_t>{} : generation_stop_ids();
     for (int32_t id : s.stop_token_ids)
@@ -593,6 +652,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
                        prompt->forced, false, params->tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
+    if (Status st = restrict_to_allowed_ids(params->sampling, queue_.engine().vocab_size(), &req); !st.ok())
+        return error(api_error(st));
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     if (params->n > 1) {
         std::vector<EngineRequest> reqs = choice_requests(req, params->n);
@@ -643,6 +704,8 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
                        params->chat.sampling.tag, prompt->forced, false, params->chat.tool_grammars);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
+    if (Status st = restrict_to_allowed_ids(params->chat.sampling, queue_.engine().vocab_size(), &req); !st.ok())
+        return error(api_error(st));
     SessionContext ctx{&tokenizer_, options_.model_id, options_.reasoning_alias};
     if (!params->store) {
         return generate(
@@ -1093,6 +1156,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
                            params->sampling.tag, {}, /*raw=*/true);
         if (!constraint.ok()) return error(api_error(constraint.status()));
         req.constraint = std::move(*constraint);
+        if (Status st = restrict_to_allowed_ids(params->sampling, queue_.engine().vocab_size(), &req); !st.ok())
+            return error(api_error(st));
         for (EngineRequest& r : choice_requests(req, params->n)) {
             counts.push_back(prompt_of.size() % static_cast<size_t>(params->n) == 0);  // first of its prompt
             prompt_of.push_back(p);

@@ -177,6 +177,25 @@ TEST(ParseCompletionRequest, ResponseFormatHoldsTheOutput) {
     EXPECT_EQ(param_of(bad.status()), "response_format.type");
 }
 
+// vLLM's allowed_token_ids: a non-empty array of ids (whether they are in the vocabulary is the routes' check).
+TEST(ParseCompletionRequest, AllowedTokenIds) {
+    auto ok = parse_completion_request(j(R"({"prompt":"x","allowed_token_ids":[5,7,5]})"), 1000);
+    ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+    EXPECT_EQ(ok->sampling.allowed_token_ids, (std::vector<int32_t>{5, 7, 5}));
+    for (const auto& [body, param] :
+         {std::pair{R"({"prompt":"x","allowed_token_ids":[]})", "allowed_token_ids"},
+          std::pair{R"({"prompt":"x","allowed_token_ids":3})", "allowed_token_ids"},
+          std::pair{R"({"prompt":"x","allowed_token_ids":[1,"a"]})", "allowed_token_ids[1]"},
+          std::pair{R"({"prompt":"x","allowed_token_ids":[-1]})", "allowed_token_ids[0]"}}) {
+        auto r = parse_completion_request(j(body), 1000);
+        ASSERT_FALSE(r.ok()) << body;
+        EXPECT_EQ(param_of(r.status()), param) << r.status().message();
+    }
+    auto chat = parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"allowed_token_ids":[1]})"));
+    ASSERT_TRUE(chat.ok());
+    EXPECT_EQ(chat->sampling.allowed_token_ids, (std::vector<int32_t>{1}));
+}
+
 TEST(ParseChatRequest, ResponseFormats) {
     auto text =
         parse_chat_request(j(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"text"}})"));

@@ -268,6 +268,48 @@ TEST_F(RuntimeEngineTest, StructuralTagHoldsTheCompletion) {
     EXPECT_TRUE(s.wait_idle());
 }
 
+// vLLM's allowed_token_ids through the real engine: every drawn token is one of them (named by id through
+// return_tokens_as_token_ids), alone or within a guided_choice's mask; an id outside the vocabulary is a 400.
+TEST_F(RuntimeEngineTest, AllowedTokenIdsHoldEveryDraw) {
+    RuntimeServer s(std::chrono::microseconds(0));
+    ASSERT_TRUE(s.wait_ready());
+    const std::vector<int32_t> allowed = {300, 301, 302, 777};
+    const Json body = {{"prompt", "Answer:"},
+                       {"max_tokens", 12},
+                       {"temperature", 1},
+                       {"seed", 3},
+                       {"allowed_token_ids", allowed},
+                       {"logprobs", 0},
+                       {"return_tokens_as_token_ids", true}};
+    auto r = s.post("/v1/completions", body.dump());
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const Json tokens = parse(r->body)["choices"][0]["logprobs"]["tokens"];
+    ASSERT_EQ(tokens.size(), 12u) << r->body;
+    for (const Json& t : tokens) {
+        const int32_t id = std::stoi(t.get<std::string>().substr(9));
+        EXPECT_NE(std::find(allowed.begin(), allowed.end(), id), allowed.end()) << t;
+    }
+    // Within a choice's mask: only the allowed ids that continue a choice.
+    const std::vector<int32_t> yes = test_tokenizer()->encode_ordinary("yes");
+    const std::vector<int32_t> no = test_tokenizer()->encode_ordinary("no");
+    ASSERT_EQ(yes.size(), 1u);
+    ASSERT_EQ(no.size(), 1u);
+    const Json choice = {{"prompt", "Answer:"},
+                         {"max_tokens", 4},
+                         {"guided_choice", {"yes", "no"}},
+                         {"allowed_token_ids", {no[0], 200002}}};
+    auto c = s.post("/v1/completions", choice.dump());
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    EXPECT_EQ(parse(c->body)["choices"][0]["text"], "no") << c->body;
+    auto bad = s.post("/v1/completions", R"({"prompt":"x","allowed_token_ids":[1,999999999]})");
+    ASSERT_TRUE(bad);
+    EXPECT_EQ(bad->status, 400) << bad->body;
+    EXPECT_EQ(parse(bad->body)["error"]["param"], "allowed_token_ids[1]") << bad->body;
+    EXPECT_TRUE(s.wait_idle());
+}
+
 // lm-evaluation-harness's loglikelihood request through the real engine: every prompt token's logprob under
 // the runner's rows (kToken: log of ~1, any other: -40 at rank 2), the prompt computed whole even when its
 // prefix is cached, and vLLM's prompt_logprobs alongside.
