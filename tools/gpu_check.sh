@@ -306,6 +306,10 @@ serve_check() {
   curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
     -d '{"model":"m","prompt":"x","max_tokens":60,"temperature":1,"seed":5,"structured_outputs":{"structural_tag":{"type":"structural_tag","format":{"type":"triggered_tags","triggers":["<f="],"at_least_one":true,"stop_after_first":true,"tags":[{"type":"tag","begin":"<f=sum>","end":"</f>","content":{"type":"json_schema","json_schema":{"type":"object","properties":{"xs":{"type":"array","items":{"type":"integer"},"maxItems":3}},"required":["xs"]}}}]}}}}' \
     > "$OUT/${name}_stag.json"
+  # vLLM's allowed_token_ids (every draw among them, named by id through return_tokens_as_token_ids).
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":"x","max_tokens":16,"temperature":1,"seed":5,"allowed_token_ids":[300,301,302,777],"logprobs":0,"return_tokens_as_token_ids":true}' \
+    > "$OUT/${name}_allowed.json"
   local kind body
   : > "$OUT/${name}_times.txt"
   for kind in free regex grammar; do
@@ -365,6 +369,12 @@ try:
     out.append(f"structural_tag finish={c['finish_reason']} text_ok={ok} text={t[:60]!r}")
 except Exception as e:
     out.append(f"structural_tag unreadable ({e})")
+try:
+    toks = json.load(open(sys.argv[6] + "_allowed.json"))["choices"][0]["logprobs"]["tokens"]
+    ids = [int(t.split(":")[1]) for t in toks]
+    out.append(f"allowed_token_ids n={len(ids)} all_allowed={all(i in (300, 301, 302, 777) for i in ids)}")
+except Exception as e:
+    out.append(f"allowed_token_ids unreadable ({e})")
 try:
     c = json.load(open(sys.argv[1]))["choices"][0]
     content = c["message"].get("content")
