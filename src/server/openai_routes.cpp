@@ -672,20 +672,11 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
 RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& client_gone) {
     const Clock::time_point arrival = Clock::now();
     if (!queue_.engine().ready()) return error(not_ready_error());
-    StatusOr<Json> json = parse_json_body(body);
-    if (!json.ok()) return error(api_error(json.status()));
-    ResponsesContext context{store_.enabled(), nullptr};
-    Json earlier = Json::array();  // previous_response_id's conversation: its context and output
-    if (std::optional<ApiError> e = resolve_item_references(&*json)) return error(*e);
-    if (std::optional<ApiError> e = previous_conversation(*json, &earlier, &context)) return error(*e);
-    StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
-    if (!params.ok()) return error(api_error(params.status()));
-    StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
-    if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
-    if (params->truncation_auto) truncate_conversation(*json, &earlier, &*params, &*prompt);
-    if (params->chat.grammar || params->chat.sampling.regex || params->chat.sampling.ebnf || params->chat.sampling.tag)
-        prompt->mapping.preambles_to_reasoning = true;
-    truncate_prompt(params->chat.sampling, queue_.engine().max_context_tokens(), &prompt->ids);
+    PreparedResponse prepared;
+    if (std::optional<ApiError> e = prepare_response(body, &prepared)) return error(*e);
+    Json& earlier = prepared.earlier;
+    std::optional<ResponsesParams>& params = prepared.params;
+    std::optional<ChatPrompt>& prompt = prepared.prompt;
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
@@ -871,20 +862,32 @@ std::optional<ApiError> OpenAiRoutes::previous_conversation(const Json& body, Js
     return std::nullopt;
 }
 
+std::optional<ApiError> OpenAiRoutes::prepare_response(std::string_view body, PreparedResponse* out) {
+    StatusOr<Json> json = parse_json_body(body);
+    if (!json.ok()) return api_error(json.status());
+    ResponsesContext context{store_.enabled(), nullptr};
+    if (std::optional<ApiError> e = resolve_item_references(&*json)) return e;
+    if (std::optional<ApiError> e = previous_conversation(*json, &out->earlier, &context)) return e;
+    StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
+    if (!params.ok()) return api_error(params.status());
+    StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
+    if (!prompt.ok()) return api_error(responses_status(prompt.status(), *params));
+    out->params = std::move(*params);
+    out->prompt = std::move(*prompt);
+    if (out->params->truncation_auto) truncate_conversation(*json, &out->earlier, &*out->params, &*out->prompt);
+    const SamplingRequest& s = out->params->chat.sampling;
+    if (out->params->chat.grammar || s.regex || s.ebnf || s.tag) out->prompt->mapping.preambles_to_reasoning = true;
+    truncate_prompt(s, queue_.engine().max_context_tokens(), &out->prompt->ids);
+    return std::nullopt;
+}
+
 RouteResponse OpenAiRoutes::responses_input_tokens(std::string_view body) {
     if (!queue_.engine().ready()) return error(not_ready_error());
-    StatusOr<Json> json = parse_json_body(body);
-    if (!json.ok()) return error(api_error(json.status()));
-    ResponsesContext context{store_.enabled(), nullptr};
-    Json earlier = Json::array();
-    if (std::optional<ApiError> e = resolve_item_references(&*json)) return error(*e);
-    if (std::optional<ApiError> e = previous_conversation(*json, &earlier, &context)) return error(*e);
-    StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
-    if (!params.ok()) return error(api_error(params.status()));
-    StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);
-    if (!prompt.ok()) return error(api_error(responses_status(prompt.status(), *params)));
-    return json_response(
-        200, Json{{"object", "response.input_tokens"}, {"input_tokens", static_cast<int64_t>(prompt->ids.size())}});
+    // (what POST /v1/responses would send: truncation included)
+    PreparedResponse prepared;
+    if (std::optional<ApiError> e = prepare_response(body, &prepared)) return error(*e);
+    return json_response(200, Json{{"object", "response.input_tokens"},
+                                   {"input_tokens", static_cast<int64_t>(prepared.prompt->ids.size())}});
 }
 
 RouteResponse OpenAiRoutes::start_background(EngineRequest request, std::unique_ptr<Session> session,

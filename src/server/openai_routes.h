@@ -123,6 +123,15 @@ private:
     // A Responses body's `input` items that refer to stored items ({"type": "item_reference", "id"}) replaced by
     // those items.
     std::optional<ApiError> resolve_item_references(Json* body);
+    // A Responses body as POST /v1/responses and .../input_tokens read it: item references resolved, the previous
+    // response's conversation (`earlier`) before it, parsed, rendered, and cut as it would be sent (truncation: auto,
+    // truncate_prompt_tokens).
+    struct PreparedResponse {
+        Json earlier = Json::array();
+        std::optional<ResponsesParams> params;
+        std::optional<ChatPrompt> prompt;
+    };
+    std::optional<ApiError> prepare_response(std::string_view body, PreparedResponse* out);
     // truncation: "auto" (OpenAI's): when the prompt leaves less than max_output_tokens (or 1) of the context, the
     // conversation (`earlier`, then the request's input items) loses its first items, cut before a user message, the
     // fewest that make it fit; `params`, `prompt` and `earlier` become the truncated request's. Unchanged when no

@@ -566,6 +566,11 @@ TEST_F(StoredResponsesTest, TruncationAutoDropsTheFirstTurns) {
     EXPECT_EQ(r["truncation"], "auto");
     const int64_t used = r["usage"]["input_tokens"];
     EXPECT_LE(used + 16, 4096);
+    // input_tokens counts what the request would send: the truncated prompt.
+    auto counted = s.post("/v1/responses/input_tokens", autob.dump());
+    ASSERT_TRUE(counted);
+    ASSERT_EQ(counted->status, 200) << counted->body;
+    EXPECT_EQ(Json::parse(counted->body)["input_tokens"], used);
     const std::vector<int32_t> truncated = s.engine.last_request().prompt;
     const std::string text = *test_tokenizer()->decode(truncated);
     EXPECT_NE(text.find("last question"), std::string::npos);
