@@ -468,14 +468,7 @@ public:
                 std::vector<std::string> free_stops = f.triggers;
                 free_stops.insert(free_stops.end(), f.strings.begin(), f.strings.end());
                 free_stops.insert(free_stops.end(), stops.begin(), stops.end());
-                auto tags_to = [&](int32_t k) -> StatusOr<int32_t> {
-                    std::vector<int32_t> alts;
-                    for (const Format& t : f.kids) {
-                        ASSIGN_OR_RETURN(int32_t a, tag(t, k));
-                        alts.push_back(a);
-                    }
-                    return split(std::move(alts));
-                };
+                auto tags_to = [&](int32_t k) { return any_tag(f.kids, k); };
                 if (f.stop_after_first) {
                     if (f.at_least_one) return tags_to(next);
                     ASSIGN_OR_RETURN(int32_t after, tags_to(next));
@@ -490,14 +483,7 @@ public:
                 return f.at_least_one ? tags : free;
             }
             case Format::Kind::kTagsSep: {
-                auto tags_to = [&](int32_t k) -> StatusOr<int32_t> {
-                    std::vector<int32_t> alts;
-                    for (const Format& t : f.kids) {
-                        ASSIGN_OR_RETURN(int32_t a, tag(t, k));
-                        alts.push_back(a);
-                    }
-                    return split(std::move(alts));
-                };
+                auto tags_to = [&](int32_t k) { return any_tag(f.kids, k); };
                 int32_t first;
                 if (f.stop_after_first) {
                     ASSIGN_OR_RETURN(first, tags_to(next));
@@ -587,6 +573,15 @@ private:
         l.text = scanner;
         l.max_chars = max_chars;
         return leaf(std::move(l), next);
+    }
+    // One of `tags`, then `next`.
+    StatusOr<int32_t> any_tag(const std::vector<Format>& tags, int32_t next) {
+        std::vector<int32_t> alts;
+        for (const Format& t : tags) {
+            ASSIGN_OR_RETURN(int32_t a, tag(t, next));
+            alts.push_back(a);
+        }
+        return split(std::move(alts));
     }
     StatusOr<int32_t> tag(const Format& f, int32_t next) {
         std::vector<int32_t> ends;

@@ -19,6 +19,7 @@
 #include "structured/json_grammar.h"
 #include "structured/regex_grammar.h"
 #include "unit/structured/mask_step.h"
+#include "unit/structured/test_vocab.h"
 #include "unit/tokenizer/tokenizer_fixture.h"
 
 namespace gptoss::structured {
@@ -492,23 +493,10 @@ TEST(EbnfGrammar, StackDepthIsBounded) {
     EXPECT_TRUE(m.accepting());
 }
 
-std::vector<std::string> random_vocab(const std::string& alphabet, int n, uint32_t seed) {
-    std::vector<std::string> bytes;
-    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-    std::mt19937 rng(seed);
-    for (int i = 0; i < n; ++i) {
-        std::string w;
-        for (int k = 1 + static_cast<int>(rng() % 6); k > 0; --k) w += alphabet[rng() % alphabet.size()];
-        bytes.push_back(w);
-    }
-    bytes.push_back("");  // a special token: never allowed
-    return bytes;
-}
-
 // The trie's mask is exactly the tokens whose bytes keep the matcher live, from several positions, and a mask
 // from the cache equals the one walked.
 TEST(EbnfGrammar, TrieMaskEqualsFeedingEachToken) {
-    const std::vector<std::string> bytes = random_vocab("()[]a1, \"\xce\xb1", 4000, 5);
+    const std::vector<std::string> bytes = testing::random_vocab("()[]a1, \"\xce\xb1", 4000, 5);
     TokenTrie trie(bytes);
     auto g = compile(R"G(
         root ::= list
@@ -804,7 +792,7 @@ TEST(EbnfGrammar, RandomGrammarsAgreeWithAReference) {
     std::vector<std::string> strings{""};
     for (size_t k = 0; k < strings.size() && strings[k].size() < 5; ++k)
         for (char c : std::string("abcd")) strings.push_back(strings[k] + c);
-    const std::vector<std::string> vocab = random_vocab("abcd", 300, 8);
+    const std::vector<std::string> vocab = testing::random_vocab("abcd", 300, 8);
     const TokenTrie trie(vocab);
     int compiled = 0, refused_left = 0, refused_empty = 0, in_language = 0, exact = 0, truncated = 0;
     for (int g = 0; g < 4000; ++g) {

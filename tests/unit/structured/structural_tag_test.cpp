@@ -16,6 +16,7 @@
 
 #include "structured/harmony_json.h"
 #include "unit/structured/mask_step.h"
+#include "unit/structured/test_vocab.h"
 #include "unit/tokenizer/tokenizer_fixture.h"
 
 namespace gptoss::structured {
@@ -440,23 +441,10 @@ TEST(StructuralTag, ReviewedEdges) {
     EXPECT_EQ(grammars.size(), 1u);
 }
 
-std::vector<std::string> random_vocab(const std::string& alphabet, int n, uint32_t seed) {
-    std::vector<std::string> bytes;
-    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-    std::mt19937 rng(seed);
-    for (int i = 0; i < n; ++i) {
-        std::string w;
-        for (int k = 1 + static_cast<int>(rng() % 6); k > 0; --k) w += alphabet[rng() % alphabet.size()];
-        bytes.push_back(w);
-    }
-    bytes.push_back("");  // a special token: never allowed
-    return bytes;
-}
-
 // The trie's mask is exactly the tokens whose bytes keep the matcher live (free text taken whole, JSON strings
 // taken whole, patterns' loops), from several positions.
 TEST(StructuralTag, TrieMaskEqualsFeedingEachToken) {
-    const std::vector<std::string> bytes = random_vocab("<f=a>/{}\":1 x\xce\xb1", 6000, 7);
+    const std::vector<std::string> bytes = testing::random_vocab("<f=a>/{}\":1 x\xce\xb1", 6000, 7);
     TokenTrie trie(bytes);
     const Json schema = {{"type", "object"},
                          {"properties", {{"x", {{"type", "string"}}}, {"n", {{"type", "integer"}}}}}};
