@@ -40,13 +40,6 @@ bool live(const EbnfGrammar& g, const std::string& s) {
     return m.feed(s);
 }
 
-std::string random_string(std::mt19937& rng, const std::string& alphabet, int max_len) {
-    std::string s;
-    const int len = static_cast<int>(rng() % static_cast<unsigned>(max_len + 1));
-    for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
-    return s;
-}
-
 // Regular grammars against the regex DFA (itself checked against std::regex): full matches and live prefixes.
 TEST(EbnfGrammar, RegularGrammarsAgreeWithTheRegexDfa) {
     const std::pair<const char*, const char*> pairs[] = {
@@ -77,7 +70,7 @@ TEST(EbnfGrammar, RegularGrammarsAgreeWithTheRegexDfa) {
         auto r = RegexGrammar::compile(pattern);
         ASSERT_TRUE(g && r.ok()) << grammar;
         for (int t = 0; t < 3000; ++t) {
-            const std::string s = random_string(rng, alphabet, 7);
+            const std::string s = testing::random_string(rng, alphabet, 7);
             const int st = (*r)->feed((*r)->start(), s);
             const bool want = st >= 0 && (*r)->accepting(st);
             ASSERT_EQ(matches(*g, s), want) << grammar << " on '" << s << "'";
@@ -111,7 +104,7 @@ TEST(EbnfGrammar, RecursiveGrammarsAgreeWithRecognizers) {
     std::mt19937 rng(3);
     int balanced = 0;
     for (int t = 0; t < 20000; ++t) {
-        const std::string s = random_string(rng, "()[]", 12);
+        const std::string s = testing::random_string(rng, "()[]", 12);
         bool ok = true;
         const size_t open = bracket_state(s, &ok);
         ASSERT_EQ(live(*parens, s), ok) << s;
@@ -160,7 +153,7 @@ TEST(EbnfGrammar, RecursiveGrammarsAgreeWithRecognizers) {
     };
     int exprs = 0;
     for (int t = 0; t < 20000; ++t) {
-        const std::string s = random_string(rng, "12+-*/()", 9);
+        const std::string s = testing::random_string(rng, "12+-*/()", 9);
         const bool want = full(s);
         ASSERT_EQ(matches(*arith, s), want) << s;
         exprs += want;
@@ -527,13 +520,9 @@ TEST(EbnfGrammar, TrieMaskEqualsFeedingEachToken) {
 // The Harmony gate with a grammar: the final message only, <|return|> once the text is complete; raw mode
 // from the first token.
 TEST(EbnfGrammar, HarmonyFinalMessageAndRawMode) {
-    std::vector<std::string> bytes;
-    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-    bytes.push_back("final");
-    const int32_t final_id = 256;
-    HarmonyTokenIds ids{.start = 257, .channel = 258, .message = 259, .end = 260, .ret = 261, .call = 262};
-    bytes.resize(263);
-    auto so = std::make_shared<HarmonyStructuredOutputs>(bytes, ids);
+    const int32_t final_id = testing::kByteVocabFinal;
+    const HarmonyTokenIds ids = testing::kByteVocabIds;
+    auto so = testing::byte_vocab_outputs();
     auto g = compile(R"G(root ::= "(" root ")" | "x")G");
     auto c = so->final_json(nullptr, {}, nullptr, nullptr, g)->start();
     std::vector<uint8_t> mask;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "unit/structured/test_vocab.h"
+
 #include <chrono>
 #include <random>
 #include <regex>
@@ -228,13 +230,9 @@ TEST(RegexGrammar, TrieMaskEqualsFeedingEachToken) {
 // The Harmony gate with a pattern: the final message only, <|return|> once the text matches; raw mode from
 // the first token.
 TEST(RegexGrammar, HarmonyFinalMessageAndRawMode) {
-    std::vector<std::string> bytes;
-    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-    bytes.push_back("final");
-    const int32_t final_id = 256;
-    HarmonyTokenIds ids{.start = 257, .channel = 258, .message = 259, .end = 260, .ret = 261, .call = 262};
-    bytes.resize(263);
-    auto so = std::make_shared<HarmonyStructuredOutputs>(bytes, ids);
+    const int32_t final_id = testing::kByteVocabFinal;
+    const HarmonyTokenIds ids = testing::kByteVocabIds;
+    auto so = testing::byte_vocab_outputs();
     auto g = RegexGrammar::choice({"yes", "no"});
     ASSERT_TRUE(g.ok());
     auto c = so->final_json(nullptr, {}, nullptr, *g)->start();

@@ -41,13 +41,6 @@ bool live(const StructuralTag& t, const std::string& s) {
     return m.feed(s);
 }
 
-std::string random_string(std::mt19937& rng, const std::string& alphabet, int max_len) {
-    std::string s;
-    const int len = static_cast<int>(rng() % static_cast<unsigned>(max_len + 1));
-    for (int i = 0; i < len; ++i) s += alphabet[rng() % alphabet.size()];
-    return s;
-}
-
 // A random format over literals and small patterns, and the regular expression of the same language.
 struct Built {
     Json format;
@@ -107,7 +100,7 @@ TEST(StructuralTag, CompositionsAgreeWithTheRegularExpression) {
         ASSERT_TRUE(t && r.ok()) << b.regex;
         ++formats;
         for (int k = 0; k < 400; ++k) {
-            const std::string s = random_string(rng, "abcd", 7);
+            const std::string s = testing::random_string(rng, "abcd", 7);
             const int st = (*r)->feed((*r)->start(), s);
             const bool want = st >= 0 && (*r)->accepting(st);
             ASSERT_EQ(matches(*t, s), want) << b.format.dump() << " vs " << b.regex << " on '" << s << "'";
@@ -499,13 +492,9 @@ TEST(StructuralTag, TrieMaskEqualsFeedingEachToken) {
 // The Harmony gate with a structural tag: the final message only, <|return|> once the text may end; raw mode from
 // the first token.
 TEST(StructuralTag, HarmonyFinalMessageAndRawMode) {
-    std::vector<std::string> bytes;
-    for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
-    bytes.push_back("final");
-    const int32_t final_id = 256;
-    HarmonyTokenIds ids{.start = 257, .channel = 258, .message = 259, .end = 260, .ret = 261, .call = 262};
-    bytes.resize(263);
-    auto so = std::make_shared<HarmonyStructuredOutputs>(bytes, ids);
+    const int32_t final_id = testing::kByteVocabFinal;
+    const HarmonyTokenIds ids = testing::kByteVocabIds;
+    auto so = testing::byte_vocab_outputs();
     auto t = format_tag(
         {{"type", "tag"}, {"begin", "<"}, {"content", {{"type", "regex"}, {"pattern", "x+"}}}, {"end", ">"}});
     ASSERT_TRUE(t);
