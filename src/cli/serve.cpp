@@ -68,6 +68,12 @@ struct ServeOptions {
     std::string prefill_url;
     int prefill_min_tokens = 0;
     int prefill_timeout_s = 600;
+    // API keys every request but /health and /metrics must carry (HttpServerOptions::api_keys); GPTOSS_API_KEY
+    // adds one (keeps it off the process list).
+    std::vector<std::string> api_keys;
+    int64_t max_model_len = 0;  // 0: the model's context (EngineConfig::max_model_len)
+    bool enable_prefix_caching = true;
+    std::optional<std::string> seed;  // EngineConfig::seed
 };
 
 // YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
@@ -121,9 +127,28 @@ int run_serve(const ServeOptions& o) {
         return fail("--prefill-min-tokens must be at least 0, got " + std::to_string(o.prefill_min_tokens));
     if (o.prefill_timeout_s < 1)
         return fail("--prefill-timeout must be at least 1 second, got " + std::to_string(o.prefill_timeout_s));
+    std::vector<std::string> api_keys = o.api_keys;
+    if (const char* env = std::getenv("GPTOSS_API_KEY"); env != nullptr && *env != '\0') api_keys.emplace_back(env);
+    for (const std::string& k : api_keys) {
+        // A header value: visible ASCII, no spaces (a key with a space or a newline could never be sent).
+        const bool printable = std::all_of(k.begin(), k.end(), [](char ch) { return ch > ' ' && ch < 0x7f; });
+        if (k.empty() || !printable)
+            return fail("an API key (--api-key or GPTOSS_API_KEY) must be non-empty printable ASCII without spaces");
+    }
+    if (o.max_model_len < 0)
+        return fail("--max-model-len must be at least 1 (0: the model's context), got " +
+                    std::to_string(o.max_model_len));
+    std::optional<uint64_t> seed;
+    if (o.seed) {
+        auto parsed = parse_seed(*o.seed);
+        if (!parsed.ok()) return fail("--seed: " + parsed.status().message());
+        seed = *parsed;
+    }
     std::unique_ptr<server::PrefillClient> prefill_client;
     if (!o.prefill_url.empty()) {
-        auto client = server::PrefillClient::create(o.prefill_url, std::chrono::seconds(o.prefill_timeout_s));
+        // The prefill worker is asked with this server's first key (deployments give both workers the same).
+        auto client = server::PrefillClient::create(o.prefill_url, std::chrono::seconds(o.prefill_timeout_s),
+                                                    api_keys.empty() ? std::string() : api_keys.front());
         if (!client.ok()) return fail(client.status().message());
         prefill_client = std::move(*client);
     }
@@ -162,6 +187,9 @@ int run_serve(const ServeOptions& o) {
     runtime::EngineConfig engine_config;
     if (kv_cache_mb) engine_config.kv_budget = runtime::KvBudget{.bytes = *kv_cache_mb << 20};
     engine_config.scheduler.max_num_seqs = o.max_num_seqs;
+    engine_config.max_model_len = o.max_model_len;
+    engine_config.enable_prefix_caching = o.enable_prefix_caching;
+    engine_config.seed = seed;
     engine_config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens > 0 ? o.max_num_batched_tokens
                                                      : cuda                       ? 8192
                                                                                   : 512;
@@ -253,6 +281,7 @@ int run_serve(const ServeOptions& o) {
     http_options.max_body_bytes = o.max_body_bytes;
     http_options.cors_origin = o.cors_origin;
     http_options.threads = o.http_threads;
+    http_options.api_keys = api_keys;
     http = std::make_unique<server::HttpServer>(routes, metrics, http_options);
     Status st = http->bind();
     if (!st.ok()) return fail(st.message());
@@ -361,6 +390,17 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
         ->capture_default_str();
     sub->add_flag("--reasoning-field-alias", o->reasoning_alias,
                   "Chat answers repeat reasoning_content as `reasoning` (newer vLLM's field name)");
+    sub->add_option("--api-key", o->api_keys,
+                    "Require this API key (one or more; also GPTOSS_API_KEY) on every request but /health and "
+                    "/metrics, as 'Authorization: Bearer <key>' or 'X-Api-Key: <key>' (vLLM's flag)");
+    sub->add_option("--max-model-len", o->max_model_len,
+                    "Longest sequence (prompt + output) a request may have (0: the model's context; vLLM's flag)")
+        ->capture_default_str();
+    sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o->enable_prefix_caching,
+                  "Reuse the KV of prompt prefixes computed before (default on; vLLM's flags)");
+    sub->add_option("--seed", o->seed,
+                    "Seed the draws of requests that give none (the same requests in the same order draw the same "
+                    "tokens; default: random)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });
 });
 

@@ -142,6 +142,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> ru
                                       " sliding-window blocks; a sequence needs " + std::to_string(need));
     }
     RETURN_IF_ERROR(validate_speculative_config(config.speculative));
+    if (const int64_t model_len = runner->config().max_position_embeddings;
+        config.max_model_len < 0 || config.max_model_len > model_len)
+        return invalid_argument("max_model_len must be in [1, " + std::to_string(model_len) +
+                                "] (the model's context; 0: all of it), got " + std::to_string(config.max_model_len));
     RETURN_IF_ERROR(runner->allocate_kv_cache(config.block_size, counts));
     return std::unique_ptr<Engine>(new Engine(std::move(runner), std::move(config), counts));
 }
@@ -155,7 +159,9 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
       scheduler_(config_.scheduler, &kv_),
       kv_format_(runner_->kv_format(config_.block_size)),
       capacity_tokens_(kv_.capacity_tokens()),
-      seed_base_(static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}()) {
+      context_tokens_(config_.max_model_len > 0 ? config_.max_model_len : runner_->config().max_position_embeddings),
+      seed_base_(config_.seed ? mix_seed(*config_.seed ^ 0x9e3779b97f4a7c15ull)
+                              : static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}()) {
     device_sampling_ = config_.device_sampling && runner_->samples_on_device();
     if (const char* v = std::getenv("GPTOSS_DEVICE_SAMPLING"); v != nullptr && std::atoi(v) == 0)
         device_sampling_ = false;
@@ -193,17 +199,17 @@ Status Engine::validate(const Request& r) const {
             return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                     std::to_string(c.vocab_size) + ")");
     }
-    if (n > c.max_position_embeddings)
+    if (n > context_tokens_)
         return out_of_range("the prompt has " + std::to_string(n) + " tokens, more than the model's context of " +
-                            std::to_string(c.max_position_embeddings));
+                            std::to_string(context_tokens_));
     if (r.max_tokens <= 0) return invalid_argument("max_tokens must be positive, got " + std::to_string(r.max_tokens));
     if (r.min_tokens < 0 || r.min_tokens > r.max_tokens)
         return invalid_argument("min_tokens must be in [0, max_tokens = " + std::to_string(r.max_tokens) + "], got " +
                                 std::to_string(r.min_tokens));
-    if (n + r.max_tokens > c.max_position_embeddings)
+    if (n + r.max_tokens > context_tokens_)
         return out_of_range("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                             std::to_string(r.max_tokens) + ") exceed the model's context of " +
-                            std::to_string(c.max_position_embeddings) + " tokens");
+                            std::to_string(context_tokens_) + " tokens");
     if (n + r.max_tokens > capacity_tokens_)
         return resource_exhausted("the prompt (" + std::to_string(n) + " tokens) plus max_tokens (" +
                                   std::to_string(r.max_tokens) + ") exceed the KV cache's capacity of " +
@@ -276,9 +282,7 @@ void Engine::cancel(const RequestHandle& handle) const {
     if (handle.valid()) queue_->cancel(handle.id());
 }
 
-int64_t Engine::max_sequence_tokens() const {
-    return std::min<int64_t>(capacity_tokens_, runner_->config().max_position_embeddings);
-}
+int64_t Engine::max_sequence_tokens() const { return std::min<int64_t>(capacity_tokens_, context_tokens_); }
 
 EngineStats Engine::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -112,6 +113,12 @@ struct EngineConfig {
     KvBudget kv_budget{.bytes = size_t{512} << 20};
     SchedulerConfig scheduler;  // its max_scored_tokens bounds the logits rows of prompt logprobs a step
     bool enable_prefix_caching = true;
+    // The longest sequence (prompt + output) a request may have (vLLM's --max-model-len); 0: the model's
+    // max_position_embeddings. More than the model's is refused.
+    int64_t max_model_len = 0;
+    // Seeds of requests that give none derive from this (vLLM's --seed: the same requests in the same order draw
+    // the same tokens); unset: from std::random_device.
+    std::optional<uint64_t> seed;
     Detokenizer detokenizer;  // for stop strings; may be empty when no request uses them
     // Draw tokens on the device where the runner can (ModelRunner::samples_on_device) for requests
     // that ask for nothing only the host sampler does (logprobs, min-p, penalties, logit bias):
@@ -178,7 +185,7 @@ public:
     int block_size() const { return config_.block_size; }
     // The runner's KV format for transfers (Request::export_kv / kv_prefix), or why it has none.
     const StatusOr<KvFormat>& kv_format() const { return kv_format_; }
-    // Longest sequence (prompt + max_tokens) a request may ask for: the context or the KV cache.
+    // Longest sequence (prompt + max_tokens) a request may ask for: the context (max_model_len) or the KV cache.
     int64_t max_sequence_tokens() const;
     // A snapshot, refreshed after every engine step.
     EngineStats stats() const;
@@ -225,7 +232,8 @@ private:
 
     const StatusOr<KvFormat> kv_format_;  // the runner's, for KV transfers
     const int64_t capacity_tokens_;
-    const uint64_t seed_base_;  // seeds of requests that give none
+    const int64_t context_tokens_;  // max_model_len, or the model's context
+    const uint64_t seed_base_;      // seeds of requests that give none
     std::atomic<uint64_t> next_id_{1};
 
     mutable std::mutex stats_mu_;

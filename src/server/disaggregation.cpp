@@ -80,7 +80,8 @@ StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j) {
     return f;
 }
 
-StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string& url, std::chrono::seconds timeout) {
+StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string& url, std::chrono::seconds timeout,
+                                                               std::string api_key) {
     const std::string scheme = "http://";
     if (url.rfind("https://", 0) == 0)
         return invalid_argument("--prefill-url: https is not supported (the prefill worker is a private peer): " + url);
@@ -93,6 +94,7 @@ StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string
     while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
     c->path_ = prefix + "/v1/kv/prefill";
     c->timeout_ = timeout;
+    c->api_key_ = std::move(api_key);
     httplib::Client probe(c->scheme_host_port_);
     if (!probe.is_valid()) return invalid_argument("--prefill-url: not a usable address: '" + url + "'");
     return c;
@@ -134,6 +136,7 @@ StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(cons
     req.method = "POST";
     req.path = path_;
     req.headers = {{"Content-Type", "application/json"}};
+    if (!api_key_.empty()) req.headers.emplace("Authorization", "Bearer " + api_key_);
     req.body = dump_json(body);
     req.response_handler = [&](const httplib::Response& r) {
         status = r.status;

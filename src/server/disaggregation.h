@@ -38,7 +38,9 @@ StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j);
 // Asks a prefill worker for a prompt's KV. The URL is "http://host:port" (a path prefix is allowed).
 class PrefillClient {
 public:
-    static StatusOr<std::unique_ptr<PrefillClient>> create(const std::string& url, std::chrono::seconds timeout);
+    // `api_key` (may be empty): sent as `Authorization: Bearer <key>` to a prefill worker started with --api-key.
+    static StatusOr<std::unique_ptr<PrefillClient>> create(const std::string& url, std::chrono::seconds timeout,
+                                                           std::string api_key = {});
     // The KV of the prompt's whole blocks before its last token, in `format` (checked again on arrival).
     // The answer may be at most the transfer's size for the prompt in `format` (a larger one is refused).
     StatusOr<std::shared_ptr<const runtime::KvTransfer>> prefill(const std::vector<int32_t>& prompt,
@@ -50,6 +52,7 @@ private:
     PrefillClient() = default;
     std::string scheme_host_port_, path_;
     std::chrono::seconds timeout_{600};
+    std::string api_key_;
     mutable std::mutex mu_;
     mutable std::vector<void*> active_;  // the httplib::Client of each call in flight
     bool stopped_ = false;

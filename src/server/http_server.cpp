@@ -129,6 +129,25 @@ std::string endpoint_label(const std::string& path) {
     return "other";
 }
 
+// Equal in time independent of where the strings differ (only their lengths show).
+bool same_secret(std::string_view a, std::string_view b) {
+    unsigned diff = a.size() == b.size() ? 0u : 1u;
+    const size_t n = std::max(a.size(), b.size());
+    for (size_t i = 0; i < n; ++i) {
+        const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+        const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+        diff |= static_cast<unsigned>(x ^ y);
+    }
+    return diff == 0;
+}
+
+// Paths open without an API key: liveness probes and the Prometheus scrape (as vLLM leaves them).
+bool public_path(const httplib::Request& req) {
+    if (req.method == "OPTIONS") return true;  // CORS preflights carry no credentials (Fetch standard)
+    if (req.method != "GET" && req.method != "HEAD") return false;
+    return req.path == "/health" || req.path == "/metrics";
+}
+
 void set_error(httplib::Response& res, const ApiError& e) {
     res.status = e.http_status;
     if (e.http_status == 503) res.set_header("Retry-After", "1");  // warming up, at capacity, stopping
@@ -205,6 +224,32 @@ void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) 
 }
 
 }  // namespace
+
+bool api_key_accepted(const std::vector<std::string>& keys, std::string_view authorization,
+                      std::string_view x_api_key) {
+    auto trim = [](std::string_view v) {
+        while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+        while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+        return v;
+    };
+    std::string_view bearer;
+    authorization = trim(authorization);
+    constexpr std::string_view kScheme = "bearer";
+    if (authorization.size() > kScheme.size() &&
+        std::equal(kScheme.begin(), kScheme.end(), authorization.begin(),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(b)) == a; }) &&
+        (authorization[kScheme.size()] == ' ' || authorization[kScheme.size()] == '\t')) {
+        bearer = trim(authorization.substr(kScheme.size()));
+    }
+    x_api_key = trim(x_api_key);
+    bool ok = false;  // every key is compared, so the time does not tell which one matched
+    for (const std::string& k : keys) {
+        if (k.empty()) continue;
+        ok |= !bearer.empty() && same_secret(bearer, k);
+        ok |= !x_api_key.empty() && same_secret(x_api_key, k);
+    }
+    return ok;
+}
 
 struct HttpServer::Impl {
     httplib::Server svr;
@@ -421,7 +466,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     // deflate body while reading it, before any size limit applies to the inflated bytes: a 510 KB
     // gzip body grew the server to 13.7 GB (session 15's probe). This runs before the body is
     // read; the unread body ends the connection.
-    svr.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    svr.set_pre_routing_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
         // Range requests do not apply to API answers (RFC 9110 §14.2: a server may ignore Range):
         // httplib would cut any 2xx body to the range, leaving a 200 with a fragment of JSON. The
         // request object is httplib's own non-const local; the handler is only given it as const.
@@ -440,6 +485,17 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 mreq.path = slash == std::string::npos ? "/" : req.path.substr(slash);
                 break;
             }
+        }
+        if (!keys.empty() && !public_path(req) &&
+            !api_key_accepted(keys, req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"))) {
+            close_after(req);  // the body is not read
+            res.set_header("WWW-Authenticate", "Bearer");
+            const bool sent = req.has_header("Authorization") || req.has_header("X-Api-Key");
+            set_error(res, api_error(401,
+                                     sent ? "Incorrect API key provided"
+                                          : "Missing API key: send it as the header 'Authorization: Bearer <key>'",
+                                     "invalid_api_key"));
+            return httplib::Server::HandlerResponse::Handled;
         }
         std::string enc = req.get_header_value("Content-Encoding");
         std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });

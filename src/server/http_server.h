@@ -8,7 +8,9 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include "core/status.h"
 #include "server/metrics.h"
@@ -30,7 +32,16 @@ struct HttpServerOptions {
     // carries Access-Control-Allow-Origin: cors_origin, and OPTIONS preflights of the known paths get
     // 204 with the allowed methods and headers. "": no CORS headers, OPTIONS gets 405.
     std::string cors_origin = "*";
+    // API keys (vLLM's and llama.cpp's --api-key): when any is set, every request but GET/HEAD /health,
+    // GET /metrics and CORS preflights must carry one, as `Authorization: Bearer <key>` (OpenAI's clients) or
+    // `X-Api-Key: <key>`; others get 401 (OpenAI's invalid_api_key error, `WWW-Authenticate: Bearer`), their body
+    // unread. Compared in time independent of where a key differs.
+    std::vector<std::string> api_keys;
 };
+
+// Whether `authorization` (an Authorization header: "Bearer <key>", the scheme in any case) or `x_api_key` (an
+// X-Api-Key header) holds one of `keys`. Empty headers hold none.
+bool api_key_accepted(const std::vector<std::string>& keys, std::string_view authorization, std::string_view x_api_key);
 
 class HttpServer {
 public:

@@ -1,7 +1,9 @@
 // End-to-end: prefill/decode disaggregation (server/disaggregation.h) with the official `openai` npm client.
 // A prefill worker and a decode worker (`gptoss serve --disaggregation-mode prefill|decode`) on the CPU backend
 // with the tiny random model: the decode worker's greedy answers, whole and streamed, equal the prefill worker
-// answering alone, its metrics count the imported KV, and it keeps answering after the prefill worker is gone.
+// answering alone, its metrics count the imported KV, and it keeps answering after the prefill worker is gone. Both
+// workers require an API key (the prefill worker's by --api-key, the decode worker's by GPTOSS_API_KEY): the decode
+// worker asks the prefill worker with its own, a client without the key gets 401, /health and /metrics stay open.
 //
 // Run: GPTOSS_BIN=build/gptoss node --test tests/e2e/disaggregation.test.mjs   (ctest: e2e_disaggregation)
 import { after, before, test } from 'node:test';
@@ -18,12 +20,14 @@ const WORK = process.env.GPTOSS_E2E_WORK || fs.mkdtempSync(path.join(os.tmpdir()
 const MODEL = 'tiny';
 
 // A `gptoss serve` child on a free port with `extra` flags; resolves once /health says 200.
-async function startServer(model, extra) {
+const KEY = 'sk-e2e-disaggregation';
+
+async function startServer(model, extra, env = {}) {
   const port = await freePort();
   const s = { port, base: `http://127.0.0.1:${port}`, log: '' };
   s.proc = spawn(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', String(port),
                        '--served-model-name', MODEL, '--kv-cache-mb', '32', ...extra],
-                 { stdio: ['ignore', 'pipe', 'pipe'] });
+                 { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   s.proc.stdout.on('data', (d) => { s.log += d; });
   s.proc.stderr.on('data', (d) => { s.log += d; });
   const deadline = Date.now() + 120000;
@@ -34,7 +38,7 @@ async function startServer(model, extra) {
     } catch {}
     await sleep(100);
   }
-  s.client = new OpenAI({ apiKey: 'unused', baseURL: `${s.base}/v1`, maxRetries: 0, timeout: 120000 });
+  s.client = new OpenAI({ apiKey: KEY, baseURL: `${s.base}/v1`, maxRetries: 0, timeout: 120000 });
   return s;
 }
 
@@ -62,8 +66,9 @@ before(async () => {
     fs.mkdirSync(WORK, { recursive: true });
     execFileSync(BIN, ['init-model', '--preset', 'tiny', '--out', model, '--seed', '0'], { stdio: 'inherit' });
   }
-  prefill = await startServer(model, ['--disaggregation-mode', 'prefill']);
-  decode = await startServer(model, ['--disaggregation-mode', 'decode', '--prefill-url', prefill.base]);
+  prefill = await startServer(model, ['--disaggregation-mode', 'prefill', '--api-key', KEY]);
+  decode = await startServer(model, ['--disaggregation-mode', 'decode', '--prefill-url', prefill.base],
+                             { GPTOSS_API_KEY: KEY });
 });
 
 after(async () => {
@@ -95,6 +100,17 @@ test('the decode worker answers as the prefill worker alone, whole and streamed'
   assert.ok(await metric(prefill, 'gptoss_kv_exported_tokens_total') >= cached);
   assert.ok(await metric(decode, 'gptoss_remote_prefill_bytes_total') > 0);
   assert.equal(await metric(decode, 'gptoss_remote_prefill_failures_total'), 0);
+});
+
+test('without the API key a client gets 401 and nothing runs', async () => {
+  for (const s of [prefill, decode]) {
+    const stranger = new OpenAI({ apiKey: 'sk-wrong', baseURL: `${s.base}/v1`, maxRetries: 0 });
+    await assert.rejects(stranger.chat.completions.create({ model: MODEL, messages, max_tokens: 2 }),
+                         (e) => e instanceof OpenAI.AuthenticationError && e.status === 401 &&
+                                e.code === 'invalid_api_key');
+    const kv = await fetch(`${s.base}/v1/kv/prefill`, { method: 'POST', body: '{}' });
+    assert.equal(kv.status, 401);
+  }
 });
 
 test('a decode worker whose prefill worker is gone still answers', async () => {

@@ -886,6 +886,61 @@ TEST_F(EngineTest, BadRequestsGetClearErrors) {
     EXPECT_EQ(collect(*ok).ids.size(), 2u);
 }
 
+// max_model_len (vLLM's --max-model-len) caps every sequence below the model's context of 96: the limit the
+// server reads, prompts and prompt + max_tokens past it refused, exactly at it accepted; past the model's own
+// context it is refused when the engine is created.
+TEST_F(EngineTest, MaxModelLenCapsTheContext) {
+    EngineConfig cfg = test_config();
+    cfg.max_model_len = 40;
+    auto engine = make_engine(weights_, cfg);
+    ASSERT_TRUE(engine);
+    EXPECT_EQ(engine->max_sequence_tokens(), 40);
+    auto h = engine->submit(Request{.prompt = std::vector<int32_t>(41, 3), .max_tokens = 1});
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), StatusCode::kOutOfRange);
+    EXPECT_NE(h.status().message().find("context of 40"), std::string::npos) << h.status().message();
+    h = engine->submit(Request{.prompt = std::vector<int32_t>(35, 3), .max_tokens = 6});
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.status().code(), StatusCode::kOutOfRange);
+    auto ok = engine->submit(Request{.prompt = std::vector<int32_t>(35, 3), .max_tokens = 5});
+    ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+    EXPECT_EQ(collect(*ok).ids.size(), 5u);
+    // Without it, the model's context.
+    auto full = make_engine(weights_, test_config());
+    ASSERT_TRUE(full);
+    EXPECT_EQ(full->max_sequence_tokens(), 96);
+    for (int64_t bad : {int64_t{97}, int64_t{-1}}) {
+        cfg.max_model_len = bad;
+        auto refused = Engine::create(std::make_unique<CpuModelRunner>(weights_), cfg);
+        ASSERT_FALSE(refused.ok()) << bad;
+        EXPECT_NE(refused.status().message().find("max_model_len"), std::string::npos) << refused.status().message();
+    }
+}
+
+// EngineConfig::seed (vLLM's --seed): requests without a seed draw the same tokens in two engines given the same
+// seed (the same requests in the same order), and different ones under another seed.
+TEST_F(EngineTest, EngineSeedMakesUnseededDrawsRepeatable) {
+    auto run = [&](std::optional<uint64_t> seed) {
+        EngineConfig cfg = test_config();
+        cfg.seed = seed;
+        auto engine = make_engine(weights_, cfg);
+        std::vector<std::vector<int32_t>> out;
+        if (!engine) return out;
+        for (int i = 0; i < 3; ++i) {
+            auto h = engine->submit(Request{
+                .prompt = {5, 6, static_cast<int32_t>(7 + i)}, .sampling = {.temperature = 1.5f}, .max_tokens = 12});
+            if (!h.ok()) return out;
+            out.push_back(collect(*h).ids);
+        }
+        return out;
+    };
+    const auto a = run(1234), b = run(1234), c = run(99);
+    ASSERT_EQ(a.size(), 3u);
+    EXPECT_EQ(a, b);
+    // 36 draws at temperature 1.5 over 300 ids: equal under two seeds only by a vanishing chance.
+    EXPECT_NE(a, c);
+}
+
 // A checkpoint whose weights hold a NaN gives non-finite logits: the request ends with an error that says so
 // (the CPU runner sampled token 0 from a NaN row), for greedy and sampled requests one after the other.
 TEST_F(EngineTest, NonFiniteLogitsEndTheRequestWithAnError) {

@@ -492,6 +492,63 @@ TEST_F(HttpServerTest, CorsPreflightAndOriginHeader) {
     }
 }
 
+// --api-key: every route but /health, /metrics and CORS preflights needs one of the keys, as a bearer token (the
+// scheme in any case) or X-Api-Key; a missing or wrong key is 401 (OpenAI's invalid_api_key, WWW-Authenticate)
+// before the body is read or anything reaches the engine, unknown paths included.
+TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthAndMetrics) {
+    TestServerOptions o = default_test_options();
+    o.http.api_keys = {"sk-first", "sk-second"};
+    TestServer s(o);
+    s.engine.set_script(hello_script());
+    auto post = [&](const std::string& path, const httplib::Headers& h) {
+        return s.client().Post(path.c_str(), h, kChat, "application/json");
+    };
+    auto expect_401 = [](const httplib::Result& r, const std::string& words) {
+        Json e = expect_error(r, 401);
+        EXPECT_EQ(e["code"], "invalid_api_key") << e.dump();
+        EXPECT_NE(e["message"].get<std::string>().find(words), std::string::npos) << e.dump();
+        if (r) {
+            EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
+        }
+    };
+    expect_401(post("/v1/chat/completions", {}), "Missing API key");
+    for (const char* wrong :
+         {"Bearer sk-firs", "Bearer sk-first2", "Bearer ", "Basic sk-first", "sk-first", "Bearer sk-first sk-second"})
+        expect_401(post("/v1/chat/completions", {{"Authorization", wrong}}), "Incorrect API key");
+    expect_401(post("/v1/chat/completions", {{"X-Api-Key", "nope"}}), "Incorrect API key");
+    expect_401(s.client().Get("/v1/models"), "Missing API key");
+    expect_401(post("/v1/completions", {}), "Missing API key");
+    expect_401(post("/tokenize", {}), "Missing API key");
+    expect_401(post("/v1/embeddings", {}), "Missing API key");  // unknown paths too: nothing is told without a key
+    expect_401(s.client().Get("/v1/responses/resp_1"), "Missing API key");
+    EXPECT_EQ(s.engine.submitted(), 0);
+    for (const httplib::Headers& good :
+         {httplib::Headers{{"Authorization", "Bearer sk-first"}},
+          httplib::Headers{{"Authorization", "bearer  sk-second "}}, httplib::Headers{{"X-Api-Key", "sk-second"}}}) {
+        auto r = post("/v1/chat/completions", good);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+        auto m = s.client().Get("/v1/models", good);
+        ASSERT_TRUE(m);
+        EXPECT_EQ(m->status, 200);
+    }
+    EXPECT_EQ(s.engine.submitted(), 3);
+    for (const char* open : {"/health", "/metrics"}) {
+        auto r = s.get(open);
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << open;
+    }
+    auto pre = s.client().Options("/v1/chat/completions", {{"Access-Control-Request-Method", "POST"}});
+    ASSERT_TRUE(pre);
+    EXPECT_EQ(pre->status, 204);
+    EXPECT_TRUE(s.wait_engine_idle());
+
+    EXPECT_FALSE(api_key_accepted({}, "Bearer x", "x"));
+    EXPECT_FALSE(api_key_accepted({""}, "Bearer ", ""));
+    EXPECT_TRUE(api_key_accepted({"a", "b"}, "BEARER\tb", ""));
+    EXPECT_FALSE(api_key_accepted({"ab"}, "Bearer a", "b"));
+}
+
 TEST_F(HttpServerTest, EngineErrorsBecome500) {
     TestServer s;
     s.engine.set_script(hello_script());
