@@ -1100,6 +1100,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))
             p.prompt_logprobs = static_cast<int>(*plp);
         p.tokens_as_ids = f.boolean("return_tokens_as_token_ids").value_or(false);
+        p.return_token_ids = f.boolean("return_token_ids").value_or(false);
         p.include_reasoning = f.boolean("include_reasoning").value_or(true);
         read_stream(f, &p.stream, &p.include_usage);
         RETURN_IF_ERROR(f.status());
@@ -1461,6 +1462,8 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))
             p.prompt_logprobs = static_cast<int>(*plp);
         p.tokens_as_ids = f.boolean("return_tokens_as_token_ids").value_or(false);
+        p.return_token_ids = f.boolean("return_token_ids").value_or(false);
+        p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(false);
         if (auto b = f.integer("best_of", 1, 128); b && *b != 1) f.fail("best_of", "only best_of=1 is supported");
         // An empty suffix is no suffix (OpenAI accepts it); text after the completion is not supported.
         if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) f.fail("suffix", "is not supported");

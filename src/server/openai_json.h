@@ -105,6 +105,9 @@ struct ChatParams {
     // vLLM's include_reasoning (chat): false leaves reasoning_content out of the answer and its stream.
     bool include_reasoning = true;
     int prompt_logprobs = -1;  // vLLM's (chat only): -1 none; k: each prompt token's logprob, rank and the k best
+    // vLLM's return_token_ids (chat): the answer's prompt_token_ids and each choice's token_ids (every token drawn,
+    // the one that ended generation included); streamed, prompt_token_ids in the first chunk, token_ids in each.
+    bool return_token_ids = false;
     bool stream = false;
     bool include_usage = false;
     // response_format (chat) / text.format (responses) json_object or json_schema: what the final
@@ -166,6 +169,12 @@ struct CompletionParams {
     bool echo_only = false;      // max_tokens 0 with echo: the prompt alone (one token generated and dropped)
     int prompt_logprobs = -1;    // vLLM's: -1 none; k: each prompt token's logprob, rank and the k best
     bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:<id>"
+    // vLLM's return_token_ids: each choice's prompt_token_ids and token_ids (streamed: prompt_token_ids in the first
+    // chunk, token_ids in each).
+    bool return_token_ids = false;
+    // vLLM's skip_special_tokens: the text leaves out special tokens (Harmony's <|channel|> and the rest); the
+    // default here is false (they are shown, so the output can be parsed as Harmony).
+    bool skip_special_tokens = false;
     bool stream = false;
     bool include_usage = false;
 };

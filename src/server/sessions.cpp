@@ -143,17 +143,23 @@ public:
           top_logprobs_(params.top_logprobs),
           min_tokens_(params.sampling.min_tokens),
           prompt_logprobs_(scores_prompt ? params.prompt_logprobs : -1),
-          prompt_ids_(prompt_logprobs_ >= 0 ? prompt.ids : std::vector<int32_t>{}),
+          return_token_ids_(params.return_token_ids),
+          shows_prompt_ids_(scores_prompt && params.return_token_ids),
+          prompt_ids_(prompt_logprobs_ >= 0 || shows_prompt_ids_ ? prompt.ids : std::vector<int32_t>{}),
           id_(random_id("chatcmpl-")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
     }
 
     void open(std::string* sse) override {
-        if (stream_) emit(sse, Json{{"role", "assistant"}, {"content", ""}}, nullptr);
+        if (stream_) emit(sse, Json{{"role", "assistant"}, {"content", ""}}, nullptr, shows_prompt_ids_);
     }
 
     bool on_event(const EngineEvent& e, std::string* sse) override {
+        if (return_token_ids_ && e.token_id >= 0 && !stop_.matched()) {
+            token_ids_.push_back(e.token_id);
+            pending_token_ids_.push_back(e.token_id);
+        }
         if (prompt_logprobs_ >= 0 && prompt_lp_json_.is_null()) {
             // The first event carries them (or nothing, after an error): the body's, and the first chunk's.
             prompt_lp_json_ = vllm_prompt_logprobs(*ctx_.tokenizer, prompt_ids_, e.prompt_logprobs, prompt_logprobs_);
@@ -196,6 +202,7 @@ public:
         if (!pending_logprobs_.empty())
             choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
+        if (return_token_ids_) choice["token_ids"] = std::exchange(pending_token_ids_, {});
         Json chunk = base_chunk();
         chunk["choices"] = Json::array({choice});
         *sse += sse_event(chunk);
@@ -218,11 +225,13 @@ public:
             {"index", 0}, {"message", chat_message_json(shown, ctx_.reasoning_alias)}, {"logprobs", nullptr}};
         if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
+        if (return_token_ids_) choice["token_ids"] = token_ids_;
         Json j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", ctx_.model_id}};
         j["choices"] = Json::array({choice});
         j["usage"] = chat_usage_json(usage_);
         j["system_fingerprint"] = nullptr;
         if (prompt_logprobs_ >= 0) j["prompt_logprobs"] = prompt_lp_json_;
+        if (shows_prompt_ids_) j["prompt_token_ids"] = prompt_ids_;
         return j;
     }
 
@@ -234,16 +243,19 @@ private:
         return j;
     }
 
-    // One chunk for one delta; logprobs still waiting ride along with content.
-    void emit(std::string* sse, Json delta, const char* finish_reason) {
+    // One chunk for one delta; logprobs still waiting ride along with content, token ids (return_token_ids) with
+    // any delta.
+    void emit(std::string* sse, Json delta, const char* finish_reason, bool with_prompt_ids = false) {
         if (!stream_) return;
         Json choice = {{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
         if (choice["delta"].contains("content") && !pending_logprobs_.empty()) {
             choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}, {"refusal", nullptr}};
         }
         choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
+        if (return_token_ids_) choice["token_ids"] = std::exchange(pending_token_ids_, {});
         Json chunk = base_chunk();
         chunk["choices"] = Json::array({choice});
+        if (with_prompt_ids) chunk["prompt_token_ids"] = prompt_ids_;
         *sse += sse_event(chunk);
     }
 
@@ -286,11 +298,15 @@ private:
     const int top_logprobs_;
     const int min_tokens_;
     const int prompt_logprobs_;
-    const std::vector<int32_t> prompt_ids_;  // with prompt_logprobs
+    const bool return_token_ids_;
+    const bool shows_prompt_ids_;            // return_token_ids, in the first choice
+    const std::vector<int32_t> prompt_ids_;  // with prompt_logprobs or shows_prompt_ids_
     Json prompt_lp_json_ = nullptr;          // vLLM's prompt_logprobs, from the first event
     const std::string id_;
     const int64_t created_;
     Usage usage_;
+    std::vector<int32_t> token_ids_;          // return_token_ids: every token drawn
+    std::vector<int32_t> pending_token_ids_;  // streaming: not yet sent with a chunk
     bool hit_length_ = false;
     std::string content_;  // user-visible content as emitted (after stop strings)
     bool has_content_ = false;
@@ -553,6 +569,8 @@ public:
           echo_(params.echo),
           echo_only_(params.echo_only),
           prompt_logprobs_(params.prompt_logprobs),
+          return_token_ids_(params.return_token_ids),
+          skip_special_(params.skip_special_tokens),
           min_tokens_(params.sampling.min_tokens),
           prompt_ids_(std::move(prompt_ids)),
           id_(random_id("cmpl-")),
@@ -581,15 +599,21 @@ public:
         if (e.finish != FinishReason::kNone) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.token_id >= 0 && !stop_.matched() && !echo_only_) {
             ++usage_.completion_tokens;
+            if (return_token_ids_) {
+                token_ids_.push_back(e.token_id);
+                pending_token_ids_.push_back(e.token_id);
+            }
             stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
             // The stop id that ended generation is counted but not shown (as other servers do).
             const bool final_stop = (e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id)) ||
                                     is_request_stop(e, stop_token_ids_);
             const std::string bytes = token_text(*ctx_.tokenizer, e.token_id);
-            if (!final_stop) pending_ += bytes;
+            // skip_special_tokens: a special token's text is not shown (its logprobs entry still names it).
+            const bool hidden = skip_special_ && ctx_.tokenizer->is_special(e.token_id);
+            if (!final_stop && !hidden) pending_ += bytes;
             text += take_text(e.finish != FinishReason::kNone);
             if (logprobs_ >= 0) {
-                Json one = add_logprobs(e, bytes);
+                Json one = add_logprobs(e, bytes, hidden ? std::string() : bytes);
                 if (lp.is_null()) {
                     lp = std::move(one);
                 } else {
@@ -605,7 +629,8 @@ public:
             plp = prompt_lp_json_;
             prompt_lp_sent_ = true;
         }
-        if (stream_ && (!text.empty() || !lp.is_null() || !plp.is_null()))
+        if (stream_ && (!text.empty() || !lp.is_null() || !plp.is_null() || !pending_token_ids_.empty() ||
+                        (return_token_ids_ && !prompt_ids_sent_)))
             *sse += sse_event(chunk(text, std::move(lp), nullptr, std::move(plp)));
         return stop_.matched();
     }
@@ -633,6 +658,10 @@ public:
             {"index", 0}, {"text", echo_text_ + text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
         if (logprobs_ >= 0) choice["logprobs"] = stop_.matched() ? logprobs_within_text() : all_logprobs_;
         if (prompt_logprobs_ >= 0) choice["prompt_logprobs"] = prompt_lp_json_;
+        if (return_token_ids_) {
+            choice["prompt_token_ids"] = prompt_ids_;
+            choice["token_ids"] = token_ids_;
+        }
         Json j = base();
         j["choices"] = Json::array({choice});
         j["usage"] = usage_json();
@@ -651,11 +680,17 @@ private:
                     {"total_tokens", usage_.prompt_tokens + usage_.completion_tokens},
                     {"prompt_tokens_details", {{"cached_tokens", usage_.cached_tokens}}}};
     }
-    Json chunk(const std::string& text, Json logprobs, const char* finish_reason, Json prompt_logprobs) const {
+    // (Not const: it hands out the token ids waiting, and the prompt's ids once.)
+    Json chunk(const std::string& text, Json logprobs, const char* finish_reason, Json prompt_logprobs) {
         Json j = base();
         Json choice = {{"index", 0}, {"text", text}, {"logprobs", std::move(logprobs)}};
         choice["finish_reason"] = finish_reason ? Json(finish_reason) : Json(nullptr);
         if (!prompt_logprobs.is_null()) choice["prompt_logprobs"] = std::move(prompt_logprobs);
+        if (return_token_ids_) {
+            if (!prompt_ids_sent_) choice["prompt_token_ids"] = prompt_ids_;
+            prompt_ids_sent_ = true;
+            choice["token_ids"] = std::exchange(pending_token_ids_, {});
+        }
         j["choices"] = Json::array({choice});
         if (include_usage_) j["usage"] = nullptr;
         return j;
@@ -729,7 +764,8 @@ private:
     }
 
     // Logprobs of one token, in the legacy completions layout (also appended to the totals).
-    Json add_logprobs(const EngineEvent& e, const std::string& bytes) {
+    // `shown`: the token's bytes in the text (what its offset advances by).
+    Json add_logprobs(const EngineEvent& e, const std::string& bytes, const std::string& shown) {
         const std::string tok = tokens_as_ids_ ? token_label(*ctx_.tokenizer, e.token_id, true) : lossy_utf8(bytes);
         Json top = Json::object();
         for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < logprobs_; ++i) {
@@ -745,7 +781,7 @@ private:
         for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
             all_logprobs_[k].push_back(one[k][0]);
         }
-        advance_offset(bytes);
+        advance_offset(shown);
         return one;
     }
 
@@ -758,12 +794,17 @@ private:
     const bool echo_;
     const bool echo_only_;  // max_tokens 0: the generated token is dropped
     const int prompt_logprobs_;
+    const bool return_token_ids_;
+    const bool skip_special_;  // skip_special_tokens: their text is left out
     const int min_tokens_;
     const std::vector<int32_t> prompt_ids_;
     const std::string id_;
     const int64_t created_;
     Usage usage_;
-    std::string echo_text_;  // with echo: the prompt, before the completion
+    std::vector<int32_t> token_ids_;          // return_token_ids: every token drawn (the echo_only token not)
+    std::vector<int32_t> pending_token_ids_;  // streaming: not yet sent with a chunk
+    bool prompt_ids_sent_ = false;            // streaming: the first chunk carried prompt_token_ids
+    std::string echo_text_;                   // with echo: the prompt, before the completion
     bool prompt_taken_ = false, echo_logprobs_sent_ = false, prompt_lp_sent_ = false;
     size_t num_prompt_entries_ = 0;  // leading entries of all_logprobs_ that are the echoed prompt's
     Json prompt_lp_json_ = nullptr;  // vLLM's prompt_logprobs, once taken

@@ -393,6 +393,105 @@ TEST_F(GenerationOutputTest, TokensAsIdsAndIncludeReasoning) {
     EXPECT_EQ(c["choices"][0]["text"], " jumps over");
 }
 
+// vLLM's return_token_ids: the chat answer's prompt_token_ids (once, for n choices too) and each choice's
+// token_ids (every token drawn, the <|return|> that ended it included), whole and streamed (prompt_token_ids in the
+// first chunk, token_ids spread over the chunks); completions give both in each choice. Not asked: no such keys.
+TEST_F(GenerationOutputTest, ReturnTokenIds) {
+    const std::string text =
+        "<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Hello world<|return|>";
+    const std::vector<int32_t> ids = harmony_ids(text);
+    script(text);
+    Json j = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"x"}],"return_token_ids":true,"n":2})");
+    const std::vector<int32_t> prompt = server_.engine.last_request().prompt;
+    ASSERT_FALSE(prompt.empty());
+    EXPECT_EQ(j["prompt_token_ids"].get<std::vector<int32_t>>(), prompt);
+    ASSERT_EQ(j["choices"].size(), 2u);
+    for (const Json& c : j["choices"]) EXPECT_EQ(c["token_ids"].get<std::vector<int32_t>>(), ids) << c.dump();
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+
+    std::vector<int32_t> streamed;
+    int with_prompt = 0;
+    const std::vector<Json> chunks =
+        post_stream("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"x"}],"return_token_ids":true,"stream":true})");
+    ASSERT_FALSE(chunks.empty());
+    EXPECT_EQ(chunks.front()["prompt_token_ids"].get<std::vector<int32_t>>(), prompt);
+    for (const Json& c : chunks) {
+        with_prompt += c.contains("prompt_token_ids");
+        for (const Json& ch : c["choices"])
+            for (const Json& id : ch["token_ids"]) streamed.push_back(id.get<int32_t>());
+    }
+    EXPECT_EQ(with_prompt, 1);
+    EXPECT_EQ(streamed, ids);
+
+    Json plain = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}]})");
+    EXPECT_FALSE(plain.contains("prompt_token_ids"));
+    EXPECT_FALSE(plain["choices"][0].contains("token_ids"));
+    for (const Json& c : post_stream("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],)"
+                                                             R"("stream":true})")) {
+        EXPECT_FALSE(c.contains("prompt_token_ids"));
+        for (const Json& ch : c["choices"]) EXPECT_FALSE(ch.contains("token_ids")) << c.dump();
+    }
+
+    std::vector<int32_t> answer = harmony_ids(" jumps over");
+    answer.push_back(200002);
+    server_.engine.set_script([answer](const EngineRequest&) { return answer; });
+    Json c = post_json("/v1/completions", R"({"prompt":"The fox","max_tokens":9,"return_token_ids":true})");
+    const std::vector<int32_t> fox = harmony_ids("The fox");
+    EXPECT_EQ(c["choices"][0]["prompt_token_ids"].get<std::vector<int32_t>>(), fox);
+    EXPECT_EQ(c["choices"][0]["token_ids"].get<std::vector<int32_t>>(), answer);
+    EXPECT_EQ(c["choices"][0]["text"], " jumps over");
+    streamed.clear();
+    with_prompt = 0;
+    for (const Json& k : post_stream("/v1/completions",
+                                     R"({"prompt":"The fox","max_tokens":9,"return_token_ids":true,"stream":true})")) {
+        for (const Json& ch : k["choices"]) {
+            if (ch.contains("prompt_token_ids")) {
+                ++with_prompt;
+                EXPECT_EQ(ch["prompt_token_ids"].get<std::vector<int32_t>>(), fox);
+            }
+            for (const Json& id : ch["token_ids"]) streamed.push_back(id.get<int32_t>());
+        }
+    }
+    EXPECT_EQ(with_prompt, 1);
+    EXPECT_EQ(streamed, answer);
+    for (const char* path : {"/v1/chat/completions", "/v1/completions"}) {
+        const std::string body = std::string(path) == "/v1/completions"
+                                     ? R"({"prompt":"x","return_token_ids":"yes"})"
+                                     : R"({"messages":[{"role":"user","content":"x"}],"return_token_ids":"yes"})";
+        EXPECT_EQ(expect_error(server_.post(path, body), 400)["param"], "return_token_ids") << path;
+    }
+}
+
+// vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
+// that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
+// count only the text shown.
+TEST_F(GenerationOutputTest, CompletionsSkipSpecialTokens) {
+    const std::vector<int32_t> ids = harmony_ids("<|channel|>final<|message|>Hi there<|end|><|start|>x<|return|>");
+    server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    Json shown = post_json("/v1/completions", R"({"prompt":"The fox","max_tokens":20})");
+    EXPECT_EQ(shown["choices"][0]["text"], "<|channel|>final<|message|>Hi there<|end|><|start|>x");
+    Json skipped =
+        post_json("/v1/completions", R"({"prompt":"The fox","max_tokens":20,"skip_special_tokens":true,"logprobs":0})");
+    EXPECT_EQ(skipped["choices"][0]["text"], "finalHi therex");
+    const Json& lp = skipped["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), ids.size());
+    EXPECT_EQ(lp["tokens"][0], "<|channel|>");
+    std::string text;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        EXPECT_EQ(lp["text_offset"][i], static_cast<int64_t>(text.size())) << i;
+        if (!test_tokenizer()->is_special(ids[i])) text += lp["tokens"][i].get<std::string>();
+    }
+    std::string streamed;
+    for (const Json& k : post_stream(
+             "/v1/completions", R"({"prompt":"The fox","max_tokens":20,"skip_special_tokens":true,"stream":true})"))
+        for (const Json& ch : k["choices"]) streamed += ch["text"].get<std::string>();
+    EXPECT_EQ(streamed, "finalHi therex");
+    EXPECT_EQ(expect_error(server_.post("/v1/completions", R"({"prompt":"x","skip_special_tokens":1})"), 400)["param"],
+              "skip_special_tokens");
+}
+
 // Responses logprobs (top_logprobs, include message.output_text.logprobs): the output_text part carries an entry per
 // token of its text (none for the reasoning or the headers); streamed, each output_text delta carries its own
 // token's, and the done events all of them.
