@@ -463,6 +463,35 @@ StatusOr<ChatRequest> chat_request_from_json_impl(const Json& request, const Ser
     RETURN_IF_ERROR(parse_tool_choice(request, tools.functions, out));
     for (const ToolDescription& t : tools.functions) out.declared_functions.push_back(t.name);
 
+    ASSIGN_OR_RETURN(const bool continue_final, opt_bool(request, "continue_final_message", false, "request"));
+    Json earlier;  // continue_final_message: the messages before the open one
+    if (continue_final) {
+        const size_t last = messages->size() - 1;
+        const std::string where = "messages[" + std::to_string(last) + "]";
+        const Json& m = (*messages)[last];
+        if (!m.is_object()) return must_be(where, "an object");
+        ASSIGN_OR_RETURN(std::optional<std::string> role, opt_string(m, "role", where));
+        if (role != "assistant")
+            return invalid_argument(where +
+                                    ".role: continue_final_message continues the last message, which must be the "
+                                    "assistant's");
+        if (const Json* calls = field(m, "tool_calls"); calls != nullptr && !(calls->is_array() && calls->empty()))
+            return invalid_argument(where + ".tool_calls: a message with tool calls cannot be continued");
+        OpenMessage open;
+        for (const char* key : {"reasoning_content", "reasoning", "thinking"}) {
+            ASSIGN_OR_RETURN(open.reasoning, opt_string(m, key, where));
+            if (open.reasoning) break;
+        }
+        if (field(m, "content") != nullptr) {
+            ASSIGN_OR_RETURN(std::string text, content_text(m, where));
+            open.content = std::move(text);
+        }
+        out.open_message = std::move(open);
+        earlier = Json::array();
+        for (size_t i = 0; i < last; ++i) earlier.push_back((*messages)[i]);
+        messages = &earlier;
+    }
+
     std::vector<std::string> instructions;
     std::vector<Message> history;
     RETURN_IF_ERROR(history_from_request(*messages, options, instructions, history));

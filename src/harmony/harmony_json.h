@@ -32,6 +32,14 @@ struct ServerOptions {
 
 enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
 
+// vLLM's continue_final_message: the request's last message, an assistant message without tool calls, left open
+// for the model to continue. Its reasoning (reasoning_content, reasoning or thinking) is an analysis message, open
+// when there is no content, closed before the final message otherwise; its content (null: none) the final message.
+struct OpenMessage {
+    std::optional<std::string> reasoning;
+    std::optional<std::string> content;
+};
+
 // What the renderer and the output mapping need from one chat.completions request.
 struct ChatRequest {
     Conversation conversation;  // system, developer (if any), history; CoT policy applied
@@ -40,6 +48,8 @@ struct ChatRequest {
     ToolChoice tool_choice = ToolChoice::kAuto;
     std::optional<std::string> forced_function;  // tool_choice {"type":"function",...}
     ReasoningEffort reasoning_effort = ReasoningEffort::kMedium;
+    // continue_final_message: the last message, not in `conversation` (which it continues).
+    std::optional<OpenMessage> open_message;
 };
 
 // The `server_options` object of the render vectors (current_date, history_tool_call_content_type,

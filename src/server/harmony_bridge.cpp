@@ -38,6 +38,31 @@ std::vector<harmony::Segment> forced_reply_start(const harmony::ChatRequest& req
     return s;
 }
 
+// continue_final_message: the open last message after "<|start|>assistant" (HARMONY.md §2: a message's header,
+// <|message|>, its text; no terminator, so the model's next token continues the text).
+std::vector<harmony::Segment> open_message_start(const harmony::OpenMessage& open) {
+    std::vector<harmony::Segment> s;
+    auto message = [&](const char* channel, const std::string& text) {
+        s.push_back(harmony::Segment{harmony::kChannel, ""});
+        s.push_back(harmony::Segment{-1, channel});
+        s.push_back(harmony::Segment{harmony::kMessage, ""});
+        if (!text.empty()) s.push_back(harmony::Segment{-1, text});
+    };
+    const bool reasoning = open.reasoning && !open.reasoning->empty();
+    if (reasoning && !open.content) {
+        message("analysis", *open.reasoning);  // the reasoning itself continues
+        return s;
+    }
+    if (reasoning) {
+        message("analysis", *open.reasoning);
+        s.push_back(harmony::Segment{harmony::kEnd, ""});
+        s.push_back(harmony::Segment{harmony::kStart, ""});
+        s.push_back(harmony::Segment{-1, "assistant"});
+    }
+    message("final", open.content.value_or(""));
+    return s;
+}
+
 }  // namespace
 
 StatusOr<ChatPrompt> render_chat_prompt(const harmony::Json& chat_body, const tokenizer::BpeTokenizer& tokenizer,
@@ -45,7 +70,16 @@ StatusOr<ChatPrompt> render_chat_prompt(const harmony::Json& chat_body, const to
     ASSIGN_OR_RETURN(harmony::ChatRequest request, harmony::chat_request_from_json(chat_body, options));
     ChatPrompt p;
     ASSIGN_OR_RETURN(p.ids, harmony::render(tokenizer, request.conversation, request.render_options));
-    p.forced = harmony::encode_segments(tokenizer, forced_reply_start(request));
+    std::vector<harmony::Segment> start = forced_reply_start(request);
+    if (request.open_message) {
+        if (!start.empty())
+            return invalid_argument(
+                "continue_final_message: tool_choice \"required\" or a named function starts a new reply; the two "
+                "cannot be combined");
+        start = open_message_start(*request.open_message);
+        p.continued = true;
+    }
+    p.forced = harmony::encode_segments(tokenizer, start);
     p.ids.insert(p.ids.end(), p.forced.begin(), p.forced.end());
     p.mapping = harmony::chat_mapping_options(request);
     p.parser.declared_functions = request.declared_functions;
@@ -66,6 +100,10 @@ HarmonyOutput::HarmonyOutput(const tokenizer::BpeTokenizer& tokenizer, const Cha
     // The forced header is prompt: parsed (so the reply continues inside it) but not counted as
     // completion tokens; its events (a tool call's start) go out with the first generated token.
     forced_events_ = parser_.push(std::span<const int32_t>(prompt.forced));
+    // A continued message's text so far is the request's, not the answer's (unless echoed).
+    if (prompt.continued && !prompt.echo)
+        std::erase_if(forced_events_,
+                      [](const harmony::Event& e) { return e.type == harmony::EventType::kContentDelta; });
 }
 
 harmony::ChatRoute HarmonyOutput::route(const harmony::MessageHeader& header) const {

@@ -23,6 +23,10 @@ struct ChatPrompt {
     // to=functions.N <|constrain|>json<|message|>"); empty otherwise. Part of the prompt, not of the
     // completion: HarmonyOutput feeds these ids to the parser first.
     std::vector<int32_t> forced;
+    // continue_final_message: `forced` is the open last message ("<|channel|>final<|message|>" and its text, after
+    // its reasoning), whose text is not part of the answer unless `echo` (vLLM's chat echo) is set.
+    bool continued = false;
+    bool echo = false;
     harmony::ChatMappingOptions mapping;
     harmony::ParserOptions parser;
 };

@@ -1102,6 +1102,9 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         p.tokens_as_ids = f.boolean("return_tokens_as_token_ids").value_or(false);
         p.return_token_ids = f.boolean("return_token_ids").value_or(false);
         p.include_reasoning = f.boolean("include_reasoning").value_or(true);
+        p.continue_final_message = f.boolean("continue_final_message").value_or(false);
+        p.add_generation_prompt = f.boolean("add_generation_prompt");
+        p.echo = f.boolean("echo").value_or(false);
         read_stream(f, &p.stream, &p.include_usage);
         RETURN_IF_ERROR(f.status());
         p.chat_body = restricted ? std::move(*restricted) : body;

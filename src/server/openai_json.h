@@ -108,6 +108,12 @@ struct ChatParams {
     // vLLM's return_token_ids (chat): the answer's prompt_token_ids and each choice's token_ids (every token drawn,
     // the one that ended generation included); streamed, prompt_token_ids in the first chunk, token_ids in each.
     bool return_token_ids = false;
+    // vLLM's continue_final_message (chat): the last message, the assistant's, is continued rather than answered
+    // (harmony::OpenMessage); its add_generation_prompt (given or not); its echo: a continued message's text so far
+    // is part of the answer.
+    bool continue_final_message = false;
+    std::optional<bool> add_generation_prompt;
+    bool echo = false;
     bool stream = false;
     bool include_usage = false;
     // response_format (chat) / text.format (responses) json_object or json_schema: what the final

@@ -155,6 +155,28 @@ bool truncate_prompt(const SamplingRequest& s, int64_t context, std::vector<int3
     return true;
 }
 
+// vLLM's continue_final_message and add_generation_prompt (chat): a continued message takes no generation prompt
+// (true with it is vLLM's 400 too); a chat reply begins with the generation prompt, so false alone is refused; a
+// structured output holds a whole final message, which a continued one is not.
+Status check_continuation(const ChatParams& p) {
+    if (p.continue_final_message) {
+        if (p.add_generation_prompt.value_or(false))
+            return invalid_argument(
+                "add_generation_prompt: must be false with continue_final_message (the last message is continued; no "
+                "new one begins)");
+        const SamplingRequest& s = p.sampling;
+        if (p.grammar || s.regex || s.ebnf || s.tag)
+            return invalid_argument(
+                "continue_final_message: cannot be combined with a structured output (response_format, guided_*, "
+                "structured_outputs), which holds a whole final message");
+    } else if (p.add_generation_prompt == false) {
+        return invalid_argument(
+            "add_generation_prompt: false is supported with continue_final_message only (a chat reply begins with the "
+            "generation prompt, <|start|>assistant)");
+    }
+    return ok_status();
+}
+
 // vLLM's min_tokens, at most the request's max_tokens (its own, or what the context leaves), and its bad_words
 // as token sequences: each word (leading spaces stripped) as it encodes, and with a space before it when that
 // encodes to as many tokens from another first token (vLLM's rule: the word inside text too).
@@ -623,8 +645,10 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     if (!json.ok()) return error(api_error(json.status()));
     StatusOr<ChatParams> params = parse_chat_request(*json);
     if (!params.ok()) return error(api_error(params.status()));
+    if (Status st = check_continuation(*params); !st.ok()) return error(api_error(st));
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
     if (!prompt.ok()) return error(api_error(prompt.status()));
+    prompt->echo = params->echo;
     // The content is the final message alone (JSON, or the pattern's text).
     if (params->grammar || params->sampling.regex || params->sampling.ebnf || params->sampling.tag)
         prompt->mapping.preambles_to_reasoning = true;
@@ -1290,7 +1314,8 @@ RouteResponse OpenAiRoutes::tokenize(std::string_view body) const {
     } else {
         StatusOr<ChatParams> params = parse_chat_request(j);
         if (!params.ok()) return error(api_error(params.status()));
-        if (*add_generation_prompt) {
+        // A continued last message is rendered open, with or without add_generation_prompt.
+        if (*add_generation_prompt || params->continue_final_message) {
             StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);
             if (!prompt.ok()) return error(api_error(prompt.status()));
             ids = std::move(prompt->ids);

@@ -464,6 +464,78 @@ TEST_F(GenerationOutputTest, ReturnTokenIds) {
     }
 }
 
+// vLLM's continue_final_message: the last message, the assistant's, is rendered open (its header and text, no
+// <|end|>) and the model continues it; the answer holds the continuation alone (with vLLM's echo, the text before
+// it too), whole and streamed alike. Reasoning alone continues the analysis message; reasoning with content closes
+// it and continues the final one. /tokenize renders the same prompt. Misuse is a 400 naming the field.
+TEST_F(GenerationOutputTest, ContinueFinalMessage) {
+    const std::string user = R"({"role":"user","content":"What is six times seven?"})";
+    auto body = [&](const std::string& last, const std::string& extra = "") {
+        return R"({"messages":[)" + user + "," + last +
+               R"(],"continue_final_message":true,"add_generation_prompt":false)" + extra + "}";
+    };
+    auto ends_with = [](const std::vector<int32_t>& ids, const std::vector<int32_t>& tail) {
+        return ids.size() >= tail.size() && std::equal(tail.begin(), tail.end(), ids.end() - tail.size());
+    };
+    script(" 42.<|return|>");
+    const std::string final_only = R"({"role":"assistant","content":"The answer is"})";
+    Json j = post_json("/v1/chat/completions", body(final_only));
+    EXPECT_EQ(j["choices"][0]["message"]["content"], " 42.") << j.dump();
+    EXPECT_TRUE(j["choices"][0]["message"]["reasoning_content"].is_null());
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    const std::vector<int32_t> prompt = server_.engine.last_request().prompt;
+    EXPECT_TRUE(ends_with(prompt, harmony_ids("<|start|>assistant<|channel|>final<|message|>The answer is")));
+    Json t = post_json("/tokenize", body(final_only));
+    EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), prompt);
+    Json echoed = post_json("/v1/chat/completions", body(final_only, R"(,"echo":true)"));
+    EXPECT_EQ(echoed["choices"][0]["message"]["content"], "The answer is 42.");
+    for (bool echo : {false, true}) {
+        std::string streamed;
+        for (const Json& c : post_stream("/v1/chat/completions", body(final_only, echo ? R"(,"stream":true,"echo":true)"
+                                                                                       : R"(,"stream":true)")))
+            for (const Json& ch : c["choices"])
+                if (ch["delta"].contains("content")) streamed += ch["delta"]["content"].get<std::string>();
+        EXPECT_EQ(streamed, echo ? "The answer is 42." : " 42.");
+    }
+
+    // Reasoning alone: the analysis message continues, then the model answers.
+    script(" so 42.<|end|><|start|>assistant<|channel|>final<|message|>42<|return|>");
+    Json r = post_json("/v1/chat/completions", body(R"({"role":"assistant","reasoning_content":"6 x 7 is 42"})"));
+    EXPECT_EQ(r["choices"][0]["message"]["reasoning_content"], " so 42.") << r.dump();
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "42");
+    EXPECT_TRUE(ends_with(server_.engine.last_request().prompt,
+                          harmony_ids("<|start|>assistant<|channel|>analysis<|message|>6 x 7 is 42")));
+    // Reasoning and content: the analysis closed, the final message continued.
+    script(" 42<|return|>");
+    Json both =
+        post_json("/v1/chat/completions",
+                  body(R"({"role":"assistant","reasoning":"Easy.","content":[{"type":"text","text":"It is"}]})"));
+    EXPECT_EQ(both["choices"][0]["message"]["content"], " 42");
+    EXPECT_TRUE(both["choices"][0]["message"]["reasoning_content"].is_null()) << both.dump();
+    EXPECT_TRUE(ends_with(server_.engine.last_request().prompt,
+                          harmony_ids("<|start|>assistant<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant"
+                                      "<|channel|>final<|message|>It is")));
+
+    auto param_of = [&](const std::string& b) {
+        return expect_error(server_.post("/v1/chat/completions", b), 400)["param"];
+    };
+    EXPECT_EQ(param_of(R"({"messages":[)" + user + R"(],"continue_final_message":true})"), "messages[0].role");
+    EXPECT_EQ(
+        param_of(
+            R"({"messages":[)" + user +
+            R"(,{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}],"continue_final_message":true})"),
+        "messages[1].tool_calls");
+    EXPECT_EQ(param_of(R"({"messages":[)" + user + "," + final_only +
+                       R"(],"continue_final_message":true,"add_generation_prompt":true})"),
+              "add_generation_prompt");
+    EXPECT_EQ(param_of(R"({"messages":[)" + user + R"(],"add_generation_prompt":false})"), "add_generation_prompt");
+    EXPECT_EQ(param_of(body(final_only, R"(,"response_format":{"type":"json_object"})")), "continue_final_message");
+    EXPECT_EQ(param_of(R"({"messages":[)" + user + "," + final_only + R"(],"continue_final_message":1})"),
+              "continue_final_message");
+    EXPECT_EQ(param_of(body(final_only, std::string(",") + kTools + R"(,"tool_choice":"required")")),
+              "continue_final_message");
+}
+
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
