@@ -21,6 +21,13 @@ uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens) {
     return h;
 }
 
+uint64_t cache_salt_hash(std::string_view salt) {
+    if (salt.empty()) return 0;
+    uint64_t h = mix64(0x5a17c0debadc0ffeull ^ salt.size());
+    for (unsigned char c : salt) h = mix64(h ^ (c + 0x9e3779b97f4a7c15ull));
+    return h == 0 ? 1 : h;
+}
+
 BlockAllocator::BlockAllocator(int num_blocks, int block_size)
     : block_size_(block_size),
       ref_count_(static_cast<size_t>(num_blocks), 0),

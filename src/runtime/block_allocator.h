@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -59,5 +60,8 @@ private:
 // Chained hash of one full block: mixes the previous block's hash with this block's tokens, so a
 // block's key identifies its whole prefix (0 is the parent of block 0).
 uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens);
+// The parent of a sequence's first block under vLLM's cache_salt: 0 (no salt) for "", else a value of the salt's
+// bytes, so that requests with different salts share no cached block.
+uint64_t cache_salt_hash(std::string_view salt);
 
 }  // namespace gptoss::runtime

@@ -245,6 +245,7 @@ Status Engine::validate(const Request& r) const {
     if (r.kv_prefix) {
         if (!kv_format_.ok()) return failed_precondition(kv_format_.status().message());
         if (!config_.enable_prefix_caching) return failed_precondition("importing KV needs prefix caching");
+        if (!r.cache_salt.empty()) return invalid_argument("imported KV is not salted: no cache_salt with kv_prefix");
         RETURN_IF_ERROR(check_kv_transfer(*r.kv_prefix, *kv_format_));
         const std::vector<int32_t>& t = r.kv_prefix->tokens;
         if (static_cast<int64_t>(t.size()) >= n || !std::equal(t.begin(), t.end(), r.prompt.begin()))
@@ -391,6 +392,7 @@ void Engine::loop() {
             a->seq.id = s.id;
             a->seq.tokens = a->request.prompt;
             a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
+            a->seq.cache_salt = cache_salt_hash(a->request.cache_salt);
             a->seq.score_prompt = a->request.prompt_logprobs >= 0 && a->seq.num_prompt_tokens > 1;
             if (a->request.kv_prefix) {
                 if (!a->seq.score_prompt) import_kv(a->seq.id, *a->request.kv_prefix);

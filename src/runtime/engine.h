@@ -67,6 +67,9 @@ struct Request {
     // otherwise), and needs prefix caching. Where the cache has no room for it, it is dropped and the prompt
     // computed here (EngineStats::num_kv_imports_dropped); with prompt_logprobs it is not used.
     std::shared_ptr<const KvTransfer> kv_prefix{};
+    // vLLM's cache_salt: the request reuses only cached prompt blocks of requests with the same salt (none of
+    // unsalted ones), so that one tenant cannot tell from timing what prompts another sent. Not with kv_prefix.
+    std::string cache_salt{};
     // Optional: receives every event on the engine thread instead of the handle's queue. It must
     // return quickly and not call into the engine (cancel() excepted).
     std::function<void(const TokenEvent&)> on_event{};

@@ -97,7 +97,7 @@ int KvCacheManager::max_chunk_tokens() const {
 void KvCacheManager::extend_hashes(Sequence& seq, int num_blocks) const {
     while (static_cast<int>(seq.block_hashes.size()) < num_blocks) {
         const size_t b = seq.block_hashes.size();
-        const uint64_t parent = b == 0 ? 0 : seq.block_hashes[b - 1];
+        const uint64_t parent = b == 0 ? seq.cache_salt : seq.block_hashes[b - 1];
         seq.block_hashes.push_back(
             hash_block(parent, std::span(seq.tokens).subspan(b * block_size_, static_cast<size_t>(block_size_))));
     }

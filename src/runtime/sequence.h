@@ -29,6 +29,7 @@ struct Sequence {
     std::vector<int32_t> block_table_sliding;
     int first_held_sliding = 0;          // sliding entries below this index are released (-1)
     std::vector<uint64_t> block_hashes;  // prefix hash of each complete block of `tokens` so far
+    uint64_t cache_salt = 0;             // the first block's parent hash (cache_salt_hash of Request::cache_salt)
     int num_indexed_blocks = 0;          // leading blocks already offered to the prefix index
 
     // Speculative drafts at the end of `tokens` (runtime/speculative.h): fed with the last token in

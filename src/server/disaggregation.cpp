@@ -9,10 +9,12 @@ namespace gptoss::server {
 namespace {
 
 // Whether the request's prompt is worth a prefill worker's call: a whole block before its last token, more than
-// min_prompt_tokens, and nothing that computes the prompt whole here anyway (prompt logprobs).
+// min_prompt_tokens, and nothing that computes the prompt whole here anyway (prompt logprobs). A salted prompt
+// (cache_salt) is computed here: the prefill worker's cache and a transfer's blocks are not salted.
 bool worth_fetching(const EngineRequest& r, const runtime::KvFormat& f, int min_prompt_tokens) {
     const int64_t n = static_cast<int64_t>(r.prompt.size());
-    return !r.export_kv && !r.kv_prefix && r.prompt_logprobs < 0 && n > f.block_size && n > min_prompt_tokens;
+    return !r.export_kv && !r.kv_prefix && r.cache_salt.empty() && r.prompt_logprobs < 0 && n > f.block_size &&
+           n > min_prompt_tokens;
 }
 
 // Whether the local cache's `cached` tokens make a fetch not worth it: the blocks a transfer would add are at most

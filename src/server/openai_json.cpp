@@ -274,6 +274,10 @@ std::shared_ptr<const structured::JsonGrammar> schema_grammar(Fields& f, const c
 }
 
 void read_sampling(Fields& f, SamplingRequest* out) {
+    if (auto salt = f.string("cache_salt")) {
+        if (salt->empty()) f.fail("cache_salt", "must be a non-empty string");
+        out->cache_salt = std::move(*salt);
+    }
     if (auto t = f.number("temperature", 0.0, 2.0)) out->sampling.temperature = static_cast<float>(*t);
     // top_p 0 (OpenAI's range is 0-1 inclusive) keeps only the most probable token, as the
     // smallest positive nucleus does (a positive double rounding to 0 as a float too).

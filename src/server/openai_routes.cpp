@@ -663,6 +663,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.prompt = prompt->ids;
     req.sampling = params->sampling.sampling;
     req.stop_ids = request_stop_ids(params->sampling);
+    req.cache_salt = params->sampling.cache_salt;
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
         return error(api_error(st));
@@ -709,6 +710,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.prompt = prompt->ids;
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = request_stop_ids(params->chat.sampling);
+    req.cache_salt = params->chat.sampling.cache_salt;
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->chat.logprobs ? params->chat.top_logprobs : -1;
     if (Status st = set_min_tokens_and_bad_words(params->chat.sampling, "max_output_tokens", tokenizer_, &req);
@@ -1172,6 +1174,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         req.prompt = std::move(ids);
         req.sampling = params->sampling.sampling;
         req.stop_ids = request_stop_ids(params->sampling);
+        req.cache_salt = params->sampling.cache_salt;
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
         if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
             return error(api_error(st));

@@ -98,6 +98,7 @@ StatusOr<runtime::Request> RuntimeEngineAdapter::to_runtime(EngineRequest reques
     r.constraint = std::move(request.constraint);
     r.export_kv = request.export_kv;
     r.kv_prefix = std::move(request.kv_prefix);
+    r.cache_salt = std::move(request.cache_salt);
     return r;
 }
 

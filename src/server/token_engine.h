@@ -45,6 +45,8 @@ struct EngineRequest {
     bool export_kv = false;
     // The decode worker's side: a prefix of the prompt's KV computed by a prefill worker (runtime::Request::kv_prefix).
     std::shared_ptr<const runtime::KvTransfer> kv_prefix;
+    // vLLM's cache_salt (runtime::Request::cache_salt): prompt blocks are shared only among requests with the same.
+    std::string cache_salt;
 };
 
 enum class FinishReason {

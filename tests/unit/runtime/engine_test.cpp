@@ -941,6 +941,36 @@ TEST_F(EngineTest, EngineSeedMakesUnseededDrawsRepeatable) {
     EXPECT_NE(a, c);
 }
 
+// vLLM's cache_salt: a prompt's cached blocks serve only later requests with the same salt (unsalted ones only
+// unsalted ones); the tokens drawn do not change. A salt with an imported KV prefix is refused.
+TEST_F(EngineTest, CacheSaltSeparatesPrefixCaches) {
+    auto engine = make_engine(weights_, test_config());
+    ASSERT_TRUE(engine);
+    const std::vector<int32_t> prompt = random_ids(30, 300, 5);
+    auto run = [&](const std::string& salt) {
+        Request r{.prompt = prompt, .sampling = {.temperature = 0.0f}, .max_tokens = 4};
+        r.cache_salt = salt;
+        auto h = engine->submit(std::move(r));
+        EXPECT_TRUE(h.ok()) << h.status().to_string();
+        return h.ok() ? collect(*h) : Generation{};
+    };
+    const Generation a = run("tenant-a");
+    const Generation b = run("tenant-b");
+    const Generation a2 = run("tenant-a");
+    const Generation plain = run("");
+    const Generation plain2 = run("");
+    EXPECT_EQ(a.num_cached_tokens, 0);
+    EXPECT_EQ(b.num_cached_tokens, 0);
+    EXPECT_GT(a2.num_cached_tokens, 0);
+    EXPECT_EQ(plain.num_cached_tokens, 0);
+    EXPECT_GT(plain2.num_cached_tokens, 0);
+    for (const Generation* g : {&b, &a2, &plain, &plain2}) EXPECT_EQ(g->ids, a.ids);
+    EXPECT_EQ(engine->cached_prompt_tokens(prompt), plain2.num_cached_tokens);  // the unsalted cache
+    EXPECT_NE(cache_salt_hash("x"), 0u);
+    EXPECT_EQ(cache_salt_hash(""), 0u);
+    EXPECT_NE(cache_salt_hash("ab"), cache_salt_hash("ba"));
+}
+
 // A checkpoint whose weights hold a NaN gives non-finite logits: the request ends with an error that says so
 // (the CPU runner sampled token 0 from a NaN row), for greedy and sampled requests one after the other.
 TEST_F(EngineTest, NonFiniteLogitsEndTheRequestWithAnError) {

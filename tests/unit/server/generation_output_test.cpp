@@ -536,6 +536,28 @@ TEST_F(GenerationOutputTest, ContinueFinalMessage) {
               "continue_final_message");
 }
 
+// vLLM's cache_salt reaches the engine from every endpoint (runtime tests check what it does there); an empty or
+// non-string salt is a 400 naming it.
+TEST_F(GenerationOutputTest, CacheSaltReachesTheEngine) {
+    script("<|channel|>final<|message|>Hi<|return|>");
+    const std::vector<std::pair<std::string, std::string>> requests = {
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"cache_salt":"s1")"},
+        {"/v1/completions", R"({"prompt":"x","cache_salt":"s2")"},
+        {"/v1/responses", R"({"input":"x","store":false,"cache_salt":"s3")"}};
+    for (size_t i = 0; i < requests.size(); ++i) {
+        const auto& [path, body] = requests[i];
+        post_json(path, body + "}");
+        const char* want[] = {"s1", "s2", "s3"};
+        EXPECT_EQ(server_.engine.last_request().cache_salt, want[i]) << path;
+        for (const char* bad : {R"(,"cache_salt":"")", R"(,"cache_salt":7)"}) {
+            const std::string b = body.substr(0, body.find(R"(,"cache_salt")")) + bad + "}";
+            EXPECT_EQ(expect_error(server_.post(path, b), 400)["param"], "cache_salt") << path << " " << b;
+        }
+    }
+    post_json("/v1/completions", R"({"prompt":"x"})");
+    EXPECT_EQ(server_.engine.last_request().cache_salt, "");
+}
+
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
