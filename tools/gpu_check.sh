@@ -262,6 +262,71 @@ wait_health() {
     sleep 0.5
   done
 }
+# vllm_flags_check <name> (session 55): `gptoss serve` with vLLM's --api-key, --max-model-len and --seed on the tiny
+# checkpoint: 401 without the key, /v1/models' max_model_len, return_token_ids, continue_final_message, and cache_salt
+# (a salted prompt served from the cache only to its own salt) on the backend's prefix cache.
+vllm_flags_check() {
+  local name=$1 port=8392 i code
+  [ -d "$WORK/serve_tiny" ] || $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
+  local tok=()
+  if [ -f .device_pack/tokenizer.json.gz ]; then
+    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && tok=(--tokenizer "$WORK/tokenizer.json")
+  fi
+  GPTOSS_API_KEY=sk-env $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port \
+    "${tok[@]}" --api-key sk-flag --max-model-len 2048 --seed 5 > "$OUT/${name}.log" 2>&1 &
+  local pid=$!
+  wait_health $port $pid
+  local h=(-H 'Content-Type: application/json' -H 'Authorization: Bearer sk-env')
+  curl -s -m 30 -o /dev/null -w '%{http_code}\n' http://127.0.0.1:$port/v1/models > "$OUT/${name}_nokey.txt"
+  curl -s -m 30 http://127.0.0.1:$port/v1/models -H 'X-Api-Key: sk-flag' > "$OUT/${name}_models.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/chat/completions "${h[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":12,"temperature":0,"return_token_ids":true}' \
+    > "$OUT/${name}_ids.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/chat/completions "${h[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"The answer is"}],"continue_final_message":true,"max_tokens":8,"temperature":0,"echo":true}' \
+    > "$OUT/${name}_continue.json"
+  local salt k=0
+  for salt in a b a; do
+    k=$((k + 1))
+    curl -s -m 60 http://127.0.0.1:$port/v1/completions "${h[@]}" \
+      -d '{"prompt":"'"$(printf 'word %.0s' $(seq 1 120))"'","max_tokens":4,"temperature":0,"cache_salt":"'$salt'"}' \
+      > "$OUT/${name}_salt$k.json"
+  done
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  local src=$?
+  local line
+  line=$(python3 - "$OUT/${name}" <<'PY'
+import json, sys
+p = sys.argv[1]
+out = []
+try:
+    out.append("nokey=" + open(p + "_nokey.txt").read().strip())
+    out.append(f"max_model_len={json.load(open(p + '_models.json'))['data'][0].get('max_model_len')}")
+except Exception as e:
+    out.append(f"auth unreadable ({e})")
+try:
+    j = json.load(open(p + "_ids.json"))
+    c = j["choices"][0]
+    out.append(f"token_ids={len(c['token_ids'])}/{j['usage']['completion_tokens']} prompt_ids={len(j['prompt_token_ids'])}/{j['usage']['prompt_tokens']}")
+except Exception as e:
+    out.append(f"return_token_ids unreadable ({e})")
+try:
+    c = json.load(open(p + "_continue.json"))["choices"][0]["message"]
+    out.append(f"continue_echo_ok={(c.get('content') or '').startswith('The answer is') or c.get('content') is None}")
+except Exception as e:
+    out.append(f"continue unreadable ({e})")
+try:
+    cached = [json.load(open(p + f"_salt{k}.json"))["usage"]["prompt_tokens_details"]["cached_tokens"] for k in (1, 2, 3)]
+    out.append(f"salt_cached={cached}")
+except Exception as e:
+    out.append(f"salt unreadable ({e})")
+print(" ".join(out))
+PY
+)
+  echo "$name: $line exit=$src"
+  summary+=("$name $line server_exit=$src")
+}
 # serve_check <name>: `gptoss serve --backend cuda` on a tiny random checkpoint with the default KV sizing
 # (--gpu-memory-utilization 0.9): waits for /health, sends a chat completion (plain and streamed) and a completion,
 # prints the "KV cache" line and the answers, stops the server with SIGTERM and checks its exit status.
@@ -2835,9 +2900,19 @@ PY
       shared_prefix_timing shared_prefix_20b
       decode_row shared_prefix_20b_b1 20b 1
       ;;
+    vllm_only)
+      vllm_flags_check vllm_only  # (SERVE_BACKEND=cpu: on the development machine)
+      ;;
     serve_only)
       # The serve check alone (SERVE_BACKEND=cpu runs it on the development machine, .device/gptoss a build's binary).
       serve_check serve_only
+      ;;
+    s55)
+      # Session 55: vLLM's serve flags and request fields on CUDA, the serve check, the engine tests, a batch-1 row.
+      vllm_flags_check s55_vllm
+      serve_check s55_serve
+      tests_row s55_tests 'CudaEngine.*:CudaOps.Sampling*:CudaOps.LogitEdits*'
+      decode_row s55_20b_b1 20b 1
       ;;
     s54)
       # Session 54: the serve check (structural tags under device masks among the rest), then the structured-output
