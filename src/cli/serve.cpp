@@ -74,6 +74,7 @@ struct ServeOptions {
     int64_t max_model_len = 0;  // 0: the model's context (EngineConfig::max_model_len)
     bool enable_prefix_caching = true;
     std::optional<std::string> seed;  // EngineConfig::seed
+    bool disable_access_log = false;
 };
 
 // YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
@@ -123,6 +124,10 @@ int run_serve(const ServeOptions& o) {
         return fail(
             "--disaggregation-mode needs a model on one GPU or rank (no --layout): KV blocks of a parallel "
             "layout are not exported or imported yet");
+    if (o.disaggregation_mode == "decode" && !o.enable_prefix_caching)
+        return fail(
+            "--disaggregation-mode decode needs prefix caching (the prefill worker's KV enters through the prefix "
+            "cache): drop --no-enable-prefix-caching");
     if (o.prefill_min_tokens < 0)
         return fail("--prefill-min-tokens must be at least 0, got " + std::to_string(o.prefill_min_tokens));
     if (o.prefill_timeout_s < 1)
@@ -135,9 +140,10 @@ int run_serve(const ServeOptions& o) {
         if (k.empty() || !printable)
             return fail("an API key (--api-key or GPTOSS_API_KEY) must be non-empty printable ASCII without spaces");
     }
-    if (o.max_model_len < 0)
-        return fail("--max-model-len must be at least 1 (0: the model's context), got " +
-                    std::to_string(o.max_model_len));
+    if (o.max_model_len < 0 || o.max_model_len == 1)
+        return fail(
+            "--max-model-len must be at least 2 (a prompt token and an output token; 0: the model's context), got " +
+            std::to_string(o.max_model_len));
     std::optional<uint64_t> seed;
     if (o.seed) {
         auto parsed = parse_seed(*o.seed);
@@ -282,6 +288,7 @@ int run_serve(const ServeOptions& o) {
     http_options.cors_origin = o.cors_origin;
     http_options.threads = o.http_threads;
     http_options.api_keys = api_keys;
+    http_options.access_log = !o.disable_access_log;
     http = std::make_unique<server::HttpServer>(routes, metrics, http_options);
     Status st = http->bind();
     if (!st.ok()) return fail(st.message());
@@ -401,6 +408,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--seed", o->seed,
                     "Seed the draws of requests that give none (the same requests in the same order draw the same "
                     "tokens; default: random)");
+    sub->add_flag("--disable-access-log,--disable-uvicorn-access-log", o->disable_access_log,
+                  "No stderr line an answered request (address, method, path, status; vLLM's flag name too)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });
 });
 

@@ -484,7 +484,8 @@ StatusOr<ChatRequest> chat_request_from_json_impl(const Json& request, const Ser
         }
         if (field(m, "content") != nullptr) {
             ASSIGN_OR_RETURN(std::string text, content_text(m, where));
-            open.content = std::move(text);
+            // "" beside reasoning (as many clients send for none) continues the reasoning.
+            if (!text.empty() || !(open.reasoning && !open.reasoning->empty())) open.content = std::move(text);
         }
         out.open_message = std::move(open);
         earlier = Json::array();

@@ -34,7 +34,8 @@ enum class ToolChoice { kAuto, kNone, kRequired, kFunction };
 
 // vLLM's continue_final_message: the request's last message, an assistant message without tool calls, left open
 // for the model to continue. Its reasoning (reasoning_content, reasoning or thinking) is an analysis message, open
-// when there is no content, closed before the final message otherwise; its content (null: none) the final message.
+// when there is no content, closed before the final message otherwise; its content (null, or "" beside reasoning:
+// none) the final message.
 struct OpenMessage {
     std::optional<std::string> reasoning;
     std::optional<std::string> content;

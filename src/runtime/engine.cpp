@@ -143,8 +143,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> ru
     }
     RETURN_IF_ERROR(validate_speculative_config(config.speculative));
     if (const int64_t model_len = runner->config().max_position_embeddings;
-        config.max_model_len < 0 || config.max_model_len > model_len)
-        return invalid_argument("max_model_len must be in [1, " + std::to_string(model_len) +
+        config.max_model_len < 0 || config.max_model_len == 1 || config.max_model_len > model_len)
+        return invalid_argument("max_model_len must be in [2, " + std::to_string(model_len) +
                                 "] (the model's context; 0: all of it), got " + std::to_string(config.max_model_len));
     RETURN_IF_ERROR(runner->allocate_kv_cache(config.block_size, counts));
     return std::unique_ptr<Engine>(new Engine(std::move(runner), std::move(config), counts));

@@ -61,6 +61,10 @@ StatusOr<RequestId> FakeEngine::submit(EngineRequest request) {
     for (int32_t id : request.prompt) {
         if (id < 0 || id >= options_.vocab_size) return invalid_argument("token id out of range");
     }
+    for (int32_t id : request.stop_ids) {  // (as the real engine checks them)
+        if (id < 0 || id >= options_.vocab_size)
+            return invalid_argument("stop id " + std::to_string(id) + " is outside the vocabulary");
+    }
     if (request.max_tokens <= 0) return invalid_argument("max_tokens must be positive");
     if (static_cast<int64_t>(request.prompt.size()) >= options_.max_context_tokens) {
         return out_of_range("prompt longer than the context");

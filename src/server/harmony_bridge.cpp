@@ -142,6 +142,8 @@ HarmonyOutput::Step HarmonyOutput::push(int32_t id) {
 
 HarmonyOutput::Step HarmonyOutput::finish() { return mapped(parser_.finish()); }
 
+HarmonyOutput::Step HarmonyOutput::take_forced() { return forced_events_.empty() ? Step{} : mapped({}); }
+
 harmony::Json chat_message_json(const harmony::ChatCompletion& completion, bool reasoning_alias) {
     harmony::Json j = harmony::chat_completion_to_json(completion)["message"];
     j["role"] = "assistant";

@@ -50,6 +50,9 @@ public:
     };
     Step push(int32_t id);
     Step finish();  // end of generation
+    // The forced start's events and deltas now (else they go out with the first token's): a continued message's
+    // echoed text, which is the request's and no stop string may cut.
+    Step take_forced();
 
     // Where a message with this header goes, and the function it calls (kToolCall only).
     harmony::ChatRoute route(const harmony::MessageHeader& header) const;

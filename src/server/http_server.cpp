@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <charconv>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -538,8 +539,23 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         }
         set_error(res, api_error(500, "internal error: " + what));
     });
-    svr.set_logger([&metrics](const httplib::Request& req, const httplib::Response& res) {
+    svr.set_logger([&metrics, log = options.access_log](const httplib::Request& req, const httplib::Response& res) {
         metrics.count_request(endpoint_label(req.path), res.status);
+        if (log) {
+            // The path as sent may hold anything: control bytes are escaped so a line stays one line.
+            std::string path;
+            for (unsigned char ch : req.path.substr(0, 512)) {
+                if (ch < 0x20 || ch == 0x7f || ch == '"') {
+                    char buf[8];
+                    std::snprintf(buf, sizeof(buf), "\\x%02x", ch);
+                    path += buf;
+                } else {
+                    path += static_cast<char>(ch);
+                }
+            }
+            std::fprintf(stderr, "[http] %s \"%s %s %s\" %d\n", req.remote_addr.c_str(), req.method.c_str(),
+                         path.c_str(), req.version.c_str(), res.status);
+        }
     });
     options_ = std::move(options);
 }

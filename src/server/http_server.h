@@ -37,6 +37,9 @@ struct HttpServerOptions {
     // `X-Api-Key: <key>`; others get 401 (OpenAI's invalid_api_key error, `WWW-Authenticate: Bearer`), their body
     // unread. Compared in time independent of where a key differs.
     std::vector<std::string> api_keys;
+    // One stderr line an answered request (client address, method, path, HTTP version, status), as uvicorn's access
+    // log in vLLM; headers and bodies are never logged.
+    bool access_log = false;
 };
 
 // Whether `authorization` (an Authorization header: "Bearer <key>", the scheme in any case) or `x_api_key` (an

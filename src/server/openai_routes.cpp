@@ -257,8 +257,13 @@ Status restrict_to_allowed_ids(const SamplingRequest& s, int vocab_size, EngineR
     return ok_status();
 }
 
-std::vector<int32_t> request_stop_ids(const SamplingRequest& s) {
-    std::vector<int32_t> ids = s.ignore_eos ? std::vector<int32_t>{} : generation_stop_ids();
+// The model's own are left out where its vocabulary stops below them (a test model: it can never draw them, and the
+// engine refuses stop ids outside the vocabulary).
+std::vector<int32_t> request_stop_ids(const SamplingRequest& s, int vocab_size) {
+    std::vector<int32_t> ids;
+    if (!s.ignore_eos)
+        for (int32_t id : generation_stop_ids())
+            if (id < vocab_size) ids.push_back(id);
     for (int32_t id : s.stop_token_ids)
         if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
     return ids;
@@ -662,7 +667,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     EngineRequest req;
     req.prompt = prompt->ids;
     req.sampling = params->sampling.sampling;
-    req.stop_ids = request_stop_ids(params->sampling);
+    req.stop_ids = request_stop_ids(params->sampling, queue_.engine().vocab_size());
     req.cache_salt = params->sampling.cache_salt;
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
@@ -709,7 +714,7 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     EngineRequest req;
     req.prompt = prompt->ids;
     req.sampling = params->chat.sampling.sampling;
-    req.stop_ids = request_stop_ids(params->chat.sampling);
+    req.stop_ids = request_stop_ids(params->chat.sampling, queue_.engine().vocab_size());
     req.cache_salt = params->chat.sampling.cache_salt;
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->chat.logprobs ? params->chat.top_logprobs : -1;
@@ -1173,7 +1178,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         EngineRequest req;
         req.prompt = std::move(ids);
         req.sampling = params->sampling.sampling;
-        req.stop_ids = request_stop_ids(params->sampling);
+        req.stop_ids = request_stop_ids(params->sampling, queue_.engine().vocab_size());
         req.cache_salt = params->sampling.cache_salt;
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
         if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
@@ -1317,6 +1322,9 @@ RouteResponse OpenAiRoutes::tokenize(std::string_view body) const {
     } else {
         StatusOr<ChatParams> params = parse_chat_request(j);
         if (!params.ok()) return error(api_error(params.status()));
+        if (params->continue_final_message) {
+            if (Status st = check_continuation(*params); !st.ok()) return error(api_error(st));
+        }
         // A continued last message is rendered open, with or without add_generation_prompt.
         if (*add_generation_prompt || params->continue_final_message) {
             StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat_body, tokenizer_, options_.harmony);

@@ -144,6 +144,7 @@ public:
           min_tokens_(params.sampling.min_tokens),
           prompt_logprobs_(scores_prompt ? params.prompt_logprobs : -1),
           return_token_ids_(params.return_token_ids),
+          echo_continued_(prompt.continued && prompt.echo),
           shows_prompt_ids_(scores_prompt && params.return_token_ids),
           prompt_ids_(prompt_logprobs_ >= 0 || shows_prompt_ids_ ? prompt.ids : std::vector<int32_t>{}),
           id_(random_id("chatcmpl-")),
@@ -153,6 +154,17 @@ public:
 
     void open(std::string* sse) override {
         if (stream_) emit(sse, Json{{"role", "assistant"}, {"content", ""}}, nullptr, shows_prompt_ids_);
+        // vLLM's echo of a continued message: its text so far opens the answer, as given (stop strings apply to
+        // what is generated).
+        if (echo_continued_) {
+            for (const harmony::ChatDelta& d : out_.take_forced().deltas) {
+                if (d.content) {
+                    emit_content(*d.content, sse);
+                } else if (include_reasoning_ || !d.reasoning_content || d.tool_call) {
+                    emit(sse, chat_delta_json(d, ctx_.reasoning_alias), nullptr);
+                }
+            }
+        }
     }
 
     bool on_event(const EngineEvent& e, std::string* sse) override {
@@ -299,6 +311,7 @@ private:
     const int min_tokens_;
     const int prompt_logprobs_;
     const bool return_token_ids_;
+    const bool echo_continued_;              // continue_final_message with echo (ChatPrompt::echo)
     const bool shows_prompt_ids_;            // return_token_ids, in the first choice
     const std::vector<int32_t> prompt_ids_;  // with prompt_logprobs or shows_prompt_ids_
     Json prompt_lp_json_ = nullptr;          // vLLM's prompt_logprobs, from the first event

@@ -909,7 +909,7 @@ TEST_F(EngineTest, MaxModelLenCapsTheContext) {
     auto full = make_engine(weights_, test_config());
     ASSERT_TRUE(full);
     EXPECT_EQ(full->max_sequence_tokens(), 96);
-    for (int64_t bad : {int64_t{97}, int64_t{-1}}) {
+    for (int64_t bad : {int64_t{97}, int64_t{-1}, int64_t{1}}) {
         cfg.max_model_len = bad;
         auto refused = Engine::create(std::make_unique<CpuModelRunner>(weights_), cfg);
         ASSERT_FALSE(refused.ok()) << bad;

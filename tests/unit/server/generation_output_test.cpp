@@ -505,6 +505,25 @@ TEST_F(GenerationOutputTest, ContinueFinalMessage) {
     EXPECT_EQ(r["choices"][0]["message"]["content"], "42");
     EXPECT_TRUE(ends_with(server_.engine.last_request().prompt,
                           harmony_ids("<|start|>assistant<|channel|>analysis<|message|>6 x 7 is 42")));
+    // A stop string applies to what is generated, not to the echoed text (nor across the two).
+    script(" there, 42.<|return|>");
+    const std::string with_stop = R"({"role":"assistant","content":"Hello STOP"})";
+    Json stopped = post_json("/v1/chat/completions", body(with_stop, R"(,"echo":true,"stop":["STOP there","42"])"));
+    EXPECT_EQ(stopped["choices"][0]["message"]["content"], "Hello STOP there, ") << stopped.dump();
+    EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+    std::string streamed_stop;
+    for (const Json& c : post_stream("/v1/chat/completions",
+                                     body(with_stop, R"(,"echo":true,"stop":["STOP there","42"],"stream":true)")))
+        for (const Json& ch : c["choices"])
+            if (ch["delta"].contains("content")) streamed_stop += ch["delta"]["content"].get<std::string>();
+    EXPECT_EQ(streamed_stop, "Hello STOP there, ");
+    // Reasoning with content "" (as clients send for none) continues the reasoning.
+    script(" more<|end|><|start|>assistant<|channel|>final<|message|>42<|return|>");
+    Json empty =
+        post_json("/v1/chat/completions", body(R"({"role":"assistant","reasoning_content":"hm","content":""})"));
+    EXPECT_EQ(empty["choices"][0]["message"]["reasoning_content"], " more") << empty.dump();
+    EXPECT_TRUE(ends_with(server_.engine.last_request().prompt,
+                          harmony_ids("<|start|>assistant<|channel|>analysis<|message|>hm")));
     // Reasoning and content: the analysis closed, the final message continued.
     script(" 42<|return|>");
     Json both =
@@ -534,6 +553,12 @@ TEST_F(GenerationOutputTest, ContinueFinalMessage) {
               "continue_final_message");
     EXPECT_EQ(param_of(body(final_only, std::string(",") + kTools + R"(,"tool_choice":"required")")),
               "continue_final_message");
+    // /tokenize checks the same.
+    EXPECT_EQ(
+        expect_error(server_.post("/tokenize", R"({"messages":[)" + user + "," + final_only +
+                                                   R"(],"continue_final_message":true,"add_generation_prompt":true})"),
+                     400)["param"],
+        "add_generation_prompt");
 }
 
 // vLLM's cache_salt reaches the engine from every endpoint (runtime tests check what it does there); an empty or

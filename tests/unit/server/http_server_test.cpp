@@ -549,6 +549,26 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthAndMetrics) {
     EXPECT_FALSE(api_key_accepted({"ab"}, "Bearer a", "b"));
 }
 
+// A model whose vocabulary stops below Harmony's stop ids (a test model) still answers token-id completions: those
+// ids, which it can never draw, are not among the request's stop ids (the engine refuses ids outside the
+// vocabulary); a stop_token_ids entry outside it is still the request's 400.
+TEST_F(HttpServerTest, SmallVocabularyCompletionsLeaveOutHarmonyStopIds) {
+    TestServerOptions o = default_test_options();
+    o.engine.vocab_size = 1024;
+    TestServer s(o);
+    s.engine.set_script([](const EngineRequest&) { return std::vector<int32_t>{5, 6, 7}; });
+    auto ok = s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":3})");
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200) << ok->body;
+    EXPECT_TRUE(s.engine.last_request().stop_ids.empty());
+    auto kept = s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":3,"stop_token_ids":[7]})");
+    ASSERT_TRUE(kept);
+    EXPECT_EQ(kept->status, 200) << kept->body;
+    EXPECT_EQ(s.engine.last_request().stop_ids, std::vector<int32_t>{7});
+    expect_error(s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":3,"stop_token_ids":[5000]})"), 400);
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
 TEST_F(HttpServerTest, EngineErrorsBecome500) {
     TestServer s;
     s.engine.set_script(hello_script());
