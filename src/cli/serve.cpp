@@ -75,6 +75,7 @@ struct ServeOptions {
     bool enable_prefix_caching = true;
     std::optional<std::string> seed;  // EngineConfig::seed
     bool disable_access_log = false;
+    std::string scheduling_policy = "fcfs";  // or priority (RoutesOptions::priority_scheduling)
 };
 
 // YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
@@ -140,6 +141,8 @@ int run_serve(const ServeOptions& o) {
         if (k.empty() || !printable)
             return fail("an API key (--api-key or GPTOSS_API_KEY) must be non-empty printable ASCII without spaces");
     }
+    if (o.scheduling_policy != "fcfs" && o.scheduling_policy != "priority")
+        return fail("--scheduling-policy must be fcfs or priority, got '" + o.scheduling_policy + "'");
     if (o.max_model_len < 0 || o.max_model_len == 1)
         return fail(
             "--max-model-len must be at least 2 (a prompt token and an output token; 0: the model's context), got " +
@@ -278,6 +281,7 @@ int run_serve(const ServeOptions& o) {
     routes_options.harmony.drop_commentary_without_tools = o.drop_commentary_without_tools;
     routes_options.reasoning_alias = o.reasoning_alias;
     routes_options.kv_producer = o.disaggregation_mode == "prefill";
+    routes_options.priority_scheduling = o.scheduling_policy == "priority";
     routes_options.responses_store_entries = static_cast<size_t>(o.responses_store);
     routes_options.responses_store_bytes = static_cast<size_t>(o.responses_store_mib) << 20;
     server::OpenAiRoutes routes(queue, **tok, routes_options);
@@ -408,6 +412,10 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--seed", o->seed,
                     "Seed the draws of requests that give none (the same requests in the same order draw the same "
                     "tokens; default: random)");
+    sub->add_option("--scheduling-policy", o->scheduling_policy,
+                    "fcfs (first come, first served; a request's nonzero priority is refused) or priority (lower "
+                    "`priority` first, then arrival; the last preempted first): vLLM's flag")
+        ->capture_default_str();
     sub->add_flag("--disable-access-log,--disable-uvicorn-access-log", o->disable_access_log,
                   "No stderr line an answered request (address, method, path, status; vLLM's flag name too)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });

@@ -393,6 +393,7 @@ void Engine::loop() {
             a->seq.tokens = a->request.prompt;
             a->seq.num_prompt_tokens = static_cast<int>(a->seq.tokens.size());
             a->seq.cache_salt = cache_salt_hash(a->request.cache_salt);
+            a->seq.priority = a->request.priority;
             a->seq.score_prompt = a->request.prompt_logprobs >= 0 && a->seq.num_prompt_tokens > 1;
             if (a->request.kv_prefix) {
                 if (!a->seq.score_prompt) import_kv(a->seq.id, *a->request.kv_prefix);

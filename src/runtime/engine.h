@@ -70,6 +70,9 @@ struct Request {
     // vLLM's cache_salt: the request reuses only cached prompt blocks of requests with the same salt (none of
     // unsalted ones), so that one tenant cannot tell from timing what prompts another sent. Not with kv_prefix.
     std::string cache_salt{};
+    // vLLM's priority: lower values are scheduled (admitted, kept running) first, equal ones first come first
+    // served; the last in that order are preempted first.
+    int priority = 0;
     // Optional: receives every event on the engine thread instead of the handle's queue. It must
     // return quickly and not call into the engine (cancel() excepted).
     std::function<void(const TokenEvent&)> on_event{};

@@ -7,7 +7,10 @@
 namespace gptoss::runtime {
 namespace {
 
-bool by_id(const Sequence* a, const Sequence* b) { return a->id < b->id; }
+// The scheduling order: priority (lower first), then arrival.
+bool by_order(const Sequence* a, const Sequence* b) {
+    return a->priority != b->priority ? a->priority < b->priority : a->id < b->id;
+}
 
 }  // namespace
 
@@ -19,7 +22,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager* kv)
 
 void Scheduler::insert_waiting(Sequence* seq) {
     seq->status = SequenceStatus::kWaiting;
-    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, by_id), seq);
+    waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, by_order), seq);
 }
 
 void Scheduler::add(Sequence* seq) {
@@ -116,7 +119,7 @@ SchedulerOutput Scheduler::schedule() {
         if (s->num_cached_tokens < 0) s->num_cached_tokens = std::min(cached, s->num_prompt_tokens);
         num_cached_prompt_tokens_ += cached;
         s->status = SequenceStatus::kRunning;
-        running_.insert(std::upper_bound(running_.begin(), running_.end(), s, by_id), s);
+        running_.insert(std::upper_bound(running_.begin(), running_.end(), s, by_order), s);
         out.seqs.push_back({s, s->num_computed, n, s->num_computed + n == s->num_tokens()});
         out.num_tokens += n;
         budget -= n;

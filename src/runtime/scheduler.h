@@ -1,13 +1,16 @@
 // Continuous batching: each step picks which sequences run and how many tokens each feeds, under a
 // per-step token budget. Pure CPU bookkeeping over Sequence and KvCacheManager (no model).
 //
+// Both queues are kept in scheduling order: Sequence::priority (lower first, vLLM's priority policy), then arrival
+// (FCFS among equal priorities; with every priority 0, plain FCFS). "Oldest" and "newest" below mean first and last
+// in that order.
 // One step (schedule()):
 //   1. Running sequences, oldest first: each gets its next prefill chunk or its one decode token
 //      (as much as the budget and max_chunk allow). When the KV pools cannot hold the new tokens,
 //      the newest running sequence is preempted (blocks freed, back to the head of the waiting
 //      queue; it will be recomputed — prefix caching usually makes that cheap) until they fit or
 //      the sequence itself was the newest.
-//   2. If nobody was preempted, waiting sequences in arrival order (FCFS: the head blocks the
+//   2. If nobody was preempted, waiting sequences in order (the head blocks the
 //      rest) while the budget, the cap on running sequences and the free blocks allow. A sequence
 //      is admitted when the full pool can hold all its current tokens and the sliding pool its
 //      first chunk; it reuses what the prefix cache has (unless it scores its prompt). One whose

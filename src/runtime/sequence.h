@@ -15,7 +15,9 @@ enum class SequenceStatus {
 };
 
 struct Sequence {
-    uint64_t id = 0;              // unique and increasing: the arrival order (FCFS)
+    uint64_t id = 0;  // unique and increasing: the arrival order (FCFS)
+    // vLLM's request priority (lower first): the scheduler's order is (priority, id), so all 0 is FCFS.
+    int priority = 0;
     std::vector<int32_t> tokens;  // the prompt, then the generated tokens
     int num_prompt_tokens = 0;
     // Positions [0, num_computed) have KV in the cache; the next forward feeds tokens from here.

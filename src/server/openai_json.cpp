@@ -274,6 +274,7 @@ std::shared_ptr<const structured::JsonGrammar> schema_grammar(Fields& f, const c
 }
 
 void read_sampling(Fields& f, SamplingRequest* out) {
+    if (auto pr = f.integer("priority", INT32_MIN, INT32_MAX)) out->priority = static_cast<int>(*pr);
     if (auto salt = f.string("cache_salt")) {
         if (salt->empty()) f.fail("cache_salt", "must be a non-empty string");
         out->cache_salt = std::move(*salt);

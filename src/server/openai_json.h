@@ -68,6 +68,7 @@ struct SamplingRequest {
     runtime::SamplingParams sampling;
     // vLLM's cache_salt (a non-empty string): cached prompt blocks are shared only with requests of the same salt.
     std::string cache_salt;
+    int priority = 0;  // vLLM's (runtime::Request::priority); nonzero needs RoutesOptions::priority_scheduling
     std::optional<int64_t> max_tokens;  // nullopt: up to the context
     std::vector<std::string> stop;      // stop strings (matched on user-visible text)
     // vLLM's extensions: more ids that end generation (the one that does is not shown, as vLLM's detokenizer

@@ -177,6 +177,16 @@ Status check_continuation(const ChatParams& p) {
     return ok_status();
 }
 
+// vLLM's priority: taken under --scheduling-policy priority, else only 0 (vLLM's rule).
+Status set_priority(const SamplingRequest& s, bool priority_scheduling, EngineRequest* req) {
+    if (s.priority != 0 && !priority_scheduling)
+        return invalid_argument(
+            "priority: this server schedules first come, first served (start it with --scheduling-policy priority "
+            "for request priorities); only 0 is accepted");
+    req->priority = s.priority;
+    return ok_status();
+}
+
 // vLLM's min_tokens, at most the request's max_tokens (its own, or what the context leaves), and its bad_words
 // as token sequences: each word (leading spaces stripped) as it encodes, and with a space before it when that
 // encodes to as many tokens from another first token (vLLM's rule: the word inside text too).
@@ -669,6 +679,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     req.sampling = params->sampling.sampling;
     req.stop_ids = request_stop_ids(params->sampling, queue_.engine().vocab_size());
     req.cache_salt = params->sampling.cache_salt;
+    if (Status st = set_priority(params->sampling, options_.priority_scheduling, &req); !st.ok())
+        return error(api_error(st));
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
         return error(api_error(st));
@@ -716,6 +728,8 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     req.sampling = params->chat.sampling.sampling;
     req.stop_ids = request_stop_ids(params->chat.sampling, queue_.engine().vocab_size());
     req.cache_salt = params->chat.sampling.cache_salt;
+    if (Status st = set_priority(params->chat.sampling, options_.priority_scheduling, &req); !st.ok())
+        return error(api_error(st));
     req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
     req.top_logprobs = params->chat.logprobs ? params->chat.top_logprobs : -1;
     if (Status st = set_min_tokens_and_bad_words(params->chat.sampling, "max_output_tokens", tokenizer_, &req);
@@ -1180,6 +1194,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         req.sampling = params->sampling.sampling;
         req.stop_ids = request_stop_ids(params->sampling, queue_.engine().vocab_size());
         req.cache_salt = params->sampling.cache_salt;
+        if (Status st = set_priority(params->sampling, options_.priority_scheduling, &req); !st.ok())
+            return error(api_error(st));
         req.max_tokens = static_cast<int>(std::min<int64_t>(*max_tokens, INT32_MAX));
         if (Status st = set_min_tokens_and_bad_words(params->sampling, "max_tokens", tokenizer_, &req); !st.ok())
             return error(api_error(st));

@@ -41,6 +41,9 @@ struct RoutesOptions {
     // store is then answered false, previous_response_id and background refused) and about this many bytes.
     size_t responses_store_entries = 1000;
     size_t responses_store_bytes = size_t{256} << 20;
+    // vLLM's --scheduling-policy priority: requests' `priority` orders the engine's queues. Off (fcfs), a nonzero
+    // priority is a 400, as vLLM's.
+    bool priority_scheduling = false;
 };
 
 // An SSE body pulled by the transport. Destroying it before it is complete cancels the request.

@@ -99,6 +99,7 @@ StatusOr<runtime::Request> RuntimeEngineAdapter::to_runtime(EngineRequest reques
     r.export_kv = request.export_kv;
     r.kv_prefix = std::move(request.kv_prefix);
     r.cache_salt = std::move(request.cache_salt);
+    r.priority = request.priority;
     return r;
 }
 

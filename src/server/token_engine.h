@@ -47,6 +47,7 @@ struct EngineRequest {
     std::shared_ptr<const runtime::KvTransfer> kv_prefix;
     // vLLM's cache_salt (runtime::Request::cache_salt): prompt blocks are shared only among requests with the same.
     std::string cache_salt;
+    int priority = 0;  // vLLM's (runtime::Request::priority)
 };
 
 enum class FinishReason {

@@ -569,6 +569,36 @@ TEST_F(HttpServerTest, SmallVocabularyCompletionsLeaveOutHarmonyStopIds) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+// vLLM's priority: 0 (or absent) everywhere; another value is a 400 naming it unless the server was started with
+// --scheduling-policy priority, which hands it to the engine (whose scheduler orders by it: runtime tests).
+TEST_F(HttpServerTest, RequestPriorityNeedsThePriorityPolicy) {
+    const std::vector<std::pair<std::string, std::string>> requests = {
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2,"priority":)"},
+        {"/v1/completions", R"({"prompt":"x","max_tokens":2,"priority":)"},
+        {"/v1/responses", R"({"input":"x","max_output_tokens":2,"store":false,"priority":)"}};
+    for (bool policy : {false, true}) {
+        TestServerOptions o = default_test_options();
+        o.routes.priority_scheduling = policy;
+        TestServer s(o);
+        s.engine.set_script(hello_script());
+        for (const auto& [path, body] : requests) {
+            auto zero = s.post(path, body + "0}");
+            ASSERT_TRUE(zero);
+            EXPECT_EQ(zero->status, 200) << path << zero->body;
+            auto high = s.post(path, body + "-3}");
+            ASSERT_TRUE(high);
+            if (policy) {
+                EXPECT_EQ(high->status, 200) << path << high->body;
+                EXPECT_EQ(s.engine.last_request().priority, -3) << path;
+            } else {
+                EXPECT_EQ(expect_error(high, 400)["param"], "priority") << path;
+            }
+            expect_error(s.post(path, body + "1.5}"), 400);
+        }
+        EXPECT_TRUE(s.wait_engine_idle());
+    }
+}
+
 TEST_F(HttpServerTest, EngineErrorsBecome500) {
     TestServer s;
     s.engine.set_script(hello_script());
