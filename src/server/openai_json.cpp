@@ -530,7 +530,7 @@ void read_metadata(Fields& f) {
 // n: choices per prompt, each generated as its own request (at most kMaxChoices in a request).
 int read_n(Fields& f) { return static_cast<int>(f.integer("n", 1, kMaxChoices).value_or(1)); }
 
-void read_stream(Fields& f, bool* stream, bool* include_usage) {
+void read_stream(Fields& f, bool* stream, bool* include_usage, bool* continuous_usage) {
     *stream = f.boolean("stream").value_or(false);
     if (f.has("stream_options") && !*stream && f.ok()) {  // as OpenAI and vLLM answer
         f.fail("stream_options", "is only allowed when stream is true");
@@ -539,6 +539,8 @@ void read_stream(Fields& f, bool* stream, bool* include_usage) {
     if (const Json* so = f.object("stream_options")) {
         Fields s(*so, f.param("stream_options"));
         *include_usage = s.boolean("include_usage").value_or(false);
+        // vLLM's continuous_usage_stats: with include_usage, every chunk carries the usage so far.
+        *continuous_usage = *include_usage && s.boolean("continuous_usage_stats").value_or(false);
         f.fail_status(s.status());
     }
 }
@@ -1110,7 +1112,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         p.continue_final_message = f.boolean("continue_final_message").value_or(false);
         p.add_generation_prompt = f.boolean("add_generation_prompt");
         p.echo = f.boolean("echo").value_or(false);
-        read_stream(f, &p.stream, &p.include_usage);
+        read_stream(f, &p.stream, &p.include_usage, &p.continuous_usage);
         RETURN_IF_ERROR(f.status());
         p.chat_body = restricted ? std::move(*restricted) : body;
         return p;
@@ -1476,7 +1478,7 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         // An empty suffix is no suffix (OpenAI accepts it); text after the completion is not supported.
         if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) f.fail("suffix", "is not supported");
         f.string("user");
-        read_stream(f, &p.stream, &p.include_usage);
+        read_stream(f, &p.stream, &p.include_usage, &p.continuous_usage);
         RETURN_IF_ERROR(f.status());
         return p;
     } catch (const Json::exception& e) {

@@ -119,6 +119,7 @@ struct ChatParams {
     bool echo = false;
     bool stream = false;
     bool include_usage = false;
+    bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats (with include_usage)
     // response_format (chat) / text.format (responses) json_object or json_schema: what the final
     // message must match; null for plain text.
     std::shared_ptr<const structured::JsonGrammar> grammar;
@@ -186,6 +187,7 @@ struct CompletionParams {
     bool skip_special_tokens = false;
     bool stream = false;
     bool include_usage = false;
+    bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats (with include_usage)
 };
 // Token ids must be < vocab_size.
 StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_size);

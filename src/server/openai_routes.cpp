@@ -446,6 +446,15 @@ private:
                 continue;
             }
             for (Json& c : j["choices"]) c["index"] = index;
+            // Continuous usage (stream_options.continuous_usage_stats): the request's so far, every choice's latest.
+            if (j.contains("usage") && j["usage"].is_object()) {
+                latest_usage_.resize(choices_.size());
+                latest_usage_[index] = j["usage"];
+                Json sum = Json::object();
+                for (size_t k = 0; k < choices_.size(); ++k)
+                    if (latest_usage_[k].is_object()) add_usage(sum, latest_usage_[k], choices_[k].counts_prompt);
+                j["usage"] = in_order_of(sum, j["usage"]);
+            }
             *out += sse_event(j);
         }
     }
@@ -465,6 +474,7 @@ private:
     Json id_, created_;
     Json usage_ = Json::object();
     Json usage_template_;
+    std::vector<Json> latest_usage_;  // continuous usage: each choice's last
     Clock::time_point last_output_ = Clock::now();
     Clock::time_point last_event_ = Clock::now();
     bool opened_ = false;

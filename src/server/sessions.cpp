@@ -137,6 +137,7 @@ public:
           stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
+          continuous_usage_(params.continuous_usage),
           logprobs_(params.logprobs),
           tokens_as_ids_(params.tokens_as_ids),
           include_reasoning_(params.include_reasoning),
@@ -251,7 +252,11 @@ private:
     Json base_chunk() const {
         Json j = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", ctx_.model_id}};
         j["system_fingerprint"] = nullptr;
-        if (include_usage_) j["usage"] = nullptr;
+        if (include_usage_) {
+            Usage now = usage_;
+            now.reasoning_tokens = out_.reasoning_tokens();
+            j["usage"] = continuous_usage_ ? chat_usage_json(now) : Json(nullptr);
+        }
         return j;
     }
 
@@ -306,7 +311,7 @@ private:
     HarmonyOutput out_;
     StopMatcher stop_;
     const std::vector<int32_t> stop_token_ids_;
-    const bool stream_, include_usage_, logprobs_, tokens_as_ids_, include_reasoning_;
+    const bool stream_, include_usage_, continuous_usage_, logprobs_, tokens_as_ids_, include_reasoning_;
     const int top_logprobs_;
     const int min_tokens_;
     const int prompt_logprobs_;
@@ -577,6 +582,7 @@ public:
           stop_token_ids_(params.sampling.stop_token_ids),
           stream_(params.stream),
           include_usage_(params.include_usage),
+          continuous_usage_(params.continuous_usage),
           logprobs_(params.logprobs),
           tokens_as_ids_(params.tokens_as_ids),
           echo_(params.echo),
@@ -705,7 +711,7 @@ private:
             choice["token_ids"] = std::exchange(pending_token_ids_, {});
         }
         j["choices"] = Json::array({choice});
-        if (include_usage_) j["usage"] = nullptr;
+        if (include_usage_) j["usage"] = continuous_usage_ ? usage_json() : Json(nullptr);
         return j;
     }
 
@@ -801,7 +807,7 @@ private:
     const SessionContext ctx_;
     StopMatcher stop_;
     const std::vector<int32_t> stop_token_ids_;
-    const bool stream_, include_usage_;
+    const bool stream_, include_usage_, continuous_usage_;
     const int logprobs_;
     const bool tokens_as_ids_;
     const bool echo_;

@@ -583,6 +583,39 @@ TEST_F(GenerationOutputTest, CacheSaltReachesTheEngine) {
     EXPECT_EQ(server_.engine.last_request().cache_salt, "");
 }
 
+// vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far
+// (completion tokens never decreasing, the request's sum over its choices), the last equal to the final usage
+// chunk's; without it the chunks' usage stays null.
+TEST_F(GenerationOutputTest, ContinuousUsageStats) {
+    script(
+        "<|channel|>analysis<|message|>hmm<|end|><|start|>assistant<|channel|>final<|message|>Hello world<|return|>");
+    const std::string chat = R"({"messages":[{"role":"user","content":"x"}],"stream":true,"n":2,)";
+    const std::string completion = R"({"prompt":"x","max_tokens":9,"stream":true,"n":2,)";
+    for (const std::string& prefix : {chat, completion}) {
+        const std::string path = prefix == chat ? "/v1/chat/completions" : "/v1/completions";
+        SCOPED_TRACE(path);
+        const std::vector<Json> chunks =
+            post_stream(path, prefix + R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+        ASSERT_GE(chunks.size(), 3u);
+        const Json& final_usage = chunks.back()["usage"];
+        ASSERT_TRUE(chunks.back()["choices"].empty());
+        int64_t last = -1;
+        for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+            const Json& u = chunks[i]["usage"];
+            ASSERT_TRUE(u.is_object()) << chunks[i].dump();
+            EXPECT_EQ(u["prompt_tokens"], final_usage["prompt_tokens"]);
+            EXPECT_GE(u["completion_tokens"].get<int64_t>(), last);
+            EXPECT_EQ(u["total_tokens"], u["prompt_tokens"].get<int64_t>() + u["completion_tokens"].get<int64_t>());
+            last = u["completion_tokens"].get<int64_t>();
+        }
+        EXPECT_EQ(last, final_usage["completion_tokens"].get<int64_t>());
+        for (const Json& c : post_stream(path, prefix + R"("stream_options":{"include_usage":true}})"))
+            if (!c["choices"].empty()) {
+                EXPECT_TRUE(c["usage"].is_null()) << c.dump();
+            }
+    }
+}
+
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
