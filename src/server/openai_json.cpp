@@ -530,6 +530,13 @@ void read_metadata(Fields& f) {
 // n: choices per prompt, each generated as its own request (at most kMaxChoices in a request).
 int read_n(Fields& f) { return static_cast<int>(f.integer("n", 1, kMaxChoices).value_or(1)); }
 
+// vLLM's request_id: a string of 1 to 256 bytes (it names the answer).
+std::optional<std::string> read_request_id(Fields& f) {
+    std::optional<std::string> id = f.string("request_id");
+    if (id && (id->empty() || id->size() > 256)) f.fail("request_id", "must be a string of 1 to 256 bytes");
+    return id;
+}
+
 void read_stream(Fields& f, bool* stream, bool* include_usage, bool* continuous_usage) {
     *stream = f.boolean("stream").value_or(false);
     if (f.has("stream_options") && !*stream && f.ok()) {  // as OpenAI and vLLM answer
@@ -1113,6 +1120,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         p.add_generation_prompt = f.boolean("add_generation_prompt");
         p.echo = f.boolean("echo").value_or(false);
         read_stream(f, &p.stream, &p.include_usage, &p.continuous_usage);
+        p.request_id = read_request_id(f);
         RETURN_IF_ERROR(f.status());
         p.chat_body = restricted ? std::move(*restricted) : body;
         return p;
@@ -1479,6 +1487,7 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
         if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) f.fail("suffix", "is not supported");
         f.string("user");
         read_stream(f, &p.stream, &p.include_usage, &p.continuous_usage);
+        p.request_id = read_request_id(f);
         RETURN_IF_ERROR(f.status());
         return p;
     } catch (const Json::exception& e) {

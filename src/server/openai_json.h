@@ -120,6 +120,8 @@ struct ChatParams {
     bool stream = false;
     bool include_usage = false;
     bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats (with include_usage)
+    // vLLM's request_id: the answer's id is "chatcmpl-<request_id>" (chat) or "cmpl-<request_id>" (completions).
+    std::optional<std::string> request_id;
     // response_format (chat) / text.format (responses) json_object or json_schema: what the final
     // message must match; null for plain text.
     std::shared_ptr<const structured::JsonGrammar> grammar;
@@ -188,6 +190,8 @@ struct CompletionParams {
     bool stream = false;
     bool include_usage = false;
     bool continuous_usage = false;  // vLLM's stream_options.continuous_usage_stats (with include_usage)
+    // vLLM's request_id: the answer's id is "chatcmpl-<request_id>" (chat) or "cmpl-<request_id>" (completions).
+    std::optional<std::string> request_id;
 };
 // Token ids must be < vocab_size.
 StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_size);

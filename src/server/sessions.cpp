@@ -148,7 +148,7 @@ public:
           echo_continued_(prompt.continued && prompt.echo),
           shows_prompt_ids_(scores_prompt && params.return_token_ids),
           prompt_ids_(prompt_logprobs_ >= 0 || shows_prompt_ids_ ? prompt.ids : std::vector<int32_t>{}),
-          id_(random_id("chatcmpl-")),
+          id_(params.request_id ? "chatcmpl-" + *params.request_id : random_id("chatcmpl-")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
     }
@@ -592,7 +592,7 @@ public:
           skip_special_(params.skip_special_tokens),
           min_tokens_(params.sampling.min_tokens),
           prompt_ids_(std::move(prompt_ids)),
-          id_(random_id("cmpl-")),
+          id_(params.request_id ? "cmpl-" + *params.request_id : random_id("cmpl-")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = static_cast<int64_t>(prompt_ids_.size());
         if (echo_) {

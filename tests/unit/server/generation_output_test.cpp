@@ -616,6 +616,26 @@ TEST_F(GenerationOutputTest, ContinuousUsageStats) {
     }
 }
 
+// vLLM's request_id names the answer: "chatcmpl-<id>" / "cmpl-<id>", whole and in every chunk (n choices too); an
+// empty, overlong or non-string one is a 400 naming it.
+TEST_F(GenerationOutputTest, RequestIdNamesTheAnswer) {
+    script("<|channel|>final<|message|>Hi<|return|>");
+    const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+        {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2,)", "chatcmpl-req-42"},
+        {"/v1/completions", R"({"prompt":"x","max_tokens":4,"n":2,)", "cmpl-req-42"}};
+    for (const auto& [path, prefix, want] : cases) {
+        EXPECT_EQ(post_json(path, prefix + R"("request_id":"req-42"})")["id"], want) << path;
+        for (const Json& c : post_stream(path, prefix + R"("request_id":"req-42","stream":true})"))
+            EXPECT_EQ(c["id"], want) << path;
+        EXPECT_NE(post_json(path, prefix + R"("stream":false})")["id"], want);
+        const std::string overlong = "\"" + std::string(257, 'a') + "\"";
+        for (const std::string& bad : {std::string(R"("")"), std::string("5"), overlong})
+            EXPECT_EQ(expect_error(server_.post(path, prefix + R"("request_id":)" + bad + "}"), 400)["param"],
+                      "request_id")
+                << path << bad;
+    }
+}
+
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
