@@ -586,6 +586,36 @@ describe('completions', () => {
   });
 });
 
+describe('vLLM request extensions', () => {
+  test('return_token_ids, continue_final_message with echo, continuous usage, request_id, cache_salt', async () => {
+    const messages = [{ role: 'user', content: 'Finish the sentence.' },
+                      { role: 'assistant', content: 'The lighthouse keeper' }];
+    const r = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0,
+      continue_final_message: true, add_generation_prompt: false, echo: true, return_token_ids: true,
+      request_id: 'e2e-1', cache_salt: 'tenant-e2e' });
+    assert.equal(r.id, 'chatcmpl-e2e-1');
+    const content = r.choices[0].message.content;
+    // The answer opens with the continued text (unless the model closed the message at once).
+    if (content !== null) assert.ok(content.startsWith('The lighthouse keeper'), content);
+    assert.equal(r.prompt_token_ids.length, r.usage.prompt_tokens);
+    assert.equal(r.choices[0].token_ids.length, r.usage.completion_tokens);
+    // Streamed: the same tokens; usage in every chunk, the request's so far.
+    const stream = await client.chat.completions.create({ model: MODEL, messages, max_tokens: 6, temperature: 0,
+      continue_final_message: true, echo: true, return_token_ids: true, stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true } });
+    const ids = [];
+    let last = -1;
+    for await (const chunk of stream) {
+      assert.ok(chunk.usage && chunk.usage.completion_tokens >= last, JSON.stringify(chunk));
+      last = chunk.usage.completion_tokens;
+      for (const c of chunk.choices) ids.push(...(c.token_ids ?? []));
+    }
+    assert.deepEqual(ids, r.choices[0].token_ids);
+    await expectApiError(client.chat.completions.create({ model: MODEL, messages: [messages[0]], max_tokens: 2,
+      continue_final_message: true }), 400, 'messages[0].role');
+  });
+});
+
 describe('bad input', () => {
   const chat = (body) => client.chat.completions.create({ model: MODEL, max_tokens: 4, ...body });
 
