@@ -257,9 +257,8 @@ int run_serve(const ServeOptions& o) {
         d.min_prompt_tokens = o.prefill_min_tokens;
         decode_worker = std::make_unique<server::DisaggregatedEngine>(
             engine,
-            [client = prefill_client.get()](const std::vector<int32_t>& prompt, const runtime::KvFormat& format) {
-                return client->prefill(prompt, format);
-            },
+            [client = prefill_client.get()](const std::vector<int32_t>& prompt, const runtime::KvFormat& format,
+                                            int priority) { return client->prefill(prompt, format, priority); },
             d, [client = prefill_client.get()] { client->stop(); });
     }
 

@@ -7,9 +7,9 @@
 // One step (schedule()):
 //   1. Running sequences, oldest first: each gets its next prefill chunk or its one decode token
 //      (as much as the budget and max_chunk allow). When the KV pools cannot hold the new tokens,
-//      the newest running sequence is preempted (blocks freed, back to the head of the waiting
-//      queue; it will be recomputed — prefix caching usually makes that cheap) until they fit or
-//      the sequence itself was the newest.
+//      the newest running sequence is preempted (blocks freed, back to its place in the waiting
+//      queue, ahead of later arrivals of its priority; it will be recomputed — prefix caching usually makes that cheap)
+//      until they fit or the sequence itself was the newest.
 //   2. If nobody was preempted, waiting sequences in order (the head blocks the
 //      rest) while the budget, the cap on running sequences and the free blocks allow. A sequence
 //      is admitted when the full pool can hold all its current tokens and the sliding pool its

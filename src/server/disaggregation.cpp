@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -103,7 +104,8 @@ StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string
 }
 
 StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(const std::vector<int32_t>& prompt,
-                                                                            const runtime::KvFormat& format) const {
+                                                                            const runtime::KvFormat& format,
+                                                                            int priority) const {
     httplib::Client cli(scheme_host_port_);
     cli.set_connection_timeout(std::chrono::seconds(5));
     cli.set_read_timeout(timeout_);
@@ -124,6 +126,7 @@ StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(cons
     Json body = Json::object();
     body["prompt_token_ids"] = prompt;
     body["kv_format"] = kv_format_to_json(format);
+    if (priority != 0) body["priority"] = priority;
     // The largest answer a prompt of this length can have: the header, its ids and every block of both pools.
     const size_t blocks = prompt.size() / static_cast<size_t>(std::max(1, format.block_size)) + 1;
     const size_t limit = 4096 + prompt.size() * sizeof(int32_t) +
@@ -211,9 +214,15 @@ StatusOr<RequestId> DisaggregatedEngine::submit(EngineRequest request) {
         if (stopping_) return failed_precondition("the server is shutting down");
         id = next_id_++;
         Entry& e = entries_[id];
+        const int priority = request.priority;
         e.request = std::move(request);
         e.since = Clock::now();
-        jobs_.push_back(id);
+        // (priority, arrival) order: after every queued job of this priority or a lower value.
+        auto at = std::find_if(jobs_.begin(), jobs_.end(), [&](RequestId j) {
+            auto it = entries_.find(j);
+            return it != entries_.end() && it->second.request.priority > priority;
+        });
+        jobs_.insert(at, id);
     }
     cv_.notify_all();
     return id;
@@ -223,6 +232,7 @@ void DisaggregatedEngine::fetch_loop() {
     for (;;) {
         RequestId id = 0;
         std::vector<int32_t> prompt;
+        int priority = 0;
         {
             std::unique_lock<std::mutex> lock(mu_);
             cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
@@ -232,6 +242,7 @@ void DisaggregatedEngine::fetch_loop() {
             auto it = entries_.find(id);
             if (it == entries_.end()) continue;  // cancelled while queued
             prompt = it->second.request.prompt;
+            priority = it->second.request.priority;
             it->second.since = Clock::now();
         }
         const StatusOr<runtime::KvFormat> format = local_.kv_format();
@@ -242,7 +253,7 @@ void DisaggregatedEngine::fetch_loop() {
         const Clock::time_point fetch_start = Clock::now();
         StatusOr<std::shared_ptr<const runtime::KvTransfer>> kv =
             skip          ? failed_precondition("the local prefix cache holds most of it")
-            : format.ok() ? fetch_(prompt, *format)
+            : format.ok() ? fetch_(prompt, *format, priority)
                           : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
         const double fetch_seconds = std::chrono::duration<double>(Clock::now() - fetch_start).count();
         EngineRequest request;

@@ -43,8 +43,11 @@ public:
                                                            std::string api_key = {});
     // The KV of the prompt's whole blocks before its last token, in `format` (checked again on arrival).
     // The answer may be at most the transfer's size for the prompt in `format` (a larger one is refused).
+    // `priority` (nonzero: sent as the body's "priority", which a prefill worker under --scheduling-policy priority
+    // schedules by).
     StatusOr<std::shared_ptr<const runtime::KvTransfer>> prefill(const std::vector<int32_t>& prompt,
-                                                                 const runtime::KvFormat& format) const;
+                                                                 const runtime::KvFormat& format,
+                                                                 int priority = 0) const;
     // Ends every call in flight (it fails at once) and refuses new ones: for shutdown.
     void stop();
 
@@ -69,11 +72,12 @@ struct DisaggregationOptions {
 
 // The decode worker's engine: a TokenEngine in front of the local one that fetches each request's prompt KV
 // from a prefill worker before submitting it there. submit() validates at once and never waits for the fetch;
-// the request's events start once it is submitted locally.
+// the request's events start once it is submitted locally. Queued fetches start in (priority, arrival) order.
 class DisaggregatedEngine final : public TokenEngine {
 public:
-    using Fetch = std::function<StatusOr<std::shared_ptr<const runtime::KvTransfer>>(const std::vector<int32_t>& prompt,
-                                                                                     const runtime::KvFormat& format)>;
+    // `priority`: the request's (vLLM's), for the prefill worker's scheduler.
+    using Fetch = std::function<StatusOr<std::shared_ptr<const runtime::KvTransfer>>(
+        const std::vector<int32_t>& prompt, const runtime::KvFormat& format, int priority)>;
     // `local` must outlive this object; `fetch` is called on the fetch threads; `interrupt` (optional) makes the
     // fetches in flight return at once (PrefillClient::stop), for the destructor.
     DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options = {},

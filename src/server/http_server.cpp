@@ -226,6 +226,20 @@ void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) 
 
 }  // namespace
 
+std::string log_safe(std::string_view v) {
+    std::string out;
+    for (unsigned char ch : v.substr(0, 512)) {
+        if (ch < 0x20 || ch > 0x7e || ch == '"' || ch == '\\') {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\x%02x", ch);
+            out += buf;
+        } else {
+            out += static_cast<char>(ch);
+        }
+    }
+    return out;
+}
+
 bool api_key_accepted(const std::vector<std::string>& keys, std::string_view authorization,
                       std::string_view x_api_key) {
     auto trim = [](std::string_view v) {
@@ -541,21 +555,10 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     });
     svr.set_logger([&metrics, log = options.access_log](const httplib::Request& req, const httplib::Response& res) {
         metrics.count_request(endpoint_label(req.path), res.status);
-        if (log) {
-            // The path as sent may hold anything: control bytes are escaped so a line stays one line.
-            std::string path;
-            for (unsigned char ch : req.path.substr(0, 512)) {
-                if (ch < 0x20 || ch == 0x7f || ch == '"') {
-                    char buf[8];
-                    std::snprintf(buf, sizeof(buf), "\\x%02x", ch);
-                    path += buf;
-                } else {
-                    path += static_cast<char>(ch);
-                }
-            }
-            std::fprintf(stderr, "[http] %s \"%s %s %s\" %d\n", req.remote_addr.c_str(), req.method.c_str(),
-                         path.c_str(), req.version.c_str(), res.status);
-        }
+        if (log)
+            std::fprintf(stderr, "[http] %s \"%s %s %s\" %d\n", log_safe(req.remote_addr).c_str(),
+                         log_safe(req.method).c_str(), log_safe(req.path).c_str(), log_safe(req.version).c_str(),
+                         res.status);
     });
     options_ = std::move(options);
 }

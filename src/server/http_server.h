@@ -42,6 +42,10 @@ struct HttpServerOptions {
     bool access_log = false;
 };
 
+// A request's field as the access log shows it: at most 512 bytes, printable ASCII as it is, the rest (control
+// bytes, a quote, a backslash, bytes past 0x7e) as \xNN, so that no client can end a line or forge one.
+std::string log_safe(std::string_view field);
+
 // Whether `authorization` (an Authorization header: "Bearer <key>", the scheme in any case) or `x_api_key` (an
 // X-Api-Key header) holds one of `keys`. Empty headers hold none.
 bool api_key_accepted(const std::vector<std::string>& keys, std::string_view authorization, std::string_view x_api_key);

@@ -446,15 +446,8 @@ private:
                 continue;
             }
             for (Json& c : j["choices"]) c["index"] = index;
-            // Continuous usage (stream_options.continuous_usage_stats): the request's so far, every choice's latest.
-            if (j.contains("usage") && j["usage"].is_object()) {
-                latest_usage_.resize(choices_.size());
-                latest_usage_[index] = j["usage"];
-                Json sum = Json::object();
-                for (size_t k = 0; k < choices_.size(); ++k)
-                    if (latest_usage_[k].is_object()) add_usage(sum, latest_usage_[k], choices_[k].counts_prompt);
-                j["usage"] = in_order_of(sum, j["usage"]);
-            }
+            // (Continuous usage, stream_options.continuous_usage_stats, stays the choice's own: its prompt and its
+            // tokens so far, as vLLM's.)
             *out += sse_event(j);
         }
     }
@@ -474,7 +467,6 @@ private:
     Json id_, created_;
     Json usage_ = Json::object();
     Json usage_template_;
-    std::vector<Json> latest_usage_;  // continuous usage: each choice's last
     Clock::time_point last_output_ = Clock::now();
     Clock::time_point last_event_ = Clock::now();
     bool opened_ = false;
@@ -1289,6 +1281,15 @@ RouteResponse OpenAiRoutes::kv_prefill(std::string_view body, const ClientGone& 
         if (!(*theirs == *mine))
             return error(api_error(409, "the decode worker's KV format (" + theirs->describe() +
                                             ") is not this prefill worker's (" + mine->describe() + ")"));
+    }
+    // The decode worker's request priority (vLLM's): scheduled by under --scheduling-policy priority, else FCFS.
+    if (auto p = j.find("priority"); p != j.end() && !p->is_null()) {
+        const bool in_range = p->is_number_unsigned() ? p->get<uint64_t>() <= uint64_t{INT32_MAX}
+                              : p->is_number_integer()
+                                  ? p->get<int64_t>() >= INT32_MIN && p->get<int64_t>() <= INT32_MAX
+                                  : false;
+        if (!in_range) return error(api_error(invalid_argument("priority: must be a 32-bit integer")));
+        if (options_.priority_scheduling) request.priority = static_cast<int>(p->get<int64_t>());
     }
     request.max_tokens = 1;
     request.sampling.temperature = 0.0f;

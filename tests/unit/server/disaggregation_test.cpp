@@ -38,8 +38,8 @@ public:
             EXPECT_TRUE(client.ok()) << client.status().to_string();
             prefill = std::move(*client);
             decode = std::make_unique<DisaggregatedEngine>(
-                engine, [c = prefill.get()](const std::vector<int32_t>& p, const runtime::KvFormat& f) {
-                    return c->prefill(p, f);
+                engine, [c = prefill.get()](const std::vector<int32_t>& p, const runtime::KvFormat& f, int priority) {
+                    return c->prefill(p, f, priority);
                 });
             front = decode.get();
         }
@@ -305,8 +305,8 @@ TEST_F(DisaggregationTest, CancelWhileFetchingLeavesNothingBehind) {
     bool release = false;
     std::atomic<int> calls{0};
     DisaggregatedEngine d(local.engine,
-                          [&](const std::vector<int32_t>&,
-                              const runtime::KvFormat&) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
+                          [&](const std::vector<int32_t>&, const runtime::KvFormat&,
+                              int) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
                               ++calls;
                               std::unique_lock<std::mutex> lock(mu);
                               cv.wait(lock, [&] { return release; });
@@ -377,7 +377,7 @@ TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
     {
         DisaggregatedEngine d(
             local.engine,
-            [&](const std::vector<int32_t>& p, const runtime::KvFormat& f) {
+            [&](const std::vector<int32_t>& p, const runtime::KvFormat& f, int) {
                 ++calls;
                 return (*client)->prefill(p, f);
             },

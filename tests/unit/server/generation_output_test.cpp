@@ -2,6 +2,7 @@
 // final content, tool calls (streamed and whole), tool results in history, malformed output,
 // stop strings, logprobs; the Responses event sequence; raw completions.
 #include <algorithm>
+#include <map>
 #include <mutex>
 
 #include "server_test_util.h"
@@ -583,8 +584,8 @@ TEST_F(GenerationOutputTest, CacheSaltReachesTheEngine) {
     EXPECT_EQ(server_.engine.last_request().cache_salt, "");
 }
 
-// vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far
-// (completion tokens never decreasing, the request's sum over its choices), the last equal to the final usage
+// vLLM's stream_options.continuous_usage_stats (with include_usage): every chunk carries its choice's usage so far
+// (its prompt, its completion tokens never decreasing; as vLLM's), the choices' last summing to the final usage
 // chunk's; without it the chunks' usage stays null.
 TEST_F(GenerationOutputTest, ContinuousUsageStats) {
     script(
@@ -599,16 +600,20 @@ TEST_F(GenerationOutputTest, ContinuousUsageStats) {
         ASSERT_GE(chunks.size(), 3u);
         const Json& final_usage = chunks.back()["usage"];
         ASSERT_TRUE(chunks.back()["choices"].empty());
-        int64_t last = -1;
+        std::map<int, int64_t> last;  // by choice
         for (size_t i = 0; i + 1 < chunks.size(); ++i) {
             const Json& u = chunks[i]["usage"];
             ASSERT_TRUE(u.is_object()) << chunks[i].dump();
-            EXPECT_EQ(u["prompt_tokens"], final_usage["prompt_tokens"]);
-            EXPECT_GE(u["completion_tokens"].get<int64_t>(), last);
-            EXPECT_EQ(u["total_tokens"], u["prompt_tokens"].get<int64_t>() + u["completion_tokens"].get<int64_t>());
-            last = u["completion_tokens"].get<int64_t>();
+            ASSERT_EQ(chunks[i]["choices"].size(), 1u);
+            const int index = chunks[i]["choices"][0]["index"].get<int>();
+            EXPECT_EQ(u["prompt_tokens"], final_usage["prompt_tokens"]);  // one prompt: the choice's own usage
+            const int64_t now = u["completion_tokens"].get<int64_t>();
+            EXPECT_GE(now, last.count(index) ? last[index] : 0);
+            EXPECT_EQ(u["total_tokens"], u["prompt_tokens"].get<int64_t>() + now);
+            last[index] = now;
         }
-        EXPECT_EQ(last, final_usage["completion_tokens"].get<int64_t>());
+        ASSERT_EQ(last.size(), 2u);
+        EXPECT_EQ(last[0] + last[1], final_usage["completion_tokens"].get<int64_t>());
         for (const Json& c : post_stream(path, prefix + R"("stream_options":{"include_usage":true}})"))
             if (!c["choices"].empty()) {
                 EXPECT_TRUE(c["usage"].is_null()) << c.dump();

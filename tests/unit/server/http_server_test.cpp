@@ -543,6 +543,10 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthAndMetrics) {
     EXPECT_EQ(pre->status, 204);
     EXPECT_TRUE(s.wait_engine_idle());
 
+    EXPECT_EQ(log_safe("GET"), "GET");
+    EXPECT_EQ(log_safe("/v1/a\r\n[http] forged\"\\\x1b\xc2\x85"),
+              "/v1/a\\x0d\\x0a[http] forged\\x22\\x5c\\x1b\\xc2\\x85");
+    EXPECT_EQ(log_safe(std::string(600, 'a')).size(), 512u);
     EXPECT_FALSE(api_key_accepted({}, "Bearer x", "x"));
     EXPECT_FALSE(api_key_accepted({""}, "Bearer ", ""));
     EXPECT_TRUE(api_key_accepted({"a", "b"}, "BEARER\tb", ""));
