@@ -356,6 +356,61 @@ TEST_F(DisaggregationTest, CancelWhileFetchingLeavesNothingBehind) {
     EXPECT_EQ(calls.load(), 2);
 }
 
+// Queued fetches start in (priority, arrival) order, and each fetch is given its request's priority (for the
+// prefill worker's scheduler): with one fetch thread busy, a later request of a lower priority value goes first.
+TEST_F(DisaggregationTest, FetchesStartInPriorityOrder) {
+    Worker local(weights_, false);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    std::vector<int> order;
+    DisaggregationOptions options;
+    options.fetch_threads = 1;
+    DisaggregatedEngine d(
+        local.engine,
+        [&](const std::vector<int32_t>&, const runtime::KvFormat&,
+            int priority) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
+            std::unique_lock<std::mutex> lock(mu);
+            order.push_back(priority);
+            cv.notify_all();
+            cv.wait(lock, [&] { return release; });
+            return failed_precondition("no prefill worker in this test");
+        },
+        options);
+    std::vector<RequestId> ids;
+    for (int priority : {0, 5, 1, -2, 5}) {
+        EngineRequest r;
+        // (Prompts of their own: one computed here would be found in the local cache, and not fetched again.)
+        r.prompt = runtime::testing::random_ids(30, 300, 20 + static_cast<uint32_t>(ids.size()));
+        r.max_tokens = 1;
+        r.priority = priority;
+        auto id = d.submit(r);
+        ASSERT_TRUE(id.ok()) << id.status().to_string();
+        ids.push_back(*id);
+        if (ids.size() == 1) {  // the first occupies the fetch thread before the rest arrive
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait(lock, [&] { return !order.empty(); });
+        }
+    }
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        release = true;
+    }
+    cv.notify_all();
+    std::vector<EngineEvent> events;
+    for (RequestId id : ids) {
+        bool final = false;
+        for (int i = 0; i < 300 && !final; ++i) {
+            events.clear();
+            d.next_events(id, &events, std::chrono::milliseconds(100));
+            final = !events.empty() && events.back().finish != FinishReason::kNone;
+        }
+        EXPECT_TRUE(final);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(order, (std::vector<int>{0, -2, 1, 5, 5}));
+}
+
 // Shutdown does not wait for a prefill worker that never answers: the destructor stops the call in flight (a
 // listening socket that accepts nothing stands in for the worker; the call's own timeout is 60 s).
 TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
