@@ -470,12 +470,19 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     svr.Post(".*", not_found_with_body);
     svr.Put(".*", not_found_with_body);
     svr.Patch(".*", not_found_with_body);
-    if (cors) {
-        svr.set_post_routing_handler([origin = options.cors_origin](const httplib::Request&, httplib::Response& res) {
-            res.set_header("Access-Control-Allow-Origin", origin);
-            if (origin != "*") res.set_header("Vary", "Origin");
+    // Every answer: the CORS origin (when on), and the request's X-Request-Id echoed (vLLM's request-id headers, for
+    // tracing through proxies), when it is 1 to 256 visible ASCII characters.
+    svr.set_post_routing_handler(
+        [cors, origin = options.cors_origin](const httplib::Request& req, httplib::Response& res) {
+            if (cors) {
+                res.set_header("Access-Control-Allow-Origin", origin);
+                if (origin != "*") res.set_header("Vary", "Origin");
+            }
+            const std::string id = req.get_header_value("X-Request-Id");
+            if (!id.empty() && id.size() <= 256 &&
+                std::all_of(id.begin(), id.end(), [](char ch) { return ch > ' ' && ch < 0x7f; }))
+                res.set_header("X-Request-Id", id);
         });
-    }
 
     // Request bodies come uncompressed (as vLLM's server takes them). httplib inflates a gzip or
     // deflate body while reading it, before any size limit applies to the inflated bytes: a 510 KB

@@ -481,6 +481,23 @@ TEST_F(HttpServerTest, CorsPreflightAndOriginHeader) {
         EXPECT_EQ(health->get_header_value("Vary"), "Origin");
     }
     {
+        // X-Request-Id is echoed on every answer (errors too), unless it is not a plain token.
+        TestServer s(default_test_options());
+        s.engine.set_script(hello_script());
+        auto echoed =
+            s.client().Post("/v1/chat/completions", {{"X-Request-Id", "trace-7f3a"}}, kChat, "application/json");
+        ASSERT_TRUE(echoed);
+        EXPECT_EQ(echoed->get_header_value("X-Request-Id"), "trace-7f3a");
+        auto error = s.client().Get("/v1/nowhere", {{"X-Request-Id", "trace-8"}});
+        ASSERT_TRUE(error);
+        EXPECT_EQ(error->get_header_value("X-Request-Id"), "trace-8");
+        auto odd = s.client().Get("/health", {{"X-Request-Id", "a b"}});
+        ASSERT_TRUE(odd);
+        EXPECT_FALSE(odd->has_header("X-Request-Id"));
+        EXPECT_FALSE(s.get("/health")->has_header("X-Request-Id"));
+        EXPECT_TRUE(s.wait_engine_idle());
+    }
+    {
         TestServerOptions o = default_test_options();
         o.http.cors_origin = "";  // off: no header, OPTIONS is a wrong method
         TestServer s(o);
