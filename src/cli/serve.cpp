@@ -416,7 +416,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
                     "`priority` first, then arrival; the last preempted first): vLLM's flag")
         ->capture_default_str();
     sub->add_flag("--disable-access-log,--disable-uvicorn-access-log", o->disable_access_log,
-                  "No stderr line an answered request (address, method, path, status; vLLM's flag name too)");
+                  "No stderr line per answered request (address, method, path, status; vLLM's flag name too)");
     sub->callback([o, &exit_code] { exit_code = run_serve(*o); });
 });
 
