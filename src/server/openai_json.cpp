@@ -1338,6 +1338,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         p.stream = f.boolean("stream").value_or(false);
         f.boolean("parallel_tool_calls");
         read_metadata(f);
+        // vLLM's request_id: here it is the response's id itself (vLLM's default is "resp_<uuid>").
+        p.request_id = read_request_id(f);
         Json text_format = {{"type", "text"}};  // echoed back
         Json chat_format;
         if (const Json* text = f.object("text")) {

@@ -721,6 +721,9 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     Json& earlier = prepared.earlier;
     std::optional<ResponsesParams>& params = prepared.params;
     std::optional<ChatPrompt>& prompt = prepared.prompt;
+    // A request_id names the response: one the store holds already would be replaced by this one.
+    if (const std::optional<std::string>& id = params->chat.request_id; id && store_.enabled() && store_.get(*id))
+        return error(api_error(invalid_argument("request_id: a stored response already has the id '" + *id + "'")));
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));

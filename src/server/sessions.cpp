@@ -347,7 +347,7 @@ public:
           encrypted_reasoning_(params.include_encrypted_reasoning),
           logprobs_(params.chat.logprobs),
           top_logprobs_(params.chat.top_logprobs),
-          id_(random_id("resp_")),
+          id_(params.chat.request_id ? *params.chat.request_id : random_id("resp_")),
           created_(unix_time_now()) {
         usage_.prompt_tokens = prompt_tokens;
     }

@@ -641,6 +641,37 @@ TEST_F(GenerationOutputTest, RequestIdNamesTheAnswer) {
     }
 }
 
+// On the Responses API the request_id is the response's id itself (vLLM's default is "resp_<uuid>"): in the answer,
+// in every streamed event's response, and as the stored response's key; a second request with a stored response's
+// id is a 400 (it would replace that response), a bad one too.
+TEST_F(GenerationOutputTest, ResponsesRequestIdIsTheResponseId) {
+    script("<|channel|>final<|message|>Hi<|return|>");
+    Json r = post_json("/v1/responses", R"({"input":"x","request_id":"resp_mine-1"})");
+    EXPECT_EQ(r["id"], "resp_mine-1");
+    auto stored = server_.get("/v1/responses/resp_mine-1");
+    ASSERT_TRUE(stored);
+    EXPECT_EQ(stored->status, 200) << stored->body;
+    EXPECT_EQ(parse(stored->body)["id"], "resp_mine-1");
+    Json again = expect_error(server_.post("/v1/responses", R"({"input":"y","request_id":"resp_mine-1"})"), 400);
+    EXPECT_EQ(again["param"], "request_id");
+    EXPECT_EQ(parse(server_.get("/v1/responses/resp_mine-1")->body)["output"], r["output"]);  // not replaced
+    int events = 0;
+    for (const Json& e : post_stream("/v1/responses", R"({"input":"x","request_id":"other","stream":true})"))
+        if (e.contains("response")) {
+            EXPECT_EQ(e["response"]["id"], "other");
+            ++events;
+        }
+    EXPECT_GE(events, 3);
+    // store: false keeps nothing, so the same id may come again
+    for (int i = 0; i < 2; ++i)
+        EXPECT_EQ(post_json("/v1/responses", R"({"input":"x","request_id":"unstored","store":false})")["id"], "unstored");
+    EXPECT_NE(post_json("/v1/responses", R"({"input":"x"})")["id"], "resp_mine-1");
+    for (const std::string& bad : {std::string(R"("")"), std::string("5"), "\"" + std::string(257, 'a') + "\""})
+        EXPECT_EQ(expect_error(server_.post("/v1/responses", R"({"input":"x","request_id":)" + bad + "}"), 400)["param"],
+                  "request_id")
+            << bad;
+}
+
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
