@@ -664,11 +664,13 @@ TEST_F(GenerationOutputTest, ResponsesRequestIdIsTheResponseId) {
     EXPECT_GE(events, 3);
     // store: false keeps nothing, so the same id may come again
     for (int i = 0; i < 2; ++i)
-        EXPECT_EQ(post_json("/v1/responses", R"({"input":"x","request_id":"unstored","store":false})")["id"], "unstored");
+        EXPECT_EQ(post_json("/v1/responses", R"({"input":"x","request_id":"unstored","store":false})")["id"],
+                  "unstored");
     EXPECT_NE(post_json("/v1/responses", R"({"input":"x"})")["id"], "resp_mine-1");
     for (const std::string& bad : {std::string(R"("")"), std::string("5"), "\"" + std::string(257, 'a') + "\""})
-        EXPECT_EQ(expect_error(server_.post("/v1/responses", R"({"input":"x","request_id":)" + bad + "}"), 400)["param"],
-                  "request_id")
+        EXPECT_EQ(
+            expect_error(server_.post("/v1/responses", R"({"input":"x","request_id":)" + bad + "}"), 400)["param"],
+            "request_id")
             << bad;
 }
 
