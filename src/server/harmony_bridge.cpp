@@ -123,8 +123,9 @@ HarmonyOutput::Step HarmonyOutput::mapped(std::vector<harmony::Event> events) {
     }
     // Each token counts toward the message it ends up in: a message's tokens are known when it ends.
     for (const harmony::Event& e : events) {
-        if (e.type == harmony::EventType::kMessageStart) current_route_ = route(e.header);
+        if (e.type == harmony::EventType::kMessageStart) current_route_ = route(e.header), in_body_ = true;
         if (e.type == harmony::EventType::kMessageEnd) {
+            in_body_ = false;
             if (current_route_ == harmony::ChatRoute::kReasoning) reasoning_tokens_ += tokens_in_message_;
             tokens_in_message_ = 0;
         }

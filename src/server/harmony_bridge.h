@@ -62,6 +62,9 @@ public:
     harmony::ChatCompletion result(bool hit_length_limit) const { return mapper_.result(hit_length_limit); }
     // Tokens of messages that went to reasoning (header and terminator included), so far.
     int64_t reasoning_tokens() const { return reasoning_tokens_; }
+    // Inside the body of a message routed to content (a token pushed now whose bytes gave no delta yet, the start
+    // of a character split over tokens, is still the content's).
+    bool in_content_body() const { return in_body_ && current_route_ == harmony::ChatRoute::kContent; }
 
 private:
     Step mapped(std::vector<harmony::Event> events);
@@ -70,6 +73,7 @@ private:
     harmony::StreamParser parser_;
     harmony::ChatMapper mapper_;
     harmony::ChatRoute current_route_ = harmony::ChatRoute::kHidden;
+    bool in_body_ = false;  // between a message's start and its end
     int64_t tokens_in_message_ = 0;  // pushed since the last message ended
     int64_t reasoning_tokens_ = 0;
     std::vector<harmony::Event> forced_events_;  // of prompt.forced; go out with the first step

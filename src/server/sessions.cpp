@@ -284,10 +284,13 @@ private:
 
     void handle(const HarmonyOutput::Step& step, const EngineEvent* token, std::string* sse) {
         // A token with content: its logprob entry waits before the content is emitted, so that the chunk
-        // carrying its text carries it too (it was added after, and rode with the next chunk).
+        // carrying its text carries it too (it was added after, and rode with the next chunk). A token inside
+        // the content whose bytes gave no text yet (a character split over tokens) has its entry too, riding
+        // with the text that completes it.
         if (token && logprobs_ && !stop_.matched() &&
-            std::any_of(step.deltas.begin(), step.deltas.end(),
-                        [](const harmony::ChatDelta& d) { return d.content.has_value(); })) {
+            (std::any_of(step.deltas.begin(), step.deltas.end(),
+                         [](const harmony::ChatDelta& d) { return d.content.has_value(); }) ||
+             (step.events.empty() && out_.in_content_body()))) {
             Json entry = logprob_entry(*token);
             all_logprobs_.push_back(entry);
             pending_logprobs_.push_back(std::move(entry));
@@ -371,7 +374,12 @@ public:
             ++usage_.completion_tokens;
             if (!is_request_stop(e, stop_token_ids_)) {
                 token_ = logprobs_ ? &e : nullptr;
-                for (const harmony::Event& h : out_.push(e.token_id).events) handle(h, sse);
+                const HarmonyOutput::Step step = out_.push(e.token_id);
+                for (const harmony::Event& h : step.events) handle(h, sse);
+                // A message's token whose bytes gave no text yet (a character split over tokens): its entry
+                // rides with the text that completes the character.
+                if (token_ != nullptr && step.events.empty() && kind_ == Kind::kMessage)
+                    pending_logprobs_.push_back(token_logprob_json(*ctx_.tokenizer, *token_, top_logprobs_));
                 token_ = nullptr;
             }
         }
@@ -449,8 +457,10 @@ private:
                 if (kind_ == Kind::kNone) break;
                 text_ += h.delta;
                 if (kind_ == Kind::kMessage) {
-                    // The token whose text this is (its first delta: one entry a token).
-                    Json lp = Json::array();
+                    // The token whose text this is (its first delta: one entry a token), after those whose
+                    // bytes began it.
+                    Json lp = std::exchange(pending_logprobs_, Json::array());
+                    for (const Json& entry : lp) logprobs_so_far_.push_back(entry);
                     if (token_ != nullptr) {
                         lp.push_back(token_logprob_json(*ctx_.tokenizer, *token_, top_logprobs_));
                         logprobs_so_far_.push_back(lp.back());
@@ -518,6 +528,7 @@ private:
 
     void end_item(harmony::Terminator terminator, std::string* sse) {
         if (kind_ == Kind::kNone) return;
+        for (const Json& entry : std::exchange(pending_logprobs_, Json::array())) logprobs_so_far_.push_back(entry);
         const bool complete = terminator != harmony::Terminator::kNone;
         const Json id = item_["id"];
         if (kind_ == Kind::kFunctionCall) {
@@ -557,6 +568,7 @@ private:
     const int top_logprobs_;
     const EngineEvent* token_ = nullptr;    // the token being pushed (logprobs only), until its first text delta
     Json logprobs_so_far_ = Json::array();  // the message item's entries
+    Json pending_logprobs_ = Json::array();  // entries of tokens whose bytes gave no text yet
     const std::string id_;
     const int64_t created_;
     Usage usage_;
@@ -773,6 +785,18 @@ private:
         text_offset_ += std::count_if(done.begin(), done.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
     }
 
+    // Where a token with these bytes starts in the text: where the character split over the tokens before it
+    // began if it continues that character, else after the U+FFFD those bytes become (an ill-formed sequence).
+    int64_t offset_of(const std::string& bytes) const {
+        if (offset_pending_.empty() || bytes.empty()) return text_offset_;
+        std::string joined = offset_pending_ + bytes[0];
+        const std::string next = harmony::decode_utf8_lossy(joined, /*final_chunk=*/false);
+        if (next.empty() || next == offset_pending_ + bytes[0]) return text_offset_;  // the character goes on
+        std::string left = offset_pending_;
+        const std::string cut = harmony::decode_utf8_lossy(left, /*final_chunk=*/true);
+        return text_offset_ + std::count_if(cut.begin(), cut.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+    }
+
     // Complete UTF-8 text decoded so far, through the stop matcher.
     std::string take_text(bool final_chunk) {
         std::string decoded = harmony::decode_utf8_lossy(pending_, final_chunk);
@@ -796,7 +820,7 @@ private:
         Json one = {{"tokens", Json::array({tok})},
                     {"token_logprobs", Json::array({e.logprob})},
                     {"top_logprobs", Json::array({top})},
-                    {"text_offset", Json::array({text_offset_})}};
+                    {"text_offset", Json::array({offset_of(shown)})}};
         for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
             all_logprobs_[k].push_back(one[k][0]);
         }

@@ -674,6 +674,69 @@ TEST_F(GenerationOutputTest, ResponsesRequestIdIsTheResponseId) {
             << bad;
 }
 
+// A byte-level token (a token whose bytes only start a UTF-8 character) has its logprobs entry like any other:
+// chat's content entries are one a generated content token (the entry of a character's first byte rides with the
+// text that completes it, streamed or not), the Responses output_text's too, and a completion's text_offset after a
+// byte that never became a character counts the U+FFFD it became.
+TEST_F(GenerationOutputTest, ByteTokensKeepTheirLogprobsEntries) {
+    const auto byte_token = [](unsigned char b) {
+        for (int32_t id = 0; id < 4096; ++id)
+            if (test_tokenizer()->token_bytes(id) == std::string(1, static_cast<char>(b))) return id;
+        ADD_FAILURE() << "no token for byte " << int{b};
+        return int32_t{0};
+    };
+    const int32_t df = byte_token(0xDF), x92 = byte_token(0x92);  // "\xDF\x92" is U+07D2
+    std::vector<int32_t> ids = harmony_ids("<|channel|>final<|message|>Hi");
+    const size_t first = ids.size() - 1;                 // "Hi"
+    for (int32_t id : {df, x92, df}) ids.push_back(id);  // a whole character, then a byte that never completes
+    for (int32_t id : harmony_ids(" there<|return|>")) ids.push_back(id);
+    server_.engine.set_script([ids](const EngineRequest&) { return ids; });
+    const std::vector<int32_t> content(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end() - 1);
+
+    Json r = post_json("/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1})");
+    const std::string text = r["choices"][0]["message"]["content"];
+    EXPECT_EQ(text, "Hi\xDF\x92\xEF\xBF\xBD there");
+    const Json& lp = r["choices"][0]["logprobs"]["content"];
+    ASSERT_EQ(lp.size(), content.size()) << lp.dump();
+    std::string bytes;
+    for (const Json& e : lp)
+        for (const Json& b : e["bytes"]) bytes += static_cast<char>(b.get<int>());
+    EXPECT_EQ(bytes, "Hi\xDF\x92\xDF there");
+    EXPECT_EQ(lp[1]["bytes"], Json::array({0xDF}));
+    size_t streamed = 0;
+    for (const Json& c : post_stream("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],)"
+                                                             R"("logprobs":true,"stream":true})"))
+        for (const Json& ch : c["choices"])
+            if (ch["logprobs"].is_object()) streamed += ch["logprobs"]["content"].size();
+    EXPECT_EQ(streamed, content.size());
+
+    Json resp = post_json("/v1/responses", R"({"input":"x","top_logprobs":1})");
+    ASSERT_FALSE(resp["output"].empty()) << resp.dump();
+    const Json& part = resp["output"].back()["content"][0];
+    EXPECT_EQ(part["text"], text);
+    EXPECT_EQ(part["logprobs"].size(), content.size()) << part.dump();
+    size_t delta_entries = 0;
+    for (const SseEvent& e :
+         parse_sse(server_.post("/v1/responses", R"({"input":"x","stream":true,"top_logprobs":1})")->body))
+        if (e.event == "response.output_text.delta") delta_entries += parse(e.data)["logprobs"].size();
+    EXPECT_EQ(delta_entries, content.size());
+
+    // Completions: "Hi" "\xDF" "\x92" "\xDF" " there": offsets 0, 2, 2, 3, 4 (the lone byte is one U+FFFD).
+    server_.engine.set_script([ids, first](const EngineRequest&) {
+        return std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end() - 1);
+    });
+    Json c = post_json("/v1/completions", R"({"prompt":"x","max_tokens":10,"logprobs":0})");
+    EXPECT_EQ(c["choices"][0]["text"], "Hi\xDF\x92\xEF\xBF\xBD there");
+    const Json& off = c["choices"][0]["logprobs"]["text_offset"];
+    ASSERT_EQ(off.size(), content.size()) << c.dump();
+    EXPECT_EQ(off[0], 0);
+    EXPECT_EQ(off[1], 2);
+    EXPECT_EQ(off[2], 2);
+    EXPECT_EQ(off[3], 3);
+    EXPECT_EQ(off[4], 4);
+}
+
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
