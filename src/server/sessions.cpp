@@ -566,8 +566,8 @@ private:
     const bool encrypted_reasoning_;  // include: ["reasoning.encrypted_content"]
     const bool logprobs_;             // output_text parts carry their tokens' logprobs
     const int top_logprobs_;
-    const EngineEvent* token_ = nullptr;    // the token being pushed (logprobs only), until its first text delta
-    Json logprobs_so_far_ = Json::array();  // the message item's entries
+    const EngineEvent* token_ = nullptr;     // the token being pushed (logprobs only), until its first text delta
+    Json logprobs_so_far_ = Json::array();   // the message item's entries
     Json pending_logprobs_ = Json::array();  // entries of tokens whose bytes gave no text yet
     const std::string id_;
     const int64_t created_;
