@@ -73,7 +73,7 @@ private:
     harmony::StreamParser parser_;
     harmony::ChatMapper mapper_;
     harmony::ChatRoute current_route_ = harmony::ChatRoute::kHidden;
-    bool in_body_ = false;  // between a message's start and its end
+    bool in_body_ = false;           // between a message's start and its end
     int64_t tokens_in_message_ = 0;  // pushed since the last message ended
     int64_t reasoning_tokens_ = 0;
     std::vector<harmony::Event> forced_events_;  // of prompt.forced; go out with the first step
