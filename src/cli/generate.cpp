@@ -10,6 +10,7 @@
 //   {"ids":[...], "finish_reason":"stop"|"length"}   or   {"error":"..."} for a rejected line.
 // Blank lines are skipped. Throughput goes to stderr.
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -240,6 +241,9 @@ int run_generate(const GenerateOptions& o) {
     std::vector<Line> lines;
     bool any_stop_strings = false;
     if (!o.batch_file.empty()) {
+        std::error_code ec;
+        if (std::filesystem::is_directory(o.batch_file, ec))
+            return fail("--batch-file " + o.batch_file + " is a directory, not a JSONL file");
         std::ifstream in(o.batch_file);
         if (!in) return fail("cannot open --batch-file " + o.batch_file);
         std::string text;
@@ -253,6 +257,8 @@ int run_generate(const GenerateOptions& o) {
             any_stop_strings = any_stop_strings || !line.request.stop_strings.empty();
             lines.push_back(std::move(line));
         }
+        if (in.bad()) return fail("cannot read --batch-file " + o.batch_file);
+        if (lines.empty()) return fail("--batch-file " + o.batch_file + " has no requests (one JSON object a line)");
     } else {
         Line line;
         runtime::Request& r = line.request;
@@ -331,9 +337,9 @@ int run_generate(const GenerateOptions& o) {
         json out;
         if (!handles[i]) {
             if (o.batch_file.empty()) return fail(lines[i].error);
-            out["error"] = lines[i].error;
+            out["error"] = lines[i].error;  // (may quote a line's bytes that are not UTF-8)
             exit_code = 1;
-            std::cout << out.dump() << "\n";
+            std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
             continue;
         }
         std::vector<int32_t> ids;

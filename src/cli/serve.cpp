@@ -93,10 +93,20 @@ bool valid_date(const std::string& s, bool day) {
     return d >= 1 && d <= (month == 2 && !leap ? 28 : kDays[month - 1]);
 }
 
+constexpr int kMaxHttpThreads = 8192;
+
 int run_serve(const ServeOptions& o) {
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
     if (o.port < 0 || o.port > 65535) return fail("--port must be in [0, 65535]");
-    if (o.http_threads < 8) return fail("--http-threads must be at least 8");
+    // (each is a thread of its own, started at once: far more than the system allows would hang the start)
+    if (o.http_threads < 8 || o.http_threads > kMaxHttpThreads)
+        return fail("--http-threads must be in [8, " + std::to_string(kMaxHttpThreads) + "], got " +
+                    std::to_string(o.http_threads));
+    // (0 answered 413 to every request with a body; a negative timeout ended every request at once)
+    if (o.max_body_bytes < 1024)
+        return fail("--max-body-bytes must be at least 1024, got " + std::to_string(o.max_body_bytes));
+    if (o.request_timeout_s < 1)
+        return fail("--request-timeout must be at least 1 second, got " + std::to_string(o.request_timeout_s));
     // 0 started a server that answered 503 to every request.
     if (o.max_in_flight < 1) return fail("--max-in-flight must be at least 1, got " + std::to_string(o.max_in_flight));
     if (o.max_num_seqs < 1) return fail("--max-num-seqs must be at least 1, got " + std::to_string(o.max_num_seqs));

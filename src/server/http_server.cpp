@@ -12,15 +12,95 @@
 
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include "core/logging.h"
 
 namespace gptoss::server {
 namespace {
+
+// httplib's ThreadPool, except that a thread the system will not start (its thread or memory limit) leaves the pool
+// smaller: httplib's constructor throws with its first threads already waiting, and the half-built pool then ends
+// the process (a joinable std::thread destroyed) or hangs its shutdown. At the limit a quarter of the threads
+// started are let go again, so that the rest of the server can still start its own. With no thread at all,
+// connections are served one at a time on the accepting thread.
+class ConnectionPool final : public httplib::TaskQueue {
+public:
+    explicit ConnectionPool(size_t n) : keep_(n) {
+        threads_.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+            try {
+                threads_.emplace_back([this, i] { work(i); });
+            } catch (const std::exception& e) {
+                {
+                    std::lock_guard<std::mutex> lock(mu_);
+                    keep_ = i - i / 4;
+                }
+                cv_.notify_all();
+                for (size_t j = keep_; j < threads_.size(); ++j) threads_[j].join();
+                threads_.resize(keep_);
+                std::fprintf(stderr, "[serve] %zu of %zu HTTP threads: the system would not start more (%s)\n", keep_,
+                             n, e.what());
+                break;
+            }
+        }
+    }
+    ~ConnectionPool() override { shutdown(); }
+
+    void enqueue(std::function<void()> fn) override {
+        if (threads_.empty()) {
+            fn();
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            jobs_.push_back(std::move(fn));
+        }
+        cv_.notify_one();
+    }
+
+    void shutdown() override {
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            stopping_ = true;
+        }
+        cv_.notify_all();
+        for (std::thread& t : threads_)
+            if (t.joinable()) t.join();
+    }
+
+private:
+    void work(size_t index) {
+        for (;;) {
+            std::function<void()> fn;
+            {
+                std::unique_lock<std::mutex> lock(mu_);
+                cv_.wait(lock, [&] { return stopping_ || !jobs_.empty() || index >= keep_; });
+                if (index >= keep_) return;  // let go at the system's limit (no connection yet: none was accepted)
+                if (jobs_.empty()) return;   // stopping, and every accepted connection served
+                fn = std::move(jobs_.front());
+                jobs_.pop_front();
+            }
+            fn();
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::function<void()>> jobs_;
+    std::vector<std::thread> threads_;
+    size_t keep_;  // threads with a smaller index serve
+    bool stopping_ = false;
+};
 
 constexpr std::chrono::milliseconds kStreamPoll{100};
 
@@ -275,7 +355,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     : impl_(std::make_unique<Impl>()) {
     httplib::Server& svr = impl_->svr;
     const int threads = std::max(options.threads, 4);
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
     svr.set_payload_max_length(options.max_body_bytes);
     svr.set_read_timeout(options.read_timeout);
     svr.set_write_timeout(options.write_timeout);
