@@ -393,7 +393,7 @@ int run_bench(BenchOptions o) {
     if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     o.kv_fp8 = *kv_fp8;
     auto list = [](const std::string& s) {
-        return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s);
+        return s.empty() ? StatusOr<std::vector<int32_t>>(std::vector<int32_t>{}) : parse_id_list(s, "a count");
     };
     auto prefill = list(o.prefill);
     auto batches = list(o.batch);

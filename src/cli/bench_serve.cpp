@@ -108,7 +108,7 @@ StatusOr<Run> run_once(runtime::Engine& engine, int vocab, int concurrency, int 
 }
 
 int run_bench_serve(const BenchServeOptions& o) {
-    auto conc = parse_id_list(o.concurrency);
+    auto conc = parse_id_list(o.concurrency, "a count");
     if (!conc.ok()) return fail("--concurrency: " + conc.status().message());
     if (conc->empty()) return fail("--concurrency: give at least one value");
     for (int32_t c : *conc)

@@ -9,7 +9,7 @@
 
 namespace gptoss::cli {
 
-StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text, const char* what) {
     std::vector<int32_t> ids;
     size_t i = 0;
     while (i <= text.size()) {
@@ -18,12 +18,12 @@ StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text) {
         std::string item = text.substr(i, j - i);
         size_t b = item.find_first_not_of(" \t");
         size_t e = item.find_last_not_of(" \t");
-        if (b == std::string::npos) return invalid_argument("empty item in id list \"" + text + "\"");
+        if (b == std::string::npos) return invalid_argument("empty item in the list \"" + text + "\"");
         item = item.substr(b, e - b + 1);
         int64_t v = 0;
         auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
         if (ec != std::errc() || ptr != item.data() + item.size() || v < 0 || v > INT32_MAX) {
-            return invalid_argument("not a token id: \"" + item + "\"");
+            return invalid_argument(std::string("not ") + what + ": \"" + item + "\"");
         }
         ids.push_back(static_cast<int32_t>(v));
         i = j + 1;

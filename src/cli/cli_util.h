@@ -13,7 +13,7 @@
 namespace gptoss::cli {
 
 // "1,2, 3" -> {1, 2, 3}. Rejects empty items, non-digits and values outside int32.
-StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text);
+StatusOr<std::vector<int32_t>> parse_id_list(const std::string& text, const char* what = "a token id");
 
 // --kv-cache-dtype (vLLM's names): "auto" or "bf16" -> false, "fp8" or "fp8_e4m3" -> true (an e4m3
 // KV cache, model::CudaModelOptions::kv_fp8); anything else is an error naming the choices.

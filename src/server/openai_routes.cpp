@@ -267,16 +267,23 @@ Status restrict_to_allowed_ids(const SamplingRequest& s, int vocab_size, EngineR
     return ok_status();
 }
 
-// The model's own are left out where its vocabulary stops below them (a test model: it can never draw them, and the
-// engine refuses stop ids outside the vocabulary).
-std::vector<int32_t> request_stop_ids(const SamplingRequest& s, int vocab_size) {
-    std::vector<int32_t> ids;
+// The request's stop ids: the model's own, left out where its vocabulary stops below them (a test model: it can
+// never draw them, and the engine refuses stop ids outside the vocabulary), and stop_token_ids, each in the
+// vocabulary (else a 400 naming the entry).
+Status set_stop_ids(const SamplingRequest& s, int vocab_size, EngineRequest* req) {
+    std::vector<int32_t>& ids = req->stop_ids;
+    ids.clear();
     if (!s.ignore_eos)
         for (int32_t id : generation_stop_ids())
             if (id < vocab_size) ids.push_back(id);
-    for (int32_t id : s.stop_token_ids)
+    for (size_t i = 0; i < s.stop_token_ids.size(); ++i) {
+        const int32_t id = s.stop_token_ids[i];
+        if (id >= vocab_size)
+            return invalid_argument("stop_token_ids[" + std::to_string(i) + "]: id " + std::to_string(id) +
+                                    " is outside the vocabulary (" + std::to_string(vocab_size) + " ids)");
         if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
-    return ids;
+    }
+    return ok_status();
 }
 
 // n copies of a request for n choices; a seeded request's choice i draws with seed + i (distinct
@@ -679,7 +686,8 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
     EngineRequest req;
     req.prompt = prompt->ids;
     req.sampling = params->sampling.sampling;
-    req.stop_ids = request_stop_ids(params->sampling, queue_.engine().vocab_size());
+    if (Status st = set_stop_ids(params->sampling, queue_.engine().vocab_size(), &req); !st.ok())
+        return error(api_error(st));
     req.cache_salt = params->sampling.cache_salt;
     if (Status st = set_priority(params->sampling, options_.priority_scheduling, &req); !st.ok())
         return error(api_error(st));
@@ -731,7 +739,8 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     EngineRequest req;
     req.prompt = prompt->ids;
     req.sampling = params->chat.sampling.sampling;
-    req.stop_ids = request_stop_ids(params->chat.sampling, queue_.engine().vocab_size());
+    if (Status st = set_stop_ids(params->chat.sampling, queue_.engine().vocab_size(), &req); !st.ok())
+        return error(api_error(st));
     req.cache_salt = params->chat.sampling.cache_salt;
     if (Status st = set_priority(params->chat.sampling, options_.priority_scheduling, &req); !st.ok())
         return error(api_error(st));
@@ -1197,7 +1206,8 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         EngineRequest req;
         req.prompt = std::move(ids);
         req.sampling = params->sampling.sampling;
-        req.stop_ids = request_stop_ids(params->sampling, queue_.engine().vocab_size());
+        if (Status st = set_stop_ids(params->sampling, queue_.engine().vocab_size(), &req); !st.ok())
+            return error(api_error(st));
         req.cache_salt = params->sampling.cache_salt;
         if (Status st = set_priority(params->sampling, options_.priority_scheduling, &req); !st.ok())
             return error(api_error(st));

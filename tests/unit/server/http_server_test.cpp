@@ -586,7 +586,14 @@ TEST_F(HttpServerTest, SmallVocabularyCompletionsLeaveOutHarmonyStopIds) {
     ASSERT_TRUE(kept);
     EXPECT_EQ(kept->status, 200) << kept->body;
     EXPECT_EQ(s.engine.last_request().stop_ids, std::vector<int32_t>{7});
-    expect_error(s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":3,"stop_token_ids":[5000]})"), 400);
+    for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/responses"}) {
+        const std::string body = std::string(path) == "/v1/completions" ? R"({"prompt":[1,2,3],)"
+                                 : std::string(path) == "/v1/responses"
+                                     ? R"({"input":"x",)"
+                                     : R"({"messages":[{"role":"user","content":"x"}],)";
+        EXPECT_EQ(expect_error(s.post(path, body + R"("stop_token_ids":[7,5000]})"), 400)["param"], "stop_token_ids[1]")
+            << path;
+    }
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
