@@ -18,6 +18,9 @@ struct InitModelOptions {
 int run_init_model(const InitModelOptions& o) {
     auto config = model::GptOssConfig::preset(o.preset);
     if (!config.ok()) return fail(config.status().message());
+    if (!(o.shard_gb >= 0.0 && o.shard_gb <= 1e6))  // (NaN too)
+        return fail("--shard-gb must be a size in GB, or 0 for the preset's default; got " +
+                    std::to_string(o.shard_gb));
     model::RandomCheckpointOptions opt;
     opt.seed = o.seed;
     // Full-size presets are sharded like the published checkpoints (about 5 GB a file).
