@@ -39,7 +39,7 @@ struct ServeOptions {
     bool fp8 = false;                     // cuda: FP8 weights (model::CudaModelOptions::fp8)
     bool fp8_experts = false;             // cuda, with fp8: the experts only in FP8 (CudaModelOptions::fp8_experts)
     std::string kv_cache_dtype = "auto";  // fp8 = an e4m3 KV cache (cli::parse_kv_cache_dtype)
-    size_t max_body_bytes = size_t{4} << 20;
+    int64_t max_body_bytes = int64_t{4} << 20;  // (signed: -1 is refused, not read as 2^64 - 1)
     std::string cors_origin = "*";
     int http_threads = 512;
     int64_t max_in_flight = 1024;
@@ -103,8 +103,8 @@ int run_serve(const ServeOptions& o) {
         return fail("--http-threads must be in [8, " + std::to_string(kMaxHttpThreads) + "], got " +
                     std::to_string(o.http_threads));
     // (0 answered 413 to every request with a body; a negative timeout ended every request at once)
-    if (o.max_body_bytes < 1024)
-        return fail("--max-body-bytes must be at least 1024, got " + std::to_string(o.max_body_bytes));
+    if (o.max_body_bytes < 1024 || o.max_body_bytes > (int64_t{1} << 40))
+        return fail("--max-body-bytes must be in [1024, 2^40], got " + std::to_string(o.max_body_bytes));
     if (o.request_timeout_s < 1)
         return fail("--request-timeout must be at least 1 second, got " + std::to_string(o.request_timeout_s));
     // 0 started a server that answered 503 to every request.
@@ -297,7 +297,7 @@ int run_serve(const ServeOptions& o) {
     server::HttpServerOptions http_options;
     http_options.host = o.host;
     http_options.port = o.port;
-    http_options.max_body_bytes = o.max_body_bytes;
+    http_options.max_body_bytes = static_cast<size_t>(o.max_body_bytes);
     http_options.cors_origin = o.cors_origin;
     http_options.threads = o.http_threads;
     http_options.api_keys = api_keys;

@@ -116,6 +116,7 @@ std::string HarmonyOutput::function_name(const harmony::MessageHeader& header) c
 }
 
 HarmonyOutput::Step HarmonyOutput::mapped(std::vector<harmony::Event> events) {
+    const size_t own = events.size();
     if (!forced_events_.empty()) {
         events.insert(events.begin(), std::make_move_iterator(forced_events_.begin()),
                       std::make_move_iterator(forced_events_.end()));
@@ -131,6 +132,7 @@ HarmonyOutput::Step HarmonyOutput::mapped(std::vector<harmony::Event> events) {
         }
     }
     Step s;
+    s.own_events = own;
     s.deltas = mapper_.on_events(events);
     s.events = std::move(events);
     return s;

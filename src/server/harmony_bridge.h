@@ -47,6 +47,7 @@ public:
     struct Step {
         std::vector<harmony::Event> events;      // parser events of this token (or of finish())
         std::vector<harmony::ChatDelta> deltas;  // chat.completions deltas of those events
+        size_t own_events = 0;  // of `events`, the parser's for this token (the rest: a forced start's, first)
     };
     Step push(int32_t id);
     Step finish();  // end of generation

@@ -1338,8 +1338,18 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         p.stream = f.boolean("stream").value_or(false);
         f.boolean("parallel_tool_calls");
         read_metadata(f);
-        // vLLM's request_id: here it is the response's id itself (vLLM's default is "resp_<uuid>").
+        // vLLM's request_id: here it is the response's id itself (vLLM's default is "resp_<uuid>"), so it must name
+        // the response in a URL path too (GET /v1/responses/{id}): letters, digits and . _ : ~ -, and not the
+        // fixed route under /v1/responses/.
         p.request_id = read_request_id(f);
+        if (const std::optional<std::string>& id = p.request_id;
+            id && (*id == "input_tokens" || !std::all_of(id->begin(), id->end(), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == ':' || c == '~' ||
+                       c == '-';
+            })))
+            f.fail("request_id",
+                   "on the Responses API names the response in URLs: letters, digits and . _ : ~ - only, and not "
+                   "'input_tokens'");
         Json text_format = {{"type", "text"}};  // echoed back
         Json chat_format;
         if (const Json* text = f.object("text")) {

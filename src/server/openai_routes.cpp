@@ -729,9 +729,15 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     Json& earlier = prepared.earlier;
     std::optional<ResponsesParams>& params = prepared.params;
     std::optional<ChatPrompt>& prompt = prepared.prompt;
-    // A request_id names the response: one the store holds already would be replaced by this one.
-    if (const std::optional<std::string>& id = params->chat.request_id; id && store_.enabled() && store_.get(*id))
-        return error(api_error(invalid_argument("request_id: a stored response already has the id '" + *id + "'")));
+    // A request_id names the response: one stored, or one another request is making, would be replaced by this one
+    // in the store. The id is held from here until this response is stored (or fails).
+    std::shared_ptr<const void> id_held;
+    if (const std::optional<std::string>& id = params->chat.request_id; id && params->store) {
+        id_held = store_.reserve(*id);
+        if (!id_held)
+            return error(api_error(
+                invalid_argument("request_id: a stored response, or one being made, has the id '" + *id + "'")));
+    }
     const int64_t n = static_cast<int64_t>(prompt->ids.size());
     StatusOr<int64_t> max_tokens = max_tokens_for(n, params->chat.sampling.max_tokens, "input", "max_output_tokens");
     if (!max_tokens.ok()) return error(api_error(max_tokens.status()));
@@ -774,12 +780,13 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
                                 params->chat.stream, arrival);
     }
     // on_done runs once (the session closed or failed): the entry, context and all, moves into the store uncopied.
-    std::function<void(const Json&)> on_done =
-        [this, e = std::make_shared<StoredResponse>(std::move(entry))](const Json& answer) mutable {
-            if (!e) return;
-            e->response = answer;
-            store_.put(answer.value("id", std::string()), std::move(e));
-        };
+    std::function<void(const Json&)> on_done = [this, e = std::make_shared<StoredResponse>(std::move(entry)),
+                                                id_held = std::move(id_held)](const Json& answer) mutable {
+        if (!e) return;
+        e->response = answer;
+        store_.put(answer.value("id", std::string()), std::move(e));
+        id_held.reset();  // stored: the store's own entry holds the id from now on
+    };
     return generate(
         std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream, arrival,
         client_gone, std::move(on_done));

@@ -123,6 +123,29 @@ std::shared_ptr<const StoredResponse> ResponseStore::get(const std::string& id) 
     return it->second.entry;
 }
 
+std::shared_ptr<const void> ResponseStore::reserve(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slots_.count(id) != 0) return nullptr;
+    std::lock_guard<std::mutex> held(reserved_->mu);
+    if (!reserved_->ids.insert(id).second) return nullptr;
+    class Handle {
+    public:
+        Handle(std::shared_ptr<Reserved> reserved, std::string id)
+            : reserved_(std::move(reserved)), id_(std::move(id)) {}
+        Handle(const Handle&) = delete;
+        Handle& operator=(const Handle&) = delete;
+        ~Handle() {
+            std::lock_guard<std::mutex> lock(reserved_->mu);
+            reserved_->ids.erase(id_);
+        }
+
+    private:
+        const std::shared_ptr<Reserved> reserved_;
+        const std::string id_;
+    };
+    return std::make_shared<const Handle>(reserved_, id);
+}
+
 bool ResponseStore::erase(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(id);

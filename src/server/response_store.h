@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "server/openai_json.h"
@@ -84,6 +85,9 @@ public:
     void replace(const std::string& id, std::shared_ptr<const StoredResponse> entry);
     // The entry, marked most recently used; null when there is none.
     std::shared_ptr<const StoredResponse> get(const std::string& id);
+    // Holds `id` for a response being made (a request's own id, vLLM's request_id) until the returned handle is
+    // dropped: null when a stored response or another held one has it. (The handle may outlive the store.)
+    std::shared_ptr<const void> reserve(const std::string& id);
     bool erase(const std::string& id);
     // The items with these ids (input or output items of stored responses; a running background response's input
     // only), by id, in one pass over the store, most recently used responses first; the responses they came from
@@ -98,8 +102,13 @@ private:
         size_t bytes = 0;
         std::list<std::string>::iterator order;
     };
+    struct Reserved {
+        std::mutex mu;
+        std::unordered_set<std::string> ids;
+    };
     const size_t max_entries_;
     const size_t max_bytes_;
+    const std::shared_ptr<Reserved> reserved_ = std::make_shared<Reserved>();
     mutable std::mutex mu_;
     std::unordered_map<std::string, Slot> slots_;
     std::list<std::string> order_;  // most recently used first

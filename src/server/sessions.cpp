@@ -287,10 +287,11 @@ private:
         // carrying its text carries it too (it was added after, and rode with the next chunk). A token inside
         // the content whose bytes gave no text yet (a character split over tokens) has its entry too, riding
         // with the text that completes it.
-        if (token && logprobs_ && !stop_.matched() &&
+        // (A special token has none: a terminator's step can carry content, the U+FFFD of a character it cut.)
+        if (token && logprobs_ && !stop_.matched() && !ctx_.tokenizer->is_special(token->token_id) &&
             (std::any_of(step.deltas.begin(), step.deltas.end(),
                          [](const harmony::ChatDelta& d) { return d.content.has_value(); }) ||
-             (step.events.empty() && out_.in_content_body()))) {
+             (step.own_events == 0 && out_.in_content_body()))) {
             Json entry = logprob_entry(*token);
             all_logprobs_.push_back(entry);
             pending_logprobs_.push_back(std::move(entry));
@@ -373,12 +374,13 @@ public:
         if (e.token_id >= 0) {
             ++usage_.completion_tokens;
             if (!is_request_stop(e, stop_token_ids_)) {
-                token_ = logprobs_ ? &e : nullptr;
+                // (a special token has no entry: a terminator's step can carry the U+FFFD of a character it cut)
+                token_ = logprobs_ && !ctx_.tokenizer->is_special(e.token_id) ? &e : nullptr;
                 const HarmonyOutput::Step step = out_.push(e.token_id);
                 for (const harmony::Event& h : step.events) handle(h, sse);
                 // A message's token whose bytes gave no text yet (a character split over tokens): its entry
                 // rides with the text that completes the character.
-                if (token_ != nullptr && step.events.empty() && kind_ == Kind::kMessage)
+                if (token_ != nullptr && step.own_events == 0 && kind_ == Kind::kMessage)
                     pending_logprobs_.push_back(token_logprob_json(*ctx_.tokenizer, *token_, top_logprobs_));
                 token_ = nullptr;
             }
@@ -754,6 +756,9 @@ private:
                 all_logprobs_["text_offset"].push_back(text_offset_);
                 advance_offset(token_text(*ctx_.tokenizer, prompt_ids_[i]));
             }
+            // The echoed prompt is decoded on its own: bytes of a character it does not finish are its U+FFFD.
+            const std::string cut = harmony::decode_utf8_lossy(offset_pending_, /*final_chunk=*/true);
+            text_offset_ += std::count_if(cut.begin(), cut.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
             num_prompt_entries_ = prompt_ids_.size();
             prompt_chars_ = text_offset_;
         }

@@ -2,8 +2,11 @@
 // final content, tool calls (streamed and whole), tool results in history, malformed output,
 // stop strings, logprobs; the Responses event sequence; raw completions.
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "server_test_util.h"
 
@@ -667,6 +670,30 @@ TEST_F(GenerationOutputTest, ResponsesRequestIdIsTheResponseId) {
         EXPECT_EQ(post_json("/v1/responses", R"({"input":"x","request_id":"unstored","store":false})")["id"],
                   "unstored");
     EXPECT_NE(post_json("/v1/responses", R"({"input":"x"})")["id"], "resp_mine-1");
+    // An id that could not name the response in a URL (GET /v1/responses/{id}) is refused.
+    for (const char* bad : {"a/b", "input_tokens", "sp ace", "a%2Fb", "q?x"})
+        EXPECT_EQ(
+            expect_error(server_.post("/v1/responses", std::string(R"({"input":"x","request_id":")") + bad + "\"}"),
+                         400)["param"],
+            "request_id")
+            << bad;
+    // One being made holds its id too: a second request with it, stored or background, is refused while the first
+    // runs (it would have replaced the first in the store), and the first is stored whole.
+    server_.engine.set_paused(true);
+    auto first = std::async(std::launch::async,
+                            [&] { return server_.post("/v1/responses", R"({"input":"one","request_id":"held"})"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (const char* extra : {"", R"(,"background":true)"})
+        EXPECT_EQ(expect_error(
+                      server_.post("/v1/responses", std::string(R"({"input":"two","request_id":"held")") + extra + "}"),
+                      400)["param"],
+                  "request_id")
+            << extra;
+    server_.engine.set_paused(false);
+    auto made = first.get();
+    ASSERT_TRUE(made);
+    EXPECT_EQ(made->status, 200) << made->body;
+    EXPECT_EQ(parse(server_.get("/v1/responses/held")->body)["output"], parse(made->body)["output"]);
     for (const std::string& bad : {std::string(R"("")"), std::string("5"), "\"" + std::string(257, 'a') + "\""})
         EXPECT_EQ(
             expect_error(server_.post("/v1/responses", R"({"input":"x","request_id":)" + bad + "}"), 400)["param"],
@@ -722,6 +749,25 @@ TEST_F(GenerationOutputTest, ByteTokensKeepTheirLogprobsEntries) {
         if (e.event == "response.output_text.delta") delta_entries += parse(e.data)["logprobs"].size();
     EXPECT_EQ(delta_entries, content.size());
 
+    // A byte cut by the terminator: its entry, none for the terminator (whose step carries the U+FFFD).
+    for (const char* end : {"<|return|>", "<|end|>"}) {
+        std::vector<int32_t> cut = harmony_ids("<|channel|>final<|message|>Hi");
+        cut.push_back(df);
+        for (int32_t id : harmony_ids(end)) cut.push_back(id);
+        server_.engine.set_script([cut](const EngineRequest&) { return cut; });
+        Json rc = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})");
+        EXPECT_EQ(rc["choices"][0]["logprobs"]["content"].size(), 2u) << end << rc.dump();
+        Json rr = post_json("/v1/responses", R"({"input":"x","top_logprobs":1})");
+        EXPECT_EQ(rr["output"].back()["content"][0]["logprobs"].size(), 2u) << end << rr.dump();
+    }
+    // A continued message whose first generated token starts a character (the forced start is not the token's).
+    const std::vector<int32_t> cont = {df, x92, harmony_ids(" there<|return|>")[0], harmony_ids("<|return|>")[0]};
+    server_.engine.set_script([cont](const EngineRequest&) { return cont; });
+    Json rk = post_json("/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"The"}],)"
+                        R"("continue_final_message":true,"add_generation_prompt":false,"logprobs":true})");
+    EXPECT_EQ(rk["choices"][0]["logprobs"]["content"].size(), 3u) << rk.dump();
+
     // Completions: "Hi" "\xDF" "\x92" "\xDF" " there": offsets 0, 2, 2, 3, 4 (the lone byte is one U+FFFD).
     server_.engine.set_script([ids, first](const EngineRequest&) {
         return std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.end() - 1);
@@ -735,6 +781,16 @@ TEST_F(GenerationOutputTest, ByteTokensKeepTheirLogprobsEntries) {
     EXPECT_EQ(off[2], 2);
     EXPECT_EQ(off[3], 3);
     EXPECT_EQ(off[4], 4);
+    // Echo of a prompt that ends inside a character: the echoed prompt is decoded alone ("Hi" U+FFFD), the
+    // generated "\x92" is a U+FFFD of its own: offsets 0, 2 (prompt), 3, 4.
+    std::vector<int32_t> gen = {x92};
+    for (int32_t id : harmony_ids(" x")) gen.push_back(id);
+    server_.engine.set_script([gen](const EngineRequest&) { return gen; });
+    const std::string hi = std::to_string(harmony_ids("Hi")[0]);
+    Json e = post_json("/v1/completions", R"({"prompt":[)" + hi + "," + std::to_string(df) +
+                                              R"(],"max_tokens":5,"logprobs":0,"echo":true})");
+    EXPECT_EQ(e["choices"][0]["text"], "Hi\xEF\xBF\xBD\xEF\xBF\xBD x");
+    EXPECT_EQ(e["choices"][0]["logprobs"]["text_offset"], Json::array({0, 2, 3, 4})) << e.dump();
 }
 
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
