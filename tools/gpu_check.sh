@@ -265,6 +265,57 @@ wait_health() {
 # vllm_flags_check <name> (session 55): `gptoss serve` with vLLM's --api-key, --max-model-len and --seed on the tiny
 # checkpoint: 401 without the key, /v1/models' max_model_len, return_token_ids, continue_final_message, and cache_salt
 # (a salted prompt served from the cache only to its own salt) on the backend's prefix cache.
+# s56_check <name>: session 56's front-end fixes on the CUDA backend (tiny random model, real vocabulary): a Responses
+# request_id names the stored response (GET finds it; the same id again is a 400, one with '/' too), and chat
+# logprobs give one entry a content token (return_token_ids against logprobs.content, forced into the final channel by
+# continue_final_message so that the random model writes content).
+s56_check() {
+  local name=$1 port=8393
+  [ -d "$WORK/serve_tiny" ] || $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
+  local tok=()
+  if [ -f .device_pack/tokenizer.json.gz ]; then
+    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && tok=(--tokenizer "$WORK/tokenizer.json")
+  fi
+  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${tok[@]}" \
+    > "$OUT/${name}.log" 2>&1 &
+  local pid=$!
+  wait_health $port $pid
+  local h=(-H 'Content-Type: application/json')
+  curl -s -m 60 http://127.0.0.1:$port/v1/responses "${h[@]}" \
+    -d '{"input":"Hi","max_output_tokens":8,"request_id":"s56-resp"}' > "$OUT/${name}_resp.json"
+  curl -s -m 30 http://127.0.0.1:$port/v1/responses/s56-resp > "$OUT/${name}_get.json"
+  curl -s -m 30 -o /dev/null -w '%{http_code} ' http://127.0.0.1:$port/v1/responses "${h[@]}" \
+    -d '{"input":"Hi","max_output_tokens":8,"request_id":"s56-resp"}' > "$OUT/${name}_codes.txt"
+  curl -s -m 30 -o /dev/null -w '%{http_code}' http://127.0.0.1:$port/v1/responses "${h[@]}" \
+    -d '{"input":"Hi","max_output_tokens":8,"request_id":"a/b"}' >> "$OUT/${name}_codes.txt"
+  curl -s -m 60 http://127.0.0.1:$port/v1/chat/completions "${h[@]}" \
+    -d '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Sure:"}],"continue_final_message":true,"add_generation_prompt":false,"max_tokens":24,"seed":3,"logprobs":true,"return_token_ids":true,"ignore_eos":true}' \
+    > "$OUT/${name}_lp.json"
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  local src=$?
+  local line
+  line=$(python3 - "$OUT/${name}" <<'PY'
+import json, sys
+p = sys.argv[1]
+out = []
+try:
+    r = json.load(open(p + "_resp.json")); g = json.load(open(p + "_get.json"))
+    out.append(f"resp_id={r['id']} get_id={g.get('id')} codes={open(p + '_codes.txt').read().strip().replace(' ', '/')}")
+except Exception as e:
+    out.append(f"responses unreadable ({e})")
+try:
+    c = json.load(open(p + "_lp.json"))["choices"][0]
+    lp = (c.get("logprobs") or {}).get("content") or []
+    out.append(f"lp_entries={len(lp)} token_ids={len(c.get('token_ids', []))} finish={c.get('finish_reason')}")
+except Exception as e:
+    out.append(f"logprobs unreadable ({e})")
+print(" ".join(out))
+PY
+)
+  echo "$name: $line exit=$src"
+  summary+=("$name $line server_exit=$src")
+}
 vllm_flags_check() {
   local name=$1 port=8392 i code
   [ -d "$WORK/serve_tiny" ] || $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
@@ -2906,6 +2957,19 @@ PY
     serve_only)
       # The serve check alone (SERVE_BACKEND=cpu runs it on the development machine, .device/gptoss a build's binary).
       serve_check serve_only
+      ;;
+    s56)
+      # Session 56: the front-end fixes on CUDA, session 55's checks, the engine tests, batch-1 rows of both models.
+      s56_check s56_front
+      vllm_flags_check s56_vllm
+      serve_check s56_serve
+      tests_row s56_tests 'CudaEngine.*:CudaOps.Sampling*:CudaOps.LogitEdits*'
+      decode_row s56_20b_b1 20b 1
+      decode_row s56_120b_b1 120b 1
+      decode_row s56_20b_b1_again 20b 1
+      ;;
+    s56_only)
+      s56_check s56_front
       ;;
     s55)
       # Session 55: vLLM's serve flags and request fields on CUDA, the serve check, the engine tests, a batch-1 row.
