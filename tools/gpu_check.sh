@@ -265,18 +265,26 @@ wait_health() {
 # vllm_flags_check <name> (session 55): `gptoss serve` with vLLM's --api-key, --max-model-len and --seed on the tiny
 # checkpoint: 401 without the key, /v1/models' max_model_len, return_token_ids, continue_final_message, and cache_salt
 # (a salted prompt served from the cache only to its own salt) on the backend's prefix cache.
+# tiny_model <name>: the tiny random checkpoint in $WORK/serve_tiny (made once, unless `fresh`), and TINY_TOK the
+# --tokenizer flag: the device has no tokenizer fixture, so .device_pack/tokenizer.json.gz (gzip of
+# .cache/tokenizer/tokenizer.json) is carried beside the binaries.
+tiny_model() {
+  if [ "${2:-}" = fresh ] || [ ! -d "$WORK/serve_tiny" ]; then
+    $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/$1_init.log" 2>&1
+  fi
+  TINY_TOK=()
+  if [ -f .device_pack/tokenizer.json.gz ]; then
+    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && TINY_TOK=(--tokenizer "$WORK/tokenizer.json")
+  fi
+}
 # s56_check <name>: session 56's front-end fixes on the CUDA backend (tiny random model, real vocabulary): a Responses
 # request_id names the stored response (GET finds it; the same id again is a 400, one with '/' too), and chat
 # logprobs give one entry a content token (return_token_ids against logprobs.content, forced into the final channel by
 # continue_final_message so that the random model writes content).
 s56_check() {
   local name=$1 port=8393
-  [ -d "$WORK/serve_tiny" ] || $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
-  local tok=()
-  if [ -f .device_pack/tokenizer.json.gz ]; then
-    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && tok=(--tokenizer "$WORK/tokenizer.json")
-  fi
-  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${tok[@]}" \
+  tiny_model "$name"
+  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${TINY_TOK[@]}" \
     > "$OUT/${name}.log" 2>&1 &
   local pid=$!
   wait_health $port $pid
@@ -318,13 +326,9 @@ PY
 }
 vllm_flags_check() {
   local name=$1 port=8392 i code
-  [ -d "$WORK/serve_tiny" ] || $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
-  local tok=()
-  if [ -f .device_pack/tokenizer.json.gz ]; then
-    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && tok=(--tokenizer "$WORK/tokenizer.json")
-  fi
+  tiny_model "$name"
   GPTOSS_API_KEY=sk-env $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port \
-    "${tok[@]}" --api-key sk-flag --max-model-len 2048 --seed 5 > "$OUT/${name}.log" 2>&1 &
+    "${TINY_TOK[@]}" --api-key sk-flag --max-model-len 2048 --seed 5 > "$OUT/${name}.log" 2>&1 &
   local pid=$!
   wait_health $port $pid
   local h=(-H 'Content-Type: application/json' -H 'Authorization: Bearer sk-env')
@@ -383,14 +387,8 @@ PY
 # prints the "KV cache" line and the answers, stops the server with SIGTERM and checks its exit status.
 serve_check() {
   local name=$1 port=8391 i code
-  $BIN/gptoss init-model --preset tiny --out "$WORK/serve_tiny" --seed 3 > "$OUT/${name}_init.log" 2>&1
-  # The device has no tokenizer fixture: .device_pack/tokenizer.json.gz (gzip of .cache/tokenizer/tokenizer.json) is
-  # carried beside the binaries.
-  local tok=()
-  if [ -f .device_pack/tokenizer.json.gz ]; then
-    gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && tok=(--tokenizer "$WORK/tokenizer.json")
-  fi
-  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${tok[@]}" \
+  tiny_model "$name" fresh
+  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${TINY_TOK[@]}" \
     > "$OUT/${name}.log" 2>&1 &
   local pid=$!
   wait_health $port $pid
