@@ -2956,6 +2956,30 @@ PY
       # The serve check alone (SERVE_BACKEND=cpu runs it on the development machine, .device/gptoss a build's binary).
       serve_check serve_only
       ;;
+    s57)
+      # Session 57: down at one token with its words in shared memory, all 720 CTAs resident
+      # (moe_decode_mma_down_smem_kernel, GPTOSS_MOE_DOWN_SMEM=1..4; off by default). Its tests (the same bits as the
+      # register kernel; edge shapes against the CPU), the model / engine tests with form 3, then 20b batch 1 at 1k
+      # two interleaved passes of the default and forms 1-4, 120b default / 2 / 3 / default / 3, and a 20b kernel
+      # trace of the default and form 3.
+      tests_row s57_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*'
+      failed=$rc
+      tests_row s57_tests_model 'CudaModel.Fp8*:CudaEngine.*' GPTOSS_MOE_DOWN_SMEM=3
+      failed=$((failed + rc))
+      if [ $failed = 0 ]; then
+        for pass in 1 2; do
+          decode_row "s57_20b_b1_default_$pass" 20b 1
+          for f in 1 2 3 4; do decode_row "s57_20b_b1_smem${f}_$pass" 20b 1 GPTOSS_MOE_DOWN_SMEM=$f; done
+        done
+        decode_row s57_120b_b1_default_1 120b 1
+        decode_row s57_120b_b1_smem2_1 120b 1 GPTOSS_MOE_DOWN_SMEM=2
+        decode_row s57_120b_b1_smem3_1 120b 1 GPTOSS_MOE_DOWN_SMEM=3
+        decode_row s57_120b_b1_default_2 120b 1
+        decode_row s57_120b_b1_smem3_2 120b 1 GPTOSS_MOE_DOWN_SMEM=3
+        ktrace_row s57_ktrace_default 20b
+        ktrace_row s57_ktrace_smem3 20b GPTOSS_MOE_DOWN_SMEM=3
+      fi
+      ;;
     s56)
       # Session 56: the front-end fixes on CUDA, session 55's checks, the engine tests, batch-1 rows of both models.
       s56_check s56_front

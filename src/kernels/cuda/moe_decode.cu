@@ -827,6 +827,164 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
+// ---- down at 1-2 tokens with its tile's words in shared memory (session 57; MoeMxfp4Args::decode_down_smem) -----
+// The one-tile kernel holds a tile's 24.5 KB of code words in registers (48 a thread, 4 CTAs an SM), so at one token
+// 528 of down's 720 CTAs (4 experts × 180 tiles, 20b and 120b) are resident when gate_up ends and the other 192
+// request their words only as the first ones retire: r56's stamps put that second round at ~6-7 µs of down's ~12.3.
+// Here each lane cp.async's exactly the words it would have loaded (its two 16-byte words of rows g and g + 8 a
+// step) into its own shared-memory slots, a commit group a step, and keeps only the scale bytes in registers: ≤ 85
+// registers and ~34 KB, 6 CTAs an SM (792 slots), so all 720 are resident as gate_up's CTAs retire. The q loop is
+// decode_steps_with on those words: the same decode, order and bits as the one-tile kernel.
+// kWaitFirst: the copies go out after pdl_wait (once gate_up is done) instead of before it. r55's form (copies before
+// the wait, from shared memory by every thread) slowed gate_up by 3.5 µs a layer: 720 CTAs' 17.6 MB requested while
+// gate_up still streamed its own (r55 item 2). kPipe: the q loop waits for its own step's group only
+// (cp.async.wait_group kMaxSteps - 1 - i), so a lane's first steps run while its later words arrive; else it waits
+// for all of them first. A lane reads only what it copied, so no barrier guards the words.
+constexpr int kDownSmemMinBlocks = 6;
+// decode_steps with step i's words and scale bytes of rows g and g + 8 from fetch(i, lo, hi, slo, shi): the same
+// arithmetic in the same order (a copy, so that the register kernels' code stays as it was measured; the bits test
+// CudaOps.MoeDecodeMmaLoopIsTheSameBits holds the two together).
+template <int kWarps, bool kTwo, typename Fetch>
+__device__ __forceinline__ void decode_steps_with(float (&acc)[4], Fetch fetch, const uint4* xs, int nrows,
+                                                  const WarpK<kWarps>& wk) {
+    using Sh = DecodeShape<kWarps>;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < Sh::kMaxSteps; ++i) {
+        if (i >= wk.ns) break;
+        const int gl = 4 * i + t;
+        const uint4* xrow = xs + min(g, nrows - 1) * Sh::kTokenSlots + min(gl, wk.ng - 1) * kGroupSlots;
+        uint4 lo, hi;
+        uint32_t slo, shi;
+        fetch(i, lo, hi, slo, shi);
+        const uint32_t m_lo = scale_first(slo), m_hi = scale_first(shi);
+        const uint32_t m2_lo = scale_second(slo), m2_hi = scale_second(shi);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint4 xb = xrow[q];
+            const uint32_t wl = q == 0 ? lo.x : q == 1 ? lo.y : q == 2 ? lo.z : lo.w;
+            const uint32_t wh = q == 0 ? hi.x : q == 1 ? hi.y : q == 2 ? hi.z : hi.w;
+            uint32_t rl[4], rh[4];
+            e2m1x8_raw(wl, rl);
+            e2m1x8_raw(wh, rh);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                rl[j] = bf16x2_mul(rl[j], m_lo);
+                rh[j] = bf16x2_mul(rh[j], m_hi);
+                if (kTwo) {
+                    rl[j] = bf16x2_mul(rl[j], m2_lo);
+                    rh[j] = bf16x2_mul(rh[j], m2_hi);
+                }
+            }
+            // a0/a2: row g, codes (0, 4) / (1, 5); a1/a3: row g + 8. Then codes (2, 6) / (3, 7).
+            mma_bf16(acc, rl[0], rh[0], rl[1], rh[1], xb.x, xb.y);
+            mma_bf16(acc, rl[2], rh[2], rl[3], rh[3], xb.z, xb.w);
+        }
+    }
+}
+// Bytes of dynamic shared memory: the staged act rows, then the lanes' words ([warp][step][row g / g + 8][lane]).
+template <int kWarps>
+__host__ __device__ constexpr size_t down_smem_bytes(int max_tokens) {
+    using Sh = DecodeShape<kWarps>;
+    return (static_cast<size_t>(kWarps) * max_tokens * Sh::kTokenSlots +
+            static_cast<size_t>(kWarps) * Sh::kMaxSteps * 2 * 32) *
+           sizeof(uint4);
+}
+// cp.async.wait_group n for a run-time n in [0, 7] that unrolling makes a constant.
+__device__ __forceinline__ void cp_async_wait_n(int n) {
+    switch (n) {
+        case 0: cp_async_wait<0>(); break;
+        case 1: cp_async_wait<1>(); break;
+        case 2: cp_async_wait<2>(); break;
+        case 3: cp_async_wait<3>(); break;
+        case 4: cp_async_wait<4>(); break;
+        case 5: cp_async_wait<5>(); break;
+        case 6: cp_async_wait<6>(); break;
+        default: cp_async_wait<7>(); break;
+    }
+}
+template <int kWarps, bool kWaitFirst, bool kPipe>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlocks)
+    moe_decode_mma_down_smem_kernel(const MoeMxfp4Args a) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kMaxSteps = Sh::kMaxSteps;
+    static_assert(kMaxSteps <= 8, "cp_async_wait_n");
+    extern __shared__ uint4 xs_all[];  // [kWarps][max tokens][kTokenSlots], then the words
+    __shared__ float red[kWarps][kRows][8];
+    __shared__ int s_info[4];
+    __shared__ int s_as[8];
+    __shared__ int s_col[8];
+    __shared__ const void* s_src[8];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int H = a.hidden_size, I = a.intermediate_size, G = I / 32;
+    const int max_tokens = min(a.num_tokens, 8);
+    const WarpK<kWarps> wk(G);
+    uint4* xs = xs_all + warp * max_tokens * Sh::kTokenSlots;
+    // This lane's words: step i's row g word at [2i][lane], row g + 8's at [2i + 1][lane] (conflict-free 16-byte
+    // accesses: a quarter warp's lanes are consecutive slots).
+    uint4* wsm = xs_all + kWarps * max_tokens * Sh::kTokenSlots + warp * kMaxSteps * 64 + lane;
+
+    const DecodeTile tile = decode_tile<false>(a, s_info);  // the plan is complete (see the one-tile kernel)
+    if (tile.e < 0) return;
+    const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
+    const int64_t r_lo = static_cast<int64_t>(e) * H + row0 + g;
+    uint32_t slo[kMaxSteps], shi[kMaxSteps];
+    // decode_load's addresses and dead steps (zero words, scale 127): the scale bytes into registers first, then a
+    // commit group a step of the words.
+    const auto issue = [&] {
+        const int64_t first = r_lo * G + (4 * wk.s0 + t);
+        const int row8 = 8 * G;
+        const int g_left = G - 4 * wk.s0 - t;
+#pragma unroll
+        for (int i = 0; i < kMaxSteps; ++i) {
+            const bool live = i < wk.ns && 4 * i < g_left;
+            const int64_t gi = first + 4 * i;
+            slo[i] = live ? static_cast<uint32_t>(__ldg(a.down_scales + gi)) : 127u;
+            shi[i] = live ? static_cast<uint32_t>(__ldg(a.down_scales + gi + row8)) : 127u;
+        }
+#pragma unroll
+        for (int i = 0; i < kMaxSteps; ++i) {
+            const bool live = i < wk.ns && 4 * i < g_left;
+            const int64_t gi = live ? first + 4 * i : 0;
+            cp_async16(wsm + 64 * i, a.down_blocks + gi * 16, live);
+            cp_async16(wsm + 64 * i + 32, a.down_blocks + (live ? gi + row8 : 0) * 16, live);
+            cp_async_commit();
+        }
+    };
+    if (threadIdx.x < ntok) {
+        const int as = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
+        s_as[threadIdx.x] = as;
+        s_col[threadIdx.x] = threadIdx.x;
+        s_src[threadIdx.x] = a.act + static_cast<int64_t>(as) * I;
+    }
+    if constexpr (!kWaitFirst) issue();
+    pdl_wait();  // act is the gate_up kernel's output
+    if constexpr (kWaitFirst) issue();
+    pdl_trigger();    // after the wait: at most this kernel and the next in flight
+    __syncthreads();  // s_as, s_col, s_src
+    if (wk.ng > 0) stage_rows<kWarps, true>(xs, ntok, wk, [&](int r) { return s_src[r]; });
+    __syncwarp();
+    if constexpr (!kPipe) cp_async_wait<0>();
+    uint32_t big = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) big |= (slo[i] | shi[i]) > 128u;
+    const bool two = __any_sync(0xffffffffu, big != 0);
+    const auto fetch = [&](int i, uint4& lo, uint4& hi, uint32_t& sl, uint32_t& sh) {
+        if constexpr (kPipe) cp_async_wait_n(kMaxSteps - 1 - i);
+        lo = wsm[64 * i];
+        hi = wsm[64 * i + 32];
+        sl = slo[i];
+        sh = shi[i];
+    };
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (two)
+        decode_steps_with<kWarps, true>(acc, fetch, xs, ntok, wk);
+    else
+        decode_steps_with<kWarps, false>(acc, fetch, xs, ntok, wk);
+    decode_epilogue<false, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
+}
+
 // Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
 // memory), measured once a device (host-only queries: capturable).
 template <typename Kernel>
@@ -985,6 +1143,26 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                 return;
             }
             launch_pdl(kernel, lgrid, Sh::kThreads, smem, stream, b);
+            return;
+        }
+    }
+    // moe_decode_mma_down_smem_kernel (MoeMxfp4Args::decode_down_smem): GPTOSS_MOE_DOWN_SMEM=N at 1-2 tokens, N the
+    // form (1 copies before pdl_wait, all waited for at once; 2 after the wait; 3 after the wait, a step at a time;
+    // 4 before the wait, a step at a time); unset or 0: not used.
+    static const int down_smem_env = [] {
+        const char* v = std::getenv("GPTOSS_MOE_DOWN_SMEM");
+        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 4);
+    }();
+    if constexpr (!kGateUp && kWarps == 4) {
+        const int form = a.decode_down_smem >= 0 ? a.decode_down_smem : down_smem_env;
+        if (form > 0 && a.num_tokens <= 2 && diag == 0 && reinterpret_cast<uintptr_t>(a.down_blocks) % 16 == 0) {
+            const auto skernel = form == 1   ? moe_decode_mma_down_smem_kernel<4, false, false>
+                                 : form == 2 ? moe_decode_mma_down_smem_kernel<4, true, false>
+                                 : form == 3 ? moe_decode_mma_down_smem_kernel<4, true, true>
+                                             : moe_decode_mma_down_smem_kernel<4, false, true>;
+            const size_t ssmem = down_smem_bytes<4>(max_tokens);
+            fit_dynamic_smem(skernel, ssmem);
+            launch_pdl(skernel, static_cast<int>(grid), Sh::kThreads, ssmem, stream, a);
             return;
         }
     }
