@@ -2980,6 +2980,21 @@ PY
         ktrace_row s57_ktrace_smem3 20b GPTOSS_MOE_DOWN_SMEM=3
       fi
       ;;
+    s57b)
+      # Session 57, call 2: down's shared-memory forms 5 / 6 (3 / 4 with pdl_trigger after the q loop, so that the next
+      # QKV GEMV's CTAs and their early weight loads come only after down's burst). Tests with 5, then 20b batch 1 two
+      # interleaved passes of default / 3 / 5 / 6, 120b default / 5, a 20b trace of form 5.
+      tests_row s57b_tests 'CudaOps.MoeDecodeMma*:CudaOps.MoeResidualTail*:CudaModel.Fp8*' GPTOSS_MOE_DOWN_SMEM=5
+      if [ $rc = 0 ]; then
+        for pass in 1 2; do
+          decode_row "s57b_20b_b1_default_$pass" 20b 1
+          for f in 3 5 6; do decode_row "s57b_20b_b1_smem${f}_$pass" 20b 1 GPTOSS_MOE_DOWN_SMEM=$f; done
+        done
+        decode_row s57b_120b_b1_default 120b 1
+        decode_row s57b_120b_b1_smem5 120b 1 GPTOSS_MOE_DOWN_SMEM=5
+        ktrace_row s57b_ktrace_smem5 20b GPTOSS_MOE_DOWN_SMEM=5
+      fi
+      ;;
     s56)
       # Session 56: the front-end fixes on CUDA, session 55's checks, the engine tests, batch-1 rows of both models.
       s56_check s56_front

@@ -903,7 +903,7 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
         default: cp_async_wait<7>(); break;
     }
 }
-template <int kWarps, bool kWaitFirst, bool kPipe>
+template <int kWarps, bool kWaitFirst, bool kPipe, bool kLateTrigger = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlocks)
     moe_decode_mma_down_smem_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -961,8 +961,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
     if constexpr (!kWaitFirst) issue();
     pdl_wait();  // act is the gate_up kernel's output
     if constexpr (kWaitFirst) issue();
-    pdl_trigger();    // after the wait: at most this kernel and the next in flight
-    __syncthreads();  // s_as, s_col, s_src
+    if constexpr (!kLateTrigger) pdl_trigger();  // after the wait: at most this kernel and the next in flight
+    __syncthreads();                             // s_as, s_col, s_src
     if (wk.ng > 0) stage_rows<kWarps, true>(xs, ntok, wk, [&](int r) { return s_src[r]; });
     __syncwarp();
     if constexpr (!kPipe) cp_async_wait<0>();
@@ -982,6 +982,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
         decode_steps_with<kWarps, true>(acc, fetch, xs, ntok, wk);
     else
         decode_steps_with<kWarps, false>(acc, fetch, xs, ntok, wk);
+    // kLateTrigger: the next kernel (the QKV GEMV, whose weight loads go out before its own pdl_wait) becomes
+    // resident only once every CTA here has its words, so that its prefetch does not share DRAM with this burst.
+    if constexpr (kLateTrigger) pdl_trigger();
     decode_epilogue<false, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
 }
 
@@ -1148,10 +1151,10 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     }
     // moe_decode_mma_down_smem_kernel (MoeMxfp4Args::decode_down_smem): GPTOSS_MOE_DOWN_SMEM=N at 1-2 tokens, N the
     // form (1 copies before pdl_wait, all waited for at once; 2 after the wait; 3 after the wait, a step at a time;
-    // 4 before the wait, a step at a time); unset or 0: not used.
+    // 4 before the wait, a step at a time; 5 and 6: 3 and 4 with pdl_trigger after the q loop); unset or 0: not used.
     static const int down_smem_env = [] {
         const char* v = std::getenv("GPTOSS_MOE_DOWN_SMEM");
-        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 4);
+        return v == nullptr ? 0 : std::clamp(std::atoi(v), 0, 6);
     }();
     if constexpr (!kGateUp && kWarps == 4) {
         const int form = a.decode_down_smem >= 0 ? a.decode_down_smem : down_smem_env;
@@ -1159,7 +1162,9 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
             const auto skernel = form == 1   ? moe_decode_mma_down_smem_kernel<4, false, false>
                                  : form == 2 ? moe_decode_mma_down_smem_kernel<4, true, false>
                                  : form == 3 ? moe_decode_mma_down_smem_kernel<4, true, true>
-                                             : moe_decode_mma_down_smem_kernel<4, false, true>;
+                                 : form == 4 ? moe_decode_mma_down_smem_kernel<4, false, true>
+                                 : form == 5 ? moe_decode_mma_down_smem_kernel<4, true, true, true>
+                                             : moe_decode_mma_down_smem_kernel<4, false, true, true>;
             const size_t ssmem = down_smem_bytes<4>(max_tokens);
             fit_dynamic_smem(skernel, ssmem);
             launch_pdl(skernel, static_cast<int>(grid), Sh::kThreads, ssmem, stream, a);
