@@ -2995,6 +2995,25 @@ PY
         ktrace_row s57b_ktrace_smem5 20b GPTOSS_MOE_DOWN_SMEM=5
       fi
       ;;
+    s57c)
+      # Session 57, call 3: where down's shared-memory forms lose (r72: +6 µs a layer). Stamped 20b batch-1 rows of the
+      # register kernel (default), form 3 (copies after pdl_wait, a step at a time) and form 1 (copies before the wait),
+      # each summarised by tools/moe_stamps.py; the down kernels' SASS for reading offline.
+      for cfg in "default" "smem3 GPTOSS_MOE_DOWN_SMEM=3" "smem1 GPTOSS_MOE_DOWN_SMEM=1"; do
+        set -- $cfg
+        n=$1
+        shift
+        decode_row "s57c_20b_b1_${n}_stamps" 20b 1 "$@" GPTOSS_MOE_STAMPS="$OUT/s57c_stamps_$n.csv"
+        python3 tools/moe_stamps.py "$OUT/s57c_stamps_$n.csv" > "$OUT/s57c_stamps_$n.txt" 2>&1
+        echo "== $n"; head -45 "$OUT/s57c_stamps_$n.txt"
+      done
+      CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+      if [ -n "$CUOBJDUMP" ]; then
+        $CUOBJDUMP -sass $BIN/gptoss | awk '/Function :/{p = ($3 ~ /moe_decode_mma_(down_smem_kernel|kernelILb0ELi4ELb0ELi0ELb0)/)} p' \
+          > "$OUT/s57c_down_sass.txt" 2>&1
+        gzip -f "$OUT/s57c_down_sass.txt"
+      fi
+      ;;
     s56)
       # Session 56: the front-end fixes on CUDA, session 55's checks, the engine tests, batch-1 rows of both models.
       s56_check s56_front

@@ -5,6 +5,8 @@
 // The bytes are down's code bytes of four 20b experts: 4 × 2,880 rows × 1,440 bytes (2,880 e2m1 columns), 16.6 MB,
 // read with 16-byte loads into a checksum, L2 flushed before every timed launch (the step reads them from DRAM):
 //   tiles    a CTA reads 16 whole rows (23 KB, contiguous): 720 CTAs, today's down kernel's shape
+//   frag     the same tiles in the decode kernels' order (each lane its MMA fragment's words: a warp's 16-byte loads
+//            touch 8 rows × 64 bytes; session 57)
 //   group32  a CTA reads one 32-column group of every row of one expert (16 bytes a row, rows 1,440 bytes apart):
 //            2,880 columns / 32 = 90 groups an expert, 360 CTAs of 46 KB
 //   group64  two adjacent groups a CTA (32 bytes a row: one whole sector), 180 CTAs of 92 KB
@@ -60,6 +62,28 @@ __global__ void tiles(const uint8_t* w, unsigned long long* sum) {
     unsigned long long acc = 0;
 #pragma unroll
     for (int j = 0; j < kMax; ++j) acc += words(v[j]);
+    finish(acc, sum);
+}
+
+// 16 whole rows a CTA as the decode kernels read them (moe_decode_mma's decode_load, 4 warps of 128 threads): warp
+// w covers 128-wide K steps [s0, s0 + ns) of the 23 (90 groups of 16 bytes a row); lane (g, t) loads group
+// 4(s0 + i) + t of rows g and g + 8 at each step i: a warp instruction touches 8 rows × 64 bytes, 1,440 bytes apart.
+__global__ void frag(const uint8_t* w, unsigned long long* sum) {
+    const uint4* base = reinterpret_cast<const uint4*>(w + static_cast<size_t>(blockIdx.x) * 16 * kRowBytes);
+    constexpr int G = kRowBytes / 16, S = (G + 3) / 4, kMaxSteps = 6;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int s0 = warp * S / 4, ns = (warp + 1) * S / 4 - s0;
+    uint4 lo[kMaxSteps], hi[kMaxSteps];
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) {
+        const int grp = 4 * (s0 + i) + t;
+        const bool live = i < ns && grp < G;
+        lo[i] = live ? ld_stream(base + g * G + grp) : make_uint4(0, 0, 0, 0);
+        hi[i] = live ? ld_stream(base + (g + 8) * G + grp) : make_uint4(0, 0, 0, 0);
+    }
+    unsigned long long acc = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxSteps; ++i) acc += words(lo[i]) + words(hi[i]);
     finish(acc, sum);
 }
 
@@ -141,6 +165,7 @@ int main(int argc, char** argv) {
     for (int threads : {128, 256}) {
         const int n_tiles = kExperts * kRows / 16;
         run("tiles", threads, n_tiles, [&] { tiles<<<n_tiles, threads>>>(w, sum); });
+        if (threads == 128) run("frag", threads, n_tiles, [&] { frag<<<n_tiles, threads>>>(w, sum); });
         const int n32 = kExperts * (kRowBytes / 16), n64 = kExperts * (kRowBytes / 32);
         run("group32", threads, n32, [&] { groups<16><<<n32, threads>>>(w, sum, false); });
         run("group32x", threads, n32, [&] { groups<16><<<n32, threads>>>(w, sum, true); });

@@ -903,9 +903,10 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
         default: cp_async_wait<7>(); break;
     }
 }
-template <int kWarps, bool kWaitFirst, bool kPipe, bool kLateTrigger = false>
+template <int kWarps, bool kWaitFirst, bool kPipe, bool kLateTrigger = false, bool kStamps = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlocks)
     moe_decode_mma_down_smem_kernel(const MoeMxfp4Args a) {
+    moe_stamp<kStamps>(a.stamps, 0);
     using Sh = DecodeShape<kWarps>;
     constexpr int kMaxSteps = Sh::kMaxSteps;
     static_assert(kMaxSteps <= 8, "cp_async_wait_n");
@@ -926,6 +927,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
     uint4* wsm = xs_all + kWarps * max_tokens * Sh::kTokenSlots + warp * kMaxSteps * 64 + lane;
 
     const DecodeTile tile = decode_tile<false>(a, s_info);  // the plan is complete (see the one-tile kernel)
+    moe_stamp<kStamps>(a.stamps, 1, static_cast<uint32_t>(tile.e));
     if (tile.e < 0) return;
     const int e = tile.e, tok0 = tile.tok0, ntok = tile.ntok, row0 = tile.row0;
     const int64_t r_lo = static_cast<int64_t>(e) * H + row0 + g;
@@ -951,6 +953,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
             cp_async16(wsm + 64 * i + 32, a.down_blocks + (live ? gi + row8 : 0) * 16, live);
             cp_async_commit();
         }
+        moe_stamp<kStamps>(a.stamps, 2);
     };
     if (threadIdx.x < ntok) {
         const int as = __ldcg(a.sorted_assignments + tok0 + threadIdx.x);
@@ -960,11 +963,13 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
     }
     if constexpr (!kWaitFirst) issue();
     pdl_wait();  // act is the gate_up kernel's output
+    moe_stamp<kStamps>(a.stamps, 3);
     if constexpr (kWaitFirst) issue();
     if constexpr (!kLateTrigger) pdl_trigger();  // after the wait: at most this kernel and the next in flight
     __syncthreads();                             // s_as, s_col, s_src
     if (wk.ng > 0) stage_rows<kWarps, true>(xs, ntok, wk, [&](int r) { return s_src[r]; });
     __syncwarp();
+    moe_stamp<kStamps>(a.stamps, 4, xs[0].x);
     if constexpr (!kPipe) cp_async_wait<0>();
     uint32_t big = 0;
 #pragma unroll
@@ -976,6 +981,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
         hi = wsm[64 * i + 32];
         sl = slo[i];
         sh = shi[i];
+        if (i == 0) moe_stamp<kStamps>(a.stamps, 5, lo.x ^ hi.x);
     };
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (two)
@@ -984,8 +990,10 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDownSmemMinBlo
         decode_steps_with<kWarps, false>(acc, fetch, xs, ntok, wk);
     // kLateTrigger: the next kernel (the QKV GEMV, whose weight loads go out before its own pdl_wait) becomes
     // resident only once every CTA here has its words, so that its prefetch does not share DRAM with this burst.
+    moe_stamp<kStamps>(a.stamps, 6, __float_as_uint(acc[0]));
     if constexpr (kLateTrigger) pdl_trigger();
     decode_epilogue<false, kWarps>(a, acc, red, e, row0, ntok, s_as, s_col, s_info[3]);
+    moe_stamp<kStamps>(a.stamps, 7);
 }
 
 // Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
@@ -1166,6 +1174,17 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                                  : form == 5 ? moe_decode_mma_down_smem_kernel<4, true, true, true>
                                              : moe_decode_mma_down_smem_kernel<4, false, true, true>;
             const size_t ssmem = down_smem_bytes<4>(max_tokens);
+            if (a.num_tokens == 1 && (form == 1 || form == 3)) {  // GPTOSS_MOE_STAMPS: the stamping instantiation
+                MoeMxfp4Args b = a;
+                b.stamps = MoeStamps::get().rows(a.gate_up_blocks, 1, grid);
+                if (b.stamps != nullptr) {
+                    const auto tkernel = form == 1 ? moe_decode_mma_down_smem_kernel<4, false, false, false, true>
+                                                   : moe_decode_mma_down_smem_kernel<4, true, true, false, true>;
+                    fit_dynamic_smem(tkernel, ssmem);
+                    launch_pdl(tkernel, static_cast<int>(grid), Sh::kThreads, ssmem, stream, b);
+                    return;
+                }
+            }
             fit_dynamic_smem(skernel, ssmem);
             launch_pdl(skernel, static_cast<int>(grid), Sh::kThreads, ssmem, stream, a);
             return;
