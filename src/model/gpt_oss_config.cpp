@@ -336,6 +336,11 @@ Status parse_config(const json& j, GptOssConfig* out) {
         RETURN_IF_ERROR(parse_quantization(*q, &c.quantization));
     }
     c.extra = r.leftovers();
+    // A window at least as long as the context is full attention: no position sees more than max_position_embeddings
+    // keys. Held at the context so that the KV cache's window rings are sized by what can be visible (a window near
+    // 2^31 overflowed their block counts; one past the context asked for more blocks than any sequence can use).
+    if (c.max_position_embeddings > 0 && c.sliding_window > c.max_position_embeddings)
+        c.sliding_window = c.max_position_embeddings;
     *out = std::move(c);
     return ok_status();
 }
@@ -427,6 +432,8 @@ namespace {
 
 // A config file's text (at most kMaxConfigBytes); nullopt when it cannot be opened.
 StatusOr<std::optional<std::string>> read_config_text(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) return invalid_argument(path + ": is a directory, not a file");
     std::ifstream in(path, std::ios::binary);
     if (!in) return std::optional<std::string>{};
     std::string text;
@@ -597,6 +604,9 @@ Status GptOssConfig::validate() const {
     }
     if (!(std::isfinite(rope_theta) && rope_theta > 0)) {
         return invalid_argument("rope_theta (" + num(rope_theta) + ") must be positive");
+    }
+    if (rope_scaling && !(rope_theta > 1)) {  // YaRN's correction range divides by ln(rope_theta)
+        return invalid_argument("rope_theta (" + num(rope_theta) + ") must be greater than 1 with YaRN rope_scaling");
     }
     if (!(std::isfinite(swiglu_limit) && swiglu_limit > 0)) {
         return invalid_argument("swiglu_limit (" + num(swiglu_limit) + ") must be positive");

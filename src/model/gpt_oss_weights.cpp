@@ -133,9 +133,11 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     Loader ld(*w->checkpoint, *w);
 
     RETURN_IF_ERROR(ld.dense("model.embed_tokens.weight", V, H, &w->embed_tokens));
-    // tie_word_embeddings: the output projection is the embedding, unless the checkpoint holds its own lm_head.weight,
-    // which is then used (as transformers' tie_weights and vLLM do; a warning when it differs from the embedding).
-    if (w->checkpoint->find("lm_head.weight") != nullptr || !c.tie_word_embeddings) {
+    // tie_word_embeddings: the output projection is the embedding, unless the checkpoint holds its own lm_head.weight
+    // (or its FP8 form, lm_head.weight_fp8, which `convert --dense` writes for it), which is then used (as
+    // transformers' tie_weights and vLLM do; a warning when it differs from the embedding).
+    if (w->checkpoint->find("lm_head.weight") != nullptr || w->checkpoint->find("lm_head.weight_fp8") != nullptr ||
+        !c.tie_word_embeddings) {
         RETURN_IF_ERROR(ld.dense("lm_head.weight", V, H, &w->lm_head));
         const DenseWeight& e = w->embed_tokens;
         const DenseWeight& o = w->lm_head;
@@ -150,6 +152,12 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     }
     RETURN_IF_ERROR(ld.vec("model.norm.weight", Shape{H}, &w->norm));
 
+    // The last layer's first tensor before any per-layer allocation: a num_hidden_layers past the checkpoint's layers
+    // (up to 2^24) fails here at once instead of after sizing every layer.
+    if (const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) + ".input_layernorm.weight";
+        w->checkpoint->find(last) == nullptr)
+        return not_found(dir + ": config.json has num_hidden_layers " + std::to_string(c.num_hidden_layers) +
+                         " but the checkpoint has no tensor '" + last + "'");
     const bool mxfp4 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_blocks") != nullptr;
     const bool fp8 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_fp8") != nullptr;
     w->layers.resize(c.num_hidden_layers);

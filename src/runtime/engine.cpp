@@ -136,7 +136,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<ModelRunner> ru
                                     config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens));
     if (geometry.sliding_window > 0) {
         // One sequence must be able to take one token with its whole window held.
-        const int64_t need = (geometry.sliding_window - 1 + config.block_size - 1) / config.block_size + 2;
+        const int64_t need =
+            (static_cast<int64_t>(geometry.sliding_window) - 1 + config.block_size - 1) / config.block_size + 2;
         if (counts.sliding < need)
             return resource_exhausted("the KV budget gives " + std::to_string(counts.sliding) +
                                       " sliding-window blocks; a sequence needs " + std::to_string(need));

@@ -400,7 +400,30 @@ TEST(GptOssConfigParse, FromFile) {
     auto missing = GptOssConfig::from_file((dir / "nope.json").string());
     ASSERT_FALSE(missing.ok());
     EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+    // A directory where the file should be: said so (it read as an empty, invalid JSON text).
+    std::filesystem::create_directories(dir / "sub" / "config.json");
+    auto is_dir = GptOssConfig::from_file((dir / "sub" / "config.json").string());
+    ASSERT_FALSE(is_dir.ok());
+    EXPECT_NE(is_dir.status().message().find("is a directory"), std::string::npos) << is_dir.status().message();
     std::filesystem::remove_all(dir);
+}
+
+// A sliding window at least as long as the context is full attention: held at max_position_embeddings (a window near
+// 2^31 overflowed the KV cache's block count and aborted the engine; one past the context asked for blocks no
+// sequence can use). A shorter one is kept.
+TEST(GptOssConfigParse, SlidingWindowHeldAtTheContext) {
+    json j = json::parse(published_config(24, 32));
+    j["max_position_embeddings"] = 4096;
+    for (int64_t w : {int64_t{2147483647}, int64_t{4097}, int64_t{4096}}) {
+        j["sliding_window"] = w;
+        auto c = GptOssConfig::from_json(j);
+        ASSERT_TRUE(c.ok()) << c.status().to_string();
+        EXPECT_EQ(c->sliding_window, 4096) << w;
+    }
+    j["sliding_window"] = 4095;
+    auto c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->sliding_window, 4095);
 }
 
 // ---- presets and round trips --------------------------------------------------------------------
@@ -541,6 +564,12 @@ TEST(GptOssConfigValidate, RopeParameters) {
     c = base();
     c.rope_theta = -1;
     expect_invalid(c, "rope_theta (-1) must be positive");
+    // YaRN's correction range divides by ln(rope_theta): theta 1 gave NaN logits.
+    c = base();
+    c.rope_theta = 1.0;
+    expect_invalid(c, "rope_theta (1) must be greater than 1 with YaRN rope_scaling");
+    c.rope_scaling.reset();
+    EXPECT_TRUE(c.validate().ok());
 }
 
 TEST(GptOssConfigValidate, SlidingWindowAtLeastOne) {

@@ -2,12 +2,14 @@
 // checkpoint written by write_random_checkpoint (agreement with transformers is tests/golden).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "core/dtype.h"
+#include "model/fp8_convert.h"
 #include "model/gpt_oss_forward.h"
 #include "model/random_checkpoint.h"
 
@@ -307,6 +309,53 @@ TEST_F(ForwardTest, TiedWordEmbeddings) {
     SingleSequence s4(**own, 9);
     ASSERT_TRUE(s4.append(ids, true, &d).ok());
     EXPECT_EQ(d, orig);
+
+    // The same checkpoint through `convert --dense`: its head is lm_head.weight_fp8 now, and is still the head (the
+    // loader fell back to the embedding, a different model, with the converted head listed as unused).
+    const std::string dir3 = dir_ + "_tied_fp8";
+    fs::remove_all(dir3);
+    ASSERT_TRUE(convert_to_fp8(dir2, dir3, /*dense=*/true).ok());
+    auto conv = GptOssWeights::load(dir3);
+    ASSERT_TRUE(conv.ok()) << conv.status().to_string();
+    EXPECT_TRUE((*conv)->unused_tensors.empty());
+    EXPECT_NE((*conv)->lm_head.data, (*conv)->embed_tokens.data);
+    std::vector<float> f;
+    SingleSequence s5(**conv, 9);
+    ASSERT_TRUE(s5.append(ids, true, &f).ok());
+    ASSERT_EQ(f.size(), orig.size());
+    // Against the bf16 original: the FP8 rounding of the attention and head weights only (0.05-0.06 relative L2 in
+    // Fp8CheckpointTest.DenseConversionQuantizesAttentionAndLmHead, bound 0.1 there too); the embedding-head model's
+    // logits are a different model's (relative L2 ~1).
+    double num = 0, den = 0, num_b = 0;
+    for (size_t i = 0; i < f.size(); ++i) {
+        num += (f[i] - orig[i]) * (f[i] - orig[i]);
+        num_b += (f[i] - b[i]) * (f[i] - b[i]);
+        den += orig[i] * orig[i];
+    }
+    EXPECT_LT(std::sqrt(num / den), 0.1);
+    EXPECT_GT(std::sqrt(num_b / den), 0.5);
+    fs::remove_all(dir2);
+    fs::remove_all(dir3);
+}
+
+// num_hidden_layers past the checkpoint's layers fails before any per-layer allocation (2^24 layers took ~8 GB and
+// 35 s before the first missing tensor), naming the missing layer.
+TEST_F(ForwardTest, LayerCountPastTheCheckpointFailsFast) {
+    const std::string dir2 = dir_ + "_layers";
+    fs::create_directories(dir2);
+    fs::copy_file(dir_ + "/model.safetensors", dir2 + "/model.safetensors", fs::copy_options::overwrite_existing);
+    GptOssConfig c = small_config();
+    c.num_hidden_layers = 1 << 24;  // the most validate() allows; layer_types left out (the default alternation)
+    nlohmann::json j = c.to_hf_json();
+    j.erase("layer_types");
+    std::ofstream(dir2 + "/config.json") << j.dump();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto w = GptOssWeights::load(dir2);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(w.ok());
+    EXPECT_NE(w.status().message().find("model.layers.16777215.input_layernorm.weight"), std::string::npos)
+        << w.status().to_string();
+    EXPECT_LT(s, 5.0);
     fs::remove_all(dir2);
 }
 
