@@ -2957,6 +2957,7 @@ PY
       serve_check serve_only
       ;;
     s57)
+      # Needs bench/results/2026-12-06_h100_r72/s57-down-smem.patch applied (r72: slower in every form, not in src/).
       # Session 57: down at one token with its words in shared memory, all 720 CTAs resident
       # (moe_decode_mma_down_smem_kernel, GPTOSS_MOE_DOWN_SMEM=1..4; off by default). Its tests (the same bits as the
       # register kernel; edge shapes against the CPU), the model / engine tests with form 3, then 20b batch 1 at 1k
@@ -2981,6 +2982,7 @@ PY
       fi
       ;;
     s57b)
+      # Needs bench/results/2026-12-06_h100_r72/s57-down-smem.patch applied.
       # Session 57, call 2: down's shared-memory forms 5 / 6 (3 / 4 with pdl_trigger after the q loop, so that the next
       # QKV GEMV's CTAs and their early weight loads come only after down's burst). Tests with 5, then 20b batch 1 two
       # interleaved passes of default / 3 / 5 / 6, 120b default / 5, a 20b trace of form 5.
@@ -2996,6 +2998,7 @@ PY
       fi
       ;;
     s57c)
+      # Needs bench/results/2026-12-06_h100_r72/s57-down-smem.patch applied.
       # Session 57, call 3: where down's shared-memory forms lose (r72: +6 µs a layer). Stamped 20b batch-1 rows of the
       # register kernel (default), form 3 (copies after pdl_wait, a step at a time) and form 1 (copies before the wait),
       # each summarised by tools/moe_stamps.py; the down kernels' SASS for reading offline.

@@ -970,8 +970,6 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     for (int e : {3, 30})
         for (size_t i = 0; i < gu_s; ++i) ex.gu_scales[e * gu_s + i] = static_cast<uint8_t>(129 + i % 4);
     for (size_t i = 0; i < dn_s; ++i) ex.down_scales[11 * dn_s + i] = 0;
-    for (int e : {3, 30})  // down's second scale multiply too (kTwo in every down kernel)
-        for (size_t i = 0; i < dn_s; ++i) ex.down_scales[e * dn_s + i] = static_cast<uint8_t>(129 + i % 3);
     auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
          dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
     for (int T : {1, 2, 3, 8}) {
@@ -988,20 +986,16 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
         auto dids = to_device(ids), dh32 = to_device(h), dh = to_device(to_bf16(h));
         DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
         kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-        // down's words in registers, or in shared memory (decode_down_smem's four forms, at 1-2 tokens).
-        for (int down_smem = 0; down_smem <= (T <= 2 ? 4 : 0); ++down_smem) {
-            for (bool f32_input : {true, false}) {  // h_f32, or the bf16 rows (the same values)
-                auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
-                auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
-                kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
-                                                f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
-                a.decode_down_smem = down_smem;
-                ASSERT_TRUE(kc::moe_decode_mma_supported(a));
-                kc::moe_decode_mma(a, nullptr);
-                EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
-                    << "T=" << T << (f32_input ? " fp32 h" : " bf16 h") << " down smem form " << down_smem;
-            }
+        for (bool f32_input : {true, false}) {  // h_f32, or the bf16 rows (the same values)
+            auto act = poisoned(static_cast<size_t>(T) * K * I * 4);
+            auto y = poisoned(static_cast<size_t>(T) * K * H * 4);
+            kc::MoeMxfp4Args a = mxfp4_args(ex, dgub, dgus, dgubias, ddb, dds, ddbias, dh.get(),
+                                            f32_input ? dh32.as<float>() : nullptr, offsets, sorted, act, y, T, K);
+            ASSERT_TRUE(kc::moe_decode_mma_supported(a));
+            kc::moe_decode_mma(a, nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
+                << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
         }
     }
 }
@@ -1217,8 +1211,7 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
 // over tiles must give the one-tile kernel's act to the bit (the same sums in the same order), with the
 // resident grid and with 7 and 1 CTAs (hundreds of tiles a CTA: the copies of red and s_as rotate), at
 // 32 and 128 experts, with experts shared by both tokens at 2; and down after it the same y. Down as a loop
-// too (moe_decode_mma_down_loop_kernel, decode_down_loop) in variants 4-6, down with its words in shared memory
-// (moe_decode_mma_down_smem_kernel, decode_down_smem forms 1-4) in variants 7-10, and at one token with
+// too (moe_decode_mma_down_loop_kernel, decode_down_loop) in variants 4-6, and at one token with
 // MoeResidualTail: the same residual, h and Σ x² parts, the counters back at zero.
 TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
     REQUIRE_GPU();
@@ -1235,9 +1228,8 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping;
-            // gate_up looping (resident grid) with down's shared-memory forms 1-4.
-            constexpr int kVariants = 11;
+            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping.
+            constexpr int kVariants = 7;
             const int tiles = H / kc::kMoeTailTile;
             const auto x0 = randn(H, 307 + E, 4.0f);
             const auto gain = randn(H, 309 + E, 0.3f, 1.0f);
@@ -1255,9 +1247,8 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                     mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), nullptr, offsets, sorted, act, y, T, K);
                 a.kernel = 1;
                 a.decode_loop = v == 0 ? 0 : 1;
-                a.decode_down_loop = v >= 4 && v < 7 ? 1 : 0;
-                a.decode_down_smem = v >= 7 ? v - 6 : 0;
-                const int shape = v >= 7 ? 1 : v >= 4 ? v - 3 : v;
+                a.decode_down_loop = v >= 4 ? 1 : 0;
+                const int shape = v >= 4 ? v - 3 : v;
                 a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : 0;
                 auto dx = to_device(x0);
                 auto hb = poisoned(static_cast<size_t>(H) * 2);

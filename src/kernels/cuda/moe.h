@@ -165,11 +165,6 @@ struct MoeMxfp4Args {
     // 0 off, -1 GPTOSS_MOE_DOWN_LOOP's choice (unset: at 2 tokens only; =1 at 1-2; =0 never).
     // decode_loop_grid applies to it too.
     int decode_down_loop = -1;
-    // down at 1-2 tokens with its tile's words in shared memory, all 720 one-token CTAs of 20b / 120b resident
-    // (moe_decode_mma_down_smem_kernel, session 57; the same bits): 0 off, 1 its copies before pdl_wait and waited for
-    // at once, 2 after pdl_wait, 3 after pdl_wait and waited for a step at a time, 4 before pdl_wait a step at a time;
-    // -1 GPTOSS_MOE_DOWN_SMEM's value (unset: 0). Ahead of decode_down_loop where both apply.
-    int decode_down_smem = -1;
     // The gate_up loop kernel's first-tile requests spread over this many ns (CTA b sleeps b / grid of it
     // before its first weight loads, so that DRAM serves the first tiles in an order rather than all of them
     // interleaved and late): -1 GPTOSS_MOE_STAGGER_NS's value (unset: 2,000 at one token, 0 at two), 0 none.
