@@ -144,6 +144,19 @@ private:
 
 std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
 
+// vLLM's whitespace_pattern / guided_whitespace_pattern: "" (no whitespace between a JSON document's tokens, as
+// disable_any_whitespace) is held; any other pattern is refused rather than ignored.
+void whitespace_pattern(Fields& f, const char* key, const Json& v, bool* no_whitespace) {
+    if (v.is_null()) return;
+    if (!v.is_string()) {
+        f.fail(key, "must be a string");
+    } else if (!v.get_ref<const std::string&>().empty()) {
+        f.fail(key, "is supported only as \"\" (no whitespace, as disable_any_whitespace)");
+    } else {
+        *no_whitespace = true;
+    }
+}
+
 // A regular expression (a string) or a choice (an array of non-empty strings) compiled to a regex grammar;
 // errors name `key`.
 std::shared_ptr<const structured::RegexGrammar> regex_grammar(Fields& f, const char* key, const Json& v, bool choice) {
@@ -396,6 +409,7 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
     if (const Json* so = f.object("structured_outputs"); so != nullptr && f.ok()) {
         Fields s(*so, f.param("structured_outputs"));
+        const int given_before = given;
         for (auto it = so->begin(); it != so->end() && s.ok(); ++it) {
             if (it.value().is_null()) continue;
             if (it.key() == "json") {
@@ -414,14 +428,31 @@ void read_sampling(Fields& f, SamplingRequest* out) {
                 out->ebnf = ebnf_grammar(s, "grammar", it.value());
                 ++given;
             } else if (it.key() == "disable_any_whitespace") {
-                out->disable_any_whitespace = s.boolean("disable_any_whitespace").value_or(false);
+                out->disable_any_whitespace =
+                    s.boolean("disable_any_whitespace").value_or(false) || out->disable_any_whitespace;
             } else if (it.key() == "structural_tag") {
                 out->tag = structural_tag(s, "structural_tag", it.value(), /*allow_string=*/true);
                 ++given;
+            } else if (it.key() == "whitespace_pattern") {
+                whitespace_pattern(s, "whitespace_pattern", it.value(), &out->disable_any_whitespace);
+            } else if (it.key() == "disable_fallback" || it.key() == "disable_additional_properties") {
+                // vLLM's: there is one backend (no fallback), and an object with properties already takes no others.
+                (void)s.boolean(it.key().c_str());
+            } else if (it.key() != "backend" && it.key() != "_backend") {
+                // A misspelled constraint ran the request unconstrained (session 57).
+                s.fail(it.key().c_str(),
+                       "is not a structured_outputs field (json, json_object, regex, choice, grammar, "
+                       "structural_tag, disable_any_whitespace, whitespace_pattern)");
             }
         }
+        if (s.ok() && given == given_before)
+            s.fail_status(field_error(f.param("structured_outputs"),
+                                      "names no constraint (json, json_object, regex, choice, grammar or "
+                                      "structural_tag)"));
         f.fail_status(s.status());
     }
+    if (const Json* wp = f.get("guided_whitespace_pattern"); wp != nullptr && f.ok())
+        whitespace_pattern(f, "guided_whitespace_pattern", *wp, &out->disable_any_whitespace);
     if (f.ok() && out->disable_any_whitespace && out->grammar) out->grammar = out->grammar->without_whitespace();
     if (f.ok() && out->disable_any_whitespace && out->tag) out->tag = out->tag->without_whitespace();
     if (f.ok() && given > 1)

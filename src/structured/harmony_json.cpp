@@ -18,11 +18,17 @@ public:
           regex_(std::move(regex)),
           ebnf_(std::move(ebnf)),
           tag_(std::move(tag)),
-          tools_(std::move(tools)) {
+          tools_(std::move(tools)),
+          raw_(raw) {
         if (raw) begin_final();
     }
 
     bool allowed_next(std::vector<uint8_t>* mask) override {
+        if (state_ == State::kDone) {  // a raw completion past its end (ignore_eos): the end again, nothing else
+            std::fill(mask->begin(), mask->end(), uint8_t{0});
+            if (end_id_ >= 0 && static_cast<size_t>(end_id_) < mask->size()) (*mask)[static_cast<size_t>(end_id_)] = 1;
+            return true;
+        }
         if (state_ != State::kJson) return false;
         const TokenTrie& trie = so_->trie();
         const bool regex = rstate_ >= 0;
@@ -78,9 +84,12 @@ public:
                         matcher_->feed(bytes[static_cast<size_t>(id)]);
                     }
                 } else if (id == t.end || id == t.ret || id == t.call) {
-                    state_ = State::kBetween;
+                    // A raw completion is the constrained text and nothing after it: with ignore_eos the request
+                    // goes on, and drew free text after the end (session 57); it may only repeat the end now.
+                    state_ = raw_ ? State::kDone : State::kBetween;
                 }
                 break;
+            case State::kDone: break;
             case State::kBetween:
                 if (id == t.start) {
                     state_ = State::kHeader;
@@ -91,7 +100,7 @@ public:
     }
 
 private:
-    enum class State { kHeader, kBody, kJson, kBetween };
+    enum class State { kHeader, kBody, kJson, kBetween, kDone };
 
     // The word of `header_` after `from` (skipping spaces), up to a space, '<' or <|channel|>.
     std::string word_after(size_t from) const {
@@ -171,6 +180,7 @@ private:
     std::shared_ptr<const EbnfGrammar> ebnf_;    // or its grammar (when final_ is null)
     std::shared_ptr<const StructuralTag> tag_;   // or its structural tag (when final_ is null)
     std::shared_ptr<const ToolGrammars> tools_;
+    bool raw_ = false;  // a raw completion: the whole output is the constrained text
     std::optional<JsonMatcher> matcher_;
     std::optional<EbnfMatcher> ematcher_;           // the body follows ebnf_'s
     std::optional<StructuralTagMatcher> tmatcher_;  // or tag_'s

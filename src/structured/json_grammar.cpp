@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <string>
 #include <utility>
@@ -473,17 +474,22 @@ public:
                             "is supported on a schema of type number or integer (without enum, const, anyOf, "
                             "oneOf, allOf or $ref beside it)");
         }
-        if (const auto it = s.find("$ref"); it != s.end()) return ref(*it, ptr + "/$ref", depth);
         int node;
-        if (s.contains("enum") || s.contains("const")) {
+        if (const auto it = s.find("$ref"); it != s.end()) {
+            if (Status st = only_annotations_beside(s, "$ref", ptr); !st.ok()) return st;
+            StatusOr<int> n = ref(*it, ptr + "/$ref", depth);
+            if (!n.ok()) return n.status();
+            node = *n;
+        } else if (s.contains("enum") || s.contains("const")) {
+            if (Status st = only_annotations_beside(s, s.contains("enum") ? "enum" : "const", ptr, "type"); !st.ok())
+                return st;
             StatusOr<int> n = literal(s, ptr);
             if (!n.ok()) return n.status();
             node = *n;
         } else if (s.contains("anyOf") || s.contains("oneOf")) {
             const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
             if (s.contains("anyOf") && s.contains("oneOf")) return fail(ptr, "has both anyOf and oneOf");
-            for (const char* k : {"type", "properties", "items", "allOf"})
-                if (s.contains(k)) return fail(ptr + "/" + k, std::string("beside ") + key + " is not supported");
+            if (Status st = only_annotations_beside(s, key, ptr); !st.ok()) return st;
             const Json& list = s[key];
             if (!list.is_array() || list.empty()) return fail(ptr + "/" + key, "must be a non-empty array of schemas");
             SchemaNode u;
@@ -497,6 +503,7 @@ public:
                 return fail(ptr + "/" + key, "has more than " + std::to_string(kMaxThreads) + " options");
             node = g_->add(std::move(u));
         } else if (s.contains("allOf")) {
+            if (Status st = only_annotations_beside(s, "allOf", ptr); !st.ok()) return st;
             const Json& list = s["allOf"];
             if (!list.is_array() || list.size() != 1)
                 return fail(ptr + "/allOf", "is supported with exactly one schema (no merging)");
@@ -551,6 +558,45 @@ public:
     }
 
 private:
+    // Keywords that do not constrain a value: annotations, where a schema keeps its definitions, OpenAPI's
+    // discriminator (its oneOf is held as anyOf) and vendor extensions (x-...). nullable is applied to whatever the
+    // schema is (compile's end).
+    static bool non_constraining(const std::string& k) {
+        static const char* const kKeys[] = {
+            "title",         "description", "default",   "examples",        "$comment",
+            "$schema",       "$id",         "$anchor",   "$defs",           "definitions",
+            "deprecated",    "readOnly",    "writeOnly", "contentEncoding", "contentMediaType",
+            "discriminator", "nullable"};
+        return k.rfind("x-", 0) == 0 || std::find(std::begin(kKeys), std::end(kKeys), k) != std::end(kKeys);
+    }
+    // A schema whose value `key` decides ($ref, enum / const, anyOf / oneOf, allOf): any other keyword but annotations
+    // (and `also`) would be ignored by the compiled form, so it is refused rather than dropped (an enum beside
+    // type: integer gave 2.5, a $ref beside required gave {}).
+    static Status only_annotations_beside(const Json& s, const std::string& key, const std::string& ptr,
+                                          const char* also = nullptr) {
+        for (const auto& [k, v] : s.items()) {
+            (void)v;
+            if (k == key || non_constraining(k) || (also != nullptr && k == also)) continue;
+            if ((key == "enum" && k == "const") || (key == "const" && k == "enum"))
+                continue;  // both: checked in literal
+            return fail(ptr + "/" + k, "beside " + key + " is not supported (the output could not be held to both)");
+        }
+        return ok_status();
+    }
+    // Whether a JSON value is of the JSON Schema type `t` (an integer: a number with no fractional part).
+    static bool of_type(const Json& v, const std::string& t) {
+        if (t == "integer")
+            return v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                             std::floor(v.get<double>()) == v.get<double>());
+        if (t == "number") return v.is_number();
+        if (t == "string") return v.is_string();
+        if (t == "boolean") return v.is_boolean();
+        if (t == "null") return v.is_null();
+        if (t == "object") return v.is_object();
+        if (t == "array") return v.is_array();
+        return false;
+    }
+
     // A JSON number as an exact decimal (a double by its shortest round-trip digits, as it was most likely written).
     static Status number_bound(const Json& v, const std::string& ptr, bool exclusive, SchemaNode::Bound* b) {
         if (!v.is_number()) return fail(ptr, "must be a number");
@@ -651,20 +697,28 @@ private:
         return invalid_argument("at " + (ptr.empty() ? std::string("the root") : ptr) + ": " + what);
     }
 
-    // RFC 3339 / JSON Schema formats as anchored patterns (null: not held).
+    // RFC 3339 / JSON Schema formats as anchored patterns (null: not held). A date's day is within its month (30 in
+    // April, June, September and November; February 29 only in a leap year: divisible by 4, not by 100 unless by 400).
+#define GPTOSS_DATE                                                                                                    \
+    "(\\d{4}-(0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|\\d{4}-(0[469]|11)-(0[1-9]|[12]\\d|30)|\\d{4}-02-(0[1-9]|1\\d|2[" \
+    "0-8])"                                                                                                            \
+    "|(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+#define GPTOSS_TIME "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)"
     static const char* format_pattern(const std::string& format) {
         static const std::pair<const char*, const char*> table[] = {
-            {"date", "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])$"},
-            {"time", "^([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$"},
-            {"date-time",
-             "^\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\\d|3[01])[Tt]([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?"
-             "([Zz]|[+-]([01]\\d|2[0-3]):[0-5]\\d)$"},
+            {"date", "^" GPTOSS_DATE "$"},
+            {"time", "^" GPTOSS_TIME "$"},
+            {"date-time", "^" GPTOSS_DATE "[Tt]" GPTOSS_TIME "$"},
             {"email", "^[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9-]+(\\.[A-Za-z0-9-]+)*$"},
             {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
             {"ipv4", "^((25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)$"},
+            // At most 4 labels of at most 62 characters: a name then stays within RFC 1123's 253 (4 · 62 + 3 = 251); a
+            // pattern cannot count the whole name's length, and unbounded labels ran to 900 characters.
             {"hostname",
-             "^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"},
+             "^[A-Za-z0-9]([A-Za-z0-9-]{0,60}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,60}[A-Za-z0-9])?){0,3}$"},
         };
+#undef GPTOSS_DATE
+#undef GPTOSS_TIME
         for (const auto& [name, p] : table)
             if (format == name) return p;
         return nullptr;
@@ -774,22 +828,49 @@ private:
         return node;
     }
 
+    // enum / const, with `type` beside it: the values of that type (none: refused). Values equal as JSON (1 and 1.0)
+    // are one literal, written as first listed, so that uniqueItems never takes one value twice.
     StatusOr<int> literal(const Json& s, const std::string& ptr) {
         SchemaNode n;
         n.kind = SchemaNode::Kind::kLiteral;
+        std::vector<std::string> types;
+        if (const auto t = s.find("type"); t != s.end()) {
+            if (t->is_string()) {
+                types.push_back(t->get<std::string>());
+            } else if (t->is_array()) {
+                for (const Json& x : *t)
+                    if (x.is_string())
+                        types.push_back(x.get<std::string>());
+                    else
+                        return fail(ptr + "/type", "must be a type name or an array of them");
+            } else {
+                return fail(ptr + "/type", "must be a type name or an array of them");
+            }
+        }
+        const auto typed_ok = [&](const Json& v) {
+            return types.empty() ||
+                   std::any_of(types.begin(), types.end(), [&](const std::string& t) { return of_type(v, t); });
+        };
+        std::vector<Json> values;
         if (s.contains("const")) {
-            n.literals.push_back(s["const"].dump());
+            values.push_back(s["const"]);
+            if (s.contains("enum")) {
+                const Json& e = s["enum"];
+                if (!e.is_array() || std::find(e.begin(), e.end(), s["const"]) == e.end())
+                    return fail(ptr + "/const", "is not among the enum's values: no value matches both");
+            }
         } else {
             const Json& e = s["enum"];
             if (!e.is_array() || e.empty()) return fail(ptr + "/enum", "must be a non-empty array");
             if (e.size() > static_cast<size_t>(kMaxEnumValues))
                 return fail(ptr + "/enum", "has more than " + std::to_string(kMaxEnumValues) + " values");
-            for (const Json& v : e) {
-                std::string text = v.dump();
-                if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
-                    n.literals.push_back(std::move(text));
-            }
+            for (const Json& v : e)
+                if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
         }
+        for (const Json& v : values)
+            if (typed_ok(v)) n.literals.push_back(v.dump());
+        if (n.literals.empty())
+            return fail(ptr + (s.contains("const") ? "/const" : "/enum"), "has no value of the schema's type");
         return g_->add(std::move(n));
     }
 

@@ -673,7 +673,7 @@ std::shared_ptr<const StructuralTag> StructuralTag::without_whitespace() const {
 // ---- matching -------------------------------------------------------------------------------------------------------
 
 bool TagThread::operator==(const TagThread& o) const {
-    return node == o.node && state == o.state && chars == o.chars && json == o.json;
+    return node == o.node && state == o.state && chars == o.chars && utf8 == o.utf8 && json == o.json;
 }
 
 StructuralTagMatcher::StructuralTagMatcher(const StructuralTag& tag)
@@ -695,14 +695,38 @@ bool StructuralTagMatcher::leaf_accepting(const TagThread& t) const {
         case StructuralTag::Leaf::Kind::kLiteral: return static_cast<size_t>(t.state) == l.literal.size();
         case StructuralTag::Leaf::Kind::kJson: return t.json->accepting();
         case StructuralTag::Leaf::Kind::kRegex: return l.regex->accepting(t.state);
-        case StructuralTag::Leaf::Kind::kText: return true;
+        case StructuralTag::Leaf::Kind::kText: return l.max_chars < 0 || t.utf8 == 0;  // not inside a character
     }
     return false;
 }
 
+namespace {
+// Free text under max_chars is strict UTF-8, counted in code points (session 57: continuation bytes counted as
+// nothing, so stray ones ran on without limit, and the text could end inside a character). `u` is the thread's
+// TagThread::utf8 (0 at a character boundary); returns the next, or -1 if `c` cannot follow; *lead: c starts one.
+int32_t utf8_next(int32_t u, uint8_t c, bool* lead) {
+    *lead = false;
+    if (u != 0) {
+        const int need = u & 0xFF, lo = u >> 8 & 0xFF, hi = u >> 16 & 0xFF;
+        if (c < lo || c > hi) return -1;
+        return need > 1 ? (need - 1) | 0x80 << 8 | 0xBF << 16 : 0;
+    }
+    *lead = true;
+    if (c < 0x80) return 0;
+    if (c >= 0xC2 && c <= 0xDF) return 1 | 0x80 << 8 | 0xBF << 16;
+    if (c == 0xE0) return 2 | 0xA0 << 8 | 0xBF << 16;
+    if (c == 0xED) return 2 | 0x80 << 8 | 0x9F << 16;  // no surrogates
+    if (c >= 0xE1 && c <= 0xEF) return 2 | 0x80 << 8 | 0xBF << 16;
+    if (c == 0xF0) return 3 | 0x90 << 8 | 0xBF << 16;
+    if (c >= 0xF1 && c <= 0xF3) return 3 | 0x80 << 8 | 0xBF << 16;
+    if (c == 0xF4) return 3 | 0x80 << 8 | 0x8F << 16;
+    return -1;
+}
+}  // namespace
+
 void StructuralTagMatcher::add(TagThread t) {
     for (TagThread& o : threads_) {
-        if (o.node != t.node || o.state != t.state) continue;
+        if (o.node != t.node || o.state != t.state || o.utf8 != t.utf8) continue;
         if (!t.json) {
             // Free text at the same place: the one with fewer characters so far allows all the other does.
             o.chars = std::min(o.chars, t.chars);
@@ -764,8 +788,13 @@ bool StructuralTagMatcher::step(const StructuralTagMatcher& from, uint8_t c) {
                 break;
             case StructuralTag::Leaf::Kind::kText:
                 n.state = l.text->next(t.state, c);
-                n.chars = l.max_chars < 0 ? 0 : t.chars + ((c & 0xC0) != 0x80);
-                if (n.state < 0 || (l.max_chars >= 0 && n.chars > l.max_chars)) continue;
+                if (n.state < 0) continue;
+                if (l.max_chars >= 0) {
+                    bool lead = false;
+                    n.utf8 = utf8_next(t.utf8, c, &lead);
+                    n.chars = t.chars + (lead ? 1 : 0);
+                    if (n.utf8 < 0 || n.chars > l.max_chars) continue;
+                }
                 break;
             case StructuralTag::Leaf::Kind::kJson:
                 n.json = t.json;
@@ -817,12 +846,21 @@ void TokenTrie::walk_tag(uint32_t node, int depth, std::vector<StructuralTagMatc
     };
     Loop loops[kMaxTagThreads];
     int num_loops = 0;
+    uint64_t ascii_loops[kMaxTagThreads][4];
+    int num_ascii = 0;
     const JsonMatcher* jsons[kMaxTagThreads];
     int num_jsons = 0;
     for (const TagThread& t : cur.threads_) {
         const StructuralTag::Leaf& l = cur.t_->leaf(cur.t_->node(t.node).leaf);
-        if (l.kind == StructuralTag::Leaf::Kind::kText && t.state == 0) {
-            loops[num_loops++] = {l.text->start_loop().data(), l.max_chars < 0 ? INT64_MAX : l.max_chars - t.chars};
+        if (l.kind == StructuralTag::Leaf::Kind::kText && t.state == 0 && l.max_chars < 0) {
+            loops[num_loops++] = {l.text->start_loop().data(), INT64_MAX};
+        } else if (l.kind == StructuralTag::Leaf::Kind::kText && t.state == 0 && t.utf8 == 0) {
+            // Under max_chars only ASCII subtrees are taken whole (any byte sequence of them is whole characters, one
+            // a byte); the rest is stepped, so that every token's bytes are checked as UTF-8.
+            uint64_t* a = ascii_loops[num_ascii++];
+            const uint64_t* sl = l.text->start_loop().data();
+            a[0] = sl[0], a[1] = sl[1], a[2] = 0, a[3] = 0;
+            loops[num_loops++] = {a, l.max_chars - t.chars};
         } else if (l.kind == StructuralTag::Leaf::Kind::kRegex) {
             if (const uint64_t* lb = l.regex->loop_bytes(t.state)) loops[num_loops++] = {lb, INT64_MAX};
         } else if (l.kind == StructuralTag::Leaf::Kind::kJson) {

@@ -114,6 +114,7 @@ struct TagThread {
     int32_t node = 0;   // a leaf node
     int32_t state = 0;  // kLiteral: bytes matched; kRegex: the DFA state; kText: the scanner's state
     int64_t chars = 0;  // kText under max_chars: code points so far (else 0)
+    int32_t utf8 = 0;   // kText under max_chars: inside a character, the bytes still due | the next one's range << 8
     std::optional<JsonMatcher> json;
     bool operator==(const TagThread& o) const;
 };

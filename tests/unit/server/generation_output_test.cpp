@@ -1499,6 +1499,12 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("structured_outputs":{"regex":"\1"})",
                             R"("structured_outputs":{"grammar":"root ::= x"})",
                             R"("structured_outputs":{"structural_tag":"{}"})",
+                            R"("structured_outputs":{"jsonn":{"type":"integer"}})",  // session 57: ran unconstrained
+                            R"("structured_outputs":{})",
+                            R"("structured_outputs":{"json_object":false})",
+                            R"("structured_outputs":{"json":{},"whitespace_pattern":"[ ]*"})",
+                            R"("guided_json":{},"guided_whitespace_pattern":"\s*")",
+                            R"("guided_json":{},"guided_whitespace_pattern":3)",
                             R"("guided_grammar":"root ::= x")",
                             R"("guided_grammar":"start: /a+/x")",
                             R"("guided_grammar":["root ::= \"a\""])",
@@ -1518,6 +1524,13 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
         EXPECT_FALSE(err.is_null()) << bad;
     }
     post_json("/v1/completions", R"({"prompt":"x","min_tokens":0,"bad_words":[],"guided_json":null})");
+    // vLLM's whitespace pattern "" is disable_any_whitespace; disable_fallback and a backend name are accepted.
+    post_json("/v1/completions",
+              R"({"prompt":"x","guided_json":{"type":"array"},"guided_whitespace_pattern":"","max_tokens":2})");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    post_json("/v1/completions", R"({"prompt":"x","max_tokens":2,"structured_outputs":{"json":{"type":"array"},
+              "whitespace_pattern":"","disable_fallback":true,"backend":"xgrammar"}})");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
     server_.engine.set_script([ids](const EngineRequest&) { return ids; });
     // min_tokens reaches the engine; a stop string inside its first min_tokens tokens does not cut (" one two"
     // is 2 tokens: " two" is the second), one ending later does; a stop id before it does not end (the fake

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -91,6 +92,24 @@ TEST_F(HarmonyJsonTest, OnlyTheFinalMessageIsConstrained) {
     EXPECT_FALSE(mask[static_cast<size_t>(id(","))]);
     feed(*c, {"<|return|>"});
     EXPECT_FALSE(c->allowed_next(&mask));
+}
+
+// A raw completion (the whole output constrained) past its end: with ignore_eos the engine goes on drawing, and the
+// mask was lifted after <|return|> (free text followed, session 57); it allows only <|return|> again.
+TEST_F(HarmonyJsonTest, ARawCompletionOnlyRepeatsItsEnd) {
+    auto c = so_->raw_json(JsonGrammar::any_object())->start();
+    std::vector<uint8_t> mask;
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("{"))]);
+    feed(*c, {"{", "}"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|return|>"))]);
+    for (int k = 0; k < 3; ++k) {
+        feed(*c, {"<|return|>"});
+        ASSERT_TRUE(c->allowed_next(&mask));
+        EXPECT_EQ(std::count(mask.begin(), mask.end(), 1), 1);
+        EXPECT_TRUE(mask[static_cast<size_t>(id("<|return|>"))]);
+    }
 }
 
 TEST_F(HarmonyJsonTest, CallsToStrictFunctionsAreHeldToTheirParameters) {

@@ -203,6 +203,56 @@ TEST(JsonGrammar, UnsupportedOrBrokenSchemasAreRefusedByName) {
                     .ok());
 }
 
+// A keyword beside $ref / enum / const / anyOf / oneOf / allOf that the compiled form would ignore is refused
+// (black-box tests, session 57: an enum beside type integer gave 2.5, a const beside maxLength 2 gave "xyz", a $ref
+// beside required gave {}); type beside enum / const keeps the values of that type; annotations and nullable stay
+// allowed.
+TEST(JsonGrammar, KeywordsBesideAValueDecidingKeyword) {
+    const std::pair<const char*, const char*> refused[] = {
+        {R"({"type":"string","const":"xyz","maxLength":2})", "/maxLength"},
+        {R"({"type":"string","enum":["a","bbbb"],"minLength":2})", "/minLength"},
+        {R"({"type":"array","items":{"type":"integer"},"enum":[[1,2],["x"]]})", "/items"},
+        {R"({"type":"string","enum":[1,2]})", "has no value of the schema's type"},
+        {R"({"type":"integer","const":"x"})", "has no value of the schema's type"},
+        {R"({"const":3,"enum":[1,2]})", "/const"},
+        {R"({"$defs":{"o":{"type":"object","properties":{"a":{"type":"integer"}}}},"$ref":"#/$defs/o","required":["a"]})",
+         "/required"},
+        {R"({"anyOf":[{"type":"object"}],"required":["a"]})", "/required"},
+        {R"({"oneOf":[{"type":"string"}],"minLength":3})", "/minLength"},
+        {R"({"allOf":[{"type":"string"}],"type":"integer"})", "/type"},
+        {R"({"enum":["a"],"anyOf":[{"type":"string"}]})", "/anyOf"},
+    };
+    for (const auto& [schema, what] : refused) {
+        auto g = JsonGrammar::compile(Json::parse(schema));
+        ASSERT_FALSE(g.ok()) << schema;
+        EXPECT_NE(g.status().to_string().find(what), std::string::npos) << schema << ": " << g.status().to_string();
+    }
+    auto g = compile(R"({"type":"integer","enum":[1,2.5,"a",3.0],"title":"n","description":"d","x-order":1})");
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(complete(*g, "1"));
+    EXPECT_TRUE(complete(*g, "3.0"));
+    EXPECT_FALSE(prefix(*g, "2"));
+    EXPECT_FALSE(prefix(*g, "\""));
+    auto ref = compile(R"({"$defs":{"s":{"type":"string"}},"$ref":"#/$defs/s","nullable":true,"description":"d"})");
+    ASSERT_TRUE(ref);
+    EXPECT_TRUE(complete(*ref, "null"));  // nullable beside $ref was dropped before
+    EXPECT_TRUE(complete(*ref, "\"s\""));
+    auto both = compile(R"({"type":["string","null"],"enum":["a",null,1]})");
+    ASSERT_TRUE(both);
+    EXPECT_TRUE(complete(*both, "null"));
+    EXPECT_FALSE(prefix(*both, "1"));
+    // Pydantic's shapes: Optional[Model], a defaulted model field, a discriminated union.
+    for (const char* ok : {R"({"$defs":{"M":{"type":"object"}},"anyOf":[{"$ref":"#/$defs/M"},{"type":"null"}],
+                              "default":null,"title":"X"})",
+                           R"({"$defs":{"M":{"type":"object"}},"allOf":[{"$ref":"#/$defs/M"}],"default":{},
+                              "description":"d"})",
+                           R"({"$defs":{"A":{"type":"object","properties":{"k":{"const":"a"}}},
+                                        "B":{"type":"object","properties":{"k":{"const":"b"}}}},
+                              "oneOf":[{"$ref":"#/$defs/A"},{"$ref":"#/$defs/B"}],
+                              "discriminator":{"propertyName":"k","mapping":{"a":"#/$defs/A","b":"#/$defs/B"}}})"})
+        EXPECT_TRUE(JsonGrammar::compile(Json::parse(ok)).ok()) << ok;
+}
+
 // Review findings (session 46): each once crashed, blew up, dead-ended or let the output past the schema.
 // A JSON number without exponent (up to 8 digits each side of the point) × 10^8, exactly; nullopt if `s` is not one.
 std::optional<int64_t> units(const std::string& s) {
@@ -398,6 +448,13 @@ TEST(JsonGrammar, UniqueItemsOfLiterals) {
     EXPECT_FALSE(prefix(*flags, "[true,false,"));
     EXPECT_TRUE(
         complete(*compile(R"({"type":"array","items":{"type":"string"},"uniqueItems":false})"), R"(["a","a"])"));
+    // 1 and 1.0 are one value (JSON Schema's equality): one literal, written as first listed (session 57: [2,1,1.0]).
+    auto nums = compile(R"({"type":"array","items":{"enum":[1,1.0,2]},"uniqueItems":true,"minItems":2})");
+    ASSERT_TRUE(nums);
+    EXPECT_TRUE(complete(*nums, "[2,1]"));
+    EXPECT_FALSE(prefix(*nums, "[1,1.0"));
+    EXPECT_FALSE(prefix(*nums, "[1.0"));
+    EXPECT_FALSE(prefix(*nums, "[2,1,"));  // both values used: no third item
     for (const char* bad : {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})",
                             R"({"type":"array","items":{"enum":["a"]},"uniqueItems":true,"minItems":2})",
                             R"({"type":"array","prefixItems":[{"const":1}],"items":{"enum":[2]},"uniqueItems":true})",
@@ -547,13 +604,20 @@ TEST(JsonGrammar, StringPatternsAgreeWithStdRegexSearch) {
 // beside minLength / maxLength, stay annotations.
 TEST(JsonGrammar, StringFormats) {
     const std::tuple<const char*, std::vector<const char*>, std::vector<const char*>> cases[] = {
-        {"date", {"2024-02-29", "1999-12-31"}, {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32"}},
+        {"date",
+         {"2024-02-29", "2000-02-29", "1999-12-31", "2023-04-30", "2023-02-28"},
+         {"2024-13-01", "2024-1-01", "24-01-01", "2024-01-32", "3030-02-30", "2023-02-29", "1900-02-29", "2023-04-31",
+          "2023-11-31"}},
         {"time", {"23:59:60Z", "08:30:00.123+05:30", "00:00:00z"}, {"24:00:00Z", "08:30:00", "8:30:00Z"}},
-        {"date-time", {"2024-06-01T12:00:00Z", "2024-06-01t12:00:00.5-07:00"}, {"2024-06-01 12:00:00Z", "2024-06-01"}},
+        {"date-time",
+         {"2024-06-01T12:00:00Z", "2024-06-01t12:00:00.5-07:00", "2024-02-29T00:00:00Z"},
+         {"2024-06-01 12:00:00Z", "2024-06-01", "3030-02-30T02:02:02Z", "2023-06-31T00:00:00Z"}},
         {"email", {"a.b+c@example.com", "x@y"}, {"@example.com", "a@", "a b@c.d"}},
         {"uuid", {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567-e89b-12d3-a456-42661417400", "xyz"}},
         {"ipv4", {"192.168.0.1", "0.0.0.0", "255.255.255.255"}, {"256.1.1.1", "1.2.3", "01.2.3.4"}},
-        {"hostname", {"example.com", "a-b.c", "x"}, {"-a.com", "a..b", "a_b.com"}},
+        {"hostname",
+         {"example.com", "a-b.c", "x", "a.b.c.d"},
+         {"-a.com", "a..b", "a_b.com", "a.b.c.d.e"}},  // (at most 4 labels: the name within 253 bytes)
     };
     for (const auto& [format, good, bad] : cases) {
         auto g = JsonGrammar::compile(Json{{"type", "string"}, {"format", format}});

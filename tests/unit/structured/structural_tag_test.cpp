@@ -230,6 +230,20 @@ TEST(StructuralTag, DocumentedForms) {
     EXPECT_TRUE(matches(*ends, "<r>αβγ</a>"));  // code points, not bytes
     EXPECT_FALSE(live(*ends, "<r>abcd"));
     EXPECT_FALSE(live(*ends, "<r>a</r>b"));
+    // Under max_chars the text is strict UTF-8 (session 57: stray continuation bytes counted as nothing and ran on,
+    // and the text could end inside a character).
+    EXPECT_FALSE(live(*ends, "<r>L\x91"));
+    EXPECT_FALSE(live(*ends, "<r>\x91\xab\x92"));
+    EXPECT_FALSE(live(*ends, "<r>\xc0\x80"));      // overlong
+    EXPECT_FALSE(live(*ends, "<r>\xed\xa0\x80"));  // a surrogate
+    EXPECT_FALSE(live(*ends, "<r>\xe7\xaa</r>"));  // the end inside a character
+    EXPECT_TRUE(live(*ends, "<r>\xe7\xaa"));       // (a character under way)
+    EXPECT_TRUE(matches(*ends,
+                        "<r>\xe7\xaa\xa5\xf0\x9f\x98\x80"
+                        "a</r>"));
+    EXPECT_FALSE(live(*ends,
+                      "<r>\xe7\xaa\xa5\xf0\x9f\x98\x80"
+                      "ab"));  // a fourth code point
     auto sep = format_tag({{"type", "tags_with_separator"},
                            {"tags",
                             {{{"type", "tag"},
