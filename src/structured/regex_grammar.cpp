@@ -264,6 +264,12 @@ private:
             case 'B': return error("word boundaries are not supported");
             default: break;
         }
+        // Python's reading: three octal digits (or any digits inside a class) are an octal escape, else \1-\99 a
+        // backreference; both refused, each by its name.
+        const auto octal = [](char d) { return d >= '0' && d <= '7'; };
+        if (c >= '1' && c <= '9' &&
+            (in_class || (octal(c) && i_ + 1 < p_.size() && octal(p_[i_]) && octal(p_[i_ + 1]))))
+            return error("octal escapes are not supported");
         if (c >= '1' && c <= '9') return error("backreferences are not supported");
         if (std::isalnum(static_cast<unsigned char>(c))) return error("unknown escape \\" + std::string(1, c));
         --i_;

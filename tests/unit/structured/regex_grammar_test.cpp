@@ -158,6 +158,10 @@ TEST(RegexGrammar, RefusalsNameTheProblem) {
         {"a**", "multiple repeat"},
         {"a{99999999}", "repetition"},
         {"\\012", "octal"},
+        {"\\101", "octal"},  // three octal digits (it said "backreferences", session 57)
+        {"[\\1]", "octal"},
+        {"(a)\\1", "backreference"},
+        {"(a)\\18", "backreference"},
         {"[\\d-z]", "bad character range"},
         {"^*a", "nothing to repeat"},
         {"a$+", "start / end"},
