@@ -902,19 +902,6 @@ private:
                     n.props.push_back(-1);  // compiled below (a recursive $ref may reach this node first)
                 }
             }
-            if (const auto r = s.find("required"); r != s.end()) {
-                if (!r->is_array()) return fail(ptr + "/required", "must be an array of property names");
-                for (size_t i = 0; i < r->size(); ++i) {
-                    const Json& name = (*r)[i];
-                    const std::string rp = ptr + "/required/" + std::to_string(i);
-                    if (!name.is_string()) return fail(rp, "must be a string");
-                    const std::string quoted = Json(name.get<std::string>()).dump();
-                    const auto at = std::find(n.names.begin(), n.names.end(), quoted.substr(1, quoted.size() - 2));
-                    if (at == n.names.end())
-                        return fail(rp, "'" + name.get<std::string>() + "' is not among the properties");
-                    n.required |= uint64_t{1} << (at - n.names.begin());
-                }
-            }
             const auto ap = s.find("additionalProperties");
             if (ap == s.end()) {
                 n.additional = s.contains("properties") ? -1 : g_->any_;  // properties {} alone: only {}
@@ -924,6 +911,30 @@ private:
                 StatusOr<int> a = compile(*ap, ptr + "/additionalProperties", depth + 1);
                 if (!a.ok()) return a.status();
                 n.additional = *a;
+            }
+            if (const auto r = s.find("required"); r != s.end()) {
+                if (!r->is_array()) return fail(ptr + "/required", "must be an array of property names");
+                for (size_t i = 0; i < r->size(); ++i) {
+                    const Json& name = (*r)[i];
+                    const std::string rp = ptr + "/required/" + std::to_string(i);
+                    if (!name.is_string()) return fail(rp, "must be a string");
+                    const std::string quoted = Json(name.get<std::string>()).dump();
+                    const auto at = std::find(n.names.begin(), n.names.end(), quoted.substr(1, quoted.size() - 2));
+                    if (at == n.names.end() && n.additional < 0)
+                        return fail(rp, "'" + name.get<std::string>() +
+                                            "' is not among the properties, and the object takes no others");
+                    if (at == n.names.end()) {
+                        // Required but not listed: a property of the additional properties' schema (a valid JSON
+                        // Schema; it comes after the listed ones).
+                        if (n.names.size() >= static_cast<size_t>(kMaxNamedProperties))
+                            return fail(rp, "makes more than " + std::to_string(kMaxNamedProperties) + " properties");
+                        n.names.push_back(quoted.substr(1, quoted.size() - 2));
+                        n.props.push_back(n.additional);
+                        n.required |= uint64_t{1} << (n.names.size() - 1);
+                        continue;
+                    }
+                    n.required |= uint64_t{1} << (at - n.names.begin());
+                }
             }
             if (const auto p = s.find("properties"); p != s.end()) {
                 size_t i = 0;

@@ -253,6 +253,30 @@ TEST(JsonGrammar, KeywordsBesideAValueDecidingKeyword) {
         EXPECT_TRUE(JsonGrammar::compile(Json::parse(ok)).ok()) << ok;
 }
 
+// A required name that properties does not list is a property of the additional properties' schema (a valid JSON
+// Schema, refused before: session 57); where the object takes no others it is still refused.
+TEST(JsonGrammar, RequiredBeyondTheListedProperties) {
+    auto g = compile(R"({"type":"object","required":["x"]})");
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(complete(*g, R"({"x":1})"));
+    EXPECT_TRUE(complete(*g, R"({"x":[],"y":2})"));
+    EXPECT_FALSE(complete(*g, "{}"));
+    EXPECT_FALSE(complete(*g, R"({"y":2})"));
+    EXPECT_FALSE(prefix(*g, R"({"x":1,"x")"));
+    auto typed = compile(R"({"type":"object","properties":{"a":{"type":"string"}},"additionalProperties":
+                             {"type":"integer"},"required":["b","a"]})");
+    ASSERT_TRUE(typed);
+    EXPECT_TRUE(complete(*typed, R"({"a":"s","b":2})"));
+    EXPECT_FALSE(prefix(*typed, R"({"a":"s","b":"t")"));
+    EXPECT_FALSE(complete(*typed, R"({"a":"s"})"));
+    for (const char* bad : {R"({"type":"object","properties":{"a":{}},"required":["b"]})",
+                            R"({"type":"object","additionalProperties":false,"required":["b"]})"}) {
+        auto r = JsonGrammar::compile(Json::parse(bad));
+        ASSERT_FALSE(r.ok()) << bad;
+        EXPECT_NE(r.status().message().find("takes no others"), std::string::npos) << r.status().message();
+    }
+}
+
 // Review findings (session 46): each once crashed, blew up, dead-ended or let the output past the schema.
 // A JSON number without exponent (up to 8 digits each side of the point) × 10^8, exactly; nullopt if `s` is not one.
 std::optional<int64_t> units(const std::string& s) {
