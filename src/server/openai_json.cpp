@@ -409,7 +409,6 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     }
     if (const Json* so = f.object("structured_outputs"); so != nullptr && f.ok()) {
         Fields s(*so, f.param("structured_outputs"));
-        const int given_before = given;
         for (auto it = so->begin(); it != so->end() && s.ok(); ++it) {
             if (it.value().is_null()) continue;
             if (it.key() == "json") {
@@ -445,7 +444,9 @@ void read_sampling(Fields& f, SamplingRequest* out) {
                        "structural_tag, disable_any_whitespace, whitespace_pattern)");
             }
         }
-        if (s.ok() && given == given_before)
+        // An empty one says nothing (a client's bug); disable_any_whitespace alone shapes another constraint
+        // (chat's response_format).
+        if (s.ok() && std::none_of(so->begin(), so->end(), [](const Json& v) { return !v.is_null(); }))
             s.fail_status(field_error(f.param("structured_outputs"),
                                       "names no constraint (json, json_object, regex, choice, grammar or "
                                       "structural_tag)"));

@@ -1501,7 +1501,7 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
                             R"("structured_outputs":{"structural_tag":"{}"})",
                             R"("structured_outputs":{"jsonn":{"type":"integer"}})",  // session 57: ran unconstrained
                             R"("structured_outputs":{})",
-                            R"("structured_outputs":{"json_object":false})",
+                            R"("structured_outputs":{"json":null})",
                             R"("structured_outputs":{"json":{},"whitespace_pattern":"[ ]*"})",
                             R"("guided_json":{},"guided_whitespace_pattern":"\s*")",
                             R"("guided_json":{},"guided_whitespace_pattern":3)",
