@@ -168,8 +168,23 @@ Status parse_rope_block(const std::string& key, const json& v, const std::option
         const json* factor = r.take("factor");
         if (factor == nullptr) return invalid_argument("missing " + r.name("factor"));
         RETURN_IF_ERROR(get_double(r.name("factor"), *factor, &s.factor));
-        RETURN_IF_ERROR(r.take_double("beta_fast", &s.beta_fast));
-        RETURN_IF_ERROR(r.take_double("beta_slow", &s.beta_slow));
+        // null is absent, and so is 0 for the betas (transformers reads `get("beta_fast") or 32`).
+        auto take_optional = [&](const char* k, std::optional<double>* dst) -> Status {
+            const json* x = r.take(k);
+            if (x == nullptr || x->is_null()) return ok_status();
+            double d = 0;
+            RETURN_IF_ERROR(get_double(r.name(k), *x, &d));
+            *dst = d;
+            return ok_status();
+        };
+        std::optional<double> beta_fast, beta_slow;
+        RETURN_IF_ERROR(take_optional("beta_fast", &beta_fast));
+        RETURN_IF_ERROR(take_optional("beta_slow", &beta_slow));
+        if (beta_fast && *beta_fast != 0) s.beta_fast = *beta_fast;
+        if (beta_slow && *beta_slow != 0) s.beta_slow = *beta_slow;
+        RETURN_IF_ERROR(take_optional("attention_factor", &s.attention_factor));
+        RETURN_IF_ERROR(take_optional("mscale", &s.mscale));
+        RETURN_IF_ERROR(take_optional("mscale_all_dim", &s.mscale_all_dim));
         // transformers' YaRN defaults to truncate=true when the key is absent; the published
         // checkpoints say false explicitly.
         s.truncate = true;
@@ -185,7 +200,7 @@ Status parse_rope_block(const std::string& key, const json& v, const std::option
         }
         out->scaling = s;
     }
-    // Anything else (attention_factor, mscale, ...) would change the numerics: refuse rather than
+    // Anything else (partial_rotary_factor, long_factor, ...) would change the numerics: refuse rather than
     // ignore it.
     for (const auto& k : r.unused_keys()) {
         const json& x = v.at(k);
@@ -346,12 +361,16 @@ Status parse_config(const json& j, GptOssConfig* out) {
 }
 
 json rope_scaling_json(const RopeScaling& s) {
-    return {{"rope_type", s.rope_type},
-            {"factor", s.factor},
-            {"beta_fast", s.beta_fast},
-            {"beta_slow", s.beta_slow},
-            {"original_max_position_embeddings", s.original_max_position_embeddings},
-            {"truncate", s.truncate}};
+    json j = {{"rope_type", s.rope_type},
+              {"factor", s.factor},
+              {"beta_fast", s.beta_fast},
+              {"beta_slow", s.beta_slow},
+              {"original_max_position_embeddings", s.original_max_position_embeddings},
+              {"truncate", s.truncate}};
+    if (s.attention_factor) j["attention_factor"] = *s.attention_factor;
+    if (s.mscale) j["mscale"] = *s.mscale;
+    if (s.mscale_all_dim) j["mscale_all_dim"] = *s.mscale_all_dim;
+    return j;
 }
 
 // Keys of the published config.json that the engine does not use (MODEL.md §1.1).
@@ -397,6 +416,14 @@ GptOssConfig published_base() {
 }
 
 }  // namespace
+
+double RopeScaling::concentration() const {
+    if (attention_factor) return *attention_factor;
+    auto get_mscale = [&](double m) { return factor <= 1 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    if (mscale && mscale_all_dim && *mscale != 0 && *mscale_all_dim != 0)
+        return get_mscale(*mscale) / get_mscale(*mscale_all_dim);
+    return get_mscale(1.0);
+}
 
 std::string_view layer_type_name(LayerType type) {
     switch (type) {
@@ -626,6 +653,14 @@ Status GptOssConfig::validate() const {
               s.beta_fast > s.beta_slow)) {
             return invalid_argument("rope_scaling.beta_fast (" + num(s.beta_fast) +
                                     ") must be greater than beta_slow (" + num(s.beta_slow) + ") > 0");
+        }
+        for (const auto& [k, x] : {std::pair{"attention_factor", s.attention_factor}, std::pair{"mscale", s.mscale},
+                                   std::pair{"mscale_all_dim", s.mscale_all_dim}}) {
+            if (x && !std::isfinite(*x)) return invalid_argument("rope_scaling." + std::string(k) + " must be finite");
+        }
+        if (const double m = s.concentration(); !(std::isfinite(m) && m > 0)) {
+            return invalid_argument("rope_scaling: the attention factor (" + num(m) +
+                                    ") from attention_factor / mscale / mscale_all_dim must be positive");
         }
         if (s.original_max_position_embeddings <= 0) {
             return invalid_argument("rope_scaling.original_max_position_embeddings (" +

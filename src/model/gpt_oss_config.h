@@ -29,7 +29,14 @@ struct RopeScaling {
     double beta_slow = 1.0;
     int original_max_position_embeddings = 4096;
     bool truncate = false;  // false: the YaRN ramp bounds stay fractional (what the checkpoints use)
+    // The concentration (cos / sin scale), as transformers' _compute_yarn_parameters: attention_factor when
+    // given; else get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when both are nonzero; else
+    // get_mscale(factor) = 0.1·ln(factor) + 1 (the published checkpoints: 1.3466).
+    std::optional<double> attention_factor;
+    std::optional<double> mscale;
+    std::optional<double> mscale_all_dim;
 
+    double concentration() const;
     bool operator==(const RopeScaling&) const = default;
 };
 

@@ -36,15 +36,13 @@ void round_to_bf16(float* v, size_t n) {
 
 }  // namespace
 
-CpuForward::CpuForward(const GptOssWeights& weights, bool emulate_bf16, parallel::RankComms* comms)
-    : w_(weights), emulate_bf16_(emulate_bf16), comms_(comms) {
-    const GptOssConfig& c = w_.config;
-    inv_freq_.resize(c.head_dim / 2);
+float rope_frequencies(const GptOssConfig& c, std::vector<float>* inv_freq) {
+    inv_freq->assign(static_cast<size_t>(c.head_dim / 2), 0.0f);
     if (!c.rope_scaling) {  // plain RoPE
         for (int i = 0; i < c.head_dim / 2; ++i)
-            inv_freq_[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), 2.0f * i / static_cast<float>(c.head_dim));
-        attention_scaling_ = 1.0f;
-        return;
+            (*inv_freq)[i] =
+                1.0f / std::pow(static_cast<float>(c.rope_theta), 2.0f * i / static_cast<float>(c.head_dim));
+        return 1.0f;
     }
     cpu::YarnParams yp;
     yp.rope_theta = static_cast<float>(c.rope_theta);
@@ -53,7 +51,14 @@ CpuForward::CpuForward(const GptOssWeights& weights, bool emulate_bf16, parallel
     yp.beta_slow = static_cast<float>(c.rope_scaling->beta_slow);
     yp.original_max_position_embeddings = c.rope_scaling->original_max_position_embeddings;
     yp.truncate = c.rope_scaling->truncate;
-    attention_scaling_ = cpu::yarn_inv_freq(yp, c.head_dim, inv_freq_.data());
+    yp.attention_factor = static_cast<float>(c.rope_scaling->concentration());
+    return cpu::yarn_inv_freq(yp, c.head_dim, inv_freq->data());
+}
+
+CpuForward::CpuForward(const GptOssWeights& weights, bool emulate_bf16, parallel::RankComms* comms)
+    : w_(weights), emulate_bf16_(emulate_bf16), comms_(comms) {
+    const GptOssConfig& c = w_.config;
+    attention_scaling_ = rope_frequencies(c, &inv_freq_);
 }
 
 Status CpuForward::validate(std::span<const ForwardSequence> seqs, const CpuKvCache& kv) const {

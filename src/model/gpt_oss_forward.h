@@ -49,6 +49,10 @@ struct ForwardSequence {
     bool all_logits = false;  // logits for every new token, else only for the last one
 };
 
+// The rotary inverse frequencies [head_dim / 2] of `c` (YaRN-blended, or plain RoPE without rope_scaling), as
+// transformers' rope initialisers compute them; returns the concentration that scales cos and sin.
+float rope_frequencies(const GptOssConfig& c, std::vector<float>* inv_freq);
+
 class CpuForward {
 public:
     // emulate_bf16: round activations to bf16 exactly where the CUDA backend stores them in bf16

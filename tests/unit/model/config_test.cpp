@@ -372,10 +372,75 @@ TEST(GptOssConfigParse, SpellingsThatDisagree) {
 }
 
 TEST(GptOssConfigParse, UnsupportedRopeKey) {
-    expect_edit_error([](json& j) { j["rope_scaling"]["attention_factor"] = 1.5; },
-                      "rope_scaling: unsupported key 'attention_factor'");
+    expect_edit_error([](json& j) { j["rope_scaling"]["long_factor"] = 1.5; },
+                      "rope_scaling: unsupported key 'long_factor'");
     expect_edit_error([](json& j) { j["rope_scaling"]["rope_theta"] = 150000; },
                       "rope_scaling must not contain rope_theta");
+}
+
+// The concentration as transformers' _compute_yarn_parameters derives it (its get_mscale(scale, m) is
+// 0.1·m·ln(scale) + 1, or 1 for scale ≤ 1), and its `or` defaults for the betas.
+TEST(GptOssConfigParse, YarnAttentionFactorMscaleAndBetaDefaults) {
+    auto parse = [](const std::function<void(json&)>& edit) {
+        json j = json::parse(published_config(24, 32));
+        edit(j);
+        auto c = GptOssConfig::from_json(j);
+        EXPECT_TRUE(c.ok()) << c.status().to_string();
+        EXPECT_TRUE(c->validate().ok()) << c->validate().to_string();
+        return *c->rope_scaling;
+    };
+    const double published = 0.1 * std::log(32.0) + 1.0;
+    EXPECT_DOUBLE_EQ(parse([](json&) {}).concentration(), published);
+    EXPECT_DOUBLE_EQ(parse([](json& j) { j["rope_scaling"]["attention_factor"] = 2.5; }).concentration(), 2.5);
+    EXPECT_DOUBLE_EQ(parse([](json& j) {
+                         j["rope_scaling"]["mscale"] = 0.707;
+                         j["rope_scaling"]["mscale_all_dim"] = 0.5;
+                     }).concentration(),
+                     (0.1 * 0.707 * std::log(32.0) + 1.0) / (0.1 * 0.5 * std::log(32.0) + 1.0));
+    // mscale alone, or beside a zero mscale_all_dim: the plain factor's value.
+    EXPECT_DOUBLE_EQ(parse([](json& j) { j["rope_scaling"]["mscale"] = 2.0; }).concentration(), published);
+    EXPECT_DOUBLE_EQ(parse([](json& j) {
+                         j["rope_scaling"]["mscale"] = 1.0;
+                         j["rope_scaling"]["mscale_all_dim"] = 0.0;
+                     }).concentration(),
+                     published);
+    // attention_factor wins over mscale; factor 1 has concentration 1.
+    EXPECT_DOUBLE_EQ(parse([](json& j) {
+                         j["rope_scaling"]["attention_factor"] = 1.0;
+                         j["rope_scaling"]["mscale"] = 0.707;
+                         j["rope_scaling"]["mscale_all_dim"] = 0.707;
+                     }).concentration(),
+                     1.0);
+    EXPECT_DOUBLE_EQ(parse([](json& j) { j["rope_scaling"]["factor"] = 1.0; }).concentration(), 1.0);
+    // 0 or null betas are the defaults 32 / 1.
+    const RopeScaling zero = parse([](json& j) {
+        j["rope_scaling"]["beta_fast"] = 0;
+        j["rope_scaling"]["beta_slow"] = nullptr;
+    });
+    EXPECT_EQ(zero.beta_fast, 32.0);
+    EXPECT_EQ(zero.beta_slow, 1.0);
+    const RopeScaling given = parse([](json& j) {
+        j["rope_scaling"]["beta_fast"] = 16.0;
+        j["rope_scaling"]["beta_slow"] = 2.0;
+        j["rope_scaling"]["attention_factor"] = 1.25;
+    });
+    EXPECT_EQ(given.beta_fast, 16.0);
+    EXPECT_EQ(given.beta_slow, 2.0);
+    // The values survive a write and a read (convert's config.json).
+    auto again = GptOssConfig::from_json(json::parse(published_config(24, 32)));
+    ASSERT_TRUE(again.ok());
+    again->rope_scaling = given;
+    auto back = GptOssConfig::from_json(again->to_hf_json());
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    EXPECT_EQ(*back->rope_scaling, given);
+    // A concentration that is not positive is refused.
+    json j = json::parse(published_config(24, 32));
+    j["rope_scaling"]["attention_factor"] = -1.0;
+    auto bad = GptOssConfig::from_json(j);
+    ASSERT_TRUE(bad.ok());
+    EXPECT_NE(bad->validate().to_string().find("must be positive"), std::string::npos) << bad->validate().to_string();
+    j["rope_scaling"]["attention_factor"] = "1";
+    EXPECT_FALSE(GptOssConfig::from_json(j).ok());
 }
 
 TEST(GptOssConfigParse, FromFile) {
