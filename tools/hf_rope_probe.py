@@ -126,9 +126,18 @@ CASES = [
     variant("betas_16_2", rs(beta_fast=16.0, beta_slow=2.0)),
     variant("old_type_key", both(rs(rope_type=None), rs(type="yarn"))),
     variant("rope_parameters_v5", v5_form),
-    variant("default_rope", top(rope_scaling=None, rope_theta=10000)),
+    variant("no_rope_scaling_theta_10000", top(rope_scaling=None, rope_theta=10000)),
     variant("no_rope_scaling_key", both(top(rope_theta=500000), lambda c: c.pop("rope_scaling"))),
     variant("theta_10000", top(rope_theta=10000)),
+    variant("rope_scaling_null", lambda c: c.__setitem__("rope_scaling", None)),
+    variant("rope_scaling_null_theta_10000", both(lambda c: c.__setitem__("rope_scaling", None), top(rope_theta=10000))),
+    variant("default_type_in_rope_scaling", top(rope_scaling={"rope_type": "default"})),
+    variant("default_type_in_rope_parameters",
+            both(top(rope_scaling=None, rope_theta=None), top(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))),
+    variant("empty_rope_scaling", top(rope_scaling={})),
+    variant("top_level_original_1024", top(original_max_position_embeddings=1024)),
+    variant("top_level_original_1024_no_block", both(top(original_max_position_embeddings=1024), lambda c: c.pop("rope_scaling"))),
+    variant("minimal_yarn_block", top(rope_scaling={"rope_type": "yarn", "factor": 8.0})),
     variant("factor_0_5", rs(factor=0.5)),
     variant("linear", top(rope_scaling={"rope_type": "linear", "factor": 2.0})),
     variant("partial_rotary_0_5", top(partial_rotary_factor=0.5)),
@@ -150,13 +159,26 @@ def probe(cfg):
                 "rope_parameters": json.loads(json.dumps(getattr(config, "rope_parameters", None), default=str))}
 
 
+def sources():
+    import inspect
+    from transformers import modeling_rope_utils as m
+
+    return {"_compute_yarn_parameters": inspect.getsource(m._compute_yarn_parameters),
+            "standardize_rope_params": inspect.getsource(m.RotaryEmbeddingConfigMixin.standardize_rope_params)}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--with-source", action="store_true",
+                    help="also store transformers' rope functions' source (for reading; not committed)")
     args = ap.parse_args()
     import transformers
 
-    out = {"transformers": transformers.__version__, "cases": []}
+    out = {"transformers": transformers.__version__,
+           "generated_by": "python3 tools/hf_rope_probe.py --out tests/data/hf_rope_cases.json (on the GPU host, "
+                           "transformers " + transformers.__version__ + ")",
+           "cases": []}
     for name, cfg in CASES:
         row = {"name": name, "config": cfg}
         try:
@@ -165,19 +187,11 @@ def main():
         except Exception as e:  # noqa: BLE001 - the error is the result
             row["ok"] = False
             row["error"] = f"{type(e).__name__}: {e}"
-            row["trace"] = traceback.format_exc(limit=3)
+            traceback.print_exc(limit=3)
         out["cases"].append(row)
         print(name, row["attention_scaling"] if row["ok"] else "error: " + row["error"][:200])
-    try:
-        import inspect
-        from transformers import modeling_rope_utils as m
-        out["source"] = {n: inspect.getsource(getattr(m, n)) for n in ("_compute_yarn_parameters",)
-                         if hasattr(m, n)}
-        if hasattr(m, "RotaryEmbeddingConfigMixin"):
-            out["source"]["standardize_rope_params"] = inspect.getsource(
-                m.RotaryEmbeddingConfigMixin.standardize_rope_params)
-    except Exception as e:  # noqa: BLE001
-        out["source_error"] = str(e)
+    if args.with_source:
+        out["source"] = sources()
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)
 

@@ -148,9 +148,15 @@ struct RopeBlock {
     std::optional<double> theta;
 };
 
-Status parse_rope_block(const std::string& key, const json& v, const std::optional<int>& initial_context_length,
-                        RopeBlock* out) {
-    if (v.is_null()) return ok_status();
+// The YaRN original context as transformers 5 standardizes it: a top-level original_max_position_embeddings
+// wins over the block's own (Phi-3's convention, applied to every model), else the block's, else
+// max_position_embeddings (initial_context_length is not read: tools/hf_rope_probe.py's cases).
+struct OriginalContext {
+    std::optional<int> top_level;
+    int max_position_embeddings = 0;
+};
+
+Status parse_rope_block(const std::string& key, const json& v, const OriginalContext& original, RopeBlock* out) {
     if (!v.is_object()) return type_error(key, "an object", v);
     KeyReader r(v, key + ".");
     const json* type = nullptr;
@@ -190,14 +196,12 @@ Status parse_rope_block(const std::string& key, const json& v, const std::option
         s.truncate = true;
         RETURN_IF_ERROR(r.take_bool("truncate", &s.truncate));
         const json* orig = r.take("original_max_position_embeddings");
-        if (orig != nullptr) {
+        s.original_max_position_embeddings = original.max_position_embeddings;
+        if (orig != nullptr && !orig->is_null()) {
             RETURN_IF_ERROR(
                 get_int(r.name("original_max_position_embeddings"), *orig, &s.original_max_position_embeddings));
-        } else if (initial_context_length) {
-            s.original_max_position_embeddings = *initial_context_length;
-        } else {
-            return invalid_argument("missing " + r.name("original_max_position_embeddings"));
         }
+        if (original.top_level) s.original_max_position_embeddings = *original.top_level;
         out->scaling = s;
     }
     // Anything else (partial_rotary_factor, long_factor, ...) would change the numerics: refuse rather than
@@ -299,10 +303,23 @@ Status parse_config(const json& j, GptOssConfig* out) {
         theta = t;
     }
     RopeBlock from_scaling, from_params;
-    if (scaling_j != nullptr)
-        RETURN_IF_ERROR(parse_rope_block("rope_scaling", *scaling_j, initial_context_length, &from_scaling));
-    if (params_j != nullptr)
-        RETURN_IF_ERROR(parse_rope_block("rope_parameters", *params_j, initial_context_length, &from_params));
+    // transformers makes head_dim · factor / 2 frequencies of it, which gpt-oss's whole-head rotation cannot take.
+    if (const json* prf = r.take("partial_rotary_factor"); prf != nullptr && !prf->is_null()) {
+        double f = 0;
+        RETURN_IF_ERROR(get_double("partial_rotary_factor", *prf, &f));
+        if (f != 1.0) {
+            return invalid_argument("partial_rotary_factor (" + describe(*prf) +
+                                    ") is not supported: gpt-oss rotates whole heads (1.0)");
+        }
+    }
+    OriginalContext original;
+    original.max_position_embeddings = c.max_position_embeddings;
+    RETURN_IF_ERROR(r.take_optional_int("original_max_position_embeddings", &original.top_level));
+    // null is no block: transformers then keeps the model's default (the published YaRN block).
+    if (scaling_j != nullptr && scaling_j->is_null()) scaling_j = nullptr;
+    if (params_j != nullptr && params_j->is_null()) params_j = nullptr;
+    if (scaling_j != nullptr) RETURN_IF_ERROR(parse_rope_block("rope_scaling", *scaling_j, original, &from_scaling));
+    if (params_j != nullptr) RETURN_IF_ERROR(parse_rope_block("rope_parameters", *params_j, original, &from_params));
     if (from_scaling.theta) return invalid_argument("rope_scaling must not contain rope_theta (use rope_parameters)");
     if (from_params.theta) {
         if (theta && *theta != *from_params.theta) {
@@ -326,7 +343,9 @@ Status parse_config(const json& j, GptOssConfig* out) {
         if (orig_beta != nullptr) RETURN_IF_ERROR(get_double("rope_ntk_beta", *orig_beta, &s.beta_fast));
         if (initial_context_length) s.original_max_position_embeddings = *initial_context_length;
         c.rope_scaling = s;
-    }  // else: HF's default YaRN block (the struct default)
+    } else if (c.rope_scaling && original.top_level) {  // HF's default YaRN block (the struct default)
+        c.rope_scaling->original_max_position_embeddings = *original.top_level;
+    }
 
     if (const json* lt = r.take("layer_types"); lt != nullptr && !lt->is_null()) {
         RETURN_IF_ERROR(parse_layer_types(*lt, &c.layer_types));
@@ -546,7 +565,8 @@ json GptOssConfig::to_hf_json() const {
     j["rms_norm_eps"] = rms_norm_eps;
     j["rope_theta"] = rope_theta;
     // Explicit null for "no scaling": an absent key means HF's default YaRN block.
-    j["rope_scaling"] = rope_scaling ? rope_scaling_json(*rope_scaling) : json(nullptr);
+    // Plain RoPE as its own block: null (or no block) is transformers' default YaRN block.
+    j["rope_scaling"] = rope_scaling ? rope_scaling_json(*rope_scaling) : json{{"rope_type", "default"}};
     j["max_position_embeddings"] = max_position_embeddings;
     j["attention_bias"] = attention_bias;
     j["tie_word_embeddings"] = tie_word_embeddings;
@@ -643,8 +663,9 @@ Status GptOssConfig::validate() const {
     }
     if (rope_scaling) {
         const RopeScaling& s = *rope_scaling;
-        if (s.rope_type != "yarn") {
-            return invalid_argument("rope_scaling.rope_type '" + s.rope_type + "' is not supported (only \"yarn\")");
+        if (s.rope_type != "yarn" && s.rope_type != "linear") {
+            return invalid_argument("rope_scaling.rope_type '" + s.rope_type +
+                                    "' is not supported (\"yarn\", \"linear\" or \"default\")");
         }
         if (!(std::isfinite(s.factor) && s.factor >= 1)) {
             return invalid_argument("rope_scaling.factor (" + num(s.factor) + ") must be at least 1");

@@ -38,10 +38,12 @@ void round_to_bf16(float* v, size_t n) {
 
 float rope_frequencies(const GptOssConfig& c, std::vector<float>* inv_freq) {
     inv_freq->assign(static_cast<size_t>(c.head_dim / 2), 0.0f);
-    if (!c.rope_scaling) {  // plain RoPE
-        for (int i = 0; i < c.head_dim / 2; ++i)
+    if (!c.rope_scaling || c.rope_scaling->rope_type == "linear") {  // plain RoPE; linear divides by the factor
+        for (int i = 0; i < c.head_dim / 2; ++i) {
             (*inv_freq)[i] =
                 1.0f / std::pow(static_cast<float>(c.rope_theta), 2.0f * i / static_cast<float>(c.head_dim));
+            if (c.rope_scaling) (*inv_freq)[i] /= static_cast<float>(c.rope_scaling->factor);
+        }
         return 1.0f;
     }
     cpu::YarnParams yp;

@@ -31,7 +31,8 @@ float yarn_inv_freq(const YarnParams& p, int head_dim, float* inv_freq) {
         float pos_freq = std::pow(p.rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
         float extrapolation = 1.0f / pos_freq;
         float interpolation = 1.0f / (p.factor * pos_freq);
-        float ramp = static_cast<float>((static_cast<float>(i) - low) / (high - low));
+        // torch's order: (arange(half, f32) - low) / (high - low), each scalar rounded to f32 first.
+        float ramp = (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low);
         ramp = std::clamp(ramp, 0.0f, 1.0f);
         float extrapolation_factor = 1.0f - ramp;
         inv_freq[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;

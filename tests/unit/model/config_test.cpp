@@ -256,10 +256,10 @@ TEST(GptOssConfig, RopeScalingAbsentNullAndDefault) {
     auto absent = GptOssConfig::from_json(j);  // HF's default block
     ASSERT_TRUE(absent.ok()) << absent.status().to_string();
     EXPECT_EQ(absent->rope_scaling, RopeScaling{});
-    j["rope_scaling"] = nullptr;
+    j["rope_scaling"] = nullptr;  // transformers keeps its default block (tools/hf_rope_probe.py)
     auto null = GptOssConfig::from_json(j);
     ASSERT_TRUE(null.ok()) << null.status().to_string();
-    EXPECT_FALSE(null->rope_scaling.has_value());
+    EXPECT_EQ(null->rope_scaling, RopeScaling{});
     EXPECT_TRUE(null->validate().ok());
     j.erase("rope_scaling");
     j.erase("rope_theta");
@@ -278,15 +278,27 @@ TEST(GptOssConfig, YarnTruncateDefaultsToTrueLikeTransformers) {
     EXPECT_TRUE(c->rope_scaling->truncate);
 }
 
-TEST(GptOssConfig, OriginalMaxPositionFallsBackToInitialContextLength) {
+// transformers 5 (tools/hf_rope_probe.py on 5.17): a missing original_max_position_embeddings is
+// max_position_embeddings (initial_context_length is not read), and a top-level one wins over the block's.
+TEST(GptOssConfig, OriginalMaxPositionAsTransformersStandardizesIt) {
     json j = json::parse(published_config(24, 32));
     j["rope_scaling"].erase("original_max_position_embeddings");
     j["initial_context_length"] = 2048;
+    j["max_position_embeddings"] = 65536;
     auto c = GptOssConfig::from_json(j);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
-    EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 2048);
-    j.erase("initial_context_length");
-    expect_parse_error(j.dump(), "missing rope_scaling.original_max_position_embeddings");
+    EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 65536);
+    j["rope_scaling"]["original_max_position_embeddings"] = 4096;
+    j["original_max_position_embeddings"] = 1024;
+    c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 1024);
+    j.erase("rope_scaling");  // the default block too
+    c = GptOssConfig::from_json(j);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->rope_scaling->original_max_position_embeddings, 1024);
+    j["original_max_position_embeddings"] = "1024";
+    expect_parse_error(j.dump(), "original_max_position_embeddings must be an integer");
 }
 
 TEST(GptOssConfig, EosListAndBos) {
@@ -604,16 +616,18 @@ TEST(GptOssConfigValidate, PositiveSizes) {
     expect_invalid(c, "num_hidden_layers (0) must be positive");
 }
 
-TEST(GptOssConfigValidate, RopeTypeMustBeYarn) {
+TEST(GptOssConfigValidate, RopeTypeYarnOrLinear) {
     GptOssConfig c = base();
+    c.rope_scaling->rope_type = "llama3";
+    expect_invalid(c, "rope_scaling.rope_type 'llama3' is not supported (\"yarn\", \"linear\" or \"default\")");
     c.rope_scaling->rope_type = "linear";
-    expect_invalid(c, "rope_scaling.rope_type 'linear' is not supported (only \"yarn\")");
+    EXPECT_TRUE(c.validate().ok());
     // The parser keeps the type so validate() can say which one.
     json j = json::parse(published_config(24, 32));
     j["rope_scaling"]["rope_type"] = "dynamic";
     auto parsed = GptOssConfig::from_json(j);
     ASSERT_TRUE(parsed.ok());
-    expect_invalid(*parsed, "rope_scaling.rope_type 'dynamic' is not supported (only \"yarn\")");
+    expect_invalid(*parsed, "rope_scaling.rope_type 'dynamic' is not supported (\"yarn\", \"linear\" or \"default\")");
 }
 
 TEST(GptOssConfigValidate, RopeParameters) {
