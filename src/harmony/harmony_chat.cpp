@@ -105,17 +105,8 @@ std::vector<ChatDelta> ChatMapper::on_events(const std::vector<Event>& events) {
                     case ChatRoute::kToolCall: {
                         Call& c = calls_.back();
                         c.call.arguments += e.delta;
-                        std::string text = e.delta;
-                        if (!c.args_started) {
-                            text = ltrim_ascii(text);
-                            if (text.empty()) continue;
-                            c.args_started = true;
-                        }
-                        text = c.args_held + text;
-                        const size_t keep = rtrim_ascii(text).size();
-                        c.args_held = text.substr(keep);
-                        if (keep == 0) continue;
-                        text.resize(keep);
+                        std::string text = c.args.feed(e.delta);
+                        if (text.empty()) continue;
                         d.tool_call = ToolCallDelta{calls_.size() - 1, std::nullopt, std::nullopt, text};
                         break;
                     }
@@ -132,6 +123,21 @@ std::vector<ChatDelta> ChatMapper::on_events(const std::vector<Event>& events) {
         }
     }
     return out;
+}
+
+std::string TrimmedArguments::feed(const std::string& delta) {
+    std::string text = delta;
+    if (!started_) {
+        text = ltrim_ascii(text);
+        if (text.empty()) return text;
+        started_ = true;
+    }
+    text = held_ + text;
+    const size_t keep = rtrim_ascii(text).size();
+    held_ = text.substr(keep);
+    text.resize(keep);
+    text_ += text;
+    return text;
 }
 
 ChatCompletion ChatMapper::result(bool hit_length_limit) const {

@@ -60,6 +60,20 @@ ChatRoute chat_route(const MessageHeader& header, const ChatMappingOptions& opti
 // "functions.NAME" -> NAME; a declared bare name -> itself; otherwise nullopt.
 std::optional<std::string> function_name(const std::string& recipient, const ChatMappingOptions& options);
 
+// A tool call's arguments streamed without the whitespace around them (HARMONY.md §6.5: the content,
+// whitespace-trimmed): feed() returns what a delta adds to the trimmed text so far, holding back trailing
+// whitespace until more text follows it; the deltas concatenated are trim(all fed text).
+class TrimmedArguments {
+public:
+    std::string feed(const std::string& delta);
+    const std::string& text() const { return text_; }  // trimmed, so far
+
+private:
+    bool started_ = false;
+    std::string held_;  // trailing whitespace not yet known to be inside the arguments
+    std::string text_;
+};
+
 class ChatMapper {
 public:
     explicit ChatMapper(ChatMappingOptions options = {});
@@ -75,8 +89,7 @@ private:
         bool terminated = false;
         // Streamed arguments are the trimmed text too (HARMONY.md §6.5: streamed == non-streamed):
         // leading whitespace is never sent, trailing whitespace waits for the next non-space text.
-        bool args_started = false;
-        std::string args_held;
+        TrimmedArguments args;
     };
     ChatMappingOptions options_;
     ChatRoute route_ = ChatRoute::kHidden;

@@ -303,8 +303,10 @@ Status parse_tool_choice(const Json& request, const std::vector<ToolDescription>
 
 Status history_from_request(const Json& messages, const ServerOptions& options, std::vector<std::string>& instructions,
                             std::vector<Message>& history) {
-    // tool_call_id -> function name, over the whole request.
+    // tool_call_id -> function name, over the whole request (the last call with the id; for ids that a client
+    // reuses across turns, a tool message takes the call before it: see the tool branch below).
     std::map<std::string, std::string> call_names;
+    std::map<std::string, std::string> earlier_call_names;  // the same, over the messages before the current one
     for (const Json& m : messages) {
         const Json* calls = field(m, "tool_calls");
         if (calls == nullptr || !calls->is_array()) continue;
@@ -381,6 +383,7 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
                     history.push_back(std::move(call));
                     ASSIGN_OR_RETURN(std::optional<std::string> id, opt_string(c, "id", cw));
                     unanswered.emplace_back(id.value_or(""), *name);
+                    if (id) earlier_call_names[*id] = *name;
                 }
             } else if (!text.empty()) {
                 Message f = Message::text(Role::kAssistant, text);
@@ -396,16 +399,31 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
                 !(name_field && !name_field->empty()))
                 return invalid_argument(where + ".tool_call_id: \"" + *call_id +
                                         "\" matches no tool call in the conversation");
+            // The call it answers: the first unanswered call with its id, else the last earlier call with it (an
+            // id a client reuses answers the call before it, not a later one), else any call with it.
+            auto answered = unanswered.end();
             std::optional<std::string> name;
-            if (call_id && call_names.count(*call_id) != 0) name = call_names[*call_id];
+            if (call_id) {
+                answered = std::find_if(unanswered.begin(), unanswered.end(),
+                                        [&](const auto& u) { return u.first == *call_id; });
+                if (answered != unanswered.end()) {
+                    name = answered->second;
+                } else if (auto e = earlier_call_names.find(*call_id); e != earlier_call_names.end()) {
+                    name = e->second;
+                } else if (auto a = call_names.find(*call_id); a != call_names.end()) {
+                    name = a->second;
+                }
+            }
             if (!name && name_field && !name_field->empty()) name = *name_field;
             if (!name && !unanswered.empty()) name = unanswered.back().second;
             if (!name) {
                 return invalid_argument(where + ": tool message matches no tool call (set tool_call_id or name)");
             }
-            auto answered = std::find_if(unanswered.begin(), unanswered.end(), [&](const auto& u) {
-                return call_id ? u.first == *call_id : u.second == *name;
-            });
+            if (answered == unanswered.end()) {
+                answered = std::find_if(unanswered.begin(), unanswered.end(), [&](const auto& u) {
+                    return call_id ? u.first == *call_id : u.second == *name;
+                });
+            }
             if (answered == unanswered.end() && !unanswered.empty()) answered = unanswered.end() - 1;
             if (answered != unanswered.end()) unanswered.erase(answered);
             Message t = Message::text(Role::kTool, text);

@@ -415,6 +415,37 @@ HeaderParseResult parse_header_robust(std::string text, std::optional<Role> pres
     return result;
 }
 
+// The words of a call header that are not its fields (HARMONY.md §6.7 X10 for a header with "to="): the
+// header less its <|channel|> value, its to=... word and a content type after <|constrain|> or a bare "json".
+// `to=functions.f <|constrain|>json{"a":1}` leaves `{"a":1}`; `to=functions.` leaves nothing.
+std::string call_header_leftover(std::string_view text) {
+    std::string h = normalize_header_spaces(text);
+    auto erase_word_after = [&](size_t at, size_t marker_size, bool skip_spaces, bool identifier_only) {
+        size_t e = at + marker_size;
+        if (skip_spaces)
+            while (e < h.size() && is_ascii_space(h[e])) ++e;
+        auto in_word = [&](char c) {
+            if (identifier_only) return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+            return c != '<' && !is_ascii_space(c);
+        };
+        while (e < h.size() && in_word(h[e])) ++e;
+        h = h.substr(0, at) + " " + h.substr(e);
+    };
+    for (size_t at; (at = h.find(kChannelMarker)) != std::string::npos;)
+        erase_word_after(at, kChannelMarker.size(), true, false);
+    for (size_t at; (at = h.find("to=")) != std::string::npos;) erase_word_after(at, 3, false, false);
+    for (size_t at; (at = h.find(kConstrainMarker)) != std::string::npos;)
+        erase_word_after(at, kConstrainMarker.size(), true, true);
+    std::string rest(trim_unicode(h));
+    for (std::string_view word : {"json", "assistant"}) {  // a bare content type; the role word
+        if (starts_with(rest, word) &&
+            (rest.size() == word.size() ||
+             !(std::isalnum(static_cast<unsigned char>(rest[word.size()])) || rest[word.size()] == '_')))
+            rest = std::string(trim_unicode(rest.substr(word.size())));
+    }
+    return rest;
+}
+
 Message to_message(const ParsedMessage& parsed) {
     Message m;
     m.role = parsed.header.role;
@@ -641,9 +672,22 @@ void StreamParser::recover_header(Terminator terminator, std::vector<Event>& out
     // model never completed), or a header whose "to=" names no recipient ended by any terminator (the
     // model stopped right after tool_choice "required"'s forced "to=functions."): the header's words are
     // not content (they were partly the server's own prompt), and no call was made.
+    // A call header that a terminator ends before <|message|> (X10): what is left past its fields (the
+    // arguments the model wrote without <|message|>) is kept as recovered reasoning; no call is made.
     const bool has_to = text.find("to=") != std::string::npos;
-    if ((terminator == Terminator::kNone && (r.header.recipient || has_to)) || (!r.header.recipient && has_to)) {
-        warn("header of a cut call dropped");
+    if (has_to) {
+        const std::string rest = terminator == Terminator::kNone ? std::string() : call_header_leftover(text);
+        if (rest.empty()) {
+            warn("header of a cut call dropped");
+            return;
+        }
+        warn("call header without <|message|> recovered as content");
+        r.header.recipient.reset();
+        r.header.content_type.reset();
+        r.header.recovered = true;
+        start_message(std::move(r.header), out);
+        append_content(rest, out);
+        end_message(terminator, out);
         return;
     }
     if (r.leftover.empty()) {

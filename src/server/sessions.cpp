@@ -480,9 +480,9 @@ private:
                               {"output_index", index_},
                               {"content_index", 0},
                               {"delta", h.delta}});
-                } else {
+                } else if (std::string d = args_.feed(h.delta); !d.empty()) {  // trimmed, as chat's
                     emit(sse, "response.function_call_arguments.delta",
-                         Json{{"item_id", item_["id"]}, {"output_index", index_}, {"delta", h.delta}});
+                         Json{{"item_id", item_["id"]}, {"output_index", index_}, {"delta", std::move(d)}});
                 }
                 break;
             case harmony::EventType::kMessageEnd: end_item(h.terminator, sse); break;
@@ -491,6 +491,7 @@ private:
 
     void start_item(const harmony::MessageHeader& header, std::string* sse) {
         text_.clear();
+        args_ = harmony::TrimmedArguments{};
         logprobs_so_far_ = Json::array();
         index_ = static_cast<int64_t>(output_.size());
         switch (out_.route(header)) {
@@ -534,10 +535,10 @@ private:
         const bool complete = terminator != harmony::Terminator::kNone;
         const Json id = item_["id"];
         if (kind_ == Kind::kFunctionCall) {
-            item_["arguments"] = text_;
+            item_["arguments"] = args_.text();
             item_["status"] = complete ? "completed" : "in_progress";  // HARMONY.md §6.6: a cut call stays in progress
             emit(sse, "response.function_call_arguments.done",
-                 Json{{"item_id", id}, {"output_index", index_}, {"name", item_["name"]}, {"arguments", text_}});
+                 Json{{"item_id", id}, {"output_index", index_}, {"name", item_["name"]}, {"arguments", args_.text()}});
         } else {
             Json part = part_json();
             emit(sse, kind_ == Kind::kMessage ? "response.output_text.done" : "response.reasoning_text.done",
@@ -581,6 +582,7 @@ private:
     Json item_;
     int64_t index_ = 0;
     std::string text_;
+    harmony::TrimmedArguments args_;  // a function call's arguments, trimmed as chat's
     const char* final_status_ = "completed";
     Json error_;  // fail()'s, for the failed response
 };

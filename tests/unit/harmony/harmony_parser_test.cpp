@@ -326,6 +326,39 @@ TEST(HarmonyParser, RobustStreamEndingInACallHeaderGivesNothing) {
     }
 }
 
+// X10 for a named call: a terminator before <|message|> with words past the header's fields (the arguments
+// written without <|message|>): those words are recovered as reasoning, and no call is made (they were dropped
+// with the header, leaving an empty answer).
+TEST(HarmonyParser, RobustCallHeaderWithoutMessageTokenKeepsItsWords) {
+    const struct {
+        const char* text;
+        const char* content;
+    } cases[] = {
+        {"<|channel|>commentary to=functions.get_weather <|constrain|>json{\"city\":\"Paris\"}<|call|>",
+         "{\"city\":\"Paris\"}"},
+        {"<|channel|>commentary to=functions.get_weather json {\"a\":1}<|end|>", "{\"a\":1}"},
+        {"to=functions.get_weather<|channel|>commentary {\"a\":1}<|call|>", "{\"a\":1}"},
+        {"<|channel|>commentary to=functions.get_weather <|constrain|>json checking the city<|return|>",
+         "checking the city"},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.text);
+        Parsed p = parse(c.text, ParseMode::kRobust, std::vector<std::string>{"get_weather"});
+        EXPECT_TRUE(p.status.ok());
+        ASSERT_EQ(p.messages.size(), 1u);
+        expect_message(p.messages[0], Role::kAssistant, "commentary", std::nullopt, std::nullopt, c.content, true);
+        EXPECT_EQ(p.warnings, (std::vector<std::string>{"call header without <|message|> recovered as content"}));
+    }
+    // Only its fields: nothing to keep.
+    for (const char* bare : {"<|channel|>commentary to=functions.get_weather<|call|>",
+                             "<|channel|>commentary to=functions.get_weather <|constrain|>json<|end|>"}) {
+        SCOPED_TRACE(bare);
+        Parsed p = parse(bare, ParseMode::kRobust, std::vector<std::string>{"get_weather"});
+        EXPECT_TRUE(p.messages.empty());
+        EXPECT_EQ(p.warnings, (std::vector<std::string>{"header of a cut call dropped"}));
+    }
+}
+
 TEST(HarmonyParser, RobustUnicodeJunkAroundRecipient) {  // X11
     Parsed p = parse(
         "<|channel|>commentary to=functions.get_weather\xC2\xA0\xE2\x80\x8B <|constrain|>json<|message|>{}<|call|>");

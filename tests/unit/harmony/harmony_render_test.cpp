@@ -203,6 +203,37 @@ TEST(HarmonyChat, ToolResultNameLookupAndArgumentObjects) {
         << text;
 }
 
+// Clients that number call ids per turn reuse them: a tool message answers the call before it (the
+// whole-request lookup gave the first turn's result to the second turn's function), and duplicate ids
+// within one turn are answered in call order.
+TEST(HarmonyChat, ReusedToolCallIdsAnswerTheCallBeforeThem) {
+    std::string text = chat_text(R"({"messages":[{"role":"user","content":"Weather?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"call_0","type":"function",
+         "function":{"name":"get_weather","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"call_0","content":"21C"},
+        {"role":"assistant","content":"It is 21C."},{"role":"user","content":"Time?"},
+        {"role":"assistant","content":null,"tool_calls":[
+         {"id":"call_0","type":"function","function":{"name":"get_time","arguments":"{}"}},
+         {"id":"call_0","type":"function","function":{"name":"get_date","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"call_0","content":"10:00"},
+        {"role":"tool","tool_call_id":"call_0","content":"June"}]})",
+                                 R"({"current_date":"2025-06-28","history_tool_call_content_type":null})");
+    EXPECT_NE(text.find("<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>21C<|end|>"),
+              std::string::npos)
+        << text;
+    EXPECT_NE(text.find("<|start|>functions.get_time to=assistant<|channel|>commentary<|message|>10:00<|end|>"
+                        "<|start|>functions.get_date to=assistant<|channel|>commentary<|message|>June<|end|>"),
+              std::string::npos)
+        << text;
+    // A result before its call (an odd order) still finds the call's name over the whole request.
+    text = chat_text(R"({"messages":[{"role":"user","content":"q"},
+        {"role":"tool","tool_call_id":"c9","content":"X"},
+        {"role":"assistant","tool_calls":[{"id":"c9","type":"function","function":{"name":"h","arguments":"{}"}}]}]})",
+                     R"({"current_date":"2025-06-28"})");
+    EXPECT_NE(text.find("<|start|>functions.h to=assistant<|channel|>commentary<|message|>X<|end|>"), std::string::npos)
+        << text;
+}
+
 TEST(HarmonyChat, ReasoningAliasesAndEffortClamping) {
     StatusOr<ChatRequest> r = chat(R"({"reasoning_effort":"minimal","messages":[{"role":"user","content":"q"},
         {"role":"assistant","thinking":"t"}]})");

@@ -1031,6 +1031,34 @@ TEST_F(GenerationOutputTest, ResponsesFunctionCallAndOutputRoundTrip) {
         << prompt;
 }
 
+// The arguments of a function_call item are trimmed as chat's tool calls are (HARMONY.md §6.5), streamed or not:
+// the deltas add up to the trimmed text (whitespace before and after the JSON was kept).
+TEST_F(GenerationOutputTest, ResponsesFunctionCallArgumentsAreTrimmed) {
+    const char* out = "<|channel|>commentary to=functions.f <|constrain|>json<|message|> \n{\"a\": 1}\t\n  <|call|>";
+    const char* body = R"({"input":"q","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}])";
+    script(out);
+    Json r = post_json("/v1/responses", std::string(body) + "}");
+    ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["output"][0]["arguments"], "{\"a\": 1}");
+    script(out);
+    Json chat = post_json("/v1/chat/completions",
+                          R"({"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function",
+                              "function":{"name":"f","parameters":{"type":"object"}}}]})");
+    EXPECT_EQ(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], r["output"][0]["arguments"]);
+    script(out);
+    bool done = false;
+    std::vector<std::string> names;
+    std::vector<Json> events = post_stream("/v1/responses", std::string(body) + R"(,"stream":true})", &done, &names);
+    std::string deltas;
+    Json finished;
+    for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
+        if (names[i] == "response.function_call_arguments.delta") deltas += events[i]["delta"].get<std::string>();
+        if (names[i] == "response.function_call_arguments.done") finished = events[i];
+    }
+    EXPECT_EQ(deltas, "{\"a\": 1}");
+    EXPECT_EQ(finished["arguments"], "{\"a\": 1}") << finished.dump();
+}
+
 TEST_F(GenerationOutputTest, ResponsesStreamEventSequence) {
     script("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>");
     std::vector<std::string> names;
