@@ -3017,6 +3017,19 @@ PY
         gzip -f "$OUT/s57c_down_sass.txt"
       fi
       ;;
+    s58)
+      # Session 58: transformers' rope values for the config variants (tests/data/hf_rope_cases.json), the CUDA model
+      # and engine tests after the rope-config changes, the serve check, batch-1 rows of both models.
+      python3 tools/hf_rope_probe.py --out "$OUT/hf_rope_cases.json" > "$OUT/hf_rope_probe.log" 2>&1
+      summary+=("hf_rope_probe rc=$?")
+      tail -45 "$OUT/hf_rope_probe.log" | grep -v Warning
+      tests_row s58_model 'CudaModel.*'
+      tests_row s58_tests 'CudaEngine.*:CudaOps.Sampling*:CudaOps.LogitEdits*'
+      serve_check s58_serve
+      decode_row s58_20b_b1 20b 1
+      decode_row s58_120b_b1 120b 1
+      decode_row s58_20b_b1_again 20b 1
+      ;;
     s56)
       # Session 56: the front-end fixes on CUDA, session 55's checks, the engine tests, batch-1 rows of both models.
       s56_check s56_front
