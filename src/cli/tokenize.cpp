@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "core/json_shape.h"
 #include "harmony/harmony_types.h"
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -80,7 +81,7 @@ int run_tokenize(const TokenizeOptions& o) {
         return 0;
     }
     return for_each_line(input, [&](std::string_view line, int line_number) {
-        Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+        Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);  // a string: flat by what it must be
         if (!j.is_string()) return fail("line " + std::to_string(line_number) + ": not a JSON string");
         std::string out = ids_json(encode(j.get_ref<const std::string&>())) + "\n";
         std::fwrite(out.data(), 1, out.size(), stdout);
@@ -89,6 +90,9 @@ int run_tokenize(const TokenizeOptions& o) {
 }
 
 StatusOr<std::vector<int32_t>> parse_ids(std::string_view text) {
+    // An array of numbers nests one deep (deep text would overflow the stack in nlohmann's recursive values).
+    if (std::string e = json_shape_error(text, 1, INT32_MAX, "input"); !e.empty())
+        return invalid_argument(e + " (not a JSON array of token ids)");
     Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_array()) return invalid_argument("not a JSON array of token ids");
     std::vector<int32_t> ids;

@@ -1,5 +1,7 @@
 #include "model/gpt_oss_config.h"
 
+#include "core/json_shape.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -463,6 +465,8 @@ StatusOr<GptOssConfig> GptOssConfig::from_json(const json& j) {
 }
 
 StatusOr<GptOssConfig> GptOssConfig::from_json_text(std::string_view text) {
+    // A real config nests 3 deep; far deeper text would overflow the stack in nlohmann's recursive values.
+    if (std::string e = json_shape_error(text, 64, 1 << 16, "config"); !e.empty()) return invalid_argument(e);
     json j;
     try {
         j = json::parse(text.begin(), text.end());
@@ -505,6 +509,7 @@ StatusOr<std::vector<int>> GptOssConfig::generation_eos_ids(const std::string& d
     const std::string path = (std::filesystem::path(dir) / "generation_config.json").string();
     ASSIGN_OR_RETURN(std::optional<std::string> text, read_config_text(path));
     if (!text) return std::vector<int>{};
+    if (std::string e = json_shape_error(*text, 64, 1 << 16, path); !e.empty()) return invalid_argument(e);
     json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) return invalid_argument(path + ": not valid JSON");
     if (!j.is_object()) return invalid_argument(path + ": not a JSON object");

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json_shape.h"
 #include "core/status.h"
 #include "harmony/harmony_types.h"
 #include "runtime/sampler.h"
@@ -30,13 +31,7 @@ inline constexpr int kMaxJsonDepth = 64;  // deeper request bodies are refused (
 // more.
 inline constexpr int kMaxJsonMembers = 4096;
 
-// Why JSON text is refused before parsing, or "" when it is within bounds (brackets and colons outside strings,
-// stopping at the first excess): nested deeper than depth_limit, or an object with more than member_limit
-// members; the message starts with `subject`. Both bound the parser's cost: nlohmann's values are built, copied
-// and freed recursively (a body of a million '[' would overflow the stack), and its insertion-ordered objects
-// find each new key by a linear search, so n keys cost n²/2 comparisons (200,000 keys in 1.9 MB took 29 s).
-std::string json_shape_error(std::string_view body, int depth_limit, int member_limit,
-                             std::string_view subject = "the request body");
+using gptoss::json_shape_error;  // core/json_shape.h
 inline constexpr int kMaxStopStrings = 16;
 inline constexpr int kMaxTopLogprobs = 20;
 

@@ -455,6 +455,15 @@ TEST(GptOssConfigParse, YarnAttentionFactorMscaleAndBetaDefaults) {
     EXPECT_FALSE(GptOssConfig::from_json(j).ok());
 }
 
+// 100,000 nested arrays overflowed the stack in nlohmann's recursive values (a segfault at load): refused first.
+TEST(GptOssConfigParse, DeepNestingIsRefusedBeforeParsing) {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    auto c = GptOssConfig::from_json_text(deep);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().to_string().find("config is nested deeper than 64 levels"), std::string::npos)
+        << c.status().to_string();
+}
+
 TEST(GptOssConfigParse, FromFile) {
     auto dir = std::filesystem::temp_directory_path() / ("gptoss_cfg_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
