@@ -173,8 +173,12 @@ runtime::KvBudget default_budget(const GenerateOptions& o, const runtime::ModelR
     }
     const runtime::KvGeometry g = runner.kv_geometry(o.block_size);
     int64_t blocks = 0, tokens = 0;
+    // A request past the model's context is refused by the engine: sizing for more than the context only
+    // allocated memory for it first (a --max-tokens of 2^31 grew the cache for minutes before the refusal).
+    const int64_t context = std::max(1, runner.config().max_position_embeddings);
     for (const Line& l : lines) {
-        const int64_t n = static_cast<int64_t>(l.request.prompt.size()) + l.request.max_tokens;
+        const int64_t n = std::min<int64_t>(
+            static_cast<int64_t>(l.request.prompt.size()) + std::max<int64_t>(l.request.max_tokens, 0), context);
         blocks += (n + o.block_size - 1) / o.block_size + 1;
         tokens += n;
     }
