@@ -727,7 +727,7 @@ private:
     // JSON Schema's `pattern` (a search, anchored only by a leading ^ / trailing $) as a full-match DFA, and the
     // states from which a match can be reached through bytes a JSON string spells: any from 0x20 up (the quote and
     // the backslash escaped) and those of the short escapes b, f, n, r, t.
-    static Status string_pattern(const std::string& p, const std::string& ptr, SchemaNode* n) {
+    Status string_pattern(const std::string& p, const std::string& ptr, SchemaNode* n) {
         bool top_alt = false, anchors = false, in_class = false;
         int depth = 0;
         for (size_t i = 0; i < p.size(); ++i) {
@@ -752,6 +752,14 @@ private:
         const bool starts = !top_alt && !p.empty() && p[0] == '^';
         const bool ends = !top_alt && !p.empty() && p.back() == '$' && backslashes % 2 == 0;
         const std::string full = (starts ? "" : "[\\s\\S]*") + std::string("(?:") + p + ")" + (ends ? "" : "[\\s\\S]*");
+        // One compile a distinct pattern (a schema repeats its formats and patterns), and a bound on the DFA states
+        // of all of them: each compile is bounded alone, but 960 copies of `a{1000}` in anyOf options took 75 s of
+        // a core, which a client's disconnect did not stop.
+        if (auto it = patterns_.find(full); it != patterns_.end()) {
+            n->pattern = it->second.first;
+            n->pattern_live = it->second.second;
+            return ok_status();
+        }
         StatusOr<std::shared_ptr<const RegexGrammar>> g = RegexGrammar::compile(full);
         if (!g.ok()) {
             // Offsets name the pattern as given, not the wrapped one.
@@ -760,6 +768,11 @@ private:
         }
         const RegexGrammar& r = **g;
         const int D = r.num_states();
+        pattern_states_ += static_cast<size_t>(D);
+        if (pattern_states_ > kMaxPatternStates) {
+            return fail(ptr, "makes the schema's patterns and formats too large (over " +
+                                 std::to_string(kMaxPatternStates) + " automaton states in all)");
+        }
         std::vector<std::vector<int>> rev(static_cast<size_t>(D));
         for (int s = 0; s < D; ++s)
             for (int b = 0; b < 256; ++b) {
@@ -785,7 +798,8 @@ private:
         if (!(*live)[static_cast<size_t>(r.start())])
             return fail(ptr, "matches no string a JSON document can spell without \\u escapes");
         n->pattern = *g;
-        n->pattern_live = std::move(live);
+        n->pattern_live = live;
+        patterns_.emplace(full, std::make_pair(*g, std::move(live)));
         return ok_status();
     }
 
@@ -1031,6 +1045,10 @@ private:
 
     const Json& root_;
     JsonGrammar* g_;
+    static constexpr size_t kMaxPatternStates = 60000;  // DFA states of all of a schema's distinct patterns
+    std::map<std::string, std::pair<std::shared_ptr<const RegexGrammar>, std::shared_ptr<std::vector<uint8_t>>>>
+        patterns_;
+    size_t pattern_states_ = 0;
     std::map<std::string, int> refs_;
 };
 
