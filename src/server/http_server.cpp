@@ -538,6 +538,16 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                      close_after(req);
                      send(req, res, routes.cancel_response(req.matches[1].str()));
                  }));
+    {  // A stored response's other methods, and its CORS preflight (a browser's DELETE or cancel asks first).
+        const char* allow = "GET, POST, DELETE";
+        svr.Put("/v1/responses/(.+)", not_allowed_with_body(allow));
+        svr.Patch("/v1/responses/(.+)", not_allowed_with_body(allow));
+        if (cors) {
+            svr.Options("/v1/responses/(.+)", preflight("GET, POST, DELETE, OPTIONS"));
+        } else {
+            svr.Options("/v1/responses/(.+)", not_allowed(allow));
+        }
+    }
     // Any other path with a method that may carry a body: 404 at once, the body unread and the
     // connection closed (httplib would first wait for a body that may never come: a bodiless POST to
     // /v1/embeddings held a worker for the read timeout, then got 400). Registered after every known

@@ -460,6 +460,19 @@ TEST_F(HttpServerTest, CorsPreflightAndOriginHeader) {
         ASSERT_TRUE(models);
         EXPECT_EQ(models->status, 204);
         EXPECT_EQ(models->get_header_value("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS");
+        // A stored response's routes (retrieve, delete, cancel, input_items) answered 404 to the preflight.
+        for (const char* path :
+             {"/v1/responses/resp_1", "/v1/responses/resp_1/cancel", "/v1/responses/resp_1/input_items"}) {
+            auto r =
+                s.client().Options(path, {{"Origin", "http://a.com"}, {"Access-Control-Request-Method", "DELETE"}});
+            ASSERT_TRUE(r);
+            EXPECT_EQ(r->status, 204) << path;
+            EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "GET, POST, DELETE, OPTIONS") << path;
+        }
+        auto put = s.client().Put("/v1/responses/resp_1", "{}", "application/json");
+        ASSERT_TRUE(put);
+        EXPECT_EQ(put->status, 405);
+        EXPECT_EQ(put->get_header_value("Allow"), "GET, POST, DELETE");
         // Answers carry the origin header, errors from the routes too.
         auto ok = s.post("/v1/chat/completions", kChat);
         ASSERT_TRUE(ok);
