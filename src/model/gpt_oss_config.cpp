@@ -1,6 +1,7 @@
 #include "model/gpt_oss_config.h"
 
 #include "core/json_shape.h"
+#include "model/fp8_convert.h"
 
 #include <algorithm>
 #include <cmath>
@@ -705,6 +706,16 @@ Status GptOssConfig::validate() const {
     if (bos_token_id) RETURN_IF_ERROR(check_token("bos_token_id", *bos_token_id));
     if (quantization && quantization->quant_method.empty()) {
         return invalid_argument("quantization_config.quant_method is empty");
+    }
+    // Another quantization or model family would be read as gpt-oss's tensors (an AWQ or a llama config over
+    // gpt-oss tensors loaded silently): refused by name.
+    if (quantization && quantization->quant_method != "mxfp4" && quantization->quant_method != kFp8QuantMethod) {
+        return invalid_argument("quantization_config.quant_method '" + quantization->quant_method +
+                                "' is not supported (\"mxfp4\", as published, or \"" + kFp8QuantMethod +
+                                "\" from gptoss convert)");
+    }
+    if (auto mt = extra.find("model_type"); mt != extra.end() && !mt->is_null() && *mt != "gpt_oss") {
+        return invalid_argument("model_type " + mt->dump() + " is not gpt-oss's (\"gpt_oss\")");
     }
     return ok_status();
 }

@@ -625,6 +625,25 @@ TEST(GptOssConfigValidate, PositiveSizes) {
     expect_invalid(c, "num_hidden_layers (0) must be positive");
 }
 
+// A config of another quantization or model family over gpt-oss's tensors loaded silently as gpt-oss.
+TEST(GptOssConfigValidate, OtherQuantMethodsAndModelTypesAreRefused) {
+    auto parsed = [](const std::function<void(json&)>& edit) {
+        json j = json::parse(published_config(24, 32));
+        edit(j);
+        auto c = GptOssConfig::from_json(j);
+        EXPECT_TRUE(c.ok()) << c.status().to_string();
+        return *c;
+    };
+    expect_invalid(parsed([](json& j) { j["quantization_config"]["quant_method"] = "awq"; }),
+                   "quantization_config.quant_method 'awq' is not supported (\"mxfp4\", as published, or "
+                   "\"gptoss_fp8_block\" from gptoss convert)");
+    expect_invalid(parsed([](json& j) { j["model_type"] = "llama"; }),
+                   "model_type \"llama\" is not gpt-oss's (\"gpt_oss\")");
+    EXPECT_TRUE(parsed([](json& j) { j.erase("model_type"); }).validate().ok());
+    EXPECT_TRUE(parsed([](json& j) { j.erase("quantization_config"); }).validate().ok());
+    EXPECT_TRUE(parsed([](json& j) { j["quantization_config"]["quant_method"] = "gptoss_fp8_block"; }).validate().ok());
+}
+
 TEST(GptOssConfigValidate, RopeTypeYarnOrLinear) {
     GptOssConfig c = base();
     c.rope_scaling->rope_type = "llama3";
