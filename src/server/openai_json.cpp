@@ -76,7 +76,7 @@ public:
                    std::fabs(v->get<double>()) < 9.0e18) {
             i = static_cast<int64_t>(v->get<double>());  // 16.0 (as vLLM's pydantic models accept)
         } else if (v->is_number_float() && std::trunc(v->get<double>()) == v->get<double>()) {
-            return out_of_range(format(v->get<double>()));  // an integer past 64 bits (parsed as a double)
+            return out_of_range(v->dump());  // an integer past 64 bits (parsed as a double), printed whole
         } else {
             return fail(key, "must be an integer, not " + type_name(*v));
         }
@@ -301,6 +301,8 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     // -1 asks for a random one, as in vLLM and llama.cpp (runtime::seed_from_signed).
     if (const Json* sv = f.get("seed"); sv != nullptr && sv->is_number_unsigned())
         out->sampling.seed = sv->get<uint64_t>();
+    else if (sv != nullptr && sv->is_number_float() && std::fabs(sv->get<double>()) >= 9.0e18)
+        f.fail("seed", "must be an integer from -9223372036854775808 to 18446744073709551615, got " + sv->dump());
     else if (auto s = f.integer("seed", INT64_MIN, INT64_MAX))
         out->sampling.seed = runtime::seed_from_signed(*s);
     // vLLM's and llama.cpp's sampling extensions, with vLLM's ranges: top_k ≥ 1 (-1 or 0: off),

@@ -463,6 +463,14 @@ TEST(ParseChatRequest, SamplingExtensionsAndSeeds) {
         parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": 9223372036854775808})"));
     ASSERT_TRUE(big.ok()) << big.status().message();
     EXPECT_EQ(*big->sampling.sampling.seed, 9223372036854775808ull);
+    // Past 2^64: the range said int64's (though 2^64 - 1 is taken) and printed the value as 1.84467e+19.
+    auto past =
+        parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "seed": 18446744073709551616})"));
+    ASSERT_FALSE(past.ok());
+    EXPECT_NE(past.status().message().find(
+                  "must be an integer from -9223372036854775808 to 18446744073709551615, got 1.8446744073709552e+19"),
+              std::string::npos)
+        << past.status().message();
     auto streamed = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
                                             "stream_options": {"include_usage": true}})"));
     ASSERT_TRUE(streamed.ok()) << streamed.status().message();
