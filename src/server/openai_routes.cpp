@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 
 #include "server/disaggregation.h"
 #include "server/harmony_bridge.h"
@@ -934,6 +935,25 @@ std::optional<ApiError> OpenAiRoutes::prepare_response(std::string_view body, Pr
     ResponsesContext context{store_.enabled(), nullptr};
     if (std::optional<ApiError> e = resolve_item_references(&*json)) return e;
     if (std::optional<ApiError> e = previous_conversation(*json, &out->earlier, &context)) return e;
+    // An item id names one item of the conversation (OpenAI's 400): a repeated id made input_items' `after` paging
+    // loop, and the previous response's items sent again beside previous_response_id were rendered twice.
+    if (auto input = json->find("input"); input != json->end() && input->is_array()) {
+        std::set<std::string> ids;
+        for (const Json& item : out->earlier)
+            if (item.is_object() && item.contains("id") && item["id"].is_string())
+                ids.insert(item["id"].get<std::string>());
+        for (size_t i = 0; i < input->size(); ++i) {
+            const Json& item = (*input)[i];
+            if (!item.is_object() || !item.contains("id") || !item["id"].is_string()) continue;
+            if (!ids.insert(item["id"].get<std::string>()).second) {
+                ApiError e = api_error(invalid_argument(
+                    "Duplicate item found with id " + item["id"].get<std::string>() +
+                    (out->earlier.empty() ? "." : " (in the previous response's conversation or this input).")));
+                e.param = "input[" + std::to_string(i) + "].id";
+                return e;
+            }
+        }
+    }
     StatusOr<ResponsesParams> params = parse_responses_request(*json, context);
     if (!params.ok()) return api_error(params.status());
     StatusOr<ChatPrompt> prompt = render_chat_prompt(params->chat.chat_body, tokenizer_, options_.harmony);

@@ -227,6 +227,20 @@ TEST_F(StoredResponsesTest, PreviousResponseIdGivesThePromptOfTheWholeInput) {
     EXPECT_EQ(chained3, s.engine.last_request().prompt);
     // input_items lists the request's own input only.
     EXPECT_EQ(get_ok(s, "/v1/responses/" + third["id"].get<std::string>() + "/input_items")["data"].size(), 1u);
+    // The previous response's output item sent again beside previous_response_id was rendered twice: an id is one
+    // item of the conversation (OpenAI's 400), and so are two input items with one id.
+    Json again = third["output"][0];
+    Json dup =
+        expect_error(s.post("/v1/responses", Json{{"input", Json::array({again, {{"role", "user"}, {"content", "x"}}})},
+                                                  {"previous_response_id", third["id"]}}
+                                                 .dump()),
+                     400);
+    EXPECT_EQ(dup["param"], "input[0].id");
+    EXPECT_NE(dup["message"].get<std::string>().find(again["id"].get<std::string>()), std::string::npos);
+    Json twice = expect_error(s.post("/v1/responses", R"({"input":[{"id":"msg_d","role":"user","content":"a"},
+                                                                   {"id":"msg_d","role":"user","content":"b"}]})"),
+                              400);
+    EXPECT_EQ(twice["param"], "input[1].id");
 
     Json e = expect_error(s.post("/v1/responses", R"({"input":"x","previous_response_id":"resp_nope"})"), 404);
     EXPECT_EQ(e["code"], "previous_response_not_found");
@@ -287,9 +301,10 @@ TEST_F(StoredResponsesTest, ItemReferencesStandForStoredItems) {
     for (int i = 0; i < 1025; ++i) many.push_back({{"id", output_item["id"]}});
     EXPECT_EQ(expect_error(s.post("/v1/responses", Json{{"input", many}, {"store", false}}.dump()), 400)["param"],
               "input[1024]");
-    many.erase(1024);  // 1,024 resolve (and then make a prompt longer than the test model's context)
-    EXPECT_EQ(expect_error(s.post("/v1/responses", Json{{"input", many}, {"store", false}}.dump()), 400)["code"],
-              "context_length_exceeded");
+    many.erase(1024);  // 1,024 resolve, and then name one item twice (OpenAI's 400: an id is one item)
+    Json dup = expect_error(s.post("/v1/responses", Json{{"input", many}, {"store", false}}.dump()), 400);
+    EXPECT_EQ(dup["param"], "input[1].id");
+    EXPECT_NE(dup["message"].get<std::string>().find("Duplicate item found with id"), std::string::npos);
     // A finished background response's output items can be referenced.
     const Json bg = post_ok(s, {{"input", "Hi"}, {"background", true}});
     const Json done = wait_finished(s, bg["id"]);
