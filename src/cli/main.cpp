@@ -24,6 +24,15 @@ int main(int argc, char** argv) {
     app.set_help_all_flag("--help-all", "Expand all help");
     int exit_code = 0;
     for (auto& setup : gptoss::cli::command_registry()) setup(app, exit_code);
+    if (argc > 1 && argv[1][0] != '-') {  // CLI11 says only "A subcommand is required" for a misspelled one
+        bool known = false;
+        for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+            known = known || sub->check_name(argv[1]);
+        if (!known) {
+            std::fprintf(stderr, "error: unknown command '%s' (gptoss --help lists the commands)\n", argv[1]);
+            return 2;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
