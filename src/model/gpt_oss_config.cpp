@@ -318,9 +318,11 @@ Status parse_config(const json& j, GptOssConfig* out) {
     OriginalContext original;
     original.max_position_embeddings = c.max_position_embeddings;
     RETURN_IF_ERROR(r.take_optional_int("original_max_position_embeddings", &original.top_level));
-    // null is no block: transformers then keeps the model's default (the published YaRN block).
-    if (scaling_j != nullptr && scaling_j->is_null()) scaling_j = nullptr;
-    if (params_j != nullptr && params_j->is_null()) params_j = nullptr;
+    // null or {} is no block: transformers (`rope_scaling or default`) then keeps the model's default, the published
+    // YaRN block (tools/hf_rope_probe.py's rope_scaling_null and empty_rope_scaling).
+    auto no_block = [](const json* b) { return b != nullptr && (b->is_null() || (b->is_object() && b->empty())); };
+    if (no_block(scaling_j)) scaling_j = nullptr;
+    if (no_block(params_j)) params_j = nullptr;
     if (scaling_j != nullptr) RETURN_IF_ERROR(parse_rope_block("rope_scaling", *scaling_j, original, &from_scaling));
     if (params_j != nullptr) RETURN_IF_ERROR(parse_rope_block("rope_parameters", *params_j, original, &from_params));
     if (from_scaling.theta) return invalid_argument("rope_scaling must not contain rope_theta (use rope_parameters)");
