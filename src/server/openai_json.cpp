@@ -550,15 +550,39 @@ std::shared_ptr<const structured::JsonGrammar> read_response_format(
     return grammar;
 }
 
-// metadata: an object of string values (OpenAI's type; other values were accepted and dropped).
+// Unicode characters of UTF-8 text (the request's strings are valid UTF-8: the JSON parser checks).
+size_t utf8_chars(const std::string& s) {
+    return static_cast<size_t>(
+        std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0u) != 0x80u; }));
+}
+
+// metadata: OpenAI's type and limits: at most 16 pairs, string keys of at most 64 characters and string values of
+// at most 512 (other values were accepted and dropped; past the limits OpenAI answers 400 too).
 void read_metadata(Fields& f) {
+    constexpr size_t kMaxPairs = 16, kMaxKey = 64, kMaxValue = 512;
     const Json* m = f.object("metadata");
     if (m == nullptr) return;
-    for (auto it = m->begin(); it != m->end(); ++it)
+    if (m->size() > kMaxPairs) {
+        f.fail("metadata", "has " + std::to_string(m->size()) + " pairs; at most " + std::to_string(kMaxPairs));
+        return;
+    }
+    for (auto it = m->begin(); it != m->end(); ++it) {
         if (!it.value().is_string()) {
             f.fail("metadata", "values must be strings ('" + it.key() + "' is " + type_name(it.value()) + ")");
             return;
         }
+        if (utf8_chars(it.key()) > kMaxKey) {
+            f.fail("metadata", "keys are at most " + std::to_string(kMaxKey) + " characters ('" +
+                                   it.key().substr(0, 16) + "...' is " + std::to_string(utf8_chars(it.key())) + ")");
+            return;
+        }
+        if (utf8_chars(it.value().get_ref<const std::string&>()) > kMaxValue) {
+            f.fail("metadata", "values are at most " + std::to_string(kMaxValue) + " characters ('" + it.key() +
+                                   "' has " + std::to_string(utf8_chars(it.value().get_ref<const std::string&>())) +
+                                   ")");
+            return;
+        }
+    }
 }
 
 // n: choices per prompt, each generated as its own request (at most kMaxChoices in a request).
@@ -1085,6 +1109,7 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
+        f.one_of("verbosity", {"low", "medium", "high"});  // OpenAI's; gpt-oss has no such control: checked, unused
         std::shared_ptr<const structured::StructuralTag> format_tag;
         p.grammar = read_response_format(f, "response_format", /*responses_shape=*/false, nullptr, &format_tag);
         const bool response_format_grammar = p.grammar != nullptr || format_tag != nullptr;
@@ -1354,13 +1379,20 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                    "on the Responses API names the response in URLs: letters, digits and . _ : ~ - only, and not "
                    "'input_tokens'");
         Json text_format = {{"type", "text"}};  // echoed back
+        std::string verbosity = "medium";        // OpenAI's default; gpt-oss has no such control: checked, echoed
         Json chat_format;
         if (const Json* text = f.object("text")) {
             Fields t(*text, "text");
             p.grammar = read_response_format(t, "format", /*responses_shape=*/true, &chat_format);
+            if (auto v = t.one_of("verbosity", {"low", "medium", "high"})) verbosity = *v;
             f.fail_status(t.status());
             if (p.grammar) text_format = (*text)["format"];
         }
+        // max_tool_calls: OpenAI's cap on built-in tool calls; this server runs no built-in tools and gpt-oss makes
+        // at most one function call a turn, so it only has to be a valid count (echoed).
+        const std::optional<int64_t> max_tool_calls = f.integer("max_tool_calls", 1, INT64_MAX);
+        const std::optional<std::string> prompt_cache_key = f.string("prompt_cache_key");
+        const std::optional<std::string> safety_identifier = f.string("safety_identifier");
         const std::optional<std::string> user = f.string("user");
         // "auto": a conversation over the context loses its first turns (the routes do it, rendering each try).
         r.truncation_auto = f.one_of("truncation", {"auto", "disabled"}) == std::optional<std::string>("auto");
@@ -1395,7 +1427,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         echo["temperature"] = body.contains("temperature") && body["temperature"].is_number()
                                   ? body["temperature"]
                                   : Json(p.sampling.sampling.temperature);
-        echo["text"] = {{"format", std::move(text_format)}};
+        echo["text"] = {{"format", std::move(text_format)}, {"verbosity", verbosity}};
+        echo["max_tool_calls"] = max_tool_calls ? Json(*max_tool_calls) : Json(nullptr);
+        echo["prompt_cache_key"] = prompt_cache_key ? Json(*prompt_cache_key) : Json(nullptr);
+        echo["safety_identifier"] = safety_identifier ? Json(*safety_identifier) : Json(nullptr);
         echo["tool_choice"] = tool_choice_echo;
         echo["tools"] = tools_echo;
         echo["top_p"] =

@@ -294,6 +294,7 @@ TEST(ParseChatRequest, NamesTheBadField) {
         {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", "messages[0].content[0].type"},
         {R"({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"})", "temperature"},
         {R"({"messages": [{"role": "user", "content": "x"}], "metadata": {"k": ["v"]}})", "metadata"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "verbosity": "terse"})", "verbosity"},
         {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
         {R"({"messages": [{"role": "user", "content": "x"}], "top_p": -0.1})", "top_p"},
         {R"({"messages": [{"role": "user", "content": "x"}], "top_p": 1.5})", "top_p"},
@@ -418,6 +419,53 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
     EXPECT_EQ(u->echo["user"], "u1");
     EXPECT_EQ(u->echo["truncation"], "auto");  // the first turns are dropped to fit the context (the routes do it)
     EXPECT_TRUE(u->truncation_auto);
+    // OpenAI's Response object carries these whether asked or not: the defaults, then the request's.
+    EXPECT_EQ(d->echo["text"]["verbosity"], "medium");
+    EXPECT_TRUE(d->echo["max_tool_calls"].is_null());
+    EXPECT_TRUE(d->echo["prompt_cache_key"].is_null());
+    EXPECT_TRUE(d->echo["safety_identifier"].is_null());
+    auto v = parse_responses_request(j(R"({"input": "x", "text": {"verbosity": "low"}, "max_tool_calls": 3,
+                                           "prompt_cache_key": "k1", "safety_identifier": "s1"})"));
+    ASSERT_TRUE(v.ok()) << v.status().message();
+    EXPECT_EQ(v->echo["text"]["verbosity"], "low");
+    EXPECT_EQ(v->echo["text"]["format"]["type"], "text");
+    EXPECT_EQ(v->echo["max_tool_calls"], 3);
+    EXPECT_EQ(v->echo["prompt_cache_key"], "k1");
+    EXPECT_EQ(v->echo["safety_identifier"], "s1");
+}
+
+// metadata as OpenAI limits it: 16 pairs, keys of 64 characters, values of 512 (characters, not bytes).
+TEST(ParseRequests, MetadataLimits) {
+    auto body = [](const Json& metadata) {
+        return Json{{"messages", Json::array({{{"role", "user"}, {"content", "x"}}})}, {"metadata", metadata}};
+    };
+    auto responses_body = [](const Json& metadata) { return Json{{"input", "x"}, {"metadata", metadata}}; };
+    Json sixteen = Json::object(), seventeen;
+    for (char c = 'a'; c < 'a' + 16; ++c) sixteen[std::string(1, c)] = "v";
+    seventeen = sixteen;
+    seventeen["q"] = "v";
+    std::string key64, value512, key65, value513;
+    for (int i = 0; i < 64; ++i) key64.append("\xc3\xa9");  // é: 2 bytes, 1 character
+    for (int i = 0; i < 512; ++i) value512.append("\xe2\x82\xac");  // €: 3 bytes, 1 character
+    key65 = key64;
+    key65.push_back('a');
+    value513 = value512;
+    value513.push_back('a');
+    const Json at_limit = {{key64, value512}};
+    const Json long_key = {{key65, "v"}};
+    const Json long_value = {{"k", value513}};
+    for (const Json& ok : {sixteen, at_limit}) {
+        EXPECT_TRUE(parse_chat_request(body(ok)).ok()) << ok.dump();
+        EXPECT_TRUE(parse_responses_request(responses_body(ok)).ok()) << ok.dump();
+    }
+    for (const Json& bad : {seventeen, long_key, long_value}) {
+        auto c = parse_chat_request(body(bad));
+        ASSERT_FALSE(c.ok()) << bad.dump();
+        EXPECT_EQ(param_of(c.status()), "metadata") << c.status().message();
+        auto r = parse_responses_request(responses_body(bad));
+        ASSERT_FALSE(r.ok()) << bad.dump();
+        EXPECT_EQ(param_of(r.status()), "metadata") << r.status().message();
+    }
 }
 
 // The deprecated function-calling fields are refused with OpenAI's unsupported_parameter code (they were
@@ -627,6 +675,11 @@ TEST(ParseResponsesRequest, Rejects) {
         // A stored prompt template was answered from input alone; metadata values must be strings (OpenAI's type).
         {R"({"input": "x", "prompt": {"id": "pmpt_1"}})", "prompt"},
         {R"({"input": "x", "metadata": {"a": 1}})", "metadata"},
+        // OpenAI's enums and counts (they were ignored).
+        {R"({"input": "x", "text": {"verbosity": "terse"}})", "text.verbosity"},
+        {R"({"input": "x", "max_tool_calls": 0})", "max_tool_calls"},
+        {R"({"input": "x", "max_tool_calls": "3"})", "max_tool_calls"},
+        {R"({"input": "x", "prompt_cache_key": 5})", "prompt_cache_key"},
         // A refusal part is an assistant message's only (OpenAI's output content), not a user's.
         {R"({"input": [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]})",
          "input[0].content[0].type"},
