@@ -1379,7 +1379,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                    "on the Responses API names the response in URLs: letters, digits and . _ : ~ - only, and not "
                    "'input_tokens'");
         Json text_format = {{"type", "text"}};  // echoed back
-        std::string verbosity = "medium";        // OpenAI's default; gpt-oss has no such control: checked, echoed
+        std::string verbosity = "medium";       // OpenAI's default; gpt-oss has no such control: checked, echoed
         Json chat_format;
         if (const Json* text = f.object("text")) {
             Fields t(*text, "text");

@@ -445,7 +445,7 @@ TEST(ParseRequests, MetadataLimits) {
     seventeen = sixteen;
     seventeen["q"] = "v";
     std::string key64, value512, key65, value513;
-    for (int i = 0; i < 64; ++i) key64.append("\xc3\xa9");  // é: 2 bytes, 1 character
+    for (int i = 0; i < 64; ++i) key64.append("\xc3\xa9");          // é: 2 bytes, 1 character
     for (int i = 0; i < 512; ++i) value512.append("\xe2\x82\xac");  // €: 3 bytes, 1 character
     key65 = key64;
     key65.push_back('a');
