@@ -3,6 +3,7 @@
 #include <new>
 
 #include "cli/command.h"
+#include "core/version.h"
 
 namespace gptoss::cli {
 
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
     CLI::App app{"gptoss: inference engine and OpenAI-compatible server for gpt-oss-20b/120b"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Expand all help");
+    app.set_version_flag("--version", gptoss::kVersion);
     int exit_code = 0;
     for (auto& setup : gptoss::cli::command_registry()) setup(app, exit_code);
     if (argc > 1 && argv[1][0] != '-') {  // CLI11 says only "A subcommand is required" for a misspelled one

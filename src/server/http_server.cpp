@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/logging.h"
+#include "core/version.h"
 
 namespace gptoss::server {
 namespace {
@@ -202,7 +203,7 @@ bool peer_closed(int fd) {
 std::string endpoint_label(const std::string& path) {
     static const char* const kKnown[] = {
         "/v1/chat/completions", "/v1/responses", "/v1/completions", "/v1/models", "/health", "/metrics", "/tokenize",
-        "/detokenize"};
+        "/detokenize",          "/version"};
     for (const char* k : kKnown) {
         if (path == k) return k;
     }
@@ -226,7 +227,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 bool public_path(const httplib::Request& req) {
     if (req.method == "OPTIONS") return true;  // CORS preflights carry no credentials (Fetch standard)
     if (req.method != "GET" && req.method != "HEAD") return false;
-    return req.path == "/health" || req.path == "/metrics";
+    return req.path == "/health" || req.path == "/metrics" || req.path == "/version";
 }
 
 void set_error(httplib::Response& res, const ApiError& e) {
@@ -460,6 +461,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             [&routes](const httplib::Request& req, httplib::Response& res) { send(req, res, routes.health()); });
     svr.Get("/metrics",
             [&routes](const httplib::Request& req, httplib::Response& res) { send(req, res, routes.metrics()); });
+    svr.Get("/version", [](const httplib::Request&, httplib::Response& res) {  // vLLM's route
+        res.set_content(std::string(R"({"version":")") + kVersion + "\"}", "application/json");
+    });
 
     // Known paths with the wrong method: 405 with Allow. Methods that may carry a body take
     // httplib's content-reader form, so the body is never waited for (a PUT without a length held
@@ -508,7 +512,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             svr.Options(path, h);
         }
     }
-    for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics"}) {
+    for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics", "/version"}) {
         auto h = not_allowed("GET, HEAD");
         auto hb = not_allowed_with_body("GET, HEAD");
         svr.Post(path, hb);

@@ -1136,7 +1136,8 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         p.sampling.max_tokens = mct ? mct : mt;
         p.logprobs = f.boolean("logprobs").value_or(false);
         if (auto k = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
-            if (!p.logprobs) f.fail("top_logprobs", "requires logprobs to be true");
+            // (0 asks for nothing: accepted without logprobs, as vLLM does)
+            if (!p.logprobs && *k > 0) f.fail("top_logprobs", "requires logprobs to be true");
             p.top_logprobs = static_cast<int>(*k);
         }
         if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))

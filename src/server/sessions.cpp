@@ -14,6 +14,7 @@ std::string StopMatcher::push(std::string_view text) {
     if (hold_) protect_end_ = total_;
     const size_t base = total_ - held_.size();  // held_[0]'s byte in the whole text
     size_t first = std::string::npos, first_len = 0;
+    const std::string* first_stop = nullptr;
     for (const std::string& s : stops_) {
         // A match at p ends at base + p + size: past protect_end_ from p = protect_end_ - base - size + 1.
         const size_t from = protect_end_ + 1 > base + s.size() ? protect_end_ + 1 - base - s.size() : 0;
@@ -21,10 +22,12 @@ std::string StopMatcher::push(std::string_view text) {
         if (at < first || (at == first && at != std::string::npos && s.size() > first_len)) {
             first = at;
             first_len = s.size();
+            first_stop = &s;
         }
     }
     if (first != std::string::npos) {
         matched_ = true;
+        matched_string_ = *first_stop;
         std::string out = held_.substr(0, first + (include_ ? first_len : 0));
         held_.clear();
         return out;
@@ -113,6 +116,14 @@ bool is_request_stop(const EngineEvent& e, const std::vector<int32_t>& stop_toke
            std::find(stop_token_ids.begin(), stop_token_ids.end(), e.token_id) != stop_token_ids.end();
 }
 
+// vLLM's stop_reason: the stop string that ended the text, else the request's stop_token_ids entry that ended
+// generation, else null (a model's own end token, the length limit, ...).
+Json stop_reason_json(const StopMatcher& stop, std::optional<int32_t> request_stop_id) {
+    if (stop.matched()) return stop.matched_string();
+    if (request_stop_id) return *request_stop_id;
+    return nullptr;
+}
+
 const char* finish_reason_name(FinishReason r, bool hit_stop_string) {
     if (hit_stop_string) return "stop";
     switch (r) {
@@ -186,7 +197,10 @@ public:
         if (e.token_id >= 0 && !stop_.matched()) {
             ++usage_.completion_tokens;
             stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
-            if (!is_request_stop(e, stop_token_ids_)) handle(out_.push(e.token_id), &e, sse);
+            if (!is_request_stop(e, stop_token_ids_))
+                handle(out_.push(e.token_id), &e, sse);
+            else
+                request_stop_id_ = e.token_id;
         }
         if (e.finish != FinishReason::kNone) {
             hit_length_ = e.finish == FinishReason::kLength;
@@ -215,6 +229,7 @@ public:
         if (!pending_logprobs_.empty())
             choice["logprobs"] = {{"content", std::exchange(pending_logprobs_, {})}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
+        choice["stop_reason"] = stop_reason_json(stop_, request_stop_id_);
         if (return_token_ids_) choice["token_ids"] = std::exchange(pending_token_ids_, {});
         Json chunk = base_chunk();
         chunk["choices"] = Json::array({choice});
@@ -238,6 +253,7 @@ public:
             {"index", 0}, {"message", chat_message_json(shown, ctx_.reasoning_alias)}, {"logprobs", nullptr}};
         if (logprobs_) choice["logprobs"] = {{"content", all_logprobs_}, {"refusal", nullptr}};
         choice["finish_reason"] = result_.finish_reason;
+        choice["stop_reason"] = stop_reason_json(stop_, request_stop_id_);
         if (return_token_ids_) choice["token_ids"] = token_ids_;
         Json j = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", ctx_.model_id}};
         j["choices"] = Json::array({choice});
@@ -315,6 +331,7 @@ private:
     HarmonyOutput out_;
     StopMatcher stop_;
     const std::vector<int32_t> stop_token_ids_;
+    std::optional<int32_t> request_stop_id_;  // the stop_token_ids entry that ended generation
     const bool stream_, include_usage_, continuous_usage_, logprobs_, tokens_as_ids_, include_reasoning_;
     const int top_logprobs_;
     const int min_tokens_;
@@ -640,8 +657,9 @@ public:
             }
             stop_.hold(usage_.completion_tokens <= min_tokens_);  // (vLLM: checked once past min_tokens)
             // The stop id that ended generation is counted but not shown (as other servers do).
-            const bool final_stop = (e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id)) ||
-                                    is_request_stop(e, stop_token_ids_);
+            if (is_request_stop(e, stop_token_ids_)) request_stop_id_ = e.token_id;
+            const bool final_stop =
+                (e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id)) || request_stop_id_.has_value();
             const std::string bytes = token_text(*ctx_.tokenizer, e.token_id);
             // skip_special_tokens: a special token's text is not shown (its logprobs entry still names it).
             const bool hidden = skip_special_ && ctx_.tokenizer->is_special(e.token_id);
@@ -675,7 +693,9 @@ public:
         tail += take_text(true);
         finish_reason_ = echo_only_ ? "length" : finish_reason_name(reason, stop_.matched());
         if (!stream_) return;
-        *sse += sse_event(chunk(tail, nullptr, finish_reason_, nullptr));
+        Json last = chunk(tail, nullptr, finish_reason_, nullptr);
+        last["choices"][0]["stop_reason"] = stop_reason_json(stop_, request_stop_id_);
+        *sse += sse_event(last);
         if (include_usage_) {
             Json u = base();
             u["choices"] = Json::array();
@@ -691,6 +711,7 @@ public:
     Json body() const override {
         Json choice = {
             {"index", 0}, {"text", echo_text_ + text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
+        choice["stop_reason"] = stop_reason_json(stop_, request_stop_id_);
         if (logprobs_ >= 0) choice["logprobs"] = stop_.matched() ? logprobs_within_text() : all_logprobs_;
         if (prompt_logprobs_ >= 0) choice["prompt_logprobs"] = prompt_lp_json_;
         if (return_token_ids_) {
@@ -838,6 +859,7 @@ private:
     const SessionContext ctx_;
     StopMatcher stop_;
     const std::vector<int32_t> stop_token_ids_;
+    std::optional<int32_t> request_stop_id_;  // the stop_token_ids entry that ended generation
     const bool stream_, include_usage_, continuous_usage_;
     const int logprobs_;
     const bool tokens_as_ids_;

@@ -25,6 +25,7 @@ public:
     std::string push(std::string_view text);
     std::string flush();  // the held-back tail, at the end of generation
     bool matched() const { return matched_; }
+    const std::string& matched_string() const { return matched_string_; }  // the stop string found ("" before)
     bool active() const { return !stops_.empty(); }
     // vLLM's min_tokens: while on, the text pushed may not end a match (a match found later must end past it).
     void hold(bool on) { hold_ = on; }
@@ -34,6 +35,7 @@ private:
     bool include_ = false;
     std::string held_;
     bool matched_ = false;
+    std::string matched_string_;
     bool hold_ = false;
     size_t total_ = 0;        // bytes pushed
     size_t protect_end_ = 0;  // no match may end at or before this byte (pushed while held)

@@ -1498,19 +1498,39 @@ TEST_F(GenerationOutputTest, StopTokenIdsAndIgnoreEos) {
     Json a = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,)" + stop_two + "}");
     EXPECT_EQ(a["choices"][0]["text"], " one") << a.dump();
     EXPECT_EQ(a["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(a["choices"][0]["stop_reason"], two[0]);  // vLLM's: the stop id that ended it
     EXPECT_EQ(a["usage"]["completion_tokens"], 2);
+    std::vector<Json> as =
+        post_stream("/v1/completions", R"({"prompt":"x","max_tokens":20,"stream":true,)" + stop_two + "}");
+    ASSERT_FALSE(as.empty());
+    EXPECT_EQ(as.back()["choices"][0]["stop_reason"], two[0]) << as.back().dump();
     Json b = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20})");
     EXPECT_EQ(b["choices"][0]["text"], " one two three") << b.dump();
     EXPECT_EQ(b["usage"]["completion_tokens"], 4);
+    EXPECT_TRUE(b["choices"][0]["stop_reason"].is_null()) << b.dump();  // the model's own end token
+    Json bs = post_json("/v1/completions", R"({"prompt":"x","max_tokens":20,"stop":["ee","thr"]})");
+    EXPECT_EQ(bs["choices"][0]["text"], " one two ") << bs.dump();
+    EXPECT_EQ(bs["choices"][0]["stop_reason"], "thr");  // the string that matched first in the text
     Json c = post_json("/v1/completions", R"({"prompt":"x","max_tokens":5,"ignore_eos":true})");
     EXPECT_EQ(c["choices"][0]["text"], " one two three<|return|> four") << c.dump();
     EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+    EXPECT_TRUE(c["choices"][0]["stop_reason"].is_null());
     EXPECT_EQ(c["usage"]["completion_tokens"], 5);
 
     script("<|channel|>final<|message|>Hello two more<|return|>");
     Json d = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],)" + stop_two + "}");
     EXPECT_EQ(d["choices"][0]["message"]["content"], "Hello") << d.dump();
     EXPECT_EQ(d["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(d["choices"][0]["stop_reason"], two[0]);
+    Json ds = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"stop":"o m"})");
+    EXPECT_EQ(ds["choices"][0]["message"]["content"], "Hello tw") << ds.dump();
+    EXPECT_EQ(ds["choices"][0]["stop_reason"], "o m");
+    std::vector<Json> dss = post_stream("/v1/chat/completions",
+                                        R"({"messages":[{"role":"user","content":"hi"}],"stop":"o m","stream":true})");
+    ASSERT_FALSE(dss.empty());
+    EXPECT_EQ(dss.back()["choices"][0]["stop_reason"], "o m") << dss.back().dump();
+    Json dn = post_json("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+    EXPECT_TRUE(dn["choices"][0]["stop_reason"].is_null()) << dn.dump();
     Json e = post_json("/v1/responses", R"({"input":"hi",)" + stop_two + "}");
     EXPECT_EQ(e["output"].back()["content"][0]["text"], "Hello") << e.dump();
 

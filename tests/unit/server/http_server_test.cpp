@@ -10,6 +10,7 @@
 #include <atomic>
 #include <thread>
 
+#include "core/version.h"
 #include "server_test_util.h"
 
 namespace gptoss::server::testing {
@@ -41,6 +42,11 @@ TEST_F(HttpServerTest, HealthModelsMetrics) {
     auto h = s.get("/health");
     ASSERT_TRUE(h);
     EXPECT_EQ(h->status, 200);
+    auto v = s.get("/version");  // vLLM's route: {"version": ...}
+    ASSERT_TRUE(v);
+    EXPECT_EQ(v->status, 200);
+    EXPECT_EQ(parse(v->body)["version"], gptoss::kVersion) << v->body;
+    expect_error(s.post("/version", "{}"), 405);
 
     auto m = s.get("/v1/models");
     ASSERT_TRUE(m);
@@ -525,7 +531,7 @@ TEST_F(HttpServerTest, CorsPreflightAndOriginHeader) {
 // --api-key: every route but /health, /metrics and CORS preflights needs one of the keys, as a bearer token (the
 // scheme in any case) or X-Api-Key; a missing or wrong key is 401 (OpenAI's invalid_api_key, WWW-Authenticate)
 // before the body is read or anything reaches the engine, unknown paths included.
-TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthAndMetrics) {
+TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthMetricsAndVersion) {
     TestServerOptions o = default_test_options();
     o.http.api_keys = {"sk-first", "sk-second"};
     TestServer s(o);
@@ -563,7 +569,7 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthAndMetrics) {
         EXPECT_EQ(m->status, 200);
     }
     EXPECT_EQ(s.engine.submitted(), 3);
-    for (const char* open : {"/health", "/metrics"}) {
+    for (const char* open : {"/health", "/metrics", "/version"}) {
         auto r = s.get(open);
         ASSERT_TRUE(r);
         EXPECT_EQ(r->status, 200) << open;

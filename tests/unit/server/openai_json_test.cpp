@@ -275,6 +275,10 @@ TEST(ParseChatRequest, AcceptsAFullRequest) {
     EXPECT_EQ(p->top_logprobs, 2);
     EXPECT_TRUE(p->stream);
     EXPECT_TRUE(p->include_usage);
+    // top_logprobs 0 asks for nothing: accepted without logprobs (vLLM); 3 without it is refused (below).
+    auto zero = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 0})"));
+    ASSERT_TRUE(zero.ok()) << zero.status().message();
+    EXPECT_FALSE(zero->logprobs);
 }
 
 TEST(ParseChatRequest, NamesTheBadField) {
