@@ -240,7 +240,10 @@ void set_error(httplib::Response& res, const ApiError& e) {
 // connection's worker thread as httplib writes the body: chunked for HTTP/1.1, and for an HTTP/1.0
 // client (which cannot decode chunked encoding, RFC 9112 §6.1) unframed, the end of the body being
 // the end of the connection.
-void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) {
+// client_gone (may be empty): asked while a stream has nothing to write (at most every kStreamPoll), so that a
+// client gone during a long prompt is noticed then, not at the next keep-alive comment's failed write.
+void send(const httplib::Request& req, httplib::Response& res, RouteResponse r,
+          std::function<bool()> client_gone = {}) {
     res.status = r.status;
     if (r.status == 503) res.set_header("Retry-After", "1");
     if (!r.pieces.empty()) {
@@ -274,17 +277,23 @@ void send(const httplib::Request& req, httplib::Response& res, RouteResponse r) 
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     std::shared_ptr<SseProducer> producer(std::move(r.stream));
-    auto provide = [producer](size_t, httplib::DataSink& sink) {
+    auto provide = [producer, client_gone = std::move(client_gone)](size_t, httplib::DataSink& sink) {
         // httplib does not guard content providers: nothing may escape from here (an exception
         // would end the worker thread, and with it the process).
         try {
             std::string buf;
+            auto last_check = std::chrono::steady_clock::now();
             for (;;) {
                 buf.clear();
                 const bool more = producer->next(&buf, kStreamPoll);
                 // A failed write means the client is gone: returning false ends the exchange, and
                 // dropping the producer (with the response) cancels the request and frees its blocks.
                 if (!buf.empty() && !sink.write(buf.data(), buf.size())) return false;
+                if (buf.empty() && more && client_gone &&
+                    std::chrono::steady_clock::now() - last_check >= kStreamPoll) {
+                    last_check = std::chrono::steady_clock::now();
+                    if (client_gone()) return false;
+                }
                 if (!more) {
                     sink.done();
                     return true;
@@ -430,12 +439,14 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             // The connection's socket is looked up on the first question (a streaming request never pays for
             // the scan; a non-streaming one asks before its request reaches the engine, OpenAiRoutes::generate);
             // not found: never gone.
-            int fd = -2;
-            const OpenAiRoutes::ClientGone client_gone = [&] {
-                if (fd == -2) fd = find_connection_fd(req.remote_addr, req.remote_port, port_);
-                return fd >= 0 && peer_closed(fd);
+            // (Shared with a stream's body, which is written after this handler returns.)
+            auto fd = std::make_shared<int>(-2);
+            const OpenAiRoutes::ClientGone client_gone = [fd, addr = req.remote_addr, peer = req.remote_port,
+                                                          local = port_] {
+                if (*fd == -2) *fd = find_connection_fd(addr, peer, local);
+                return *fd >= 0 && peer_closed(*fd);
             };
-            send(req, res, handler(body, client_gone));
+            send(req, res, handler(body, client_gone), client_gone);
         });
     };
     post("/v1/chat/completions",

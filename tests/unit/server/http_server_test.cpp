@@ -735,6 +735,37 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesBlocks) {
     EXPECT_NE(metrics->body.find("gptoss_requests_cancelled_total 1\n"), std::string::npos);
 }
 
+// A streaming request whose client gives up while nothing is being written (a long prompt: here a paused engine,
+// with the keep-alive comments 20 s apart) is cancelled within a poll interval or so, not at the next keep-alive
+// comment's failed write.
+TEST_F(HttpServerTest, StreamingClientGoneBeforeAnyTokenCancels) {
+    TestServerOptions o = slow_engine_options();
+    o.routes.keepalive_interval = std::chrono::seconds(20);
+    TestServer s(o);
+    script_long_answer(s, 2000);
+    s.engine.set_paused(true);
+    {
+        httplib::Client c = s.client();
+        c.set_read_timeout(0, 300 * 1000);  // 300 ms without a byte, then the client gives up and closes
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/chat/completions";
+        req.body = R"({"messages":[{"role":"user","content":"x"}],"stream":true,"max_tokens":2000})";
+        req.set_header("Content-Type", "application/json");
+        req.content_receiver = [](const char*, size_t, uint64_t, uint64_t) { return true; };
+        c.send(req);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(s.wait_engine_idle()) << "running=" << s.engine.stats().running_sequences;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+    EXPECT_EQ(s.engine.cancelled_unfinished(), 1);
+    s.engine.set_paused(false);
+    s.engine.set_script(hello_script());
+    auto ok = s.post("/v1/chat/completions", kChat);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+}
+
 // A non-streaming request whose client gives up (a read timeout, then the socket closed) is
 // cancelled within a poll interval or so, not generated to its 2,000 tokens (~10 s here) for nobody.
 TEST_F(HttpServerTest, NonStreamingClientDisconnectCancels) {
