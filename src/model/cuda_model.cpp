@@ -578,6 +578,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         return failed_precondition("CUDA device " + std::to_string(opt.device) + " is not visible");
     set_device();
     if (c.head_dim != 64) return invalid_argument("the CUDA backend supports head_dim 64 only");
+    // (The CPU backend takes unquantized experts of any width; the CUDA kernels are written for 32-wide groups.)
+    if (c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0)
+        return invalid_argument("the CUDA backend needs hidden_size (" + std::to_string(c.hidden_size) +
+                                ") and intermediate_size (" + std::to_string(c.intermediate_size) +
+                                ") to be multiples of 32");
     // FP8 experts are dequantized to a bf16 copy at load and take the bf16 GEMM path at every batch
     // size (no weight-only FP8 decode kernel yet): correct, not yet fast, and too large for 120b.
     if (opt.comms) {

@@ -271,7 +271,12 @@ Status parse_config(const json& j, GptOssConfig* out) {
     RETURN_IF_ERROR(r.take_int_either("num_local_experts", "num_experts", &c.num_experts, true));
     RETURN_IF_ERROR(r.take_int_either("num_experts_per_tok", "experts_per_token", &c.experts_per_token, true));
     RETURN_IF_ERROR(r.take_int("intermediate_size", &c.intermediate_size, true));
-    RETURN_IF_ERROR(r.take_int("sliding_window", &c.sliding_window, false));
+    // null: no window (transformers' None), which only a model without sliding layers can have (checked below).
+    const bool no_window = j.is_object() && j.contains("sliding_window") && j["sliding_window"].is_null();
+    if (no_window)
+        r.take("sliding_window");
+    else
+        RETURN_IF_ERROR(r.take_int("sliding_window", &c.sliding_window, false));
     RETURN_IF_ERROR(r.take_int("vocab_size", &c.vocab_size, true));
     RETURN_IF_ERROR(r.take_double("swiglu_limit", &c.swiglu_limit));
     RETURN_IF_ERROR(r.take_double("swiglu_alpha", &c.swiglu_alpha));
@@ -356,6 +361,12 @@ Status parse_config(const json& j, GptOssConfig* out) {
         RETURN_IF_ERROR(parse_layer_types(*lt, &c.layer_types));
     } else {
         c.layer_types = alternating_layers(std::clamp(c.num_hidden_layers, 0, kMaxSize));
+    }
+    if (no_window) {
+        for (size_t l = 0; l < c.layer_types.size(); ++l)
+            if (c.layer_types[l] == LayerType::kSlidingAttention)
+                return invalid_argument("sliding_window is null (no window) but layer " + std::to_string(l) +
+                                        " is sliding_attention");
     }
 
     if (const json* eos = r.take("eos_token_id"); eos != nullptr && !eos->is_null()) {
@@ -631,14 +642,6 @@ Status GptOssConfig::validate() const {
         return invalid_argument("num_attention_heads × head_dim (" +
                                 std::to_string(static_cast<int64_t>(num_attention_heads) * head_dim) +
                                 ") is larger than " + std::to_string(kMaxSize));
-    }
-    if (hidden_size % 32 != 0) {
-        return invalid_argument("hidden_size (" + std::to_string(hidden_size) +
-                                ") must be a multiple of 32 (the MXFP4 group size)");
-    }
-    if (intermediate_size % 32 != 0) {
-        return invalid_argument("intermediate_size (" + std::to_string(intermediate_size) +
-                                ") must be a multiple of 32 (the MXFP4 group size)");
     }
     if (head_dim % 2 != 0) {
         return invalid_argument("head_dim (" + std::to_string(head_dim) + ") must be even (RoPE rotates pairs)");

@@ -64,8 +64,8 @@ struct GptOssConfig {
     double swiglu_alpha = 1.702;
     double rms_norm_eps = 1e-5;
     double rope_theta = 150000.0;
-    // nullopt = plain RoPE. An absent key means HF's default (YaRN, the values above), an explicit
-    // null means none, as in transformers' GptOssConfig.
+    // nullopt = plain RoPE. An absent key, null or {} is HF's default block (YaRN, the values above), as
+    // transformers 5.17 reads it (tests/data/hf_rope_cases.json); {"rope_type": "default"} is plain RoPE.
     std::optional<RopeScaling> rope_scaling = RopeScaling{};
     int max_position_embeddings = 131072;
     bool attention_bias = true;

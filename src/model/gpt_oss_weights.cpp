@@ -132,6 +132,37 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     const int64_t kvw = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
     Loader ld(*w->checkpoint, *w);
 
+    // OpenAI's own layout (the repositories' original/ directory: embedding.weight, block.N.attn.qkv.weight, ...)
+    // is not this loader's: say so rather than name the first Hugging Face tensor it lacks.
+    if (w->checkpoint->find("model.embed_tokens.weight") == nullptr &&
+        (w->checkpoint->find("embedding.weight") != nullptr ||
+         w->checkpoint->find("block.0.attn.qkv.weight") != nullptr))
+        return invalid_argument(dir +
+                                ": this is OpenAI's original checkpoint layout (embedding.weight, block.N.*), not the "
+                                "Hugging Face one this engine loads: point --model at the directory with the Hugging "
+                                "Face model.safetensors files and config.json (the parent of original/)");
+    // The experts' format, from layer 0's tensors; every layer must have the same.
+    auto format_of = [&](int l) {
+        const std::string x = "model.layers." + std::to_string(l) + ".mlp.experts.";
+        return w->checkpoint->find(x + "gate_up_proj_fp8") != nullptr      ? kernels::ExpertFormat::kFp8Block
+               : w->checkpoint->find(x + "gate_up_proj_blocks") != nullptr ? kernels::ExpertFormat::kMxfp4
+                                                                           : kernels::ExpertFormat::kDense;
+    };
+    auto format_name = [](kernels::ExpertFormat f) {
+        return f == kernels::ExpertFormat::kFp8Block ? "FP8 (gate_up_proj_fp8)"
+               : f == kernels::ExpertFormat::kMxfp4  ? "MXFP4 (gate_up_proj_blocks)"
+                                                     : "unquantized (gate_up_proj)";
+    };
+    const kernels::ExpertFormat format = format_of(0);
+    const bool mxfp4 = format == kernels::ExpertFormat::kMxfp4;
+    const bool fp8 = format == kernels::ExpertFormat::kFp8Block;
+    // MXFP4 packs 32 values a group along each expert matrix's input: hidden_size for gate_up, intermediate_size for
+    // down (unquantized and FP8 experts take any sizes).
+    if (mxfp4 && (H % 32 != 0 || I % 32 != 0))
+        return invalid_argument(dir + ": MXFP4 experts need hidden_size (" + std::to_string(H) +
+                                ") and intermediate_size (" + std::to_string(I) +
+                                ") to be multiples of 32 (the MXFP4 group size)");
+
     RETURN_IF_ERROR(ld.dense("model.embed_tokens.weight", V, H, &w->embed_tokens));
     // tie_word_embeddings: the output projection is the embedding, unless the checkpoint holds its own lm_head.weight
     // (or its FP8 form, lm_head.weight_fp8, which `convert --dense` writes for it), which is then used (as
@@ -158,8 +189,6 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
         w->checkpoint->find(last) == nullptr)
         return not_found(dir + ": config.json has num_hidden_layers " + std::to_string(c.num_hidden_layers) +
                          " but the checkpoint has no tensor '" + last + "'");
-    const bool mxfp4 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_blocks") != nullptr;
-    const bool fp8 = w->checkpoint->find("model.layers.0.mlp.experts.gate_up_proj_fp8") != nullptr;
     w->layers.resize(c.num_hidden_layers);
     Progress progress("loading " + dir, static_cast<uint64_t>(c.num_hidden_layers));
     for (int l = 0; l < c.num_hidden_layers; ++l) {
@@ -186,6 +215,10 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
         RETURN_IF_ERROR(ld.dense(p + "mlp.router.weight", E, H, &L.router));
         RETURN_IF_ERROR(ld.vec(p + "mlp.router.bias", Shape{E}, &L.router_bias));
         const std::string x = p + "mlp.experts.";
+        if (l > 0 && format_of(l) != format)
+            return invalid_argument(dir + ": layer " + std::to_string(l) + "'s experts are " +
+                                    format_name(format_of(l)) + " but layer 0's are " + format_name(format) +
+                                    " (one format for every layer)");
         if (fp8) {
             L.expert_format = kernels::ExpertFormat::kFp8Block;
             RETURN_IF_ERROR(ld.fp8(x + "gate_up_proj_fp8", E, 2 * I, H, &L.gate_up_fp8, &L.gate_up_fp8_scale));

@@ -96,6 +96,10 @@ int mxfp4_scale_exp(int64_t fan_in) {
 
 Status write_random_checkpoint(const GptOssConfig& c, const std::string& dir, const RandomCheckpointOptions& opt) {
     RETURN_IF_ERROR(c.validate());
+    if (c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0)  // the experts are written as MXFP4
+        return invalid_argument("random checkpoints have MXFP4 experts: hidden_size (" + std::to_string(c.hidden_size) +
+                                ") and intermediate_size (" + std::to_string(c.intermediate_size) +
+                                ") must be multiples of 32 (the MXFP4 group size)");
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return invalid_argument("cannot create directory " + dir + ": " + ec.message());

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -12,6 +13,7 @@
 #include "model/fp8_convert.h"
 #include "model/gpt_oss_forward.h"
 #include "model/random_checkpoint.h"
+#include "model/safetensors_file.h"
 
 namespace gptoss::model {
 namespace {
@@ -357,6 +359,231 @@ TEST_F(ForwardTest, LayerCountPastTheCheckpointFailsFast) {
         << w.status().to_string();
     EXPECT_LT(s, 5.0);
     fs::remove_all(dir2);
+}
+
+// ---- expert formats and widths --------------------------------------------------------------------
+
+// e2m1 code → value (MODEL.md §2: the 16 MXFP4 values).
+float e2m1_value(uint32_t code) {
+    static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    return (code & 8u) ? -kMag[code & 7u] : kMag[code & 7u];
+}
+// An MXFP4 expert matrix [E, rows, cols/32, 16] (+ scales [E, rows, cols/32]) as fp32 values [E][rows][cols].
+std::vector<float> dequantize_experts(const TensorInfo& blocks, const TensorInfo& scales, int64_t E, int64_t rows,
+                                      int64_t cols) {
+    std::vector<float> out(static_cast<size_t>(E * rows * cols));
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t k = 0; k < cols; ++k) {
+                const int64_t g = (e * rows + r) * (cols / 32) + k / 32;
+                const uint8_t byte = blocks.data[g * 16 + (k % 32) / 2];
+                const float scale = std::ldexp(1.0f, static_cast<int>(scales.data[g]) - 127);
+                out[static_cast<size_t>((e * rows + r) * cols + k)] =
+                    e2m1_value(k % 2 ? byte >> 4 : byte & 15u) * scale;
+            }
+    return out;
+}
+std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+}
+
+// The MXFP4 checkpoint in `src` rewritten with unquantized fp32 experts in transformers' layout ([E, in, out]): the
+// same values for intermediate units [0, keep); with width > keep, units [keep, width) are there with zero weights
+// and biases (they add nothing: SwiGLU(0, 0) = 0). The other tensors are copied.
+void write_unquantized(const std::string& src, const std::string& dst, int keep, int width) {
+    auto ck = SafetensorsCheckpoint::open_dir(src);
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(src + "/config.json"));
+    const int64_t H = j["hidden_size"], I = j["intermediate_size"], E = j["num_local_experts"];
+    const int L = j["num_hidden_layers"];
+    SafetensorsWriter wr;
+    for (const std::string& name : (*ck)->names())
+        if (name.find(".mlp.experts.") == std::string::npos) wr.add_copy(*(*ck)->find(name));
+    for (int l = 0; l < L; ++l) {
+        const std::string x = "model.layers." + std::to_string(l) + ".mlp.experts.";
+        auto t = [&](const std::string& n) { return *(*ck)->find(x + n); };
+        const std::vector<float> gu =
+            dequantize_experts(t("gate_up_proj_blocks"), t("gate_up_proj_scales"), E, 2 * I, H);
+        const std::vector<float> dn = dequantize_experts(t("down_proj_blocks"), t("down_proj_scales"), E, H, I);
+        std::vector<float> gu_t(static_cast<size_t>(E * H * 2 * width), 0.0f),
+            dn_t(static_cast<size_t>(E * width * H), 0.0f);
+        for (int64_t e = 0; e < E; ++e)
+            for (int64_t r = 0; r < 2 * keep; ++r)  // gate_up rows 2u, 2u + 1 are unit u's gate and up
+                for (int64_t k = 0; k < H; ++k)
+                    gu_t[static_cast<size_t>((e * H + k) * 2 * width + r)] =
+                        gu[static_cast<size_t>((e * 2 * I + r) * H + k)];
+        for (int64_t e = 0; e < E; ++e)
+            for (int64_t h = 0; h < H; ++h)
+                for (int64_t u = 0; u < keep; ++u)
+                    dn_t[static_cast<size_t>((e * width + u) * H + h)] = dn[static_cast<size_t>((e * H + h) * I + u)];
+        const TensorInfo gb = t("gate_up_proj_bias");
+        std::vector<float> bias(static_cast<size_t>(E * 2 * width), 0.0f);
+        for (int64_t e = 0; e < E; ++e)
+            for (int64_t r = 0; r < 2 * keep; ++r) {
+                uint16_t v;
+                std::memcpy(&v, gb.data + static_cast<size_t>(e * 2 * I + r) * 2, 2);
+                bias[static_cast<size_t>(e * 2 * width + r)] = bf16_to_f32(v);
+            }
+        wr.add(x + "gate_up_proj", DType::kF32, Shape{E, H, 2 * width}, f32_bytes(gu_t));
+        wr.add(x + "gate_up_proj_bias", DType::kF32, Shape{E, 2 * width}, f32_bytes(bias));
+        wr.add(x + "down_proj", DType::kF32, Shape{E, width, H}, f32_bytes(dn_t));
+        wr.add_copy(*(*ck)->find(x + "down_proj_bias"));  // (add_copy keeps a reference: not a temporary)
+    }
+    fs::create_directories(dst);
+    ASSERT_TRUE(wr.write(dst, {}).ok());
+    j.erase("quantization_config");
+    j["intermediate_size"] = width;
+    std::ofstream(dst + "/config.json") << j.dump();
+}
+
+std::vector<float> logits_of(const std::string& dir, const std::vector<int32_t>& ids) {
+    auto w = GptOssWeights::load(dir);
+    EXPECT_TRUE(w.ok()) << w.status().to_string();
+    if (!w.ok()) return {};
+    std::vector<float> out;
+    SingleSequence s(**w, static_cast<int>(ids.size()));
+    EXPECT_TRUE(s.append(ids, true, &out).ok());
+    return out;
+}
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / den);
+}
+
+// Unquantized experts take widths that are not multiples of 32 (transformers loads such checkpoints; the MXFP4 group
+// size bound them all): an intermediate of 40 units gives the logits of the same 40 units padded with zero units to
+// 64, and both the MXFP4 model's when the units are all kept. MXFP4 experts with such a width are refused by name, as
+// are OpenAI's original layout and layers of different expert formats.
+TEST_F(ForwardTest, ExpertWidths) {
+    const std::vector<int32_t> ids = random_ids(9, 11);
+    const std::vector<float> mx = logits_of(dir_, ids);
+    const std::string all = dir_ + "_dense64", cut = dir_ + "_dense40", padded = dir_ + "_dense40_64";
+    write_unquantized(dir_, all, 64, 64);
+    write_unquantized(dir_, cut, 40, 40);
+    write_unquantized(dir_, padded, 40, 64);
+    const std::vector<float> a = logits_of(all, ids), c = logits_of(cut, ids), p = logits_of(padded, ids);
+    ASSERT_EQ(a.size(), mx.size());
+    ASSERT_EQ(c.size(), mx.size());
+    ASSERT_EQ(p.size(), mx.size());
+    // The same values (MXFP4 dequantizes exactly to fp32) through the same fp32 sums: equal (measured: bit for bit;
+    // 1e-6 leaves room for a kernel that blocks its sums differently by format).
+    EXPECT_LT(rel_l2(a, mx), 1e-6);
+    // Zero units add +0 to each sum: equal as well (measured: bit for bit).
+    EXPECT_LT(rel_l2(c, p), 1e-6);
+    // ... and 24 units fewer is a different model (0.12 measured): the comparison can tell them apart.
+    EXPECT_GT(rel_l2(c, a), 1e-2);
+
+    // hidden_size 48 and intermediate_size 40, unquantized: loads, and decoding a token at a time gives the
+    // prefill's logits bit for bit (each op computes a row the same way; here at widths off every vector size).
+    {
+        auto ck = SafetensorsCheckpoint::open_dir(cut);
+        ASSERT_TRUE(ck.ok());
+        nlohmann::json j = nlohmann::json::parse(std::ifstream(cut + "/config.json"));
+        const int64_t H2 = 48;
+        j["hidden_size"] = H2;
+        SafetensorsWriter wr;
+        std::mt19937 rng(5);
+        std::normal_distribution<float> n01;
+        // The hidden-size axis of each tensor (-1: none): last for [.., H] inputs and H-vectors, 0 for o_proj's
+        // output, 1 for gate_up's [E, H, 2I].
+        auto h_axis = [](const std::string& n, int rank) {
+            auto ends = [&](const char* e) {
+                return n.size() >= std::strlen(e) && n.compare(n.size() - std::strlen(e), std::string::npos, e) == 0;
+            };
+            if (ends("o_proj.weight")) return 0;
+            if (ends("gate_up_proj")) return 1;
+            for (const char* e : {"embed_tokens.weight", "lm_head.weight", "router.weight", "q_proj.weight",
+                                  "k_proj.weight", "v_proj.weight", "down_proj", "layernorm.weight",
+                                  "model.norm.weight", "o_proj.bias", "down_proj_bias"})
+                if (ends(e)) return rank - 1;
+            return -1;
+        };
+        for (const std::string& name : (*ck)->names()) {
+            const TensorInfo& t = *(*ck)->find(name);
+            Shape shape = t.shape;
+            if (const int ax = h_axis(name, shape.rank); ax >= 0) {
+                ASSERT_EQ(shape.dims[ax], 64) << name;
+                shape.dims[ax] = H2;
+            }
+            std::vector<float> v(static_cast<size_t>(shape.numel()));
+            const bool gain = name.find("layernorm") != std::string::npos || name == "model.norm.weight";
+            for (float& x : v) x = (gain ? 1.0f : 0.0f) + 0.2f * n01(rng);
+            wr.add(name, DType::kF32, shape, f32_bytes(v));
+        }
+        const std::string odd = dir_ + "_dense_h48";
+        fs::create_directories(odd);
+        ASSERT_TRUE(wr.write(odd, {}).ok());
+        std::ofstream(odd + "/config.json") << j.dump();
+        auto w = GptOssWeights::load(odd);
+        ASSERT_TRUE(w.ok()) << w.status().to_string();
+        std::vector<float> full, inc;
+        SingleSequence s1(**w, 9), s2(**w, 9);
+        ASSERT_TRUE(s1.append(ids, true, &full).ok());
+        ASSERT_TRUE(s2.append(std::span(ids).first(4), true, &inc).ok());
+        for (int t = 4; t < 9; ++t) ASSERT_TRUE(s2.append(std::span(ids).subspan(t, 1), true, &inc).ok());
+        EXPECT_EQ(full, inc);
+        EXPECT_TRUE(std::all_of(full.begin(), full.end(), [](float x) { return std::isfinite(x); }));
+        fs::remove_all(odd);
+    }
+
+    // MXFP4 experts at hidden_size 48: refused, naming the group size.
+    {
+        const std::string bad = dir_ + "_mx48";
+        fs::create_directories(bad);
+        fs::copy_file(dir_ + "/model.safetensors", bad + "/model.safetensors", fs::copy_options::overwrite_existing);
+        nlohmann::json j = nlohmann::json::parse(std::ifstream(dir_ + "/config.json"));
+        j["hidden_size"] = 48;
+        std::ofstream(bad + "/config.json") << j.dump();
+        auto w = GptOssWeights::load(bad);
+        ASSERT_FALSE(w.ok());
+        EXPECT_NE(w.status().message().find("MXFP4 experts need hidden_size (48)"), std::string::npos)
+            << w.status().message();
+        fs::remove_all(bad);
+    }
+    // Layer 0 unquantized, layer 1 MXFP4: named.
+    {
+        auto mxck = SafetensorsCheckpoint::open_dir(dir_);
+        auto dck = SafetensorsCheckpoint::open_dir(all);
+        ASSERT_TRUE(mxck.ok() && dck.ok());
+        SafetensorsWriter wr;
+        for (const std::string& name : (*dck)->names())
+            if (name.rfind("model.layers.1.mlp.experts.", 0) != 0) wr.add_copy(*(*dck)->find(name));
+        for (const std::string& name : (*mxck)->names())
+            if (name.rfind("model.layers.1.mlp.experts.", 0) == 0) wr.add_copy(*(*mxck)->find(name));
+        const std::string mixed = dir_ + "_mixed";
+        fs::create_directories(mixed);
+        ASSERT_TRUE(wr.write(mixed, {}).ok());
+        fs::copy_file(all + "/config.json", mixed + "/config.json", fs::copy_options::overwrite_existing);
+        auto w = GptOssWeights::load(mixed);
+        ASSERT_FALSE(w.ok());
+        EXPECT_NE(w.status().message().find("layer 1's experts are MXFP4 (gate_up_proj_blocks) but layer 0's are "
+                                            "unquantized (gate_up_proj)"),
+                  std::string::npos)
+            << w.status().message();
+        fs::remove_all(mixed);
+    }
+    // OpenAI's original layout: named (it was "tensor 'model.embed_tokens.weight' not found").
+    {
+        SafetensorsWriter wr;
+        wr.add("embedding.weight", DType::kF32, Shape{300, 64}, std::vector<uint8_t>(300 * 64 * 4));
+        wr.add("block.0.attn.qkv.weight", DType::kF32, Shape{80, 64}, std::vector<uint8_t>(80 * 64 * 4));
+        const std::string orig = dir_ + "_original";
+        fs::create_directories(orig);
+        ASSERT_TRUE(wr.write(orig, {}).ok());
+        fs::copy_file(dir_ + "/config.json", orig + "/config.json", fs::copy_options::overwrite_existing);
+        auto w = GptOssWeights::load(orig);
+        ASSERT_FALSE(w.ok());
+        EXPECT_NE(w.status().message().find("OpenAI's original checkpoint layout"), std::string::npos)
+            << w.status().message();
+        fs::remove_all(orig);
+    }
+    for (const std::string& d : {all, cut, padded}) fs::remove_all(d);
 }
 
 }  // namespace
