@@ -697,6 +697,36 @@ StatusOr<std::shared_ptr<const structured::JsonGrammar>> strict_tool_grammar(con
     return *g;
 }
 
+// vLLM's guided decoding of forced calls: with tool_choice "required", or naming a function, the arguments of the
+// calls it forces are held to the function's parameters schema as a strict function's are (clients parse them as
+// JSON), where that schema compiles; one that does not is left free, as without the choice (not a 400: only
+// `strict` asks for the schema). `chat`: the chat.completions form (tools, tool_choice; allowed_tools applied).
+void add_forced_call_grammars(const Json& chat, structured::ToolGrammars* grammars) {
+    const auto tc = chat.find("tool_choice");
+    const auto tools = chat.find("tools");
+    if (tc == chat.end() || tools == chat.end() || !tools->is_array()) return;
+    std::optional<std::string> only;  // a named choice's function
+    if (tc->is_object()) {
+        const auto fn = tc->find("function");
+        if (fn == tc->end() || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) return;
+        only = (*fn)["name"].get<std::string>();
+    } else if (!(tc->is_string() && tc->get<std::string>() == "required")) {
+        return;
+    }
+    for (const Json& t : *tools) {
+        if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
+        const Json& fn = t["function"];
+        if (!fn.contains("name") || !fn["name"].is_string()) continue;
+        const std::string name = fn["name"].get<std::string>();
+        if ((only && name != *only) || grammars->contains(name)) continue;
+        const auto params = fn.find("parameters");
+        auto g = structured::JsonGrammar::compile(params != fn.end() && params->is_object()
+                                                      ? *params
+                                                      : Json{{"type", "object"}, {"properties", Json::object()}});
+        if (g.ok()) (*grammars)[name] = *g;
+    }
+}
+
 // `grammars` (optional) gets the argument grammars of the functions declared strict.
 Status check_chat_tools(const Json& body, std::vector<std::string>* names, structured::ToolGrammars* grammars) {
     auto tools = body.find("tools");
@@ -1095,7 +1125,6 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         std::vector<std::string> tool_names;
         auto tool_grammars = std::make_shared<structured::ToolGrammars>();
         RETURN_IF_ERROR(check_chat_tools(body, &tool_names, tool_grammars.get()));
-        if (!tool_grammars->empty()) p.tool_grammars = std::move(tool_grammars);
         // tool_choice allowed_tools: the chat form offers only those tools (the body as harmony renders it).
         std::optional<Json> restricted;
         if (auto tc = body.find("tool_choice");
@@ -1106,6 +1135,8 @@ StatusOr<ChatParams> parse_chat_request(const Json& body) {
         } else {
             RETURN_IF_ERROR(check_tool_choice(body, tool_names));
         }
+        add_forced_call_grammars(restricted ? *restricted : body, tool_grammars.get());
+        if (!tool_grammars->empty()) p.tool_grammars = std::move(tool_grammars);
         // HARMONY.md §3.2: minimal / none clamp to low, xhigh / max to high (harmony's parse_effort).
         f.one_of("reasoning_effort", {"none", "minimal", "low", "medium", "high", "xhigh", "max"});
         f.boolean("parallel_tool_calls");
@@ -1340,6 +1371,12 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                 return field_error("tool_choice", "must be a string or an object");
             }
             tool_choice_echo = *tc;
+        }
+        {
+            auto forced = p.tool_grammars ? std::make_shared<structured::ToolGrammars>(*p.tool_grammars)
+                                          : std::make_shared<structured::ToolGrammars>();
+            add_forced_call_grammars(chat, forced.get());
+            if (!forced->empty()) p.tool_grammars = std::move(forced);
         }
         Json reasoning_echo = {{"effort", nullptr}, {"summary", nullptr}};
         if (const Json* reasoning = f.object("reasoning")) {

@@ -190,6 +190,50 @@ TEST_F(GenerationOutputTest, StrictFunctionsConstrainTheirCalls) {
     EXPECT_EQ(err["param"], "tools[0].parameters") << err.dump();
 }
 
+// A call that tool_choice forces (a named function, or "required") has its arguments held to the function's
+// parameters as vLLM's guided decoding holds them, strict or not: a client can parse them. With "auto" nothing is
+// held; a schema that cannot be enforced leaves the forced call free (no 400: only strict asks for the schema).
+TEST_F(GenerationOutputTest, ForcedCallsHoldTheirArgumentsToTheSchema) {
+    const std::string user = R"({"messages":[{"role":"user","content":"Weather?"}],)";
+    auto opens_arguments = [&](const EngineRequest& req) {
+        EXPECT_NE(req.constraint, nullptr);
+        if (req.constraint == nullptr) return;
+        auto c = req.constraint->start();
+        std::vector<uint8_t> mask;
+        ASSERT_TRUE(c->allowed_next(&mask));  // the forced header opened the arguments
+        for (int32_t b : test_tokenizer()->encode_ordinary("{\"")) EXPECT_TRUE(mask[static_cast<size_t>(b)]);
+        for (int32_t b : test_tokenizer()->encode_ordinary("Sure")) EXPECT_FALSE(mask[static_cast<size_t>(b)]);
+    };
+    script("{\"city\":\"Paris\"}<|call|>");  // after the forced header
+    Json j = post_json("/v1/chat/completions",
+                       user + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})");
+    EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    opens_arguments(server_.engine.last_request());
+    post_json("/v1/responses", R"({"input":"Weather?","tools":[{"type":"function","name":"get_weather",
+        "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}],
+        "tool_choice":{"type":"function","name":"get_weather"}})");
+    opens_arguments(server_.engine.last_request());
+    // "required" with one function forces its whole header, so the arguments open at once too.
+    post_json("/v1/chat/completions", user + kTools + R"(,"tool_choice":"required"})");
+    opens_arguments(server_.engine.last_request());
+    // "required" with two: each declared function's calls are held (the model writes the name first).
+    script("get_time <|constrain|>json<|message|>{}<|call|>");
+    post_json("/v1/chat/completions", user + kTwoTools + R"(,"tool_choice":"required"})");
+    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    // auto and none: free.
+    script("<|channel|>final<|message|>Sunny.<|return|>");
+    post_json("/v1/chat/completions", user + kTools + R"(,"tool_choice":"auto"})");
+    EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
+    post_json("/v1/chat/completions", user + kTools + R"(,"tool_choice":"none"})");
+    EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
+    // A schema the constraint cannot enforce (uniqueItems), not strict: the forced call runs free, no 400.
+    script("{\"n\":[1]}<|call|>");
+    post_json("/v1/chat/completions", user + R"("tools":[{"type":"function","function":{"name":"f",
+        "parameters":{"type":"object","properties":{"n":{"type":"array","uniqueItems":true}}}}}],
+        "tool_choice":{"type":"function","function":{"name":"f"}}})");
+    EXPECT_EQ(server_.engine.last_request().constraint, nullptr);
+}
+
 TEST_F(GenerationOutputTest, ChatToolCallStreamed) {
     script("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>");
     bool done = false;
