@@ -277,6 +277,65 @@ tiny_model() {
     gzip -dc .device_pack/tokenizer.json.gz > "$WORK/tokenizer.json" && TINY_TOK=(--tokenizer "$WORK/tokenizer.json")
   fi
 }
+# s59_check <name>: session 59's front-end changes on the CUDA backend (tiny random model, real vocabulary): calls
+# that tool_choice forces (named, not strict; required) have arguments that parse against the function's schema
+# (device masks), stop_reason on a stop string, GET /version.
+s59_check() {
+  local name=$1 port=8394
+  tiny_model "$name"
+  $BIN/gptoss serve --model "$WORK/serve_tiny" --backend ${SERVE_BACKEND:-cuda} --port $port "${TINY_TOK[@]}" \
+    > "$OUT/${name}.log" 2>&1 &
+  local pid=$!
+  wait_health $port $pid
+  local h=(-H 'Content-Type: application/json') i
+  local tools='"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":12},"days":{"type":"integer"}},"required":["city","days"],"additionalProperties":false}}}]'
+  for i in 1 2 3; do
+    curl -s -m 120 http://127.0.0.1:$port/v1/chat/completions "${h[@]}" \
+      -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":{"type":"function","function":{"name":"get_weather"}},"max_tokens":400,"temperature":1,"seed":'$i'}' \
+      > "$OUT/${name}_named$i.json"
+  done
+  curl -s -m 120 http://127.0.0.1:$port/v1/chat/completions "${h[@]}" \
+    -d '{"messages":[{"role":"user","content":"Weather?"}],'"$tools"',"tool_choice":"required","max_tokens":400,"temperature":1,"seed":4}' \
+    > "$OUT/${name}_required.json"
+  curl -s -m 60 http://127.0.0.1:$port/v1/completions "${h[@]}" \
+    -d '{"prompt":"x","max_tokens":64,"temperature":1,"seed":5,"stop":["e"]}' > "$OUT/${name}_stop.json"
+  curl -s -m 30 http://127.0.0.1:$port/version > "$OUT/${name}_version.json"
+  kill -TERM $pid 2>/dev/null
+  wait $pid
+  local src=$?
+  local line
+  line=$(python3 - "$OUT/${name}" <<'PY'
+import json, sys
+p = sys.argv[1]
+out = []
+def args_ok(path):
+    try:
+        c = json.load(open(path))["choices"][0]
+        calls = c["message"].get("tool_calls") or []
+        if not calls:
+            return f"nocall({c.get('finish_reason')})"
+        a = json.loads(calls[0]["function"]["arguments"])
+        ok = set(a) == {"city", "days"} and isinstance(a["city"], str) and len(a["city"]) <= 12 and isinstance(a["days"], int)
+        return "ok" if ok else "schema-miss"
+    except Exception as e:
+        return f"bad({type(e).__name__})"
+out.append("named=" + "/".join(args_ok(f"{p}_named{i}.json") for i in (1, 2, 3)))
+out.append("required=" + args_ok(f"{p}_required.json"))
+try:
+    c = json.load(open(p + "_stop.json"))["choices"][0]
+    out.append(f"stop_reason={c.get('stop_reason')!r} finish={c.get('finish_reason')}")
+except Exception as e:
+    out.append(f"stop unreadable ({e})")
+try:
+    out.append("version=" + json.load(open(p + "_version.json"))["version"])
+except Exception as e:
+    out.append(f"version unreadable ({e})")
+print(" ".join(out))
+PY
+)
+  echo "$name: $line exit=$src"
+  summary+=("$name: $line exit=$src")
+}
 # s56_check <name>: session 56's front-end fixes on the CUDA backend (tiny random model, real vocabulary): a Responses
 # request_id names the stored response (GET finds it; the same id again is a 400, one with '/' too), and chat
 # logprobs give one entry a content token (return_token_ids against logprobs.content, forced into the final channel by
@@ -3016,6 +3075,20 @@ PY
           > "$OUT/s57c_down_sass.txt" 2>&1
         gzip -f "$OUT/s57c_down_sass.txt"
       fi
+      ;;
+    s59)
+      # Session 59: the front-end changes on CUDA (forced tool calls held to their schema, stop_reason, /version), the
+      # CUDA model and engine tests (the loader and the CUDA init changed), the serve check, batch-1 rows.
+      s59_check s59_front
+      tests_row s59_model 'CudaModel.*'
+      tests_row s59_tests 'CudaEngine.*:CudaOps.Sampling*:CudaOps.LogitEdits*'
+      serve_check s59_serve
+      decode_row s59_20b_b1 20b 1
+      decode_row s59_120b_b1 120b 1
+      decode_row s59_20b_b1_again 20b 1
+      ;;
+    s59_front)
+      s59_check s59_front
       ;;
     s58)
       # Session 58: transformers' rope values for the config variants (tests/data/hf_rope_cases.json), the CUDA model
