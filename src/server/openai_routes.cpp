@@ -649,7 +649,8 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
     const std::shared_ptr<const structured::RegexGrammar>& regex,
     const std::shared_ptr<const structured::EbnfGrammar>& ebnf,
     const std::shared_ptr<const structured::StructuralTag>& tag, const std::vector<int32_t>& forced, bool raw,
-    const std::shared_ptr<const structured::ToolGrammars>& tools) const {
+    const std::shared_ptr<const structured::ToolGrammars>& tools,
+    const std::optional<std::vector<std::string>>& declared_functions) const {
     if (!grammar && !regex && !ebnf && !tag && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
@@ -660,7 +661,7 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
         structured_ = std::move(*so);
     }
     return raw ? structured_->raw_json(grammar, regex, ebnf, tag)
-               : structured_->final_json(grammar, forced, tools, regex, ebnf, tag);
+               : structured_->final_json(grammar, forced, tools, regex, ebnf, tag, declared_functions);
 }
 
 RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const ClientGone& client_gone) {
@@ -702,7 +703,7 @@ RouteResponse OpenAiRoutes::chat_completions(std::string_view body, const Client
             return error(api_error(st));
     StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
         constraint_for(params->grammar, params->sampling.regex, params->sampling.ebnf, params->sampling.tag,
-                       prompt->forced, false, params->tool_grammars);
+                       prompt->forced, false, params->tool_grammars, prompt->parser.declared_functions);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     if (Status st = restrict_to_allowed_ids(params->sampling, queue_.engine().vocab_size(), &req); !st.ok())
@@ -756,9 +757,9 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
     if (Status st = set_min_tokens_and_bad_words(params->chat.sampling, "max_output_tokens", tokenizer_, &req);
         !st.ok())
         return error(api_error(st));
-    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint =
-        constraint_for(params->chat.grammar, params->chat.sampling.regex, params->chat.sampling.ebnf,
-                       params->chat.sampling.tag, prompt->forced, false, params->chat.tool_grammars);
+    StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> constraint = constraint_for(
+        params->chat.grammar, params->chat.sampling.regex, params->chat.sampling.ebnf, params->chat.sampling.tag,
+        prompt->forced, false, params->chat.tool_grammars, prompt->parser.declared_functions);
     if (!constraint.ok()) return error(api_error(constraint.status()));
     req.constraint = std::move(*constraint);
     if (Status st = restrict_to_allowed_ids(params->chat.sampling, queue_.engine().vocab_size(), &req); !st.ok())

@@ -165,7 +165,8 @@ private:
         const std::shared_ptr<const structured::RegexGrammar>& regex,
         const std::shared_ptr<const structured::EbnfGrammar>& ebnf,
         const std::shared_ptr<const structured::StructuralTag>& tag, const std::vector<int32_t>& forced,
-        bool raw = false, const std::shared_ptr<const structured::ToolGrammars>& tools = nullptr) const;
+        bool raw = false, const std::shared_ptr<const structured::ToolGrammars>& tools = nullptr,
+        const std::optional<std::vector<std::string>>& declared_functions = std::nullopt) const;
 
     RequestQueue& queue_;
     const tokenizer::BpeTokenizer& tokenizer_;

@@ -4,6 +4,9 @@
 #include <cctype>
 #include <optional>
 
+#include "harmony/harmony_chat.h"
+#include "harmony/harmony_parser.h"
+
 namespace gptoss::structured {
 
 namespace {
@@ -12,7 +15,8 @@ class FinalJsonConstraint : public runtime::TokenConstraint {
 public:
     FinalJsonConstraint(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
                         std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
-                        std::shared_ptr<const StructuralTag> tag, std::shared_ptr<const ToolGrammars> tools, bool raw)
+                        std::shared_ptr<const StructuralTag> tag, std::shared_ptr<const ToolGrammars> tools,
+                        std::optional<std::vector<std::string>> declared, bool raw)
         : so_(std::move(so)),
           final_(std::move(final)),
           regex_(std::move(regex)),
@@ -20,6 +24,7 @@ public:
           tag_(std::move(tag)),
           tools_(std::move(tools)),
           raw_(raw) {
+        mapping_.declared_functions = std::move(declared);
         if (raw) begin_final();
     }
 
@@ -53,21 +58,20 @@ public:
         const std::vector<std::string>& bytes = so_->token_bytes();
         const bool ordinary =
             id >= 0 && static_cast<size_t>(id) < bytes.size() && !bytes[static_cast<size_t>(id)].empty();
+        const bool terminator = id == t.end || id == t.call || id == t.ret;
         switch (state_) {
-            case State::kHeader:
-                if (id == t.message) {
-                    open_body();
-                } else if (id == t.start) {
-                    header_.clear();
-                } else if (header_.size() < 1024) {
-                    if (ordinary)
-                        header_ += bytes[static_cast<size_t>(id)];
-                    else
-                        header_ += id == t.channel ? '\x01' : ' ';  // <|channel|>; other specials end a word
-                }
-                break;
+            case State::kHeader: header_token(id, ordinary); break;
             case State::kBody:
-                if (id == t.end || id == t.call || id == t.ret) state_ = State::kBetween;
+                if (terminator) {
+                    state_ = State::kBetween;
+                } else if (id == t.start) {  // X3: the message closed, a new header
+                    open_header(std::nullopt);
+                } else if (id == t.channel) {  // X3: closed, and this <|channel|> begins the next header
+                    open_header(harmony::Role::kAssistant);
+                    header_token(id, false);
+                } else if (id == t.end_of_text) {
+                    state_ = State::kBetween;
+                }
                 break;
             case State::kJson:
                 if (ordinary) {
@@ -92,48 +96,80 @@ public:
             case State::kDone: break;
             case State::kBetween:
                 if (id == t.start) {
-                    state_ = State::kHeader;
-                    header_.clear();
+                    open_header(std::nullopt);
+                } else if (terminator || id == t.end_of_text) {  // X1: a stray terminator is ignored
+                } else if (!ordinary && id != t.channel && id != t.message && id != t.constrain) {
+                    // other specials are ignored
+                } else if (ordinary && std::all_of(bytes[static_cast<size_t>(id)].begin(),
+                                                   bytes[static_cast<size_t>(id)].end(), [](char c) {
+                                                       return c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
+                                                              c == '\f' || c == '\v';
+                                                   })) {
+                    // whitespace between messages is ignored
+                } else {  // X2: an implicit <|start|>assistant, this token its header's first
+                    open_header(harmony::Role::kAssistant);
+                    header_token(id, ordinary);
                 }
                 break;
         }
     }
 
 private:
+    // kDone: a raw completion past its end. (After <|return|>, <|call|> or <|endoftext|> the parser reads nothing
+    // more, X14; generation has stopped there but for ignore_eos, and what follows is still followed as if after
+    // <|end|>: held where a final message would be, which the answer then drops.)
     enum class State { kHeader, kBody, kJson, kBetween, kDone };
+    static constexpr size_t kMaxHeaderTokens = harmony::ParserOptions{}.max_header_tokens;  // X13
 
-    // The word of `header_` after `from` (skipping spaces), up to a space, '<' or <|channel|>.
-    std::string word_after(size_t from) const {
-        while (from < header_.size() && (header_[from] == ' ' || header_[from] == '\t' || header_[from] == '\n'))
-            ++from;
-        const size_t to = header_.find_first_of(" \t\n<\x01", from);
-        return header_.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    // A header begins; `role`: set when the parser presets it (the prompt's "assistant", X2, X3 at <|channel|>).
+    void open_header(std::optional<harmony::Role> role) {
+        state_ = State::kHeader;
+        header_.clear();
+        header_tokens_ = 0;
+        header_role_ = role;
+    }
+    // One token of a header, as the robust parser takes it: <|message|> opens the body; a terminator ends the header
+    // without a message (X10); <|start|> restarts it (X4); specials other than <|channel|> and <|constrain|> are
+    // ignored; past 256 tokens the header is given up (X13).
+    void header_token(int32_t id, bool ordinary) {
+        const HarmonyTokenIds& t = so_->ids();
+        if (id == t.message) {
+            open_body();
+        } else if (id == t.end || id == t.call || id == t.ret || id == t.end_of_text) {
+            // X10 (or a stray terminator): no message; the parser then expects <|start|>
+            state_ = State::kBetween;
+            header_.clear();
+        } else if (id == t.start) {  // X4
+            open_header(std::nullopt);
+        } else if (ordinary || id == t.channel || id == t.constrain) {
+            // the header's text as the parser spells it (its specials by name)
+            header_ += ordinary ? so_->token_bytes()[static_cast<size_t>(id)]
+                                : std::string(id == t.channel ? "<|channel|>" : "<|constrain|>");
+            if (++header_tokens_ > kMaxHeaderTokens) {
+                state_ = State::kBetween;
+                header_.clear();
+            }
+        }
     }
 
-    // At a header's <|message|>: a call to a strict function (recipient "functions.NAME", in the role slot
-    // or after the channel) is held to its parameters and ends with <|call|>; a final message to the
-    // response format and ends with <|return|>; anything else is free.
+    // At a header's <|message|>: the header read as the server's robust parser reads it (harmony::parse_header_robust)
+    // and routed as the answer routes it (harmony::chat_route): a call to a function with a grammar is held to its
+    // parameters and ends with <|call|>; a final message (content) to the response format, ended by <|return|>;
+    // anything else is free.
     void open_body() {
-        // As the server's robust header parser reads it: the channel's word case-folded and without
-        // trailing punctuation ("Final", "final."); the recipient after "to=", else a word naming
-        // "functions.NAME" anywhere in the header; a declared function may be named bare.
-        const size_t ch = header_.find('\x01');
-        std::string channel = ch == std::string::npos ? std::string() : word_after(ch + 1);
-        for (char& c : channel) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        while (!channel.empty() && !std::isalnum(static_cast<unsigned char>(channel.back()))) channel.pop_back();
-        std::string recipient;
-        if (const size_t to = header_.find("to="); to != std::string::npos) {
-            recipient = word_after(to + 3);
-        } else if (const size_t fn = header_.find("functions."); fn != std::string::npos) {
-            recipient = word_after(fn);
-        }
+        std::vector<std::string> warnings;
+        const harmony::HeaderParseResult r =
+            harmony::parse_header_robust(harmony::decode_utf8_lossy(header_, /*final_chunk=*/true), header_role_, true,
+                                         mapping_.declared_functions, warnings);
         state_ = State::kBody;
-        if (!recipient.empty()) {
-            const std::string name = recipient.rfind("functions.", 0) == 0 ? recipient.substr(10) : recipient;
-            if (tools_) {
-                if (auto it = tools_->find(name); it != tools_->end()) begin(it->second.get(), so_->ids().call);
+        const harmony::ChatRoute route = harmony::chat_route(r.header, mapping_);
+        if (route == harmony::ChatRoute::kToolCall) {
+            if (const std::optional<std::string> name = harmony::function_name(*r.header.recipient, mapping_);
+                name && tools_) {
+                if (auto it = tools_->find(*name); it != tools_->end()) begin(it->second.get(), so_->ids().call);
             }
-        } else if ((final_ || regex_ || ebnf_ || tag_) && channel == "final") {
+        } else if (route == harmony::ChatRoute::kContent && r.header.channel == std::optional<std::string>("final") &&
+                   (final_ || regex_ || ebnf_ || tag_)) {
             begin_final();
         }
         header_.clear();
@@ -189,7 +225,10 @@ private:
     std::vector<JsonMatcher> levels_;
     int32_t end_id_ = -1;
     State state_ = State::kHeader;  // the prompt ends with "<|start|>assistant"
-    std::string header_;            // the current header's text, <|channel|> as \x01
+    std::string header_;            // the current header's bytes, its specials spelled as the parser spells them
+    size_t header_tokens_ = 0;      // the tokens it has taken (the prompt's "assistant" not counted)
+    std::optional<harmony::Role> header_role_ = harmony::Role::kAssistant;  // preset by the prompt
+    harmony::ChatMappingOptions mapping_;  // the declared functions, as the answer's mapping has them
 };
 
 class FinalJsonFactory : public runtime::TokenConstraintFactory {
@@ -197,7 +236,7 @@ public:
     FinalJsonFactory(std::shared_ptr<const HarmonyStructuredOutputs> so, std::shared_ptr<const JsonGrammar> final,
                      std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
                      std::shared_ptr<const StructuralTag> tag, std::shared_ptr<const ToolGrammars> tools,
-                     std::vector<int32_t> forced, bool raw)
+                     std::vector<int32_t> forced, std::optional<std::vector<std::string>> declared, bool raw)
         : so_(std::move(so)),
           final_(std::move(final)),
           regex_(std::move(regex)),
@@ -205,9 +244,10 @@ public:
           tag_(std::move(tag)),
           tools_(std::move(tools)),
           forced_(std::move(forced)),
+          declared_(std::move(declared)),
           raw_(raw) {}
     std::unique_ptr<runtime::TokenConstraint> start() const override {
-        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, ebnf_, tag_, tools_, raw_);
+        auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, ebnf_, tag_, tools_, declared_, raw_);
         for (int32_t id : forced_) c->accept(id);
         return c;
     }
@@ -220,6 +260,7 @@ private:
     std::shared_ptr<const StructuralTag> tag_;
     std::shared_ptr<const ToolGrammars> tools_;
     std::vector<int32_t> forced_;
+    std::optional<std::vector<std::string>> declared_;
     bool raw_;
 };
 
@@ -239,6 +280,8 @@ StatusOr<std::shared_ptr<HarmonyStructuredOutputs>> HarmonyStructuredOutputs::cr
         if (!found) return failed_precondition(std::string("structured outputs need the Harmony token ") + name);
         *id = *found;
     }
+    ids.constrain = tok.special_token_id("<|constrain|>").value_or(-1);
+    ids.end_of_text = tok.special_token_id("<|endoftext|>").value_or(-1);
     const int n = std::max(model_vocab_size, tok.vocab_size());
     std::vector<std::string> bytes(static_cast<size_t>(n));
     for (int32_t id = 0; id < std::min(model_vocab_size, tok.vocab_size()); ++id) {
@@ -257,12 +300,13 @@ const TokenTrie& HarmonyStructuredOutputs::trie() const {
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::final_json(
     std::shared_ptr<const JsonGrammar> grammar, std::vector<int32_t> forced, std::shared_ptr<const ToolGrammars> tools,
     std::shared_ptr<const RegexGrammar> regex, std::shared_ptr<const EbnfGrammar> ebnf,
-    std::shared_ptr<const StructuralTag> tag) const {
+    std::shared_ptr<const StructuralTag> tag, std::optional<std::vector<std::string>> declared_functions) const {
     if (grammar) regex.reset(), ebnf.reset(), tag.reset();
     if (tag) regex.reset(), ebnf.reset();
     if (ebnf) regex.reset();
     return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), std::move(ebnf),
-                                              std::move(tag), std::move(tools), std::move(forced), false);
+                                              std::move(tag), std::move(tools), std::move(forced),
+                                              std::move(declared_functions), false);
 }
 
 std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs::raw_json(
@@ -272,7 +316,7 @@ std::shared_ptr<const runtime::TokenConstraintFactory> HarmonyStructuredOutputs:
     if (tag) regex.reset(), ebnf.reset();
     if (ebnf) regex.reset();
     return std::make_shared<FinalJsonFactory>(shared_from_this(), std::move(grammar), std::move(regex), std::move(ebnf),
-                                              std::move(tag), nullptr, std::vector<int32_t>{}, true);
+                                              std::move(tag), nullptr, std::vector<int32_t>{}, std::nullopt, true);
 }
 
 }  // namespace gptoss::structured

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "harmony/harmony_chat.h"
+#include "harmony/harmony_parser.h"
 #include "unit/tokenizer/tokenizer_fixture.h"
 
 namespace gptoss::structured {
@@ -294,6 +296,101 @@ TEST(HarmonyJsonO200k, RandomDocumentsUnderTheMaskMatchTheSchema) {
         EXPECT_GT(n, 100000);
     }
     std::printf("trie build %.0f ms; mask %.2f ms a step over %d steps\n", build_ms, mask_ms / steps, steps);
+}
+
+// The constraint follows the Harmony framing as the server's robust parser reads it (HARMONY.md §6.7): random
+// replies made of framing tokens and words, drawn freely where the constraint leaves them free and from its mask
+// where it holds them, with the missing <|start|> / <|end|>, stray terminators, headers ended without <|message|> and
+// junk specials that real gpt-oss output has. Every message the parser then reports on the final channel was drawn
+// under the mask: its text is a prefix of a schema document (session 59: after `<|end|>` then `<|channel|>final`
+// with no <|start|>, or a `<|channel|>` inside an analysis body, the final message ran free).
+TEST(HarmonyJsonO200k, FinalMessagesAsTheRobustParserReadsThemAreHeld) {
+    GPTOSS_REQUIRE_TOKENIZER_FIXTURE(tok);
+    auto so = HarmonyStructuredOutputs::create(*tok, 201088);
+    ASSERT_TRUE(so.ok()) << so.status().to_string();
+    auto schema = JsonGrammar::compile(nlohmann::ordered_json::parse(
+        R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})"));
+    ASSERT_TRUE(schema.ok());
+    const HarmonyTokenIds& ids = (*so)->ids();
+    auto sp = [&](const char* s) { return *tok->special_token_id(s); };
+    // Phrases drawn where the reply is free: the framing's pieces, whole headers and words.
+    auto enc = [&](const char* w) { return tok->encode_ordinary(w); };
+    auto cat = [](std::initializer_list<std::vector<int32_t>> parts) {
+        std::vector<int32_t> out;
+        for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+        return out;
+    };
+    const std::vector<int32_t> cf = {ids.channel}, msg = {ids.message}, st = {ids.start}, en = {ids.end};
+    const std::vector<std::vector<int32_t>> phrases = {st,
+                                                       cf,
+                                                       msg,
+                                                       en,
+                                                       {sp("<|constrain|>")},
+                                                       {sp("<|endoftext|>")},
+                                                       cat({cf, enc("final"), msg}),
+                                                       cat({cf, enc("final"), msg}),
+                                                       cat({st, enc("assistant"), cf, enc("final"), msg}),
+                                                       cat({cf, enc("analysis"), msg}),
+                                                       cat({cf, enc("Final"), enc(" json"), msg}),
+                                                       cat({cf, enc("final?"), msg}),
+                                                       cat({cf, enc("commentary"), enc(" to=functions.f"), msg}),
+                                                       cat({cf, enc("final"), enc(" to=assistant"), msg}),
+                                                       enc("final"),
+                                                       enc("analysis"),
+                                                       enc("assistant"),
+                                                       enc(" "),
+                                                       enc("hello"),
+                                                       enc("json"),
+                                                       enc(" to="),
+                                                       enc("functions"),
+                                                       enc("\n")};
+    std::mt19937 rng(11);
+    std::vector<uint8_t> mask;
+    int finals = 0, held_steps = 0;
+    for (int doc = 0; doc < 400; ++doc) {
+        auto c = (*so)->final_json(*schema)->start();
+        harmony::StreamParser parser(*tok);
+        std::vector<int32_t> reply;
+        bool stopped = false;
+        auto take = [&](int32_t id) {
+            reply.push_back(id);
+            c->accept(id);
+            parser.push(id);
+            stopped = id == ids.ret || id == ids.call;
+        };
+        for (int step = 0; step < 24 && !stopped; ++step) {
+            if (c->allowed_next(&mask)) {
+                ++held_steps;
+                std::vector<int32_t> allowed;
+                for (size_t id = 0; id < mask.size(); ++id)
+                    if (mask[id] && (id < 1000 || static_cast<int32_t>(id) == ids.ret))  // short ids: quick
+                        allowed.push_back(static_cast<int32_t>(id));
+                if (allowed.empty())
+                    for (size_t id = 0; id < mask.size(); ++id)
+                        if (mask[id]) allowed.push_back(static_cast<int32_t>(id));
+                ASSERT_FALSE(allowed.empty());
+                take(allowed[rng() % allowed.size()]);
+                continue;
+            }
+            for (int32_t id : phrases[rng() % phrases.size()]) {
+                if (stopped || c->allowed_next(&mask)) break;  // held from here on: the mask draws
+                take(id);
+            }
+        }
+        parser.finish();
+        for (const harmony::ParsedMessage& m : parser.messages()) {
+            // The answer's final content: routed to content (not recovered, not hidden) on the final channel.
+            if (harmony::chat_route(m.header, harmony::ChatMappingOptions{}) != harmony::ChatRoute::kContent ||
+                m.header.channel != std::optional<std::string>("final"))
+                continue;
+            ++finals;
+            JsonMatcher matcher(**schema);
+            EXPECT_TRUE(matcher.feed(m.content))
+                << "final message '" << m.content << "' ran free; reply: " << *tok->decode(reply);
+        }
+    }
+    EXPECT_GE(finals, 50) << "too few final messages to check";
+    EXPECT_GE(held_steps, 100);
 }
 
 }  // namespace
