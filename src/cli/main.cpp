@@ -1,5 +1,11 @@
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <iostream>
 #include <new>
 
 #include "cli/command.h"
@@ -19,7 +25,23 @@ int fail(const std::string& message) {
 
 }  // namespace gptoss::cli
 
+namespace {
+
+// A memory-mapped file that shrank under the process (a checkpoint copied over while served): the kernel raises SIGBUS
+// at the next read of a lost page. Said in one line before the process ends (async-signal-safe calls only).
+extern "C" void on_sigbus(int) {
+    static const char kMsg[] =
+        "fatal: bus error (SIGBUS): a memory-mapped file was truncated or replaced while in use (most likely the "
+        "model's safetensors files: copy a new checkpoint to another directory, then restart)\n";
+    ssize_t n = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+    (void)n;
+    ::_exit(135);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    std::signal(SIGBUS, on_sigbus);
     CLI::App app{"gptoss: inference engine and OpenAI-compatible server for gpt-oss-20b/120b"};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Expand all help");
@@ -49,6 +71,13 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {  // never an abort with a C++ message: one error line
         std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
+    }
+    // Output that could not be written (a full disk, a closed pipe) is an error, not a silent success.
+    std::cout.flush();
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+        std::fprintf(stderr, "error: writing the output failed%s%s\n", errno ? ": " : "",
+                     errno ? std::strerror(errno) : "");
+        return exit_code != 0 ? exit_code : 1;
     }
     return exit_code;
 }

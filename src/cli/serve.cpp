@@ -3,7 +3,7 @@
 //              [--served-model-name NAME] [--tokenizer FILE] [--request-timeout S]
 //              [--disaggregation-mode none|prefill|decode] [--prefill-url http://host:port]
 // The OpenAI-compatible HTTP server. It listens at once (/health answers 503 while the model loads
-// and warms up) and shuts down cleanly on SIGINT/SIGTERM: open streams end, then the engine.
+// and warms up) and shuts down cleanly on SIGINT/SIGTERM/SIGHUP: open streams end, then the engine.
 #include <pthread.h>
 #include <unistd.h>
 
@@ -182,6 +182,7 @@ int run_serve(const ServeOptions& o) {
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGHUP);  // the terminal gone (an ssh session without nohup): the same clean stop
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
     std::optional<std::string> tok_path = o.tokenizer.empty() ? tokenizer::find_tokenizer_file(o.model) : o.tokenizer;
@@ -191,6 +192,7 @@ int run_serve(const ServeOptions& o) {
 
     // The KV cache is allocated when the model loads, on a loader thread: a size no machine can give aborted
     // the process there (std::bad_alloc; -1 wraps to 2^64 - 1) or had it killed for memory.
+    if (o.host.empty()) return fail("--host must name an address or a host name (e.g. 127.0.0.1, 0.0.0.0, ::)");
     const bool cuda = o.backend == "cuda";
     // The default KV cache: 512 MiB on the CPU; on CUDA what --gpu-memory-utilization leaves once the model is
     // loaded (as vLLM sizes it), found in `load` below.
@@ -325,7 +327,8 @@ int run_serve(const ServeOptions& o) {
     std::thread signal_thread([&] {
         int sig = 0;
         sigwait(&stop_signals, &sig);
-        if (sig == SIGINT || !load_failed.load()) std::fprintf(stderr, "[serve] shutting down\n");
+        if (sig == SIGINT || !load_failed.load())
+            std::fprintf(stderr, "[serve] shutting down%s\n", sig == SIGHUP ? " (SIGHUP)" : "");
         queue.shutdown();  // open streams end with an error event; new requests get 503
         http->stop();
     });

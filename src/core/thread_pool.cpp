@@ -1,17 +1,39 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <system_error>
 
 namespace gptoss {
 
 ThreadPool::ThreadPool(int num_threads) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     if (num_threads <= 0) {
-        const char* env = std::getenv("GPTOSS_NUM_THREADS");
-        num_threads = env ? std::atoi(env) : 0;
-        if (num_threads <= 0) num_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        // GPTOSS_NUM_THREADS: 1 .. 1024; anything else is said once and the core count used (a value past what the
+        // system would start aborted every command).
+        num_threads = cores;
+        if (const char* env = std::getenv("GPTOSS_NUM_THREADS"); env != nullptr && *env != '\0') {
+            char* end = nullptr;
+            errno = 0;
+            const long v = std::strtol(env, &end, 10);
+            if (errno == 0 && *end == '\0' && v >= 1 && v <= kMaxThreads)
+                num_threads = static_cast<int>(v);
+            else
+                std::fprintf(stderr, "warning: GPTOSS_NUM_THREADS='%s' is not a thread count from 1 to %d; using %d\n",
+                             env, kMaxThreads, cores);
+        }
     }
-    for (int i = 0; i < num_threads - 1; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    for (int i = 0; i < num_threads - 1; ++i) {
+        try {
+            workers_.emplace_back([this, i] { worker_loop(i); });
+        } catch (const std::system_error& e) {  // the system's thread or memory limit: run with those started
+            std::fprintf(stderr, "warning: started %zu of %d threads (%s)\n", workers_.size() + 1, num_threads,
+                         e.what());
+            break;
+        }
+    }
 }
 
 ThreadPool::~ThreadPool() {

@@ -18,6 +18,7 @@ public:
     ThreadPool(const ThreadPool&) = delete;
     ThreadPool& operator=(const ThreadPool&) = delete;
 
+    static constexpr int kMaxThreads = 1024;  // GPTOSS_NUM_THREADS's bound
     int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
 
     // Runs fn(begin, end) over [0, n) split into contiguous chunks of at least `min_chunk` items,

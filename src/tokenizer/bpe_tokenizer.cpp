@@ -298,7 +298,8 @@ std::optional<std::string> find_tokenizer_file(const std::string& model_dir) {
         std::string own = (std::filesystem::path(model_dir) / "tokenizer.json").string();
         if (exists(own)) return own;
     }
-    if (const char* env = std::getenv("GPTOSS_TOKENIZER"); env && exists(env)) return std::string(env);
+    // Named by the environment, it is the one (a missing file is then the caller's clear error, not the fixture).
+    if (const char* env = std::getenv("GPTOSS_TOKENIZER"); env && *env) return std::string(env);
 #ifdef GPTOSS_SOURCE_DIR
     std::string fixture = std::string(GPTOSS_SOURCE_DIR) + "/.cache/tokenizer/tokenizer.json";
     if (exists(fixture)) return fixture;

@@ -261,7 +261,12 @@ TEST(FindTokenizerFile, PrefersModelDirThenEnvironmentThenFixture) {
     ::setenv("GPTOSS_TOKENIZER", (dir / "env.json").c_str(), 1);
     EXPECT_EQ(find_tokenizer_file((dir / "empty").string()), (dir / "env.json").string());
     EXPECT_EQ(find_tokenizer_file(""), (dir / "env.json").string());
+    // A file the environment names is the one, found or not (the caller's "not found" names it; a missing one was
+    // passed over for the fixture, silently).
     ::setenv("GPTOSS_TOKENIZER", (dir / "missing.json").c_str(), 1);
+    EXPECT_EQ(find_tokenizer_file((dir / "empty").string()), (dir / "missing.json").string());
+    EXPECT_FALSE(BpeTokenizer::from_file((dir / "missing.json").string()).ok());
+    ::unsetenv("GPTOSS_TOKENIZER");
     auto fallback = find_tokenizer_file((dir / "empty").string());
     std::string fixture = std::string(GPTOSS_SOURCE_DIR) + "/.cache/tokenizer/tokenizer.json";
     if (fs::exists(fixture)) {

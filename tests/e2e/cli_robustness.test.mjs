@@ -1,0 +1,90 @@
+// End-to-end: the `gptoss` process itself under signals, bad environment and unwritable output (session 59's
+// black-box findings): SIGHUP stops the server as SIGTERM does (an open stream gets its error event and [DONE], exit
+// 0; it was killed mid-stream), a command whose output cannot be written fails (it exited 0 with nothing written), a
+// GPTOSS_TOKENIZER naming a missing file is an error (the fixture was used silently), an empty --host is refused.
+//
+// Run: GPTOSS_BIN=build/gptoss node --test tests/e2e/cli_robustness.test.mjs   (ctest: e2e_cli_robustness)
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort, sleep } from './util.mjs';
+
+const BIN = process.env.GPTOSS_BIN || path.resolve('build/gptoss');
+const WORK = process.env.GPTOSS_E2E_WORK || fs.mkdtempSync(path.join(os.tmpdir(), 'gptoss-e2e-'));
+let model;
+
+before(() => {
+  model = path.join(WORK, 'tiny-model');
+  if (!fs.existsSync(path.join(model, 'config.json'))) {
+    fs.mkdirSync(WORK, { recursive: true });
+    execFileSync(BIN, ['init-model', '--preset', 'tiny', '--out', model, '--seed', '0'], { stdio: 'inherit' });
+  }
+});
+
+test('SIGHUP shuts the server down cleanly: the open stream ends with an error event and [DONE]', async () => {
+  const port = await freePort();
+  let log = '';
+  const proc = spawn(BIN, ['serve', '--model', model, '--host', '127.0.0.1', '--port', String(port),
+                           '--kv-cache-mb', '32'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  proc.stdout.on('data', (d) => { log += d; });
+  proc.stderr.on('data', (d) => { log += d; });
+  const exited = new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+  const base = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 120000;
+  while (Date.now() < deadline) {
+    assert.equal(proc.exitCode, null, log);
+    try {
+      if ((await fetch(`${base}/health`)).status === 200) break;
+    } catch {}
+    await sleep(100);
+  }
+  const res = await fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4000, min_tokens: 4000,
+                           stream: true }),
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  let body = '';
+  const first = await reader.read();  // the stream is open
+  body += new TextDecoder().decode(first.value);
+  proc.kill('SIGHUP');
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    body += new TextDecoder().decode(value);
+  }
+  const { code, signal } = await Promise.race([exited, sleep(20000).then(() => ({ code: null, signal: 'timeout' }))]);
+  if (signal === 'timeout') proc.kill('SIGKILL');
+  assert.equal(signal, null, `killed by ${signal}:\n${log}`);
+  assert.equal(code, 0, log);
+  assert.match(body, /shutting down/);
+  assert.match(body, /data: \[DONE\]\n\n$/);
+  assert.match(log, /shutting down \(SIGHUP\)/);
+});
+
+test('output that cannot be written is an error', { skip: !fs.existsSync('/dev/full') }, () => {
+  const fd = fs.openSync('/dev/full', 'w');
+  const r = spawnSync(BIN, ['tokenize'], { input: 'hello', stdio: ['pipe', fd, 'pipe'] });
+  fs.closeSync(fd);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr.toString(), /writing the output failed/);
+});
+
+test('GPTOSS_TOKENIZER naming a missing file, an empty --host, a bad GPTOSS_NUM_THREADS', () => {
+  const tok = spawnSync(BIN, ['tokenize'], { input: 'hello',
+                                             env: { ...process.env, GPTOSS_TOKENIZER: path.join(WORK, 'nope.json') } });
+  assert.notEqual(tok.status, 0);
+  assert.match(tok.stderr.toString(), /nope\.json/);
+  const host = spawnSync(BIN, ['serve', '--model', model, '--host', '', '--port', '0']);
+  assert.notEqual(host.status, 0);
+  assert.match(host.stderr.toString(), /--host/);
+  const threads = spawnSync(BIN, ['generate', '--model', model, '--ids', '1,2', '--max-tokens', '1'],
+                            { env: { ...process.env, GPTOSS_NUM_THREADS: '100000' } });
+  assert.equal(threads.status, 0, threads.stderr.toString());
+  assert.match(threads.stderr.toString(), /GPTOSS_NUM_THREADS='100000' is not a thread count/);
+});
