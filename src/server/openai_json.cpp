@@ -529,6 +529,9 @@ std::shared_ptr<const structured::JsonGrammar> read_response_format(
     const std::optional<std::string> description = s.string("description");
     const std::optional<bool> strict = s.boolean("strict");
     const Json* schema = s.object("schema");
+    // The Responses API's text.format requires the schema (OpenAI's and vLLM's request models); chat's json_schema
+    // may leave it out (any JSON object).
+    if (s.ok() && responses_shape && !schema) s.fail("schema", "is required");
     std::shared_ptr<const structured::JsonGrammar> grammar;
     if (s.ok()) {
         auto g = structured::JsonGrammar::compile(schema ? *schema : Json::object());
@@ -1402,7 +1405,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
             p.sampling.max_tokens = mot;
         }
         p.stream = f.boolean("stream").value_or(false);
-        f.boolean("parallel_tool_calls");
+        // Echoed as asked (OpenAI's default true); gpt-oss makes one call a turn either way (HARMONY.md §2.4).
+        const bool parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
         read_metadata(f);
         // vLLM's request_id: here it is the response's id itself (vLLM's default is "resp_<uuid>"), so it must name
         // the response in a URL path too (GET /v1/responses/{id}): letters, digits and . _ : ~ -, and not the
@@ -1456,7 +1460,7 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
         echo["max_output_tokens"] = p.sampling.max_tokens ? Json(*p.sampling.max_tokens) : Json(nullptr);
         echo["metadata"] =
             body.contains("metadata") && body["metadata"].is_object() ? body["metadata"] : Json::object();
-        echo["parallel_tool_calls"] = false;  // gpt-oss makes one call per turn (HARMONY.md §2.4)
+        echo["parallel_tool_calls"] = parallel_tool_calls;
         echo["previous_response_id"] = r.previous_response_id ? Json(*r.previous_response_id) : Json(nullptr);
         echo["reasoning"] = reasoning_echo;
         echo["store"] = r.store;

@@ -402,6 +402,8 @@ public:
                 token_ = nullptr;
             }
         }
+        // (Known from the first token on: a cancelled answer, which sees no finish event, counts them too.)
+        if (e.cached_prompt_tokens > 0) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.finish != FinishReason::kNone) {
             if (e.finish == FinishReason::kLength) hit_length_ = true;
             usage_.cached_tokens = e.cached_prompt_tokens;
@@ -454,7 +456,10 @@ private:
         r["model"] = ctx_.model_id;
         r["output"] = with_output ? output_ : Json::array();
         for (auto it = echo_.begin(); it != echo_.end(); ++it) r[it.key()] = it.value();
-        r["usage"] = with_output ? responses_usage_json(usage_) : Json(nullptr);
+        // (The reasoning count as it stands: a cancelled or failed answer was never closed.)
+        Usage usage = usage_;
+        usage.reasoning_tokens = out_.reasoning_tokens();
+        r["usage"] = with_output ? responses_usage_json(usage) : Json(nullptr);
         if (std::string(status) == "failed") r["error"] = error_;
         return r;
     }

@@ -425,6 +425,10 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
     EXPECT_TRUE(u->truncation_auto);
     // OpenAI's Response object carries these whether asked or not: the defaults, then the request's.
     EXPECT_EQ(d->echo["text"]["verbosity"], "medium");
+    EXPECT_EQ(d->echo["parallel_tool_calls"], true);  // OpenAI's default, echoed as asked
+    auto np = parse_responses_request(j(R"({"input": "x", "parallel_tool_calls": false})"));
+    ASSERT_TRUE(np.ok());
+    EXPECT_EQ(np->echo["parallel_tool_calls"], false);
     EXPECT_TRUE(d->echo["max_tool_calls"].is_null());
     EXPECT_TRUE(d->echo["prompt_cache_key"].is_null());
     EXPECT_TRUE(d->echo["safety_identifier"].is_null());
@@ -681,6 +685,8 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": "x", "metadata": {"a": 1}})", "metadata"},
         // OpenAI's enums and counts (they were ignored).
         {R"({"input": "x", "text": {"verbosity": "terse"}})", "text.verbosity"},
+        // text.format json_schema without its schema (required in OpenAI's and vLLM's Responses models).
+        {R"({"input": "x", "text": {"format": {"type": "json_schema", "name": "a"}}})", "text.format.schema"},
         {R"({"input": "x", "max_tool_calls": 0})", "max_tool_calls"},
         {R"({"input": "x", "max_tool_calls": "3"})", "max_tool_calls"},
         {R"({"input": "x", "prompt_cache_key": 5})", "prompt_cache_key"},

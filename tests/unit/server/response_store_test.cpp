@@ -466,6 +466,40 @@ TEST_F(StoredResponsesTest, ABackgroundStreamOutlivesItsClient) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+// A background response cancelled mid-generation reports its usage as it stands: the reasoning it wrote counts as
+// reasoning tokens (it said 0, the session never having been closed).
+TEST_F(StoredResponsesTest, ACancelledResponseCountsItsReasoning) {
+    TestServerOptions o = default_test_options();
+    o.engine.step_interval = std::chrono::microseconds(3000);
+    TestServer s(o);
+    // A finished reasoning message, then a long one (unfinished items are not shown).
+    std::vector<int32_t> script = harmony_ids(
+        "<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>");
+    script.insert(script.end(), 2000, 1234);
+    s.engine.set_script([script](const EngineRequest&) { return script; });
+    const std::string id = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    Json now;
+    for (int i = 0; i < 500; ++i) {  // some reasoning written
+        now = get_ok(s, "/v1/responses/" + id);
+        if (!now["output"].empty()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto c = s.post("/v1/responses/" + id + "/cancel", "");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    const Json done = wait_finished(s, id);
+    EXPECT_EQ(done["status"], "cancelled");
+    ASSERT_FALSE(done["output"].empty()) << done.dump();
+    EXPECT_EQ(done["output"][0]["type"], "reasoning");
+    const Json& u = done["usage"];
+    ASSERT_TRUE(u.is_object()) << done.dump();
+    EXPECT_GT(u["output_tokens"].get<int64_t>(), 4);
+    EXPECT_GT(u["output_tokens_details"]["reasoning_tokens"].get<int64_t>(), 0) << u.dump();
+    EXPECT_LE(u["output_tokens_details"]["reasoning_tokens"].get<int64_t>(), u["output_tokens"].get<int64_t>());
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
 // POST /v1/responses/input_tokens: the prompt tokens the same body would be answered with (usage.input_tokens),
 // previous_response_id and a forced call included; nothing generated or stored.
 TEST_F(StoredResponsesTest, InputTokensCountsWhatTheRequestWouldSend) {
