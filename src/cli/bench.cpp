@@ -420,6 +420,7 @@ int run_bench(BenchOptions o) {
     if (!o.synthetic.empty()) {
         auto preset = model::GptOssConfig::preset(o.synthetic);
         if (!preset.ok()) return fail(preset.status().message());
+        if (std::string e = synthetic_memory_error(*preset, o.synthetic); !e.empty()) return fail(e);
         weights = model::make_synthetic_weights(*preset, 1);
     } else {
         weights = model::GptOssWeights::load(o.model);
@@ -458,7 +459,7 @@ int run_bench(BenchOptions o) {
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<BenchOptions>();
     auto* sub = app.add_subcommand("bench", "Prefill latency and decode speed against the physical limits");
-    sub->add_option("--model", o->model, "Model directory");
+    sub->add_option("--model", o->model, "Model directory")->check(non_empty_path);
     sub->add_option("--synthetic", o->synthetic, "Random weights of a preset built in memory (gpt-oss-120b, ...)");
     sub->add_option("--backend", o->backend, "cuda")->capture_default_str();
     sub->add_option("--prefill", o->prefill, "Input lengths (comma-separated; empty: none)")->capture_default_str();

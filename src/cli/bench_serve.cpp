@@ -133,6 +133,7 @@ int run_bench_serve(const BenchServeOptions& o) {
     if (!o.synthetic.empty()) {
         auto preset = model::GptOssConfig::preset(o.synthetic);
         if (!preset.ok()) return fail(preset.status().message());
+        if (std::string e = synthetic_memory_error(*preset, o.synthetic); !e.empty()) return fail(e);
         auto w = model::make_synthetic_weights(*preset, 1);
         if (!w.ok()) return fail(w.status().message());
         weights = std::move(*w);
@@ -232,7 +233,7 @@ int run_bench_serve(const BenchServeOptions& o) {
 }
 
 void add_options(CLI::App* sub, const std::shared_ptr<BenchServeOptions>& o) {
-    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)");
+    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->check(non_empty_path);
     sub->add_option("--synthetic", o->synthetic, "Random weights of a preset built in memory (gpt-oss-120b, ...)");
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (cuda: GPUs; cpu: simulated ranks)")
         ->capture_default_str();

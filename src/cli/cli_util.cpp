@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "model/synthetic_weights.h"
 #include "runtime/sampler.h"
 
 namespace gptoss::cli {
@@ -62,6 +63,14 @@ std::string json_float(float v) {
 size_t physical_memory_mib() {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? (static_cast<size_t>(pages) * static_cast<size_t>(page)) >> 20 : 0;
+}
+
+std::string synthetic_memory_error(const model::GptOssConfig& config, const std::string& preset) {
+    const size_t ram_mib = physical_memory_mib();
+    const uint64_t need_mib = model::synthetic_weight_bytes(config) >> 20;
+    if (ram_mib == 0 || need_mib < ram_mib) return {};
+    return "--synthetic " + preset + " builds its weights in host memory: " + std::to_string(need_mib) +
+           " MiB, more than this machine's " + std::to_string(ram_mib) + " MiB";
 }
 
 }  // namespace gptoss::cli

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/gpt_oss_config.h"
 
 namespace gptoss::cli {
 
@@ -33,5 +34,10 @@ inline constexpr int kCliJsonMembers = 1 << 16;
 
 // This machine's physical memory in MiB (0 when unknown): a bound for sizes the CPU backend allocates at once.
 size_t physical_memory_mib();
+
+// --synthetic PRESET: why its weights cannot be built in this machine's memory (they are built in host memory
+// for either backend), or "" when they fit or the memory is unknown. Said before building, which would otherwise
+// grow until the kernel kills the process.
+std::string synthetic_memory_error(const model::GptOssConfig& config, const std::string& preset);
 
 }  // namespace gptoss::cli

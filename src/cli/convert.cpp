@@ -27,9 +27,11 @@ int run_convert(const ConvertOptions& o) {
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<ConvertOptions>();
     auto* sub = app.add_subcommand("convert", "Convert a checkpoint's experts to FP8 with 128x128 block scales");
-    sub->add_option("--model", o->model, "Source model directory (published MXFP4 or bf16 layout)")->required();
+    sub->add_option("--model", o->model, "Source model directory (published MXFP4 or bf16 layout)")
+        ->required()
+        ->check(non_empty_path);
     sub->add_option("--to", o->to, "Target format: fp8")->capture_default_str();
-    sub->add_option("--out", o->out, "Output directory")->required();
+    sub->add_option("--out", o->out, "Output directory")->required()->check(non_empty_path);
     sub->add_flag("--dense", o->dense, "Also the attention projections and lm_head (lossy: bf16 -> e4m3)");
     sub->callback([o, &exit_code] { exit_code = run_convert(*o); });
 });

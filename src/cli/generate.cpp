@@ -405,11 +405,12 @@ int run_generate(const GenerateOptions& o) {
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<GenerateOptions>();
     auto* sub = app.add_subcommand("generate", "Generate tokens through the engine (one prompt or a JSONL batch)");
-    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required();
+    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required()->check(non_empty_path);
     sub->add_option("--ids", o->ids, "Prompt as comma-separated token ids");
     sub->add_option("--prompt", o->prompt, "Prompt text (encoded without special tokens)");
     sub->add_option("--batch-file", o->batch_file, "JSONL requests, all run at once; one JSON result a line");
-    sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
+    sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)")
+        ->check(non_empty_path);
     sub->add_option("--max-tokens", o->max_tokens, "Tokens to generate")->capture_default_str();
     sub->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
     sub->add_option("--top-p", o->top_p, "Nucleus sampling threshold")->capture_default_str();

@@ -136,10 +136,12 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto* harmony = app.add_subcommand("harmony", "Harmony prompt rendering and output parsing (JSON on stdin)");
     harmony->require_subcommand(1);
     auto* render = harmony->add_subcommand("render", "Render the `input` of a render vector: {\"text\", \"ids\"}");
-    render->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: $GPTOSS_TOKENIZER or the fixture)");
+    render->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: $GPTOSS_TOKENIZER or the fixture)")
+        ->check(non_empty_path);
     render->callback([o, &exit_code] { exit_code = guarded(run_render, *o); });
     auto* parse = harmony->add_subcommand("parse", "Parse the `input` of a parse vector: messages, chat_completion");
-    parse->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: $GPTOSS_TOKENIZER or the fixture)");
+    parse->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: $GPTOSS_TOKENIZER or the fixture)")
+        ->check(non_empty_path);
     parse->add_flag("--length-limit", o->length_limit, "Generation stopped at max_tokens (finish_reason length)");
     parse->callback([o, &exit_code] { exit_code = guarded(run_parse, *o); });
 });

@@ -48,7 +48,7 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--preset", o->preset, "tiny, gpt-oss-20b or gpt-oss-120b")
         ->check(CLI::IsMember({"tiny", "gpt-oss-20b", "gpt-oss-120b"}))
         ->capture_default_str();
-    sub->add_option("--out", o->out, "Output directory")->required();
+    sub->add_option("--out", o->out, "Output directory")->required()->check(non_empty_path);
     sub->add_option("--seed", o->seed, "Random seed (0 to 2^64 - 1)")
         ->capture_default_str()
         ->check([](const std::string& text) {

@@ -142,7 +142,7 @@ int run_logits(const LogitsOptions& o) {
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<LogitsOptions>();
     auto* sub = app.add_subcommand("logits", "Print the logits of a prompt as JSON");
-    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required();
+    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required()->check(non_empty_path);
     sub->add_option("--ids", o->ids, "Comma-separated token ids")->required();
     sub->add_option("--positions", o->positions, "last or all")
         ->check(CLI::IsMember({"last", "all"}))
@@ -150,7 +150,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
     sub->add_option("--layout", o->layout, "Parallel layout: tp=2,ep=2,dp=1 (CPU: simulated ranks)")
         ->capture_default_str();
-    sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON");
+    sub->add_option("--out", o->out, "Write positions and logits to this .safetensors file instead of JSON")
+        ->check(non_empty_path);
     sub->add_flag("--fp8", o->fp8, "cuda: FP8 block-scaled QKV, O, lm_head and large-batch experts");
     sub->add_flag("--fp8-experts", o->fp8_experts,
                   "cuda, with --fp8 and MXFP4 experts: keep the experts only in FP8 (every batch on the FP8 "

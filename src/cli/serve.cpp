@@ -345,7 +345,7 @@ int run_serve(const ServeOptions& o) {
 CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     auto o = std::make_shared<ServeOptions>();
     auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server (chat, responses, completions)");
-    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required();
+    sub->add_option("--model", o->model, "Model directory (Hugging Face layout)")->required()->check(non_empty_path);
     sub->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
     sub->add_option("--port", o->port, "Port (0: any free port)")->capture_default_str();
     sub->add_option("--backend", o->backend, "cpu or cuda")->capture_default_str();
@@ -376,7 +376,8 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
                     "Token budget of one engine step (0: 512 on the CPU, 8192 on CUDA)")
         ->capture_default_str();
     sub->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: directory name)");
-    sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)");
+    sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)")
+        ->check(non_empty_path);
     sub->add_option("--request-timeout", o->request_timeout_s,
                     "Seconds a request may go without a token (queued or stalled) before it is ended")
         ->capture_default_str();

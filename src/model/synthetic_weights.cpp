@@ -113,4 +113,17 @@ StatusOr<std::unique_ptr<GptOssWeights>> make_synthetic_weights(const GptOssConf
     return w;
 }
 
+uint64_t synthetic_weight_bytes(const GptOssConfig& c) {
+    const uint64_t H = static_cast<uint64_t>(c.hidden_size), I = static_cast<uint64_t>(c.intermediate_size);
+    const uint64_t E = static_cast<uint64_t>(c.num_experts), V = static_cast<uint64_t>(c.vocab_size);
+    const uint64_t qw = static_cast<uint64_t>(c.num_attention_heads) * static_cast<uint64_t>(c.head_dim);
+    const uint64_t kvw = static_cast<uint64_t>(c.num_key_value_heads) * static_cast<uint64_t>(c.head_dim);
+    const uint64_t dense = 2 * (2 * V * H) + 4 * H;                   // embedding, lm_head (bf16), final norm (fp32)
+    const uint64_t layer = 2 * ((qw + 2 * kvw) * H + H * qw + E * H)  // attention, router (bf16)
+                           + 4 * (2 * H + qw + 2 * kvw + H + static_cast<uint64_t>(c.num_attention_heads) + E) +
+                           3 * E * I * H / 2 + 3 * E * I * H / 32  // MXFP4 blocks and scales
+                           + 4 * (E * 2 * I + E * H);              // expert biases (fp32)
+    return dense + static_cast<uint64_t>(c.num_hidden_layers) * layer;
+}
+
 }  // namespace gptoss::model

@@ -15,4 +15,8 @@ namespace gptoss::model {
 
 StatusOr<std::unique_ptr<GptOssWeights>> make_synthetic_weights(const GptOssConfig& config, uint64_t seed);
 
+// Host bytes make_synthetic_weights allocates for `config` (gpt-oss-120b: ~65 GB), for a check against the
+// machine's memory before building them.
+uint64_t synthetic_weight_bytes(const GptOssConfig& config);
+
 }  // namespace gptoss::model

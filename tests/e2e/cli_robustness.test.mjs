@@ -88,3 +88,32 @@ test('GPTOSS_TOKENIZER naming a missing file, an empty --host, a bad GPTOSS_NUM_
   assert.equal(threads.status, 0, threads.stderr.toString());
   assert.match(threads.stderr.toString(), /GPTOSS_NUM_THREADS='100000' is not a thread count/);
 });
+
+test("an empty path flag is refused, not read as absent (`--tokenizer ''` used the fixture)", () => {
+  for (const args of [['tokenize', '--tokenizer', ''], ['detokenize', '--tokenizer', ''],
+                      ['harmony', 'render', '--tokenizer', ''],
+                      ['generate', '--model', model, '--tokenizer', '', '--ids', '1', '--max-tokens', '1'],
+                      ['generate', '--model', '', '--ids', '1', '--max-tokens', '1'],
+                      ['init-model', '--preset', 'tiny', '--out', '']]) {
+    const r = spawnSync(BIN, args, { input: 'hello' });
+    assert.notEqual(r.status, 0, args.join(' '));
+    assert.match(r.stderr.toString(), /empty path/, args.join(' '));
+  }
+});
+
+test('tokenize --special knows every reserved id tiktoken o200k_harmony lists, not only the file\'s', () => {
+  const run = (args, input) => {
+    const r = spawnSync(BIN, args, { input });
+    assert.equal(r.status, 0, r.stderr.toString());
+    return r.stdout.toString().trim();
+  };
+  const text = 'a<|reserved_200500|>b<|reserved_200018|><|reserved_201087|><|reserved_201088|><|reserved_200002|>';
+  const ids = JSON.parse(run(['tokenize', '--special'], text));
+  // 200018's reserved name is tiktoken's second name for <|endofprompt|>; 201088 is past the vocabulary and
+  // 200002 is <|return|> (no reserved name): both stay text.
+  assert.deepEqual(ids.slice(0, 5), [64, 200500, 65, 200018, 201087]);
+  assert.ok(ids.slice(5).every((id) => id < 199998), JSON.stringify(ids));
+  assert.equal(run(['detokenize'], JSON.stringify(ids)), text.replace('<|reserved_200018|>', '<|endofprompt|>'));
+  // Without --special the same text is ordinary tokens.
+  assert.ok(JSON.parse(run(['tokenize'], text)).every((id) => id < 199998));
+});

@@ -14,6 +14,7 @@
 #include "model/gpt_oss_forward.h"
 #include "model/random_checkpoint.h"
 #include "model/safetensors_file.h"
+#include "model/synthetic_weights.h"
 
 namespace gptoss::model {
 namespace {
@@ -584,6 +585,34 @@ TEST_F(ForwardTest, ExpertWidths) {
         fs::remove_all(orig);
     }
     for (const std::string& d : {all, cut, padded}) fs::remove_all(d);
+}
+
+// bench --synthetic checks synthetic_weight_bytes against the machine's memory before building: it must be what
+// make_synthetic_weights allocates (every owned buffer and fp32 vector), for an odd shape too.
+TEST(SyntheticWeights, ByteEstimateIsWhatIsBuilt) {
+    auto tiny = GptOssConfig::preset("tiny");
+    ASSERT_TRUE(tiny.ok());
+    GptOssConfig odd = *tiny;
+    odd.num_attention_heads = 6;
+    odd.num_key_value_heads = 3;
+    odd.num_experts = 5;
+    odd.intermediate_size = 96;
+    odd.vocab_size = 201000;
+    for (const GptOssConfig& c : {*tiny, odd}) {
+        auto w = make_synthetic_weights(c, 7);
+        ASSERT_TRUE(w.ok()) << w.status().message();
+        uint64_t bytes = 4 * (*w)->norm.size();
+        for (const auto& buf : (*w)->owned) bytes += buf.size();
+        for (const LayerWeights& L : (*w)->layers)
+            for (const std::vector<float>* v :
+                 {&L.input_layernorm, &L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.sinks, &L.post_attention_layernorm,
+                  &L.router_bias, &L.gate_up_bias, &L.down_bias})
+                bytes += 4 * v->size();
+        EXPECT_EQ(synthetic_weight_bytes(c), bytes);
+    }
+    auto big = GptOssConfig::preset("gpt-oss-120b");
+    ASSERT_TRUE(big.ok());
+    EXPECT_GT(synthetic_weight_bytes(*big), uint64_t{60} << 30);  // the published 120b checkpoint: ~65 GB
 }
 
 }  // namespace

@@ -1273,6 +1273,31 @@ TEST_F(GenerationOutputTest, CompletionsStopStringCutsTheLogprobsToo) {
     EXPECT_EQ(lp["text_offset"], Json::array({0}));
     EXPECT_EQ(lp["token_logprobs"].size(), 1u);
     EXPECT_EQ(lp["top_logprobs"].size(), 1u);
+
+    // Streamed, the chunks add up to the same text and entries: an entry waits while the stop matcher holds its
+    // text, so the cut token's is never sent (it was, before the text was cut). Also without a stop (every entry,
+    // the last ones with the final chunk) and with a multi-token hold ("umps jumps" holds " jumps" to the end).
+    for (const char* body : {R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["ps j"],"stream":true})",
+                             R"({"prompt":"a","logprobs":1,"max_tokens":8,"stream":true})",
+                             R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["umps jumpsX"],"stream":true})"}) {
+        Json whole_req = parse(body);
+        whole_req.erase("stream");
+        Json whole = post_json("/v1/completions", whole_req.dump());
+        std::string text;
+        Json entries = {{"tokens", Json::array()},
+                        {"token_logprobs", Json::array()},
+                        {"top_logprobs", Json::array()},
+                        {"text_offset", Json::array()}};
+        for (const Json& ch : post_stream("/v1/completions", body)) {
+            const Json& cc = ch["choices"][0];
+            text += cc["text"].get<std::string>();
+            if (cc["logprobs"].is_object())
+                for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+                    for (const Json& x : cc["logprobs"][k]) entries[k].push_back(x);
+        }
+        EXPECT_EQ(text, whole["choices"][0]["text"]) << body;
+        EXPECT_EQ(entries, whole["choices"][0]["logprobs"]) << body;
+    }
 }
 
 // echo: the prompt before the completion (text as given, ids decoded), and with logprobs the prompt's tokens'
