@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "core/json_shape.h"
+#include "harmony/harmony_render.h"
 #include "harmony/harmony_types.h"
 #include "tokenizer/bpe_tokenizer.h"
 
@@ -68,51 +69,11 @@ std::string ids_json(const std::vector<int32_t>& ids) {
     return out;
 }
 
-// The id of "<|reserved_N|>" as tiktoken's o200k_harmony lists it (N in 200000-201087 where harmony reserves it, its
-// <|endofprompt|> 200018 included) when the tokenizer file does not list that text (a tokenizer.json stops at
-// 200018); nullopt otherwise.
-std::optional<int32_t> unlisted_reserved_id(const tokenizer::BpeTokenizer& tok, std::string_view name) {
-    constexpr std::string_view kPrefix = "<|reserved_";
-    if (!name.starts_with(kPrefix) || !name.ends_with("|>") || tok.special_token_id(name)) return std::nullopt;
-    if (tok.special_token_id("<|start|>") != harmony::kStart) return std::nullopt;  // not the harmony vocabulary
-    const std::string_view digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - 2);
-    if (digits.empty() || digits.size() > 6 || digits[0] == '0') return std::nullopt;
-    int32_t id = 0;
-    for (char c : digits) {
-        if (c < '0' || c > '9') return std::nullopt;
-        id = id * 10 + (c - '0');
-    }
-    if (id == harmony::kEndOfPrompt || harmony::special_token_text(id) == std::string(name)) return id;
-    return std::nullopt;
-}
-
-// --special: every special token's text is recognised (tiktoken's allowed_special="all"), the reserved ids the
-// tokenizer file does not list included.
-std::vector<int32_t> encode_all_special(const tokenizer::BpeTokenizer& tok, std::string_view text) {
-    std::vector<int32_t> out;
-    size_t start = 0;  // text not encoded yet
-    for (size_t pos = text.find("<|reserved_"); pos != std::string_view::npos;
-         pos = text.find("<|reserved_", pos + 1)) {
-        const size_t end = text.find("|>", pos);
-        if (end == std::string_view::npos) break;
-        const std::optional<int32_t> id = unlisted_reserved_id(tok, text.substr(pos, end + 2 - pos));
-        if (!id) continue;
-        std::vector<int32_t> before = tok.encode(text.substr(start, pos - start), {}, /*allow_all_special=*/true);
-        out.insert(out.end(), before.begin(), before.end());
-        out.push_back(*id);
-        start = end + 2;
-        pos = end + 1;
-    }
-    std::vector<int32_t> rest = tok.encode(text.substr(start), {}, /*allow_all_special=*/true);
-    out.insert(out.end(), rest.begin(), rest.end());
-    return out;
-}
-
 int run_tokenize(const TokenizeOptions& o) {
     auto tok = load_tokenizer(o.tokenizer);
     if (!tok.ok()) return fail(tok.status().message());
     auto encode = [&](std::string_view text) {
-        return o.special ? encode_all_special(**tok, text) : (*tok)->encode_ordinary(text);
+        return o.special ? harmony::encode_all_special(**tok, text) : (*tok)->encode_ordinary(text);
     };
     std::string input = read_stdin();
     if (!o.jsonl) {

@@ -61,6 +61,12 @@ StatusOr<std::string> render_text(const Conversation& conversation, const Render
 std::vector<int32_t> encode_segments(const tokenizer::BpeTokenizer& tokenizer, const std::vector<Segment>& segments);
 std::string segments_text(const std::vector<Segment>& segments);
 
+// Text to ids with every special token's text recognised, as tiktoken's o200k_harmony encodes with
+// allowed_special="all": the tokenizer file's added tokens and the reserved ids it may not list ("<|reserved_200500|>"
+// is 200500 where a tokenizer.json stops at 200018; "<|reserved_200018|>" is tiktoken's second name for 200018).
+// The raw interfaces' encoding (`gptoss tokenize --special`, a completions text prompt, /tokenize's prompt).
+std::vector<int32_t> encode_all_special(const tokenizer::BpeTokenizer& tokenizer, std::string_view text);
+
 // The system / developer message bodies and the tools section (HARMONY.md §3.1, §4.1, §4.2).
 std::string render_system_body(const SystemContent& system, bool conversation_has_function_tools);
 std::string render_developer_body(const DeveloperContent& developer);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <set>
 
+#include "harmony/harmony_render.h"
 #include "server/disaggregation.h"
 #include "server/harmony_bridge.h"
 
@@ -1216,7 +1217,7 @@ RouteResponse OpenAiRoutes::completions(std::string_view body, const ClientGone&
         if (cp.text) {
             // The raw interface: special-token text in the prompt is the special token (the whole
             // prompt is the caller's, so there is no chat framing to protect).
-            ids = tokenizer_.encode(*cp.text, {}, /*allow_all_special=*/true);
+            ids = harmony::encode_all_special(tokenizer_, *cp.text);
             if (ids.empty()) return error(api_error(invalid_argument(param + ": encodes to no tokens")));
         }
         const bool truncated = truncate_prompt(params->sampling, queue_.engine().max_context_tokens(), &ids);
@@ -1386,7 +1387,7 @@ RouteResponse OpenAiRoutes::tokenize(std::string_view body) const {
     if (has_prompt) {
         if (!j["prompt"].is_string()) return error(api_error(invalid_argument("prompt: must be a string")));
         // As /v1/completions encodes a text prompt: special-token text is the special token.
-        ids = tokenizer_.encode(j["prompt"].get_ref<const std::string&>(), {}, /*allow_all_special=*/true);
+        ids = harmony::encode_all_special(tokenizer_, j["prompt"].get_ref<const std::string&>());
     } else {
         StatusOr<ChatParams> params = parse_chat_request(j);
         if (!params.ok()) return error(api_error(params.status()));

@@ -670,11 +670,18 @@ public:
             const bool hidden = skip_special_ && ctx_.tokenizer->is_special(e.token_id);
             if (!final_stop && !hidden) pending_ += bytes;
             text += take_text(e.finish != FinishReason::kNone);
-            if (logprobs_ >= 0) add_logprobs(e, bytes, hidden ? std::string() : bytes);
+            if (logprobs_ >= 0) {
+                Json one = add_logprobs(e, bytes, hidden ? std::string() : bytes);
+                if (lp.is_null()) {
+                    lp = std::move(one);
+                } else {
+                    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+                        lp[k].push_back(one[k][0]);
+                }
+            }
         } else if (e.finish != FinishReason::kNone) {
             text += take_text(true);
         }
-        if (logprobs_ >= 0 && stream_) append_entries(lp, release_logprobs(/*all=*/false));
         Json plp = nullptr;
         if (!prompt_lp_sent_ && !prompt_lp_json_.is_null()) {
             plp = prompt_lp_json_;
@@ -691,9 +698,7 @@ public:
         tail += take_text(true);
         finish_reason_ = echo_only_ ? "length" : finish_reason_name(reason, stop_.matched());
         if (!stream_) return;
-        // The entries the text has not reached yet: all of them, unless a stop string cut the text there.
-        Json lp = logprobs_ >= 0 ? release_logprobs(/*all=*/!stop_.matched()) : Json(nullptr);
-        Json last = chunk(tail, std::move(lp), finish_reason_, nullptr);
+        Json last = chunk(tail, nullptr, finish_reason_, nullptr);
         last["choices"][0]["stop_reason"] = stop_reason_json(stop_, request_stop_id_);
         *sse += sse_event(last);
         if (include_usage_) {
@@ -712,7 +717,9 @@ public:
         Json choice = {
             {"index", 0}, {"text", echo_text_ + text_}, {"logprobs", nullptr}, {"finish_reason", finish_reason_}};
         choice["stop_reason"] = stop_reason_json(stop_, request_stop_id_);
-        if (logprobs_ >= 0) choice["logprobs"] = stop_.matched() ? logprobs_within_text() : all_logprobs_;
+        // Every generated token's entry, a stop string's included (the text is cut, the tokens are not: they are in
+        // token_ids and usage), as vLLM and the streamed answer give them.
+        if (logprobs_ >= 0) choice["logprobs"] = all_logprobs_;
         if (prompt_logprobs_ >= 0) choice["prompt_logprobs"] = prompt_lp_json_;
         if (return_token_ids_) {
             choice["prompt_token_ids"] = prompt_ids_;
@@ -782,61 +789,12 @@ private:
             // The echoed prompt is decoded on its own: bytes of a character it does not finish are its U+FFFD.
             const std::string cut = harmony::decode_utf8_lossy(offset_pending_, /*final_chunk=*/true);
             text_offset_ += std::count_if(cut.begin(), cut.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
-            num_prompt_entries_ = prompt_ids_.size();
-            prompt_chars_ = text_offset_;
         }
         if (prompt_logprobs_ >= 0)
             prompt_lp_json_ = vllm_prompt_logprobs(*ctx_.tokenizer, prompt_ids_, plp, prompt_logprobs_);
         return echo_text_;
     }
 
-    // Characters of the text shown so far (the echoed prompt's included when logprobs count it).
-    int64_t shown_chars() const {
-        return prompt_chars_ + std::count_if(text_.begin(), text_.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
-    }
-
-    // Streaming: the generated tokens' logprobs entries not sent yet that start within the text shown so far
-    // (`all`: every one), in the legacy layout, or null when there are none. An entry waits while the stop
-    // matcher holds its text back, so that a stop string's tokens are left out as the non-streamed answer
-    // leaves them (logprobs_within_text); the echoed prompt's entries go with the first chunk.
-    Json release_logprobs(bool all) {
-        const Json& offsets = all_logprobs_["text_offset"];
-        const size_t begin = std::max(num_prompt_entries_, entries_sent_);
-        const int64_t chars = shown_chars();
-        size_t end = begin;
-        while (end < offsets.size() && (all || offsets[end].get<int64_t>() < chars)) ++end;
-        entries_sent_ = end;
-        if (end == begin) return nullptr;
-        Json out = Json::object();
-        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-            out[k] = Json(all_logprobs_[k].begin() + static_cast<ptrdiff_t>(begin),
-                          all_logprobs_[k].begin() + static_cast<ptrdiff_t>(end));
-        return out;
-    }
-    static void append_entries(Json& lp, Json more) {
-        if (more.is_null()) return;
-        if (lp.is_null()) {
-            lp = std::move(more);
-            return;
-        }
-        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-            for (Json& v : more[k]) lp[k].push_back(std::move(v));
-    }
-
-    // A stop string cut the text: the generated tokens that start at or past its end are not part of the
-    // answer (the echoed prompt's entries all are).
-    Json logprobs_within_text() const {
-        const int64_t chars = shown_chars();
-        Json out = {{"tokens", Json::array()},
-                    {"token_logprobs", Json::array()},
-                    {"top_logprobs", Json::array()},
-                    {"text_offset", Json::array()}};
-        const Json& offsets = all_logprobs_["text_offset"];
-        for (size_t i = 0; i < offsets.size() && (i < num_prompt_entries_ || offsets[i].get<int64_t>() < chars); ++i)
-            for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-                out[k].push_back(all_logprobs_[k][i]);
-        return out;
-    }
     // A token's bytes into the running offset: the characters (code points, as OpenAI's and vLLM's offsets count)
     // of the text decoded so far, a character split over tokens counted once it is complete (where it began).
     void advance_offset(const std::string& bytes) {
@@ -866,9 +824,9 @@ private:
         return text;
     }
 
-    // Logprobs of one token, appended to the totals in the legacy completions layout.
+    // Logprobs of one token, in the legacy completions layout (also appended to the totals).
     // `shown`: the token's bytes in the text (what its offset advances by).
-    void add_logprobs(const EngineEvent& e, const std::string& bytes, const std::string& shown) {
+    Json add_logprobs(const EngineEvent& e, const std::string& bytes, const std::string& shown) {
         const std::string tok = tokens_as_ids_ ? token_label(*ctx_.tokenizer, e.token_id, true) : lossy_utf8(bytes);
         Json top = Json::object();
         for (size_t i = 0; i < e.top_logprobs.size() && static_cast<int>(i) < logprobs_; ++i) {
@@ -877,11 +835,15 @@ private:
         // The sampled token is always among them (OpenAI: "up to logprobs + 1 elements", as vLLM
         // does), so logprobs 0 gives the sampled token alone rather than an empty object.
         if (!top.contains(tok)) top[tok] = e.logprob;
-        all_logprobs_["tokens"].push_back(tok);
-        all_logprobs_["token_logprobs"].push_back(e.logprob);
-        all_logprobs_["top_logprobs"].push_back(std::move(top));
-        all_logprobs_["text_offset"].push_back(offset_of(shown));
+        Json one = {{"tokens", Json::array({tok})},
+                    {"token_logprobs", Json::array({e.logprob})},
+                    {"top_logprobs", Json::array({top})},
+                    {"text_offset", Json::array({offset_of(shown)})}};
+        for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+            all_logprobs_[k].push_back(one[k][0]);
+        }
         advance_offset(shown);
+        return one;
     }
 
     const SessionContext ctx_;
@@ -906,14 +868,11 @@ private:
     bool prompt_ids_sent_ = false;            // streaming: the first chunk carried prompt_token_ids
     std::string echo_text_;                   // with echo: the prompt, before the completion
     bool prompt_taken_ = false, echo_logprobs_sent_ = false, prompt_lp_sent_ = false;
-    size_t num_prompt_entries_ = 0;  // leading entries of all_logprobs_ that are the echoed prompt's
-    size_t entries_sent_ = 0;        // streaming: all_logprobs_ entries sent so far
     Json prompt_lp_json_ = nullptr;  // vLLM's prompt_logprobs, once taken
     std::string pending_;            // generated bytes not yet decoded (an incomplete UTF-8 character)
     std::string text_;               // the completion (after the echoed prompt)
     int64_t text_offset_ = 0;        // characters of the text so far (advance_offset)
     std::string offset_pending_;     // its bytes not yet a whole character
-    int64_t prompt_chars_ = 0;       // where the completion's offsets begin (echo with logprobs)
     Json all_logprobs_ = {{"tokens", Json::array()},
                           {"token_logprobs", Json::array()},
                           {"top_logprobs", Json::array()},

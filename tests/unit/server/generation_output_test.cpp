@@ -1259,30 +1259,35 @@ TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     }
 }
 
-// A stop string cuts the text and, with it, the logprobs: tokens that start at or past the cut are dropped (the
-// second " jumps" started at offset 6 of a 4-character text); an empty suffix is no suffix.
-TEST_F(GenerationOutputTest, CompletionsStopStringCutsTheLogprobsToo) {
+// A stop string cuts the text, not the tokens: every generated token keeps its logprobs entry (it is in token_ids
+// and usage), the stop string's too, as vLLM and chat keep it (the second " jumps" starts at offset 6, past the
+// 4-character text); an empty suffix is no suffix. Streamed, the chunks add up to the same text and entries (with
+// a stop, without one, and with a hold that lasts to the end: "umps jumpsX" holds " jumps").
+TEST_F(GenerationOutputTest, CompletionsStopStringKeepsEveryTokensLogprobs) {
     std::vector<int32_t> ids = harmony_ids(" jumps jumps");
+    ASSERT_EQ(ids.size(), 2u);
     server_.engine.set_script([ids](const EngineRequest&) { return ids; });
-    Json j = post_json("/v1/completions", R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["ps j"],"suffix":""})");
+    Json j =
+        post_json("/v1/completions",
+                  R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["ps j"],"suffix":"","return_token_ids":true})");
     EXPECT_EQ(j["choices"][0]["text"], " jum");
     EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
     const Json& lp = j["choices"][0]["logprobs"];
-    ASSERT_EQ(lp["tokens"].size(), 1u) << lp.dump();
-    EXPECT_EQ(lp["tokens"][0], " jumps");
-    EXPECT_EQ(lp["text_offset"], Json::array({0}));
-    EXPECT_EQ(lp["token_logprobs"].size(), 1u);
-    EXPECT_EQ(lp["top_logprobs"].size(), 1u);
+    ASSERT_EQ(lp["tokens"].size(), 2u) << lp.dump();
+    EXPECT_EQ(lp["tokens"], Json::array({" jumps", " jumps"}));
+    EXPECT_EQ(lp["text_offset"], Json::array({0, 6}));
+    EXPECT_EQ(lp["token_logprobs"].size(), 2u);
+    EXPECT_EQ(lp["top_logprobs"].size(), 2u);
+    EXPECT_EQ(j["choices"][0]["token_ids"].size(), 2u);
+    EXPECT_EQ(j["usage"]["completion_tokens"], 2);
 
-    // Streamed, the chunks add up to the same text and entries: an entry waits while the stop matcher holds its
-    // text, so the cut token's is never sent (it was, before the text was cut). Also without a stop (every entry,
-    // the last ones with the final chunk) and with a multi-token hold ("umps jumps" holds " jumps" to the end).
     for (const char* body : {R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["ps j"],"stream":true})",
                              R"({"prompt":"a","logprobs":1,"max_tokens":8,"stream":true})",
                              R"({"prompt":"a","logprobs":1,"max_tokens":8,"stop":["umps jumpsX"],"stream":true})"}) {
         Json whole_req = parse(body);
         whole_req.erase("stream");
         Json whole = post_json("/v1/completions", whole_req.dump());
+        EXPECT_EQ(whole["choices"][0]["logprobs"]["tokens"].size(), 2u) << body;
         std::string text;
         Json entries = {{"tokens", Json::array()},
                         {"token_logprobs", Json::array()},
@@ -1443,15 +1448,15 @@ TEST_F(GenerationOutputTest, CompletionsEchoAndPromptLogprobs) {
     EXPECT_EQ(split["choices"][0]["logprobs"]["text_offset"], Json::array({0, 1, 1, 2, 3, 3, 4})) << split.dump();
     server_.engine.set_script([answer](const EngineRequest&) { return answer; });
 
-    // echo with a stop string: the prompt stays whole, the completion is cut (and its entries with it).
+    // echo with a stop string: the prompt stays whole, the completion's text is cut (its tokens' entries stay).
     std::vector<int32_t> jj = harmony_ids(" jumps jumps");
     server_.engine.set_script([jj](const EngineRequest&) { return jj; });
     Json s2 =
         post_json("/v1/completions", R"({"prompt":"a b","logprobs":0,"echo":true,"max_tokens":8,"stop":["ps j"]})");
     EXPECT_EQ(s2["choices"][0]["text"], "a b jum");
     const Json& s2lp = s2["choices"][0]["logprobs"];
-    ASSERT_EQ(s2lp["tokens"].size(), harmony_ids("a b").size() + 1) << s2lp.dump();
-    EXPECT_EQ(s2lp["tokens"].back(), " jumps");
+    ASSERT_EQ(s2lp["tokens"].size(), harmony_ids("a b").size() + 2) << s2lp.dump();
+    EXPECT_EQ(s2lp["text_offset"].back(), 9);
 }
 
 // Chat answer details OpenAI's clients read: content cut to nothing by a stop string is "" (not null: there was

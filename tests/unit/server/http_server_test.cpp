@@ -102,6 +102,12 @@ TEST_F(HttpServerTest, TokenizeAndDetokenize) {
     EXPECT_EQ(tj["token_strs"][0], "Hello");
     EXPECT_EQ(tj["token_strs"].back(), "<|end|>");
     EXPECT_TRUE(parse(s.post("/tokenize", R"({"prompt":"x"})")->body)["token_strs"].is_null());
+    // o200k_harmony's reserved ids the tokenizer file does not list are special tokens too (tiktoken's), so what
+    // /detokenize names them comes back as the same ids.
+    Json reserved = parse(s.post("/tokenize", R"({"prompt":"<|reserved_200500|>a<|reserved_201087|>"})")->body);
+    ASSERT_EQ(reserved["tokens"].size(), 3u) << reserved.dump();
+    EXPECT_EQ(reserved["tokens"][0], 200500);
+    EXPECT_EQ(reserved["tokens"][2], 201087);
 
     auto d = s.post("/detokenize", Json{{"tokens", tj["tokens"]}}.dump());
     ASSERT_TRUE(d);
