@@ -1012,7 +1012,15 @@ RouteResponse OpenAiRoutes::start_background(EngineRequest request, std::unique_
 
 void OpenAiRoutes::run_background(std::unique_ptr<GenerationStream> gen, std::shared_ptr<BackgroundRun> run,
                                   std::shared_ptr<StoredResponse> entry, std::string id) {
-    run->step([](Session& s, std::string* sse) { s.open(sse); }, "in_progress", false);
+    // Queued until the engine works on the request (a prefill chunk or a first event: OpenAI's in_progress), not
+    // while it waits behind others for a place in the batch.
+    run->step([](Session& s, std::string* sse) { s.open(sse); }, nullptr, false);
+    bool started = false;
+    const auto start = [&] {
+        if (started) return;
+        started = true;
+        run->step([](Session& s, std::string* sse) { s.begin(sse); }, "in_progress", false);
+    };
     std::vector<EngineEvent> events;
     Clock::time_point last_event = Clock::now();
     const auto fail = [&](const ApiError& e) {
@@ -1030,10 +1038,12 @@ void OpenAiRoutes::run_background(std::unique_ptr<GenerationStream> gen, std::sh
         }
         events.clear();
         if (!gen->next(&events, std::chrono::milliseconds(50))) {
+            if (gen->last_progress() != Clock::time_point{}) start();
             if (Clock::now() - std::max(last_event, gen->last_progress()) > options_.request_timeout)
                 fail(timeout_error());
             continue;
         }
+        start();
         last_event = Clock::now();
         bool ended = false;
         run->step(
@@ -1065,10 +1075,11 @@ void OpenAiRoutes::run_background(std::unique_ptr<GenerationStream> gen, std::sh
         if (ended) run->step([](Session&, std::string*) {}, nullptr, true);
     }
     gen.reset();  // the engine request ends here (cancelled if still running)
-    // The answer replaces the queued one in the store, unless the response was deleted meanwhile.
+    // The answer replaces the queued one in the store, unless the response was deleted meanwhile (and its id maybe
+    // taken by a new request's request_id: that response is left alone).
     auto final_entry = std::make_shared<StoredResponse>(*entry);
     final_entry->response = run->snapshot();
-    store_.replace(id, std::move(final_entry));
+    store_.replace(id, entry.get(), std::move(final_entry));
 }
 
 namespace {

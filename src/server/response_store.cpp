@@ -105,11 +105,12 @@ void ResponseStore::put(const std::string& id, std::shared_ptr<const StoredRespo
     }
 }
 
-void ResponseStore::replace(const std::string& id, std::shared_ptr<const StoredResponse> entry) {
+void ResponseStore::replace(const std::string& id, const StoredResponse* expected,
+                            std::shared_ptr<const StoredResponse> entry) {
     const size_t bytes = entry->bytes();
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(id);
-    if (it == slots_.end()) return;
+    if (it == slots_.end() || it->second.entry.get() != expected) return;
     bytes_ = bytes_ - it->second.bytes + bytes;
     it->second.entry = std::move(entry);
     it->second.bytes = bytes;

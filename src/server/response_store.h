@@ -81,8 +81,9 @@ public:
     // just put, so one answer larger than the byte budget is kept until the next, and never a background response
     // still running).
     void put(const std::string& id, std::shared_ptr<const StoredResponse> entry);
-    // put() where `id` still has an entry (a response deleted meanwhile stays deleted); the entry keeps its place.
-    void replace(const std::string& id, std::shared_ptr<const StoredResponse> entry);
+    // put() where `id`'s entry is still `expected` (a response deleted meanwhile stays deleted, and a new response
+    // that took its id since is not overwritten); the entry keeps its place.
+    void replace(const std::string& id, const StoredResponse* expected, std::shared_ptr<const StoredResponse> entry);
     // The entry, marked most recently used; null when there is none.
     std::shared_ptr<const StoredResponse> get(const std::string& id);
     // Holds `id` for a response being made (a request's own id, vLLM's request_id) until the returned handle is

@@ -377,13 +377,17 @@ public:
 
     void open(std::string* sse) override {
         // A background response was answered queued; its stream says so first (as OpenAI's: created and queued
-        // with status queued, then in_progress).
+        // with status queued, then in_progress once the engine works on it: begin()).
         if (echo_.value("background", false)) {
             emit(sse, "response.created", Json{{"response", response_json("queued", false)}});
             emit(sse, "response.queued", Json{{"response", response_json("queued", false)}});
-        } else {
-            emit(sse, "response.created", Json{{"response", response_json("in_progress", false)}});
+            return;
         }
+        emit(sse, "response.created", Json{{"response", response_json("in_progress", false)}});
+        emit(sse, "response.in_progress", Json{{"response", response_json("in_progress", false)}});
+    }
+
+    void begin(std::string* sse) override {
         emit(sse, "response.in_progress", Json{{"response", response_json("in_progress", false)}});
     }
 

@@ -56,6 +56,8 @@ public:
     virtual ~Session() = default;
     // Events that open the stream.
     virtual void open(std::string* sse) = 0;
+    // A queued (Responses background) request's engine work began: its events (response.in_progress).
+    virtual void begin(std::string* sse) { (void)sse; }
     // One engine event. Returns true when generation should stop now (a stop string matched).
     virtual bool on_event(const EngineEvent& event, std::string* sse) = 0;
     // Generation is over (`reason`: the engine's, or kStop after a stop string): closing events.

@@ -50,11 +50,22 @@ TEST(ResponseStore, KeepsToItsByteBudgetButAlwaysTheNewest) {
     store.put("huge", entry_of(10 * 1000));  // larger than the whole budget: kept alone
     EXPECT_EQ(store.size(), 1u);
     EXPECT_NE(store.get("huge"), nullptr);
-    // replace() updates an entry (and its bytes) only while it is there.
-    store.replace("gone", entry_of(1));
+    // replace() updates an entry (and its bytes) only while the one it expects is there: not a deleted one, and not
+    // a new response that took a deleted one's id (a background run ending after its response was deleted and its
+    // request_id reused overwrote the new response).
+    store.replace("gone", nullptr, entry_of(1));
     EXPECT_EQ(store.get("gone"), nullptr);
-    store.replace("huge", entry_of(1));
-    EXPECT_EQ(store.bytes(), entry_of(1)->bytes());
+    // (The caller holds the entry it expects, as a background run does, so its address is not reused.)
+    const std::shared_ptr<const StoredResponse> huge = store.get("huge");
+    store.replace("huge", nullptr, entry_of(1));
+    EXPECT_EQ(store.get("huge"), huge);
+    const std::shared_ptr<const StoredResponse> small = entry_of(1);
+    store.replace("huge", huge.get(), small);
+    EXPECT_EQ(store.bytes(), small->bytes());
+    auto newer = entry_of(2);
+    store.put("huge", newer);
+    store.replace("huge", small.get(), entry_of(3));  // `small` was deleted and its id reused
+    EXPECT_EQ(store.get("huge"), newer);
     ResponseStore off(0, 1 << 20);
     EXPECT_FALSE(off.enabled());
     off.put("a", entry_of(1));
@@ -449,7 +460,7 @@ TEST_F(StoredResponsesTest, ABackgroundStreamOutlivesItsClient) {
         ASSERT_GE(fd, 0);
         std::string got;
         char buf[4096];
-        while (got.find("event: response.in_progress") == std::string::npos) {  // the first two events
+        while (got.find("event: response.queued") == std::string::npos) {  // the first two events
             const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
             if (n <= 0) break;
             got.append(buf, static_cast<size_t>(n));
@@ -460,7 +471,8 @@ TEST_F(StoredResponsesTest, ABackgroundStreamOutlivesItsClient) {
         id2 = parse(got.substr(at + 6, got.find('\n', at) - at - 6))["response"]["id"];
     }
     ASSERT_FALSE(id2.empty());
-    EXPECT_EQ(get_ok(s, "/v1/responses/" + id2)["status"], "in_progress");
+    // (queued: the paused engine has not begun it; in_progress only once it does, as OpenAI's status says)
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + id2)["status"], "queued");
     s.engine.set_paused(false);
     EXPECT_EQ(wait_finished(s, id2)["status"], "completed");
     EXPECT_TRUE(s.wait_engine_idle());
