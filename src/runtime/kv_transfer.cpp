@@ -223,6 +223,44 @@ StatusOr<KvTransfer> KvTransferReader::finish() {
     return std::move(t_);
 }
 
+namespace {
+
+// Whether every value of a payload in the cache's dtype is finite (an exponent field short of all ones; e4m3fn has
+// no infinity, its NaN is S.1111.111).
+bool kv_values_finite(KvDtype dtype, const KvBytes& bytes) {
+    const size_t n = bytes.size();
+    const uint8_t* p = bytes.data();
+    switch (dtype) {
+        case KvDtype::kF32:
+        case KvDtype::kF32E4m3: {
+            uint32_t bad = 0;  // (no early exit: a branch-free pass over hundreds of MB vectorizes)
+            for (size_t i = 0; i + 4 <= n; i += 4) {
+                uint32_t v;
+                std::memcpy(&v, p + i, 4);
+                bad |= static_cast<uint32_t>((v & 0x7F800000u) == 0x7F800000u);
+            }
+            return bad == 0;
+        }
+        case KvDtype::kBf16: {
+            uint32_t bad = 0;
+            for (size_t i = 0; i + 2 <= n; i += 2) {
+                uint16_t v;
+                std::memcpy(&v, p + i, 2);
+                bad |= static_cast<uint32_t>((v & 0x7F80u) == 0x7F80u);
+            }
+            return bad == 0;
+        }
+        case KvDtype::kE4m3: {
+            uint32_t bad = 0;
+            for (size_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>((p[i] & 0x7Fu) == 0x7Fu);
+            return bad == 0;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
 Status check_kv_transfer(const KvTransfer& t, const KvFormat& expected) {
     if (!(t.format == expected))
         return invalid_argument("the KV transfer's format (" + t.format.describe() + ") is not this engine's (" +
@@ -242,6 +280,11 @@ Status check_kv_transfer(const KvTransfer& t, const KvFormat& expected) {
     for (int32_t id : t.tokens)
         if (id < 0 || id >= expected.vocab_size)
             return invalid_argument("the KV transfer holds an id outside the vocabulary");
+    // A NaN or infinity in the cache would give every request that reuses these blocks from the prefix cache
+    // non-finite logits (a probe's one NaN transfer made every later chat request fail): refused, so that the
+    // prompt is computed here instead.
+    if (!kv_values_finite(expected.dtype, t.full) || !kv_values_finite(expected.dtype, t.sliding))
+        return invalid_argument("the KV transfer holds a value that is not finite (NaN or infinity)");
     return ok_status();
 }
 

@@ -1,14 +1,20 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <chrono>
+#include <cstring>
+#include <string>
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
@@ -34,6 +40,212 @@ namespace {
 // the process (a joinable std::thread destroyed) or hangs its shutdown. At the limit a quarter of the threads
 // started are let go again, so that the rest of the server can still start its own. With no thread at all,
 // connections are served one at a time on the accepting thread.
+// The header block's limits (HttpServerOptions::max_header_bytes, header_timeout).
+struct HeaderLimits {
+    size_t max_bytes = size_t{64} << 10;
+    std::chrono::seconds timeout{30};
+};
+
+// One connection's byte stream, kept across its keep-alive requests (httplib 0.11 makes a new one a request and
+// drops what it read ahead: pipelined requests lost all but the first). While a request's line and headers are read
+// it holds them to the HeaderLimits (httplib bounds each header line, not their count, nor the time they take: a
+// client could send gigabytes of header lines, or trickle a line each read timeout forever); past either the
+// client gets 431 or 408 and the connection ends.
+class ConnectionStream final : public httplib::Stream {
+public:
+    ConnectionStream(int fd, std::chrono::microseconds read_timeout, std::chrono::microseconds write_timeout,
+                     HeaderLimits limits)
+        : fd_(fd), read_timeout_(read_timeout), write_timeout_(write_timeout), limits_(limits) {}
+
+    // A request begins: its header block is counted from here until headers_done().
+    void begin_request() {
+        in_headers_ = true;
+        last_[0] = last_[1] = 0;
+        header_bytes_ = 0;
+        header_deadline_ = std::chrono::steady_clock::now() + limits_.timeout;
+    }
+    void headers_done() { in_headers_ = false; }
+    // The connection must end (a header block over its limits was answered).
+    bool failed() const { return failed_; }
+    bool has_buffered() const { return begin_ < end_; }
+
+    bool is_readable() const override { return has_buffered() || wait(POLLIN, read_timeout_); }
+    bool is_writable() const override { return !failed_ && wait(POLLOUT, write_timeout_); }
+
+    ssize_t read(char* ptr, size_t size) override {
+        if (failed_) return -1;
+        if (!has_buffered()) {
+            if (!wait(POLLIN, in_headers_ ? std::min(read_timeout_, header_time_left()) : read_timeout_)) {
+                if (in_headers_ && header_time_left() <= std::chrono::microseconds::zero())
+                    refuse(408, "the request's headers took longer than " + std::to_string(limits_.timeout.count()) +
+                                    " s to arrive");
+                return -1;
+            }
+            const ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), 0);
+            if (n <= 0) return n;
+            begin_ = 0;
+            end_ = static_cast<size_t>(n);
+        }
+        size = std::min(size, end_ - begin_);
+        if (in_headers_) {
+            // The block ends at its blank line ("\n\r\n": httplib's reader takes CRLF lines only, a byte at a time).
+            for (size_t i = 0; i < size; ++i) {
+                const char c = buf_[begin_ + i];
+                if (c == '\n' && last_[0] == '\n' && last_[1] == '\r') {
+                    size = i + 1;
+                    in_headers_ = false;
+                }
+                last_[0] = last_[1];
+                last_[1] = c;
+                if (!in_headers_) break;
+            }
+            if (header_bytes_ + size > limits_.max_bytes) {
+                refuse(431,
+                       "the request line and headers are larger than " + std::to_string(limits_.max_bytes) + " bytes");
+                return -1;
+            }
+            header_bytes_ += size;
+        }
+        std::memcpy(ptr, buf_.data() + begin_, size);
+        begin_ += size;
+        return static_cast<ssize_t>(size);
+    }
+
+    ssize_t write(const char* ptr, size_t size) override {
+        if (failed_ || !is_writable()) return -1;
+        return ::send(fd_, ptr, size, MSG_NOSIGNAL);
+    }
+
+    void get_remote_ip_and_port(std::string& ip, int& port) const override { address(true, ip, port); }
+    void get_local_ip_and_port(std::string& ip, int& port) const override { address(false, ip, port); }
+    int socket() const override { return fd_; }
+
+private:
+    std::chrono::microseconds header_time_left() const {
+        return std::chrono::duration_cast<std::chrono::microseconds>(header_deadline_ -
+                                                                     std::chrono::steady_clock::now());
+    }
+    bool wait(short events, std::chrono::microseconds timeout) const {
+        if (timeout < std::chrono::microseconds::zero()) timeout = std::chrono::microseconds::zero();
+        pollfd p{fd_, events, 0};
+        const int ms = static_cast<int>(std::min<int64_t>((timeout.count() + 999) / 1000, INT32_MAX));
+        int r;
+        do {
+            r = ::poll(&p, 1, ms);
+        } while (r < 0 && errno == EINTR);
+        return r > 0 && (p.revents & (events | POLLHUP | POLLERR)) != 0;
+    }
+    // The answer httplib cannot give (its reader would only say 400): written here, the connection then ends
+    // (httplib's own answer to the failed read is not sent: writes fail from now on).
+    void refuse(int status, const std::string& message) {
+        const std::string body = R"({"error":{"message":")" + message + R"(","type":"BadRequestError","param":null,)" +
+                                 R"("code":)" + std::to_string(status) + "}}";
+        const std::string head =
+            "HTTP/1.1 " + std::to_string(status) +
+            (status == 431 ? " Request Header Fields Too Large" : " Request Timeout") +
+            "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+            "\r\nConnection: close\r\n\r\n";
+        const std::string all = head + body;
+        if (wait(POLLOUT, write_timeout_)) (void)::send(fd_, all.data(), all.size(), MSG_NOSIGNAL);
+        failed_ = true;
+        std::fprintf(stderr, "[http] %d: %s\n", status, message.c_str());
+    }
+    void address(bool peer, std::string& ip, int& port) const {
+        sockaddr_storage a{};
+        socklen_t len = sizeof(a);
+        if ((peer ? ::getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len)
+                  : ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len)) != 0)
+            return;
+        char text[INET6_ADDRSTRLEN] = {};
+        if (a.ss_family == AF_INET) {
+            const auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+            ::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text));
+            port = ntohs(v4->sin_port);
+        } else if (a.ss_family == AF_INET6) {
+            const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+            ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text));
+            port = ntohs(v6->sin6_port);
+        } else {
+            return;
+        }
+        ip = text;
+    }
+
+    const int fd_;
+    const std::chrono::microseconds read_timeout_, write_timeout_;
+    const HeaderLimits limits_;
+    std::array<char, 16384> buf_{};
+    size_t begin_ = 0, end_ = 0;  // buf_[begin_, end_) read from the socket, not yet handed out
+    bool in_headers_ = false, failed_ = false;
+    char last_[2] = {0, 0};  // the header block's last two bytes handed out
+    size_t header_bytes_ = 0;
+    std::chrono::steady_clock::time_point header_deadline_{};
+};
+
+// httplib's server with its connection loop replaced (ConnectionStream: the header block's limits, pipelined
+// requests). process_and_close_socket is the library's virtual for this; process_request parses and answers one
+// request from a stream.
+class GuardedServer final : public httplib::Server {
+public:
+    void set_header_limits(HeaderLimits limits) { header_limits_ = limits; }
+
+private:
+    bool process_and_close_socket(socket_t sock) override {
+        ConnectionStream strm(
+            sock, std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_),
+            std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_), header_limits_);
+        bool ret = false;
+        for (size_t left = keep_alive_max_count_; left > 0 && !strm.failed(); --left) {
+            if (!strm.has_buffered() && !wait_for_request(sock)) break;
+            const bool close_connection = left == 1 || svr_sock_ == INVALID_SOCKET;
+            bool connection_closed = false;
+            strm.begin_request();
+            ret = process_request(strm, close_connection, connection_closed,
+                                  [&strm](httplib::Request&) { strm.headers_done(); });
+            if (!ret || connection_closed) break;
+        }
+        linger_close(sock);
+        return ret;
+    }
+    // A lingering close (as nginx's): the answer's end is sent (FIN), then what the client still sends is read and
+    // dropped for a moment before the socket is closed. Closed with unread bytes (a 413's body, a 431's headers),
+    // the socket would send a reset that can destroy the answer at the client before it is read (EPIPE there).
+    // At most 500 ms and 4 MB.
+    static void linger_close(socket_t sock) {
+        ::shutdown(sock, SHUT_WR);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+        char sink[16384];
+        size_t drained = 0;
+        while (drained < (size_t{4} << 20)) {  // (a client sending on and on is cut off: reset)
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+            if (left.count() <= 0) break;
+            pollfd p{sock, POLLIN, 0};
+            const int r = ::poll(&p, 1, static_cast<int>(left.count()));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            const ssize_t n = ::recv(sock, sink, sizeof(sink), 0);
+            if (n <= 0) break;  // the client closed its end (or reset)
+            drained += static_cast<size_t>(n);
+        }
+        ::close(sock);
+    }
+    // The next request's first bytes, while the server runs, up to the keep-alive timeout.
+    bool wait_for_request(socket_t sock) const {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+        while (svr_sock_ != INVALID_SOCKET) {
+            pollfd p{sock, POLLIN, 0};
+            const int r = ::poll(&p, 1, 100);
+            if (r > 0) return true;
+            if (r < 0 && errno != EINTR) return false;
+            if (std::chrono::steady_clock::now() >= until) return false;
+        }
+        return false;
+    }
+
+    HeaderLimits header_limits_;
+};
+
 class ConnectionPool final : public httplib::TaskQueue {
 public:
     explicit ConnectionPool(size_t n) : keep_(n) {
@@ -357,13 +569,13 @@ bool api_key_accepted(const std::vector<std::string>& keys, std::string_view aut
 }
 
 struct HttpServer::Impl {
-    httplib::Server svr;
+    GuardedServer svr;
     int listen_fd = -1;
 };
 
 HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerOptions options)
     : impl_(std::make_unique<Impl>()) {
-    httplib::Server& svr = impl_->svr;
+    GuardedServer& svr = impl_->svr;
     const int threads = std::max(options.threads, 4);
     svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
     svr.set_payload_max_length(options.max_body_bytes);
@@ -371,6 +583,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     svr.set_write_timeout(options.write_timeout);
     svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
     svr.set_keep_alive_max_count(1000);
+    svr.set_header_limits(HeaderLimits{options.max_header_bytes, options.header_timeout});
     svr.set_tcp_nodelay(true);
     // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let a second server
     // silently share the port); remember the socket to widen its listen backlog after bind.
@@ -680,7 +893,7 @@ HttpServer::~HttpServer() { stop(); }
 Status HttpServer::bind() {
     // A client that closes its socket must not kill the server with SIGPIPE on the next write.
     std::signal(SIGPIPE, SIG_IGN);
-    httplib::Server& svr = impl_->svr;
+    GuardedServer& svr = impl_->svr;
     if (options_.port == 0) {
         port_ = svr.bind_to_any_port(options_.host);
         if (port_ < 0) return failed_precondition("cannot bind " + options_.host + " to a free port");

@@ -28,6 +28,10 @@ struct HttpServerOptions {
     std::chrono::seconds read_timeout{30};   // for the request head and body
     std::chrono::seconds write_timeout{30};  // a client that reads nothing for this long is dropped
     int keep_alive_timeout_s = 5;
+    // A request's line and headers: at most this many bytes (else 431) arriving within this time (else 408; the
+    // read timeout bounds each read, this the whole block: clients that trickle header lines hold a worker no longer).
+    size_t max_header_bytes = size_t{64} << 10;
+    std::chrono::seconds header_timeout{30};
     // CORS, for browser clients (as vLLM's and llama.cpp's servers by default): every routed answer
     // carries Access-Control-Allow-Origin: cors_origin, and OPTIONS preflights of the known paths get
     // 204 with the allowed methods and headers. "": no CORS headers, OPTIONS gets 405.

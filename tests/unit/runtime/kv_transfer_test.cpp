@@ -7,6 +7,7 @@
 
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "runtime/kv_cache.h"
 
@@ -38,8 +39,9 @@ KvTransfer random_transfer(int num_blocks, uint32_t seed) {
     t.first_sliding_block = first_window_block(num_blocks * bs, t.format.sliding_window, bs);
     t.full.resize(static_cast<size_t>(num_blocks) * t.format.bytes_per_block_full);
     t.sliding.resize(static_cast<size_t>(num_blocks - t.first_sliding_block) * t.format.bytes_per_block_sliding);
-    for (auto& b : t.full) b = static_cast<uint8_t>(rng());
-    for (auto& b : t.sliding) b = static_cast<uint8_t>(rng());
+    // Random finite bf16 values: each little-endian high byte's bit 6 clear keeps the exponent short of all ones.
+    for (size_t i = 0; i < t.full.size(); ++i) t.full[i] = static_cast<uint8_t>(rng()) & (i % 2 ? 0xBF : 0xFF);
+    for (size_t i = 0; i < t.sliding.size(); ++i) t.sliding[i] = static_cast<uint8_t>(rng()) & (i % 2 ? 0xBF : 0xFF);
     return t;
 }
 
@@ -172,6 +174,24 @@ TEST(KvTransfer, CheckRefusesAnotherFormatOrAShortWindow) {
     KvTransfer bad_id = t;
     bad_id.tokens[2] = 300;
     EXPECT_FALSE(check_kv_transfer(bad_id, t.format).ok());
+    // A NaN or an infinity anywhere in either payload (bf16 0x7FC0, 0xFF80), or e4m3's NaN, is refused.
+    for (auto [sliding, at, hi, lo] :
+         {std::tuple{false, size_t{6}, 0x7F, 0xC0}, std::tuple{true, size_t{40}, 0xFF, 0x80}}) {
+        KvTransfer bad = t;
+        KvBytes& b = sliding ? bad.sliding : bad.full;
+        b[at] = static_cast<uint8_t>(lo);
+        b[at + 1] = static_cast<uint8_t>(hi);
+        st = check_kv_transfer(bad, t.format);
+        ASSERT_FALSE(st.ok());
+        EXPECT_NE(st.message().find("not finite"), std::string::npos) << st.message();
+    }
+    KvTransfer fp8 = t;
+    fp8.format.dtype = KvDtype::kE4m3;
+    for (auto& x : fp8.full) x &= 0x7E;  // finite e4m3 values
+    for (auto& x : fp8.sliding) x &= 0x7E;
+    EXPECT_TRUE(check_kv_transfer(fp8, fp8.format).ok());
+    fp8.full[3] = 0xFF;
+    EXPECT_FALSE(check_kv_transfer(fp8, fp8.format).ok());
 }
 
 Sequence make_sequence(uint64_t id, std::vector<int32_t> tokens) {

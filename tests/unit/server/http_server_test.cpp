@@ -1131,5 +1131,97 @@ TEST_F(HttpServerTest, ShutdownEndsOpenStreams) {
     EXPECT_NE(body.find("[DONE]"), std::string::npos);
 }
 
+// Everything a raw connection receives until the server closes it or `timeout_s` passes.
+std::string read_all(int fd) {
+    std::string got;
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return got;
+}
+
+// The header block is held to max_header_bytes (431) and header_timeout (408), and the connection ends: httplib
+// bounds each header line (8 KB) but not their count, so a client could make the server hold gigabytes of header
+// lines (a probe's 4 connections of 250 MB each took 2 GB), and one that trickled a line each read timeout held its
+// worker for as long as it liked. Headers within the limit are served as before.
+TEST_F(HttpServerTest, HeaderBlockLimits) {
+    TestServerOptions o = default_test_options();
+    o.http.max_header_bytes = 16 << 10;
+    o.http.header_timeout = std::chrono::seconds(2);
+    TestServer s(o);
+    std::string big = "GET /health HTTP/1.1\r\nHost: x\r\n";
+    for (int i = 0; i < 40; ++i) big += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'a') + "\r\n";
+    int fd = send_raw(s.http.port(), big, 5);  // (no blank line: the server must not wait for one)
+    ASSERT_GE(fd, 0);
+    std::string got = read_all(fd);
+    EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 431 Request Header Fields Too Large") << got;
+    EXPECT_NE(got.find("\"error\""), std::string::npos) << got;
+    EXPECT_EQ(got.find("HTTP/1.1 400"), std::string::npos) << got;  // httplib's own answer is not sent after it
+
+    std::string fits = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+    for (int i = 0; i < 12; ++i) fits += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'a') + "\r\n";
+    fd = send_raw(s.http.port(), fits + "\r\n", 5);
+    ASSERT_GE(fd, 0);
+    got = read_all(fd);
+    EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 200 OK") << got;
+
+    // A line a second: 408 at the 2 s deadline, not at the end of the trickle.
+    fd = send_raw(s.http.port(), "GET /health HTTP/1.1\r\nHost: x\r\n", 8);
+    ASSERT_GE(fd, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::thread trickle([fd] {
+        for (int i = 0; i < 6; ++i) {
+            if (::send(fd, "X-A: b\r\n", 8, MSG_NOSIGNAL) != 8) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        }
+    });
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    trickle.join();
+    ::close(fd);
+    ASSERT_GT(n, 0);
+    const std::string line(buf, static_cast<size_t>(n));
+    EXPECT_EQ(line.substr(0, line.find("\r\n")), "HTTP/1.1 408 Request Timeout") << line;
+    EXPECT_GT(secs, 1.5);
+    EXPECT_LT(secs, 3.5);
+    // The server serves others throughout.
+    EXPECT_EQ(s.get("/health")->status, 200);
+}
+
+// Pipelined requests on one connection get an answer each, in order (httplib 0.11 dropped the bytes it had read
+// past the first request: one answer, then the connection waited out its keep-alive timeout).
+TEST_F(HttpServerTest, PipelinedRequestsAreAllAnswered) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    const std::string body = R"({"prompt":"Hello world"})";
+    const std::string post =
+        "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    const int fd =
+        send_raw(s.http.port(),
+                 "GET /health HTTP/1.1\r\nHost: x\r\n\r\n" + post + "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n" +
+                     post + "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                 5);
+    ASSERT_GE(fd, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string got = read_all(fd);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+    size_t answers = 0;
+    for (size_t at = got.find("HTTP/1.1 200 OK"); at != std::string::npos; at = got.find("HTTP/1.1 200 OK", at + 1))
+        ++answers;
+    EXPECT_EQ(answers, 5u) << got;
+    const size_t tokens = got.find("\"tokens\"");
+    const size_t models = got.find("\"object\":\"list\"");
+    ASSERT_NE(tokens, std::string::npos) << got;
+    ASSERT_NE(models, std::string::npos) << got;
+    EXPECT_LT(tokens, models);  // in order
+    EXPECT_NE(got.find("\"tokens\"", models), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gptoss::server::testing
