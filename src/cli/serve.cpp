@@ -193,6 +193,10 @@ int run_serve(const ServeOptions& o) {
     // The KV cache is allocated when the model loads, on a loader thread: a size no machine can give aborted
     // the process there (std::bad_alloc; -1 wraps to 2^64 - 1) or had it killed for memory.
     if (o.host.empty()) return fail("--host must name an address or a host name (e.g. 127.0.0.1, 0.0.0.0, ::)");
+    // A header value: a control byte (a CR or LF above all) made every answer's CORS header invalid (httplib
+    // dropped it, silently).
+    if (std::any_of(o.cors_origin.begin(), o.cors_origin.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+        return fail("--cors-origin must be printable text (an origin such as https://example.com, or *)");
     const bool cuda = o.backend == "cuda";
     // The default KV cache: 512 MiB on the CPU; on CUDA what --gpu-memory-utilization leaves once the model is
     // loaded (as vLLM sizes it), found in `load` below.
@@ -375,7 +379,10 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--max-num-batched-tokens,--max-batched-tokens", o->max_num_batched_tokens,
                     "Token budget of one engine step (0: 512 on the CPU, 8192 on CUDA)")
         ->capture_default_str();
-    sub->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: directory name)");
+    sub->add_option("--served-model-name", o->served_model_name, "Model id in the API (default: directory name)")
+        ->check([](const std::string& text) {
+            return text.empty() ? std::string("an empty name names no model") : std::string();
+        });
     sub->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model's, else the fixture)")
         ->check(non_empty_path);
     sub->add_option("--request-timeout", o->request_timeout_s,

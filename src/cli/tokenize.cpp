@@ -41,7 +41,8 @@ std::string read_stdin() {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
-// Calls f(line, line_number) for each non-empty line ("\n" or "\r\n" endings).
+// Calls f(line, line_number) for each line ("\n" or "\r\n" endings; no line after a last newline). An empty line
+// is an error, as any line that is not what --jsonl asks for (skipped, it shifted every later output line).
 template <typename F>
 int for_each_line(const std::string& input, F&& f) {
     size_t pos = 0;
@@ -53,7 +54,8 @@ int for_each_line(const std::string& input, F&& f) {
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         ++line_number;
         pos = end + 1;
-        if (line.empty()) continue;
+        if (line.empty())
+            return fail("line " + std::to_string(line_number) + ": empty (each line must be one JSON value)");
         if (int rc = f(line, line_number); rc != 0) return rc;
     }
     return 0;

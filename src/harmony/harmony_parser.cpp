@@ -359,7 +359,10 @@ HeaderParseResult parse_header_robust(std::string text, std::optional<Role> pres
 
     std::vector<std::string> rest;
     for (std::string& part : parts) {
-        if (starts_with(part, "to=") && !header.recipient && part.size() > 3) {
+        if (starts_with(part, "to=") && part.size() > 3) {
+            // The last "to=" names the recipient (HARMONY.md §6.3 step 5, as the strict parser reads it); an
+            // earlier one is a leftover word (X6).
+            if (header.recipient) rest.push_back("to=" + *header.recipient);
             header.recipient = part.substr(3);
         } else if (starts_with(part, kConstrainMarker) && !header.content_type) {
             header.content_type = part;

@@ -117,3 +117,19 @@ test('tokenize --special knows every reserved id tiktoken o200k_harmony lists, n
   // Without --special the same text is ordinary tokens.
   assert.ok(JSON.parse(run(['tokenize'], text)).every((id) => id < 199998));
 });
+
+test('serve refuses a --cors-origin with control bytes and an empty --served-model-name; tokenize --jsonl refuses an empty line', () => {
+  const cors = spawnSync(BIN, ['serve', '--model', model, '--port', '0', '--cors-origin', 'a\r\nX-Evil: 1']);
+  assert.notEqual(cors.status, 0);
+  assert.match(cors.stderr.toString(), /--cors-origin/);
+  const name = spawnSync(BIN, ['serve', '--model', model, '--port', '0', '--served-model-name', '']);
+  assert.notEqual(name.status, 0);
+  assert.match(name.stderr.toString(), /served-model-name/);
+  // A skipped empty line shifted every later output line against its input line.
+  const jl = spawnSync(BIN, ['tokenize', '--jsonl'], { input: '"a"\n\n"b"\n' });
+  assert.notEqual(jl.status, 0);
+  assert.match(jl.stderr.toString(), /line 2: empty/);
+  const ok = spawnSync(BIN, ['tokenize', '--jsonl'], { input: '"a"\n"b"\n' });
+  assert.equal(ok.status, 0, ok.stderr.toString());
+  assert.equal(ok.stdout.toString().trim().split('\n').length, 2);
+});

@@ -283,6 +283,17 @@ TEST(HarmonyParser, RobustLeftoverWords) {  // X6
     EXPECT_TRUE(bad.messages[0].header.recovered);
 }
 
+// Two "to=" words: the last names the recipient, as §6.3 step 5 and the strict parser read it (robust mode took the
+// first, calling an undeclared function over the declared one); the other is a dropped leftover (X6).
+TEST(HarmonyParser, RobustLastToWordIsTheRecipient) {
+    Parsed p = parse("<|channel|>commentary to=functions.a to=functions.f json<|message|>{}<|call|>",
+                     ParseMode::kRobust, std::vector<std::string>{"f"});
+    ASSERT_EQ(p.messages.size(), 1u);
+    expect_message(p.messages[0], Role::kAssistant, "commentary", "functions.f", "json", "{}", false);
+    ASSERT_EQ(p.warnings.size(), 1u);
+    EXPECT_NE(p.warnings[0].find("to=functions.a"), std::string::npos) << p.warnings[0];
+}
+
 TEST(HarmonyParser, RobustGluedJsonSuffix) {  // X8
     Parsed p = parse("<|channel|>commentary to=functions.shelljson<|message|>{}<|call|>", ParseMode::kRobust,
                      std::vector<std::string>{"shell"});
