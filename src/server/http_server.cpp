@@ -35,11 +35,6 @@
 namespace gptoss::server {
 namespace {
 
-// httplib's ThreadPool, except that a thread the system will not start (its thread or memory limit) leaves the pool
-// smaller: httplib's constructor throws with its first threads already waiting, and the half-built pool then ends
-// the process (a joinable std::thread destroyed) or hangs its shutdown. At the limit a quarter of the threads
-// started are let go again, so that the rest of the server can still start its own. With no thread at all,
-// connections are served one at a time on the accepting thread.
 // The header block's limits (HttpServerOptions::max_header_bytes, header_timeout).
 struct HeaderLimits {
     size_t max_bytes = size_t{64} << 10;
@@ -246,6 +241,11 @@ private:
     HeaderLimits header_limits_;
 };
 
+// httplib's ThreadPool, except that a thread the system will not start (its thread or memory limit) leaves the pool
+// smaller: httplib's constructor throws with its first threads already waiting, and the half-built pool then ends
+// the process (a joinable std::thread destroyed) or hangs its shutdown. At the limit a quarter of the threads
+// started are let go again, so that the rest of the server can still start its own. With no thread at all,
+// connections are served one at a time on the accepting thread.
 class ConnectionPool final : public httplib::TaskQueue {
 public:
     explicit ConnectionPool(size_t n) : keep_(n) {
