@@ -1259,6 +1259,18 @@ TEST_F(GenerationOutputTest, CompletionsTextIdsAndLogprobs) {
     }
 }
 
+// Streamed completions chunks' legacy logprobs added up: `entries` (null at first) gets `chunk`'s entries, if any.
+void append_legacy_logprobs(Json& entries, const Json& chunk) {
+    if (!chunk.is_object()) return;
+    if (entries.is_null())
+        entries = {{"tokens", Json::array()},
+                   {"token_logprobs", Json::array()},
+                   {"top_logprobs", Json::array()},
+                   {"text_offset", Json::array()}};
+    for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const Json& x : chunk[k]) entries[k].push_back(x);
+}
+
 // A stop string cuts the text, not the tokens: every generated token keeps its logprobs entry (it is in token_ids
 // and usage), the stop string's too, as vLLM and chat keep it (the second " jumps" starts at offset 6, past the
 // 4-character text); an empty suffix is no suffix. Streamed, the chunks add up to the same text and entries (with
@@ -1289,16 +1301,11 @@ TEST_F(GenerationOutputTest, CompletionsStopStringKeepsEveryTokensLogprobs) {
         Json whole = post_json("/v1/completions", whole_req.dump());
         EXPECT_EQ(whole["choices"][0]["logprobs"]["tokens"].size(), 2u) << body;
         std::string text;
-        Json entries = {{"tokens", Json::array()},
-                        {"token_logprobs", Json::array()},
-                        {"top_logprobs", Json::array()},
-                        {"text_offset", Json::array()}};
+        Json entries = nullptr;
         for (const Json& ch : post_stream("/v1/completions", body)) {
             const Json& cc = ch["choices"][0];
             text += cc["text"].get<std::string>();
-            if (cc["logprobs"].is_object())
-                for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-                    for (const Json& x : cc["logprobs"][k]) entries[k].push_back(x);
+            append_legacy_logprobs(entries, cc["logprobs"]);
         }
         EXPECT_EQ(text, whole["choices"][0]["text"]) << body;
         EXPECT_EQ(entries, whole["choices"][0]["logprobs"]) << body;
@@ -1371,17 +1378,12 @@ TEST_F(GenerationOutputTest, CompletionsEchoAndPromptLogprobs) {
         whole_req.erase("stream");
         Json whole = post_json("/v1/completions", whole_req.dump());
         std::string text;
-        Json entries = {{"tokens", Json::array()},
-                        {"token_logprobs", Json::array()},
-                        {"top_logprobs", Json::array()},
-                        {"text_offset", Json::array()}};
+        Json entries = nullptr;
         Json list = nullptr;
         for (const Json& ch : post_stream("/v1/completions", body)) {
             const Json& cc = ch["choices"][0];
             text += cc["text"].get<std::string>();
-            if (cc["logprobs"].is_object())
-                for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-                    for (const Json& x : cc["logprobs"][k]) entries[k].push_back(x);
+            append_legacy_logprobs(entries, cc["logprobs"]);
             if (cc.contains("prompt_logprobs")) {
                 EXPECT_TRUE(list.is_null()) << "prompt_logprobs sent twice";
                 list = cc["prompt_logprobs"];
