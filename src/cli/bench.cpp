@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #if GPTOSS_HAVE_CUDA
@@ -416,6 +417,14 @@ int run_bench(BenchOptions o) {
         layouts.push_back(*p);
     }
     if (o.model.empty() == o.synthetic.empty()) return fail("give exactly one of --model and --synthetic");
+    // The report files are checked before the run (a bad path failed silently after it).
+    std::optional<OutputTarget> json_target, md_target;
+    for (auto [path, target] : {std::pair{&o.json_out, &json_target}, std::pair{&o.md_out, &md_target}}) {
+        if (path->empty()) continue;
+        auto t = resolve_output_target(*path);
+        if (!t.ok()) return fail(t.status().message());
+        *target = *t;
+    }
     StatusOr<std::unique_ptr<model::GptOssWeights>> weights = failed_precondition("no weights");
     if (!o.synthetic.empty()) {
         auto preset = model::GptOssConfig::preset(o.synthetic);
@@ -449,9 +458,11 @@ int run_bench(BenchOptions o) {
         report["runs"].push_back(run);
     }
     if (layouts.size() > 1) md += best_per_regime(report["runs"], report["best"]);
-    if (!o.json_out.empty()) std::ofstream(o.json_out) << report.dump(2) << "\n";
-    if (!o.md_out.empty()) std::ofstream(o.md_out) << md;
     std::cout << md;
+    if (json_target)
+        if (Status st = write_output(*json_target, report.dump(2) + "\n"); !st.ok()) return fail(st.message());
+    if (md_target)
+        if (Status st = write_output(*md_target, md); !st.ok()) return fail(st.message());
     // A single layout that cannot run is an error; a sweep reports the layouts that did not fit.
     return failures == static_cast<int>(layouts.size()) ? 1 : 0;
 }

@@ -12,10 +12,11 @@
 // (graphs, cuBLAS plans, page cache).
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
+#include <sstream>
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
@@ -123,6 +124,13 @@ int run_bench_serve(const BenchServeOptions& o) {
     const auto kv_fp8 = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8.ok()) return fail(kv_fp8.status().message());
     if (o.model.empty() == o.synthetic.empty()) return fail("give exactly one of --model and --synthetic");
+    // --markdown is checked before the run (a bad path failed only after it).
+    std::optional<OutputTarget> md_target;
+    if (!o.markdown.empty()) {
+        auto t = resolve_output_target(o.markdown);
+        if (!t.ok()) return fail(t.status().message());
+        md_target = *t;
+    }
     auto layout = parallel::ParallelConfig::parse(o.layout);
     if (!layout.ok()) return fail(layout.status().message());
     const bool cuda = o.backend == "cuda";
@@ -221,13 +229,13 @@ int run_bench_serve(const BenchServeOptions& o) {
             std::cout << line << std::flush;
         }
     }
-    if (!o.markdown.empty()) {
-        std::ofstream f(o.markdown);
+    if (md_target) {
+        std::ostringstream f;
         f << "## " << (o.synthetic.empty() ? o.model : "synthetic " + o.synthetic) << ", " << o.backend << " "
           << layout->to_string() << (o.fp8 ? ", FP8 weights" : "") << (*kv_fp8 ? ", FP8 KV cache" : "") << ": "
           << o.prompt_len << " in / " << o.max_tokens << " out\n\n"
           << md;
-        if (!f) return fail("cannot write " + o.markdown);
+        if (Status st = write_output(*md_target, f.str()); !st.ok()) return fail(st.message());
     }
     return 0;
 }

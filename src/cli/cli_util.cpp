@@ -2,8 +2,14 @@
 
 #include "cli/cli_util.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 
 #include "model/synthetic_weights.h"
 #include "runtime/sampler.h"
@@ -71,6 +77,115 @@ std::string synthetic_memory_error(const model::GptOssConfig& config, const std:
     if (ram_mib == 0 || need_mib < ram_mib) return {};
     return "--synthetic " + preset + " builds its weights in host memory: " + std::to_string(need_mib) +
            " MiB, more than this machine's " + std::to_string(ram_mib) + " MiB";
+}
+
+StatusOr<OutputTarget> resolve_output_target(const std::string& out) {
+    namespace fs = std::filesystem;
+    if (out.empty()) return invalid_argument("an empty output path");
+    struct stat st {};
+    if (::stat(out.c_str(), &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return invalid_argument("cannot write " + out + ": it is a directory");
+        if (::access(out.c_str(), W_OK) != 0)
+            return invalid_argument("cannot write " + out + ": " + std::strerror(errno));
+        // A FIFO, a device, a terminal or a pipe behind /dev/stdout: open it as it is named.
+        if (!S_ISREG(st.st_mode)) return OutputTarget{fs::path(out), true};
+        std::error_code ec;
+        const fs::path path = fs::canonical(fs::path(out), ec);  // the file itself, past any links
+        if (ec) return invalid_argument("cannot write " + out + ": " + ec.message());
+        if (::access(path.parent_path().c_str(), W_OK | X_OK) != 0)
+            return invalid_argument("cannot write " + out + ": its directory " + path.parent_path().string() +
+                                    " is not writable");
+        return OutputTarget{path, false};
+    }
+    if (errno != ENOENT) return invalid_argument("cannot write " + out + ": " + std::strerror(errno));
+    struct stat lst {};
+    // A link to a file not there yet: opening it creates the file it names.
+    if (::lstat(out.c_str(), &lst) == 0) return OutputTarget{fs::path(out), true};
+    std::error_code ec;
+    const fs::path path = fs::absolute(fs::path(out), ec);
+    if (ec || !path.has_filename()) return invalid_argument("cannot write " + out + ": not a file name");
+    const fs::path parent = path.parent_path();
+    if (!fs::is_directory(parent, ec))
+        return invalid_argument("cannot write " + out + ": no directory " + parent.string());
+    if (::access(parent.c_str(), W_OK | X_OK) != 0)
+        return invalid_argument("cannot write " + out + ": its directory " + parent.string() + " is not writable");
+    return OutputTarget{path, false};
+}
+
+std::filesystem::path temporary_dir_for(const OutputTarget& target) {
+    std::error_code ec;
+    return target.write_through ? std::filesystem::temp_directory_path(ec) : target.path.parent_path();
+}
+
+namespace {
+
+Status write_through(const std::filesystem::path& path, std::string_view bytes) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return invalid_argument("cannot write " + path.string() + ": " + std::strerror(errno));
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    const int err = errno;
+    if (std::fclose(f) != 0 || !ok)
+        return invalid_argument("cannot write " + path.string() + ": " + std::strerror(ok ? errno : err));
+    return Status::ok_status();
+}
+
+}  // namespace
+
+Status write_output(const OutputTarget& target, std::string_view bytes) {
+    if (target.write_through) return write_through(target.path, bytes);
+    std::string name = ".";  // (appended: GCC 12's -Wrestrict misfires on "." + string + "...")
+    name.append(target.path.filename().string()).append(".tmp-XXXXXX");
+    std::string tmp = (target.path.parent_path() / name).string();
+    const int fd = ::mkstemp(tmp.data());
+    if (fd < 0) return invalid_argument("cannot write " + target.path.string() + ": " + std::strerror(errno));
+    size_t done = 0;
+    while (done < bytes.size()) {
+        const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = errno;
+            ::close(fd);
+            ::unlink(tmp.c_str());
+            return invalid_argument("cannot write " + target.path.string() + ": " + std::strerror(err));
+        }
+        done += static_cast<size_t>(n);
+    }
+    // mkstemp's file is 0600: give it what a newly created file would get (0666 less the umask).
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
+    if (::close(fd) != 0 || std::rename(tmp.c_str(), target.path.c_str()) != 0) {
+        const int err = errno;
+        ::unlink(tmp.c_str());
+        return invalid_argument("cannot write " + target.path.string() + ": " + std::strerror(err));
+    }
+    return Status::ok_status();
+}
+
+Status place_output_file(const OutputTarget& target, const std::filesystem::path& finished) {
+    if (!target.write_through) {
+        std::error_code ec;
+        std::filesystem::rename(finished, target.path, ec);
+        if (ec) return invalid_argument("cannot write " + target.path.string() + ": " + ec.message());
+        return Status::ok_status();
+    }
+    std::ifstream in(finished, std::ios::binary);
+    std::FILE* f = std::fopen(target.path.c_str(), "wb");
+    if (!in || f == nullptr) {
+        if (f != nullptr) std::fclose(f);
+        return invalid_argument("cannot write " + target.path.string() + ": " + std::strerror(errno));
+    }
+    std::vector<char> buf(1 << 20);
+    bool ok = true;
+    while (ok && in) {
+        in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+        const size_t n = static_cast<size_t>(in.gcount());
+        ok = std::fwrite(buf.data(), 1, n, f) == n;
+    }
+    const int err = errno;
+    if (std::fclose(f) != 0 || !ok)
+        return invalid_argument("cannot write " + target.path.string() + ": " + std::strerror(ok ? errno : err));
+    return Status::ok_status();
 }
 
 }  // namespace gptoss::cli

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,5 +40,25 @@ size_t physical_memory_mib();
 // for either backend), or "" when they fit or the memory is unknown. Said before building, which would otherwise
 // grow until the kernel kills the process.
 std::string synthetic_memory_error(const model::GptOssConfig& config, const std::string& preset);
+
+// An output file named on the command line (logits --out, bench --json / --markdown, bench-serve --markdown),
+// resolved before any work so that a bad path fails at once, not after a long run. Symlinks are followed (the
+// file a link names is written, the link stays). An existing FIFO or device (/dev/null, /dev/stdout) is written
+// through: replacing it by rename would delete the device node when run as root. Anything else is written to a
+// temporary file beside the target and renamed into place, so a failed write leaves the old file whole.
+struct OutputTarget {
+    std::filesystem::path path;
+    bool write_through = false;
+};
+// Refused: an empty path, a directory, a missing or non-directory parent, a target or directory not writable.
+StatusOr<OutputTarget> resolve_output_target(const std::string& out);
+// Writes `bytes` to the target.
+Status write_output(const OutputTarget& target, std::string_view bytes);
+// Moves (or copies, when written through) a finished file to the target; `finished` must be in
+// temporary_dir_for(target) so that the rename stays on one filesystem.
+Status place_output_file(const OutputTarget& target, const std::filesystem::path& finished);
+// Where to make a temporary file or directory for the target: its directory, or the system's temporary
+// directory for a target written through (/dev is not writable).
+std::filesystem::path temporary_dir_for(const OutputTarget& target);
 
 }  // namespace gptoss::cli

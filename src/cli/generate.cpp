@@ -33,6 +33,11 @@ namespace {
 
 using nlohmann::json;
 
+// --batch-file bounds: a line (one request; a 128k-token prompt as ids is ~1 MB) and the number of lines (the
+// requests are all held at once).
+constexpr size_t kMaxBatchLineBytes = size_t{16} << 20;
+constexpr int kMaxBatchLines = 100000;
+
 struct GenerateOptions {
     std::string layout = "tp=1";          // CUDA backend: parallel layout over several GPUs
     bool fp8 = false;                     // CUDA backend: FP8 weights (model::CudaModelOptions::fp8)
@@ -251,7 +256,27 @@ int run_generate(const GenerateOptions& o) {
         std::ifstream in(o.batch_file);
         if (!in) return fail("cannot open --batch-file " + o.batch_file);
         std::string text;
-        for (int n = 1; std::getline(in, text); ++n) {
+        for (int n = 1;; ++n) {
+            // Read a line at most kMaxBatchLineBytes long: std::getline grew without bound on a file with no
+            // newline (--batch-file /dev/zero).
+            text.clear();
+            bool got = false, too_long = false;
+            for (int c; (c = in.get()) != std::char_traits<char>::eof();) {
+                got = true;
+                if (c == '\n') break;
+                if (text.size() == kMaxBatchLineBytes) {
+                    too_long = true;
+                    break;
+                }
+                text.push_back(static_cast<char>(c));
+            }
+            if (!got) break;
+            if (too_long)
+                return fail("--batch-file " + o.batch_file + ": line " + std::to_string(n) + " is longer than " +
+                            std::to_string(kMaxBatchLineBytes >> 20) + " MiB");
+            if (n > kMaxBatchLines)
+                return fail("--batch-file " + o.batch_file + " has more than " + std::to_string(kMaxBatchLines) +
+                            " lines (split it)");
             if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
             Line line;
             line.line_number = n;

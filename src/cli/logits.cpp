@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "cli/cli_util.h"
 #include "cli/command.h"
@@ -32,6 +33,13 @@ struct LogitsOptions {
 int run_logits(const LogitsOptions& o) {
     auto ids = parse_id_list(o.ids);
     if (!ids.ok()) return fail(ids.status().message());
+    // --out is checked before the model loads: a bad path fails at once.
+    std::optional<OutputTarget> target;
+    if (!o.out.empty()) {
+        auto t = resolve_output_target(o.out);
+        if (!t.ok()) return fail(t.status().message());
+        target = *t;
+    }
     auto weights = model::GptOssWeights::load(o.model);
     if (!weights.ok()) return fail(weights.status().message());
     const bool all = o.positions == "all";
@@ -90,7 +98,7 @@ int run_logits(const LogitsOptions& o) {
                     std::to_string(first + at / vocab) + ", token " + std::to_string(at % vocab) +
                     "): the checkpoint or the activations hold NaN or Inf");
     }
-    if (!o.out.empty()) {
+    if (target) {
         model::SafetensorsWriter w;
         std::vector<int32_t> pos(rows);
         for (int r = 0; r < rows; ++r) pos[r] = first + r;
@@ -100,27 +108,19 @@ int run_logits(const LogitsOptions& o) {
                                     reinterpret_cast<uint8_t*>(logits.data()) + logits.size() * 4);
         w.add("positions", DType::kI32, Shape{rows}, std::move(pbytes));
         w.add("logits", DType::kF32, Shape{rows, vocab}, std::move(lbytes));
-        // The writer names its file model.safetensors: write into a private temporary directory
-        // beside the target, then move the file into place.
-        // The directory is made by mkdtemp (a name no one else has: a fixed "<out>.tmp-dir" removed whatever
-        // directory of that name was there), in the target's directory, which must exist.
+        // The writer names its file model.safetensors: write into a private temporary directory (mkdtemp: a name
+        // no one else has) beside the target, then move the file into place (or copy it through to a FIFO or
+        // device, cli_util.h).
         namespace fs = std::filesystem;
-        const fs::path out(o.out);
-        const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
-        std::error_code ec;
-        if (!fs::is_directory(parent, ec)) return fail("cannot write " + o.out + ": no directory " + parent.string());
-        std::string pattern = (parent / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
+        std::string pattern = (temporary_dir_for(*target) / ".gptoss-logits.tmp-XXXXXX").string();
         if (::mkdtemp(pattern.data()) == nullptr)
             return fail("cannot write " + o.out + ": cannot make a temporary directory beside it");
         const fs::path tmp(pattern);
-        if (Status st = w.write(tmp.string(), {{"backend", o.backend}}); !st.ok()) {
-            fs::remove_all(tmp, ec);
-            return fail(st.message());
-        }
-        fs::rename(tmp / "model.safetensors", out, ec);
-        std::error_code ec2;
-        fs::remove_all(tmp, ec2);
-        if (ec) return fail("cannot write " + o.out + ": " + ec.message());
+        Status st = w.write(tmp.string(), {{"backend", o.backend}});
+        if (st.ok()) st = place_output_file(*target, tmp / "model.safetensors");
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+        if (!st.ok()) return fail(st.message());
         return 0;
     }
     std::string out = "{\"positions\":[";

@@ -17,6 +17,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/speculative_flags.h"
+#include "harmony/harmony_json.h"
 #include "model/gpt_oss_weights.h"
 #include "parallel/world.h"
 #include "runtime/cpu_model_runner.h"
@@ -78,21 +79,6 @@ struct ServeOptions {
     std::string scheduling_policy = "fcfs";  // or priority (RoutesOptions::priority_scheduling)
 };
 
-// YYYY-MM-DD with a real month and day (or YYYY-MM when `day` is false).
-bool valid_date(const std::string& s, bool day) {
-    const size_t n = day ? 10 : 7;
-    if (s.size() != n || s[4] != '-' || (day && s[7] != '-')) return false;
-    for (size_t i = 0; i < n; ++i)
-        if (i != 4 && i != 7 && !std::isdigit(static_cast<unsigned char>(s[i]))) return false;
-    const int month = std::stoi(s.substr(5, 2));
-    if (month < 1 || month > 12) return false;
-    if (!day) return true;
-    const int year = std::stoi(s.substr(0, 4)), d = std::stoi(s.substr(8, 2));
-    static constexpr int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    return d >= 1 && d <= (month == 2 && !leap ? 28 : kDays[month - 1]);
-}
-
 constexpr int kMaxHttpThreads = 8192;
 
 int run_serve(const ServeOptions& o) {
@@ -123,9 +109,9 @@ int run_serve(const ServeOptions& o) {
     const auto kv_fp8_or = parse_kv_cache_dtype(o.kv_cache_dtype);
     if (!kv_fp8_or.ok()) return fail(kv_fp8_or.status().message());
     const bool kv_fp8 = *kv_fp8_or;
-    if (!o.current_date.empty() && !valid_date(o.current_date, true))
+    if (!o.current_date.empty() && !harmony::valid_date(o.current_date, true))
         return fail("--current-date must be a date YYYY-MM-DD, got '" + o.current_date + "'");
-    if (!o.knowledge_cutoff.empty() && !valid_date(o.knowledge_cutoff, false))
+    if (!o.knowledge_cutoff.empty() && !harmony::valid_date(o.knowledge_cutoff, false))
         return fail("--knowledge-cutoff must be YYYY-MM, got '" + o.knowledge_cutoff + "'");
     if (o.disaggregation_mode != "none" && o.disaggregation_mode != "prefill" && o.disaggregation_mode != "decode")
         return fail("--disaggregation-mode must be none, prefill or decode, got '" + o.disaggregation_mode + "'");

@@ -35,22 +35,6 @@ std::string compact(const Json& j) { return json_compact(j); }
 
 Json opt_json(const std::optional<std::string>& s) { return s ? Json(*s) : Json(nullptr); }
 
-bool valid_function_name(const std::string& name) {
-    if (name.empty() || name.size() > 128) return false;
-    return std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-               c == '.' || c == ':';
-    });
-}
-
-bool valid_date(const std::string& d) {
-    if (d.size() != 10 || d[4] != '-' || d[7] != '-') return false;
-    for (size_t i : {0, 1, 2, 3, 5, 6, 8, 9}) {
-        if (d[i] < '0' || d[i] > '9') return false;
-    }
-    return true;
-}
-
 // Message content: a string, null, or an array of parts whose text is concatenated.
 StatusOr<std::string> content_text(const Json& msg, const std::string& where) {
     const Json* c = field(msg, "content");
@@ -806,6 +790,28 @@ StatusOr<ParserOptions> parser_options_from_json(const Json& parser) {
     } catch (const Json::exception& e) {
         return invalid_argument(std::string("malformed parser_options: ") + e.what());
     }
+}
+
+bool valid_date(const std::string& s, bool day) {
+    const size_t n = day ? 10 : 7;
+    if (s.size() != n || s[4] != '-' || (day && s[7] != '-')) return false;
+    for (size_t i = 0; i < n; ++i)
+        if (i != 4 && i != 7 && (s[i] < '0' || s[i] > '9')) return false;
+    const int month = (s[5] - '0') * 10 + (s[6] - '0');
+    if (month < 1 || month > 12) return false;
+    if (!day) return true;
+    const int year = std::stoi(s.substr(0, 4)), d = (s[8] - '0') * 10 + (s[9] - '0');
+    static constexpr int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    return d >= 1 && d <= (month == 2 && !leap ? 28 : kDays[month - 1]);
+}
+
+bool valid_function_name(const std::string& name) {
+    if (name.empty() || name.size() > 128) return false;
+    return std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+               c == '.' || c == ':';
+    });
 }
 
 }  // namespace gptoss::harmony

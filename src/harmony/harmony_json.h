@@ -56,6 +56,10 @@ struct ChatRequest {
 // The `server_options` object of the render vectors (current_date, history_tool_call_content_type,
 // cot_drop_policy, builtin_tools, model_identity, knowledge_cutoff, drop_commentary_without_tools).
 StatusOr<ServerOptions> server_options_from_json(const Json& j);
+// A function tool's name as harmony can carry it in a recipient: 1-128 of letters, digits, _ . : -
+bool valid_function_name(const std::string& name);
+// YYYY-MM-DD with a real month and day (2026-02-30 is not), or YYYY-MM when `day` is false.
+bool valid_date(const std::string& s, bool day = true);
 StatusOr<ChatRequest> chat_request_from_json(const Json& request, const ServerOptions& options);
 // Mapping options for the completion of `request` (declared functions, tool_choice none).
 ChatMappingOptions chat_mapping_options(const ChatRequest& request);

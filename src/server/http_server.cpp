@@ -448,6 +448,21 @@ void set_error(httplib::Response& res, const ApiError& e) {
     res.set_content(error_body(e), "application/json");
 }
 
+// With API keys configured, a request to a non-public path without an accepted key gets the 401 (true).
+bool refuse_without_key(const std::vector<std::string>& keys, const httplib::Request& req, httplib::Response& res) {
+    if (keys.empty() || public_path(req) ||
+        api_key_accepted(keys, req.get_header_value("Authorization"), req.get_header_value("X-Api-Key")))
+        return false;
+    close_after(req);  // the body is not read
+    res.set_header("WWW-Authenticate", "Bearer");
+    const bool sent = req.has_header("Authorization") || req.has_header("X-Api-Key");
+    set_error(res, api_error(401,
+                             sent ? "Incorrect API key provided"
+                                  : "Missing API key: send it as the header 'Authorization: Bearer <key>'",
+                             "invalid_api_key"));
+    return true;
+}
+
 // Writes a RouteResponse into httplib's response; SSE bodies are pulled from the producer by the
 // connection's worker thread as httplib writes the body: chunked for HTTP/1.1, and for an HTTP/1.0
 // client (which cannot decode chunked encoding, RFC 9112 §6.1) unframed, the end of the body being
@@ -802,6 +817,12 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 res.set_header("X-Request-Id", id);
         });
 
+    // `Expect: 100-continue`: the client waits for the 100 before sending its body, so a request without a valid
+    // API key is answered 401 here, before the body (the 100 went out first, and the client uploaded for nothing).
+    svr.set_expect_100_continue_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
+        return refuse_without_key(keys, req, res) ? res.status : 100;
+    });
+
     // Request bodies come uncompressed (as vLLM's server takes them). httplib inflates a gzip or
     // deflate body while reading it, before any size limit applies to the inflated bytes: a 510 KB
     // gzip body grew the server to 13.7 GB (session 15's probe). This runs before the body is
@@ -826,17 +847,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 break;
             }
         }
-        if (!keys.empty() && !public_path(req) &&
-            !api_key_accepted(keys, req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"))) {
-            close_after(req);  // the body is not read
-            res.set_header("WWW-Authenticate", "Bearer");
-            const bool sent = req.has_header("Authorization") || req.has_header("X-Api-Key");
-            set_error(res, api_error(401,
-                                     sent ? "Incorrect API key provided"
-                                          : "Missing API key: send it as the header 'Authorization: Bearer <key>'",
-                                     "invalid_api_key"));
-            return httplib::Server::HandlerResponse::Handled;
-        }
+        if (refuse_without_key(keys, req, res)) return httplib::Server::HandlerResponse::Handled;
         std::string enc = req.get_header_value("Content-Encoding");
         std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
         if (enc.empty() || enc == "identity") return httplib::Server::HandlerResponse::Unhandled;

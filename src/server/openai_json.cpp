@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "harmony/harmony_json.h"
 #include "harmony/harmony_parser.h"
 #include "structured/harmony_json.h"
 #include "structured/json_grammar.h"
@@ -1342,6 +1343,8 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                 const bool strict = tf.boolean("strict").value_or(false);
                 RETURN_IF_ERROR(tf.status());
                 if (!name || name->empty()) return field_error(tp + ".name", "is required");
+                if (!harmony::valid_function_name(*name))
+                    return field_error(tp + ".name", "must be a name of letters, digits, _ . : - (at most 128)");
                 if (strict) {
                     ASSIGN_OR_RETURN(std::shared_ptr<const structured::JsonGrammar> g,
                                      strict_tool_grammar(parameters, tp + ".parameters"));

@@ -439,6 +439,10 @@ public:
     Json snapshot(const char* status) const override {
         Json r = response_json(status, true);
         const std::string s = status;
+        // The item being generated is shown as it stands: in progress while the response is, incomplete once a
+        // cancel ended it there (it was dropped: a cancelled answer lost the text of its last message).
+        if (kind_ != Kind::kNone)
+            r["output"].push_back(partial_item(s == "in_progress" ? "in_progress" : "incomplete"));
         if (s == "queued" || s == "in_progress") r["usage"] = nullptr;
         return r;
     }
@@ -466,6 +470,23 @@ private:
         r["usage"] = with_output ? responses_usage_json(usage) : Json(nullptr);
         if (std::string(status) == "failed") r["error"] = error_;
         return r;
+    }
+
+    Json partial_item(const char* status) const {
+        Json item = item_;
+        if (kind_ == Kind::kFunctionCall) {
+            item["arguments"] = args_.text();
+        } else {
+            Json part = part_json();
+            if (kind_ == Kind::kMessage) {
+                Json lp = logprobs_so_far_;
+                for (const Json& entry : pending_logprobs_) lp.push_back(entry);
+                part["logprobs"] = std::move(lp);
+            }
+            item["content"] = Json::array({std::move(part)});
+        }
+        if (kind_ != Kind::kReasoning) item["status"] = status;
+        return item;
     }
 
     Json part_json() const {

@@ -133,3 +133,59 @@ test('serve refuses a --cors-origin with control bytes and an empty --served-mod
   assert.equal(ok.status, 0, ok.stderr.toString());
   assert.equal(ok.stdout.toString().trim().split('\n').length, 2);
 });
+
+test('logits --out writes through a symlink and a FIFO instead of replacing them; bad report paths fail before the run', async () => {
+  const dir = fs.mkdtempSync(path.join(WORK, 'out-'));
+  // A symlink: the file it names gets the logits, the link stays a link (it was replaced by a regular file).
+  const real = path.join(dir, 'real.safetensors');
+  fs.writeFileSync(real, 'old');
+  const link = path.join(dir, 'link.safetensors');
+  fs.symlinkSync(real, link);
+  const viaLink = spawnSync(BIN, ['logits', '--model', model, '--ids', '1,2,3', '--out', link]);
+  assert.equal(viaLink.status, 0, viaLink.stderr.toString());
+  assert.ok(fs.lstatSync(link).isSymbolicLink());
+  const bytes = fs.readFileSync(real);
+  const headerLen = Number(bytes.readBigUInt64LE(0));
+  assert.ok(JSON.parse(bytes.subarray(8, 8 + headerLen).toString()).logits);
+  // A FIFO (as /dev/null or /dev/stdout would be: not a regular file): written through, still a FIFO after.
+  const fifo = path.join(dir, 'pipe');
+  execFileSync('mkfifo', [fifo]);
+  const child = spawn(BIN, ['logits', '--model', model, '--ids', '1,2,3', '--out', fifo]);
+  let err = '';
+  child.stderr.on('data', (d) => { err += d; });
+  const exited = new Promise((resolve) => child.once('exit', (code) => resolve(code)));
+  const received = await new Promise((resolve, reject) => {
+    const chunks = [];
+    fs.createReadStream(fifo).on('data', (c) => chunks.push(c)).on('end', () => resolve(Buffer.concat(chunks)))
+      .on('error', reject);
+  });
+  assert.equal(await exited, 0, err);
+  assert.ok(fs.statSync(fifo).isFIFO());
+  assert.equal(received.length, bytes.length);
+  // Paths that cannot be written fail at once, before the model loads or a benchmark runs.
+  for (const args of [['logits', '--model', model, '--ids', '1', '--out', path.join(dir, 'no', 'such.st')],
+                      ['logits', '--model', model, '--ids', '1', '--out', dir],
+                      ['bench-serve', '--synthetic', 'tiny', '--backend', 'cpu', '--markdown',
+                       path.join(dir, 'no', 'such.md')]]) {
+    const r = spawnSync(BIN, args, { timeout: 20000 });
+    assert.notEqual(r.status, 0, args.join(' '));
+    assert.match(r.stderr.toString(), /cannot write .*(no directory|is a directory)/, args.join(' '));
+  }
+});
+
+test('generate --batch-file bounds a line (a file with no newline grew without bound); render checks current_date', () => {
+  const big = path.join(WORK, 'one-long-line.jsonl');
+  fs.writeFileSync(big, Buffer.alloc((16 << 20) + 10, 0x20));
+  const r = spawnSync(BIN, ['generate', '--model', model, '--batch-file', big, '--max-tokens', '1']);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr.toString(), /line 1 is longer than 16 MiB/);
+  const render = (date) => spawnSync(BIN, ['harmony', 'render'], {
+    input: JSON.stringify({ api: 'chat.completions', server_options: { current_date: date },
+                            request: { messages: [{ role: 'user', content: 'hi' }] } }) });
+  const bad = render('2026-02-30');
+  assert.notEqual(bad.status, 0);
+  assert.match(bad.stderr.toString(), /current_date/);
+  const good = render('2024-02-29');
+  assert.equal(good.status, 0, good.stderr.toString());
+  assert.match(JSON.parse(good.stdout.toString()).text, /Current date: 2024-02-29/);
+});

@@ -23,6 +23,19 @@ FakeScript hello_script() {
     return [](const EngineRequest&) { return harmony_ids("<|channel|>final<|message|>Hello<|return|>"); };
 }
 
+// Everything a raw connection receives until the server closes it or `timeout_s` passes.
+std::string read_all(int fd) {
+    std::string got;
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return got;
+}
+
 class HttpServerTest : public ::testing::Test {
 protected:
     void SetUp() override { REQUIRE_TOKENIZER(); }
@@ -583,6 +596,29 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthMetricsAndVersion) {
     auto pre = s.client().Options("/v1/chat/completions", {{"Access-Control-Request-Method", "POST"}});
     ASSERT_TRUE(pre);
     EXPECT_EQ(pre->status, 204);
+    // `Expect: 100-continue` without a key: the 401 comes instead of the 100, before the body is sent (the 100 came
+    // first and the client uploaded its body to be refused); with the key, the 100 and then the answer.
+    const std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Expect: 100-continue\r\nContent-Length: " +
+        std::to_string(std::string(kChat).size()) + "\r\n";
+    int fd = send_raw(s.http.port(), head + "\r\n", 5);
+    ASSERT_GE(fd, 0);
+    std::string got = read_all(fd);
+    EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 401 Unauthorized") << got;
+    EXPECT_NE(got.find("invalid_api_key"), std::string::npos) << got;
+    EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
+    fd = send_raw(s.http.port(), head + "Authorization: Bearer sk-first\r\nConnection: close\r\n\r\n", 5);
+    ASSERT_GE(fd, 0);
+    char cont[64];
+    const ssize_t n = ::recv(fd, cont, sizeof(cont), 0);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(std::string(cont, static_cast<size_t>(n)).rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u);
+    ASSERT_EQ(::send(fd, kChat, std::string(kChat).size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(std::string(kChat).size()));
+    got = read_all(fd);
+    EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 200 OK") << got;
+    EXPECT_EQ(s.engine.submitted(), 4);
     EXPECT_TRUE(s.wait_engine_idle());
 
     EXPECT_EQ(log_safe("GET"), "GET");
@@ -1129,19 +1165,6 @@ TEST_F(HttpServerTest, ShutdownEndsOpenStreams) {
     EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0);
     EXPECT_NE(body.find("shutting down"), std::string::npos) << body;
     EXPECT_NE(body.find("[DONE]"), std::string::npos);
-}
-
-// Everything a raw connection receives until the server closes it or `timeout_s` passes.
-std::string read_all(int fd) {
-    std::string got;
-    char buf[4096];
-    for (;;) {
-        const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n <= 0) break;
-        got.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-    return got;
 }
 
 // The header block is held to max_header_bytes (431) and header_timeout (408), and the connection ends: httplib

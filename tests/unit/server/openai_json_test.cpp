@@ -664,6 +664,8 @@ TEST(ParseResponsesRequest, Rejects) {
         {R"({"input": [{"role": "robot", "content": "x"}]})", "input[0].role"},
         {R"({"input": [{"type": "function_call_output", "output": "x"}]})", "input[0].call_id"},
         {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools[0].type"},
+        // A name harmony cannot carry: the Responses path (it said tools[0].function.name, the chat form's).
+        {R"({"input": "x", "tools": [{"type": "function", "name": "a b"}]})", "tools[0].name"},
         {R"({"input": "x", "max_output_tokens": 0})", "max_output_tokens"},
         {R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
         {R"({"input": "x", "reasoning": {"effort": "turbo"}})", "reasoning.effort"},

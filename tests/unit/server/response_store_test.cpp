@@ -484,7 +484,7 @@ TEST_F(StoredResponsesTest, ACancelledResponseCountsItsReasoning) {
     TestServerOptions o = default_test_options();
     o.engine.step_interval = std::chrono::microseconds(3000);
     TestServer s(o);
-    // A finished reasoning message, then a long one (unfinished items are not shown).
+    // A finished reasoning message, then a long one.
     std::vector<int32_t> script = harmony_ids(
         "<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>");
     script.insert(script.end(), 2000, 1234);
@@ -509,6 +509,43 @@ TEST_F(StoredResponsesTest, ACancelledResponseCountsItsReasoning) {
     EXPECT_GT(u["output_tokens"].get<int64_t>(), 4);
     EXPECT_GT(u["output_tokens_details"]["reasoning_tokens"].get<int64_t>(), 0) << u.dump();
     EXPECT_LE(u["output_tokens_details"]["reasoning_tokens"].get<int64_t>(), u["output_tokens"].get<int64_t>());
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
+// The item being generated shows in a poll as it stands (status in_progress), and a cancel keeps it as incomplete:
+// the cancelled answer dropped the text of the message it was writing.
+TEST_F(StoredResponsesTest, ACancelledResponseKeepsItsUnfinishedMessage) {
+    TestServerOptions o = default_test_options();
+    o.engine.step_interval = std::chrono::microseconds(3000);
+    TestServer s(o);
+    std::vector<int32_t> script = harmony_ids("<|channel|>final<|message|>Hello there");
+    script.insert(script.end(), 2000, 1234);
+    s.engine.set_script([script](const EngineRequest&) { return script; });
+    const std::string id = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    Json now;
+    for (int i = 0; i < 500; ++i) {  // the message begun
+        now = get_ok(s, "/v1/responses/" + id);
+        if (!now["output"].empty() && now["output"][0]["content"][0]["text"].get<std::string>().size() > 11) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(now["status"], "in_progress") << now.dump();
+    ASSERT_EQ(now["output"].size(), 1u) << now.dump();
+    EXPECT_EQ(now["output"][0]["type"], "message");
+    EXPECT_EQ(now["output"][0]["status"], "in_progress");
+    auto c = s.post("/v1/responses/" + id + "/cancel", "");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    const Json done = wait_finished(s, id);
+    EXPECT_EQ(done["status"], "cancelled");
+    ASSERT_EQ(done["output"].size(), 1u) << done.dump();
+    const Json& item = done["output"][0];
+    EXPECT_EQ(item["type"], "message");
+    EXPECT_EQ(item["status"], "incomplete");
+    const std::string text = item["content"][0]["text"];
+    EXPECT_EQ(text.rfind("Hello there", 0), 0u) << text;
+    EXPECT_GT(text.size(), now["output"][0]["content"][0]["text"].get<std::string>().size() - 1);
+    // Polled again: the same answer (the final snapshot is kept, not rebuilt).
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + id), done);
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
