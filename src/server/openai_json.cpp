@@ -1246,23 +1246,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                 const Json& it = (*include)[i];
                 if (!it.is_string()) return field_error(indexed("include", i), "must be a string");
                 const std::string v = it.get<std::string>();
-                if (v == "reasoning.encrypted_content") {
-                    r.include_encrypted_reasoning = true;
-                    continue;
-                }
-                if (v == "message.output_text.logprobs") {
-                    p.logprobs = true;
-                    continue;
-                }
-                // OpenAI's other values name output of tools this server refuses: accepted, nothing to add.
-                static constexpr const char* kKnown[] = {"file_search_call.results",
-                                                         "web_search_call.results",
-                                                         "web_search_call.action.sources",
-                                                         "message.input_image.image_url",
-                                                         "computer_call_output.output.image_url",
-                                                         "code_interpreter_call.outputs"};
-                if (std::find(std::begin(kKnown), std::end(kKnown), v) == std::end(kKnown))
+                if (!responses_include_value(v))
                     return field_error(indexed("include", i), "'" + v + "' is not an include value");
+                if (v == "reasoning.encrypted_content") r.include_encrypted_reasoning = true;
+                if (v == "message.output_text.logprobs") p.logprobs = true;
             }
         }
         // top_logprobs (OpenAI's 0-20): the k best at each output_text token; with it or the include, each output_text
@@ -1614,6 +1601,20 @@ namespace {
 constexpr std::string_view kEncryptedReasoningPrefix = "gptoss-reasoning-v1:";
 constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 }  // namespace
+
+bool responses_include_value(std::string_view v) {
+    // reasoning.encrypted_content and message.output_text.logprobs add output; OpenAI's other values name output of
+    // tools this server refuses: accepted, nothing to add.
+    static constexpr std::string_view kKnown[] = {"reasoning.encrypted_content",
+                                                  "message.output_text.logprobs",
+                                                  "file_search_call.results",
+                                                  "web_search_call.results",
+                                                  "web_search_call.action.sources",
+                                                  "message.input_image.image_url",
+                                                  "computer_call_output.output.image_url",
+                                                  "code_interpreter_call.outputs"};
+    return std::find(std::begin(kKnown), std::end(kKnown), v) != std::end(kKnown);
+}
 
 std::string reasoning_encrypted_content(std::string_view text) {
     std::string out(kEncryptedReasoningPrefix);

@@ -210,6 +210,8 @@ std::string random_id(std::string_view prefix);
 // not encrypted: this server shows the reasoning text anyway), and back; nullopt for a string this server did not
 // make.
 std::string reasoning_encrypted_content(std::string_view text);
+// One of OpenAI's Responses `include` values (POST body or GET query).
+bool responses_include_value(std::string_view v);
 std::optional<std::string> reasoning_from_encrypted_content(std::string_view encrypted);
 int64_t unix_time_now();
 

@@ -1168,7 +1168,29 @@ RouteResponse OpenAiRoutes::retrieve_response(std::string_view path, const Query
     if (!stream.ok()) return error(api_error(stream.status()));
     StatusOr<int64_t> after = query_int(query, "starting_after", -1, INT64_MAX - 1, -1);
     if (!after.ok()) return error(api_error(after.status()));
-    if (!*stream) return json_response(200, entry->current());
+    if (!*stream) {
+        // include (the GET's query: include[]=... as OpenAI's clients send it, or include=...): with
+        // reasoning.encrypted_content the reasoning items carry it, as when the request asked for it.
+        bool encrypted = false;
+        for (const char* key : {"include", "include[]"}) {
+            for (auto [it, end] = query.equal_range(key); it != end; ++it) {
+                if (!responses_include_value(it->second))
+                    return error(api_error(invalid_argument("include: '" + it->second + "' is not an include value")));
+                encrypted |= it->second == "reasoning.encrypted_content";
+            }
+        }
+        Json answer = entry->current();
+        if (encrypted && answer.contains("output") && answer["output"].is_array()) {
+            for (Json& item : answer["output"]) {
+                if (item.value("type", std::string()) != "reasoning" || item.contains("encrypted_content")) continue;
+                std::string text;
+                if (item.contains("content") && item["content"].is_array())
+                    for (const Json& part : item["content"]) text += part.value("text", std::string());
+                item["encrypted_content"] = reasoning_encrypted_content(text);
+            }
+        }
+        return json_response(200, answer);
+    }
     if (!entry->run) {
         return error(api_error(400, "stream: only a background response's events can be streamed again (response '" +
                                         id + "' was answered in its own request)"));

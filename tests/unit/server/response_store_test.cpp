@@ -181,6 +181,32 @@ TEST_F(StoredResponsesTest, StoredAnswersAreRetrievedListedAndDeleted) {
     EXPECT_EQ(get_ok(s, "/v1/responses/" + completed["id"].get<std::string>()), completed);
 }
 
+// GET's include query (include[]=reasoning.encrypted_content, as OpenAI's clients send it) adds the reasoning items'
+// encrypted_content, as the creating request's include would have (it was ignored); an unknown value is a 400.
+TEST_F(StoredResponsesTest, RetrieveTakesTheIncludeQuery) {
+    TestServer s;
+    s.engine.set_script([](const EngineRequest&) {
+        return harmony_ids(
+            "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hi<|return|>");
+    });
+    const Json answer = post_ok(s, {{"input", "Hi"}});
+    const std::string id = answer["id"];
+    ASSERT_EQ(answer["output"][0]["type"], "reasoning") << answer.dump();
+    EXPECT_FALSE(answer["output"][0].contains("encrypted_content"));
+    for (const char* q : {"?include[]=reasoning.encrypted_content", "?include=reasoning.encrypted_content"}) {
+        const Json got = get_ok(s, "/v1/responses/" + id + q);
+        const Json& rs = got["output"][0];
+        ASSERT_TRUE(rs.contains("encrypted_content")) << got.dump();
+        EXPECT_EQ(reasoning_from_encrypted_content(rs["encrypted_content"].get<std::string>()), "Think.");
+        Json without = got;
+        without["output"][0].erase("encrypted_content");
+        EXPECT_EQ(without, answer);  // nothing else changes
+    }
+    EXPECT_EQ(get_ok(s, "/v1/responses/" + id + "?include[]=web_search_call.results"), answer);
+    Json e = expect_error(s.get("/v1/responses/" + id + "?include[]=bogus"), 400);
+    EXPECT_NE(e["message"].get<std::string>().find("bogus"), std::string::npos) << e.dump();
+}
+
 TEST_F(StoredResponsesTest, InputItemsPageInEitherOrder) {
     TestServer s;
     s.engine.set_script(final_script("ok"));
