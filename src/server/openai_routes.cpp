@@ -771,10 +771,13 @@ RouteResponse OpenAiRoutes::responses(std::string_view body, const ClientGone& c
             std::move(req), [&] { return make_responses_session(ctx, *prompt, *params, n); }, params->chat.stream,
             arrival, client_gone);
     }
+    // Stored: the whole conversation, as given (a truncated request's cut applies to this run only: OpenAI's
+    // input_items lists the input as sent, and a follow-up is truncated, or refused, on its own).
     StoredResponse entry;
-    entry.context = std::move(earlier);
+    entry.context = prepared.untruncated ? std::move(prepared.untruncated->first) : std::move(earlier);
     entry.input_begin = entry.context.size();
-    for (const Json& item : params->input_items) entry.context.push_back(item);
+    for (const Json& item : prepared.untruncated ? prepared.untruncated->second : params->input_items)
+        entry.context.push_back(item);
     if (params->background) {
         // Its session always makes the stream's events: GET ...?stream=true replays them.
         ResponsesParams streamed = *params;
@@ -962,7 +965,13 @@ std::optional<ApiError> OpenAiRoutes::prepare_response(std::string_view body, Pr
     if (!prompt.ok()) return api_error(responses_status(prompt.status(), *params));
     out->params = std::move(*params);
     out->prompt = std::move(*prompt);
-    if (out->params->truncation_auto) truncate_conversation(*json, &out->earlier, &*out->params, &*out->prompt);
+    if (out->params->truncation_auto) {
+        Json earlier = out->earlier, input = out->params->input_items;
+        const size_t before = out->earlier.size() + out->params->input_items.size();
+        truncate_conversation(*json, &out->earlier, &*out->params, &*out->prompt);
+        if (out->earlier.size() + out->params->input_items.size() != before)
+            out->untruncated.emplace(std::move(earlier), std::move(input));
+    }
     const SamplingRequest& s = out->params->chat.sampling;
     if (out->params->chat.grammar || s.regex || s.ebnf || s.tag) out->prompt->mapping.preambles_to_reasoning = true;
     truncate_prompt(s, queue_.engine().max_context_tokens(), &out->prompt->ids);

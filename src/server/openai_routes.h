@@ -133,6 +133,9 @@ private:
         Json earlier = Json::array();
         std::optional<ResponsesParams> params;
         std::optional<ChatPrompt> prompt;
+        // With truncation "auto" and a cut made: the conversation as the request gave it (the previous response's
+        // items, then its input items), which is what is stored; `earlier` and params->input_items are what ran.
+        std::optional<std::pair<Json, Json>> untruncated;
     };
     std::optional<ApiError> prepare_response(std::string_view body, PreparedResponse* out);
     // truncation: "auto" (OpenAI's): when the prompt leaves less than max_output_tokens (or 1) of the context, the

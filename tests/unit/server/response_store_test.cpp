@@ -718,6 +718,21 @@ TEST_F(StoredResponsesTest, TruncationAutoDropsTheFirstTurns) {
                                      {"max_output_tokens", 16}});
     EXPECT_EQ(chained["previous_response_id"], first_answer["id"]);
     EXPECT_LE(chained["usage"]["input_tokens"].get<int64_t>() + 16, 4096);
+    // The cut applied to that run only: the stored conversation is the whole one (input_items lists every input item
+    // sent; it listed those that ran), so a follow-up without truncation does not fit, and one with it is cut again.
+    const std::string chained_id = chained["id"];
+    const Json listed = get_ok(s, "/v1/responses/" + chained_id + "/input_items?order=asc&limit=100");
+    ASSERT_EQ(listed["data"].size(), next.size()) << listed.dump();
+    EXPECT_EQ(listed["data"].front()["content"][0]["text"], next.front()["content"]);
+    EXPECT_EQ(
+        expect_error(
+            s.post("/v1/responses",
+                   Json{{"input", "and?"}, {"previous_response_id", chained_id}, {"max_output_tokens", 16}}.dump()),
+            400)["code"],
+        "context_length_exceeded");
+    post_ok(
+        s,
+        {{"input", "and?"}, {"previous_response_id", chained_id}, {"truncation", "auto"}, {"max_output_tokens", 16}});
     // Nothing can fit (one message over the context): the context error, as without truncation.
     std::string huge;
     for (int i = 0; i < 5000; ++i) huge += " pear";
