@@ -13,6 +13,7 @@
 
 #include "model/synthetic_weights.h"
 #include "runtime/sampler.h"
+#include "tokenizer/utf8.h"
 
 namespace gptoss::cli {
 
@@ -57,6 +58,33 @@ StatusOr<std::optional<uint64_t>> parse_seed(std::string_view text) {
     }
     return invalid_argument("seed \"" + std::string(text) +
                             "\": expected an integer in [-9223372036854775808, 18446744073709551615] (-1: random)");
+}
+
+std::string terminal_safe(std::string_view message) {
+    std::string out;
+    out.reserve(message.size());
+    size_t i = 0;
+    while (i < message.size()) {
+        const size_t ok = tokenizer::valid_utf8_prefix(message.data() + i, message.size() - i);
+        for (size_t k = i; k < i + ok; ++k) {
+            const auto c = static_cast<unsigned char>(message[k]);
+            if ((c < 0x20 && c != '\t' && c != '\n') || c == 0x7f) {
+                char buf[8];
+                std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+                out += buf;
+            } else {
+                out += static_cast<char>(c);
+            }
+        }
+        i += ok;
+        if (i < message.size()) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\x%02x", static_cast<unsigned char>(message[i]));
+            out += buf;
+            ++i;
+        }
+    }
+    return out;
 }
 
 std::string json_float(float v) {

@@ -25,6 +25,10 @@ StatusOr<bool> parse_kv_cache_dtype(const std::string& text);
 // (nullopt), as in vLLM and llama.cpp (runtime::seed_from_signed).
 StatusOr<std::optional<uint64_t>> parse_seed(std::string_view text);
 
+// A message for the terminal: bytes that are not UTF-8, and control bytes other than tab and newline, as \xNN (file
+// contents quoted in an error, e.g. a JSON parser's "last read", could carry any byte).
+std::string terminal_safe(std::string_view message);
+
 // Shortest round-trip text of a float, as JSON wants it (nan/inf become null).
 std::string json_float(float v);
 

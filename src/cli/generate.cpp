@@ -21,6 +21,7 @@
 #include "cli/cli_util.h"
 #include "cli/command.h"
 #include "cli/speculative_flags.h"
+#include "core/logging.h"
 #include "parallel/world.h"
 #include "runtime/cpu_model_runner.h"
 #include "runtime/cuda_model_runner.h"
@@ -244,6 +245,9 @@ int run_generate(const GenerateOptions& o) {
             tok = std::move(*t);
         } else if (need_tok) {
             return fail(t.status().message());
+        } else {
+            // Said, not silently a result without "text" (a tokenizer.json that cannot be read, or none at all).
+            LOG_WARN("the output has no \"text\": %s", t.status().message().c_str());
         }
     }
 

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <new>
 
+#include "cli/cli_util.h"
 #include "cli/command.h"
 #include "core/version.h"
 
@@ -19,7 +20,7 @@ std::vector<CommandSetup>& command_registry() {
 }
 
 int fail(const std::string& message) {
-    std::fprintf(stderr, "error: %s\n", message.c_str());
+    std::fprintf(stderr, "error: %s\n", terminal_safe(message).c_str());
     return 1;
 }
 

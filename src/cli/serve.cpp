@@ -309,7 +309,7 @@ int run_serve(const ServeOptions& o) {
             std::fprintf(stderr, "[serve] model loaded and warmed up; ready\n");
             return;
         }
-        std::fprintf(stderr, "error: cannot load the model: %s\n", st.message().c_str());
+        std::fprintf(stderr, "error: cannot load the model: %s\n", terminal_safe(st.message()).c_str());
         load_failed.store(true);
         kill(getpid(), SIGTERM);  // the signal thread shuts everything down
     });

@@ -438,6 +438,22 @@ const TensorInfo* SafetensorsFile::find(std::string_view name) const {
 
 // ---- SafetensorsCheckpoint ----------------------------------------------------------------------
 
+namespace {
+
+// A link whose target is gone (a half-downloaded Hugging Face cache snapshot links into blobs/): named as such, not
+// reported as a missing file or skipped.
+Status refuse_broken_link(const fs::path& p) {
+    std::error_code ec;
+    if (!fs::is_symlink(p, ec) || fs::exists(p, ec)) return ok_status();
+    const fs::path target = fs::read_symlink(p, ec);
+    return not_found(p.string() + " is a broken symbolic link (to " + target.string() + ", which does not exist)");
+}
+
+// An index's file name as the directory holds it: "./a.safetensors" and "a.safetensors" are one shard.
+std::string normal_shard_name(const std::string& f) { return fs::path(f).lexically_normal().string(); }
+
+}  // namespace
+
 Status SafetensorsCheckpoint::add_file(std::unique_ptr<SafetensorsFile> file) {
     for (const auto& t : file->tensors()) {
         auto [it, inserted] = by_name_.emplace(t.name, &t);
@@ -459,6 +475,19 @@ StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
         const fs::path root(dir);
 
         const fs::path index_path = root / kSafetensorsIndexFile;
+        // model.safetensors first, then the index: transformers' order (from_pretrained looks for the single file
+        // before the index), said when both are there: they may hold different weights.
+        const fs::path single = root / kSafetensorsSingleFile;
+        RETURN_IF_ERROR(refuse_broken_link(single));
+        RETURN_IF_ERROR(refuse_broken_link(index_path));
+        if (fs::exists(single, ec)) {
+            if (fs::exists(index_path, ec))
+                LOG_WARN("%s: both %s and %s are here; loading %s (as transformers does), the index is ignored",
+                         dir.c_str(), kSafetensorsSingleFile, kSafetensorsIndexFile, kSafetensorsSingleFile);
+            ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(single.string()));
+            RETURN_IF_ERROR(ck->add_file(std::move(file)));
+            return ck;
+        }
         if (fs::exists(index_path, ec)) {
             const std::string where = index_path.string();
             std::error_code size_ec;
@@ -488,10 +517,11 @@ StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
                     return data_loss(where + ": weight_map file " + printable(f) + " for tensor " + printable(name) +
                                      " must be a relative path inside the model directory");
                 }
-                shard_names.insert(f);
+                shard_names.insert(normal_shard_name(f));
             }
             for (const auto& shard : shard_names) {
                 const std::string shard_path = (root / shard).string();
+                RETURN_IF_ERROR(refuse_broken_link(shard_path));
                 if (!fs::exists(shard_path, ec)) {
                     return not_found(where + ": lists " + shard + " but " + shard_path + " does not exist");
                 }
@@ -499,7 +529,7 @@ StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
                 RETURN_IF_ERROR(ck->add_file(std::move(file)));
             }
             for (const auto& [name, file] : wm->items()) {
-                const std::string shard_path = (root / file.get<std::string>()).string();
+                const std::string shard_path = (root / normal_shard_name(file.get<std::string>())).string();
                 const TensorInfo* t = ck->find(name);
                 if (t == nullptr) {
                     return data_loss(where + ": weight_map puts tensor " + printable(name) + " in " + shard_path +
@@ -510,20 +540,22 @@ StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::open_dir
                                      " but it is in " + t->file);
                 }
             }
-            return ck;
-        }
-
-        const fs::path single = root / kSafetensorsSingleFile;
-        if (fs::exists(single, ec)) {
-            ASSIGN_OR_RETURN(auto file, SafetensorsFile::open(single.string()));
-            RETURN_IF_ERROR(ck->add_file(std::move(file)));
+            // A shard the index leaves out: its tensors go missing, and the error names a tensor, not the index.
+            for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+                const std::string name = it->path().filename().string();
+                if (it->path().extension() == ".safetensors" && name != kSafetensorsSingleFile &&
+                    !shard_names.count(name))
+                    LOG_WARN("%s: %s is not in %s's weight_map: its tensors are not loaded", dir.c_str(),
+                             printable(name).c_str(), kSafetensorsIndexFile);
+            }
             return ck;
         }
 
         std::vector<std::string> paths;
         for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-            if (it->path().extension() == ".safetensors" && it->is_regular_file(ec))
-                paths.push_back(it->path().string());
+            if (it->path().extension() != ".safetensors") continue;
+            RETURN_IF_ERROR(refuse_broken_link(it->path()));
+            if (it->is_regular_file(ec)) paths.push_back(it->path().string());
         }
         if (ec) return invalid_argument(dir + ": cannot list directory: " + ec.message());
         if (paths.empty()) {
@@ -751,13 +783,19 @@ Status SafetensorsWriter::write(const std::string& dir, const std::map<std::stri
         if (shards.size() == 1) {
             RETURN_IF_ERROR(write_file((root / kSafetensorsSingleFile).string(), shards[0], metadata, scratch));
             if (fs::exists(index_path, ec)) {
-                // A stale index would take precedence over the file just written when reading.
+                // A stale index beside the file just written: ignored when reading (the single file comes first),
+                // but a reader that goes by the index (vLLM) would load it.
                 LOG_WARN("removing stale %s", index_path.c_str());
                 fs::remove(index_path, ec);
             }
             return ok_status();
         }
 
+        // A stale single file would take precedence over the shards when reading (transformers' order).
+        if (const fs::path single = root / kSafetensorsSingleFile; fs::exists(single, ec)) {
+            LOG_WARN("removing stale %s", single.c_str());
+            fs::remove(single, ec);
+        }
         json weight_map = json::object();
         for (size_t i = 0; i < shards.size(); ++i) {
             const std::string name = shard_name(i, shards.size());

@@ -98,8 +98,9 @@ private:
     SafetensorsHeader header_;
 };
 
-// A model directory: model.safetensors.index.json (weight_map: name -> file) if present, else
-// model.safetensors, else every *.safetensors in the directory.
+// A model directory: model.safetensors if present (with a warning when an index is beside it), else
+// model.safetensors.index.json (weight_map: name -> file), else every *.safetensors in the directory. That is
+// transformers' order. A broken symbolic link among them is an error that names it.
 class SafetensorsCheckpoint {
 public:
     // Validates that every weight_map file exists and holds the tensors the index claims; a tensor

@@ -776,6 +776,9 @@ void Engine::step() {
             ev.logprob = t.logprob;
             ev.top_logprobs = std::move(t.top_logprobs);
             if (index == 0) ev.prompt_logprobs = std::move(a.prompt_lps);
+            // On every token, not only the last: an answer cancelled mid-way reports its cache hit too.
+            ev.num_prompt_tokens = a.seq.num_prompt_tokens;
+            ev.num_cached_tokens = std::max(0, a.seq.num_cached_tokens);
             if (std::optional<StopResult> stop = a.stop.push(ev.id, index + 1)) {
                 ev.finish_reason = stop->reason;
                 ev.stop_id = stop->stop_id;

@@ -33,8 +33,8 @@ struct TokenEvent {
     std::optional<int32_t> stop_id;              // finish_reason stop: the stop id that ended it
     std::optional<int> stop_string_index;        // finish_reason stop: the stop string that ended it
     int trim_bytes = 0;                          // bytes to drop from the end of the decoded output
-    int num_prompt_tokens = 0;                   // usage, on the last event
-    int num_cached_tokens = 0;                   // prompt tokens served by the prefix cache
+    int num_prompt_tokens = 0;                   // usage: on every token event and the last
+    int num_cached_tokens = 0;                   // prompt tokens served by the prefix cache (the same events)
     std::string error;                           // finish_reason error: what went wrong
     std::shared_ptr<const KvTransfer> kv;        // Request::export_kv: the prompt's KV, on the last event
     std::chrono::steady_clock::time_point time;  // when the engine produced it

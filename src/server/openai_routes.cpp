@@ -652,7 +652,15 @@ StatusOr<std::shared_ptr<const runtime::TokenConstraintFactory>> OpenAiRoutes::c
     const std::shared_ptr<const structured::StructuralTag>& tag, const std::vector<int32_t>& forced, bool raw,
     const std::shared_ptr<const structured::ToolGrammars>& tools,
     const std::optional<std::vector<std::string>>& declared_functions) const {
-    if (!grammar && !regex && !ebnf && !tag && !tools) return std::shared_ptr<const runtime::TokenConstraintFactory>{};
+    // (A forced reply start that leaves the function name open asks for one too: tool_choice "required" holds the
+    // name to the declared functions'.)
+    const auto leaves_name_open = [&] {
+        if (forced.empty() || raw) return false;
+        const StatusOr<std::string> text = tokenizer_.decode(forced);
+        return text.ok() && text->ends_with("functions.");
+    };
+    if (!grammar && !regex && !ebnf && !tag && !tools && !leaves_name_open())
+        return std::shared_ptr<const runtime::TokenConstraintFactory>{};
     std::lock_guard<std::mutex> lock(structured_mu_);
     if (!structured_) {
         StatusOr<std::shared_ptr<structured::HarmonyStructuredOutputs>> so =
@@ -1042,7 +1050,7 @@ void OpenAiRoutes::run_background(std::unique_ptr<GenerationStream> gen, std::sh
         }
         if (run->cancel_requested()) {
             gen->stop();
-            run->step([](Session&, std::string*) {}, "cancelled", true);
+            run->step([](Session& s, std::string* sse) { s.cancel(sse); }, "cancelled", true);
             break;
         }
         events.clear();

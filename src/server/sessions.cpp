@@ -406,7 +406,7 @@ public:
                 token_ = nullptr;
             }
         }
-        // (Known from the first token on: a cancelled answer, which sees no finish event, counts them too.)
+        // (On every token event: a cancelled answer, which sees no finish event, counts them too.)
         if (e.cached_prompt_tokens > 0) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.finish != FinishReason::kNone) {
             if (e.finish == FinishReason::kLength) hit_length_ = true;
@@ -425,6 +425,11 @@ public:
         final_status_ = status;
     }
 
+    void cancel(std::string* sse) override {
+        for (const harmony::Event& h : out_.finish().events) handle(h, sse);
+        usage_.reasoning_tokens = out_.reasoning_tokens();
+    }
+
     void fail(const ApiError& error, std::string* sse) override {
         Json e = {{"code", error.code ? Json(*error.code) : Json(error.type)}, {"message", error.message}};
         e["param"] = error.param ? Json(*error.param) : Json(nullptr);
@@ -439,10 +444,9 @@ public:
     Json snapshot(const char* status) const override {
         Json r = response_json(status, true);
         const std::string s = status;
-        // The item being generated is shown as it stands: in progress while the response is, incomplete once a
-        // cancel ended it there (it was dropped: a cancelled answer lost the text of its last message).
-        if (kind_ != Kind::kNone)
-            r["output"].push_back(partial_item(s == "in_progress" ? "in_progress" : "incomplete"));
+        // The item being generated is shown as it stands (a poll of a running background response showed only the
+        // finished items).
+        if (kind_ != Kind::kNone) r["output"].push_back(partial_item(s == "in_progress"));
         if (s == "queued" || s == "in_progress") r["usage"] = nullptr;
         return r;
     }
@@ -472,7 +476,9 @@ private:
         return r;
     }
 
-    Json partial_item(const char* status) const {
+    // The item being generated as it stands: in progress while the response is; else as a cut item (end_item: a
+    // message incomplete, a function call in progress, HARMONY.md §6.6).
+    Json partial_item(bool running) const {
         Json item = item_;
         if (kind_ == Kind::kFunctionCall) {
             item["arguments"] = args_.text();
@@ -485,7 +491,7 @@ private:
             }
             item["content"] = Json::array({std::move(part)});
         }
-        if (kind_ != Kind::kReasoning) item["status"] = status;
+        if (kind_ == Kind::kMessage) item["status"] = running ? "in_progress" : "incomplete";
         return item;
     }
 

@@ -62,6 +62,9 @@ public:
     virtual bool on_event(const EngineEvent& event, std::string* sse) = 0;
     // Generation is over (`reason`: the engine's, or kStop after a stop string): closing events.
     virtual void close(FinishReason reason, std::string* sse) = 0;
+    // A Responses background run was cancelled: the output so far is closed as a cut answer's would be (the item
+    // being written ends incomplete; a header never closed is recovered as reasoning, as at a length cut).
+    virtual void cancel(std::string* sse) { (void)sse; }
     // The request failed after it started: the API's in-stream error.
     virtual void fail(const ApiError& error, std::string* sse) = 0;
     // The non-streaming body, after close() (or fail(): the Responses API's failed response).

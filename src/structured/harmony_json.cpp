@@ -34,6 +34,14 @@ public:
             if (end_id_ >= 0 && static_cast<size_t>(end_id_) < mask->size()) (*mask)[static_cast<size_t>(end_id_)] = 1;
             return true;
         }
+        if (name_state_ >= 0) {  // a forced call's function name (tool_choice "required"): a declared one
+            so_->trie().fill_mask(*names_, name_state_, mask);
+            if (names_->accepting(name_state_)) {
+                for (int32_t id : {so_->ids().message, so_->ids().constrain})
+                    if (id >= 0 && static_cast<size_t>(id) < mask->size()) (*mask)[static_cast<size_t>(id)] = 1;
+            }
+            return true;
+        }
         if (state_ != State::kJson) return false;
         const TokenTrie& trie = so_->trie();
         const bool regex = rstate_ >= 0;
@@ -59,6 +67,12 @@ public:
         const bool ordinary =
             id >= 0 && static_cast<size_t>(id) < bytes.size() && !bytes[static_cast<size_t>(id)].empty();
         const bool terminator = id == t.end || id == t.call || id == t.ret;
+        if (name_state_ >= 0) {
+            // The name ends at its first special (<|constrain|> or <|message|>); a token drawn without the mask that
+            // leaves the names gives the phase up.
+            const int next = ordinary ? names_->feed(name_state_, bytes[static_cast<size_t>(id)]) : -1;
+            name_state_ = next;
+        }
         switch (state_) {
             case State::kHeader: header_token(id, ordinary); break;
             case State::kBody:
@@ -112,6 +126,19 @@ public:
                 }
                 break;
         }
+    }
+
+    // After the forced "…to=functions." of tool_choice "required" (HARMONY.md §7: the recipient must be one of the
+    // allowed functions): the name is held to `names` (each declared name, optionally followed by one space), then
+    // <|constrain|> or <|message|> goes on as the header would. Unheld, a model could write a name no tool has, or
+    // never end it (a random model wrote 200 tokens of name and no call).
+    void begin_names(std::shared_ptr<const RegexGrammar> names) {
+        static constexpr std::string_view kPrefix = "functions.";
+        if (state_ != State::kHeader || header_.size() < kPrefix.size() ||
+            header_.compare(header_.size() - kPrefix.size(), kPrefix.size(), kPrefix) != 0)
+            return;
+        names_ = std::move(names);
+        name_state_ = names_->start();
     }
 
 private:
@@ -228,7 +255,9 @@ private:
     std::string header_;            // the current header's bytes, its specials spelled as the parser spells them
     size_t header_tokens_ = 0;      // the tokens it has taken (the prompt's "assistant" not counted)
     std::optional<harmony::Role> header_role_ = harmony::Role::kAssistant;  // preset by the prompt
-    harmony::ChatMappingOptions mapping_;  // the declared functions, as the answer's mapping has them
+    harmony::ChatMappingOptions mapping_;        // the declared functions, as the answer's mapping has them
+    std::shared_ptr<const RegexGrammar> names_;  // begin_names
+    int name_state_ = -1;                        // >= 0: the name being written follows names_ (its DFA state)
 };
 
 class FinalJsonFactory : public runtime::TokenConstraintFactory {
@@ -245,10 +274,17 @@ public:
           tools_(std::move(tools)),
           forced_(std::move(forced)),
           declared_(std::move(declared)),
-          raw_(raw) {}
+          raw_(raw) {
+        if (!forced_.empty() && declared_ && !declared_->empty()) {
+            std::vector<std::string> options;
+            for (const std::string& n : *declared_) options.insert(options.end(), {n, n + " "});
+            if (auto g = RegexGrammar::choice(options); g.ok()) names_ = *g;
+        }
+    }
     std::unique_ptr<runtime::TokenConstraint> start() const override {
         auto c = std::make_unique<FinalJsonConstraint>(so_, final_, regex_, ebnf_, tag_, tools_, declared_, raw_);
         for (int32_t id : forced_) c->accept(id);
+        if (names_) c->begin_names(names_);
         return c;
     }
 
@@ -262,6 +298,7 @@ private:
     std::vector<int32_t> forced_;
     std::optional<std::vector<std::string>> declared_;
     bool raw_;
+    std::shared_ptr<const RegexGrammar> names_;  // the declared names, for a forced "…to=functions." (begin_names)
 };
 
 }  // namespace

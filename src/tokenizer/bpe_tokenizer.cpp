@@ -296,7 +296,10 @@ std::optional<std::string> find_tokenizer_file(const std::string& model_dir) {
     };
     if (!model_dir.empty()) {
         std::string own = (std::filesystem::path(model_dir) / "tokenizer.json").string();
-        if (exists(own)) return own;
+        // The model's own, when there is anything of that name (a directory or a broken link too: the caller's
+        // error then names it; the fallback's vocabulary may not be the model's).
+        std::error_code ec;
+        if (std::filesystem::exists(std::filesystem::symlink_status(own, ec))) return own;
     }
     // Named by the environment, it is the one (a missing file is then the caller's clear error, not the fixture).
     if (const char* env = std::getenv("GPTOSS_TOKENIZER"); env && *env) return std::string(env);

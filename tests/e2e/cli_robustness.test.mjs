@@ -189,3 +189,21 @@ test('generate --batch-file bounds a line (a file with no newline grew without b
   assert.equal(good.status, 0, good.stderr.toString());
   assert.match(JSON.parse(good.stdout.toString()).text, /Current date: 2024-02-29/);
 });
+
+test('errors quoting file bytes are escaped; an unreadable tokenizer.json is said, not skipped', () => {
+  const dir = fs.mkdtempSync(path.join(WORK, 'bytes-'));
+  for (const f of fs.readdirSync(model)) fs.copyFileSync(path.join(model, f), path.join(dir, f));
+  fs.writeFileSync(path.join(dir, 'config.json'), Buffer.concat([Buffer.from('{"model_type": "gpt_oss", "x": "'),
+                                                                 Buffer.from([0xff, 0x1b]), Buffer.from('"')]));
+  const r = spawnSync(BIN, ['logits', '--model', dir, '--ids', '1']);
+  assert.notEqual(r.status, 0);
+  assert.ok(!r.stderr.includes(0xff) && !r.stderr.includes(0x1b), JSON.stringify(r.stderr.toString('latin1')));
+  assert.match(r.stderr.toString(), /\\xff/);
+  // A broken tokenizer.json: generate --ids still runs (it needs no text), but says why its output has no "text".
+  for (const f of fs.readdirSync(model)) fs.copyFileSync(path.join(model, f), path.join(dir, f));
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), '{"model":');
+  const g = spawnSync(BIN, ['generate', '--model', dir, '--ids', '1,2', '--max-tokens', '2']);
+  assert.equal(g.status, 0, g.stderr.toString());
+  assert.match(g.stderr.toString(), /no "text".*tokenizer\.json/);
+  assert.ok(!('text' in JSON.parse(g.stdout.toString())));
+});

@@ -601,6 +601,52 @@ TEST(SafetensorsCheckpoint, TensorInTwoFilesIsAnError) {
     EXPECT_NE(ck.status().message().find("tensor 'a' is in both"), std::string::npos) << ck.status().message();
 }
 
+// model.safetensors beside an index: the single file is loaded (transformers' order; the index was), a writer's
+// shards replace a stale single file, "./x" in the index is the file x, and a broken link is named as one.
+TEST(SafetensorsCheckpoint, SingleFileFirstDotSlashShardsAndBrokenLinks) {
+    TempDir dir;
+    write_shard(dir.file("s1.safetensors"), {{"a", 4}});
+    write_text(dir.file("model.safetensors.index.json"), R"({"weight_map":{"a":"./s1.safetensors"}})");
+    auto ck = SafetensorsCheckpoint::open_dir(dir.str());
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();  // "./s1" and "s1" were "in both"
+    EXPECT_EQ((*ck)->names(), std::vector<std::string>{"a"});
+    write_shard(dir.file("model.safetensors"), {{"z", 2}});
+    ck = SafetensorsCheckpoint::open_dir(dir.str());
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    EXPECT_EQ((*ck)->names(), std::vector<std::string>{"z"});
+
+    SafetensorsWriter w;
+    w.add("p", DType::kU8, Shape{10}, iota_bytes(10));
+    w.add("q", DType::kU8, Shape{10}, iota_bytes(10));
+    ASSERT_TRUE(w.write(dir.str(), {}, 10).ok());
+    EXPECT_FALSE(fs::exists(dir.file("model.safetensors")));
+    ck = SafetensorsCheckpoint::open_dir(dir.str());
+    ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+    EXPECT_EQ((*ck)->names(), (std::vector<std::string>{"p", "q"}));
+
+    for (const char* link : {"model.safetensors", "model-00001-of-00002.safetensors"}) {
+        TempDir d2;
+        if (std::string(link) != "model.safetensors") {
+            write_shard(d2.file("model-00002-of-00002.safetensors"), {{"b", 4}});
+            write_text(
+                d2.file("model.safetensors.index.json"),
+                R"({"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
+        }
+        fs::create_symlink(d2.file("blobs/gone"), d2.file(link));
+        auto bad = SafetensorsCheckpoint::open_dir(d2.str());
+        ASSERT_FALSE(bad.ok()) << link;
+        EXPECT_NE(bad.status().message().find(std::string(link) + " is a broken symbolic link"), std::string::npos)
+            << bad.status().message();
+    }
+    TempDir d3;  // without an index, a broken shard link was skipped: the error named a missing tensor
+    write_shard(d3.file("one.safetensors"), {{"a", 4}});
+    fs::create_symlink(d3.file("gone"), d3.file("two.safetensors"));
+    auto bad = SafetensorsCheckpoint::open_dir(d3.str());
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("two.safetensors is a broken symbolic link"), std::string::npos)
+        << bad.status().message();
+}
+
 TEST(SafetensorsCheckpoint, IndexNamingMissingFileIsNotFound) {
     TempDir dir;
     write_shard(dir.file("s1.safetensors"), {{"a", 4}});

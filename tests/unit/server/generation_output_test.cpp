@@ -219,7 +219,15 @@ TEST_F(GenerationOutputTest, ForcedCallsHoldTheirArgumentsToTheSchema) {
     // "required" with two: each declared function's calls are held (the model writes the name first).
     script("get_time <|constrain|>json<|message|>{}<|call|>");
     post_json("/v1/chat/completions", user + kTwoTools + R"(,"tool_choice":"required"})");
-    EXPECT_NE(server_.engine.last_request().constraint, nullptr);
+    ASSERT_NE(server_.engine.last_request().constraint, nullptr);
+    {
+        // The name it writes is a declared function's (it could be any text, and never end).
+        auto c = server_.engine.last_request().constraint->start();
+        std::vector<uint8_t> mask;
+        ASSERT_TRUE(c->allowed_next(&mask));
+        EXPECT_TRUE(mask[static_cast<size_t>(test_tokenizer()->encode_ordinary("get_time")[0])]);
+        EXPECT_FALSE(mask[static_cast<size_t>(test_tokenizer()->encode_ordinary("Sure")[0])]);
+    }
     // auto and none: free.
     script("<|channel|>final<|message|>Sunny.<|return|>");
     post_json("/v1/chat/completions", user + kTools + R"(,"tool_choice":"auto"})");

@@ -575,6 +575,29 @@ TEST_F(StoredResponsesTest, ACancelledResponseKeepsItsUnfinishedMessage) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+// Cancelled while the model was still in a message header: the header's text is recovered as reasoning, as at a length
+// cut (HARMONY.md §6.7 X10); the output was empty while output_tokens counted the header's tokens.
+TEST_F(StoredResponsesTest, ACancelledHeaderIsRecoveredAsAtALengthCut) {
+    TestServerOptions o = default_test_options();
+    o.engine.step_interval = std::chrono::microseconds(3000);
+    TestServer s(o);
+    std::vector<int32_t> script = harmony_ids("<|channel|>commentary");
+    script.insert(script.end(), 2000, 1234);
+    s.engine.set_script([script](const EngineRequest&) { return script; });
+    const std::string id = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto c = s.post("/v1/responses/" + id + "/cancel", "");
+    ASSERT_TRUE(c);
+    ASSERT_EQ(c->status, 200) << c->body;
+    const Json done = wait_finished(s, id);
+    EXPECT_EQ(done["status"], "cancelled");
+    ASSERT_EQ(done["output"].size(), 1u) << done.dump();
+    EXPECT_EQ(done["output"][0]["type"], "reasoning");
+    EXPECT_FALSE(done["output"][0]["content"][0]["text"].get<std::string>().empty()) << done.dump();
+    EXPECT_GT(done["usage"]["output_tokens_details"]["reasoning_tokens"].get<int64_t>(), 0) << done.dump();
+    EXPECT_TRUE(s.wait_engine_idle());
+}
+
 // POST /v1/responses/input_tokens: the prompt tokens the same body would be answered with (usage.input_tokens),
 // previous_response_id and a forced call included; nothing generated or stored.
 TEST_F(StoredResponsesTest, InputTokensCountsWhatTheRequestWouldSend) {

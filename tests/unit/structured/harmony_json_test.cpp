@@ -155,6 +155,51 @@ TEST_F(HarmonyJsonTest, CallsToStrictFunctionsAreHeldToTheirParameters) {
     EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]);
 }
 
+// tool_choice "required" forces "…to=functions." and leaves the name to the model: it is held to a declared
+// function's (HARMONY.md §7), then <|constrain|> or <|message|> may follow, and the call's arguments are held as
+// before.
+TEST_F(HarmonyJsonTest, ARequiredCallsNameIsADeclaredOne) {
+    add(" to=functions.");
+    add("get");
+    add("_time");
+    HarmonyTokenIds ids = so_->ids();
+    ids.constrain = special_["<|constrain|>"];
+    so_ = std::make_shared<HarmonyStructuredOutputs>(bytes_, ids);
+    auto tools = std::make_shared<ToolGrammars>();
+    (*tools)["get_time"] = JsonGrammar::any_object();
+    auto factory = so_->final_json(nullptr, {id("<|channel|>"), id("commentary"), id(" to=functions.")}, tools, nullptr,
+                                   nullptr, nullptr, std::vector<std::string>{"get_weather", "get_time"});
+    auto c = factory->start();
+    std::vector<uint8_t> mask;
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("get"))]);
+    EXPECT_TRUE(mask[static_cast<size_t>(id("g"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("x"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|message|>"))]);  // no empty name
+    feed(*c, {"get", "_time"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|constrain|>"))]);
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|message|>"))]);
+    EXPECT_TRUE(mask[static_cast<size_t>(id(" "))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("_"))]);  // "get_time_…" is no declared name
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|end|>"))]);
+    feed(*c, {" ", "<|constrain|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));  // the rest of the header is free again
+    feed(*c, {"json", "<|message|>"});
+    ASSERT_TRUE(c->allowed_next(&mask));  // get_time's arguments
+    EXPECT_TRUE(mask[static_cast<size_t>(id("{"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("x"))]);
+    // The other name, ended by <|message|> at once.
+    c = factory->start();
+    feed(*c, {"g", "e", "t", "_", "w", "e", "a", "t", "h", "e", "r"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|message|>"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("s"))]);
+    feed(*c, {"<|message|>"});
+    EXPECT_FALSE(c->allowed_next(&mask));  // get_weather has no grammar here: its arguments are free
+}
+
 // Headers as the server's robust parser reads them: "Final" / "final." are the final channel; a
 // "functions.f" word without "to=", or a declared function named bare, is a call.
 TEST_F(HarmonyJsonTest, HeaderVariantsAreRoutedAsTheParserRoutesThem) {
