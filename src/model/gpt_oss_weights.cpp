@@ -1,6 +1,7 @@
 #include "model/gpt_oss_weights.h"
 
 #include <cstring>
+#include <filesystem>
 #include <set>
 #include <string>
 
@@ -123,6 +124,15 @@ private:
 
 StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& dir) {
     auto w = std::make_unique<GptOssWeights>();
+    // The directory itself first: a missing one, or a file given for it (--model DIR/config.json), was reported as
+    // a missing or unreadable DIR/config.json.
+    {
+        std::error_code ec;
+        const auto st = std::filesystem::status(dir, ec);
+        if (!std::filesystem::exists(st)) return not_found("model directory " + dir + " does not exist");
+        if (!std::filesystem::is_directory(st))
+            return invalid_argument(dir + " is a file, not a model directory (give the directory holding config.json)");
+    }
     ASSIGN_OR_RETURN(w->config, GptOssConfig::from_file(dir + "/config.json"));
     RETURN_IF_ERROR(w->config.validate().with_context(dir + "/config.json"));
     ASSIGN_OR_RETURN(w->checkpoint, SafetensorsCheckpoint::open_dir(dir));

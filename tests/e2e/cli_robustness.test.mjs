@@ -206,4 +206,9 @@ test('errors quoting file bytes are escaped; an unreadable tokenizer.json is sai
   assert.equal(g.status, 0, g.stderr.toString());
   assert.match(g.stderr.toString(), /no "text".*tokenizer\.json/);
   assert.ok(!('text' in JSON.parse(g.stdout.toString())));
+  // --model naming a file, or nothing: said so (it was "DIR/config.json: cannot open config").
+  const file = spawnSync(BIN, ['logits', '--model', path.join(dir, 'config.json'), '--ids', '1']);
+  assert.match(file.stderr.toString(), /is a file, not a model directory/);
+  const none = spawnSync(BIN, ['logits', '--model', path.join(dir, 'nope'), '--ids', '1']);
+  assert.match(none.stderr.toString(), /model directory .*nope does not exist/);
 });
