@@ -377,10 +377,10 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
         } else if (*role == "tool" || *role == "function") {
             ASSIGN_OR_RETURN(std::optional<std::string> call_id, opt_string(m, "tool_call_id", where));
             ASSIGN_OR_RETURN(std::optional<std::string> name_field, opt_string(m, "name", where));
-            // An id that no call in the conversation has is an error, as OpenAI's (it was given to the last call):
-            // unless the message names its function itself.
-            if (call_id && !call_id->empty() && call_names.count(*call_id) == 0 &&
-                !(name_field && !name_field->empty()))
+            // An id that no call in the conversation has is an error for the server, as OpenAI's, unless the message
+            // names its function itself; rendering alone follows HARMONY.md §5.2 (the most recent unanswered call).
+            if (options.unmatched_tool_call_id_is_error && call_id && !call_id->empty() &&
+                call_names.count(*call_id) == 0 && !(name_field && !name_field->empty()))
                 return invalid_argument(where + ".tool_call_id: \"" + *call_id +
                                         "\" matches no tool call in the conversation");
             // The call it answers: the first unanswered call with its id, else the last earlier call with it (an

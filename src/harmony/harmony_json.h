@@ -28,6 +28,9 @@ struct ServerOptions {
     bool browser_tool = false;  // built-in namespaces in the system message (§3.3)
     bool python_tool = false;
     bool drop_commentary_without_tools = false;  // "# Valid channels: analysis, final." then
+    // A tool message whose tool_call_id no call in the conversation has, and which names no function: OpenAI's 400
+    // (the server's choice) when set; else HARMONY.md §5.2's fallback, the most recent unanswered call.
+    bool unmatched_tool_call_id_is_error = false;
 };
 
 enum class ToolChoice { kAuto, kNone, kRequired, kFunction };

@@ -26,7 +26,12 @@ namespace gptoss::server {
 
 struct RoutesOptions {
     std::string model_id = "gpt-oss";  // what /v1/models lists and responses name
-    harmony::ServerOptions harmony;
+    // (An unmatched tool_call_id is OpenAI's 400 here, not HARMONY.md §5.2's fallback.)
+    harmony::ServerOptions harmony = [] {
+        harmony::ServerOptions o;
+        o.unmatched_tool_call_id_is_error = true;
+        return o;
+    }();
     // Chat answers carry the reasoning as `reasoning` too, beside `reasoning_content` (newer vLLM
     // and TensorRT-LLM use the former; HARMONY.md §6.5 makes it a server option).
     bool reasoning_alias = false;

@@ -232,6 +232,22 @@ TEST(HarmonyChat, ReusedToolCallIdsAnswerTheCallBeforeThem) {
                      R"({"current_date":"2025-06-28"})");
     EXPECT_NE(text.find("<|start|>functions.h to=assistant<|channel|>commentary<|message|>X<|end|>"), std::string::npos)
         << text;
+    // An id no call has, and no name: HARMONY.md §5.2's last fallback, the most recent unanswered call (it was an
+    // error here too; the server keeps OpenAI's 400 with ServerOptions::unmatched_tool_call_id_is_error).
+    const char* unmatched = R"({"messages":[{"role":"user","content":"x"},
+        {"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{}"}},
+                                         {"id":"c2","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"zzz","content":"w"}]})";
+    text = chat_text(unmatched);
+    EXPECT_NE(text.find("<|start|>functions.get_time to=assistant<|channel|>commentary<|message|>w<|end|>"),
+              std::string::npos)
+        << text;
+    ServerOptions strict;
+    strict.current_date = "2025-06-28";
+    strict.unmatched_tool_call_id_is_error = true;
+    StatusOr<ChatRequest> refused = chat_request_from_json(Json::parse(unmatched), strict);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("matches no tool call"), std::string::npos);
 }
 
 TEST(HarmonyChat, ReasoningAliasesAndEffortClamping) {
