@@ -586,13 +586,20 @@ bool api_key_accepted(const std::vector<std::string>& keys, std::string_view aut
 struct HttpServer::Impl {
     GuardedServer svr;
     int listen_fd = -1;
+    // Started by bind(), before the caller loads its model: a pool that grows to the system's thread or memory limit
+    // while the model loads on another thread took the loader's memory (std::bad_alloc ended the process under a
+    // 12 GB address-space limit and 8192 threads). listen() hands it to httplib, which owns it from then on.
+    std::unique_ptr<ConnectionPool> pool;
 };
 
 HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerOptions options)
     : impl_(std::make_unique<Impl>()) {
     GuardedServer& svr = impl_->svr;
     const int threads = std::max(options.threads, 4);
-    svr.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads)); };
+    svr.new_task_queue = [impl = impl_.get(), threads]() -> httplib::TaskQueue* {
+        if (impl->pool) return impl->pool.release();
+        return new ConnectionPool(static_cast<size_t>(threads));
+    };
     svr.set_payload_max_length(options.max_body_bytes);
     svr.set_read_timeout(options.read_timeout);
     svr.set_write_timeout(options.write_timeout);
@@ -917,6 +924,8 @@ Status HttpServer::bind() {
     }
     // httplib listens with a backlog of 5; a burst of connections would then wait for SYN retries.
     if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, options_.listen_backlog);
+    if (!impl_->pool)
+        impl_->pool = std::make_unique<ConnectionPool>(static_cast<size_t>(std::max(options_.threads, 4)));
     return ok_status();
 }
 

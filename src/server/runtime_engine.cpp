@@ -1,6 +1,7 @@
 #include "server/runtime_engine.h"
 
 #include <algorithm>
+#include <new>
 
 namespace gptoss::server {
 namespace {
@@ -39,7 +40,15 @@ EngineEvent convert(const runtime::TokenEvent& t) {
 
 void RuntimeEngineAdapter::start(Loader load, std::function<void(const Status&)> on_loaded) {
     loader_ = std::thread([this, load = std::move(load), on_loaded = std::move(on_loaded)] {
-        Status st = load_and_warm_up(load);
+        // Nothing escapes the thread (an escaping exception ends the process): out of memory is a load error.
+        Status st;
+        try {
+            st = load_and_warm_up(load);
+        } catch (const std::bad_alloc&) {
+            st = resource_exhausted("out of memory while loading the model");
+        } catch (const std::exception& e) {
+            st = internal_error(std::string("loading the model failed: ") + e.what());
+        }
         if (st.ok()) ready_.store(true);
         if (on_loaded) on_loaded(st);
     });
