@@ -3090,6 +3090,24 @@ PY
     s59_front)
       s59_check s59_front
       ;;
+    s61b)
+      # The CUDA suite's tests s61 left (its 150 s ran out): the negative filter in .device_pack/s61b_filter.txt.
+      env timeout 420 $BIN/cuda_kernel_tests --gtest_filter="$(cat .device_pack/s61b_filter.txt)" > "$OUT/s61b_rest.log" 2>&1
+      summary+=("s61b_rest rc=$? $(grep -cE '^\[       OK' "$OUT/s61b_rest.log") ok")
+      grep -E "FAILED|Failure|PASSED" "$OUT/s61b_rest.log" | tail -6
+      ;;
+    s61)
+      # Session 61: the whole CUDA suite; the 8k prefill bars (20b --fp8, 120b --fp8 --fp8-experts), each report
+      # written through --json / --markdown (the output files are resolved before the run and written whole now).
+      tests_row s61_all '*'
+      for m in 20b 120b; do
+        [ $m = 120b ] && x=--fp8-experts || x=
+        timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+          --json "$OUT/s61_prefill_$m.json" --markdown "$OUT/s61_prefill_$m.md" > "$OUT/s61_prefill_$m.log" 2>&1
+        summary+=("s61_prefill_$m rc=$? json=$(test -s "$OUT/s61_prefill_$m.json" && echo ok) $(grep -E '^\| 8192 \|' "$OUT/s61_prefill_$m.md" | head -1)")
+        echo "s61_prefill_$m: $(grep -E '^\| 8192 \|' "$OUT/s61_prefill_$m.md" | head -1)"
+      done
+      ;;
     s58)
       # Session 58: transformers' rope values for the config variants (tests/data/hf_rope_cases.json), the CUDA model
       # and engine tests after the rope-config changes, the serve check, batch-1 rows of both models.
