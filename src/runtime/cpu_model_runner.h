@@ -1,6 +1,8 @@
 // ModelRunner on the CPU backend: model::CpuForward over a model::CpuKvCache (fp32 K/V).
 #pragma once
 
+#include <algorithm>
+
 #include <memory>
 #include <vector>
 
@@ -22,6 +24,7 @@ public:
                             const parallel::ParallelConfig& layout = {}, bool kv_fp8 = false);
 
     const model::GptOssConfig& config() const override { return weights_->config; }
+    int dp_groups() const override { return parallel_ ? std::max(1, layout_.dp) : 1; }
     KvGeometry kv_geometry(int block_size) const override;
     size_t free_memory_bytes() const override;
     Status allocate_kv_cache(int block_size, KvBlockCounts counts) override;

@@ -286,4 +286,6 @@ Status CudaModelRunner::draw_deferred(std::span<const DeferredDraw> draws, std::
     return ok_status();
 }
 
+int CudaModelRunner::dp_groups() const { return std::max(1, model_->layout().dp); }
+
 }  // namespace gptoss::runtime

@@ -26,6 +26,7 @@ public:
                                                              bool fp8_experts = false);
 
     const model::GptOssConfig& config() const override { return weights_->config; }
+    int dp_groups() const override;
     KvGeometry kv_geometry(int block_size) const override;
     size_t free_memory_bytes() const override;
     size_t total_memory_bytes() const override;

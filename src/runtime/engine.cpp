@@ -163,6 +163,7 @@ Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig config, KvBlock
       context_tokens_(config_.max_model_len > 0 ? config_.max_model_len : runner_->config().max_position_embeddings),
       seed_base_(config_.seed ? mix_seed(*config_.seed ^ 0x9e3779b97f4a7c15ull)
                               : static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}()) {
+    kv_.set_dp_groups(runner_->dp_groups());
     device_sampling_ = config_.device_sampling && runner_->samples_on_device();
     if (const char* v = std::getenv("GPTOSS_DEVICE_SAMPLING"); v != nullptr && std::atoi(v) == 0)
         device_sampling_ = false;

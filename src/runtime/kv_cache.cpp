@@ -86,6 +86,14 @@ KvCacheManager::KvCacheManager(int block_size, int sliding_window, KvBlockCounts
       full_(counts.full, block_size),
       sliding_(sliding_window > 0 ? counts.sliding : 0, block_size) {}
 
+void KvCacheManager::set_dp_groups(int dp) {
+    dp_ = std::max(1, dp);
+    if (dp_ > 1) {
+        full_group_.assign(static_cast<size_t>(full_.num_blocks()), -1);
+        sliding_group_.assign(static_cast<size_t>(sliding_.num_blocks()), -1);
+    }
+}
+
 int KvCacheManager::max_chunk_tokens() const {
     if (!has_sliding()) return std::numeric_limits<int>::max();
     // A chunk of C tokens starting anywhere touches the blocks of W - 1 + C consecutive positions:
@@ -122,13 +130,23 @@ int KvCacheManager::longest_cached_prefix(Sequence& seq) const {
     auto block_tokens = [&](int b) {
         return std::span(seq.tokens).subspan(static_cast<size_t>(b) * block_size_, block_size_);
     };
+    // With several DP groups every block taken must hold the KV of the group of block 0 (the sequence's group).
+    int group = -1;
+    const auto usable = [&](const std::vector<int32_t>& groups, int id) {
+        return id >= 0 && (dp_ == 1 || groups[static_cast<size_t>(id)] == group);
+    };
     int k = 0;
-    while (k < max_blocks && full_.lookup(seq.block_hashes[k], block_tokens(k)) >= 0) ++k;
+    if (max_blocks > 0 && dp_ > 1) {
+        const int id0 = full_.lookup(seq.block_hashes[0], block_tokens(0));
+        group = id0 >= 0 ? id0 % dp_ : -1;
+    }
+    while (k < max_blocks && usable(full_group_, full_.lookup(seq.block_hashes[k], block_tokens(k)))) ++k;
     if (!has_sliding()) return k * block_size_;
     for (; k > 0; --k) {
         const int first = first_window_block(k * block_size_, sliding_window_, block_size_);
         bool all = true;
-        for (int b = first; b < k && all; ++b) all = sliding_.lookup(seq.block_hashes[b], block_tokens(b)) >= 0;
+        for (int b = first; b < k && all; ++b)
+            all = usable(sliding_group_, sliding_.lookup(seq.block_hashes[b], block_tokens(b)));
         if (all) break;
     }
     return k * block_size_;
@@ -203,11 +221,21 @@ void KvCacheManager::on_computed(Sequence& seq) {
     const int complete = seq.num_computed / block_size_;
     if (prefix_caching_ && seq.num_indexed_blocks < complete) {
         extend_hashes(seq, complete);
+        const int group = dp_ > 1 ? seq.block_table_full[0] % dp_ : 0;
         for (int b = seq.num_indexed_blocks; b < complete; ++b) {
             auto tokens = std::span(seq.tokens).subspan(static_cast<size_t>(b) * block_size_, block_size_);
-            full_.index(seq.block_table_full[b], seq.block_hashes[b], tokens);
-            if (has_sliding() && seq.block_table_sliding[b] >= 0)
-                sliding_.index(seq.block_table_sliding[b], seq.block_hashes[b], tokens);
+            const int32_t full_id = seq.block_table_full[b];
+            full_.index(full_id, seq.block_hashes[b], tokens);
+            // (Blocks from num_indexed_blocks on are this sequence's own work: their KV is in its group. A block id
+            // keeps the group of its last indexing, so a reallocated block is set again here when indexed.)
+            if (dp_ > 1 && full_.lookup(seq.block_hashes[b], tokens) == full_id)
+                full_group_[static_cast<size_t>(full_id)] = group;
+            if (has_sliding() && seq.block_table_sliding[b] >= 0) {
+                const int32_t id = seq.block_table_sliding[b];
+                sliding_.index(id, seq.block_hashes[b], tokens);
+                if (dp_ > 1 && sliding_.lookup(seq.block_hashes[b], tokens) == id)
+                    sliding_group_[static_cast<size_t>(id)] = group;
+            }
         }
         seq.num_indexed_blocks = complete;
     }

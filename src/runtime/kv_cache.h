@@ -77,6 +77,12 @@ public:
     // (window + chunk) always fit in the sliding pool; 0 if not even one token fits.
     int max_chunk_tokens() const;
 
+    // Data-parallel groups (ModelRunner::dp_groups): a block's KV exists only in the group of the sequence that
+    // computed it (block_table_full[0] % dp). A match keeps to the group of its first block: two sequences computing
+    // one prefix at once in different groups could leave the index with block 0 of one and block 1 of the other,
+    // and a third sequence then read the other group's (absent) KV.
+    void set_dp_groups(int dp);
+
     // For a sequence holding no blocks: how many leading tokens have reusable KV in the prefix
     // cache (a multiple of block_size, less than num_tokens; 0 without prefix caching). Extends
     // seq.block_hashes.
@@ -140,6 +146,9 @@ private:
     bool prefix_caching_;
     BlockAllocator full_;
     BlockAllocator sliding_;
+    int dp_ = 1;
+    // dp_ > 1: the group whose KV an indexed block holds (set when a sequence indexes it).
+    std::vector<int32_t> full_group_, sliding_group_;
     std::unordered_map<uint64_t, PrefixImport> held_;  // hold_import's, by sequence id
 };
 

@@ -71,6 +71,9 @@ public:
         bool defer = false;
         float min_p = 0.0f;  // deferred draws only (the host sampler's min_p)
     };
+    // Data-parallel groups (a layout's dp): a sequence's KV lives in group block_table_full[0] % dp_groups() only,
+    // so the prefix cache matches within one group (KvCacheManager::set_dp_groups).
+    virtual int dp_groups() const { return 1; }
     virtual bool samples_on_device() const { return false; }
     // True where forward() leaves the calling thread waiting (the GPU computes): the engine then computes the
     // step's structured-output masks on another thread meanwhile. False for a forward that keeps the host's cores

@@ -244,6 +244,40 @@ TEST(KvCacheImport, AnImportedPrefixIsFoundByMatchPrefix) {
     EXPECT_EQ(kv.match_prefix(s2), 20);
 }
 
+// Data-parallel groups: a block's KV is only in the group of the sequence that computed it (block_table_full[0] % dp).
+// Two sequences computing one prompt at once in different groups leave the index with block 0 of one and blocks 1-2 of
+// the other; a third sequence must not take those (it read the other group's absent KV: wrong logits under
+// --layout dp=2 with the prefix cache). With one group every block is usable.
+TEST(KvCacheDp, AMatchKeepsToTheGroupOfItsFirstBlock) {
+    for (const bool sliding : {false, true}) {
+        for (const int dp : {1, 2}) {
+            KvCacheManager kv(4, sliding ? 8 : 0, {64, 64}, true);
+            kv.set_dp_groups(dp);
+            const std::vector<int32_t> prompt = ids(13, 10);  // 3 whole blocks and a token
+            Sequence a = make_sequence(1, prompt);
+            ASSERT_EQ(kv.match_prefix(a), 0);
+            kv.admit(a, 0);
+            kv.allocate(a, 13);
+            // A second sequence of the same prompt whose first block is of the other parity (the other group): a
+            // one-block sequence in between shifts the allocator's next id.
+            Sequence pad = make_sequence(2, ids(1, 500));
+            kv.admit(pad, 0);
+            kv.allocate(pad, 1);
+            Sequence c = make_sequence(3, prompt);
+            kv.admit(c, 0);  // (computed concurrently with a: nothing cached yet)
+            kv.allocate(c, 13);
+            ASSERT_NE(c.block_table_full[0] % 2, a.block_table_full[0] % 2);
+            c.num_computed = 4;  // c's block 0 is indexed first
+            kv.on_computed(c);
+            a.num_computed = 12;  // then a's blocks 1 and 2 (its block 0 is a duplicate: not indexed)
+            kv.on_computed(a);
+            Sequence b = make_sequence(99, prompt);
+            EXPECT_EQ(kv.match_prefix(b), dp == 1 ? 12 : 4) << "dp " << dp << (sliding ? " sliding" : "");
+            EXPECT_EQ(kv.cached_prefix_tokens(prompt), dp == 1 ? 12 : 4);
+        }
+    }
+}
+
 // The probe the decode worker asks before a fetch: what match_prefix would find, with nothing taken.
 TEST(KvCacheImport, CachedPrefixTokensIsMatchPrefixWithoutTakingAnything) {
     KvCacheManager kv(4, 5, {16, 8}, true);
