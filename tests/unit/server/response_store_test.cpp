@@ -123,6 +123,28 @@ protected:
         EXPECT_EQ(r->status, 200) << r->body;
         return Json::parse(r->body, nullptr, false);
     }
+    // A background response whose model writes `start` and then 2,000 more tokens (a step every 3 ms: cancelled
+    // long before its end); its id.
+    static std::string start_long_background(TestServer& s, const std::string& start) {
+        std::vector<int32_t> script = harmony_ids(start);
+        script.insert(script.end(), 2000, 1234);
+        s.engine.set_script([script](const EngineRequest&) { return script; });
+        return post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    }
+    static TestServerOptions slow_steps() {
+        TestServerOptions o = default_test_options();
+        o.engine.step_interval = std::chrono::microseconds(3000);
+        return o;
+    }
+    // POST .../cancel (200), then the response once finished.
+    static Json cancel_and_wait(TestServer& s, const std::string& id) {
+        auto c = s.post("/v1/responses/" + id + "/cancel", "");
+        EXPECT_TRUE(c);
+        if (c) {
+            EXPECT_EQ(c->status, 200) << c->body;
+        }
+        return wait_finished(s, id);
+    }
     // Polls GET /v1/responses/{id} until its status is not queued / in_progress (up to 10 s).
     static Json wait_finished(TestServer& s, const std::string& id) {
         Json r;
@@ -507,15 +529,10 @@ TEST_F(StoredResponsesTest, ABackgroundStreamOutlivesItsClient) {
 // A background response cancelled mid-generation reports its usage as it stands: the reasoning it wrote counts as
 // reasoning tokens (it said 0, the session never having been closed).
 TEST_F(StoredResponsesTest, ACancelledResponseCountsItsReasoning) {
-    TestServerOptions o = default_test_options();
-    o.engine.step_interval = std::chrono::microseconds(3000);
-    TestServer s(o);
+    TestServer s(slow_steps());
     // A finished reasoning message, then a long one.
-    std::vector<int32_t> script = harmony_ids(
-        "<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>");
-    script.insert(script.end(), 2000, 1234);
-    s.engine.set_script([script](const EngineRequest&) { return script; });
-    const std::string id = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    const std::string id = start_long_background(
+        s, "<|channel|>analysis<|message|>First thought.<|end|><|start|>assistant<|channel|>analysis<|message|>");
     Json now;
     for (int i = 0; i < 500; ++i) {  // some reasoning written
         now = get_ok(s, "/v1/responses/" + id);
@@ -523,10 +540,7 @@ TEST_F(StoredResponsesTest, ACancelledResponseCountsItsReasoning) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    auto c = s.post("/v1/responses/" + id + "/cancel", "");
-    ASSERT_TRUE(c);
-    ASSERT_EQ(c->status, 200) << c->body;
-    const Json done = wait_finished(s, id);
+    const Json done = cancel_and_wait(s, id);
     EXPECT_EQ(done["status"], "cancelled");
     ASSERT_FALSE(done["output"].empty()) << done.dump();
     EXPECT_EQ(done["output"][0]["type"], "reasoning");
@@ -541,13 +555,8 @@ TEST_F(StoredResponsesTest, ACancelledResponseCountsItsReasoning) {
 // The item being generated shows in a poll as it stands (status in_progress), and a cancel keeps it as incomplete:
 // the cancelled answer dropped the text of the message it was writing.
 TEST_F(StoredResponsesTest, ACancelledResponseKeepsItsUnfinishedMessage) {
-    TestServerOptions o = default_test_options();
-    o.engine.step_interval = std::chrono::microseconds(3000);
-    TestServer s(o);
-    std::vector<int32_t> script = harmony_ids("<|channel|>final<|message|>Hello there");
-    script.insert(script.end(), 2000, 1234);
-    s.engine.set_script([script](const EngineRequest&) { return script; });
-    const std::string id = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    TestServer s(slow_steps());
+    const std::string id = start_long_background(s, "<|channel|>final<|message|>Hello there");
     Json now;
     for (int i = 0; i < 500; ++i) {  // the message begun
         now = get_ok(s, "/v1/responses/" + id);
@@ -558,10 +567,7 @@ TEST_F(StoredResponsesTest, ACancelledResponseKeepsItsUnfinishedMessage) {
     ASSERT_EQ(now["output"].size(), 1u) << now.dump();
     EXPECT_EQ(now["output"][0]["type"], "message");
     EXPECT_EQ(now["output"][0]["status"], "in_progress");
-    auto c = s.post("/v1/responses/" + id + "/cancel", "");
-    ASSERT_TRUE(c);
-    ASSERT_EQ(c->status, 200) << c->body;
-    const Json done = wait_finished(s, id);
+    const Json done = cancel_and_wait(s, id);
     EXPECT_EQ(done["status"], "cancelled");
     ASSERT_EQ(done["output"].size(), 1u) << done.dump();
     const Json& item = done["output"][0];
@@ -578,18 +584,10 @@ TEST_F(StoredResponsesTest, ACancelledResponseKeepsItsUnfinishedMessage) {
 // Cancelled while the model was still in a message header: the header's text is recovered as reasoning, as at a length
 // cut (HARMONY.md §6.7 X10); the output was empty while output_tokens counted the header's tokens.
 TEST_F(StoredResponsesTest, ACancelledHeaderIsRecoveredAsAtALengthCut) {
-    TestServerOptions o = default_test_options();
-    o.engine.step_interval = std::chrono::microseconds(3000);
-    TestServer s(o);
-    std::vector<int32_t> script = harmony_ids("<|channel|>commentary");
-    script.insert(script.end(), 2000, 1234);
-    s.engine.set_script([script](const EngineRequest&) { return script; });
-    const std::string id = post_ok(s, {{"input", "Hi"}, {"background", true}})["id"];
+    TestServer s(slow_steps());
+    const std::string id = start_long_background(s, "<|channel|>commentary");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    auto c = s.post("/v1/responses/" + id + "/cancel", "");
-    ASSERT_TRUE(c);
-    ASSERT_EQ(c->status, 200) << c->body;
-    const Json done = wait_finished(s, id);
+    const Json done = cancel_and_wait(s, id);
     EXPECT_EQ(done["status"], "cancelled");
     ASSERT_EQ(done["output"].size(), 1u) << done.dump();
     EXPECT_EQ(done["output"][0]["type"], "reasoning");
