@@ -173,50 +173,54 @@ void FakeEngine::step_locked() {
         }
         s.progress = Clock::now();
         if (s.progress - s.started < prefill_time_) continue;  // still "prefilling"
-        if (s.generated >= s.script.size()) {
+        // One token a step, or several (options_.tokens_per_step: a speculative step's accepted run, delivered
+        // together).
+        for (int step_token = 0; step_token < options_.tokens_per_step && !s.finished; ++step_token) {
+            if (s.generated >= s.script.size()) {
+                EngineEvent e;
+                e.finish = FinishReason::kStop;
+                finish_locked(s, std::move(e));
+                break;
+            }
+            const int64_t len_before = static_cast<int64_t>(s.request.prompt.size() + s.generated);
             EngineEvent e;
-            e.finish = FinishReason::kStop;
-            finish_locked(s, std::move(e));
-            continue;
-        }
-        const int64_t len_before = static_cast<int64_t>(s.request.prompt.size() + s.generated);
-        EngineEvent e;
-        if (s.generated == 0 && s.request.prompt_logprobs >= 0) {
-            // Made-up but checkable: prompt token i scores -(i % 4) / 2 - 1/8 at rank 1 + i % 3, then the k best.
-            const std::vector<int32_t>& p = s.request.prompt;
-            for (size_t i = 1; i < p.size(); ++i) {
-                PromptLogprob lp{-0.5f * static_cast<float>(i % 4) - 0.125f, 1 + static_cast<int>(i % 3), {}};
-                for (int k = 0; k < s.request.prompt_logprobs; ++k)
-                    lp.top.push_back({(p[i] + 1 + k) % options_.vocab_size, -0.0625f - static_cast<float>(k)});
-                e.prompt_logprobs.push_back(std::move(lp));
+            if (s.generated == 0 && s.request.prompt_logprobs >= 0) {
+                // Made-up but checkable: prompt token i scores -(i % 4) / 2 - 1/8 at rank 1 + i % 3, then the k best.
+                const std::vector<int32_t>& p = s.request.prompt;
+                for (size_t i = 1; i < p.size(); ++i) {
+                    PromptLogprob lp{-0.5f * static_cast<float>(i % 4) - 0.125f, 1 + static_cast<int>(i % 3), {}};
+                    for (int k = 0; k < s.request.prompt_logprobs; ++k)
+                        lp.top.push_back({(p[i] + 1 + k) % options_.vocab_size, -0.0625f - static_cast<float>(k)});
+                    e.prompt_logprobs.push_back(std::move(lp));
+                }
             }
-        }
-        e.token_id = s.script[s.generated++];
-        if (s.request.top_logprobs >= 0) {
-            e.logprob = -0.25f;
-            e.top_logprobs.push_back({e.token_id, -0.25f});
-            for (int k = 1; k < s.request.top_logprobs; ++k) {
-                e.top_logprobs.push_back({(e.token_id + k) % options_.vocab_size, -0.25f - static_cast<float>(k)});
+            e.token_id = s.script[s.generated++];
+            if (s.request.top_logprobs >= 0) {
+                e.logprob = -0.25f;
+                e.top_logprobs.push_back({e.token_id, -0.25f});
+                for (int k = 1; k < s.request.top_logprobs; ++k) {
+                    e.top_logprobs.push_back({(e.token_id + k) % options_.vocab_size, -0.25f - static_cast<float>(k)});
+                }
+                if (s.request.top_logprobs == 0) e.top_logprobs.clear();
             }
-            if (s.request.top_logprobs == 0) e.top_logprobs.clear();
-        }
-        // (The real engine never draws a stop id among the first min_tokens: a scripted one does not end it.)
-        const bool stop =
-            std::find(s.request.stop_ids.begin(), s.request.stop_ids.end(), e.token_id) != s.request.stop_ids.end() &&
-            static_cast<int>(s.generated) > s.request.min_tokens;
-        const int64_t len = len_before + 1;
-        kv_blocks_in_use_ += blocks_for(len) - blocks_for(len_before);
-        if (stop) {
-            e.finish = FinishReason::kStop;
-        } else if (static_cast<int>(s.generated) >= s.request.max_tokens || len >= options_.max_context_tokens) {
-            e.finish = FinishReason::kLength;
-        }
-        if (e.finish != FinishReason::kNone) {
-            finish_locked(s, std::move(e));
-        } else {
-            e.time = Clock::now();
-            s.events.push_back(std::move(e));
-            s.cv.notify_all();
+            // (The real engine never draws a stop id among the first min_tokens: a scripted one does not end it.)
+            const bool stop =
+                std::find(s.request.stop_ids.begin(), s.request.stop_ids.end(), e.token_id) != s.request.stop_ids.end() &&
+                static_cast<int>(s.generated) > s.request.min_tokens;
+            const int64_t len = len_before + 1;
+            kv_blocks_in_use_ += blocks_for(len) - blocks_for(len_before);
+            if (stop) {
+                e.finish = FinishReason::kStop;
+            } else if (static_cast<int>(s.generated) >= s.request.max_tokens || len >= options_.max_context_tokens) {
+                e.finish = FinishReason::kLength;
+            }
+            if (e.finish != FinishReason::kNone) {
+                finish_locked(s, std::move(e));
+            } else {
+                e.time = Clock::now();
+                s.events.push_back(std::move(e));
+                s.cv.notify_all();
+            }
         }
     }
 }

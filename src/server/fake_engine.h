@@ -23,7 +23,8 @@ struct FakeEngineOptions {
     int max_running = 8;  // sequences generating at once; the rest wait
     int kv_block_size = 16;
     int64_t kv_blocks_total = 4096;
-    std::chrono::microseconds step_interval{200};  // time between two tokens of a sequence
+    std::chrono::microseconds step_interval{200};  // time between two steps
+    int tokens_per_step = 1;  // tokens a sequence gets a step, delivered together (as speculative decoding's)
     bool ready = true;
 };
 

@@ -11,6 +11,13 @@
 namespace gptoss::server {
 namespace {
 
+// The token events of `events` after `e` (one of them): read from the engine but never used once `e` ended the
+// answer (GenerationStream::stop takes them back out of the generated-tokens count).
+size_t tokens_after(const std::vector<EngineEvent>& events, const EngineEvent* e) {
+    return static_cast<size_t>(std::count_if(e + 1, events.data() + events.size(),
+                                             [](const EngineEvent& x) { return x.token_id >= 0; }));
+}
+
 constexpr std::chrono::milliseconds kPollInterval{100};
 
 RouteResponse json_response(int status, const Json& body) {
@@ -56,7 +63,7 @@ public:
                 last_event_ = Clock::now();
                 for (const EngineEvent& e : events_) {
                     if (session_->on_event(e, out)) {
-                        gen_->stop();
+                        gen_->stop(tokens_after(events_, &e));
                         end(FinishReason::kStop, out);
                         break;
                     }
@@ -348,7 +355,7 @@ struct Choice {
 void feed(Choice& c, const std::vector<EngineEvent>& events, std::string* sse, std::optional<ApiError>* failure) {
     for (const EngineEvent& e : events) {
         if (c.session->on_event(e, sse)) {
-            c.gen->stop();
+            c.gen->stop(tokens_after(events, &e));
             c.session->close(FinishReason::kStop, sse);
             c.done = true;
             return;
@@ -630,7 +637,7 @@ RouteResponse OpenAiRoutes::generate(EngineRequest request,
         last_event = Clock::now();
         for (const EngineEvent& e : events) {
             if (session->on_event(e, &unused)) {
-                gen->stop();
+                gen->stop(tokens_after(events, &e));
                 finish = FinishReason::kStop;
                 break;
             }
@@ -1069,7 +1076,7 @@ void OpenAiRoutes::run_background(std::unique_ptr<GenerationStream> gen, std::sh
                 bool closed = false;
                 for (const EngineEvent& e : events) {
                     if (s.on_event(e, sse)) {
-                        gen->stop();
+                        gen->stop(tokens_after(events, &e));
                         s.close(FinishReason::kStop, sse);
                         closed = true;
                         break;

@@ -1,5 +1,7 @@
 #include "server/request_queue.h"
 
+#include <algorithm>
+
 namespace gptoss::server {
 namespace {
 
@@ -20,8 +22,11 @@ GenerationStream::~GenerationStream() {
     queue_.in_flight_.fetch_sub(1);
 }
 
-void GenerationStream::stop() {
+void GenerationStream::stop(size_t unread) {
     if (released_) return;
+    const auto n = static_cast<int64_t>(std::min<size_t>(unread, static_cast<size_t>(generated_)));
+    generated_ -= n;
+    queue_.metrics_.add_generated_tokens(-n);
     queue_.engine_.cancel(id_);
     released_ = true;
     finished_ = true;

@@ -33,8 +33,10 @@ public:
     // returns false at once after the last event and while the server shuts down.
     bool next(std::vector<EngineEvent>* out, std::chrono::milliseconds timeout);
     // Ends generation now (the server has what it needs, e.g. a stop string matched): the engine
-    // request is released at once and not counted as cancelled.
-    void stop();
+    // request is released at once and not counted as cancelled. `unread` is how many token events of
+    // the last batch came after the one that ended it (a speculative step delivers several): they are
+    // taken back out of the generated-tokens count, which then agrees with the answer's usage.
+    void stop(size_t unread = 0);
     bool finished() const { return finished_; }
     // The engine's last step for this request (TokenEngine::last_progress).
     Clock::time_point last_progress() const;

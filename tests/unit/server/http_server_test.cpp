@@ -658,6 +658,47 @@ TEST_F(HttpServerTest, SmallVocabularyCompletionsLeaveOutHarmonyStopIds) {
     EXPECT_TRUE(s.wait_engine_idle());
 }
 
+// A speculative step delivers several tokens at once. When a stop string ends the answer inside such a run, the
+// tokens after it were never used: gptoss_generation_tokens_total agrees with the answers' usage (it counted them).
+TEST_F(HttpServerTest, GeneratedTokensMetricAgreesWithUsageWhenAStopStringCutsARun) {
+    TestServerOptions o = default_test_options();
+    o.engine.tokens_per_step = 4;
+    TestServer s(o);
+    const std::vector<int32_t> plain = test_tokenizer()->encode("ab cd ef gh ij kl mn op", {});
+    const std::vector<int32_t> chat =
+        harmony_ids("<|channel|>final<|message|>ab cd ef gh ij kl mn op<|return|>");
+    ASSERT_GE(plain.size(), 6u);
+    s.engine.set_script([&](const EngineRequest& r) { return r.prompt.size() == 3 ? plain : chat; });
+    int64_t usage_total = 0;
+    const auto add_usage = [&](const httplib::Result& r) {
+        ASSERT_TRUE(r);
+        ASSERT_EQ(r->status, 200) << r->body;
+        // A stream's usage is in its last chunk before [DONE].
+        Json j;
+        if (r->body.rfind("data: ", 0) == 0) {
+            const std::vector<SseEvent> events = parse_sse(r->body);
+            ASSERT_GE(events.size(), 2u);
+            j = parse(events[events.size() - 2].data);
+        } else {
+            j = parse(r->body);
+        }
+        EXPECT_LT(j["usage"]["completion_tokens"].get<int64_t>(), 8) << r->body;  // cut early
+        usage_total += j["usage"]["completion_tokens"].get<int64_t>();
+    };
+    add_usage(s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":50,"stop":"cd"})"));
+    add_usage(s.post("/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":"x"}],"max_tokens":50,"stop":["cd"]})"));
+    add_usage(s.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":50,)"
+                                             R"("stop":"cd","stream":true,"stream_options":{"include_usage":true}})"));
+    ASSERT_TRUE(s.wait_engine_idle());
+    auto metrics = s.get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("gptoss_generation_tokens_total " + std::to_string(usage_total) + "\n"),
+              std::string::npos)
+        << "usage total " << usage_total << "\n"
+        << metrics->body;
+}
+
 // vLLM's priority: 0 (or absent) everywhere; another value is a 400 naming it unless the server was started with
 // --scheduling-policy priority, which hands it to the engine (whose scheduler orders by it: runtime tests).
 TEST_F(HttpServerTest, RequestPriorityNeedsThePriorityPolicy) {
