@@ -64,8 +64,14 @@ public:
         const Json* v = get(key);
         if (!v || !ok()) return std::nullopt;
         int64_t i;
+        // (A bound at the 64-bit limit is no bound the caller chose: not named.)
         const auto out_of_range = [&](const std::string& got) {
-            return fail(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + got);
+            const std::string range = lo == INT64_MIN && hi == INT64_MAX ? "must be a 64-bit integer"
+                                      : lo == INT64_MIN                  ? "must be at most " + std::to_string(hi)
+                                      : hi == INT64_MAX
+                                          ? "must be at least " + std::to_string(lo)
+                                          : "must be between " + std::to_string(lo) + " and " + std::to_string(hi);
+            return fail(key, range + ", got " + got);
         };
         if (v->is_number_unsigned()) {
             const uint64_t u = v->get<uint64_t>();
@@ -81,10 +87,7 @@ public:
         } else {
             return fail(key, "must be an integer, not " + type_name(*v));
         }
-        if (i < lo || i > hi) {
-            return fail(key, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " +
-                                 std::to_string(i));
-        }
+        if (i < lo || i > hi) return out_of_range(std::to_string(i));
         return i;
     }
     std::optional<bool> boolean(const char* key) {

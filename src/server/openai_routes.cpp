@@ -14,8 +14,8 @@ namespace {
 // The token events of `events` after `e` (one of them): read from the engine but never used once `e` ended the
 // answer (GenerationStream::stop takes them back out of the generated-tokens count).
 size_t tokens_after(const std::vector<EngineEvent>& events, const EngineEvent* e) {
-    return static_cast<size_t>(std::count_if(e + 1, events.data() + events.size(),
-                                             [](const EngineEvent& x) { return x.token_id >= 0; }));
+    return static_cast<size_t>(
+        std::count_if(e + 1, events.data() + events.size(), [](const EngineEvent& x) { return x.token_id >= 0; }));
 }
 
 constexpr std::chrono::milliseconds kPollInterval{100};

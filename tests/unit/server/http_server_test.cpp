@@ -665,8 +665,7 @@ TEST_F(HttpServerTest, GeneratedTokensMetricAgreesWithUsageWhenAStopStringCutsAR
     o.engine.tokens_per_step = 4;
     TestServer s(o);
     const std::vector<int32_t> plain = test_tokenizer()->encode("ab cd ef gh ij kl mn op", {});
-    const std::vector<int32_t> chat =
-        harmony_ids("<|channel|>final<|message|>ab cd ef gh ij kl mn op<|return|>");
+    const std::vector<int32_t> chat = harmony_ids("<|channel|>final<|message|>ab cd ef gh ij kl mn op<|return|>");
     ASSERT_GE(plain.size(), 6u);
     s.engine.set_script([&](const EngineRequest& r) { return r.prompt.size() == 3 ? plain : chat; });
     int64_t usage_total = 0;

@@ -527,6 +527,12 @@ TEST(ParseChatRequest, SamplingExtensionsAndSeeds) {
                   "must be an integer from -9223372036854775808 to 18446744073709551615, got 1.8446744073709552e+19"),
               std::string::npos)
         << past.status().message();
+    // A max_tokens past 64 bits: the message named int64's limits as if they were the field's range.
+    auto huge =
+        parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 9223372036854775808})"));
+    ASSERT_FALSE(huge.ok());
+    EXPECT_NE(huge.status().message().find("must be a 64-bit integer, got 9223372036854775808"), std::string::npos)
+        << huge.status().message();
     auto streamed = parse_chat_request(j(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
                                             "stream_options": {"include_usage": true}})"));
     ASSERT_TRUE(streamed.ok()) << streamed.status().message();
