@@ -135,6 +135,7 @@ EngineStats FakeEngine::stats() const {
 }
 
 void FakeEngine::finish_locked(Sequence& s, EngineEvent event) {
+    event.cached_prompt_tokens = options_.cached_prompt_tokens;
     if (s.running) {
         kv_blocks_in_use_ -= blocks_for(static_cast<int64_t>(s.request.prompt.size() + s.generated));
     }
@@ -204,9 +205,9 @@ void FakeEngine::step_locked() {
                 if (s.request.top_logprobs == 0) e.top_logprobs.clear();
             }
             // (The real engine never draws a stop id among the first min_tokens: a scripted one does not end it.)
-            const bool stop =
-                std::find(s.request.stop_ids.begin(), s.request.stop_ids.end(), e.token_id) != s.request.stop_ids.end() &&
-                static_cast<int>(s.generated) > s.request.min_tokens;
+            const bool stop = std::find(s.request.stop_ids.begin(), s.request.stop_ids.end(), e.token_id) !=
+                                  s.request.stop_ids.end() &&
+                              static_cast<int>(s.generated) > s.request.min_tokens;
             const int64_t len = len_before + 1;
             kv_blocks_in_use_ += blocks_for(len) - blocks_for(len_before);
             if (stop) {
@@ -218,6 +219,7 @@ void FakeEngine::step_locked() {
                 finish_locked(s, std::move(e));
             } else {
                 e.time = Clock::now();
+                e.cached_prompt_tokens = options_.cached_prompt_tokens;
                 s.events.push_back(std::move(e));
                 s.cv.notify_all();
             }

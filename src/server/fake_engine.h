@@ -24,7 +24,9 @@ struct FakeEngineOptions {
     int kv_block_size = 16;
     int64_t kv_blocks_total = 4096;
     std::chrono::microseconds step_interval{200};  // time between two steps
-    int tokens_per_step = 1;  // tokens a sequence gets a step, delivered together (as speculative decoding's)
+    int tokens_per_step = 1;
+    int cached_prompt_tokens = 0;  // said on every event (as the real engine's prefix cache hits are)  // tokens a
+                                   // sequence gets a step, delivered together (as speculative decoding's)
     bool ready = true;
 };
 

@@ -202,6 +202,8 @@ public:
             else
                 request_stop_id_ = e.token_id;
         }
+        // (On every token event: an answer a stop string ends sees no finish event.)
+        if (e.cached_prompt_tokens > 0) usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.finish != FinishReason::kNone) {
             hit_length_ = e.finish == FinishReason::kLength;
             usage_.cached_tokens = e.cached_prompt_tokens;
@@ -684,7 +686,9 @@ public:
             lp = all_logprobs_;  // the prompt's entries, the first chunk's
             echo_logprobs_sent_ = true;
         }
-        if (e.finish != FinishReason::kNone) usage_.cached_tokens = e.cached_prompt_tokens;
+        // (On every token event: an answer a stop string ends sees no finish event.)
+        if (e.cached_prompt_tokens > 0 || e.finish != FinishReason::kNone)
+            usage_.cached_tokens = e.cached_prompt_tokens;
         if (e.token_id >= 0 && !stop_.matched() && !echo_only_) {
             ++usage_.completion_tokens;
             if (return_token_ids_) {

@@ -660,9 +660,12 @@ TEST_F(HttpServerTest, SmallVocabularyCompletionsLeaveOutHarmonyStopIds) {
 
 // A speculative step delivers several tokens at once. When a stop string ends the answer inside such a run, the
 // tokens after it were never used: gptoss_generation_tokens_total agrees with the answers' usage (it counted them).
-TEST_F(HttpServerTest, GeneratedTokensMetricAgreesWithUsageWhenAStopStringCutsARun) {
+// And an answer a stop string ends still says its prompt's prefix-cache hits (its cached_tokens read 0: only the
+// engine's finish event, which such an answer never sees, was read).
+TEST_F(HttpServerTest, StopStringCutsKeepTheMetricsAndCachedTokensRight) {
     TestServerOptions o = default_test_options();
     o.engine.tokens_per_step = 4;
+    o.engine.cached_prompt_tokens = 2;
     TestServer s(o);
     const std::vector<int32_t> plain = test_tokenizer()->encode("ab cd ef gh ij kl mn op", {});
     const std::vector<int32_t> chat = harmony_ids("<|channel|>final<|message|>ab cd ef gh ij kl mn op<|return|>");
@@ -682,6 +685,7 @@ TEST_F(HttpServerTest, GeneratedTokensMetricAgreesWithUsageWhenAStopStringCutsAR
             j = parse(r->body);
         }
         EXPECT_LT(j["usage"]["completion_tokens"].get<int64_t>(), 8) << r->body;  // cut early
+        EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 2) << r->body;
         usage_total += j["usage"]["completion_tokens"].get<int64_t>();
     };
     add_usage(s.post("/v1/completions", R"({"prompt":[1,2,3],"max_tokens":50,"stop":"cd"})"));
