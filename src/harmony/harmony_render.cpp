@@ -328,7 +328,9 @@ std::string render_developer_body(const DeveloperContent& dev) {
         sections.push_back("# Instructions");
         sections.push_back(*dev.instructions);
     }
-    if (!dev.tools.empty()) sections.push_back(render_tools_section(dev.tools));
+    // The tools block only with at least one tool (§4.1): a "functions" namespace with none renders nothing.
+    if (std::any_of(dev.tools.begin(), dev.tools.end(), [](const ToolNamespace& ns) { return !ns.tools.empty(); }))
+        sections.push_back(render_tools_section(dev.tools));
     if (dev.response_format) {
         const ResponseFormat& rf = *dev.response_format;
         std::string section = "# Response Formats\n\n## " + rf.name + "\n\n";

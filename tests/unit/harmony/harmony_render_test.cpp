@@ -332,6 +332,19 @@ TEST(HarmonyChat, InvalidRequestsAreInvalidArgument) {
 namespace gptoss::harmony {
 namespace {
 
+// HARMONY.md §4.1: the developer message's tools block only with at least one tool. A "functions" namespace with
+// none rendered "# Tools\n\n## functions\n" after the instructions.
+TEST(HarmonyDeveloperBody, NamespaceWithoutToolsRendersNoToolsBlock) {
+    DeveloperContent dev;
+    dev.instructions = "Be brief.";
+    dev.tools.push_back(ToolNamespace{"functions", std::nullopt, {}});
+    EXPECT_EQ(render_developer_body(dev), "# Instructions\n\nBe brief.");
+    dev.tools[0].tools.push_back(ToolDescription{"f", "Does f.", std::nullopt});
+    EXPECT_EQ(render_developer_body(dev),
+              "# Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\nnamespace functions {\n\n// Does f.\n"
+              "type f = () => any;\n\n} // namespace functions");
+}
+
 // HARMONY.md §4.4: the response format after the instructions and tools, its description as comment
 // lines, the schema compact; and the chat adapter builds it from response_format json_schema only.
 TEST(HarmonyResponseFormat, RenderedAfterTheToolsAndFromTheChatRequest) {
