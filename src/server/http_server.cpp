@@ -55,11 +55,36 @@ public:
     // A request begins: its header block is counted from here until headers_done().
     void begin_request() {
         in_headers_ = true;
+        parsed_ = close_ = chunked_ = false;
+        declared_length_ = body_read_ = 0;
         last_[0] = last_[1] = 0;
         header_bytes_ = 0;
         header_deadline_ = std::chrono::steady_clock::now() + limits_.timeout;
     }
-    void headers_done() { in_headers_ = false; }
+    // httplib parsed the request line and headers: the body (if any) follows, held to a pace of its own (a body
+    // trickled a byte a read timeout held a worker forever).
+    void headers_done(const httplib::Request& req) {
+        in_headers_ = false;
+        parsed_ = true;
+        chunked_ = req.has_header("Transfer-Encoding");
+        const std::string length = req.get_header_value("Content-Length");
+        declared_length_ = 0;
+        for (char c : length) {
+            if (c < '0' || c > '9' || declared_length_ > (int64_t{1} << 50)) {
+                declared_length_ = int64_t{1} << 50;  // (httplib answers a bad length; the body is not read)
+                break;
+            }
+            declared_length_ = declared_length_ * 10 + (c - '0');
+        }
+        body_start_ = std::chrono::steady_clock::now();
+    }
+    bool parsed() const { return parsed_; }
+    // The connection ends after this request's answer (close_after).
+    void close_after_response() { close_ = true; }
+    // The request's body was not read whole (an answer given without it: its bytes must not be taken for the next
+    // request), or came chunked (whose end httplib does not say): the connection must end after the answer.
+    bool body_left() const { return parsed_ && (chunked_ || body_read_ < declared_length_); }
+    bool closing() const { return close_ || failed_ || !parsed_; }
     // The connection must end (a header block over its limits was answered).
     bool failed() const { return failed_; }
     bool has_buffered() const { return begin_ < end_; }
@@ -70,10 +95,17 @@ public:
     ssize_t read(char* ptr, size_t size) override {
         if (failed_) return -1;
         if (!has_buffered()) {
-            if (!wait(POLLIN, in_headers_ ? std::min(read_timeout_, header_time_left()) : read_timeout_)) {
+            const bool in_body = parsed_ && !in_headers_;
+            const std::chrono::microseconds wait_for = in_headers_ ? std::min(read_timeout_, header_time_left())
+                                                       : in_body   ? std::min(read_timeout_, body_time_left())
+                                                                   : read_timeout_;
+            if (!wait(POLLIN, wait_for)) {
                 if (in_headers_ && header_time_left() <= std::chrono::microseconds::zero())
                     refuse(408, "the request's headers took longer than " + std::to_string(limits_.timeout.count()) +
                                     " s to arrive");
+                if (in_body && body_time_left() <= std::chrono::microseconds::zero())
+                    refuse(408, "the request body arrived too slowly (" + std::to_string(body_read_) + " bytes in " +
+                                    std::to_string(seconds_since(body_start_)) + " s)");
                 return -1;
             }
             const ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), 0);
@@ -103,6 +135,7 @@ public:
         }
         std::memcpy(ptr, buf_.data() + begin_, size);
         begin_ += size;
+        if (parsed_ && !in_headers_) body_read_ += static_cast<int64_t>(size);
         return static_cast<ssize_t>(size);
     }
 
@@ -116,6 +149,18 @@ public:
     int socket() const override { return fd_; }
 
 private:
+    static int64_t seconds_since(std::chrono::steady_clock::time_point t) {
+        return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - t).count();
+    }
+    // The body's pace: the header timeout's grace, then at least kMinBodyRate bytes a second on average (nginx bounds
+    // only the gap between reads, which a trickle of a byte at a time never exceeds).
+    static constexpr int64_t kMinBodyRate = 16 << 10;
+    std::chrono::microseconds body_time_left() const {
+        const auto allowed = std::chrono::duration_cast<std::chrono::microseconds>(limits_.timeout) +
+                             std::chrono::microseconds(body_read_ * 1000000 / kMinBodyRate);
+        return allowed -
+               std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - body_start_);
+    }
     std::chrono::microseconds header_time_left() const {
         return std::chrono::duration_cast<std::chrono::microseconds>(header_deadline_ -
                                                                      std::chrono::steady_clock::now());
@@ -172,10 +217,17 @@ private:
     std::array<char, 16384> buf_{};
     size_t begin_ = 0, end_ = 0;  // buf_[begin_, end_) read from the socket, not yet handed out
     bool in_headers_ = false, failed_ = false;
+    bool parsed_ = false, close_ = false, chunked_ = false;  // this request's (begin_request resets them)
+    int64_t declared_length_ = 0, body_read_ = 0;
+    std::chrono::steady_clock::time_point body_start_{};
     char last_[2] = {0, 0};  // the header block's last two bytes handed out
     size_t header_bytes_ = 0;
     std::chrono::steady_clock::time_point header_deadline_{};
 };
+
+// The connection the calling worker thread serves (set by GuardedServer's loop), for close_after and the error
+// handler; null outside a connection.
+thread_local ConnectionStream* t_stream = nullptr;
 
 // httplib's server with its connection loop replaced (ConnectionStream: the header block's limits, pipelined
 // requests). process_and_close_socket is the library's virtual for this; process_request parses and answers one
@@ -190,15 +242,23 @@ private:
             sock, std::chrono::seconds(read_timeout_sec_) + std::chrono::microseconds(read_timeout_usec_),
             std::chrono::seconds(write_timeout_sec_) + std::chrono::microseconds(write_timeout_usec_), header_limits_);
         bool ret = false;
+        t_stream = &strm;
         for (size_t left = keep_alive_max_count_; left > 0 && !strm.failed(); --left) {
             if (!strm.has_buffered() && !wait_for_request(sock)) break;
             const bool close_connection = left == 1 || svr_sock_ == INVALID_SOCKET;
             bool connection_closed = false;
             strm.begin_request();
-            ret = process_request(strm, close_connection, connection_closed,
-                                  [&strm](httplib::Request&) { strm.headers_done(); });
-            if (!ret || connection_closed) break;
+            ret = process_request(strm, close_connection, connection_closed, [&strm](httplib::Request& req) {
+                strm.headers_done(req);
+                // HTTP/1.0 has no 100 Continue (RFC 9110 §10.1.1: the expectation is ignored).
+                if (req.version == "HTTP/1.0") req.headers.erase("Expect");
+            });
+            // httplib decides to close from the request's own `Connection` before it is answered: an answer that
+            // said `Connection: close` (close_after), a request it could not parse, or a body left unread (a GET's,
+            // an error answered before the body) kept the connection, and the unread bytes ran as the next request.
+            if (!ret || connection_closed || strm.closing() || strm.body_left()) break;
         }
+        t_stream = nullptr;
         linger_close(sock);
         return ret;
     }
@@ -317,11 +377,12 @@ private:
 
 constexpr std::chrono::milliseconds kStreamPoll{100};
 
-// Ends the connection after this response. httplib 0.11 decides that from the request alone: with
-// `Connection: close` in the request it writes the response header itself (once) and closes; a
-// response header set here was sent beside its own (twice) or beside `Keep-Alive` on a connection
-// it kept open. The request object is httplib's own non-const one; handlers are only given it as const.
+// Ends the connection after this response. httplib 0.11 writes the answer's `Connection` header from the request's
+// (a response header set here was sent beside its own, twice, or beside `Keep-Alive`), so it is set there; and the
+// connection loop ends the connection (httplib had decided to keep it before the request was answered). The request
+// object is httplib's own non-const one; handlers are only given it as const.
 void close_after(const httplib::Request& req) {
+    if (t_stream != nullptr) t_stream->close_after_response();
     auto& mreq = const_cast<httplib::Request&>(req);
     if (mreq.get_header_value("Connection") != "close") {
         mreq.headers.erase("Connection");
@@ -843,6 +904,34 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         // HTTP/1.0: httplib closes the connection after the answer but announced `Keep-Alive` in it;
         // say `Connection: close` instead (RFC 9112 §9.3).
         if (req.version == "HTTP/1.0") close_after(req);
+        // Framing a proxy in front may read otherwise (RFC 9112 §6.3, §5.1): both Transfer-Encoding and
+        // Content-Length, a coding other than chunked, or a header name with a space before its colon (httplib kept
+        // "Transfer-Encoding " as a name of its own and read the Content-Length): refused, and the connection ends.
+        const auto refuse_framing = [&](const std::string& message, int status = 400) {
+            close_after(req);
+            set_error(res, api_error(status, message));
+            return httplib::Server::HandlerResponse::Handled;
+        };
+        for (const auto& [name, value] : req.headers) {
+            if (name.empty() || name.find_first_of(" \t") != std::string::npos)
+                return refuse_framing("malformed HTTP request: whitespace in a header name");
+        }
+        if (req.has_header("Transfer-Encoding")) {
+            std::string te = req.get_header_value("Transfer-Encoding");
+            std::transform(te.begin(), te.end(), te.begin(), [](unsigned char ch) { return std::tolower(ch); });
+            if (req.get_header_value_count("Transfer-Encoding") != 1)
+                return refuse_framing("Transfer-Encoding may be given once");
+            if (te != "chunked")  // (RFC 9112 §6.1: a coding the server does not know is a 501)
+                return refuse_framing("Transfer-Encoding '" + log_safe(te) + "' is not supported (only chunked)", 501);
+            if (req.has_header("Content-Length"))
+                return refuse_framing("a request may not have both Transfer-Encoding and Content-Length");
+        }
+        // A body httplib does not read (it reads those of POST, PUT and PATCH): the connection ends after the
+        // answer, so that the body's bytes are never taken for a request (the GET's body ran as one).
+        const bool body = req.has_header("Transfer-Encoding") ||
+                          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+        if (body && req.method != "POST" && req.method != "PUT" && req.method != "PATCH") close_after(req);
+        if (req.has_header("Transfer-Encoding")) close_after(req);  // (where its body ends is httplib's to know)
         // A target in absolute form (`GET http://host:port/health`, as proxies send) names the same
         // resource as its path (RFC 9112 §3.2.2: a server must accept it); httplib routes on the path.
         for (const std::string scheme : {"http://", "https://"}) {
@@ -871,6 +960,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     const size_t max_body = options.max_body_bytes;
     svr.set_error_handler(
         httplib::Server::HandlerWithResponse([max_body](const httplib::Request& req, httplib::Response& res) {
+            // A request httplib could not parse, or answered before its body was read (too large, an unknown
+            // route's): the connection ends after the answer (RFC 9112 §9.6), and says so.
+            if (t_stream != nullptr && (!t_stream->parsed() || t_stream->body_left())) close_after(req);
             if (!res.body.empty() || res.is_chunked_content_provider_)
                 return httplib::Server::HandlerResponse::Unhandled;
             switch (res.status) {

@@ -3,11 +3,13 @@
 // reader not stalling others, many concurrent streams.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <sstream>
 #include <thread>
 
 #include "core/version.h"
@@ -978,6 +980,96 @@ std::string raw_read_all(int port, const std::string& bytes) {
         ::close(fd);
     }
     return got;
+}
+
+// A body the server does not read must never run as the next request (request smuggling behind a proxy). httplib
+// 0.11 reads the bodies of POST, PUT and PATCH only, and decides to keep a connection before it answers: a GET's
+// body, a body left unread by an error (a bad length, too large), and whatever follows a request line it could not
+// parse all ran as requests of their own on the same connection, while the answer said `Connection: close`.
+TEST_F(HttpServerTest, UnreadBodiesNeverRunAsRequests) {
+    TestServer s;
+    s.engine.set_script(hello_script());
+    const std::string inner_body = R"({"prompt":[1,2],"max_tokens":1})";
+    const std::string inner =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(inner_body.size()) + "\r\n\r\n" + inner_body;
+    const std::string length = "Content-Length: " + std::to_string(inner.size()) + "\r\n";
+    struct Case {
+        std::string request;  // sent with `inner` after it
+        const char* status;
+    };
+    const Case cases[] = {
+        {"GET /health HTTP/1.1\r\nHost: x\r\n" + length + "\r\n", "HTTP/1.1 200"},
+        {"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + length + "\r\n", "HTTP/1.1 200"},
+        {"HEAD /health HTTP/1.1\r\nHost: x\r\n" + length + "\r\n", "HTTP/1.1 200"},
+        {"DELETE /v1/responses/resp_x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+             [&] {
+                 std::ostringstream hex;
+                 hex << std::hex << inner.size();
+                 return hex.str() + "\r\n";
+             }(),
+         "HTTP/1.1 404"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", "HTTP/1.1 400"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n\r\n", "HTTP/1.1 413"},
+        {"GET /health HTTP/1.2\r\nHost: x\r\n\r\n", "HTTP/1.1 400"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n" + length + "\r\n",
+         "HTTP/1.1 400"},
+        {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + length + "\r\n",
+         "HTTP/1.1 400"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.request);
+        const auto t0 = std::chrono::steady_clock::now();
+        const std::string got = raw_read_all(s.http.port(), c.request + inner);
+        EXPECT_EQ(got.substr(0, 12), c.status) << got;
+        // One answer, which says the connection ends, and the connection ended at once (not after the keep-alive
+        // timeout, nor the 5 s the read allows).
+        size_t answers = 0;
+        for (size_t at = got.find("HTTP/1."); at != std::string::npos; at = got.find("HTTP/1.", at + 1)) ++answers;
+        EXPECT_EQ(answers, 1u) << got;
+        EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+    }
+    EXPECT_EQ(s.engine.submitted(), 0);
+    // A request that was read whole keeps its connection: two on one.
+    const std::string get = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    const std::string two = raw_read_all(s.http.port(), get + get +
+                                                            "GET /health HTTP/1.1\r\nHost: x\r\n"
+                                                            "Connection: close\r\n\r\n");
+    size_t answers = 0;
+    for (size_t at = two.find("HTTP/1.1 200"); at != std::string::npos; at = two.find("HTTP/1.1 200", at + 1))
+        ++answers;
+    EXPECT_EQ(answers, 3u) << two;
+}
+
+// A body trickled in (a byte now and then, never a read timeout's silence) held a worker for as long as the client
+// liked: past the header timeout's grace, a body must average 16 KB a second, or the client gets a 408.
+TEST_F(HttpServerTest, TrickledBodyIsCutOff) {
+    TestServerOptions o = default_test_options();
+    o.http.header_timeout = std::chrono::seconds(1);
+    TestServer s(o);
+    const int fd = send_raw(s.http.port(),
+                            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: 60000\r\n\r\n{",
+                            5);
+    ASSERT_GE(fd, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string got;
+    for (int i = 0; i < 40 && got.empty(); ++i) {  // a byte every 100 ms, for up to 4 s
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        (void)::send(fd, " ", 1, MSG_NOSIGNAL);
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) > 0) {
+            char buf[4096];
+            const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+            if (n > 0) got.assign(buf, static_cast<size_t>(n));
+        }
+    }
+    ::close(fd);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 408") << got;
+    EXPECT_LT(secs, 3.0);
 }
 
 // Answers on a connection that ends say so once: `Connection: close` a single time and no
