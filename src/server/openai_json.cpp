@@ -1557,9 +1557,9 @@ StatusOr<CompletionParams> parse_completion_request(const Json& body, int vocab_
             }
             if (*mt <= 0) f.fail("max_tokens", "must be at least 1 (0 only with echo)");
             p.sampling.max_tokens = mt;
-        } else {
+        } else if (!body.contains("max_tokens")) {
             p.sampling.max_tokens = 16;  // the OpenAI default for completions
-        }
+        }                                // (an explicit null: up to the context's end, as vLLM reads it)
         // OpenAI's limit is 5; vLLM's (and the engine's) 20.
         if (auto lp = f.integer("logprobs", 0, runtime::kMaxLogprobs)) p.logprobs = static_cast<int>(*lp);
         if (auto plp = f.integer("prompt_logprobs", 0, runtime::kMaxLogprobs))

@@ -716,6 +716,10 @@ TEST(ParseCompletionRequest, PromptForms) {
     ASSERT_EQ(text->prompts.size(), 1u);
     EXPECT_EQ(text->prompts[0].text, "hello");
     EXPECT_EQ(text->sampling.max_tokens, 16);  // OpenAI's default for completions
+    // An explicit null asks for no limit but the context's (vLLM's reading; it gave the default 16).
+    auto unlimited = parse_completion_request(j(R"({"prompt": "hello", "max_tokens": null})"), 100);
+    ASSERT_TRUE(unlimited.ok());
+    EXPECT_FALSE(unlimited->sampling.max_tokens.has_value());
     auto ids = parse_completion_request(j(R"({"prompt": [1, 2, 99], "logprobs": 2, "max_tokens": 4})"), 100);
     ASSERT_TRUE(ids.ok());
     ASSERT_EQ(ids->prompts.size(), 1u);
