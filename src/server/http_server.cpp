@@ -849,15 +849,33 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                      close_after(req);
                      send(req, res, routes.cancel_response(req.matches[1].str()));
                  }));
-    {  // A stored response's other methods, and its CORS preflight (a browser's DELETE or cancel asks first).
-        const char* allow = "GET, POST, DELETE";
-        svr.Put("/v1/responses/(.+)", not_allowed_with_body(allow));
-        svr.Patch("/v1/responses/(.+)", not_allowed_with_body(allow));
-        if (cors) {
-            svr.Options("/v1/responses/(.+)", preflight("GET, POST, DELETE, OPTIONS"));
-        } else {
-            svr.Options("/v1/responses/(.+)", not_allowed(allow));
-        }
+    {  // A stored response's other methods, and its CORS preflight (a browser's DELETE or cancel asks first), with
+       // what each of its paths allows: {id} GET and DELETE, {id}/cancel POST, {id}/input_items GET.
+        const auto allowed = [](const httplib::Request& req, bool options) -> const char* {
+            const std::string rest = req.matches[1].str();
+            const auto ends = [&](std::string_view tail) {
+                return rest.size() > tail.size() && rest.compare(rest.size() - tail.size(), tail.size(), tail) == 0;
+            };
+            if (ends("/cancel")) return options ? "POST, OPTIONS" : "POST";
+            if (ends("/input_items")) return options ? "GET, OPTIONS" : "GET";
+            return options ? "GET, DELETE, OPTIONS" : "GET, DELETE";
+        };
+        const auto other = httplib::Server::HandlerWithContentReader(
+            [allowed, not_allowed_error](const httplib::Request& req, httplib::Response& res,
+                                         const httplib::ContentReader&) {
+                close_after(req);
+                not_allowed_error(req, res, allowed(req, false));
+            });
+        svr.Put("/v1/responses/(.+)", other);
+        svr.Patch("/v1/responses/(.+)", other);
+        svr.Options("/v1/responses/(.+)",
+                    [allowed, preflight, not_allowed_error, cors](const httplib::Request& req, httplib::Response& res) {
+                        if (cors) {
+                            preflight(allowed(req, true))(req, res);
+                        } else {
+                            not_allowed_error(req, res, allowed(req, false));
+                        }
+                    });
     }
     // Any other path with a method that may carry a body: 404 at once, the body unread and the
     // connection closed (httplib would first wait for a body that may never come: a bodiless POST to

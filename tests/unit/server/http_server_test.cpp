@@ -487,19 +487,22 @@ TEST_F(HttpServerTest, CorsPreflightAndOriginHeader) {
         ASSERT_TRUE(models);
         EXPECT_EQ(models->status, 204);
         EXPECT_EQ(models->get_header_value("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS");
-        // A stored response's routes (retrieve, delete, cancel, input_items) answered 404 to the preflight.
-        for (const char* path :
-             {"/v1/responses/resp_1", "/v1/responses/resp_1/cancel", "/v1/responses/resp_1/input_items"}) {
-            auto r =
-                s.client().Options(path, {{"Origin", "http://a.com"}, {"Access-Control-Request-Method", "DELETE"}});
+        // A stored response's routes (retrieve, delete, cancel, input_items) answered 404 to the preflight; each
+        // says what it allows (all said "GET, POST, DELETE").
+        for (const auto& [path, methods] :
+             std::vector<std::pair<std::string, std::string>>{{"/v1/responses/resp_1", "GET, DELETE"},
+                                                              {"/v1/responses/resp_1/cancel", "POST"},
+                                                              {"/v1/responses/resp_1/input_items", "GET"}}) {
+            auto r = s.client().Options(path.c_str(),
+                                        {{"Origin", "http://a.com"}, {"Access-Control-Request-Method", "DELETE"}});
             ASSERT_TRUE(r);
             EXPECT_EQ(r->status, 204) << path;
-            EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "GET, POST, DELETE, OPTIONS") << path;
+            EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), methods + ", OPTIONS") << path;
+            auto put = s.client().Put(path.c_str(), "{}", "application/json");
+            ASSERT_TRUE(put);
+            EXPECT_EQ(put->status, 405);
+            EXPECT_EQ(put->get_header_value("Allow"), methods) << path;
         }
-        auto put = s.client().Put("/v1/responses/resp_1", "{}", "application/json");
-        ASSERT_TRUE(put);
-        EXPECT_EQ(put->status, 405);
-        EXPECT_EQ(put->get_header_value("Allow"), "GET, POST, DELETE");
         // Answers carry the origin header, errors from the routes too.
         auto ok = s.post("/v1/chat/completions", kChat);
         ASSERT_TRUE(ok);
