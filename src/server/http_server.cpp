@@ -934,6 +934,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             if (name.empty() || name.find_first_of(" \t") != std::string::npos)
                 return refuse_framing("malformed HTTP request: whitespace in a header name");
         }
+        // RFC 9112 §3.2: an HTTP/1.1 request without a Host header (or with several) is a 400.
+        if (req.version == "HTTP/1.1" && req.get_header_value_count("Host") != 1)
+            return refuse_framing("the request must have exactly one Host header");
         if (req.has_header("Transfer-Encoding")) {
             std::string te = req.get_header_value("Transfer-Encoding");
             std::transform(te.begin(), te.end(), te.begin(), [](unsigned char ch) { return std::tolower(ch); });

@@ -1016,6 +1016,7 @@ TEST_F(HttpServerTest, UnreadBodiesNeverRunAsRequests) {
         {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", "HTTP/1.1 400"},
         {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000\r\n\r\n", "HTTP/1.1 413"},
         {"GET /health HTTP/1.2\r\nHost: x\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /health HTTP/1.1\r\n" + length + "\r\n", "HTTP/1.1 400"},  // no Host (RFC 9112 §3.2)
         {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n" + length + "\r\n",
          "HTTP/1.1 400"},
         {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n" + length + "\r\n",
