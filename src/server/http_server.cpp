@@ -905,8 +905,22 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
 
     // `Expect: 100-continue`: the client waits for the 100 before sending its body, so a request without a valid
     // API key is answered 401 here, before the body (the 100 went out first, and the client uploaded for nothing).
-    svr.set_expect_100_continue_handler([keys = options.api_keys](const httplib::Request& req, httplib::Response& res) {
-        return refuse_without_key(keys, req, res) ? res.status : 100;
+    // A body over --max-body-bytes is refused the same way (413 instead of the 100; the connection then ends).
+    svr.set_expect_100_continue_handler([keys = options.api_keys, max_body = options.max_body_bytes](
+                                            const httplib::Request& req, httplib::Response& res) {
+        if (refuse_without_key(keys, req, res)) return res.status;
+        const std::string length = req.get_header_value("Content-Length");
+        const bool digits = !length.empty() && length.size() <= 19 &&
+                            std::all_of(length.begin(), length.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (digits && std::stoull(length) > max_body) {
+            close_after(req);
+            set_error(
+                res,
+                api_error(413, "the request body is larger than the limit of " + std::to_string(max_body) + " bytes",
+                          "request_too_large"));
+            return 413;
+        }
+        return 100;
     });
 
     // Request bodies come uncompressed (as vLLM's server takes them). httplib inflates a gzip or

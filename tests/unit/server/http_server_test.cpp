@@ -613,6 +613,19 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthMetricsAndVersion) {
     EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 401 Unauthorized") << got;
     EXPECT_NE(got.find("invalid_api_key"), std::string::npos) << got;
     EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
+    // A body over the limit: 413 instead of the 100 (the 100 came first), and the connection ends at once (the
+    // refusals' sockets waited out the keep-alive timeout for a body that never came).
+    const auto t0 = std::chrono::steady_clock::now();
+    fd = send_raw(s.http.port(),
+                  "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Expect: 100-continue\r\nAuthorization: Bearer sk-first\r\nContent-Length: 5000000\r\n\r\n",
+                  5);
+    ASSERT_GE(fd, 0);
+    got = read_all(fd);
+    EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 413 Payload Too Large") << got;
+    EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
+    EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
     fd = send_raw(s.http.port(), head + "Authorization: Bearer sk-first\r\nConnection: close\r\n\r\n", 5);
     ASSERT_GE(fd, 0);
     char cont[64];
