@@ -820,9 +820,27 @@ private:
         if (auto it = refs_.find(target); it != refs_.end()) return it->second;
         if (target.empty() || target[0] != '#')
             return fail(ptr, "'" + target + "' is not supported (only references into this schema, '#...')");
+        // The fragment is a URI's: percent-encoded bytes are decoded before it is read as a JSON pointer (RFC 6901
+        // §6; "#/$defs/a%20b" names "a b").
+        std::string pointer;
+        for (size_t i = 1; i < target.size(); ++i) {
+            if (target[i] != '%') {
+                pointer += target[i];
+                continue;
+            }
+            const auto hex = [](char c) {
+                return c >= '0' && c <= '9'   ? c - '0'
+                       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                              : -1;
+            };
+            if (i + 2 >= target.size() || hex(target[i + 1]) < 0 || hex(target[i + 2]) < 0)
+                return fail(ptr, "'" + target + "' is not a valid URI fragment (a '%' not followed by two hex digits)");
+            pointer += static_cast<char>(hex(target[i + 1]) * 16 + hex(target[i + 2]));
+            i += 2;
+        }
         const Json* at = nullptr;
         try {
-            const std::string pointer = target.substr(1);
             const Json::json_pointer jp(pointer);
             if (root_.contains(jp)) at = &root_.at(jp);
         } catch (const std::exception&) {

@@ -142,6 +142,17 @@ TEST(JsonGrammar, ArraysStringsAndRefs) {
     EXPECT_FALSE(prefix(*g, R"({"tree":{"v":1},"pair":["a",1],"code":"abcd)"));  // maxLength
     EXPECT_TRUE(prefix(*g, "{\"tree\":{\"v\":1},\"pair\":[\"a\",1],\"code\":\"\xc3\xa9\xc3\xa9\xc3\xa9"));
     EXPECT_FALSE(prefix(*g, "{\"tree\":{\"v\":1},\"pair\":[\"a\",1],\"code\":\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3"));
+    // A $ref is a URI fragment: percent-encoded bytes are decoded before the JSON pointer is read (RFC 6901 §6; it
+    // said "names nothing"), and its own escapes still apply.
+    auto spaced = compile(R"({"$defs":{"a b":{"const":1},"c/d":{"const":2}},
+                             "anyOf":[{"$ref":"#/$defs/a%20b"},{"$ref":"#/$defs/c~1d"}]})");
+    ASSERT_NE(spaced, nullptr);
+    EXPECT_TRUE(complete(*spaced, "1"));
+    EXPECT_TRUE(complete(*spaced, "2"));
+    EXPECT_FALSE(complete(*spaced, "3"));
+    auto bad = JsonGrammar::compile(Json::parse(R"({"$defs":{"a":{}},"$ref":"#/$defs/a%2"})"));
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().to_string().find("not a valid URI fragment"), std::string::npos) << bad.status().to_string();
 }
 
 TEST(JsonGrammar, TopLevelScalarsEndWhereTheTextEnds) {
