@@ -524,6 +524,20 @@ bool refuse_without_key(const std::vector<std::string>& keys, const httplib::Req
     return true;
 }
 
+// A compressed request body (Content-Encoding other than identity): 415, the body unread (httplib would inflate it
+// before any size limit applies to the inflated bytes: a 510 KB gzip body grew the server to 13.7 GB).
+bool refuse_encoding(const httplib::Request& req, httplib::Response& res) {
+    std::string enc = req.get_header_value("Content-Encoding");
+    std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (enc.empty() || enc == "identity") return false;
+    close_after(req);
+    set_error(res, api_error(415,
+                             "Content-Encoding '" + req.get_header_value("Content-Encoding") +
+                                 "' is not supported: send the request body uncompressed",
+                             "unsupported_content_encoding"));
+    return true;
+}
+
 // Writes a RouteResponse into httplib's response; SSE bodies are pulled from the producer by the
 // connection's worker thread as httplib writes the body: chunked for HTTP/1.1, and for an HTTP/1.0
 // client (which cannot decode chunked encoding, RFC 9112 §6.1) unframed, the end of the body being
@@ -905,10 +919,11 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
 
     // `Expect: 100-continue`: the client waits for the 100 before sending its body, so a request without a valid
     // API key is answered 401 here, before the body (the 100 went out first, and the client uploaded for nothing).
-    // A body over --max-body-bytes is refused the same way (413 instead of the 100; the connection then ends).
+    // A compressed body (415) or one over --max-body-bytes (413) is refused the same way, instead of the 100; the
+    // connection then ends.
     svr.set_expect_100_continue_handler([keys = options.api_keys, max_body = options.max_body_bytes](
                                             const httplib::Request& req, httplib::Response& res) {
-        if (refuse_without_key(keys, req, res)) return res.status;
+        if (refuse_without_key(keys, req, res) || refuse_encoding(req, res)) return res.status;
         const std::string length = req.get_header_value("Content-Length");
         const bool digits = !length.empty() && length.size() <= 19 &&
                             std::all_of(length.begin(), length.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -978,16 +993,9 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
                 break;
             }
         }
-        if (refuse_without_key(keys, req, res)) return httplib::Server::HandlerResponse::Handled;
-        std::string enc = req.get_header_value("Content-Encoding");
-        std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
-        if (enc.empty() || enc == "identity") return httplib::Server::HandlerResponse::Unhandled;
-        close_after(req);
-        set_error(res, api_error(415,
-                                 "Content-Encoding '" + req.get_header_value("Content-Encoding") +
-                                     "' is not supported: send the request body uncompressed",
-                                 "unsupported_content_encoding"));
-        return httplib::Server::HandlerResponse::Handled;
+        if (refuse_without_key(keys, req, res) || refuse_encoding(req, res))
+            return httplib::Server::HandlerResponse::Handled;
+        return httplib::Server::HandlerResponse::Unhandled;
     });
 
     // Errors httplib produces itself (unknown route, body too large, malformed HTTP) get an

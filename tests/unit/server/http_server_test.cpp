@@ -626,6 +626,12 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthMetricsAndVersion) {
     EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
     EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+    // A compressed body: 415 instead of the 100.
+    fd = send_raw(s.http.port(), head + "Authorization: Bearer sk-first\r\nContent-Encoding: gzip\r\n\r\n", 5);
+    ASSERT_GE(fd, 0);
+    got = read_all(fd);
+    EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 415 Unsupported Media Type") << got;
+    EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
     fd = send_raw(s.http.port(), head + "Authorization: Bearer sk-first\r\nConnection: close\r\n\r\n", 5);
     ASSERT_GE(fd, 0);
     char cont[64];
