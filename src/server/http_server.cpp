@@ -924,15 +924,11 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     svr.set_expect_100_continue_handler([keys = options.api_keys, max_body = options.max_body_bytes](
                                             const httplib::Request& req, httplib::Response& res) {
         if (refuse_without_key(keys, req, res) || refuse_encoding(req, res)) return res.status;
-        const std::string length = req.get_header_value("Content-Length");
-        const bool digits = !length.empty() && length.size() <= 19 &&
-                            std::all_of(length.begin(), length.end(), [](char c) { return c >= '0' && c <= '9'; });
-        if (digits && std::stoull(length) > max_body) {
+        // (The POST handler's own framing check, its 413 only: a length it cannot read is that handler's to answer.)
+        const auto early = framing_error("", true, req.get_header_value("Content-Length"), max_body);
+        if (req.has_header("Content-Length") && early && early->http_status == 413) {
             close_after(req);
-            set_error(
-                res,
-                api_error(413, "the request body is larger than the limit of " + std::to_string(max_body) + " bytes",
-                          "request_too_large"));
+            set_error(res, *early);
             return 413;
         }
         return 100;
