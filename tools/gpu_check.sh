@@ -3076,6 +3076,28 @@ PY
         gzip -f "$OUT/s57c_down_sass.txt"
       fi
       ;;
+    s63)
+      # Session 63: the decode layout of the MXFP4 experts (kernels/cuda/moe.h moe_pack_decode; GPTOSS_MOE_PACKED=1).
+      # Its kernel tests and the CUDA model / engine tests with it on; then batch-1 rows interleaved (three 20b pairs,
+      # two 120b), 20b batch 4 and 8 each way, stamped 20b batch-1 rows each way (tools/moe_stamps.py).
+      tests_row s63_tests 'CudaOps.MoePack*:CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaOps.MoeResidualTail*'
+      if [ $rc = 0 ]; then
+        tests_row s63_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
+        ab_pairs s63 default - packed GPTOSS_MOE_PACKED=1
+        for b in 4 8; do
+          decode_row "s63_20b_b${b}_default" 20b $b
+          decode_row "s63_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
+        done
+        for cfg in "default" "packed GPTOSS_MOE_PACKED=1"; do
+          set -- $cfg
+          n=$1
+          shift
+          decode_row "s63_20b_b1_${n}_stamps" 20b 1 "$@" GPTOSS_MOE_STAMPS="$OUT/s63_stamps_$n.csv"
+          python3 tools/moe_stamps.py "$OUT/s63_stamps_$n.csv" > "$OUT/s63_stamps_$n.txt" 2>&1
+          echo "== $n"; head -30 "$OUT/s63_stamps_$n.txt"
+        done
+      fi
+      ;;
     s59)
       # Session 59: the front-end changes on CUDA (forced tool calls held to their schema, stop_reason, /version), the
       # CUDA model and engine tests (the loader and the CUDA init changed), the serve check, batch-1 rows.

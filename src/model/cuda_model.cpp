@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "core/logging.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_buffer.h"
@@ -56,11 +57,13 @@ struct DeviceLayer {
     DeviceBuffer router_w;                                        // [E, H] bf16
     DeviceBuffer router_b;                                        // [E] f32
     DeviceBuffer gu_blocks, gu_scales, down_blocks, down_scales;  // MXFP4 (published layout)
-    DeviceBuffer gu_bf16, down_bf16;                              // [E, 2I, H], [E, H, I] bf16 (large-batch path)
-    DeviceBuffer gu_b, down_b;                                    // [E, 2I], [E, H] f32
-    DeviceBuffer k_cache, v_cache;                                // [num_blocks, block_size, nkv, hd] bf16
-    kc::Fp8Weight qkv_f8, o_f8;                                   // options.fp8: in place of qkv_w, o_w
-    std::vector<kc::Fp8Weight> gu_f8, down_f8;                    // options.fp8: per expert (if they fit)
+    // CudaModelOptions::moe_decode_packed: the same in the decode layout (kernels/cuda/moe.h moe_pack_decode)
+    DeviceBuffer gu_packed, gu_packed_s, down_packed, down_packed_s;
+    DeviceBuffer gu_bf16, down_bf16;            // [E, 2I, H], [E, H, I] bf16 (large-batch path)
+    DeviceBuffer gu_b, down_b;                  // [E, 2I], [E, H] f32
+    DeviceBuffer k_cache, v_cache;              // [num_blocks, block_size, nkv, hd] bf16
+    kc::Fp8Weight qkv_f8, o_f8;                 // options.fp8: in place of qkv_w, o_w
+    std::vector<kc::Fp8Weight> gu_f8, down_f8;  // options.fp8: per expert (if they fit)
     // options.fp8 where moe_fp8 runs: the FP8 experts in one allocation each instead (gu_f8 and
     // down_f8 stay empty): e4m3 [E, n, k_pad] and block scales [E, ⌈n/128⌉, k_pad/128].
     DeviceBuffer gu_f8q, gu_f8s, down_f8q, down_f8s;
@@ -82,6 +85,8 @@ struct CudaModel::Impl {
     // options.fp8: lm_head, the W8A8 GEMMs, their activation scratch (e4m3 rows and 1×128 scales),
     // and one expert in FP8 when no FP8 expert copy is kept.
     bool fp8 = false, have_fp8_experts = false;
+    // CudaModelOptions::moe_decode_packed: a decode-layout copy of the MXFP4 experts for the decode kernels.
+    bool decode_packed = false;
     // CudaModelOptions::fp8_experts: the FP8 copy is the only one (the MXFP4 bytes freed after each
     // layer's conversion; mxfp4 is then false, so every batch takes the grouped FP8 kernels).
     bool fp8_only = false;
@@ -669,6 +674,32 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                           (fp8_only || (opt.moe_fp8_grouped != 0 && (g == nullptr || std::strcmp(g, "0") != 0)));
         }
     }
+    // The decode-layout copy of the MXFP4 experts (CudaModelOptions::moe_decode_packed), where it fits.
+    const int64_t gu_rows = E * 2 * I, dn_rows = E * H;
+    const int gu_groups = static_cast<int>(H / 32), dn_groups = static_cast<int>(I / 32);
+    if (mxfp4 && !fp8_only && gu_rows % 16 == 0 && dn_rows % 16 == 0 && H % 32 == 0 && I % 32 == 0) {
+        int want = opt.moe_decode_packed;
+        if (want < 0) {
+            const char* v = std::getenv("GPTOSS_MOE_PACKED");
+            want = v != nullptr && std::strcmp(v, "1") == 0 ? 1 : 0;
+        }
+        if (want == 1) {
+            size_t free_b = 0, total_b = 0;
+            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+            const double layer_mx = static_cast<double>(E) * 3 * I * H * 4.25 / 8;  // still to upload, a layer
+            const double packed = static_cast<double>(kc::moe_packed_decode_bytes(gu_rows, gu_groups, false) +
+                                                      kc::moe_packed_decode_bytes(gu_rows, gu_groups, true) +
+                                                      kc::moe_packed_decode_bytes(dn_rows, dn_groups, false) +
+                                                      kc::moe_packed_decode_bytes(dn_rows, dn_groups, true));
+            const double need = c.num_hidden_layers * (packed + layer_mx) + 8.0 * (1 << 30);  // + 8 GiB for the rest
+            decode_packed = need <= static_cast<double>(free_b);
+            if (!decode_packed)
+                LOG_WARN(
+                    "moe_decode_packed: the decode-layout copy of the experts (%lld MiB) does not fit beside "
+                    "the model (%zu MiB free); decode reads the published layout",
+                    static_cast<long long>(c.num_hidden_layers * packed) >> 20, free_b >> 20);
+        }
+    }
     // Staging for the load-time conversions: one expert's gate_up (the largest matrix) in bf16.
     DeviceBuffer expert_tmp;
     if (have_fp8_experts) expert_tmp = DeviceBuffer(static_cast<size_t>(std::max(2 * I * H, H * I)) * 2);
@@ -719,6 +750,16 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.down_blocks = DeviceBuffer::from_host(L.down_blocks, static_cast<size_t>(E * H * I / 2));
             D.down_scales = DeviceBuffer::from_host(L.down_scales, static_cast<size_t>(E * H * I / 32));
             CUDA_CHECK(cudaDeviceSynchronize());  // as above: the copies land before `stream` reads them
+            if (decode_packed) {
+                D.gu_packed = DeviceBuffer(kc::moe_packed_decode_bytes(gu_rows, gu_groups, false));
+                D.gu_packed_s = DeviceBuffer(kc::moe_packed_decode_bytes(gu_rows, gu_groups, true));
+                D.down_packed = DeviceBuffer(kc::moe_packed_decode_bytes(dn_rows, dn_groups, false));
+                D.down_packed_s = DeviceBuffer(kc::moe_packed_decode_bytes(dn_rows, dn_groups, true));
+                kc::moe_pack_decode(D.gu_blocks.as<uint8_t>(), D.gu_scales.as<uint8_t>(), gu_rows, gu_groups,
+                                    D.gu_packed.as<uint8_t>(), D.gu_packed_s.as<uint8_t>(), stream);
+                kc::moe_pack_decode(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), dn_rows, dn_groups,
+                                    D.down_packed.as<uint8_t>(), D.down_packed_s.as<uint8_t>(), stream);
+            }
             if (have_bf16_experts) {
                 D.gu_bf16 = DeviceBuffer(static_cast<size_t>(E * 2 * I * H) * 2);
                 D.down_bf16 = DeviceBuffer(static_cast<size_t>(E * H * I) * 2);
@@ -785,10 +826,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.gu_bf16 = upload_bf16(L.gate_up_dense, L.dense_dtype, E * 2 * I * H);
             D.down_bf16 = upload_bf16(L.down_dense, L.dense_dtype, E * H * I);
         }
-        for (DeviceBuffer* b :
-             {&D.input_norm,  &D.post_norm, &D.qkv_w,     &D.qkv_b,  &D.o_w,       &D.o_b,       &D.sinks,
-              &D.router_w,    &D.router_b,  &D.gu_b,      &D.down_b, &D.gu_blocks, &D.gu_scales, &D.down_blocks,
-              &D.down_scales, &D.gu_bf16,   &D.down_bf16, &D.gu_f8q, &D.gu_f8s,    &D.down_f8q,  &D.down_f8s})
+        for (DeviceBuffer* b : {&D.input_norm, &D.post_norm, &D.qkv_w,       &D.qkv_b,       &D.o_w,
+                                &D.o_b,        &D.sinks,     &D.router_w,    &D.router_b,    &D.gu_b,
+                                &D.down_b,     &D.gu_blocks, &D.gu_scales,   &D.down_blocks, &D.down_scales,
+                                &D.gu_bf16,    &D.down_bf16, &D.gu_f8q,      &D.gu_f8s,      &D.down_f8q,
+                                &D.down_f8s,   &D.gu_packed, &D.gu_packed_s, &D.down_packed, &D.down_packed_s})
             weight_bytes += b->bytes();
         for (const kc::Fp8Weight* f : {&D.qkv_f8, &D.o_f8}) weight_bytes += f->q.bytes() + f->scales.bytes();
         for (const auto* v : {&D.gu_f8, &D.down_f8})
@@ -1404,6 +1446,12 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
         m.gate_up_scales = D.gu_scales.as<uint8_t>();
         m.down_blocks = D.down_blocks.as<uint8_t>();
         m.down_scales = D.down_scales.as<uint8_t>();
+        if (decode_packed) {
+            m.gate_up_packed = D.gu_packed.as<uint8_t>();
+            m.gate_up_packed_scales = D.gu_packed_s.as<uint8_t>();
+            m.down_packed = D.down_packed.as<uint8_t>();
+            m.down_packed_scales = D.down_packed_s.as<uint8_t>();
+        }
         m.kernel = decode_kernel;
         kc::moe_mxfp4(m, stream);
         return;

@@ -66,6 +66,10 @@ struct CudaModelOptions {
     // (r50, batch-1 step: 20b 1.54 -> 1.70 ms beside MXFP4; 120b --fp8-experts 2.72 -> 2.49, batch 2
     // even); GPTOSS_MOE_DECODE_FP8_MAX_TOKENS overrides. At most kMoeDecodeMmaMaxTokens (8).
     int moe_decode_fp8_tokens = -1;
+    // MXFP4 experts: a second copy in the decode layout (kernels/cuda/moe.h moe_pack_decode: each decode warp's
+    // loads 512 contiguous bytes) read by the tensor-core decode kernels (≤ 8 tokens), where it fits with 8 GiB to
+    // spare; the prompt kernels keep the published layout. 1 on, 0 off, -1 GPTOSS_MOE_PACKED=1's choice (off unset).
+    int moe_decode_packed = -1;
     // With fp8, one token a step on one GPU: the residual update after each layer's MoE in the down
     // launch (kernels/cuda/moe.h MoeResidualTail) and the next layer's norm scale in its QKV GEMV,
     // instead of a norm kernel between them. GPTOSS_MOE_TAIL=0 turns it off (A/B runs).

@@ -510,6 +510,31 @@ kc::MoeMxfp4Args mxfp4_args(const RandomExperts& ex, const DeviceBuffer& gub, co
     return a;
 }
 
+// The experts' decode-layout copy (moe_pack_decode) for MoeMxfp4Args::gate_up_packed etc.
+struct PackedExperts {
+    DeviceBuffer gub, gus, db, ds;
+    PackedExperts(const RandomExperts& ex, const DeviceBuffer& gu_blocks, const DeviceBuffer& gu_scales,
+                  const DeviceBuffer& d_blocks, const DeviceBuffer& d_scales) {
+        const int64_t gu_rows = static_cast<int64_t>(ex.E) * 2 * ex.I, d_rows = static_cast<int64_t>(ex.E) * ex.H;
+        const int gu_g = ex.H / 32, d_g = ex.I / 32;
+        gub = DeviceBuffer(kc::moe_packed_decode_bytes(gu_rows, gu_g, false));
+        gus = DeviceBuffer(kc::moe_packed_decode_bytes(gu_rows, gu_g, true));
+        db = DeviceBuffer(kc::moe_packed_decode_bytes(d_rows, d_g, false));
+        ds = DeviceBuffer(kc::moe_packed_decode_bytes(d_rows, d_g, true));
+        kc::moe_pack_decode(gu_blocks.as<uint8_t>(), gu_scales.as<uint8_t>(), gu_rows, gu_g, gub.as<uint8_t>(),
+                            gus.as<uint8_t>(), nullptr);
+        kc::moe_pack_decode(d_blocks.as<uint8_t>(), d_scales.as<uint8_t>(), d_rows, d_g, db.as<uint8_t>(),
+                            ds.as<uint8_t>(), nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    void fill(kc::MoeMxfp4Args& a) const {
+        a.gate_up_packed = gub.as<uint8_t>();
+        a.gate_up_packed_scales = gus.as<uint8_t>();
+        a.down_packed = db.as<uint8_t>();
+        a.down_packed_scales = ds.as<uint8_t>();
+    }
+};
+
 // MoeResidualTail in down's epilogue (one token): the residual x, the token's routing weights, the next
 // norm's gain, and the outputs h, the Σ x² parts and the tickets' counters.
 void attach_tail(kc::MoeMxfp4Args& a, DeviceBuffer& x, const DeviceBuffer& weights, const DeviceBuffer& gain,
@@ -962,6 +987,41 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
 // below: 129–132 on two experts' gate_up (the two-multiply path) and 0 on one expert's down; 1, 2,
 // 3 and 8 tokens, with a shared expert for every token (at 2 tokens, gate_up's early-staged form
 // with two of a tile's assignments in different token columns). Tolerance as MoeMxfp4MatchesCpu's for it.
+// moe_pack_decode against the layout as moe.h states it, on 2 tiles of 16 rows: 45 groups (a last step of one
+// group, padded with zeros), 90 (two) and 8 (none).
+TEST(CudaOps, MoePackDecodeIsTheStatedLayout) {
+    REQUIRE_GPU();
+    for (int G : {45, 90, 8}) {
+        const int64_t rows = 32;
+        std::vector<uint8_t> blocks(static_cast<size_t>(rows) * G * 16), scales(static_cast<size_t>(rows) * G);
+        std::mt19937 rng(500 + G);
+        for (auto& b : blocks) b = static_cast<uint8_t>(rng());
+        for (auto& b : scales) b = static_cast<uint8_t>(rng());
+        auto db = to_device(blocks), ds = to_device(scales);
+        const int64_t nb = kc::moe_packed_decode_bytes(rows, G, false), ns = kc::moe_packed_decode_bytes(rows, G, true);
+        const int S = (G + 3) / 4;
+        ASSERT_EQ(nb, rows / 16 * S * 1024);
+        ASSERT_EQ(ns, rows / 16 * S * 64);
+        DeviceBuffer pb(nb), ps(ns);
+        kc::moe_pack_decode(db.as<uint8_t>(), ds.as<uint8_t>(), rows, G, pb.as<uint8_t>(), ps.as<uint8_t>(), nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const auto hb = to_host<uint8_t>(pb, nb), hs = to_host<uint8_t>(ps, ns);
+        std::vector<uint8_t> eb(nb, 0), es(ns, 0);
+        for (int64_t tile = 0; tile < rows / 16; ++tile)
+            for (int s = 0; s < S; ++s)
+                for (int g = 0; g < 8; ++g)
+                    for (int t = 0; t < 4 && 4 * s + t < G; ++t)
+                        for (int h = 0; h < 2; ++h) {
+                            const int64_t row = 16 * tile + g + 8 * h, grp = 4 * s + t, l = 4 * g + t;
+                            const int64_t step = tile * S + s;
+                            std::copy_n(&blocks[(row * G + grp) * 16], 16, &eb[(64 * step + 32 * h + l) * 16]);
+                            es[64 * step + 2 * l + h] = scales[row * G + grp];
+                        }
+        EXPECT_EQ(hb, eb) << "G=" << G << ": codes";
+        EXPECT_EQ(hs, es) << "G=" << G << ": scales";
+    }
+}
+
 TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     REQUIRE_GPU();
     const int H = 2880, I = 1440, K = 4, E = 32;
@@ -972,6 +1032,7 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
     for (size_t i = 0; i < dn_s; ++i) ex.down_scales[11 * dn_s + i] = 0;
     auto dgub = to_device(ex.gu_blocks), dgus = to_device(ex.gu_scales), ddb = to_device(ex.down_blocks),
          dds = to_device(ex.down_scales), dgubias = to_device(ex.gu_bias), ddbias = to_device(ex.down_bias);
+    const PackedExperts packed(ex, dgub, dgus, ddb, dds);
     for (int T : {1, 2, 3, 8}) {
         auto h = bf16_round(randn(static_cast<size_t>(T) * H, 94 + T));
         std::vector<int32_t> ids(T * K);
@@ -996,6 +1057,13 @@ TEST(CudaOps, MoeDecodeMmaEdgeShapesAndScales) {
             EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             EXPECT_TRUE(close(combine_assignments(y, wts, T, K, H), ref, kTolBf16Out, "moe decode mma edge shapes"))
                 << "T=" << T << (f32_input ? " fp32 h" : " bf16 h");
+            // The decode layout (I / 32 = 45 groups: a last step of one group; H / 32 = 90: of two): the same bits.
+            const auto y0 = to_host<float>(y, static_cast<size_t>(T) * K * H);
+            packed.fill(a);
+            kc::moe_decode_mma(a, nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_EQ(to_host<float>(y, static_cast<size_t>(T) * K * H), y0)
+                << "T=" << T << (f32_input ? " fp32 h" : " bf16 h") << ": the decode layout";
         }
     }
 }
@@ -1228,8 +1296,10 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
             auto dids = to_device(ids);
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
-            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping.
-            constexpr int kVariants = 7;
+            // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping;
+            // then the decode layout (moe_pack_decode): one-tile kernels, gate_up looping, both looping.
+            PackedExperts packed(ex, gub, gus, db, ds);
+            constexpr int kVariants = 10;
             const int tiles = H / kc::kMoeTailTile;
             const auto x0 = randn(H, 307 + E, 4.0f);
             const auto gain = randn(H, 309 + E, 0.3f, 1.0f);
@@ -1246,10 +1316,16 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                 kc::MoeMxfp4Args a =
                     mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), nullptr, offsets, sorted, act, y, T, K);
                 a.kernel = 1;
-                a.decode_loop = v == 0 ? 0 : 1;
-                a.decode_down_loop = v >= 4 ? 1 : 0;
-                const int shape = v >= 4 ? v - 3 : v;
-                a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : 0;
+                if (v < 7) {
+                    a.decode_loop = v == 0 ? 0 : 1;
+                    a.decode_down_loop = v >= 4 ? 1 : 0;
+                    const int shape = v >= 4 ? v - 3 : v;
+                    a.decode_loop_grid = shape == 2 ? 7 : shape == 3 ? 1 : 0;
+                } else {
+                    packed.fill(a);
+                    a.decode_loop = v == 7 ? 0 : 1;
+                    a.decode_down_loop = v == 9 ? 1 : 0;
+                }
                 auto dx = to_device(x0);
                 auto hb = poisoned(static_cast<size_t>(H) * 2);
                 auto parts = poisoned(static_cast<size_t>(tiles) * 4);

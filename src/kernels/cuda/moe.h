@@ -174,7 +174,27 @@ struct MoeMxfp4Args {
     // the stamp buffer ([CTA][kMoeStampEvents] %globaltimer ns), written by thread 0 of every CTA of the
     // stamping instantiations of the gate_up loop and one-tile down kernels; dumped to the path at exit.
     unsigned long long* stamps = nullptr;
+    // Optional: the same experts in the decode layout (moe_pack_decode), read instead of the blocks / scales above
+    // by the tensor-core decode kernels (moe_decode_mma, ≤ 8 tokens); every other kernel reads the published layout.
+    // All four set, or none used.
+    const uint8_t* gate_up_packed = nullptr;         // [E · 2I / 16 tiles][⌈H/128⌉ steps][64 chunks][16 bytes]
+    const uint8_t* gate_up_packed_scales = nullptr;  // [E · 2I / 16 tiles][⌈H/128⌉ steps][64 bytes]
+    const uint8_t* down_packed = nullptr;            // [E · H / 16][⌈I/128⌉][64][16]
+    const uint8_t* down_packed_scales = nullptr;     // [E · H / 16][⌈I/128⌉][64]
 };
+inline bool moe_decode_packed(const MoeMxfp4Args& a) {
+    return a.gate_up_packed != nullptr && a.gate_up_packed_scales != nullptr && a.down_packed != nullptr &&
+           a.down_packed_scales != nullptr;
+}
+// The decode layout of MXFP4 weights [rows][groups][16 bytes] with scales [rows][groups] (rows a multiple of 16):
+// 16-row tiles, each as S = ⌈groups / 4⌉ steps of 4 groups, a step's 16 × 4 code words as 64 chunks of 16 bytes:
+// chunk l = 4g + t holds row g's group 4s + t and chunk 32 + l row g + 8's (g < 8, t < 4); its scales as 64 bytes,
+// (row g, row g + 8) of group 4s + t at 2l. A decode warp's lane l then reads chunks l and 32 + l and the scale
+// pair 2l of each of its steps: 512 contiguous bytes a load instruction. The slots past the last group (groups not
+// a multiple of 4) are zero and never read. Sizes: moe_packed_decode_bytes (codes, or scales).
+int64_t moe_packed_decode_bytes(int64_t rows, int groups, bool scales);
+void moe_pack_decode(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int groups, uint8_t* packed_blocks,
+                     uint8_t* packed_scales, cudaStream_t stream);
 inline constexpr int kMoeStampEvents = 16;
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.

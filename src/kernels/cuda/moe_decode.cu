@@ -362,10 +362,39 @@ struct DecodeWeights {
 // All of them requested now (r_lo: row g's index in the [E · rows] weight rows). kLean (session 38): the
 // step's group index from one 64-bit base a row (r53's ncu of the loop kernel found the per-step 64-bit
 // index math, ~300 instructions a warp a tile, a fifth of its instructions); the same addresses.
-template <int kMaxSteps, int kWarps, bool kLean = true>
+// kPacked (session 63): blocks / scales are in the decode layout (moe_pack_decode, moe.h), where a warp's load
+// instruction reads 512 contiguous bytes instead of 8 rows × 64 bytes 1,440 apart, and its scales one 64-byte run
+// instead of two sets of 8 rows × 4 bytes (r72: the fragment order alone read 16% slower). The same words and scales
+// reach the same registers.
+template <int kMaxSteps, int kWarps, bool kLean = true, bool kPacked = false>
 __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const uint8_t* blocks, const uint8_t* scales,
                                             int64_t r_lo, int G, const WarpK<kWarps>& wk) {
     const int t = threadIdx.x & 3;
+    if constexpr (kPacked) {
+        // Lane l's words of step s at chunk 64·s + l of its tile (row g's) and 32 chunks on (row g + 8's), its scale
+        // pair at byte 64·s + 2l: one base a lane, then constant offsets a step.
+        int z;  // an opaque zero, as below: keeps this index math here, not hoisted out of a loop kernel's tile loop
+        asm volatile("mov.u32 %0, 0;" : "=r"(z));
+        const int lane = (threadIdx.x & 31) + z, g = lane >> 2;
+        const int64_t c = (r_lo - g) * (4 * ((G + 3) / 4)) + 64 * wk.s0 + lane;  // tile · 64·S + 64·s0 + lane
+        const uint8_t* pb = blocks + 16 * c;
+        const uint8_t* ps = scales + c + lane;
+        const int g_left = G - 4 * wk.s0 - t + z;  // step i's group is in range while 4i < g_left
+#pragma unroll
+        for (int i = 0; i < kMaxSteps; ++i) {
+            if (i < wk.ns && 4 * i < g_left) {
+                w.lo[i] = ldg_stream(pb + 1024 * i);
+                w.hi[i] = ldg_stream(pb + 1024 * i + 512);
+                const uint32_t sc = __ldg(reinterpret_cast<const unsigned short*>(ps + 64 * i));
+                w.slo[i] = sc & 0xffu;
+                w.shi[i] = sc >> 8;
+            } else {
+                w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
+                w.slo[i] = w.shi[i] = 127u;
+            }
+        }
+        return;
+    }
     if constexpr (kLean) {
         // An opaque zero keeps this index math here: hoisted out of the loop kernel's tile loop it spilled
         // 20 bytes at the 96-register cap (r53 s38f).
@@ -464,7 +493,8 @@ constexpr int kDecodeMinBlocks = kEarly ? 5 : 4;
 // instruction side's time); 3 neither (the fixed part: plan, tile, staging, epilogue, launches).
 // r34 moe_bench 1 token: kernel 33.4 us, 1: 24.0, 2: 23.4.
 // kStamps: GPTOSS_MOE_STAMPS's instantiation (down at one token; events in MoeStamps's legend, below).
-template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kStamps = false>
+// kPacked: the weights in the decode layout (decode_load).
+template <bool kGateUp, int kWarps, bool kEarly, int kDiag = 0, bool kStamps = false, bool kPacked = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<kEarly>)
     moe_decode_mma_kernel(const MoeMxfp4Args a) {
     moe_stamp<kStamps>(a.stamps, 0);
@@ -542,7 +572,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
             w.slo[i] = w.shi[i] = 127u;
         }
     } else {
-        decode_load(w, blocks, scales, r_lo, G, wk);
+        decode_load<kMaxSteps, kWarps, true, kPacked>(w, blocks, scales, r_lo, G, wk);
     }
     moe_stamp<kStamps>(a.stamps, 2);
     // The tile's assignments, loaded after the weight loads are issued. kEarly needs them only in
@@ -653,7 +683,8 @@ __device__ __forceinline__ void find_all(const int32_t* offsets, int E, int* s_e
 // tile by a step kept in shared memory, no runtime division a tile (GPTOSS_MOE_TILE_STEP=0 the old form, two
 // divisions by `tiles` a tile, for A/B).
 // kStamps: GPTOSS_MOE_STAMPS's instantiation (events in MoeStamps's legend, below).
-template <int kWarps, bool kLean = true, bool kStep = true, bool kStamps = false>
+// kPacked: the weights in the decode layout (decode_load).
+template <int kWarps, bool kLean = true, bool kStep = true, bool kStamps = false, bool kPacked = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
     moe_decode_mma_loop_kernel(const MoeMxfp4Args a) {
     moe_stamp<kStamps>(a.stamps, 0);
@@ -703,8 +734,8 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     // The tile's weight loads, then the load of its assignment (threads < its tokens), returned.
     const auto issue = [&](int slot, int trow) {
         const int ntok = min(s_ntok[slot], 8);
-        decode_load<kMaxSteps, kWarps, kLean>(w, a.gate_up_blocks, a.gate_up_scales,
-                                              static_cast<int64_t>(s_exp[slot]) * rows + trow * kRows + g, G, wk);
+        decode_load<kMaxSteps, kWarps, kLean, kPacked>(
+            w, a.gate_up_blocks, a.gate_up_scales, static_cast<int64_t>(s_exp[slot]) * rows + trow * kRows + g, G, wk);
         return threadIdx.x < ntok ? __ldcg(a.sorted_assignments + s_tok0[slot] + threadIdx.x) : 0;
     };
     // Tile i's assignments into copy i % 3 of s_as / s_col.
@@ -766,7 +797,7 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
 // (per warp, into the warp's own region: no CTA barrier), runs the q loop, stores its sums, issues the next
 // tile's weight loads, then its epilogue (y, and MoeResidualTail's ticket). The same sums as the one-tile
 // kernel.
-template <int kWarps>
+template <int kWarps, bool kPacked = false>
 __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<false>)
     moe_decode_mma_down_loop_kernel(const MoeMxfp4Args a) {
     using Sh = DecodeShape<kWarps>;
@@ -798,8 +829,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
     DecodeWeights<kMaxSteps> w;
     const auto issue = [&](int tile) {
-        decode_load(w, a.down_blocks, a.down_scales,
-                    static_cast<int64_t>(s_exp[tile / tiles]) * H + (tile % tiles) * kRows + g, G, wk);
+        decode_load<kMaxSteps, kWarps, true, kPacked>(
+            w, a.down_blocks, a.down_scales, static_cast<int64_t>(s_exp[tile / tiles]) * H + (tile % tiles) * kRows + g,
+            G, wk);
     };
     issue(cur);
     pdl_wait();  // act is the gate_up kernel's output
@@ -943,6 +975,14 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         const char* v = std::getenv("GPTOSS_MOE_LOOP");
         return v == nullptr || std::strcmp(v, "0") != 0;
     }();
+    // The decode layout (MoeMxfp4Args::gate_up_packed ...): the kPacked kernels read it through the blocks / scales
+    // fields of pa. Not for the kDiag kernels.
+    const bool packed = diag == 0 && moe_decode_packed(a);
+    MoeMxfp4Args pa = a;
+    if (packed) {
+        pa.gate_up_blocks = a.gate_up_packed, pa.gate_up_scales = a.gate_up_packed_scales;
+        pa.down_blocks = a.down_packed, pa.down_scales = a.down_packed_scales;
+    }
     if constexpr (kGateUp && kWarps == 4) {
         if (early && diag == 0 && (a.decode_loop < 0 ? loop_env : a.decode_loop == 1)) {  // kDiag: one tile a CTA
             static const bool lean = [] {  // decode_load's kLean (on unless GPTOSS_MOE_LEAN_LOAD=0)
@@ -953,9 +993,10 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                 const char* v = std::getenv("GPTOSS_MOE_TILE_STEP");
                 return v == nullptr || std::strcmp(v, "0") != 0;
             }();
-            const auto kernel = !step  ? moe_decode_mma_loop_kernel<4, true, false>
-                                : lean ? moe_decode_mma_loop_kernel<4, true>
-                                       : moe_decode_mma_loop_kernel<4, false>;
+            const auto kernel = packed  ? moe_decode_mma_loop_kernel<4, true, true, false, true>
+                                : !step ? moe_decode_mma_loop_kernel<4, true, false>
+                                : lean  ? moe_decode_mma_loop_kernel<4, true>
+                                        : moe_decode_mma_loop_kernel<4, false>;
             fit_dynamic_smem(kernel, smem);
             // GPTOSS_MOE_LOOP_GRID=N: N CTAs instead of the resident count (A/B runs, session 39: fewer gate_up CTAs
             // an SM leave registers for down's first CTAs, whose weight loads go out before their pdl_wait).
@@ -973,13 +1014,15 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                 const char* v = std::getenv("GPTOSS_MOE_STAGGER_NS");
                 return v == nullptr ? -1 : std::clamp(std::atoi(v), 0, 100000);
             }();
-            MoeMxfp4Args b = a;
+            MoeMxfp4Args b = pa;
             if (b.decode_stagger_ns < 0)
                 b.decode_stagger_ns = stagger_env >= 0 ? stagger_env : a.num_tokens == 1 ? kDefaultStaggerNs : 0;
             const int lgrid = static_cast<int>(std::min<int64_t>(grid, cap));
-            if (step && lean && a.num_tokens == 1) b.stamps = MoeStamps::get().rows(a.gate_up_blocks, 0, lgrid);
+            if ((packed || (step && lean)) && a.num_tokens == 1)
+                b.stamps = MoeStamps::get().rows(a.gate_up_blocks, 0, lgrid);
             if (b.stamps != nullptr) {
-                const auto skernel = moe_decode_mma_loop_kernel<4, true, true, true>;
+                const auto skernel = packed ? moe_decode_mma_loop_kernel<4, true, true, true, true>
+                                            : moe_decode_mma_loop_kernel<4, true, true, true>;
                 fit_dynamic_smem(skernel, smem);
                 launch_pdl(skernel, lgrid, Sh::kThreads, smem, stream, b);
                 return;
@@ -999,18 +1042,21 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
     if constexpr (!kGateUp && kWarps == 4) {
         if (a.num_tokens <= 2 && diag == 0 && (down_loop == 1 || (down_loop < 0 && a.num_tokens == 2))) {
             const size_t dsmem = static_cast<size_t>(kWarps) * 2 * Sh::kTokenSlots * sizeof(uint4);
-            fit_dynamic_smem(moe_decode_mma_down_loop_kernel<4>, dsmem);
-            const int cap = a.decode_loop_grid > 0
-                                ? a.decode_loop_grid
-                                : loop_grid_capacity(moe_decode_mma_down_loop_kernel<4>, 1, a.num_tokens, dsmem);
-            launch_pdl(moe_decode_mma_down_loop_kernel<4>, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads,
-                       dsmem, stream, a);
+            const auto kernel =
+                packed ? moe_decode_mma_down_loop_kernel<4, true> : moe_decode_mma_down_loop_kernel<4, false>;
+            fit_dynamic_smem(kernel, dsmem);
+            const int cap =
+                a.decode_loop_grid > 0 ? a.decode_loop_grid : loop_grid_capacity(kernel, 1, a.num_tokens, dsmem);
+            launch_pdl(kernel, static_cast<int>(std::min<int64_t>(grid, cap)), Sh::kThreads, dsmem, stream, pa);
             return;
         }
     }
     auto kernel =
         early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp> : moe_decode_mma_kernel<kGateUp, kWarps, false>;
-    if (diag == 1)
+    if (packed)
+        kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 0, false, true>
+                       : moe_decode_mma_kernel<kGateUp, kWarps, false, 0, false, true>;
+    else if (diag == 1)
         kernel = early ? moe_decode_mma_kernel<kGateUp, kWarps, kGateUp, 1>
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 1>;
     else if (diag == 2)
@@ -1021,10 +1067,11 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
                        : moe_decode_mma_kernel<kGateUp, kWarps, false, 3>;
     if constexpr (!kGateUp && kWarps == 4) {
         if (diag == 0 && a.num_tokens == 1) {
-            MoeMxfp4Args b = a;
+            MoeMxfp4Args b = pa;
             b.stamps = MoeStamps::get().rows(a.gate_up_blocks, 1, grid);
             if (b.stamps != nullptr) {
-                const auto skernel = moe_decode_mma_kernel<false, 4, false, 0, true>;
+                const auto skernel = packed ? moe_decode_mma_kernel<false, 4, false, 0, true, true>
+                                            : moe_decode_mma_kernel<false, 4, false, 0, true>;
                 fit_dynamic_smem(skernel, smem);
                 launch_pdl(skernel, static_cast<int>(grid), Sh::kThreads, smem, stream, b);
                 return;
@@ -1032,7 +1079,7 @@ void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
         }
     }
     fit_dynamic_smem(kernel, smem);
-    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, a);
+    launch_pdl(kernel, static_cast<int>(grid), Sh::kThreads, smem, stream, pa);
 }
 
 // ---- moe_decode_wg: the W4A8 decode MoE on wgmma m64n8k32 (native FP8 on Hopper) ---------------
@@ -1443,6 +1490,40 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  "moe_decode_mma: the residual tail needs one token and its counters");
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
+}
+
+// One thread a (row, group): its 16 code bytes and its scale byte to their places in the decode layout (moe.h).
+__global__ void moe_pack_decode_kernel(const uint4* blocks, const uint8_t* scales, int64_t n, int G, uint4* pblocks,
+                                       uint8_t* pscales) {
+    const int S = (G + 3) / 4;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t row = i / G;
+        const int q = static_cast<int>(i - row * G), rr = static_cast<int>(row & 15), h = rr >> 3;
+        const int lane = 4 * (rr & 7) + (q & 3);
+        const int64_t step = (row >> 4) * S + (q >> 2);
+        pblocks[64 * step + 32 * h + lane] = blocks[i];
+        pscales[64 * step + 2 * lane + h] = scales[i];
+    }
+}
+
+int64_t moe_packed_decode_bytes(int64_t rows, int groups, bool scales) {
+    return rows / 16 * ((groups + 3) / 4) * (scales ? 64 : 1024);
+}
+
+void moe_pack_decode(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int groups, uint8_t* packed_blocks,
+                     uint8_t* packed_scales, cudaStream_t stream) {
+    ENGINE_CHECK(rows % kRows == 0 && groups > 0, "moe_pack_decode: %lld rows (a multiple of %d), %d groups",
+                 static_cast<long long>(rows), kRows, groups);
+    const int64_t n = rows * groups;
+    if (n == 0) return;
+    // The slots past the last group of a step are never read; zero them so that the buffers are deterministic.
+    CUDA_CHECK(cudaMemsetAsync(packed_blocks, 0, moe_packed_decode_bytes(rows, groups, false), stream));
+    CUDA_CHECK(cudaMemsetAsync(packed_scales, 0, moe_packed_decode_bytes(rows, groups, true), stream));
+    const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1 << 16));
+    moe_pack_decode_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint4*>(blocks), scales, n, groups,
+                                                     reinterpret_cast<uint4*>(packed_blocks), packed_scales);
+    CUDA_CHECK_LAUNCH();
 }
 
 bool moe_decode_fp8_shapes_ok(int hidden, int inter, int num_experts) {
