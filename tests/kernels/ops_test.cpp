@@ -1297,9 +1297,10 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
             DeviceBuffer offsets((E + 1) * 4), sorted(T * K * 4);
             kc::moe_plan(dids.as<int32_t>(), T * K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
             // One-tile kernels; gate_up looping on the resident grid, 7 CTAs, 1 CTA; the same with down looping;
-            // then the decode layout (moe_pack_decode): one-tile kernels, gate_up looping, both looping.
+            // then the decode layout (moe_pack_decode): one-tile kernels, gate_up looping, both looping, gate_up
+            // looping on one CTA.
             PackedExperts packed(ex, gub, gus, db, ds);
-            constexpr int kVariants = 10;
+            constexpr int kVariants = 11;
             const int tiles = H / kc::kMoeTailTile;
             const auto x0 = randn(H, 307 + E, 4.0f);
             const auto gain = randn(H, 309 + E, 0.3f, 1.0f);
@@ -1325,6 +1326,7 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                     packed.fill(a);
                     a.decode_loop = v == 7 ? 0 : 1;
                     a.decode_down_loop = v == 9 ? 1 : 0;
+                    a.decode_loop_grid = v == 10 ? 1 : 0;  // one CTA taking every tile in turn
                 }
                 auto dx = to_device(x0);
                 auto hb = poisoned(static_cast<size_t>(H) * 2);
@@ -1343,7 +1345,14 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                 }
             }
             for (int v = 1; v < kVariants; ++v) {
-                EXPECT_EQ(acts[v], acts[0]) << "E=" << E << " T=" << T << " variant " << v << ": act";
+                if (acts[v] != acts[0]) {  // where they differ: which act columns (8 a 16-row gate_up tile)
+                    std::string where;
+                    int n = 0;
+                    for (size_t i = 0; i < acts[0].size(); ++i)
+                        if (acts[v][i] != acts[0][i] && n++ < 24) where.append(1, ' ').append(std::to_string(i));
+                    ADD_FAILURE() << "E=" << E << " T=" << T << " variant " << v << ": act differs at " << n << " of "
+                                  << acts[0].size() << ":" << where;
+                }
                 EXPECT_EQ(ys[v], ys[0]) << "E=" << E << " T=" << T << " variant " << v << ": y";
                 if (T == 1) {
                     EXPECT_EQ(xs[v], xs[0]) << "E=" << E << " variant " << v << ": the residual tail's x";
