@@ -691,7 +691,9 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                                                       kc::moe_packed_decode_bytes(gu_rows, gu_groups, true) +
                                                       kc::moe_packed_decode_bytes(dn_rows, dn_groups, false) +
                                                       kc::moe_packed_decode_bytes(dn_rows, dn_groups, true));
-            const double need = c.num_hidden_layers * (packed + layer_mx) + 8.0 * (1 << 30);  // + 8 GiB for the rest
+            // + the FP8 copy made beside it (20b --fp8) and 8 GiB for the rest
+            const double f8 = have_fp8_experts ? static_cast<double>(E) * (2 * I * kp_h + H * kp_i) : 0.0;
+            const double need = c.num_hidden_layers * (packed + layer_mx + f8) + 8.0 * (1 << 30);
             decode_packed = need <= static_cast<double>(free_b);
             if (!decode_packed)
                 LOG_WARN(
