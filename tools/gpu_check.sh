@@ -3078,25 +3078,39 @@ PY
       ;;
     s63)
       # Session 63: the decode layout of the MXFP4 experts (kernels/cuda/moe.h moe_pack_decode; GPTOSS_MOE_PACKED=1).
-      # Its kernel tests and the CUDA model / engine tests with it on; then batch-1 rows interleaved (three 20b pairs,
-      # two 120b), 20b batch 4 and 8 each way, stamped 20b batch-1 rows each way (tools/moe_stamps.py).
+      # Its kernel tests and the CUDA model / engine tests with it on; then batch-1 rows interleaved: three 20b pairs,
+      # and two 120b pairs where the copy fits (the H200: 62.5 GB beside 61 GB of experts).
       tests_row s63_tests 'CudaOps.MoePack*:CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaOps.MoeResidualTail*'
       if [ $rc = 0 ]; then
         tests_row s63_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
-        ab_pairs s63 default - packed GPTOSS_MOE_PACKED=1
-        for b in 4 8; do
-          decode_row "s63_20b_b${b}_default" 20b $b
-          decode_row "s63_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
+        for pass in 1 2 3; do
+          decode_row "s63_20b_b1_default_$pass" 20b 1
+          decode_row "s63_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
         done
-        for cfg in "default" "packed GPTOSS_MOE_PACKED=1"; do
-          set -- $cfg
-          n=$1
-          shift
-          decode_row "s63_20b_b1_${n}_stamps" 20b 1 "$@" GPTOSS_MOE_STAMPS="$OUT/s63_stamps_$n.csv"
-          python3 tools/moe_stamps.py "$OUT/s63_stamps_$n.csv" > "$OUT/s63_stamps_$n.txt" 2>&1
-          echo "== $n"; head -30 "$OUT/s63_stamps_$n.txt"
-        done
+        mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+        if [ "${mem:-0}" -gt 120000 ]; then
+          for pass in 1 2; do
+            decode_row "s63_120b_b1_default_$pass" 120b 1
+            decode_row "s63_120b_b1_packed_$pass" 120b 1 GPTOSS_MOE_PACKED=1
+          done
+        fi
       fi
+      ;;
+    s63b)
+      # Session 63, second call: 20b batch 2 / 4 / 8 each way, stamped 20b batch-1 rows each way (tools/moe_stamps.py).
+      for b in 2 4 8; do
+        decode_row "s63b_20b_b${b}_default" 20b $b
+        decode_row "s63b_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
+      done
+      for cfg in "default" "packed GPTOSS_MOE_PACKED=1"; do
+        set -- $cfg
+        n=$1
+        shift
+        decode_row "s63b_20b_b1_${n}_stamps" 20b 1 "$@" GPTOSS_MOE_STAMPS="$OUT/s63b_stamps_$n.csv"
+        python3 tools/moe_stamps.py "$OUT/s63b_stamps_$n.csv" > "$OUT/s63b_stamps_$n.txt" 2>&1
+        rm -f "$OUT/s63b_stamps_$n.csv"
+        echo "== $n"; head -30 "$OUT/s63b_stamps_$n.txt"
+      done
       ;;
     s59)
       # Session 59: the front-end changes on CUDA (forced tool calls held to their schema, stop_reason, /version), the
