@@ -526,6 +526,28 @@ bool refuse_without_key(const std::vector<std::string>& keys, const httplib::Req
 
 // A compressed request body (Content-Encoding other than identity): 415, the body unread (httplib would inflate it
 // before any size limit applies to the inflated bytes: a 510 KB gzip body grew the server to 13.7 GB).
+// The routes' paths: POST ones that read a JSON body, and GET / HEAD ones (their other methods are 405s with Allow).
+constexpr const char* kPostPaths[] = {"/v1/chat/completions", "/v1/responses", "/v1/responses/input_tokens",
+                                      "/v1/completions",      "/tokenize",     "/detokenize",
+                                      "/v1/kv/prefill"};
+constexpr const char* kGetPaths[] = {"/v1/models", "/v1/models/(.+)", "/health", "/metrics", "/version"};
+
+// For `Expect: 100-continue`: nullopt where a handler reads the body (a POST route above) or routing decides (a stored
+// response's paths); else the final answer's Allow list, or nullptr for an unknown path (404).
+// GET, HEAD and OPTIONS are left to routing (a preflight's 204, their 405s).
+std::optional<const char*> expect_route_error(const httplib::Request& req) {
+    const std::string& path = req.path;
+    if (req.method != "POST" && req.method != "PUT" && req.method != "PATCH" && req.method != "DELETE")
+        return std::nullopt;
+    if (std::find(std::begin(kPostPaths), std::end(kPostPaths), path) != std::end(kPostPaths))
+        return req.method == "POST" ? std::nullopt : std::optional<const char*>("POST");
+    if (path.rfind("/v1/responses/", 0) == 0 && path.size() > 14) return std::nullopt;
+    const bool get = path == "/health" || path == "/metrics" || path == "/version" || path == "/v1/models" ||
+                     (path.rfind("/v1/models/", 0) == 0 && path.size() > 11);
+    if (get) return std::optional<const char*>("GET, HEAD");
+    return std::optional<const char*>(nullptr);
+}
+
 bool refuse_encoding(const httplib::Request& req, httplib::Response& res) {
     std::string enc = req.get_header_value("Content-Encoding");
     std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
@@ -819,8 +841,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             res.set_header("Access-Control-Max-Age", "600");
         };
     };
-    for (const char* path : {"/v1/chat/completions", "/v1/responses", "/v1/responses/input_tokens", "/v1/completions",
-                             "/tokenize", "/detokenize", "/v1/kv/prefill"}) {
+    for (const char* path : kPostPaths) {
         auto h = not_allowed("POST");
         auto hb = not_allowed_with_body("POST");
         svr.Get(path, h);
@@ -833,7 +854,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
             svr.Options(path, h);
         }
     }
-    for (const char* path : {"/v1/models", "/v1/models/(.+)", "/health", "/metrics", "/version"}) {
+    for (const char* path : kGetPaths) {
         auto h = not_allowed("GET, HEAD");
         auto hb = not_allowed_with_body("GET, HEAD");
         svr.Post(path, hb);
@@ -923,7 +944,21 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     // connection then ends.
     svr.set_expect_100_continue_handler([keys = options.api_keys, max_body = options.max_body_bytes](
                                             const httplib::Request& req, httplib::Response& res) {
-        if (refuse_without_key(keys, req, res) || refuse_encoding(req, res)) return res.status;
+        if (refuse_without_key(keys, req, res)) return res.status;
+        // A request no handler would read a body for is answered now with its final status, not a 100 first
+        // (RFC 9110 §10.1.1): an unknown path 404, a known one with another method 405. The connection then ends.
+        if (const auto allow = expect_route_error(req)) {
+            close_after(req);
+            if (*allow == nullptr) {
+                set_error(res, api_error(404, "unknown route " + req.method + " " + req.path));
+            } else {
+                res.set_header("Allow", *allow);
+                set_error(res, api_error(405, "method " + req.method + " is not allowed on " + req.path +
+                                                  " (allowed: " + *allow + ")"));
+            }
+            return res.status;
+        }
+        if (refuse_encoding(req, res)) return res.status;
         // (The POST handler's own framing check, its 413 only: a length it cannot read is that handler's to answer.)
         const auto early = framing_error("", true, req.get_header_value("Content-Length"), max_body);
         if (req.has_header("Content-Length") && early && early->http_status == 413) {

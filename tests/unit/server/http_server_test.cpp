@@ -632,6 +632,26 @@ TEST_F(HttpServerTest, ApiKeysGuardEveryRouteButHealthMetricsAndVersion) {
     got = read_all(fd);
     EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 415 Unsupported Media Type") << got;
     EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
+    // No handler reads the body: the final answer instead of the 100 (an unknown path 404, a known one with another
+    // method 405 with Allow), and the connection ends.
+    for (const auto& [line, status] :
+         std::vector<std::pair<std::string, std::string>>{{"POST /v1/embeddings", "404 Not Found"},
+                                                          {"PUT /v1/chat/completions", "405 Method Not Allowed"},
+                                                          {"POST /health", "405 Method Not Allowed"}}) {
+        fd = send_raw(s.http.port(),
+                      line +
+                          " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+                          "Authorization: Bearer sk-first\r\nContent-Length: 20\r\n\r\n",
+                      5);
+        ASSERT_GE(fd, 0);
+        got = read_all(fd);
+        EXPECT_EQ(got.substr(0, got.find("\r\n")), "HTTP/1.1 " + status) << line << ": " << got;
+        EXPECT_EQ(got.find("100 Continue"), std::string::npos) << line << ": " << got;
+        EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << line << ": " << got;
+        if (status.rfind("405", 0) == 0) {
+            EXPECT_NE(got.find("Allow: "), std::string::npos) << line << ": " << got;
+        }
+    }
     fd = send_raw(s.http.port(), head + "Authorization: Bearer sk-first\r\nConnection: close\r\n\r\n", 5);
     ASSERT_GE(fd, 0);
     char cont[64];
