@@ -1350,8 +1350,21 @@ TEST(CudaOps, MoeDecodeMmaLoopIsTheSameBits) {
                     int n = 0;
                     for (size_t i = 0; i < acts[0].size(); ++i)
                         if (acts[v][i] != acts[0][i] && n++ < 24) where.append(1, ' ').append(std::to_string(i));
+                    // Each wrong 8-value block (one gate_up tile's act columns): whose values it holds, if any.
+                    std::string from;
+                    int shown = 0;
+                    for (size_t b = 0; b + 8 <= acts[0].size() && shown < 12; b += 8) {
+                        if (std::equal(acts[v].begin() + b, acts[v].begin() + b + 8, acts[0].begin() + b)) continue;
+                        size_t src = SIZE_MAX;
+                        for (size_t c = 0; c + 8 <= acts[0].size(); c += 8)
+                            if (std::equal(acts[v].begin() + b, acts[v].begin() + b + 8, acts[0].begin() + c)) src = c;
+                        from.append(" ").append(std::to_string(b / 8)).append("<-");
+                        from.append(src == SIZE_MAX ? std::string("?") : std::to_string(src / 8));
+                        ++shown;
+                    }
                     ADD_FAILURE() << "E=" << E << " T=" << T << " variant " << v << ": act differs at " << n << " of "
-                                  << acts[0].size() << ":" << where;
+                                  << acts[0].size() << ":" << where
+                                  << "; blocks (8 values) <- the reference's:" << from;
                 }
                 EXPECT_EQ(ys[v], ys[0]) << "E=" << E << " T=" << T << " variant " << v << ": y";
                 if (T == 1) {

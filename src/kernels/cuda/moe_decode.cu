@@ -372,11 +372,13 @@ __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const u
     const int t = threadIdx.x & 3;
     if constexpr (kPacked) {
         // Lane l's words of step s at chunk 64·s + l of its tile (row g's) and 32 chunks on (row g + 8's), its scale
-        // pair at byte 64·s + 2l: one base a lane, then constant offsets a step. No opaque zero here (unlike kLean
-        // below): with one in this index math, the gate_up loop kernel's later tiles read wrong words at bf16 h
-        // (session 63: every tile after a CTA's first, in every grid; the PTX read right, the SASS was not traced).
-        const int lane = threadIdx.x & 31;
-        const int64_t c = (r_lo >> 4) * (64 * ((G + 3) / 4)) + (64 * wk.s0 + lane);  // tile · 64·S + 64·s0 + lane
+        // pair at byte 64·s + 2l: one base a lane, then constant offsets a step. Keep this form: its PTX is the one
+        // that passed on the device (bench/NOTES.md r76, call 6). Two forms of the same arithmetic, kLean's opaque zero
+        // in it or the tile index as r_lo >> 4, made the gate_up loop kernel's tiles after a CTA's first read wrong
+        // words at bf16 h (every such tile, every grid; memcheck clean, the PTX read right): not explained. The
+        // tests MoeDecodeMmaLoopIsTheSameBits (variants 8-10) and MoeDecodeMmaEdgeShapesAndScales catch it.
+        const int lane = threadIdx.x & 31, g = lane >> 2;
+        const int64_t c = (r_lo - g) * (4 * ((G + 3) / 4)) + 64 * wk.s0 + lane;  // tile · 64·S + 64·s0 + lane
         const uint8_t* pb = blocks + 16 * c;
         const uint8_t* ps = scales + c + lane;
         const int g_left = G - 4 * wk.s0 - t;  // step i's group is in range while 4i < g_left
