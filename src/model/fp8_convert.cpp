@@ -17,6 +17,8 @@ namespace gptoss::model {
 
 float fp8_block_scale(float amax) {
     if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
+    // The smallest scale: 1 / s stays finite (a subnormal s made it inf, and 0 · inf NaN).
+    if (amax <= 448.0f * kFp8MinScale) return kFp8MinScale;
     int e = 0;
     std::frexp(amax / 448.0f, &e);               // amax / 448 = m · 2^e, m in [0.5, 1)
     float s = std::ldexp(1.0f, e);               // ≥ amax / 448

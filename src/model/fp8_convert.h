@@ -29,6 +29,9 @@
 // exact in e4m3 (3 mantissa bits) as long as the result stays in e4m3's range: conversion from
 // the published MXFP4 checkpoint is lossless except for values more than 2^-9 / 448 below their
 // block's maximum, which flush towards zero (a group scale 2^15 smaller than the block's largest).
+// Scales are at least 2^-126 (kFp8MinScale, the smallest normal float), so that 1 / s is finite: a
+// block whose largest magnitude is below 448 · 2^-126 keeps that scale, and its values below 2^-135
+// (e4m3's smallest subnormal at that scale) flush to zero.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,7 @@
 namespace gptoss::model {
 
 inline constexpr int kFp8Block = 128;
+inline constexpr float kFp8MinScale = 0x1p-126f;  // the smallest block scale (see above)
 inline constexpr int kFp8FormatVersion = 1;
 inline constexpr const char* kFp8QuantMethod = "gptoss_fp8_block";
 

@@ -17,6 +17,7 @@ __device__ __forceinline__ float fp8_pow2_scale(float amax) {
     const uint32_t se = fp8_pow2_scale_exp(__float_as_uint(amax));
     if (se != 0u) return __uint_as_float(se << 23);
     if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+    if (amax <= 448.0f * 0x1p-126f) return 0x1p-126f;  // model::kFp8MinScale: 1 / s finite
     int e = 0;
     frexpf(amax / 448.0f, &e);
     float s = ldexpf(1.0f, e);

@@ -31,6 +31,26 @@ TEST(Fp8Convert, BlockScalesArePowersOfTwoAndFit) {
         EXPECT_GT(amax / s, 224.0f) << amax;  // the smallest such power
     }
     EXPECT_EQ(fp8_block_scale(0.0f), 1.0f);
+    // Below 448 · 2^-126 the scale stays at 2^-126 (kFp8MinScale), so that 1 / s is finite: a subnormal
+    // scale made it inf, zeros quantized to NaN (0 · inf) and the rest saturated (a checkpoint with MXFP4
+    // scale bytes ≤ 4 converted to NaN logits).
+    for (float amax : {6.0f * 0x1p-123f, 0x1p-140f, 1e-45f}) {
+        EXPECT_EQ(fp8_block_scale(amax), kFp8MinScale) << amax;
+        EXPECT_TRUE(std::isfinite(1.0f / fp8_block_scale(amax)));
+    }
+    EXPECT_EQ(fp8_block_scale(448.0f * 0x1p-126f), kFp8MinScale);
+    EXPECT_EQ(fp8_block_scale(449.0f * 0x1p-126f), 0x1p-125f);
+    // A block of tiny MXFP4-like values (codes times 2^-123) with zeros: every byte finite, the values exact.
+    std::vector<float> w(128 * 128);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = (i % 3 == 0 ? 0.0f : (i % 7) * 0.5f) * 0x1p-123f;
+    std::vector<uint8_t> q(w.size());
+    float scale = 0.0f;
+    quantize_fp8_blocks(w.data(), 128, 128, q.data(), &scale);
+    EXPECT_EQ(scale, kFp8MinScale);
+    for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_NE(q[i] & 0x7f, 0x7f) << i << ": NaN";
+        EXPECT_EQ(fp8e4m3_to_f32(q[i]) * scale, w[i]) << i;
+    }
 }
 
 TEST(Fp8Convert, PartialBlocksAndRoundTripError) {
