@@ -39,6 +39,16 @@ int run_logits(const LogitsOptions& o) {
         auto t = resolve_output_target(o.out);
         if (!t.ok()) return fail(t.status().message());
         target = *t;
+        // Never into the checkpoint being read (a --out of model/model.safetensors replaced the weights).
+        std::error_code ec;
+        const auto model_dir = std::filesystem::weakly_canonical(std::filesystem::path(o.model), ec);
+        const auto out_path = std::filesystem::weakly_canonical(target->path, ec);
+        if (!model_dir.empty() && !out_path.empty()) {
+            const auto rel = out_path.lexically_relative(model_dir);
+            if (!rel.empty() && *rel.begin() != "..")
+                return fail("--out " + o.out + " is inside the model directory " + o.model +
+                            ": write the logits elsewhere");
+        }
     }
     auto weights = model::GptOssWeights::load(o.model);
     if (!weights.ok()) return fail(weights.status().message());

@@ -171,6 +171,18 @@ test('logits --out writes through a symlink and a FIFO instead of replacing them
     assert.notEqual(r.status, 0, args.join(' '));
     assert.match(r.stderr.toString(), /cannot write .*(no directory|is a directory)/, args.join(' '));
   }
+  // Never into the checkpoint being read: --out model/model.safetensors replaced the weights with the logits.
+  const weights = fs.readdirSync(model).find((f) => f.endsWith('.safetensors'));
+  const before = fs.statSync(path.join(model, weights));
+  for (const out of [path.join(model, weights), path.join(model, '..', path.basename(model), 'new.safetensors')]) {
+    const r = spawnSync(BIN, ['logits', '--model', model, '--ids', '1', '--out', out], { timeout: 20000 });
+    assert.notEqual(r.status, 0, out);
+    assert.match(r.stderr.toString(), /inside the model directory/, out);
+  }
+  const after = fs.statSync(path.join(model, weights));
+  assert.equal(after.size, before.size);
+  assert.equal(after.mtimeMs, before.mtimeMs);
+  assert.ok(!fs.existsSync(path.join(model, 'new.safetensors')));
 });
 
 test('generate --batch-file bounds a line (a file with no newline grew without bound); render checks current_date', () => {
