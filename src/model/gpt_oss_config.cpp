@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -497,9 +498,18 @@ namespace {
 // A config file's text (at most kMaxConfigBytes); nullopt when it cannot be opened.
 StatusOr<std::optional<std::string>> read_config_text(const std::string& path) {
     std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) return invalid_argument(path + ": is a directory, not a file");
+    const auto st = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(st)) return invalid_argument(path + ": is a directory, not a file");
+    // A FIFO, socket or device would block the open or the read forever (a FIFO config.json hung the load).
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+        return invalid_argument(path + ": not a regular file");
+    if (ec && ec != std::errc::no_such_file_or_directory)  // a link loop, a permission on the way
+        return invalid_argument(path + ": " + ec.message());
     std::ifstream in(path, std::ios::binary);
-    if (!in) return std::optional<std::string>{};
+    if (!in) {
+        if (std::filesystem::exists(st)) return invalid_argument(path + ": cannot be read: " + std::strerror(errno));
+        return std::optional<std::string>{};
+    }
     std::string text;
     char buf[1 << 16];
     while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {

@@ -1,6 +1,7 @@
 #include "model/gpt_oss_config.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -491,6 +492,16 @@ TEST(GptOssConfigParse, FromFile) {
     auto is_dir = GptOssConfig::from_file((dir / "sub" / "config.json").string());
     ASSERT_FALSE(is_dir.ok());
     EXPECT_NE(is_dir.status().message().find("is a directory"), std::string::npos) << is_dir.status().message();
+    // A FIFO (the open blocked forever) and a symlink loop: refused at once, and said why.
+    const std::string fifo = (dir / "fifo.json").string();
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto is_fifo = GptOssConfig::from_file(fifo);
+    ASSERT_FALSE(is_fifo.ok());
+    EXPECT_NE(is_fifo.status().message().find("not a regular file"), std::string::npos) << is_fifo.status().message();
+    std::filesystem::create_symlink(dir / "loop.json", dir / "loop.json");
+    auto loop = GptOssConfig::from_file((dir / "loop.json").string());
+    ASSERT_FALSE(loop.ok());
+    EXPECT_NE(loop.status().code(), StatusCode::kNotFound) << loop.status().message();
     std::filesystem::remove_all(dir);
 }
 
