@@ -116,6 +116,10 @@ int run_bench_serve(const BenchServeOptions& o) {
         if (c <= 0 || c > 4096) return fail("--concurrency values must be in [1, 4096]");
     if (o.prompt_len <= 0 || o.max_tokens <= 0 || o.repeats <= 0 || o.block_size <= 0)
         return fail("--prompt-len, --max-tokens, --repeats and --block-size must be positive");
+    if (o.block_size > 1024) return fail("--block-size must be 1 to 1024 tokens, got " + std::to_string(o.block_size));
+    if (o.max_batched_tokens < 0)
+        return fail("--max-batched-tokens must be positive (or 0 for the default), got " +
+                    std::to_string(o.max_batched_tokens));
     if (o.prompt_len > (1 << 20) || o.max_tokens > (1 << 20))
         return fail("--prompt-len and --max-tokens: at most 2^20");
     if (o.backend != "cpu" && o.backend != "cuda") return fail("unknown backend '" + o.backend + "' (cpu or cuda)");
