@@ -61,7 +61,13 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::from_file(const std::string& path) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) return not_found("tokenizer file not found: " + path);
+    const auto st = std::filesystem::status(path, ec);
+    if (std::filesystem::is_directory(st)) return invalid_argument("tokenizer path is a directory: " + path);
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st))
+        return invalid_argument("tokenizer path is not a regular file: " + path);
+    if (ec && ec != std::errc::no_such_file_or_directory)
+        return invalid_argument("tokenizer file " + path + ": " + ec.message());
+    if (!std::filesystem::is_regular_file(st)) return not_found("tokenizer file not found: " + path);
     std::ifstream in(path, std::ios::binary);
     if (!in) return not_found("cannot open tokenizer file: " + path);
     auto size = std::filesystem::file_size(path, ec);
