@@ -73,7 +73,9 @@ int run_render(const HarmonyOptions& o) {
         conversation = std::move(req->conversation);
         options = req->render_options;
     } else {
-        return fail("input.api must be \"harmony\" or \"chat.completions\" (got \"" + api + "\")");
+        return fail("input.api must be \"harmony\" or \"chat.completions\" (got " +
+                    (in.contains("api") ? in["api"].dump(-1, ' ', false, Json::error_handler_t::replace) : "none") +
+                    ")");
     }
     StatusOr<std::vector<harmony::Segment>> segments = harmony::render_segments(conversation, options);
     if (!segments.ok()) return fail(segments.status().message());
