@@ -34,12 +34,15 @@ StatusOr<ParallelConfig> ParallelConfig::parse(const std::string& text) {
     // Accept "·" (UTF-8 C2 B7), ',' and '.' as separators, '=' optional: "tp=2,ep=4", "ep4·dp1·tp4".
     size_t i = 0;
     bool seen[3] = {false, false, false};
+    bool separator_last = false;
     while (i < s.size()) {
         if (s[i] == ',' || s[i] == '.' || s[i] == '*' || s[i] == 'x' || static_cast<unsigned char>(s[i]) == 0xC2 ||
             static_cast<unsigned char>(s[i]) == 0xB7) {
             ++i;
+            separator_last = true;
             continue;
         }
+        separator_last = false;
         if (i + 2 > s.size()) return invalid_argument("cannot parse parallel layout '" + text + "'");
         const std::string key = s.substr(i, 2);
         int* slot = nullptr;
@@ -47,7 +50,9 @@ StatusOr<ParallelConfig> ParallelConfig::parse(const std::string& text) {
         if (key == "tp") slot = &c.tp, which = 0;
         if (key == "dp") slot = &c.dp, which = 1;
         if (key == "ep") slot = &c.ep, which = 2;
-        if (!slot) return invalid_argument("unknown key '" + key + "' in parallel layout '" + text + "' (tp, dp, ep)");
+        if (!slot)
+            return invalid_argument("unknown key at '" + s.substr(i, 16) + "' in parallel layout '" + text +
+                                    "' (keys: tp, dp, ep)");
         if (seen[which]) return invalid_argument("'" + key + "' given twice in '" + text + "'");
         seen[which] = true;
         i += 2;
@@ -62,6 +67,7 @@ StatusOr<ParallelConfig> ParallelConfig::parse(const std::string& text) {
         *slot = value;
         i += static_cast<size_t>(ptr - begin);
     }
+    if (separator_last) return invalid_argument("parallel layout '" + text + "' ends in a separator");
     RETURN_IF_ERROR(c.validate());
     return c;
 }

@@ -42,9 +42,13 @@ TEST(WorldTest, ParsesLayoutsInEverySpelling) {
     EXPECT_EQ(c->ep, 1);
     EXPECT_EQ(c->world_size(), 8);
     for (const char* bad : {"tp=0", "tp=2,tp=2", "xx=3", "tp=", "ep=3,tp=2", "tp=-1", "tp=2;dp=2", "tp=2,dp=1073741824",
-                            "tp=8,dp=536870912", "tp=2000"}) {
+                            "tp=8,dp=536870912", "tp=2000", "tp=2x", "tp=2,", "junk"}) {
         EXPECT_FALSE(ParallelConfig::parse(bad).ok()) << bad;
     }
+    // A trailing separator was taken as the end; an unknown key is quoted where it starts, not as two letters.
+    EXPECT_NE(ParallelConfig::parse("tp=2x").status().message().find("ends in a separator"), std::string::npos);
+    EXPECT_NE(ParallelConfig::parse("junk").status().message().find("at 'junk'"), std::string::npos);
+    EXPECT_TRUE(ParallelConfig::parse("tp2xdp2").ok());
 }
 
 TEST(WorldTest, RankLayoutAndGroups) {
