@@ -1,4 +1,5 @@
 // gptoss init-model --preset tiny|gpt-oss-20b|gpt-oss-120b --out DIR [--seed S]
+#include <charconv>
 #include <filesystem>
 
 #include "cli/command.h"
@@ -52,7 +53,14 @@ CommandRegistrar reg([](CLI::App& app, int& exit_code) {
     sub->add_option("--seed", o->seed, "Random seed (0 to 2^64 - 1)")
         ->capture_default_str()
         ->check([](const std::string& text) {
-            return !text.empty() && text[0] == '-' ? std::string("the seed must be 0 or more") : std::string();
+            // (CLI11 saturated a larger number to 2^64 - 1 silently.)
+            uint64_t v = 0;
+            const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+            if (!text.empty() && text[0] == '-') return std::string("the seed must be 0 or more");
+            if (ec == std::errc::result_out_of_range) return std::string("the seed must be at most 2^64 - 1");
+            if (ec != std::errc() || ptr != text.data() + text.size())
+                return std::string("the seed must be a whole number");
+            return std::string();
         });
     sub->add_option("--shard-gb", o->shard_gb, "Shard size in GB (default: 5 for full-size presets)");
     sub->callback([o, &exit_code] { exit_code = run_init_model(*o); });
