@@ -129,6 +129,8 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     {
         std::error_code ec;
         const auto st = std::filesystem::status(dir, ec);
+        if (ec && ec != std::errc::no_such_file_or_directory)  // a link loop, a permission on the way
+            return invalid_argument("model directory " + dir + ": " + ec.message());
         if (!std::filesystem::exists(st)) return not_found("model directory " + dir + " does not exist");
         if (!std::filesystem::is_directory(st))
             return invalid_argument(dir + " is a file, not a model directory (give the directory holding config.json)");

@@ -223,4 +223,13 @@ test('errors quoting file bytes are escaped; an unreadable tokenizer.json is sai
   assert.match(file.stderr.toString(), /is a file, not a model directory/);
   const none = spawnSync(BIN, ['logits', '--model', path.join(dir, 'nope'), '--ids', '1']);
   assert.match(none.stderr.toString(), /model directory .*nope does not exist/);
+  // A link loop for the directory or its config.json, and a FIFO config.json (its open hung): each said as it is.
+  fs.symlinkSync(path.join(dir, 'loop'), path.join(dir, 'loop'));
+  const loop = spawnSync(BIN, ['logits', '--model', path.join(dir, 'loop'), '--ids', '1']);
+  assert.match(loop.stderr.toString(), /loop: Too many levels of symbolic links/);
+  fs.rmSync(path.join(dir, 'config.json'));
+  spawnSync('mkfifo', [path.join(dir, 'config.json')]);
+  const fifo = spawnSync(BIN, ['logits', '--model', dir, '--ids', '1'], { timeout: 20000 });
+  assert.equal(fifo.signal, null, 'the load hung on the FIFO');
+  assert.match(fifo.stderr.toString(), /config\.json: not a regular file/);
 });
