@@ -26,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -542,9 +543,9 @@ std::optional<const char*> expect_route_error(const httplib::Request& req) {
     if (std::find(std::begin(kPostPaths), std::end(kPostPaths), path) != std::end(kPostPaths))
         return req.method == "POST" ? std::nullopt : std::optional<const char*>("POST");
     if (path.rfind("/v1/responses/", 0) == 0 && path.size() > 14) return std::nullopt;
-    const bool get = path == "/health" || path == "/metrics" || path == "/version" || path == "/v1/models" ||
-                     (path.rfind("/v1/models/", 0) == 0 && path.size() > 11);
-    if (get) return std::optional<const char*>("GET, HEAD");
+    // kGetPaths as routing matches them (httplib: the whole path against the pattern).
+    for (const char* pattern : kGetPaths)
+        if (std::regex_match(path, std::regex(pattern))) return std::optional<const char*>("GET, HEAD");
     return std::optional<const char*>(nullptr);
 }
 
