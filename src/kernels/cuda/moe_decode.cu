@@ -387,9 +387,11 @@ __device__ __forceinline__ void decode_load(DecodeWeights<kMaxSteps>& w, const u
             if (i < wk.ns && 4 * i < g_left) {
                 w.lo[i] = ldg_stream(pb + 1024 * i);
                 w.hi[i] = ldg_stream(pb + 1024 * i + 512);
-                const uint32_t sc = __ldg(reinterpret_cast<const unsigned short*>(ps + 64 * i));
-                w.slo[i] = sc & 0xffu;
-                w.shi[i] = sc >> 8;
+                // Two byte loads, not one 16-bit load split in registers: the split's ALU ops waited for the load
+                // right where it was issued, so the loop kernel's epilogue waited for the next tile's scales (r77
+                // stamps: tile 0's epilogue 4.6 µs against 2.4).
+                w.slo[i] = __ldg(ps + 64 * i);
+                w.shi[i] = __ldg(ps + 64 * i + 1);
             } else {
                 w.lo[i] = w.hi[i] = make_uint4(0u, 0u, 0u, 0u);
                 w.slo[i] = w.shi[i] = 127u;
