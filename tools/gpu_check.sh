@@ -3112,6 +3112,31 @@ PY
         echo "== $n"; head -30 "$OUT/s63b_stamps_$n.txt"
       done
       ;;
+    s77)
+      # Session 64 (r77): the decode layout with its scale pair as two byte loads (r77 call 2's stamps: the 16-bit
+      # load's split waited in the loop kernel's epilogue). Tests, three 20b batch-1 pairs, batch 2 and 4 pairs,
+      # stamps of the packed kernel, then one 120b pair on an H200.
+      tests_row s77_tests 'CudaOps.MoePack*:CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaOps.MoeResidualTail*'
+      if [ $rc = 0 ]; then
+        tests_row s77_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
+        for pass in 1 2 3; do
+          decode_row "s77_20b_b1_default_$pass" 20b 1
+          decode_row "s77_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
+        done
+        for b in 2 4; do
+          decode_row "s77_20b_b${b}_default" 20b $b
+          decode_row "s77_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
+        done
+        decode_row "s77_20b_b1_packed_stamps" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_STAMPS="$OUT/s77_stamps.csv"
+        python3 tools/moe_stamps.py "$OUT/s77_stamps.csv" > "$OUT/s77_stamps.txt" 2>&1
+        rm -f "$OUT/s77_stamps.csv"
+        mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+        if [ "${mem:-0}" -gt 120000 ]; then
+          decode_row "s77_120b_b1_default" 120b 1
+          decode_row "s77_120b_b1_packed" 120b 1 GPTOSS_MOE_PACKED=1
+        fi
+      fi
+      ;;
     s59)
       # Session 59: the front-end changes on CUDA (forced tool calls held to their schema, stop_reason, /version), the
       # CUDA model and engine tests (the loader and the CUDA init changed), the serve check, batch-1 rows.
