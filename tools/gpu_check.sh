@@ -3139,14 +3139,13 @@ PY
       ;;
     s77b)
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
-      # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without / with a
-      # longer stagger; batch 2 once: default, packed, packed with the one-tile down, packed with the one-tile gate_up.
+      # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without the
+      # stagger; batch 2 once: default, packed, packed with the one-tile down, packed with the one-tile gate_up.
       for pass in 1 2; do
         decode_row "s77b_20b_b1_default_$pass" 20b 1
         decode_row "s77b_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
         decode_row "s77b_20b_b1_packed_onetile_$pass" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_LOOP=0
         decode_row "s77b_20b_b1_packed_stagger0_$pass" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_STAGGER_NS=0
-        decode_row "s77b_20b_b1_packed_stagger4000_$pass" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_STAGGER_NS=4000
       done
       decode_row s77b_20b_b2_default 20b 2
       decode_row s77b_20b_b2_packed 20b 2 GPTOSS_MOE_PACKED=1
