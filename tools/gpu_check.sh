@@ -114,6 +114,32 @@ tests_row() {
   summary+=("$name rc=$rc")
   grep -E "FAILED|Failure|PASSED" "$OUT/$name.log" | tail -6
 }
+# packed_check <prefix> <120b pairs> [batch ...]: the decode layout of the MXFP4 experts (kernels/cuda/moe.h
+# moe_pack_decode; GPTOSS_MOE_PACKED=1): its kernel tests and the CUDA model / engine tests with it on; if they pass,
+# three interleaved 20b batch-1 pairs (default, packed), one pair at each further batch, and <120b pairs> 120b batch-1
+# pairs where the copy fits (the H200: 62.5 GB beside 61 GB of experts).
+packed_check() {
+  local p=$1 n120=$2 pass b mem
+  shift 2
+  tests_row ${p}_tests 'CudaOps.MoePack*:CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaOps.MoeResidualTail*'
+  [ $rc = 0 ] || return 0
+  tests_row ${p}_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
+  for pass in 1 2 3; do
+    decode_row "${p}_20b_b1_default_$pass" 20b 1
+    decode_row "${p}_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
+  done
+  for b in "$@"; do
+    decode_row "${p}_20b_b${b}_default" 20b $b
+    decode_row "${p}_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
+  done
+  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  if [ "${mem:-0}" -gt 120000 ]; then
+    for pass in $(seq 1 "$n120"); do
+      decode_row "${p}_120b_b1_default_$pass" 120b 1
+      decode_row "${p}_120b_b1_packed_$pass" 120b 1 GPTOSS_MOE_PACKED=1
+    done
+  fi
+}
 # issue6_tables: issue 6's tables (plots: tools/plot_bench.py on the JSON): prefill latency and cost by input length,
 # decode tok/s per user against cost for batch 1-128 at 8k and 32k context; both models --fp8 with the bf16 KV cache,
 # and 20b with the FP8 cache at 32k (batch 128 fits only so).
@@ -3077,24 +3103,8 @@ PY
       fi
       ;;
     s63)
-      # Session 63: the decode layout of the MXFP4 experts (kernels/cuda/moe.h moe_pack_decode; GPTOSS_MOE_PACKED=1).
-      # Its kernel tests and the CUDA model / engine tests with it on; then batch-1 rows interleaved: three 20b pairs,
-      # and two 120b pairs where the copy fits (the H200: 62.5 GB beside 61 GB of experts).
-      tests_row s63_tests 'CudaOps.MoePack*:CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaOps.MoeResidualTail*'
-      if [ $rc = 0 ]; then
-        tests_row s63_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
-        for pass in 1 2 3; do
-          decode_row "s63_20b_b1_default_$pass" 20b 1
-          decode_row "s63_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
-        done
-        mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-        if [ "${mem:-0}" -gt 120000 ]; then
-          for pass in 1 2; do
-            decode_row "s63_120b_b1_default_$pass" 120b 1
-            decode_row "s63_120b_b1_packed_$pass" 120b 1 GPTOSS_MOE_PACKED=1
-          done
-        fi
-      fi
+      # Session 63: the decode layout, batch 1 (two 120b pairs on an H200).
+      packed_check s63 2
       ;;
     s63b)
       # Session 63, second call: 20b batch 2 / 4 / 8 each way, stamped 20b batch-1 rows each way (tools/moe_stamps.py).
@@ -3114,27 +3124,12 @@ PY
       ;;
     s77)
       # Session 64 (r77): the decode layout with its scale pair as two byte loads (r77 call 2's stamps: the 16-bit
-      # load's split waited in the loop kernel's epilogue). Tests, three 20b batch-1 pairs, batch 2 and 4 pairs,
-      # stamps of the packed kernel, then one 120b pair on an H200.
-      tests_row s77_tests 'CudaOps.MoePack*:CudaOps.MoeDecodeMma*:CudaOps.MoeMxfp4*:CudaOps.MoeResidualTail*'
+      # load's split waited in the loop kernel's epilogue); batches 1, 2, 4, stamps of the packed kernel, one 120b pair.
+      packed_check s77 1 2 4
       if [ $rc = 0 ]; then
-        tests_row s77_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
-        for pass in 1 2 3; do
-          decode_row "s77_20b_b1_default_$pass" 20b 1
-          decode_row "s77_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
-        done
-        for b in 2 4; do
-          decode_row "s77_20b_b${b}_default" 20b $b
-          decode_row "s77_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
-        done
         decode_row "s77_20b_b1_packed_stamps" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_STAMPS="$OUT/s77_stamps.csv"
         python3 tools/moe_stamps.py "$OUT/s77_stamps.csv" > "$OUT/s77_stamps.txt" 2>&1
         rm -f "$OUT/s77_stamps.csv"
-        mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-        if [ "${mem:-0}" -gt 120000 ]; then
-          decode_row "s77_120b_b1_default" 120b 1
-          decode_row "s77_120b_b1_packed" 120b 1 GPTOSS_MOE_PACKED=1
-        fi
       fi
       ;;
     s77b)
