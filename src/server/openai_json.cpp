@@ -314,10 +314,12 @@ void read_sampling(Fields& f, SamplingRequest* out) {
     if (auto k = f.integer("top_k", -1, INT32_MAX)) out->sampling.top_k = *k < 0 ? 0 : static_cast<int>(*k);
     if (auto mp = f.number("min_p", 0.0, 1.0)) out->sampling.min_p = static_cast<float>(*mp);
     if (auto rp = f.number("repetition_penalty", 0.0, std::numeric_limits<float>::max())) {
-        if (*rp > 0.0)
+        // As the 32-bit float the sampler divides by: 1e-300 is 0 there, and a subnormal would make every positive
+        // logit it touches infinite.
+        if (static_cast<float>(*rp) >= std::numeric_limits<float>::min())
             out->sampling.repetition_penalty = static_cast<float>(*rp);
         else
-            f.fail("repetition_penalty", "must be greater than 0");
+            f.fail("repetition_penalty", "must be at least 1.17549435e-38 (a positive 32-bit float)");
     }
     if (auto pp = f.number("presence_penalty", -2.0, 2.0)) out->sampling.presence_penalty = static_cast<float>(*pp);
     if (auto fp = f.number("frequency_penalty", -2.0, 2.0)) out->sampling.frequency_penalty = static_cast<float>(*fp);

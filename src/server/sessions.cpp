@@ -60,6 +60,10 @@ std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id) {
     return harmony::special_token_text(id).value_or(std::string());
 }
 
+bool is_special_token(const tokenizer::BpeTokenizer& tok, int32_t id) {
+    return tok.is_special(id) || (!tok.token_bytes(id) && harmony::special_token_text(id).has_value());
+}
+
 namespace {
 
 // A token as logprobs name it: its text (invalid UTF-8 replaced), or with vLLM's return_tokens_as_token_ids
@@ -306,7 +310,7 @@ private:
         // the content whose bytes gave no text yet (a character split over tokens) has its entry too, riding
         // with the text that completes it.
         // (A special token has none: a terminator's step can carry content, the U+FFFD of a character it cut.)
-        if (token && logprobs_ && !stop_.matched() && !ctx_.tokenizer->is_special(token->token_id) &&
+        if (token && logprobs_ && !stop_.matched() && !is_special_token(*ctx_.tokenizer, token->token_id) &&
             (std::any_of(step.deltas.begin(), step.deltas.end(),
                          [](const harmony::ChatDelta& d) { return d.content.has_value(); }) ||
              (step.own_events == 0 && out_.in_content_body()))) {
@@ -398,7 +402,7 @@ public:
             ++usage_.completion_tokens;
             if (!is_request_stop(e, stop_token_ids_)) {
                 // (a special token has no entry: a terminator's step can carry the U+FFFD of a character it cut)
-                token_ = logprobs_ && !ctx_.tokenizer->is_special(e.token_id) ? &e : nullptr;
+                token_ = logprobs_ && !is_special_token(*ctx_.tokenizer, e.token_id) ? &e : nullptr;
                 const HarmonyOutput::Step step = out_.push(e.token_id);
                 for (const harmony::Event& h : step.events) handle(h, sse);
                 // A message's token whose bytes gave no text yet (a character split over tokens): its entry
@@ -702,7 +706,7 @@ public:
                 (e.finish == FinishReason::kStop && is_generation_stop_id(e.token_id)) || request_stop_id_.has_value();
             const std::string bytes = token_text(*ctx_.tokenizer, e.token_id);
             // skip_special_tokens: a special token's text is not shown (its logprobs entry still names it).
-            const bool hidden = skip_special_ && ctx_.tokenizer->is_special(e.token_id);
+            const bool hidden = skip_special_ && is_special_token(*ctx_.tokenizer, e.token_id);
             if (!final_stop && !hidden) pending_ += bytes;
             text += take_text(e.finish != FinishReason::kNone);
             if (logprobs_ >= 0) {

@@ -44,6 +44,9 @@ private:
 // A token's bytes; o200k_harmony's reserved ids that the tokenizer file does not list by their Harmony name
 // ("<|reserved_200013|>"), so that a logprobs entry never names a token "". "" for an id neither knows.
 std::string token_text(const tokenizer::BpeTokenizer& tok, int32_t id);
+// A special token: one the tokenizer file lists as added, or a reserved id it does not list that has a Harmony name
+// (o200k_harmony's 200019-201087 where tokenizer.json stops at 200018; tiktoken counts them special).
+bool is_special_token(const tokenizer::BpeTokenizer& tok, int32_t id);
 
 struct SessionContext {
     const tokenizer::BpeTokenizer* tokenizer = nullptr;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/sessions.h"
 #include "server_test_util.h"
 
 namespace gptoss::server::testing {
@@ -848,27 +849,39 @@ TEST_F(GenerationOutputTest, ByteTokensKeepTheirLogprobsEntries) {
 // vLLM's skip_special_tokens on completions: the text leaves out Harmony's special tokens (shown by default, so
 // that the output parses as Harmony), streamed alike; logprobs entries still name them, and the text offsets
 // count only the text shown.
+// A reserved id the tokenizer file does not list (200500: tokenizer.json stops at 200018) is special too, as tiktoken
+// counts it: shown by its Harmony name, left out with skip_special_tokens, and a stop string that spells it cannot
+// match the text shown.
 TEST_F(GenerationOutputTest, CompletionsSkipSpecialTokens) {
-    const std::vector<int32_t> ids = harmony_ids("<|channel|>final<|message|>Hi there<|end|><|start|>x<|return|>");
+    std::vector<int32_t> ids = harmony_ids("<|channel|>final<|message|>Hi there<|end|><|start|>x");
+    ASSERT_FALSE(test_tokenizer()->token_bytes(200500).has_value());
+    ids.push_back(200500);
+    ids.push_back(harmony_ids("<|return|>")[0]);
     server_.engine.set_script([ids](const EngineRequest&) { return ids; });
     Json shown = post_json("/v1/completions", R"({"prompt":"The fox","max_tokens":20})");
-    EXPECT_EQ(shown["choices"][0]["text"], "<|channel|>final<|message|>Hi there<|end|><|start|>x");
+    EXPECT_EQ(shown["choices"][0]["text"], "<|channel|>final<|message|>Hi there<|end|><|start|>x<|reserved_200500|>");
     Json skipped =
         post_json("/v1/completions", R"({"prompt":"The fox","max_tokens":20,"skip_special_tokens":true,"logprobs":0})");
     EXPECT_EQ(skipped["choices"][0]["text"], "finalHi therex");
     const Json& lp = skipped["choices"][0]["logprobs"];
     ASSERT_EQ(lp["tokens"].size(), ids.size());
     EXPECT_EQ(lp["tokens"][0], "<|channel|>");
+    EXPECT_EQ(lp["tokens"][ids.size() - 2], "<|reserved_200500|>");
     std::string text;
     for (size_t i = 0; i < ids.size(); ++i) {
         EXPECT_EQ(lp["text_offset"][i], static_cast<int64_t>(text.size())) << i;
-        if (!test_tokenizer()->is_special(ids[i])) text += lp["tokens"][i].get<std::string>();
+        if (!is_special_token(*test_tokenizer(), ids[i])) text += lp["tokens"][i].get<std::string>();
     }
     std::string streamed;
     for (const Json& k : post_stream(
              "/v1/completions", R"({"prompt":"The fox","max_tokens":20,"skip_special_tokens":true,"stream":true})"))
         for (const Json& ch : k["choices"]) streamed += ch["text"].get<std::string>();
     EXPECT_EQ(streamed, "finalHi therex");
+    Json stop = post_json("/v1/completions", R"({"prompt":"The fox","max_tokens":20,"skip_special_tokens":true,)"
+                                             R"("stop":["x<|reserved_200500|>"],"include_stop_str_in_output":true})");
+    EXPECT_EQ(stop["choices"][0]["text"], "finalHi therex");
+    EXPECT_EQ(stop["choices"][0]["finish_reason"], "stop");
+    EXPECT_TRUE(stop["choices"][0]["stop_reason"].is_null()) << stop.dump();
     EXPECT_EQ(expect_error(server_.post("/v1/completions", R"({"prompt":"x","skip_special_tokens":1})"), 400)["param"],
               "skip_special_tokens");
 }

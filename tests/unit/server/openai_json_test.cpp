@@ -315,6 +315,8 @@ TEST(ParseChatRequest, NamesTheBadField) {
         {R"({"messages": [{"role": "user", "content": "x"}], "min_p": -0.1})", "min_p"},
         {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 0})", "repetition_penalty"},
         {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": -1})", "repetition_penalty"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 1e-300})", "repetition_penalty"},
+        {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": 1e-45})", "repetition_penalty"},
         {R"({"messages": [{"role": "user", "content": "x"}], "repetition_penalty": "high"})", "repetition_penalty"},
         {R"({"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}})",
          "stream_options"},
