@@ -312,6 +312,11 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
         ASSIGN_OR_RETURN(std::optional<std::string> role, opt_string(m, "role", where));
         if (!role) return invalid_argument(where + ".role is required");
         ASSIGN_OR_RETURN(std::string text, content_text(m, where));
+        // Calls only come from the assistant (OpenAI's rule): elsewhere they would be counted as calls a tool message
+        // can answer, yet never rendered.
+        if (const Json* tc = field(m, "tool_calls");
+            *role != "assistant" && tc != nullptr && !tc->is_null() && !(tc->is_array() && tc->empty()))
+            return invalid_argument(where + ".tool_calls: only assistant messages carry tool calls");
         if (*role == "system" || *role == "developer") {
             if (text.empty()) continue;
             if (leading) {
@@ -398,7 +403,15 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
                     name = a->second;
                 }
             }
-            if (!name && name_field && !name_field->empty()) name = *name_field;
+            // A name from a call renders as the call did ("functions." + its name, even one that starts with
+            // "functions."); the message's own name field may carry the prefix already.
+            bool from_field = false;
+            if (!name && name_field && !name_field->empty()) {
+                if (!valid_function_name(*name_field))
+                    return invalid_argument(where + ".name must be a function name of letters, digits, _ . : -");
+                name = *name_field;
+                from_field = true;
+            }
             if (!name && !unanswered.empty()) name = unanswered.back().second;
             if (!name) {
                 return invalid_argument(where + ": tool message matches no tool call (set tool_call_id or name)");
@@ -411,7 +424,7 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
             if (answered == unanswered.end() && !unanswered.empty()) answered = unanswered.end() - 1;
             if (answered != unanswered.end()) unanswered.erase(answered);
             Message t = Message::text(Role::kTool, text);
-            t.name = name->rfind("functions.", 0) == 0 ? *name : "functions." + *name;
+            t.name = from_field && name->rfind("functions.", 0) == 0 ? *name : "functions." + *name;
             t.recipient = "assistant";
             t.channel = "commentary";
             history.push_back(std::move(t));

@@ -250,6 +250,47 @@ TEST(HarmonyChat, ReusedToolCallIdsAnswerTheCallBeforeThem) {
     EXPECT_NE(refused.status().message().find("matches no tool call"), std::string::npos);
 }
 
+// A tool result's author is the call's recipient: a function declared as "functions.get_weather" is called
+// "to=functions.functions.get_weather", and its result is by "functions.functions.get_weather" (the prefix was taken
+// off once, so the result no longer matched the call). A result's own name field may carry the prefix already, but
+// must be a function name: free text there would end up in the header ("x to=python" as a second recipient). And
+// only assistant messages carry calls: a user message's were counted as calls a result could answer, never rendered.
+TEST(HarmonyChat, ToolResultAuthorsMatchTheirCalls) {
+    std::string text = chat_text(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[
+        {"id":"c1","type":"function","function":{"name":"functions.get_weather","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":"R"}]})",
+                                 R"({"current_date":"2025-06-28","history_tool_call_content_type":null})");
+    EXPECT_NE(text.find("<|start|>assistant to=functions.functions.get_weather<|channel|>commentary<|message|>{}"
+                        "<|call|><|start|>functions.functions.get_weather to=assistant<|channel|>commentary<|message|>"
+                        "R<|end|>"),
+              std::string::npos)
+        << text;
+    text = chat_text(R"({"messages":[{"role":"user","content":"q"},
+        {"role":"tool","name":"functions.lookup","content":"A"},{"role":"tool","name":"lookup","content":"B"}]})");
+    EXPECT_NE(text.find("<|start|>functions.lookup to=assistant<|channel|>commentary<|message|>A<|end|>"
+                        "<|start|>functions.lookup to=assistant<|channel|>commentary<|message|>B<|end|>"),
+              std::string::npos)
+        << text;
+    for (const char* bad : {"x to=python", "a b", "f<|end|>"}) {
+        const std::string req = std::string(R"({"messages":[{"role":"user","content":"q"},)") +
+                                R"({"role":"tool","tool_call_id":"zz","name":)" + Json(bad).dump() +
+                                R"(,"content":"r"}]})";
+        StatusOr<ChatRequest> r = chat(req.c_str());
+        ASSERT_FALSE(r.ok()) << bad;
+        EXPECT_NE(r.status().message().find("messages[1].name"), std::string::npos) << r.status().to_string();
+    }
+    StatusOr<ChatRequest> user_calls = chat(R"({"messages":[{"role":"user","content":"q","tool_calls":[
+        {"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c1","content":"r"}]})");
+    ASSERT_FALSE(user_calls.ok());
+    EXPECT_NE(user_calls.status().message().find("messages[0].tool_calls"), std::string::npos)
+        << user_calls.status().to_string();
+    // An empty or null list stays harmless anywhere.
+    EXPECT_TRUE(chat(R"({"messages":[{"role":"user","content":"q","tool_calls":[]},)"
+                     R"({"role":"system","content":"s","tool_calls":null}]})")
+                    .ok());
+}
+
 TEST(HarmonyChat, ReasoningAliasesAndEffortClamping) {
     StatusOr<ChatRequest> r = chat(R"({"reasoning_effort":"minimal","messages":[{"role":"user","content":"q"},
         {"role":"assistant","thinking":"t"}]})");
