@@ -336,7 +336,7 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
             std::optional<std::string> reasoning;
             for (const char* key : {"reasoning_content", "reasoning", "thinking"}) {
                 ASSIGN_OR_RETURN(reasoning, opt_string(m, key, where));
-                if (reasoning) break;
+                if (reasoning && !reasoning->empty()) break;  // an empty alias does not hide a later one
             }
             if (reasoning && !reasoning->empty()) {
                 Message a = Message::text(Role::kAssistant, *reasoning);

@@ -298,6 +298,12 @@ TEST(HarmonyChat, ReasoningAliasesAndEffortClamping) {
     EXPECT_EQ(r->reasoning_effort, ReasoningEffort::kLow);
     EXPECT_EQ(r->conversation.messages.back().channel, "analysis");
     EXPECT_EQ(r->conversation.messages.back().content, "t");
+    // An empty alias (clients send "reasoning_content": "" beside the field they use) does not hide a later one.
+    r = chat(
+        R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","reasoning_content":"","reasoning":"u"}]})");
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(r->conversation.messages.back().channel, "analysis");
+    EXPECT_EQ(r->conversation.messages.back().content, "u");
 }
 
 // A top-level union is a parameter, not "no arguments" (it rendered `() => any`); `{}`, a bare object and empty
