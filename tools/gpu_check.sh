@@ -3136,6 +3136,8 @@ PY
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
       # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without the
       # stagger; batch 2 once: default, packed, packed with the one-tile down, packed with the one-tile gate_up.
+      # First the activation quantizer's test, which since session 64 covers the FP8 scale floor (compiled only then).
+      tests_row s77b_fp8 'CudaFp8Gemm.ActivationQuantizer*'
       for pass in 1 2; do
         decode_row "s77b_20b_b1_default_$pass" 20b 1
         decode_row "s77b_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1

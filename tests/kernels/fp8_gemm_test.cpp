@@ -99,6 +99,12 @@ TEST(CudaFp8Gemm, ActivationQuantizerMatchesCpuBitExactly) {
         std::vector<float> x = block_varied(m, k, static_cast<uint32_t>(m * 31 + k), 1.0f);
         for (int c = 0; c < std::min(k, 128); ++c) x[c] = 0.0f;  // an all-zero group: scale 1
         x[static_cast<size_t>(k) - 1] = 1e4f;                    // large values: scale > 1
+        // A group of values below 448 · 2^-126 (a checkpoint's tiny MX scales): the scale's floor, 2^-126
+        // (model::kFp8MinScale), where the exponent path gives none; without it 1 / s was infinite.
+        // Normal floats from 1e-36 to 4.97e-36 (amax / 448 is subnormal), none flushed by the GPU.
+        if (k > 256)
+            for (int c = 128; c < 256; ++c)
+                x[c] = (c % 2 ? -1.0f : 1.0f) * 1e-36f * (1.0f + static_cast<float>(c - 128) / 32.0f);
         if (bf16) x = test::bf16_round(x);
         std::vector<uint8_t> want_q;
         std::vector<float> want_s;
