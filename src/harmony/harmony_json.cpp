@@ -360,8 +360,10 @@ Status history_from_request(const Json& messages, const ServerOptions& options, 
                     if (!name || !valid_function_name(*name))
                         return invalid_argument(cw +
                                                 ".function.name must be a non-empty name of letters, digits, _ . : -");
-                    std::string args;
-                    if (const Json* a = field(*fn, "arguments"))
+                    // Absent or null arguments are a call without arguments: "{}" (an empty body is no JSON at
+                    // all, and the model only ever sees a call's arguments as an object).
+                    std::string args = "{}";
+                    if (const Json* a = field(*fn, "arguments"); a != nullptr && !a->is_null())
                         args = a->is_string() ? a->get<std::string>() : compact(*a);
                     Message call = Message::text(Role::kAssistant, args);
                     call.recipient = "functions." + *name;

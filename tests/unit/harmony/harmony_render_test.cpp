@@ -285,6 +285,18 @@ TEST(HarmonyChat, ToolResultAuthorsMatchTheirCalls) {
     ASSERT_FALSE(user_calls.ok());
     EXPECT_NE(user_calls.status().message().find("messages[0].tool_calls"), std::string::npos)
         << user_calls.status().to_string();
+    // A call without arguments (absent or null) is rendered with "{}", not an empty body.
+    for (const char* fn : {R"({"name":"f"})", R"({"name":"f","arguments":null})"}) {
+        text = chat_text((std::string(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[
+            {"id":"c1","type":"function","function":)") +
+                          fn + R"(}]},{"role":"tool","tool_call_id":"c1","content":"R"}]})")
+                             .c_str(),
+                         R"({"current_date":"2025-06-28","history_tool_call_content_type":null})");
+        EXPECT_NE(text.find("<|start|>assistant to=functions.f<|channel|>commentary<|message|>{}<|call|>"),
+                  std::string::npos)
+            << fn << "\n"
+            << text;
+    }
     // An empty or null list stays harmless anywhere.
     EXPECT_TRUE(chat(R"({"messages":[{"role":"user","content":"q","tool_calls":[]},)"
                      R"({"role":"system","content":"s","tool_calls":null}]})")

@@ -338,12 +338,22 @@ TEST(ParseChatRequest, NamesTheBadField) {
          "tool_choice.function.name"},
         {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function": {}}]}]})",
          "messages[0].tool_calls[0].function.name"},
+        {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+             "function": {"name": "f", "arguments": 5}}]}]})",
+         "messages[0].tool_calls[0].function.arguments"},
     };
     for (const Case& c : cases) {
         auto p = parse_chat_request(j(c.body));
         ASSERT_FALSE(p.ok()) << c.body;
         EXPECT_EQ(http_status_for(p.status().code()), 400) << c.body;
         EXPECT_EQ(param_of(p.status()), c.param) << c.body << " -> " << p.status().message();
+    }
+    // Absent or null arguments are a call without arguments (rendered "{}", harmony_render_test).
+    for (const char* fn : {R"({"name": "f"})", R"({"name": "f", "arguments": null})"}) {
+        auto p = parse_chat_request(j(std::string(R"({"messages": [{"role": "user", "content": "q"},
+            {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": )") +
+                                      fn + "}]}]}"));
+        EXPECT_TRUE(p.ok()) << fn << " -> " << p.status().to_string();
     }
 }
 
