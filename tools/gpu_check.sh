@@ -3132,6 +3132,45 @@ PY
         rm -f "$OUT/s77_stamps.csv"
       fi
       ;;
+    s78)
+      # Session 65: the FP8 scale floor's device test (compiled only since session 64), then what holds one
+      # sequence's decode attention at long context (r44 Next 2, never run): attention_bench's decode rows at 1, 2, 4
+      # and 8 sequences with and without the cluster merge, and ncu of the decode kernel at one sequence, 32k (cluster
+      # and combine paths) against eight sequences, 32k (4.2 TB/s in r44): DRAM rate, occupancy, stall reasons, the
+      # most-stalled SASS lines.
+      tests_row s78_fp8 'CudaFp8Gemm.ActivationQuantizer*'
+      for b in 1 2 4 8; do
+        timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s78_attn_b$b.log" 2>&1
+        GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s78_attn_b${b}_nocl.log" 2>&1
+        echo "== B=$b (cluster merge where the default takes it; then without)"
+        grep -E "^decode" "$OUT/s78_attn_b$b.log"
+        grep -E "^decode" "$OUT/s78_attn_b${b}_nocl.log"
+      done
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      for cfg in "b1_cl 1 -" "b1_nocl 1 0" "b8 8 -"; do
+        set -- $cfg
+        tag=$1 b=$2 cl=$3
+        envs=()
+        [ "$cl" = - ] || envs=(GPTOSS_ATTN_DECODE_CLUSTER=$cl)
+        env "${envs[@]}" timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
+          --section LaunchStats --section SourceCounters \
+          --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__sass_inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active' \
+          -k regex:bf16_paged_attention_decode_kernel -s 4 -c 1 -f -o "$OUT/s78_ncu_$tag" $BIN/attention_bench \
+          "decode B=$b ctx=32768" > "$OUT/s78_ncu_$tag.log" 2>&1
+        summary+=("s78 ncu $tag rc=$?")
+        $NCU -i "$OUT/s78_ncu_$tag.ncu-rep" --page details > "$OUT/s78_ncu_${tag}_details.txt" 2>&1
+        $NCU -i "$OUT/s78_ncu_$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/s78_ncu_${tag}_src.csv" 2>&1
+        echo "== ncu $tag (decode B=$b ctx=32768)"
+        grep -E "Duration|DRAM Throughput|Memory Throughput|dram__|lts__t_sector_hit|Achieved Occupancy|Theoretical Occupancy|Issued Warp|Eligible Warps|Active Warps Per|Registers Per|Grid Size|Cluster Size|Waves Per SM|inst_executed.sum|warps_active" \
+          "$OUT/s78_ncu_${tag}_details.txt" | head -24
+        awk '/issue_stalled/ && $NF+0 > 0.05 {print "   ", $1, $NF}' "$OUT/s78_ncu_${tag}_details.txt" | head -20
+        python3 tools/ncu_stall_top.py "$OUT/s78_ncu_${tag}_src.csv" 20 > "$OUT/s78_ncu_${tag}_top.txt" 2>&1
+        head -24 "$OUT/s78_ncu_${tag}_top.txt"
+        gzip -f "$OUT/s78_ncu_${tag}_src.csv"
+      done
+      decode_row s78_20b_b1 20b 1
+      ;;
     s77b)
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
       # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without the
