@@ -3171,6 +3171,49 @@ PY
       done
       decode_row s78_20b_b1 20b 1
       ;;
+    s78b)
+      # Session 65, second call: the decode kernel's block-table entries read a ring round early
+      # (PagedAttentionArgs::decode_table_ahead; GPTOSS_ATTN_TABLE_AHEAD=0 the old loads). Tests (the decode cases
+      # compare both forms bit for bit), attention_bench's decode rows each way, 20b model rows each way (batch 1 at
+      # 32k twice, 8k, 1k; batch 8 at 32k), 120b batch 1 at 32k, ncu of one sequence at 32k with it.
+      tests_row s78b_attn 'PagedAttentionCuda.*'
+      [ $rc = 0 ] || continue
+      tests_row s78b_model 'CudaModel.*:CudaEngine.*'
+      for b in 1 2 4 8; do
+        for v in 0 1; do
+          GPTOSS_ATTN_TABLE_AHEAD=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s78b_attn_b${b}_ahead$v.log" 2>&1
+          echo "== B=$b ahead=$v"
+          grep -E "^decode" "$OUT/s78b_attn_b${b}_ahead$v.log"
+        done
+      done
+      for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a" "8 32768 a"; do
+        set -- $cfg
+        for v in 0 1; do
+          GPTOSS_ATTN_TABLE_AHEAD=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+            --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s78b_20b_b$1_ctx$2_ahead${v}_$3.log" 2>&1
+          echo "s78b_20b_b$1_ctx$2_ahead${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s78b_20b_b$1_ctx$2_ahead${v}_$3.log")"
+        done
+      done
+      for ctx in 32768; do
+        for v in 0 1; do
+          GPTOSS_ATTN_TABLE_AHEAD=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
+            --batch 1 --context $ctx --decode-steps 64 --repeats 3 > "$OUT/s78b_120b_b1_ctx${ctx}_ahead$v.log" 2>&1
+          echo "s78b_120b_b1_ctx${ctx}_ahead$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s78b_120b_b1_ctx${ctx}_ahead$v.log")"
+        done
+      done
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
+        --section SourceCounters --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
+        -k regex:bf16_paged_attention_decode_kernel -s 4 -c 1 -f -o "$OUT/s78b_ncu_b1_cl" $BIN/attention_bench \
+        "decode B=1 ctx=32768" > "$OUT/s78b_ncu_b1_cl.log" 2>&1
+      summary+=("s78b ncu rc=$?")
+      $NCU -i "$OUT/s78b_ncu_b1_cl.ncu-rep" --page details > "$OUT/s78b_ncu_b1_cl_details.txt" 2>&1
+      $NCU -i "$OUT/s78b_ncu_b1_cl.ncu-rep" --page source --csv --print-source sass > "$OUT/s78b_ncu_b1_cl_src.csv" 2>&1
+      grep -E "Duration|DRAM Throughput|dram__" "$OUT/s78b_ncu_b1_cl_details.txt" | head -6
+      python3 tools/ncu_stall_top.py "$OUT/s78b_ncu_b1_cl_src.csv" 12 > "$OUT/s78b_ncu_b1_cl_top.txt" 2>&1
+      head -16 "$OUT/s78b_ncu_b1_cl_top.txt"
+      gzip -f "$OUT/s78b_ncu_b1_cl_src.csv"
+      ;;
     s77b)
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
       # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without the
