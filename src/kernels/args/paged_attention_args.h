@@ -50,11 +50,6 @@ struct PagedAttentionArgs {
     // session 34, kernels/cuda/attention.cu kOrder; full 8k -1.7%). -1: on unless
     // GPTOSS_ATTN_SOFTMAX_ORDER=0; 0 off; 1 on.
     int prefill_softmax_order = -1;
-    // The decode kernel on a bf16 cache reads the block-table entries of a KV tile a ring round before it issues
-    // the tile's copies, so that no warp waits on the table between the ring's barrier and its math (same bits;
-    // session 65, r78's ncu: that wait was 46-60% of the kernel's stall samples at 32k). -1: on unless
-    // GPTOSS_ATTN_TABLE_AHEAD=0; 0 off; 1 on. CUDA only.
-    int decode_table_ahead = -1;
     // The TMA prefill kernels zero a KV tile's V rows outside the query tile's visible keys
     // [kv_lo, p_last] in shared memory (P = 0 times a non-finite row would be NaN) only where a
     // row can hold a slot past the sequence's last written key: every row they load is a key of

@@ -256,36 +256,6 @@ __device__ __forceinline__ void load_kv_tile(const KvSource& src, int tile, int 
     }
 }
 
-// load_kv_tile (bf16 cache, 128 threads) in two halves, so that the block-table reads leave the decode loop's chain
-// (r78: the table entry's first use was 46-60% of the decode kernel's stall samples at 32k, every warp waiting on
-// it right after the ring's barrier, before its cp.asyncs and the tile's math): fetch_tile_blocks reads the entries
-// a thread's rows of `tile` fall in (0 for rows outside [lo, hi]) a round early; load_kv_tile_blocks issues the
-// copies from them. The same bytes as load_kv_tile.
-constexpr int kTileRowsPerThread = kKvTile / (kDecodeThreads / 8);  // 4
-__device__ __forceinline__ void fetch_tile_blocks(const KvSource& src, int tile, int lo, int hi, int tid,
-                                                  int32_t (&blk)[kTileRowsPerThread]) {
-#pragma unroll
-    for (int i = 0; i < kTileRowsPerThread; ++i) {
-        const int j = tile * kKvTile + (tid >> 3) + i * (kDecodeThreads / 8);
-        blk[i] = j >= lo && j <= hi ? __ldg(src.table + (j >> src.bs_shift)) : 0;
-    }
-}
-__device__ __forceinline__ void load_kv_tile_blocks(const KvSource& src, int tile, int lo, int hi, uint32_t k_dst,
-                                                    uint32_t v_dst, int tid, const int32_t (&blk)[kTileRowsPerThread]) {
-    const int chunk = tid & 7;
-#pragma unroll
-    for (int i = 0; i < kTileRowsPerThread; ++i) {
-        const int row = (tid >> 3) + i * (kDecodeThreads / 8);
-        const int j = tile * kKvTile + row;
-        const bool valid = j >= lo && j <= hi;
-        const int64_t slot = (static_cast<int64_t>(blk[i]) << src.bs_shift) + (j & src.bs_mask);
-        const int64_t off = valid ? slot * src.slot_stride + src.head_offset + chunk * 8 : 0;
-        const uint32_t sw = swizzle(row, chunk);
-        cp_async_16(k_dst + sw, src.k + 2 * off, valid);
-        cp_async_16(v_dst + sw, src.v + 2 * off, valid);
-    }
-}
-
 // 8 e4m3 bytes -> 8 bf16 (exact: every e4m3 value is a bf16), as one 16-byte chunk.
 __device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 w) {
     uint32_t r[4];
@@ -1606,6 +1576,11 @@ __host__ __device__ constexpr int decode_part_offset(int warps) {
 }
 constexpr int kMaxClusterSplits = 16;  // a non-portable cluster size (Hopper allows 16)
 
+// r78 read a bf16 cache's block-table entries a ring round before their copies (fdce2f7): the entry's first use
+// after the ring's barrier had been 23-60% of the kernel's stall samples at 32k (ncu), but with it the stall moved to
+// the tile's first HMMA (waiting for the copies) and no time changed (H100: one sequence 32k 33.9 / 34.6 µs, eight
+// 180.0 / 179.6; 20b batch 1 at 32k within its noise). The warps wait for the KV bytes, wherever they wait. Removed.
+//
 // r41 requested the KV tiles of earlier steps before pdl_wait (0ec3d19): no measurable change (20b
 // batch 1 1.650-1.658 ms a step against 1.650-1.655): the kernel starts only ~1.4 µs before the QKV
 // GEMV it waits for ends (r39's trace), so there is little to hide the loads behind. Removed.
@@ -1691,42 +1666,30 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 2)
     const uint32_t ring = smem_addr(smem);
     const int n_tiles = sp.tile_end - sp.tile_begin;
     const int n_rounds = (n_tiles + kStreams - 1) / kStreams;
-    // A bf16 cache's block-table entries are read a round before their copies (PagedAttentionArgs::
-    // decode_table_ahead; fetch_tile_blocks): blk holds those of round r + kRoundSlots − 1 during round r.
-    const bool ahead = !kFp8Direct && !src.fp8 && a.decode_table_ahead == 1;
-    int32_t blk[kTileRowsPerThread];
-    auto fetch_round = [&](int r) {
-        const int tl = r * kStreams + stream;
-        if (tl < n_tiles) fetch_tile_blocks(src, sp.tile_begin + tl, sp.kv_lo, pos, stid, blk);
-    };
     // Round r's tile of this stream (split-relative r·kStreams + stream) into round slot rs.
-    auto load_round = [&](int r, int rs, bool fetched) {
+    auto load_round = [&](int r, int rs) {
         const int tl = r * kStreams + stream;
         if (tl < n_tiles) {
             const uint32_t dst = ring + (rs * kStreams + stream) * 2 * kTileBytes;
             if constexpr (kFp8Direct)
                 load_kv_tile_e4m3<true>(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid);
-            else if (fetched)
-                load_kv_tile_blocks(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid, blk);
             else
                 load_kv_tile(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid);
         }
     };
 #pragma unroll
     for (int st = 0; st < kRoundSlots - 1; ++st) {
-        if (st < n_rounds) load_round(st, st, false);
+        if (st < n_rounds) load_round(st, st);
         cp_async_commit();  // always commit so that group r is round r
     }
-    if (ahead) fetch_round(kRoundSlots - 1);
 
     for (int r = 0; r < n_rounds; ++r) {
         cp_async_wait<kRoundSlots - 2>();  // groups 0..r complete for this thread
         __syncthreads();                   // for all threads; and round slot (r−1) % kRoundSlots is free again
         {
             const int next = r + kRoundSlots - 1;
-            if (next < n_rounds) load_round(next, next % kRoundSlots, ahead);
+            if (next < n_rounds) load_round(next, next % kRoundSlots);
             cp_async_commit();
-            if (ahead) fetch_round(next + 1);  // used a round from now
         }
         const int tl = r * kStreams + stream;  // this stream's tile of the round (split-relative)
         const uint32_t k_s = ring + ((r % kRoundSlots) * kStreams + stream) * 2 * kTileBytes;
@@ -2313,18 +2276,7 @@ static int max_cluster_splits() {
     return n;
 }
 
-// PagedAttentionArgs::decode_table_ahead = -1: on unless GPTOSS_ATTN_TABLE_AHEAD=0.
-static int decode_table_ahead_default() {
-    static const int on = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_TABLE_AHEAD");
-        return v == nullptr || std::atoi(v) != 0 ? 1 : 0;
-    }();
-    return on;
-}
-
-void paged_attention_decode_splits(const PagedAttentionArgs& args, int num_splits, cudaStream_t stream) {
-    PagedAttentionArgs a = args;
-    if (a.decode_table_ahead < 0) a.decode_table_ahead = decode_table_ahead_default();
+void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, cudaStream_t stream) {
     validate(a, "paged_attention_decode");
     ENGINE_CHECK(a.q_raw == nullptr && a.q != nullptr, "paged_attention_decode: q is required (q_raw is prefill's)");
     ENGINE_CHECK(num_splits >= 1 && num_splits <= std::max(a.max_splits, 1) && num_splits <= 65535,
