@@ -3175,7 +3175,8 @@ PY
       # Session 65, second call: the decode kernel's block-table entries read a ring round early
       # (PagedAttentionArgs::decode_table_ahead; GPTOSS_ATTN_TABLE_AHEAD=0 the old loads). Tests (the decode cases
       # compare both forms bit for bit), attention_bench's decode rows each way, 20b model rows each way (batch 1 at
-      # 32k twice, 8k, 1k; batch 8 at 32k), 120b batch 1 at 32k, ncu of one sequence at 32k with it.
+      # 32k twice, 8k, 1k; batch 8 at 32k), 120b batch 1 at 32k, ncu of one sequence at 32k with it. Measured equal
+      # (r78 call 2) and removed: needs fdce2f7's src/.
       tests_row s78b_attn 'PagedAttentionCuda.*'
       [ $rc = 0 ] || continue
       tests_row s78b_model 'CudaModel.*:CudaEngine.*'
