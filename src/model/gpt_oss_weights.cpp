@@ -1,5 +1,6 @@
 #include "model/gpt_oss_weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -270,6 +271,79 @@ StatusOr<std::unique_ptr<GptOssWeights>> GptOssWeights::load(const std::string& 
     w->shard = WeightShard{0, c.num_attention_heads, 0, c.num_key_value_heads, 0,    c.num_experts,
                            0, c.intermediate_size,   0, c.vocab_size,          true, true};
     return w;
+}
+
+namespace {
+
+// FNV-1a over 64-bit words (each mixed in whole), enough to tell checkpoints apart (not a cryptographic hash).
+struct Fingerprint {
+    uint64_t h = 1469598103934665603ull;
+    void word(uint64_t v) {
+        h ^= v;
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    void number(double v) {
+        uint64_t b;
+        std::memcpy(&b, &v, 8);
+        word(b);
+    }
+    void value(float v) {
+        uint32_t b;
+        std::memcpy(&b, &v, 4);
+        word(b);
+    }
+    void floats(const std::vector<float>& v) {
+        word(v.size());
+        for (float x : v) value(x);
+    }
+    void dense(const DenseWeight& d) {
+        word((static_cast<uint64_t>(static_cast<uint32_t>(d.rows)) << 32) | static_cast<uint32_t>(d.cols));
+        const size_t n = static_cast<size_t>(d.rows) * static_cast<size_t>(std::max(d.cols, 0));
+        if (d.data == nullptr || n == 0) return;
+        constexpr size_t kSamples = 257;
+        for (size_t k = 0; k < kSamples; ++k) {
+            const size_t i = n == 1 ? 0 : k * (n - 1) / (kSamples - 1);
+            switch (d.dtype) {
+                case DType::kBF16: value(bf16_to_f32(static_cast<const uint16_t*>(d.data)[i])); break;
+                case DType::kF16: value(f16_to_f32(static_cast<const uint16_t*>(d.data)[i])); break;
+                case DType::kF32: value(static_cast<const float*>(d.data)[i]); break;
+                default: word(i); break;
+            }
+        }
+    }
+};
+
+}  // namespace
+
+uint64_t model_fingerprint(const GptOssWeights& w) {
+    Fingerprint f;
+    const GptOssConfig& c = w.config;
+    for (int v : {c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                  c.num_experts, c.experts_per_token, c.intermediate_size, c.sliding_window, c.vocab_size})
+        f.word(static_cast<uint64_t>(static_cast<uint32_t>(v)));
+    for (double v : {c.swiglu_limit, c.swiglu_alpha, c.rms_norm_eps, c.rope_theta}) f.number(v);
+    f.word(c.attention_bias ? 1 : 0);
+    for (LayerType t : c.layer_types) f.word(static_cast<uint64_t>(t) + 7);
+    if (c.rope_scaling) {
+        const RopeScaling& r = *c.rope_scaling;
+        for (char ch : r.rope_type) f.word(static_cast<uint8_t>(ch));
+        for (double v : {r.factor, r.beta_fast, r.beta_slow}) f.number(v);
+        f.word(static_cast<uint64_t>(r.original_max_position_embeddings) * 2 + (r.truncate ? 1 : 0));
+        for (const std::optional<double>& v : {r.attention_factor, r.mscale, r.mscale_all_dim})
+            v ? f.number(*v) : f.word(0x6e6f6e65ull);
+    }
+    f.dense(w.embed_tokens);
+    for (const LayerWeights& l : w.layers) {
+        f.floats(l.input_layernorm);
+        for (const DenseWeight* d : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.router}) f.dense(*d);
+        for (const std::vector<float>* v :
+             {&l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.sinks, &l.post_attention_layernorm, &l.router_bias})
+            f.floats(*v);
+    }
+    f.floats(w.norm);
+    f.dense(w.lm_head);
+    return f.h == 0 ? 1 : f.h;
 }
 
 }  // namespace gptoss::model

@@ -84,4 +84,12 @@ struct GptOssWeights {
     static StatusOr<std::unique_ptr<GptOssWeights>> load(const std::string& dir);
 };
 
+// A fingerprint of the model whose KV a cache holds, for the prefill/decode handoff (runtime::KvFormat::model_id):
+// the config's numbers that the forward uses and, of every dense tensor on the attention path (embedding, norms,
+// q/k/v/o and their biases, sinks, routers and their biases, lm_head), 257 evenly spaced values read as floats (so
+// that bf16 and f32 copies of one model agree). The experts are left out: MXFP4, FP8 (gptoss convert) and
+// dequantized copies of one checkpoint hold the same model in different bytes. Two checkpoints that differ on the
+// attention path (another seed, another fine-tune, another rope) differ here. Never 0. A few ms.
+uint64_t model_fingerprint(const GptOssWeights& w);
+
 }  // namespace gptoss::model

@@ -11,7 +11,11 @@ namespace gptoss::runtime {
 
 CpuModelRunner::CpuModelRunner(std::shared_ptr<const model::GptOssWeights> weights,
                                const parallel::ParallelConfig& layout, bool kv_fp8)
-    : weights_(std::move(weights)), forward_(*weights_), layout_(layout), kv_fp8_(kv_fp8) {}
+    : weights_(std::move(weights)),
+      forward_(*weights_),
+      layout_(layout),
+      kv_fp8_(kv_fp8),
+      model_id_(model::model_fingerprint(*weights_)) {}
 
 KvGeometry CpuModelRunner::kv_geometry(int block_size) const {
     const model::GptOssConfig& c = weights_->config;
@@ -100,7 +104,7 @@ StatusOr<KvFormat> CpuModelRunner::kv_format(int block_size) const {
     if (c.num_hidden_layers > 64) return unimplemented("KV transfers carry at most 64 layers");
     const KvGeometry g = kv_geometry(block_size);
     return make_kv_format(c, kv_fp8_ ? KvDtype::kF32E4m3 : KvDtype::kF32, c.num_key_value_heads, block_size,
-                          g.bytes_per_block_full, g.bytes_per_block_sliding);
+                          g.bytes_per_block_full, g.bytes_per_block_sliding, model_id_);
 }
 
 Status CpuModelRunner::copy_kv_blocks(bool sliding, std::span<const int32_t> ids, uint8_t* out, const uint8_t* in) {

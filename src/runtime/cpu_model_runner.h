@@ -42,6 +42,7 @@ private:
     std::unique_ptr<model::CpuKvCache> kv_;
     parallel::ParallelConfig layout_;
     bool kv_fp8_;
+    uint64_t model_id_;                                    // model::model_fingerprint (KvFormat::model_id)
     std::unique_ptr<model::ParallelCpuForward> parallel_;  // non-trivial layouts
     std::vector<int> dp_group_;                            // scratch
     std::vector<model::ForwardSequence> seqs_;             // scratch

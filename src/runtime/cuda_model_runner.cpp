@@ -52,7 +52,7 @@ StatusOr<KvFormat> CudaModelRunner::kv_format(int block_size) const {
         return unimplemented("KV transfers copy 16-byte pieces: a layer's K of a block must be a multiple of 16 bytes");
     const KvGeometry g = kv_geometry(block_size);
     return make_kv_format(c, kv_fp8_ ? KvDtype::kE4m3 : KvDtype::kBf16, kv_heads_, block_size, g.bytes_per_block_full,
-                          g.bytes_per_block_sliding);
+                          g.bytes_per_block_sliding, model_id_);
 }
 
 size_t CudaModelRunner::free_memory_bytes() const { return model_->free_device_memory(); }

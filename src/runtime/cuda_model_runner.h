@@ -55,7 +55,8 @@ private:
           model_(std::move(model)),
           kv_heads_(kv_heads),
           kv_fp8_(kv_fp8),
-          max_entries_(max_entries) {}
+          max_entries_(max_entries),
+          model_id_(model::model_fingerprint(*weights_)) {}
 
     // seqs_, need_ and dp_group_ for this batch. A sequence asking for all_logits for a speculative
     // verification becomes one single-token entry a position, all on its block tables: the
@@ -81,6 +82,7 @@ private:
     int kv_heads_;                                        // per rank
     bool kv_fp8_;                                         // e4m3 KV cache (CudaModelOptions::kv_fp8)
     int max_entries_;                                     // CudaModelOptions::max_seqs
+    uint64_t model_id_;                                   // model::model_fingerprint (KvFormat::model_id)
     size_t free_before_ = 0;                              // free device memory before create() allocated
     std::vector<int> dp_group_;                           // scratch
     std::vector<model::ForwardSequence> seqs_;            // scratch: the model's entries

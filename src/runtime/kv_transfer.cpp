@@ -1,6 +1,7 @@
 #include "runtime/kv_transfer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -8,8 +9,8 @@ namespace gptoss::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'P', 'T', 'O', 'S', 'S', 'K', 'V'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeaderBytes = sizeof(kMagic) + 11 * sizeof(uint32_t) + 3 * sizeof(uint64_t);  // 76
+constexpr uint32_t kVersion = 2;  // 2: model_id (session 65)
+constexpr size_t kHeaderBytes = sizeof(kMagic) + 11 * sizeof(uint32_t) + 4 * sizeof(uint64_t);  // 84
 
 template <typename T>
 void put(std::string* out, T v) {
@@ -55,15 +56,18 @@ const char* kv_dtype_name(KvDtype d) {
 }
 
 std::string KvFormat::describe() const {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(model_id));
     return std::string(kv_dtype_name(dtype)) + ", block " + std::to_string(block_size) + ", " +
            std::to_string(num_hidden_layers) + " layers × " + std::to_string(num_key_value_heads) + " kv heads × " +
            std::to_string(head_dim) + ", hidden " + std::to_string(hidden_size) + ", vocab " +
-           std::to_string(vocab_size) + ", window " + std::to_string(sliding_window);
+           std::to_string(vocab_size) + ", window " + std::to_string(sliding_window) + ", model " + hex;
 }
 
 KvFormat make_kv_format(const model::GptOssConfig& c, KvDtype dtype, int num_key_value_heads, int block_size,
-                        size_t bytes_per_block_full, size_t bytes_per_block_sliding) {
+                        size_t bytes_per_block_full, size_t bytes_per_block_sliding, uint64_t model_id) {
     KvFormat f;
+    f.model_id = model_id;
     f.dtype = dtype;
     f.num_hidden_layers = c.num_hidden_layers;
     f.num_key_value_heads = num_key_value_heads;
@@ -92,6 +96,7 @@ std::string serialize_kv_transfer_head(const KvTransfer& t) {
     put<uint64_t>(&out, f.layer_kinds);
     put<uint64_t>(&out, f.bytes_per_block_full);
     put<uint64_t>(&out, f.bytes_per_block_sliding);
+    put<uint64_t>(&out, f.model_id);
     for (int32_t id : t.tokens) put<int32_t>(&out, id);
     return out;
 }
@@ -145,6 +150,7 @@ Status KvTransferReader::parse_head() {
     f.layer_kinds = r.get<uint64_t>();
     f.bytes_per_block_full = r.get<uint64_t>();
     f.bytes_per_block_sliding = r.get<uint64_t>();
+    f.model_id = r.get<uint64_t>();
     if (f.block_size <= 0) return invalid_argument("KV transfer: block size 0");
     if (t_.first_sliding_block > num_blocks)
         return invalid_argument("KV transfer: first sliding block past the blocks");

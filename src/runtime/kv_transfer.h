@@ -3,11 +3,11 @@
 // travels is whole KV blocks in the cache's own format, so both sides must run the same model with
 // the same cache format and block size (KvFormat says which; a mismatch is refused, never converted).
 //
-// The wire format (version 1, little-endian), one self-contained message:
+// The wire format (version 2, little-endian), one self-contained message:
 //   "GPTOSSKV" · u32 version · u32 dtype · u32 num_hidden_layers · u32 num_key_value_heads ·
 //   u32 head_dim · u32 hidden_size · u32 vocab_size · u32 sliding_window · u32 block_size ·
 //   u32 num_blocks · u32 first_sliding_block · u64 layer_kinds (bit l set: layer l is sliding) ·
-//   u64 bytes_per_block_full · u64 bytes_per_block_sliding ·
+//   u64 bytes_per_block_full · u64 bytes_per_block_sliding · u64 model_id (version 2) ·
 //   i32 tokens[num_blocks · block_size] · u8 full[num_blocks · bytes_per_block_full] ·
 //   u8 sliding[(num_blocks − first_sliding_block) · bytes_per_block_sliding]
 // A block's bytes are the runner's: for each layer of its pool in layer order, K then V of the
@@ -47,6 +47,9 @@ struct KvFormat {
     uint64_t layer_kinds = 0;            // bit l: layer l is a sliding-window layer
     size_t bytes_per_block_full = 0;     // K and V of one block over all full-attention layers
     size_t bytes_per_block_sliding = 0;  // the same over all sliding-window layers
+    // model::model_fingerprint of the weights the KV came from: the same shapes of another checkpoint (another seed,
+    // fine-tune or rope) give other values, which no shape check sees (0: none given).
+    uint64_t model_id = 0;
 
     bool operator==(const KvFormat&) const = default;
     std::string describe() const;  // e.g. "bf16, block 16, 24 layers × 8 kv heads × 64, hidden 2880"
@@ -54,7 +57,7 @@ struct KvFormat {
 
 // A runner's format (ModelRunner::kv_format); the model may have at most 64 layers (layer_kinds).
 KvFormat make_kv_format(const model::GptOssConfig& c, KvDtype dtype, int num_key_value_heads, int block_size,
-                        size_t bytes_per_block_full, size_t bytes_per_block_sliding);
+                        size_t bytes_per_block_full, size_t bytes_per_block_sliding, uint64_t model_id);
 
 // The KV of a prompt's first num_blocks() · block_size positions.
 // Payload buffers: hundreds of MB written once right after allocation, so huge pages (core/large_buffer.h).

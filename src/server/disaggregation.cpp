@@ -43,6 +43,9 @@ Json kv_format_to_json(const runtime::KvFormat& f) {
     j["layer_kinds"] = f.layer_kinds;
     j["bytes_per_block_full"] = f.bytes_per_block_full;
     j["bytes_per_block_sliding"] = f.bytes_per_block_sliding;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.model_id));
+    j["model_id"] = hex;  // 64 bits as hex text: JSON numbers past 2^53 do not survive every parser
     return j;
 }
 
@@ -80,6 +83,12 @@ StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j) {
     f.layer_kinds = v[8];
     f.bytes_per_block_full = v[9];
     f.bytes_per_block_sliding = v[10];
+    auto id = j.find("model_id");
+    if (id == j.end() || !id->is_string() || id->get_ref<const std::string&>().empty() ||
+        id->get_ref<const std::string&>().size() > 16 ||
+        id->get_ref<const std::string&>().find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+        return invalid_argument("kv_format.model_id: must be 1 to 16 hex digits");
+    f.model_id = std::stoull(id->get_ref<const std::string&>(), nullptr, 16);
     return f;
 }
 

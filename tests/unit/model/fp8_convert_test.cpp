@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_common.h"
 #include "model/fp8_convert.h"
 #include "model/gpt_oss_forward.h"
+#include "model/gpt_oss_weights.h"
 #include "model/safetensors_file.h"
 
 namespace gptoss::model {
@@ -136,9 +137,45 @@ TEST_F(Fp8CheckpointTest, ConvertedFixturesMatchTheirSource) {
         }
         std::printf("  %s -> fp8: logits relative L2 %.3g (tolerance %.0e)\n", name, std::sqrt(num / den), tol);
         EXPECT_LE(std::sqrt(num / den), tol) << name;
+        // The same model in other expert bytes: the same fingerprint (a prefill worker on either serves the other).
+        EXPECT_EQ(model_fingerprint(**a), model_fingerprint(**b)) << name;
         std::error_code ec;
         fs::remove_all(dst, ec);
     }
+}
+
+// model_fingerprint (the prefill/decode handoff's KvFormat::model_id): one model in MXFP4 or transformers' bf16 layout
+// gives one fingerprint; another checkpoint of the same shapes, another rope or eps, or attention weights rounded to
+// FP8 (--dense) give others. A prefill worker on a model of another seed had been accepted (the shapes match) and its
+// KV gave wrong tokens without an error.
+TEST_F(Fp8CheckpointTest, ModelFingerprintTellsCheckpointsApart) {
+    const std::string dir = std::string(GPTOSS_SOURCE_DIR) + "/tests/data/checkpoints/";
+    auto a = GptOssWeights::load(dir + "tiny_a");
+    auto a16 = GptOssWeights::load(dir + "tiny_a_bf16");
+    auto b = GptOssWeights::load(dir + "tiny_b");
+    ASSERT_TRUE(a.ok() && a16.ok() && b.ok());
+    const uint64_t fa = model_fingerprint(**a);
+    EXPECT_NE(fa, 0u);
+    EXPECT_EQ(fa, model_fingerprint(**a16));
+    EXPECT_NE(fa, model_fingerprint(**b));
+    auto again = GptOssWeights::load(dir + "tiny_a");
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(fa, model_fingerprint(**again));
+    (*again)->config.rope_theta *= 2;
+    EXPECT_NE(fa, model_fingerprint(**again));
+    (*again)->config.rope_theta = (*a)->config.rope_theta;
+    (*again)->config.rms_norm_eps *= 10;
+    EXPECT_NE(fa, model_fingerprint(**again));
+    (*again)->config.rms_norm_eps = (*a)->config.rms_norm_eps;
+    (*again)->layers.back().sinks[0] += 1.0f;  // one value of one small vector
+    EXPECT_NE(fa, model_fingerprint(**again));
+    const std::string dst = out_dir("fingerprint_dense");
+    ASSERT_TRUE(convert_to_fp8(dir + "tiny_a", dst, /*dense=*/true).ok());
+    auto d = GptOssWeights::load(dst);
+    ASSERT_TRUE(d.ok());
+    EXPECT_NE(fa, model_fingerprint(**d));
+    std::error_code ec;
+    fs::remove_all(dst, ec);
 }
 
 // --dense: the attention projections (and an untied lm_head) become FP8 blocks too. Loading

@@ -27,6 +27,7 @@ KvFormat test_format(int block_size = 4, int window = 5) {
     f.layer_kinds = 0b101;
     f.bytes_per_block_full = 2 * 4 * 8 * 2;                  // one full layer: K and V of 4 slots of 8 bf16
     f.bytes_per_block_sliding = 2 * f.bytes_per_block_full;  // two sliding layers
+    f.model_id = 0x0123456789abcdefull;
     return f;
 }
 
@@ -50,7 +51,7 @@ TEST(KvTransfer, RoundTripsAndPassesItsOwnCheck) {
         const KvTransfer t = random_transfer(blocks, 10 + blocks);
         ASSERT_TRUE(check_kv_transfer(t, t.format).ok()) << check_kv_transfer(t, t.format).to_string();
         const std::string wire = serialize_kv_transfer(t);
-        EXPECT_EQ(wire.size(), 76 + t.tokens.size() * 4 + t.full.size() + t.sliding.size());
+        EXPECT_EQ(wire.size(), 84 + t.tokens.size() * 4 + t.full.size() + t.sliding.size());
         auto back = parse_kv_transfer(wire);
         ASSERT_TRUE(back.ok()) << back.status().to_string();
         EXPECT_TRUE(back->format == t.format);
@@ -76,8 +77,8 @@ TEST(KvTransfer, TruncationsAndCorruptionsAreRefusedWithoutACrash) {
     bad[0] = 'X';
     expect_refused(bad, "GPTOSSKV");
     bad = wire;
-    bad[8] = 2;  // version
-    expect_refused(bad, "version 2");
+    bad[8] = 1;  // version 1 (before model_id)
+    expect_refused(bad, "version 1");
     bad = wire;
     bad[12] = 9;  // dtype
     expect_refused(bad, "dtype");
@@ -98,7 +99,7 @@ TEST(KvTransfer, TruncationsAndCorruptionsAreRefusedWithoutACrash) {
     int parsed = 0;
     for (int i = 0; i < 3000; ++i) {
         std::string w = wire;
-        for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) w[rng() % 76] = static_cast<char>(rng());
+        for (int k = 0; k < 1 + static_cast<int>(rng() % 3); ++k) w[rng() % 84] = static_cast<char>(rng());
         auto r = parse_kv_transfer(w);
         if (!r.ok() || !check_kv_transfer(*r, r->format).ok()) continue;
         ++parsed;
@@ -132,10 +133,10 @@ TEST(KvTransfer, ReaderTakesTheMessageInAnyPieces) {
     }
     // One byte less room than the message: refused at the header, before the payloads arrive.
     KvTransferReader tight(wire.size() - 1);
-    const Status st = tight.feed(wire.data(), 76);
+    const Status st = tight.feed(wire.data(), 84);
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("header describes"), std::string::npos) << st.message();
-    EXPECT_FALSE(tight.feed(wire.data() + 76, 10).ok());  // the error sticks
+    EXPECT_FALSE(tight.feed(wire.data() + 84, 10).ok());  // the error sticks
     // A header asking for ~2^60 bytes (no overflow) is refused without allocating them.
     std::string huge = wire;
     for (int i = 0; i < 7; ++i) huge[60 + i] = 0;
@@ -162,6 +163,13 @@ TEST(KvTransfer, CheckRefusesAnotherFormatOrAShortWindow) {
     other = t.format;
     other.dtype = KvDtype::kE4m3;
     EXPECT_FALSE(check_kv_transfer(t, other).ok());
+    // Another checkpoint of the same shapes (model_id, model::model_fingerprint): refused, naming both.
+    other = t.format;
+    other.model_id ^= 1;
+    st = check_kv_transfer(t, other);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("model 0123456789abcdef"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("model 0123456789abcdee"), std::string::npos) << st.message();
     KvTransfer late = t;  // sliding blocks from one later than the window of position 16 needs
     late.first_sliding_block += 1;
     late.sliding.resize(late.sliding.size() - late.format.bytes_per_block_sliding);

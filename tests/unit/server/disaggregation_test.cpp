@@ -136,7 +136,9 @@ TEST(KvFormatJson, RoundTripsAndRefusesBadFields) {
     f.layer_kinds = 0x555555555ull;
     f.bytes_per_block_full = 18 * 2 * 16 * 8 * 64;
     f.bytes_per_block_sliding = f.bytes_per_block_full;
+    f.model_id = 0xfedcba9876543210ull;  // past 2^53: hex text, not a JSON number
     const Json j = kv_format_to_json(f);
+    EXPECT_EQ(j["model_id"], "fedcba9876543210");
     auto back = kv_format_from_json(j);
     ASSERT_TRUE(back.ok()) << back.status().to_string();
     EXPECT_TRUE(*back == f);
@@ -151,6 +153,14 @@ TEST(KvFormatJson, RoundTripsAndRefusesBadFields) {
         text[key] = "16";
         EXPECT_FALSE(kv_format_from_json(text).ok()) << key;
     }
+    for (const Json& bad : {Json("xyz"), Json(""), Json("0123456789abcdef0"), Json(12), Json(nullptr)}) {
+        Json m = j;
+        m["model_id"] = bad;
+        EXPECT_FALSE(kv_format_from_json(m).ok()) << bad;
+    }
+    Json no_id = j;
+    no_id.erase("model_id");
+    EXPECT_FALSE(kv_format_from_json(no_id).ok());
     Json big = j;
     big["block_size"] = uint64_t{1} << 40;
     EXPECT_FALSE(kv_format_from_json(big).ok());
@@ -266,6 +276,32 @@ TEST_F(DisaggregationTest, PrefillWorkerDownOrOfAnotherFormatCostsTimeNotAnswers
         req["kv_format"] = fmt;
         Json e = expect_error(eight.post("/v1/kv/prefill", dump_json(req)), 409);
         EXPECT_NE(e["message"].get<std::string>().find("block 4"), std::string::npos) << e;
+    }
+    {
+        // A prefill worker on another checkpoint of the same shapes (another seed): the shapes agree, the KV would
+        // not (its answer had been taken and gave other tokens without an error). Refused there by the model
+        // fingerprint (KvFormat::model_id), computed here.
+        std::string other_dir;
+        auto other =
+            runtime::testing::load_random_checkpoint(config(), kSeed + 1, "gptoss_disaggregation_other_", &other_dir);
+        ASSERT_TRUE(other);
+        {
+            Worker foreign(other, true);
+            Worker decode(weights_, false, 4, foreign.http->port());
+            const Answer got = answer(decode.post("/v1/completions", body));
+            EXPECT_EQ(got.logprobs, want.logprobs);
+            EXPECT_EQ(got.cached, 0);
+            EXPECT_EQ(decode.stats().remote_prefill_failures, 1);
+            EXPECT_EQ(decode.stats().remote_prefills, 0);
+            EXPECT_EQ(foreign.stats().kv_exported_tokens, 0);
+            Json req = Json::object();
+            req["prompt_token_ids"] = runtime::testing::random_ids(20, 300, 1);
+            req["kv_format"] = kv_format_to_json(*decode.engine.kv_format());
+            Json e = expect_error(foreign.post("/v1/kv/prefill", dump_json(req)), 409);
+            EXPECT_NE(e["message"].get<std::string>().find("model "), std::string::npos) << e;
+        }
+        other.reset();
+        runtime::testing::remove_checkpoint(other_dir);
     }
 }
 
