@@ -99,8 +99,45 @@ StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string
         return invalid_argument("--prefill-url: https is not supported (the prefill worker is a private peer): " + url);
     if (url.rfind(scheme, 0) != 0 || url.size() == scheme.size())
         return invalid_argument("--prefill-url: expected http://host:port, got '" + url + "'");
-    std::unique_ptr<PrefillClient> c(new PrefillClient());
     const size_t slash = url.find('/', scheme.size());
+    const std::string authority = url.substr(scheme.size(), slash == std::string::npos ? slash : slash - scheme.size());
+    // user:password@ would go out in clear and be logged with every failure: the workers share --api-key instead.
+    // Not printed back, since it may hold a password.
+    if (authority.find('@') != std::string::npos)
+        return invalid_argument(
+            "--prefill-url: user info (user:password@) is not supported; give both workers the "
+            "same --api-key");
+    if (url.find_first_of("?# \t\r\n") != std::string::npos)
+        return invalid_argument(
+            "--prefill-url: expected http://host:port[/path] without a query, fragment or "
+            "spaces, got '" +
+            url + "'");
+    // host (a name, IPv4 or [IPv6]) and an optional port in 1..65535 (httplib would take 107719 as 42183).
+    std::string host = authority, port;
+    if (!authority.empty() && authority[0] == '[') {
+        const size_t close = authority.find(']');
+        if (close == std::string::npos || (close + 1 < authority.size() && authority[close + 1] != ':'))
+            return invalid_argument("--prefill-url: a bracketed IPv6 host must be [address] or [address]:port, got '" +
+                                    url + "'");
+        host = authority.substr(0, close + 1);
+        if (close + 1 < authority.size()) port = authority.substr(close + 2);
+        if (host.size() <= 2 || host.find_first_not_of("[]0123456789abcdefABCDEF:.") != std::string::npos)
+            return invalid_argument("--prefill-url: not an IPv6 address: '" + host + "'");
+    } else if (const size_t colon = authority.rfind(':'); colon != std::string::npos) {
+        host = authority.substr(0, colon);
+        port = authority.substr(colon + 1);
+    }
+    if (host.empty() || (host[0] != '[' && host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                                  "0123456789.-_") != std::string::npos))
+        return invalid_argument("--prefill-url: not a host name or address: '" + host + "' in '" + url + "'");
+    if (authority.find(':') != std::string::npos && host[0] != '[' && port.empty())
+        return invalid_argument("--prefill-url: an empty port in '" + url + "'");
+    if (!port.empty()) {
+        if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
+            std::stoi(port) > 65535)
+            return invalid_argument("--prefill-url: the port must be a number in 1..65535, got '" + port + "'");
+    }
+    std::unique_ptr<PrefillClient> c(new PrefillClient());
     c->scheme_host_port_ = url.substr(0, slash);
     std::string prefix = slash == std::string::npos ? "" : url.substr(slash);
     while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();

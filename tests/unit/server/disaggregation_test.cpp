@@ -167,6 +167,27 @@ TEST(KvFormatJson, RoundTripsAndRefusesBadFields) {
     EXPECT_FALSE(kv_format_from_json(Json::array()).ok());
 }
 
+// --prefill-url: what httplib would misread is refused at startup. A port past 65535 had wrapped (107719 went to
+// 42183), 0 and negatives had been taken, and user:password@, a query or a fragment had made every request fail with
+// the password in the log.
+TEST(PrefillClientUrl, RefusesWhatItCannotUseAsGiven) {
+    for (const char* ok : {"http://127.0.0.1:8001", "http://localhost:1", "http://prefill-0.svc:65535/",
+                           "http://10.0.0.2:8000/v2", "http://[::1]:8001", "http://[fe80::1]", "http://h"}) {
+        auto c = PrefillClient::create(ok, std::chrono::seconds(5));
+        EXPECT_TRUE(c.ok()) << ok << ": " << c.status().to_string();
+    }
+    for (const char* bad :
+         {"http://127.0.0.1:107719", "http://127.0.0.1:99999", "http://127.0.0.1:65536", "http://127.0.0.1:0",
+          "http://127.0.0.1:-5", "http://127.0.0.1:", "http://127.0.0.1:80x", "http://127.0.0.1:8000?x=1",
+          "http://127.0.0.1:8000/p#frag", "http://h:1 /x", "http://user:pw@127.0.0.1:8000", "http://:8000",
+          "http://[::1", "http://[::1]x", "http://ho$t:1", "http://"}) {
+        auto c = PrefillClient::create(bad, std::chrono::seconds(5));
+        ASSERT_FALSE(c.ok()) << bad;
+        EXPECT_EQ(c.status().message().rfind("--prefill-url: ", 0), 0u) << c.status().message();
+        EXPECT_EQ(c.status().message().find("pw"), std::string::npos) << c.status().message();
+    }
+}
+
 TEST_F(DisaggregationTest, DecodeWorkerAnswersAsOneServer) {
     Worker prefill(weights_, true), alone(weights_, false);
     Worker decode(weights_, false, 4, prefill.http->port());
