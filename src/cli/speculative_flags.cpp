@@ -67,7 +67,8 @@ StatusOr<runtime::SpeculativeConfig> resolve_speculative_flags(const Speculative
         if (j.contains("disable_by_batch_size")) {
             int d = 0;
             RETURN_IF_ERROR(get_int("disable_by_batch_size", &d));
-            if (d < 1) return invalid_argument("--speculative-config: disable_by_batch_size must be >= 1");
+            // 1 would mean "off at every batch" but max-running 0 is "always": vLLM refuses it too (> 1).
+            if (d < 2) return invalid_argument("--speculative-config: disable_by_batch_size must be >= 2");
             c.max_running = d - 1;  // vLLM: off once the batch reaches this size
         }
     }
