@@ -260,7 +260,9 @@ int run_serve(const ServeOptions& o) {
         decode_worker = std::make_unique<server::DisaggregatedEngine>(
             engine,
             [client = prefill_client.get()](const std::vector<int32_t>& prompt, const runtime::KvFormat& format,
-                                            int priority) { return client->prefill(prompt, format, priority); },
+                                            int priority, server::FetchCancel& cancel) {
+                return client->prefill(prompt, format, priority, &cancel);
+            },
             d, [client = prefill_client.get()] { client->stop(); });
     }
 

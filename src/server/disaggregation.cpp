@@ -149,13 +149,42 @@ StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string
     return c;
 }
 
+void FetchCancel::on_cancel(std::function<void()> stop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = std::move(stop);
+    if (cancelled_ && stop_) stop_();
+}
+
+void FetchCancel::cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (stop_) stop_();
+}
+
+bool FetchCancel::cancelled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+}
+
 StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(const std::vector<int32_t>& prompt,
                                                                             const runtime::KvFormat& format,
-                                                                            int priority) const {
+                                                                            int priority, FetchCancel* cancel) const {
     httplib::Client cli(scheme_host_port_);
     cli.set_connection_timeout(std::chrono::seconds(5));
     cli.set_read_timeout(timeout_);
     cli.set_write_timeout(std::chrono::seconds(30));
+    // A cancelled request closes the connection: the prefill worker drops the prompt's work (its client is gone),
+    // where the call had run on until the answer or --prefill-timeout. Unregistered before cli goes.
+    struct CancelHook {
+        FetchCancel* c;
+        ~CancelHook() {
+            if (c != nullptr) c->on_cancel(nullptr);
+        }
+    } hook{cancel};
+    if (cancel != nullptr) {
+        cancel->on_cancel([&cli] { cli.stop(); });
+        if (cancel->cancelled()) return cancelled("the request was cancelled");
+    }
     {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopped_) return failed_precondition("shutting down");
@@ -199,11 +228,12 @@ StatusOr<std::shared_ptr<const runtime::KvTransfer>> PrefillClient::prefill(cons
             return true;
         }
         read_error = reader.feed(data, n);
-        return read_error.ok();
+        return read_error.ok() && !(cancel != nullptr && cancel->cancelled());
     };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
     if (!cli.send(req, res, err)) {
+        if (cancel != nullptr && cancel->cancelled()) return cancelled("the request was cancelled");
         if (!read_error.ok())
             return failed_precondition("the prefill worker's answer is not a KV transfer of this prompt (at most " +
                                        std::to_string(limit) + " bytes): " + read_error.message());
@@ -279,6 +309,7 @@ void DisaggregatedEngine::fetch_loop() {
         RequestId id = 0;
         std::vector<int32_t> prompt;
         int priority = 0;
+        auto fetch_cancel = std::make_shared<FetchCancel>();
         {
             std::unique_lock<std::mutex> lock(mu_);
             cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
@@ -290,6 +321,7 @@ void DisaggregatedEngine::fetch_loop() {
             prompt = it->second.request.prompt;
             priority = it->second.request.priority;
             it->second.since = Clock::now();
+            it->second.fetch_cancel = fetch_cancel;
         }
         const StatusOr<runtime::KvFormat> format = local_.kv_format();
         // A prompt mostly in the local prefix cache already (the next turn of a conversation this worker decoded)
@@ -299,7 +331,7 @@ void DisaggregatedEngine::fetch_loop() {
         const Clock::time_point fetch_start = Clock::now();
         StatusOr<std::shared_ptr<const runtime::KvTransfer>> kv =
             skip          ? failed_precondition("the local prefix cache holds most of it")
-            : format.ok() ? fetch_(prompt, *format, priority)
+            : format.ok() ? fetch_(prompt, *format, priority, *fetch_cancel)
                           : StatusOr<std::shared_ptr<const runtime::KvTransfer>>(format.status());
         const double fetch_seconds = std::chrono::duration<double>(Clock::now() - fetch_start).count();
         EngineRequest request;
@@ -307,6 +339,7 @@ void DisaggregatedEngine::fetch_loop() {
             std::lock_guard<std::mutex> lock(mu_);
             auto it = entries_.find(id);
             if (it == entries_.end() || stopping_) continue;  // cancelled during the fetch
+            it->second.fetch_cancel.reset();
             request = std::move(it->second.request);
         }
         // Submitted outside the lock (the transfer's checks take time proportional to it).
@@ -377,13 +410,16 @@ bool DisaggregatedEngine::next_events(RequestId id, std::vector<EngineEvent>* ou
 
 void DisaggregatedEngine::cancel(RequestId id) {
     RequestId local = 0;
+    std::shared_ptr<FetchCancel> fetch;
     {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = entries_.find(id);
         if (it == entries_.end()) return;
         local = it->second.local_id;
+        fetch = std::move(it->second.fetch_cancel);
         entries_.erase(it);
     }
+    if (fetch) fetch->cancel();  // its connection closes: the prefill worker drops the prompt's work
     cv_.notify_all();
     if (local != 0 && local != std::numeric_limits<RequestId>::max()) local_.cancel(local);
 }

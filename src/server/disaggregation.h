@@ -36,6 +36,23 @@ Json kv_format_to_json(const runtime::KvFormat& f);
 StatusOr<runtime::KvFormat> kv_format_from_json(const Json& j);
 
 // Asks a prefill worker for a prompt's KV. The URL is "http://host:port" (a path prefix is allowed).
+// One fetch's cancellation (DisaggregatedEngine::cancel of its request while its KV is on the way): the fetch
+// registers how to end itself early (PrefillClient::prefill: its connection's stop, so that the prefill worker sees
+// the close and drops the prompt's work), and cancel() runs it.
+class FetchCancel {
+public:
+    // `stop` runs at once if cancel() came already, else when it comes; an empty function unregisters (before what
+    // `stop` refers to goes away).
+    void on_cancel(std::function<void()> stop);
+    void cancel();
+    bool cancelled() const;
+
+private:
+    mutable std::mutex mu_;
+    bool cancelled_ = false;
+    std::function<void()> stop_;
+};
+
 class PrefillClient {
 public:
     // `api_key` (may be empty): sent as `Authorization: Bearer <key>` to a prefill worker started with --api-key.
@@ -45,9 +62,10 @@ public:
     // The answer may be at most the transfer's size for the prompt in `format` (a larger one is refused).
     // `priority` (nonzero: sent as the body's "priority", which a prefill worker under --scheduling-policy priority
     // schedules by).
+    // `cancel` (may be null): cancelling it closes the call's connection (the call fails at once).
     StatusOr<std::shared_ptr<const runtime::KvTransfer>> prefill(const std::vector<int32_t>& prompt,
-                                                                 const runtime::KvFormat& format,
-                                                                 int priority = 0) const;
+                                                                 const runtime::KvFormat& format, int priority = 0,
+                                                                 FetchCancel* cancel = nullptr) const;
     // Ends every call in flight (it fails at once) and refuses new ones: for shutdown.
     void stop();
 
@@ -76,8 +94,9 @@ struct DisaggregationOptions {
 class DisaggregatedEngine final : public TokenEngine {
 public:
     // `priority`: the request's (vLLM's), for the prefill worker's scheduler.
+    // `cancel`: the request's (cancel() of the request cancels it; PrefillClient::prefill takes it).
     using Fetch = std::function<StatusOr<std::shared_ptr<const runtime::KvTransfer>>(
-        const std::vector<int32_t>& prompt, const runtime::KvFormat& format, int priority)>;
+        const std::vector<int32_t>& prompt, const runtime::KvFormat& format, int priority, FetchCancel& cancel)>;
     // `local` must outlive this object; `fetch` is called on the fetch threads; `interrupt` (optional) makes the
     // fetches in flight return at once (PrefillClient::stop), for the destructor.
     DisaggregatedEngine(TokenEngine& local, Fetch fetch, DisaggregationOptions options = {},
@@ -102,6 +121,7 @@ private:
         RequestId local_id = 0;   // 0 while the prompt's KV is being fetched
         std::string error;        // the local submit failed after the fetch: one error event
         Clock::time_point since;  // queued, or its fetch began (last_progress while it is not submitted)
+        std::shared_ptr<FetchCancel> fetch_cancel;  // while its fetch runs
     };
     void fetch_loop();
 

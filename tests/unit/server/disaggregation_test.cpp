@@ -38,9 +38,8 @@ public:
             EXPECT_TRUE(client.ok()) << client.status().to_string();
             prefill = std::move(*client);
             decode = std::make_unique<DisaggregatedEngine>(
-                engine, [c = prefill.get()](const std::vector<int32_t>& p, const runtime::KvFormat& f, int priority) {
-                    return c->prefill(p, f, priority);
-                });
+                engine, [c = prefill.get()](const std::vector<int32_t>& p, const runtime::KvFormat& f, int priority,
+                                            FetchCancel& cancel) { return c->prefill(p, f, priority, &cancel); });
             front = decode.get();
         }
         queue = std::make_unique<RequestQueue>(*front, metrics);
@@ -362,8 +361,8 @@ TEST_F(DisaggregationTest, CancelWhileFetchingLeavesNothingBehind) {
     bool release = false;
     std::atomic<int> calls{0};
     DisaggregatedEngine d(local.engine,
-                          [&](const std::vector<int32_t>&, const runtime::KvFormat&,
-                              int) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
+                          [&](const std::vector<int32_t>&, const runtime::KvFormat&, int,
+                              FetchCancel&) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
                               ++calls;
                               std::unique_lock<std::mutex> lock(mu);
                               cv.wait(lock, [&] { return release; });
@@ -425,8 +424,8 @@ TEST_F(DisaggregationTest, FetchesStartInPriorityOrder) {
     options.fetch_threads = 1;
     DisaggregatedEngine d(
         local.engine,
-        [&](const std::vector<int32_t>&, const runtime::KvFormat&,
-            int priority) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
+        [&](const std::vector<int32_t>&, const runtime::KvFormat&, int priority,
+            FetchCancel&) -> StatusOr<std::shared_ptr<const runtime::KvTransfer>> {
             std::unique_lock<std::mutex> lock(mu);
             order.push_back(priority);
             cv.notify_all();
@@ -468,6 +467,70 @@ TEST_F(DisaggregationTest, FetchesStartInPriorityOrder) {
     EXPECT_EQ(order, (std::vector<int>{0, -2, 1, 5, 5}));
 }
 
+// Cancelling a request whose KV is on the way closes the fetch's connection, so the prefill worker (which drops a
+// prompt whose client left) stops computing it: the call had run on until the answer or --prefill-timeout, and
+// connections to a hung worker piled up. A stand-in worker reads the request and never answers; it must see the
+// close soon after the cancel (the call's own timeout is 60 s).
+TEST_F(DisaggregationTest, CancelClosesTheFetchConnection) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::listen(fd, 16), 0);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    std::atomic<bool> got_request{false}, closed{false};
+    std::thread worker([&] {
+        const int c = ::accept(fd, nullptr, nullptr);
+        if (c < 0) return;
+        char buf[4096];
+        std::string in;
+        for (;;) {  // the request, then nothing but waiting for the client to go
+            const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+            if (n <= 0) break;
+            in.append(buf, static_cast<size_t>(n));
+            if (in.find("prompt_token_ids") != std::string::npos) got_request = true;
+        }
+        closed = true;
+        ::close(c);
+    });
+    auto client =
+        PrefillClient::create("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), std::chrono::seconds(60));
+    ASSERT_TRUE(client.ok());
+    Worker local(weights_, false);
+    {
+        DisaggregatedEngine d(
+            local.engine,
+            [&](const std::vector<int32_t>& p, const runtime::KvFormat& f, int priority, FetchCancel& cancel) {
+                return (*client)->prefill(p, f, priority, &cancel);
+            },
+            {}, [&] { (*client)->stop(); });
+        EngineRequest r;
+        r.prompt = runtime::testing::random_ids(30, 300, 8);
+        r.max_tokens = 2;
+        auto id = d.submit(r);
+        ASSERT_TRUE(id.ok());
+        for (int i = 0; i < 500 && !got_request; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ASSERT_TRUE(got_request);
+        const auto t0 = std::chrono::steady_clock::now();
+        d.cancel(*id);
+        for (int i = 0; i < 500 && !closed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        EXPECT_TRUE(closed) << "the fetch's connection stayed open after the cancel";
+        EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+        for (int i = 0; i < 300 && d.stats().remote_prefill_failures + d.stats().remote_prefills == 0 &&
+                        local.engine.stats().waiting_requests + local.engine.stats().running_sequences > 0;
+             ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        EXPECT_EQ(local.engine.stats().running_sequences, 0);  // the cancelled request never ran here
+        EXPECT_EQ(local.engine.stats().waiting_requests, 0);
+    }
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+    worker.join();
+}
+
 // Shutdown does not wait for a prefill worker that never answers: the destructor stops the call in flight (a
 // listening socket that accepts nothing stands in for the worker; the call's own timeout is 60 s).
 TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
@@ -489,7 +552,7 @@ TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
     {
         DisaggregatedEngine d(
             local.engine,
-            [&](const std::vector<int32_t>& p, const runtime::KvFormat& f, int) {
+            [&](const std::vector<int32_t>& p, const runtime::KvFormat& f, int, FetchCancel&) {
                 ++calls;
                 return (*client)->prefill(p, f);
             },
