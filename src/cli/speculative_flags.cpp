@@ -5,25 +5,39 @@
 namespace gptoss::cli {
 
 void add_speculative_flags(CLI::App* sub, SpeculativeFlags* f) {
-    sub->add_option("--speculative-tokens", f->config.num_tokens,
-                    "N-gram speculative decoding: drafts a step per sequence (0 = off)")
-        ->capture_default_str();
-    sub->add_option("--ngram-min", f->config.ngram_min, "Shortest context suffix the drafter matches")
-        ->capture_default_str();
-    sub->add_option("--ngram-max", f->config.ngram_max, "Longest context suffix the drafter matches")
-        ->capture_default_str();
-    sub->add_option("--speculative-max-running", f->config.max_running,
-                    "Draft only while at most this many sequences run (0 = always)")
-        ->capture_default_str();
-    sub->add_option("--speculative-max-backoff", f->config.max_backoff,
-                    "Steps a sequence waits after drafts all rejected, doubling up to this (0 = never wait)")
-        ->capture_default_str();
-    sub->add_option("--speculative-config", f->config_json,
-                    "vLLM's form: '{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'");
+    f->tokens_opt = sub->add_option("--speculative-tokens", f->config.num_tokens,
+                                    "N-gram speculative decoding: drafts a step per sequence (0 = off)")
+                        ->capture_default_str();
+    f->tuning_opts[0] =
+        sub->add_option("--ngram-min", f->config.ngram_min, "Shortest context suffix the drafter matches")
+            ->capture_default_str();
+    f->tuning_opts[1] =
+        sub->add_option("--ngram-max", f->config.ngram_max, "Longest context suffix the drafter matches")
+            ->capture_default_str();
+    f->tuning_opts[2] = sub->add_option("--speculative-max-running", f->config.max_running,
+                                        "Draft only while at most this many sequences run (0 = always)")
+                            ->capture_default_str();
+    f->tuning_opts[3] =
+        sub->add_option("--speculative-max-backoff", f->config.max_backoff,
+                        "Steps a sequence waits after drafts all rejected, doubling up to this (0 = never wait)")
+            ->capture_default_str();
+    f->config_opt =
+        sub->add_option("--speculative-config", f->config_json,
+                        "vLLM's form: '{\"method\":\"ngram\",\"num_speculative_tokens\":4,\"prompt_lookup_max\":4}'");
 }
 
 StatusOr<runtime::SpeculativeConfig> resolve_speculative_flags(const SpeculativeFlags& f) {
     runtime::SpeculativeConfig c = f.config;
+    // A flag that tunes speculation without any that turns it on does nothing: said rather than ignored. An explicit
+    // --speculative-tokens 0 (off, e.g. a sweep's baseline) keeps the others quiet.
+    if (f.config_opt != nullptr && f.config_opt->count() > 0 && f.config_json.empty())
+        return invalid_argument("--speculative-config: empty (give a JSON object, or leave the flag out)");
+    if (f.config_json.empty() && f.tokens_opt != nullptr && f.tokens_opt->count() == 0) {
+        for (CLI::Option* o : f.tuning_opts)
+            if (o != nullptr && o->count() > 0)
+                return invalid_argument(o->get_name() + " has no effect without --speculative-tokens N or " +
+                                        "--speculative-config");
+    }
     if (!f.config_json.empty()) {
         const runtime::SpeculativeConfig defaults;
         if (c.num_tokens != defaults.num_tokens || c.ngram_min != defaults.ngram_min ||

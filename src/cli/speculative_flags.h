@@ -14,6 +14,9 @@ namespace gptoss::cli {
 struct SpeculativeFlags {
     runtime::SpeculativeConfig config;
     std::string config_json;  // --speculative-config
+    // The options as parsed (add_speculative_flags), to tell a flag given from its default; null in flags built by
+    // hand (tests): every value then counts as given.
+    CLI::Option *tokens_opt = nullptr, *tuning_opts[4] = {}, *config_opt = nullptr;
 };
 
 void add_speculative_flags(CLI::App* sub, SpeculativeFlags* flags);
