@@ -91,7 +91,8 @@ StatusOr<runtime::Request> RuntimeEngineAdapter::to_runtime(EngineRequest reques
         const size_t keep = request.prompt.empty() ? 0 : (request.prompt.size() - 1) / bs * bs;
         if (keep == 0)
             return invalid_argument("a prompt of " + std::to_string(request.prompt.size()) +
-                                    " tokens has no whole KV block before its last token (blocks of " +
+                                    (request.prompt.size() == 1 ? " token" : " tokens") +
+                                    " has no whole KV block before its last token (blocks of " +
                                     std::to_string(bs) + ")");
         request.prompt.resize(keep);
     }
