@@ -3215,6 +3215,14 @@ PY
       head -16 "$OUT/s78b_ncu_b1_cl_top.txt"
       gzip -f "$OUT/s78b_ncu_b1_cl_src.csv"
       ;;
+    s78c)
+      # Session 65, closing check of the host changes that run in the CUDA runner: the model fingerprint each runner
+      # computes at start (KvFormat::model_id, wire format version 2), the fetch cancel; CUDA engine tests, the serve
+      # check, then a prefill / decode pair on the 20b (its imports show that both workers' fingerprints agree).
+      tests_row s78c_engine 'CudaEngine.*'
+      serve_check s78c_serve
+      disagg_timing s78c_disagg_20b
+      ;;
     s77b)
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
       # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without the
