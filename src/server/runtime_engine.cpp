@@ -92,8 +92,8 @@ StatusOr<runtime::Request> RuntimeEngineAdapter::to_runtime(EngineRequest reques
         if (keep == 0)
             return invalid_argument("a prompt of " + std::to_string(request.prompt.size()) +
                                     (request.prompt.size() == 1 ? " token" : " tokens") +
-                                    " has no whole KV block before its last token (blocks of " +
-                                    std::to_string(bs) + ")");
+                                    " has no whole KV block before its last token (blocks of " + std::to_string(bs) +
+                                    ")");
         request.prompt.resize(keep);
     }
     runtime::Request r;
