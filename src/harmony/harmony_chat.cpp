@@ -78,6 +78,9 @@ std::vector<ChatDelta> ChatMapper::on_events(const std::vector<Event>& events) {
         switch (e.type) {
             case EventType::kMessageStart:
                 route_ = chat_route(e.header, options_);
+                if (route_ == ChatRoute::kToolCall && options_.max_tool_calls > 0 &&
+                    calls_.size() >= options_.max_tool_calls)
+                    route_ = ChatRoute::kReasoning;
                 first_delta_ = true;
                 if (route_ == ChatRoute::kToolCall) {
                     Call c;

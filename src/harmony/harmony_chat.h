@@ -18,8 +18,11 @@ struct ChatMappingOptions {
     // Functions the request declared; a bare recipient that names one is a call (X7). nullopt: not
     // known, then any bare word recipient that is not a role or built-in counts as a function.
     std::optional<std::vector<std::string>> declared_functions;
-    // false for tool_choice "none": calls become hidden text (reasoning).
+    // false for tool_choice "none" and requests without function tools: calls become hidden text (reasoning).
     bool function_calls_enabled = true;
+    // parallel_tool_calls false: 1, calls after the first become hidden text (reasoning); 0: no limit. gpt-oss ends a
+    // call with <|call|>, a stop token, so only a stream whose calls end with <|end|> holds two (HARMONY.md X9).
+    size_t max_tool_calls = 0;
     // Commentary without a recipient (a preamble) goes to reasoning instead of content: set when the
     // content must be exactly the final message (a response format's JSON).
     bool preambles_to_reasoning = false;

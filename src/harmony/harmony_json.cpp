@@ -479,6 +479,7 @@ StatusOr<ChatRequest> chat_request_from_json_impl(const Json& request, const Ser
     ASSIGN_OR_RETURN(FunctionTools tools, tools_from_request(request));
     RETURN_IF_ERROR(parse_tool_choice(request, tools.functions, out));
     for (const ToolDescription& t : tools.functions) out.declared_functions.push_back(t.name);
+    ASSIGN_OR_RETURN(out.parallel_tool_calls, opt_bool(request, "parallel_tool_calls", true, "request"));
 
     ASSIGN_OR_RETURN(const bool continue_final, opt_bool(request, "continue_final_message", false, "request"));
     Json earlier;  // continue_final_message: the messages before the open one
@@ -635,7 +636,10 @@ StatusOr<ChatRequest> chat_request_from_json(const Json& request, const ServerOp
 ChatMappingOptions chat_mapping_options(const ChatRequest& request) {
     ChatMappingOptions o;
     o.declared_functions = request.declared_functions;
-    o.function_calls_enabled = request.tool_choice != ToolChoice::kNone;
+    // No function tools declared: a client that offered none gets no tool_calls; a stray call is hidden text, as
+    // under tool_choice "none" (HARMONY.md §7).
+    o.function_calls_enabled = request.tool_choice != ToolChoice::kNone && !request.declared_functions.empty();
+    o.max_tool_calls = request.parallel_tool_calls ? 0 : 1;
     return o;
 }
 

@@ -51,6 +51,7 @@ struct ChatRequest {
     std::vector<std::string> declared_functions;
     ToolChoice tool_choice = ToolChoice::kAuto;
     std::optional<std::string> forced_function;  // tool_choice {"type":"function",...}
+    bool parallel_tool_calls = true;             // false: at most one call a completion (HARMONY.md §7)
     ReasoningEffort reasoning_effort = ReasoningEffort::kMedium;
     // continue_final_message: the last message, not in `conversation` (which it continues).
     std::optional<OpenMessage> open_message;

@@ -1400,8 +1400,9 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
             p.sampling.max_tokens = mot;
         }
         p.stream = f.boolean("stream").value_or(false);
-        // Echoed as asked (OpenAI's default true); gpt-oss makes one call a turn either way (HARMONY.md §2.4).
+        // Echoed as asked (OpenAI's default true); false holds the output to one call (HARMONY.md §7).
         const bool parallel_tool_calls = f.boolean("parallel_tool_calls").value_or(true);
+        chat["parallel_tool_calls"] = parallel_tool_calls;
         read_metadata(f);
         // vLLM's request_id: here it is the response's id itself (vLLM's default is "resp_<uuid>"), so it must name
         // the response in a URL path too (GET /v1/responses/{id}): letters, digits and . _ : ~ -, and not the

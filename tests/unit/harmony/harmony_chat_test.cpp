@@ -92,6 +92,42 @@ TEST(HarmonyChatMapping, ToolChoiceNoneHidesCalls) {
     EXPECT_EQ(c.finish_reason, "stop");
 }
 
+// parallel_tool_calls false (max_tool_calls 1): a stream whose calls end with <|end|> (X9) holds two; the second is
+// hidden text, as a disabled call is. And the mapping options of a request: without function tools its calls are
+// disabled (a client that declared none got tool_calls), parallel_tool_calls false gives max_tool_calls 1.
+TEST(HarmonyChatMapping, ParallelToolCallsFalseKeepsTheFirstCall) {
+    const std::vector<ParsedMessage> m = {msg("commentary", "{\"a\":1}", "functions.f", Terminator::kEnd),
+                                          msg("commentary", "{\"b\":2}", "functions.g", Terminator::kCall)};
+    ChatMappingOptions o;
+    EXPECT_EQ(to_chat_completion(m, o, false).tool_calls.size(), 2u);
+    o.max_tool_calls = 1;
+    ChatCompletion c = to_chat_completion(m, o, false);
+    ASSERT_EQ(c.tool_calls.size(), 1u);
+    EXPECT_EQ(c.tool_calls[0].name, "f");
+    EXPECT_EQ(c.reasoning_content, "{\"b\":2}");
+    EXPECT_EQ(c.finish_reason, "tool_calls");
+
+    const ServerOptions so;
+    auto req = [&](const char* body) {
+        StatusOr<ChatRequest> r = chat_request_from_json(Json::parse(body), so);
+        EXPECT_TRUE(r.ok()) << r.status().to_string();
+        return r.ok() ? chat_mapping_options(*r) : ChatMappingOptions{};
+    };
+    EXPECT_FALSE(req(R"({"messages":[{"role":"user","content":"q"}]})").function_calls_enabled);
+    const char* tools = R"("tools":[{"type":"function","function":{"name":"f"}}])";
+    ChatMappingOptions with =
+        req((std::string(R"({"messages":[{"role":"user","content":"q"}],)") + tools + "}").c_str());
+    EXPECT_TRUE(with.function_calls_enabled);
+    EXPECT_EQ(with.max_tool_calls, 0u);
+    ChatMappingOptions single =
+        req((std::string(R"({"messages":[{"role":"user","content":"q"}],"parallel_tool_calls":false,)") + tools + "}")
+                .c_str());
+    EXPECT_EQ(single.max_tool_calls, 1u);
+    StatusOr<ChatRequest> bad = chat_request_from_json(
+        Json::parse(R"({"messages":[{"role":"user","content":"q"}],"parallel_tool_calls":"no"})"), so);
+    EXPECT_FALSE(bad.ok());
+}
+
 TEST(HarmonyChatMapping, StreamedDeltasMatchResult) {
     using testing::toy_encode;
     ParserOptions po;
