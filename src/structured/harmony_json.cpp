@@ -42,6 +42,13 @@ public:
             }
             return true;
         }
+        if (ctype_state_ >= 0) {  // after the forced call's <|constrain|>: "json", then <|message|>
+            so_->trie().fill_mask(*json_ctype(), ctype_state_, mask);
+            const int32_t message = so_->ids().message;
+            if (json_ctype()->accepting(ctype_state_) && message >= 0 && static_cast<size_t>(message) < mask->size())
+                (*mask)[static_cast<size_t>(message)] = 1;
+            return true;
+        }
         if (state_ != State::kJson) return false;
         const TokenTrie& trie = so_->trie();
         const bool regex = rstate_ >= 0;
@@ -69,9 +76,14 @@ public:
         const bool terminator = id == t.end || id == t.call || id == t.ret;
         if (name_state_ >= 0) {
             // The name ends at its first special (<|constrain|> or <|message|>); a token drawn without the mask that
-            // leaves the names gives the phase up.
+            // leaves the names gives the phase up. After <|constrain|> the content type is held to "json" (it had
+            // been free: a random model wrote words until max_tokens, and a "required" call never came).
+            const bool to_ctype = id == t.constrain && names_->accepting(name_state_);
             const int next = ordinary ? names_->feed(name_state_, bytes[static_cast<size_t>(id)]) : -1;
             name_state_ = next;
+            if (to_ctype) ctype_state_ = json_ctype()->start();
+        } else if (ctype_state_ >= 0) {
+            ctype_state_ = ordinary ? json_ctype()->feed(ctype_state_, bytes[static_cast<size_t>(id)]) : -1;
         }
         switch (state_) {
             case State::kHeader: header_token(id, ordinary); break;
@@ -258,6 +270,12 @@ private:
     harmony::ChatMappingOptions mapping_;        // the declared functions, as the answer's mapping has them
     std::shared_ptr<const RegexGrammar> names_;  // begin_names
     int name_state_ = -1;                        // >= 0: the name being written follows names_ (its DFA state)
+    int ctype_state_ = -1;                       // >= 0: the forced call's content type after <|constrain|>
+    // The content type a forced call may give after <|constrain|>: "json" (HARMONY.md §6.3).
+    static const std::shared_ptr<const RegexGrammar>& json_ctype() {
+        static const std::shared_ptr<const RegexGrammar> g = *RegexGrammar::choice({"json"});
+        return g;
+    }
 };
 
 class FinalJsonFactory : public runtime::TokenConstraintFactory {

@@ -185,8 +185,18 @@ TEST_F(HarmonyJsonTest, ARequiredCallsNameIsADeclaredOne) {
     EXPECT_FALSE(mask[static_cast<size_t>(id("_"))]);  // "get_time_…" is no declared name
     EXPECT_FALSE(mask[static_cast<size_t>(id("<|end|>"))]);
     feed(*c, {" ", "<|constrain|>"});
-    EXPECT_FALSE(c->allowed_next(&mask));  // the rest of the header is free again
-    feed(*c, {"json", "<|message|>"});
+    // The content type is "json" (it had been free: a random model wrote words there until max_tokens and the
+    // "required" call never came).
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("json"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("hello"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|message|>"))]);  // not before "json"
+    EXPECT_FALSE(mask[static_cast<size_t>(id("<|end|>"))]);
+    feed(*c, {"json"});
+    ASSERT_TRUE(c->allowed_next(&mask));
+    EXPECT_TRUE(mask[static_cast<size_t>(id("<|message|>"))]);
+    EXPECT_FALSE(mask[static_cast<size_t>(id("json"))]);
+    feed(*c, {"<|message|>"});
     ASSERT_TRUE(c->allowed_next(&mask));  // get_time's arguments
     EXPECT_TRUE(mask[static_cast<size_t>(id("{"))]);
     EXPECT_FALSE(mask[static_cast<size_t>(id("x"))]);
