@@ -120,7 +120,19 @@ std::vector<ChatDelta> ChatMapper::on_events(const std::vector<Event>& events) {
                 break;
             }
             case EventType::kMessageEnd:
-                if (route_ == ChatRoute::kToolCall) calls_.back().terminated = e.terminator != Terminator::kNone;
+                if (route_ == ChatRoute::kToolCall) {
+                    Call& c = calls_.back();
+                    c.terminated = e.terminator != Terminator::kNone;
+                    // A whole call without arguments (`<|message|><|call|>`) has "{}", what a client's JSON.parse
+                    // takes and an argument-less function gets; it had been "", which no JSON parser reads.
+                    if (c.terminated && c.args.text().empty()) {
+                        c.call.arguments = kNoArguments;
+                        c.args.feed(kNoArguments);
+                        ChatDelta d;
+                        d.tool_call = ToolCallDelta{calls_.size() - 1, std::nullopt, std::nullopt, kNoArguments};
+                        out.push_back(std::move(d));
+                    }
+                }
                 route_ = ChatRoute::kHidden;
                 break;
         }

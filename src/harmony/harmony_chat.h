@@ -66,6 +66,9 @@ std::optional<std::string> function_name(const std::string& recipient, const Cha
 // A tool call's arguments streamed without the whitespace around them (HARMONY.md §6.5: the content,
 // whitespace-trimmed): feed() returns what a delta adds to the trimmed text so far, holding back trailing
 // whitespace until more text follows it; the deltas concatenated are trim(all fed text).
+// The arguments of a whole call whose body is empty (ChatMapper, the Responses stream).
+inline constexpr const char* kNoArguments = "{}";
+
 class TrimmedArguments {
 public:
     std::string feed(const std::string& delta);

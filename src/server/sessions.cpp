@@ -594,6 +594,11 @@ private:
         const bool complete = terminator != harmony::Terminator::kNone;
         const Json id = item_["id"];
         if (kind_ == Kind::kFunctionCall) {
+            if (complete && args_.text().empty()) {  // a whole call without arguments: "{}", as chat's
+                args_.feed(harmony::kNoArguments);
+                emit(sse, "response.function_call_arguments.delta",
+                     Json{{"item_id", id}, {"output_index", index_}, {"delta", harmony::kNoArguments}});
+            }
             item_["arguments"] = args_.text();
             item_["status"] = complete ? "completed" : "in_progress";  // HARMONY.md §6.6: a cut call stays in progress
             emit(sse, "response.function_call_arguments.done",

@@ -1124,6 +1124,46 @@ TEST_F(GenerationOutputTest, ResponsesFunctionCallArgumentsAreTrimmed) {
     EXPECT_EQ(finished["arguments"], "{\"a\": 1}") << finished.dump();
 }
 
+// A whole call with an empty body (`<|message|><|call|>`) has the arguments "{}", streamed or not, on both APIs: it had
+// been "", which a client's JSON.parse of the arguments refuses.
+TEST_F(GenerationOutputTest, ACallWithoutArgumentsHasAnEmptyObject) {
+    const char* out = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>  <|call|>";
+    const char* body = R"({"input":"q","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}])";
+    script(out);
+    Json r = post_json("/v1/responses", std::string(body) + "}");
+    ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["output"][0]["arguments"], "{}");
+    script(out);
+    bool done = false;
+    std::vector<std::string> names;
+    std::vector<Json> events = post_stream("/v1/responses", std::string(body) + R"(,"stream":true})", &done, &names);
+    std::string deltas;
+    Json finished;
+    for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
+        if (names[i] == "response.function_call_arguments.delta") deltas += events[i]["delta"].get<std::string>();
+        if (names[i] == "response.function_call_arguments.done") finished = events[i];
+    }
+    EXPECT_EQ(deltas, "{}");
+    EXPECT_EQ(finished["arguments"], "{}") << finished.dump();
+    const char* chat_body = R"({"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function",
+                              "function":{"name":"f","parameters":{"type":"object"}}}])";
+    script(out);
+    Json chat = post_json("/v1/chat/completions", std::string(chat_body) + "}");
+    EXPECT_EQ(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}") << chat.dump();
+    EXPECT_EQ(chat["choices"][0]["finish_reason"], "tool_calls");
+    script(out);
+    events = post_stream("/v1/chat/completions", std::string(chat_body) + R"(,"stream":true})", &done, &names);
+    std::string args;
+    for (const Json& e : events)
+        if (e.contains("choices"))
+            for (const Json& c : e["choices"])
+                if (c.contains("delta") && c["delta"].contains("tool_calls"))
+                    for (const Json& t : c["delta"]["tool_calls"])
+                        if (t.contains("function") && t["function"].contains("arguments"))
+                            args += t["function"]["arguments"].get<std::string>();
+    EXPECT_EQ(args, "{}");
+}
+
 TEST_F(GenerationOutputTest, ResponsesStreamEventSequence) {
     script("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Done.<|return|>");
     std::vector<std::string> names;
