@@ -89,6 +89,20 @@ protected:
     }
 };
 
+// A loopback socket listening on a free port: a stand-in prefill worker that accepts (or not) and never answers.
+void listen_loopback(int* fd, int* port) {
+    *fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(*fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(::listen(*fd, 16), 0);
+    socklen_t len = sizeof(addr);
+    ASSERT_EQ(::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    *port = ntohs(addr.sin_port);
+}
+
 // A completions body over token ids, greedy or seeded, with the sampled tokens' logprobs.
 std::string completion(const std::vector<int32_t>& ids, int max_tokens, int seed) {
     Json j = Json::object();
@@ -472,15 +486,8 @@ TEST_F(DisaggregationTest, FetchesStartInPriorityOrder) {
 // connections to a hung worker piled up. A stand-in worker reads the request and never answers; it must see the
 // close soon after the cancel (the call's own timeout is 60 s).
 TEST_F(DisaggregationTest, CancelClosesTheFetchConnection) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    ASSERT_EQ(::listen(fd, 16), 0);
-    socklen_t len = sizeof(addr);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    int fd = -1, port = 0;
+    ASSERT_NO_FATAL_FAILURE(listen_loopback(&fd, &port));
     std::atomic<bool> got_request{false}, closed{false};
     std::thread worker([&] {
         const int c = ::accept(fd, nullptr, nullptr);
@@ -496,8 +503,7 @@ TEST_F(DisaggregationTest, CancelClosesTheFetchConnection) {
         closed = true;
         ::close(c);
     });
-    auto client =
-        PrefillClient::create("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), std::chrono::seconds(60));
+    auto client = PrefillClient::create("http://127.0.0.1:" + std::to_string(port), std::chrono::seconds(60));
     ASSERT_TRUE(client.ok());
     Worker local(weights_, false);
     {
@@ -534,17 +540,9 @@ TEST_F(DisaggregationTest, CancelClosesTheFetchConnection) {
 // Shutdown does not wait for a prefill worker that never answers: the destructor stops the call in flight (a
 // listening socket that accepts nothing stands in for the worker; the call's own timeout is 60 s).
 TEST_F(DisaggregationTest, ShutdownInterruptsAFetchInFlight) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    ASSERT_EQ(::listen(fd, 16), 0);
-    socklen_t len = sizeof(addr);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-    auto client =
-        PrefillClient::create("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), std::chrono::seconds(60));
+    int fd = -1, port = 0;
+    ASSERT_NO_FATAL_FAILURE(listen_loopback(&fd, &port));
+    auto client = PrefillClient::create("http://127.0.0.1:" + std::to_string(port), std::chrono::seconds(60));
     ASSERT_TRUE(client.ok());
     Worker local(weights_, false);
     std::atomic<int> calls{0};

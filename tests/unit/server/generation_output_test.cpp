@@ -1096,6 +1096,18 @@ TEST_F(GenerationOutputTest, ResponsesFunctionCallAndOutputRoundTrip) {
         << prompt;
 }
 
+// A Responses stream's function-call arguments: the deltas joined, and the .done event.
+std::pair<std::string, Json> function_call_arguments(const std::vector<Json>& events,
+                                                     const std::vector<std::string>& names) {
+    std::string deltas;
+    Json finished;
+    for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
+        if (names[i] == "response.function_call_arguments.delta") deltas += events[i]["delta"].get<std::string>();
+        if (names[i] == "response.function_call_arguments.done") finished = events[i];
+    }
+    return {deltas, finished};
+}
+
 // The arguments of a function_call item are trimmed as chat's tool calls are (HARMONY.md §6.5), streamed or not:
 // the deltas add up to the trimmed text (whitespace before and after the JSON was kept).
 TEST_F(GenerationOutputTest, ResponsesFunctionCallArgumentsAreTrimmed) {
@@ -1114,12 +1126,7 @@ TEST_F(GenerationOutputTest, ResponsesFunctionCallArgumentsAreTrimmed) {
     bool done = false;
     std::vector<std::string> names;
     std::vector<Json> events = post_stream("/v1/responses", std::string(body) + R"(,"stream":true})", &done, &names);
-    std::string deltas;
-    Json finished;
-    for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
-        if (names[i] == "response.function_call_arguments.delta") deltas += events[i]["delta"].get<std::string>();
-        if (names[i] == "response.function_call_arguments.done") finished = events[i];
-    }
+    const auto [deltas, finished] = function_call_arguments(events, names);
     EXPECT_EQ(deltas, "{\"a\": 1}");
     EXPECT_EQ(finished["arguments"], "{\"a\": 1}") << finished.dump();
 }
@@ -1137,12 +1144,7 @@ TEST_F(GenerationOutputTest, ACallWithoutArgumentsHasAnEmptyObject) {
     bool done = false;
     std::vector<std::string> names;
     std::vector<Json> events = post_stream("/v1/responses", std::string(body) + R"(,"stream":true})", &done, &names);
-    std::string deltas;
-    Json finished;
-    for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
-        if (names[i] == "response.function_call_arguments.delta") deltas += events[i]["delta"].get<std::string>();
-        if (names[i] == "response.function_call_arguments.done") finished = events[i];
-    }
+    const auto [deltas, finished] = function_call_arguments(events, names);
     EXPECT_EQ(deltas, "{}");
     EXPECT_EQ(finished["arguments"], "{}") << finished.dump();
     const char* chat_body = R"({"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function",
