@@ -120,7 +120,10 @@ StatusOr<std::unique_ptr<PrefillClient>> PrefillClient::create(const std::string
             return invalid_argument("--prefill-url: a bracketed IPv6 host must be [address] or [address]:port, got '" +
                                     url + "'");
         host = authority.substr(0, close + 1);
-        if (close + 1 < authority.size()) port = authority.substr(close + 2);
+        if (close + 1 < authority.size()) {
+            port = authority.substr(close + 2);
+            if (port.empty()) return invalid_argument("--prefill-url: an empty port in '" + url + "'");
+        }
         if (host.size() <= 2 || host.find_first_not_of("[]0123456789abcdefABCDEF:.") != std::string::npos)
             return invalid_argument("--prefill-url: not an IPv6 address: '" + host + "'");
     } else if (const size_t colon = authority.rfind(':'); colon != std::string::npos) {

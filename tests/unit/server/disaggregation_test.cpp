@@ -193,7 +193,7 @@ TEST(PrefillClientUrl, RefusesWhatItCannotUseAsGiven) {
          {"http://127.0.0.1:107719", "http://127.0.0.1:99999", "http://127.0.0.1:65536", "http://127.0.0.1:0",
           "http://127.0.0.1:-5", "http://127.0.0.1:", "http://127.0.0.1:80x", "http://127.0.0.1:8000?x=1",
           "http://127.0.0.1:8000/p#frag", "http://h:1 /x", "http://user:pw@127.0.0.1:8000", "http://:8000",
-          "http://[::1", "http://[::1]x", "http://ho$t:1", "http://"}) {
+          "http://[::1", "http://[::1]x", "http://[::1]:", "http://ho$t:1", "http://"}) {
         auto c = PrefillClient::create(bad, std::chrono::seconds(5));
         ASSERT_FALSE(c.ok()) << bad;
         EXPECT_EQ(c.status().message().rfind("--prefill-url: ", 0), 0u) << c.status().message();
