@@ -3132,6 +3132,58 @@ PY
         rm -f "$OUT/s77_stamps.csv"
       fi
       ;;
+    s79)
+      # Session 66: the decode kernel's KV pieces by TMA (PagedAttentionArgs::decode_tma, GPTOSS_ATTN_DECODE_TMA=1;
+      # r78's untried lever for one sequence at long context). Tests first (every bf16 decode case compares the TMA
+      # pieces with the cp.async copies bit for bit; again in the 8-warp / 4-slot and 4-warp / 6-slot shapes), the
+      # model and engine tests with it on; then attention_bench's decode rows off / on, the one-sequence shapes with
+      # it on, 20b model rows off / on interleaved (batch 1 at 32k twice, 8k, 1k; batch 8 at 32k), 120b batch 1 at
+      # 32k, and ncu of one sequence at 32k with it.
+      tests_row s79_attn 'PagedAttentionCuda.*'
+      [ $rc = 0 ] || continue
+      tests_row s79_attn_m2 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=2
+      tests_row s79_attn_m4 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=4
+      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
+      for b in 1 2 4 8 32; do
+        for v in 0 1; do
+          GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
+          echo "== B=$b tma=$v"
+          grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
+        done
+      done
+      for m in 1 2 4; do
+        GPTOSS_ATTN_DECODE_TMA=1 GPTOSS_ATTN_DECODE_STREAMS=$m timeout 60 $BIN/attention_bench "decode B=1 ctx" \
+          > "$OUT/s79_attn_b1_tma1_mode$m.log" 2>&1
+        echo "== B=1 tma=1 mode=$m"
+        grep -E "^decode" "$OUT/s79_attn_b1_tma1_mode$m.log"
+      done
+      for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a" "8 32768 a"; do
+        set -- $cfg
+        for v in 0 1; do
+          GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+            --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
+          echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
+        done
+      done
+      for v in 0 1; do
+        GPTOSS_ATTN_DECODE_TMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
+          --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_120b_b1_ctx32768_tma$v.log" 2>&1
+        echo "s79_120b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_120b_b1_ctx32768_tma$v.log")"
+      done
+      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+      GPTOSS_ATTN_DECODE_TMA=1 timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+        --section WarpStateStats --section SourceCounters \
+        --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
+        -k regex:bf16_paged_attention_decode -s 4 -c 1 -f -o "$OUT/s79_ncu_b1_tma" $BIN/attention_bench \
+        "decode B=1 ctx=32768" > "$OUT/s79_ncu_b1_tma.log" 2>&1
+      summary+=("s79 ncu rc=$?")
+      $NCU -i "$OUT/s79_ncu_b1_tma.ncu-rep" --page details > "$OUT/s79_ncu_b1_tma_details.txt" 2>&1
+      $NCU -i "$OUT/s79_ncu_b1_tma.ncu-rep" --page source --csv --print-source sass > "$OUT/s79_ncu_b1_tma_src.csv" 2>&1
+      grep -E "Duration|DRAM Throughput|dram__" "$OUT/s79_ncu_b1_tma_details.txt" | head -6
+      python3 tools/ncu_stall_top.py "$OUT/s79_ncu_b1_tma_src.csv" 12 > "$OUT/s79_ncu_b1_tma_top.txt" 2>&1
+      head -16 "$OUT/s79_ncu_b1_tma_top.txt"
+      gzip -f "$OUT/s79_ncu_b1_tma_src.csv"
+      ;;
     s78)
       # Session 65: the FP8 scale floor's device test (compiled only since session 64), then what holds one
       # sequence's decode attention at long context (r44 Next 2, never run): attention_bench's decode rows at 1, 2, 4
