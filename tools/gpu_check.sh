@@ -3135,15 +3135,13 @@ PY
     s79)
       # Session 66: the decode kernel's KV pieces by TMA (PagedAttentionArgs::decode_tma, GPTOSS_ATTN_DECODE_TMA=1;
       # r78's untried lever for one sequence at long context). Tests first (every bf16 decode case compares the TMA
-      # pieces with the cp.async copies bit for bit; again in the 8-warp / 4-slot and 4-warp / 6-slot shapes), the
-      # model and engine tests with it on; then attention_bench's decode rows off / on, the one-sequence shapes with
-      # it on, 20b model rows off / on interleaved (batch 1 at 32k twice, 8k, 1k; batch 8 at 32k), 120b batch 1 at
-      # 32k, and ncu of one sequence at 32k with it.
+      # pieces with the cp.async copies bit for bit; again in the 4-warp / 6-slot shape); attention_bench's decode rows
+      # off / on, the one-sequence shapes with it on, 20b model rows off / on interleaved (batch 1 at 32k twice, 8k,
+      # 1k; batch 8 at 32k), the model and engine tests with it on, 120b batch 1 at 32k, and ncu of one sequence at
+      # 32k with it.
       tests_row s79_attn 'PagedAttentionCuda.*'
       [ $rc = 0 ] || continue
-      tests_row s79_attn_m2 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=2
       tests_row s79_attn_m4 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=4
-      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
       for b in 1 2 4 8 32; do
         for v in 0 1; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
@@ -3165,6 +3163,7 @@ PY
           echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
         done
       done
+      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
       for v in 0 1; do
         GPTOSS_ATTN_DECODE_TMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
           --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_120b_b1_ctx32768_tma$v.log" 2>&1
