@@ -3155,6 +3155,12 @@ PY
         echo "== B=1 tma=1 mode=$m"
         grep -E "^decode" "$OUT/s79_attn_b1_tma1_mode$m.log"
       done
+      for v in 0 1; do  # one sequence without the cluster merge (49 splits at 32k, 3 CTAs an SM, and the combine)
+        GPTOSS_ATTN_DECODE_TMA=$v GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 ctx" \
+          > "$OUT/s79_attn_b1_tma${v}_nocl.log" 2>&1
+        echo "== B=1 tma=$v no cluster"
+        grep -E "^decode" "$OUT/s79_attn_b1_tma${v}_nocl.log"
+      done
       for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a" "8 32768 a"; do
         set -- $cfg
         for v in 0 1; do
