@@ -3137,8 +3137,8 @@ PY
       # r78's untried lever for one sequence at long context). Tests first (every bf16 decode case compares the TMA
       # pieces with the cp.async copies bit for bit; again in the 4-warp / 6-slot shape); attention_bench's decode rows
       # off / on, the one-sequence shapes with it on, 20b model rows off / on interleaved (batch 1 at 32k twice, 8k,
-      # 1k; batch 8 at 32k), the model and engine tests with it on, 120b batch 1 at 32k, and ncu of one sequence at
-      # 32k with it.
+      # 1k), the model and engine tests with it on, ncu of one sequence at 32k with it, and 120b
+      # batch 1 at 32k last.
       tests_row s79_attn 'PagedAttentionCuda.*'
       [ $rc = 0 ] || continue
       tests_row s79_attn_m4 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=4
@@ -3161,7 +3161,7 @@ PY
         echo "== B=1 tma=$v no cluster"
         grep -E "^decode" "$OUT/s79_attn_b1_tma${v}_nocl.log"
       done
-      for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a" "8 32768 a"; do
+      for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a"; do
         set -- $cfg
         for v in 0 1; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
@@ -3170,11 +3170,6 @@ PY
         done
       done
       tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
-      for v in 0 1; do
-        GPTOSS_ATTN_DECODE_TMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
-          --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_120b_b1_ctx32768_tma$v.log" 2>&1
-        echo "s79_120b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_120b_b1_ctx32768_tma$v.log")"
-      done
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       GPTOSS_ATTN_DECODE_TMA=1 timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
         --section WarpStateStats --section SourceCounters \
@@ -3188,6 +3183,11 @@ PY
       python3 tools/ncu_stall_top.py "$OUT/s79_ncu_b1_tma_src.csv" 12 > "$OUT/s79_ncu_b1_tma_top.txt" 2>&1
       head -16 "$OUT/s79_ncu_b1_tma_top.txt"
       gzip -f "$OUT/s79_ncu_b1_tma_src.csv"
+      for v in 0 1; do
+        GPTOSS_ATTN_DECODE_TMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
+          --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_120b_b1_ctx32768_tma$v.log" 2>&1
+        echo "s79_120b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_120b_b1_ctx32768_tma$v.log")"
+      done
       ;;
     s78)
       # Session 65: the FP8 scale floor's device test (compiled only since session 64), then what holds one
