@@ -3132,6 +3132,39 @@ PY
         rm -f "$OUT/s77_stamps.csv"
       fi
       ;;
+    s79q)
+      # Session 66, s79 cut to what one short call holds (the device time nearly spent on failed starts): the attention
+      # tests, attention_bench's decode rows off / on at 1, 2 and 8 sequences and the one-sequence shapes, 20b batch 1
+      # at 32k (two interleaved pairs) and 1k, then the model and engine tests with it on.
+      tests_row s79_attn 'PagedAttentionCuda.*'
+      [ $rc = 0 ] || continue
+      for b in 1 2 8; do
+        for v in 0 1; do
+          GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
+          echo "== B=$b tma=$v"
+          grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
+        done
+      done
+      for m in 1 4; do
+        GPTOSS_ATTN_DECODE_TMA=1 GPTOSS_ATTN_DECODE_STREAMS=$m timeout 60 $BIN/attention_bench "decode B=1 ctx" \
+          > "$OUT/s79_attn_b1_tma1_mode$m.log" 2>&1
+        echo "== B=1 tma=1 mode=$m"
+        grep -E "^decode" "$OUT/s79_attn_b1_tma1_mode$m.log"
+      done
+      GPTOSS_ATTN_DECODE_TMA=1 GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 ctx" \
+        > "$OUT/s79_attn_b1_tma1_nocl.log" 2>&1
+      echo "== B=1 tma=1 no cluster"
+      grep -E "^decode" "$OUT/s79_attn_b1_tma1_nocl.log"
+      for cfg in "1 32768 a" "1 32768 b" "1 1024 a"; do
+        set -- $cfg
+        for v in 0 1; do
+          GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+            --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
+          echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
+        done
+      done
+      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
+      ;;
     s79)
       # Session 66: the decode kernel's KV pieces by TMA (PagedAttentionArgs::decode_tma, GPTOSS_ATTN_DECODE_TMA=1;
       # r78's untried lever for one sequence at long context). Tests first (every bf16 decode case compares the TMA
