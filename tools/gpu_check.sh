@@ -3132,6 +3132,23 @@ PY
         rm -f "$OUT/s77_stamps.csv"
       fi
       ;;
+    s79t)
+      # Session 66, the shortest form (little device time left): attention_bench's decode rows off / on at 1 and 8
+      # sequences, then the attention tests, then s79q's 20b rows at 32k.
+      for b in 1 8; do
+        for v in 0 1; do
+          GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
+          echo "== B=$b tma=$v"
+          grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
+        done
+      done
+      tests_row s79_attn 'PagedAttentionCuda.*'
+      for v in 0 1 0 1; do
+        GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+          --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b1_ctx32768_tma$v.log" 2>&1
+        echo "s79_20b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b1_ctx32768_tma$v.log")"
+      done
+      ;;
     s79q)
       # Session 66, s79 cut to what one short call holds (the device time nearly spent on failed starts): the attention
       # tests, attention_bench's decode rows off / on at 1, 2 and 8 sequences and the one-sequence shapes, 20b batch 1
