@@ -3136,14 +3136,14 @@ PY
       # Session 66, the shortest form (little device time left): attention_bench's decode rows off / on at 1 and 8
       # sequences, then the attention tests, then s79q's 20b rows at 32k.
       for b in 1 8; do
-        for v in 0 1; do
+        for v in 0 1 2; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
           echo "== B=$b tma=$v"
           grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
         done
       done
       tests_row s79_attn 'PagedAttentionCuda.*'
-      for v in 0 1 0 1; do
+      for v in 0 1 2 0 1 2; do
         GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
           --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b1_ctx32768_tma$v.log" 2>&1
         echo "s79_20b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b1_ctx32768_tma$v.log")"
@@ -3156,31 +3156,33 @@ PY
       tests_row s79_attn 'PagedAttentionCuda.*'
       [ $rc = 0 ] || continue
       for b in 1 2 8; do
-        for v in 0 1; do
+        for v in 0 1 2; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
           echo "== B=$b tma=$v"
           grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
         done
       done
       for m in 1 4; do
-        GPTOSS_ATTN_DECODE_TMA=1 GPTOSS_ATTN_DECODE_STREAMS=$m timeout 60 $BIN/attention_bench "decode B=1 ctx" \
-          > "$OUT/s79_attn_b1_tma1_mode$m.log" 2>&1
-        echo "== B=1 tma=1 mode=$m"
-        grep -E "^decode" "$OUT/s79_attn_b1_tma1_mode$m.log"
+        for t in 1 2; do
+          GPTOSS_ATTN_DECODE_TMA=$t GPTOSS_ATTN_DECODE_STREAMS=$m timeout 60 $BIN/attention_bench "decode B=1 ctx" \
+            > "$OUT/s79_attn_b1_tma${t}_mode$m.log" 2>&1
+          echo "== B=1 tma=$t mode=$m"
+          grep -E "^decode" "$OUT/s79_attn_b1_tma${t}_mode$m.log"
+        done
       done
-      GPTOSS_ATTN_DECODE_TMA=1 GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 ctx" \
-        > "$OUT/s79_attn_b1_tma1_nocl.log" 2>&1
-      echo "== B=1 tma=1 no cluster"
-      grep -E "^decode" "$OUT/s79_attn_b1_tma1_nocl.log"
+      GPTOSS_ATTN_DECODE_TMA=2 GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 ctx" \
+        > "$OUT/s79_attn_b1_tma2_nocl.log" 2>&1
+      echo "== B=1 tma=2 no cluster"
+      grep -E "^decode" "$OUT/s79_attn_b1_tma2_nocl.log"
       for cfg in "1 32768 a" "1 32768 b" "1 1024 a"; do
         set -- $cfg
-        for v in 0 1; do
+        for v in 0 1 2; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
             --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
           echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
         done
       done
-      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
+      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=2
       ;;
     s79)
       # Session 66: the decode kernel's KV pieces by TMA (PagedAttentionArgs::decode_tma, GPTOSS_ATTN_DECODE_TMA=1;
@@ -3193,7 +3195,7 @@ PY
       [ $rc = 0 ] || continue
       tests_row s79_attn_m4 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=4
       for b in 1 2 4 8 32; do
-        for v in 0 1; do
+        for v in 0 1 2; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
           echo "== B=$b tma=$v"
           grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
@@ -3213,15 +3215,15 @@ PY
       done
       for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a"; do
         set -- $cfg
-        for v in 0 1; do
+        for v in 0 1 2; do
           GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
             --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
           echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
         done
       done
-      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=1
+      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=2
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-      GPTOSS_ATTN_DECODE_TMA=1 timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
+      GPTOSS_ATTN_DECODE_TMA=2 timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
         --section WarpStateStats --section SourceCounters \
         --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
         -k regex:bf16_paged_attention_decode -s 4 -c 1 -f -o "$OUT/s79_ncu_b1_tma" $BIN/attention_bench \
