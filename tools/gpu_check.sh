@@ -106,6 +106,30 @@ s45bc_rows() {
 }
 # tests_row <name> <gtest filter> [VAR=val ...]: cuda_kernel_tests with that filter and environment (150 s at most) into
 # $OUT/<name>.log, its result in the summary and in $rc, the pass / fail lines printed.
+# tma_attn_rows <batch ...>: attention_bench's decode rows at each batch (1k / 8k / 32k) with the cp.async copies and
+# both TMA modes (GPTOSS_ATTN_DECODE_TMA=0 / 1 / 2; session 66), interleaved.
+tma_attn_rows() {
+  local b v
+  for b in "$@"; do
+    for v in 0 1 2; do
+      GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
+      echo "== B=$b tma=$v"
+      grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
+    done
+  done
+}
+# tma_20b_rows "<batch> <context> <tag>" ...: 20b decode rows for the three forms, interleaved.
+tma_20b_rows() {
+  local cfg v
+  for cfg in "$@"; do
+    set -- $cfg
+    for v in 0 1 2; do
+      GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
+        --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
+      echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
+    done
+  done
+}
 tests_row() {
   local name=$1 filter=$2
   shift 2
@@ -3133,35 +3157,23 @@ PY
       fi
       ;;
     s79t)
-      # Session 66, the shortest form (little device time left): attention_bench's decode rows off / on at 1 and 8
-      # sequences, then the attention tests, then s79q's 20b rows at 32k.
-      for b in 1 8; do
-        for v in 0 1 2; do
-          GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
-          echo "== B=$b tma=$v"
-          grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
-        done
-      done
+      # Session 66, the shortest form (little device time left): attention_bench's decode rows for the copies and
+      # both TMA modes at 1 and 8 sequences, the attention tests, 20b batch 1 at 32k (two interleaved passes).
+      tma_attn_rows 1 8
       tests_row s79_attn 'PagedAttentionCuda.*'
-      for v in 0 1 2 0 1 2; do
-        GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
-          --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b1_ctx32768_tma$v.log" 2>&1
-        echo "s79_20b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b1_ctx32768_tma$v.log")"
-      done
+      tma_20b_rows "1 32768 a" "1 32768 b"
       ;;
-    s79q)
-      # Session 66, s79 cut to what one short call holds (the device time nearly spent on failed starts): the attention
-      # tests, attention_bench's decode rows off / on at 1, 2 and 8 sequences and the one-sequence shapes, 20b batch 1
-      # at 32k (two interleaved pairs) and 1k, then the model and engine tests with it on.
+    s79)
+      # Session 66: the decode kernel's KV pieces by TMA (PagedAttentionArgs::decode_tma, GPTOSS_ATTN_DECODE_TMA=1|2;
+      # r78's untried lever for one sequence at long context). Tests first (every bf16 decode case compares both TMA
+      # modes with the cp.async copies bit for bit; again in the 4-warp / 6-slot shape); attention_bench's decode rows
+      # for the three forms at 1-32 sequences, the one-sequence shapes and the combine path with them, 20b model rows
+      # interleaved (batch 1 at 32k twice, 8k, 1k), the model and engine tests with mode 2, ncu of one sequence at 32k
+      # with mode 2, and 120b batch 1 at 32k last.
       tests_row s79_attn 'PagedAttentionCuda.*'
       [ $rc = 0 ] || continue
-      for b in 1 2 8; do
-        for v in 0 1 2; do
-          GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
-          echo "== B=$b tma=$v"
-          grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
-        done
-      done
+      tests_row s79_attn_m4 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=4
+      tma_attn_rows 1 2 4 8 32
       for m in 1 4; do
         for t in 1 2; do
           GPTOSS_ATTN_DECODE_TMA=$t GPTOSS_ATTN_DECODE_STREAMS=$m timeout 60 $BIN/attention_bench "decode B=1 ctx" \
@@ -3170,57 +3182,13 @@ PY
           grep -E "^decode" "$OUT/s79_attn_b1_tma${t}_mode$m.log"
         done
       done
-      GPTOSS_ATTN_DECODE_TMA=2 GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 ctx" \
-        > "$OUT/s79_attn_b1_tma2_nocl.log" 2>&1
-      echo "== B=1 tma=2 no cluster"
-      grep -E "^decode" "$OUT/s79_attn_b1_tma2_nocl.log"
-      for cfg in "1 32768 a" "1 32768 b" "1 1024 a"; do
-        set -- $cfg
-        for v in 0 1 2; do
-          GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
-            --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
-          echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
-        done
-      done
-      tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=2
-      ;;
-    s79)
-      # Session 66: the decode kernel's KV pieces by TMA (PagedAttentionArgs::decode_tma, GPTOSS_ATTN_DECODE_TMA=1;
-      # r78's untried lever for one sequence at long context). Tests first (every bf16 decode case compares the TMA
-      # pieces with the cp.async copies bit for bit; again in the 4-warp / 6-slot shape); attention_bench's decode rows
-      # off / on, the one-sequence shapes with it on, 20b model rows off / on interleaved (batch 1 at 32k twice, 8k,
-      # 1k), the model and engine tests with it on, ncu of one sequence at 32k with it, and 120b
-      # batch 1 at 32k last.
-      tests_row s79_attn 'PagedAttentionCuda.*'
-      [ $rc = 0 ] || continue
-      tests_row s79_attn_m4 'PagedAttentionCuda.Decode*' GPTOSS_ATTN_DECODE_STREAMS=4
-      for b in 1 2 4 8 32; do
-        for v in 0 1 2; do
-          GPTOSS_ATTN_DECODE_TMA=$v timeout 60 $BIN/attention_bench "decode B=$b ctx" > "$OUT/s79_attn_b${b}_tma$v.log" 2>&1
-          echo "== B=$b tma=$v"
-          grep -E "^decode" "$OUT/s79_attn_b${b}_tma$v.log"
-        done
-      done
-      for m in 1 2 4; do
-        GPTOSS_ATTN_DECODE_TMA=1 GPTOSS_ATTN_DECODE_STREAMS=$m timeout 60 $BIN/attention_bench "decode B=1 ctx" \
-          > "$OUT/s79_attn_b1_tma1_mode$m.log" 2>&1
-        echo "== B=1 tma=1 mode=$m"
-        grep -E "^decode" "$OUT/s79_attn_b1_tma1_mode$m.log"
-      done
-      for v in 0 1; do  # one sequence without the cluster merge (49 splits at 32k, 3 CTAs an SM, and the combine)
+      for v in 0 1 2; do  # one sequence without the cluster merge (49 splits at 32k, 3 CTAs an SM, and the combine)
         GPTOSS_ATTN_DECODE_TMA=$v GPTOSS_ATTN_DECODE_CLUSTER=0 timeout 60 $BIN/attention_bench "decode B=1 ctx" \
           > "$OUT/s79_attn_b1_tma${v}_nocl.log" 2>&1
         echo "== B=1 tma=$v no cluster"
         grep -E "^decode" "$OUT/s79_attn_b1_tma${v}_nocl.log"
       done
-      for cfg in "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a"; do
-        set -- $cfg
-        for v in 0 1 2; do
-          GPTOSS_ATTN_DECODE_TMA=$v timeout 100 $BIN/gptoss bench --synthetic gpt-oss-20b --fp8 --prefill "" \
-            --batch $1 --context $2 --decode-steps 64 --repeats 3 > "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log" 2>&1
-          echo "s79_20b_b$1_ctx$2_tma${v}_$3: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_20b_b$1_ctx$2_tma${v}_$3.log")"
-        done
-      done
+      tma_20b_rows "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a"
       tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=2
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
       GPTOSS_ATTN_DECODE_TMA=2 timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
@@ -3235,7 +3203,7 @@ PY
       python3 tools/ncu_stall_top.py "$OUT/s79_ncu_b1_tma_src.csv" 12 > "$OUT/s79_ncu_b1_tma_top.txt" 2>&1
       head -16 "$OUT/s79_ncu_b1_tma_top.txt"
       gzip -f "$OUT/s79_ncu_b1_tma_src.csv"
-      for v in 0 1; do
+      for v in 0 2; do
         GPTOSS_ATTN_DECODE_TMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
           --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_120b_b1_ctx32768_tma$v.log" 2>&1
         echo "s79_120b_b1_ctx32768_tma$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s79_120b_b1_ctx32768_tma$v.log")"
