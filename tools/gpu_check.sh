@@ -130,6 +130,25 @@ tma_20b_rows() {
     done
   done
 }
+# ncu_decode_attn <name> [ENV=value ...]: ncu of the decode attention kernel (either form) at one sequence, 32k, with
+# DRAM rate, stall reasons and the source page; prints the duration, DRAM rate and the most-stalled SASS lines.
+ncu_decode_attn() {
+  local name=$1
+  shift
+  local ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  env "$@" timeout 200 $ncu --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
+    --section SourceCounters --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
+    -k regex:bf16_paged_attention_decode -s 4 -c 1 -f -o "$OUT/$name" $BIN/attention_bench "decode B=1 ctx=32768" \
+    > "$OUT/$name.log" 2>&1
+  summary+=("$name rc=$?")
+  $ncu -i "$OUT/$name.ncu-rep" --page details > "$OUT/${name}_details.txt" 2>&1
+  $ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass > "$OUT/${name}_src.csv" 2>&1
+  grep -E "Duration|DRAM Throughput|dram__" "$OUT/${name}_details.txt" | head -6
+  python3 tools/ncu_stall_top.py "$OUT/${name}_src.csv" 12 > "$OUT/${name}_top.txt" 2>&1
+  head -16 "$OUT/${name}_top.txt"
+  gzip -f "$OUT/${name}_src.csv"
+}
 tests_row() {
   local name=$1 filter=$2
   shift 2
@@ -3190,19 +3209,7 @@ PY
       done
       tma_20b_rows "1 32768 a" "1 32768 b" "1 8192 a" "1 1024 a"
       tests_row s79_model_tma 'CudaModel.*:CudaEngine.*' GPTOSS_ATTN_DECODE_TMA=2
-      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-      GPTOSS_ATTN_DECODE_TMA=2 timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight \
-        --section WarpStateStats --section SourceCounters \
-        --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
-        -k regex:bf16_paged_attention_decode -s 4 -c 1 -f -o "$OUT/s79_ncu_b1_tma" $BIN/attention_bench \
-        "decode B=1 ctx=32768" > "$OUT/s79_ncu_b1_tma.log" 2>&1
-      summary+=("s79 ncu rc=$?")
-      $NCU -i "$OUT/s79_ncu_b1_tma.ncu-rep" --page details > "$OUT/s79_ncu_b1_tma_details.txt" 2>&1
-      $NCU -i "$OUT/s79_ncu_b1_tma.ncu-rep" --page source --csv --print-source sass > "$OUT/s79_ncu_b1_tma_src.csv" 2>&1
-      grep -E "Duration|DRAM Throughput|dram__" "$OUT/s79_ncu_b1_tma_details.txt" | head -6
-      python3 tools/ncu_stall_top.py "$OUT/s79_ncu_b1_tma_src.csv" 12 > "$OUT/s79_ncu_b1_tma_top.txt" 2>&1
-      head -16 "$OUT/s79_ncu_b1_tma_top.txt"
-      gzip -f "$OUT/s79_ncu_b1_tma_src.csv"
+      ncu_decode_attn s79_ncu_b1_tma GPTOSS_ATTN_DECODE_TMA=2
       for v in 0 2; do
         GPTOSS_ATTN_DECODE_TMA=$v timeout 150 $BIN/gptoss bench --synthetic gpt-oss-120b --fp8 --prefill "" \
           --batch 1 --context 32768 --decode-steps 64 --repeats 3 > "$OUT/s79_120b_b1_ctx32768_tma$v.log" 2>&1
@@ -3279,18 +3286,7 @@ PY
           echo "s78b_120b_b1_ctx${ctx}_ahead$v: $(grep -E "^\| [0-9]+ \| [0-9]+ \|" "$OUT/s78b_120b_b1_ctx${ctx}_ahead$v.log")"
         done
       done
-      NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-      timeout 200 $NCU --clock-control none --cache-control none --section SpeedOfLight --section WarpStateStats \
-        --section SourceCounters --metrics 'dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed' \
-        -k regex:bf16_paged_attention_decode_kernel -s 4 -c 1 -f -o "$OUT/s78b_ncu_b1_cl" $BIN/attention_bench \
-        "decode B=1 ctx=32768" > "$OUT/s78b_ncu_b1_cl.log" 2>&1
-      summary+=("s78b ncu rc=$?")
-      $NCU -i "$OUT/s78b_ncu_b1_cl.ncu-rep" --page details > "$OUT/s78b_ncu_b1_cl_details.txt" 2>&1
-      $NCU -i "$OUT/s78b_ncu_b1_cl.ncu-rep" --page source --csv --print-source sass > "$OUT/s78b_ncu_b1_cl_src.csv" 2>&1
-      grep -E "Duration|DRAM Throughput|dram__" "$OUT/s78b_ncu_b1_cl_details.txt" | head -6
-      python3 tools/ncu_stall_top.py "$OUT/s78b_ncu_b1_cl_src.csv" 12 > "$OUT/s78b_ncu_b1_cl_top.txt" 2>&1
-      head -16 "$OUT/s78b_ncu_b1_cl_top.txt"
-      gzip -f "$OUT/s78b_ncu_b1_cl_src.csv"
+      ncu_decode_attn s78b_ncu_b1_cl
       ;;
     s78c)
       # Session 65, closing check of the host changes that run in the CUDA runner: the model fingerprint each runner

@@ -51,6 +51,29 @@ protected:
         return out;
     }
 
+    // A function call's arguments on the Responses API for scripted output `out` and request `body` (without its
+    // closing brace): the non-streamed item's, the streamed deltas joined, and the streamed done event's.
+    struct ResponsesArguments {
+        Json whole;
+        std::string deltas;
+        Json done;
+    };
+    ResponsesArguments responses_arguments(const std::string& out, const std::string& body) {
+        ResponsesArguments a;
+        script(out);
+        Json r = post_json("/v1/responses", body + "}");
+        EXPECT_EQ(r["output"].size(), 1u) << r.dump();
+        if (r["output"].size() == 1) a.whole = r["output"][0]["arguments"];
+        script(out);
+        std::vector<std::string> names;
+        const std::vector<Json> events = post_stream("/v1/responses", body + R"(,"stream":true})", nullptr, &names);
+        for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
+            if (names[i] == "response.function_call_arguments.delta") a.deltas += events[i]["delta"].get<std::string>();
+            if (names[i] == "response.function_call_arguments.done") a.done = events[i]["arguments"];
+        }
+        return a;
+    }
+
     TestServer server_;
 };
 
@@ -1097,38 +1120,20 @@ TEST_F(GenerationOutputTest, ResponsesFunctionCallAndOutputRoundTrip) {
 }
 
 // A Responses stream's function-call arguments: the deltas joined, and the .done event.
-std::pair<std::string, Json> function_call_arguments(const std::vector<Json>& events,
-                                                     const std::vector<std::string>& names) {
-    std::string deltas;
-    Json finished;
-    for (size_t i = 0; i < events.size() && i < names.size(); ++i) {
-        if (names[i] == "response.function_call_arguments.delta") deltas += events[i]["delta"].get<std::string>();
-        if (names[i] == "response.function_call_arguments.done") finished = events[i];
-    }
-    return {deltas, finished};
-}
-
 // The arguments of a function_call item are trimmed as chat's tool calls are (HARMONY.md §6.5), streamed or not:
 // the deltas add up to the trimmed text (whitespace before and after the JSON was kept).
 TEST_F(GenerationOutputTest, ResponsesFunctionCallArgumentsAreTrimmed) {
     const char* out = "<|channel|>commentary to=functions.f <|constrain|>json<|message|> \n{\"a\": 1}\t\n  <|call|>";
     const char* body = R"({"input":"q","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}])";
-    script(out);
-    Json r = post_json("/v1/responses", std::string(body) + "}");
-    ASSERT_EQ(r["output"].size(), 1u) << r.dump();
-    EXPECT_EQ(r["output"][0]["arguments"], "{\"a\": 1}");
+    const ResponsesArguments a = responses_arguments(out, body);
+    EXPECT_EQ(a.whole, "{\"a\": 1}");
+    EXPECT_EQ(a.deltas, "{\"a\": 1}");
+    EXPECT_EQ(a.done, "{\"a\": 1}");
     script(out);
     Json chat = post_json("/v1/chat/completions",
                           R"({"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function",
                               "function":{"name":"f","parameters":{"type":"object"}}}]})");
-    EXPECT_EQ(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], r["output"][0]["arguments"]);
-    script(out);
-    bool done = false;
-    std::vector<std::string> names;
-    std::vector<Json> events = post_stream("/v1/responses", std::string(body) + R"(,"stream":true})", &done, &names);
-    const auto [deltas, finished] = function_call_arguments(events, names);
-    EXPECT_EQ(deltas, "{\"a\": 1}");
-    EXPECT_EQ(finished["arguments"], "{\"a\": 1}") << finished.dump();
+    EXPECT_EQ(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], a.whole);
 }
 
 // A whole call with an empty body (`<|message|><|call|>`) has the arguments "{}", streamed or not, on both APIs: it had
@@ -1136,17 +1141,10 @@ TEST_F(GenerationOutputTest, ResponsesFunctionCallArgumentsAreTrimmed) {
 TEST_F(GenerationOutputTest, ACallWithoutArgumentsHasAnEmptyObject) {
     const char* out = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>  <|call|>";
     const char* body = R"({"input":"q","tools":[{"type":"function","name":"f","parameters":{"type":"object"}}])";
-    script(out);
-    Json r = post_json("/v1/responses", std::string(body) + "}");
-    ASSERT_EQ(r["output"].size(), 1u) << r.dump();
-    EXPECT_EQ(r["output"][0]["arguments"], "{}");
-    script(out);
-    bool done = false;
-    std::vector<std::string> names;
-    std::vector<Json> events = post_stream("/v1/responses", std::string(body) + R"(,"stream":true})", &done, &names);
-    const auto [deltas, finished] = function_call_arguments(events, names);
-    EXPECT_EQ(deltas, "{}");
-    EXPECT_EQ(finished["arguments"], "{}") << finished.dump();
+    const ResponsesArguments a = responses_arguments(out, body);
+    EXPECT_EQ(a.whole, "{}");
+    EXPECT_EQ(a.deltas, "{}");
+    EXPECT_EQ(a.done, "{}");
     const char* chat_body = R"({"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function",
                               "function":{"name":"f","parameters":{"type":"object"}}}])";
     script(out);
@@ -1154,7 +1152,7 @@ TEST_F(GenerationOutputTest, ACallWithoutArgumentsHasAnEmptyObject) {
     EXPECT_EQ(chat["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{}") << chat.dump();
     EXPECT_EQ(chat["choices"][0]["finish_reason"], "tool_calls");
     script(out);
-    events = post_stream("/v1/chat/completions", std::string(chat_body) + R"(,"stream":true})", &done, &names);
+    const std::vector<Json> events = post_stream("/v1/chat/completions", std::string(chat_body) + R"(,"stream":true})");
     std::string args;
     for (const Json& e : events)
         if (e.contains("choices"))
