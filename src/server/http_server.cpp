@@ -40,6 +40,7 @@ namespace {
 struct HeaderLimits {
     size_t max_bytes = size_t{64} << 10;
     std::chrono::seconds timeout{30};
+    std::string cors_origin;  // (empty: no CORS header on the answers given here)
 };
 
 // One connection's byte stream, kept across its keep-alive requests (httplib 0.11 makes a new one a request and
@@ -59,7 +60,12 @@ public:
         parsed_ = close_ = chunked_ = false;
         declared_length_ = body_read_ = 0;
         last_[0] = last_[1] = 0;
-        header_bytes_ = 0;
+        header_bytes_ = trailer_bytes_ = 0;
+        line_len_ = line_index_ = 0;
+        line_colon_ = prev_cr_ = false;
+        chunk_ = ChunkState::kSizeLine;
+        chunk_left_ = 0;
+        chunk_digits_ = 0;
         header_deadline_ = std::chrono::steady_clock::now() + limits_.timeout;
     }
     // httplib parsed the request line and headers: the body (if any) follows, held to a pace of its own (a body
@@ -94,8 +100,24 @@ public:
     bool is_writable() const override { return !failed_ && wait(POLLOUT, write_timeout_); }
 
     ssize_t read(char* ptr, size_t size) override {
-        if (failed_) return -1;
-        if (!has_buffered()) {
+        for (;;) {
+            if (failed_) return -1;
+            if (!fill()) return fill_result_;
+            if (!parsed_ || in_headers_ || !chunked_ || chunk_ == ChunkState::kDone) return hand_out(ptr, size);
+            // A chunked body: its trailer fields are dropped here (httplib 0.11 takes only the empty line after the
+            // last chunk, and answered a trailer 400; RFC 9112 §7.1.2 lets a recipient discard them). Nothing handed
+            // out (the bytes read were all a trailer's): read on.
+            const size_t n = hand_out_chunked(ptr, size);
+            if (failed_) return -1;
+            if (n > 0) return static_cast<ssize_t>(n);
+        }
+    }
+
+private:
+    // Bytes buffered, reading the socket if none are (false: fill_result_ is what read() returns).
+    bool fill() {
+        if (has_buffered()) return true;
+        {
             const bool in_body = parsed_ && !in_headers_;
             const std::chrono::microseconds wait_for = in_headers_ ? std::min(read_timeout_, header_time_left())
                                                        : in_body   ? std::min(read_timeout_, body_time_left())
@@ -107,18 +129,31 @@ public:
                 if (in_body && body_time_left() <= std::chrono::microseconds::zero())
                     refuse(408, "the request body arrived too slowly (" + std::to_string(body_read_) + " bytes in " +
                                     std::to_string(seconds_since(body_start_)) + " s)");
-                return -1;
+                fill_result_ = -1;
+                return false;
             }
             const ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), 0);
-            if (n <= 0) return n;
+            if (n <= 0) {
+                fill_result_ = n;
+                return false;
+            }
             begin_ = 0;
             end_ = static_cast<size_t>(n);
         }
+        return true;
+    }
+
+    // Up to `size` buffered bytes as they are; in the header block, checked and counted.
+    ssize_t hand_out(char* ptr, size_t size) {
         size = std::min(size, end_ - begin_);
         if (in_headers_) {
             // The block ends at its blank line ("\n\r\n": httplib's reader takes CRLF lines only, a byte at a time).
             for (size_t i = 0; i < size; ++i) {
                 const char c = buf_[begin_ + i];
+                if (const char* bad = header_byte(c)) {
+                    refuse(400, std::string("malformed HTTP request: ") + bad);
+                    return -1;
+                }
                 if (c == '\n' && last_[0] == '\n' && last_[1] == '\r') {
                     size = i + 1;
                     in_headers_ = false;
@@ -140,6 +175,106 @@ public:
         return static_cast<ssize_t>(size);
     }
 
+    // What RFC 9112 has a server reject in a header block and httplib 0.11 took (null: the byte is fine): a line
+    // folded onto the one before (obs-fold, §5.2: httplib dropped the continuation), a field line without a colon
+    // (§5.1: dropped), a CR not before LF or a NUL (§2.2, §5.5: kept inside the value). A proxy in front may read
+    // any of them otherwise. Empty lines before the request line are skipped, as §2.2 allows.
+    const char* header_byte(char c) {
+        if (prev_cr_ && c != '\n') return "a CR not followed by LF in the header block";
+        prev_cr_ = c == '\r';
+        if (c == '\0') return "a NUL byte in the header block";
+        if (c == '\r') return nullptr;
+        if (c == '\n') {
+            if (line_len_ > 0 && line_index_ > 0 && !line_colon_) return "a header line without a colon";
+            if (line_len_ > 0 || line_index_ > 0) ++line_index_;
+            line_len_ = 0;
+            line_colon_ = false;
+            return nullptr;
+        }
+        if (line_len_ == 0 && line_index_ > 0 && (c == ' ' || c == '\t'))
+            return "a header line folded onto the one before (obs-fold)";
+        line_colon_ |= c == ':';
+        ++line_len_;
+        return nullptr;
+    }
+
+    // A chunked body's bytes as they are, less the trailer fields after its last chunk (the empty line that ends
+    // them is handed out, so httplib sees the body end as it expects). The framing is followed only as far as this
+    // needs; a malformed one is handed out for httplib to refuse.
+    size_t hand_out_chunked(char* ptr, size_t size) {
+        size_t out = 0;
+        while (begin_ < end_ && out < size && chunk_ != ChunkState::kDone) {
+            if (chunk_ == ChunkState::kData) {  // (the chunk's data, in one copy)
+                const size_t n =
+                    static_cast<size_t>(std::min<uint64_t>(chunk_left_, std::min<uint64_t>(end_ - begin_, size - out)));
+                std::memcpy(ptr + out, buf_.data() + begin_, n);
+                begin_ += n;
+                out += n;
+                body_read_ += static_cast<int64_t>(n);
+                chunk_left_ -= n;
+                if (chunk_left_ == 0) chunk_ = ChunkState::kDataEnd;
+                continue;
+            }
+            const char c = buf_[begin_++];
+            ++body_read_;
+            bool keep = true;
+            switch (chunk_) {
+                case ChunkState::kSizeLine: {  // 1*HEXDIG, then an extension (";...") or the line's end
+                    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                                             : -1;
+                    if (chunk_digits_ >= 0 && digit >= 0) {
+                        if (++chunk_digits_ > 15) return refuse_chunked("a chunk size of more than 15 hex digits");
+                        chunk_left_ = chunk_left_ * 16 + static_cast<uint64_t>(digit);
+                    } else if (chunk_digits_ == 0) {  // (httplib's strtoul would skip a sign, "0x", spaces)
+                        return refuse_chunked("a chunk size line that does not begin with a hex digit");
+                    } else if (chunk_digits_ > 0) {
+                        if (c != ';' && c != ' ' && c != '\t' && c != '\r' && c != '\n')
+                            return refuse_chunked("a chunk size followed by something other than an extension");
+                        chunk_digits_ = -1;  // the size has ended
+                    }
+                    if (c == '\n') chunk_ = chunk_left_ > 0 ? ChunkState::kData : ChunkState::kTrailerLine;
+                    break;
+                }
+                case ChunkState::kDataEnd:  // the CRLF after a chunk's data
+                    if (c == '\n') {
+                        chunk_ = ChunkState::kSizeLine;
+                        chunk_left_ = 0;
+                        chunk_digits_ = 0;
+                    }
+                    break;
+                case ChunkState::kTrailerLine:  // the start of a line after the last chunk
+                    if (c == '\r') {
+                        chunk_ = ChunkState::kLastLf;
+                    } else if (c == '\n') {
+                        chunk_ = ChunkState::kDone;
+                    } else {
+                        keep = false;
+                        chunk_ = ChunkState::kTrailerField;
+                    }
+                    break;
+                case ChunkState::kTrailerField:  // dropped, to its LF
+                    keep = false;
+                    if (c == '\n') chunk_ = ChunkState::kTrailerLine;
+                    break;
+                case ChunkState::kLastLf: chunk_ = ChunkState::kDone; break;
+                case ChunkState::kData:
+                case ChunkState::kDone: break;
+            }
+            if (!keep && ++trailer_bytes_ > limits_.max_bytes) {
+                refuse(431,
+                       "the request's trailer fields are larger than " + std::to_string(limits_.max_bytes) + " bytes");
+                return 0;
+            }
+            if (keep) ptr[out++] = c;
+        }
+        // (Past the body's end: the rest as it is.)
+        if (out == 0 && chunk_ == ChunkState::kDone && begin_ < end_) return static_cast<size_t>(hand_out(ptr, size));
+        return out;
+    }
+
+public:
     ssize_t write(const char* ptr, size_t size) override {
         if (failed_ || !is_writable()) return -1;
         return ::send(fd_, ptr, size, MSG_NOSIGNAL);
@@ -162,6 +297,10 @@ private:
         return allowed -
                std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - body_start_);
     }
+    size_t refuse_chunked(const std::string& what) {
+        refuse(400, "malformed chunked request body: " + what);
+        return 0;
+    }
     std::chrono::microseconds header_time_left() const {
         return std::chrono::duration_cast<std::chrono::microseconds>(header_deadline_ -
                                                                      std::chrono::steady_clock::now());
@@ -179,13 +318,18 @@ private:
     // The answer httplib cannot give (its reader would only say 400): written here, the connection then ends
     // (httplib's own answer to the failed read is not sent: writes fail from now on).
     void refuse(int status, const std::string& message) {
-        const std::string body = R"({"error":{"message":")" + message + R"(","type":"BadRequestError","param":null,)" +
-                                 R"("code":)" + std::to_string(status) + "}}";
+        const std::string body = error_body(api_error(status, message));
+        const char* reason = status == 431   ? " Request Header Fields Too Large"
+                             : status == 408 ? " Request Timeout"
+                                             : " Bad Request";
         const std::string head =
-            "HTTP/1.1 " + std::to_string(status) +
-            (status == 431 ? " Request Header Fields Too Large" : " Request Timeout") +
+            "HTTP/1.1 " + std::to_string(status) + reason +
             "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-            "\r\nConnection: close\r\n\r\n";
+            "\r\nConnection: close\r\n" +
+            (limits_.cors_origin.empty() ? ""
+                                         : "Access-Control-Allow-Origin: " + limits_.cors_origin +
+                                               (limits_.cors_origin == "*" ? "\r\n" : "\r\nVary: Origin\r\n")) +
+            "\r\n";
         const std::string all = head + body;
         if (wait(POLLOUT, write_timeout_)) (void)::send(fd_, all.data(), all.size(), MSG_NOSIGNAL);
         failed_ = true;
@@ -223,6 +367,18 @@ private:
     std::chrono::steady_clock::time_point body_start_{};
     char last_[2] = {0, 0};  // the header block's last two bytes handed out
     size_t header_bytes_ = 0;
+    // The header block's current line (header_byte): its length less CR / LF, its index (0: the request line),
+    // whether it has had a colon, whether the last byte was a CR.
+    size_t line_len_ = 0, line_index_ = 0;
+    bool line_colon_ = false, prev_cr_ = false;
+    // A chunked body's framing (hand_out_chunked): where in it the next byte is, the current chunk's bytes left, its
+    // size line's hex digits so far (-1: the size has ended), the trailer bytes dropped.
+    enum class ChunkState { kSizeLine, kData, kDataEnd, kTrailerLine, kTrailerField, kLastLf, kDone };
+    ChunkState chunk_ = ChunkState::kSizeLine;
+    uint64_t chunk_left_ = 0;
+    int chunk_digits_ = 0;
+    size_t trailer_bytes_ = 0;
+    ssize_t fill_result_ = 0;  // what read() returns when fill() could not buffer bytes
     std::chrono::steady_clock::time_point header_deadline_{};
 };
 
@@ -549,16 +705,31 @@ std::optional<const char*> expect_route_error(const httplib::Request& req) {
     return std::optional<const char*>(nullptr);
 }
 
+// A body this server cannot take as it comes (415, before it is read; the connection then ends): compressed, or
+// multipart.
 bool refuse_encoding(const httplib::Request& req, httplib::Response& res) {
     std::string enc = req.get_header_value("Content-Encoding");
     std::transform(enc.begin(), enc.end(), enc.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    if (enc.empty() || enc == "identity") return false;
-    close_after(req);
-    set_error(res, api_error(415,
-                             "Content-Encoding '" + req.get_header_value("Content-Encoding") +
-                                 "' is not supported: send the request body uncompressed",
-                             "unsupported_content_encoding"));
-    return true;
+    if (!enc.empty() && enc != "identity") {
+        close_after(req);
+        set_error(res, api_error(415,
+                                 "Content-Encoding '" + req.get_header_value("Content-Encoding") +
+                                     "' is not supported: send the request body uncompressed",
+                                 "unsupported_content_encoding"));
+        return true;
+    }
+    // A multipart body (httplib 0.11 parses one itself, for handlers that take its parts, and failed the plain
+    // read this server does as "malformed"): every body here is one JSON document.
+    if (req.is_multipart_form_data() &&
+        (req.has_header("Transfer-Encoding") || req.get_header_value("Content-Length", 0) != std::string("0"))) {
+        close_after(req);
+        set_error(res, api_error(415,
+                                 "a multipart/form-data body is not accepted: send the request as a JSON document "
+                                 "(Content-Type: application/json)",
+                                 "unsupported_content_type"));
+        return true;
+    }
+    return false;
 }
 
 // Writes a RouteResponse into httplib's response; SSE bodies are pulled from the producer by the
@@ -703,7 +874,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
     svr.set_write_timeout(options.write_timeout);
     svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
     svr.set_keep_alive_max_count(1000);
-    svr.set_header_limits(HeaderLimits{options.max_header_bytes, options.header_timeout});
+    svr.set_header_limits(HeaderLimits{options.max_header_bytes, options.header_timeout, options.cors_origin});
     svr.set_tcp_nodelay(true);
     // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let a second server
     // silently share the port); remember the socket to widen its listen backlog after bind.
