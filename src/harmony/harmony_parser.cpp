@@ -607,13 +607,12 @@ void StreamParser::process_header(int32_t id, std::vector<Event>& out) {
         }
     }
     header_ids_.push_back(id);
-    if (header_ids_.size() > options_.max_header_tokens) {  // X13
-        if (robust) {
-            warn("header longer than " + std::to_string(options_.max_header_tokens) + " tokens");
-            recover_header(Terminator::kNone, out);
-        } else {
-            fail("message header longer than " + std::to_string(options_.max_header_tokens) + " tokens");
-        }
+    // X13 is robust mode's rule: strict and lenient parse as harmony does, which bounds no header (a lenient
+    // completion that writes a long answer without <|message|> is recovered whole at its terminator, as harmony's
+    // strict=false; the stream's own length bounds the header).
+    if (robust && header_ids_.size() > options_.max_header_tokens) {
+        warn("header longer than " + std::to_string(options_.max_header_tokens) + " tokens");
+        recover_header(Terminator::kNone, out);
     }
 }
 

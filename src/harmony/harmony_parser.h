@@ -30,7 +30,8 @@ struct ParserOptions {
     ParseMode mode = ParseMode::kRobust;
     // Function names the request declared (robust repairs X8, X16). nullopt: not known.
     std::optional<std::vector<std::string>> declared_functions;
-    // A header longer than this is malformed (X13): recovered (robust) or an error.
+    // Robust mode: a header longer than this is malformed (X13) and recovered. (Strict and lenient bound none, as
+    // harmony.)
     size_t max_header_tokens = 256;
 };
 
