@@ -337,7 +337,7 @@ std::string render_developer_body(const DeveloperContent& dev) {
         if (rf.description) {
             for (std::string_view line : lines(*rf.description)) section += "// " + std::string(line) + "\n";
         }
-        section += rf.schema.dump();
+        section += compact(rf.schema);  // (serde's number forms, as everywhere else: 1e20, not 1e+20)
         sections.push_back(std::move(section));
     }
     return join(sections, "\n\n");

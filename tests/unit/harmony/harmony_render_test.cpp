@@ -414,6 +414,11 @@ TEST(HarmonyResponseFormat, RenderedAfterTheToolsAndFromTheChatRequest) {
     EXPECT_EQ(render_developer_body(dev),
               "# Instructions\n\nBe brief.\n\n# Response Formats\n\n## shopping_list\n\n// Entries\n// of the list\n"
               "{\"type\":\"object\",\"properties\":{\"items\":{}}}");
+    // Numbers as serde_json writes them, as in the tools' section (nlohmann's dump wrote 1e+20 before session 67).
+    dev.response_format->schema = Json::parse(R"({"type": "number", "maximum": 1e20, "minimum": -0.5})");
+    EXPECT_NE(render_developer_body(dev).find("\n{\"type\":\"number\",\"maximum\":1e20,\"minimum\":-0.5}"),
+              std::string::npos)
+        << render_developer_body(dev);
     ServerOptions options;
     options.current_date = "2026-01-01";
     auto with = chat_request_from_json(Json::parse(R"({"messages":[{"role":"user","content":"x"}],
