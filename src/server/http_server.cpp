@@ -721,7 +721,8 @@ bool refuse_encoding(const httplib::Request& req, httplib::Response& res) {
     // A multipart body (httplib 0.11 parses one itself, for handlers that take its parts, and failed the plain
     // read this server does as "malformed"): every body here is one JSON document.
     if (req.is_multipart_form_data() &&
-        (req.has_header("Transfer-Encoding") || req.get_header_value("Content-Length", 0) != std::string("0"))) {
+        (req.has_header("Transfer-Encoding") ||
+         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0"))) {
         close_after(req);
         set_error(res, api_error(415,
                                  "a multipart/form-data body is not accepted: send the request as a JSON document "

@@ -1170,6 +1170,11 @@ TEST_F(HttpServerTest, HeaderLinesAndChunkFraming) {
     }
     EXPECT_EQ(s.engine.submitted(), 0);
     EXPECT_EQ(s.get("/health")->status, 200);
+    // A multipart content type on a request without a body is no body to refuse.
+    const std::string got = raw_read_all(s.http.port(),
+                                         "GET /health HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; "
+                                         "boundary=x\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(got.substr(0, 12), "HTTP/1.1 200") << got;
 }
 
 // Answers on a connection that ends say so once: `Connection: close` a single time and no
