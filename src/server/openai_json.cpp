@@ -997,8 +997,11 @@ Json input_items_with_ids(const Json& input) {
                 if (assistant) part["annotations"] = Json::array();
                 item["content"] = Json::array({std::move(part)});
             }
-            if (!item.contains("status") || item["status"].is_null()) item["status"] = "completed";
         }
+        // (A status the SDK's item types require: messages, function calls and their outputs as listed.)
+        if ((type == "message" || type == "function_call" || type == "function_call_output") &&
+            (!item.contains("status") || item["status"].is_null()))
+            item["status"] = "completed";
         if (!item.contains("id") || !item["id"].is_string()) {
             const char* prefix = type == "message"                ? "msg_"
                                  : type == "function_call"        ? "fc_"
@@ -1383,7 +1386,10 @@ StatusOr<ResponsesParams> parse_responses_request(const Json& body, const Respon
                 chat["reasoning_effort"] = *effort;
                 reasoning_echo["effort"] = *effort;
             }
-            rf.one_of("summary", {"auto", "concise", "detailed"});  // no summaries are made: echoed as null
+            // No summaries are made (the output's reasoning items carry `summary: []`); the setting is echoed, as
+            // OpenAI's answer does.
+            if (auto summary = rf.one_of("summary", {"auto", "concise", "detailed"}))
+                reasoning_echo["summary"] = *summary;
             rf.one_of("generate_summary", {"auto", "concise", "detailed"});
             RETURN_IF_ERROR(rf.status());
         }
@@ -1594,11 +1600,13 @@ Json chat_usage_json(const Usage& u) {
 }
 
 Json responses_usage_json(const Usage& u) {
-    return Json{{"input_tokens", u.prompt_tokens},
-                {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
-                {"output_tokens", u.completion_tokens},
-                {"output_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
-                {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+    return Json{
+        {"input_tokens", u.prompt_tokens},
+        // (cache_write_tokens: OpenAI's billed cache writes, which this server has none of; the SDK requires it)
+        {"input_tokens_details", {{"cache_write_tokens", 0}, {"cached_tokens", u.cached_tokens}}},
+        {"output_tokens", u.completion_tokens},
+        {"output_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
+        {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
 std::string random_id(std::string_view prefix) { return std::string(prefix) + random_alnum(24); }

@@ -426,6 +426,7 @@ public:
         if (reason == FinishReason::kLength) hit_length_ = true;
         usage_.reasoning_tokens = out_.reasoning_tokens();
         const char* status = hit_length_ ? "incomplete" : "completed";
+        completed_at_ = unix_time_now();
         emit(sse, hit_length_ ? "response.incomplete" : "response.completed",
              Json{{"response", response_json(status, true)}});
         final_status_ = status;
@@ -479,6 +480,9 @@ private:
         usage.reasoning_tokens = out_.reasoning_tokens();
         r["usage"] = with_output ? responses_usage_json(usage) : Json(nullptr);
         if (std::string(status) == "failed") r["error"] = error_;
+        // (The access program: none here, OpenAI's "standard fallback", which it writes as null.)
+        r["access_programs"] = nullptr;
+        if (std::string(status) == "completed") r["completed_at"] = completed_at_ != 0 ? completed_at_ : created_;
         return r;
     }
 
@@ -648,7 +652,8 @@ private:
     std::string text_;
     harmony::TrimmedArguments args_;  // a function call's arguments, trimmed as chat's
     const char* final_status_ = "completed";
-    Json error_;  // fail()'s, for the failed response
+    int64_t completed_at_ = 0;  // close()'s time (Response.completed_at: "only present when the status is completed")
+    Json error_;                // fail()'s, for the failed response
 };
 
 // ---- completions --------------------------------------------------------------------------------

@@ -435,6 +435,9 @@ TEST(ParseResponsesRequest, EchoesTheRequestsNumbers) {
     EXPECT_EQ(u->echo["user"], "u1");
     EXPECT_EQ(u->echo["truncation"], "auto");  // the first turns are dropped to fit the context (the routes do it)
     EXPECT_TRUE(u->truncation_auto);
+    // reasoning.summary as asked (OpenAI echoes it; null before session 67), null when not asked.
+    EXPECT_EQ(u->echo["reasoning"]["summary"], "auto");
+    EXPECT_TRUE(d->echo["reasoning"]["summary"].is_null());
     // OpenAI's Response object carries these whether asked or not: the defaults, then the request's.
     EXPECT_EQ(d->echo["text"]["verbosity"], "medium");
     EXPECT_EQ(d->echo["parallel_tool_calls"], true);  // OpenAI's default, echoed as asked

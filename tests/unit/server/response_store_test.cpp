@@ -168,6 +168,13 @@ TEST_F(StoredResponsesTest, StoredAnswersAreRetrievedListedAndDeleted) {
     EXPECT_EQ(answer["background"], false);
     const std::string id = answer["id"];
     EXPECT_EQ(get_ok(s, "/v1/responses/" + id), answer);  // the same object, output and usage included
+    // Fields the openai SDK's Response type requires (session 67's conformance check): access_programs (null: the
+    // standard fallback), usage.input_tokens_details.cache_write_tokens; completed_at, present when completed.
+    EXPECT_TRUE(answer.contains("access_programs") && answer["access_programs"].is_null()) << answer.dump();
+    EXPECT_EQ(answer["usage"]["input_tokens_details"]["cache_write_tokens"], 0) << answer.dump();
+    ASSERT_TRUE(answer["completed_at"].is_number_integer()) << answer.dump();
+    EXPECT_GE(answer["completed_at"].get<int64_t>(), answer["created_at"].get<int64_t>());
+    EXPECT_LE(answer["completed_at"].get<int64_t>(), answer["created_at"].get<int64_t>() + 60);
 
     const Json items = get_ok(s, "/v1/responses/" + id + "/input_items");
     EXPECT_EQ(items["object"], "list");
@@ -392,6 +399,11 @@ TEST_F(StoredResponsesTest, AToolResultContinuesFromTheCallsResponse) {
     const Json second =
         post_ok(s, {{"input", Json::array({result})}, {"tools", tools}, {"previous_response_id", first["id"]}});
     EXPECT_EQ(second["status"], "completed");
+    // The result as an input item: with the status the SDK's ResponseFunctionToolCallOutputItem requires.
+    const Json second_items = get_ok(s, "/v1/responses/" + second["id"].get<std::string>() + "/input_items");
+    ASSERT_EQ(second_items["data"].size(), 1u) << second_items.dump();
+    EXPECT_EQ(second_items["data"][0]["type"], "function_call_output");
+    EXPECT_EQ(second_items["data"][0]["status"], "completed");
     const std::vector<int32_t> chained = s.engine.last_request().prompt;
     // The whole input: the user's message, the reasoning and the call (output items as given), the result.
     Json whole = Json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
