@@ -758,21 +758,7 @@ public:
             check_q_raw(c, d, tag, seed_);
         } else {
             for (int sp : splits_) {
-                d.args.decode_tma = 0;
                 run_kernel(d, Kernel::kDecode, sp, got);
-                // The TMA pieces (PagedAttentionArgs::decode_tma; 1: a ring a CTA, 2: a ring a warp): the same bits
-                // as the cp.async copies.
-                for (int tma_mode = 1; tma_mode <= 2 && !c.fp8; ++tma_mode) {
-                    std::vector<uint16_t> tma;
-                    d.args.decode_tma = tma_mode;
-                    run_kernel(d, Kernel::kDecode, sp, tma);
-                    if (::testing::Test::HasFatalFailure()) return;
-                    size_t diff = 0;
-                    for (size_t i = 0; i < got.size(); ++i) diff += got[i] != tma[i];
-                    EXPECT_EQ(diff, 0u) << tag << " decode splits=" << sp << ": the TMA pieces (mode " << tma_mode
-                                        << ") change " << diff << " of " << got.size() << " outputs";
-                }
-                d.args.decode_tma = -1;
                 if (c.fp8) {  // the direct e4m3 kernel too (f16 MMAs; same combine), the same references
                     std::vector<uint16_t> direct;
                     d.args.fp8_direct = true;

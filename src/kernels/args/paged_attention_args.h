@@ -58,11 +58,6 @@ struct PagedAttentionArgs {
     // attention_bench sliding 8k 157.6 -> 152.4 us). true: zero them on every such tile, as before
     // r46 (A/B runs, tests).
     bool prefill_zero_all_rows = false;
-    // CUDA decode, a bf16 cache with block_size % 16 == 0: the KV tiles' 16-slot pieces arrive by TMA instead of
-    // 16-byte cp.asyncs (the same bits; kernels/cuda/attention.cu kTma, session 66): 1 on a ring a CTA (a barrier a
-    // round), 2 on a ring a warp (each warp reissues its own piece, no CTA barrier in the loop); 0 off; -1: the value
-    // of GPTOSS_ATTN_DECODE_TMA (1 or 2), else off.
-    int decode_tma = -1;
     // CUDA prefill only: q straight from the QKV projection's rows instead of `q`: the kernel adds
     // the bias and rotates (YaRN RoPE at q_positions) as it loads each query tile, the same bf16 bits
     // as the RoPE kernel's q (which then writes only k and v: QkvRopeArgs::q_out = null). Saves

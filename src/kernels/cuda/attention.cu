@@ -1596,24 +1596,9 @@ constexpr int kMaxClusterSplits = 16;  // a non-portable cluster size (Hopper al
 // 2-3) one sequence runs 32k in 28.0-28.4 us against 28.9-29.0 on 6 slots, 8k 11.7-11.8 against
 // 11.1-11.2: so the per-tile chain was not what held one sequence at ~2.3 TB/s, and neither was the
 // cache layout (call 3: kv heads' keys contiguous per block, same times).
-//
-// kTma (session 66, PagedAttentionArgs::decode_tma; a bf16 cache, block_size % 16 == 0): the KV pieces arrive by TMA
-// (cp.async.bulk.tensor, kv_tensor_maps' 16-slot × 64-element boxes, 128-byte swizzle = swizzle()'s layout) instead
-// of 8 16-byte cp.asyncs a thread: lane 0 of the stream's warp w issues piece w of its tile (K and V, 4 KB) on the
-// tile slot's mbarrier. The pieces are clamped into [kv_lo, pos] as the TMA prefill's are, so the table is read
-// only for the sequence's blocks; the rows of keys outside [kv_lo, pos] (a clamped piece's or slots past the last
-// key, possibly never written) are masked in S as before, and their V rows are zeroed by the warp that reads them
-// (the cp.async copies zero-fill them), so the output is the same bits. Why: r78's look back (one sequence at
-// 32k reads ~56% of the H200's bandwidth; the copies are what the warps wait for, and neither more slots nor more
-// warps moved it): one bulk request a 2 KB piece takes the LSU and the per-thread copy tracking off the path.
-// kTma = 2 (decode_tma = 2): a warp reads only its own 16 keys' rows of K and V, which are exactly the piece its lane 0
-// issues, so each warp keeps its own ring of pieces (a barrier a slot and warp, one arrival) and reissues a slot's
-// piece once it is done with it itself: no CTA barrier a round (r78's ncu at one sequence: the ring's barrier was
-// 24% of the stall cycles), the warps run decoupled until the merge.
-template <bool kFp8Direct, bool kCluster, int kWarps, int kSlots, int kTma>
-__device__ __forceinline__ void paged_attention_decode_body(const PagedAttentionArgs& a, const CUtensorMap* k_map,
-                                                            const CUtensorMap* v_map) {
-    static_assert(!(kTma && kFp8Direct), "TMA pieces for a bf16 cache only");
+template <bool kFp8Direct, bool kCluster = false, int kWarps = kDecodeWarps, int kSlots = kDecodeStages>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 2)
+    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
     constexpr int kStreams = kWarps / kDecodeWarps;
     constexpr int kRoundSlots = kSlots / kStreams;  // rounds of kStreams tiles the ring holds
     static_assert(kStreams * kDecodeWarps == kWarps && kRoundSlots * kStreams == kSlots && kRoundSlots >= 2,
@@ -1678,21 +1663,7 @@ __device__ __forceinline__ void paged_attention_decode_body(const PagedAttention
         for (int e = 0; e < 4; ++e) acc[dt][e] = 0.0f;
     float m = kNegBig, l = 0.0f;  // sink-free partial softmax state of head g (scaled, base 2)
 
-    // kTma: the ring 1024-aligned (the 128-byte swizzle's pattern runs over 1 KB), then a full barrier a tile slot.
-    const uint32_t ring = kTma != 0 ? (smem_addr(smem) + 1023u) & ~1023u : smem_addr(smem);
-    const uint32_t bars = ring + kSlots * 2 * kTileBytes;
-    // The full barrier of tile slot ts for this warp's piece: a slot's (four arrivals), or kTma 2 a slot and warp's.
-    const auto full_bar = [&](int ts) {
-        return kTma == 2 ? bars + 8u * (ts * kDecodeWarps + wq) : bars + 8u * static_cast<uint32_t>(ts);
-    };
-    if constexpr (kTma != 0) {
-        if (tid == 0) {
-            for (int s = 0; s < kSlots * (kTma == 2 ? kDecodeWarps : 1); ++s)
-                attn_mbar_init(bars + 8u * s, kTma == 2 ? 1 : kKvTile / 16);
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        __syncthreads();
-    }
+    const uint32_t ring = smem_addr(smem);
     const int n_tiles = sp.tile_end - sp.tile_begin;
     const int n_rounds = (n_tiles + kStreams - 1) / kStreams;
     // Round r's tile of this stream (split-relative r·kStreams + stream) into round slot rs.
@@ -1700,18 +1671,7 @@ __device__ __forceinline__ void paged_attention_decode_body(const PagedAttention
         const int tl = r * kStreams + stream;
         if (tl < n_tiles) {
             const uint32_t dst = ring + (rs * kStreams + stream) * 2 * kTileBytes;
-            if constexpr (kTma != 0) {  // piece wq: keys 16·wq .. + 15 of the tile, clamped into [kv_lo, pos]
-                if constexpr (kTma == 2) __syncwarp();  // the warp's reads of the slot's rows are done
-                if (lane == 0) {
-                    if constexpr (kTma == 2) fence_proxy_async();  // ... before the async proxy writes them
-                    const int j = min(max((sp.tile_begin + tl) * kKvTile + 16 * wq, sp.kv_lo), pos);
-                    const int y = __ldg(src.table + (j >> src.bs_shift)) * a.block_size + ((j & src.bs_mask) & ~15);
-                    const uint32_t bar = full_bar(rs * kStreams + stream);
-                    attn_mbar_expect_tx(bar, 2 * 16 * kRowBytes);
-                    attn_tma_2d(dst + wq * 16 * kRowBytes, k_map, kv_head * kHeadDim, y, bar);
-                    attn_tma_2d(dst + kTileBytes + wq * 16 * kRowBytes, v_map, kv_head * kHeadDim, y, bar);
-                }
-            } else if constexpr (kFp8Direct)
+            if constexpr (kFp8Direct)
                 load_kv_tile_e4m3<true>(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid);
             else
                 load_kv_tile(src, sp.tile_begin + tl, sp.kv_lo, pos, dst, dst + kTileBytes, stid);
@@ -1720,47 +1680,27 @@ __device__ __forceinline__ void paged_attention_decode_body(const PagedAttention
 #pragma unroll
     for (int st = 0; st < kRoundSlots - 1; ++st) {
         if (st < n_rounds) load_round(st, st);
-        if constexpr (kTma == 0) cp_async_commit();  // always commit so that group r is round r
+        cp_async_commit();  // always commit so that group r is round r
     }
 
     for (int r = 0; r < n_rounds; ++r) {
-        if constexpr (kTma == 0) cp_async_wait<kRoundSlots - 2>();  // groups 0..r complete for this thread
-        if constexpr (kTma != 2) __syncthreads();  // for all threads; and round slot (r−1) % kRoundSlots is free again
+        cp_async_wait<kRoundSlots - 2>();  // groups 0..r complete for this thread
+        __syncthreads();                   // for all threads; and round slot (r−1) % kRoundSlots is free again
         {
             const int next = r + kRoundSlots - 1;
             if (next < n_rounds) load_round(next, next % kRoundSlots);
-            if constexpr (kTma == 0) cp_async_commit();
+            cp_async_commit();
         }
         const int tl = r * kStreams + stream;  // this stream's tile of the round (split-relative)
         const uint32_t k_s = ring + ((r % kRoundSlots) * kStreams + stream) * 2 * kTileBytes;
         const uint32_t v_s = k_s + kTileBytes;
-        if constexpr (!kFp8Direct && kTma == 0 && kStreams == 1) {
+        if constexpr (!kFp8Direct && kStreams == 1) {
             if (src.fp8) {
                 convert_fp8_kv_tile(k_s, v_s, tid);
                 __syncthreads();
             }
         }
         if (kStreams > 1 && tl >= n_tiles) continue;  // an odd tile count: the last round's second stream
-        if constexpr (kTma != 0) {
-            attn_mbar_wait(full_bar((r % kRoundSlots) * kStreams + stream),
-                           static_cast<uint32_t>((r / kRoundSlots) & 1));
-            // This warp's 16 V rows of keys outside [kv_lo, pos] to zero (warp-uniform test; the edge tiles only).
-            const int wkey0 = (sp.tile_begin + tl) * kKvTile + wq * 16;
-            if (wkey0 < sp.kv_lo || wkey0 + 15 > pos) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int c = lane + 32 * i, row = c >> 3;  // 16 rows × 8 chunks
-                    const int j = wkey0 + row;
-                    if (j < sp.kv_lo || j > pos)
-                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(
-                                         v_s + (wq * 16 + row) * kRowBytes + (c & 7) * 16),
-                                     "r"(0u)
-                                     : "memory");
-                }
-                fence_proxy_async();  // before a later TMA writes the slot again
-                __syncwarp();
-            }
-        }
 
         // S (8 heads × this warp's 16 keys): n-tile 0 = keys 16w..16w+7, n-tile 1 = 16w+8..16w+15.
         float s[2][4];
@@ -1964,23 +1904,6 @@ __device__ __forceinline__ void paged_attention_decode_body(const PagedAttention
     }
 }
 
-template <bool kFp8Direct, bool kCluster = false, int kWarps = kDecodeWarps, int kSlots = kDecodeStages>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 2)
-    bf16_paged_attention_decode_kernel(const __grid_constant__ PagedAttentionArgs a) {
-    paged_attention_decode_body<kFp8Direct, kCluster, kWarps, kSlots, 0>(a, nullptr, nullptr);
-}
-template <int kTma, bool kCluster = false, int kWarps = kDecodeWarps, int kSlots = kDecodeStages>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == kDecodeWarps ? 0 : 2)
-    bf16_paged_attention_decode_tma_kernel(const __grid_constant__ PagedAttentionArgs a,
-                                           const __grid_constant__ CUtensorMap k_map,
-                                           const __grid_constant__ CUtensorMap v_map) {
-    paged_attention_decode_body<false, kCluster, kWarps, kSlots, kTma>(a, &k_map, &v_map);
-}
-// Dynamic shared memory of a decode kernel: the ring (TMA: 1 KB of alignment slack and the barriers, a slot and warp).
-__host__ __device__ constexpr int decode_smem_bytes(int slots, bool tma) {
-    return slots * 2 * kTileBytes + (tma ? 1024 + 8 * slots * kDecodeWarps : 0);
-}
-
 // Merges a sequence's active splits and adds the sink once:
 //   M = max(sink, max_s m_s);  out = Σ_s 2^(m_s − M) acc_s / (Σ_s 2^(m_s − M) l_s + 2^(sink − M)).
 // One warp per query head, 2 dims per lane. Reads num_active · 66 floats per head.
@@ -2119,34 +2042,20 @@ int num_sms(int dev) {
 // batch 2 at 1k 2.190 / 2.238 / 2.219, at 32k 2.614 / 2.918 / 2.815: two sequences' 256 CTAs of 8
 // warps no longer fit in one wave of clusters). GPTOSS_ATTN_DECODE_STREAMS=1, 2 or 3 sets both. An
 // e4m3 cache converted to bf16 in shared memory (kv_fp8 without fp8_direct) always takes 1.
-// Mode 4 (session 66, A/B runs): 4 warps on 6 slots (96 KB), the deeper ring the TMA pieces make cheap.
-// The TMA variants (kTma, PagedAttentionArgs::decode_tma) come in the same shapes.
 struct DecodeClusterKernel {
     void (*kernel)(PagedAttentionArgs);
-    void (*tma_kernel[2])(PagedAttentionArgs, CUtensorMap, CUtensorMap);  // kTma 1, 2; null for the FP8-direct shapes
     int threads;
     int smem;
-    int tma_smem;
 };
 template <bool kFp8Direct, int kWarps, int kSlots>
 constexpr DecodeClusterKernel decode_cluster_kernel() {
-    DecodeClusterKernel k{bf16_paged_attention_decode_kernel<kFp8Direct, true, kWarps, kSlots>,
-                          {nullptr, nullptr},
-                          kWarps * 32,
-                          decode_smem_bytes(kSlots, false),
-                          decode_smem_bytes(kSlots, true)};
-    if constexpr (!kFp8Direct) {
-        k.tma_kernel[0] = bf16_paged_attention_decode_tma_kernel<1, true, kWarps, kSlots>;
-        k.tma_kernel[1] = bf16_paged_attention_decode_tma_kernel<2, true, kWarps, kSlots>;
-    }
-    return k;
+    return {bf16_paged_attention_decode_kernel<kFp8Direct, true, kWarps, kSlots>, kWarps * 32, kSlots * 2 * kTileBytes};
 }
-constexpr int kDecodeStreamModes = 4;
+constexpr int kDecodeStreamModes = 3;
 static DecodeClusterKernel decode_cluster_kernel_at(int mode, bool fp8_direct) {
     switch (mode) {
         case 1: return fp8_direct ? decode_cluster_kernel<true, 4, 4>() : decode_cluster_kernel<false, 4, 4>();
         case 3: return fp8_direct ? decode_cluster_kernel<true, 8, 6>() : decode_cluster_kernel<false, 8, 6>();
-        case 4: return fp8_direct ? decode_cluster_kernel<true, 4, 6>() : decode_cluster_kernel<false, 4, 6>();
         default: return fp8_direct ? decode_cluster_kernel<true, 8, 4>() : decode_cluster_kernel<false, 8, 4>();
     }
 }
@@ -2163,7 +2072,7 @@ static int decode_streams_override() {
         if (v == nullptr || *v == '\0') return 0;
         const int m = std::atoi(v);
         if (m < 1 || m > kDecodeStreamModes) {
-            std::fprintf(stderr, "GPTOSS_ATTN_DECODE_STREAMS=%s: expected 1, 2, 3 or 4; using the default\n", v);
+            std::fprintf(stderr, "GPTOSS_ATTN_DECODE_STREAMS=%s: expected 1, 2 or 3; using the default\n", v);
             return 0;
         }
         return m;
@@ -2185,20 +2094,9 @@ void ensure_decode_smem(int dev) {
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
     CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_kernel<true>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kDecodeSmem));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_tma_kernel<1>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    decode_smem_bytes(kDecodeStages, true)));
-    CUDA_CHECK(cudaFuncSetAttribute(bf16_paged_attention_decode_tma_kernel<2>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    decode_smem_bytes(kDecodeStages, true)));
     for (const DecodeClusterKernel& k : decode_cluster_kernels()) {
         CUDA_CHECK(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem));
         CUDA_CHECK(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        for (auto* t : k.tma_kernel) {
-            if (t == nullptr) continue;
-            CUDA_CHECK(cudaFuncSetAttribute(t, cudaFuncAttributeMaxDynamicSharedMemorySize, k.tma_smem));
-            CUDA_CHECK(cudaFuncSetAttribute(t, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-        }
     }
     if (dev < kMaxDevices) done[dev].store(true, std::memory_order_release);
 }
@@ -2352,16 +2250,6 @@ void paged_attention_prefill(const PagedAttentionArgs& a, cudaStream_t stream) {
                               a.out_q_scale, stream);
 }
 
-// PagedAttentionArgs::decode_tma = -1: GPTOSS_ATTN_DECODE_TMA=1 or 2 (off by default until measured).
-static int decode_tma_default() {
-    static const int mode = [] {
-        const char* v = std::getenv("GPTOSS_ATTN_DECODE_TMA");
-        const int m = v != nullptr ? std::atoi(v) : 0;
-        return m == 1 || m == 2 ? m : 0;
-    }();
-    return mode;
-}
-
 // The most sequences a decode batch may have for the cluster merge: 2 (r37: batch 1 faster, batch
 // 8 slower; r38 call 1, 20b: batch 2 2.248 / 2.236 → 2.225 / 2.204 ms a step, batch 4 3.215 / 3.202
 // → 3.261 / 3.237); GPTOSS_ATTN_DECODE_CLUSTER=all: any batch (A/B runs).
@@ -2382,10 +2270,7 @@ static int max_cluster_splits() {
         ensure_decode_smem(current_device());
         // Every shape the launch may pick must schedule 16-CTA clusters.
         for (const DecodeClusterKernel& k : decode_cluster_kernels())
-            if (max_active_clusters(k.kernel, dim3(1, kMaxClusterSplits, 1), dim3(k.threads), k.smem) <= 0 ||
-                (k.tma_kernel[0] != nullptr &&
-                 max_active_clusters(k.tma_kernel[0], dim3(1, kMaxClusterSplits, 1), dim3(k.threads), k.tma_smem) <= 0))
-                return 8;
+            if (max_active_clusters(k.kernel, dim3(1, kMaxClusterSplits, 1), dim3(k.threads), k.smem) <= 0) return 8;
         return kMaxClusterSplits;
     }();
     return n;
@@ -2401,28 +2286,17 @@ void paged_attention_decode_splits(const PagedAttentionArgs& a, int num_splits, 
     if (a.num_seqs == 0) return;
     ensure_decode_smem(current_device());
     const dim3 grid(a.num_kv_heads, num_splits, a.num_seqs);
-    CUtensorMap k_map, v_map;
-    const int tma_mode = a.decode_tma < 0 ? decode_tma_default() : a.decode_tma == 2 ? 2 : a.decode_tma != 0 ? 1 : 0;
-    const bool tma = tma_mode != 0 && !a.kv_fp8 && a.block_size % 16 == 0 && kv_tensor_maps(a, &k_map, &v_map);
     // One or two sequences: r37 call 4 measured the cluster merge at batch 1 (20b 1k: 1.678 →
     // 1.646-1.653 ms a step; 120b 2.551 → 2.493; 20b 8k context 1.786 → 1.728) and at batch 8 (6
     // splits: 5.25-5.28 → 5.30-5.31 ms, slower), r38 call 1 at 2 (faster) and 4 (slower), so larger
     // batches keep the combine launch.
     if (a.num_seqs <= max_cluster_seqs() && num_splits > 1 && num_splits <= max_cluster_splits()) {
         const DecodeClusterKernel k = decode_cluster_kernel_for(a);
-        if (tma)
-            launch_pdl_cluster(k.tma_kernel[tma_mode - 1], grid, dim3(1, num_splits, 1), dim3(k.threads), k.tma_smem,
-                               stream, a, k_map, v_map);
-        else
-            launch_pdl_cluster(k.kernel, grid, dim3(1, num_splits, 1), dim3(k.threads), k.smem, stream, a);
+        launch_pdl_cluster(k.kernel, grid, dim3(1, num_splits, 1), dim3(k.threads), k.smem, stream, a);
         CUDA_CHECK_LAUNCH();
         return;
     }
-    if (tma)
-        launch_pdl(
-            tma_mode == 2 ? bf16_paged_attention_decode_tma_kernel<2> : bf16_paged_attention_decode_tma_kernel<1>, grid,
-            kDecodeThreads, decode_smem_bytes(kDecodeStages, true), stream, a, k_map, v_map);
-    else if (a.kv_fp8 && a.fp8_direct)
+    if (a.kv_fp8 && a.fp8_direct)
         launch_pdl(bf16_paged_attention_decode_kernel<true>, grid, kDecodeThreads, kDecodeSmem, stream, a);
     else
         launch_pdl(bf16_paged_attention_decode_kernel<false>, grid, kDecodeThreads, kDecodeSmem, stream, a);
