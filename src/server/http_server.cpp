@@ -705,6 +705,12 @@ std::optional<const char*> expect_route_error(const httplib::Request& req) {
     return std::optional<const char*>(nullptr);
 }
 
+// Whether the request says it has a body (chunked, or a Content-Length other than 0).
+bool has_body(const httplib::Request& req) {
+    return req.has_header("Transfer-Encoding") ||
+           (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+}
+
 // A body this server cannot take as it comes (415, before it is read; the connection then ends): compressed, or
 // multipart.
 bool refuse_encoding(const httplib::Request& req, httplib::Response& res) {
@@ -720,9 +726,7 @@ bool refuse_encoding(const httplib::Request& req, httplib::Response& res) {
     }
     // A multipart body (httplib 0.11 parses one itself, for handlers that take its parts, and failed the plain
     // read this server does as "malformed"): every body here is one JSON document.
-    if (req.is_multipart_form_data() &&
-        (req.has_header("Transfer-Encoding") ||
-         (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0"))) {
+    if (req.is_multipart_form_data() && has_body(req)) {
         close_after(req);
         set_error(res, api_error(415,
                                  "a multipart/form-data body is not accepted: send the request as a JSON document "
@@ -1182,9 +1186,7 @@ HttpServer::HttpServer(OpenAiRoutes& routes, ServerMetrics& metrics, HttpServerO
         }
         // A body httplib does not read (it reads those of POST, PUT and PATCH): the connection ends after the
         // answer, so that the body's bytes are never taken for a request (the GET's body ran as one).
-        const bool body = req.has_header("Transfer-Encoding") ||
-                          (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
-        if (body && req.method != "POST" && req.method != "PUT" && req.method != "PATCH") close_after(req);
+        if (has_body(req) && req.method != "POST" && req.method != "PUT" && req.method != "PATCH") close_after(req);
         if (req.has_header("Transfer-Encoding")) close_after(req);  // (where its body ends is httplib's to know)
         // A target in absolute form (`GET http://host:port/health`, as proxies send) names the same
         // resource as its path (RFC 9112 §3.2.2: a server must accept it); httplib routes on the path.
