@@ -102,7 +102,7 @@ public:
     ssize_t read(char* ptr, size_t size) override {
         for (;;) {
             if (failed_) return -1;
-            if (!fill()) return fill_result_;
+            if (const ssize_t f = fill(); f <= 0) return f;
             if (!parsed_ || in_headers_ || !chunked_ || chunk_ == ChunkState::kDone) return hand_out(ptr, size);
             // A chunked body: its trailer fields are dropped here (httplib 0.11 takes only the empty line after the
             // last chunk, and answered a trailer 400; RFC 9112 §7.1.2 lets a recipient discard them). Nothing handed
@@ -114,33 +114,28 @@ public:
     }
 
 private:
-    // Bytes buffered, reading the socket if none are (false: fill_result_ is what read() returns).
-    bool fill() {
-        if (has_buffered()) return true;
-        {
-            const bool in_body = parsed_ && !in_headers_;
-            const std::chrono::microseconds wait_for = in_headers_ ? std::min(read_timeout_, header_time_left())
-                                                       : in_body   ? std::min(read_timeout_, body_time_left())
-                                                                   : read_timeout_;
-            if (!wait(POLLIN, wait_for)) {
-                if (in_headers_ && header_time_left() <= std::chrono::microseconds::zero())
-                    refuse(408, "the request's headers took longer than " + std::to_string(limits_.timeout.count()) +
-                                    " s to arrive");
-                if (in_body && body_time_left() <= std::chrono::microseconds::zero())
-                    refuse(408, "the request body arrived too slowly (" + std::to_string(body_read_) + " bytes in " +
-                                    std::to_string(seconds_since(body_start_)) + " s)");
-                fill_result_ = -1;
-                return false;
-            }
-            const ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), 0);
-            if (n <= 0) {
-                fill_result_ = n;
-                return false;
-            }
-            begin_ = 0;
-            end_ = static_cast<size_t>(n);
+    // Bytes buffered, reading the socket if none are: 1, or what read() returns when none could be (0: the client
+    // closed; -1: a timeout or an error).
+    ssize_t fill() {
+        if (has_buffered()) return 1;
+        const bool in_body = parsed_ && !in_headers_;
+        const std::chrono::microseconds wait_for = in_headers_ ? std::min(read_timeout_, header_time_left())
+                                                   : in_body   ? std::min(read_timeout_, body_time_left())
+                                                               : read_timeout_;
+        if (!wait(POLLIN, wait_for)) {
+            if (in_headers_ && header_time_left() <= std::chrono::microseconds::zero())
+                refuse(408, "the request's headers took longer than " + std::to_string(limits_.timeout.count()) +
+                                " s to arrive");
+            if (in_body && body_time_left() <= std::chrono::microseconds::zero())
+                refuse(408, "the request body arrived too slowly (" + std::to_string(body_read_) + " bytes in " +
+                                std::to_string(seconds_since(body_start_)) + " s)");
+            return -1;
         }
-        return true;
+        const ssize_t n = ::recv(fd_, buf_.data(), buf_.size(), 0);
+        if (n <= 0) return n;
+        begin_ = 0;
+        end_ = static_cast<size_t>(n);
+        return 1;
     }
 
     // Up to `size` buffered bytes as they are; in the header block, checked and counted.
@@ -199,8 +194,8 @@ private:
     }
 
     // A chunked body's bytes as they are, less the trailer fields after its last chunk (the empty line that ends
-    // them is handed out, so httplib sees the body end as it expects). The framing is followed only as far as this
-    // needs; a malformed one is handed out for httplib to refuse.
+    // them is handed out, so httplib sees the body end as it expects). A chunk size that is not hex digits is refused
+    // here (httplib's strtoul would read some otherwise); the rest of the framing is httplib's to check.
     size_t hand_out_chunked(char* ptr, size_t size) {
         size_t out = 0;
         while (begin_ < end_ && out < size && chunk_ != ChunkState::kDone) {
@@ -378,7 +373,6 @@ private:
     uint64_t chunk_left_ = 0;
     int chunk_digits_ = 0;
     size_t trailer_bytes_ = 0;
-    ssize_t fill_result_ = 0;  // what read() returns when fill() could not buffer bytes
     std::chrono::steady_clock::time_point header_deadline_{};
 };
 
