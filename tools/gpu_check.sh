@@ -3247,6 +3247,24 @@ PY
       serve_check s78c_serve
       disagg_timing s78c_disagg_20b
       ;;
+    s81)
+      # Session 68: the bars on the code as it stands (no forward kernel changed since r77 / r80) and session 64's
+      # unrun knobs of the decode layout (s77b's rows): 20b batch 1 default / packed / packed one-tile gate_up /
+      # packed without the stagger, two interleaved passes; 120b batch 1 default twice; the 8k prefill bars.
+      for pass in 1 2; do
+        decode_row "s81_20b_b1_default_$pass" 20b 1
+        decode_row "s81_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
+        decode_row "s81_20b_b1_packed_onetile_$pass" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_LOOP=0
+        decode_row "s81_20b_b1_packed_stagger0_$pass" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_STAGGER_NS=0
+        decode_row "s81_120b_b1_default_$pass" 120b 1
+      done
+      for m in 20b 120b; do
+        [ $m = 120b ] && x=--fp8-experts || x=
+        timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+          --json "$OUT/s81_prefill_$m.json" --markdown "$OUT/s81_prefill_$m.md" > "$OUT/s81_prefill_$m.log" 2>&1
+        echo "s81_prefill_$m: $(grep -E '^\| 8192 \|' "$OUT/s81_prefill_$m.md" | head -1)"
+      done
+      ;;
     s77b)
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
       # passes: default, packed, packed with the one-tile gate_up (GPTOSS_MOE_LOOP=0), packed without the
