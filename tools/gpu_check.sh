@@ -3247,6 +3247,25 @@ PY
       serve_check s78c_serve
       disagg_timing s78c_disagg_20b
       ;;
+    s82)
+      # Session 68: gate_up and down in one launch at one token (GPTOSS_MOE_FUSED=1; kernels/cuda/moe.h
+      # MoeMxfp4Args::down_fused: down split over K into partial rows, summed by a reduction launch that does the
+      # residual tail). Its kernel tests and the CUDA model / engine tests with it on; if the kernel tests pass, three
+      # interleaved 20b batch-1 pairs, one 120b pair (where the copy fits) and a kernel trace each way.
+      tests_row s82_kernels 'CudaOps.MoeDecodeFused*:CudaOps.MoeResidualTail*'
+      krc=$rc
+      tests_row s82_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_FUSED=1
+      if [ $krc = 0 ]; then
+        for pass in 1 2 3; do
+          decode_row "s82_20b_b1_default_$pass" 20b 1
+          decode_row "s82_20b_b1_fused_$pass" 20b 1 GPTOSS_MOE_FUSED=1
+        done
+        decode_row s82_120b_b1_default 120b 1
+        decode_row s82_120b_b1_fused 120b 1 GPTOSS_MOE_FUSED=1
+        ktrace_row s82_trace_default 20b
+        ktrace_row s82_trace_fused 20b GPTOSS_MOE_FUSED=1
+      fi
+      ;;
     s81)
       # Session 68: the bars on the code as it stands (no forward kernel changed since r77 / r80) and session 64's
       # unrun knobs of the decode layout (s77b's rows): 20b batch 1 default / packed / packed one-tile gate_up /

@@ -1275,6 +1275,120 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
     }
 }
 
+// moe_decode_mma with MoeMxfp4Args::down_fused (session 68): gate_up and down in one launch at one token, down split
+// over K into partial rows, the residual tail in the reduction launch. Not the two-launch path's bits (another sum
+// order, and act is not rounded to bf16 before down), so both are held to the CPU: x − x0 within kTolBf16Out of the
+// CPU MoE, and to each other; h and the Σ x² parts exactly what the tail computes from the fused x. The resident
+// grid, 7 CTAs and 1 (hundreds of tiles a CTA: the slice buffer and s_as rotate), 32 and 128 experts, and down
+// scales past 128 (the second multiply) and far below. The fused layout itself: the published bytes transposed.
+TEST(CudaOps, MoeDecodeFusedMatchesTheCpuAndTheTwoLaunches) {
+    REQUIRE_GPU();
+    const int H = 2880, I = 2880, K = 4, tiles = H / kc::kMoeTailTile, G = I / 32;
+    for (int E : {32, 128}) {
+        RandomExperts ex(E, H, I, 191 + E);
+        if (E == 32) {  // scales that take the second multiply, and small ones
+            std::mt19937 rng(5);
+            for (auto& s : ex.down_scales) {
+                const uint32_t r = rng() % 64;
+                if (r == 0) s = 131;
+                if (r == 1) s = 100;
+            }
+        }
+        auto gub = to_device(ex.gu_blocks), gus = to_device(ex.gu_scales), gubias = to_device(ex.gu_bias);
+        auto db = to_device(ex.down_blocks), ds = to_device(ex.down_scales), dbias = to_device(ex.down_bias);
+        DeviceBuffer fw(static_cast<size_t>(E) * H * I / 2), fs(static_cast<size_t>(E) * H * I / 32);
+        kc::moe_pack_fused_down(db.as<uint8_t>(), ds.as<uint8_t>(), E, H, I, fw.as<uint32_t>(), fs.as<uint8_t>(),
+                                nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        {  // the layout: word (e, j, n) = row n's word j % 4 of group j / 4; scale (e, g, n) = row n's of group g
+            const auto hw = to_host<uint32_t>(fw, static_cast<size_t>(E) * H * I / 8);
+            const auto hs = to_host<uint8_t>(fs, static_cast<size_t>(E) * H * G);
+            size_t bad = 0;
+            for (int e = 0; e < E; e += E - 1)
+                for (int j = 0; j < I / 8; ++j)
+                    for (int n = 0; n < H; ++n) {
+                        uint32_t want;
+                        std::memcpy(&want,
+                                    &ex.down_blocks[((static_cast<size_t>(e) * H + n) * G + j / 4) * 16 + 4 * (j % 4)],
+                                    4);
+                        bad += hw[(static_cast<size_t>(e) * (I / 8) + j) * H + n] != want;
+                        if (j % 4 == 0)
+                            bad += hs[(static_cast<size_t>(e) * G + j / 4) * H + n] !=
+                                   ex.down_scales[(static_cast<size_t>(e) * H + n) * G + j / 4];
+                    }
+            EXPECT_EQ(bad, 0u) << "fused layout, E=" << E;
+        }
+        const int rows = kc::moe_fused_partial_rows(H);
+        ASSERT_GT(rows, 0);
+        DeviceBuffer partials(static_cast<size_t>(rows) * H * 4);
+        const auto h = bf16_round(randn(H, 37 * E));
+        auto dh = to_device(to_bf16(h)), dh32 = to_device(h);
+        const std::vector<int32_t> ids = {E - 1, 0, E / 2 + 1, 3};
+        const std::vector<float> wts = {0.4f, 0.1f, 0.3f, 0.2f};
+        auto dids = to_device(ids), dw = to_device(wts);
+        DeviceBuffer offsets((E + 1) * 4), sorted(K * 4);
+        kc::moe_plan(dids.as<int32_t>(), K, E, offsets.as<int32_t>(), sorted.as<int32_t>(), nullptr);
+        const auto x0 = randn(H, 43 * E, 4.0f);
+        const auto gain = randn(H, 47 * E, 0.3f, 1.0f);
+        auto dgain = to_device(gain);
+        const auto moe_ref = cpu_moe_reference(ex, h, ids, wts, 1, K);
+        std::vector<float> x_two;
+        // variant 0: the two launches; 1: fused, resident grid; 2: fused, 7 CTAs; 3: fused, 1 CTA
+        for (int variant = 0; variant < 4; ++variant) {
+            DeviceBuffer counters(tiles * 4);
+            CUDA_CHECK(cudaMemset(counters.get(), 0, tiles * 4));
+            auto act = poisoned(static_cast<size_t>(K) * I * 4);
+            auto y = poisoned(static_cast<size_t>(K) * H * 4);
+            auto dx = to_device(x0);
+            auto hb = poisoned(static_cast<size_t>(H) * 2);
+            auto parts = poisoned(static_cast<size_t>(tiles) * 4);
+            kc::MoeMxfp4Args a = mxfp4_args(ex, gub, gus, gubias, db, ds, dbias, dh.get(), dh32.as<float>(), offsets,
+                                            sorted, act, y, 1, K);
+            attach_tail(a, dx, dw, dgain, hb, parts, counters);
+            a.kernel = 1;
+            if (variant > 0) {
+                a.down_fused = fw.as<uint32_t>();
+                a.down_fused_scales = fs.as<uint8_t>();
+                a.fused_partials = partials.as<float>();
+                a.fused_partials_rows = rows;
+                a.decode_loop_grid = variant == 2 ? 7 : variant == 3 ? 1 : 0;
+                CUDA_CHECK(cudaMemset(partials.get(), 0xff, partials.bytes()));  // NaN rows if a CTA skips its row
+            }
+            kc::moe_mxfp4(a, nullptr);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "variant " << variant;
+            const auto xg = to_host<float>(dx, H);
+            const auto hg = to_host<uint16_t>(hb, H);
+            const auto pg = to_host<float>(parts, tiles);
+            std::vector<float> dxg(H);
+            for (int i = 0; i < H; ++i) dxg[i] = xg[i] - x0[i];
+            const std::string what = "E=" + std::to_string(E) + " variant " + std::to_string(variant);
+            EXPECT_TRUE(close(dxg, moe_ref, kTolBf16Out, (what + ": x - x0 against the CPU MoE").c_str())) << what;
+            if (variant == 0) {
+                x_two = xg;
+                continue;
+            }
+            EXPECT_TRUE(close(xg, x_two, kTolBf16Out, (what + ": x against the two launches").c_str())) << what;
+            size_t bad_h = 0, bad_p = 0;
+            for (int j = 0; j < tiles; ++j) {
+                float sq[kc::kMoeTailTile];
+                for (int l = 0; l < kc::kMoeTailTile; ++l) {
+                    const int i = j * kc::kMoeTailTile + l;
+                    bad_h += hg[i] != f32_to_bf16(xg[i] * gain[i]);
+                    sq[l] = xg[i] * xg[i];
+                }
+                for (int o = 8; o > 0; o >>= 1) {
+                    float nx[kc::kMoeTailTile];
+                    for (int l = 0; l < kc::kMoeTailTile; ++l) nx[l] = sq[l] + sq[l ^ o];
+                    std::copy(nx, nx + kc::kMoeTailTile, sq);
+                }
+                bad_p += pg[j] != sq[0];
+            }
+            EXPECT_EQ(bad_h, 0u) << what << ": h = x · gain";
+            EXPECT_EQ(bad_p, 0u) << what << ": Σ x² of the tiles";
+        }
+    }
+}
+
 // moe_decode_mma_loop_kernel (session 37, MoeMxfp4Args::decode_loop): gate_up at 1-2 tokens as a loop
 // over tiles must give the one-tile kernel's act to the bit (the same sums in the same order), with the
 // resident grid and with 7 and 1 CTAs (hundreds of tiles a CTA: the copies of red and s_as rotate), at

@@ -56,6 +56,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -863,6 +864,187 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
     }
 }
 
+// ---- gate_up and down in one launch at one token, down split over K (session 68; opt-in, MoeMxfp4Args::decode_fused)
+// r72's stamps: DRAM idles for ~6 µs before gate_up's loads and is half used in gate_up's tail and in down, whose
+// second round of 192 tiles ends ~14 µs after gate_up's last CTA. Here the gate_up loop kernel's CTAs also do down,
+// split over K: a 16-row gate_up tile is 8 intermediate columns of one expert, so right after its SwiGLU the CTA
+// multiplies those 8 values (times the assignment's routing weight) by the same 8 columns of the expert's down
+// weights, all H rows (MoeMxfp4Args::down_fused: 4 bytes a row, one contiguous H-word run a tile, copied into shared
+// memory by cp.async while the next tile's q loop runs), and adds the products into its own fp32 row of H partial
+// sums in shared memory (the expert's first tile adds the weighted down bias). Every CTA writes that row to
+// fused_partials; moe_fused_reduce_kernel sums the rows in a fixed order and does MoeResidualTail's update. So
+// down's bytes stream with gate_up's, there is no down launch and no second round, for ~7.6 MB of partial rows
+// through L2 and one small launch. Not the same bits as the two-launch path (another summation order); the test
+// holds both to the CPU reference.
+template <int kWarps>
+__global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlocks<true>)
+    moe_decode_fused_kernel(const MoeMxfp4Args a) {
+    using Sh = DecodeShape<kWarps>;
+    constexpr int kMaxSteps = Sh::kMaxSteps, kThreads = Sh::kThreads;
+    // [kWarps][kTokenSlots] staged x | s_y[H] fp32 | the slice's words [H] | its scale bytes [H]
+    extern __shared__ uint4 xs_all[];
+    __shared__ float red[2][kWarps][kRows][8];
+    __shared__ int s_exp[kLoopMaxSlots], s_tok0[kLoopMaxSlots], s_ntok[kLoopMaxSlots];
+    __shared__ int s_nact;
+    __shared__ int s_as[3];
+    __shared__ float s_act[8];
+    __shared__ int s_step[2];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+    const int H = a.hidden_size, I = a.intermediate_size, G = H / 32, rows = 2 * I, tiles = rows / kRows;
+    const WarpK<kWarps> wk(G);
+    uint4* xs = xs_all + warp * Sh::kTokenSlots;
+    float* s_y = reinterpret_cast<float*>(xs_all + kWarps * Sh::kTokenSlots);
+    uint32_t* s_w = reinterpret_cast<uint32_t*>(s_y + H);
+    uint8_t* s_sc = reinterpret_cast<uint8_t*>(s_w + H);
+    float* part = a.fused_partials + static_cast<int64_t>(blockIdx.x) * H;
+
+    if (threadIdx.x == 32)
+        s_step[0] = static_cast<int>(gridDim.x) / tiles, s_step[1] = static_cast<int>(gridDim.x) % tiles;
+    for (int n = threadIdx.x; n < H; n += kThreads) s_y[n] = 0.0f;
+    pdl_wait();  // the plan and h come from the kernel just before
+    if (warp == 0) find_all(a.expert_offsets, a.num_experts, s_exp, s_tok0, s_ntok, &s_nact);
+    if (wk.ng > 0) {
+        if (a.h_f32 != nullptr)
+            stage_rows<kWarps, true>(xs, 1, wk, [&](int) -> const void* { return a.h_f32; });
+        else
+            stage_rows<kWarps, false>(xs, 1, wk, [&](int) -> const void* { return a.h; });
+    }
+    __syncthreads();  // s_exp.., every warp's staging, s_y zeroed
+    int slot = static_cast<int>(blockIdx.x) / tiles, trow = static_cast<int>(blockIdx.x) % tiles;
+    if (slot >= s_nact) {  // no tile: a row of zeros (the reduction sums every CTA's row)
+        pdl_trigger();
+        for (int n = threadIdx.x; n < H; n += kThreads) part[n] = 0.0f;
+        return;
+    }
+    DecodeWeights<kMaxSteps> w;
+    const auto issue = [&](int slot, int trow) {
+        decode_load<kMaxSteps, kWarps, true, false>(w, a.gate_up_blocks, a.gate_up_scales,
+                                                    static_cast<int64_t>(s_exp[slot]) * rows + trow * kRows + g, G, wk);
+        return threadIdx.x == 0 ? __ldcg(a.sorted_assignments + s_tok0[slot]) : 0;
+    };
+    // Tile (slot, trow)'s down slice: columns 8·trow .. 8·trow + 7 of the expert's down rows (H words) and their
+    // group's scales (H bytes), one commit group.
+    const auto issue_slice = [&](int slot, int trow) {
+        const int64_t e = s_exp[slot];
+        const uint8_t* ws = reinterpret_cast<const uint8_t*>(a.down_fused + (e * (I / 8) + trow) * H);
+        const uint8_t* ss = a.down_fused_scales + (e * (I / 32) + trow / 4) * H;
+        for (int c = threadIdx.x; c < H / 4; c += kThreads) cp_async16(s_w + 4 * c, ws + 16 * c);
+        for (int c = threadIdx.x; c < H / 16; c += kThreads) cp_async16(s_sc + 16 * c, ss + 16 * c);
+        cp_async_commit();
+    };
+    if (a.decode_stagger_ns > 0)
+        __nanosleep(static_cast<unsigned>(static_cast<uint64_t>(blockIdx.x) * a.decode_stagger_ns / gridDim.x));
+    {
+        const int as0 = issue(slot, trow);
+        issue_slice(slot, trow);
+        if (threadIdx.x == 0) s_as[0] = as0;
+    }
+    pdl_trigger();
+    for (int it = 0;; ++it) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (decode_two(w))
+            decode_steps<kWarps, true>(acc, w, xs, 1, wk);
+        else
+            decode_steps<kWarps, false>(acc, w, xs, 1, wk);
+        const int p = it & 1, q = it % 3;
+        decode_red_store<kWarps>(acc, red[p]);
+        int nslot = slot + s_step[0], nrow = trow + s_step[1];
+        if (nrow >= tiles) nrow -= tiles, ++nslot;
+        const bool more = nslot < s_nact;
+        const int next_as = more ? issue(nslot, nrow) : 0;
+        const int e = s_exp[slot];
+        __syncthreads();        // red[p]
+        if (threadIdx.x < 8) {  // rows 2p, 2p + 1: gate and up of intermediate column 8·trow + p (token column 0)
+            const int pp = threadIdx.x;
+            float gate = 0.0f, up = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < kWarps; ++ww) {
+                gate += red[p][ww][2 * pp][0];
+                up += red[p][ww][2 * pp + 1][0];
+            }
+            const int64_t b = static_cast<int64_t>(e) * rows + trow * kRows + 2 * pp;
+            s_act[pp] = swiglu(gate + a.gate_up_bias[b], up + a.gate_up_bias[b + 1], a.swiglu_limit, a.swiglu_alpha) *
+                        __ldg(a.tail.weights + s_as[q]);
+        }
+        cp_async_wait<0>();  // this thread's pieces of the slice
+        __syncthreads();     // s_act and the whole slice
+        {
+            float av[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) av[i] = s_act[i];
+            const float bw = trow == 0 ? __ldg(a.tail.weights + s_as[q]) : 0.0f;  // the expert's first tile: its bias
+            const float* bias = a.down_bias + static_cast<int64_t>(e) * H;
+            for (int n = threadIdx.x; n < H; n += kThreads) {  // H % 32 == 0: whole warps
+                const uint32_t s = s_sc[n];
+                uint32_t r[4];
+                e2m1x8_raw(s_w[n], r);
+                const uint32_t m1 = scale_first(s);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) r[i] = bf16x2_mul(r[i], m1);
+                if (__any_sync(0xffffffffu, s > 128u)) {
+                    const uint32_t m2 = scale_second(s);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) r[i] = bf16x2_mul(r[i], m2);
+                }
+                float d = 0.0f;  // r[i]: code i (low half), code i + 4 (high half)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    d = __fmaf_rn(__uint_as_float(r[i] << 16), av[i], d);
+                    d = __fmaf_rn(__uint_as_float(r[i] & 0xffff0000u), av[i + 4], d);
+                }
+                float v = s_y[n] + d;
+                if (trow == 0) v = __fmaf_rn(bw, __ldg(bias + n), v);
+                s_y[n] = v;
+            }
+        }
+        __syncthreads();  // the slice and s_act read
+        if (!more) break;
+        issue_slice(nslot, nrow);
+        if (threadIdx.x == 0) s_as[(it + 1) % 3] = next_as;
+        slot = nslot, trow = nrow;
+    }
+    for (int n = threadIdx.x; n < H; n += kThreads) part[n] = s_y[n];
+}
+
+// The fused launch's end: y[i] = Σ over the R partial rows (row r of thread group r mod 16, then the 16 groups in
+// order), then MoeResidualTail's update of x, h and the tile's Σ x² (residual_tail_tile's 16-lane tree). One CTA a
+// 16-element tile of H.
+__global__ void __launch_bounds__(256)
+    moe_fused_reduce_kernel(const MoeResidualTail t, const float* partials, int H, int R) {
+    __shared__ float sums[16][17];
+    const int c = threadIdx.x & 15, r0 = threadIdx.x >> 4, j = static_cast<int>(blockIdx.x);
+    const int i = j * kMoeTailTile + c;
+    pdl_wait();  // the partial rows come from the kernel just before
+    pdl_trigger();
+    float s = 0.0f;
+    int r = r0;
+    for (; r + 48 < R; r += 64) {
+        const float v0 = __ldcg(partials + static_cast<int64_t>(r) * H + i);
+        const float v1 = __ldcg(partials + static_cast<int64_t>(r + 16) * H + i);
+        const float v2 = __ldcg(partials + static_cast<int64_t>(r + 32) * H + i);
+        const float v3 = __ldcg(partials + static_cast<int64_t>(r + 48) * H + i);
+        s += v0;
+        s += v1;
+        s += v2;
+        s += v3;
+    }
+    for (; r < R; r += 16) s += __ldcg(partials + static_cast<int64_t>(r) * H + i);
+    sums[r0][c] = s;
+    __syncthreads();
+    if (threadIdx.x < kMoeTailTile) {
+        float y = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) y += sums[k][c];
+        const float v = __fadd_rn(__ldcg(t.x + i), y);
+        t.x[i] = v;
+        static_cast<__nv_bfloat16*>(t.h)[i] = __float2bfloat16(__fmul_rn(v, __ldg(t.gain + i)));
+        float ss = __fmul_rn(v, v);
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) ss = __fadd_rn(ss, __shfl_xor_sync(0x0000ffffu, ss, o, 16));
+        if (c == 0) t.ss_parts[j] = ss;
+    }
+}
+
 // Resident CTAs of a loop kernel (0: gate_up's, 1: down's) on this device at `tokens` (1 or 2: its shared
 // memory), measured once a device (host-only queries: capturable).
 template <typename Kernel>
@@ -959,6 +1141,55 @@ private:
     std::vector<const void*> keys_;
     unsigned long long* buf_ = nullptr;
 };
+
+// The fused launch (moe_decode_fused_kernel): its shared memory and resident CTAs on this device, measured once a
+// (device, size).
+size_t fused_smem(int H) {
+    return static_cast<size_t>(4) * DecodeShape<4>::kTokenSlots * sizeof(uint4) + static_cast<size_t>(H) * 9;
+}
+int fused_capacity(int H) {
+    static std::mutex mu;
+    static std::vector<std::pair<std::pair<int, int>, int>> cache;  // ((device, H), CTAs)
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& c : cache)
+        if (c.first.first == dev && c.first.second == H) return c.second;
+    const size_t smem = fused_smem(H);
+    fit_dynamic_smem(moe_decode_fused_kernel<4>, smem);
+    int sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, moe_decode_fused_kernel<4>,
+                                                             DecodeShape<4>::kThreads, smem));
+    const int cap = std::max(1, per_sm) * sms;
+    cache.push_back({{dev, H}, cap});
+    return cap;
+}
+bool fused_on(const MoeMxfp4Args& a) {
+    const int H = a.hidden_size, I = a.intermediate_size;
+    return a.decode_fused != 0 && a.down_fused != nullptr && a.down_fused_scales != nullptr &&
+           a.fused_partials != nullptr && a.num_tokens == 1 && a.tail.x != nullptr && H % 32 == 0 && I % 32 == 0 &&
+           a.experts_per_token >= 1 && a.experts_per_token <= 8;
+}
+void launch_fused(const MoeMxfp4Args& a, cudaStream_t stream) {
+    const int H = a.hidden_size, tiles = 2 * a.intermediate_size / kRows;
+    const size_t smem = fused_smem(H);
+    fit_dynamic_smem(moe_decode_fused_kernel<4>, smem);
+    const int64_t experts = std::min(a.num_experts, a.experts_per_token);
+    const int cap = a.decode_loop_grid > 0 ? a.decode_loop_grid : fused_capacity(H);
+    const int grid = static_cast<int>(std::min<int64_t>(experts * tiles, cap));
+    ENGINE_CHECK(grid <= a.fused_partials_rows, "moe_decode_fused: %d CTAs, partial rows for %d", grid,
+                 a.fused_partials_rows);
+    static const int stagger_env = [] {
+        const char* v = std::getenv("GPTOSS_MOE_STAGGER_NS");
+        return v == nullptr ? -1 : std::clamp(std::atoi(v), 0, 100000);
+    }();
+    MoeMxfp4Args b = a;
+    if (b.decode_stagger_ns < 0) b.decode_stagger_ns = stagger_env >= 0 ? stagger_env : kDefaultStaggerNs;
+    launch_pdl(moe_decode_fused_kernel<4>, grid, DecodeShape<4>::kThreads, smem, stream, b);
+    launch_pdl(moe_fused_reduce_kernel, H / kMoeTailTile, 256, 0, stream, a.tail,
+               static_cast<const float*>(a.fused_partials), H, grid);
+}
 
 template <bool kGateUp, int kWarps>
 void launch(const MoeMxfp4Args& a, cudaStream_t stream) {
@@ -1492,8 +1723,44 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
                  a.num_tokens, a.hidden_size, a.intermediate_size, a.num_experts);
     ENGINE_CHECK(a.tail.x == nullptr || (a.num_tokens == 1 && a.tail.counters != nullptr),
                  "moe_decode_mma: the residual tail needs one token and its counters");
+    if (fused_on(a)) {
+        launch_fused(a, stream);
+        return;
+    }
     launch<true, 4>(a, stream);
     launch<false, 4>(a, stream);
+}
+
+int moe_fused_partial_rows(int hidden_size) { return hidden_size % 32 == 0 ? fused_capacity(hidden_size) : 0; }
+
+// One thread a (expert, row, 4-byte word of a group): the word and, for word 0, the scale byte to their places in
+// down's fused layout (moe.h).
+__global__ void moe_pack_fused_down_kernel(const uint32_t* blocks, const uint8_t* scales, int64_t n, int H, int G,
+                                           uint32_t* words, uint8_t* wscales) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        // i = ((e · H + row) · G + group) · 4 + word: the published layout's word order
+        const int wd = static_cast<int>(i & 3);
+        const int64_t rg = i >> 2;
+        const int grp = static_cast<int>(rg % G);
+        const int64_t er = rg / G;
+        const int row = static_cast<int>(er % H);
+        const int64_t e = er / H;
+        words[((e * G + grp) * 4 + wd) * H + row] = blocks[i];
+        if (wd == 0) wscales[(e * G + grp) * H + row] = scales[rg];
+    }
+}
+
+void moe_pack_fused_down(const uint8_t* down_blocks, const uint8_t* down_scales, int num_experts, int hidden_size,
+                         int intermediate_size, uint32_t* words, uint8_t* scales, cudaStream_t stream) {
+    ENGINE_CHECK(num_experts > 0 && hidden_size > 0 && intermediate_size > 0 && intermediate_size % 32 == 0,
+                 "moe_pack_fused_down: %d experts, sizes %d/%d", num_experts, hidden_size, intermediate_size);
+    const int G = intermediate_size / 32;
+    const int64_t n = static_cast<int64_t>(num_experts) * hidden_size * G * 4;
+    const int grid = static_cast<int>(std::min<int64_t>((n + 255) / 256, 1 << 16));
+    moe_pack_fused_down_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint32_t*>(down_blocks), down_scales, n,
+                                                         hidden_size, G, words, scales);
+    CUDA_CHECK_LAUNCH();
 }
 
 // One thread a (row, group): its 16 code bytes and its scale byte to their places in the decode layout (moe.h).
