@@ -969,32 +969,41 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         cp_async_wait<0>();  // this thread's pieces of the slice
         __syncthreads();     // s_act and the whole slice
         {
+            // act · 2^64: the decoded codes are value · 2^-126 (fp32 from the bf16 bits, exact; code 1 is the
+            // denormal 2^-127), so a product is value · act · 2^-62, a normal float; the row's sum times
+            // 2^(s - 127 + 126 - 64) = 2^(s - 65) is the scaled dot (two multiplies where s > 191 would overflow one).
             float av[8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) av[i] = s_act[i];
+            for (int i = 0; i < 8; ++i) av[i] = s_act[i] * 0x1p64f;
             const float bw = trow == 0 ? __ldg(a.tail.weights + s_as[q]) : 0.0f;  // the expert's first tile: its bias
             const float* bias = a.down_bias + static_cast<int64_t>(e) * H;
-            for (int n = threadIdx.x; n < H; n += kThreads) {  // H % 32 == 0: whole warps
-                const uint32_t s = s_sc[n];
-                uint32_t r[4];
-                e2m1x8_raw(s_w[n], r);
-                const uint32_t m1 = scale_first(s);
+            for (int n2 = threadIdx.x; n2 < H / 2; n2 += kThreads) {  // two rows a thread: 8-byte shared accesses
+                const uint2 wv = reinterpret_cast<const uint2*>(s_w)[n2];
+                const uint32_t sv = reinterpret_cast<const uint16_t*>(s_sc)[n2];
+                float2 yv = reinterpret_cast<const float2*>(s_y)[n2];
+                const uint32_t wr[2] = {wv.x, wv.y};
+                float d[2];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) r[i] = bf16x2_mul(r[i], m1);
-                if (__any_sync(0xffffffffu, s > 128u)) {
-                    const uint32_t m2 = scale_second(s);
+                for (int rr = 0; rr < 2; ++rr) {
+                    uint32_t r[4];  // r[i]: code i (low half), code i + 4 (high half)
+                    e2m1x8_raw(wr[rr], r);
+                    float t = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) r[i] = bf16x2_mul(r[i], m2);
+                    for (int i = 0; i < 4; ++i) {
+                        t = __fmaf_rn(__uint_as_float(r[i] << 16), av[i], t);
+                        t = __fmaf_rn(__uint_as_float(r[i] & 0xffff0000u), av[i + 4], t);
+                    }
+                    const uint32_t sc = (sv >> (8 * rr)) & 0xffu;
+                    t = __fmul_rn(t, __uint_as_float((min(sc, 191u) + 62u) << 23));      // 2^(min(s, 191) - 65)
+                    if (sc > 191u) t = __fmul_rn(t, __uint_as_float((sc - 64u) << 23));  // 2^(s - 191)
+                    d[rr] = t;
                 }
-                float d = 0.0f;  // r[i]: code i (low half), code i + 4 (high half)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    d = __fmaf_rn(__uint_as_float(r[i] << 16), av[i], d);
-                    d = __fmaf_rn(__uint_as_float(r[i] & 0xffff0000u), av[i + 4], d);
+                yv.x += d[0], yv.y += d[1];
+                if (trow == 0) {
+                    const float2 bv = __ldg(reinterpret_cast<const float2*>(bias) + n2);
+                    yv.x = __fmaf_rn(bw, bv.x, yv.x), yv.y = __fmaf_rn(bw, bv.y, yv.y);
                 }
-                float v = s_y[n] + d;
-                if (trow == 0) v = __fmaf_rn(bw, __ldg(bias + n), v);
-                s_y[n] = v;
+                reinterpret_cast<float2*>(s_y)[n2] = yv;
             }
         }
         __syncthreads();  // the slice and s_act read
