@@ -1280,19 +1280,29 @@ TEST(CudaOps, MoeResidualTailMatchesTheHost) {
 // order, and act is not rounded to bf16 before down), so both are held to the CPU: x − x0 within kTolBf16Out of the
 // CPU MoE, and to each other; h and the Σ x² parts exactly what the tail computes from the fused x. The resident
 // grid, 7 CTAs and 1 (hundreds of tiles a CTA: the slice buffer and s_as rotate), 32 and 128 experts, and down
-// scales past 128 (the second multiply) and far below. The fused layout itself: the published bytes transposed.
+// scales past 128 and 191 (each path's second multiply) and far below. The fused layout itself: the published bytes
+// transposed.
 TEST(CudaOps, MoeDecodeFusedMatchesTheCpuAndTheTwoLaunches) {
     REQUIRE_GPU();
     const int H = 2880, I = 2880, K = 4, tiles = H / kc::kMoeTailTile, G = I / 32;
     for (int E : {32, 128}) {
         RandomExperts ex(E, H, I, 191 + E);
-        if (E == 32) {  // scales that take the second multiply, and small ones
+        if (E == 32) {
+            // Scales past 128 (the two-launch kernels' second multiply) and far below, and one chosen expert with
+            // down scales 180-200 (past 191: the fused slice's second multiply) whose act is ~2^-60 (gate_up scales
+            // 60, no gate_up bias), so that its outputs stay in range.
             std::mt19937 rng(5);
             for (auto& s : ex.down_scales) {
                 const uint32_t r = rng() % 64;
                 if (r == 0) s = 131;
                 if (r == 1) s = 100;
             }
+            const int big = E / 2 + 1;
+            std::fill_n(ex.gu_scales.begin() + static_cast<size_t>(big) * 2 * I * (H / 32),
+                        static_cast<size_t>(2) * I * (H / 32), uint8_t{60});
+            std::fill_n(ex.gu_bias.begin() + static_cast<size_t>(big) * 2 * I, 2 * I, 0.0f);
+            for (size_t i = 0; i < static_cast<size_t>(H) * G; ++i)
+                ex.down_scales[static_cast<size_t>(big) * H * G + i] = static_cast<uint8_t>(180 + rng() % 21);
         }
         auto gub = to_device(ex.gu_blocks), gus = to_device(ex.gu_scales), gubias = to_device(ex.gu_bias);
         auto db = to_device(ex.down_blocks), ds = to_device(ex.down_scales), dbias = to_device(ex.down_bias);
