@@ -3248,10 +3248,11 @@ PY
       disagg_timing s78c_disagg_20b
       ;;
     s82)
-      # Session 68: gate_up and down in one launch at one token (GPTOSS_MOE_FUSED=1; kernels/cuda/moe.h
-      # MoeMxfp4Args::down_fused: down split over K into partial rows, summed by a reduction launch that does the
-      # residual tail). Its kernel tests and the CUDA model / engine tests with it on; if the kernel tests pass, three
-      # interleaved 20b batch-1 pairs, one 120b pair (where the copy fits) and a kernel trace each way.
+      # Session 68 (r80): gate_up and down in one launch at one token (GPTOSS_MOE_FUSED=1: down split over K into
+      # partial rows, summed by a reduction launch that does the residual tail). Measured slower and removed from src/:
+      # needs results/2026-12-07_h100_r80/s68-moe-fused.patch applied. Its kernel tests and the CUDA model / engine
+      # tests with it on; if the kernel tests pass, three interleaved 20b batch-1 pairs, one 120b pair (where the copy
+      # fits) and a kernel trace each way.
       tests_row s82_kernels 'CudaOps.MoeDecodeFused*:CudaOps.MoeResidualTail*'
       krc=$rc
       tests_row s82_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_FUSED=1

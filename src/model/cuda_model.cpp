@@ -59,8 +59,6 @@ struct DeviceLayer {
     DeviceBuffer gu_blocks, gu_scales, down_blocks, down_scales;  // MXFP4 (published layout)
     // CudaModelOptions::moe_decode_packed: the same in the decode layout (kernels/cuda/moe.h moe_pack_decode)
     DeviceBuffer gu_packed, gu_packed_s, down_packed, down_packed_s;
-    // GPTOSS_MOE_FUSED=1 (session 68, an experiment): down in the fused layout (kernels/cuda/moe.h moe_pack_fused_down)
-    DeviceBuffer down_fused, down_fused_s;
     DeviceBuffer gu_bf16, down_bf16;            // [E, 2I, H], [E, H, I] bf16 (large-batch path)
     DeviceBuffer gu_b, down_b;                  // [E, 2I], [E, H] f32
     DeviceBuffer k_cache, v_cache;              // [num_blocks, block_size, nkv, hd] bf16
@@ -89,10 +87,6 @@ struct CudaModel::Impl {
     bool fp8 = false, have_fp8_experts = false;
     // CudaModelOptions::moe_decode_packed: a decode-layout copy of the MXFP4 experts for the decode kernels.
     bool decode_packed = false;
-    // GPTOSS_MOE_FUSED=1: gate_up and down in one launch at one token (MoeMxfp4Args::down_fused), its partial rows.
-    bool moe_fused = false;
-    DeviceBuffer fused_partials;
-    int fused_rows = 0;
     // CudaModelOptions::fp8_experts: the FP8 copy is the only one (the MXFP4 bytes freed after each
     // layer's conversion; mxfp4 is then false, so every batch takes the grouped FP8 kernels).
     bool fp8_only = false;
@@ -708,24 +702,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                     static_cast<long long>(c.num_hidden_layers * packed) >> 20, free_b >> 20);
         }
     }
-    // GPTOSS_MOE_FUSED=1: down's fused-layout copy (E·H·I·(1/2 + 1/32) bytes a layer), where it fits.
-    if (mxfp4 && !fp8_only && H % 32 == 0 && I % 32 == 0 && H % kc::kMoeTailTile == 0) {
-        const char* v = std::getenv("GPTOSS_MOE_FUSED");
-        if (v != nullptr && std::strcmp(v, "1") == 0) {
-            size_t free_b = 0, total_b = 0;
-            CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-            const double layer_mx = static_cast<double>(E) * 3 * I * H * 4.25 / 8;
-            const double copy = static_cast<double>(E) * H * I * (0.5 + 1.0 / 32);
-            const double f8 = have_fp8_experts ? static_cast<double>(E) * (2 * I * kp_h + H * kp_i) : 0.0;
-            moe_fused = c.num_hidden_layers * (copy + layer_mx + f8) + 8.0 * (1 << 30) <= static_cast<double>(free_b);
-            if (moe_fused) {
-                fused_rows = kc::moe_fused_partial_rows(static_cast<int>(H));
-                fused_partials = DeviceBuffer(static_cast<size_t>(fused_rows) * H * 4);
-            } else {
-                LOG_WARN("GPTOSS_MOE_FUSED: down's fused-layout copy does not fit beside the model; not used");
-            }
-        }
-    }
     // Staging for the load-time conversions: one expert's gate_up (the largest matrix) in bf16.
     DeviceBuffer expert_tmp;
     if (have_fp8_experts) expert_tmp = DeviceBuffer(static_cast<size_t>(std::max(2 * I * H, H * I)) * 2);
@@ -785,13 +761,6 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
                                     D.gu_packed.as<uint8_t>(), D.gu_packed_s.as<uint8_t>(), stream);
                 kc::moe_pack_decode(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), dn_rows, dn_groups,
                                     D.down_packed.as<uint8_t>(), D.down_packed_s.as<uint8_t>(), stream);
-            }
-            if (moe_fused) {
-                D.down_fused = DeviceBuffer(static_cast<size_t>(E * H * I / 2));
-                D.down_fused_s = DeviceBuffer(static_cast<size_t>(E * H * I / 32));
-                kc::moe_pack_fused_down(D.down_blocks.as<uint8_t>(), D.down_scales.as<uint8_t>(), static_cast<int>(E),
-                                        static_cast<int>(H), static_cast<int>(I), D.down_fused.as<uint32_t>(),
-                                        D.down_fused_s.as<uint8_t>(), stream);
             }
             if (have_bf16_experts) {
                 D.gu_bf16 = DeviceBuffer(static_cast<size_t>(E * 2 * I * H) * 2);
@@ -859,12 +828,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             D.gu_bf16 = upload_bf16(L.gate_up_dense, L.dense_dtype, E * 2 * I * H);
             D.down_bf16 = upload_bf16(L.down_dense, L.dense_dtype, E * H * I);
         }
-        for (DeviceBuffer* b :
-             {&D.input_norm,    &D.post_norm,   &D.qkv_w,       &D.qkv_b,     &D.o_w,         &D.o_b,
-              &D.sinks,         &D.router_w,    &D.router_b,    &D.gu_b,      &D.down_b,      &D.gu_blocks,
-              &D.gu_scales,     &D.down_blocks, &D.down_scales, &D.gu_bf16,   &D.down_bf16,   &D.gu_f8q,
-              &D.gu_f8s,        &D.down_f8q,    &D.down_f8s,    &D.gu_packed, &D.gu_packed_s, &D.down_packed,
-              &D.down_packed_s, &D.down_fused,  &D.down_fused_s})
+        for (DeviceBuffer* b : {&D.input_norm, &D.post_norm, &D.qkv_w,       &D.qkv_b,       &D.o_w,
+                                &D.o_b,        &D.sinks,     &D.router_w,    &D.router_b,    &D.gu_b,
+                                &D.down_b,     &D.gu_blocks, &D.gu_scales,   &D.down_blocks, &D.down_scales,
+                                &D.gu_bf16,    &D.down_bf16, &D.gu_f8q,      &D.gu_f8s,      &D.down_f8q,
+                                &D.down_f8s,   &D.gu_packed, &D.gu_packed_s, &D.down_packed, &D.down_packed_s})
             weight_bytes += b->bytes();
         for (const kc::Fp8Weight* f : {&D.qkv_f8, &D.o_f8}) weight_bytes += f->q.bytes() + f->scales.bytes();
         for (const auto* v : {&D.gu_f8, &D.down_f8})
@@ -1485,12 +1453,6 @@ void CudaModel::Impl::moe(int T, int l, bool plan_done, const void* h_bf16, cons
             m.gate_up_packed_scales = D.gu_packed_s.as<uint8_t>();
             m.down_packed = D.down_packed.as<uint8_t>();
             m.down_packed_scales = D.down_packed_s.as<uint8_t>();
-        }
-        if (moe_fused) {
-            m.down_fused = D.down_fused.as<uint32_t>();
-            m.down_fused_scales = D.down_fused_s.as<uint8_t>();
-            m.fused_partials = fused_partials.as<float>();
-            m.fused_partials_rows = fused_rows;
         }
         m.kernel = decode_kernel;
         kc::moe_mxfp4(m, stream);

@@ -181,16 +181,6 @@ struct MoeMxfp4Args {
     const uint8_t* gate_up_packed_scales = nullptr;  // [E · 2I / 16 tiles][⌈H/128⌉ steps][64 bytes]
     const uint8_t* down_packed = nullptr;            // [E · H / 16][⌈I/128⌉][64][16]
     const uint8_t* down_packed_scales = nullptr;     // [E · H / 16][⌈I/128⌉][64]
-    // Optional (session 68, a measured experiment): gate_up and down in one launch at one token with the residual
-    // tail (moe_decode_mma only), down split over K: each 16-row gate_up tile's 8 SwiGLU outputs times the same 8
-    // columns of down, partial rows summed by a second small launch. Needs down in the fused layout
-    // (moe_pack_fused_down) and fused_partial_rows ≥ moe_fused_partial_rows(H) rows of H floats of scratch.
-    // decode_fused: 0 off; otherwise on wherever the fields are set. Not the same bits as the two-launch path.
-    const uint32_t* down_fused = nullptr;        // [E][I/8][H] words: row n's codes of columns 8j .. 8j + 7
-    const uint8_t* down_fused_scales = nullptr;  // [E][I/32][H] bytes: row n's scale of group g
-    float* fused_partials = nullptr;             // [fused_partials_rows][H] scratch
-    int fused_partials_rows = 0;
-    int decode_fused = -1;
 };
 inline bool moe_decode_packed(const MoeMxfp4Args& a) {
     return a.gate_up_packed != nullptr && a.gate_up_packed_scales != nullptr && a.down_packed != nullptr &&
@@ -205,13 +195,6 @@ inline bool moe_decode_packed(const MoeMxfp4Args& a) {
 int64_t moe_packed_decode_bytes(int64_t rows, int groups, bool scales);
 void moe_pack_decode(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int groups, uint8_t* packed_blocks,
                      uint8_t* packed_scales, cudaStream_t stream);
-// Down's fused layout (MoeMxfp4Args::down_fused) from the published [E, H, I/32, 16] blocks and [E, H, I/32] scales:
-// word (e, j, n) = word j % 4 of row n's group j / 4 (codes of columns 8j .. 8j + 7), scale (e, g, n) = row n's of
-// group g. Both are the published bytes transposed: E·H·I/2 and E·H·I/32 bytes.
-void moe_pack_fused_down(const uint8_t* down_blocks, const uint8_t* down_scales, int num_experts, int hidden_size,
-                         int intermediate_size, uint32_t* words, uint8_t* scales, cudaStream_t stream);
-// Partial rows the fused launch may need on this device (its resident CTAs) for this hidden size (0: unsupported).
-int moe_fused_partial_rows(int hidden_size);
 inline constexpr int kMoeStampEvents = 16;
 // The residual update of MoeResidualTail alone, from y (the down projection's output rows of the
 // token's experts_per_token assignments): one CTA a tile.
