@@ -3247,6 +3247,23 @@ PY
       serve_check s78c_serve
       disagg_timing s78c_disagg_20b
       ;;
+    s83)
+      # Session 68's closing check of the bars, on an H200 only (an H100 neither holds 120b's FP8 experts nor gives
+      # the bars' numbers): 20b batch 1 at 1k twice, 120b once, the 8k prefill of both.
+      if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        echo "s83: not an H200 ($(nvidia-smi --query-gpu=name --format=csv,noheader)); skipped"
+      else
+        decode_row s83_20b_b1_1 20b 1
+        decode_row s83_120b_b1 120b 1
+        decode_row s83_20b_b1_2 20b 1
+        for m in 20b 120b; do
+          [ $m = 120b ] && x=--fp8-experts || x=
+          timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+            --json "$OUT/s83_prefill_$m.json" --markdown "$OUT/s83_prefill_$m.md" > "$OUT/s83_prefill_$m.log" 2>&1
+          echo "s83_prefill_$m: $(grep -E '^\| 8192 \|' "$OUT/s83_prefill_$m.md" | head -1)"
+        done
+      fi
+      ;;
     s82)
       # Session 68 (r80): gate_up and down in one launch at one token (GPTOSS_MOE_FUSED=1: down split over K into
       # partial rows, summed by a reduction launch that does the residual tail). Measured slower and removed from src/:
