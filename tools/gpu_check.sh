@@ -3256,7 +3256,7 @@ PY
         decode_row s83_20b_b1_1 20b 1
         decode_row s83_120b_b1 120b 1
         decode_row s83_20b_b1_2 20b 1
-        for m in 20b 120b; do
+        for m in $([ "${S83_QUICK:-0}" = 1 ] || echo 20b 120b); do  # S83_QUICK=1: the decode rows only
           [ $m = 120b ] && x=--fp8-experts || x=
           timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
             --json "$OUT/s83_prefill_$m.json" --markdown "$OUT/s83_prefill_$m.md" > "$OUT/s83_prefill_$m.log" 2>&1
