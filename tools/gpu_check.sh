@@ -58,6 +58,17 @@ switch_prefill_ab() {
   done
 }
 
+# prefill_bars <prefix>: the 8k prefill bars (20b --fp8, 120b --fp8 --fp8-experts), each report written through
+# --json / --markdown as <prefix>_prefill_<model>.{json,md,log}; prints each table row.
+prefill_bars() {
+  local p=$1 m x
+  for m in 20b 120b; do
+    [ $m = 120b ] && x=--fp8-experts || x=
+    timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
+      --json "$OUT/${p}_prefill_$m.json" --markdown "$OUT/${p}_prefill_$m.md" > "$OUT/${p}_prefill_$m.log" 2>&1
+    echo "${p}_prefill_$m: $(grep -E '^\| 8192 \|' "$OUT/${p}_prefill_$m.md" | head -1)"
+  done
+}
 # One decode row at 1k context, batch-1-style bench (`--fp8`, 64 steps, 3 repeats) with the given environment:
 # decode_row <log name> <model: 20b|120b> <batch> [VAR=value ...]; the log goes to $OUT/<log name>.log and its table
 # row is printed after the name.
@@ -3256,12 +3267,7 @@ PY
         decode_row s83_20b_b1_1 20b 1
         decode_row s83_120b_b1 120b 1
         decode_row s83_20b_b1_2 20b 1
-        for m in $([ "${S83_QUICK:-0}" = 1 ] || echo 20b 120b); do  # S83_QUICK=1: the decode rows only
-          [ $m = 120b ] && x=--fp8-experts || x=
-          timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
-            --json "$OUT/s83_prefill_$m.json" --markdown "$OUT/s83_prefill_$m.md" > "$OUT/s83_prefill_$m.log" 2>&1
-          echo "s83_prefill_$m: $(grep -E '^\| 8192 \|' "$OUT/s83_prefill_$m.md" | head -1)"
-        done
+        [ "${S83_QUICK:-0}" = 1 ] || prefill_bars s83  # S83_QUICK=1: the decode rows only
       fi
       ;;
     s82)
@@ -3295,12 +3301,7 @@ PY
         decode_row "s81_20b_b1_packed_stagger0_$pass" 20b 1 GPTOSS_MOE_PACKED=1 GPTOSS_MOE_STAGGER_NS=0
         decode_row "s81_120b_b1_default_$pass" 120b 1
       done
-      for m in 20b 120b; do
-        [ $m = 120b ] && x=--fp8-experts || x=
-        timeout 200 $BIN/gptoss bench --synthetic gpt-oss-$m --fp8 $x --prefill 8192 --batch "" --repeats 3 \
-          --json "$OUT/s81_prefill_$m.json" --markdown "$OUT/s81_prefill_$m.md" > "$OUT/s81_prefill_$m.log" 2>&1
-        echo "s81_prefill_$m: $(grep -E '^\| 8192 \|' "$OUT/s81_prefill_$m.md" | head -1)"
-      done
+      prefill_bars s81
       ;;
     s77b)
       # Session 64, second call: the loop kernels' knobs with the decode layout on, 20b. Batch 1 in two interleaved
