@@ -3258,6 +3258,29 @@ PY
       serve_check s78c_serve
       disagg_timing s78c_disagg_20b
       ;;
+    s84)
+      # Session 69 (r81): the decode layout's code words in the decode bit order (kernels/mxfp4_bits.h
+      # e2m1x8_to_decode_bits: 8 integer ops a word to bf16 instead of 13). First the SASS op mix of the batch-1
+      # kernels each way (gate_up loop kernel, down one-tile kernel; spills as LDL / STL), then packed_check (its
+      # tests, three 20b batch-1 pairs, batch 4, two 120b pairs where the copy fits: on an H200 its default rows are
+      # also the batch-1 bars), a kernel trace each way, and on an H200 the 8k prefill bars.
+      CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+      if [ -n "$CUOBJDUMP" ]; then
+        $CUOBJDUMP -sass $BIN/gptoss 2>/dev/null | awk '/Function :/{p = ($3 ~ /moe_decode_mma_loop_kernelILi4ELb1ELb1ELb0ELb[01]E|moe_decode_mma_kernelILb0ELi4ELb0ELi0ELb0ELb[01]E/)} p' \
+          > "$OUT/s84_sass.txt"
+        awk '/Function :/{f = $3} match($0, /\/\*[0-9a-f]+\*\//) {split(substr($0, RSTART + RLENGTH), b, " "); op = b[1]; if (op ~ /^@/) op = b[2];
+             sub(/\..*/, "", op); n[f" "op]++} END {for (k in n) print k, n[k]}' "$OUT/s84_sass.txt" |
+          grep -E " (LOP3|IMAD|SHF|HMUL2|HMMA|LDS|LDL|STL|LDG) " | sort > "$OUT/s84_sass_mix.txt"
+        sed -E 's/_ZN6gptoss7kernels4cuda[0-9]+_GLOBAL__N__[0-9a-f_]+moe_decode_cu_[0-9a-f]+[0-9]{2}//' "$OUT/s84_sass_mix.txt"
+        gzip -f "$OUT/s84_sass.txt"
+      fi
+      packed_check s84 2 4
+      if [ $rc = 0 ]; then
+        ktrace_row s84_trace_default 20b
+        ktrace_row s84_trace_packed 20b GPTOSS_MOE_PACKED=1
+      fi
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then prefill_bars s84; fi
+      ;;
     s83)
       # Session 68's closing check of the bars, on an H200 only (an H100 neither holds 120b's FP8 experts nor gives
       # the bars' numbers): 20b batch 1 at 1k twice, 120b once, the 8k prefill of both.

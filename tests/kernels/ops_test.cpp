@@ -14,6 +14,7 @@
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/mxfp4_bits.h"
 #include "kernels/ops.h"
 #include "runtime/sampler.h"
 
@@ -987,8 +988,8 @@ TEST(CudaOps, MoeMxfp4MatchesCpu) {
 // below: 129–132 on two experts' gate_up (the two-multiply path) and 0 on one expert's down; 1, 2,
 // 3 and 8 tokens, with a shared expert for every token (at 2 tokens, gate_up's early-staged form
 // with two of a tile's assignments in different token columns). Tolerance as MoeMxfp4MatchesCpu's for it.
-// moe_pack_decode against the layout as moe.h states it, on 2 tiles of 16 rows: 45 groups (a last step of one
-// group, padded with zeros), 90 (two) and 8 (none).
+// moe_pack_decode against the layout as moe.h states it (words in the decode bit order), on 2 tiles of 16 rows:
+// 45 groups (a last step of one group, padded with zeros), 90 (two) and 8 (none).
 TEST(CudaOps, MoePackDecodeIsTheStatedLayout) {
     REQUIRE_GPU();
     for (int G : {45, 90, 8}) {
@@ -1014,7 +1015,13 @@ TEST(CudaOps, MoePackDecodeIsTheStatedLayout) {
                         for (int h = 0; h < 2; ++h) {
                             const int64_t row = 16 * tile + g + 8 * h, grp = 4 * s + t, l = 4 * g + t;
                             const int64_t step = tile * S + s;
-                            std::copy_n(&blocks[(row * G + grp) * 16], 16, &eb[(64 * step + 32 * h + l) * 16]);
+                            // each little-endian word in the decode bit order
+                            for (int wd = 0; wd < 4; ++wd) {
+                                uint32_t word;
+                                std::memcpy(&word, &blocks[(row * G + grp) * 16 + 4 * wd], 4);
+                                word = gptoss::kernels::e2m1x8_to_decode_bits(word);
+                                std::memcpy(&eb[(64 * step + 32 * h + l) * 16 + 4 * wd], &word, 4);
+                            }
                             es[64 * step + 2 * l + h] = scales[row * G + grp];
                         }
         EXPECT_EQ(hb, eb) << "G=" << G << ": codes";

@@ -191,7 +191,9 @@ inline bool moe_decode_packed(const MoeMxfp4Args& a) {
 // chunk l = 4g + t holds row g's group 4s + t and chunk 32 + l row g + 8's (g < 8, t < 4); its scales as 64 bytes,
 // (row g, row g + 8) of group 4s + t at 2l. A decode warp's lane l then reads chunks l and 32 + l and the scale
 // pair 2l of each of its steps: 512 contiguous bytes a load instruction. The slots past the last group (groups not
-// a multiple of 4) are zero and never read. Sizes: moe_packed_decode_bytes (codes, or scales).
+// a multiple of 4) are zero and never read. Each 4-byte code word is stored in the decode bit order
+// (kernels/mxfp4_bits.h e2m1x8_to_decode_bits: 8 integer ops a word to bf16 instead of 13; session 69).
+// Sizes: moe_packed_decode_bytes (codes, or scales).
 int64_t moe_packed_decode_bytes(int64_t rows, int groups, bool scales);
 void moe_pack_decode(const uint8_t* blocks, const uint8_t* scales, int64_t rows, int groups, uint8_t* packed_blocks,
                      uint8_t* packed_scales, cudaStream_t stream);

@@ -451,7 +451,8 @@ __device__ __forceinline__ bool decode_two(const DecodeWeights<kMaxSteps>& w) {
 // scale multiply is chosen once for the warp's steps (kTwo: two loop bodies), and the x fragment is
 // read unconditionally: lanes g >= nrows read row nrows - 1 (their MMA column is never stored) and
 // lanes past G a staged group (their A is zero, so the product is).
-template <int kWarps, bool kTwo>
+// kPacked: the words are in the decode layout's bit order (e2m1x8_to_decode_bits): 8 integer ops a word, not 13.
+template <int kWarps, bool kTwo, bool kPacked = false>
 __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeights<DecodeShape<kWarps>::kMaxSteps>& w,
                                              const uint4* xs, int nrows, const WarpK<kWarps>& wk) {
     using Sh = DecodeShape<kWarps>;
@@ -469,8 +470,13 @@ __device__ __forceinline__ void decode_steps(float (&acc)[4], const DecodeWeight
             const uint32_t wl = q == 0 ? w.lo[i].x : q == 1 ? w.lo[i].y : q == 2 ? w.lo[i].z : w.lo[i].w;
             const uint32_t wh = q == 0 ? w.hi[i].x : q == 1 ? w.hi[i].y : q == 2 ? w.hi[i].z : w.hi[i].w;
             uint32_t rl[4], rh[4];
-            e2m1x8_raw(wl, rl);
-            e2m1x8_raw(wh, rh);
+            if constexpr (kPacked) {
+                e2m1x8_raw_decode_bits(wl, rl);
+                e2m1x8_raw_decode_bits(wh, rh);
+            } else {
+                e2m1x8_raw(wl, rl);
+                e2m1x8_raw(wh, rh);
+            }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 rl[j] = bf16x2_mul(rl[j], m_lo);
@@ -626,9 +632,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const bool two = decode_two(w);
         moe_stamp<kStamps>(a.stamps, 5, two);
         if (two)
-            decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
+            decode_steps<kWarps, true, kPacked>(acc, w, xs, nrows, wk);
         else
-            decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
+            decode_steps<kWarps, false, kPacked>(acc, w, xs, nrows, wk);
         moe_stamp<kStamps>(a.stamps, 6, __float_as_uint(acc[0]));
     }
 
@@ -765,9 +771,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         const bool two = decode_two(w);
         if (it < 3) moe_stamp<kStamps>(a.stamps, 5 + 3 * it, two);
         if (two)
-            decode_steps<kWarps, true>(acc, w, xs, nrows, wk);
+            decode_steps<kWarps, true, kPacked>(acc, w, xs, nrows, wk);
         else
-            decode_steps<kWarps, false>(acc, w, xs, nrows, wk);
+            decode_steps<kWarps, false, kPacked>(acc, w, xs, nrows, wk);
         if (it < 3) moe_stamp<kStamps>(a.stamps, 6 + 3 * it, __float_as_uint(acc[0]));
         // The tile's sums into copy p (their registers free), the next tile's loads (the weight
         // registers are free after the q loop), then the epilogue's barrier and stores.
@@ -849,9 +855,9 @@ __global__ void __launch_bounds__(DecodeShape<kWarps>::kThreads, kDecodeMinBlock
         __syncwarp();
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (decode_two(w))
-            decode_steps<kWarps, true>(acc, w, xs, ntok, wk);
+            decode_steps<kWarps, true, kPacked>(acc, w, xs, ntok, wk);
         else
-            decode_steps<kWarps, false>(acc, w, xs, ntok, wk);
+            decode_steps<kWarps, false, kPacked>(acc, w, xs, ntok, wk);
         const int p = it & 1;
         decode_red_store<kWarps>(acc, red[p]);
         const int next = cur + static_cast<int>(gridDim.x);
@@ -1496,7 +1502,8 @@ void moe_decode_mma(const MoeMxfp4Args& a, cudaStream_t stream) {
     launch<false, 4>(a, stream);
 }
 
-// One thread a (row, group): its 16 code bytes and its scale byte to their places in the decode layout (moe.h).
+// One thread a (row, group): its 16 code bytes (each word in the decode bit order) and its scale byte to their
+// places in the decode layout (moe.h).
 __global__ void moe_pack_decode_kernel(const uint4* blocks, const uint8_t* scales, int64_t n, int G, uint4* pblocks,
                                        uint8_t* pscales) {
     const int S = (G + 3) / 4;
@@ -1506,7 +1513,9 @@ __global__ void moe_pack_decode_kernel(const uint4* blocks, const uint8_t* scale
         const int q = static_cast<int>(i - row * G), rr = static_cast<int>(row & 15), h = rr >> 3;
         const int lane = 4 * (rr & 7) + (q & 3);
         const int64_t step = (row >> 4) * S + (q >> 2);
-        pblocks[64 * step + 32 * h + lane] = blocks[i];
+        const uint4 b = blocks[i];
+        pblocks[64 * step + 32 * h + lane] = make_uint4(e2m1x8_to_decode_bits(b.x), e2m1x8_to_decode_bits(b.y),
+                                                        e2m1x8_to_decode_bits(b.z), e2m1x8_to_decode_bits(b.w));
         pscales[64 * step + 2 * lane + h] = scales[i];
     }
 }

@@ -62,5 +62,43 @@ TEST(Mxfp4Bits, EightCodesFromWordAreExactAndPaired) {
     for (int n = 0; n < 200000; ++n) check_word(rng());
 }
 
+// The decode layout's bit order (e2m1x8_to_decode_bits) is a permutation of the word's 32 bits.
+TEST(Mxfp4Bits, DecodeBitOrderIsAPermutation) {
+    uint32_t seen = 0;
+    for (int b = 0; b < 32; ++b) {
+        const uint32_t out = e2m1x8_to_decode_bits(1u << b);
+        ASSERT_NE(out, 0u) << "bit " << b << " dropped";
+        ASSERT_EQ(out & (out - 1), 0u) << "bit " << b << " copied";
+        ASSERT_EQ(seen & out, 0u) << "bit " << b << " lands on another's place";
+        seen |= out;
+    }
+    EXPECT_EQ(seen, 0xFFFFFFFFu);
+}
+
+// e2m1x8_raw_decode_bits of a word in the decode layout's bit order gives e2m1x8_raw of the published word: the
+// same four registers, bit for bit (so the same exact values), on the words check_word uses.
+void check_decode_bits(uint32_t w) {
+    uint32_t want[4], got[4];
+    e2m1x8_raw(w, want);
+    e2m1x8_raw_decode_bits(e2m1x8_to_decode_bits(w), got);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(got[i], want[i]) << std::hex << "word 0x" << w << " reg " << i;
+}
+
+TEST(Mxfp4Bits, DecodeBitOrderGivesTheSameRegisters) {
+    for (uint32_t code = 0; code < 16; ++code)
+        for (int pos = 0; pos < 8; ++pos) {
+            check_decode_bits(code << (4 * pos));
+            check_decode_bits((0xFFFFFFFFu & ~(15u << (4 * pos))) | (code << (4 * pos)));
+        }
+    // Every pair of codes in registers 3's two places (the multiply's copies are where carries would show).
+    for (uint32_t lo = 0; lo < 16; ++lo)
+        for (uint32_t hi = 0; hi < 16; ++hi) {
+            check_decode_bits((lo << 12) | (hi << 28));
+            check_decode_bits(0x0FFF0FFFu | (lo << 12) | (hi << 28));
+        }
+    std::mt19937 rng(6);
+    for (int n = 0; n < 200000; ++n) check_decode_bits(rng());
+}
+
 }  // namespace
 }  // namespace gptoss::kernels
