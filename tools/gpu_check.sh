@@ -146,7 +146,8 @@ tests_row() {
 }
 # packed_check <prefix> <120b pairs> [batch ...]: the decode layout of the MXFP4 experts (kernels/cuda/moe.h
 # moe_pack_decode; GPTOSS_MOE_PACKED=1): its kernel tests and the CUDA model / engine tests with it on; if they pass,
-# three interleaved 20b batch-1 pairs (default, packed), one pair at each further batch, and <120b pairs> 120b batch-1
+# three interleaved 20b batch-1 pairs (default = the published layout, GPTOSS_MOE_PACKED=0 since session 69 made
+# the copy the default where it is small; packed), one pair at each further batch, and <120b pairs> 120b batch-1
 # pairs where the copy fits (the H200: 62.5 GB beside 61 GB of experts).
 packed_check() {
   local p=$1 n120=$2 pass b mem
@@ -155,17 +156,17 @@ packed_check() {
   [ $rc = 0 ] || return 0
   tests_row ${p}_model 'CudaModel.*:CudaEngine.*' GPTOSS_MOE_PACKED=1
   for pass in 1 2 3; do
-    decode_row "${p}_20b_b1_default_$pass" 20b 1
+    decode_row "${p}_20b_b1_default_$pass" 20b 1 GPTOSS_MOE_PACKED=0
     decode_row "${p}_20b_b1_packed_$pass" 20b 1 GPTOSS_MOE_PACKED=1
   done
   for b in "$@"; do
-    decode_row "${p}_20b_b${b}_default" 20b $b
+    decode_row "${p}_20b_b${b}_default" 20b $b GPTOSS_MOE_PACKED=0
     decode_row "${p}_20b_b${b}_packed" 20b $b GPTOSS_MOE_PACKED=1
   done
   mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   if [ "${mem:-0}" -gt 120000 ]; then
     for pass in $(seq 1 "$n120"); do
-      decode_row "${p}_120b_b1_default_$pass" 120b 1
+      decode_row "${p}_120b_b1_default_$pass" 120b 1 GPTOSS_MOE_PACKED=0
       decode_row "${p}_120b_b1_packed_$pass" 120b 1 GPTOSS_MOE_PACKED=1
     done
   fi

@@ -681,9 +681,9 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
         int want = opt.moe_decode_packed;
         if (want < 0) {
             const char* v = std::getenv("GPTOSS_MOE_PACKED");
-            want = v != nullptr && std::strcmp(v, "1") == 0 ? 1 : 0;
+            want = v == nullptr ? -1 : std::strcmp(v, "1") == 0 ? 1 : 0;
         }
-        if (want == 1) {
+        if (want != 0) {
             size_t free_b = 0, total_b = 0;
             CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
             const double layer_mx = static_cast<double>(E) * 3 * I * H * 4.25 / 8;  // still to upload, a layer
@@ -694,8 +694,11 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             // + the FP8 copy made beside it (20b --fp8) and 8 GiB for the rest
             const double f8 = have_fp8_experts ? static_cast<double>(E) * (2 * I * kp_h + H * kp_i) : 0.0;
             const double need = c.num_hidden_layers * (packed + layer_mx + f8) + 8.0 * (1 << 30);
-            decode_packed = need <= static_cast<double>(free_b);
-            if (!decode_packed)
+            // Unasked (-1): only a copy of at most an eighth of the GPU's memory (20b on an H200: 7%), which then
+            // leaves the KV cache most of its room; 120b's (62.5 GB) only when asked for.
+            const bool small_copy = c.num_hidden_layers * packed <= static_cast<double>(total_b) / 8;
+            decode_packed = need <= static_cast<double>(free_b) && (want == 1 || small_copy);
+            if (!decode_packed && want == 1)
                 LOG_WARN(
                     "moe_decode_packed: the decode-layout copy of the experts (%lld MiB) does not fit beside "
                     "the model (%zu MiB free); decode reads the published layout",
