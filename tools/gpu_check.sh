@@ -3259,6 +3259,22 @@ PY
       serve_check s78c_serve
       disagg_timing s78c_disagg_20b
       ;;
+    s85)
+      # Session 69, second check (r81): the decode-layout copy as the default where it is small (GPTOSS_MOE_PACKED
+      # unset). The CUDA model / engine tests as they run by default (tiny models: the copy on), 20b batch-1 rows
+      # unset and =0 interleaved (the copy on an H200, not on an H100: each log says which), and on an H200 the
+      # 120b batch-1 bar and the 8k prefill bars.
+      tests_row s85_model 'CudaModel.*:CudaEngine.*'
+      for pass in 1 2; do
+        decode_row "s85_20b_b1_unset_$pass" 20b 1
+        decode_row "s85_20b_b1_published_$pass" 20b 1 GPTOSS_MOE_PACKED=0
+      done
+      grep -l "moe_decode_packed: a decode-layout copy" "$OUT"/s85_20b_b1_*.log | sed 's|.*/|copy made: |'
+      if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        decode_row s85_120b_b1 120b 1
+        prefill_bars s85
+      fi
+      ;;
     s84)
       # Session 69 (r81): the decode layout's code words in the decode bit order (kernels/mxfp4_bits.h
       # e2m1x8_to_decode_bits: 8 integer ops a word to bf16 instead of 13). First the SASS op mix of the batch-1
