@@ -694,10 +694,8 @@ Status CudaModel::Impl::init(const GptOssWeights& w) {
             // + the FP8 copy made beside it (20b --fp8) and 8 GiB for the rest
             const double f8 = have_fp8_experts ? static_cast<double>(E) * (2 * I * kp_h + H * kp_i) : 0.0;
             const double need = c.num_hidden_layers * (packed + layer_mx + f8) + 8.0 * (1 << 30);
-            // Unasked (-1): only a copy of at most an eighth of the GPU's memory (20b on an H200: 12.4 of 141 GB),
-            // which then leaves the KV cache most of its room; 120b's (62.5 GB) only when asked for.
-            const bool small_copy = c.num_hidden_layers * packed <= static_cast<double>(total_b) / 8;
-            decode_packed = need <= static_cast<double>(free_b) && (want == 1 || small_copy);
+            decode_packed = moe_decode_packed_choice(want, c.num_hidden_layers * packed, need,
+                                                     static_cast<double>(free_b), static_cast<double>(total_b));
             if (decode_packed)
                 LOG_INFO("moe_decode_packed: a decode-layout copy of the experts (%lld MiB) for batches of 1-8 tokens",
                          static_cast<long long>(c.num_hidden_layers * packed) >> 20);

@@ -102,6 +102,16 @@ struct CudaModelOptions {
     parallel::RankComms* comms = nullptr;
 };
 
+// Whether the decode-layout copy of the MXFP4 experts is made (CudaModelOptions::moe_decode_packed): want 1 (asked),
+// 0 (refused) or -1 (unasked: only a copy of at most an eighth of the GPU's memory, which leaves the KV cache most of
+// its room), given the copy's bytes, all that the model's load still needs with it (8 GiB to spare included) and the
+// GPU's free and total bytes.
+inline bool moe_decode_packed_choice(int want, double copy_bytes, double need_bytes, double free_bytes,
+                                     double total_bytes) {
+    if (want == 0 || need_bytes > free_bytes) return false;
+    return want == 1 || copy_bytes <= total_bytes / 8;
+}
+
 class CudaModel {
 public:
     static StatusOr<std::unique_ptr<CudaModel>> create(const GptOssWeights& weights, const CudaModelOptions& options);
